@@ -1,0 +1,68 @@
+//! A handle on the Docker Engine API.
+//!
+//! One `DockerEngine` is created at start-up and shared; bollard multiplexes requests over the
+//! engine's socket. The handle is cheap to clone.
+
+use std::time::Duration;
+
+use bollard::Docker;
+
+/// Why the container engine could not be reached or answered wrongly.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The client could not even be set up (bad `DOCKER_HOST`, missing socket path).
+    #[error("cannot connect to the Docker engine: {0}")]
+    Connect(#[source] bollard::errors::Error),
+    /// The engine did not answer within the allotted time.
+    #[error("the Docker engine did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The engine answered with an error.
+    #[error("the Docker engine answered with an error: {0}")]
+    Api(#[source] bollard::errors::Error),
+}
+
+/// Shared client for the local Docker engine.
+#[derive(Clone, Debug)]
+pub struct DockerEngine {
+    docker: Docker,
+}
+
+impl DockerEngine {
+    /// Connects using `DOCKER_HOST` when set, else the platform's default socket.
+    ///
+    /// Connecting is lazy in bollard: this only validates the address; `ping` proves the engine is there.
+    pub fn connect(host: Option<&str>) -> Result<Self, EngineError> {
+        let docker = match host {
+            Some(host) if host.starts_with("unix://") => {
+                Docker::connect_with_unix(host, 120, bollard::API_DEFAULT_VERSION)
+            }
+            Some(host) if host.starts_with("tcp://") || host.starts_with("http://") => {
+                Docker::connect_with_http(host, 120, bollard::API_DEFAULT_VERSION)
+            }
+            Some(path) => Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION),
+            None => Docker::connect_with_local_defaults(),
+        }
+        .map_err(EngineError::Connect)?;
+        Ok(Self { docker })
+    }
+
+    /// Asks the engine to answer within `timeout`; used by readiness and start-up checks.
+    pub async fn ping(&self, timeout: Duration) -> Result<(), EngineError> {
+        match tokio::time::timeout(timeout, self.docker.ping()).await {
+            Err(_) => Err(EngineError::Timeout(timeout)),
+            Ok(Err(e)) => Err(EngineError::Api(e)),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+
+    /// The engine's version string, for `aegis.system.info` and start-up logs.
+    pub async fn version(&self) -> Result<String, EngineError> {
+        let v = self.docker.version().await.map_err(EngineError::Api)?;
+        Ok(v.version.unwrap_or_else(|| "unknown".to_owned()))
+    }
+
+    /// The raw bollard client, for the dispatcher's own modules.
+    pub fn client(&self) -> &Docker {
+        &self.docker
+    }
+}

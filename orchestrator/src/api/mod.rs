@@ -1,0 +1,4 @@
+//! Adapters: they parse requests, call the core, and map errors once. No policy lives here.
+
+pub mod grpc;
+pub mod rest;

@@ -1,0 +1,241 @@
+//! Start-up and shutdown of one orchestrator instance.
+//!
+//! `Application::build` does everything that can fail before we accept traffic (database with
+//! retries, migrations, engine handle, binding both listeners); `run` serves until the shutdown
+//! token fires, then lets in-flight requests finish within the configured grace period. Tests use
+//! the same two calls with port 0, so they exercise exactly what production runs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use dispatcher::{DockerEngine, EngineError};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::api;
+use crate::config::NodeConfig;
+use crate::state::AppState;
+use crate::store::{self, StoreError};
+
+/// Why the instance could not start or stopped badly.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The database could not be reached or migrated.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The container engine address is unusable.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        /// Which surface.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A server failed while running.
+    #[error("{what} server failed: {message}")]
+    Serve {
+        /// Which surface.
+        what: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// A fully initialised instance, ready to serve.
+pub struct Application {
+    state: AppState,
+    http: TcpListener,
+    grpc: TcpListener,
+}
+
+impl Application {
+    /// Connects, migrates and binds; nothing is served yet.
+    pub async fn build(config: NodeConfig) -> Result<Self, AppError> {
+        let pool = store::connect(&config.database).await?;
+        store::migrate(&pool).await?;
+
+        let engine = DockerEngine::connect(config.docker.host.as_deref())?;
+        match engine.version().await {
+            Ok(v) => tracing::info!(docker_version = %v, "Docker engine answers"),
+            Err(e) => {
+                tracing::warn!(error = %e, "Docker engine not answering; not ready until it does")
+            }
+        }
+
+        let http = bind("http", config.server.http).await?;
+        let grpc = bind("grpc", config.server.grpc).await?;
+
+        let instance_id = Uuid::new_v4();
+        let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".to_owned());
+        sqlx::query("INSERT INTO node_instances (id, hostname, version) VALUES ($1, $2, $3)")
+            .bind(instance_id)
+            .bind(hostname)
+            .bind(env!("CARGO_PKG_VERSION"))
+            .execute(&pool)
+            .await
+            .map_err(StoreError::from)?;
+
+        let state = AppState {
+            pool,
+            engine,
+            config: Arc::new(config),
+            instance_id,
+            started_at: Utc::now(),
+        };
+        Ok(Self { state, http, grpc })
+    }
+
+    /// The bound REST address (useful when the config asked for port 0).
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http
+            .local_addr()
+            .unwrap_or(self.state.config.server.http)
+    }
+
+    /// The bound gRPC address.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc
+            .local_addr()
+            .unwrap_or(self.state.config.server.grpc)
+    }
+
+    /// The shared state, for tests that need the pool or the instance id.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves REST and gRPC until `shutdown` is cancelled, then drains within the grace period.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), AppError> {
+        let Self { state, http, grpc } = self;
+        let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
+        tracing::info!(
+            http = %http.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            grpc = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            instance_id = %state.instance_id,
+            "serving"
+        );
+
+        let heartbeat = tokio::spawn(heartbeat(state.clone(), shutdown.clone()));
+
+        let rest = api::rest::router(state.clone());
+        let http_token = shutdown.clone();
+        let mut http_task = tokio::spawn(async move {
+            axum::serve(http, rest)
+                .with_graceful_shutdown(http_token.cancelled_owned())
+                .await
+                .map_err(|e| AppError::Serve {
+                    what: "http",
+                    message: e.to_string(),
+                })
+        });
+
+        let grpc_router =
+            api::grpc::router(state.clone(), shutdown.clone()).map_err(|e| AppError::Serve {
+                what: "grpc",
+                message: e.to_string(),
+            })?;
+        let grpc_token = shutdown.clone();
+        let incoming = tonic::transport::server::TcpIncoming::from(grpc);
+        let mut grpc_task = tokio::spawn(async move {
+            grpc_router
+                .serve_with_incoming_shutdown(incoming, grpc_token.cancelled_owned())
+                .await
+                .map_err(|e| AppError::Serve {
+                    what: "grpc",
+                    message: e.to_string(),
+                })
+        });
+
+        // Either a server dies on its own (then stop the other) or shutdown is requested.
+        let early = tokio::select! {
+            _ = shutdown.cancelled() => None,
+            r = &mut http_task => Some(("http", r)),
+            r = &mut grpc_task => Some(("grpc", r)),
+        };
+        shutdown.cancel();
+        tracing::info!(
+            grace_secs = grace.as_secs(),
+            "shutting down; draining in-flight requests"
+        );
+
+        let mut result = Ok(());
+        if let Some((what, r)) = early {
+            result = flatten(what, r);
+        }
+        let drain = async {
+            let mut out = Ok(());
+            if !http_task.is_finished() || result.is_ok() {
+                out = out.and(flatten("http", (&mut http_task).await));
+            }
+            if !grpc_task.is_finished() || result.is_ok() {
+                out = out.and(flatten("grpc", (&mut grpc_task).await));
+            }
+            out
+        };
+        match tokio::time::timeout(grace, drain).await {
+            Ok(r) => result = result.and(r),
+            Err(_) => {
+                tracing::warn!("grace period over; closing remaining connections");
+                http_task.abort();
+                grpc_task.abort();
+            }
+        }
+        heartbeat.abort();
+
+        if let Err(e) = sqlx::query("UPDATE node_instances SET stopped_at = now() WHERE id = $1")
+            .bind(state.instance_id)
+            .execute(&state.pool)
+            .await
+        {
+            tracing::warn!(error = %e, "could not record the stop of this instance");
+        }
+        state.pool.close().await;
+        tracing::info!("shutdown complete");
+        result
+    }
+}
+
+fn flatten(
+    what: &'static str,
+    r: Result<Result<(), AppError>, tokio::task::JoinError>,
+) -> Result<(), AppError> {
+    match r {
+        Ok(inner) => inner,
+        Err(e) if e.is_cancelled() => Ok(()),
+        Err(e) => Err(AppError::Serve {
+            what,
+            message: e.to_string(),
+        }),
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, AppError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| AppError::Bind { what, addr, source })
+}
+
+/// Marks this instance alive every 15 s so other replicas and the reaper can tell live owners.
+async fn heartbeat(state: AppState, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(15)) => {}
+        }
+        if let Err(e) = sqlx::query("UPDATE node_instances SET heartbeat_at = now() WHERE id = $1")
+            .bind(state.instance_id)
+            .execute(&state.pool)
+            .await
+        {
+            tracing::warn!(error = %e, "heartbeat not recorded");
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! The node configuration: one YAML file, every value overridable from the environment.
+//!
+//! Loading is strict on purpose. An operator who misspells a key or gives a port as a word should
+//! learn it at start, with the key and the line, rather than run with a silent default. The file is
+//! deserialized first on its own (so serde_yaml can report lines), then environment overrides are
+//! merged in and the result is checked once more (so an override is blamed on its variable).
+//!
+//! Overrides: `ORCHESTRATOR__<SECTION>__<KEY>=value` for any key (double underscores separate
+//! levels, the value is read as a YAML scalar), plus the conventional `DATABASE_URL` and
+//! `DOCKER_HOST`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Prefix of the generic environment overrides.
+pub const ENV_PREFIX: &str = "ORCHESTRATOR__";
+
+/// The whole node configuration.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeConfig {
+    /// Listening addresses.
+    pub server: ServerConfig,
+    /// PostgreSQL connection.
+    pub database: DatabaseConfig,
+    /// Container engine connection.
+    pub docker: DockerConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// Where the service listens.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// REST (operator API, SEAL over HTTP, health).
+    pub http: SocketAddr,
+    /// gRPC (SEAL gateway, health, reflection).
+    pub grpc: SocketAddr,
+    /// How long in-flight requests may take to finish after a shutdown signal.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            http: SocketAddr::from(([127, 0, 0, 1], 8088)),
+            grpc: SocketAddr::from(([127, 0, 0, 1], 50051)),
+            shutdown_grace_secs: 20,
+        }
+    }
+}
+
+/// PostgreSQL settings.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// `postgres://user:password@host:port/database`; usually given as `DATABASE_URL`.
+    pub url: String,
+    /// Upper bound of pooled connections.
+    pub max_connections: u32,
+    /// How long start-up keeps retrying an unreachable database before giving up.
+    pub connect_timeout_secs: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: "postgres://orchestrator:orchestrator@127.0.0.1:5432/orchestrator".to_owned(),
+            max_connections: 10,
+            connect_timeout_secs: 60,
+        }
+    }
+}
+
+/// Docker engine settings.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DockerConfig {
+    /// `unix:///var/run/docker.sock` or `tcp://host:port`; defaults to `DOCKER_HOST` or the local socket.
+    pub host: Option<String>,
+}
+
+/// Log output.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A `tracing` filter such as `info` or `orchestrator=debug,info`; `RUST_LOG` wins when set.
+    pub level: String,
+    /// `text` for people, `json` for log shippers.
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: "info".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Why a configuration was refused. Each message names where the bad value came from.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O failure.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML or does not match the expected shape.
+    #[error("config file {path}: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// serde_yaml's message: key path, what was expected, line and column.
+        message: String,
+    },
+    /// An environment override does not fit the key it names.
+    #[error("environment variable {var}: {message}")]
+    Env {
+        /// The variable.
+        var: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// A value has the right type but is unusable.
+    #[error("config key `{key}` (from {origin}): {message}")]
+    Invalid {
+        /// Dotted key path.
+        key: String,
+        /// The file (with line when known) or the environment variable that set it.
+        origin: String,
+        /// What was expected.
+        message: String,
+    },
+}
+
+/// A loaded configuration plus where its values came from (for error messages).
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    /// The effective configuration.
+    pub config: NodeConfig,
+    /// The file, if one was read.
+    pub path: Option<PathBuf>,
+    source_text: Option<String>,
+    overridden: Vec<(String, String)>,
+}
+
+impl LoadedConfig {
+    /// Where `key` (dotted) got its value: an environment variable, a file line, or the default.
+    pub fn origin_of(&self, key: &str) -> String {
+        if let Some((_, var)) = self.overridden.iter().find(|(k, _)| k == key) {
+            return format!("environment variable {var}");
+        }
+        match (&self.path, &self.source_text) {
+            (Some(path), Some(text)) => match line_of_key(text, key) {
+                Some(line) => format!("{} line {line}", path.display()),
+                None => "default".to_owned(),
+            },
+            _ => "default".to_owned(),
+        }
+    }
+}
+
+/// Reads the file (if any), applies environment overrides from `env`, and validates values.
+pub fn load(path: Option<&Path>, env: &[(String, String)]) -> Result<LoadedConfig, ConfigError> {
+    let (text, from_file) = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            let parsed = parse_file(&text).map_err(|message| ConfigError::File {
+                path: path.to_owned(),
+                message,
+            })?;
+            (Some(text), parsed)
+        }
+        None => (None, NodeConfig::default()),
+    };
+
+    let mut tree = serde_yaml::to_value(&from_file).map_err(|e| ConfigError::File {
+        path: path.map(Path::to_owned).unwrap_or_default(),
+        message: e.to_string(),
+    })?;
+    let mut overridden = Vec::new();
+    let mut vars: Vec<&(String, String)> = env.iter().collect();
+    vars.sort();
+    for (var, value) in vars {
+        let Some(key) = override_key(var) else {
+            continue;
+        };
+        set_path(&mut tree, &key, value).map_err(|message| ConfigError::Env {
+            var: var.clone(),
+            message,
+        })?;
+        // Check each override on its own so the error names the variable that broke it.
+        serde_yaml::from_value::<NodeConfig>(tree.clone()).map_err(|e| ConfigError::Env {
+            var: var.clone(),
+            message: e.to_string(),
+        })?;
+        overridden.push((key.join("."), var.clone()));
+    }
+    let config: NodeConfig = serde_yaml::from_value(tree).map_err(|e| ConfigError::Env {
+        var: "(overrides)".to_owned(),
+        message: e.to_string(),
+    })?;
+
+    let loaded = LoadedConfig {
+        config,
+        path: path.map(Path::to_owned),
+        source_text: text,
+        overridden,
+    };
+    validate(&loaded)?;
+    Ok(loaded)
+}
+
+/// Parses the file text; an empty file means all defaults.
+fn parse_file(text: &str) -> Result<NodeConfig, String> {
+    if text.trim().is_empty() {
+        return Ok(NodeConfig::default());
+    }
+    serde_yaml::from_str(text).map_err(|e| e.to_string())
+}
+
+/// Maps an environment variable to the config key path it overrides, if it is one of ours.
+fn override_key(var: &str) -> Option<Vec<String>> {
+    match var {
+        "DATABASE_URL" => return Some(vec!["database".into(), "url".into()]),
+        "DOCKER_HOST" => return Some(vec!["docker".into(), "host".into()]),
+        _ => {}
+    }
+    let rest = var.strip_prefix(ENV_PREFIX)?;
+    let parts: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+    (!parts.is_empty() && parts.iter().all(|p| !p.is_empty())).then_some(parts)
+}
+
+/// Sets `key` inside `tree` to `raw` read as a YAML scalar; refuses keys that do not exist.
+fn set_path(tree: &mut serde_yaml::Value, key: &[String], raw: &str) -> Result<(), String> {
+    let mut node = tree;
+    for (i, part) in key.iter().enumerate() {
+        let map = node
+            .as_mapping_mut()
+            .ok_or_else(|| format!("`{}` is not a section", key[..i].join(".")))?;
+        let k = serde_yaml::Value::String(part.clone());
+        if !map.contains_key(&k) {
+            let known: Vec<String> = map
+                .keys()
+                .filter_map(|k| k.as_str().map(str::to_owned))
+                .collect();
+            return Err(format!(
+                "unknown config key `{}`; expected one of: {}",
+                key[..=i].join("."),
+                known.join(", ")
+            ));
+        }
+        node = map
+            .get_mut(&k)
+            .ok_or_else(|| format!("unknown config key `{}`", key.join(".")))?;
+    }
+    // Strings such as URLs must stay strings; everything else is read as a YAML scalar.
+    *node = match node {
+        serde_yaml::Value::String(_) | serde_yaml::Value::Null => {
+            serde_yaml::Value::String(raw.to_owned())
+        }
+        _ => serde_yaml::from_str(raw).map_err(|e| format!("not a YAML scalar: {e}"))?,
+    };
+    Ok(())
+}
+
+/// Finds the 1-based line on which a dotted key is set in the file, by indentation.
+fn line_of_key(text: &str, key: &str) -> Option<usize> {
+    let mut wanted = key.split('.');
+    let mut current = wanted.next()?;
+    let mut min_indent = 0usize;
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('#') || trimmed.is_empty() {
+            continue;
+        }
+        let indent = line.len() - trimmed.len();
+        if indent < min_indent {
+            return None;
+        }
+        if trimmed
+            .strip_prefix(current)
+            .is_some_and(|rest| rest.trim_start().starts_with(':'))
+        {
+            match wanted.next() {
+                Some(next) => {
+                    current = next;
+                    min_indent = indent + 1;
+                }
+                None => return Some(n + 1),
+            }
+        }
+    }
+    None
+}
+
+/// Value checks that types alone cannot express.
+fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+    let c = &loaded.config;
+    let invalid = |key: &str, message: String| ConfigError::Invalid {
+        key: key.to_owned(),
+        origin: loaded.origin_of(key),
+        message,
+    };
+    check_database_url(&c.database.url).map_err(|m| invalid("database.url", m))?;
+    if c.database.max_connections == 0 {
+        return Err(invalid(
+            "database.max_connections",
+            "expected a whole number of at least 1".into(),
+        ));
+    }
+    if c.server.http.port() != 0 && c.server.http == c.server.grpc {
+        return Err(invalid(
+            "server.grpc",
+            format!("must differ from server.http ({})", c.server.http),
+        ));
+    }
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&c.log.level) {
+        return Err(invalid(
+            "log.level",
+            format!("expected a tracing filter such as `info` or `orchestrator=debug`: {e}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Explains precisely which part of a PostgreSQL URL is wrong. Never echoes the password.
+pub fn check_database_url(raw: &str) -> Result<(), String> {
+    let url = url::Url::parse(raw).map_err(|e| match e {
+        url::ParseError::RelativeUrlWithoutBase => {
+            "expected a URL such as postgres://user:password@host:5432/database (no scheme found)"
+                .to_owned()
+        }
+        url::ParseError::InvalidPort => "the port is not a number between 1 and 65535".to_owned(),
+        url::ParseError::EmptyHost => "the host is empty".to_owned(),
+        url::ParseError::InvalidIpv4Address | url::ParseError::InvalidIpv6Address => {
+            "the host is not a valid IP address".to_owned()
+        }
+        other => format!("not a valid URL: {other}"),
+    })?;
+    if !matches!(url.scheme(), "postgres" | "postgresql") {
+        return Err(format!(
+            "the scheme is `{}`; expected `postgres://` or `postgresql://`",
+            url.scheme()
+        ));
+    }
+    let has_host = url.host_str().is_some_and(|h| !h.is_empty());
+    let has_socket_dir = url.query_pairs().any(|(k, _)| k == "host");
+    if !has_host && !has_socket_dir {
+        return Err("the host is missing (postgres://user@HOST:5432/database)".to_owned());
+    }
+    if url.port() == Some(0) {
+        return Err("the port is 0; expected a number between 1 and 65535".to_owned());
+    }
+    let db = url.path().trim_start_matches('/');
+    if db.is_empty() {
+        return Err("the database name is missing (postgres://user@host:5432/DATABASE)".to_owned());
+    }
+    if db.contains('/') {
+        return Err(format!(
+            "the database name `{db}` contains `/`; expected a single path segment"
+        ));
+    }
+    Ok(())
+}
+
+/// Renders a URL with its password replaced, for logs.
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(Some("***"));
+            url.to_string()
+        }
+        Ok(url) => url.to_string(),
+        Err(_) => "<unparseable url>".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().expect("temp file");
+        std::io::Write::write_all(&mut f, text.as_bytes()).expect("write");
+        f
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let f = write("server:\n  http: 127.0.0.1:1\n  grcp: 127.0.0.1:2\n");
+        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        assert!(err.contains("grcp"), "{err}");
+        assert!(err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_names_key_and_line() {
+        let f = write("database:\n  max_connections: many\n");
+        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        assert!(err.contains("database.max_connections"), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn bad_value_names_key_line_and_expectation() {
+        let f = write("database:\n  url: postgres://u@h:5432/db\n  max_connections: 0\n");
+        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        assert!(err.contains("database.max_connections"), "{err}");
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("at least 1"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides_win_and_are_blamed() {
+        let f = write("server:\n  http: 127.0.0.1:1\n");
+        let env = vec![
+            (
+                "ORCHESTRATOR__SERVER__HTTP".to_owned(),
+                "127.0.0.1:9".to_owned(),
+            ),
+            ("DATABASE_URL".to_owned(), "postgres://a@b:1/c".to_owned()),
+        ];
+        let loaded = load(Some(f.path()), &env).expect("valid");
+        assert_eq!(loaded.config.server.http.port(), 9);
+        assert_eq!(loaded.config.database.url, "postgres://a@b:1/c");
+
+        let env = vec![("ORCHESTRATOR__SERVER__HTTPS".to_owned(), "x".to_owned())];
+        let err = load(None, &env).unwrap_err().to_string();
+        assert!(err.contains("ORCHESTRATOR__SERVER__HTTPS"), "{err}");
+        assert!(err.contains("server.https"), "{err}");
+
+        let env = vec![(
+            "ORCHESTRATOR__SERVER__HTTP".to_owned(),
+            "nowhere".to_owned(),
+        )];
+        let err = load(None, &env).unwrap_err().to_string();
+        assert!(err.contains("ORCHESTRATOR__SERVER__HTTP"), "{err}");
+    }
+
+    #[test]
+    fn database_url_parts_are_named() {
+        let cases = [
+            ("mysql://u@h:1/db", "scheme"),
+            ("postgres://u@h:notaport/db", "port"),
+            ("postgres://u@h:5432/", "database name"),
+            ("postgres://u@:5432/db", "host"),
+            ("localhost:5432/db", "scheme"),
+            ("just words", "no scheme"),
+        ];
+        for (url, part) in cases {
+            let err = check_database_url(url).unwrap_err();
+            assert!(err.contains(part), "{url}: {err}");
+        }
+        assert!(check_database_url("postgresql://u:p@127.0.0.1:5432/db").is_ok());
+    }
+
+    #[test]
+    fn redaction_hides_password() {
+        assert_eq!(
+            redact_url("postgres://u:secret@h:1/db"),
+            "postgres://u:***@h:1/db"
+        );
+    }
+}

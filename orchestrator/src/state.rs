@@ -1,0 +1,23 @@
+//! The shared state every adapter (REST, gRPC) hands to the core.
+
+use chrono::{DateTime, Utc};
+use dispatcher::DockerEngine;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::config::NodeConfig;
+
+/// Cheap to clone; one per running instance.
+#[derive(Clone)]
+pub struct AppState {
+    /// PostgreSQL pool.
+    pub pool: PgPool,
+    /// Container engine.
+    pub engine: DockerEngine,
+    /// The effective configuration.
+    pub config: std::sync::Arc<NodeConfig>,
+    /// Unique id of this running instance; owner label of everything it creates.
+    pub instance_id: Uuid,
+    /// When this instance started.
+    pub started_at: DateTime<Utc>,
+}
