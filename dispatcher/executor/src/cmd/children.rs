@@ -1,0 +1,216 @@
+//! Ownership of every child process: spawning, exit statuses, group signals, and reaping orphans.
+//!
+//! As PID 1 the executor inherits every orphan in the container and must reap them, but a blanket
+//! `waitpid(-1)` would steal the exit status of a command another thread is supervising. So one
+//! reaper thread does all waiting:
+//!
+//! 1. it blocks in `waitid(P_ALL, WEXITED | WNOWAIT)`, which reports a zombie without reaping it;
+//! 2. it takes the registry lock and reaps every zombie with `waitpid(-1, WNOHANG)`;
+//! 3. a reaped pid that belongs to a registered command has its status stored in that command's
+//!    [`Slot`] and its process group killed (so background children cannot hold the pipes open),
+//!    and the supervising thread is woken through the slot's eventfd; any other pid was an orphan.
+//!
+//! Spawning happens under the same lock, and the pid is registered before the lock is released,
+//! so the reaper can never reap a command before it is known. (That also covers std's own
+//! `waitpid` on a child whose `exec` failed, which runs inside `spawn`.) Signals to a command's
+//! group are sent under the lock and only while its leader is unreaped, so a recycled pid is never
+//! signalled.
+
+use std::collections::HashMap;
+use std::io;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rustix::event::{eventfd, EventfdFlags};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::io::Errno;
+use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, WaitOptions, WaitStatus};
+
+/// How long the reaper sleeps when the executor has no children at all, before looking again for
+/// orphans that were re-parented to it meanwhile.
+const IDLE_RECHECK: Duration = Duration::from_millis(500);
+
+/// One running command, shared by its supervising thread, the reaper and `cancel`.
+#[derive(Debug)]
+pub struct Slot {
+    pid: Pid,
+    request: u64,
+    status: Mutex<Option<WaitStatus>>,
+    cancel: AtomicBool,
+    wake: OwnedFd,
+}
+
+impl Slot {
+    /// The leader's pid, which is also the process group id.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// The leader's exit status once the reaper has collected it.
+    pub fn exit_status(&self) -> Option<WaitStatus> {
+        *self.status.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `cancel` asked for this command to stop.
+    pub fn cancel_requested(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
+    }
+
+    /// The eventfd that becomes readable on exit or cancel.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
+    }
+
+    /// Resets the eventfd after a wake-up.
+    pub fn clear_wake(&self) {
+        let mut buf = [0u8; 8];
+        let _ = rustix::io::read(&self.wake, &mut buf);
+    }
+
+    fn notify(&self) {
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    by_pid: HashMap<i32, Arc<Slot>>,
+    by_request: HashMap<u64, Arc<Slot>>,
+    shutting_down: bool,
+}
+
+/// The registry of running commands and the reaper that serves it.
+#[derive(Default)]
+pub struct Children {
+    registry: Mutex<Registry>,
+    spawned: Condvar,
+}
+
+impl Children {
+    /// A registry with its reaper thread running.
+    pub fn start() -> io::Result<Arc<Self>> {
+        let children = Arc::new(Children::default());
+        let reaper = Arc::clone(&children);
+        std::thread::Builder::new()
+            .name("reaper".into())
+            .spawn(move || reaper.reap_forever())?;
+        Ok(children)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Spawns `command` for request `request` and registers it before the reaper can see it.
+    pub fn spawn(&self, request: u64, command: &mut Command) -> io::Result<(Child, Arc<Slot>)> {
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        let mut registry = self.lock();
+        if registry.shutting_down {
+            return Err(io::Error::other("the executor is shutting down"));
+        }
+        let child = command.spawn()?;
+        let pid = i32::try_from(child.id())
+            .ok()
+            .and_then(Pid::from_raw)
+            .ok_or_else(|| io::Error::other("spawn returned an invalid pid"))?;
+        let slot = Arc::new(Slot {
+            pid,
+            request,
+            status: Mutex::new(None),
+            cancel: AtomicBool::new(false),
+            wake,
+        });
+        registry.by_pid.insert(pid.as_raw_pid(), Arc::clone(&slot));
+        registry.by_request.insert(request, Arc::clone(&slot));
+        drop(registry);
+        self.spawned.notify_all();
+        Ok((child, slot))
+    }
+
+    /// Sends `signal` to the command's process group if its leader has not been reaped.
+    pub fn signal_group(&self, slot: &Slot, signal: Signal) {
+        let _registry = self.lock();
+        if slot.exit_status().is_none() {
+            let _ = rustix::process::kill_process_group(slot.pid, signal);
+        }
+    }
+
+    /// Forgets the command's request id once its result has been built.
+    pub fn release(&self, slot: &Arc<Slot>) {
+        let mut registry = self.lock();
+        if registry
+            .by_request
+            .get(&slot.request)
+            .is_some_and(|s| Arc::ptr_eq(s, slot))
+        {
+            registry.by_request.remove(&slot.request);
+        }
+    }
+
+    /// Asks the command started by request `request` to stop; `false` if none is running.
+    pub fn cancel(&self, request: u64) -> bool {
+        let registry = self.lock();
+        match registry.by_request.get(&request) {
+            Some(slot) if slot.exit_status().is_none() => {
+                slot.cancel.store(true, Ordering::SeqCst);
+                slot.notify();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Kills every running command's process group and refuses new spawns.
+    pub fn kill_all(&self) {
+        let mut registry = self.lock();
+        registry.shutting_down = true;
+        for slot in registry.by_pid.values() {
+            let _ = rustix::process::kill_process_group(slot.pid, Signal::KILL);
+        }
+    }
+
+    fn reap_forever(&self) {
+        loop {
+            match rustix::process::waitid(
+                WaitId::All,
+                WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+            ) {
+                Ok(_) => self.reap_zombies(),
+                Err(Errno::INTR) => {}
+                Err(Errno::CHILD) => {
+                    let registry = self.lock();
+                    let _ = self.spawned.wait_timeout(registry, IDLE_RECHECK);
+                }
+                Err(errno) => {
+                    crate::log_event!("waitid failed: {errno}");
+                    std::thread::sleep(IDLE_RECHECK);
+                }
+            }
+        }
+    }
+
+    fn reap_zombies(&self) {
+        let mut registry = self.lock();
+        loop {
+            match rustix::process::wait(WaitOptions::NOHANG) {
+                Ok(Some((pid, status))) => match registry.by_pid.remove(&pid.as_raw_pid()) {
+                    Some(slot) => {
+                        // The leader is gone: whatever is left of its group goes too.
+                        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+                        *slot.status.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
+                        slot.notify();
+                    }
+                    None => crate::log_event!("reaped orphan pid {}", pid.as_raw_pid()),
+                },
+                Ok(None) | Err(Errno::CHILD) => return,
+                Err(Errno::INTR) => {}
+                Err(errno) => {
+                    crate::log_event!("waitpid failed: {errno}");
+                    return;
+                }
+            }
+        }
+    }
+}

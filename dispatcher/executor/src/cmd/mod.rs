@@ -1,0 +1,10 @@
+//! `cmd.run` and `cancel`: spawning programs as the sandbox user and supervising them.
+//!
+//! `children.rs` owns every child process of the executor (it is PID 1, so orphans too),
+//! `program.rs` finds `argv[0]` in the configured `PATH`, `capture.rs` caps output while it
+//! streams, and `run.rs` ties them together for one request.
+
+pub mod capture;
+pub mod children;
+pub mod program;
+pub mod run;

@@ -1,0 +1,142 @@
+//! The executor's configuration, read once at start from `SANDBOX_EXECUTOR_CONFIG`.
+//!
+//! The dispatcher sets this variable on the container. Every field has a default, so an absent
+//! variable gives a working sandbox for uid 65534 with `/workspace` readable and writable. The
+//! configuration is validated here (absolute, normalized roots; non-root identity) so the rest of
+//! the executor can trust it.
+
+use serde::Deserialize;
+
+use crate::paths;
+
+/// Name of the environment variable holding the JSON configuration.
+pub const CONFIG_ENV: &str = "SANDBOX_EXECUTOR_CONFIG";
+
+/// Validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// User every command and file operation runs as; never 0.
+    pub uid: u32,
+    /// Group every command and file operation runs as; never 0.
+    pub gid: u32,
+    /// Roots under which reading operations (and `cmd.run`'s `cwd`) may resolve.
+    pub read_roots: Vec<String>,
+    /// Roots under which changing operations may resolve.
+    pub write_roots: Vec<String>,
+    /// `PATH` used to find `argv[0]` and given to commands.
+    pub path: String,
+    /// `HOME` given to commands.
+    pub home: String,
+    /// Ceiling on file sizes read, written or edited.
+    pub max_file_bytes: u64,
+    /// Directory relative paths are resolved against; chowned to `uid:gid` at start if root-owned.
+    pub workspace: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            uid: 65534,
+            gid: 65534,
+            read_roots: vec!["/workspace".into()],
+            write_roots: vec!["/workspace".into()],
+            path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+            home: "/workspace".into(),
+            max_file_bytes: 10 * 1024 * 1024,
+            workspace: "/workspace".into(),
+        }
+    }
+}
+
+/// Why the configuration was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The variable is not valid JSON for [`Config`].
+    #[error("{CONFIG_ENV} is not valid: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A field has a value the executor refuses.
+    #[error("{CONFIG_ENV}: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads the configuration from the environment (defaults when unset).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        match std::env::var(CONFIG_ENV) {
+            Ok(text) if !text.trim().is_empty() => Self::from_json(&text),
+            Ok(_) | Err(std::env::VarError::NotPresent) => Self::default().validated(),
+            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::Invalid(
+                "the variable is not valid UTF-8".into(),
+            )),
+        }
+    }
+
+    /// Parses and validates a JSON configuration.
+    pub fn from_json(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = serde_json::from_str(text)?;
+        config.validated()
+    }
+
+    fn validated(mut self) -> Result<Self, ConfigError> {
+        if self.uid == 0 || self.gid == 0 {
+            return Err(ConfigError::Invalid(
+                "uid and gid must not be 0: commands never run as root".into(),
+            ));
+        }
+        if self.max_file_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "max_file_bytes must be positive".into(),
+            ));
+        }
+        let root = |p: &str| -> Result<String, ConfigError> {
+            if !p.starts_with('/') {
+                return Err(ConfigError::Invalid(format!(
+                    "'{p}' is not an absolute path"
+                )));
+            }
+            paths::normalize("/", p)
+                .map_err(|e| ConfigError::Invalid(format!("root '{p}': {}", e.message)))
+        };
+        self.read_roots = self
+            .read_roots
+            .iter()
+            .map(|p| root(p))
+            .collect::<Result<_, _>>()?;
+        self.write_roots = self
+            .write_roots
+            .iter()
+            .map(|p| root(p))
+            .collect::<Result<_, _>>()?;
+        self.workspace = root(&self.workspace)?;
+        if self.path.split(':').all(|dir| !dir.starts_with('/')) {
+            return Err(ConfigError::Invalid(
+                "path has no absolute directory to look commands up in".into(),
+            ));
+        }
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_apply_to_missing_fields() {
+        let c = Config::from_json(r#"{"uid":1000,"gid":1000}"#).unwrap();
+        assert_eq!(c.uid, 1000);
+        assert_eq!(c.read_roots, vec!["/workspace"]);
+        assert_eq!(c.max_file_bytes, 10 * 1024 * 1024);
+    }
+
+    #[test]
+    fn roots_are_normalized_and_checked() {
+        let c = Config::from_json(r#"{"read_roots":["/workspace/","/tmp/./x"]}"#).unwrap();
+        assert_eq!(c.read_roots, vec!["/workspace", "/tmp/x"]);
+        assert!(Config::from_json(r#"{"read_roots":["workspace"]}"#).is_err());
+        assert!(Config::from_json(r#"{"write_roots":["/../etc"]}"#).is_err());
+        assert!(Config::from_json(r#"{"uid":0}"#).is_err());
+        assert!(Config::from_json(r#"{"uidd":5}"#).is_err());
+    }
+}

@@ -1,0 +1,139 @@
+//! `fs.write`, and the replace-by-rename that `fs.edit` shares.
+//!
+//! A file is never written in place: the new content goes to a fresh temporary file created
+//! `O_EXCL | O_NOFOLLOW` in the same directory (so it belongs to the sandbox user), which is then
+//! `renameat`-ed over the final name. Renaming replaces the directory entry itself, so a symlink
+//! or a hard link swapped in at the last moment is replaced, never written through. Before that,
+//! the current entry is checked: a symlink, a directory, a special file or a file with more than
+//! one hard link is refused, so a request never silently changes what another name points at.
+
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::fd::{AsFd, BorrowedFd};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
+
+use crate::encoding;
+use crate::error::{OpError, OpResult};
+use crate::fs::{create_dir, file_type, stat_nofollow};
+use crate::paths;
+use crate::protocol::{ErrorKind, WriteParams, WriteResult};
+use crate::roots::Access;
+use crate::server::Context;
+
+/// Runs `fs.write`.
+pub fn run(ctx: &Context, params: WriteParams) -> OpResult<WriteResult> {
+    let target = ctx.roots.resolve(&params.path, Access::Write)?;
+    if target.is_root() {
+        return Err(OpError::new(
+            ErrorKind::IsADirectory,
+            format!("'{}' is an allowed root directory", target.display),
+        ));
+    }
+    let bytes = encoding::decode(params.content, params.encoding, "content")?;
+    if bytes.len() as u64 > ctx.config.max_file_bytes {
+        return Err(OpError::new(
+            ErrorKind::TooLarge,
+            format!(
+                "content for '{}' is {} bytes, more than the limit of {}",
+                target.display,
+                bytes.len(),
+                ctx.config.max_file_bytes
+            ),
+        ));
+    }
+    let (parent_rel, name) = paths::split_parent(&target.rel);
+    let parent = if params.create_dirs {
+        create_dir::create_all(&target, parent_rel)?.0
+    } else {
+        target.parent()?.0
+    };
+    let existing = check_replaceable(parent.as_fd(), name, &target.display)?;
+    let mode = existing.as_ref().map_or(0o644, |s| s.st_mode & 0o777);
+    replace(parent.as_fd(), name, &bytes, mode, &target.display)?;
+    Ok(WriteResult {
+        bytes_written: bytes.len() as u64,
+        created: existing.is_none(),
+    })
+}
+
+/// Returns the stat of what is at `name` now (`None` if nothing), refusing anything that must not
+/// be replaced: symlinks, directories, special files, files with several hard links.
+pub fn check_replaceable(dir: BorrowedFd<'_>, name: &str, display: &str) -> OpResult<Option<Stat>> {
+    let stat = match stat_nofollow(dir, name) {
+        Ok(stat) => stat,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(OpError::os(e, "cannot inspect", display)),
+    };
+    match file_type(&stat) {
+        FileType::RegularFile if stat.st_nlink > 1 => Err(OpError::new(
+            ErrorKind::HardLinkRefused,
+            format!(
+                "'{display}' has {} hard links; refusing to write a file that other names share",
+                stat.st_nlink
+            ),
+        )),
+        FileType::RegularFile => Ok(Some(stat)),
+        FileType::Symlink => Err(OpError::new(
+            ErrorKind::PathNotAllowed,
+            format!("'{display}' is a symbolic link; refusing to write through or over it"),
+        )),
+        FileType::Directory => Err(OpError::new(
+            ErrorKind::IsADirectory,
+            format!("'{display}' is a directory"),
+        )),
+        other => Err(OpError::new(
+            ErrorKind::NotARegularFile,
+            format!("'{display}' is not a regular file ({other:?})"),
+        )),
+    }
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Writes `bytes` to a temporary file beside `name` and renames it over `name`.
+pub fn replace(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+    display: &str,
+) -> OpResult<()> {
+    let (temp_name, fd) = loop {
+        let candidate = format!(
+            ".sbx-write-{}-{}.tmp",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        match rustix::fs::openat(
+            dir,
+            candidate.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        ) {
+            Ok(fd) => break (candidate, fd),
+            Err(Errno::EXIST) => continue,
+            Err(e) => {
+                return Err(OpError::os(
+                    e,
+                    "cannot create a temporary file beside",
+                    display,
+                ))
+            }
+        }
+    };
+    let cleanup = |err: OpError| {
+        let _ = rustix::fs::unlinkat(dir, temp_name.as_str(), AtFlags::empty());
+        err
+    };
+    let mut file = File::from(fd);
+    file.write_all(bytes)
+        .map_err(|e| cleanup(OpError::io(&e, "cannot write", display)))?;
+    rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))
+        .map_err(|e| cleanup(OpError::os(e, "cannot set the mode of", display)))?;
+    drop(file);
+    rustix::fs::renameat(dir, temp_name.as_str(), dir, name)
+        .map_err(|e| cleanup(OpError::os(e, "cannot replace", display)))
+}

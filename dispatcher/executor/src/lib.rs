@@ -1,0 +1,47 @@
+//! The sandbox executor: the small static program that performs `cmd.run` and `fs.*` inside a
+//! sandbox container, as its PID 1, for the dispatcher on the other end of its stdin/stdout.
+//!
+//! Two audiences use this package. The dispatcher depends on it with `default-features = false`
+//! and gets only [`protocol`], the wire types (serde only). The executor binary is built with the
+//! default `executor` feature, which adds the modules below:
+//!
+//! * `server` — start-up, the request stream, dispatch and shutdown;
+//! * `identity` — privileges kept and dropped, the sandbox user's filesystem identity;
+//! * `paths`, `roots` — lexical normalization and descriptor-relative resolution beneath roots;
+//! * `fs` — one module per `fs.*` operation; `cmd` — `cmd.run`, children and reaping;
+//! * `config`, `error`, `encoding`, `frame`, `log` — the small shared pieces.
+//!
+//! Invariants: no requested path is opened except through `roots` (openat2 beneath a root);
+//! every file operation runs with the sandbox user's fsuid/fsgid; no command runs as root or
+//! through a shell; one thread (the reaper) waits for children.
+
+pub mod protocol;
+
+#[cfg(feature = "executor")]
+pub mod cmd;
+#[cfg(feature = "executor")]
+pub mod config;
+#[cfg(feature = "executor")]
+pub mod encoding;
+#[cfg(feature = "executor")]
+pub mod error;
+#[cfg(feature = "executor")]
+pub mod frame;
+#[cfg(feature = "executor")]
+pub mod fs;
+#[cfg(feature = "executor")]
+pub mod identity;
+#[cfg(feature = "executor")]
+pub mod log;
+#[cfg(feature = "executor")]
+pub mod paths;
+#[cfg(feature = "executor")]
+pub mod roots;
+#[cfg(feature = "executor")]
+pub mod server;
+
+/// Runs the executor until its stdin closes; returns the process exit code.
+#[cfg(feature = "executor")]
+pub fn run() -> i32 {
+    server::main()
+}

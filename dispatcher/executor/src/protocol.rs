@@ -1,0 +1,720 @@
+//! The wire protocol between the dispatcher and the in-container executor.
+//!
+//! This module is the contract. It compiles with only `serde` and `serde_json` (no syscalls), so
+//! the dispatcher depends on this package with `default-features = false` and uses these types to
+//! speak to the executor; the executor uses the same types, so the two sides cannot drift apart.
+//!
+//! The stream is newline-delimited JSON: one [`Request`] per line on the executor's stdin, one
+//! [`Response`] per line on its stdout. Requests carry a caller-chosen `id` (`>= 1`); responses
+//! carry the same `id` and may arrive in any order, because every request runs on its own thread.
+//! Before reading anything the executor writes `{"id":0,"ok":{"ready":true,...}}` ([`Ready`]).
+//! `README.md` beside `Cargo.toml` describes every operation's semantics in prose.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of this protocol; bumped on any incompatible change. Reported in [`Ready`].
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The `id` of the ready line, and of error responses to lines whose `id` could not be read.
+pub const UNATTRIBUTED_ID: u64 = 0;
+
+/// One request line: `{"id": 7, "op": "fs.read", "path": "src/main.rs"}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Caller-chosen identifier, unique among requests in flight, `>= 1`.
+    pub id: u64,
+    /// The operation and its parameters, flattened beside `id`.
+    #[serde(flatten)]
+    pub op: Op,
+}
+
+/// The operations, tagged by `op`; parameters sit beside the tag.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op")]
+pub enum Op {
+    /// Liveness check; answers `{}` ([`Empty`]).
+    #[serde(rename = "ping")]
+    Ping,
+    /// Read a file ([`ReadResult`]).
+    #[serde(rename = "fs.read")]
+    FsRead(ReadParams),
+    /// Write a whole file ([`WriteResult`]).
+    #[serde(rename = "fs.write")]
+    FsWrite(WriteParams),
+    /// List a directory ([`ListResult`]).
+    #[serde(rename = "fs.list")]
+    FsList(PathParams),
+    /// Create a directory and its missing parents ([`CreateDirResult`]).
+    #[serde(rename = "fs.create_dir")]
+    FsCreateDir(PathParams),
+    /// Delete a file, symlink or directory ([`DeleteResult`]).
+    #[serde(rename = "fs.delete")]
+    FsDelete(DeleteParams),
+    /// Replace one exact occurrence of a string ([`EditResult`]).
+    #[serde(rename = "fs.edit")]
+    FsEdit(EditParams),
+    /// Apply several edits in order, all or nothing ([`EditResult`]).
+    #[serde(rename = "fs.multi_edit")]
+    FsMultiEdit(MultiEditParams),
+    /// Search file contents with a regular expression ([`GrepResult`]).
+    #[serde(rename = "fs.grep")]
+    FsGrep(GrepParams),
+    /// Find paths matching a glob ([`GlobResult`]).
+    #[serde(rename = "fs.glob")]
+    FsGlob(GlobParams),
+    /// Run a program without a shell ([`RunResult`]).
+    #[serde(rename = "cmd.run")]
+    CmdRun(RunParams),
+    /// Cancel a running `cmd.run` ([`CancelResult`]).
+    #[serde(rename = "cancel")]
+    Cancel(CancelParams),
+}
+
+impl Op {
+    /// The wire name of the operation (`"fs.read"`), for logs and messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Ping => "ping",
+            Op::FsRead(_) => "fs.read",
+            Op::FsWrite(_) => "fs.write",
+            Op::FsList(_) => "fs.list",
+            Op::FsCreateDir(_) => "fs.create_dir",
+            Op::FsDelete(_) => "fs.delete",
+            Op::FsEdit(_) => "fs.edit",
+            Op::FsMultiEdit(_) => "fs.multi_edit",
+            Op::FsGrep(_) => "fs.grep",
+            Op::FsGlob(_) => "fs.glob",
+            Op::CmdRun(_) => "cmd.run",
+            Op::Cancel(_) => "cancel",
+        }
+    }
+}
+
+/// How bytes are carried in a JSON string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    /// The string is the text itself (the bytes were valid UTF-8).
+    #[default]
+    Utf8,
+    /// The string is standard base64 (RFC 4648, with padding) of the raw bytes.
+    Base64,
+}
+
+/// Parameters of operations that take only a path (`fs.list`, `fs.create_dir`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathParams {
+    /// Absolute path under an allowed root, or a path relative to the workspace.
+    pub path: String,
+}
+
+/// Parameters of `fs.read`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadParams {
+    /// The file to read.
+    pub path: String,
+    /// Number of lines to skip before the returned content (line mode when set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Maximum number of lines to return (line mode when set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// Maximum bytes of content to return; capped by the executor's `max_file_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+}
+
+/// Parameters of `fs.write`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteParams {
+    /// The file to create or replace.
+    pub path: String,
+    /// The whole new content, encoded as `encoding` says.
+    pub content: String,
+    /// How `content` is encoded; default `utf8`.
+    #[serde(default)]
+    pub encoding: Encoding,
+    /// Create missing parent directories; default `true`.
+    #[serde(default = "default_true")]
+    pub create_dirs: bool,
+}
+
+/// Parameters of `fs.delete`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteParams {
+    /// The file, symlink or directory to delete (a symlink is deleted, never followed).
+    pub path: String,
+    /// Delete a non-empty directory with everything in it; default `false`.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// One exact-string replacement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Edit {
+    /// Text that must occur exactly once in the file (non-empty).
+    pub old_string: String,
+    /// Text that replaces it.
+    pub new_string: String,
+}
+
+/// Parameters of `fs.edit`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditParams {
+    /// The UTF-8 text file to edit.
+    pub path: String,
+    /// Text that must occur exactly once in the file (non-empty).
+    pub old_string: String,
+    /// Text that replaces it.
+    pub new_string: String,
+}
+
+/// Parameters of `fs.multi_edit`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MultiEditParams {
+    /// The UTF-8 text file to edit.
+    pub path: String,
+    /// Edits applied in order, each to the result of the previous one.
+    pub edits: Vec<Edit>,
+}
+
+/// Parameters of `fs.grep`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrepParams {
+    /// A `regex`-crate pattern (linear time; no backreferences or look-around).
+    pub pattern: String,
+    /// A directory to search recursively, or a single file.
+    pub path: String,
+    /// Only files whose path relative to `path` (or, for a pattern without `/`, whose name)
+    /// matches this glob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include: Option<String>,
+    /// Stop after this many matching lines; default 1000, at most 10000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_matches: Option<u64>,
+    /// Search only this many leading bytes of each file; default 1 MiB, at most `max_file_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes_per_file: Option<u64>,
+    /// Match case-insensitively; default `false`.
+    #[serde(default)]
+    pub case_insensitive: bool,
+}
+
+/// Parameters of `fs.glob`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlobParams {
+    /// A relative glob (`**/*.rs`); `*` does not cross `/`, `**` does.
+    pub pattern: String,
+    /// The directory the pattern is relative to; default the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Stop after this many matches; default 1000, at most 10000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_matches: Option<u64>,
+}
+
+/// Parameters of `cmd.run`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunParams {
+    /// Program and arguments; `argv[0]` is a bare name looked up in the configured `PATH`.
+    pub argv: Vec<String>,
+    /// Working directory; default the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Extra environment variables, added after `PATH`, `HOME` and `LANG`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit; on expiry the process group gets SIGTERM, then SIGKILL after `grace_ms`.
+    pub timeout_ms: u64,
+    /// Delay between SIGTERM and SIGKILL on timeout or cancel; default 2000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+    /// Bytes of stdout kept; the rest is drained and counted.
+    pub max_stdout_bytes: u64,
+    /// Bytes of stderr kept; the rest is drained and counted.
+    pub max_stderr_bytes: u64,
+}
+
+/// Parameters of `cancel`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelParams {
+    /// The `id` of the `cmd.run` request to cancel.
+    pub target: u64,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// One response line: `{"id":7,"ok":{...}}` or `{"id":7,"error":{"kind":..,"message":..}}`.
+///
+/// `T` is the result type of the operation that was asked for; a reader that does not know it
+/// yet uses the default, [`serde_json::Value`], and converts later.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response<T = serde_json::Value> {
+    /// The request's `id` ([`UNATTRIBUTED_ID`] for the ready line and unreadable requests).
+    pub id: u64,
+    /// Either `ok` or `error`.
+    #[serde(flatten)]
+    pub outcome: Outcome<T>,
+}
+
+impl<T> Response<T> {
+    /// A success response.
+    pub fn ok(id: u64, result: T) -> Self {
+        Response {
+            id,
+            outcome: Outcome::Ok(result),
+        }
+    }
+
+    /// A failure response.
+    pub fn error(id: u64, kind: ErrorKind, message: impl Into<String>) -> Self {
+        Response {
+            id,
+            outcome: Outcome::Error(ErrorBody {
+                kind,
+                message: message.into(),
+            }),
+        }
+    }
+
+    /// The result, or the error body.
+    pub fn into_result(self) -> Result<T, ErrorBody> {
+        match self.outcome {
+            Outcome::Ok(result) => Ok(result),
+            Outcome::Error(body) => Err(body),
+        }
+    }
+}
+
+/// The two shapes of a response, as the key `ok` or `error`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Outcome<T> {
+    /// The operation succeeded (a non-zero exit of `cmd.run` is a success).
+    #[serde(rename = "ok")]
+    Ok(T),
+    /// The operation was refused or failed; nothing was changed unless the message says so.
+    #[serde(rename = "error")]
+    Error(ErrorBody),
+}
+
+/// The body of an error response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable category.
+    pub kind: ErrorKind,
+    /// Human-readable explanation naming the path or argument concerned.
+    pub message: String,
+}
+
+/// Categories of failure. New kinds may be added; readers should map unknown ones to
+/// [`ErrorKind::Unknown`] (which serde does for them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// Malformed line, unknown op, bad parameter, invalid path syntax.
+    InvalidRequest,
+    /// The path lies outside the allowed roots, escapes them through `..` or a symlink, or is a
+    /// root that may not be deleted.
+    PathNotAllowed,
+    /// The path (or a parent) does not exist.
+    NotFound,
+    /// Something already exists where a directory was to be created.
+    AlreadyExists,
+    /// A path component, or the target, is not a directory.
+    NotADirectory,
+    /// The target is a directory where a file was expected.
+    IsADirectory,
+    /// The target is neither a regular file nor a directory (FIFO, socket, device).
+    NotARegularFile,
+    /// A directory is not empty and `recursive` was not set.
+    DirectoryNotEmpty,
+    /// Content exceeds `max_file_bytes`.
+    TooLarge,
+    /// The file to be written has more than one hard link.
+    HardLinkRefused,
+    /// The edit's `old_string` does not occur.
+    EditTargetNotFound,
+    /// The edit's `old_string` occurs more than once.
+    EditTargetAmbiguous,
+    /// The sandbox user lacks permission.
+    PermissionDenied,
+    /// The program was found but could not be started.
+    SpawnFailed,
+    /// `argv[0]` is not in the configured `PATH`.
+    CommandNotFound,
+    /// Too many requests are in flight; retry later.
+    Busy,
+    /// Another I/O failure; the message carries the OS error.
+    Io,
+    /// A bug in the executor (a handler panicked).
+    Internal,
+    /// A kind this version of the protocol types does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorKind {
+    /// The wire name, e.g. `"path_not_allowed"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::PathNotAllowed => "path_not_allowed",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::AlreadyExists => "already_exists",
+            ErrorKind::NotADirectory => "not_a_directory",
+            ErrorKind::IsADirectory => "is_a_directory",
+            ErrorKind::NotARegularFile => "not_a_regular_file",
+            ErrorKind::DirectoryNotEmpty => "directory_not_empty",
+            ErrorKind::TooLarge => "too_large",
+            ErrorKind::HardLinkRefused => "hard_link_refused",
+            ErrorKind::EditTargetNotFound => "edit_target_not_found",
+            ErrorKind::EditTargetAmbiguous => "edit_target_ambiguous",
+            ErrorKind::PermissionDenied => "permission_denied",
+            ErrorKind::SpawnFailed => "spawn_failed",
+            ErrorKind::CommandNotFound => "command_not_found",
+            ErrorKind::Busy => "busy",
+            ErrorKind::Io => "io",
+            ErrorKind::Internal => "internal",
+            ErrorKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The ready line's result: `{"ready":true,"version":"0.1.0","protocol":1,"pid":1}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ready {
+    /// Always `true`.
+    pub ready: bool,
+    /// The executor's package version.
+    pub version: String,
+    /// [`PROTOCOL_VERSION`] of the executor.
+    pub protocol: u32,
+    /// The executor's pid in its namespace (1 when it is the container's entrypoint).
+    pub pid: u32,
+}
+
+/// The empty result of `ping`: `{}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Empty {}
+
+/// Result of `fs.read`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadResult {
+    /// The content returned, encoded as `encoding` says.
+    pub content: String,
+    /// `utf8` when the returned bytes are valid UTF-8, else `base64`.
+    pub encoding: Encoding,
+    /// Size of the whole file in bytes.
+    pub size_bytes: u64,
+    /// Number of lines returned; present only in line mode (`offset` or `limit` given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines_read: Option<u64>,
+    /// `true` when the file holds more content after what was returned.
+    pub truncated: bool,
+}
+
+/// Result of `fs.write`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteResult {
+    /// Bytes written (the decoded content length).
+    pub bytes_written: u64,
+    /// `true` when the file did not exist before.
+    pub created: bool,
+}
+
+/// The type of a directory entry, not following symlinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryType {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// A symbolic link (not followed).
+    Symlink,
+    /// A FIFO, socket or device.
+    Other,
+}
+
+/// One entry of `fs.list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListEntry {
+    /// The entry's name (not a path).
+    pub name: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub entry_type: EntryType,
+    /// Size in bytes for regular files; 0 for everything else.
+    pub size_bytes: u64,
+}
+
+/// Result of `fs.list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListResult {
+    /// Entries sorted by name, without `.` and `..`.
+    pub entries: Vec<ListEntry>,
+    /// `true` when the directory had more entries than the executor returns (10000).
+    pub truncated: bool,
+}
+
+/// Result of `fs.create_dir`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateDirResult {
+    /// `false` when the directory already existed.
+    pub created: bool,
+}
+
+/// Result of `fs.delete`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteResult {
+    /// Always `true`.
+    pub deleted: bool,
+}
+
+/// Result of `fs.edit` and `fs.multi_edit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditResult {
+    /// Number of replacements made (1 for `fs.edit`, the number of edits for `fs.multi_edit`).
+    pub replacements: u64,
+}
+
+/// One matching line of `fs.grep`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrepMatch {
+    /// Absolute path of the file.
+    pub file: String,
+    /// 1-based line number.
+    pub line: u64,
+    /// The line without its newline, lossily decoded, cut to 2000 bytes.
+    pub text: String,
+}
+
+/// Result of `fs.grep`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrepResult {
+    /// Matches in path order, then line order.
+    pub matches: Vec<GrepMatch>,
+    /// `true` when a bound stopped the search early or cut a file short.
+    pub truncated: bool,
+    /// Number of files whose content was searched.
+    pub files_scanned: u64,
+}
+
+/// Result of `fs.glob`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GlobResult {
+    /// Absolute paths of matching entries (files, directories, symlinks), sorted.
+    pub matches: Vec<String>,
+    /// `true` when a bound stopped the walk early.
+    pub truncated: bool,
+}
+
+/// Which output streams were cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Truncation {
+    /// stdout produced more than `max_stdout_bytes`.
+    pub stdout: bool,
+    /// stderr produced more than `max_stderr_bytes`.
+    pub stderr: bool,
+}
+
+/// Result of `cmd.run`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// Exit status when the process exited; `null` when a signal ended it.
+    pub exit_code: Option<i32>,
+    /// Number of the signal that ended the process, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// The kept stdout bytes, encoded as `stdout_encoding` says.
+    pub stdout: String,
+    /// `utf8` or `base64`.
+    pub stdout_encoding: Encoding,
+    /// The kept stderr bytes, encoded as `stderr_encoding` says.
+    pub stderr: String,
+    /// `utf8` or `base64`.
+    pub stderr_encoding: Encoding,
+    /// Total bytes the process wrote to stdout (kept or not).
+    pub stdout_bytes: u64,
+    /// Total bytes the process wrote to stderr (kept or not).
+    pub stderr_bytes: u64,
+    /// Which streams were cut.
+    pub truncated: Truncation,
+    /// Wall-clock time from spawn to result.
+    pub duration_ms: u64,
+    /// The timeout expired and the process group was signalled.
+    pub timed_out: bool,
+    /// A `cancel` request ended the process group.
+    pub cancelled: bool,
+}
+
+/// Result of `cancel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelResult {
+    /// `true` when a running `cmd.run` with that id was found and is being stopped.
+    pub cancelled: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(line: &str) -> Request {
+        serde_json::from_str(line).unwrap()
+    }
+
+    #[test]
+    fn requests_parse_with_flattened_params() {
+        assert_eq!(
+            parse(r#"{"id":1,"op":"ping"}"#),
+            Request {
+                id: 1,
+                op: Op::Ping
+            }
+        );
+        let req = parse(r#"{"id":2,"op":"fs.read","path":"a.txt","limit":10}"#);
+        assert_eq!(
+            req.op,
+            Op::FsRead(ReadParams {
+                path: "a.txt".into(),
+                limit: Some(10),
+                ..ReadParams::default()
+            })
+        );
+        let req =
+            parse(r#"{"id":3,"op":"fs.write","path":"b","content":"aGk=","encoding":"base64"}"#);
+        match req.op {
+            Op::FsWrite(p) => {
+                assert_eq!(p.encoding, Encoding::Base64);
+                assert!(p.create_dirs, "create_dirs defaults to true");
+            }
+            other => panic!("wrong op {other:?}"),
+        }
+        let req = parse(
+            r#"{"id":4,"op":"cmd.run","argv":["id","-u"],"timeout_ms":1000,
+                "max_stdout_bytes":10,"max_stderr_bytes":10,"env":{"A":"b"}}"#,
+        );
+        match req.op {
+            Op::CmdRun(p) => {
+                assert_eq!(p.argv, vec!["id", "-u"]);
+                assert_eq!(p.env.get("A").map(String::as_str), Some("b"));
+                assert_eq!(p.grace_ms, None);
+            }
+            other => panic!("wrong op {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_ops_and_fields_are_refused() {
+        assert!(serde_json::from_str::<Request>(r#"{"id":1,"op":"fs.nope","path":"a"}"#).is_err());
+        assert!(serde_json::from_str::<Request>(
+            r#"{"id":1,"op":"fs.delete","path":"a","recursve":true}"#
+        )
+        .is_err());
+        assert!(serde_json::from_str::<Request>(r#"{"id":1,"op":"fs.list"}"#).is_err());
+        assert!(serde_json::from_str::<Request>(r#"{"op":"ping"}"#).is_err());
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        let req = Request {
+            id: 9,
+            op: Op::FsMultiEdit(MultiEditParams {
+                path: "x".into(),
+                edits: vec![Edit {
+                    old_string: "a".into(),
+                    new_string: "b".into(),
+                }],
+            }),
+        };
+        let line = serde_json::to_string(&req).unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&line).unwrap(),
+            json!({"id":9,"op":"fs.multi_edit","path":"x","edits":[{"old_string":"a","new_string":"b"}]})
+        );
+        assert_eq!(parse(&line), req);
+    }
+
+    #[test]
+    fn responses_have_ok_or_error_beside_id() {
+        let ok = Response::ok(5, CreateDirResult { created: true });
+        assert_eq!(
+            serde_json::to_value(&ok).unwrap(),
+            json!({"id":5,"ok":{"created":true}})
+        );
+        let err: Response<Empty> = Response::error(6, ErrorKind::PathNotAllowed, "nope");
+        assert_eq!(
+            serde_json::to_value(&err).unwrap(),
+            json!({"id":6,"error":{"kind":"path_not_allowed","message":"nope"}})
+        );
+        let back: Response =
+            serde_json::from_str(r#"{"id":6,"error":{"kind":"brand_new","message":"m"}}"#).unwrap();
+        assert_eq!(back.into_result().unwrap_err().kind, ErrorKind::Unknown);
+        let typed: Response<ListResult> = serde_json::from_str(
+            r#"{"id":7,"ok":{"entries":[{"name":"a","type":"symlink","size_bytes":0}],"truncated":false}}"#,
+        )
+        .unwrap();
+        let list = typed.into_result().unwrap();
+        assert_eq!(list.entries[0].entry_type, EntryType::Symlink);
+    }
+
+    #[test]
+    fn error_kind_names_match_serde() {
+        for kind in [
+            ErrorKind::InvalidRequest,
+            ErrorKind::HardLinkRefused,
+            ErrorKind::EditTargetAmbiguous,
+            ErrorKind::CommandNotFound,
+            ErrorKind::NotARegularFile,
+        ] {
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::Value::String(kind.as_str().to_string())
+            );
+        }
+    }
+
+    #[test]
+    fn run_result_omits_absent_signal() {
+        let r = RunResult {
+            exit_code: Some(0),
+            signal: None,
+            stdout: "hi\n".into(),
+            stdout_encoding: Encoding::Utf8,
+            stderr: String::new(),
+            stderr_encoding: Encoding::Utf8,
+            stdout_bytes: 3,
+            stderr_bytes: 0,
+            truncated: Truncation::default(),
+            duration_ms: 1,
+            timed_out: false,
+            cancelled: false,
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v.get("signal").is_none());
+        assert_eq!(v["truncated"], json!({"stdout":false,"stderr":false}));
+        assert_eq!(v["stdout_encoding"], json!("utf8"));
+    }
+}

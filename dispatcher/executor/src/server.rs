@@ -1,0 +1,292 @@
+//! The executor's life: start-up, the request stream, dispatch, shutdown.
+//!
+//! Start-up reads the configuration, opens the roots, drops privileges (`identity.rs`) while the
+//! process is still single-threaded, starts the reaper, and writes the ready line. Then the main
+//! thread reads request frames from stdin. `ping` and `cancel` are answered inline (so a
+//! cancellation always gets through, however busy the executor is); every other request runs on
+//! its own thread, at most [`MAX_IN_FLIGHT`] at once. Responses are written whole, one line each,
+//! under a mutex, so lines never interleave; they may leave in any order.
+//!
+//! Shutdown is designed once: when stdin reaches EOF (the dispatcher closed the stream), every
+//! running command's process group is killed and the process exits 0. As PID 1, its exit takes
+//! down whatever else is left in the container.
+
+use std::collections::HashSet;
+use std::io::{self, BufReader, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rustix::fs::{Mode, OFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::cmd::children::Children;
+use crate::config::Config;
+use crate::error::OpError;
+use crate::frame::{read_frame, Frame};
+use crate::protocol::{
+    CancelResult, CreateDirResult, DeleteResult, EditResult, Empty, ErrorKind, GlobResult,
+    GrepResult, ListResult, Op, ReadResult, Ready, Request, Response, RunResult, WriteResult,
+    PROTOCOL_VERSION, UNATTRIBUTED_ID,
+};
+use crate::roots::{open_beneath, Roots};
+use crate::{cmd, fs, identity};
+
+/// Most requests handled at once (threads count against the container's pids limit).
+pub const MAX_IN_FLIGHT: usize = 64;
+
+/// Everything a handler needs.
+pub struct Context {
+    /// The validated configuration.
+    pub config: Config,
+    /// The allowed roots, held open.
+    pub roots: Roots,
+    /// Running commands and the reaper.
+    pub children: Arc<Children>,
+}
+
+/// Any operation's result, serialized as the bare result object.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Reply {
+    Ready(Ready),
+    Empty(Empty),
+    Read(ReadResult),
+    Write(WriteResult),
+    List(ListResult),
+    CreateDir(CreateDirResult),
+    Delete(DeleteResult),
+    Edit(EditResult),
+    Grep(GrepResult),
+    Glob(GlobResult),
+    Run(RunResult),
+    Cancel(CancelResult),
+}
+
+/// The protocol's stdout, one whole line per response.
+struct Output {
+    stdout: Mutex<io::Stdout>,
+}
+
+impl Output {
+    fn send(&self, response: &Response<Reply>) {
+        let mut line = serde_json::to_vec(response).unwrap_or_else(|e| {
+            let fallback: Response<Reply> = Response::error(
+                response.id,
+                ErrorKind::Internal,
+                format!("cannot serialize the response: {e}"),
+            );
+            serde_json::to_vec(&fallback).unwrap_or_default()
+        });
+        line.push(b'\n');
+        let stdout = self.stdout.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut handle = stdout.lock();
+        if let Err(e) = handle.write_all(&line).and_then(|()| handle.flush()) {
+            crate::log_event!("cannot write response {}: {e}", response.id);
+        }
+    }
+
+    fn error(&self, id: u64, error: OpError) {
+        self.send(&Response::error(id, error.kind, error.message));
+    }
+}
+
+/// Runs the executor; returns the process exit code.
+pub fn main() -> i32 {
+    let output = Arc::new(Output {
+        stdout: Mutex::new(io::stdout()),
+    });
+    let fatal = |message: String| {
+        crate::log_event!("fatal: {message}");
+        output.error(UNATTRIBUTED_ID, OpError::invalid(message));
+        2
+    };
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(e) => return fatal(e.to_string()),
+    };
+    let roots = Roots::open(&config);
+    if let Err(e) = identity::drop_privileges(&config, &roots) {
+        return fatal(format!("cannot drop privileges: {e}"));
+    }
+    if let Some(Ok(fd)) = roots.root_at(roots.workspace()).map(|r| r.fd()) {
+        if let Err(errno) = open_beneath(fd, "", OFlags::PATH | OFlags::DIRECTORY, Mode::empty()) {
+            return fatal(format!(
+                "openat2 is unusable here ({errno}); refusing to run"
+            ));
+        }
+    }
+    let children = match Children::start() {
+        Ok(children) => children,
+        Err(e) => return fatal(format!("cannot start the reaper: {e}")),
+    };
+    let context = Arc::new(Context {
+        config,
+        roots,
+        children: Arc::clone(&children),
+    });
+    crate::log_event!(
+        "ready: uid {} gid {}, pid {}",
+        context.config.uid,
+        context.config.gid,
+        identity::own_pid()
+    );
+    output.send(&Response::ok(
+        UNATTRIBUTED_ID,
+        Reply::Ready(Ready {
+            ready: true,
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            protocol: PROTOCOL_VERSION,
+            pid: identity::own_pid(),
+        }),
+    ));
+
+    serve(&context, &output);
+
+    children.kill_all();
+    crate::log_event!("stdin closed; killed running commands, exiting");
+    0
+}
+
+/// Reads and dispatches requests until stdin ends.
+fn serve(context: &Arc<Context>, output: &Arc<Output>) {
+    // JSON escaping can turn one content byte into six (`\u0001`).
+    let max_frame = usize::try_from(context.config.max_file_bytes)
+        .unwrap_or(usize::MAX / 8)
+        .saturating_mul(6)
+        .saturating_add(1 << 20);
+    let in_flight: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let mut reader = BufReader::with_capacity(256 * 1024, io::stdin().lock());
+    let mut line = Vec::new();
+    loop {
+        match read_frame(&mut reader, max_frame, &mut line) {
+            Ok(Frame::Line) => handle_line(context, output, &in_flight, &line),
+            Ok(Frame::TooLong) => output.error(
+                UNATTRIBUTED_ID,
+                OpError::invalid(format!(
+                    "request line longer than {max_frame} bytes was skipped"
+                )),
+            ),
+            Ok(Frame::Eof) => return,
+            Err(e) => {
+                crate::log_event!("cannot read stdin: {e}");
+                return;
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct IdOnly {
+    id: u64,
+}
+
+fn handle_line(
+    context: &Arc<Context>,
+    output: &Arc<Output>,
+    in_flight: &Arc<Mutex<HashSet<u64>>>,
+    line: &[u8],
+) {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    let request: Request = match serde_json::from_slice(line) {
+        Ok(request) => request,
+        Err(e) => {
+            let id = serde_json::from_slice::<IdOnly>(line).map_or(UNATTRIBUTED_ID, |r| r.id);
+            output.error(id, OpError::invalid(format!("malformed request: {e}")));
+            return;
+        }
+    };
+    let id = request.id;
+    if id == UNATTRIBUTED_ID {
+        output.error(id, OpError::invalid("request id must be at least 1"));
+        return;
+    }
+    match request.op {
+        Op::Ping => return output.send(&Response::ok(id, Reply::Empty(Empty {}))),
+        Op::Cancel(params) => {
+            let cancelled = context.children.cancel(params.target);
+            return output.send(&Response::ok(id, Reply::Cancel(CancelResult { cancelled })));
+        }
+        _ => {}
+    }
+    {
+        let mut ids = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        if ids.len() >= MAX_IN_FLIGHT {
+            drop(ids);
+            return output.error(
+                id,
+                OpError::new(
+                    ErrorKind::Busy,
+                    format!("{MAX_IN_FLIGHT} requests are already in flight; retry later"),
+                ),
+            );
+        }
+        if !ids.insert(id) {
+            drop(ids);
+            return output.error(
+                id,
+                OpError::invalid(format!("request id {id} is already in flight")),
+            );
+        }
+    }
+    let (context, output_for_thread, ids) = (
+        Arc::clone(context),
+        Arc::clone(output),
+        Arc::clone(in_flight),
+    );
+    let op = request.op;
+    let spawned = std::thread::Builder::new()
+        .name(format!("req-{id}"))
+        .spawn(move || {
+            let name = op.name();
+            let result = catch_unwind(AssertUnwindSafe(|| dispatch(&context, id, op)))
+                .unwrap_or_else(|_| {
+                    crate::log_event!("handler for {name} id={id} panicked");
+                    Err(OpError::new(
+                        ErrorKind::Internal,
+                        format!("{name} failed unexpectedly"),
+                    ))
+                });
+            ids.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&id);
+            match result {
+                Ok(reply) => output_for_thread.send(&Response::ok(id, reply)),
+                Err(e) => output_for_thread.error(id, e),
+            }
+        });
+    if let Err(e) = spawned {
+        in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+        output.error(
+            id,
+            OpError::new(
+                ErrorKind::Busy,
+                format!("cannot start a handler thread: {e}"),
+            ),
+        );
+    }
+}
+
+fn dispatch(context: &Context, id: u64, op: Op) -> Result<Reply, OpError> {
+    let c = context;
+    Ok(match op {
+        Op::Ping => Reply::Empty(Empty {}),
+        Op::FsRead(p) => Reply::Read(fs::read::run(c, p)?),
+        Op::FsWrite(p) => Reply::Write(fs::write::run(c, p)?),
+        Op::FsList(p) => Reply::List(fs::list::run(c, p)?),
+        Op::FsCreateDir(p) => Reply::CreateDir(fs::create_dir::run(c, p)?),
+        Op::FsDelete(p) => Reply::Delete(fs::delete::run(c, p)?),
+        Op::FsEdit(p) => Reply::Edit(fs::edit::run_single(c, p)?),
+        Op::FsMultiEdit(p) => Reply::Edit(fs::edit::run_multi(c, p)?),
+        Op::FsGrep(p) => Reply::Grep(fs::grep::run(c, p)?),
+        Op::FsGlob(p) => Reply::Glob(fs::glob::run(c, p)?),
+        Op::CmdRun(p) => Reply::Run(cmd::run::run(c, id, p)?),
+        Op::Cancel(p) => Reply::Cancel(CancelResult {
+            cancelled: c.children.cancel(p.target),
+        }),
+    })
+}

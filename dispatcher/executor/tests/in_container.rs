@@ -1,0 +1,1030 @@
+//! The executor in a real hardened container, driven over its stdin/stdout like the dispatcher.
+//!
+//! These tests build nothing. They need the static binary in `SANDBOX_EXECUTOR_BIN`, a reachable
+//! Docker engine and the image `SANDBOX_TEST_IMAGE` (default `aegis-runtime/busybox:1`); without
+//! any of these they fail with a message saying what is missing. Each test starts its own
+//! container (hardened as the design requires) with its own volumes, labelled
+//! `org.aegis.test=executor`, and removes them at the end, even when it fails.
+//!
+//! Security checks are concrete attacks with expected refusals, checked from inside the sandbox
+//! too where there is something to see (the file was not written, the process is gone).
+//!
+//! Run: see `dispatcher/executor/README.md` ("Testing").
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const DEFAULT_IMAGE: &str = "aegis-runtime/busybox:1";
+const LABEL: &str = "org.aegis.test=executor";
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn random_suffix() -> String {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    format!("{:012x}", hasher.finish() & 0xffff_ffff_ffff)
+}
+
+fn docker(args: &[&str]) -> std::process::Output {
+    Command::new("docker")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the docker CLI ({e}); these tests need Docker"))
+}
+
+fn docker_ok(args: &[&str]) -> String {
+    let out = docker(args);
+    assert!(
+        out.status.success(),
+        "docker {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What the tests need from the environment, checked loudly.
+struct Requirements {
+    binary: String,
+    image: String,
+}
+
+fn requirements() -> Requirements {
+    let binary = std::env::var("SANDBOX_EXECUTOR_BIN").unwrap_or_else(|_| {
+        panic!(
+            "SANDBOX_EXECUTOR_BIN is not set: build the static executor and point it there, e.g.\n  \
+             RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build --release -p sandbox-executor \
+             --target x86_64-unknown-linux-gnu\n  \
+             export SANDBOX_EXECUTOR_BIN=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/sandbox-executor"
+        )
+    });
+    assert!(
+        std::path::Path::new(&binary).is_file(),
+        "SANDBOX_EXECUTOR_BIN={binary} does not name a file"
+    );
+    let image = std::env::var("SANDBOX_TEST_IMAGE").unwrap_or_else(|_| DEFAULT_IMAGE.to_string());
+    let version = docker(&["version", "--format", "{{.Server.Version}}"]);
+    assert!(
+        version.status.success(),
+        "the Docker engine is not reachable: {}",
+        String::from_utf8_lossy(&version.stderr)
+    );
+    let inspect = docker(&["image", "inspect", "--format", "{{.Id}}", &image]);
+    assert!(
+        inspect.status.success(),
+        "the test image {image} does not exist (set SANDBOX_TEST_IMAGE, or build it with runtime-images/build.sh)"
+    );
+    Requirements { binary, image }
+}
+
+type Inbox = Arc<(Mutex<HashMap<u64, (Value, Instant)>>, Condvar)>;
+
+/// One hardened container running the executor, with the protocol stream attached.
+struct Sandbox {
+    name: String,
+    volumes: [String; 2],
+    image: String,
+    docker_run: Child,
+    stdin: Mutex<Option<ChildStdin>>,
+    inbox: Inbox,
+    stderr: Arc<Mutex<String>>,
+    next_id: AtomicU64,
+}
+
+impl Sandbox {
+    fn start() -> Sandbox {
+        let req = requirements();
+        let suffix = random_suffix();
+        let name = format!("executor-test-{suffix}");
+        let exec_volume = format!("executor-test-bin-{suffix}");
+        let ws_volume = format!("executor-test-ws-{suffix}");
+        for volume in [&exec_volume, &ws_volume] {
+            docker_ok(&["volume", "create", "--label", LABEL, volume]);
+        }
+        // Deliver the binary: a stopped helper container mounts the volume, `docker cp` fills it.
+        let helper = format!("executor-test-helper-{suffix}");
+        docker_ok(&[
+            "create",
+            "--name",
+            &helper,
+            "--label",
+            LABEL,
+            "-v",
+            &format!("{exec_volume}:/opt/sandbox"),
+            &req.image,
+        ]);
+        let copied = docker(&[
+            "cp",
+            &req.binary,
+            &format!("{helper}:/opt/sandbox/sandbox-executor"),
+        ]);
+        docker(&["rm", "-f", &helper]);
+        assert!(
+            copied.status.success(),
+            "docker cp failed: {}",
+            String::from_utf8_lossy(&copied.stderr)
+        );
+
+        let mut docker_run = Command::new("docker")
+            .args([
+                "run",
+                "-i",
+                "--rm",
+                "--name",
+                &name,
+                "--label",
+                LABEL,
+                "--cap-drop",
+                "ALL",
+                "--cap-add",
+                "SETUID",
+                "--cap-add",
+                "SETGID",
+                "--cap-add",
+                "KILL",
+                "--cap-add",
+                "CHOWN",
+                "--security-opt",
+                "no-new-privileges",
+                "--read-only",
+                "--tmpfs",
+                "/tmp",
+                "--network",
+                "none",
+                "--pids-limit",
+                "256",
+                "--memory",
+                "256m",
+                "-v",
+                &format!("{exec_volume}:/opt/sandbox:ro"),
+                "-v",
+                // nocopy: the workspace starts root-owned, so the executor's chown is exercised.
+                &format!("{ws_volume}:/workspace:nocopy"),
+                "--entrypoint",
+                "/opt/sandbox/sandbox-executor",
+                &req.image,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start docker run");
+        let stdin = docker_run.stdin.take();
+        let stdout = docker_run.stdout.take().expect("piped stdout");
+        let stderr_pipe = docker_run.stderr.take().expect("piped stderr");
+
+        let inbox: Inbox = Arc::default();
+        let reader_inbox = Arc::clone(&inbox);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let value: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("executor wrote a non-JSON line ({e}): {line}"));
+                let id = value["id"].as_u64().expect("every response has an id");
+                let (map, cv) = &*reader_inbox;
+                map.lock().unwrap().insert(id, (value, Instant::now()));
+                cv.notify_all();
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let stderr_sink = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr_pipe).lines().map_while(Result::ok) {
+                let mut log = stderr_sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+
+        let sandbox = Sandbox {
+            name,
+            volumes: [exec_volume, ws_volume],
+            image: req.image,
+            docker_run,
+            stdin: Mutex::new(stdin),
+            inbox,
+            stderr,
+            next_id: AtomicU64::new(1),
+        };
+        let ready = sandbox.wait(0);
+        assert_eq!(ready["ok"]["ready"], json!(true), "bad ready line: {ready}");
+        assert_eq!(ready["ok"]["pid"], json!(1), "the executor must be PID 1");
+        sandbox
+    }
+
+    /// Sends a request (an object without `id`); returns the id used.
+    fn send(&self, mut request: Value) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        request["id"] = json!(id);
+        self.send_raw(&request.to_string());
+        id
+    }
+
+    fn send_raw(&self, line: &str) {
+        let mut guard = self.stdin.lock().unwrap();
+        let stdin = guard.as_mut().expect("stdin is open");
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .expect("cannot write to the executor");
+    }
+
+    fn wait_timed(&self, id: u64) -> (Value, Instant) {
+        let (map, cv) = &*self.inbox;
+        let deadline = Instant::now() + RESPONSE_TIMEOUT;
+        let mut guard = map.lock().unwrap();
+        loop {
+            if let Some(found) = guard.remove(&id) {
+                return found;
+            }
+            let now = Instant::now();
+            assert!(
+                now < deadline,
+                "no response to request {id} within {RESPONSE_TIMEOUT:?}; executor stderr:\n{}",
+                self.stderr.lock().unwrap()
+            );
+            guard = cv.wait_timeout(guard, deadline - now).unwrap().0;
+        }
+    }
+
+    fn wait(&self, id: u64) -> Value {
+        self.wait_timed(id).0
+    }
+
+    fn call(&self, request: Value) -> Value {
+        let id = self.send(request);
+        self.wait(id)
+    }
+
+    /// Calls and expects success; returns the `ok` object.
+    fn ok(&self, request: Value) -> Value {
+        let response = self.call(request.clone());
+        match response.get("ok") {
+            Some(ok) => ok.clone(),
+            None => panic!("{request} failed: {response}"),
+        }
+    }
+
+    /// Calls and expects an error of `kind`; returns the message.
+    fn refused(&self, request: Value, kind: &str) -> String {
+        let response = self.call(request.clone());
+        assert_eq!(
+            response["error"]["kind"],
+            json!(kind),
+            "{request} should fail with {kind}, got {response}"
+        );
+        response["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn run_request(argv: &[&str]) -> Value {
+        json!({"op": "cmd.run", "argv": argv, "timeout_ms": 30000,
+               "max_stdout_bytes": 1048576, "max_stderr_bytes": 65536})
+    }
+
+    /// Runs a command (expected to be spawned); returns the result object.
+    fn run(&self, argv: &[&str]) -> Value {
+        self.ok(Self::run_request(argv))
+    }
+
+    /// Runs a command and returns its stdout, asserting exit 0.
+    fn sh(&self, argv: &[&str]) -> String {
+        let result = self.run(argv);
+        assert_eq!(result["exit_code"], json!(0), "{argv:?}: {result}");
+        result["stdout"].as_str().unwrap_or_default().to_string()
+    }
+
+    fn close_stdin(&self) {
+        self.stdin.lock().unwrap().take();
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- executor stderr ({}) ---\n{}",
+                self.name,
+                self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+            );
+        }
+        self.close_stdin();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.docker_run.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = docker(&["rm", "-f", &self.name]);
+        let _ = self.docker_run.kill();
+        let _ = self.docker_run.wait();
+        for volume in &self.volumes {
+            let _ = docker(&["volume", "rm", "-f", volume]);
+        }
+    }
+}
+
+/// A process seen in the sandbox's `/proc`.
+#[derive(Debug)]
+struct Process {
+    state: String,
+    cmdline: String,
+}
+
+/// The sandbox's processes, read from `/proc` by its own shell (images need not have `ps`).
+fn processes(sandbox: &Sandbox) -> Vec<Process> {
+    let listing = sandbox.sh(&[
+        "sh",
+        "-c",
+        "for d in /proc/[0-9]*; do printf '%s|' \"$(cat $d/stat 2>/dev/null)\"; \
+         tr '\\0' ' ' < $d/cmdline 2>/dev/null; echo; done",
+    ]);
+    listing
+        .lines()
+        .filter_map(|line| {
+            let (stat, cmdline) = line.split_once('|')?;
+            let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+            Some(Process {
+                state: state.to_string(),
+                cmdline: cmdline.trim().to_string(),
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn every_fs_operation_works() {
+    let s = Sandbox::start();
+
+    let w = s.ok(json!({"op":"fs.write","path":"src/main.rs","content":"fn main() {\n    println!(\"hi\");\n}\n"}));
+    assert_eq!(w, json!({"bytes_written": 34, "created": true}));
+    let w = s.ok(json!({"op":"fs.write","path":"/workspace/src/main.rs","content":"fn main() {\n    println!(\"hello\");\n}\n"}));
+    assert_eq!(w["created"], json!(false));
+
+    let r = s.ok(json!({"op":"fs.read","path":"src/main.rs"}));
+    assert_eq!(
+        r["content"],
+        json!("fn main() {\n    println!(\"hello\");\n}\n")
+    );
+    assert_eq!(r["encoding"], json!("utf8"));
+    assert_eq!(r["size_bytes"], json!(37));
+    assert_eq!(r["truncated"], json!(false));
+    let r = s.ok(json!({"op":"fs.read","path":"src/main.rs","offset":1,"limit":1}));
+    assert_eq!(r["content"], json!("    println!(\"hello\");\n"));
+    assert_eq!(
+        (r["lines_read"].clone(), r["truncated"].clone()),
+        (json!(1), json!(true))
+    );
+    let r = s.ok(json!({"op":"fs.read","path":"src/main.rs","max_bytes":4}));
+    assert_eq!(
+        (r["content"].clone(), r["truncated"].clone()),
+        (json!("fn m"), json!(true))
+    );
+
+    // Binary content round-trips as base64.
+    s.ok(json!({"op":"fs.write","path":"bin/blob","content":"AP+AAQ==","encoding":"base64"}));
+    let r = s.ok(json!({"op":"fs.read","path":"bin/blob"}));
+    assert_eq!(
+        (r["content"].clone(), r["encoding"].clone()),
+        (json!("AP+AAQ=="), json!("base64"))
+    );
+
+    s.refused(
+        json!({"op":"fs.write","path":"nodir/x","content":"","create_dirs":false}),
+        "not_found",
+    );
+    s.refused(
+        json!({"op":"fs.write","path":"src","content":"x"}),
+        "is_a_directory",
+    );
+    s.refused(
+        json!({"op":"fs.write","path":"big","content":"x".repeat(10 * 1024 * 1024 + 1)}),
+        "too_large",
+    );
+    s.refused(json!({"op":"fs.read","path":"missing.txt"}), "not_found");
+    s.refused(json!({"op":"fs.read","path":"src"}), "is_a_directory");
+
+    assert_eq!(
+        s.ok(json!({"op":"fs.create_dir","path":"a/b/c"})),
+        json!({"created": true})
+    );
+    assert_eq!(
+        s.ok(json!({"op":"fs.create_dir","path":"a/b/c"})),
+        json!({"created": false})
+    );
+    s.refused(
+        json!({"op":"fs.create_dir","path":"src/main.rs"}),
+        "already_exists",
+    );
+
+    let l = s.ok(json!({"op":"fs.list","path":"."}));
+    assert_eq!(
+        l["entries"],
+        json!([
+            {"name":"a","type":"directory","size_bytes":0},
+            {"name":"bin","type":"directory","size_bytes":0},
+            {"name":"src","type":"directory","size_bytes":0},
+        ])
+    );
+    s.sh(&["ln", "-s", "main.rs", "src/link.rs"]);
+    let l = s.ok(json!({"op":"fs.list","path":"src"}));
+    assert_eq!(
+        l["entries"][0],
+        json!({"name":"link.rs","type":"symlink","size_bytes":0})
+    );
+    assert_eq!(
+        l["entries"][1],
+        json!({"name":"main.rs","type":"file","size_bytes":37})
+    );
+    // A relative symlink that stays inside the root is followed for reading.
+    let r = s.ok(json!({"op":"fs.read","path":"src/link.rs","limit":1}));
+    assert_eq!(r["content"], json!("fn main() {\n"));
+    s.refused(
+        json!({"op":"fs.list","path":"src/main.rs"}),
+        "not_a_directory",
+    );
+
+    let e = s
+        .ok(json!({"op":"fs.edit","path":"src/main.rs","old_string":"hello","new_string":"world"}));
+    assert_eq!(e, json!({"replacements": 1}));
+    let msg = s.refused(
+        json!({"op":"fs.edit","path":"src/main.rs","old_string":"absent","new_string":"x"}),
+        "edit_target_not_found",
+    );
+    assert!(msg.contains("src/main.rs"), "{msg}");
+    s.ok(json!({"op":"fs.write","path":"dup.txt","content":"x x x\n"}));
+    let msg = s.refused(
+        json!({"op":"fs.edit","path":"dup.txt","old_string":"x","new_string":"y"}),
+        "edit_target_ambiguous",
+    );
+    assert!(msg.contains("3 times"), "{msg}");
+    let m = s.ok(json!({"op":"fs.multi_edit","path":"src/main.rs","edits":[
+        {"old_string":"world","new_string":"there"},
+        {"old_string":"fn main","new_string":"pub fn main"}]}));
+    assert_eq!(m, json!({"replacements": 2}));
+    let msg = s.refused(
+        json!({"op":"fs.multi_edit","path":"src/main.rs","edits":[
+        {"old_string":"there","new_string":"again"},
+        {"old_string":"not present","new_string":"x"}]}),
+        "edit_target_not_found",
+    );
+    assert!(msg.starts_with("edit 1:"), "{msg}");
+    let r = s.ok(json!({"op":"fs.read","path":"src/main.rs"}));
+    assert_eq!(
+        r["content"],
+        json!("pub fn main() {\n    println!(\"there\");\n}\n"),
+        "all or nothing"
+    );
+
+    s.ok(json!({"op":"fs.write","path":"a/b/notes.md","content":"one\nTwo there\nthree\n"}));
+    let g = s.ok(json!({"op":"fs.grep","pattern":"there","path":"."}));
+    // src/link.rs is a symlink to main.rs: grep does not follow it.
+    assert_eq!(
+        g["matches"],
+        json!([
+            {"file":"/workspace/a/b/notes.md","line":2,"text":"Two there"},
+            {"file":"/workspace/src/main.rs","line":2,"text":"    println!(\"there\");"}
+        ]),
+        "{g}"
+    );
+    assert_eq!(g["truncated"], json!(false));
+    let g = s.ok(json!({"op":"fs.grep","pattern":"^two","path":".","case_insensitive":true,"include":"*.md"}));
+    assert_eq!(g["matches"].as_array().map(Vec::len), Some(1), "{g}");
+    assert_eq!(g["files_scanned"], json!(1));
+    let g = s.ok(json!({"op":"fs.grep","pattern":"e","path":".","max_matches":2}));
+    assert_eq!(
+        (
+            g["matches"].as_array().map(Vec::len),
+            g["truncated"].clone()
+        ),
+        (Some(2), json!(true))
+    );
+    let g = s.ok(json!({"op":"fs.grep","pattern":".","path":"bin"}));
+    assert_eq!(
+        g["files_scanned"],
+        json!(0),
+        "binary files are skipped: {g}"
+    );
+    s.refused(
+        json!({"op":"fs.grep","pattern":"(","path":"."}),
+        "invalid_request",
+    );
+
+    let gl = s.ok(json!({"op":"fs.glob","pattern":"**/*.rs"}));
+    assert_eq!(
+        gl["matches"],
+        json!(["/workspace/src/link.rs", "/workspace/src/main.rs"])
+    );
+    let gl = s.ok(json!({"op":"fs.glob","pattern":"*/b","path":"/workspace"}));
+    assert_eq!(gl["matches"], json!(["/workspace/a/b"]));
+    let gl = s.ok(json!({"op":"fs.glob","pattern":"*.md","path":"a/b"}));
+    assert_eq!(gl["matches"], json!(["/workspace/a/b/notes.md"]));
+
+    // Files created through the executor belong to the sandbox user.
+    let owners = s.sh(&[
+        "stat",
+        "-c",
+        "%u:%g %n",
+        "src/main.rs",
+        "a/b/c",
+        "a",
+        "bin/blob",
+        "/workspace",
+    ]);
+    for line in owners.lines() {
+        assert!(line.starts_with("65534:65534 "), "wrong owner: {owners}");
+    }
+
+    s.refused(json!({"op":"fs.delete","path":"a"}), "directory_not_empty");
+    assert_eq!(
+        s.ok(json!({"op":"fs.delete","path":"a/b/c"})),
+        json!({"deleted": true})
+    );
+    s.sh(&["ln", "-s", "/workspace/src", "srclink"]);
+    assert_eq!(
+        s.ok(json!({"op":"fs.delete","path":"srclink","recursive":true})),
+        json!({"deleted": true})
+    );
+    assert!(
+        s.sh(&["ls", "src"]).contains("main.rs"),
+        "deleting a symlink keeps its target"
+    );
+    assert_eq!(
+        s.ok(json!({"op":"fs.delete","path":"a","recursive":true})),
+        json!({"deleted": true})
+    );
+    assert_eq!(
+        s.ok(json!({"op":"fs.delete","path":"src/main.rs"})),
+        json!({"deleted": true})
+    );
+    s.refused(json!({"op":"fs.delete","path":"src/main.rs"}), "not_found");
+    s.refused(
+        json!({"op":"fs.delete","path":"/workspace","recursive":true}),
+        "path_not_allowed",
+    );
+    s.refused(json!({"op":"fs.delete","path":"."}), "path_not_allowed");
+    assert_eq!(s.sh(&["ls"]), "bin\ndup.txt\nsrc\n");
+}
+
+#[test]
+fn path_escapes_are_refused() {
+    let s = Sandbox::start();
+    s.ok(json!({"op":"fs.write","path":"ok.txt","content":"fine\n"}));
+    s.sh(&["ln", "-s", "/etc/passwd", "abs"]);
+    s.sh(&["ln", "-s", "../etc/passwd", "rel"]);
+    s.sh(&["ln", "-s", "/etc", "etcdir"]);
+    s.sh(&["ln", "-s", "/tmp", "tmpdir"]);
+    s.sh(&["ln", "-s", "../../../../tmp", "reltmp"]);
+    s.sh(&["ln", "-s", "/proc/self/root", "procroot"]);
+    s.sh(&["ln", "-s", "ok.txt", "inside"]);
+
+    for path in [
+        "../etc/passwd",
+        "/etc/passwd",
+        "/workspacex/a",
+        "/workspace/../etc/passwd",
+        "abs",
+        "rel",
+        "etcdir/passwd",
+        "procroot/etc/passwd",
+        "/proc/self/root/etc/passwd",
+        "/proc/1/root/etc/passwd",
+    ] {
+        let msg = s.refused(json!({"op":"fs.read","path":path}), "path_not_allowed");
+        assert!(!msg.contains("root:x:0"), "{msg}");
+    }
+    s.refused(json!({"op":"fs.list","path":"etcdir"}), "path_not_allowed");
+    s.refused(
+        json!({"op":"fs.list","path":"procroot"}),
+        "path_not_allowed",
+    );
+    s.refused(
+        json!({"op":"fs.read","path":"ok\u{0}.txt"}),
+        "invalid_request",
+    );
+    s.refused(
+        json!({"op":"fs.read","path":"x".repeat(256)}),
+        "invalid_request",
+    );
+    s.refused(
+        json!({"op":"fs.read","path":"a/".repeat(2100)}),
+        "invalid_request",
+    );
+    // A symlink that stays inside is fine.
+    assert_eq!(
+        s.ok(json!({"op":"fs.read","path":"inside"}))["content"],
+        json!("fine\n")
+    );
+
+    // Writes through links that leave the root land nowhere; /tmp is writable by the sandbox
+    // user, so an escape would be visible there.
+    for path in [
+        "tmpdir/escaped",
+        "reltmp/escaped",
+        "/tmp/escaped",
+        "procroot/tmp/escaped",
+    ] {
+        s.refused(
+            json!({"op":"fs.write","path":path,"content":"x"}),
+            "path_not_allowed",
+        );
+        s.refused(
+            json!({"op":"fs.create_dir","path":path}),
+            "path_not_allowed",
+        );
+    }
+    s.refused(
+        json!({"op":"fs.write","path":"abs","content":"x"}),
+        "path_not_allowed",
+    );
+    s.refused(
+        json!({"op":"fs.edit","path":"abs","old_string":"root","new_string":"x"}),
+        "path_not_allowed",
+    );
+    s.refused(
+        json!({"op":"fs.delete","path":"tmpdir/x"}),
+        "path_not_allowed",
+    );
+    assert_eq!(s.sh(&["ls", "-A", "/tmp"]), "", "nothing escaped into /tmp");
+
+    // Hard links: the write is refused and the original is untouched.
+    s.sh(&["ln", "ok.txt", "hard.txt"]);
+    let msg = s.refused(
+        json!({"op":"fs.write","path":"hard.txt","content":"changed"}),
+        "hard_link_refused",
+    );
+    assert!(msg.contains("hard.txt"), "{msg}");
+    s.refused(
+        json!({"op":"fs.edit","path":"ok.txt","old_string":"fine","new_string":"x"}),
+        "hard_link_refused",
+    );
+    assert_eq!(s.sh(&["cat", "ok.txt"]), "fine\n");
+
+    // Searching never follows links out of the root.
+    let g = s.ok(json!({"op":"fs.grep","pattern":"root:","path":"."}));
+    assert_eq!(g["matches"], json!([]), "{g}");
+    let gl = s.ok(json!({"op":"fs.glob","pattern":"**/passwd"}));
+    assert_eq!(gl["matches"], json!([]), "{gl}");
+    s.refused(json!({"op":"fs.glob","pattern":"../*"}), "path_not_allowed");
+    s.refused(
+        json!({"op":"fs.grep","pattern":"x","path":"etcdir"}),
+        "path_not_allowed",
+    );
+
+    // cmd.run: no paths as argv[0], cwd beneath a root.
+    s.refused(json!({"op":"cmd.run","argv":["/bin/sh","-c","id"],"timeout_ms":1000,"max_stdout_bytes":100,"max_stderr_bytes":100}), "invalid_request");
+    s.refused(json!({"op":"cmd.run","argv":["id"],"cwd":"etcdir","timeout_ms":1000,"max_stdout_bytes":100,"max_stderr_bytes":100}), "path_not_allowed");
+    s.refused(json!({"op":"cmd.run","argv":["id"],"cwd":"/etc","timeout_ms":1000,"max_stdout_bytes":100,"max_stderr_bytes":100}), "path_not_allowed");
+}
+
+#[test]
+fn commands_run_unprivileged() {
+    let s = Sandbox::start();
+    assert_eq!(s.sh(&["id", "-u"]), "65534\n");
+    assert_eq!(s.sh(&["id", "-G"]), "65534\n", "no supplementary groups");
+    let status = s.sh(&["cat", "/proc/self/status"]);
+    for field in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .unwrap_or_else(|| panic!("no {field} in {status}"));
+        assert!(line.ends_with("0000000000000000"), "{line}");
+    }
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+
+    // The agent cannot signal the executor (uid 0) nor read its memory.
+    let kill = s.run(&["sh", "-c", "kill -9 1"]);
+    assert_ne!(kill["exit_code"], json!(0), "{kill}");
+    assert_eq!(s.ok(json!({"op":"ping"})), json!({}));
+    let environ = s.run(&["cat", "/proc/1/environ"]);
+    assert_ne!(environ["exit_code"], json!(0), "{environ}");
+
+    // Environment: clean, with the given variables; PATH in env does not change the lookup.
+    let env = s.ok(
+        json!({"op":"cmd.run","argv":["env"],"env":{"FOO":"bar","PATH":"/nowhere"},
+        "timeout_ms":5000,"max_stdout_bytes":4096,"max_stderr_bytes":4096}),
+    );
+    let mut lines: Vec<&str> = env["stdout"].as_str().unwrap_or_default().lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        vec![
+            "FOO=bar",
+            "HOME=/workspace",
+            "LANG=C.UTF-8",
+            "PATH=/nowhere"
+        ]
+    );
+
+    let pwd = s.ok(json!({"op":"cmd.run","argv":["pwd"],"cwd":"/workspace",
+        "timeout_ms":5000,"max_stdout_bytes":4096,"max_stderr_bytes":4096}));
+    assert_eq!(pwd["stdout"], json!("/workspace\n"));
+    s.ok(json!({"op":"fs.create_dir","path":"sub"}));
+    let pwd = s.ok(json!({"op":"cmd.run","argv":["pwd"],"cwd":"sub",
+        "timeout_ms":5000,"max_stdout_bytes":4096,"max_stderr_bytes":4096}));
+    assert_eq!(pwd["stdout"], json!("/workspace/sub\n"));
+
+    let fail = s.run(&["sh", "-c", "echo oops >&2; exit 3"]);
+    assert_eq!(
+        (fail["exit_code"].clone(), fail["stderr"].clone()),
+        (json!(3), json!("oops\n"))
+    );
+    let killed = s.run(&["sh", "-c", "kill -TERM $$"]);
+    assert_eq!(
+        (killed["exit_code"].clone(), killed["signal"].clone()),
+        (Value::Null, json!(15))
+    );
+
+    s.refused(
+        json!({"op":"cmd.run","argv":["no-such-program"],"timeout_ms":1000,"max_stdout_bytes":1,"max_stderr_bytes":1}),
+        "command_not_found",
+    );
+    s.refused(
+        json!({"op":"cmd.run","argv":[],"timeout_ms":1000,"max_stdout_bytes":1,"max_stderr_bytes":1}),
+        "invalid_request",
+    );
+
+    // Binary output comes back as base64.
+    let bin = s.run(&["printf", "\\377\\000a"]);
+    assert_eq!(
+        (bin["stdout"].clone(), bin["stdout_encoding"].clone()),
+        (json!("/wBh"), json!("base64"))
+    );
+
+    // A malformed line gets an error, and the stream goes on.
+    s.send_raw("{not json");
+    assert_eq!(s.wait(0)["error"]["kind"], json!("invalid_request"));
+    let bad = s.call(json!({"op":"fs.read","path":"x","bogus":1}));
+    assert_eq!(bad["error"]["kind"], json!("invalid_request"), "{bad}");
+    assert_eq!(s.ok(json!({"op":"ping"})), json!({}));
+}
+
+#[test]
+fn timeouts_kill_the_whole_process_group() {
+    let s = Sandbox::start();
+    let started = Instant::now();
+    let r = s.ok(
+        json!({"op":"cmd.run","argv":["sleep","100"],"timeout_ms":500,"grace_ms":500,
+        "max_stdout_bytes":100,"max_stderr_bytes":100}),
+    );
+    assert_eq!(r["timed_out"], json!(true), "{r}");
+    assert_eq!(r["signal"], json!(15), "{r}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+
+    // A group whose members ignore SIGTERM: SIGKILL after the grace period, for all of them.
+    let r = s.ok(json!({"op":"cmd.run",
+        "argv":["sh","-c","trap '' TERM; sleep 101 & sleep 102 & wait"],
+        "timeout_ms":500,"grace_ms":300,"max_stdout_bytes":100,"max_stderr_bytes":100}));
+    assert_eq!(
+        (r["timed_out"].clone(), r["signal"].clone()),
+        (json!(true), json!(9)),
+        "{r}"
+    );
+    let ps = processes(&s);
+    assert!(
+        !ps.iter().any(|p| p.cmdline.starts_with("sleep 10")),
+        "group members survived: {ps:?}"
+    );
+}
+
+#[test]
+fn background_children_neither_hang_nor_linger() {
+    let s = Sandbox::start();
+    let started = Instant::now();
+    let r = s.run(&["sh", "-c", "sleep 100 & echo started"]);
+    assert_eq!(
+        (r["exit_code"].clone(), r["stdout"].clone()),
+        (json!(0), json!("started\n"))
+    );
+    assert_eq!(r["timed_out"], json!(false));
+    assert!(started.elapsed() < Duration::from_secs(10), "{r}");
+
+    // Escaping the group with setsid keeps the pipe open; the call still returns promptly. (The
+    // outer shell waits a second so that the escape happens before its group is killed.)
+    let started = Instant::now();
+    let r = s.run(&["sh", "-c", "setsid sleep 103 & sleep 1; echo escaped"]);
+    assert_eq!(r["stdout"], json!("escaped\n"), "{r}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{r}");
+
+    // Orphans are reaped: after the group kill nothing is left as a zombie.
+    std::thread::sleep(Duration::from_millis(300));
+    let ps = processes(&s);
+    assert!(ps.len() > 1, "cannot read /proc: {ps:?}");
+    assert!(
+        !ps.iter().any(|p| p.cmdline == "sleep 100"),
+        "background child survived: {ps:?}"
+    );
+    assert!(
+        ps.iter().any(|p| p.cmdline == "sleep 103"),
+        "the setsid escapee is expected to live on: {ps:?}"
+    );
+    assert!(!ps.iter().any(|p| p.state == "Z"), "zombies: {ps:?}");
+}
+
+#[test]
+fn failures_and_special_files_are_reported_cleanly() {
+    let s = Sandbox::start();
+    s.sh(&["mkdir", "locked"]);
+    s.sh(&["sh", "-c", "echo secret > locked/x && chmod 000 locked"]);
+    s.refused(
+        json!({"op":"fs.read","path":"locked/x"}),
+        "permission_denied",
+    );
+    s.refused(json!({"op":"fs.list","path":"locked"}), "permission_denied");
+    s.refused(
+        json!({"op":"fs.write","path":"locked/y","content":"x"}),
+        "permission_denied",
+    );
+    // grep walks past what it cannot read and says the result may be incomplete.
+    let g = s.ok(json!({"op":"fs.grep","pattern":"secret","path":"."}));
+    assert_eq!(
+        (g["matches"].clone(), g["truncated"].clone()),
+        (json!([]), json!(true))
+    );
+
+    // A failure inside spawn (here fchdir in the child) is waited for by std under the registry
+    // lock; the reaper must neither steal that status nor lose later ones.
+    for _ in 0..20 {
+        let msg = s.refused(
+            json!({"op":"cmd.run","argv":["true"],"cwd":"locked","timeout_ms":5000,
+                   "max_stdout_bytes":10,"max_stderr_bytes":10}),
+            "spawn_failed",
+        );
+        assert!(msg.contains("/workspace/locked"), "{msg}");
+        assert_eq!(s.run(&["true"])["exit_code"], json!(0));
+    }
+
+    s.sh(&["mkfifo", "fifo"]);
+    s.refused(json!({"op":"fs.read","path":"fifo"}), "not_a_regular_file");
+    s.refused(
+        json!({"op":"fs.write","path":"fifo","content":"x"}),
+        "not_a_regular_file",
+    );
+    s.refused(
+        json!({"op":"fs.grep","pattern":"x","path":"fifo"}),
+        "not_a_regular_file",
+    );
+    let g = s.ok(json!({"op":"fs.grep","pattern":"x","path":"."}));
+    assert_eq!(
+        g["matches"],
+        json!([]),
+        "a FIFO in the tree is skipped, not opened: {g}"
+    );
+}
+
+#[test]
+fn output_is_capped_while_streaming() {
+    let s = Sandbox::start();
+    let total: u64 = 200 * 1024 * 1024;
+    let started = Instant::now();
+    let r = s.ok(
+        json!({"op":"cmd.run","argv":["head","-c",total.to_string(),"/dev/zero"],
+        "timeout_ms":120000,"max_stdout_bytes":65536,"max_stderr_bytes":1024}),
+    );
+    println!("200 MiB through a 64 KiB cap: {:?}", started.elapsed());
+    assert_eq!(r["exit_code"], json!(0));
+    assert_eq!(r["stdout_bytes"], json!(total));
+    assert_eq!(r["truncated"], json!({"stdout": true, "stderr": false}));
+    assert_eq!(r["stdout"].as_str().map(str::len), Some(65536));
+
+    let r = s.ok(
+        json!({"op":"cmd.run","argv":["sh","-c","yes | head -c 100000 >&2"],
+        "timeout_ms":60000,"max_stdout_bytes":10,"max_stderr_bytes":10}),
+    );
+    assert_eq!(
+        (r["stderr"].clone(), r["stderr_bytes"].clone()),
+        (json!("y\ny\ny\ny\ny\n"), json!(100000))
+    );
+    assert_eq!(r["truncated"]["stderr"], json!(true));
+}
+
+#[test]
+fn requests_run_concurrently_and_can_be_cancelled() {
+    let s = Sandbox::start();
+    let started = Instant::now();
+    let sleeps: Vec<u64> = (0..4)
+        .map(|_| s.send(Sandbox::run_request(&["sleep", "2"])))
+        .collect();
+    let ping = s.send(json!({"op":"ping"}));
+    let (_, ping_at) = s.wait_timed(ping);
+    let mut last = ping_at;
+    for id in sleeps {
+        let (r, at) = s.wait_timed(id);
+        assert_eq!(r["ok"]["exit_code"], json!(0), "{r}");
+        last = last.max(at);
+    }
+    assert!(
+        ping_at < last,
+        "the ping answered while the sleeps ran (out of order)"
+    );
+    let elapsed = started.elapsed();
+    println!("4 concurrent `sleep 2`: {elapsed:?}");
+    assert!(
+        elapsed < Duration::from_secs(7),
+        "requests did not overlap: {elapsed:?}"
+    );
+
+    let target = s.send(Sandbox::run_request(&[
+        "sh",
+        "-c",
+        "echo partial; exec sleep 100",
+    ]));
+    std::thread::sleep(Duration::from_millis(500));
+    let c = s.ok(json!({"op":"cancel","target":target}));
+    assert_eq!(c, json!({"cancelled": true}));
+    let r = s.wait(target);
+    assert_eq!(r["ok"]["cancelled"], json!(true), "{r}");
+    assert_eq!(r["ok"]["stdout"], json!("partial\n"), "{r}");
+    assert_eq!(
+        s.ok(json!({"op":"cancel","target":target})),
+        json!({"cancelled": false})
+    );
+}
+
+#[test]
+fn closing_stdin_stops_everything() {
+    let mut s = Sandbox::start();
+    s.send(Sandbox::run_request(&["sleep", "100"]));
+    std::thread::sleep(Duration::from_millis(300));
+    s.close_stdin();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = s.docker_run.try_wait().expect("docker run") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the executor did not exit after stdin closed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit status {status}");
+}
+
+fn p50(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+#[test]
+fn latency_compared_with_docker_exec() {
+    let s = Sandbox::start();
+    for _ in 0..20 {
+        s.ok(json!({"op":"ping"}));
+    }
+    let ping = p50((0..300)
+        .map(|_| {
+            let t = Instant::now();
+            s.ok(json!({"op":"ping"}));
+            t.elapsed()
+        })
+        .collect());
+    s.ok(json!({"op":"fs.write","path":"f.txt","content":"hello\n"}));
+    let read = p50((0..200)
+        .map(|_| {
+            let t = Instant::now();
+            s.ok(json!({"op":"fs.read","path":"f.txt"}));
+            t.elapsed()
+        })
+        .collect());
+    let run_true = p50((0..100)
+        .map(|_| {
+            let t = Instant::now();
+            let r = s.run(&["true"]);
+            assert_eq!(r["exit_code"], json!(0));
+            t.elapsed()
+        })
+        .collect());
+    let exec_true = p50((0..20)
+        .map(|_| {
+            let t = Instant::now();
+            let out = docker(&["exec", "-u", "65534:65534", &s.name, "true"]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            t.elapsed()
+        })
+        .collect());
+    println!(
+        "p50 over the stream ({}): ping {ping:?}, fs.read {read:?}, cmd.run true {run_true:?}; \
+         docker exec true {exec_true:?} (cmd.run is {:.1}x faster)",
+        s.image,
+        exec_true.as_secs_f64() / run_true.as_secs_f64()
+    );
+}
