@@ -2,7 +2,7 @@
 # Build the runtime images listed in runtime-images/registry.yaml.
 #
 #   runtime-images/build.sh                    build every image that is missing or stale
-#   runtime-images/build.sh --only NAME ...    only these (NAME = busybox | shell | python | an image tag)
+#   runtime-images/build.sh --only NAME ...    only these (NAME = busybox | shell | python, a language or an image tag)
 #   runtime-images/build.sh --list             show the registry and each image's state
 #   runtime-images/build.sh --force            rebuild even when up to date
 #   runtime-images/build.sh --verbose          show docker build output as it runs
@@ -244,24 +244,27 @@ main() {
     found=0
     for e in "${entries[@]}"; do
       IFS='|' read -r name language version image dockerfile <<<"$e"
-      if [ "$want" = "$name" ] || [ "$want" = "$image" ]; then found=1; fi
+      if [ "$want" = "$name" ] || [ "$want" = "$image" ] || [ "$want" = "$language" ]; then found=1; fi
     done
-    [ "$found" = 1 ] || die "--only $want: no such runtime (names: $(printf '%s\n' "${entries[@]}" | cut -d'|' -f1 | tr '\n' ' '))"
+    [ "$found" = 1 ] || die "--only $want: no such runtime (names: $(printf '%s\n' "${entries[@]}" | cut -d'|' -f1 | sort -u | tr '\n' ' '))"
   done
 
   require_docker
   take_lock
-  local start=$SECONDS count=0
+  local start=$SECONDS count=0 done_images=" "
   for e in "${entries[@]}"; do
     IFS='|' read -r name language version image dockerfile <<<"$e"
+    # Several language/version pairs may share one image (aliases): build it once.
+    case "$done_images" in *" $image "*) continue ;; esac
     if [ "${#only[@]}" -gt 0 ]; then
       found=0
       for want in "${only[@]}"; do
-        if [ "$want" = "$name" ] || [ "$want" = "$image" ]; then found=1; fi
+        if [ "$want" = "$name" ] || [ "$want" = "$image" ] || [ "$want" = "$language" ]; then found=1; fi
       done
       [ "$found" = 1 ] || continue
     fi
     build_one "$name" "$image" "$dockerfile"
+    done_images="$done_images$image "
     count=$((count + 1))
   done
   log "done: $count image(s) ready in $((SECONDS - start)) s"

@@ -1,0 +1,46 @@
+# The orchestrator service image.
+#   docker build -t aegis-orchestrator .          (or: docker-compose build orchestrator)
+# Works with the classic builder of Docker 20.10 and with BuildKit alike (no BuildKit-only syntax).
+# Where rust:1.95-bookworm and debian:bookworm-slim cannot be pulled, scripts/offline-bases.sh
+# provides them under the same tags first.
+
+# --- skeleton: the workspace manifests plus a stub for every .rs file -----------------------
+# The next stage compiles all dependencies from this skeleton alone, so that layer is reused
+# until Cargo.toml / Cargo.lock or the set of source files change, not on every code edit.
+FROM debian:bookworm-slim AS skeleton
+WORKDIR /src
+COPY . .
+RUN set -eu; \
+    mkdir /skeleton; \
+    find . -path ./target -prune -o \( -name Cargo.toml -o -name Cargo.lock \) -type f -print \
+        | while read -r f; do mkdir -p "/skeleton/$(dirname "$f")"; cp "$f" "/skeleton/$f"; done; \
+    find . -path ./target -prune -o -name '*.rs' -type f -print \
+        | while read -r f; do mkdir -p "/skeleton/$(dirname "$f")"; echo 'fn main() {}' > "/skeleton/$f"; done; \
+    find /skeleton -exec touch -d '2000-01-01 00:00:00' {} +
+
+# --- build ------------------------------------------------------------------------------------
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+ENV CARGO_TERM_COLOR=never
+COPY --from=skeleton /skeleton/ ./
+RUN cargo build --release --locked -p orchestrator
+COPY . .
+# The stubs' build artefacts must look older than the real sources.
+RUN set -eu; \
+    find . -path ./target -prune -o -name '*.rs' -type f -exec touch {} +; \
+    cargo build --release --locked -p orchestrator; \
+    install -D -m 0755 target/release/orchestrator /out/orchestrator
+
+# --- runtime ------------------------------------------------------------------------------------
+# Runs as root on purpose: it drives the Docker engine through the mounted socket.
+FROM debian:bookworm-slim
+RUN set -eux; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates curl; \
+    rm -rf /var/lib/apt/lists/*
+COPY --from=build /out/orchestrator /usr/local/bin/orchestrator
+EXPOSE 8088 50051
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+    CMD curl -fsS http://127.0.0.1:8088/health/ready >/dev/null || exit 1
+ENTRYPOINT ["orchestrator"]
+CMD ["serve", "--http", "0.0.0.0:8088", "--grpc", "0.0.0.0:50051"]
