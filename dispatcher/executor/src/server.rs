@@ -8,13 +8,15 @@
 //! under a mutex, so lines never interleave; they may leave in any order.
 //!
 //! Shutdown is designed once: when stdin reaches EOF (the dispatcher closed the stream), every
-//! running command's process group is killed and the process exits 0. As PID 1, its exit takes
-//! down whatever else is left in the container.
+//! running command's process group is killed, requests still in flight get up to
+//! [`SHUTDOWN_GRACE`] to write their answers (killed commands answer with signal 9), and the
+//! process exits 0. As PID 1, its exit takes down whatever else is left in the container.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::{self, BufReader, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
@@ -33,6 +35,8 @@ use crate::{cmd, fs, identity};
 
 /// Most requests handled at once (threads count against the container's pids limit).
 pub const MAX_IN_FLIGHT: usize = 64;
+/// How long, after stdin closed and commands were killed, requests in flight may still answer.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// Everything a handler needs.
 pub struct Context {
@@ -140,26 +144,90 @@ pub fn main() -> i32 {
         }),
     ));
 
-    serve(&context, &output);
+    let in_flight = Arc::new(InFlight::default());
+    serve(&context, &output, &in_flight);
 
     children.kill_all();
-    crate::log_event!("stdin closed; killed running commands, exiting");
+    let unanswered = in_flight.wait_idle(SHUTDOWN_GRACE);
+    crate::log_event!(
+        "stdin closed; killed running commands; {unanswered} requests unanswered; exiting"
+    );
     0
 }
 
+/// Requests being handled, by id, with their op names; at most [`MAX_IN_FLIGHT`].
+///
+/// Lock order: this set, then the children registry. `cancel` checks here that a `cmd.run` is
+/// in flight before marking it cancelled ahead of its spawn, and `finish` forgets such a mark
+/// under the same lock, so a mark can never outlive its request and hit a later one.
+#[derive(Default)]
+struct InFlight {
+    ids: Mutex<HashMap<u64, &'static str>>,
+    idle: Condvar,
+}
+
+impl InFlight {
+    fn begin(&self, id: u64, op: &'static str) -> Result<(), OpError> {
+        let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        if ids.contains_key(&id) {
+            return Err(OpError::invalid(format!(
+                "request id {id} is already in flight"
+            )));
+        }
+        if ids.len() >= MAX_IN_FLIGHT {
+            return Err(OpError::new(
+                ErrorKind::Busy,
+                format!("{MAX_IN_FLIGHT} requests are already in flight; retry later"),
+            ));
+        }
+        ids.insert(id, op);
+        Ok(())
+    }
+
+    fn finish(&self, id: u64, children: &Children) {
+        let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        ids.remove(&id);
+        children.forget_request(id);
+        self.idle.notify_all();
+    }
+
+    /// Waits until no request is in flight or `limit` passed; returns how many are left.
+    fn wait_idle(&self, limit: Duration) -> usize {
+        let deadline = Instant::now() + limit;
+        let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        while !ids.is_empty() {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            ids = self
+                .idle
+                .wait_timeout(ids, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        ids.len()
+    }
+
+    fn cancel(&self, target: u64, children: &Children) -> bool {
+        let ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        let run_in_flight = ids.get(&target) == Some(&"cmd.run");
+        children.cancel(target, run_in_flight)
+    }
+}
+
 /// Reads and dispatches requests until stdin ends.
-fn serve(context: &Arc<Context>, output: &Arc<Output>) {
+fn serve(context: &Arc<Context>, output: &Arc<Output>, in_flight: &Arc<InFlight>) {
     // JSON escaping can turn one content byte into six (`\u0001`).
     let max_frame = usize::try_from(context.config.max_file_bytes)
         .unwrap_or(usize::MAX / 8)
         .saturating_mul(6)
         .saturating_add(1 << 20);
-    let in_flight: Arc<Mutex<HashSet<u64>>> = Arc::default();
     let mut reader = BufReader::with_capacity(256 * 1024, io::stdin().lock());
     let mut line = Vec::new();
     loop {
         match read_frame(&mut reader, max_frame, &mut line) {
-            Ok(Frame::Line) => handle_line(context, output, &in_flight, &line),
+            Ok(Frame::Line) => handle_line(context, output, in_flight, &line),
             Ok(Frame::TooLong) => output.error(
                 UNATTRIBUTED_ID,
                 OpError::invalid(format!(
@@ -183,7 +251,7 @@ struct IdOnly {
 fn handle_line(
     context: &Arc<Context>,
     output: &Arc<Output>,
-    in_flight: &Arc<Mutex<HashSet<u64>>>,
+    in_flight: &Arc<InFlight>,
     line: &[u8],
 ) {
     if line.iter().all(u8::is_ascii_whitespace) {
@@ -202,45 +270,29 @@ fn handle_line(
         output.error(id, OpError::invalid("request id must be at least 1"));
         return;
     }
+    // Answered inline, so that they get through however busy the executor is.
     match request.op {
         Op::Ping => return output.send(&Response::ok(id, Reply::Empty(Empty {}))),
         Op::Cancel(params) => {
-            let cancelled = context.children.cancel(params.target);
+            let cancelled = in_flight.cancel(params.target, &context.children);
             return output.send(&Response::ok(id, Reply::Cancel(CancelResult { cancelled })));
         }
         _ => {}
     }
-    {
-        let mut ids = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
-        if ids.len() >= MAX_IN_FLIGHT {
-            drop(ids);
-            return output.error(
-                id,
-                OpError::new(
-                    ErrorKind::Busy,
-                    format!("{MAX_IN_FLIGHT} requests are already in flight; retry later"),
-                ),
-            );
-        }
-        if !ids.insert(id) {
-            drop(ids);
-            return output.error(
-                id,
-                OpError::invalid(format!("request id {id} is already in flight")),
-            );
-        }
+    let op = request.op;
+    let name = op.name();
+    if let Err(e) = in_flight.begin(id, name) {
+        return output.error(id, e);
     }
-    let (context, output_for_thread, ids) = (
+    let (thread_context, thread_output, thread_in_flight) = (
         Arc::clone(context),
         Arc::clone(output),
         Arc::clone(in_flight),
     );
-    let op = request.op;
     let spawned = std::thread::Builder::new()
         .name(format!("req-{id}"))
         .spawn(move || {
-            let name = op.name();
-            let result = catch_unwind(AssertUnwindSafe(|| dispatch(&context, id, op)))
+            let result = catch_unwind(AssertUnwindSafe(|| dispatch(&thread_context, id, op)))
                 .unwrap_or_else(|_| {
                     crate::log_event!("handler for {name} id={id} panicked");
                     Err(OpError::new(
@@ -248,19 +300,15 @@ fn handle_line(
                         format!("{name} failed unexpectedly"),
                     ))
                 });
-            ids.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&id);
+            // Before answering, so that the caller may reuse the id as soon as it has the answer.
+            thread_in_flight.finish(id, &thread_context.children);
             match result {
-                Ok(reply) => output_for_thread.send(&Response::ok(id, reply)),
-                Err(e) => output_for_thread.error(id, e),
+                Ok(reply) => thread_output.send(&Response::ok(id, reply)),
+                Err(e) => thread_output.error(id, e),
             }
         });
     if let Err(e) = spawned {
-        in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&id);
+        in_flight.finish(id, &context.children);
         output.error(
             id,
             OpError::new(
@@ -285,8 +333,7 @@ fn dispatch(context: &Context, id: u64, op: Op) -> Result<Reply, OpError> {
         Op::FsGrep(p) => Reply::Grep(fs::grep::run(c, p)?),
         Op::FsGlob(p) => Reply::Glob(fs::glob::run(c, p)?),
         Op::CmdRun(p) => Reply::Run(cmd::run::run(c, id, p)?),
-        Op::Cancel(p) => Reply::Cancel(CancelResult {
-            cancelled: c.children.cancel(p.target),
-        }),
+        // Answered inline by `handle_line`; never reaches a handler thread.
+        Op::Cancel(_) => Reply::Cancel(CancelResult { cancelled: false }),
     })
 }

@@ -953,14 +953,35 @@ fn requests_run_concurrently_and_can_be_cancelled() {
         s.ok(json!({"op":"cancel","target":target})),
         json!({"cancelled": false})
     );
+
+    // A cancel that arrives right behind its cmd.run (maybe before the spawn) still stops it.
+    for _ in 0..10 {
+        let target = s.send(Sandbox::run_request(&["sleep", "100"]));
+        assert_eq!(
+            s.ok(json!({"op":"cancel","target":target})),
+            json!({"cancelled": true})
+        );
+        let r = s.wait(target);
+        assert_eq!(r["ok"]["cancelled"], json!(true), "{r}");
+    }
+    // Cancelling something that is not a running command is a no.
+    let ping_id = s.send(json!({"op":"ping"}));
+    s.wait(ping_id);
+    assert_eq!(
+        s.ok(json!({"op":"cancel","target":ping_id})),
+        json!({"cancelled": false})
+    );
 }
 
 #[test]
 fn closing_stdin_stops_everything() {
     let mut s = Sandbox::start();
-    s.send(Sandbox::run_request(&["sleep", "100"]));
+    let sleeping = s.send(Sandbox::run_request(&["sleep", "100"]));
     std::thread::sleep(Duration::from_millis(300));
     s.close_stdin();
+    // The command in flight is killed, and still answered before the executor exits.
+    let r = s.wait(sleeping);
+    assert_eq!(r["ok"]["signal"], json!(9), "{r}");
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
         if let Some(status) = s.docker_run.try_wait().expect("docker run") {

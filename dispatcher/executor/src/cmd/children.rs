@@ -16,7 +16,7 @@
 //! group are sent under the lock and only while its leader is unreaped, so a recycled pid is never
 //! signalled.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,6 +78,8 @@ impl Slot {
 struct Registry {
     by_pid: HashMap<i32, Arc<Slot>>,
     by_request: HashMap<u64, Arc<Slot>>,
+    /// `cmd.run` requests cancelled before their child was spawned.
+    cancelled_early: HashSet<u64>,
     shutting_down: bool,
 }
 
@@ -104,11 +106,19 @@ impl Children {
     }
 
     /// Spawns `command` for request `request` and registers it before the reaper can see it.
-    pub fn spawn(&self, request: u64, command: &mut Command) -> io::Result<(Child, Arc<Slot>)> {
+    /// Returns `None`, spawning nothing, when the request was cancelled before this point.
+    pub fn spawn(
+        &self,
+        request: u64,
+        command: &mut Command,
+    ) -> io::Result<Option<(Child, Arc<Slot>)>> {
         let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         let mut registry = self.lock();
         if registry.shutting_down {
             return Err(io::Error::other("the executor is shutting down"));
+        }
+        if registry.cancelled_early.remove(&request) {
+            return Ok(None);
         }
         let child = command.spawn()?;
         let pid = i32::try_from(child.id())
@@ -126,7 +136,7 @@ impl Children {
         registry.by_request.insert(request, Arc::clone(&slot));
         drop(registry);
         self.spawned.notify_all();
-        Ok((child, slot))
+        Ok(Some((child, slot)))
     }
 
     /// Sends `signal` to the command's process group if its leader has not been reaped.
@@ -149,17 +159,29 @@ impl Children {
         }
     }
 
-    /// Asks the command started by request `request` to stop; `false` if none is running.
-    pub fn cancel(&self, request: u64) -> bool {
-        let registry = self.lock();
+    /// Asks the command of request `request` to stop; `false` if none is running. With
+    /// `not_yet_spawned` (the caller knows the `cmd.run` is in flight), a request whose child does
+    /// not exist yet is marked so that it never starts.
+    pub fn cancel(&self, request: u64, not_yet_spawned: bool) -> bool {
+        let mut registry = self.lock();
         match registry.by_request.get(&request) {
             Some(slot) if slot.exit_status().is_none() => {
                 slot.cancel.store(true, Ordering::SeqCst);
                 slot.notify();
                 true
             }
-            _ => false,
+            Some(_) => false,
+            None if not_yet_spawned => {
+                registry.cancelled_early.insert(request);
+                true
+            }
+            None => false,
         }
+    }
+
+    /// Drops an early cancellation that was never consumed (the request ended before spawning).
+    pub fn forget_request(&self, request: u64) {
+        self.lock().cancelled_early.remove(&request);
     }
 
     /// Kills every running command's process group and refuses new spawns.

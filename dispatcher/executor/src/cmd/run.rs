@@ -32,7 +32,7 @@ use crate::cmd::children::Slot;
 use crate::cmd::program;
 use crate::encoding;
 use crate::error::{OpError, OpResult};
-use crate::protocol::{ErrorKind, RunParams, RunResult, Truncation};
+use crate::protocol::{Encoding, ErrorKind, RunParams, RunResult, Truncation};
 use crate::roots::Access;
 use crate::server::Context;
 
@@ -98,7 +98,7 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
     }
 
     let started = Instant::now();
-    let (mut child, slot) = ctx.children.spawn(request, &mut command).map_err(|e| {
+    let spawned = ctx.children.spawn(request, &mut command).map_err(|e| {
         let kind = match e.kind() {
             io::ErrorKind::NotFound => ErrorKind::CommandNotFound,
             _ => ErrorKind::SpawnFailed,
@@ -112,6 +112,9 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         )
     })?;
     drop(cwd);
+    let Some((mut child, slot)) = spawned else {
+        return Ok(cancelled_before_start(started));
+    };
     let stdout = child.stdout.take().map(OwnedFd::from);
     let stderr = child.stderr.take().map(OwnedFd::from);
     drop(child);
@@ -159,6 +162,23 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         timed_out: outcome.timed_out,
         cancelled: outcome.cancelled,
     })
+}
+
+fn cancelled_before_start(started: Instant) -> RunResult {
+    RunResult {
+        exit_code: None,
+        signal: None,
+        stdout: String::new(),
+        stdout_encoding: Encoding::Utf8,
+        stderr: String::new(),
+        stderr_encoding: Encoding::Utf8,
+        stdout_bytes: 0,
+        stderr_bytes: 0,
+        truncated: Truncation::default(),
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        timed_out: false,
+        cancelled: true,
+    }
 }
 
 struct Limits {
