@@ -15,6 +15,8 @@
 //! every file operation runs with the sandbox user's fsuid/fsgid; no command runs as root or
 //! through a shell; one thread (the reaper) waits for children.
 
+#![warn(missing_docs)]
+
 pub mod protocol;
 
 #[cfg(feature = "executor")]
