@@ -79,6 +79,12 @@ if [ -x runtime-images/build.sh ]; then
   runtime-images/build.sh --only busybox
 fi
 
+# An independent OpenAPI 3 validator checks /openapi.json in the suite.
+if ! python3 -c 'import openapi_spec_validator' 2>/dev/null; then
+  say "installing openapi-spec-validator from PyPI"
+  python3 -m pip install -q openapi-spec-validator >&2 || die "cannot install openapi-spec-validator (pip)"
+fi
+
 say "running the test suite"
 export RUST_LOG=${RUST_LOG:-warn}
 cargo test --workspace --locked "$@" 2>&1

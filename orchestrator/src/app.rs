@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::api;
+use crate::auth::{self, AuthError, Bootstrap};
 use crate::config::NodeConfig;
 use crate::state::AppState;
 use crate::store::{self, StoreError};
@@ -39,6 +40,12 @@ pub enum AppError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The admin key could not be set up.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// The embedded tool catalog is broken (a packaging bug).
+    #[error(transparent)]
+    Catalog(#[from] crate::tools::CatalogError),
     /// A server failed while running.
     #[error("{what} server failed: {message}")]
     Serve {
@@ -59,8 +66,30 @@ pub struct Application {
 impl Application {
     /// Connects, migrates and binds; nothing is served yet.
     pub async fn build(config: NodeConfig) -> Result<Self, AppError> {
+        Self::build_from(config, None).await
+    }
+
+    /// Like `build`, remembering the config file for `aegis.system.config`.
+    pub async fn build_from(
+        config: NodeConfig,
+        config_path: Option<std::path::PathBuf>,
+    ) -> Result<Self, AppError> {
+        crate::tools::catalog()?;
         let pool = store::connect(&config.database).await?;
         store::migrate(&pool).await?;
+        match auth::bootstrap(&pool, config.auth.admin_key.as_deref()).await? {
+            Bootstrap::Generated(key) => {
+                tracing::warn!("no admin API key existed: generated one (printed once on stderr)");
+                eprintln!(
+                    "\n  First admin API key (shown only now; store it safely):\n\n    {key}\n\n  \
+                     Use it as `Authorization: Bearer {key}`.\n"
+                );
+            }
+            Bootstrap::Configured => {
+                tracing::info!("admin API key from configuration is registered")
+            }
+            Bootstrap::Existing => {}
+        }
 
         let engine = DockerEngine::connect(config.docker.host.as_deref())?;
         match engine.version().await {
@@ -89,6 +118,7 @@ impl Application {
             config: Arc::new(config),
             instance_id,
             started_at: Utc::now(),
+            config_path: config_path.map(Arc::new),
         };
         Ok(Self { state, http, grpc })
     }

@@ -6,8 +6,8 @@
 //! merged in and the result is checked once more (so an override is blamed on its variable).
 //!
 //! Overrides: `ORCHESTRATOR__<SECTION>__<KEY>=value` for any key (double underscores separate
-//! levels, the value is read as a YAML scalar), plus the conventional `DATABASE_URL` and
-//! `DOCKER_HOST`.
+//! levels, the value is read as a YAML scalar), plus the conventional `DATABASE_URL`,
+//! `DOCKER_HOST` and `ORCHESTRATOR_ADMIN_KEY`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -29,6 +29,17 @@ pub struct NodeConfig {
     pub docker: DockerConfig,
     /// Logging.
     pub log: LogConfig,
+    /// Operator authentication.
+    pub auth: AuthConfig,
+}
+
+/// Operator authentication settings.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// The first admin key (`aok_...`); usually given as `ORCHESTRATOR_ADMIN_KEY`. When absent and
+    /// no admin key exists, one is generated and printed once at first start.
+    pub admin_key: Option<String>,
 }
 
 /// Where the service listens.
@@ -245,6 +256,7 @@ fn override_key(var: &str) -> Option<Vec<String>> {
     match var {
         "DATABASE_URL" => return Some(vec!["database".into(), "url".into()]),
         "DOCKER_HOST" => return Some(vec!["docker".into(), "host".into()]),
+        "ORCHESTRATOR_ADMIN_KEY" => return Some(vec!["auth".into(), "admin_key".into()]),
         _ => {}
     }
     let rest = var.strip_prefix(ENV_PREFIX)?;
@@ -383,6 +395,16 @@ pub fn check_database_url(raw: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A copy of the configuration with every secret replaced, for display.
+pub fn redacted(config: &NodeConfig) -> NodeConfig {
+    let mut shown = config.clone();
+    shown.database.url = redact_url(&shown.database.url);
+    if shown.auth.admin_key.is_some() {
+        shown.auth.admin_key = Some("***".to_owned());
+    }
+    shown
 }
 
 /// Renders a URL with its password replaced, for logs.

@@ -4,9 +4,20 @@
 
 pub mod api;
 pub mod app;
+pub mod audit;
+pub mod auth;
+pub mod caller;
 pub mod config;
 pub mod health;
+pub mod manifest;
+pub mod policy;
+pub mod registry;
+pub mod runtimes;
 pub mod shutdown;
 pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod tools;
+
+/// The only tenant until multi-tenancy arrives; every tenant-scoped row carries it.
+pub const DEFAULT_TENANT: &str = "default";

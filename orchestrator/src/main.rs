@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use orchestrator::app::Application;
-use orchestrator::config::{self, redact_url, LoadedConfig};
+use orchestrator::config::{self, LoadedConfig};
 use orchestrator::{shutdown, store, telemetry};
 use tokio_util::sync::CancellationToken;
 
@@ -85,7 +85,7 @@ async fn run(command: Command, mut loaded: LoadedConfig) -> anyhow::Result<()> {
             let token = CancellationToken::new();
             shutdown::on_signal(token.clone());
             let app = tokio::select! {
-                app = Application::build(loaded.config) => app?,
+                app = Application::build_from(loaded.config, loaded.path) => app?,
                 _ = token.cancelled() => {
                     tracing::info!("shutdown requested during start-up");
                     return Ok(());
@@ -94,8 +94,7 @@ async fn run(command: Command, mut loaded: LoadedConfig) -> anyhow::Result<()> {
             app.run(token).await?;
         }
         Command::CheckConfig => {
-            let mut shown = loaded.config.clone();
-            shown.database.url = redact_url(&shown.database.url);
+            let shown = config::redacted(&loaded.config);
             print!("{}", serde_yaml::to_string(&shown)?);
         }
         Command::Migrate => {

@@ -20,4 +20,6 @@ pub struct AppState {
     pub instance_id: Uuid,
     /// When this instance started.
     pub started_at: DateTime<Utc>,
+    /// The config file this instance was started with, if any.
+    pub config_path: Option<std::sync::Arc<std::path::PathBuf>>,
 }

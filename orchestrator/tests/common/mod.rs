@@ -103,8 +103,13 @@ pub fn test_config(db_url: &str) -> NodeConfig {
     c.server.shutdown_grace_secs = 5;
     c.database.url = db_url.to_owned();
     c.database.connect_timeout_secs = 20;
+    c.auth.admin_key = Some(TEST_ADMIN_KEY.to_owned());
     c
 }
+
+/// The admin key every test instance is configured with.
+pub const TEST_ADMIN_KEY: &str =
+    "aok_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 /// A running orchestrator and the clients to talk to it.
 pub struct TestApp {
@@ -163,6 +168,52 @@ impl TestApp {
             .send()
             .await
             .expect("request sent")
+    }
+
+    /// A request builder with the admin key attached.
+    pub fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.with_key(method, path, TEST_ADMIN_KEY)
+    }
+
+    /// A request builder with the given key attached.
+    pub fn with_key(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: &str,
+    ) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{}", self.http_base, path))
+            .bearer_auth(key)
+    }
+
+    /// `POST /v1/tools/call` as admin; returns (status, body).
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let r = self
+            .admin(reqwest::Method::POST, "/v1/tools/call")
+            .json(&serde_json::json!({"name": name, "arguments": arguments}))
+            .send()
+            .await
+            .expect("request sent");
+        let status = r.status().as_u16();
+        (status, r.json().await.expect("json body"))
+    }
+
+    /// Creates an API key with `role` as admin and returns its secret.
+    pub async fn create_key(&self, name: &str, role: &str) -> String {
+        let r = self
+            .admin(reqwest::Method::POST, "/v1/api-keys")
+            .json(&serde_json::json!({"name": name, "role": role}))
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(r.status(), 201);
+        let body: serde_json::Value = r.json().await.expect("json");
+        body["key"].as_str().expect("key in body").to_owned()
     }
 
     /// A gRPC channel to this instance.

@@ -1,16 +1,66 @@
-//! The REST surface (axum): health today; the operator API and SEAL over HTTP join it here.
+//! The REST surface (axum): health, the operator API under `/v1/`, and the OpenAPI document.
+//!
+//! Handlers are adapters: they parse, authorise the role, call the core (router, registry, audit),
+//! and map errors once (`error.rs`). Every `/v1/` route needs an API key; health and the OpenAPI
+//! document do not.
 
+mod api_keys;
+mod audit;
+mod auth;
+mod definitions;
+mod error;
 mod health;
+mod openapi;
+mod schemas;
+mod tools;
 
-use axum::Router;
+use axum::routing::{delete, get, post};
+use axum::{middleware, Router};
 use tower_http::trace::TraceLayer;
+
+pub use error::{ApiError, ErrorBody};
 
 use crate::state::AppState;
 
 /// Builds the whole HTTP router.
 pub fn router(state: AppState) -> Router {
+    let operator = Router::new()
+        .route(
+            "/v1/agents",
+            post(definitions::create_agent).get(definitions::list_agents),
+        )
+        .route(
+            "/v1/agents/{id}",
+            get(definitions::get_agent).delete(definitions::delete_agent),
+        )
+        .route("/v1/agents/{id}/versions", get(definitions::agent_versions))
+        .route(
+            "/v1/workflows",
+            post(definitions::create_workflow).get(definitions::list_workflows),
+        )
+        .route(
+            "/v1/workflows/{id}",
+            get(definitions::get_workflow).delete(definitions::delete_workflow),
+        )
+        .route(
+            "/v1/workflows/{id}/versions",
+            get(definitions::workflow_versions),
+        )
+        .route("/v1/schemas/{*key}", get(schemas::get))
+        .route("/v1/tools", get(tools::list))
+        .route("/v1/tools/call", post(tools::call))
+        .route("/v1/audit", get(audit::list))
+        .route("/v1/audit/verify", get(audit::verify))
+        .route("/v1/api-keys", post(api_keys::create).get(api_keys::list))
+        .route("/v1/api-keys/{id}", delete(api_keys::revoke))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ));
     Router::new()
         .merge(health::routes())
+        .route("/openapi.json", get(openapi::document))
+        .merge(operator)
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -1,0 +1,124 @@
+//! `/v1/api-keys`: create (secret shown once), list, revoke. Admin only; every change audited.
+
+use std::time::Instant;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::auth::{require, Need};
+use super::error::{ApiError, ErrorBody};
+use crate::audit::{self, Entry, EntryKind};
+use crate::auth::{self, ApiKeyInfo, CreatedKey};
+use crate::caller::{Caller, Role};
+use crate::state::AppState;
+
+/// Body of `POST /v1/api-keys`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKey {
+    /// A name to recognise the key by.
+    pub name: String,
+    /// `admin`, `operator` or `readonly`.
+    pub role: Role,
+    /// Optional expiry (RFC 3339).
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+async fn record(
+    state: &AppState,
+    caller: &Caller,
+    action: &str,
+    args: serde_json::Value,
+    started: Instant,
+) -> Result<(), ApiError> {
+    audit::record(
+        &state.pool,
+        caller,
+        Entry {
+            kind: EntryKind::Admin,
+            action: action.to_owned(),
+            allowed: true,
+            reason_code: None,
+            reason: None,
+            args_digest: audit::digest(&args),
+            outcome: "ok",
+            result_digest: None,
+            duration_ms: started.elapsed().as_millis() as i64,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Creates a key; the response holds the secret, which is never shown again.
+#[utoipa::path(post, path = "/v1/api-keys", operation_id = "create_api_key", tag = "api-keys", request_body = CreateKey,
+    responses((status = 201, description = "Created", body = CreatedKey), (status = 403, description = "Not an admin", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(req): Json<CreateKey>,
+) -> Result<(StatusCode, Json<CreatedKey>), ApiError> {
+    require(&caller, Need::Admin)?;
+    let started = Instant::now();
+    if req.name.trim().is_empty() || req.name.len() > 100 {
+        return Err(ApiError::bad_request("`name` must be 1 to 100 characters"));
+    }
+    if req.expires_at.is_some_and(|t| t <= Utc::now()) {
+        return Err(ApiError::bad_request("`expires_at` is in the past"));
+    }
+    let created = auth::create(&state.pool, &req.name, req.role, req.expires_at).await?;
+    record(
+        &state,
+        &caller,
+        "api_key.create",
+        json!({"name": req.name, "role": req.role, "id": created.info.id}),
+        started,
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(created)))
+}
+
+/// Every key (never the secrets).
+#[utoipa::path(get, path = "/v1/api-keys", operation_id = "list_api_keys", tag = "api-keys",
+    responses((status = 200, description = "Keys", body = Vec<ApiKeyInfo>)), security(("api_key" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Vec<ApiKeyInfo>>, ApiError> {
+    require(&caller, Need::Admin)?;
+    Ok(Json(auth::list(&state.pool).await?))
+}
+
+/// Revokes a key by id or name; later requests with it get 401.
+#[utoipa::path(delete, path = "/v1/api-keys/{id}", operation_id = "revoke_api_key", tag = "api-keys", params(("id" = String, Path, description = "Key id or name")),
+    responses((status = 200, description = "Revoked", body = ApiKeyInfo), (status = 404, description = "No such active key", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn revoke(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<ApiKeyInfo>, ApiError> {
+    require(&caller, Need::Admin)?;
+    let started = Instant::now();
+    let revoked = auth::revoke(&state.pool, &id).await?.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no active API key `{id}`"),
+        )
+    })?;
+    record(
+        &state,
+        &caller,
+        "api_key.revoke",
+        json!({"id": revoked.id}),
+        started,
+    )
+    .await?;
+    Ok(Json(revoked))
+}

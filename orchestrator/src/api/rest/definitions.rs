@@ -1,0 +1,244 @@
+//! `/v1/agents` and `/v1/workflows`: deploy, list, read, version history, delete.
+//!
+//! Deploys and deletes go through the tool router (`aegis.agent.create`, `aegis.workflow.delete`,
+//! ...) so they are validated, authorised and audited exactly like the same tools called by a
+//! SEAL client or an agent. Reads come straight from the registry.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::{require, Need};
+use super::error::{ApiError, ErrorBody};
+use crate::caller::Caller;
+use crate::manifest::ManifestKind;
+use crate::registry::{self, Definition, VersionInfo};
+use crate::state::AppState;
+use crate::tools;
+
+/// `?force=` on deploys.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct DeployQuery {
+    /// Overwrite an already deployed version.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// `?version=` on reads.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct VersionQuery {
+    /// A specific version instead of the latest.
+    pub version: Option<String>,
+}
+
+async fn call(
+    state: &AppState,
+    caller: &Caller,
+    tool: &str,
+    args: Value,
+) -> Result<Value, ApiError> {
+    let outcome = tools::invoke(state, caller, tool, args).await?;
+    outcome.result.map_err(ApiError::from)
+}
+
+async fn deploy(
+    state: AppState,
+    caller: Caller,
+    kind: ManifestKind,
+    force: bool,
+    body: String,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    require(&caller, Need::Write)?;
+    if body.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "the request body is empty; send the manifest as YAML or JSON",
+        ));
+    }
+    let tool = match kind {
+        ManifestKind::Agent => "aegis.agent.create",
+        ManifestKind::Workflow => "aegis.workflow.create",
+    };
+    let out = call(
+        &state,
+        &caller,
+        tool,
+        json!({"manifest_yaml": body, "force": force}),
+    )
+    .await?;
+    let status = if out["replaced"] == true {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(out)))
+}
+
+/// Deploys an agent manifest (YAML or JSON body).
+#[utoipa::path(post, path = "/v1/agents", tag = "agents", params(DeployQuery),
+    request_body(content = String, description = "Agent manifest, YAML or JSON", content_type = "application/yaml"),
+    responses((status = 201, description = "Deployed", body = Value), (status = 200, description = "Version overwritten with force", body = Value),
+              (status = 409, description = "Version already deployed", body = ErrorBody), (status = 422, description = "Invalid manifest", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn create_agent(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<DeployQuery>,
+    body: String,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    deploy(state, caller, ManifestKind::Agent, q.force, body).await
+}
+
+/// Deploys a workflow manifest (YAML or JSON body).
+#[utoipa::path(post, path = "/v1/workflows", tag = "workflows", params(DeployQuery),
+    request_body(content = String, description = "Workflow manifest, YAML or JSON", content_type = "application/yaml"),
+    responses((status = 201, description = "Deployed", body = Value), (status = 200, description = "Version overwritten with force", body = Value),
+              (status = 409, description = "Version already deployed", body = ErrorBody), (status = 422, description = "Invalid manifest", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn create_workflow(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<DeployQuery>,
+    body: String,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    deploy(state, caller, ManifestKind::Workflow, q.force, body).await
+}
+
+/// Lists agents with their latest version.
+#[utoipa::path(get, path = "/v1/agents", tag = "agents",
+    responses((status = 200, description = "Agents", body = Vec<Definition>)), security(("api_key" = [])))]
+pub async fn list_agents(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Vec<Definition>>, ApiError> {
+    Ok(Json(
+        registry::list(&state.pool, &caller.tenant, ManifestKind::Agent).await?,
+    ))
+}
+
+/// Lists workflows with their latest version.
+#[utoipa::path(get, path = "/v1/workflows", tag = "workflows",
+    responses((status = 200, description = "Workflows", body = Vec<Definition>)), security(("api_key" = [])))]
+pub async fn list_workflows(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Vec<Definition>>, ApiError> {
+    Ok(Json(
+        registry::list(&state.pool, &caller.tenant, ManifestKind::Workflow).await?,
+    ))
+}
+
+/// One agent by id or name (latest version unless `?version=`).
+#[utoipa::path(get, path = "/v1/agents/{id}", tag = "agents", params(("id" = String, Path, description = "Agent id or name"), VersionQuery),
+    responses((status = 200, description = "Agent", body = Definition), (status = 404, description = "Not found", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn get_agent(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(q): Query<VersionQuery>,
+) -> Result<Json<Definition>, ApiError> {
+    Ok(Json(
+        registry::get(
+            &state.pool,
+            &caller.tenant,
+            ManifestKind::Agent,
+            &id,
+            q.version.as_deref(),
+        )
+        .await?,
+    ))
+}
+
+/// One workflow by id or name (latest version unless `?version=`).
+#[utoipa::path(get, path = "/v1/workflows/{id}", tag = "workflows", params(("id" = String, Path, description = "Workflow id or name"), VersionQuery),
+    responses((status = 200, description = "Workflow", body = Definition), (status = 404, description = "Not found", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn get_workflow(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(q): Query<VersionQuery>,
+) -> Result<Json<Definition>, ApiError> {
+    Ok(Json(
+        registry::get(
+            &state.pool,
+            &caller.tenant,
+            ManifestKind::Workflow,
+            &id,
+            q.version.as_deref(),
+        )
+        .await?,
+    ))
+}
+
+/// Every version of an agent, latest first.
+#[utoipa::path(get, path = "/v1/agents/{id}/versions", tag = "agents", params(("id" = String, Path, description = "Agent id or name")),
+    responses((status = 200, description = "Versions", body = Vec<VersionInfo>), (status = 404, description = "Not found", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn agent_versions(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<VersionInfo>>, ApiError> {
+    Ok(Json(
+        registry::versions(&state.pool, &caller.tenant, ManifestKind::Agent, &id).await?,
+    ))
+}
+
+/// Every version of a workflow, latest first.
+#[utoipa::path(get, path = "/v1/workflows/{id}/versions", tag = "workflows", params(("id" = String, Path, description = "Workflow id or name")),
+    responses((status = 200, description = "Versions", body = Vec<VersionInfo>), (status = 404, description = "Not found", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn workflow_versions(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<VersionInfo>>, ApiError> {
+    Ok(Json(
+        registry::versions(&state.pool, &caller.tenant, ManifestKind::Workflow, &id).await?,
+    ))
+}
+
+/// Deletes an agent (all versions); running executions keep their copy.
+#[utoipa::path(delete, path = "/v1/agents/{id}", tag = "agents", params(("id" = String, Path, description = "Agent id or name")),
+    responses((status = 200, description = "Deleted", body = Value), (status = 404, description = "Not found", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn delete_agent(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    Ok(Json(
+        call(
+            &state,
+            &caller,
+            "aegis.agent.delete",
+            json!({"agent_id": id}),
+        )
+        .await?,
+    ))
+}
+
+/// Deletes a workflow (all versions); running executions keep their copy.
+#[utoipa::path(delete, path = "/v1/workflows/{id}", tag = "workflows", params(("id" = String, Path, description = "Workflow id or name")),
+    responses((status = 200, description = "Deleted", body = Value), (status = 404, description = "Not found", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn delete_workflow(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    Ok(Json(
+        call(
+            &state,
+            &caller,
+            "aegis.workflow.delete",
+            json!({"name": id}),
+        )
+        .await?,
+    ))
+}

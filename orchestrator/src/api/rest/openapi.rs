@@ -1,0 +1,45 @@
+//! `GET /openapi.json`: the OpenAPI 3 document, generated from the handlers' annotations.
+
+use axum::Json;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::{api_keys, audit, definitions, error, schemas, tools};
+
+struct BearerKey;
+
+impl Modify for BearerKey {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("Operator API key (`aok_...`)"))
+                    .build(),
+            ),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Orchestrator operator API", description = "Agents, workflows, tools, audit and API keys."),
+    paths(
+        definitions::create_agent, definitions::list_agents, definitions::get_agent,
+        definitions::agent_versions, definitions::delete_agent,
+        definitions::create_workflow, definitions::list_workflows, definitions::get_workflow,
+        definitions::workflow_versions, definitions::delete_workflow,
+        schemas::get, tools::list, tools::call, audit::list, audit::verify,
+        api_keys::create, api_keys::list, api_keys::revoke,
+    ),
+    components(schemas(error::ErrorBody)),
+    modifiers(&BearerKey)
+)]
+struct ApiDoc;
+
+/// The OpenAPI document.
+pub async fn document() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

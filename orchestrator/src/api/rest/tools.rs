@@ -1,0 +1,62 @@
+//! `/v1/tools` (the catalog this caller may use) and `/v1/tools/call` (any tool, via the router).
+
+use axum::extract::State;
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::auth::{require, Need};
+use super::error::{ApiError, ErrorBody};
+use crate::caller::Caller;
+use crate::policy;
+use crate::state::AppState;
+use crate::tools::{self, ToolInfo};
+
+/// Body of `POST /v1/tools/call`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallRequest {
+    /// Tool name, e.g. `aegis.agent.list`.
+    pub name: String,
+    /// Arguments object (validated against the tool's schema).
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+/// The tools this caller may call, with their argument schemas.
+#[utoipa::path(get, path = "/v1/tools", operation_id = "list_tools", tag = "tools",
+    responses((status = 200, description = "Catalog", body = Vec<ToolInfo>)), security(("api_key" = [])))]
+pub async fn list(Extension(caller): Extension<Caller>) -> Result<Json<Vec<ToolInfo>>, ApiError> {
+    let catalog = tools::catalog().map_err(ApiError::internal)?;
+    Ok(Json(
+        catalog
+            .iter()
+            .filter(|t| policy::may_see(&caller, t))
+            .map(|t| t.info())
+            .collect(),
+    ))
+}
+
+/// Calls a tool through the router; answers the MCP result shape.
+///
+/// A tool that ran answers 200 even when it failed (`isError: true`), as MCP does; refusals before
+/// the tool runs are HTTP errors: 404 unknown tool, 422 invalid arguments, 403 denied.
+#[utoipa::path(post, path = "/v1/tools/call", operation_id = "call_tool", tag = "tools", request_body = CallRequest,
+    responses((status = 200, description = "MCP result: content, structuredContent, isError", body = Value),
+              (status = 404, description = "Unknown tool", body = ErrorBody),
+              (status = 422, description = "Invalid arguments", body = ErrorBody),
+              (status = 403, description = "Denied by policy or role", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn call(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(req): Json<CallRequest>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    let outcome = tools::invoke(&state, &caller, &req.name, req.arguments).await?;
+    Ok(Json(outcome.to_mcp()))
+}

@@ -1,0 +1,325 @@
+//! The audit log: one hash-chained row per tool call and per admin change.
+//!
+//! Rows are appended under a transaction-scoped advisory lock so the chain has one order even with
+//! several replicas. Each row's `hash` covers its canonical content and the previous row's hash;
+//! `verify` recomputes the chain and names the first row whose stored hash no longer matches, so
+//! an edit made directly in the database is detected.
+//!
+//! Arguments and results are stored as digests, never raw: secrets passed to tools stay out of the log.
+
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::Serialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::caller::Caller;
+
+/// The hash "before" the first row.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+/// Advisory lock key that serialises appends (arbitrary constant: "audit" in ASCII).
+const APPEND_LOCK: i64 = 0x0061_7564_6974;
+
+/// Whether a row records a tool call or an admin change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A tool invocation through the router.
+    Tool,
+    /// A change through the operator API (keys, deploys outside the router...).
+    Admin,
+}
+
+/// What the caller asked and what happened; the router and admin handlers fill it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Tool call or admin change.
+    pub kind: EntryKind,
+    /// Tool name or admin action (`api_key.create`, ...).
+    pub action: String,
+    /// Allowed or denied.
+    pub allowed: bool,
+    /// Machine-readable reason for a denial (or a failure), e.g. `tier`, `invalid_arguments`.
+    pub reason_code: Option<String>,
+    /// Human-readable reason.
+    pub reason: Option<String>,
+    /// Digest of the arguments.
+    pub args_digest: String,
+    /// `ok`, `error` or `denied`.
+    pub outcome: &'static str,
+    /// Digest of the result, when there was one.
+    pub result_digest: Option<String>,
+    /// Time spent, milliseconds.
+    pub duration_ms: i64,
+}
+
+/// A stored row, as `GET /v1/audit` shows it.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct AuditRow {
+    /// Position in the chain (1-based, gap-free per database).
+    pub seq: i64,
+    /// Row id.
+    pub id: Uuid,
+    /// When it was recorded.
+    pub at: DateTime<Utc>,
+    /// `api_key`, `session`, `execution`, `system`.
+    pub caller_kind: String,
+    /// Key id, session id or execution id.
+    pub caller_id: String,
+    /// `tool` or `admin`.
+    pub kind: String,
+    /// Tool name or admin action.
+    pub action: String,
+    /// `allowed` or `denied`.
+    pub decision: String,
+    /// Reason code of a denial or failure.
+    pub reason_code: Option<String>,
+    /// Human reason.
+    pub reason: Option<String>,
+    /// `sha256:` digest of the canonical arguments.
+    pub args_digest: String,
+    /// `ok`, `error`, `denied`.
+    pub outcome: String,
+    /// `sha256:` digest of the result.
+    pub result_digest: Option<String>,
+    /// Milliseconds.
+    pub duration_ms: i64,
+    /// Hash of the previous row.
+    pub prev_hash: String,
+    /// Hash of this row's content and `prev_hash`.
+    pub hash: String,
+}
+
+/// `sha256:<hex>` of a JSON value in canonical form (sorted keys, no spaces).
+pub fn digest(value: &Value) -> String {
+    format!("sha256:{}", hex_sha256(canonical(value).as_bytes()))
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Serialises with object keys sorted at every level (serde_json's map is sorted by default
+/// unless `preserve_order` is enabled; we sort explicitly so the digest never depends on it).
+pub fn canonical(value: &Value) -> String {
+    fn sort(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                let mut out = serde_json::Map::new();
+                for k in keys {
+                    out.insert(k.clone(), sort(&m[k]));
+                }
+                Value::Object(out)
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
+            other => other.clone(),
+        }
+    }
+    sort(value).to_string()
+}
+
+/// The content a row's hash covers, in a fixed field order.
+fn row_content(row: &AuditRow) -> String {
+    canonical(&json!({
+        "id": row.id,
+        "at": row.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        "caller_kind": row.caller_kind,
+        "caller_id": row.caller_id,
+        "kind": row.kind,
+        "action": row.action,
+        "decision": row.decision,
+        "reason_code": row.reason_code,
+        "reason": row.reason,
+        "args_digest": row.args_digest,
+        "outcome": row.outcome,
+        "result_digest": row.result_digest,
+        "duration_ms": row.duration_ms,
+        "prev_hash": row.prev_hash,
+    }))
+}
+
+fn row_hash(row: &AuditRow) -> String {
+    hex_sha256(row_content(row).as_bytes())
+}
+
+/// Appends one row to the chain.
+pub async fn record(pool: &PgPool, caller: &Caller, entry: Entry) -> Result<Uuid, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(APPEND_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    let prev: Option<String> = sqlx::query_scalar(
+        "SELECT hash FROM audit_log WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(&caller.tenant)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let mut row = AuditRow {
+        seq: 0,
+        id: Uuid::new_v4(),
+        // Postgres keeps microseconds; truncate now so the hashed time equals the stored time.
+        at: Utc::now().trunc_subsecs(6),
+        caller_kind: caller.kind.as_str().to_owned(),
+        caller_id: caller.id.clone(),
+        kind: match entry.kind {
+            EntryKind::Tool => "tool",
+            EntryKind::Admin => "admin",
+        }
+        .to_owned(),
+        action: entry.action,
+        decision: if entry.allowed { "allowed" } else { "denied" }.to_owned(),
+        reason_code: entry.reason_code,
+        reason: entry.reason,
+        args_digest: entry.args_digest,
+        outcome: entry.outcome.to_owned(),
+        result_digest: entry.result_digest,
+        duration_ms: entry.duration_ms,
+        prev_hash: prev.unwrap_or_else(|| GENESIS.to_owned()),
+        hash: String::new(),
+    };
+    row.hash = row_hash(&row);
+    sqlx::query(
+        "INSERT INTO audit_log (id, tenant_id, at, caller_kind, caller_id, kind, action, decision, \
+         reason_code, reason, args_digest, outcome, result_digest, duration_ms, prev_hash, hash) \
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)",
+    )
+    .bind(row.id)
+    .bind(&caller.tenant)
+    .bind(row.at)
+    .bind(&row.caller_kind)
+    .bind(&row.caller_id)
+    .bind(&row.kind)
+    .bind(&row.action)
+    .bind(&row.decision)
+    .bind(&row.reason_code)
+    .bind(&row.reason)
+    .bind(&row.args_digest)
+    .bind(&row.outcome)
+    .bind(&row.result_digest)
+    .bind(row.duration_ms)
+    .bind(&row.prev_hash)
+    .bind(&row.hash)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(row.id)
+}
+
+/// Filters of `GET /v1/audit`.
+#[derive(Debug, Default, Clone, serde::Deserialize, utoipa::IntoParams)]
+pub struct Query {
+    /// Only this tool or admin action.
+    pub tool: Option<String>,
+    /// Only this caller id (key id, session id, execution id).
+    pub caller: Option<String>,
+    /// `allowed` or `denied`.
+    pub decision: Option<String>,
+    /// Rows at or after this time (RFC 3339).
+    pub since: Option<DateTime<Utc>>,
+    /// Rows before this time (RFC 3339).
+    pub until: Option<DateTime<Utc>>,
+    /// Page size (1-500, default 100).
+    pub limit: Option<i64>,
+    /// Rows with `seq` greater than this (the previous page's `next_after`).
+    pub after: Option<i64>,
+}
+
+/// One page of rows, oldest first.
+pub async fn list(pool: &PgPool, tenant: &str, q: &Query) -> Result<Vec<AuditRow>, sqlx::Error> {
+    let limit = q.limit.unwrap_or(100).clamp(1, 500);
+    sqlx::query_as(
+        "SELECT seq, id, at, caller_kind, caller_id, kind, action, decision, reason_code, reason, \
+         args_digest, outcome, result_digest, duration_ms, prev_hash, hash FROM audit_log \
+         WHERE tenant_id = $1 AND ($2::text IS NULL OR action = $2) \
+         AND ($3::text IS NULL OR caller_id = $3) AND ($4::text IS NULL OR decision = $4) \
+         AND ($5::timestamptz IS NULL OR at >= $5) AND ($6::timestamptz IS NULL OR at < $6) \
+         AND seq > $7 ORDER BY seq LIMIT $8",
+    )
+    .bind(tenant)
+    .bind(&q.tool)
+    .bind(&q.caller)
+    .bind(&q.decision)
+    .bind(q.since)
+    .bind(q.until)
+    .bind(q.after.unwrap_or(0))
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// The outcome of recomputing the chain.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Verification {
+    /// True when every row matches.
+    pub valid: bool,
+    /// Rows checked.
+    pub rows_checked: i64,
+    /// The first row that does not match, if any.
+    pub first_broken: Option<BrokenRow>,
+}
+
+/// Where and why the chain breaks.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct BrokenRow {
+    /// The row's sequence number.
+    pub seq: i64,
+    /// The row's id.
+    pub id: Uuid,
+    /// `content_changed` (hash does not match content) or `chain_broken` (prev_hash mismatch).
+    pub problem: String,
+}
+
+/// Recomputes every hash in order, in pages, and stops at the first mismatch.
+pub async fn verify(pool: &PgPool, tenant: &str) -> Result<Verification, sqlx::Error> {
+    let mut prev = GENESIS.to_owned();
+    let mut after = 0i64;
+    let mut checked = 0i64;
+    loop {
+        let page = list(
+            pool,
+            tenant,
+            &Query {
+                after: Some(after),
+                limit: Some(500),
+                ..Query::default()
+            },
+        )
+        .await?;
+        if page.is_empty() {
+            return Ok(Verification {
+                valid: true,
+                rows_checked: checked,
+                first_broken: None,
+            });
+        }
+        for row in page {
+            checked += 1;
+            after = row.seq;
+            let problem = if row.prev_hash != prev {
+                Some("chain_broken")
+            } else if row_hash(&row) != row.hash {
+                Some("content_changed")
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Ok(Verification {
+                    valid: false,
+                    rows_checked: checked,
+                    first_broken: Some(BrokenRow {
+                        seq: row.seq,
+                        id: row.id,
+                        problem: problem.to_owned(),
+                    }),
+                });
+            }
+            prev = row.hash;
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Operator authentication: API keys that are random, shown once, and stored only as hashes.
+//!
+//! A key looks like `aok_<64 hex chars>` (256 random bits). The database keeps its SHA-256 and a
+//! short prefix for listings. The first admin key comes from `ORCHESTRATOR_ADMIN_KEY` / `auth.admin_key`
+//! when set; otherwise, when no admin key exists at all, one is generated and printed once.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::caller::{Caller, Role};
+
+/// Prefix of every key, so leaked keys are recognisable by secret scanners.
+pub const KEY_PREFIX: &str = "aok_";
+
+/// Why a key could not be used or managed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization: Bearer` header.
+    #[error("missing `Authorization: Bearer <api key>` header")]
+    Missing,
+    /// The header is there but the key is unknown, revoked or expired.
+    #[error("invalid API key: {0}")]
+    Invalid(&'static str),
+    /// A configured bootstrap key is malformed.
+    #[error("the admin key from {origin} is unusable: {reason}")]
+    BadBootstrapKey {
+        /// Where it came from.
+        origin: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The random generator failed.
+    #[error("cannot generate a key: {0}")]
+    Random(String),
+    /// Database failure.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// A key as listings show it (never the secret).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct ApiKeyInfo {
+    /// Key id.
+    pub id: Uuid,
+    /// Operator-chosen name.
+    pub name: String,
+    /// `admin`, `operator` or `readonly`.
+    pub role: String,
+    /// First characters of the key.
+    pub key_prefix: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Expiry, if any.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Revocation time, if revoked.
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// Last successful use.
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// A freshly created key: the only time the secret is visible.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct CreatedKey {
+    /// Listing information.
+    #[serde(flatten)]
+    pub info: ApiKeyInfo,
+    /// The secret; store it now, it cannot be shown again.
+    pub key: String,
+}
+
+fn hash(key: &str) -> String {
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn generate() -> Result<String, AuthError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| AuthError::Random(e.to_string()))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{KEY_PREFIX}{hex}"))
+}
+
+/// Checks that a key has our shape (used for configured bootstrap keys).
+fn check_shape(key: &str) -> Result<(), String> {
+    let Some(rest) = key.strip_prefix(KEY_PREFIX) else {
+        return Err(format!("it must start with `{KEY_PREFIX}`"));
+    };
+    if rest.len() < 32 || !rest.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(format!(
+            "after `{KEY_PREFIX}` it needs at least 32 letters or digits (got {})",
+            rest.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Creates a key and returns its secret once.
+pub async fn create(
+    pool: &PgPool,
+    name: &str,
+    role: Role,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<CreatedKey, AuthError> {
+    let key = generate()?;
+    let info = insert(pool, name, role, expires_at, &key).await?;
+    Ok(CreatedKey { info, key })
+}
+
+async fn insert(
+    pool: &PgPool,
+    name: &str,
+    role: Role,
+    expires_at: Option<DateTime<Utc>>,
+    key: &str,
+) -> Result<ApiKeyInfo, AuthError> {
+    Ok(sqlx::query_as(
+        "INSERT INTO api_keys (id, name, role, key_hash, key_prefix, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6) \
+         RETURNING id, name, role, key_prefix, created_at, expires_at, revoked_at, last_used_at",
+    )
+    .bind(Uuid::new_v4())
+    .bind(name)
+    .bind(role.as_str())
+    .bind(hash(key))
+    .bind(&key[..KEY_PREFIX.len() + 8])
+    .bind(expires_at)
+    .fetch_one(pool)
+    .await?)
+}
+
+/// Every key, newest first.
+pub async fn list(pool: &PgPool) -> Result<Vec<ApiKeyInfo>, AuthError> {
+    Ok(sqlx::query_as(
+        "SELECT id, name, role, key_prefix, created_at, expires_at, revoked_at, last_used_at \
+         FROM api_keys ORDER BY created_at DESC",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Revokes a key by id or by name; returns the revoked key, or None when nothing matched.
+pub async fn revoke(pool: &PgPool, id_or_name: &str) -> Result<Option<ApiKeyInfo>, AuthError> {
+    let id = Uuid::parse_str(id_or_name).ok();
+    Ok(sqlx::query_as(
+        "UPDATE api_keys SET revoked_at = now() \
+         WHERE revoked_at IS NULL AND (id = $1 OR ($1 IS NULL AND name = $2)) \
+         RETURNING id, name, role, key_prefix, created_at, expires_at, revoked_at, last_used_at",
+    )
+    .bind(id)
+    .bind(id_or_name)
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// id, name, role, expires_at, revoked_at of a key row.
+type KeyRow = (
+    Uuid,
+    String,
+    String,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+);
+
+/// Resolves a presented key to its caller; unknown, revoked and expired keys are refused.
+pub async fn authenticate(pool: &PgPool, presented: &str) -> Result<Caller, AuthError> {
+    let row: Option<KeyRow> = sqlx::query_as(
+        "UPDATE api_keys SET last_used_at = now() WHERE key_hash = $1 \
+             RETURNING id, name, role, expires_at, revoked_at",
+    )
+    .bind(hash(presented))
+    .fetch_optional(pool)
+    .await?;
+    let Some((id, name, role, expires_at, revoked_at)) = row else {
+        return Err(AuthError::Invalid("unknown key"));
+    };
+    if revoked_at.is_some() {
+        return Err(AuthError::Invalid("the key was revoked"));
+    }
+    if expires_at.is_some_and(|t| t <= Utc::now()) {
+        return Err(AuthError::Invalid("the key has expired"));
+    }
+    let role: Role = role
+        .parse()
+        .map_err(|_| AuthError::Invalid("the key has an unknown role"))?;
+    Ok(Caller::operator(id, &name, role))
+}
+
+/// What start-up did about the first admin key.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// The configured key was registered (or already was).
+    Configured,
+    /// An admin key already existed; nothing was generated.
+    Existing,
+    /// A key was generated; the caller must show it once.
+    Generated(String),
+}
+
+/// Makes sure an admin can log in: registers the configured key, or generates one when none exists.
+pub async fn bootstrap(pool: &PgPool, configured: Option<&str>) -> Result<Bootstrap, AuthError> {
+    if let Some(key) = configured {
+        check_shape(key).map_err(|reason| AuthError::BadBootstrapKey {
+            origin: "ORCHESTRATOR_ADMIN_KEY / auth.admin_key",
+            reason,
+        })?;
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM api_keys WHERE key_hash = $1)")
+                .bind(hash(key))
+                .fetch_one(pool)
+                .await?;
+        if !exists {
+            insert(pool, "bootstrap-admin", Role::Admin, None, key).await?;
+        }
+        return Ok(Bootstrap::Configured);
+    }
+    let mut tx = pool.begin().await?;
+    // Serialise concurrent first starts of several replicas.
+    sqlx::query("SELECT pg_advisory_xact_lock(7311)")
+        .execute(&mut *tx)
+        .await?;
+    let any_admin: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM api_keys WHERE role = 'admin' AND revoked_at IS NULL)",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if any_admin {
+        return Ok(Bootstrap::Existing);
+    }
+    let key = generate()?;
+    sqlx::query(
+        "INSERT INTO api_keys (id, name, role, key_hash, key_prefix) VALUES ($1, 'bootstrap-admin', 'admin', $2, $3)",
+    )
+    .bind(Uuid::new_v4())
+    .bind(hash(&key))
+    .bind(&key[..KEY_PREFIX.len() + 8])
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Bootstrap::Generated(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_keys_have_the_documented_shape() {
+        let k = generate().unwrap();
+        assert!(check_shape(&k).is_ok());
+        assert_eq!(k.len(), KEY_PREFIX.len() + 64);
+        assert_ne!(k, generate().unwrap());
+    }
+
+    #[test]
+    fn malformed_bootstrap_keys_are_explained() {
+        assert!(check_shape("secret").unwrap_err().contains("aok_"));
+        assert!(check_shape("aok_short")
+            .unwrap_err()
+            .contains("at least 32"));
+    }
+}

@@ -1,0 +1,160 @@
+//! Who is calling: the identity every tool call and admin change is attributed to.
+//!
+//! Three kinds of caller reach the same router (operators with API keys, SEAL sessions, agent
+//! executions); each carries a tier that bounds which tools it may call at all.
+
+use serde::{Deserialize, Serialize};
+
+/// Access tiers of the tool reference, ordered: a caller may call tools of its tier and below.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Tools every agent may use (fs, cmd, read-only aegis tools).
+    User,
+    /// Tools that change the registry (create/update agents and workflows).
+    System,
+    /// Tools that delete or reveal node internals.
+    Operator,
+}
+
+impl Tier {
+    /// The lowercase name used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::User => "user",
+            Tier::System => "system",
+            Tier::Operator => "operator",
+        }
+    }
+}
+
+impl std::str::FromStr for Tier {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "user" => Ok(Tier::User),
+            "system" => Ok(Tier::System),
+            "operator" => Ok(Tier::Operator),
+            other => Err(format!(
+                "unknown tier `{other}`; expected user, system or operator"
+            )),
+        }
+    }
+}
+
+/// Roles of operator API keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Everything, including key management.
+    Admin,
+    /// Deploy, call tools, manage sandboxes; no key management.
+    Operator,
+    /// Read-only views (lists, audit); no tool calls, no changes.
+    Readonly,
+}
+
+impl Role {
+    /// The lowercase name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::Readonly => "readonly",
+        }
+    }
+
+    /// True when this role may change state (deploy, delete, call tools).
+    pub fn may_write(self) -> bool {
+        !matches!(self, Role::Readonly)
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "admin" => Ok(Role::Admin),
+            "operator" => Ok(Role::Operator),
+            "readonly" => Ok(Role::Readonly),
+            other => Err(format!(
+                "unknown role `{other}`; expected admin, operator or readonly"
+            )),
+        }
+    }
+}
+
+/// What kind of principal made a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallerKind {
+    /// An operator with an API key.
+    ApiKey,
+    /// A SEAL session.
+    Session,
+    /// An agent execution's inner loop.
+    Execution,
+    /// The orchestrator itself (bootstrap, reaper).
+    System,
+}
+
+impl CallerKind {
+    /// The name stored in the audit log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallerKind::ApiKey => "api_key",
+            CallerKind::Session => "session",
+            CallerKind::Execution => "execution",
+            CallerKind::System => "system",
+        }
+    }
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// Kind of principal.
+    pub kind: CallerKind,
+    /// Stable id: key id, session id, execution id.
+    pub id: String,
+    /// Human label (key name), for logs.
+    pub label: String,
+    /// The highest tier this caller may use.
+    pub tier: Tier,
+    /// The operator role, for API-key callers.
+    pub role: Option<Role>,
+    /// Tenant the caller acts in.
+    pub tenant: String,
+}
+
+impl Caller {
+    /// An operator holding an API key: admin and operator keys reach the operator tier.
+    pub fn operator(key_id: uuid::Uuid, name: &str, role: Role) -> Self {
+        Self {
+            kind: CallerKind::ApiKey,
+            id: key_id.to_string(),
+            label: name.to_owned(),
+            tier: if role.may_write() {
+                Tier::Operator
+            } else {
+                Tier::User
+            },
+            role: Some(role),
+            tenant: crate::DEFAULT_TENANT.to_owned(),
+        }
+    }
+
+    /// The orchestrator acting on its own behalf.
+    pub fn system() -> Self {
+        Self {
+            kind: CallerKind::System,
+            id: "orchestrator".to_owned(),
+            label: "orchestrator".to_owned(),
+            tier: Tier::Operator,
+            role: None,
+            tenant: crate::DEFAULT_TENANT.to_owned(),
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! The registry of agents and workflows in PostgreSQL.
+//!
+//! A definition is a name of one kind (agent or workflow) with a stable id; its versions are
+//! manifests kept forever. A deployed version is immutable: deploying the same name and version
+//! again is refused unless `force`. Deleting hides the definition from new work but keeps every row,
+//! so executions that reference it stay intact. Every write is one transaction: a failed deploy
+//! leaves nothing behind.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::manifest::{ManifestKind, ParsedManifest};
+
+/// Why a registry operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// Nothing with that id or name.
+    #[error("{kind} `{what}` not found")]
+    NotFound {
+        /// `agent` or `workflow`.
+        kind: &'static str,
+        /// The id or name asked for.
+        what: String,
+    },
+    /// The version is already deployed and `force` was not given.
+    #[error("{kind} `{name}` version {version} is already deployed; deployed versions are immutable (use force to overwrite)")]
+    VersionExists {
+        /// `agent` or `workflow`.
+        kind: &'static str,
+        /// Name.
+        name: String,
+        /// Version.
+        version: String,
+    },
+    /// Database failure.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Whether a deploy may create a new definition or must find an existing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeployMode {
+    /// Create the definition if needed, add the version.
+    Create,
+    /// The definition must exist already.
+    Update,
+}
+
+/// The result of a deploy.
+#[derive(Debug, Clone, Serialize)]
+pub struct Deployed {
+    /// Definition id (stable across versions).
+    pub id: Uuid,
+    /// Name.
+    pub name: String,
+    /// Version deployed.
+    pub version: String,
+    /// True when an existing version was overwritten with `force`.
+    pub replaced: bool,
+}
+
+/// A definition with its latest (or requested) version.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct Definition {
+    /// Definition id.
+    pub id: Uuid,
+    /// Name.
+    pub name: String,
+    /// This version.
+    pub version: String,
+    /// Id of this version's row.
+    pub version_id: Uuid,
+    /// Manifest description.
+    pub description: Option<String>,
+    /// Manifest labels.
+    pub labels: Value,
+    /// The manifest as JSON.
+    pub manifest: Value,
+    /// The manifest as YAML (what export returns).
+    pub manifest_yaml: String,
+    /// When this version was deployed.
+    pub created_at: DateTime<Utc>,
+    /// When this version was last overwritten.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One version in a history listing.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct VersionInfo {
+    /// Version.
+    pub version: String,
+    /// Row id.
+    pub version_id: Uuid,
+    /// When deployed.
+    pub created_at: DateTime<Utc>,
+    /// When last overwritten.
+    pub updated_at: DateTime<Utc>,
+}
+
+fn kind_str(kind: ManifestKind) -> &'static str {
+    match kind {
+        ManifestKind::Agent => "agent",
+        ManifestKind::Workflow => "workflow",
+    }
+}
+
+/// Orders versions by semver precedence (release after its pre-releases).
+const LATEST_FIRST: &str =
+    "v.v_major DESC, v.v_minor DESC, v.v_patch DESC, (v.v_pre = '') DESC, v.v_pre DESC";
+
+/// Stores a validated manifest as a version of its definition.
+pub async fn deploy(
+    pool: &PgPool,
+    tenant: &str,
+    parsed: &ParsedManifest,
+    mode: DeployMode,
+    force: bool,
+) -> Result<Deployed, RegistryError> {
+    let kind = kind_str(parsed.kind);
+    let mut tx = pool.begin().await?;
+    // One deploy per name at a time, so "exists?" and "insert" cannot interleave.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(format!("{tenant}/{kind}/{}", parsed.name))
+        .execute(&mut *tx)
+        .await?;
+    let existing: Option<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM definitions WHERE tenant_id = $1 AND kind = $2 AND name = $3 AND deleted_at IS NULL",
+    )
+    .bind(tenant)
+    .bind(kind)
+    .bind(&parsed.name)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let id = match (existing, mode) {
+        (Some(id), _) => id,
+        (None, DeployMode::Update) => {
+            return Err(RegistryError::NotFound {
+                kind,
+                what: parsed.name.clone(),
+            })
+        }
+        (None, DeployMode::Create) => {
+            let id = Uuid::new_v4();
+            sqlx::query(
+                "INSERT INTO definitions (id, tenant_id, kind, name) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(id)
+            .bind(tenant)
+            .bind(kind)
+            .bind(&parsed.name)
+            .execute(&mut *tx)
+            .await?;
+            id
+        }
+    };
+    let version = parsed.version.to_string();
+    let present: Option<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM definition_versions WHERE definition_id = $1 AND version = $2",
+    )
+    .bind(id)
+    .bind(&version)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if present.is_some() && !force {
+        return Err(RegistryError::VersionExists {
+            kind,
+            name: parsed.name.clone(),
+            version,
+        });
+    }
+    let labels = serde_json::to_value(&parsed.labels).unwrap_or(Value::Null);
+    if let Some(version_id) = present {
+        sqlx::query(
+            "UPDATE definition_versions SET description = $2, labels = $3, manifest = $4, \
+             manifest_yaml = $5, updated_at = now() WHERE id = $1",
+        )
+        .bind(version_id)
+        .bind(&parsed.description)
+        .bind(&labels)
+        .bind(&parsed.value)
+        .bind(&parsed.yaml)
+        .execute(&mut *tx)
+        .await?;
+    } else {
+        sqlx::query(
+            "INSERT INTO definition_versions (id, definition_id, tenant_id, version, v_major, v_minor, \
+             v_patch, v_pre, description, labels, manifest, manifest_yaml) \
+             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)",
+        )
+        .bind(Uuid::new_v4())
+        .bind(id)
+        .bind(tenant)
+        .bind(&version)
+        .bind(parsed.version.major as i64)
+        .bind(parsed.version.minor as i64)
+        .bind(parsed.version.patch as i64)
+        .bind(parsed.version.pre.as_str())
+        .bind(&parsed.description)
+        .bind(&labels)
+        .bind(&parsed.value)
+        .bind(&parsed.yaml)
+        .execute(&mut *tx)
+        .await?;
+    }
+    sqlx::query("UPDATE definitions SET updated_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Deployed {
+        id,
+        name: parsed.name.clone(),
+        version,
+        replaced: present.is_some(),
+    })
+}
+
+/// Finds a live definition by id or name, at `version` or its latest version.
+pub async fn get(
+    pool: &PgPool,
+    tenant: &str,
+    kind: ManifestKind,
+    id_or_name: &str,
+    version: Option<&str>,
+) -> Result<Definition, RegistryError> {
+    let id = Uuid::parse_str(id_or_name).ok();
+    let sql = format!(
+        "SELECT d.id, d.name, v.version, v.id AS version_id, v.description, v.labels, v.manifest, \
+         v.manifest_yaml, v.created_at, v.updated_at \
+         FROM definitions d JOIN definition_versions v ON v.definition_id = d.id \
+         WHERE d.tenant_id = $1 AND d.kind = $2 AND d.deleted_at IS NULL \
+         AND (d.id = $3 OR ($3 IS NULL AND d.name = $4)) AND ($5::text IS NULL OR v.version = $5) \
+         ORDER BY {LATEST_FIRST} LIMIT 1"
+    );
+    sqlx::query_as(&sql)
+        .bind(tenant)
+        .bind(kind_str(kind))
+        .bind(id)
+        .bind(id_or_name)
+        .bind(version)
+        .fetch_optional(pool)
+        .await?
+        .ok_or_else(|| RegistryError::NotFound {
+            kind: kind_str(kind),
+            what: match version {
+                Some(v) => format!("{id_or_name}@{v}"),
+                None => id_or_name.to_owned(),
+            },
+        })
+}
+
+/// Every live definition of a kind with its latest version, by name.
+pub async fn list(
+    pool: &PgPool,
+    tenant: &str,
+    kind: ManifestKind,
+) -> Result<Vec<Definition>, RegistryError> {
+    let sql = format!(
+        "SELECT DISTINCT ON (d.name) d.id, d.name, v.version, v.id AS version_id, v.description, \
+         v.labels, v.manifest, v.manifest_yaml, v.created_at, v.updated_at \
+         FROM definitions d JOIN definition_versions v ON v.definition_id = d.id \
+         WHERE d.tenant_id = $1 AND d.kind = $2 AND d.deleted_at IS NULL \
+         ORDER BY d.name, {LATEST_FIRST}"
+    );
+    Ok(sqlx::query_as(&sql)
+        .bind(tenant)
+        .bind(kind_str(kind))
+        .fetch_all(pool)
+        .await?)
+}
+
+/// Every version of a live definition, latest first.
+pub async fn versions(
+    pool: &PgPool,
+    tenant: &str,
+    kind: ManifestKind,
+    id_or_name: &str,
+) -> Result<Vec<VersionInfo>, RegistryError> {
+    let head = get(pool, tenant, kind, id_or_name, None).await?;
+    let sql = format!(
+        "SELECT v.version, v.id AS version_id, v.created_at, v.updated_at FROM definition_versions v \
+         WHERE v.definition_id = $1 ORDER BY {LATEST_FIRST}"
+    );
+    Ok(sqlx::query_as(&sql).bind(head.id).fetch_all(pool).await?)
+}
+
+/// Hides a definition (all versions) from new work; returns its id.
+pub async fn delete(
+    pool: &PgPool,
+    tenant: &str,
+    kind: ManifestKind,
+    id_or_name: &str,
+) -> Result<Uuid, RegistryError> {
+    let id = Uuid::parse_str(id_or_name).ok();
+    sqlx::query_scalar(
+        "UPDATE definitions SET deleted_at = now() WHERE tenant_id = $1 AND kind = $2 \
+         AND deleted_at IS NULL AND (id = $3 OR ($3 IS NULL AND name = $4)) RETURNING id",
+    )
+    .bind(tenant)
+    .bind(kind_str(kind))
+    .bind(id)
+    .bind(id_or_name)
+    .fetch_optional(pool)
+    .await?
+    .ok_or_else(|| RegistryError::NotFound {
+        kind: kind_str(kind),
+        what: id_or_name.to_owned(),
+    })
+}

@@ -1,0 +1,82 @@
+//! The runtime registry: which image runs an agent that names a language and version.
+//!
+//! The table is `runtime-images/registry.yaml`, embedded at build time so the binary and the
+//! images it expects always agree; `runtime-images/build.sh` reads the same file.
+
+use std::sync::LazyLock;
+
+use serde::{Deserialize, Serialize};
+
+/// One standard runtime.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    /// Language as written in manifests.
+    pub language: String,
+    /// Version string (always a string: "3.11" is not a float).
+    pub version: String,
+    /// Image tag the dispatcher runs.
+    pub image: String,
+    /// Dockerfile, relative to runtime-images/.
+    #[serde(skip_serializing)]
+    pub dockerfile: String,
+    /// One-line description.
+    pub description: String,
+}
+
+/// The language/version used when a manifest names none.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultRuntime {
+    /// Language.
+    pub language: String,
+    /// Version.
+    pub version: String,
+}
+
+/// The whole registry file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Registry {
+    /// Default runtime.
+    pub default: DefaultRuntime,
+    /// Every standard runtime.
+    pub runtimes: Vec<Runtime>,
+}
+
+static REGISTRY: LazyLock<Result<Registry, String>> = LazyLock::new(|| {
+    serde_yaml::from_str(include_str!("../../runtime-images/registry.yaml"))
+        .map_err(|e| format!("runtime-images/registry.yaml: {e}"))
+});
+
+/// The embedded registry; an error only if the shipped file is malformed (a test guards it).
+pub fn registry() -> Result<&'static Registry, &'static str> {
+    REGISTRY.as_ref().map_err(String::as_str)
+}
+
+/// The image for a language and version, if registered.
+pub fn lookup(language: &str, version: &str) -> Option<&'static Runtime> {
+    registry()
+        .ok()?
+        .runtimes
+        .iter()
+        .find(|r| r.language == language && r.version == version)
+}
+
+/// True when the pair is registered.
+pub fn known(language: &str, version: &str) -> bool {
+    lookup(language, version).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_registry_parses_and_its_default_exists() {
+        let r = registry().expect("registry.yaml parses");
+        assert!(known(&r.default.language, &r.default.version));
+        assert!(known("python", "3.11"));
+        assert!(!known("python", "2.7"));
+    }
+}

@@ -1,0 +1,194 @@
+//! The one path every tool call takes: look up, validate, decide, run, audit, answer.
+//!
+//! REST `POST /v1/tools/call`, the REST deploy routes, SEAL envelopes and agent executions all end
+//! here, so they share one catalog, one policy and one audit trail. Refusals before the handler
+//! (unknown tool, invalid arguments, policy) are `CallError`s; failures inside a tool that ran are
+//! `isError` results. Both are audited.
+
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::{catalog, ToolContext, ToolError};
+use crate::audit::{self, Entry, EntryKind};
+use crate::caller::Caller;
+use crate::policy;
+use crate::state::AppState;
+
+/// One schema violation in a call's arguments.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct ArgViolation {
+    /// JSON pointer into the arguments (`""` for the whole object).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A call refused before its tool ran.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No such tool in the catalog.
+    #[error("unknown tool `{name}`; see aegis.tools.list for the tools this node implements")]
+    UnknownTool {
+        /// The requested name.
+        name: String,
+    },
+    /// Arguments do not match the tool's schema.
+    #[error("invalid arguments for `{tool}`: {}", .violations.iter().map(|v| format!("{}: {}", if v.path.is_empty() { "(root)" } else { &v.path }, v.message)).collect::<Vec<_>>().join("; "))]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// Every violation, with its JSON pointer.
+        violations: Vec<ArgViolation>,
+    },
+    /// Policy refused the call.
+    #[error("{tool} denied: {denial}")]
+    Denied {
+        /// The tool.
+        tool: String,
+        /// Why.
+        denial: policy::Denial,
+    },
+    /// The audit row could not be written; the call's result is withheld.
+    #[error("audit log unavailable: {0}")]
+    Audit(#[source] sqlx::Error),
+    /// The catalog could not be loaded (packaging bug).
+    #[error(transparent)]
+    Catalog(#[from] super::CatalogError),
+}
+
+/// The answer of a tool that ran.
+#[derive(Debug, Clone)]
+pub struct ToolOutcome {
+    /// The tool's output or its failure.
+    pub result: Result<Value, ToolError>,
+    /// Time spent in the handler.
+    pub duration_ms: u64,
+}
+
+impl ToolOutcome {
+    /// The MCP result shape: text content, structured content, and the error flag.
+    pub fn to_mcp(&self) -> Value {
+        match &self.result {
+            Ok(output) => json!({
+                "content": [{"type": "text", "text": output.to_string()}],
+                "structuredContent": output,
+                "isError": false,
+            }),
+            Err(e) => {
+                let error = json!({"code": e.code, "message": e.message, "details": e.details});
+                json!({
+                    "content": [{"type": "text", "text": format!("error ({}): {}", e.code, e.message)}],
+                    "structuredContent": {"error": error},
+                    "isError": true,
+                })
+            }
+        }
+    }
+}
+
+/// Runs one tool call for `caller`.
+pub async fn invoke(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    arguments: Value,
+) -> Result<ToolOutcome, CallError> {
+    let started = Instant::now();
+    let args_digest = audit::digest(&arguments);
+    let deny = |code: &str, reason: String| Entry {
+        kind: EntryKind::Tool,
+        action: name.to_owned(),
+        allowed: false,
+        reason_code: Some(code.to_owned()),
+        reason: Some(reason),
+        args_digest: args_digest.clone(),
+        outcome: "denied",
+        result_digest: None,
+        duration_ms: started.elapsed().as_millis() as i64,
+    };
+
+    let catalog = catalog()?;
+    let Some(tool) = catalog.get(name) else {
+        let err = CallError::UnknownTool {
+            name: name.to_owned(),
+        };
+        audit::record(&state.pool, caller, deny("unknown_tool", err.to_string()))
+            .await
+            .map_err(CallError::Audit)?;
+        return Err(err);
+    };
+
+    let violations: Vec<ArgViolation> = tool
+        .validator
+        .iter_errors(&arguments)
+        .map(|e| ArgViolation {
+            path: e.instance_path().to_string(),
+            message: e.to_string(),
+        })
+        .collect();
+    if !violations.is_empty() {
+        let err = CallError::InvalidArguments {
+            tool: name.to_owned(),
+            violations,
+        };
+        audit::record(
+            &state.pool,
+            caller,
+            deny("invalid_arguments", err.to_string()),
+        )
+        .await
+        .map_err(CallError::Audit)?;
+        return Err(err);
+    }
+
+    if let Err(denial) = policy::check_tool(caller, tool, &arguments) {
+        audit::record(
+            &state.pool,
+            caller,
+            deny(denial.code, denial.message.clone()),
+        )
+        .await
+        .map_err(CallError::Audit)?;
+        return Err(CallError::Denied {
+            tool: name.to_owned(),
+            denial,
+        });
+    }
+
+    let ctx = ToolContext { state, caller };
+    let ran = Instant::now();
+    let result = (tool.handler)(&ctx, arguments).await;
+    let duration_ms = ran.elapsed().as_millis() as u64;
+    let (outcome, reason_code, reason, result_digest) = match &result {
+        Ok(v) => ("ok", None, None, Some(audit::digest(v))),
+        Err(e) => (
+            "error",
+            Some(e.code.to_owned()),
+            Some(e.message.clone()),
+            None,
+        ),
+    };
+    audit::record(
+        &state.pool,
+        caller,
+        Entry {
+            kind: EntryKind::Tool,
+            action: name.to_owned(),
+            allowed: true,
+            reason_code,
+            reason,
+            args_digest,
+            outcome,
+            result_digest,
+            duration_ms: started.elapsed().as_millis() as i64,
+        },
+    )
+    .await
+    .map_err(CallError::Audit)?;
+    Ok(ToolOutcome {
+        result,
+        duration_ms,
+    })
+}
