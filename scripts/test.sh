@@ -74,10 +74,16 @@ else
   start_postgres
 fi
 
-if [ -x runtime-images/build.sh ]; then
-  say "building runtime images"
-  runtime-images/build.sh --only busybox
-fi
+say "building runtime images"
+runtime-images/build.sh --only busybox
+
+# The sandbox executor must be a static binary (it runs in FROM-scratch images); its own target
+# directory keeps the static RUSTFLAGS from invalidating the main build cache.
+say "building the static sandbox executor"
+CARGO_TARGET_DIR="$root/target/executor" RUSTFLAGS="-C target-feature=+crt-static" \
+  cargo build --release --locked -p sandbox-executor --target x86_64-unknown-linux-gnu >&2
+export SANDBOX_EXECUTOR_BIN="$root/target/executor/x86_64-unknown-linux-gnu/release/sandbox-executor"
+export SANDBOX_TEST_IMAGE="${SANDBOX_TEST_IMAGE:-aegis-runtime/busybox:1}"
 
 # An independent OpenAPI 3 validator checks /openapi.json in the suite.
 if ! python3 -c 'import openapi_spec_validator' 2>/dev/null; then

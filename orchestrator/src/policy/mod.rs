@@ -4,6 +4,8 @@
 //! context and the agent manifest's allowlists join here as further conjuncts; the effective
 //! policy is always the intersection, and nothing else in the service makes this decision.
 
+pub mod command;
+
 use serde::Serialize;
 use serde_json::Value;
 
