@@ -1,0 +1,296 @@
+//! Agent and workflow manifests: parsing, validation and export.
+//!
+//! A manifest is accepted in three stages, each only when the previous one passed, and each
+//! reporting every problem it finds with the JSON pointer and (for text) the line:
+//!
+//! 1. **YAML** ([`yaml`]): the text becomes a `serde_json::Value` plus a map from pointers to
+//!    positions. Strict on purpose: YAML 1.2 core scalars, no duplicate keys, one document.
+//! 2. **Schema** ([`schema`]): the hand-written JSON Schema of the kind (`schemas/`), the same
+//!    document `aegis.schema.get` serves.
+//! 3. **Semantic** ([`semantic`]): what a schema cannot express, including references to the
+//!    node (tools, runtimes) given as [`NodeKnowledge`] so this module stays free of the catalog
+//!    and the registry.
+//!
+//! The accepted manifest stays a JSON value ([`ParsedManifest::value`]): that is what is stored,
+//! versioned and exported. Callers that need typed fields read them through [`AgentView`] and
+//! [`WorkflowView`]. Export ([`to_yaml`]) is written against the same loader, so it round-trips.
+
+mod agent;
+mod emit;
+mod error;
+mod pointer;
+mod schema;
+mod semantic;
+mod template;
+mod units;
+mod workflow;
+mod yaml;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde_json::Value;
+
+pub use agent::{
+    AgentView, CmdRunLimits, ExecutionLimits, NetworkMode, NetworkPolicy, Resources, RuntimeRef,
+    CMD_DISPATCHER, CMD_RUN,
+};
+pub use emit::to_yaml;
+pub use error::{ManifestError, ManifestErrors, Stage};
+pub use schema::schema;
+pub use semantic::check_name;
+pub use units::{parse_duration, parse_quantity};
+pub use workflow::{TransitionView, WorkflowView};
+pub use yaml::MAX_TEXT_BYTES;
+
+/// The manifest `apiVersion` this service accepts.
+pub const API_VERSION: &str = "100monkeys.ai/v1";
+
+/// The two kinds of manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum ManifestKind {
+    /// `kind: Agent`.
+    Agent,
+    /// `kind: Workflow`.
+    Workflow,
+}
+
+impl ManifestKind {
+    /// The `kind` value in a manifest (`Agent`, `Workflow`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ManifestKind::Agent => "Agent",
+            ManifestKind::Workflow => "Workflow",
+        }
+    }
+
+    /// The key of this kind's schema (`agent/manifest/v1`, `workflow/manifest/v1`).
+    pub fn schema_key(self) -> &'static str {
+        match self {
+            ManifestKind::Agent => "agent/manifest/v1",
+            ManifestKind::Workflow => "workflow/manifest/v1",
+        }
+    }
+}
+
+impl fmt::Display for ManifestKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the semantic checks need to know about the node.
+pub struct NodeKnowledge<'a> {
+    /// Whether the tool catalog has a tool of this exact name.
+    pub tool_exists: &'a dyn Fn(&str) -> bool,
+    /// Whether the runtime registry has this language and version.
+    pub runtime_known: &'a dyn Fn(&str, &str) -> bool,
+}
+
+impl fmt::Debug for NodeKnowledge<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeKnowledge").finish_non_exhaustive()
+    }
+}
+
+/// A manifest that passed all three stages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedManifest {
+    /// Agent or workflow.
+    pub kind: ManifestKind,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.version`.
+    pub version: semver::Version,
+    /// `metadata.description`.
+    pub description: Option<String>,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// The whole manifest.
+    pub value: Value,
+    /// The manifest as normalised YAML (what export returns).
+    pub yaml: String,
+}
+
+impl ParsedManifest {
+    /// Typed reads of an agent manifest (meaningful only when `kind` is `Agent`).
+    pub fn agent(&self) -> AgentView<'_> {
+        AgentView(&self.value)
+    }
+
+    /// Typed reads of a workflow manifest (meaningful only when `kind` is `Workflow`).
+    pub fn workflow(&self) -> WorkflowView<'_> {
+        WorkflowView(&self.value)
+    }
+}
+
+/// Parses and validates a manifest given as YAML or JSON text (JSON is YAML).
+pub fn parse(
+    kind: ManifestKind,
+    text: &str,
+    node: &NodeKnowledge<'_>,
+) -> Result<ParsedManifest, ManifestErrors> {
+    let loaded = yaml::load(text)?;
+    let positions = loaded.positions;
+    validate(kind, loaded.value, node, |errors| positions.place(errors))
+}
+
+/// Validates a manifest given as a JSON value (errors have pointers but no lines).
+pub fn parse_value(
+    kind: ManifestKind,
+    value: Value,
+    node: &NodeKnowledge<'_>,
+) -> Result<ParsedManifest, ManifestErrors> {
+    validate(kind, value, node, |errors| errors)
+}
+
+fn validate(
+    kind: ManifestKind,
+    value: Value,
+    node: &NodeKnowledge<'_>,
+    place: impl Fn(Vec<ManifestError>) -> Vec<ManifestError>,
+) -> Result<ParsedManifest, ManifestErrors> {
+    let errors = schema::validate(kind, &value);
+    if !errors.is_empty() {
+        return Err(ManifestErrors::sorted(place(errors)));
+    }
+    let errors = semantic::check(kind, &value, node);
+    if !errors.is_empty() {
+        return Err(ManifestErrors::sorted(place(errors)));
+    }
+    let text = |pointer: &str| value.pointer(pointer).and_then(Value::as_str);
+    // The schema requires name and version, and the semantic stage checked the version.
+    let name = text("/metadata/name").unwrap_or_default().to_owned();
+    let version =
+        semver::Version::parse(text("/metadata/version").unwrap_or_default()).map_err(|e| {
+            ManifestErrors::from(ManifestError::new(
+                Stage::Semantic,
+                "/metadata/version",
+                e.to_string(),
+            ))
+        })?;
+    let description = text("/metadata/description").map(str::to_owned);
+    let labels = value
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|map| {
+            map.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let yaml = to_yaml(&value);
+    Ok(ParsedManifest {
+        kind,
+        name,
+        version,
+        description,
+        labels,
+        value,
+        yaml,
+    })
+}
+
+/// Keys of the schemas [`schema`] serves.
+pub fn schema_keys() -> &'static [&'static str] {
+    schema::SCHEMA_KEYS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node() -> NodeKnowledge<'static> {
+        NodeKnowledge {
+            tool_exists: &|name| matches!(name, "fs.read" | "fs.write" | "cmd.run"),
+            runtime_known: &|language, version| (language, version) == ("python", "3.11"),
+        }
+    }
+
+    const AGENT: &str = "\
+apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: coder
+  version: 1.2.0
+  description: Writes code
+  labels: {team: core}
+spec:
+  runtime: {language: python, version: \"3.11\"}
+  task:
+    instruction: |
+      Write the code.
+      Then test it.
+  tools: [fs.read, cmd.run]
+  security:
+    filesystem: {read: [/workspace], write: [/workspace]}
+  builtin_dispatchers:
+    - name: cmd
+      capabilities: [{name: cmd.run, subcommand_allowlist: [python, pytest]}]
+";
+
+    #[test]
+    fn parses_an_agent_and_round_trips_its_export() {
+        let parsed = parse(ManifestKind::Agent, AGENT, &node()).expect("valid");
+        assert_eq!(parsed.name, "coder");
+        assert_eq!(parsed.version, semver::Version::new(1, 2, 0));
+        assert_eq!(parsed.description.as_deref(), Some("Writes code"));
+        assert_eq!(parsed.labels.get("team").map(String::as_str), Some("core"));
+        assert_eq!(parsed.agent().tools(), ["fs.read", "cmd.run"]);
+        let again = parse(ManifestKind::Agent, &parsed.yaml, &node()).expect("export parses");
+        assert_eq!(again.value, parsed.value);
+        let from_json =
+            parse_value(ManifestKind::Agent, parsed.value.clone(), &node()).expect("json");
+        assert_eq!(from_json, parsed);
+    }
+
+    #[test]
+    fn semantic_errors_carry_lines() {
+        let text = AGENT
+            .replace("cmd.run]", "cmd.rnu]")
+            .replace("\"3.11\"", "\"3.12\"");
+        let errors = parse(ManifestKind::Agent, &text, &node())
+            .expect_err("invalid")
+            .0;
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors[0].pointer, "/spec/runtime");
+        assert_eq!(errors[0].line, Some(9));
+        assert_eq!(errors[1].pointer, "/spec/tools/1");
+        assert_eq!(errors[1].line, Some(14));
+        assert!(errors.iter().all(|e| e.stage == Stage::Semantic));
+    }
+
+    #[test]
+    fn schema_errors_come_with_lines_and_stop_semantic_checks() {
+        let text = AGENT
+            .replace("  description:", "  descripton:")
+            .replace("cmd.run]", "cmd.rnu]");
+        let errors = parse(ManifestKind::Agent, &text, &node())
+            .expect_err("invalid")
+            .0;
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].stage, Stage::Schema);
+        assert_eq!(errors[0].pointer, "/metadata/descripton");
+        assert_eq!(errors[0].line, Some(6));
+        let errors = parse_value(
+            ManifestKind::Agent,
+            serde_json::json!({"kind": "Agent"}),
+            &node(),
+        )
+        .expect_err("invalid")
+        .0;
+        assert!(errors.iter().all(|e| e.line.is_none()));
+        assert!(errors
+            .iter()
+            .any(|e| e.pointer == "/metadata" && e.message.contains("`metadata`")));
+    }
+
+    #[test]
+    fn schema_lookup() {
+        assert_eq!(schema_keys(), ["agent/manifest/v1", "workflow/manifest/v1"]);
+        for key in schema_keys() {
+            assert!(schema(key).is_some());
+        }
+        assert_eq!(ManifestKind::Workflow.schema_key(), "workflow/manifest/v1");
+    }
+}

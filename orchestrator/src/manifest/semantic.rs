@@ -1,0 +1,797 @@
+//! The semantic stage: what a JSON Schema cannot say.
+//!
+//! Runs only on documents that passed the schema, so it may rely on the shape (and falls back
+//! quietly where it cannot). It checks cross-references inside the manifest (initial state,
+//! transition targets, reachability, template references, volume names) and references to the
+//! node (tools in the catalog, runtimes in the registry), which the schema cannot know.
+
+use std::collections::{BTreeSet, HashSet, VecDeque};
+
+use serde_json::{Map, Value};
+
+use super::agent::{AgentView, CMD_DISPATCHER, CMD_RUN};
+use super::error::{ManifestError, Stage};
+use super::template::path_refs;
+use super::{pointer, ManifestKind, NodeKnowledge};
+
+/// Every semantic problem of a schema-valid manifest, without positions.
+pub(crate) fn check(
+    kind: ManifestKind,
+    value: &Value,
+    node: &NodeKnowledge<'_>,
+) -> Vec<ManifestError> {
+    let mut errors = Errors::default();
+    metadata(value, &mut errors);
+    match kind {
+        ManifestKind::Agent => agent(value, node, &mut errors),
+        ManifestKind::Workflow => workflow(value, node, &mut errors),
+    }
+    errors.0
+}
+
+#[derive(Default)]
+struct Errors(Vec<ManifestError>);
+
+impl Errors {
+    fn push(&mut self, pointer: impl Into<String>, message: impl Into<String>) {
+        self.0
+            .push(ManifestError::new(Stage::Semantic, pointer, message));
+    }
+}
+
+fn metadata(value: &Value, errors: &mut Errors) {
+    if let Some(name) = value.pointer("/metadata/name").and_then(Value::as_str) {
+        if let Err(problem) = check_name(name) {
+            errors.push(
+                "/metadata/name",
+                format!("invalid name `{name}`: {problem}"),
+            );
+        }
+    }
+    if let Some(version) = value.pointer("/metadata/version").and_then(Value::as_str) {
+        if let Err(e) = semver::Version::parse(version) {
+            errors.push(
+                "/metadata/version",
+                format!("`{version}` is not a semantic version (MAJOR.MINOR.PATCH): {e}"),
+            );
+        }
+    }
+}
+
+/// Agent and workflow names: 1-63 lowercase letters, digits and '-', starting with a letter and
+/// not ending with '-' (usable as a DNS label and in container names).
+pub fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.len() > 63 {
+        return Err("a name has 1 to 63 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err("a name has only lowercase letters, digits and '-'");
+    }
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return Err("a name starts with a lowercase letter");
+    }
+    if name.ends_with('-') {
+        return Err("a name does not end with '-'");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agents
+
+fn agent(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
+    for (i, tool) in strings_at(value, "/spec/tools") {
+        if !(node.tool_exists)(tool) {
+            errors.push(
+                pointer::join_index("/spec/tools", i),
+                format!("unknown tool `{tool}`: this node has no tool of that name"),
+            );
+        }
+    }
+    runtime(value, node, errors);
+    for list in ["read", "write"] {
+        let at = format!("/spec/security/filesystem/{list}");
+        for (i, path) in strings_at(value, &at) {
+            if let Err(problem) = check_path(path) {
+                errors.push(pointer::join_index(&at, i), problem);
+            }
+        }
+    }
+    dispatchers(value, node, errors);
+    volumes(value, errors);
+    if let Some(schema) = value.pointer("/spec/input_schema") {
+        check_json_schema("/spec/input_schema", schema, errors);
+    }
+    for (i, validator) in array_at(value, "/spec/execution/validation") {
+        let at = format!("/spec/execution/validation/{i}");
+        validator_rules(&at, validator, errors);
+    }
+    if let Some(handler) = value.pointer("/spec/output_handler") {
+        output_handler("/spec/output_handler", handler, node, errors);
+    }
+}
+
+fn runtime(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
+    let Some(runtime) = value.pointer("/spec/runtime") else {
+        return;
+    };
+    if runtime.get("image").is_some() {
+        return;
+    }
+    let language = runtime.get("language").and_then(Value::as_str);
+    let version = runtime.get("version").and_then(Value::as_str);
+    if let (Some(language), Some(version)) = (language, version) {
+        if !(node.runtime_known)(language, version) {
+            errors.push(
+                "/spec/runtime",
+                format!(
+                    "unknown runtime `{language}` `{version}`: not in this node's runtime registry \
+                     (see aegis.runtime.list), and no custom `image` is given"
+                ),
+            );
+        }
+    }
+}
+
+/// Allowlist paths: absolute or relative, but normalised and without `..`, so that what the
+/// author reads is exactly what the sandbox resolves.
+fn check_path(path: &str) -> Result<(), String> {
+    let body = path.strip_prefix('/').unwrap_or(path);
+    if path.is_empty() {
+        return Err("a path must not be empty".to_owned());
+    }
+    if path == "/" {
+        return Ok(());
+    }
+    for segment in body.split('/') {
+        match segment {
+            ".." => return Err(format!("path `{path}` must not contain `..`")),
+            "." | "" => {
+                return Err(format!(
+                    "path `{path}` is not normalised (write it without `.`, `//` or a trailing `/`)"
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn dispatchers(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
+    let mut names = HashSet::new();
+    // Every tool's limits live in one place; two would be ambiguous.
+    let mut configured = HashSet::new();
+    for (i, dispatcher) in array_at(value, "/spec/builtin_dispatchers") {
+        let at = pointer::join_index("/spec/builtin_dispatchers", i);
+        let name = dispatcher
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !names.insert(name) {
+            errors.push(
+                pointer::join(&at, "name"),
+                format!("dispatcher `{name}` is configured more than once"),
+            );
+        }
+        for (j, capability) in indexed(dispatcher.get("capabilities")) {
+            let cap_at = format!("{at}/capabilities/{j}/name");
+            let tool = capability
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if !configured.insert(tool) {
+                errors.push(cap_at, format!("`{tool}` is configured more than once"));
+            } else if tool == CMD_RUN && name != CMD_DISPATCHER {
+                errors.push(
+                    cap_at,
+                    format!(
+                        "`{CMD_RUN}` belongs to the `{CMD_DISPATCHER}` dispatcher, not `{name}`"
+                    ),
+                );
+            } else if !(node.tool_exists)(tool) {
+                errors.push(
+                    cap_at,
+                    format!("unknown tool `{tool}`: this node has no tool of that name"),
+                );
+            }
+        }
+    }
+    // cmd.run without an allowlist could never run anything: refuse the manifest rather than
+    // fail every call.
+    let has_allowlist = AgentView(value).subcommand_allowlist().is_some();
+    for (i, tool) in strings_at(value, "/spec/tools") {
+        if tool == CMD_RUN && !has_allowlist {
+            errors.push(
+                pointer::join_index("/spec/tools", i),
+                format!(
+                    "`{CMD_RUN}` is offered but has no subcommand_allowlist: add a \
+                     `{CMD_DISPATCHER}` entry to spec.builtin_dispatchers with a `{CMD_RUN}` \
+                     capability"
+                ),
+            );
+        }
+    }
+}
+
+fn volumes(value: &Value, errors: &mut Errors) {
+    let mut seen: Vec<(&str, &str, usize)> = Vec::new();
+    for (i, volume) in array_at(value, "/spec/volumes") {
+        let at = pointer::join_index("/spec/volumes", i);
+        let name = volume
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mount = volume
+            .get("mount_path")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mount_trimmed = mount.trim_end_matches('/');
+        for (other_name, other_mount, j) in &seen {
+            if *other_name == name {
+                errors.push(
+                    pointer::join(&at, "name"),
+                    format!("volume name `{name}` is already used by volume {j}"),
+                );
+            }
+            if paths_overlap(mount_trimmed, other_mount) {
+                errors.push(
+                    pointer::join(&at, "mount_path"),
+                    format!("mount path `{mount}` overlaps `{other_mount}` of volume {j}"),
+                );
+            }
+        }
+        seen.push((name, mount_trimmed, i));
+    }
+}
+
+fn paths_overlap(a: &str, b: &str) -> bool {
+    let under = |inner: &str, outer: &str| {
+        inner == outer
+            || inner
+                .strip_prefix(outer)
+                .is_some_and(|rest| rest.starts_with('/'))
+    };
+    under(a, b) || under(b, a)
+}
+
+fn check_json_schema(at: &str, schema: &Value, errors: &mut Errors) {
+    if let Err(e) = jsonschema::meta::validate(schema) {
+        let inner = e.instance_path().as_str();
+        let place = if inner.is_empty() {
+            String::new()
+        } else {
+            format!(" (at {inner})")
+        };
+        errors.push(at, format!("not a valid JSON Schema{place}: {e}"));
+        return;
+    }
+    if let Err(e) = jsonschema::options().build(schema) {
+        errors.push(at, format!("not a usable JSON Schema: {e}"));
+    }
+}
+
+/// Validator rules beyond the schema: a json_schema validator's schema compiles, and a
+/// multi_judge validator can get the answers it requires.
+fn validator_rules(at: &str, validator: &Value, errors: &mut Errors) {
+    match validator.get("type").and_then(Value::as_str) {
+        Some("json_schema") => {
+            if let Some(schema) = validator.get("schema") {
+                check_json_schema(&pointer::join(at, "schema"), schema, errors);
+            }
+        }
+        Some("multi_judge") => {
+            let judges = validator
+                .get("judges")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let required = validator.get("min_judges_required").and_then(Value::as_u64);
+            if let Some(required) = required.filter(|r| *r > judges as u64) {
+                errors.push(
+                    pointer::join(at, "min_judges_required"),
+                    format!(
+                        "min_judges_required ({required}) exceeds the number of judges ({judges})"
+                    ),
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+fn output_handler(at: &str, handler: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
+    if handler.get("type").and_then(Value::as_str) == Some("mcp_tool") {
+        if let Some(tool) = handler.get("tool_name").and_then(Value::as_str) {
+            if !(node.tool_exists)(tool) {
+                errors.push(
+                    pointer::join(at, "tool_name"),
+                    format!("unknown tool `{tool}`: this node has no tool of that name"),
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workflows
+
+/// Template roots that are not state names (worker variables and blackboard entries).
+const TEMPLATE_ROOTS: &[&str] = &[
+    "input",
+    "intent",
+    "instruction",
+    "context",
+    "blackboard",
+    "state",
+    "states",
+    "workflow",
+    "iteration_number",
+    "previous_error",
+    "output",
+    "state_output",
+    "feedback",
+    "execution",
+    "this",
+];
+
+/// Condition sets that together always match, so a state with all of them never ends a run.
+/// (Exit-code conditions are not among them: a step may end without an exit code.)
+const EXHAUSTIVE: &[&[&str]] = &[&["always"], &["on_success", "on_failure"]];
+
+fn workflow(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
+    let empty = Map::new();
+    let states = value
+        .pointer("/spec/states")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let names: BTreeSet<&str> = states.keys().map(String::as_str).collect();
+    let initial = value.pointer("/spec/initial_state").and_then(Value::as_str);
+    if let Some(initial) = initial {
+        if !names.contains(initial) {
+            errors.push(
+                "/spec/initial_state",
+                format!("unknown state `{initial}`{}", suggestion(initial, &names)),
+            );
+        }
+    }
+
+    let blackboard_keys = blackboard_keys(value, states);
+    for (name, state) in states {
+        let at = pointer::join("/spec/states", name);
+        transitions(&at, state, &names, errors);
+        state_kind_rules(&at, state, value, node, errors);
+        templates_in(&at, state, &names, &blackboard_keys, errors);
+    }
+    if let Some(Value::Object(outputs)) = value.pointer("/metadata/output_template") {
+        for (key, template) in outputs {
+            let at = pointer::join("/metadata/output_template", key);
+            templates_in(&at, template, &names, &blackboard_keys, errors);
+        }
+    }
+
+    if let Some(initial) = initial.filter(|i| names.contains(i)) {
+        let reachable = reachable_from(initial, states);
+        for name in names.iter().filter(|n| !reachable.contains(*n)) {
+            errors.push(
+                pointer::join("/spec/states", name),
+                format!("state `{name}` is unreachable from the initial state `{initial}`"),
+            );
+        }
+        let can_end = reachable.iter().any(|name| {
+            states
+                .get(*name)
+                .is_some_and(|state| !always_moves_on(state))
+        });
+        if !can_end {
+            errors.push(
+                "/spec/states",
+                "no reachable state can end a run: every one always takes a transition \
+                 (add a terminal state with `transitions: []`)",
+            );
+        }
+    }
+    for key in ["input_schema", "output_schema"] {
+        let at = pointer::join("/metadata", key);
+        if let Some(schema) = value.pointer(&at) {
+            check_json_schema(&at, schema, errors);
+        }
+    }
+    shared_volume_names(value, errors);
+}
+
+fn transitions(at: &str, state: &Value, names: &BTreeSet<&str>, errors: &mut Errors) {
+    let kind = state
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut always_at: Option<usize> = None;
+    for (i, transition) in indexed(state.get("transitions")) {
+        let t_at = pointer::join_index(&pointer::join(at, "transitions"), i);
+        let condition = transition
+            .get("condition")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if let Some(target) = transition.get("target").and_then(Value::as_str) {
+            if !names.contains(target) {
+                errors.push(
+                    pointer::join(&t_at, "target"),
+                    format!("unknown state `{target}`{}", suggestion(target, names)),
+                );
+            }
+        }
+        if let Some(first) = always_at {
+            errors.push(
+                t_at.clone(),
+                format!(
+                    "this transition is never taken: it follows the unconditional `always` of \
+                     transition {first}"
+                ),
+            );
+        }
+        if let Some(problem) = condition_misfit(condition, kind) {
+            errors.push(pointer::join(&t_at, "condition"), problem);
+        }
+        if condition == "score_between" {
+            let bound = |key: &str| transition.get(key).and_then(Value::as_f64);
+            if let (Some(min), Some(max)) = (bound("min"), bound("max")) {
+                if min > max {
+                    errors.push(
+                        pointer::join(&t_at, "min"),
+                        format!(
+                            "`min` ({min}) is greater than `max` ({max}): the condition can \
+                             never hold"
+                        ),
+                    );
+                }
+            }
+        }
+        if condition == "always" && always_at.is_none() {
+            always_at = Some(i);
+        }
+    }
+}
+
+/// Conditions that can never be evaluated in a state of this kind. Only the human-response
+/// conditions are tied to a kind (schemas/README.md, decision 11): other outputs are loose enough
+/// across kinds that a rule would refuse working workflows.
+fn condition_misfit(condition: &str, kind: &str) -> Option<String> {
+    let human_only = matches!(
+        condition,
+        "input_equals" | "input_equals_yes" | "input_equals_no"
+    );
+    (human_only && kind != "Human").then(|| {
+        let article = if kind.starts_with(['A', 'E', 'I', 'O', 'U']) {
+            "an"
+        } else {
+            "a"
+        };
+        format!(
+            "`{condition}` is only meaningful on a Human state (this is {article} {kind} state)"
+        )
+    })
+}
+
+/// Rules that depend on the state kind and that the schema cannot express.
+fn state_kind_rules(
+    at: &str,
+    state: &Value,
+    value: &Value,
+    node: &NodeKnowledge<'_>,
+    errors: &mut Errors,
+) {
+    if let Some(handler) = state.get("output_handler") {
+        output_handler(&pointer::join(at, "output_handler"), handler, node, errors);
+    }
+    match state.get("kind").and_then(Value::as_str) {
+        Some("ContainerRun") => container_volumes(at, state, value, errors),
+        Some("ParallelContainerRun") => {
+            let mut names = HashSet::new();
+            for (i, step) in indexed(state.get("steps")) {
+                let step_at = pointer::join_index(&pointer::join(at, "steps"), i);
+                if let Some(name) = step.get("name").and_then(Value::as_str) {
+                    if !names.insert(name) {
+                        errors.push(
+                            pointer::join(&step_at, "name"),
+                            format!("step name `{name}` is used more than once in this state"),
+                        );
+                    }
+                }
+                container_volumes(&step_at, step, value, errors);
+            }
+        }
+        Some("Agent") => {
+            if let Some(validator) = state.get("pre_execution_validator") {
+                validator_rules(
+                    &pointer::join(at, "pre_execution_validator"),
+                    validator,
+                    errors,
+                );
+            }
+        }
+        Some("ParallelAgents") => {
+            let agents = state
+                .get("agents")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            let consensus = state.get("consensus");
+            let field = |key: &str| consensus.and_then(|c| c.get(key)).and_then(Value::as_u64);
+            let c_at = pointer::join(at, "consensus");
+            if let Some(n) = field("n").filter(|n| *n > agents as u64) {
+                errors.push(
+                    pointer::join(&c_at, "n"),
+                    format!("best_of_n keeps {n} results but only {agents} agents run"),
+                );
+            }
+            if let Some(m) = field("min_judges_required").filter(|m| *m > agents as u64) {
+                errors.push(
+                    pointer::join(&c_at, "min_judges_required"),
+                    format!("min_judges_required ({m}) exceeds the number of agents ({agents})"),
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Once shared volumes are declared, a container step may mount only the run's workspace and
+/// those; and never two volumes at overlapping paths.
+fn container_volumes(at: &str, step: &Value, value: &Value, errors: &mut Errors) {
+    let shared: HashSet<&str> = array_at(value, "/spec/storage/shared_volumes")
+        .filter_map(|(_, v)| v.get("name").and_then(Value::as_str))
+        .collect();
+    let mut mounts: Vec<&str> = Vec::new();
+    for (i, volume) in indexed(step.get("volumes")) {
+        let v_at = pointer::join_index(&pointer::join(at, "volumes"), i);
+        if let Some(name) = volume.get("name").and_then(Value::as_str) {
+            if !shared.is_empty() && name != "workspace" && !shared.contains(name) {
+                errors.push(
+                    pointer::join(&v_at, "name"),
+                    format!(
+                        "volume `{name}` is neither `workspace` nor declared in \
+                         spec.storage.shared_volumes"
+                    ),
+                );
+            }
+        }
+        if let Some(mount) = volume.get("mount_path").and_then(Value::as_str) {
+            let mount = mount.trim_end_matches('/');
+            if mounts.iter().any(|m| paths_overlap(m, mount)) {
+                errors.push(
+                    pointer::join(&v_at, "mount_path"),
+                    format!("mount path `{mount}` overlaps another volume of this step"),
+                );
+            }
+            mounts.push(mount);
+        }
+    }
+}
+
+fn shared_volume_names(value: &Value, errors: &mut Errors) {
+    let mut names = HashSet::new();
+    for (i, volume) in array_at(value, "/spec/storage/shared_volumes") {
+        if let Some(name) = volume.get("name").and_then(Value::as_str) {
+            if name == "workspace" || !names.insert(name) {
+                errors.push(
+                    format!("/spec/storage/shared_volumes/{i}/name"),
+                    format!("volume name `{name}` is already taken"),
+                );
+            }
+        }
+    }
+}
+
+/// Blackboard keys other than state names that templates may use: `spec.context` keys,
+/// subworkflow `result_key`s and the workspace volume key.
+fn blackboard_keys<'v>(value: &'v Value, states: &'v Map<String, Value>) -> BTreeSet<&'v str> {
+    let mut keys: BTreeSet<&str> = BTreeSet::new();
+    if let Some(Value::Object(context)) = value.pointer("/spec/context") {
+        keys.extend(context.keys().map(String::as_str));
+    }
+    keys.extend(
+        states
+            .values()
+            .filter_map(|s| s.get("result_key").and_then(Value::as_str)),
+    );
+    keys.insert(
+        value
+            .pointer("/spec/storage/workspace/blackboard_key")
+            .and_then(Value::as_str)
+            .unwrap_or("workspace_volume_id"),
+    );
+    keys
+}
+
+/// Checks every template string under `value` for references to unknown states.
+fn templates_in(
+    at: &str,
+    value: &Value,
+    states: &BTreeSet<&str>,
+    keys: &BTreeSet<&str>,
+    errors: &mut Errors,
+) {
+    match value {
+        Value::String(text) if text.contains("{{") => {
+            for reference in path_refs(text) {
+                if reference.scoped {
+                    continue;
+                }
+                if let Some(unknown) = unknown_state(&reference.segments, states, keys) {
+                    errors.push(
+                        at,
+                        format!(
+                            "template `{}` names unknown state `{unknown}`{}",
+                            reference.expression,
+                            suggestion(unknown, states)
+                        ),
+                    );
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                templates_in(&pointer::join_index(at, i), item, states, keys, errors);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                templates_in(&pointer::join(at, key), item, states, keys, errors);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The state a path names when that state does not exist.
+///
+/// `states.X...` must name a state; `blackboard.X...` a state or another blackboard key; a
+/// dotted path whose root is no known variable is read as `STATE.field`. A bare unknown word is
+/// let through: it may be a blackboard key written at run time.
+fn unknown_state<'p>(
+    segments: &'p [String],
+    states: &BTreeSet<&str>,
+    keys: &BTreeSet<&str>,
+) -> Option<&'p str> {
+    let root = segments.first()?.as_str();
+    if root.starts_with(['@', '.']) {
+        return None;
+    }
+    match (root, segments.get(1)) {
+        ("states", Some(name)) => (!states.contains(name.as_str())).then_some(name.as_str()),
+        ("blackboard", Some(name)) => (!states.contains(name.as_str())
+            && !keys.contains(name.as_str()))
+        .then_some(name.as_str()),
+        (_, Some(_))
+            if !TEMPLATE_ROOTS.contains(&root)
+                && !states.contains(root)
+                && !keys.contains(root) =>
+        {
+            Some(root)
+        }
+        _ => None,
+    }
+}
+
+fn reachable_from<'a>(initial: &'a str, states: &'a Map<String, Value>) -> BTreeSet<&'a str> {
+    let mut seen = BTreeSet::from([initial]);
+    let mut queue = VecDeque::from([initial]);
+    while let Some(name) = queue.pop_front() {
+        let Some(state) = states.get(name) else {
+            continue;
+        };
+        for (_, transition) in indexed(state.get("transitions")) {
+            if let Some(target) = transition.get("target").and_then(Value::as_str) {
+                if states.contains_key(target) && seen.insert(target) {
+                    queue.push_back(target);
+                }
+            }
+        }
+    }
+    seen
+}
+
+/// True when some transition of the state always matches, so a run never ends in it.
+fn always_moves_on(state: &Value) -> bool {
+    let conditions: Vec<&str> = indexed(state.get("transitions"))
+        .filter_map(|(_, t)| t.get("condition").and_then(Value::as_str))
+        .collect();
+    EXHAUSTIVE
+        .iter()
+        .any(|set| set.iter().all(|c| conditions.contains(c)))
+}
+
+/// " (did you mean `x`?)" when one known name is close to `name`.
+fn suggestion(name: &str, known: &BTreeSet<&str>) -> String {
+    known
+        .iter()
+        .map(|k| (distance(&name.to_lowercase(), &k.to_lowercase()), *k))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, k)| format!(" (did you mean `{k}`?)"))
+        .unwrap_or_default()
+}
+
+/// Levenshtein distance, counting an adjacent swap as one edit.
+fn distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small readers
+
+fn indexed(value: Option<&Value>) -> impl Iterator<Item = (usize, &Value)> {
+    value
+        .and_then(Value::as_array)
+        .map(|items| items.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+}
+
+fn array_at<'v>(value: &'v Value, at: &str) -> impl Iterator<Item = (usize, &'v Value)> {
+    indexed(value.pointer(at))
+}
+
+fn strings_at<'v>(value: &'v Value, at: &str) -> impl Iterator<Item = (usize, &'v str)> {
+    array_at(value, at).filter_map(|(i, v)| Some((i, v.as_str()?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_name("hello-world2").is_ok());
+        assert!(check_name("2fast").is_err());
+        assert!(check_name("Hello").is_err());
+        assert!(check_name("trailing-").is_err());
+        assert!(check_name(&"a".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn paths() {
+        assert!(check_path("/workspace").is_ok());
+        assert!(check_path("/").is_ok());
+        assert!(check_path("data/in").is_ok());
+        assert!(check_path("/workspace/../etc").is_err());
+        assert!(check_path("/workspace//x").is_err());
+        assert!(check_path("/workspace/").is_err());
+        assert!(check_path("./x").is_err());
+        assert!(paths_overlap("/workspace", "/workspace/out"));
+        assert!(!paths_overlap("/workspace/a", "/workspace/ab"));
+    }
+
+    #[test]
+    fn suggestions() {
+        let known = BTreeSet::from(["review", "WRITE_CODE"]);
+        assert_eq!(suggestion("reveiw", &known), " (did you mean `review`?)");
+        assert_eq!(
+            suggestion("write_code", &known),
+            " (did you mean `WRITE_CODE`?)"
+        );
+        assert_eq!(suggestion("deploy", &known), "");
+    }
+}

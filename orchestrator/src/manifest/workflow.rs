@@ -1,0 +1,114 @@
+//! Typed reads of a workflow manifest, for the workflow engine.
+//!
+//! Like [`super::AgentView`], a thin view over the validated JSON value rather than a struct
+//! tree: the engine needs the state graph and a few limits; state bodies stay JSON because they
+//! are rendered as templates anyway.
+
+use serde_json::Value;
+
+/// One outgoing transition of a state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TransitionView<'a> {
+    /// The condition tag (`on_success`, `score_above`, ...).
+    pub condition: &'a str,
+    /// The target state.
+    pub target: &'a str,
+    /// The whole transition object (condition parameters, feedback template).
+    pub raw: &'a Value,
+}
+
+/// A read-only view of a validated workflow manifest.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkflowView<'a>(pub &'a Value);
+
+impl<'a> WorkflowView<'a> {
+    /// `metadata.name`.
+    pub fn name(&self) -> &'a str {
+        self.0
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    /// `spec.initial_state`.
+    pub fn initial_state(&self) -> &'a str {
+        self.0
+            .pointer("/spec/initial_state")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    /// The names of all states.
+    pub fn state_names(&self) -> Vec<&'a str> {
+        self.0
+            .pointer("/spec/states")
+            .and_then(Value::as_object)
+            .map(|states| states.keys().map(String::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    /// One state's object.
+    pub fn state(&self, name: &str) -> Option<&'a Value> {
+        self.0.pointer("/spec/states")?.get(name)
+    }
+
+    /// One state's `kind` (`Agent`, `System`, ...).
+    pub fn state_kind(&self, name: &str) -> Option<&'a str> {
+        self.state(name)?.get("kind")?.as_str()
+    }
+
+    /// One state's transitions, in evaluation order; empty for a terminal state.
+    pub fn transitions(&self, name: &str) -> Vec<TransitionView<'a>> {
+        self.state(name)
+            .and_then(|s| s.get("transitions"))
+            .and_then(Value::as_array)
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|raw| {
+                        Some(TransitionView {
+                            condition: raw.get("condition")?.as_str()?,
+                            target: raw.get("target")?.as_str()?,
+                            raw,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// `spec.max_total_transitions` (default 50).
+    pub fn max_total_transitions(&self) -> u64 {
+        self.0
+            .pointer("/spec/max_total_transitions")
+            .and_then(Value::as_u64)
+            .unwrap_or(50)
+    }
+
+    /// `metadata.input_schema`.
+    pub fn input_schema(&self) -> Option<&'a Value> {
+        self.0.pointer("/metadata/input_schema")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_the_state_graph() {
+        let value = json!({"spec": {"initial_state": "a", "states": {
+            "a": {"kind": "System", "command": "true",
+                  "transitions": [{"condition": "on_success", "target": "b"}]},
+            "b": {"kind": "System", "command": "true", "transitions": []}}}});
+        let wf = WorkflowView(&value);
+        assert_eq!(wf.initial_state(), "a");
+        assert_eq!(wf.state_names(), ["a", "b"]);
+        assert_eq!(wf.state_kind("a"), Some("System"));
+        let t = wf.transitions("a");
+        assert_eq!((t[0].condition, t[0].target), ("on_success", "b"));
+        assert!(wf.transitions("b").is_empty());
+        assert_eq!(wf.max_total_transitions(), 50);
+    }
+}
