@@ -499,3 +499,29 @@ spec:
     )
     .expect("fixed");
 }
+
+#[test]
+fn no_input_makes_the_parser_panic() {
+    // Every prefix of every valid example, and each with one byte flipped to a YAML indicator:
+    // the parser must answer (accept or refuse), never panic or hang.
+    let mut parsed = 0usize;
+    for example in examples("valid") {
+        let text = &example.text;
+        let cuts = text.char_indices().map(|(i, _)| i).step_by(29);
+        for cut in cuts {
+            let _ = parse(example.kind, &text[..cut], &any_node());
+            parsed += 1;
+        }
+        for (n, (i, _)) in text.char_indices().step_by(37).enumerate() {
+            let indicators = [
+                ":", "- ", "[", "{", "&a ", "*a", "!", "|", "\"", "'", "\t", "<<: ",
+            ];
+            for indicator in indicators.iter().skip(n % 3).step_by(3) {
+                let mutated = format!("{}{indicator}{}", &text[..i], &text[i..]);
+                let _ = parse(example.kind, &mutated, &any_node());
+                parsed += 1;
+            }
+        }
+    }
+    eprintln!("robustness: {parsed} mutated documents");
+}

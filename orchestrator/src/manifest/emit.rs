@@ -25,6 +25,27 @@ pub fn to_yaml(value: &Value) -> String {
     out
 }
 
+/// Keys written first, in this order, wherever they appear: the identity of a manifest and the
+/// tag of a tagged object (`kind: System`, `condition: always`) read best before the rest.
+const LEAD_KEYS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "metadata",
+    "spec",
+    "name",
+    "type",
+    "condition",
+];
+
+/// The entries of a map with [`LEAD_KEYS`] first, then the others in the map's order.
+fn ordered(map: &serde_json::Map<String, Value>) -> Vec<(&String, &Value)> {
+    let lead = |key: &str| LEAD_KEYS.iter().position(|k| *k == key);
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    // Stable: keys outside LEAD_KEYS keep their relative order.
+    entries.sort_by_key(|(key, _)| lead(key).unwrap_or(LEAD_KEYS.len()));
+    entries
+}
+
 /// Writes `key: value` lines at `indent`; when `inline_first`, the cursor already sits at
 /// `indent` (after a `- `) and the first key is written without indentation.
 fn write_entries(
@@ -33,7 +54,7 @@ fn write_entries(
     indent: usize,
     inline_first: bool,
 ) {
-    for (i, (key, value)) in map.iter().enumerate() {
+    for (i, (key, value)) in ordered(map).into_iter().enumerate() {
         if i > 0 || !inline_first {
             push_indent(out, indent);
         }
@@ -237,7 +258,7 @@ mod tests {
         assert_eq!(
             text,
             "apiVersion: 100monkeys.ai/v1\n\
-             metadata:\n  labels: {}\n  name: hello\n  version: 1.0.0\n\
+             metadata:\n  name: hello\n  labels: {}\n  version: 1.0.0\n\
              spec:\n\
              \x20 list:\n    - a: 1\n      b:\n        - true\n        - null\n    - - 1\n      - 2\n    - []\n\
              \x20 runtime:\n    language: python\n    version: \"3.11\"\n\
