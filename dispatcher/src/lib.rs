@@ -2,8 +2,51 @@
 //!
 //! The orchestrator never talks to Docker itself: it asks this crate for sandboxes and for the
 //! engine's health. Keeping Docker behind one library boundary is what lets the rest of the service
-//! stay ignorant of containers (and lets the security-relevant container settings live in one place).
+//! stay ignorant of containers (and lets the security-relevant container settings live in one place:
+//! [`hardening`](crate::hardening)).
+//!
+//! The crate knows nothing of HTTP, SEAL or policy: callers decide *whether* a call is allowed;
+//! the dispatcher makes sure it runs inside a hardened, labelled, recorded sandbox. The map:
+//!
+//! - [`engine`](DockerEngine): the shared Docker handle;
+//! - `spec`, `config`: what a caller may ask for, and the operator's ceilings;
+//! - `install`: the executor binary, delivered through a read-only, content-addressed volume;
+//! - `hardening`: the container settings of a sandbox, each with its reason;
+//! - `stream`: the multiplexed request stream over a container's attached stdin/stdout;
+//! - `dispatcher`: the lifecycle (create, call, destroy, adopt) and its ordering guarantees;
+//! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner;
+//! - `store`: the `sandboxes` table.
+//!
+//! Invariants kept here: a sandbox's row exists before any of its Docker objects; every object
+//! carries `org.aegis.managed`, scope, instance and sandbox labels; no sandbox has binds,
+//! devices, privileges or capabilities beyond the executor's four; the reaper never touches an
+//! object without the managed label or of another scope.
 
+#![warn(missing_docs)]
+
+mod config;
+mod dispatcher;
 mod engine;
+mod error;
+pub mod hardening;
+mod install;
+pub mod labels;
+mod pool;
+mod reaper;
+mod spec;
+mod store;
+mod stream;
 
+pub use config::DispatcherConfig;
+pub use dispatcher::{AdoptReport, Dispatcher};
 pub use engine::{DockerEngine, EngineError};
+pub use error::{DispatchError, Result};
+pub use install::{EXECUTOR_DIR, EXECUTOR_NAME};
+pub use pool::POOL_OWNER_ID;
+pub use reaper::ReapReport;
+pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};
+pub use store::{RecordedSpec, SandboxInfo, SandboxState};
+
+/// The executor's wire protocol (requests, responses, results), re-exported so callers build
+/// [`protocol::Op`] values without depending on the executor package themselves.
+pub use sandbox_executor::protocol;

@@ -1,0 +1,67 @@
+//! The dispatcher's configuration: ceilings, timings, the warm pool, the executor binary.
+//!
+//! These are the operator's decisions, not the caller's: a sandbox spec can lower limits but
+//! never raise them above `ceilings`, and the timings decide how fast a dead instance's sandboxes
+//! are collected. Defaults suit a single node; tests shorten `dead_after`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::spec::Limits;
+
+/// How the dispatcher runs.
+#[derive(Debug, Clone)]
+pub struct DispatcherConfig {
+    /// The static `sandbox-executor` binary installed into every sandbox.
+    pub executor_path: PathBuf,
+    /// Upper bounds on every sandbox's limits.
+    pub ceilings: Limits,
+    /// Warm pool: image -> number of started, unused sandboxes to keep ready.
+    pub pool: BTreeMap<String, usize>,
+    /// Limits of pool sandboxes (clamped like any spec); `acquire` matches against them.
+    pub pool_limits: Limits,
+    /// An instance whose heartbeat is older than this is dead and its sandboxes are reaped
+    /// (default 120 s; the orchestrator heartbeats every 15 s).
+    pub dead_after: Duration,
+    /// Period of the reaper (default 60 s).
+    pub reap_interval: Duration,
+    /// How long a new sandbox may take from start to the executor's ready line (default 15 s).
+    pub ready_timeout: Duration,
+    /// Default deadline of one call (default 30 s); `cmd.run` gets its own timeout plus grace.
+    pub call_timeout: Duration,
+    /// Ceiling on file sizes the executor reads or writes (default 10 MiB).
+    pub max_file_bytes: u64,
+    /// Longest response line accepted from an executor (default 256 MiB); longer breaks the
+    /// stream. A `cmd.run` may keep 16 MiB per stream, and JSON escaping can grow control
+    /// characters sixfold, so this is a safety valve, not an output limit: callers should ask
+    /// for far smaller `max_*_bytes`.
+    pub max_response_bytes: usize,
+    /// Image used for the stopped helper container that fills the executor volume; default the
+    /// first pool image, else any local image.
+    pub helper_image: Option<String>,
+}
+
+impl DispatcherConfig {
+    /// Defaults around the given executor binary.
+    pub fn new(executor_path: impl Into<PathBuf>) -> Self {
+        DispatcherConfig {
+            executor_path: executor_path.into(),
+            ceilings: Limits {
+                memory_bytes: 2 * 1024 * 1024 * 1024,
+                nano_cpus: 2_000_000_000,
+                pids: 512,
+                tmpfs_bytes: 256 * 1024 * 1024,
+            },
+            pool: BTreeMap::new(),
+            pool_limits: Limits::default(),
+            dead_after: Duration::from_secs(120),
+            reap_interval: Duration::from_secs(60),
+            ready_timeout: Duration::from_secs(15),
+            call_timeout: Duration::from_secs(30),
+            max_file_bytes: 10 * 1024 * 1024,
+            max_response_bytes: 256 * 1024 * 1024,
+            helper_image: None,
+        }
+    }
+}

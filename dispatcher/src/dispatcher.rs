@@ -1,0 +1,815 @@
+//! The [`Dispatcher`]: creates, serves, adopts and destroys sandboxes for one orchestrator
+//! instance.
+//!
+//! The orchestrator holds one `Dispatcher` (a cheap clone around an `Arc`) and asks it for
+//! sandboxes by spec; it never sees Docker. The order of every lifecycle step is chosen so that a
+//! crash at any point leaves something the reaper can find:
+//!
+//! 1. the Postgres row is written (`creating`) before any Docker object exists;
+//! 2. the workspace volume and the container are created with labels naming this database
+//!    (scope), this instance and the sandbox;
+//! 3. the container's stdin/stdout are attached *before* it starts, so the executor's ready line
+//!    cannot be missed; then it starts, and the row becomes `running` once the executor is ready.
+//!
+//! Lifecycle operations run in their own tasks, so a caller that gives up halfway (an HTTP client
+//! disconnecting) cannot leave a half-created sandbox: the task finishes, and if nobody waits for
+//! the result any more the sandbox is destroyed.
+//!
+//! Background work (periodic reaper, pool refill) holds only a weak reference: dropping the last
+//! `Dispatcher` clone stops it. Sandboxes themselves outlive the dispatcher; they are removed by
+//! `destroy`, by the reaper once this instance is dead, or taken over by a later instance through
+//! [`Dispatcher::adopt`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use bollard::models::{ContainerStateStatusEnum, VolumeCreateRequest};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, RemoveContainerOptionsBuilder,
+    RemoveVolumeOptionsBuilder, WaitContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use sandbox_executor::protocol::{Op, Response};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::config::DispatcherConfig;
+use crate::engine::DockerEngine;
+use crate::error::{engine, is_conflict, is_not_found, DispatchError, Result};
+use crate::hardening;
+use crate::install::{self, ExecutorVolume};
+use crate::labels;
+use crate::pool::Pool;
+use crate::spec::{Owner, SandboxId, SandboxSpec};
+use crate::store::{self, DestroyClaim, SandboxInfo};
+use crate::stream::ExecutorStream;
+
+/// Extra time a `cmd.run` call waits beyond the command's own timeout and kill grace.
+const RUN_DEADLINE_MARGIN: Duration = Duration::from_secs(5);
+/// Kill grace the executor applies when a `cmd.run` does not say.
+const DEFAULT_GRACE: Duration = Duration::from_millis(2000);
+
+/// Handle on the sandboxes of one orchestrator instance. Cheap to clone.
+#[derive(Clone)]
+pub struct Dispatcher {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("instance", &self.inner.instance)
+            .field("scope", &self.inner.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) docker: Docker,
+    pub(crate) pg: PgPool,
+    pub(crate) instance: Uuid,
+    pub(crate) scope: String,
+    pub(crate) config: DispatcherConfig,
+    pub(crate) executor: ExecutorVolume,
+    /// Sandboxes whose stream this instance holds.
+    pub(crate) sandboxes: RwLock<HashMap<SandboxId, Arc<Sandbox>>>,
+    pub(crate) pool: Pool,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// One sandbox this instance holds the stream of.
+pub(crate) struct Sandbox {
+    pub(crate) id: SandboxId,
+    pub(crate) container: String,
+    /// The spec it was created with (limits clamped; owner at creation).
+    pub(crate) spec: SandboxSpec,
+    pub(crate) stream: ExecutorStream,
+}
+
+/// What [`Dispatcher::adopt`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdoptReport {
+    /// Sandboxes now served by this instance.
+    pub adopted: Vec<SandboxId>,
+    /// Sandboxes that could not be taken over and were destroyed, with the reason.
+    pub destroyed: Vec<(SandboxId, String)>,
+}
+
+impl Dispatcher {
+    /// Starts the dispatcher of one orchestrator instance.
+    ///
+    /// `instance_id` must have a row in `node_instances` (the orchestrator writes one per start
+    /// and heartbeats it). In order: settles the engine API version, installs the executor
+    /// volume, runs the reaper once (so sandboxes of dead instances are gone before new ones are
+    /// made), then starts the periodic reaper and the warm-pool refill in the background.
+    pub async fn start(
+        engine_handle: DockerEngine,
+        pg: PgPool,
+        instance_id: Uuid,
+        config: DispatcherConfig,
+    ) -> Result<Dispatcher> {
+        // bollard speaks the newest API by default; older engines (20.10 speaks 1.41) refuse it.
+        let docker = engine_handle
+            .client()
+            .clone()
+            .negotiate_version()
+            .await
+            .map_err(engine("negotiating the Docker API version"))?;
+        let scope = store::scope(&pg).await?;
+        let executor = install::install(&docker, &pg, &config, &scope, instance_id).await?;
+        let pool = Pool::new(&config);
+        let dispatcher = Dispatcher {
+            inner: Arc::new(Inner {
+                docker,
+                pg,
+                instance: instance_id,
+                scope,
+                config,
+                executor,
+                sandboxes: RwLock::new(HashMap::new()),
+                pool,
+                shutdown: CancellationToken::new(),
+            }),
+        };
+        tracing::info!(instance = %instance_id, scope = %dispatcher.inner.scope, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
+        let report = dispatcher.reap().await?;
+        tracing::info!(
+            removed_containers = report.containers_removed,
+            removed_volumes = report.volumes_removed,
+            rows_closed = report.rows_closed,
+            "start-up reaper done"
+        );
+        crate::reaper::spawn_periodic(Arc::downgrade(&dispatcher.inner));
+        crate::pool::spawn_refill(Arc::downgrade(&dispatcher.inner));
+        Ok(dispatcher)
+    }
+
+    /// This instance's id (the `org.aegis.instance` label of what it creates).
+    pub fn instance_id(&self) -> Uuid {
+        self.inner.instance
+    }
+
+    /// This database's scope (the `org.aegis.scope` label); the reaper judges only this scope.
+    pub fn scope(&self) -> &str {
+        &self.inner.scope
+    }
+
+    /// The executor volume mounted read-only into every sandbox.
+    pub fn executor_volume(&self) -> &str {
+        &self.inner.executor.name
+    }
+
+    /// Creates, starts and connects a new sandbox; returns when its executor is ready.
+    ///
+    /// On any failure what was created is removed, the row is marked `failed` with the reason,
+    /// and the error says which step failed.
+    pub async fn create(&self, spec: SandboxSpec) -> Result<SandboxId> {
+        let spec = spec.validated(&self.inner.config.ceilings)?;
+        let owner = spec.owner.clone();
+        Ok(self.inner.create_detached(spec, owner).await?.id)
+    }
+
+    /// Sends one request to a sandbox's executor and returns its response.
+    ///
+    /// The deadline is the configured call timeout; for `cmd.run` it is the command's own
+    /// `timeout_ms` plus its kill grace plus a margin. Many calls may be in flight on one sandbox.
+    /// An executor-side failure (path refused, not found) is a normal [`Response`] with an
+    /// `error` outcome; `Err` means the call could not be made or answered.
+    pub async fn call(&self, id: SandboxId, op: Op) -> Result<Response> {
+        let deadline = self.deadline_for(&op);
+        self.call_with_deadline(id, op, deadline).await
+    }
+
+    /// [`Dispatcher::call`] with an explicit deadline.
+    pub async fn call_with_deadline(
+        &self,
+        id: SandboxId,
+        op: Op,
+        deadline: Duration,
+    ) -> Result<Response> {
+        let sandbox = self.inner.attached(id).await?;
+        sandbox.stream.call(op, deadline).await
+    }
+
+    fn deadline_for(&self, op: &Op) -> Duration {
+        match op {
+            Op::CmdRun(run) => {
+                let grace = run.grace_ms.map_or(DEFAULT_GRACE, Duration::from_millis);
+                Duration::from_millis(run.timeout_ms) + grace + RUN_DEADLINE_MARGIN
+            }
+            _ => self.inner.config.call_timeout,
+        }
+    }
+
+    /// Destroys a sandbox: its stream is closed (pending calls fail with `SandboxGone`), its
+    /// container is removed by force and its workspace volume removed, its row marked
+    /// `destroyed`. Idempotent; works for sandboxes held by other instances too.
+    pub async fn destroy(&self, id: SandboxId) -> Result<()> {
+        let inner = self.inner.clone();
+        run_detached(async move { inner.destroy(id, "destroyed by owner").await }).await
+    }
+
+    /// Destroys every live sandbox of `owner` (execution ended, session revoked); returns how
+    /// many were destroyed.
+    pub async fn destroy_owned_by(&self, owner: &Owner) -> Result<usize> {
+        let ids = store::owned_by(&self.inner.pg, owner).await?;
+        let mut destroyed = 0;
+        for id in ids {
+            match self.destroy(id).await {
+                Ok(()) => destroyed += 1,
+                Err(DispatchError::SandboxNotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(destroyed)
+    }
+
+    /// Live sandboxes (creating, running, destroying) of every instance of this database.
+    pub async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        store::list_live(&self.inner.pg).await
+    }
+
+    /// One sandbox, whatever its state.
+    pub async fn get(&self, id: SandboxId) -> Result<SandboxInfo> {
+        store::get(&self.inner.pg, id)
+            .await?
+            .ok_or(DispatchError::SandboxNotFound {
+                id,
+                attached_elsewhere: false,
+            })
+    }
+
+    /// Takes over the running sandboxes of a previous instance of this orchestrator.
+    ///
+    /// Each one's row is moved to this instance (a conditional update, so the reaper or another
+    /// adopter cannot take it at the same time), its container's stdin/stdout are attached again
+    /// and the executor is pinged. Sandboxes whose container is no longer running, that do not
+    /// answer, or that belonged to the previous instance's warm pool are destroyed instead.
+    ///
+    /// When to call it is the orchestrator's decision: after a restart, if executions that owned
+    /// sandboxes are to be resumed, adopt before the previous instance counts as dead
+    /// (`dead_after`); otherwise do nothing and the reaper collects them. Requests the previous
+    /// instance had in flight are lost; their answers are ignored.
+    pub async fn adopt(&self, previous_instance: Uuid) -> Result<AdoptReport> {
+        let inner = self.inner.clone();
+        run_detached(async move { inner.adopt(previous_instance).await }).await
+    }
+
+    /// Stops the background tasks and destroys the idle warm-pool sandboxes. Sandboxes handed
+    /// to owners are left running (detached) for a later [`Dispatcher::adopt`] or the reaper.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        let idle = self.inner.pool.drain();
+        for id in idle {
+            if let Err(e) = self.inner.destroy(id, "pool drained at shutdown").await {
+                tracing::warn!(sandbox = %id, error = %e, "could not destroy an idle pool sandbox at shutdown");
+            }
+        }
+        let held: Vec<Arc<Sandbox>> = self
+            .inner
+            .sandboxes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        for sandbox in held {
+            sandbox.stream.close("the dispatcher shut down");
+        }
+    }
+}
+
+/// Runs a lifecycle step in its own task so that a caller giving up cannot cut it in half.
+pub(crate) async fn run_detached<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    match tokio::spawn(work).await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(DispatchError::ShuttingDown),
+    }
+}
+
+impl Inner {
+    /// The sandbox this instance holds, or a precise "not found".
+    pub(crate) async fn attached(&self, id: SandboxId) -> Result<Arc<Sandbox>> {
+        if let Some(sandbox) = self.held(id) {
+            // An idle pool sandbox has no owner yet, so nobody may use it.
+            if !self.pool.is_idle(id) {
+                return Ok(sandbox);
+            }
+            return Err(DispatchError::SandboxNotFound {
+                id,
+                attached_elsewhere: false,
+            });
+        }
+        match store::get(&self.pg, id).await? {
+            Some(info) if info.state.is_terminal() => Err(DispatchError::SandboxGone {
+                id,
+                reason: info
+                    .reason
+                    .unwrap_or_else(|| info.state.as_str().to_owned()),
+            }),
+            Some(info) if info.instance_id != self.instance => {
+                Err(DispatchError::SandboxNotFound {
+                    id,
+                    attached_elsewhere: true,
+                })
+            }
+            _ => Err(DispatchError::SandboxNotFound {
+                id,
+                attached_elsewhere: false,
+            }),
+        }
+    }
+
+    pub(crate) fn held(&self, id: SandboxId) -> Option<Arc<Sandbox>> {
+        self.sandboxes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    fn hold(&self, sandbox: Arc<Sandbox>) {
+        self.sandboxes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(sandbox.id, sandbox);
+    }
+
+    pub(crate) fn release(&self, id: SandboxId) -> Option<Arc<Sandbox>> {
+        self.sandboxes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+    }
+
+    /// Creates a sandbox in its own task; destroys it if the caller stopped waiting meanwhile.
+    pub(crate) async fn create_detached(
+        self: &Arc<Self>,
+        spec: SandboxSpec,
+        owner: Owner,
+    ) -> Result<Arc<Sandbox>> {
+        if self.shutdown.is_cancelled() {
+            return Err(DispatchError::ShuttingDown);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let inner = self.clone();
+        tokio::spawn(async move {
+            let result = inner.create_sandbox(spec, owner).await;
+            if let Err(Ok(orphan)) = tx.send(result) {
+                tracing::info!(sandbox = %orphan.id, "creator gave up waiting; destroying the new sandbox");
+                let _ = inner.destroy(orphan.id, "creator gave up waiting").await;
+            }
+        });
+        rx.await.map_err(|_| DispatchError::ShuttingDown)?
+    }
+
+    async fn create_sandbox(
+        self: &Arc<Self>,
+        spec: SandboxSpec,
+        owner: Owner,
+    ) -> Result<Arc<Sandbox>> {
+        let started = Instant::now();
+        match self.docker.inspect_image(&spec.image).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {
+                return Err(DispatchError::ImageMissing {
+                    image: spec.image.clone(),
+                })
+            }
+            Err(e) => return Err(engine(format!("inspecting image {}", spec.image))(e)),
+        }
+        let id = SandboxId::new();
+        let container = format!("aegis-sbx-{id}");
+        let volume = format!("aegis-ws-{id}");
+        store::insert_creating(
+            &self.pg,
+            id,
+            self.instance,
+            &spec,
+            &owner,
+            &container,
+            &volume,
+        )
+        .await?;
+
+        match self
+            .materialize(id, &spec, &owner, &container, &volume)
+            .await
+        {
+            Ok((stream, container_id)) => {
+                let sandbox = Arc::new(Sandbox {
+                    id,
+                    container: container.clone(),
+                    spec,
+                    stream,
+                });
+                // Held before the row says running, so a call right after cannot miss it.
+                self.hold(sandbox.clone());
+                match store::mark_running(&self.pg, id, &container_id).await {
+                    Ok(true) => {
+                        tracing::info!(sandbox = %id, owner = %owner, image = %sandbox.spec.image, elapsed_ms = started.elapsed().as_millis() as u64, "sandbox ready");
+                        Ok(sandbox)
+                    }
+                    Ok(false) => {
+                        // Destroyed (or reaped) while it was being created.
+                        self.release(id);
+                        sandbox.stream.close("destroyed while being created");
+                        self.remove_objects(id, &container, &volume).await;
+                        Err(DispatchError::SandboxGone {
+                            id,
+                            reason: "destroyed while being created".to_owned(),
+                        })
+                    }
+                    Err(e) => {
+                        self.release(id);
+                        sandbox.stream.close("could not be recorded as running");
+                        self.remove_objects(id, &container, &volume).await;
+                        let _ = store::mark_failed(&self.pg, id, &e.to_string()).await;
+                        Err(e)
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, image = %spec.image, error = %e, "sandbox creation failed; cleaning up");
+                self.remove_objects(id, &container, &volume).await;
+                if let Err(db_error) = store::mark_failed(&self.pg, id, &e.to_string()).await {
+                    tracing::warn!(sandbox = %id, error = %db_error, "could not record the failure");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Volume, container, attach, start, ready: the Docker half of a creation.
+    async fn materialize(
+        self: &Arc<Self>,
+        id: SandboxId,
+        spec: &SandboxSpec,
+        owner: &Owner,
+        container: &str,
+        volume: &str,
+    ) -> Result<(ExecutorStream, String)> {
+        let base = self.labels(id, owner);
+        let mut volume_labels = base.clone();
+        volume_labels.insert(labels::COMPONENT.to_owned(), "workspace".to_owned());
+        self.docker
+            .create_volume(VolumeCreateRequest {
+                name: Some(volume.to_owned()),
+                labels: Some(volume_labels),
+                ..Default::default()
+            })
+            .await
+            .map_err(|source| DispatchError::Create {
+                id,
+                image: spec.image.clone(),
+                what: "workspace volume",
+                source,
+            })?;
+
+        let mut container_labels = base;
+        container_labels.insert(labels::COMPONENT.to_owned(), "sandbox".to_owned());
+        for (k, v) in &spec.labels {
+            container_labels.insert(k.clone(), v.clone());
+        }
+        let body = hardening::sandbox_container(
+            spec,
+            &self.executor,
+            volume,
+            container_labels,
+            self.config.max_file_bytes,
+        );
+        let created = self
+            .docker
+            .create_container(
+                Some(CreateContainerOptionsBuilder::new().name(container).build()),
+                body,
+            )
+            .await
+            .map_err(|source| {
+                if is_not_found(&source) {
+                    DispatchError::ImageMissing {
+                        image: spec.image.clone(),
+                    }
+                } else {
+                    DispatchError::Create {
+                        id,
+                        image: spec.image.clone(),
+                        what: "container",
+                        source,
+                    }
+                }
+            })?;
+
+        let (stream, ready) = ExecutorStream::attach(
+            &self.docker,
+            container,
+            id,
+            1,
+            self.config.max_response_bytes,
+            self.on_break(id, container),
+        )
+        .await?;
+        self.docker
+            .start_container(container, None)
+            .await
+            .map_err(|source| DispatchError::Start { id, source })?;
+
+        let timeout = self.config.ready_timeout;
+        let detail = match tokio::time::timeout(timeout, ready).await {
+            Ok(Ok(Ok(_ready))) => return Ok((stream, created.id)),
+            Ok(Ok(Err(detail))) => detail,
+            Ok(Err(_)) => "the stream closed before the ready line".to_owned(),
+            Err(_) => "no ready line".to_owned(),
+        };
+        stream.close("the executor did not become ready");
+        let exit = describe_exit(&self.docker, container).await;
+        Err(DispatchError::ExecutorNotReady {
+            id,
+            timeout,
+            detail: format!("{detail}{exit}"),
+        })
+    }
+
+    /// The labels every object of sandbox `id` carries.
+    fn labels(&self, id: SandboxId, owner: &Owner) -> HashMap<String, String> {
+        HashMap::from([
+            (labels::MANAGED.to_owned(), "true".to_owned()),
+            (labels::SCOPE.to_owned(), self.scope.clone()),
+            (labels::INSTANCE.to_owned(), self.instance.to_string()),
+            (labels::SANDBOX.to_owned(), id.to_string()),
+            (
+                labels::OWNER_KIND.to_owned(),
+                owner.kind.as_str().to_owned(),
+            ),
+            (labels::OWNER_ID.to_owned(), owner.id.clone()),
+            (
+                labels::CREATED_AT.to_owned(),
+                chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            ),
+        ])
+    }
+
+    /// What to do when a sandbox's stream ends unasked: record why in its row.
+    fn on_break(self: &Arc<Self>, id: SandboxId, container: &str) -> crate::stream::OnBreak {
+        let weak: Weak<Inner> = Arc::downgrade(self);
+        let container = container.to_owned();
+        Box::new(move |reason: String| {
+            tokio::spawn(async move {
+                let Some(inner) = weak.upgrade() else { return };
+                let exit = describe_exit(&inner.docker, &container).await;
+                let reason = format!("{reason}{exit}");
+                tracing::warn!(sandbox = %id, %reason, "sandbox stream broke");
+                match store::mark_failed(&inner.pg, id, &reason).await {
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(sandbox = %id, error = %e, "could not record the broken stream")
+                    }
+                }
+                inner.pool.forget(id);
+            });
+        })
+    }
+
+    /// Closes, removes and records: the body of every destroy.
+    pub(crate) async fn destroy(&self, id: SandboxId, reason: &str) -> Result<()> {
+        // The row first: if the database cannot record the intent, nothing has changed and the
+        // sandbox keeps serving (the caller may retry). Once it says `destroying`, the reaper
+        // finishes the job should this instance die halfway.
+        let claim = store::claim_destroy(&self.pg, id).await?;
+        self.pool.forget(id);
+        let held = self.release(id);
+        if let Some(sandbox) = &held {
+            sandbox.stream.close(&format!("sandbox {reason}"));
+        }
+        match claim {
+            DestroyClaim::Missing => {
+                if let Some(sandbox) = held {
+                    // Should not happen (rows are never deleted); still remove what we know.
+                    self.remove_objects(id, &sandbox.container, &format!("aegis-ws-{id}"))
+                        .await;
+                    return Ok(());
+                }
+                Err(DispatchError::SandboxNotFound {
+                    id,
+                    attached_elsewhere: false,
+                })
+            }
+            DestroyClaim::AlreadyDestroyed => Ok(()),
+            DestroyClaim::Remove { container, volume } => {
+                self.remove_container(&container).await?;
+                self.remove_volume(&volume).await?;
+                store::mark_destroyed(&self.pg, id, reason).await?;
+                tracing::info!(sandbox = %id, %reason, "sandbox destroyed");
+                Ok(())
+            }
+        }
+    }
+
+    /// Best-effort removal after a failed creation (errors logged; the reaper retries).
+    async fn remove_objects(&self, id: SandboxId, container: &str, volume: &str) {
+        if let Err(e) = self.remove_container(container).await {
+            tracing::warn!(sandbox = %id, error = %e, "could not remove container; the reaper will");
+        }
+        if let Err(e) = self.remove_volume(volume).await {
+            tracing::warn!(sandbox = %id, error = %e, "could not remove volume; the reaper will");
+        }
+    }
+
+    /// Removes a container by force (kills it first); gone already is fine.
+    pub(crate) async fn remove_container(&self, container: &str) -> Result<()> {
+        let options = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(false)
+            .build();
+        for attempt in 0..5u32 {
+            match self
+                .docker
+                .remove_container(container, Some(options.clone()))
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e) if is_not_found(&e) => return Ok(()),
+                // "removal already in progress": wait for the other remover.
+                Err(e) if is_conflict(&e) && attempt < 4 => {
+                    tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+                }
+                Err(e) => return Err(engine(format!("removing container {container}"))(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a volume; gone already is fine; in use is retried briefly (container removal
+    /// releases it asynchronously).
+    pub(crate) async fn remove_volume(&self, volume: &str) -> Result<()> {
+        for attempt in 0..6u32 {
+            match self
+                .docker
+                .remove_volume(
+                    volume,
+                    Some(RemoveVolumeOptionsBuilder::new().force(false).build()),
+                )
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if is_conflict(&e) && attempt < 5 => {
+                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                }
+                Err(e) => return Err(engine(format!("removing volume {volume}"))(e)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn adopt(self: &Arc<Self>, previous: Uuid) -> Result<AdoptReport> {
+        let mut report = AdoptReport::default();
+        if previous == self.instance {
+            return Ok(report);
+        }
+        let rows = store::running_of_instance(&self.pg, previous).await?;
+        tracing::info!(previous = %previous, sandboxes = rows.len(), "adopting sandboxes of a previous instance");
+        for row in rows {
+            let id = row.id;
+            if !store::claim_adoption(&self.pg, id, previous, self.instance).await? {
+                continue;
+            }
+            match self.reattach(&row).await {
+                Ok(sandbox) => {
+                    if row.owner.kind == crate::spec::OwnerKind::Pool {
+                        // Unused, but not ours to re-pool blindly: fresh ones are cheap.
+                        self.hold(sandbox);
+                        let _ = self
+                            .destroy(id, "pool sandbox of a previous instance")
+                            .await;
+                        report
+                            .destroyed
+                            .push((id, "pool sandbox of a previous instance".to_owned()));
+                        continue;
+                    }
+                    self.hold(sandbox);
+                    tracing::info!(sandbox = %id, owner = %row.owner, "sandbox adopted");
+                    report.adopted.push(id);
+                }
+                Err(e) => {
+                    let reason = format!("could not be adopted: {e}");
+                    tracing::warn!(sandbox = %id, %reason, "destroying a sandbox that could not be adopted");
+                    let _ = store::mark_failed(&self.pg, id, &reason).await;
+                    self.destroy(id, "could not be adopted").await?;
+                    report.destroyed.push((id, reason));
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Attaches to a running container again and checks that its executor answers.
+    async fn reattach(self: &Arc<Self>, row: &SandboxInfo) -> Result<Arc<Sandbox>> {
+        let id = row.id;
+        let inspect = self
+            .docker
+            .inspect_container(&row.container_name, None::<InspectContainerOptions>)
+            .await
+            .map_err(engine(format!(
+                "inspecting container {}",
+                row.container_name
+            )))?;
+        let status = inspect.state.as_ref().and_then(|s| s.status);
+        if status != Some(ContainerStateStatusEnum::RUNNING) {
+            return Err(DispatchError::SandboxGone {
+                id,
+                reason: format!("its container is {status:?}, not running"),
+            });
+        }
+        // Ids far above anything the previous instance used, so its late answers are ignored.
+        let first_id = (1u64 << 40) + u64::from(rand_u32()) * (1 << 20);
+        let (stream, _ready) = ExecutorStream::attach(
+            &self.docker,
+            &row.container_name,
+            id,
+            first_id,
+            self.config.max_response_bytes,
+            self.on_break(id, &row.container_name),
+        )
+        .await?;
+        let pong = stream.call(Op::Ping, self.config.ready_timeout).await?;
+        if let Err(body) = pong.into_result() {
+            return Err(DispatchError::Protocol {
+                id,
+                detail: format!("ping refused: {}: {}", body.kind, body.message),
+            });
+        }
+        let recorded = row.spec.clone().unwrap_or_else(|| {
+            store::RecordedSpec::from(&SandboxSpec::new(row.image.clone(), row.owner.clone()))
+        });
+        Ok(Arc::new(Sandbox {
+            id,
+            container: row.container_name.clone(),
+            spec: SandboxSpec {
+                image: row.image.clone(),
+                owner: row.owner.clone(),
+                limits: recorded.limits,
+                network: recorded.network,
+                read_roots: recorded.read_roots,
+                write_roots: recorded.write_roots,
+                labels: recorded.labels,
+            },
+            stream,
+        }))
+    }
+}
+
+/// A random number without a dependency on `rand`: the low bits of a v4 UUID.
+fn rand_u32() -> u32 {
+    let bytes = Uuid::new_v4().into_bytes();
+    u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
+}
+
+/// `"; container exited with code 137 (OOM killed)"`, or empty when it cannot be told.
+pub(crate) async fn describe_exit(docker: &Docker, container: &str) -> String {
+    // Give the engine a moment to record the exit that closed the stream.
+    let mut wait = docker.wait_container(
+        container,
+        Some(
+            WaitContainerOptionsBuilder::new()
+                .condition("not-running")
+                .build(),
+        ),
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(2), wait.next()).await;
+    match docker
+        .inspect_container(container, None::<InspectContainerOptions>)
+        .await
+    {
+        Ok(inspect) => match inspect.state {
+            Some(state) if state.running != Some(true) => {
+                let mut s = format!(
+                    "; container exited with code {}",
+                    state.exit_code.unwrap_or(-1)
+                );
+                if state.oom_killed == Some(true) {
+                    s.push_str(" (OOM killed: memory limit reached)");
+                }
+                if let Some(error) = state.error.filter(|e| !e.is_empty()) {
+                    s.push_str(&format!(" ({error})"));
+                }
+                s
+            }
+            _ => String::new(),
+        },
+        Err(e) if is_not_found(&e) => "; container removed".to_owned(),
+        Err(_) => String::new(),
+    }
+}

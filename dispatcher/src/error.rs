@@ -1,0 +1,195 @@
+//! What can go wrong when the dispatcher manages a sandbox, said so that an operator can act.
+//!
+//! Every variant names the step that failed and the object it failed on (image, sandbox, path), so
+//! the orchestrator can map it to an API error without parsing messages, and a log line alone is
+//! enough to know what to fix.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::spec::SandboxId;
+
+/// Why a dispatcher operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    /// The runtime image is not on this engine; images are built locally, never pulled.
+    #[error(
+        "image {image} is not present on the Docker engine (images cannot be pulled here); \
+         build it with runtime-images/build.sh (e.g. `runtime-images/build.sh --only busybox`)"
+    )]
+    ImageMissing {
+        /// The image reference that was asked for.
+        image: String,
+    },
+    /// The executor binary is not where the configuration says.
+    #[error(
+        "sandbox executor binary not found at {path}; build it with \
+         `RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build --release -p sandbox-executor \
+         --target x86_64-unknown-linux-gnu` and point executor_path at it"
+    )]
+    ExecutorMissing {
+        /// The configured path.
+        path: PathBuf,
+    },
+    /// The file exists but cannot serve as the in-container executor.
+    #[error("sandbox executor at {path} is unusable: {reason}")]
+    ExecutorInvalid {
+        /// The configured path.
+        path: PathBuf,
+        /// What is wrong with it (not executable, not ELF, dynamically linked, wrong architecture).
+        reason: String,
+    },
+    /// Installing the executor into its shared volume failed.
+    #[error("installing the sandbox executor into volume {volume} failed while {step}: {source}")]
+    ExecutorInstall {
+        /// The executor volume.
+        volume: String,
+        /// The step that failed.
+        step: &'static str,
+        /// The engine's answer.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The spec asks for something the dispatcher refuses before touching Docker.
+    #[error("invalid sandbox spec: {reason}")]
+    InvalidSpec {
+        /// What is wrong.
+        reason: String,
+    },
+    /// Creating the workspace volume or the container failed.
+    #[error("creating the {what} of sandbox {id} (image {image}) failed: {source}")]
+    Create {
+        /// The sandbox being created.
+        id: SandboxId,
+        /// The image asked for.
+        image: String,
+        /// `"workspace volume"` or `"container"`.
+        what: &'static str,
+        /// The engine's answer.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// Starting the container failed.
+    #[error("starting the container of sandbox {id} failed: {source}")]
+    Start {
+        /// The sandbox being started.
+        id: SandboxId,
+        /// The engine's answer.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// Attaching to the container's stdin/stdout failed.
+    #[error("attaching to the executor stream of sandbox {id} failed: {source}")]
+    Attach {
+        /// The sandbox.
+        id: SandboxId,
+        /// The engine's answer.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The executor did not announce itself in time, or exited first.
+    #[error(
+        "the executor of sandbox {id} did not become ready (waited up to {timeout:?}): {detail}"
+    )]
+    ExecutorNotReady {
+        /// The sandbox.
+        id: SandboxId,
+        /// How long the dispatcher waited.
+        timeout: Duration,
+        /// What was seen instead (exit, stderr tail, wrong protocol version).
+        detail: String,
+    },
+    /// No such sandbox (never existed, or not attached on this instance).
+    #[error("sandbox {id} not found{}", if *.attached_elsewhere { " on this orchestrator instance (it is held by another one)" } else { "" })]
+    SandboxNotFound {
+        /// The id asked for.
+        id: SandboxId,
+        /// The row exists but another instance holds the stream.
+        attached_elsewhere: bool,
+    },
+    /// The sandbox's executor stream is gone: the container died, was removed or destroyed.
+    #[error("sandbox {id} is gone: {reason}")]
+    SandboxGone {
+        /// The sandbox.
+        id: SandboxId,
+        /// Why the stream ended.
+        reason: String,
+    },
+    /// A call got no answer before its deadline.
+    #[error("{op} in sandbox {id} got no answer within {after:?}")]
+    Timeout {
+        /// The sandbox.
+        id: SandboxId,
+        /// The operation's wire name.
+        op: &'static str,
+        /// The deadline that expired.
+        after: Duration,
+    },
+    /// The executor said something the dispatcher cannot understand.
+    #[error("executor protocol error in sandbox {id}: {detail}")]
+    Protocol {
+        /// The sandbox.
+        id: SandboxId,
+        /// What was wrong.
+        detail: String,
+    },
+    /// Another Docker Engine request failed.
+    #[error("Docker engine request failed while {action}: {source}")]
+    Engine {
+        /// What the dispatcher was doing.
+        action: String,
+        /// The engine's answer.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// A database statement failed.
+    #[error("database statement failed while {action}: {source}")]
+    Db {
+        /// What the dispatcher was doing.
+        action: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The dispatcher is shutting down and takes no new work.
+    #[error("the dispatcher is shutting down")]
+    ShuttingDown,
+}
+
+/// Shorthand used throughout the crate.
+pub type Result<T, E = DispatchError> = std::result::Result<T, E>;
+
+/// Wraps a driver error with what was being done.
+pub(crate) fn db(action: &'static str) -> impl FnOnce(sqlx::Error) -> DispatchError {
+    move |source| DispatchError::Db { action, source }
+}
+
+/// Wraps an engine error with what was being done.
+pub(crate) fn engine(
+    action: impl Into<String>,
+) -> impl FnOnce(bollard::errors::Error) -> DispatchError {
+    let action = action.into();
+    move |source| DispatchError::Engine { action, source }
+}
+
+/// True when the engine answered 404 (the object is already gone).
+pub(crate) fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+/// True when the engine answered 409 (conflict: in use, already in progress).
+pub(crate) fn is_conflict(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 409,
+            ..
+        }
+    )
+}

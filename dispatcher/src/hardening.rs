@@ -1,0 +1,176 @@
+//! The container settings of a sandbox: the security boundary, written down in one place.
+//!
+//! Everything an agent can do runs inside this configuration, so every field below says why it is
+//! set. Nothing here comes from the caller except the image, the (already clamped) limits, the
+//! network choice between "none" and the default bridge, and the executor's path roots. In
+//! particular there is no way to reach binds, devices, privileged mode, extra capabilities, the
+//! host's namespaces or the Docker socket from a [`SandboxSpec`].
+
+use std::collections::HashMap;
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, MountVolumeOptions,
+    ResourcesUlimits,
+};
+use serde::Serialize;
+
+use crate::install::{ExecutorVolume, EXECUTOR_DIR};
+use crate::spec::{SandboxSpec, WORKSPACE};
+
+/// The unprivileged user every agent process and file operation runs as.
+pub const SANDBOX_UID: u32 = 65534;
+/// Its group.
+pub const SANDBOX_GID: u32 = 65534;
+
+/// Capabilities the executor keeps, and only those: it starts as root to set up the workspace
+/// and then runs every request as [`SANDBOX_UID`].
+pub const CAPABILITIES: [&str; 4] = [
+    // setgroups/setgid to the sandbox group before spawning a command.
+    "SETGID", // setuid to the sandbox user before spawning a command.
+    "SETUID",
+    // Signal process groups of sandbox-user commands (timeouts, cancel) from a root executor.
+    "KILL",
+    // Give a fresh, root-owned workspace volume to the sandbox user; the executor drops it after.
+    "CHOWN",
+];
+
+/// The executor's configuration, passed as JSON in `SANDBOX_EXECUTOR_CONFIG`.
+///
+/// Mirrors the executor's `Config` (see `dispatcher/executor/README.md`); fields not sent keep the
+/// executor's defaults (`PATH`, `HOME`).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ExecutorConfig<'a> {
+    pub uid: u32,
+    pub gid: u32,
+    pub read_roots: &'a [String],
+    pub write_roots: &'a [String],
+    pub max_file_bytes: u64,
+    pub workspace: &'a str,
+}
+
+/// The name of the environment variable the executor reads its configuration from.
+pub const EXECUTOR_CONFIG_ENV: &str = "SANDBOX_EXECUTOR_CONFIG";
+
+/// Builds the create request of a sandbox container.
+pub(crate) fn sandbox_container(
+    spec: &SandboxSpec,
+    executor: &ExecutorVolume,
+    workspace_volume: &str,
+    labels: HashMap<String, String>,
+    max_file_bytes: u64,
+) -> ContainerCreateBody {
+    let executor_config = ExecutorConfig {
+        uid: SANDBOX_UID,
+        gid: SANDBOX_GID,
+        read_roots: &spec.read_roots,
+        write_roots: &spec.write_roots,
+        max_file_bytes,
+        workspace: WORKSPACE,
+    };
+    // Serializing plain strings and integers cannot fail; an empty config would still give the
+    // executor's safe defaults.
+    let executor_json = serde_json::to_string(&executor_config).unwrap_or_default();
+    let limits = &spec.limits;
+    let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
+
+    let host_config = HostConfig {
+        // Drop every capability, then give back only what the executor needs to step down to
+        // the sandbox user and to signal it. Agent processes end with empty CapPrm/CapEff/CapAmb.
+        cap_drop: Some(vec!["ALL".to_owned()]),
+        cap_add: Some(CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
+        // setuid binaries and file capabilities in the image cannot raise privileges again.
+        security_opt: Some(vec!["no-new-privileges".to_owned()]),
+        // Agent code cannot alter the image (planted binaries, edited /etc); writes go to the
+        // workspace volume and the bounded tmpfs below.
+        readonly_rootfs: Some(true),
+        // A small scratch space: noexec so downloaded binaries cannot run from it, nosuid and
+        // nodev for good measure; its size counts against the memory limit.
+        tmpfs: Some(HashMap::from([(
+            "/tmp".to_owned(),
+            format!("rw,noexec,nosuid,nodev,size={}", limits.tmpfs_bytes),
+        )])),
+        // Fork bombs stop at the pids limit instead of exhausting the host.
+        pids_limit: Some(i64::try_from(limits.pids).unwrap_or(i64::MAX)),
+        // Memory with swap equal to it: no swap, so a balloon is OOM-killed, not slowed down.
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        // CPU share, in billionths of a CPU.
+        nano_cpus: Some(i64::try_from(limits.nano_cpus).unwrap_or(i64::MAX)),
+        // No network unless the manifest grants egress; never the host's network.
+        network_mode: Some(spec.network.docker_mode().to_owned()),
+        // Never host paths: only the two named volumes below (no binds means no Docker socket).
+        binds: Some(Vec::new()),
+        mounts: Some(vec![
+            // The executor, read-only: agent code cannot replace the program that polices it.
+            Mount {
+                target: Some(EXECUTOR_DIR.to_owned()),
+                source: Some(executor.name.clone()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(true),
+                volume_options: Some(MountVolumeOptions {
+                    no_copy: Some(true),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            // The sandbox's own workspace, destroyed with it.
+            Mount {
+                target: Some(WORKSPACE.to_owned()),
+                source: Some(workspace_volume.to_owned()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(false),
+                ..Default::default()
+            },
+        ]),
+        devices: Some(Vec::new()),
+        privileged: Some(false),
+        // The executor is PID 1 and reaps orphans itself; docker-init would sit in between.
+        init: Some(false),
+        // Own IPC namespace: no shared memory with other containers or the host.
+        ipc_mode: Some("private".to_owned()),
+        // We remove explicitly (destroy or reaper), so a crashed sandbox stays visible to the
+        // reaper instead of vanishing with its workspace volume still around.
+        auto_remove: Some(false),
+        // The stream carries every response; a log driver would copy all of it to the host's
+        // disk (unbounded) and replay old responses on re-attach. Diagnostics arrive on stderr
+        // through the attach stream instead.
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("none".to_owned()),
+            config: None,
+        }),
+        // No core dumps on the (read-only) root or in the workspace.
+        ulimits: Some(vec![ResourcesUlimits {
+            name: Some("core".to_owned()),
+            soft: Some(0),
+            hard: Some(0),
+        }]),
+        // /dev/shm is another writable tmpfs; keep it as small as /tmp.
+        shm_size: Some(i64::try_from(limits.tmpfs_bytes).unwrap_or(i64::MAX)),
+        ..Default::default()
+    };
+
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        // The executor from the read-only volume is the only process the container starts.
+        entrypoint: Some(vec![ExecutorVolume::entrypoint()]),
+        cmd: Some(Vec::new()),
+        // Root, because the executor needs uid 0 (with the four capabilities above) to switch to
+        // the sandbox user; it runs nothing as root itself.
+        user: Some("0:0".to_owned()),
+        working_dir: Some(WORKSPACE.to_owned()),
+        // The executor's stdin/stdout is the request stream: open stdin, keep it open when we
+        // detach (StdinOnce=false, so a restarted orchestrator can re-attach), and no TTY so
+        // stdout and stderr stay separate and bytes pass unmodified.
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        open_stdin: Some(true),
+        stdin_once: Some(false),
+        tty: Some(false),
+        env: Some(vec![format!("{EXECUTOR_CONFIG_ENV}={executor_json}")]),
+        network_disabled: Some(spec.network == crate::spec::NetworkMode::None),
+        labels: Some(labels),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}

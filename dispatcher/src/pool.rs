@@ -1,0 +1,234 @@
+//! The warm pool: started, unused sandboxes per image, so an owner does not wait for Docker.
+//!
+//! A pool sandbox is an ordinary sandbox whose row says `owner_kind = 'pool'`, created with the
+//! pool's limits, no network and `/workspace` readable and writable. [`Dispatcher::acquire`] hands
+//! one out only when the requested spec would have produced exactly the same container (image,
+//! limits, network, roots: these are fixed at creation); the hand-over is one conditional
+//! `UPDATE` of the row, which is why it takes milliseconds. Docker labels cannot change, so the
+//! container keeps `org.aegis.owner-kind=pool` and the row is the truth about the owner.
+//!
+//! A sandbox is handed to exactly one owner and never comes back: when its owner is done it is
+//! destroyed, and a background task creates a replacement. Pool sandboxes are reaped like any
+//! other when their instance dies, and destroyed at [`Dispatcher::shutdown`].
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::config::DispatcherConfig;
+use crate::dispatcher::{run_detached, Dispatcher, Inner};
+use crate::error::Result;
+use crate::spec::{Limits, Owner, OwnerKind, SandboxId, SandboxSpec};
+use crate::store;
+
+/// The owner id recorded for pool sandboxes.
+pub const POOL_OWNER_ID: &str = "warm-pool";
+
+/// How long the refill task sleeps when nothing wakes it (it also re-checks after failures).
+const IDLE_RECHECK: Duration = Duration::from_secs(30);
+
+pub(crate) struct Pool {
+    /// Image -> the spec pool sandboxes of that image are created with, and how many to keep.
+    specs: BTreeMap<String, (SandboxSpec, usize)>,
+    idle: Mutex<HashMap<String, VecDeque<SandboxId>>>,
+    /// Ids ever put in the pool and not yet handed out or forgotten (for `forget`).
+    members: Mutex<HashSet<SandboxId>>,
+    wake: Arc<Notify>,
+}
+
+impl Pool {
+    pub(crate) fn new(config: &DispatcherConfig) -> Self {
+        let limits = config
+            .pool_limits
+            .clamp_to(&config.ceilings)
+            .or_else(|_| Limits::default().clamp_to(&config.ceilings))
+            .unwrap_or(config.ceilings);
+        let specs = config
+            .pool
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(image, n)| {
+                let mut spec =
+                    SandboxSpec::new(image.clone(), Owner::new(OwnerKind::Pool, POOL_OWNER_ID));
+                spec.limits = limits;
+                (image.clone(), (spec, *n))
+            })
+            .collect();
+        Pool {
+            specs,
+            idle: Mutex::new(HashMap::new()),
+            members: Mutex::new(HashSet::new()),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<SandboxId>>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes an idle sandbox that serves `spec` exactly, if there is one.
+    fn take(&self, spec: &SandboxSpec) -> Option<SandboxId> {
+        let (pool_spec, _) = self.specs.get(&spec.image)?;
+        if !pool_spec.same_sandbox_as(spec) {
+            return None;
+        }
+        let id = self.idle().get_mut(&spec.image)?.pop_front()?;
+        self.members
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        Some(id)
+    }
+
+    fn put(&self, image: &str, id: SandboxId) {
+        self.members
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id);
+        self.idle()
+            .entry(image.to_owned())
+            .or_default()
+            .push_back(id);
+    }
+
+    /// Drops a sandbox from the idle lists (its stream broke, or it is being destroyed).
+    pub(crate) fn forget(&self, id: SandboxId) {
+        let was_member = self
+            .members
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        if was_member {
+            for queue in self.idle().values_mut() {
+                queue.retain(|x| *x != id);
+            }
+            self.wake.notify_one();
+        }
+    }
+
+    /// True while `id` waits in the pool (not handed out yet): it serves no calls.
+    pub(crate) fn is_idle(&self, id: SandboxId) -> bool {
+        self.members
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&id)
+    }
+
+    /// Empties the pool, returning the idle sandboxes (for shutdown).
+    pub(crate) fn drain(&self) -> Vec<SandboxId> {
+        self.members
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.idle().drain().flat_map(|(_, q)| q).collect()
+    }
+
+    /// Idle sandboxes per image.
+    pub(crate) fn sizes(&self) -> BTreeMap<String, usize> {
+        let idle = self.idle();
+        self.specs
+            .keys()
+            .map(|image| (image.clone(), idle.get(image).map_or(0, VecDeque::len)))
+            .collect()
+    }
+}
+
+impl Dispatcher {
+    /// A sandbox for `spec`, from the warm pool when one matches exactly, else freshly created.
+    ///
+    /// A pooled sandbox is handed to this owner alone (its row is re-owned in one conditional
+    /// update) and a replacement is created in the background. Destroy it when done, like any
+    /// sandbox: it never returns to the pool.
+    pub async fn acquire(&self, spec: SandboxSpec) -> Result<SandboxId> {
+        let spec = spec.validated(&self.inner.config.ceilings)?;
+        let inner = self.inner.clone();
+        run_detached(async move { inner.acquire(spec).await }).await
+    }
+
+    /// Idle warm-pool sandboxes per configured image.
+    pub fn pool_sizes(&self) -> BTreeMap<String, usize> {
+        self.inner.pool.sizes()
+    }
+}
+
+impl Inner {
+    async fn acquire(self: &Arc<Self>, spec: SandboxSpec) -> Result<SandboxId> {
+        while let Some(id) = self.pool.take(&spec) {
+            self.pool.wake.notify_one();
+            let usable = self
+                .held(id)
+                .is_some_and(|s| s.stream.closed_reason().is_none());
+            if usable && store::reown_from_pool(&self.pg, id, &spec.owner, &spec.labels).await? {
+                tracing::debug!(sandbox = %id, owner = %spec.owner, "sandbox handed out from the warm pool");
+                return Ok(id);
+            }
+            // Broken or reaped while idle: not worth handing out.
+            let _ = self.destroy(id, "pool sandbox unusable at hand-out").await;
+        }
+        let owner = spec.owner.clone();
+        Ok(self.create_detached(spec, owner).await?.id)
+    }
+
+    /// Creates pool sandboxes until every image has its target; false if a creation failed.
+    async fn refill_once(self: &Arc<Self>) -> bool {
+        for (image, (spec, target)) in &self.pool.specs {
+            loop {
+                if self.shutdown.is_cancelled() {
+                    return true;
+                }
+                let have = self.pool.idle().get(image).map_or(0, VecDeque::len);
+                if have >= *target {
+                    break;
+                }
+                tracing::info!("warming pool image={image} {}/{target}", have + 1);
+                match self.create_detached(spec.clone(), spec.owner.clone()).await {
+                    Ok(sandbox) => {
+                        if self.shutdown.is_cancelled() {
+                            let _ = self.destroy(sandbox.id, "pool drained at shutdown").await;
+                            return true;
+                        }
+                        self.pool.put(image, sandbox.id);
+                    }
+                    Err(e) => {
+                        tracing::warn!(image = %image, error = %e, "warm pool could not create a sandbox; retrying later");
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Keeps the pool full: wakes on every hand-out and loss, and every 30 s; backs off on failure.
+pub(crate) fn spawn_refill(weak: Weak<Inner>) {
+    let Some(inner) = weak.upgrade() else { return };
+    if inner.pool.specs.is_empty() {
+        return;
+    }
+    let wake = inner.pool.wake.clone();
+    let shutdown = inner.shutdown.clone();
+    drop(inner);
+    tokio::spawn(async move {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let Some(inner) = weak.upgrade() else { return };
+            let ok = inner.refill_once().await;
+            drop(inner);
+            let pause = if ok {
+                backoff = Duration::from_secs(1);
+                IDLE_RECHECK
+            } else {
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+                backoff
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = wake.notified(), if ok => {}
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    });
+}

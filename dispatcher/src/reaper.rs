@@ -1,0 +1,307 @@
+//! The reaper: removes every container and volume of this database's scope that has no live
+//! owner, whatever its status (created, running, exited, dead).
+//!
+//! It runs at start-up, before any sandbox is created, and then every `reap_interval`. It trusts
+//! nothing held in memory: it lists Docker objects by label and judges each against Postgres.
+//! An object is removed when
+//!
+//! - it names a sandbox that has no row here, or whose row is `destroyed` or `failed`;
+//! - its row's instance is not live: stopped, or no heartbeat within `dead_after` (the row's
+//!   instance, not the label's, because adoption moves a sandbox to another instance);
+//! - its row is stuck: `creating` or `destroying` without change for ten minutes;
+//! - it carries no sandbox (the executor-install helper) and the instance that made it is dead.
+//!
+//! Objects without `org.aegis.managed=true`, and managed objects of another scope (another
+//! database using the same engine), are never touched. Before removing a sandbox's objects the
+//! reaper claims its row with a conditional update, so it cannot race an adoption or a destroy
+//! into removing something that was just taken over. Each removal is logged.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bollard::models::ContainerSummaryStateEnum;
+use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
+use uuid::Uuid;
+
+use crate::dispatcher::{Dispatcher, Inner};
+use crate::error::{engine, Result};
+use crate::labels;
+use crate::spec::SandboxId;
+use crate::store::{self, RowSummary, SandboxState};
+
+/// A `creating` or `destroying` row that has not changed for this long is stuck.
+const STUCK_AFTER_SECS: f64 = 600.0;
+
+/// What one reaper pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReapReport {
+    /// Containers removed.
+    pub containers_removed: usize,
+    /// Volumes removed.
+    pub volumes_removed: usize,
+    /// Rows of dead instances closed because nothing of them was left in Docker.
+    pub rows_closed: u64,
+    /// Objects that could not be removed this time (retried next pass).
+    pub failures: usize,
+}
+
+impl Dispatcher {
+    /// Runs one reaper pass now (it also runs at start-up and periodically).
+    pub async fn reap(&self) -> Result<ReapReport> {
+        self.inner.reap().await
+    }
+}
+
+/// One labelled Docker object.
+struct Found {
+    name: String,
+    sandbox: Option<SandboxId>,
+    instance: Option<Uuid>,
+    running: bool,
+}
+
+impl Found {
+    fn from_labels(name: String, labels: &HashMap<String, String>, running: bool) -> Self {
+        Found {
+            name,
+            sandbox: labels.get(labels::SANDBOX).and_then(|s| s.parse().ok()),
+            instance: labels.get(labels::INSTANCE).and_then(|s| s.parse().ok()),
+            running,
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) async fn reap(self: &Arc<Self>) -> Result<ReapReport> {
+        let mut report = ReapReport::default();
+        let mut live = store::live_instances(&self.pg, self.config.dead_after).await?;
+        // This instance is running this code: it is alive whatever its heartbeat says.
+        live.insert(self.instance);
+
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![
+                labels::managed_filter(),
+                format!("{}={}", labels::SCOPE, self.scope),
+            ],
+        )]);
+        let containers: Vec<Found> = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::new()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(engine("listing managed containers for the reaper"))?
+            .into_iter()
+            .filter_map(|c| {
+                let name = c
+                    .names
+                    .and_then(|n| n.into_iter().next())
+                    .map(|n| n.trim_start_matches('/').to_owned())
+                    .or(c.id)?;
+                let running = c.state == Some(ContainerSummaryStateEnum::RUNNING);
+                Some(Found::from_labels(
+                    name,
+                    &c.labels.unwrap_or_default(),
+                    running,
+                ))
+            })
+            .collect();
+        let volumes: Vec<Found> = self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+            .map_err(engine("listing managed volumes for the reaper"))?
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| Found::from_labels(v.name, &v.labels, false))
+            .collect();
+
+        let ids: Vec<Uuid> = containers
+            .iter()
+            .chain(&volumes)
+            .filter_map(|f| f.sandbox.map(|s| s.0))
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let rows = store::summaries(&self.pg, &ids).await?;
+        // Per sandbox: None = leave alone, Some(reason) = remove (row claimed or absent).
+        let mut decided: HashMap<SandboxId, Option<String>> = HashMap::new();
+
+        for found in &containers {
+            let Some(reason) = self.verdict(found, &rows, &live, &mut decided).await? else {
+                continue;
+            };
+            match self.remove_container(&found.name).await {
+                Ok(()) => {
+                    report.containers_removed += 1;
+                    tracing::info!(container = %found.name, sandbox = ?found.sandbox.map(|s| s.to_string()), %reason, "reaper removed container");
+                }
+                Err(e) => {
+                    report.failures += 1;
+                    tracing::warn!(container = %found.name, error = %e, "reaper could not remove container; will retry");
+                }
+            }
+        }
+        for found in &volumes {
+            let Some(reason) = self.verdict(found, &rows, &live, &mut decided).await? else {
+                continue;
+            };
+            match self.remove_volume(&found.name).await {
+                Ok(()) => {
+                    report.volumes_removed += 1;
+                    tracing::info!(volume = %found.name, sandbox = ?found.sandbox.map(|s| s.to_string()), %reason, "reaper removed volume");
+                }
+                Err(e) => {
+                    report.failures += 1;
+                    tracing::warn!(volume = %found.name, error = %e, "reaper could not remove volume; will retry");
+                }
+            }
+        }
+        for (id, reason) in &decided {
+            let Some(reason) = reason else { continue };
+            if rows.contains_key(id) {
+                if let Some(sandbox) = self.release(*id) {
+                    sandbox.stream.close(&format!("sandbox reaped: {reason}"));
+                }
+                store::mark_destroyed(&self.pg, *id, &format!("reaped: {reason}")).await?;
+            }
+        }
+
+        let present: Vec<Uuid> = ids;
+        report.rows_closed = store::close_vanished(&self.pg, &live, &present).await?;
+        self.prune_broken().await;
+        if report != ReapReport::default() {
+            tracing::info!(
+                containers = report.containers_removed,
+                volumes = report.volumes_removed,
+                rows_closed = report.rows_closed,
+                failures = report.failures,
+                "reaper pass"
+            );
+        }
+        Ok(report)
+    }
+
+    /// Decides about one object, claiming its sandbox's row the first time it is judged.
+    async fn verdict(
+        &self,
+        found: &Found,
+        rows: &HashMap<SandboxId, RowSummary>,
+        live: &HashSet<Uuid>,
+        decided: &mut HashMap<SandboxId, Option<String>>,
+    ) -> Result<Option<String>> {
+        let Some(sandbox) = found.sandbox else {
+            // Not a sandbox object (the executor-install helper): its creator decides.
+            return Ok(match found.instance {
+                Some(instance) if live.contains(&instance) => None,
+                Some(instance) => Some(format!("helper of dead instance {instance}")),
+                None => Some("managed object without an owner label".to_owned()),
+            });
+        };
+        if let Some(done) = decided.get(&sandbox) {
+            return Ok(done.clone());
+        }
+        let verdict = match rows.get(&sandbox) {
+            None => Some("no sandbox row in this database".to_owned()),
+            Some(row) => {
+                let reason = self.judge_row(found, sandbox, row, live);
+                match reason {
+                    Some(reason) if store::claim_reap(&self.pg, sandbox, row, &reason).await? => {
+                        Some(reason)
+                    }
+                    // Someone else (adoption, destroy) changed the row since it was read.
+                    Some(_) => None,
+                    None => None,
+                }
+            }
+        };
+        decided.insert(sandbox, verdict.clone());
+        Ok(verdict)
+    }
+
+    fn judge_row(
+        &self,
+        found: &Found,
+        sandbox: SandboxId,
+        row: &RowSummary,
+        live: &HashSet<Uuid>,
+    ) -> Option<String> {
+        let owner_live = live.contains(&row.instance_id);
+        match row.state {
+            SandboxState::Destroyed | SandboxState::Failed => {
+                Some(format!("sandbox is {}", row.state.as_str()))
+            }
+            _ if !owner_live => Some(format!(
+                "owner instance {} is dead (stopped, or no heartbeat within {:?})",
+                row.instance_id, self.config.dead_after
+            )),
+            SandboxState::Creating | SandboxState::Destroying
+                if row.idle_secs > STUCK_AFTER_SECS =>
+            {
+                Some(format!(
+                    "stuck {} for {:.0} s",
+                    row.state.as_str(),
+                    row.idle_secs
+                ))
+            }
+            SandboxState::Running
+                if row.instance_id == self.instance
+                    && !found.running
+                    && found.name.starts_with("aegis-sbx-")
+                    && self
+                        .held(sandbox)
+                        .is_none_or(|s| s.stream.closed_reason().is_some()) =>
+            {
+                Some("its container stopped".to_owned())
+            }
+            _ => None,
+        }
+    }
+
+    /// Forgets held sandboxes whose stream broke and whose row is finished.
+    async fn prune_broken(&self) {
+        let broken: Vec<SandboxId> = self
+            .sandboxes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|s| s.stream.closed_reason().is_some())
+            .map(|s| s.id)
+            .collect();
+        for id in broken {
+            if let Ok(Some(info)) = store::get(&self.pg, id).await {
+                if info.state.is_terminal() {
+                    self.release(id);
+                }
+            }
+        }
+    }
+}
+
+/// Runs the reaper every `reap_interval` until the dispatcher is dropped or shut down.
+pub(crate) fn spawn_periodic(weak: Weak<Inner>) {
+    let Some(inner) = weak.upgrade() else { return };
+    let interval = inner.config.reap_interval.max(Duration::from_secs(1));
+    let shutdown = inner.shutdown.clone();
+    drop(inner);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            let Some(inner) = weak.upgrade() else { return };
+            if let Err(e) = inner.reap().await {
+                tracing::warn!(error = %e, "reaper pass failed; retrying next period");
+            }
+        }
+    });
+}

@@ -1,0 +1,314 @@
+//! What a caller may ask of a sandbox, and the server-side ceilings that bound it.
+//!
+//! A [`SandboxSpec`] deliberately has no field for privileged mode, host network, devices, binds or
+//! capabilities: what cannot be expressed cannot be asked for. The orchestrator fills it from the
+//! agent manifest (image from the runtime registry, limits from `spec.security.resources`, roots
+//! from `spec.security.filesystem`); the dispatcher then lowers every limit to the configured
+//! ceiling, so a manifest can ask for less than the operator allows, never more.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::error::{DispatchError, Result};
+use crate::labels::RESERVED_PREFIX;
+
+/// Identifies one sandbox: its row, its container (`aegis-sbx-<id>`) and its volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SandboxId(pub Uuid);
+
+impl SandboxId {
+    /// A fresh random id.
+    pub fn new() -> Self {
+        SandboxId(Uuid::new_v4())
+    }
+}
+
+impl Default for SandboxId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for SandboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromStr for SandboxId {
+    type Err = uuid::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Uuid::parse_str(s).map(SandboxId)
+    }
+}
+
+impl From<Uuid> for SandboxId {
+    fn from(id: Uuid) -> Self {
+        SandboxId(id)
+    }
+}
+
+/// What kind of thing owns a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnerKind {
+    /// An agent execution; destroyed when the execution ends.
+    Execution,
+    /// A SEAL session; destroyed when the session expires or is revoked.
+    Session,
+    /// An operator, through the admin API; destroyed on request.
+    Operator,
+    /// The warm pool, until the sandbox is handed out. Reserved: callers cannot ask for it.
+    Pool,
+}
+
+impl OwnerKind {
+    /// The name stored in Postgres and in the `org.aegis.owner-kind` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OwnerKind::Execution => "execution",
+            OwnerKind::Session => "session",
+            OwnerKind::Operator => "operator",
+            OwnerKind::Pool => "pool",
+        }
+    }
+
+    /// The inverse of [`OwnerKind::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "execution" => Some(OwnerKind::Execution),
+            "session" => Some(OwnerKind::Session),
+            "operator" => Some(OwnerKind::Operator),
+            "pool" => Some(OwnerKind::Pool),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for OwnerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The owner of a sandbox: an execution id, a session id, an operator's key id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Owner {
+    /// What kind of owner.
+    pub kind: OwnerKind,
+    /// Its identifier, opaque to the dispatcher.
+    pub id: String,
+}
+
+impl Owner {
+    /// Shorthand constructor.
+    pub fn new(kind: OwnerKind, id: impl Into<String>) -> Self {
+        Owner {
+            kind,
+            id: id.into(),
+        }
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.kind, self.id)
+    }
+}
+
+/// Resource limits of one sandbox. Every field must be positive: Docker reads 0 as "unlimited".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Limits {
+    /// Memory, bytes; swap is set to the same value so the sandbox cannot swap.
+    pub memory_bytes: u64,
+    /// CPU, in billionths of a CPU (1_000_000_000 = one CPU).
+    pub nano_cpus: u64,
+    /// Maximum number of processes and threads (fork bombs stop here).
+    pub pids: u64,
+    /// Size of the tmpfs at `/tmp`, bytes (counted against memory).
+    pub tmpfs_bytes: u64,
+}
+
+impl Default for Limits {
+    /// 512 MiB, one CPU, 256 processes, 64 MiB of `/tmp`.
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 512 * 1024 * 1024,
+            nano_cpus: 1_000_000_000,
+            pids: 256,
+            tmpfs_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// Each limit lowered to the ceiling's; a zero limit is refused (it would mean unlimited).
+    pub fn clamp_to(&self, ceiling: &Limits) -> Result<Limits> {
+        let check = |name: &str, v: u64| {
+            if v == 0 {
+                Err(DispatchError::InvalidSpec {
+                    reason: format!("limits.{name} must be positive (0 would mean unlimited)"),
+                })
+            } else {
+                Ok(v)
+            }
+        };
+        Ok(Limits {
+            memory_bytes: check("memory_bytes", self.memory_bytes)?.min(ceiling.memory_bytes),
+            nano_cpus: check("nano_cpus", self.nano_cpus)?.min(ceiling.nano_cpus),
+            pids: check("pids", self.pids)?.min(ceiling.pids),
+            tmpfs_bytes: check("tmpfs_bytes", self.tmpfs_bytes)?.min(ceiling.tmpfs_bytes),
+        })
+    }
+}
+
+/// Network access of a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkMode {
+    /// No network interface but loopback (the default).
+    #[default]
+    None,
+    /// Docker's default bridge: outbound access, granted only when the manifest allows egress.
+    Bridge,
+}
+
+impl NetworkMode {
+    /// Docker's `HostConfig.NetworkMode` value.
+    pub fn docker_mode(self) -> &'static str {
+        match self {
+            NetworkMode::None => "none",
+            NetworkMode::Bridge => "bridge",
+        }
+    }
+}
+
+/// Everything a caller decides about a new sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// Runtime image, already resolved through the registry; must exist on the engine.
+    pub image: String,
+    /// Who the sandbox belongs to.
+    pub owner: Owner,
+    /// Requested limits; lowered to the dispatcher's ceilings.
+    pub limits: Limits,
+    /// Network access.
+    pub network: NetworkMode,
+    /// Absolute paths under which the executor lets reading operations resolve.
+    pub read_roots: Vec<String>,
+    /// Absolute paths under which the executor lets changing operations resolve.
+    pub write_roots: Vec<String>,
+    /// Caller labels, recorded in Postgres (and on the container when it is created for this
+    /// spec); keys under `org.aegis.` are reserved.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The workspace every sandbox mounts its volume at; relative paths resolve against it.
+pub const WORKSPACE: &str = "/workspace";
+
+impl SandboxSpec {
+    /// A spec with default limits, no network and `/workspace` readable and writable.
+    pub fn new(image: impl Into<String>, owner: Owner) -> Self {
+        SandboxSpec {
+            image: image.into(),
+            owner,
+            limits: Limits::default(),
+            network: NetworkMode::None,
+            read_roots: vec![WORKSPACE.to_owned()],
+            write_roots: vec![WORKSPACE.to_owned()],
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// Checks what can be checked without Docker and clamps the limits.
+    pub(crate) fn validated(&self, ceiling: &Limits) -> Result<SandboxSpec> {
+        let invalid = |reason: String| Err(DispatchError::InvalidSpec { reason });
+        if self.image.trim().is_empty() {
+            return invalid("image is empty".into());
+        }
+        if self.owner.kind == OwnerKind::Pool {
+            return invalid("owner kind 'pool' is reserved for the warm pool".into());
+        }
+        if self.owner.id.is_empty() {
+            return invalid("owner id is empty".into());
+        }
+        for root in self.read_roots.iter().chain(&self.write_roots) {
+            if !root.starts_with('/') || root.contains('\0') {
+                return invalid(format!("root '{root}' is not an absolute path"));
+            }
+        }
+        for key in self.labels.keys() {
+            if key.starts_with(RESERVED_PREFIX) {
+                return invalid(format!(
+                    "label '{key}' uses the reserved prefix '{RESERVED_PREFIX}'"
+                ));
+            }
+        }
+        Ok(SandboxSpec {
+            limits: self.limits.clamp_to(ceiling)?,
+            ..self.clone()
+        })
+    }
+
+    /// True when a sandbox created for `self` serves `other` exactly (same image, limits,
+    /// network and roots): the condition for handing out a pooled sandbox.
+    pub(crate) fn same_sandbox_as(&self, other: &SandboxSpec) -> bool {
+        self.image == other.image
+            && self.limits == other.limits
+            && self.network == other.network
+            && self.read_roots == other.read_roots
+            && self.write_roots == other.write_roots
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_lowered_never_raised() {
+        let ceiling = Limits {
+            memory_bytes: 100,
+            nano_cpus: 10,
+            pids: 5,
+            tmpfs_bytes: 7,
+        };
+        let asked = Limits {
+            memory_bytes: 1000,
+            nano_cpus: 1,
+            pids: 50,
+            tmpfs_bytes: 3,
+        };
+        let got = asked.clamp_to(&ceiling).unwrap();
+        assert_eq!(
+            got,
+            Limits {
+                memory_bytes: 100,
+                nano_cpus: 1,
+                pids: 5,
+                tmpfs_bytes: 3
+            }
+        );
+        let zero = Limits { pids: 0, ..asked };
+        assert!(zero.clamp_to(&ceiling).is_err());
+    }
+
+    #[test]
+    fn reserved_labels_and_pool_owner_are_refused() {
+        let mut spec = SandboxSpec::new("img", Owner::new(OwnerKind::Operator, "op"));
+        assert!(spec.validated(&Limits::default()).is_ok());
+        spec.labels
+            .insert("org.aegis.managed".into(), "false".into());
+        assert!(spec.validated(&Limits::default()).is_err());
+        let pool = SandboxSpec::new("img", Owner::new(OwnerKind::Pool, "x"));
+        assert!(pool.validated(&Limits::default()).is_err());
+        let mut rel = SandboxSpec::new("img", Owner::new(OwnerKind::Session, "s"));
+        rel.read_roots.push("workspace".into());
+        assert!(rel.validated(&Limits::default()).is_err());
+    }
+}

@@ -1,0 +1,477 @@
+//! The `sandboxes` table: the dispatcher's durable record, written before Docker is touched.
+//!
+//! Every state change is a conditional `UPDATE ... WHERE state = ...`, so concurrent actors (a
+//! destroy racing a create, the reaper racing an adoption, two instances adopting the same
+//! sandbox) resolve in the database: exactly one of them sees its row change and acts. Queries
+//! are checked at run time so building never needs a database.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::error::{db, Result};
+use crate::spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec};
+
+/// Where a sandbox is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    /// The row exists; Docker objects are being created.
+    Creating,
+    /// The executor answered its ready line; calls are served.
+    Running,
+    /// A destroy (or the reaper) is removing its Docker objects.
+    Destroying,
+    /// Its container and volume are gone.
+    Destroyed,
+    /// Creation failed, or the executor stream broke; `reason` says why.
+    Failed,
+}
+
+impl SandboxState {
+    /// The name stored in Postgres.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Creating => "creating",
+            SandboxState::Running => "running",
+            SandboxState::Destroying => "destroying",
+            SandboxState::Destroyed => "destroyed",
+            SandboxState::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "creating" => SandboxState::Creating,
+            "running" => SandboxState::Running,
+            "destroying" => SandboxState::Destroying,
+            "destroyed" => SandboxState::Destroyed,
+            "failed" => SandboxState::Failed,
+            _ => return None,
+        })
+    }
+
+    /// True for states in which nothing more will happen to the sandbox on its own.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, SandboxState::Destroyed | SandboxState::Failed)
+    }
+}
+
+/// The settings a sandbox was created with, as recorded in its row (`spec` column).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedSpec {
+    /// Effective (clamped) limits.
+    pub limits: Limits,
+    /// Network access.
+    pub network: NetworkMode,
+    /// Executor read roots.
+    pub read_roots: Vec<String>,
+    /// Executor write roots.
+    pub write_roots: Vec<String>,
+    /// Caller labels (for a pool sandbox: those of the spec it was handed out for).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl From<&SandboxSpec> for RecordedSpec {
+    fn from(spec: &SandboxSpec) -> Self {
+        RecordedSpec {
+            limits: spec.limits,
+            network: spec.network,
+            read_roots: spec.read_roots.clone(),
+            write_roots: spec.write_roots.clone(),
+            labels: spec.labels.clone(),
+        }
+    }
+}
+
+/// What operators see of a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    /// The sandbox.
+    pub id: SandboxId,
+    /// Its tenant.
+    pub tenant_id: String,
+    /// The orchestrator instance holding its stream.
+    pub instance_id: Uuid,
+    /// Its runtime image.
+    pub image: String,
+    /// Its current owner.
+    pub owner: Owner,
+    /// Where it is in its life.
+    pub state: SandboxState,
+    /// Docker container name (`aegis-sbx-<id>`).
+    pub container_name: String,
+    /// Workspace volume name (`aegis-ws-<id>`).
+    pub volume_name: String,
+    /// Limits, network, roots and labels it was created with (absent if unreadable).
+    pub spec: Option<RecordedSpec>,
+    /// Why it failed or was destroyed.
+    pub reason: Option<String>,
+    /// When the row was written.
+    pub created_at: DateTime<Utc>,
+    /// When its executor became ready.
+    pub ready_at: Option<DateTime<Utc>>,
+    /// When its Docker objects were removed.
+    pub destroyed_at: Option<DateTime<Utc>>,
+}
+
+const INFO_COLUMNS: &str = "id, tenant_id, instance_id, image, owner_kind, owner_id, state, \
+     container_name, volume_name, spec, reason, created_at, ready_at, destroyed_at";
+
+fn info_from_row(row: &PgRow) -> std::result::Result<SandboxInfo, sqlx::Error> {
+    let owner_kind: String = row.try_get("owner_kind")?;
+    let state: String = row.try_get("state")?;
+    let decode = |column: &str, value: &str| sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: format!("unknown value '{value}'").into(),
+    };
+    let spec: serde_json::Value = row.try_get("spec")?;
+    Ok(SandboxInfo {
+        id: SandboxId(row.try_get("id")?),
+        tenant_id: row.try_get("tenant_id")?,
+        instance_id: row.try_get("instance_id")?,
+        image: row.try_get("image")?,
+        owner: Owner {
+            kind: OwnerKind::parse(&owner_kind).ok_or_else(|| decode("owner_kind", &owner_kind))?,
+            id: row.try_get("owner_id")?,
+        },
+        state: SandboxState::parse(&state).ok_or_else(|| decode("state", &state))?,
+        container_name: row.try_get("container_name")?,
+        volume_name: row.try_get("volume_name")?,
+        spec: serde_json::from_value(spec).ok(),
+        reason: row.try_get("reason")?,
+        created_at: row.try_get("created_at")?,
+        ready_at: row.try_get("ready_at")?,
+        destroyed_at: row.try_get("destroyed_at")?,
+    })
+}
+
+/// This database's scope label: `<database name>/<random id stamped at migration>`.
+pub(crate) async fn scope(pg: &PgPool) -> Result<String> {
+    let row = sqlx::query("SELECT current_database() AS db, id FROM sandbox_scope")
+        .fetch_one(pg)
+        .await
+        .map_err(db(
+            "reading the sandbox scope (is migration 20261121000003 applied?)",
+        ))?;
+    let name: String = row.try_get("db").map_err(db("reading the sandbox scope"))?;
+    let id: Uuid = row.try_get("id").map_err(db("reading the sandbox scope"))?;
+    Ok(format!("{name}/{id}"))
+}
+
+/// Writes the row of a sandbox about to be created (state `creating`).
+pub(crate) async fn insert_creating(
+    pg: &PgPool,
+    id: SandboxId,
+    instance: Uuid,
+    spec: &SandboxSpec,
+    owner: &Owner,
+    container: &str,
+    volume: &str,
+) -> Result<()> {
+    let recorded = serde_json::to_value(RecordedSpec::from(spec)).unwrap_or_default();
+    sqlx::query(
+        "INSERT INTO sandboxes (id, instance_id, image, owner_kind, owner_id, state, \
+         container_name, volume_name, spec) VALUES ($1, $2, $3, $4, $5, 'creating', $6, $7, $8)",
+    )
+    .bind(id.0)
+    .bind(instance)
+    .bind(&spec.image)
+    .bind(owner.kind.as_str())
+    .bind(&owner.id)
+    .bind(container)
+    .bind(volume)
+    .bind(recorded)
+    .execute(pg)
+    .await
+    .map_err(db("recording a new sandbox"))?;
+    Ok(())
+}
+
+/// `creating` -> `running`; false when someone else changed the row first (a destroy, the
+/// reaper).
+pub(crate) async fn mark_running(pg: &PgPool, id: SandboxId, container_id: &str) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE sandboxes SET state = 'running', container_id = $2, ready_at = now(), \
+         updated_at = now() WHERE id = $1 AND state = 'creating'",
+    )
+    .bind(id.0)
+    .bind(container_id)
+    .execute(pg)
+    .await
+    .map_err(db("marking a sandbox running"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// `creating`|`running` -> `failed` with the reason.
+pub(crate) async fn mark_failed(pg: &PgPool, id: SandboxId, reason: &str) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE sandboxes SET state = 'failed', reason = $2, updated_at = now() \
+         WHERE id = $1 AND state IN ('creating', 'running')",
+    )
+    .bind(id.0)
+    .bind(reason)
+    .execute(pg)
+    .await
+    .map_err(db("marking a sandbox failed"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The outcome of asking to destroy a sandbox's row.
+pub(crate) enum DestroyClaim {
+    /// No such row.
+    Missing,
+    /// Already destroyed: nothing to do.
+    AlreadyDestroyed,
+    /// The row is now `destroying` (or was already); remove these objects.
+    Remove { container: String, volume: String },
+}
+
+/// Moves a row to `destroying` (from any state but `destroyed`).
+pub(crate) async fn claim_destroy(pg: &PgPool, id: SandboxId) -> Result<DestroyClaim> {
+    let row = sqlx::query(
+        "WITH target AS (SELECT id, state AS before FROM sandboxes WHERE id = $1 FOR UPDATE) \
+         UPDATE sandboxes s SET state = CASE WHEN t.before = 'destroyed' THEN 'destroyed' \
+                                             ELSE 'destroying' END, \
+                                updated_at = now() \
+         FROM target t WHERE s.id = t.id \
+         RETURNING t.before, s.container_name, s.volume_name",
+    )
+    .bind(id.0)
+    .fetch_optional(pg)
+    .await
+    .map_err(db("claiming a sandbox for destruction"))?;
+    let Some(row) = row else {
+        return Ok(DestroyClaim::Missing);
+    };
+    let before: String = row.try_get("before").map_err(db("claiming a sandbox"))?;
+    if before == "destroyed" {
+        return Ok(DestroyClaim::AlreadyDestroyed);
+    }
+    Ok(DestroyClaim::Remove {
+        container: row
+            .try_get("container_name")
+            .map_err(db("claiming a sandbox"))?,
+        volume: row
+            .try_get("volume_name")
+            .map_err(db("claiming a sandbox"))?,
+    })
+}
+
+/// `destroying` -> `destroyed`; keeps an earlier failure reason, else records `reason`.
+pub(crate) async fn mark_destroyed(pg: &PgPool, id: SandboxId, reason: &str) -> Result<()> {
+    sqlx::query(
+        "UPDATE sandboxes SET state = 'destroyed', reason = COALESCE(reason, $2), \
+         destroyed_at = now(), updated_at = now() WHERE id = $1 AND state <> 'destroyed'",
+    )
+    .bind(id.0)
+    .bind(reason)
+    .execute(pg)
+    .await
+    .map_err(db("marking a sandbox destroyed"))?;
+    Ok(())
+}
+
+/// One sandbox's row.
+pub(crate) async fn get(pg: &PgPool, id: SandboxId) -> Result<Option<SandboxInfo>> {
+    let row = sqlx::query(&format!(
+        "SELECT {INFO_COLUMNS} FROM sandboxes WHERE id = $1"
+    ))
+    .bind(id.0)
+    .fetch_optional(pg)
+    .await
+    .map_err(db("reading a sandbox"))?;
+    row.as_ref()
+        .map(info_from_row)
+        .transpose()
+        .map_err(db("decoding a sandbox row"))
+}
+
+/// Every sandbox not yet destroyed or failed, oldest first.
+pub(crate) async fn list_live(pg: &PgPool) -> Result<Vec<SandboxInfo>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {INFO_COLUMNS} FROM sandboxes \
+         WHERE state IN ('creating', 'running', 'destroying') ORDER BY created_at, id"
+    ))
+    .fetch_all(pg)
+    .await
+    .map_err(db("listing sandboxes"))?;
+    rows.iter()
+        .map(info_from_row)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(db("decoding a sandbox row"))
+}
+
+/// Live sandboxes of one owner.
+pub(crate) async fn owned_by(pg: &PgPool, owner: &Owner) -> Result<Vec<SandboxId>> {
+    let ids: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM sandboxes WHERE owner_kind = $1 AND owner_id = $2 \
+         AND state IN ('creating', 'running') ORDER BY created_at",
+    )
+    .bind(owner.kind.as_str())
+    .bind(&owner.id)
+    .fetch_all(pg)
+    .await
+    .map_err(db("listing an owner's sandboxes"))?;
+    Ok(ids.into_iter().map(SandboxId).collect())
+}
+
+/// Hands a pool sandbox to its owner; false if it is no longer an idle, running pool sandbox.
+pub(crate) async fn reown_from_pool(
+    pg: &PgPool,
+    id: SandboxId,
+    owner: &Owner,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool> {
+    let labels = serde_json::to_value(labels).unwrap_or_default();
+    let done = sqlx::query(
+        "UPDATE sandboxes SET owner_kind = $2, owner_id = $3, \
+         spec = jsonb_set(spec, '{labels}', $4), updated_at = now() \
+         WHERE id = $1 AND owner_kind = 'pool' AND state = 'running'",
+    )
+    .bind(id.0)
+    .bind(owner.kind.as_str())
+    .bind(&owner.id)
+    .bind(labels)
+    .execute(pg)
+    .await
+    .map_err(db("handing a pool sandbox to its owner"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Running sandboxes held by `instance`, for adoption.
+pub(crate) async fn running_of_instance(pg: &PgPool, instance: Uuid) -> Result<Vec<SandboxInfo>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {INFO_COLUMNS} FROM sandboxes WHERE instance_id = $1 AND state = 'running' \
+         ORDER BY created_at"
+    ))
+    .bind(instance)
+    .fetch_all(pg)
+    .await
+    .map_err(db("listing an instance's sandboxes"))?;
+    rows.iter()
+        .map(info_from_row)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(db("decoding a sandbox row"))
+}
+
+/// Moves a running sandbox from `previous` to `me`; false if another actor got it first.
+pub(crate) async fn claim_adoption(
+    pg: &PgPool,
+    id: SandboxId,
+    previous: Uuid,
+    me: Uuid,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE sandboxes SET instance_id = $3, updated_at = now() \
+         WHERE id = $1 AND instance_id = $2 AND state = 'running'",
+    )
+    .bind(id.0)
+    .bind(previous)
+    .bind(me)
+    .execute(pg)
+    .await
+    .map_err(db("adopting a sandbox"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Instances that are alive: not stopped, heartbeat younger than `dead_after` (by the
+/// database's clock, so orchestrator clocks need not agree).
+pub(crate) async fn live_instances(pg: &PgPool, dead_after: Duration) -> Result<HashSet<Uuid>> {
+    let ids: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM node_instances WHERE stopped_at IS NULL \
+         AND heartbeat_at > now() - make_interval(secs => $1)",
+    )
+    .bind(dead_after.as_secs_f64())
+    .fetch_all(pg)
+    .await
+    .map_err(db("listing live orchestrator instances"))?;
+    Ok(ids.into_iter().collect())
+}
+
+/// The reaper's view of a row.
+#[derive(Debug, Clone)]
+pub(crate) struct RowSummary {
+    pub instance_id: Uuid,
+    pub state: SandboxState,
+    /// Seconds since the row last changed (by the database's clock).
+    pub idle_secs: f64,
+}
+
+/// Rows of the given sandboxes.
+pub(crate) async fn summaries(pg: &PgPool, ids: &[Uuid]) -> Result<HashMap<SandboxId, RowSummary>> {
+    let rows = sqlx::query(
+        "SELECT id, instance_id, state, \
+         EXTRACT(EPOCH FROM now() - updated_at)::float8 AS idle FROM sandboxes WHERE id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(pg)
+    .await
+    .map_err(db("reading sandbox rows for the reaper"))?;
+    let mut out = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let state: String = row.try_get("state").map_err(db("reading a row"))?;
+        let Some(state) = SandboxState::parse(&state) else {
+            continue;
+        };
+        out.insert(
+            SandboxId(row.try_get("id").map_err(db("reading a row"))?),
+            RowSummary {
+                instance_id: row.try_get("instance_id").map_err(db("reading a row"))?,
+                state,
+                idle_secs: row.try_get("idle").map_err(db("reading a row"))?,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Claims a row for reaping: any non-destroyed state -> `destroying`, provided the row still
+/// looks as the reaper saw it (same instance, same state). False when someone else moved first.
+pub(crate) async fn claim_reap(
+    pg: &PgPool,
+    id: SandboxId,
+    seen: &RowSummary,
+    reason: &str,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE sandboxes SET state = 'destroying', \
+         reason = CASE WHEN state = 'failed' THEN reason ELSE $4 END, updated_at = now() \
+         WHERE id = $1 AND instance_id = $2 AND state = $3",
+    )
+    .bind(id.0)
+    .bind(seen.instance_id)
+    .bind(seen.state.as_str())
+    .bind(format!("reaped: {reason}"))
+    .execute(pg)
+    .await
+    .map_err(db("claiming a sandbox for the reaper"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Bookkeeping: rows still live whose instance is dead and whose Docker objects are all gone.
+pub(crate) async fn close_vanished(
+    pg: &PgPool,
+    live: &HashSet<Uuid>,
+    present: &[Uuid],
+) -> Result<u64> {
+    let live: Vec<Uuid> = live.iter().copied().collect();
+    let done = sqlx::query(
+        "UPDATE sandboxes SET state = 'destroyed', \
+         reason = COALESCE(reason, 'reaped: owner instance dead, no container or volume left'), \
+         destroyed_at = now(), updated_at = now() \
+         WHERE state IN ('creating', 'running', 'destroying') \
+         AND NOT (instance_id = ANY($1)) AND NOT (id = ANY($2))",
+    )
+    .bind(&live)
+    .bind(present)
+    .execute(pg)
+    .await
+    .map_err(db("closing rows of vanished sandboxes"))?;
+    Ok(done.rows_affected())
+}

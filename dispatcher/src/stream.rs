@@ -1,0 +1,479 @@
+//! The long-lived request stream to one sandbox's executor: the hot path of every tool call.
+//!
+//! The container's stdin and stdout are attached once, when the sandbox is created (or adopted),
+//! and stay attached for its whole life. Requests are JSON lines carrying ids; many may be in
+//! flight at once and the executor answers in any order. Two tasks own the two halves:
+//!
+//! - the **writer** takes encoded lines from a channel and writes them to stdin, batching what
+//!   is queued before each flush, so callers never contend on the socket;
+//! - the **reader** splits stdout into lines, decodes each [`Response`] and hands it to the
+//!   waiting caller through a one-shot channel found by id; stderr lines (executor diagnostics)
+//!   go to `tracing`, and the last few KiB are kept to explain a failed start.
+//!
+//! When the stream ends (container exited, killed, removed) or breaks, every pending call fails
+//! at once with the reason, later calls fail immediately, and the owner is told once. A tool call
+//! therefore costs one line each way on an open connection: no `docker exec`, no container API
+//! request.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::query_parameters::AttachContainerOptionsBuilder;
+use bollard::Docker;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use sandbox_executor::protocol::{
+    CancelParams, Op, Outcome, Ready, Request, Response, PROTOCOL_VERSION, UNATTRIBUTED_ID,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::error::{DispatchError, Result};
+use crate::spec::SandboxId;
+
+/// How much of the executor's stderr is kept for error messages.
+const STDERR_TAIL_BYTES: usize = 4096;
+/// Lines queued for the writer before senders wait.
+const WRITE_QUEUE: usize = 1024;
+/// Requests the executor runs at once; more are answered `busy`, so callers queue here instead
+/// (`ping` and `cancel` are answered inline by the executor and bypass the queue).
+pub(crate) const MAX_IN_FLIGHT: usize = 64;
+
+/// Called once when the stream ends without having been closed on purpose.
+pub(crate) type OnBreak = Box<dyn FnOnce(String) + Send + 'static>;
+
+/// What a waiting caller receives: the response, or why the stream ended.
+type Reply = std::result::Result<Response, String>;
+
+struct State {
+    pending: HashMap<u64, oneshot::Sender<Reply>>,
+    /// Set once the stream is unusable; the reason every later call reports.
+    closed: Option<String>,
+    /// Waiting for the ready line (only on a fresh start).
+    ready: Option<oneshot::Sender<std::result::Result<Ready, String>>>,
+    on_break: Option<OnBreak>,
+    stderr_tail: VecDeque<u8>,
+    /// Closed with the stream, so callers queued for a slot fail at once.
+    slots: Option<Arc<Semaphore>>,
+}
+
+struct Shared {
+    sandbox: SandboxId,
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding this lock leaves plain maps behind; keep serving.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the stream closed and fails everyone waiting. `expected` suppresses `on_break`.
+    fn close(&self, reason: String, expected: bool) {
+        let (pending, ready, on_break, tail) = {
+            let mut state = self.lock();
+            if state.closed.is_some() {
+                return;
+            }
+            state.closed = Some(reason.clone());
+            let on_break = if expected {
+                state.on_break.take();
+                None
+            } else {
+                state.on_break.take()
+            };
+            let tail = String::from_utf8_lossy(state.stderr_tail.make_contiguous()).into_owned();
+            if let Some(slots) = &state.slots {
+                slots.close();
+            }
+            (
+                std::mem::take(&mut state.pending),
+                state.ready.take(),
+                on_break,
+                tail,
+            )
+        };
+        if !pending.is_empty() {
+            tracing::warn!(sandbox = %self.sandbox, pending = pending.len(), %reason, "executor stream closed with calls in flight");
+        }
+        for (_, waiter) in pending {
+            let _ = waiter.send(Err(reason.clone()));
+        }
+        if let Some(ready) = ready {
+            let detail = if tail.trim().is_empty() {
+                reason.clone()
+            } else {
+                format!("{reason}; executor stderr: {}", tail.trim())
+            };
+            let _ = ready.send(Err(detail));
+        }
+        if let Some(on_break) = on_break {
+            on_break(reason);
+        }
+    }
+
+    fn closed_reason(&self) -> Option<String> {
+        self.lock().closed.clone()
+    }
+}
+
+/// An attached, multiplexed request stream to one executor.
+pub(crate) struct ExecutorStream {
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    writer: mpsc::Sender<Bytes>,
+    /// One permit per request the executor may run at once.
+    slots: Arc<Semaphore>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Resolves with the executor's ready line (fresh starts only).
+pub(crate) type ReadyWaiter = oneshot::Receiver<std::result::Result<Ready, String>>;
+
+impl ExecutorStream {
+    /// Attaches to the container's stdin, stdout and stderr and starts the two tasks.
+    ///
+    /// `first_id` is where request ids start: 1 for a new sandbox; a random high base after
+    /// adoption, so answers to requests the previous instance sent cannot be taken for ours.
+    pub(crate) async fn attach(
+        docker: &Docker,
+        container: &str,
+        sandbox: SandboxId,
+        first_id: u64,
+        max_line: usize,
+        on_break: OnBreak,
+    ) -> Result<(Self, ReadyWaiter)> {
+        let options = AttachContainerOptionsBuilder::new()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            // Never replay: old output would be taken for answers (and the log driver is off).
+            .logs(false)
+            .build();
+        let attached = docker
+            .attach_container(container, Some(options))
+            .await
+            .map_err(|source| DispatchError::Attach {
+                id: sandbox,
+                source,
+            })?;
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let shared = Arc::new(Shared {
+            sandbox,
+            state: Mutex::new(State {
+                pending: HashMap::new(),
+                closed: None,
+                ready: Some(ready_tx),
+                on_break: Some(on_break),
+                stderr_tail: VecDeque::with_capacity(STDERR_TAIL_BYTES),
+                slots: None,
+            }),
+        });
+        let (writer_tx, writer_rx) = mpsc::channel(WRITE_QUEUE);
+        let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        shared.lock().slots = Some(slots.clone());
+        let reader = tokio::spawn(read_loop(shared.clone(), attached.output, max_line));
+        let writer = tokio::spawn(write_loop(shared.clone(), attached.input, writer_rx));
+        Ok((
+            ExecutorStream {
+                shared,
+                next_id: AtomicU64::new(first_id.max(1)),
+                writer: writer_tx,
+                slots,
+                tasks: Mutex::new(vec![reader, writer]),
+            },
+            ready_rx,
+        ))
+    }
+
+    /// Sends one request and waits for its response until `deadline`.
+    pub(crate) async fn call(&self, op: Op, deadline: Duration) -> Result<Response> {
+        let sandbox = self.shared.sandbox;
+        let op_name = op.name();
+        let is_run = matches!(op, Op::CmdRun(_));
+        let started = tokio::time::Instant::now();
+        let timeout = || DispatchError::Timeout {
+            id: sandbox,
+            op: op_name,
+            after: deadline,
+        };
+        let _slot = if matches!(op, Op::Ping | Op::Cancel(_)) {
+            None
+        } else {
+            match tokio::time::timeout(deadline, self.slots.clone().acquire_owned()).await {
+                Ok(Ok(permit)) => Some(permit),
+                Ok(Err(_)) => {
+                    return Err(DispatchError::SandboxGone {
+                        id: sandbox,
+                        reason: self
+                            .shared
+                            .closed_reason()
+                            .unwrap_or_else(|| "the executor stream is closed".to_owned()),
+                    })
+                }
+                Err(_) => return Err(timeout()),
+            }
+        };
+        let deadline_left = deadline.saturating_sub(started.elapsed());
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut line =
+            serde_json::to_vec(&Request { id, op }).map_err(|e| DispatchError::Protocol {
+                id: sandbox,
+                detail: format!("cannot encode {op_name} request: {e}"),
+            })?;
+        line.push(b'\n');
+
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = self.shared.lock();
+            if let Some(reason) = &state.closed {
+                return Err(DispatchError::SandboxGone {
+                    id: sandbox,
+                    reason: reason.clone(),
+                });
+            }
+            state.pending.insert(id, tx);
+        }
+        // Removes the pending entry however this future ends (answer, timeout, caller gone).
+        let guard = PendingGuard {
+            shared: &self.shared,
+            id,
+        };
+        let gone = |shared: &Shared| DispatchError::SandboxGone {
+            id: sandbox,
+            reason: shared
+                .closed_reason()
+                .unwrap_or_else(|| "the executor stream is closed".to_owned()),
+        };
+        if self.writer.send(Bytes::from(line)).await.is_err() {
+            return Err(gone(&self.shared));
+        }
+        match tokio::time::timeout(deadline_left, rx).await {
+            Ok(Ok(Ok(response))) => Ok(response),
+            Ok(Ok(Err(reason))) => Err(DispatchError::SandboxGone {
+                id: sandbox,
+                reason,
+            }),
+            Ok(Err(_)) => Err(gone(&self.shared)),
+            Err(_) => {
+                drop(guard);
+                if is_run {
+                    // Best effort: stop the command instead of letting it run to its own limit.
+                    self.send_cancel(id);
+                }
+                Err(timeout())
+            }
+        }
+    }
+
+    /// Fire-and-forget `cancel` of a `cmd.run` whose caller stopped waiting.
+    fn send_cancel(&self, target: u64) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let request = Request {
+            id,
+            op: Op::Cancel(CancelParams { target }),
+        };
+        if let Ok(mut line) = serde_json::to_vec(&request) {
+            line.push(b'\n');
+            let _ = self.writer.try_send(Bytes::from(line));
+        }
+    }
+
+    /// Why the stream is closed, if it is.
+    pub(crate) fn closed_reason(&self) -> Option<String> {
+        self.shared.closed_reason()
+    }
+
+    /// Closes the stream on purpose: pending calls fail with `reason`, the tasks stop, and the
+    /// break callback is not called. Our side of the connection is dropped; the container's
+    /// stdin stays open (StdinOnce=false), so the caller removes the container itself.
+    pub(crate) fn close(&self, reason: &str) {
+        self.shared.close(reason.to_owned(), true);
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        for task in tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for ExecutorStream {
+    fn drop(&mut self) {
+        for task in self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+}
+
+struct PendingGuard<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.shared.lock().pending.remove(&self.id);
+    }
+}
+
+/// Writes queued lines to the executor's stdin, flushing once per batch.
+async fn write_loop(
+    shared: Arc<Shared>,
+    mut input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    mut queue: mpsc::Receiver<Bytes>,
+) {
+    while let Some(first) = queue.recv().await {
+        let mut result = input.write_all(&first).await;
+        while result.is_ok() {
+            match queue.try_recv() {
+                Ok(next) => result = input.write_all(&next).await,
+                Err(_) => break,
+            }
+        }
+        if result.is_ok() {
+            result = input.flush().await;
+        }
+        if let Err(e) = result {
+            shared.close(
+                format!("writing to the executor's stdin failed: {e}"),
+                false,
+            );
+            return;
+        }
+    }
+}
+
+/// Splits stdout into response lines and routes them; ends the stream when the output ends.
+async fn read_loop(
+    shared: Arc<Shared>,
+    mut output: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
+    >,
+    max_line: usize,
+) {
+    let mut buffer = BytesMut::new();
+    // Bytes of `buffer` already searched for a newline.
+    let mut scanned = 0usize;
+    let mut stderr_line = BytesMut::new();
+    let reason = loop {
+        match output.next().await {
+            None => {
+                break "the executor's output ended (the container exited or was removed)"
+                    .to_owned()
+            }
+            Some(Err(e)) => break format!("the attach connection broke: {e}"),
+            Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) => {
+                buffer.extend_from_slice(&message);
+                while let Some(pos) = buffer[scanned..].iter().position(|b| *b == b'\n') {
+                    let line = buffer.split_to(scanned + pos + 1);
+                    scanned = 0;
+                    route(&shared, &line[..line.len() - 1]);
+                }
+                scanned = buffer.len();
+                if buffer.len() > max_line {
+                    let reason = format!(
+                        "the executor sent a line longer than {max_line} bytes; stream abandoned"
+                    );
+                    shared.close(reason, false);
+                    return;
+                }
+            }
+            Some(Ok(LogOutput::StdErr { message })) => {
+                stderr_line.extend_from_slice(&message);
+                while let Some(pos) = stderr_line.iter().position(|b| *b == b'\n') {
+                    let line = stderr_line.split_to(pos + 1);
+                    log_stderr(&shared, &line);
+                }
+                if stderr_line.len() > STDERR_TAIL_BYTES {
+                    let line = stderr_line.split();
+                    log_stderr(&shared, &line);
+                }
+            }
+            Some(Ok(LogOutput::StdIn { .. })) => {}
+        }
+    };
+    if !stderr_line.is_empty() {
+        log_stderr(&shared, &stderr_line);
+    }
+    shared.close(reason, false);
+}
+
+/// Records one executor stderr line in the log and in the tail kept for error messages.
+fn log_stderr(shared: &Shared, line: &[u8]) {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end();
+    tracing::debug!(sandbox = %shared.sandbox, line = %text, "executor stderr");
+    let mut state = shared.lock();
+    let tail = &mut state.stderr_tail;
+    tail.extend(line);
+    while tail.len() > STDERR_TAIL_BYTES {
+        tail.pop_front();
+    }
+}
+
+/// Hands one decoded response line to whoever waits for it.
+fn route(shared: &Shared, line: &[u8]) {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    let response: Response = match serde_json::from_slice(line) {
+        Ok(r) => r,
+        Err(e) => {
+            let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
+            tracing::warn!(sandbox = %shared.sandbox, error = %e, line = %shown, "executor wrote a line that is not a response; ignored");
+            return;
+        }
+    };
+    if response.id == UNATTRIBUTED_ID {
+        let ready = shared.lock().ready.take();
+        match (ready, response.outcome) {
+            (Some(waiter), Outcome::Ok(value)) => {
+                let result = serde_json::from_value::<Ready>(value)
+                    .map_err(|e| format!("the ready line is malformed: {e}"))
+                    .and_then(|ready| {
+                        if ready.protocol == PROTOCOL_VERSION {
+                            Ok(ready)
+                        } else {
+                            Err(format!(
+                                "the executor speaks protocol {} but the dispatcher speaks {}",
+                                ready.protocol, PROTOCOL_VERSION
+                            ))
+                        }
+                    });
+                let _ = waiter.send(result);
+            }
+            (Some(waiter), Outcome::Error(body)) => {
+                let _ = waiter.send(Err(format!(
+                    "the executor refused to start: {}: {}",
+                    body.kind, body.message
+                )));
+            }
+            (None, Outcome::Error(body)) => {
+                tracing::warn!(sandbox = %shared.sandbox, kind = %body.kind, message = %body.message, "executor reported an error it could not attribute to a request");
+            }
+            (None, Outcome::Ok(_)) => {
+                tracing::debug!(sandbox = %shared.sandbox, "unexpected second ready line ignored");
+            }
+        }
+        return;
+    }
+    let waiter = shared.lock().pending.remove(&response.id);
+    match waiter {
+        Some(waiter) => {
+            let _ = waiter.send(Ok(response));
+        }
+        None => {
+            // A caller that gave up, or a request of the instance we adopted this sandbox from.
+            tracing::debug!(sandbox = %shared.sandbox, id = response.id, "response nobody waits for; dropped");
+        }
+    }
+}

@@ -1,0 +1,993 @@
+//! Sandbox lifecycle against a real Docker engine, a real PostgreSQL and the real executor.
+//!
+//! Needs `DATABASE_URL` (admin URL; a database is created per test), `SANDBOX_EXECUTOR_BIN` (the
+//! static executor) and the image `aegis-runtime/busybox:1`; see `common` for the exact commands.
+//! Every await is bounded; every test removes what it created, also when it fails.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::CreateContainerOptionsBuilder;
+use common::{eventually, label, within, TestEnv, IMAGE};
+use dispatcher::protocol::{
+    Encoding, Op, ReadParams, ReadResult, Response, RunParams, RunResult, WriteParams, WriteResult,
+};
+use dispatcher::{
+    labels, DispatchError, Limits, Owner, OwnerKind, SandboxId, SandboxSpec, SandboxState,
+};
+use serde::de::DeserializeOwned;
+use uuid::Uuid;
+
+fn run(argv: &[&str]) -> Op {
+    run_for(argv, 10_000)
+}
+
+fn run_for(argv: &[&str], timeout_ms: u64) -> Op {
+    Op::CmdRun(RunParams {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        cwd: None,
+        env: BTreeMap::new(),
+        timeout_ms,
+        grace_ms: Some(500),
+        max_stdout_bytes: 64 * 1024,
+        max_stderr_bytes: 64 * 1024,
+    })
+}
+
+fn write(path: &str, content: &str) -> Op {
+    Op::FsWrite(WriteParams {
+        path: path.to_owned(),
+        content: content.to_owned(),
+        encoding: Encoding::Utf8,
+        create_dirs: true,
+    })
+}
+
+fn read(path: &str) -> Op {
+    Op::FsRead(ReadParams {
+        path: path.to_owned(),
+        ..ReadParams::default()
+    })
+}
+
+/// The `ok` result of a response as `T`; panics with the executor's error otherwise.
+fn ok<T: DeserializeOwned>(response: Response) -> T {
+    let id = response.id;
+    match response.into_result() {
+        Ok(value) => serde_json::from_value(value).expect("result has the documented shape"),
+        Err(body) => panic!("request {id} failed: {}: {}", body.kind, body.message),
+    }
+}
+
+fn spec(owner: &str) -> SandboxSpec {
+    SandboxSpec::new(IMAGE, Owner::new(OwnerKind::Execution, owner))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn create_call_destroy_leaves_nothing_behind() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let d = env.start(instance, env.config()).await;
+
+    let started = Instant::now();
+    let id = within(60, "create", d.create(spec("exec-1")))
+        .await
+        .expect("create");
+    eprintln!("create+start+ready: {:?}", started.elapsed());
+
+    let info = within(10, "get", d.get(id)).await.expect("get");
+    assert_eq!(info.state, SandboxState::Running);
+    assert_eq!(info.instance_id, instance);
+    assert_eq!(info.owner, Owner::new(OwnerKind::Execution, "exec-1"));
+    assert_eq!(info.image, IMAGE);
+    let listed = within(10, "list", d.list()).await.expect("list");
+    assert!(listed.iter().any(|s| s.id == id));
+
+    let sandbox_label = label(labels::SANDBOX, id);
+    let container = env.containers_with(&[&sandbox_label]).await;
+    assert_eq!(container, vec![format!("aegis-sbx-{id}")]);
+    assert_eq!(
+        env.volumes_with(&[&sandbox_label]).await,
+        vec![format!("aegis-ws-{id}")]
+    );
+
+    let pong = within(10, "ping", d.call(id, Op::Ping))
+        .await
+        .expect("ping");
+    assert!(pong.into_result().is_ok());
+
+    let written: WriteResult = ok(within(
+        10,
+        "fs.write",
+        d.call(id, write("notes/a.txt", "hello sandbox\n")),
+    )
+    .await
+    .expect("fs.write"));
+    assert_eq!(written.bytes_written, 14);
+    assert!(written.created);
+    let back: ReadResult = ok(
+        within(10, "fs.read", d.call(id, read("/workspace/notes/a.txt")))
+            .await
+            .expect("fs.read"),
+    );
+    assert_eq!(back.content, "hello sandbox\n");
+
+    let ran: RunResult = ok(
+        within(20, "cmd.run", d.call(id, run(&["cat", "notes/a.txt"])))
+            .await
+            .expect("cmd.run"),
+    );
+    assert_eq!(ran.exit_code, Some(0));
+    assert_eq!(ran.stdout, "hello sandbox\n");
+    let who: RunResult = ok(within(20, "cmd.run id", d.call(id, run(&["id", "-u"])))
+        .await
+        .expect("cmd.run id"));
+    assert_eq!(
+        who.stdout.trim(),
+        "65534",
+        "commands run as the sandbox user"
+    );
+
+    // An executor-side refusal is a normal response, not a dispatcher error.
+    let refused = within(10, "fs.read outside", d.call(id, read("/etc/passwd")))
+        .await
+        .expect("call itself works");
+    let body = refused
+        .into_result()
+        .expect_err("reading outside the roots is refused");
+    assert_eq!(body.kind.as_str(), "path_not_allowed");
+
+    within(30, "destroy", d.destroy(id)).await.expect("destroy");
+    assert!(
+        env.containers_with(&[&sandbox_label]).await.is_empty(),
+        "container left behind"
+    );
+    assert!(
+        env.volumes_with(&[&sandbox_label]).await.is_empty(),
+        "volume left behind"
+    );
+    let (state, reason) = env.row_state(id).await;
+    assert_eq!(state, "destroyed");
+    assert_eq!(reason.as_deref(), Some("destroyed by owner"));
+
+    // Idempotent, and calls afterwards say the sandbox is gone.
+    within(30, "destroy again", d.destroy(id))
+        .await
+        .expect("second destroy is a no-op");
+    match within(10, "call after destroy", d.call(id, Op::Ping)).await {
+        Err(DispatchError::SandboxGone { id: gone, .. }) => assert_eq!(gone, id),
+        other => panic!("expected SandboxGone, got {other:?}"),
+    }
+    match within(10, "destroy unknown", d.destroy(SandboxId::new())).await {
+        Err(DispatchError::SandboxNotFound { .. }) => {}
+        other => panic!("expected SandboxNotFound, got {other:?}"),
+    }
+    let all = env
+        .containers_with(&[
+            &label(labels::INSTANCE, instance),
+            &label(labels::MANAGED, true),
+        ])
+        .await;
+    assert!(all.is_empty(), "nothing of this instance is left: {all:?}");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn container_has_every_hardening_setting() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let d = env.start(instance, env.config()).await;
+    let mut s = spec("exec-hard");
+    s.limits = Limits {
+        memory_bytes: 300 * 1024 * 1024,
+        nano_cpus: 500_000_000,
+        pids: 64,
+        tmpfs_bytes: 16 * 1024 * 1024,
+    };
+    // Asking above the ceiling is lowered, not refused.
+    s.limits.pids = 1_000_000;
+    let id = within(60, "create", d.create(s)).await.expect("create");
+    let inspect = within(
+        10,
+        "inspect",
+        env.docker
+            .inspect_container(&format!("aegis-sbx-{id}"), None),
+    )
+    .await
+    .expect("inspect");
+    let host = inspect.host_config.expect("host config");
+    let config = inspect.config.expect("config");
+
+    let strip = |caps: Option<Vec<String>>| -> HashSet<String> {
+        caps.unwrap_or_default()
+            .into_iter()
+            .map(|c| c.trim_start_matches("CAP_").to_owned())
+            .collect()
+    };
+    assert_eq!(
+        strip(host.cap_drop.clone()),
+        HashSet::from(["ALL".to_owned()])
+    );
+    assert_eq!(
+        strip(host.cap_add.clone()),
+        ["SETUID", "SETGID", "KILL", "CHOWN"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<HashSet<_>>()
+    );
+    assert_eq!(host.readonly_rootfs, Some(true));
+    assert!(host
+        .security_opt
+        .clone()
+        .unwrap_or_default()
+        .iter()
+        .any(|o| o == "no-new-privileges" || o == "no-new-privileges:true"));
+    assert_eq!(host.network_mode.as_deref(), Some("none"));
+    assert!(
+        host.binds.clone().unwrap_or_default().is_empty(),
+        "no binds"
+    );
+    assert_eq!(host.privileged, Some(false));
+    assert_eq!(host.pids_limit, Some(512), "pids clamped to the ceiling");
+    assert_eq!(host.memory, Some(300 * 1024 * 1024));
+    assert_eq!(host.memory_swap, Some(300 * 1024 * 1024), "no swap");
+    assert_eq!(host.nano_cpus, Some(500_000_000));
+    assert_eq!(host.init, Some(false));
+    assert_eq!(host.ipc_mode.as_deref(), Some("private"));
+    assert_eq!(host.auto_remove, Some(false));
+    assert!(host.devices.clone().unwrap_or_default().is_empty());
+    let tmp = host.tmpfs.clone().unwrap_or_default();
+    let tmp = tmp.get("/tmp").expect("tmpfs /tmp");
+    for flag in ["noexec", "nosuid", "nodev", "size=16777216"] {
+        assert!(tmp.contains(flag), "/tmp options {tmp} lack {flag}");
+    }
+    assert_eq!(config.user.as_deref(), Some("0:0"));
+    assert_eq!(config.tty, Some(false));
+    assert_eq!(config.open_stdin, Some(true));
+    assert_eq!(config.stdin_once, Some(false));
+    assert_eq!(
+        config.entrypoint,
+        Some(vec!["/opt/sandbox/sandbox-executor".to_owned()])
+    );
+    let mounts = inspect.mounts.unwrap_or_default();
+    assert_eq!(
+        mounts.len(),
+        2,
+        "only the executor and workspace volumes: {mounts:?}"
+    );
+    for m in &mounts {
+        assert_eq!(m.typ.as_deref(), Some("volume"), "no bind mounts: {m:?}");
+        let source = m.source.clone().unwrap_or_default();
+        assert!(!source.contains("docker.sock"));
+        match m.destination.as_deref() {
+            Some("/opt/sandbox") => assert_eq!(m.rw, Some(false), "executor volume is read-only"),
+            Some("/workspace") => assert_eq!(m.rw, Some(true)),
+            other => panic!("unexpected mount at {other:?}"),
+        }
+    }
+
+    // And from inside: unprivileged, capability-free, read-only root, no socket, no network.
+    let status: RunResult =
+        ok(
+            within(20, "status", d.call(id, run(&["cat", "/proc/self/status"])))
+                .await
+                .expect("cmd.run"),
+        );
+    for cap in ["CapPrm", "CapEff", "CapAmb"] {
+        let line = status
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(cap))
+            .unwrap_or_else(|| panic!("{cap} missing"));
+        assert!(line.ends_with("0000000000000000"), "{line}");
+    }
+    let touch: RunResult = ok(within(20, "touch", d.call(id, run(&["touch", "/planted"])))
+        .await
+        .expect("cmd.run"));
+    assert_ne!(touch.exit_code, Some(0), "root filesystem is read-only");
+    let sock: RunResult = ok(within(
+        20,
+        "ls sock",
+        d.call(id, run(&["ls", "/var/run/docker.sock"])),
+    )
+    .await
+    .expect("cmd.run"));
+    assert_ne!(sock.exit_code, Some(0), "no Docker socket");
+    let ifaces: RunResult = ok(
+        within(20, "ifaces", d.call(id, run(&["cat", "/proc/net/dev"])))
+            .await
+            .expect("cmd.run"),
+    );
+    let names: Vec<&str> = ifaces
+        .stdout
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
+    assert_eq!(names, vec!["lo"], "only loopback");
+
+    within(30, "destroy", d.destroy(id)).await.expect("destroy");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_concurrent_calls_share_one_stream() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let d = env.start(instance, env.config()).await;
+    let id = within(60, "create", d.create(spec("exec-many")))
+        .await
+        .expect("create");
+
+    let mut tasks = Vec::new();
+    for i in 0..150u32 {
+        let d = d.clone();
+        tasks.push(tokio::spawn(async move {
+            match i % 3 {
+                0 => {
+                    let r = d.call(id, Op::Ping).await.expect("ping");
+                    assert!(r.into_result().is_ok());
+                }
+                1 => {
+                    let path = format!("f/{i}.txt");
+                    let body = format!("content {i}");
+                    let _: WriteResult = ok(d.call(id, write(&path, &body)).await.expect("write"));
+                    let back: ReadResult = ok(d.call(id, read(&path)).await.expect("read"));
+                    assert_eq!(back.content, body, "response matched to its own request");
+                }
+                _ => {
+                    let word = format!("word-{i}");
+                    let r: RunResult = ok(d.call(id, run(&["echo", &word])).await.expect("run"));
+                    assert_eq!(r.stdout.trim(), word);
+                }
+            }
+        }));
+    }
+    within(120, "150 concurrent calls", async {
+        for t in tasks {
+            t.await.expect("call task panicked");
+        }
+    })
+    .await;
+    within(30, "destroy", d.destroy(id)).await.expect("destroy");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_container_fails_pending_calls_with_sandbox_gone() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let d = env.start(instance, env.config()).await;
+    let id = within(60, "create", d.create(spec("exec-kill")))
+        .await
+        .expect("create");
+
+    let pending = {
+        let d = d.clone();
+        tokio::spawn(async move { d.call(id, run_for(&["sleep", "60"], 120_000)).await })
+    };
+    // Let the request reach the executor, then kill the container behind the dispatcher's back.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    within(
+        20,
+        "docker kill",
+        env.docker.kill_container(&format!("aegis-sbx-{id}"), None),
+    )
+    .await
+    .expect("kill");
+    let result = within(15, "pending call to fail", pending)
+        .await
+        .expect("task");
+    match result {
+        Err(DispatchError::SandboxGone { id: gone, reason }) => {
+            assert_eq!(gone, id);
+            eprintln!("pending call failed with: {reason}");
+        }
+        other => panic!("expected SandboxGone, got {other:?}"),
+    }
+    match within(10, "later call", d.call(id, Op::Ping)).await {
+        Err(DispatchError::SandboxGone { .. }) => {}
+        other => panic!("expected SandboxGone for a later call, got {other:?}"),
+    }
+    eventually(15, "row marked failed", || async {
+        env.row_state(id).await.0 == "failed"
+    })
+    .await;
+    // The reaper collects the dead sandbox's container and volume.
+    let report = within(30, "reap", d.reap()).await.expect("reap");
+    assert!(report.containers_removed >= 1, "{report:?}");
+    let sandbox_label = label(labels::SANDBOX, id);
+    assert!(env.containers_with(&[&sandbox_label]).await.is_empty());
+    assert!(env.volumes_with(&[&sandbox_label]).await.is_empty());
+    let (state, reason) = env.row_state(id).await;
+    assert_eq!(state, "destroyed");
+    assert!(
+        reason.unwrap_or_default().contains("output ended"),
+        "failure reason kept"
+    );
+    d.shutdown().await;
+}
+
+/// Creates a labelled container outside the dispatcher, as a crashed instance would leave it.
+async fn fake_container(
+    env: &TestEnv,
+    name: &str,
+    labels: HashMap<String, String>,
+    cmd: &[&str],
+) -> String {
+    let body = ContainerCreateBody {
+        image: Some(IMAGE.to_owned()),
+        cmd: Some(cmd.iter().map(|s| (*s).to_owned()).collect()),
+        labels: Some(labels),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".to_owned()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    within(
+        20,
+        "create fake container",
+        env.docker.create_container(
+            Some(CreateContainerOptionsBuilder::new().name(name).build()),
+            body,
+        ),
+    )
+    .await
+    .expect("create fake container");
+    env.extra_containers.lock().unwrap().push(name.to_owned());
+    name.to_owned()
+}
+
+async fn insert_row(env: &TestEnv, id: Uuid, instance: Uuid, state: &str) {
+    sqlx::query(
+        "INSERT INTO sandboxes (id, instance_id, image, owner_kind, owner_id, state, \
+         container_name, volume_name, spec) VALUES ($1, $2, $3, 'execution', 'x', $4, $5, $6, '{}')",
+    )
+    .bind(id)
+    .bind(instance)
+    .bind(IMAGE)
+    .bind(state)
+    .bind(format!("aegis-sbx-{id}"))
+    .bind(format!("aegis-ws-{id}"))
+    .execute(&env.pg)
+    .await
+    .expect("insert sandbox row");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reaper_removes_orphans_whatever_their_status_and_nothing_else() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let d = env.start(instance, env.config()).await;
+    let scope = d.scope().to_owned();
+    let live = within(60, "create", d.create(spec("exec-live")))
+        .await
+        .expect("create");
+
+    // Two dead instances: one whose heartbeat stopped (kill -9), one that stopped cleanly.
+    let silent = env.new_instance().await;
+    sqlx::query("UPDATE node_instances SET heartbeat_at = now() - interval '1 hour' WHERE id = $1")
+        .bind(silent)
+        .execute(&env.pg)
+        .await
+        .unwrap();
+    let stopped = env.new_instance().await;
+    sqlx::query("UPDATE node_instances SET stopped_at = now() WHERE id = $1")
+        .bind(stopped)
+        .execute(&env.pg)
+        .await
+        .unwrap();
+    let managed = |instance: Uuid, sandbox: Uuid, scope: &str| {
+        HashMap::from([
+            (labels::MANAGED.to_owned(), "true".to_owned()),
+            (labels::SCOPE.to_owned(), scope.to_owned()),
+            (labels::INSTANCE.to_owned(), instance.to_string()),
+            (labels::SANDBOX.to_owned(), sandbox.to_string()),
+        ])
+    };
+    let tag = Uuid::new_v4().simple().to_string();
+
+    // (a) created but never started, row running under the silent instance.
+    let a = Uuid::new_v4();
+    insert_row(&env, a, silent, "running").await;
+    let a_name = fake_container(
+        &env,
+        &format!("t-a-{tag}"),
+        managed(silent, a, &scope),
+        &["sleep", "300"],
+    )
+    .await;
+    // (b) exited, no row at all.
+    let b = Uuid::new_v4();
+    let b_name = fake_container(
+        &env,
+        &format!("t-b-{tag}"),
+        managed(silent, b, &scope),
+        &["true"],
+    )
+    .await;
+    within(20, "start b", env.docker.start_container(&b_name, None))
+        .await
+        .unwrap();
+    eventually(20, "b exited", || async {
+        env.docker
+            .inspect_container(&b_name, None)
+            .await
+            .ok()
+            .and_then(|i| i.state)
+            .and_then(|s| s.running)
+            == Some(false)
+    })
+    .await;
+    // (c) running, row under the cleanly stopped instance.
+    let c = Uuid::new_v4();
+    insert_row(&env, c, stopped, "running").await;
+    let c_name = fake_container(
+        &env,
+        &format!("t-c-{tag}"),
+        managed(stopped, c, &scope),
+        &["sleep", "300"],
+    )
+    .await;
+    within(20, "start c", env.docker.start_container(&c_name, None))
+        .await
+        .unwrap();
+    // (d) a volume whose row is destroyed.
+    let dvol = Uuid::new_v4();
+    insert_row(&env, dvol, instance, "destroyed").await;
+    let d_volume = format!("t-d-{tag}");
+    within(
+        20,
+        "create volume d",
+        env.docker
+            .create_volume(bollard::models::VolumeCreateRequest {
+                name: Some(d_volume.clone()),
+                labels: Some(managed(instance, dvol, &scope)),
+                ..Default::default()
+            }),
+    )
+    .await
+    .unwrap();
+    // (e) unlabelled, running: never touched.
+    let e_name = fake_container(
+        &env,
+        &format!("t-e-{tag}"),
+        HashMap::new(),
+        &["sleep", "300"],
+    )
+    .await;
+    within(20, "start e", env.docker.start_container(&e_name, None))
+        .await
+        .unwrap();
+    // (f) managed, dead instance, but another database's scope: never touched.
+    let f_name = fake_container(
+        &env,
+        &format!("t-f-{tag}"),
+        managed(silent, Uuid::new_v4(), "another-db/0000"),
+        &["sleep", "300"],
+    )
+    .await;
+    // (g) a row of the silent instance with nothing left in Docker: closed.
+    let g = Uuid::new_v4();
+    insert_row(&env, g, silent, "running").await;
+
+    let report = within(60, "reap", d.reap()).await.expect("reap");
+    eprintln!("{report:?}");
+    assert!(
+        !env.container_exists(&a_name).await,
+        "never-started orphan removed"
+    );
+    assert!(
+        !env.container_exists(&b_name).await,
+        "exited orphan removed"
+    );
+    assert!(
+        !env.container_exists(&c_name).await,
+        "running orphan removed"
+    );
+    assert!(
+        !env.volume_exists(&d_volume).await,
+        "volume of a destroyed sandbox removed"
+    );
+    assert!(
+        env.container_exists(&e_name).await,
+        "unlabelled container left alone"
+    );
+    assert!(
+        env.container_exists(&f_name).await,
+        "other scope left alone"
+    );
+    assert!(
+        report.containers_removed >= 3 && report.volumes_removed >= 1,
+        "{report:?}"
+    );
+    for id in [a, c, g] {
+        let (state, reason) = env.row_state(SandboxId(id)).await;
+        assert_eq!(state, "destroyed", "row {id}");
+        assert!(reason.unwrap_or_default().starts_with("reaped"), "row {id}");
+    }
+    // The live sandbox of this instance is untouched and still answers.
+    let pong = within(10, "ping live", d.call(live, Op::Ping))
+        .await
+        .expect("live sandbox answers");
+    assert!(pong.into_result().is_ok());
+    within(30, "destroy", d.destroy(live))
+        .await
+        .expect("destroy");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restart_after_a_crash_leaves_no_container_or_volume() {
+    let env = TestEnv::new().await;
+    let crashed = env.new_instance().await;
+    let first = env.start(crashed, env.config()).await;
+    let id = within(60, "create", first.create(spec("exec-crash")))
+        .await
+        .expect("create");
+    let in_flight = {
+        let first = first.clone();
+        tokio::spawn(async move { first.call(id, run_for(&["sleep", "60"], 120_000)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The crash: the instance vanishes without destroying anything; its heartbeat stops.
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+
+    let restarted = env.new_instance().await;
+    let second = env.start(restarted, env.config()).await;
+    let of_crashed = label(labels::INSTANCE, crashed);
+    assert!(
+        env.containers_with(&[&of_crashed]).await.is_empty(),
+        "container left behind"
+    );
+    assert!(
+        env.volumes_with(&[&of_crashed]).await.is_empty(),
+        "volume left behind"
+    );
+    let (state, reason) = env.row_state(id).await;
+    assert_eq!(state, "destroyed");
+    assert!(reason.unwrap_or_default().contains("dead"));
+    // The call that was running when the instance died ends, it does not hang.
+    match within(15, "in-flight call", in_flight).await.expect("task") {
+        Err(DispatchError::SandboxGone { .. }) => {}
+        other => panic!("expected SandboxGone, got {other:?}"),
+    }
+    second.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn adopt_reattaches_to_a_running_sandbox_of_a_previous_instance() {
+    let env = TestEnv::new().await;
+    let previous = env.new_instance().await;
+    let mut config = env.config();
+    // The previous instance counts as alive long enough to be adopted.
+    config.dead_after = Duration::from_secs(120);
+    let first = env.start(previous, config.clone()).await;
+    let id = within(60, "create", first.create(spec("exec-adopt")))
+        .await
+        .expect("create");
+    let _: WriteResult = ok(
+        within(10, "write", first.call(id, write("kept.txt", "still here")))
+            .await
+            .expect("write"),
+    );
+    drop(first);
+
+    let next = env.new_instance().await;
+    let second = env.start(next, config).await;
+    // Not attached here until adopted.
+    match within(10, "call before adopt", second.call(id, Op::Ping)).await {
+        Err(DispatchError::SandboxNotFound {
+            attached_elsewhere: true,
+            ..
+        }) => {}
+        other => panic!("expected SandboxNotFound(attached elsewhere), got {other:?}"),
+    }
+    let report = within(30, "adopt", second.adopt(previous))
+        .await
+        .expect("adopt");
+    assert_eq!(report.adopted, vec![id]);
+    assert!(report.destroyed.is_empty());
+    let back: ReadResult = ok(within(10, "read", second.call(id, read("kept.txt")))
+        .await
+        .expect("read after adopt"));
+    assert_eq!(back.content, "still here");
+    let ran: RunResult = ok(
+        within(20, "run", second.call(id, run(&["echo", "adopted"])))
+            .await
+            .expect("run after adopt"),
+    );
+    assert_eq!(ran.stdout.trim(), "adopted");
+    assert_eq!(
+        within(10, "get", second.get(id)).await.unwrap().instance_id,
+        next
+    );
+    // A second adoption finds nothing left to take.
+    let again = within(30, "adopt again", second.adopt(previous))
+        .await
+        .expect("adopt");
+    assert!(again.adopted.is_empty());
+
+    within(30, "destroy", second.destroy(id))
+        .await
+        .expect("destroy");
+    assert!(env
+        .containers_with(&[&label(labels::SANDBOX, id)])
+        .await
+        .is_empty());
+    second.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn warm_pool_hands_out_distinct_sandboxes_refills_and_misses_still_work() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let mut config = env.config();
+    config.pool = BTreeMap::from([(IMAGE.to_owned(), 2)]);
+    let d = env.start(instance, config).await;
+    let full =
+        |d: dispatcher::Dispatcher| async move { d.pool_sizes().get(IMAGE).copied() == Some(2) };
+    eventually(90, "pool warmed to 2", || full(d.clone())).await;
+
+    let pool_members: HashSet<SandboxId> = within(10, "list", d.list())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.owner.kind == OwnerKind::Pool)
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(pool_members.len(), 2);
+    // A sandbox still waiting in the pool has no owner: it serves nobody.
+    let idle = *pool_members.iter().next().unwrap();
+    match within(10, "call idle pool sandbox", d.call(idle, Op::Ping)).await {
+        Err(DispatchError::SandboxNotFound { .. }) => {}
+        other => panic!("expected SandboxNotFound for an idle pool sandbox, got {other:?}"),
+    }
+
+    let mut timings = Vec::new();
+    let mut got = Vec::new();
+    for owner in ["exec-p1", "exec-p2"] {
+        let started = Instant::now();
+        let id = within(30, "acquire", d.acquire(spec(owner)))
+            .await
+            .expect("acquire");
+        timings.push(started.elapsed());
+        assert!(pool_members.contains(&id), "served from the pool");
+        let info = d.get(id).await.unwrap();
+        assert_eq!(
+            info.owner,
+            Owner::new(OwnerKind::Execution, owner),
+            "row re-owned"
+        );
+        got.push(id);
+    }
+    eprintln!("pool acquire times: {timings:?}");
+    assert_ne!(got[0], got[1], "each sandbox handed to one owner");
+    for id in &got {
+        let pong = within(10, "ping", d.call(*id, Op::Ping))
+            .await
+            .expect("ping");
+        assert!(pong.into_result().is_ok());
+    }
+    eventually(90, "pool refilled", || full(d.clone())).await;
+
+    // A spec the pool cannot serve exactly: created on the spot.
+    let mut other = spec("exec-miss");
+    other.limits.pids = 100;
+    let miss = within(60, "acquire miss", d.acquire(other))
+        .await
+        .expect("pool miss");
+    assert!(!pool_members.contains(&miss));
+    let pong = within(10, "ping miss", d.call(miss, Op::Ping))
+        .await
+        .expect("ping");
+    assert!(pong.into_result().is_ok());
+
+    // Owners are done: destroyed, never returned to the pool.
+    for id in got.iter().chain([&miss]) {
+        within(30, "destroy", d.destroy(*id))
+            .await
+            .expect("destroy");
+    }
+    let after: HashSet<SandboxId> = within(10, "list", d.list())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert!(got.iter().all(|id| !after.contains(id)));
+    within(60, "shutdown", d.shutdown()).await;
+    eventually(30, "pool drained at shutdown", || async {
+        env.containers_with(&[&label(labels::INSTANCE, instance)])
+            .await
+            .is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn destroy_owned_by_removes_only_that_owners_sandboxes() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let d = env.start(instance, env.config()).await;
+    let owner = Owner::new(OwnerKind::Session, "session-7");
+    let mut mine = Vec::new();
+    for _ in 0..2 {
+        let s = SandboxSpec::new(IMAGE, owner.clone());
+        mine.push(within(60, "create", d.create(s)).await.expect("create"));
+    }
+    let other = within(60, "create", d.create(spec("exec-other")))
+        .await
+        .expect("create");
+    let n = within(60, "destroy_owned_by", d.destroy_owned_by(&owner))
+        .await
+        .expect("destroy_owned_by");
+    assert_eq!(n, 2);
+    for id in mine {
+        assert_eq!(env.row_state(id).await.0, "destroyed");
+    }
+    assert!(within(10, "ping other", d.call(other, Op::Ping))
+        .await
+        .is_ok());
+    within(30, "destroy", d.destroy(other))
+        .await
+        .expect("destroy");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failures_are_typed_and_leave_nothing() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+
+    let mut bad = env.config();
+    bad.executor_path = "/nonexistent/sandbox-executor".into();
+    match within(
+        30,
+        "start with missing executor",
+        dispatcher::Dispatcher::start(env.engine.clone(), env.pg.clone(), instance, bad),
+    )
+    .await
+    {
+        Err(DispatchError::ExecutorMissing { path }) => {
+            assert_eq!(path.to_str(), Some("/nonexistent/sandbox-executor"))
+        }
+        other => panic!("expected ExecutorMissing, got {other:?}"),
+    }
+    let mut not_static = env.config();
+    not_static.executor_path = "/bin/sh".into();
+    match within(
+        30,
+        "start with a dynamic binary",
+        dispatcher::Dispatcher::start(env.engine.clone(), env.pg.clone(), instance, not_static),
+    )
+    .await
+    {
+        Err(DispatchError::ExecutorInvalid { reason, .. }) => {
+            assert!(reason.contains("dynamically linked"), "{reason}")
+        }
+        other => panic!("expected ExecutorInvalid, got {other:?}"),
+    }
+
+    let d = env.start(instance, env.config()).await;
+    match within(
+        30,
+        "missing image",
+        d.create(SandboxSpec::new(
+            "aegis-runtime/absent:0",
+            Owner::new(OwnerKind::Operator, "op"),
+        )),
+    )
+    .await
+    {
+        Err(e @ DispatchError::ImageMissing { .. }) => {
+            assert!(e.to_string().contains("runtime-images/build.sh"), "{e}")
+        }
+        other => panic!("expected ImageMissing, got {other:?}"),
+    }
+    let mut reserved = spec("exec-x");
+    reserved
+        .labels
+        .insert("org.aegis.managed".into(), "false".into());
+    assert!(matches!(
+        d.create(reserved).await,
+        Err(DispatchError::InvalidSpec { .. })
+    ));
+
+    // An executor that refuses its configuration: the failure is reported, recorded, cleaned up.
+    let mut relative = spec("exec-bad-roots");
+    relative.read_roots = vec!["/workspace/../..".into()];
+    match within(60, "executor refusing to start", d.create(relative)).await {
+        Err(DispatchError::ExecutorNotReady { id, detail, .. }) => {
+            eprintln!("not ready: {detail}");
+            let (state, reason) = env.row_state(id).await;
+            assert_eq!(state, "failed");
+            assert!(reason.is_some());
+            assert!(env
+                .containers_with(&[&label(labels::SANDBOX, id)])
+                .await
+                .is_empty());
+            assert!(env
+                .volumes_with(&[&label(labels::SANDBOX, id)])
+                .await
+                .is_empty());
+        }
+        other => panic!("expected ExecutorNotReady, got {other:?}"),
+    }
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn measurements() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let mut config = env.config();
+    config.pool = BTreeMap::from([(IMAGE.to_owned(), 3)]);
+    let d = Arc::new(env.start(instance, config).await);
+
+    let mut creates = Vec::new();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let started = Instant::now();
+        let mut s = spec(&format!("exec-m{i}"));
+        s.limits.pids = 200; // not a pool match
+        ids.push(within(60, "create", d.create(s)).await.expect("create"));
+        creates.push(started.elapsed());
+    }
+    let mut pings = Vec::new();
+    for _ in 0..300 {
+        let started = Instant::now();
+        within(10, "ping", d.call(ids[0], Op::Ping))
+            .await
+            .expect("ping");
+        pings.push(started.elapsed());
+    }
+    let mut runs = Vec::new();
+    for _ in 0..30 {
+        let started = Instant::now();
+        within(10, "true", d.call(ids[0], run(&["true"])))
+            .await
+            .expect("run");
+        runs.push(started.elapsed());
+    }
+    eventually(120, "pool warm", || {
+        let d = d.clone();
+        async move { d.pool_sizes().get(IMAGE).copied() == Some(3) }
+    })
+    .await;
+    let mut acquires = Vec::new();
+    for i in 0..3 {
+        let started = Instant::now();
+        ids.push(
+            within(30, "acquire", d.acquire(spec(&format!("exec-a{i}"))))
+                .await
+                .expect("acquire"),
+        );
+        acquires.push(started.elapsed());
+    }
+    let p50 = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    eprintln!(
+        "MEASURED create+start+ready p50={:?} (all {:?}); ping p50={:?} p95={:?}; cmd.run true p50={:?}; pool acquire p50={:?} (all {:?})",
+        p50(&mut creates.clone()),
+        creates,
+        p50(&mut pings.clone()),
+        { pings.sort(); pings[pings.len() * 95 / 100] },
+        p50(&mut runs),
+        p50(&mut acquires.clone()),
+        acquires
+    );
+    for id in ids {
+        within(30, "destroy", d.destroy(id)).await.expect("destroy");
+    }
+    within(60, "shutdown", d.shutdown()).await;
+}
