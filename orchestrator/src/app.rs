@@ -112,7 +112,9 @@ impl Application {
             .await
             .map_err(StoreError::from)?;
 
+        let sandboxes = Arc::new(start_sandboxes(&config, &engine, &pool, instance_id).await);
         let state = AppState {
+            sandboxes,
             pool,
             engine,
             config: Arc::new(config),
@@ -219,6 +221,9 @@ impl Application {
             }
         }
         heartbeat.abort();
+        if let Ok(d) = state.sandboxes.dispatcher() {
+            d.shutdown().await;
+        }
 
         if let Err(e) = sqlx::query("UPDATE node_instances SET stopped_at = now() WHERE id = $1")
             .bind(state.instance_id)
@@ -245,6 +250,39 @@ fn flatten(
             message: e.to_string(),
         }),
     }
+}
+
+/// Starts the dispatcher; a failure leaves the service up with sandboxes unavailable (readiness
+/// reports it) rather than refusing every other capability.
+async fn start_sandboxes(
+    config: &NodeConfig,
+    engine: &DockerEngine,
+    pool: &sqlx::PgPool,
+    instance_id: Uuid,
+) -> crate::sandboxes::Sandboxes {
+    let s = &config.sandbox;
+    let mut d = dispatcher::DispatcherConfig::new(&s.executor_path);
+    d.ceilings.memory_bytes = s.max_memory_mb * 1024 * 1024;
+    d.ceilings.nano_cpus = s.max_cpu_millis * 1_000_000;
+    d.ceilings.pids = s.max_pids;
+    d.pool = s.pool.clone();
+    d.max_file_bytes = s.max_file_bytes;
+    d.dead_after = Duration::from_secs(s.dead_after_secs);
+    d.reap_interval = Duration::from_secs(s.reap_interval_secs);
+    d.call_timeout = Duration::from_secs(60);
+    let started = dispatcher::Dispatcher::start(engine.clone(), pool.clone(), instance_id, d)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "sandboxes unavailable: the dispatcher did not start");
+            e.to_string()
+        });
+    crate::sandboxes::Sandboxes::new(
+        started,
+        crate::sandboxes::ToolCeilings {
+            cmd_timeout_secs: s.cmd_timeout_secs,
+            max_output_bytes: s.max_output_bytes,
+        },
+    )
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, AppError> {

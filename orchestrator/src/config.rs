@@ -31,6 +31,51 @@ pub struct NodeConfig {
     pub log: LogConfig,
     /// Operator authentication.
     pub auth: AuthConfig,
+    /// Sandboxes: executor, ceilings, warm pool.
+    pub sandbox: SandboxConfig,
+}
+
+/// Sandbox settings: the operator's ceilings, which manifests and callers can only lower.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// The static `sandbox-executor` binary installed into every sandbox.
+    pub executor_path: PathBuf,
+    /// Warm pool: runtime image -> number of started, unused sandboxes kept ready.
+    pub pool: std::collections::BTreeMap<String, usize>,
+    /// Memory ceiling per sandbox, MiB.
+    pub max_memory_mb: u64,
+    /// CPU ceiling per sandbox, thousandths of a CPU.
+    pub max_cpu_millis: u64,
+    /// Process ceiling per sandbox.
+    pub max_pids: u64,
+    /// Longest `cmd.run`, seconds.
+    pub cmd_timeout_secs: u64,
+    /// Largest captured `cmd.run` output per stream, bytes.
+    pub max_output_bytes: u64,
+    /// Largest file `fs.*` reads or writes, bytes.
+    pub max_file_bytes: u64,
+    /// An instance silent for this long is dead and its sandboxes are reaped.
+    pub dead_after_secs: u64,
+    /// Period of the reaper, seconds.
+    pub reap_interval_secs: u64,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            executor_path: PathBuf::from("/usr/local/lib/orchestrator/sandbox-executor"),
+            pool: Default::default(),
+            max_memory_mb: 2048,
+            max_cpu_millis: 2000,
+            max_pids: 512,
+            cmd_timeout_secs: 600,
+            max_output_bytes: 1024 * 1024,
+            max_file_bytes: 10 * 1024 * 1024,
+            dead_after_secs: 120,
+            reap_interval_secs: 60,
+        }
+    }
 }
 
 /// Operator authentication settings.
@@ -347,6 +392,20 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             "server.grpc",
             format!("must differ from server.http ({})", c.server.http),
         ));
+    }
+    for (key, v) in [
+        ("sandbox.max_memory_mb", c.sandbox.max_memory_mb),
+        ("sandbox.max_cpu_millis", c.sandbox.max_cpu_millis),
+        ("sandbox.max_pids", c.sandbox.max_pids),
+        ("sandbox.cmd_timeout_secs", c.sandbox.cmd_timeout_secs),
+        ("sandbox.max_output_bytes", c.sandbox.max_output_bytes),
+        ("sandbox.max_file_bytes", c.sandbox.max_file_bytes),
+        ("sandbox.dead_after_secs", c.sandbox.dead_after_secs),
+        ("sandbox.reap_interval_secs", c.sandbox.reap_interval_secs),
+    ] {
+        if v == 0 {
+            return Err(invalid(key, "expected a whole number of at least 1".into()));
+        }
     }
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&c.log.level) {
         return Err(invalid(

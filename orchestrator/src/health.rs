@@ -65,6 +65,8 @@ pub struct Checks {
     pub migrations: ComponentStatus,
     /// The Docker engine answers a ping.
     pub docker: ComponentStatus,
+    /// The dispatcher started (executor installed, reaper running).
+    pub sandboxes: ComponentStatus,
 }
 
 impl Readiness {
@@ -106,16 +108,22 @@ pub async fn check(state: &AppState) -> Readiness {
         }
     };
     let ((database, migrations), docker) = tokio::join!(db, docker);
+    let sandboxes = match state.sandboxes.unavailable_reason() {
+        None => ComponentStatus::ok(),
+        Some(reason) => ComponentStatus::failing(reason),
+    };
     let checks = Checks {
         database,
         migrations,
         docker,
+        sandboxes,
     };
     let mut failing = Vec::new();
     for (name, c) in [
         ("database", &checks.database),
         ("migrations", &checks.migrations),
         ("docker", &checks.docker),
+        ("sandboxes", &checks.sandboxes),
     ] {
         if !c.is_ok() {
             failing.push(name);

@@ -13,6 +13,7 @@ pub mod manifest;
 pub mod policy;
 pub mod registry;
 pub mod runtimes;
+pub mod sandboxes;
 pub mod shutdown;
 pub mod state;
 pub mod store;

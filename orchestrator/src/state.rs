@@ -20,6 +20,8 @@ pub struct AppState {
     pub instance_id: Uuid,
     /// When this instance started.
     pub started_at: DateTime<Utc>,
+    /// Sandboxes and their agent policies.
+    pub sandboxes: std::sync::Arc<crate::sandboxes::Sandboxes>,
     /// The config file this instance was started with, if any.
     pub config_path: Option<std::sync::Arc<std::path::PathBuf>>,
 }

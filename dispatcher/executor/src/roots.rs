@@ -92,6 +92,24 @@ pub fn open_beneath(
     }
 }
 
+/// `mkdir -p` of `rel` beneath `dir`, one component at a time, never leaving `dir`.
+fn create_beneath(dir: BorrowedFd<'_>, rel: &str) -> rustix::io::Result<OwnedFd> {
+    let mut current = open_beneath(dir, "", OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
+    for component in rel.split('/').filter(|c| !c.is_empty()) {
+        match rustix::fs::mkdirat(current.as_fd(), component, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(e),
+        }
+        current = open_beneath(
+            current.as_fd(),
+            component,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )?;
+    }
+    Ok(current)
+}
+
 impl Roots {
     /// Opens every configured root; a root that cannot be opened is logged and left unavailable.
     pub fn open(config: &Config) -> Self {
@@ -135,6 +153,44 @@ impl Roots {
     /// The workspace directory relative paths are taken from.
     pub fn workspace(&self) -> &str {
         &self.workspace
+    }
+
+    /// Creates the roots that lie inside the workspace but do not exist yet, and opens them.
+    ///
+    /// A fresh workspace volume is empty, so a manifest's `/workspace/out` cannot exist when the
+    /// executor starts. Called after the filesystem identity is the sandbox user's (so the new
+    /// directories belong to it) and before any agent code runs; every step is `mkdirat` plus
+    /// `openat2(RESOLVE_BENEATH)` from the workspace, so nothing can redirect it outside.
+    pub fn create_missing_in_workspace(&mut self) {
+        let prefix = format!("{}/", self.workspace.trim_end_matches('/'));
+        let missing: Vec<usize> = (0..self.roots.len())
+            .filter(|&i| self.roots[i].fd.is_none() && self.roots[i].path.starts_with(&prefix))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let workspace = match rustix::fs::openat(
+            CWD,
+            self.workspace.as_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(errno) => {
+                crate::log_event!("workspace {} unavailable: {errno}", self.workspace);
+                return;
+            }
+        };
+        for i in missing {
+            let rel = self.roots[i].path[prefix.len()..].to_owned();
+            match create_beneath(workspace.as_fd(), &rel) {
+                Ok(fd) => {
+                    crate::log_event!("created root {}", self.roots[i].path);
+                    self.roots[i].fd = Some(fd);
+                }
+                Err(errno) => crate::log_event!("root {} not created: {errno}", self.roots[i].path),
+            }
+        }
     }
 
     /// The root whose path is exactly `path`, if any.

@@ -108,10 +108,11 @@ pub fn main() -> i32 {
         Ok(config) => config,
         Err(e) => return fatal(e.to_string()),
     };
-    let roots = Roots::open(&config);
+    let mut roots = Roots::open(&config);
     if let Err(e) = identity::drop_privileges(&config, &roots) {
         return fatal(format!("cannot drop privileges: {e}"));
     }
+    roots.create_missing_in_workspace();
     if let Some(Ok(fd)) = roots.root_at(roots.workspace()).map(|r| r.fd()) {
         if let Err(errno) = open_beneath(fd, "", OFlags::PATH | OFlags::DIRECTORY, Mode::empty()) {
             return fatal(format!(

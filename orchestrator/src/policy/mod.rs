@@ -5,6 +5,7 @@
 //! policy is always the intersection, and nothing else in the service makes this decision.
 
 pub mod command;
+pub mod paths;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -16,7 +17,7 @@ use crate::tools::Tool;
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Denial {
-    /// Stable code (`tier`, ...).
+    /// Stable code (`tier`, `path_not_allowed`, `command_not_allowed`, ...).
     pub code: &'static str,
     /// Human explanation naming the rule.
     pub message: String,
@@ -34,6 +35,78 @@ pub fn check_tool(caller: &Caller, tool: &Tool, _args: &Value) -> Result<(), Den
                 caller.tier.as_str()
             ),
         });
+    }
+    Ok(())
+}
+
+/// Tools that read files (need a read root); other `fs.*` tools change files (need a write root).
+const READING_TOOLS: &[&str] = &["fs.read", "fs.list", "fs.grep", "fs.glob"];
+
+/// True for tools that run inside a sandbox.
+pub fn needs_sandbox(tool: &str) -> bool {
+    tool.starts_with("fs.") || tool == "cmd.run"
+}
+
+/// Decides a sandbox tool call under the sandbox's agent policy: the tool must be in the
+/// manifest's `spec.tools`, paths inside the allowlist, commands on the command allowlist.
+pub fn check_sandbox_call(
+    tool: &str,
+    args: &Value,
+    policy: &crate::sandboxes::SandboxPolicy,
+) -> Result<(), Denial> {
+    let canonical = if tool == "fs.create.dir" {
+        "fs.create_dir"
+    } else {
+        tool
+    };
+    if !policy.tools.iter().any(|t| t == tool || t == canonical) {
+        return Err(Denial {
+            code: "tool_not_in_manifest",
+            message: format!(
+                "agent `{}` does not list `{tool}` in spec.tools",
+                policy.agent
+            ),
+        });
+    }
+    let deny_path = |message: String| Denial {
+        code: "path_not_allowed",
+        message,
+    };
+    if tool == "cmd.run" {
+        let command = args["command"].as_str().unwrap_or_default();
+        let extra: Vec<String> = args["args"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        policy.command.argv(command, &extra).map_err(|r| Denial {
+            code: "command_not_allowed",
+            message: r.message,
+        })?;
+        if let Some(env) = args["env_additions"].as_object() {
+            policy
+                .command
+                .env(env.keys().map(String::as_str))
+                .map_err(|r| Denial {
+                    code: "command_not_allowed",
+                    message: r.message,
+                })?;
+        }
+        if let Some(cwd) = args["cwd"].as_str() {
+            paths::check(cwd, &policy.read_roots, "read").map_err(deny_path)?;
+        }
+        return Ok(());
+    }
+    if let Some(path) = args["path"].as_str() {
+        let (roots, access) = if READING_TOOLS.contains(&tool) {
+            (&policy.read_roots, "read")
+        } else {
+            (&policy.write_roots, "write")
+        };
+        paths::check(path, roots, access).map_err(deny_path)?;
     }
     Ok(())
 }

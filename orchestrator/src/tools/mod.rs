@@ -8,6 +8,7 @@
 mod definitions;
 mod discovery;
 mod router;
+mod sandbox;
 mod schema;
 mod system;
 
@@ -23,7 +24,7 @@ use crate::caller::{Caller, Tier};
 use crate::state::AppState;
 
 pub(crate) use definitions::registry_error;
-pub use router::{invoke, ArgViolation, CallError, ToolOutcome};
+pub use router::{invoke, invoke_in, ArgViolation, CallError, ToolOutcome};
 pub(crate) use schema::lookup as schema_by_key;
 
 /// What a handler sees besides its arguments.
@@ -32,6 +33,8 @@ pub struct ToolContext<'a> {
     pub state: &'a AppState,
     /// Who is calling.
     pub caller: &'a Caller,
+    /// The sandbox of a `cmd.run` / `fs.*` call and the policy it runs under.
+    pub sandbox: Option<(dispatcher::SandboxId, Arc<crate::sandboxes::SandboxPolicy>)>,
 }
 
 /// A failure inside a tool that ran: reported to the caller as an `isError` result.
@@ -141,6 +144,7 @@ fn implemented() -> Vec<(&'static str, &'static str, Handler)> {
     v.extend(definitions::handlers());
     v.extend(discovery::handlers());
     v.extend(system::handlers());
+    v.extend(sandbox::handlers());
     v
 }
 

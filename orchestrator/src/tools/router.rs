@@ -15,6 +15,7 @@ use crate::audit::{self, Entry, EntryKind};
 use crate::caller::Caller;
 use crate::policy;
 use crate::state::AppState;
+use dispatcher::SandboxId;
 
 /// One schema violation in a call's arguments.
 #[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
@@ -88,12 +89,23 @@ impl ToolOutcome {
     }
 }
 
-/// Runs one tool call for `caller`.
+/// Runs one tool call for `caller` (no sandbox: sandbox tools are refused).
 pub async fn invoke(
     state: &AppState,
     caller: &Caller,
     name: &str,
     arguments: Value,
+) -> Result<ToolOutcome, CallError> {
+    invoke_in(state, caller, name, arguments, None).await
+}
+
+/// Runs one tool call for `caller`, in `sandbox` for `cmd.run` and `fs.*`.
+pub async fn invoke_in(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    arguments: Value,
+    sandbox: Option<SandboxId>,
 ) -> Result<ToolOutcome, CallError> {
     let started = Instant::now();
     let args_digest = audit::digest(&arguments);
@@ -157,7 +169,42 @@ pub async fn invoke(
         });
     }
 
-    let ctx = ToolContext { state, caller };
+    let mut in_sandbox = None;
+    if policy::needs_sandbox(name) {
+        let refusal = match sandbox {
+            None => Err((
+                "sandbox_required",
+                format!("`{name}` runs inside a sandbox: give sandbox_id"),
+            )),
+            Some(id) => match state.sandboxes.policy(&state.pool, id).await {
+                Ok(p) => Ok((id, p)),
+                Err(e) => Err(("sandbox_unavailable", e.to_string())),
+            },
+        };
+        let checked = refusal.and_then(|(id, p)| {
+            policy::check_sandbox_call(name, &arguments, &p)
+                .map(|()| (id, p))
+                .map_err(|d| (d.code, d.message))
+        });
+        match checked {
+            Ok(found) => in_sandbox = Some(found),
+            Err((code, message)) => {
+                audit::record(&state.pool, caller, deny(code, message.clone()))
+                    .await
+                    .map_err(CallError::Audit)?;
+                return Err(CallError::Denied {
+                    tool: name.to_owned(),
+                    denial: policy::Denial { code, message },
+                });
+            }
+        }
+    }
+
+    let ctx = ToolContext {
+        state,
+        caller,
+        sandbox: in_sandbox,
+    };
     let ran = Instant::now();
     let result = (tool.handler)(&ctx, arguments).await;
     let duration_ms = ran.elapsed().as_millis() as u64;

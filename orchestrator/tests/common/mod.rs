@@ -104,7 +104,19 @@ pub fn test_config(db_url: &str) -> NodeConfig {
     c.database.url = db_url.to_owned();
     c.database.connect_timeout_secs = 20;
     c.auth.admin_key = Some(TEST_ADMIN_KEY.to_owned());
+    c.sandbox.executor_path = executor_bin().into();
     c
+}
+
+/// The static executor the sandboxes run; fails the test with the build command when unset.
+pub fn executor_bin() -> String {
+    std::env::var("SANDBOX_EXECUTOR_BIN").unwrap_or_else(|_| {
+        panic!(
+            "SANDBOX_EXECUTOR_BIN is not set: build the static executor with \
+             `CARGO_TARGET_DIR=target/executor RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build \
+             --release -p sandbox-executor --target x86_64-unknown-linux-gnu` (scripts/test.sh does this)"
+        )
+    })
 }
 
 /// The admin key every test instance is configured with.

@@ -87,7 +87,9 @@ pub fn status_of_tool_code(code: &str) -> StatusCode {
         "not_found" => StatusCode::NOT_FOUND,
         "conflict" => StatusCode::CONFLICT,
         "invalid_manifest" | "invalid_arguments" => StatusCode::UNPROCESSABLE_ENTITY,
-        "forbidden" | "path_not_allowed" | "command_not_allowed" => StatusCode::FORBIDDEN,
+        "forbidden" | "path_not_allowed" | "command_not_allowed" | "tool_not_in_manifest" => {
+            StatusCode::FORBIDDEN
+        }
         "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
         "internal" => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::BAD_REQUEST,
@@ -118,9 +120,11 @@ impl From<CallError> for ApiError {
                 message,
                 details: serde_json::to_value(violations).ok(),
             },
-            CallError::Denied { denial, .. } => {
-                Self::new(StatusCode::FORBIDDEN, denial.code, message)
-            }
+            CallError::Denied { denial, .. } => match denial.code {
+                "sandbox_required" => Self::new(StatusCode::BAD_REQUEST, denial.code, message),
+                "sandbox_unavailable" => Self::new(StatusCode::NOT_FOUND, denial.code, message),
+                code => Self::new(StatusCode::FORBIDDEN, code, message),
+            },
             CallError::Audit(e) => Self::internal(e),
             CallError::Catalog(e) => Self::internal(e),
         }

@@ -11,6 +11,7 @@ mod definitions;
 mod error;
 mod health;
 mod openapi;
+mod sandboxes;
 mod schemas;
 mod tools;
 
@@ -53,6 +54,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/audit/verify", get(audit::verify))
         .route("/v1/api-keys", post(api_keys::create).get(api_keys::list))
         .route("/v1/api-keys/{id}", delete(api_keys::revoke))
+        .route(
+            "/v1/sandboxes",
+            post(sandboxes::create).get(sandboxes::list),
+        )
+        .route("/v1/sandboxes/{id}", delete(sandboxes::destroy))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,

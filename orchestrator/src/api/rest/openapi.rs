@@ -4,7 +4,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{api_keys, audit, definitions, error, schemas, tools};
+use super::{api_keys, audit, definitions, error, sandboxes, schemas, tools};
 
 struct BearerKey;
 
@@ -33,6 +33,7 @@ impl Modify for BearerKey {
         definitions::workflow_versions, definitions::delete_workflow,
         schemas::get, tools::list, tools::call, audit::list, audit::verify,
         api_keys::create, api_keys::list, api_keys::revoke,
+        sandboxes::create, sandboxes::list, sandboxes::destroy,
     ),
     components(schemas(error::ErrorBody)),
     modifiers(&BearerKey)

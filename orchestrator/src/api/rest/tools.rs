@@ -21,6 +21,8 @@ pub struct CallRequest {
     /// Arguments object (validated against the tool's schema).
     #[serde(default = "empty_object")]
     pub arguments: Value,
+    /// The sandbox `cmd.run` and `fs.*` run in (from `POST /v1/sandboxes`).
+    pub sandbox_id: Option<uuid::Uuid>,
 }
 
 fn empty_object() -> Value {
@@ -57,6 +59,7 @@ pub async fn call(
     Json(req): Json<CallRequest>,
 ) -> Result<Json<Value>, ApiError> {
     require(&caller, Need::Write)?;
-    let outcome = tools::invoke(&state, &caller, &req.name, req.arguments).await?;
+    let sandbox = req.sandbox_id.map(dispatcher::SandboxId);
+    let outcome = tools::invoke_in(&state, &caller, &req.name, req.arguments, sandbox).await?;
     Ok(Json(outcome.to_mcp()))
 }

@@ -1,0 +1,167 @@
+//! `/v1/sandboxes`: operators create a sandbox for an agent, list them, destroy them.
+//!
+//! A sandbox made here is owned by the operator key that made it; tool calls reach it through
+//! `POST /v1/tools/call` with `sandbox_id`, under the agent's manifest policy.
+
+use std::time::Instant;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use dispatcher::{Owner, OwnerKind, SandboxId, SandboxInfo};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::auth::{require, Need};
+use super::error::{ApiError, ErrorBody};
+use crate::audit::{self, Entry, EntryKind};
+use crate::caller::Caller;
+use crate::sandboxes::SandboxError;
+use crate::state::AppState;
+
+/// Body of `POST /v1/sandboxes`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandbox {
+    /// Agent name or id whose manifest decides image, limits and allowlists.
+    pub agent: String,
+    /// A specific agent version (default: latest).
+    pub version: Option<String>,
+}
+
+impl From<SandboxError> for ApiError {
+    fn from(e: SandboxError) -> Self {
+        match e {
+            SandboxError::Registry(r) => r.into(),
+            SandboxError::Dispatch(dispatcher::DispatchError::SandboxNotFound { .. }) => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
+            }
+            SandboxError::Dispatch(dispatcher::DispatchError::ImageMissing { .. })
+            | SandboxError::UnknownRuntime { .. } => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "runtime_unavailable",
+                e.to_string(),
+            ),
+            SandboxError::Unavailable(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                e.to_string(),
+            ),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+async fn record(
+    state: &AppState,
+    caller: &Caller,
+    action: &str,
+    args: Value,
+    ok: bool,
+    started: Instant,
+) -> Result<(), ApiError> {
+    audit::record(
+        &state.pool,
+        caller,
+        Entry {
+            kind: EntryKind::Admin,
+            action: action.to_owned(),
+            allowed: true,
+            reason_code: None,
+            reason: None,
+            args_digest: audit::digest(&args),
+            outcome: if ok { "ok" } else { "error" },
+            result_digest: None,
+            duration_ms: started.elapsed().as_millis() as i64,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Creates a sandbox for an agent (from the warm pool when one matches).
+#[utoipa::path(post, path = "/v1/sandboxes", operation_id = "create_sandbox", tag = "sandboxes", request_body = CreateSandbox,
+    responses((status = 201, description = "Created", body = Value), (status = 404, description = "Unknown agent", body = ErrorBody),
+              (status = 422, description = "Runtime image missing", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(req): Json<CreateSandbox>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    require(&caller, Need::Write)?;
+    let started = Instant::now();
+    let owner = Owner::new(OwnerKind::Operator, caller.id.clone());
+    let made = state
+        .sandboxes
+        .create_for_agent(
+            &state.pool,
+            &caller.tenant,
+            &req.agent,
+            req.version.as_deref(),
+            owner,
+        )
+        .await;
+    record(
+        &state,
+        &caller,
+        "sandbox.create",
+        json!({"agent": req.agent, "version": req.version}),
+        made.is_ok(),
+        started,
+    )
+    .await?;
+    let (id, policy) = made?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "sandbox_id": id.0, "agent": policy.agent,
+            "read_roots": policy.read_roots, "write_roots": policy.write_roots,
+            "subcommand_allowlist": policy.command.subcommand_allowlist,
+        })),
+    ))
+}
+
+/// Live sandboxes of this node's database.
+#[utoipa::path(get, path = "/v1/sandboxes", operation_id = "list_sandboxes", tag = "sandboxes",
+    responses((status = 200, description = "Sandboxes", body = Value)), security(("api_key" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(_caller): Extension<Caller>,
+) -> Result<Json<Vec<SandboxInfo>>, ApiError> {
+    let d = state.sandboxes.dispatcher()?;
+    Ok(Json(d.list().await.map_err(SandboxError::from)?))
+}
+
+/// Destroys a sandbox with its workspace.
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}", operation_id = "destroy_sandbox", tag = "sandboxes", params(("id" = Uuid, Path, description = "Sandbox id")),
+    responses((status = 200, description = "Destroyed", body = Value), (status = 404, description = "Unknown sandbox", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn destroy(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    let started = Instant::now();
+    let id = SandboxId(id);
+    state
+        .sandboxes
+        .dispatcher()?
+        .get(id)
+        .await
+        .map_err(SandboxError::from)?;
+    let done = state.sandboxes.destroy(id).await;
+    record(
+        &state,
+        &caller,
+        "sandbox.destroy",
+        json!({"sandbox_id": id.0}),
+        done.is_ok(),
+        started,
+    )
+    .await?;
+    done?;
+    Ok(Json(json!({"sandbox_id": id.0, "destroyed": true})))
+}

@@ -1,0 +1,397 @@
+//! `cmd.run` and `fs.*`: tools that run inside the caller's sandbox through the dispatcher.
+//!
+//! By the time a handler here runs, the router has checked the tool against the agent's manifest
+//! and the paths and command against its allowlists. The handler translates the arguments to the
+//! executor's protocol, applies the server ceilings (a caller may lower them, never raise them),
+//! and shapes the executor's answer into the output the tool reference documents.
+
+use std::collections::BTreeMap;
+
+use dispatcher::protocol::{
+    DeleteParams, Edit, EditParams, Encoding, GlobParams, GrepParams, MultiEditParams, Op,
+    PathParams, ReadParams, RunParams, WriteParams,
+};
+use dispatcher::DispatchError;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
+use crate::policy::paths;
+
+pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+    vec![
+        (
+            "cmd.run",
+            include_str!("../../../schemas/tools/cmd.run.json"),
+            cmd_run,
+        ),
+        (
+            "fs.read",
+            include_str!("../../../schemas/tools/fs.read.json"),
+            fs_read,
+        ),
+        (
+            "fs.write",
+            include_str!("../../../schemas/tools/fs.write.json"),
+            fs_write,
+        ),
+        (
+            "fs.list",
+            include_str!("../../../schemas/tools/fs.list.json"),
+            fs_list,
+        ),
+        (
+            "fs.create_dir",
+            include_str!("../../../schemas/tools/fs.create_dir.json"),
+            fs_create_dir,
+        ),
+        (
+            "fs.create.dir",
+            include_str!("../../../schemas/tools/fs.create.dir.json"),
+            fs_create_dir,
+        ),
+        (
+            "fs.delete",
+            include_str!("../../../schemas/tools/fs.delete.json"),
+            fs_delete,
+        ),
+        (
+            "fs.edit",
+            include_str!("../../../schemas/tools/fs.edit.json"),
+            fs_edit,
+        ),
+        (
+            "fs.multi_edit",
+            include_str!("../../../schemas/tools/fs.multi_edit.json"),
+            fs_multi_edit,
+        ),
+        (
+            "fs.grep",
+            include_str!("../../../schemas/tools/fs.grep.json"),
+            fs_grep,
+        ),
+        (
+            "fs.glob",
+            include_str!("../../../schemas/tools/fs.glob.json"),
+            fs_glob,
+        ),
+    ]
+}
+
+/// Sends one operation to the caller's sandbox and returns the executor's result object.
+async fn run(ctx: &ToolContext<'_>, op: Op) -> Result<Value, ToolError> {
+    let (id, _) = ctx
+        .sandbox
+        .as_ref()
+        .ok_or_else(|| ToolError::new("sandbox_required", "this tool runs inside a sandbox"))?;
+    let dispatcher = ctx
+        .state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+    let response = dispatcher.call(*id, op).await.map_err(dispatch_error)?;
+    response.into_result().map_err(|e| {
+        let code = match serde_json::to_value(&e.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+        {
+            Some(k) => match k.as_str() {
+                "path_not_allowed" => "path_not_allowed",
+                "not_found" => "not_found",
+                "already_exists" => "conflict",
+                "too_large" => "too_large",
+                "hard_link_refused" => "hard_link_refused",
+                "edit_target_not_found" => "edit_target_not_found",
+                "edit_target_ambiguous" => "edit_target_ambiguous",
+                "command_not_found" => "command_not_found",
+                "not_a_directory"
+                | "is_a_directory"
+                | "not_a_regular_file"
+                | "directory_not_empty" => "invalid_target",
+                "permission_denied" => "permission_denied",
+                "invalid_request" => "invalid_arguments",
+                "busy" => "busy",
+                _ => "sandbox_error",
+            },
+            None => "sandbox_error",
+        };
+        ToolError::new(code, e.message)
+    })
+}
+
+fn dispatch_error(e: DispatchError) -> ToolError {
+    match e {
+        DispatchError::SandboxNotFound { .. } => ToolError::new("not_found", e.to_string()),
+        DispatchError::SandboxGone { .. } => ToolError::new("sandbox_gone", e.to_string()),
+        DispatchError::Timeout { .. } => ToolError::new("timeout", e.to_string()),
+        other => ToolError::new("sandbox_error", other.to_string()),
+    }
+}
+
+/// The normalised path the executor gets (policy already accepted it).
+fn path_of(p: &str) -> Result<String, ToolError> {
+    paths::normalise(p).map_err(|m| ToolError::new("invalid_arguments", m))
+}
+
+#[derive(Deserialize)]
+struct PathArg {
+    path: String,
+}
+
+fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        let a: PathArg = args(a)?;
+        let path = path_of(&a.path)?;
+        let out = run(
+            ctx,
+            Op::FsRead(ReadParams {
+                path: path.clone(),
+                offset: None,
+                limit: None,
+                max_bytes: None,
+            }),
+        )
+        .await?;
+        Ok(json!({
+            "status": "ok", "path": path, "content": out["content"], "encoding": out["encoding"],
+            "size_bytes": out["size_bytes"], "truncated": out["truncated"],
+        }))
+    })
+}
+
+fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            path: String,
+            content: String,
+        }
+        let a: A = args(a)?;
+        let path = path_of(&a.path)?;
+        let out = run(
+            ctx,
+            Op::FsWrite(WriteParams {
+                path: path.clone(),
+                content: a.content,
+                encoding: Encoding::Utf8,
+                create_dirs: true,
+            }),
+        )
+        .await?;
+        Ok(
+            json!({"status": "ok", "path": path, "bytes_written": out["bytes_written"], "created": out["created"]}),
+        )
+    })
+}
+
+fn fs_list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        let a: PathArg = args(a)?;
+        let path = path_of(&a.path)?;
+        let out = run(ctx, Op::FsList(PathParams { path: path.clone() })).await?;
+        Ok(
+            json!({"status": "ok", "path": path, "entries": out["entries"], "truncated": out["truncated"]}),
+        )
+    })
+}
+
+fn fs_create_dir<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        let a: PathArg = args(a)?;
+        let path = path_of(&a.path)?;
+        let out = run(ctx, Op::FsCreateDir(PathParams { path: path.clone() })).await?;
+        Ok(json!({"status": "ok", "path": path, "created": out["created"]}))
+    })
+}
+
+fn fs_delete<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            path: String,
+            #[serde(default)]
+            recursive: bool,
+        }
+        let a: A = args(a)?;
+        let path = path_of(&a.path)?;
+        run(
+            ctx,
+            Op::FsDelete(DeleteParams {
+                path: path.clone(),
+                recursive: a.recursive,
+            }),
+        )
+        .await?;
+        Ok(json!({"status": "ok", "path": path}))
+    })
+}
+
+fn fs_edit<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            path: String,
+            target_content: String,
+            replacement_content: String,
+        }
+        let a: A = args(a)?;
+        let path = path_of(&a.path)?;
+        run(
+            ctx,
+            Op::FsEdit(EditParams {
+                path: path.clone(),
+                old_string: a.target_content,
+                new_string: a.replacement_content,
+            }),
+        )
+        .await?;
+        Ok(json!({"status": "ok", "path": path, "message": "replaced 1 occurrence"}))
+    })
+}
+
+fn fs_multi_edit<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct E {
+            target_content: String,
+            replacement_content: String,
+        }
+        #[derive(Deserialize)]
+        struct A {
+            path: String,
+            edits: Vec<E>,
+        }
+        let a: A = args(a)?;
+        let path = path_of(&a.path)?;
+        let count = a.edits.len();
+        let edits = a
+            .edits
+            .into_iter()
+            .map(|e| Edit {
+                old_string: e.target_content,
+                new_string: e.replacement_content,
+            })
+            .collect();
+        run(
+            ctx,
+            Op::FsMultiEdit(MultiEditParams {
+                path: path.clone(),
+                edits,
+            }),
+        )
+        .await?;
+        Ok(json!({"status": "ok", "path": path, "applied": count}))
+    })
+}
+
+fn fs_grep<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            pattern: String,
+            path: String,
+        }
+        let a: A = args(a)?;
+        let path = path_of(&a.path)?;
+        let out = run(
+            ctx,
+            Op::FsGrep(GrepParams {
+                pattern: a.pattern,
+                path,
+                ..GrepParams::default()
+            }),
+        )
+        .await?;
+        let count = out["matches"].as_array().map_or(0, Vec::len);
+        Ok(
+            json!({"matches": out["matches"], "count": count, "truncated": out["truncated"], "files_scanned": out["files_scanned"]}),
+        )
+    })
+}
+
+fn fs_glob<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            pattern: String,
+            path: String,
+        }
+        let a: A = args(a)?;
+        let path = path_of(&a.path)?;
+        let out = run(
+            ctx,
+            Op::FsGlob(GlobParams {
+                pattern: a.pattern,
+                path: Some(path),
+                max_matches: None,
+            }),
+        )
+        .await?;
+        let count = out["matches"].as_array().map_or(0, Vec::len);
+        Ok(json!({"matches": out["matches"], "count": count, "truncated": out["truncated"]}))
+    })
+}
+
+fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            command: String,
+            #[serde(default)]
+            args: Vec<String>,
+            cwd: Option<String>,
+            #[serde(default)]
+            env_additions: BTreeMap<String, String>,
+            timeout_secs: Option<u64>,
+            max_output_bytes: Option<u64>,
+        }
+        let a: A = args(a)?;
+        let (_, policy) = ctx
+            .sandbox
+            .as_ref()
+            .ok_or_else(|| ToolError::new("sandbox_required", "cmd.run runs inside a sandbox"))?;
+        // The router's policy check accepted this command line; split it the same way.
+        let argv = policy
+            .command
+            .argv(&a.command, &a.args)
+            .map_err(|r| ToolError::new("command_not_allowed", r.message))?;
+        let timeout = a
+            .timeout_secs
+            .unwrap_or(policy.cmd_timeout_secs)
+            .min(policy.cmd_timeout_secs);
+        let cap = a
+            .max_output_bytes
+            .unwrap_or(policy.max_output_bytes)
+            .min(policy.max_output_bytes);
+        let cwd = a.cwd.as_deref().map(path_of).transpose()?;
+        let out = run(
+            ctx,
+            Op::CmdRun(RunParams {
+                argv,
+                cwd,
+                env: a.env_additions,
+                timeout_ms: timeout.saturating_mul(1000),
+                grace_ms: None,
+                max_stdout_bytes: cap,
+                max_stderr_bytes: cap,
+            }),
+        )
+        .await?;
+        let truncated = out["truncated"]["stdout"] == true || out["truncated"]["stderr"] == true;
+        let mut result = json!({
+            "exit_code": out["exit_code"].as_i64().unwrap_or(-1),
+            "signal": out["signal"],
+            "stdout": out["stdout"], "stderr": out["stderr"],
+            "stdout_encoding": out["stdout_encoding"], "stderr_encoding": out["stderr_encoding"],
+            "stdout_bytes": out["stdout_bytes"], "stderr_bytes": out["stderr_bytes"],
+            "truncated": truncated, "truncated_streams": out["truncated"],
+            "duration_ms": out["duration_ms"], "timed_out": out["timed_out"],
+        });
+        if truncated {
+            result["notice"] = json!(format!(
+                "output capped at {cap} bytes per stream; stdout_bytes and stderr_bytes give the full sizes"
+            ));
+        }
+        Ok(result)
+    })
+}
