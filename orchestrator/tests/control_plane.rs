@@ -394,6 +394,9 @@ async fn every_tool_answers_valid_and_refuses_invalid_arguments() {
         .map(|t| t["name"].as_str().unwrap().to_owned())
         .collect();
     for name in &listed {
+        if orchestrator::policy::needs_sandbox(name) {
+            continue; // cmd.run and fs.* are exercised in a real sandbox by tests/sandboxes.rs
+        }
         assert!(
             cases.iter().any(|(n, _, _)| n == name),
             "catalog tool {name} has no test case here"
