@@ -1,0 +1,172 @@
+//! Crash safety of sandboxes: after `kill -9` of the orchestrator during a running `cmd.run`, a
+//! restart leaves no container and no volume behind.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{executor_bin, TestDb, TEST_ADMIN_KEY};
+use serde_json::{json, Value};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn docker_lines(args: &[&str]) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+async fn start(db: &TestDb, http: u16) -> tokio::process::Child {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .env("DATABASE_URL", &db.url)
+        .env("ORCHESTRATOR_ADMIN_KEY", TEST_ADMIN_KEY)
+        .env("ORCHESTRATOR__SANDBOX__EXECUTOR_PATH", executor_bin())
+        // A silent previous instance counts as dead after one second (default two minutes).
+        .env("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "1")
+        .env("RUST_LOG", "warn")
+        .env_remove("ORCHESTRATOR_CONFIG")
+        .args([
+            "serve",
+            "--http",
+            &format!("127.0.0.1:{http}"),
+            "--grpc",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("orchestrator starts");
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(r) = client
+            .get(format!("http://127.0.0.1:{http}/health/ready"))
+            .send()
+            .await
+        {
+            if r.status() == 200 {
+                return child;
+            }
+        }
+        assert!(Instant::now() < deadline, "orchestrator never became ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn kill_9_during_cmd_run_then_restart_leaves_nothing_behind() {
+    let db = TestDb::create().await;
+    let http = free_port();
+    let base = format!("http://127.0.0.1:{http}");
+    let client = reqwest::Client::new();
+    let mut first = start(&db, http).await;
+
+    let agent = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: sleeper
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Sleep.
+  tools: [cmd.run]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [sleep]
+";
+    let r = client
+        .post(format!("{base}/v1/agents"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .body(agent)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let r = client
+        .post(format!("{base}/v1/sandboxes"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .json(&json!({"agent": "sleeper"}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    let id = body["sandbox_id"].as_str().expect("sandbox id").to_owned();
+    let label = format!("label=org.aegis.sandbox={id}");
+    assert_eq!(docker_lines(&["ps", "-aq", "--filter", &label]).len(), 1);
+    assert_eq!(
+        docker_lines(&["volume", "ls", "-q", "--filter", &label]).len(),
+        1
+    );
+
+    // A long command is running when the orchestrator is killed without warning.
+    let call = tokio::spawn({
+        let client = client.clone();
+        let base = base.clone();
+        let id = id.clone();
+        async move {
+            client
+                .post(format!("{base}/v1/tools/call"))
+                .bearer_auth(TEST_ADMIN_KEY)
+                .json(&json!({"name": "cmd.run", "arguments": {"command": "sleep 60"}, "sandbox_id": id}))
+                .send()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let pid = first.id().unwrap().to_string();
+    assert!(Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap()
+        .success());
+    first.wait().await.unwrap();
+    assert!(
+        call.await.unwrap().is_err(),
+        "the in-flight call died with the process"
+    );
+    // The sandbox survived its owner: that is what the restart must clean up.
+    assert_eq!(docker_lines(&["ps", "-aq", "--filter", &label]).len(), 1);
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut second = start(&db, free_port()).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let containers = docker_lines(&["ps", "-aq", "--filter", &label]);
+        let volumes = docker_lines(&["volume", "ls", "-q", "--filter", &label]);
+        if containers.is_empty() && volumes.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind: containers {containers:?} volumes {volumes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let pool = db.pool().await;
+    let state: String = sqlx::query_scalar("SELECT state FROM sandboxes WHERE id = $1::uuid")
+        .bind(&id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "destroyed");
+    second.kill().await.ok();
+}
