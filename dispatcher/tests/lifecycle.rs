@@ -63,6 +63,21 @@ fn ok<T: DeserializeOwned>(response: Response) -> T {
     }
 }
 
+/// Waits until a process named `name` runs in the sandbox (the request reached the executor).
+async fn wait_for_process(d: &dispatcher::Dispatcher, id: SandboxId, name: &str) {
+    eventually(20, &format!("{name} running in the sandbox"), || async {
+        match d.call(id, run(&["pidof", name])).await {
+            Ok(r) => r
+                .into_result()
+                .ok()
+                .and_then(|v| serde_json::from_value::<RunResult>(v).ok())
+                .is_some_and(|r| r.exit_code == Some(0)),
+            Err(_) => false,
+        }
+    })
+    .await;
+}
+
 fn spec(owner: &str) -> SandboxSpec {
     SandboxSpec::new(IMAGE, Owner::new(OwnerKind::Execution, owner))
 }
@@ -316,6 +331,37 @@ async fn container_has_every_hardening_setting() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn network_only_when_granted() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let d = env.start(instance, env.config()).await;
+    let mut s = spec("exec-net");
+    s.network = dispatcher::NetworkMode::Bridge;
+    let id = within(60, "create", d.create(s)).await.expect("create");
+    let inspect = within(
+        10,
+        "inspect",
+        env.docker
+            .inspect_container(&format!("aegis-sbx-{id}"), None),
+    )
+    .await
+    .expect("inspect");
+    let host = inspect.host_config.expect("host config");
+    assert_eq!(host.network_mode.as_deref(), Some("bridge"));
+    // Everything else stays hardened.
+    assert_eq!(host.readonly_rootfs, Some(true));
+    assert_eq!(host.privileged, Some(false));
+    let ifaces: RunResult = ok(
+        within(20, "ifaces", d.call(id, run(&["cat", "/proc/net/dev"])))
+            .await
+            .expect("cmd.run"),
+    );
+    assert!(ifaces.stdout.contains("eth0"), "{}", ifaces.stdout);
+    within(30, "destroy", d.destroy(id)).await.expect("destroy");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_concurrent_calls_share_one_stream() {
     let env = TestEnv::new().await;
     let instance = env.new_instance().await;
@@ -371,8 +417,8 @@ async fn killed_container_fails_pending_calls_with_sandbox_gone() {
         let d = d.clone();
         tokio::spawn(async move { d.call(id, run_for(&["sleep", "60"], 120_000)).await })
     };
-    // Let the request reach the executor, then kill the container behind the dispatcher's back.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Once the command runs, kill the container behind the dispatcher's back.
+    wait_for_process(&d, id, "sleep").await;
     within(
         20,
         "docker kill",
@@ -635,10 +681,14 @@ async fn restart_after_a_crash_leaves_no_container_or_volume() {
         let first = first.clone();
         tokio::spawn(async move { first.call(id, run_for(&["sleep", "60"], 120_000)).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // The crash: the instance vanishes without destroying anything; its heartbeat stops.
+    wait_for_process(&first, id, "sleep").await;
+    // The crash: the instance vanishes without destroying anything, and its heartbeat stops.
     drop(first);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    sqlx::query("UPDATE node_instances SET heartbeat_at = now() - interval '1 hour' WHERE id = $1")
+        .bind(crashed)
+        .execute(&env.pg)
+        .await
+        .expect("age the heartbeat");
 
     let restarted = env.new_instance().await;
     let second = env.start(restarted, env.config()).await;
