@@ -91,7 +91,7 @@ async fn run(ctx: &ToolContext<'_>, op: Op) -> Result<Value, ToolError> {
         .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
     let response = dispatcher.call(*id, op).await.map_err(dispatch_error)?;
     response.into_result().map_err(|e| {
-        let code = match serde_json::to_value(&e.kind)
+        let code = match serde_json::to_value(e.kind)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
         {
