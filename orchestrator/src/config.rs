@@ -7,7 +7,7 @@
 //!
 //! Overrides: `ORCHESTRATOR__<SECTION>__<KEY>=value` for any key (double underscores separate
 //! levels, the value is read as a YAML scalar), plus the conventional `DATABASE_URL`,
-//! `DOCKER_HOST` and `ORCHESTRATOR_ADMIN_KEY`.
+//! `DOCKER_HOST`, `ORCHESTRATOR_ADMIN_KEY` and `SANDBOX_EXECUTOR_BIN`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -64,7 +64,7 @@ pub struct SandboxConfig {
 impl Default for SandboxConfig {
     fn default() -> Self {
         Self {
-            executor_path: PathBuf::from("/usr/local/lib/orchestrator/sandbox-executor"),
+            executor_path: PathBuf::from("/usr/local/libexec/orchestrator/sandbox-executor"),
             pool: Default::default(),
             max_memory_mb: 2048,
             max_cpu_millis: 2000,
@@ -302,6 +302,9 @@ fn override_key(var: &str) -> Option<Vec<String>> {
         "DATABASE_URL" => return Some(vec!["database".into(), "url".into()]),
         "DOCKER_HOST" => return Some(vec!["docker".into(), "host".into()]),
         "ORCHESTRATOR_ADMIN_KEY" => return Some(vec!["auth".into(), "admin_key".into()]),
+        "SANDBOX_EXECUTOR_BIN" => {
+            return Some(vec!["sandbox".into(), "executor_path".into()])
+        }
         _ => {}
     }
     let rest = var.strip_prefix(ENV_PREFIX)?;
