@@ -62,7 +62,7 @@ impl std::fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dispatcher")
             .field("instance", &self.inner.instance)
-            .field("scope", &self.inner.scope)
+            .field("scope", &self.inner.scope.label)
             .finish_non_exhaustive()
     }
 }
@@ -71,7 +71,7 @@ pub(crate) struct Inner {
     pub(crate) docker: Docker,
     pub(crate) pg: PgPool,
     pub(crate) instance: Uuid,
-    pub(crate) scope: String,
+    pub(crate) scope: store::Scope,
     pub(crate) config: DispatcherConfig,
     pub(crate) executor: ExecutorVolume,
     /// Sandboxes whose stream this instance holds.
@@ -140,7 +140,7 @@ impl Dispatcher {
                 shutdown: CancellationToken::new(),
             }),
         };
-        tracing::info!(instance = %instance_id, scope = %dispatcher.inner.scope, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
+        tracing::info!(instance = %instance_id, scope = %dispatcher.inner.scope.label, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
         let report = dispatcher.reap().await?;
         tracing::info!(
             removed_containers = report.containers_removed,
@@ -160,7 +160,7 @@ impl Dispatcher {
 
     /// This database's scope (the `org.aegis.scope` label); the reaper judges only this scope.
     pub fn scope(&self) -> &str {
-        &self.inner.scope
+        &self.inner.scope.label
     }
 
     /// The executor volume mounted read-only into every sandbox.
@@ -544,9 +544,8 @@ impl Inner {
 
     /// The labels every object of sandbox `id` carries.
     fn labels(&self, id: SandboxId, owner: &Owner) -> HashMap<String, String> {
-        HashMap::from([
+        let mut labels = HashMap::from([
             (labels::MANAGED.to_owned(), "true".to_owned()),
-            (labels::SCOPE.to_owned(), self.scope.clone()),
             (labels::INSTANCE.to_owned(), self.instance.to_string()),
             (labels::SANDBOX.to_owned(), id.to_string()),
             (
@@ -558,7 +557,9 @@ impl Inner {
                 labels::CREATED_AT.to_owned(),
                 chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             ),
-        ])
+        ]);
+        labels.extend(self.scope.labels());
+        labels
     }
 
     /// What to do when a sandbox's stream ends unasked: record why in its row.

@@ -59,7 +59,7 @@ pub(crate) async fn install(
     docker: &Docker,
     pg: &PgPool,
     config: &DispatcherConfig,
-    scope: &str,
+    scope: &crate::store::Scope,
     instance: Uuid,
 ) -> Result<ExecutorVolume> {
     let path = &config.executor_path;
@@ -129,15 +129,19 @@ pub(crate) async fn install(
         image: Some(helper_image),
         // Never started: the entrypoint only has to satisfy images without a CMD.
         entrypoint: Some(vec![ExecutorVolume::entrypoint()]),
-        labels: Some(HashMap::from([
-            (labels::MANAGED.to_owned(), "true".to_owned()),
-            (labels::SCOPE.to_owned(), scope.to_owned()),
-            (labels::INSTANCE.to_owned(), instance.to_string()),
-            (
-                labels::COMPONENT.to_owned(),
-                "executor-installer".to_owned(),
-            ),
-        ])),
+        labels: Some(
+            [
+                (labels::MANAGED.to_owned(), "true".to_owned()),
+                (labels::INSTANCE.to_owned(), instance.to_string()),
+                (
+                    labels::COMPONENT.to_owned(),
+                    "executor-installer".to_owned(),
+                ),
+            ]
+            .into_iter()
+            .chain(scope.labels())
+            .collect(),
+        ),
         network_disabled: Some(true),
         host_config: Some(HostConfig {
             network_mode: Some("none".to_owned()),

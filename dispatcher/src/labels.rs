@@ -13,6 +13,11 @@ pub const RESERVED_PREFIX: &str = "org.aegis.";
 pub const MANAGED: &str = "org.aegis.managed";
 /// The database the object is recorded in (see the `sandbox_scope` table).
 pub const SCOPE: &str = "org.aegis.scope";
+/// The PostgreSQL cluster of that database (its system identifier), when readable.
+pub const DB_CLUSTER: &str = "org.aegis.db-cluster";
+/// The name of that database: lets a reaper on the same cluster collect the objects of a
+/// database that was dropped (test databases) or recreated.
+pub const DB_NAME: &str = "org.aegis.db-name";
 /// The orchestrator instance that created the object.
 pub const INSTANCE: &str = "org.aegis.instance";
 /// The sandbox the object belongs to (absent on the executor-install helper).

@@ -11,8 +11,11 @@
 //! - its row is stuck: `creating` or `destroying` without change for ten minutes;
 //! - it carries no sandbox (the executor-install helper) and the instance that made it is dead.
 //!
-//! Objects without `org.aegis.managed=true`, and managed objects of another scope (another
-//! database using the same engine), are never touched. Before removing a sandbox's objects the
+//! Objects without `org.aegis.managed=true` are never touched. Managed objects of another scope
+//! (another database using the same engine) are judged only by that database's reaper, with one
+//! exception: when they name a database of *this* PostgreSQL cluster that no longer exists (a
+//! dropped test database) or that was recreated since (same name, new scope), no reaper could
+//! ever judge them, so they are removed too. Before removing a sandbox's objects the
 //! reaper claims its row with a conditional update, so it cannot race an adoption or a destroy
 //! into removing something that was just taken over. Each removal is logged.
 
@@ -83,7 +86,7 @@ impl Inner {
             "label".to_owned(),
             vec![
                 labels::managed_filter(),
-                format!("{}={}", labels::SCOPE, self.scope),
+                format!("{}={}", labels::SCOPE, self.scope.label),
             ],
         )]);
         let containers: Vec<Found> = self
@@ -177,6 +180,7 @@ impl Inner {
 
         let present: Vec<Uuid> = ids;
         report.rows_closed = store::close_vanished(&self.pg, &live, &present).await?;
+        self.reap_dropped_databases(&mut report).await?;
         self.prune_broken().await;
         if report != ReapReport::default() {
             tracing::info!(
@@ -264,6 +268,92 @@ impl Inner {
             }
             _ => None,
         }
+    }
+
+    /// Removes objects of databases of this cluster that no longer exist (a dropped test
+    /// database) or that were recreated (same name, new scope): nobody can ever judge them.
+    async fn reap_dropped_databases(&self, report: &mut ReapReport) -> Result<()> {
+        let Some(cluster) = &self.scope.cluster else {
+            return Ok(());
+        };
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![
+                labels::managed_filter(),
+                format!("{}={cluster}", labels::DB_CLUSTER),
+            ],
+        )]);
+        let containers = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::new()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(engine("listing managed containers of other databases"))?
+            .into_iter()
+            .filter_map(|c| Some((c.id?, c.labels.unwrap_or_default())));
+        let volumes = self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+            .map_err(engine("listing managed volumes of other databases"))?
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| (v.name, v.labels));
+        let foreign = |labels: &HashMap<String, String>| {
+            labels.get(labels::SCOPE).map(String::as_str) != Some(self.scope.label.as_str())
+        };
+        let containers: Vec<_> = containers.filter(|(_, l)| foreign(l)).collect();
+        let volumes: Vec<_> = volumes.filter(|(_, l)| foreign(l)).collect();
+        if containers.is_empty() && volumes.is_empty() {
+            return Ok(());
+        }
+        let databases = store::database_names(&self.pg).await?;
+        let orphaned = |labels: &HashMap<String, String>| -> Option<String> {
+            let name = labels.get(labels::DB_NAME)?;
+            if !databases.contains(name) {
+                Some(format!("its database {name} no longer exists"))
+            } else if *name == self.scope.database {
+                Some(format!(
+                    "it belongs to an earlier incarnation of database {name}"
+                ))
+            } else {
+                None
+            }
+        };
+        for (id, l) in &containers {
+            let Some(reason) = orphaned(l) else { continue };
+            match self.remove_container(id).await {
+                Ok(()) => {
+                    report.containers_removed += 1;
+                    tracing::info!(container = %id, scope = ?l.get(labels::SCOPE), %reason, "reaper removed container");
+                }
+                Err(e) => {
+                    report.failures += 1;
+                    tracing::warn!(container = %id, error = %e, "reaper could not remove container; will retry");
+                }
+            }
+        }
+        for (name, l) in &volumes {
+            let Some(reason) = orphaned(l) else { continue };
+            match self.remove_volume(name).await {
+                Ok(()) => {
+                    report.volumes_removed += 1;
+                    tracing::info!(volume = %name, scope = ?l.get(labels::SCOPE), %reason, "reaper removed volume");
+                }
+                Err(e) => {
+                    report.failures += 1;
+                    tracing::warn!(volume = %name, error = %e, "reaper could not remove volume; will retry");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Forgets held sandboxes whose stream broke and whose row is finished.

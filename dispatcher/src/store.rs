@@ -151,17 +151,61 @@ fn info_from_row(row: &PgRow) -> std::result::Result<SandboxInfo, sqlx::Error> {
     })
 }
 
-/// This database's scope label: `<database name>/<random id stamped at migration>`.
-pub(crate) async fn scope(pg: &PgPool) -> Result<String> {
+/// Which database the dispatcher records its sandboxes in, as stamped on Docker objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Scope {
+    /// `<database name>/<random id stamped at migration>`: the `org.aegis.scope` label.
+    pub label: String,
+    /// `current_database()`.
+    pub database: String,
+    /// The cluster's system identifier (`pg_control_system()`), if this role may read it.
+    pub cluster: Option<String>,
+}
+
+impl Scope {
+    /// The labels naming this scope, for every object the dispatcher creates.
+    pub fn labels(&self) -> Vec<(String, String)> {
+        let mut labels = vec![
+            (crate::labels::SCOPE.to_owned(), self.label.clone()),
+            (crate::labels::DB_NAME.to_owned(), self.database.clone()),
+        ];
+        if let Some(cluster) = &self.cluster {
+            labels.push((crate::labels::DB_CLUSTER.to_owned(), cluster.clone()));
+        }
+        labels
+    }
+}
+
+/// Reads this database's scope.
+pub(crate) async fn scope(pg: &PgPool) -> Result<Scope> {
     let row = sqlx::query("SELECT current_database() AS db, id FROM sandbox_scope")
         .fetch_one(pg)
         .await
         .map_err(db(
             "reading the sandbox scope (is migration 20261121000003 applied?)",
         ))?;
-    let name: String = row.try_get("db").map_err(db("reading the sandbox scope"))?;
+    let database: String = row.try_get("db").map_err(db("reading the sandbox scope"))?;
     let id: Uuid = row.try_get("id").map_err(db("reading the sandbox scope"))?;
-    Ok(format!("{name}/{id}"))
+    // Executable by PUBLIC by default; a locked-down role just loses the dropped-database rule.
+    let cluster: Option<i64> =
+        sqlx::query_scalar("SELECT system_identifier FROM pg_control_system()")
+            .fetch_optional(pg)
+            .await
+            .unwrap_or(None);
+    Ok(Scope {
+        label: format!("{database}/{id}"),
+        database,
+        cluster: cluster.map(|c| c.to_string()),
+    })
+}
+
+/// Names of the databases of this cluster (readable by every role).
+pub(crate) async fn database_names(pg: &PgPool) -> Result<HashSet<String>> {
+    let names: Vec<String> = sqlx::query_scalar("SELECT datname::text FROM pg_database")
+        .fetch_all(pg)
+        .await
+        .map_err(db("listing the cluster's databases"))?;
+    Ok(names.into_iter().collect())
 }
 
 /// Writes the row of a sandbox about to be created (state `creating`).

@@ -622,6 +622,32 @@ async fn reaper_removes_orphans_whatever_their_status_and_nothing_else() {
     // (g) a row of the silent instance with nothing left in Docker: closed.
     let g = Uuid::new_v4();
     insert_row(&env, g, silent, "running").await;
+    // (h) another database of this cluster that was dropped: nobody else can collect it.
+    // (i) another database of this cluster that still exists: its own reaper's business.
+    let cluster: i64 = sqlx::query_scalar("SELECT system_identifier FROM pg_control_system()")
+        .fetch_one(&env.pg)
+        .await
+        .unwrap();
+    let of_database = |db: &str| {
+        let mut l = managed(silent, Uuid::new_v4(), &format!("{db}/{}", Uuid::new_v4()));
+        l.insert(labels::DB_CLUSTER.to_owned(), cluster.to_string());
+        l.insert(labels::DB_NAME.to_owned(), db.to_owned());
+        l
+    };
+    let h_name = fake_container(
+        &env,
+        &format!("t-h-{tag}"),
+        of_database(&format!("test_dropped_{tag}")),
+        &["sleep", "300"],
+    )
+    .await;
+    let i_name = fake_container(
+        &env,
+        &format!("t-i-{tag}"),
+        of_database("postgres"),
+        &["sleep", "300"],
+    )
+    .await;
 
     let report = within(60, "reap", d.reap()).await.expect("reap");
     eprintln!("{report:?}");
@@ -649,6 +675,15 @@ async fn reaper_removes_orphans_whatever_their_status_and_nothing_else() {
         env.container_exists(&f_name).await,
         "other scope left alone"
     );
+    assert!(
+        !env.container_exists(&h_name).await,
+        "object of a dropped database removed"
+    );
+    assert!(
+        env.container_exists(&i_name).await,
+        "object of an existing database left alone"
+    );
+    // (h) may have been collected by a parallel test's reaper: same cluster, same rule.
     assert!(
         report.containers_removed >= 3 && report.volumes_removed >= 1,
         "{report:?}"
