@@ -19,17 +19,31 @@ RUN set -eu; \
     find /skeleton -exec touch -d '2000-01-01 00:00:00' {} +
 
 # --- build ------------------------------------------------------------------------------------
+# Two binaries: the service, and the sandbox executor that the service installs into every
+# sandbox. The executor is linked statically (it must run in FROM-scratch and musl images too)
+# and gets its own target directory, so its RUSTFLAGS never invalidate the service's artefacts.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 ENV CARGO_TERM_COLOR=never
 COPY --from=skeleton /skeleton/ ./
-RUN cargo build --release --locked -p orchestrator
+RUN set -eu; \
+    cargo build --release --locked -p orchestrator; \
+    host="$(rustc -vV | sed -n 's/^host: //p')"; \
+    CARGO_TARGET_DIR=target/executor RUSTFLAGS="-C target-feature=+crt-static" \
+        cargo build --release --locked -p sandbox-executor --target "$host"
 COPY . .
 # The stubs' build artefacts must look older than the real sources.
 RUN set -eu; \
     find . -path ./target -prune -o -name '*.rs' -type f -exec touch {} +; \
     cargo build --release --locked -p orchestrator; \
-    install -D -m 0755 target/release/orchestrator /out/orchestrator
+    host="$(rustc -vV | sed -n 's/^host: //p')"; \
+    CARGO_TARGET_DIR=target/executor RUSTFLAGS="-C target-feature=+crt-static" \
+        cargo build --release --locked -p sandbox-executor --target "$host"; \
+    install -D -m 0755 target/release/orchestrator /out/orchestrator; \
+    install -D -m 0755 "target/executor/$host/release/sandbox-executor" /out/sandbox-executor; \
+    if ldd /out/sandbox-executor >/dev/null 2>&1 && ! ldd /out/sandbox-executor 2>&1 | grep -q 'statically linked'; then \
+        echo "sandbox-executor is not static" >&2; exit 1; \
+    fi
 
 # --- runtime ------------------------------------------------------------------------------------
 # Runs as root on purpose: it drives the Docker engine through the mounted socket.
@@ -39,6 +53,9 @@ RUN set -eux; \
     apt-get install -y --no-install-recommends ca-certificates curl; \
     rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/orchestrator /usr/local/bin/orchestrator
+COPY --from=build /out/sandbox-executor /usr/local/libexec/orchestrator/sandbox-executor
+# Where the service finds the static executor it installs into sandboxes.
+ENV SANDBOX_EXECUTOR_BIN=/usr/local/libexec/orchestrator/sandbox-executor
 EXPOSE 8088 50051
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
     CMD curl -fsS http://127.0.0.1:8088/health/ready >/dev/null || exit 1
