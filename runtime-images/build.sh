@@ -166,7 +166,7 @@ verify_image() {
 # Build one registry entry unless its tag exists with the same inputs hash.
 build_one() {
   local name="$1" image="$2" dockerfile_rel="$3"
-  local dockerfile="$RI_DIR/$dockerfile_rel" ctx hash current start logfile
+  local dockerfile="$RI_DIR/$dockerfile_rel" ctx hash current start logfile old_id
   [ -r "$dockerfile" ] || die "$name: $dockerfile (from registry.yaml) does not exist"
   ctx="$(dirname "$dockerfile")"
   ensure_bases "$dockerfile"
@@ -177,8 +177,17 @@ build_one() {
     log "$image is up to date (inputs ${hash:0:12})"
     return 0
   fi
-  if [ -z "$current" ]; then log "$image: building (not present)"; else log "$image: rebuilding (inputs changed: ${current:0:12} -> ${hash:0:12})"; fi
+  if [ "$RI_FORCE" = 1 ] && [ "$current" = "$hash" ]; then
+    log "$image: rebuilding (--force)"
+  elif [ -n "$current" ]; then
+    log "$image: rebuilding (inputs changed: ${current:0:12} -> ${hash:0:12})"
+  elif docker image inspect "$image" >/dev/null 2>&1; then
+    log "$image: rebuilding (present, but not built by build.sh: no $RI_LABEL label)"
+  else
+    log "$image: building (not present)"
+  fi
   start=$SECONDS
+  old_id="$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)"
   logfile="$(mktemp /tmp/runtime-images-build.XXXXXX.log)"
   if [ "$RI_VERBOSE" = 1 ]; then
     docker build --label "$RI_LABEL=$hash" -t "$image" -f "$dockerfile" "$ctx" 2>&1 | tee "$logfile" >&2 \
@@ -189,6 +198,10 @@ build_one() {
   fi
   rm -f "$logfile"
   verify_image "$image"
+  # The image this tag pointed to before is garbage now, unless a container still uses it.
+  if [ -n "$old_id" ] && [ "$old_id" != "$(docker image inspect -f '{{.Id}}' "$image")" ]; then
+    docker image rm "$old_id" >/dev/null 2>&1 || true
+  fi
   log "$image: built in $((SECONDS - start)) s ($(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.1f MB", $1/1e6}'))"
 }
 
