@@ -68,8 +68,41 @@ impl TestDb {
     }
 }
 
+/// Removes every container and volume the dispatcher made for database `name` (by label), so a
+/// test leaves no sandbox behind whatever it did.
+pub fn remove_sandboxes_of(name: &str) {
+    let label = format!("label=org.aegis.db-name={name}");
+    let list = |args: &[&str]| -> Vec<String> {
+        std::process::Command::new("docker")
+            .args(args)
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let containers = list(&["ps", "-aq", "--filter", &label]);
+    if !containers.is_empty() {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", "-v"])
+            .args(&containers)
+            .output();
+    }
+    let volumes = list(&["volume", "ls", "-q", "--filter", &label]);
+    if !volumes.is_empty() {
+        let _ = std::process::Command::new("docker")
+            .args(["volume", "rm", "-f"])
+            .args(&volumes)
+            .output();
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
+        remove_sandboxes_of(&self.name);
         let name = self.name.clone();
         // A separate thread with its own runtime: Drop may run inside or outside a runtime.
         let _ = std::thread::spawn(move || {
