@@ -302,9 +302,7 @@ fn override_key(var: &str) -> Option<Vec<String>> {
         "DATABASE_URL" => return Some(vec!["database".into(), "url".into()]),
         "DOCKER_HOST" => return Some(vec!["docker".into(), "host".into()]),
         "ORCHESTRATOR_ADMIN_KEY" => return Some(vec!["auth".into(), "admin_key".into()]),
-        "SANDBOX_EXECUTOR_BIN" => {
-            return Some(vec!["sandbox".into(), "executor_path".into()])
-        }
+        "SANDBOX_EXECUTOR_BIN" => return Some(vec!["sandbox".into(), "executor_path".into()]),
         _ => {}
     }
     let rest = var.strip_prefix(ENV_PREFIX)?;
