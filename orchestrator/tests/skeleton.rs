@@ -340,6 +340,7 @@ async fn sigterm_shuts_down_gracefully() {
     let (http, grpc) = (free_port(), free_port());
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .env("DATABASE_URL", &db.url)
+        .env("SANDBOX_EXECUTOR_BIN", common::executor_bin())
         .env("RUST_LOG", "info")
         .env_remove("ORCHESTRATOR_CONFIG")
         .args([
