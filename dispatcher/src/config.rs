@@ -40,6 +40,9 @@ pub struct DispatcherConfig {
     /// Image used for the stopped helper container that fills the executor volume; default the
     /// first pool image, else any local image.
     pub helper_image: Option<String>,
+    /// Previous instances whose running sandboxes `start` takes over before its first reap (a
+    /// graceful restart keeps its sandboxes; everything else of a dead instance is reaped).
+    pub adopt_from: Vec<uuid::Uuid>,
 }
 
 impl DispatcherConfig {
@@ -62,6 +65,7 @@ impl DispatcherConfig {
             max_file_bytes: 10 * 1024 * 1024,
             max_response_bytes: 256 * 1024 * 1024,
             helper_image: None,
+            adopt_from: Vec::new(),
         }
     }
 }

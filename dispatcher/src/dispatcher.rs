@@ -109,8 +109,8 @@ impl Dispatcher {
     ///
     /// `instance_id` must have a row in `node_instances` (the orchestrator writes one per start
     /// and heartbeats it). In order: settles the engine API version, installs the executor
-    /// volume, runs the reaper once (so sandboxes of dead instances are gone before new ones are
-    /// made), then starts the periodic reaper and the warm-pool refill in the background.
+    /// volume, adopts the running sandboxes of `config.adopt_from`, runs the reaper once (so
+    /// sandboxes of dead instances are gone before new ones are made), then starts the periodic reaper and the warm-pool refill in the background.
     pub async fn start(
         engine_handle: DockerEngine,
         pg: PgPool,
@@ -141,6 +141,17 @@ impl Dispatcher {
             }),
         };
         tracing::info!(instance = %instance_id, scope = %dispatcher.inner.scope.label, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
+        let previous = dispatcher.inner.config.adopt_from.clone();
+        for prev in previous {
+            match dispatcher.adopt(prev).await {
+                Ok(r) => {
+                    tracing::info!(previous = %prev, adopted = r.adopted.len(), destroyed = r.destroyed.len(), "took over the sandboxes of a previous instance")
+                }
+                Err(e) => {
+                    tracing::warn!(previous = %prev, error = %e, "could not adopt the sandboxes of a previous instance; the reaper will collect them")
+                }
+            }
+        }
         let report = dispatcher.reap().await?;
         tracing::info!(
             removed_containers = report.containers_removed,

@@ -270,6 +270,7 @@ async fn start_sandboxes(
     d.dead_after = Duration::from_secs(s.dead_after_secs);
     d.reap_interval = Duration::from_secs(s.reap_interval_secs);
     d.call_timeout = Duration::from_secs(60);
+    d.adopt_from = gracefully_stopped_owners(pool).await;
     let started = dispatcher::Dispatcher::start(engine.clone(), pool.clone(), instance_id, d)
         .await
         .map_err(|e| {
@@ -283,6 +284,24 @@ async fn start_sandboxes(
             max_output_bytes: s.max_output_bytes,
         },
     )
+}
+
+/// Previous instances on this host that stopped gracefully and left running sandboxes: a restart
+/// re-attaches to those. Crashed instances (never marked stopped) are not adopted; the reaper
+/// removes their sandboxes, since their in-flight work is lost anyway.
+async fn gracefully_stopped_owners(pool: &sqlx::PgPool) -> Vec<Uuid> {
+    let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".to_owned());
+    sqlx::query_scalar(
+        "SELECT DISTINCT s.instance_id FROM sandboxes s JOIN node_instances n ON n.id = s.instance_id \
+         WHERE s.state = 'running' AND n.stopped_at IS NOT NULL AND n.hostname = $1",
+    )
+    .bind(hostname)
+    .fetch_all(pool)
+    .await
+    .unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot look for sandboxes to re-attach");
+        Vec::new()
+    })
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, AppError> {

@@ -557,3 +557,50 @@ async fn sandboxes_are_listed_and_destroyed_with_their_workspace() {
         .unwrap();
     assert_eq!(r.status(), 404);
 }
+
+#[tokio::test]
+async fn a_graceful_restart_reattaches_to_running_sandboxes() {
+    let db = common::TestDb::create().await;
+    let app = TestApp::spawn_with(common::test_config(&db.url)).await;
+    let sb = sandbox_for(&app, "keeper").await;
+    let id = sb.id.clone();
+    sb.ok(
+        "fs.write",
+        json!({"path": "/workspace/out/kept.txt", "content": "still here"}),
+    )
+    .await;
+    drop(sb);
+    app.stop().await.expect("graceful stop");
+    assert_eq!(
+        docker(&[
+            "inspect",
+            "-f",
+            "{{.State.Running}}",
+            &format!("aegis-sbx-{id}")
+        ]),
+        "true",
+        "the sandbox outlives a graceful stop"
+    );
+
+    let app = TestApp::spawn_with(common::test_config(&db.url)).await;
+    let sb = Sandbox {
+        app: &app,
+        id: id.clone(),
+    };
+    let r = sb
+        .ok("fs.read", json!({"path": "/workspace/out/kept.txt"}))
+        .await;
+    assert_eq!(
+        r["content"], "still here",
+        "the new instance serves the old sandbox"
+    );
+    let r = sb.ok("cmd.run", json!({"command": "id -u"})).await;
+    assert_eq!(r["stdout"], "65534\n");
+    let owner: String =
+        sqlx::query_scalar("SELECT instance_id::text FROM sandboxes WHERE id = $1::uuid")
+            .bind(&id)
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+    assert_eq!(owner, app.state.instance_id.to_string());
+}
