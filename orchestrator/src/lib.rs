@@ -14,6 +14,7 @@ pub mod policy;
 pub mod registry;
 pub mod runtimes;
 pub mod sandboxes;
+pub mod seal;
 pub mod shutdown;
 pub mod state;
 pub mod store;
