@@ -7,7 +7,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: build scripts are single-threaded; nothing else reads the environment concurrently.
     unsafe { std::env::set_var("PROTOC", protoc) };
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
-    let protos = ["../proto/orchestrator/v1/node.proto"];
+    let protos = [
+        "../proto/orchestrator/v1/node.proto",
+        "../proto/seal/v1/gateway.proto",
+    ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }

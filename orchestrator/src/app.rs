@@ -113,7 +113,9 @@ impl Application {
             .map_err(StoreError::from)?;
 
         let sandboxes = Arc::new(start_sandboxes(&config, &engine, &pool, instance_id).await);
+        let gateway = Arc::new(start_gateway(&config, &pool).await?);
         let state = AppState {
+            gateway,
             sandboxes,
             pool,
             engine,
@@ -156,6 +158,7 @@ impl Application {
         );
 
         let heartbeat = tokio::spawn(heartbeat(state.clone(), shutdown.clone()));
+        let sweeper = tokio::spawn(sweep_sessions(state.clone(), shutdown.clone()));
 
         let rest = api::rest::router(state.clone());
         let http_token = shutdown.clone();
@@ -221,6 +224,7 @@ impl Application {
             }
         }
         heartbeat.abort();
+        sweeper.abort();
         if let Ok(d) = state.sandboxes.dispatcher() {
             d.shutdown().await;
         }
@@ -249,6 +253,47 @@ fn flatten(
             what,
             message: e.to_string(),
         }),
+    }
+}
+
+/// Loads the token signing key and the configured security contexts.
+async fn start_gateway(
+    config: &NodeConfig,
+    pool: &sqlx::PgPool,
+) -> Result<crate::gateway::Gateway, AppError> {
+    for definition in &config.seal.security_contexts {
+        // Validated at config load; parse again to get the typed value.
+        if let Ok(ctx) = crate::gateway::contexts::parse(definition) {
+            crate::gateway::contexts::upsert(pool, crate::DEFAULT_TENANT, &ctx, "config")
+                .await
+                .map_err(|e| AppError::Serve {
+                    what: "seal",
+                    message: e.to_string(),
+                })?;
+        }
+    }
+    let (kid, seed) = crate::gateway::sessions::signing_seed(pool)
+        .await
+        .map_err(StoreError::from)?;
+    Ok(crate::gateway::Gateway::new(
+        seed,
+        &kid,
+        crate::gateway::GatewayConfig {
+            token_ttl_secs: config.seal.token_ttl_secs as i64,
+            freshness_secs: config.seal.freshness_secs as i64,
+            attest_per_minute: config.seal.attest_per_minute as i64,
+        },
+    ))
+}
+
+/// Destroys the sandboxes of ended SEAL sessions every 30 s.
+async fn sweep_sessions(state: AppState, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+        }
+        state.gateway.sweep(&state).await;
     }
 }
 

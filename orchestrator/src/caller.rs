@@ -112,6 +112,29 @@ impl CallerKind {
     }
 }
 
+/// The SEAL security context a session's calls are evaluated under.
+#[derive(Clone)]
+pub struct SealScope {
+    /// The session's context.
+    pub context: std::sync::Arc<crate::seal::context::SecurityContext>,
+    /// Shared rate-limit state.
+    pub limiter: std::sync::Arc<crate::seal::context::RateLimiter>,
+    /// Rate-limit key (the session id).
+    pub session_key: String,
+    /// True when the gateway already had policy evaluate this very call (so the rate limit is
+    /// counted once).
+    pub evaluated: bool,
+}
+
+impl std::fmt::Debug for SealScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SealScope")
+            .field("context", &self.context.name)
+            .field("session_key", &self.session_key)
+            .finish_non_exhaustive()
+    }
+}
+
 /// An authenticated caller.
 #[derive(Debug, Clone)]
 pub struct Caller {
@@ -127,6 +150,8 @@ pub struct Caller {
     pub role: Option<Role>,
     /// Tenant the caller acts in.
     pub tenant: String,
+    /// For SEAL sessions: the security context that narrows every call.
+    pub seal: Option<SealScope>,
 }
 
 impl Caller {
@@ -143,6 +168,7 @@ impl Caller {
             },
             role: Some(role),
             tenant: crate::DEFAULT_TENANT.to_owned(),
+            seal: None,
         }
     }
 
@@ -155,6 +181,7 @@ impl Caller {
             tier: Tier::Operator,
             role: None,
             tenant: crate::DEFAULT_TENANT.to_owned(),
+            seal: None,
         }
     }
 }

@@ -33,6 +33,33 @@ pub struct NodeConfig {
     pub auth: AuthConfig,
     /// Sandboxes: executor, ceilings, warm pool.
     pub sandbox: SandboxConfig,
+    /// The SEAL gateway: token lifetime, freshness window, security contexts.
+    pub seal: SealConfig,
+}
+
+/// SEAL gateway settings.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SealConfig {
+    /// Lifetime of a security token, seconds (at most 86400).
+    pub token_ttl_secs: u64,
+    /// How far an envelope's timestamp may be from now, seconds, either way.
+    pub freshness_secs: u64,
+    /// Attestation attempts allowed per workload per minute.
+    pub attest_per_minute: u64,
+    /// Security contexts loaded at start (same shape as `POST /v1/security-contexts`).
+    pub security_contexts: Vec<serde_json::Value>,
+}
+
+impl Default for SealConfig {
+    fn default() -> Self {
+        Self {
+            token_ttl_secs: 3600,
+            freshness_secs: 30,
+            attest_per_minute: 5,
+            security_contexts: Vec::new(),
+        }
+    }
 }
 
 /// Sandbox settings: the operator's ceilings, which manifests and callers can only lower.
@@ -406,6 +433,26 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     ] {
         if v == 0 {
             return Err(invalid(key, "expected a whole number of at least 1".into()));
+        }
+    }
+    if c.seal.token_ttl_secs == 0 || c.seal.token_ttl_secs > 86_400 {
+        return Err(invalid(
+            "seal.token_ttl_secs",
+            "expected 1 to 86400 seconds (tokens never live longer than 24 h)".into(),
+        ));
+    }
+    if c.seal.freshness_secs == 0 || c.seal.freshness_secs > 300 {
+        return Err(invalid(
+            "seal.freshness_secs",
+            "expected 1 to 300 seconds".into(),
+        ));
+    }
+    for (i, ctx) in c.seal.security_contexts.iter().enumerate() {
+        if let Err(e) = crate::gateway::contexts::parse(ctx) {
+            return Err(invalid(
+                &format!("seal.security_contexts[{i}]"),
+                e.to_string(),
+            ));
         }
     }
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&c.log.level) {

@@ -474,6 +474,7 @@ async fn tiers_bound_what_a_caller_may_call() {
         tier: Tier::User,
         role: None,
         tenant: orchestrator::DEFAULT_TENANT.into(),
+        seal: None,
     };
     // User tier: user tools run; system and operator tools are refused with the reason.
     let ok = invoke(&app.state, &user, "aegis.agent.list", json!({}))

@@ -97,6 +97,9 @@ pub struct CommandPolicy {
     pub allow_metacharacters: bool,
     /// Environment variable names a caller may set.
     pub env_allowlist: Vec<String>,
+    /// Any bare program name passes the allowlist step (a SEAL context that grants `cmd.run`
+    /// without a `command_allowlist`); metacharacters and code-running options still apply.
+    pub any_program: bool,
 }
 
 impl CommandPolicy {
@@ -145,7 +148,7 @@ impl CommandPolicy {
             .collect();
         let matches =
             |entry: &Vec<String>| argv.len() >= entry.len() && argv[..entry.len()] == entry[..];
-        if !entries.iter().any(matches) {
+        if !self.any_program && !entries.iter().any(matches) {
             let listed: Vec<&str> = self
                 .subcommand_allowlist
                 .iter()
@@ -238,6 +241,7 @@ mod tests {
             subcommand_allowlist: list.iter().map(|s| s.to_string()).collect(),
             allow_metacharacters: false,
             env_allowlist: vec!["LANG".into()],
+            any_program: false,
         }
     }
 

@@ -21,10 +21,15 @@ pub struct Denial {
     pub code: &'static str,
     /// Human explanation naming the rule.
     pub message: String,
+    /// The SEAL code (2000-2006) when a security context refused the call.
+    pub seal_code: Option<u32>,
+    /// For rate limits: when to try again.
+    #[serde(skip)]
+    pub retry_after_secs: Option<u64>,
 }
 
 /// Decides whether `caller` may call `tool` with `args`.
-pub fn check_tool(caller: &Caller, tool: &Tool, _args: &Value) -> Result<(), Denial> {
+pub fn check_tool(caller: &Caller, tool: &Tool, args: &Value) -> Result<(), Denial> {
     if caller.tier < tool.tier {
         return Err(Denial {
             code: "tier",
@@ -34,9 +39,40 @@ pub fn check_tool(caller: &Caller, tool: &Tool, _args: &Value) -> Result<(), Den
                 tool.tier.as_str(),
                 caller.tier.as_str()
             ),
+            seal_code: Some(2000),
+            retry_after_secs: None,
         });
     }
+    if let Some(scope) = &caller.seal {
+        if !scope.evaluated {
+            check_seal(scope, &tool.name, args)?;
+        }
+    }
     Ok(())
+}
+
+/// Evaluates a SEAL security context for one call (deny list, capabilities, rate limits).
+pub fn check_seal(
+    scope: &crate::caller::SealScope,
+    tool: &str,
+    args: &Value,
+) -> Result<(), Denial> {
+    scope
+        .context
+        .evaluate(
+            tool,
+            args,
+            &scope.limiter,
+            &scope.session_key,
+            std::time::Instant::now(),
+        )
+        .map(|_| ())
+        .map_err(|e| Denial {
+            code: e.code.name(),
+            message: e.message,
+            seal_code: Some(e.code.as_u32()),
+            retry_after_secs: e.retry_after_secs,
+        })
 }
 
 /// Tools that read files (need a read root); other `fs.*` tools change files (need a write root).
@@ -66,11 +102,15 @@ pub fn check_sandbox_call(
                 "agent `{}` does not list `{tool}` in spec.tools",
                 policy.agent
             ),
+            seal_code: Some(2000),
+            retry_after_secs: None,
         });
     }
     let deny_path = |message: String| Denial {
         code: "path_not_allowed",
         message,
+        seal_code: Some(2002),
+        retry_after_secs: None,
     };
     if tool == "cmd.run" {
         let command = args["command"].as_str().unwrap_or_default();
@@ -85,6 +125,8 @@ pub fn check_sandbox_call(
         policy.command.argv(command, &extra).map_err(|r| Denial {
             code: "command_not_allowed",
             message: r.message,
+            seal_code: Some(2003),
+            retry_after_secs: None,
         })?;
         if let Some(env) = args["env_additions"].as_object() {
             policy
@@ -93,6 +135,8 @@ pub fn check_sandbox_call(
                 .map_err(|r| Denial {
                     code: "command_not_allowed",
                     message: r.message,
+                    seal_code: Some(2003),
+                    retry_after_secs: None,
                 })?;
         }
         if let Some(cwd) = args["cwd"].as_str() {
@@ -114,4 +158,8 @@ pub fn check_sandbox_call(
 /// True when `caller` would pass the checks that do not depend on arguments (for listings).
 pub fn may_see(caller: &Caller, tool: &Tool) -> bool {
     caller.tier >= tool.tier
+        && caller
+            .seal
+            .as_ref()
+            .is_none_or(|s| s.context.covers_tool(&tool.name))
 }

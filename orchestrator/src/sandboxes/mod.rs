@@ -22,6 +22,54 @@ use crate::registry::{self, RegistryError};
 pub const AGENT_VERSION_LABEL: &str = "agent_version_id";
 /// Label naming the agent.
 pub const AGENT_LABEL: &str = "agent";
+/// Label naming the SEAL session a sandbox belongs to.
+pub const SESSION_LABEL: &str = "seal_session";
+/// Label naming the session's security context.
+pub const CONTEXT_LABEL: &str = "seal_context";
+
+/// The sandbox policy of a SEAL session: the security context decides tools, paths and commands
+/// (it is evaluated on every call); the sandbox adds the no-shell argv rules and /workspace.
+pub fn policy_of_context(
+    context: &crate::seal::context::SecurityContext,
+    ceilings: &ToolCeilings,
+) -> SandboxPolicy {
+    let mut allowlist = Vec::new();
+    let mut any_program = false;
+    for cap in &context.capabilities {
+        let pattern = cap.tool_pattern.as_str();
+        if !(pattern == "*" || pattern == "cmd.run" || pattern == "cmd.*") {
+            continue;
+        }
+        match (&cap.command_allowlist, &cap.subcommand_allowlist) {
+            (None, None) => any_program = true,
+            (commands, subcommands) => {
+                allowlist.extend(commands.iter().flatten().cloned());
+                allowlist.extend(subcommands.iter().flatten().cloned());
+            }
+        }
+    }
+    SandboxPolicy {
+        agent: format!("seal-context:{}", context.name),
+        tools: crate::tools::catalog()
+            .map(|c| {
+                c.iter()
+                    .map(|t| t.name.clone())
+                    .filter(|n| crate::policy::needs_sandbox(n))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        read_roots: vec![WORKSPACE.to_owned()],
+        write_roots: vec![WORKSPACE.to_owned()],
+        command: CommandPolicy {
+            subcommand_allowlist: allowlist,
+            allow_metacharacters: false,
+            env_allowlist: Vec::new(),
+            any_program,
+        },
+        cmd_timeout_secs: ceilings.cmd_timeout_secs,
+        max_output_bytes: ceilings.max_output_bytes,
+    }
+}
 
 /// Server-side ceilings of sandbox tools; a caller may lower them, never raise them.
 #[derive(Debug, Clone)]
@@ -124,6 +172,7 @@ pub fn policy_of(agent: &str, manifest: &Value, ceilings: &ToolCeilings) -> Sand
         subcommand_allowlist: view.subcommand_allowlist().unwrap_or_default(),
         allow_metacharacters: view.allow_metacharacters(),
         env_allowlist: view.env_allowlist(),
+        any_program: false,
     };
     let cmd_timeout_secs = cmd
         .as_ref()
@@ -223,6 +272,44 @@ impl Sandboxes {
         Ok((id, policy))
     }
 
+    /// Creates the sandbox of a SEAL session (runtime from its context, else the default runtime).
+    pub async fn create_for_session(
+        &self,
+        session: Uuid,
+        context: &crate::seal::context::SecurityContext,
+    ) -> Result<SandboxId, SandboxError> {
+        let dispatcher = self.dispatcher()?;
+        let registry =
+            crate::runtimes::registry().map_err(|e| SandboxError::Unavailable(e.to_owned()))?;
+        let (language, version) = match &context.runtime {
+            Some(r) => (r.language.clone(), r.version.clone()),
+            None => (
+                registry.default.language.clone(),
+                registry.default.version.clone(),
+            ),
+        };
+        let image = crate::runtimes::lookup(&language, &version)
+            .ok_or_else(|| SandboxError::UnknownRuntime {
+                agent: format!("seal-context:{}", context.name),
+                language: language.clone(),
+                version: version.clone(),
+            })?
+            .image
+            .clone();
+        let policy = Arc::new(policy_of_context(context, &self.ceilings));
+        let mut spec = SandboxSpec::new(
+            image,
+            Owner::new(dispatcher::OwnerKind::Session, session.to_string()),
+        );
+        spec.labels
+            .insert(SESSION_LABEL.to_owned(), session.to_string());
+        spec.labels
+            .insert(CONTEXT_LABEL.to_owned(), context.name.clone());
+        let id = dispatcher.acquire(spec).await?;
+        self.policies.write().await.insert(id, policy);
+        Ok(id)
+    }
+
     /// The policy of a sandbox: from the cache, else rebuilt from its recorded agent version.
     pub async fn policy(
         &self,
@@ -233,6 +320,14 @@ impl Sandboxes {
             return Ok(p.clone());
         }
         let info = self.dispatcher()?.get(id).await?;
+        if let Some(name) = info.spec.as_ref().and_then(|s| s.labels.get(CONTEXT_LABEL)) {
+            let context = crate::gateway::contexts::get(pool, crate::DEFAULT_TENANT, name)
+                .await
+                .map_err(|_| SandboxError::NoPolicy(id))?;
+            let policy = Arc::new(policy_of_context(&context, &self.ceilings));
+            self.policies.write().await.insert(id, policy.clone());
+            return Ok(policy);
+        }
         let version_id = info
             .spec
             .as_ref()

@@ -89,6 +89,14 @@ impl ToolOutcome {
     }
 }
 
+/// The audit reason code of a denial: the SEAL code for SEAL sessions, else the policy code.
+fn reason_code(caller: &Caller, denial: &policy::Denial) -> String {
+    match (&caller.seal, denial.seal_code) {
+        (Some(_), Some(code)) => code.to_string(),
+        _ => denial.code.to_owned(),
+    }
+}
+
 /// Runs one tool call for `caller` (no sandbox: sandbox tools are refused).
 pub async fn invoke(
     state: &AppState,
@@ -159,7 +167,7 @@ pub async fn invoke_in(
         audit::record(
             &state.pool,
             caller,
-            deny(denial.code, denial.message.clone()),
+            deny(&reason_code(caller, &denial), denial.message.clone()),
         )
         .await
         .map_err(CallError::Audit)?;
@@ -181,20 +189,27 @@ pub async fn invoke_in(
                 Err(e) => Err(("sandbox_unavailable", e.to_string())),
             },
         };
-        let checked = refusal.and_then(|(id, p)| {
-            policy::check_sandbox_call(name, &arguments, &p)
-                .map(|()| (id, p))
-                .map_err(|d| (d.code, d.message))
-        });
+        let checked = refusal
+            .map_err(|(code, message)| policy::Denial {
+                code,
+                message,
+                seal_code: None,
+                retry_after_secs: None,
+            })
+            .and_then(|(id, p)| policy::check_sandbox_call(name, &arguments, &p).map(|()| (id, p)));
         match checked {
             Ok(found) => in_sandbox = Some(found),
-            Err((code, message)) => {
-                audit::record(&state.pool, caller, deny(code, message.clone()))
-                    .await
-                    .map_err(CallError::Audit)?;
+            Err(denial) => {
+                audit::record(
+                    &state.pool,
+                    caller,
+                    deny(&reason_code(caller, &denial), denial.message.clone()),
+                )
+                .await
+                .map_err(CallError::Audit)?;
                 return Err(CallError::Denied {
                     tool: name.to_owned(),
-                    denial: policy::Denial { code, message },
+                    denial,
                 });
             }
         }

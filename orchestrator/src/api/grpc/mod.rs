@@ -4,6 +4,7 @@
 //! the serving status, so `grpc_health_probe`-style clients see the same truth as HTTP probes.
 
 mod node;
+mod seal;
 
 use std::time::Duration;
 
@@ -21,6 +22,11 @@ pub mod pb {
     pub mod orchestrator {
         #![allow(missing_docs, clippy::all)]
         tonic::include_proto!("orchestrator.v1");
+    }
+    /// `seal.v1`: the SEAL gateway.
+    pub mod seal {
+        #![allow(missing_docs, clippy::all)]
+        tonic::include_proto!("seal.v1");
     }
     /// Encoded descriptors of every service we define, for reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
@@ -48,12 +54,13 @@ pub fn router(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(node::service(state)))
+        .add_service(node::service(state.clone()))
+        .add_service(seal::service(state)))
 }
 
 /// Re-evaluates readiness every few seconds until shutdown, then reports NOT_SERVING.
 async fn track_health(state: AppState, reporter: HealthReporter, shutdown: CancellationToken) {
-    const SERVICES: [&str; 2] = ["", "orchestrator.v1.Node"];
+    const SERVICES: [&str; 3] = ["", "orchestrator.v1.Node", "seal.v1.Gateway"];
     loop {
         let status = if health::check(&state).await.is_ready() {
             ServingStatus::Serving

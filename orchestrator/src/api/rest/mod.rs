@@ -13,6 +13,7 @@ mod health;
 mod openapi;
 mod sandboxes;
 mod schemas;
+mod seal;
 mod tools;
 
 use axum::routing::{delete, get, post};
@@ -59,6 +60,19 @@ pub fn router(state: AppState) -> Router {
             post(sandboxes::create).get(sandboxes::list),
         )
         .route("/v1/sandboxes/{id}", delete(sandboxes::destroy))
+        .route("/v1/seal/sessions", get(seal::list_sessions))
+        .route(
+            "/v1/seal/sessions/{id}",
+            get(seal::get_session).delete(seal::revoke_session),
+        )
+        .route(
+            "/v1/security-contexts",
+            get(seal::list_contexts).post(seal::put_context),
+        )
+        .route(
+            "/v1/security-contexts/{name}",
+            get(seal::get_context).delete(seal::delete_context),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
@@ -66,6 +80,9 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(health::routes())
         .route("/openapi.json", get(openapi::document))
+        .route("/v1/seal/attest", post(seal::attest))
+        .route("/v1/seal/invoke", post(seal::invoke))
+        .route("/v1/seal/tools", get(seal::tools))
         .merge(operator)
         .layer(TraceLayer::new_for_http())
         .with_state(state)

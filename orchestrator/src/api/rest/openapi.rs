@@ -4,7 +4,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{api_keys, audit, definitions, error, sandboxes, schemas, tools};
+use super::{api_keys, audit, definitions, error, sandboxes, schemas, seal, tools};
 
 struct BearerKey;
 
@@ -34,6 +34,9 @@ impl Modify for BearerKey {
         schemas::get, tools::list, tools::call, audit::list, audit::verify,
         api_keys::create, api_keys::list, api_keys::revoke,
         sandboxes::create, sandboxes::list, sandboxes::destroy,
+        seal::attest, seal::invoke, seal::tools, seal::list_sessions, seal::get_session,
+        seal::revoke_session, seal::list_contexts, seal::get_context, seal::put_context,
+        seal::delete_context,
     ),
     components(schemas(error::ErrorBody)),
     modifiers(&BearerKey)

@@ -1,0 +1,326 @@
+//! SEAL over HTTP: `POST /v1/seal/attest`, `POST /v1/seal/invoke`, `GET /v1/seal/tools`
+//! (no API key: the envelope and token are the credentials), and the operator's views of
+//! sessions and security contexts (`/v1/seal/sessions`, `/v1/security-contexts`, API key).
+
+use std::time::Instant;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use chrono::Utc;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::auth::{require, Need};
+use super::error::{ApiError, ErrorBody};
+use crate::audit::{self, Entry, EntryKind};
+use crate::caller::Caller;
+use crate::gateway::contexts::{self, ContextError};
+use crate::gateway::{sessions, AttestRequest, Session};
+use crate::seal::error::{SealCode, SealError};
+use crate::state::AppState;
+
+fn seal_response(status: u16, body: Value, retry_after: Option<u64>) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut response = (code, Json(body)).into_response();
+    if let Some(secs) = retry_after {
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            response.headers_mut().insert("retry-after", v);
+        }
+    }
+    response
+}
+
+/// Registers an ephemeral key for a workload under a security context.
+#[utoipa::path(post, path = "/v1/seal/attest", operation_id = "seal_attest", tag = "seal",
+    request_body = AttestRequest,
+    responses((status = 200, description = "{status, security_token, expires_at, session_id}", body = Value),
+              (status = 401, description = "Workload not admitted (3000)", body = Value),
+              (status = 403, description = "Unknown security context (3001)", body = Value)))]
+pub async fn attest(State(state): State<AppState>, body: String) -> Response {
+    let request: AttestRequest = match serde_json::from_str(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            let err = SealError::new(
+                SealCode::AttestationFailed,
+                format!("the attestation request must be {{public_key, workload_id, security_context}}: {e}"),
+            );
+            return seal_response(400, err.attestation_error_body(), None);
+        }
+    };
+    match state.gateway.attest(&state, request).await {
+        Ok(body) => seal_response(200, body, None),
+        Err(e) => {
+            let status = if e.retry_after_secs.is_some() {
+                429
+            } else {
+                e.http_status()
+            };
+            seal_response(status, e.attestation_error_body(), e.retry_after_secs)
+        }
+    }
+}
+
+/// Runs one signed MCP request (`tools/call`, `tools/list`).
+#[utoipa::path(post, path = "/v1/seal/invoke", operation_id = "seal_invoke", tag = "seal",
+    request_body(content = Value, description = "SEAL envelope {protocol, security_token, signature, payload, timestamp}"),
+    responses((status = 200, description = "{protocol, status: success, payload: {jsonrpc, id, result}}", body = Value),
+              (status = 401, description = "Envelope or session refused (1xxx)", body = Value),
+              (status = 403, description = "Policy refused (2xxx)", body = Value),
+              (status = 429, description = "Rate limit (2005), with Retry-After", body = Value)))]
+pub async fn invoke(State(state): State<AppState>, body: String) -> Response {
+    match state.gateway.invoke(&state, &body).await {
+        Ok(body) => seal_response(200, body, None),
+        Err(refusal) => {
+            let e = refusal.error;
+            seal_response(
+                e.http_status(),
+                e.error_body(refusal.request_id.as_ref(), Utc::now()),
+                e.retry_after_secs,
+            )
+        }
+    }
+}
+
+/// `?security_token=` (or `Authorization: Bearer <security token>`).
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ToolsQuery {
+    /// The session's security token.
+    pub security_token: Option<String>,
+}
+
+/// The tools a session may call.
+#[utoipa::path(get, path = "/v1/seal/tools", operation_id = "seal_tools", tag = "seal", params(ToolsQuery),
+    responses((status = 200, description = "{protocol, security_context, tools[]}", body = Value),
+              (status = 401, description = "Missing or invalid token", body = Value)))]
+pub async fn tools(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<ToolsQuery>,
+) -> Response {
+    let token = q.security_token.or_else(|| {
+        headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned)
+    });
+    let Some(token) = token else {
+        let e = SealError::new(
+            SealCode::TokenVerificationFailed,
+            "give the session's security token (?security_token= or Authorization: Bearer)",
+        );
+        return seal_response(401, e.error_body(None, Utc::now()), None);
+    };
+    match state.gateway.tools_for_token(&state, &token).await {
+        Ok(body) => seal_response(200, body, None),
+        Err(e) => seal_response(e.http_status(), e.error_body(None, Utc::now()), None),
+    }
+}
+
+/// A session as operators see it.
+fn session_view(s: &Session) -> Value {
+    json!({
+        "id": s.id, "security_context": s.context_name, "workload_id": s.workload_id,
+        "state": s.state(Utc::now()), "created_at": s.created_at, "expires_at": s.expires_at,
+        "revoked_at": s.revoked_at, "sandbox_id": s.sandbox_id,
+    })
+}
+
+/// `?all=true` includes revoked and expired sessions.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct SessionsQuery {
+    /// Include ended sessions.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// SEAL sessions (live ones unless `?all=true`).
+#[utoipa::path(get, path = "/v1/seal/sessions", operation_id = "list_seal_sessions", tag = "seal", params(SessionsQuery),
+    responses((status = 200, description = "Sessions", body = Value)), security(("api_key" = [])))]
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<SessionsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let list = sessions::list(&state.pool, &caller.tenant, !q.all).await?;
+    Ok(Json(Value::Array(list.iter().map(session_view).collect())))
+}
+
+/// One SEAL session.
+#[utoipa::path(get, path = "/v1/seal/sessions/{id}", operation_id = "get_seal_session", tag = "seal", params(("id" = Uuid, Path, description = "Session id")),
+    responses((status = 200, description = "Session", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
+pub async fn get_session(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    let s = sessions::get(&state.pool, &caller.tenant, id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no SEAL session {id}"),
+            )
+        })?;
+    Ok(Json(session_view(&s)))
+}
+
+async fn record_admin(
+    state: &AppState,
+    caller: &Caller,
+    action: &str,
+    args: Value,
+    started: Instant,
+) -> Result<(), ApiError> {
+    audit::record(
+        &state.pool,
+        caller,
+        Entry {
+            kind: EntryKind::Admin,
+            action: action.to_owned(),
+            allowed: true,
+            reason_code: None,
+            reason: None,
+            args_digest: audit::digest(&args),
+            outcome: "ok",
+            result_digest: None,
+            duration_ms: started.elapsed().as_millis() as i64,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Revokes a session at once (later calls get 1006) and destroys its sandbox.
+#[utoipa::path(delete, path = "/v1/seal/sessions/{id}", operation_id = "revoke_seal_session", tag = "seal", params(("id" = Uuid, Path, description = "Session id")),
+    responses((status = 200, description = "Revoked", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
+pub async fn revoke_session(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    let started = Instant::now();
+    let s = sessions::revoke(&state.pool, &caller.tenant, id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no SEAL session {id}"),
+            )
+        })?;
+    let mut sandbox_destroyed = false;
+    if let Some(sandbox) = s.sandbox_id {
+        if state
+            .sandboxes
+            .destroy(dispatcher::SandboxId(sandbox))
+            .await
+            .is_ok()
+        {
+            sessions::clear_sandbox(&state.pool, id).await?;
+            sandbox_destroyed = true;
+        }
+    }
+    record_admin(
+        &state,
+        &caller,
+        "seal.session.revoke",
+        json!({"session_id": id}),
+        started,
+    )
+    .await?;
+    let mut view = session_view(&s);
+    view["sandbox_destroyed"] = json!(sandbox_destroyed);
+    Ok(Json(view))
+}
+
+impl From<ContextError> for ApiError {
+    fn from(e: ContextError) -> Self {
+        match e {
+            ContextError::Invalid(_) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_security_context",
+                e.to_string(),
+            ),
+            ContextError::NotFound(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
+            }
+            ContextError::Db(e) => ApiError::internal(e),
+        }
+    }
+}
+
+/// Every security context.
+#[utoipa::path(get, path = "/v1/security-contexts", operation_id = "list_security_contexts", tag = "seal",
+    responses((status = 200, description = "Contexts", body = Value)), security(("api_key" = [])))]
+pub async fn list_contexts(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Value>, ApiError> {
+    let list = contexts::list(&state.pool, &caller.tenant).await?;
+    Ok(Json(
+        serde_json::to_value(list).map_err(ApiError::internal)?,
+    ))
+}
+
+/// One security context.
+#[utoipa::path(get, path = "/v1/security-contexts/{name}", operation_id = "get_security_context", tag = "seal", params(("name" = String, Path, description = "Context name")),
+    responses((status = 200, description = "Context", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
+pub async fn get_context(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let ctx = contexts::get(&state.pool, &caller.tenant, &name).await?;
+    Ok(Json(serde_json::to_value(ctx).map_err(ApiError::internal)?))
+}
+
+/// Creates or replaces a security context (validated before anything is stored).
+#[utoipa::path(post, path = "/v1/security-contexts", operation_id = "put_security_context", tag = "seal", request_body = Value,
+    responses((status = 200, description = "Stored", body = Value), (status = 422, description = "Invalid", body = ErrorBody)), security(("api_key" = [])))]
+pub async fn put_context(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Json(definition): Json<Value>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    let started = Instant::now();
+    let ctx = contexts::parse(&definition)?;
+    contexts::upsert(&state.pool, &caller.tenant, &ctx, "api").await?;
+    record_admin(
+        &state,
+        &caller,
+        "security_context.put",
+        json!({"name": ctx.name}),
+        started,
+    )
+    .await?;
+    Ok(Json(json!({"name": ctx.name, "stored": true})))
+}
+
+/// Deletes a security context; sessions under it can no longer call anything.
+#[utoipa::path(delete, path = "/v1/security-contexts/{name}", operation_id = "delete_security_context", tag = "seal", params(("name" = String, Path, description = "Context name")),
+    responses((status = 200, description = "Deleted", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
+pub async fn delete_context(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    let started = Instant::now();
+    contexts::delete(&state.pool, &caller.tenant, &name).await?;
+    record_admin(
+        &state,
+        &caller,
+        "security_context.delete",
+        json!({"name": name}),
+        started,
+    )
+    .await?;
+    Ok(Json(json!({"name": name, "deleted": true})))
+}

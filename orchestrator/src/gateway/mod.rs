@@ -1,0 +1,552 @@
+//! The SEAL gateway: attestation and signed tool calls, shared by HTTP and gRPC.
+//!
+//! Both transports hand this module the same inputs (an attestation request; the envelope's JSON
+//! text) and get the same answers back, so there is one code path for every check. The order of
+//! checks on an envelope follows the notes' §9: protocol and shape, token signature and expiry,
+//! session (exists, not revoked, not expired), timestamp freshness, Ed25519 signature over the
+//! canonical bytes, replay, then policy and the tool router. Every decision is audited with the
+//! session and the SEAL code.
+
+pub mod contexts;
+pub mod sessions;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, TimeZone, Utc};
+use dispatcher::SandboxId;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::audit::{self, Entry, EntryKind};
+use crate::caller::{Caller, CallerKind};
+use crate::seal::context::{RateLimiter, SecurityContext};
+use crate::seal::envelope::{decode_public_key, Envelope};
+use crate::seal::error::{SealCode, SealError};
+use crate::seal::token::{Claims, TokenIssuer};
+use crate::state::AppState;
+use crate::tools::{self, CallError};
+
+pub use sessions::Session;
+
+/// Gateway settings (from `seal.*` in the node config).
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Token lifetime, seconds (at most 24 h).
+    pub token_ttl_secs: i64,
+    /// Envelope timestamp window, seconds either way.
+    pub freshness_secs: i64,
+    /// Attestation attempts allowed per workload per minute.
+    pub attest_per_minute: i64,
+}
+
+/// Long-lived gateway state: the token issuer and the per-session rate limiter.
+pub struct Gateway {
+    issuer: TokenIssuer,
+    limiter: Arc<RateLimiter>,
+    config: GatewayConfig,
+}
+
+/// Body of an attestation.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct AttestRequest {
+    /// Standard Base64 of the raw 32-byte Ed25519 public key.
+    pub public_key: String,
+    /// Workload identity, e.g. `docker://<container id>`.
+    pub workload_id: String,
+    /// Security context name.
+    pub security_context: String,
+    /// Enrolment secret, when the context requires one.
+    #[serde(default)]
+    pub attestation_secret: Option<String>,
+}
+
+/// A refused envelope: the error and the request id to echo.
+#[derive(Debug)]
+pub struct Refusal {
+    /// The SEAL error.
+    pub error: SealError,
+    /// `payload.id`, when it could be read.
+    pub request_id: Option<Value>,
+}
+
+impl Gateway {
+    /// Builds the gateway around the node's signing key.
+    pub fn new(seed: [u8; 32], kid: &str, config: GatewayConfig) -> Self {
+        let _ = kid;
+        Self {
+            issuer: TokenIssuer::from_seed(seed, "orchestrator"),
+            limiter: Arc::new(RateLimiter::new()),
+            config,
+        }
+    }
+
+    /// The token issuer (tests verify tokens with it).
+    pub fn issuer(&self) -> &TokenIssuer {
+        &self.issuer
+    }
+
+    /// Registers a client key for a workload under a security context and issues its token.
+    pub async fn attest(&self, state: &AppState, req: AttestRequest) -> Result<Value, SealError> {
+        let started = Instant::now();
+        let result = self.attest_inner(state, &req).await;
+        let (caller, allowed, code, reason) = match &result {
+            Ok((session, _)) => (
+                session_caller(session.id, &req.security_context, crate::caller::Tier::User),
+                true,
+                None,
+                None,
+            ),
+            Err(e) => (
+                anonymous(&req.workload_id),
+                false,
+                Some(e.code.as_u32().to_string()),
+                Some(e.message.clone()),
+            ),
+        };
+        let entry = Entry {
+            kind: EntryKind::Admin,
+            action: "seal.attest".to_owned(),
+            allowed,
+            reason_code: code,
+            reason,
+            args_digest: audit::digest(
+                &json!({"workload_id": req.workload_id, "security_context": req.security_context, "public_key": req.public_key}),
+            ),
+            outcome: if allowed { "ok" } else { "denied" },
+            result_digest: None,
+            duration_ms: started.elapsed().as_millis() as i64,
+        };
+        audit::record(&state.pool, &caller, entry)
+            .await
+            .map_err(|e| {
+                SealError::new(
+                    SealCode::AttestationFailed,
+                    format!("audit log unavailable: {e}"),
+                )
+            })?;
+        result.map(|(_, body)| body)
+    }
+
+    async fn attest_inner(
+        &self,
+        state: &AppState,
+        req: &AttestRequest,
+    ) -> Result<(Session, Value), SealError> {
+        let fail = |code, msg: String| SealError::new(code, msg);
+        let attempts = sessions::attest_attempts_last_minute(&state.pool, &req.workload_id)
+            .await
+            .map_err(|e| fail(SealCode::AttestationFailed, e.to_string()))?;
+        if attempts > self.config.attest_per_minute {
+            return Err(fail(
+                SealCode::AttestationFailed,
+                format!("too many attestation attempts for workload `{}` ({attempts} in the last minute; limit {})", req.workload_id, self.config.attest_per_minute),
+            )
+            .with_retry_after(60));
+        }
+        let public_key = decode_public_key(&req.public_key)?;
+        let context = contexts::get(&state.pool, crate::DEFAULT_TENANT, &req.security_context)
+            .await
+            .map_err(|e| match e {
+                contexts::ContextError::NotFound(n) => fail(
+                    SealCode::ScopeNotFound,
+                    format!("security context `{n}` does not exist"),
+                ),
+                other => fail(SealCode::AttestationFailed, other.to_string()),
+            })?;
+        context.admits(&req.workload_id, req.attestation_secret.as_deref())?;
+
+        let now = Utc::now();
+        let ttl = self.config.token_ttl_secs.clamp(60, 24 * 3600);
+        let session = Session {
+            id: Uuid::new_v4(),
+            context_name: context.name.clone(),
+            workload_id: req.workload_id.clone(),
+            public_key: public_key.to_vec(),
+            token_id: Uuid::new_v4().to_string(),
+            status: "active".to_owned(),
+            created_at: now,
+            expires_at: now + chrono::Duration::seconds(ttl),
+            revoked_at: None,
+            sandbox_id: None,
+        };
+        let claims = Claims {
+            sub: session.id.to_string(),
+            iat: now.timestamp(),
+            exp: session.expires_at.timestamp(),
+            scp: context.name.clone(),
+            wid: req.workload_id.clone(),
+            jti: session.token_id.clone(),
+            exec_id: None,
+            iss: Some("orchestrator".to_owned()),
+        };
+        let token = self.issuer.issue(&claims)?;
+        sessions::create(&state.pool, crate::DEFAULT_TENANT, &session)
+            .await
+            .map_err(|e| fail(SealCode::AttestationFailed, e.to_string()))?;
+        let body = json!({
+            "status": "success",
+            "security_token": token,
+            "expires_at": session.expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "session_id": session.id,
+        });
+        Ok((session, body))
+    }
+
+    /// Checks an envelope and runs its request; the success body or a refusal.
+    pub async fn invoke(&self, state: &AppState, body: &str) -> Result<Value, Refusal> {
+        let started = Instant::now();
+        let mut request_id = None;
+        let mut session_id = None;
+        let result = self
+            .invoke_inner(state, body, &mut request_id, &mut session_id)
+            .await;
+        if let Err(error) = &result {
+            // Refusals before the router are audited here; the router audits its own.
+            if !error.routed {
+                let caller = match session_id {
+                    Some((id, ref ctx)) => session_caller(id, ctx, crate::caller::Tier::User),
+                    None => anonymous("unauthenticated"),
+                };
+                let entry = Entry {
+                    kind: EntryKind::Tool,
+                    action: error
+                        .tool
+                        .clone()
+                        .unwrap_or_else(|| "seal.invoke".to_owned()),
+                    allowed: false,
+                    reason_code: Some(error.error.code.as_u32().to_string()),
+                    reason: Some(error.error.message.clone()),
+                    args_digest: audit::digest(
+                        &json!({"envelope_sha": audit::digest(&json!(body))}),
+                    ),
+                    outcome: "denied",
+                    result_digest: None,
+                    duration_ms: started.elapsed().as_millis() as i64,
+                };
+                if let Err(e) = audit::record(&state.pool, &caller, entry).await {
+                    tracing::error!(error = %e, "audit log unavailable for a SEAL refusal");
+                }
+            }
+        }
+        result.map_err(|e| Refusal {
+            error: e.error,
+            request_id,
+        })
+    }
+
+    async fn invoke_inner(
+        &self,
+        state: &AppState,
+        body: &str,
+        request_id: &mut Option<Value>,
+        session_out: &mut Option<(Uuid, String)>,
+    ) -> Result<Value, Failure> {
+        let envelope = Envelope::parse(body).map_err(Failure::plain)?;
+        *request_id = envelope.request_id();
+        let tool = envelope.tool_call().map(|(name, _)| name);
+        let with_tool = |e: SealError| Failure {
+            error: e,
+            tool: tool.clone(),
+            routed: false,
+        };
+
+        let now = Utc::now();
+        let claims = self
+            .issuer
+            .verify(&envelope.security_token, now.timestamp())
+            .map_err(with_tool)?;
+        let session_uuid = Uuid::parse_str(&claims.sub).map_err(|_| {
+            with_tool(SealError::new(
+                SealCode::SessionNotFound,
+                "the token names no session",
+            ))
+        })?;
+        let session = sessions::get(&state.pool, crate::DEFAULT_TENANT, session_uuid)
+            .await
+            .map_err(|e| with_tool(SealError::new(SealCode::SessionNotFound, e.to_string())))?
+            .ok_or_else(|| {
+                with_tool(SealError::new(
+                    SealCode::SessionNotFound,
+                    format!("session {session_uuid} does not exist"),
+                ))
+            })?;
+        *session_out = Some((session.id, session.context_name.clone()));
+        if session.token_id != claims.jti {
+            return Err(with_tool(SealError::new(
+                SealCode::TokenVerificationFailed,
+                "the token does not belong to this session",
+            )));
+        }
+        match session.state(now) {
+            "revoked" => {
+                return Err(with_tool(SealError::new(
+                    SealCode::SessionInactive,
+                    format!("session {} was revoked", session.id),
+                )))
+            }
+            "expired" => {
+                return Err(with_tool(SealError::new(
+                    SealCode::TokenExpired,
+                    format!("session {} expired at {}", session.id, session.expires_at),
+                )))
+            }
+            _ => {}
+        }
+        envelope
+            .check_freshness(now.timestamp(), self.config.freshness_secs)
+            .map_err(with_tool)?;
+        let key: [u8; 32] = session.public_key.as_slice().try_into().map_err(|_| {
+            with_tool(SealError::new(
+                SealCode::SessionNotFound,
+                "the session has no usable key",
+            ))
+        })?;
+        envelope.verify_signature(&key).map_err(with_tool)?;
+        let fresh = sessions::first_use(&state.pool, session.id, &envelope.signature)
+            .await
+            .map_err(|e| with_tool(SealError::new(SealCode::MalformedEnvelope, e.to_string())))?;
+        if !fresh {
+            return Err(with_tool(SealError::new(
+                SealCode::SignatureVerificationFailed,
+                "this envelope was already used (replay refused); sign every request anew",
+            )));
+        }
+        let context = contexts::get(&state.pool, crate::DEFAULT_TENANT, &session.context_name)
+            .await
+            .map_err(|e| with_tool(SealError::new(SealCode::ScopeNotFound, e.to_string())))?;
+        let context = Arc::new(context);
+        let caller = Caller {
+            seal: Some(crate::caller::SealScope {
+                context: context.clone(),
+                limiter: self.limiter.clone(),
+                session_key: session.id.to_string(),
+                evaluated: false,
+            }),
+            ..session_caller(session.id, &session.context_name, context.tier)
+        };
+
+        let result = match envelope.method() {
+            "tools/call" => {
+                let (name, arguments) = envelope.tool_call().ok_or_else(|| {
+                    with_tool(SealError::new(
+                        SealCode::MalformedEnvelope,
+                        "tools/call needs params.name",
+                    ))
+                })?;
+                // The security context is evaluated first, for every tool (the RFC evaluates name
+                // and arguments, implemented or not); the router then skips it so a rate limit
+                // counts once, and a refused call never creates a sandbox.
+                let mut caller = caller;
+                if let Some(scope) = caller.seal.as_mut() {
+                    if let Err(denial) = crate::policy::check_seal(scope, &name, &arguments) {
+                        let code = denial
+                            .seal_code
+                            .and_then(SealCode::from_u32)
+                            .unwrap_or(SealCode::NoMatchingCapability);
+                        let mut err = SealError::new(code, denial.message);
+                        if code == SealCode::RateLimitExceeded {
+                            err = err.with_retry_after(denial.retry_after_secs.unwrap_or(1));
+                        }
+                        return Err(with_tool(err));
+                    }
+                    scope.evaluated = true;
+                }
+                let sandbox = if crate::policy::needs_sandbox(&name) {
+                    Some(
+                        self.session_sandbox(state, &session, &context)
+                            .await
+                            .map_err(with_tool)?,
+                    )
+                } else {
+                    None
+                };
+                let outcome = tools::invoke_in(state, &caller, &name, arguments, sandbox)
+                    .await
+                    .map_err(|e| Failure {
+                        error: call_error(e),
+                        tool: Some(name.clone()),
+                        routed: true,
+                    })?;
+                outcome.to_mcp()
+            }
+            "tools/list" => json!({"tools": list_tools(&caller)}),
+            other => {
+                return Err(with_tool(SealError::new(
+                    SealCode::MalformedEnvelope,
+                    format!("method `{other}` is not supported; use tools/call or tools/list"),
+                )))
+            }
+        };
+        Ok(json!({
+            "protocol": "seal/v1",
+            "status": "success",
+            "payload": {"jsonrpc": "2.0", "id": request_id.clone().unwrap_or(Value::Null), "result": result},
+        }))
+    }
+
+    /// The session's sandbox, created on first use with the context's runtime.
+    async fn session_sandbox(
+        &self,
+        state: &AppState,
+        session: &Session,
+        context: &SecurityContext,
+    ) -> Result<SandboxId, SealError> {
+        if let Some(id) = session.sandbox_id {
+            return Ok(SandboxId(id));
+        }
+        let created = state
+            .sandboxes
+            .create_for_session(session.id, context)
+            .await
+            .map_err(|e| {
+                SealError::new(
+                    SealCode::NoMatchingCapability,
+                    format!("no sandbox for this session: {e}"),
+                )
+            })?;
+        let recorded = sessions::set_sandbox(&state.pool, session.id, created.0)
+            .await
+            .map_err(|e| SealError::new(SealCode::NoMatchingCapability, e.to_string()))?;
+        match recorded {
+            Some(id) if id != created.0 => {
+                // Another request created one first: keep theirs, drop ours.
+                let _ = state.sandboxes.destroy(created).await;
+                Ok(SandboxId(id))
+            }
+            _ => Ok(created),
+        }
+    }
+
+    /// The tools a session's security token may call (for `GET /v1/seal/tools` and gRPC).
+    pub async fn tools_for_token(&self, state: &AppState, token: &str) -> Result<Value, SealError> {
+        let claims = self.issuer.verify(token, Utc::now().timestamp())?;
+        let context = contexts::get(&state.pool, crate::DEFAULT_TENANT, &claims.scp)
+            .await
+            .map_err(|e| SealError::new(SealCode::ScopeNotFound, e.to_string()))?;
+        let caller = Caller {
+            seal: Some(crate::caller::SealScope {
+                context: Arc::new(context.clone()),
+                limiter: self.limiter.clone(),
+                session_key: claims.sub.clone(),
+                evaluated: false,
+            }),
+            ..session_caller(
+                Uuid::parse_str(&claims.sub).unwrap_or_default(),
+                &claims.scp,
+                context.tier,
+            )
+        };
+        Ok(json!({
+            "protocol": "seal/v1",
+            "attestation_endpoint": "/v1/seal/attest",
+            "invoke_endpoint": "/v1/seal/invoke",
+            "security_context": claims.scp,
+            "tools": list_tools(&caller),
+        }))
+    }
+
+    /// Destroys the sandboxes of sessions that were revoked or expired; prunes the replay guard.
+    pub async fn sweep(&self, state: &AppState) {
+        match sessions::ended_with_sandbox(&state.pool).await {
+            Ok(ended) => {
+                for (session, sandbox) in ended {
+                    if let Err(e) = state.sandboxes.destroy(SandboxId(sandbox)).await {
+                        tracing::warn!(session = %session, sandbox = %sandbox, error = %e, "could not destroy an ended session's sandbox");
+                        continue;
+                    }
+                    let _ = sessions::clear_sandbox(&state.pool, session).await;
+                    tracing::info!(session = %session, sandbox = %sandbox, "destroyed the sandbox of an ended session");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "session sweep failed"),
+        }
+        let _ = sessions::prune_replay_guard(&state.pool, self.config.freshness_secs * 4).await;
+    }
+}
+
+/// A refusal inside `invoke`, with whether the router already audited it.
+struct Failure {
+    error: SealError,
+    tool: Option<String>,
+    routed: bool,
+}
+
+impl Failure {
+    fn plain(error: SealError) -> Self {
+        Self {
+            error,
+            tool: None,
+            routed: false,
+        }
+    }
+}
+
+/// Maps a router refusal to its SEAL code.
+fn call_error(e: CallError) -> SealError {
+    match e {
+        CallError::Denied { denial, .. } => {
+            let code = denial
+                .seal_code
+                .and_then(SealCode::from_u32)
+                .unwrap_or(match denial.code {
+                    "path_not_allowed" => SealCode::PathNotAllowed,
+                    "command_not_allowed" => SealCode::CommandNotAllowed,
+                    "tier" | "tool_not_in_manifest" => SealCode::ToolNotAllowed,
+                    _ => SealCode::NoMatchingCapability,
+                });
+            SealError::new(code, denial.message)
+        }
+        CallError::UnknownTool { .. } => SealError::new(SealCode::ToolNotAllowed, e.to_string()),
+        CallError::InvalidArguments { ref violations, .. } => {
+            let details = serde_json::to_value(violations).unwrap_or_default();
+            SealError::new(SealCode::MalformedEnvelope, e.to_string())
+                .with_details(json!({"violations": details}))
+        }
+        other => SealError::new(SealCode::NoMatchingCapability, other.to_string()),
+    }
+}
+
+fn list_tools(caller: &Caller) -> Vec<Value> {
+    let Ok(catalog) = tools::catalog() else {
+        return Vec::new();
+    };
+    catalog
+        .iter()
+        .filter(|t| crate::policy::may_see(caller, t))
+        .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema}))
+        .collect()
+}
+
+fn session_caller(id: Uuid, context: &str, tier: crate::caller::Tier) -> Caller {
+    Caller {
+        kind: CallerKind::Session,
+        id: id.to_string(),
+        label: context.to_owned(),
+        tier,
+        role: None,
+        tenant: crate::DEFAULT_TENANT.to_owned(),
+        seal: None,
+    }
+}
+
+fn anonymous(label: &str) -> Caller {
+    Caller {
+        kind: CallerKind::Session,
+        id: "unauthenticated".to_owned(),
+        label: label.to_owned(),
+        tier: crate::caller::Tier::User,
+        role: None,
+        tenant: crate::DEFAULT_TENANT.to_owned(),
+        seal: None,
+    }
+}
+
+/// An RFC 3339 time from Unix seconds (for messages).
+pub fn iso(unix: i64) -> String {
+    Utc.timestamp_opt(unix, 0)
+        .single()
+        .map(|t: DateTime<Utc>| t.to_rfc3339())
+        .unwrap_or_default()
+}

@@ -1,0 +1,206 @@
+//! Attested SEAL sessions in PostgreSQL, so they survive restarts and every replica sees them.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// A session as stored.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct Session {
+    /// Session id (also the JWT `sub`).
+    pub id: Uuid,
+    /// Security context name (`scp`).
+    pub context_name: String,
+    /// Workload identity (`wid`).
+    pub workload_id: String,
+    /// The client's Ed25519 public key.
+    #[serde(skip)]
+    pub public_key: Vec<u8>,
+    /// The token's `jti`.
+    #[serde(skip)]
+    pub token_id: String,
+    /// `active` or `revoked` (expiry is computed from `expires_at`).
+    pub status: String,
+    /// When attested.
+    pub created_at: DateTime<Utc>,
+    /// When the token expires.
+    pub expires_at: DateTime<Utc>,
+    /// When revoked.
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// The session's sandbox, once created.
+    pub sandbox_id: Option<Uuid>,
+}
+
+const COLUMNS: &str = "id, context_name, workload_id, public_key, token_id, status, created_at, \
+     expires_at, revoked_at, sandbox_id";
+
+impl Session {
+    /// `active`, `revoked` or `expired`, as operators see it.
+    pub fn state(&self, now: DateTime<Utc>) -> &'static str {
+        if self.status == "revoked" {
+            "revoked"
+        } else if self.expires_at <= now {
+            "expired"
+        } else {
+            "active"
+        }
+    }
+}
+
+/// Stores a new session.
+pub async fn create(pool: &PgPool, tenant: &str, session: &Session) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO seal_sessions (id, tenant_id, context_name, workload_id, public_key, token_id, \
+         status, created_at, expires_at) VALUES ($1,$2,$3,$4,$5,$6,'active',$7,$8)",
+    )
+    .bind(session.id)
+    .bind(tenant)
+    .bind(&session.context_name)
+    .bind(&session.workload_id)
+    .bind(&session.public_key)
+    .bind(&session.token_id)
+    .bind(session.created_at)
+    .bind(session.expires_at)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// One session by id.
+pub async fn get(pool: &PgPool, tenant: &str, id: Uuid) -> Result<Option<Session>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM seal_sessions WHERE tenant_id = $1 AND id = $2"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Sessions, newest first; `live_only` hides revoked and expired ones.
+pub async fn list(
+    pool: &PgPool,
+    tenant: &str,
+    live_only: bool,
+) -> Result<Vec<Session>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM seal_sessions WHERE tenant_id = $1 \
+         AND (NOT $2 OR (status = 'active' AND expires_at > now())) ORDER BY created_at DESC LIMIT 1000"
+    ))
+    .bind(tenant)
+    .bind(live_only)
+    .fetch_all(pool)
+    .await
+}
+
+/// Marks a session revoked; returns it (None when unknown).
+pub async fn revoke(pool: &PgPool, tenant: &str, id: Uuid) -> Result<Option<Session>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE seal_sessions SET status = 'revoked', revoked_at = COALESCE(revoked_at, now()) \
+         WHERE tenant_id = $1 AND id = $2 RETURNING {COLUMNS}"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Records the session's sandbox (first caller wins; returns the recorded one).
+pub async fn set_sandbox(
+    pool: &PgPool,
+    id: Uuid,
+    sandbox: Uuid,
+) -> Result<Option<Uuid>, sqlx::Error> {
+    sqlx::query_scalar(
+        "UPDATE seal_sessions SET sandbox_id = COALESCE(sandbox_id, $2) WHERE id = $1 RETURNING sandbox_id",
+    )
+    .bind(id)
+    .bind(sandbox)
+    .fetch_optional(pool)
+    .await
+    .map(Option::flatten)
+}
+
+/// Sessions that ended (revoked or expired) but still hold a sandbox.
+pub async fn ended_with_sandbox(pool: &PgPool) -> Result<Vec<(Uuid, Uuid)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, sandbox_id FROM seal_sessions WHERE sandbox_id IS NOT NULL \
+         AND (status = 'revoked' OR expires_at <= now())",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Forgets a session's sandbox after it was destroyed.
+pub async fn clear_sandbox(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE seal_sessions SET sandbox_id = NULL WHERE id = $1")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Records an envelope signature; false when it was seen before (a replay).
+pub async fn first_use(pool: &PgPool, session: Uuid, signature: &str) -> Result<bool, sqlx::Error> {
+    let inserted = sqlx::query(
+        "INSERT INTO seal_replay_guard (signature, session_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+    )
+    .bind(signature)
+    .bind(session)
+    .execute(pool)
+    .await?;
+    Ok(inserted.rows_affected() == 1)
+}
+
+/// Drops replay records older than `keep_secs` (beyond the freshness window they cannot recur).
+pub async fn prune_replay_guard(pool: &PgPool, keep_secs: i64) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "DELETE FROM seal_replay_guard WHERE seen_at < now() - make_interval(secs => $1)",
+    )
+    .bind(keep_secs as f64)
+    .execute(pool)
+    .await?
+    .rows_affected())
+}
+
+/// Counts a workload's attestation attempts in the last minute, recording this one.
+pub async fn attest_attempts_last_minute(
+    pool: &PgPool,
+    workload: &str,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query("INSERT INTO seal_attest_attempts (workload_id) VALUES ($1)")
+        .bind(workload)
+        .execute(pool)
+        .await?;
+    sqlx::query("DELETE FROM seal_attest_attempts WHERE at < now() - interval '10 minutes'")
+        .execute(pool)
+        .await?;
+    sqlx::query_scalar(
+        "SELECT count(*) FROM seal_attest_attempts WHERE workload_id = $1 AND at > now() - interval '1 minute'",
+    )
+    .bind(workload)
+    .fetch_one(pool)
+    .await
+}
+
+/// The node's token signing seed, made at first start.
+pub async fn signing_seed(pool: &PgPool) -> Result<(String, [u8; 32]), sqlx::Error> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| sqlx::Error::Protocol(format!("random: {e}")))?;
+    let kid = format!("k-{}", &Uuid::new_v4().simple().to_string()[..12]);
+    sqlx::query("INSERT INTO seal_signing_keys (kid, seed) SELECT $1, $2 WHERE NOT EXISTS (SELECT 1 FROM seal_signing_keys)")
+        .bind(&kid)
+        .bind(seed.as_slice())
+        .execute(pool)
+        .await?;
+    let (kid, stored): (String, Vec<u8>) =
+        sqlx::query_as("SELECT kid, seed FROM seal_signing_keys ORDER BY created_at LIMIT 1")
+            .fetch_one(pool)
+            .await?;
+    let mut out = [0u8; 32];
+    if stored.len() == 32 {
+        out.copy_from_slice(&stored);
+    }
+    Ok((kid, out))
+}

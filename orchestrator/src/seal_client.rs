@@ -1,0 +1,293 @@
+//! A SEAL client: attest, sign envelopes, call tools, over HTTP or gRPC.
+//!
+//! It is what `orchestrator seal attest|call` uses and what the test suite drives the gateway
+//! with. Its key is ephemeral (made at construction, never written unless the caller saves the
+//! session), and it builds the signed bytes with the same canonical form the Python SDK uses.
+
+use base64::Engine;
+use chrono::{DateTime, SecondsFormat, Utc};
+use ed25519_dalek::{Signer, SigningKey};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::api::grpc::pb::seal::gateway_client::GatewayClient;
+use crate::api::grpc::pb::seal::{AttestRequest, InvokeRequest, ListToolsRequest};
+use crate::seal::canonical;
+
+/// Where the gateway is.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Transport {
+    /// `http://host:port` (REST: `/v1/seal/*`).
+    Http(String),
+    /// `http://host:port` of the gRPC listener (`seal.v1.Gateway`).
+    Grpc(String),
+}
+
+/// A refusal or a transport failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The gateway refused: HTTP status (or gRPC code), SEAL code and message.
+    #[error("refused ({status}): {code} {message}")]
+    Refused {
+        /// HTTP status, or the gRPC code number.
+        status: u16,
+        /// SEAL code (0 when the body had none).
+        code: u32,
+        /// The message.
+        message: String,
+        /// The whole error body.
+        body: Value,
+    },
+    /// The gateway could not be reached or answered something unreadable.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// `call_tool` before `attest`.
+    #[error("not attested yet")]
+    NotAttested,
+}
+
+/// Everything needed to continue a session later (what `orchestrator seal attest` saves).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavedSession {
+    /// Gateway location.
+    pub transport: Transport,
+    /// Base64 of the 32-byte Ed25519 seed.
+    pub seed: String,
+    /// The security token.
+    pub security_token: String,
+    /// The session id.
+    pub session_id: String,
+}
+
+/// One client session.
+pub struct SealClient {
+    transport: Transport,
+    key: SigningKey,
+    token: Option<String>,
+    session_id: Option<String>,
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+impl SealClient {
+    /// A client with a fresh ephemeral key.
+    pub fn new(transport: Transport) -> Result<Self, ClientError> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| ClientError::Transport(format!("random: {e}")))?;
+        Ok(Self {
+            transport,
+            key: SigningKey::from_bytes(&seed),
+            token: None,
+            session_id: None,
+        })
+    }
+
+    /// Restores a saved session.
+    pub fn from_saved(saved: &SavedSession) -> Result<Self, ClientError> {
+        let seed = base64::engine::general_purpose::STANDARD
+            .decode(&saved.seed)
+            .ok()
+            .and_then(|s| <[u8; 32]>::try_from(s.as_slice()).ok())
+            .ok_or_else(|| {
+                ClientError::Transport("the saved seed is not 32 bytes of Base64".into())
+            })?;
+        Ok(Self {
+            transport: saved.transport.clone(),
+            key: SigningKey::from_bytes(&seed),
+            token: Some(saved.security_token.clone()),
+            session_id: Some(saved.session_id.clone()),
+        })
+    }
+
+    /// What `from_saved` needs.
+    pub fn save(&self) -> Option<SavedSession> {
+        Some(SavedSession {
+            transport: self.transport.clone(),
+            seed: b64(self.key.as_bytes()),
+            security_token: self.token.clone()?,
+            session_id: self.session_id.clone()?,
+        })
+    }
+
+    /// Standard Base64 of the public key, as attestation sends it.
+    pub fn public_key_b64(&self) -> String {
+        b64(self.key.verifying_key().as_bytes())
+    }
+
+    /// The token, once attested.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// The session id, once attested.
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    /// Uses another token (tests: an expired or foreign one).
+    pub fn set_token(&mut self, token: String) {
+        self.token = Some(token);
+    }
+
+    /// Attests; keeps the token and session id.
+    pub async fn attest(&mut self, workload_id: &str, context: &str) -> Result<Value, ClientError> {
+        let request = json!({"public_key": self.public_key_b64(), "workload_id": workload_id, "security_context": context});
+        let body = match &self.transport {
+            Transport::Http(base) => {
+                post(&format!("{base}/v1/seal/attest"), request.to_string()).await?
+            }
+            Transport::Grpc(endpoint) => {
+                let mut client = grpc(endpoint).await?;
+                let r = client
+                    .attest(AttestRequest {
+                        public_key: self.public_key_b64(),
+                        workload_id: workload_id.to_owned(),
+                        security_context: context.to_owned(),
+                        attestation_secret: String::new(),
+                    })
+                    .await
+                    .map_err(refused_grpc)?;
+                parse(&r.into_inner().response_json)?
+            }
+        };
+        self.token = body["security_token"].as_str().map(str::to_owned);
+        self.session_id = body["session_id"].as_str().map(str::to_owned);
+        Ok(body)
+    }
+
+    /// A signed envelope for `payload` at time `at`.
+    pub fn envelope(&self, payload: &Value, at: DateTime<Utc>) -> Result<Value, ClientError> {
+        let token = self.token.as_deref().ok_or(ClientError::NotAttested)?;
+        let parsed = canonical::parse_preserving(&payload.to_string())
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        let message = canonical::signed_message(&parsed, token, at.timestamp());
+        let signature = self.key.sign(&message);
+        Ok(json!({
+            "protocol": "seal/v1",
+            "security_token": token,
+            "signature": b64(&signature.to_bytes()),
+            "payload": payload,
+            "timestamp": at.to_rfc3339_opts(SecondsFormat::Millis, true),
+        }))
+    }
+
+    /// Sends an envelope as is; the success body.
+    pub async fn send(&self, envelope: &Value) -> Result<Value, ClientError> {
+        match &self.transport {
+            Transport::Http(base) => {
+                post(&format!("{base}/v1/seal/invoke"), envelope.to_string()).await
+            }
+            Transport::Grpc(endpoint) => {
+                let mut client = grpc(endpoint).await?;
+                let r = client
+                    .invoke(InvokeRequest {
+                        envelope_json: envelope.to_string().into_bytes(),
+                    })
+                    .await
+                    .map_err(refused_grpc)?;
+                parse(&r.into_inner().response_json)
+            }
+        }
+    }
+
+    /// Calls a tool; the MCP result (`payload.result`).
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Value, ClientError> {
+        let mut id = [0u8; 8];
+        getrandom::fill(&mut id).map_err(|e| ClientError::Transport(e.to_string()))?;
+        let id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let payload = json!({"jsonrpc": "2.0", "id": format!("req-{id}"), "method": "tools/call",
+                             "params": {"name": name, "arguments": arguments}});
+        let envelope = self.envelope(&payload, Utc::now())?;
+        let body = self.send(&envelope).await?;
+        Ok(body["payload"]["result"].clone())
+    }
+
+    /// The tools this session may call.
+    pub async fn list_tools(&self) -> Result<Value, ClientError> {
+        let token = self.token.as_deref().ok_or(ClientError::NotAttested)?;
+        match &self.transport {
+            Transport::Http(base) => {
+                let r = reqwest::Client::new()
+                    .get(format!("{base}/v1/seal/tools"))
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .map_err(|e| ClientError::Transport(e.to_string()))?;
+                answer(r).await
+            }
+            Transport::Grpc(endpoint) => {
+                let mut client = grpc(endpoint).await?;
+                let r = client
+                    .list_tools(ListToolsRequest {
+                        security_token: token.to_owned(),
+                    })
+                    .await
+                    .map_err(refused_grpc)?;
+                parse(&r.into_inner().response_json)
+            }
+        }
+    }
+}
+
+async fn post(url: &str, body: String) -> Result<Value, ClientError> {
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| ClientError::Transport(e.to_string()))?;
+    answer(r).await
+}
+
+async fn answer(r: reqwest::Response) -> Result<Value, ClientError> {
+    let status = r.status().as_u16();
+    let body: Value = r
+        .json()
+        .await
+        .map_err(|e| ClientError::Transport(e.to_string()))?;
+    if (200..300).contains(&status) && body["status"] != "error" {
+        return Ok(body);
+    }
+    let code = body["error"]["code"]
+        .as_u64()
+        .or_else(|| body["error_code"].as_u64())
+        .unwrap_or(0) as u32;
+    let message = body["error"]["message"]
+        .as_str()
+        .or_else(|| body["message"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    Err(ClientError::Refused {
+        status,
+        code,
+        message,
+        body,
+    })
+}
+
+async fn grpc(endpoint: &str) -> Result<GatewayClient<tonic::transport::Channel>, ClientError> {
+    GatewayClient::connect(endpoint.to_owned())
+        .await
+        .map_err(|e| ClientError::Transport(e.to_string()))
+}
+
+fn parse(bytes: &[u8]) -> Result<Value, ClientError> {
+    serde_json::from_slice(bytes).map_err(|e| ClientError::Transport(e.to_string()))
+}
+
+fn refused_grpc(status: tonic::Status) -> ClientError {
+    let body: Value = serde_json::from_slice(status.details()).unwrap_or(Value::Null);
+    let code = body["error"]["code"]
+        .as_u64()
+        .or_else(|| body["error_code"].as_u64())
+        .unwrap_or(0) as u32;
+    ClientError::Refused {
+        status: status.code() as u16,
+        code,
+        message: status.message().to_owned(),
+        body,
+    }
+}
