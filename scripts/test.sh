@@ -91,6 +91,12 @@ if ! python3 -c 'import openapi_spec_validator' 2>/dev/null; then
   python3 -m pip install -q openapi-spec-validator >&2 || die "cannot install openapi-spec-validator (pip)"
 fi
 
+# The SEAL Python wire-contract test uses the SDK's own runtime dependencies.
+if ! python3 -c 'import cryptography, requests' 2>/dev/null; then
+  say "installing cryptography and requests from PyPI (SEAL Python client test)"
+  python3 -m pip install -q cryptography requests >&2 || die "cannot install cryptography/requests (pip)"
+fi
+
 say "running the test suite"
 export RUST_LOG=${RUST_LOG:-warn}
 cargo test --workspace --locked "$@" 2>&1
