@@ -221,9 +221,9 @@ ob_debootstrap_tarball() {
   security="$(ob_host_mirror "$suite" security)"
   work="$(mktemp -d /var/tmp/offline-bases.XXXXXX)"
   # shellcheck disable=SC2064 # expand now: the trap must remove this very directory
-  trap "ob_cleanup_work '$work'" EXIT
+  trap "ob_cleanup_work '$work'; rm -f '$tarball.tmp.$$'" EXIT
   ob_log "debootstrap --variant=minbase $suite from $mirror (about 40 s)"
-  if ! debootstrap --variant=minbase --arch=amd64 "$suite" "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1; then
+  if ! debootstrap --variant=minbase --arch="$(ob_arch)" "$suite" "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1; then
     tail -n 20 "$work/debootstrap.log" >&2 || true
     ob_die "debootstrap failed (full log above, mirror $mirror)"
   fi
@@ -235,6 +235,9 @@ ob_debootstrap_tarball() {
   trap - EXIT
   ob_log "cached root filesystem: $tarball ($(du -h "$tarball" | cut -f1))"
 }
+
+# Debian's name for this machine's architecture (the base must match the engine's).
+ob_arch() { dpkg --print-architecture 2>/dev/null || echo amd64; }
 
 # debootstrap normally unmounts /proc and /sys itself; make sure before we tar or delete.
 ob_unmount_below() {
@@ -260,7 +263,7 @@ ob_build_debian() {
   local cache tarball start
   start=$SECONDS
   cache="$(ob_cache_dir)"
-  tarball="$cache/debian-$OB_SUITE-minbase-amd64.tar"
+  tarball="$cache/debian-$OB_SUITE-minbase-$(ob_arch).tar"
   if [ ! -s "$tarball" ] || [ "${OFFLINE_BASES_REFRESH:-0}" = 1 ]; then
     ob_debootstrap_tarball "$OB_SUITE" "$tarball"
   else
