@@ -10,6 +10,7 @@ pub mod caller;
 pub mod config;
 pub mod gateway;
 pub mod health;
+pub mod llm;
 pub mod manifest;
 pub mod policy;
 pub mod registry;
