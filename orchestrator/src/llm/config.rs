@@ -217,6 +217,18 @@ default_model: fast
     }
 
     #[test]
+    fn the_example_node_config_is_valid() {
+        #[derive(Deserialize)]
+        struct Node {
+            llm: LlmConfig,
+        }
+        let text = include_str!("../../../examples/node-config.ollama.yaml");
+        let node: Node = serde_yaml::from_str(text).expect("the example parses");
+        node.llm.validate().expect("the example is valid");
+        assert_eq!(node.llm.default_model.as_deref(), Some("default"));
+    }
+
+    #[test]
     fn unknown_keys_are_refused() {
         let r: Result<LlmConfig, _> = serde_yaml::from_str("providers: []\nmodel: x\n");
         assert!(r.is_err());
