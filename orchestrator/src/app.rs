@@ -114,7 +114,22 @@ impl Application {
 
         let sandboxes = Arc::new(start_sandboxes(&config, &engine, &pool, instance_id).await);
         let gateway = Arc::new(start_gateway(&config, &pool).await?);
+        let llm = crate::llm::LlmClient::new(&config.llm).map_err(|e| e.to_string());
+        if let Err(e) = &llm {
+            tracing::warn!(error = %e, "no language model client: executions will fail until llm is configured");
+        }
+        let executions = Arc::new(crate::engine::Engine::new(
+            llm,
+            crate::engine::EngineConfig {
+                max_tool_rounds: config.executions.max_tool_rounds,
+                max_execution_secs: config.executions.max_execution_secs,
+                max_iterations: config.executions.max_iterations,
+                keep_failed_sandboxes: config.executions.keep_failed_sandboxes,
+            },
+        ));
+        let dead_after = config.sandbox.dead_after_secs as i64;
         let state = AppState {
+            executions,
             gateway,
             sandboxes,
             pool,
@@ -124,6 +139,7 @@ impl Application {
             started_at: Utc::now(),
             config_path: config_path.map(Arc::new),
         };
+        state.executions.recover(&state, dead_after).await;
         Ok(Self { state, http, grpc })
     }
 
@@ -225,6 +241,7 @@ impl Application {
         }
         heartbeat.abort();
         sweeper.abort();
+        state.executions.stop_all(Duration::from_secs(10)).await;
         if let Ok(d) = state.sandboxes.dispatcher() {
             d.shutdown().await;
         }

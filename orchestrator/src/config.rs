@@ -35,6 +35,35 @@ pub struct NodeConfig {
     pub sandbox: SandboxConfig,
     /// The SEAL gateway: token lifetime, freshness window, security contexts.
     pub seal: SealConfig,
+    /// Language model providers and model aliases.
+    pub llm: crate::llm::LlmConfig,
+    /// Agent executions: server ceilings.
+    pub executions: ExecutionsConfig,
+}
+
+/// Server ceilings of agent executions; manifests can only lower them.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecutionsConfig {
+    /// Model turns with tool calls allowed per iteration.
+    pub max_tool_rounds: u32,
+    /// Longest execution, seconds.
+    pub max_execution_secs: u64,
+    /// Most iterations per execution.
+    pub max_iterations: u32,
+    /// Keep the sandbox of a failed execution for inspection (still reaped with its instance).
+    pub keep_failed_sandboxes: bool,
+}
+
+impl Default for ExecutionsConfig {
+    fn default() -> Self {
+        Self {
+            max_tool_rounds: 20,
+            max_execution_secs: 3600,
+            max_iterations: 10,
+            keep_failed_sandboxes: false,
+        }
+    }
 }
 
 /// SEAL gateway settings.
@@ -454,6 +483,22 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
                 e.to_string(),
             ));
         }
+    }
+    if let Err(e) = c.llm.validate() {
+        return Err(ConfigError::Invalid {
+            key: "llm".into(),
+            origin: loaded.origin_of("llm"),
+            message: e,
+        });
+    }
+    if c.executions.max_tool_rounds == 0
+        || c.executions.max_iterations == 0
+        || c.executions.max_execution_secs == 0
+    {
+        return Err(invalid(
+            "executions",
+            "max_tool_rounds, max_iterations and max_execution_secs must be at least 1".into(),
+        ));
     }
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&c.log.level) {
         return Err(invalid(

@@ -20,6 +20,8 @@ pub struct AppState {
     pub instance_id: Uuid,
     /// When this instance started.
     pub started_at: DateTime<Utc>,
+    /// Agent executions.
+    pub executions: std::sync::Arc<crate::engine::Engine>,
     /// The SEAL gateway (token issuer, rate limiter).
     pub gateway: std::sync::Arc<crate::gateway::Gateway>,
     /// Sandboxes and their agent policies.

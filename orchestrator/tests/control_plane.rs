@@ -394,8 +394,14 @@ async fn every_tool_answers_valid_and_refuses_invalid_arguments() {
         .map(|t| t["name"].as_str().unwrap().to_owned())
         .collect();
     for name in &listed {
-        if orchestrator::policy::needs_sandbox(name) {
-            continue; // cmd.run and fs.* are exercised in a real sandbox by tests/sandboxes.rs
+        if orchestrator::policy::needs_sandbox(name)
+            || name.starts_with("aegis.task.")
+            || name == "aegis.agent.wait"
+            || name == "aegis.agent.logs"
+        {
+            // cmd.run and fs.* run in a real sandbox in tests/sandboxes.rs; the execution
+            // tools need a language model and are exercised in tests/executions.rs.
+            continue;
         }
         assert!(
             cases.iter().any(|(n, _, _)| n == name),

@@ -30,14 +30,27 @@ fn docker_lines(args: &[&str]) -> Vec<String> {
 }
 
 async fn start(db: &TestDb, http: u16) -> tokio::process::Child {
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+    start_with(db, http, None).await
+}
+
+async fn start_with(
+    db: &TestDb,
+    http: u16,
+    config: Option<&std::path::Path>,
+) -> tokio::process::Child {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+    if let Some(path) = config {
+        command.env("ORCHESTRATOR_CONFIG", path);
+    } else {
+        command.env_remove("ORCHESTRATOR_CONFIG");
+    }
+    let child = command
         .env("DATABASE_URL", &db.url)
         .env("ORCHESTRATOR_ADMIN_KEY", TEST_ADMIN_KEY)
         .env("ORCHESTRATOR__SANDBOX__EXECUTOR_PATH", executor_bin())
         // A silent previous instance counts as dead after one second (default two minutes).
         .env("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "1")
         .env("RUST_LOG", "warn")
-        .env_remove("ORCHESTRATOR_CONFIG")
         .args([
             "serve",
             "--http",
@@ -168,5 +181,99 @@ spec:
         .await
         .unwrap();
     assert_eq!(state, "destroyed");
+    second.kill().await.ok();
+}
+
+#[tokio::test]
+async fn executions_running_at_a_crash_fail_with_the_reason_after_restart() {
+    // A model that never answers keeps the execution running when the orchestrator dies.
+    let llm = common::fake_llm::FakeLlm::start(vec![common::fake_llm::Step::Hang]).await;
+    let mut config = tempfile::NamedTempFile::new().unwrap();
+    let mut llm_config = llm.config();
+    llm_config.providers[0].timeout_secs = 300;
+    let yaml = serde_yaml::to_string(&serde_json::json!({"llm": llm_config})).unwrap();
+    std::io::Write::write_all(&mut config, yaml.as_bytes()).unwrap();
+
+    let db = TestDb::create().await;
+    let http = free_port();
+    let base = format!("http://127.0.0.1:{http}");
+    let client = reqwest::Client::new();
+    let mut first = start_with(&db, http, Some(config.path())).await;
+    let agent = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: thinker
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Think forever.
+";
+    let r = client
+        .post(format!("{base}/v1/agents"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .body(agent)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let r = client
+        .post(format!("{base}/v1/agents/thinker/execute"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .json(&json!({"input": {}}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    let id = body["execution_id"].as_str().expect("started").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = client
+            .get(format!("{base}/v1/executions/{id}/events"))
+            .bearer_auth(TEST_ADMIN_KEY)
+            .send()
+            .await
+            .unwrap();
+        let page: Value = r.json().await.unwrap();
+        let started = page["events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["event_type"] == "iteration_started"));
+        if started {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the execution never started an iteration: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pid = first.id().unwrap().to_string();
+    assert!(Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap()
+        .success());
+    first.wait().await.unwrap();
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut second = start_with(&db, free_port(), Some(config.path())).await;
+    let pool = db.pool().await;
+    let (status, error): (String, Option<String>) =
+        sqlx::query_as("SELECT status, last_error FROM executions WHERE id = $1::uuid")
+            .bind(&id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(status, "failed");
+    assert_eq!(error.as_deref(), Some("orchestrator restarted"));
+    let last: String = sqlx::query_scalar("SELECT event_type FROM execution_events WHERE execution_id = $1::uuid ORDER BY seq DESC LIMIT 1")
+        .bind(&id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(last, "execution_failed");
     second.kill().await.ok();
 }

@@ -20,7 +20,10 @@ async fn the_python_wire_client_attests_writes_reads_and_runs() {
         "attestation": {"workload_patterns": ["python-*"]}})];
     let app = TestApp::spawn_with(config).await;
 
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/seal_wire_client.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/seal_wire_client.py"
+    );
     let out = tokio::process::Command::new("python3")
         .args([script, &app.http_base, "python-worker", "python-sdk"])
         .output()
@@ -33,9 +36,21 @@ async fn the_python_wire_client_attests_writes_reads_and_runs() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
     assert_eq!(report["write"]["isError"], false, "{report}");
-    assert_eq!(report["read"]["structuredContent"]["content"], "héllo from python ✓\n", "{report}");
-    assert_eq!(report["run"]["structuredContent"]["stdout"], "héllo from python ✓\n", "{report}");
-    assert!(report["refused"].as_str().unwrap_or_default().contains("SEAL Gateway Rejected"), "{report}");
+    assert_eq!(
+        report["read"]["structuredContent"]["content"], "héllo from python ✓\n",
+        "{report}"
+    );
+    assert_eq!(
+        report["run"]["structuredContent"]["stdout"], "héllo from python ✓\n",
+        "{report}"
+    );
+    assert!(
+        report["refused"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("SEAL Gateway Rejected"),
+        "{report}"
+    );
 
     // The calls are in the audit log under the Python client's session.
     let session = report["session_id"].as_str().unwrap();

@@ -11,6 +11,7 @@ mod router;
 mod sandbox;
 mod schema;
 mod system;
+mod tasks;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -145,6 +146,7 @@ fn implemented() -> Vec<(&'static str, &'static str, Handler)> {
     v.extend(discovery::handlers());
     v.extend(system::handlers());
     v.extend(sandbox::handlers());
+    v.extend(tasks::handlers());
     v
 }
 

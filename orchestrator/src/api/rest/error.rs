@@ -86,7 +86,9 @@ pub fn status_of_tool_code(code: &str) -> StatusCode {
     match code {
         "not_found" => StatusCode::NOT_FOUND,
         "conflict" => StatusCode::CONFLICT,
-        "invalid_manifest" | "invalid_arguments" => StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_manifest" | "invalid_arguments" | "invalid_input" | "unsupported" => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
         "forbidden" | "path_not_allowed" | "command_not_allowed" | "tool_not_in_manifest" => {
             StatusCode::FORBIDDEN
         }

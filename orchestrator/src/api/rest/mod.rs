@@ -9,6 +9,7 @@ mod audit;
 mod auth;
 mod definitions;
 mod error;
+mod executions;
 mod health;
 mod openapi;
 mod sandboxes;
@@ -36,6 +37,14 @@ pub fn router(state: AppState) -> Router {
             get(definitions::get_agent).delete(definitions::delete_agent),
         )
         .route("/v1/agents/{id}/versions", get(definitions::agent_versions))
+        .route("/v1/agents/{id}/execute", post(executions::execute))
+        .route("/v1/executions", get(executions::list))
+        .route(
+            "/v1/executions/{id}",
+            get(executions::get).delete(executions::remove),
+        )
+        .route("/v1/executions/{id}/cancel", post(executions::cancel))
+        .route("/v1/executions/{id}/events", get(executions::events))
         .route(
             "/v1/workflows",
             post(definitions::create_workflow).get(definitions::list_workflows),

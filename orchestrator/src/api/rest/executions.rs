@@ -1,0 +1,258 @@
+//! Executions over REST: start (`POST /v1/agents/{id}/execute`), list, read, cancel, remove, and
+//! the event log as JSON pages or live Server-Sent Events (`?follow=true`).
+//!
+//! Starting, cancelling and removing are the `aegis.task.*` tools called through the router, so
+//! they are authorised and audited like any other call.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use futures_util::stream::{self, Stream};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::auth::{require, Need};
+use super::error::{ApiError, ErrorBody};
+use crate::caller::Caller;
+use crate::engine::store;
+use crate::state::AppState;
+use crate::tools;
+
+/// Body of `POST /v1/agents/{id}/execute`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteBody {
+    /// Input, validated against the agent's `spec.input_schema`.
+    #[serde(default)]
+    pub input: Option<Value>,
+    /// Natural-language intent.
+    pub intent: Option<String>,
+}
+
+/// `?version=`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ExecuteQuery {
+    /// Agent version (default latest).
+    pub version: Option<String>,
+}
+
+async fn call(
+    state: &AppState,
+    caller: &Caller,
+    tool: &str,
+    args: Value,
+) -> Result<Value, ApiError> {
+    let outcome = tools::invoke(state, caller, tool, args).await?;
+    outcome.result.map_err(ApiError::from)
+}
+
+/// Starts an execution of an agent; answers at once with its id.
+#[utoipa::path(post, path = "/v1/agents/{id}/execute", operation_id = "execute_agent", tag = "executions",
+    params(("id" = String, Path, description = "Agent id or name"), ExecuteQuery), request_body = ExecuteBody,
+    responses((status = 201, description = "{execution_id, status}", body = Value), (status = 404, description = "Unknown agent", body = ErrorBody),
+              (status = 422, description = "Input does not match input_schema; nothing started", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn execute(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(q): Query<ExecuteQuery>,
+    Json(body): Json<ExecuteBody>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    require(&caller, Need::Write)?;
+    let mut args = json!({"agent_id": id, "input": body.input.unwrap_or_else(|| json!({}))});
+    if let Some(intent) = body.intent {
+        args["intent"] = json!(intent);
+    }
+    if let Some(version) = q.version {
+        args["version"] = json!(version);
+    }
+    let out = call(&state, &caller, "aegis.task.execute", args).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"execution_id": out["execution_id"], "status": "pending"})),
+    ))
+}
+
+/// `GET /v1/executions` filters.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ListQuery {
+    /// Only executions of this agent (id).
+    pub agent_id: Option<Uuid>,
+    /// Only this status.
+    pub status: Option<String>,
+    /// Page size (default 50).
+    pub limit: Option<i64>,
+    /// Rows to skip.
+    pub offset: Option<i64>,
+}
+
+/// Executions, newest first.
+#[utoipa::path(get, path = "/v1/executions", operation_id = "list_executions", tag = "executions", params(ListQuery),
+    responses((status = 200, description = "Executions", body = Vec<store::Execution>)), security(("api_key" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Vec<store::Execution>>, ApiError> {
+    Ok(Json(
+        store::list(
+            &state.pool,
+            &caller.tenant,
+            q.agent_id,
+            q.status.as_deref(),
+            q.limit.unwrap_or(50),
+            q.offset.unwrap_or(0),
+        )
+        .await?,
+    ))
+}
+
+/// One execution.
+#[utoipa::path(get, path = "/v1/executions/{id}", operation_id = "get_execution", tag = "executions", params(("id" = Uuid, Path, description = "Execution id")),
+    responses((status = 200, description = "Execution", body = store::Execution), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<store::Execution>, ApiError> {
+    store::get(&state.pool, &caller.tenant, id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("execution {id} not found"),
+            )
+        })
+}
+
+/// Cancels an execution (its running command dies with its sandbox).
+#[utoipa::path(post, path = "/v1/executions/{id}/cancel", operation_id = "cancel_execution", tag = "executions", params(("id" = Uuid, Path, description = "Execution id")),
+    responses((status = 200, description = "{success: true}", body = Value), (status = 409, description = "Already ended", body = ErrorBody)), security(("api_key" = [])))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    call(
+        &state,
+        &caller,
+        "aegis.task.cancel",
+        json!({"execution_id": id}),
+    )
+    .await?;
+    Ok(Json(json!({"success": true, "execution_id": id})))
+}
+
+/// Removes an ended execution and its events.
+#[utoipa::path(delete, path = "/v1/executions/{id}", operation_id = "remove_execution", tag = "executions", params(("id" = Uuid, Path, description = "Execution id")),
+    responses((status = 200, description = "Removed", body = Value), (status = 409, description = "Still running", body = ErrorBody)), security(("api_key" = [])))]
+pub async fn remove(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    Ok(Json(
+        call(
+            &state,
+            &caller,
+            "aegis.task.remove",
+            json!({"execution_id": id}),
+        )
+        .await?,
+    ))
+}
+
+/// `GET /v1/executions/{id}/events` parameters.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct EventsQuery {
+    /// Events with a sequence number greater than this.
+    pub after: Option<i64>,
+    /// Page size (default 100).
+    pub limit: Option<i64>,
+    /// Stream live as Server-Sent Events until the execution ends.
+    #[serde(default)]
+    pub follow: bool,
+}
+
+/// The event log: a JSON page, or live Server-Sent Events with `?follow=true`.
+#[utoipa::path(get, path = "/v1/executions/{id}/events", operation_id = "execution_events", tag = "executions",
+    params(("id" = Uuid, Path, description = "Execution id"), EventsQuery),
+    responses((status = 200, description = "{events, next_after} or text/event-stream", body = Value), (status = 404, description = "Unknown", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn events(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Response, ApiError> {
+    store::get(&state.pool, &caller.tenant, id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("execution {id} not found"),
+            )
+        })?;
+    let after = q.after.unwrap_or(0);
+    if !q.follow {
+        let events = store::events(&state.pool, id, after, q.limit.unwrap_or(100)).await?;
+        let next_after = events.last().map(|e| e.seq);
+        return Ok(
+            Json(json!({"execution_id": id, "events": events, "next_after": next_after}))
+                .into_response(),
+        );
+    }
+    Ok(Sse::new(follow(state, caller.tenant, id, after))
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// Polls the log and yields new events until the execution has ended and everything was sent.
+fn follow(
+    state: AppState,
+    tenant: String,
+    id: Uuid,
+    after: i64,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    stream::unfold((after, false), move |(after, finished)| {
+        let state = state.clone();
+        let tenant = tenant.clone();
+        async move {
+            if finished {
+                return None;
+            }
+            loop {
+                let ended = matches!(store::get(&state.pool, &tenant, id).await, Ok(Some(e)) if store::is_terminal(&e.status));
+                let batch = store::events(&state.pool, id, after, 100)
+                    .await
+                    .unwrap_or_default();
+                if !batch.is_empty() {
+                    let last = batch.last().map(|e| e.seq).unwrap_or(after);
+                    let data = serde_json::to_string(&batch).unwrap_or_default();
+                    let event = SseEvent::default()
+                        .event("events")
+                        .id(last.to_string())
+                        .data(data);
+                    return Some((Ok(event), (last, false)));
+                }
+                if ended {
+                    let event = SseEvent::default().event("end").data("{}");
+                    return Some((Ok(event), (after, true)));
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    })
+}

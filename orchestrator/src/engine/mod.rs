@@ -1,0 +1,272 @@
+//! Agent executions: start, run, cancel, recover.
+//!
+//! An execution takes an agent version and an input, gets its own sandbox, and runs the inner
+//! loop (`run.rs`): the model proposes tool calls, every call goes through the same router as
+//! any other caller (policy, audit), results go back to the model, until it answers; then the
+//! manifest's validators decide success or another iteration with feedback. Everything that
+//! happens is an event in the execution's append-only log (`store.rs`). Cancellation and
+//! timeouts end the task and destroy the sandbox, which kills whatever command was running.
+
+mod run;
+pub mod store;
+pub mod validate;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::caller::Caller;
+use crate::llm::LlmClient;
+use crate::manifest::{AgentView, ManifestKind};
+use crate::registry::{self, RegistryError};
+use crate::state::AppState;
+
+/// Why an execution could not start (nothing was stored then).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The agent or version does not exist.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The input does not satisfy the agent's `spec.input_schema`.
+    #[error("the input does not match the agent's input_schema: {}", .0.join("; "))]
+    InvalidInput(Vec<String>),
+    /// The manifest asks for something this node cannot do.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Database failure.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Tool rounds (model turns with tool calls) allowed per iteration.
+    pub max_tool_rounds: u32,
+    /// Ceiling on an execution's whole duration, seconds.
+    pub max_execution_secs: u64,
+    /// Ceiling on iterations.
+    pub max_iterations: u32,
+    /// Keep a failed execution's sandbox (it is still reaped with its instance).
+    pub keep_failed_sandboxes: bool,
+}
+
+/// The engine: the model client and the running executions' cancel handles.
+pub struct Engine {
+    llm: Result<LlmClient, String>,
+    running: Mutex<HashMap<Uuid, CancellationToken>>,
+    config: EngineConfig,
+}
+
+/// What a caller asks to run.
+#[derive(Debug, Clone)]
+pub struct ExecuteRequest {
+    /// Agent name or id.
+    pub agent: String,
+    /// Version (default latest).
+    pub version: Option<String>,
+    /// Input, validated against `spec.input_schema`.
+    pub input: Value,
+    /// Natural-language intent.
+    pub intent: Option<String>,
+    /// Parent execution (judges).
+    pub parent: Option<Uuid>,
+}
+
+impl Engine {
+    /// An engine around the configured model client (or the reason there is none).
+    pub fn new(llm: Result<LlmClient, String>, config: EngineConfig) -> Self {
+        Self {
+            llm,
+            running: Mutex::new(HashMap::new()),
+            config,
+        }
+    }
+
+    /// Validates and stores a new execution, then runs it in the background.
+    pub async fn start(
+        &self,
+        state: &AppState,
+        caller: &Caller,
+        req: ExecuteRequest,
+    ) -> Result<Uuid, ExecError> {
+        let def = registry::get(
+            &state.pool,
+            &caller.tenant,
+            ManifestKind::Agent,
+            &req.agent,
+            req.version.as_deref(),
+        )
+        .await?;
+        let view = AgentView(&def.manifest);
+        if let Some(schema) = view.input_schema() {
+            let validator = jsonschema::validator_for(schema).map_err(|e| {
+                ExecError::Unsupported(format!("the agent's input_schema does not compile: {e}"))
+            })?;
+            let errors: Vec<String> = validator
+                .iter_errors(&req.input)
+                .map(|e| {
+                    format!(
+                        "{}: {e}",
+                        if e.instance_path().to_string().is_empty() {
+                            "(input)".to_owned()
+                        } else {
+                            e.instance_path().to_string()
+                        }
+                    )
+                })
+                .collect();
+            if !errors.is_empty() {
+                return Err(ExecError::InvalidInput(errors));
+            }
+        }
+        let validators = def
+            .manifest
+            .pointer("/spec/execution/validation")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let unsupported = validate::unsupported(&validators);
+        if !unsupported.is_empty() {
+            return Err(ExecError::Unsupported(format!(
+                "validator kind(s) {} need judge agents, which this node does not run yet; supported: {}",
+                unsupported.join(", "),
+                validate::SUPPORTED.join(", ")
+            )));
+        }
+        let id = Uuid::new_v4();
+        store::insert(
+            &state.pool,
+            &store::NewExecution {
+                id,
+                tenant: &caller.tenant,
+                agent_id: def.id,
+                agent_version_id: def.version_id,
+                agent_name: &def.name,
+                agent_version: &def.version,
+                parent: req.parent,
+                input: &req.input,
+                intent: req.intent.as_deref(),
+                caller_kind: caller.kind.as_str(),
+                caller_id: &caller.id,
+                instance_id: state.instance_id,
+            },
+        )
+        .await?;
+        let token = CancellationToken::new();
+        if let Ok(mut running) = self.running.lock() {
+            running.insert(id, token.clone());
+        }
+        let job = run::Job {
+            state: state.clone(),
+            id,
+            tenant: caller.tenant.clone(),
+            def,
+            input: req.input,
+            intent: req.intent,
+            token,
+            llm: self.llm.clone(),
+            config: self.config.clone(),
+        };
+        tokio::spawn(job.run());
+        Ok(id)
+    }
+
+    /// Asks a running execution to stop; a pending or running one that this instance does not
+    /// run is marked cancelled directly. False when it had already ended.
+    pub async fn cancel(
+        &self,
+        state: &AppState,
+        tenant: &str,
+        id: Uuid,
+    ) -> Result<Option<bool>, sqlx::Error> {
+        let Some(exec) = store::get(&state.pool, tenant, id).await? else {
+            return Ok(None);
+        };
+        if store::is_terminal(&exec.status) {
+            return Ok(Some(false));
+        }
+        let token = self.running.lock().ok().and_then(|r| r.get(&id).cloned());
+        match token {
+            Some(t) => t.cancel(),
+            None => {
+                if store::transition(&state.pool, id, "cancelled", None, Some("cancelled")).await? {
+                    store::event(
+                        &state.pool,
+                        id,
+                        "execution_cancelled",
+                        json!({"by": "request"}),
+                    )
+                    .await?;
+                }
+            }
+        }
+        Ok(Some(true))
+    }
+
+    /// Forgets a finished execution's cancel handle.
+    fn finished(&self, id: Uuid) {
+        if let Ok(mut running) = self.running.lock() {
+            running.remove(&id);
+        }
+    }
+
+    /// Cancels every execution of this instance and waits (up to `grace`) for their tasks to
+    /// record the end and destroy their sandboxes (graceful shutdown).
+    pub async fn stop_all(&self, grace: std::time::Duration) {
+        if let Ok(running) = self.running.lock() {
+            for t in running.values() {
+                t.cancel();
+            }
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.running.lock().map(|r| !r.is_empty()).unwrap_or(false)
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// At start-up: executions left running by an instance that is gone fail with the reason
+    /// `orchestrator restarted`, and their sandboxes are destroyed.
+    pub async fn recover(&self, state: &AppState, dead_after_secs: i64) {
+        let orphans = match store::fail_orphans(&state.pool, state.instance_id, dead_after_secs)
+            .await
+        {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not recover executions of previous instances");
+                return;
+            }
+        };
+        for (id, sandbox) in orphans {
+            tracing::warn!(execution = %id, "execution failed: orchestrator restarted");
+            let _ = store::event(
+                &state.pool,
+                id,
+                "execution_failed",
+                json!({"reason": "orchestrator restarted"}),
+            )
+            .await;
+            if let Some(sandbox) = sandbox {
+                let _ = state
+                    .sandboxes
+                    .destroy(dispatcher::SandboxId(sandbox))
+                    .await;
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Shared handle for jobs to report completion.
+    pub(crate) fn done(state: &AppState, id: Uuid) {
+        state.executions.finished(id);
+    }
+}
+
+/// Type alias used by the state.
+pub type SharedEngine = Arc<Engine>;

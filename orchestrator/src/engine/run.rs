@@ -1,0 +1,587 @@
+//! One execution's task: sandbox, iterations of the model/tool loop, validators, cleanup.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dispatcher::{Owner, OwnerKind, SandboxId};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::validate::{self, IterationResult};
+use super::{store, Engine, EngineConfig};
+use crate::caller::{Caller, CallerKind, Tier};
+use crate::llm::{ChatRequest, LlmClient, Message, Role, ToolSpec};
+use crate::manifest::AgentView;
+use crate::registry::Definition;
+use crate::state::AppState;
+use crate::tools::{self, CallError};
+
+/// Everything the task needs.
+pub(super) struct Job {
+    pub state: AppState,
+    pub id: Uuid,
+    pub tenant: String,
+    pub def: Definition,
+    pub input: Value,
+    pub intent: Option<String>,
+    pub token: CancellationToken,
+    pub llm: Result<LlmClient, String>,
+    pub config: EngineConfig,
+}
+
+/// How an execution ended.
+enum Outcome {
+    Completed(String),
+    Failed(String),
+    Cancelled,
+    TimedOut(Duration),
+}
+
+/// Renders `{{instruction}}`, `{{intent}}`, `{{input}}` and `{{input.KEY}}`.
+pub fn render(template: &str, instruction: &str, intent: Option<&str>, input: &Value) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let Some(end) = rest[start..].find("}}") else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let key = rest[start + 2..start + end].trim();
+        let value = match key {
+            "instruction" => instruction.to_owned(),
+            "intent" => intent.unwrap_or_default().to_owned(),
+            "input" => match input {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            },
+            k => match k.strip_prefix("input.") {
+                Some(field) => match input.pointer(&format!("/{}", field.replace('.', "/"))) {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(v) => v.to_string(),
+                    None => String::new(),
+                },
+                None => format!("{{{{{k}}}}}"),
+            },
+        };
+        out.push_str(&value);
+        rest = &rest[start + end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// OpenAI function names allow no dots: `fs.read` is offered as `fs__read`.
+fn function_name(tool: &str) -> String {
+    tool.replace('.', "__")
+}
+
+impl Job {
+    async fn event(&self, kind: &str, payload: Value) {
+        if let Err(e) = store::event(&self.state.pool, self.id, kind, payload).await {
+            tracing::error!(execution = %self.id, error = %e, "could not record an execution event");
+        }
+    }
+
+    /// Runs to the end, whatever happens, and always cleans up.
+    pub async fn run(self) {
+        let view = AgentView(&self.def.manifest);
+        let limits = view.execution();
+        let budget = limits
+            .execution_timeout
+            .min(Duration::from_secs(self.config.max_execution_secs));
+        if let Err(e) = store::transition(&self.state.pool, self.id, "running", None, None).await {
+            tracing::error!(execution = %self.id, error = %e, "could not start an execution");
+        }
+        self.event("execution_started", json!({"agent": self.def.name, "version": self.def.version,
+            "max_iterations": limits.max_iterations.min(self.config.max_iterations), "timeout_secs": budget.as_secs()})).await;
+        let sandbox: Arc<Mutex<Option<SandboxId>>> = Arc::new(Mutex::new(None));
+
+        let outcome = tokio::select! {
+            _ = self.token.cancelled() => Outcome::Cancelled,
+            r = tokio::time::timeout(budget, self.iterations(&sandbox)) => match r {
+                Ok(o) => o,
+                Err(_) => Outcome::TimedOut(budget),
+            },
+        };
+
+        let held = sandbox.lock().ok().and_then(|s| *s);
+        if let Some(id) = held {
+            let keep = matches!(outcome, Outcome::Failed(_)) && self.config.keep_failed_sandboxes;
+            if keep {
+                self.event("sandbox_kept", json!({"sandbox_id": id.0}))
+                    .await;
+            } else {
+                match self.state.sandboxes.destroy(id).await {
+                    Ok(()) => {
+                        self.event("sandbox_destroyed", json!({"sandbox_id": id.0}))
+                            .await
+                    }
+                    Err(e) => {
+                        self.event(
+                            "sandbox_destroy_failed",
+                            json!({"sandbox_id": id.0, "error": e.to_string()}),
+                        )
+                        .await
+                    }
+                }
+            }
+        }
+        let (status, output, error, kind, payload) = match &outcome {
+            Outcome::Completed(answer) => (
+                "completed",
+                Some(answer.as_str()),
+                None,
+                "execution_completed",
+                json!({"output": answer}),
+            ),
+            Outcome::Failed(reason) => (
+                "failed",
+                None,
+                Some(reason.clone()),
+                "execution_failed",
+                json!({"reason": reason}),
+            ),
+            Outcome::Cancelled => (
+                "cancelled",
+                None,
+                Some("cancelled".to_owned()),
+                "execution_cancelled",
+                json!({"by": "request"}),
+            ),
+            Outcome::TimedOut(after) => {
+                let reason = format!("execution timed out after {} s", after.as_secs());
+                (
+                    "timed_out",
+                    None,
+                    Some(reason.clone()),
+                    "execution_timed_out",
+                    json!({"reason": reason}),
+                )
+            }
+        };
+        match store::transition(&self.state.pool, self.id, status, output, error.as_deref()).await {
+            Ok(true) => self.event(kind, payload).await,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(execution = %self.id, error = %e, "could not record the end of an execution")
+            }
+        }
+        Engine::done(&self.state, self.id);
+    }
+
+    /// The caller tool calls are made as: the execution, under the agent's security context.
+    async fn caller(&self) -> Result<Caller, String> {
+        let mut caller = Caller {
+            kind: CallerKind::Execution,
+            id: self.id.to_string(),
+            label: self.def.name.clone(),
+            tier: Tier::User,
+            role: None,
+            tenant: self.tenant.clone(),
+            seal: None,
+        };
+        if let Some(name) = AgentView(&self.def.manifest).security_context() {
+            let ctx = crate::gateway::contexts::get(&self.state.pool, &self.tenant, name)
+                .await
+                .map_err(|e| format!("security context `{name}`: {e}"))?;
+            caller.tier = ctx.tier;
+            caller.seal = Some(crate::caller::SealScope {
+                context: Arc::new(ctx),
+                limiter: Arc::new(crate::seal::RateLimiter::new()),
+                session_key: self.id.to_string(),
+                evaluated: false,
+            });
+        }
+        Ok(caller)
+    }
+
+    async fn iterations(&self, sandbox: &Arc<Mutex<Option<SandboxId>>>) -> Outcome {
+        let llm = match &self.llm {
+            Ok(c) => c.clone(),
+            Err(reason) => {
+                return Outcome::Failed(format!("no language model is configured: {reason}"))
+            }
+        };
+        let view = AgentView(&self.def.manifest);
+        let limits = view.execution();
+        let caller = match self.caller().await {
+            Ok(c) => c,
+            Err(e) => return Outcome::Failed(e),
+        };
+        // Tools offered: spec.tools AND the catalog AND what this caller may call.
+        let catalog = match tools::catalog() {
+            Ok(c) => c,
+            Err(e) => return Outcome::Failed(e.to_string()),
+        };
+        let offered: Vec<&tools::Tool> = view
+            .tools()
+            .iter()
+            .filter_map(|name| catalog.get(name))
+            .filter(|t| crate::policy::may_see(&caller, t))
+            .collect();
+        let names: HashMap<String, String> = offered
+            .iter()
+            .map(|t| (function_name(&t.name), t.name.clone()))
+            .collect();
+        let specs: Vec<ToolSpec> = offered
+            .iter()
+            .map(|t| ToolSpec {
+                name: function_name(&t.name),
+                description: t.description.clone(),
+                parameters: t.input_schema.clone(),
+            })
+            .collect();
+
+        if offered
+            .iter()
+            .any(|t| crate::policy::needs_sandbox(&t.name))
+        {
+            let owner = Owner::new(OwnerKind::Execution, self.id.to_string());
+            match self
+                .state
+                .sandboxes
+                .create_for_agent(
+                    &self.state.pool,
+                    &self.tenant,
+                    &self.def.id.to_string(),
+                    Some(&self.def.version),
+                    owner,
+                )
+                .await
+            {
+                Ok((id, _)) => {
+                    if let Ok(mut s) = sandbox.lock() {
+                        *s = Some(id);
+                    }
+                    let _ = store::progress(&self.state.pool, self.id, 0, Some(id.0)).await;
+                    self.event("sandbox_created", json!({"sandbox_id": id.0}))
+                        .await;
+                }
+                Err(e) => return Outcome::Failed(format!("could not create the sandbox: {e}")),
+            }
+        }
+        let sandbox_id = sandbox.lock().ok().and_then(|s| *s);
+
+        let instruction = view.instruction();
+        let template = view
+            .prompt_template()
+            .unwrap_or("{{instruction}}\n\nInput:\n{{input}}");
+        let prompt = render(template, instruction, self.intent.as_deref(), &self.input);
+        let model = view.model();
+        let alias = if llm.aliases().iter().any(|a| a == model) {
+            Some(model)
+        } else {
+            None
+        };
+        let validators = self
+            .def
+            .manifest
+            .pointer("/spec/execution/validation")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let max_iterations = limits.max_iterations.min(self.config.max_iterations).max(1);
+        let mut feedback: Vec<String> = Vec::new();
+
+        for iteration in 1..=max_iterations {
+            let _ = store::progress(
+                &self.state.pool,
+                self.id,
+                iteration as i32,
+                sandbox_id.map(|s| s.0),
+            )
+            .await;
+            self.event("iteration_started", json!({"iteration": iteration}))
+                .await;
+            let mut user = prompt.clone();
+            if !feedback.is_empty() {
+                user.push_str("\n\n# Previous attempts\n");
+                for (i, f) in feedback.iter().enumerate() {
+                    user.push_str(&format!("- attempt {}: {f}\n", i + 1));
+                }
+            }
+            let system = format!(
+                "You are the agent `{}`. Use the tools offered to complete the task. Tool results come back as \
+                 messages; a refused call will not succeed if retried unchanged. When done, answer with the result only.",
+                self.def.name
+            );
+            let step = tokio::time::timeout(
+                limits.iteration_timeout,
+                self.iteration(
+                    &llm,
+                    alias,
+                    system,
+                    user,
+                    &specs,
+                    &names,
+                    &caller,
+                    sandbox_id,
+                    limits.llm_timeout,
+                ),
+            )
+            .await;
+            let result = match step {
+                Err(_) => {
+                    let reason = format!(
+                        "iteration {iteration} timed out after {} s",
+                        limits.iteration_timeout.as_secs()
+                    );
+                    self.event(
+                        "iteration_failed",
+                        json!({"iteration": iteration, "reason": reason}),
+                    )
+                    .await;
+                    feedback.push(reason);
+                    continue;
+                }
+                Ok(Err(IterationError::Fatal(reason))) => return Outcome::Failed(reason),
+                Ok(Err(IterationError::Retry(reason))) => {
+                    self.event(
+                        "iteration_failed",
+                        json!({"iteration": iteration, "reason": reason}),
+                    )
+                    .await;
+                    feedback.push(reason);
+                    continue;
+                }
+                Ok(Ok(r)) => r,
+            };
+            let verdicts = validate::run(&validators, &result);
+            if !validators.is_empty() {
+                self.event(
+                    "validation",
+                    json!({"iteration": iteration, "results": validate::to_json(&verdicts)}),
+                )
+                .await;
+            }
+            match verdicts.iter().find(|v| !v.passed) {
+                None => {
+                    self.event(
+                        "iteration_completed",
+                        json!({"iteration": iteration, "output": result.answer}),
+                    )
+                    .await;
+                    return Outcome::Completed(result.answer);
+                }
+                Some(failed) => {
+                    let _ = sqlx::query("UPDATE executions SET last_output = $2 WHERE id = $1")
+                        .bind(self.id)
+                        .bind(&result.answer)
+                        .execute(&self.state.pool)
+                        .await;
+                    self.event(
+                        "iteration_failed",
+                        json!({"iteration": iteration, "reason": failed.feedback}),
+                    )
+                    .await;
+                    feedback.push(format!(
+                        "validation `{}` failed: {}",
+                        failed.kind, failed.feedback
+                    ));
+                }
+            }
+        }
+        Outcome::Failed(format!(
+            "maximum iterations ({max_iterations}) reached without passing validation"
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn iteration(
+        &self,
+        llm: &LlmClient,
+        alias: Option<&str>,
+        system: String,
+        user: String,
+        specs: &[ToolSpec],
+        names: &HashMap<String, String>,
+        caller: &Caller,
+        sandbox: Option<SandboxId>,
+        llm_timeout: Duration,
+    ) -> Result<IterationResult, IterationError> {
+        let mut messages = vec![
+            Message {
+                role: Role::System,
+                content: Some(system),
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+            },
+            Message {
+                role: Role::User,
+                content: Some(user),
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+            },
+        ];
+        let mut result = IterationResult::default();
+        for round in 1..=self.config.max_tool_rounds {
+            let request = ChatRequest {
+                messages: messages.clone(),
+                tools: specs.to_vec(),
+            };
+            let response = match tokio::time::timeout(llm_timeout, llm.chat(alias, &request)).await
+            {
+                Err(_) => {
+                    let reason = format!(
+                        "the model did not answer within {} s",
+                        llm_timeout.as_secs()
+                    );
+                    self.event("llm_call_failed", json!({"round": round, "error": reason}))
+                        .await;
+                    return Err(IterationError::Fatal(reason));
+                }
+                Ok(Err(e)) => {
+                    let reason = format!("model provider failed: {e}");
+                    self.event(
+                        "llm_call_failed",
+                        json!({"round": round, "error": e.to_string()}),
+                    )
+                    .await;
+                    return Err(IterationError::Fatal(reason));
+                }
+                Ok(Ok(r)) => r,
+            };
+            self.event("llm_call", json!({
+                "round": round, "provider": response.provider, "model": response.model, "attempts": response.attempts,
+                "prompt_tokens": response.usage.prompt_tokens, "completion_tokens": response.usage.completion_tokens,
+                "tool_calls": response.message.tool_calls.len(), "finish_reason": response.finish_reason,
+            })).await;
+            let calls = response.message.tool_calls.clone();
+            messages.push(response.message.clone());
+            if calls.is_empty() {
+                result.answer = response.message.content.unwrap_or_default();
+                return Ok(result);
+            }
+            for call in calls {
+                let text = self
+                    .tool_call(&call, names, caller, sandbox, &mut result)
+                    .await;
+                messages.push(Message {
+                    role: Role::Tool,
+                    content: Some(text),
+                    tool_calls: Vec::new(),
+                    tool_call_id: Some(call.id.clone()),
+                });
+            }
+        }
+        Err(IterationError::Retry(format!(
+            "the model used all {} tool rounds without answering",
+            self.config.max_tool_rounds
+        )))
+    }
+
+    /// Runs one tool call through the router; returns what the model reads back.
+    async fn tool_call(
+        &self,
+        call: &crate::llm::ToolCall,
+        names: &HashMap<String, String>,
+        caller: &Caller,
+        sandbox: Option<SandboxId>,
+        result: &mut IterationResult,
+    ) -> String {
+        let Some(tool) = names.get(&call.name) else {
+            let text = format!(
+                "Tool `{}` is not available to this agent. Do not retry it.",
+                call.name.replace("__", ".")
+            );
+            self.event(
+                "tool_call",
+                json!({"tool": call.name, "decision": "denied", "reason": "not offered"}),
+            )
+            .await;
+            return text;
+        };
+        let args: Value = match serde_json::from_str(&call.arguments) {
+            Ok(v) => v,
+            Err(e) => {
+                self.event(
+                    "tool_call",
+                    json!({"tool": tool, "decision": "denied", "reason": "arguments are not JSON"}),
+                )
+                .await;
+                return format!(
+                    "The arguments of `{tool}` are not valid JSON ({e}); send a JSON object."
+                );
+            }
+        };
+        match tools::invoke_in(&self.state, caller, tool, args, sandbox).await {
+            Ok(outcome) => {
+                if tool == "cmd.run" {
+                    if let Ok(v) = &outcome.result {
+                        result.last_exit_code = v["exit_code"].as_i64();
+                        if let Some(err) = v["stderr"].as_str() {
+                            result.stderr.push_str(err);
+                        }
+                        let excerpt = |s: &str| s.chars().take(4096).collect::<String>();
+                        self.event("console_output", json!({"stdout": excerpt(v["stdout"].as_str().unwrap_or_default()),
+                            "stderr": excerpt(v["stderr"].as_str().unwrap_or_default()), "exit_code": v["exit_code"]})).await;
+                    }
+                }
+                let mcp = outcome.to_mcp();
+                let digest = crate::audit::digest(&mcp);
+                let (decision, error) = match &outcome.result {
+                    Ok(_) => ("allowed", None),
+                    Err(e) => ("allowed", Some(e.code)),
+                };
+                self.event(
+                    "tool_call",
+                    json!({"tool": tool, "decision": decision, "error": error,
+                    "result_digest": digest, "duration_ms": outcome.duration_ms}),
+                )
+                .await;
+                match &outcome.result {
+                    Ok(v) => v.to_string(),
+                    Err(e) => format!("Tool `{tool}` failed ({}): {}", e.code, e.message),
+                }
+            }
+            Err(e) => {
+                let (code, message) = match &e {
+                    CallError::Denied { denial, .. } => {
+                        (denial.code.to_owned(), denial.message.clone())
+                    }
+                    other => (refusal_code(other).to_owned(), other.to_string()),
+                };
+                self.event(
+                    "tool_call",
+                    json!({"tool": tool, "decision": "denied", "reason": code, "message": message}),
+                )
+                .await;
+                format!("Tool `{tool}` was refused ({code}): {message}. Do not retry this call unchanged.")
+            }
+        }
+    }
+}
+
+fn refusal_code(e: &CallError) -> &'static str {
+    match e {
+        CallError::UnknownTool { .. } => "unknown_tool",
+        CallError::InvalidArguments { .. } => "invalid_arguments",
+        CallError::Denied { .. } => "denied",
+        CallError::Audit(_) => "audit_unavailable",
+        CallError::Catalog(_) => "catalog",
+    }
+}
+
+/// An iteration that did not produce an answer.
+enum IterationError {
+    /// Try another iteration (with this as feedback).
+    Retry(String),
+    /// End the execution (the model provider failed).
+    Fatal(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_render_instruction_intent_and_input() {
+        let input = json!({"name": "Ada", "n": 3, "deep": {"x": "y"}});
+        let out = render("{{instruction}} / {{intent}} / {{input.name}} {{input.n}} {{input.deep.x}} {{input.missing}}|{{other}}", "Greet", Some("be kind"), &input);
+        assert_eq!(out, "Greet / be kind / Ada 3 y |{{other}}");
+        assert_eq!(render("{{input}}", "", None, &json!("plain")), "plain");
+    }
+}

@@ -1,0 +1,330 @@
+//! `aegis.task.*`, `aegis.agent.wait` and `aegis.agent.logs`: run agents and watch them.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
+use crate::engine::{store, ExecError, ExecuteRequest};
+
+pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+    vec![
+        (
+            "aegis.task.execute",
+            include_str!("../../../schemas/tools/aegis.task.execute.json"),
+            execute,
+        ),
+        (
+            "aegis.task.status",
+            include_str!("../../../schemas/tools/aegis.task.status.json"),
+            status,
+        ),
+        (
+            "aegis.task.list",
+            include_str!("../../../schemas/tools/aegis.task.list.json"),
+            list,
+        ),
+        (
+            "aegis.task.cancel",
+            include_str!("../../../schemas/tools/aegis.task.cancel.json"),
+            cancel,
+        ),
+        (
+            "aegis.task.remove",
+            include_str!("../../../schemas/tools/aegis.task.remove.json"),
+            remove,
+        ),
+        (
+            "aegis.task.logs",
+            include_str!("../../../schemas/tools/aegis.task.logs.json"),
+            logs,
+        ),
+        (
+            "aegis.task.wait",
+            include_str!("../../../schemas/tools/aegis.task.wait.json"),
+            wait,
+        ),
+        (
+            "aegis.agent.wait",
+            include_str!("../../../schemas/tools/aegis.agent.wait.json"),
+            wait,
+        ),
+        (
+            "aegis.agent.logs",
+            include_str!("../../../schemas/tools/aegis.agent.logs.json"),
+            agent_logs,
+        ),
+    ]
+}
+
+/// Maps an engine refusal to a tool error.
+pub(crate) fn exec_error(e: ExecError) -> ToolError {
+    match e {
+        ExecError::Registry(r) => super::registry_error(r),
+        ExecError::InvalidInput(errors) => ToolError::new(
+            "invalid_input",
+            format!(
+                "the input does not match the agent's input_schema: {}",
+                errors.join("; ")
+            ),
+        )
+        .with_details(json!(errors)),
+        ExecError::Unsupported(m) => ToolError::new("unsupported", m),
+        ExecError::Db(e) => ToolError::internal(e),
+    }
+}
+
+fn uuid(s: &str, what: &str) -> Result<Uuid, ToolError> {
+    Uuid::parse_str(s).map_err(|_| {
+        ToolError::new(
+            "invalid_arguments",
+            format!("`{what}` must be a UUID, got `{s}`"),
+        )
+    })
+}
+
+/// The status view the tool reference documents.
+pub(crate) fn view(e: &store::Execution) -> Value {
+    json!({
+        "execution_id": e.id, "agent_id": e.agent_id, "agent": e.agent_name, "version": e.agent_version,
+        "status": e.status, "iteration_count": e.iteration_count, "last_output": e.last_output,
+        "last_error": e.last_error, "started_at": e.started_at, "ended_at": e.ended_at, "created_at": e.created_at,
+    })
+}
+
+async fn load(ctx: &ToolContext<'_>, id: &str) -> Result<store::Execution, ToolError> {
+    let id = uuid(id, "execution_id")?;
+    store::get(&ctx.state.pool, &ctx.caller.tenant, id)
+        .await
+        .map_err(ToolError::internal)?
+        .ok_or_else(|| ToolError::new("not_found", format!("execution {id} not found")))
+}
+
+#[derive(Deserialize)]
+struct Id {
+    execution_id: String,
+}
+
+fn execute<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            agent_id: String,
+            intent: Option<String>,
+            input: Option<Value>,
+            version: Option<String>,
+        }
+        let a: A = args(a)?;
+        let parent = (ctx.caller.kind == crate::caller::CallerKind::Execution)
+            .then(|| Uuid::parse_str(&ctx.caller.id).ok())
+            .flatten();
+        let request = ExecuteRequest {
+            agent: a.agent_id,
+            version: a.version,
+            input: a.input.unwrap_or_else(|| json!({})),
+            intent: a.intent,
+            parent,
+        };
+        let id = ctx
+            .state
+            .executions
+            .start(ctx.state, ctx.caller, request)
+            .await
+            .map_err(exec_error)?;
+        Ok(json!({"tool": "aegis.task.execute", "execution_id": id, "status": "started"}))
+    })
+}
+
+fn status<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        let a: Id = args(a)?;
+        Ok(view(&load(ctx, &a.execution_id).await?))
+    })
+}
+
+fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            agent_id: Option<String>,
+            limit: Option<i64>,
+        }
+        let a: A = args(a)?;
+        let agent = match a.agent_id {
+            Some(s) => Some(match Uuid::parse_str(&s) {
+                Ok(id) => id,
+                Err(_) => {
+                    crate::registry::get(
+                        &ctx.state.pool,
+                        &ctx.caller.tenant,
+                        crate::manifest::ManifestKind::Agent,
+                        &s,
+                        None,
+                    )
+                    .await
+                    .map_err(super::registry_error)?
+                    .id
+                }
+            }),
+            None => None,
+        };
+        let rows = store::list(
+            &ctx.state.pool,
+            &ctx.caller.tenant,
+            agent,
+            None,
+            a.limit.unwrap_or(50),
+            0,
+        )
+        .await
+        .map_err(ToolError::internal)?;
+        Ok(
+            json!({"tool": "aegis.task.list", "executions": rows.iter().map(view).collect::<Vec<_>>(), "total": rows.len()}),
+        )
+    })
+}
+
+fn cancel<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        let a: Id = args(a)?;
+        let id = uuid(&a.execution_id, "execution_id")?;
+        match ctx
+            .state
+            .executions
+            .cancel(ctx.state, &ctx.caller.tenant, id)
+            .await
+            .map_err(ToolError::internal)?
+        {
+            None => Err(ToolError::new(
+                "not_found",
+                format!("execution {id} not found"),
+            )),
+            Some(false) => Err(ToolError::new(
+                "conflict",
+                format!("execution {id} has already ended"),
+            )),
+            Some(true) => {
+                Ok(json!({"tool": "aegis.task.cancel", "execution_id": id, "cancelled": true}))
+            }
+        }
+    })
+}
+
+fn remove<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        let a: Id = args(a)?;
+        let e = load(ctx, &a.execution_id).await?;
+        if !store::is_terminal(&e.status) {
+            return Err(ToolError::new(
+                "conflict",
+                format!(
+                    "execution {} is {}; only ended executions can be removed (cancel it first)",
+                    e.id, e.status
+                ),
+            ));
+        }
+        store::remove(&ctx.state.pool, &ctx.caller.tenant, e.id)
+            .await
+            .map_err(ToolError::internal)?;
+        Ok(json!({"tool": "aegis.task.remove", "execution_id": e.id, "removed": true}))
+    })
+}
+
+fn logs<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            execution_id: String,
+            limit: Option<i64>,
+            offset: Option<i64>,
+        }
+        let a: A = args(a)?;
+        let e = load(ctx, &a.execution_id).await?;
+        let limit = a.limit.unwrap_or(50);
+        let offset = a.offset.unwrap_or(0);
+        let events = store::events(&ctx.state.pool, e.id, offset, limit)
+            .await
+            .map_err(ToolError::internal)?;
+        let total = store::event_count(&ctx.state.pool, e.id)
+            .await
+            .map_err(ToolError::internal)?;
+        Ok(
+            json!({"tool": "aegis.task.logs", "execution_id": e.id, "events": events, "total": total, "limit": limit, "offset": offset}),
+        )
+    })
+}
+
+fn wait<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            execution_id: String,
+            poll_interval_seconds: Option<u64>,
+            timeout_seconds: Option<u64>,
+        }
+        let a: A = args(a)?;
+        let poll =
+            Duration::from_millis((a.poll_interval_seconds.unwrap_or(1).max(1) * 1000).min(10_000))
+                .min(Duration::from_millis(500));
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_secs(a.timeout_seconds.unwrap_or(300).clamp(1, 3600));
+        loop {
+            let e = load(ctx, &a.execution_id).await?;
+            if store::is_terminal(&e.status) {
+                return Ok(view(&e));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let mut v = view(&e);
+                v["execution_status"] = json!(e.status);
+                v["status"] = json!("timed_out");
+                v["wait_timed_out"] = json!(true);
+                return Ok(v);
+            }
+            tokio::time::sleep(poll).await;
+        }
+    })
+}
+
+fn agent_logs<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            agent_id: String,
+            limit: Option<i64>,
+            offset: Option<i64>,
+        }
+        let a: A = args(a)?;
+        let agent = uuid(&a.agent_id, "agent_id")?;
+        let limit = a.limit.unwrap_or(50).clamp(1, 500);
+        let offset = a.offset.unwrap_or(0).max(0);
+        let rows: Vec<(Uuid, String, Value, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+            "SELECT e.execution_id, e.event_type, e.payload, e.recorded_at FROM execution_events e \
+             JOIN executions x ON x.id = e.execution_id WHERE x.tenant_id = $1 AND x.agent_id = $2 \
+             ORDER BY e.recorded_at, e.seq LIMIT $3 OFFSET $4",
+        )
+        .bind(&ctx.caller.tenant)
+        .bind(agent)
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(&ctx.state.pool)
+        .await
+        .map_err(ToolError::internal)?;
+        let total: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM execution_events e JOIN executions x ON x.id = e.execution_id WHERE x.tenant_id = $1 AND x.agent_id = $2",
+        )
+        .bind(&ctx.caller.tenant)
+        .bind(agent)
+        .fetch_one(&ctx.state.pool)
+        .await
+        .map_err(ToolError::internal)?;
+        let events: Vec<Value> = rows
+            .into_iter()
+            .map(|(id, t, p, at)| json!({"execution_id": id, "event_type": t, "payload": p, "recorded_at": at}))
+            .collect();
+        Ok(
+            json!({"tool": "aegis.agent.logs", "agent_id": agent, "events": events, "total": total, "limit": limit, "offset": offset}),
+        )
+    })
+}
