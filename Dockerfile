@@ -4,18 +4,30 @@
 # Where rust:1.95-bookworm and debian:bookworm-slim cannot be pulled, scripts/offline-bases.sh
 # provides them under the same tags first.
 
-# --- skeleton: the workspace manifests plus a stub for every .rs file -----------------------
-# The next stage compiles all dependencies from this skeleton alone, so that layer is reused
-# until Cargo.toml / Cargo.lock or the set of source files change, not on every code edit.
+# --- skeleton: the workspace manifests plus a stub for every target root -------------------
+# The next stage compiles all dependencies from this skeleton alone, so that layer is reused until
+# a Cargo.toml, Cargo.lock or the set of targets changes (build.rs, src/main.rs, src/lib.rs,
+# src/bin/*, examples/, tests/, benches/, explicit `path = "*.rs"`), not on every code edit.
 FROM debian:bookworm-slim AS skeleton
 WORKDIR /src
 COPY . .
 RUN set -eu; \
-    mkdir /skeleton; \
-    find . -path ./target -prune -o \( -name Cargo.toml -o -name Cargo.lock \) -type f -print \
-        | while read -r f; do mkdir -p "/skeleton/$(dirname "$f")"; cp "$f" "/skeleton/$f"; done; \
-    find . -path ./target -prune -o -name '*.rs' -type f -print \
-        | while read -r f; do mkdir -p "/skeleton/$(dirname "$f")"; echo 'fn main() {}' > "/skeleton/$f"; done; \
+    stub() { mkdir -p "/skeleton/$(dirname "$1")"; \
+        case "$1" in */lib.rs) : >"/skeleton/$1" ;; *) echo 'fn main() {}' >"/skeleton/$1" ;; esac; }; \
+    mkdir -p /skeleton; \
+    cp Cargo.lock /skeleton/Cargo.lock; \
+    find . -path ./target -prune -o -name Cargo.toml -type f -print | while read -r manifest; do \
+        d="$(dirname "$manifest")"; \
+        mkdir -p "/skeleton/$d"; \
+        cp "$manifest" "/skeleton/$manifest"; \
+        for f in "$d"/build.rs "$d"/src/main.rs "$d"/src/lib.rs "$d"/src/bin/*.rs "$d"/src/bin/*/main.rs \
+                 "$d"/examples/*.rs "$d"/examples/*/main.rs "$d"/tests/*.rs "$d"/tests/*/main.rs \
+                 "$d"/benches/*.rs "$d"/benches/*/main.rs; do \
+            if [ -f "$f" ]; then stub "$f"; fi; \
+        done; \
+        sed -n 's/^[[:space:]]*path[[:space:]]*=[[:space:]]*"\([^"]*\.rs\)".*/\1/p' "$manifest" \
+            | while read -r p; do if [ -f "$d/$p" ]; then stub "$d/$p"; fi; done; \
+    done; \
     find /skeleton -exec touch -d '2000-01-01 00:00:00' {} +
 
 # --- build ------------------------------------------------------------------------------------
