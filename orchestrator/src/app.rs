@@ -217,16 +217,21 @@ impl Application {
             "shutting down; draining in-flight requests"
         );
 
+        // A task whose result the select above already took must not be awaited again.
         let mut result = Ok(());
+        let mut http_done = false;
+        let mut grpc_done = false;
         if let Some((what, r)) = early {
+            http_done = what == "http";
+            grpc_done = what == "grpc";
             result = flatten(what, r);
         }
         let drain = async {
             let mut out = Ok(());
-            if !http_task.is_finished() || result.is_ok() {
+            if !http_done {
                 out = out.and(flatten("http", (&mut http_task).await));
             }
-            if !grpc_task.is_finished() || result.is_ok() {
+            if !grpc_done {
                 out = out.and(flatten("grpc", (&mut grpc_task).await));
             }
             out

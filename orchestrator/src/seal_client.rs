@@ -59,12 +59,14 @@ pub struct SavedSession {
     pub session_id: String,
 }
 
-/// One client session.
+/// One client session. Connections are reused across calls (one HTTP pool, one gRPC channel).
 pub struct SealClient {
     transport: Transport,
     key: SigningKey,
     token: Option<String>,
     session_id: Option<String>,
+    http: reqwest::Client,
+    channel: tokio::sync::OnceCell<tonic::transport::Channel>,
 }
 
 fn b64(bytes: &[u8]) -> String {
@@ -81,6 +83,8 @@ impl SealClient {
             key: SigningKey::from_bytes(&seed),
             token: None,
             session_id: None,
+            http: reqwest::Client::new(),
+            channel: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -98,6 +102,8 @@ impl SealClient {
             key: SigningKey::from_bytes(&seed),
             token: Some(saved.security_token.clone()),
             session_id: Some(saved.session_id.clone()),
+            http: reqwest::Client::new(),
+            channel: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -136,10 +142,15 @@ impl SealClient {
         let request = json!({"public_key": self.public_key_b64(), "workload_id": workload_id, "security_context": context});
         let body = match &self.transport {
             Transport::Http(base) => {
-                post(&format!("{base}/v1/seal/attest"), request.to_string()).await?
+                post(
+                    &self.http,
+                    &format!("{base}/v1/seal/attest"),
+                    request.to_string(),
+                )
+                .await?
             }
             Transport::Grpc(endpoint) => {
-                let mut client = grpc(endpoint).await?;
+                let mut client = self.grpc(endpoint).await?;
                 let r = client
                     .attest(AttestRequest {
                         public_key: self.public_key_b64(),
@@ -177,10 +188,15 @@ impl SealClient {
     pub async fn send(&self, envelope: &Value) -> Result<Value, ClientError> {
         match &self.transport {
             Transport::Http(base) => {
-                post(&format!("{base}/v1/seal/invoke"), envelope.to_string()).await
+                post(
+                    &self.http,
+                    &format!("{base}/v1/seal/invoke"),
+                    envelope.to_string(),
+                )
+                .await
             }
             Transport::Grpc(endpoint) => {
-                let mut client = grpc(endpoint).await?;
+                let mut client = self.grpc(endpoint).await?;
                 let r = client
                     .invoke(InvokeRequest {
                         envelope_json: envelope.to_string().into_bytes(),
@@ -209,7 +225,8 @@ impl SealClient {
         let token = self.token.as_deref().ok_or(ClientError::NotAttested)?;
         match &self.transport {
             Transport::Http(base) => {
-                let r = reqwest::Client::new()
+                let r = self
+                    .http
                     .get(format!("{base}/v1/seal/tools"))
                     .bearer_auth(token)
                     .send()
@@ -218,7 +235,7 @@ impl SealClient {
                 answer(r).await
             }
             Transport::Grpc(endpoint) => {
-                let mut client = grpc(endpoint).await?;
+                let mut client = self.grpc(endpoint).await?;
                 let r = client
                     .list_tools(ListToolsRequest {
                         security_token: token.to_owned(),
@@ -231,8 +248,8 @@ impl SealClient {
     }
 }
 
-async fn post(url: &str, body: String) -> Result<Value, ClientError> {
-    let r = reqwest::Client::new()
+async fn post(http: &reqwest::Client, url: &str, body: String) -> Result<Value, ClientError> {
+    let r = http
         .post(url)
         .header("content-type", "application/json")
         .body(body)
@@ -268,10 +285,24 @@ async fn answer(r: reqwest::Response) -> Result<Value, ClientError> {
     })
 }
 
-async fn grpc(endpoint: &str) -> Result<GatewayClient<tonic::transport::Channel>, ClientError> {
-    GatewayClient::connect(endpoint.to_owned())
-        .await
-        .map_err(|e| ClientError::Transport(e.to_string()))
+impl SealClient {
+    /// The gRPC client on the shared channel (connected on first use).
+    async fn grpc(
+        &self,
+        endpoint: &str,
+    ) -> Result<GatewayClient<tonic::transport::Channel>, ClientError> {
+        let channel = self
+            .channel
+            .get_or_try_init(|| async {
+                tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+                    .map_err(|e| ClientError::Transport(e.to_string()))?
+                    .connect()
+                    .await
+                    .map_err(|e| ClientError::Transport(e.to_string()))
+            })
+            .await?;
+        Ok(GatewayClient::new(channel.clone()))
+    }
 }
 
 fn parse(bytes: &[u8]) -> Result<Value, ClientError> {

@@ -1,0 +1,114 @@
+//! SEAL overhead per call: the same tool through a signed envelope (HTTP and gRPC: signature,
+//! token, session, replay guard, context policy, audit) versus the same tool through the router
+//! in-process (schema, policy, audit), measured in one run against one real service.
+//!
+//! `DATABASE_URL=postgres://... cargo run --release -p orchestrator --example seal_bench [-- N]`
+//! (the database named by the URL gets a scratch database of its own, dropped at the end).
+
+use std::time::{Duration, Instant};
+
+use orchestrator::app::Application;
+use orchestrator::caller::{Caller, Role};
+use orchestrator::config::NodeConfig;
+use orchestrator::seal_client::{SealClient, Transport};
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+use tokio_util::sync::CancellationToken;
+
+fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize].as_secs_f64() * 1000.0;
+    (at(0.5), at(0.95))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(300);
+    let admin = std::env::var("DATABASE_URL")
+        .map_err(|_| "set DATABASE_URL to a PostgreSQL that may CREATE DATABASE")?;
+    let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&admin)
+        .await?;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&pool)
+        .await?;
+    let mut url = url::Url::parse(&admin)?;
+    url.set_path(&name);
+
+    let mut config = NodeConfig::default();
+    config.server.http = "127.0.0.1:0".parse()?;
+    config.server.grpc = "127.0.0.1:0".parse()?;
+    config.database.url = url.to_string();
+    config.auth.admin_key = Some(format!("aok_{}", "0".repeat(64)));
+    config.seal.attest_per_minute = 1000;
+    config.seal.security_contexts = vec![json!({"name": "bench", "description": "benchmark",
+        "capabilities": [{"tool_pattern": "aegis.*"}], "attestation": {"workload_patterns": ["bench-*"]}})];
+    let app = Application::build(config).await?;
+    let http = format!("http://{}", app.http_addr());
+    let grpc = format!("http://{}", app.grpc_addr());
+    let state = app.state().clone();
+    let token = CancellationToken::new();
+    let server = tokio::spawn(app.run(token.clone()));
+
+    let caller = Caller::operator(uuid::Uuid::new_v4(), "bench", Role::Admin);
+    let tool = "aegis.runtime.list";
+    let args = json!({});
+    let mut results = Vec::new();
+
+    // In-process router: validation, policy, handler, audit row.
+    for _ in 0..20 {
+        orchestrator::tools::invoke(&state, &caller, tool, args.clone()).await?;
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        orchestrator::tools::invoke(&state, &caller, tool, args.clone()).await?;
+        samples.push(t.elapsed());
+    }
+    results.push(("router in-process", percentiles(samples)));
+
+    for (label, transport) in [
+        ("SEAL over HTTP", Transport::Http(http)),
+        ("SEAL over gRPC", Transport::Grpc(grpc)),
+    ] {
+        let mut client = SealClient::new(transport)?;
+        client.attest("bench-1", "bench").await?;
+        for _ in 0..20 {
+            client.call_tool(tool, args.clone()).await?;
+        }
+        let mut samples = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            client.call_tool(tool, args.clone()).await?;
+            samples.push(t.elapsed());
+        }
+        results.push((label, percentiles(samples)));
+    }
+
+    let (base50, base95) = results[0].1;
+    println!("{n} calls of {tool} each (client and server in one process, loopback)\n");
+    println!(
+        "{:<20} {:>10} {:>10} {:>14} {:>10}",
+        "path", "p50 ms", "p95 ms", "overhead p50", "ratio"
+    );
+    for (label, (p50, p95)) in &results {
+        println!(
+            "{label:<20} {p50:>10.3} {p95:>10.3} {:>11.3} ms {:>9.2}x",
+            p50 - base50,
+            p50 / base50
+        );
+    }
+    let _ = base95;
+
+    token.cancel();
+    let _ = server.await;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&pool)
+        .await?;
+    Ok(())
+}
