@@ -170,6 +170,30 @@ async fn an_agent_writes_runs_and_reads_in_its_sandbox_then_completes() {
     assert_eq!(events.last().unwrap()["event_type"], "execution_completed");
     assert_eq!(containers_of(&id), 0, "the sandbox is gone");
 
+    // The same log as Server-Sent Events: every event, then `end` (the stream closes itself).
+    let r = h
+        .app
+        .admin(
+            Method::GET,
+            &format!("/v1/executions/{id}/events?follow=true"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let sse = tokio::time::timeout(Duration::from_secs(20), r.text())
+        .await
+        .expect("the stream ends")
+        .unwrap();
+    assert!(
+        sse.contains("event: events") && sse.contains("execution_completed"),
+        "{sse}"
+    );
+    assert!(
+        sse.trim_end().ends_with("data: {}") && sse.contains("event: end"),
+        "{sse}"
+    );
+
     // What the model saw: the rendered prompt, dotted tool names mapped, the tool results.
     let requests = h.llm.requests();
     assert_eq!(requests.len(), 4);
