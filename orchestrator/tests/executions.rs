@@ -541,3 +541,42 @@ async fn task_tools_and_a_seal_session_start_executions_too() {
     assert_eq!(waited["structuredContent"]["last_output"], "two");
     drop(db);
 }
+
+#[tokio::test]
+async fn a_semantic_validator_runs_the_judge_as_a_child_execution() {
+    let h = harness(vec![
+        answer("draft"),
+        answer("{\"score\": 0.2, \"confidence\": 0.9, \"reasoning\": \"too short\"}"),
+        answer("a much better answer"),
+        answer("Verdict: {\"score\": 0.9, \"confidence\": 0.8, \"reasoning\": \"good\"}"),
+    ])
+    .await;
+    let judge = "apiVersion: 100monkeys.ai/v1\nkind: Agent\nmetadata:\n  name: judge\n  version: \"1.0.0\"\nspec:\n  runtime:\n    language: busybox\n    version: \"1\"\n  task:\n    instruction: Judge the output against the criteria; answer JSON {score, confidence, reasoning}.\n";
+    h.deploy(judge).await;
+    let extra = "  execution:\n    mode: iterative\n    max_iterations: 3\n    validation:\n      - type: semantic\n        judge_agent: judge\n        criteria: The answer is thorough.\n        min_score: 0.8\n";
+    h.deploy(&agent("writer", extra)).await;
+    let (_, body) = h.execute("writer", json!({})).await;
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let e = h.wait_end(&id, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    assert_eq!(e["last_output"], "a much better answer");
+    let events = h.events(&id).await;
+    assert_eq!(of_type(&events, "child_execution_started").len(), 2);
+    let third = h.llm.requests()[2].to_string();
+    assert!(
+        third.contains("too short"),
+        "the judge's reasoning is fed back: {third}"
+    );
+    let judge_input = h.llm.requests()[1].to_string();
+    assert!(
+        judge_input.contains("draft") && judge_input.contains("thorough"),
+        "{judge_input}"
+    );
+    // The judges are child executions of the writer.
+    let children: i64 = sqlx::query_scalar("SELECT count(*) FROM executions WHERE parent_execution_id = $1::uuid AND status = 'completed'")
+        .bind(&id)
+        .fetch_one(&h.app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(children, 2);
+}

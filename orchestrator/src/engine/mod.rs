@@ -132,7 +132,7 @@ impl Engine {
         let unsupported = validate::unsupported(&validators);
         if !unsupported.is_empty() {
             return Err(ExecError::Unsupported(format!(
-                "validator kind(s) {} need judge agents, which this node does not run yet; supported: {}",
+                "unknown validator kind(s) {}; supported: {}",
                 unsupported.join(", "),
                 validate::SUPPORTED.join(", ")
             )));

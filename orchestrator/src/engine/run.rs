@@ -85,8 +85,13 @@ impl Job {
         }
     }
 
-    /// Runs to the end, whatever happens, and always cleans up.
-    pub async fn run(self) {
+    /// Runs to the end, whatever happens, and always cleans up. Boxed with an explicit `Send`
+    /// because judge validators start child executions, which makes the future recursive.
+    pub fn run(self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(self.run_to_end())
+    }
+
+    async fn run_to_end(self) {
         let view = AgentView(&self.def.manifest);
         let limits = view.execution();
         let budget = limits
@@ -349,7 +354,7 @@ impl Job {
                 }
                 Ok(Ok(r)) => r,
             };
-            let verdicts = validate::run(&validators, &result);
+            let verdicts = self.validate(&validators, &result, instruction).await;
             if !validators.is_empty() {
                 self.event(
                     "validation",
@@ -387,6 +392,147 @@ impl Job {
         Outcome::Failed(format!(
             "maximum iterations ({max_iterations}) reached without passing validation"
         ))
+    }
+
+    /// Runs the validators in order, judges as child executions; stops at the first failure.
+    async fn validate(
+        &self,
+        validators: &[Value],
+        result: &IterationResult,
+        task: &str,
+    ) -> Vec<validate::Verdict> {
+        let mut verdicts = Vec::new();
+        for v in validators {
+            let verdict = if validate::is_judge(v) {
+                self.judge(v, result, task).await
+            } else {
+                validate::run(std::slice::from_ref(v), result).remove(0)
+            };
+            let passed = verdict.passed;
+            verdicts.push(verdict);
+            if !passed {
+                break;
+            }
+        }
+        verdicts
+    }
+
+    /// A `semantic` or `multi_judge` validator: each judge agent runs as a child execution on
+    /// `{task, output, criteria}` and must answer `{score, confidence, reasoning}` as JSON.
+    async fn judge(&self, v: &Value, result: &IterationResult, task: &str) -> validate::Verdict {
+        let kind = v["type"].as_str().unwrap_or("semantic").to_owned();
+        let judges: Vec<String> = match kind.as_str() {
+            "semantic" => v["judge_agent"]
+                .as_str()
+                .map(|s| vec![s.to_owned()])
+                .unwrap_or_default(),
+            _ => v["judges"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|j| j.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        let min_score = v["min_score"].as_f64().unwrap_or(0.7);
+        let min_confidence = v["min_confidence"].as_f64().unwrap_or(0.0);
+        let timeout = Duration::from_secs(v["timeout_seconds"].as_u64().unwrap_or(300));
+        let input = json!({"task": task, "output": result.answer, "criteria": v["criteria"]});
+        let caller = Caller {
+            kind: CallerKind::Execution,
+            id: self.id.to_string(),
+            label: self.def.name.clone(),
+            tier: Tier::User,
+            role: None,
+            tenant: self.tenant.clone(),
+            seal: None,
+        };
+        let mut judgements = Vec::new();
+        let mut notes = Vec::new();
+        for judge in &judges {
+            let request = super::ExecuteRequest {
+                agent: judge.clone(),
+                version: None,
+                input: input.clone(),
+                intent: Some("judge the output".into()),
+                parent: Some(self.id),
+            };
+            let child = match self
+                .state
+                .executions
+                .start(&self.state, &caller, request)
+                .await
+            {
+                Ok(id) => id,
+                Err(e) => {
+                    notes.push(format!("judge `{judge}` could not start: {e}"));
+                    continue;
+                }
+            };
+            self.event(
+                "child_execution_started",
+                json!({"judge": judge, "execution_id": child}),
+            )
+            .await;
+            let deadline = tokio::time::Instant::now() + timeout;
+            let ended = loop {
+                match store::get(&self.state.pool, &self.tenant, child).await {
+                    Ok(Some(e)) if store::is_terminal(&e.status) => break Some(e),
+                    _ if tokio::time::Instant::now() >= deadline => break None,
+                    _ => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            };
+            let Some(e) = ended else {
+                let _ = self
+                    .state
+                    .executions
+                    .cancel(&self.state, &self.tenant, child)
+                    .await;
+                notes.push(format!(
+                    "judge `{judge}` did not finish within {} s",
+                    timeout.as_secs()
+                ));
+                continue;
+            };
+            self.event(
+                "child_execution_completed",
+                json!({"judge": judge, "execution_id": child, "status": e.status}),
+            )
+            .await;
+            match e.last_output.as_deref().and_then(validate::parse_judgement) {
+                Some((score, confidence, reasoning)) => {
+                    notes.push(format!(
+                        "`{judge}`: score {score:.2}, confidence {confidence:.2}: {reasoning}"
+                    ));
+                    judgements.push((score, confidence));
+                }
+                None => notes.push(format!(
+                    "judge `{judge}` gave no JSON judgement ({})",
+                    e.status
+                )),
+            }
+        }
+        let required = v["min_judges_required"].as_u64().unwrap_or(1) as usize;
+        let (passed, summary) = if judgements.len() < required.max(1) {
+            (false, 0.0)
+        } else {
+            validate::consensus(
+                v["consensus"].as_str().unwrap_or("weighted_average"),
+                &judgements,
+                min_score,
+                min_confidence,
+            )
+        };
+        validate::Verdict {
+            kind,
+            passed,
+            feedback: format!(
+                "{} judge(s) answered, score {summary:.2} (needs {min_score:.2}); {}",
+                judgements.len(),
+                notes.join("; ")
+            ),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -29,8 +29,69 @@ pub struct Verdict {
     pub feedback: String,
 }
 
-/// Validator kinds this node runs.
-pub const SUPPORTED: &[&str] = &["exit_code", "regex", "json_schema"];
+/// Validator kinds this node runs (the judge kinds run child executions, see `run.rs`).
+pub const SUPPORTED: &[&str] = &[
+    "exit_code",
+    "regex",
+    "json_schema",
+    "semantic",
+    "multi_judge",
+];
+
+/// True for validators that run judge agents.
+pub fn is_judge(validator: &Value) -> bool {
+    matches!(validator["type"].as_str(), Some("semantic" | "multi_judge"))
+}
+
+/// A judge's answer: the first JSON object in its final text, `{score, confidence?, reasoning?}`.
+pub fn parse_judgement(text: &str) -> Option<(f64, f64, String)> {
+    let start = text.find('{')?;
+    let end = text.rfind('}')?;
+    let v: Value = serde_json::from_str(text.get(start..=end)?).ok()?;
+    let score = v["score"].as_f64()?;
+    let confidence = v["confidence"].as_f64().unwrap_or(1.0);
+    let reasoning = v["reasoning"].as_str().unwrap_or_default().to_owned();
+    Some((score, confidence, reasoning))
+}
+
+/// Combines judges' (score, confidence) under a consensus rule; returns (passed, summary).
+pub fn consensus(
+    rule: &str,
+    judgements: &[(f64, f64)],
+    min_score: f64,
+    min_confidence: f64,
+) -> (bool, f64) {
+    let passes = |(s, c): &(f64, f64)| *s >= min_score && *c >= min_confidence;
+    let n = judgements.len().max(1) as f64;
+    match rule {
+        "majority" => {
+            let yes = judgements.iter().filter(|j| passes(j)).count() as f64;
+            (yes * 2.0 > n, yes / n)
+        }
+        "unanimous" => (
+            !judgements.is_empty() && judgements.iter().all(passes),
+            judgements.iter().map(|j| j.0).fold(f64::INFINITY, f64::min),
+        ),
+        "best_of_n" => {
+            let best = judgements
+                .iter()
+                .map(|j| j.0)
+                .fold(f64::NEG_INFINITY, f64::max);
+            (judgements.iter().any(passes), best)
+        }
+        _ => {
+            // weighted_average: scores weighted by confidence.
+            let weight: f64 = judgements.iter().map(|j| j.1).sum();
+            let avg = if weight > 0.0 {
+                judgements.iter().map(|j| j.0 * j.1).sum::<f64>() / weight
+            } else {
+                0.0
+            };
+            let conf = judgements.iter().map(|j| j.1).sum::<f64>() / n;
+            (avg >= min_score && conf >= min_confidence, avg)
+        }
+    }
+}
 
 /// The kinds in `validators` this node cannot run.
 pub fn unsupported(validators: &[Value]) -> Vec<String> {
