@@ -217,9 +217,13 @@ mod tests {
         let out = run(&v, &bad);
         assert_eq!(out.len(), 1, "stops at the first failure");
         assert!(out[0].feedback.contains("exited with 2"));
-        assert_eq!(
-            unsupported(&[json!({"type": "semantic"}), json!({"type": "regex"})]),
-            ["semantic"]
-        );
+        assert!(unsupported(&[json!({"type": "semantic"}), json!({"type": "regex"})]).is_empty());
+        assert_eq!(unsupported(&[json!({"type": "telepathy"})]), ["telepathy"]);
+        let judged = "verdict: {\"score\": 0.9, \"reasoning\": \"ok\"} done";
+        assert_eq!(parse_judgement(judged), Some((0.9, 1.0, "ok".into())));
+        assert!(parse_judgement("no json").is_none());
+        assert!(consensus("weighted_average", &[(0.9, 1.0), (0.6, 1.0)], 0.7, 0.0).0);
+        assert!(!consensus("unanimous", &[(0.9, 1.0), (0.6, 1.0)], 0.7, 0.0).0);
+        assert!(consensus("majority", &[(0.9, 1.0), (0.8, 1.0), (0.1, 1.0)], 0.7, 0.0).0);
     }
 }
