@@ -24,7 +24,8 @@ fn contexts() -> Vec<Value> {
                    {"tool_pattern": "cmd.run", "command_allowlist": ["echo", "id", "cat", "ls"]},
                    {"tool_pattern": "web.*", "domain_allowlist": ["*.example.org"]},
                    {"tool_pattern": "aegis.tools.list", "rate_limit": {"calls": 3, "per_seconds": 60}},
-                   {"tool_pattern": "aegis.agent.list"}],
+                   {"tool_pattern": "aegis.agent.list"},
+                   {"tool_pattern": "aegis.runtime.list", "max_response_size": 64}],
                "deny_list": ["fs.delete"],
                "attestation": {"workload_patterns": ["test-*"]}}),
     ]

@@ -339,17 +339,21 @@ impl Gateway {
                 // and arguments, implemented or not); the router then skips it so a rate limit
                 // counts once, and a refused call never creates a sandbox.
                 let mut caller = caller;
+                let mut size_limit = None;
                 if let Some(scope) = caller.seal.as_mut() {
-                    if let Err(denial) = crate::policy::check_seal(scope, &name, &arguments) {
-                        let code = denial
-                            .seal_code
-                            .and_then(SealCode::from_u32)
-                            .unwrap_or(SealCode::NoMatchingCapability);
-                        let mut err = SealError::new(code, denial.message);
-                        if code == SealCode::RateLimitExceeded {
-                            err = err.with_retry_after(denial.retry_after_secs.unwrap_or(1));
+                    match crate::policy::check_seal(scope, &name, &arguments) {
+                        Ok(limit) => size_limit = limit,
+                        Err(denial) => {
+                            let code = denial
+                                .seal_code
+                                .and_then(SealCode::from_u32)
+                                .unwrap_or(SealCode::NoMatchingCapability);
+                            let mut err = SealError::new(code, denial.message);
+                            if code == SealCode::RateLimitExceeded {
+                                err = err.with_retry_after(denial.retry_after_secs.unwrap_or(1));
+                            }
+                            return Err(with_tool(err));
                         }
-                        return Err(with_tool(err));
                     }
                     scope.evaluated = true;
                 }
@@ -369,7 +373,18 @@ impl Gateway {
                         tool: Some(name.clone()),
                         routed: true,
                     })?;
-                outcome.to_mcp()
+                let mcp = outcome.to_mcp();
+                let size = mcp.to_string().len() as u64;
+                match size_limit {
+                    // The capability's max_response_size: the result is withheld, not truncated.
+                    Some(limit) if size > limit => json!({
+                        "content": [{"type": "text", "text": format!(
+                            "the result of {name} is {size} bytes; the security context allows {limit} (max_response_size)")}],
+                        "structuredContent": {"error": {"code": "response_too_large", "size_bytes": size, "max_response_size": limit}},
+                        "isError": true,
+                    }),
+                    _ => mcp,
+                }
             }
             "tools/list" => json!({"tools": list_tools(&caller)}),
             other => {

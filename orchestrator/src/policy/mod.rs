@@ -51,12 +51,13 @@ pub fn check_tool(caller: &Caller, tool: &Tool, args: &Value) -> Result<(), Deni
     Ok(())
 }
 
-/// Evaluates a SEAL security context for one call (deny list, capabilities, rate limits).
+/// Evaluates a SEAL security context for one call (deny list, capabilities, rate limits);
+/// returns the granting capability's response-size limit, if it has one.
 pub fn check_seal(
     scope: &crate::caller::SealScope,
     tool: &str,
     args: &Value,
-) -> Result<(), Denial> {
+) -> Result<Option<u64>, Denial> {
     scope
         .context
         .evaluate(
@@ -66,7 +67,7 @@ pub fn check_seal(
             &scope.session_key,
             std::time::Instant::now(),
         )
-        .map(|_| ())
+        .map(|grant| grant.max_response_size)
         .map_err(|e| Denial {
             code: e.code.name(),
             message: e.message,
