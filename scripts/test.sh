@@ -63,8 +63,19 @@ start_postgres() {
 }
 
 stop_postgres() {
+  remove_leftover_sandboxes
   "${PG_STOP[@]}" >/dev/null 2>&1 || true
   rm -rf "$PG_DIR"
+}
+
+# Sandboxes carry the id of the PostgreSQL cluster that recorded them; once this throwaway
+# cluster is gone no reaper could ever collect what a failed test left, so remove it now.
+remove_leftover_sandboxes() {
+  local cluster
+  cluster=$(psql "$DATABASE_URL" -Atc "SELECT system_identifier FROM pg_control_system()" 2>/dev/null) || return 0
+  [ -n "$cluster" ] || return 0
+  docker ps -aq --filter "label=org.aegis.db-cluster=$cluster" | xargs -r docker rm -f -v >/dev/null 2>&1 || true
+  docker volume ls -q --filter "label=org.aegis.db-cluster=$cluster" | xargs -r docker volume rm -f >/dev/null 2>&1 || true
 }
 
 check_docker
