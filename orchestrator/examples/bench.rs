@@ -1,0 +1,1372 @@
+//! The sandbox benchmark: our tool-call path against a raw Docker baseline, measured in one run.
+//!
+//! Why a program and not timed tests (DESIGN.md §7): wall-clock numbers depend on the machine and
+//! on whatever else it runs, so a test asserting on them is either flaky or meaningless. What is
+//! stable is the *ratio* between our path and the raw Docker operation it replaces, measured in
+//! the same run, on the same machine, interleaved iteration by iteration so background load hits
+//! both sides alike. This program prints those ratios and says, per target of issue 4 point 7,
+//! whether it is met; it exits 0 either way (a miss is a measurement, not an error) and non-zero
+//! only when something failed.
+//!
+//! What runs: a real orchestrator, in-process (`Application::build` + `run`, as the integration
+//! tests start it), against its own database `bench_<uuid>` on the server named by
+//! `DATABASE_URL`, with the static executor of `SANDBOX_EXECUTOR_BIN`, a warm pool of
+//! [`POOL_SIZE`] sandboxes of `aegis-runtime/busybox:1`, and one busybox agent sandbox made over
+//! REST. Then:
+//!
+//! 1. `cmd.run` of `true` through the router (`tools::invoke_in` as an operator: schema, policy,
+//!    dispatcher, executor, audit row) vs a bare Docker Engine exec of `/bin/true` in the same
+//!    sandbox container (exec create + start, attached, + inspect for the exit code: what
+//!    `docker exec` does). Target: ours/bare at p50 <= 0.25.
+//! 2. `fs.read` of a 1 MiB file through the router vs a bare exec of `cat` of that file, all
+//!    output captured. Target: <= 0.5.
+//! 3. `Dispatcher::acquire` served by the warm pool (refilled before every iteration, so each is
+//!    a hit) vs a bare create+start of an identically hardened container of the same image.
+//!    Target: p50 <= 10 ms.
+//! 4. Peak RSS growth of this process (the orchestrator) while a `cmd.run` prints 200 MiB under
+//!    the default output cap. The peak (`VmHWM`) is reset through `/proc/self/clear_refs` first.
+//!    Target: < 50 MiB.
+//!
+//! Informational rows show where the time goes (the dispatcher alone, the REST surface).
+//!
+//! The baseline speaks the Engine API over the Unix socket itself (the three requests bollard's
+//! `create_exec`/`start_exec`/`inspect_exec` send), because the orchestrator crate does not depend
+//! on bollard: only the dispatcher talks to Docker. A client with no pooling, no negotiation and
+//! no extra layers is, if anything, a slightly *faster* baseline than `docker exec` itself.
+//!
+//! Everything created is removed at the end, also after an error or Ctrl-C: sandboxes (destroyed,
+//! then anything left with this run's scope label), baseline containers (by this run's label),
+//! the database. Only the content-addressed executor volume stays; it is shared by design.
+//!
+//! Run it with `scripts/bench.sh [--iterations N] [--pool-iterations M]`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+use dispatcher::protocol::{Op, ReadParams, RunParams};
+use dispatcher::{Dispatcher, Limits, Owner, OwnerKind, SandboxId, SandboxSpec};
+use orchestrator::app::Application;
+use orchestrator::caller::Caller;
+use orchestrator::config::NodeConfig;
+use orchestrator::state::AppState;
+use serde_json::{json, Value};
+use sqlx::postgres::PgPoolOptions;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The runtime image every sandbox and baseline container runs.
+const IMAGE: &str = "aegis-runtime/busybox:1";
+/// Warm-pool size for [`IMAGE`].
+const POOL_SIZE: usize = 3;
+/// The file `fs.read` reads: exactly 1 MiB of text.
+const READ_PATH: &str = "/workspace/bench/1mib.txt";
+const READ_BYTES: usize = 1024 * 1024;
+/// What the memory measurement makes the command print.
+const FLOOD_BYTES: u64 = 200 * 1024 * 1024;
+/// Label on the baseline containers, valued with this run's id, for cleanup.
+const BENCH_LABEL: &str = "org.aegis.bench-run";
+/// The uid:gid agent commands run as (the executor steps down to it; the bare exec uses it too).
+const SANDBOX_USER: &str = "65534:65534";
+
+/// Command-line options.
+#[derive(Parser, Debug)]
+#[command(
+    about = "Benchmarks cmd.run, fs.read, warm-pool acquisition and output memory against a raw Docker baseline"
+)]
+struct Args {
+    /// Measured iterations of each latency row (cmd.run, fs.read).
+    #[arg(long, default_value_t = 200)]
+    iterations: usize,
+    /// Un-measured iterations before them.
+    #[arg(long, default_value_t = 20)]
+    warmup: usize,
+    /// Measured pool acquisitions (each waits for the pool to refill first).
+    #[arg(long, default_value_t = 20)]
+    pool_iterations: usize,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    // On a worker thread, like a request handler: the future `main` blocks on runs on its own
+    // thread, and every wake-up from the runtime's workers would cross threads and add latency.
+    match tokio::spawn(run(args)).await {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("[bench] ERROR: {e:#}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("[bench] ERROR: the benchmark task failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn say(msg: impl std::fmt::Display) {
+    eprintln!("[bench] {msg}");
+}
+
+/// Sets up, measures, and always cleans up.
+async fn run(args: Args) -> Result<()> {
+    if args.iterations == 0 || args.pool_iterations == 0 {
+        bail!("--iterations and --pool-iterations must be at least 1");
+    }
+    let admin_url = std::env::var("DATABASE_URL").map_err(|_| {
+        anyhow!("DATABASE_URL is not set: give a PostgreSQL URL whose role may CREATE DATABASE (scripts/bench.sh provides one)")
+    })?;
+    let executor = PathBuf::from(std::env::var("SANDBOX_EXECUTOR_BIN").map_err(|_| {
+        anyhow!(
+            "SANDBOX_EXECUTOR_BIN is not set: build the static executor (scripts/bench.sh does)"
+        )
+    })?);
+    if !executor.is_file() {
+        bail!(
+            "SANDBOX_EXECUTOR_BIN={} is not a file: build the static executor (scripts/bench.sh does)",
+            executor.display()
+        );
+    }
+    let engine = Engine::from_env()?;
+    let docker_version = engine.json("GET", "/version", None).await.context(
+        "the Docker engine does not answer; the benchmark needs a real engine (is dockerd running?)",
+    )?;
+    if engine
+        .request("GET", &format!("/images/{IMAGE}/json"), None, false)
+        .await?
+        .status
+        != 200
+    {
+        bail!("image {IMAGE} is missing: run `runtime-images/build.sh --only busybox`");
+    }
+
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let db = BenchDb::create(&admin_url, &run_id).await?;
+    say(format!("database {} created", db.name));
+
+    let outcome = async {
+        let app = RunningApp::start(&db, &executor).await?;
+        let scope = app
+            .state
+            .sandboxes
+            .dispatcher()
+            .map(|d| d.scope().to_owned())
+            .ok();
+        let measured = tokio::select! {
+            r = measure(&args, &app, &engine, &run_id) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
+        };
+        say("stopping the orchestrator (drains the warm pool)");
+        app.stop().await;
+        Ok::<_, anyhow::Error>((measured, scope))
+    }
+    .await;
+
+    // Safety net: whatever is still labelled with this run's scope or id goes.
+    let scope = outcome.as_ref().ok().and_then(|(_, s)| s.clone());
+    let leftovers = engine.remove_labelled(scope.as_deref(), &run_id).await;
+    match leftovers {
+        Ok(0) => {}
+        Ok(n) => say(format!(
+            "cleanup removed {n} leftover container(s)/volume(s)"
+        )),
+        Err(e) => say(format!("cleanup could not list leftovers: {e:#}")),
+    }
+    db.drop().await;
+    say(format!("database {} dropped", db.name));
+
+    let report = outcome?.0?;
+    report.print(&args, &docker_version);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The orchestrator under test.
+
+/// The benchmark's own database on the admin server.
+struct BenchDb {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+impl BenchDb {
+    async fn create(admin_url: &str, run_id: &str) -> Result<Self> {
+        let name = format!("bench_{run_id}");
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(20))
+            .connect(admin_url)
+            .await
+            .context("cannot reach PostgreSQL at DATABASE_URL")?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&pool)
+            .await
+            .context("CREATE DATABASE (the role in DATABASE_URL needs CREATEDB)")?;
+        pool.close().await;
+        let mut url = url::Url::parse(admin_url).context("DATABASE_URL is not a URL")?;
+        url.set_path(&name);
+        Ok(Self {
+            admin_url: admin_url.to_owned(),
+            name,
+            url: url.to_string(),
+        })
+    }
+
+    async fn drop(&self) {
+        let dropped = async {
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&self.admin_url)
+                .await?;
+            sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .execute(&pool)
+            .await?;
+            pool.close().await;
+            Ok::<_, sqlx::Error>(())
+        };
+        if let Err(e) = dropped.await {
+            say(format!("could not drop database {}: {e}", self.name));
+        }
+    }
+}
+
+/// An orchestrator instance served in this process.
+struct RunningApp {
+    state: AppState,
+    http_base: String,
+    admin_key: String,
+    http: reqwest::Client,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), orchestrator::app::AppError>>,
+}
+
+impl RunningApp {
+    async fn start(db: &BenchDb, executor: &std::path::Path) -> Result<Self> {
+        let admin_key = format!(
+            "aok_{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let mut c = NodeConfig::default();
+        c.server.http = "127.0.0.1:0".parse()?;
+        c.server.grpc = "127.0.0.1:0".parse()?;
+        c.server.shutdown_grace_secs = 5;
+        c.database.url = db.url.clone();
+        c.database.connect_timeout_secs = 20;
+        c.auth.admin_key = Some(admin_key.clone());
+        c.sandbox.executor_path = executor.to_path_buf();
+        c.sandbox.pool = BTreeMap::from([(IMAGE.to_owned(), POOL_SIZE)]);
+        let app = Application::build(c)
+            .await
+            .context("the orchestrator did not start")?;
+        let http_base = format!("http://{}", app.http_addr());
+        let state = app.state().clone();
+        if let Some(reason) = state.sandboxes.unavailable_reason() {
+            bail!("sandboxes are unavailable: {reason}");
+        }
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(app.run(shutdown.clone()));
+        Ok(Self {
+            state,
+            http_base,
+            admin_key,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()?,
+            shutdown,
+            task,
+        })
+    }
+
+    fn dispatcher(&self) -> Result<&Dispatcher> {
+        Ok(self.state.sandboxes.dispatcher()?)
+    }
+
+    /// An admin REST request; returns the JSON body of a 2xx answer.
+    async fn rest(&self, method: reqwest::Method, path: &str, body: RestBody) -> Result<Value> {
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.http_base))
+            .bearer_auth(&self.admin_key);
+        req = match body {
+            RestBody::Json(v) => req.json(&v),
+            RestBody::Yaml(s) => req.header("content-type", "application/yaml").body(s),
+        };
+        let r = req.send().await?;
+        let status = r.status();
+        let text = r.text().await?;
+        if !status.is_success() {
+            bail!("{method} {path}: {status}: {text}");
+        }
+        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        match tokio::time::timeout(Duration::from_secs(90), self.task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => say(format!("orchestrator stopped with an error: {e}")),
+            Ok(Err(e)) => say(format!("orchestrator task failed: {e}")),
+            Err(_) => say("orchestrator did not stop within 90 s"),
+        }
+    }
+}
+
+enum RestBody {
+    Json(Value),
+    Yaml(String),
+}
+
+/// The agent the measured sandbox is made for: the commands of the benchmark, the whole
+/// workspace, and no output cap of its own (the server default applies).
+fn agent_manifest(name: &str) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: {name}
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Benchmark the sandbox tools.
+  tools: [cmd.run, fs.read, fs.write]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [\"true\", cat, head]
+          timeout_seconds: 300
+  security:
+    filesystem:
+      read: [/workspace]
+      write: [/workspace]
+"
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurements.
+
+/// Latencies of one row.
+#[derive(Default)]
+struct Series(Vec<Duration>);
+
+impl Series {
+    fn pct(&self, p: f64) -> Duration {
+        let mut v = self.0.clone();
+        v.sort();
+        if v.is_empty() {
+            return Duration::ZERO;
+        }
+        let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+        v[rank - 1]
+    }
+    fn p50(&self) -> Duration {
+        self.pct(0.50)
+    }
+    fn p95(&self) -> Duration {
+        self.pct(0.95)
+    }
+    fn mean(&self) -> Duration {
+        if self.0.is_empty() {
+            return Duration::ZERO;
+        }
+        self.0.iter().sum::<Duration>() / self.0.len() as u32
+    }
+}
+
+/// One tool measured four ways.
+#[derive(Default)]
+struct ToolRows {
+    router: Series,
+    dispatcher: Series,
+    rest: Series,
+    bare: Series,
+}
+
+struct MemoryResult {
+    reset: bool,
+    rss_before_kib: u64,
+    hwm_after_kib: u64,
+    elapsed: Duration,
+    exit_code: i64,
+    produced: u64,
+    kept: usize,
+    truncated: bool,
+}
+
+impl MemoryResult {
+    fn growth_mib(&self) -> f64 {
+        self.hwm_after_kib.saturating_sub(self.rss_before_kib) as f64 / 1024.0
+    }
+}
+
+struct PoolRows {
+    acquire: Series,
+    hits: usize,
+    bare: Series,
+    miss: Series,
+}
+
+struct Report {
+    cmd: ToolRows,
+    read: ToolRows,
+    pool: PoolRows,
+    memory: MemoryResult,
+    load_before: String,
+    load_after: String,
+}
+
+/// The sandbox the latency rows run in.
+struct Target<'a> {
+    app: &'a RunningApp,
+    engine: &'a Engine,
+    caller: Caller,
+    sandbox: SandboxId,
+    container: String,
+}
+
+#[derive(Clone, Copy)]
+enum Way {
+    Router,
+    Dispatcher,
+    Rest,
+    Bare,
+}
+
+const WAYS: [Way; 4] = [Way::Router, Way::Dispatcher, Way::Rest, Way::Bare];
+
+#[derive(Clone, Copy)]
+enum Tool {
+    True,
+    Read,
+}
+
+impl Target<'_> {
+    /// A tool call through the router, as `POST /v1/tools/call` makes it; the structured result.
+    async fn router(&self, name: &str, arguments: Value) -> Result<Value> {
+        let outcome = orchestrator::tools::invoke_in(
+            &self.app.state,
+            &self.caller,
+            name,
+            arguments,
+            Some(self.sandbox),
+        )
+        .await
+        .map_err(|e| anyhow!("{name} refused: {e}"))?;
+        outcome
+            .result
+            .map_err(|e| anyhow!("{name} failed: {} ({})", e.message, e.code))
+    }
+
+    /// One call of `tool` the given way, checked, and how long it took.
+    async fn once(&self, tool: Tool, way: Way) -> Result<Duration> {
+        let started = Instant::now();
+        match (tool, way) {
+            (Tool::True, Way::Router) => {
+                let out = self.router("cmd.run", json!({"command": "true"})).await?;
+                let elapsed = started.elapsed();
+                expect(out["exit_code"] == 0, "cmd.run true via router", &out)?;
+                Ok(elapsed)
+            }
+            (Tool::True, Way::Dispatcher) => {
+                let op = Op::CmdRun(RunParams {
+                    argv: vec!["true".to_owned()],
+                    cwd: None,
+                    env: BTreeMap::new(),
+                    timeout_ms: 60_000,
+                    grace_ms: None,
+                    max_stdout_bytes: 1024 * 1024,
+                    max_stderr_bytes: 1024 * 1024,
+                });
+                let out = self.dispatch(op).await?;
+                let elapsed = started.elapsed();
+                expect(out["exit_code"] == 0, "cmd.run true via dispatcher", &out)?;
+                Ok(elapsed)
+            }
+            (Tool::True, Way::Rest) => {
+                let out = self.rest("cmd.run", json!({"command": "true"})).await?;
+                let elapsed = started.elapsed();
+                expect(out["exit_code"] == 0, "cmd.run true via REST", &out)?;
+                Ok(elapsed)
+            }
+            (Tool::True, Way::Bare) => {
+                let out = self.engine.exec(&self.container, &["/bin/true"]).await?;
+                let elapsed = started.elapsed();
+                if out.exit_code != 0 {
+                    bail!("bare exec of /bin/true exited {}", out.exit_code);
+                }
+                Ok(elapsed)
+            }
+            (Tool::Read, Way::Router) => {
+                let out = self.router("fs.read", json!({"path": READ_PATH})).await?;
+                let elapsed = started.elapsed();
+                check_read(&out, "router")?;
+                Ok(elapsed)
+            }
+            (Tool::Read, Way::Dispatcher) => {
+                let op = Op::FsRead(ReadParams {
+                    path: READ_PATH.to_owned(),
+                    ..ReadParams::default()
+                });
+                let out = self.dispatch(op).await?;
+                let elapsed = started.elapsed();
+                check_read(&out, "dispatcher")?;
+                Ok(elapsed)
+            }
+            (Tool::Read, Way::Rest) => {
+                let out = self.rest("fs.read", json!({"path": READ_PATH})).await?;
+                let elapsed = started.elapsed();
+                check_read(&out, "REST")?;
+                Ok(elapsed)
+            }
+            (Tool::Read, Way::Bare) => {
+                let out = self
+                    .engine
+                    .exec(&self.container, &["cat", READ_PATH])
+                    .await?;
+                let elapsed = started.elapsed();
+                if out.exit_code != 0 || out.stdout.len() != READ_BYTES {
+                    bail!(
+                        "bare exec of cat exited {} with {} bytes (expected {READ_BYTES}): {}",
+                        out.exit_code,
+                        out.stdout.len(),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+                Ok(elapsed)
+            }
+        }
+    }
+
+    async fn dispatch(&self, op: Op) -> Result<Value> {
+        let response = self.app.dispatcher()?.call(self.sandbox, op).await?;
+        response
+            .into_result()
+            .map_err(|e| anyhow!("executor refused: {}", e.message))
+    }
+
+    async fn rest(&self, name: &str, arguments: Value) -> Result<Value> {
+        let body = json!({"name": name, "arguments": arguments, "sandbox_id": self.sandbox.0});
+        let out = self
+            .app
+            .rest(
+                reqwest::Method::POST,
+                "/v1/tools/call",
+                RestBody::Json(body),
+            )
+            .await?;
+        expect(out["isError"] == false, "REST tool call", &out)?;
+        Ok(out["structuredContent"].clone())
+    }
+
+    /// Warm-up, then `n` iterations of every way, in a fresh random order each iteration.
+    ///
+    /// A fixed or rotated order would always put the same way right after the bare exec, whose
+    /// aftermath (the engine reaping the exec process) would then be charged to that way alone.
+    async fn rows(&self, tool: Tool, warmup: usize, n: usize) -> Result<ToolRows> {
+        let mut rows = ToolRows::default();
+        let mut rng = Shuffle::seeded();
+        for i in 0..warmup + n {
+            let mut order = WAYS;
+            rng.shuffle(&mut order);
+            for way in order {
+                let took = self.once(tool, way).await?;
+                if i >= warmup {
+                    match way {
+                        Way::Router => rows.router.0.push(took),
+                        Way::Dispatcher => rows.dispatcher.0.push(took),
+                        Way::Rest => rows.rest.0.push(took),
+                        Way::Bare => rows.bare.0.push(took),
+                    }
+                }
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Peak RSS growth while `head` floods stdout with 200 MiB under the default cap.
+    async fn memory(&self) -> Result<MemoryResult> {
+        for _ in 0..5 {
+            self.once(Tool::True, Way::Router).await?;
+        }
+        // Writing 5 resets VmHWM to the current RSS (Linux >= 4.0), so the peak measured below is
+        // this command's, not start-up's.
+        let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+        let before = proc_status()?;
+        let started = Instant::now();
+        let out = self
+            .router(
+                "cmd.run",
+                json!({"command": format!("head -c {FLOOD_BYTES} /dev/zero"), "timeout_secs": 300}),
+            )
+            .await?;
+        let elapsed = started.elapsed();
+        let after = proc_status()?;
+        let produced = out["stdout_bytes"].as_u64().unwrap_or(0);
+        if produced != FLOOD_BYTES {
+            bail!("the flood command reported {produced} stdout bytes, expected {FLOOD_BYTES}");
+        }
+        Ok(MemoryResult {
+            reset,
+            rss_before_kib: before.rss_kib,
+            hwm_after_kib: after.hwm_kib,
+            elapsed,
+            exit_code: out["exit_code"].as_i64().unwrap_or(-1),
+            produced,
+            kept: out["stdout"].as_str().map_or(0, str::len),
+            truncated: out["truncated"] == true,
+        })
+    }
+}
+
+/// A small xorshift generator for the measurement order (statistical quality is irrelevant here).
+struct Shuffle(u64);
+
+impl Shuffle {
+    fn seeded() -> Self {
+        Shuffle(uuid::Uuid::new_v4().as_u64_pair().0 | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Fisher-Yates.
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+fn expect(ok: bool, what: &str, out: &Value) -> Result<()> {
+    if ok {
+        return Ok(());
+    }
+    let mut text = out.to_string();
+    text.truncate(400);
+    bail!("{what}: unexpected result {text}")
+}
+
+fn check_read(out: &Value, way: &str) -> Result<()> {
+    let len = out["content"].as_str().map_or(0, str::len);
+    if len != READ_BYTES || out["truncated"] == true || out["encoding"] != "utf8" {
+        bail!(
+            "fs.read via {way} returned {len} bytes (truncated {}, encoding {}), expected {READ_BYTES}",
+            out["truncated"],
+            out["encoding"]
+        );
+    }
+    Ok(())
+}
+
+struct ProcStatus {
+    rss_kib: u64,
+    hwm_kib: u64,
+}
+
+fn proc_status() -> Result<ProcStatus> {
+    let text = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let field = |name: &str| -> Result<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| anyhow!("no {name} in /proc/self/status"))
+    };
+    Ok(ProcStatus {
+        rss_kib: field("VmRSS:")?,
+        hwm_kib: field("VmHWM:")?,
+    })
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".to_owned())
+}
+
+/// Waits until the warm pool holds `POOL_SIZE` idle sandboxes, then a moment for the last
+/// container to settle, so nothing is being created while the next measurement runs.
+async fn pool_full(d: &Dispatcher) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while d.pool_sizes().get(IMAGE).copied().unwrap_or(0) < POOL_SIZE {
+        if Instant::now() > deadline {
+            bail!("the warm pool did not fill to {POOL_SIZE} within 180 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    Ok(())
+}
+
+/// Pool hand-out vs bare create+start, then a few pool misses for reference.
+async fn pool_rows(
+    d: &Dispatcher,
+    engine: &Engine,
+    run_id: &str,
+    n: usize,
+    dispatcher_limits: Limits,
+) -> Result<PoolRows> {
+    let warmup = 2;
+    let mut rows = PoolRows {
+        acquire: Series::default(),
+        hits: 0,
+        bare: Series::default(),
+        miss: Series::default(),
+    };
+    let bare_body = bare_container(run_id, &dispatcher_limits);
+    for i in 0..warmup + n {
+        pool_full(d).await?;
+        let idle: HashSet<SandboxId> = d
+            .list()
+            .await?
+            .into_iter()
+            .filter(|s| s.owner.kind == OwnerKind::Pool)
+            .map(|s| s.id)
+            .collect();
+        let spec = SandboxSpec::new(IMAGE, Owner::new(OwnerKind::Operator, format!("bench-{i}")));
+        let started = Instant::now();
+        let id = d.acquire(spec).await?;
+        let took = started.elapsed();
+        d.destroy(id).await?;
+        if i >= warmup {
+            rows.acquire.0.push(took);
+            rows.hits += usize::from(idle.contains(&id));
+        }
+
+        pool_full(d).await?;
+        let name = format!("aegis-bench-{run_id}-{i}");
+        let started = Instant::now();
+        let container = engine.create_and_start(&name, &bare_body).await?;
+        let took = started.elapsed();
+        engine.remove_container(&container).await?;
+        if i >= warmup {
+            rows.bare.0.push(took);
+        }
+    }
+    // A spec the pool cannot serve (other pids limit): the full create path, for reference.
+    pool_full(d).await?;
+    for i in 0..n.min(5) {
+        let mut spec = SandboxSpec::new(
+            IMAGE,
+            Owner::new(OwnerKind::Operator, format!("bench-miss-{i}")),
+        );
+        spec.limits.pids = dispatcher_limits.pids / 2;
+        let started = Instant::now();
+        let id = d.acquire(spec).await?;
+        rows.miss.0.push(started.elapsed());
+        d.destroy(id).await?;
+    }
+    Ok(rows)
+}
+
+/// A container hardened like a sandbox (same image, capabilities, read-only root, tmpfs, limits,
+/// no network), minus what only the dispatcher needs (volumes, executor, attached stdin).
+fn bare_container(run_id: &str, limits: &Limits) -> Value {
+    json!({
+        "Image": IMAGE,
+        "Entrypoint": ["/bin/sleep"],
+        "Cmd": ["3600"],
+        "User": SANDBOX_USER,
+        "WorkingDir": "/workspace",
+        "NetworkDisabled": true,
+        "Labels": {BENCH_LABEL: run_id},
+        "HostConfig": {
+            "CapDrop": ["ALL"],
+            "SecurityOpt": ["no-new-privileges"],
+            "ReadonlyRootfs": true,
+            "Tmpfs": {"/tmp": format!("rw,noexec,nosuid,nodev,size={}", limits.tmpfs_bytes)},
+            "PidsLimit": limits.pids,
+            "Memory": limits.memory_bytes,
+            "MemorySwap": limits.memory_bytes,
+            "NanoCpus": limits.nano_cpus,
+            "NetworkMode": "none",
+            "IpcMode": "private",
+            "Init": false,
+            "LogConfig": {"Type": "none", "Config": {}},
+            "ShmSize": limits.tmpfs_bytes,
+        }
+    })
+}
+
+/// Everything measured, in order; the measured sandbox is destroyed whatever happens.
+async fn measure(args: &Args, app: &RunningApp, engine: &Engine, run_id: &str) -> Result<Report> {
+    let d = app.dispatcher()?;
+    say(format!("waiting for the warm pool ({POOL_SIZE} x {IMAGE})"));
+    pool_full(d).await?;
+
+    let agent = "bench-agent";
+    app.rest(
+        reqwest::Method::POST,
+        "/v1/agents",
+        RestBody::Yaml(agent_manifest(agent)),
+    )
+    .await?;
+    let created = app
+        .rest(
+            reqwest::Method::POST,
+            "/v1/sandboxes",
+            RestBody::Json(json!({"agent": agent})),
+        )
+        .await?;
+    let sandbox: SandboxId = created["sandbox_id"]
+        .as_str()
+        .ok_or_else(|| anyhow!("POST /v1/sandboxes answered without sandbox_id: {created}"))?
+        .parse()?;
+    let caller = orchestrator::auth::authenticate(&app.state.pool, &app.admin_key)
+        .await
+        .map_err(|e| anyhow!("admin key: {e}"))?;
+    let target = Target {
+        app,
+        engine,
+        caller,
+        sandbox,
+        container: format!("aegis-sbx-{sandbox}"),
+    };
+
+    let result = async {
+        // The agent's sandbox may have come from the pool: let the refill finish first.
+        pool_full(d).await?;
+        let load_before = loadavg();
+        say("4. memory: cmd.run printing 200 MiB");
+        let memory = target.memory().await?;
+
+        say(format!(
+            "1. cmd.run true: {} + {} warm-up iterations x 4 ways",
+            args.iterations, args.warmup
+        ));
+        let cmd = target.rows(Tool::True, args.warmup, args.iterations).await?;
+
+        say("2. fs.read 1 MiB: writing the file");
+        let line = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_\n";
+        let content = line.repeat(READ_BYTES / line.len());
+        let written = target
+            .router("fs.write", json!({"path": READ_PATH, "content": content}))
+            .await?;
+        expect(
+            written["bytes_written"] == READ_BYTES,
+            "fs.write of 1 MiB",
+            &written,
+        )?;
+        say(format!(
+            "2. fs.read 1 MiB: {} + {} warm-up iterations x 4 ways",
+            args.iterations, args.warmup
+        ));
+        let read = target.rows(Tool::Read, args.warmup, args.iterations).await?;
+
+        say(format!(
+            "3. pool: {} (+2 warm-up) acquisitions, each after a refill, and as many bare create+start",
+            args.pool_iterations
+        ));
+        let limits = Limits::default();
+        let pool = pool_rows(d, engine, run_id, args.pool_iterations, limits).await?;
+        let load_after = loadavg();
+        Ok(Report {
+            cmd,
+            read,
+            pool,
+            memory,
+            load_before,
+            load_after,
+        })
+    }
+    .await;
+    if let Err(e) = app.state.sandboxes.destroy(sandbox).await {
+        say(format!("could not destroy sandbox {sandbox}: {e}"));
+    }
+    result
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report.
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    if b.is_zero() {
+        f64::INFINITY
+    } else {
+        a.as_secs_f64() / b.as_secs_f64()
+    }
+}
+
+fn row(label: &str, s: &Series) {
+    println!(
+        "  {label:<58} {:>5} {:>12} {:>12} {:>12}",
+        s.0.len(),
+        ms(s.p50()),
+        ms(s.p95()),
+        ms(s.mean())
+    );
+}
+
+fn ratio_row(label: &str, ours: &Series, bare: &Series) {
+    println!(
+        "  {label:<58} {:>5} {:>12.3} {:>12.3} {:>12.3}",
+        "",
+        ratio(ours.p50(), bare.p50()),
+        ratio(ours.p95(), bare.p95()),
+        ratio(ours.mean(), bare.mean())
+    );
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT MET"
+    }
+}
+
+impl Report {
+    fn print(&self, args: &Args, docker: &Value) {
+        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default();
+        println!();
+        println!("aegis orchestrator sandbox benchmark (orchestrator in-process, release build)");
+        println!(
+            "machine: {cpus} CPUs, Linux {kernel}, Docker {} (API {}); load average {} at start, {} at end",
+            docker["Version"].as_str().unwrap_or("?"),
+            docker["ApiVersion"].as_str().unwrap_or("?"),
+            self.load_before,
+            self.load_after
+        );
+        println!(
+            "iterations: {} measured (+{} warm-up) per latency row, ways interleaved in random order; pool: {} (+2 warm-up)",
+            args.iterations, args.warmup, args.pool_iterations
+        );
+        println!();
+        println!(
+            "  {:<58} {:>5} {:>12} {:>12} {:>12}",
+            "", "n", "p50", "p95", "mean"
+        );
+        println!("1. cmd.run `true`");
+        row(
+            "ours: router (tools::invoke_in, operator, audited)",
+            &self.cmd.router,
+        );
+        row(
+            "  info: dispatcher.call only (no router)",
+            &self.cmd.dispatcher,
+        );
+        row("  info: REST POST /v1/tools/call", &self.cmd.rest);
+        row(
+            "bare: Docker exec /bin/true (create+start+inspect)",
+            &self.cmd.bare,
+        );
+        ratio_row("ratio ours/bare", &self.cmd.router, &self.cmd.bare);
+        println!("2. fs.read of a 1 MiB file");
+        row(
+            "ours: router (tools::invoke_in, operator, audited)",
+            &self.read.router,
+        );
+        row(
+            "  info: dispatcher.call only (no router)",
+            &self.read.dispatcher,
+        );
+        row("  info: REST POST /v1/tools/call", &self.read.rest);
+        row(
+            "bare: Docker exec cat, all output captured",
+            &self.read.bare,
+        );
+        ratio_row("ratio ours/bare", &self.read.router, &self.read.bare);
+        println!("3. sandbox acquisition");
+        row(
+            &format!(
+                "ours: Dispatcher::acquire, warm pool ({}/{} hits)",
+                self.pool.hits,
+                self.pool.acquire.0.len()
+            ),
+            &self.pool.acquire,
+        );
+        row(
+            "bare: Docker create+start, same image, hardened",
+            &self.pool.bare,
+        );
+        ratio_row("ratio ours/bare", &self.pool.acquire, &self.pool.bare);
+        row(
+            "  info: Dispatcher::acquire, pool miss (full create+ready)",
+            &self.pool.miss,
+        );
+        let m = &self.memory;
+        println!("4. orchestrator memory while cmd.run prints 200 MiB (default output cap)");
+        println!(
+            "  VmRSS before {:.1} MiB, VmHWM after {:.1} MiB: peak growth {:.1} MiB{}",
+            m.rss_before_kib as f64 / 1024.0,
+            m.hwm_after_kib as f64 / 1024.0,
+            m.growth_mib(),
+            if m.reset {
+                " (peak reset via /proc/self/clear_refs)"
+            } else {
+                " (peak NOT resettable here: upper bound, includes start-up)"
+            }
+        );
+        println!(
+            "  command: exit {}, {} bytes produced, {} kept{}, {:.2} s",
+            m.exit_code,
+            m.produced,
+            m.kept,
+            if m.truncated { " (truncated)" } else { "" },
+            m.elapsed.as_secs_f64()
+        );
+        println!();
+
+        let cmd_ratio = ratio(self.cmd.router.p50(), self.cmd.bare.p50());
+        println!(
+            "TARGET cmd.run true: ours/bare at p50 = {} / {} = {cmd_ratio:.3} (<= 0.25): {}",
+            ms(self.cmd.router.p50()),
+            ms(self.cmd.bare.p50()),
+            verdict(cmd_ratio <= 0.25)
+        );
+        let read_ratio = ratio(self.read.router.p50(), self.read.bare.p50());
+        println!(
+            "TARGET fs.read 1 MiB: ours/bare at p50 = {} / {} = {read_ratio:.3} (<= 0.5): {}",
+            ms(self.read.router.p50()),
+            ms(self.read.bare.p50()),
+            verdict(read_ratio <= 0.5)
+        );
+        let acquire = self.pool.acquire.p50();
+        println!(
+            "TARGET pool acquisition: p50 = {} (<= 10 ms; bare create+start p50 {}): {}",
+            ms(acquire),
+            ms(self.pool.bare.p50()),
+            verdict(acquire <= Duration::from_millis(10))
+        );
+        println!(
+            "TARGET RSS growth during 200 MiB of output: {:.1} MiB (< 50 MiB): {}",
+            m.growth_mib(),
+            verdict(m.growth_mib() < 50.0)
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A minimal Docker Engine API client: the raw baseline.
+
+/// Talks HTTP/1.1 to the engine's Unix socket, one connection per request.
+struct Engine {
+    socket: PathBuf,
+}
+
+struct Reply {
+    status: u16,
+    body: Vec<u8>,
+}
+
+struct ExecOutput {
+    exit_code: i64,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+const ENGINE_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Engine {
+    /// `DOCKER_HOST=unix://...` when set, else `/var/run/docker.sock`.
+    fn from_env() -> Result<Self> {
+        let socket = match std::env::var("DOCKER_HOST") {
+            Ok(h) if !h.is_empty() => match h.strip_prefix("unix://") {
+                Some(path) => PathBuf::from(path),
+                None => bail!(
+                    "DOCKER_HOST={h}: the benchmark's baseline client speaks only unix:// sockets"
+                ),
+            },
+            _ => PathBuf::from("/var/run/docker.sock"),
+        };
+        Ok(Self { socket })
+    }
+
+    /// One request on a fresh connection; with `upgrade`, the hijacked stream is the body.
+    async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        upgrade: bool,
+    ) -> Result<Reply> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let exchange = async {
+            let mut stream = tokio::net::UnixStream::connect(&self.socket)
+                .await
+                .with_context(|| format!("connecting to {}", self.socket.display()))?;
+            let payload = match body {
+                Some(v) => serde_json::to_vec(v)?,
+                None => Vec::new(),
+            };
+            let mut head = format!("{method} {path} HTTP/1.1\r\nHost: docker\r\n");
+            head.push_str(if upgrade {
+                "Connection: Upgrade\r\nUpgrade: tcp\r\n"
+            } else {
+                "Connection: close\r\n"
+            });
+            if body.is_some() {
+                head.push_str("Content-Type: application/json\r\n");
+            }
+            head.push_str(&format!("Content-Length: {}\r\n\r\n", payload.len()));
+            let mut request = head.into_bytes();
+            request.extend_from_slice(&payload);
+            stream.write_all(&request).await?;
+            let mut raw = Vec::with_capacity(8192);
+            stream.read_to_end(&mut raw).await?;
+            Ok::<_, anyhow::Error>(raw)
+        };
+        let raw = tokio::time::timeout(ENGINE_TIMEOUT, exchange)
+            .await
+            .map_err(|_| anyhow!("{method} {path}: no answer from the engine within 60 s"))??;
+        parse_reply(&raw).with_context(|| format!("{method} {path}"))
+    }
+
+    /// A request whose 2xx answer is JSON (or empty).
+    async fn json(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value> {
+        let reply = self.request(method, path, body, false).await?;
+        if !(200..300).contains(&reply.status) {
+            bail!(
+                "{method} {path}: {} {}",
+                reply.status,
+                String::from_utf8_lossy(&reply.body).trim()
+            );
+        }
+        if reply.body.is_empty() {
+            return Ok(Value::Null);
+        }
+        Ok(serde_json::from_slice(&reply.body)?)
+    }
+
+    /// `docker exec` as the sandbox user: create, start attached (output to EOF), inspect.
+    async fn exec(&self, container: &str, argv: &[&str]) -> Result<ExecOutput> {
+        let created = self
+            .json(
+                "POST",
+                &format!("/containers/{container}/exec"),
+                Some(&json!({
+                    "AttachStdin": false, "AttachStdout": true, "AttachStderr": true,
+                    "Tty": false, "Cmd": argv, "User": SANDBOX_USER, "WorkingDir": "/workspace",
+                })),
+            )
+            .await?;
+        let id = created["Id"]
+            .as_str()
+            .ok_or_else(|| anyhow!("exec create answered without Id: {created}"))?;
+        let started = self
+            .request(
+                "POST",
+                &format!("/exec/{id}/start"),
+                Some(&json!({"Detach": false, "Tty": false})),
+                true,
+            )
+            .await?;
+        if started.status != 101 && started.status != 200 {
+            bail!(
+                "exec start: {} {}",
+                started.status,
+                String::from_utf8_lossy(&started.body)
+            );
+        }
+        let (stdout, stderr) = demux(&started.body)?;
+        for _ in 0..1000 {
+            let info = self.json("GET", &format!("/exec/{id}/json"), None).await?;
+            if info["Running"] == false {
+                let exit_code = info["ExitCode"]
+                    .as_i64()
+                    .ok_or_else(|| anyhow!("exec inspect without ExitCode: {info}"))?;
+                return Ok(ExecOutput {
+                    exit_code,
+                    stdout,
+                    stderr,
+                });
+            }
+            tokio::task::yield_now().await;
+        }
+        bail!("exec {id} still running after its output ended")
+    }
+
+    /// Create + start of a container; returns its id.
+    async fn create_and_start(&self, name: &str, body: &Value) -> Result<String> {
+        let created = self
+            .json(
+                "POST",
+                &format!("/containers/create?name={name}"),
+                Some(body),
+            )
+            .await?;
+        let id = created["Id"]
+            .as_str()
+            .ok_or_else(|| anyhow!("container create answered without Id: {created}"))?
+            .to_owned();
+        if let Err(e) = self
+            .json("POST", &format!("/containers/{id}/start"), None)
+            .await
+        {
+            let _ = self.remove_container(&id).await;
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<()> {
+        let reply = self
+            .request(
+                "DELETE",
+                &format!("/containers/{id}?force=true&v=true"),
+                None,
+                false,
+            )
+            .await?;
+        if !(200..300).contains(&reply.status) && reply.status != 404 {
+            bail!(
+                "removing container {id}: {} {}",
+                reply.status,
+                String::from_utf8_lossy(&reply.body)
+            );
+        }
+        Ok(())
+    }
+
+    /// Removes containers and volumes of the sandbox scope and containers of this run's label.
+    async fn remove_labelled(&self, scope: Option<&str>, run_id: &str) -> Result<usize> {
+        let mut labels = vec![format!("{BENCH_LABEL}={run_id}")];
+        if let Some(scope) = scope {
+            labels.push(format!("{}={scope}", dispatcher::labels::SCOPE));
+        }
+        let mut removed = 0;
+        for label in &labels {
+            let filter = encode(&json!({"label": [label]}).to_string());
+            let list = self
+                .json(
+                    "GET",
+                    &format!("/containers/json?all=1&filters={filter}"),
+                    None,
+                )
+                .await?;
+            for c in list.as_array().into_iter().flatten() {
+                if let Some(id) = c["Id"].as_str() {
+                    self.remove_container(id).await?;
+                    removed += 1;
+                }
+            }
+            let list = self
+                .json("GET", &format!("/volumes?filters={filter}"), None)
+                .await?;
+            for v in list["Volumes"].as_array().into_iter().flatten() {
+                if let Some(name) = v["Name"].as_str() {
+                    let _ = self
+                        .request("DELETE", &format!("/volumes/{name}"), None, false)
+                        .await?;
+                    removed += 1;
+                }
+            }
+        }
+        Ok(removed)
+    }
+}
+
+fn encode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// Splits an HTTP/1.1 response into status and (de-chunked) body.
+fn parse_reply(raw: &[u8]) -> Result<Reply> {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| anyhow!("the engine's answer has no header end"))?;
+    let head = std::str::from_utf8(&raw[..end]).context("header is not UTF-8")?;
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow!("bad status line in {head:?}"))?;
+    let mut chunked = false;
+    let mut length = None;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("transfer-encoding") && value.eq_ignore_ascii_case("chunked") {
+            chunked = true;
+        } else if name.eq_ignore_ascii_case("content-length") {
+            length = value.parse::<usize>().ok();
+        }
+    }
+    let rest = &raw[end + 4..];
+    let body = if status == 101 {
+        rest.to_vec()
+    } else if chunked {
+        dechunk(rest)?
+    } else if let Some(n) = length {
+        rest[..n.min(rest.len())].to_vec()
+    } else {
+        rest.to_vec()
+    };
+    Ok(Reply { status, body })
+}
+
+fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or_else(|| anyhow!("truncated chunked body"))?;
+        let size_text = std::str::from_utf8(&rest[..line_end])?;
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .with_context(|| format!("bad chunk size {size_text:?}"))?;
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            return Ok(body);
+        }
+        if rest.len() < size {
+            bail!("truncated chunk");
+        }
+        body.extend_from_slice(&rest[..size]);
+        rest = rest.get(size + 2..).unwrap_or_default();
+    }
+}
+
+/// Splits Docker's multiplexed stream (8-byte frame headers) into stdout and stderr.
+fn demux(mut raw: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    while !raw.is_empty() {
+        if raw.len() < 8 {
+            bail!("truncated frame header in the exec stream");
+        }
+        let size = u32::from_be_bytes([raw[4], raw[5], raw[6], raw[7]]) as usize;
+        let payload = raw
+            .get(8..8 + size)
+            .ok_or_else(|| anyhow!("truncated frame in the exec stream"))?;
+        match raw[0] {
+            2 => stderr.extend_from_slice(payload),
+            _ => stdout.extend_from_slice(payload),
+        }
+        raw = &raw[8 + size..];
+    }
+    Ok((stdout, stderr))
+}
