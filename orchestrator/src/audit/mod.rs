@@ -211,6 +211,33 @@ pub async fn record(pool: &PgPool, caller: &Caller, entry: Entry) -> Result<Uuid
     Ok(row.id)
 }
 
+/// Records a change made through the operator API (keys, sandboxes, sessions, contexts).
+pub async fn record_admin(
+    pool: &PgPool,
+    caller: &Caller,
+    action: &str,
+    args: &Value,
+    ok: bool,
+    started: std::time::Instant,
+) -> Result<Uuid, sqlx::Error> {
+    record(
+        pool,
+        caller,
+        Entry {
+            kind: EntryKind::Admin,
+            action: action.to_owned(),
+            allowed: true,
+            reason_code: None,
+            reason: None,
+            args_digest: digest(args),
+            outcome: if ok { "ok" } else { "error" },
+            result_digest: None,
+            duration_ms: started.elapsed().as_millis() as i64,
+        },
+    )
+    .await
+}
+
 /// Filters of `GET /v1/audit`.
 #[derive(Debug, Default, Clone, serde::Deserialize, utoipa::IntoParams)]
 pub struct Query {

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
-use crate::audit::{self, Entry, EntryKind};
+use crate::audit;
 use crate::auth::{self, ApiKeyInfo, CreatedKey};
 use crate::caller::{Caller, Role};
 use crate::state::AppState;
@@ -26,32 +26,6 @@ pub struct CreateKey {
     pub role: Role,
     /// Optional expiry (RFC 3339).
     pub expires_at: Option<DateTime<Utc>>,
-}
-
-async fn record(
-    state: &AppState,
-    caller: &Caller,
-    action: &str,
-    args: serde_json::Value,
-    started: Instant,
-) -> Result<(), ApiError> {
-    audit::record(
-        &state.pool,
-        caller,
-        Entry {
-            kind: EntryKind::Admin,
-            action: action.to_owned(),
-            allowed: true,
-            reason_code: None,
-            reason: None,
-            args_digest: audit::digest(&args),
-            outcome: "ok",
-            result_digest: None,
-            duration_ms: started.elapsed().as_millis() as i64,
-        },
-    )
-    .await?;
-    Ok(())
 }
 
 /// Creates a key; the response holds the secret, which is never shown again.
@@ -72,11 +46,12 @@ pub async fn create(
         return Err(ApiError::bad_request("`expires_at` is in the past"));
     }
     let created = auth::create(&state.pool, &req.name, req.role, req.expires_at).await?;
-    record(
-        &state,
+    audit::record_admin(
+        &state.pool,
         &caller,
         "api_key.create",
-        json!({"name": req.name, "role": req.role, "id": created.info.id}),
+        &json!({"name": req.name, "role": req.role, "id": created.info.id}),
+        true,
         started,
     )
     .await?;
@@ -112,11 +87,12 @@ pub async fn revoke(
             format!("no active API key `{id}`"),
         )
     })?;
-    record(
-        &state,
+    audit::record_admin(
+        &state.pool,
         &caller,
         "api_key.revoke",
-        json!({"id": revoked.id}),
+        &json!({"id": revoked.id}),
+        true,
         started,
     )
     .await?;

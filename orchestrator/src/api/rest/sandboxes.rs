@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
-use crate::audit::{self, Entry, EntryKind};
+use crate::audit;
 use crate::caller::Caller;
 use crate::sandboxes::SandboxError;
 use crate::state::AppState;
@@ -53,33 +53,6 @@ impl From<SandboxError> for ApiError {
     }
 }
 
-async fn record(
-    state: &AppState,
-    caller: &Caller,
-    action: &str,
-    args: Value,
-    ok: bool,
-    started: Instant,
-) -> Result<(), ApiError> {
-    audit::record(
-        &state.pool,
-        caller,
-        Entry {
-            kind: EntryKind::Admin,
-            action: action.to_owned(),
-            allowed: true,
-            reason_code: None,
-            reason: None,
-            args_digest: audit::digest(&args),
-            outcome: if ok { "ok" } else { "error" },
-            result_digest: None,
-            duration_ms: started.elapsed().as_millis() as i64,
-        },
-    )
-    .await?;
-    Ok(())
-}
-
 /// Creates a sandbox for an agent (from the warm pool when one matches).
 #[utoipa::path(post, path = "/v1/sandboxes", operation_id = "create_sandbox", tag = "sandboxes", request_body = CreateSandbox,
     responses((status = 201, description = "Created", body = Value), (status = 404, description = "Unknown agent", body = ErrorBody),
@@ -103,11 +76,11 @@ pub async fn create(
             owner,
         )
         .await;
-    record(
-        &state,
+    audit::record_admin(
+        &state.pool,
         &caller,
         "sandbox.create",
-        json!({"agent": req.agent, "version": req.version}),
+        &json!({"agent": req.agent, "version": req.version}),
         made.is_ok(),
         started,
     )
@@ -153,11 +126,11 @@ pub async fn destroy(
         .await
         .map_err(SandboxError::from)?;
     let done = state.sandboxes.destroy(id).await;
-    record(
-        &state,
+    audit::record_admin(
+        &state.pool,
         &caller,
         "sandbox.destroy",
-        json!({"sandbox_id": id.0}),
+        &json!({"sandbox_id": id.0}),
         done.is_ok(),
         started,
     )

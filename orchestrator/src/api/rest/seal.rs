@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
-use crate::audit::{self, Entry, EntryKind};
+use crate::audit;
 use crate::caller::Caller;
 use crate::gateway::contexts::{self, ContextError};
 use crate::gateway::{sessions, AttestRequest, Session};
@@ -169,32 +169,6 @@ pub async fn get_session(
     Ok(Json(session_view(&s)))
 }
 
-async fn record_admin(
-    state: &AppState,
-    caller: &Caller,
-    action: &str,
-    args: Value,
-    started: Instant,
-) -> Result<(), ApiError> {
-    audit::record(
-        &state.pool,
-        caller,
-        Entry {
-            kind: EntryKind::Admin,
-            action: action.to_owned(),
-            allowed: true,
-            reason_code: None,
-            reason: None,
-            args_digest: audit::digest(&args),
-            outcome: "ok",
-            result_digest: None,
-            duration_ms: started.elapsed().as_millis() as i64,
-        },
-    )
-    .await?;
-    Ok(())
-}
-
 /// Revokes a session at once (later calls get 1006) and destroys its sandbox.
 #[utoipa::path(delete, path = "/v1/seal/sessions/{id}", operation_id = "revoke_seal_session", tag = "seal", params(("id" = Uuid, Path, description = "Session id")),
     responses((status = 200, description = "Revoked", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
@@ -226,11 +200,12 @@ pub async fn revoke_session(
             sandbox_destroyed = true;
         }
     }
-    record_admin(
-        &state,
+    audit::record_admin(
+        &state.pool,
         &caller,
         "seal.session.revoke",
-        json!({"session_id": id}),
+        &json!({"session_id": id}),
+        true,
         started,
     )
     .await?;
@@ -292,11 +267,12 @@ pub async fn put_context(
     let started = Instant::now();
     let ctx = contexts::parse(&definition)?;
     contexts::upsert(&state.pool, &caller.tenant, &ctx, "api").await?;
-    record_admin(
-        &state,
+    audit::record_admin(
+        &state.pool,
         &caller,
         "security_context.put",
-        json!({"name": ctx.name}),
+        &json!({"name": ctx.name}),
+        true,
         started,
     )
     .await?;
@@ -314,11 +290,12 @@ pub async fn delete_context(
     require(&caller, Need::Write)?;
     let started = Instant::now();
     contexts::delete(&state.pool, &caller.tenant, &name).await?;
-    record_admin(
-        &state,
+    audit::record_admin(
+        &state.pool,
         &caller,
         "security_context.delete",
-        json!({"name": name}),
+        &json!({"name": name}),
+        true,
         started,
     )
     .await?;
