@@ -469,3 +469,74 @@ async fn security_contexts_are_managed_by_operators() {
         .unwrap();
     assert_eq!(r.status(), 404);
 }
+
+#[tokio::test]
+async fn the_orchestrator_seal_subcommands_attest_and_call() {
+    let db = TestDb::create().await;
+    let app = app_on(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("session.json");
+    let run = |args: Vec<String>| async move {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+            .args(&args)
+            .env_remove("DATABASE_URL")
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    for (grpc, url) in [
+        (false, app.http_base.clone()),
+        (true, format!("http://{}", app.grpc_addr)),
+    ] {
+        let mut args = vec![
+            "seal".to_owned(),
+            "attest".into(),
+            "--url".into(),
+            url,
+            "--workload".into(),
+            "test-cli".into(),
+            "--context".into(),
+            "ops".into(),
+            "--session-file".into(),
+            session.display().to_string(),
+        ];
+        if grpc {
+            args.push("--grpc".into());
+        }
+        let attested = run(args).await;
+        assert_eq!(attested["status"], "success");
+        let result = run(vec![
+            "seal".into(),
+            "call".into(),
+            "aegis.agent.list".into(),
+            "{}".into(),
+            "--session-file".into(),
+            session.display().to_string(),
+        ])
+        .await;
+        assert_eq!(result["isError"], false, "{result}");
+        let tools = run(vec![
+            "seal".into(),
+            "tools".into(),
+            "--session-file".into(),
+            session.display().to_string(),
+        ])
+        .await;
+        assert!(
+            tools["tools"].as_array().is_some_and(|t| !t.is_empty()),
+            "{tools}"
+        );
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&session).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the saved session holds a private key");
+    }
+}
