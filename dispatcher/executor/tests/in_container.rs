@@ -977,7 +977,10 @@ fn requests_run_concurrently_and_can_be_cancelled() {
 fn closing_stdin_stops_everything() {
     let mut s = Sandbox::start();
     let sleeping = s.send(Sandbox::run_request(&["sleep", "100"]));
-    std::thread::sleep(Duration::from_millis(300));
+    // Lines are read in order and a ping is answered by the reader itself: once the ping is
+    // answered, the executor has taken the command in (under load, docker's stdin relay can lag).
+    s.ok(json!({"op": "ping"}));
+    std::thread::sleep(Duration::from_millis(500));
     s.close_stdin();
     // The command in flight is killed, and still answered before the executor exits.
     let r = s.wait(sleeping);
