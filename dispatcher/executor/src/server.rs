@@ -164,6 +164,9 @@ pub fn main() -> i32 {
 #[derive(Default)]
 struct InFlight {
     ids: Mutex<HashMap<u64, &'static str>>,
+    /// Requests that left `ids` (so their id may be reused) but whose answer is still being
+    /// written; shutdown waits for these too, or an answer could be lost at exit.
+    replying: Mutex<usize>,
     idle: Condvar,
 }
 
@@ -192,11 +195,30 @@ impl InFlight {
         self.idle.notify_all();
     }
 
+    /// Like `finish`, for a request whose answer is written next; call `replied` afterwards.
+    fn finish_before_reply(&self, id: u64, children: &Children) {
+        *self.replying.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.finish(id, children);
+    }
+
+    /// The answer of a `finish_before_reply` request is written.
+    fn replied(&self) {
+        let mut replying = self.replying.lock().unwrap_or_else(PoisonError::into_inner);
+        *replying = replying.saturating_sub(1);
+        drop(replying);
+        let _ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
+        self.idle.notify_all();
+    }
+
+    fn replying(&self) -> usize {
+        *self.replying.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Waits until no request is in flight or `limit` passed; returns how many are left.
     fn wait_idle(&self, limit: Duration) -> usize {
         let deadline = Instant::now() + limit;
         let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
-        while !ids.is_empty() {
+        while !ids.is_empty() || self.replying() > 0 {
             let now = Instant::now();
             if now >= deadline {
                 break;
@@ -207,7 +229,7 @@ impl InFlight {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        ids.len()
+        ids.len() + self.replying()
     }
 
     fn cancel(&self, target: u64, children: &Children) -> bool {
@@ -301,12 +323,14 @@ fn handle_line(
                         format!("{name} failed unexpectedly"),
                     ))
                 });
-            // Before answering, so that the caller may reuse the id as soon as it has the answer.
-            thread_in_flight.finish(id, &thread_context.children);
+            // Before answering, so that the caller may reuse the id as soon as it has the answer;
+            // shutdown still waits for the answer to be written (`replying`).
+            thread_in_flight.finish_before_reply(id, &thread_context.children);
             match result {
                 Ok(reply) => thread_output.send(&Response::ok(id, reply)),
                 Err(e) => thread_output.error(id, e),
             }
+            thread_in_flight.replied();
         });
     if let Err(e) = spawned {
         in_flight.finish(id, &context.children);
