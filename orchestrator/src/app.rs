@@ -294,12 +294,11 @@ async fn start_gateway(
                 })?;
         }
     }
-    let (kid, seed) = crate::gateway::sessions::signing_seed(pool)
+    let (_kid, seed) = crate::gateway::sessions::signing_seed(pool)
         .await
         .map_err(StoreError::from)?;
     Ok(crate::gateway::Gateway::new(
         seed,
-        &kid,
         crate::gateway::GatewayConfig {
             token_ttl_secs: config.seal.token_ttl_secs as i64,
             freshness_secs: config.seal.freshness_secs as i64,

@@ -12,7 +12,7 @@ pub mod store;
 pub mod validate;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -208,7 +208,7 @@ impl Engine {
     }
 
     /// Forgets a finished execution's cancel handle.
-    fn finished(&self, id: Uuid) {
+    pub(crate) fn finished(&self, id: Uuid) {
         if let Ok(mut running) = self.running.lock() {
             running.remove(&id);
         }
@@ -260,13 +260,3 @@ impl Engine {
         }
     }
 }
-
-impl Engine {
-    /// Shared handle for jobs to report completion.
-    pub(crate) fn done(state: &AppState, id: Uuid) {
-        state.executions.finished(id);
-    }
-}
-
-/// Type alias used by the state.
-pub type SharedEngine = Arc<Engine>;

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::validate::{self, IterationResult};
-use super::{store, Engine, EngineConfig};
+use super::{store, EngineConfig};
 use crate::caller::{Caller, CallerKind, Tier};
 use crate::llm::{ChatRequest, LlmClient, Message, Role, ToolSpec};
 use crate::manifest::AgentView;
@@ -174,7 +174,7 @@ impl Job {
                 tracing::error!(execution = %self.id, error = %e, "could not record the end of an execution")
             }
         }
-        Engine::done(&self.state, self.id);
+        self.state.executions.finished(self.id);
     }
 
     /// The caller tool calls are made as: the execution, under the agent's security context.

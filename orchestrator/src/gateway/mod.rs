@@ -13,7 +13,7 @@ pub mod sessions;
 use std::sync::Arc;
 use std::time::Instant;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::Utc;
 use dispatcher::SandboxId;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -73,8 +73,7 @@ pub struct Refusal {
 
 impl Gateway {
     /// Builds the gateway around the node's signing key.
-    pub fn new(seed: [u8; 32], kid: &str, config: GatewayConfig) -> Self {
-        let _ = kid;
+    pub fn new(seed: [u8; 32], config: GatewayConfig) -> Self {
         Self {
             issuer: TokenIssuer::from_seed(seed, "orchestrator"),
             limiter: Arc::new(RateLimiter::new()),
@@ -556,12 +555,4 @@ fn anonymous(label: &str) -> Caller {
         tenant: crate::DEFAULT_TENANT.to_owned(),
         seal: None,
     }
-}
-
-/// An RFC 3339 time from Unix seconds (for messages).
-pub fn iso(unix: i64) -> String {
-    Utc.timestamp_opt(unix, 0)
-        .single()
-        .map(|t: DateTime<Utc>| t.to_rfc3339())
-        .unwrap_or_default()
 }

@@ -265,9 +265,10 @@ fn wait<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             timeout_seconds: Option<u64>,
         }
         let a: A = args(a)?;
-        let poll =
-            Duration::from_millis((a.poll_interval_seconds.unwrap_or(1).max(1) * 1000).min(10_000))
-                .min(Duration::from_millis(500));
+        // Polls every 500 ms: `poll_interval_seconds` (at least 1 s) is only an upper bound on
+        // how late the answer may come, and finer polling always satisfies it.
+        let _ = a.poll_interval_seconds;
+        let poll = Duration::from_millis(500);
         let deadline = tokio::time::Instant::now()
             + Duration::from_secs(a.timeout_seconds.unwrap_or(300).clamp(1, 3600));
         loop {

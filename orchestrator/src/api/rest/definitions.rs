@@ -16,7 +16,6 @@ use crate::caller::Caller;
 use crate::manifest::ManifestKind;
 use crate::registry::{self, Definition, VersionInfo};
 use crate::state::AppState;
-use crate::tools;
 
 /// `?force=` on deploys.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -31,16 +30,6 @@ pub struct DeployQuery {
 pub struct VersionQuery {
     /// A specific version instead of the latest.
     pub version: Option<String>,
-}
-
-async fn call(
-    state: &AppState,
-    caller: &Caller,
-    tool: &str,
-    args: Value,
-) -> Result<Value, ApiError> {
-    let outcome = tools::invoke(state, caller, tool, args).await?;
-    outcome.result.map_err(ApiError::from)
 }
 
 async fn deploy(
@@ -60,7 +49,7 @@ async fn deploy(
         ManifestKind::Agent => "aegis.agent.create",
         ManifestKind::Workflow => "aegis.workflow.create",
     };
-    let out = call(
+    let out = super::call_tool(
         &state,
         &caller,
         tool,
@@ -212,7 +201,7 @@ pub async fn delete_agent(
 ) -> Result<Json<Value>, ApiError> {
     require(&caller, Need::Write)?;
     Ok(Json(
-        call(
+        super::call_tool(
             &state,
             &caller,
             "aegis.agent.delete",
@@ -233,7 +222,7 @@ pub async fn delete_workflow(
 ) -> Result<Json<Value>, ApiError> {
     require(&caller, Need::Write)?;
     Ok(Json(
-        call(
+        super::call_tool(
             &state,
             &caller,
             "aegis.workflow.delete",

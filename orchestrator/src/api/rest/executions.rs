@@ -22,7 +22,6 @@ use super::error::{ApiError, ErrorBody};
 use crate::caller::Caller;
 use crate::engine::store;
 use crate::state::AppState;
-use crate::tools;
 
 /// Body of `POST /v1/agents/{id}/execute`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -40,16 +39,6 @@ pub struct ExecuteBody {
 pub struct ExecuteQuery {
     /// Agent version (default latest).
     pub version: Option<String>,
-}
-
-async fn call(
-    state: &AppState,
-    caller: &Caller,
-    tool: &str,
-    args: Value,
-) -> Result<Value, ApiError> {
-    let outcome = tools::invoke(state, caller, tool, args).await?;
-    outcome.result.map_err(ApiError::from)
 }
 
 /// Starts an execution of an agent; answers at once with its id.
@@ -73,7 +62,7 @@ pub async fn execute(
     if let Some(version) = q.version {
         args["version"] = json!(version);
     }
-    let out = call(&state, &caller, "aegis.task.execute", args).await?;
+    let out = super::call_tool(&state, &caller, "aegis.task.execute", args).await?;
     Ok((
         StatusCode::CREATED,
         Json(json!({"execution_id": out["execution_id"], "status": "pending"})),
@@ -143,7 +132,7 @@ pub async fn cancel(
     Path(id): Path<Uuid>,
 ) -> Result<Json<Value>, ApiError> {
     require(&caller, Need::Write)?;
-    call(
+    super::call_tool(
         &state,
         &caller,
         "aegis.task.cancel",
@@ -163,7 +152,7 @@ pub async fn remove(
 ) -> Result<Json<Value>, ApiError> {
     require(&caller, Need::Write)?;
     Ok(Json(
-        call(
+        super::call_tool(
             &state,
             &caller,
             "aegis.task.remove",

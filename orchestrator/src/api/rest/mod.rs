@@ -23,7 +23,20 @@ use tower_http::trace::TraceLayer;
 
 pub use error::{ApiError, ErrorBody};
 
+use crate::caller::Caller;
 use crate::state::AppState;
+
+/// Runs a tool through the router for a REST route and unwraps its result (refusals and tool
+/// failures become HTTP errors), so deploys, deletes and executions are audited like any call.
+pub(super) async fn call_tool(
+    state: &AppState,
+    caller: &Caller,
+    tool: &str,
+    args: serde_json::Value,
+) -> Result<serde_json::Value, ApiError> {
+    let outcome = crate::tools::invoke(state, caller, tool, args).await?;
+    outcome.result.map_err(ApiError::from)
+}
 
 /// Builds the whole HTTP router.
 pub fn router(state: AppState) -> Router {
