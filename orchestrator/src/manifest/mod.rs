@@ -16,8 +16,10 @@
 //! [`WorkflowView`]. Export ([`to_yaml`]) is written against the same loader, so it round-trips.
 
 mod agent;
+mod deployed;
 mod emit;
 mod error;
+mod graph;
 mod pointer;
 mod schema;
 mod semantic;
@@ -35,6 +37,7 @@ pub use agent::{
     AgentView, CmdRunLimits, ExecutionLimits, NetworkMode, NetworkPolicy, Resources, RuntimeRef,
     CMD_DISPATCHER, CMD_RUN,
 };
+pub use deployed::Deployed;
 pub use emit::to_yaml;
 pub use error::{ManifestError, ManifestErrors, Stage};
 pub use schema::schema;
@@ -124,15 +127,47 @@ impl ParsedManifest {
     }
 }
 
+/// The full outcome of validating a manifest: the manifest or every error, and the warnings
+/// (problems that do not refuse it, such as an agent that is not deployed yet) either way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validation {
+    /// The accepted manifest, or why it is refused.
+    pub manifest: Result<ParsedManifest, ManifestErrors>,
+    /// Warnings with pointer (and line, for text), ordered like errors.
+    pub warnings: Vec<ManifestError>,
+}
+
 /// Parses and validates a manifest given as YAML or JSON text (JSON is YAML).
 pub fn parse(
     kind: ManifestKind,
     text: &str,
     node: &NodeKnowledge<'_>,
 ) -> Result<ParsedManifest, ManifestErrors> {
-    let loaded = yaml::load(text)?;
+    parse_checked(kind, text, node, None).manifest
+}
+
+/// Like [`parse`], and also checks references to other definitions against `deployed` (the
+/// registry the caller sees): Subworkflow targets must exist (an error), agents should (a
+/// warning). Without `deployed` those checks are skipped.
+pub fn parse_checked(
+    kind: ManifestKind,
+    text: &str,
+    node: &NodeKnowledge<'_>,
+    deployed: Option<&Deployed>,
+) -> Validation {
+    let loaded = match yaml::load(text) {
+        Ok(loaded) => loaded,
+        Err(errors) => {
+            return Validation {
+                manifest: Err(errors),
+                warnings: Vec::new(),
+            }
+        }
+    };
     let positions = loaded.positions;
-    validate(kind, loaded.value, node, |errors| positions.place(errors))
+    validate(kind, loaded.value, node, deployed, |errors| {
+        positions.place(errors)
+    })
 }
 
 /// Validates a manifest given as a JSON value (errors have pointers but no lines).
@@ -141,34 +176,45 @@ pub fn parse_value(
     value: Value,
     node: &NodeKnowledge<'_>,
 ) -> Result<ParsedManifest, ManifestErrors> {
-    validate(kind, value, node, |errors| errors)
+    validate(kind, value, node, None, |errors| errors).manifest
 }
 
 fn validate(
     kind: ManifestKind,
     value: Value,
     node: &NodeKnowledge<'_>,
+    deployed: Option<&Deployed>,
     place: impl Fn(Vec<ManifestError>) -> Vec<ManifestError>,
-) -> Result<ParsedManifest, ManifestErrors> {
+) -> Validation {
+    let refuse = |errors: Vec<ManifestError>, warnings: Vec<ManifestError>| Validation {
+        manifest: Err(ManifestErrors::sorted(place(errors))),
+        warnings: ManifestErrors::sorted(place(warnings)).0,
+    };
     let errors = schema::validate(kind, &value);
     if !errors.is_empty() {
-        return Err(ManifestErrors::sorted(place(errors)));
+        return refuse(errors, Vec::new());
     }
-    let errors = semantic::check(kind, &value, node);
-    if !errors.is_empty() {
-        return Err(ManifestErrors::sorted(place(errors)));
+    let findings = semantic::check(kind, &value, node, deployed);
+    if !findings.errors.is_empty() {
+        return refuse(findings.errors, findings.warnings);
     }
+    let warnings = ManifestErrors::sorted(place(findings.warnings)).0;
     let text = |pointer: &str| value.pointer(pointer).and_then(Value::as_str);
     // The schema requires name and version, and the semantic stage checked the version.
     let name = text("/metadata/name").unwrap_or_default().to_owned();
-    let version =
-        semver::Version::parse(text("/metadata/version").unwrap_or_default()).map_err(|e| {
-            ManifestErrors::from(ManifestError::new(
-                Stage::Semantic,
-                "/metadata/version",
-                e.to_string(),
-            ))
-        })?;
+    let version = match semver::Version::parse(text("/metadata/version").unwrap_or_default()) {
+        Ok(version) => version,
+        Err(e) => {
+            return refuse(
+                vec![ManifestError::new(
+                    Stage::Semantic,
+                    "/metadata/version",
+                    e.to_string(),
+                )],
+                Vec::new(),
+            )
+        }
+    };
     let description = text("/metadata/description").map(str::to_owned);
     let labels = value
         .pointer("/metadata/labels")
@@ -180,15 +226,18 @@ fn validate(
         })
         .unwrap_or_default();
     let yaml = to_yaml(&value);
-    Ok(ParsedManifest {
-        kind,
-        name,
-        version,
-        description,
-        labels,
-        value,
-        yaml,
-    })
+    Validation {
+        manifest: Ok(ParsedManifest {
+            kind,
+            name,
+            version,
+            description,
+            labels,
+            value,
+            yaml,
+        }),
+        warnings,
+    }
 }
 
 /// Keys of the schemas [`schema`] serves.

@@ -5,36 +5,57 @@
 //! transition targets, reachability, template references, volume names) and references to the
 //! node (tools in the catalog, runtimes in the registry), which the schema cannot know.
 
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 use serde_json::{Map, Value};
 
 use super::agent::{AgentView, CMD_DISPATCHER, CMD_RUN};
+use super::deployed::Deployed;
 use super::error::{ManifestError, Stage};
+use super::graph::StateGraph;
 use super::template::path_refs;
 use super::{pointer, ManifestKind, NodeKnowledge};
 
-/// Every semantic problem of a schema-valid manifest, without positions.
+/// What the semantic stage found: errors refuse the manifest, warnings do not.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    /// Problems that make the manifest unusable.
+    pub(crate) errors: Vec<ManifestError>,
+    /// Problems that a later deploy may fix (an agent not deployed yet), reported with the
+    /// manifest accepted.
+    pub(crate) warnings: Vec<ManifestError>,
+}
+
+/// Every semantic problem of a schema-valid manifest, without positions. References to other
+/// definitions are checked only when `deployed` (the registry as the caller sees it) is given.
 pub(crate) fn check(
     kind: ManifestKind,
     value: &Value,
     node: &NodeKnowledge<'_>,
-) -> Vec<ManifestError> {
+    deployed: Option<&Deployed>,
+) -> Findings {
     let mut errors = Errors::default();
     metadata(value, &mut errors);
     match kind {
         ManifestKind::Agent => agent(value, node, &mut errors),
-        ManifestKind::Workflow => workflow(value, node, &mut errors),
+        ManifestKind::Workflow => workflow(value, node, deployed, &mut errors),
     }
     errors.0
 }
 
 #[derive(Default)]
-struct Errors(Vec<ManifestError>);
+struct Errors(Findings);
 
 impl Errors {
     fn push(&mut self, pointer: impl Into<String>, message: impl Into<String>) {
         self.0
+            .errors
+            .push(ManifestError::new(Stage::Semantic, pointer, message));
+    }
+
+    fn warn(&mut self, pointer: impl Into<String>, message: impl Into<String>) {
+        self.0
+            .warnings
             .push(ManifestError::new(Stage::Semantic, pointer, message));
     }
 }
@@ -317,30 +338,48 @@ fn output_handler(at: &str, handler: &Value, node: &NodeKnowledge<'_>, errors: &
 // ---------------------------------------------------------------------------------------------
 // Workflows
 
-/// Template roots that are not state names (worker variables and blackboard entries).
+/// Template roots that are always there: the run's variables (the input, the intent, the
+/// feedback of the incoming transition, ...), the loop variables of agent prompts, and the
+/// Handlebars helpers (a helper used without arguments looks like a path).
 const TEMPLATE_ROOTS: &[&str] = &[
+    "workflow",
     "input",
     "intent",
+    "state",
+    "human",
+    "execution",
+    "tenant_id",
     "instruction",
     "context",
-    "blackboard",
-    "state",
-    "states",
-    "workflow",
     "iteration_number",
     "previous_error",
-    "output",
-    "state_output",
     "feedback",
-    "execution",
+    "output",
     "this",
+    "length",
+    "upper",
+    "lower",
+    "trim",
+    "json",
+    "first_line",
+    "default",
+    "keys",
+    "lookup",
 ];
+
+/// The variable a transition's `custom` expression reads the state's own output from.
+const STATE_OUTPUT: &str = "state_output";
 
 /// Condition sets that together always match, so a state with all of them never ends a run.
 /// (Exit-code conditions are not among them: a step may end without an exit code.)
 const EXHAUSTIVE: &[&[&str]] = &[&["always"], &["on_success", "on_failure"]];
 
-fn workflow(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
+fn workflow(
+    value: &Value,
+    node: &NodeKnowledge<'_>,
+    deployed: Option<&Deployed>,
+    errors: &mut Errors,
+) {
     let empty = Map::new();
     let states = value
         .pointer("/spec/states")
@@ -357,17 +396,20 @@ fn workflow(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
         }
     }
 
-    let blackboard_keys = blackboard_keys(value, states);
+    let graph = StateGraph::new(states, initial);
+    let refs = References::new(value, states, &graph);
     for (name, state) in states {
         let at = pointer::join("/spec/states", name);
         transitions(&at, state, &names, errors);
         state_kind_rules(&at, state, value, node, errors);
-        templates_in(&at, state, &names, &blackboard_keys, errors);
+        refs.state(&at, name, state, errors);
+        subworkflow_target(&at, state, value, deployed, errors);
+        agent_references(&at, state, deployed, errors);
     }
     if let Some(Value::Object(outputs)) = value.pointer("/metadata/output_template") {
         for (key, template) in outputs {
             let at = pointer::join("/metadata/output_template", key);
-            templates_in(&at, template, &names, &blackboard_keys, errors);
+            refs.walk(&at, template, Scope::Final, errors);
         }
     }
 
@@ -390,6 +432,8 @@ fn workflow(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
                 "no reachable state can end a run: every one always takes a transition \
                  (add a terminal state with `transitions: []`)",
             );
+        } else {
+            inescapable_loops(&graph, errors);
         }
     }
     for key in ["input_schema", "output_schema"] {
@@ -399,6 +443,30 @@ fn workflow(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
         }
     }
     shared_volume_names(value, errors);
+}
+
+/// A loop is normal (refine until a judge is satisfied), but only with a way out: a loop from
+/// which no terminal state can be reached would burn `max_state_visits` and fail every run.
+fn inescapable_loops(graph: &StateGraph<'_>, errors: &mut Errors) {
+    for members in graph.inescapable_loops() {
+        let Some(first) = members.first() else {
+            continue;
+        };
+        let what = if members.len() == 1 {
+            format!("state `{first}` loops on itself")
+        } else {
+            let list: Vec<String> = members.iter().map(|m| format!("`{m}`")).collect();
+            format!("states {} form a loop", list.join(", "))
+        };
+        errors.push(
+            pointer::join(&pointer::join("/spec/states", first), "transitions"),
+            format!(
+                "{what} that no run can leave: no transition out of it leads to a terminal \
+                 state (`transitions: []`), so every run ends failed at max_state_visits; add \
+                 an exit, e.g. `{{condition: score_above, threshold: 0.8, target: DONE}}`"
+            ),
+        );
+    }
 }
 
 fn transitions(at: &str, state: &Value, names: &BTreeSet<&str>, errors: &mut Errors) {
@@ -453,24 +521,44 @@ fn transitions(at: &str, state: &Value, names: &BTreeSet<&str>, errors: &mut Err
     }
 }
 
-/// Conditions that can never be evaluated in a state of this kind. Only the human-response
-/// conditions are tied to a kind (schemas/README.md, decision 11): other outputs are loose enough
-/// across kinds that a rule would refuse working workflows.
+/// The state kinds whose output a condition can be evaluated on (schemas/README.md, decision
+/// 11): scores come from judges (Agent, ParallelAgents), exit codes from commands (System,
+/// ContainerRun), votes from ParallelAgents, responses from Human. `None`: every kind.
+fn condition_kinds(condition: &str) -> Option<&'static [&'static str]> {
+    match condition {
+        "score_above"
+        | "score_below"
+        | "score_between"
+        | "confidence_above"
+        | "score_and_confidence_above" => Some(&["Agent", "ParallelAgents"]),
+        "exit_code_zero" | "exit_code_non_zero" | "exit_code" => Some(&["System", "ContainerRun"]),
+        "consensus" | "all_approved" | "any_rejected" => Some(&["ParallelAgents"]),
+        "input_equals" | "input_equals_yes" | "input_equals_no" => Some(&["Human"]),
+        _ => None,
+    }
+}
+
+/// Conditions that can never hold in a state of this kind, because its output never has what
+/// they test.
 fn condition_misfit(condition: &str, kind: &str) -> Option<String> {
-    let human_only = matches!(
-        condition,
-        "input_equals" | "input_equals_yes" | "input_equals_no"
-    );
-    (human_only && kind != "Human").then(|| {
-        let article = if kind.starts_with(['A', 'E', 'I', 'O', 'U']) {
-            "an"
-        } else {
-            "a"
-        };
-        format!(
-            "`{condition}` is only meaningful on a Human state (this is {article} {kind} state)"
-        )
-    })
+    let kinds = condition_kinds(condition)?;
+    if kinds.contains(&kind) {
+        return None;
+    }
+    let article = if kind.starts_with(['A', 'E', 'I', 'O', 'U']) {
+        "an"
+    } else {
+        "a"
+    };
+    let allowed = match kinds {
+        [one] => format!("a {one} state"),
+        [a, b] => format!("{a} and {b} states"),
+        _ => kinds.join(", "),
+    };
+    Some(format!(
+        "`{condition}` is only meaningful on {allowed} (this is {article} {kind} state, whose \
+         output it can never match); use on_success, on_failure, always or custom here"
+    ))
 }
 
 /// Rules that depend on the state kind and that the schema cannot express.
@@ -582,94 +670,317 @@ fn shared_volume_names(value: &Value, errors: &mut Errors) {
     }
 }
 
-/// Blackboard keys other than state names that templates may use: `spec.context` keys,
-/// subworkflow `result_key`s and the workspace volume key.
-fn blackboard_keys<'v>(value: &'v Value, states: &'v Map<String, Value>) -> BTreeSet<&'v str> {
-    let mut keys: BTreeSet<&str> = BTreeSet::new();
-    if let Some(Value::Object(context)) = value.pointer("/spec/context") {
-        keys.extend(context.keys().map(String::as_str));
-    }
-    keys.extend(
-        states
-            .values()
-            .filter_map(|s| s.get("result_key").and_then(Value::as_str)),
-    );
-    keys.insert(
-        value
-            .pointer("/spec/storage/workspace/blackboard_key")
-            .and_then(Value::as_str)
-            .unwrap_or("workspace_volume_id"),
-    );
-    keys
+/// Where a template is rendered, which decides what it may read.
+#[derive(Debug, Clone, Copy)]
+enum Scope<'a> {
+    /// Before the state runs (its input, command, prompt, ...): only states that can have run
+    /// before it, and the state itself only on a revisit.
+    Before(&'a str),
+    /// After the state ran (its judges and output handler): also the state itself.
+    After(&'a str),
+    /// In one of the state's transitions (`feedback`, a `custom` expression): also the state
+    /// itself and `state_output`.
+    Transition(&'a str),
+    /// `metadata.output_template`, over the final blackboard: any state.
+    Final,
 }
 
-/// Checks every template string under `value` for references to unknown states.
-fn templates_in(
+/// What templates may name: states (in the order a run can reach them), `spec.context` keys,
+/// Subworkflow `result_key`s (once their state can have run) and the workspace volume key.
+struct References<'a> {
+    states: BTreeSet<&'a str>,
+    /// `spec.context` keys and the workspace volume key: on the blackboard from the start.
+    keys: BTreeSet<&'a str>,
+    /// `result_key` -> the Subworkflow states that write it.
+    results: BTreeMap<&'a str, Vec<&'a str>>,
+    graph: &'a StateGraph<'a>,
+}
+
+impl<'a> References<'a> {
+    fn new(value: &'a Value, states: &'a Map<String, Value>, graph: &'a StateGraph<'a>) -> Self {
+        let mut keys: BTreeSet<&str> = BTreeSet::new();
+        if let Some(Value::Object(context)) = value.pointer("/spec/context") {
+            keys.extend(context.keys().map(String::as_str));
+        }
+        keys.insert(
+            value
+                .pointer("/spec/storage/workspace/blackboard_key")
+                .and_then(Value::as_str)
+                .unwrap_or("workspace_volume_id"),
+        );
+        let mut results: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (name, state) in states {
+            if let Some(key) = state.get("result_key").and_then(Value::as_str) {
+                results.entry(key).or_default().push(name.as_str());
+            }
+        }
+        References {
+            states: states.keys().map(String::as_str).collect(),
+            keys,
+            results,
+            graph,
+        }
+    }
+
+    /// Checks the templates of one state, each in the scope it is rendered in.
+    fn state(&self, at: &str, name: &'a str, state: &Value, errors: &mut Errors) {
+        let Value::Object(fields) = state else {
+            return;
+        };
+        for (key, field) in fields {
+            let scope = match key.as_str() {
+                "transitions" => Scope::Transition(name),
+                "judges" | "judges_for_parallel" | "output_handler" => Scope::After(name),
+                _ => Scope::Before(name),
+            };
+            self.walk(&pointer::join(at, key), field, scope, errors);
+        }
+        // A `custom` expression is the inside of `{{#if ...}}`, written without braces.
+        for (i, transition) in indexed(state.get("transitions")) {
+            let expression = transition.get("expression").and_then(Value::as_str);
+            if let Some(expression) = expression.filter(|e| !e.contains("{{")) {
+                let t_at = pointer::join_index(&pointer::join(at, "transitions"), i);
+                let text = format!("{{{{{expression}}}}}");
+                self.check_text(
+                    &pointer::join(&t_at, "expression"),
+                    &text,
+                    Scope::Transition(name),
+                    errors,
+                );
+            }
+        }
+    }
+
+    /// Checks every template string under `value`.
+    fn walk(&self, at: &str, value: &Value, scope: Scope<'a>, errors: &mut Errors) {
+        match value {
+            Value::String(text) if text.contains("{{") => self.check_text(at, text, scope, errors),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    self.walk(&pointer::join_index(at, i), item, scope, errors);
+                }
+            }
+            Value::Object(map) => {
+                for (key, item) in map {
+                    self.walk(&pointer::join(at, key), item, scope, errors);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn check_text(&self, at: &str, text: &str, scope: Scope<'a>, errors: &mut Errors) {
+        for reference in path_refs(text) {
+            if reference.scoped {
+                continue;
+            }
+            if let Some(problem) = self.problem(&reference.segments, scope) {
+                errors.push(at, format!("template `{}` {problem}", reference.expression));
+            }
+        }
+    }
+
+    /// What is wrong with one path, in `scope`.
+    ///
+    /// `states.X` must name a state and `blackboard.X` a state or another blackboard key. A
+    /// dotted path whose root is no known variable is read as `STATE.field`. A bare unknown word
+    /// is let through: it may be a blackboard key given when the run starts.
+    fn problem(&self, segments: &[String], scope: Scope<'a>) -> Option<String> {
+        let root = segments.first()?.as_str();
+        if root.starts_with(['@', '.']) {
+            return None;
+        }
+        let (name, explicit) = match root {
+            "states" | "blackboard" => (segments.get(1)?.as_str(), true),
+            _ => (root, false),
+        };
+        if name == STATE_OUTPUT && !explicit {
+            return match scope {
+                Scope::Transition(_) => None,
+                _ => Some(format!(
+                    "reads `{STATE_OUTPUT}`, which exists only in a transition's `custom` \
+                     expression (elsewhere read a state's output by its name, `STATE.output`)"
+                )),
+            };
+        }
+        if !explicit && TEMPLATE_ROOTS.contains(&name) {
+            return None;
+        }
+        if self.states.contains(name) {
+            return self.order(name, &[name], scope);
+        }
+        if root != "states" {
+            if let Some(writers) = self.results.get(name) {
+                return self.order(name, writers, scope);
+            }
+            if self.keys.contains(name) {
+                return None;
+            }
+        }
+        if !explicit && segments.len() == 1 {
+            return None;
+        }
+        let mut known = self.states.clone();
+        if root != "states" {
+            known.extend(self.keys.iter().copied());
+            known.extend(self.results.keys().copied());
+        }
+        Some(format!(
+            "names unknown state `{name}`{}",
+            suggestion(name, &known)
+        ))
+    }
+
+    /// Whether the blackboard entry `name`, written by one of `writers`, can exist when a
+    /// template in `scope` is rendered.
+    fn order(&self, name: &str, writers: &[&str], scope: Scope<'a>) -> Option<String> {
+        let (current, itself_ok) = match scope {
+            Scope::Final => return None,
+            Scope::Before(s) => (s, false),
+            Scope::After(s) | Scope::Transition(s) => (s, true),
+        };
+        // Unreachable states are reported as such; an order among them means nothing.
+        if !self.graph.is_reachable(current) {
+            return None;
+        }
+        let fine = writers.iter().any(|writer| {
+            (itself_ok && *writer == current)
+                || !self.graph.is_reachable(writer)
+                || self.graph.can_run_before(writer, current)
+        });
+        if fine {
+            return None;
+        }
+        let source = if writers == [name] {
+            format!("state `{name}`")
+        } else {
+            let list: Vec<String> = writers.iter().map(|w| format!("`{w}`")).collect();
+            format!("`{name}` (the result of {})", list.join(", "))
+        };
+        Some(if writers.contains(&current) {
+            format!(
+                "reads {source} before it has run: `{current}` is never revisited (no \
+                 transition path leads back to it), so its output does not exist yet"
+            )
+        } else {
+            format!(
+                "reads {source}, which can never have run before state `{current}` (no \
+                 transition path leads from it to `{current}`)"
+            )
+        })
+    }
+}
+
+/// A Subworkflow's `workflow_id` must name a deployed workflow (when the registry is known),
+/// and a blocking call may not lead back to this workflow: that run would wait for itself.
+fn subworkflow_target(
     at: &str,
+    state: &Value,
     value: &Value,
-    states: &BTreeSet<&str>,
-    keys: &BTreeSet<&str>,
+    deployed: Option<&Deployed>,
     errors: &mut Errors,
 ) {
-    match value {
-        Value::String(text) if text.contains("{{") => {
-            for reference in path_refs(text) {
-                if reference.scoped {
-                    continue;
-                }
-                if let Some(unknown) = unknown_state(&reference.segments, states, keys) {
-                    errors.push(
-                        at,
-                        format!(
-                            "template `{}` names unknown state `{unknown}`{}",
-                            reference.expression,
-                            suggestion(unknown, states)
-                        ),
-                    );
-                }
-            }
-        }
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                templates_in(&pointer::join_index(at, i), item, states, keys, errors);
-            }
-        }
-        Value::Object(map) => {
-            for (key, item) in map {
-                templates_in(&pointer::join(at, key), item, states, keys, errors);
+    if state.get("kind").and_then(Value::as_str) != Some("Subworkflow") {
+        return;
+    }
+    let Some(target) = state.get("workflow_id").and_then(Value::as_str) else {
+        return;
+    };
+    if target.contains("{{") {
+        return;
+    }
+    let own = value
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let blocking = state.get("mode").and_then(Value::as_str) == Some("blocking");
+    let target_at = pointer::join(at, "workflow_id");
+    let resolved = deployed.and_then(|d| d.workflow_name(target));
+    if blocking && (target == own || resolved == Some(own)) {
+        errors.push(
+            target_at,
+            format!(
+                "a blocking Subworkflow may not call its own workflow `{own}`: every run would \
+                 start another and wait for it, without end (use a loop transition, or mode \
+                 fire_and_forget)"
+            ),
+        );
+        return;
+    }
+    let Some(deployed) = deployed else {
+        return;
+    };
+    match resolved {
+        None if target != own => errors.push(
+            target_at,
+            format!(
+                "workflow `{target}` is not deployed{}: deploy it before this workflow",
+                suggestion(target, &deployed.workflow_names())
+            ),
+        ),
+        Some(name) if blocking => {
+            if let Some(path) = deployed.blocking_path(name, own) {
+                let mut chain = vec![format!("`{own}`")];
+                chain.extend(path.iter().map(|p| format!("`{p}`")));
+                errors.push(
+                    target_at,
+                    format!(
+                        "blocking Subworkflow calls would go round without end: {}",
+                        chain.join(" waits for ")
+                    ),
+                );
             }
         }
         _ => {}
     }
 }
 
-/// The state a path names when that state does not exist.
-///
-/// `states.X...` must name a state; `blackboard.X...` a state or another blackboard key; a
-/// dotted path whose root is no known variable is read as `STATE.field`. A bare unknown word is
-/// let through: it may be a blackboard key written at run time.
-fn unknown_state<'p>(
-    segments: &'p [String],
-    states: &BTreeSet<&str>,
-    keys: &BTreeSet<&str>,
-) -> Option<&'p str> {
-    let root = segments.first()?.as_str();
-    if root.starts_with(['@', '.']) {
-        return None;
-    }
-    match (root, segments.get(1)) {
-        ("states", Some(name)) => (!states.contains(name.as_str())).then_some(name.as_str()),
-        ("blackboard", Some(name)) => (!states.contains(name.as_str())
-            && !keys.contains(name.as_str()))
-        .then_some(name.as_str()),
-        (_, Some(_))
-            if !TEMPLATE_ROOTS.contains(&root)
-                && !states.contains(root)
-                && !keys.contains(root) =>
-        {
-            Some(root)
+/// Agents named by a state that are not deployed: a warning, since the agent may be deployed
+/// before the first run reaches the state (the engine refuses the run then, if it is not).
+fn agent_references<'v>(
+    at: &str,
+    state: &'v Value,
+    deployed: Option<&Deployed>,
+    errors: &mut Errors,
+) {
+    let Some(deployed) = deployed else {
+        return;
+    };
+    let mut named: Vec<(String, &'v str)> = Vec::new();
+    let mut add = |pointer: String, value: Option<&'v Value>| {
+        if let Some(name) = value.and_then(Value::as_str) {
+            named.push((pointer, name));
         }
-        _ => None,
+    };
+    add(pointer::join(at, "agent"), state.get("agent"));
+    for (i, entry) in indexed(state.get("agents")) {
+        let e_at = pointer::join_index(&pointer::join(at, "agents"), i);
+        add(pointer::join(&e_at, "agent"), entry.get("agent"));
+    }
+    for list in ["judges", "judges_for_parallel"] {
+        for (i, entry) in indexed(state.get(list)) {
+            let e_at = pointer::join_index(&pointer::join(at, list), i);
+            add(pointer::join(&e_at, "agent_id"), entry.get("agent_id"));
+        }
+    }
+    if let Some(handler) = state.get("output_handler") {
+        if handler.get("type").and_then(Value::as_str) == Some("agent") {
+            let h_at = pointer::join(at, "output_handler");
+            add(pointer::join(&h_at, "agent_id"), handler.get("agent_id"));
+        }
+    }
+    let known = deployed.agent_names();
+    for (pointer, name) in named {
+        if !name.contains("{{") && !deployed.has_agent(name) {
+            errors.warn(
+                pointer,
+                format!(
+                    "agent `{name}` is not deployed{}: a run fails when it reaches this state \
+                     unless the agent is deployed by then",
+                    suggestion(name, &known)
+                ),
+            );
+        }
     }
 }
 

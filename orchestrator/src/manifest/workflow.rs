@@ -89,6 +89,34 @@ impl<'a> WorkflowView<'a> {
     pub fn input_schema(&self) -> Option<&'a Value> {
         self.0.pointer("/metadata/input_schema")
     }
+
+    /// One state's `max_state_visits` (default 5).
+    pub fn max_state_visits(&self, name: &str) -> u64 {
+        self.state(name)
+            .and_then(|s| s.get("max_state_visits"))
+            .and_then(Value::as_u64)
+            .unwrap_or(5)
+    }
+
+    /// `(state, workflow_id)` of every Subworkflow state in `blocking` mode: the child
+    /// workflows a run of this one waits for (deploy-time validation follows these to refuse
+    /// recursion that never ends).
+    pub fn blocking_subworkflows(&self) -> Vec<(&'a str, &'a str)> {
+        self.0
+            .pointer("/spec/states")
+            .and_then(Value::as_object)
+            .map(|states| {
+                states
+                    .iter()
+                    .filter(|(_, s)| {
+                        s.get("kind").and_then(Value::as_str) == Some("Subworkflow")
+                            && s.get("mode").and_then(Value::as_str) == Some("blocking")
+                    })
+                    .filter_map(|(name, s)| Some((name.as_str(), s.get("workflow_id")?.as_str()?)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
@@ -110,5 +138,7 @@ mod tests {
         assert_eq!((t[0].condition, t[0].target), ("on_success", "b"));
         assert!(wf.transitions("b").is_empty());
         assert_eq!(wf.max_total_transitions(), 50);
+        assert_eq!(wf.max_state_visits("a"), 5);
+        assert!(wf.blocking_subworkflows().is_empty());
     }
 }

@@ -7,7 +7,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::manifest::{self, ManifestErrors, ManifestKind, NodeKnowledge, ParsedManifest};
+use crate::manifest::{
+    self, Deployed, ManifestError, ManifestErrors, ManifestKind, NodeKnowledge, Validation,
+};
 use crate::registry::{self, DeployMode, RegistryError};
 
 pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
@@ -94,16 +96,15 @@ fn workflow_update<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> 
 fn workflow_list<'a>(ctx: &'a ToolContext<'a>, _: Value) -> HandlerFuture<'a> {
     Box::pin(list(ctx, ManifestKind::Workflow))
 }
-fn workflow_validate<'a>(_: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+fn workflow_validate<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         #[derive(Deserialize)]
         struct A {
             manifest_yaml: String,
         }
         let a: A = args(a)?;
-        Ok(validation_report(
-            parse(ManifestKind::Workflow, &a.manifest_yaml).err(),
-        ))
+        let checked = check(ctx, ManifestKind::Workflow, &a.manifest_yaml).await?;
+        Ok(validation_report(&checked))
     })
 }
 fn workflow_export<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
@@ -114,26 +115,70 @@ fn workflow_delete<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> 
 }
 
 /// The node facts semantic checks need: implemented tools and registered runtimes.
-pub(crate) fn parse(kind: ManifestKind, text: &str) -> Result<ParsedManifest, ManifestErrors> {
+fn node_knowledge<R>(f: impl FnOnce(&NodeKnowledge<'_>) -> R) -> R {
     let tool_exists = |name: &str| super::catalog().is_ok_and(|c| c.contains(name));
     let runtime_known = |language: &str, version: &str| crate::runtimes::known(language, version);
-    let node = NodeKnowledge {
+    f(&NodeKnowledge {
         tool_exists: &tool_exists,
         runtime_known: &runtime_known,
-    };
-    manifest::parse(kind, text, &node)
+    })
 }
 
-/// `{valid, errors}` as the tool reference documents, plus structured details.
-pub(crate) fn validation_report(errors: Option<ManifestErrors>) -> Value {
-    match errors {
-        None => json!({"valid": true, "errors": null}),
-        Some(errs) => json!({
+/// The caller's registry as validation sees it: deployed agents and workflows (by name and id,
+/// workflows with the children their blocking Subworkflow states wait for).
+async fn deployed(ctx: &ToolContext<'_>) -> Result<Deployed, ToolError> {
+    let mut deployed = Deployed::new();
+    let pool = &ctx.state.pool;
+    let tenant = &ctx.caller.tenant;
+    for agent in registry::list(pool, tenant, ManifestKind::Agent)
+        .await
+        .map_err(registry_error)?
+    {
+        deployed.add_agent(&agent.id.to_string(), &agent.name);
+    }
+    for workflow in registry::list(pool, tenant, ManifestKind::Workflow)
+        .await
+        .map_err(registry_error)?
+    {
+        deployed.add_workflow(&workflow.id.to_string(), &workflow.name, &workflow.manifest);
+    }
+    Ok(deployed)
+}
+
+/// Validates against the node and the caller's registry: errors and warnings.
+pub(crate) async fn check(
+    ctx: &ToolContext<'_>,
+    kind: ManifestKind,
+    text: &str,
+) -> Result<Validation, ToolError> {
+    let deployed = deployed(ctx).await?;
+    Ok(node_knowledge(|node| {
+        manifest::parse_checked(kind, text, node, Some(&deployed))
+    }))
+}
+
+/// `{valid, errors, warnings}` as the tool reference documents, plus structured details.
+pub(crate) fn validation_report(checked: &Validation) -> Value {
+    let warnings = warning_details(&checked.warnings);
+    match &checked.manifest {
+        Ok(_) => json!({"valid": true, "errors": null, "warnings": warnings}),
+        Err(errs) => json!({
             "valid": false,
             "errors": errs.0.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            "details": error_details(&errs),
+            "details": error_details(errs),
+            "warnings": warnings,
         }),
     }
+}
+
+/// Each warning as `{pointer, line, message}`.
+pub(crate) fn warning_details(warnings: &[ManifestError]) -> Value {
+    Value::Array(
+        warnings
+            .iter()
+            .map(|w| json!({"pointer": w.pointer, "line": w.line, "message": w.message}))
+            .collect(),
+    )
 }
 
 /// Each manifest error as `{stage, path, line, column, message}`.
@@ -182,7 +227,9 @@ async fn deploy(
         force: bool,
     }
     let a: A = args(a)?;
-    let parsed = parse(kind, &a.manifest_yaml).map_err(|errs| {
+    let checked = check(ctx, kind, &a.manifest_yaml).await?;
+    let warnings = warning_details(&checked.warnings);
+    let parsed = checked.manifest.map_err(|errs| {
         ToolError::new(
             "invalid_manifest",
             format!("the {} manifest is invalid: {errs}", kind_name(kind)),
@@ -202,6 +249,7 @@ async fn deploy(
         "name": d.name,
         "version": d.version,
         "replaced": d.replaced,
+        "warnings": warnings,
     }))
 }
 

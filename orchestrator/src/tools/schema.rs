@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::definitions::{parse, validation_report};
+use super::definitions::{check, validation_report};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use crate::manifest::{self, ManifestKind};
 
@@ -46,7 +46,7 @@ fn get<'a>(_: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     })
 }
 
-fn validate<'a>(_: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+fn validate<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         #[derive(Deserialize)]
         struct A {
@@ -64,6 +64,7 @@ fn validate<'a>(_: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 ))
             }
         };
-        Ok(validation_report(parse(kind, &a.manifest_yaml).err()))
+        let checked = check(ctx, kind, &a.manifest_yaml).await?;
+        Ok(validation_report(&checked))
     })
 }
