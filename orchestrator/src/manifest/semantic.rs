@@ -453,7 +453,7 @@ fn inescapable_loops(graph: &StateGraph<'_>, errors: &mut Errors) {
             continue;
         };
         let what = if members.len() == 1 {
-            format!("state `{first}` loops on itself")
+            format!("state `{first}` forms a loop on itself")
         } else {
             let list: Vec<String> = members.iter().map(|m| format!("`{m}`")).collect();
             format!("states {} form a loop", list.join(", "))
