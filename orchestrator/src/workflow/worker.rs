@@ -252,6 +252,7 @@ impl Run<'_> {
                 json!({"name": state, "visit": visit, "feedback": self.row.state_feedback}),
             );
             map.insert("execution".into(), json!({"id": self.row.id}));
+            map.insert("blackboard".into(), self.row.blackboard.clone());
         }
         ctx
     }
