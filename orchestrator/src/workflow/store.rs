@@ -379,12 +379,13 @@ pub struct Commit<'a> {
 }
 
 /// Writes a commit if `me` still holds the lease; false (nothing written) when it does not.
+///
+/// The row update and the event inserts are one statement (data-modifying CTE), so the commit
+/// of a state costs a single round trip; waking a parent adds a second, in the same transaction.
 pub async fn commit(pool: &PgPool, c: &Commit<'_>) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
     let n = c.events.len() as i64;
-    let first: Option<i64> = sqlx::query_scalar(
-        "UPDATE workflow_executions SET status = $3, current_state = $4, visits = $5, transition_count = $6, \
-           blackboard = $7, \
+    let sql = "WITH u AS (UPDATE workflow_executions SET status = $3, current_state = $4, visits = $5, \
+           transition_count = $6, blackboard = $7, \
            state_feedback = CASE WHEN $8 THEN $9 ELSE state_feedback END, \
            state_entered_at = CASE WHEN $8 THEN now() ELSE state_entered_at END, \
            attempt = CASE WHEN $8 THEN 1 ELSE attempt END, \
@@ -396,40 +397,44 @@ pub async fn commit(pool: &PgPool, c: &Commit<'_>) -> Result<bool, sqlx::Error> 
            lease_owner = CASE WHEN $14 THEN NULL ELSE lease_owner END, \
            lease_expires_at = CASE WHEN $14 THEN NULL ELSE now() + make_interval(secs => $15) END, \
            next_seq = next_seq + $16 \
-         WHERE id = $1 AND lease_owner = $2 RETURNING next_seq - $16",
-    )
-    .bind(c.id)
-    .bind(c.me)
-    .bind(c.status)
-    .bind(c.current_state)
-    .bind(c.visits)
-    .bind(c.transition_count)
-    .bind(c.blackboard)
-    .bind(c.entered)
-    .bind(c.feedback)
-    .bind(c.waiting_for)
-    .bind(c.wake_at)
-    .bind(c.final_output)
-    .bind(c.error)
-    .bind(c.release)
-    .bind(c.ttl_secs as f64)
-    .bind(n)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(first) = first else {
-        return Ok(false);
+         WHERE id = $1 AND lease_owner = $2 RETURNING next_seq - $16 AS first), \
+         i AS (INSERT INTO workflow_execution_events (execution_id, seq, event_type, state_name, payload) \
+         SELECT $1, u.first + x.ord - 1, x.e->>'t', x.e->>'s', COALESCE(x.e->'p', '{}'::jsonb) \
+         FROM u, jsonb_array_elements($17) WITH ORDINALITY AS x(e, ord) RETURNING 1) \
+         SELECT count(*) FROM u";
+    let query = sqlx::query_scalar::<_, i64>(sql)
+        .bind(c.id)
+        .bind(c.me)
+        .bind(c.status)
+        .bind(c.current_state)
+        .bind(c.visits)
+        .bind(c.transition_count)
+        .bind(c.blackboard)
+        .bind(c.entered)
+        .bind(c.feedback)
+        .bind(c.waiting_for)
+        .bind(c.wake_at)
+        .bind(c.final_output)
+        .bind(c.error)
+        .bind(c.release)
+        .bind(c.ttl_secs as f64)
+        .bind(n)
+        .bind(events_json(&c.events));
+    let Some(parent) = c.wake_parent else {
+        return Ok(query.fetch_one(pool).await? > 0);
     };
-    insert_events(&mut tx, c.id, first, &c.events).await?;
-    if let Some(parent) = c.wake_parent {
-        sqlx::query(
-            "UPDATE workflow_executions SET wake_at = now() \
-             WHERE id = $1 AND status = 'waiting' AND waiting_for = 'subworkflow'",
-        )
-        .bind(parent)
-        .execute(&mut *tx)
-        .await?;
-        notify(&mut *tx, "wake").await?;
+    let mut tx = pool.begin().await?;
+    if query.fetch_one(&mut *tx).await? == 0 {
+        return Ok(false);
     }
+    sqlx::query(
+        "UPDATE workflow_executions SET wake_at = now() \
+         WHERE id = $1 AND status = 'waiting' AND waiting_for = 'subworkflow'",
+    )
+    .bind(parent)
+    .execute(&mut *tx)
+    .await?;
+    notify(&mut *tx, "wake").await?;
     tx.commit().await?;
     Ok(true)
 }
