@@ -89,10 +89,10 @@ async fn run(args: Args) -> Result<()> {
     }
     let admin_url = std::env::var("DATABASE_URL")
         .map_err(|_| anyhow!("DATABASE_URL is not set (scripts/bench.sh provides one)"))?;
-    let executor = PathBuf::from(
-        std::env::var("SANDBOX_EXECUTOR_BIN")
-            .map_err(|_| anyhow!("SANDBOX_EXECUTOR_BIN is not set (scripts/bench.sh builds it)"))?,
-    );
+    let executor =
+        PathBuf::from(std::env::var("SANDBOX_EXECUTOR_BIN").map_err(|_| {
+            anyhow!("SANDBOX_EXECUTOR_BIN is not set (scripts/bench.sh builds it)")
+        })?);
     let name = format!("wfbench_{}", Uuid::new_v4().simple());
     let admin = PgPoolOptions::new()
         .max_connections(1)
@@ -233,8 +233,10 @@ async fn measure(args: &Args, db_url: &str, executor: &std::path::Path) -> Resul
     .await;
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(60), task).await;
-    let ((engine_overhead, engine_cycle, engine_rate, engine_total_secs), (router_latency, router_rate)) =
-        result?;
+    let (
+        (engine_overhead, engine_cycle, engine_rate, engine_total_secs),
+        (router_latency, router_rate),
+    ) = result?;
     Ok(Report {
         engine_overhead,
         engine_cycle,
@@ -250,7 +252,9 @@ fn workflow(states: usize) -> String {
         "apiVersion: 100monkeys.ai/v1\nkind: Workflow\nmetadata:\n  name: bench\n  version: \"1.0.0\"\nspec:\n  initial_state: S1\n  max_total_transitions: 100\n  states:\n",
     );
     for i in 1..=states {
-        y.push_str(&format!("    S{i}:\n      kind: System\n      command: \"true\"\n"));
+        y.push_str(&format!(
+            "    S{i}:\n      kind: System\n      command: \"true\"\n"
+        ));
         if i < states {
             y.push_str(&format!(
                 "      transitions:\n        - condition: always\n          target: S{}\n",
@@ -264,6 +268,8 @@ fn workflow(states: usize) -> String {
 }
 
 type EngineNumbers = (Vec<Duration>, Vec<Duration>, f64, f64);
+/// One execution's state commits: when, and the state's own work (µs).
+type Commits = Vec<(DateTime<Utc>, u64)>;
 
 async fn engine(args: &Args, state: &AppState) -> Result<EngineNumbers> {
     let caller = Caller::system();
@@ -283,16 +289,25 @@ async fn engine(args: &Args, state: &AppState) -> Result<EngineNumbers> {
         let state = state.clone();
         let caller = caller.clone();
         async move {
-            orchestrator::tools::invoke(&state, &caller, "aegis.workflow.run", json!({"name": "bench"}))
-                .await?
-                .result
-                .map_err(|e| anyhow!("run: {}", e.message))
+            orchestrator::tools::invoke(
+                &state,
+                &caller,
+                "aegis.workflow.run",
+                json!({"name": "bench"}),
+            )
+            .await?
+            .result
+            .map_err(|e| anyhow!("run: {}", e.message))
         }
     });
     for r in futures_util::future::join_all(runs).await {
         r?;
     }
-    say(format!("{} runs started in {:.2} s", args.executions, started.elapsed().as_secs_f64()));
+    say(format!(
+        "{} runs started in {:.2} s",
+        args.executions,
+        started.elapsed().as_secs_f64()
+    ));
     loop {
         let live: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM workflow_executions WHERE status NOT IN ('completed','failed','cancelled','timed_out')",
@@ -326,7 +341,7 @@ async fn engine(args: &Args, state: &AppState) -> Result<EngineNumbers> {
     )
     .fetch_all(&state.pool)
     .await?;
-    let mut by_exec: HashMap<Uuid, Vec<(DateTime<Utc>, u64)>> = HashMap::new();
+    let mut by_exec: HashMap<Uuid, Commits> = HashMap::new();
     for (id, _, at, payload) in rows {
         by_exec
             .entry(id)
@@ -347,7 +362,7 @@ async fn engine(args: &Args, state: &AppState) -> Result<EngineNumbers> {
             last = Some(last.map_or(l.0, |x| x.max(l.0)));
         }
     }
-    let spread = |pick: fn(&Vec<(DateTime<Utc>, u64)>) -> Option<DateTime<Utc>>| {
+    let spread = |pick: fn(&Commits) -> Option<DateTime<Utc>>| {
         let mut v: Vec<DateTime<Utc>> = by_exec.values().filter_map(pick).collect();
         v.sort();
         match (v.first(), v.last(), first) {
@@ -439,7 +454,8 @@ spec:
                 )
                 .await
                 .map_err(|e| anyhow!("cmd.run refused: {e}"))?;
-                out.result.map_err(|e| anyhow!("cmd.run failed: {}", e.message))?;
+                out.result
+                    .map_err(|e| anyhow!("cmd.run failed: {}", e.message))?;
                 latencies.push(t.elapsed());
             }
             Ok::<_, anyhow::Error>(latencies)
