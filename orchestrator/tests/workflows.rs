@@ -872,4 +872,51 @@ spec:
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
+
+    // Every workflow execution tool refuses bad arguments with the JSON pointer of the problem.
+    let bad = [
+        ("aegis.workflow.run", json!({"input": {}})),
+        (
+            "aegis.workflow.signal",
+            json!({"execution_id": uuid::Uuid::new_v4()}),
+        ),
+        (
+            "aegis.workflow.cancel",
+            json!({"execution_id": "not-a-uuid"}),
+        ),
+        (
+            "aegis.workflow.wait",
+            json!({"execution_id": uuid::Uuid::new_v4(), "timeout_seconds": 0}),
+        ),
+        (
+            "aegis.workflow.logs",
+            json!({"execution_id": uuid::Uuid::new_v4(), "limit": 500}),
+        ),
+        ("aegis.workflow.status", json!({})),
+        (
+            "aegis.workflow.executions.list",
+            json!({"status": "sleeping"}),
+        ),
+        ("aegis.workflow.executions.get", json!({"execution_id": 7})),
+        (
+            "aegis.workflow.remove",
+            json!({"execution_id": uuid::Uuid::new_v4(), "force": true}),
+        ),
+    ];
+    for (tool, args) in bad {
+        let (status, out) = h.app.call_tool(tool, args.clone()).await;
+        assert_eq!(status, 422, "{tool} {args}: {out}");
+        assert_eq!(out["code"], "invalid_arguments", "{tool}: {out}");
+    }
+    // And answers well-formed calls about unknown executions with not_found.
+    let (status, out) = h
+        .app
+        .call_tool(
+            "aegis.workflow.status",
+            json!({"execution_id": uuid::Uuid::new_v4()}),
+        )
+        .await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["isError"], true);
+    assert_eq!(out["structuredContent"]["error"]["code"], "not_found");
 }
