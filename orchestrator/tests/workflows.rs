@@ -21,12 +21,20 @@ struct Harness {
 }
 
 async fn harness(script: Vec<Step>) -> Harness {
+    harness_with(script, |_| {}).await
+}
+
+async fn harness_with(
+    script: Vec<Step>,
+    adjust: impl FnOnce(&mut orchestrator::config::NodeConfig),
+) -> Harness {
     let db = TestDb::create().await;
     let llm = FakeLlm::start(script).await;
     let mut config = test_config(&db.url);
     config.llm = llm.config();
     config.workflows.system_image = Some(IMAGE.to_owned());
     config.workflows.poll_interval_ms = 200;
+    adjust(&mut config);
     let app = TestApp::spawn_with(config).await;
     Harness { app, llm, _db: db }
 }
@@ -569,6 +577,99 @@ spec:
     assert_gap_free(&events);
     assert_eq!(of_type(&events, "state_exited").len(), 6);
     assert!(containers_of(&id).is_empty());
+}
+
+#[tokio::test]
+async fn state_transition_and_execution_limits_name_the_limit_and_the_state() {
+    let h = harness_with(vec![], |c| c.workflows.max_execution_secs = 3).await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: slow
+  version: \"1.0.0\"
+spec:
+  initial_state: SLOW
+  states:
+    SLOW:
+      kind: System
+      command: \"sleep 60\"
+      timeout: 1s
+      transitions: []
+",
+    )
+    .await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: pingpong
+  version: \"1.0.0\"
+spec:
+  initial_state: PING
+  max_total_transitions: 3
+  states:
+    PING:
+      kind: System
+      command: \"true\"
+      transitions:
+        - {condition: on_success, target: PONG}
+        - {condition: on_failure, target: END}
+    PONG:
+      kind: System
+      command: \"true\"
+      transitions:
+        - {condition: always, target: PING}
+    END:
+      kind: System
+      command: \"true\"
+      transitions: []
+",
+    )
+    .await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: patient
+  version: \"1.0.0\"
+spec:
+  initial_state: ASK
+  states:
+    ASK:
+      kind: Human
+      prompt: \"Anyone?\"
+      timeout: 1h
+      transitions: []
+",
+    )
+    .await;
+    let slow = h.start("slow", json!({})).await;
+    let pingpong = h.start("pingpong", json!({})).await;
+    let patient = h.start("patient", json!({})).await;
+    let e = h.ended(&slow).await;
+    assert_eq!(e["status"], "failed");
+    assert_eq!(
+        e["error"],
+        "state `SLOW` timed out after 1 s (its `timeout`)"
+    );
+    let e = h.ended(&pingpong).await;
+    assert_eq!(e["status"], "failed");
+    assert_eq!(
+        e["error"],
+        "max_total_transitions (3) reached: state `PONG` could not go on to `PING`"
+    );
+    assert_eq!(e["transition_count"], 3);
+    let e = h.ended(&patient).await;
+    assert_eq!(e["status"], "timed_out");
+    assert_eq!(
+        e["error"],
+        "execution timeout (workflows.max_execution_secs = 3 s) reached in state `ASK`"
+    );
+    for id in [&slow, &pingpong, &patient] {
+        assert_gap_free(&h.events(id).await);
+        assert!(containers_of(id).is_empty());
+    }
 }
 
 #[tokio::test]
