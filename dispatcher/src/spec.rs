@@ -65,6 +65,10 @@ pub enum OwnerKind {
     Operator,
     /// The warm pool, until the sandbox is handed out. Reserved: callers cannot ask for it.
     Pool,
+    /// A workflow execution's state (`<execution>/<state>/<visit>`) or its runtime sandbox
+    /// (`<execution>`); destroyed when the state or the execution ends, or when the state runs
+    /// again after an interrupted attempt.
+    Workflow,
 }
 
 impl OwnerKind {
@@ -75,6 +79,7 @@ impl OwnerKind {
             OwnerKind::Session => "session",
             OwnerKind::Operator => "operator",
             OwnerKind::Pool => "pool",
+            OwnerKind::Workflow => "workflow",
         }
     }
 
@@ -85,6 +90,7 @@ impl OwnerKind {
             "session" => Some(OwnerKind::Session),
             "operator" => Some(OwnerKind::Operator),
             "pool" => Some(OwnerKind::Pool),
+            "workflow" => Some(OwnerKind::Workflow),
             _ => None,
         }
     }

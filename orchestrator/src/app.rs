@@ -128,7 +128,13 @@ impl Application {
             },
         ));
         let dead_after = config.sandbox.dead_after_secs as i64;
+        let workflows = Arc::new(crate::workflow::Workflows::new(
+            pool.clone(),
+            instance_id,
+            workflow_settings(&config),
+        ));
         let state = AppState {
+            workflows,
             executions,
             gateway,
             sandboxes,
@@ -174,6 +180,14 @@ impl Application {
         );
 
         let heartbeat = tokio::spawn(heartbeat(state.clone(), shutdown.clone()));
+        // Workflow workers stop on their own token, after the servers, before the agent engine.
+        let workflow_stop = CancellationToken::new();
+        let workflow_workers = crate::workflow::spawn_workers(
+            state.workflows.clone(),
+            Arc::new(state.clone()),
+            state.sandboxes.clone(),
+            workflow_stop.clone(),
+        );
         let sweeper = tokio::spawn(sweep_sessions(state.clone(), shutdown.clone()));
 
         let rest = api::rest::router(state.clone());
@@ -246,6 +260,12 @@ impl Application {
         }
         heartbeat.abort();
         sweeper.abort();
+        workflow_stop.cancel();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            futures_util::future::join_all(workflow_workers),
+        )
+        .await;
         state.executions.stop_all(Duration::from_secs(10)).await;
         if let Ok(d) = state.sandboxes.dispatcher() {
             d.shutdown().await;
@@ -275,6 +295,27 @@ fn flatten(
             what,
             message: e.to_string(),
         }),
+    }
+}
+
+/// The workflow engine's settings from the node config (System image: the configured one, else
+/// the runtime registry's default).
+fn workflow_settings(config: &NodeConfig) -> crate::workflow::Settings {
+    let w = &config.workflows;
+    let system_image = w.system_image.clone().unwrap_or_else(|| {
+        crate::runtimes::registry()
+            .ok()
+            .and_then(|r| crate::runtimes::lookup(&r.default.language, &r.default.version))
+            .map(|r| r.image.clone())
+            .unwrap_or_else(|| "aegis-runtime/shell:bookworm".to_owned())
+    });
+    crate::workflow::Settings {
+        workers: w.workers,
+        lease_ttl_secs: w.lease_ttl_secs,
+        poll_interval: Duration::from_millis(w.poll_interval_ms),
+        max_execution_secs: w.max_execution_secs,
+        allow_network_modes: w.allow_network_modes.clone(),
+        system_image,
     }
 }
 

@@ -39,6 +39,41 @@ pub struct NodeConfig {
     pub llm: crate::llm::LlmConfig,
     /// Agent executions: server ceilings.
     pub executions: ExecutionsConfig,
+    /// Workflow executions: workers, leases, limits.
+    pub workflows: WorkflowsConfig,
+}
+
+/// How this replica advances workflow executions, and the node's limits on them.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkflowsConfig {
+    /// Worker tasks of this replica; each advances one execution at a time.
+    pub workers: u32,
+    /// Lease of a claimed execution, seconds; renewed while a state runs. A replica that dies
+    /// leaves its executions to others this long after its last renewal.
+    pub lease_ttl_secs: u64,
+    /// Fallback poll period, milliseconds (expired leases, Human timeouts); run, signal and
+    /// cancel wake workers at once through LISTEN/NOTIFY.
+    pub poll_interval_ms: u64,
+    /// Longest workflow execution, seconds; past it the execution ends as timed_out.
+    pub max_execution_secs: u64,
+    /// Network modes ContainerRun steps may ask for besides `none` (e.g. `[bridge]`).
+    pub allow_network_modes: Vec<String>,
+    /// Image of the sandbox System states run in (default: the runtime registry's default).
+    pub system_image: Option<String>,
+}
+
+impl Default for WorkflowsConfig {
+    fn default() -> Self {
+        Self {
+            workers: 8,
+            lease_ttl_secs: 30,
+            poll_interval_ms: 1000,
+            max_execution_secs: 86_400,
+            allow_network_modes: Vec::new(),
+            system_image: None,
+        }
+    }
 }
 
 /// Server ceilings of agent executions; manifests can only lower them.
@@ -498,6 +533,27 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         return Err(invalid(
             "executions",
             "max_tool_rounds, max_iterations and max_execution_secs must be at least 1".into(),
+        ));
+    }
+    if c.workflows.workers == 0
+        || c.workflows.lease_ttl_secs < 2
+        || c.workflows.poll_interval_ms == 0
+        || c.workflows.max_execution_secs == 0
+    {
+        return Err(invalid(
+            "workflows",
+            "workers, poll_interval_ms and max_execution_secs must be at least 1, lease_ttl_secs at least 2".into(),
+        ));
+    }
+    if let Some(mode) = c
+        .workflows
+        .allow_network_modes
+        .iter()
+        .find(|m| !matches!(m.as_str(), "none" | "bridge"))
+    {
+        return Err(invalid(
+            "workflows.allow_network_modes",
+            format!("unknown network mode `{mode}`; expected none or bridge"),
         ));
     }
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&c.log.level) {

@@ -15,6 +15,7 @@ pub mod llm;
 pub mod manifest;
 pub mod policy;
 pub mod registry;
+pub mod render;
 pub mod runtimes;
 pub mod sandboxes;
 pub mod seal;
@@ -24,6 +25,7 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod workflow;
 
 /// The only tenant until multi-tenancy arrives; every tenant-scoped row carries it.
 pub const DEFAULT_TENANT: &str = "default";

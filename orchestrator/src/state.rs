@@ -28,4 +28,25 @@ pub struct AppState {
     pub sandboxes: std::sync::Arc<crate::sandboxes::Sandboxes>,
     /// The config file this instance was started with, if any.
     pub config_path: Option<std::sync::Arc<std::path::PathBuf>>,
+    /// Workflow executions.
+    pub workflows: std::sync::Arc<crate::workflow::Workflows>,
+}
+
+/// The workflow engine reaches the agent engine through this narrow handle only.
+impl crate::workflow::AgentHost for AppState {
+    fn start_agent(
+        &self,
+        caller: crate::caller::Caller,
+        request: crate::engine::ExecuteRequest,
+    ) -> crate::workflow::BoxFuture<'_, Result<Uuid, crate::engine::ExecError>> {
+        Box::pin(async move { self.executions.start(self, &caller, request).await })
+    }
+
+    fn cancel_agent(&self, tenant: String, id: Uuid) -> crate::workflow::BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Err(e) = self.executions.cancel(self, &tenant, id).await {
+                tracing::warn!(execution = %id, error = %e, "could not cancel an agent execution");
+            }
+        })
+    }
 }

@@ -74,6 +74,19 @@ pub struct ExecuteRequest {
     pub intent: Option<String>,
     /// Parent execution (judges).
     pub parent: Option<Uuid>,
+    /// The workflow state that started it, if any (recorded so a re-run can cancel it).
+    pub workflow: Option<WorkflowLink>,
+}
+
+/// The workflow state an agent execution was started for: (execution, state, visit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowLink {
+    /// Workflow execution id.
+    pub execution_id: Uuid,
+    /// State name.
+    pub state: String,
+    /// Visit number of that state.
+    pub visit: i32,
 }
 
 impl Engine {
@@ -153,6 +166,7 @@ impl Engine {
                 caller_kind: caller.kind.as_str(),
                 caller_id: &caller.id,
                 instance_id: state.instance_id,
+                workflow: req.workflow.as_ref(),
             },
         )
         .await?;

@@ -39,38 +39,27 @@ enum Outcome {
     TimedOut(Duration),
 }
 
-/// Renders `{{instruction}}`, `{{intent}}`, `{{input}}` and `{{input.KEY}}`.
-pub fn render(template: &str, instruction: &str, intent: Option<&str>, input: &Value) -> String {
-    let mut out = String::new();
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
-        let Some(end) = rest[start..].find("}}") else {
-            out.push_str(&rest[start..]);
-            return out;
-        };
-        let key = rest[start + 2..start + end].trim();
-        let value = match key {
-            "instruction" => instruction.to_owned(),
-            "intent" => intent.unwrap_or_default().to_owned(),
-            "input" => match input {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            },
-            k => match k.strip_prefix("input.") {
-                Some(field) => match input.pointer(&format!("/{}", field.replace('.', "/"))) {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(v) => v.to_string(),
-                    None => String::new(),
-                },
-                None => format!("{{{{{k}}}}}"),
-            },
-        };
-        out.push_str(&value);
-        rest = &rest[start + end + 2..];
-    }
-    out.push_str(rest);
-    out
+/// Renders an agent prompt through the shared Handlebars engine (`crate::render`) with the
+/// variables `{{instruction}}`, `{{intent}}`, `{{input}}` (a string as is, anything else as JSON)
+/// and `{{input.KEY}}`.
+pub fn render(
+    template: &str,
+    instruction: &str,
+    intent: Option<&str>,
+    input: &Value,
+) -> Result<String, crate::render::RenderError> {
+    // `{{input}}` has always meant "the input as text"; Handlebars alone would print `[object]`.
+    let template = input_expression().replace_all(template, "{{text input}}");
+    let context =
+        json!({"instruction": instruction, "intent": intent.unwrap_or_default(), "input": input});
+    crate::render::render(&template, &context)
+}
+
+fn input_expression() -> &'static regex::Regex {
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"\{\{\s*input\s*\}\}").expect("a constant pattern")
+    });
+    &RE
 }
 
 /// OpenAI function names allow no dots: `fs.read` is offered as `fs__read`.
@@ -274,7 +263,10 @@ impl Job {
         let template = view
             .prompt_template()
             .unwrap_or("{{instruction}}\n\nInput:\n{{input}}");
-        let prompt = render(template, instruction, self.intent.as_deref(), &self.input);
+        let prompt = match render(template, instruction, self.intent.as_deref(), &self.input) {
+            Ok(p) => p,
+            Err(e) => return Outcome::Failed(format!("spec.task.prompt_template: {e}")),
+        };
         let model = view.model();
         let alias = if llm.aliases().iter().any(|a| a == model) {
             Some(model)
@@ -457,6 +449,7 @@ impl Job {
                 input: input.clone(),
                 intent: Some("judge the output".into()),
                 parent: Some(self.id),
+                workflow: None,
             };
             let child = match self
                 .state
@@ -726,8 +719,16 @@ mod tests {
     #[test]
     fn templates_render_instruction_intent_and_input() {
         let input = json!({"name": "Ada", "n": 3, "deep": {"x": "y"}});
-        let out = render("{{instruction}} / {{intent}} / {{input.name}} {{input.n}} {{input.deep.x}} {{input.missing}}|{{other}}", "Greet", Some("be kind"), &input);
-        assert_eq!(out, "Greet / be kind / Ada 3 y |{{other}}");
-        assert_eq!(render("{{input}}", "", None, &json!("plain")), "plain");
+        let out = render("{{instruction}} / {{intent}} / {{input.name}} {{input.n}} {{input.deep.x}} {{input.missing}}|{{other}}", "Greet", Some("be kind"), &input).unwrap();
+        assert_eq!(out, "Greet / be kind / Ada 3 y |");
+        assert_eq!(
+            render("{{input}}", "", None, &json!("plain")).unwrap(),
+            "plain"
+        );
+        assert_eq!(
+            render("{{ input }}", "", None, &json!({"a": 1})).unwrap(),
+            "{\"a\":1}"
+        );
+        assert!(render("{{#if}}", "", None, &input).is_err());
     }
 }

@@ -92,6 +92,8 @@ pub struct NewExecution<'a> {
     pub caller_id: &'a str,
     /// Running instance.
     pub instance_id: Uuid,
+    /// The workflow state that started it.
+    pub workflow: Option<&'a super::WorkflowLink>,
 }
 
 /// Inserts a pending execution and its first event in one transaction.
@@ -99,8 +101,9 @@ pub async fn insert(pool: &PgPool, new: &NewExecution<'_>) -> Result<(), sqlx::E
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO executions (id, tenant_id, agent_id, agent_version_id, agent_name, agent_version, \
-         parent_execution_id, input, intent, caller_kind, caller_id, instance_id) \
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)",
+         parent_execution_id, input, intent, caller_kind, caller_id, instance_id, \
+         workflow_execution_id, workflow_state, workflow_visit) \
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)",
     )
     .bind(new.id)
     .bind(new.tenant)
@@ -114,6 +117,9 @@ pub async fn insert(pool: &PgPool, new: &NewExecution<'_>) -> Result<(), sqlx::E
     .bind(new.caller_kind)
     .bind(new.caller_id)
     .bind(new.instance_id)
+    .bind(new.workflow.map(|w| w.execution_id))
+    .bind(new.workflow.map(|w| w.state.as_str()))
+    .bind(new.workflow.map(|w| w.visit))
     .execute(&mut *tx)
     .await?;
     sqlx::query("INSERT INTO execution_events (execution_id, seq, event_type, payload) VALUES ($1, 1, 'execution_requested', $2)")

@@ -126,6 +126,7 @@ fn execute<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             input: a.input.unwrap_or_else(|| json!({})),
             intent: a.intent,
             parent,
+            workflow: None,
         };
         let id = ctx
             .state

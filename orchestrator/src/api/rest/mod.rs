@@ -16,6 +16,7 @@ mod sandboxes;
 mod schemas;
 mod seal;
 mod tools;
+mod workflow_executions;
 
 use axum::routing::{delete, get, post};
 use axum::{middleware, Router};
@@ -69,6 +70,24 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/workflows/{id}/versions",
             get(definitions::workflow_versions),
+        )
+        .route("/v1/workflows/{id}/run", post(workflow_executions::run))
+        .route("/v1/workflows/executions", get(workflow_executions::list))
+        .route(
+            "/v1/workflows/executions/{id}",
+            get(workflow_executions::get).delete(workflow_executions::remove),
+        )
+        .route(
+            "/v1/workflows/executions/{id}/signal",
+            post(workflow_executions::signal),
+        )
+        .route(
+            "/v1/workflows/executions/{id}/cancel",
+            post(workflow_executions::cancel),
+        )
+        .route(
+            "/v1/workflows/executions/{id}/events",
+            get(workflow_executions::events),
         )
         .route("/v1/schemas/{*key}", get(schemas::get))
         .route("/v1/tools", get(tools::list))

@@ -4,7 +4,10 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{api_keys, audit, definitions, error, executions, sandboxes, schemas, seal, tools};
+use super::{
+    api_keys, audit, definitions, error, executions, sandboxes, schemas, seal, tools,
+    workflow_executions,
+};
 
 struct BearerKey;
 
@@ -39,6 +42,9 @@ impl Modify for BearerKey {
         seal::delete_context,
         executions::execute, executions::list, executions::get, executions::cancel,
         executions::remove, executions::events,
+        workflow_executions::run, workflow_executions::list, workflow_executions::get,
+        workflow_executions::signal, workflow_executions::cancel, workflow_executions::remove,
+        workflow_executions::events,
     ),
     components(schemas(error::ErrorBody)),
     modifiers(&BearerKey)

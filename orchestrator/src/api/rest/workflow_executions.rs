@@ -1,0 +1,284 @@
+//! Workflow executions over REST: run (`POST /v1/workflows/{name}/run`), list, read, signal,
+//! cancel, remove, and the event log as JSON pages or live Server-Sent Events (`?follow=true`).
+//!
+//! Every route is an `aegis.workflow.*` tool called through the router, so it is authorised,
+//! scoped to the caller's own executions (operators see all) and audited like any other call.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use futures_util::stream::{self, Stream};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::auth::{require, Need};
+use super::error::{ApiError, ErrorBody};
+use crate::caller::Caller;
+use crate::state::AppState;
+use crate::workflow::store;
+
+/// Body of `POST /v1/workflows/{name}/run`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunBody {
+    /// Input, validated against `metadata.input_schema`.
+    #[serde(default)]
+    pub input: Option<Value>,
+    /// Blackboard overrides (reserved keys refused).
+    #[serde(default)]
+    pub blackboard: Option<Value>,
+    /// Natural-language intent.
+    pub intent: Option<String>,
+    /// Version (default latest).
+    pub version: Option<String>,
+}
+
+/// Starts an execution of a workflow; answers at once with its id.
+#[utoipa::path(post, path = "/v1/workflows/{name}/run", operation_id = "run_workflow", tag = "workflow executions",
+    params(("name" = String, Path, description = "Workflow name or id")), request_body = RunBody,
+    responses((status = 201, description = "{execution_id, status}", body = Value), (status = 404, description = "Unknown workflow", body = ErrorBody),
+              (status = 422, description = "Input does not match input_schema, reserved blackboard keys, or the workflow cannot run here; nothing stored", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn run(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    Json(body): Json<RunBody>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    require(&caller, Need::Write)?;
+    let mut args = json!({"name": name, "input": body.input.unwrap_or_else(|| json!({}))});
+    for (key, value) in [
+        ("blackboard", body.blackboard),
+        ("intent", body.intent.map(Value::String)),
+        ("version", body.version.map(Value::String)),
+    ] {
+        if let Some(v) = value {
+            args[key] = v;
+        }
+    }
+    let out = super::call_tool(&state, &caller, "aegis.workflow.run", args).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"execution_id": out["execution_id"], "status": "pending"})),
+    ))
+}
+
+/// `GET /v1/workflows/executions` filters.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ListQuery {
+    /// Only executions of this workflow (id or name).
+    pub workflow_id: Option<String>,
+    /// Only this status.
+    pub status: Option<String>,
+    /// Page size (default 20, at most 200).
+    pub limit: Option<i64>,
+    /// Rows to skip.
+    pub offset: Option<i64>,
+}
+
+/// Workflow executions, newest first.
+#[utoipa::path(get, path = "/v1/workflows/executions", operation_id = "list_workflow_executions", tag = "workflow executions", params(ListQuery),
+    responses((status = 200, description = "{executions, total, limit, offset}", body = Value)), security(("api_key" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let mut args = json!({});
+    if let Some(w) = q.workflow_id {
+        args["workflow_id"] = json!(w);
+    }
+    if let Some(s) = q.status {
+        args["status"] = json!(s);
+    }
+    if let Some(l) = q.limit {
+        args["limit"] = json!(l);
+    }
+    if let Some(o) = q.offset {
+        args["offset"] = json!(o);
+    }
+    Ok(Json(
+        super::call_tool(&state, &caller, "aegis.workflow.executions.list", args).await?,
+    ))
+}
+
+/// One workflow execution in full (input, blackboard, state outputs, final output).
+#[utoipa::path(get, path = "/v1/workflows/executions/{id}", operation_id = "get_workflow_execution", tag = "workflow executions",
+    params(("id" = Uuid, Path, description = "Execution id")),
+    responses((status = 200, description = "Execution", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    let out = super::call_tool(
+        &state,
+        &caller,
+        "aegis.workflow.executions.get",
+        json!({"execution_id": id}),
+    )
+    .await?;
+    Ok(Json(out["execution"].clone()))
+}
+
+/// Body of `POST .../{id}/signal`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignalBody {
+    /// The answer to the waiting Human state.
+    pub response: String,
+}
+
+/// Answers the Human state an execution waits in; 409 with the reason when it waits for none.
+#[utoipa::path(post, path = "/v1/workflows/executions/{id}/signal", operation_id = "signal_workflow_execution", tag = "workflow executions",
+    params(("id" = Uuid, Path, description = "Execution id")), request_body = SignalBody,
+    responses((status = 200, description = "{signalled: true, state}", body = Value), (status = 409, description = "Not waiting for human input", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn signal(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+    Json(body): Json<SignalBody>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    Ok(Json(
+        super::call_tool(
+            &state,
+            &caller,
+            "aegis.workflow.signal",
+            json!({"execution_id": id, "response": body.response}),
+        )
+        .await?,
+    ))
+}
+
+/// Cancels an execution (its sandboxes are destroyed, its child executions cancelled).
+#[utoipa::path(post, path = "/v1/workflows/executions/{id}/cancel", operation_id = "cancel_workflow_execution", tag = "workflow executions",
+    params(("id" = Uuid, Path, description = "Execution id")),
+    responses((status = 200, description = "{cancelled: true}", body = Value), (status = 409, description = "Already ended", body = ErrorBody)), security(("api_key" = [])))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    Ok(Json(
+        super::call_tool(
+            &state,
+            &caller,
+            "aegis.workflow.cancel",
+            json!({"execution_id": id}),
+        )
+        .await?,
+    ))
+}
+
+/// Removes an ended execution and its events.
+#[utoipa::path(delete, path = "/v1/workflows/executions/{id}", operation_id = "remove_workflow_execution", tag = "workflow executions",
+    params(("id" = Uuid, Path, description = "Execution id")),
+    responses((status = 200, description = "Removed", body = Value), (status = 409, description = "Still live", body = ErrorBody)), security(("api_key" = [])))]
+pub async fn remove(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    require(&caller, Need::Write)?;
+    Ok(Json(
+        super::call_tool(
+            &state,
+            &caller,
+            "aegis.workflow.remove",
+            json!({"execution_id": id}),
+        )
+        .await?,
+    ))
+}
+
+/// `GET .../{id}/events` parameters.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct EventsQuery {
+    /// Events with a sequence number greater than this.
+    pub after: Option<i64>,
+    /// Page size (default 100).
+    pub limit: Option<i64>,
+    /// Stream live as Server-Sent Events until the execution ends.
+    #[serde(default)]
+    pub follow: bool,
+}
+
+/// The event log: a JSON page, or live Server-Sent Events with `?follow=true`.
+#[utoipa::path(get, path = "/v1/workflows/executions/{id}/events", operation_id = "workflow_execution_events", tag = "workflow executions",
+    params(("id" = Uuid, Path, description = "Execution id"), EventsQuery),
+    responses((status = 200, description = "{events, next_after} or text/event-stream", body = Value), (status = 404, description = "Unknown", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn events(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Response, ApiError> {
+    // Visibility (and the audit row) through the router.
+    super::call_tool(
+        &state,
+        &caller,
+        "aegis.workflow.status",
+        json!({"execution_id": id}),
+    )
+    .await?;
+    let after = q.after.unwrap_or(0);
+    if !q.follow {
+        let events = store::events(&state.pool, id, after, q.limit.unwrap_or(100)).await?;
+        let next_after = events.last().map(|e| e.seq);
+        return Ok(
+            Json(json!({"execution_id": id, "events": events, "next_after": next_after}))
+                .into_response(),
+        );
+    }
+    Ok(Sse::new(follow(state, caller.tenant, id, after))
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// Polls the log and yields new events until the execution has ended and everything was sent.
+fn follow(
+    state: AppState,
+    tenant: String,
+    id: Uuid,
+    after: i64,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    stream::unfold((after, false), move |(after, finished)| {
+        let state = state.clone();
+        let tenant = tenant.clone();
+        async move {
+            if finished {
+                return None;
+            }
+            loop {
+                let ended = matches!(store::get(&state.pool, &tenant, id).await, Ok(Some(e)) if store::is_terminal(&e.status));
+                let batch = store::events(&state.pool, id, after, 100)
+                    .await
+                    .unwrap_or_default();
+                if !batch.is_empty() {
+                    let last = batch.last().map(|e| e.seq).unwrap_or(after);
+                    let data = serde_json::to_string(&batch).unwrap_or_default();
+                    let event = SseEvent::default()
+                        .event("events")
+                        .id(last.to_string())
+                        .data(data);
+                    return Some((Ok(event), (last, false)));
+                }
+                if ended {
+                    let event = SseEvent::default().event("end").data("{}");
+                    return Some((Ok(event), (after, true)));
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    })
+}

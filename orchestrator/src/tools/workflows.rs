@@ -1,0 +1,423 @@
+//! `aegis.workflow.run|signal|cancel|wait|logs|status|executions.list|executions.get|remove`:
+//! the workflow engine as tools, so every caller (REST, SEAL, agents) goes through the router.
+//!
+//! Callers below the operator tier see only the executions they started (and the Subworkflow
+//! children of those, which inherit their caller); anything else is "not found", never
+//! "forbidden", so ids of other callers' runs are not confirmed.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
+use crate::caller::Tier;
+use crate::workflow::store::{self, Visibility, WorkflowExecution};
+use crate::workflow::{RunRequest, WorkflowError};
+
+pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+    vec![
+        (
+            "aegis.workflow.run",
+            include_str!("../../../schemas/tools/aegis.workflow.run.json"),
+            run,
+        ),
+        (
+            "aegis.workflow.signal",
+            include_str!("../../../schemas/tools/aegis.workflow.signal.json"),
+            signal,
+        ),
+        (
+            "aegis.workflow.cancel",
+            include_str!("../../../schemas/tools/aegis.workflow.cancel.json"),
+            cancel,
+        ),
+        (
+            "aegis.workflow.wait",
+            include_str!("../../../schemas/tools/aegis.workflow.wait.json"),
+            wait,
+        ),
+        (
+            "aegis.workflow.logs",
+            include_str!("../../../schemas/tools/aegis.workflow.logs.json"),
+            logs,
+        ),
+        (
+            "aegis.workflow.status",
+            include_str!("../../../schemas/tools/aegis.workflow.status.json"),
+            status,
+        ),
+        (
+            "aegis.workflow.executions.list",
+            include_str!("../../../schemas/tools/aegis.workflow.executions.list.json"),
+            list,
+        ),
+        (
+            "aegis.workflow.executions.get",
+            include_str!("../../../schemas/tools/aegis.workflow.executions.get.json"),
+            get,
+        ),
+        (
+            "aegis.workflow.remove",
+            include_str!("../../../schemas/tools/aegis.workflow.remove.json"),
+            remove,
+        ),
+    ]
+}
+
+/// Maps an engine refusal to a tool error.
+pub(crate) fn workflow_error(e: WorkflowError) -> ToolError {
+    match e {
+        WorkflowError::Registry(r) => super::registry_error(r),
+        WorkflowError::InvalidInput(errors) => ToolError::new(
+            "invalid_input",
+            format!(
+                "the input does not match the workflow's input_schema: {}",
+                errors.join("; ")
+            ),
+        )
+        .with_details(json!(errors)),
+        WorkflowError::ReservedKeys(keys) => ToolError::new(
+            "invalid_arguments",
+            format!(
+                "blackboard overrides may not set the reserved key(s) {}",
+                keys.join(", ")
+            ),
+        ),
+        WorkflowError::NotRunnable(problems) => ToolError::new(
+            "unsupported",
+            format!("the workflow cannot run: {}", problems.join("; ")),
+        )
+        .with_details(json!(problems)),
+        WorkflowError::NotFound(id) => {
+            ToolError::new("not_found", format!("workflow execution {id} not found"))
+        }
+        WorkflowError::Conflict(m) => ToolError::new("conflict", m),
+        WorkflowError::Db(e) => ToolError::internal(e),
+    }
+}
+
+/// What this caller may see.
+fn visibility<'a>(ctx: &'a ToolContext<'a>) -> Visibility<'a> {
+    Visibility {
+        tenant: &ctx.caller.tenant,
+        owner: (ctx.caller.tier < Tier::Operator)
+            .then(|| (ctx.caller.kind.as_str(), ctx.caller.id.as_str())),
+    }
+}
+
+fn check_tenant(ctx: &ToolContext<'_>, a: &Value) -> Result<(), ToolError> {
+    match a.get("tenant_id").and_then(Value::as_str) {
+        Some(t) if t != ctx.caller.tenant => Err(ToolError::new(
+            "forbidden",
+            format!(
+                "tenant_id `{t}` is not the caller's tenant `{}`",
+                ctx.caller.tenant
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn uuid(s: &str) -> Result<Uuid, ToolError> {
+    Uuid::parse_str(s).map_err(|_| {
+        ToolError::new(
+            "invalid_arguments",
+            format!("`execution_id` must be a UUID, got `{s}`"),
+        )
+    })
+}
+
+/// An execution the caller may see.
+async fn load(ctx: &ToolContext<'_>, id: &str) -> Result<WorkflowExecution, ToolError> {
+    let id = uuid(id)?;
+    let e = store::get(&ctx.state.pool, &ctx.caller.tenant, id)
+        .await
+        .map_err(ToolError::internal)?
+        .ok_or_else(|| ToolError::new("not_found", format!("workflow execution {id} not found")))?;
+    if let Some((kind, caller)) = visibility(ctx).owner {
+        if e.caller_kind != kind || e.caller_id != caller {
+            return Err(ToolError::new(
+                "not_found",
+                format!("workflow execution {id} not found"),
+            ));
+        }
+    }
+    Ok(e)
+}
+
+/// The status view (`aegis.workflow.status`, list rows).
+pub(crate) fn summary(e: &WorkflowExecution) -> Value {
+    json!({
+        "execution_id": e.id, "workflow_id": e.workflow_id, "workflow": e.workflow_name,
+        "version": e.workflow_version, "status": e.status, "current_state": e.current_state,
+        "transition_count": e.transition_count, "visits": e.visits, "error": e.error,
+        "parent_execution_id": e.parent_execution_id, "waiting_for": e.waiting_for,
+        "created_at": e.created_at, "started_at": e.started_at,
+        "last_transition_at": e.last_transition_at, "ended_at": e.ended_at,
+    })
+}
+
+/// The full view (`aegis.workflow.executions.get`, REST).
+pub(crate) fn detail(e: &WorkflowExecution) -> Value {
+    let mut v = summary(e);
+    let states: serde_json::Map<String, Value> = e
+        .blackboard
+        .as_object()
+        .map(|bb| {
+            bb.iter()
+                .filter(|(k, _)| e.visits.get(k.as_str()).is_some())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    v["input"] = e.input.clone();
+    v["intent"] = json!(e.intent);
+    v["blackboard"] = e.blackboard.clone();
+    v["state_outputs"] = Value::Object(states);
+    v["final_output"] = e.final_output.clone().unwrap_or(Value::Null);
+    v["last_output"] = e.final_output.clone().unwrap_or(Value::Null);
+    v
+}
+
+#[derive(Deserialize)]
+struct Id {
+    execution_id: String,
+}
+
+fn run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        check_tenant(ctx, &a)?;
+        #[derive(Deserialize)]
+        struct A {
+            name: String,
+            input: Option<Value>,
+            blackboard: Option<serde_json::Map<String, Value>>,
+            intent: Option<String>,
+            version: Option<String>,
+        }
+        let a: A = args(a)?;
+        let id = ctx
+            .state
+            .workflows
+            .run(
+                ctx.caller,
+                RunRequest {
+                    name: a.name,
+                    version: a.version,
+                    input: a.input.unwrap_or_else(|| json!({})),
+                    blackboard: a.blackboard,
+                    intent: a.intent,
+                },
+            )
+            .await
+            .map_err(workflow_error)?;
+        Ok(json!({"tool": "aegis.workflow.run", "execution_id": id, "status": "started"}))
+    })
+}
+
+fn signal<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        check_tenant(ctx, &a)?;
+        #[derive(Deserialize)]
+        struct A {
+            execution_id: String,
+            response: String,
+        }
+        let a: A = args(a)?;
+        let e = load(ctx, &a.execution_id).await?;
+        let state = ctx
+            .state
+            .workflows
+            .signal(&ctx.caller.tenant, e.id, &a.response)
+            .await
+            .map_err(workflow_error)?;
+        Ok(
+            json!({"tool": "aegis.workflow.signal", "signalled": true, "execution_id": e.id, "state": state}),
+        )
+    })
+}
+
+fn cancel<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        check_tenant(ctx, &a)?;
+        let a: Id = args(a)?;
+        let e = load(ctx, &a.execution_id).await?;
+        if !ctx
+            .state
+            .workflows
+            .cancel(&ctx.caller.tenant, e.id)
+            .await
+            .map_err(workflow_error)?
+        {
+            return Err(ToolError::new(
+                "conflict",
+                format!(
+                    "workflow execution {} has already ended ({})",
+                    e.id, e.status
+                ),
+            ));
+        }
+        Ok(json!({"tool": "aegis.workflow.cancel", "cancelled": true, "execution_id": e.id}))
+    })
+}
+
+fn wait<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        check_tenant(ctx, &a)?;
+        #[derive(Deserialize)]
+        struct A {
+            execution_id: String,
+            poll_interval_seconds: Option<u64>,
+            timeout_seconds: Option<u64>,
+        }
+        let a: A = args(a)?;
+        // Polls every 250 ms: finer than any `poll_interval_seconds`, which only bounds lateness.
+        let _ = a.poll_interval_seconds;
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_secs(a.timeout_seconds.unwrap_or(300).clamp(1, 3600));
+        loop {
+            let e = load(ctx, &a.execution_id).await?;
+            if store::is_terminal(&e.status) {
+                let mut v = detail(&e);
+                v["tool"] = json!("aegis.workflow.wait");
+                v["timed_out"] = json!(false);
+                return Ok(v);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let mut v = summary(&e);
+                v["tool"] = json!("aegis.workflow.wait");
+                v["timed_out"] = json!(true);
+                v["message"] = json!(format!(
+                    "the execution is still {} in state `{}`",
+                    e.status, e.current_state
+                ));
+                return Ok(v);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+}
+
+fn logs<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        check_tenant(ctx, &a)?;
+        #[derive(Deserialize)]
+        struct A {
+            execution_id: String,
+            limit: Option<i64>,
+            offset: Option<i64>,
+        }
+        let a: A = args(a)?;
+        let e = load(ctx, &a.execution_id).await?;
+        let limit = a.limit.unwrap_or(50).clamp(1, 200);
+        let offset = a.offset.unwrap_or(0).max(0);
+        let events = store::events(&ctx.state.pool, e.id, offset, limit)
+            .await
+            .map_err(ToolError::internal)?;
+        let total = store::event_count(&ctx.state.pool, e.id)
+            .await
+            .map_err(ToolError::internal)?;
+        let events: Vec<Value> = events
+            .into_iter()
+            .map(|ev| {
+                json!({"sequence": ev.seq, "event_type": ev.event_type, "state_name": ev.state_name,
+                       "iteration_number": ev.payload.get("visit"), "payload": ev.payload,
+                       "recorded_at": ev.recorded_at})
+            })
+            .collect();
+        Ok(
+            json!({"tool": "aegis.workflow.logs", "execution_id": e.id, "status": e.status,
+            "workflow_id": e.workflow_id, "events": events, "total": total, "limit": limit, "offset": offset}),
+        )
+    })
+}
+
+fn status<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        check_tenant(ctx, &a)?;
+        let a: Id = args(a)?;
+        let mut v = summary(&load(ctx, &a.execution_id).await?);
+        v["tool"] = json!("aegis.workflow.status");
+        Ok(v)
+    })
+}
+
+fn get<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        check_tenant(ctx, &a)?;
+        let a: Id = args(a)?;
+        let e = load(ctx, &a.execution_id).await?;
+        Ok(json!({"tool": "aegis.workflow.executions.get", "execution": detail(&e)}))
+    })
+}
+
+fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        check_tenant(ctx, &a)?;
+        #[derive(Deserialize)]
+        struct A {
+            limit: Option<i64>,
+            offset: Option<i64>,
+            workflow_id: Option<String>,
+            status: Option<String>,
+        }
+        let a: A = args(a)?;
+        let workflow = match a.workflow_id {
+            Some(s) => Some(match Uuid::parse_str(&s) {
+                Ok(id) => id,
+                Err(_) => {
+                    crate::registry::get(
+                        &ctx.state.pool,
+                        &ctx.caller.tenant,
+                        crate::manifest::ManifestKind::Workflow,
+                        &s,
+                        None,
+                    )
+                    .await
+                    .map_err(super::registry_error)?
+                    .id
+                }
+            }),
+            None => None,
+        };
+        let limit = a.limit.unwrap_or(20).clamp(1, 200);
+        let offset = a.offset.unwrap_or(0).max(0);
+        let (rows, total) = store::list(
+            &ctx.state.pool,
+            &visibility(ctx),
+            workflow,
+            a.status.as_deref(),
+            limit,
+            offset,
+        )
+        .await
+        .map_err(ToolError::internal)?;
+        Ok(
+            json!({"tool": "aegis.workflow.executions.list", "count": rows.len(), "total": total,
+            "executions": rows.iter().map(summary).collect::<Vec<_>>(), "limit": limit, "offset": offset}),
+        )
+    })
+}
+
+fn remove<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        check_tenant(ctx, &a)?;
+        let a: Id = args(a)?;
+        let e = load(ctx, &a.execution_id).await?;
+        if !store::is_terminal(&e.status) {
+            return Err(ToolError::new(
+                "conflict",
+                format!(
+                    "workflow execution {} is {}; only ended executions can be removed (cancel it first)",
+                    e.id, e.status
+                ),
+            ));
+        }
+        store::remove(&ctx.state.pool, &ctx.caller.tenant, e.id)
+            .await
+            .map_err(ToolError::internal)?;
+        Ok(json!({"tool": "aegis.workflow.remove", "removed": true, "execution_id": e.id}))
+    })
+}

@@ -1,0 +1,277 @@
+//! Starting a run: everything is checked before anything is stored.
+//!
+//! The workflow version must exist; the input must satisfy `metadata.input_schema`; run-time
+//! blackboard overrides may not touch reserved keys; every agent an `Agent`/`ParallelAgents`
+//! state (or its judges) names must be deployed and every `Subworkflow` target must exist; and
+//! fields this node does not implement are refused by name rather than ignored. Then the row
+//! and its first events are written in one transaction. Subworkflow states start their children
+//! through the same function.
+
+use serde_json::{json, Map, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::{object, store, WorkflowError, RESERVED_KEYS};
+use crate::manifest::{ManifestKind, WorkflowView};
+use crate::registry::{self, RegistryError};
+
+/// What a caller asks to run.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    /// Workflow name or id.
+    pub name: String,
+    /// Version (default latest).
+    pub version: Option<String>,
+    /// Input, validated against `metadata.input_schema`.
+    pub input: Value,
+    /// Blackboard overrides (reserved keys refused).
+    pub blackboard: Option<Map<String, Value>>,
+    /// Natural-language intent.
+    pub intent: Option<String>,
+}
+
+/// Who starts, and the node limits that apply.
+pub(super) struct Starter<'a> {
+    pub tenant: &'a str,
+    pub caller_kind: &'a str,
+    pub caller_id: &'a str,
+    pub allow_network_modes: &'a [String],
+    pub max_execution_secs: u64,
+}
+
+/// Validates and stores a run; `parent` links a Subworkflow child to (execution, state, visit).
+pub(super) async fn start(
+    pool: &PgPool,
+    who: &Starter<'_>,
+    req: RunRequest,
+    parent: Option<(Uuid, &str, i32)>,
+) -> Result<Uuid, WorkflowError> {
+    let def = registry::get(
+        pool,
+        who.tenant,
+        ManifestKind::Workflow,
+        &req.name,
+        req.version.as_deref(),
+    )
+    .await?;
+    let view = WorkflowView(&def.manifest);
+    if let Some(schema) = view.input_schema() {
+        let validator = jsonschema::validator_for(schema).map_err(|e| {
+            WorkflowError::NotRunnable(vec![format!("metadata.input_schema does not compile: {e}")])
+        })?;
+        let errors: Vec<String> = validator
+            .iter_errors(&req.input)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                format!("{}: {e}", if path.is_empty() { "(input)" } else { &path })
+            })
+            .collect();
+        if !errors.is_empty() {
+            return Err(WorkflowError::InvalidInput(errors));
+        }
+    }
+    let overrides = req.blackboard.unwrap_or_default();
+    let reserved: Vec<String> = overrides
+        .keys()
+        .filter(|k| RESERVED_KEYS.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    if !reserved.is_empty() {
+        return Err(WorkflowError::ReservedKeys(reserved));
+    }
+    let problems = runnable(pool, who, &def.manifest).await?;
+    if !problems.is_empty() {
+        return Err(WorkflowError::NotRunnable(problems));
+    }
+
+    let id = Uuid::new_v4();
+    let mut blackboard = object(
+        def.manifest
+            .pointer("/spec/context")
+            .unwrap_or(&Value::Null),
+    );
+    blackboard.extend(overrides);
+    blackboard.insert("input".into(), req.input.clone());
+    blackboard.insert(
+        "intent".into(),
+        req.intent.clone().map(Value::String).unwrap_or(Value::Null),
+    );
+    blackboard.insert(
+        "workflow".into(),
+        json!({"name": def.name, "version": def.version, "execution_id": id, "input": req.input}),
+    );
+    let blackboard = Value::Object(blackboard);
+    store::insert(
+        pool,
+        &store::NewExecution {
+            id,
+            tenant: who.tenant,
+            workflow_id: def.id,
+            workflow_version_id: def.version_id,
+            workflow_name: &def.name,
+            workflow_version: &def.version,
+            parent,
+            initial_state: view.initial_state(),
+            blackboard: &blackboard,
+            input: &req.input,
+            intent: req.intent.as_deref(),
+            caller_kind: who.caller_kind,
+            caller_id: who.caller_id,
+            max_secs: who.max_execution_secs,
+        },
+    )
+    .await?;
+    Ok(id)
+}
+
+/// Everything that keeps this manifest from running here, each naming the state and field.
+async fn runnable(
+    pool: &PgPool,
+    who: &Starter<'_>,
+    manifest: &Value,
+) -> Result<Vec<String>, sqlx::Error> {
+    let view = WorkflowView(manifest);
+    let mut problems = Vec::new();
+    if manifest.pointer("/spec/storage").is_some() {
+        problems.push(
+            "spec.storage (shared workspace and volumes) is not supported on this node".to_owned(),
+        );
+    }
+    let mut agents: Vec<(String, String)> = Vec::new();
+    let mut workflows: Vec<(String, String)> = Vec::new();
+    for name in view.state_names() {
+        let Some(state) = view.state(name) else {
+            continue;
+        };
+        let at = |field: &str| format!("spec.states.{name}.{field}");
+        if RESERVED_KEYS.contains(&name) {
+            problems.push(format!(
+                "state name `{name}` is reserved (it would shadow the blackboard key of the same name)"
+            ));
+        }
+        for unsupported in [
+            "output_handler",
+            "pre_execution_validator",
+            "judges_for_parallel",
+            "registry_credentials",
+        ] {
+            if state.get(unsupported).is_some() {
+                problems.push(format!("{} is not supported on this node", at(unsupported)));
+            }
+        }
+        match state.get("kind").and_then(Value::as_str).unwrap_or("") {
+            "Agent" => {
+                if let Some(a) = state.get("agent").and_then(Value::as_str) {
+                    agents.push((a.to_owned(), at("agent")));
+                }
+                for (i, j) in array(state, "judges").iter().enumerate() {
+                    if let Some(a) = j.get("agent_id").and_then(Value::as_str) {
+                        agents.push((a.to_owned(), at(&format!("judges[{i}].agent_id"))));
+                    }
+                }
+            }
+            "ParallelAgents" => {
+                for (i, a) in array(state, "agents").iter().enumerate() {
+                    if let Some(a) = a.get("agent").and_then(Value::as_str) {
+                        agents.push((a.to_owned(), at(&format!("agents[{i}].agent"))));
+                    }
+                }
+            }
+            "ContainerRun" => {
+                problems.extend(container_problems(state, &at(""), who.allow_network_modes))
+            }
+            "ParallelContainerRun" => {
+                for (i, step) in array(state, "steps").iter().enumerate() {
+                    problems.extend(container_problems(
+                        step,
+                        &at(&format!("steps[{i}].")),
+                        who.allow_network_modes,
+                    ));
+                }
+            }
+            "Subworkflow" => {
+                if let Some(w) = state.get("workflow_id").and_then(Value::as_str) {
+                    workflows.push((w.to_owned(), at("workflow_id")));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (agent, at) in agents {
+        if agent.contains("{{") {
+            continue; // rendered at run time; checked when the state starts it
+        }
+        match registry::get(pool, who.tenant, ManifestKind::Agent, &agent, None).await {
+            Ok(_) => {}
+            Err(RegistryError::NotFound { .. }) => {
+                problems.push(format!("{at}: agent `{agent}` is not deployed"))
+            }
+            Err(RegistryError::Db(e)) => return Err(e),
+            Err(other) => problems.push(format!("{at}: {other}")),
+        }
+    }
+    for (workflow, at) in workflows {
+        match registry::get(pool, who.tenant, ManifestKind::Workflow, &workflow, None).await {
+            Ok(_) => {}
+            Err(RegistryError::NotFound { .. }) => {
+                problems.push(format!("{at}: workflow `{workflow}` does not exist"))
+            }
+            Err(RegistryError::Db(e)) => return Err(e),
+            Err(other) => problems.push(format!("{at}: {other}")),
+        }
+    }
+    Ok(problems)
+}
+
+fn array<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// What a ContainerRun step asks for that this node refuses (`at` ends with `.` or is empty).
+fn container_problems(step: &Value, at: &str, allowed_networks: &[String]) -> Vec<String> {
+    let at = at.trim_end_matches('.');
+    let field = |f: &str| {
+        if at.is_empty() {
+            f.to_owned()
+        } else {
+            format!("{at}.{f}")
+        }
+    };
+    let mut problems = Vec::new();
+    if let Some(mode) = step.get("network_mode").and_then(Value::as_str) {
+        if mode != "none" && !allowed_networks.iter().any(|m| m == mode) {
+            problems.push(format!(
+                "{}: network_mode `{mode}` is not allowed on this node (workflows.allow_network_modes)",
+                field("network_mode")
+            ));
+        }
+    }
+    if step.get("image_pull_policy").and_then(Value::as_str) == Some("Always") {
+        problems.push(format!(
+            "{}: `Always` is not supported: this node never pulls images (use IfNotPresent or Never with a local image)",
+            field("image_pull_policy")
+        ));
+    }
+    if step
+        .get("volumes")
+        .and_then(Value::as_array)
+        .is_some_and(|v| !v.is_empty())
+    {
+        problems.push(format!(
+            "{}: volumes are not supported on this node (steps exchange data through the blackboard)",
+            field("volumes")
+        ));
+    }
+    if let Some(user) = step.get("run_as_user").and_then(Value::as_str) {
+        if user != "65534" && user != "65534:65534" {
+            problems.push(format!(
+                "{}: commands always run as 65534:65534 in sandboxes; `{user}` cannot be honoured",
+                field("run_as_user")
+            ));
+        }
+    }
+    problems
+}

@@ -1,0 +1,436 @@
+//! `ContainerRun`, `ParallelContainerRun` and `System`: commands in hardened sandboxes, never on
+//! the host.
+//!
+//! Each ContainerRun step gets a sandbox of its own from the dispatcher (the same hardening as
+//! every agent sandbox: no privileges, no host paths, read-only root, limits clamped to the
+//! node's ceilings, no network unless the node allows the step's `network_mode`), owned by
+//! (execution, state, visit). The argv runs through the sandbox's executor, without a shell
+//! unless `shell: true` (then `sh -c "<joined>"`), with output capped like `cmd.run`. A failed
+//! attempt is retried after a doubling backoff. System states run `sh -c "<command>"` in one
+//! sandbox per execution from the node's System image, kept across System states and destroyed
+//! when the execution ends or waits.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use dispatcher::protocol::{Op, RunParams};
+use dispatcher::{DispatchError, Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::{StateCtx, Step};
+use crate::manifest::{parse_duration, parse_quantity};
+use crate::workflow::worker::Runtime;
+
+/// Grace between SIGTERM and SIGKILL when a step's command times out.
+const KILL_GRACE_MS: u64 = 1000;
+
+/// One container step, rendered and checked.
+struct Container {
+    name: String,
+    image: String,
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+    workdir: Option<String>,
+    limits: Limits,
+    network: NetworkMode,
+    timeout: Duration,
+    attempts: u32,
+    backoff: Duration,
+}
+
+fn container(ctx: &StateCtx<'_>, step: &Value, field: &str) -> Result<Container, String> {
+    let f = |k: &str| format!("{field}{k}");
+    let name = step
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or(ctx.name)
+        .to_owned();
+    let image = ctx.render(&f("image"), step["image"].as_str().unwrap_or_default())?;
+    if image.trim().is_empty() {
+        return Err(format!(
+            "spec.states.{}.{}: the image is empty",
+            ctx.name,
+            f("image")
+        ));
+    }
+    let mut argv = Vec::new();
+    for (i, part) in step["command"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        argv.push(ctx.render(
+            &f(&format!("command[{i}]")),
+            part.as_str().unwrap_or_default(),
+        )?);
+    }
+    if argv.is_empty() {
+        return Err(format!(
+            "spec.states.{}.{}: the command is empty",
+            ctx.name,
+            f("command")
+        ));
+    }
+    if step.get("shell").and_then(Value::as_bool).unwrap_or(false) {
+        argv = vec!["sh".into(), "-c".into(), argv.join(" ")];
+    }
+    let mut env = BTreeMap::new();
+    if let Some(map) = step.get("env").and_then(Value::as_object) {
+        for (k, v) in map {
+            env.insert(
+                k.clone(),
+                ctx.render(&f(&format!("env.{k}")), v.as_str().unwrap_or_default())?,
+            );
+        }
+    }
+    let workdir = match step.get("workdir").and_then(Value::as_str) {
+        Some(w) => Some(ctx.render(&f("workdir"), w)?),
+        None => None,
+    };
+    let defaults = Limits::default();
+    let resources = step.get("resources").cloned().unwrap_or(Value::Null);
+    let limits = Limits {
+        memory_bytes: resources
+            .get("memory")
+            .and_then(parse_quantity)
+            .unwrap_or(defaults.memory_bytes),
+        nano_cpus: resources
+            .get("cpu")
+            .and_then(Value::as_u64)
+            .map(|m| m.saturating_mul(1_000_000))
+            .filter(|n| *n > 0)
+            .unwrap_or(defaults.nano_cpus),
+        ..defaults
+    };
+    let ceiling = Duration::from_secs(ctx.rt.cmd_timeout_secs);
+    let timeout = resources
+        .get("timeout")
+        .and_then(parse_duration)
+        .or(ctx.timeout)
+        .unwrap_or(ceiling)
+        .min(ceiling);
+    let network = match step.get("network_mode").and_then(Value::as_str) {
+        Some("bridge") => NetworkMode::Bridge,
+        _ => NetworkMode::None,
+    };
+    let retry = step.get("retry").cloned().unwrap_or(Value::Null);
+    Ok(Container {
+        name,
+        image,
+        argv,
+        env,
+        workdir,
+        limits,
+        network,
+        timeout,
+        attempts: 1 + retry
+            .get("max_attempts")
+            .and_then(Value::as_u64)
+            .unwrap_or(0) as u32,
+        backoff: retry
+            .get("backoff")
+            .and_then(parse_duration)
+            .unwrap_or(Duration::from_secs(1)),
+    })
+}
+
+/// The command's result as the state output reports it.
+struct Ran {
+    exit_code: i64,
+    stdout: Value,
+    stderr: Value,
+    truncated: bool,
+    timed_out: bool,
+    duration_ms: u64,
+}
+
+/// Runs `argv` in sandbox `id`; `Err` when the call itself failed (sandbox gone, refused).
+async fn exec(rt: &Runtime, id: SandboxId, c: &Container) -> Result<Ran, (bool, String)> {
+    let d = rt
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| (false, e.to_string()))?;
+    let cap = rt.max_output_bytes;
+    let started = Instant::now();
+    let response = d
+        .call(
+            id,
+            Op::CmdRun(RunParams {
+                argv: c.argv.clone(),
+                cwd: c.workdir.clone(),
+                env: c.env.clone(),
+                timeout_ms: c.timeout.as_millis() as u64,
+                grace_ms: Some(KILL_GRACE_MS),
+                max_stdout_bytes: cap,
+                max_stderr_bytes: cap,
+            }),
+        )
+        .await
+        .map_err(|e| {
+            let gone = matches!(
+                e,
+                DispatchError::SandboxGone { .. } | DispatchError::SandboxNotFound { .. }
+            );
+            (gone, e.to_string())
+        })?;
+    let out = response.into_result().map_err(|e| {
+        (
+            false,
+            format!("the sandbox refused the command: {}", e.message),
+        )
+    })?;
+    Ok(Ran {
+        exit_code: out["exit_code"].as_i64().unwrap_or(-1),
+        stdout: out["stdout"].clone(),
+        stderr: out["stderr"].clone(),
+        truncated: out["truncated"]["stdout"] == true || out["truncated"]["stderr"] == true,
+        timed_out: out["timed_out"] == true,
+        duration_ms: out["duration_ms"]
+            .as_u64()
+            .unwrap_or(started.elapsed().as_millis() as u64),
+    })
+}
+
+fn labels(ctx: &StateCtx<'_>, step: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("workflow_execution".to_owned(), ctx.exec.id.to_string()),
+        ("workflow_state".to_owned(), ctx.name.to_owned()),
+        ("workflow_visit".to_owned(), ctx.visit.to_string()),
+        ("workflow_step".to_owned(), step.to_owned()),
+    ])
+}
+
+/// Runs one step with its retries; returns the step's output object.
+async fn run_step(ctx: &StateCtx<'_>, c: &Container) -> Value {
+    let started = Instant::now();
+    let mut last = json!({"status": "failed", "error": "not run"});
+    for attempt in 1..=c.attempts {
+        ctx.event(
+            "container_run_started",
+            json!({"step": c.name, "image": c.image, "attempt": attempt, "visit": ctx.visit}),
+        )
+        .await;
+        let mut spec = SandboxSpec::new(c.image.clone(), ctx.owner());
+        spec.limits = c.limits;
+        spec.network = c.network;
+        spec.labels = labels(ctx, &c.name);
+        let dispatcher = match ctx.rt.sandboxes.dispatcher() {
+            Ok(d) => d,
+            Err(e) => {
+                return json!({"status": "failed", "error": e.to_string(), "attempts": attempt})
+            }
+        };
+        let (retryable, result) = match dispatcher.acquire(spec).await {
+            Err(DispatchError::ImageMissing { image }) => (
+                false,
+                Err(format!(
+                    "image `{image}` is not present on this node (it is never pulled: build or load it first)"
+                )),
+            ),
+            Err(e) => (true, Err(format!("could not create the container: {e}"))),
+            Ok(id) => {
+                let ran = exec(ctx.rt, id, c).await;
+                if let Err(e) = dispatcher.destroy(id).await {
+                    tracing::warn!(sandbox = %id, error = %e, "could not destroy a ContainerRun sandbox");
+                }
+                (true, ran.map_err(|(_, e)| e))
+            }
+        };
+        match result {
+            Ok(ran) => {
+                ctx.event(
+                    "container_run_finished",
+                    json!({"step": c.name, "attempt": attempt, "exit_code": ran.exit_code,
+                        "duration_ms": ran.duration_ms, "truncated": ran.truncated, "timed_out": ran.timed_out}),
+                )
+                .await;
+                let ok = ran.exit_code == 0;
+                last = json!({
+                    "status": if ok { "success" } else { "failed" },
+                    "exit_code": ran.exit_code, "stdout": ran.stdout, "stderr": ran.stderr,
+                    "truncated": ran.truncated, "timed_out": ran.timed_out,
+                    "duration_ms": started.elapsed().as_millis() as u64, "attempts": attempt,
+                    "output": {"exit_code": ran.exit_code, "stdout": ran.stdout, "stderr": ran.stderr,
+                               "duration_ms": ran.duration_ms, "attempts": attempt},
+                });
+                if ok {
+                    return last;
+                }
+            }
+            Err(error) => {
+                ctx.event(
+                    "container_run_finished",
+                    json!({"step": c.name, "attempt": attempt, "error": error}),
+                )
+                .await;
+                last = json!({"status": "failed", "error": error, "attempts": attempt,
+                    "duration_ms": started.elapsed().as_millis() as u64});
+                if !retryable {
+                    return last;
+                }
+            }
+        }
+        if attempt < c.attempts {
+            let wait = c.backoff.saturating_mul(1 << (attempt - 1).min(10));
+            tokio::select! {
+                _ = ctx.token.cancelled() => return last,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+    last
+}
+
+/// `ContainerRun`.
+pub(super) async fn container_run(ctx: &StateCtx<'_>) -> Step {
+    match container(ctx, ctx.body, "") {
+        Ok(c) => Step::Output(run_step(ctx, &c).await, Vec::new()),
+        Err(e) => Step::Output(json!({"status": "failed", "error": e}), Vec::new()),
+    }
+}
+
+/// `ParallelContainerRun`: every step at once; `completion` decides the state's status.
+pub(super) async fn parallel(ctx: &StateCtx<'_>) -> Step {
+    let steps = ctx.body["steps"].as_array().cloned().unwrap_or_default();
+    let completion = ctx.body["completion"].as_str().unwrap_or("all_succeed");
+    let mut prepared = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        match container(ctx, step, &format!("steps[{i}].")) {
+            Ok(c) => prepared.push(c),
+            Err(e) => return Step::Output(json!({"status": "failed", "error": e}), Vec::new()),
+        }
+    }
+    let results = futures_util::future::join_all(prepared.iter().map(|c| run_step(ctx, c))).await;
+    let succeeded: Vec<&str> = prepared
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r["exit_code"] == 0)
+        .map(|(c, _)| c.name.as_str())
+        .collect();
+    let failed: Vec<&str> = prepared
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r["exit_code"] != 0)
+        .map(|(c, _)| c.name.as_str())
+        .collect();
+    let overall_success = failed.is_empty();
+    let success = match completion {
+        "any_succeed" => !succeeded.is_empty(),
+        "best_effort" => true,
+        _ => overall_success,
+    };
+    let output: serde_json::Map<String, Value> = prepared
+        .iter()
+        .zip(&results)
+        .map(|(c, r)| {
+            (
+                c.name.clone(),
+                json!({"exit_code": r["exit_code"], "stdout": r["stdout"], "stderr": r["stderr"],
+                       "duration_ms": r["duration_ms"], "status": r["status"], "error": r["error"]}),
+            )
+        })
+        .collect();
+    Step::Output(
+        json!({
+            "status": if success { "success" } else { "failed" },
+            "overall_success": overall_success, "completion": completion,
+            "succeeded": succeeded, "failed": failed, "output": output,
+            "results": prepared.iter().zip(&results).map(|(c, r)| json!({"name": c.name, "result": r})).collect::<Vec<_>>(),
+        }),
+        Vec::new(),
+    )
+}
+
+fn system_owner(execution: Uuid) -> Owner {
+    Owner::new(OwnerKind::Workflow, execution.to_string())
+}
+
+/// Destroys the execution's System sandbox (if any); returns how many were destroyed.
+pub(crate) async fn destroy_system_sandbox(rt: &Runtime, execution: Uuid) -> usize {
+    rt.forget_system_sandbox(execution);
+    match rt.sandboxes.dispatcher() {
+        Ok(d) => d
+            .destroy_owned_by(&system_owner(execution))
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(%execution, error = %e, "could not destroy a System sandbox");
+                0
+            }),
+        Err(_) => 0,
+    }
+}
+
+/// The execution's System sandbox: the one this replica made, else a new one (whatever another
+/// replica left is destroyed first: its commands belong to an interrupted attempt).
+async fn system_sandbox(ctx: &StateCtx<'_>) -> Result<SandboxId, String> {
+    if let Some(id) = ctx.rt.system_sandbox(ctx.exec.id) {
+        return Ok(id);
+    }
+    destroy_system_sandbox(ctx.rt, ctx.exec.id).await;
+    let d = ctx.rt.sandboxes.dispatcher().map_err(|e| e.to_string())?;
+    let mut spec = SandboxSpec::new(ctx.rt.system_image.clone(), system_owner(ctx.exec.id));
+    spec.labels = BTreeMap::from([
+        ("workflow_execution".to_owned(), ctx.exec.id.to_string()),
+        ("workflow_role".to_owned(), "system".to_owned()),
+    ]);
+    let id = d.acquire(spec).await.map_err(|e| match e {
+        DispatchError::ImageMissing { image } => format!(
+            "the System image `{image}` is not present on this node (workflows.system_image)"
+        ),
+        other => format!("could not create the System sandbox: {other}"),
+    })?;
+    ctx.rt.remember_system_sandbox(ctx.exec.id, id);
+    Ok(id)
+}
+
+/// `System`: `sh -c "<command>"` in the execution's System sandbox.
+pub(super) async fn system(ctx: &StateCtx<'_>) -> Step {
+    let command = match ctx.render("command", ctx.body["command"].as_str().unwrap_or_default()) {
+        Ok(c) => c,
+        Err(e) => return Step::Output(json!({"status": "failed", "error": e}), Vec::new()),
+    };
+    let mut step = json!({"name": ctx.name, "image": ctx.rt.system_image, "command": [command]});
+    for key in ["env", "workdir"] {
+        if let Some(v) = ctx.body.get(key) {
+            step[key] = v.clone();
+        }
+    }
+    let mut c = match container(ctx, &step, "") {
+        Ok(c) => c,
+        Err(e) => return Step::Output(json!({"status": "failed", "error": e}), Vec::new()),
+    };
+    c.argv = vec!["sh".into(), "-c".into(), c.argv.join(" ")];
+    let mut retried = false;
+    loop {
+        let id = match system_sandbox(ctx).await {
+            Ok(id) => id,
+            Err(e) => return Step::Output(json!({"status": "failed", "error": e}), Vec::new()),
+        };
+        match exec(ctx.rt, id, &c).await {
+            Ok(ran) => {
+                let ok = ran.exit_code == 0;
+                return Step::Output(
+                    json!({
+                        "status": if ok { "success" } else { "failed" },
+                        "exit_code": ran.exit_code, "stdout": ran.stdout, "stderr": ran.stderr,
+                        "truncated": ran.truncated, "timed_out": ran.timed_out, "duration_ms": ran.duration_ms,
+                        "output": {"exit_code": ran.exit_code, "stdout": ran.stdout, "stderr": ran.stderr,
+                                   "duration_ms": ran.duration_ms},
+                    }),
+                    Vec::new(),
+                );
+            }
+            // A sandbox this replica remembered was destroyed meanwhile: make a new one, once.
+            Err((true, _)) if !retried => {
+                retried = true;
+                ctx.rt.forget_system_sandbox(ctx.exec.id);
+            }
+            Err((_, e)) => {
+                return Step::Output(json!({"status": "failed", "error": e}), Vec::new())
+            }
+        }
+    }
+}

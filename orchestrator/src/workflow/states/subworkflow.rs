@@ -1,0 +1,145 @@
+//! `Subworkflow`: a child workflow execution, linked to (execution, state, visit).
+//!
+//! The child is looked up by that link before one is started, so a state that runs again after
+//! a crash reuses the child its earlier attempt started instead of starting a second one.
+//! `fire_and_forget` answers at once with the child's id. `blocking` parks the parent until the
+//! child ends (the child's final commit wakes it) or the state's timeout passes, then writes the
+//! child's result (its `final_output`, else its blackboard) to `blackboard[result_key]`.
+
+use chrono::Utc;
+use serde_json::{json, Value};
+
+use super::{StateCtx, Step};
+use crate::workflow::start::{self, RunRequest, Starter};
+use crate::workflow::store::{self, NewEvent};
+use crate::workflow::WorkflowError;
+
+pub(super) async fn subworkflow(ctx: &StateCtx<'_>) -> Step {
+    let mode = ctx.body["mode"].as_str().unwrap_or("blocking");
+    let target = ctx.body["workflow_id"].as_str().unwrap_or_default();
+    let existing = match store::child_of(&ctx.rt.pool, ctx.exec.id, ctx.name, ctx.visit).await {
+        Ok(c) => c,
+        Err(e) => return Step::Fail(format!("state `{}`: database error: {e}", ctx.name)),
+    };
+    let mut events = Vec::new();
+    let child = match existing {
+        Some(child) => child,
+        None => {
+            let input = match ctx.body.get("input") {
+                None => ctx.exec.input.clone(),
+                Some(Value::String(t)) => match ctx.render("input", t) {
+                    Ok(text) => serde_json::from_str::<Value>(&text)
+                        .ok()
+                        .filter(Value::is_object)
+                        .unwrap_or_else(|| json!({"input": text})),
+                    Err(e) => return Step::Fail(e),
+                },
+                Some(other) => match ctx.render_value("input", other) {
+                    Ok(v) => v,
+                    Err(e) => return Step::Fail(e),
+                },
+            };
+            let who = Starter {
+                tenant: &ctx.exec.tenant_id,
+                caller_kind: &ctx.exec.caller_kind,
+                caller_id: &ctx.exec.caller_id,
+                allow_network_modes: &ctx.rt.allow_network_modes,
+                max_execution_secs: ctx.rt.max_execution_secs,
+            };
+            let request = RunRequest {
+                name: target.to_owned(),
+                version: None,
+                input,
+                blackboard: None,
+                intent: ctx.exec.intent.clone(),
+            };
+            let id = match start::start(
+                &ctx.rt.pool,
+                &who,
+                request,
+                Some((ctx.exec.id, ctx.name, ctx.visit)),
+            )
+            .await
+            {
+                Ok(id) => id,
+                Err(WorkflowError::Db(e)) => {
+                    return Step::Fail(format!("state `{}`: database error: {e}", ctx.name))
+                }
+                Err(e) => {
+                    return Step::Output(
+                        json!({"status": "failed", "mode": mode, "error": format!("the child workflow `{target}` could not start: {e}")}),
+                        Vec::new(),
+                    )
+                }
+            };
+            ctx.rt.wake();
+            let started = NewEvent::state(
+                "child_started",
+                ctx.name,
+                json!({"kind": "workflow", "workflow": target, "execution_id": id, "mode": mode, "visit": ctx.visit}),
+            );
+            if mode != "blocking" {
+                ctx.event("child_started", started.payload).await;
+                return Step::Output(
+                    json!({"status": "completed", "child_execution_id": id, "mode": "fire_and_forget"}),
+                    Vec::new(),
+                );
+            }
+            events.push(started);
+            match store::get(&ctx.rt.pool, &ctx.exec.tenant_id, id).await {
+                Ok(Some(c)) => c,
+                Ok(None) => {
+                    return Step::Fail(format!("state `{}`: the child {id} vanished", ctx.name))
+                }
+                Err(e) => return Step::Fail(format!("state `{}`: database error: {e}", ctx.name)),
+            }
+        }
+    };
+    if mode != "blocking" {
+        return Step::Output(
+            json!({"status": "completed", "child_execution_id": child.id, "mode": "fire_and_forget"}),
+            Vec::new(),
+        );
+    }
+    if store::is_terminal(&child.status) {
+        let result = child
+            .final_output
+            .clone()
+            .unwrap_or_else(|| child.blackboard.clone());
+        let ok = child.status == "completed";
+        ctx.event(
+            "child_finished",
+            json!({"kind": "workflow", "execution_id": child.id, "status": child.status, "error": child.error}),
+        )
+        .await;
+        let mut writes = Vec::new();
+        if let Some(key) = ctx.body["result_key"].as_str() {
+            writes.push((key.to_owned(), result.clone()));
+        }
+        return Step::Output(
+            json!({"status": if ok { "completed" } else { "failed" }, "mode": "blocking",
+                   "child_execution_id": child.id, "child_status": child.status,
+                   "result": result, "error": child.error}),
+            writes,
+        );
+    }
+    let deadline = ctx.timeout.map(|t| {
+        ctx.exec.state_entered_at + chrono::Duration::from_std(t).unwrap_or(chrono::Duration::MAX)
+    });
+    if deadline.is_some_and(|d| Utc::now() >= d) {
+        if let Err(e) = store::request_cancel(&ctx.rt.pool, child.id).await {
+            tracing::warn!(child = %child.id, error = %e, "could not cancel a timed-out child workflow");
+        }
+        return Step::Fail(format!(
+            "state `{}` timed out after {} s waiting for its child workflow {} (its `timeout`)",
+            ctx.name,
+            ctx.timeout.map(|t| t.as_secs()).unwrap_or_default(),
+            child.id
+        ));
+    }
+    Step::Wait {
+        waiting_for: "subworkflow",
+        wake_at: deadline,
+        events,
+    }
+}

@@ -1,0 +1,718 @@
+//! The workers of one replica: claim, run, commit, under a lease.
+//!
+//! A listener task receives NOTIFYs on [`store::CHANNEL`] (run, signal, cancel, child ended) and
+//! wakes the workers at once; without one they poll every `poll_interval_ms` (expired leases,
+//! Human timeouts). A worker that claims an execution keeps it, state after state, until it
+//! waits, ends, or is interrupted; a renewal task extends the lease meanwhile and interrupts the
+//! worker when the lease is lost or cancellation is asked for.
+//!
+//! Per state: if an earlier attempt of this very visit was interrupted (`attempt > 1`), remove
+//! what it started; run the state; record its output in `blackboard[STATE]`; take the first
+//! transition whose condition matches, within `max_total_transitions` and the target's
+//! `max_state_visits`; commit all of it in one transaction fenced by the lease.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use dispatcher::SandboxId;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::states::{self, Cleanup, StateCtx, Step};
+use super::store::{self, Commit, NewEvent, WorkflowExecution};
+use super::{AgentHost, Workflows};
+use crate::manifest::{parse_duration, WorkflowView};
+use crate::sandboxes::Sandboxes;
+
+/// What workers share on one replica.
+pub(super) struct Runtime {
+    pub pool: PgPool,
+    pub me: Uuid,
+    pub host: Arc<dyn AgentHost>,
+    pub sandboxes: Arc<Sandboxes>,
+    pub workflows: Arc<Workflows>,
+    pub shutdown: CancellationToken,
+    pub lease_ttl_secs: u64,
+    pub allow_network_modes: Vec<String>,
+    pub max_execution_secs: u64,
+    pub system_image: String,
+    pub cmd_timeout_secs: u64,
+    pub max_output_bytes: u64,
+    system_sandboxes: Mutex<HashMap<Uuid, SandboxId>>,
+}
+
+impl Runtime {
+    pub fn system_sandbox(&self, execution: Uuid) -> Option<SandboxId> {
+        self.system_sandboxes
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&execution).copied())
+    }
+
+    pub fn remember_system_sandbox(&self, execution: Uuid, id: SandboxId) {
+        if let Ok(mut m) = self.system_sandboxes.lock() {
+            m.insert(execution, id);
+        }
+    }
+
+    pub fn forget_system_sandbox(&self, execution: Uuid) {
+        if let Ok(mut m) = self.system_sandboxes.lock() {
+            m.remove(&execution);
+        }
+    }
+
+    /// Wakes this replica's idle workers (a child was started here).
+    pub fn wake(&self) {
+        self.workflows.wake.notify_waiters();
+    }
+}
+
+/// Starts the listener and the workers of this replica; they stop when `shutdown` fires
+/// (an execution being run is given back: its lease is released for another replica).
+pub fn spawn_workers(
+    workflows: Arc<Workflows>,
+    host: Arc<dyn AgentHost>,
+    sandboxes: Arc<Sandboxes>,
+    shutdown: CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    let ceilings = sandboxes.ceilings().clone();
+    let settings = workflows.settings.clone();
+    let rt = Arc::new(Runtime {
+        pool: workflows.pool.clone(),
+        me: workflows.instance_id,
+        host,
+        sandboxes,
+        workflows: workflows.clone(),
+        shutdown: shutdown.clone(),
+        lease_ttl_secs: settings.lease_ttl_secs,
+        allow_network_modes: settings.allow_network_modes.clone(),
+        max_execution_secs: settings.max_execution_secs,
+        system_image: settings.system_image.clone(),
+        cmd_timeout_secs: ceilings.cmd_timeout_secs,
+        max_output_bytes: ceilings.max_output_bytes,
+        system_sandboxes: Mutex::new(HashMap::new()),
+    });
+    let mut tasks = vec![tokio::spawn(listen(rt.clone()))];
+    for _ in 0..settings.workers.max(1) {
+        tasks.push(tokio::spawn(work(rt.clone(), settings.poll_interval)));
+    }
+    tasks
+}
+
+/// Relays NOTIFYs: `cancel:<id>` interrupts that execution if it runs here; everything wakes
+/// the idle workers.
+async fn listen(rt: Arc<Runtime>) {
+    loop {
+        let mut listener = match sqlx::postgres::PgListener::connect_with(&rt.pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "workflow listener cannot connect; relying on polling");
+                tokio::select! {
+                    _ = rt.shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => continue,
+                }
+            }
+        };
+        if let Err(e) = listener.listen(store::CHANNEL).await {
+            tracing::warn!(error = %e, "workflow listener cannot LISTEN; relying on polling");
+        }
+        loop {
+            let received = tokio::select! {
+                _ = rt.shutdown.cancelled() => return,
+                n = listener.recv() => n,
+            };
+            match received {
+                Ok(n) => {
+                    if let Some(id) = n
+                        .payload()
+                        .strip_prefix("cancel:")
+                        .and_then(|s| Uuid::parse_str(s).ok())
+                    {
+                        rt.workflows.interrupt(id);
+                    }
+                    rt.workflows.wake.notify_waiters();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "workflow listener lost its connection; reconnecting");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+async fn work(rt: Arc<Runtime>, poll: Duration) {
+    loop {
+        let notified = rt.workflows.wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if rt.shutdown.is_cancelled() {
+            return;
+        }
+        match store::claim(&rt.pool, rt.me, rt.lease_ttl_secs).await {
+            Ok(Some(row)) => {
+                drive(&rt, row).await;
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "could not claim workflow work"),
+        }
+        tokio::select! {
+            _ = rt.shutdown.cancelled() => return,
+            _ = &mut notified => {}
+            _ = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
+/// Runs a claimed execution until it waits, ends or is interrupted.
+async fn drive(rt: &Arc<Runtime>, row: WorkflowExecution) {
+    let id = row.id;
+    let token = rt.shutdown.child_token();
+    let lost = Arc::new(AtomicBool::new(false));
+    rt.workflows.track(id, token.clone());
+    let renewer = tokio::spawn(renew(rt.clone(), id, token.clone(), lost.clone()));
+    let manifest = match store::manifest(&rt.pool, row.workflow_version_id).await {
+        Ok(Some(m)) => m,
+        Ok(None) => Value::Null,
+        Err(e) => {
+            tracing::warn!(execution = %id, error = %e, "could not load a workflow manifest");
+            renewer.abort();
+            rt.workflows.untrack(id);
+            let _ = store::release(&rt.pool, id, rt.me).await;
+            return;
+        }
+    };
+    let mut run = Run {
+        rt,
+        row,
+        manifest,
+        token,
+        lost,
+    };
+    while run.step().await {}
+    renewer.abort();
+    rt.workflows.untrack(id);
+}
+
+/// Renews the lease every third of its length; interrupts the run when the lease is lost or
+/// cancellation was asked for.
+async fn renew(rt: Arc<Runtime>, id: Uuid, token: CancellationToken, lost: Arc<AtomicBool>) {
+    let every = Duration::from_millis(rt.lease_ttl_secs * 1000 / 3);
+    loop {
+        tokio::time::sleep(every).await;
+        match store::renew(&rt.pool, id, rt.me, rt.lease_ttl_secs).await {
+            Ok(Some(false)) => {}
+            Ok(Some(true)) => token.cancel(),
+            Ok(None) => {
+                lost.store(true, Ordering::SeqCst);
+                token.cancel();
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(execution = %id, error = %e, "could not renew a workflow lease")
+            }
+        }
+    }
+}
+
+/// One claimed execution being advanced.
+struct Run<'a> {
+    rt: &'a Arc<Runtime>,
+    row: WorkflowExecution,
+    manifest: Value,
+    token: CancellationToken,
+    lost: Arc<AtomicBool>,
+}
+
+/// How a state's run ended.
+enum Ran {
+    Step(Step),
+    Interrupted,
+    StateTimeout(Duration),
+    ExecutionTimeout,
+}
+
+impl Run<'_> {
+    fn visit(&self, state: &str) -> i32 {
+        self.row.visits[state].as_i64().unwrap_or(1) as i32
+    }
+
+    fn context(&self, state: &str, visit: i32) -> Value {
+        let mut ctx = self.row.blackboard.clone();
+        if let Some(map) = ctx.as_object_mut() {
+            map.insert(
+                "state".into(),
+                json!({"name": state, "visit": visit, "feedback": self.row.state_feedback}),
+            );
+            map.insert("execution".into(), json!({"id": self.row.id}));
+            map.insert("blackboard".into(), self.row.blackboard.clone());
+        }
+        ctx
+    }
+
+    /// Advances one state; false when this worker is done with the execution.
+    async fn step(&mut self) -> bool {
+        let rt = self.rt;
+        let state = self.row.current_state.clone();
+        let view = WorkflowView(&self.manifest);
+        let Some(body) = view.state(&state).cloned() else {
+            return self
+                .fail(
+                    format!(
+                        "state `{state}` is not in workflow {} {} (was the version replaced?)",
+                        self.row.workflow_name, self.row.workflow_version
+                    ),
+                    Vec::new(),
+                )
+                .await;
+        };
+        let visit = self.visit(&state);
+        if self.row.cancel_requested || (self.token.is_cancelled() && self.interrupt_is_cancel()) {
+            return self.cancelled(&state, visit, &body).await;
+        }
+        if self.token.is_cancelled() {
+            return self.give_up().await;
+        }
+        if Utc::now() >= self.row.deadline {
+            return self.execution_timeout(&state, visit, &body).await;
+        }
+        let resumed = self.row.waiting_for.is_some();
+        if !resumed && self.row.attempt > 1 {
+            let removed =
+                states::cleanup(rt, &self.row, &state, visit, Some(&body), Cleanup::Retry).await;
+            self.event(NewEvent::state(
+                "state_retried",
+                &state,
+                json!({"visit": visit, "attempt": self.row.attempt, "removed": removed}),
+            ))
+            .await;
+        }
+        let timeout = body.get("timeout").and_then(parse_duration);
+        let context = self.context(&state, visit);
+        let kind = body["kind"].as_str().unwrap_or_default().to_owned();
+        // Human and Subworkflow states enforce their own timeout while waiting.
+        let run_budget = match kind.as_str() {
+            "Human" | "Subworkflow" => None,
+            _ => timeout,
+        };
+        let remaining = (self.row.deadline - Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO);
+        let work_started = Instant::now();
+        let ran = {
+            let ctx = StateCtx {
+                rt,
+                exec: &self.row,
+                name: &state,
+                visit,
+                body: &body,
+                context: &context,
+                token: &self.token,
+                timeout,
+            };
+            let budget = run_budget.map_or(remaining, |t| t.min(remaining));
+            tokio::select! {
+                _ = self.token.cancelled() => Ran::Interrupted,
+                r = tokio::time::timeout(budget, states::run(&ctx)) => match r {
+                    Ok(step) => Ran::Step(step),
+                    Err(_) if run_budget.is_some_and(|t| t <= remaining) => Ran::StateTimeout(run_budget.unwrap_or(budget)),
+                    Err(_) => Ran::ExecutionTimeout,
+                },
+            }
+        };
+        let work_us = work_started.elapsed().as_micros() as u64;
+        match ran {
+            Ran::Interrupted => {
+                if self.interrupt_is_cancel() {
+                    self.cancelled(&state, visit, &body).await
+                } else {
+                    self.give_up().await
+                }
+            }
+            Ran::ExecutionTimeout => self.execution_timeout(&state, visit, &body).await,
+            Ran::StateTimeout(after) => {
+                states::cleanup(rt, &self.row, &state, visit, Some(&body), Cleanup::End).await;
+                self.fail(
+                    format!(
+                        "state `{state}` timed out after {} s (its `timeout`)",
+                        after.as_secs()
+                    ),
+                    Vec::new(),
+                )
+                .await
+            }
+            Ran::Step(Step::Fail(reason)) => {
+                states::cleanup(rt, &self.row, &state, visit, Some(&body), Cleanup::End).await;
+                self.fail(reason, Vec::new()).await
+            }
+            Ran::Step(Step::Wait {
+                waiting_for,
+                wake_at,
+                events,
+            }) => self.park(&state, waiting_for, wake_at, events).await,
+            Ran::Step(Step::Output(output, writes)) => {
+                self.completed_state(&state, visit, &body, output, writes, &context, work_us)
+                    .await
+            }
+        }
+    }
+
+    /// True when the interruption is a cancel request (not a lost lease or a shutdown).
+    fn interrupt_is_cancel(&self) -> bool {
+        !self.lost.load(Ordering::SeqCst) && !self.rt.shutdown.is_cancelled()
+    }
+
+    async fn event(&self, e: NewEvent) {
+        if let Err(err) = store::append(&self.rt.pool, self.row.id, self.rt.me, &e).await {
+            tracing::warn!(execution = %self.row.id, error = %err, "could not record a workflow event");
+        }
+    }
+
+    /// Lease lost or shutting down: leave everything to the next holder (it cleans up).
+    async fn give_up(&self) -> bool {
+        if !self.lost.load(Ordering::SeqCst) {
+            if let Err(e) = store::release(&self.rt.pool, self.row.id, self.rt.me).await {
+                tracing::warn!(execution = %self.row.id, error = %e, "could not release a workflow lease");
+            }
+        }
+        false
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn completed_state(
+        &mut self,
+        state: &str,
+        visit: i32,
+        body: &Value,
+        output: Value,
+        writes: Vec<(String, Value)>,
+        context: &Value,
+        work_us: u64,
+    ) -> bool {
+        let mut blackboard = self.row.blackboard.clone();
+        if let Some(map) = blackboard.as_object_mut() {
+            map.insert(state.to_owned(), output.clone());
+            for (k, v) in writes {
+                map.insert(k, v);
+            }
+        }
+        let mut events = vec![NewEvent::state(
+            "state_exited",
+            state,
+            json!({"visit": visit, "status": output.get("status"), "output_digest": crate::audit::digest(&output),
+                   "work_us": work_us}),
+        )];
+        let transitions = body["transitions"].as_array().cloned().unwrap_or_default();
+        self.row.blackboard = blackboard;
+        if transitions.is_empty() {
+            return self.finish_completed(state, output, events).await;
+        }
+        let mut ctx = context.clone();
+        if let Some(map) = ctx.as_object_mut() {
+            map.insert(state.to_owned(), output.clone());
+        }
+        let chosen = transitions
+            .iter()
+            .enumerate()
+            .find(|(_, t)| super::conditions::matches(t, &output, &ctx));
+        let Some((index, t)) = chosen else {
+            let tried: Vec<&str> = transitions
+                .iter()
+                .filter_map(|t| t["condition"].as_str())
+                .collect();
+            let detail = output
+                .get("error")
+                .and_then(Value::as_str)
+                .map(|e| format!("; the state reported: {e}"))
+                .unwrap_or_default();
+            return self
+                .fail(
+                    format!(
+                        "no transition of state `{state}` matched its output (conditions tried in order: {}){detail}",
+                        tried.join(", ")
+                    ),
+                    events,
+                )
+                .await;
+        };
+        let target = t["target"].as_str().unwrap_or_default().to_owned();
+        let view = WorkflowView(&self.manifest);
+        let max_total = view.max_total_transitions().min(100) as i32;
+        if self.row.transition_count + 1 > max_total {
+            return self
+                .fail(
+                    format!(
+                        "max_total_transitions ({max_total}) reached: state `{state}` could not go on to `{target}`"
+                    ),
+                    events,
+                )
+                .await;
+        }
+        let max_visits = view
+            .state(&target)
+            .and_then(|s| s.get("max_state_visits"))
+            .and_then(Value::as_i64)
+            .unwrap_or(5)
+            .min(20) as i32;
+        let next_visit = self.visit_count(&target) + 1;
+        if next_visit > max_visits {
+            return self
+                .fail(
+                    format!(
+                        "max_state_visits ({max_visits}) of state `{target}` reached: entering it from `{state}` would be visit {next_visit}"
+                    ),
+                    events,
+                )
+                .await;
+        }
+        let feedback = match t.get("feedback").and_then(Value::as_str) {
+            Some(f) => {
+                let mut fctx = ctx.clone();
+                fctx["state_output"] = output.clone();
+                match crate::render::render(f, &fctx) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        return self
+                            .fail(
+                                format!("spec.states.{state}.transitions[{index}].feedback: {e}"),
+                                events,
+                            )
+                            .await
+                    }
+                }
+            }
+            None => None,
+        };
+        events.push(NewEvent::state(
+            "transition_taken",
+            state,
+            json!({"from": state, "to": target, "condition": t["condition"], "index": index, "feedback": feedback}),
+        ));
+        events.push(NewEvent::state(
+            "state_entered",
+            &target,
+            json!({"visit": next_visit, "from": state}),
+        ));
+        let mut visits = self.row.visits.clone();
+        visits[target.as_str()] = json!(next_visit);
+        let committed = store::commit(
+            &self.rt.pool,
+            &Commit {
+                id: self.row.id,
+                me: self.rt.me,
+                status: "running",
+                current_state: &target,
+                visits: &visits,
+                transition_count: self.row.transition_count + 1,
+                blackboard: &self.row.blackboard,
+                entered: true,
+                feedback: feedback.as_deref(),
+                waiting_for: None,
+                wake_at: None,
+                final_output: None,
+                error: None,
+                release: false,
+                ttl_secs: self.rt.lease_ttl_secs,
+                events,
+                wake_parent: None,
+            },
+        )
+        .await;
+        match committed {
+            Ok(true) => {
+                self.row.current_state = target;
+                self.row.visits = visits;
+                self.row.transition_count += 1;
+                self.row.state_feedback = feedback;
+                self.row.attempt = 1;
+                self.row.waiting_for = None;
+                self.row.signal = None;
+                self.row.state_entered_at = Utc::now();
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                tracing::warn!(execution = %self.row.id, error = %e, "could not commit a workflow state");
+                self.give_up().await
+            }
+        }
+    }
+
+    fn visit_count(&self, state: &str) -> i32 {
+        self.row.visits[state].as_i64().unwrap_or(0) as i32
+    }
+
+    /// Parks the execution (no lease held) until an answer, a child's end or `wake_at`.
+    async fn park(
+        &mut self,
+        state: &str,
+        waiting_for: &'static str,
+        wake_at: Option<DateTime<Utc>>,
+        events: Vec<NewEvent>,
+    ) -> bool {
+        // A parked execution holds no sandbox.
+        states::destroy_system_sandbox(self.rt, self.row.id).await;
+        let wake_at = Some(wake_at.map_or(self.row.deadline, |w| w.min(self.row.deadline)));
+        let committed = store::commit(
+            &self.rt.pool,
+            &Commit {
+                id: self.row.id,
+                me: self.rt.me,
+                status: "waiting",
+                current_state: state,
+                visits: &self.row.visits,
+                transition_count: self.row.transition_count,
+                blackboard: &self.row.blackboard,
+                entered: false,
+                feedback: None,
+                waiting_for: Some(waiting_for),
+                wake_at,
+                final_output: None,
+                error: None,
+                release: true,
+                ttl_secs: self.rt.lease_ttl_secs,
+                events,
+                wake_parent: None,
+            },
+        )
+        .await;
+        if let Err(e) = committed {
+            tracing::warn!(execution = %self.row.id, error = %e, "could not park a workflow execution");
+            return self.give_up().await;
+        }
+        if waiting_for == "subworkflow" {
+            // The child may have ended before the parent was parked: then nobody would wake it.
+            let visit = self.visit(state);
+            if let Ok(Some(child)) = store::child_of(&self.rt.pool, self.row.id, state, visit).await
+            {
+                if store::is_terminal(&child.status) {
+                    let _ = sqlx::query(
+                        "UPDATE workflow_executions SET wake_at = now() WHERE id = $1 AND status = 'waiting'",
+                    )
+                    .bind(self.row.id)
+                    .execute(&self.rt.pool)
+                    .await;
+                    self.rt.wake();
+                }
+            }
+        }
+        false
+    }
+
+    async fn cancelled(&mut self, state: &str, visit: i32, body: &Value) -> bool {
+        let removed =
+            states::cleanup(self.rt, &self.row, state, visit, Some(body), Cleanup::End).await;
+        let events = vec![NewEvent::state(
+            "execution_cancelled",
+            state,
+            json!({"by": "request", "removed": removed, "final_blackboard": self.row.blackboard}),
+        )];
+        self.end("cancelled", Some("cancelled".to_owned()), None, events)
+            .await
+    }
+
+    async fn execution_timeout(&mut self, state: &str, visit: i32, body: &Value) -> bool {
+        states::cleanup(self.rt, &self.row, state, visit, Some(body), Cleanup::End).await;
+        let reason = format!(
+            "execution timeout (workflows.max_execution_secs = {} s) reached in state `{state}`",
+            self.rt.max_execution_secs
+        );
+        let events = vec![NewEvent::state(
+            "execution_timed_out",
+            state,
+            json!({"reason": reason, "final_blackboard": self.row.blackboard}),
+        )];
+        self.end("timed_out", Some(reason), None, events).await
+    }
+
+    async fn fail(&mut self, reason: String, mut events: Vec<NewEvent>) -> bool {
+        events.push(NewEvent::state(
+            "execution_failed",
+            &self.row.current_state,
+            json!({"reason": reason, "final_blackboard": self.row.blackboard}),
+        ));
+        self.end("failed", Some(reason), None, events).await
+    }
+
+    async fn finish_completed(
+        &mut self,
+        state: &str,
+        output: Value,
+        mut events: Vec<NewEvent>,
+    ) -> bool {
+        let template = self.manifest.pointer("/metadata/output_template").cloned();
+        let final_output = match template.as_ref().and_then(Value::as_object) {
+            None => output,
+            Some(fields) => {
+                let ctx = self.context(state, self.visit(state));
+                let mut out = serde_json::Map::new();
+                for (k, t) in fields {
+                    match crate::render::render(t.as_str().unwrap_or_default(), &ctx) {
+                        Ok(s) => {
+                            out.insert(k.clone(), Value::String(s));
+                        }
+                        Err(e) => {
+                            return self
+                                .fail(format!("metadata.output_template.{k}: {e}"), events)
+                                .await
+                        }
+                    }
+                }
+                Value::Object(out)
+            }
+        };
+        events.push(NewEvent::state(
+            "execution_completed",
+            state,
+            json!({"final_output": final_output, "final_blackboard": self.row.blackboard}),
+        ));
+        self.end("completed", None, Some(final_output), events)
+            .await
+    }
+
+    /// Ends the execution: destroys its System sandbox, commits the end, wakes a parent.
+    async fn end(
+        &mut self,
+        status: &str,
+        error: Option<String>,
+        final_output: Option<Value>,
+        events: Vec<NewEvent>,
+    ) -> bool {
+        states::destroy_system_sandbox(self.rt, self.row.id).await;
+        let committed = store::commit(
+            &self.rt.pool,
+            &Commit {
+                id: self.row.id,
+                me: self.rt.me,
+                status,
+                current_state: &self.row.current_state,
+                visits: &self.row.visits,
+                transition_count: self.row.transition_count,
+                blackboard: &self.row.blackboard,
+                entered: false,
+                feedback: None,
+                waiting_for: None,
+                wake_at: None,
+                final_output: final_output.as_ref(),
+                error: error.as_deref(),
+                release: true,
+                ttl_secs: self.rt.lease_ttl_secs,
+                events,
+                wake_parent: self.row.parent_execution_id,
+            },
+        )
+        .await;
+        if let Err(e) = committed {
+            tracing::warn!(execution = %self.row.id, error = %e, "could not record the end of a workflow execution");
+            return self.give_up().await;
+        }
+        false
+    }
+}
