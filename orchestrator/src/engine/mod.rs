@@ -52,6 +52,12 @@ pub struct EngineConfig {
     pub max_iterations: u32,
     /// Keep a failed execution's sandbox (it is still reaped with its instance).
     pub keep_failed_sandboxes: bool,
+    /// Deepest chain of child executions.
+    pub max_depth: u32,
+    /// Most live executions per principal.
+    pub max_concurrent_per_caller: u32,
+    /// Most live executions on this node.
+    pub max_concurrent: u32,
 }
 
 /// The engine: the model client and the running executions' cancel handles.

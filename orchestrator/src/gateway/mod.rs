@@ -400,7 +400,9 @@ impl Gateway {
         }))
     }
 
-    /// The session's sandbox, created on first use with the context's runtime.
+    /// The session's sandbox, created on first use with the context's runtime. Creation runs in
+    /// a task of its own: a caller that goes away mid-way (client disconnected) cannot leave a
+    /// sandbox that no session row records; it is recorded, and destroyed with its session.
     async fn session_sandbox(
         &self,
         state: &AppState,
@@ -410,32 +412,58 @@ impl Gateway {
         if let Some(id) = session.sandbox_id {
             return Ok(SandboxId(id));
         }
-        let created = state
-            .sandboxes
-            .create_for_session(session.id, context)
-            .await
+        let task = tokio::spawn(sessions::ensure_sandbox(
+            state.clone(),
+            session.id,
+            context.clone(),
+        ));
+        task.await
             .map_err(|e| {
                 SealError::new(
                     SealCode::NoMatchingCapability,
                     format!("no sandbox for this session: {e}"),
                 )
-            })?;
-        let recorded = sessions::set_sandbox(&state.pool, session.id, created.0)
-            .await
-            .map_err(|e| SealError::new(SealCode::NoMatchingCapability, e.to_string()))?;
-        match recorded {
-            Some(id) if id != created.0 => {
-                // Another request created one first: keep theirs, drop ours.
-                let _ = state.sandboxes.destroy(created).await;
-                Ok(SandboxId(id))
-            }
-            _ => Ok(created),
-        }
+            })?
+            .map_err(|e| SealError::new(SealCode::NoMatchingCapability, e))
     }
 
     /// The tools a session's security token may call (for `GET /v1/seal/tools` and gRPC).
     pub async fn tools_for_token(&self, state: &AppState, token: &str) -> Result<Value, SealError> {
-        let claims = self.issuer.verify(token, Utc::now().timestamp())?;
+        let now = Utc::now();
+        let claims = self.issuer.verify(token, now.timestamp())?;
+        // The token alone is not enough: its session must still be live (a revoked session
+        // learns nothing more, not even its tool list).
+        let session = Uuid::parse_str(&claims.sub)
+            .ok()
+            .map(|id| sessions::get(&state.pool, crate::DEFAULT_TENANT, id));
+        let session = match session {
+            Some(lookup) => lookup
+                .await
+                .map_err(|e| SealError::new(SealCode::SessionNotFound, e.to_string()))?,
+            None => None,
+        }
+        .ok_or_else(|| SealError::new(SealCode::SessionNotFound, "the token names no session"))?;
+        if session.token_id != claims.jti {
+            return Err(SealError::new(
+                SealCode::TokenVerificationFailed,
+                "the token does not belong to this session",
+            ));
+        }
+        match session.state(now) {
+            "revoked" => {
+                return Err(SealError::new(
+                    SealCode::SessionInactive,
+                    format!("session {} was revoked", session.id),
+                ))
+            }
+            "expired" => {
+                return Err(SealError::new(
+                    SealCode::TokenExpired,
+                    format!("session {} expired at {}", session.id, session.expires_at),
+                ))
+            }
+            _ => {}
+        }
         let context = contexts::get(&state.pool, crate::DEFAULT_TENANT, &claims.scp)
             .await
             .map_err(|e| SealError::new(SealCode::ScopeNotFound, e.to_string()))?;

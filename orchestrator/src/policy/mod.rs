@@ -79,6 +79,11 @@ pub fn check_seal(
 /// Tools that read files (need a read root); other `fs.*` tools change files (need a write root).
 const READING_TOOLS: &[&str] = &["fs.read", "fs.list", "fs.grep", "fs.glob"];
 
+/// True for sandbox tools that only read (they need a read root; the others need a write root).
+pub fn is_reading_tool(tool: &str) -> bool {
+    READING_TOOLS.contains(&tool)
+}
+
 /// True for tools that run inside a sandbox.
 pub fn needs_sandbox(tool: &str) -> bool {
     tool.starts_with("fs.") || tool == "cmd.run"

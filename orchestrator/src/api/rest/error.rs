@@ -155,3 +155,12 @@ impl From<sqlx::Error> for ApiError {
         Self::internal(e)
     }
 }
+
+impl From<crate::audit::VerifyError> for ApiError {
+    fn from(e: crate::audit::VerifyError) -> Self {
+        match e {
+            crate::audit::VerifyError::IncompleteAnchor => Self::bad_request(e.to_string()),
+            crate::audit::VerifyError::Db(db) => db.into(),
+        }
+    }
+}
