@@ -322,6 +322,7 @@ impl Gateway {
                 limiter: self.limiter.clone(),
                 session_key: session.id.to_string(),
                 evaluated: false,
+                ceilings: Vec::new(),
             }),
             ..session_caller(session.id, &session.context_name, context.tier)
         };
@@ -473,6 +474,7 @@ impl Gateway {
                 limiter: self.limiter.clone(),
                 session_key: claims.sub.clone(),
                 evaluated: false,
+                ceilings: Vec::new(),
             }),
             ..session_caller(
                 Uuid::parse_str(&claims.sub).unwrap_or_default(),

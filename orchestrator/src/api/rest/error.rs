@@ -93,6 +93,8 @@ pub fn status_of_tool_code(code: &str) -> StatusCode {
             StatusCode::FORBIDDEN
         }
         "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
+        "depth_limit" => StatusCode::FORBIDDEN,
+        "concurrency_limit" => StatusCode::TOO_MANY_REQUESTS,
         "internal" => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::BAD_REQUEST,
     }
