@@ -198,9 +198,25 @@ impl Gateway {
         let started = Instant::now();
         let mut request_id = None;
         let mut session_id = None;
+        let mut unfinished = Unfinished {
+            state: state.clone(),
+            envelope_digest: audit::digest(&json!({"envelope_sha": audit::digest(&json!(body))})),
+            started,
+            session: None,
+            tool: None,
+            allowed: false,
+            armed: true,
+        };
         let result = self
-            .invoke_inner(state, body, &mut request_id, &mut session_id)
+            .invoke_inner(
+                state,
+                body,
+                &mut request_id,
+                &mut session_id,
+                &mut unfinished,
+            )
             .await;
+        unfinished.armed = false;
         if let Err(error) = &result {
             // Refusals before the router are audited here; the router audits its own.
             if !error.routed {
@@ -241,10 +257,12 @@ impl Gateway {
         body: &str,
         request_id: &mut Option<Value>,
         session_out: &mut Option<(Uuid, String)>,
+        unfinished: &mut Unfinished,
     ) -> Result<Value, Failure> {
         let envelope = Envelope::parse(body).map_err(Failure::plain)?;
         *request_id = envelope.request_id();
         let tool = envelope.tool_call().map(|(name, _)| name);
+        unfinished.tool = tool.clone();
         let with_tool = |e: SealError| Failure {
             error: e,
             tool: tool.clone(),
@@ -272,6 +290,7 @@ impl Gateway {
                 ))
             })?;
         *session_out = Some((session.id, session.context_name.clone()));
+        unfinished.session = session_out.clone();
         if session.token_id != claims.jti {
             return Err(with_tool(SealError::new(
                 SealCode::TokenVerificationFailed,
@@ -357,6 +376,7 @@ impl Gateway {
                     }
                     scope.evaluated = true;
                 }
+                unfinished.allowed = true;
                 let sandbox = if crate::policy::needs_sandbox(&name) {
                     Some(
                         self.session_sandbox(state, &session, &context)
@@ -366,6 +386,8 @@ impl Gateway {
                 } else {
                     None
                 };
+                // The router audits from here on (its intent row), whatever the client does.
+                unfinished.armed = false;
                 let outcome = tools::invoke_in(state, &caller, &name, arguments, sandbox)
                     .await
                     .map_err(|e| Failure {
@@ -507,6 +529,56 @@ impl Gateway {
             Err(e) => tracing::warn!(error = %e, "session sweep failed"),
         }
         let _ = sessions::prune_replay_guard(&state.pool, self.config.freshness_secs * 4).await;
+    }
+}
+
+/// An envelope being checked: if the client goes away before the router takes over (say while
+/// the session's first sandbox is being made), dropping this records that in the audit log.
+struct Unfinished {
+    state: AppState,
+    envelope_digest: String,
+    started: Instant,
+    session: Option<(Uuid, String)>,
+    tool: Option<String>,
+    /// The security context allowed the call.
+    allowed: bool,
+    armed: bool,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let caller = match &self.session {
+            Some((id, ctx)) => session_caller(*id, ctx, crate::caller::Tier::User),
+            None => anonymous("unauthenticated"),
+        };
+        let entry = Entry {
+            kind: EntryKind::Tool,
+            action: self
+                .tool
+                .clone()
+                .unwrap_or_else(|| "seal.invoke".to_owned()),
+            allowed: self.allowed,
+            reason_code: Some("client_disconnected".to_owned()),
+            reason: Some(
+                "the client disconnected before the call reached its tool; nothing ran".to_owned(),
+            ),
+            args_digest: self.envelope_digest.clone(),
+            outcome: "cancelled",
+            result_digest: None,
+            duration_ms: self.started.elapsed().as_millis() as i64,
+        };
+        let pool = self.state.pool.clone();
+        runtime.spawn(async move {
+            if let Err(e) = audit::record(&pool, &caller, entry).await {
+                tracing::error!(error = %e, "audit log unavailable for an abandoned SEAL call");
+            }
+        });
     }
 }
 
