@@ -162,6 +162,17 @@ pub async fn begin_call(
     })
 }
 
+/// An intent without a completion: id, tenant, caller kind and id, action, args digest, time.
+type OpenIntent = (
+    Uuid,
+    String,
+    String,
+    String,
+    String,
+    String,
+    chrono::DateTime<chrono::Utc>,
+);
+
 fn caller_kind(s: &str) -> CallerKind {
     match s {
         "api_key" => CallerKind::ApiKey,
@@ -178,15 +189,7 @@ pub async fn recover_abandoned(
     current: Uuid,
     dead_after_secs: i64,
 ) -> Result<usize, sqlx::Error> {
-    let open: Vec<(
-        Uuid,
-        String,
-        String,
-        String,
-        String,
-        String,
-        chrono::DateTime<chrono::Utc>,
-    )> = sqlx::query_as(
+    let open: Vec<OpenIntent> = sqlx::query_as(
         "SELECT a.id, a.tenant_id, a.caller_kind, a.caller_id, a.action, a.args_digest, a.at \
              FROM audit_log a WHERE a.outcome = 'running' AND a.intent_id IS NULL \
              AND NOT EXISTS (SELECT 1 FROM audit_log c WHERE c.intent_id = a.id) \
