@@ -776,6 +776,7 @@ impl Inner {
                 network: recorded.network,
                 read_roots: recorded.read_roots,
                 write_roots: recorded.write_roots,
+                follow_symlinks: recorded.follow_symlinks,
                 labels: recorded.labels,
             },
             stream,

@@ -44,6 +44,7 @@ pub(crate) struct ExecutorConfig<'a> {
     pub gid: u32,
     pub read_roots: &'a [String],
     pub write_roots: &'a [String],
+    pub follow_symlinks: bool,
     pub max_file_bytes: u64,
     pub workspace: &'a str,
 }
@@ -64,6 +65,7 @@ pub(crate) fn sandbox_container(
         gid: SANDBOX_GID,
         read_roots: &spec.read_roots,
         write_roots: &spec.write_roots,
+        follow_symlinks: spec.follow_symlinks,
         max_file_bytes,
         workspace: WORKSPACE,
     };

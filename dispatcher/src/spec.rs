@@ -209,9 +209,17 @@ pub struct SandboxSpec {
     pub read_roots: Vec<String>,
     /// Absolute paths under which the executor lets changing operations resolve.
     pub write_roots: Vec<String>,
+    /// Whether requested paths may pass through symlinks beneath a root (false when roots stand
+    /// for narrower allowlist entries, such as a SEAL context's `/workspace/shared/*`).
+    #[serde(default = "follow_symlinks_by_default")]
+    pub follow_symlinks: bool,
     /// Caller labels, recorded in Postgres (and on the container when it is created for this
     /// spec); keys under `org.aegis.` are reserved.
     pub labels: BTreeMap<String, String>,
+}
+
+pub(crate) fn follow_symlinks_by_default() -> bool {
+    true
 }
 
 /// The workspace every sandbox mounts its volume at; relative paths resolve against it.
@@ -227,6 +235,7 @@ impl SandboxSpec {
             network: NetworkMode::None,
             read_roots: vec![WORKSPACE.to_owned()],
             write_roots: vec![WORKSPACE.to_owned()],
+            follow_symlinks: true,
             labels: BTreeMap::new(),
         }
     }
@@ -269,6 +278,7 @@ impl SandboxSpec {
             && self.network == other.network
             && self.read_roots == other.read_roots
             && self.write_roots == other.write_roots
+            && self.follow_symlinks == other.follow_symlinks
     }
 }
 

@@ -73,6 +73,9 @@ pub struct RecordedSpec {
     pub read_roots: Vec<String>,
     /// Executor write roots.
     pub write_roots: Vec<String>,
+    /// Whether the executor follows symlinks beneath its roots.
+    #[serde(default = "crate::spec::follow_symlinks_by_default")]
+    pub follow_symlinks: bool,
     /// Caller labels (for a pool sandbox: those of the spec it was handed out for).
     pub labels: BTreeMap<String, String>,
 }
@@ -84,6 +87,7 @@ impl From<&SandboxSpec> for RecordedSpec {
             network: spec.network,
             read_roots: spec.read_roots.clone(),
             write_roots: spec.write_roots.clone(),
+            follow_symlinks: spec.follow_symlinks,
             labels: spec.labels.clone(),
         }
     }

@@ -253,7 +253,16 @@ impl ExecutorStream {
         if self.writer.send(Bytes::from(line)).await.is_err() {
             return Err(gone(&self.shared));
         }
-        match tokio::time::timeout(deadline_left, rx).await {
+        // From here the command may be running: if this future is dropped before its answer
+        // (the caller's client disconnected, its execution was cancelled), cancel it.
+        let mut cancel_on_drop = CancelOnDrop {
+            stream: self,
+            target: id,
+            armed: is_run,
+        };
+        let answer = tokio::time::timeout(deadline_left, rx).await;
+        cancel_on_drop.armed = false;
+        match answer {
             Ok(Ok(Ok(response))) => Ok(response),
             Ok(Ok(Err(reason))) => Err(DispatchError::SandboxGone {
                 id: sandbox,
@@ -271,7 +280,8 @@ impl ExecutorStream {
         }
     }
 
-    /// Fire-and-forget `cancel` of a `cmd.run` whose caller stopped waiting.
+    /// Fire-and-forget `cancel` of a `cmd.run` whose caller stopped waiting (timed out or
+    /// dropped the call).
     fn send_cancel(&self, target: u64) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let request = Request {
@@ -310,6 +320,22 @@ impl Drop for ExecutorStream {
             .drain(..)
         {
             task.abort();
+        }
+    }
+}
+
+/// Sends `cancel` for a `cmd.run` whose caller dropped the call before its answer came.
+struct CancelOnDrop<'a> {
+    stream: &'a ExecutorStream,
+    target: u64,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!(sandbox = %self.stream.shared.sandbox, request = self.target, "call dropped by its caller; cancelling the command");
+            self.stream.send_cancel(self.target);
         }
     }
 }

@@ -125,6 +125,9 @@ impl Application {
                 max_execution_secs: config.executions.max_execution_secs,
                 max_iterations: config.executions.max_iterations,
                 keep_failed_sandboxes: config.executions.keep_failed_sandboxes,
+                max_depth: config.executions.max_depth,
+                max_concurrent_per_caller: config.executions.max_concurrent_per_caller,
+                max_concurrent: config.executions.max_concurrent,
             },
         ));
         let dead_after = config.sandbox.dead_after_secs as i64;
@@ -146,6 +149,16 @@ impl Application {
             config_path: config_path.map(Arc::new),
         };
         state.executions.recover(&state, dead_after).await;
+        match crate::audit::recover_abandoned(&state.pool, instance_id, dead_after).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                calls = n,
+                "audited calls of stopped instances completed as abandoned"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not complete the audit intents of stopped instances")
+            }
+        }
         Ok(Self { state, http, grpc })
     }
 
@@ -189,6 +202,11 @@ impl Application {
             workflow_stop.clone(),
         );
         let sweeper = tokio::spawn(sweep_sessions(state.clone(), shutdown.clone()));
+        let anchor = tokio::spawn(crate::audit::log_head_periodically(
+            state.pool.clone(),
+            Duration::from_secs(state.config.audit.anchor_log_interval_secs),
+            shutdown.clone(),
+        ));
 
         let rest = api::rest::router(state.clone());
         let http_token = shutdown.clone();
@@ -266,6 +284,7 @@ impl Application {
             futures_util::future::join_all(workflow_workers),
         )
         .await;
+        anchor.abort();
         state.executions.stop_all(Duration::from_secs(10)).await;
         if let Ok(d) = state.sandboxes.dispatcher() {
             d.shutdown().await;

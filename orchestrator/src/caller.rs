@@ -124,6 +124,10 @@ pub struct SealScope {
     /// True when the gateway already had policy evaluate this very call (so the rate limit is
     /// counted once).
     pub evaluated: bool,
+    /// Contexts of whoever started this caller (an execution started by a session or by another
+    /// execution): every call must pass them too, so a child never has more rights than its
+    /// parent. Empty for SEAL sessions.
+    pub ceilings: Vec<std::sync::Arc<crate::seal::context::SecurityContext>>,
 }
 
 impl std::fmt::Debug for SealScope {

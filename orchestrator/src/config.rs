@@ -41,6 +41,8 @@ pub struct NodeConfig {
     pub executions: ExecutionsConfig,
     /// Workflow executions: workers, leases, limits.
     pub workflows: WorkflowsConfig,
+    /// The audit log: how often its head is written to the log.
+    pub audit: AuditConfig,
 }
 
 /// How this replica advances workflow executions, and the node's limits on them.
@@ -76,6 +78,23 @@ impl Default for WorkflowsConfig {
     }
 }
 
+/// Audit log settings.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Seconds between the `audit chain head` log lines (count and head hash per tenant), which
+    /// anchor the chain outside the database.
+    pub anchor_log_interval_secs: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            anchor_log_interval_secs: 300,
+        }
+    }
+}
+
 /// Server ceilings of agent executions; manifests can only lower them.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -88,6 +107,13 @@ pub struct ExecutionsConfig {
     pub max_iterations: u32,
     /// Keep the sandbox of a failed execution for inspection (still reaped with its instance).
     pub keep_failed_sandboxes: bool,
+    /// Deepest chain of child executions (a top-level execution has depth 0).
+    pub max_depth: u32,
+    /// Most pending or running executions of one principal (the API key or session at the root
+    /// of the tree, children included).
+    pub max_concurrent_per_caller: u32,
+    /// Most pending or running executions on this node.
+    pub max_concurrent: u32,
 }
 
 impl Default for ExecutionsConfig {
@@ -97,6 +123,9 @@ impl Default for ExecutionsConfig {
             max_execution_secs: 3600,
             max_iterations: 10,
             keep_failed_sandboxes: false,
+            max_depth: 4,
+            max_concurrent_per_caller: 16,
+            max_concurrent: 64,
         }
     }
 }
@@ -554,6 +583,23 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         return Err(invalid(
             "workflows.allow_network_modes",
             format!("unknown network mode `{mode}`; expected none or bridge"),
+        ));
+    }
+    for (key, v) in [
+        (
+            "executions.max_concurrent_per_caller",
+            c.executions.max_concurrent_per_caller,
+        ),
+        ("executions.max_concurrent", c.executions.max_concurrent),
+    ] {
+        if v == 0 {
+            return Err(invalid(key, "expected a whole number of at least 1".into()));
+        }
+    }
+    if c.audit.anchor_log_interval_secs == 0 {
+        return Err(invalid(
+            "audit.anchor_log_interval_secs",
+            "expected a whole number of seconds, at least 1".into(),
         ));
     }
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&c.log.level) {

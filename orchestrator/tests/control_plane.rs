@@ -709,9 +709,13 @@ async fn the_audit_log_is_filterable_and_detects_an_edited_row() {
 
     let (_, all) = get(&app, "/v1/audit").await;
     let rows = all["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 4, "{all}");
+    // Calls that ran: an intent before the tool, then its completion; refusals: one row.
+    assert_eq!(rows.len(), 6, "{all}");
     let first = &rows[0];
     assert_eq!(first["action"], "aegis.agent.create");
+    assert_eq!(first["outcome"], "running");
+    assert_eq!(rows[1]["intent_id"], first["id"]);
+    assert_eq!(rows[1]["outcome"], "ok");
     assert_eq!(first["caller_kind"], "api_key");
     assert!(first["args_digest"]
         .as_str()
@@ -744,7 +748,7 @@ async fn the_audit_log_is_filterable_and_detects_an_edited_row() {
 
     let (_, ok) = get(&app, "/v1/audit/verify").await;
     assert_eq!(ok["valid"], true, "{ok}");
-    assert_eq!(ok["rows_checked"], 4);
+    assert_eq!(ok["rows_checked"], 6);
 
     // Someone with database access rewrites history.
     let victim = rows[1]["seq"].as_i64().unwrap();
@@ -753,7 +757,7 @@ async fn the_audit_log_is_filterable_and_detects_an_edited_row() {
         .execute(&app.state.pool)
         .await
         .unwrap();
-    let (_, broken) = get(&app, "/v1/audit/verify").await;
+    let (_, broken) = get(&app, "/v1/audit/verify?full=true").await;
     assert_eq!(broken["valid"], false, "{broken}");
     assert_eq!(broken["first_broken"]["seq"], victim);
     assert_eq!(broken["first_broken"]["problem"], "content_changed");

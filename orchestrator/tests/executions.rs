@@ -214,7 +214,7 @@ async fn an_agent_writes_runs_and_reads_in_its_sandbox_then_completes() {
     );
     // Tool calls are audited under the execution.
     let audited: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_log WHERE caller_kind = 'execution' AND caller_id = $1",
+        "SELECT count(*) FROM audit_log WHERE caller_kind = 'execution' AND caller_id = $1 AND outcome <> 'running'",
     )
     .bind(&id)
     .fetch_one(&h.app.state.pool)

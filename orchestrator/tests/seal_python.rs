@@ -55,7 +55,7 @@ async fn the_python_wire_client_attests_writes_reads_and_runs() {
     // The calls are in the audit log under the Python client's session.
     let session = report["session_id"].as_str().unwrap();
     let allowed: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'allowed' AND kind = 'tool'",
+        "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'allowed' AND kind = 'tool' AND outcome <> 'running'",
     )
     .bind(session)
     .fetch_one(&app.state.pool)

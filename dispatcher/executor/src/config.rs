@@ -32,6 +32,10 @@ pub struct Config {
     pub max_file_bytes: u64,
     /// Directory relative paths are resolved against; chowned to `uid:gid` at start if root-owned.
     pub workspace: String,
+    /// Whether a requested path may pass through symlinks (still never out of its root). False
+    /// when a root stands for a narrower allowlist entry (`/a/b/*`: direct children only), so a
+    /// planted link cannot reach what the entry does not name.
+    pub follow_symlinks: bool,
 }
 
 impl Default for Config {
@@ -45,6 +49,7 @@ impl Default for Config {
             home: "/workspace".into(),
             max_file_bytes: 10 * 1024 * 1024,
             workspace: "/workspace".into(),
+            follow_symlinks: true,
         }
     }
 }

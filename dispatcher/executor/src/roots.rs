@@ -38,6 +38,9 @@ pub struct Root {
     fd: Option<OwnedFd>,
     readable: bool,
     writable: bool,
+    /// How paths beneath it resolve: [`BENEATH`], plus `RESOLVE_NO_SYMLINKS` when the
+    /// configuration refuses symlinks.
+    resolve: ResolveFlags,
 }
 
 impl Root {
@@ -82,10 +85,21 @@ pub fn open_beneath(
     flags: OFlags,
     mode: Mode,
 ) -> rustix::io::Result<OwnedFd> {
+    open_resolving(dir, rel, flags, mode, BENEATH)
+}
+
+/// [`open_beneath`] with explicit resolve flags (which always include [`BENEATH`]).
+fn open_resolving(
+    dir: BorrowedFd<'_>,
+    rel: &str,
+    flags: OFlags,
+    mode: Mode,
+    resolve: ResolveFlags,
+) -> rustix::io::Result<OwnedFd> {
     let path = if rel.is_empty() { "." } else { rel };
     let mut attempts = 0;
     loop {
-        match openat2(dir, path, flags | OFlags::CLOEXEC, mode, BENEATH) {
+        match openat2(dir, path, flags | OFlags::CLOEXEC, mode, resolve | BENEATH) {
             Err(Errno::AGAIN) if attempts < 16 => attempts += 1,
             other => return other,
         }
@@ -114,6 +128,11 @@ impl Roots {
     /// Opens every configured root; a root that cannot be opened is logged and left unavailable.
     pub fn open(config: &Config) -> Self {
         let mut roots: Vec<Root> = Vec::new();
+        let resolve = if config.follow_symlinks {
+            BENEATH
+        } else {
+            BENEATH | ResolveFlags::NO_SYMLINKS
+        };
         let all = config
             .read_roots
             .iter()
@@ -142,6 +161,7 @@ impl Roots {
                 fd,
                 readable,
                 writable,
+                resolve,
             });
         }
         Roots {
@@ -268,14 +288,26 @@ impl Target<'_> {
 
     /// Opens the target beneath its root.
     pub fn open(&self, flags: OFlags) -> OpResult<OwnedFd> {
-        open_beneath(self.root.fd()?, &self.rel, flags, Mode::empty())
-            .map_err(|e| OpError::os(e, "cannot open", &self.display))
+        open_resolving(
+            self.root.fd()?,
+            &self.rel,
+            flags,
+            Mode::empty(),
+            self.root.resolve,
+        )
+        .map_err(|e| OpError::os(e, "cannot open", &self.display))
     }
 
     /// Opens a relative path (a prefix of `rel`, or `rel` plus more) beneath the same root.
     pub fn open_rel(&self, rel: &str, flags: OFlags) -> OpResult<OwnedFd> {
-        open_beneath(self.root.fd()?, rel, flags, Mode::empty())
-            .map_err(|e| OpError::os(e, "cannot open", &paths::join(&self.root.path, rel)))
+        open_resolving(
+            self.root.fd()?,
+            rel,
+            flags,
+            Mode::empty(),
+            self.root.resolve,
+        )
+        .map_err(|e| OpError::os(e, "cannot open", &paths::join(&self.root.path, rel)))
     }
 
     /// Opens the parent directory (`O_PATH`) and returns it with the final component's name.

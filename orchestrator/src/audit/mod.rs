@@ -1,11 +1,22 @@
-//! The audit log: one hash-chained row per tool call and per admin change.
+//! The audit log: hash-chained rows for every tool call and admin change.
 //!
 //! Rows are appended under a transaction-scoped advisory lock so the chain has one order even with
 //! several replicas. Each row's `hash` covers its canonical content and the previous row's hash;
 //! `verify` recomputes the chain and names the first row whose stored hash no longer matches, so
-//! an edit made directly in the database is detected.
+//! an edit made directly in the database is detected. A call that runs leaves two rows: its
+//! intent, chained before the tool starts (`intent.rs`), and its completion; refusals leave one.
+//! The chain's head (position and hash) is published (`anchor.rs`) so that removing the newest
+//! rows, which no hash inside the database can reveal, is detected against that anchor.
 //!
 //! Arguments and results are stored as digests, never raw: secrets passed to tools stay out of the log.
+
+mod anchor;
+mod intent;
+mod verify;
+
+pub use anchor::{head, log_head_periodically, Head};
+pub use intent::{begin_call, recover_abandoned, CallAudit, Completion};
+pub use verify::{verify, Anchor, BrokenRow, Verification, VerifyError};
 
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Serialize;
@@ -45,7 +56,8 @@ pub struct Entry {
     pub reason: Option<String>,
     /// Digest of the arguments.
     pub args_digest: String,
-    /// `ok`, `error` or `denied`.
+    /// `ok`, `error`, `denied`; `running` for an intent; `cancelled` or `abandoned` for a call
+    /// whose caller went away or whose orchestrator stopped before it finished.
     pub outcome: &'static str,
     /// Digest of the result, when there was one.
     pub result_digest: Option<String>,
@@ -78,17 +90,25 @@ pub struct AuditRow {
     pub reason: Option<String>,
     /// `sha256:` digest of the canonical arguments.
     pub args_digest: String,
-    /// `ok`, `error`, `denied`.
+    /// `ok`, `error`, `denied`, `running` (an intent), `cancelled`, `abandoned`.
     pub outcome: String,
     /// `sha256:` digest of the result.
     pub result_digest: Option<String>,
     /// Milliseconds.
     pub duration_ms: i64,
+    /// For a completion row: the id of the intent row it completes.
+    pub intent_id: Option<Uuid>,
+    /// Position in the tenant's chain, 1-based (not hashed; checked by verification).
+    pub chain_index: Option<i64>,
     /// Hash of the previous row.
     pub prev_hash: String,
     /// Hash of this row's content and `prev_hash`.
     pub hash: String,
 }
+
+/// The columns of [`AuditRow`], in its field order.
+const COLUMNS: &str = "seq, id, at, caller_kind, caller_id, kind, action, decision, reason_code, \
+     reason, args_digest, outcome, result_digest, duration_ms, intent_id, chain_index, prev_hash, hash";
 
 /// `sha256:<hex>` of a JSON value in canonical form (sorted keys, no spaces).
 pub fn digest(value: &Value) -> String {
@@ -123,9 +143,10 @@ pub fn canonical(value: &Value) -> String {
     sort(value).to_string()
 }
 
-/// The content a row's hash covers, in a fixed field order.
+/// The content a row's hash covers, in a fixed field order. `intent_id` is covered when present
+/// (rows written before intents existed hash exactly as they did).
 fn row_content(row: &AuditRow) -> String {
-    canonical(&json!({
+    let mut content = json!({
         "id": row.id,
         "at": row.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
         "caller_kind": row.caller_kind,
@@ -140,29 +161,59 @@ fn row_content(row: &AuditRow) -> String {
         "result_digest": row.result_digest,
         "duration_ms": row.duration_ms,
         "prev_hash": row.prev_hash,
-    }))
+    });
+    if let Some(intent) = row.intent_id {
+        content["intent_id"] = json!(intent);
+    }
+    canonical(&content)
 }
 
-fn row_hash(row: &AuditRow) -> String {
+pub(crate) fn row_hash(row: &AuditRow) -> String {
     hex_sha256(row_content(row).as_bytes())
 }
 
 /// Appends one row to the chain.
 pub async fn record(pool: &PgPool, caller: &Caller, entry: Entry) -> Result<Uuid, sqlx::Error> {
+    let id = Uuid::new_v4();
+    append(pool, caller, entry, id, None, None).await?;
+    Ok(id)
+}
+
+/// Appends one row with a chosen id; `intent` names the intent a completion row completes and
+/// `instance` the orchestrator instance writing it.
+pub(crate) async fn append(
+    pool: &PgPool,
+    caller: &Caller,
+    entry: Entry,
+    id: Uuid,
+    intent: Option<Uuid>,
+    instance: Option<Uuid>,
+) -> Result<AuditRow, sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(APPEND_LOCK)
         .execute(&mut *tx)
         .await?;
-    let prev: Option<String> = sqlx::query_scalar(
-        "SELECT hash FROM audit_log WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
+    let prev: Option<(String, Option<i64>)> = sqlx::query_as(
+        "SELECT hash, chain_index FROM audit_log WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
     )
     .bind(&caller.tenant)
     .fetch_optional(&mut *tx)
     .await?;
+    let chain_index = match &prev {
+        None => 1,
+        Some((_, Some(index))) => index + 1,
+        Some((_, None)) => {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE tenant_id = $1")
+                .bind(&caller.tenant)
+                .fetch_one(&mut *tx)
+                .await?;
+            n + 1
+        }
+    };
     let mut row = AuditRow {
         seq: 0,
-        id: Uuid::new_v4(),
+        id,
         // Postgres keeps microseconds; truncate now so the hashed time equals the stored time.
         at: Utc::now().trunc_subsecs(6),
         caller_kind: caller.kind.as_str().to_owned(),
@@ -180,14 +231,19 @@ pub async fn record(pool: &PgPool, caller: &Caller, entry: Entry) -> Result<Uuid
         outcome: entry.outcome.to_owned(),
         result_digest: entry.result_digest,
         duration_ms: entry.duration_ms,
-        prev_hash: prev.unwrap_or_else(|| GENESIS.to_owned()),
+        intent_id: intent,
+        chain_index: Some(chain_index),
+        prev_hash: prev
+            .map(|(hash, _)| hash)
+            .unwrap_or_else(|| GENESIS.to_owned()),
         hash: String::new(),
     };
     row.hash = row_hash(&row);
-    sqlx::query(
+    row.seq = sqlx::query_scalar(
         "INSERT INTO audit_log (id, tenant_id, at, caller_kind, caller_id, kind, action, decision, \
-         reason_code, reason, args_digest, outcome, result_digest, duration_ms, prev_hash, hash) \
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)",
+         reason_code, reason, args_digest, outcome, result_digest, duration_ms, intent_id, \
+         chain_index, instance_id, prev_hash, hash) \
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19) RETURNING seq",
     )
     .bind(row.id)
     .bind(&caller.tenant)
@@ -203,12 +259,15 @@ pub async fn record(pool: &PgPool, caller: &Caller, entry: Entry) -> Result<Uuid
     .bind(&row.outcome)
     .bind(&row.result_digest)
     .bind(row.duration_ms)
+    .bind(row.intent_id)
+    .bind(row.chain_index)
+    .bind(instance)
     .bind(&row.prev_hash)
     .bind(&row.hash)
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(row.id)
+    Ok(row)
 }
 
 /// Records a change made through the operator API (keys, sandboxes, sessions, contexts).
@@ -260,14 +319,13 @@ pub struct Query {
 /// One page of rows, oldest first.
 pub async fn list(pool: &PgPool, tenant: &str, q: &Query) -> Result<Vec<AuditRow>, sqlx::Error> {
     let limit = q.limit.unwrap_or(100).clamp(1, 500);
-    sqlx::query_as(
-        "SELECT seq, id, at, caller_kind, caller_id, kind, action, decision, reason_code, reason, \
-         args_digest, outcome, result_digest, duration_ms, prev_hash, hash FROM audit_log \
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM audit_log \
          WHERE tenant_id = $1 AND ($2::text IS NULL OR action = $2) \
          AND ($3::text IS NULL OR caller_id = $3) AND ($4::text IS NULL OR decision = $4) \
          AND ($5::timestamptz IS NULL OR at >= $5) AND ($6::timestamptz IS NULL OR at < $6) \
-         AND seq > $7 ORDER BY seq LIMIT $8",
-    )
+         AND seq > $7 ORDER BY seq LIMIT $8"
+    ))
     .bind(tenant)
     .bind(&q.tool)
     .bind(&q.caller)
@@ -278,75 +336,4 @@ pub async fn list(pool: &PgPool, tenant: &str, q: &Query) -> Result<Vec<AuditRow
     .bind(limit)
     .fetch_all(pool)
     .await
-}
-
-/// The outcome of recomputing the chain.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct Verification {
-    /// True when every row matches.
-    pub valid: bool,
-    /// Rows checked.
-    pub rows_checked: i64,
-    /// The first row that does not match, if any.
-    pub first_broken: Option<BrokenRow>,
-}
-
-/// Where and why the chain breaks.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct BrokenRow {
-    /// The row's sequence number.
-    pub seq: i64,
-    /// The row's id.
-    pub id: Uuid,
-    /// `content_changed` (hash does not match content) or `chain_broken` (prev_hash mismatch).
-    pub problem: String,
-}
-
-/// Recomputes every hash in order, in pages, and stops at the first mismatch.
-pub async fn verify(pool: &PgPool, tenant: &str) -> Result<Verification, sqlx::Error> {
-    let mut prev = GENESIS.to_owned();
-    let mut after = 0i64;
-    let mut checked = 0i64;
-    loop {
-        let page = list(
-            pool,
-            tenant,
-            &Query {
-                after: Some(after),
-                limit: Some(500),
-                ..Query::default()
-            },
-        )
-        .await?;
-        if page.is_empty() {
-            return Ok(Verification {
-                valid: true,
-                rows_checked: checked,
-                first_broken: None,
-            });
-        }
-        for row in page {
-            checked += 1;
-            after = row.seq;
-            let problem = if row.prev_hash != prev {
-                Some("chain_broken")
-            } else if row_hash(&row) != row.hash {
-                Some("content_changed")
-            } else {
-                None
-            };
-            if let Some(problem) = problem {
-                return Ok(Verification {
-                    valid: false,
-                    rows_checked: checked,
-                    first_broken: Some(BrokenRow {
-                        seq: row.seq,
-                        id: row.id,
-                        problem: problem.to_owned(),
-                    }),
-                });
-            }
-            prev = row.hash;
-        }
-    }
 }

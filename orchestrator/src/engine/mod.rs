@@ -36,9 +36,64 @@ pub enum ExecError {
     /// The manifest asks for something this node cannot do.
     #[error("{0}")]
     Unsupported(String),
+    /// A bound of the node refused it: `depth_limit` (executions.max_depth) or
+    /// `concurrency_limit` (executions.max_concurrent_per_caller / max_concurrent).
+    #[error("{message}")]
+    Limit {
+        /// `depth_limit` or `concurrency_limit`.
+        code: &'static str,
+        /// Which bound, its value, and what to do.
+        message: String,
+    },
     /// Database failure.
     #[error(transparent)]
     Db(#[from] sqlx::Error),
+}
+
+impl From<store::BoundError> for ExecError {
+    fn from(e: store::BoundError) -> Self {
+        match e {
+            store::BoundError::Db(db) => ExecError::Db(db),
+            e @ store::BoundError::TooDeep { .. } => ExecError::Limit {
+                code: "depth_limit",
+                message: e.to_string(),
+            },
+            e @ store::BoundError::TooMany { .. } => ExecError::Limit {
+                code: "concurrency_limit",
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+/// The rights of whoever started an execution; the execution never gets more (its tier is
+/// lowered to this tier, and its calls must pass these contexts as well as its own).
+#[derive(Clone)]
+pub(crate) struct Ceiling {
+    pub tier: crate::caller::Tier,
+    pub contexts: Vec<std::sync::Arc<crate::seal::context::SecurityContext>>,
+}
+
+impl Ceiling {
+    /// The ceiling a caller imposes on what it starts; none for an operator without a context.
+    fn of(caller: &Caller) -> Option<Self> {
+        if caller.tier >= crate::caller::Tier::Operator && caller.seal.is_none() {
+            return None;
+        }
+        let contexts = caller
+            .seal
+            .as_ref()
+            .map(|s| {
+                std::iter::once(s.context.clone())
+                    .chain(s.ceilings.iter().cloned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Self {
+            tier: caller.tier,
+            contexts,
+        })
+    }
 }
 
 /// Engine settings.
@@ -52,6 +107,12 @@ pub struct EngineConfig {
     pub max_iterations: u32,
     /// Keep a failed execution's sandbox (it is still reaped with its instance).
     pub keep_failed_sandboxes: bool,
+    /// Deepest chain of child executions.
+    pub max_depth: u32,
+    /// Most live executions per principal.
+    pub max_concurrent_per_caller: u32,
+    /// Most live executions on this node.
+    pub max_concurrent: u32,
 }
 
 /// The engine: the model client and the running executions' cancel handles.
@@ -151,7 +212,28 @@ impl Engine {
             )));
         }
         let id = Uuid::new_v4();
-        store::insert(
+        // Depth and principal come from the parent; a key or session is its own principal.
+        let (principal, depth) = match req.parent {
+            Some(parent) => match store::principal_of(&state.pool, parent).await? {
+                Some((principal, depth)) => (principal, depth + 1),
+                None => (
+                    crate::policy::executions::principal_key(caller.kind.as_str(), &caller.id),
+                    1,
+                ),
+            },
+            None => (
+                crate::policy::executions::principal_key(caller.kind.as_str(), &caller.id),
+                0,
+            ),
+        };
+        let bounds = store::Bounds {
+            depth,
+            principal,
+            max_depth: self.config.max_depth,
+            max_per_principal: self.config.max_concurrent_per_caller,
+            max_on_node: self.config.max_concurrent,
+        };
+        store::insert_bounded(
             &state.pool,
             &store::NewExecution {
                 id,
@@ -168,6 +250,7 @@ impl Engine {
                 instance_id: state.instance_id,
                 workflow: req.workflow.as_ref(),
             },
+            &bounds,
         )
         .await?;
         let token = CancellationToken::new();
@@ -184,6 +267,7 @@ impl Engine {
             token,
             llm: self.llm.clone(),
             config: self.config.clone(),
+            ceiling: Ceiling::of(caller),
         };
         tokio::spawn(job.run());
         Ok(id)

@@ -29,6 +29,8 @@ pub(super) struct Job {
     pub token: CancellationToken,
     pub llm: Result<LlmClient, String>,
     pub config: EngineConfig,
+    /// The rights of whoever started it (none for an operator).
+    pub ceiling: Option<super::Ceiling>,
 }
 
 /// How an execution ended.
@@ -166,7 +168,8 @@ impl Job {
         self.state.executions.finished(self.id);
     }
 
-    /// The caller tool calls are made as: the execution, under the agent's security context.
+    /// The caller tool calls are made as: the execution, under the agent's security context and
+    /// never above the rights of whoever started it (its ceiling).
     async fn caller(&self) -> Result<Caller, String> {
         let mut caller = Caller {
             kind: CallerKind::Execution,
@@ -187,7 +190,26 @@ impl Job {
                 limiter: Arc::new(crate::seal::RateLimiter::new()),
                 session_key: self.id.to_string(),
                 evaluated: false,
+                ceilings: Vec::new(),
             });
+        }
+        if let Some(ceiling) = &self.ceiling {
+            caller.tier = caller.tier.min(ceiling.tier);
+            let mut inherited = ceiling.contexts.clone();
+            match caller.seal.as_mut() {
+                Some(scope) => scope.ceilings = inherited,
+                None if !inherited.is_empty() => {
+                    let context = inherited.remove(0);
+                    caller.seal = Some(crate::caller::SealScope {
+                        context,
+                        limiter: Arc::new(crate::seal::RateLimiter::new()),
+                        session_key: self.id.to_string(),
+                        evaluated: false,
+                        ceilings: inherited,
+                    });
+                }
+                None => {}
+            }
         }
         Ok(caller)
     }
@@ -346,7 +368,9 @@ impl Job {
                 }
                 Ok(Ok(r)) => r,
             };
-            let verdicts = self.validate(&validators, &result, instruction).await;
+            let verdicts = self
+                .validate(&validators, &result, instruction, &caller)
+                .await;
             if !validators.is_empty() {
                 self.event(
                     "validation",
@@ -392,11 +416,12 @@ impl Job {
         validators: &[Value],
         result: &IterationResult,
         task: &str,
+        caller: &Caller,
     ) -> Vec<validate::Verdict> {
         let mut verdicts = Vec::new();
         for v in validators {
             let verdict = if validate::is_judge(v) {
-                self.judge(v, result, task).await
+                self.judge(v, result, task, caller).await
             } else {
                 validate::run(std::slice::from_ref(v), result).remove(0)
             };
@@ -411,7 +436,13 @@ impl Job {
 
     /// A `semantic` or `multi_judge` validator: each judge agent runs as a child execution on
     /// `{task, output, criteria}` and must answer `{score, confidence, reasoning}` as JSON.
-    async fn judge(&self, v: &Value, result: &IterationResult, task: &str) -> validate::Verdict {
+    async fn judge(
+        &self,
+        v: &Value,
+        result: &IterationResult,
+        task: &str,
+        caller: &Caller,
+    ) -> validate::Verdict {
         let kind = v["type"].as_str().unwrap_or("semantic").to_owned();
         let judges: Vec<String> = match kind.as_str() {
             "semantic" => v["judge_agent"]
@@ -431,15 +462,7 @@ impl Job {
         let min_confidence = v["min_confidence"].as_f64().unwrap_or(0.0);
         let timeout = Duration::from_secs(v["timeout_seconds"].as_u64().unwrap_or(300));
         let input = json!({"task": task, "output": result.answer, "criteria": v["criteria"]});
-        let caller = Caller {
-            kind: CallerKind::Execution,
-            id: self.id.to_string(),
-            label: self.def.name.clone(),
-            tier: Tier::User,
-            role: None,
-            tenant: self.tenant.clone(),
-            seal: None,
-        };
+        // Judges are children: they start as this execution, under its rights.
         let mut judgements = Vec::new();
         let mut notes = Vec::new();
         for judge in &judges {
@@ -454,7 +477,7 @@ impl Job {
             let child = match self
                 .state
                 .executions
-                .start(&self.state, &caller, request)
+                .start(&self.state, caller, request)
                 .await
             {
                 Ok(id) => id,

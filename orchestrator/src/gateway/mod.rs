@@ -198,9 +198,25 @@ impl Gateway {
         let started = Instant::now();
         let mut request_id = None;
         let mut session_id = None;
+        let mut unfinished = Unfinished {
+            state: state.clone(),
+            envelope_digest: audit::digest(&json!({"envelope_sha": audit::digest(&json!(body))})),
+            started,
+            session: None,
+            tool: None,
+            allowed: false,
+            armed: true,
+        };
         let result = self
-            .invoke_inner(state, body, &mut request_id, &mut session_id)
+            .invoke_inner(
+                state,
+                body,
+                &mut request_id,
+                &mut session_id,
+                &mut unfinished,
+            )
             .await;
+        unfinished.armed = false;
         if let Err(error) = &result {
             // Refusals before the router are audited here; the router audits its own.
             if !error.routed {
@@ -241,10 +257,12 @@ impl Gateway {
         body: &str,
         request_id: &mut Option<Value>,
         session_out: &mut Option<(Uuid, String)>,
+        unfinished: &mut Unfinished,
     ) -> Result<Value, Failure> {
         let envelope = Envelope::parse(body).map_err(Failure::plain)?;
         *request_id = envelope.request_id();
         let tool = envelope.tool_call().map(|(name, _)| name);
+        unfinished.tool = tool.clone();
         let with_tool = |e: SealError| Failure {
             error: e,
             tool: tool.clone(),
@@ -272,6 +290,7 @@ impl Gateway {
                 ))
             })?;
         *session_out = Some((session.id, session.context_name.clone()));
+        unfinished.session = session_out.clone();
         if session.token_id != claims.jti {
             return Err(with_tool(SealError::new(
                 SealCode::TokenVerificationFailed,
@@ -322,6 +341,7 @@ impl Gateway {
                 limiter: self.limiter.clone(),
                 session_key: session.id.to_string(),
                 evaluated: false,
+                ceilings: Vec::new(),
             }),
             ..session_caller(session.id, &session.context_name, context.tier)
         };
@@ -356,6 +376,7 @@ impl Gateway {
                     }
                     scope.evaluated = true;
                 }
+                unfinished.allowed = true;
                 let sandbox = if crate::policy::needs_sandbox(&name) {
                     Some(
                         self.session_sandbox(state, &session, &context)
@@ -365,6 +386,8 @@ impl Gateway {
                 } else {
                     None
                 };
+                // The router audits from here on (its intent row), whatever the client does.
+                unfinished.armed = false;
                 let outcome = tools::invoke_in(state, &caller, &name, arguments, sandbox)
                     .await
                     .map_err(|e| Failure {
@@ -400,7 +423,9 @@ impl Gateway {
         }))
     }
 
-    /// The session's sandbox, created on first use with the context's runtime.
+    /// The session's sandbox, created on first use with the context's runtime. Creation runs in
+    /// a task of its own: a caller that goes away mid-way (client disconnected) cannot leave a
+    /// sandbox that no session row records; it is recorded, and destroyed with its session.
     async fn session_sandbox(
         &self,
         state: &AppState,
@@ -410,32 +435,58 @@ impl Gateway {
         if let Some(id) = session.sandbox_id {
             return Ok(SandboxId(id));
         }
-        let created = state
-            .sandboxes
-            .create_for_session(session.id, context)
-            .await
+        let task = tokio::spawn(sessions::ensure_sandbox(
+            state.clone(),
+            session.id,
+            context.clone(),
+        ));
+        task.await
             .map_err(|e| {
                 SealError::new(
                     SealCode::NoMatchingCapability,
                     format!("no sandbox for this session: {e}"),
                 )
-            })?;
-        let recorded = sessions::set_sandbox(&state.pool, session.id, created.0)
-            .await
-            .map_err(|e| SealError::new(SealCode::NoMatchingCapability, e.to_string()))?;
-        match recorded {
-            Some(id) if id != created.0 => {
-                // Another request created one first: keep theirs, drop ours.
-                let _ = state.sandboxes.destroy(created).await;
-                Ok(SandboxId(id))
-            }
-            _ => Ok(created),
-        }
+            })?
+            .map_err(|e| SealError::new(SealCode::NoMatchingCapability, e))
     }
 
     /// The tools a session's security token may call (for `GET /v1/seal/tools` and gRPC).
     pub async fn tools_for_token(&self, state: &AppState, token: &str) -> Result<Value, SealError> {
-        let claims = self.issuer.verify(token, Utc::now().timestamp())?;
+        let now = Utc::now();
+        let claims = self.issuer.verify(token, now.timestamp())?;
+        // The token alone is not enough: its session must still be live (a revoked session
+        // learns nothing more, not even its tool list).
+        let session = Uuid::parse_str(&claims.sub)
+            .ok()
+            .map(|id| sessions::get(&state.pool, crate::DEFAULT_TENANT, id));
+        let session = match session {
+            Some(lookup) => lookup
+                .await
+                .map_err(|e| SealError::new(SealCode::SessionNotFound, e.to_string()))?,
+            None => None,
+        }
+        .ok_or_else(|| SealError::new(SealCode::SessionNotFound, "the token names no session"))?;
+        if session.token_id != claims.jti {
+            return Err(SealError::new(
+                SealCode::TokenVerificationFailed,
+                "the token does not belong to this session",
+            ));
+        }
+        match session.state(now) {
+            "revoked" => {
+                return Err(SealError::new(
+                    SealCode::SessionInactive,
+                    format!("session {} was revoked", session.id),
+                ))
+            }
+            "expired" => {
+                return Err(SealError::new(
+                    SealCode::TokenExpired,
+                    format!("session {} expired at {}", session.id, session.expires_at),
+                ))
+            }
+            _ => {}
+        }
         let context = contexts::get(&state.pool, crate::DEFAULT_TENANT, &claims.scp)
             .await
             .map_err(|e| SealError::new(SealCode::ScopeNotFound, e.to_string()))?;
@@ -445,6 +496,7 @@ impl Gateway {
                 limiter: self.limiter.clone(),
                 session_key: claims.sub.clone(),
                 evaluated: false,
+                ceilings: Vec::new(),
             }),
             ..session_caller(
                 Uuid::parse_str(&claims.sub).unwrap_or_default(),
@@ -477,6 +529,56 @@ impl Gateway {
             Err(e) => tracing::warn!(error = %e, "session sweep failed"),
         }
         let _ = sessions::prune_replay_guard(&state.pool, self.config.freshness_secs * 4).await;
+    }
+}
+
+/// An envelope being checked: if the client goes away before the router takes over (say while
+/// the session's first sandbox is being made), dropping this records that in the audit log.
+struct Unfinished {
+    state: AppState,
+    envelope_digest: String,
+    started: Instant,
+    session: Option<(Uuid, String)>,
+    tool: Option<String>,
+    /// The security context allowed the call.
+    allowed: bool,
+    armed: bool,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let caller = match &self.session {
+            Some((id, ctx)) => session_caller(*id, ctx, crate::caller::Tier::User),
+            None => anonymous("unauthenticated"),
+        };
+        let entry = Entry {
+            kind: EntryKind::Tool,
+            action: self
+                .tool
+                .clone()
+                .unwrap_or_else(|| "seal.invoke".to_owned()),
+            allowed: self.allowed,
+            reason_code: Some("client_disconnected".to_owned()),
+            reason: Some(
+                "the client disconnected before the call reached its tool; nothing ran".to_owned(),
+            ),
+            args_digest: self.envelope_digest.clone(),
+            outcome: "cancelled",
+            result_digest: None,
+            duration_ms: self.started.elapsed().as_millis() as i64,
+        };
+        let pool = self.state.pool.clone();
+        runtime.spawn(async move {
+            if let Err(e) = audit::record(&pool, &caller, entry).await {
+                tracing::error!(error = %e, "audit log unavailable for an abandoned SEAL call");
+            }
+        });
     }
 }
 

@@ -1,4 +1,5 @@
-//! Attested SEAL sessions in PostgreSQL, so they survive restarts and every replica sees them.
+//! Attested SEAL sessions in PostgreSQL, so they survive restarts and every replica sees them,
+//! and the one sandbox each session gets on its first sandbox call.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -120,6 +121,36 @@ pub async fn set_sandbox(
     .fetch_optional(pool)
     .await
     .map(Option::flatten)
+}
+
+/// Creates the session's sandbox and records it on the session row; returns the recorded one.
+/// Run it in a task of its own (the caller may go away): a sandbox created here is always either
+/// recorded on the session (destroyed when the session ends) or destroyed at once.
+pub async fn ensure_sandbox(
+    state: crate::state::AppState,
+    session: Uuid,
+    context: crate::seal::context::SecurityContext,
+) -> Result<dispatcher::SandboxId, String> {
+    let created = state
+        .sandboxes
+        .create_for_session(session, &context)
+        .await
+        .map_err(|e| format!("no sandbox for this session: {e}"))?;
+    match set_sandbox(&state.pool, session, created.0).await {
+        Ok(Some(id)) if id == created.0 => Ok(created),
+        Ok(Some(id)) => {
+            // Another request created one first: keep theirs, drop ours.
+            let _ = state.sandboxes.destroy(created).await;
+            Ok(dispatcher::SandboxId(id))
+        }
+        Ok(None) | Err(_) => {
+            // The session row is gone or unwritable: nothing would ever destroy this sandbox.
+            let _ = state.sandboxes.destroy(created).await;
+            Err(format!(
+                "could not record sandbox {created} on session {session}"
+            ))
+        }
+    }
 }
 
 /// Sessions that ended (revoked or expired) but still hold a sandbox.

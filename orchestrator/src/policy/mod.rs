@@ -5,6 +5,7 @@
 //! policy is always the intersection, and nothing else in the service makes this decision.
 
 pub mod command;
+pub mod executions;
 pub mod paths;
 
 use serde::Serialize;
@@ -58,26 +59,40 @@ pub fn check_seal(
     tool: &str,
     args: &Value,
 ) -> Result<Option<u64>, Denial> {
-    scope
-        .context
-        .evaluate(
-            tool,
-            args,
-            &scope.limiter,
-            &scope.session_key,
-            std::time::Instant::now(),
-        )
-        .map(|grant| grant.max_response_size)
-        .map_err(|e| Denial {
-            code: e.code.name(),
-            message: e.message,
-            seal_code: Some(e.code.as_u32()),
-            retry_after_secs: e.retry_after_secs,
-        })
+    let now = std::time::Instant::now();
+    let mut limit: Option<u64> = None;
+    // The caller's own context, then those of whoever started it (each counts its own limits).
+    let contexts = std::iter::once((scope.context.as_ref(), scope.session_key.clone())).chain(
+        scope
+            .ceilings
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_ref(), format!("{}#ceiling{i}", scope.session_key))),
+    );
+    for (context, key) in contexts {
+        let grant = context
+            .evaluate(tool, args, &scope.limiter, &key, now)
+            .map_err(|e| Denial {
+                code: e.code.name(),
+                message: e.message,
+                seal_code: Some(e.code.as_u32()),
+                retry_after_secs: e.retry_after_secs,
+            })?;
+        limit = match (limit, grant.max_response_size) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(limit)
 }
 
 /// Tools that read files (need a read root); other `fs.*` tools change files (need a write root).
 const READING_TOOLS: &[&str] = &["fs.read", "fs.list", "fs.grep", "fs.glob"];
+
+/// True for sandbox tools that only read (they need a read root; the others need a write root).
+pub fn is_reading_tool(tool: &str) -> bool {
+    READING_TOOLS.contains(&tool)
+}
 
 /// True for tools that run inside a sandbox.
 pub fn needs_sandbox(tool: &str) -> bool {
@@ -159,8 +174,8 @@ pub fn check_sandbox_call(
 /// True when `caller` would pass the checks that do not depend on arguments (for listings).
 pub fn may_see(caller: &Caller, tool: &Tool) -> bool {
     caller.tier >= tool.tier
-        && caller
-            .seal
-            .as_ref()
-            .is_none_or(|s| s.context.covers_tool(&tool.name))
+        && caller.seal.as_ref().is_none_or(|s| {
+            s.context.covers_tool(&tool.name)
+                && s.ceilings.iter().all(|c| c.covers_tool(&tool.name))
+        })
 }

@@ -27,12 +27,95 @@ pub const SESSION_LABEL: &str = "seal_session";
 /// Label naming the session's security context.
 pub const CONTEXT_LABEL: &str = "seal_context";
 
+/// The executor roots of a SEAL session's sandbox: the directories its context's path allowlists
+/// name, so the executor, not only the policy, keeps every path inside them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextRoots {
+    /// Roots of reading tools (and of `cmd.run`'s `cwd`), plus the write roots.
+    pub read: Vec<String>,
+    /// Roots of changing tools.
+    pub write: Vec<String>,
+    /// False when an entry is narrower than its root (`/a/b/*`, `/a/*/src`): symlinks are then
+    /// refused, so a planted link cannot lead beyond what the entry names.
+    pub follow_symlinks: bool,
+}
+
+/// The root an allowlist entry stands for: its components before the first wildcard; and
+/// whether the entry is exactly that root's subtree (`/a/b`, `/a/b/**`).
+fn entry_root(entry: &str) -> (String, bool) {
+    let parts: Vec<&str> = entry.split('/').filter(|c| !c.is_empty()).collect();
+    let fixed: Vec<&str> = parts
+        .iter()
+        .take_while(|c| !c.contains('*'))
+        .copied()
+        .collect();
+    let rest = &parts[fixed.len()..];
+    let whole_subtree = rest.is_empty() || rest == ["**"];
+    (format!("/{}", fixed.join("/")), whole_subtree)
+}
+
+/// Derives the executor roots from a context (see [`ContextRoots`]). A capability without a path
+/// allowlist grants the workspace; one with an empty allowlist grants nothing.
+pub fn context_roots(context: &crate::seal::context::SecurityContext) -> ContextRoots {
+    let mut read = Vec::new();
+    let mut write = Vec::new();
+    let mut follow_symlinks = true;
+    let tools: Vec<String> = crate::tools::catalog()
+        .map(|c| {
+            c.iter()
+                .map(|t| t.name.clone())
+                .filter(|n| crate::policy::needs_sandbox(n))
+                .collect()
+        })
+        .unwrap_or_default();
+    for tool in &tools {
+        if !context.covers_tool(tool) {
+            continue;
+        }
+        let into = if crate::policy::is_reading_tool(tool) || tool == "cmd.run" {
+            &mut read
+        } else {
+            &mut write
+        };
+        for cap in context
+            .capabilities
+            .iter()
+            .filter(|c| crate::seal::context::tool_matches(&c.tool_pattern, tool))
+        {
+            match &cap.path_allowlist {
+                None => into.push(WORKSPACE.to_owned()),
+                Some(entries) => {
+                    for entry in entries {
+                        let (root, whole) = entry_root(entry);
+                        follow_symlinks &= whole;
+                        into.push(root);
+                    }
+                }
+            }
+        }
+    }
+    for w in &write {
+        read.push(w.clone());
+    }
+    for list in [&mut read, &mut write] {
+        list.sort();
+        list.dedup();
+    }
+    ContextRoots {
+        read,
+        write,
+        follow_symlinks,
+    }
+}
+
 /// The sandbox policy of a SEAL session: the security context decides tools, paths and commands
-/// (it is evaluated on every call); the sandbox adds the no-shell argv rules and /workspace.
+/// (it is evaluated on every call); the sandbox adds the no-shell argv rules and the context's
+/// roots.
 pub fn policy_of_context(
     context: &crate::seal::context::SecurityContext,
     ceilings: &ToolCeilings,
 ) -> SandboxPolicy {
+    let roots = context_roots(context);
     let mut allowlist = Vec::new();
     let mut any_program = false;
     for cap in &context.capabilities {
@@ -58,8 +141,8 @@ pub fn policy_of_context(
                     .collect()
             })
             .unwrap_or_default(),
-        read_roots: vec![WORKSPACE.to_owned()],
-        write_roots: vec![WORKSPACE.to_owned()],
+        read_roots: roots.read,
+        write_roots: roots.write,
         command: CommandPolicy {
             subcommand_allowlist: allowlist,
             allow_metacharacters: false,
@@ -301,6 +384,10 @@ impl Sandboxes {
             image,
             Owner::new(dispatcher::OwnerKind::Session, session.to_string()),
         );
+        let roots = context_roots(context);
+        spec.read_roots = roots.read;
+        spec.write_roots = roots.write;
+        spec.follow_symlinks = roots.follow_symlinks;
         spec.labels
             .insert(SESSION_LABEL.to_owned(), session.to_string());
         spec.labels
@@ -364,5 +451,49 @@ fn nonzero(v: u64, default: u64) -> u64 {
         default
     } else {
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(json: Value) -> crate::seal::context::SecurityContext {
+        serde_json::from_value(json).expect("context parses")
+    }
+
+    #[test]
+    fn entries_become_roots_and_wildcards_refuse_symlinks() {
+        assert_eq!(
+            entry_root("/workspace/shared"),
+            ("/workspace/shared".into(), true)
+        );
+        assert_eq!(
+            entry_root("/workspace/shared/**"),
+            ("/workspace/shared".into(), true)
+        );
+        assert_eq!(
+            entry_root("/workspace/shared/*"),
+            ("/workspace/shared".into(), false)
+        );
+        assert_eq!(entry_root("/workspace/*/src"), ("/workspace".into(), false));
+        assert_eq!(entry_root("/*"), ("/".into(), false));
+
+        let ctx = context(
+            serde_json::json!({"name": "n", "description": "", "capabilities": [
+            {"tool_pattern": "fs.read", "path_allowlist": ["/workspace/shared/*"]},
+            {"tool_pattern": "fs.write", "path_allowlist": ["/workspace/out"]}]}),
+        );
+        let roots = context_roots(&ctx);
+        assert_eq!(roots.read, ["/workspace/out", "/workspace/shared"]);
+        assert_eq!(roots.write, ["/workspace/out"]);
+        assert!(!roots.follow_symlinks);
+
+        let open = context(serde_json::json!({"name": "n", "description": "",
+            "capabilities": [{"tool_pattern": "*"}], "deny_list": ["fs.write"]}));
+        let roots = context_roots(&open);
+        assert_eq!(roots.read, ["/workspace"]);
+        assert_eq!(roots.write, ["/workspace"]);
+        assert!(roots.follow_symlinks);
     }
 }

@@ -215,6 +215,18 @@ pub async fn invoke_in(
         }
     }
 
+    // The intent row exists before the tool runs; if this future is dropped (client gone,
+    // execution cancelled), the audit task completes it as `cancelled`.
+    let call_audit = audit::begin_call(
+        &state.pool,
+        caller,
+        state.instance_id,
+        name,
+        &args_digest,
+        started,
+    )
+    .await
+    .map_err(CallError::Audit)?;
     let ctx = ToolContext {
         state,
         caller,
@@ -223,32 +235,24 @@ pub async fn invoke_in(
     let ran = Instant::now();
     let result = (tool.handler)(&ctx, arguments).await;
     let duration_ms = ran.elapsed().as_millis() as u64;
-    let (outcome, reason_code, reason, result_digest) = match &result {
-        Ok(v) => ("ok", None, None, Some(audit::digest(v))),
-        Err(e) => (
-            "error",
-            Some(e.code.to_owned()),
-            Some(e.message.clone()),
-            None,
-        ),
-    };
-    audit::record(
-        &state.pool,
-        caller,
-        Entry {
-            kind: EntryKind::Tool,
-            action: name.to_owned(),
-            allowed: true,
-            reason_code,
-            reason,
-            args_digest,
-            outcome,
-            result_digest,
-            duration_ms: started.elapsed().as_millis() as i64,
+    let completion = match &result {
+        Ok(v) => audit::Completion {
+            outcome: "ok",
+            reason_code: None,
+            reason: None,
+            result_digest: Some(audit::digest(v)),
         },
-    )
-    .await
-    .map_err(CallError::Audit)?;
+        Err(e) => audit::Completion {
+            outcome: "error",
+            reason_code: Some(e.code.to_owned()),
+            reason: Some(e.message.clone()),
+            result_digest: None,
+        },
+    };
+    call_audit
+        .complete(completion)
+        .await
+        .map_err(CallError::Audit)?;
     Ok(ToolOutcome {
         result,
         duration_ms,

@@ -1,4 +1,8 @@
 //! `aegis.task.*`, `aegis.agent.wait` and `aegis.agent.logs`: run agents and watch them.
+//!
+//! Every tool that names an execution acts on it only if `policy::executions::may_act_on`
+//! allows it (the caller's own executions and their children, unless operator tier); listings
+//! show only those.
 
 use std::time::Duration;
 
@@ -72,6 +76,7 @@ pub(crate) fn exec_error(e: ExecError) -> ToolError {
         )
         .with_details(json!(errors)),
         ExecError::Unsupported(m) => ToolError::new("unsupported", m),
+        ExecError::Limit { code, message } => ToolError::new(code, message),
         ExecError::Db(e) => ToolError::internal(e),
     }
 }
@@ -94,12 +99,20 @@ pub(crate) fn view(e: &store::Execution) -> Value {
     })
 }
 
+/// Loads an execution the caller may act on; `forbidden` for someone else's.
 async fn load(ctx: &ToolContext<'_>, id: &str) -> Result<store::Execution, ToolError> {
     let id = uuid(id, "execution_id")?;
+    let not_found = || ToolError::new("not_found", format!("execution {id} not found"));
+    let scope = store::scope(&ctx.state.pool, &ctx.caller.tenant, id)
+        .await
+        .map_err(ToolError::internal)?
+        .ok_or_else(not_found)?;
+    crate::policy::executions::may_act_on(ctx.caller, &scope)
+        .map_err(|d| ToolError::new("forbidden", d.message))?;
     store::get(&ctx.state.pool, &ctx.caller.tenant, id)
         .await
         .map_err(ToolError::internal)?
-        .ok_or_else(|| ToolError::new("not_found", format!("execution {id} not found")))
+        .ok_or_else(not_found)
 }
 
 #[derive(Deserialize)]
@@ -128,12 +141,14 @@ fn execute<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             parent,
             workflow: None,
         };
-        let id = ctx
-            .state
-            .executions
-            .start(ctx.state, ctx.caller, request)
-            .await
-            .map_err(exec_error)?;
+        // Started in a task of its own: a caller that goes away mid-start cannot leave a stored
+        // execution that nothing runs.
+        let (state, caller) = (ctx.state.clone(), ctx.caller.clone());
+        let id =
+            tokio::spawn(async move { state.executions.start(&state, &caller, request).await })
+                .await
+                .map_err(ToolError::internal)?
+                .map_err(exec_error)?;
         Ok(json!({"tool": "aegis.task.execute", "execution_id": id, "status": "started"}))
     })
 }
@@ -171,9 +186,10 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             }),
             None => None,
         };
-        let rows = store::list(
+        let rows = store::list_visible(
             &ctx.state.pool,
             &ctx.caller.tenant,
+            &store::Visible::of(ctx.caller),
             agent,
             None,
             a.limit.unwrap_or(50),
@@ -190,7 +206,7 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 fn cancel<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         let a: Id = args(a)?;
-        let id = uuid(&a.execution_id, "execution_id")?;
+        let id = load(ctx, &a.execution_id).await?.id;
         match ctx
             .state
             .executions
@@ -301,24 +317,14 @@ fn agent_logs<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         let agent = uuid(&a.agent_id, "agent_id")?;
         let limit = a.limit.unwrap_or(50).clamp(1, 500);
         let offset = a.offset.unwrap_or(0).max(0);
-        let rows: Vec<(Uuid, String, Value, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
-            "SELECT e.execution_id, e.event_type, e.payload, e.recorded_at FROM execution_events e \
-             JOIN executions x ON x.id = e.execution_id WHERE x.tenant_id = $1 AND x.agent_id = $2 \
-             ORDER BY e.recorded_at, e.seq LIMIT $3 OFFSET $4",
+        let (rows, total) = store::agent_events(
+            &ctx.state.pool,
+            &ctx.caller.tenant,
+            &store::Visible::of(ctx.caller),
+            agent,
+            limit,
+            offset,
         )
-        .bind(&ctx.caller.tenant)
-        .bind(agent)
-        .bind(limit)
-        .bind(offset)
-        .fetch_all(&ctx.state.pool)
-        .await
-        .map_err(ToolError::internal)?;
-        let total: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM execution_events e JOIN executions x ON x.id = e.execution_id WHERE x.tenant_id = $1 AND x.agent_id = $2",
-        )
-        .bind(&ctx.caller.tenant)
-        .bind(agent)
-        .fetch_one(&ctx.state.pool)
         .await
         .map_err(ToolError::internal)?;
         let events: Vec<Value> = rows

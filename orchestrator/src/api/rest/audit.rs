@@ -1,11 +1,13 @@
-//! `/v1/audit` (filtered, paginated rows) and `/v1/audit/verify` (recompute the hash chain).
+//! `/v1/audit` (filtered, paginated rows), `/v1/audit/head` (the anchor to publish) and
+//! `/v1/audit/verify` (recompute the hash chain; admin only).
 
 use axum::extract::{Query, State};
 use axum::{Extension, Json};
 use serde::Serialize;
 
-use super::error::ApiError;
-use crate::audit::{self, AuditRow, Verification};
+use super::auth::{require, Need};
+use super::error::{ApiError, ErrorBody};
+use crate::audit::{self, Anchor, AuditRow, Head, Verification};
 use crate::caller::Caller;
 use crate::state::AppState;
 
@@ -34,12 +36,32 @@ pub async fn list(
     Ok(Json(AuditPage { rows, next_after }))
 }
 
-/// Recomputes the chain and names the first row that does not match.
-#[utoipa::path(get, path = "/v1/audit/verify", operation_id = "verify_audit", tag = "audit",
-    responses((status = 200, description = "Verification", body = Verification)), security(("api_key" = [])))]
+/// The chain's head: its row count and last hash. Record it somewhere the database's users
+/// cannot write; `GET /v1/audit/verify?anchor_count=..&anchor_hash=..` later proves that no row
+/// up to it was removed.
+#[utoipa::path(get, path = "/v1/audit/head", operation_id = "audit_head", tag = "audit",
+    responses((status = 200, description = "Head", body = Head)), security(("api_key" = [])))]
+pub async fn head(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Head>, ApiError> {
+    Ok(Json(audit::head(&state.pool, &caller.tenant).await?))
+}
+
+/// Recomputes the chain from the last checkpoint (or from the first row with `full=true`),
+/// checks an anchor if one is given, and names the first problem. Admin only.
+#[utoipa::path(get, path = "/v1/audit/verify", operation_id = "verify_audit", tag = "audit", params(Anchor),
+    responses((status = 200, description = "Verification", body = Verification),
+              (status = 400, description = "Half an anchor", body = ErrorBody),
+              (status = 403, description = "Not an admin key", body = ErrorBody)),
+    security(("api_key" = [])))]
 pub async fn verify(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    Query(anchor): Query<Anchor>,
 ) -> Result<Json<Verification>, ApiError> {
-    Ok(Json(audit::verify(&state.pool, &caller.tenant).await?))
+    require(&caller, Need::Admin)?;
+    Ok(Json(
+        audit::verify(&state.pool, &caller.tenant, &anchor).await?,
+    ))
 }

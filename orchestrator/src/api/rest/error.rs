@@ -93,6 +93,8 @@ pub fn status_of_tool_code(code: &str) -> StatusCode {
             StatusCode::FORBIDDEN
         }
         "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
+        "depth_limit" => StatusCode::FORBIDDEN,
+        "concurrency_limit" => StatusCode::TOO_MANY_REQUESTS,
         "internal" => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::BAD_REQUEST,
     }
@@ -153,5 +155,14 @@ impl From<AuthError> for ApiError {
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         Self::internal(e)
+    }
+}
+
+impl From<crate::audit::VerifyError> for ApiError {
+    fn from(e: crate::audit::VerifyError) -> Self {
+        match e {
+            crate::audit::VerifyError::IncompleteAnchor => Self::bad_request(e.to_string()),
+            crate::audit::VerifyError::Db(db) => db.into(),
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! the event log as JSON pages or live Server-Sent Events (`?follow=true`).
 //!
 //! Starting, cancelling and removing are the `aegis.task.*` tools called through the router, so
-//! they are authorised and audited like any other call.
+//! they are authorised and audited like any other call. Reads are scoped by the same rule
+//! (`policy::executions`): a key below the operator tier sees only the executions it started.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -91,9 +92,10 @@ pub async fn list(
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<store::Execution>>, ApiError> {
     Ok(Json(
-        store::list(
+        store::list_visible(
             &state.pool,
             &caller.tenant,
+            &store::Visible::of(&caller),
             q.agent_id,
             q.status.as_deref(),
             q.limit.unwrap_or(50),
@@ -111,6 +113,7 @@ pub async fn get(
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<store::Execution>, ApiError> {
+    may_act_on(&state, &caller, id).await?;
     store::get(&state.pool, &caller.tenant, id)
         .await?
         .map(Json)
@@ -185,15 +188,7 @@ pub async fn events(
     Path(id): Path<Uuid>,
     Query(q): Query<EventsQuery>,
 ) -> Result<Response, ApiError> {
-    store::get(&state.pool, &caller.tenant, id)
-        .await?
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("execution {id} not found"),
-            )
-        })?;
+    may_act_on(&state, &caller, id).await?;
     let after = q.after.unwrap_or(0);
     if !q.follow {
         let events = store::events(&state.pool, id, after, q.limit.unwrap_or(100)).await?;
@@ -206,6 +201,21 @@ pub async fn events(
     Ok(Sse::new(follow(state, caller.tenant, id, after))
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// 404 for an unknown execution, 403 for one the caller may not act on.
+async fn may_act_on(state: &AppState, caller: &Caller, id: Uuid) -> Result<(), ApiError> {
+    let scope = store::scope(&state.pool, &caller.tenant, id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("execution {id} not found"),
+            )
+        })?;
+    crate::policy::executions::may_act_on(caller, &scope)
+        .map_err(|d| ApiError::forbidden(d.message))
 }
 
 /// Polls the log and yields new events until the execution has ended and everything was sent.

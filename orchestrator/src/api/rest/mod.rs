@@ -93,6 +93,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools", get(tools::list))
         .route("/v1/tools/call", post(tools::call))
         .route("/v1/audit", get(audit::list))
+        .route("/v1/audit/head", get(audit::head))
         .route("/v1/audit/verify", get(audit::verify))
         .route("/v1/api-keys", post(api_keys::create).get(api_keys::list))
         .route("/v1/api-keys/{id}", delete(api_keys::revoke))

@@ -34,7 +34,7 @@ impl Modify for BearerKey {
         definitions::agent_versions, definitions::delete_agent,
         definitions::create_workflow, definitions::list_workflows, definitions::get_workflow,
         definitions::workflow_versions, definitions::delete_workflow,
-        schemas::get, tools::list, tools::call, audit::list, audit::verify,
+        schemas::get, tools::list, tools::call, audit::list, audit::head, audit::verify,
         api_keys::create, api_keys::list, api_keys::revoke,
         sandboxes::create, sandboxes::list, sandboxes::destroy,
         seal::attest, seal::invoke, seal::tools, seal::list_sessions, seal::get_session,

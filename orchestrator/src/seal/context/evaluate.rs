@@ -157,6 +157,27 @@ impl SecurityContext {
                 )
                 .with_details(json!({"attempted_path": path, "allowed_paths": allow})));
             }
+            // Tools that walk below their path need an entry that reaches there too: `/a/b/*`
+            // names direct children only, so it grants no search inside `/a/b/c` (listing
+            // `/a/b/c` shows the names of its entries, which `fs.list` is granted on the dir).
+            if matches!(tool, "fs.grep" | "fs.glob") {
+                // NUL never occurs in an entry, so these names stand for "any name, any depth".
+                let below = format!("{path}/\u{0}/\u{0}");
+                if !allow
+                    .iter()
+                    .any(|entry| path_matches(entry, path) && path_matches(entry, &below))
+                {
+                    return Err(SealError::new(
+                        SealCode::PathNotAllowed,
+                        format!(
+                            "`{tool}` reads below `{path}`, and no entry of the path allowlist ({}) \
+                             reaches below it (`/a/*` names direct children only)",
+                            list_or_empty(allow)
+                        ),
+                    )
+                    .with_details(json!({"attempted_path": path, "allowed_paths": allow})));
+                }
+            }
         }
         if tool == "cmd.run"
             && (cap.command_allowlist.is_some() || cap.subcommand_allowlist.is_some())
@@ -493,6 +514,27 @@ mod tests {
         );
         assert!(eval(&ctx, "fs.list", json!({"path": "/workspace/shared"})).is_ok());
         assert!(eval(&ctx, "web.search", json!({"query": "rust ed25519"})).is_ok());
+        // `/a/*` names direct children: no recursive search from one of them.
+        let walker = context(json!({"name": "w", "description": "",
+            "capabilities": [{"tool_pattern": "fs.*", "path_allowlist": ["/workspace/shared/*", "/workspace/src"]}]}));
+        for tool in ["fs.grep", "fs.glob"] {
+            assert_eq!(
+                code(
+                    &walker,
+                    tool,
+                    json!({"path": "/workspace/shared/dir", "pattern": "x"})
+                ),
+                Some(SealCode::PathNotAllowed),
+                "{tool}"
+            );
+            assert!(eval(
+                &walker,
+                tool,
+                json!({"path": "/workspace/src/a", "pattern": "x"})
+            )
+            .is_ok());
+        }
+        assert!(eval(&walker, "fs.read", json!({"path": "/workspace/shared/dir"})).is_ok());
         for tool in ["fs.write", "fs.delete", "cmd.run", "net.connect"] {
             assert_eq!(
                 code(

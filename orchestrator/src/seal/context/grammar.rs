@@ -67,8 +67,30 @@ pub fn domain_matches(entry: &str, host: &str) -> bool {
     }
 }
 
-/// True when `tool` matches `pattern` (`*`, dot-bounded `prefix.*`, or exact).
+/// Tool names that are one tool under two names (the catalog's aliases). A pattern that names
+/// either name names both, so a deny entry `fs.create_dir` also refuses `fs.create.dir`.
+pub const ALIASES: &[&[&str]] = &[
+    &["fs.create_dir", "fs.create.dir"],
+    &["aegis.task.wait", "aegis.agent.wait"],
+];
+
+/// `tool` and its aliases.
+pub fn names_of(tool: &str) -> Vec<&str> {
+    match ALIASES.iter().find(|group| group.contains(&tool)) {
+        Some(group) => group.to_vec(),
+        None => vec![tool],
+    }
+}
+
+/// True when `tool`, or an alias of it, matches `pattern` (`*`, dot-bounded `prefix.*`, or exact).
 pub fn tool_matches(pattern: &str, tool: &str) -> bool {
+    names_of(tool)
+        .iter()
+        .any(|name| name_matches(pattern, name))
+}
+
+/// True when the one name `tool` matches `pattern`.
+fn name_matches(pattern: &str, tool: &str) -> bool {
     if pattern == "*" {
         return true;
     }
@@ -130,6 +152,17 @@ mod tests {
         assert!(!tool_matches("fs.read", "fs.read.more"));
         assert!(tool_matches("aegis.agent.*", "aegis.agent.list"));
         assert!(!tool_matches("aegis.agent.*", "aegis.agents.list"));
+    }
+
+    #[test]
+    fn aliases_are_one_tool() {
+        assert!(tool_matches("fs.create_dir", "fs.create.dir"));
+        assert!(tool_matches("fs.create.dir", "fs.create_dir"));
+        assert!(tool_matches("aegis.task.wait", "aegis.agent.wait"));
+        assert!(tool_matches("aegis.task.*", "aegis.agent.wait"));
+        assert!(tool_matches("aegis.agent.wait", "aegis.task.wait"));
+        assert!(!tool_matches("aegis.task.wait", "aegis.agent.logs"));
+        assert!(!tool_matches("fs.create_dir", "fs.create.file"));
     }
 
     #[test]

@@ -22,6 +22,8 @@
 //! **Tool patterns** (`tool_pattern`, deny entries): `*` matches every tool; `prefix.*` matches
 //! tools that start with `prefix.` and have at least one more character, so `fs.*` matches
 //! `fs.read` and `fs.create.dir` but neither `fsx.read` nor `fs`; anything else is an exact name.
+//! A tool with two names (`fs.create_dir` and `fs.create.dir`, `aegis.task.wait` and
+//! `aegis.agent.wait`) is matched under both, in deny entries and capabilities alike.
 //!
 //! **Deny entries** are a tool pattern, optionally followed by `:` and an argument pattern, as in
 //! the RFC's Appendix A (`fs.read:/etc/*`, `cmd.run:rm`). With an argument pattern the entry

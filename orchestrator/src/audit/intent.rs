@@ -1,0 +1,246 @@
+//! Intents: the audit row that exists before a tool runs, completed whatever the caller does.
+//!
+//! When a call has passed every check, the router writes an intent row (outcome `running`) and
+//! only then runs the handler; when the handler ends, a completion row names the intent and
+//! carries the outcome, reason and result digest. Both rows are in the hash chain, so neither can
+//! be dropped or edited unseen.
+//!
+//! The two writes happen in a task of their own, not in the caller's future: axum drops a
+//! handler's future when its client disconnects (and an execution's loop is dropped when it is
+//! cancelled), which would otherwise leave the intent open. The task waits for the outcome on a
+//! channel; if the router's side is dropped first, it writes the completion `cancelled` with the
+//! reason (`client_disconnected` or `execution_ended`). Dropping the handler also drops its
+//! dispatcher call, which cancels a running command in the sandbox. An intent left open because
+//! the whole orchestrator stopped is completed `abandoned` at the next start.
+
+use std::time::Instant;
+
+use sqlx::PgPool;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::{append, Entry, EntryKind};
+use crate::caller::{Caller, CallerKind, Tier};
+
+/// How a call that ran ended, for its completion row.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// `ok`, `error`, `cancelled`, `abandoned`.
+    pub outcome: &'static str,
+    /// Machine-readable reason of a failure.
+    pub reason_code: Option<String>,
+    /// Human-readable reason.
+    pub reason: Option<String>,
+    /// Digest of the result, when there was one.
+    pub result_digest: Option<String>,
+}
+
+impl Completion {
+    /// The completion of a call whose caller went away before the tool finished.
+    fn caller_gone(caller: &Caller) -> Self {
+        let (code, reason) = match caller.kind {
+            CallerKind::Execution => (
+                "execution_ended",
+                "the execution ended (cancelled or timed out) before the tool finished; a running \
+                 command was cancelled",
+            ),
+            _ => (
+                "client_disconnected",
+                "the client disconnected before the tool finished; a running command was cancelled",
+            ),
+        };
+        Self {
+            outcome: "cancelled",
+            reason_code: Some(code.to_owned()),
+            reason: Some(reason.to_owned()),
+            result_digest: None,
+        }
+    }
+}
+
+/// An open intent: complete it with [`CallAudit::complete`]; dropping it completes it as
+/// `cancelled`.
+pub struct CallAudit {
+    intent: Uuid,
+    outcome: oneshot::Sender<Completion>,
+    written: oneshot::Receiver<Result<(), sqlx::Error>>,
+}
+
+impl CallAudit {
+    /// The intent row's id.
+    pub fn intent_id(&self) -> Uuid {
+        self.intent
+    }
+
+    /// Writes the completion row; an error means the row could not be written.
+    pub async fn complete(self, completion: Completion) -> Result<(), sqlx::Error> {
+        if self.outcome.send(completion).is_err() {
+            return Err(sqlx::Error::Protocol(
+                "the audit task ended before the completion".into(),
+            ));
+        }
+        self.written.await.unwrap_or_else(|_| {
+            Err(sqlx::Error::Protocol(
+                "the audit task ended before writing the completion".into(),
+            ))
+        })
+    }
+}
+
+/// Writes the intent row of a call about to run and returns the handle that completes it.
+/// Returns only once the intent is stored; the tool must not run before.
+pub async fn begin_call(
+    pool: &PgPool,
+    caller: &Caller,
+    instance: Uuid,
+    action: &str,
+    args_digest: &str,
+    started: Instant,
+) -> Result<CallAudit, sqlx::Error> {
+    let intent = Uuid::new_v4();
+    let (began_tx, began_rx) = oneshot::channel();
+    let (outcome_tx, outcome_rx) = oneshot::channel::<Completion>();
+    let (written_tx, written_rx) = oneshot::channel();
+    let (pool, caller, action, args_digest) = (
+        pool.clone(),
+        caller.clone(),
+        action.to_owned(),
+        args_digest.to_owned(),
+    );
+    tokio::spawn(async move {
+        let entry = |outcome: &'static str, c: Option<Completion>| Entry {
+            kind: EntryKind::Tool,
+            action: action.clone(),
+            allowed: true,
+            reason_code: c.as_ref().and_then(|c| c.reason_code.clone()),
+            reason: c.as_ref().and_then(|c| c.reason.clone()),
+            args_digest: args_digest.clone(),
+            outcome,
+            result_digest: c.and_then(|c| c.result_digest),
+            duration_ms: started.elapsed().as_millis() as i64,
+        };
+        let began = append(
+            &pool,
+            &caller,
+            entry("running", None),
+            intent,
+            None,
+            Some(instance),
+        )
+        .await;
+        let failed = began.is_err();
+        let _ = began_tx.send(began.map(|_| ()));
+        if failed {
+            return;
+        }
+        let completion = outcome_rx
+            .await
+            .unwrap_or_else(|_| Completion::caller_gone(&caller));
+        let written = append(
+            &pool,
+            &caller,
+            entry(completion.outcome, Some(completion)),
+            Uuid::new_v4(),
+            Some(intent),
+            Some(instance),
+        )
+        .await;
+        if let Err(e) = &written {
+            tracing::error!(intent = %intent, error = %e, "could not write the completion of an audited call");
+        }
+        let _ = written_tx.send(written.map(|_| ()));
+    });
+    began_rx.await.unwrap_or_else(|_| {
+        Err(sqlx::Error::Protocol(
+            "the audit task ended before writing the intent".into(),
+        ))
+    })?;
+    Ok(CallAudit {
+        intent,
+        outcome: outcome_tx,
+        written: written_rx,
+    })
+}
+
+/// An intent without a completion: id, tenant, caller kind and id, action, args digest, time.
+type OpenIntent = (
+    Uuid,
+    String,
+    String,
+    String,
+    String,
+    String,
+    chrono::DateTime<chrono::Utc>,
+);
+
+fn caller_kind(s: &str) -> CallerKind {
+    match s {
+        "api_key" => CallerKind::ApiKey,
+        "session" => CallerKind::Session,
+        "execution" => CallerKind::Execution,
+        _ => CallerKind::System,
+    }
+}
+
+/// At start-up: completes, as `abandoned`, the intents of instances that stopped or fell silent
+/// for `dead_after_secs` (their tool may or may not have finished; nobody recorded it).
+pub async fn recover_abandoned(
+    pool: &PgPool,
+    current: Uuid,
+    dead_after_secs: i64,
+) -> Result<usize, sqlx::Error> {
+    let open: Vec<OpenIntent> = sqlx::query_as(
+        "SELECT a.id, a.tenant_id, a.caller_kind, a.caller_id, a.action, a.args_digest, a.at \
+             FROM audit_log a WHERE a.outcome = 'running' AND a.intent_id IS NULL \
+             AND NOT EXISTS (SELECT 1 FROM audit_log c WHERE c.intent_id = a.id) \
+             AND (a.instance_id IS NULL OR (a.instance_id <> $1 AND NOT EXISTS ( \
+               SELECT 1 FROM node_instances n WHERE n.id = a.instance_id AND n.stopped_at IS NULL \
+               AND n.heartbeat_at > now() - make_interval(secs => $2)))) ORDER BY a.seq",
+    )
+    .bind(current)
+    .bind(dead_after_secs as f64)
+    .fetch_all(pool)
+    .await?;
+    let mut completed = 0;
+    for (intent, tenant, kind, id, action, args_digest, at) in open {
+        let caller = Caller {
+            kind: caller_kind(&kind),
+            id: id.clone(),
+            label: id,
+            tier: Tier::User,
+            role: None,
+            tenant,
+            seal: None,
+        };
+        let entry = Entry {
+            kind: EntryKind::Tool,
+            action,
+            allowed: true,
+            reason_code: Some("orchestrator_stopped".into()),
+            reason: Some(
+                "the orchestrator instance running this call stopped before recording its end"
+                    .into(),
+            ),
+            args_digest,
+            outcome: "abandoned",
+            result_digest: None,
+            duration_ms: (chrono::Utc::now() - at).num_milliseconds().max(0),
+        };
+        match append(
+            pool,
+            &caller,
+            entry,
+            Uuid::new_v4(),
+            Some(intent),
+            Some(current),
+        )
+        .await
+        {
+            Ok(_) => completed += 1,
+            // Another replica completed it first (unique completion per intent).
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(completed)
+}

@@ -1,0 +1,289 @@
+//! Verifying the chain: from the last checkpoint (cheap, the default) or from the first row, and
+//! against an anchor an operator published earlier.
+//!
+//! Hashes inside the database reveal an edited row, but not the removal of the newest rows: the
+//! chain that remains is still a valid chain. That is what the anchor is for. The head (position
+//! and hash) is published by `GET /v1/audit/head` and a periodic log line; whoever kept one can
+//! ask verification to confirm that the row at that position still exists with that hash.
+//!
+//! A checkpoint is the last row a verification found intact. The next verification checks that
+//! this row is still there with the same hash and content, then recomputes only what came after.
+//! Rewriting history before a checkpoint with recomputed hashes changes the checkpoint row's hash
+//! and is reported; an edit that leaves the stored hashes alone needs `full` to be found.
+
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::{list, row_hash, AuditRow, Query, COLUMNS, GENESIS};
+
+/// What to verify, from `GET /v1/audit/verify`'s query.
+#[derive(Debug, Default, Clone, Deserialize, utoipa::IntoParams)]
+pub struct Anchor {
+    /// Recompute from the first row instead of the last checkpoint.
+    #[serde(default)]
+    pub full: bool,
+    /// A chain position published earlier (`count` of `GET /v1/audit/head`).
+    pub anchor_count: Option<i64>,
+    /// The head hash published with that position.
+    pub anchor_hash: Option<String>,
+}
+
+/// The outcome of recomputing the chain.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Verification {
+    /// True when every row checked matches, the checkpoint holds, and the anchor (if given) is found.
+    pub valid: bool,
+    /// Rows recomputed by this verification.
+    pub rows_checked: i64,
+    /// Chain position verification started after (0: from the first row).
+    pub from_count: i64,
+    /// Chain position of the last row (the number of rows in the chain).
+    pub count: i64,
+    /// Hash of the last row.
+    pub head_hash: String,
+    /// The first problem found, if any.
+    pub first_broken: Option<BrokenRow>,
+}
+
+/// Where and why the chain breaks.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct BrokenRow {
+    /// The row's sequence number (absent when the problem is a missing row).
+    pub seq: Option<i64>,
+    /// The row's id (absent when the problem is a missing row).
+    pub id: Option<Uuid>,
+    /// `content_changed` (hash does not match content), `chain_broken` (prev_hash mismatch),
+    /// `index_mismatch` (position out of order: a row was removed or inserted),
+    /// `checkpoint_changed` / `checkpoint_missing` (the last verified row was altered or
+    /// removed), `rows_missing` (the chain is shorter than the anchor) or `anchor_mismatch`.
+    pub problem: String,
+    /// What was expected and found.
+    pub detail: String,
+}
+
+impl BrokenRow {
+    fn at(row: &AuditRow, problem: &str, detail: String) -> Self {
+        Self {
+            seq: Some(row.seq),
+            id: Some(row.id),
+            problem: problem.to_owned(),
+            detail,
+        }
+    }
+}
+
+/// Why a verification request cannot be run.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// `anchor_count` and `anchor_hash` must come together.
+    #[error("give both anchor_count and anchor_hash (from GET /v1/audit/head), or neither")]
+    IncompleteAnchor,
+    /// Database failure.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+async fn row_at_seq(
+    pool: &PgPool,
+    tenant: &str,
+    seq: i64,
+) -> Result<Option<AuditRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM audit_log WHERE tenant_id = $1 AND seq = $2"
+    ))
+    .bind(tenant)
+    .bind(seq)
+    .fetch_optional(pool)
+    .await
+}
+
+async fn row_at_index(
+    pool: &PgPool,
+    tenant: &str,
+    index: i64,
+) -> Result<Option<AuditRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM audit_log WHERE tenant_id = $1 AND chain_index = $2 ORDER BY seq LIMIT 1"
+    ))
+    .bind(tenant)
+    .bind(index)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Verifies the chain (see the module doc); a valid verification moves the checkpoint forward.
+pub async fn verify(
+    pool: &PgPool,
+    tenant: &str,
+    anchor: &Anchor,
+) -> Result<Verification, VerifyError> {
+    let wanted_anchor = match (&anchor.anchor_count, &anchor.anchor_hash) {
+        (Some(count), Some(hash)) => Some((*count, hash.clone())),
+        (None, None) => None,
+        _ => return Err(VerifyError::IncompleteAnchor),
+    };
+    let head = super::head(pool, tenant).await?;
+    let mut result = Verification {
+        valid: true,
+        rows_checked: 0,
+        from_count: 0,
+        count: head.count,
+        head_hash: head.head_hash.clone(),
+        first_broken: None,
+    };
+    let broken = |mut result: Verification, b: BrokenRow| {
+        result.valid = false;
+        result.first_broken = Some(b);
+        Ok(result)
+    };
+
+    let mut prev = GENESIS.to_owned();
+    let mut index = 0i64;
+    let mut after = 0i64;
+    let checkpoint: Option<(i64, i64, String)> = if anchor.full {
+        None
+    } else {
+        sqlx::query_as("SELECT seq, chain_index, hash FROM audit_checkpoints WHERE tenant_id = $1")
+            .bind(tenant)
+            .fetch_optional(pool)
+            .await?
+    };
+    if let Some((seq, cp_index, cp_hash)) = checkpoint {
+        match row_at_seq(pool, tenant, seq).await? {
+            None => {
+                return broken(
+                    result,
+                    BrokenRow {
+                        seq: Some(seq),
+                        id: None,
+                        problem: "checkpoint_missing".into(),
+                        detail: format!(
+                            "row {seq} (chain position {cp_index}) was verified before and is gone"
+                        ),
+                    },
+                )
+            }
+            Some(row)
+                if row.hash != cp_hash
+                    || row_hash(&row) != row.hash
+                    || row.chain_index != Some(cp_index) =>
+            {
+                return broken(
+                    result,
+                    BrokenRow::at(
+                        &row,
+                        "checkpoint_changed",
+                        format!("verified with hash {cp_hash} at position {cp_index}; it no longer matches"),
+                    ),
+                )
+            }
+            Some(_) => {
+                prev = cp_hash;
+                index = cp_index;
+                after = seq;
+                result.from_count = cp_index;
+            }
+        }
+    }
+
+    let mut last: Option<AuditRow> = None;
+    loop {
+        let page = list(
+            pool,
+            tenant,
+            &Query {
+                after: Some(after),
+                limit: Some(500),
+                ..Query::default()
+            },
+        )
+        .await?;
+        if page.is_empty() {
+            break;
+        }
+        for row in page {
+            result.rows_checked += 1;
+            index += 1;
+            after = row.seq;
+            let problem = if row.prev_hash != prev {
+                Some((
+                    "chain_broken",
+                    format!(
+                        "prev_hash {} but the previous row's hash is {prev}",
+                        row.prev_hash
+                    ),
+                ))
+            } else if row_hash(&row) != row.hash {
+                Some((
+                    "content_changed",
+                    "the stored hash does not match the row's content".to_owned(),
+                ))
+            } else if row.chain_index != Some(index) {
+                Some((
+                    "index_mismatch",
+                    format!(
+                        "chain position {:?}, expected {index}",
+                        row.chain_index.unwrap_or_default()
+                    ),
+                ))
+            } else {
+                None
+            };
+            if let Some((problem, detail)) = problem {
+                return broken(result, BrokenRow::at(&row, problem, detail));
+            }
+            prev = row.hash.clone();
+            last = Some(row);
+        }
+    }
+
+    if let Some((count, hash)) = wanted_anchor {
+        if head.count < count {
+            return broken(
+                result,
+                BrokenRow {
+                    seq: None,
+                    id: None,
+                    problem: "rows_missing".into(),
+                    detail: format!(
+                        "the anchor names chain position {count}, but the chain ends at {}",
+                        head.count
+                    ),
+                },
+            );
+        }
+        match row_at_index(pool, tenant, count).await? {
+            Some(row) if row.hash == hash => {}
+            found => {
+                let detail = format!(
+                    "the anchor names hash {hash} at chain position {count}; found {}",
+                    found.as_ref().map_or("no row", |r| r.hash.as_str())
+                );
+                return broken(
+                    result,
+                    BrokenRow {
+                        seq: found.as_ref().map(|r| r.seq),
+                        id: found.as_ref().map(|r| r.id),
+                        problem: "anchor_mismatch".into(),
+                        detail,
+                    },
+                );
+            }
+        }
+    }
+
+    if let Some(row) = last {
+        sqlx::query(
+            "INSERT INTO audit_checkpoints (tenant_id, seq, chain_index, hash) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (tenant_id) DO UPDATE SET seq = $2, chain_index = $3, hash = $4, verified_at = now()",
+        )
+        .bind(tenant)
+        .bind(row.seq)
+        .bind(row.chain_index.unwrap_or(index))
+        .bind(&row.hash)
+        .execute(pool)
+        .await?;
+    }
+    Ok(result)
+}
