@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod app;
+pub mod arguments;
 pub mod audit;
 pub mod auth;
 pub mod caller;

@@ -46,6 +46,15 @@ pub enum ClientError {
     NotAttested,
 }
 
+/// What a workload presents at attestation to prove who it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Proof {
+    /// The context's enrolment secret.
+    pub secret: Option<String>,
+    /// A one-time attestation token an operator issued.
+    pub token: Option<String>,
+}
+
 /// Everything needed to continue a session later (what `orchestrator seal attest` saves).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SavedSession {
@@ -137,9 +146,26 @@ impl SealClient {
         self.token = Some(token);
     }
 
-    /// Attests; keeps the token and session id.
+    /// Attests without proof (contexts with `allow_unverified`); keeps the token and session id.
     pub async fn attest(&mut self, workload_id: &str, context: &str) -> Result<Value, ClientError> {
-        let request = json!({"public_key": self.public_key_b64(), "workload_id": workload_id, "security_context": context});
+        self.attest_with(workload_id, context, &Proof::default())
+            .await
+    }
+
+    /// Attests presenting `proof`; keeps the token and session id.
+    pub async fn attest_with(
+        &mut self,
+        workload_id: &str,
+        context: &str,
+        proof: &Proof,
+    ) -> Result<Value, ClientError> {
+        let mut request = json!({"public_key": self.public_key_b64(), "workload_id": workload_id, "security_context": context});
+        if let Some(secret) = &proof.secret {
+            request["attestation_secret"] = json!(secret);
+        }
+        if let Some(token) = &proof.token {
+            request["attestation_token"] = json!(token);
+        }
         let body = match &self.transport {
             Transport::Http(base) => {
                 post(
@@ -156,7 +182,8 @@ impl SealClient {
                         public_key: self.public_key_b64(),
                         workload_id: workload_id.to_owned(),
                         security_context: context.to_owned(),
-                        attestation_secret: String::new(),
+                        attestation_secret: proof.secret.clone().unwrap_or_default(),
+                        attestation_token: proof.token.clone().unwrap_or_default(),
                     })
                     .await
                     .map_err(refused_grpc)?;

@@ -140,12 +140,13 @@ pub async fn invoke_in(
         return Err(err);
     };
 
+    let arguments = crate::arguments::normalise_integers(&tool.input_schema, arguments);
     let violations: Vec<ArgViolation> = tool
         .validator
         .iter_errors(&arguments)
         .map(|e| ArgViolation {
             path: e.instance_path().to_string(),
-            message: e.to_string(),
+            message: crate::arguments::describe_violation(&e),
         })
         .collect();
     if !violations.is_empty() {

@@ -95,6 +95,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/security-contexts/{name}",
             get(seal::get_context).delete(seal::delete_context),
         )
+        .route(
+            "/v1/security-contexts/{name}/attestation-tokens",
+            post(seal::issue_token).get(seal::list_tokens),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,

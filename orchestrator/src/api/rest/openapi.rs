@@ -36,7 +36,7 @@ impl Modify for BearerKey {
         sandboxes::create, sandboxes::list, sandboxes::destroy,
         seal::attest, seal::invoke, seal::tools, seal::list_sessions, seal::get_session,
         seal::revoke_session, seal::list_contexts, seal::get_context, seal::put_context,
-        seal::delete_context,
+        seal::delete_context, seal::issue_token, seal::list_tokens,
         executions::execute, executions::list, executions::get, executions::cancel,
         executions::remove, executions::events,
     ),
