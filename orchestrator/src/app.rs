@@ -356,6 +356,11 @@ async fn start_sandboxes(
             max_output_bytes: s.max_output_bytes,
         },
     )
+    .with_quotas(crate::sandboxes::Quotas {
+        node: s.max_live_sandboxes,
+        per_context: s.max_sandboxes_per_context,
+        per_api_key: s.max_sandboxes_per_api_key,
+    })
 }
 
 /// Previous instances on this host that stopped gracefully and left running sandboxes: a restart

@@ -472,7 +472,7 @@ impl Gateway {
         }
         let created = state
             .sandboxes
-            .create_for_session(session.id, context)
+            .create_for_session(&state.pool, session.id, context)
             .await
             .map_err(|e| {
                 SealError::new(
