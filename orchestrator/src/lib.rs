@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod app;
+pub mod approvals;
 pub mod arguments;
 pub mod audit;
 pub mod auth;

@@ -178,6 +178,21 @@ pub async fn invoke_in(
         });
     }
 
+    // Privileged calls (a capability with `require_approval`) wait here for an operator.
+    if let Err(denial) = crate::approvals::await_approval(state, caller, name, &arguments).await {
+        audit::record(
+            &state.pool,
+            caller,
+            deny(&reason_code(caller, &denial), denial.message.clone()),
+        )
+        .await
+        .map_err(CallError::Audit)?;
+        return Err(CallError::Denied {
+            tool: name.to_owned(),
+            denial,
+        });
+    }
+
     let mut in_sandbox = None;
     if policy::needs_sandbox(name) {
         let refusal = match sandbox {

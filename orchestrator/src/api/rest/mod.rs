@@ -5,6 +5,7 @@
 //! document do not.
 
 mod api_keys;
+mod approvals;
 mod audit;
 mod auth;
 mod definitions;
@@ -82,6 +83,10 @@ pub fn router(state: AppState) -> Router {
             post(sandboxes::create).get(sandboxes::list),
         )
         .route("/v1/sandboxes/{id}", delete(sandboxes::destroy))
+        .route("/v1/approvals", get(approvals::list))
+        .route("/v1/approvals/{id}", get(approvals::get))
+        .route("/v1/approvals/{id}/approve", post(approvals::approve))
+        .route("/v1/approvals/{id}/reject", post(approvals::reject))
         .route("/v1/seal/sessions", get(seal::list_sessions))
         .route(
             "/v1/seal/sessions/{id}",

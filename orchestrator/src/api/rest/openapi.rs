@@ -4,7 +4,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{api_keys, audit, definitions, error, executions, sandboxes, schemas, seal, tools};
+use super::{api_keys, approvals, audit, definitions, error, executions, sandboxes, schemas, seal, tools};
 
 struct BearerKey;
 
@@ -37,6 +37,7 @@ impl Modify for BearerKey {
         seal::attest, seal::invoke, seal::tools, seal::list_sessions, seal::get_session,
         seal::revoke_session, seal::list_contexts, seal::get_context, seal::put_context,
         seal::delete_context, seal::issue_token, seal::list_tokens,
+        approvals::list, approvals::get, approvals::approve, approvals::reject,
         executions::execute, executions::list, executions::get, executions::cancel,
         executions::remove, executions::events,
     ),

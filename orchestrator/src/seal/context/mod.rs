@@ -145,6 +145,25 @@ pub struct Capability {
     /// Largest response, bytes, the router may return for a call granted by this capability.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_response_size: Option<u64>,
+    /// A call granted by this capability waits for an operator's approval before it runs
+    /// (the "privileged" tier of the owlette reference).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_approval: bool,
+    /// How long such a call waits for a decision, seconds (default `seal.approval_timeout_secs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_timeout_secs: Option<u64>,
+}
+
+/// Largest `approval_timeout_secs` accepted (a day).
+pub const MAX_APPROVAL_TIMEOUT_SECS: u64 = 86_400;
+
+/// A call that needs an operator's approval, and how long it may wait for one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApprovalRule {
+    /// The capability that grants the call and asks for approval.
+    pub capability_index: usize,
+    /// Its own timeout, if it sets one.
+    pub timeout_secs: Option<u64>,
 }
 
 /// A rate limit: `calls` per `per_seconds`.
@@ -473,6 +492,20 @@ impl SecurityContext {
             if cap.max_response_size == Some(0) {
                 return Err(invalid(at("max_response_size"), "must be at least 1"));
             }
+            if let Some(t) = cap.approval_timeout_secs {
+                if t == 0 || t > MAX_APPROVAL_TIMEOUT_SECS {
+                    return Err(invalid(
+                        at("approval_timeout_secs"),
+                        format!("must be between 1 and {MAX_APPROVAL_TIMEOUT_SECS}"),
+                    ));
+                }
+                if !cap.require_approval {
+                    return Err(invalid(
+                        at("approval_timeout_secs"),
+                        "is only meaningful with `require_approval: true`",
+                    ));
+                }
+            }
         }
         if let Some(runtime) = &self.runtime {
             if runtime.language.trim().is_empty() {
@@ -609,6 +642,14 @@ mod tests {
         bad(
             json!({"capabilities": [{"tool_pattern": "*", "max_response_size": 0}]}),
             "capabilities[0].max_response_size",
+        );
+        bad(
+            json!({"capabilities": [{"tool_pattern": "*", "require_approval": true, "approval_timeout_secs": 0}]}),
+            "capabilities[0].approval_timeout_secs",
+        );
+        bad(
+            json!({"capabilities": [{"tool_pattern": "*", "approval_timeout_secs": 5}]}),
+            "capabilities[0].approval_timeout_secs",
         );
         bad(json!({"deny_list": ["fs.read", ""]}), "deny_list[1]");
         bad(json!({"deny_list": ["fs.read:"]}), "deny_list[0]");
