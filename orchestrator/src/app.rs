@@ -185,11 +185,11 @@ impl Application {
                 rest.into_make_service_with_connect_info::<SocketAddr>(),
             )
             .with_graceful_shutdown(http_token.cancelled_owned())
-                .await
-                .map_err(|e| AppError::Serve {
-                    what: "http",
-                    message: e.to_string(),
-                })
+            .await
+            .map_err(|e| AppError::Serve {
+                what: "http",
+                message: e.to_string(),
+            })
         });
 
         let grpc_router =

@@ -109,11 +109,9 @@ fn walk(root: &Value, schema: &Value, instance: Value, depth: usize) -> Value {
                 items
                     .into_iter()
                     .enumerate()
-                    .map(|(i, item)| {
-                        match prefix.and_then(|p| p.get(i)).or(rest) {
-                            Some(sub) => walk(root, sub, item, depth + 1),
-                            None => item,
-                        }
+                    .map(|(i, item)| match prefix.and_then(|p| p.get(i)).or(rest) {
+                        Some(sub) => walk(root, sub, item, depth + 1),
+                        None => item,
                     })
                     .collect(),
             )

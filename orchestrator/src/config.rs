@@ -479,10 +479,19 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         ("sandbox.dead_after_secs", c.sandbox.dead_after_secs),
         ("sandbox.reap_interval_secs", c.sandbox.reap_interval_secs),
         ("sandbox.max_live_sandboxes", c.sandbox.max_live_sandboxes),
-        ("sandbox.max_sandboxes_per_context", c.sandbox.max_sandboxes_per_context),
-        ("sandbox.max_sandboxes_per_api_key", c.sandbox.max_sandboxes_per_api_key),
+        (
+            "sandbox.max_sandboxes_per_context",
+            c.sandbox.max_sandboxes_per_context,
+        ),
+        (
+            "sandbox.max_sandboxes_per_api_key",
+            c.sandbox.max_sandboxes_per_api_key,
+        ),
         ("seal.attest_per_minute", c.seal.attest_per_minute),
-        ("seal.attest_per_minute_per_source", c.seal.attest_per_minute_per_source),
+        (
+            "seal.attest_per_minute_per_source",
+            c.seal.attest_per_minute_per_source,
+        ),
         ("seal.attest_per_minute_node", c.seal.attest_per_minute_node),
     ] {
         if v == 0 {

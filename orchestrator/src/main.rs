@@ -58,10 +58,20 @@ enum Command {
 #[derive(clap::Args, Clone)]
 struct ApiArgs {
     /// REST base URL of the orchestrator.
-    #[arg(long, global = true, env = "ORCHESTRATOR_URL", default_value = "http://127.0.0.1:8088")]
+    #[arg(
+        long,
+        global = true,
+        env = "ORCHESTRATOR_URL",
+        default_value = "http://127.0.0.1:8088"
+    )]
     url: String,
     /// Operator API key (`aok_...`); approving and issuing tokens need an operator or admin key.
-    #[arg(long, global = true, env = "ORCHESTRATOR_API_KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        global = true,
+        env = "ORCHESTRATOR_API_KEY",
+        hide_env_values = true
+    )]
     api_key: Option<String>,
 }
 
@@ -238,7 +248,9 @@ enum ClientCommand {
 
 async fn client(command: ClientCommand) -> anyhow::Result<()> {
     match command {
-        ClientCommand::Seal(SealCommand::Token { api, command }) => token_command(api, command).await,
+        ClientCommand::Seal(SealCommand::Token { api, command }) => {
+            token_command(api, command).await
+        }
         ClientCommand::Seal(command) => seal_command(command).await,
         ClientCommand::Approvals(api, command) => approvals_command(api, command).await,
     }
@@ -284,7 +296,11 @@ async fn approvals_command(api: ApiArgs, command: ApprovalsCommand) -> anyhow::R
     use reqwest::Method;
     let answer = match command {
         ApprovalsCommand::List { all } => {
-            let path = if all { "/v1/approvals?all=true" } else { "/v1/approvals" };
+            let path = if all {
+                "/v1/approvals?all=true"
+            } else {
+                "/v1/approvals"
+            };
             operator_request(&api, Method::GET, path, None).await?
         }
         ApprovalsCommand::Get { id } => {
@@ -292,13 +308,23 @@ async fn approvals_command(api: ApiArgs, command: ApprovalsCommand) -> anyhow::R
         }
         ApprovalsCommand::Approve { id, note } => {
             let path = format!("/v1/approvals/{id}/approve");
-            operator_request(&api, Method::POST, &path, Some(serde_json::json!({"note": note})))
-                .await?
+            operator_request(
+                &api,
+                Method::POST,
+                &path,
+                Some(serde_json::json!({"note": note})),
+            )
+            .await?
         }
         ApprovalsCommand::Reject { id, note } => {
             let path = format!("/v1/approvals/{id}/reject");
-            operator_request(&api, Method::POST, &path, Some(serde_json::json!({"note": note})))
-                .await?
+            operator_request(
+                &api,
+                Method::POST,
+                &path,
+                Some(serde_json::json!({"note": note})),
+            )
+            .await?
         }
     };
     println!("{}", serde_json::to_string_pretty(&answer)?);

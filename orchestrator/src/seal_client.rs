@@ -197,10 +197,21 @@ impl SealClient {
 
     /// A signed envelope for `payload` at time `at`.
     pub fn envelope(&self, payload: &Value, at: DateTime<Utc>) -> Result<Value, ClientError> {
+        self.envelope_with(payload, at, canonical::Escaping::Utf8)
+    }
+
+    /// A signed envelope whose signature covers non-ASCII text escaped as `escaping` says
+    /// (`Ascii` is what a client using `json.dumps` defaults signs).
+    pub fn envelope_with(
+        &self,
+        payload: &Value,
+        at: DateTime<Utc>,
+        escaping: canonical::Escaping,
+    ) -> Result<Value, ClientError> {
         let token = self.token.as_deref().ok_or(ClientError::NotAttested)?;
         let parsed = canonical::parse_preserving(&payload.to_string())
             .map_err(|e| ClientError::Transport(e.to_string()))?;
-        let message = canonical::signed_message(&parsed, token, at.timestamp());
+        let message = canonical::signed_message_with(&parsed, token, at.timestamp(), escaping);
         let signature = self.key.sign(&message);
         Ok(json!({
             "protocol": "seal/v1",

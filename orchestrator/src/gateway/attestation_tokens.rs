@@ -180,7 +180,9 @@ pub async fn redeem(
         Some((ctx, _, _, _)) if ctx != context => {
             format!("the attestation token was not issued for security context `{context}`")
         }
-        Some(_) => format!("the attestation token was issued for another workload than `{workload}`"),
+        Some(_) => {
+            format!("the attestation token was issued for another workload than `{workload}`")
+        }
     };
     Err(TokenError::Refused(why))
 }

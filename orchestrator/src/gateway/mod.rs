@@ -151,13 +151,26 @@ impl Gateway {
     ) -> Result<(Session, Value), SealError> {
         let fail = |code, msg: String| SealError::new(code, msg);
         let source = source.map(|ip| ip.to_string());
-        let counts = sessions::record_attest_attempt(&state.pool, &req.workload_id, source.as_deref())
-            .await
-            .map_err(|e| fail(SealCode::AttestationFailed, e.to_string()))?;
+        let counts =
+            sessions::record_attest_attempt(&state.pool, &req.workload_id, source.as_deref())
+                .await
+                .map_err(|e| fail(SealCode::AttestationFailed, e.to_string()))?;
         let flooded = [
-            (counts.workload, self.config.attest_per_minute, format!("workload `{}`", req.workload_id)),
-            (counts.source, self.config.attest_per_minute_per_source, format!("source address {}", source.as_deref().unwrap_or("unknown"))),
-            (counts.node, self.config.attest_per_minute_node, "this node".to_owned()),
+            (
+                counts.workload,
+                self.config.attest_per_minute,
+                format!("workload `{}`", req.workload_id),
+            ),
+            (
+                counts.source,
+                self.config.attest_per_minute_per_source,
+                format!("source address {}", source.as_deref().unwrap_or("unknown")),
+            ),
+            (
+                counts.node,
+                self.config.attest_per_minute_node,
+                "this node".to_owned(),
+            ),
         ];
         for (attempts, limit, scope) in flooded {
             if attempts > limit {
@@ -232,11 +245,11 @@ impl Gateway {
             )
             .await
             .map_err(|e| match e {
-                attestation_tokens::TokenError::Refused(why) => SealError::new(
-                    SealCode::WorkloadVerificationFailed,
-                    why,
-                )
-                .with_details(json!({"security_context": context.name, "workload_id": req.workload_id})),
+                attestation_tokens::TokenError::Refused(why) => {
+                    SealError::new(SealCode::WorkloadVerificationFailed, why).with_details(
+                        json!({"security_context": context.name, "workload_id": req.workload_id}),
+                    )
+                }
                 other => fail(SealCode::AttestationFailed, other.to_string()),
             })?;
         }

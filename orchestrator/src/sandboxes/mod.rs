@@ -129,7 +129,7 @@ pub enum SandboxError {
     /// A live-sandbox quota is reached; nothing was created.
     #[error(
         "sandbox quota reached: {scope} already has {live} live sandbox(es) (limit {limit}); \
-         destroy one (DELETE /v1/sandboxes/{{id}}) or end a session, then try again"
+         destroy one (DELETE /v1/sandboxes/<id>) or end a session, then try again"
     )]
     QuotaExceeded {
         /// Which quota: `this node`, `security context `x``, `API key `y``.

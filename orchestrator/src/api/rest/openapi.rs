@@ -4,7 +4,9 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{api_keys, approvals, audit, definitions, error, executions, sandboxes, schemas, seal, tools};
+use super::{
+    api_keys, approvals, audit, definitions, error, executions, sandboxes, schemas, seal, tools,
+};
 
 struct BearerKey;
 

@@ -18,8 +18,8 @@ use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
 use crate::audit;
 use crate::caller::Caller;
-use crate::gateway::contexts::{self, ContextError};
 use crate::gateway::attestation_tokens::{self, TokenError};
+use crate::gateway::contexts::{self, ContextError};
 use crate::gateway::{sessions, AttestRequest, Session};
 use crate::seal::error::{SealCode, SealError};
 use crate::state::AppState;
@@ -245,7 +245,9 @@ pub async fn list_contexts(
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
     let list = contexts::list(&state.pool, &caller.tenant).await?;
-    Ok(Json(Value::Array(list.iter().map(|c| c.redacted()).collect())))
+    Ok(Json(Value::Array(
+        list.iter().map(|c| c.redacted()).collect(),
+    )))
 }
 
 /// One security context, its enrolment secret shown only as `set` / `not set`.
@@ -390,5 +392,7 @@ pub async fn list_tokens(
     let list = attestation_tokens::list(&state.pool, &caller.tenant, &name)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(serde_json::to_value(list).map_err(ApiError::internal)?))
+    Ok(Json(
+        serde_json::to_value(list).map_err(ApiError::internal)?,
+    ))
 }

@@ -479,7 +479,10 @@ mod tests {
                 timeout_secs: Some(30)
             })
         );
-        assert_eq!(ctx.approval_for("cmd.run", &json!({"command": "ls -l"})), None);
+        assert_eq!(
+            ctx.approval_for("cmd.run", &json!({"command": "ls -l"})),
+            None
+        );
         assert_eq!(
             ctx.approval_for("cmd.run", &json!({"command": "rm -rf /workspace"})),
             Some(ApprovalRule {

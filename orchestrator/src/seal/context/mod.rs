@@ -309,9 +309,7 @@ pub fn redact_definition(definition: &mut serde_json::Value) {
     let Some(object) = definition.as_object_mut() else {
         return;
     };
-    let attestation = object
-        .entry("attestation")
-        .or_insert_with(|| json!({}));
+    let attestation = object.entry("attestation").or_insert_with(|| json!({}));
     if let Some(attestation) = attestation.as_object_mut() {
         let set = attestation
             .get("enrolment_secret")
@@ -703,7 +701,10 @@ mod tests {
         use Proof::{RedeemedToken, Secret};
         let nobody = AttestationPolicy::default();
         assert_eq!(
-            nobody.admits("c", "docker://a", Proof::None).unwrap_err().code,
+            nobody
+                .admits("c", "docker://a", Proof::None)
+                .unwrap_err()
+                .code,
             SealCode::WorkloadVerificationFailed
         );
         assert!(
@@ -747,7 +748,8 @@ mod tests {
         assert!(open.admits("c", "docker://x", Proof::None).is_ok());
         assert!(open.admits("c", "host://x", Proof::None).is_err());
         assert!(
-            open.admits("c", "docker://x", Secret("guess-guess-guess")).is_err(),
+            open.admits("c", "docker://x", Secret("guess-guess-guess"))
+                .is_err(),
             "a secret where none exists is refused, not ignored"
         );
 
