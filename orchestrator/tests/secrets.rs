@@ -142,7 +142,7 @@ async fn a_readonly_key_never_sees_a_secret_anywhere() {
         "/v1/security-contexts",
         "/v1/security-contexts/enrolled",
         "/v1/security-contexts/api-made",
-        "/v1/audit?limit=1000",
+        "/v1/audit?limit=500",
         "/v1/seal/sessions?all=true",
     ] {
         let r = app
