@@ -205,9 +205,9 @@ impl Envelope {
         if key.verify_strict(&message, &signature).is_ok() {
             return Ok(());
         }
-        // A client that signed with `ensure_ascii=True` escaped its non-ASCII text; only then
-        // can the escaped form differ.
-        if !message.is_ascii() {
+        // A client that signed with `ensure_ascii=True` escaped its non-ASCII text (and DEL);
+        // only then can the escaped form differ.
+        if message.iter().any(|&b| b > 0x7e) {
             let escaped = signed_message_with(
                 &self.payload,
                 &self.security_token,
