@@ -48,7 +48,7 @@ fn integral(number: &Number) -> Option<Number> {
         return None;
     }
     // 2^63 and 2^64 are exact doubles; the bounds are exclusive at the top.
-    if f >= -9_223_372_036_854_775_808.0 && f < 9_223_372_036_854_775_808.0 {
+    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
         Some(Number::from(f as i64))
     } else if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
         Some(Number::from(f as u64))

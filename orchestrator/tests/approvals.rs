@@ -86,7 +86,10 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
     let client = session(&app).await;
 
     // Calls without require_approval do not wait.
-    let r = client.call_tool("aegis.agent.list", json!({})).await.unwrap();
+    let r = client
+        .call_tool("aegis.agent.list", json!({}))
+        .await
+        .unwrap();
     assert_eq!(r["isError"], false);
 
     // 1. Approved through the CLI.
@@ -98,7 +101,11 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
         })
     };
     let seen_by_readonly = pending(&app, &readonly, "aegis.tools.search").await;
-    assert_eq!(seen_by_readonly["arguments"], Value::Null, "{seen_by_readonly}");
+    assert_eq!(
+        seen_by_readonly["arguments"],
+        Value::Null,
+        "{seen_by_readonly}"
+    );
     assert!(!seen_by_readonly.to_string().contains(ARG_SECRET));
     assert_eq!(seen_by_readonly["security_context"], "privileged");
     let id = seen_by_readonly["id"].as_str().unwrap().to_owned();
@@ -136,7 +143,11 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
         }
     };
     let listed = cli(vec!["list".into()]).await;
-    assert!(listed.as_array().unwrap().iter().any(|a| a["id"] == id.as_str()));
+    assert!(listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a["id"] == id.as_str()));
     let approved = cli(vec![
         "approve".into(),
         id.clone(),
@@ -167,7 +178,10 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
     assert_eq!(status, 200, "{body}");
     let (code, status, message) = refused(waiting.await.unwrap());
     assert_eq!((code, status), (2001, 403), "{message}");
-    assert!(message.contains("rejected") && message.contains("not today"), "{message}");
+    assert!(
+        message.contains("rejected") && message.contains("not today"),
+        "{message}"
+    );
 
     // 3. Nobody decides: refused after the capability's 1 s, and it cannot be approved later.
     let (code, _, message) = refused(

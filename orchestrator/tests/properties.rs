@@ -58,9 +58,34 @@ fn check(name: &str, property: impl Fn(&mut fastrand::Rng)) {
 }
 
 const ALPHABET: &[char] = &[
-    'a', 'z', 'A', '0', ' ', '"', '\\', '/', '\n', '\r', '\t', '\u{8}', '\u{c}', '\u{0}',
-    '\u{1f}', '\u{7f}', 'é', 'ß', '日', '\u{2028}', '\u{fffd}', '\u{e000}', '😀', '\u{10ffff}',
-    ':', ',', '{', '[',
+    'a',
+    'z',
+    'A',
+    '0',
+    ' ',
+    '"',
+    '\\',
+    '/',
+    '\n',
+    '\r',
+    '\t',
+    '\u{8}',
+    '\u{c}',
+    '\u{0}',
+    '\u{1f}',
+    '\u{7f}',
+    'é',
+    'ß',
+    '日',
+    '\u{2028}',
+    '\u{fffd}',
+    '\u{e000}',
+    '😀',
+    '\u{10ffff}',
+    ':',
+    ',',
+    '{',
+    '[',
 ];
 
 fn string(rng: &mut fastrand::Rng) -> String {
@@ -250,7 +275,13 @@ fn canonical_form_equals_serde_json_sorted_output_for_integers() {
     });
 }
 
-fn envelope_text(payload: &str, token: &str, signature: &str, timestamp: &str, spaced: bool) -> String {
+fn envelope_text(
+    payload: &str,
+    token: &str,
+    signature: &str,
+    timestamp: &str,
+    spaced: bool,
+) -> String {
     let (c, k) = if spaced { (", ", ": ") } else { (",", ":") };
     format!(
         "{{\"protocol\"{k}\"seal/v1\"{c}\"security_token\"{k}\"{token}\"{c}\"signature\"{k}\"{signature}\"{c}\"payload\"{k}{payload}{c}\"timestamp\"{k}\"{timestamp}\"}}"
@@ -419,8 +450,26 @@ fn node() -> NodeKnowledge<'static> {
 }
 
 const REPLACEMENTS: &[&str] = &[
-    "", "~", "null", "true", "0", "-1", "1e999", "\"\"", "[]", "{}", "[1, [2, [3]]]", "*a",
-    "&a x", "!!binary aGk=", "|\n  x", "'it''s'", "\"\\u0000\"", "0x1F", ".inf", "9999999999999999999999",
+    "",
+    "~",
+    "null",
+    "true",
+    "0",
+    "-1",
+    "1e999",
+    "\"\"",
+    "[]",
+    "{}",
+    "[1, [2, [3]]]",
+    "*a",
+    "&a x",
+    "!!binary aGk=",
+    "|\n  x",
+    "'it''s'",
+    "\"\\u0000\"",
+    "0x1F",
+    ".inf",
+    "9999999999999999999999",
 ];
 
 fn mutate_manifest(rng: &mut fastrand::Rng, text: &str) -> String {
@@ -450,7 +499,8 @@ fn mutate_manifest(rng: &mut fastrand::Rng, text: &str) -> String {
             }
             _ => {
                 if let Some((key, _)) = lines[at].split_once(':') {
-                    lines[at] = format!("{key}: {}", REPLACEMENTS[rng.usize(0..REPLACEMENTS.len())]);
+                    lines[at] =
+                        format!("{key}: {}", REPLACEMENTS[rng.usize(0..REPLACEMENTS.len())]);
                 }
             }
         }

@@ -32,10 +32,15 @@ async fn integral_floats_are_integers_and_fractions_are_refused_everywhere() {
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["isError"], false, "{body}");
-    let (status, body) = app.call_tool("aegis.tools.list", json!({"limit": 3.5})).await;
+    let (status, body) = app
+        .call_tool("aegis.tools.list", json!({"limit": 3.5}))
+        .await;
     assert_eq!(status, 422, "{body}");
     assert!(body.to_string().contains("/limit"), "{body}");
-    assert!(!body.to_string().contains("3.5"), "the value is not echoed: {body}");
+    assert!(
+        !body.to_string().contains("3.5"),
+        "the value is not echoed: {body}"
+    );
 
     // SEAL: the signed text keeps `30.0` as the client wrote it; the handler gets 30.
     let mut client = SealClient::new(Transport::Http(app.http_base.clone())).unwrap();
@@ -54,7 +59,10 @@ async fn integral_floats_are_integers_and_fractions_are_refused_everywhere() {
         .unwrap();
     assert_eq!(r["isError"], false, "{r}");
     match client
-        .call_tool("cmd.run", json!({"command": "echo hi", "timeout_secs": 30.5}))
+        .call_tool(
+            "cmd.run",
+            json!({"command": "echo hi", "timeout_secs": 30.5}),
+        )
         .await
     {
         Err(ClientError::Refused { code, message, .. }) => {
@@ -79,7 +87,9 @@ async fn envelopes_signed_with_ensure_ascii_on_or_off_both_verify() {
             let content = format!("café 日本 😀 \u{7f} #{i}");
             let payload = json!({"jsonrpc": "2.0", "id": format!("req-{i}"), "method": "tools/call",
                 "params": {"name": "fs.write", "arguments": {"path": "/workspace/ü.txt", "content": content}}});
-            let envelope = client.envelope_with(&payload, Utc::now(), escaping).unwrap();
+            let envelope = client
+                .envelope_with(&payload, Utc::now(), escaping)
+                .unwrap();
             let body = client.send(&envelope).await.unwrap_or_else(|e| {
                 panic!("{escaping:?} signature refused: {e}");
             });

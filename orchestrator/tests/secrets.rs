@@ -628,3 +628,71 @@ async fn sandbox_quotas_refuse_with_a_clear_message() {
     );
     assert_eq!(live().await, 1);
 }
+
+#[tokio::test]
+async fn the_cli_issues_a_token_that_admits_once() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(config(&db)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("session.json");
+    let run = |args: Vec<String>| {
+        let base = app.http_base.clone();
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+                .args(&args)
+                .env("ORCHESTRATOR_URL", base)
+                .env("ORCHESTRATOR_API_KEY", common::TEST_ADMIN_KEY)
+                .env_remove("DATABASE_URL")
+                .output()
+                .await
+                .unwrap()
+        }
+    };
+    let out = run(vec![
+        "seal".into(),
+        "token".into(),
+        "issue".into(),
+        "--context".into(),
+        "guarded".into(),
+        "--workload".into(),
+        "ci-cli".into(),
+    ])
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let issued: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let token = issued["token"].as_str().unwrap().to_owned();
+    let attest = |token: String| {
+        let args = vec![
+            "seal".to_owned(),
+            "attest".into(),
+            "--url".into(),
+            app.http_base.clone(),
+            "--workload".into(),
+            "ci-cli".into(),
+            "--context".into(),
+            "guarded".into(),
+            "--session-file".into(),
+            session.display().to_string(),
+            "--token".into(),
+            token,
+        ];
+        run(args)
+    };
+    let first = attest(token.clone()).await;
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let second = attest(token).await;
+    assert!(!second.status.success());
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("already used"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+}
