@@ -47,7 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.auth.admin_key = Some(format!("aok_{}", "0".repeat(64)));
     config.seal.attest_per_minute = 1000;
     config.seal.security_contexts = vec![json!({"name": "bench", "description": "benchmark",
-        "capabilities": [{"tool_pattern": "aegis.*"}], "attestation": {"workload_patterns": ["bench-*"]}})];
+        "capabilities": [{"tool_pattern": "aegis.*"}], "attestation": {"workload_patterns": ["bench-*"], "allow_unverified": true}})];
     let app = Application::build(config).await?;
     let http = format!("http://{}", app.http_addr());
     let grpc = format!("http://{}", app.grpc_addr());

@@ -211,13 +211,17 @@ impl Application {
         let rest = api::rest::router(state.clone());
         let http_token = shutdown.clone();
         let mut http_task = tokio::spawn(async move {
-            axum::serve(http, rest)
-                .with_graceful_shutdown(http_token.cancelled_owned())
-                .await
-                .map_err(|e| AppError::Serve {
-                    what: "http",
-                    message: e.to_string(),
-                })
+            // The peer address reaches handlers (the attestation limit per source address).
+            axum::serve(
+                http,
+                rest.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(http_token.cancelled_owned())
+            .await
+            .map_err(|e| AppError::Serve {
+                what: "http",
+                message: e.to_string(),
+            })
         });
 
         let grpc_router =
@@ -363,6 +367,8 @@ async fn start_gateway(
             token_ttl_secs: config.seal.token_ttl_secs as i64,
             freshness_secs: config.seal.freshness_secs as i64,
             attest_per_minute: config.seal.attest_per_minute as i64,
+            attest_per_minute_per_source: config.seal.attest_per_minute_per_source as i64,
+            attest_per_minute_node: config.seal.attest_per_minute_node as i64,
         },
     ))
 }
@@ -410,6 +416,11 @@ async fn start_sandboxes(
             max_output_bytes: s.max_output_bytes,
         },
     )
+    .with_quotas(crate::sandboxes::Quotas {
+        node: s.max_live_sandboxes,
+        per_context: s.max_sandboxes_per_context,
+        per_api_key: s.max_sandboxes_per_api_key,
+    })
 }
 
 /// Previous instances on this host that stopped gracefully and left running sandboxes: a restart

@@ -140,6 +140,13 @@ pub struct SealConfig {
     pub freshness_secs: u64,
     /// Attestation attempts allowed per workload per minute.
     pub attest_per_minute: u64,
+    /// Attestation attempts allowed per source address per minute.
+    pub attest_per_minute_per_source: u64,
+    /// Attestation attempts allowed on the whole node per minute.
+    pub attest_per_minute_node: u64,
+    /// How long a call that needs human approval waits for a decision when its capability
+    /// does not say, seconds.
+    pub approval_timeout_secs: u64,
     /// Security contexts loaded at start (same shape as `POST /v1/security-contexts`).
     pub security_contexts: Vec<serde_json::Value>,
 }
@@ -150,6 +157,9 @@ impl Default for SealConfig {
             token_ttl_secs: 3600,
             freshness_secs: 30,
             attest_per_minute: 5,
+            attest_per_minute_per_source: 30,
+            attest_per_minute_node: 300,
+            approval_timeout_secs: 300,
             security_contexts: Vec::new(),
         }
     }
@@ -179,6 +189,12 @@ pub struct SandboxConfig {
     pub dead_after_secs: u64,
     /// Period of the reaper, seconds.
     pub reap_interval_secs: u64,
+    /// Live sandboxes allowed on the node (every owner, every replica sharing the database).
+    pub max_live_sandboxes: u64,
+    /// Live sandboxes allowed per SEAL security context.
+    pub max_sandboxes_per_context: u64,
+    /// Live sandboxes allowed per operator API key.
+    pub max_sandboxes_per_api_key: u64,
 }
 
 impl Default for SandboxConfig {
@@ -194,6 +210,9 @@ impl Default for SandboxConfig {
             max_file_bytes: 10 * 1024 * 1024,
             dead_after_secs: 120,
             reap_interval_secs: 60,
+            max_live_sandboxes: 256,
+            max_sandboxes_per_context: 32,
+            max_sandboxes_per_api_key: 32,
         }
     }
 }
@@ -523,6 +542,21 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         ("sandbox.max_file_bytes", c.sandbox.max_file_bytes),
         ("sandbox.dead_after_secs", c.sandbox.dead_after_secs),
         ("sandbox.reap_interval_secs", c.sandbox.reap_interval_secs),
+        ("sandbox.max_live_sandboxes", c.sandbox.max_live_sandboxes),
+        (
+            "sandbox.max_sandboxes_per_context",
+            c.sandbox.max_sandboxes_per_context,
+        ),
+        (
+            "sandbox.max_sandboxes_per_api_key",
+            c.sandbox.max_sandboxes_per_api_key,
+        ),
+        ("seal.attest_per_minute", c.seal.attest_per_minute),
+        (
+            "seal.attest_per_minute_per_source",
+            c.seal.attest_per_minute_per_source,
+        ),
+        ("seal.attest_per_minute_node", c.seal.attest_per_minute_node),
     ] {
         if v == 0 {
             return Err(invalid(key, "expected a whole number of at least 1".into()));
@@ -532,6 +566,12 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         return Err(invalid(
             "seal.token_ttl_secs",
             "expected 1 to 86400 seconds (tokens never live longer than 24 h)".into(),
+        ));
+    }
+    if c.seal.approval_timeout_secs == 0 || c.seal.approval_timeout_secs > 86_400 {
+        return Err(invalid(
+            "seal.approval_timeout_secs",
+            "expected 1 to 86400 seconds".into(),
         ));
     }
     if c.seal.freshness_secs == 0 || c.seal.freshness_secs > 300 {
@@ -657,6 +697,9 @@ pub fn redacted(config: &NodeConfig) -> NodeConfig {
     shown.database.url = redact_url(&shown.database.url);
     if shown.auth.admin_key.is_some() {
         shown.auth.admin_key = Some("***".to_owned());
+    }
+    for context in &mut shown.seal.security_contexts {
+        crate::seal::context::redact_definition(context);
     }
     shown
 }

@@ -4,6 +4,8 @@
 
 pub mod api;
 pub mod app;
+pub mod approvals;
+pub mod arguments;
 pub mod audit;
 pub mod auth;
 pub mod caller;

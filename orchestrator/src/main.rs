@@ -1,4 +1,5 @@
-//! The `orchestrator` command line: serve, check a config, apply migrations.
+//! The `orchestrator` command line: serve, check a config, apply migrations; and the clients of a
+//! running node (SEAL calls, attestation tokens, approvals).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,10 +39,92 @@ enum Command {
     CheckConfig,
     /// Apply pending database migrations and exit.
     Migrate,
-    /// SEAL client: attest to a gateway and call tools with signed envelopes.
+    /// SEAL client: attest to a gateway and call tools with signed envelopes; issue
+    /// attestation tokens.
     Seal {
         #[command(subcommand)]
         command: SealCommand,
+    },
+    /// Privileged calls waiting for an operator: list, approve, reject (REST client).
+    Approvals {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        command: ApprovalsCommand,
+    },
+}
+
+/// Where the operator API is and the key to use.
+#[derive(clap::Args, Clone)]
+struct ApiArgs {
+    /// REST base URL of the orchestrator.
+    #[arg(
+        long,
+        global = true,
+        env = "ORCHESTRATOR_URL",
+        default_value = "http://127.0.0.1:8088"
+    )]
+    url: String,
+    /// Operator API key (`aok_...`); approving and issuing tokens need an operator or admin key.
+    #[arg(
+        long,
+        global = true,
+        env = "ORCHESTRATOR_API_KEY",
+        hide_env_values = true
+    )]
+    api_key: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum ApprovalsCommand {
+    /// Requests still waiting (all of them with --all).
+    List {
+        /// Include approved, rejected and timed-out requests.
+        #[arg(long)]
+        all: bool,
+    },
+    /// One request.
+    Get {
+        /// Request id.
+        id: String,
+    },
+    /// Let a waiting call run.
+    Approve {
+        /// Request id.
+        id: String,
+        /// Why (kept with the request).
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Refuse a waiting call.
+    Reject {
+        /// Request id.
+        id: String,
+        /// Why (kept with the request and shown to the caller).
+        #[arg(long)]
+        note: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Issue a one-time attestation token for a context (printed once; hand it to the workload).
+    Issue {
+        /// Security context the token admits into.
+        #[arg(long)]
+        context: String,
+        /// Only this workload id may use it.
+        #[arg(long)]
+        workload: Option<String>,
+        /// Lifetime in seconds (default 3600).
+        #[arg(long)]
+        ttl_secs: Option<i64>,
+    },
+    /// The tokens of a context (never the tokens themselves).
+    List {
+        /// Security context.
+        #[arg(long)]
+        context: String,
     },
 }
 
@@ -64,6 +147,19 @@ enum SealCommand {
         /// Where to save the session (contains the private key: keep it private).
         #[arg(long, default_value = "seal-session.json")]
         session_file: PathBuf,
+        /// The context's enrolment secret, as proof of identity.
+        #[arg(long, env = "SEAL_ATTESTATION_SECRET", hide_env_values = true)]
+        secret: Option<String>,
+        /// A one-time attestation token from an operator, as proof of identity.
+        #[arg(long, env = "SEAL_ATTESTATION_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// Attestation tokens (operator side; REST with an API key).
+    Token {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        command: TokenCommand,
     },
     /// Call a tool with a signed envelope, using a saved session.
     Call {
@@ -86,13 +182,18 @@ enum SealCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Seal { command } = cli.command {
-        // The client needs no node configuration.
+    let client_command = match cli.command {
+        Command::Seal { command } => Ok(ClientCommand::Seal(command)),
+        Command::Approvals { api, command } => Ok(ClientCommand::Approvals(api, command)),
+        other => Err(other),
+    };
+    if let Ok(command) = client_command {
+        // The clients need no node configuration.
         return match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
         {
-            Ok(rt) => match rt.block_on(seal_command(command)) {
+            Ok(rt) => match rt.block_on(client(command)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e:#}");
@@ -105,6 +206,9 @@ fn main() -> ExitCode {
             }
         };
     }
+    let Err(command) = client_command else {
+        return ExitCode::FAILURE;
+    };
     let env: Vec<(String, String)> = std::env::vars().collect();
     let loaded = match config::load(cli.config.as_deref(), &env) {
         Ok(l) => l,
@@ -125,7 +229,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(run(cli.command, loaded));
+    let result = runtime.block_on(run(command, loaded));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -134,6 +238,118 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The subcommands that are clients of a running orchestrator.
+enum ClientCommand {
+    Seal(SealCommand),
+    Approvals(ApiArgs, ApprovalsCommand),
+}
+
+async fn client(command: ClientCommand) -> anyhow::Result<()> {
+    match command {
+        ClientCommand::Seal(SealCommand::Token { api, command }) => {
+            token_command(api, command).await
+        }
+        ClientCommand::Seal(command) => seal_command(command).await,
+        ClientCommand::Approvals(api, command) => approvals_command(api, command).await,
+    }
+}
+
+/// One operator API request; the JSON answer, or an error with the server's message.
+async fn operator_request(
+    api: &ApiArgs,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> anyhow::Result<serde_json::Value> {
+    let key = api.api_key.as_deref().ok_or_else(|| {
+        anyhow::anyhow!("give an operator API key with --api-key or ORCHESTRATOR_API_KEY")
+    })?;
+    let url = format!("{}{path}", api.url.trim_end_matches('/'));
+    let mut request = reqwest::Client::new()
+        .request(method, &url)
+        .bearer_auth(key);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach {url}: {e}"))?;
+    let status = response.status();
+    let text = response.text().await.unwrap_or_default();
+    let value: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    if !status.is_success() {
+        let message = value["error"]["message"]
+            .as_str()
+            .or(value["message"].as_str())
+            .map(str::to_owned)
+            .unwrap_or_else(|| value.to_string());
+        anyhow::bail!("{url} answered {status}: {message}");
+    }
+    Ok(value)
+}
+
+async fn approvals_command(api: ApiArgs, command: ApprovalsCommand) -> anyhow::Result<()> {
+    use reqwest::Method;
+    let answer = match command {
+        ApprovalsCommand::List { all } => {
+            let path = if all {
+                "/v1/approvals?all=true"
+            } else {
+                "/v1/approvals"
+            };
+            operator_request(&api, Method::GET, path, None).await?
+        }
+        ApprovalsCommand::Get { id } => {
+            operator_request(&api, Method::GET, &format!("/v1/approvals/{id}"), None).await?
+        }
+        ApprovalsCommand::Approve { id, note } => {
+            let path = format!("/v1/approvals/{id}/approve");
+            operator_request(
+                &api,
+                Method::POST,
+                &path,
+                Some(serde_json::json!({"note": note})),
+            )
+            .await?
+        }
+        ApprovalsCommand::Reject { id, note } => {
+            let path = format!("/v1/approvals/{id}/reject");
+            operator_request(
+                &api,
+                Method::POST,
+                &path,
+                Some(serde_json::json!({"note": note})),
+            )
+            .await?
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&answer)?);
+    Ok(())
+}
+
+async fn token_command(api: ApiArgs, command: TokenCommand) -> anyhow::Result<()> {
+    use reqwest::Method;
+    let answer = match command {
+        TokenCommand::Issue {
+            context,
+            workload,
+            ttl_secs,
+        } => {
+            let path = format!("/v1/security-contexts/{context}/attestation-tokens");
+            let body = serde_json::json!({"workload_id": workload, "ttl_secs": ttl_secs});
+            operator_request(&api, Method::POST, &path, Some(body)).await?
+        }
+        TokenCommand::List { context } => {
+            let path = format!("/v1/security-contexts/{context}/attestation-tokens");
+            operator_request(&api, Method::GET, &path, None).await?
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&answer)?);
+    Ok(())
 }
 
 async fn seal_command(command: SealCommand) -> anyhow::Result<()> {
@@ -155,6 +371,8 @@ async fn seal_command(command: SealCommand) -> anyhow::Result<()> {
             workload,
             context,
             session_file,
+            secret,
+            token,
         } => {
             let transport = if grpc {
                 Transport::Grpc(url)
@@ -162,7 +380,8 @@ async fn seal_command(command: SealCommand) -> anyhow::Result<()> {
                 Transport::Http(url)
             };
             let mut client = SealClient::new(transport)?;
-            let answer = client.attest(&workload, &context).await?;
+            let proof = orchestrator::seal_client::Proof { secret, token };
+            let answer = client.attest_with(&workload, &context, &proof).await?;
             let saved = client
                 .save()
                 .ok_or_else(|| anyhow::anyhow!("the gateway returned no token"))?;
@@ -184,6 +403,9 @@ async fn seal_command(command: SealCommand) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("arguments must be a JSON object: {e}"))?;
             let result = client.call_tool(&name, arguments).await?;
             println!("{}", serde_json::to_string_pretty(&result)?);
+        }
+        SealCommand::Token { .. } => {
+            anyhow::bail!("token subcommands are operator requests, handled by client()")
         }
         SealCommand::Tools { session_file } => {
             let client = load(&session_file)?;
@@ -225,8 +447,8 @@ async fn run(command: Command, mut loaded: LoadedConfig) -> anyhow::Result<()> {
             let applied = store::migrate(&pool).await?;
             println!("applied {applied} migration(s)");
         }
-        Command::Seal { .. } => {
-            anyhow::bail!("seal subcommands are handled before the configuration is loaded")
+        Command::Seal { .. } | Command::Approvals { .. } => {
+            anyhow::bail!("client subcommands are handled before the configuration is loaded")
         }
     }
     Ok(())

@@ -46,6 +46,15 @@ pub enum ClientError {
     NotAttested,
 }
 
+/// What a workload presents at attestation to prove who it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Proof {
+    /// The context's enrolment secret.
+    pub secret: Option<String>,
+    /// A one-time attestation token an operator issued.
+    pub token: Option<String>,
+}
+
 /// Everything needed to continue a session later (what `orchestrator seal attest` saves).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SavedSession {
@@ -137,9 +146,26 @@ impl SealClient {
         self.token = Some(token);
     }
 
-    /// Attests; keeps the token and session id.
+    /// Attests without proof (contexts with `allow_unverified`); keeps the token and session id.
     pub async fn attest(&mut self, workload_id: &str, context: &str) -> Result<Value, ClientError> {
-        let request = json!({"public_key": self.public_key_b64(), "workload_id": workload_id, "security_context": context});
+        self.attest_with(workload_id, context, &Proof::default())
+            .await
+    }
+
+    /// Attests presenting `proof`; keeps the token and session id.
+    pub async fn attest_with(
+        &mut self,
+        workload_id: &str,
+        context: &str,
+        proof: &Proof,
+    ) -> Result<Value, ClientError> {
+        let mut request = json!({"public_key": self.public_key_b64(), "workload_id": workload_id, "security_context": context});
+        if let Some(secret) = &proof.secret {
+            request["attestation_secret"] = json!(secret);
+        }
+        if let Some(token) = &proof.token {
+            request["attestation_token"] = json!(token);
+        }
         let body = match &self.transport {
             Transport::Http(base) => {
                 post(
@@ -156,7 +182,8 @@ impl SealClient {
                         public_key: self.public_key_b64(),
                         workload_id: workload_id.to_owned(),
                         security_context: context.to_owned(),
-                        attestation_secret: String::new(),
+                        attestation_secret: proof.secret.clone().unwrap_or_default(),
+                        attestation_token: proof.token.clone().unwrap_or_default(),
                     })
                     .await
                     .map_err(refused_grpc)?;
@@ -170,10 +197,21 @@ impl SealClient {
 
     /// A signed envelope for `payload` at time `at`.
     pub fn envelope(&self, payload: &Value, at: DateTime<Utc>) -> Result<Value, ClientError> {
+        self.envelope_with(payload, at, canonical::Escaping::Utf8)
+    }
+
+    /// A signed envelope whose signature covers non-ASCII text escaped as `escaping` says
+    /// (`Ascii` is what a client using `json.dumps` defaults signs).
+    pub fn envelope_with(
+        &self,
+        payload: &Value,
+        at: DateTime<Utc>,
+        escaping: canonical::Escaping,
+    ) -> Result<Value, ClientError> {
         let token = self.token.as_deref().ok_or(ClientError::NotAttested)?;
         let parsed = canonical::parse_preserving(&payload.to_string())
             .map_err(|e| ClientError::Transport(e.to_string()))?;
-        let message = canonical::signed_message(&parsed, token, at.timestamp());
+        let message = canonical::signed_message_with(&parsed, token, at.timestamp(), escaping);
         let signature = self.key.sign(&message);
         Ok(json!({
             "protocol": "seal/v1",

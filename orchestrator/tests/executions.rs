@@ -462,7 +462,7 @@ async fn task_tools_and_a_seal_session_start_executions_too() {
     let mut config = test_config(&db.url);
     config.llm = llm.config();
     config.seal.security_contexts = vec![json!({"name": "runner", "description": "may run agents",
-        "capabilities": [{"tool_pattern": "aegis.task.*"}], "attestation": {"workload_patterns": ["test-*"]}})];
+        "capabilities": [{"tool_pattern": "aegis.task.*"}], "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}})];
     let app = TestApp::spawn_with(config).await;
     let plain = "apiVersion: 100monkeys.ai/v1\nkind: Agent\nmetadata:\n  name: plain\n  version: \"1.0.0\"\nspec:\n  runtime:\n    language: busybox\n    version: \"1\"\n  task:\n    instruction: Answer.\n";
     let r = app

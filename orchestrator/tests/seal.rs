@@ -16,7 +16,7 @@ fn contexts() -> Vec<Value> {
                "capabilities": [{"tool_pattern": "fs.*", "path_allowlist": ["/workspace/shared/*"]}],
                "deny_list": ["fs.delete"],
                "runtime": {"language": "busybox", "version": "1"},
-               "attestation": {"workload_patterns": ["test-*"]}}),
+               "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}}),
         json!({"name": "ops", "description": "Tests every kind of constraint",
                "runtime": {"language": "busybox", "version": "1"},
                "capabilities": [
@@ -27,7 +27,7 @@ fn contexts() -> Vec<Value> {
                    {"tool_pattern": "aegis.agent.list"},
                    {"tool_pattern": "aegis.runtime.list", "max_response_size": 64}],
                "deny_list": ["fs.delete"],
-               "attestation": {"workload_patterns": ["test-*"]}}),
+               "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}}),
     ]
 }
 
@@ -443,7 +443,7 @@ async fn security_contexts_are_managed_by_operators() {
         .unwrap();
     assert_eq!(r.status(), 422);
     let good = json!({"name": "readonly", "description": "reads", "capabilities": [{"tool_pattern": "fs.read"}],
-                      "attestation": {"workload_patterns": ["test-*"]}});
+                      "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}});
     let r = app
         .admin(Method::POST, "/v1/security-contexts")
         .json(&good)

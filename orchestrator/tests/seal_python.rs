@@ -17,7 +17,7 @@ async fn the_python_wire_client_attests_writes_reads_and_runs() {
         "capabilities": [
             {"tool_pattern": "fs.*", "path_allowlist": ["/workspace"]},
             {"tool_pattern": "cmd.run", "command_allowlist": ["cat"]}],
-        "attestation": {"workload_patterns": ["python-*"]}})];
+        "attestation": {"workload_patterns": ["python-*"], "allow_unverified": true}})];
     let app = TestApp::spawn_with(config).await;
 
     let script = concat!(

@@ -7,9 +7,11 @@
 //! canonical bytes, replay, then policy and the tool router. Every decision is audited with the
 //! session and the SEAL code.
 
+pub mod attestation_tokens;
 pub mod contexts;
 pub mod sessions;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,7 +23,7 @@ use uuid::Uuid;
 
 use crate::audit::{self, Entry, EntryKind};
 use crate::caller::{Caller, CallerKind};
-use crate::seal::context::{RateLimiter, SecurityContext};
+use crate::seal::context::{Proof, RateLimiter, SecurityContext};
 use crate::seal::envelope::{decode_public_key, Envelope};
 use crate::seal::error::{SealCode, SealError};
 use crate::seal::token::{Claims, TokenIssuer};
@@ -39,6 +41,10 @@ pub struct GatewayConfig {
     pub freshness_secs: i64,
     /// Attestation attempts allowed per workload per minute.
     pub attest_per_minute: i64,
+    /// Attestation attempts allowed per source address per minute.
+    pub attest_per_minute_per_source: i64,
+    /// Attestation attempts allowed on the whole node (every replica) per minute.
+    pub attest_per_minute_node: i64,
 }
 
 /// Long-lived gateway state: the token issuer and the per-session rate limiter.
@@ -57,9 +63,12 @@ pub struct AttestRequest {
     pub workload_id: String,
     /// Security context name.
     pub security_context: String,
-    /// Enrolment secret, when the context requires one.
+    /// The context's enrolment secret, as proof of the workload's identity.
     #[serde(default)]
     pub attestation_secret: Option<String>,
+    /// A one-time attestation token an operator issued for the context, as proof.
+    #[serde(default)]
+    pub attestation_token: Option<String>,
 }
 
 /// A refused envelope: the error and the request id to echo.
@@ -87,9 +96,15 @@ impl Gateway {
     }
 
     /// Registers a client key for a workload under a security context and issues its token.
-    pub async fn attest(&self, state: &AppState, req: AttestRequest) -> Result<Value, SealError> {
+    /// `source` is the peer address of the request (for the per-source rate limit).
+    pub async fn attest(
+        &self,
+        state: &AppState,
+        req: AttestRequest,
+        source: Option<IpAddr>,
+    ) -> Result<Value, SealError> {
         let started = Instant::now();
-        let result = self.attest_inner(state, &req).await;
+        let result = self.attest_inner(state, &req, source).await;
         let (caller, allowed, code, reason) = match &result {
             Ok((session, _)) => (
                 session_caller(session.id, &req.security_context, crate::caller::Tier::User),
@@ -132,17 +147,39 @@ impl Gateway {
         &self,
         state: &AppState,
         req: &AttestRequest,
+        source: Option<IpAddr>,
     ) -> Result<(Session, Value), SealError> {
         let fail = |code, msg: String| SealError::new(code, msg);
-        let attempts = sessions::attest_attempts_last_minute(&state.pool, &req.workload_id)
-            .await
-            .map_err(|e| fail(SealCode::AttestationFailed, e.to_string()))?;
-        if attempts > self.config.attest_per_minute {
-            return Err(fail(
-                SealCode::AttestationFailed,
-                format!("too many attestation attempts for workload `{}` ({attempts} in the last minute; limit {})", req.workload_id, self.config.attest_per_minute),
-            )
-            .with_retry_after(60));
+        let source = source.map(|ip| ip.to_string());
+        let counts =
+            sessions::record_attest_attempt(&state.pool, &req.workload_id, source.as_deref())
+                .await
+                .map_err(|e| fail(SealCode::AttestationFailed, e.to_string()))?;
+        let flooded = [
+            (
+                counts.workload,
+                self.config.attest_per_minute,
+                format!("workload `{}`", req.workload_id),
+            ),
+            (
+                counts.source,
+                self.config.attest_per_minute_per_source,
+                format!("source address {}", source.as_deref().unwrap_or("unknown")),
+            ),
+            (
+                counts.node,
+                self.config.attest_per_minute_node,
+                "this node".to_owned(),
+            ),
+        ];
+        for (attempts, limit, scope) in flooded {
+            if attempts > limit {
+                return Err(fail(
+                    SealCode::AttestationFailed,
+                    format!("too many attestation attempts from {scope} ({attempts} in the last minute; limit {limit}); retry later"),
+                )
+                .with_retry_after(60));
+            }
         }
         let public_key = decode_public_key(&req.public_key)?;
         let context = contexts::get(&state.pool, crate::DEFAULT_TENANT, &req.security_context)
@@ -154,7 +191,21 @@ impl Gateway {
                 ),
                 other => fail(SealCode::AttestationFailed, other.to_string()),
             })?;
-        context.admits(&req.workload_id, req.attestation_secret.as_deref())?;
+        let token = req.attestation_token.as_deref().filter(|t| !t.is_empty());
+        let secret = req.attestation_secret.as_deref().filter(|s| !s.is_empty());
+        let proof = match (token, secret) {
+            (Some(_), Some(_)) => {
+                return Err(fail(
+                    SealCode::AttestationFailed,
+                    "present either an attestation_token or an attestation_secret, not both".into(),
+                ))
+            }
+            // Checked below, in the session's transaction.
+            (Some(_), None) => Proof::RedeemedToken,
+            (None, Some(secret)) => Proof::Secret(secret),
+            (None, None) => Proof::None,
+        };
+        context.admits(&req.workload_id, proof)?;
 
         let now = Utc::now();
         let ttl = self.config.token_ttl_secs.clamp(60, 24 * 3600);
@@ -180,13 +231,35 @@ impl Gateway {
             exec_id: None,
             iss: Some("orchestrator".to_owned()),
         };
-        let token = self.issuer.issue(&claims)?;
-        sessions::create(&state.pool, crate::DEFAULT_TENANT, &session)
+        let security_token = self.issuer.issue(&claims)?;
+        let db = |e: sqlx::Error| fail(SealCode::AttestationFailed, e.to_string());
+        let mut tx = state.pool.begin().await.map_err(db)?;
+        if let Some(token) = token {
+            attestation_tokens::redeem(
+                &mut tx,
+                crate::DEFAULT_TENANT,
+                &context.name,
+                &req.workload_id,
+                token,
+                session.id,
+            )
             .await
-            .map_err(|e| fail(SealCode::AttestationFailed, e.to_string()))?;
+            .map_err(|e| match e {
+                attestation_tokens::TokenError::Refused(why) => {
+                    SealError::new(SealCode::WorkloadVerificationFailed, why).with_details(
+                        json!({"security_context": context.name, "workload_id": req.workload_id}),
+                    )
+                }
+                other => fail(SealCode::AttestationFailed, other.to_string()),
+            })?;
+        }
+        sessions::create(&mut *tx, crate::DEFAULT_TENANT, &session)
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)?;
         let body = json!({
             "status": "success",
-            "security_token": token,
+            "security_token": security_token,
             "expires_at": session.expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "session_id": session.id,
         });

@@ -49,8 +49,12 @@ impl Session {
     }
 }
 
-/// Stores a new session.
-pub async fn create(pool: &PgPool, tenant: &str, session: &Session) -> Result<(), sqlx::Error> {
+/// Stores a new session (in the caller's transaction, with the token it may redeem).
+pub async fn create(
+    db: impl sqlx::PgExecutor<'_>,
+    tenant: &str,
+    session: &Session,
+) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO seal_sessions (id, tenant_id, context_name, workload_id, public_key, token_id, \
          status, created_at, expires_at) VALUES ($1,$2,$3,$4,$5,$6,'active',$7,$8)",
@@ -63,7 +67,7 @@ pub async fn create(pool: &PgPool, tenant: &str, session: &Session) -> Result<()
     .bind(&session.token_id)
     .bind(session.created_at)
     .bind(session.expires_at)
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -133,7 +137,7 @@ pub async fn ensure_sandbox(
 ) -> Result<dispatcher::SandboxId, String> {
     let created = state
         .sandboxes
-        .create_for_session(session, &context)
+        .create_for_session(&state.pool, session, &context)
         .await
         .map_err(|e| format!("no sandbox for this session: {e}"))?;
     match set_sandbox(&state.pool, session, created.0).await {
@@ -195,24 +199,46 @@ pub async fn prune_replay_guard(pool: &PgPool, keep_secs: i64) -> Result<u64, sq
     .rows_affected())
 }
 
-/// Counts a workload's attestation attempts in the last minute, recording this one.
-pub async fn attest_attempts_last_minute(
+/// Attestation attempts of the last minute, this one included, by scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptCounts {
+    /// By the same workload id.
+    pub workload: i64,
+    /// From the same source address (0 when the source is unknown).
+    pub source: i64,
+    /// On the whole node (every replica shares the table).
+    pub node: i64,
+}
+
+/// Records an attestation attempt and counts the attempts of the last minute per workload, per
+/// source address and node-wide. Refused attempts count too: a flood is a flood.
+pub async fn record_attest_attempt(
     pool: &PgPool,
     workload: &str,
-) -> Result<i64, sqlx::Error> {
-    sqlx::query("INSERT INTO seal_attest_attempts (workload_id) VALUES ($1)")
+    source: Option<&str>,
+) -> Result<AttemptCounts, sqlx::Error> {
+    sqlx::query("INSERT INTO seal_attest_attempts (workload_id, source) VALUES ($1, $2)")
         .bind(workload)
+        .bind(source)
         .execute(pool)
         .await?;
     sqlx::query("DELETE FROM seal_attest_attempts WHERE at < now() - interval '10 minutes'")
         .execute(pool)
         .await?;
-    sqlx::query_scalar(
-        "SELECT count(*) FROM seal_attest_attempts WHERE workload_id = $1 AND at > now() - interval '1 minute'",
+    let (workload, source, node): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE workload_id = $1), \
+         count(*) FILTER (WHERE $2::text IS NOT NULL AND source = $2), count(*) \
+         FROM seal_attest_attempts WHERE at > now() - interval '1 minute'",
     )
     .bind(workload)
+    .bind(source)
     .fetch_one(pool)
-    .await
+    .await?;
+    Ok(AttemptCounts {
+        workload,
+        source,
+        node,
+    })
 }
 
 /// The node's token signing seed, made at first start.

@@ -209,9 +209,77 @@ pub enum SandboxError {
     /// Sandboxes are unavailable on this node (the dispatcher did not start).
     #[error("sandboxes are unavailable on this node: {0}")]
     Unavailable(String),
+    /// A live-sandbox quota is reached; nothing was created.
+    #[error(
+        "sandbox quota reached: {scope} already has {live} live sandbox(es) (limit {limit}); \
+         destroy one (DELETE /v1/sandboxes/<id>) or end a session, then try again"
+    )]
+    QuotaExceeded {
+        /// Which quota: `this node`, `security context `x``, `API key `y``.
+        scope: String,
+        /// Live sandboxes counted (including creations in flight on this instance).
+        live: u64,
+        /// The configured limit.
+        limit: u64,
+    },
     /// Database failure.
     #[error(transparent)]
     Db(#[from] sqlx::Error),
+}
+
+/// Limits on live sandboxes (`sandbox.max_live_sandboxes`, `max_sandboxes_per_context`,
+/// `max_sandboxes_per_api_key`), so no caller can exhaust the Docker host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// Live sandboxes on the node, every owner (warm-pool spares not counted).
+    pub node: u64,
+    /// Live sandboxes of SEAL sessions in one security context.
+    pub per_context: u64,
+    /// Live sandboxes an operator API key created.
+    pub per_api_key: u64,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Self {
+            node: u64::MAX,
+            per_context: u64::MAX,
+            per_api_key: u64::MAX,
+        }
+    }
+}
+
+/// Whose quotas a creation counts against (besides the node's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum QuotaScope {
+    /// An agent execution: the node quota only.
+    Node,
+    /// A SEAL session of this context.
+    Context(String),
+    /// An operator API key (its id).
+    ApiKey(String),
+}
+
+/// Creations checked against the quotas but not yet recorded by the dispatcher: counted as live
+/// so that concurrent requests on this instance cannot overshoot a quota together.
+#[derive(Default)]
+struct InFlight {
+    next: u64,
+    entries: Vec<(u64, QuotaScope)>,
+}
+
+/// Removes its creation from [`InFlight`] when the creation is over (recorded or failed).
+struct Reservation<'a> {
+    id: u64,
+    in_flight: &'a std::sync::Mutex<InFlight>,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut f) = self.in_flight.lock() {
+            f.entries.retain(|(id, _)| *id != self.id);
+        }
+    }
 }
 
 /// The orchestrator's sandbox service.
@@ -219,6 +287,10 @@ pub struct Sandboxes {
     dispatcher: Result<Dispatcher, String>,
     ceilings: ToolCeilings,
     policies: RwLock<HashMap<SandboxId, Arc<SandboxPolicy>>>,
+    quotas: Quotas,
+    /// Serialises quota checks on this instance (one short query each).
+    quota_check: tokio::sync::Mutex<()>,
+    in_flight: std::sync::Mutex<InFlight>,
 }
 
 /// Normalises manifest paths: relative ones are under /workspace.
@@ -285,7 +357,84 @@ impl Sandboxes {
             dispatcher,
             ceilings,
             policies: RwLock::new(HashMap::new()),
+            quotas: Quotas::default(),
+            quota_check: tokio::sync::Mutex::new(()),
+            in_flight: std::sync::Mutex::new(InFlight::default()),
         }
+    }
+
+    /// The same service under live-sandbox quotas.
+    pub fn with_quotas(mut self, quotas: Quotas) -> Self {
+        self.quotas = quotas;
+        self
+    }
+
+    /// Refuses a creation that would exceed a quota; otherwise reserves its place until the
+    /// returned guard is dropped (by then the dispatcher has recorded the sandbox, or failed).
+    /// Live sandboxes are counted in PostgreSQL, so every replica's are included.
+    async fn reserve(
+        &self,
+        pool: &PgPool,
+        scope: QuotaScope,
+    ) -> Result<Reservation<'_>, SandboxError> {
+        let _serial = self.quota_check.lock().await;
+        let (context, key) = match &scope {
+            QuotaScope::Node => (None, None),
+            QuotaScope::Context(c) => (Some(c.as_str()), None),
+            QuotaScope::ApiKey(k) => (None, Some(k.as_str())),
+        };
+        let (node, by_context, by_key): (i64, i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE owner_kind <> 'pool'), \
+             count(*) FILTER (WHERE owner_kind = 'session' AND owner_id IN \
+                 (SELECT id::text FROM seal_sessions WHERE context_name = $1)), \
+             count(*) FILTER (WHERE owner_kind = 'operator' AND owner_id = $2) \
+             FROM sandboxes WHERE state IN ('creating', 'running')",
+        )
+        .bind(context)
+        .bind(key)
+        .fetch_one(pool)
+        .await?;
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .map_err(|_| SandboxError::Unavailable("quota bookkeeping poisoned".into()))?;
+        let pending = |want: &QuotaScope| {
+            in_flight
+                .entries
+                .iter()
+                .filter(|(_, s)| matches!(want, QuotaScope::Node) || s == want)
+                .count() as u64
+        };
+        let mut checks = vec![(
+            node as u64 + pending(&QuotaScope::Node),
+            self.quotas.node,
+            "this node".to_owned(),
+        )];
+        match &scope {
+            QuotaScope::Node => {}
+            QuotaScope::Context(c) => checks.push((
+                by_context as u64 + pending(&scope),
+                self.quotas.per_context,
+                format!("security context `{c}`"),
+            )),
+            QuotaScope::ApiKey(k) => checks.push((
+                by_key as u64 + pending(&scope),
+                self.quotas.per_api_key,
+                format!("API key {k}"),
+            )),
+        }
+        for (live, limit, scope) in checks {
+            if live >= limit {
+                return Err(SandboxError::QuotaExceeded { scope, live, limit });
+            }
+        }
+        in_flight.next += 1;
+        let id = in_flight.next;
+        in_flight.entries.push((id, scope));
+        Ok(Reservation {
+            id,
+            in_flight: &self.in_flight,
+        })
     }
 
     /// The dispatcher, or why there is none.
@@ -311,6 +460,10 @@ impl Sandboxes {
     ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
         let dispatcher = self.dispatcher()?;
         let def = registry::get(pool, tenant, ManifestKind::Agent, agent, version).await?;
+        let scope = match owner.kind {
+            dispatcher::OwnerKind::Operator => QuotaScope::ApiKey(owner.id.clone()),
+            _ => QuotaScope::Node,
+        };
         let view = AgentView(&def.manifest);
         let image = match view.runtime() {
             RuntimeRef::Image(image) => image,
@@ -350,7 +503,10 @@ impl Sandboxes {
         spec.labels.insert(AGENT_LABEL.to_owned(), def.name.clone());
         spec.labels
             .insert(AGENT_VERSION_LABEL.to_owned(), def.version_id.to_string());
-        let id = dispatcher.acquire(spec).await?;
+        let reservation = self.reserve(pool, scope).await?;
+        let id = dispatcher.acquire(spec).await;
+        drop(reservation);
+        let id = id?;
         self.policies.write().await.insert(id, policy.clone());
         Ok((id, policy))
     }
@@ -358,6 +514,7 @@ impl Sandboxes {
     /// Creates the sandbox of a SEAL session (runtime from its context, else the default runtime).
     pub async fn create_for_session(
         &self,
+        pool: &PgPool,
         session: Uuid,
         context: &crate::seal::context::SecurityContext,
     ) -> Result<SandboxId, SandboxError> {
@@ -392,7 +549,12 @@ impl Sandboxes {
             .insert(SESSION_LABEL.to_owned(), session.to_string());
         spec.labels
             .insert(CONTEXT_LABEL.to_owned(), context.name.clone());
-        let id = dispatcher.acquire(spec).await?;
+        let reservation = self
+            .reserve(pool, QuotaScope::Context(context.name.clone()))
+            .await?;
+        let id = dispatcher.acquire(spec).await;
+        drop(reservation);
+        let id = id?;
         self.policies.write().await.insert(id, policy);
         Ok(id)
     }

@@ -107,11 +107,26 @@ pub fn parse_preserving(text: &str) -> Result<Json, CanonError> {
     Ok(value)
 }
 
+/// How non-ASCII text is written in the canonical form.
+///
+/// The notes' canonical form is `ensure_ascii=False` (raw UTF-8), which is what the SDKs sign.
+/// But `json.dumps` defaults to `ensure_ascii=True`, and clients written from the RFC text rather
+/// than the SDK (or an SDK version that forgot the flag) sign `\u00e9` escapes instead. Both
+/// texts denote the same JSON, so the gateway accepts a signature over either.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Escaping {
+    /// `ensure_ascii=False`: non-ASCII as raw UTF-8 (the notes' canonical form).
+    Utf8,
+    /// `ensure_ascii=True`: everything outside `0x20..=0x7e` as `\uXXXX` (lowercase hex,
+    /// surrogate pairs above U+FFFF), except the short escapes `\n \r \t \b \f`.
+    Ascii,
+}
+
 /// Serialises `json` as Python's `json.dumps(v, sort_keys=True, separators=(',',':'),
 /// ensure_ascii=False)` does, byte for byte.
 pub fn to_canonical(json: &Json) -> String {
     let mut out = String::new();
-    write_canonical(json, &mut out);
+    write_canonical(json, &mut out, Escaping::Utf8);
     out
 }
 
@@ -119,29 +134,39 @@ pub fn to_canonical(json: &Json) -> String {
 /// `{"payload":<canonical payload>,"security_token":"<token>","timestamp":<unix seconds>}` as
 /// UTF-8 bytes.
 pub fn signed_message(payload: &Json, security_token: &str, unix_secs: i64) -> Vec<u8> {
+    signed_message_with(payload, security_token, unix_secs, Escaping::Utf8)
+}
+
+/// [`signed_message`] with the given escaping of non-ASCII text.
+pub fn signed_message_with(
+    payload: &Json,
+    security_token: &str,
+    unix_secs: i64,
+    escaping: Escaping,
+) -> Vec<u8> {
     let mut out = String::from("{\"payload\":");
-    write_canonical(payload, &mut out);
+    write_canonical(payload, &mut out, escaping);
     out.push_str(",\"security_token\":");
-    write_string(security_token, &mut out);
+    write_string(security_token, &mut out, escaping);
     // Writing to a String cannot fail.
     let _ = write!(out, ",\"timestamp\":{unix_secs}}}");
     out.into_bytes()
 }
 
-fn write_canonical(json: &Json, out: &mut String) {
+fn write_canonical(json: &Json, out: &mut String, escaping: Escaping) {
     match json {
         Json::Null => out.push_str("null"),
         Json::Bool(true) => out.push_str("true"),
         Json::Bool(false) => out.push_str("false"),
         Json::Number(lexeme) => out.push_str(lexeme),
-        Json::String(s) => write_string(s, out),
+        Json::String(s) => write_string(s, out, escaping),
         Json::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                write_canonical(item, out);
+                write_canonical(item, out, escaping);
             }
             out.push(']');
         }
@@ -154,17 +179,18 @@ fn write_canonical(json: &Json, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_string(key, out);
+                write_string(key, out, escaping);
                 out.push(':');
-                write_canonical(value, out);
+                write_canonical(value, out, escaping);
             }
             out.push('}');
         }
     }
 }
 
-/// Python's `ensure_ascii=False` string encoder: escapes `"`, `\` and C0 controls only.
-fn write_string(s: &str, out: &mut String) {
+/// Python's string encoder: with `ensure_ascii=False` it escapes `"`, `\` and C0 controls only;
+/// with `ensure_ascii=True` also everything from 0x7f up.
+fn write_string(s: &str, out: &mut String, escaping: Escaping) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -177,6 +203,12 @@ fn write_string(s: &str, out: &mut String) {
             '\u{0c}' => out.push_str("\\f"),
             c if (c as u32) < 0x20 => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if escaping == Escaping::Ascii && (c as u32) > 0x7e => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    let _ = write!(out, "\\u{:04x}", unit);
+                }
             }
             c => out.push(c),
         }

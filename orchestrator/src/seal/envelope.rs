@@ -20,7 +20,7 @@ use chrono::DateTime;
 use ed25519_dalek::{Signature, VerifyingKey};
 use serde_json::{json, Value};
 
-use super::canonical::{parse_preserving, signed_message, Json};
+use super::canonical::{parse_preserving, signed_message, signed_message_with, Escaping, Json};
 use super::error::{SealCode, SealError, PROTOCOL};
 
 /// DER prefix of an Ed25519 SubjectPublicKeyInfo (`SEQUENCE { SEQUENCE { OID 1.3.101.112 },
@@ -200,8 +200,25 @@ impl Envelope {
             )
         };
         let key = VerifyingKey::from_bytes(public_key).map_err(|_| invalid())?;
-        key.verify_strict(&self.signed_message(), &Signature::from_bytes(&bytes))
-            .map_err(|_| invalid())
+        let signature = Signature::from_bytes(&bytes);
+        let message = self.signed_message();
+        if key.verify_strict(&message, &signature).is_ok() {
+            return Ok(());
+        }
+        // A client that signed with `ensure_ascii=True` escaped its non-ASCII text (and DEL);
+        // only then can the escaped form differ.
+        if message.iter().any(|&b| b > 0x7e) {
+            let escaped = signed_message_with(
+                &self.payload,
+                &self.security_token,
+                self.unix_secs,
+                Escaping::Ascii,
+            );
+            if key.verify_strict(&escaped, &signature).is_ok() {
+                return Ok(());
+            }
+        }
+        Err(invalid())
     }
 
     /// The payload's `id` (string or number), for the response and error bodies.
@@ -493,6 +510,51 @@ mod tests {
         assert_eq!(args["path"], "café/日.txt");
         assert_eq!(env.request_id(), Some(json!("req-00ff")));
         assert_eq!(env.method(), "tools/call");
+    }
+
+    #[test]
+    fn signatures_over_either_escaping_of_non_ascii_text_verify() {
+        // What Python signs with `ensure_ascii` on and off for the same payload (checked against
+        // CPython's json.dumps: with it on, 0x7f and astral characters are escaped too).
+        let payload = r#"{"jsonrpc":"2.0","id":"r1","method":"tools/call","params":{"name":"fs.write","arguments":{"path":"/workspace/café/😀\u007f.txt","content":"日本"}}}"#;
+        let parsed = parse_preserving(payload).unwrap();
+        let utf8 = String::from_utf8(signed_message(&parsed, "tok", 1771338721)).unwrap();
+        let ascii = String::from_utf8(signed_message_with(
+            &parsed,
+            "tok",
+            1771338721,
+            Escaping::Ascii,
+        ))
+        .unwrap();
+        assert!(utf8.contains("café/😀\u{7f}.txt"), "{utf8}");
+        assert!(
+            ascii.contains(r#"caf\u00e9/\ud83d\ude00\u007f.txt"#),
+            "{ascii}"
+        );
+        assert!(ascii.contains(r#""content":"\u65e5\u672c""#), "{ascii}");
+        assert!(ascii.is_ascii());
+        for message in [utf8, ascii] {
+            let sig = STANDARD.encode(c1_key().sign(message.as_bytes()).to_bytes());
+            let env = Envelope::parse(&envelope_json(
+                "tok",
+                &sig,
+                payload,
+                "2026-02-17T14:32:01.000Z",
+            ))
+            .unwrap();
+            env.verify_signature(&c1_public()).unwrap();
+            let tampered = Envelope::parse(&envelope_json(
+                "tok",
+                &sig,
+                &payload.replace("日本", "日本!"),
+                "2026-02-17T14:32:01.000Z",
+            ))
+            .unwrap();
+            assert_eq!(
+                tampered.verify_signature(&c1_public()).unwrap_err().code,
+                SealCode::InvalidSignature
+            );
+        }
     }
 
     #[test]

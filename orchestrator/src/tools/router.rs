@@ -140,12 +140,13 @@ pub async fn invoke_in(
         return Err(err);
     };
 
+    let arguments = crate::arguments::normalise_integers(&tool.input_schema, arguments);
     let violations: Vec<ArgViolation> = tool
         .validator
         .iter_errors(&arguments)
         .map(|e| ArgViolation {
             path: e.instance_path().to_string(),
-            message: e.to_string(),
+            message: crate::arguments::describe_violation(&e),
         })
         .collect();
     if !violations.is_empty() {
@@ -164,6 +165,21 @@ pub async fn invoke_in(
     }
 
     if let Err(denial) = policy::check_tool(caller, tool, &arguments) {
+        audit::record(
+            &state.pool,
+            caller,
+            deny(&reason_code(caller, &denial), denial.message.clone()),
+        )
+        .await
+        .map_err(CallError::Audit)?;
+        return Err(CallError::Denied {
+            tool: name.to_owned(),
+            denial,
+        });
+    }
+
+    // Privileged calls (a capability with `require_approval`) wait here for an operator.
+    if let Err(denial) = crate::approvals::await_approval(state, caller, name, &arguments).await {
         audit::record(
             &state.pool,
             caller,

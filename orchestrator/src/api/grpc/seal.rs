@@ -47,14 +47,16 @@ impl Gateway for GatewayService {
         &self,
         request: Request<AttestRequest>,
     ) -> Result<Response<AttestResponse>, Status> {
+        let source = request.remote_addr().map(|a| a.ip());
         let r = request.into_inner();
         let req = crate::gateway::AttestRequest {
             public_key: r.public_key,
             workload_id: r.workload_id,
             security_context: r.security_context,
             attestation_secret: (!r.attestation_secret.is_empty()).then_some(r.attestation_secret),
+            attestation_token: (!r.attestation_token.is_empty()).then_some(r.attestation_token),
         };
-        match self.state.gateway.attest(&self.state, req).await {
+        match self.state.gateway.attest(&self.state, req, source).await {
             Ok(body) => Ok(Response::new(AttestResponse {
                 response_json: bytes(&body),
             })),

@@ -5,6 +5,7 @@
 //! document do not.
 
 mod api_keys;
+mod approvals;
 mod audit;
 mod auth;
 mod definitions;
@@ -102,6 +103,10 @@ pub fn router(state: AppState) -> Router {
             post(sandboxes::create).get(sandboxes::list),
         )
         .route("/v1/sandboxes/{id}", delete(sandboxes::destroy))
+        .route("/v1/approvals", get(approvals::list))
+        .route("/v1/approvals/{id}", get(approvals::get))
+        .route("/v1/approvals/{id}/approve", post(approvals::approve))
+        .route("/v1/approvals/{id}/reject", post(approvals::reject))
         .route("/v1/seal/sessions", get(seal::list_sessions))
         .route(
             "/v1/seal/sessions/{id}",
@@ -114,6 +119,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/security-contexts/{name}",
             get(seal::get_context).delete(seal::delete_context),
+        )
+        .route(
+            "/v1/security-contexts/{name}/attestation-tokens",
+            post(seal::issue_token).get(seal::list_tokens),
         )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

@@ -5,7 +5,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    api_keys, audit, definitions, error, executions, sandboxes, schemas, seal, tools,
+    api_keys, approvals, audit, definitions, error, executions, sandboxes, schemas, seal, tools,
     workflow_executions,
 };
 
@@ -39,7 +39,8 @@ impl Modify for BearerKey {
         sandboxes::create, sandboxes::list, sandboxes::destroy,
         seal::attest, seal::invoke, seal::tools, seal::list_sessions, seal::get_session,
         seal::revoke_session, seal::list_contexts, seal::get_context, seal::put_context,
-        seal::delete_context,
+        seal::delete_context, seal::issue_token, seal::list_tokens,
+        approvals::list, approvals::get, approvals::approve, approvals::reject,
         executions::execute, executions::list, executions::get, executions::cancel,
         executions::remove, executions::events,
         workflow_executions::run, workflow_executions::list, workflow_executions::get,

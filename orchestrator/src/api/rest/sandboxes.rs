@@ -43,6 +43,11 @@ impl From<SandboxError> for ApiError {
                 "runtime_unavailable",
                 e.to_string(),
             ),
+            SandboxError::QuotaExceeded { .. } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                e.to_string(),
+            ),
             SandboxError::Unavailable(_) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

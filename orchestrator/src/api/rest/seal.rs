@@ -2,9 +2,10 @@
 //! (no API key: the envelope and token are the credentials), and the operator's views of
 //! sessions and security contexts (`/v1/seal/sessions`, `/v1/security-contexts`, API key).
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -17,6 +18,7 @@ use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
 use crate::audit;
 use crate::caller::Caller;
+use crate::gateway::attestation_tokens::{self, TokenError};
 use crate::gateway::contexts::{self, ContextError};
 use crate::gateway::{sessions, AttestRequest, Session};
 use crate::seal::error::{SealCode, SealError};
@@ -39,7 +41,11 @@ fn seal_response(status: u16, body: Value, retry_after: Option<u64>) -> Response
     responses((status = 200, description = "{status, security_token, expires_at, session_id}", body = Value),
               (status = 401, description = "Workload not admitted (3000)", body = Value),
               (status = 403, description = "Unknown security context (3001)", body = Value)))]
-pub async fn attest(State(state): State<AppState>, body: String) -> Response {
+pub async fn attest(
+    State(state): State<AppState>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    body: String,
+) -> Response {
     let request: AttestRequest = match serde_json::from_str(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -50,7 +56,8 @@ pub async fn attest(State(state): State<AppState>, body: String) -> Response {
             return seal_response(400, err.attestation_error_body(), None);
         }
     };
-    match state.gateway.attest(&state, request).await {
+    let source = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
+    match state.gateway.attest(&state, request, source).await {
         Ok(body) => seal_response(200, body, None),
         Err(e) => {
             let status = if e.retry_after_secs.is_some() {
@@ -230,7 +237,7 @@ impl From<ContextError> for ApiError {
     }
 }
 
-/// Every security context.
+/// Every security context, enrolment secrets shown only as `set` / `not set` (for every role).
 #[utoipa::path(get, path = "/v1/security-contexts", operation_id = "list_security_contexts", tag = "seal",
     responses((status = 200, description = "Contexts", body = Value)), security(("api_key" = [])))]
 pub async fn list_contexts(
@@ -238,12 +245,12 @@ pub async fn list_contexts(
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
     let list = contexts::list(&state.pool, &caller.tenant).await?;
-    Ok(Json(
-        serde_json::to_value(list).map_err(ApiError::internal)?,
-    ))
+    Ok(Json(Value::Array(
+        list.iter().map(|c| c.redacted()).collect(),
+    )))
 }
 
-/// One security context.
+/// One security context, its enrolment secret shown only as `set` / `not set`.
 #[utoipa::path(get, path = "/v1/security-contexts/{name}", operation_id = "get_security_context", tag = "seal", params(("name" = String, Path, description = "Context name")),
     responses((status = 200, description = "Context", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn get_context(
@@ -252,7 +259,7 @@ pub async fn get_context(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let ctx = contexts::get(&state.pool, &caller.tenant, &name).await?;
-    Ok(Json(serde_json::to_value(ctx).map_err(ApiError::internal)?))
+    Ok(Json(ctx.redacted()))
 }
 
 /// Creates or replaces a security context (validated before anything is stored).
@@ -300,4 +307,92 @@ pub async fn delete_context(
     )
     .await?;
     Ok(Json(json!({"name": name, "deleted": true})))
+}
+
+/// Body of `POST /v1/security-contexts/{name}/attestation-tokens`.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssueToken {
+    /// Only this workload id may use the token (default: any workload the context's patterns
+    /// admit).
+    #[serde(default)]
+    pub workload_id: Option<String>,
+    /// Lifetime, seconds (default 3600, at most 7 days).
+    #[serde(default)]
+    pub ttl_secs: Option<i64>,
+}
+
+impl From<TokenError> for ApiError {
+    fn from(e: TokenError) -> Self {
+        match e {
+            TokenError::BadTtl | TokenError::Refused(_) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                e.to_string(),
+            ),
+            TokenError::Random(_) => ApiError::internal(e),
+            TokenError::Db(e) => ApiError::internal(e),
+        }
+    }
+}
+
+/// Issues a one-time attestation token for a context: shown once, stored hashed, expires.
+#[utoipa::path(post, path = "/v1/security-contexts/{name}/attestation-tokens", operation_id = "issue_attestation_token", tag = "seal",
+    params(("name" = String, Path, description = "Context name")), request_body = IssueToken,
+    responses((status = 201, description = "The token (shown only now) and its listing data", body = Value),
+              (status = 404, description = "Unknown context", body = ErrorBody),
+              (status = 422, description = "Bad lifetime", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn issue_token(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    body: Option<Json<IssueToken>>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    require(&caller, Need::Write)?;
+    let started = Instant::now();
+    let req = body.map(|Json(b)| b).unwrap_or_default();
+    contexts::get(&state.pool, &caller.tenant, &name).await?;
+    let issued = attestation_tokens::issue(
+        &state.pool,
+        &caller.tenant,
+        &name,
+        req.workload_id.as_deref().filter(|w| !w.is_empty()),
+        req.ttl_secs,
+        &caller.id,
+    )
+    .await;
+    audit::record_admin(
+        &state.pool,
+        &caller,
+        "security_context.attestation_token.issue",
+        &json!({"security_context": name, "workload_id": req.workload_id,
+                "token_id": issued.as_ref().ok().map(|t| t.info.id)}),
+        issued.is_ok(),
+        started,
+    )
+    .await?;
+    let issued = issued?;
+    Ok((
+        StatusCode::CREATED,
+        Json(serde_json::to_value(issued).map_err(ApiError::internal)?),
+    ))
+}
+
+/// The attestation tokens of a context (never the tokens themselves).
+#[utoipa::path(get, path = "/v1/security-contexts/{name}/attestation-tokens", operation_id = "list_attestation_tokens", tag = "seal",
+    params(("name" = String, Path, description = "Context name")),
+    responses((status = 200, description = "Tokens, newest first", body = Value)),
+    security(("api_key" = [])))]
+pub async fn list_tokens(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let list = attestation_tokens::list(&state.pool, &caller.tenant, &name)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(
+        serde_json::to_value(list).map_err(ApiError::internal)?,
+    ))
 }

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::grammar::{
     domain_matches, normalise_path, path_matches, split_deny_entry, tool_matches,
 };
-use super::{Capability, Grant, RateLimiter, SecurityContext, WORKSPACE};
+use super::{ApprovalRule, Capability, Grant, RateLimiter, SecurityContext, WORKSPACE};
 use crate::seal::error::{SealCode, SealError};
 
 impl SecurityContext {
@@ -137,6 +137,24 @@ impl SecurityContext {
             )
             .with_details(base_details())
         }))
+    }
+
+    /// Whether an allowed call of `tool` with `args` must first be approved by an operator: the
+    /// first capability (in order) whose pattern matches and whose path, command and domain
+    /// constraints pass decides, as it is the one that grants the call. Rate limits are not
+    /// consulted (they cannot make a call need less approval).
+    pub fn approval_for(&self, tool: &str, args: &Value) -> Option<ApprovalRule> {
+        let subject = Subject::of(tool, args);
+        self.capabilities
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| tool_matches(&c.tool_pattern, tool))
+            .find(|(_, c)| self.check_constraints(c, tool, &subject).is_ok())
+            .filter(|(_, c)| c.require_approval)
+            .map(|(index, c)| ApprovalRule {
+                capability_index: index,
+                timeout_secs: c.approval_timeout_secs,
+            })
     }
 
     /// Checks a capability's path, command and domain constraints (not the rate limit).
@@ -454,6 +472,46 @@ mod tests {
 
     fn code(ctx: &SecurityContext, tool: &str, args: Value) -> Option<SealCode> {
         eval(ctx, tool, args).err().map(|e| e.code)
+    }
+
+    #[test]
+    fn approval_follows_the_granting_capability() {
+        let ctx = context(json!({"name": "ops", "description": "", "capabilities": [
+            {"tool_pattern": "fs.read", "path_allowlist": ["/workspace/public/**"]},
+            {"tool_pattern": "fs.*", "require_approval": true, "approval_timeout_secs": 30},
+            {"tool_pattern": "cmd.run", "command_allowlist": ["ls"]},
+            {"tool_pattern": "cmd.run", "require_approval": true}]}));
+        assert_eq!(
+            ctx.approval_for("fs.read", &json!({"path": "/workspace/public/a"})),
+            None,
+            "the first capability grants it without approval"
+        );
+        assert_eq!(
+            ctx.approval_for("fs.read", &json!({"path": "/workspace/secret"})),
+            Some(ApprovalRule {
+                capability_index: 1,
+                timeout_secs: Some(30)
+            })
+        );
+        assert_eq!(
+            ctx.approval_for("fs.write", &json!({"path": "/workspace/x"})),
+            Some(ApprovalRule {
+                capability_index: 1,
+                timeout_secs: Some(30)
+            })
+        );
+        assert_eq!(
+            ctx.approval_for("cmd.run", &json!({"command": "ls -l"})),
+            None
+        );
+        assert_eq!(
+            ctx.approval_for("cmd.run", &json!({"command": "rm -rf /workspace"})),
+            Some(ApprovalRule {
+                capability_index: 3,
+                timeout_secs: None
+            })
+        );
+        assert_eq!(ctx.approval_for("aegis.agent.list", &json!({})), None);
     }
 
     #[test]

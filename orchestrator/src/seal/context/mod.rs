@@ -147,6 +147,25 @@ pub struct Capability {
     /// Largest response, bytes, the router may return for a call granted by this capability.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_response_size: Option<u64>,
+    /// A call granted by this capability waits for an operator's approval before it runs
+    /// (the "privileged" tier of the owlette reference).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_approval: bool,
+    /// How long such a call waits for a decision, seconds (default `seal.approval_timeout_secs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_timeout_secs: Option<u64>,
+}
+
+/// Largest `approval_timeout_secs` accepted (a day).
+pub const MAX_APPROVAL_TIMEOUT_SECS: u64 = 86_400;
+
+/// A call that needs an operator's approval, and how long it may wait for one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApprovalRule {
+    /// The capability that grants the call and asks for approval.
+    pub capability_index: usize,
+    /// Its own timeout, if it sets one.
+    pub timeout_secs: Option<u64>,
 }
 
 /// A rate limit: `calls` per `per_seconds`.
@@ -169,61 +188,112 @@ pub struct RuntimeSpec {
     pub version: String,
 }
 
-/// Which workloads may attest into a context. Every configured condition must hold; a context
-/// with neither admits nobody.
+/// Which workloads may attest into a context, and what they must prove.
+///
+/// `workload_patterns` is a filter, not a proof: any client can claim any workload id. A
+/// workload is admitted only when it passes the filter (if there is one) *and* proves itself in
+/// one of three ways: the context's `enrolment_secret`, a one-time attestation token an operator
+/// issued for this context (checked by the gateway, which stores them), or the context opting out
+/// with `allow_unverified: true`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttestationPolicy {
-    /// Workload-id patterns; `*` matches any run of characters (`docker://*`, `ci-*`).
+    /// Workload-id patterns; `*` matches any run of characters (`docker://*`, `ci-*`). Empty
+    /// means any workload id.
     #[serde(default)]
     pub workload_patterns: Vec<String>,
-    /// A pre-shared secret the attesting workload must present.
+    /// A pre-shared secret the attesting workload may present as proof.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enrolment_secret: Option<String>,
+    /// Admit workloads that pass the filter without any proof (development, trusted networks).
+    #[serde(default)]
+    pub allow_unverified: bool,
+}
+
+/// What an attesting workload presented as proof of who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof<'a> {
+    /// Nothing.
+    None,
+    /// An enrolment secret.
+    Secret(&'a str),
+    /// A one-time attestation token the gateway has already redeemed for this context.
+    RedeemedToken,
 }
 
 impl AttestationPolicy {
-    /// Decides whether `workload_id`, presenting `secret` (if any), may attest into the context
-    /// named `context`. Refusals are 3000 and say which condition failed.
-    pub fn admits(
-        &self,
-        context: &str,
-        workload_id: &str,
-        secret: Option<&str>,
-    ) -> Result<(), SealError> {
-        let refuse = |message: String| {
-            SealError::new(SealCode::WorkloadVerificationFailed, message).with_details(json!({
-                "security_context": context,
-                "workload_id": workload_id,
-            }))
-        };
-        if self.workload_patterns.is_empty() && self.enrolment_secret.is_none() {
-            return Err(refuse(format!(
-                "security context `{context}` admits no workloads (it has neither workload \
-                 patterns nor an enrolment secret)"
-            )));
-        }
-        if !self.workload_patterns.is_empty()
-            && !self
+    /// Refuses (3000) a workload id that does not pass `workload_patterns`.
+    pub fn filter(&self, context: &str, workload_id: &str) -> Result<(), SealError> {
+        if self.workload_patterns.is_empty()
+            || self
                 .workload_patterns
                 .iter()
                 .any(|p| wildcard_match(p, workload_id))
         {
-            return Err(refuse(format!(
+            return Ok(());
+        }
+        Err(refusal(
+            context,
+            workload_id,
+            format!(
                 "workload `{workload_id}` does not match the workload patterns of security \
                  context `{context}`"
-            )));
-        }
-        if let Some(expected) = &self.enrolment_secret {
-            let ok = secret.is_some_and(|given| constant_time_eq(given, expected));
-            if !ok {
-                return Err(refuse(format!(
-                    "security context `{context}` requires a valid enrolment secret"
-                )));
-            }
-        }
-        Ok(())
+            ),
+        ))
     }
+
+    /// Decides whether `workload_id`, presenting `proof`, may attest into the context named
+    /// `context`: the filter, then the proof. Refusals are 3000 and say what was missing.
+    pub fn admits(
+        &self,
+        context: &str,
+        workload_id: &str,
+        proof: Proof<'_>,
+    ) -> Result<(), SealError> {
+        self.filter(context, workload_id)?;
+        match proof {
+            Proof::RedeemedToken => Ok(()),
+            Proof::Secret(given) => match &self.enrolment_secret {
+                Some(expected) if constant_time_eq(given, expected) => Ok(()),
+                Some(_) => Err(refusal(
+                    context,
+                    workload_id,
+                    format!("the enrolment secret for security context `{context}` is wrong"),
+                )),
+                None => Err(refusal(
+                    context,
+                    workload_id,
+                    format!(
+                        "security context `{context}` has no enrolment secret; attest with a \
+                         one-time attestation token instead"
+                    ),
+                )),
+            },
+            Proof::None if self.allow_unverified => Ok(()),
+            Proof::None => Err(refusal(
+                context,
+                workload_id,
+                format!(
+                    "security context `{context}` admits only verified workloads: present {}an \
+                     operator-issued one-time `attestation_token` (POST \
+                     /v1/security-contexts/{context}/attestation-tokens), or have the context set \
+                     `attestation.allow_unverified: true`",
+                    if self.enrolment_secret.is_some() {
+                        "its `attestation_secret`, "
+                    } else {
+                        ""
+                    }
+                ),
+            )),
+        }
+    }
+}
+
+fn refusal(context: &str, workload_id: &str, message: String) -> SealError {
+    SealError::new(SealCode::WorkloadVerificationFailed, message).with_details(json!({
+        "security_context": context,
+        "workload_id": workload_id,
+    }))
 }
 
 /// Compares two secrets without an early exit on the first differing byte.
@@ -233,6 +303,24 @@ fn constant_time_eq(a: &str, b: &str) -> bool {
         .zip(db.iter())
         .fold(0u8, |acc, (x, y)| acc | (x ^ y))
         == 0
+}
+
+/// Replaces `attestation.enrolment_secret` in a context definition (as stored or configured) by
+/// `"set"` or `"not set"`; anything else is left as it is. For every place a definition is shown.
+pub fn redact_definition(definition: &mut serde_json::Value) {
+    let Some(object) = definition.as_object_mut() else {
+        return;
+    };
+    let attestation = object.entry("attestation").or_insert_with(|| json!({}));
+    if let Some(attestation) = attestation.as_object_mut() {
+        let set = attestation
+            .get("enrolment_secret")
+            .is_some_and(|v| !v.is_null());
+        attestation.insert(
+            "enrolment_secret".to_owned(),
+            json!(if set { "set" } else { "not set" }),
+        );
+    }
 }
 
 /// A context definition that does not hold together; `field` is its path
@@ -404,6 +492,20 @@ impl SecurityContext {
             if cap.max_response_size == Some(0) {
                 return Err(invalid(at("max_response_size"), "must be at least 1"));
             }
+            if let Some(t) = cap.approval_timeout_secs {
+                if t == 0 || t > MAX_APPROVAL_TIMEOUT_SECS {
+                    return Err(invalid(
+                        at("approval_timeout_secs"),
+                        format!("must be between 1 and {MAX_APPROVAL_TIMEOUT_SECS}"),
+                    ));
+                }
+                if !cap.require_approval {
+                    return Err(invalid(
+                        at("approval_timeout_secs"),
+                        "is only meaningful with `require_approval: true`",
+                    ));
+                }
+            }
         }
         if let Some(runtime) = &self.runtime {
             if runtime.language.trim().is_empty() {
@@ -432,19 +534,18 @@ impl SecurityContext {
         Ok(())
     }
 
-    /// Decides whether `workload_id`, presenting `secret` (if any), may attest into this
-    /// context; see [`AttestationPolicy::admits`]. Refusals are 3000.
-    pub fn admits(&self, workload_id: &str, secret: Option<&str>) -> Result<(), SealError> {
-        self.attestation.admits(&self.name, workload_id, secret)
+    /// Decides whether `workload_id`, presenting `proof`, may attest into this context; see
+    /// [`AttestationPolicy::admits`]. Refusals are 3000.
+    pub fn admits(&self, workload_id: &str, proof: Proof<'_>) -> Result<(), SealError> {
+        self.attestation.admits(&self.name, workload_id, proof)
     }
 
-    /// A copy safe to show: the enrolment secret replaced by `"********"`.
-    pub fn redacted(&self) -> SecurityContext {
-        let mut copy = self.clone();
-        if copy.attestation.enrolment_secret.is_some() {
-            copy.attestation.enrolment_secret = Some("********".into());
-        }
-        copy
+    /// The definition as every role sees it: the enrolment secret is never shown, only whether
+    /// one is set (`"set"` / `"not set"`), so a listing cannot leak it to a read-only key.
+    pub fn redacted(&self) -> serde_json::Value {
+        let mut shown = serde_json::to_value(self).unwrap_or_else(|_| json!({"name": self.name}));
+        redact_definition(&mut shown);
+        shown
     }
 
     /// True when some call of `tool` could be allowed: no plain deny entry matches it and a
@@ -542,6 +643,14 @@ mod tests {
             json!({"capabilities": [{"tool_pattern": "*", "max_response_size": 0}]}),
             "capabilities[0].max_response_size",
         );
+        bad(
+            json!({"capabilities": [{"tool_pattern": "*", "require_approval": true, "approval_timeout_secs": 0}]}),
+            "capabilities[0].approval_timeout_secs",
+        );
+        bad(
+            json!({"capabilities": [{"tool_pattern": "*", "approval_timeout_secs": 5}]}),
+            "capabilities[0].approval_timeout_secs",
+        );
         bad(json!({"deny_list": ["fs.read", ""]}), "deny_list[1]");
         bad(json!({"deny_list": ["fs.read:"]}), "deny_list[0]");
         bad(
@@ -582,53 +691,93 @@ mod tests {
         let back: SecurityContext =
             serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
         assert_eq!(back, full);
-        let shown = serde_json::to_value(full.redacted()).unwrap();
-        assert_eq!(shown["attestation"]["enrolment_secret"], "********");
+        let shown = full.redacted();
+        assert_eq!(shown["attestation"]["enrolment_secret"], "set");
         assert!(!shown.to_string().contains("0123456789abcdef"));
+        let minimal = ctx.redacted();
+        assert_eq!(minimal["attestation"]["enrolment_secret"], "not set");
     }
 
     #[test]
     fn attestation_policy() {
+        use Proof::{RedeemedToken, Secret};
         let nobody = AttestationPolicy::default();
         assert_eq!(
-            nobody.admits("c", "docker://a", None).unwrap_err().code,
+            nobody
+                .admits("c", "docker://a", Proof::None)
+                .unwrap_err()
+                .code,
             SealCode::WorkloadVerificationFailed
         );
-
-        let docker = AttestationPolicy {
-            workload_patterns: vec!["docker://*".into(), "ci-runner-?".into()],
-            enrolment_secret: None,
-        };
-        assert!(docker.admits("c", "docker://8a9f", None).is_ok());
         assert!(
-            docker.admits("c", "ci-runner-?", None).is_ok(),
+            nobody.admits("c", "docker://a", RedeemedToken).is_ok(),
+            "an operator's one-time token is proof enough"
+        );
+
+        // Patterns alone are a filter, never a proof.
+        let patterns_only = AttestationPolicy {
+            workload_patterns: vec!["docker://*".into(), "ci-runner-?".into()],
+            ..Default::default()
+        };
+        let e = patterns_only
+            .admits("c", "docker://8a9f", Proof::None)
+            .unwrap_err();
+        assert!(e.message.contains("attestation_token"), "{}", e.message);
+        assert!(patterns_only
+            .admits("c", "docker://8a9f", RedeemedToken)
+            .is_ok());
+        assert!(
+            patterns_only
+                .admits("c", "ci-runner-1", RedeemedToken)
+                .is_err(),
+            "the filter holds even with a token"
+        );
+        assert!(
+            patterns_only
+                .admits("c", "ci-runner-?", RedeemedToken)
+                .is_ok(),
             "only `*` is special"
         );
-        assert!(docker.admits("c", "ci-runner-1", None).is_err());
-        assert!(docker.admits("c", "vm://docker://x", None).is_err());
+        assert!(patterns_only
+            .admits("c", "vm://docker://x", RedeemedToken)
+            .is_err());
+
+        let open = AttestationPolicy {
+            workload_patterns: vec!["docker://*".into()],
+            allow_unverified: true,
+            ..Default::default()
+        };
+        assert!(open.admits("c", "docker://x", Proof::None).is_ok());
+        assert!(open.admits("c", "host://x", Proof::None).is_err());
+        assert!(
+            open.admits("c", "docker://x", Secret("guess-guess-guess"))
+                .is_err(),
+            "a secret where none exists is refused, not ignored"
+        );
 
         let secret = AttestationPolicy {
-            workload_patterns: vec![],
             enrolment_secret: Some("0123456789abcdef".into()),
+            ..Default::default()
         };
         assert!(secret
-            .admits("c", "anything", Some("0123456789abcdef"))
+            .admits("c", "anything", Secret("0123456789abcdef"))
             .is_ok());
         assert!(secret
-            .admits("c", "anything", Some("0123456789abcdeF"))
+            .admits("c", "anything", Secret("0123456789abcdeF"))
             .is_err());
-        assert!(secret.admits("c", "anything", None).is_err());
+        assert!(secret.admits("c", "anything", Proof::None).is_err());
 
         let both = AttestationPolicy {
             workload_patterns: vec!["docker://*".into()],
             enrolment_secret: Some("0123456789abcdef".into()),
+            allow_unverified: false,
         };
         assert!(both
-            .admits("c", "docker://x", Some("0123456789abcdef"))
+            .admits("c", "docker://x", Secret("0123456789abcdef"))
             .is_ok());
-        assert!(both.admits("c", "docker://x", None).is_err());
+        assert!(both.admits("c", "docker://x", Proof::None).is_err());
         assert!(both
-            .admits("c", "host://x", Some("0123456789abcdef"))
+            .admits("c", "host://x", Secret("0123456789abcdef"))
             .is_err());
     }
 }

@@ -1,0 +1,155 @@
+//! `/v1/approvals`: operators list the privileged calls waiting for a decision and approve or
+//! reject them. Read-only keys may list them but never see their arguments.
+
+use std::time::Instant;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::auth::{require, Need};
+use super::error::{ApiError, ErrorBody};
+use crate::approvals::{self, Decision, DecisionError};
+use crate::audit;
+use crate::caller::{Caller, Role};
+use crate::state::AppState;
+
+impl From<DecisionError> for ApiError {
+    fn from(e: DecisionError) -> Self {
+        match e {
+            DecisionError::NotFound(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
+            }
+            DecisionError::Closed { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "approval_closed", e.to_string())
+            }
+            DecisionError::Db(e) => ApiError::internal(e),
+        }
+    }
+}
+
+fn may_see_arguments(caller: &Caller) -> bool {
+    caller.role.is_some_and(Role::may_write)
+}
+
+/// `?all=true` includes decided and timed-out requests.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ListQuery {
+    /// Include closed requests.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// Approval requests (pending ones unless `?all=true`), newest first.
+#[utoipa::path(get, path = "/v1/approvals", operation_id = "list_approvals", tag = "approvals", params(ListQuery),
+    responses((status = 200, description = "Requests", body = Value)), security(("api_key" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let rows = approvals::list(&state.pool, &caller.tenant, !q.all).await?;
+    let show = may_see_arguments(&caller);
+    Ok(Json(Value::Array(
+        rows.iter().map(|a| approvals::view(a, show)).collect(),
+    )))
+}
+
+/// One approval request.
+#[utoipa::path(get, path = "/v1/approvals/{id}", operation_id = "get_approval", tag = "approvals",
+    params(("id" = Uuid, Path, description = "Request id")),
+    responses((status = 200, description = "Request", body = Value), (status = 404, description = "Unknown", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    let a = approvals::get(&state.pool, &caller.tenant, id)
+        .await?
+        .ok_or(DecisionError::NotFound(id))?;
+    Ok(Json(approvals::view(&a, may_see_arguments(&caller))))
+}
+
+/// Body of approve / reject.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBody {
+    /// Why (shown to the caller on rejection, kept with the request).
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+async fn decide(
+    state: &AppState,
+    caller: &Caller,
+    id: Uuid,
+    decision: Decision,
+    body: Option<Json<DecisionBody>>,
+) -> Result<Json<Value>, ApiError> {
+    require(caller, Need::Write)?;
+    let started = Instant::now();
+    let note = body.and_then(|Json(b)| b.note).filter(|n| !n.is_empty());
+    if note.as_ref().is_some_and(|n| n.len() > 1000) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            "note: at most 1000 bytes",
+        ));
+    }
+    let decided = approvals::decide(
+        &state.pool,
+        &caller.tenant,
+        id,
+        decision,
+        &caller.id,
+        note.as_deref(),
+    )
+    .await;
+    audit::record_admin(
+        &state.pool,
+        caller,
+        match decision {
+            Decision::Approve => "approval.approve",
+            Decision::Reject => "approval.reject",
+        },
+        &json!({"approval_id": id, "note": note}),
+        decided.is_ok(),
+        started,
+    )
+    .await?;
+    Ok(Json(approvals::view(&decided?, true)))
+}
+
+/// Lets a waiting call run.
+#[utoipa::path(post, path = "/v1/approvals/{id}/approve", operation_id = "approve_call", tag = "approvals",
+    params(("id" = Uuid, Path, description = "Request id")), request_body = DecisionBody,
+    responses((status = 200, description = "Approved", body = Value), (status = 404, description = "Unknown", body = ErrorBody),
+              (status = 409, description = "Already decided or timed out", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn approve(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+    body: Option<Json<DecisionBody>>,
+) -> Result<Json<Value>, ApiError> {
+    decide(&state, &caller, id, Decision::Approve, body).await
+}
+
+/// Refuses a waiting call.
+#[utoipa::path(post, path = "/v1/approvals/{id}/reject", operation_id = "reject_call", tag = "approvals",
+    params(("id" = Uuid, Path, description = "Request id")), request_body = DecisionBody,
+    responses((status = 200, description = "Rejected", body = Value), (status = 404, description = "Unknown", body = ErrorBody),
+              (status = 409, description = "Already decided or timed out", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn reject(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+    body: Option<Json<DecisionBody>>,
+) -> Result<Json<Value>, ApiError> {
+    decide(&state, &caller, id, Decision::Reject, body).await
+}

@@ -1,0 +1,239 @@
+//! Tool arguments against their JSON Schema: what SDKs send, and what a refusal may say.
+//!
+//! Two rules live here so the router applies them once, for every door (REST, SEAL, MCP,
+//! executions):
+//!
+//! - **Integral floats are integers where the schema says integer.** Python clients (and any
+//!   JSON library that keeps numbers as doubles) send `30.0` for thirty. JSON Schema counts
+//!   `30.0` as an integer, but handlers read arguments into Rust integers, which refuse a float.
+//!   [`normalise_integers`] rewrites such numbers to integers where (and only where) the schema
+//!   says `integer`, before validation; `30.5` stays a float and the validator refuses it.
+//! - **A refusal never repeats a value.** An argument may hold a secret (a token in `content`,
+//!   a password in `env_additions`), and validation messages travel to the caller, to logs and
+//!   into the audit log's reason. [`describe_violation`] therefore says what the schema wanted and
+//!   the JSON type that arrived, never the value; the JSON pointer says where.
+
+use serde_json::{Number, Value};
+
+/// Deepest schema/instance nesting followed; deeper parts are left as they are.
+const MAX_DEPTH: usize = 64;
+
+/// Rewrites every number with a zero fraction (`30.0`, `-2.0`, `1e3`) to an integer where
+/// `schema` says `integer` at that place; everything else is returned unchanged.
+///
+/// Followed: `properties`, `additionalProperties` and `patternProperties` (any pattern; the
+/// validator still checks the name), `items`, `prefixItems`, `allOf` / `anyOf` / `oneOf`
+/// branches and local `$ref`s (`#/...`).
+pub fn normalise_integers(schema: &Value, instance: Value) -> Value {
+    walk(schema, schema, instance, 0)
+}
+
+fn says_integer(schema: &Value) -> bool {
+    match schema.get("type") {
+        Some(Value::String(t)) => t == "integer",
+        Some(Value::Array(types)) => {
+            types.iter().any(|t| t == "integer") && !types.iter().any(|t| t == "number")
+        }
+        _ => false,
+    }
+}
+
+/// The integer a float stands for, when it has no fraction and fits an `i64` or `u64`.
+fn integral(number: &Number) -> Option<Number> {
+    if number.is_i64() || number.is_u64() {
+        return None;
+    }
+    let f = number.as_f64()?;
+    if !f.is_finite() || f.fract() != 0.0 {
+        return None;
+    }
+    // 2^63 and 2^64 are exact doubles; the bounds are exclusive at the top.
+    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
+        Some(Number::from(f as i64))
+    } else if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+        Some(Number::from(f as u64))
+    } else {
+        None
+    }
+}
+
+fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema.get("$ref").and_then(Value::as_str) {
+        Some(reference) => reference
+            .strip_prefix('#')
+            .and_then(|pointer| root.pointer(pointer))
+            .unwrap_or(schema),
+        None => schema,
+    }
+}
+
+fn walk(root: &Value, schema: &Value, instance: Value, depth: usize) -> Value {
+    if depth > MAX_DEPTH {
+        return instance;
+    }
+    let schema = resolve(root, schema);
+    let mut instance = match instance {
+        Value::Number(n) if says_integer(schema) => match integral(&n) {
+            Some(i) => Value::Number(i),
+            None => Value::Number(n),
+        },
+        Value::Object(members) => {
+            let properties = schema.get("properties");
+            let additional = schema.get("additionalProperties").filter(|s| s.is_object());
+            let pattern = schema
+                .get("patternProperties")
+                .and_then(Value::as_object)
+                .filter(|p| p.len() == 1)
+                .and_then(|p| p.values().next());
+            Value::Object(
+                members
+                    .into_iter()
+                    .map(|(key, value)| {
+                        let sub = properties
+                            .and_then(|p| p.get(&key))
+                            .or(pattern)
+                            .or(additional);
+                        let value = match sub {
+                            Some(sub) => walk(root, sub, value, depth + 1),
+                            None => value,
+                        };
+                        (key, value)
+                    })
+                    .collect(),
+            )
+        }
+        Value::Array(items) => {
+            let prefix = schema.get("prefixItems").and_then(Value::as_array);
+            let rest = schema.get("items").filter(|s| s.is_object());
+            Value::Array(
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, item)| match prefix.and_then(|p| p.get(i)).or(rest) {
+                        Some(sub) => walk(root, sub, item, depth + 1),
+                        None => item,
+                    })
+                    .collect(),
+            )
+        }
+        other => other,
+    };
+    for combinator in ["allOf", "anyOf", "oneOf"] {
+        if let Some(branches) = schema.get(combinator).and_then(Value::as_array) {
+            for branch in branches {
+                instance = walk(root, branch, instance, depth + 1);
+            }
+        }
+    }
+    instance
+}
+
+/// The JSON type name of a value, as a schema would name it.
+pub fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// A validation error as a message without the offending value: what the schema wanted, and the
+/// JSON type that was given.
+pub fn describe_violation(error: &jsonschema::ValidationError<'_>) -> String {
+    format!(
+        "{} (got {})",
+        error.masked_with("the value"),
+        json_type(error.instance())
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> Value {
+        json!({
+            "type": "object",
+            "$defs": {"count": {"type": "integer"}},
+            "properties": {
+                "n": {"type": "integer"},
+                "f": {"type": "number"},
+                "either": {"type": ["integer", "string"]},
+                "list": {"type": "array", "items": {"type": "integer"}},
+                "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]},
+                "nested": {"type": "object", "properties": {"deep": {"$ref": "#/$defs/count"}}},
+                "any": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                "free": {},
+            },
+            "additionalProperties": {"type": "integer"}
+        })
+    }
+
+    #[test]
+    fn integral_floats_become_integers_only_where_the_schema_says_integer() {
+        let given: Value = serde_json::from_str(
+            r#"{"n": 30.0, "f": 2.0, "either": 4.0, "list": [1.0, 2.5, -3.0], "pair": [7.0, "x"],
+               "nested": {"deep": 1e3}, "any": 5.0, "free": 6.0, "extra": 8.0, "half": 30.5}"#,
+        )
+        .unwrap();
+        let out = normalise_integers(&schema(), given);
+        assert!(out["n"].is_i64(), "{out}");
+        assert_eq!(out["n"], 30);
+        assert!(out["f"].is_f64(), "numbers stay numbers");
+        assert_eq!(out["either"], 4);
+        assert!(out["list"][0].is_i64() && out["list"][2].is_i64());
+        assert!(
+            out["list"][1].is_f64(),
+            "a real fraction is left for the validator to refuse"
+        );
+        assert!(out["pair"][0].is_i64());
+        assert_eq!(out["nested"]["deep"], 1000);
+        assert!(out["nested"]["deep"].is_i64());
+        assert!(out["any"].is_i64());
+        assert!(out["free"].is_f64(), "no schema, no change");
+        assert!(out["extra"].is_i64(), "additionalProperties schema applies");
+        assert!(out["half"].is_f64());
+    }
+
+    #[test]
+    fn huge_and_odd_numbers_are_left_alone() {
+        let s = json!({"type": "integer"});
+        for text in ["1e300", "-1e300", "18446744073709551616.0"] {
+            let v: Value = serde_json::from_str(text).unwrap();
+            assert!(normalise_integers(&s, v).is_f64(), "{text}");
+        }
+        let v: Value = serde_json::from_str("-0.0").unwrap();
+        assert_eq!(normalise_integers(&s, v), json!(0));
+        let v: Value = serde_json::from_str("9007199254740992.0").unwrap();
+        assert_eq!(normalise_integers(&s, v), json!(9007199254740992i64));
+    }
+
+    #[test]
+    fn violations_never_repeat_the_value() {
+        let schema = json!({"type": "object", "properties": {
+            "n": {"type": "integer"}, "s": {"type": "string", "maxLength": 3, "pattern": "^a"},
+            "e": {"enum": ["x", "y"]}}, "additionalProperties": false});
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let secret = "sk-live-SECRET-0123456789";
+        let args = json!({"n": secret, "s": secret, "e": secret});
+        let messages: Vec<String> = validator
+            .iter_errors(&args)
+            .map(|e| describe_violation(&e))
+            .collect();
+        assert!(messages.len() >= 4, "{messages:?}");
+        for m in &messages {
+            assert!(!m.contains("SECRET"), "{m}");
+        }
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("integer") && m.contains("got string")),
+            "{messages:?}"
+        );
+    }
+}
