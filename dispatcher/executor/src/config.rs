@@ -32,6 +32,10 @@ pub struct Config {
     pub max_file_bytes: u64,
     /// Directory relative paths are resolved against; chowned to `uid:gid` at start if root-owned.
     pub workspace: String,
+    /// The sandbox has network egress: commands may connect over TCP (else the kernel refuses).
+    pub egress: bool,
+    /// Refuse to run a command the kernel cannot confine (no Landlock); default `true`.
+    pub require_landlock: bool,
 }
 
 impl Default for Config {
@@ -45,6 +49,8 @@ impl Default for Config {
             home: "/workspace".into(),
             max_file_bytes: 10 * 1024 * 1024,
             workspace: "/workspace".into(),
+            egress: false,
+            require_landlock: true,
         }
     }
 }
