@@ -14,7 +14,8 @@ use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::CreateContainerOptionsBuilder;
 use common::{eventually, label, within, TestEnv, IMAGE};
 use dispatcher::protocol::{
-    Encoding, Op, ReadParams, ReadResult, Response, RunParams, RunResult, WriteParams, WriteResult,
+    Encoding, ExecGrant, Op, ReadParams, ReadResult, Response, RunParams, RunResult, WriteParams,
+    WriteResult,
 };
 use dispatcher::{
     labels, DispatchError, Limits, Owner, OwnerKind, SandboxId, SandboxSpec, SandboxState,
@@ -35,6 +36,7 @@ fn run_for(argv: &[&str], timeout_ms: u64) -> Op {
         grace_ms: Some(500),
         max_stdout_bytes: 64 * 1024,
         max_stderr_bytes: 64 * 1024,
+        exec: ExecGrant::Any,
     })
 }
 
@@ -202,6 +204,7 @@ async fn container_has_every_hardening_setting() {
         nano_cpus: 500_000_000,
         pids: 64,
         tmpfs_bytes: 16 * 1024 * 1024,
+        workspace_bytes: 32 * 1024 * 1024,
     };
     // Asking above the ceiling is lowered, not refused.
     s.limits.pids = 1_000_000;

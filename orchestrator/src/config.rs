@@ -115,6 +115,12 @@ pub struct SandboxConfig {
     pub dead_after_secs: u64,
     /// Period of the reaper, seconds.
     pub reap_interval_secs: u64,
+    /// Workspace size ceiling per sandbox, MiB (a size-limited volume; manifests ask with
+    /// `spec.security.resources.disk`).
+    pub max_workspace_mb: u64,
+    /// Refuse to start sandboxes when the kernel has no Landlock, since the command policy
+    /// could then not be held by the kernel. `false` runs them with the argv policy alone.
+    pub require_landlock: bool,
 }
 
 impl Default for SandboxConfig {
@@ -130,6 +136,8 @@ impl Default for SandboxConfig {
             max_file_bytes: 10 * 1024 * 1024,
             dead_after_secs: 120,
             reap_interval_secs: 60,
+            max_workspace_mb: 4096,
+            require_landlock: true,
         }
     }
 }
@@ -459,6 +467,7 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         ("sandbox.max_file_bytes", c.sandbox.max_file_bytes),
         ("sandbox.dead_after_secs", c.sandbox.dead_after_secs),
         ("sandbox.reap_interval_secs", c.sandbox.reap_interval_secs),
+        ("sandbox.max_workspace_mb", c.sandbox.max_workspace_mb),
     ] {
         if v == 0 {
             return Err(invalid(key, "expected a whole number of at least 1".into()));

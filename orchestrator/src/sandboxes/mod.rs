@@ -80,6 +80,15 @@ pub struct ToolCeilings {
     pub max_output_bytes: u64,
 }
 
+/// What the kernel offers the command policy on this node (reported by `/health/ready`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct KernelPolicy {
+    /// The kernel's Landlock ABI (0: none).
+    pub landlock_abi: u32,
+    /// `sandbox.require_landlock`: sandboxes are refused without Landlock.
+    pub required: bool,
+}
+
 /// What calls in one sandbox may do.
 #[derive(Debug, Clone)]
 pub struct SandboxPolicy {
@@ -135,6 +144,7 @@ pub enum SandboxError {
 pub struct Sandboxes {
     dispatcher: Result<Dispatcher, String>,
     ceilings: ToolCeilings,
+    kernel: KernelPolicy,
     policies: RwLock<HashMap<SandboxId, Arc<SandboxPolicy>>>,
 }
 
@@ -197,10 +207,15 @@ pub fn policy_of(agent: &str, manifest: &Value, ceilings: &ToolCeilings) -> Sand
 
 impl Sandboxes {
     /// Wraps a started dispatcher (or the reason it could not start).
-    pub fn new(dispatcher: Result<Dispatcher, String>, ceilings: ToolCeilings) -> Self {
+    pub fn new(
+        dispatcher: Result<Dispatcher, String>,
+        ceilings: ToolCeilings,
+        kernel: KernelPolicy,
+    ) -> Self {
         Self {
             dispatcher,
             ceilings,
+            kernel,
             policies: RwLock::new(HashMap::new()),
         }
     }
@@ -210,6 +225,11 @@ impl Sandboxes {
         self.dispatcher
             .as_ref()
             .map_err(|e| SandboxError::Unavailable(e.clone()))
+    }
+
+    /// What the kernel offers the command policy.
+    pub fn kernel_policy(&self) -> KernelPolicy {
+        self.kernel
     }
 
     /// Why sandboxes are unavailable, if they are.
@@ -256,6 +276,7 @@ impl Sandboxes {
             ),
             pids: defaults.pids,
             tmpfs_bytes: defaults.tmpfs_bytes,
+            workspace_bytes: nonzero(resources.disk_bytes(), defaults.workspace_bytes),
         };
         spec.network = if view.network_egress() {
             NetworkMode::Bridge

@@ -76,7 +76,9 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         return Err(OpError::invalid("timeout_ms must be positive"));
     }
     let program = program::find(name, &ctx.config.path)?;
-    let exec = ctx.grants.exec_paths(&params.exec, name, &ctx.config.path)?;
+    let exec = ctx
+        .grants
+        .exec_paths(&params.exec, name, &ctx.config.path)?;
     let cwd_target = ctx
         .roots
         .resolve(params.cwd.as_deref().unwrap_or("."), Access::Read)?;

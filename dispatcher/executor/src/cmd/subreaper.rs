@@ -136,7 +136,11 @@ pub fn main() -> i32 {
     }
 
     let Some((name, args)) = plan.argv.split_first() else {
-        return fail(&mut status, ErrorKind::InvalidRequest, "argv is empty".into());
+        return fail(
+            &mut status,
+            ErrorKind::InvalidRequest,
+            "argv is empty".into(),
+        );
     };
     let mut command = Command::new(&plan.program);
     command
@@ -151,10 +155,16 @@ pub fn main() -> i32 {
         .uid(plan.uid)
         .process_group(0);
     // SAFETY: runs in the forked child (this process is single-threaded) and only calls
-    // chdir(2): entering "." again as the sandbox user checks that it may use the working
+    // sigprocmask(2) and chdir(2): the command must not inherit the signals this process
+    // blocks, and entering "." again as the sandbox user checks that it may use the working
     // directory the executor chose for it.
     unsafe {
-        command.pre_exec(|| rustix::process::chdir(".").map_err(std::io::Error::from));
+        command.pre_exec(|| {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            rustix::process::chdir(".").map_err(std::io::Error::from)
+        });
     }
     let child = match command.spawn() {
         Ok(child) => child,
@@ -181,7 +191,13 @@ pub fn main() -> i32 {
     };
     let leader = i32::try_from(child.id()).unwrap_or(i32::MAX);
     drop(child);
-    report(&mut status, &Handshake::Started { pid: leader, landlock });
+    report(
+        &mut status,
+        &Handshake::Started {
+            pid: leader,
+            landlock,
+        },
+    );
     drop(status);
     // Our copies of the output pipes would keep them open after the command's tree is gone.
     if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
@@ -283,7 +299,11 @@ fn children_of(parent: u32) -> Vec<i32> {
     };
     let mut found = Vec::new();
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
