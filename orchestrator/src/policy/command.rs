@@ -296,7 +296,7 @@ impl CommandPolicy {
         if let Some(option) = code_option(&argv) {
             let pinned = entries
                 .iter()
-                .any(|e| e.len() >= 2 && e[0] == *program && e[1..].iter().any(|w| *w == option));
+                .any(|e| e.len() >= 2 && e[0] == *program && e[1..].contains(&option));
             if !pinned {
                 return Err(refuse(
                     "code_option",
