@@ -275,11 +275,30 @@ impl Tree {
         }
     }
 
+    /// True while this process has a child (running or not yet reaped).
+    fn has_children(&self) -> bool {
+        // SAFETY: waitid with a valid out pointer; WNOWAIT leaves any zombie to `reap`.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            ) == 0
+        }
+    }
+
     /// Kills the command's group and every process left under this sub-reaper, generation by
     /// generation as orphans are re-parented here, and reaps them all.
     fn kill_all(&mut self) {
         let me = std::process::id();
         for _ in 0..MAX_ROUNDS {
+            // Every living descendant has a living ancestor chain up to here; with the leader
+            // gone, no child means no descendant (the common case: skip the /proc scan).
+            if !self.has_children() {
+                return;
+            }
             let _ = kill_group(self.leader, Signal::KILL);
             for pid in children_of(me) {
                 let _ = kill_pid(pid, Signal::KILL);
