@@ -43,6 +43,9 @@ pub struct DispatcherConfig {
     /// Previous instances whose running sandboxes `start` takes over before its first reap (a
     /// graceful restart keeps its sandboxes; everything else of a dead instance is reaped).
     pub adopt_from: Vec<uuid::Uuid>,
+    /// Refuse sandboxes whose executor reports no Landlock, and have executors refuse commands
+    /// the kernel cannot confine (default `true`; the operator may opt out).
+    pub require_landlock: bool,
 }
 
 impl DispatcherConfig {
@@ -55,6 +58,7 @@ impl DispatcherConfig {
                 nano_cpus: 2_000_000_000,
                 pids: 512,
                 tmpfs_bytes: 256 * 1024 * 1024,
+                workspace_bytes: 4 * 1024 * 1024 * 1024,
             },
             pool: BTreeMap::new(),
             pool_limits: Limits::default(),
@@ -66,6 +70,7 @@ impl DispatcherConfig {
             max_response_bytes: 256 * 1024 * 1024,
             helper_image: None,
             adopt_from: Vec::new(),
+            require_landlock: true,
         }
     }
 }

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use bollard::models::{ContainerStateStatusEnum, VolumeCreateRequest};
+use bollard::models::ContainerStateStatusEnum;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, RemoveContainerOptionsBuilder,
     RemoveVolumeOptionsBuilder, WaitContainerOptionsBuilder,
@@ -476,11 +476,7 @@ impl Inner {
         let mut volume_labels = base.clone();
         volume_labels.insert(labels::COMPONENT.to_owned(), "workspace".to_owned());
         self.docker
-            .create_volume(VolumeCreateRequest {
-                name: Some(volume.to_owned()),
-                labels: Some(volume_labels),
-                ..Default::default()
-            })
+            .create_volume(hardening::workspace_volume(spec, volume, volume_labels))
             .await
             .map_err(|source| DispatchError::Create {
                 id,
@@ -500,6 +496,7 @@ impl Inner {
             volume,
             container_labels,
             self.config.max_file_bytes,
+            self.config.require_landlock,
         );
         let created = self
             .docker
@@ -539,6 +536,11 @@ impl Inner {
 
         let timeout = self.config.ready_timeout;
         let detail = match tokio::time::timeout(timeout, ready).await {
+            Ok(Ok(Ok(ready))) if ready.landlock_abi == 0 && self.config.require_landlock => {
+                "the kernel offers no Landlock inside the sandbox, so commands could not be \
+                 confined (sandbox.require_landlock is on)"
+                    .to_owned()
+            }
             Ok(Ok(Ok(_ready))) => return Ok((stream, created.id)),
             Ok(Ok(Err(detail))) => detail,
             Ok(Err(_)) => "the stream closed before the ready line".to_owned(),
@@ -641,9 +643,11 @@ impl Inner {
 
     /// Removes a container by force (kills it first); gone already is fine.
     pub(crate) async fn remove_container(&self, container: &str) -> Result<()> {
+        // `v`: anonymous volumes from the image's VOLUME instructions go with the container
+        // (the named workspace volume is removed separately).
         let options = RemoveContainerOptionsBuilder::new()
             .force(true)
-            .v(false)
+            .v(true)
             .build();
         for attempt in 0..5u32 {
             match self

@@ -9,8 +9,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType, MountVolumeOptions,
-    ResourcesUlimits,
+    ContainerCreateBody, HealthConfig, HostConfig, HostConfigLogConfig, Mount, MountType,
+    MountVolumeOptions, ResourcesUlimits, VolumeCreateRequest,
 };
 use serde::Serialize;
 
@@ -47,6 +47,48 @@ pub(crate) struct ExecutorConfig<'a> {
     pub follow_symlinks: bool,
     pub max_file_bytes: u64,
     pub workspace: &'a str,
+    pub egress: bool,
+    pub require_landlock: bool,
+}
+
+/// Open files per process (the executor's own descriptors included; it keeps a few per command).
+pub const NOFILE: u64 = 4096;
+/// Processes of the sandbox user. The kernel counts `RLIMIT_NPROC` per uid across the whole
+/// host (every sandbox's user is 65534), so this is a backstop against a runaway fork on the
+/// host; the per-sandbox bound is the pids cgroup limit.
+pub const NPROC: u64 = 8192;
+
+/// The workspace volume: a size-limited tmpfs from the local volume driver, so neither a command
+/// nor `fs.write` can fill the host's disk (writes past the size fail with `ENOSPC`).
+///
+/// Why tmpfs: Docker 20.10 offers no size limit for ordinary named volumes (the local driver's
+/// `size` option only exists for tmpfs; `--storage-opt size` needs overlay2 on xfs with project
+/// quotas and covers only the container's root, which is read-only here; a loop-mounted image
+/// would need root on the host). Its pages are charged to the container's memory cgroup, so the
+/// container's memory limit is raised by the workspace size (see [`sandbox_container`]).
+/// `noexec`: nothing written by an agent is executable, not even through the dynamic loader
+/// (`mmap(PROT_EXEC)` fails on a noexec mount); `nosuid`, `nodev` for good measure; owned by the
+/// sandbox user from the start.
+pub(crate) fn workspace_volume(
+    spec: &SandboxSpec,
+    name: &str,
+    labels: HashMap<String, String>,
+) -> VolumeCreateRequest {
+    let options = format!(
+        "size={},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_GID},noexec,nosuid,nodev",
+        spec.limits.workspace_bytes
+    );
+    VolumeCreateRequest {
+        name: Some(name.to_owned()),
+        driver: Some("local".to_owned()),
+        driver_opts: Some(HashMap::from([
+            ("type".to_owned(), "tmpfs".to_owned()),
+            ("device".to_owned(), "tmpfs".to_owned()),
+            ("o".to_owned(), options),
+        ])),
+        labels: Some(labels),
+        ..Default::default()
+    }
 }
 
 /// The name of the environment variable the executor reads its configuration from.
@@ -59,6 +101,7 @@ pub(crate) fn sandbox_container(
     workspace_volume: &str,
     labels: HashMap<String, String>,
     max_file_bytes: u64,
+    require_landlock: bool,
 ) -> ContainerCreateBody {
     let executor_config = ExecutorConfig {
         uid: SANDBOX_UID,
@@ -68,12 +111,18 @@ pub(crate) fn sandbox_container(
         follow_symlinks: spec.follow_symlinks,
         max_file_bytes,
         workspace: WORKSPACE,
+        // The executor's Landlock rules refuse TCP connect unless the sandbox has egress.
+        egress: spec.network != crate::spec::NetworkMode::None,
+        require_landlock,
     };
     // Serializing plain strings and integers cannot fail; an empty config would still give the
     // executor's safe defaults.
     let executor_json = serde_json::to_string(&executor_config).unwrap_or_default();
     let limits = &spec.limits;
-    let memory = i64::try_from(limits.memory_bytes).unwrap_or(i64::MAX);
+    // The workspace tmpfs is charged to this cgroup: processes keep `memory_bytes` to
+    // themselves however full the workspace is.
+    let memory = i64::try_from(limits.memory_bytes.saturating_add(limits.workspace_bytes))
+        .unwrap_or(i64::MAX);
 
     let host_config = HostConfig {
         // Drop every capability, then give back only what the executor needs to step down to
@@ -93,7 +142,8 @@ pub(crate) fn sandbox_container(
         )])),
         // Fork bombs stop at the pids limit instead of exhausting the host.
         pids_limit: Some(i64::try_from(limits.pids).unwrap_or(i64::MAX)),
-        // Memory with swap equal to it: no swap, so a balloon is OOM-killed, not slowed down.
+        // Memory (plus the workspace, see above) with swap equal to it: no swap, so a balloon
+        // is OOM-killed, not slowed down.
         memory: Some(memory),
         memory_swap: Some(memory),
         // CPU share, in billionths of a CPU.
@@ -140,12 +190,18 @@ pub(crate) fn sandbox_container(
             typ: Some("none".to_owned()),
             config: None,
         }),
-        // No core dumps on the (read-only) root or in the workspace.
-        ulimits: Some(vec![ResourcesUlimits {
-            name: Some("core".to_owned()),
-            soft: Some(0),
-            hard: Some(0),
-        }]),
+        // No core dumps on the (read-only) root or in the workspace; bounded descriptors and
+        // processes (see NOFILE and NPROC).
+        ulimits: Some(
+            [("core", 0), ("nofile", NOFILE), ("nproc", NPROC)]
+                .into_iter()
+                .map(|(name, limit)| ResourcesUlimits {
+                    name: Some(name.to_owned()),
+                    soft: Some(i64::try_from(limit).unwrap_or(i64::MAX)),
+                    hard: Some(i64::try_from(limit).unwrap_or(i64::MAX)),
+                })
+                .collect(),
+        ),
         // /dev/shm is another writable tmpfs; keep it as small as /tmp.
         shm_size: Some(i64::try_from(limits.tmpfs_bytes).unwrap_or(i64::MAX)),
         ..Default::default()
@@ -170,6 +226,12 @@ pub(crate) fn sandbox_container(
         stdin_once: Some(false),
         tty: Some(false),
         env: Some(vec![format!("{EXECUTOR_CONFIG_ENV}={executor_json}")]),
+        // An image's HEALTHCHECK would run a program in the sandbox outside the executor (and
+        // outside its policy); the executor's stream is the only health signal we use.
+        healthcheck: Some(HealthConfig {
+            test: Some(vec!["NONE".to_owned()]),
+            ..Default::default()
+        }),
         network_disabled: Some(spec.network == crate::spec::NetworkMode::None),
         labels: Some(labels),
         host_config: Some(host_config),

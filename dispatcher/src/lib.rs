@@ -15,7 +15,7 @@
 //! - `stream`: the multiplexed request stream over a container's attached stdin/stdout;
 //! - `dispatcher`: the lifecycle (create, call, destroy, adopt) and its ordering guarantees;
 //! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner;
-//! - `store`: the `sandboxes` table.
+//! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy.
 //!
 //! Invariants kept here: a sandbox's row exists before any of its Docker objects; every object
 //! carries `org.aegis.managed`, scope, instance and sandbox labels; no sandbox has binds,
@@ -30,6 +30,7 @@ mod engine;
 mod error;
 pub mod hardening;
 mod install;
+pub mod kernel;
 pub mod labels;
 mod pool;
 mod reaper;

@@ -138,16 +138,27 @@ pub struct Limits {
     pub pids: u64,
     /// Size of the tmpfs at `/tmp`, bytes (counted against memory).
     pub tmpfs_bytes: u64,
+    /// Size of the workspace, bytes: a disk fill by a command or by `fs.write` stops here
+    /// (`ENOSPC`). The workspace is a size-limited tmpfs volume, so the container's memory limit
+    /// is `memory_bytes + workspace_bytes` (see `hardening.rs`).
+    #[serde(default = "default_workspace_bytes")]
+    pub workspace_bytes: u64,
+}
+
+fn default_workspace_bytes() -> u64 {
+    Limits::default().workspace_bytes
 }
 
 impl Default for Limits {
-    /// 512 MiB, one CPU, 256 processes, 64 MiB of `/tmp`.
+    /// 512 MiB, one CPU, 256 processes, 64 MiB of `/tmp`, 1 GiB of workspace (the manifest
+    /// default, so that pool sandboxes serve agents that do not say otherwise).
     fn default() -> Self {
         Limits {
             memory_bytes: 512 * 1024 * 1024,
             nano_cpus: 1_000_000_000,
             pids: 256,
             tmpfs_bytes: 64 * 1024 * 1024,
+            workspace_bytes: 1024 * 1024 * 1024,
         }
     }
 }
@@ -169,6 +180,8 @@ impl Limits {
             nano_cpus: check("nano_cpus", self.nano_cpus)?.min(ceiling.nano_cpus),
             pids: check("pids", self.pids)?.min(ceiling.pids),
             tmpfs_bytes: check("tmpfs_bytes", self.tmpfs_bytes)?.min(ceiling.tmpfs_bytes),
+            workspace_bytes: check("workspace_bytes", self.workspace_bytes)?
+                .min(ceiling.workspace_bytes),
         })
     }
 }
@@ -293,12 +306,14 @@ mod tests {
             nano_cpus: 10,
             pids: 5,
             tmpfs_bytes: 7,
+            workspace_bytes: 20,
         };
         let asked = Limits {
             memory_bytes: 1000,
             nano_cpus: 1,
             pids: 50,
             tmpfs_bytes: 3,
+            workspace_bytes: 30,
         };
         let got = asked.clamp_to(&ceiling).unwrap();
         assert_eq!(
@@ -307,7 +322,8 @@ mod tests {
                 memory_bytes: 100,
                 nano_cpus: 1,
                 pids: 5,
-                tmpfs_bytes: 3
+                tmpfs_bytes: 3,
+                workspace_bytes: 20,
             }
         );
         let zero = Limits { pids: 0, ..asked };

@@ -14,7 +14,8 @@ use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::CreateContainerOptionsBuilder;
 use common::{eventually, label, within, TestEnv, IMAGE};
 use dispatcher::protocol::{
-    Encoding, Op, ReadParams, ReadResult, Response, RunParams, RunResult, WriteParams, WriteResult,
+    Encoding, ExecGrant, Op, ReadParams, ReadResult, Response, RunParams, RunResult, WriteParams,
+    WriteResult,
 };
 use dispatcher::{
     labels, DispatchError, Limits, Owner, OwnerKind, SandboxId, SandboxSpec, SandboxState,
@@ -35,6 +36,7 @@ fn run_for(argv: &[&str], timeout_ms: u64) -> Op {
         grace_ms: Some(500),
         max_stdout_bytes: 64 * 1024,
         max_stderr_bytes: 64 * 1024,
+        exec: ExecGrant::Any,
     })
 }
 
@@ -202,6 +204,7 @@ async fn container_has_every_hardening_setting() {
         nano_cpus: 500_000_000,
         pids: 64,
         tmpfs_bytes: 16 * 1024 * 1024,
+        workspace_bytes: 32 * 1024 * 1024,
     };
     // Asking above the ceiling is lowered, not refused.
     s.limits.pids = 1_000_000;
@@ -248,8 +251,40 @@ async fn container_has_every_hardening_setting() {
     );
     assert_eq!(host.privileged, Some(false));
     assert_eq!(host.pids_limit, Some(512), "pids clamped to the ceiling");
-    assert_eq!(host.memory, Some(300 * 1024 * 1024));
-    assert_eq!(host.memory_swap, Some(300 * 1024 * 1024), "no swap");
+    // The workspace tmpfs is charged to the container: memory + workspace, no swap.
+    assert_eq!(host.memory, Some((300 + 32) * 1024 * 1024));
+    assert_eq!(host.memory_swap, Some((300 + 32) * 1024 * 1024), "no swap");
+    let ulimits: Vec<(String, i64)> = host
+        .ulimits
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|u| (u.name.unwrap_or_default(), u.hard.unwrap_or(-1)))
+        .collect();
+    for name in ["core", "nofile", "nproc"] {
+        assert!(
+            ulimits.iter().any(|(n, _)| n == name),
+            "{name} in {ulimits:?}"
+        );
+    }
+    assert_eq!(
+        config.healthcheck.as_ref().and_then(|h| h.test.clone()),
+        Some(vec!["NONE".to_owned()]),
+        "the image's HEALTHCHECK is disabled"
+    );
+    let workspace = within(
+        10,
+        "volume",
+        env.docker.inspect_volume(&format!("aegis-ws-{id}")),
+    )
+    .await
+    .expect("inspect volume");
+    let options = workspace.options;
+    assert_eq!(options.get("type").map(String::as_str), Some("tmpfs"));
+    let o = options.get("o").cloned().unwrap_or_default();
+    for flag in ["size=33554432", "noexec", "nosuid", "nodev"] {
+        assert!(o.contains(flag), "workspace options {o} lack {flag}");
+    }
     assert_eq!(host.nano_cpus, Some(500_000_000));
     assert_eq!(host.init, Some(false));
     assert_eq!(host.ipc_mode.as_deref(), Some("private"));
@@ -1075,4 +1110,52 @@ async fn measurements() {
         within(30, "destroy", d.destroy(id)).await.expect("destroy");
     }
     within(60, "shutdown", d.shutdown()).await;
+}
+
+/// An image's `VOLUME` gives the container an anonymous volume (unbounded, outside the write
+/// roots); it is removed with the sandbox, not left behind on the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn anonymous_volumes_of_the_image_go_with_the_sandbox() {
+    let env = TestEnv::new().await;
+    let image = "aegis-test/with-volume:1";
+    let mut build = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", image, "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("the docker CLI runs");
+    if let Some(mut stdin) = build.stdin.take() {
+        use std::io::Write;
+        stdin
+            .write_all(format!("FROM {IMAGE}\nVOLUME /data\n").as_bytes())
+            .expect("Dockerfile written");
+    }
+    assert!(build.wait().expect("docker build").success(), "image built");
+
+    let instance = env.new_instance().await;
+    let d = env.start(instance, env.config()).await;
+    let s = SandboxSpec::new(image, Owner::new(OwnerKind::Execution, "exec-volume"));
+    let id = within(60, "create", d.create(s)).await.expect("create");
+    let inspect = within(
+        10,
+        "inspect",
+        env.docker
+            .inspect_container(&format!("aegis-sbx-{id}"), None),
+    )
+    .await
+    .expect("inspect");
+    let anonymous = inspect
+        .mounts
+        .unwrap_or_default()
+        .into_iter()
+        .find(|m| m.destination.as_deref() == Some("/data"))
+        .and_then(|m| m.name)
+        .expect("the image's VOLUME is mounted");
+    assert!(env.volume_exists(&anonymous).await);
+    within(60, "destroy", d.destroy(id)).await.expect("destroy");
+    eventually(20, "the anonymous volume is removed", || async {
+        !env.volume_exists(&anonymous).await
+    })
+    .await;
+    d.shutdown().await;
 }

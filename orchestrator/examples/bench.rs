@@ -494,6 +494,7 @@ impl Target<'_> {
                     grace_ms: None,
                     max_stdout_bytes: 1024 * 1024,
                     max_stderr_bytes: 1024 * 1024,
+                    exec: Default::default(),
                 });
                 let out = self.dispatch(op).await?;
                 let elapsed = started.elapsed();

@@ -393,7 +393,37 @@ async fn start_sandboxes(
     instance_id: Uuid,
 ) -> crate::sandboxes::Sandboxes {
     let s = &config.sandbox;
+    let landlock = crate::sandboxes::KernelPolicy {
+        landlock_abi: dispatcher::kernel::landlock_abi(),
+        required: s.require_landlock,
+    };
+    let ceilings = crate::sandboxes::ToolCeilings {
+        cmd_timeout_secs: s.cmd_timeout_secs,
+        max_output_bytes: s.max_output_bytes,
+    };
+    let quotas = crate::sandboxes::Quotas {
+        node: s.max_live_sandboxes,
+        per_context: s.max_sandboxes_per_context,
+        per_api_key: s.max_sandboxes_per_api_key,
+    };
+    if landlock.landlock_abi > 0 {
+        tracing::info!(
+            abi = landlock.landlock_abi,
+            "the kernel has Landlock: every command's policy is held by the kernel too"
+        );
+    } else if landlock.required {
+        let reason = "the kernel has no Landlock, so the command policy could not be held by the \
+                      kernel; sandboxes are refused (set sandbox.require_landlock: false to run \
+                      them with the argv policy alone)";
+        tracing::error!("{reason}");
+        return crate::sandboxes::Sandboxes::new(Err(reason.to_owned()), ceilings, landlock)
+            .with_quotas(quotas);
+    } else {
+        tracing::warn!("the kernel has no Landlock; sandbox.require_landlock is false, so commands run with the argv policy alone");
+    }
     let mut d = dispatcher::DispatcherConfig::new(&s.executor_path);
+    d.require_landlock = s.require_landlock;
+    d.ceilings.workspace_bytes = s.max_workspace_mb * 1024 * 1024;
     d.ceilings.memory_bytes = s.max_memory_mb * 1024 * 1024;
     d.ceilings.nano_cpus = s.max_cpu_millis * 1_000_000;
     d.ceilings.pids = s.max_pids;
@@ -409,18 +439,7 @@ async fn start_sandboxes(
             tracing::error!(error = %e, "sandboxes unavailable: the dispatcher did not start");
             e.to_string()
         });
-    crate::sandboxes::Sandboxes::new(
-        started,
-        crate::sandboxes::ToolCeilings {
-            cmd_timeout_secs: s.cmd_timeout_secs,
-            max_output_bytes: s.max_output_bytes,
-        },
-    )
-    .with_quotas(crate::sandboxes::Quotas {
-        node: s.max_live_sandboxes,
-        per_context: s.max_sandboxes_per_context,
-        per_api_key: s.max_sandboxes_per_api_key,
-    })
+    crate::sandboxes::Sandboxes::new(started, ceilings, landlock).with_quotas(quotas)
 }
 
 /// Previous instances on this host that stopped gracefully and left running sandboxes: a restart

@@ -195,6 +195,12 @@ pub struct SandboxConfig {
     pub max_sandboxes_per_context: u64,
     /// Live sandboxes allowed per operator API key.
     pub max_sandboxes_per_api_key: u64,
+    /// Workspace size ceiling per sandbox, MiB (a size-limited volume; manifests ask with
+    /// `spec.security.resources.disk`).
+    pub max_workspace_mb: u64,
+    /// Refuse to start sandboxes when the kernel has no Landlock, since the command policy
+    /// could then not be held by the kernel. `false` runs them with the argv policy alone.
+    pub require_landlock: bool,
 }
 
 impl Default for SandboxConfig {
@@ -213,6 +219,8 @@ impl Default for SandboxConfig {
             max_live_sandboxes: 256,
             max_sandboxes_per_context: 32,
             max_sandboxes_per_api_key: 32,
+            max_workspace_mb: 4096,
+            require_landlock: true,
         }
     }
 }
@@ -557,6 +565,7 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             c.seal.attest_per_minute_per_source,
         ),
         ("seal.attest_per_minute_node", c.seal.attest_per_minute_node),
+        ("sandbox.max_workspace_mb", c.sandbox.max_workspace_mb),
     ] {
         if v == 0 {
             return Err(invalid(key, "expected a whole number of at least 1".into()));

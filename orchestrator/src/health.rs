@@ -67,6 +67,8 @@ pub struct Checks {
     pub docker: ComponentStatus,
     /// The dispatcher started (executor installed, reaper running).
     pub sandboxes: ComponentStatus,
+    /// What the kernel holds of the command policy: Landlock's ABI and whether it is required.
+    pub kernel_policy: crate::sandboxes::KernelPolicy,
 }
 
 impl Readiness {
@@ -117,6 +119,7 @@ pub async fn check(state: &AppState) -> Readiness {
         migrations,
         docker,
         sandboxes,
+        kernel_policy: state.sandboxes.kernel_policy(),
     };
     let mut failing = Vec::new();
     for (name, c) in [

@@ -37,6 +37,7 @@ spec:
       write: [/workspace]
     resources:
       memory: 128Mi
+      disk: 64Mi
 ";
 
 struct Sb<'a> {

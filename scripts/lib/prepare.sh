@@ -71,13 +71,15 @@ remove_leftover_sandboxes() {
   docker volume ls -q --filter "label=org.aegis.db-cluster=$cluster" | xargs -r docker volume rm -f >/dev/null 2>&1 || true
 }
 
-# Builds the busybox runtime image and the static sandbox executor; exports SANDBOX_EXECUTOR_BIN.
+# Builds the runtime images the suite uses (busybox; the Debian shell runtime, offline through
+# debootstrap when no base can be pulled, for the kernel-policy attacks) and the static sandbox
+# executor; exports SANDBOX_EXECUTOR_BIN.
 # The executor must be static (it runs in FROM-scratch images); its own target directory keeps
 # the static RUSTFLAGS from invalidating the main build cache.
 build_sandbox_prerequisites() {
   local root=$1
   say "building runtime images"
-  "$root/runtime-images/build.sh" --only busybox
+  "$root/runtime-images/build.sh" --only busybox shell
   say "building the static sandbox executor"
   CARGO_TARGET_DIR="$root/target/executor" RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --release --locked -p sandbox-executor --target x86_64-unknown-linux-gnu >&2

@@ -36,6 +36,10 @@ pub struct Config {
     /// when a root stands for a narrower allowlist entry (`/a/b/*`: direct children only), so a
     /// planted link cannot reach what the entry does not name.
     pub follow_symlinks: bool,
+    /// The sandbox has network egress: commands may connect over TCP (else the kernel refuses).
+    pub egress: bool,
+    /// Refuse to run a command the kernel cannot confine (no Landlock); default `true`.
+    pub require_landlock: bool,
 }
 
 impl Default for Config {
@@ -50,6 +54,8 @@ impl Default for Config {
             max_file_bytes: 10 * 1024 * 1024,
             workspace: "/workspace".into(),
             follow_symlinks: true,
+            egress: false,
+            require_landlock: true,
         }
     }
 }

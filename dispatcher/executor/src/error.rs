@@ -64,6 +64,10 @@ impl OpError {
             Errno::NOTEMPTY => (ErrorKind::DirectoryNotEmpty, "directory is not empty"),
             Errno::NAMETOOLONG => (ErrorKind::InvalidRequest, "name too long"),
             Errno::FBIG => (ErrorKind::TooLarge, "file too large"),
+            Errno::NOSPC | Errno::DQUOT => (
+                ErrorKind::NoSpace,
+                "no space left: the workspace is full (it has a size limit)",
+            ),
             Errno::ROFS => (ErrorKind::PermissionDenied, "read-only file system"),
             _ => (ErrorKind::Io, ""),
         };

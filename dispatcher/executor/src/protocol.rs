@@ -208,6 +208,9 @@ pub struct GrepParams {
     /// Match case-insensitively; default `false`.
     #[serde(default)]
     pub case_insensitive: bool,
+    /// Stop searching after this long (the result says `timed_out`); default and ceiling 30000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// Parameters of `fs.glob`.
@@ -245,6 +248,45 @@ pub struct RunParams {
     pub max_stdout_bytes: u64,
     /// Bytes of stderr kept; the rest is drained and counted.
     pub max_stderr_bytes: u64,
+    /// Programs the command and every process it starts may execute, enforced by the kernel
+    /// (Landlock) in addition to the `argv[0]` lookup; default: `argv[0]` alone.
+    #[serde(default, skip_serializing_if = "ExecGrant::is_default")]
+    pub exec: ExecGrant,
+}
+
+/// Which programs a command (and all its descendants) may execute. The kernel enforces it: an
+/// option of a listed program that runs another program (`tar --checkpoint-action=exec=sh`)
+/// fails with `EACCES` unless that program is granted too.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecGrant {
+    /// Only the program `argv[0]` names (and the dynamic loader it needs).
+    #[default]
+    ArgvZero,
+    /// These bare names, each looked up in the configured `PATH` like `argv[0]`, plus `argv[0]`.
+    Only(Vec<String>),
+    /// Any program: execution is not restricted (writes, connects and signals still are).
+    Any,
+}
+
+impl ExecGrant {
+    /// True for the default grant (so it is left out of serialized requests).
+    pub fn is_default(&self) -> bool {
+        *self == ExecGrant::ArgvZero
+    }
+}
+
+/// How much of the kernel-held policy the kernel enforced for one command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Enforcement {
+    /// Every rule (execute, write, TCP connect, signal and abstract-socket scoping).
+    Full,
+    /// Some rules: the kernel's Landlock ABI lacks the newer ones (the ready line gives the ABI).
+    Partial,
+    /// None: the kernel has no Landlock and the sandbox was configured to run without it.
+    #[default]
+    None,
 }
 
 /// Parameters of `cancel`.
@@ -345,6 +387,8 @@ pub enum ErrorKind {
     DirectoryNotEmpty,
     /// Content exceeds `max_file_bytes`.
     TooLarge,
+    /// The filesystem is full (the workspace has a size limit).
+    NoSpace,
     /// The file to be written has more than one hard link.
     HardLinkRefused,
     /// The edit's `old_string` does not occur.
@@ -381,6 +425,7 @@ impl ErrorKind {
             ErrorKind::NotARegularFile => "not_a_regular_file",
             ErrorKind::DirectoryNotEmpty => "directory_not_empty",
             ErrorKind::TooLarge => "too_large",
+            ErrorKind::NoSpace => "no_space",
             ErrorKind::HardLinkRefused => "hard_link_refused",
             ErrorKind::EditTargetNotFound => "edit_target_not_found",
             ErrorKind::EditTargetAmbiguous => "edit_target_ambiguous",
@@ -412,6 +457,10 @@ pub struct Ready {
     pub protocol: u32,
     /// The executor's pid in its namespace (1 when it is the container's entrypoint).
     pub pid: u32,
+    /// The kernel's Landlock ABI as seen inside the sandbox (0: no Landlock); what commands
+    /// are confined with depends on it.
+    #[serde(default)]
+    pub landlock_abi: u32,
 }
 
 /// The empty result of `ping`: `{}`.
@@ -519,6 +568,9 @@ pub struct GrepResult {
     pub truncated: bool,
     /// Number of files whose content was searched.
     pub files_scanned: u64,
+    /// The time limit stopped the search (the matches found so far are returned).
+    #[serde(default)]
+    pub timed_out: bool,
 }
 
 /// Result of `fs.glob`.
@@ -567,6 +619,9 @@ pub struct RunResult {
     pub timed_out: bool,
     /// A `cancel` request ended the process group.
     pub cancelled: bool,
+    /// What the kernel enforced of the command's policy (execute, write, connect, signals).
+    #[serde(default)]
+    pub landlock: Enforcement,
 }
 
 /// Result of `cancel`.
@@ -711,6 +766,7 @@ mod tests {
             duration_ms: 1,
             timed_out: false,
             cancelled: false,
+            landlock: Enforcement::Full,
         };
         let v = serde_json::to_value(&r).unwrap();
         assert!(v.get("signal").is_none());

@@ -46,6 +46,12 @@ pub struct Context {
     pub roots: Roots,
     /// Running commands and the reaper.
     pub children: Arc<Children>,
+    /// Programs resolved for the kernel-held execute rules (cached).
+    pub grants: cmd::grant::Grants,
+    /// This binary, started again as every command's sub-reaper.
+    pub self_exe: String,
+    /// The kernel's Landlock ABI (0: none).
+    pub landlock_abi: u32,
 }
 
 /// Any operation's result, serialized as the bare result object.
@@ -124,16 +130,30 @@ pub fn main() -> i32 {
         Ok(children) => children,
         Err(e) => return fatal(format!("cannot start the reaper: {e}")),
     };
+    let self_exe = match std::fs::read_link("/proc/self/exe") {
+        Ok(path) => path.to_string_lossy().into_owned(),
+        Err(e) => return fatal(format!("cannot find the executor's own binary: {e}")),
+    };
+    let landlock_abi = cmd::confine::kernel_abi();
+    if landlock_abi == 0 && config.require_landlock {
+        crate::log_event!(
+            "the kernel has no Landlock: every cmd.run will be refused (require_landlock)"
+        );
+    }
     let context = Arc::new(Context {
         config,
         roots,
         children: Arc::clone(&children),
+        grants: cmd::grant::Grants::default(),
+        self_exe,
+        landlock_abi,
     });
     crate::log_event!(
-        "ready: uid {} gid {}, pid {}",
+        "ready: uid {} gid {}, pid {}, landlock abi {}",
         context.config.uid,
         context.config.gid,
-        identity::own_pid()
+        identity::own_pid(),
+        context.landlock_abi
     );
     output.send(&Response::ok(
         UNATTRIBUTED_ID,
@@ -142,6 +162,7 @@ pub fn main() -> i32 {
             version: env!("CARGO_PKG_VERSION").to_string(),
             protocol: PROTOCOL_VERSION,
             pid: identity::own_pid(),
+            landlock_abi: context.landlock_abi,
         }),
     ));
 

@@ -163,6 +163,15 @@ pub struct ToolCeilings {
     pub max_output_bytes: u64,
 }
 
+/// What the kernel offers the command policy on this node (reported by `/health/ready`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct KernelPolicy {
+    /// The kernel's Landlock ABI (0: none).
+    pub landlock_abi: u32,
+    /// `sandbox.require_landlock`: sandboxes are refused without Landlock.
+    pub required: bool,
+}
+
 /// What calls in one sandbox may do.
 #[derive(Debug, Clone)]
 pub struct SandboxPolicy {
@@ -286,6 +295,7 @@ impl Drop for Reservation<'_> {
 pub struct Sandboxes {
     dispatcher: Result<Dispatcher, String>,
     ceilings: ToolCeilings,
+    kernel: KernelPolicy,
     policies: RwLock<HashMap<SandboxId, Arc<SandboxPolicy>>>,
     quotas: Quotas,
     /// Serialises quota checks on this instance (one short query each).
@@ -352,10 +362,15 @@ pub fn policy_of(agent: &str, manifest: &Value, ceilings: &ToolCeilings) -> Sand
 
 impl Sandboxes {
     /// Wraps a started dispatcher (or the reason it could not start).
-    pub fn new(dispatcher: Result<Dispatcher, String>, ceilings: ToolCeilings) -> Self {
+    pub fn new(
+        dispatcher: Result<Dispatcher, String>,
+        ceilings: ToolCeilings,
+        kernel: KernelPolicy,
+    ) -> Self {
         Self {
             dispatcher,
             ceilings,
+            kernel,
             policies: RwLock::new(HashMap::new()),
             quotas: Quotas::default(),
             quota_check: tokio::sync::Mutex::new(()),
@@ -444,6 +459,11 @@ impl Sandboxes {
             .map_err(|e| SandboxError::Unavailable(e.clone()))
     }
 
+    /// What the kernel offers the command policy.
+    pub fn kernel_policy(&self) -> KernelPolicy {
+        self.kernel
+    }
+
     /// Why sandboxes are unavailable, if they are.
     pub fn unavailable_reason(&self) -> Option<&str> {
         self.dispatcher.as_ref().err().map(String::as_str)
@@ -492,6 +512,7 @@ impl Sandboxes {
             ),
             pids: defaults.pids,
             tmpfs_bytes: defaults.tmpfs_bytes,
+            workspace_bytes: nonzero(resources.disk_bytes(), defaults.workspace_bytes),
         };
         spec.network = if view.network_egress() {
             NetworkMode::Bridge

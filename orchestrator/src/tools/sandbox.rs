@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 
 use dispatcher::protocol::{
-    DeleteParams, Edit, EditParams, Encoding, GlobParams, GrepParams, MultiEditParams, Op,
-    PathParams, ReadParams, RunParams, WriteParams,
+    DeleteParams, Edit, EditParams, Encoding, ExecGrant, GlobParams, GrepParams, MultiEditParams,
+    Op, PathParams, ReadParams, RunParams, WriteParams,
 };
 use dispatcher::DispatchError;
 use serde::Deserialize;
@@ -100,6 +100,7 @@ async fn run(ctx: &ToolContext<'_>, op: Op) -> Result<Value, ToolError> {
                 "not_found" => "not_found",
                 "already_exists" => "conflict",
                 "too_large" => "too_large",
+                "no_space" => "no_space",
                 "hard_link_refused" => "hard_link_refused",
                 "edit_target_not_found" => "edit_target_not_found",
                 "edit_target_ambiguous" => "edit_target_ambiguous",
@@ -374,6 +375,11 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 grace_ms: None,
                 max_stdout_bytes: cap,
                 max_stderr_bytes: cap,
+                // The same allowlist, held by the kernel for every process the command starts.
+                exec: match policy.command.programs() {
+                    Some(programs) => ExecGrant::Only(programs),
+                    None => ExecGrant::Any,
+                },
             }),
         )
         .await?;

@@ -7,14 +7,16 @@
 //! 1. it blocks in `waitid(P_ALL, WEXITED | WNOWAIT)`, which reports a zombie without reaping it;
 //! 2. it takes the registry lock and reaps every zombie with `waitpid(-1, WNOHANG)`;
 //! 3. a reaped pid that belongs to a registered command has its status stored in that command's
-//!    [`Slot`] and its process group killed (so background children cannot hold the pipes open),
-//!    and the supervising thread is woken through the slot's eventfd; any other pid was an orphan.
+//!    [`Slot`] and the supervising thread is woken through the slot's eventfd; any other pid was
+//!    an orphan.
 //!
-//! Spawning happens under the same lock, and the pid is registered before the lock is released,
-//! so the reaper can never reap a command before it is known. (That also covers std's own
-//! `waitpid` on a child whose `exec` failed, which runs inside `spawn`.) Signals to a command's
-//! group are sent under the lock and only while its leader is unreaped, so a recycled pid is never
-//! signalled.
+//! The executor's direct child for a command is the command's sub-reaper (`subreaper.rs`), which
+//! exits with the command's status after killing whatever the command left behind, so orphans of
+//! commands never reach the executor. Spawning happens under the same lock, and the pid is
+//! registered before the lock is released, so the reaper can never reap a command before it is
+//! known. (That also covers std's own `waitpid` on a child whose `exec` failed, which runs inside
+//! `spawn`.) Signals to a sub-reaper are sent under the lock and only while it is unreaped, so a
+//! recycled pid is never signalled.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -27,6 +29,19 @@ use rustix::event::{eventfd, EventfdFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, WaitOptions, WaitStatus};
+
+use crate::cmd::subreaper::KILL_TREE;
+
+/// How to stop a running command (see [`Children::stop`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM to the command's process group.
+    Terminate,
+    /// SIGKILL to every process of the command's tree.
+    Kill,
+    /// SIGKILL to the sub-reaper itself.
+    KillSubreaper,
+}
 
 /// How long the reaper sleeps when the executor has no children at all, before looking again for
 /// orphans that were re-parented to it meanwhile.
@@ -43,7 +58,7 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// The leader's pid, which is also the process group id.
+    /// The pid of the command's sub-reaper (its own process group).
     pub fn pid(&self) -> Pid {
         self.pid
     }
@@ -139,11 +154,18 @@ impl Children {
         Ok(Some((child, slot)))
     }
 
-    /// Sends `signal` to the command's process group if its leader has not been reaped.
-    pub fn signal_group(&self, slot: &Slot, signal: Signal) {
+    /// Asks the command's sub-reaper to stop the command, if the sub-reaper has not been reaped:
+    /// [`Stop::Terminate`] passes SIGTERM to the command's group, [`Stop::Kill`] kills the whole
+    /// tree, [`Stop::KillSubreaper`] is the last resort should the sub-reaper not respond.
+    pub fn stop(&self, slot: &Slot, stop: Stop) {
         let _registry = self.lock();
         if slot.exit_status().is_none() {
-            let _ = rustix::process::kill_process_group(slot.pid, signal);
+            let signal = match stop {
+                Stop::Terminate => Signal::TERM,
+                Stop::Kill => KILL_TREE,
+                Stop::KillSubreaper => Signal::KILL,
+            };
+            let _ = rustix::process::kill_process(slot.pid, signal);
         }
     }
 
@@ -184,12 +206,12 @@ impl Children {
         self.lock().cancelled_early.remove(&request);
     }
 
-    /// Kills every running command's process group and refuses new spawns.
+    /// Has every running command's tree killed by its sub-reaper and refuses new spawns.
     pub fn kill_all(&self) {
         let mut registry = self.lock();
         registry.shutting_down = true;
         for slot in registry.by_pid.values() {
-            let _ = rustix::process::kill_process_group(slot.pid, Signal::KILL);
+            let _ = rustix::process::kill_process(slot.pid, KILL_TREE);
         }
     }
 
@@ -219,7 +241,8 @@ impl Children {
             match rustix::process::wait(WaitOptions::NOHANG) {
                 Ok(Some((pid, status))) => match registry.by_pid.remove(&pid.as_raw_pid()) {
                     Some(slot) => {
-                        // The leader is gone: whatever is left of its group goes too.
+                        // The sub-reaper is gone (it killed the command's tree before leaving);
+                        // its own group holds nothing else, but make sure.
                         let _ = rustix::process::kill_process_group(pid, Signal::KILL);
                         *slot.status.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
                         slot.notify();

@@ -1,20 +1,24 @@
-//! `cmd.run`: one program, no shell, as the sandbox user, in its own process group, supervised.
+//! `cmd.run`: one program, no shell, as the sandbox user, confined by the kernel, supervised.
 //!
-//! The child is prepared by std's `Command` (fork, then in the child: stdio, `setgid`,
-//! `setgroups([])`, `setuid`, `setpgid(0, 0)`, our `fchdir` to the already-resolved working
-//! directory descriptor, `execve`). Being non-root after `setuid` with no-new-privileges set, it has
-//! no capabilities at all. Its environment is built from scratch.
+//! The executor resolves `argv[0]` and the programs the command may execute (`grant.rs`), opens
+//! the working directory beneath its root, and starts the command's **sub-reaper**
+//! (`subreaper.rs`: this binary again, as root) with the working directory already entered and a
+//! [`Plan`] on its stdin. The sub-reaper confines itself with Landlock, starts the command as
+//! the sandbox user in its own process group and answers on a status pipe (`started`, or why
+//! not). Being non-root after `setuid` with no-new-privileges set, the command has no
+//! capabilities at all; its environment is built from scratch.
 //!
 //! The supervising thread then runs one `poll` loop over the stdout pipe, the stderr pipe and the
 //! command's wake-up eventfd (exit or cancel), with a timeout computed from the next deadline:
 //!
 //! * output is read as it comes and capped while streaming (`capture.rs`);
-//! * at the timeout (or on cancel) the whole group gets SIGTERM, and SIGKILL `grace_ms` later;
-//! * when the leader exits, the reaper has already SIGKILLed the rest of its group; the loop then
-//!   drains the pipes until EOF but at most [`DRAIN_AFTER_EXIT`], so a process that escaped the
-//!   group with `setsid` and still holds a pipe cannot hang the call.
+//! * at the timeout (or on cancel) the command's group gets SIGTERM (through the sub-reaper), and
+//!   `grace_ms` later the sub-reaper kills the whole tree;
+//! * when the leader exits, the sub-reaper kills everything the command left (background jobs,
+//!   `setsid` daemons, double forks) and exits with the leader's status; the loop then drains the
+//!   pipes until EOF but at most [`DRAIN_AFTER_EXIT`].
 
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -24,15 +28,17 @@ use std::time::{Duration, Instant};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fd::{BorrowedFd, OwnedFd};
 use rustix::fs::OFlags;
-use rustix::io::Errno;
-use rustix::process::Signal;
+use rustix::io::{Errno, FdFlags};
+use rustix::pipe::PipeFlags;
 
 use crate::cmd::capture::CappedBuffer;
-use crate::cmd::children::Slot;
+use crate::cmd::children::{Slot, Stop};
+use crate::cmd::confine::Confinement;
 use crate::cmd::program;
+use crate::cmd::subreaper::{Handshake, Plan, SUPERVISE_ARG};
 use crate::encoding;
 use crate::error::{OpError, OpResult};
-use crate::protocol::{Encoding, ErrorKind, RunParams, RunResult, Truncation};
+use crate::protocol::{Encoding, Enforcement, ErrorKind, RunParams, RunResult, Truncation};
 use crate::roots::Access;
 use crate::server::Context;
 
@@ -46,11 +52,13 @@ const MAX_GRACE: Duration = Duration::from_secs(60);
 pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
 /// How long to wait for the leader after SIGKILL before answering without its status.
 const KILL_BACKSTOP: Duration = Duration::from_secs(5);
+/// How long the sub-reaper may take to confine and start the command.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 const CHUNK: usize = 64 * 1024;
 
 /// Runs `cmd.run` for request `request`.
 pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult> {
-    let Some((name, args)) = params.argv.split_first() else {
+    let Some(name) = params.argv.first() else {
         return Err(OpError::invalid("argv is empty"));
     };
     if let Some(i) = params.argv.iter().position(|a| a.contains('\0')) {
@@ -68,56 +76,102 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         return Err(OpError::invalid("timeout_ms must be positive"));
     }
     let program = program::find(name, &ctx.config.path)?;
+    let exec = ctx
+        .grants
+        .exec_paths(&params.exec, name, &ctx.config.path)?;
     let cwd_target = ctx
         .roots
         .resolve(params.cwd.as_deref().unwrap_or("."), Access::Read)?;
     let cwd = cwd_target.open(OFlags::PATH | OFlags::DIRECTORY)?;
+    let mut env = vec![
+        ("PATH".to_owned(), ctx.config.path.clone()),
+        ("HOME".to_owned(), ctx.config.home.clone()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+    ];
+    for (key, value) in &params.env {
+        env.retain(|(k, _)| k != key);
+        env.push((key.clone(), value.clone()));
+    }
+    let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
+        .map_err(|e| OpError::new(ErrorKind::SpawnFailed, format!("cannot create a pipe: {e}")))?;
+    let plan = Plan {
+        program: program.clone(),
+        argv: params.argv.clone(),
+        env,
+        uid: ctx.config.uid,
+        gid: ctx.config.gid,
+        status_fd: status_write.as_raw_fd(),
+        confinement: Confinement {
+            exec,
+            write_roots: ctx.config.write_roots.clone(),
+            egress: ctx.config.egress,
+        },
+        require_landlock: ctx.config.require_landlock,
+    };
+    let plan_json = serde_json::to_vec(&plan)
+        .map_err(|e| OpError::new(ErrorKind::Internal, format!("cannot encode the plan: {e}")))?;
 
-    let mut command = Command::new(&program);
+    let mut command = Command::new(&ctx.self_exe);
     command
-        .arg0(name)
-        .args(args)
+        .arg(SUPERVISE_ARG)
         .env_clear()
-        .env("PATH", &ctx.config.path)
-        .env("HOME", &ctx.config.home)
-        .env("LANG", "C.UTF-8")
-        .envs(&params.env)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .gid(ctx.config.gid)
-        .uid(ctx.config.uid)
         .process_group(0);
     let cwd_raw = cwd.as_raw_fd();
-    // SAFETY: the closure runs in the forked child before exec and only calls fchdir(2), which is
-    // async-signal-safe. `cwd` outlives the spawn below, so the descriptor number stays valid.
+    let status_raw = status_write.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and only calls fchdir(2) and
+    // fcntl(2), which are async-signal-safe. `cwd` and `status_write` outlive the spawn below,
+    // so the descriptor numbers stay valid; the status pipe is the one descriptor the sub-reaper
+    // inherits beyond stdio.
     unsafe {
         command.pre_exec(move || {
-            rustix::process::fchdir(BorrowedFd::borrow_raw(cwd_raw)).map_err(io::Error::from)
+            rustix::process::fchdir(BorrowedFd::borrow_raw(cwd_raw)).map_err(io::Error::from)?;
+            rustix::io::fcntl_setfd(BorrowedFd::borrow_raw(status_raw), FdFlags::empty())
+                .map_err(io::Error::from)
         });
     }
 
     let started = Instant::now();
     let spawned = ctx.children.spawn(request, &mut command).map_err(|e| {
-        let kind = match e.kind() {
-            io::ErrorKind::NotFound => ErrorKind::CommandNotFound,
-            _ => ErrorKind::SpawnFailed,
-        };
         OpError::new(
-            kind,
+            ErrorKind::SpawnFailed,
             format!(
-                "cannot start '{name}' ({program}) in '{}': {e}",
+                "cannot start the sub-reaper for '{name}' in '{}': {e}",
                 cwd_target.display
             ),
         )
     })?;
     drop(cwd);
+    drop(status_write);
     let Some((mut child, slot)) = spawned else {
         return Ok(cancelled_before_start(started));
     };
+    if let Some(mut stdin) = child.stdin.take() {
+        // The sub-reaper reads the whole plan before doing anything; a failed write shows as a
+        // failed handshake below.
+        let _ = stdin.write_all(&plan_json);
+    }
     let stdout = child.stdout.take().map(OwnedFd::from);
     let stderr = child.stderr.take().map(OwnedFd::from);
     drop(child);
+    let landlock = match read_handshake(&status_read) {
+        Ok(Handshake::Started { landlock, .. }) => landlock,
+        Ok(Handshake::Failed { kind, message }) => {
+            wait_for_exit(ctx, &slot);
+            return Err(OpError::new(kind, message));
+        }
+        Err(why) => {
+            ctx.children.stop(&slot, Stop::KillSubreaper);
+            wait_for_exit(ctx, &slot);
+            return Err(OpError::new(
+                ErrorKind::SpawnFailed,
+                format!("cannot start '{name}' ({program}): {why}"),
+            ));
+        }
+    };
+    drop(status_read);
 
     let limits = Limits {
         deadline: started.checked_add(Duration::from_millis(params.timeout_ms)),
@@ -161,7 +215,49 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         timed_out: outcome.timed_out,
         cancelled: outcome.cancelled,
+        landlock,
     })
+}
+
+/// Reads the sub-reaper's one status line (it closes the pipe right after, or dies).
+fn read_handshake(pipe: &OwnedFd) -> Result<Handshake, String> {
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let mut line = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = line.iter().position(|b| *b == b'\n') {
+            return serde_json::from_slice(&line[..end])
+                .map_err(|e| format!("the sub-reaper answered something unexpected: {e}"));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("the sub-reaper did not answer in time".into());
+        }
+        let mut fds = [PollFd::new(pipe, PollFlags::IN)];
+        match poll(&mut fds, Some(&duration_to_timespec(left))) {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(e) => return Err(format!("poll failed: {e}")),
+        }
+        match rustix::io::read(pipe, &mut chunk[..]) {
+            Ok(0) => return Err("the sub-reaper ended before starting the command".into()),
+            Ok(n) => line.extend_from_slice(&chunk[..n]),
+            Err(Errno::INTR) | Err(Errno::AGAIN) => {}
+            Err(e) => return Err(format!("reading the sub-reaper's answer failed: {e}")),
+        }
+    }
+}
+
+/// Waits (bounded) until the reaper has collected a sub-reaper that is ending on its own.
+fn wait_for_exit(ctx: &Context, slot: &Arc<Slot>) {
+    let deadline = Instant::now() + KILL_BACKSTOP;
+    while slot.exit_status().is_none() && Instant::now() < deadline {
+        let wake = slot.wake_fd();
+        let mut fds = [PollFd::new(&wake, PollFlags::IN)];
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = poll(&mut fds, Some(&duration_to_timespec(left)));
+        slot.clear_wake();
+    }
+    ctx.children.release(slot);
 }
 
 fn cancelled_before_start(started: Instant) -> RunResult {
@@ -178,6 +274,7 @@ fn cancelled_before_start(started: Instant) -> RunResult {
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         timed_out: false,
         cancelled: true,
+        landlock: Enforcement::None,
     }
 }
 
@@ -232,15 +329,16 @@ fn supervise(
                 timed_out = true;
             }
             if (timed_out || cancelled) && term_sent.is_none() {
-                ctx.children.signal_group(slot, Signal::TERM);
+                ctx.children.stop(slot, Stop::Terminate);
                 term_sent = Some(now);
             }
             if let Some(term) = term_sent {
                 if !kill_sent && now >= term + limits.grace {
-                    ctx.children.signal_group(slot, Signal::KILL);
+                    ctx.children.stop(slot, Stop::Kill);
                     kill_sent = true;
                 }
                 if kill_sent && now >= term + limits.grace + KILL_BACKSTOP {
+                    ctx.children.stop(slot, Stop::KillSubreaper);
                     break;
                 }
             }

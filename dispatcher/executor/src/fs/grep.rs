@@ -5,7 +5,10 @@
 //! walked by descriptors without following symlinks (`walk.rs`); each file is opened
 //! `O_NOFOLLOW`, read up to a per-file ceiling, skipped if it looks binary (a NUL byte in its
 //! first 8 KiB), and searched as a whole buffer in multi-line mode. Bounds on matches, files,
-//! bytes and depth end the search early with `truncated: true`.
+//! bytes and depth end the search early with `truncated: true`, and so does a time limit
+//! (`timed_out: true` as well), so a huge tree cannot hold a request thread for long.
+
+use std::time::{Duration, Instant};
 
 use globset::{GlobBuilder, GlobMatcher};
 use regex::bytes::{Regex, RegexBuilder};
@@ -26,6 +29,8 @@ const MAX_FILES: u64 = 50_000;
 const MAX_TOTAL_BYTES: u64 = 512 * 1024 * 1024;
 const MAX_LINE_BYTES: usize = 2000;
 const BINARY_SNIFF_BYTES: usize = 8192;
+/// Default and ceiling of the search's wall-clock time.
+pub const MAX_GREP_TIME: Duration = Duration::from_secs(30);
 const LIMITS: Limits = Limits {
     max_depth: 64,
     max_entries: 200_000,
@@ -36,6 +41,11 @@ pub fn run(ctx: &Context, params: GrepParams) -> OpResult<GrepResult> {
     let regex = compile(&params.pattern, params.case_insensitive)?;
     let include = params.include.as_deref().map(Include::new).transpose()?;
     let target = ctx.roots.resolve(&params.path, Access::Read)?;
+    let deadline = Instant::now()
+        + params
+            .timeout_ms
+            .map_or(MAX_GREP_TIME, Duration::from_millis)
+            .min(MAX_GREP_TIME);
     let mut search = Search {
         regex,
         max_matches: params
@@ -50,6 +60,7 @@ pub fn run(ctx: &Context, params: GrepParams) -> OpResult<GrepResult> {
             matches: Vec::new(),
             truncated: false,
             files_scanned: 0,
+            timed_out: false,
         },
         bytes_total: 0,
     };
@@ -64,6 +75,11 @@ pub fn run(ctx: &Context, params: GrepParams) -> OpResult<GrepResult> {
     }
     let dir = target.open(OFlags::RDONLY | OFlags::DIRECTORY)?;
     let outcome = walk::walk(dir, LIMITS, |entry| {
+        if Instant::now() >= deadline {
+            search.result.timed_out = true;
+            search.result.truncated = true;
+            return Step::Stop;
+        }
         if entry.file_type != FileType::RegularFile {
             return Step::Continue;
         }

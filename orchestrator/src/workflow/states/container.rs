@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use dispatcher::protocol::{Op, RunParams};
+use dispatcher::protocol::{ExecGrant, Op, RunParams};
 use dispatcher::{DispatchError, Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -166,6 +166,9 @@ async fn exec(rt: &Runtime, id: SandboxId, c: &Container) -> Result<Ran, (bool, 
                 grace_ms: Some(KILL_GRACE_MS),
                 max_stdout_bytes: cap,
                 max_stderr_bytes: cap,
+                // The workflow's author (an operator who deployed it) chose this command; the
+                // kernel still confines its writes, connections and signals.
+                exec: ExecGrant::Any,
             }),
         )
         .await

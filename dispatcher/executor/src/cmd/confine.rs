@@ -1,0 +1,136 @@
+//! The kernel-held half of the command policy: a Landlock domain around every command.
+//!
+//! The orchestrator's argv policy is the first line and explains its refusals; it cannot know
+//! every option of every program. This domain makes the policy hold for whatever the command and
+//! its descendants do, whichever option they were given:
+//!
+//! * **execute** only the granted files (programs and their dynamic loaders, see `grant.rs`);
+//! * **write** (create, remove, rename, truncate, write) only beneath the write roots and `/tmp`,
+//!   plus writing to `/dev/null`-like character devices;
+//! * **connect** TCP only when the sandbox has egress;
+//! * **signal** and connect to abstract unix sockets only within the command's own domain: a
+//!   command cannot signal the executor, its sub-reaper or another command.
+//!
+//! Reading is not restricted here (the path allowlist for `fs.*` reads is the executor's roots;
+//! commands need the image's libraries and data).
+//!
+//! Rules are requested at ABI 6 in best-effort mode: on an older kernel what it lacks is left
+//! out and the result says `partial`; on a kernel without Landlock, `none`, which the sub-reaper
+//! refuses unless the sandbox was configured to run without Landlock.
+
+use landlock::{
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, RestrictionStatus,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::Enforcement;
+
+/// The newest ABI whose rights we request and have tested.
+const TARGET_ABI: ABI = ABI::V6;
+/// Character devices a command may open for writing (sinks and sources, never storage).
+const WRITABLE_DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
+/// Scratch space every command may write to, in addition to the write roots.
+const SCRATCH: &str = "/tmp";
+
+/// What the domain of one command allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confinement {
+    /// Files that may be executed; `None`: execution is not restricted.
+    pub exec: Option<Vec<String>>,
+    /// Directories beneath which writing is allowed (the sandbox's write roots).
+    pub write_roots: Vec<String>,
+    /// TCP connect allowed (the sandbox has egress).
+    pub egress: bool,
+}
+
+/// The kernel's Landlock ABI (0 when it has none, or a seccomp filter hides it).
+pub fn kernel_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_long = 1;
+    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag the syscall only returns
+    // the ABI version (or an error); it reads and writes no memory.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(abi).unwrap_or(0)
+}
+
+/// Confines the calling (single-threaded) process and everything it starts afterwards.
+pub fn restrict_self(confinement: &Confinement) -> Result<Enforcement, String> {
+    let status = build_and_restrict(confinement).map_err(|e| e.to_string())?;
+    Ok(match status.ruleset {
+        RulesetStatus::FullyEnforced => Enforcement::Full,
+        RulesetStatus::PartiallyEnforced => Enforcement::Partial,
+        RulesetStatus::NotEnforced => Enforcement::None,
+    })
+}
+
+fn build_and_restrict(c: &Confinement) -> Result<RestrictionStatus, landlock::RulesetError> {
+    let write = AccessFs::from_write(ABI::V3);
+    let file_write = AccessFs::WriteFile | AccessFs::Truncate;
+    let mut handled = write;
+    if c.exec.is_some() {
+        handled |= AccessFs::Execute;
+    }
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(handled)?
+        .scope(Scope::from_all(TARGET_ABI))?;
+    if !c.egress {
+        ruleset = ruleset.handle_access(AccessNet::ConnectTcp)?;
+    }
+    let mut created = ruleset.create()?;
+    // A path that cannot be opened (a write root not created yet, a granted program removed)
+    // simply gets no rule: what does not exist cannot be written beneath or executed.
+    for path in c.exec.iter().flatten() {
+        if let Ok(fd) = PathFd::new(path) {
+            created = created.add_rule(PathBeneath::new(fd, AccessFs::Execute))?;
+        }
+    }
+    for root in c.write_roots.iter().map(String::as_str).chain([SCRATCH]) {
+        if let Some(fd) = open_directory_no_symlinks(root) {
+            created = created.add_rule(PathBeneath::new(fd, write))?;
+        }
+    }
+    for device in WRITABLE_DEVICES {
+        if let Ok(fd) = PathFd::new(device) {
+            created = created.add_rule(PathBeneath::new(fd, file_write))?;
+        }
+    }
+    created.restrict_self()
+}
+
+/// Opens a write root as `O_PATH` without following any symlink on the way, so an agent that
+/// replaced a directory of a root with a symlink cannot move the rule elsewhere.
+fn open_directory_no_symlinks(path: &str) -> Option<std::os::fd::OwnedFd> {
+    use rustix::fs::{openat2, Mode, OFlags, ResolveFlags, CWD};
+    openat2(
+        CWD,
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confinement_round_trips_as_json() {
+        let c = Confinement {
+            exec: Some(vec!["/usr/bin/ls".into()]),
+            write_roots: vec!["/workspace".into()],
+            egress: false,
+        };
+        let text = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<Confinement>(&text).unwrap(), c);
+    }
+}

@@ -1,0 +1,394 @@
+//! The sub-reaper: one per command, so that nothing a command starts outlives its call.
+//!
+//! For every `cmd.run` the executor starts its own binary again in this mode
+//! (`sandbox-executor --supervise`), as root (it keeps only SETUID, SETGID and KILL; commands,
+//! as the sandbox user, cannot signal or trace it). It reads a [`Plan`] on its stdin, then:
+//!
+//! 1. marks itself `PR_SET_CHILD_SUBREAPER`: every orphan of the command's process tree is
+//!    re-parented to it instead of escaping to PID 1 (`setsid` and double forks included);
+//! 2. confines itself with the command's Landlock domain (`confine.rs`), which the command
+//!    inherits and cannot leave;
+//! 3. starts the command as the sandbox user in its own process group, its stdout and stderr
+//!    being the executor's pipes, and reports `started` (or why not) on the status descriptor;
+//! 4. waits for signals: SIGCHLD (reap), SIGTERM from the executor (passed on to the command's
+//!    group), SIGUSR1 from the executor (kill the whole tree now);
+//! 5. when the command's leader exits, kills every process left in its tree, generation by
+//!    generation as they are re-parented to it, reaps them, and exits with the leader's status
+//!    (the same exit code, or killed by the same signal), which is what the executor reports.
+
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use rustix::process::{Pid, Signal};
+use serde::{Deserialize, Serialize};
+
+use crate::cmd::confine::{self, Confinement};
+use crate::protocol::{Enforcement, ErrorKind};
+
+/// The argument that starts the executor binary as a sub-reaper.
+pub const SUPERVISE_ARG: &str = "--supervise";
+/// Signal the executor sends to make the sub-reaper kill the whole tree at once.
+pub const KILL_TREE: Signal = Signal::USR1;
+/// Most kill-and-reap rounds before giving up on a tree that keeps growing.
+const MAX_ROUNDS: usize = 10_000;
+
+/// Everything the sub-reaper needs to start and confine one command.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    /// Absolute path of the program.
+    pub program: String,
+    /// The full argv (`argv[0]` is the bare name).
+    pub argv: Vec<String>,
+    /// The complete environment.
+    pub env: Vec<(String, String)>,
+    /// The sandbox user.
+    pub uid: u32,
+    /// The sandbox group.
+    pub gid: u32,
+    /// Descriptor (inherited) on which the `started`/`failed` line is written.
+    pub status_fd: i32,
+    /// The command's Landlock domain.
+    pub confinement: Confinement,
+    /// Refuse to start the command when the kernel enforced nothing.
+    pub require_landlock: bool,
+}
+
+/// The one line the sub-reaper writes on its status descriptor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Handshake {
+    /// The command runs with this pid, confined this much.
+    Started {
+        /// The command's pid (also its process group).
+        pid: i32,
+        /// What the kernel enforced.
+        landlock: Enforcement,
+    },
+    /// The command was not started.
+    Failed {
+        /// Why, as an error kind.
+        kind: ErrorKind,
+        /// Why, for humans.
+        message: String,
+    },
+}
+
+/// Entry point of `sandbox-executor --supervise`; returns only on failure before the command
+/// ran (otherwise the process ends with the command's status).
+pub fn main() -> i32 {
+    let watched = watched_signals();
+    // SAFETY: blocking signals of this (single-threaded) process; the set is initialized.
+    unsafe {
+        libc::sigprocmask(libc::SIG_BLOCK, &watched, std::ptr::null_mut());
+    }
+    let mut input = Vec::new();
+    let plan: Plan = match std::io::stdin()
+        .read_to_end(&mut input)
+        .map_err(|e| e.to_string())
+        .and_then(|_| serde_json::from_slice(&input).map_err(|e| e.to_string()))
+    {
+        Ok(plan) => plan,
+        Err(e) => {
+            eprintln!("sandbox-executor --supervise: bad plan: {e}");
+            return 2;
+        }
+    };
+    // SAFETY: the executor passed this descriptor to us open and owned by nobody else here.
+    let mut status = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(plan.status_fd) });
+    let _ = rustix::io::fcntl_setfd(&status, rustix::io::FdFlags::CLOEXEC);
+    let report = |status: &mut std::fs::File, handshake: &Handshake| {
+        let mut line = serde_json::to_vec(handshake).unwrap_or_default();
+        line.push(b'\n');
+        let _ = status.write_all(&line);
+    };
+    let fail = |status: &mut std::fs::File, kind: ErrorKind, message: String| {
+        report(status, &Handshake::Failed { kind, message });
+        127
+    };
+
+    if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+        return fail(
+            &mut status,
+            ErrorKind::SpawnFailed,
+            format!("cannot become the command's sub-reaper: {e}"),
+        );
+    }
+    let landlock = match confine::restrict_self(&plan.confinement) {
+        Ok(enforcement) => enforcement,
+        Err(e) => {
+            return fail(
+                &mut status,
+                ErrorKind::SpawnFailed,
+                format!("cannot confine the command with Landlock: {e}"),
+            )
+        }
+    };
+    if landlock == Enforcement::None && plan.require_landlock {
+        return fail(
+            &mut status,
+            ErrorKind::SpawnFailed,
+            "the kernel enforces no Landlock rules here and this sandbox requires them; \
+             the command was not started"
+                .to_owned(),
+        );
+    }
+
+    let Some((name, args)) = plan.argv.split_first() else {
+        return fail(
+            &mut status,
+            ErrorKind::InvalidRequest,
+            "argv is empty".into(),
+        );
+    };
+    let mut command = Command::new(&plan.program);
+    command
+        .arg0(name)
+        .args(args)
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .gid(plan.gid)
+        .uid(plan.uid)
+        .process_group(0);
+    // SAFETY: runs in the forked child (this process is single-threaded) and only calls
+    // sigprocmask(2) and chdir(2): the command must not inherit the signals this process
+    // blocks, and entering "." again as the sandbox user checks that it may use the working
+    // directory the executor chose for it.
+    unsafe {
+        command.pre_exec(|| {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            rustix::process::chdir(".").map_err(std::io::Error::from)
+        });
+    }
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let (kind, why) = match e.kind() {
+                std::io::ErrorKind::NotFound => (ErrorKind::CommandNotFound, String::new()),
+                std::io::ErrorKind::PermissionDenied if plan.confinement.exec.is_some() => (
+                    ErrorKind::PermissionDenied,
+                    " (the sandbox's kernel policy allows executing only the allowlisted \
+                     programs; a script's interpreter must be allowlisted too)"
+                        .to_owned(),
+                ),
+                std::io::ErrorKind::PermissionDenied => {
+                    (ErrorKind::PermissionDenied, String::new())
+                }
+                _ => (ErrorKind::SpawnFailed, String::new()),
+            };
+            return fail(
+                &mut status,
+                kind,
+                format!("cannot start '{name}' ({}): {e}{why}", plan.program),
+            );
+        }
+    };
+    let leader = i32::try_from(child.id()).unwrap_or(i32::MAX);
+    drop(child);
+    report(
+        &mut status,
+        &Handshake::Started {
+            pid: leader,
+            landlock,
+        },
+    );
+    drop(status);
+    // Our copies of the output pipes would keep them open after the command's tree is gone.
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdout(&null);
+        let _ = rustix::stdio::dup2_stderr(&null);
+    }
+
+    let mut tree = Tree {
+        leader,
+        leader_status: None,
+    };
+    tree.supervise(&watched);
+    tree.kill_all();
+    // The leader is reaped by now; were it not (a tree that kept growing), report SIGKILL.
+    exit_like(tree.leader_status.unwrap_or(libc::SIGKILL))
+}
+
+fn watched_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialize and fill a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in [libc::SIGCHLD, libc::SIGTERM, libc::SIGUSR1] {
+            libc::sigaddset(&mut set, signal);
+        }
+        set
+    }
+}
+
+/// The command's process tree as the sub-reaper sees it: every reap goes through here, so the
+/// leader's status is never lost, whoever collects it.
+struct Tree {
+    leader: i32,
+    leader_status: Option<i32>,
+}
+
+impl Tree {
+    /// Waits for the leader's exit, passing SIGTERM on and killing the tree on SIGUSR1.
+    fn supervise(&mut self, watched: &libc::sigset_t) {
+        loop {
+            self.reap(false);
+            if self.leader_status.is_some() {
+                return;
+            }
+            // SAFETY: waits for one of the blocked signals in `watched`; no info is requested.
+            let signal = unsafe { libc::sigwaitinfo(watched, std::ptr::null_mut()) };
+            match signal {
+                libc::SIGTERM => {
+                    let _ = kill_group(self.leader, Signal::TERM);
+                    let _ = kill_pid(self.leader, Signal::TERM);
+                }
+                libc::SIGUSR1 => self.kill_all(),
+                _ => {}
+            }
+        }
+    }
+
+    /// Reaps exited children (the first wait blocking when `block`); false when there are none.
+    fn reap(&mut self, block: bool) -> bool {
+        let mut flags = if block { 0 } else { libc::WNOHANG };
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid with a valid out pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut status, flags) };
+            if pid < 0 {
+                return false; // ECHILD: no children at all (EINTR cannot happen: signals are blocked).
+            }
+            if pid == 0 {
+                return true; // children remain, none exited yet
+            }
+            if pid == self.leader {
+                self.leader_status = Some(status);
+            }
+            flags = libc::WNOHANG;
+        }
+    }
+
+    /// True while this process has a child (running or not yet reaped).
+    fn has_children(&self) -> bool {
+        // SAFETY: waitid with a valid out pointer; WNOWAIT leaves any zombie to `reap`.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            ) == 0
+        }
+    }
+
+    /// Kills the command's group and every process left under this sub-reaper, generation by
+    /// generation as orphans are re-parented here, and reaps them all.
+    fn kill_all(&mut self) {
+        let me = std::process::id();
+        for _ in 0..MAX_ROUNDS {
+            // Every living descendant has a living ancestor chain up to here; with the leader
+            // gone, no child means no descendant (the common case: skip the /proc scan).
+            if !self.has_children() {
+                return;
+            }
+            let _ = kill_group(self.leader, Signal::KILL);
+            for pid in children_of(me) {
+                let _ = kill_pid(pid, Signal::KILL);
+            }
+            if !self.reap(true) {
+                return;
+            }
+        }
+        eprintln!("sandbox-executor --supervise: a process tree kept growing; giving up");
+    }
+}
+
+/// Pids whose parent is `parent`, from `/proc/<pid>/stat`.
+fn children_of(parent: u32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if parent_in_stat(&stat) == Some(parent) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The parent pid in a `/proc/<pid>/stat` line (`pid (comm) state ppid ...`; `comm` may hold
+/// spaces and parentheses, so the fields are counted after the last `)`).
+fn parent_in_stat(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn kill_group(leader: i32, signal: Signal) -> rustix::io::Result<()> {
+    let pid = Pid::from_raw(leader).ok_or(rustix::io::Errno::SRCH)?;
+    rustix::process::kill_process_group(pid, signal)
+}
+
+fn kill_pid(pid: i32, signal: Signal) -> rustix::io::Result<()> {
+    let pid = Pid::from_raw(pid).ok_or(rustix::io::Errno::SRCH)?;
+    rustix::process::kill_process(pid, signal)
+}
+
+/// Ends this process the way the leader ended: same exit code, or killed by the same signal.
+fn exit_like(status: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        return libc::WEXITSTATUS(status);
+    }
+    let signal = libc::WTERMSIG(status);
+    // SAFETY: resets one signal to its default action, unblocks it and raises it; if that does
+    // not end the process (a signal whose default is to ignore), we exit with 128 + signal.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(signal);
+    }
+    128 + signal
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parent_pid_is_read_after_the_command_name() {
+        assert_eq!(parent_in_stat("42 (sh) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_in_stat("42 (a) b) (c) R 9 1 1"), Some(9));
+        assert_eq!(parent_in_stat("garbage"), None);
+    }
+
+    #[test]
+    fn handshake_lines_are_tagged() {
+        let line = serde_json::to_string(&Handshake::Started {
+            pid: 5,
+            landlock: Enforcement::Full,
+        })
+        .unwrap();
+        assert_eq!(line, r#"{"started":{"pid":5,"landlock":"full"}}"#);
+    }
+}
