@@ -12,6 +12,11 @@
 //!   a password in `env_additions`), and validation messages travel to the caller, to logs and
 //!   into the audit log's reason. [`describe_violation`] therefore says what the schema wanted and
 //!   the JSON type that arrived, never the value; the JSON pointer says where.
+//! - **An audit reason never carries a value either.** Policy refusals and tool errors explain
+//!   themselves to the caller with the path or command they refused, which is what a caller
+//!   needs; the audit log keeps them forever and is readable by more people, so [`scrub`] replaces
+//!   every argument value (and every word of a multi-word value) in such a text by the JSON
+//!   pointer it came from before the router stores it.
 
 use serde_json::{Number, Value};
 
@@ -151,6 +156,68 @@ pub fn describe_violation(error: &jsonschema::ValidationError<'_>) -> String {
     )
 }
 
+/// Shortest value replaced wherever it occurs; shorter ones only when quoted (`` `ls` ``), so
+/// that a one-letter argument does not garble every word of a message.
+const MIN_BARE_LEN: usize = 4;
+
+/// `text` with every string value of `args` (and each word of a value with spaces) replaced by
+/// `<arg /pointer>`; numbers only where quoted. For audit reasons (module doc).
+pub fn scrub(text: &str, args: &Value) -> String {
+    let mut leaves = Vec::new();
+    leaves_of(args, &mut String::new(), &mut leaves, 0);
+    let mut candidates: Vec<(String, String)> = Vec::new();
+    for (pointer, value) in leaves {
+        if value.split_whitespace().nth(1).is_some() {
+            for word in value.split_whitespace() {
+                candidates.push((word.to_owned(), pointer.clone()));
+            }
+        }
+        candidates.push((value, pointer));
+    }
+    // Longest first, so a whole value is replaced before the words inside it.
+    candidates.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+    let mut out = text.to_owned();
+    for (value, pointer) in candidates {
+        if value.is_empty() {
+            continue;
+        }
+        let marker = format!("<arg {}>", if pointer.is_empty() { "/" } else { &pointer });
+        out = if value.chars().count() >= MIN_BARE_LEN {
+            out.replace(&value, &marker)
+        } else {
+            out.replace(&format!("`{value}`"), &format!("`{marker}`"))
+        };
+    }
+    out
+}
+
+fn leaves_of(value: &Value, pointer: &mut String, out: &mut Vec<(String, String)>, depth: usize) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let len = pointer.len();
+    match value {
+        Value::String(s) => out.push((pointer.clone(), s.clone())),
+        Value::Number(n) => out.push((pointer.clone(), n.to_string())),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                pointer.push_str(&format!("/{i}"));
+                leaves_of(item, pointer, out, depth + 1);
+                pointer.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                pointer.push('/');
+                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                leaves_of(item, pointer, out, depth + 1);
+                pointer.truncate(len);
+            }
+        }
+        Value::Bool(_) | Value::Null => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +302,34 @@ mod tests {
                 .any(|m| m.contains("integer") && m.contains("got string")),
             "{messages:?}"
         );
+    }
+
+    #[test]
+    fn scrub_replaces_values_and_words_by_their_pointer() {
+        let args = serde_json::json!({
+            "command": "cat /etc/shadow",
+            "path": "/workspace/secret-token.txt",
+            "timeout_secs": 30,
+            "env": {"API_KEY": "sk-live-123456"}
+        });
+        let text = "command `cat` is not on the allowlist; path /workspace/secret-token.txt \
+                    is outside; `30` too long; key sk-live-123456 leaked; /etc/shadow";
+        let scrubbed = scrub(text, &args);
+        for raw in [
+            "/etc/shadow",
+            "secret-token",
+            "sk-live-123456",
+            "`cat`",
+            "`30`",
+        ] {
+            assert!(!scrubbed.contains(raw), "{raw} survived in {scrubbed}");
+        }
+        assert!(scrubbed.contains("`<arg /command>`"), "{scrubbed}");
+        assert!(scrubbed.contains("<arg /path>"), "{scrubbed}");
+        assert!(scrubbed.contains("<arg /env/API_KEY>"), "{scrubbed}");
+        assert!(scrubbed.contains("`<arg /timeout_secs>`"), "{scrubbed}");
+        // Short unquoted values do not garble the message.
+        let short = scrub("is not allowed", &serde_json::json!({"a": "is"}));
+        assert_eq!(short, "is not allowed");
     }
 }

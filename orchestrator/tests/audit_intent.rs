@@ -213,7 +213,7 @@ fn runner_context() -> Value {
     json!({"name": "runner", "description": "runs sleep",
            "runtime": {"language": "busybox", "version": "1"},
            "capabilities": [{"tool_pattern": "cmd.run", "command_allowlist": ["sleep"]}],
-           "attestation": {"workload_patterns": ["test-*"]}})
+           "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}})
 }
 
 #[tokio::test]

@@ -36,10 +36,10 @@ fn contexts() -> Vec<Value> {
     vec![
         json!({"name": "tasker", "description": "runs and watches executions",
                "capabilities": [{"tool_pattern": "aegis.task.*"}, {"tool_pattern": "aegis.agent.*"}],
-               "attestation": {"workload_patterns": ["test-*"]}}),
+               "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}}),
         json!({"name": "wide", "description": "an agent's own, broad context",
                "capabilities": [{"tool_pattern": "*"}],
-               "attestation": {"workload_patterns": ["nobody-*"]}}),
+               "attestation": {"workload_patterns": ["nobody-*"], "allow_unverified": true}}),
     ]
 }
 

@@ -35,12 +35,12 @@ fn contexts() -> Vec<Value> {
         json!({"name": "shared-only", "description": "direct children of /workspace/shared",
                "runtime": {"language": "busybox", "version": "1"},
                "capabilities": [{"tool_pattern": "fs.*", "path_allowlist": ["/workspace/shared/*"]}],
-               "attestation": {"workload_patterns": ["test-*"]}}),
+               "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}}),
         json!({"name": "aliased", "description": "denies by one name of two",
                "runtime": {"language": "busybox", "version": "1"},
                "capabilities": [{"tool_pattern": "*"}],
                "deny_list": ["fs.create_dir", "aegis.task.wait"],
-               "attestation": {"workload_patterns": ["test-*"]}}),
+               "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}}),
     ]
 }
 

@@ -117,12 +117,14 @@ pub async fn invoke_in(
 ) -> Result<ToolOutcome, CallError> {
     let started = Instant::now();
     let args_digest = audit::digest(&arguments);
+    // Audit reasons never carry argument values (the caller still gets the full message).
+    let raw_arguments = arguments.clone();
     let deny = |code: &str, reason: String| Entry {
         kind: EntryKind::Tool,
         action: name.to_owned(),
         allowed: false,
         reason_code: Some(code.to_owned()),
-        reason: Some(reason),
+        reason: Some(crate::arguments::scrub(&reason, &raw_arguments)),
         args_digest: args_digest.clone(),
         outcome: "denied",
         result_digest: None,
@@ -261,7 +263,7 @@ pub async fn invoke_in(
         Err(e) => audit::Completion {
             outcome: "error",
             reason_code: Some(e.code.to_owned()),
-            reason: Some(e.message.clone()),
+            reason: Some(crate::arguments::scrub(&e.message, &raw_arguments)),
             result_digest: None,
         },
     };
