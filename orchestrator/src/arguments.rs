@@ -175,7 +175,7 @@ pub fn scrub(text: &str, args: &Value) -> String {
         candidates.push((value, pointer));
     }
     // Longest first, so a whole value is replaced before the words inside it.
-    candidates.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.0.len()));
     let mut out = text.to_owned();
     for (value, pointer) in candidates {
         if value.is_empty() {
