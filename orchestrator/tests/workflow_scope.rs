@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::TestApp;
+use common::{test_config, TestApp, TestDb};
 use orchestrator::caller::{Caller, CallerKind, Tier};
 use orchestrator::tools::{self, CallError};
 use reqwest::Method;
@@ -304,7 +304,11 @@ async fn an_unknown_workflow_is_not_found_and_callers_below_operator_are_refused
 
 #[tokio::test]
 async fn another_tenants_global_workflow_is_visible_but_not_ours_to_demote_and_its_name_is_taken() {
-    let app = TestApp::spawn().await;
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.workflows.system_image = Some("aegis-runtime/busybox:1".to_owned());
+    config.workflows.poll_interval_ms = 200;
+    let app = TestApp::spawn_with(config).await;
     let theirs = deploy(&app, "shared").await;
     // No API creates tenants yet: hand "shared" to a second tenant and make it global there.
     let pool = &app.state.pool;
@@ -328,6 +332,17 @@ async fn another_tenants_global_workflow_is_visible_but_not_ours_to_demote_and_i
     );
     let exported = ok(&app, "aegis.workflow.export", json!({"name": "shared"})).await;
     assert_eq!(exported["id"], theirs.as_str());
+    // ...and can run it (its System state runs in a sandbox of ours).
+    let started = ok(&app, "aegis.workflow.run", json!({"name": "shared"})).await;
+    let execution = started["execution_id"].as_str().expect("execution_id");
+    let ended = ok(
+        &app,
+        "aegis.workflow.wait",
+        json!({"execution_id": execution, "timeout_seconds": 60, "poll_interval_seconds": 1}),
+    )
+    .await;
+    assert_eq!(ended["status"], "completed", "{ended}");
+    assert_eq!(ended["workflow_id"], theirs.as_str(), "{ended}");
 
     // We do not own it: neither demote nor promote finds it.
     let e = failure(&app, "aegis.workflow.demote", json!({"name": theirs})).await;

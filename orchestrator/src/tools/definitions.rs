@@ -155,10 +155,12 @@ async fn deployed(ctx: &ToolContext<'_>) -> Result<Deployed, ToolError> {
     {
         deployed.add_agent(&agent.id.to_string(), &agent.name);
     }
-    for workflow in registry::list_in(pool, tenant, ManifestKind::Workflow, ScopeFilter::Visible)
+    // Listed own-first per name; added in reverse so that, for a name another tenant's global
+    // workflow shares, the tenant's own (what the name resolves to) is added last and wins.
+    let visible = registry::list_in(pool, tenant, ManifestKind::Workflow, ScopeFilter::Visible)
         .await
-        .map_err(registry_error)?
-    {
+        .map_err(registry_error)?;
+    for workflow in visible.into_iter().rev() {
         deployed.add_workflow(&workflow.id.to_string(), &workflow.name, &workflow.manifest);
     }
     Ok(deployed)
