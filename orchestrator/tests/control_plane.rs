@@ -389,6 +389,16 @@ async fn every_tool_answers_valid_and_refuses_invalid_arguments() {
         ("aegis.system.info", json!({}), json!({"verbose": true})),
         ("aegis.system.config", json!({}), json!({"reveal": true})),
         (
+            "aegis.workflow.promote",
+            json!({"name": "two-steps"}),
+            json!({"name": "two-steps", "target_scope": "user"}),
+        ),
+        (
+            "aegis.workflow.demote",
+            json!({"name": "two-steps"}),
+            json!({"roles": ["aegis:operator"]}),
+        ),
+        (
             "aegis.workflow.delete",
             json!({"name": "two-steps"}),
             json!({"id": "x"}),

@@ -4,7 +4,12 @@
 //! manifests kept forever. A deployed version is immutable: deploying the same name and version
 //! again is refused unless `force`. Deleting hides the definition from new work but keeps every row,
 //! so executions that reference it stay intact. Every write is one transaction: a failed deploy
-//! leaves nothing behind.
+//! leaves nothing behind. Workflows have a scope (`scope.rs`): lookups and listings see the
+//! caller's tenant's definitions and every global workflow.
+
+mod scope;
+
+pub use scope::{change_scope, Scope, ScopeChange, ScopeFilter};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -34,6 +39,26 @@ pub enum RegistryError {
         name: String,
         /// Version.
         version: String,
+    },
+    /// A scope change to the scope the definition already has.
+    #[error("workflow `{name}` is already {scope} scoped; nothing to change")]
+    SameScope {
+        /// Name.
+        name: String,
+        /// Its current scope.
+        scope: Scope,
+    },
+    /// Another definition already has this name at the target scope.
+    #[error(
+        "another {scope} workflow is already named `{name}`; rename or delete one of them first"
+    )]
+    NameCollision {
+        /// Name.
+        name: String,
+        /// The target scope.
+        scope: Scope,
+        /// The definition holding the name, when known.
+        existing: Option<Uuid>,
     },
     /// Database failure.
     #[error(transparent)]
@@ -69,6 +94,9 @@ pub struct Definition {
     pub id: Uuid,
     /// Name.
     pub name: String,
+    /// Who sees it: `tenant` (its own tenant) or `global` (every tenant; workflows only).
+    #[sqlx(try_from = "String")]
+    pub scope: Scope,
     /// This version.
     pub version: String,
     /// Id of this version's row.
@@ -218,7 +246,8 @@ pub async fn deploy(
     })
 }
 
-/// Finds a live definition by id or name, at `version` or its latest version.
+/// Finds a live definition by id or name, at `version` or its latest version: the tenant's own
+/// first, else a global one.
 pub async fn get(
     pool: &PgPool,
     tenant: &str,
@@ -228,12 +257,13 @@ pub async fn get(
 ) -> Result<Definition, RegistryError> {
     let id = Uuid::parse_str(id_or_name).ok();
     let sql = format!(
-        "SELECT d.id, d.name, v.version, v.id AS version_id, v.description, v.labels, v.manifest, \
-         v.manifest_yaml, v.created_at, v.updated_at \
+        "SELECT d.id, d.name, d.scope, v.version, v.id AS version_id, v.description, v.labels, \
+         v.manifest, v.manifest_yaml, v.created_at, v.updated_at \
          FROM definitions d JOIN definition_versions v ON v.definition_id = d.id \
-         WHERE d.tenant_id = $1 AND d.kind = $2 AND d.deleted_at IS NULL \
+         WHERE {visible} AND d.kind = $2 AND d.deleted_at IS NULL \
          AND (d.id = $3 OR ($3 IS NULL AND d.name = $4)) AND ($5::text IS NULL OR v.version = $5) \
-         ORDER BY {LATEST_FIRST} LIMIT 1"
+         ORDER BY (d.tenant_id = $1) DESC, {LATEST_FIRST} LIMIT 1",
+        visible = ScopeFilter::Visible.condition(),
     );
     sqlx::query_as(&sql)
         .bind(tenant)
@@ -252,18 +282,31 @@ pub async fn get(
         })
 }
 
-/// Every live definition of a kind with its latest version, by name.
+/// Every live definition of a kind that the tenant owns, with its latest version, by name.
 pub async fn list(
     pool: &PgPool,
     tenant: &str,
     kind: ManifestKind,
 ) -> Result<Vec<Definition>, RegistryError> {
+    list_in(pool, tenant, kind, ScopeFilter::Owned).await
+}
+
+/// Every live definition of a kind that `filter` selects for the tenant, with its latest
+/// version, by name (the tenant's own before another tenant's global one of the same name).
+pub async fn list_in(
+    pool: &PgPool,
+    tenant: &str,
+    kind: ManifestKind,
+    filter: ScopeFilter,
+) -> Result<Vec<Definition>, RegistryError> {
     let sql = format!(
-        "SELECT DISTINCT ON (d.name) d.id, d.name, v.version, v.id AS version_id, v.description, \
-         v.labels, v.manifest, v.manifest_yaml, v.created_at, v.updated_at \
+        "SELECT DISTINCT ON (d.name, d.tenant_id <> $1, d.id) d.id, d.name, d.scope, v.version, \
+         v.id AS version_id, v.description, v.labels, v.manifest, v.manifest_yaml, v.created_at, \
+         v.updated_at \
          FROM definitions d JOIN definition_versions v ON v.definition_id = d.id \
-         WHERE d.tenant_id = $1 AND d.kind = $2 AND d.deleted_at IS NULL \
-         ORDER BY d.name, {LATEST_FIRST}"
+         WHERE {condition} AND d.kind = $2 AND d.deleted_at IS NULL \
+         ORDER BY d.name, d.tenant_id <> $1, d.id, {LATEST_FIRST}",
+        condition = filter.condition(),
     );
     Ok(sqlx::query_as(&sql)
         .bind(tenant)

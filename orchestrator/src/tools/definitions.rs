@@ -10,7 +10,7 @@ use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use crate::manifest::{
     self, Deployed, ManifestError, ManifestErrors, ManifestKind, NodeKnowledge, Validation,
 };
-use crate::registry::{self, DeployMode, RegistryError};
+use crate::registry::{self, DeployMode, RegistryError, ScopeFilter};
 
 pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
     vec![
@@ -93,8 +93,27 @@ fn workflow_create<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> 
 fn workflow_update<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(deploy(ctx, a, ManifestKind::Workflow, DeployMode::Update))
 }
-fn workflow_list<'a>(ctx: &'a ToolContext<'a>, _: Value) -> HandlerFuture<'a> {
-    Box::pin(list(ctx, ManifestKind::Workflow))
+fn workflow_list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        enum ListScope {
+            Global,
+            Visible,
+        }
+        #[derive(Deserialize)]
+        struct A {
+            scope: Option<ListScope>,
+        }
+        super::workflows::check_tenant(ctx, &a)?;
+        let a: A = args(a)?;
+        let filter = match a.scope {
+            None => ScopeFilter::Owned,
+            Some(ListScope::Global) => ScopeFilter::Global,
+            Some(ListScope::Visible) => ScopeFilter::Visible,
+        };
+        list_in(ctx, ManifestKind::Workflow, filter).await
+    })
 }
 fn workflow_validate<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
@@ -136,10 +155,12 @@ async fn deployed(ctx: &ToolContext<'_>) -> Result<Deployed, ToolError> {
     {
         deployed.add_agent(&agent.id.to_string(), &agent.name);
     }
-    for workflow in registry::list(pool, tenant, ManifestKind::Workflow)
+    // Listed own-first per name; added in reverse so that, for a name another tenant's global
+    // workflow shares, the tenant's own (what the name resolves to) is added last and wins.
+    let visible = registry::list_in(pool, tenant, ManifestKind::Workflow, ScopeFilter::Visible)
         .await
-        .map_err(registry_error)?
-    {
+        .map_err(registry_error)?;
+    for workflow in visible.into_iter().rev() {
         deployed.add_workflow(&workflow.id.to_string(), &workflow.name, &workflow.manifest);
     }
     Ok(deployed)
@@ -210,6 +231,13 @@ pub(crate) fn registry_error(e: RegistryError) -> ToolError {
     match e {
         RegistryError::NotFound { .. } => ToolError::new("not_found", e.to_string()),
         RegistryError::VersionExists { .. } => ToolError::new("conflict", e.to_string()),
+        RegistryError::SameScope { scope, .. } => {
+            ToolError::new("conflict", e.to_string()).with_details(json!({"current_scope": scope}))
+        }
+        RegistryError::NameCollision {
+            scope, existing, ..
+        } => ToolError::new("conflict", e.to_string())
+            .with_details(json!({"scope": scope, "existing_workflow_id": existing})),
         RegistryError::Db(e) => ToolError::internal(e),
     }
 }
@@ -254,7 +282,15 @@ async fn deploy(
 }
 
 async fn list(ctx: &ToolContext<'_>, kind: ManifestKind) -> Result<Value, ToolError> {
-    let defs = registry::list(&ctx.state.pool, &ctx.caller.tenant, kind)
+    list_in(ctx, kind, ScopeFilter::Owned).await
+}
+
+async fn list_in(
+    ctx: &ToolContext<'_>,
+    kind: ManifestKind,
+    filter: ScopeFilter,
+) -> Result<Value, ToolError> {
+    let defs = registry::list_in(&ctx.state.pool, &ctx.caller.tenant, kind, filter)
         .await
         .map_err(registry_error)?;
     Ok(match kind {
@@ -264,7 +300,7 @@ async fn list(ctx: &ToolContext<'_>, kind: ManifestKind) -> Result<Value, ToolEr
         })).collect::<Vec<_>>()}),
         ManifestKind::Workflow => json!({"workflows": defs.iter().map(|d| json!({
             "id": d.id, "name": d.name, "version": d.version,
-            "initial_state": d.manifest["spec"]["initial_state"],
+            "initial_state": d.manifest["spec"]["initial_state"], "scope": d.scope,
             "description": d.description, "labels": d.labels,
         })).collect::<Vec<_>>()}),
     })
@@ -286,7 +322,10 @@ async fn export(ctx: &ToolContext<'_>, a: Value, kind: ManifestKind) -> Result<V
     )
     .await
     .map_err(registry_error)?;
-    Ok(json!({"manifest_yaml": d.manifest_yaml, "id": d.id, "name": d.name, "version": d.version}))
+    Ok(json!({
+        "manifest_yaml": d.manifest_yaml, "id": d.id, "name": d.name, "version": d.version,
+        "scope": d.scope,
+    }))
 }
 
 async fn delete(ctx: &ToolContext<'_>, a: Value, kind: ManifestKind) -> Result<Value, ToolError> {

@@ -10,6 +10,7 @@ mod discovery;
 mod router;
 mod sandbox;
 mod schema;
+mod scopes;
 mod system;
 mod tasks;
 mod workflows;
@@ -149,6 +150,7 @@ fn implemented() -> Vec<(&'static str, &'static str, Handler)> {
     v.extend(sandbox::handlers());
     v.extend(tasks::handlers());
     v.extend(workflows::handlers());
+    v.extend(scopes::handlers());
     v
 }
 

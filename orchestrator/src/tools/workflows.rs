@@ -107,7 +107,7 @@ fn visibility<'a>(ctx: &'a ToolContext<'a>) -> Visibility<'a> {
     }
 }
 
-fn check_tenant(ctx: &ToolContext<'_>, a: &Value) -> Result<(), ToolError> {
+pub(super) fn check_tenant(ctx: &ToolContext<'_>, a: &Value) -> Result<(), ToolError> {
     match a.get("tenant_id").and_then(Value::as_str) {
         Some(t) if t != ctx.caller.tenant => Err(ToolError::new(
             "forbidden",
