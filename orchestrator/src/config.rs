@@ -39,6 +39,11 @@ pub struct NodeConfig {
     pub llm: crate::llm::LlmConfig,
     /// Agent executions: server ceilings.
     pub executions: ExecutionsConfig,
+    /// How the orchestrator reaches the outside world (`web.*`): address exceptions, static
+    /// hosts, body cap, timeouts.
+    pub egress: crate::egress::EgressConfig,
+    /// `web.search` providers.
+    pub web: crate::egress::search::WebConfig,
 }
 
 /// Server ceilings of agent executions; manifests can only lower them.
@@ -475,6 +480,9 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             "seal.freshness_secs",
             "expected 1 to 300 seconds".into(),
         ));
+    }
+    if let Err(e) = crate::egress::Egress::from_config(&c.egress) {
+        return Err(invalid(&format!("egress.{}", e.key), e.message));
     }
     for (i, ctx) in c.seal.security_contexts.iter().enumerate() {
         if let Err(e) = crate::gateway::contexts::parse(ctx) {

@@ -12,6 +12,7 @@ mod sandbox;
 mod schema;
 mod system;
 mod tasks;
+mod web;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -147,6 +148,7 @@ fn implemented() -> Vec<(&'static str, &'static str, Handler)> {
     v.extend(system::handlers());
     v.extend(sandbox::handlers());
     v.extend(tasks::handlers());
+    v.extend(web::handlers());
     v
 }
 
