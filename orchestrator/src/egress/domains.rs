@@ -52,8 +52,9 @@ impl DomainEntry {
         Ok(DomainEntry::Host { pattern, port })
     }
 
-    /// True when this entry admits `host` (lower case, no trailing dot) on `port`.
-    pub fn admits(&self, host: &str, port: u16) -> bool {
+    /// True when this entry admits `host` (lower case, no trailing dot) on `port`; a host
+    /// entry without a port admits any port, or only `default_ports` when given.
+    pub fn admits(&self, host: &str, port: u16, default_ports: Option<&[u16]>) -> bool {
         match self {
             DomainEntry::Cidr(net) => host
                 .trim_start_matches('[')
@@ -61,7 +62,12 @@ impl DomainEntry {
                 .parse::<IpAddr>()
                 .is_ok_and(|ip| net.contains(&ip)),
             DomainEntry::Host { pattern, port: p } => {
-                if p.is_some_and(|p| p != port) {
+                let port_ok = match (p, default_ports) {
+                    (Some(p), _) => *p == port,
+                    (None, Some(defaults)) => defaults.contains(&port),
+                    (None, None) => true,
+                };
+                if !port_ok {
                     return false;
                 }
                 match pattern.strip_prefix("*.") {
@@ -91,6 +97,7 @@ pub struct DomainRule {
 #[derive(Debug, Clone, Default)]
 pub struct DomainPolicy {
     rules: Vec<DomainRule>,
+    default_ports: Option<Vec<u16>>,
 }
 
 /// A host refused by a rule.
@@ -111,6 +118,13 @@ impl DomainPolicy {
         self.rules.push(rule);
     }
 
+    /// Restricts entries that name no port to `ports` (the egress proxy uses 80 and 443, so an
+    /// allowlisted web host does not open its SSH or database port).
+    pub fn with_default_ports(mut self, ports: &[u16]) -> Self {
+        self.default_ports = Some(ports.to_vec());
+        self
+    }
+
     /// True when no rule bounds the hosts.
     pub fn is_unbounded(&self) -> bool {
         self.rules.is_empty()
@@ -120,11 +134,12 @@ impl DomainPolicy {
     pub fn check(&self, host: &str, port: u16) -> Result<(), DomainRefused> {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         for rule in &self.rules {
-            let denied = rule.deny.iter().any(|e| e.admits(&host, port));
-            let admitted = rule
-                .allow
-                .as_ref()
-                .is_none_or(|allow| allow.iter().any(|e| e.admits(&host, port)));
+            let defaults = self.default_ports.as_deref();
+            let denied = rule.deny.iter().any(|e| e.admits(&host, port, None));
+            let admitted = match &rule.allow {
+                Some(allow) => allow.iter().any(|e| e.admits(&host, port, defaults)),
+                None => defaults.is_none_or(|d| d.contains(&port)),
+            };
             if denied || !admitted {
                 return Err(DomainRefused {
                     host,
@@ -174,6 +189,10 @@ mod tests {
         assert!(p.check("api.example.org", 80).is_err());
         assert!(p.check("www.example.org", 443).is_err());
         assert!(p.check("docs.rs", 80).is_ok());
+        assert!(p.check("docs.rs", 22).is_ok());
+        let proxy = p.clone().with_default_ports(&[80, 443]);
+        assert!(proxy.check("docs.rs", 22).is_err());
+        assert!(proxy.check("docs.rs", 443).is_ok());
         let refused = p.check("crates.io", 443).expect_err("refused");
         assert_eq!(refused.source_name, "context");
     }

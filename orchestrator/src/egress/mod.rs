@@ -10,6 +10,7 @@
 pub mod address;
 pub mod domains;
 pub mod fetch;
+pub mod proxy;
 pub mod resolve;
 pub mod search;
 
