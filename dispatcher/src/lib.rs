@@ -31,6 +31,7 @@ mod error;
 pub mod hardening;
 mod install;
 pub mod labels;
+pub mod network;
 mod pool;
 mod reaper;
 mod spec;
