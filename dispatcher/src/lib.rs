@@ -32,6 +32,7 @@ pub mod hardening;
 mod install;
 pub mod kernel;
 pub mod labels;
+pub mod network;
 mod pool;
 mod reaper;
 mod spec;

@@ -46,6 +46,9 @@ pub enum AppError {
     /// The embedded tool catalog is broken (a packaging bug).
     #[error(transparent)]
     Catalog(#[from] crate::tools::CatalogError),
+    /// The `egress:` configuration is unusable.
+    #[error(transparent)]
+    Egress(#[from] crate::egress::EgressConfigError),
     /// A server failed while running.
     #[error("{what} server failed: {message}")]
     Serve {
@@ -130,6 +133,7 @@ impl Application {
                 max_concurrent: config.executions.max_concurrent,
             },
         ));
+        let egress = Arc::new(crate::egress::Egress::from_config(&config.egress)?);
         let dead_after = config.sandbox.dead_after_secs as i64;
         let workflows = Arc::new(crate::workflow::Workflows::new(
             pool.clone(),
@@ -147,6 +151,7 @@ impl Application {
             instance_id,
             started_at: Utc::now(),
             config_path: config_path.map(Arc::new),
+            egress,
         };
         state.executions.recover(&state, dead_after).await;
         match crate::audit::recover_abandoned(&state.pool, instance_id, dead_after).await {

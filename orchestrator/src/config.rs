@@ -43,6 +43,11 @@ pub struct NodeConfig {
     pub workflows: WorkflowsConfig,
     /// The audit log: how often its head is written to the log.
     pub audit: AuditConfig,
+    /// How the orchestrator reaches the outside world (`web.*`): address exceptions, static
+    /// hosts, body cap, timeouts.
+    pub egress: crate::egress::EgressConfig,
+    /// `web.search` providers.
+    pub web: crate::egress::search::WebConfig,
 }
 
 /// How this replica advances workflow executions, and the node's limits on them.
@@ -588,6 +593,9 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             "seal.freshness_secs",
             "expected 1 to 300 seconds".into(),
         ));
+    }
+    if let Err(e) = crate::egress::Egress::from_config(&c.egress) {
+        return Err(invalid(&format!("egress.{}", e.key), e.message));
     }
     for (i, ctx) in c.seal.security_contexts.iter().enumerate() {
         if let Err(e) = crate::gateway::contexts::parse(ctx) {

@@ -26,6 +26,8 @@ pub struct AppState {
     pub gateway: std::sync::Arc<crate::gateway::Gateway>,
     /// Sandboxes and their agent policies.
     pub sandboxes: std::sync::Arc<crate::sandboxes::Sandboxes>,
+    /// The egress rules of `web.*` (resolver, address policy, limits).
+    pub egress: std::sync::Arc<crate::egress::Egress>,
     /// The config file this instance was started with, if any.
     pub config_path: Option<std::sync::Arc<std::path::PathBuf>>,
     /// Workflow executions.

@@ -422,10 +422,12 @@ async fn every_tool_answers_valid_and_refuses_invalid_arguments() {
             || name == "aegis.agent.wait"
             || name == "aegis.agent.logs"
             || WORKFLOW_EXECUTION_TOOLS.contains(&name.as_str())
+            || name.starts_with("web.")
         {
             // cmd.run and fs.* run in a real sandbox in tests/sandboxes.rs; the execution
             // tools need a language model and are exercised in tests/executions.rs; the
-            // workflow execution tools need executions, in tests/workflows.rs.
+            // workflow execution tools need executions, in tests/workflows.rs; web.* need
+            // test sites and a search provider, in tests/web.rs.
             continue;
         }
         assert!(

@@ -432,7 +432,7 @@ spec:
 fn node_checks_find_unknown_tools_and_runtimes() {
     parse(ManifestKind::Agent, HELLO, &node()).expect("hello parses on this node");
     let text = HELLO
-        .replace("[fs.read, fs.write]", "[fs.read, web.fetch]")
+        .replace("[fs.read, fs.write]", "[fs.read, web.teleport]")
         .replace("\"3.11\"", "\"2.7\"");
     let errors = parse(ManifestKind::Agent, &text, &node())
         .expect_err("refused")
@@ -446,7 +446,7 @@ fn node_checks_find_unknown_tools_and_runtimes() {
         [("/spec/runtime", Some(7)), ("/spec/tools/1", Some(12))],
         "{errors:?}"
     );
-    assert!(errors[1].message.contains("web.fetch"));
+    assert!(errors[1].message.contains("web.teleport"));
     // A custom image bypasses the registry.
     let image = HELLO.replace(
         "language: python\n    version: \"3.11\"",

@@ -13,6 +13,7 @@ mod schema;
 mod scopes;
 mod system;
 mod tasks;
+mod web;
 mod workflows;
 
 use std::collections::BTreeMap;
@@ -151,6 +152,7 @@ fn implemented() -> Vec<(&'static str, &'static str, Handler)> {
     v.extend(tasks::handlers());
     v.extend(workflows::handlers());
     v.extend(scopes::handlers());
+    v.extend(web::handlers());
     v
 }
 

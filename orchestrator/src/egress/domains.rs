@@ -1,0 +1,209 @@
+//! Which host names the outside-world tools may reach: the intersection of every allowlist that
+//! applies to a call.
+//!
+//! A call can be bounded by the caller's SEAL security context (`domain_allowlist` of the
+//! capabilities covering the tool) and by the agent manifest (`spec.security.network`). Each
+//! bound is one [`DomainRule`]; a host passes when every rule admits it, so adding a rule can
+//! only narrow. `*.example.org` matches subdomains of `example.org`, not the apex itself. The
+//! same check runs on every redirect hop, so a permitted site cannot redirect a fetch elsewhere.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+/// One entry of an allowlist: a host pattern, optionally with a port, or a CIDR block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DomainEntry {
+    /// `example.org` (exact) or `*.example.org` (strict subdomains); `port` when `host:port`.
+    Host {
+        /// Lower-case pattern without a trailing dot.
+        pattern: String,
+        /// The only port allowed, when given.
+        port: Option<u16>,
+    },
+    /// An IP block, matching URLs whose host is an address literal in it.
+    Cidr(IpNet),
+}
+
+impl DomainEntry {
+    /// Parses `host`, `*.host`, `host:port` or `a.b.c.d/n`; unknown shapes are an error.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if let Ok(net) = text.parse::<IpNet>() {
+            return Ok(DomainEntry::Cidr(net));
+        }
+        let (host, port) = match text.rsplit_once(':') {
+            Some((h, p)) if !h.contains(':') => (
+                h,
+                Some(
+                    p.parse::<u16>()
+                        .map_err(|_| format!("`{text}`: `{p}` is not a port"))?,
+                ),
+            ),
+            _ => (text, None),
+        };
+        let pattern = host.trim_end_matches('.').to_ascii_lowercase();
+        let body = pattern.strip_prefix("*.").unwrap_or(&pattern);
+        if body.is_empty() || body.contains('*') || body.contains('/') {
+            return Err(format!(
+                "`{text}` is not a host, `*.host`, `host:port` or CIDR"
+            ));
+        }
+        Ok(DomainEntry::Host { pattern, port })
+    }
+
+    /// True when this entry admits `host` (lower case, no trailing dot) on `port`; a host
+    /// entry without a port admits any port, or only `default_ports` when given.
+    pub fn admits(&self, host: &str, port: u16, default_ports: Option<&[u16]>) -> bool {
+        match self {
+            DomainEntry::Cidr(net) => host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<IpAddr>()
+                .is_ok_and(|ip| net.contains(&ip)),
+            DomainEntry::Host { pattern, port: p } => {
+                let port_ok = match (p, default_ports) {
+                    (Some(p), _) => *p == port,
+                    (None, Some(defaults)) => defaults.contains(&port),
+                    (None, None) => true,
+                };
+                if !port_ok {
+                    return false;
+                }
+                match pattern.strip_prefix("*.") {
+                    Some(suffix) => host
+                        .strip_suffix(suffix)
+                        .and_then(|rest| rest.strip_suffix('.'))
+                        .is_some_and(|label| !label.is_empty()),
+                    None => host == pattern,
+                }
+            }
+        }
+    }
+}
+
+/// One bound on hosts, with where it came from (for error messages).
+#[derive(Debug, Clone)]
+pub struct DomainRule {
+    /// `security context `x``, `manifest of agent `y``, ...
+    pub source: String,
+    /// Admitted entries (empty admits nothing); `None` admits every host not denied.
+    pub allow: Option<Vec<DomainEntry>>,
+    /// Refused entries (manifest `denylist`), checked before `allow`.
+    pub deny: Vec<DomainEntry>,
+}
+
+/// Every rule that applies to one call; no rule means any host (addresses are still checked).
+#[derive(Debug, Clone, Default)]
+pub struct DomainPolicy {
+    rules: Vec<DomainRule>,
+    default_ports: Option<Vec<u16>>,
+}
+
+/// A host refused by a rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("host `{host}` (port {port}) is not allowed by the {source_name}")]
+pub struct DomainRefused {
+    /// The refused host.
+    pub host: String,
+    /// The port asked for.
+    pub port: u16,
+    /// Which rule refused it.
+    pub source_name: String,
+}
+
+impl DomainPolicy {
+    /// Adds a rule (narrows the policy).
+    pub fn push(&mut self, rule: DomainRule) {
+        self.rules.push(rule);
+    }
+
+    /// Restricts entries that name no port to `ports` (the egress proxy uses 80 and 443, so an
+    /// allowlisted web host does not open its SSH or database port).
+    pub fn with_default_ports(mut self, ports: &[u16]) -> Self {
+        self.default_ports = Some(ports.to_vec());
+        self
+    }
+
+    /// True when no rule bounds the hosts.
+    pub fn is_unbounded(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Decides `host` on `port` under every rule.
+    pub fn check(&self, host: &str, port: u16) -> Result<(), DomainRefused> {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        for rule in &self.rules {
+            let defaults = self.default_ports.as_deref();
+            let denied = rule.deny.iter().any(|e| e.admits(&host, port, None));
+            let admitted = match &rule.allow {
+                Some(allow) => allow.iter().any(|e| e.admits(&host, port, defaults)),
+                None => defaults.is_none_or(|d| d.contains(&port)),
+            };
+            if denied || !admitted {
+                return Err(DomainRefused {
+                    host,
+                    port,
+                    source_name: rule.source.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(source: &str, allow: &[&str]) -> DomainRule {
+        DomainRule {
+            source: source.into(),
+            allow: Some(
+                allow
+                    .iter()
+                    .map(|e| DomainEntry::parse(e).expect("entry"))
+                    .collect(),
+            ),
+            deny: vec![],
+        }
+    }
+
+    #[test]
+    fn wildcards_match_subdomains_not_the_apex() {
+        let mut p = DomainPolicy::default();
+        p.push(rule("a", &["*.example.org"]));
+        assert!(p.check("www.example.org", 443).is_ok());
+        assert!(p.check("a.b.example.org", 443).is_ok());
+        assert!(p.check("example.org", 443).is_err());
+        assert!(p.check("badexample.org", 443).is_err());
+        assert!(p.check("example.org.evil.net", 443).is_err());
+    }
+
+    #[test]
+    fn rules_intersect_and_ports_bind() {
+        let mut p = DomainPolicy::default();
+        p.push(rule("context", &["*.example.org", "docs.rs"]));
+        p.push(rule("manifest", &["api.example.org:443", "docs.rs"]));
+        assert!(p.check("api.example.org", 443).is_ok());
+        assert!(p.check("api.example.org", 80).is_err());
+        assert!(p.check("www.example.org", 443).is_err());
+        assert!(p.check("docs.rs", 80).is_ok());
+        assert!(p.check("docs.rs", 22).is_ok());
+        let proxy = p.clone().with_default_ports(&[80, 443]);
+        assert!(proxy.check("docs.rs", 22).is_err());
+        assert!(proxy.check("docs.rs", 443).is_ok());
+        let refused = p.check("crates.io", 443).expect_err("refused");
+        assert_eq!(refused.source_name, "context");
+    }
+
+    #[test]
+    fn bad_entries_are_named() {
+        assert!(DomainEntry::parse("a.*.org").is_err());
+        assert!(DomainEntry::parse("host:http").is_err());
+        assert_eq!(
+            DomainEntry::parse("10.0.0.0/8").expect("cidr"),
+            DomainEntry::Cidr("10.0.0.0/8".parse().expect("net"))
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! The outside world: how the orchestrator itself reaches the Internet, and under which rules.
+//!
+//! `web.fetch` and `web.search` run here, in the orchestrator, never in a sandbox. Every
+//! connection passes the same three gates: the host must be admitted by every domain allowlist
+//! that applies to the call ([`domains`]), the name is resolved once and every address checked
+//! against the blocked ranges ([`address`], [`resolve`]), and the connection is made to exactly
+//! the checked addresses, with redirects followed by hand so each hop passes the gates again
+//! ([`fetch`]). No proxy is taken from the environment.
+
+pub mod address;
+pub mod domains;
+pub mod fetch;
+pub mod proxy;
+pub mod resolve;
+pub mod search;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use address::{AddressPolicy, Blocked, BlockedClass};
+pub use domains::{DomainEntry, DomainPolicy, DomainRefused, DomainRule};
+pub use fetch::{FetchError, Fetched};
+pub use resolve::{ResolveError, Resolver};
+
+/// `egress:` in the node configuration.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EgressConfig {
+    /// Internal ranges made reachable on purpose (an internal mirror), as CIDR blocks; each is
+    /// logged at start. Cloud-metadata addresses stay blocked whatever is listed.
+    pub allow_cidrs: Vec<String>,
+    /// Static name -> addresses map consulted before DNS, like /etc/hosts.
+    pub hosts: BTreeMap<String, Vec<IpAddr>>,
+    /// Largest response body kept, bytes; longer bodies are cut and flagged `truncated`.
+    pub max_body_bytes: u64,
+    /// Most redirects followed by one fetch.
+    pub max_redirects: u32,
+    /// Time allowed to open a connection, seconds.
+    pub connect_timeout_secs: u64,
+    /// Time allowed for a whole fetch, redirects included, seconds.
+    pub timeout_secs: u64,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        Self {
+            allow_cidrs: Vec::new(),
+            hosts: BTreeMap::new(),
+            max_body_bytes: 2 * 1024 * 1024,
+            max_redirects: 5,
+            connect_timeout_secs: 10,
+            timeout_secs: 30,
+        }
+    }
+}
+
+/// A configuration value that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("egress.{key}: {message}")]
+pub struct EgressConfigError {
+    /// The key under `egress`.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The egress rules of this node, built once at start from [`EgressConfig`].
+#[derive(Debug, Clone)]
+pub struct Egress {
+    /// Resolver with the address policy.
+    pub resolver: Resolver,
+    /// Body cap, bytes.
+    pub max_body_bytes: u64,
+    /// Redirect hop limit.
+    pub max_redirects: u32,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Whole-fetch timeout.
+    pub timeout: Duration,
+}
+
+impl Egress {
+    /// Validates the configuration and builds the rules.
+    pub fn from_config(config: &EgressConfig) -> Result<Self, EgressConfigError> {
+        let mut exceptions = Vec::new();
+        for (i, text) in config.allow_cidrs.iter().enumerate() {
+            let net = text.parse().map_err(|e| EgressConfigError {
+                key: format!("allow_cidrs[{i}]"),
+                message: format!("`{text}` is not a CIDR block such as 10.1.2.0/24: {e}"),
+            })?;
+            exceptions.push(net);
+        }
+        for (key, value) in [
+            ("max_body_bytes", config.max_body_bytes),
+            ("connect_timeout_secs", config.connect_timeout_secs),
+            ("timeout_secs", config.timeout_secs),
+        ] {
+            if value == 0 {
+                return Err(EgressConfigError {
+                    key: key.to_owned(),
+                    message: "expected a whole number of at least 1".to_owned(),
+                });
+            }
+        }
+        let hosts = config
+            .hosts
+            .iter()
+            .map(|(name, ips)| (name.trim_end_matches('.').to_ascii_lowercase(), ips.clone()))
+            .collect();
+        Ok(Self {
+            resolver: Resolver::new(hosts, AddressPolicy::new(exceptions)),
+            max_body_bytes: config.max_body_bytes,
+            max_redirects: config.max_redirects,
+            connect_timeout: Duration::from_secs(config.connect_timeout_secs),
+            timeout: Duration::from_secs(config.timeout_secs),
+        })
+    }
+}

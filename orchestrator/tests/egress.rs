@@ -1,0 +1,463 @@
+//! The sandboxes' egress proxy: allowed hosts through CONNECT and plain HTTP, refusals by
+//! domain, port and address, and one audit row per connection.
+//!
+//! Test hosts listen on 127.0.0.2 (made reachable with `egress.allow_cidrs`, as an operator
+//! would for an internal mirror) and names come from `egress.hosts`; a trap on 127.0.0.1 shows
+//! that refused targets never see a connection.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::Router;
+use common::{test_config, TestApp, TestDb};
+use orchestrator::egress::proxy::{EgressProxy, ProxyScope};
+use orchestrator::egress::{DomainEntry, DomainPolicy, DomainRule};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+async fn start_host(text: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let addr = listener.local_addr().expect("addr");
+    let app = Router::new().route("/", get(move || async move { text }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+async fn start_trap() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind trap");
+    let addr = listener.local_addr().expect("addr");
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    (addr, count)
+}
+
+struct Setup {
+    app: TestApp,
+    proxy: EgressProxy,
+    allowed: SocketAddr,
+    denied: SocketAddr,
+    trap: SocketAddr,
+    trapped: Arc<AtomicUsize>,
+}
+
+async fn setup() -> Setup {
+    let allowed = start_host("allowed host says hi").await;
+    let denied = start_host("denied host").await;
+    let (trap, trapped) = start_trap().await;
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
+    let ip: IpAddr = "127.0.0.2".parse().expect("ip");
+    config.egress.hosts = BTreeMap::from([
+        ("allowed.test".to_owned(), vec![ip]),
+        ("denied.test".to_owned(), vec![ip]),
+        (
+            "sneaky.test".to_owned(),
+            vec!["127.0.0.1".parse().expect("ip")],
+        ),
+    ]);
+    let mut app = TestApp::spawn_with(config).await;
+    app.db = Some(db);
+    let mut domains = DomainPolicy::default();
+    domains.push(DomainRule {
+        source: "network policy of agent `test`".to_owned(),
+        allow: Some(vec![
+            DomainEntry::parse(&format!("allowed.test:{}", allowed.port())).expect("entry"),
+            DomainEntry::parse(&format!("sneaky.test:{}", trap.port())).expect("entry"),
+            DomainEntry::parse("denied.test").expect("entry"),
+        ]),
+        deny: vec![],
+    });
+    let proxy = EgressProxy::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        ProxyScope {
+            sandbox: "test-sandbox".to_owned(),
+            domains,
+        },
+        app.state.egress.clone(),
+        app.state.pool.clone(),
+    )
+    .await
+    .expect("proxy starts");
+    Setup {
+        app,
+        proxy,
+        allowed,
+        denied,
+        trap,
+        trapped,
+    }
+}
+
+/// Sends `head` to the proxy and reads everything it answers until it closes.
+async fn exchange(proxy: SocketAddr, head: &str) -> String {
+    let mut s = TcpStream::connect(proxy).await.expect("connect proxy");
+    s.write_all(head.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn audit_rows(app: &TestApp) -> Vec<(String, Option<String>, String)> {
+    // Rows are written when a connection ends; poll until the expected number is there.
+    sqlx::query_as(
+        "SELECT decision, reason_code, reason FROM audit_log \
+         WHERE action = 'egress.connect' AND caller_id = 'sandbox:test-sandbox' ORDER BY seq",
+    )
+    .fetch_all(&app.state.pool)
+    .await
+    .expect("audit rows")
+}
+
+async fn wait_for_rows(app: &TestApp, n: usize) -> Vec<(String, Option<String>, String)> {
+    for _ in 0..200 {
+        let rows = audit_rows(app).await;
+        if rows.len() >= n {
+            return rows;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    audit_rows(app).await
+}
+
+#[tokio::test]
+async fn plain_http_and_connect_reach_the_allowed_host_only() {
+    let s = setup().await;
+    let port = s.allowed.port();
+    let proxy = s.proxy.addr();
+
+    // Plain HTTP, absolute form, through a standard client configured with the proxy.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(format!("http://{proxy}")).expect("proxy url"))
+        .build()
+        .expect("client");
+    let text = client
+        .get(format!("http://allowed.test:{port}/"))
+        .send()
+        .await
+        .expect("through the proxy")
+        .text()
+        .await
+        .expect("body");
+    assert_eq!(text, "allowed host says hi");
+
+    // CONNECT: a tunnel, then HTTP inside it.
+    let answer = exchange(
+        proxy,
+        &format!(
+            "CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n\
+             GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"
+        ),
+    )
+    .await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200 Connection Established"),
+        "{answer}"
+    );
+    assert!(answer.ends_with("allowed host says hi"), "{answer}");
+
+    // Another host, and the allowed host on another port: refused with 403, no tunnel.
+    let other = exchange(
+        proxy,
+        &format!("CONNECT denied.test:{} HTTP/1.1\r\n\r\n", s.denied.port()),
+    )
+    .await;
+    assert!(other.starts_with("HTTP/1.1 403"), "{other}");
+    assert!(other.contains("not allowed"), "{other}");
+    let wrong_port = exchange(proxy, "CONNECT allowed.test:22 HTTP/1.1\r\n\r\n").await;
+    assert!(wrong_port.starts_with("HTTP/1.1 403"), "{wrong_port}");
+    // An entry without a port admits 80/443 only; the denied host listens elsewhere.
+    let plain_other = exchange(
+        proxy,
+        &format!(
+            "GET http://denied.test:{}/ HTTP/1.1\r\nHost: denied.test\r\n\r\n",
+            s.denied.port()
+        ),
+    )
+    .await;
+    assert!(plain_other.starts_with("HTTP/1.1 403"), "{plain_other}");
+
+    // Allowed by name, but the name resolves to loopback: the address check refuses it.
+    let sneaky = exchange(
+        proxy,
+        &format!("CONNECT sneaky.test:{} HTTP/1.1\r\n\r\n", s.trap.port()),
+    )
+    .await;
+    assert!(sneaky.starts_with("HTTP/1.1 403"), "{sneaky}");
+    assert!(sneaky.contains("loopback"), "{sneaky}");
+    // Address literals and the orchestrator's own port are not on the list either.
+    let own = s.app.http_base.trim_start_matches("http://").to_owned();
+    let literal = exchange(proxy, &format!("CONNECT {own} HTTP/1.1\r\n\r\n")).await;
+    assert!(literal.starts_with("HTTP/1.1 403"), "{literal}");
+    let garbage = exchange(proxy, "HELLO\r\n\r\n").await;
+    assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
+    assert_eq!(s.trapped.load(Ordering::SeqCst), 0);
+
+    // One audit row per connection, with the decision, host, port and bytes.
+    let rows = wait_for_rows(&s.app, 8).await;
+    assert_eq!(rows.len(), 8, "{rows:?}");
+    let allowed: Vec<_> = rows.iter().filter(|r| r.0 == "allowed").collect();
+    assert_eq!(allowed.len(), 2, "{rows:?}");
+    for row in &allowed {
+        assert!(row.2.contains(&format!("allowed.test:{port}")), "{row:?}");
+        assert!(row.2.contains("bytes received"), "{row:?}");
+        assert!(!row.2.contains(" 0 bytes received"), "{row:?}");
+    }
+    // A refusal is recorded after its answer is sent, so rows need not follow request order.
+    let mut codes: Vec<_> = rows.iter().filter_map(|r| r.1.as_deref()).collect();
+    codes.sort_unstable();
+    assert_eq!(
+        codes,
+        [
+            "address_blocked",
+            "bad_request",
+            "domain_not_allowed",
+            "domain_not_allowed",
+            "domain_not_allowed",
+            "domain_not_allowed",
+        ]
+    );
+}
+
+/// Removes the test's network and firewall rules whatever happened.
+struct NetworkGuard {
+    network: dispatcher::network::EgressNetwork,
+    proxy_port: u16,
+    engine: dispatcher::DockerEngine,
+}
+
+impl Drop for NetworkGuard {
+    fn drop(&mut self) {
+        let network = self.network.clone();
+        let engine = self.engine.clone();
+        let port = self.proxy_port;
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let _ = dispatcher::network::remove(&engine, &network, Some(port)).await;
+            });
+        })
+        .join();
+    }
+}
+
+/// Runs `script` in a hardened busybox container on `network`; returns its output.
+fn run_in_container(network: &str, proxy: SocketAddr, script: &str) -> String {
+    let image =
+        std::env::var("SANDBOX_TEST_IMAGE").unwrap_or_else(|_| "aegis-runtime/busybox:1".into());
+    let out = std::process::Command::new("docker")
+        .args(["run", "--rm", "--network", network])
+        .args(["--cap-drop", "ALL", "--security-opt", "no-new-privileges"])
+        .args(["--user", "65534:65534", "--read-only"])
+        .args(["--label", "org.aegis.test=egress"])
+        .arg("-e")
+        .arg(format!("http_proxy=http://{proxy}"))
+        .args([&image, "sh", "-c", script])
+        .output()
+        .expect("docker run (the egress tests need a Docker engine)");
+    assert!(
+        out.status.success(),
+        "container failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothing_else() {
+    let allowed = start_host("allowed host says hi").await;
+    let denied = start_host("denied host").await;
+    // A service of the Docker host on every interface, as a database or an agent might be.
+    let host_service = TcpListener::bind("0.0.0.0:0")
+        .await
+        .expect("bind host service");
+    let host_port = host_service.local_addr().expect("addr").port();
+    let host_hits = Arc::new(AtomicUsize::new(0));
+    let hits = host_hits.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = host_service.accept().await {
+            hits.fetch_add(1, Ordering::SeqCst);
+            drop(s);
+        }
+    });
+
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
+    let ip: IpAddr = "127.0.0.2".parse().expect("ip");
+    config.egress.hosts = BTreeMap::from([
+        ("allowed.test".to_owned(), vec![ip]),
+        ("denied.test".to_owned(), vec![ip]),
+    ]);
+    let mut app = TestApp::spawn_with(config).await;
+    app.db = Some(db);
+    let app_port = app
+        .http_base
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse::<u16>().ok())
+        .expect("app port");
+
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let name = format!("aegis-egress-test-{suffix}");
+    let network = dispatcher::network::create(
+        &app.state.engine,
+        &name,
+        &suffix,
+        std::collections::HashMap::from([("org.aegis.test".to_owned(), "egress".to_owned())]),
+    )
+    .await
+    .expect("internal network");
+    let mut domains = DomainPolicy::default();
+    domains.push(DomainRule {
+        source: "network policy of agent `test`".to_owned(),
+        allow: Some(vec![DomainEntry::parse(&format!(
+            "allowed.test:{}",
+            allowed.port()
+        ))
+        .expect("entry")]),
+        deny: vec![],
+    });
+    let proxy = EgressProxy::start(
+        SocketAddr::new(network.gateway, 0),
+        ProxyScope {
+            sandbox: "docker-sandbox".to_owned(),
+            domains,
+        },
+        app.state.egress.clone(),
+        app.state.pool.clone(),
+    )
+    .await
+    .expect("proxy on the gateway");
+    let guard = NetworkGuard {
+        network: network.clone(),
+        proxy_port: proxy.addr().port(),
+        engine: app.state.engine.clone(),
+    };
+    dispatcher::network::isolate_host(&network, proxy.addr().port()).expect("host isolated");
+
+    // Busybox's nc speaks to the proxy the way an HTTP client configured with HTTP_PROXY
+    // does (absolute-form GET, CONNECT), and tries the host directly.
+    let gw = network.gateway;
+    let pp = proxy.addr().port();
+    let (a, d, h, p) = (allowed.port(), denied.port(), host_port, app_port);
+    // Busybox nc stops after one read once its input ends, so the input stays open a moment:
+    // long enough for a tunnel's second answer (the page) to follow the first (200).
+    let via = |name: &str, request: String| {
+        format!("echo '== {name}'; (printf '{request}'; sleep 2) | nc -w 3 {gw} {pp} 2>&1; echo; ")
+    };
+    let direct = |name: &str, port: u16| {
+        format!("echo '== {name}'; echo x | nc -w 3 {gw} {port} 2>&1; echo; ")
+    };
+    let script = [
+        via(
+            "allowed",
+            format!("GET http://allowed.test:{a}/ HTTP/1.0\\r\\nHost: allowed.test:{a}\\r\\n\\r\\n"),
+        ),
+        via(
+            "allowed_tunnel",
+            format!("CONNECT allowed.test:{a} HTTP/1.1\\r\\n\\r\\nGET / HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n"),
+        ),
+        via("other", format!("CONNECT denied.test:{d} HTTP/1.1\\r\\n\\r\\n")),
+        via(
+            "host_via_proxy",
+            format!("GET http://{gw}:{h}/ HTTP/1.0\\r\\n\\r\\n"),
+        ),
+        via("app_via_proxy", format!("CONNECT 127.0.0.1:{p} HTTP/1.1\\r\\n\\r\\n")),
+        direct("host_direct", h),
+        direct("app_direct", p),
+    ]
+    .concat();
+    // Blocking `docker run` on a thread of its own: the proxy and test hosts keep running.
+    let (net_name, proxy_addr) = (name.clone(), proxy.addr());
+    let out = tokio::task::spawn_blocking(move || run_in_container(&net_name, proxy_addr, &script))
+        .await
+        .expect("container run");
+    let section = |name: &str| -> String {
+        let marker = format!("== {name}\n");
+        let start = out
+            .find(&marker)
+            .unwrap_or_else(|| panic!("no section {name} in:\n{out}"))
+            + marker.len();
+        let rest = &out[start..];
+        rest[..rest.find("\n== ").unwrap_or(rest.len())].to_owned()
+    };
+    let allowed_plain = section("allowed");
+    assert!(allowed_plain.starts_with("HTTP/1.0 200 OK"), "{out}");
+    assert!(allowed_plain.contains("allowed host says hi"), "{out}");
+    let tunnel = section("allowed_tunnel");
+    assert!(
+        tunnel.starts_with("HTTP/1.1 200 Connection Established"),
+        "{out}"
+    );
+    assert!(tunnel.contains("allowed host says hi"), "{out}");
+    for refused in ["other", "host_via_proxy", "app_via_proxy"] {
+        let text = section(refused);
+        assert!(text.starts_with("HTTP/1.1 403"), "{refused}: {out}");
+    }
+    for unreachable in ["host_direct", "app_direct"] {
+        let text = section(unreachable);
+        assert!(!text.contains("HTTP/"), "{unreachable}: {out}");
+        assert!(
+            text.contains("timed out") || text.contains("can't connect"),
+            "{unreachable}: {out}"
+        );
+    }
+    // Checked from the other side too: the host's service never saw a connection.
+    assert_eq!(host_hits.load(Ordering::SeqCst), 0);
+
+    // Every attempt that reached the proxy is in the audit log with its decision; the direct
+    // ones were dropped by the host firewall before any listener saw them.
+    let rows: Vec<(String, Option<String>, String)> = {
+        let mut rows = Vec::new();
+        for _ in 0..200 {
+            rows = sqlx::query_as(
+                "SELECT decision, reason_code, reason FROM audit_log \
+                 WHERE action = 'egress.connect' AND caller_id = 'sandbox:docker-sandbox' ORDER BY seq",
+            )
+            .fetch_all(&app.state.pool)
+            .await
+            .expect("audit rows");
+            if rows.len() >= 5 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        rows
+    };
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert_eq!(
+        rows.iter().filter(|r| r.0 == "allowed").count(),
+        2,
+        "{rows:?}"
+    );
+    assert!(rows
+        .iter()
+        .any(|r| r.0 == "allowed" && r.2.contains(&format!("allowed.test:{}", allowed.port()))));
+    assert!(rows
+        .iter()
+        .filter(|r| r.0 == "denied")
+        .all(|r| r.1.as_deref() == Some("domain_not_allowed")));
+    drop(proxy);
+    drop(guard);
+}
