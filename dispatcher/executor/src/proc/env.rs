@@ -49,9 +49,8 @@ pub fn run(ctx: &Context, params: EnvGetParams) -> OpResult<EnvGetResult> {
                     ),
                 ));
             }
-            let text = String::from_utf8(bytes).map_err(|_| {
-                OpError::invalid(format!("'{}' is not UTF-8 text", target.display))
-            })?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| OpError::invalid(format!("'{}' is not UTF-8 text", target.display)))?;
             let parsed = parse_dotenv(&text)
                 .map_err(|e| OpError::invalid(format!("'{}' {e}", target.display)))?;
             (parsed, target.display)
@@ -209,7 +208,9 @@ mod tests {
             "line 2: expected NAME=value"
         );
         assert!(parse_dotenv("1X=1").unwrap_err().contains("line 1"));
-        assert!(parse_dotenv("X=\"open").unwrap_err().contains("unterminated"));
+        assert!(parse_dotenv("X=\"open")
+            .unwrap_err()
+            .contains("unterminated"));
     }
 
     #[test]

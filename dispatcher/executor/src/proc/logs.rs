@@ -274,7 +274,10 @@ mod tests {
             lines_of(b"a\nbb\nccc\n"),
             vec![b"ccc".to_vec(), b"bb".to_vec(), b"a".to_vec()]
         );
-        assert_eq!(lines_of(b"a\n\nb"), vec![b"b".to_vec(), b"".to_vec(), b"a".to_vec()]);
+        assert_eq!(
+            lines_of(b"a\n\nb"),
+            vec![b"b".to_vec(), b"".to_vec(), b"a".to_vec()]
+        );
         assert!(lines_of(b"").is_empty());
         assert_eq!(lines_of(b"\n"), vec![b"".to_vec()]);
     }
