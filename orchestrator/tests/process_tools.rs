@@ -40,7 +40,7 @@ spec:
     unmask_env: {unmask}
     filesystem:
       read: [/workspace/logs, /workspace/app]
-      write: [/workspace/logs, /workspace/app, /workspace/secret]
+      write: [/workspace/logs, /workspace/app]
 "
     )
 }
@@ -171,8 +171,8 @@ async fn proc_list_finds_the_process_listening_on_a_port() {
         tokio::spawn(async move {
             sb.ok(
                 "cmd.run",
-                json!({"command": "httpd", "args": ["-f", "-p", "8080", "-h", "/workspace"],
-                       "timeout_secs": 60}),
+                json!({"command": "httpd", "args": ["-f", "-p", "8080", "-h", "/workspace/app"],
+                       "cwd": "/workspace/app", "timeout_secs": 60}),
             )
             .await
         })
@@ -193,7 +193,7 @@ async fn proc_list_finds_the_process_listening_on_a_port() {
     assert_eq!(p["role"], "command");
     let pid = p["pid"].as_u64().unwrap();
 
-    // The same process, seen from inside: its pid listens (busybox netstat agrees) and is httpd.
+    // The same process, seen from inside the sandbox: that pid is httpd.
     let (code, comm) = docker(&["exec", &sb.container(), "cat", &format!("/proc/{pid}/comm")]);
     assert_eq!((code, comm.as_str()), (0, "httpd"));
     let by_name = sb.ok("proc.list", json!({"name": "HTTP"})).await;
@@ -222,8 +222,13 @@ async fn proc_list_finds_the_process_listening_on_a_port() {
     // Limits are checked before the sandbox is asked.
     sb.refused("proc.list", json!({"limit": 201}), 422, "invalid_arguments")
         .await;
-    sb.refused("proc.list", json!({"port": 70000}), 422, "invalid_arguments")
-        .await;
+    sb.refused(
+        "proc.list",
+        json!({"port": 70000}),
+        422,
+        "invalid_arguments",
+    )
+    .await;
 
     // Stop the listener from inside; its cmd.run then ends with the signal.
     let (code, _) = docker(&[
@@ -273,7 +278,10 @@ async fn logs_read_returns_a_filtered_tail_inside_the_allowlist() {
         )
         .await;
     assert_eq!(literal["lines_returned"], 2);
-    assert!(literal["lines"][0].as_str().unwrap().contains("\"seq\":495"));
+    assert!(literal["lines"][0]
+        .as_str()
+        .unwrap()
+        .contains("\"seq\":495"));
 
     let regex = sb
         .ok(
@@ -284,7 +292,10 @@ async fn logs_read_returns_a_filtered_tail_inside_the_allowlist() {
         .await;
     assert_eq!(
         regex["lines"],
-        json!(["/p400", "/p410", "/p420", "/p430", "/p440", "/p450", "/p460", "/p470", "/p480", "/p490"]),
+        json!([
+            "/p400", "/p410", "/p420", "/p430", "/p440", "/p450", "/p460", "/p470", "/p480",
+            "/p490"
+        ]),
         "{regex}"
     );
     assert_eq!(regex["lines_scanned"], 500);
@@ -341,7 +352,8 @@ async fn logs_read_returns_a_filtered_tail_inside_the_allowlist() {
 #[tokio::test]
 async fn env_get_masks_secrets_unless_the_manifest_allows_unmasking() {
     let app = TestApp::spawn().await;
-    let dotenv = "DB_HOST=db\nAPI_KEY=sk-live-123\nexport DB_PASSWORD='hunter2'\nSESSION_TOKEN=\"t0k\"\n";
+    let dotenv =
+        "DB_HOST=db\nAPI_KEY=sk-live-123\nexport DB_PASSWORD='hunter2'\nSESSION_TOKEN=\"t0k\"\n";
 
     let masked = Sandbox::start(&app, agent("env-masked", false)).await;
     masked
@@ -357,7 +369,10 @@ async fn env_get_masks_secrets_unless_the_manifest_allows_unmasking() {
     for name in ["API_KEY", "DB_PASSWORD", "SESSION_TOKEN"] {
         assert_eq!(env["variables"][name], "***MASKED***", "{env}");
     }
-    assert_eq!(env["masked"], json!(["API_KEY", "DB_PASSWORD", "SESSION_TOKEN"]));
+    assert_eq!(
+        env["masked"],
+        json!(["API_KEY", "DB_PASSWORD", "SESSION_TOKEN"])
+    );
     assert!(!env.to_string().contains("hunter2"));
     let refused = masked
         .tool_error(
@@ -367,7 +382,9 @@ async fn env_get_masks_secrets_unless_the_manifest_allows_unmasking() {
         )
         .await;
     assert!(!refused.to_string().contains("hunter2"));
-    let own = masked.ok("env.get", json!({"keys": ["HOME", "NOPE"]})).await;
+    let own = masked
+        .ok("env.get", json!({"keys": ["HOME", "NOPE"]}))
+        .await;
     assert_eq!(own["source"], "environment");
     assert_eq!(own["variables"], json!({"HOME": "/workspace"}));
     assert_eq!(own["missing"], json!(["NOPE"]));

@@ -300,8 +300,7 @@ struct Subject {
 
 impl Subject {
     fn of(tool: &str, args: &Value) -> Subject {
-        let path_key = if reads_a_path(tool) && (tool != "env.get" || args.get("path").is_some())
-        {
+        let path_key = if reads_a_path(tool) && (tool != "env.get" || args.get("path").is_some()) {
             // `env.get` without a path reads the commands' environment, no file.
             Some("path")
         } else if tool == "cmd.run" {
