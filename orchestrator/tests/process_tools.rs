@@ -433,3 +433,99 @@ async fn the_process_tools_need_the_manifest_to_list_them() {
         sb.refused(tool, args, 403, "tool_not_in_manifest").await;
     }
 }
+
+/// SEAL contexts for the process tools: one that may unmask, one that may not.
+fn seal_contexts() -> Vec<Value> {
+    let caps = |unmask: bool| {
+        json!([
+            {"tool_pattern": "fs.write", "path_allowlist": ["/workspace/logs/**"]},
+            {"tool_pattern": "logs.read", "path_allowlist": ["/workspace/logs/**"]},
+            {"tool_pattern": "env.get", "path_allowlist": ["/workspace/logs/**"], "unmask_env": unmask},
+            {"tool_pattern": "proc.list"}
+        ])
+    };
+    vec![
+        json!({"name": "debugger", "description": "process tools, may unmask",
+               "runtime": {"language": "busybox", "version": "1"}, "capabilities": caps(true),
+               "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}}),
+        json!({"name": "viewer", "description": "process tools, always masked",
+               "runtime": {"language": "busybox", "version": "1"}, "capabilities": caps(false),
+               "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}}),
+    ]
+}
+
+#[tokio::test]
+async fn seal_sessions_call_the_process_tools_under_their_context() {
+    use orchestrator::seal_client::{ClientError, SealClient, Transport};
+
+    let db = common::TestDb::create().await;
+    let mut config = common::test_config(&db.url);
+    config.seal.security_contexts = seal_contexts();
+    let app = TestApp::spawn_with(config).await;
+    for (context, unmask_allowed) in [("debugger", true), ("viewer", false)] {
+        let mut client = SealClient::new(Transport::Http(app.http_base.clone())).unwrap();
+        client.attest("test-proc", context).await.unwrap();
+        let w = client
+            .call_tool(
+                "fs.write",
+                json!({"path": "/workspace/logs/.env", "content": "TOKEN=abc\nMODE=debug\n"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(w["isError"], false, "{w}");
+
+        let tail = client
+            .call_tool(
+                "logs.read",
+                json!({"path": "/workspace/logs/.env", "filter": "MODE"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            tail["structuredContent"]["lines"],
+            json!(["MODE=debug"]),
+            "{tail}"
+        );
+        let listed = client.call_tool("proc.list", json!({})).await.unwrap();
+        assert_eq!(listed["isError"], false, "{listed}");
+
+        // Outside the context's path allowlist: refused with SEAL code 2002.
+        match client
+            .call_tool("logs.read", json!({"path": "/workspace/other.log"}))
+            .await
+        {
+            Err(ClientError::Refused { code, .. }) => assert_eq!(code, 2002),
+            other => panic!("{context}: read outside the allowlist: {other:?}"),
+        }
+
+        let masked = client
+            .call_tool("env.get", json!({"path": "/workspace/logs/.env"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            masked["structuredContent"]["variables"],
+            json!({"MODE": "debug", "TOKEN": "***MASKED***"}),
+            "{context}: {masked}"
+        );
+        let unmasked = client
+            .call_tool(
+                "env.get",
+                json!({"path": "/workspace/logs/.env", "mask_secrets": false}),
+            )
+            .await
+            .unwrap();
+        if unmask_allowed {
+            assert_eq!(
+                unmasked["structuredContent"]["variables"]["TOKEN"], "abc",
+                "{unmasked}"
+            );
+        } else {
+            assert_eq!(unmasked["isError"], true, "{unmasked}");
+            assert_eq!(
+                unmasked["structuredContent"]["error"]["code"], "unmask_not_allowed",
+                "{unmasked}"
+            );
+            assert!(!unmasked.to_string().contains("abc"));
+        }
+    }
+}
