@@ -61,52 +61,76 @@ pub fn run(ctx: &Context, params: LogsReadParams) -> OpResult<LogsReadResult> {
     let io_err = |e: std::io::Error| OpError::io(&e, "cannot read", &target.display);
 
     let mut reader = Backward::new(&file, size_bytes).map_err(io_err)?;
-    let mut newest_first = Vec::new();
-    let mut result_bytes = 0usize;
-    let mut result = LogsReadResult {
-        lines: Vec::new(),
-        lines_scanned: 0,
-        lines_matched: 0,
-        lines_returned: 0,
-        json_missing: 0,
-        truncated: false,
-        size_bytes,
+    let selection = Selection {
+        want,
+        filter: filter.as_ref(),
+        field: field.as_deref(),
+        max_scan_bytes: MAX_SCAN_BYTES,
     };
-    while let Some(line) = reader.next_line().map_err(io_err)? {
-        result.lines_scanned += 1;
-        if filter.as_ref().is_some_and(|f| !f.is_match(&line)) {
-            continue;
-        }
-        let text = match &field {
-            None => String::from_utf8_lossy(&line).into_owned(),
-            Some(path) => match extract(&line, path) {
-                Some(text) => text,
-                None => {
-                    result.json_missing += 1;
-                    continue;
-                }
-            },
-        };
-        let text = cut(text, MAX_LINE_RETURNED);
-        result.lines_matched += 1;
-        if result_bytes + text.len() > MAX_RESULT_BYTES {
-            result.truncated = true;
-            break;
-        }
-        result_bytes += text.len();
-        newest_first.push(text);
-        if newest_first.len() as u64 >= want {
-            break;
-        }
-        if reader.scanned() > MAX_SCAN_BYTES {
-            break;
-        }
-    }
-    result.truncated |= reader.has_more();
-    newest_first.reverse();
-    result.lines_returned = newest_first.len() as u64;
-    result.lines = newest_first;
+    let mut result = selection.collect(&mut reader).map_err(io_err)?;
+    result.size_bytes = size_bytes;
     Ok(result)
+}
+
+/// What to take from the tail of a file.
+struct Selection<'a> {
+    want: u64,
+    filter: Option<&'a Regex>,
+    field: Option<&'a [String]>,
+    max_scan_bytes: u64,
+}
+
+impl Selection<'_> {
+    /// Reads lines backwards until enough matched or a bound is reached (`size_bytes` left 0).
+    fn collect(&self, reader: &mut Backward<'_>) -> std::io::Result<LogsReadResult> {
+        let mut newest_first = Vec::new();
+        let mut result_bytes = 0usize;
+        let mut result = LogsReadResult {
+            lines: Vec::new(),
+            lines_scanned: 0,
+            lines_matched: 0,
+            lines_returned: 0,
+            json_missing: 0,
+            truncated: false,
+            size_bytes: 0,
+        };
+        // The scan bound is checked before every line, matching or not.
+        while reader.scanned() < self.max_scan_bytes {
+            let Some(line) = reader.next_line()? else {
+                break;
+            };
+            result.lines_scanned += 1;
+            if self.filter.is_some_and(|f| !f.is_match(&line)) {
+                continue;
+            }
+            let text = match self.field {
+                None => String::from_utf8_lossy(&line).into_owned(),
+                Some(path) => match extract(&line, path) {
+                    Some(text) => text,
+                    None => {
+                        result.json_missing += 1;
+                        continue;
+                    }
+                },
+            };
+            let text = cut(text, MAX_LINE_RETURNED);
+            result.lines_matched += 1;
+            if result_bytes + text.len() > MAX_RESULT_BYTES {
+                result.truncated = true;
+                break;
+            }
+            result_bytes += text.len();
+            newest_first.push(text);
+            if newest_first.len() as u64 >= self.want {
+                break;
+            }
+        }
+        result.truncated |= reader.has_more();
+        newest_first.reverse();
+        result.lines_returned = newest_first.len() as u64;
+        result.lines = newest_first;
+        Ok(result)
+    }
 }
 
 fn compile_filter(filter: &str, is_regex: bool) -> OpResult<Regex> {
@@ -293,6 +317,26 @@ mod tests {
         assert!(lines[1].len() <= MAX_LINE_SCANNED + BLOCK as usize);
         assert!(lines[1].iter().all(|&b| b == b'x'));
         assert_eq!(lines[2], b"first");
+    }
+
+    #[test]
+    fn the_scan_stops_at_its_byte_bound_even_without_matches() {
+        let content: String = (0..100_000).map(|i| format!("line {i}\n")).collect();
+        let file = tempfile_with(content.as_bytes());
+        let size = file.metadata().unwrap().len();
+        let mut reader = Backward::new(&file, size).unwrap();
+        let nothing = compile_filter("no such text", false).unwrap();
+        let selection = Selection {
+            want: 10,
+            filter: Some(&nothing),
+            field: None,
+            max_scan_bytes: 2 * BLOCK,
+        };
+        let result = selection.collect(&mut reader).unwrap();
+        assert_eq!(result.lines_returned, 0);
+        assert!(result.truncated, "earlier lines were not examined");
+        assert!(reader.scanned() <= 3 * BLOCK, "read {}", reader.scanned());
+        assert!(result.lines_scanned > 0 && result.lines_scanned < 100_000);
     }
 
     #[test]
