@@ -9,6 +9,7 @@
 //! * `identity` — privileges kept and dropped, the sandbox user's filesystem identity;
 //! * `paths`, `roots` — lexical normalization and descriptor-relative resolution beneath roots;
 //! * `fs` — one module per `fs.*` operation; `cmd` — `cmd.run`, children and reaping;
+//! * `proc` — the process tools `proc.list`, `logs.read`, `env.get`;
 //! * `config`, `error`, `encoding`, `frame`, `log` — the small shared pieces.
 //!
 //! Invariants: no requested path is opened except through `roots` (openat2 beneath a root);
@@ -37,6 +38,8 @@ pub mod identity;
 pub mod log;
 #[cfg(feature = "executor")]
 pub mod paths;
+#[cfg(feature = "executor")]
+pub mod proc;
 #[cfg(feature = "executor")]
 pub mod roots;
 #[cfg(feature = "executor")]

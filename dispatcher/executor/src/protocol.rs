@@ -70,6 +70,15 @@ pub enum Op {
     /// Cancel a running `cmd.run` ([`CancelResult`]).
     #[serde(rename = "cancel")]
     Cancel(CancelParams),
+    /// List the sandbox's processes ([`ProcListResult`]).
+    #[serde(rename = "proc.list")]
+    ProcList(ProcListParams),
+    /// The filtered tail of a log file ([`LogsReadResult`]).
+    #[serde(rename = "logs.read")]
+    LogsRead(LogsReadParams),
+    /// The commands' environment or a `.env` file, secrets masked ([`EnvGetResult`]).
+    #[serde(rename = "env.get")]
+    EnvGet(EnvGetParams),
 }
 
 impl Op {
@@ -88,6 +97,9 @@ impl Op {
             Op::FsGlob(_) => "fs.glob",
             Op::CmdRun(_) => "cmd.run",
             Op::Cancel(_) => "cancel",
+            Op::ProcList(_) => "proc.list",
+            Op::LogsRead(_) => "logs.read",
+            Op::EnvGet(_) => "env.get",
         }
     }
 }
@@ -295,6 +307,60 @@ pub enum Enforcement {
 pub struct CancelParams {
     /// The `id` of the `cmd.run` request to cancel.
     pub target: u64,
+}
+
+/// Parameters of `proc.list`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcListParams {
+    /// Only processes whose name or command line contains this (case-insensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Only processes listening on this TCP port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// Most processes returned; default 50, at most 200.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Also list the executor and its per-command sub-reapers (marked by `role`); default false.
+    #[serde(default)]
+    pub include_internal: bool,
+}
+
+/// Parameters of `logs.read`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsReadParams {
+    /// The log file (under a read root).
+    pub path: String,
+    /// How many matching lines to return from the end; default 100, at most 5000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines: Option<u64>,
+    /// Keep only lines containing this text (or matching it, with `regex`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// Treat `filter` as a `regex`-crate pattern (linear time); default false (literal).
+    #[serde(default)]
+    pub regex: bool,
+    /// Return this dot-path field (`a.b.0.c`) of each line parsed as JSON instead of the line;
+    /// lines that are not JSON or lack the field are left out (and counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_field: Option<String>,
+}
+
+/// Parameters of `env.get`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvGetParams {
+    /// A `.env` file (under a read root); absent: the environment commands get.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Only these variables; absent: all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<Vec<String>>,
+    /// Return secret-looking values as they are; the caller decides whether that is allowed.
+    #[serde(default)]
+    pub unmask: bool,
 }
 
 fn default_true() -> bool {
@@ -629,6 +695,91 @@ pub struct RunResult {
 pub struct CancelResult {
     /// `true` when a running `cmd.run` with that id was found and is being stopped.
     pub cancelled: bool,
+}
+
+/// What a listed process is to the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessRole {
+    /// Started (directly or not) by a command.
+    Command,
+    /// The executor itself (PID 1).
+    Executor,
+    /// A per-command sub-reaper (the executor binary in `--supervise` mode).
+    SubReaper,
+}
+
+/// One process of `proc.list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Pid in the sandbox's pid namespace.
+    pub pid: u32,
+    /// Parent pid.
+    pub ppid: u32,
+    /// The kernel's short name (`comm`, at most 15 bytes).
+    pub name: String,
+    /// The command line, arguments joined by spaces (empty for zombies).
+    pub command: String,
+    /// Real uid.
+    pub uid: u32,
+    /// One-letter kernel state (`R`, `S`, `Z`, ...).
+    pub state: String,
+    /// CPU time used (user + system), milliseconds.
+    pub cpu_time_ms: u64,
+    /// `cpu_time_ms` over the process's lifetime, percent of one core (a lifetime average, not
+    /// an instantaneous sample).
+    pub cpu_percent: f64,
+    /// Resident set size, bytes.
+    pub memory_rss_bytes: u64,
+    /// TCP ports (IPv4 and IPv6) the process listens on, ascending.
+    pub listening_ports: Vec<u16>,
+    /// What the process is.
+    pub role: ProcessRole,
+}
+
+/// Result of `proc.list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcListResult {
+    /// Matching processes by pid, at most `limit`.
+    pub processes: Vec<ProcessInfo>,
+    /// Number of processes that matched the filters.
+    pub total: u64,
+    /// Number of processes examined (after `include_internal`).
+    pub scanned: u64,
+    /// `true` when more processes matched than were returned.
+    pub truncated: bool,
+}
+
+/// Result of `logs.read`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogsReadResult {
+    /// The selected lines (or fields), oldest first, lossily decoded, each cut to 8 KiB.
+    pub lines: Vec<String>,
+    /// Lines examined, from the end of the file backwards.
+    pub lines_scanned: u64,
+    /// Examined lines that passed the filter (and had the JSON field, when one was asked for).
+    pub lines_matched: u64,
+    /// Lines returned.
+    pub lines_returned: u64,
+    /// Filtered lines left out because they were not JSON or lacked `json_field`.
+    pub json_missing: u64,
+    /// `true` when the file holds earlier lines that were not examined, or a bound cut the result.
+    pub truncated: bool,
+    /// Size of the file, bytes.
+    pub size_bytes: u64,
+}
+
+/// Result of `env.get`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvGetResult {
+    /// Variables by name; masked values read `***MASKED***`.
+    pub variables: BTreeMap<String, String>,
+    /// Names whose values were masked, sorted.
+    pub masked: Vec<String>,
+    /// Requested `keys` that are not defined, sorted.
+    pub missing: Vec<String>,
+    /// `environment` or the `.env` file's absolute path.
+    pub source: String,
 }
 
 #[cfg(test)]

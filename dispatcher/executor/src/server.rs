@@ -26,12 +26,12 @@ use crate::config::Config;
 use crate::error::OpError;
 use crate::frame::{read_frame, Frame};
 use crate::protocol::{
-    CancelResult, CreateDirResult, DeleteResult, EditResult, Empty, ErrorKind, GlobResult,
-    GrepResult, ListResult, Op, ReadResult, Ready, Request, Response, RunResult, WriteResult,
-    PROTOCOL_VERSION, UNATTRIBUTED_ID,
+    CancelResult, CreateDirResult, DeleteResult, EditResult, Empty, EnvGetResult, ErrorKind,
+    GlobResult, GrepResult, ListResult, LogsReadResult, Op, ProcListResult, ReadResult, Ready,
+    Request, Response, RunResult, WriteResult, PROTOCOL_VERSION, UNATTRIBUTED_ID,
 };
 use crate::roots::{open_beneath, Roots};
-use crate::{cmd, fs, identity};
+use crate::{cmd, fs, identity, proc};
 
 /// Most requests handled at once (threads count against the container's pids limit).
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -70,6 +70,9 @@ enum Reply {
     Glob(GlobResult),
     Run(RunResult),
     Cancel(CancelResult),
+    ProcList(ProcListResult),
+    LogsRead(LogsReadResult),
+    EnvGet(EnvGetResult),
 }
 
 /// The protocol's stdout, one whole line per response.
@@ -379,6 +382,9 @@ fn dispatch(context: &Context, id: u64, op: Op) -> Result<Reply, OpError> {
         Op::FsGrep(p) => Reply::Grep(fs::grep::run(c, p)?),
         Op::FsGlob(p) => Reply::Glob(fs::glob::run(c, p)?),
         Op::CmdRun(p) => Reply::Run(cmd::run::run(c, id, p)?),
+        Op::ProcList(p) => Reply::ProcList(proc::list::run(c, p)?),
+        Op::LogsRead(p) => Reply::LogsRead(proc::logs::run(c, p)?),
+        Op::EnvGet(p) => Reply::EnvGet(proc::env::run(c, p)?),
         // Answered inline by `handle_line`; never reaches a handler thread.
         Op::Cancel(_) => Reply::Cancel(CancelResult { cancelled: false }),
     })

@@ -1126,3 +1126,218 @@ fn the_kernel_confines_every_command() {
     );
     assert_eq!(s.wait(victim_id)["ok"]["cancelled"], json!(true));
 }
+
+/// Polls `proc.list` until a process listens on `port` (or the bounded attempts run out).
+fn wait_for_listener(s: &Sandbox, port: u16) -> Value {
+    for _ in 0..200 {
+        let listed = s.ok(json!({"op": "proc.list", "port": port}));
+        if listed["total"] == json!(1) {
+            return listed;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no process was seen listening on port {port}");
+}
+
+#[test]
+fn proc_list_finds_listeners_and_hides_the_executor() {
+    let s = Sandbox::start();
+    let server = s.send(Sandbox::run_request(&[
+        "httpd",
+        "-f",
+        "-p",
+        "8080",
+        "-h",
+        "/workspace",
+    ]));
+    let listed = wait_for_listener(&s, 8080);
+    let p = &listed["processes"][0];
+    assert_eq!(p["name"], json!("httpd"), "{listed}");
+    assert_eq!(p["listening_ports"], json!([8080]), "{listed}");
+    assert_eq!(
+        p["uid"],
+        json!(65534),
+        "commands run as the sandbox user: {listed}"
+    );
+    assert_eq!(p["role"], json!("command"));
+    assert!(
+        p["command"].as_str().unwrap().contains("-p 8080"),
+        "{listed}"
+    );
+    assert!(p["memory_rss_bytes"].as_u64().unwrap() > 0, "{listed}");
+    assert!(p["cpu_time_ms"].is_u64() && p["cpu_percent"].is_number());
+
+    // By default the executor and the sub-reapers are not listed; on request they are marked.
+    let all = s.ok(json!({"op": "proc.list"}));
+    let roles: Vec<&Value> = all["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["role"])
+        .collect();
+    assert!(roles.iter().all(|r| **r == json!("command")), "{all}");
+    let internal = s.ok(json!({"op": "proc.list", "include_internal": true}));
+    let executor = internal["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == json!(1))
+        .unwrap_or_else(|| panic!("PID 1 missing: {internal}"));
+    assert_eq!(executor["role"], json!("executor"));
+    assert_eq!(executor["listening_ports"], json!([]));
+    assert!(
+        internal["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["role"] == json!("sub_reaper")),
+        "the running httpd has a sub-reaper: {internal}"
+    );
+
+    // Filters and limits.
+    let by_name = s.ok(json!({"op": "proc.list", "name": "HTTPD"}));
+    assert_eq!(by_name["total"], json!(1), "{by_name}");
+    let none = s.ok(json!({"op": "proc.list", "port": 9})); // nothing listens there
+    assert_eq!(none["total"], json!(0));
+    assert_eq!(none["processes"], json!([]));
+    for _ in 0..3 {
+        s.send(Sandbox::run_request(&["sleep", "30"]));
+    }
+    let mut limited = json!(null);
+    for _ in 0..200 {
+        limited = s.ok(json!({"op": "proc.list", "name": "sleep", "limit": 2}));
+        if limited["total"] == json!(3) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(limited["total"], json!(3), "{limited}");
+    assert_eq!(limited["processes"].as_array().unwrap().len(), 2);
+    assert_eq!(limited["truncated"], json!(true));
+    s.refused(json!({"op": "proc.list", "limit": 201}), "invalid_request");
+    s.refused(json!({"op": "proc.list", "limit": 0}), "invalid_request");
+
+    s.ok(json!({"op": "cancel", "target": server}));
+    let r = s.wait(server);
+    assert_eq!(r["ok"]["cancelled"], json!(true), "{r}");
+}
+
+#[test]
+fn logs_read_tails_and_filters_with_bounded_reads() {
+    let s = Sandbox::start();
+    let mut log = String::new();
+    for i in 1..=3000 {
+        let level = if i % 3 == 0 { "ERROR" } else { "INFO" };
+        log.push_str(&format!(
+            "{{\"n\":{i},\"level\":\"{level}\",\"ctx\":{{\"user\":\"u{i}\"}}}}\n"
+        ));
+    }
+    log.push_str("plain text line with a.b inside\n");
+    s.ok(json!({"op": "fs.write", "path": "app.log", "content": log}));
+
+    let tail = s.ok(json!({"op": "logs.read", "path": "app.log", "lines": 2}));
+    assert_eq!(tail["lines_returned"], json!(2), "{tail}");
+    assert_eq!(
+        tail["lines"][1],
+        json!("plain text line with a.b inside"),
+        "{tail}"
+    );
+    assert!(tail["lines"][0].as_str().unwrap().contains("\"n\":3000"));
+    assert_eq!(tail["truncated"], json!(true));
+
+    // Literal filter: the dot is a dot.
+    let literal = s.ok(json!({"op": "logs.read", "path": "app.log", "filter": "a.b"}));
+    assert_eq!(literal["lines"], json!(["plain text line with a.b inside"]));
+    assert_eq!(
+        literal["truncated"],
+        json!(false),
+        "the whole file was read"
+    );
+    assert_eq!(literal["lines_scanned"], json!(3001));
+
+    // Regex filter plus a JSON field by dot path.
+    let users = s.ok(
+        json!({"op": "logs.read", "path": "app.log", "filter": "\"level\":\"(ERROR|FATAL)\"",
+        "regex": true, "json_field": "ctx.user", "lines": 3}),
+    );
+    assert_eq!(
+        users["lines"],
+        json!(["u2994", "u2997", "u3000"]),
+        "{users}"
+    );
+    assert_eq!(users["lines_matched"], json!(3));
+
+    // A JSON field over lines that are not all JSON: those are counted, not returned.
+    let fields = s.ok(json!({"op": "logs.read", "path": "app.log", "json_field": "n", "lines": 1}));
+    assert_eq!(fields["lines"], json!(["3000"]));
+    assert_eq!(fields["json_missing"], json!(1));
+
+    // Refusals: outside the roots, bad limits, bad patterns, not a file.
+    s.refused(
+        json!({"op": "logs.read", "path": "/etc/passwd"}),
+        "path_not_allowed",
+    );
+    s.refused(
+        json!({"op": "logs.read", "path": "../../proc/1/environ"}),
+        "path_not_allowed",
+    );
+    s.refused(
+        json!({"op": "logs.read", "path": "app.log", "lines": 5001}),
+        "invalid_request",
+    );
+    s.refused(
+        json!({"op": "logs.read", "path": "app.log", "filter": "(", "regex": true}),
+        "invalid_request",
+    );
+    s.ok(json!({"op": "fs.create_dir", "path": "dir"}));
+    s.refused(json!({"op": "logs.read", "path": "dir"}), "is_a_directory");
+    s.refused(
+        json!({"op": "logs.read", "path": "missing.log"}),
+        "not_found",
+    );
+    // A symlink out of the workspace is not followed out of it.
+    s.sh(&["ln", "-s", "/etc/passwd", "/workspace/evil.log"]);
+    s.refused(
+        json!({"op": "logs.read", "path": "evil.log"}),
+        "path_not_allowed",
+    );
+}
+
+#[test]
+fn env_get_masks_secrets() {
+    let s = Sandbox::start();
+    let env = s.ok(json!({"op": "env.get"}));
+    assert_eq!(env["source"], json!("environment"));
+    assert_eq!(env["variables"]["HOME"], json!("/workspace"));
+    assert!(env["variables"]["PATH"].as_str().unwrap().contains("/bin"));
+
+    s.ok(json!({"op": "fs.write", "path": "app/.env", "content":
+        "# settings\nDATABASE_HOST=db\nexport API_KEY=sk-live-123\ndb_password='hunter2'\nGITHUB_TOKEN=\"ghp_x\"\n"}));
+    let masked = s.ok(json!({"op": "env.get", "path": "app/.env"}));
+    assert_eq!(masked["source"], json!("/workspace/app/.env"));
+    assert_eq!(masked["variables"]["DATABASE_HOST"], json!("db"));
+    for name in ["API_KEY", "db_password", "GITHUB_TOKEN"] {
+        assert_eq!(masked["variables"][name], json!("***MASKED***"), "{masked}");
+    }
+    assert_eq!(
+        masked["masked"],
+        json!(["API_KEY", "GITHUB_TOKEN", "db_password"])
+    );
+    assert!(!masked.to_string().contains("hunter2"));
+
+    let unmasked = s.ok(json!({"op": "env.get", "path": "app/.env", "unmask": true,
+        "keys": ["db_password", "NOPE"]}));
+    assert_eq!(unmasked["variables"], json!({"db_password": "hunter2"}));
+    assert_eq!(unmasked["missing"], json!(["NOPE"]));
+
+    s.ok(json!({"op": "fs.write", "path": "bad.env", "content": "A=1\nthis is not a variable\n"}));
+    let message = s.refused(
+        json!({"op": "env.get", "path": "bad.env"}),
+        "invalid_request",
+    );
+    assert!(message.contains("line 2"), "{message}");
+    s.refused(
+        json!({"op": "env.get", "path": "/proc/self/environ"}),
+        "path_not_allowed",
+    );
+}

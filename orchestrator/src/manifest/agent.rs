@@ -196,6 +196,13 @@ impl<'a> AgentView<'a> {
         self.strings_at("/spec/security/filesystem/write")
     }
 
+    /// `spec.security.unmask_env`: `env.get` may return secret values unmasked when asked.
+    pub fn unmask_env(&self) -> bool {
+        self.at("/spec/security/unmask_env")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
     /// `spec.security.filesystem.read_only`: every write refused.
     pub fn read_only(&self) -> bool {
         self.at("/spec/security/filesystem/read_only")

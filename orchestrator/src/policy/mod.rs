@@ -87,7 +87,22 @@ pub fn check_seal(
 }
 
 /// Tools that read files (need a read root); other `fs.*` tools change files (need a write root).
-const READING_TOOLS: &[&str] = &["fs.read", "fs.list", "fs.grep", "fs.glob"];
+const READING_TOOLS: &[&str] = &[
+    "fs.read",
+    "fs.list",
+    "fs.grep",
+    "fs.glob",
+    "logs.read",
+    "env.get",
+];
+
+/// Sandbox tools that touch no path (no root is derived for them).
+const PATHLESS_SANDBOX_TOOLS: &[&str] = &["proc.list"];
+
+/// True for sandbox tools that take no path at all (`proc.list`).
+pub fn is_pathless_sandbox_tool(tool: &str) -> bool {
+    PATHLESS_SANDBOX_TOOLS.contains(&tool)
+}
 
 /// True for sandbox tools that only read (they need a read root; the others need a write root).
 pub fn is_reading_tool(tool: &str) -> bool {
@@ -96,7 +111,11 @@ pub fn is_reading_tool(tool: &str) -> bool {
 
 /// True for tools that run inside a sandbox.
 pub fn needs_sandbox(tool: &str) -> bool {
-    tool.starts_with("fs.") || tool == "cmd.run"
+    tool.starts_with("fs.")
+        || tool == "cmd.run"
+        || tool == "logs.read"
+        || tool == "env.get"
+        || PATHLESS_SANDBOX_TOOLS.contains(&tool)
 }
 
 /// Decides a sandbox tool call under the sandbox's agent policy: the tool must be in the

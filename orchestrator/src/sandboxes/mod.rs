@@ -69,7 +69,7 @@ pub fn context_roots(context: &crate::seal::context::SecurityContext) -> Context
         })
         .unwrap_or_default();
     for tool in &tools {
-        if !context.covers_tool(tool) {
+        if !context.covers_tool(tool) || crate::policy::is_pathless_sandbox_tool(tool) {
             continue;
         }
         let into = if crate::policy::is_reading_tool(tool) || tool == "cmd.run" {
@@ -151,6 +151,9 @@ pub fn policy_of_context(
         },
         cmd_timeout_secs: ceilings.cmd_timeout_secs,
         max_output_bytes: ceilings.max_output_bytes,
+        unmask_env: context.capabilities.iter().any(|c| {
+            c.unmask_env && crate::seal::context::tool_matches(&c.tool_pattern, "env.get")
+        }),
     }
 }
 
@@ -189,6 +192,8 @@ pub struct SandboxPolicy {
     pub cmd_timeout_secs: u64,
     /// Output cap ceiling (manifest AND server).
     pub max_output_bytes: u64,
+    /// `env.get` may return secret-looking values unmasked when asked (default masked).
+    pub unmask_env: bool,
 }
 
 /// Why a sandbox could not be made or found.
@@ -357,6 +362,7 @@ pub fn policy_of(agent: &str, manifest: &Value, ceilings: &ToolCeilings) -> Sand
         command,
         cmd_timeout_secs,
         max_output_bytes,
+        unmask_env: view.unmask_env(),
     }
 }
 

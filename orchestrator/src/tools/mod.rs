@@ -7,6 +7,7 @@
 
 mod definitions;
 mod discovery;
+mod process;
 mod router;
 mod sandbox;
 mod schema;
@@ -149,6 +150,7 @@ fn implemented() -> Vec<(&'static str, &'static str, Handler)> {
     v.extend(discovery::handlers());
     v.extend(system::handlers());
     v.extend(sandbox::handlers());
+    v.extend(process::handlers());
     v.extend(tasks::handlers());
     v.extend(workflows::handlers());
     v.extend(scopes::handlers());

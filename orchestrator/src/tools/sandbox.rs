@@ -79,7 +79,7 @@ pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
 }
 
 /// Sends one operation to the caller's sandbox and returns the executor's result object.
-async fn run(ctx: &ToolContext<'_>, op: Op) -> Result<Value, ToolError> {
+pub(super) async fn run(ctx: &ToolContext<'_>, op: Op) -> Result<Value, ToolError> {
     let (id, _) = ctx
         .sandbox
         .as_ref()
@@ -130,7 +130,7 @@ fn dispatch_error(e: DispatchError) -> ToolError {
 }
 
 /// The normalised path the executor gets (policy already accepted it).
-fn path_of(p: &str) -> Result<String, ToolError> {
+pub(super) fn path_of(p: &str) -> Result<String, ToolError> {
     paths::normalise(p).map_err(|m| ToolError::new("invalid_arguments", m))
 }
 

@@ -300,7 +300,8 @@ struct Subject {
 
 impl Subject {
     fn of(tool: &str, args: &Value) -> Subject {
-        let path_key = if tool.starts_with("fs.") {
+        let path_key = if reads_a_path(tool) && (tool != "env.get" || args.get("path").is_some()) {
+            // `env.get` without a path reads the commands' environment, no file.
             Some("path")
         } else if tool == "cmd.run" {
             Some("cwd")
@@ -370,6 +371,11 @@ fn url_host(url: &Value) -> Result<String, String> {
     Ok(host.trim_end_matches('.').to_ascii_lowercase())
 }
 
+/// Tools whose `path` argument is checked against path allowlists and deny entries.
+fn reads_a_path(tool: &str) -> bool {
+    tool.starts_with("fs.") || tool == "logs.read" || tool == "env.get"
+}
+
 fn deny_entry_matches(entry: &str, tool: &str, subject: &Subject) -> bool {
     let (pattern, arg) = split_deny_entry(entry);
     if !tool_matches(pattern, tool) {
@@ -378,7 +384,7 @@ fn deny_entry_matches(entry: &str, tool: &str, subject: &Subject) -> bool {
     let Some(arg) = arg else {
         return true;
     };
-    if tool.starts_with("fs.") {
+    if reads_a_path(tool) {
         return matches!(&subject.path, Some(Ok(path)) if path_matches(arg, path));
     }
     if tool == "cmd.run" {

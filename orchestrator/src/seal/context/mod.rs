@@ -154,6 +154,10 @@ pub struct Capability {
     /// How long such a call waits for a decision, seconds (default `seal.approval_timeout_secs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_timeout_secs: Option<u64>,
+    /// `env.get` calls granted by this capability may ask for secret values unmasked
+    /// (`mask_secrets: false`); without it they are always masked.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unmask_env: bool,
 }
 
 /// Largest `approval_timeout_secs` accepted (a day).
