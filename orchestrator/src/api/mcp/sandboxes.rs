@@ -65,12 +65,16 @@ impl SessionSandboxes {
                 None => self.forget(owner, row),
             }
         }
+        // The row needs a 32-byte client key; MCP sessions sign nothing, so it is random (no one
+        // holds its private half) and the row's token id is one no SEAL token ever carries.
+        let mut unusable_key = [0u8; 32];
+        getrandom::fill(&mut unusable_key).map_err(|e| format!("random: {e}"))?;
         let now = Utc::now();
         let row = Session {
             id: Uuid::new_v4(),
             context_name: context.name.clone(),
             workload_id: format!("mcp:{key_name}"),
-            public_key: Vec::new(),
+            public_key: unusable_key.to_vec(),
             token_id: format!("mcp:{}", Uuid::new_v4()),
             status: "active".to_owned(),
             created_at: now,

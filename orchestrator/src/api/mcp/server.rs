@@ -165,7 +165,8 @@ fn tool_error(code: &str, message: &str) -> Result<CallToolResponse, ErrorData> 
     }))
 }
 
-fn to_response(value: Value) -> Result<CallToolResponse, ErrorData> {
+fn to_response(mut value: Value) -> Result<CallToolResponse, ErrorData> {
+    value["resultType"] = json!("complete");
     serde_json::from_value::<CallToolResult>(value)
         .map(CallToolResponse::from)
         .map_err(|e| ErrorData::internal_error(format!("result shape: {e}"), None))
@@ -208,7 +209,8 @@ impl ServerHandler for McpServer {
                 tool
             })
             .collect();
-        serde_json::from_value(json!({ "tools": listed }))
+        // `resultType` is required by the session-less revision; rmcp drops it for older peers.
+        serde_json::from_value(json!({ "tools": listed, "resultType": "complete" }))
             .map_err(|e| ErrorData::internal_error(format!("tool listing: {e}"), None))
     }
 
