@@ -372,3 +372,39 @@ async fn a_foreign_origin_an_unbound_key_and_an_unknown_context_are_refused() {
     let body: Value = r.json().await.unwrap();
     assert!(body.to_string().contains("no-such-context"), "{body}");
 }
+
+#[tokio::test]
+async fn an_idle_session_expires_with_its_sandbox() {
+    let context = unique_context();
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.mcp.session_idle_secs = 1;
+    config.seal.security_contexts = vec![json!({
+        "name": context, "description": "idle sessions",
+        "runtime": {"language": "busybox", "version": "1"},
+        "capabilities": [{"tool_pattern": "fs.*", "path_allowlist": ["/workspace"]}],
+        "attestation": {"allow_unverified": true}})];
+    let app = TestApp::spawn_with(config).await;
+    let (key, _) = bound_key(&app, &context).await;
+    let session = open_session(&app, &key).await;
+    let (_, _, answer) = post(
+        &app,
+        &key,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "fs.write", "arguments": {"path": "/workspace/a.txt", "content": "x"}}}),
+    )
+    .await;
+    assert_eq!(answer.expect("answer")["result"]["isError"], false);
+    assert_eq!(sandboxes_of(&context).len(), 1);
+    // No request for longer than the idle time: the session and its sandbox end.
+    assert_eq!(wait_no_sandbox(&context).await, Vec::<String>::new());
+    let (status, _, _) = post(
+        &app,
+        &key,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(status, 404, "an expired session is unknown; the client re-initializes");
+}
