@@ -406,5 +406,8 @@ async fn an_idle_session_expires_with_its_sandbox() {
         json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
     )
     .await;
-    assert_eq!(status, 404, "an expired session is unknown; the client re-initializes");
+    assert_eq!(
+        status, 404,
+        "an expired session is unknown; the client re-initializes"
+    );
 }
