@@ -24,6 +24,8 @@ use axum::{Json, Router};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
 
 use crate::auth::{self, AuthError, BoundKey};
 use crate::seal::context::{RateLimiter, SecurityContext};
@@ -43,8 +45,9 @@ pub struct McpIdentity {
     pub context: Arc<SecurityContext>,
 }
 
-/// The `/mcp` service and the metadata documents, to merge into the HTTP router.
-pub fn routes(state: AppState) -> Router<AppState> {
+/// The `/mcp` service and the metadata documents, to merge into the HTTP router; `shutdown`
+/// closes every MCP session when the instance stops.
+pub fn routes(state: AppState, shutdown: CancellationToken) -> Router {
     let config = state.config.mcp.clone();
     let shared = Arc::new(server::Shared {
         state: state.clone(),
@@ -59,15 +62,19 @@ pub fn routes(state: AppState) -> Router<AppState> {
         move || Ok(server::McpServer::new(factory.clone())),
         Arc::new(sessions),
         // Origins are checked before authentication (below); rmcp checks Host.
-        StreamableHttpServerConfig::default().with_allowed_hosts(config.allowed_hosts.clone()),
+        StreamableHttpServerConfig::default()
+            .with_allowed_hosts(config.allowed_hosts.clone())
+            .with_cancellation_token(shutdown),
     );
     let mcp = Router::new()
         .fallback_service(service)
-        .layer(axum::middleware::from_fn_with_state(state, gate));
+        .layer(axum::middleware::from_fn_with_state(state.clone(), gate));
     Router::new()
         .route(METADATA_PATH, get(metadata))
         .route(&format!("{METADATA_PATH}{MCP_PATH}"), get(metadata))
         .nest_service(MCP_PATH, mcp)
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
 }
 
 /// The public base URL: `mcp.public_url`, else `http://<Host>`.

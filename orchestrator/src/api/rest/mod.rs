@@ -135,7 +135,6 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/seal/invoke", post(seal::invoke))
         .route("/v1/seal/tools", get(seal::tools))
         .merge(operator)
-        .merge(crate::api::mcp::routes(state.clone()))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
