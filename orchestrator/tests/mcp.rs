@@ -348,6 +348,19 @@ async fn a_foreign_origin_an_unbound_key_and_an_unknown_context_are_refused() {
         .unwrap();
     assert_eq!(r.status(), 200);
 
+    // A name that resolves here by DNS rebinding is not this node's name.
+    let r = app
+        .http
+        .post(format!("{}/mcp", app.http_base))
+        .bearer_auth(&key)
+        .header("Host", "evil.example")
+        .header("Accept", "application/json, text/event-stream")
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+
     // An operator key without a context has no business on /mcp.
     let plain = app.create_key("plain", "operator").await;
     let (status, _, answer) = post(&app, &plain, None, initialize.clone()).await;
