@@ -31,6 +31,12 @@ if ! python3 -c 'import cryptography, requests' 2>/dev/null; then
   python3 -m pip install -q cryptography requests >&2 || die "cannot install cryptography/requests (pip)"
 fi
 
+# The MCP test drives /mcp with the official MCP Python SDK (pinned).
+if ! python3 -c 'import mcp, httpx2' 2>/dev/null || [ "$(python3 -c 'import importlib.metadata as m; print(m.version("mcp"))')" != "2.3.0" ]; then
+  say "installing mcp 2.3.0 from PyPI (MCP Python client test)"
+  python3 -m pip install -q mcp==2.3.0 >&2 || die "cannot install mcp==2.3.0 (pip)"
+fi
+
 say "running the test suite"
 export RUST_LOG=${RUST_LOG:-warn}
 cargo test --workspace --locked "$@" 2>&1

@@ -213,7 +213,9 @@ impl Application {
             shutdown.clone(),
         ));
 
-        let rest = api::rest::router(state.clone());
+        // `/mcp` ends its sessions (and their SSE streams) when the instance stops.
+        let rest = api::rest::router(state.clone())
+            .merge(api::mcp::routes(state.clone(), shutdown.child_token()));
         let http_token = shutdown.clone();
         let mut http_task = tokio::spawn(async move {
             // The peer address reaches handlers (the attestation limit per source address).

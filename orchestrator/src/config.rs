@@ -48,6 +48,40 @@ pub struct NodeConfig {
     pub egress: crate::egress::EgressConfig,
     /// `web.search` providers.
     pub web: crate::egress::search::WebConfig,
+    /// The MCP endpoint (`/mcp`): allowed hosts and origins, session idle time.
+    pub mcp: McpConfig,
+}
+
+/// Settings of the MCP Streamable HTTP endpoint.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// `Host` values (`name` or `name:port`) accepted on `/mcp`, against DNS rebinding; a
+    /// node reached by another name must list it.
+    pub allowed_hosts: Vec<String>,
+    /// Browser `Origin`s accepted on `/mcp` (`scheme://host[:port]`, `:*` for any port);
+    /// requests with any other Origin get 403. Requests without Origin (non-browser clients) pass.
+    pub allowed_origins: Vec<String>,
+    /// An MCP session (and its sandbox) ends after this long without a request, seconds.
+    pub session_idle_secs: u64,
+    /// The URL clients reach this node by (`https://node.example`), for the OAuth protected
+    /// resource metadata; when unset it is derived from the request's Host.
+    pub public_url: Option<String>,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            allowed_origins: vec![
+                "http://localhost:*".into(),
+                "http://127.0.0.1:*".into(),
+                "http://[::1]:*".into(),
+            ],
+            session_idle_secs: 600,
+            public_url: None,
+        }
+    }
 }
 
 /// How this replica advances workflow executions, and the node's limits on them.
@@ -571,6 +605,7 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         ),
         ("seal.attest_per_minute_node", c.seal.attest_per_minute_node),
         ("sandbox.max_workspace_mb", c.sandbox.max_workspace_mb),
+        ("mcp.session_idle_secs", c.mcp.session_idle_secs),
     ] {
         if v == 0 {
             return Err(invalid(key, "expected a whole number of at least 1".into()));

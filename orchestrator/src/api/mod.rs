@@ -1,4 +1,5 @@
 //! Adapters: they parse requests, call the core, and map errors once. No policy lives here.
 
 pub mod grpc;
+pub mod mcp;
 pub mod rest;

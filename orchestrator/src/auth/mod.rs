@@ -59,6 +59,8 @@ pub struct ApiKeyInfo {
     pub revoked_at: Option<DateTime<Utc>>,
     /// Last successful use.
     pub last_used_at: Option<DateTime<Utc>>,
+    /// The security context the key is bound to (it then opens MCP sessions under it).
+    pub security_context: Option<String>,
 }
 
 /// A freshly created key: the only time the secret is visible.
@@ -105,9 +107,10 @@ pub async fn create(
     name: &str,
     role: Role,
     expires_at: Option<DateTime<Utc>>,
+    security_context: Option<&str>,
 ) -> Result<CreatedKey, AuthError> {
     let key = generate()?;
-    let info = insert(pool, name, role, expires_at, &key).await?;
+    let info = insert(pool, name, role, expires_at, &key, security_context).await?;
     Ok(CreatedKey { info, key })
 }
 
@@ -117,11 +120,12 @@ async fn insert(
     role: Role,
     expires_at: Option<DateTime<Utc>>,
     key: &str,
+    security_context: Option<&str>,
 ) -> Result<ApiKeyInfo, AuthError> {
     Ok(sqlx::query_as(
-        "INSERT INTO api_keys (id, name, role, key_hash, key_prefix, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6) \
-         RETURNING id, name, role, key_prefix, created_at, expires_at, revoked_at, last_used_at",
+        "INSERT INTO api_keys (id, name, role, key_hash, key_prefix, expires_at, security_context) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) \
+         RETURNING id, name, role, key_prefix, created_at, expires_at, revoked_at, last_used_at, security_context",
     )
     .bind(Uuid::new_v4())
     .bind(name)
@@ -129,6 +133,7 @@ async fn insert(
     .bind(hash(key))
     .bind(&key[..KEY_PREFIX.len() + 8])
     .bind(expires_at)
+    .bind(security_context)
     .fetch_one(pool)
     .await?)
 }
@@ -136,8 +141,8 @@ async fn insert(
 /// Every key, newest first.
 pub async fn list(pool: &PgPool) -> Result<Vec<ApiKeyInfo>, AuthError> {
     Ok(sqlx::query_as(
-        "SELECT id, name, role, key_prefix, created_at, expires_at, revoked_at, last_used_at \
-         FROM api_keys ORDER BY created_at DESC",
+        "SELECT id, name, role, key_prefix, created_at, expires_at, revoked_at, last_used_at, \
+         security_context FROM api_keys ORDER BY created_at DESC",
     )
     .fetch_all(pool)
     .await?)
@@ -149,7 +154,7 @@ pub async fn revoke(pool: &PgPool, id_or_name: &str) -> Result<Option<ApiKeyInfo
     Ok(sqlx::query_as(
         "UPDATE api_keys SET revoked_at = now() \
          WHERE revoked_at IS NULL AND (id = $1 OR ($1 IS NULL AND name = $2)) \
-         RETURNING id, name, role, key_prefix, created_at, expires_at, revoked_at, last_used_at",
+         RETURNING id, name, role, key_prefix, created_at, expires_at, revoked_at, last_used_at, security_context",
     )
     .bind(id)
     .bind(id_or_name)
@@ -190,6 +195,50 @@ pub async fn authenticate(pool: &PgPool, presented: &str) -> Result<Caller, Auth
     Ok(Caller::operator(id, &name, role))
 }
 
+/// A live key bound to a security context, as the MCP endpoint uses it.
+#[derive(Debug, Clone)]
+pub struct BoundKey {
+    /// Key id (the audit log's caller id for MCP calls).
+    pub id: Uuid,
+    /// Key name.
+    pub name: String,
+    /// The security context the key's MCP calls run under; None when the key is not bound.
+    pub security_context: Option<String>,
+}
+
+/// Resolves a presented key for `/mcp`: unknown, revoked and expired keys are refused, like
+/// `authenticate`; the caller decides what an unbound key may do (nothing, on `/mcp`).
+pub async fn authenticate_bound(pool: &PgPool, presented: &str) -> Result<BoundKey, AuthError> {
+    type Row = (
+        Uuid,
+        String,
+        Option<DateTime<Utc>>,
+        Option<DateTime<Utc>>,
+        Option<String>,
+    );
+    let row: Option<Row> = sqlx::query_as(
+        "UPDATE api_keys SET last_used_at = now() WHERE key_hash = $1 \
+             RETURNING id, name, expires_at, revoked_at, security_context",
+    )
+    .bind(hash(presented))
+    .fetch_optional(pool)
+    .await?;
+    let Some((id, name, expires_at, revoked_at, security_context)) = row else {
+        return Err(AuthError::Invalid("unknown key"));
+    };
+    if revoked_at.is_some() {
+        return Err(AuthError::Invalid("the key was revoked"));
+    }
+    if expires_at.is_some_and(|t| t <= Utc::now()) {
+        return Err(AuthError::Invalid("the key has expired"));
+    }
+    Ok(BoundKey {
+        id,
+        name,
+        security_context,
+    })
+}
+
 /// What start-up did about the first admin key.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Bootstrap {
@@ -214,7 +263,7 @@ pub async fn bootstrap(pool: &PgPool, configured: Option<&str>) -> Result<Bootst
                 .fetch_one(pool)
                 .await?;
         if !exists {
-            insert(pool, "bootstrap-admin", Role::Admin, None, key).await?;
+            insert(pool, "bootstrap-admin", Role::Admin, None, key, None).await?;
         }
         return Ok(Bootstrap::Configured);
     }

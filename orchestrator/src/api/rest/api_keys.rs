@@ -26,6 +26,10 @@ pub struct CreateKey {
     pub role: Role,
     /// Optional expiry (RFC 3339).
     pub expires_at: Option<DateTime<Utc>>,
+    /// Binds the key to this security context: the key then opens MCP sessions (`/mcp`) whose
+    /// tools and calls the context decides, with a sandbox of the context's runtime.
+    #[serde(default)]
+    pub security_context: Option<String>,
 }
 
 /// Creates a key; the response holds the secret, which is never shown again.
@@ -45,12 +49,29 @@ pub async fn create(
     if req.expires_at.is_some_and(|t| t <= Utc::now()) {
         return Err(ApiError::bad_request("`expires_at` is in the past"));
     }
-    let created = auth::create(&state.pool, &req.name, req.role, req.expires_at).await?;
+    if let Some(context) = &req.security_context {
+        crate::gateway::contexts::get(&state.pool, crate::DEFAULT_TENANT, context)
+            .await
+            .map_err(|e| match e {
+                crate::gateway::contexts::ContextError::NotFound(_) => ApiError::bad_request(
+                    format!("`security_context`: no security context `{context}` exists"),
+                ),
+                other => ApiError::internal(other),
+            })?;
+    }
+    let created = auth::create(
+        &state.pool,
+        &req.name,
+        req.role,
+        req.expires_at,
+        req.security_context.as_deref(),
+    )
+    .await?;
     audit::record_admin(
         &state.pool,
         &caller,
         "api_key.create",
-        &json!({"name": req.name, "role": req.role, "id": created.info.id}),
+        &json!({"name": req.name, "role": req.role, "id": created.info.id, "security_context": req.security_context}),
         true,
         started,
     )
