@@ -67,7 +67,11 @@ struct Args {
     #[arg(long, default_value_t = 10)]
     sandboxes: usize,
     /// Transports, comma-separated: rest, seal-http, seal-grpc, mcp.
-    #[arg(long, default_value = "rest,seal-http,seal-grpc,mcp", value_delimiter = ',')]
+    #[arg(
+        long,
+        default_value = "rest,seal-http,seal-grpc,mcp",
+        value_delimiter = ','
+    )]
     transports: Vec<String>,
 }
 
@@ -242,7 +246,12 @@ struct Node {
 }
 
 impl Node {
-    async fn rest(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value> {
+    async fn rest(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value> {
         let mut req = self
             .http
             .request(method.clone(), format!("{}{path}", self.http_base))
@@ -511,7 +520,11 @@ async fn run(args: Args) -> Result<()> {
     say("stopping the orchestrator");
     for id in &node.sandboxes {
         let _ = node
-            .rest(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
+            .rest(
+                reqwest::Method::DELETE,
+                &format!("/v1/sandboxes/{id}"),
+                None,
+            )
             .await;
     }
     shutdown.cancel();
