@@ -518,6 +518,12 @@ async fn run(args: Args) -> Result<()> {
     let outcome = measure_all(&args, &mut node, &engine).await;
 
     say("stopping the orchestrator");
+    let scope = node
+        .state
+        .sandboxes
+        .dispatcher()
+        .map(|d| d.scope().to_owned())
+        .ok();
     for id in &node.sandboxes {
         let _ = node
             .rest(
@@ -529,7 +535,7 @@ async fn run(args: Args) -> Result<()> {
     }
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(90), server).await;
-    if let Err(e) = engine.remove_labelled(None, &run_id).await {
+    if let Err(e) = engine.remove_labelled(scope.as_deref(), &run_id).await {
         say(format!("cleanup: {e:#}"));
     }
     let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
@@ -613,6 +619,22 @@ async fn measure_all(args: &Args, node: &mut Node, engine: &Arc<Engine>) -> Resu
         }
     }
     let load_after = loadavg();
+    // Ending the SEAL sessions destroys their sandboxes.
+    for (_, door) in &doors {
+        if let Door::Seal(clients) = door {
+            for c in clients {
+                if let Some(id) = c.session_id() {
+                    let _ = node
+                        .rest(
+                            reqwest::Method::DELETE,
+                            &format!("/v1/seal/sessions/{id}"),
+                            None,
+                        )
+                        .await;
+                }
+            }
+        }
+    }
     let rows_after = audit_rows(&node).await?;
     let verified = node
         .rest(reqwest::Method::GET, "/v1/audit/verify", None)
