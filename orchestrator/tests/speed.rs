@@ -9,6 +9,9 @@ use orchestrator::seal_client::{ClientError, SealClient, Transport};
 use reqwest::Method;
 use serde_json::{json, Value};
 
+/// seq, id, intent_id, outcome, chain_index.
+type AuditRow = (i64, uuid::Uuid, Option<uuid::Uuid>, String, Option<i64>);
+
 #[tokio::test]
 async fn concurrent_calls_are_all_chained_in_order_and_verifiable() {
     let app = TestApp::spawn().await;
@@ -30,7 +33,7 @@ async fn concurrent_calls_are_all_chained_in_order_and_verifiable() {
     }
 
     // Every call left its intent and its completion, each completion after its intent.
-    let rows: Vec<(i64, uuid::Uuid, Option<uuid::Uuid>, String, Option<i64>)> = sqlx::query_as(
+    let rows: Vec<AuditRow> = sqlx::query_as(
         "SELECT seq, id, intent_id, outcome, chain_index FROM audit_log \
          WHERE action = 'aegis.runtime.list' ORDER BY seq",
     )
