@@ -1,7 +1,8 @@
 //! The audit log: hash-chained rows for every tool call and admin change.
 //!
 //! Rows are appended under a transaction-scoped advisory lock so the chain has one order even with
-//! several replicas. Each row's `hash` covers its canonical content and the previous row's hash;
+//! several replicas; one writer task per database takes that lock once for every row waiting
+//! (`writer.rs`), so concurrent calls share a transaction instead of queueing for the lock. Each row's `hash` covers its canonical content and the previous row's hash;
 //! `verify` recomputes the chain and names the first row whose stored hash no longer matches, so
 //! an edit made directly in the database is detected. A call that runs leaves two rows: its
 //! intent, chained before the tool starts (`intent.rs`), and its completion; refusals leave one.
@@ -13,12 +14,13 @@
 mod anchor;
 mod intent;
 mod verify;
+mod writer;
 
 pub use anchor::{head, log_head_periodically, Head};
 pub use intent::{begin_call, recover_abandoned, CallAudit, Completion};
 pub use verify::{verify, Anchor, BrokenRow, Verification, VerifyError};
 
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -189,33 +191,11 @@ pub(crate) async fn append(
     intent: Option<Uuid>,
     instance: Option<Uuid>,
 ) -> Result<AuditRow, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(APPEND_LOCK)
-        .execute(&mut *tx)
-        .await?;
-    let prev: Option<(String, Option<i64>)> = sqlx::query_as(
-        "SELECT hash, chain_index FROM audit_log WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
-    )
-    .bind(&caller.tenant)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let chain_index = match &prev {
-        None => 1,
-        Some((_, Some(index))) => index + 1,
-        Some((_, None)) => {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE tenant_id = $1")
-                .bind(&caller.tenant)
-                .fetch_one(&mut *tx)
-                .await?;
-            n + 1
-        }
-    };
-    let mut row = AuditRow {
+    let row = AuditRow {
         seq: 0,
         id,
-        // Postgres keeps microseconds; truncate now so the hashed time equals the stored time.
-        at: Utc::now().trunc_subsecs(6),
+        // Set by the writer, inside the chain's lock.
+        at: Utc::now(),
         caller_kind: caller.kind.as_str().to_owned(),
         caller_id: caller.id.clone(),
         kind: match entry.kind {
@@ -232,42 +212,11 @@ pub(crate) async fn append(
         result_digest: entry.result_digest,
         duration_ms: entry.duration_ms,
         intent_id: intent,
-        chain_index: Some(chain_index),
-        prev_hash: prev
-            .map(|(hash, _)| hash)
-            .unwrap_or_else(|| GENESIS.to_owned()),
+        chain_index: None,
+        prev_hash: String::new(),
         hash: String::new(),
     };
-    row.hash = row_hash(&row);
-    row.seq = sqlx::query_scalar(
-        "INSERT INTO audit_log (id, tenant_id, at, caller_kind, caller_id, kind, action, decision, \
-         reason_code, reason, args_digest, outcome, result_digest, duration_ms, intent_id, \
-         chain_index, instance_id, prev_hash, hash) \
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19) RETURNING seq",
-    )
-    .bind(row.id)
-    .bind(&caller.tenant)
-    .bind(row.at)
-    .bind(&row.caller_kind)
-    .bind(&row.caller_id)
-    .bind(&row.kind)
-    .bind(&row.action)
-    .bind(&row.decision)
-    .bind(&row.reason_code)
-    .bind(&row.reason)
-    .bind(&row.args_digest)
-    .bind(&row.outcome)
-    .bind(&row.result_digest)
-    .bind(row.duration_ms)
-    .bind(row.intent_id)
-    .bind(row.chain_index)
-    .bind(instance)
-    .bind(&row.prev_hash)
-    .bind(&row.hash)
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(row)
+    writer::submit(pool, &caller.tenant, instance, row).await
 }
 
 /// Records a change made through the operator API (keys, sandboxes, sessions, contexts).

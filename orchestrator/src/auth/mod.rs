@@ -173,9 +173,14 @@ type KeyRow = (
 
 /// Resolves a presented key to its caller; unknown, revoked and expired keys are refused.
 pub async fn authenticate(pool: &PgPool, presented: &str) -> Result<Caller, AuthError> {
+    // `last_used_at` is refreshed at most every 30 s: updating the row on every request made
+    // concurrent requests with one key queue on its row lock (and write WAL each time).
     let row: Option<KeyRow> = sqlx::query_as(
-        "UPDATE api_keys SET last_used_at = now() WHERE key_hash = $1 \
-             RETURNING id, name, role, expires_at, revoked_at",
+        "WITH k AS (SELECT id, name, role, expires_at, revoked_at, last_used_at FROM api_keys \
+             WHERE key_hash = $1), \
+         touched AS (UPDATE api_keys a SET last_used_at = now() FROM k WHERE a.id = k.id \
+             AND (k.last_used_at IS NULL OR k.last_used_at < now() - interval '30 seconds')) \
+         SELECT id, name, role, expires_at, revoked_at FROM k",
     )
     .bind(hash(presented))
     .fetch_optional(pool)

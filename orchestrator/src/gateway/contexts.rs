@@ -65,6 +65,24 @@ pub async fn get(pool: &PgPool, tenant: &str, name: &str) -> Result<SecurityCont
     parse(&row.ok_or_else(|| ContextError::NotFound(name.to_owned()))?)
 }
 
+/// One context by name with the version [`super::sessions::admit`] reports (a digest of its
+/// stored definition), so a cached copy can be checked for staleness.
+pub async fn get_versioned(
+    pool: &PgPool,
+    tenant: &str,
+    name: &str,
+) -> Result<(SecurityContext, String), ContextError> {
+    let row: Option<(Value, String)> = sqlx::query_as(
+        "SELECT definition, md5(definition::text) FROM security_contexts WHERE tenant_id = $1 AND name = $2",
+    )
+    .bind(tenant)
+    .bind(name)
+    .fetch_optional(pool)
+    .await?;
+    let (definition, version) = row.ok_or_else(|| ContextError::NotFound(name.to_owned()))?;
+    Ok((parse(&definition)?, version))
+}
+
 /// Every context, by name.
 pub async fn list(pool: &PgPool, tenant: &str) -> Result<Vec<SecurityContext>, ContextError> {
     let rows: Vec<Value> = sqlx::query_scalar(

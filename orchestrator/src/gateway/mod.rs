@@ -11,8 +11,9 @@ pub mod attestation_tokens;
 pub mod contexts;
 pub mod sessions;
 
+use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use chrono::Utc;
@@ -47,12 +48,25 @@ pub struct GatewayConfig {
     pub attest_per_minute_node: i64,
 }
 
-/// Long-lived gateway state: the token issuer and the per-session rate limiter.
+/// Long-lived gateway state: the token issuer, the per-session rate limiter, and the caches
+/// that keep a signed call to one PostgreSQL round trip before the router.
+///
+/// What is cached never goes stale unseen: a session's cached facts (key, token id, expiry,
+/// context name) never change after attestation, and what can change (revocation, the session's
+/// sandbox, the context's definition) is read again on every call, in the same statement that
+/// records the envelope in the replay guard (`sessions::admit`). So a revocation or a context
+/// edit made through any replica applies to the very next call, with no TTL and no
+/// notification channel to lose.
 pub struct Gateway {
     issuer: TokenIssuer,
     limiter: Arc<RateLimiter>,
     config: GatewayConfig,
+    sessions: Mutex<HashMap<Uuid, Arc<Session>>>,
+    contexts: Mutex<HashMap<String, (String, Arc<SecurityContext>)>>,
 }
+
+/// Cached sessions beyond this are dropped (all at once: they are re-read on their next call).
+const MAX_CACHED_SESSIONS: usize = 10_000;
 
 /// Body of an attestation.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -87,6 +101,8 @@ impl Gateway {
             issuer: TokenIssuer::from_seed(seed, "orchestrator"),
             limiter: Arc::new(RateLimiter::new()),
             config,
+            sessions: Mutex::default(),
+            contexts: Mutex::default(),
         }
     }
 
@@ -353,7 +369,8 @@ impl Gateway {
                 "the token names no session",
             ))
         })?;
-        let session = sessions::get(&state.pool, crate::DEFAULT_TENANT, session_uuid)
+        let session = self
+            .cached_session(state, session_uuid)
             .await
             .map_err(|e| with_tool(SealError::new(SealCode::SessionNotFound, e.to_string())))?
             .ok_or_else(|| {
@@ -395,19 +412,48 @@ impl Gateway {
             ))
         })?;
         envelope.verify_signature(&key).map_err(with_tool)?;
-        let fresh = sessions::first_use(&state.pool, session.id, &envelope.signature)
-            .await
-            .map_err(|e| with_tool(SealError::new(SealCode::MalformedEnvelope, e.to_string())))?;
-        if !fresh {
+        let admission = sessions::admit(
+            &state.pool,
+            crate::DEFAULT_TENANT,
+            session.id,
+            &envelope.signature,
+            &session.context_name,
+        )
+        .await
+        .map_err(|e| with_tool(SealError::new(SealCode::MalformedEnvelope, e.to_string())))?;
+        let Some(admission) = admission else {
+            self.forget_session(session.id);
+            return Err(with_tool(SealError::new(
+                SealCode::SessionNotFound,
+                format!("session {} does not exist", session.id),
+            )));
+        };
+        if admission.status == "revoked" {
+            self.forget_session(session.id);
+            return Err(with_tool(SealError::new(
+                SealCode::SessionInactive,
+                format!("session {} was revoked", session.id),
+            )));
+        }
+        if !admission.fresh {
             return Err(with_tool(SealError::new(
                 SealCode::SignatureVerificationFailed,
                 "this envelope was already used (replay refused); sign every request anew",
             )));
         }
-        let context = contexts::get(&state.pool, crate::DEFAULT_TENANT, &session.context_name)
+        let context = self
+            .cached_context(
+                state,
+                &session.context_name,
+                admission.context_version.as_deref(),
+            )
             .await
             .map_err(|e| with_tool(SealError::new(SealCode::ScopeNotFound, e.to_string())))?;
-        let context = Arc::new(context);
+        let session = Session {
+            status: admission.status,
+            sandbox_id: admission.sandbox_id,
+            ..(*session).clone()
+        };
         let caller = Caller {
             seal: Some(crate::caller::SealScope {
                 context: context.clone(),
@@ -469,10 +515,11 @@ impl Gateway {
                         routed: true,
                     })?;
                 let mcp = outcome.to_mcp();
-                let size = mcp.to_string().len() as u64;
-                match size_limit {
+                // Measured (without building the text) only when the capability sets a limit.
+                let size = size_limit.map(|_| tools::serialized_len(&mcp) as u64);
+                match (size_limit, size) {
                     // The capability's max_response_size: the result is withheld, not truncated.
-                    Some(limit) if size > limit => json!({
+                    (Some(limit), Some(size)) if size > limit => json!({
                         "content": [{"type": "text", "text": format!(
                             "the result of {name} is {size} bytes; the security context allows {limit} (max_response_size)")}],
                         "structuredContent": {"error": {"code": "response_too_large", "size_bytes": size, "max_response_size": limit}},
@@ -494,6 +541,54 @@ impl Gateway {
             "status": "success",
             "payload": {"jsonrpc": "2.0", "id": request_id.clone().unwrap_or(Value::Null), "result": result},
         }))
+    }
+
+    /// A session's immutable facts, from the cache or (once) from the database.
+    async fn cached_session(
+        &self,
+        state: &AppState,
+        id: Uuid,
+    ) -> Result<Option<Arc<Session>>, sqlx::Error> {
+        if let Some(s) = lock(&self.sessions).get(&id) {
+            return Ok(Some(s.clone()));
+        }
+        let Some(session) = sessions::get(&state.pool, crate::DEFAULT_TENANT, id).await? else {
+            return Ok(None);
+        };
+        let session = Arc::new(session);
+        let mut cache = lock(&self.sessions);
+        if cache.len() >= MAX_CACHED_SESSIONS {
+            cache.clear();
+        }
+        cache.insert(id, session.clone());
+        Ok(Some(session))
+    }
+
+    fn forget_session(&self, id: Uuid) {
+        lock(&self.sessions).remove(&id);
+    }
+
+    /// A security context at `version` (as `sessions::admit` just read it): the cached copy when
+    /// it is that version, else read again. No version: the context was deleted.
+    async fn cached_context(
+        &self,
+        state: &AppState,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<Arc<SecurityContext>, contexts::ContextError> {
+        let Some(version) = version else {
+            lock(&self.contexts).remove(name);
+            return Err(contexts::ContextError::NotFound(name.to_owned()));
+        };
+        if let Some((v, ctx)) = lock(&self.contexts).get(name) {
+            if v == version {
+                return Ok(ctx.clone());
+            }
+        }
+        let (ctx, v) = contexts::get_versioned(&state.pool, crate::DEFAULT_TENANT, name).await?;
+        let ctx = Arc::new(ctx);
+        lock(&self.contexts).insert(name.to_owned(), (v, ctx.clone()));
+        Ok(ctx)
     }
 
     /// The session's sandbox, created on first use with the context's runtime. Creation runs in
@@ -695,6 +790,11 @@ fn call_error(e: CallError) -> SealError {
         }
         other => SealError::new(SealCode::NoMatchingCapability, other.to_string()),
     }
+}
+
+/// A cache lock; a panic while holding one leaves plain data behind, still usable.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn list_tools(caller: &Caller) -> Vec<Value> {

@@ -176,18 +176,6 @@ pub async fn clear_sandbox(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-/// Records an envelope signature; false when it was seen before (a replay).
-pub async fn first_use(pool: &PgPool, session: Uuid, signature: &str) -> Result<bool, sqlx::Error> {
-    let inserted = sqlx::query(
-        "INSERT INTO seal_replay_guard (signature, session_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-    )
-    .bind(signature)
-    .bind(session)
-    .execute(pool)
-    .await?;
-    Ok(inserted.rows_affected() == 1)
-}
-
 /// Drops replay records older than `keep_secs` (beyond the freshness window they cannot recur).
 pub async fn prune_replay_guard(pool: &PgPool, keep_secs: i64) -> Result<u64, sqlx::Error> {
     Ok(sqlx::query(
@@ -260,4 +248,53 @@ pub async fn signing_seed(pool: &PgPool) -> Result<(String, [u8; 32]), sqlx::Err
         out.copy_from_slice(&stored);
     }
     Ok((kid, out))
+}
+
+/// What [`admit`] learnt about a session, read in the same statement that records the
+/// envelope's signature.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// `active` or `revoked`, as stored now (a revocation by any replica is seen at once).
+    pub status: String,
+    /// The session's sandbox, as stored now.
+    pub sandbox_id: Option<Uuid>,
+    /// A digest of the session's security context definition (None: the context is gone).
+    pub context_version: Option<String>,
+    /// False when the signature was seen before (a replay) or the session is not active.
+    pub fresh: bool,
+}
+
+/// One round trip for every per-call fact that can change under a cached session: records the
+/// envelope's signature in the replay guard (only for an active session; the primary key makes
+/// the check atomic across replicas), and reads the session's current status and sandbox and
+/// its context's version. None when the session no longer exists.
+pub async fn admit(
+    pool: &PgPool,
+    tenant: &str,
+    session: Uuid,
+    signature: &str,
+    context_name: &str,
+) -> Result<Option<Admission>, sqlx::Error> {
+    let row: Option<(String, Option<Uuid>, Option<String>, bool)> = sqlx::query_as(
+        "WITH s AS (SELECT id, status, sandbox_id FROM seal_sessions WHERE tenant_id = $1 AND id = $2), \
+         g AS (INSERT INTO seal_replay_guard (signature, session_id) \
+               SELECT $3, id FROM s WHERE status = 'active' ON CONFLICT DO NOTHING RETURNING 1) \
+         SELECT s.status, s.sandbox_id, \
+           (SELECT md5(definition::text) FROM security_contexts WHERE tenant_id = $1 AND name = $4), \
+           EXISTS (SELECT 1 FROM g) FROM s",
+    )
+    .bind(tenant)
+    .bind(session)
+    .bind(signature)
+    .bind(context_name)
+    .fetch_optional(pool)
+    .await?;
+    Ok(
+        row.map(|(status, sandbox_id, context_version, fresh)| Admission {
+            status,
+            sandbox_id,
+            context_version,
+            fresh,
+        }),
+    )
 }

@@ -29,7 +29,9 @@ use crate::caller::{Caller, Tier};
 use crate::state::AppState;
 
 pub(crate) use definitions::registry_error;
-pub use router::{invoke, invoke_in, ArgViolation, CallError, ToolOutcome};
+pub use router::{
+    invoke, invoke_in, serialized_len, ArgViolation, CallError, ToolOutcome, TEXT_COPY_MAX_BYTES,
+};
 pub(crate) use schema::lookup as schema_by_key;
 
 /// What a handler sees besides its arguments.

@@ -59,6 +59,27 @@ pub enum CallError {
     Catalog(#[from] super::CatalogError),
 }
 
+/// Results up to this size are repeated as JSON text in the MCP `content` block.
+pub const TEXT_COPY_MAX_BYTES: usize = 16 * 1024;
+
+/// The length of a value's compact JSON, counted without building the string.
+pub fn serialized_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail, and a `Value` always serialises.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// The answer of a tool that ran.
 #[derive(Debug, Clone)]
 pub struct ToolOutcome {
@@ -70,13 +91,27 @@ pub struct ToolOutcome {
 
 impl ToolOutcome {
     /// The MCP result shape: text content, structured content, and the error flag.
+    ///
+    /// MCP asks for the structured result to be repeated as JSON text for older clients; we do
+    /// that up to [`TEXT_COPY_MAX_BYTES`]. A larger result (a 64 KiB file read, a long command
+    /// output) is not serialised, sent and parsed twice: its text block says where it is.
     pub fn to_mcp(&self) -> Value {
         match &self.result {
-            Ok(output) => json!({
-                "content": [{"type": "text", "text": output.to_string()}],
-                "structuredContent": output,
-                "isError": false,
-            }),
+            Ok(output) => {
+                let size = serialized_len(output);
+                let text = if size <= TEXT_COPY_MAX_BYTES {
+                    output.to_string()
+                } else {
+                    format!(
+                        "The result is {size} bytes of JSON; it is in structuredContent (not repeated here)."
+                    )
+                };
+                json!({
+                    "content": [{"type": "text", "text": text}],
+                    "structuredContent": output,
+                    "isError": false,
+                })
+            }
             Err(e) => {
                 let error = json!({"code": e.code, "message": e.message, "details": e.details});
                 json!({

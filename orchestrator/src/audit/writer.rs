@@ -1,0 +1,239 @@
+//! The chain writer: appends audit rows in batches, one transaction per batch.
+//!
+//! Every row is chained to the one before it under one advisory lock (so several replicas still
+//! build one order). Taking that lock, reading the head and committing cost several PostgreSQL
+//! round trips that, done per row, capped the whole node at roughly one audited call per
+//! millisecond: the lock serialises them. Here one writer task per database drains whatever rows
+//! are waiting, chains them in memory in arrival order and stores them with a single INSERT, so
+//! the lock is held once for the batch. Nothing about a row changes: each still carries its own
+//! `prev_hash` and `hash`, verification is unchanged, and `append` returns only once the row's
+//! transaction committed (an intent row still exists before its tool runs).
+//!
+//! A batch that fails (say a second completion of one intent hits the unique index) is retried
+//! row by row, so only the offending row reports the error.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use chrono::{SubsecRound, Utc};
+use sqlx::PgPool;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::{row_hash, AuditRow, APPEND_LOCK, GENESIS};
+
+/// At most this many rows per transaction (keeps one INSERT's arrays modest).
+const MAX_BATCH: usize = 256;
+
+/// A row waiting for its place in the chain.
+struct Pending {
+    pool: PgPool,
+    tenant: String,
+    instance: Option<Uuid>,
+    row: AuditRow,
+    reply: oneshot::Sender<Result<AuditRow, sqlx::Error>>,
+}
+
+type Writers = Mutex<HashMap<String, mpsc::UnboundedSender<Pending>>>;
+
+fn writers() -> &'static Writers {
+    static WRITERS: OnceLock<Writers> = OnceLock::new();
+    WRITERS.get_or_init(Default::default)
+}
+
+/// One writer per database (host, port, name): rows of one database share one chain.
+fn key(pool: &PgPool) -> String {
+    let o = pool.connect_options();
+    format!(
+        "{}:{}/{}",
+        o.get_host(),
+        o.get_port(),
+        o.get_database().unwrap_or_default()
+    )
+}
+
+/// Queues a row and waits until its batch committed. The writer sets `seq`, `at`,
+/// `chain_index`, `prev_hash` and `hash`; the rest of `row` is stored as given.
+pub(super) async fn submit(
+    pool: &PgPool,
+    tenant: &str,
+    instance: Option<Uuid>,
+    row: AuditRow,
+) -> Result<AuditRow, sqlx::Error> {
+    let (reply, answer) = oneshot::channel();
+    let pending = Pending {
+        pool: pool.clone(),
+        tenant: tenant.to_owned(),
+        instance,
+        row,
+        reply,
+    };
+    let key = key(pool);
+    {
+        let mut map = writers().lock().unwrap_or_else(|p| p.into_inner());
+        let sender = map.entry(key.clone()).or_insert_with(spawn_writer);
+        if let Err(mpsc::error::SendError(back)) = sender.send(pending) {
+            // The writer's runtime ended (a previous test's, or a restart): start a new one.
+            let fresh = spawn_writer();
+            let _ = fresh.send(back);
+            map.insert(key, fresh);
+        }
+    }
+    answer.await.unwrap_or_else(|_| {
+        Err(sqlx::Error::Protocol(
+            "the audit writer stopped before storing the row".into(),
+        ))
+    })
+}
+
+fn spawn_writer() -> mpsc::UnboundedSender<Pending> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(run(rx));
+    tx
+}
+
+async fn run(mut rx: mpsc::UnboundedReceiver<Pending>) {
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        write(std::mem::take(&mut batch)).await;
+    }
+}
+
+/// Writes one batch; on failure, each row alone so that only a bad row fails.
+async fn write(batch: Vec<Pending>) {
+    let Some(pool) = batch
+        .iter()
+        .map(|p| &p.pool)
+        .find(|p| !p.is_closed())
+        .cloned()
+    else {
+        for p in batch {
+            let _ = p.reply.send(Err(sqlx::Error::PoolClosed));
+        }
+        return;
+    };
+    match store(&pool, &batch).await {
+        Ok(rows) => {
+            for (p, row) in batch.into_iter().zip(rows) {
+                let _ = p.reply.send(Ok(row));
+            }
+        }
+        Err(e) if batch.len() == 1 => {
+            if let Some(p) = batch.into_iter().next() {
+                let _ = p.reply.send(Err(e));
+            }
+        }
+        Err(_) => {
+            for p in batch {
+                let one = std::slice::from_ref(&p);
+                let result = store(&pool, one).await.map(|mut rows| rows.remove(0));
+                let _ = p.reply.send(result);
+            }
+        }
+    }
+}
+
+/// Chains and inserts `batch` in one transaction; the stored rows, in the batch's order.
+async fn store(pool: &PgPool, batch: &[Pending]) -> Result<Vec<AuditRow>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(APPEND_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    // The head of each tenant's chain: (hash, next index).
+    let mut heads: HashMap<&str, (String, i64)> = HashMap::new();
+    for p in batch {
+        if heads.contains_key(p.tenant.as_str()) {
+            continue;
+        }
+        let prev: Option<(String, Option<i64>)> = sqlx::query_as(
+            "SELECT hash, chain_index FROM audit_log WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(&p.tenant)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let head = match prev {
+            None => (GENESIS.to_owned(), 1),
+            Some((hash, Some(index))) => (hash, index + 1),
+            Some((hash, None)) => {
+                let n: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE tenant_id = $1")
+                        .bind(&p.tenant)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                (hash, n + 1)
+            }
+        };
+        heads.insert(p.tenant.as_str(), head);
+    }
+    // Postgres keeps microseconds; truncate now so the hashed time equals the stored time.
+    let at = Utc::now().trunc_subsecs(6);
+    let mut rows = Vec::with_capacity(batch.len());
+    for p in batch {
+        let head = heads
+            .get_mut(p.tenant.as_str())
+            .ok_or_else(|| sqlx::Error::Protocol("audit chain head missing".into()))?;
+        let mut row = p.row.clone();
+        row.at = at;
+        row.chain_index = Some(head.1);
+        row.prev_hash = head.0.clone();
+        row.hash = row_hash(&row);
+        *head = (row.hash.clone(), head.1 + 1);
+        rows.push(row);
+    }
+    let col = |f: fn(&AuditRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
+    let opt = |f: fn(&AuditRow) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
+    // Rows are emitted in ordinal order, so `seq` (a sequence default) follows the chain.
+    let stored: Vec<(Uuid, i64)> = sqlx::query_as(
+        "INSERT INTO audit_log (id, tenant_id, at, caller_kind, caller_id, kind, action, decision, \
+         reason_code, reason, args_digest, outcome, result_digest, duration_ms, intent_id, \
+         chain_index, instance_id, prev_hash, hash) \
+         SELECT id, tenant_id, at, caller_kind, caller_id, kind, action, decision, reason_code, \
+         reason, args_digest, outcome, result_digest, duration_ms, intent_id, chain_index, \
+         instance_id, prev_hash, hash FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[], \
+         $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
+         $11::text[], $12::text[], $13::text[], $14::int8[], $15::uuid[], $16::int8[], \
+         $17::uuid[], $18::text[], $19::text[]) WITH ORDINALITY AS u(id, tenant_id, at, \
+         caller_kind, caller_id, kind, action, decision, reason_code, reason, args_digest, \
+         outcome, result_digest, duration_ms, intent_id, chain_index, instance_id, prev_hash, \
+         hash, ord) ORDER BY ord RETURNING id, seq",
+    )
+    .bind(rows.iter().map(|r| r.id).collect::<Vec<_>>())
+    .bind(batch.iter().map(|p| p.tenant.clone()).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.at).collect::<Vec<_>>())
+    .bind(col(|r| r.caller_kind.clone()))
+    .bind(col(|r| r.caller_id.clone()))
+    .bind(col(|r| r.kind.clone()))
+    .bind(col(|r| r.action.clone()))
+    .bind(col(|r| r.decision.clone()))
+    .bind(opt(|r| r.reason_code.clone()))
+    .bind(opt(|r| r.reason.clone()))
+    .bind(col(|r| r.args_digest.clone()))
+    .bind(col(|r| r.outcome.clone()))
+    .bind(opt(|r| r.result_digest.clone()))
+    .bind(rows.iter().map(|r| r.duration_ms).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.intent_id).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.chain_index).collect::<Vec<_>>())
+    .bind(batch.iter().map(|p| p.instance).collect::<Vec<_>>())
+    .bind(col(|r| r.prev_hash.clone()))
+    .bind(col(|r| r.hash.clone()))
+    .fetch_all(&mut *tx)
+    .await?;
+    let seqs: HashMap<Uuid, i64> = stored.into_iter().collect();
+    let mut last = 0;
+    for row in &mut rows {
+        row.seq = seqs
+            .get(&row.id)
+            .copied()
+            .ok_or_else(|| sqlx::Error::Protocol("an audit row was not stored".into()))?;
+        // The chain is verified in `seq` order: refuse (roll back) rather than store it shuffled.
+        if row.seq <= last {
+            return Err(sqlx::Error::Protocol(
+                "audit rows were numbered out of chain order".into(),
+            ));
+        }
+        last = row.seq;
+    }
+    tx.commit().await?;
+    Ok(rows)
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The load benchmark: makes its dependencies available (like scripts/bench.sh), then runs
+# orchestrator/examples/load_bench.rs in release mode and prints its table.
+# Usage: scripts/load_bench.sh [--clients 50] [--seconds 5] [--warmup 1] [--sandboxes 10]
+#                              [--transports rest,seal-http,seal-grpc,mcp]
+#
+# - Docker: must answer. PostgreSQL: $DATABASE_URL when given (a role that may CREATE DATABASE;
+#   the benchmark creates load_<uuid> and drops it), else a throwaway cluster (scripts/lib).
+# - The busybox runtime image and the static sandbox executor: built (idempotently) first.
+# - The release build goes to target/bench (override with CARGO_TARGET_DIR).
+#
+# Exits 0 whether or not the targets are met (the TARGET lines say), non-zero only on failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+LOG_TAG=load-bench
+# shellcheck source=scripts/lib/prepare.sh
+source "$root/scripts/lib/prepare.sh"
+
+prepare_services
+build_sandbox_prerequisites "$root"
+
+say "building and running the load benchmark (release)"
+export RUST_LOG=${RUST_LOG:-warn}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target/bench}
+cargo run --release --locked -p orchestrator --example load_bench -- "$@"
