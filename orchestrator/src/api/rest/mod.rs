@@ -10,6 +10,7 @@ mod audit;
 mod auth;
 mod definitions;
 mod error;
+mod event_log;
 mod executions;
 mod health;
 mod openapi;

@@ -4,21 +4,17 @@
 //! Every route is an `aegis.workflow.*` tool called through the router, so it is authorised,
 //! scoped to the caller's own executions (operators see all) and audited like any other call.
 
-use std::convert::Infallible;
-use std::time::Duration;
-
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::{Extension, Json};
-use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
+use super::event_log::{self, EventsQuery};
 use crate::caller::Caller;
 use crate::state::AppState;
 use crate::workflow::store;
@@ -200,18 +196,6 @@ pub async fn remove(
     ))
 }
 
-/// `GET .../{id}/events` parameters.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct EventsQuery {
-    /// Events with a sequence number greater than this.
-    pub after: Option<i64>,
-    /// Page size (default 100).
-    pub limit: Option<i64>,
-    /// Stream live as Server-Sent Events until the execution ends.
-    #[serde(default)]
-    pub follow: bool,
-}
-
 /// The event log: a JSON page, or live Server-Sent Events with `?follow=true`.
 #[utoipa::path(get, path = "/v1/workflows/executions/{id}/events", operation_id = "workflow_execution_events", tag = "workflow executions",
     params(("id" = Uuid, Path, description = "Execution id"), EventsQuery),
@@ -234,51 +218,17 @@ pub async fn events(
     let after = q.after.unwrap_or(0);
     if !q.follow {
         let events = store::events(&state.pool, id, after, q.limit.unwrap_or(100)).await?;
-        let next_after = events.last().map(|e| e.seq);
-        return Ok(
-            Json(json!({"execution_id": id, "events": events, "next_after": next_after}))
-                .into_response(),
-        );
+        return Ok(event_log::page(id, events));
     }
-    Ok(Sse::new(follow(state, caller.tenant, id, after))
-        .keep_alive(KeepAlive::default())
-        .into_response())
-}
-
-/// Polls the log and yields new events until the execution has ended and everything was sent.
-fn follow(
-    state: AppState,
-    tenant: String,
-    id: Uuid,
-    after: i64,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    stream::unfold((after, false), move |(after, finished)| {
-        let state = state.clone();
-        let tenant = tenant.clone();
+    let tenant = caller.tenant;
+    Ok(event_log::follow(after, move |after, limit| {
+        let (state, tenant) = (state.clone(), tenant.clone());
         async move {
-            if finished {
-                return None;
-            }
-            loop {
-                let ended = matches!(store::get(&state.pool, &tenant, id).await, Ok(Some(e)) if store::is_terminal(&e.status));
-                let batch = store::events(&state.pool, id, after, 100)
-                    .await
-                    .unwrap_or_default();
-                if !batch.is_empty() {
-                    let last = batch.last().map(|e| e.seq).unwrap_or(after);
-                    let data = serde_json::to_string(&batch).unwrap_or_default();
-                    let event = SseEvent::default()
-                        .event("events")
-                        .id(last.to_string())
-                        .data(data);
-                    return Some((Ok(event), (last, false)));
-                }
-                if ended {
-                    let event = SseEvent::default().event("end").data("{}");
-                    return Some((Ok(event), (after, true)));
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
+            let ended = matches!(store::get(&state.pool, &tenant, id).await, Ok(Some(e)) if store::is_terminal(&e.status));
+            let events = store::events(&state.pool, id, after, limit)
+                .await
+                .unwrap_or_default();
+            event_log::Poll { ended, events }
         }
-    })
+    }))
 }

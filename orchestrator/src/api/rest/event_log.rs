@@ -1,0 +1,115 @@
+//! An execution's event log over REST, for agent and workflow executions alike: one JSON page,
+//! or live Server-Sent Events (`?follow=true`) until the execution has ended and every event was
+//! sent. Both engines keep an append-only, sequence-numbered log; only how it is read differs,
+//! so a route hands in its reads and this module shapes the answer.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, Stream};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
+
+/// How often a followed log is read again while nothing new arrived.
+const FOLLOW_POLL: Duration = Duration::from_millis(250);
+/// Events per SSE message.
+const FOLLOW_BATCH: i64 = 100;
+
+/// `GET .../{id}/events` parameters.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct EventsQuery {
+    /// Events with a sequence number greater than this.
+    pub after: Option<i64>,
+    /// Page size (default 100).
+    pub limit: Option<i64>,
+    /// Stream live as Server-Sent Events until the execution ends.
+    #[serde(default)]
+    pub follow: bool,
+}
+
+/// An event with its place in the log, so pages and streams can say where to resume.
+pub trait Sequenced: Serialize {
+    /// The event's sequence number.
+    fn seq(&self) -> i64;
+}
+
+impl Sequenced for crate::engine::store::Event {
+    fn seq(&self) -> i64 {
+        self.seq
+    }
+}
+
+impl Sequenced for crate::workflow::store::Event {
+    fn seq(&self) -> i64 {
+        self.seq
+    }
+}
+
+/// One read of a followed log. `ended` must be read before `events`, so that no event written
+/// just before the end is missed.
+pub struct Poll<E> {
+    /// The execution had ended when the log was read.
+    pub ended: bool,
+    /// Events after the last one sent, at most `FOLLOW_BATCH`.
+    pub events: Vec<E>,
+}
+
+/// `{execution_id, events, next_after}`.
+pub fn page<E: Sequenced>(id: Uuid, events: Vec<E>) -> Response {
+    let next_after = events.last().map(Sequenced::seq);
+    Json(json!({"execution_id": id, "events": events, "next_after": next_after})).into_response()
+}
+
+/// Live Server-Sent Events: `events` messages (JSON arrays, id = last sequence number) until the
+/// execution has ended, then one `end` message. `read(after, limit)` reads the log.
+pub fn follow<E, F, Fut>(after: i64, read: F) -> Response
+where
+    E: Sequenced + Send + 'static,
+    F: Fn(i64, i64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Poll<E>> + Send + 'static,
+{
+    Sse::new(stream_of(after, Arc::new(read)))
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+fn stream_of<E, F, Fut>(
+    after: i64,
+    read: Arc<F>,
+) -> impl Stream<Item = Result<SseEvent, Infallible>>
+where
+    E: Sequenced + Send + 'static,
+    F: Fn(i64, i64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Poll<E>> + Send + 'static,
+{
+    stream::unfold((after, false), move |(after, finished)| {
+        let read = read.clone();
+        async move {
+            if finished {
+                return None;
+            }
+            loop {
+                let Poll { ended, events } = read(after, FOLLOW_BATCH).await;
+                if let Some(last) = events.last().map(Sequenced::seq) {
+                    let data = serde_json::to_string(&events).unwrap_or_default();
+                    let event = SseEvent::default()
+                        .event("events")
+                        .id(last.to_string())
+                        .data(data);
+                    return Some((Ok(event), (last, false)));
+                }
+                if ended {
+                    let event = SseEvent::default().event("end").data("{}");
+                    return Some((Ok(event), (after, true)));
+                }
+                tokio::time::sleep(FOLLOW_POLL).await;
+            }
+        }
+    })
+}
