@@ -227,6 +227,23 @@ fn kind_name(kind: ManifestKind) -> &'static str {
     }
 }
 
+/// The id of a definition named by UUID or by name (latest version), for list filters.
+pub(crate) async fn definition_id(
+    ctx: &ToolContext<'_>,
+    kind: crate::manifest::ManifestKind,
+    name_or_id: &str,
+) -> Result<uuid::Uuid, ToolError> {
+    if let Ok(id) = uuid::Uuid::parse_str(name_or_id) {
+        return Ok(id);
+    }
+    Ok(
+        crate::registry::get(&ctx.state.pool, &ctx.caller.tenant, kind, name_or_id, None)
+            .await
+            .map_err(registry_error)?
+            .id,
+    )
+}
+
 pub(crate) fn registry_error(e: RegistryError) -> ToolError {
     match e {
         RegistryError::NotFound { .. } => ToolError::new("not_found", e.to_string()),

@@ -169,21 +169,10 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         }
         let a: A = args(a)?;
         let agent = match a.agent_id {
-            Some(s) => Some(match Uuid::parse_str(&s) {
-                Ok(id) => id,
-                Err(_) => {
-                    crate::registry::get(
-                        &ctx.state.pool,
-                        &ctx.caller.tenant,
-                        crate::manifest::ManifestKind::Agent,
-                        &s,
-                        None,
-                    )
-                    .await
-                    .map_err(super::registry_error)?
-                    .id
-                }
-            }),
+            Some(s) => Some(
+                super::definitions::definition_id(ctx, crate::manifest::ManifestKind::Agent, &s)
+                    .await?,
+            ),
             None => None,
         };
         let rows = store::list_visible(

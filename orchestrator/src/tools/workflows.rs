@@ -365,21 +365,10 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         }
         let a: A = args(a)?;
         let workflow = match a.workflow_id {
-            Some(s) => Some(match Uuid::parse_str(&s) {
-                Ok(id) => id,
-                Err(_) => {
-                    crate::registry::get(
-                        &ctx.state.pool,
-                        &ctx.caller.tenant,
-                        crate::manifest::ManifestKind::Workflow,
-                        &s,
-                        None,
-                    )
-                    .await
-                    .map_err(super::registry_error)?
-                    .id
-                }
-            }),
+            Some(s) => Some(
+                super::definitions::definition_id(ctx, crate::manifest::ManifestKind::Workflow, &s)
+                    .await?,
+            ),
             None => None,
         };
         let limit = a.limit.unwrap_or(20).clamp(1, 200);
