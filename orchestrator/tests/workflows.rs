@@ -472,6 +472,21 @@ async fn a_human_gate_answered_yes_no_by_default_and_not_at_all() {
     let unanswered = h.start("gate-none", json!({"what": "v4"})).await;
     h.waiting(&yes).await;
     h.waiting(&no).await;
+    // Another caller below the operator tier does not see someone else's run, nor its log.
+    let stranger = h.app.create_key("stranger", "readonly").await;
+    for path in [
+        format!("/v1/workflows/executions/{yes}"),
+        format!("/v1/workflows/executions/{yes}/events"),
+    ] {
+        let seen = h
+            .app
+            .with_key(Method::GET, &path, &stranger)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(seen.status(), 404, "{path}");
+    }
+    h.waiting(&yes).await;
     assert_eq!(h.signal(&yes, "Yes").await.0, 200);
     assert_eq!(h.signal(&no, "n").await.0, 200);
 

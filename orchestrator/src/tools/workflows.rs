@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use crate::caller::Tier;
+use crate::policy::executions::{may_act_on, ExecutionOwner, ExecutionScope};
 use crate::workflow::store::{self, Visibility, WorkflowExecution};
 use crate::workflow::{RunRequest, WorkflowError};
 
@@ -132,18 +133,22 @@ fn uuid(s: &str) -> Result<Uuid, ToolError> {
 /// An execution the caller may see.
 async fn load(ctx: &ToolContext<'_>, id: &str) -> Result<WorkflowExecution, ToolError> {
     let id = uuid(id)?;
+    let not_found = || ToolError::new("not_found", format!("workflow execution {id} not found"));
     let e = store::get(&ctx.state.pool, &ctx.caller.tenant, id)
         .await
         .map_err(ToolError::internal)?
-        .ok_or_else(|| ToolError::new("not_found", format!("workflow execution {id} not found")))?;
-    if let Some((kind, caller)) = visibility(ctx).owner {
-        if e.caller_kind != kind || e.caller_id != caller {
-            return Err(ToolError::new(
-                "not_found",
-                format!("workflow execution {id} not found"),
-            ));
-        }
-    }
+        .ok_or_else(not_found)?;
+    // The same rule as for agent executions (Subworkflow children carry their starter as
+    // caller, so the execution itself is its whole lineage); a refusal stays "not found".
+    let scope = ExecutionScope {
+        principal: None,
+        lineage: vec![ExecutionOwner {
+            id: e.id,
+            caller_kind: e.caller_kind.clone(),
+            caller_id: e.caller_id.clone(),
+        }],
+    };
+    may_act_on(ctx.caller, &scope).map_err(|_| not_found())?;
     Ok(e)
 }
 
