@@ -8,8 +8,10 @@
 //! caller's tenant's definitions and every global workflow.
 
 mod scope;
+mod search;
 
 pub use scope::{change_scope, Scope, ScopeChange, ScopeFilter};
+pub use search::{search, SearchHit, SearchPage, SearchQuery, BUILTIN_LABEL};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

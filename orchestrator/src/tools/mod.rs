@@ -12,6 +12,7 @@ mod router;
 mod sandbox;
 mod schema;
 mod scopes;
+mod search;
 mod system;
 mod tasks;
 mod web;
@@ -156,6 +157,7 @@ fn implemented() -> Vec<(&'static str, &'static str, Handler)> {
     v.extend(tasks::handlers());
     v.extend(workflows::handlers());
     v.extend(scopes::handlers());
+    v.extend(search::handlers());
     v.extend(web::handlers());
     v
 }
