@@ -61,6 +61,16 @@ impl DockerEngine {
         Ok(v.version.unwrap_or_else(|| "unknown".to_owned()))
     }
 
+    /// Whether `image` is present locally (this node never pulls), so a caller can refuse work
+    /// that needs a missing runtime with a clear message before anything is started.
+    pub async fn image_present(&self, image: &str) -> Result<bool, EngineError> {
+        match self.docker.inspect_image(image).await {
+            Ok(_) => Ok(true),
+            Err(e) if crate::error::is_not_found(&e) => Ok(false),
+            Err(e) => Err(EngineError::Api(e)),
+        }
+    }
+
     /// The raw bollard client, for the dispatcher's own modules.
     pub fn client(&self) -> &Docker {
         &self.docker

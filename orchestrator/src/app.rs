@@ -154,6 +154,14 @@ impl Application {
             egress,
         };
         state.executions.recover(&state, dead_after).await;
+        match crate::builtin::upgrade(&state.pool).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                tenants = n,
+                "built-in definitions are at the shipped version"
+            ),
+            Err(e) => tracing::error!(error = %e, "could not upgrade the built-in definitions"),
+        }
         match crate::audit::recover_abandoned(&state.pool, instance_id, dead_after).await {
             Ok(0) => {}
             Ok(n) => tracing::warn!(

@@ -7,7 +7,8 @@
 //! Handlebars.js; a template that does not parse is an error that names the problem.
 //!
 //! Helpers (those of the AEGIS worker): `length`, `upper`, `lower`, `trim`, `json`, `first_line`,
-//! `default`, plus `text` (a string as is, anything else as JSON).
+//! `default`, plus `text` (a string as is, anything else as JSON) and `code` (the body of the
+//! first Markdown code fence of a model's answer, or the whole answer when it has none).
 
 use std::sync::LazyLock;
 
@@ -34,6 +35,22 @@ handlebars_helper!(length: |v: Json| match v {
     Value::String(s) => s.chars().count(),
     _ => 0,
 });
+/// The body of the first Markdown code fence (```lang ... ```) in `answer`, or `answer` itself
+/// trimmed when it has none: models wrap code and manifests in fences even when told not to.
+pub fn fenced_block(answer: &str) -> &str {
+    let Some(start) = answer.find("```") else {
+        return answer.trim();
+    };
+    let after = &answer[start + 3..];
+    // The rest of the opening line is the language tag.
+    let body = after.find('\n').map(|i| &after[i + 1..]).unwrap_or("");
+    match body.find("```") {
+        Some(end) => body[..end].trim_end(),
+        None => body.trim_end(),
+    }
+}
+
+handlebars_helper!(code: |v: Json| fenced_block(&text_of(v)).to_owned());
 handlebars_helper!(upper: |v: Json| text_of(v).to_uppercase());
 handlebars_helper!(lower: |v: Json| text_of(v).to_lowercase());
 handlebars_helper!(trim: |v: Json| text_of(v).trim().to_owned());
@@ -54,6 +71,7 @@ static ENGINE: LazyLock<Handlebars<'static>> = LazyLock::new(|| {
     h.register_escape_fn(handlebars::no_escape);
     h.register_helper("length", Box::new(length));
     h.register_helper("upper", Box::new(upper));
+    h.register_helper("code", Box::new(code));
     h.register_helper("lower", Box::new(lower));
     h.register_helper("trim", Box::new(trim));
     h.register_helper("json", Box::new(json));
@@ -89,6 +107,18 @@ pub fn truthy(expression: &str, context: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn code_takes_the_first_fence_body_or_the_whole_answer() {
+        assert_eq!(fenced_block("print(1)\n"), "print(1)");
+        assert_eq!(
+            fenced_block("Here:\n```python\nprint(1)\nprint(2)\n```\nDone."),
+            "print(1)\nprint(2)"
+        );
+        assert_eq!(fenced_block("```\necho hi\n"), "echo hi");
+        let ctx = serde_json::json!({"A": {"output": "```bash\necho hi\n```"}});
+        assert_eq!(render("{{code A.output}}", &ctx).unwrap(), "echo hi");
+    }
     use serde_json::json;
 
     #[test]

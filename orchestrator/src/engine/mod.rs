@@ -160,6 +160,12 @@ impl Engine {
         }
     }
 
+    /// The node's model client, or why there is none; the generators (`tools/generate.rs`) draft
+    /// manifests with the same client and aliases the agents use.
+    pub fn llm(&self) -> Result<&LlmClient, &str> {
+        self.llm.as_ref().map_err(String::as_str)
+    }
+
     /// Validates and stores a new execution, then runs it in the background.
     pub async fn start(
         &self,

@@ -7,6 +7,8 @@
 
 mod definitions;
 mod discovery;
+mod execute;
+mod generate;
 mod process;
 mod router;
 mod sandbox;
@@ -158,6 +160,8 @@ fn implemented() -> Vec<(&'static str, &'static str, Handler)> {
     v.extend(workflows::handlers());
     v.extend(scopes::handlers());
     v.extend(search::handlers());
+    v.extend(generate::handlers());
+    v.extend(execute::handlers());
     v.extend(web::handlers());
     v
 }

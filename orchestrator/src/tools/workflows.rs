@@ -131,7 +131,7 @@ fn uuid(s: &str) -> Result<Uuid, ToolError> {
 }
 
 /// An execution the caller may see.
-async fn load(ctx: &ToolContext<'_>, id: &str) -> Result<WorkflowExecution, ToolError> {
+pub(super) async fn load(ctx: &ToolContext<'_>, id: &str) -> Result<WorkflowExecution, ToolError> {
     let id = uuid(id)?;
     let not_found = || ToolError::new("not_found", format!("workflow execution {id} not found"));
     let e = store::get(&ctx.state.pool, &ctx.caller.tenant, id)
@@ -269,7 +269,13 @@ fn cancel<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 }
 
 fn wait<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
-    Box::pin(async move {
+    Box::pin(wait_for(ctx, a))
+}
+
+/// Waits until the execution ends or the wait times out (`aegis.workflow.wait`, and
+/// `aegis.execute.wait` on a pipeline run).
+pub(super) async fn wait_for(ctx: &ToolContext<'_>, a: Value) -> Result<Value, ToolError> {
+    {
         check_tenant(ctx, &a)?;
         #[derive(Deserialize)]
         struct A {
@@ -302,7 +308,7 @@ fn wait<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-    })
+    }
 }
 
 fn logs<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {

@@ -1,0 +1,128 @@
+//! Definitions the node ships: the intent pipeline's workflow and its writer agents.
+//!
+//! The manifests are files in `orchestrator/builtin/`, embedded at build time and deployed
+//! through the registry like any other definition, labelled `aegis/builtin` (so a search can leave
+//! them out). A tenant gets them the first time it needs them (`aegis.execute.intent`), and at
+//! every node start the tenants that have them get the shipped version if theirs differs, so an
+//! upgrade of the node upgrades the pipeline. Deploying them into every tenant at start instead
+//! would put four definitions into every listing of tenants that never use the pipeline.
+//!
+//! Idempotent across replicas: an identical version already deployed is left alone; a racing
+//! replica that deployed the same version first makes the second deploy a no-op
+//! (`VersionExists`); a version whose text changed without a version bump is overwritten.
+
+use sqlx::PgPool;
+
+use crate::manifest::{self, ManifestErrors, ManifestKind, NodeKnowledge};
+use crate::registry::{self, DeployMode, RegistryError};
+
+/// Name of the intent pipeline workflow.
+pub const INTENT_PIPELINE: &str = "aegis-intent-pipeline";
+
+/// Every shipped manifest, agents before the workflow that names them.
+pub const MANIFESTS: &[(ManifestKind, &str)] = &[
+    (
+        ManifestKind::Agent,
+        include_str!("../builtin/intent-python.yaml"),
+    ),
+    (
+        ManifestKind::Agent,
+        include_str!("../builtin/intent-bash.yaml"),
+    ),
+    (
+        ManifestKind::Agent,
+        include_str!("../builtin/intent-javascript.yaml"),
+    ),
+    (
+        ManifestKind::Workflow,
+        include_str!("../builtin/intent-pipeline.yaml"),
+    ),
+];
+
+/// Why the shipped definitions could not be deployed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuiltinError {
+    /// A shipped manifest does not validate (a packaging bug; a unit test guards it).
+    #[error("a built-in manifest is invalid: {0}")]
+    Invalid(#[from] ManifestErrors),
+    /// The registry refused or failed.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// Database failure.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Validates a shipped manifest against this node's tools and runtimes.
+fn parse(kind: ManifestKind, text: &str) -> Result<manifest::ParsedManifest, ManifestErrors> {
+    let tool_exists = |name: &str| crate::tools::catalog().is_ok_and(|c| c.contains(name));
+    let runtime_known = |language: &str, version: &str| crate::runtimes::known(language, version);
+    manifest::parse(
+        kind,
+        text,
+        &NodeKnowledge {
+            tool_exists: &tool_exists,
+            runtime_known: &runtime_known,
+        },
+    )
+}
+
+/// Deploys every shipped definition into `tenant` unless that exact text is deployed already.
+pub async fn ensure(pool: &PgPool, tenant: &str) -> Result<(), BuiltinError> {
+    for (kind, text) in MANIFESTS {
+        let parsed = parse(*kind, text)?;
+        let version = parsed.version.to_string();
+        let force = match registry::get(pool, tenant, *kind, &parsed.name, Some(&version)).await {
+            Ok(d) if d.manifest_yaml == parsed.yaml => continue,
+            // The same version with another text: the shipped one wins.
+            Ok(_) => true,
+            Err(RegistryError::NotFound { .. }) => false,
+            Err(e) => return Err(e.into()),
+        };
+        match registry::deploy(pool, tenant, &parsed, DeployMode::Create, force).await {
+            Ok(d) => {
+                tracing::info!(tenant, name = %d.name, version = %d.version, "built-in definition deployed")
+            }
+            // Another replica deployed it meanwhile.
+            Err(RegistryError::VersionExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// At start: brings the tenants that already have the pipeline up to the shipped version.
+pub async fn upgrade(pool: &PgPool) -> Result<usize, BuiltinError> {
+    let tenants: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT tenant_id FROM definitions WHERE kind = 'workflow' AND name = $1 \
+         AND deleted_at IS NULL",
+    )
+    .bind(INTENT_PIPELINE)
+    .fetch_all(pool)
+    .await?;
+    for tenant in &tenants {
+        ensure(pool, tenant).await?;
+    }
+    Ok(tenants.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_manifest_validates_on_this_node_and_is_labelled_builtin() {
+        for (kind, text) in MANIFESTS {
+            let parsed = parse(*kind, text).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+            assert_eq!(
+                parsed
+                    .labels
+                    .get(registry::BUILTIN_LABEL)
+                    .map(String::as_str),
+                Some("true"),
+                "{}",
+                parsed.name
+            );
+        }
+    }
+}
