@@ -53,8 +53,9 @@ async fn an_intent_becomes_a_python_program_whose_syntax_error_is_fed_back_and_f
     let (app, llm, _db) = app_with(vec![
         // First draft: a syntax error (the parenthesis is never closed).
         answer("```python\nimport json, os\nn = json.loads(os.environ['AEGIS_INPUTS'])['n']\nprint('sum:', sum(range(1, n + 1))\n```"),
-        // Second draft, after the checker's error was fed back.
-        answer("```python\nimport json, os\nn = json.loads(os.environ['AEGIS_INPUTS'])['n']\nprint('sum:', sum(range(1, n + 1)))\n```"),
+        // Second draft, after the checker's error was fed back; it also reports whether the
+        // sandbox has any network interface besides loopback (it must not: no network).
+        answer("```python\nimport json, os, socket\nn = json.loads(os.environ['AEGIS_INPUTS'])['n']\nnet = ','.join(sorted(name for _, name in socket.if_nameindex()))\nprint('sum:', sum(range(1, n + 1)), 'interfaces:', net)\n```"),
     ])
     .await;
     let started = ok(
@@ -84,11 +85,17 @@ async fn an_intent_becomes_a_python_program_whose_syntax_error_is_fed_back_and_f
     .await;
     assert_eq!(status["status"], "completed", "{status}");
     // The real output of the program, run in the python image.
-    assert_eq!(status["final_result"], "sum: 55\n", "{status}");
+    assert_eq!(
+        status["final_result"], "sum: 55 interfaces: lo\n",
+        "{status}"
+    );
     assert_eq!(status["exit_code"], 0);
     assert_eq!(status["drafts"], 2);
     assert!(status["duration_ms"].as_i64().is_some());
-    assert_eq!(waited["pipeline"]["final_result"], "sum: 55\n");
+    assert_eq!(
+        waited["pipeline"]["final_result"],
+        "sum: 55 interfaces: lo\n"
+    );
 
     // The syntax check's error went back to the writer with its previous program.
     let prompts = writer_prompts(&llm);
