@@ -275,3 +275,72 @@ async fn the_loop_is_bounded_and_what_cannot_run_here_is_refused_with_the_reason
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn the_shipped_definitions_deploy_once_and_are_restored_to_the_shipped_text_at_start() {
+    let app = TestApp::spawn().await;
+    let pool = &app.state.pool;
+    // Nothing is deployed into a tenant before it needs the pipeline.
+    assert_eq!(
+        orchestrator::builtin::upgrade(pool).await.expect("upgrade"),
+        0
+    );
+    let count = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM definition_versions v JOIN definitions d ON d.id = v.definition_id \
+             WHERE d.name LIKE 'aegis-intent-%'",
+        )
+        .fetch_one(pool)
+        .await
+        .expect("count")
+    };
+    // Twice, and twice at once (two replicas): one version of each of the four definitions.
+    orchestrator::builtin::ensure(pool, "default")
+        .await
+        .expect("ensure");
+    let (a, b) = tokio::join!(
+        orchestrator::builtin::ensure(pool, "default"),
+        orchestrator::builtin::ensure(pool, "default")
+    );
+    a.expect("ensure");
+    b.expect("ensure");
+    assert_eq!(count().await, 4);
+
+    // A version whose text changed (edited in place) is put back at the next start.
+    sqlx::query(
+        "UPDATE definition_versions SET manifest_yaml = 'edited' WHERE definition_id = \
+         (SELECT id FROM definitions WHERE name = 'aegis-intent-pipeline')",
+    )
+    .execute(pool)
+    .await
+    .expect("edit");
+    assert_eq!(
+        orchestrator::builtin::upgrade(pool).await.expect("upgrade"),
+        1
+    );
+    let yaml: String = sqlx::query_scalar(
+        "SELECT v.manifest_yaml FROM definition_versions v JOIN definitions d \
+         ON d.id = v.definition_id WHERE d.name = 'aegis-intent-pipeline'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("yaml");
+    assert!(yaml.contains("kind: Workflow"), "{yaml}");
+    assert_eq!(count().await, 4);
+
+    // The built-ins are found by search unless platform templates are left out.
+    let found = ok(
+        &app,
+        "aegis.agent.search",
+        json!({"query": "python program"}),
+    )
+    .await;
+    assert!(found.to_string().contains("aegis-intent-python"), "{found}");
+    let without = ok(
+        &app,
+        "aegis.agent.search",
+        json!({"query": "python program", "include_platform_templates": false}),
+    )
+    .await;
+    assert_eq!(without["total"], 0, "{without}");
+}
