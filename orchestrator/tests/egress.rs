@@ -237,7 +237,6 @@ async fn plain_http_and_connect_reach_the_allowed_host_only() {
 /// Removes the test's network and firewall rules whatever happened.
 struct NetworkGuard {
     network: dispatcher::network::EgressNetwork,
-    proxy_port: u16,
     engine: dispatcher::DockerEngine,
 }
 
@@ -245,7 +244,6 @@ impl Drop for NetworkGuard {
     fn drop(&mut self) {
         let network = self.network.clone();
         let engine = self.engine.clone();
-        let port = self.proxy_port;
         let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -254,7 +252,7 @@ impl Drop for NetworkGuard {
                 return;
             };
             rt.block_on(async move {
-                let _ = dispatcher::network::remove(&engine, &network, Some(port)).await;
+                let _ = dispatcher::network::remove(&engine, &network.name).await;
             });
         })
         .join();
@@ -351,7 +349,6 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
     .expect("proxy on the gateway");
     let guard = NetworkGuard {
         network: network.clone(),
-        proxy_port: proxy.addr().port(),
         engine: app.state.engine.clone(),
     };
     dispatcher::network::isolate_host(&network, proxy.addr().port()).expect("host isolated");
