@@ -287,7 +287,11 @@ pub fn remove_rules(name: &str) {
             }
         };
         for line in listed.lines() {
-            let words: Vec<&str> = line.split_whitespace().collect();
+            // `iptables -S` quotes comments with punctuation; the tag has no spaces.
+            let words: Vec<&str> = line
+                .split_whitespace()
+                .map(|w| w.trim_matches('"'))
+                .collect();
             if words.first() != Some(&"-A") || !words.contains(&tag.as_str()) {
                 continue;
             }
