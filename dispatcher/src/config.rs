@@ -46,6 +46,9 @@ pub struct DispatcherConfig {
     /// Refuse sandboxes whose executor reports no Landlock, and have executors refuse commands
     /// the kernel cannot confine (default `true`; the operator may opt out).
     pub require_landlock: bool,
+    /// Starts and stops the egress proxy of each sandbox with
+    /// [`NetworkMode::Egress`](crate::NetworkMode::Egress); `None` refuses such sandboxes.
+    pub egress_host: Option<std::sync::Arc<dyn crate::network::EgressHost>>,
 }
 
 impl DispatcherConfig {
@@ -71,6 +74,7 @@ impl DispatcherConfig {
             helper_image: None,
             adopt_from: Vec::new(),
             require_landlock: true,
+            egress_host: None,
         }
     }
 }

@@ -42,8 +42,9 @@ use crate::error::{engine, is_conflict, is_not_found, DispatchError, Result};
 use crate::hardening;
 use crate::install::{self, ExecutorVolume};
 use crate::labels;
+use crate::network;
 use crate::pool::Pool;
-use crate::spec::{Owner, SandboxId, SandboxSpec};
+use crate::spec::{NetworkMode, Owner, SandboxId, SandboxSpec};
 use crate::store::{self, DestroyClaim, SandboxInfo};
 use crate::stream::ExecutorStream;
 
@@ -485,12 +486,17 @@ impl Inner {
                 source,
             })?;
 
+        if spec.network == NetworkMode::Egress {
+            self.open_egress(id, spec, owner).await?;
+        }
+
         let mut container_labels = base;
         container_labels.insert(labels::COMPONENT.to_owned(), "sandbox".to_owned());
         for (k, v) in &spec.labels {
             container_labels.insert(k.clone(), v.clone());
         }
         let body = hardening::sandbox_container(
+            id,
             spec,
             &self.executor,
             volume,
@@ -623,6 +629,8 @@ impl Inner {
             DestroyClaim::AlreadyDestroyed => Ok(()),
             DestroyClaim::Remove { container, volume } => {
                 self.remove_container(&container).await?;
+                let egress = held.as_ref().map(|s| s.spec.network == NetworkMode::Egress);
+                self.remove_egress(id, egress).await?;
                 self.remove_volume(&volume).await?;
                 store::mark_destroyed(&self.pg, id, reason).await?;
                 tracing::info!(sandbox = %id, %reason, "sandbox destroyed");
@@ -636,9 +644,79 @@ impl Inner {
         if let Err(e) = self.remove_container(container).await {
             tracing::warn!(sandbox = %id, error = %e, "could not remove container; the reaper will");
         }
+        if let Err(e) = self.remove_egress(id, None).await {
+            tracing::warn!(sandbox = %id, error = %e, "could not remove the egress network; the reaper will");
+        }
         if let Err(e) = self.remove_volume(volume).await {
             tracing::warn!(sandbox = %id, error = %e, "could not remove volume; the reaper will");
         }
+    }
+
+    /// The sandbox's own internal network, its proxy (started by the egress host on the
+    /// network's gateway) and the host firewall admitting only that proxy; fails closed.
+    async fn open_egress(&self, id: SandboxId, spec: &SandboxSpec, owner: &Owner) -> Result<()> {
+        let fail = |detail: String| DispatchError::Network { id, detail };
+        let host = self.config.egress_host.clone().ok_or_else(|| {
+            fail("this node runs no egress proxy, so no sandbox can be given network".to_owned())
+        })?;
+        let mut labels = self.labels(id, owner);
+        labels.insert(labels::COMPONENT.to_owned(), "network".to_owned());
+        let net = network::create_on(
+            &self.docker,
+            &network::network_name(id),
+            &id.0.simple().to_string(),
+            labels,
+        )
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+        self.guard_egress(id, spec, &host, net).await
+    }
+
+    /// Starts the proxy of an existing network and lets the host admit only it (rules left by
+    /// an earlier proxy of the same network are removed first).
+    async fn guard_egress(
+        &self,
+        id: SandboxId,
+        spec: &SandboxSpec,
+        host: &Arc<dyn network::EgressHost>,
+        net: network::EgressNetwork,
+    ) -> Result<()> {
+        let fail = |detail: String| DispatchError::Network { id, detail };
+        let port = host.open(id, spec, net.gateway).await.map_err(|e| {
+            fail(format!(
+                "its egress proxy cannot listen on {}: {e}",
+                net.gateway
+            ))
+        })?;
+        tokio::task::spawn_blocking(move || {
+            network::remove_rules(&net.name);
+            network::isolate_host(&net, port)
+        })
+        .await
+        .map_err(|e| fail(format!("the firewall task failed: {e}")))?
+        .map_err(|e| fail(e.to_string()))
+    }
+
+    /// Stops the sandbox's proxy and removes its network and firewall rules (nothing when it
+    /// had none). `egress`: whether the sandbox is known to have had a network.
+    pub(crate) async fn remove_egress(&self, id: SandboxId, egress: Option<bool>) -> Result<()> {
+        if egress == Some(false) {
+            return Ok(());
+        }
+        if let Some(host) = &self.config.egress_host {
+            host.close(id);
+        }
+        network::remove_on(
+            &self.docker,
+            &network::network_name(id),
+            egress.unwrap_or(false),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| DispatchError::Network {
+            id,
+            detail: e.to_string(),
+        })
     }
 
     /// Removes a container by force (kills it first); gone already is fine.
@@ -770,19 +848,36 @@ impl Inner {
         let recorded = row.spec.clone().unwrap_or_else(|| {
             store::RecordedSpec::from(&SandboxSpec::new(row.image.clone(), row.owner.clone()))
         });
+        let spec = SandboxSpec {
+            image: row.image.clone(),
+            owner: row.owner.clone(),
+            limits: recorded.limits,
+            network: recorded.network,
+            read_roots: recorded.read_roots,
+            write_roots: recorded.write_roots,
+            follow_symlinks: recorded.follow_symlinks,
+            labels: recorded.labels,
+        };
+        if spec.network == NetworkMode::Egress {
+            // The previous instance's proxy ended with it: this instance starts its own.
+            let fail = |detail: String| DispatchError::Network { id, detail };
+            let host =
+                self.config.egress_host.clone().ok_or_else(|| {
+                    fail("this node runs no egress proxy to take over".to_owned())
+                })?;
+            let net = network::inspect_on(&self.docker, &network::network_name(id))
+                .await
+                .map_err(|e| fail(e.to_string()))?
+                .ok_or_else(|| fail("its network is gone".to_owned()))?;
+            if let Err(e) = self.guard_egress(id, &spec, &host, net).await {
+                stream.close("its egress proxy could not be taken over");
+                return Err(e);
+            }
+        }
         Ok(Arc::new(Sandbox {
             id,
             container: row.container_name.clone(),
-            spec: SandboxSpec {
-                image: row.image.clone(),
-                owner: row.owner.clone(),
-                limits: recorded.limits,
-                network: recorded.network,
-                read_roots: recorded.read_roots,
-                write_roots: recorded.write_roots,
-                follow_symlinks: recorded.follow_symlinks,
-                labels: recorded.labels,
-            },
+            spec,
             stream,
         }))
     }

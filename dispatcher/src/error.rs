@@ -133,6 +133,15 @@ pub enum DispatchError {
         /// What was wrong.
         detail: String,
     },
+    /// The sandbox's egress network, its proxy or its host firewall rules could not be set up;
+    /// nothing of the sandbox is left running (fail closed).
+    #[error("egress network of sandbox {id}: {detail}")]
+    Network {
+        /// The sandbox.
+        id: SandboxId,
+        /// Which step failed and why.
+        detail: String,
+    },
     /// Another Docker Engine request failed.
     #[error("Docker engine request failed while {action}: {source}")]
     Engine {

@@ -15,7 +15,7 @@ use bollard::models::{
 use serde::Serialize;
 
 use crate::install::{ExecutorVolume, EXECUTOR_DIR};
-use crate::spec::{SandboxSpec, WORKSPACE};
+use crate::spec::{NetworkMode, SandboxId, SandboxSpec, WORKSPACE};
 
 /// The unprivileged user every agent process and file operation runs as.
 pub const SANDBOX_UID: u32 = 65534;
@@ -96,6 +96,7 @@ pub const EXECUTOR_CONFIG_ENV: &str = "SANDBOX_EXECUTOR_CONFIG";
 
 /// Builds the create request of a sandbox container.
 pub(crate) fn sandbox_container(
+    id: SandboxId,
     spec: &SandboxSpec,
     executor: &ExecutorVolume,
     workspace_volume: &str,
@@ -112,7 +113,7 @@ pub(crate) fn sandbox_container(
         max_file_bytes,
         workspace: WORKSPACE,
         // The executor's Landlock rules refuse TCP connect unless the sandbox has egress.
-        egress: spec.network != crate::spec::NetworkMode::None,
+        egress: spec.network != NetworkMode::None,
         require_landlock,
     };
     // Serializing plain strings and integers cannot fail; an empty config would still give the
@@ -148,8 +149,9 @@ pub(crate) fn sandbox_container(
         memory_swap: Some(memory),
         // CPU share, in billionths of a CPU.
         nano_cpus: Some(i64::try_from(limits.nano_cpus).unwrap_or(i64::MAX)),
-        // No network unless the manifest grants egress; never the host's network.
-        network_mode: Some(spec.network.docker_mode().to_owned()),
+        // No network unless the manifest grants egress, and then the sandbox's own internal
+        // network whose only way out is the egress proxy; never the host's network.
+        network_mode: Some(spec.network.docker_mode(id)),
         // Never host paths: only the two named volumes below (no binds means no Docker socket).
         binds: Some(Vec::new()),
         mounts: Some(vec![
@@ -232,7 +234,7 @@ pub(crate) fn sandbox_container(
             test: Some(vec!["NONE".to_owned()]),
             ..Default::default()
         }),
-        network_disabled: Some(spec.network == crate::spec::NetworkMode::None),
+        network_disabled: Some(spec.network == NetworkMode::None),
         labels: Some(labels),
         host_config: Some(host_config),
         ..Default::default()

@@ -14,6 +14,9 @@
 //! - `hardening`: the container settings of a sandbox, each with its reason;
 //! - `stream`: the multiplexed request stream over a container's attached stdin/stdout;
 //! - `dispatcher`: the lifecycle (create, call, destroy, adopt) and its ordering guarantees;
+//! - [`network`]: a networked sandbox's internal Docker network, the host firewall that admits
+//!   only its egress proxy, and the [`EgressHost`](network::EgressHost) hook that starts and
+//!   stops that proxy (the orchestrator's);
 //! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner;
 //! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy.
 //!

@@ -9,14 +9,46 @@
 //! sandbox makes the listener a connection arrives on name its sandbox, with no identity to
 //! spoof. Docker allocates each network a subnet from its address pools (an operator running
 //! many networked sandboxes sizes `default-address-pools` accordingly).
+//!
+//! Names resolve nowhere inside such a sandbox: Docker's embedded DNS server answers only the
+//! names of containers on the network (the sandbox's own) and forwards nothing from an
+//! internal network; clients name hosts in their proxy requests and the proxy resolves them.
+//!
+//! The proxy itself is the orchestrator's business: the dispatcher calls an [`EgressHost`] to
+//! start it once the network exists and to stop it when the sandbox goes, so the lifecycle
+//! (row first, labelled objects, the reaper) covers the network like the container and volume.
+//! Firewall rules carry the comment `aegis-egress:<network>` and are removed by that tag, so a
+//! reaper that never knew the proxy's port still removes them.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::process::Command;
 
 use bollard::models::NetworkCreateRequest;
+use bollard::Docker;
+use futures_util::future::BoxFuture;
 
 use crate::engine::DockerEngine;
+use crate::error::is_not_found;
+use crate::spec::{SandboxId, SandboxSpec};
+
+/// The orchestrator's half of a sandbox network: the egress proxy that is its only way out.
+/// Set in [`DispatcherConfig::egress_host`](crate::DispatcherConfig::egress_host); without it,
+/// sandboxes asking for [`NetworkMode::Egress`](crate::NetworkMode::Egress) are refused.
+pub trait EgressHost: Send + Sync + std::fmt::Debug {
+    /// Starts the proxy of sandbox `id` (made for `spec`) listening on `gateway`, the host's
+    /// address on the sandbox's network; returns the port it listens on.
+    fn open<'a>(
+        &'a self,
+        id: SandboxId,
+        spec: &'a SandboxSpec,
+        gateway: IpAddr,
+    ) -> BoxFuture<'a, Result<u16, String>>;
+    /// Stops the proxy of sandbox `id`, if this process runs one (idempotent).
+    fn close(&self, id: SandboxId);
+    /// Sandboxes whose proxy this process runs; the reaper stops those whose sandbox is gone.
+    fn open_sandboxes(&self) -> Vec<SandboxId>;
+}
 
 /// Why a sandbox network could not be made or removed.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +88,11 @@ pub struct EgressNetwork {
     pub gateway: IpAddr,
 }
 
+/// The Docker network of sandbox `id`: `aegis-net-<id>`.
+pub fn network_name(id: SandboxId) -> String {
+    format!("aegis-net-{id}")
+}
+
 /// The bridge interface name for a network suffix: `aeg` + 12 characters.
 fn bridge_name(suffix: &str) -> String {
     let clean: String = suffix
@@ -73,7 +110,15 @@ pub async fn create(
     suffix: &str,
     labels: HashMap<String, String>,
 ) -> Result<EgressNetwork, NetworkError> {
-    let docker = engine.client();
+    create_on(engine.client(), name, suffix, labels).await
+}
+
+pub(crate) async fn create_on(
+    docker: &Docker,
+    name: &str,
+    suffix: &str,
+    labels: HashMap<String, String>,
+) -> Result<EgressNetwork, NetworkError> {
     let bridge = bridge_name(suffix);
     let err = |source| NetworkError::Docker {
         name: name.to_owned(),
@@ -99,32 +144,64 @@ pub async fn create(
         })
         .await
         .map_err(err)?;
-    let inspected = docker.inspect_network(name, None).await.map_err(err)?;
+    match inspect_on(docker, name).await {
+        Ok(Some(network)) => Ok(network),
+        Ok(None) => Err(NetworkError::NoGateway {
+            name: name.to_owned(),
+        }),
+        Err(e) => {
+            let _ = docker.remove_network(name).await;
+            Err(e)
+        }
+    }
+}
+
+/// The network `name` as it exists now (`None`: no such network).
+pub(crate) async fn inspect_on(
+    docker: &Docker,
+    name: &str,
+) -> Result<Option<EgressNetwork>, NetworkError> {
+    let inspected = match docker.inspect_network(name, None).await {
+        Ok(n) => n,
+        Err(e) if is_not_found(&e) => return Ok(None),
+        Err(source) => {
+            return Err(NetworkError::Docker {
+                name: name.to_owned(),
+                source,
+            })
+        }
+    };
+    let bridge = inspected
+        .options
+        .as_ref()
+        .and_then(|o| o.get("com.docker.network.bridge.name").cloned())
+        .unwrap_or_else(|| bridge_name(name.trim_start_matches("aegis-net-")));
     let gateway = inspected
         .ipam
         .and_then(|ipam| ipam.config)
         .into_iter()
         .flatten()
         .filter_map(|c| c.gateway?.parse::<IpAddr>().ok())
-        .find(IpAddr::is_ipv4);
-    match gateway {
-        Some(gateway) => Ok(EgressNetwork {
+        .find(IpAddr::is_ipv4)
+        .ok_or_else(|| NetworkError::NoGateway {
             name: name.to_owned(),
-            bridge,
-            gateway,
-        }),
-        None => {
-            let _ = docker.remove_network(name).await;
-            Err(NetworkError::NoGateway {
-                name: name.to_owned(),
-            })
-        }
-    }
+        })?;
+    Ok(Some(EgressNetwork {
+        name: name.to_owned(),
+        bridge,
+        gateway,
+    }))
+}
+
+/// The comment every firewall rule of network `name` carries (no spaces: `iptables -S` prints
+/// it unquoted, so rules can be found and deleted by it).
+fn tag(name: &str) -> String {
+    format!("aegis-egress:{name}")
 }
 
 /// The firewall rules of `network`: accept TCP to the proxy, drop the rest from the bridge.
 fn rules(network: &EgressNetwork, proxy_port: u16) -> Vec<(&'static str, Vec<String>)> {
-    let tag = format!("aegis-egress {}", network.name);
+    let tag = tag(&network.name);
     let base = |extra: &[&str], target: &str| -> Vec<String> {
         let mut r: Vec<String> = vec!["INPUT".into(), "-i".into(), network.bridge.clone()];
         r.extend(extra.iter().map(|s| (*s).to_owned()));
@@ -150,7 +227,7 @@ fn rules(network: &EgressNetwork, proxy_port: u16) -> Vec<(&'static str, Vec<Str
     ]
 }
 
-fn run(program: &str, args: &[String], bridge: &str) -> Result<(), NetworkError> {
+fn run(program: &str, args: &[String], bridge: &str) -> Result<String, NetworkError> {
     let out = Command::new(program)
         .arg("-w")
         .args(args)
@@ -160,7 +237,7 @@ fn run(program: &str, args: &[String], bridge: &str) -> Result<(), NetworkError>
             message: format!("cannot run {program}: {e}"),
         })?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(NetworkError::Firewall {
             bridge: bridge.to_owned(),
@@ -175,8 +252,8 @@ fn run(program: &str, args: &[String], bridge: &str) -> Result<(), NetworkError>
 
 /// Makes the host unreachable from `network` except TCP to `proxy_port` on the gateway.
 /// Each rule is inserted at the top of INPUT (the ACCEPT last, so it sits above the DROP).
+/// Runs `iptables`: call it off the async threads (`spawn_blocking`).
 pub fn isolate_host(network: &EgressNetwork, proxy_port: u16) -> Result<(), NetworkError> {
-    let mut done = Vec::new();
     for (program, rule) in rules(network, proxy_port) {
         let mut args = vec!["-I".to_owned()];
         args.extend(rule.iter().cloned());
@@ -188,39 +265,73 @@ pub fn isolate_host(network: &EgressNetwork, proxy_port: u16) -> Result<(), Netw
                 tracing::warn!(error = %e, "ip6tables unavailable; the egress network has IPv6 disabled");
                 continue;
             }
-            for (p, r) in done {
-                let mut del = vec!["-D".to_owned()];
-                del.extend(r);
-                let _ = run(p, &del, &network.bridge);
-            }
+            remove_rules(&network.name);
             return Err(e);
         }
-        done.push((program, rule));
     }
     Ok(())
 }
 
-/// Removes the firewall rules of `network` (best effort) and the network itself.
-pub async fn remove(
-    engine: &DockerEngine,
-    network: &EgressNetwork,
-    proxy_port: Option<u16>,
-) -> Result<(), NetworkError> {
-    if let Some(port) = proxy_port {
-        for (program, rule) in rules(network, port) {
+/// Removes every firewall rule tagged for network `name` (best effort; logged). Runs
+/// `iptables`: call it off the async threads.
+pub fn remove_rules(name: &str) {
+    let tag = tag(name);
+    for program in ["iptables", "ip6tables"] {
+        let listed = match run(program, &["-S".to_owned(), "INPUT".to_owned()], name) {
+            Ok(listed) => listed,
+            Err(e) => {
+                if program == "iptables" {
+                    tracing::warn!(error = %e, network = %name, "cannot list the host firewall rules of an egress network");
+                }
+                continue;
+            }
+        };
+        for line in listed.lines() {
+            // `iptables -S` quotes comments with punctuation; the tag has no spaces.
+            let words: Vec<&str> = line
+                .split_whitespace()
+                .map(|w| w.trim_matches('"'))
+                .collect();
+            if words.first() != Some(&"-A") || !words.contains(&tag.as_str()) {
+                continue;
+            }
             let mut args = vec!["-D".to_owned()];
-            args.extend(rule);
-            let _ = run(program, &args, &network.bridge);
+            args.extend(words[1..].iter().map(|w| (*w).to_owned()));
+            if let Err(e) = run(program, &args, name) {
+                tracing::warn!(error = %e, network = %name, "cannot remove a host firewall rule of an egress network");
+            }
         }
     }
-    engine
-        .client()
-        .remove_network(&network.name)
-        .await
-        .map_err(|source| NetworkError::Docker {
-            name: network.name.clone(),
-            source,
-        })
+}
+
+/// Removes network `name` (its containers must be gone) and its firewall rules; a network
+/// already gone is fine. Returns whether the network existed.
+pub async fn remove(engine: &DockerEngine, name: &str) -> Result<bool, NetworkError> {
+    remove_on(engine.client(), name, true).await
+}
+
+/// [`remove`]; firewall rules are looked for only when the network existed or `had_rules`
+/// (listing them costs two process starts, not worth it for sandboxes that never had any).
+pub(crate) async fn remove_on(
+    docker: &Docker,
+    name: &str,
+    had_rules: bool,
+) -> Result<bool, NetworkError> {
+    let existed = match docker.remove_network(name).await {
+        Ok(()) => true,
+        Err(e) if is_not_found(&e) => false,
+        Err(source) => {
+            return Err(NetworkError::Docker {
+                name: name.to_owned(),
+                source,
+            })
+        }
+    };
+    if existed || had_rules {
+        let n = name.to_owned();
+        let _ = tokio::task::spawn_blocking(move || remove_rules(&n)).await;
+    }
+    Ok(existed)
 }
 
 #[cfg(test)]
@@ -247,5 +358,10 @@ mod tests {
             .join(" ")
             .contains("-p tcp -d 172.18.0.1 --dport 4711"));
         assert!(r[0].1.join(" ").ends_with("-j DROP"));
+        assert!(r[0].1.contains(&"aegis-egress:n".to_owned()));
+        assert_eq!(
+            network_name(SandboxId(uuid::Uuid::nil())),
+            "aegis-net-00000000-0000-0000-0000-000000000000"
+        );
     }
 }

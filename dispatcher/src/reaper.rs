@@ -1,5 +1,5 @@
-//! The reaper: removes every container and volume of this database's scope that has no live
-//! owner, whatever its status (created, running, exited, dead).
+//! The reaper: removes every container, volume and egress network (with its host firewall
+//! rules and proxy) of this database's scope that has no live owner, whatever its status.
 //!
 //! It runs at start-up, before any sandbox is created, and then every `reap_interval`. It trusts
 //! nothing held in memory: it lists Docker objects by label and judges each against Postgres.
@@ -24,7 +24,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bollard::models::ContainerSummaryStateEnum;
-use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
+use bollard::query_parameters::{
+    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, ListVolumesOptionsBuilder,
+};
 use uuid::Uuid;
 
 use crate::dispatcher::{Dispatcher, Inner};
@@ -43,6 +45,8 @@ pub struct ReapReport {
     pub containers_removed: usize,
     /// Volumes removed.
     pub volumes_removed: usize,
+    /// Egress networks removed (with their firewall rules).
+    pub networks_removed: usize,
     /// Rows of dead instances closed because nothing of them was left in Docker.
     pub rows_closed: u64,
     /// Objects that could not be removed this time (retried next pass).
@@ -127,9 +131,27 @@ impl Inner {
             .map(|v| Found::from_labels(v.name, &v.labels, false))
             .collect();
 
+        let networks: Vec<Found> = self
+            .docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+            .map_err(engine("listing managed networks for the reaper"))?
+            .into_iter()
+            .filter_map(|n| {
+                Some(Found::from_labels(
+                    n.name?,
+                    &n.labels.unwrap_or_default(),
+                    false,
+                ))
+            })
+            .collect();
+
         let ids: Vec<Uuid> = containers
             .iter()
             .chain(&volumes)
+            .chain(&networks)
             .filter_map(|f| f.sandbox.map(|s| s.0))
             .collect::<HashSet<_>>()
             .into_iter()
@@ -168,6 +190,25 @@ impl Inner {
                 }
             }
         }
+        // After the containers: a network cannot go while a container is attached to it.
+        for found in &networks {
+            let Some(reason) = self.verdict(found, &rows, &live, &mut decided).await? else {
+                continue;
+            };
+            if let (Some(host), Some(id)) = (&self.config.egress_host, found.sandbox) {
+                host.close(id);
+            }
+            match crate::network::remove_on(&self.docker, &found.name, true).await {
+                Ok(_) => {
+                    report.networks_removed += 1;
+                    tracing::info!(network = %found.name, sandbox = ?found.sandbox.map(|s| s.to_string()), %reason, "reaper removed egress network");
+                }
+                Err(e) => {
+                    report.failures += 1;
+                    tracing::warn!(network = %found.name, error = %e, "reaper could not remove egress network; will retry");
+                }
+            }
+        }
         for (id, reason) in &decided {
             let Some(reason) = reason else { continue };
             if rows.contains_key(id) {
@@ -186,6 +227,7 @@ impl Inner {
             tracing::info!(
                 containers = report.containers_removed,
                 volumes = report.volumes_removed,
+                networks = report.networks_removed,
                 rows_closed = report.rows_closed,
                 failures = report.failures,
                 "reaper pass"
@@ -306,12 +348,22 @@ impl Inner {
             .unwrap_or_default()
             .into_iter()
             .map(|v| (v.name, v.labels));
+        let networks = self
+            .docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+            .map_err(engine("listing managed networks of other databases"))?
+            .into_iter()
+            .filter_map(|n| Some((n.name?, n.labels.unwrap_or_default())));
         let foreign = |labels: &HashMap<String, String>| {
             labels.get(labels::SCOPE).map(String::as_str) != Some(self.scope.label.as_str())
         };
         let containers: Vec<_> = containers.filter(|(_, l)| foreign(l)).collect();
         let volumes: Vec<_> = volumes.filter(|(_, l)| foreign(l)).collect();
-        if containers.is_empty() && volumes.is_empty() {
+        let networks: Vec<_> = networks.filter(|(_, l)| foreign(l)).collect();
+        if containers.is_empty() && volumes.is_empty() && networks.is_empty() {
             return Ok(());
         }
         let databases = store::database_names(&self.pg).await?;
@@ -353,6 +405,19 @@ impl Inner {
                 }
             }
         }
+        for (name, l) in &networks {
+            let Some(reason) = orphaned(l) else { continue };
+            match crate::network::remove_on(&self.docker, name, true).await {
+                Ok(_) => {
+                    report.networks_removed += 1;
+                    tracing::info!(network = %name, scope = ?l.get(labels::SCOPE), %reason, "reaper removed egress network");
+                }
+                Err(e) => {
+                    report.failures += 1;
+                    tracing::warn!(network = %name, error = %e, "reaper could not remove egress network; will retry");
+                }
+            }
+        }
         Ok(())
     }
 
@@ -370,6 +435,19 @@ impl Inner {
             if let Ok(Some(info)) = store::get(&self.pg, id).await {
                 if info.state.is_terminal() {
                     self.release(id);
+                }
+            }
+        }
+        // Proxies of sandboxes finished elsewhere (destroyed through another instance).
+        if let Some(host) = &self.config.egress_host {
+            for id in host.open_sandboxes() {
+                if self.held(id).is_some() {
+                    continue;
+                }
+                if let Ok(info) = store::get(&self.pg, id).await {
+                    if info.is_none_or(|i| i.state.is_terminal()) {
+                        host.close(id);
+                    }
                 }
             }
         }

@@ -193,16 +193,22 @@ pub enum NetworkMode {
     /// No network interface but loopback (the default).
     #[default]
     None,
-    /// Docker's default bridge: outbound access, granted only when the manifest allows egress.
+    /// Docker's default bridge: outbound access (workflow `ContainerRun` steps whose node
+    /// config allows `bridge`); agent sandboxes never get it.
     Bridge,
+    /// An internal network of the sandbox's own with no route out: its only way out is the
+    /// egress proxy the [`EgressHost`](crate::network::EgressHost) starts on the network's
+    /// gateway, and the host firewall admits nothing else (see [`network`](crate::network)).
+    Egress,
 }
 
 impl NetworkMode {
-    /// Docker's `HostConfig.NetworkMode` value.
-    pub fn docker_mode(self) -> &'static str {
+    /// Docker's `HostConfig.NetworkMode` value for sandbox `id`.
+    pub fn docker_mode(self, id: SandboxId) -> String {
         match self {
-            NetworkMode::None => "none",
-            NetworkMode::Bridge => "bridge",
+            NetworkMode::None => "none".to_owned(),
+            NetworkMode::Bridge => "bridge".to_owned(),
+            NetworkMode::Egress => crate::network::network_name(id),
         }
     }
 }

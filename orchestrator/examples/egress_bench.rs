@@ -2,8 +2,10 @@
 //! sandboxes' egress proxy (domain rules, resolve-once address checks, one audit row per
 //! connection), measured in one run: added latency per request and bulk throughput.
 //!
-//! `DATABASE_URL=postgres://... cargo run --release -p orchestrator --example egress_bench [-- N]`
-//! (a scratch database is created for the audit rows and dropped at the end). The test host
+//! `scripts/egress_bench.sh [N]`, or `DATABASE_URL=postgres://... cargo run --release -p
+//! orchestrator --example egress_bench [-- N]` (a scratch database is created for the audit rows
+//! and dropped at the end). The proxied path is what a sandbox's `cmd.run` gets through
+//! `HTTP_PROXY`, minus the sandbox network's bridge hop; a sandbox has no direct path to compare. The test host
 //! listens on 127.0.0.2 and is reached by name through `egress.hosts`; nothing leaves the machine.
 
 use std::collections::BTreeMap;
@@ -139,14 +141,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         BULK_BYTES / (1024 * 1024)
     );
     println!(
-        "{:<15} {:>9} {:>9} {:>13} {:>12}",
-        "path", "p50 ms", "p95 ms", "added p50 ms", "MiB/s"
+        "{:<15} {:>9} {:>9} {:>13} {:>10} {:>12}",
+        "path", "p50 ms", "p95 ms", "added p50 ms", "p50 ratio", "MiB/s"
     );
     let (_, base50, _, base_tp) = rows[0];
     for (label, p50, p95, mib_s) in &rows {
         println!(
-            "{label:<15} {p50:>9.3} {p95:>9.3} {:>13.3} {mib_s:>12.1}",
-            p50 - base50
+            "{label:<15} {p50:>9.3} {p95:>9.3} {:>13.3} {:>9.2}x {mib_s:>12.1}",
+            p50 - base50,
+            p50 / base50
         );
     }
     println!(

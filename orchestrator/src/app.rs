@@ -115,7 +115,9 @@ impl Application {
             .await
             .map_err(StoreError::from)?;
 
-        let sandboxes = Arc::new(start_sandboxes(&config, &engine, &pool, instance_id).await);
+        let egress = Arc::new(crate::egress::Egress::from_config(&config.egress)?);
+        let sandboxes =
+            Arc::new(start_sandboxes(&config, &engine, &pool, instance_id, egress.clone()).await);
         let gateway = Arc::new(start_gateway(&config, &pool).await?);
         let llm = crate::llm::LlmClient::new(&config.llm).map_err(|e| e.to_string());
         if let Err(e) = &llm {
@@ -133,7 +135,6 @@ impl Application {
                 max_concurrent: config.executions.max_concurrent,
             },
         ));
-        let egress = Arc::new(crate::egress::Egress::from_config(&config.egress)?);
         let dead_after = config.sandbox.dead_after_secs as i64;
         let workflows = Arc::new(crate::workflow::Workflows::new(
             pool.clone(),
@@ -414,6 +415,7 @@ async fn start_sandboxes(
     engine: &DockerEngine,
     pool: &sqlx::PgPool,
     instance_id: Uuid,
+    egress: Arc<crate::egress::Egress>,
 ) -> crate::sandboxes::Sandboxes {
     let s = &config.sandbox;
     let landlock = crate::sandboxes::KernelPolicy {
@@ -456,13 +458,21 @@ async fn start_sandboxes(
     d.reap_interval = Duration::from_secs(s.reap_interval_secs);
     d.call_timeout = Duration::from_secs(60);
     d.adopt_from = gracefully_stopped_owners(pool).await;
+    // Networked sandboxes get a proxy of their own, audited into this database.
+    let proxies = Arc::new(crate::sandboxes::egress::ProxyHost::new(
+        egress,
+        pool.clone(),
+    ));
+    d.egress_host = Some(proxies.clone());
     let started = dispatcher::Dispatcher::start(engine.clone(), pool.clone(), instance_id, d)
         .await
         .map_err(|e| {
             tracing::error!(error = %e, "sandboxes unavailable: the dispatcher did not start");
             e.to_string()
         });
-    crate::sandboxes::Sandboxes::new(started, ceilings, landlock).with_quotas(quotas)
+    crate::sandboxes::Sandboxes::new(started, ceilings, landlock)
+        .with_quotas(quotas)
+        .with_proxies(proxies)
 }
 
 /// Previous instances on this host that stopped gracefully and left running sandboxes: a restart

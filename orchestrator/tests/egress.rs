@@ -237,7 +237,6 @@ async fn plain_http_and_connect_reach_the_allowed_host_only() {
 /// Removes the test's network and firewall rules whatever happened.
 struct NetworkGuard {
     network: dispatcher::network::EgressNetwork,
-    proxy_port: u16,
     engine: dispatcher::DockerEngine,
 }
 
@@ -245,7 +244,6 @@ impl Drop for NetworkGuard {
     fn drop(&mut self) {
         let network = self.network.clone();
         let engine = self.engine.clone();
-        let port = self.proxy_port;
         let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -254,7 +252,7 @@ impl Drop for NetworkGuard {
                 return;
             };
             rt.block_on(async move {
-                let _ = dispatcher::network::remove(&engine, &network, Some(port)).await;
+                let _ = dispatcher::network::remove(&engine, &network.name).await;
             });
         })
         .join();
@@ -351,7 +349,6 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
     .expect("proxy on the gateway");
     let guard = NetworkGuard {
         network: network.clone(),
-        proxy_port: proxy.addr().port(),
         engine: app.state.engine.clone(),
     };
     dispatcher::network::isolate_host(&network, proxy.addr().port()).expect("host isolated");
@@ -460,4 +457,439 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
         .all(|r| r.1.as_deref() == Some("domain_not_allowed")));
     drop(proxy);
     drop(guard);
+}
+
+/// A test host on 127.0.0.2 that counts the connections it accepts.
+async fn start_counted_host(text: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let addr = listener.local_addr().expect("addr");
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = Router::new().route("/", get(move || async move { text }));
+    let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, hits)
+}
+
+fn docker_cli(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+    )
+}
+
+fn firewall_rules() -> String {
+    let out = std::process::Command::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+        .expect("iptables runs (the egress tests need root)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A listener on port 8080 in a busybox container on a bridge network of its own (made and
+/// removed by the test): somewhere a sandbox could only reach by being forwarded out.
+struct OutsideListener {
+    network: String,
+    container: String,
+    ip: String,
+}
+
+impl OutsideListener {
+    fn start() -> Self {
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        let network = format!("aegis-egress-outside-{suffix}");
+        let container = format!("aegis-egress-outside-{suffix}");
+        let image = std::env::var("SANDBOX_TEST_IMAGE")
+            .unwrap_or_else(|_| "aegis-runtime/busybox:1".into());
+        let (made, _) = docker_cli(&[
+            "network",
+            "create",
+            "--label",
+            "org.aegis.test=egress",
+            &network,
+        ]);
+        assert!(made, "test network created");
+        let mut listener = Self {
+            network,
+            container,
+            ip: String::new(),
+        };
+        let (ran, _) = docker_cli(&[
+            "run",
+            "-d",
+            "--rm",
+            "--label",
+            "org.aegis.test=egress",
+            "--network",
+            &listener.network,
+            "--name",
+            &listener.container,
+            "--user",
+            "65534:65534",
+            "--cap-drop",
+            "ALL",
+            &image,
+            "sh",
+            "-c",
+            "while true; do echo reached | nc -l -p 8080; done",
+        ]);
+        assert!(ran, "outside listener started");
+        let (_, ip) = docker_cli(&[
+            "inspect",
+            "-f",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+            &listener.container,
+        ]);
+        assert!(!ip.is_empty(), "outside listener has an address");
+        listener.ip = ip;
+        listener
+    }
+
+    /// What the listener printed: the requests it received.
+    fn received(&self) -> String {
+        let out = std::process::Command::new("docker")
+            .args(["logs", &self.container])
+            .output()
+            .expect("docker logs");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    }
+}
+
+impl Drop for OutsideListener {
+    fn drop(&mut self) {
+        let _ = docker_cli(&["rm", "-f", &self.container]);
+        let _ = docker_cli(&["network", "rm", &self.network]);
+    }
+}
+
+/// A busybox agent with network granted to one host:port only.
+fn networked_agent(name: &str, version: &str, allow: &str) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: {name}
+  version: \"{version}\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Fetch things.
+  tools: [cmd.run]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [wget, nslookup, cat]
+          timeout_seconds: 20
+  security:
+    network:
+      mode: deny
+      allowlist: [\"{allow}\"]
+"
+    )
+}
+
+/// The whole path through the real service: an agent whose manifest allows one test host gets
+/// a sandbox on an internal network of its own; `cmd.run` there reaches that host through the
+/// sandbox's proxy (busybox wget honours `http_proxy`), and is refused for another test host,
+/// the Docker host's address and the orchestrator's own port; nothing goes direct, no name
+/// resolves inside, every attempt is audited, and destroying the sandbox leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
+    let (allowed, allowed_hits) = start_counted_host("allowed host says hi").await;
+    let (other, other_hits) = start_counted_host("other host").await;
+    let host_service = TcpListener::bind("0.0.0.0:0")
+        .await
+        .expect("bind host service");
+    let host_port = host_service.local_addr().expect("addr").port();
+    let host_hits = Arc::new(AtomicUsize::new(0));
+    let hits = host_hits.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = host_service.accept().await {
+            hits.fetch_add(1, Ordering::SeqCst);
+            drop(s);
+        }
+    });
+
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    // The orchestrator's own port on every interface, so the sandbox could try it directly.
+    config.server.http = "0.0.0.0:0".parse().expect("addr");
+    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
+    let ip: IpAddr = "127.0.0.2".parse().expect("ip");
+    config.egress.hosts = BTreeMap::from([
+        ("allowed.test".to_owned(), vec![ip]),
+        ("other.test".to_owned(), vec![ip]),
+    ]);
+    let mut app = TestApp::spawn_with(config).await;
+    app.db = Some(db);
+    let app_port: u16 = app
+        .http_base
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("app port");
+    app.http_base = format!("http://127.0.0.1:{app_port}");
+
+    let allow = format!("allowed.test:{}", allowed.port());
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/agents")
+        .body(networked_agent("fetcher", "1.0.0", &allow))
+        .send()
+        .await
+        .expect("deploy");
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    // The allowlist of a deployed version cannot change, not even with force.
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/agents?force=true")
+        .body(networked_agent("fetcher", "1.0.0", "other.test:80"))
+        .send()
+        .await
+        .expect("redeploy");
+    let status = r.status();
+    let body = r.text().await.unwrap_or_default();
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("spec.security.network"), "{body}");
+    assert!(body.contains("new version"), "{body}");
+
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/sandboxes")
+        .json(&serde_json::json!({"agent": "fetcher"}))
+        .send()
+        .await
+        .expect("create sandbox");
+    let status = r.status();
+    let body: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(status, 201, "{body}");
+    let id = body["sandbox_id"].as_str().expect("sandbox id").to_owned();
+    let network = format!("aegis-net-{id}");
+    let tag = format!("aegis-egress:{network}");
+
+    // Its own internal network, labelled as the sandbox's, and the firewall rules for it.
+    let (found, internal) = docker_cli(&[
+        "network",
+        "inspect",
+        "-f",
+        "{{.Internal}} {{index .Labels \"org.aegis.sandbox\"}}",
+        &network,
+    ]);
+    assert!(found, "network {network} exists");
+    assert_eq!(internal, format!("true {id}"));
+    let (_, attached) = docker_cli(&[
+        "inspect",
+        "-f",
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+        &format!("aegis-sbx-{id}"),
+    ]);
+    assert_eq!(
+        attached.trim(),
+        network,
+        "the sandbox is on its network only"
+    );
+    let rules = firewall_rules();
+    assert_eq!(rules.matches(&tag).count(), 2, "{rules}");
+    let gateway = docker_cli(&[
+        "network",
+        "inspect",
+        "-f",
+        "{{range .IPAM.Config}}{{.Gateway}}{{end}}",
+        &network,
+    ])
+    .1;
+
+    let run = |command: String| {
+        let app = &app;
+        let id = id.clone();
+        async move {
+            let r = app
+                .admin(reqwest::Method::POST, "/v1/tools/call")
+                .json(&serde_json::json!({"name": "cmd.run", "sandbox_id": id,
+                    "arguments": {"command": command, "timeout_secs": 15}}))
+                .send()
+                .await
+                .expect("cmd.run");
+            let body: serde_json::Value = r.json().await.expect("json");
+            assert_eq!(body["isError"], false, "{command}: {body}");
+            body["structuredContent"].clone()
+        }
+    };
+
+    // The proxy settings are in the command environment, NO_PROXY empty.
+    let environ = run("cat /proc/self/environ".into()).await;
+    let environ = environ["stdout"].as_str().unwrap_or_default().to_owned();
+    let vars: Vec<&str> = environ.split('\0').collect();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+        let var = vars
+            .iter()
+            .find(|v| v.starts_with(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} missing: {environ:?}"));
+        assert!(
+            var.starts_with(&format!("{name}=http://{gateway}:")),
+            "{var}"
+        );
+    }
+    assert!(vars.contains(&"NO_PROXY="), "{environ:?}");
+    assert!(vars.contains(&"no_proxy="), "{environ:?}");
+
+    // Allowed: through the proxy.
+    let ok = run(format!(
+        "wget -q -O - http://allowed.test:{}/",
+        allowed.port()
+    ))
+    .await;
+    assert_eq!(ok["exit_code"], 0, "{ok}");
+    assert_eq!(ok["stdout"], "allowed host says hi", "{ok}");
+    // Refused by the proxy: another test host, the Docker host, the orchestrator's port.
+    for url in [
+        format!("http://other.test:{}/", other.port()),
+        format!("http://{gateway}:{host_port}/"),
+        format!("http://127.0.0.1:{app_port}/health/live"),
+    ] {
+        let out = run(format!("wget -q -O - {url}")).await;
+        assert_ne!(out["exit_code"], 0, "{url}: {out}");
+        assert!(
+            out["stderr"].as_str().unwrap_or_default().contains("403"),
+            "{url}: {out}"
+        );
+    }
+    // Nothing direct: no proxy (-Y off) means the host firewall drops it; no route out at all.
+    for port in [host_port, app_port] {
+        let out = run(format!("wget -Y off -T 3 -q -O - http://{gateway}:{port}/")).await;
+        assert_ne!(out["exit_code"], 0, "direct to {port}: {out}");
+    }
+    // Beyond the host: a listener in a container on another network this test made.
+    let outside = OutsideListener::start();
+    let out = run(format!(
+        "wget -Y off -T 3 -q -O - http://{}:8080/",
+        outside.ip
+    ))
+    .await;
+    assert_ne!(out["exit_code"], 0, "direct to another network: {out}");
+    assert!(outside.received().is_empty(), "nothing arrived outside");
+    // No resolver for outside names: only the proxy knows allowed.test.
+    let ns = run("nslookup allowed.test".into()).await;
+    assert_ne!(ns["exit_code"], 0, "{ns}");
+    assert_eq!(allowed_hits.load(Ordering::SeqCst), 1);
+    assert_eq!(other_hits.load(Ordering::SeqCst), 0);
+    assert_eq!(host_hits.load(Ordering::SeqCst), 0);
+
+    // Every attempt that reached the proxy is audited with its decision.
+    let caller = format!("sandbox:{id}");
+    let mut rows: Vec<(String, Option<String>, String)> = Vec::new();
+    for _ in 0..200 {
+        rows = sqlx::query_as(
+            "SELECT decision, reason_code, reason FROM audit_log \
+             WHERE action = 'egress.connect' AND caller_id = $1 ORDER BY seq",
+        )
+        .bind(&caller)
+        .fetch_all(&app.state.pool)
+        .await
+        .expect("audit rows");
+        if rows.len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let allowed_rows: Vec<_> = rows.iter().filter(|r| r.0 == "allowed").collect();
+    assert_eq!(allowed_rows.len(), 1, "{rows:?}");
+    assert!(allowed_rows[0].2.contains(&allow), "{rows:?}");
+    assert!(allowed_rows[0].2.contains("bytes received"), "{rows:?}");
+    let denied: Vec<_> = rows.iter().filter(|r| r.0 == "denied").collect();
+    assert_eq!(denied.len(), 3, "{rows:?}");
+    assert!(denied
+        .iter()
+        .all(|r| r.1.as_deref() == Some("domain_not_allowed")));
+    for needle in [
+        format!("`other.test` (port {})", other.port()),
+        format!("`{gateway}` (port {host_port})"),
+        format!("`127.0.0.1` (port {app_port})"),
+    ] {
+        assert!(
+            denied.iter().any(|r| r.2.contains(&needle)),
+            "{needle}: {rows:?}"
+        );
+    }
+
+    // Destroyed: network, rules and proxy gone with the container.
+    let r = app
+        .admin(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"))
+        .send()
+        .await
+        .expect("destroy");
+    assert_eq!(r.status(), 200);
+    assert!(
+        !docker_cli(&["network", "inspect", &network]).0,
+        "network removed"
+    );
+    assert!(!firewall_rules().contains(&tag), "rules removed");
+    let sid: dispatcher::SandboxId = dispatcher::SandboxId(id.parse().expect("uuid"));
+    assert!(
+        app.state.sandboxes.proxy_env(sid).is_empty(),
+        "proxy stopped"
+    );
+}
+
+/// Leftovers of a crash: an egress network of this database with no sandbox row, and its
+/// firewall rule, are removed by the reaper.
+#[tokio::test]
+async fn the_reaper_removes_orphaned_egress_networks_and_their_rules() {
+    let app = common::TestApp::spawn().await;
+    let dispatcher = app.state.sandboxes.dispatcher().expect("dispatcher");
+    let orphan = uuid::Uuid::new_v4();
+    let name = format!("aegis-net-{orphan}");
+    let bridge = format!("aeg{}", &orphan.simple().to_string()[..12]);
+    let db_name = app
+        .db
+        .as_ref()
+        .and_then(|d| d.url.rsplit('/').next().map(str::to_owned))
+        .expect("db name");
+    let (made, _) = docker_cli(&[
+        "network",
+        "create",
+        "--internal",
+        "-o",
+        &format!("com.docker.network.bridge.name={bridge}"),
+        "--label",
+        "org.aegis.managed=true",
+        "--label",
+        &format!("org.aegis.scope={}", dispatcher.scope()),
+        "--label",
+        &format!("org.aegis.db-name={db_name}"),
+        "--label",
+        &format!("org.aegis.sandbox={orphan}"),
+        &name,
+    ]);
+    assert!(made, "network created");
+    let tag = format!("aegis-egress:{name}");
+    let added = std::process::Command::new("iptables")
+        .args(["-w", "-I", "INPUT", "1", "-i", &bridge, "-m", "comment"])
+        .args(["--comment", &tag, "-j", "DROP"])
+        .status()
+        .expect("iptables runs");
+    assert!(added.success());
+
+    let report = dispatcher.reap().await.expect("reaper pass");
+    assert_eq!(report.networks_removed, 1, "{report:?}");
+    assert!(
+        !docker_cli(&["network", "inspect", &name]).0,
+        "network removed"
+    );
+    assert!(!firewall_rules().contains(&tag), "rule removed");
 }

@@ -11,6 +11,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use crate::manifest::{NetworkMode, NetworkPolicy};
+
 /// One entry of an allowlist: a host pattern, optionally with a port, or a CIDR block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DomainEntry {
@@ -91,6 +93,35 @@ pub struct DomainRule {
     pub allow: Option<Vec<DomainEntry>>,
     /// Refused entries (manifest `denylist`), checked before `allow`.
     pub deny: Vec<DomainEntry>,
+}
+
+impl DomainRule {
+    /// An agent manifest's `spec.security.network` as a rule: `none` admits nothing, `deny` only
+    /// the allowlist, `allow` everything but the denylist (narrowed to the allowlist when one is
+    /// given). The one reading of that section, for `web.*` and the sandbox egress proxy alike.
+    pub fn of_network(agent: &str, network: &NetworkPolicy) -> Result<Self, String> {
+        let parse = |list: &[String]| -> Result<Vec<DomainEntry>, String> {
+            list.iter()
+                .map(|e| {
+                    DomainEntry::parse(e)
+                        .map_err(|m| format!("agent `{agent}`: spec.security.network {m}"))
+                })
+                .collect()
+        };
+        let allow = parse(&network.allowlist)?;
+        let deny = parse(&network.denylist)?;
+        let allow = match network.mode {
+            NetworkMode::None => Some(Vec::new()),
+            NetworkMode::Deny => Some(allow),
+            NetworkMode::Allow if allow.is_empty() => None,
+            NetworkMode::Allow => Some(allow),
+        };
+        Ok(DomainRule {
+            source: format!("network policy of agent `{agent}` (spec.security.network)"),
+            allow,
+            deny,
+        })
+    }
 }
 
 /// Every rule that applies to one call; no rule means any host (addresses are still checked).

@@ -42,6 +42,19 @@ pub enum RegistryError {
         /// Version.
         version: String,
     },
+    /// `force` would change a deployed agent version's `spec.security.network`: the rules of
+    /// its sandboxes' egress proxies come from the version, so they change only with a new one.
+    #[error(
+        "agent `{name}` version {version}: spec.security.network differs from the deployed \
+         version's, and a version's network policy never changes (not even with force); deploy \
+         it as a new version"
+    )]
+    NetworkPolicyChanged {
+        /// Name.
+        name: String,
+        /// Version.
+        version: String,
+    },
     /// A scope change to the scope the definition already has.
     #[error("workflow `{name}` is already {scope} scoped; nothing to change")]
     SameScope {
@@ -200,6 +213,20 @@ pub async fn deploy(
             name: parsed.name.clone(),
             version,
         });
+    }
+    if let (Some(version_id), ManifestKind::Agent) = (present, parsed.kind) {
+        let stored: Value =
+            sqlx::query_scalar("SELECT manifest FROM definition_versions WHERE id = $1")
+                .bind(version_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        const NETWORK: &str = "/spec/security/network";
+        if stored.pointer(NETWORK) != parsed.value.pointer(NETWORK) {
+            return Err(RegistryError::NetworkPolicyChanged {
+                name: parsed.name.clone(),
+                version,
+            });
+        }
     }
     let labels = serde_json::to_value(&parsed.labels).unwrap_or(Value::Null);
     if let Some(version_id) = present {

@@ -3,7 +3,11 @@
 //! The dispatcher knows containers; this module knows which agent a sandbox was made for and
 //! therefore which paths, commands and tools its calls may use. The policy is derived from the
 //! agent's manifest version, whose id is recorded in the sandbox's labels, so it can be rebuilt
-//! after a restart; a small in-memory cache keeps the hot path free of database reads.
+//! after a restart; a small in-memory cache keeps the hot path free of database reads. A
+//! sandbox whose manifest grants network gets an egress network and proxy of its own
+//! ([`egress`]).
+
+pub mod egress;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -299,6 +303,8 @@ impl Drop for Reservation<'_> {
 /// The orchestrator's sandbox service.
 pub struct Sandboxes {
     dispatcher: Result<Dispatcher, String>,
+    /// The egress proxies of networked sandboxes (also the dispatcher's egress host).
+    proxies: Option<Arc<egress::ProxyHost>>,
     ceilings: ToolCeilings,
     kernel: KernelPolicy,
     policies: RwLock<HashMap<SandboxId, Arc<SandboxPolicy>>>,
@@ -375,6 +381,7 @@ impl Sandboxes {
     ) -> Self {
         Self {
             dispatcher,
+            proxies: None,
             ceilings,
             kernel,
             policies: RwLock::new(HashMap::new()),
@@ -382,6 +389,22 @@ impl Sandboxes {
             quota_check: tokio::sync::Mutex::new(()),
             in_flight: std::sync::Mutex::new(InFlight::default()),
         }
+    }
+
+    /// The same service with the egress proxies the dispatcher was started with.
+    pub fn with_proxies(mut self, proxies: Arc<egress::ProxyHost>) -> Self {
+        self.proxies = Some(proxies);
+        self
+    }
+
+    /// The environment that sends a sandbox's commands through its egress proxy (empty when
+    /// the sandbox has no network, or its proxy runs on another instance).
+    pub fn proxy_env(&self, id: SandboxId) -> std::collections::BTreeMap<String, String> {
+        self.proxies
+            .as_ref()
+            .and_then(|p| p.addr(id))
+            .map(egress::proxy_env)
+            .unwrap_or_default()
     }
 
     /// The same service under live-sandbox quotas.
@@ -520,8 +543,9 @@ impl Sandboxes {
             tmpfs_bytes: defaults.tmpfs_bytes,
             workspace_bytes: nonzero(resources.disk_bytes(), defaults.workspace_bytes),
         };
+        // Network means an internal network of its own whose only way out is our proxy.
         spec.network = if view.network_egress() {
-            NetworkMode::Bridge
+            NetworkMode::Egress
         } else {
             NetworkMode::None
         };

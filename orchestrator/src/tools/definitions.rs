@@ -247,7 +247,9 @@ pub(crate) async fn definition_id(
 pub(crate) fn registry_error(e: RegistryError) -> ToolError {
     match e {
         RegistryError::NotFound { .. } => ToolError::new("not_found", e.to_string()),
-        RegistryError::VersionExists { .. } => ToolError::new("conflict", e.to_string()),
+        RegistryError::VersionExists { .. } | RegistryError::NetworkPolicyChanged { .. } => {
+            ToolError::new("conflict", e.to_string())
+        }
         RegistryError::SameScope { scope, .. } => {
             ToolError::new("conflict", e.to_string()).with_details(json!({"current_scope": scope}))
         }

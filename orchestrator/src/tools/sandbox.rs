@@ -365,12 +365,17 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             .unwrap_or(policy.max_output_bytes)
             .min(policy.max_output_bytes);
         let cwd = a.cwd.as_deref().map(path_of).transpose()?;
+        let mut env = a.env_additions;
+        if let Some((id, _)) = &ctx.sandbox {
+            // A networked sandbox's only way out: its proxy (set last, so it wins).
+            env.extend(ctx.state.sandboxes.proxy_env(*id));
+        }
         let out = run(
             ctx,
             Op::CmdRun(RunParams {
                 argv,
                 cwd,
-                env: a.env_additions,
+                env,
                 timeout_ms: timeout.saturating_mul(1000),
                 grace_ms: None,
                 max_stdout_bytes: cap,

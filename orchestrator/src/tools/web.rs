@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use crate::caller::CallerKind;
 use crate::egress::{self, DomainEntry, DomainPolicy, DomainRule};
-use crate::manifest::{AgentView, NetworkMode};
+use crate::manifest::AgentView;
 
 pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
     vec![
@@ -196,30 +196,6 @@ async fn manifest_rule(ctx: &ToolContext<'_>) -> Result<DomainRule, ToolError> {
             "execution {execution} has no agent manifest"
         )));
     };
-    let network = AgentView(&manifest).network();
-    let parse = |list: &[String]| -> Result<Vec<DomainEntry>, ToolError> {
-        list.iter()
-            .map(|e| {
-                DomainEntry::parse(e).map_err(|m| {
-                    ToolError::new(
-                        "invalid_policy",
-                        format!("agent `{agent}`: spec.security.network {m}"),
-                    )
-                })
-            })
-            .collect()
-    };
-    let allow = parse(&network.allowlist)?;
-    let deny = parse(&network.denylist)?;
-    let allow = match network.mode {
-        NetworkMode::None => Some(Vec::new()),
-        NetworkMode::Deny => Some(allow),
-        NetworkMode::Allow if allow.is_empty() => None,
-        NetworkMode::Allow => Some(allow),
-    };
-    Ok(DomainRule {
-        source: format!("network policy of agent `{agent}` (spec.security.network)"),
-        allow,
-        deny,
-    })
+    DomainRule::of_network(&agent, &AgentView(&manifest).network())
+        .map_err(|m| ToolError::new("invalid_policy", m))
 }

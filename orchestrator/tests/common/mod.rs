@@ -69,8 +69,8 @@ impl TestDb {
     }
 }
 
-/// Removes every container and volume the dispatcher made for database `name` (by label), so a
-/// test leaves no sandbox behind whatever it did.
+/// Removes every container, volume and egress network the dispatcher made for database `name`
+/// (by label), so a test leaves no sandbox behind whatever it did.
 pub fn remove_sandboxes_of(name: &str) {
     let label = format!("label=org.aegis.db-name={name}");
     let list = |args: &[&str]| -> Vec<String> {
@@ -98,6 +98,14 @@ pub fn remove_sandboxes_of(name: &str) {
             .args(["volume", "rm", "-f"])
             .args(&volumes)
             .output();
+    }
+    // Egress networks, with the host firewall rules tagged for them.
+    let networks = list(&["network", "ls", "--format", "{{.Name}}", "--filter", &label]);
+    for name in &networks {
+        let _ = std::process::Command::new("docker")
+            .args(["network", "rm", name])
+            .output();
+        dispatcher::network::remove_rules(name);
     }
 }
 

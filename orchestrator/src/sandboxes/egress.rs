@@ -1,0 +1,173 @@
+//! The egress proxies of this instance's networked sandboxes: the orchestrator's half of
+//! [`dispatcher::network`].
+//!
+//! A sandbox whose manifest grants network (`spec.security.network`) is created on an internal
+//! Docker network of its own; once that network exists the dispatcher asks [`ProxyHost::open`]
+//! for a proxy on the network's gateway, then lets the host firewall admit only that proxy's
+//! port from the network. The proxy's rules come from the agent version recorded in the
+//! sandbox's labels (versions are immutable, and a changed `spec.security.network` needs a new
+//! version), so the same rules are rebuilt when a restarted instance adopts the sandbox. The
+//! proxy's address is what `cmd.run` hands commands as `HTTP_PROXY`/`HTTPS_PROXY`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use dispatcher::network::EgressHost;
+use dispatcher::{SandboxId, SandboxSpec};
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::AGENT_VERSION_LABEL;
+use crate::egress::proxy::{EgressProxy, ProxyScope};
+use crate::egress::{DomainPolicy, DomainRule, Egress};
+use crate::manifest::AgentView;
+
+/// Runs one [`EgressProxy`] per networked sandbox of this instance.
+pub struct ProxyHost {
+    egress: Arc<Egress>,
+    pool: PgPool,
+    proxies: Mutex<HashMap<SandboxId, EgressProxy>>,
+}
+
+impl std::fmt::Debug for ProxyHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyHost")
+            .field("proxies", &self.open_sandboxes().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProxyHost {
+    /// Proxies under the node's egress rules, auditing into `pool`.
+    pub fn new(egress: Arc<Egress>, pool: PgPool) -> Self {
+        Self {
+            egress,
+            pool,
+            proxies: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Where the proxy of sandbox `id` listens, if this instance runs one.
+    pub fn addr(&self, id: SandboxId) -> Option<SocketAddr> {
+        self.proxies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .map(EgressProxy::addr)
+    }
+
+    /// The rules of the agent version a sandbox was made for.
+    async fn domains_of(&self, spec: &SandboxSpec) -> Result<DomainPolicy, String> {
+        let version = spec
+            .labels
+            .get(AGENT_VERSION_LABEL)
+            .and_then(|v| Uuid::parse_str(v).ok())
+            .ok_or("the sandbox names no agent version, so it has no network policy")?;
+        let row: Option<(String, Value)> = sqlx::query_as(
+            "SELECT d.name, v.manifest FROM definition_versions v \
+             JOIN definitions d ON d.id = v.definition_id WHERE v.id = $1",
+        )
+        .bind(version)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| format!("reading agent version {version}: {e}"))?;
+        let (agent, manifest) = row.ok_or(format!("agent version {version} does not exist"))?;
+        let mut domains = DomainPolicy::default();
+        domains.push(DomainRule::of_network(
+            &agent,
+            &AgentView(&manifest).network(),
+        )?);
+        Ok(domains)
+    }
+}
+
+/// The environment `cmd.run` gives commands of a sandbox whose proxy listens on `addr`: both
+/// spellings clients read, and an empty `NO_PROXY` (nothing is reachable without the proxy).
+pub fn proxy_env(addr: SocketAddr) -> BTreeMap<String, String> {
+    let url = format!("http://{addr}");
+    [
+        ("HTTP_PROXY", url.as_str()),
+        ("HTTPS_PROXY", &url),
+        ("http_proxy", &url),
+        ("https_proxy", &url),
+        ("NO_PROXY", ""),
+        ("no_proxy", ""),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+impl EgressHost for ProxyHost {
+    fn open<'a>(
+        &'a self,
+        id: SandboxId,
+        spec: &'a SandboxSpec,
+        gateway: IpAddr,
+    ) -> BoxFuture<'a, Result<u16, String>> {
+        Box::pin(async move {
+            let domains = self.domains_of(spec).await?;
+            let proxy = EgressProxy::start(
+                SocketAddr::new(gateway, 0),
+                ProxyScope {
+                    sandbox: id.to_string(),
+                    domains,
+                },
+                self.egress.clone(),
+                self.pool.clone(),
+            )
+            .await
+            .map_err(|e| {
+                format!(
+                    "{e} (the proxy binds the network's gateway address, so the orchestrator must \
+                     run in the Docker host's network namespace: see README, Sandbox egress)"
+                )
+            })?;
+            let port = proxy.addr().port();
+            // A proxy still open for this id (an adoption) is replaced and stops when dropped.
+            self.proxies
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, proxy);
+            Ok(port)
+        })
+    }
+
+    fn close(&self, id: SandboxId) {
+        let removed = self
+            .proxies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        if let Some(proxy) = removed {
+            proxy.stop();
+            tracing::debug!(sandbox = %id, "egress proxy stopped");
+        }
+    }
+
+    fn open_sandboxes(&self) -> Vec<SandboxId> {
+        self.proxies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_get_both_spellings_and_an_empty_no_proxy() {
+        let env = proxy_env("172.30.0.1:41000".parse().expect("addr"));
+        assert_eq!(env["HTTP_PROXY"], "http://172.30.0.1:41000");
+        assert_eq!(env["https_proxy"], "http://172.30.0.1:41000");
+        assert_eq!(env["NO_PROXY"], "");
+        assert_eq!(env.len(), 6);
+    }
+}
