@@ -37,8 +37,11 @@ use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 
+#[path = "support/mcp_client.rs"]
+mod mcp_client;
 #[path = "support/raw_docker.rs"]
 mod raw_docker;
+use mcp_client::McpClient;
 use raw_docker::Engine;
 
 /// The runtime image of every sandbox (static busybox).
@@ -320,6 +323,8 @@ fn content_64k() -> String {
 enum Door {
     Rest,
     Seal(Vec<Arc<SealClient>>),
+    /// One MCP session per sandbox (each session has its own), under a key bound to `load`.
+    Mcp(Vec<Arc<McpClient>>),
 }
 
 async fn open_door(node: &Arc<Node>, args: &Args, name: &str) -> Result<Door, String> {
@@ -353,22 +358,52 @@ async fn open_door(node: &Arc<Node>, args: &Args, name: &str) -> Result<Door, St
             Ok(Door::Seal(clients))
         }
         "mcp" => {
-            let r = node
+            let probe = node
                 .http
                 .post(format!("{}/mcp", node.http_base))
-                .bearer_auth(&node.admin_key)
-                .header("accept", "application/json, text/event-stream")
-                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
                 .send()
                 .await
                 .map_err(|e| e.to_string())?;
-            if r.status() == reqwest::StatusCode::NOT_FOUND {
+            if probe.status() == reqwest::StatusCode::NOT_FOUND {
                 return Err("this build serves no /mcp endpoint (404); MCP rows skipped".into());
             }
-            Err(format!(
-                "/mcp answers ({}), but this benchmark has no MCP client yet; MCP rows skipped",
-                r.status()
-            ))
+            let key = node
+                .rest(
+                    reqwest::Method::POST,
+                    "/v1/api-keys",
+                    Some(
+                        json!({"name": "load-mcp", "role": "readonly", "security_context": "load"}),
+                    ),
+                )
+                .await
+                .map_err(|e| format!("a key bound to the `load` context: {e:#}"))?;
+            let key = key["key"]
+                .as_str()
+                .ok_or_else(|| format!("POST /v1/api-keys answered without a key: {key}"))?
+                .to_owned();
+            let mut clients = Vec::new();
+            for _ in 0..args.sandboxes {
+                let c = McpClient::connect(
+                    node.http.clone(),
+                    format!("{}/mcp", node.http_base),
+                    key.clone(),
+                )
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+                // The session's sandbox is made on its first sandbox call: the file to read.
+                let out = c
+                    .call_tool(
+                        "fs.write",
+                        json!({"path": READ_PATH, "content": content_64k()}),
+                    )
+                    .await
+                    .map_err(|e| format!("fs.write over MCP: {e:#}"))?;
+                if out["isError"] != false {
+                    return Err(format!("fs.write over MCP failed: {out}"));
+                }
+                clients.push(Arc::new(c));
+            }
+            Ok(Door::Mcp(clients))
         }
         other => Err(format!("unknown transport `{other}`")),
     }
@@ -404,6 +439,17 @@ fn door_call(node: &Arc<Node>, door: &Door, w: Workload) -> CallFn {
                         .call_tool(tool, arguments)
                         .await
                         .map_err(|e| anyhow!("{e}"))?;
+                    check_mcp(w, &out)
+                })
+            })
+        }
+        Door::Mcp(clients) => {
+            let clients = clients.clone();
+            Arc::new(move |i| {
+                let client = clients[i % clients.len()].clone();
+                let arguments = arguments.clone();
+                Box::pin(async move {
+                    let out = client.call_tool(tool, arguments).await?;
                     check_mcp(w, &out)
                 })
             })
@@ -619,8 +665,15 @@ async fn measure_all(args: &Args, node: &mut Node, engine: &Arc<Engine>) -> Resu
         }
     }
     let load_after = loadavg();
-    // Ending the SEAL sessions destroys their sandboxes.
+    // Ending the SEAL and MCP sessions destroys their sandboxes.
     for (_, door) in &doors {
+        if let Door::Mcp(clients) = door {
+            for c in clients {
+                if let Err(e) = c.close().await {
+                    say(format!("ending MCP session {}: {e:#}", c.session()));
+                }
+            }
+        }
         if let Door::Seal(clients) = door {
             for c in clients {
                 if let Some(id) = c.session_id() {
