@@ -37,6 +37,8 @@ use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 
+#[path = "support/cpu_account.rs"]
+mod cpu_account;
 #[path = "support/mcp_client.rs"]
 mod mcp_client;
 #[path = "support/raw_docker.rs"]
@@ -76,6 +78,13 @@ struct Args {
         value_delimiter = ','
     )]
     transports: Vec<String>,
+    /// Workloads, comma-separated: runtime, cmd, read.
+    #[arg(long, default_value = "runtime,cmd,read", value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Also print, per row, the CPU time each process spent per call (from /proc): stable on a
+    /// shared machine where rates are not.
+    #[arg(long)]
+    cpu: bool,
 }
 
 #[tokio::main]
@@ -177,12 +186,30 @@ async fn drive(clients: usize, secs: u64, call: CallFn) -> Stats {
     all
 }
 
-/// Warm-up, then the measured row.
-async fn measure(args: &Args, call: CallFn) -> Stats {
+/// Processes whose CPU time `--cpu` shows (everything else on the machine is a neighbour).
+const CPU_NAMES: [&str; 8] = [
+    "this process",
+    "postgres (ours)",
+    "dockerd",
+    "containerd",
+    "sandbox-executo",
+    "fuse-overlayfs",
+    "runc",
+    "docker-proxy",
+];
+
+/// Warm-up, then the measured row; with `--cpu`, where the CPU time of the row went.
+async fn measure(args: &Args, db_name: &str, call: CallFn) -> (Stats, Option<String>) {
     if args.warmup > 0 {
         drive(args.clients, args.warmup, call.clone()).await;
     }
-    drive(args.clients, args.seconds, call).await
+    let before = args.cpu.then(|| cpu_account::snapshot(db_name));
+    let stats = drive(args.clients, args.seconds, call).await;
+    let cpu = before.map(|before| {
+        let spent = cpu_account::spent(&before, &cpu_account::snapshot(db_name));
+        cpu_account::per_call(&spent, stats.samples.len(), &CPU_NAMES)
+    });
+    (stats, cpu)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -194,6 +221,15 @@ enum Workload {
 
 impl Workload {
     const ALL: [Workload; 3] = [Workload::RuntimeList, Workload::CmdTrue, Workload::FsRead];
+
+    /// The `--workloads` name.
+    fn key(self) -> &'static str {
+        match self {
+            Workload::RuntimeList => "runtime",
+            Workload::CmdTrue => "cmd",
+            Workload::FsRead => "read",
+        }
+    }
 
     fn label(self) -> &'static str {
         match self {
@@ -488,11 +524,20 @@ struct Row {
     workload: Workload,
     way: String,
     stats: Stats,
+    /// `--cpu`: CPU per call by process.
+    cpu: Option<String>,
 }
 
 async fn run(args: Args) -> Result<()> {
     if args.clients == 0 || args.sandboxes == 0 || args.seconds == 0 {
         bail!("--clients, --sandboxes and --seconds must be at least 1");
+    }
+    if let Some(w) = args
+        .workloads
+        .iter()
+        .find(|k| !Workload::ALL.iter().any(|w| w.key() == k.as_str()))
+    {
+        bail!("--workloads: unknown workload `{w}` (runtime, cmd, read)");
     }
     let admin_url = std::env::var("DATABASE_URL")
         .map_err(|_| anyhow!("DATABASE_URL is not set (scripts/load_bench.sh provides one)"))?;
@@ -561,7 +606,7 @@ async fn run(args: Args) -> Result<()> {
             .build()?,
         sandboxes: Vec::new(),
     };
-    let outcome = measure_all(&args, &mut node, &engine).await;
+    let outcome = measure_all(&args, &mut node, &engine, &db_name).await;
 
     say("stopping the orchestrator");
     let scope = node
@@ -590,7 +635,12 @@ async fn run(args: Args) -> Result<()> {
     outcome
 }
 
-async fn measure_all(args: &Args, node: &mut Node, engine: &Arc<Engine>) -> Result<()> {
+async fn measure_all(
+    args: &Args,
+    node: &mut Node,
+    engine: &Arc<Engine>,
+    db_name: &str,
+) -> Result<()> {
     say(format!("making {} sandboxes for REST", args.sandboxes));
     node.deploy_agent_yaml(agent_manifest("load-agent")).await?;
     for _ in 0..args.sandboxes {
@@ -644,23 +694,28 @@ async fn measure_all(args: &Args, node: &mut Node, engine: &Arc<Engine>) -> Resu
     let rows_before = audit_rows(&node).await?;
     let load_before = loadavg();
     let mut rows = Vec::new();
-    for w in Workload::ALL {
+    for w in Workload::ALL
+        .into_iter()
+        .filter(|w| args.workloads.iter().any(|k| k == w.key()))
+    {
         for (name, door) in &doors {
             say(format!("{} over {name}", w.label()));
-            let stats = measure(args, door_call(&node, door, w)).await;
+            let (stats, cpu) = measure(args, db_name, door_call(&node, door, w)).await;
             rows.push(Row {
                 workload: w,
                 way: name.clone(),
                 stats,
+                cpu,
             });
         }
         if w != Workload::RuntimeList {
             say(format!("{}: bare Docker exec", w.label()));
-            let stats = measure(args, bare_call(engine, &containers, w)).await;
+            let (stats, cpu) = measure(args, db_name, bare_call(engine, &containers, w)).await;
             rows.push(Row {
                 workload: w,
                 way: "bare docker exec".into(),
                 stats,
+                cpu,
             });
         }
     }
@@ -721,6 +776,9 @@ async fn measure_all(args: &Args, node: &mut Node, engine: &Arc<Engine>) -> Resu
         );
         if let Some(e) = &r.stats.first_error {
             println!("    first error: {e}");
+        }
+        if let Some(cpu) = &r.cpu {
+            println!("    {cpu}");
         }
         if r.way != "bare docker exec" {
             audited_calls += r.stats.calls();
