@@ -12,10 +12,9 @@
 //!
 //! The executor's direct child for a command is the command's sub-reaper (`subreaper.rs`), which
 //! exits with the command's status after killing whatever the command left behind, so orphans of
-//! commands never reach the executor. Spawning happens under the same lock, and the pid is
-//! registered before the lock is released, so the reaper can never reap a command before it is
-//! known. (That also covers std's own `waitpid` on a child whose `exec` failed, which runs inside
-//! `spawn`.) Signals to a sub-reaper are sent under the lock and only while it is unreaped, so a
+//! commands never reach the executor. Forking happens under the same lock, and the pid is
+//! registered before the lock is released, so the reaper can never reap a sub-reaper before it
+//! is known, however fast it ends. Signals to a sub-reaper are sent under the lock and only while it is unreaped, so a
 //! recycled pid is never signalled.
 
 use std::collections::{HashMap, HashSet};

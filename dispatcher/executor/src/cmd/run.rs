@@ -1,12 +1,13 @@
 //! `cmd.run`: one program, no shell, as the sandbox user, confined by the kernel, supervised.
 //!
 //! The executor resolves `argv[0]` and the programs the command may execute (`grant.rs`), opens
-//! the working directory beneath its root, and starts the command's **sub-reaper**
-//! (`subreaper.rs`: this binary again, as root) with the working directory already entered and a
-//! [`Plan`] on its stdin. The sub-reaper confines itself with Landlock, starts the command as
-//! the sandbox user in its own process group and answers on a status pipe (`started`, or why
-//! not). Being non-root after `setuid` with no-new-privileges set, the command has no
-//! capabilities at all; its environment is built from scratch.
+//! the working directory beneath its root, builds the command's Landlock ruleset (`confine.rs`)
+//! and forks the command's **sub-reaper** (`subreaper.rs`: a copy of the executor, as root) with
+//! a [`Plan`], the ruleset and the pipes. The sub-reaper enters the working directory, confines
+//! itself with Landlock, starts the command as the sandbox user in its own process group and
+//! answers on a status pipe (`started`, or why not). Being non-root after `setuid` with
+//! no-new-privileges set, the command has no capabilities at all; its environment is built from
+//! scratch.
 //!
 //! The supervising thread then runs one `poll` loop over the stdout pipe, the stderr pipe and the
 //! command's wake-up eventfd (exit or cancel), with a timeout computed from the next deadline:
