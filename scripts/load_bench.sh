@@ -2,7 +2,7 @@
 # The load benchmark: makes its dependencies available (like scripts/bench.sh), then runs
 # orchestrator/examples/load_bench.rs in release mode and prints its table.
 # Usage: scripts/load_bench.sh [--clients 50] [--seconds 5] [--warmup 1] [--sandboxes 10]
-#                              [--transports rest,seal-http,seal-grpc,mcp]
+#                              [--transports rest,seal-http,seal-grpc,mcp] [--workloads runtime,cmd,read] [--cpu]
 #
 # - Docker: must answer. PostgreSQL: $DATABASE_URL when given (a role that may CREATE DATABASE;
 #   the benchmark creates load_<uuid> and drops it), else a throwaway cluster (scripts/lib).

@@ -37,8 +37,13 @@ use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 
+#[path = "support/cpu_account.rs"]
+mod cpu_account;
+#[path = "support/mcp_client.rs"]
+mod mcp_client;
 #[path = "support/raw_docker.rs"]
 mod raw_docker;
+use mcp_client::McpClient;
 use raw_docker::Engine;
 
 /// The runtime image of every sandbox (static busybox).
@@ -73,6 +78,13 @@ struct Args {
         value_delimiter = ','
     )]
     transports: Vec<String>,
+    /// Workloads, comma-separated: runtime, cmd, read.
+    #[arg(long, default_value = "runtime,cmd,read", value_delimiter = ',')]
+    workloads: Vec<String>,
+    /// Also print, per row, the CPU time each process spent per call (from /proc): stable on a
+    /// shared machine where rates are not.
+    #[arg(long)]
+    cpu: bool,
 }
 
 #[tokio::main]
@@ -174,12 +186,30 @@ async fn drive(clients: usize, secs: u64, call: CallFn) -> Stats {
     all
 }
 
-/// Warm-up, then the measured row.
-async fn measure(args: &Args, call: CallFn) -> Stats {
+/// Processes whose CPU time `--cpu` shows (everything else on the machine is a neighbour).
+const CPU_NAMES: [&str; 8] = [
+    "this process",
+    "postgres (ours)",
+    "dockerd",
+    "containerd",
+    "sandbox-executo",
+    "fuse-overlayfs",
+    "runc",
+    "docker-proxy",
+];
+
+/// Warm-up, then the measured row; with `--cpu`, where the CPU time of the row went.
+async fn measure(args: &Args, db_name: &str, call: CallFn) -> (Stats, Option<String>) {
     if args.warmup > 0 {
         drive(args.clients, args.warmup, call.clone()).await;
     }
-    drive(args.clients, args.seconds, call).await
+    let before = args.cpu.then(|| cpu_account::snapshot(db_name));
+    let stats = drive(args.clients, args.seconds, call).await;
+    let cpu = before.map(|before| {
+        let spent = cpu_account::spent(&before, &cpu_account::snapshot(db_name));
+        cpu_account::per_call(&spent, stats.samples.len(), &CPU_NAMES)
+    });
+    (stats, cpu)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -191,6 +221,15 @@ enum Workload {
 
 impl Workload {
     const ALL: [Workload; 3] = [Workload::RuntimeList, Workload::CmdTrue, Workload::FsRead];
+
+    /// The `--workloads` name.
+    fn key(self) -> &'static str {
+        match self {
+            Workload::RuntimeList => "runtime",
+            Workload::CmdTrue => "cmd",
+            Workload::FsRead => "read",
+        }
+    }
 
     fn label(self) -> &'static str {
         match self {
@@ -320,6 +359,8 @@ fn content_64k() -> String {
 enum Door {
     Rest,
     Seal(Vec<Arc<SealClient>>),
+    /// One MCP session per sandbox (each session has its own), under a key bound to `load`.
+    Mcp(Vec<Arc<McpClient>>),
 }
 
 async fn open_door(node: &Arc<Node>, args: &Args, name: &str) -> Result<Door, String> {
@@ -353,22 +394,52 @@ async fn open_door(node: &Arc<Node>, args: &Args, name: &str) -> Result<Door, St
             Ok(Door::Seal(clients))
         }
         "mcp" => {
-            let r = node
+            let probe = node
                 .http
                 .post(format!("{}/mcp", node.http_base))
-                .bearer_auth(&node.admin_key)
-                .header("accept", "application/json, text/event-stream")
-                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
                 .send()
                 .await
                 .map_err(|e| e.to_string())?;
-            if r.status() == reqwest::StatusCode::NOT_FOUND {
+            if probe.status() == reqwest::StatusCode::NOT_FOUND {
                 return Err("this build serves no /mcp endpoint (404); MCP rows skipped".into());
             }
-            Err(format!(
-                "/mcp answers ({}), but this benchmark has no MCP client yet; MCP rows skipped",
-                r.status()
-            ))
+            let key = node
+                .rest(
+                    reqwest::Method::POST,
+                    "/v1/api-keys",
+                    Some(
+                        json!({"name": "load-mcp", "role": "readonly", "security_context": "load"}),
+                    ),
+                )
+                .await
+                .map_err(|e| format!("a key bound to the `load` context: {e:#}"))?;
+            let key = key["key"]
+                .as_str()
+                .ok_or_else(|| format!("POST /v1/api-keys answered without a key: {key}"))?
+                .to_owned();
+            let mut clients = Vec::new();
+            for _ in 0..args.sandboxes {
+                let c = McpClient::connect(
+                    node.http.clone(),
+                    format!("{}/mcp", node.http_base),
+                    key.clone(),
+                )
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+                // The session's sandbox is made on its first sandbox call: the file to read.
+                let out = c
+                    .call_tool(
+                        "fs.write",
+                        json!({"path": READ_PATH, "content": content_64k()}),
+                    )
+                    .await
+                    .map_err(|e| format!("fs.write over MCP: {e:#}"))?;
+                if out["isError"] != false {
+                    return Err(format!("fs.write over MCP failed: {out}"));
+                }
+                clients.push(Arc::new(c));
+            }
+            Ok(Door::Mcp(clients))
         }
         other => Err(format!("unknown transport `{other}`")),
     }
@@ -408,6 +479,17 @@ fn door_call(node: &Arc<Node>, door: &Door, w: Workload) -> CallFn {
                 })
             })
         }
+        Door::Mcp(clients) => {
+            let clients = clients.clone();
+            Arc::new(move |i| {
+                let client = clients[i % clients.len()].clone();
+                let arguments = arguments.clone();
+                Box::pin(async move {
+                    let out = client.call_tool(tool, arguments).await?;
+                    check_mcp(w, &out)
+                })
+            })
+        }
     }
 }
 
@@ -442,11 +524,20 @@ struct Row {
     workload: Workload,
     way: String,
     stats: Stats,
+    /// `--cpu`: CPU per call by process.
+    cpu: Option<String>,
 }
 
 async fn run(args: Args) -> Result<()> {
     if args.clients == 0 || args.sandboxes == 0 || args.seconds == 0 {
         bail!("--clients, --sandboxes and --seconds must be at least 1");
+    }
+    if let Some(w) = args
+        .workloads
+        .iter()
+        .find(|k| !Workload::ALL.iter().any(|w| w.key() == k.as_str()))
+    {
+        bail!("--workloads: unknown workload `{w}` (runtime, cmd, read)");
     }
     let admin_url = std::env::var("DATABASE_URL")
         .map_err(|_| anyhow!("DATABASE_URL is not set (scripts/load_bench.sh provides one)"))?;
@@ -515,7 +606,7 @@ async fn run(args: Args) -> Result<()> {
             .build()?,
         sandboxes: Vec::new(),
     };
-    let outcome = measure_all(&args, &mut node, &engine).await;
+    let outcome = measure_all(&args, &mut node, &engine, &db_name).await;
 
     say("stopping the orchestrator");
     let scope = node
@@ -544,7 +635,12 @@ async fn run(args: Args) -> Result<()> {
     outcome
 }
 
-async fn measure_all(args: &Args, node: &mut Node, engine: &Arc<Engine>) -> Result<()> {
+async fn measure_all(
+    args: &Args,
+    node: &mut Node,
+    engine: &Arc<Engine>,
+    db_name: &str,
+) -> Result<()> {
     say(format!("making {} sandboxes for REST", args.sandboxes));
     node.deploy_agent_yaml(agent_manifest("load-agent")).await?;
     for _ in 0..args.sandboxes {
@@ -598,29 +694,41 @@ async fn measure_all(args: &Args, node: &mut Node, engine: &Arc<Engine>) -> Resu
     let rows_before = audit_rows(&node).await?;
     let load_before = loadavg();
     let mut rows = Vec::new();
-    for w in Workload::ALL {
+    for w in Workload::ALL
+        .into_iter()
+        .filter(|w| args.workloads.iter().any(|k| k == w.key()))
+    {
         for (name, door) in &doors {
             say(format!("{} over {name}", w.label()));
-            let stats = measure(args, door_call(&node, door, w)).await;
+            let (stats, cpu) = measure(args, db_name, door_call(&node, door, w)).await;
             rows.push(Row {
                 workload: w,
                 way: name.clone(),
                 stats,
+                cpu,
             });
         }
         if w != Workload::RuntimeList {
             say(format!("{}: bare Docker exec", w.label()));
-            let stats = measure(args, bare_call(engine, &containers, w)).await;
+            let (stats, cpu) = measure(args, db_name, bare_call(engine, &containers, w)).await;
             rows.push(Row {
                 workload: w,
                 way: "bare docker exec".into(),
                 stats,
+                cpu,
             });
         }
     }
     let load_after = loadavg();
-    // Ending the SEAL sessions destroys their sandboxes.
+    // Ending the SEAL and MCP sessions destroys their sandboxes.
     for (_, door) in &doors {
+        if let Door::Mcp(clients) = door {
+            for c in clients {
+                if let Err(e) = c.close().await {
+                    say(format!("ending MCP session {}: {e:#}", c.session()));
+                }
+            }
+        }
         if let Door::Seal(clients) = door {
             for c in clients {
                 if let Some(id) = c.session_id() {
@@ -668,6 +776,9 @@ async fn measure_all(args: &Args, node: &mut Node, engine: &Arc<Engine>) -> Resu
         );
         if let Some(e) = &r.stats.first_error {
             println!("    first error: {e}");
+        }
+        if let Some(cpu) = &r.cpu {
+            println!("    {cpu}");
         }
         if r.way != "bare docker exec" {
             audited_calls += r.stats.calls();

@@ -1,10 +1,13 @@
 //! What the speed work must not break: concurrent calls share audit transactions without losing a
-//! row or the chain's order, and the SEAL gateway's caches never outlive a change made through
-//! another replica (revocation, a context edit).
+//! row or the chain's order, a chain writer whose remembered head went stale (another replica
+//! appended) chains after the real head, and the SEAL gateway's caches never outlive a change
+//! made through another replica (revocation, a context edit).
 
 mod common;
 
 use common::{test_config, TestApp, TestDb};
+use orchestrator::audit::{self, Entry, EntryKind};
+use orchestrator::caller::{Caller, Role};
 use orchestrator::seal_client::{ClientError, SealClient, Transport};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -54,6 +57,11 @@ async fn concurrent_calls_are_all_chained_in_order_and_verifiable() {
     }
 
     // The whole chain: gap-free positions in `seq` order, and the hashes verify.
+    assert_chain_whole(&app).await;
+}
+
+/// Positions 1..n in `seq` order, and a full verification that passes.
+async fn assert_chain_whole(app: &TestApp) {
     let positions: Vec<Option<i64>> =
         sqlx::query_scalar("SELECT chain_index FROM audit_log ORDER BY seq")
             .fetch_all(&app.state.pool)
@@ -69,6 +77,63 @@ async fn concurrent_calls_are_all_chained_in_order_and_verifiable() {
         .unwrap();
     let verified: Value = r.json().await.unwrap();
     assert_eq!(verified["valid"], true, "{verified}");
+}
+
+#[tokio::test]
+async fn two_chain_writers_on_one_database_keep_one_chain() {
+    let app = TestApp::spawn().await;
+    // A second writer for the same database, as another replica has: the writers are keyed by
+    // host, so the other spelling of the loopback host gets one of its own, with its own
+    // remembered head that the first writer's rows make stale (and the other way round).
+    let url = &app.db.as_ref().expect("the app's database").url;
+    let other_url = if url.contains("127.0.0.1") {
+        url.replace("127.0.0.1", "localhost")
+    } else if url.contains("localhost") {
+        url.replace("localhost", "127.0.0.1")
+    } else {
+        panic!("this test needs DATABASE_URL on 127.0.0.1 or localhost, not {url}");
+    };
+    let other = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&other_url)
+        .await
+        .expect("second pool");
+    let caller = Caller::operator(uuid::Uuid::new_v4(), "writers", Role::Admin);
+    let entry = |action: &str| Entry {
+        kind: EntryKind::Tool,
+        action: action.to_owned(),
+        allowed: true,
+        reason_code: None,
+        reason: None,
+        args_digest: "-".to_owned(),
+        outcome: "ok",
+        result_digest: None,
+        duration_ms: 0,
+    };
+    for round in 0..6 {
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let pool = if (round + i) % 2 == 0 {
+                app.state.pool.clone()
+            } else {
+                other.clone()
+            };
+            let (caller, entry) = (caller.clone(), entry("writers.test"));
+            tasks.push(tokio::spawn(async move {
+                audit::record(&pool, &caller, entry).await
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap().expect("row stored");
+        }
+    }
+    let stored: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = 'writers.test'")
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, 48);
+    assert_chain_whole(&app).await;
 }
 
 fn context(tools: &str) -> Value {

@@ -48,8 +48,6 @@ pub struct Context {
     pub children: Arc<Children>,
     /// Programs resolved for the kernel-held execute rules (cached).
     pub grants: cmd::grant::Grants,
-    /// This binary, started again as every command's sub-reaper.
-    pub self_exe: String,
     /// The kernel's Landlock ABI (0: none).
     pub landlock_abi: u32,
 }
@@ -133,10 +131,6 @@ pub fn main() -> i32 {
         Ok(children) => children,
         Err(e) => return fatal(format!("cannot start the reaper: {e}")),
     };
-    let self_exe = match std::fs::read_link("/proc/self/exe") {
-        Ok(path) => path.to_string_lossy().into_owned(),
-        Err(e) => return fatal(format!("cannot find the executor's own binary: {e}")),
-    };
     let landlock_abi = cmd::confine::kernel_abi();
     if landlock_abi == 0 && config.require_landlock {
         crate::log_event!(
@@ -148,7 +142,6 @@ pub fn main() -> i32 {
         roots,
         children: Arc::clone(&children),
         grants: cmd::grant::Grants::default(),
-        self_exe,
         landlock_abi,
     });
     crate::log_event!(

@@ -860,8 +860,8 @@ fn failures_and_special_files_are_reported_cleanly() {
         (json!([]), json!(true))
     );
 
-    // A failure inside spawn (here fchdir in the child) is waited for by std under the registry
-    // lock; the reaper must neither steal that status nor lose later ones.
+    // A sub-reaper that fails before starting the command (here its fchdir) exits at once; the
+    // reaper must neither lose that status nor later ones.
     for _ in 0..20 {
         let msg = s.refused(
             json!({"op":"cmd.run","argv":["true"],"cwd":"locked","timeout_ms":5000,

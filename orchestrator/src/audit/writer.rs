@@ -9,6 +9,12 @@
 //! `prev_hash` and `hash`, verification is unchanged, and `append` returns only once the row's
 //! transaction committed (an intent row still exists before its tool runs).
 //!
+//! A batch costs three round trips: `BEGIN` and the lock in one simple query, the INSERT, the
+//! COMMIT. The writer remembers the head it last wrote (hash and index per tenant) and the
+//! INSERT stores nothing unless that is still the head under the lock; when another replica (or
+//! anything else) appended meanwhile, the head is read and the batch chained again, in the same
+//! transaction and under the same lock.
+//!
 //! A batch that fails (say a second completion of one intent hits the unique index) is retried
 //! row by row, so only the offending row reports the error.
 
@@ -92,15 +98,19 @@ fn spawn_writer() -> mpsc::UnboundedSender<Pending> {
     tx
 }
 
+/// The head of each tenant's chain as this writer last committed it: (hash, next index).
+type Heads = HashMap<String, (String, i64)>;
+
 async fn run(mut rx: mpsc::UnboundedReceiver<Pending>) {
     let mut batch = Vec::new();
+    let mut heads = Heads::new();
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        write(std::mem::take(&mut batch)).await;
+        write(std::mem::take(&mut batch), &mut heads).await;
     }
 }
 
 /// Writes one batch; on failure, each row alone so that only a bad row fails.
-async fn write(batch: Vec<Pending>) {
+async fn write(batch: Vec<Pending>, heads: &mut Heads) {
     let Some(pool) = batch
         .iter()
         .map(|p| &p.pool)
@@ -112,7 +122,7 @@ async fn write(batch: Vec<Pending>) {
         }
         return;
     };
-    match store(&pool, &batch).await {
+    match store(&pool, &batch, heads).await {
         Ok(rows) => {
             for (p, row) in batch.into_iter().zip(rows) {
                 let _ = p.reply.send(Ok(row));
@@ -126,7 +136,9 @@ async fn write(batch: Vec<Pending>) {
         Err(_) => {
             for p in batch {
                 let one = std::slice::from_ref(&p);
-                let result = store(&pool, one).await.map(|mut rows| rows.remove(0));
+                let result = store(&pool, one, heads)
+                    .await
+                    .map(|mut rows| rows.remove(0));
                 let _ = p.reply.send(result);
             }
         }
@@ -134,38 +146,88 @@ async fn write(batch: Vec<Pending>) {
 }
 
 /// Chains and inserts `batch` in one transaction; the stored rows, in the batch's order.
-async fn store(pool: &PgPool, batch: &[Pending]) -> Result<Vec<AuditRow>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(APPEND_LOCK)
-        .execute(&mut *tx)
+/// `heads` is the cache of chain heads: used if still true, refreshed otherwise, forgotten on
+/// failure.
+async fn store(
+    pool: &PgPool,
+    batch: &[Pending],
+    heads: &mut Heads,
+) -> Result<Vec<AuditRow>, sqlx::Error> {
+    let result = store_locked(pool, batch, heads).await;
+    if result.is_err() {
+        heads.clear();
+    }
+    result
+}
+
+async fn store_locked(
+    pool: &PgPool,
+    batch: &[Pending],
+    heads: &mut Heads,
+) -> Result<Vec<AuditRow>, sqlx::Error> {
+    // One round trip: a simple query may hold two statements.
+    let mut tx = pool
+        .begin_with(format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK})"
+        ))
         .await?;
-    // The head of each tenant's chain: (hash, next index).
-    let mut heads: HashMap<&str, (String, i64)> = HashMap::new();
-    for p in batch {
-        if heads.contains_key(p.tenant.as_str()) {
+    let mut tenants: Vec<&str> = batch.iter().map(|p| p.tenant.as_str()).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    let mut cached = tenants.iter().all(|t| heads.contains_key(*t));
+    loop {
+        if !cached {
+            for tenant in &tenants {
+                let head = read_head(&mut tx, tenant).await?;
+                heads.insert((*tenant).to_owned(), head);
+            }
+        }
+        let mut next = heads.clone();
+        let rows = chain(batch, &mut next)?;
+        // Stored only if every tenant's head is still the one chained to (unless just read).
+        let expected: Vec<(String, String)> = tenants
+            .iter()
+            .map(|t| ((*t).to_owned(), heads[*t].0.clone()))
+            .collect();
+        let stored = insert(&mut tx, batch, &rows, cached.then_some(&expected)).await?;
+        if stored.is_empty() && cached {
+            // Someone else appended since our last batch: read the heads, chain again.
+            cached = false;
             continue;
         }
-        let prev: Option<(String, Option<i64>)> = sqlx::query_as(
-            "SELECT hash, chain_index FROM audit_log WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(&p.tenant)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let head = match prev {
-            None => (GENESIS.to_owned(), 1),
-            Some((hash, Some(index))) => (hash, index + 1),
-            Some((hash, None)) => {
-                let n: i64 =
-                    sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE tenant_id = $1")
-                        .bind(&p.tenant)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                (hash, n + 1)
-            }
-        };
-        heads.insert(p.tenant.as_str(), head);
+        let rows = number(rows, stored)?;
+        tx.commit().await?;
+        *heads = next;
+        return Ok(rows);
     }
+}
+
+/// The head of `tenant`'s chain: (hash, next index).
+async fn read_head(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    tenant: &str,
+) -> Result<(String, i64), sqlx::Error> {
+    let prev: Option<(String, Option<i64>)> = sqlx::query_as(
+        "SELECT hash, chain_index FROM audit_log WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(tenant)
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(match prev {
+        None => (GENESIS.to_owned(), 1),
+        Some((hash, Some(index))) => (hash, index + 1),
+        Some((hash, None)) => {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE tenant_id = $1")
+                .bind(tenant)
+                .fetch_one(&mut **tx)
+                .await?;
+            (hash, n + 1)
+        }
+    })
+}
+
+/// Chains the batch's rows in order from `heads`, advancing them.
+fn chain(batch: &[Pending], heads: &mut Heads) -> Result<Vec<AuditRow>, sqlx::Error> {
     // Postgres keeps microseconds; truncate now so the hashed time equals the stored time.
     let at = Utc::now().trunc_subsecs(6);
     let mut rows = Vec::with_capacity(batch.len());
@@ -181,10 +243,23 @@ async fn store(pool: &PgPool, batch: &[Pending]) -> Result<Vec<AuditRow>, sqlx::
         *head = (row.hash.clone(), head.1 + 1);
         rows.push(row);
     }
+    Ok(rows)
+}
+
+/// Inserts the chained rows with one statement; with `expected` heads, inserts nothing unless
+/// each tenant's newest row still has the expected hash. Returns (id, seq) of what it stored.
+async fn insert(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    batch: &[Pending],
+    rows: &[AuditRow],
+    expected: Option<&Vec<(String, String)>>,
+) -> Result<Vec<(Uuid, i64)>, sqlx::Error> {
     let col = |f: fn(&AuditRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
     let opt = |f: fn(&AuditRow) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
+    let (check_tenants, check_hashes): (Vec<String>, Vec<String>) =
+        expected.cloned().unwrap_or_default().into_iter().unzip();
     // Rows are emitted in ordinal order, so `seq` (a sequence default) follows the chain.
-    let stored: Vec<(Uuid, i64)> = sqlx::query_as(
+    sqlx::query_as(
         "INSERT INTO audit_log (id, tenant_id, at, caller_kind, caller_id, kind, action, decision, \
          reason_code, reason, args_digest, outcome, result_digest, duration_ms, intent_id, \
          chain_index, instance_id, prev_hash, hash) \
@@ -196,7 +271,11 @@ async fn store(pool: &PgPool, batch: &[Pending]) -> Result<Vec<AuditRow>, sqlx::
          $17::uuid[], $18::text[], $19::text[]) WITH ORDINALITY AS u(id, tenant_id, at, \
          caller_kind, caller_id, kind, action, decision, reason_code, reason, args_digest, \
          outcome, result_digest, duration_ms, intent_id, chain_index, instance_id, prev_hash, \
-         hash, ord) ORDER BY ord RETURNING id, seq",
+         hash, ord) \
+         WHERE NOT EXISTS (SELECT 1 FROM UNNEST($20::text[], $21::text[]) AS h(tenant, hash) \
+           WHERE (SELECT a.hash FROM audit_log a WHERE a.tenant_id = h.tenant \
+                  ORDER BY a.seq DESC LIMIT 1) IS DISTINCT FROM h.hash) \
+         ORDER BY ord RETURNING id, seq",
     )
     .bind(rows.iter().map(|r| r.id).collect::<Vec<_>>())
     .bind(batch.iter().map(|p| p.tenant.clone()).collect::<Vec<_>>())
@@ -217,8 +296,14 @@ async fn store(pool: &PgPool, batch: &[Pending]) -> Result<Vec<AuditRow>, sqlx::
     .bind(batch.iter().map(|p| p.instance).collect::<Vec<_>>())
     .bind(col(|r| r.prev_hash.clone()))
     .bind(col(|r| r.hash.clone()))
-    .fetch_all(&mut *tx)
-    .await?;
+    .bind(check_tenants)
+    .bind(check_hashes)
+    .fetch_all(&mut **tx)
+    .await
+}
+
+/// Puts the stored `seq` on each row, refusing (rolling back) a batch numbered out of order.
+fn number(mut rows: Vec<AuditRow>, stored: Vec<(Uuid, i64)>) -> Result<Vec<AuditRow>, sqlx::Error> {
     let seqs: HashMap<Uuid, i64> = stored.into_iter().collect();
     let mut last = 0;
     for row in &mut rows {
@@ -234,6 +319,5 @@ async fn store(pool: &PgPool, batch: &[Pending]) -> Result<Vec<AuditRow>, sqlx::
         }
         last = row.seq;
     }
-    tx.commit().await?;
     Ok(rows)
 }

@@ -221,9 +221,14 @@ pub async fn authenticate_bound(pool: &PgPool, presented: &str) -> Result<BoundK
         Option<DateTime<Utc>>,
         Option<String>,
     );
+    // Like `authenticate`: `last_used_at` at most every 30 s, or every concurrent request of an
+    // MCP client (one key, many calls in flight) queues on the key's row lock.
     let row: Option<Row> = sqlx::query_as(
-        "UPDATE api_keys SET last_used_at = now() WHERE key_hash = $1 \
-             RETURNING id, name, expires_at, revoked_at, security_context",
+        "WITH k AS (SELECT id, name, expires_at, revoked_at, security_context, last_used_at \
+             FROM api_keys WHERE key_hash = $1), \
+         touched AS (UPDATE api_keys a SET last_used_at = now() FROM k WHERE a.id = k.id \
+             AND (k.last_used_at IS NULL OR k.last_used_at < now() - interval '30 seconds')) \
+         SELECT id, name, expires_at, revoked_at, security_context FROM k",
     )
     .bind(hash(presented))
     .fetch_optional(pool)

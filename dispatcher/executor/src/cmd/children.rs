@@ -12,15 +12,13 @@
 //!
 //! The executor's direct child for a command is the command's sub-reaper (`subreaper.rs`), which
 //! exits with the command's status after killing whatever the command left behind, so orphans of
-//! commands never reach the executor. Spawning happens under the same lock, and the pid is
-//! registered before the lock is released, so the reaper can never reap a command before it is
-//! known. (That also covers std's own `waitpid` on a child whose `exec` failed, which runs inside
-//! `spawn`.) Signals to a sub-reaper are sent under the lock and only while it is unreaped, so a
+//! commands never reach the executor. Forking happens under the same lock, and the pid is
+//! registered before the lock is released, so the reaper can never reap a sub-reaper before it
+//! is known, however fast it ends. Signals to a sub-reaper are sent under the lock and only while it is unreaped, so a
 //! recycled pid is never signalled.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -120,13 +118,14 @@ impl Children {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Spawns `command` for request `request` and registers it before the reaper can see it.
-    /// Returns `None`, spawning nothing, when the request was cancelled before this point.
-    pub fn spawn(
+    /// Starts a child for request `request` with `start` (which returns its pid) and registers
+    /// it before the reaper can see it. Returns `None`, starting nothing, when the request was
+    /// cancelled before this point.
+    pub fn spawn_with(
         &self,
         request: u64,
-        command: &mut Command,
-    ) -> io::Result<Option<(Child, Arc<Slot>)>> {
+        start: impl FnOnce() -> io::Result<Pid>,
+    ) -> io::Result<Option<Arc<Slot>>> {
         let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         let mut registry = self.lock();
         if registry.shutting_down {
@@ -135,11 +134,7 @@ impl Children {
         if registry.cancelled_early.remove(&request) {
             return Ok(None);
         }
-        let child = command.spawn()?;
-        let pid = i32::try_from(child.id())
-            .ok()
-            .and_then(Pid::from_raw)
-            .ok_or_else(|| io::Error::other("spawn returned an invalid pid"))?;
+        let pid = start()?;
         let slot = Arc::new(Slot {
             pid,
             request,
@@ -151,7 +146,7 @@ impl Children {
         registry.by_request.insert(request, Arc::clone(&slot));
         drop(registry);
         self.spawned.notify_all();
-        Ok(Some((child, slot)))
+        Ok(Some(slot))
     }
 
     /// Asks the command's sub-reaper to stop the command, if the sub-reaper has not been reaped:

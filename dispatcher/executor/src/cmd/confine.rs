@@ -19,8 +19,8 @@
 //! refuses unless the sandbox was configured to run without Landlock.
 
 use landlock::{
-    Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, RestrictionStatus,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use serde::{Deserialize, Serialize};
 
@@ -60,9 +60,16 @@ pub fn kernel_abi() -> u32 {
     u32::try_from(abi).unwrap_or(0)
 }
 
-/// Confines the calling (single-threaded) process and everything it starts afterwards.
-pub fn restrict_self(confinement: &Confinement) -> Result<Enforcement, String> {
-    let status = build_and_restrict(confinement).map_err(|e| e.to_string())?;
+/// Builds the command's Landlock ruleset without enforcing it: the executor does this in its
+/// handler thread, the forked sub-reaper then enforces it on itself with [`enforce`].
+pub fn prepare(confinement: &Confinement) -> Result<RulesetCreated, String> {
+    build(confinement).map_err(|e| e.to_string())
+}
+
+/// Confines the calling (single-threaded) process, and everything it starts afterwards, with a
+/// ruleset from [`prepare`].
+pub fn enforce(ruleset: RulesetCreated) -> Result<Enforcement, String> {
+    let status = ruleset.restrict_self().map_err(|e| e.to_string())?;
     Ok(match status.ruleset {
         RulesetStatus::FullyEnforced => Enforcement::Full,
         RulesetStatus::PartiallyEnforced => Enforcement::Partial,
@@ -70,7 +77,7 @@ pub fn restrict_self(confinement: &Confinement) -> Result<Enforcement, String> {
     })
 }
 
-fn build_and_restrict(c: &Confinement) -> Result<RestrictionStatus, landlock::RulesetError> {
+fn build(c: &Confinement) -> Result<RulesetCreated, landlock::RulesetError> {
     let write = AccessFs::from_write(ABI::V3);
     let file_write = AccessFs::WriteFile | AccessFs::Truncate;
     let mut handled = write;
@@ -102,7 +109,7 @@ fn build_and_restrict(c: &Confinement) -> Result<RestrictionStatus, landlock::Ru
             created = created.add_rule(PathBeneath::new(fd, file_write))?;
         }
     }
-    created.restrict_self()
+    Ok(created)
 }
 
 /// Opens a write root as `O_PATH` without following any symlink on the way, so an agent that

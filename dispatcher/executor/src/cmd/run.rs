@@ -1,12 +1,13 @@
 //! `cmd.run`: one program, no shell, as the sandbox user, confined by the kernel, supervised.
 //!
 //! The executor resolves `argv[0]` and the programs the command may execute (`grant.rs`), opens
-//! the working directory beneath its root, and starts the command's **sub-reaper**
-//! (`subreaper.rs`: this binary again, as root) with the working directory already entered and a
-//! [`Plan`] on its stdin. The sub-reaper confines itself with Landlock, starts the command as
-//! the sandbox user in its own process group and answers on a status pipe (`started`, or why
-//! not). Being non-root after `setuid` with no-new-privileges set, the command has no
-//! capabilities at all; its environment is built from scratch.
+//! the working directory beneath its root, builds the command's Landlock ruleset (`confine.rs`)
+//! and forks the command's **sub-reaper** (`subreaper.rs`: a copy of the executor, as root) with
+//! a [`Plan`], the ruleset and the pipes. The sub-reaper enters the working directory, confines
+//! itself with Landlock, starts the command as the sandbox user in its own process group and
+//! answers on a status pipe (`started`, or why not). Being non-root after `setuid` with
+//! no-new-privileges set, the command has no capabilities at all; its environment is built from
+//! scratch.
 //!
 //! The supervising thread then runs one `poll` loop over the stdout pipe, the stderr pipe and the
 //! command's wake-up eventfd (exit or cancel), with a timeout computed from the next deadline:
@@ -18,24 +19,22 @@
 //!   `setsid` daemons, double forks) and exits with the leader's status; the loop then drains the
 //!   pipes until EOF but at most [`DRAIN_AFTER_EXIT`].
 
-use std::io::{self, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
-use rustix::fd::{BorrowedFd, OwnedFd};
+use rustix::fd::OwnedFd;
 use rustix::fs::OFlags;
-use rustix::io::{Errno, FdFlags};
+use rustix::io::Errno;
 use rustix::pipe::PipeFlags;
+use rustix::process::Pid;
 
 use crate::cmd::capture::CappedBuffer;
 use crate::cmd::children::{Slot, Stop};
-use crate::cmd::confine::Confinement;
+use crate::cmd::confine::{self, Confinement};
 use crate::cmd::program;
-use crate::cmd::subreaper::{Handshake, Plan, SUPERVISE_ARG};
+use crate::cmd::subreaper::{self, Handshake, Plan};
 use crate::encoding;
 use crate::error::{OpError, OpResult};
 use crate::protocol::{Encoding, Enforcement, ErrorKind, RunParams, RunResult, Truncation};
@@ -92,70 +91,67 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         env.retain(|(k, _)| k != key);
         env.push((key.clone(), value.clone()));
     }
-    let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
-        .map_err(|e| OpError::new(ErrorKind::SpawnFailed, format!("cannot create a pipe: {e}")))?;
-    let plan = Plan {
-        program: program.clone(),
-        argv: params.argv.clone(),
-        env,
-        uid: ctx.config.uid,
-        gid: ctx.config.gid,
-        status_fd: status_write.as_raw_fd(),
-        confinement: Confinement {
-            exec,
-            write_roots: ctx.config.write_roots.clone(),
-            egress: ctx.config.egress,
-        },
-        require_landlock: ctx.config.require_landlock,
+    let (status_read, status_write) = pipe()?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let confinement = Confinement {
+        exec,
+        write_roots: ctx.config.write_roots.clone(),
+        egress: ctx.config.egress,
     };
-    let plan_json = serde_json::to_vec(&plan)
-        .map_err(|e| OpError::new(ErrorKind::Internal, format!("cannot encode the plan: {e}")))?;
-
-    let mut command = Command::new(&ctx.self_exe);
-    command
-        .arg(SUPERVISE_ARG)
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let cwd_raw = cwd.as_raw_fd();
-    let status_raw = status_write.as_raw_fd();
-    // SAFETY: the closure runs in the forked child before exec and only calls fchdir(2) and
-    // fcntl(2), which are async-signal-safe. `cwd` and `status_write` outlive the spawn below,
-    // so the descriptor numbers stay valid; the status pipe is the one descriptor the sub-reaper
-    // inherits beyond stdio.
-    unsafe {
-        command.pre_exec(move || {
-            rustix::process::fchdir(BorrowedFd::borrow_raw(cwd_raw)).map_err(io::Error::from)?;
-            rustix::io::fcntl_setfd(BorrowedFd::borrow_raw(status_raw), FdFlags::empty())
-                .map_err(io::Error::from)
-        });
-    }
-
-    let started = Instant::now();
-    let spawned = ctx.children.spawn(request, &mut command).map_err(|e| {
+    let ruleset = confine::prepare(&confinement).map_err(|e| {
         OpError::new(
             ErrorKind::SpawnFailed,
-            format!(
-                "cannot start the sub-reaper for '{name}' in '{}': {e}",
-                cwd_target.display
-            ),
+            format!("cannot build the command's Landlock rules: {e}"),
         )
     })?;
-    drop(cwd);
-    drop(status_write);
-    let Some((mut child, slot)) = spawned else {
+    let child = subreaper::Child {
+        plan: Plan {
+            program: program.clone(),
+            argv: params.argv.clone(),
+            cwd_display: cwd_target.display.to_string(),
+            env,
+            uid: ctx.config.uid,
+            gid: ctx.config.gid,
+            exec_restricted: confinement.exec.is_some(),
+            require_landlock: ctx.config.require_landlock,
+        },
+        ruleset,
+        cwd,
+        stdout: stdout_write,
+        stderr: stderr_write,
+        status: status_write,
+    };
+
+    let started = Instant::now();
+    // The child is this process forked (see `subreaper.rs`); our copies of its descriptors and
+    // ruleset are dropped with `child` when the closure returns.
+    let spawned = ctx
+        .children
+        .spawn_with(request, move || {
+            // SAFETY: the child runs `run_forked`, which never returns into this thread's frames
+            // and ends with `_exit`; see `subreaper.rs` for what it may touch after `fork`.
+            match unsafe { libc::fork() } {
+                -1 => Err(io::Error::last_os_error()),
+                0 => subreaper::run_forked(child),
+                pid => Pid::from_raw(pid)
+                    .ok_or_else(|| io::Error::other("fork returned an invalid pid")),
+            }
+        })
+        .map_err(|e| {
+            OpError::new(
+                ErrorKind::SpawnFailed,
+                format!(
+                    "cannot start the sub-reaper for '{name}' in '{}': {e}",
+                    cwd_target.display
+                ),
+            )
+        })?;
+    let Some(slot) = spawned else {
         return Ok(cancelled_before_start(started));
     };
-    if let Some(mut stdin) = child.stdin.take() {
-        // The sub-reaper reads the whole plan before doing anything; a failed write shows as a
-        // failed handshake below.
-        let _ = stdin.write_all(&plan_json);
-    }
-    let stdout = child.stdout.take().map(OwnedFd::from);
-    let stderr = child.stderr.take().map(OwnedFd::from);
-    drop(child);
+    let stdout = Some(stdout_read);
+    let stderr = Some(stderr_read);
     let landlock = match read_handshake(&status_read) {
         Ok(Handshake::Started { landlock, .. }) => landlock,
         Ok(Handshake::Failed { kind, message }) => {
@@ -217,6 +213,12 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         cancelled: outcome.cancelled,
         landlock,
     })
+}
+
+/// A pipe whose both ends close on `exec`.
+fn pipe() -> OpResult<(OwnedFd, OwnedFd)> {
+    rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
+        .map_err(|e| OpError::new(ErrorKind::SpawnFailed, format!("cannot create a pipe: {e}")))
 }
 
 /// Reads the sub-reaper's one status line (it closes the pipe right after, or dies).

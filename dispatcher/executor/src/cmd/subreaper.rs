@@ -1,58 +1,84 @@
 //! The sub-reaper: one per command, so that nothing a command starts outlives its call.
 //!
-//! For every `cmd.run` the executor starts its own binary again in this mode
-//! (`sandbox-executor --supervise`), as root (it keeps only SETUID, SETGID and KILL; commands,
-//! as the sandbox user, cannot signal or trace it). It reads a [`Plan`] on its stdin, then:
+//! For every `cmd.run` the executor's handler thread forks; the child (this module, never
+//! returning) is the command's sub-reaper. It is a copy of the executor, not a new program:
+//! starting a static binary again cost more CPU than anything else in a `cmd.run` (on virtual
+//! machines every start of the C library traps on `cpuid` a few dozen times), while a fork keeps
+//! every property the re-executed binary had. It runs as root with the executor's three
+//! capabilities (SETUID, SETGID, KILL), not dumpable, so commands (the sandbox user) can neither
+//! signal nor trace it. The child of a multi-threaded process, it touches no lock another thread
+//! may have held (no standard streams, no logging): the C library's allocator is safe after
+//! `fork`, and the standard library's `Command` is what started commands before. Then it:
 //!
-//! 1. marks itself `PR_SET_CHILD_SUBREAPER`: every orphan of the command's process tree is
-//!    re-parented to it instead of escaping to PID 1 (`setsid` and double forks included);
-//! 2. confines itself with the command's Landlock domain (`confine.rs`), which the command
-//!    inherits and cannot leave;
+//! 1. blocks the signals it waits for, marks itself `PR_SET_CHILD_SUBREAPER` (every orphan of
+//!    the command's process tree is re-parented to it instead of escaping to PID 1: `setsid`
+//!    and double forks included), enters the working directory the executor opened, and
+//!    closes every descriptor it inherited but its own (so no other command's pipe is held);
+//! 2. confines itself with the command's Landlock domain (built by the executor, `confine.rs`),
+//!    which the command inherits and cannot leave;
 //! 3. starts the command as the sandbox user in its own process group, its stdout and stderr
-//!    being the executor's pipes, and reports `started` (or why not) on the status descriptor;
+//!    being the executor's pipes, and reports `started` (or why not) on the status pipe;
 //! 4. waits for signals: SIGCHLD (reap), SIGTERM from the executor (passed on to the command's
 //!    group), SIGUSR1 from the executor (kill the whole tree now);
 //! 5. when the command's leader exits, kills every process left in its tree, generation by
 //!    generation as they are re-parented to it, reaps them, and exits with the leader's status
 //!    (the same exit code, or killed by the same signal), which is what the executor reports.
 
-use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Command, Stdio};
 
+use landlock::RulesetCreated;
 use rustix::process::{Pid, Signal};
 use serde::{Deserialize, Serialize};
 
-use crate::cmd::confine::{self, Confinement};
+use crate::cmd::confine;
 use crate::protocol::{Enforcement, ErrorKind};
 
-/// The argument that starts the executor binary as a sub-reaper.
-pub const SUPERVISE_ARG: &str = "--supervise";
 /// Signal the executor sends to make the sub-reaper kill the whole tree at once.
 pub const KILL_TREE: Signal = Signal::USR1;
 /// Most kill-and-reap rounds before giving up on a tree that keeps growing.
 const MAX_ROUNDS: usize = 10_000;
+/// Exit code of a sub-reaper that failed before the command ran (it reported why).
+const FAILED_BEFORE_START: i32 = 127;
 
 /// Everything the sub-reaper needs to start and confine one command.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct Plan {
     /// Absolute path of the program.
     pub program: String,
     /// The full argv (`argv[0]` is the bare name).
     pub argv: Vec<String>,
+    /// The working directory as the caller named it (for error messages).
+    pub cwd_display: String,
     /// The complete environment.
     pub env: Vec<(String, String)>,
     /// The sandbox user.
     pub uid: u32,
     /// The sandbox group.
     pub gid: u32,
-    /// Descriptor (inherited) on which the `started`/`failed` line is written.
-    pub status_fd: i32,
-    /// The command's Landlock domain.
-    pub confinement: Confinement,
+    /// Execution is restricted to granted files (for the error message of a refused exec).
+    pub exec_restricted: bool,
     /// Refuse to start the command when the kernel enforced nothing.
     pub require_landlock: bool,
+}
+
+/// What the forked sub-reaper owns: the plan, the Landlock ruleset and four descriptors.
+pub struct Child {
+    /// The command to start.
+    pub plan: Plan,
+    /// The command's Landlock domain, built by the executor.
+    pub ruleset: RulesetCreated,
+    /// The working directory (opened beneath its root by the executor).
+    pub cwd: OwnedFd,
+    /// Write end of the command's stdout pipe.
+    pub stdout: OwnedFd,
+    /// Write end of the command's stderr pipe.
+    pub stderr: OwnedFd,
+    /// Write end of the status pipe: one [`Handshake`] line.
+    pub status: OwnedFd,
 }
 
 /// The one line the sub-reaper writes on its status descriptor.
@@ -75,29 +101,30 @@ pub enum Handshake {
     },
 }
 
-/// Entry point of `sandbox-executor --supervise`; returns only on failure before the command
-/// ran (otherwise the process ends with the command's status).
-pub fn main() -> i32 {
+/// The body of the forked child: never returns (the process ends with the command's status,
+/// or 127 after reporting why the command did not start).
+pub fn run_forked(child: Child) -> ! {
+    let code = catch_unwind(AssertUnwindSafe(|| run(child))).unwrap_or(FAILED_BEFORE_START);
+    // SAFETY: ends this process at once, without running the parent's exit handlers or touching
+    // the standard streams, whose locks another thread of the executor may have held.
+    unsafe { libc::_exit(code) }
+}
+
+fn run(child: Child) -> i32 {
+    let Child {
+        plan,
+        ruleset,
+        cwd,
+        stdout,
+        stderr,
+        status,
+    } = child;
     let watched = watched_signals();
-    // SAFETY: blocking signals of this (single-threaded) process; the set is initialized.
+    // SAFETY: this process has one thread; the set is initialized.
     unsafe {
-        libc::sigprocmask(libc::SIG_BLOCK, &watched, std::ptr::null_mut());
+        libc::sigprocmask(libc::SIG_SETMASK, &watched, std::ptr::null_mut());
     }
-    let mut input = Vec::new();
-    let plan: Plan = match std::io::stdin()
-        .read_to_end(&mut input)
-        .map_err(|e| e.to_string())
-        .and_then(|_| serde_json::from_slice(&input).map_err(|e| e.to_string()))
-    {
-        Ok(plan) => plan,
-        Err(e) => {
-            eprintln!("sandbox-executor --supervise: bad plan: {e}");
-            return 2;
-        }
-    };
-    // SAFETY: the executor passed this descriptor to us open and owned by nobody else here.
-    let mut status = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(plan.status_fd) });
-    let _ = rustix::io::fcntl_setfd(&status, rustix::io::FdFlags::CLOEXEC);
+    let mut status = std::fs::File::from(status);
     let report = |status: &mut std::fs::File, handshake: &Handshake| {
         let mut line = serde_json::to_vec(handshake).unwrap_or_default();
         line.push(b'\n');
@@ -105,8 +132,28 @@ pub fn main() -> i32 {
     };
     let fail = |status: &mut std::fs::File, kind: ErrorKind, message: String| {
         report(status, &Handshake::Failed { kind, message });
-        127
+        FAILED_BEFORE_START
     };
+
+    // Our standard streams are the executor's protocol stream: never keep them.
+    let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    else {
+        return fail(
+            &mut status,
+            ErrorKind::SpawnFailed,
+            "cannot open /dev/null".into(),
+        );
+    };
+    for target in 0..=2 {
+        // SAFETY: dup2 onto the standard descriptors of this single-threaded process.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), target);
+        }
+    }
+    drop(null);
 
     if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
         return fail(
@@ -115,7 +162,20 @@ pub fn main() -> i32 {
             format!("cannot become the command's sub-reaper: {e}"),
         );
     }
-    let landlock = match confine::restrict_self(&plan.confinement) {
+    if let Err(e) = rustix::process::fchdir(&cwd) {
+        let name = plan.argv.first().map_or("", String::as_str);
+        return fail(
+            &mut status,
+            ErrorKind::SpawnFailed,
+            format!(
+                "cannot start the sub-reaper for '{name}' in '{}': {}",
+                plan.cwd_display,
+                std::io::Error::from(e)
+            ),
+        );
+    }
+    drop(cwd);
+    let landlock = match confine::enforce(ruleset) {
         Ok(enforcement) => enforcement,
         Err(e) => {
             return fail(
@@ -125,6 +185,8 @@ pub fn main() -> i32 {
             )
         }
     };
+    // The ruleset's descriptor is closed by now; nothing else inherited stays open.
+    close_all_but(&[status.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()]);
     if landlock == Enforcement::None && plan.require_landlock {
         return fail(
             &mut status,
@@ -149,8 +211,8 @@ pub fn main() -> i32 {
         .env_clear()
         .envs(plan.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::from(stderr))
         .gid(plan.gid)
         .uid(plan.uid)
         .process_group(0);
@@ -166,12 +228,15 @@ pub fn main() -> i32 {
             rustix::process::chdir(".").map_err(std::io::Error::from)
         });
     }
-    let child = match command.spawn() {
+    let spawned = command.spawn();
+    // Our copies of the output pipes would keep them open after the command's tree is gone.
+    drop(command);
+    let child = match spawned {
         Ok(child) => child,
         Err(e) => {
             let (kind, why) = match e.kind() {
                 std::io::ErrorKind::NotFound => (ErrorKind::CommandNotFound, String::new()),
-                std::io::ErrorKind::PermissionDenied if plan.confinement.exec.is_some() => (
+                std::io::ErrorKind::PermissionDenied if plan.exec_restricted => (
                     ErrorKind::PermissionDenied,
                     " (the sandbox's kernel policy allows executing only the allowlisted \
                      programs; a script's interpreter must be allowlisted too)"
@@ -199,11 +264,6 @@ pub fn main() -> i32 {
         },
     );
     drop(status);
-    // Our copies of the output pipes would keep them open after the command's tree is gone.
-    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-        let _ = rustix::stdio::dup2_stdout(&null);
-        let _ = rustix::stdio::dup2_stderr(&null);
-    }
 
     let mut tree = Tree {
         leader,
@@ -213,6 +273,31 @@ pub fn main() -> i32 {
     tree.kill_all();
     // The leader is reaped by now; were it not (a tree that kept growing), report SIGKILL.
     exit_like(tree.leader_status.unwrap_or(libc::SIGKILL))
+}
+
+/// Closes every descriptor of this process except the standard ones and `keep`.
+fn close_all_but(keep: &[RawFd]) {
+    let mut keep: Vec<u32> = keep
+        .iter()
+        .filter_map(|fd| u32::try_from(*fd).ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut from = 3u32;
+    for fd in keep {
+        if fd > from {
+            // SAFETY: closes descriptors this process owns and no code here uses.
+            unsafe {
+                libc::close_range(from, fd - 1, 0);
+            }
+        }
+        from = fd + 1;
+    }
+    // SAFETY: as above.
+    unsafe {
+        libc::close_range(from, u32::MAX, 0);
+    }
 }
 
 fn watched_signals() -> libc::sigset_t {
@@ -307,7 +392,8 @@ impl Tree {
                 return;
             }
         }
-        eprintln!("sandbox-executor --supervise: a process tree kept growing; giving up");
+        // A tree still growing after MAX_ROUNDS: give up; the executor's reaper kills this
+        // process group when it collects us.
     }
 }
 

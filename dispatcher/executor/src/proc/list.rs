@@ -14,7 +14,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::cmd::subreaper::SUPERVISE_ARG;
 use crate::error::{OpError, OpResult};
 use crate::protocol::{ErrorKind, ProcListParams, ProcListResult, ProcessInfo, ProcessRole};
 use crate::server::Context;
@@ -94,7 +93,9 @@ pub fn run(_ctx: &Context, params: ProcListParams) -> OpResult<ProcListResult> {
 fn role_of(pid: u32, own_pid: u32, info: &ProcessInfo) -> ProcessRole {
     if pid == own_pid {
         ProcessRole::Executor
-    } else if info.uid == 0 && info.command.split(' ').nth(1) == Some(SUPERVISE_ARG) {
+    } else if info.uid == 0 {
+        // Commands run as the sandbox user; the only other root processes are the executor's
+        // forks: sub-reapers (and, for an instant, a command between fork and exec).
         ProcessRole::SubReaper
     } else {
         ProcessRole::Command
