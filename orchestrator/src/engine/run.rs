@@ -304,6 +304,19 @@ impl Job {
             .unwrap_or_default();
         let max_iterations = limits.max_iterations.min(self.config.max_iterations).max(1);
         let mut feedback: Vec<String> = Vec::new();
+        // spec.execution.tool_validation: judges asked before each tool call runs.
+        let tool_validators = view.tool_validation();
+        let offered_names: Vec<String> = offered.iter().map(|t| t.name.clone()).collect();
+        let gate = |iteration: u32| {
+            (!tool_validators.is_empty()).then(|| ToolGate {
+                job: self,
+                validators: &tool_validators,
+                caller: &caller,
+                task: instruction,
+                tools: &offered_names,
+                iteration,
+            })
+        };
 
         for iteration in 1..=max_iterations {
             let _ = store::progress(
@@ -339,6 +352,7 @@ impl Job {
                     &caller,
                     sandbox_id,
                     limits.llm_timeout,
+                    gate(iteration).as_ref().map(|g| g as &dyn tools::CallGate),
                 ),
             )
             .await;
@@ -421,7 +435,9 @@ impl Job {
         let mut verdicts = Vec::new();
         for v in validators {
             let verdict = if validate::is_judge(v) {
-                self.judge(v, result, task, caller).await
+                let input =
+                    json!({"task": task, "output": result.answer, "criteria": v["criteria"]});
+                self.judge(v, input, "judge the output", caller).await
             } else {
                 validate::run(std::slice::from_ref(v), result).remove(0)
             };
@@ -435,12 +451,13 @@ impl Job {
     }
 
     /// A `semantic` or `multi_judge` validator: each judge agent runs as a child execution on
-    /// `{task, output, criteria}` and must answer `{score, confidence, reasoning}` as JSON.
+    /// `input` (`{task, output, criteria}` after an iteration, `{task, proposed_tool_call,
+    /// criteria, ...}` before a tool call) and must answer `{score, confidence, reasoning}` as JSON.
     async fn judge(
         &self,
         v: &Value,
-        result: &IterationResult,
-        task: &str,
+        input: Value,
+        intent: &str,
         caller: &Caller,
     ) -> validate::Verdict {
         let kind = v["type"].as_str().unwrap_or("semantic").to_owned();
@@ -461,7 +478,6 @@ impl Job {
         let min_score = v["min_score"].as_f64().unwrap_or(0.7);
         let min_confidence = v["min_confidence"].as_f64().unwrap_or(0.0);
         let timeout = Duration::from_secs(v["timeout_seconds"].as_u64().unwrap_or(300));
-        let input = json!({"task": task, "output": result.answer, "criteria": v["criteria"]});
         // Judges are children: they start as this execution, under its rights.
         let mut judgements = Vec::new();
         let mut notes = Vec::new();
@@ -470,7 +486,7 @@ impl Job {
                 agent: judge.clone(),
                 version: None,
                 input: input.clone(),
-                intent: Some("judge the output".into()),
+                intent: Some(intent.to_owned()),
                 parent: Some(self.id),
                 workflow: None,
             };
@@ -563,6 +579,7 @@ impl Job {
         caller: &Caller,
         sandbox: Option<SandboxId>,
         llm_timeout: Duration,
+        gate: Option<&dyn tools::CallGate>,
     ) -> Result<IterationResult, IterationError> {
         let mut messages = vec![
             Message {
@@ -619,7 +636,7 @@ impl Job {
             }
             for call in calls {
                 let text = self
-                    .tool_call(&call, names, caller, sandbox, &mut result)
+                    .tool_call(&call, names, caller, sandbox, gate, &mut result)
                     .await;
                 messages.push(Message {
                     role: Role::Tool,
@@ -642,6 +659,7 @@ impl Job {
         names: &HashMap<String, String>,
         caller: &Caller,
         sandbox: Option<SandboxId>,
+        gate: Option<&dyn tools::CallGate>,
         result: &mut IterationResult,
     ) -> String {
         let Some(tool) = names.get(&call.name) else {
@@ -669,7 +687,7 @@ impl Job {
                 );
             }
         };
-        match tools::invoke_in(&self.state, caller, tool, args, sandbox).await {
+        match tools::invoke_gated(&self.state, caller, tool, args, sandbox, gate).await {
             Ok(outcome) => {
                 if tool == "cmd.run" {
                     if let Ok(v) = &outcome.result {
@@ -714,6 +732,61 @@ impl Job {
                 format!("Tool `{tool}` was refused ({code}): {message}. Do not retry this call unchanged.")
             }
         }
+    }
+}
+
+/// The judges of `spec.execution.tool_validation`, asked before each tool call of one
+/// iteration: every validator in order must pass, else the call is refused with the judges'
+/// reasoning, which the model reads as the tool's answer.
+struct ToolGate<'a> {
+    job: &'a Job,
+    validators: &'a [Value],
+    caller: &'a Caller,
+    task: &'a str,
+    tools: &'a [String],
+    iteration: u32,
+}
+
+impl tools::CallGate for ToolGate<'_> {
+    fn admit<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: &'a Value,
+    ) -> crate::workflow::BoxFuture<'a, Result<(), crate::policy::Denial>> {
+        Box::pin(async move {
+            for v in self.validators {
+                let input = json!({
+                    "task": self.task,
+                    "proposed_tool_call": {"name": tool, "arguments": arguments},
+                    "criteria": v["criteria"],
+                    "available_tools": self.tools,
+                    "iteration_number": self.iteration,
+                    "validation_context": "pre_tool_call",
+                });
+                let verdict = self
+                    .job
+                    .judge(v, input, "judge the proposed tool call", self.caller)
+                    .await;
+                self.job
+                    .event(
+                        "tool_validation",
+                        json!({"tool": tool, "passed": verdict.passed, "feedback": verdict.feedback}),
+                    )
+                    .await;
+                if !verdict.passed {
+                    return Err(crate::policy::Denial {
+                        code: "tool_validation",
+                        message: format!(
+                            "the tool_validation judge refused this call: {}",
+                            verdict.feedback
+                        ),
+                        seal_code: None,
+                        retry_after_secs: None,
+                    });
+                }
+            }
+            Ok(())
+        })
     }
 }
 

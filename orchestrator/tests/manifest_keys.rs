@@ -1,0 +1,270 @@
+//! Manifest keys that change what an execution does (issue 13 item 5): each test deploys an
+//! agent that uses the key, runs it against the scripted model (tests/common/fake_llm.rs), real
+//! PostgreSQL and Docker, and checks the effect from outside.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::fake_llm::{answer, tool_calls, FakeLlm, Step};
+use common::{test_config, TestApp, TestDb};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+struct Harness {
+    app: TestApp,
+    llm: FakeLlm,
+    _db: TestDb,
+}
+
+async fn harness(script: Vec<Step>) -> Harness {
+    harness_with(script, |_| {}).await
+}
+
+async fn harness_with(
+    script: Vec<Step>,
+    tune: impl FnOnce(&mut orchestrator::config::NodeConfig),
+) -> Harness {
+    let db = TestDb::create().await;
+    let llm = FakeLlm::start(script).await;
+    let mut config = test_config(&db.url);
+    config.llm = llm.config();
+    tune(&mut config);
+    let app = TestApp::spawn_with(config).await;
+    Harness { app, llm, _db: db }
+}
+
+impl Harness {
+    async fn deploy(&self, manifest: &str) -> (u16, Value) {
+        let r = self
+            .app
+            .admin(Method::POST, "/v1/agents")
+            .body(manifest.to_owned())
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn deployed(&self, manifest: &str) {
+        let (status, body) = self.deploy(manifest).await;
+        assert_eq!(status, 201, "{body}");
+    }
+
+    async fn execute(&self, agent: &str, body: Value) -> String {
+        let r = self
+            .app
+            .admin(Method::POST, &format!("/v1/agents/{agent}/execute"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        assert!(status.is_success(), "{status}: {body}");
+        body["execution_id"].as_str().unwrap().to_owned()
+    }
+
+    async fn wait_end(&self, id: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let r = self
+                .app
+                .admin(Method::GET, &format!("/v1/executions/{id}"))
+                .send()
+                .await
+                .unwrap();
+            let e: Value = r.json().await.unwrap();
+            if ["completed", "failed", "cancelled", "timed_out"]
+                .contains(&e["status"].as_str().unwrap_or_default())
+            {
+                return e;
+            }
+            assert!(Instant::now() < deadline, "execution still running: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn events(&self, id: &str) -> Vec<Value> {
+        let r = self
+            .app
+            .admin(
+                Method::GET,
+                &format!("/v1/executions/{id}/events?limit=1000"),
+            )
+            .send()
+            .await
+            .unwrap();
+        let body: Value = r.json().await.unwrap();
+        body["events"].as_array().unwrap().clone()
+    }
+}
+
+fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["event_type"] == kind).collect()
+}
+
+const JUDGE: &str = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: gatekeeper
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Judge the proposed tool call against the criteria; answer JSON {score, confidence, reasoning}.
+";
+
+#[tokio::test]
+async fn tool_validation_refuses_a_call_and_the_model_reads_why() {
+    let h = harness(vec![
+        // The worker proposes a write; the judge refuses it.
+        tool_calls(&[(
+            "fs__write",
+            json!({"path": "/workspace/notes.txt", "content": "x"}),
+        )]),
+        answer("{\"score\": 0.1, \"confidence\": 0.9, \"reasoning\": \"writing files is not part of this task\"}"),
+        // The worker lists instead; the judge approves that.
+        tool_calls(&[("fs__list", json!({"path": "/workspace"}))]),
+        answer("{\"score\": 0.95, \"confidence\": 0.9, \"reasoning\": \"read-only\"}"),
+        answer("listed"),
+    ])
+    .await;
+    h.deployed(JUDGE).await;
+    h.deployed(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: worker
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Look around the workspace.
+  tools: [fs.write, fs.list]
+  execution:
+    tool_validation:
+      - type: semantic
+        judge_agent: gatekeeper
+        criteria: Only read; never write.
+        min_score: 0.8
+",
+    )
+    .await;
+    let id = h.execute("worker", json!({"input": {}})).await;
+    let e = h.wait_end(&id, Duration::from_secs(90)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    assert_eq!(e["last_output"], "listed");
+
+    let requests = h.llm.requests();
+    // The judge saw the proposed call and the criteria.
+    let judge_input = requests[1].to_string();
+    assert!(
+        judge_input.contains("proposed_tool_call")
+            && judge_input.contains("fs.write")
+            && judge_input.contains("never write"),
+        "{judge_input}"
+    );
+    // The model read the refusal and its reasoning as the tool's answer.
+    let tool_messages: Vec<&Value> = requests[2]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(tool_messages.len(), 1, "{}", requests[2]);
+    let refusal = tool_messages[0]["content"].as_str().unwrap();
+    assert!(
+        refusal.contains("tool_validation") && refusal.contains("not part of this task"),
+        "{refusal}"
+    );
+    // The approved call ran: its answer is a listing, not a refusal.
+    let listing = requests[4]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!listing.contains("refused"), "{listing}");
+
+    // The event log has both verdicts and the denied call.
+    let events = h.events(&id).await;
+    let verdicts = of_type(&events, "tool_validation");
+    assert_eq!(verdicts.len(), 2, "{events:?}");
+    assert_eq!(verdicts[0]["payload"]["passed"], false);
+    assert_eq!(verdicts[1]["payload"]["passed"], true);
+    let denied: Vec<&Value> = of_type(&events, "tool_call")
+        .into_iter()
+        .filter(|c| c["payload"]["decision"] == "denied")
+        .collect();
+    assert_eq!(denied.len(), 1, "{events:?}");
+    assert_eq!(denied[0]["payload"]["reason"], "tool_validation");
+
+    // And the audit log: one refused fs.write, with the judge's reasoning; no fs.write ran.
+    let rows: Vec<(String, String, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT action, decision, reason_code, reason FROM audit_log \
+         WHERE caller_id = $1 AND action IN ('fs.write', 'fs.list') ORDER BY seq",
+    )
+    .bind(&id)
+    .fetch_all(&h.app.state.pool)
+    .await
+    .unwrap();
+    let writes: Vec<_> = rows.iter().filter(|r| r.0 == "fs.write").collect();
+    assert_eq!(writes.len(), 1, "{rows:?}");
+    assert_eq!(writes[0].1, "denied");
+    assert_eq!(writes[0].2.as_deref(), Some("tool_validation"));
+    assert!(writes[0]
+        .3
+        .as_deref()
+        .unwrap_or_default()
+        .contains("not part of this task"));
+    assert!(rows.iter().any(|r| r.0 == "fs.list" && r.1 == "allowed"));
+}
+
+#[tokio::test]
+async fn input_data_is_the_input_when_none_is_given() {
+    let h = harness(vec![answer("one"), answer("two")]).await;
+    h.deployed(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: greeter
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Greet.
+    prompt_template: \"Hello {{input.name}} from {{input.city}}\"
+    input_data:
+      name: Ada
+      city: London
+",
+    )
+    .await;
+    let first = h.execute("greeter", json!({})).await;
+    h.wait_end(&first, Duration::from_secs(30)).await;
+    let second = h
+        .execute("greeter", json!({"input": {"name": "Grace"}}))
+        .await;
+    h.wait_end(&second, Duration::from_secs(30)).await;
+    let requests = h.llm.requests();
+    assert!(
+        requests[0].to_string().contains("Hello Ada from London"),
+        "{}",
+        requests[0]
+    );
+    assert!(
+        requests[1].to_string().contains("Hello Grace from London"),
+        "{}",
+        requests[1]
+    );
+}
