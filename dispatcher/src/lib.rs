@@ -15,6 +15,7 @@
 //! - `stream`: the multiplexed request stream over a container's attached stdin/stdout;
 //! - `dispatcher`: the lifecycle (create, call, destroy, adopt) and its ordering guarantees;
 //! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner;
+//! - `archive`: tar archives into and out of a live sandbox's workspace (persistent volumes);
 //! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy.
 //!
 //! Invariants kept here: a sandbox's row exists before any of its Docker objects; every object
@@ -24,6 +25,7 @@
 
 #![warn(missing_docs)]
 
+mod archive;
 mod config;
 mod dispatcher;
 mod engine;

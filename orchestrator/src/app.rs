@@ -207,6 +207,10 @@ impl Application {
             workflow_stop.clone(),
         );
         let sweeper = tokio::spawn(sweep_sessions(state.clone(), shutdown.clone()));
+        let volume_sweeper = tokio::spawn(crate::volumes::sweep_periodically(
+            state.clone(),
+            shutdown.clone(),
+        ));
         let anchor = tokio::spawn(crate::audit::log_head_periodically(
             state.pool.clone(),
             Duration::from_secs(state.config.audit.anchor_log_interval_secs),
@@ -297,6 +301,7 @@ impl Application {
         }
         heartbeat.abort();
         sweeper.abort();
+        volume_sweeper.abort();
         workflow_stop.cancel();
         let _ = tokio::time::timeout(
             Duration::from_secs(10),

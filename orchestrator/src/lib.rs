@@ -28,6 +28,7 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod volumes;
 pub mod workflow;
 
 /// The only tenant until multi-tenancy arrives; every tenant-scoped row carries it.

@@ -192,7 +192,10 @@ spec:
         .as_str()
         .unwrap()
         .to_owned();
-    assert!(!listing.contains("refused"), "{listing}");
+    assert!(
+        !listing.contains("refused") && !listing.contains("failed"),
+        "{listing}"
+    );
 
     // The event log has both verdicts and the denied call.
     let events = h.events(&id).await;
@@ -267,4 +270,150 @@ spec:
         "{}",
         requests[1]
     );
+}
+
+fn volume_agent(name: &str, volumes: &str) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: {name}
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Keep notes.
+  tools: [fs.write, fs.read]
+  volumes:
+{volumes}"
+    )
+}
+
+/// The text of the last tool message the model was sent in request `n`.
+fn last_tool_message(requests: &[Value], n: usize) -> String {
+    requests[n]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_persistent_volume_survives_two_executions_until_it_expires() {
+    let read = || tool_calls(&[("fs__read", json!({"path": "/workspace/data/note.txt"}))]);
+    let h = harness_with(
+        vec![
+            tool_calls(&[(
+                "fs__write",
+                json!({"path": "/workspace/data/note.txt", "content": "kept across runs"}),
+            )]),
+            answer("written"),
+            read(),
+            answer("read"),
+            read(),
+            answer("gone"),
+            // The small volume: a write over its size_limit.
+            tool_calls(&[(
+                "fs__write",
+                json!({"path": "/workspace/small/big.txt", "content": "x".repeat(16 * 1024)}),
+            )]),
+            answer("wrote too much"),
+        ],
+        |c| c.volumes.sweep_interval_secs = 1,
+    )
+    .await;
+    // The older spellings (mount_point, size_limit_mb) are read as mount_path and size_limit.
+    h.deployed(&volume_agent(
+        "notes",
+        "    - name: data
+      storage_class: persistent
+      mount_point: /workspace/data
+      access_mode: read-write
+      size_limit_mb: 1
+      ttl_hours: 1
+",
+    ))
+    .await;
+    let first = h.execute("notes", json!({})).await;
+    let e = h.wait_end(&first, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    let events = h.events(&first).await;
+    assert_eq!(of_type(&events, "volumes_saved").len(), 1, "{events:?}");
+
+    let second = h.execute("notes", json!({})).await;
+    let e = h.wait_end(&second, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    let requests = h.llm.requests();
+    let content = last_tool_message(&requests, 3);
+    assert!(content.contains("kept across runs"), "{content}");
+
+    // One row, owned by the admin key that ran both, expiring in about an hour.
+    let pool = &h.app.state.pool;
+    let (owner, hours): (String, f64) = sqlx::query_as(
+        "SELECT owner, EXTRACT(EPOCH FROM expires_at - now())::float8 / 3600 FROM agent_volumes",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(owner.starts_with("key:") || owner.contains(':'), "{owner}");
+    assert!(hours > 0.5 && hours <= 1.0, "{hours}");
+
+    // Expired: the sweep deletes it, and the next execution starts with an empty directory.
+    sqlx::query("UPDATE agent_volumes SET expires_at = now() - interval '1 second'")
+        .execute(pool)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_volumes")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the expired volume was not swept"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let third = h.execute("notes", json!({})).await;
+    let e = h.wait_end(&third, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    let content = last_tool_message(&h.llm.requests(), 5);
+    assert!(!content.contains("kept across runs"), "{content}");
+
+    // Over the size limit: not saved, and the execution fails saying why.
+    h.deployed(&volume_agent(
+        "tiny",
+        "    - name: small
+      storage_class: persistent
+      mount_path: /workspace/small
+      access_mode: read-write
+      size_limit: 4Ki
+",
+    ))
+    .await;
+    let fourth = h.execute("tiny", json!({})).await;
+    let e = h.wait_end(&fourth, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "failed", "{e}");
+    assert!(
+        e["last_error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("size_limit"),
+        "{e}"
+    );
+    let saved: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_volumes WHERE name = 'small'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(saved, 0);
 }

@@ -232,6 +232,11 @@ impl Engine {
                 validate::SUPPORTED.join(", ")
             )));
         }
+        crate::volumes::check(
+            &crate::volumes::of_manifest(&def.manifest),
+            &state.config.volumes,
+        )
+        .map_err(|e| ExecError::Unsupported(e.to_string()))?;
         let id = Uuid::new_v4();
         // Depth and principal come from the parent; a key or session is its own principal.
         let (principal, depth) = match req.parent {

@@ -104,6 +104,16 @@ impl Job {
         };
 
         let held = sandbox.lock().ok().and_then(|s| *s);
+        let mut outcome = outcome;
+        if let Some(id) = held {
+            // Persistent volumes go back to their rows before the sandbox goes; a volume over
+            // its size_limit is not saved and fails an execution that would have completed.
+            if let Err(reason) = self.save_volumes(id).await {
+                if matches!(outcome, Outcome::Completed(_)) {
+                    outcome = Outcome::Failed(reason);
+                }
+            }
+        }
         if let Some(id) = held {
             let keep = matches!(outcome, Outcome::Failed(_)) && self.config.keep_failed_sandboxes;
             if keep {
@@ -166,6 +176,76 @@ impl Job {
             }
         }
         self.state.executions.finished(self.id);
+    }
+
+    /// Who owns this execution's volumes: its tenant, agent and root principal.
+    async fn volume_owner(&self) -> Result<String, String> {
+        match store::principal_of(&self.state.pool, self.id).await {
+            Ok(Some((principal, _))) => Ok(principal),
+            Ok(None) => Err("the execution's row is gone".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Makes the directories of `spec.volumes` and copies in the persistent ones' content.
+    async fn restore_volumes(&self, sandbox: SandboxId) -> Result<(), String> {
+        let volumes = crate::volumes::of_manifest(&self.def.manifest);
+        if volumes.is_empty() {
+            return Ok(());
+        }
+        let owner = self.volume_owner().await?;
+        let holder = crate::volumes::Holder {
+            tenant: &self.tenant,
+            agent_id: self.def.id,
+            owner: &owner,
+        };
+        match crate::volumes::restore(&self.state, sandbox, &holder, &volumes).await {
+            Ok(restored) => {
+                let names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
+                self.event(
+                    "volumes_mounted",
+                    json!({"volumes": names, "restored": restored}),
+                )
+                .await;
+                Ok(())
+            }
+            Err(e) => {
+                let reason = format!("could not mount spec.volumes: {e}");
+                self.event("volumes_failed", json!({"reason": reason}))
+                    .await;
+                Err(reason)
+            }
+        }
+    }
+
+    /// Copies the persistent volumes out of the sandbox into their rows.
+    async fn save_volumes(&self, sandbox: SandboxId) -> Result<(), String> {
+        let volumes = crate::volumes::of_manifest(&self.def.manifest);
+        if !volumes.iter().any(|v| v.persistent) {
+            return Ok(());
+        }
+        let owner = self.volume_owner().await?;
+        let holder = crate::volumes::Holder {
+            tenant: &self.tenant,
+            agent_id: self.def.id,
+            owner: &owner,
+        };
+        match crate::volumes::save(&self.state, sandbox, &holder, &volumes, self.id).await {
+            Ok(saved) => {
+                let saved: Vec<Value> = saved
+                    .iter()
+                    .map(|(name, bytes)| json!({"name": name, "bytes": bytes}))
+                    .collect();
+                self.event("volumes_saved", json!({"volumes": saved})).await;
+                Ok(())
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                self.event("volumes_failed", json!({"reason": reason}))
+                    .await;
+                Err(reason)
+            }
+        }
     }
 
     /// The caller tool calls are made as: the execution, under the agent's security context and
@@ -280,6 +360,11 @@ impl Job {
             }
         }
         let sandbox_id = sandbox.lock().ok().and_then(|s| *s);
+        if let Some(id) = sandbox_id {
+            if let Err(reason) = self.restore_volumes(id).await {
+                return Outcome::Failed(reason);
+            }
+        }
 
         let instruction = view.instruction();
         let template = view
