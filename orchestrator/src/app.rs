@@ -211,6 +211,7 @@ impl Application {
             state.clone(),
             shutdown.clone(),
         ));
+        let deliveries = tokio::spawn(crate::delivery::work(state.clone(), shutdown.clone()));
         let anchor = tokio::spawn(crate::audit::log_head_periodically(
             state.pool.clone(),
             Duration::from_secs(state.config.audit.anchor_log_interval_secs),
@@ -302,6 +303,7 @@ impl Application {
         heartbeat.abort();
         sweeper.abort();
         volume_sweeper.abort();
+        deliveries.abort();
         workflow_stop.cancel();
         let _ = tokio::time::timeout(
             Duration::from_secs(10),

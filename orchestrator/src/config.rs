@@ -52,6 +52,8 @@ pub struct NodeConfig {
     pub mcp: McpConfig,
     /// Persistent agent volumes (`spec.volumes`): size ceiling, default lifetime, sweep.
     pub volumes: VolumesConfig,
+    /// Result delivery (`spec.execution.delivery`): signing secrets, retries, polling.
+    pub delivery: crate::delivery::DeliveryConfig,
 }
 
 /// Persistent agent volumes: what a manifest may ask for and how long they live.
@@ -716,6 +718,10 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         ("volumes.max_size_mb", c.volumes.max_size_mb),
         ("volumes.default_ttl_hours", c.volumes.default_ttl_hours),
         ("volumes.sweep_interval_secs", c.volumes.sweep_interval_secs),
+        ("delivery.max_attempts", u64::from(c.delivery.max_attempts)),
+        ("delivery.backoff_max_secs", c.delivery.backoff_max_secs),
+        ("delivery.poll_interval_ms", c.delivery.poll_interval_ms),
+        ("delivery.timeout_secs", c.delivery.timeout_secs),
     ] {
         if v == 0 {
             return Err(invalid(key, "expected a whole number of at least 1".into()));

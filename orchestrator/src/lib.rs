@@ -10,6 +10,7 @@ pub mod audit;
 pub mod auth;
 pub mod caller;
 pub mod config;
+pub mod delivery;
 pub mod egress;
 pub mod engine;
 pub mod gateway;

@@ -417,3 +417,251 @@ async fn a_persistent_volume_survives_two_executions_until_it_expires() {
         .unwrap();
     assert_eq!(saved, 0);
 }
+
+/// A webhook receiver that answers 500 to the first request and 200 to the rest, recording
+/// each request's headers and body.
+struct Receiver {
+    url: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, String)>>>,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+async fn receiver() -> Receiver {
+    use axum::http::{HeaderMap, StatusCode};
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<(HeaderMap, String)>>> = Default::default();
+    let record = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap, body: String| {
+            let record = record.clone();
+            async move {
+                let mut seen = record.lock().unwrap();
+                seen.push((headers, body));
+                if seen.len() == 1 {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                } else {
+                    StatusCode::OK
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    Receiver {
+        url,
+        seen,
+        _server: server,
+    }
+}
+
+fn hmac_hex(secret: &[u8], message: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret).unwrap();
+    mac.update(message.as_bytes());
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_webhook_delivery_is_signed_retried_after_a_500_and_logged() {
+    let secret = format!("s3cret-{}", uuid::Uuid::new_v4());
+    let var = format!("AEGIS_TEST_DELIVERY_{}", uuid::Uuid::new_v4().simple());
+    std::env::set_var(&var, &secret);
+    let rx = receiver().await;
+    let h = harness_with(vec![answer("the result")], |c| {
+        c.egress.allow_cidrs = vec!["127.0.0.1/32".to_owned()];
+        c.delivery.secrets = [("hook".to_owned(), var.clone())].into();
+        c.delivery.poll_interval_ms = 50;
+        c.delivery.backoff_base_ms = 50;
+    })
+    .await;
+    let manifest = |destinations: &str| {
+        format!(
+            "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: reporter
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Report.
+  execution:
+    delivery:
+      destinations:
+{destinations}"
+        )
+    };
+    // What this node cannot serve is refused at deploy, with the place.
+    let (status, body) = h
+        .deploy(&manifest(
+            "        - name: mail
+          type: email
+          config: {to: ops@example.com}
+",
+        ))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.to_string().contains("not supported"), "{body}");
+    let (status, body) = h
+        .deploy(&manifest(&format!(
+            "        - name: hook
+          type: webhook
+          config: {{url: \"{}\", secret: undefined-secret}}
+",
+            rx.url
+        )))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body.to_string().contains("undefined-secret")
+            && body.to_string().contains("delivery.secrets"),
+        "{body}"
+    );
+
+    h.deployed(&manifest(&format!(
+        "        - name: hook
+          type: webhook
+          condition: on_success
+          config:
+            url: \"{}\"
+            secret: hook
+            headers: {{X-Team: blue}}
+        - name: alarm
+          type: rest
+          condition: on_failure
+          config: {{url: \"{}\", method: PUT, secret: hook}}
+",
+        rx.url, rx.url
+    )))
+    .await;
+    let id = h.execute("reporter", json!({})).await;
+    let e = h.wait_end(&id, Duration::from_secs(30)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+
+    // The log: delivered on the second attempt, after a 500.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let log = loop {
+        let r = h
+            .app
+            .admin(Method::GET, &format!("/v1/executions/{id}/deliveries"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let log: Value = r.json().await.unwrap();
+        if log["deliveries"][0]["status"] == "delivered" {
+            break log;
+        }
+        assert!(Instant::now() < deadline, "not delivered: {log}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let deliveries = log["deliveries"].as_array().unwrap();
+    assert_eq!(
+        deliveries.len(),
+        1,
+        "only the on_success destination: {log}"
+    );
+    let d = &deliveries[0];
+    assert_eq!(d["destination"], "hook");
+    assert_eq!(d["attempts"], 2, "{d}");
+    assert_eq!(d["attempt_log"][0]["status_code"], 500, "{d}");
+    assert_eq!(d["attempt_log"][1]["status_code"], 200, "{d}");
+
+    // The receiver saw the same signed request twice; the signature checks out.
+    let seen = rx.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    for (headers, body) in &seen {
+        assert_eq!(body, &seen[0].1, "every retry sends the same body");
+        assert_eq!(
+            headers["x-aegis-delivery"].to_str().unwrap(),
+            d["id"].as_str().unwrap()
+        );
+        assert_eq!(headers["x-team"], "blue");
+        let signature = headers["x-aegis-signature"].to_str().unwrap();
+        let (t, v1) = signature
+            .strip_prefix("t=")
+            .and_then(|rest| rest.split_once(",v1="))
+            .unwrap_or_else(|| panic!("signature format: {signature}"));
+        assert_eq!(v1, hmac_hex(secret.as_bytes(), &format!("{t}.{body}")));
+        assert_ne!(v1, hmac_hex(b"another secret", &format!("{t}.{body}")));
+    }
+    let payload: Value = serde_json::from_str(&seen[0].1).unwrap();
+    assert_eq!(payload["status"], "completed");
+    assert_eq!(payload["output"], "the result");
+    assert_eq!(payload["execution_id"], id.as_str());
+    // The secret never reaches the database.
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM deliveries WHERE body LIKE '%' || $1 || '%' OR headers::text LIKE '%' || $1 || '%'",
+    )
+    .bind(&secret)
+    .fetch_one(&h.app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(stored, 0);
+}
+
+#[tokio::test]
+async fn keys_this_node_does_not_support_are_refused_with_the_reason() {
+    let h = harness(Vec::new()).await;
+    let base = |runtime_extra: &str, spec_extra: &str| {
+        format!(
+            "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: refused
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+{runtime_extra}  task:
+    instruction: Nothing.
+{spec_extra}"
+        )
+    };
+    for (manifest, pointer, says) in [
+        (
+            base("    image_pull_policy: Always\n", ""),
+            "/spec/runtime/image_pull_policy",
+            "never pulls",
+        ),
+        (
+            base("    isolation: firecracker\n", ""),
+            "/spec/runtime/isolation",
+            "only `docker` and `inherit`",
+        ),
+        (
+            base("", "  execution:\n    memory: {enabled: true}\n"),
+            "/spec/execution/memory",
+            "not supported",
+        ),
+        (
+            base("", "  tools: [\"mcp:github\"]\n"),
+            "/spec/tools/0",
+            "not supported",
+        ),
+    ] {
+        let (status, body) = h.deploy(&manifest).await;
+        assert_eq!(status, 422, "{manifest}\n{body}");
+        let text = body.to_string();
+        assert!(
+            text.contains(pointer) && text.contains(says),
+            "{manifest}\n{body}"
+        );
+    }
+    // The supported values still deploy.
+    h.deployed(&base(
+        "    image_pull_policy: Never\n    isolation: docker\n",
+        "",
+    ))
+    .await;
+}

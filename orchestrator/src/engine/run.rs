@@ -169,13 +169,46 @@ impl Job {
             }
         };
         match store::transition(&self.state.pool, self.id, status, output, error.as_deref()).await {
-            Ok(true) => self.event(kind, payload).await,
+            Ok(true) => {
+                self.event(kind, payload).await;
+                self.deliver(status, output, error.as_deref()).await;
+            }
             Ok(false) => {}
             Err(e) => {
                 tracing::error!(execution = %self.id, error = %e, "could not record the end of an execution")
             }
         }
         self.state.executions.finished(self.id);
+    }
+
+    /// Queues the result for the destinations of `spec.execution.delivery` (sent by
+    /// `delivery::work` on any replica).
+    async fn deliver(&self, status: &str, output: Option<&str>, error: Option<&str>) {
+        let ended = crate::delivery::Ended {
+            tenant: &self.tenant,
+            execution_id: self.id,
+            agent: &self.def.name,
+            version: &self.def.version,
+            status,
+            output,
+            error,
+        };
+        match crate::delivery::enqueue(
+            &self.state.pool,
+            &self.def.manifest,
+            &ended,
+            &self.state.config.delivery,
+        )
+        .await
+        {
+            Ok(0) => {}
+            Ok(n) => self.event("deliveries_queued", json!({"count": n})).await,
+            Err(e) => {
+                tracing::error!(execution = %self.id, error = %e, "could not queue deliveries");
+                self.event("deliveries_failed", json!({"reason": e.to_string()}))
+                    .await;
+            }
+        }
     }
 
     /// Who owns this execution's volumes: its tenant, agent and root principal.
