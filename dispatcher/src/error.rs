@@ -160,6 +160,16 @@ pub enum DispatchError {
         #[source]
         source: sqlx::Error,
     },
+    /// A directory copied out of a sandbox is larger than the caller allows.
+    #[error("{dir} of sandbox {id} holds more than {max_bytes} bytes (as a tar archive)")]
+    ArchiveTooLarge {
+        /// The sandbox.
+        id: SandboxId,
+        /// The directory.
+        dir: String,
+        /// The caller's bound.
+        max_bytes: u64,
+    },
     /// The dispatcher is shutting down and takes no new work.
     #[error("the dispatcher is shutting down")]
     ShuttingDown,

@@ -18,6 +18,7 @@
 //!   only its egress proxy, and the [`EgressHost`](network::EgressHost) hook that starts and
 //!   stops that proxy (the orchestrator's);
 //! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner;
+//! - `archive`: tar archives into and out of a live sandbox's workspace (persistent volumes);
 //! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy.
 //!
 //! Invariants kept here: a sandbox's row exists before any of its Docker objects; every object
@@ -27,6 +28,7 @@
 
 #![warn(missing_docs)]
 
+mod archive;
 mod config;
 mod dispatcher;
 mod engine;

@@ -216,6 +216,11 @@ impl Application {
             workflow_stop.clone(),
         );
         let sweeper = tokio::spawn(sweep_sessions(state.clone(), shutdown.clone()));
+        let volume_sweeper = tokio::spawn(crate::volumes::sweep_periodically(
+            state.clone(),
+            shutdown.clone(),
+        ));
+        let deliveries = tokio::spawn(crate::delivery::work(state.clone(), shutdown.clone()));
         let anchor = tokio::spawn(crate::audit::log_head_periodically(
             state.pool.clone(),
             Duration::from_secs(state.config.audit.anchor_log_interval_secs),
@@ -306,6 +311,8 @@ impl Application {
         }
         heartbeat.abort();
         sweeper.abort();
+        volume_sweeper.abort();
+        deliveries.abort();
         workflow_stop.cancel();
         let _ = tokio::time::timeout(
             Duration::from_secs(10),

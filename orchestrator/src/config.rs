@@ -50,6 +50,32 @@ pub struct NodeConfig {
     pub web: crate::egress::search::WebConfig,
     /// The MCP endpoint (`/mcp`): allowed hosts and origins, session idle time.
     pub mcp: McpConfig,
+    /// Persistent agent volumes (`spec.volumes`): size ceiling, default lifetime, sweep.
+    pub volumes: VolumesConfig,
+    /// Result delivery (`spec.execution.delivery`): signing secrets, retries, polling.
+    pub delivery: crate::delivery::DeliveryConfig,
+}
+
+/// Persistent agent volumes: what a manifest may ask for and how long they live.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct VolumesConfig {
+    /// Largest `size_limit` of one volume, MiB (its archive is stored in PostgreSQL).
+    pub max_size_mb: u64,
+    /// Lifetime of a persistent volume without `ttl_hours`, counted from its last use.
+    pub default_ttl_hours: u64,
+    /// Seconds between sweeps that delete expired volumes.
+    pub sweep_interval_secs: u64,
+}
+
+impl Default for VolumesConfig {
+    fn default() -> Self {
+        Self {
+            max_size_mb: 256,
+            default_ttl_hours: 168,
+            sweep_interval_secs: 60,
+        }
+    }
 }
 
 /// Settings of the MCP Streamable HTTP endpoint.
@@ -683,6 +709,19 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             c.executions.max_concurrent_per_caller,
         ),
         ("executions.max_concurrent", c.executions.max_concurrent),
+    ] {
+        if v == 0 {
+            return Err(invalid(key, "expected a whole number of at least 1".into()));
+        }
+    }
+    for (key, v) in [
+        ("volumes.max_size_mb", c.volumes.max_size_mb),
+        ("volumes.default_ttl_hours", c.volumes.default_ttl_hours),
+        ("volumes.sweep_interval_secs", c.volumes.sweep_interval_secs),
+        ("delivery.max_attempts", u64::from(c.delivery.max_attempts)),
+        ("delivery.backoff_max_secs", c.delivery.backoff_max_secs),
+        ("delivery.poll_interval_ms", c.delivery.poll_interval_ms),
+        ("delivery.timeout_secs", c.delivery.timeout_secs),
     ] {
         if v == 0 {
             return Err(invalid(key, "expected a whole number of at least 1".into()));

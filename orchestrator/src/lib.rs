@@ -11,6 +11,7 @@ pub mod auth;
 pub mod builtin;
 pub mod caller;
 pub mod config;
+pub mod delivery;
 pub mod egress;
 pub mod engine;
 pub mod gateway;
@@ -29,6 +30,7 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod volumes;
 pub mod workflow;
 
 /// The only tenant until multi-tenancy arrives; every tenant-scoped row carries it.

@@ -96,6 +96,25 @@ impl Ceiling {
     }
 }
 
+/// An execution's input with the agent's `spec.task.input_data` as defaults: used whole when
+/// the caller gave no input (`null` or `{}`), and under the caller's keys when both are
+/// objects (the caller wins key by key); any other input is taken as given.
+pub fn with_defaults(defaults: Option<&Value>, input: Value) -> Value {
+    let Some(defaults) = defaults else {
+        return input;
+    };
+    match (defaults, input) {
+        (d, Value::Null) => d.clone(),
+        (Value::Object(d), Value::Object(given)) => {
+            let mut merged = d.clone();
+            merged.extend(given);
+            Value::Object(merged)
+        }
+        (d, Value::Object(given)) if given.is_empty() => d.clone(),
+        (_, input) => input,
+    }
+}
+
 /// Engine settings.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -182,6 +201,8 @@ impl Engine {
         )
         .await?;
         let view = AgentView(&def.manifest);
+        let mut req = req;
+        req.input = with_defaults(view.input_data(), req.input);
         if let Some(schema) = view.input_schema() {
             let validator = jsonschema::validator_for(schema).map_err(|e| {
                 ExecError::Unsupported(format!("the agent's input_schema does not compile: {e}"))
@@ -217,6 +238,11 @@ impl Engine {
                 validate::SUPPORTED.join(", ")
             )));
         }
+        crate::volumes::check(
+            &crate::volumes::of_manifest(&def.manifest),
+            &state.config.volumes,
+        )
+        .map_err(|e| ExecError::Unsupported(e.to_string()))?;
         let id = Uuid::new_v4();
         // Depth and principal come from the parent; a key or session is its own principal.
         let (principal, depth) = match req.parent {
@@ -362,5 +388,27 @@ impl Engine {
                     .await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_data_fills_what_the_caller_left_out() {
+        let defaults = json!({"topic": "cats", "n": 3});
+        assert_eq!(with_defaults(Some(&defaults), json!({})), defaults);
+        assert_eq!(with_defaults(Some(&defaults), Value::Null), defaults);
+        assert_eq!(
+            with_defaults(Some(&defaults), json!({"n": 5, "extra": true})),
+            json!({"topic": "cats", "n": 5, "extra": true})
+        );
+        assert_eq!(with_defaults(Some(&defaults), json!("text")), json!("text"));
+        assert_eq!(with_defaults(None, json!({})), json!({}));
+        assert_eq!(
+            with_defaults(Some(&json!("plain")), json!({})),
+            json!("plain")
+        );
     }
 }

@@ -104,6 +104,16 @@ impl Job {
         };
 
         let held = sandbox.lock().ok().and_then(|s| *s);
+        let mut outcome = outcome;
+        if let Some(id) = held {
+            // Persistent volumes go back to their rows before the sandbox goes; a volume over
+            // its size_limit is not saved and fails an execution that would have completed.
+            if let Err(reason) = self.save_volumes(id).await {
+                if matches!(outcome, Outcome::Completed(_)) {
+                    outcome = Outcome::Failed(reason);
+                }
+            }
+        }
         if let Some(id) = held {
             let keep = matches!(outcome, Outcome::Failed(_)) && self.config.keep_failed_sandboxes;
             if keep {
@@ -159,13 +169,116 @@ impl Job {
             }
         };
         match store::transition(&self.state.pool, self.id, status, output, error.as_deref()).await {
-            Ok(true) => self.event(kind, payload).await,
+            Ok(true) => {
+                self.event(kind, payload).await;
+                self.deliver(status, output, error.as_deref()).await;
+            }
             Ok(false) => {}
             Err(e) => {
                 tracing::error!(execution = %self.id, error = %e, "could not record the end of an execution")
             }
         }
         self.state.executions.finished(self.id);
+    }
+
+    /// Queues the result for the destinations of `spec.execution.delivery` (sent by
+    /// `delivery::work` on any replica).
+    async fn deliver(&self, status: &str, output: Option<&str>, error: Option<&str>) {
+        let ended = crate::delivery::Ended {
+            tenant: &self.tenant,
+            execution_id: self.id,
+            agent: &self.def.name,
+            version: &self.def.version,
+            status,
+            output,
+            error,
+        };
+        match crate::delivery::enqueue(
+            &self.state.pool,
+            &self.def.manifest,
+            &ended,
+            &self.state.config.delivery,
+        )
+        .await
+        {
+            Ok(0) => {}
+            Ok(n) => self.event("deliveries_queued", json!({"count": n})).await,
+            Err(e) => {
+                tracing::error!(execution = %self.id, error = %e, "could not queue deliveries");
+                self.event("deliveries_failed", json!({"reason": e.to_string()}))
+                    .await;
+            }
+        }
+    }
+
+    /// Who owns this execution's volumes: its tenant, agent and root principal.
+    async fn volume_owner(&self) -> Result<String, String> {
+        match store::principal_of(&self.state.pool, self.id).await {
+            Ok(Some((principal, _))) => Ok(principal),
+            Ok(None) => Err("the execution's row is gone".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Makes the directories of `spec.volumes` and copies in the persistent ones' content.
+    async fn restore_volumes(&self, sandbox: SandboxId) -> Result<(), String> {
+        let volumes = crate::volumes::of_manifest(&self.def.manifest);
+        if volumes.is_empty() {
+            return Ok(());
+        }
+        let owner = self.volume_owner().await?;
+        let holder = crate::volumes::Holder {
+            tenant: &self.tenant,
+            agent_id: self.def.id,
+            owner: &owner,
+        };
+        match crate::volumes::restore(&self.state, sandbox, &holder, &volumes).await {
+            Ok(restored) => {
+                let names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
+                self.event(
+                    "volumes_mounted",
+                    json!({"volumes": names, "restored": restored}),
+                )
+                .await;
+                Ok(())
+            }
+            Err(e) => {
+                let reason = format!("could not mount spec.volumes: {e}");
+                self.event("volumes_failed", json!({"reason": reason}))
+                    .await;
+                Err(reason)
+            }
+        }
+    }
+
+    /// Copies the persistent volumes out of the sandbox into their rows.
+    async fn save_volumes(&self, sandbox: SandboxId) -> Result<(), String> {
+        let volumes = crate::volumes::of_manifest(&self.def.manifest);
+        if !volumes.iter().any(|v| v.persistent) {
+            return Ok(());
+        }
+        let owner = self.volume_owner().await?;
+        let holder = crate::volumes::Holder {
+            tenant: &self.tenant,
+            agent_id: self.def.id,
+            owner: &owner,
+        };
+        match crate::volumes::save(&self.state, sandbox, &holder, &volumes, self.id).await {
+            Ok(saved) => {
+                let saved: Vec<Value> = saved
+                    .iter()
+                    .map(|(name, bytes)| json!({"name": name, "bytes": bytes}))
+                    .collect();
+                self.event("volumes_saved", json!({"volumes": saved})).await;
+                Ok(())
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                self.event("volumes_failed", json!({"reason": reason}))
+                    .await;
+                Err(reason)
+            }
+        }
     }
 
     /// The caller tool calls are made as: the execution, under the agent's security context and
@@ -280,6 +393,11 @@ impl Job {
             }
         }
         let sandbox_id = sandbox.lock().ok().and_then(|s| *s);
+        if let Some(id) = sandbox_id {
+            if let Err(reason) = self.restore_volumes(id).await {
+                return Outcome::Failed(reason);
+            }
+        }
 
         let instruction = view.instruction();
         let template = view
@@ -304,6 +422,19 @@ impl Job {
             .unwrap_or_default();
         let max_iterations = limits.max_iterations.min(self.config.max_iterations).max(1);
         let mut feedback: Vec<String> = Vec::new();
+        // spec.execution.tool_validation: judges asked before each tool call runs.
+        let tool_validators = view.tool_validation();
+        let offered_names: Vec<String> = offered.iter().map(|t| t.name.clone()).collect();
+        let gate = |iteration: u32| {
+            (!tool_validators.is_empty()).then(|| ToolGate {
+                job: self,
+                validators: &tool_validators,
+                caller: &caller,
+                task: instruction,
+                tools: &offered_names,
+                iteration,
+            })
+        };
 
         for iteration in 1..=max_iterations {
             let _ = store::progress(
@@ -339,6 +470,7 @@ impl Job {
                     &caller,
                     sandbox_id,
                     limits.llm_timeout,
+                    gate(iteration).as_ref().map(|g| g as &dyn tools::CallGate),
                 ),
             )
             .await;
@@ -421,7 +553,9 @@ impl Job {
         let mut verdicts = Vec::new();
         for v in validators {
             let verdict = if validate::is_judge(v) {
-                self.judge(v, result, task, caller).await
+                let input =
+                    json!({"task": task, "output": result.answer, "criteria": v["criteria"]});
+                self.judge(v, input, "judge the output", caller).await
             } else {
                 validate::run(std::slice::from_ref(v), result).remove(0)
             };
@@ -435,12 +569,13 @@ impl Job {
     }
 
     /// A `semantic` or `multi_judge` validator: each judge agent runs as a child execution on
-    /// `{task, output, criteria}` and must answer `{score, confidence, reasoning}` as JSON.
+    /// `input` (`{task, output, criteria}` after an iteration, `{task, proposed_tool_call,
+    /// criteria, ...}` before a tool call) and must answer `{score, confidence, reasoning}` as JSON.
     async fn judge(
         &self,
         v: &Value,
-        result: &IterationResult,
-        task: &str,
+        input: Value,
+        intent: &str,
         caller: &Caller,
     ) -> validate::Verdict {
         let kind = v["type"].as_str().unwrap_or("semantic").to_owned();
@@ -461,7 +596,6 @@ impl Job {
         let min_score = v["min_score"].as_f64().unwrap_or(0.7);
         let min_confidence = v["min_confidence"].as_f64().unwrap_or(0.0);
         let timeout = Duration::from_secs(v["timeout_seconds"].as_u64().unwrap_or(300));
-        let input = json!({"task": task, "output": result.answer, "criteria": v["criteria"]});
         // Judges are children: they start as this execution, under its rights.
         let mut judgements = Vec::new();
         let mut notes = Vec::new();
@@ -470,7 +604,7 @@ impl Job {
                 agent: judge.clone(),
                 version: None,
                 input: input.clone(),
-                intent: Some("judge the output".into()),
+                intent: Some(intent.to_owned()),
                 parent: Some(self.id),
                 workflow: None,
             };
@@ -563,6 +697,7 @@ impl Job {
         caller: &Caller,
         sandbox: Option<SandboxId>,
         llm_timeout: Duration,
+        gate: Option<&dyn tools::CallGate>,
     ) -> Result<IterationResult, IterationError> {
         let mut messages = vec![
             Message {
@@ -619,7 +754,7 @@ impl Job {
             }
             for call in calls {
                 let text = self
-                    .tool_call(&call, names, caller, sandbox, &mut result)
+                    .tool_call(&call, names, caller, sandbox, gate, &mut result)
                     .await;
                 messages.push(Message {
                     role: Role::Tool,
@@ -642,6 +777,7 @@ impl Job {
         names: &HashMap<String, String>,
         caller: &Caller,
         sandbox: Option<SandboxId>,
+        gate: Option<&dyn tools::CallGate>,
         result: &mut IterationResult,
     ) -> String {
         let Some(tool) = names.get(&call.name) else {
@@ -669,7 +805,7 @@ impl Job {
                 );
             }
         };
-        match tools::invoke_in(&self.state, caller, tool, args, sandbox).await {
+        match tools::invoke_gated(&self.state, caller, tool, args, sandbox, gate).await {
             Ok(outcome) => {
                 if tool == "cmd.run" {
                     if let Ok(v) = &outcome.result {
@@ -714,6 +850,61 @@ impl Job {
                 format!("Tool `{tool}` was refused ({code}): {message}. Do not retry this call unchanged.")
             }
         }
+    }
+}
+
+/// The judges of `spec.execution.tool_validation`, asked before each tool call of one
+/// iteration: every validator in order must pass, else the call is refused with the judges'
+/// reasoning, which the model reads as the tool's answer.
+struct ToolGate<'a> {
+    job: &'a Job,
+    validators: &'a [Value],
+    caller: &'a Caller,
+    task: &'a str,
+    tools: &'a [String],
+    iteration: u32,
+}
+
+impl tools::CallGate for ToolGate<'_> {
+    fn admit<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: &'a Value,
+    ) -> crate::workflow::BoxFuture<'a, Result<(), crate::policy::Denial>> {
+        Box::pin(async move {
+            for v in self.validators {
+                let input = json!({
+                    "task": self.task,
+                    "proposed_tool_call": {"name": tool, "arguments": arguments},
+                    "criteria": v["criteria"],
+                    "available_tools": self.tools,
+                    "iteration_number": self.iteration,
+                    "validation_context": "pre_tool_call",
+                });
+                let verdict = self
+                    .job
+                    .judge(v, input, "judge the proposed tool call", self.caller)
+                    .await;
+                self.job
+                    .event(
+                        "tool_validation",
+                        json!({"tool": tool, "passed": verdict.passed, "feedback": verdict.feedback}),
+                    )
+                    .await;
+                if !verdict.passed {
+                    return Err(crate::policy::Denial {
+                        code: "tool_validation",
+                        message: format!(
+                            "the tool_validation judge refused this call: {}",
+                            verdict.feedback
+                        ),
+                        seal_code: None,
+                        retry_after_secs: None,
+                    });
+                }
+            }
+            Ok(())
+        })
     }
 }
 

@@ -181,6 +181,19 @@ impl<'a> AgentView<'a> {
         self.str_at("/spec/task/prompt_template")
     }
 
+    /// `spec.task.input_data`: the input an execution gets when it is started without one.
+    pub fn input_data(&self) -> Option<&'a Value> {
+        self.at("/spec/task/input_data")
+    }
+
+    /// `spec.execution.tool_validation`: the judges asked before each tool call runs.
+    pub fn tool_validation(&self) -> Vec<Value> {
+        self.at("/spec/execution/tool_validation")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Exact names of the tools offered to the model (`spec.tools`).
     pub fn tools(&self) -> Vec<String> {
         self.strings_at("/spec/tools")

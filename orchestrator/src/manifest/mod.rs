@@ -170,6 +170,24 @@ pub fn parse_checked(
     })
 }
 
+/// Refuses a manifest that passed validation for facts of this node checked afterwards (the
+/// delivery destinations it can serve): each problem is (pointer, message), placed on the
+/// text's lines like any semantic error.
+pub fn refuse_after(validation: &mut Validation, text: &str, problems: Vec<(String, String)>) {
+    if problems.is_empty() {
+        return;
+    }
+    let errors: Vec<ManifestError> = problems
+        .into_iter()
+        .map(|(pointer, message)| ManifestError::new(Stage::Semantic, pointer, message))
+        .collect();
+    let placed = match yaml::load(text) {
+        Ok(loaded) => loaded.positions.place(errors),
+        Err(_) => errors,
+    };
+    validation.manifest = Err(ManifestErrors::sorted(placed));
+}
+
 /// Validates a manifest given as a JSON value (errors have pointers but no lines).
 pub fn parse_value(
     kind: ManifestKind,

@@ -247,8 +247,20 @@ fn volumes(value: &Value, errors: &mut Errors) {
             .unwrap_or_default();
         let mount = volume
             .get("mount_path")
+            .or_else(|| volume.get("mount_point"))
             .and_then(Value::as_str)
             .unwrap_or_default();
+        for (old, new) in [
+            ("mount_point", "mount_path"),
+            ("size_limit_mb", "size_limit"),
+        ] {
+            if volume.get(old).is_some() {
+                errors.warn(
+                    pointer::join(&at, old),
+                    format!("`{old}` is the older spelling of `{new}`; read as `{new}`"),
+                );
+            }
+        }
         let mount_trimmed = mount.trim_end_matches('/');
         for (other_name, other_mount, j) in &seen {
             if *other_name == name {

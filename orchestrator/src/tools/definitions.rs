@@ -173,9 +173,14 @@ pub(crate) async fn check(
     text: &str,
 ) -> Result<Validation, ToolError> {
     let deployed = deployed(ctx).await?;
-    Ok(node_knowledge(|node| {
-        manifest::parse_checked(kind, text, node, Some(&deployed))
-    }))
+    let mut checked =
+        node_knowledge(|node| manifest::parse_checked(kind, text, node, Some(&deployed)));
+    // Delivery destinations this node cannot serve (email, undefined signing secrets).
+    if let (ManifestKind::Agent, Ok(parsed)) = (kind, &checked.manifest) {
+        let problems = crate::delivery::check_manifest(&parsed.value, &ctx.state.config.delivery);
+        manifest::refuse_after(&mut checked, text, problems);
+    }
+    Ok(checked)
 }
 
 /// `{valid, errors, warnings}` as the tool reference documents, plus structured details.

@@ -33,7 +33,8 @@ use crate::state::AppState;
 
 pub(crate) use definitions::registry_error;
 pub use router::{
-    invoke, invoke_in, serialized_len, ArgViolation, CallError, ToolOutcome, TEXT_COPY_MAX_BYTES,
+    invoke, invoke_gated, invoke_in, serialized_len, ArgViolation, CallError, CallGate,
+    ToolOutcome, TEXT_COPY_MAX_BYTES,
 };
 pub(crate) use schema::lookup as schema_by_key;
 

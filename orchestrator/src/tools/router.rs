@@ -150,6 +150,30 @@ pub async fn invoke_in(
     arguments: Value,
     sandbox: Option<SandboxId>,
 ) -> Result<ToolOutcome, CallError> {
+    invoke_gated(state, caller, name, arguments, sandbox, None).await
+}
+
+/// A last check of a call that policy allowed, made just before it runs: an agent's
+/// `spec.execution.tool_validation` judges. It sees the validated arguments; a refusal is a
+/// denial like any other (audited with code `tool_validation`, its reasoning in the answer).
+pub trait CallGate: Send + Sync {
+    /// `Ok` lets the call run; `Err` refuses it with the reason.
+    fn admit<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: &'a Value,
+    ) -> crate::workflow::BoxFuture<'a, Result<(), policy::Denial>>;
+}
+
+/// [`invoke_in`] with a gate that may still refuse the call after policy allowed it.
+pub async fn invoke_gated(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    arguments: Value,
+    sandbox: Option<SandboxId>,
+    gate: Option<&dyn CallGate>,
+) -> Result<ToolOutcome, CallError> {
     let started = Instant::now();
     let args_digest = audit::digest(&arguments);
     // Audit reasons never carry argument values (the caller still gets the full message).
@@ -265,6 +289,23 @@ pub async fn invoke_in(
                     denial,
                 });
             }
+        }
+    }
+
+    // The agent's tool_validation judges, after every rule allowed the call and before it runs.
+    if let Some(gate) = gate {
+        if let Err(denial) = gate.admit(name, &arguments).await {
+            audit::record(
+                &state.pool,
+                caller,
+                deny(&reason_code(caller, &denial), denial.message.clone()),
+            )
+            .await
+            .map_err(CallError::Audit)?;
+            return Err(CallError::Denied {
+                tool: name.to_owned(),
+                denial,
+            });
         }
     }
 

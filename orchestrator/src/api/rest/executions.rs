@@ -191,6 +191,21 @@ pub async fn events(
     }))
 }
 
+/// The delivery log: each destination the result was sent to, its status and every attempt.
+#[utoipa::path(get, path = "/v1/executions/{id}/deliveries", operation_id = "execution_deliveries", tag = "executions",
+    params(("id" = Uuid, Path, description = "Execution id")),
+    responses((status = 200, description = "{deliveries}", body = Value), (status = 404, description = "Unknown", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn deliveries(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    may_act_on(&state, &caller, id).await?;
+    let list = crate::delivery::list(&state.pool, id).await?;
+    Ok(Json(json!({"execution_id": id, "deliveries": list})))
+}
+
 /// 404 for an unknown execution, 403 for one the caller may not act on.
 async fn may_act_on(state: &AppState, caller: &Caller, id: Uuid) -> Result<(), ApiError> {
     let scope = store::scope(&state.pool, &caller.tenant, id)

@@ -62,6 +62,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/executions/{id}/cancel", post(executions::cancel))
         .route("/v1/executions/{id}/events", get(executions::events))
         .route(
+            "/v1/executions/{id}/deliveries",
+            get(executions::deliveries),
+        )
+        .route(
             "/v1/workflows",
             post(definitions::create_workflow).get(definitions::list_workflows),
         )

@@ -42,7 +42,7 @@ impl Modify for BearerKey {
         seal::delete_context, seal::issue_token, seal::list_tokens,
         approvals::list, approvals::get, approvals::approve, approvals::reject,
         executions::execute, executions::list, executions::get, executions::cancel,
-        executions::remove, executions::events,
+        executions::remove, executions::events, executions::deliveries,
         workflow_executions::run, workflow_executions::list, workflow_executions::get,
         workflow_executions::signal, workflow_executions::cancel, workflow_executions::remove,
         workflow_executions::events,

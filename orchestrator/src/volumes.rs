@@ -1,0 +1,318 @@
+//! Agent volumes (`spec.volumes`): named directories under `/workspace` that outlive an
+//! execution.
+//!
+//! A volume is a directory of the execution's workspace, the size-limited, `noexec` tmpfs that
+//! every sandbox has, so while it runs it has the workspace's guarantees (a fill stops with
+//! `ENOSPC`, nothing in it can be executed). Between executions a `persistent` volume is a row
+//! of `agent_volumes` holding its tar archive: copied into the sandbox when an execution starts
+//! and copied back when it ends (completed, failed, timed out or cancelled; not after a crash,
+//! which keeps the previous content). An `ephemeral` volume is only the directory, gone with the
+//! sandbox. A volume belongs to (tenant, agent, owner, name), the owner being the principal at
+//! the root of the execution tree, so callers of one agent never share files. Its `size_limit`
+//! is checked when it is saved: an archive over the limit is not saved and fails the execution,
+//! saying so. Rows expire `ttl_hours` (or `volumes.default_ttl_hours`) after their last save
+//! and are deleted by [`sweep_periodically`]. Concurrent executions of one volume: the last to
+//! end wins.
+
+use std::time::Duration;
+
+use dispatcher::SandboxId;
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::config::VolumesConfig;
+use crate::manifest::parse_quantity;
+use crate::state::AppState;
+
+/// One entry of `spec.volumes`, older spellings resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Volume {
+    /// Name, unique in the manifest.
+    pub name: String,
+    /// `/workspace` or a directory beneath it.
+    pub mount_path: String,
+    /// Kept between executions (`storage_class: persistent`).
+    pub persistent: bool,
+    /// Largest archive that is saved, bytes.
+    pub size_limit: u64,
+    /// Lifetime after the last save (`ttl_hours`), if given.
+    pub ttl_hours: Option<u64>,
+    /// `access_mode: read-only`.
+    pub read_only: bool,
+}
+
+/// Why a volume could not be restored or saved.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    /// The manifest asks for what this node does not do.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The volume's content is larger than its `size_limit`.
+    #[error("volume `{name}` holds more than its size_limit of {limit} bytes; its content was not saved")]
+    TooLarge {
+        /// Volume name.
+        name: String,
+        /// The limit.
+        limit: u64,
+    },
+    /// Copying into or out of the sandbox failed.
+    #[error("volume `{name}`: {source}")]
+    Sandbox {
+        /// Volume name.
+        name: String,
+        /// What the sandbox layer said.
+        #[source]
+        source: crate::sandboxes::SandboxError,
+    },
+    /// Database failure.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// The volumes of a manifest (`spec.volumes`); `mount_point` and `size_limit_mb` are the older
+/// spellings of `mount_path` and `size_limit`.
+pub fn of_manifest(manifest: &Value) -> Vec<Volume> {
+    let Some(list) = manifest.pointer("/spec/volumes").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    list.iter()
+        .map(|v| {
+            let size_limit = v
+                .get("size_limit")
+                .and_then(parse_quantity)
+                .or_else(|| {
+                    v.get("size_limit_mb")
+                        .and_then(Value::as_u64)
+                        .map(|mb| mb << 20)
+                })
+                .unwrap_or(0);
+            Volume {
+                name: v["name"].as_str().unwrap_or_default().to_owned(),
+                mount_path: v
+                    .get("mount_path")
+                    .or_else(|| v.get("mount_point"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("/workspace")
+                    .trim_end_matches('/')
+                    .to_owned(),
+                persistent: v["storage_class"] == "persistent",
+                size_limit,
+                ttl_hours: v["ttl_hours"].as_u64(),
+                read_only: v["access_mode"] == "read-only",
+            }
+        })
+        .collect()
+}
+
+/// What this node refuses before an execution starts.
+pub fn check(volumes: &[Volume], config: &VolumesConfig) -> Result<(), VolumeError> {
+    let ceiling = config.max_size_mb << 20;
+    for v in volumes {
+        if v.read_only {
+            return Err(VolumeError::Unsupported(format!(
+                "spec.volumes `{}`: access_mode read-only is not supported: a volume belongs to \
+                 one agent and its callers, so a read-only one could never be filled",
+                v.name
+            )));
+        }
+        if v.persistent && v.size_limit > ceiling {
+            return Err(VolumeError::Unsupported(format!(
+                "spec.volumes `{}`: size_limit {} bytes is over this node's ceiling of {} MiB \
+                 (volumes.max_size_mb)",
+                v.name, v.size_limit, config.max_size_mb
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Who owns an execution's volumes.
+#[derive(Debug, Clone)]
+pub struct Holder<'a> {
+    /// Tenant.
+    pub tenant: &'a str,
+    /// Agent (definition id).
+    pub agent_id: Uuid,
+    /// The principal at the root of the execution tree.
+    pub owner: &'a str,
+}
+
+/// Creates every volume's directory in `sandbox` and copies in the saved content of the
+/// persistent ones; returns the names restored with content.
+pub async fn restore(
+    state: &AppState,
+    sandbox: SandboxId,
+    holder: &Holder<'_>,
+    volumes: &[Volume],
+) -> Result<Vec<String>, VolumeError> {
+    let dispatcher = state
+        .sandboxes
+        .dispatcher()
+        .map_err(|source| VolumeError::Sandbox {
+            name: String::new(),
+            source,
+        })?;
+    let mut restored = Vec::new();
+    for v in volumes {
+        let content: Option<Vec<u8>> = if v.persistent {
+            sqlx::query_scalar(
+                "SELECT content FROM agent_volumes WHERE tenant_id = $1 AND agent_id = $2 \
+                 AND owner = $3 AND name = $4 AND expires_at > now()",
+            )
+            .bind(holder.tenant)
+            .bind(holder.agent_id)
+            .bind(holder.owner)
+            .bind(&v.name)
+            .fetch_optional(&state.pool)
+            .await?
+        } else {
+            None
+        };
+        let had_content = content.as_ref().is_some_and(|c| !c.is_empty());
+        dispatcher
+            .import_dir(sandbox, &v.mount_path, content.unwrap_or_default())
+            .await
+            .map_err(|e| VolumeError::Sandbox {
+                name: v.name.clone(),
+                source: e.into(),
+            })?;
+        if had_content {
+            restored.push(v.name.clone());
+        }
+    }
+    Ok(restored)
+}
+
+/// Copies each persistent volume out of `sandbox` into its row (created on first save) and
+/// moves its expiry; the first volume over its `size_limit` is not saved and is the error.
+pub async fn save(
+    state: &AppState,
+    sandbox: SandboxId,
+    holder: &Holder<'_>,
+    volumes: &[Volume],
+    execution: Uuid,
+) -> Result<Vec<(String, u64)>, VolumeError> {
+    let dispatcher = state
+        .sandboxes
+        .dispatcher()
+        .map_err(|source| VolumeError::Sandbox {
+            name: String::new(),
+            source,
+        })?;
+    let mut saved = Vec::new();
+    let mut over = None;
+    for v in volumes.iter().filter(|v| v.persistent) {
+        let archive = match dispatcher
+            .export_dir(sandbox, &v.mount_path, v.size_limit)
+            .await
+        {
+            Ok(a) => a,
+            Err(dispatcher::DispatchError::ArchiveTooLarge { .. }) => {
+                over.get_or_insert(VolumeError::TooLarge {
+                    name: v.name.clone(),
+                    limit: v.size_limit,
+                });
+                continue;
+            }
+            Err(e) => {
+                return Err(VolumeError::Sandbox {
+                    name: v.name.clone(),
+                    source: e.into(),
+                })
+            }
+        };
+        let ttl = v
+            .ttl_hours
+            .unwrap_or(state.config.volumes.default_ttl_hours)
+            .min(24 * 365 * 10) as i64;
+        sqlx::query(
+            "INSERT INTO agent_volumes (id, tenant_id, agent_id, owner, name, size_limit_bytes, \
+             content, content_bytes, last_execution_id, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(hours => $10::int)) \
+             ON CONFLICT (tenant_id, agent_id, owner, name) DO UPDATE SET \
+             size_limit_bytes = EXCLUDED.size_limit_bytes, content = EXCLUDED.content, \
+             content_bytes = EXCLUDED.content_bytes, last_execution_id = EXCLUDED.last_execution_id, \
+             updated_at = now(), expires_at = EXCLUDED.expires_at",
+        )
+        .bind(Uuid::new_v4())
+        .bind(holder.tenant)
+        .bind(holder.agent_id)
+        .bind(holder.owner)
+        .bind(&v.name)
+        .bind(v.size_limit as i64)
+        .bind(&archive)
+        .bind(archive.len() as i64)
+        .bind(execution)
+        .bind(ttl as i32)
+        .execute(&state.pool)
+        .await?;
+        saved.push((v.name.clone(), archive.len() as u64));
+    }
+    match over {
+        Some(e) => Err(e),
+        None => Ok(saved),
+    }
+}
+
+/// Deletes expired volumes; returns how many.
+pub async fn sweep(pool: &PgPool) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query("DELETE FROM agent_volumes WHERE expires_at <= now()")
+        .execute(pool)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// Runs [`sweep`] every `volumes.sweep_interval_secs` until shutdown.
+pub async fn sweep_periodically(state: AppState, shutdown: CancellationToken) {
+    let every = Duration::from_secs(state.config.volumes.sweep_interval_secs.max(1));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        match sweep(&state.pool).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(volumes = n, "expired agent volumes deleted"),
+            Err(e) => tracing::warn!(error = %e, "could not sweep expired agent volumes"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn older_spellings_are_read_and_limits_checked() {
+        let m = json!({"spec": {"volumes": [
+            {"name": "a", "storage_class": "persistent", "mount_path": "/workspace/a/", "access_mode": "read-write", "size_limit": "1Mi", "ttl_hours": 2},
+            {"name": "b", "storage_class": "ephemeral", "mount_point": "/workspace/b", "access_mode": "read-write", "size_limit_mb": 3},
+        ]}});
+        let v = of_manifest(&m);
+        assert_eq!(v[0].mount_path, "/workspace/a");
+        assert_eq!(v[0].size_limit, 1 << 20);
+        assert!(v[0].persistent && !v[1].persistent);
+        assert_eq!(v[1].mount_path, "/workspace/b");
+        assert_eq!(v[1].size_limit, 3 << 20);
+        let config = VolumesConfig {
+            max_size_mb: 1,
+            ..VolumesConfig::default()
+        };
+        assert!(check(&v, &config).is_ok());
+        let mut big = v.clone();
+        big[0].size_limit = 2 << 20;
+        assert!(check(&big, &config)
+            .unwrap_err()
+            .to_string()
+            .contains("max_size_mb"));
+        big[0].size_limit = 1;
+        big[0].read_only = true;
+        assert!(check(&big, &config)
+            .unwrap_err()
+            .to_string()
+            .contains("read-only"));
+    }
+}
