@@ -79,8 +79,9 @@ fn metadata(value: &Value, errors: &mut Errors) {
     }
 }
 
-/// Agent and workflow names: 1-63 lowercase letters, digits and '-', starting with a letter and
-/// not ending with '-' (usable as a DNS label and in container names).
+/// Agent and workflow names: 1-63 lowercase letters, digits and '-', starting with a letter or
+/// digit and not ending with '-' (a DNS label, usable in container names; AEGIS allows a
+/// leading digit, and so do we).
 pub fn check_name(name: &str) -> Result<(), &'static str> {
     if name.is_empty() || name.len() > 63 {
         return Err("a name has 1 to 63 characters");
@@ -91,8 +92,8 @@ pub fn check_name(name: &str) -> Result<(), &'static str> {
     {
         return Err("a name has only lowercase letters, digits and '-'");
     }
-    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
-        return Err("a name starts with a lowercase letter");
+    if !name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+        return Err("a name starts with a lowercase letter or a digit");
     }
     if name.ends_with('-') {
         return Err("a name does not end with '-'");
@@ -228,9 +229,10 @@ fn dispatchers(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
             errors.push(
                 pointer::join_index("/spec/tools", i),
                 format!(
-                    "`{CMD_RUN}` is offered but has no subcommand_allowlist: add a \
-                     `{CMD_DISPATCHER}` entry to spec.builtin_dispatchers with a `{CMD_RUN}` \
-                     capability"
+                    "`{CMD_RUN}` is offered but has no subcommand_allowlist, and this node has \
+                     no default for the agent's runtime (sandbox.default_command_allowlists): \
+                     add a `{CMD_DISPATCHER}` entry to spec.builtin_dispatchers with a \
+                     `{CMD_RUN}` capability"
                 ),
             );
         }
@@ -1076,7 +1078,8 @@ mod tests {
     #[test]
     fn names() {
         assert!(check_name("hello-world2").is_ok());
-        assert!(check_name("2fast").is_err());
+        assert!(check_name("2fast").is_ok());
+        assert!(check_name("-fast").is_err());
         assert!(check_name("Hello").is_err());
         assert!(check_name("trailing-").is_err());
         assert!(check_name(&"a".repeat(64)).is_err());

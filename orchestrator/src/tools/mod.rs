@@ -29,6 +29,7 @@ use crate::caller::{Caller, Tier};
 use crate::state::AppState;
 
 pub(crate) use definitions::registry_error;
+pub use definitions::validate_offline;
 pub use router::{
     invoke, invoke_in, serialized_len, ArgViolation, CallError, ToolOutcome, TEXT_COPY_MAX_BYTES,
 };
