@@ -41,10 +41,11 @@ pub use agent::{
 pub use deployed::Deployed;
 pub use emit::to_yaml;
 pub use error::{ManifestError, ManifestErrors, Stage};
+pub use normalise::UPDATE_BLACKBOARD_COMMAND;
 pub use schema::schema;
 pub use semantic::check_name;
 pub use units::{parse_duration, parse_quantity};
-pub use workflow::{TransitionView, WorkflowView};
+pub use workflow::{parse_cron, Schedule, TransitionView, WorkflowView};
 pub use yaml::MAX_TEXT_BYTES;
 
 /// The manifest `apiVersion` this service accepts.

@@ -53,7 +53,10 @@ pub(crate) fn normalise(
             validation_mapping(value, &mut out);
             default_command_allowlist(value, node, &mut out);
         }
-        ManifestKind::Workflow => container_step_names(value, &mut out),
+        ManifestKind::Workflow => {
+            container_step_names(value, &mut out);
+            system_blackboard_updates(value, &mut out);
+        }
     }
     out
 }
@@ -226,6 +229,66 @@ fn default_command_allowlist(value: &mut Value, node: &NodeKnowledge<'_>, out: &
             default.join(", ")
         ),
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// System `command: update_blackboard`
+
+/// The System command that writes the blackboard instead of running anything.
+pub const UPDATE_BLACKBOARD_COMMAND: &str = "update_blackboard";
+
+/// Older AEGIS manifests wrote blackboard keys with a System state whose command is
+/// `update_blackboard` and whose `env` holds the values (`ITERATION_NUMBER: "{{...}}"`). That
+/// becomes the state's `update_blackboard` mapping (keys in lower case, as the templates of those
+/// manifests read them); the state runs nothing.
+fn system_blackboard_updates(value: &mut Value, out: &mut Normalised) {
+    let Some(states) = value
+        .pointer_mut("/spec/states")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    for (name, state) in states.iter_mut() {
+        let Some(object) = state.as_object_mut() else {
+            continue;
+        };
+        let is_update = object.get("kind").and_then(Value::as_str) == Some("System")
+            && object.get("command").and_then(Value::as_str).map(str::trim)
+                == Some(UPDATE_BLACKBOARD_COMMAND);
+        if !is_update || object.contains_key("update_blackboard") {
+            continue;
+        }
+        let env = match object.remove("env") {
+            Some(Value::Object(env)) => env,
+            Some(other) => {
+                object.insert("env".into(), other);
+                continue;
+            }
+            None => Map::new(),
+        };
+        let keys: Vec<String> = env.keys().map(|k| k.to_lowercase()).collect();
+        let writes: Map<String, Value> = env
+            .into_iter()
+            .map(|(k, v)| (k.to_lowercase(), v))
+            .collect();
+        object.insert("update_blackboard".into(), Value::Object(writes));
+        out.note(
+            pointer::join(&pointer::join("/spec/states", name), "command"),
+            format!(
+                "a System state with `command: {UPDATE_BLACKBOARD_COMMAND}` (older AEGIS form) \
+                 runs nothing and writes its `env` to the blackboard: it now has \
+                 `update_blackboard` with the keys {} (lower case)",
+                if keys.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    keys.iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ),
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
