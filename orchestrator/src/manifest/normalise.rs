@@ -77,7 +77,16 @@ fn validation_mapping(value: &mut Value, out: &mut Normalised) {
     let old = old.clone();
     let mut list = Vec::new();
     let mut parts = Vec::new();
-    for (key, section) in &old {
+    // The order validators ran in AEGIS: the exit status, then the output, then the judges.
+    let rank = |k: &str| {
+        ["system", "output", "script", "semantic"]
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or(usize::MAX)
+    };
+    let mut sections: Vec<(&String, &Value)> = old.iter().collect();
+    sections.sort_by_key(|(k, _)| rank(k));
+    for (key, section) in sections {
         let at = pointer::join(VALIDATION, key);
         match (key.as_str(), section) {
             ("system", Value::Object(system)) => {
