@@ -6,6 +6,7 @@
 #
 #   scripts/offline-bases.sh all                 every base below that is missing
 #   scripts/offline-bases.sh debian              debian:bookworm-slim  (debootstrap + docker import)
+#                                                (OFFLINE_BASES_SUITE=trixie: debian:trixie-slim)
 #   scripts/offline-bases.sh postgres            postgres:15-bookworm  (scripts/offline/postgres/)
 #   scripts/offline-bases.sh rust                rust:1.95-bookworm    (scripts/offline/rust/ + host toolchain)
 #   scripts/offline-bases.sh ensure IMAGE...     present? else pull? else build offline if we know how
@@ -353,6 +354,11 @@ ob_ensure() {
     "$OB_DEBIAN_TAG") ob_build_debian ;;
     "$OB_POSTGRES_TAG") ob_build_postgres ;;
     "$OB_RUST_TAG") ob_build_rust ;;
+    debian:bookworm-slim|debian:trixie-slim)
+      # Another Debian suite than this run's (runtimes on trixie: node 20, go 1.24): same recipe.
+      local suite="${image#debian:}"
+      ( OB_SUITE="${suite%-slim}"; OB_DEBIAN_TAG="$image"; ob_build_debian )
+      ;;
     scratch) return 0 ;;
     *)
       ob_have_image "$image" && { ob_log "$image is present"; return 0; }

@@ -266,6 +266,11 @@ pub struct SandboxConfig {
     /// Refuse to start sandboxes when the kernel has no Landlock, since the command policy
     /// could then not be held by the kernel. `false` runs them with the argv policy alone.
     pub require_landlock: bool,
+    /// Runtime language -> the `cmd.run` allowlist an agent of that runtime gets when its
+    /// manifest offers `cmd.run` without one (AEGIS manifests carry none: the allowlist lived in
+    /// AEGIS's node config). Written into the manifest at deploy, with a note. Empty: such a
+    /// manifest is refused.
+    pub default_command_allowlists: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl Default for SandboxConfig {
@@ -286,6 +291,7 @@ impl Default for SandboxConfig {
             max_sandboxes_per_api_key: 32,
             max_workspace_mb: 4096,
             require_landlock: true,
+            default_command_allowlists: Default::default(),
         }
     }
 }
@@ -585,6 +591,25 @@ fn line_of_key(text: &str, key: &str) -> Option<usize> {
     None
 }
 
+/// A `cmd.run` allowlist entry as the agent schema accepts it: a bare program name, then
+/// optional subcommand words.
+fn allowlist_entry_ok(entry: &str) -> bool {
+    let mut words = entry.split(' ');
+    let program_ok = words.next().is_some_and(|p| {
+        p.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c))
+    });
+    program_ok
+        && entry.len() <= 256
+        && words.all(|w| {
+            !w.is_empty()
+                && !w.starts_with('/')
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_.:=,@%+/-".contains(c))
+        })
+}
+
 /// Value checks that types alone cannot express.
 fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     let c = &loaded.config;
@@ -654,6 +679,25 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             "seal.freshness_secs",
             "expected 1 to 300 seconds".into(),
         ));
+    }
+    for (language, allowlist) in &c.sandbox.default_command_allowlists {
+        let key = format!("sandbox.default_command_allowlists.{language}");
+        if allowlist.is_empty() {
+            return Err(invalid(
+                &key,
+                "expected at least one command (leave the language out to give it no default)"
+                    .into(),
+            ));
+        }
+        if let Some(bad) = allowlist.iter().find(|e| !allowlist_entry_ok(e)) {
+            return Err(invalid(
+                &key,
+                format!(
+                    "`{bad}` is not a bare program name optionally followed by subcommand words \
+                     (no paths, no shell metacharacters), as in `python` or `git status`"
+                ),
+            ));
+        }
     }
     if let Err(e) = crate::egress::Egress::from_config(&c.egress) {
         return Err(invalid(&format!("egress.{}", e.key), e.message));

@@ -39,6 +39,14 @@ enum Command {
     CheckConfig,
     /// Apply pending database migrations and exit.
     Migrate,
+    /// Validate agent and workflow manifest files offline (schema and semantic checks against
+    /// this build's tools and runtimes; references to deployed definitions are not checked).
+    /// Prints PASS or FAIL per file with every error and note; exits 1 if any file fails.
+    Validate {
+        /// Manifest files (YAML or JSON), of either kind.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
     /// SEAL client: attest to a gateway and call tools with signed envelopes; issue
     /// attestation tokens.
     Seal {
@@ -447,9 +455,55 @@ async fn run(command: Command, mut loaded: LoadedConfig) -> anyhow::Result<()> {
             let applied = store::migrate(&pool).await?;
             println!("applied {applied} migration(s)");
         }
+        Command::Validate { files } => validate_files(&files, &loaded.config)?,
         Command::Seal { .. } | Command::Approvals { .. } => {
             anyhow::bail!("client subcommands are handled before the configuration is loaded")
         }
+    }
+    Ok(())
+}
+
+/// `orchestrator validate FILE...`: one line per file, then its errors and notes, indented.
+fn validate_files(files: &[PathBuf], config: &config::NodeConfig) -> anyhow::Result<()> {
+    let mut failed = 0;
+    for file in files {
+        let shown = file.display();
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(e) => {
+                println!("FAIL {shown}\n  cannot read: {e}");
+                failed += 1;
+                continue;
+            }
+        };
+        match orchestrator::tools::validate_offline(&text, config) {
+            Err(errors) => {
+                failed += 1;
+                println!("FAIL {shown}");
+                for e in errors.as_slice() {
+                    println!("  error: {e}");
+                }
+            }
+            Ok((kind, checked)) => {
+                match &checked.manifest {
+                    Ok(_) => println!("PASS {shown} ({kind})"),
+                    Err(errors) => {
+                        failed += 1;
+                        println!("FAIL {shown} ({kind})");
+                        for e in errors.as_slice() {
+                            println!("  error: {e}");
+                        }
+                    }
+                }
+                for w in &checked.warnings {
+                    println!("  note: {w}");
+                }
+            }
+        }
+    }
+    println!("{} of {} valid", files.len() - failed, files.len());
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} file(s) invalid", files.len());
     }
     Ok(())
 }

@@ -76,6 +76,7 @@ fn node() -> NodeKnowledge<'static> {
     NodeKnowledge {
         tool_exists: &tool_exists,
         runtime_known: &runtime_known,
+        default_command_allowlist: &|_| None,
     }
 }
 
@@ -86,6 +87,7 @@ fn any_node() -> NodeKnowledge<'static> {
     NodeKnowledge {
         tool_exists: &|_| true,
         runtime_known: &|_, _| true,
+        default_command_allowlist: &|_| None,
     }
 }
 

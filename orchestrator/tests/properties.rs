@@ -446,6 +446,7 @@ fn node() -> NodeKnowledge<'static> {
     NodeKnowledge {
         tool_exists: &|_| true,
         runtime_known: &|_, _| true,
+        default_command_allowlist: &|_| None,
     }
 }
 

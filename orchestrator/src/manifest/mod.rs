@@ -20,6 +20,7 @@ mod deployed;
 mod emit;
 mod error;
 mod graph;
+mod normalise;
 mod pointer;
 mod schema;
 mod semantic;
@@ -40,10 +41,11 @@ pub use agent::{
 pub use deployed::Deployed;
 pub use emit::to_yaml;
 pub use error::{ManifestError, ManifestErrors, Stage};
+pub use normalise::UPDATE_BLACKBOARD_COMMAND;
 pub use schema::schema;
 pub use semantic::check_name;
 pub use units::{parse_duration, parse_quantity};
-pub use workflow::{TransitionView, WorkflowView};
+pub use workflow::{parse_cron, Schedule, TransitionView, WorkflowView};
 pub use yaml::MAX_TEXT_BYTES;
 
 /// The manifest `apiVersion` this service accepts.
@@ -88,6 +90,9 @@ pub struct NodeKnowledge<'a> {
     pub tool_exists: &'a dyn Fn(&str) -> bool,
     /// Whether the runtime registry has this language and version.
     pub runtime_known: &'a dyn Fn(&str, &str) -> bool,
+    /// The node's default `cmd.run` allowlist for a runtime language, applied to an agent that
+    /// offers `cmd.run` without its own (`sandbox.default_command_allowlists`).
+    pub default_command_allowlist: &'a dyn Fn(&str) -> Option<Vec<String>>,
 }
 
 impl fmt::Debug for NodeKnowledge<'_> {
@@ -199,7 +204,7 @@ pub fn parse_value(
 
 fn validate(
     kind: ManifestKind,
-    value: Value,
+    mut value: Value,
     node: &NodeKnowledge<'_>,
     deployed: Option<&Deployed>,
     place: impl Fn(Vec<ManifestError>) -> Vec<ManifestError>,
@@ -208,11 +213,18 @@ fn validate(
         manifest: Err(ManifestErrors::sorted(place(errors))),
         warnings: ManifestErrors::sorted(place(warnings)).0,
     };
+    // Older forms first, so that the schema judges (and the registry stores) the current form.
+    let normalised = normalise::normalise(kind, &mut value, node);
+    if !normalised.errors.is_empty() {
+        return refuse(normalised.errors, normalised.notes);
+    }
+    let mut notes = normalised.notes;
     let errors = schema::validate(kind, &value);
     if !errors.is_empty() {
-        return refuse(errors, Vec::new());
+        return refuse(errors, notes);
     }
-    let findings = semantic::check(kind, &value, node, deployed);
+    let mut findings = semantic::check(kind, &value, node, deployed);
+    findings.warnings.append(&mut notes);
     if !findings.errors.is_empty() {
         return refuse(findings.errors, findings.warnings);
     }
@@ -258,6 +270,18 @@ fn validate(
     }
 }
 
+/// The kind a manifest text declares in its top-level `kind` key, for callers that take files
+/// of either kind (`orchestrator validate`). `None` when the text does not load or names
+/// neither kind; [`parse`] then reports why.
+pub fn kind_of(text: &str) -> Option<ManifestKind> {
+    let loaded = yaml::load(text).ok()?;
+    match loaded.value.get("kind").and_then(Value::as_str)? {
+        "Agent" => Some(ManifestKind::Agent),
+        "Workflow" => Some(ManifestKind::Workflow),
+        _ => None,
+    }
+}
+
 /// Keys of the schemas [`schema`] serves.
 pub fn schema_keys() -> &'static [&'static str] {
     schema::SCHEMA_KEYS
@@ -271,6 +295,7 @@ mod tests {
         NodeKnowledge {
             tool_exists: &|name| matches!(name, "fs.read" | "fs.write" | "cmd.run"),
             runtime_known: &|language, version| (language, version) == ("python", "3.11"),
+            default_command_allowlist: &|_| None,
         }
     }
 

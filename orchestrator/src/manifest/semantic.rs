@@ -79,8 +79,9 @@ fn metadata(value: &Value, errors: &mut Errors) {
     }
 }
 
-/// Agent and workflow names: 1-63 lowercase letters, digits and '-', starting with a letter and
-/// not ending with '-' (usable as a DNS label and in container names).
+/// Agent and workflow names: 1-63 lowercase letters, digits and '-', starting with a letter or
+/// digit and not ending with '-' (a DNS label, usable in container names; AEGIS allows a
+/// leading digit, and so do we).
 pub fn check_name(name: &str) -> Result<(), &'static str> {
     if name.is_empty() || name.len() > 63 {
         return Err("a name has 1 to 63 characters");
@@ -91,8 +92,8 @@ pub fn check_name(name: &str) -> Result<(), &'static str> {
     {
         return Err("a name has only lowercase letters, digits and '-'");
     }
-    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
-        return Err("a name starts with a lowercase letter");
+    if !name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+        return Err("a name starts with a lowercase letter or a digit");
     }
     if name.ends_with('-') {
         return Err("a name does not end with '-'");
@@ -228,9 +229,10 @@ fn dispatchers(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
             errors.push(
                 pointer::join_index("/spec/tools", i),
                 format!(
-                    "`{CMD_RUN}` is offered but has no subcommand_allowlist: add a \
-                     `{CMD_DISPATCHER}` entry to spec.builtin_dispatchers with a `{CMD_RUN}` \
-                     capability"
+                    "`{CMD_RUN}` is offered but has no subcommand_allowlist, and this node has \
+                     no default for the agent's runtime (sandbox.default_command_allowlists): \
+                     add a `{CMD_DISPATCHER}` entry to spec.builtin_dispatchers with a \
+                     `{CMD_RUN}` capability"
                 ),
             );
         }
@@ -358,7 +360,6 @@ const TEMPLATE_ROOTS: &[&str] = &[
     "input",
     "intent",
     "state",
-    "human",
     "execution",
     "tenant_id",
     "instruction",
@@ -378,6 +379,28 @@ const TEMPLATE_ROOTS: &[&str] = &[
     "keys",
     "lookup",
 ];
+
+/// Run variables a state's `update_blackboard` may not write (they would shadow them), besides
+/// state names. Mirrors `workflow::RESERVED_KEYS` plus `human` (written by Human states).
+const UNWRITABLE_KEYS: &[&str] = &[
+    "instruction",
+    "input",
+    "iteration_number",
+    "previous_error",
+    "context",
+    "workflow",
+    "intent",
+    "state",
+    "state_output",
+    "execution",
+    "human",
+    "blackboard",
+    "states",
+    "tenant_id",
+];
+
+/// The blackboard key a Human state writes its answer under (`{{human.feedback}}`).
+const HUMAN_KEY: &str = "human";
 
 /// The variable a transition's `custom` expression reads the state's own output from.
 const STATE_OUTPUT: &str = "state_output";
@@ -410,8 +433,10 @@ fn workflow(
 
     let graph = StateGraph::new(states, initial);
     let refs = References::new(value, states, &graph);
+    default_schedule(value, errors);
     for (name, state) in states {
         let at = pointer::join("/spec/states", name);
+        blackboard_writes(&at, state, &names, errors);
         transitions(&at, state, &names, errors);
         state_kind_rules(&at, state, value, node, errors);
         refs.state(&at, name, state, errors);
@@ -455,6 +480,41 @@ fn workflow(
         }
     }
     shared_volume_names(value, errors);
+}
+
+/// `spec.default_schedule` must be a cron expression the scheduler can read.
+fn default_schedule(value: &Value, errors: &mut Errors) {
+    let Some(schedule) = super::WorkflowView(value).default_schedule() else {
+        return;
+    };
+    if let Err(problem) = schedule.parse() {
+        let at = match value.pointer("/spec/default_schedule") {
+            Some(Value::Object(_)) => "/spec/default_schedule/cron",
+            _ => "/spec/default_schedule",
+        };
+        errors.push(at, problem);
+    }
+}
+
+/// `update_blackboard` keys may not shadow a state's output or a run variable.
+fn blackboard_writes(at: &str, state: &Value, names: &BTreeSet<&str>, errors: &mut Errors) {
+    let Some(Value::Object(writes)) = state.get("update_blackboard") else {
+        return;
+    };
+    for key in writes.keys() {
+        let key_at = pointer::join(&pointer::join(at, "update_blackboard"), key);
+        if names.contains(key.as_str()) {
+            errors.push(
+                key_at,
+                format!("`{key}` is a state name: writing it would replace that state's output"),
+            );
+        } else if UNWRITABLE_KEYS.contains(&key.as_str()) {
+            errors.push(
+                key_at,
+                format!("`{key}` is a run variable (reserved): choose another key"),
+            );
+        }
+    }
 }
 
 /// A loop is normal (refine until a judge is satisfied), but only with a way out: a loop from
@@ -725,6 +785,15 @@ impl<'a> References<'a> {
             if let Some(key) = state.get("result_key").and_then(Value::as_str) {
                 results.entry(key).or_default().push(name.as_str());
             }
+            // Keys written at run time exist once a writer can have run.
+            if let Some(Value::Object(writes)) = state.get("update_blackboard") {
+                for key in writes.keys() {
+                    results.entry(key.as_str()).or_default().push(name.as_str());
+                }
+            }
+            if state.get("kind").and_then(Value::as_str) == Some("Human") {
+                results.entry(HUMAN_KEY).or_default().push(name.as_str());
+            }
         }
         References {
             states: states.keys().map(String::as_str).collect(),
@@ -743,6 +812,8 @@ impl<'a> References<'a> {
             let scope = match key.as_str() {
                 "transitions" => Scope::Transition(name),
                 "judges" | "judges_for_parallel" | "output_handler" => Scope::After(name),
+                // Rendered after the state ran, with its output and `state_output`.
+                "update_blackboard" => Scope::Transition(name),
                 _ => Scope::Before(name),
             };
             self.walk(&pointer::join(at, key), field, scope, errors);
@@ -828,6 +899,13 @@ impl<'a> References<'a> {
             if self.keys.contains(name) {
                 return None;
             }
+        }
+        if name == HUMAN_KEY && !self.states.contains(name) {
+            return Some(
+                "reads `human` (the last Human state's answer, `human.feedback`), but this \
+                 workflow has no Human state"
+                    .to_owned(),
+            );
         }
         if !explicit && segments.len() == 1 {
             return None;
@@ -1088,7 +1166,8 @@ mod tests {
     #[test]
     fn names() {
         assert!(check_name("hello-world2").is_ok());
-        assert!(check_name("2fast").is_err());
+        assert!(check_name("2fast").is_ok());
+        assert!(check_name("-fast").is_err());
         assert!(check_name("Hello").is_err());
         assert!(check_name("trailing-").is_err());
         assert!(check_name(&"a".repeat(64)).is_err());

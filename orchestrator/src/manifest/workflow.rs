@@ -17,6 +17,32 @@ pub struct TransitionView<'a> {
     pub raw: &'a Value,
 }
 
+/// `spec.default_schedule`, in either of its two forms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    /// The cron expression (5 fields, or 6 with seconds first; UTC).
+    pub cron: String,
+    /// Input of every scheduled run.
+    pub input: Value,
+    /// False: written down, but no runs start.
+    pub enabled: bool,
+}
+
+impl Schedule {
+    /// The parsed expression, or why it is not one.
+    pub fn parse(&self) -> Result<croner::Cron, String> {
+        parse_cron(&self.cron)
+    }
+}
+
+/// Parses a cron expression the way schedules are read: seconds field optional, UTC.
+pub fn parse_cron(expression: &str) -> Result<croner::Cron, String> {
+    croner::Cron::new(expression)
+        .with_seconds_optional()
+        .parse()
+        .map_err(|e| format!("`{expression}` is not a cron expression: {e}"))
+}
+
 /// A read-only view of a validated workflow manifest.
 #[derive(Debug, Clone, Copy)]
 pub struct WorkflowView<'a>(pub &'a Value);
@@ -50,6 +76,39 @@ impl<'a> WorkflowView<'a> {
     /// One state's object.
     pub fn state(&self, name: &str) -> Option<&'a Value> {
         self.0.pointer("/spec/states")?.get(name)
+    }
+
+    /// `spec.default_schedule`, if any.
+    pub fn default_schedule(&self) -> Option<Schedule> {
+        match self.0.pointer("/spec/default_schedule")? {
+            Value::String(cron) => Some(Schedule {
+                cron: cron.clone(),
+                input: Value::Object(Default::default()),
+                enabled: true,
+            }),
+            Value::Object(o) => Some(Schedule {
+                cron: o.get("cron")?.as_str()?.to_owned(),
+                input: o
+                    .get("input")
+                    .cloned()
+                    .unwrap_or_else(|| Value::Object(Default::default())),
+                enabled: o.get("enabled").and_then(Value::as_bool).unwrap_or(true),
+            }),
+            _ => None,
+        }
+    }
+
+    /// One state's `update_blackboard`: key -> template, in key order.
+    pub fn blackboard_updates(&self, name: &str) -> Vec<(&'a str, &'a str)> {
+        self.state(name)
+            .and_then(|s| s.get("update_blackboard"))
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// One state's `kind` (`Agent`, `System`, ...).

@@ -154,6 +154,48 @@ fn kind_str(kind: ManifestKind) -> &'static str {
 const LATEST_FIRST: &str =
     "v.v_major DESC, v.v_minor DESC, v.v_patch DESC, (v.v_pre = '') DESC, v.v_pre DESC";
 
+/// A live workflow whose latest version has `spec.default_schedule`.
+#[derive(Debug, Clone)]
+pub struct ScheduledWorkflow {
+    /// Definition id (stable across versions).
+    pub definition_id: Uuid,
+    /// Owner tenant; scheduled runs are started as this tenant.
+    pub tenant: String,
+    /// Workflow name.
+    pub name: String,
+    /// The latest version, the one scheduled.
+    pub version: String,
+    /// Its manifest.
+    pub manifest: Value,
+}
+
+/// Every live workflow (all tenants) whose latest version has a `spec.default_schedule`, for the
+/// scheduler.
+pub async fn scheduled_workflows(pool: &PgPool) -> Result<Vec<ScheduledWorkflow>, sqlx::Error> {
+    let rows: Vec<(Uuid, String, String, String, Value)> = sqlx::query_as(&format!(
+        "SELECT id, tenant_id, name, version, manifest FROM ( \
+           SELECT DISTINCT ON (d.id) d.id, d.tenant_id, d.name, v.version, v.manifest \
+           FROM definitions d JOIN definition_versions v ON v.definition_id = d.id \
+           WHERE d.kind = 'workflow' AND d.deleted_at IS NULL \
+           ORDER BY d.id, {LATEST_FIRST}) latest \
+         WHERE manifest->'spec'->'default_schedule' IS NOT NULL"
+    ))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(definition_id, tenant, name, version, manifest)| ScheduledWorkflow {
+                definition_id,
+                tenant,
+                name,
+                version,
+                manifest,
+            },
+        )
+        .collect())
+}
+
 /// Stores a validated manifest as a version of its definition.
 pub async fn deploy(
     pool: &PgPool,

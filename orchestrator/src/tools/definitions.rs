@@ -133,14 +133,43 @@ fn workflow_delete<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> 
     Box::pin(delete(ctx, a, ManifestKind::Workflow))
 }
 
-/// The node facts semantic checks need: implemented tools and registered runtimes.
-fn node_knowledge<R>(f: impl FnOnce(&NodeKnowledge<'_>) -> R) -> R {
+/// The node facts semantic checks need: implemented tools, registered runtimes and the node's
+/// default `cmd.run` allowlists.
+fn node_knowledge<R>(
+    sandbox: &crate::config::SandboxConfig,
+    f: impl FnOnce(&NodeKnowledge<'_>) -> R,
+) -> R {
     let tool_exists = |name: &str| super::catalog().is_ok_and(|c| c.contains(name));
     let runtime_known = |language: &str, version: &str| crate::runtimes::known(language, version);
+    let default_command_allowlist =
+        |language: &str| sandbox.default_command_allowlists.get(language).cloned();
     f(&NodeKnowledge {
         tool_exists: &tool_exists,
         runtime_known: &runtime_known,
+        default_command_allowlist: &default_command_allowlist,
     })
+}
+
+/// Validates one manifest file without a database, as `orchestrator validate` does: the kind
+/// comes from its `kind` key, tools and runtimes from this build, and references to other
+/// definitions are not checked (there is no registry to check them against).
+pub fn validate_offline(
+    text: &str,
+    config: &crate::config::NodeConfig,
+) -> Result<(ManifestKind, Validation), ManifestErrors> {
+    let kind = manifest::kind_of(text).ok_or_else(|| {
+        ManifestErrors(vec![ManifestError::new(
+            manifest::Stage::Schema,
+            "/kind",
+            "`kind` must be `Agent` or `Workflow`",
+        )])
+    })?;
+    Ok((
+        kind,
+        node_knowledge(&config.sandbox, |node| {
+            manifest::parse_checked(kind, text, node, None)
+        }),
+    ))
 }
 
 /// The caller's registry as validation sees it: deployed agents and workflows (by name and id,
@@ -173,8 +202,9 @@ pub(crate) async fn check(
     text: &str,
 ) -> Result<Validation, ToolError> {
     let deployed = deployed(ctx).await?;
-    let mut checked =
-        node_knowledge(|node| manifest::parse_checked(kind, text, node, Some(&deployed)));
+    let mut checked = node_knowledge(&ctx.state.config.sandbox, |node| {
+        manifest::parse_checked(kind, text, node, Some(&deployed))
+    });
     // Delivery destinations this node cannot serve (email, undefined signing secrets).
     if let (ManifestKind::Agent, Ok(parsed)) = (kind, &checked.manifest) {
         let problems = crate::delivery::check_manifest(&parsed.value, &ctx.state.config.delivery);

@@ -32,6 +32,7 @@ use crate::caller::{Caller, Tier};
 use crate::state::AppState;
 
 pub(crate) use definitions::registry_error;
+pub use definitions::validate_offline;
 pub use router::{
     invoke, invoke_gated, invoke_in, serialized_len, ArgViolation, CallError, CallGate,
     ToolOutcome, TEXT_COPY_MAX_BYTES,

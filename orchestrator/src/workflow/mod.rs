@@ -16,6 +16,7 @@
 //! tools that call them (`tools/workflows.rs`) work on any replica.
 
 pub mod conditions;
+mod schedule;
 mod start;
 mod states;
 pub mod store;
@@ -227,6 +228,7 @@ pub const RESERVED_KEYS: &[&str] = &[
     "state",
     "state_output",
     "execution",
+    "human",
 ];
 
 /// `{key: value}` pairs of an object (empty for anything else).

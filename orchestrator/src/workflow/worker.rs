@@ -98,7 +98,13 @@ pub fn spawn_workers(
         max_output_bytes: ceilings.max_output_bytes,
         system_sandboxes: Mutex::new(HashMap::new()),
     });
-    let mut tasks = vec![tokio::spawn(listen(rt.clone()))];
+    let mut tasks = vec![
+        tokio::spawn(listen(rt.clone())),
+        tokio::spawn(super::schedule::scheduler(
+            rt.clone(),
+            settings.poll_interval,
+        )),
+    ];
     for _ in 0..settings.workers.max(1) {
         tasks.push(tokio::spawn(work(rt.clone(), settings.poll_interval)));
     }
@@ -220,6 +226,32 @@ async fn renew(rt: Arc<Runtime>, id: Uuid, token: CancellationToken, lost: Arc<A
             }
         }
     }
+}
+
+/// The state's `update_blackboard` writes, rendered after it ran (its output and
+/// `state_output` in scope). A rendered text that is JSON is stored as that value.
+fn blackboard_updates(
+    manifest: &Value,
+    state: &str,
+    ctx: &Value,
+    output: &Value,
+) -> Result<Vec<(String, Value)>, String> {
+    let updates = WorkflowView(manifest).blackboard_updates(state);
+    if updates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut uctx = ctx.clone();
+    uctx["state_output"] = output.clone();
+    updates
+        .into_iter()
+        .map(|(key, template)| {
+            let text = crate::render::render(template, &uctx)
+                .map_err(|e| format!("spec.states.{state}.update_blackboard.{key}: {e}"))?;
+            let value =
+                serde_json::from_str::<Value>(text.trim()).unwrap_or_else(|_| Value::String(text));
+            Ok((key.to_owned(), value))
+        })
+        .collect()
 }
 
 /// One claimed execution being advanced.
@@ -399,8 +431,8 @@ impl Run<'_> {
         let mut blackboard = self.row.blackboard.clone();
         if let Some(map) = blackboard.as_object_mut() {
             map.insert(state.to_owned(), output.clone());
-            for (k, v) in writes {
-                map.insert(k, v);
+            for (k, v) in &writes {
+                map.insert(k.clone(), v.clone());
             }
         }
         let mut events = vec![NewEvent::state(
@@ -409,14 +441,41 @@ impl Run<'_> {
             json!({"visit": visit, "status": output.get("status"), "output_digest": crate::audit::digest(&output),
                    "work_us": work_us}),
         )];
+        let mut ctx = context.clone();
+        if let Some(map) = ctx.as_object_mut() {
+            map.insert(state.to_owned(), output.clone());
+            for (k, v) in writes {
+                map.insert(k, v);
+            }
+        }
+        match blackboard_updates(&self.manifest, state, &ctx, &output) {
+            Ok(updates) if updates.is_empty() => {}
+            Ok(updates) => {
+                let keys: Vec<&String> = updates.iter().map(|(k, _)| k).collect();
+                events.push(NewEvent::state(
+                    "blackboard_updated",
+                    state,
+                    json!({"visit": visit, "keys": keys}),
+                ));
+                if let (Some(map), Some(cmap)) = (blackboard.as_object_mut(), ctx.as_object_mut()) {
+                    for (k, v) in updates {
+                        cmap.insert(k.clone(), v.clone());
+                        map.insert(k, v);
+                    }
+                }
+                if let Some(map) = ctx.as_object_mut() {
+                    map.insert("blackboard".into(), blackboard.clone());
+                }
+            }
+            Err(reason) => {
+                self.row.blackboard = blackboard;
+                return self.fail(reason, events).await;
+            }
+        }
         let transitions = body["transitions"].as_array().cloned().unwrap_or_default();
         self.row.blackboard = blackboard;
         if transitions.is_empty() {
             return self.finish_completed(state, output, events).await;
-        }
-        let mut ctx = context.clone();
-        if let Some(map) = ctx.as_object_mut() {
-            map.insert(state.to_owned(), output.clone());
         }
         let chosen = transitions
             .iter()

@@ -389,8 +389,17 @@ async fn system_sandbox(ctx: &StateCtx<'_>) -> Result<SandboxId, String> {
     Ok(id)
 }
 
-/// `System`: `sh -c "<command>"` in the execution's System sandbox.
+/// `System`: `sh -c "<command>"` in the execution's System sandbox (`update_blackboard`: nothing).
 pub(super) async fn system(ctx: &StateCtx<'_>) -> Step {
+    // The older AEGIS form of `update_blackboard`: nothing runs, the worker writes the keys.
+    if ctx.body["command"].as_str().map(str::trim)
+        == Some(crate::manifest::UPDATE_BLACKBOARD_COMMAND)
+    {
+        return Step::Output(
+            json!({"status": "completed", "exit_code": 0, "stdout": "", "stderr": ""}),
+            Vec::new(),
+        );
+    }
     let command = match ctx.render("command", ctx.body["command"].as_str().unwrap_or_default()) {
         Ok(c) => c,
         Err(e) => return Step::Output(json!({"status": "failed", "error": e}), Vec::new()),

@@ -4,7 +4,8 @@
 //! the execution (`waiting`, no lease held, woken at the timeout). A signal is stored on the row
 //! only while the execution waits in a Human state, and wakes the workers; the state then
 //! consumes it. At the timeout the state answers `default_response`, or, without one, the
-//! execution fails naming the state.
+//! execution fails naming the state. The answer is also written to the blackboard key `human`
+//! (`{{human.feedback}}` in later templates).
 
 use std::time::Duration;
 
@@ -17,11 +18,20 @@ use crate::workflow::store::NewEvent;
 /// AEGIS's default wait when the state sets no `timeout`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// The blackboard key `human`: the latest answer as `{{human.feedback}}`, whichever Human state
+/// gave it (AEGIS's documented variable), next to `STATE.response`.
+fn human_key(ctx: &StateCtx<'_>, response: &str, timeout: bool) -> Vec<(String, Value)> {
+    vec![(
+        "human".to_owned(),
+        json!({"feedback": response, "state": ctx.name, "timeout": timeout}),
+    )]
+}
+
 pub(super) async fn human(ctx: &StateCtx<'_>) -> Step {
     if let Some(response) = &ctx.exec.signal {
         return Step::Output(
             json!({"status": "completed", "response": response, "timeout": false}),
-            Vec::new(),
+            human_key(ctx, response, false),
         );
     }
     let timeout = ctx.timeout.unwrap_or(DEFAULT_TIMEOUT);
@@ -37,7 +47,7 @@ pub(super) async fn human(ctx: &StateCtx<'_>) -> Step {
         return match default {
             Some(d) => Step::Output(
                 json!({"status": "completed", "response": d, "timeout": true}),
-                Vec::new(),
+                human_key(ctx, d, true),
             ),
             None => Step::Fail(format!(
                 "Human state `{}` timed out after {} s with no answer and no default_response",

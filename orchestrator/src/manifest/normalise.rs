@@ -1,0 +1,382 @@
+//! Older forms AEGIS users write, rewritten to the current form before the schema sees them.
+//!
+//! AEGIS manifests in the wild predate parts of today's format. Rather than refuse them, this
+//! stage rewrites each older form it knows into its current equivalent and says so in a note
+//! (a warning with the pointer of what was rewritten), so the stored and exported manifest is
+//! the current form and the author learns how to write it. An older form with no faithful
+//! equivalent is refused here with a message naming the replacement.
+//!
+//! It also applies the node's default `cmd.run` allowlist (`sandbox.default_command_allowlists`)
+//! to an agent that offers `cmd.run` without one of its own: the default is written into the
+//! manifest at deploy time, so what the agent may run is visible in its export and does not
+//! change when the node's config does.
+
+use serde_json::{json, Map, Value};
+
+use super::agent::{AgentView, RuntimeRef, CMD_DISPATCHER, CMD_RUN};
+use super::error::{ManifestError, Stage};
+use super::{pointer, ManifestKind, NodeKnowledge};
+
+/// What normalisation did: notes for each rewrite, errors for older forms it cannot rewrite.
+#[derive(Debug, Default)]
+pub(crate) struct Normalised {
+    /// One per rewrite, pointing at the rewritten node (in the text as written).
+    pub(crate) notes: Vec<ManifestError>,
+    /// Older forms without a current equivalent.
+    pub(crate) errors: Vec<ManifestError>,
+}
+
+impl Normalised {
+    fn note(&mut self, at: impl Into<String>, message: impl Into<String>) {
+        self.notes.push(ManifestError::new(
+            Stage::Semantic,
+            at,
+            format!("normalised: {}", message.into()),
+        ));
+    }
+
+    fn refuse(&mut self, at: impl Into<String>, message: impl Into<String>) {
+        self.errors
+            .push(ManifestError::new(Stage::Schema, at, message));
+    }
+}
+
+/// Rewrites the older forms in `value` in place.
+pub(crate) fn normalise(
+    kind: ManifestKind,
+    value: &mut Value,
+    node: &NodeKnowledge<'_>,
+) -> Normalised {
+    let mut out = Normalised::default();
+    match kind {
+        ManifestKind::Agent => {
+            validation_mapping(value, &mut out);
+            default_command_allowlist(value, node, &mut out);
+        }
+        ManifestKind::Workflow => {
+            container_step_names(value, &mut out);
+            system_blackboard_updates(value, &mut out);
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// `spec.execution.validation` as a mapping
+
+const VALIDATION: &str = "/spec/execution/validation";
+
+/// The pre-list form `validation: {system: {...}, output: {...}, script: {...}, semantic: {...}}`
+/// becomes the ordered validator list: `system.must_succeed` -> `exit_code`, `output` ->
+/// `json_schema` and/or `regex`. `script` and a model-prompted `semantic` have no current
+/// equivalent (validators run no host scripts; semantic judges are agents) and are refused.
+fn validation_mapping(value: &mut Value, out: &mut Normalised) {
+    let Some(Value::Object(old)) = value.pointer(VALIDATION) else {
+        return;
+    };
+    let old = old.clone();
+    let mut list = Vec::new();
+    let mut parts = Vec::new();
+    // The order validators ran in AEGIS: the exit status, then the output, then the judges.
+    let rank = |k: &str| {
+        ["system", "output", "script", "semantic"]
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or(usize::MAX)
+    };
+    let mut sections: Vec<(&String, &Value)> = old.iter().collect();
+    sections.sort_by_key(|(k, _)| rank(k));
+    for (key, section) in sections {
+        let at = pointer::join(VALIDATION, key);
+        match (key.as_str(), section) {
+            ("system", Value::Object(system)) => {
+                let must_succeed = system
+                    .get("must_succeed")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true);
+                if must_succeed {
+                    list.push(json!({"type": "exit_code", "expected": 0}));
+                    parts.push("`system.must_succeed` became an `exit_code` validator".to_owned());
+                } else {
+                    parts.push(
+                        "`system` without `must_succeed` checks nothing and was dropped".to_owned(),
+                    );
+                }
+            }
+            ("output", Value::Object(output)) => {
+                let format = output.get("format").and_then(Value::as_str).unwrap_or("");
+                if let Some(schema) = output.get("schema") {
+                    list.push(json!({"type": "json_schema", "schema": schema}));
+                    parts.push("`output.schema` became a `json_schema` validator".to_owned());
+                } else if format == "json" {
+                    list.push(json!({"type": "json_schema", "schema": {}}));
+                    parts.push(
+                        "`output.format: json` became a `json_schema` validator accepting any JSON"
+                            .to_owned(),
+                    );
+                }
+                if let Some(pattern) = output.get("regex") {
+                    list.push(json!({"type": "regex", "pattern": pattern, "target": "stdout"}));
+                    parts.push("`output.regex` became a `regex` validator on stdout".to_owned());
+                }
+            }
+            ("semantic", Value::Object(semantic))
+                if semantic.get("enabled").and_then(Value::as_bool) == Some(false) =>
+            {
+                parts.push("`semantic` with `enabled: false` was dropped".to_owned());
+            }
+            ("semantic", _) => out.refuse(
+                at,
+                "the older `semantic` validation (a model and a prompt) is not supported: a \
+                 semantic validator names a judge agent; write it as a list item \
+                 `{type: semantic, judge_agent: <agent>, criteria: <text>}`",
+            ),
+            ("script", _) => out.refuse(
+                at,
+                "`script` validation (a host script) is not supported: validators never run \
+                 programs on the node; use `exit_code`, `json_schema`, `regex`, `semantic` or \
+                 `multi_judge` list items",
+            ),
+            _ => out.refuse(
+                at,
+                format!(
+                    "unknown key `{key}` in the older `validation` mapping (known: system, \
+                     output, script, semantic); the current form is a list of validators"
+                ),
+            ),
+        }
+    }
+    if !out.errors.is_empty() {
+        return;
+    }
+    if let Some(slot) = value.pointer_mut(VALIDATION) {
+        *slot = Value::Array(list);
+    }
+    out.note(
+        VALIDATION,
+        format!(
+            "`validation` was a mapping (older AEGIS form) and is now a list of validators: {}",
+            if parts.is_empty() {
+                "the mapping was empty".to_owned()
+            } else {
+                parts.join("; ")
+            }
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The node's default cmd.run allowlist
+
+/// `cmd.run` offered without an allowlist: the node's default for the agent's runtime language
+/// is written into `spec.builtin_dispatchers`. Without a default nothing changes and the
+/// semantic stage refuses the manifest, as it always has.
+fn default_command_allowlist(value: &mut Value, node: &NodeKnowledge<'_>, out: &mut Normalised) {
+    let view = AgentView(value);
+    let Some(index) = view.tools().iter().position(|t| t == CMD_RUN) else {
+        return;
+    };
+    if view.subcommand_allowlist().is_some_and(|l| !l.is_empty()) {
+        return;
+    }
+    let RuntimeRef::Language { language, .. } = view.runtime() else {
+        return;
+    };
+    let Some(default) = (node.default_command_allowlist)(&language) else {
+        return;
+    };
+    if default.is_empty() {
+        return;
+    }
+    let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let dispatchers = spec
+        .entry("builtin_dispatchers")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    let Some(dispatchers) = dispatchers.as_array_mut() else {
+        return;
+    };
+    let allowlist = Value::from(default.clone());
+    let existing = dispatchers
+        .iter_mut()
+        .filter(|d| d.get("name").and_then(Value::as_str) == Some(CMD_DISPATCHER))
+        .find_map(|d| d.get_mut("capabilities")?.as_array_mut());
+    match existing {
+        Some(capabilities) => {
+            match capabilities
+                .iter_mut()
+                .find(|c| c.get("name").and_then(Value::as_str) == Some(CMD_RUN))
+                .and_then(Value::as_object_mut)
+            {
+                Some(capability) => {
+                    capability.insert("subcommand_allowlist".into(), allowlist);
+                }
+                None => {
+                    capabilities.push(json!({"name": CMD_RUN, "subcommand_allowlist": allowlist}))
+                }
+            }
+        }
+        None => {
+            let mut dispatcher = Map::new();
+            dispatcher.insert("name".into(), CMD_DISPATCHER.into());
+            dispatcher.insert(
+                "capabilities".into(),
+                json!([{"name": CMD_RUN, "subcommand_allowlist": allowlist}]),
+            );
+            dispatchers.push(Value::Object(dispatcher));
+        }
+    }
+    out.note(
+        pointer::join_index("/spec/tools", index),
+        format!(
+            "`{CMD_RUN}` is offered without a subcommand_allowlist, so the node's default for \
+             runtime `{language}` applies: [{}] (node config \
+             `sandbox.default_command_allowlists.{language}`); it is written into \
+             spec.builtin_dispatchers of the deployed manifest. Give your own allowlist to \
+             choose the commands.",
+            default.join(", ")
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// System `command: update_blackboard`
+
+/// The System command that writes the blackboard instead of running anything.
+pub const UPDATE_BLACKBOARD_COMMAND: &str = "update_blackboard";
+
+/// Older AEGIS manifests wrote blackboard keys with a System state whose command is
+/// `update_blackboard` and whose `env` holds the values (`ITERATION_NUMBER: "{{...}}"`). That
+/// becomes the state's `update_blackboard` mapping (keys in lower case, as the templates of those
+/// manifests read them); the state runs nothing.
+fn system_blackboard_updates(value: &mut Value, out: &mut Normalised) {
+    let Some(states) = value
+        .pointer_mut("/spec/states")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    for (name, state) in states.iter_mut() {
+        let Some(object) = state.as_object_mut() else {
+            continue;
+        };
+        let is_update = object.get("kind").and_then(Value::as_str) == Some("System")
+            && object.get("command").and_then(Value::as_str).map(str::trim)
+                == Some(UPDATE_BLACKBOARD_COMMAND);
+        if !is_update || object.contains_key("update_blackboard") {
+            continue;
+        }
+        let env = match object.remove("env") {
+            Some(Value::Object(env)) => env,
+            Some(other) => {
+                object.insert("env".into(), other);
+                continue;
+            }
+            None => Map::new(),
+        };
+        let keys: Vec<String> = env.keys().map(|k| k.to_lowercase()).collect();
+        let writes: Map<String, Value> = env
+            .into_iter()
+            .map(|(k, v)| (k.to_lowercase(), v))
+            .collect();
+        object.insert("update_blackboard".into(), Value::Object(writes));
+        out.note(
+            pointer::join(&pointer::join("/spec/states", name), "command"),
+            format!(
+                "a System state with `command: {UPDATE_BLACKBOARD_COMMAND}` (older AEGIS form) \
+                 runs nothing and writes its `env` to the blackboard: it now has \
+                 `update_blackboard` with the keys {} (lower case)",
+                if keys.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    keys.iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ContainerRun step names
+
+/// A ContainerRun name (or ParallelContainerRun step name) written as a phrase (`Run unit
+/// tests`) becomes a name (`run-unit-tests`) and keeps the phrase as `display_name`.
+fn container_step_names(value: &mut Value, out: &mut Normalised) {
+    let Some(states) = value
+        .pointer_mut("/spec/states")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    for (state_name, state) in states.iter_mut() {
+        let at = pointer::join("/spec/states", state_name);
+        match state.get("kind").and_then(Value::as_str) {
+            Some("ContainerRun") => step_name(&at, state, out),
+            Some("ParallelContainerRun") => {
+                if let Some(steps) = state.get_mut("steps").and_then(Value::as_array_mut) {
+                    for (i, step) in steps.iter_mut().enumerate() {
+                        step_name(&format!("{at}/steps/{i}"), step, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn step_name(at: &str, step: &mut Value, out: &mut Normalised) {
+    let Some(object) = step.as_object_mut() else {
+        return;
+    };
+    let Some(name) = object.get("name").and_then(Value::as_str) else {
+        return;
+    };
+    if !name.contains(char::is_whitespace) || object.contains_key("display_name") {
+        return;
+    }
+    let slug = slug(name);
+    if slug.is_empty() {
+        return;
+    }
+    let display = name.to_owned();
+    object.insert("display_name".into(), Value::String(display.clone()));
+    object.insert("name".into(), Value::String(slug.clone()));
+    out.note(
+        pointer::join(at, "name"),
+        format!(
+            "the step name `{display}` has spaces: it is kept as `display_name` and the step is \
+             named `{slug}` (its key in the state's output)"
+        ),
+    );
+}
+
+/// Lower case, runs of anything but letters and digits as one '-', no '-' at either end, at
+/// most 63 characters.
+fn slug(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.truncate(63);
+    out.trim_end_matches('-').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs() {
+        assert_eq!(slug("Run unit tests"), "run-unit-tests");
+        assert_eq!(slug("  Lint & Format (ruff) "), "lint-format-ruff");
+        assert_eq!(slug("***"), "");
+    }
+}

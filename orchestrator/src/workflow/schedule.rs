@@ -1,0 +1,142 @@
+//! `spec.default_schedule`: workflows that start themselves on a cron schedule.
+//!
+//! Every replica runs one scheduler task. Each pass it reads the live workflows whose latest
+//! version has a schedule, and for each tick that fell due since its previous pass it INSERTs
+//! the row `(workflow, tick)` into `workflow_schedule_ticks`. The primary key lets one INSERT
+//! win across the cluster, and only the winner starts the run (as the workflow's owner tenant,
+//! caller kind `schedule`), then records the execution id, or why it could not start, on the
+//! row. Ticks are exact cron instants, so replicas whose passes interleave still name the same
+//! tick. A replica starts counting at its own start: ticks missed while no replica ran are not
+//! caught up, and after a stall only the latest missed tick runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::start::{self, RunRequest, Starter};
+use super::worker::Runtime;
+use crate::manifest::WorkflowView;
+use crate::registry::{self, ScheduledWorkflow};
+
+/// Shortest sleep between passes (a schedule with a seconds field ticks every second).
+const MIN_SLEEP: Duration = Duration::from_millis(10);
+
+/// The scheduler of this replica; returns when the runtime shuts down.
+pub(super) async fn scheduler(rt: Arc<Runtime>, poll: Duration) {
+    let mut since = Utc::now();
+    loop {
+        let now = Utc::now();
+        let mut next: Option<DateTime<Utc>> = None;
+        match registry::scheduled_workflows(&rt.pool).await {
+            Ok(workflows) => {
+                for w in &workflows {
+                    let Some(schedule) = WorkflowView(&w.manifest).default_schedule() else {
+                        continue;
+                    };
+                    if !schedule.enabled {
+                        continue;
+                    }
+                    let cron = match schedule.parse() {
+                        Ok(c) => c,
+                        Err(e) => {
+                            // Validation refuses such manifests; one stored earlier is skipped.
+                            tracing::warn!(workflow = %w.name, error = %e, "unusable default_schedule");
+                            continue;
+                        }
+                    };
+                    let due = cron
+                        .iter_after(since)
+                        .take_while(|t| *t <= now)
+                        .take(100_000)
+                        .last();
+                    if let Some(tick) = due {
+                        fire(&rt, w, tick, schedule.input.clone()).await;
+                    }
+                    if let Ok(t) = cron.find_next_occurrence(&now, false) {
+                        next = Some(next.map_or(t, |n| n.min(t)));
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read scheduled workflows"),
+        }
+        since = now;
+        // Wake for the next tick, but look again at least every poll period: a workflow
+        // deployed meanwhile may tick sooner.
+        let sleep = next
+            .and_then(|n| (n - Utc::now()).to_std().ok())
+            .unwrap_or(poll)
+            .clamp(MIN_SLEEP, poll.max(MIN_SLEEP));
+        tokio::select! {
+            _ = rt.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(sleep) => {}
+        }
+    }
+}
+
+/// Claims the tick for this replica; the winner starts the run and records the outcome.
+async fn fire(rt: &Runtime, w: &ScheduledWorkflow, tick: DateTime<Utc>, input: serde_json::Value) {
+    let claimed = sqlx::query(
+        "INSERT INTO workflow_schedule_ticks (definition_id, tick, tenant_id, instance_id) \
+         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+    )
+    .bind(w.definition_id)
+    .bind(tick)
+    .bind(&w.tenant)
+    .bind(rt.me)
+    .execute(&rt.pool)
+    .await;
+    match claimed {
+        Ok(r) if r.rows_affected() == 1 => {}
+        Ok(_) => return, // another replica has this tick
+        Err(e) => {
+            tracing::warn!(workflow = %w.name, %tick, error = %e, "could not claim a schedule tick");
+            return;
+        }
+    }
+    let settings = &rt.workflows.settings;
+    let caller_id = format!("schedule:{}", w.name);
+    let started = start::start(
+        &rt.pool,
+        &Starter {
+            tenant: &w.tenant,
+            caller_kind: "schedule",
+            caller_id: &caller_id,
+            allow_network_modes: &settings.allow_network_modes,
+            max_execution_secs: settings.max_execution_secs,
+        },
+        RunRequest {
+            name: w.name.clone(),
+            version: Some(w.version.clone()),
+            input,
+            blackboard: None,
+            intent: None,
+        },
+        None,
+    )
+    .await;
+    let (execution, error): (Option<Uuid>, Option<String>) = match started {
+        Ok(id) => {
+            rt.wake();
+            (Some(id), None)
+        }
+        Err(e) => {
+            tracing::warn!(workflow = %w.name, %tick, error = %e, "a scheduled run could not start");
+            (None, Some(e.to_string()))
+        }
+    };
+    if let Err(e) = sqlx::query(
+        "UPDATE workflow_schedule_ticks SET execution_id = $3, error = $4 \
+         WHERE definition_id = $1 AND tick = $2",
+    )
+    .bind(w.definition_id)
+    .bind(tick)
+    .bind(execution)
+    .bind(error)
+    .execute(&rt.pool)
+    .await
+    {
+        tracing::warn!(workflow = %w.name, %tick, error = %e, "could not record a schedule tick's run");
+    }
+}
