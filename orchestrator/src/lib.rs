@@ -9,6 +9,7 @@ pub mod arguments;
 pub mod audit;
 pub mod auth;
 pub mod caller;
+pub mod cli;
 pub mod config;
 pub mod egress;
 pub mod engine;
