@@ -39,6 +39,7 @@ WORKDIR /src
 ENV CARGO_TERM_COLOR=never
 COPY --from=skeleton /skeleton/ ./
 RUN set -eu; \
+    echo ">>> Compiling the dependencies of the orchestrator (release). The first build takes about 15-25 minutes on 2 cores (5-10 on 8); later builds reuse this layer until Cargo.lock changes."; \
     cargo build --release --locked -p orchestrator; \
     host="$(rustc -vV | sed -n 's/^host: //p')"; \
     CARGO_TARGET_DIR=target/executor RUSTFLAGS="-C target-feature=+crt-static" \
@@ -46,6 +47,7 @@ RUN set -eu; \
 COPY . .
 # The stubs' build artefacts must look older than the real sources.
 RUN set -eu; \
+    echo ">>> Compiling the orchestrator itself (release): about 5-10 minutes on 2 cores."; \
     find . -path ./target -prune -o -name '*.rs' -type f -exec touch {} +; \
     cargo build --release --locked -p orchestrator; \
     host="$(rustc -vV | sed -n 's/^host: //p')"; \

@@ -110,9 +110,19 @@ impl Client {
     /// Resolves the URL and key (flag, environment, credentials file) for `conn`.
     pub fn new(conn: &Connection) -> Result<Self, CliError> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let file = credentials::load(conn.credentials.as_deref())?;
-        let key =
-            credentials::pick_key(conn.key.clone(), env("ORCHESTRATOR_API_KEY"), file.as_ref())?;
+        let given = conn
+            .key
+            .clone()
+            .filter(|k| !k.trim().is_empty())
+            .or_else(|| env("ORCHESTRATOR_API_KEY"));
+        // The file matters only when no key was given (and for its url); a missing or unsafe
+        // file is an error only then.
+        let file = match credentials::load(conn.credentials.as_deref()) {
+            Ok(f) => f,
+            Err(_) if given.is_some() => None,
+            Err(e) => return Err(e),
+        };
+        let key = credentials::pick_key(given, file.as_ref())?;
         let base = conn
             .url
             .clone()

@@ -1,5 +1,6 @@
 //! Where the command line finds its API key: `--key`, `ORCHESTRATOR_KEY` (or the older
-//! `ORCHESTRATOR_API_KEY`), else a credentials file that only its owner may read.
+//! `ORCHESTRATOR_API_KEY`), else a credentials file that only its owner may read. The file is
+//! read (and its mode checked) only when no key was given.
 //!
 //! The file (`$XDG_CONFIG_HOME/aegis-orchestrator/credentials`, else
 //! `~/.config/aegis-orchestrator/credentials`, or `--credentials PATH`) holds `key = aok_...` and
@@ -104,16 +105,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Credentials, CliError> {
     Ok(out)
 }
 
-/// The key to use: the flag or `ORCHESTRATOR_KEY` (clap merges those), else
-/// `ORCHESTRATOR_API_KEY`, else the credentials file; an error saying all three when none has one.
-pub fn pick_key(
-    flag_or_env: Option<String>,
-    legacy_env: Option<String>,
-    file: Option<&Credentials>,
-) -> Result<String, CliError> {
-    let key = flag_or_env
+/// The key to use: the one given (`--key`, `ORCHESTRATOR_KEY` or `ORCHESTRATOR_API_KEY`), else
+/// the credentials file's; an error naming every source when none has one.
+pub fn pick_key(given: Option<String>, file: Option<&Credentials>) -> Result<String, CliError> {
+    let key = given
         .filter(|k| !k.trim().is_empty())
-        .or(legacy_env)
         .or_else(|| file.and_then(|f| f.key.clone()));
     match key {
         Some(k) => Ok(k.trim().to_owned()),
@@ -172,21 +168,18 @@ mod tests {
     }
 
     #[test]
-    fn the_flag_wins_then_the_old_variable_then_the_file() {
+    fn a_given_key_wins_over_the_file() {
         let file = Credentials {
             path: "/c".into(),
             key: Some("aok_file".into()),
             url: None,
         };
-        let pick =
-            |a: Option<&str>, b: Option<&str>, f| pick_key(a.map(Into::into), b.map(Into::into), f);
         assert_eq!(
-            pick(Some("aok_f"), Some("aok_l"), Some(&file)).unwrap(),
+            pick_key(Some("aok_f".into()), Some(&file)).unwrap(),
             "aok_f"
         );
-        assert_eq!(pick(None, Some("aok_l"), Some(&file)).unwrap(), "aok_l");
-        assert_eq!(pick(None, None, Some(&file)).unwrap(), "aok_file");
-        let e = pick(None, None, None).unwrap_err();
+        assert_eq!(pick_key(Some(" ".into()), Some(&file)).unwrap(), "aok_file");
+        let e = pick_key(None, None).unwrap_err();
         assert!(e.to_string().contains("ORCHESTRATOR_KEY"), "{e}");
         assert_eq!(e.exit_code(), 4);
     }
