@@ -11,6 +11,10 @@
 FROM debian:bookworm-slim AS skeleton
 WORKDIR /src
 COPY . .
+# Said here, not in the build stage, so that editing the message never invalidates the cache.
+RUN echo ">>> The next stage compiles the orchestrator in release mode. The first build takes \
+roughly 20-30 minutes on 2 cores (about 10 on 8): first the dependencies (cached afterwards \
+until Cargo.lock changes), then the orchestrator itself (5-10 minutes on 2 cores, every build)."
 RUN set -eu; \
     stub() { mkdir -p "/skeleton/$(dirname "$1")"; \
         case "$1" in */lib.rs) : >"/skeleton/$1" ;; *) echo 'fn main() {}' >"/skeleton/$1" ;; esac; }; \
@@ -39,7 +43,6 @@ WORKDIR /src
 ENV CARGO_TERM_COLOR=never
 COPY --from=skeleton /skeleton/ ./
 RUN set -eu; \
-    echo ">>> Compiling the dependencies of the orchestrator (release). The first build takes about 15-25 minutes on 2 cores (5-10 on 8); later builds reuse this layer until Cargo.lock changes."; \
     cargo build --release --locked -p orchestrator; \
     host="$(rustc -vV | sed -n 's/^host: //p')"; \
     CARGO_TARGET_DIR=target/executor RUSTFLAGS="-C target-feature=+crt-static" \
@@ -47,7 +50,6 @@ RUN set -eu; \
 COPY . .
 # The stubs' build artefacts must look older than the real sources.
 RUN set -eu; \
-    echo ">>> Compiling the orchestrator itself (release): about 5-10 minutes on 2 cores."; \
     find . -path ./target -prune -o -name '*.rs' -type f -exec touch {} +; \
     cargo build --release --locked -p orchestrator; \
     host="$(rustc -vV | sed -n 's/^host: //p')"; \

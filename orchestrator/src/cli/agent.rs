@@ -192,7 +192,15 @@ pub async fn definitions(
             }
         }
         DefinitionVerb::Delete { name } => {
-            let out = client.delete(&format!("{base}/{}", segment(&name))).await?;
+            // The route takes the id; a name is resolved first (a missing one is then 5).
+            let id = match uuid::Uuid::parse_str(&name) {
+                Ok(id) => id.to_string(),
+                Err(_) => {
+                    let found = client.get(&format!("{base}/{}", segment(&name))).await?;
+                    found["id"].as_str().unwrap_or_default().to_owned()
+                }
+            };
+            let out = client.delete(&format!("{base}/{}", segment(&id))).await?;
             if client.json {
                 output::json(&out);
             } else {

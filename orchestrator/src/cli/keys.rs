@@ -28,7 +28,8 @@ pub enum KeysCommand {
     /// Revoke a key by id or name.
     Revoke {
         /// Key id or name.
-        key: String,
+        #[arg(value_name = "ID|NAME")]
+        id_or_name: String,
     },
 }
 
@@ -52,7 +53,7 @@ pub async fn run(conn: &Connection, command: KeysCommand) -> Result<(), CliError
             if client.json {
                 output::json(&out);
             } else {
-                println!("{}", output::cell(&out["key"]));
+                println!("{}", out["key"].as_str().unwrap_or_default());
                 eprintln!(
                     "created {} key `{name}` ({}); the secret above is shown only now",
                     output::cell(&out["role"]),
@@ -79,14 +80,14 @@ pub async fn run(conn: &Connection, command: KeysCommand) -> Result<(), CliError
                 print!("{}", output::table(&out, &cols, "no keys"));
             }
         }
-        KeysCommand::Revoke { key } => {
+        KeysCommand::Revoke { id_or_name } => {
             let out = client
-                .delete(&format!("/v1/api-keys/{}", segment(&key)))
+                .delete(&format!("/v1/api-keys/{}", segment(&id_or_name)))
                 .await?;
             if client.json {
                 output::json(&out);
             } else {
-                println!("revoked key {key}");
+                println!("revoked key {id_or_name}");
             }
         }
     }

@@ -74,11 +74,13 @@ pub fn result(tool: &str, answer: Value) -> Result<Value, CliError> {
             .map(str::to_owned)
             .unwrap_or_else(|| answer["content"][0]["text"].to_string());
         let text = format!("{tool} failed ({code}): {message}");
-        return Err(if code == "not_found" {
-            CliError::NotFound(text)
-        } else {
-            CliError::Failed(text)
-        });
+        return Err(
+            if matches!(code, "not_found" | "sandbox_gone" | "sandbox_unavailable") {
+                CliError::NotFound(text)
+            } else {
+                CliError::Failed(text)
+            },
+        );
     }
     Ok(match answer.get("structuredContent") {
         Some(v) => v.clone(),
