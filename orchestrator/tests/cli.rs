@@ -507,3 +507,147 @@ async fn the_readme_examples_run_as_written() {
     );
     assert!(readme.contains(said), "the README shows the message");
 }
+
+const GATE: &str = r#"apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata: {name: gate, version: "1.0.0"}
+spec:
+  initial_state: BUILD
+  states:
+    BUILD:
+      kind: ContainerRun
+      name: build
+      image: aegis-runtime/busybox:1
+      command: ["echo", "built {{input.tag}}"]
+      transitions: [{condition: on_success, target: APPROVE}]
+    APPROVE:
+      kind: Human
+      prompt: "Ship {{trim BUILD.stdout}}?"
+      timeout: 10m
+      default_response: "no"
+      transitions:
+        - {condition: input_equals_yes, target: SHIP}
+        - {condition: input_equals_no, target: STOP}
+    SHIP: {kind: System, command: "echo shipping {{input.tag}}", transitions: []}
+    STOP: {kind: System, command: "echo stopped", transitions: []}
+"#;
+
+#[tokio::test]
+async fn workflows_deploy_run_signal_follow_and_cancel() {
+    let db = TestDb::create().await;
+    let mut config = common::test_config(&db.url);
+    config.workflows.system_image = Some("aegis-runtime/busybox:1".to_owned());
+    let mut app = TestApp::spawn_with(config).await;
+    app.db = Some(db);
+
+    let deployed = cli_with(
+        &app,
+        Some(TEST_ADMIN_KEY),
+        &["workflow", "deploy", "-"],
+        Some(GATE),
+    )
+    .await;
+    assert!(ok(&deployed).starts_with("deployed workflow gate 1.0.0"));
+    let listed = ok(&cli(&app, &["workflow", "list"]).await);
+    assert!(
+        listed.contains("SCOPE") && listed.contains("gate"),
+        "{listed}"
+    );
+
+    let id = ok(&cli(
+        &app,
+        &["workflow", "run", "gate", "--input", r#"{"tag": "v1"}"#],
+    )
+    .await)
+    .trim()
+    .to_owned();
+    // Waits in the Human state: a signal before then is refused (409, exit 1); poll the log.
+    let mut waiting = false;
+    for _ in 0..120 {
+        let log = ok(&cli(&app, &["logs", &id]).await);
+        if log.contains("human_input_requested [APPROVE]") {
+            assert!(log.contains("Ship built v1?"), "{log}");
+            waiting = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert!(waiting, "the execution never reached the Human state");
+    ok(&cli(&app, &["workflow", "signal", &id, "--response", "yes"]).await);
+    let followed = ok(&cli(&app, &["logs", &id, "--follow"]).await);
+    assert!(followed.contains("[SHIP]"), "{followed}");
+    let again = cli(&app, &["workflow", "signal", &id, "--response", "yes"]).await;
+    assert!(fails_with(&again, 1).contains("409"));
+
+    // A second run, cancelled while it waits: following it then ends with exit 1.
+    let id = ok(&cli(
+        &app,
+        &["workflow", "run", "gate", "--input", r#"{"tag": "v2"}"#],
+    )
+    .await)
+    .trim()
+    .to_owned();
+    ok(&cli(&app, &["workflow", "cancel", &id]).await);
+    let e = fails_with(&cli(&app, &["logs", &id, "--follow"]).await, 1);
+    assert!(e.contains("ended cancelled"), "{e}");
+    ok(&cli(&app, &["workflow", "delete", "gate"]).await);
+    fails_with(&cli(&app, &["workflow", "export", "gate"]).await, 5);
+}
+
+#[tokio::test]
+async fn the_admin_key_file_is_generated_once_kept_and_printed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("state").join("admin-key");
+    let db = TestDb::create().await;
+    let mut config = common::test_config(&db.url);
+    config.auth.admin_key = None;
+    config.auth.admin_key_file = Some(file.clone());
+    let app = TestApp::spawn_with(config.clone()).await;
+    let key = std::fs::read_to_string(&file).expect("the key file was written");
+    let key = key.trim().to_owned();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    ok(&cli_with(&app, Some(&key), &["keys", "list"], None).await);
+    // The file works as a credentials file (a bare key, mode 0600), as compose uses it.
+    let listed = cli_with(
+        &app,
+        None,
+        &["keys", "list", "--credentials", &file.display().to_string()],
+        None,
+    )
+    .await;
+    assert!(ok(&listed).contains("bootstrap-admin"));
+    app.stop().await.expect("stops");
+
+    // A restart keeps the key; `admin-key` prints it from the node's configuration.
+    let app = TestApp::spawn_with(config).await;
+    ok(&cli_with(&app, Some(&key), &["keys", "list"], None).await);
+    let printed = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .arg("admin-key")
+        .env("ORCHESTRATOR__AUTH__ADMIN_KEY_FILE", &file)
+        .env("ORCHESTRATOR_ADMIN_KEY", "")
+        .env_remove("ORCHESTRATOR_CONFIG")
+        .env_remove("DATABASE_URL")
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(ok(&printed).trim(), key);
+    let missing = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .arg("admin-key")
+        .env(
+            "ORCHESTRATOR__AUTH__ADMIN_KEY_FILE",
+            dir.path().join("none"),
+        )
+        .env_remove("ORCHESTRATOR_ADMIN_KEY")
+        .env_remove("ORCHESTRATOR_CONFIG")
+        .env_remove("DATABASE_URL")
+        .output()
+        .await
+        .expect("runs");
+    assert!(fails_with(&missing, 1).contains("writes it at its first start"));
+    drop(app);
+    drop(db);
+}
