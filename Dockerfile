@@ -11,6 +11,10 @@
 FROM debian:bookworm-slim AS skeleton
 WORKDIR /src
 COPY . .
+# Said here, not in the build stage, so that editing the message never invalidates the cache.
+RUN echo ">>> The next stage compiles the orchestrator in release mode. The first build takes \
+roughly 20-30 minutes on 2 cores (about 10 on 8): first the dependencies (cached afterwards \
+until Cargo.lock changes), then the orchestrator itself (5-10 minutes on 2 cores, every build)."
 RUN set -eu; \
     stub() { mkdir -p "/skeleton/$(dirname "$1")"; \
         case "$1" in */lib.rs) : >"/skeleton/$1" ;; *) echo 'fn main() {}' >"/skeleton/$1" ;; esac; }; \

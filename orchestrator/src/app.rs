@@ -80,7 +80,13 @@ impl Application {
         crate::tools::catalog()?;
         let pool = store::connect(&config.database).await?;
         store::migrate(&pool).await?;
-        match auth::bootstrap(&pool, config.auth.admin_key.as_deref()).await? {
+        match auth::bootstrap_with_file(
+            &pool,
+            config.auth.admin_key.as_deref(),
+            config.auth.admin_key_file.as_deref(),
+        )
+        .await?
+        {
             Bootstrap::Generated(key) => {
                 tracing::warn!("no admin API key existed: generated one (printed once on stderr)");
                 eprintln!(
@@ -90,6 +96,14 @@ impl Application {
             }
             Bootstrap::Configured => {
                 tracing::info!("admin API key from configuration is registered")
+            }
+            Bootstrap::GeneratedToFile(path) => tracing::warn!(
+                path = %path.display(),
+                "no admin API key file existed: generated a key into it (mode 0600); \
+                 print it with `orchestrator admin-key`"
+            ),
+            Bootstrap::FromFile(path) => {
+                tracing::info!(path = %path.display(), "admin API key from the key file is registered")
             }
             Bootstrap::Existing => {}
         }

@@ -303,6 +303,10 @@ pub struct AuthConfig {
     /// The first admin key (`aok_...`); usually given as `ORCHESTRATOR_ADMIN_KEY`. When absent and
     /// no admin key exists, one is generated and printed once at first start.
     pub admin_key: Option<String>,
+    /// Where the admin key is kept when none is configured (compose: a file in a named volume):
+    /// read at start and registered, or generated into it (0600) when missing;
+    /// `orchestrator admin-key` prints it.
+    pub admin_key_file: Option<PathBuf>,
 }
 
 /// Where the service listens.
@@ -480,6 +484,11 @@ pub fn load(path: Option<&Path>, env: &[(String, String)]) -> Result<LoadedConfi
         let Some(key) = override_key(var) else {
             continue;
         };
+        // Compose passes `ORCHESTRATOR_ADMIN_KEY: ${ORCHESTRATOR_ADMIN_KEY:-}` through when .env
+        // has none: an empty short-named variable means unset, not an empty value.
+        if value.trim().is_empty() && !var.starts_with(ENV_PREFIX) {
+            continue;
+        }
         set_path(&mut tree, &key, value).map_err(|message| ConfigError::Env {
             var: var.clone(),
             message,
@@ -884,6 +893,23 @@ mod tests {
         assert!(err.contains("database.max_connections"), "{err}");
         assert!(err.contains("line 3"), "{err}");
         assert!(err.contains("at least 1"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_admin_key_variable_means_unset_and_the_key_file_is_a_key() {
+        let env = vec![
+            ("ORCHESTRATOR_ADMIN_KEY".to_owned(), String::new()),
+            (
+                "ORCHESTRATOR__AUTH__ADMIN_KEY_FILE".to_owned(),
+                "/var/lib/orchestrator/admin-key".to_owned(),
+            ),
+        ];
+        let loaded = load(None, &env).expect("valid");
+        assert_eq!(loaded.config.auth.admin_key, None);
+        assert_eq!(
+            loaded.config.auth.admin_key_file,
+            Some(PathBuf::from("/var/lib/orchestrator/admin-key"))
+        );
     }
 
     #[test]

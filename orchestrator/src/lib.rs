@@ -10,6 +10,7 @@ pub mod audit;
 pub mod auth;
 pub mod builtin;
 pub mod caller;
+pub mod cli;
 pub mod config;
 pub mod delivery;
 pub mod egress;

@@ -1,5 +1,6 @@
-//! The `orchestrator` command line: serve, check a config, apply migrations; and the clients of a
-//! running node (SEAL calls, attestation tokens, approvals).
+//! The `orchestrator` command line: serve, check a config, apply migrations, print the admin
+//! key; and the operator client verbs of `orchestrator::cli` (agents, runs, logs, sandboxes,
+//! tools, keys, audit, approvals, SEAL), which talk to a running node over REST.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,10 +8,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use orchestrator::app::Application;
 use orchestrator::config::{self, LoadedConfig};
-use orchestrator::{shutdown, store, telemetry};
+use orchestrator::{cli, shutdown, store, telemetry};
 use tokio_util::sync::CancellationToken;
 
 /// Orchestrator for AI agents whose tool calls run in hardened, ephemeral containers.
+///
+/// Exit codes of the client verbs: 0 ok, 1 the call failed or was refused, 2 usage,
+/// 3 cannot reach the node, 4 authentication or permission, 5 not found.
 #[derive(Parser)]
 #[command(version, about, long_about = None)]
 struct Cli {
@@ -39,6 +43,10 @@ enum Command {
     CheckConfig,
     /// Apply pending database migrations and exit.
     Migrate,
+    /// Print this node's admin API key: the configured one (ORCHESTRATOR_ADMIN_KEY), else the
+    /// one in auth.admin_key_file (under compose:
+    /// `docker-compose exec orchestrator orchestrator admin-key`).
+    AdminKey,
     /// Validate agent and workflow manifest files offline (schema and semantic checks against
     /// this build's tools and runtimes; references to deployed definitions are not checked).
     /// Prints PASS or FAIL per file with every error and note; exits 1 if any file fails.
@@ -47,175 +55,16 @@ enum Command {
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },
-    /// SEAL client: attest to a gateway and call tools with signed envelopes; issue
-    /// attestation tokens.
-    Seal {
-        #[command(subcommand)]
-        command: SealCommand,
-    },
-    /// Privileged calls waiting for an operator: list, approve, reject (REST client).
-    Approvals {
-        #[command(flatten)]
-        api: ApiArgs,
-        #[command(subcommand)]
-        command: ApprovalsCommand,
-    },
-}
-
-/// Where the operator API is and the key to use.
-#[derive(clap::Args, Clone)]
-struct ApiArgs {
-    /// REST base URL of the orchestrator.
-    #[arg(
-        long,
-        global = true,
-        env = "ORCHESTRATOR_URL",
-        default_value = "http://127.0.0.1:8088"
-    )]
-    url: String,
-    /// Operator API key (`aok_...`); approving and issuing tokens need an operator or admin key.
-    #[arg(
-        long,
-        global = true,
-        env = "ORCHESTRATOR_API_KEY",
-        hide_env_values = true
-    )]
-    api_key: Option<String>,
-}
-
-#[derive(Subcommand)]
-enum ApprovalsCommand {
-    /// Requests still waiting (all of them with --all).
-    List {
-        /// Include approved, rejected and timed-out requests.
-        #[arg(long)]
-        all: bool,
-    },
-    /// One request.
-    Get {
-        /// Request id.
-        id: String,
-    },
-    /// Let a waiting call run.
-    Approve {
-        /// Request id.
-        id: String,
-        /// Why (kept with the request).
-        #[arg(long)]
-        note: Option<String>,
-    },
-    /// Refuse a waiting call.
-    Reject {
-        /// Request id.
-        id: String,
-        /// Why (kept with the request and shown to the caller).
-        #[arg(long)]
-        note: Option<String>,
-    },
-}
-
-#[derive(Subcommand)]
-enum TokenCommand {
-    /// Issue a one-time attestation token for a context (printed once; hand it to the workload).
-    Issue {
-        /// Security context the token admits into.
-        #[arg(long)]
-        context: String,
-        /// Only this workload id may use it.
-        #[arg(long)]
-        workload: Option<String>,
-        /// Lifetime in seconds (default 3600).
-        #[arg(long)]
-        ttl_secs: Option<i64>,
-    },
-    /// The tokens of a context (never the tokens themselves).
-    List {
-        /// Security context.
-        #[arg(long)]
-        context: String,
-    },
-}
-
-#[derive(Subcommand)]
-enum SealCommand {
-    /// Attest with a fresh ephemeral key; saves the session (key, token) to --session-file.
-    Attest {
-        /// Gateway URL: the REST base (http://127.0.0.1:8088) or, with --grpc, the gRPC endpoint.
-        #[arg(long, default_value = "http://127.0.0.1:8088")]
-        url: String,
-        /// Speak gRPC (seal.v1.Gateway) instead of HTTP.
-        #[arg(long)]
-        grpc: bool,
-        /// Workload identity to attest as.
-        #[arg(long)]
-        workload: String,
-        /// Security context to ask for.
-        #[arg(long)]
-        context: String,
-        /// Where to save the session (contains the private key: keep it private).
-        #[arg(long, default_value = "seal-session.json")]
-        session_file: PathBuf,
-        /// The context's enrolment secret, as proof of identity.
-        #[arg(long, env = "SEAL_ATTESTATION_SECRET", hide_env_values = true)]
-        secret: Option<String>,
-        /// A one-time attestation token from an operator, as proof of identity.
-        #[arg(long, env = "SEAL_ATTESTATION_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-    },
-    /// Attestation tokens (operator side; REST with an API key).
-    Token {
-        #[command(flatten)]
-        api: ApiArgs,
-        #[command(subcommand)]
-        command: TokenCommand,
-    },
-    /// Call a tool with a signed envelope, using a saved session.
-    Call {
-        /// Tool name, e.g. fs.read.
-        name: String,
-        /// Arguments as a JSON object.
-        #[arg(default_value = "{}")]
-        arguments: String,
-        /// The session saved by `seal attest`.
-        #[arg(long, default_value = "seal-session.json")]
-        session_file: PathBuf,
-    },
-    /// List the tools the saved session may call.
-    Tools {
-        /// The session saved by `seal attest`.
-        #[arg(long, default_value = "seal-session.json")]
-        session_file: PathBuf,
-    },
+    #[command(flatten)]
+    Client(cli::ClientCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let client_command = match cli.command {
-        Command::Seal { command } => Ok(ClientCommand::Seal(command)),
-        Command::Approvals { api, command } => Ok(ClientCommand::Approvals(api, command)),
-        other => Err(other),
-    };
-    if let Ok(command) = client_command {
+    let command = match cli.command {
         // The clients need no node configuration.
-        return match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => match rt.block_on(client(command)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
-            },
-            Err(e) => {
-                eprintln!("error: cannot start the async runtime: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    let Err(command) = client_command else {
-        return ExitCode::FAILURE;
+        Command::Client(command) => return cli::main(command),
+        other => other,
     };
     let env: Vec<(String, String)> = std::env::vars().collect();
     let loaded = match config::load(cli.config.as_deref(), &env) {
@@ -225,6 +74,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Command::AdminKey = command {
+        return admin_key(&loaded);
+    }
     telemetry::init(&loaded.config.log);
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -248,182 +100,40 @@ fn main() -> ExitCode {
     }
 }
 
-/// The subcommands that are clients of a running orchestrator.
-enum ClientCommand {
-    Seal(SealCommand),
-    Approvals(ApiArgs, ApprovalsCommand),
-}
-
-async fn client(command: ClientCommand) -> anyhow::Result<()> {
-    match command {
-        ClientCommand::Seal(SealCommand::Token { api, command }) => {
-            token_command(api, command).await
-        }
-        ClientCommand::Seal(command) => seal_command(command).await,
-        ClientCommand::Approvals(api, command) => approvals_command(api, command).await,
+/// `orchestrator admin-key`: prints the key on stdout, or says where it should be and why not.
+fn admin_key(loaded: &LoadedConfig) -> ExitCode {
+    let auth = &loaded.config.auth;
+    if let Some(key) = &auth.admin_key {
+        println!("{key}");
+        return ExitCode::SUCCESS;
     }
-}
-
-/// One operator API request; the JSON answer, or an error with the server's message.
-async fn operator_request(
-    api: &ApiArgs,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<serde_json::Value>,
-) -> anyhow::Result<serde_json::Value> {
-    let key = api.api_key.as_deref().ok_or_else(|| {
-        anyhow::anyhow!("give an operator API key with --api-key or ORCHESTRATOR_API_KEY")
-    })?;
-    let url = format!("{}{path}", api.url.trim_end_matches('/'));
-    let mut request = reqwest::Client::new()
-        .request(method, &url)
-        .bearer_auth(key);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request
-        .send()
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot reach {url}: {e}"))?;
-    let status = response.status();
-    let text = response.text().await.unwrap_or_default();
-    let value: serde_json::Value =
-        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
-    if !status.is_success() {
-        let message = value["error"]["message"]
-            .as_str()
-            .or(value["message"].as_str())
-            .map(str::to_owned)
-            .unwrap_or_else(|| value.to_string());
-        anyhow::bail!("{url} answered {status}: {message}");
-    }
-    Ok(value)
-}
-
-async fn approvals_command(api: ApiArgs, command: ApprovalsCommand) -> anyhow::Result<()> {
-    use reqwest::Method;
-    let answer = match command {
-        ApprovalsCommand::List { all } => {
-            let path = if all {
-                "/v1/approvals?all=true"
-            } else {
-                "/v1/approvals"
-            };
-            operator_request(&api, Method::GET, path, None).await?
-        }
-        ApprovalsCommand::Get { id } => {
-            operator_request(&api, Method::GET, &format!("/v1/approvals/{id}"), None).await?
-        }
-        ApprovalsCommand::Approve { id, note } => {
-            let path = format!("/v1/approvals/{id}/approve");
-            operator_request(
-                &api,
-                Method::POST,
-                &path,
-                Some(serde_json::json!({"note": note})),
-            )
-            .await?
-        }
-        ApprovalsCommand::Reject { id, note } => {
-            let path = format!("/v1/approvals/{id}/reject");
-            operator_request(
-                &api,
-                Method::POST,
-                &path,
-                Some(serde_json::json!({"note": note})),
-            )
-            .await?
-        }
+    let Some(path) = &auth.admin_key_file else {
+        eprintln!(
+            "error: this node has no ORCHESTRATOR_ADMIN_KEY and no auth.admin_key_file, so its \
+             first start printed a generated key once in its log; if that is lost, set \
+             ORCHESTRATOR_ADMIN_KEY=aok_<64 hex> (e.g. aok_$(openssl rand -hex 32)) and restart: \
+             the node registers it as an admin key"
+        );
+        return ExitCode::FAILURE;
     };
-    println!("{}", serde_json::to_string_pretty(&answer)?);
-    Ok(())
-}
-
-async fn token_command(api: ApiArgs, command: TokenCommand) -> anyhow::Result<()> {
-    use reqwest::Method;
-    let answer = match command {
-        TokenCommand::Issue {
-            context,
-            workload,
-            ttl_secs,
-        } => {
-            let path = format!("/v1/security-contexts/{context}/attestation-tokens");
-            let body = serde_json::json!({"workload_id": workload, "ttl_secs": ttl_secs});
-            operator_request(&api, Method::POST, &path, Some(body)).await?
+    match orchestrator::auth::key_file::read(path) {
+        Ok(Some(key)) => {
+            println!("{key}");
+            ExitCode::SUCCESS
         }
-        TokenCommand::List { context } => {
-            let path = format!("/v1/security-contexts/{context}/attestation-tokens");
-            operator_request(&api, Method::GET, &path, None).await?
-        }
-    };
-    println!("{}", serde_json::to_string_pretty(&answer)?);
-    Ok(())
-}
-
-async fn seal_command(command: SealCommand) -> anyhow::Result<()> {
-    use orchestrator::seal_client::{SavedSession, SealClient, Transport};
-    let load = |path: &PathBuf| -> anyhow::Result<SealClient> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot read {}: {e} (run `orchestrator seal attest` first)",
+        Ok(None) => {
+            eprintln!(
+                "error: no admin key file at {} yet: the node writes it at its first start \
+                 (is it running? see its log)",
                 path.display()
-            )
-        })?;
-        let saved: SavedSession = serde_json::from_str(&text)?;
-        Ok(SealClient::from_saved(&saved)?)
-    };
-    match command {
-        SealCommand::Attest {
-            url,
-            grpc,
-            workload,
-            context,
-            session_file,
-            secret,
-            token,
-        } => {
-            let transport = if grpc {
-                Transport::Grpc(url)
-            } else {
-                Transport::Http(url)
-            };
-            let mut client = SealClient::new(transport)?;
-            let proof = orchestrator::seal_client::Proof { secret, token };
-            let answer = client.attest_with(&workload, &context, &proof).await?;
-            let saved = client
-                .save()
-                .ok_or_else(|| anyhow::anyhow!("the gateway returned no token"))?;
-            std::fs::write(&session_file, serde_json::to_string_pretty(&saved)?)?;
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(&session_file, std::fs::Permissions::from_mode(0o600))?;
-            }
-            println!("{}", serde_json::to_string_pretty(&answer)?);
-        }
-        SealCommand::Call {
-            name,
-            arguments,
-            session_file,
-        } => {
-            let client = load(&session_file)?;
-            let arguments: serde_json::Value = serde_json::from_str(&arguments)
-                .map_err(|e| anyhow::anyhow!("arguments must be a JSON object: {e}"))?;
-            let result = client.call_tool(&name, arguments).await?;
-            println!("{}", serde_json::to_string_pretty(&result)?);
-        }
-        SealCommand::Token { .. } => {
-            anyhow::bail!("token subcommands are operator requests, handled by client()")
-        }
-        SealCommand::Tools { session_file } => {
-            let client = load(&session_file)?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&client.list_tools().await?)?
             );
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
     }
-    Ok(())
 }
 
 async fn run(command: Command, mut loaded: LoadedConfig) -> anyhow::Result<()> {
@@ -456,8 +166,8 @@ async fn run(command: Command, mut loaded: LoadedConfig) -> anyhow::Result<()> {
             println!("applied {applied} migration(s)");
         }
         Command::Validate { files } => validate_files(&files, &loaded.config)?,
-        Command::Seal { .. } | Command::Approvals { .. } => {
-            anyhow::bail!("client subcommands are handled before the configuration is loaded")
+        Command::AdminKey | Command::Client(_) => {
+            anyhow::bail!("admin-key and the client verbs are handled before this point")
         }
     }
     Ok(())

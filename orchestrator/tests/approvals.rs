@@ -128,7 +128,7 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
             let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
                 .arg("approvals")
                 .args(&args)
-                .args(["--url", &base])
+                .args(["--url", &base, "--json"])
                 .env("ORCHESTRATOR_API_KEY", key)
                 .env_remove("DATABASE_URL")
                 .output()

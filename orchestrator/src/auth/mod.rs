@@ -2,7 +2,11 @@
 //!
 //! A key looks like `aok_<64 hex chars>` (256 random bits). The database keeps its SHA-256 and a
 //! short prefix for listings. The first admin key comes from `ORCHESTRATOR_ADMIN_KEY` / `auth.admin_key`
-//! when set; otherwise, when no admin key exists at all, one is generated and printed once.
+//! when set; else from the key file `auth.admin_key_file` (generated into it at the first start
+//! when the file is missing); otherwise, when no admin key exists at all, one is generated and
+//! printed once.
+
+pub mod key_file;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -32,6 +36,9 @@ pub enum AuthError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The admin key file could not be read or written.
+    #[error(transparent)]
+    KeyFile(#[from] key_file::KeyFileError),
     /// The random generator failed.
     #[error("cannot generate a key: {0}")]
     Random(String),
@@ -258,6 +265,45 @@ pub enum Bootstrap {
     Existing,
     /// A key was generated; the caller must show it once.
     Generated(String),
+    /// The key of the admin key file was registered (or already was).
+    FromFile(std::path::PathBuf),
+    /// No key file existed: a key was generated, written to it (0600) and registered.
+    GeneratedToFile(std::path::PathBuf),
+}
+
+/// Like [`bootstrap`], with the key file as the second source: a configured key wins; else the
+/// file's key is registered, or, when the file is missing, a new key is generated into it and
+/// registered (deleting the file and restarting is how a lost compose key is replaced).
+pub async fn bootstrap_with_file(
+    pool: &PgPool,
+    configured: Option<&str>,
+    file: Option<&std::path::Path>,
+) -> Result<Bootstrap, AuthError> {
+    let (Some(path), None) = (file, configured) else {
+        return bootstrap(pool, configured).await;
+    };
+    let (key, outcome) = match key_file::read(path)? {
+        Some(key) => (key, Bootstrap::FromFile(path.to_owned())),
+        None => (
+            key_file::create(path, &generate()?)?,
+            Bootstrap::GeneratedToFile(path.to_owned()),
+        ),
+    };
+    register(pool, &key).await?;
+    Ok(outcome)
+}
+
+/// Registers `key` as an admin key unless it is known already.
+async fn register(pool: &PgPool, key: &str) -> Result<(), AuthError> {
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM api_keys WHERE key_hash = $1)")
+            .bind(hash(key))
+            .fetch_one(pool)
+            .await?;
+    if !exists {
+        insert(pool, "bootstrap-admin", Role::Admin, None, key, None).await?;
+    }
+    Ok(())
 }
 
 /// Makes sure an admin can log in: registers the configured key, or generates one when none exists.
@@ -267,14 +313,7 @@ pub async fn bootstrap(pool: &PgPool, configured: Option<&str>) -> Result<Bootst
             origin: "ORCHESTRATOR_ADMIN_KEY / auth.admin_key",
             reason,
         })?;
-        let exists: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM api_keys WHERE key_hash = $1)")
-                .bind(hash(key))
-                .fetch_one(pool)
-                .await?;
-        if !exists {
-            insert(pool, "bootstrap-admin", Role::Admin, None, key, None).await?;
-        }
+        register(pool, key).await?;
         return Ok(Bootstrap::Configured);
     }
     let mut tx = pool.begin().await?;

@@ -17,7 +17,12 @@ pub enum LlmError {
         known: Vec<String>,
     },
     /// The node config has no `llm.providers`.
-    #[error("no LLM provider is configured (node config `llm.providers`)")]
+    #[error(
+        "no language model is configured on this node (its config has no `llm.providers`): add \
+         an `llm:` section to the node config (examples/node-config.ollama.yaml); under docker \
+         compose set ORCHESTRATOR_CONFIG_FILE in .env to ./config/compose.ollama.yaml or \
+         ./config/compose.openai.yaml and run `up -d` again (README, \"A model for compose\")"
+    )]
     NoProviders,
     /// The configuration cannot be used: no default alias, a missing key variable, an alias
     /// pointing nowhere. Names the key or variable, never a secret.

@@ -30,6 +30,10 @@ pub const AGENT_LABEL: &str = "agent";
 pub const SESSION_LABEL: &str = "seal_session";
 /// Label naming the session's security context.
 pub const CONTEXT_LABEL: &str = "seal_context";
+/// Label naming the runtime (`language:version`) of a sandbox an operator made from a runtime.
+pub const RUNTIME_LABEL: &str = "operator_runtime";
+/// Label holding the JSON command allowlist of such a sandbox (`[]`: any program).
+pub const ALLOW_LABEL: &str = "operator_allow";
 
 /// The executor roots of a SEAL session's sandbox: the directories its context's path allowlists
 /// name, so the executor, not only the policy, keeps every path inside them.
@@ -137,14 +141,7 @@ pub fn policy_of_context(
     }
     SandboxPolicy {
         agent: format!("seal-context:{}", context.name),
-        tools: crate::tools::catalog()
-            .map(|c| {
-                c.iter()
-                    .map(|t| t.name.clone())
-                    .filter(|n| crate::policy::needs_sandbox(n))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        tools: sandbox_tools(),
         read_roots: roots.read,
         write_roots: roots.write,
         command: CommandPolicy {
@@ -158,6 +155,70 @@ pub fn policy_of_context(
         unmask_env: context.capabilities.iter().any(|c| {
             c.unmask_env && crate::seal::context::tool_matches(&c.tool_pattern, "env.get")
         }),
+    }
+}
+
+/// The names of the tools that act in a sandbox (`cmd.run`, `fs.*`, ...).
+fn sandbox_tools() -> Vec<String> {
+    crate::tools::catalog()
+        .map(|c| {
+            c.iter()
+                .map(|t| t.name.clone())
+                .filter(|n| crate::policy::needs_sandbox(n))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Finds a runtime by `language` (when it has one version) or `language:version`.
+pub fn find_runtime(asked: &str) -> Result<&'static crate::runtimes::Runtime, SandboxError> {
+    let registry =
+        crate::runtimes::registry().map_err(|e| SandboxError::Unavailable(e.to_owned()))?;
+    let (language, version) = match asked.split_once(':') {
+        Some((l, v)) => (l.trim(), Some(v.trim())),
+        None => (asked.trim(), None),
+    };
+    let matching: Vec<&crate::runtimes::Runtime> = registry
+        .runtimes
+        .iter()
+        .filter(|r| r.language == language && version.is_none_or(|v| r.version == v))
+        .collect();
+    match matching.as_slice() {
+        [one] => Ok(one),
+        _ => Err(SandboxError::NoSuchRuntime {
+            asked: asked.to_owned(),
+            known: registry
+                .runtimes
+                .iter()
+                .map(|r| format!("{}:{}", r.language, r.version))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+/// The policy of a sandbox an operator made from a runtime: every sandbox tool, the workspace
+/// for reading and writing, and the given programs (none given: any program; still no shell,
+/// no metacharacters, no network, and the kernel-held write rules).
+pub fn policy_of_runtime(
+    runtime: &crate::runtimes::Runtime,
+    allow: &[String],
+    ceilings: &ToolCeilings,
+) -> SandboxPolicy {
+    SandboxPolicy {
+        agent: format!("runtime:{}:{}", runtime.language, runtime.version),
+        tools: sandbox_tools(),
+        read_roots: vec![WORKSPACE.to_owned()],
+        write_roots: vec![WORKSPACE.to_owned()],
+        command: CommandPolicy {
+            subcommand_allowlist: allow.to_vec(),
+            allow_metacharacters: false,
+            env_allowlist: Vec::new(),
+            any_program: allow.is_empty(),
+        },
+        cmd_timeout_secs: ceilings.cmd_timeout_secs,
+        max_output_bytes: ceilings.max_output_bytes,
+        unmask_env: false,
     }
 }
 
@@ -217,6 +278,16 @@ pub enum SandboxError {
         language: String,
         /// Version.
         version: String,
+    },
+    /// No runtime of the registry matches what an operator asked for.
+    #[error(
+        "no runtime `{asked}` on this node (known: {known}); give LANGUAGE or LANGUAGE:VERSION"
+    )]
+    NoSuchRuntime {
+        /// What was asked for.
+        asked: String,
+        /// `language:version` of every runtime.
+        known: String,
     },
     /// The sandbox has no agent label (made by something else) or its manifest is gone.
     #[error("sandbox {0} has no agent policy")]
@@ -562,6 +633,37 @@ impl Sandboxes {
         Ok((id, policy))
     }
 
+    /// Creates a sandbox from a runtime for an operator key (see [`policy_of_runtime`]).
+    pub async fn create_for_runtime(
+        &self,
+        pool: &PgPool,
+        runtime: &str,
+        allow: &[String],
+        owner: Owner,
+    ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
+        let dispatcher = self.dispatcher()?;
+        let runtime = find_runtime(runtime)?;
+        let policy = Arc::new(policy_of_runtime(runtime, allow, &self.ceilings));
+        let scope = QuotaScope::ApiKey(owner.id.clone());
+        let mut spec = SandboxSpec::new(runtime.image.clone(), owner);
+        spec.read_roots = policy.read_roots.clone();
+        spec.write_roots = policy.write_roots.clone();
+        spec.labels.insert(
+            RUNTIME_LABEL.to_owned(),
+            format!("{}:{}", runtime.language, runtime.version),
+        );
+        spec.labels.insert(
+            ALLOW_LABEL.to_owned(),
+            serde_json::to_string(allow).unwrap_or_else(|_| "[]".to_owned()),
+        );
+        let reservation = self.reserve(pool, scope).await?;
+        let id = dispatcher.acquire(spec).await;
+        drop(reservation);
+        let id = id?;
+        self.policies.write().await.insert(id, policy.clone());
+        Ok((id, policy))
+    }
+
     /// Creates the sandbox of a SEAL session (runtime from its context, else the default runtime).
     pub async fn create_for_session(
         &self,
@@ -627,6 +729,20 @@ impl Sandboxes {
             let policy = Arc::new(policy_of_context(&context, &self.ceilings));
             self.policies.write().await.insert(id, policy.clone());
             return Ok(policy);
+        }
+        if let Some(labels) = info.spec.as_ref().map(|s| &s.labels) {
+            if let Some(runtime) = labels.get(RUNTIME_LABEL) {
+                let runtime = find_runtime(runtime).map_err(|_| SandboxError::NoPolicy(id))?;
+                let allow: Vec<String> = labels
+                    .get(ALLOW_LABEL)
+                    .map(|a| serde_json::from_str(a))
+                    .transpose()
+                    .map_err(|_| SandboxError::NoPolicy(id))?
+                    .unwrap_or_default();
+                let policy = Arc::new(policy_of_runtime(runtime, &allow, &self.ceilings));
+                self.policies.write().await.insert(id, policy.clone());
+                return Ok(policy);
+            }
         }
         let version_id = info
             .spec

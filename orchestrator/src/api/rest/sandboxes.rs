@@ -1,7 +1,10 @@
-//! `/v1/sandboxes`: operators create a sandbox for an agent, list them, destroy them.
+//! `/v1/sandboxes`: operators create a sandbox for an agent or from a runtime, list them,
+//! destroy them.
 //!
 //! A sandbox made here is owned by the operator key that made it; tool calls reach it through
-//! `POST /v1/tools/call` with `sandbox_id`, under the agent's manifest policy.
+//! `POST /v1/tools/call` with `sandbox_id`, under the agent's manifest policy, or for a runtime
+//! sandbox under the operator policy of `sandboxes::policy_of_runtime` (the workspace, any
+//! program or the `allow` list, no shell, no network).
 
 use std::time::Instant;
 
@@ -20,14 +23,21 @@ use crate::caller::Caller;
 use crate::sandboxes::SandboxError;
 use crate::state::AppState;
 
-/// Body of `POST /v1/sandboxes`.
+/// Body of `POST /v1/sandboxes`: `agent` (with an optional `version`) or `runtime` (with an
+/// optional `allow` list), not both.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
     /// Agent name or id whose manifest decides image, limits and allowlists.
-    pub agent: String,
+    pub agent: Option<String>,
     /// A specific agent version (default: latest).
     pub version: Option<String>,
+    /// A runtime of the registry, `language` or `language:version` (e.g. `shell`,
+    /// `python:3.11`): a sandbox of its image where any program may run (no shell, no network).
+    pub runtime: Option<String>,
+    /// With `runtime`: only these programs (or `program subcommand` entries) may run.
+    #[serde(default)]
+    pub allow: Vec<String>,
 }
 
 impl From<SandboxError> for ApiError {
@@ -37,6 +47,11 @@ impl From<SandboxError> for ApiError {
             SandboxError::Dispatch(dispatcher::DispatchError::SandboxNotFound { .. }) => {
                 ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
             }
+            SandboxError::NoSuchRuntime { .. } => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unknown_runtime",
+                e.to_string(),
+            ),
             SandboxError::Dispatch(dispatcher::DispatchError::ImageMissing { .. })
             | SandboxError::UnknownRuntime { .. } => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -58,10 +73,11 @@ impl From<SandboxError> for ApiError {
     }
 }
 
-/// Creates a sandbox for an agent (from the warm pool when one matches).
+/// Creates a sandbox for an agent or from a runtime (from the warm pool when one matches).
 #[utoipa::path(post, path = "/v1/sandboxes", operation_id = "create_sandbox", tag = "sandboxes", request_body = CreateSandbox,
     responses((status = 201, description = "Created", body = Value), (status = 404, description = "Unknown agent", body = ErrorBody),
-              (status = 422, description = "Runtime image missing", body = ErrorBody)),
+              (status = 400, description = "Neither or both of agent and runtime", body = ErrorBody),
+              (status = 422, description = "Unknown runtime, or its image is missing", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn create(
     State(state): State<AppState>,
@@ -71,21 +87,36 @@ pub async fn create(
     require(&caller, Need::Write)?;
     let started = Instant::now();
     let owner = Owner::new(OwnerKind::Operator, caller.id.clone());
-    let made = state
-        .sandboxes
-        .create_for_agent(
-            &state.pool,
-            &caller.tenant,
-            &req.agent,
-            req.version.as_deref(),
-            owner,
-        )
-        .await;
+    let made =
+        match (&req.agent, &req.runtime) {
+            (Some(agent), None) if req.allow.is_empty() => {
+                state
+                    .sandboxes
+                    .create_for_agent(
+                        &state.pool,
+                        &caller.tenant,
+                        agent,
+                        req.version.as_deref(),
+                        owner,
+                    )
+                    .await
+            }
+            (None, Some(runtime)) if req.version.is_none() => {
+                state
+                    .sandboxes
+                    .create_for_runtime(&state.pool, runtime, &req.allow, owner)
+                    .await
+            }
+            _ => return Err(ApiError::bad_request(
+                "give `agent` (and optionally `version`) or `runtime` (and optionally `allow`), \
+                 not both and not neither",
+            )),
+        };
     audit::record_admin(
         &state.pool,
         &caller,
         "sandbox.create",
-        &json!({"agent": req.agent, "version": req.version}),
+        &json!({"agent": req.agent, "version": req.version, "runtime": req.runtime, "allow": req.allow}),
         made.is_ok(),
         started,
     )
