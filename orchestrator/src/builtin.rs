@@ -63,6 +63,8 @@ fn parse(kind: ManifestKind, text: &str) -> Result<manifest::ParsedManifest, Man
         &NodeKnowledge {
             tool_exists: &tool_exists,
             runtime_known: &runtime_known,
+            // Shipped manifests carry their own allowlists; a node default never applies.
+            default_command_allowlist: &|_| None,
         },
     )
 }
