@@ -64,7 +64,7 @@ pub enum VolumeError {
         name: String,
         /// What the sandbox layer said.
         #[source]
-        source: crate::sandboxes::SandboxError,
+        source: Box<crate::sandboxes::SandboxError>,
     },
     /// Database failure.
     #[error(transparent)]
@@ -152,7 +152,7 @@ pub async fn restore(
         .dispatcher()
         .map_err(|source| VolumeError::Sandbox {
             name: String::new(),
-            source,
+            source: Box::new(source),
         })?;
     let mut restored = Vec::new();
     for v in volumes {
@@ -176,7 +176,7 @@ pub async fn restore(
             .await
             .map_err(|e| VolumeError::Sandbox {
                 name: v.name.clone(),
-                source: e.into(),
+                source: Box::new(e.into()),
             })?;
         if had_content {
             restored.push(v.name.clone());
@@ -199,7 +199,7 @@ pub async fn save(
         .dispatcher()
         .map_err(|source| VolumeError::Sandbox {
             name: String::new(),
-            source,
+            source: Box::new(source),
         })?;
     let mut saved = Vec::new();
     let mut over = None;
@@ -219,7 +219,7 @@ pub async fn save(
             Err(e) => {
                 return Err(VolumeError::Sandbox {
                     name: v.name.clone(),
-                    source: e.into(),
+                    source: Box::new(e.into()),
                 })
             }
         };

@@ -598,6 +598,48 @@ spec:
     assert_eq!(payload["status"], "completed");
     assert_eq!(payload["output"], "the result");
     assert_eq!(payload["execution_id"], id.as_str());
+    // A delivery that a replica which died was sending (its lease has expired) is claimed and
+    // sent by this one.
+    let orphan = uuid::Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO deliveries (id, tenant_id, execution_id, destination, kind, url, method, \
+         headers, secret_name, content_type, body, status, attempts, max_attempts, lease_owner, \
+         lease_expires_at) VALUES ($1, 'default', $2::uuid, 'hook', 'webhook', $3, 'POST', '{}', \
+         'hook', 'application/json', '{\"replayed\":true}', 'sending', 1, 5, $4, \
+         now() - interval '1 second')",
+    )
+    .bind(orphan)
+    .bind(&id)
+    .bind(&rx.url)
+    .bind(uuid::Uuid::new_v4())
+    .execute(&h.app.state.pool)
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, attempts): (String, i32) =
+            sqlx::query_as("SELECT status, attempts FROM deliveries WHERE id = $1")
+                .bind(orphan)
+                .fetch_one(&h.app.state.pool)
+                .await
+                .unwrap();
+        if status == "delivered" {
+            assert_eq!(attempts, 2);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the orphaned delivery stayed {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(rx
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(_, body)| body == "{\"replayed\":true}"));
+
     // The secret never reaches the database.
     let stored: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM deliveries WHERE body LIKE '%' || $1 || '%' OR headers::text LIKE '%' || $1 || '%'",
