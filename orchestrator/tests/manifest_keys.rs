@@ -707,3 +707,43 @@ spec:
     ))
     .await;
 }
+
+#[tokio::test]
+async fn tools_the_node_marks_skip_judge_are_not_judged() {
+    let h = harness_with(
+        vec![
+            tool_calls(&[("fs__list", json!({"path": "/workspace"}))]),
+            answer("done"),
+        ],
+        |c| c.executions.skip_judge_tools = vec!["fs.list".to_owned()],
+    )
+    .await;
+    h.deployed(JUDGE).await;
+    h.deployed(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: lister
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: List the workspace.
+  tools: [fs.list]
+  execution:
+    tool_validation:
+      - type: semantic
+        judge_agent: gatekeeper
+        criteria: Anything goes.
+",
+    )
+    .await;
+    let id = h.execute("lister", json!({})).await;
+    let e = h.wait_end(&id, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    assert_eq!(e["last_output"], "done");
+    assert_eq!(h.llm.requests().len(), 2, "no judge was asked");
+    assert!(of_type(&h.events(&id).await, "tool_validation").is_empty());
+}
