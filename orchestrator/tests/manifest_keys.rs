@@ -700,12 +700,23 @@ spec:
             "{manifest}\n{body}"
         );
     }
-    // The supported values still deploy.
-    h.deployed(&base(
-        "    image_pull_policy: Never\n    isolation: docker\n",
-        "",
-    ))
-    .await;
+    // The supported values still deploy; volumes without a sandbox tool deploy with a warning.
+    let (status, body) = h
+        .deploy(&base(
+            "    image_pull_policy: Never\n    isolation: docker\n",
+            "  volumes:\n    - {name: data, storage_class: persistent, mount_path: /workspace/data, access_mode: read-write, size_limit: 1Mi}\n",
+        ))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let warning = &body["warnings"][0];
+    assert_eq!(warning["pointer"], "/spec/volumes", "{body}");
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no effect"),
+        "{body}"
+    );
 }
 
 #[tokio::test]
