@@ -295,12 +295,13 @@ def semantic_agent(doc):
         if vol["name"] in names:
             errs.append((f"/spec/volumes/{v}/name", f"volume name '{vol['name']}' is used twice"))
         names[vol["name"]] = v
+        mount = vol.get("mount_path", vol.get("mount_point"))  # mount_point: older spelling
         for other in mounts:
-            if _under(vol["mount_path"], other) or _under(other, vol["mount_path"]):
+            if _under(mount, other) or _under(other, mount):
                 errs.append((f"/spec/volumes/{v}/mount_path",
                              f"mount path overlaps {other}"))
                 break
-        mounts.append(vol["mount_path"])
+        mounts.append(mount)
     if "input_schema" in spec:
         errs += _schema_problems(spec["input_schema"], "/spec/input_schema")
     for n, val in enumerate(spec.get("execution", {}).get("validation", [])):

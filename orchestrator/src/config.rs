@@ -179,6 +179,10 @@ pub struct ExecutionsConfig {
     pub max_concurrent_per_caller: u32,
     /// Most pending or running executions on this node.
     pub max_concurrent: u32,
+    /// Tools whose calls `spec.execution.tool_validation` judges never see (AEGIS's
+    /// `skip_judge`): an operator's choice, for calls cheap and harmless enough not to cost a
+    /// judge each; a manifest cannot set it.
+    pub skip_judge_tools: Vec<String>,
 }
 
 impl Default for ExecutionsConfig {
@@ -191,6 +195,7 @@ impl Default for ExecutionsConfig {
             max_depth: 4,
             max_concurrent_per_caller: 16,
             max_concurrent: 64,
+            skip_judge_tools: Vec::new(),
         }
     }
 }
@@ -767,6 +772,17 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             return Err(invalid(key, "expected a whole number of at least 1".into()));
         }
     }
+    if let Some(unknown) = c
+        .executions
+        .skip_judge_tools
+        .iter()
+        .find(|t| !crate::tools::catalog().is_ok_and(|cat| cat.contains(t)))
+    {
+        return Err(invalid(
+            "executions.skip_judge_tools",
+            format!("unknown tool `{unknown}`; see aegis.tools.list for the tools of this node"),
+        ));
+    }
     for (key, v) in [
         ("volumes.max_size_mb", c.volumes.max_size_mb),
         ("volumes.default_ttl_hours", c.volumes.default_ttl_hours),
@@ -910,6 +926,28 @@ mod tests {
             loaded.config.auth.admin_key_file,
             Some(PathBuf::from("/var/lib/orchestrator/admin-key"))
         );
+    }
+
+    #[test]
+
+    fn volume_and_delivery_settings_are_checked() {
+        let f = write("executions:\n  skip_judge_tools: [fs.read, fs.teleport]\n");
+        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("executions.skip_judge_tools") && err.contains("fs.teleport"),
+            "{err}"
+        );
+        let f = write("delivery:\n  max_attempts: 0\n");
+        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        assert!(err.contains("delivery.max_attempts"), "{err}");
+        let f = write("volumes:\n  max_size_mb: 0\n");
+        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        assert!(err.contains("volumes.max_size_mb"), "{err}");
+        let f =
+            write("delivery:\n  secrets: {hook: HOOK_SECRET}\nvolumes:\n  default_ttl_hours: 2\n");
+        let loaded = load(Some(f.path()), &[]).unwrap();
+        assert_eq!(loaded.config.delivery.secrets["hook"], "HOOK_SECRET");
+        assert_eq!(loaded.config.volumes.default_ttl_hours, 2);
     }
 
     #[test]

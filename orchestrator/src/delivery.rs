@@ -152,25 +152,6 @@ pub fn check_manifest(manifest: &Value, config: &DeliveryConfig) -> Vec<(String,
     problems
 }
 
-/// How an execution ended, for deliveries.
-#[derive(Debug, Clone)]
-pub struct Ended<'a> {
-    /// Tenant.
-    pub tenant: &'a str,
-    /// Execution id.
-    pub execution_id: Uuid,
-    /// Agent name and version.
-    pub agent: &'a str,
-    /// Agent version.
-    pub version: &'a str,
-    /// `completed`, `failed`, `cancelled` or `timed_out`.
-    pub status: &'a str,
-    /// The answer, when completed.
-    pub output: Option<&'a str>,
-    /// The reason, when not.
-    pub error: Option<&'a str>,
-}
-
 /// Whether a destination's `condition` covers `status`: `on_success` is `completed`,
 /// `on_failure` is `failed` or `timed_out`, `always` (default) is every end.
 fn wanted(condition: Option<&str>, status: &str) -> bool {
@@ -181,33 +162,60 @@ fn wanted(condition: Option<&str>, status: &str) -> bool {
     }
 }
 
-/// Writes one pending delivery per destination of `manifest` whose condition matches; returns
-/// how many.
+#[derive(sqlx::FromRow)]
+struct EndedRow {
+    tenant_id: String,
+    agent_name: String,
+    agent_version: String,
+    status: String,
+    last_output: Option<String>,
+    last_error: Option<String>,
+    manifest: Value,
+}
+
+/// Writes one pending delivery per destination of the execution's manifest whose condition
+/// matches how it ended; returns how many. Called in the transaction that ends the execution,
+/// so an end is never recorded without its deliveries.
 pub async fn enqueue(
-    pool: &PgPool,
-    manifest: &Value,
-    ended: &Ended<'_>,
+    conn: &mut sqlx::PgConnection,
+    execution: Uuid,
     config: &DeliveryConfig,
 ) -> Result<usize, sqlx::Error> {
-    let Some(list) = manifest
+    let Some(ended): Option<EndedRow> = sqlx::query_as(
+        "SELECT e.tenant_id, e.agent_name, e.agent_version, e.status, e.last_output, \
+         e.last_error, v.manifest FROM executions e \
+         JOIN definition_versions v ON v.id = e.agent_version_id WHERE e.id = $1",
+    )
+    .bind(execution)
+    .fetch_optional(&mut *conn)
+    .await?
+    else {
+        return Ok(0);
+    };
+    let Some(list) = ended
+        .manifest
         .pointer("/spec/execution/delivery/destinations")
         .and_then(Value::as_array)
     else {
         return Ok(0);
     };
+    // The answer only when completed; a failed execution's last_output is a rejected attempt.
+    let output = (ended.status == "completed")
+        .then_some(ended.last_output.as_deref())
+        .flatten();
     let mut queued = 0;
     for d in list {
         if !matches!(d["type"].as_str(), Some("webhook" | "rest"))
-            || !wanted(d["condition"].as_str(), ended.status)
+            || !wanted(d["condition"].as_str(), &ended.status)
         {
             continue;
         }
         let id = Uuid::new_v4();
         let name = d["name"].as_str().unwrap_or_default();
         let payload = json!({
-            "delivery_id": id, "destination": name, "execution_id": ended.execution_id,
-            "agent": ended.agent, "agent_version": ended.version, "status": ended.status,
-            "output": ended.output, "error": ended.error,
+            "delivery_id": id, "destination": name, "execution_id": execution,
+            "agent": ended.agent_name, "agent_version": ended.agent_version,
+            "status": ended.status, "output": output, "error": ended.last_error,
         });
         let (body, content_type, failure) = match d["transform"].as_str() {
             None => (payload.to_string(), "application/json", None),
@@ -233,8 +241,8 @@ pub async fn enqueue(
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(id)
-        .bind(ended.tenant)
-        .bind(ended.execution_id)
+        .bind(&ended.tenant_id)
+        .bind(execution)
         .bind(name)
         .bind(d["type"].as_str().unwrap_or("webhook"))
         .bind(
@@ -254,7 +262,7 @@ pub async fn enqueue(
         })
         .bind(config.max_attempts.max(1) as i32)
         .bind(failure)
-        .execute(pool)
+        .execute(&mut *conn)
         .await?;
         queued += 1;
     }

@@ -57,6 +57,9 @@ pub enum VolumeError {
         /// The limit.
         limit: u64,
     },
+    /// Sandboxes are unavailable on this node.
+    #[error("volumes need a sandbox: {0}")]
+    NoSandboxes(String),
     /// Copying into or out of the sandbox failed.
     #[error("volume `{name}`: {source}")]
     Sandbox {
@@ -64,7 +67,7 @@ pub enum VolumeError {
         name: String,
         /// What the sandbox layer said.
         #[source]
-        source: crate::sandboxes::SandboxError,
+        source: Box<crate::sandboxes::SandboxError>,
     },
     /// Database failure.
     #[error(transparent)]
@@ -150,10 +153,7 @@ pub async fn restore(
     let dispatcher = state
         .sandboxes
         .dispatcher()
-        .map_err(|source| VolumeError::Sandbox {
-            name: String::new(),
-            source,
-        })?;
+        .map_err(|e| VolumeError::NoSandboxes(e.to_string()))?;
     let mut restored = Vec::new();
     for v in volumes {
         let content: Option<Vec<u8>> = if v.persistent {
@@ -176,7 +176,7 @@ pub async fn restore(
             .await
             .map_err(|e| VolumeError::Sandbox {
                 name: v.name.clone(),
-                source: e.into(),
+                source: Box::new(e.into()),
             })?;
         if had_content {
             restored.push(v.name.clone());
@@ -197,10 +197,7 @@ pub async fn save(
     let dispatcher = state
         .sandboxes
         .dispatcher()
-        .map_err(|source| VolumeError::Sandbox {
-            name: String::new(),
-            source,
-        })?;
+        .map_err(|e| VolumeError::NoSandboxes(e.to_string()))?;
     let mut saved = Vec::new();
     let mut over = None;
     for v in volumes.iter().filter(|v| v.persistent) {
@@ -219,7 +216,7 @@ pub async fn save(
             Err(e) => {
                 return Err(VolumeError::Sandbox {
                     name: v.name.clone(),
-                    source: e.into(),
+                    source: Box::new(e.into()),
                 })
             }
         };

@@ -598,6 +598,48 @@ spec:
     assert_eq!(payload["status"], "completed");
     assert_eq!(payload["output"], "the result");
     assert_eq!(payload["execution_id"], id.as_str());
+    // A delivery that a replica which died was sending (its lease has expired) is claimed and
+    // sent by this one.
+    let orphan = uuid::Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO deliveries (id, tenant_id, execution_id, destination, kind, url, method, \
+         headers, secret_name, content_type, body, status, attempts, max_attempts, lease_owner, \
+         lease_expires_at) VALUES ($1, 'default', $2::uuid, 'hook', 'webhook', $3, 'POST', '{}', \
+         'hook', 'application/json', '{\"replayed\":true}', 'sending', 1, 5, $4, \
+         now() - interval '1 second')",
+    )
+    .bind(orphan)
+    .bind(&id)
+    .bind(&rx.url)
+    .bind(uuid::Uuid::new_v4())
+    .execute(&h.app.state.pool)
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, attempts): (String, i32) =
+            sqlx::query_as("SELECT status, attempts FROM deliveries WHERE id = $1")
+                .bind(orphan)
+                .fetch_one(&h.app.state.pool)
+                .await
+                .unwrap();
+        if status == "delivered" {
+            assert_eq!(attempts, 2);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the orphaned delivery stayed {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(rx
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(_, body)| body == "{\"replayed\":true}"));
+
     // The secret never reaches the database.
     let stored: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM deliveries WHERE body LIKE '%' || $1 || '%' OR headers::text LIKE '%' || $1 || '%'",
@@ -658,10 +700,61 @@ spec:
             "{manifest}\n{body}"
         );
     }
-    // The supported values still deploy.
-    h.deployed(&base(
-        "    image_pull_policy: Never\n    isolation: docker\n",
-        "",
-    ))
+    // The supported values still deploy; volumes without a sandbox tool deploy with a warning.
+    let (status, body) = h
+        .deploy(&base(
+            "    image_pull_policy: Never\n    isolation: docker\n",
+            "  volumes:\n    - {name: data, storage_class: persistent, mount_path: /workspace/data, access_mode: read-write, size_limit: 1Mi}\n",
+        ))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let warning = &body["warnings"][0];
+    assert_eq!(warning["pointer"], "/spec/volumes", "{body}");
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no effect"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn tools_the_node_marks_skip_judge_are_not_judged() {
+    let h = harness_with(
+        vec![
+            tool_calls(&[("fs__list", json!({"path": "/workspace"}))]),
+            answer("done"),
+        ],
+        |c| c.executions.skip_judge_tools = vec!["fs.list".to_owned()],
+    )
     .await;
+    h.deployed(JUDGE).await;
+    h.deployed(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: lister
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: List the workspace.
+  tools: [fs.list]
+  execution:
+    tool_validation:
+      - type: semantic
+        judge_agent: gatekeeper
+        criteria: Anything goes.
+",
+    )
+    .await;
+    let id = h.execute("lister", json!({})).await;
+    let e = h.wait_end(&id, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    assert_eq!(e["last_output"], "done");
+    assert_eq!(h.llm.requests().len(), 2, "no judge was asked");
+    assert!(of_type(&h.events(&id).await, "tool_validation").is_empty());
 }

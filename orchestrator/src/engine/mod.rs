@@ -323,7 +323,14 @@ impl Engine {
         match token {
             Some(t) => t.cancel(),
             None => {
-                if store::transition(&state.pool, id, "cancelled", None, Some("cancelled")).await? {
+                let mut tx = state.pool.begin().await?;
+                let ended =
+                    store::transition(&mut *tx, id, "cancelled", None, Some("cancelled")).await?;
+                if ended {
+                    crate::delivery::enqueue(&mut tx, id, &state.config.delivery).await?;
+                }
+                tx.commit().await?;
+                if ended {
                     store::event(
                         &state.pool,
                         id,
@@ -363,9 +370,17 @@ impl Engine {
     /// At start-up: executions left running by an instance that is gone fail with the reason
     /// `orchestrator restarted`, and their sandboxes are destroyed.
     pub async fn recover(&self, state: &AppState, dead_after_secs: i64) {
-        let orphans = match store::fail_orphans(&state.pool, state.instance_id, dead_after_secs)
-            .await
-        {
+        // Failed, with their deliveries queued, in one transaction.
+        let failed = async {
+            let mut tx = state.pool.begin().await?;
+            let orphans = store::fail_orphans(&mut *tx, state.instance_id, dead_after_secs).await?;
+            for (id, _) in &orphans {
+                crate::delivery::enqueue(&mut tx, *id, &state.config.delivery).await?;
+            }
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(orphans)
+        };
+        let orphans = match failed.await {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(error = %e, "could not recover executions of previous instances");

@@ -168,12 +168,15 @@ impl Job {
                 )
             }
         };
-        match store::transition(&self.state.pool, self.id, status, output, error.as_deref()).await {
-            Ok(true) => {
+        match self.end(status, output, error.as_deref()).await {
+            Ok((true, queued)) => {
                 self.event(kind, payload).await;
-                self.deliver(status, output, error.as_deref()).await;
+                if queued > 0 {
+                    self.event("deliveries_queued", json!({"count": queued}))
+                        .await;
+                }
             }
-            Ok(false) => {}
+            Ok((false, _)) => {}
             Err(e) => {
                 tracing::error!(execution = %self.id, error = %e, "could not record the end of an execution")
             }
@@ -181,34 +184,22 @@ impl Job {
         self.state.executions.finished(self.id);
     }
 
-    /// Queues the result for the destinations of `spec.execution.delivery` (sent by
-    /// `delivery::work` on any replica).
-    async fn deliver(&self, status: &str, output: Option<&str>, error: Option<&str>) {
-        let ended = crate::delivery::Ended {
-            tenant: &self.tenant,
-            execution_id: self.id,
-            agent: &self.def.name,
-            version: &self.def.version,
-            status,
-            output,
-            error,
-        };
-        match crate::delivery::enqueue(
-            &self.state.pool,
-            &self.def.manifest,
-            &ended,
-            &self.state.config.delivery,
-        )
-        .await
-        {
-            Ok(0) => {}
-            Ok(n) => self.event("deliveries_queued", json!({"count": n})).await,
-            Err(e) => {
-                tracing::error!(execution = %self.id, error = %e, "could not queue deliveries");
-                self.event("deliveries_failed", json!({"reason": e.to_string()}))
-                    .await;
-            }
+    /// Records the end and, in the same transaction, the deliveries of
+    /// `spec.execution.delivery` (sent by `delivery::work` on any replica): (ended now, queued).
+    async fn end(
+        &self,
+        status: &str,
+        output: Option<&str>,
+        error: Option<&str>,
+    ) -> Result<(bool, usize), sqlx::Error> {
+        let mut tx = self.state.pool.begin().await?;
+        if !store::transition(&mut *tx, self.id, status, output, error).await? {
+            return Ok((false, 0));
         }
+        let queued =
+            crate::delivery::enqueue(&mut tx, self.id, &self.state.config.delivery).await?;
+        tx.commit().await?;
+        Ok((true, queued))
     }
 
     /// Who owns this execution's volumes: its tenant, agent and root principal.
@@ -872,6 +863,10 @@ impl tools::CallGate for ToolGate<'_> {
         arguments: &'a Value,
     ) -> crate::workflow::BoxFuture<'a, Result<(), crate::policy::Denial>> {
         Box::pin(async move {
+            let skip = &self.job.state.config.executions.skip_judge_tools;
+            if skip.iter().any(|t| t == tool) {
+                return Ok(());
+            }
             for v in self.validators {
                 let input = json!({
                     "task": self.task,

@@ -456,8 +456,8 @@ pub async fn event(
 }
 
 /// Moves a non-terminal execution to `status`; false when it had already ended.
-pub async fn transition(
-    pool: &PgPool,
+pub async fn transition<'e>(
+    pool: impl sqlx::PgExecutor<'e>,
     id: Uuid,
     status: &str,
     output: Option<&str>,
@@ -570,8 +570,8 @@ pub async fn remove(pool: &PgPool, tenant: &str, id: Uuid) -> Result<bool, sqlx:
 
 /// Fails the executions that were running on instances that stopped or fell silent for
 /// `dead_after_secs`; returns their ids and sandboxes.
-pub async fn fail_orphans(
-    pool: &PgPool,
+pub async fn fail_orphans<'e>(
+    pool: impl sqlx::PgExecutor<'e>,
     current: Uuid,
     dead_after_secs: i64,
 ) -> Result<Vec<(Uuid, Option<Uuid>)>, sqlx::Error> {

@@ -240,6 +240,16 @@ fn dispatchers(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
 }
 
 fn volumes(value: &Value, errors: &mut Errors) {
+    // Volumes live in the execution's sandbox, which exists only for sandbox tools.
+    if array_at(value, "/spec/volumes").next().is_some()
+        && !strings_at(value, "/spec/tools").any(|(_, t)| crate::policy::needs_sandbox(t))
+    {
+        errors.warn(
+            "/spec/volumes",
+            "spec.volumes has no effect: the agent offers no tool that runs in a sandbox \
+             (cmd.run, fs.*, ...), so its executions get no sandbox to mount them in",
+        );
+    }
     let mut seen: Vec<(&str, &str, usize)> = Vec::new();
     for (i, volume) in array_at(value, "/spec/volumes") {
         let at = pointer::join_index("/spec/volumes", i);
