@@ -39,7 +39,9 @@ async fn start(db: &TestDb, http: u16) -> tokio::process::Child {
         .env("DATABASE_URL", &db.url)
         .env("ORCHESTRATOR_ADMIN_KEY", TEST_ADMIN_KEY)
         .env("ORCHESTRATOR__SANDBOX__EXECUTOR_PATH", executor_bin())
-        // A dead replica's leases expire after 2 s, its sandboxes are reaped soon after.
+        // A dead replica's leases expire after 2 s, its sandboxes are reaped a few seconds later
+        // (not sooner: on a loaded machine a live replica's heartbeat can be late by a second or
+        // two, and a replica wrongly thought dead loses its sandboxes).
         .env("ORCHESTRATOR__WORKFLOWS__LEASE_TTL_SECS", "2")
         .env("ORCHESTRATOR__WORKFLOWS__POLL_INTERVAL_MS", "200")
         .env("ORCHESTRATOR__WORKFLOWS__WORKERS", "4")
@@ -47,7 +49,7 @@ async fn start(db: &TestDb, http: u16) -> tokio::process::Child {
             "ORCHESTRATOR__WORKFLOWS__SYSTEM_IMAGE",
             "aegis-runtime/busybox:1",
         )
-        .env("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "2")
+        .env("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "5")
         .env("ORCHESTRATOR__SANDBOX__REAP_INTERVAL_SECS", "2")
         .env("RUST_LOG", "warn")
         .args([
