@@ -34,6 +34,7 @@ fn hello() -> ChatRequest {
     ChatRequest {
         messages: vec![Message::user("hello")],
         tools: vec![],
+        temperature: None,
     }
 }
 
@@ -66,6 +67,7 @@ async fn a_tool_call_round_trip_sends_and_reads_the_openai_shapes() {
     let mut request = ChatRequest {
         messages: vec![Message::system("be brief"), Message::user("write and run")],
         tools: vec![spec("fs.write"), spec("cmd.run")],
+        temperature: None,
     };
     let first = chat(&client, None, &request).await.expect("first call");
     assert_eq!(first.finish_reason.as_deref(), Some("tool_calls"));
@@ -103,6 +105,8 @@ async fn a_tool_call_round_trip_sends_and_reads_the_openai_shapes() {
         .messages
         .push(Message::tool("call_1", "wrote 8 bytes"));
     request.messages.push(Message::tool("call_2", "exit 0: 1"));
+    // The agent's own temperature (spec.runtime.temperature) wins over the model's.
+    request.temperature = Some(0.9);
     let second = chat(&client, Some("default"), &request)
         .await
         .expect("second call");
@@ -115,6 +119,7 @@ async fn a_tool_call_round_trip_sends_and_reads_the_openai_shapes() {
     let body = &sent[0];
     assert_eq!(body["model"], "scripted");
     assert_eq!(body["temperature"], 0.25);
+    assert_eq!(sent[1]["temperature"], 0.9);
     assert_eq!(body["max_tokens"], 256);
     assert_eq!(body["tool_choice"], "auto");
     assert_eq!(

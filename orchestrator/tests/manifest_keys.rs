@@ -700,6 +700,14 @@ spec:
             "{manifest}\n{body}"
         );
     }
+    // `memory: false` (no memory, as AEGIS's hello-world template writes) is what this node does.
+    let (status, body) = h
+        .deploy(
+            &base("", "  execution:\n    memory: false\n")
+                .replace("name: refused", "name: forgetful"),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
     // The supported values still deploy; volumes without a sandbox tool deploy with a warning.
     let (status, body) = h
         .deploy(&base(

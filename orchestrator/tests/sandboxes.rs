@@ -37,6 +37,9 @@ spec:
           env_allowlist: [GREETING]
           timeout_seconds: 20
           max_output_bytes: 65536
+  env:
+    PLANET: earth
+    GREETING: hello
   security:
     filesystem:
       read: [/workspace]
@@ -366,13 +369,28 @@ async fn cmd_run_runs_without_a_shell_under_the_allowlist() {
         .await;
     assert_ne!(r["exit_code"], 0, "a failing command is a normal result");
     assert!(r["stderr"].as_str().unwrap().contains("nope"));
+    // The agent's spec.env is every command's environment ...
+    let r = sb
+        .ok("cmd.run", json!({"command": "cat /proc/self/environ"}))
+        .await;
+    let environ = r["stdout"].as_str().unwrap();
+    assert!(
+        environ.contains("PLANET=earth") && environ.contains("GREETING=hello"),
+        "{r}"
+    );
+    // ... and the caller's allowlisted additions override it.
     let r = sb
         .ok(
             "cmd.run",
             json!({"command": "cat /proc/self/environ", "env_additions": {"GREETING": "hi"}}),
         )
         .await;
-    assert!(r["stdout"].as_str().unwrap().contains("GREETING=hi"), "{r}");
+    let environ = r["stdout"].as_str().unwrap();
+    assert!(
+        environ.contains("GREETING=hi") && !environ.contains("GREETING=hello"),
+        "{r}"
+    );
+    assert!(environ.contains("PLANET=earth"), "{r}");
     let r = sb
         .ok("cmd.run", json!({"command": "ls", "cwd": "/workspace"}))
         .await;

@@ -709,6 +709,7 @@ impl Job {
             let request = ChatRequest {
                 messages: messages.clone(),
                 tools: specs.to_vec(),
+                temperature: AgentView(&self.def.manifest).temperature(),
             };
             let response = match tokio::time::timeout(llm_timeout, llm.chat(alias, &request)).await
             {

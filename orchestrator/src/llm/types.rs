@@ -13,6 +13,10 @@ pub struct ChatRequest {
     /// The tools offered; empty means a plain completion.
     #[serde(default)]
     pub tools: Vec<ToolSpec>,
+    /// Sampling temperature asked by the agent (`spec.runtime.temperature`); it wins over the
+    /// model's configured one, which applies when this is absent.
+    #[serde(default)]
+    pub temperature: Option<f64>,
 }
 
 /// Who wrote a message.

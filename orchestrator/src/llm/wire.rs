@@ -140,7 +140,7 @@ pub(crate) fn encode(model: &ModelRef, request: &ChatRequest, names: &ToolNames)
         body.insert("tools".into(), Value::Array(tools));
         body.insert("tool_choice".into(), json!("auto"));
     }
-    if let Some(t) = model.temperature {
+    if let Some(t) = request.temperature.or(model.temperature) {
         body.insert("temperature".into(), json!(t));
     }
     if let Some(n) = model.max_tokens {
@@ -306,6 +306,7 @@ mod tests {
         let req = ChatRequest {
             messages: vec![],
             tools: vec![spec("fs.write"), spec("fs_write"), spec("cmd-run")],
+            temperature: None,
         };
         let names = ToolNames::for_request(&req);
         assert_eq!(names.wire("fs_write"), "fs_write");
@@ -318,6 +319,7 @@ mod tests {
         let req = ChatRequest {
             messages: vec![],
             tools: vec![spec(&long)],
+            temperature: None,
         };
         assert_eq!(ToolNames::for_request(&req).wire(&long).len(), 64);
     }

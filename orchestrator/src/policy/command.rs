@@ -331,12 +331,16 @@ impl CommandPolicy {
         Some(programs)
     }
 
+    /// True for names no one may set: they change which code runs, or make a program run
+    /// another (`LD_PRELOAD`, `BASH_ENV`, ...). The manifest's `spec.env` is held to it too.
+    pub fn forbidden_env(name: &str) -> bool {
+        FORBIDDEN_ENV.contains(&name) || FORBIDDEN_ENV_PREFIXES.iter().any(|p| name.starts_with(p))
+    }
+
     /// Checks caller-supplied environment names against the allowlist.
     pub fn env<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<(), CommandRefusal> {
         for name in names {
-            if FORBIDDEN_ENV.contains(&name)
-                || FORBIDDEN_ENV_PREFIXES.iter().any(|p| name.starts_with(p))
-            {
+            if Self::forbidden_env(name) {
                 return Err(refuse(
                     "env_not_allowed",
                     format!(

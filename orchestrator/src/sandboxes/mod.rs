@@ -155,6 +155,7 @@ pub fn policy_of_context(
         unmask_env: context.capabilities.iter().any(|c| {
             c.unmask_env && crate::seal::context::tool_matches(&c.tool_pattern, "env.get")
         }),
+        env: Default::default(),
     }
 }
 
@@ -219,6 +220,7 @@ pub fn policy_of_runtime(
         cmd_timeout_secs: ceilings.cmd_timeout_secs,
         max_output_bytes: ceilings.max_output_bytes,
         unmask_env: false,
+        env: Default::default(),
     }
 }
 
@@ -259,6 +261,8 @@ pub struct SandboxPolicy {
     pub max_output_bytes: u64,
     /// `env.get` may return secret-looking values unmasked when asked (default masked).
     pub unmask_env: bool,
+    /// The agent's `spec.env`: the environment every `cmd.run` command starts with.
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// Why a sandbox could not be made or found.
@@ -440,6 +444,7 @@ pub fn policy_of(agent: &str, manifest: &Value, ceilings: &ToolCeilings) -> Sand
         cmd_timeout_secs,
         max_output_bytes,
         unmask_env: view.unmask_env(),
+        env: view.env(),
     }
 }
 

@@ -216,6 +216,7 @@ async fn generate(ctx: &ToolContext<'_>, a: Value, kind: ManifestKind) -> Result
                 &ChatRequest {
                     messages: messages.clone(),
                     tools: Vec::new(),
+                    temperature: None,
                 },
             )
             .await

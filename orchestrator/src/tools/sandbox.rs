@@ -365,7 +365,22 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             .unwrap_or(policy.max_output_bytes)
             .min(policy.max_output_bytes);
         let cwd = a.cwd.as_deref().map(path_of).transpose()?;
-        let mut env = a.env_additions;
+        // The agent's `spec.env` first; the caller's allowlisted additions override it.
+        if let Some(name) = policy
+            .env
+            .keys()
+            .find(|n| crate::policy::command::CommandPolicy::forbidden_env(n))
+        {
+            return Err(ToolError::new(
+                "env_not_allowed",
+                format!(
+                    "the agent's spec.env sets `{name}`, which may never be set (it changes which \
+                     code runs); remove it from the manifest and deploy a new version"
+                ),
+            ));
+        }
+        let mut env = policy.env.clone();
+        env.extend(a.env_additions);
         if let Some((id, _)) = &ctx.sandbox {
             // A networked sandbox's only way out: its proxy (set last, so it wins).
             env.extend(ctx.state.sandboxes.proxy_env(*id));
