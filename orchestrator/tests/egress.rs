@@ -971,7 +971,11 @@ async fn a_restarted_instance_adopts_a_networked_sandbox_with_a_new_proxy() {
     .await;
     assert_ne!(refused["exit_code"], 0, "{refused}");
     let rules = firewall_rules();
-    assert_eq!(rules.matches(&tag).count(), 2, "one ACCEPT, one DROP: {rules}");
+    assert_eq!(
+        rules.matches(&tag).count(),
+        2,
+        "one ACCEPT, one DROP: {rules}"
+    );
     let after = accept_rule(&rules);
     assert_ne!(before, after, "the rule names the new proxy's port");
     assert_eq!(allowed_hits.load(Ordering::SeqCst), 2);
