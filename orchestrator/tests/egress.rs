@@ -703,7 +703,7 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
         "the sandbox is on its network only"
     );
     let rules = firewall_rules();
-    assert_eq!(rules.matches(&tag).count(), 2, "{rules}");
+    assert_eq!(rules.matches(&tag).count(), 3, "{rules}");
     let gateway = docker_cli(&[
         "network",
         "inspect",
@@ -746,6 +746,21 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     }
     assert!(vars.contains(&"NO_PROXY="), "{environ:?}");
     assert!(vars.contains(&"no_proxy="), "{environ:?}");
+    // The proxy serves its sandbox only: from the host (or any other interface) it is dropped.
+    let proxy_addr: SocketAddr = vars
+        .iter()
+        .find_map(|v| v.strip_prefix("HTTP_PROXY=http://"))
+        .and_then(|a| a.parse().ok())
+        .expect("proxy address");
+    let from_host = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        TcpStream::connect(proxy_addr),
+    )
+    .await;
+    assert!(
+        !matches!(from_host, Ok(Ok(_))),
+        "the host reached the sandbox's proxy"
+    );
 
     // Allowed: through the proxy.
     let ok = run(format!(
@@ -973,8 +988,8 @@ async fn a_restarted_instance_adopts_a_networked_sandbox_with_a_new_proxy() {
     let rules = firewall_rules();
     assert_eq!(
         rules.matches(&tag).count(),
-        2,
-        "one ACCEPT, one DROP: {rules}"
+        3,
+        "ACCEPT from the bridge, DROP the rest, DROP from elsewhere: {rules}"
     );
     let after = accept_rule(&rules);
     assert_ne!(before, after, "the rule names the new proxy's port");
