@@ -4,7 +4,8 @@
 //! `--internal` networks have no route out (Docker drops forwarding to and from the bridge), but
 //! the host itself is still reachable on the gateway address, so every service the host binds
 //! on all interfaces would be too. [`isolate_host`] closes that: on the bridge's interface the
-//! host accepts TCP to the proxy's port and drops everything else (IPv4 and IPv6). The rules are
+//! host accepts TCP to the proxy's port and drops everything else (IPv4 and IPv6), and the
+//! proxy's port is dropped on every other interface (other containers, host processes). The rules are
 //! fail-closed: a sandbox whose network could not be isolated is not created. One network per
 //! sandbox makes the listener a connection arrives on name its sandbox, with no identity to
 //! spoof. Docker allocates each network a subnet from its address pools (an operator running
@@ -199,11 +200,16 @@ fn tag(name: &str) -> String {
     format!("aegis-egress:{name}")
 }
 
-/// The firewall rules of `network`: accept TCP to the proxy, drop the rest from the bridge.
+/// The firewall rules of `network`: accept TCP to the proxy, drop the rest from the bridge, and
+/// drop connections to the proxy that come from anywhere but the bridge (another container, a
+/// host process), so that the listener a connection arrives on still names its sandbox.
 fn rules(network: &EgressNetwork, proxy_port: u16) -> Vec<(&'static str, Vec<String>)> {
     let tag = tag(&network.name);
     let base = |extra: &[&str], target: &str| -> Vec<String> {
-        let mut r: Vec<String> = vec!["INPUT".into(), "-i".into(), network.bridge.clone()];
+        let mut r: Vec<String> = vec!["INPUT".into()];
+        if extra.first() != Some(&"!") {
+            r.extend(["-i".into(), network.bridge.clone()]);
+        }
         r.extend(extra.iter().map(|s| (*s).to_owned()));
         r.extend([
             "-m".into(),
@@ -222,6 +228,23 @@ fn rules(network: &EgressNetwork, proxy_port: u16) -> Vec<(&'static str, Vec<Str
         (
             "iptables",
             base(&["-p", "tcp", "-d", &gateway, "--dport", &port], "ACCEPT"),
+        ),
+        (
+            "iptables",
+            base(
+                &[
+                    "!",
+                    "-i",
+                    &network.bridge,
+                    "-p",
+                    "tcp",
+                    "-d",
+                    &gateway,
+                    "--dport",
+                    &port,
+                ],
+                "DROP",
+            ),
         ),
         ("ip6tables", base(&[], "DROP")),
     ]
@@ -358,6 +381,10 @@ mod tests {
             .join(" ")
             .contains("-p tcp -d 172.18.0.1 --dport 4711"));
         assert!(r[0].1.join(" ").ends_with("-j DROP"));
+        assert!(r[2]
+            .1
+            .join(" ")
+            .starts_with("INPUT ! -i aegx -p tcp -d 172.18.0.1 --dport 4711"));
         assert!(r[0].1.contains(&"aegis-egress:n".to_owned()));
         assert_eq!(
             network_name(SandboxId(uuid::Uuid::nil())),

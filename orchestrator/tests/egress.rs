@@ -703,7 +703,7 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
         "the sandbox is on its network only"
     );
     let rules = firewall_rules();
-    assert_eq!(rules.matches(&tag).count(), 2, "{rules}");
+    assert_eq!(rules.matches(&tag).count(), 3, "{rules}");
     let gateway = docker_cli(&[
         "network",
         "inspect",
@@ -746,6 +746,21 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     }
     assert!(vars.contains(&"NO_PROXY="), "{environ:?}");
     assert!(vars.contains(&"no_proxy="), "{environ:?}");
+    // The proxy serves its sandbox only: from the host (or any other interface) it is dropped.
+    let proxy_addr: SocketAddr = vars
+        .iter()
+        .find_map(|v| v.strip_prefix("HTTP_PROXY=http://"))
+        .and_then(|a| a.parse().ok())
+        .expect("proxy address");
+    let from_host = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        TcpStream::connect(proxy_addr),
+    )
+    .await;
+    assert!(
+        !matches!(from_host, Ok(Ok(_))),
+        "the host reached the sandbox's proxy"
+    );
 
     // Allowed: through the proxy.
     let ok = run(format!(
@@ -892,4 +907,102 @@ async fn the_reaper_removes_orphaned_egress_networks_and_their_rules() {
         "network removed"
     );
     assert!(!firewall_rules().contains(&tag), "rule removed");
+}
+
+/// `cmd.run` in sandbox `id` through the REST API; the tool's structured result.
+async fn cmd_run(app: &TestApp, id: &str, command: &str) -> serde_json::Value {
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/tools/call")
+        .json(&serde_json::json!({"name": "cmd.run", "sandbox_id": id,
+            "arguments": {"command": command, "timeout_secs": 15}}))
+        .send()
+        .await
+        .expect("cmd.run");
+    let body: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(body["isError"], false, "{command}: {body}");
+    body["structuredContent"].clone()
+}
+
+/// A graceful restart keeps a networked sandbox: the new instance adopts it with a proxy of its
+/// own, the firewall admits the new proxy's port only, and the allowlist still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_instance_adopts_a_networked_sandbox_with_a_new_proxy() {
+    let (allowed, allowed_hits) = start_counted_host("allowed host says hi").await;
+    let (other, other_hits) = start_counted_host("other host").await;
+    let db = TestDb::create().await;
+    let config = || {
+        let mut config = test_config(&db.url);
+        config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
+        let ip: IpAddr = "127.0.0.2".parse().expect("ip");
+        config.egress.hosts = BTreeMap::from([
+            ("allowed.test".to_owned(), vec![ip]),
+            ("other.test".to_owned(), vec![ip]),
+        ]);
+        config
+    };
+    let app = TestApp::spawn_with(config()).await;
+    let allow = format!("allowed.test:{}", allowed.port());
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/agents")
+        .body(networked_agent("keeper", "1.0.0", &allow))
+        .send()
+        .await
+        .expect("deploy");
+    assert_eq!(r.status(), 201);
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/sandboxes")
+        .json(&serde_json::json!({"agent": "keeper"}))
+        .send()
+        .await
+        .expect("create sandbox");
+    let body: serde_json::Value = r.json().await.expect("json");
+    let id = body["sandbox_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"))
+        .to_owned();
+    let url = format!("http://allowed.test:{}/", allowed.port());
+    let first = cmd_run(&app, &id, &format!("wget -q -O - {url}")).await;
+    assert_eq!(first["stdout"], "allowed host says hi", "{first}");
+    let tag = format!("aegis-egress:aegis-net-{id}");
+    let accept_rule = |rules: &str| -> String {
+        rules
+            .lines()
+            .find(|l| l.contains(&tag) && l.contains("ACCEPT"))
+            .unwrap_or_else(|| panic!("no ACCEPT rule for {tag}: {rules}"))
+            .to_owned()
+    };
+    let before = accept_rule(&firewall_rules());
+    app.stop().await.expect("graceful stop");
+
+    let app = TestApp::spawn_with(config()).await;
+    let again = cmd_run(&app, &id, &format!("wget -q -O - {url}")).await;
+    assert_eq!(again["exit_code"], 0, "{again}");
+    assert_eq!(again["stdout"], "allowed host says hi", "{again}");
+    let refused = cmd_run(
+        &app,
+        &id,
+        &format!("wget -q -O - http://other.test:{}/", other.port()),
+    )
+    .await;
+    assert_ne!(refused["exit_code"], 0, "{refused}");
+    let rules = firewall_rules();
+    assert_eq!(
+        rules.matches(&tag).count(),
+        3,
+        "ACCEPT from the bridge, DROP the rest, DROP from elsewhere: {rules}"
+    );
+    let after = accept_rule(&rules);
+    assert_ne!(before, after, "the rule names the new proxy's port");
+    assert_eq!(allowed_hits.load(Ordering::SeqCst), 2);
+    assert_eq!(other_hits.load(Ordering::SeqCst), 0);
+
+    let r = app
+        .admin(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"))
+        .send()
+        .await
+        .expect("destroy");
+    assert_eq!(r.status(), 200);
+    assert!(!firewall_rules().contains(&tag), "rules removed");
+    drop(app);
+    drop(db);
 }

@@ -69,6 +69,19 @@ remove_leftover_sandboxes() {
   [ -n "$cluster" ] || return 0
   docker ps -aq --filter "label=org.aegis.db-cluster=$cluster" | xargs -r docker rm -f -v >/dev/null 2>&1 || true
   docker volume ls -q --filter "label=org.aegis.db-cluster=$cluster" | xargs -r docker volume rm -f >/dev/null 2>&1 || true
+  # Egress networks, and the host firewall rules tagged for them (comment aegis-egress:<network>).
+  local net rule
+  for net in $(docker network ls --format '{{.Name}}' --filter "label=org.aegis.db-cluster=$cluster" 2>/dev/null); do
+    docker network rm "$net" >/dev/null 2>&1 || true
+    for tables in iptables ip6tables; do
+      command -v "$tables" >/dev/null || continue
+      "$tables" -w -S INPUT 2>/dev/null | grep -F -- "aegis-egress:$net" | tr -d '"' | sed 's/^-A /-D /' |
+        while read -r rule; do
+          # shellcheck disable=SC2086  # the rule is a list of words without spaces inside
+          "$tables" -w $rule >/dev/null 2>&1 || true
+        done
+    done
+  done
 }
 
 # Builds the runtime images the suite uses (busybox; the Debian shell runtime, offline through

@@ -63,6 +63,13 @@ impl From<SandboxError> for ApiError {
                 "quota_exceeded",
                 e.to_string(),
             ),
+            // The node cannot give this sandbox its network (no proxy, no firewall): nothing
+            // was created; an operator must fix the node.
+            SandboxError::Dispatch(dispatcher::DispatchError::Network { .. }) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "egress_unavailable",
+                e.to_string(),
+            ),
             SandboxError::Unavailable(_) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
