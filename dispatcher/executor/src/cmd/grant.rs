@@ -78,10 +78,11 @@ impl Grants {
         Ok(resolved)
     }
 
-    /// `path` (a resolved, granted file) opened `O_PATH` for a Landlock rule, held open for the
-    /// executor's life: the image is read-only, and walking a path on the image's filesystem
-    /// costs a round trip to its FUSE daemon per component (a permission check each) on every
-    /// call otherwise. `None` when it cannot be opened (then it gets no rule).
+    /// `path` (a resolved, granted file for a Landlock rule, or a program's directory to execute
+    /// it from) opened `O_PATH`, held open for the executor's life: the image is read-only, and
+    /// walking a path on the image's filesystem costs a round trip to its FUSE daemon per
+    /// component (a permission check each) on every call otherwise. `None` when it cannot be
+    /// opened (a file then gets no rule; a program is executed by its path).
     pub fn opened(&self, path: &str) -> Option<Arc<OwnedFd>> {
         if let Some(fd) = self
             .opened

@@ -117,6 +117,9 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
             require_landlock: ctx.config.require_landlock,
         },
         ruleset,
+        program_dir: program
+            .rsplit_once('/')
+            .and_then(|(dir, _)| ctx.grants.opened(if dir.is_empty() { "/" } else { dir })),
         cwd,
         stdout: stdout_write,
         stderr: stderr_write,
