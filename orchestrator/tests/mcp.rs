@@ -251,6 +251,52 @@ async fn open_session(app: &TestApp, key: &str) -> String {
     session
 }
 
+/// The `isError` of one `tools/call` of `aegis.runtime.list` in `session`.
+async fn runtime_list_is_error(app: &TestApp, key: &str, session: &str, id: u64) -> Value {
+    let (status, _, answer) = post(
+        app,
+        key,
+        Some(session),
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "aegis.runtime.list", "arguments": {}}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let answer = answer.expect("an answer");
+    answer["result"]["isError"].clone()
+}
+
+#[tokio::test]
+async fn an_edited_context_applies_to_the_next_request() {
+    // The gate keeps parsed contexts; an edit must still reach the very next request.
+    let context = unique_context();
+    let (app, _db) = app_with_context(&context).await;
+    let (key, _) = bound_key(&app, &context).await;
+    let session = open_session(&app, &key).await;
+    assert_eq!(runtime_list_is_error(&app, &key, &session, 2).await, false);
+    let edit = |tools: &str| {
+        json!({"name": context, "description": "edited",
+               "capabilities": [{"tool_pattern": tools}],
+               "attestation": {"allow_unverified": true}})
+    };
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/security-contexts")
+        .json(&edit("fs.*"))
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(r.status(), 200);
+    assert_eq!(runtime_list_is_error(&app, &key, &session, 3).await, true);
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/security-contexts")
+        .json(&edit("aegis.runtime.*"))
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(r.status(), 200);
+    assert_eq!(runtime_list_is_error(&app, &key, &session, 4).await, false);
+}
+
 #[tokio::test]
 async fn ending_the_session_destroys_its_sandbox() {
     let context = unique_context();

@@ -216,6 +216,9 @@ pub struct BoundKey {
     pub name: String,
     /// The security context the key's MCP calls run under; None when the key is not bound.
     pub security_context: Option<String>,
+    /// The version (a digest of the stored definition) of that context, read in the same
+    /// statement so a caller may keep the parsed context cached; None when no such context.
+    pub context_version: Option<String>,
 }
 
 /// Resolves a presented key for `/mcp`: unknown, revoked and expired keys are refused, like
@@ -227,20 +230,25 @@ pub async fn authenticate_bound(pool: &PgPool, presented: &str) -> Result<BoundK
         Option<DateTime<Utc>>,
         Option<DateTime<Utc>>,
         Option<String>,
+        Option<String>,
     );
     // Like `authenticate`: `last_used_at` at most every 30 s, or every concurrent request of an
-    // MCP client (one key, many calls in flight) queues on the key's row lock.
+    // MCP client (one key, many calls in flight) queues on the key's row lock. The context's
+    // version comes in the same round trip (the digest `gateway::contexts::get_versioned` gives).
     let row: Option<Row> = sqlx::query_as(
         "WITH k AS (SELECT id, name, expires_at, revoked_at, security_context, last_used_at \
              FROM api_keys WHERE key_hash = $1), \
          touched AS (UPDATE api_keys a SET last_used_at = now() FROM k WHERE a.id = k.id \
              AND (k.last_used_at IS NULL OR k.last_used_at < now() - interval '30 seconds')) \
-         SELECT id, name, expires_at, revoked_at, security_context FROM k",
+         SELECT k.id, k.name, k.expires_at, k.revoked_at, k.security_context, \
+             md5(c.definition::text) FROM k LEFT JOIN security_contexts c \
+             ON c.tenant_id = $2 AND c.name = k.security_context",
     )
     .bind(hash(presented))
+    .bind(crate::DEFAULT_TENANT)
     .fetch_optional(pool)
     .await?;
-    let Some((id, name, expires_at, revoked_at, security_context)) = row else {
+    let Some((id, name, expires_at, revoked_at, security_context, context_version)) = row else {
         return Err(AuthError::Invalid("unknown key"));
     };
     if revoked_at.is_some() {
@@ -253,6 +261,7 @@ pub async fn authenticate_bound(pool: &PgPool, presented: &str) -> Result<BoundK
         id,
         name,
         security_context,
+        context_version,
     })
 }
 

@@ -22,6 +22,9 @@ use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
     RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::Enforcement;
@@ -62,8 +65,12 @@ pub fn kernel_abi() -> u32 {
 
 /// Builds the command's Landlock ruleset without enforcing it: the executor does this in its
 /// handler thread, the forked sub-reaper then enforces it on itself with [`enforce`].
-pub fn prepare(confinement: &Confinement) -> Result<RulesetCreated, String> {
-    build(confinement).map_err(|e| e.to_string())
+/// `open` gives the granted files opened (`O_PATH`), `None` for one that cannot be.
+pub fn prepare(
+    confinement: &Confinement,
+    open: impl Fn(&str) -> Option<Arc<OwnedFd>>,
+) -> Result<RulesetCreated, String> {
+    build(confinement, open).map_err(|e| e.to_string())
 }
 
 /// Confines the calling (single-threaded) process, and everything it starts afterwards, with a
@@ -77,7 +84,10 @@ pub fn enforce(ruleset: RulesetCreated) -> Result<Enforcement, String> {
     })
 }
 
-fn build(c: &Confinement) -> Result<RulesetCreated, landlock::RulesetError> {
+fn build(
+    c: &Confinement,
+    open: impl Fn(&str) -> Option<Arc<OwnedFd>>,
+) -> Result<RulesetCreated, landlock::RulesetError> {
     let write = AccessFs::from_write(ABI::V3);
     let file_write = AccessFs::WriteFile | AccessFs::Truncate;
     let mut handled = write;
@@ -95,8 +105,8 @@ fn build(c: &Confinement) -> Result<RulesetCreated, landlock::RulesetError> {
     // A path that cannot be opened (a write root not created yet, a granted program removed)
     // simply gets no rule: what does not exist cannot be written beneath or executed.
     for path in c.exec.iter().flatten() {
-        if let Ok(fd) = PathFd::new(path) {
-            created = created.add_rule(PathBeneath::new(fd, AccessFs::Execute))?;
+        if let Some(fd) = open(path) {
+            created = created.add_rule(PathBeneath::new(&*fd, AccessFs::Execute))?;
         }
     }
     for root in c.write_roots.iter().map(String::as_str).chain([SCRATCH]) {

@@ -16,7 +16,8 @@
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::sync::{Mutex, PoisonError};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rustix::fs::{Mode, OFlags, CWD};
 
@@ -43,10 +44,11 @@ pub struct Resolved {
 /// The files a command may execute; `None` when execution is not restricted.
 pub type ExecPaths = Option<Vec<String>>;
 
-/// Cache of resolved program names.
+/// Cache of resolved program names, and of the granted files held open for Landlock rules.
 #[derive(Default)]
 pub struct Grants {
     cache: Mutex<HashMap<String, Resolved>>,
+    opened: Mutex<HashMap<String, Arc<OwnedFd>>>,
 }
 
 impl Grants {
@@ -74,6 +76,30 @@ impl Grants {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(name.to_owned(), resolved.clone());
         Ok(resolved)
+    }
+
+    /// `path` (a resolved, granted file for a Landlock rule, or a program's directory to execute
+    /// it from) opened `O_PATH`, held open for the executor's life: the image is read-only, and
+    /// walking a path on the image's filesystem costs a round trip to its FUSE daemon per
+    /// component (a permission check each) on every call otherwise. `None` when it cannot be
+    /// opened (a file then gets no rule; a program is executed by its path).
+    pub fn opened(&self, path: &str) -> Option<Arc<OwnedFd>> {
+        if let Some(fd) = self
+            .opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(path)
+        {
+            return Some(fd.clone());
+        }
+        let fd = Arc::new(
+            rustix::fs::openat(CWD, path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).ok()?,
+        );
+        self.opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_owned(), fd.clone());
+        Some(fd)
     }
 
     /// The files a command with `argv[0] = name` (already found at `program`) may execute

@@ -3,8 +3,9 @@
 //! `children.rs` owns every child process of the executor (it is PID 1, so orphans too),
 //! `program.rs` finds `argv[0]` in the configured `PATH`, `grant.rs` turns the programs a
 //! command may run into files, `confine.rs` builds its Landlock domain, `subreaper.rs` is the
-//! per-command process that confines, starts and outlives the command, `capture.rs` caps output
-//! while it streams, and `run.rs` ties them together for one request.
+//! per-command process that confines, starts and outlives the command, `spawn.rs` starts the
+//! command from it, `capture.rs` caps output while it streams, and `run.rs` ties them together
+//! for one request.
 
 pub mod capture;
 pub mod children;
@@ -12,4 +13,5 @@ pub mod confine;
 pub mod grant;
 pub mod program;
 pub mod run;
+pub mod spawn;
 pub mod subreaper;

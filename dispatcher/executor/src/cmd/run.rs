@@ -33,7 +33,6 @@ use rustix::process::Pid;
 use crate::cmd::capture::CappedBuffer;
 use crate::cmd::children::{Slot, Stop};
 use crate::cmd::confine::{self, Confinement};
-use crate::cmd::program;
 use crate::cmd::subreaper::{self, Handshake, Plan};
 use crate::encoding;
 use crate::error::{OpError, OpResult};
@@ -74,7 +73,8 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
     if params.timeout_ms == 0 {
         return Err(OpError::invalid("timeout_ms must be positive"));
     }
-    let program = program::find(name, &ctx.config.path)?;
+    // Cached like the grants: the image is read-only, and each lookup walks `PATH` on it.
+    let program = ctx.grants.resolve(name, &ctx.config.path)?.path;
     let exec = ctx
         .grants
         .exec_paths(&params.exec, name, &ctx.config.path)?;
@@ -99,7 +99,7 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         write_roots: ctx.config.write_roots.clone(),
         egress: ctx.config.egress,
     };
-    let ruleset = confine::prepare(&confinement).map_err(|e| {
+    let ruleset = confine::prepare(&confinement, |path| ctx.grants.opened(path)).map_err(|e| {
         OpError::new(
             ErrorKind::SpawnFailed,
             format!("cannot build the command's Landlock rules: {e}"),
@@ -117,6 +117,9 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
             require_landlock: ctx.config.require_landlock,
         },
         ruleset,
+        program_dir: program
+            .rsplit_once('/')
+            .and_then(|(dir, _)| ctx.grants.opened(if dir.is_empty() { "/" } else { dir })),
         cwd,
         stdout: stdout_write,
         stderr: stderr_write,

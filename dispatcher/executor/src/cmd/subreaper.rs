@@ -8,7 +8,7 @@
 //! capabilities (SETUID, SETGID, KILL), not dumpable, so commands (the sandbox user) can neither
 //! signal nor trace it. The child of a multi-threaded process, it touches no lock another thread
 //! may have held (no standard streams, no logging): the C library's allocator is safe after
-//! `fork`, and the standard library's `Command` is what started commands before. Then it:
+//! `fork`. Then it:
 //!
 //! 1. blocks the signals it waits for, marks itself `PR_SET_CHILD_SUBREAPER` (every orphan of
 //!    the command's process tree is re-parented to it instead of escaping to PID 1: `setsid`
@@ -16,8 +16,9 @@
 //!    closes every descriptor it inherited but its own (so no other command's pipe is held);
 //! 2. confines itself with the command's Landlock domain (built by the executor, `confine.rs`),
 //!    which the command inherits and cannot leave;
-//! 3. starts the command as the sandbox user in its own process group, its stdout and stderr
-//!    being the executor's pipes, and reports `started` (or why not) on the status pipe;
+//! 3. starts the command (`spawn.rs`) as the sandbox user in its own process group, its stdout
+//!    and stderr being the executor's pipes, and reports `started` (or why not) on the status
+//!    pipe;
 //! 4. waits for signals: SIGCHLD (reap), SIGTERM from the executor (passed on to the command's
 //!    group), SIGUSR1 from the executor (kill the whole tree now);
 //! 5. when the command's leader exits, kills every process left in its tree, generation by
@@ -26,15 +27,14 @@
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 use landlock::RulesetCreated;
 use rustix::process::{Pid, Signal};
 use serde::{Deserialize, Serialize};
 
-use crate::cmd::confine;
+use crate::cmd::{confine, spawn};
 use crate::protocol::{Enforcement, ErrorKind};
 
 /// Signal the executor sends to make the sub-reaper kill the whole tree at once.
@@ -71,6 +71,8 @@ pub struct Child {
     pub plan: Plan,
     /// The command's Landlock domain, built by the executor.
     pub ruleset: RulesetCreated,
+    /// The program's directory, opened `O_PATH` (the program is executed from it: no path walk).
+    pub program_dir: Option<Arc<OwnedFd>>,
     /// The working directory (opened beneath its root by the executor).
     pub cwd: OwnedFd,
     /// Write end of the command's stdout pipe.
@@ -114,6 +116,7 @@ fn run(child: Child) -> i32 {
     let Child {
         plan,
         ruleset,
+        program_dir,
         cwd,
         stdout,
         stderr,
@@ -186,7 +189,9 @@ fn run(child: Child) -> i32 {
         }
     };
     // The ruleset's descriptor is closed by now; nothing else inherited stays open.
-    close_all_but(&[status.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()]);
+    let mut keep = vec![status.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()];
+    keep.extend(program_dir.as_deref().map(AsRawFd::as_raw_fd));
+    close_all_but(&keep);
     if landlock == Enforcement::None && plan.require_landlock {
         return fail(
             &mut status,
@@ -197,42 +202,32 @@ fn run(child: Child) -> i32 {
         );
     }
 
-    let Some((name, args)) = plan.argv.split_first() else {
+    let Some(name) = plan.argv.first() else {
         return fail(
             &mut status,
             ErrorKind::InvalidRequest,
             "argv is empty".into(),
         );
     };
-    let mut command = Command::new(&plan.program);
-    command
-        .arg0(name)
-        .args(args)
-        .env_clear()
-        .envs(plan.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(stdout))
-        .stderr(Stdio::from(stderr))
-        .gid(plan.gid)
-        .uid(plan.uid)
-        .process_group(0);
-    // SAFETY: runs in the forked child (this process is single-threaded) and only calls
-    // sigprocmask(2) and chdir(2): the command must not inherit the signals this process
-    // blocks, and entering "." again as the sandbox user checks that it may use the working
-    // directory the executor chose for it.
-    unsafe {
-        command.pre_exec(|| {
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            rustix::process::chdir(".").map_err(std::io::Error::from)
-        });
-    }
-    let spawned = command.spawn();
+    let spawned = spawn::start(&spawn::Command {
+        program: &plan.program,
+        at: program_dir
+            .as_deref()
+            .zip(plan.program.rsplit_once('/'))
+            .map(|(fd, (_, name))| (fd.as_raw_fd(), name)),
+        argv: &plan.argv,
+        env: &plan.env,
+        uid: plan.uid,
+        gid: plan.gid,
+        stdout: stdout.as_raw_fd(),
+        stderr: stderr.as_raw_fd(),
+    });
     // Our copies of the output pipes would keep them open after the command's tree is gone.
-    drop(command);
-    let child = match spawned {
-        Ok(child) => child,
+    drop(stdout);
+    drop(stderr);
+    drop(program_dir);
+    let leader = match spawned {
+        Ok(pid) => pid,
         Err(e) => {
             let (kind, why) = match e.kind() {
                 std::io::ErrorKind::NotFound => (ErrorKind::CommandNotFound, String::new()),
@@ -254,8 +249,6 @@ fn run(child: Child) -> i32 {
             );
         }
     };
-    let leader = i32::try_from(child.id()).unwrap_or(i32::MAX);
-    drop(child);
     report(
         &mut status,
         &Handshake::Started {

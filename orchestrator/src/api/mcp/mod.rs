@@ -11,7 +11,8 @@
 mod sandboxes;
 mod server;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -66,9 +67,13 @@ pub fn routes(state: AppState, shutdown: CancellationToken) -> Router {
             .with_allowed_hosts(config.allowed_hosts.clone())
             .with_cancellation_token(shutdown),
     );
+    let gate_state = Gate {
+        state: state.clone(),
+        contexts: Arc::new(ContextCache::default()),
+    };
     let mcp = Router::new()
         .fallback_service(service)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), gate));
+        .layer(axum::middleware::from_fn_with_state(gate_state, gate));
     Router::new()
         .route(METADATA_PATH, get(metadata))
         .route(&format!("{METADATA_PATH}{MCP_PATH}"), get(metadata))
@@ -125,8 +130,54 @@ fn refusal(status: StatusCode, code: &str, message: String) -> Response {
         .into_response()
 }
 
+/// What the gate needs: the service state and the parsed contexts.
+#[derive(Clone)]
+struct Gate {
+    state: AppState,
+    contexts: Arc<ContextCache>,
+}
+
+/// Parsed security contexts by name, with the version (digest of the stored definition) each
+/// was parsed from: a request reads the version with its key, so an edited context is parsed
+/// again on its next request and an unchanged one is not parsed on every request.
+#[derive(Default)]
+struct ContextCache {
+    by_name: Mutex<HashMap<String, (String, Arc<SecurityContext>)>>,
+}
+
+impl ContextCache {
+    /// The context `name` at `version`: cached, or read and parsed (and cached).
+    async fn get(
+        &self,
+        state: &AppState,
+        name: &str,
+        version: &str,
+    ) -> Result<Arc<SecurityContext>, crate::gateway::contexts::ContextError> {
+        if let Some((v, context)) = self.lock().get(name) {
+            if v == version {
+                return Ok(context.clone());
+            }
+        }
+        let (context, version) =
+            crate::gateway::contexts::get_versioned(&state.pool, crate::DEFAULT_TENANT, name)
+                .await?;
+        let context = Arc::new(context);
+        self.lock()
+            .insert(name.to_owned(), (version, context.clone()));
+        Ok(context)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Arc<SecurityContext>)>> {
+        self.by_name.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Origin, bearer key and context binding, before rmcp sees the request.
-async fn gate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+async fn gate(
+    State(Gate { state, contexts }): State<Gate>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     if let Some(origin) = request.headers().get(ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
         if !origin_allowed(origin, &state.config.mcp.allowed_origins) {
@@ -184,26 +235,25 @@ async fn gate(State(state): State<AppState>, mut request: Request, next: Next) -
             ),
         );
     };
-    let context = match crate::gateway::contexts::get(
-        &state.pool,
-        crate::DEFAULT_TENANT,
-        &context_name,
-    )
-    .await
-    {
-        Ok(c) => c,
-        Err(e) => {
-            return refusal(
-                StatusCode::FORBIDDEN,
-                "context_unavailable",
-                format!("the key's security context `{context_name}` is unusable: {e}"),
-            )
-        }
+    let unusable = |e: String| {
+        refusal(
+            StatusCode::FORBIDDEN,
+            "context_unavailable",
+            format!("the key's security context `{context_name}` is unusable: {e}"),
+        )
     };
-    request.extensions_mut().insert(McpIdentity {
-        key,
-        context: Arc::new(context),
-    });
+    let Some(version) = key.context_version.clone() else {
+        return unusable(
+            crate::gateway::contexts::ContextError::NotFound(context_name.clone()).to_string(),
+        );
+    };
+    let context = match contexts.get(&state, &context_name, &version).await {
+        Ok(c) => c,
+        Err(e) => return unusable(e.to_string()),
+    };
+    request
+        .extensions_mut()
+        .insert(McpIdentity { key, context });
     next.run(request).await
 }
 

@@ -3,8 +3,8 @@
 //!
 //! An MCP session (an `Mcp-Session-Id` under one API key) gets one row in `seal_sessions` the
 //! first time it calls a sandbox tool; the sandbox is created with the key's security context and
-//! recorded on that row. The row expires after `mcp.session_idle_secs` without a call, each call
-//! pushes that back. When the MCP session ends (DELETE, or rmcp's idle timeout) the row is revoked
+//! recorded on that row. The row expires after `mcp.session_idle_secs` without a call; calls
+//! push that back (at most once per tenth of it). When the MCP session ends (DELETE, or rmcp's idle timeout) the row is revoked
 //! and the sandbox destroyed at once; if the node dies first, the gateway's sweeper destroys it
 //! once the row has expired. Session-less requests (protocol 2026-07-28) have no session id: their
 //! sandbox is the API key's own, ending by idle expiry.
@@ -47,10 +47,16 @@ impl SessionSandboxes {
     ) -> Result<SandboxId, String> {
         let known = self.row_of(owner);
         if let Some(row) = known {
-            // Still live: push the idle deadline back, reuse its sandbox.
+            // Still live: push the idle deadline back (once a tenth of it has passed: the calls
+            // of one session in flight together would otherwise queue on the row's lock, and
+            // the session may end at most a tenth of `idle_secs` early), reuse its sandbox.
             let touched: Option<Option<Uuid>> = sqlx::query_scalar(
-                "UPDATE seal_sessions SET expires_at = now() + make_interval(secs => $2) \
-                 WHERE id = $1 AND status = 'active' AND expires_at > now() RETURNING sandbox_id",
+                "WITH s AS (SELECT sandbox_id, expires_at FROM seal_sessions \
+                     WHERE id = $1 AND status = 'active' AND expires_at > now()), \
+                 t AS (UPDATE seal_sessions SET expires_at = now() + make_interval(secs => $2) \
+                     FROM s WHERE seal_sessions.id = $1 \
+                     AND s.expires_at < now() + make_interval(secs => $2 * 0.9)) \
+                 SELECT sandbox_id FROM s",
             )
             .bind(row)
             .bind(idle_secs as f64)
