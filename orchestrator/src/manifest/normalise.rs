@@ -51,6 +51,7 @@ pub(crate) fn normalise(
     match kind {
         ManifestKind::Agent => {
             validation_mapping(value, &mut out);
+            memory_off(value, &mut out);
             default_command_allowlist(value, node, &mut out);
         }
         ManifestKind::Workflow => {
@@ -163,6 +164,34 @@ fn validation_mapping(value: &mut Value, out: &mut Normalised) {
             }
         ),
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// `spec.execution.memory: false`
+
+/// `memory: false` (as in AEGIS's hello-world template) asks for what every agent here has: no
+/// memory across executions. It is dropped with a note; any other value is left for the schema
+/// to judge.
+fn memory_off(value: &mut Value, out: &mut Normalised) {
+    let Some(execution) = value
+        .pointer_mut("/spec/execution")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let off = match execution.get("memory") {
+        Some(Value::Bool(false)) => true,
+        Some(Value::Object(m)) => m.get("enabled") == Some(&Value::Bool(false)),
+        _ => false,
+    };
+    if off {
+        execution.remove("memory");
+        out.note(
+            "/spec/execution/memory",
+            "`memory` turned off is what every agent here has (no memory across executions): \
+             the key was dropped",
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
