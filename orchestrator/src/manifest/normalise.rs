@@ -401,6 +401,89 @@ fn slug(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn node(default: Option<Vec<String>>) -> impl Fn(&str) -> Option<Vec<String>> {
+        move |language| (language == "python").then(|| default.clone()).flatten()
+    }
+
+    fn run(
+        kind: ManifestKind,
+        mut value: Value,
+        default: Option<Vec<String>>,
+    ) -> (Value, Normalised) {
+        let defaults = node(default);
+        let knowledge = NodeKnowledge {
+            tool_exists: &|_| true,
+            runtime_known: &|_, _| true,
+            default_command_allowlist: &defaults,
+        };
+        let out = normalise(kind, &mut value, &knowledge);
+        (value, out)
+    }
+
+    #[test]
+    fn validation_mapping_becomes_a_list_or_is_refused() {
+        let agent = json!({"spec": {"execution": {"validation": {
+            "semantic": {"enabled": false, "model": "m", "prompt": "p"},
+            "output": {"format": "json"},
+            "system": {"must_succeed": false}}}}});
+        let (value, out) = run(ManifestKind::Agent, agent, None);
+        assert!(out.errors.is_empty());
+        assert_eq!(
+            value.pointer(VALIDATION),
+            Some(&json!([{"type": "json_schema", "schema": {}}]))
+        );
+        assert_eq!(out.notes.len(), 1);
+        assert!(out.notes[0].message.contains("dropped"), "{:?}", out.notes);
+
+        let judged = json!({"spec": {"execution": {"validation": {
+            "semantic": {"model": "m", "prompt": "p"}, "nonsense": {}}}}});
+        let (value, out) = run(ManifestKind::Agent, judged.clone(), None);
+        assert_eq!(value, judged, "nothing is rewritten when a part is refused");
+        let at: Vec<&str> = out.errors.iter().map(|e| e.pointer.as_str()).collect();
+        assert_eq!(
+            at,
+            [
+                "/spec/execution/validation/nonsense",
+                "/spec/execution/validation/semantic"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_node_default_allowlist_fills_in_only_what_is_missing() {
+        let agent = |dispatchers: Value| {
+            json!({"spec": {"runtime": {"language": "python", "version": "3.11"},
+                            "tools": ["fs.read", "cmd.run"], "builtin_dispatchers": dispatchers}})
+        };
+        let default = Some(vec!["python".to_owned()]);
+        // No cmd dispatcher: one is added.
+        let (value, out) = run(ManifestKind::Agent, agent(json!([])), default.clone());
+        assert_eq!(
+            value["spec"]["builtin_dispatchers"],
+            json!([{"name": "cmd", "capabilities": [
+                {"name": "cmd.run", "subcommand_allowlist": ["python"]}]}])
+        );
+        assert_eq!(out.notes[0].pointer, "/spec/tools/1");
+        // A cmd.run capability with limits but no allowlist keeps its limits.
+        let partial = json!([{"name": "cmd", "capabilities": [
+            {"name": "cmd.run", "timeout_seconds": 5}]}]);
+        let (value, _) = run(ManifestKind::Agent, agent(partial), default.clone());
+        assert_eq!(
+            value["spec"]["builtin_dispatchers"][0]["capabilities"][0],
+            json!({"name": "cmd.run", "timeout_seconds": 5, "subcommand_allowlist": ["python"]})
+        );
+        // The agent's own allowlist wins; no default: nothing changes.
+        let own = json!([{"name": "cmd", "capabilities": [
+            {"name": "cmd.run", "subcommand_allowlist": ["ls"]}]}]);
+        let (value, out) = run(ManifestKind::Agent, agent(own.clone()), default);
+        assert_eq!(value["spec"]["builtin_dispatchers"], own);
+        assert!(out.notes.is_empty());
+        let (value, out) = run(ManifestKind::Agent, agent(json!([])), None);
+        assert_eq!(value["spec"]["builtin_dispatchers"], json!([]));
+        assert!(out.notes.is_empty());
+    }
 
     #[test]
     fn slugs() {
