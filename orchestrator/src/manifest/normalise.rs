@@ -445,8 +445,8 @@ mod tests {
         assert_eq!(
             at,
             [
-                "/spec/execution/validation/nonsense",
-                "/spec/execution/validation/semantic"
+                "/spec/execution/validation/semantic",
+                "/spec/execution/validation/nonsense"
             ]
         );
     }
