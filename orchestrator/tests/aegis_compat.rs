@@ -344,6 +344,7 @@ spec:
   task: {instruction: "Answer in JSON."}
   execution:
     mode: iterative
+    memory: false
     validation:
       system: {must_succeed: true, allow_stderr: true}
       output:
@@ -407,8 +408,15 @@ async fn older_forms_are_normalised_with_a_note_and_stored_in_the_current_form()
                 && m.contains("`system.must_succeed` became an `exit_code` validator")),
         "{agent_notes:?}"
     );
+    assert!(
+        agent_notes
+            .iter()
+            .any(|(p, m)| p == "/spec/execution/memory" && m.contains("dropped")),
+        "{agent_notes:?}"
+    );
     let exported = tool(&app, "aegis.agent.export", json!({"name": "2fast-agent"})).await;
     let yaml: Value = serde_yaml::from_str(exported["manifest_yaml"].as_str().unwrap()).unwrap();
+    assert!(yaml["spec"]["execution"].get("memory").is_none());
     assert_eq!(
         yaml["spec"]["execution"]["validation"],
         json!([

@@ -51,6 +51,7 @@ pub(crate) fn normalise(
     match kind {
         ManifestKind::Agent => {
             validation_mapping(value, &mut out);
+            memory_off(value, &mut out);
             default_command_allowlist(value, node, &mut out);
         }
         ManifestKind::Workflow => {
@@ -163,6 +164,34 @@ fn validation_mapping(value: &mut Value, out: &mut Normalised) {
             }
         ),
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// `spec.execution.memory: false`
+
+/// `memory: false` (as in AEGIS's hello-world template) asks for what every agent here has: no
+/// memory across executions. It is dropped with a note; any other value is left for the schema
+/// to judge.
+fn memory_off(value: &mut Value, out: &mut Normalised) {
+    let Some(execution) = value
+        .pointer_mut("/spec/execution")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let off = match execution.get("memory") {
+        Some(Value::Bool(false)) => true,
+        Some(Value::Object(m)) => m.get("enabled") == Some(&Value::Bool(false)),
+        _ => false,
+    };
+    if off {
+        execution.remove("memory");
+        out.note(
+            "/spec/execution/memory",
+            "`memory` turned off is what every agent here has (no memory across executions): \
+             the key was dropped",
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -372,6 +401,89 @@ fn slug(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn node(default: Option<Vec<String>>) -> impl Fn(&str) -> Option<Vec<String>> {
+        move |language| (language == "python").then(|| default.clone()).flatten()
+    }
+
+    fn run(
+        kind: ManifestKind,
+        mut value: Value,
+        default: Option<Vec<String>>,
+    ) -> (Value, Normalised) {
+        let defaults = node(default);
+        let knowledge = NodeKnowledge {
+            tool_exists: &|_| true,
+            runtime_known: &|_, _| true,
+            default_command_allowlist: &defaults,
+        };
+        let out = normalise(kind, &mut value, &knowledge);
+        (value, out)
+    }
+
+    #[test]
+    fn validation_mapping_becomes_a_list_or_is_refused() {
+        let agent = json!({"spec": {"execution": {"validation": {
+            "semantic": {"enabled": false, "model": "m", "prompt": "p"},
+            "output": {"format": "json"},
+            "system": {"must_succeed": false}}}}});
+        let (value, out) = run(ManifestKind::Agent, agent, None);
+        assert!(out.errors.is_empty());
+        assert_eq!(
+            value.pointer(VALIDATION),
+            Some(&json!([{"type": "json_schema", "schema": {}}]))
+        );
+        assert_eq!(out.notes.len(), 1);
+        assert!(out.notes[0].message.contains("dropped"), "{:?}", out.notes);
+
+        let judged = json!({"spec": {"execution": {"validation": {
+            "semantic": {"model": "m", "prompt": "p"}, "nonsense": {}}}}});
+        let (value, out) = run(ManifestKind::Agent, judged.clone(), None);
+        assert_eq!(value, judged, "nothing is rewritten when a part is refused");
+        let at: Vec<&str> = out.errors.iter().map(|e| e.pointer.as_str()).collect();
+        assert_eq!(
+            at,
+            [
+                "/spec/execution/validation/semantic",
+                "/spec/execution/validation/nonsense"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_node_default_allowlist_fills_in_only_what_is_missing() {
+        let agent = |dispatchers: Value| {
+            json!({"spec": {"runtime": {"language": "python", "version": "3.11"},
+                            "tools": ["fs.read", "cmd.run"], "builtin_dispatchers": dispatchers}})
+        };
+        let default = Some(vec!["python".to_owned()]);
+        // No cmd dispatcher: one is added.
+        let (value, out) = run(ManifestKind::Agent, agent(json!([])), default.clone());
+        assert_eq!(
+            value["spec"]["builtin_dispatchers"],
+            json!([{"name": "cmd", "capabilities": [
+                {"name": "cmd.run", "subcommand_allowlist": ["python"]}]}])
+        );
+        assert_eq!(out.notes[0].pointer, "/spec/tools/1");
+        // A cmd.run capability with limits but no allowlist keeps its limits.
+        let partial = json!([{"name": "cmd", "capabilities": [
+            {"name": "cmd.run", "timeout_seconds": 5}]}]);
+        let (value, _) = run(ManifestKind::Agent, agent(partial), default.clone());
+        assert_eq!(
+            value["spec"]["builtin_dispatchers"][0]["capabilities"][0],
+            json!({"name": "cmd.run", "timeout_seconds": 5, "subcommand_allowlist": ["python"]})
+        );
+        // The agent's own allowlist wins; no default: nothing changes.
+        let own = json!([{"name": "cmd", "capabilities": [
+            {"name": "cmd.run", "subcommand_allowlist": ["ls"]}]}]);
+        let (value, out) = run(ManifestKind::Agent, agent(own.clone()), default);
+        assert_eq!(value["spec"]["builtin_dispatchers"], own);
+        assert!(out.notes.is_empty());
+        let (value, out) = run(ManifestKind::Agent, agent(json!([])), None);
+        assert_eq!(value["spec"]["builtin_dispatchers"], json!([]));
+        assert!(out.notes.is_empty());
+    }
 
     #[test]
     fn slugs() {

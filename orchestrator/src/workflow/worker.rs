@@ -247,8 +247,7 @@ fn blackboard_updates(
         .map(|(key, template)| {
             let text = crate::render::render(template, &uctx)
                 .map_err(|e| format!("spec.states.{state}.update_blackboard.{key}: {e}"))?;
-            let value =
-                serde_json::from_str::<Value>(text.trim()).unwrap_or_else(|_| Value::String(text));
+            let value = serde_json::from_str::<Value>(text.trim()).unwrap_or(Value::String(text));
             Ok((key.to_owned(), value))
         })
         .collect()
