@@ -83,6 +83,13 @@ trap cleanup EXIT
 
 executor_volumes() { docker volume ls -q --filter name=aegis-executor- | sort; }
 EXECUTOR_VOLUMES_BEFORE="$(executor_volumes)"
+# The executor volume of the image under test: aegis-executor-<first 16 hex of its sha256>.
+our_executor_volume() {
+  local sum
+  sum="$(docker run --rm --entrypoint sha256sum aegis-orchestrator:local \
+    /usr/local/libexec/orchestrator/sandbox-executor | cut -c1-16)"
+  printf 'aegis-executor-%s\n' "$sum"
+}
 
 begin "clone $REF"
 git clone -q "$SOURCE" "$CLONE"
@@ -169,8 +176,11 @@ mapfile -t sc < <(docker ps -a --filter "label=org.aegis.scope=$SANDBOX_SCOPE" -
 show "sandbox containers of the stack's database (scope $SANDBOX_SCOPE; destroying them at SIGTERM is the node's job)" "${sc[@]}"
 mapfile -t sv < <(docker volume ls -q --filter "label=org.aegis.scope=$SANDBOX_SCOPE")
 show "sandbox volumes of the stack's database" "${sv[@]}"
-mapfile -t ev < <(comm -13 <(printf '%s\n' "$EXECUTOR_VOLUMES_BEFORE") <(executor_volumes) | sed '/^$/d')
-show "executor volumes created by the stack" "${ev[@]}"
+# Only the volume of this image's executor, and only if the check created it (never another
+# stack's or a test's).
+OURS="$(our_executor_volume)"
+mapfile -t ev < <(comm -13 <(printf '%s\n' "$EXECUTOR_VOLUMES_BEFORE") <(executor_volumes) | grep -x "$OURS" || true)
+show "the executor volume the stack created ($OURS; the dispatcher shares it between nodes and never removes it)" "${ev[@]}"
 end
 
 if [ "$left" = 1 ]; then
