@@ -563,7 +563,7 @@ async fn workflows_deploy_run_signal_follow_and_cancel() {
     .to_owned();
     // Waits in the Human state: a signal before then is refused (409, exit 1); poll the log.
     let mut waiting = false;
-    for _ in 0..120 {
+    for _ in 0..480 {
         let log = ok(&cli(&app, &["logs", &id]).await);
         if log.contains("human_input_requested [APPROVE]") {
             assert!(log.contains("Ship built v1?"), "{log}");

@@ -212,6 +212,8 @@ async fn follow(client: &Client, kind: Kind, id: &str, mut after: i64) -> Result
         let path = format!("{}/events?follow=true&after={after}", kind.path(id));
         let mut response = client.open(&path).await?;
         let mut parser = sse::Parser::default();
+        let mut last_event = std::time::Instant::now();
+        let mut last_progress = last_event;
         loop {
             let chunk = match response.chunk().await {
                 Ok(Some(c)) => c,
@@ -235,10 +237,19 @@ async fn follow(client: &Client, kind: Kind, id: &str, mut after: i64) -> Result
                             }
                         }
                         failures = 0;
+                        last_event = std::time::Instant::now();
                     }
                     "end" => return Ok(()),
                     _ => {}
                 }
+            }
+            // Keep-alives arrive every 15 s: say that the wait goes on (on a terminal only).
+            if last_event.elapsed().as_secs() >= 10 && last_progress.elapsed().as_secs() >= 10 {
+                let quiet = last_event.elapsed().as_secs();
+                output::progress(&format!(
+                    "... {id} still running, no new event for {quiet} s"
+                ));
+                last_progress = std::time::Instant::now();
             }
         }
         failures += 1;

@@ -830,4 +830,28 @@ mod tests {
         assert_eq!(roots.write, ["/workspace"]);
         assert!(roots.follow_symlinks);
     }
+
+    #[test]
+    fn runtimes_are_found_by_language_or_pair_and_misses_list_them() {
+        assert_eq!(
+            find_runtime("shell").unwrap().image,
+            "aegis-runtime/shell:bookworm"
+        );
+        assert_eq!(find_runtime("python:3.11").unwrap().version, "3.11");
+        for bad in ["cobol", "shell:9", ""] {
+            let e = find_runtime(bad).unwrap_err().to_string();
+            assert!(e.contains("known: busybox:1, shell:bookworm"), "{bad}: {e}");
+        }
+        let ceilings = ToolCeilings {
+            cmd_timeout_secs: 60,
+            max_output_bytes: 1024,
+        };
+        let shell = find_runtime("shell").unwrap();
+        let open = policy_of_runtime(shell, &[], &ceilings);
+        assert!(open.command.any_program && open.command.programs().is_none());
+        assert!(open.tools.iter().any(|t| t == "cmd.run"));
+        let narrow = policy_of_runtime(shell, &["git status".to_owned()], &ceilings);
+        assert_eq!(narrow.command.programs(), Some(vec!["git".to_owned()]));
+        assert_eq!(narrow.write_roots, ["/workspace"]);
+    }
 }

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# The compose path a new user takes, from a fresh clone, checked end to end (not part of the test
+# suite: it builds the release image, which takes long on a small machine):
+#
+#   clone -> base images -> build -> up -> healthy -> admin key -> a tool call in a sandbox with
+#   the CLI -> an agent run without a model (must say how to add one) -> down -v -> nothing of
+#   the stack is left (containers, volumes, networks by compose project label, the stack's
+#   sandboxes by the dispatcher's org.aegis.scope label, executor volumes it created)
+#
+#   scripts/compose_check.sh [--source PATH|URL] [--ref REF] [--keep-clone]
+#
+# --source defaults to this repository and --ref to its HEAD commit (commit first: a clone sees
+# only committed work). Uses `docker compose` (v2) when installed, else `docker-compose` (v1).
+# The stack runs as its own compose project on free ports, so it can run beside another stack.
+# One sandbox is deliberately left running at `down -v`: the node must destroy it on SIGTERM.
+# Prints the time of every phase; exits 1 when a phase fails or something is left behind (what
+# is left is listed, then removed, so a failed check does not litter the machine).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SOURCE="$ROOT"
+REF=""
+KEEP=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --source) SOURCE="$2"; shift 2 ;;
+    --ref) REF="$2"; shift 2 ;;
+    --keep-clone) KEEP=1; shift ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "compose_check: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$REF" ] || REF="$(git -C "$ROOT" rev-parse HEAD)"
+
+log() { printf '[compose-check] %s\n' "$*" >&2; }
+die() { printf '[compose-check] FAILED: %s\n' "$*" >&2; exit 1; }
+
+if docker compose version >/dev/null 2>&1; then
+  COMPOSE=(docker compose)
+elif command -v docker-compose >/dev/null 2>&1; then
+  COMPOSE=(docker-compose)
+else
+  die "neither 'docker compose' (v2) nor 'docker-compose' (v1) is installed"
+fi
+log "compose: ${COMPOSE[*]} ($("${COMPOSE[@]}" version --short 2>/dev/null || echo unknown version))"
+
+PROJECT="aegischeck$$"
+WORK="$(mktemp -d /tmp/compose-check.XXXXXX)"
+CLONE="$WORK/repo"
+PHASES=()
+SANDBOX_SCOPE=""
+STACK_UP=0
+
+# Free TCP ports on loopback for the stack (the defaults may be taken by another stack).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+HTTP_PORT="$(free_port)"
+GRPC_PORT="$(free_port)"
+
+compose() { (cd "$CLONE" && COMPOSE_PROJECT_NAME="$PROJECT" "${COMPOSE[@]}" "$@"); }
+cli() { compose exec -T orchestrator orchestrator "$@"; }
+
+phase_start=0
+begin() { phase_name="$1"; phase_start=$SECONDS; log "== $1"; }
+end() { local t=$((SECONDS - phase_start)); PHASES+=("$(printf '%-34s %5d s' "$phase_name" "$t")"); log "   done in ${t} s"; }
+
+report() {
+  printf '\n%-34s %7s\n' "phase" "time"
+  local p
+  for p in "${PHASES[@]}"; do printf '%s\n' "$p"; done
+}
+
+# Whatever happens, take the stack down and remove the clone (unless kept).
+cleanup() {
+  local rc=$?
+  if [ "$STACK_UP" = 1 ]; then
+    log "cleaning up after a failure: down -v"
+    compose down -v --remove-orphans >/dev/null 2>&1 || true
+  fi
+  if [ "$KEEP" = 1 ]; then log "clone kept at $CLONE"; else rm -rf "$WORK"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+
+executor_volumes() { docker volume ls -q --filter name=aegis-executor- | sort; }
+EXECUTOR_VOLUMES_BEFORE="$(executor_volumes)"
+# The executor volume of the image under test: aegis-executor-<first 16 hex of its sha256>.
+our_executor_volume() {
+  local sum
+  sum="$(docker run --rm --entrypoint sha256sum aegis-orchestrator:local \
+    /usr/local/libexec/orchestrator/sandbox-executor | cut -c1-16)"
+  printf 'aegis-executor-%s\n' "$sum"
+}
+
+begin "clone $REF"
+git clone -q "$SOURCE" "$CLONE"
+git -C "$CLONE" checkout -q "$REF"
+end
+
+begin "base and runtime images"
+"$CLONE/scripts/offline-bases.sh" all
+# The sandboxes of this check use the shell runtime; build.sh waits for any other build.sh on
+# the machine, so it runs only when the image is missing.
+docker image inspect aegis-runtime/shell:bookworm >/dev/null 2>&1 || "$CLONE/runtime-images/build.sh" --only shell
+end
+
+begin "build (compiles the orchestrator)"
+printf 'ORCHESTRATOR_HTTP_PORT=%s\nORCHESTRATOR_GRPC_PORT=%s\n' "$HTTP_PORT" "$GRPC_PORT" >"$CLONE/.env"
+compose build orchestrator
+end
+
+begin "up until healthy"
+STACK_UP=1
+compose up -d
+healthy=0
+for _ in $(seq 1 120); do
+  id="$(compose ps -q orchestrator)"
+  state="$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}' "$id" 2>/dev/null || echo missing)"
+  if [ "$state" = healthy ]; then healthy=1; break; fi
+  sleep 2
+done
+[ "$healthy" = 1 ] || { compose logs --tail 50 orchestrator >&2 || true; die "the orchestrator did not become healthy (last state: $state)"; }
+curl -fsS "http://127.0.0.1:$HTTP_PORT/health/ready" >/dev/null || die "health/ready does not answer on 127.0.0.1:$HTTP_PORT"
+end
+
+begin "admin key (admin-key)"
+KEY="$(cli admin-key | tr -d '\r')"
+case "$KEY" in aok_*) ;; *) die "admin-key printed '$KEY', not a key" ;; esac
+code="$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" "http://127.0.0.1:$HTTP_PORT/v1/agents")"
+[ "$code" = 200 ] || die "the printed admin key is refused by the node (HTTP $code)"
+end
+
+begin "tool call in a sandbox (CLI)"
+SBX="$(cli sandbox create --runtime shell | tr -d '\r')"
+log "sandbox $SBX"
+out="$(cli sandbox exec "$SBX" -- ls -la | tr -d '\r')"
+printf '%s\n' "$out" | grep -q ' \.$' || die "sandbox exec ls -la printed: $out"
+cli sandbox write "$SBX" hello.txt --content 'hello from compose' >/dev/null
+[ "$(cli sandbox read "$SBX" hello.txt | tr -d '\r')" = "hello from compose" ] || die "sandbox read did not return what was written"
+SANDBOX_SCOPE="$(docker inspect -f '{{index .Config.Labels "org.aegis.scope"}}' "aegis-sbx-$SBX" 2>/dev/null || true)"
+[ -n "$SANDBOX_SCOPE" ] || die "no container aegis-sbx-$SBX with an org.aegis.scope label"
+cli sandbox rm "$SBX" >/dev/null
+# One more, left running on purpose: down must not leave it behind.
+LEFT="$(cli sandbox create --runtime shell | tr -d '\r')"
+log "sandbox $LEFT stays up for the down -v check (scope $SANDBOX_SCOPE)"
+end
+
+begin "agent run without a model"
+cli agent deploy - <"$CLONE/schemas/examples/valid/agent-hello-world.yaml" >/dev/null
+set +e
+msg="$(cli run hello-world --input '{"name": "Ada"}' --follow 2>&1)"
+rc=$?
+set -e
+[ "$rc" = 1 ] || die "the run without a model exited $rc (expected 1): $msg"
+printf '%s\n' "$msg" | grep -q 'no language model is configured' || die "the run without a model did not say why: $msg"
+printf '%s\n' "$msg" | grep -q 'ORCHESTRATOR_CONFIG_FILE' || die "the run without a model did not say how to fix it: $msg"
+end
+
+begin "down -v"
+compose down -v
+STACK_UP=0
+end
+
+begin "leftovers"
+left=0
+show() {  # what, then the lines found
+  local what="$1"; shift
+  if [ -n "$*" ]; then left=1; log "LEFT BEHIND ($what):"; printf '    %s\n' "$@" >&2; fi
+}
+mapfile -t c < <(docker ps -a --filter "label=com.docker.compose.project=$PROJECT" --format '{{.Names}}')
+show "containers of compose project $PROJECT" "${c[@]}"
+mapfile -t v < <(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT")
+show "volumes of compose project $PROJECT" "${v[@]}"
+mapfile -t n < <(docker network ls --filter "label=com.docker.compose.project=$PROJECT" --format '{{.Name}}')
+show "networks of compose project $PROJECT" "${n[@]}"
+mapfile -t sc < <(docker ps -a --filter "label=org.aegis.scope=$SANDBOX_SCOPE" --format '{{.Names}} ({{.Status}})')
+show "sandbox containers of the stack's database (scope $SANDBOX_SCOPE; destroying them at SIGTERM is the node's job)" "${sc[@]}"
+mapfile -t sv < <(docker volume ls -q --filter "label=org.aegis.scope=$SANDBOX_SCOPE")
+show "sandbox volumes of the stack's database" "${sv[@]}"
+# Only the volume of this image's executor, and only if the check created it (never another
+# stack's or a test's).
+OURS="$(our_executor_volume)"
+mapfile -t ev < <(comm -13 <(printf '%s\n' "$EXECUTOR_VOLUMES_BEFORE") <(executor_volumes) | grep -x "$OURS" || true)
+show "the executor volume the stack created ($OURS; the dispatcher shares it between nodes and never removes it)" "${ev[@]}"
+end
+
+if [ "$left" = 1 ]; then
+  log "removing what was left (only objects of this check)"
+  [ ${#sc[@]} -eq 0 ] || docker ps -aq --filter "label=org.aegis.scope=$SANDBOX_SCOPE" | xargs -r docker rm -f -v >/dev/null || true
+  [ ${#sv[@]} -eq 0 ] || printf '%s\n' "${sv[@]}" | xargs -r docker volume rm -f >/dev/null || true
+  [ ${#c[@]} -eq 0 ] || printf '%s\n' "${c[@]}" | xargs -r docker rm -f -v >/dev/null || true
+  [ ${#v[@]} -eq 0 ] || printf '%s\n' "${v[@]}" | xargs -r docker volume rm -f >/dev/null || true
+  [ ${#n[@]} -eq 0 ] || printf '%s\n' "${n[@]}" | xargs -r docker network rm >/dev/null || true
+  [ ${#ev[@]} -eq 0 ] || printf '%s\n' "${ev[@]}" | xargs -r docker volume rm >/dev/null 2>&1 || true
+fi
+
+report
+if [ "$left" = 1 ]; then
+  log "FAILED: the stack left objects behind (listed above)"
+  exit 1
+fi
+log "OK: from a fresh clone to a tool call in a sandbox and back, nothing left behind"
