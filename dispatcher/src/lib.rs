@@ -14,7 +14,8 @@
 //! - `hardening`: the container settings of a sandbox, each with its reason;
 //! - `stream`: the multiplexed request stream over a container's attached stdin/stdout;
 //! - `dispatcher`: the lifecycle (create, call, destroy, adopt) and its ordering guarantees;
-//! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner;
+//! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner; `beacon`: the
+//!   liveness every instance publishes in Docker for the reapers of other databases;
 //! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy.
 //!
 //! Invariants kept here: a sandbox's row exists before any of its Docker objects; every object
@@ -24,6 +25,7 @@
 
 #![warn(missing_docs)]
 
+mod beacon;
 mod config;
 mod dispatcher;
 mod engine;
@@ -44,7 +46,7 @@ pub use dispatcher::{AdoptReport, Dispatcher};
 pub use engine::{DockerEngine, EngineError};
 pub use error::{DispatchError, Result};
 pub use install::{EXECUTOR_DIR, EXECUTOR_NAME};
-pub use pool::POOL_OWNER_ID;
+pub use pool::{PoolStats, POOL_OWNER_ID};
 pub use reaper::ReapReport;
 pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};
 pub use store::{RecordedSpec, SandboxInfo, SandboxState};

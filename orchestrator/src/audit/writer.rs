@@ -133,8 +133,16 @@ async fn write(batch: Vec<Pending>) {
     }
 }
 
-/// Chains and inserts `batch` in one transaction; the stored rows, in the batch's order.
+/// Chains and inserts `batch` in one transaction; the stored rows, in the batch's order. The
+/// time of each stored batch is the `aegis_audit_write_duration_seconds` metric.
 async fn store(pool: &PgPool, batch: &[Pending]) -> Result<Vec<AuditRow>, sqlx::Error> {
+    let started = std::time::Instant::now();
+    let rows = store_batch(pool, batch).await?;
+    crate::metrics::audit_write(rows.len(), started.elapsed());
+    Ok(rows)
+}
+
+async fn store_batch(pool: &PgPool, batch: &[Pending]) -> Result<Vec<AuditRow>, sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(APPEND_LOCK)
