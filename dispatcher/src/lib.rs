@@ -21,7 +21,8 @@
 //! Invariants kept here: a sandbox's row exists before any of its Docker objects; every object
 //! carries `org.aegis.managed`, scope, instance and sandbox labels; no sandbox has binds,
 //! devices, privileges or capabilities beyond the executor's four; the reaper never touches an
-//! object without the managed label or of another scope.
+//! object without the managed label, nor one of another scope unless that scope's database was
+//! dropped from this cluster or its instances all stopped beating (`beacon`).
 
 #![warn(missing_docs)]
 

@@ -92,12 +92,13 @@ where
         if let Some(h) = &header {
             req.headers_mut().insert(HEADER, h.clone());
         }
-        let span = tracing::info_span!(
+        // A span's level decides whether it exists under the log filter: at ERROR it is there
+        // whenever any line is logged, so a warning of a node at `log.level: warn` still names
+        // its request.
+        let span = tracing::error_span!(
             "request",
             request_id = %id,
             surface = self.surface,
-            method = %req.method(),
-            path = %req.uri().path(),
         );
         req.extensions_mut().insert(RequestId(id));
         let future = {

@@ -232,7 +232,7 @@ impl ServerHandler for McpServer {
             .and_then(|p| p.extensions.get::<RequestId>())
             .map(|r| r.0.clone())
             .unwrap_or_default();
-        let span = tracing::info_span!("mcp_call", request_id = %request_id, tool = %request.name);
+        let span = tracing::error_span!("mcp_call", request_id = %request_id, tool = %request.name);
         crate::metrics::through(Door::Mcp, self.call_tool_traced(request, ctx))
             .instrument(span)
             .await

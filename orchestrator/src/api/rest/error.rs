@@ -261,7 +261,8 @@ fn explain(status: StatusCode, method: &Method, path: &str, text: &str, allow: &
             status,
             "method_not_allowed",
             if allow.is_empty() {
-                format!("{path} does not accept {method}; the methods of each route are listed in /openapi.json")
+                // axum adds `Allow` outside this middleware: point at it.
+                format!("{path} does not accept {method}; the `Allow` header of this answer lists the methods it does accept")
             } else {
                 format!("{path} does not accept {method}; use {allow}")
             },
@@ -307,7 +308,7 @@ fn explain(status: StatusCode, method: &Method, path: &str, text: &str, allow: &
                 .unwrap_or("error")
                 .to_ascii_lowercase()
                 .replace([' ', '-'], "_"),
-            format!("{}", or_default(text, other.canonical_reason().unwrap_or("request refused"))),
+            or_default(text, other.canonical_reason().unwrap_or("request refused")),
         ),
     }
 }
