@@ -12,12 +12,14 @@
 //! `down -v`, which removes only the volumes a compose file declares.
 //!
 //! The rule the reaper applies to a scope that is not its own (see `reaper.rs`): its objects are
-//! removed when it has at least one beacon and its newest beacon is older than `dead_after`. A
-//! scope with no beacon at all (made by a version that did not beat) is never judged from
-//! outside, so two stacks on one host never remove each other's live sandboxes: a live instance
-//! beats every 15 s, far inside `dead_after` (120 s by default). A node that stops with
-//! `shutdown.sandboxes: destroy` removes its sandboxes and then its beacons; one that keeps its
-//! sandboxes keeps its beacon too, so a restart within `dead_after` finds them.
+//! removed when it has at least one beacon and its newest beacon is older than [`SILENT_AFTER`]
+//! (or the judge's `dead_after` when longer). A scope with no beacon at all (made by a version
+//! that did not beat) is never judged from outside, so two stacks on one host never remove each
+//! other's live sandboxes: a live instance beats every 15 s, eight times inside the limit. The
+//! beat times are the beaters' clocks, compared with the judge's: nodes sharing a Docker engine
+//! are assumed to share a clock (one host). A node that stops with `shutdown.sandboxes: destroy`
+//! removes its sandboxes and then its beacons; one that keeps its sandboxes keeps its beacon too,
+//! so a restart within the limit finds them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -32,6 +34,12 @@ use crate::labels;
 
 /// Time between two beats of one instance.
 pub const INTERVAL: Duration = Duration::from_secs(15);
+
+/// A scope whose newest beat is older than this (or than the judging node's `dead_after`, if
+/// longer) is silent. Fixed rather than taken from the judge's `dead_after` alone: a node set to
+/// reap its own dead instances after a second must not take every other stack for dead between
+/// two beats. Eight missed beats.
+pub const SILENT_AFTER: Duration = Duration::from_secs(120);
 
 /// The `org.aegis.component` value of beacon volumes.
 pub const COMPONENT: &str = "beacon";

@@ -16,8 +16,8 @@
 //! exception: when they name a database of *this* PostgreSQL cluster that no longer exists (a
 //! dropped test database) or that was recreated since (same name, new scope), no reaper could
 //! ever judge them, so they are removed too; and when they belong to a scope whose instances
-//! have all stopped beating (`beacon.rs`: it has beacons, and the newest is older than
-//! `dead_after`), which is how the sandboxes of a stack whose database vanished with its volume
+//! have all stopped beating (`beacon.rs`: it has beacons, and the newest is older than two
+//! minutes or `dead_after`, whichever is longer), which is how the sandboxes of a stack whose database vanished with its volume
 //! (`docker-compose down -v`, another cluster) are found. Before removing a sandbox's objects the
 //! reaper claims its row with a conditional update, so it cannot race an adoption or a destroy
 //! into removing something that was just taken over. Each removal is logged.
@@ -478,8 +478,9 @@ impl Inner {
         Ok(())
     }
 
-    /// Other scopes that have beacons, none of them younger than `dead_after`: scope -> seconds
-    /// since the newest beat. A scope without any beacon is never listed.
+    /// Other scopes that have beacons, none of them younger than `SILENT_AFTER` (or `dead_after`
+    /// when longer): scope -> seconds since the newest beat. A scope without any beacon is never
+    /// listed.
     async fn silent_scopes(&self) -> Result<HashMap<String, i64>> {
         let filters = HashMap::from([(
             "label".to_owned(),
@@ -515,7 +516,11 @@ impl Inner {
             *e = (*e).max(at);
         }
         let now = crate::beacon::now_secs();
-        let dead = self.config.dead_after.as_secs() as i64;
+        let dead = self
+            .config
+            .dead_after
+            .max(crate::beacon::SILENT_AFTER)
+            .as_secs() as i64;
         Ok(newest
             .into_iter()
             .map(|(scope, at)| (scope, now - at))

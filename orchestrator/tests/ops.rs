@@ -545,11 +545,16 @@ async fn sandboxes_of_a_vanished_database_are_removed_at_start_and_no_live_stack
     let silent_volume = fake_object("volume", &silent, "gone", None, &marker);
     let silent_beacon = fake_object("volume", &silent, "gone", Some(now - 3600), &marker);
     let beating_container = fake_object("container", &beating, "alive", None, &marker);
-    let beating_beacon = fake_object("volume", &beating, "alive", Some(now), &marker);
+    // Half a minute since its last beat: late, but alive (eight beats may be missed).
+    let beating_beacon = fake_object("volume", &beating, "alive", Some(now - 30), &marker);
     let old_container = fake_object("container", &old, "old", None, &marker);
 
-    // The next start on this host.
-    let next = TestApp::spawn().await;
+    // The next start on this host, by a node that takes its own silent instances for dead
+    // after one second: that must not shorten the patience it has with other stacks.
+    let next_db = TestDb::create().await;
+    let mut config = common::test_config(&next_db.url);
+    config.sandbox.dead_after_secs = 1;
+    let next = TestApp::spawn_with(config).await;
     assert!(
         !exists("container", &silent_container),
         "orphan container removed"
