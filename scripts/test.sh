@@ -37,6 +37,15 @@ if ! python3 -c 'import mcp, httpx2' 2>/dev/null || [ "$(python3 -c 'import impo
   python3 -m pip install -q mcp==2.3.0 >&2 || die "cannot install mcp==2.3.0 (pip)"
 fi
 
+# tests/ops.rs parses /metrics with the Prometheus client's own parser and fuzzes the live API
+# with schemathesis against its OpenAPI document (both pinned).
+if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("prometheus-client"))' 2>/dev/null)" != "0.26.0" ] \
+  || [ "$(python3 -c 'import importlib.metadata as m; print(m.version("schemathesis"))' 2>/dev/null)" != "4.32.5" ]; then
+  say "installing prometheus-client 0.26.0 and schemathesis 4.32.5 from PyPI (metrics and API fuzz tests)"
+  python3 -m pip install -q prometheus-client==0.26.0 schemathesis==4.32.5 >&2 \
+    || die "cannot install prometheus-client/schemathesis (pip)"
+fi
+
 say "running the test suite"
 export RUST_LOG=${RUST_LOG:-warn}
 cargo test --workspace --locked "$@" 2>&1

@@ -20,7 +20,7 @@
 //! `destroy`, by the reaper once this instance is dead, or taken over by a later instance through
 //! [`Dispatcher::adopt`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -153,6 +153,10 @@ impl Dispatcher {
                 }
             }
         }
+        // Alive for the reapers of other databases on this host before anything is created.
+        if let Err(e) = dispatcher.inner.beat().await {
+            tracing::warn!(error = %e, "no beacon published; other stacks on this host cannot tell this node is alive");
+        }
         let report = dispatcher.reap().await?;
         tracing::info!(
             removed_containers = report.containers_removed,
@@ -161,6 +165,7 @@ impl Dispatcher {
             "start-up reaper done"
         );
         crate::reaper::spawn_periodic(Arc::downgrade(&dispatcher.inner));
+        crate::beacon::spawn_periodic(Arc::downgrade(&dispatcher.inner));
         crate::pool::spawn_refill(Arc::downgrade(&dispatcher.inner));
         Ok(dispatcher)
     }
@@ -278,6 +283,46 @@ impl Dispatcher {
 
     /// Stops the background tasks and destroys the idle warm-pool sandboxes. Sandboxes handed
     /// to owners are left running (detached) for a later [`Dispatcher::adopt`] or the reaper.
+    /// Stops like [`Dispatcher::shutdown`], destroying first every sandbox this instance holds
+    /// or has recorded as live, then its beacons: a stopped node leaves nothing in Docker.
+    /// Returns how many sandboxes were destroyed.
+    pub async fn shutdown_destroying(&self) -> usize {
+        self.inner.shutdown.cancel();
+        let mut ids: HashSet<SandboxId> = self
+            .inner
+            .sandboxes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        match store::live_of_instance(&self.inner.pg, self.inner.instance).await {
+            Ok(rows) => ids.extend(rows),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list this instance's sandboxes; destroying the ones it holds")
+            }
+        }
+        let inner = &self.inner;
+        let results = futures_util::future::join_all(ids.iter().map(|id| async move {
+            let r = inner.destroy(*id, "destroyed at shutdown").await;
+            if let Err(e) = &r {
+                tracing::warn!(sandbox = %id, error = %e, "could not destroy a sandbox at shutdown; the next reaper will");
+            }
+            r.is_ok()
+        }))
+        .await;
+        let destroyed = results.into_iter().filter(|ok| *ok).count();
+        self.shutdown().await;
+        self.inner.silence().await;
+        tracing::info!(
+            destroyed,
+            "sandboxes of this instance destroyed at shutdown"
+        );
+        destroyed
+    }
+
+    /// Stops the background tasks, destroys the idle pool and lets go of the held sandboxes,
+    /// which keep running for adoption by the next instance (see `shutdown_destroying`).
     pub async fn shutdown(&self) {
         self.inner.shutdown.cancel();
         let idle = self.inner.pool.drain();

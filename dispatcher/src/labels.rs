@@ -28,8 +28,10 @@ pub const OWNER_KIND: &str = "org.aegis.owner-kind";
 pub const OWNER_ID: &str = "org.aegis.owner-id";
 /// RFC 3339 creation time.
 pub const CREATED_AT: &str = "org.aegis.created-at";
-/// What the object is: `sandbox`, `workspace`, `executor-installer`, `executor`.
+/// What the object is: `sandbox`, `workspace`, `executor-installer`, `executor`, `beacon`.
 pub const COMPONENT: &str = "org.aegis.component";
+/// On beacon volumes: when the instance last beat, in Unix seconds (see `beacon.rs`).
+pub const BEAT_AT: &str = "org.aegis.beat-at";
 /// On the executor volume: the SHA-256 of the binary it holds.
 pub const EXECUTOR_SHA256: &str = "org.aegis.executor.sha256";
 

@@ -17,18 +17,21 @@
 //! - [`network`]: a networked sandbox's internal Docker network, the host firewall that admits
 //!   only its egress proxy, and the [`EgressHost`](network::EgressHost) hook that starts and
 //!   stops that proxy (the orchestrator's);
-//! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner;
+//! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner; `beacon`: the
+//!   liveness every instance publishes in Docker for the reapers of other databases;
 //! - `archive`: tar archives into and out of a live sandbox's workspace (persistent volumes);
 //! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy.
 //!
 //! Invariants kept here: a sandbox's row exists before any of its Docker objects; every object
 //! carries `org.aegis.managed`, scope, instance and sandbox labels; no sandbox has binds,
 //! devices, privileges or capabilities beyond the executor's four; the reaper never touches an
-//! object without the managed label or of another scope.
+//! object without the managed label, nor one of another scope unless that scope's database was
+//! dropped from this cluster or its instances all stopped beating (`beacon`).
 
 #![warn(missing_docs)]
 
 mod archive;
+mod beacon;
 mod config;
 mod dispatcher;
 mod engine;
@@ -49,7 +52,7 @@ pub use dispatcher::{AdoptReport, Dispatcher};
 pub use engine::{DockerEngine, EngineError};
 pub use error::{DispatchError, Result};
 pub use install::{EXECUTOR_DIR, EXECUTOR_NAME};
-pub use pool::POOL_OWNER_ID;
+pub use pool::{PoolStats, POOL_OWNER_ID};
 pub use reaper::ReapReport;
 pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};
 pub use store::{RecordedSpec, SandboxInfo, SandboxState};

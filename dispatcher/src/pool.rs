@@ -12,6 +12,7 @@
 //! other when their instance dies, and destroyed at [`Dispatcher::shutdown`].
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -36,6 +37,18 @@ pub(crate) struct Pool {
     /// Ids ever put in the pool and not yet handed out or forgotten (for `forget`).
     members: Mutex<HashSet<SandboxId>>,
     wake: Arc<Notify>,
+    /// Acquisitions served from the pool / by creating a sandbox (for the node's metrics).
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+/// How often the warm pool served an acquisition, since the dispatcher started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Acquisitions handed an idle pool sandbox.
+    pub hits: u64,
+    /// Acquisitions that had to create a sandbox (no idle one matched, or none was usable).
+    pub misses: u64,
 }
 
 impl Pool {
@@ -61,6 +74,8 @@ impl Pool {
             idle: Mutex::new(HashMap::new()),
             members: Mutex::new(HashSet::new()),
             wake: Arc::new(Notify::new()),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         }
     }
 
@@ -151,6 +166,14 @@ impl Dispatcher {
     pub fn pool_sizes(&self) -> BTreeMap<String, usize> {
         self.inner.pool.sizes()
     }
+
+    /// Pool hits and misses of [`Dispatcher::acquire`] so far.
+    pub fn pool_stats(&self) -> PoolStats {
+        PoolStats {
+            hits: self.inner.pool.hits.load(Ordering::Relaxed),
+            misses: self.inner.pool.misses.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl Inner {
@@ -162,11 +185,13 @@ impl Inner {
                 .is_some_and(|s| s.stream.closed_reason().is_none());
             if usable && store::reown_from_pool(&self.pg, id, &spec.owner, &spec.labels).await? {
                 tracing::debug!(sandbox = %id, owner = %spec.owner, "sandbox handed out from the warm pool");
+                self.pool.hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(id);
             }
             // Broken or reaped while idle: not worth handing out.
             let _ = self.destroy(id, "pool sandbox unusable at hand-out").await;
         }
+        self.pool.misses.fetch_add(1, Ordering::Relaxed);
         let owner = spec.owner.clone();
         Ok(self.create_detached(spec, owner).await?.id)
     }

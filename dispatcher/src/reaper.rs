@@ -15,7 +15,10 @@
 //! (another database using the same engine) are judged only by that database's reaper, with one
 //! exception: when they name a database of *this* PostgreSQL cluster that no longer exists (a
 //! dropped test database) or that was recreated since (same name, new scope), no reaper could
-//! ever judge them, so they are removed too. Before removing a sandbox's objects the
+//! ever judge them, so they are removed too; and when they belong to a scope whose instances
+//! have all stopped beating (`beacon.rs`: it has beacons, and the newest is older than two
+//! minutes or `dead_after`, whichever is longer), which is how the sandboxes of a stack whose database vanished with its volume
+//! (`docker-compose down -v`, another cluster) are found. Before removing a sandbox's objects the
 //! reaper claims its row with a conditional update, so it cannot race an adoption or a destroy
 //! into removing something that was just taken over. Each removal is logged.
 
@@ -222,6 +225,7 @@ impl Inner {
         let present: Vec<Uuid> = ids;
         report.rows_closed = store::close_vanished(&self.pg, &live, &present).await?;
         self.reap_dropped_databases(&mut report).await?;
+        self.reap_silent_scopes(&mut report).await?;
         self.prune_broken().await;
         if report != ReapReport::default() {
             tracing::info!(
@@ -419,6 +423,172 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Removes the objects of other scopes whose instances all stopped beating (see
+    /// `beacon.rs`): containers, then networks, then volumes, beacons last.
+    async fn reap_silent_scopes(&self, report: &mut ReapReport) -> Result<()> {
+        let silent = self.silent_scopes().await?;
+        if silent.is_empty() {
+            return Ok(());
+        }
+        let filters = HashMap::from([("label".to_owned(), vec![labels::managed_filter()])]);
+        // (scope, reason) of an object of a silent scope.
+        let of_silent = |l: &HashMap<String, String>| -> Option<(String, String)> {
+            let scope = l.get(labels::SCOPE)?;
+            let quiet = silent.get(scope)?;
+            Some((
+                scope.clone(),
+                format!(
+                    "no instance of its database {} has been alive for {quiet} s (scope {scope})",
+                    l.get(labels::DB_NAME).map_or("?", String::as_str)
+                ),
+            ))
+        };
+        let containers: Vec<(String, (String, String))> = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::new()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(engine("listing managed containers of silent scopes"))?
+            .into_iter()
+            .filter_map(|c| {
+                let reason = of_silent(c.labels.as_ref()?)?;
+                Some((c.id?, reason))
+            })
+            .collect();
+        // Checked again now: an instance of that scope that started since the first look keeps
+        // everything of its scope.
+        let still_silent = self.silent_scopes().await?;
+        let keep = |scope: &str| !still_silent.contains_key(scope);
+        for (id, (scope, reason)) in &containers {
+            if keep(scope) {
+                continue;
+            }
+            match self.remove_container(id).await {
+                Ok(()) => {
+                    report.containers_removed += 1;
+                    tracing::info!(container = %id, %reason, "reaper removed container");
+                }
+                Err(e) => {
+                    report.failures += 1;
+                    tracing::warn!(container = %id, error = %e, "reaper could not remove container; will retry");
+                }
+            }
+        }
+        let networks = self
+            .docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+            .map_err(engine("listing managed networks of silent scopes"))?;
+        for n in networks {
+            let (Some(name), Some((scope, reason))) =
+                (n.name, n.labels.as_ref().and_then(of_silent))
+            else {
+                continue;
+            };
+            if keep(&scope) {
+                continue;
+            }
+            match self.docker.remove_network(&name).await {
+                Ok(()) => tracing::info!(network = %name, %reason, "reaper removed network"),
+                Err(e) => {
+                    report.failures += 1;
+                    tracing::warn!(network = %name, error = %e, "reaper could not remove network; will retry");
+                }
+            }
+        }
+        let mut volumes: Vec<(bool, String, (String, String))> = self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+            .map_err(engine("listing managed volumes of silent scopes"))?
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|v| {
+                let reason = of_silent(&v.labels)?;
+                let beacon = v.labels.get(labels::COMPONENT).map(String::as_str)
+                    == Some(crate::beacon::COMPONENT);
+                Some((beacon, v.name, reason))
+            })
+            .collect();
+        // Beacons last: while anything of the scope is left, the next pass can still judge it.
+        volumes.sort_by_key(|(beacon, _, _)| *beacon);
+        for (_, name, (scope, reason)) in &volumes {
+            if keep(scope) {
+                continue;
+            }
+            match self.remove_volume(name).await {
+                Ok(()) => {
+                    report.volumes_removed += 1;
+                    tracing::info!(volume = %name, %reason, "reaper removed volume");
+                }
+                Err(e) => {
+                    report.failures += 1;
+                    tracing::warn!(volume = %name, error = %e, "reaper could not remove volume; will retry");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Other scopes that have beacons, none of them younger than `SILENT_AFTER` (or `dead_after`
+    /// when longer): scope -> seconds since the newest beat. A scope without any beacon is never
+    /// listed.
+    async fn silent_scopes(&self) -> Result<HashMap<String, i64>> {
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![
+                labels::managed_filter(),
+                format!("{}={}", labels::COMPONENT, crate::beacon::COMPONENT),
+            ],
+        )]);
+        let beacons = self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+            .map_err(engine("listing beacons"))?
+            .volumes
+            .unwrap_or_default();
+        let mut newest: HashMap<String, i64> = HashMap::new();
+        for v in beacons {
+            let Some(scope) = v.labels.get(labels::SCOPE) else {
+                continue;
+            };
+            if *scope == self.scope.label {
+                continue;
+            }
+            // An unreadable beat counts as a beat now: when unsure, the scope is alive.
+            let at = v
+                .labels
+                .get(labels::BEAT_AT)
+                .and_then(|t| t.parse::<i64>().ok())
+                .unwrap_or_else(crate::beacon::now_secs);
+            let e = newest.entry(scope.clone()).or_insert(at);
+            *e = (*e).max(at);
+        }
+        let now = crate::beacon::now_secs();
+        let dead = self
+            .config
+            .dead_after
+            .max(crate::beacon::SILENT_AFTER)
+            .as_secs() as i64;
+        Ok(newest
+            .into_iter()
+            .map(|(scope, at)| (scope, now - at))
+            .filter(|(_, quiet)| *quiet > dead)
+            .collect())
     }
 
     /// Forgets held sandboxes whose stream broke and whose row is finished.

@@ -180,6 +180,18 @@ impl Scope {
     }
 }
 
+/// Ids of the live sandboxes (creating, running) recorded for `instance`.
+pub(crate) async fn live_of_instance(pg: &PgPool, instance: Uuid) -> Result<Vec<SandboxId>> {
+    let ids: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM sandboxes WHERE instance_id = $1 AND state IN ('creating', 'running')",
+    )
+    .bind(instance)
+    .fetch_all(pg)
+    .await
+    .map_err(db("listing the live sandboxes of this instance"))?;
+    Ok(ids.into_iter().map(SandboxId).collect())
+}
+
 /// Reads this database's scope.
 pub(crate) async fn scope(pg: &PgPool) -> Result<Scope> {
     let row = sqlx::query("SELECT current_database() AS db, id FROM sandbox_scope")

@@ -242,8 +242,10 @@ impl Application {
         ));
 
         // `/mcp` ends its sessions (and their SSE streams) when the instance stops.
+        // Every HTTP request (REST, SEAL over HTTP, MCP) gets its request id and span here.
         let rest = api::rest::router(state.clone())
-            .merge(api::mcp::routes(state.clone(), shutdown.child_token()));
+            .merge(api::mcp::routes(state.clone(), shutdown.child_token()))
+            .layer(api::request_id::RequestIdLayer::new("http"));
         let http_token = shutdown.clone();
         // Small request/response exchanges must not wait for Nagle's algorithm to meet the
         // peer's delayed ACK (tens of milliseconds per call): every accepted socket is NODELAY.
@@ -336,7 +338,15 @@ impl Application {
         anchor.abort();
         state.executions.stop_all(Duration::from_secs(10)).await;
         if let Ok(d) = state.sandboxes.dispatcher() {
-            d.shutdown().await;
+            match state.config.shutdown.sandboxes {
+                crate::config::ShutdownSandboxes::Destroy => {
+                    d.shutdown_destroying().await;
+                }
+                crate::config::ShutdownSandboxes::Keep => {
+                    tracing::info!("shutdown.sandboxes is keep: this instance's sandboxes stay running for adoption");
+                    d.shutdown().await;
+                }
+            }
         }
 
         if let Err(e) = sqlx::query("UPDATE node_instances SET stopped_at = now() WHERE id = $1")

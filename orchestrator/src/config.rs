@@ -54,6 +54,10 @@ pub struct NodeConfig {
     pub volumes: VolumesConfig,
     /// Result delivery (`spec.execution.delivery`): signing secrets, retries, polling.
     pub delivery: crate::delivery::DeliveryConfig,
+    /// `/metrics` (Prometheus text format).
+    pub metrics: MetricsConfig,
+    /// What a stopping node does with its sandboxes.
+    pub shutdown: ShutdownConfig,
 }
 
 /// Persistent agent volumes: what a manifest may ask for and how long they live.
@@ -76,6 +80,42 @@ impl Default for VolumesConfig {
             sweep_interval_secs: 60,
         }
     }
+}
+
+/// Settings of the Prometheus endpoint.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Serve `GET /metrics` on the HTTP listener, without a key (scrapers carry none; the series
+    /// hold no tenant data). `false` answers 404 there.
+    pub enabled: bool,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
+/// What happens at SIGTERM/SIGINT beyond draining requests.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownConfig {
+    /// `destroy` (default): the node destroys every sandbox it holds before it exits, so a
+    /// stopped node leaves no container behind. `keep`: they stay running for a replica or the
+    /// restarted node to adopt (rolling restarts).
+    pub sandboxes: ShutdownSandboxes,
+}
+
+/// The fate of a stopping node's sandboxes.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ShutdownSandboxes {
+    /// Destroy them (and their volumes).
+    #[default]
+    Destroy,
+    /// Leave them running for adoption.
+    Keep,
 }
 
 /// Settings of the MCP Streamable HTTP endpoint.

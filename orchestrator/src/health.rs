@@ -15,9 +15,10 @@ use crate::store;
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One dependency's state.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct ComponentStatus {
     /// `ok` or `failing`.
+    #[schema(value_type = String, example = "ok")]
     pub status: &'static str,
     /// Why it is failing.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,18 +47,20 @@ impl ComponentStatus {
 }
 
 /// The readiness report, serialized as the body of `/health/ready`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Readiness {
     /// `ready` or `not_ready`.
+    #[schema(value_type = String, example = "ready")]
     pub status: &'static str,
     /// Names of failing components, in a fixed order.
+    #[schema(value_type = Vec<String>)]
     pub failing: Vec<&'static str>,
     /// Every component's state.
     pub checks: Checks,
 }
 
 /// Per-component states.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Checks {
     /// PostgreSQL answers a query.
     pub database: ComponentStatus,

@@ -19,6 +19,7 @@ pub mod gateway;
 pub mod health;
 pub mod llm;
 pub mod manifest;
+pub mod metrics;
 pub mod policy;
 pub mod registry;
 pub mod render;

@@ -579,7 +579,10 @@ async fn sandboxes_are_listed_and_destroyed_with_their_workspace() {
 #[tokio::test]
 async fn a_graceful_restart_reattaches_to_running_sandboxes() {
     let db = common::TestDb::create().await;
-    let app = TestApp::spawn_with(common::test_config(&db.url)).await;
+    // Rolling restarts keep the sandboxes (the default destroys them; see tests/ops.rs).
+    let mut config = common::test_config(&db.url);
+    config.shutdown.sandboxes = orchestrator::config::ShutdownSandboxes::Keep;
+    let app = TestApp::spawn_with(config).await;
     let sb = sandbox_for(&app, "keeper").await;
     let id = sb.id.clone();
     sb.ok(

@@ -38,6 +38,15 @@ async fn app_on(db: &TestDb) -> TestApp {
     TestApp::spawn_with(config).await
 }
 
+/// A node whose sandboxes outlive its stop (`shutdown.sandboxes: keep`), for restart tests.
+async fn app_keeping_sandboxes(db: &TestDb) -> TestApp {
+    let mut config = test_config(&db.url);
+    config.seal.security_contexts = contexts();
+    config.seal.attest_per_minute = 100;
+    config.shutdown.sandboxes = orchestrator::config::ShutdownSandboxes::Keep;
+    TestApp::spawn_with(config).await
+}
+
 fn transports(app: &TestApp) -> [Transport; 2] {
     [
         Transport::Http(app.http_base.clone()),
@@ -357,7 +366,7 @@ async fn every_refusal_code_over_both_transports() {
 #[tokio::test]
 async fn sessions_survive_a_restart_and_tools_are_listed_per_session() {
     let db = TestDb::create().await;
-    let app = app_on(&db).await;
+    let app = app_keeping_sandboxes(&db).await;
     let transport = Transport::Http(app.http_base.clone());
     let client = attested(&transport, "ops").await;
     let saved = client.save().unwrap();
@@ -394,7 +403,7 @@ async fn sessions_survive_a_restart_and_tools_are_listed_per_session() {
         .unwrap();
     app.stop().await.unwrap();
 
-    let app = app_on(&db).await;
+    let app = app_keeping_sandboxes(&db).await;
     let mut saved = saved;
     saved.transport = Transport::Http(app.http_base.clone());
     let again = SealClient::from_saved(&saved).unwrap();

@@ -2,4 +2,5 @@
 
 pub mod grpc;
 pub mod mcp;
+pub mod request_id;
 pub mod rest;

@@ -147,15 +147,17 @@ async fn write(batch: Vec<Pending>, heads: &mut Heads) {
 
 /// Chains and inserts `batch` in one transaction; the stored rows, in the batch's order.
 /// `heads` is the cache of chain heads: used if still true, refreshed otherwise, forgotten on
-/// failure.
+/// failure. The time of each stored batch is the `aegis_audit_write_duration_seconds` metric.
 async fn store(
     pool: &PgPool,
     batch: &[Pending],
     heads: &mut Heads,
 ) -> Result<Vec<AuditRow>, sqlx::Error> {
+    let started = std::time::Instant::now();
     let result = store_locked(pool, batch, heads).await;
-    if result.is_err() {
-        heads.clear();
+    match &result {
+        Ok(rows) => crate::metrics::audit_write(rows.len(), started.elapsed()),
+        Err(_) => heads.clear(),
     }
     result
 }

@@ -289,6 +289,12 @@ impl Engine {
         if let Ok(mut running) = self.running.lock() {
             running.insert(id, token.clone());
         }
+        // Its tool calls are counted under the door it came through.
+        let door = if req.workflow.is_some() {
+            crate::metrics::Door::Workflow
+        } else {
+            crate::metrics::Door::Execution
+        };
         let job = run::Job {
             state: state.clone(),
             id,
@@ -301,7 +307,7 @@ impl Engine {
             config: self.config.clone(),
             ceiling: Ceiling::of(caller),
         };
-        tokio::spawn(job.run());
+        tokio::spawn(crate::metrics::through(door, job.run()));
         Ok(id)
     }
 

@@ -131,7 +131,10 @@ impl Gateway {
             Err(e) => (
                 anonymous(&req.workload_id),
                 false,
-                Some(e.code.as_u32().to_string()),
+                {
+                    crate::metrics::seal_refusal(e.code.as_u32());
+                    Some(e.code.as_u32().to_string())
+                },
                 Some(e.message.clone()),
             ),
         };
@@ -307,6 +310,7 @@ impl Gateway {
             .await;
         unfinished.armed = false;
         if let Err(error) = &result {
+            crate::metrics::seal_refusal(error.error.code.as_u32());
             // Refusals before the router are audited here; the router audits its own.
             if !error.routed {
                 let caller = match session_id {

@@ -234,7 +234,7 @@ pub struct ToolCeilings {
 }
 
 /// What the kernel offers the command policy on this node (reported by `/health/ready`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct KernelPolicy {
     /// The kernel's Landlock ABI (0: none).
     pub landlock_abi: u32,

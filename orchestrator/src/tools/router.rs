@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use super::{catalog, ToolContext, ToolError};
 use crate::audit::{self, Entry, EntryKind};
 use crate::caller::Caller;
+use crate::metrics::{self, Decision};
 use crate::policy;
 use crate::state::AppState;
 use dispatcher::SandboxId;
@@ -142,7 +143,8 @@ pub async fn invoke(
     invoke_in(state, caller, name, arguments, None).await
 }
 
-/// Runs one tool call for `caller`, in `sandbox` for `cmd.run` and `fs.*`.
+/// Runs one tool call for `caller`, in `sandbox` for `cmd.run` and `fs.*`. Every call is
+/// counted here (tool, door, decision, latency), the one place all doors meet.
 pub async fn invoke_in(
     state: &AppState,
     caller: &Caller,
@@ -175,6 +177,29 @@ pub async fn invoke_gated(
     gate: Option<&dyn CallGate>,
 ) -> Result<ToolOutcome, CallError> {
     let started = Instant::now();
+    let result = route(state, caller, name, arguments, sandbox, started).await;
+    let decision = match &result {
+        Ok(ToolOutcome { result: Ok(_), .. }) => Decision::Allowed,
+        Ok(_) | Err(CallError::Audit(_) | CallError::Catalog(_)) => Decision::Error,
+        Err(_) => Decision::Refused,
+    };
+    metrics::tool_call(
+        name,
+        metrics::current_door(caller),
+        decision,
+        started.elapsed(),
+    );
+    result
+}
+
+async fn route(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    arguments: Value,
+    sandbox: Option<SandboxId>,
+    started: Instant,
+) -> Result<ToolOutcome, CallError> {
     let args_digest = audit::digest(&arguments);
     // Audit reasons never carry argument values (the caller still gets the full message).
     let raw_arguments = arguments.clone();

@@ -5,6 +5,7 @@
 //! Nothing is mocked: the service talks to that PostgreSQL and to the local Docker engine.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod fake_llm;
 pub mod proxy;
 

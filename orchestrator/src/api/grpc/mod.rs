@@ -12,7 +12,9 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::server::Router;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
+use tower::layer::util::{Identity, Stack};
 
+use super::request_id::RequestIdLayer;
 use crate::health;
 use crate::state::AppState;
 
@@ -33,11 +35,12 @@ pub mod pb {
         tonic::include_file_descriptor_set!("orchestrator_descriptor");
 }
 
-/// Builds the gRPC router and starts the task that keeps the health status current.
+/// Builds the gRPC router (every call inside its request-id span, the id in the response
+/// metadata) and starts the task that keeps the health status current.
 pub fn router(
     state: AppState,
     shutdown: CancellationToken,
-) -> Result<Router, tonic_reflection::server::Error> {
+) -> Result<Router<Stack<RequestIdLayer, Identity>>, tonic_reflection::server::Error> {
     let (reporter, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(track_health(state.clone(), reporter, shutdown));
 
@@ -51,6 +54,7 @@ pub fn router(
         .build_v1alpha()?;
 
     Ok(tonic::transport::Server::builder()
+        .layer(RequestIdLayer::new("grpc"))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

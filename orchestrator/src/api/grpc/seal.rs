@@ -79,7 +79,12 @@ impl Gateway for GatewayService {
                 return Err(status(&e, &e.error_body(None, Utc::now())));
             }
         };
-        match self.state.gateway.invoke(&self.state, &text).await {
+        let invoked = crate::metrics::through(
+            crate::metrics::Door::SealGrpc,
+            self.state.gateway.invoke(&self.state, &text),
+        )
+        .await;
+        match invoked {
             Ok(body) => Ok(Response::new(InvokeResponse {
                 response_json: bytes(&body),
             })),

@@ -20,11 +20,14 @@ use serde_json::{json, Value};
 
 use super::sandboxes::{Owner, SessionSandboxes};
 use super::McpIdentity;
+use crate::api::request_id::RequestId;
 use crate::audit::{self, Entry, EntryKind};
 use crate::caller::{Caller, CallerKind, SealScope};
+use crate::metrics::{Decision, Door};
 use crate::seal::context::RateLimiter;
 use crate::state::AppState;
 use crate::tools::{self, CallError};
+use tracing::Instrument;
 
 /// What every handler of this node shares.
 pub struct Shared {
@@ -150,6 +153,8 @@ impl McpServer {
             result_digest: None,
             duration_ms: started.elapsed().as_millis() as i64,
         };
+        // Refused at this door, before the router: counted like the router's refusals.
+        crate::metrics::tool_call(name, Door::Mcp, Decision::Refused, started.elapsed());
         audit::record(&self.shared.state.pool, caller, entry)
             .await
             .map_err(|e| ErrorData::internal_error(format!("audit log unavailable: {e}"), None))?;
@@ -215,6 +220,27 @@ impl ServerHandler for McpServer {
     }
 
     async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // rmcp runs the call in its session's task: the HTTP request's span does not reach it,
+        // so the call gets its own span with the request id the HTTP layer assigned.
+        let request_id = ctx
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<RequestId>())
+            .map(|r| r.0.clone())
+            .unwrap_or_default();
+        let span = tracing::error_span!("mcp_call", request_id = %request_id, tool = %request.name);
+        crate::metrics::through(Door::Mcp, self.call_tool_traced(request, ctx))
+            .instrument(span)
+            .await
+    }
+}
+
+impl McpServer {
+    async fn call_tool_traced(
         &self,
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,

@@ -4,7 +4,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::json;
+use serde::Serialize;
+use uuid::Uuid;
 
 use crate::health;
 use crate::state::AppState;
@@ -15,17 +16,34 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/health/ready", get(ready))
 }
 
+/// The body of `/health/live`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Liveness {
+    /// Always `live`.
+    #[schema(example = "live")]
+    pub status: String,
+    /// This running instance (changes at every start).
+    pub instance_id: Uuid,
+    /// The orchestrator's version.
+    pub version: String,
+}
+
 /// The process is up and serving HTTP.
-async fn live(State(state): State<AppState>) -> Json<serde_json::Value> {
-    Json(json!({
-        "status": "live",
-        "instance_id": state.instance_id,
-        "version": env!("CARGO_PKG_VERSION"),
-    }))
+#[utoipa::path(get, path = "/health/live", tag = "health",
+    responses((status = 200, description = "The process serves HTTP", body = Liveness)))]
+pub async fn live(State(state): State<AppState>) -> Json<Liveness> {
+    Json(Liveness {
+        status: "live".to_owned(),
+        instance_id: state.instance_id,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    })
 }
 
 /// 200 when every dependency answers, else 503 with the failing components named.
-async fn ready(State(state): State<AppState>) -> (StatusCode, Json<health::Readiness>) {
+#[utoipa::path(get, path = "/health/ready", tag = "health",
+    responses((status = 200, description = "Every dependency answers", body = health::Readiness),
+              (status = 503, description = "Not ready; `failing` names the components", body = health::Readiness)))]
+pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<health::Readiness>) {
     let report = health::check(&state).await;
     let code = if report.is_ready() {
         StatusCode::OK

@@ -13,6 +13,7 @@ mod error;
 mod event_log;
 mod executions;
 mod health;
+mod metrics;
 mod openapi;
 mod sandboxes;
 mod schemas;
@@ -140,6 +141,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/seal/invoke", post(seal::invoke))
         .route("/v1/seal/tools", get(seal::tools))
         .merge(operator)
+        .route("/metrics", get(metrics::render))
+        .fallback(error::no_route)
+        .layer(middleware::from_fn(error::json_errors))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

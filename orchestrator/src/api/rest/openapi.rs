@@ -5,8 +5,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    api_keys, approvals, audit, definitions, error, executions, sandboxes, schemas, seal, tools,
-    workflow_executions,
+    api_keys, approvals, audit, definitions, error, executions, health, metrics, sandboxes,
+    schemas, seal, tools, workflow_executions,
 };
 
 struct BearerKey;
@@ -30,6 +30,7 @@ impl Modify for BearerKey {
 #[openapi(
     info(title = "Orchestrator operator API", description = "Agents, workflows, tools, audit and API keys."),
     paths(
+        health::live, health::ready, metrics::render,
         definitions::create_agent, definitions::list_agents, definitions::get_agent,
         definitions::agent_versions, definitions::delete_agent,
         definitions::create_workflow, definitions::list_workflows, definitions::get_workflow,
@@ -47,7 +48,7 @@ impl Modify for BearerKey {
         workflow_executions::signal, workflow_executions::cancel, workflow_executions::remove,
         workflow_executions::events,
     ),
-    components(schemas(error::ErrorBody)),
+    components(schemas(error::ErrorBody, health::Liveness, crate::health::Readiness)),
     modifiers(&BearerKey)
 )]
 struct ApiDoc;

@@ -78,7 +78,12 @@ pub async fn attest(
               (status = 403, description = "Policy refused (2xxx)", body = Value),
               (status = 429, description = "Rate limit (2005), with Retry-After", body = Value)))]
 pub async fn invoke(State(state): State<AppState>, body: String) -> Response {
-    match state.gateway.invoke(&state, &body).await {
+    let invoked = crate::metrics::through(
+        crate::metrics::Door::SealHttp,
+        state.gateway.invoke(&state, &body),
+    )
+    .await;
+    match invoked {
         Ok(body) => seal_response(200, body, None),
         Err(refusal) => {
             let e = refusal.error;

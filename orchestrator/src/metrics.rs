@@ -1,0 +1,429 @@
+//! Prometheus metrics of the node: what `/metrics` renders.
+//!
+//! One process-wide registry, as Prometheus expects of a process. Each thing is counted at the
+//! one place it happens: tool calls in the router (`tools::invoke_in`), SEAL refusals in the
+//! gateway, audit write latency in the audit writer, warm-pool hand-outs in the dispatcher. The
+//! hot path touches atomics only: the counter and histogram of a (tool, door, decision) are
+//! resolved once into a fixed slot table and reused, so a call never takes the registry's lock.
+//!
+//! What is a state rather than an event (sandboxes by state, executions and workflow executions by
+//! status) is read from PostgreSQL when scraped, at most once per [`REFRESH`]: a storm of scrapes
+//! costs one query set. Those gauges describe the database, so every replica reports the same
+//! numbers (aggregate them with `max`, not `sum`).
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, OnceLock};
+use std::time::{Duration, Instant};
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::state::AppState;
+
+/// Database-derived gauges are refreshed at most this often.
+pub const REFRESH: Duration = Duration::from_secs(5);
+
+/// Which door a tool call came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// `POST /v1/tools/call` and the REST routes that run a tool (deploys, deletes).
+    Rest,
+    /// SEAL envelopes over HTTP (`/v1/seal/invoke`).
+    SealHttp,
+    /// SEAL envelopes over gRPC.
+    SealGrpc,
+    /// MCP `tools/call` at `/mcp`.
+    Mcp,
+    /// An agent execution's inner loop.
+    Execution,
+    /// An agent execution started by a workflow state.
+    Workflow,
+}
+
+impl Door {
+    const ALL: [Door; 6] = [
+        Door::Rest,
+        Door::SealHttp,
+        Door::SealGrpc,
+        Door::Mcp,
+        Door::Execution,
+        Door::Workflow,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Door::Rest => "rest",
+            Door::SealHttp => "seal_http",
+            Door::SealGrpc => "seal_grpc",
+            Door::Mcp => "mcp",
+            Door::Execution => "execution",
+            Door::Workflow => "workflow",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+tokio::task_local! {
+    /// The door of the call running in this task, set by the edge that received it.
+    static DOOR: Door;
+}
+
+/// Runs `work` as a call that came through `door` (the router labels its metrics with it).
+pub async fn through<F: std::future::Future>(door: Door, work: F) -> F::Output {
+    DOOR.scope(door, work).await
+}
+
+/// The door of the current call: the one an edge set, else what the caller kind implies.
+pub fn current_door(caller: &crate::caller::Caller) -> Door {
+    DOOR.try_with(|d| *d).unwrap_or(match caller.kind {
+        crate::caller::CallerKind::Session => Door::SealHttp,
+        crate::caller::CallerKind::Execution => Door::Execution,
+        crate::caller::CallerKind::ApiKey | crate::caller::CallerKind::System => Door::Rest,
+    })
+}
+
+/// What became of a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// The tool ran and succeeded.
+    Allowed,
+    /// Refused before the tool ran (unknown tool, invalid arguments, policy, approval).
+    Refused,
+    /// The tool ran and failed, or the audit log could not be written.
+    Error,
+}
+
+impl Decision {
+    const ALL: [Decision; 3] = [Decision::Allowed, Decision::Refused, Decision::Error];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Refused => "refused",
+            Decision::Error => "error",
+        }
+    }
+}
+
+/// Latency buckets of tool calls (seconds): from an in-process `aegis.*` call to a long command.
+const CALL_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    120.0,
+];
+
+/// Latency buckets of audit batch writes (seconds).
+const AUDIT_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+const SANDBOX_STATES: [&str; 3] = ["creating", "running", "destroying"];
+const EXECUTION_STATUSES: [&str; 6] = [
+    "pending",
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+    "timed_out",
+];
+const WORKFLOW_STATUSES: [&str; 7] = [
+    "pending",
+    "running",
+    "waiting",
+    "completed",
+    "failed",
+    "cancelled",
+    "timed_out",
+];
+
+/// Every metric of the process.
+struct Metrics {
+    registry: Registry,
+    tool_calls: IntCounterVec,
+    tool_seconds: HistogramVec,
+    /// Tool name -> slot row; unknown names share the last row (label `unknown`).
+    tool_index: HashMap<String, usize>,
+    tool_names: Vec<String>,
+    /// Resolved handles, `[(tool * doors + door) * decisions + decision]`.
+    call_slots: Box<[OnceLock<IntCounter>]>,
+    /// Resolved handles, `[tool * doors + door]`.
+    time_slots: Box<[OnceLock<Histogram>]>,
+    seal_refusals: IntCounterVec,
+    audit_write_seconds: Histogram,
+    audit_rows: IntCounter,
+    sandboxes: IntGaugeVec,
+    executions: IntGaugeVec,
+    workflow_executions: IntGaugeVec,
+    pool_idle: IntGaugeVec,
+    pool_acquired: IntCounterVec,
+    db_connections: IntGaugeVec,
+    gauges_refreshed: tokio::sync::Mutex<Option<Instant>>,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    registry
+        .register(Box::new(c.clone()))
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    c
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    registry
+        .register(Box::new(g.clone()))
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    g
+}
+
+impl Metrics {
+    // The names, labels and buckets below are constants of this file: a registration failure is
+    // a programming error caught by the first test that renders, hence the panics.
+    fn new() -> Self {
+        let registry = Registry::new();
+        let tool_calls = counter_vec(
+            &registry,
+            "aegis_tool_calls_total",
+            "Tool calls by tool, door (rest, seal_http, seal_grpc, mcp, execution, workflow) and decision (allowed, refused, error).",
+            &["tool", "door", "decision"],
+        );
+        let tool_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "aegis_tool_call_duration_seconds",
+                "Time from the router receiving a tool call to its answer, refusals included.",
+            )
+            .buckets(CALL_BUCKETS.to_vec()),
+            &["tool", "door"],
+        )
+        .unwrap_or_else(|e| panic!("metric aegis_tool_call_duration_seconds: {e}"));
+        registry
+            .register(Box::new(tool_seconds.clone()))
+            .unwrap_or_else(|e| panic!("metric aegis_tool_call_duration_seconds: {e}"));
+        let mut tool_names: Vec<String> = crate::tools::catalog()
+            .map(|c| c.iter().map(|t| t.name.clone()).collect())
+            .unwrap_or_default();
+        tool_names.push("unknown".to_owned());
+        let tool_index = tool_names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        let doors = Door::ALL.len();
+        let decisions = Decision::ALL.len();
+        let call_slots = (0..tool_names.len() * doors * decisions)
+            .map(|_| OnceLock::new())
+            .collect();
+        let time_slots = (0..tool_names.len() * doors)
+            .map(|_| OnceLock::new())
+            .collect();
+        let seal_refusals = counter_vec(
+            &registry,
+            "aegis_seal_refusals_total",
+            "SEAL envelopes and attestations refused by the gateway, by SEAL error code.",
+            &["code"],
+        );
+        let audit_write_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "aegis_audit_write_duration_seconds",
+                "Time the audit writer takes to chain and store one batch of rows (lock, INSERT, commit).",
+            )
+            .buckets(AUDIT_BUCKETS.to_vec()),
+        )
+        .unwrap_or_else(|e| panic!("metric aegis_audit_write_duration_seconds: {e}"));
+        registry
+            .register(Box::new(audit_write_seconds.clone()))
+            .unwrap_or_else(|e| panic!("metric aegis_audit_write_duration_seconds: {e}"));
+        let audit_rows = IntCounter::new(
+            "aegis_audit_rows_written_total",
+            "Audit rows stored by the batched writer.",
+        )
+        .unwrap_or_else(|e| panic!("metric aegis_audit_rows_written_total: {e}"));
+        registry
+            .register(Box::new(audit_rows.clone()))
+            .unwrap_or_else(|e| panic!("metric aegis_audit_rows_written_total: {e}"));
+        Self {
+            tool_calls,
+            tool_seconds,
+            tool_index,
+            tool_names,
+            call_slots,
+            time_slots,
+            seal_refusals,
+            audit_write_seconds,
+            audit_rows,
+            sandboxes: gauge_vec(
+                &registry,
+                "aegis_sandboxes",
+                "Live sandboxes recorded in the database, by state (warm-pool spares included).",
+                &["state"],
+            ),
+            executions: gauge_vec(
+                &registry,
+                "aegis_executions",
+                "Agent executions in the database, by status.",
+                &["status"],
+            ),
+            workflow_executions: gauge_vec(
+                &registry,
+                "aegis_workflow_executions",
+                "Workflow executions in the database, by status.",
+                &["status"],
+            ),
+            pool_idle: gauge_vec(
+                &registry,
+                "aegis_pool_idle_sandboxes",
+                "Idle warm-pool sandboxes held by this instance, by image.",
+                &["image"],
+            ),
+            pool_acquired: counter_vec(
+                &registry,
+                "aegis_pool_acquisitions_total",
+                "Sandbox acquisitions by this instance: `hit` when the warm pool served it, `miss` when a sandbox was created.",
+                &["result"],
+            ),
+            db_connections: gauge_vec(
+                &registry,
+                "aegis_db_pool_connections",
+                "PostgreSQL pool connections of this instance: `idle`, `in_use`, and the pool's `max`.",
+                &["state"],
+            ),
+            gauges_refreshed: tokio::sync::Mutex::new(None),
+            registry,
+        }
+    }
+
+    fn tool_row(&self, tool: &str) -> usize {
+        self.tool_index
+            .get(tool)
+            .copied()
+            .unwrap_or(self.tool_names.len() - 1)
+    }
+}
+
+/// Counts one tool call (called by the router only).
+pub fn tool_call(tool: &str, door: Door, decision: Decision, elapsed: Duration) {
+    let m = &*METRICS;
+    let row = m.tool_row(tool);
+    let doors = Door::ALL.len();
+    let decisions = Decision::ALL.len();
+    let call = (row * doors + door.index()) * decisions + decision as usize;
+    let time = row * doors + door.index();
+    if let Some(slot) = m.call_slots.get(call) {
+        slot.get_or_init(|| {
+            m.tool_calls
+                .with_label_values(&[&m.tool_names[row], door.as_str(), decision.as_str()])
+        })
+        .inc();
+    }
+    if let Some(slot) = m.time_slots.get(time) {
+        slot.get_or_init(|| {
+            m.tool_seconds
+                .with_label_values(&[&m.tool_names[row], door.as_str()])
+        })
+        .observe(elapsed.as_secs_f64());
+    }
+}
+
+/// Counts one SEAL refusal (called by the gateway only).
+pub fn seal_refusal(code: u32) {
+    // Refusals are rare next to calls; the label lookup is the registry's read lock.
+    METRICS
+        .seal_refusals
+        .with_label_values(&[&code.to_string()])
+        .inc();
+}
+
+/// Records one batch stored by the audit writer.
+pub fn audit_write(rows: usize, elapsed: Duration) {
+    METRICS.audit_write_seconds.observe(elapsed.as_secs_f64());
+    METRICS.audit_rows.inc_by(rows as u64);
+}
+
+/// Renders every metric in the Prometheus text format, refreshing the database gauges when they
+/// are older than [`REFRESH`] (one refresher at a time; concurrent scrapes get the last values).
+pub async fn render(state: &AppState) -> Result<String, String> {
+    let m = &*METRICS;
+    if let Ok(mut refreshed) = m.gauges_refreshed.try_lock() {
+        if refreshed.is_none_or(|at| at.elapsed() >= REFRESH) {
+            match refresh_from_db(m, &state.pool).await {
+                Ok(()) => *refreshed = Some(Instant::now()),
+                Err(e) => tracing::warn!(error = %e, "metrics: database gauges not refreshed"),
+            }
+        }
+    }
+    refresh_local(m, state);
+    let mut out = Vec::new();
+    TextEncoder::new()
+        .encode(&m.registry.gather(), &mut out)
+        .map_err(|e| e.to_string())?;
+    String::from_utf8(out).map_err(|e| e.to_string())
+}
+
+/// Sets `gauges` from `(label, count)` rows, zeroing the known labels that have no row.
+fn set_all(gauges: &IntGaugeVec, known: &[&str], rows: Vec<(String, i64)>) {
+    for label in known {
+        gauges.with_label_values(&[label]).set(0);
+    }
+    for (label, n) in rows {
+        gauges.with_label_values(&[&label]).set(n);
+    }
+}
+
+async fn refresh_from_db(m: &Metrics, pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    let sandboxes: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT state, count(*) FROM sandboxes \
+         WHERE state IN ('creating', 'running', 'destroying') GROUP BY state",
+    )
+    .fetch_all(pool)
+    .await?;
+    let executions: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, count(*) FROM executions GROUP BY status")
+            .fetch_all(pool)
+            .await?;
+    let workflows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, count(*) FROM workflow_executions GROUP BY status")
+            .fetch_all(pool)
+            .await?;
+    set_all(&m.sandboxes, &SANDBOX_STATES, sandboxes);
+    set_all(&m.executions, &EXECUTION_STATUSES, executions);
+    set_all(&m.workflow_executions, &WORKFLOW_STATUSES, workflows);
+    Ok(())
+}
+
+/// What this instance knows without a query: its connection pool and its warm pool.
+fn refresh_local(m: &Metrics, state: &AppState) {
+    let size = i64::from(state.pool.size());
+    let idle = state.pool.num_idle() as i64;
+    m.db_connections.with_label_values(&["idle"]).set(idle);
+    m.db_connections
+        .with_label_values(&["in_use"])
+        .set((size - idle).max(0));
+    m.db_connections
+        .with_label_values(&["max"])
+        .set(i64::from(state.pool.options().get_max_connections()));
+    if let Ok(d) = state.sandboxes.dispatcher() {
+        for (image, n) in d.pool_sizes() {
+            m.pool_idle.with_label_values(&[&image]).set(n as i64);
+        }
+        let stats = d.pool_stats();
+        catch_up(&m.pool_acquired.with_label_values(&["hit"]), stats.hits);
+        catch_up(&m.pool_acquired.with_label_values(&["miss"]), stats.misses);
+    }
+}
+
+/// Advances a counter to a total kept elsewhere (the dispatcher's own atomics).
+fn catch_up(counter: &IntCounter, total: u64) {
+    let have = counter.get();
+    if total > have {
+        counter.inc_by(total - have);
+    }
+}
