@@ -177,7 +177,7 @@ pub async fn invoke_gated(
     gate: Option<&dyn CallGate>,
 ) -> Result<ToolOutcome, CallError> {
     let started = Instant::now();
-    let result = route(state, caller, name, arguments, sandbox, started).await;
+    let result = route(state, caller, name, arguments, sandbox, gate, started).await;
     let decision = match &result {
         Ok(ToolOutcome { result: Ok(_), .. }) => Decision::Allowed,
         Ok(_) | Err(CallError::Audit(_) | CallError::Catalog(_)) => Decision::Error,
@@ -198,6 +198,7 @@ async fn route(
     name: &str,
     arguments: Value,
     sandbox: Option<SandboxId>,
+    gate: Option<&dyn CallGate>,
     started: Instant,
 ) -> Result<ToolOutcome, CallError> {
     let args_digest = audit::digest(&arguments);
