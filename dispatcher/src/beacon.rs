@@ -93,6 +93,37 @@ impl Inner {
         }
     }
 
+    /// True when another instance on this engine (any database) beat within [`SILENT_AFTER`],
+    /// or when that cannot be told: what all nodes share (the executor volume) then stays.
+    pub(crate) async fn others_alive(&self) -> bool {
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![
+                labels::managed_filter(),
+                format!("{}={COMPONENT}", labels::COMPONENT),
+            ],
+        )]);
+        let volumes = match self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+        {
+            Ok(list) => list.volumes.unwrap_or_default(),
+            Err(_) => return true,
+        };
+        let recent = now_secs() - SILENT_AFTER.as_secs() as i64;
+        let me = self.instance.to_string();
+        volumes.iter().any(|v| {
+            v.labels.get(labels::INSTANCE) != Some(&me)
+                && v.labels
+                    .get(labels::BEAT_AT)
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .is_some_and(|t| t >= recent)
+        })
+    }
+
     async fn own_beacons(&self) -> Result<Vec<String>> {
         let filters = HashMap::from([(
             "label".to_owned(),

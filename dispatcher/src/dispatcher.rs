@@ -314,6 +314,17 @@ impl Dispatcher {
         let destroyed = results.into_iter().filter(|ok| *ok).count();
         self.shutdown().await;
         self.inner.silence().await;
+        // Leave nothing of ours on the engine: the executor volume goes too when no other node
+        // on this engine is alive (beacons) and no container mounts it (Docker refuses then).
+        if !self.inner.others_alive().await {
+            let name = &self.inner.executor.name;
+            match self.inner.docker.remove_volume(name, None).await {
+                Ok(()) => tracing::info!(volume = %name, "executor volume removed"),
+                Err(e) => {
+                    tracing::debug!(volume = %name, error = %e, "executor volume kept (in use or gone)")
+                }
+            }
+        }
         tracing::info!(
             destroyed,
             "sandboxes of this instance destroyed at shutdown"
@@ -533,6 +544,22 @@ impl Inner {
 
         if spec.network == NetworkMode::Egress {
             self.open_egress(id, spec, owner).await?;
+        }
+
+        // The executor volume is shared by the nodes of this engine and removed by a node that
+        // stops with `destroy` when no container uses it; a node still running puts it back.
+        if let Err(e) = self.docker.inspect_volume(&self.executor.name).await {
+            if is_not_found(&e) {
+                tracing::info!(volume = %self.executor.name, "executor volume gone; installing it again");
+                install::install(
+                    &self.docker,
+                    &self.pg,
+                    &self.config,
+                    &self.scope,
+                    self.instance,
+                )
+                .await?;
+            }
         }
 
         let mut container_labels = base;

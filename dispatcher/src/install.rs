@@ -10,7 +10,10 @@
 //! The volume is named by the binary's hash, so a new executor gets a new volume and sandboxes
 //! still running keep the binary they started with. It is shared by every orchestrator on the
 //! engine and carries no `org.aegis.managed` label: the reaper never removes it (old ones are a
-//! megabyte each; `docker volume rm` them when no sandbox uses them).
+//! megabyte each; `docker volume rm` them when no sandbox uses them). A node stopping with
+//! `shutdown.sandboxes: destroy` removes it when no other node on the engine beats (beacons) and
+//! no container mounts it, so `docker-compose down -v` leaves nothing; a node that finds it gone
+//! before creating a sandbox installs it again.
 //!
 //! Concurrent installers (parallel tests, replicas starting together) are serialized with a
 //! Postgres advisory lock keyed by the hash, so a half-written binary is never seen as complete.
