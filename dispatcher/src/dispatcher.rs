@@ -318,7 +318,15 @@ impl Dispatcher {
         // on this engine is alive (beacons) and no container mounts it (Docker refuses then).
         if !self.inner.others_alive().await {
             let name = &self.inner.executor.name;
-            match self.inner.docker.remove_volume(name, None).await {
+            match self
+                .inner
+                .docker
+                .remove_volume(
+                    name,
+                    Some(RemoveVolumeOptionsBuilder::new().force(false).build()),
+                )
+                .await
+            {
                 Ok(()) => tracing::info!(volume = %name, "executor volume removed"),
                 Err(e) => {
                     tracing::debug!(volume = %name, error = %e, "executor volume kept (in use or gone)")
