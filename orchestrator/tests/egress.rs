@@ -932,6 +932,8 @@ async fn a_restarted_instance_adopts_a_networked_sandbox_with_a_new_proxy() {
     let db = TestDb::create().await;
     let config = || {
         let mut config = test_config(&db.url);
+        // A rolling restart keeps the sandboxes (the default destroys them at SIGTERM).
+        config.shutdown.sandboxes = orchestrator::config::ShutdownSandboxes::Keep;
         config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
         let ip: IpAddr = "127.0.0.2".parse().expect("ip");
         config.egress.hosts = BTreeMap::from([
