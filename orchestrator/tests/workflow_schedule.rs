@@ -4,55 +4,20 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{executor_bin, TestDb, TEST_ADMIN_KEY};
+use common::binary::{self, Node};
+use common::{TestDb, TEST_ADMIN_KEY};
 use uuid::Uuid;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn replica(db: &TestDb, http: u16) -> tokio::process::Child {
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
-        .env_remove("ORCHESTRATOR_CONFIG")
-        .env("DATABASE_URL", &db.url)
-        .env("ORCHESTRATOR_ADMIN_KEY", TEST_ADMIN_KEY)
-        .env("ORCHESTRATOR__SANDBOX__EXECUTOR_PATH", executor_bin())
-        .env("ORCHESTRATOR__WORKFLOWS__POLL_INTERVAL_MS", "200")
-        .env("RUST_LOG", "warn")
-        .args([
-            "serve",
-            "--http",
-            &format!("127.0.0.1:{http}"),
-            "--grpc",
-            &format!("127.0.0.1:{}", free_port()),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("orchestrator starts");
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = client
-            .get(format!("http://127.0.0.1:{http}/health/ready"))
-            .send()
-            .await
-        {
-            if r.status() == 200 {
-                return child;
-            }
-        }
-        assert!(Instant::now() < deadline, "orchestrator never became ready");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+/// One replica: the real binary on `db`, ready, its workflow poller at 200 ms.
+async fn replica(db: &TestDb) -> Node {
+    binary::start(
+        db,
+        &[("ORCHESTRATOR__WORKFLOWS__POLL_INTERVAL_MS", "200")],
+        false,
+    )
+    .await
 }
 
 // Every second (cron with a seconds field); the one state writes the blackboard and ends, so no
@@ -82,12 +47,11 @@ const TICKS: i64 = 4;
 async fn a_scheduled_workflow_runs_once_per_tick_across_two_replicas() {
     let db = TestDb::create().await;
     let pool = db.pool().await;
-    let (port_a, port_b) = (free_port(), free_port());
-    let _a = replica(&db, port_a).await;
-    let _b = replica(&db, port_b).await;
+    let a = replica(&db).await;
+    let b = replica(&db).await;
     let client = reqwest::Client::new();
     let r = client
-        .post(format!("http://127.0.0.1:{port_a}/v1/workflows"))
+        .post(format!("{}/v1/workflows", a.base))
         .bearer_auth(TEST_ADMIN_KEY)
         .body(TICKER)
         .send()
@@ -111,7 +75,7 @@ async fn a_scheduled_workflow_runs_once_per_tick_across_two_replicas() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let r = client
-        .delete(format!("http://127.0.0.1:{port_b}/v1/workflows/ticker"))
+        .delete(format!("{}/v1/workflows/ticker", b.base))
         .bearer_auth(TEST_ADMIN_KEY)
         .send()
         .await
