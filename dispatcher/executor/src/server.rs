@@ -1,7 +1,8 @@
 //! The executor's life: start-up, the request stream, dispatch, shutdown.
 //!
-//! Start-up reads the configuration, opens the roots, drops privileges (`identity.rs`) while the
-//! process is still single-threaded, starts the reaper, and writes the ready line. Then the main
+//! Start-up reads the configuration, opens the roots, drops privileges (`identity.rs`) and forks
+//! the fork server (`cmd/forkserver.rs`) while the process is still single-threaded, starts the
+//! reaper, and writes the ready line. Then the main
 //! thread reads request frames from stdin. `ping` and `cancel` are answered inline (so a
 //! cancellation always gets through, however busy the executor is); every other request runs on
 //! its own thread, at most [`MAX_IN_FLIGHT`] at once. Responses are written whole, one line each,
@@ -50,6 +51,8 @@ pub struct Context {
     pub grants: cmd::grant::Grants,
     /// The kernel's Landlock ABI (0: none).
     pub landlock_abi: u32,
+    /// Makes the sub-reapers (forked at start, before any thread).
+    pub fork_server: cmd::forkserver::ForkServer,
 }
 
 /// Any operation's result, serialized as the bare result object.
@@ -127,6 +130,11 @@ pub fn main() -> i32 {
             ));
         }
     }
+    // Before the reaper or any request thread exists: the fork server must be single-threaded.
+    let fork_server = cmd::forkserver::ForkServer::start().unwrap_or_else(|e| {
+        crate::log_event!("cannot start the fork server ({e}); sub-reapers are forked directly");
+        cmd::forkserver::ForkServer::disabled()
+    });
     let children = match Children::start() {
         Ok(children) => children,
         Err(e) => return fatal(format!("cannot start the reaper: {e}")),
@@ -143,13 +151,18 @@ pub fn main() -> i32 {
         children: Arc::clone(&children),
         grants: cmd::grant::Grants::default(),
         landlock_abi,
+        fork_server,
     });
     crate::log_event!(
-        "ready: uid {} gid {}, pid {}, landlock abi {}",
+        "ready: uid {} gid {}, pid {}, landlock abi {}, fork server pid {}",
         context.config.uid,
         context.config.gid,
         identity::own_pid(),
-        context.landlock_abi
+        context.landlock_abi,
+        context
+            .fork_server
+            .pid()
+            .map_or(0, rustix::process::Pid::as_raw_pid)
     );
     output.send(&Response::ok(
         UNATTRIBUTED_ID,

@@ -20,7 +20,7 @@
 
 use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -31,6 +31,8 @@ use crate::protocol::Enforcement;
 
 /// The newest ABI whose rights we request and have tested.
 const TARGET_ABI: ABI = ABI::V6;
+/// [`TARGET_ABI`] as the kernel numbers it.
+const TARGET_ABI_VERSION: u32 = TARGET_ABI as u32;
 /// Character devices a command may open for writing (sinks and sources, never storage).
 const WRITABLE_DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
 /// Scratch space every command may write to, in addition to the write roots.
@@ -63,25 +65,73 @@ pub fn kernel_abi() -> u32 {
     u32::try_from(abi).unwrap_or(0)
 }
 
+/// A command's Landlock ruleset, built but not enforced: its descriptor (none without Landlock)
+/// and what enforcing it will achieve. A plain descriptor, so that it can be passed to the fork
+/// server over a unix socket (`forkserver.rs`) as well as inherited by a direct fork.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The ruleset descriptor; `None` when the kernel has no Landlock.
+    pub fd: Option<OwnedFd>,
+    /// What enforcing `fd` achieves on this kernel.
+    pub enforcement: Enforcement,
+}
+
 /// Builds the command's Landlock ruleset without enforcing it: the executor does this in its
-/// handler thread, the forked sub-reaper then enforces it on itself with [`enforce`].
-/// `open` gives the granted files opened (`O_PATH`), `None` for one that cannot be.
+/// handler thread, the sub-reaper then enforces it on itself with [`enforce`].
+/// `open` gives the granted files opened (`O_PATH`), `None` for one that cannot be; `abi` is
+/// [`kernel_abi`], from which the enforcement is known in advance (see [`enforcement_for`]).
 pub fn prepare(
     confinement: &Confinement,
+    abi: u32,
     open: impl Fn(&str) -> Option<Arc<OwnedFd>>,
-) -> Result<RulesetCreated, String> {
-    build(confinement, open).map_err(|e| e.to_string())
+) -> Result<Prepared, String> {
+    let created = build(confinement, open).map_err(|e| e.to_string())?;
+    let fd: Option<OwnedFd> = created.into();
+    let enforcement = if fd.is_some() {
+        enforcement_for(abi)
+    } else {
+        Enforcement::None
+    };
+    Ok(Prepared { fd, enforcement })
+}
+
+/// What the best-effort ruleset of [`build`] achieves on a kernel of Landlock ABI `abi`: every
+/// right and scope requested exists from [`TARGET_ABI`] on; below it the crate leaves out what
+/// the kernel lacks (some right or scope is always missing then: partial); ABI 0 is no Landlock.
+/// This is the `landlock` crate's `RulesetStatus`, known before enforcing, so that the process
+/// that enforces (a child of the fork server) needs no `RulesetCreated`.
+pub fn enforcement_for(abi: u32) -> Enforcement {
+    match abi {
+        0 => Enforcement::None,
+        abi if abi < TARGET_ABI_VERSION => Enforcement::Partial,
+        _ => Enforcement::Full,
+    }
 }
 
 /// Confines the calling (single-threaded) process, and everything it starts afterwards, with a
-/// ruleset from [`prepare`].
-pub fn enforce(ruleset: RulesetCreated) -> Result<Enforcement, String> {
-    let status = ruleset.restrict_self().map_err(|e| e.to_string())?;
-    Ok(match status.ruleset {
-        RulesetStatus::FullyEnforced => Enforcement::Full,
-        RulesetStatus::PartiallyEnforced => Enforcement::Partial,
-        RulesetStatus::NotEnforced => Enforcement::None,
-    })
+/// ruleset from [`prepare`]: no-new-privs (already set by the executor; the kernel requires it
+/// without CAP_SYS_ADMIN), then `landlock_restrict_self(fd, 0)`, which is what the crate's
+/// `RulesetCreated::restrict_self` does. Closes the descriptor.
+pub fn enforce(ruleset: Prepared) -> Result<Enforcement, String> {
+    let Some(fd) = ruleset.fd else {
+        return Ok(Enforcement::None);
+    };
+    rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
+    // SAFETY: the syscall takes a descriptor we own and a flags word; it touches no memory.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_restrict_self,
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            0u32,
+        )
+    };
+    if done != 0 {
+        return Err(format!(
+            "landlock_restrict_self: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(ruleset.enforcement)
 }
 
 fn build(
@@ -149,5 +199,14 @@ mod tests {
         };
         let text = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<Confinement>(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn enforcement_follows_the_kernel_abi() {
+        assert_eq!(enforcement_for(0), Enforcement::None);
+        assert_eq!(enforcement_for(1), Enforcement::Partial);
+        assert_eq!(enforcement_for(5), Enforcement::Partial);
+        assert_eq!(enforcement_for(6), Enforcement::Full);
+        assert_eq!(enforcement_for(7), Enforcement::Full);
     }
 }

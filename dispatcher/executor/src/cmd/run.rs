@@ -2,8 +2,9 @@
 //!
 //! The executor resolves `argv[0]` and the programs the command may execute (`grant.rs`), opens
 //! the working directory beneath its root, builds the command's Landlock ruleset (`confine.rs`)
-//! and forks the command's **sub-reaper** (`subreaper.rs`: a copy of the executor, as root) with
-//! a [`Plan`], the ruleset and the pipes. The sub-reaper enters the working directory, confines
+//! and has the fork server (`forkserver.rs`) clone the command's **sub-reaper** (`subreaper.rs`:
+//! a copy of the executor, as root, whose parent is the executor) with a [`Plan`], the ruleset
+//! and the pipes; without a fork server, it forks the sub-reaper itself. The sub-reaper enters the working directory, confines
 //! itself with Landlock, starts the command as the sandbox user in its own process group and
 //! answers on a status pipe (`started`, or why not). Being non-root after `setuid` with
 //! no-new-privileges set, the command has no capabilities at all; its environment is built from
@@ -33,6 +34,7 @@ use rustix::process::Pid;
 use crate::cmd::capture::CappedBuffer;
 use crate::cmd::children::{Slot, Stop};
 use crate::cmd::confine::{self, Confinement};
+use crate::cmd::forkserver::SpawnError;
 use crate::cmd::subreaper::{self, Handshake, Plan};
 use crate::encoding;
 use crate::error::{OpError, OpResult};
@@ -99,7 +101,10 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         write_roots: ctx.config.write_roots.clone(),
         egress: ctx.config.egress,
     };
-    let ruleset = confine::prepare(&confinement, |path| ctx.grants.opened(path)).map_err(|e| {
+    let ruleset = confine::prepare(&confinement, ctx.landlock_abi, |path| {
+        ctx.grants.opened(path)
+    })
+    .map_err(|e| {
         OpError::new(
             ErrorKind::SpawnFailed,
             format!("cannot build the command's Landlock rules: {e}"),
@@ -127,19 +132,15 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
     };
 
     let started = Instant::now();
-    // The child is this process forked (see `subreaper.rs`); our copies of its descriptors and
-    // ruleset are dropped with `child` when the closure returns.
+    // The fork server clones the sub-reaper (as our child) from copies of `child`'s descriptors;
+    // without it, this thread forks it. Our copies are dropped with `child` when the closure
+    // returns.
     let spawned = ctx
         .children
-        .spawn_with(request, move || {
-            // SAFETY: the child runs `run_forked`, which never returns into this thread's frames
-            // and ends with `_exit`; see `subreaper.rs` for what it may touch after `fork`.
-            match unsafe { libc::fork() } {
-                -1 => Err(io::Error::last_os_error()),
-                0 => subreaper::run_forked(child),
-                pid => Pid::from_raw(pid)
-                    .ok_or_else(|| io::Error::other("fork returned an invalid pid")),
-            }
+        .spawn_with(request, move || match ctx.fork_server.spawn(&child) {
+            Ok(pid) => Ok(pid),
+            Err(SpawnError::Failed(e)) => Err(e),
+            Err(SpawnError::Unavailable) => fork_subreaper(child),
         })
         .map_err(|e| {
             OpError::new(
@@ -216,6 +217,18 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         cancelled: outcome.cancelled,
         landlock,
     })
+}
+
+/// Forks the sub-reaper from this (multi-threaded) process: the path when the fork server is
+/// gone or the plan is too large for it (`forkserver.rs`), and how it was always done before.
+fn fork_subreaper(child: subreaper::Child) -> io::Result<Pid> {
+    // SAFETY: the child runs `run_forked`, which never returns into this thread's frames and
+    // ends with `_exit`; see `subreaper.rs` for what it may touch after `fork`.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => subreaper::run_forked(child),
+        pid => Pid::from_raw(pid).ok_or_else(|| io::Error::other("fork returned an invalid pid")),
+    }
 }
 
 /// A pipe whose both ends close on `exec`.

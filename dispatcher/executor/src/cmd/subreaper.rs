@@ -1,21 +1,25 @@
 //! The sub-reaper: one per command, so that nothing a command starts outlives its call.
 //!
-//! For every `cmd.run` the executor's handler thread forks; the child (this module, never
-//! returning) is the command's sub-reaper. It is a copy of the executor, not a new program:
-//! starting a static binary again cost more CPU than anything else in a `cmd.run` (on virtual
-//! machines every start of the C library traps on `cpuid` a few dozen times), while a fork keeps
-//! every property the re-executed binary had. It runs as root with the executor's three
-//! capabilities (SETUID, SETGID, KILL), not dumpable, so commands (the sandbox user) can neither
-//! signal nor trace it. The child of a multi-threaded process, it touches no lock another thread
-//! may have held (no standard streams, no logging): the C library's allocator is safe after
-//! `fork`. Then it:
+//! For every `cmd.run` the executor asks its fork server (`forkserver.rs`) for a child; that
+//! child (this module, never returning) is the command's sub-reaper, and its parent is the
+//! executor (`CLONE_PARENT`), which reaps, signals and waits for it. Should the fork server be
+//! gone, the handler thread forks the sub-reaper itself (the fallback, and how every sub-reaper
+//! was made before the fork server: forking the multi-threaded executor copies its page tables
+//! and makes every later write of every thread fault, which cost more CPU than anything else).
+//! Either way it is a copy of the executor, not a new program: starting a static binary again
+//! cost more still (on virtual machines every start of the C library traps on `cpuid` a few
+//! dozen times), while a fork keeps every property the re-executed binary had. It runs as root
+//! with the executor's three capabilities (SETUID, SETGID, KILL), not dumpable, so commands (the
+//! sandbox user) can neither signal nor trace it. It touches no lock another thread may have
+//! held (no standard streams, no logging): the C library's allocator is safe after `fork`, and
+//! the fork server has one thread. Then it:
 //!
 //! 1. blocks the signals it waits for, marks itself `PR_SET_CHILD_SUBREAPER` (every orphan of
 //!    the command's process tree is re-parented to it instead of escaping to PID 1: `setsid`
 //!    and double forks included), enters the working directory the executor opened, and
 //!    closes every descriptor it inherited but its own (so no other command's pipe is held);
-//! 2. confines itself with the command's Landlock domain (built by the executor, `confine.rs`),
-//!    which the command inherits and cannot leave;
+//! 2. confines itself with the command's Landlock domain (built by the executor, `confine.rs`,
+//!    and received as a descriptor), which the command inherits and cannot leave;
 //! 3. starts the command (`spawn.rs`) as the sandbox user in its own process group, its stdout
 //!    and stderr being the executor's pipes, and reports `started` (or why not) on the status
 //!    pipe;
@@ -30,7 +34,6 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use landlock::RulesetCreated;
 use rustix::process::{Pid, Signal};
 use serde::{Deserialize, Serialize};
 
@@ -44,8 +47,9 @@ const MAX_ROUNDS: usize = 10_000;
 /// Exit code of a sub-reaper that failed before the command ran (it reported why).
 const FAILED_BEFORE_START: i32 = 127;
 
-/// Everything the sub-reaper needs to start and confine one command.
-#[derive(Debug, Clone)]
+/// Everything the sub-reaper needs to start and confine one command (sent to the fork server as
+/// JSON, beside the descriptors of [`Child`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Plan {
     /// Absolute path of the program.
     pub program: String,
@@ -70,7 +74,7 @@ pub struct Child {
     /// The command to start.
     pub plan: Plan,
     /// The command's Landlock domain, built by the executor.
-    pub ruleset: RulesetCreated,
+    pub ruleset: confine::Prepared,
     /// The program's directory, opened `O_PATH` (the program is executed from it: no path walk).
     pub program_dir: Option<Arc<OwnedFd>>,
     /// The working directory (opened beneath its root by the executor).
@@ -269,7 +273,7 @@ fn run(child: Child) -> i32 {
 }
 
 /// Closes every descriptor of this process except the standard ones and `keep`.
-fn close_all_but(keep: &[RawFd]) {
+pub(crate) fn close_all_but(keep: &[RawFd]) {
     let mut keep: Vec<u32> = keep
         .iter()
         .filter_map(|fd| u32::try_from(*fd).ok())
@@ -437,15 +441,17 @@ fn exit_like(status: i32) -> i32 {
         return libc::WEXITSTATUS(status);
     }
     let signal = libc::WTERMSIG(status);
-    // SAFETY: resets one signal to its default action, unblocks it and raises it; if that does
-    // not end the process (a signal whose default is to ignore), we exit with 128 + signal.
+    // SAFETY: resets one signal to its default action, unblocks it and sends it to this
+    // (single-threaded) process; if that does not end the process (a signal whose default is to
+    // ignore), we exit with 128 + signal. `kill(getpid())` rather than `raise`: a child of the
+    // fork server comes from a raw `clone`, so the C library's idea of its thread id is stale.
     unsafe {
         libc::signal(signal, libc::SIG_DFL);
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, signal);
         libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(signal);
+        libc::kill(libc::getpid(), signal);
     }
     128 + signal
 }
