@@ -1341,3 +1341,162 @@ fn env_get_masks_secrets() {
         "path_not_allowed",
     );
 }
+
+/// The fork server as `proc.list` shows it (an internal process named `fork-server`), if any.
+fn fork_server(s: &Sandbox) -> Option<Value> {
+    let listed = s.ok(json!({"op": "proc.list", "name": "fork-server", "include_internal": true}));
+    listed["processes"]
+        .as_array()
+        .and_then(|all| all.iter().find(|p| p["name"] == json!("fork-server")))
+        .cloned()
+}
+
+/// Waits until `cmdline` shows up among the sandbox's processes.
+fn wait_for_process(s: &Sandbox, cmdline: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !processes(s).iter().any(|p| p.cmdline == cmdline) {
+        assert!(Instant::now() < deadline, "`{cmdline}` never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A command whose tree (two background sleeps) outlives its leader unless something kills it.
+fn tree_request(a: u32, b: u32, timeout_ms: u64) -> Value {
+    json!({"op":"cmd.run","exec":"any","argv":["sh","-c",format!("sleep {a} & sleep {b} & wait")],
+           "timeout_ms":timeout_ms,"grace_ms":300,"max_stdout_bytes":100,"max_stderr_bytes":100})
+}
+
+/// Cancelling and timing out a command kills its whole tree; checked after each.
+fn cancel_and_timeout_kill_trees(s: &Sandbox, first: u32) {
+    let (a, b) = (first, first + 1);
+    let running = s.send(tree_request(a, b, 60000));
+    wait_for_process(s, &format!("sleep {a}"));
+    wait_for_process(s, &format!("sleep {b}"));
+    assert_eq!(
+        s.ok(json!({"op":"cancel","target":running})),
+        json!({"cancelled": true})
+    );
+    let r = s.wait(running);
+    assert_eq!(r["ok"]["cancelled"], json!(true), "{r}");
+    let (c, d) = (first + 2, first + 3);
+    let r = s.ok(tree_request(c, d, 700));
+    assert_eq!(r["timed_out"], json!(true), "{r}");
+    let ps = processes(s);
+    for n in [a, b, c, d] {
+        assert!(
+            !ps.iter().any(|p| p.cmdline == format!("sleep {n}")),
+            "`sleep {n}` outlived its command: {ps:?}"
+        );
+    }
+}
+
+#[test]
+fn many_concurrent_commands_get_their_own_statuses() {
+    let s = Sandbox::start();
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for thread in 0..20u32 {
+            let s = &s;
+            scope.spawn(move || {
+                for i in 0..10u32 {
+                    let n = thread * 10 + i;
+                    if n % 2 == 0 {
+                        let r = s.run(&["true"]);
+                        assert_eq!(r["exit_code"], json!(0), "{r}");
+                        assert_eq!(r["stdout"], json!(""), "{r}");
+                    } else {
+                        let r = s.run(&["sh", "-c", &format!("echo {n}; exit {}", n % 100)]);
+                        assert_eq!(r["exit_code"], json!(n % 100), "{r}");
+                        assert_eq!(r["stdout"], json!(format!("{n}\n")), "{r}");
+                    }
+                }
+            });
+        }
+    });
+    println!("200 commands over 20 threads: {:?}", started.elapsed());
+    let server = fork_server(&s).unwrap_or_else(|| panic!("no fork server"));
+    assert_eq!(server["ppid"], json!(1), "{server}");
+    let log = s.stderr.lock().unwrap().clone();
+    assert!(!log.contains("is gone"), "the fork server was lost: {log}");
+    assert!(!processes(&s).iter().any(|p| p.state == "Z"));
+}
+
+#[test]
+fn the_fork_server_is_out_of_reach_and_its_loss_is_survived() {
+    let s = Sandbox::start();
+    let server = fork_server(&s).unwrap_or_else(|| panic!("no fork server"));
+    assert_eq!(
+        (
+            server["uid"].clone(),
+            server["ppid"].clone(),
+            server["role"].clone()
+        ),
+        (json!(0), json!(1), json!("sub_reaper")),
+        "{server}"
+    );
+    let pid = server["pid"].as_u64().unwrap_or_default();
+    assert!(pid > 1, "{server}");
+
+    // A command can neither signal it nor see its descriptors.
+    let attack = s.run(&[
+        "sh",
+        "-c",
+        &format!("kill -9 {pid}; kill -STOP {pid}; ls /proc/{pid}/fd"),
+    ]);
+    let stderr = attack["stderr"].as_str().unwrap_or_default();
+    assert_eq!(
+        stderr.matches("not permitted").count(),
+        2,
+        "both signals were refused: {attack}"
+    );
+    assert!(stderr.contains("ermission denied"), "{attack}");
+    assert_eq!(fork_server(&s).map(|p| p["pid"].clone()), Some(json!(pid)));
+
+    // Sub-reapers are the executor's children (it reaps and signals them), not the server's.
+    let running = s.send(tree_request(301, 302, 60000));
+    wait_for_process(&s, "sleep 301");
+    let internal = s.ok(json!({"op": "proc.list", "include_internal": true, "limit": 200}));
+    let reapers: Vec<&Value> = internal["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["role"] == json!("sub_reaper") && p["name"] != json!("fork-server"))
+        .collect();
+    assert!(!reapers.is_empty(), "{internal}");
+    assert!(reapers.iter().all(|p| p["ppid"] == json!(1)), "{internal}");
+    s.ok(json!({"op":"cancel","target":running}));
+    s.wait(running);
+    cancel_and_timeout_kill_trees(&s, 310);
+
+    // Killed (only root can: here from outside) while a command runs: the command still answers
+    // and later commands are forked directly.
+    let long = s.send(Sandbox::run_request(&["sh", "-c", "sleep 1; echo done"]));
+    wait_for_process(&s, "sleep 1");
+    docker_ok(&["exec", &s.name, "kill", "-9", &pid.to_string()]);
+    let r = s.wait(long);
+    assert_eq!(
+        (r["ok"]["exit_code"].clone(), r["ok"]["stdout"].clone()),
+        (json!(0), json!("done\n")),
+        "{r}"
+    );
+    std::thread::scope(|scope| {
+        for _ in 0..5 {
+            let s = &s;
+            scope.spawn(move || {
+                for _ in 0..10 {
+                    assert_eq!(s.run(&["true"])["exit_code"], json!(0));
+                }
+            });
+        }
+    });
+    assert_eq!(fork_server(&s), None, "the killed server is reaped");
+    let log = s.stderr.lock().unwrap().clone();
+    assert_eq!(
+        log.matches(&format!("fork server pid {pid} is gone"))
+            .count(),
+        1,
+        "its loss is logged once: {log}"
+    );
+    cancel_and_timeout_kill_trees(&s, 320);
+    assert!(!processes(&s).iter().any(|p| p.state == "Z"));
+}
