@@ -1414,6 +1414,14 @@ fn many_concurrent_commands_get_their_own_statuses() {
         }
     });
     println!("200 commands over 20 threads: {:?}", started.elapsed());
+    // A plan too large for one message to the fork server (a 100 kB argument) is forked directly.
+    let big = "x".repeat(100_000);
+    let r = s.run(&["sh", "-c", "printf %s \"$1\" | wc -c", "sh", &big]);
+    assert_eq!(
+        (r["exit_code"].clone(), r["stdout"].as_str().map(str::trim)),
+        (json!(0), Some("100000")),
+        "{r}"
+    );
     let server = fork_server(&s).unwrap_or_else(|| panic!("no fork server"));
     assert_eq!(server["ppid"], json!(1), "{server}");
     let log = s.stderr.lock().unwrap().clone();
