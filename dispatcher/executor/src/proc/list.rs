@@ -94,8 +94,9 @@ fn role_of(pid: u32, own_pid: u32, info: &ProcessInfo) -> ProcessRole {
     if pid == own_pid {
         ProcessRole::Executor
     } else if info.uid == 0 {
-        // Commands run as the sandbox user; the only other root processes are the executor's
-        // forks: sub-reapers (and, for an instant, a command between fork and exec).
+        // Commands run as the sandbox user; the only other root processes are copies of the
+        // executor: sub-reapers, the fork server that makes them (`fork-server`; the protocol
+        // has no role of its own for it), and, for an instant, a command between fork and exec.
         ProcessRole::SubReaper
     } else {
         ProcessRole::Command
