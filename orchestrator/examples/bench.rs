@@ -836,9 +836,10 @@ async fn measure(args: &Args, app: &RunningApp, engine: &Engine, run_id: &str) -
         .as_str()
         .ok_or_else(|| anyhow!("POST /v1/sandboxes answered without sandbox_id: {created}"))?
         .parse()?;
-    let caller = orchestrator::auth::authenticate(&app.state.pool, &app.admin_key)
-        .await
-        .map_err(|e| anyhow!("admin key: {e}"))?;
+    let caller =
+        orchestrator::auth::authenticate(&app.state.pool, &app.state.api_keys, &app.admin_key)
+            .await
+            .map_err(|e| anyhow!("admin key: {e}"))?;
     let target = Target {
         app,
         engine,

@@ -167,6 +167,7 @@ impl Application {
             started_at: Utc::now(),
             config_path: config_path.map(Arc::new),
             egress,
+            api_keys: Arc::default(),
         };
         state.executions.recover(&state, dead_after).await;
         match crate::builtin::upgrade(&state.pool).await {
@@ -235,6 +236,11 @@ impl Application {
             shutdown.clone(),
         ));
         let deliveries = tokio::spawn(crate::delivery::work(state.clone(), shutdown.clone()));
+        let key_listener = tokio::spawn(crate::auth::key_cache::listen(
+            state.pool.clone(),
+            state.api_keys.clone(),
+            shutdown.clone(),
+        ));
         let anchor = tokio::spawn(crate::audit::log_head_periodically(
             state.pool.clone(),
             Duration::from_secs(state.config.audit.anchor_log_interval_secs),
@@ -336,6 +342,7 @@ impl Application {
         )
         .await;
         anchor.abort();
+        key_listener.abort();
         state.executions.stop_all(Duration::from_secs(10)).await;
         if let Ok(d) = state.sandboxes.dispatcher() {
             match state.config.shutdown.sandboxes {

@@ -32,6 +32,8 @@ pub struct AppState {
     pub config_path: Option<std::sync::Arc<std::path::PathBuf>>,
     /// Workflow executions.
     pub workflows: std::sync::Arc<crate::workflow::Workflows>,
+    /// Verified API keys, used while this node hears of every key change.
+    pub api_keys: std::sync::Arc<crate::auth::key_cache::KeyCache>,
 }
 
 /// The workflow engine reaches the agent engine through this narrow handle only.

@@ -723,6 +723,74 @@ async fn api_keys_authenticate_and_roles_authorise() {
     assert_eq!(page["rows"].as_array().unwrap().len(), 3);
 }
 
+/// A key this node has cached is refused soon after it is revoked elsewhere (another replica, or
+/// psql): the change is announced by the `api_keys` trigger and the node drops the key, well
+/// before the cache's own 60 s limit would.
+#[tokio::test]
+async fn a_key_revoked_behind_the_nodes_back_is_refused() {
+    let app = TestApp::spawn().await;
+    let key = app.create_key("elsewhere", "operator").await;
+    for _ in 0..3 {
+        let r = app
+            .with_key(Method::GET, "/v1/agents", &key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    sqlx::query("UPDATE api_keys SET revoked_at = now() WHERE name = 'elsewhere'")
+        .execute(&app.state.pool)
+        .await
+        .unwrap();
+    let mut status = 0;
+    for _ in 0..100 {
+        let r = app
+            .with_key(Method::GET, "/v1/agents", &key)
+            .send()
+            .await
+            .unwrap();
+        status = r.status().as_u16();
+        if status == 401 {
+            let body: Value = r.json().await.unwrap();
+            assert!(
+                body["error"].as_str().unwrap().contains("revoked"),
+                "{body}"
+            );
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 401, "the revoked key was still accepted after 5 s");
+
+    // A role change is announced too: a demoted key loses its rights.
+    let key = app.create_key("demoted", "operator").await;
+    let r = app
+        .with_key(Method::POST, "/v1/agents", &key)
+        .body(AGENT_V1)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    sqlx::query("UPDATE api_keys SET role = 'readonly' WHERE name = 'demoted'")
+        .execute(&app.state.pool)
+        .await
+        .unwrap();
+    let mut status = 0;
+    for _ in 0..100 {
+        let r = app
+            .with_key(Method::DELETE, "/v1/agents/x-never-there", &key)
+            .send()
+            .await
+            .unwrap();
+        status = r.status().as_u16();
+        if status == 403 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 403, "the demoted key kept its role after 5 s");
+}
+
 #[tokio::test]
 async fn the_audit_log_is_filterable_and_detects_an_edited_row() {
     let app = TestApp::spawn().await;

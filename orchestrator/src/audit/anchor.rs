@@ -30,7 +30,7 @@ pub struct Head {
 /// The head of `tenant`'s chain.
 pub async fn head(pool: &PgPool, tenant: &str) -> Result<Head, sqlx::Error> {
     let last: Option<(i64, Option<i64>, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
-        "SELECT seq, chain_index, hash, at FROM audit_log WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
+        "SELECT seq, chain_index, hash, at FROM audit_log WHERE tenant_id = $1 ORDER BY tenant_id DESC, seq DESC LIMIT 1",
     )
     .bind(tenant)
     .fetch_optional(pool)

@@ -273,7 +273,7 @@ pub async fn list(pool: &PgPool, tenant: &str, q: &Query) -> Result<Vec<AuditRow
          WHERE tenant_id = $1 AND ($2::text IS NULL OR action = $2) \
          AND ($3::text IS NULL OR caller_id = $3) AND ($4::text IS NULL OR decision = $4) \
          AND ($5::timestamptz IS NULL OR at >= $5) AND ($6::timestamptz IS NULL OR at < $6) \
-         AND seq > $7 ORDER BY seq LIMIT $8"
+         AND seq > $7 ORDER BY tenant_id, seq LIMIT $8"
     ))
     .bind(tenant)
     .bind(&q.tool)

@@ -9,11 +9,11 @@
 //! `prev_hash` and `hash`, verification is unchanged, and `append` returns only once the row's
 //! transaction committed (an intent row still exists before its tool runs).
 //!
-//! A batch costs three round trips: `BEGIN` and the lock in one simple query, the INSERT, the
-//! COMMIT. The writer remembers the head it last wrote (hash and index per tenant) and the
-//! INSERT stores nothing unless that is still the head under the lock; when another replica (or
-//! anything else) appended meanwhile, the head is read and the batch chained again, in the same
-//! transaction and under the same lock.
+//! A batch costs one round trip: the writer remembers the head it last wrote (hash and index per
+//! tenant), chains the batch to it, and calls `audit_append` (a SQL function, see its migration)
+//! in autocommit: it takes the lock, then inserts the batch unless a head is no longer the one
+//! chained to. When another replica (or anything else) appended meanwhile, nothing is stored and
+//! the batch goes the long way: `BEGIN` with the lock, read the heads, chain again, INSERT, COMMIT.
 //!
 //! A batch that fails (say a second completion of one intent hits the unique index) is retried
 //! row by row, so only the offending row reports the error.
@@ -167,41 +167,59 @@ async fn store_locked(
     batch: &[Pending],
     heads: &mut Heads,
 ) -> Result<Vec<AuditRow>, sqlx::Error> {
+    let mut tenants: Vec<&str> = batch.iter().map(|p| p.tenant.as_str()).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    if tenants.iter().all(|t| heads.contains_key(*t)) {
+        // The usual case: one round trip, `audit_append` takes the lock and inserts.
+        let mut next = heads.clone();
+        let rows = chain(batch, &mut next)?;
+        let (expect_tenants, expect_hashes) = expected(&tenants, heads);
+        let stored: Vec<(Uuid, i64)> = bind_rows(
+            sqlx::query_as(
+                "SELECT stored_id, stored_seq FROM audit_append($1, $2, $3, $4, $5, $6, $7, $8, \
+                 $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+            )
+            .bind(APPEND_LOCK)
+            .bind(expect_tenants)
+            .bind(expect_hashes),
+            batch,
+            &rows,
+        )
+        .fetch_all(pool)
+        .await?;
+        if !stored.is_empty() {
+            let rows = number(rows, stored)?;
+            *heads = next;
+            return Ok(rows);
+        }
+        // Someone else appended since our last batch: read the heads under the lock below.
+    }
     // One round trip: a simple query may hold two statements.
     let mut tx = pool
         .begin_with(format!(
             "BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK})"
         ))
         .await?;
-    let mut tenants: Vec<&str> = batch.iter().map(|p| p.tenant.as_str()).collect();
-    tenants.sort_unstable();
-    tenants.dedup();
-    let mut cached = tenants.iter().all(|t| heads.contains_key(*t));
-    loop {
-        if !cached {
-            for tenant in &tenants {
-                let head = read_head(&mut tx, tenant).await?;
-                heads.insert((*tenant).to_owned(), head);
-            }
-        }
-        let mut next = heads.clone();
-        let rows = chain(batch, &mut next)?;
-        // Stored only if every tenant's head is still the one chained to (unless just read).
-        let expected: Vec<(String, String)> = tenants
-            .iter()
-            .map(|t| ((*t).to_owned(), heads[*t].0.clone()))
-            .collect();
-        let stored = insert(&mut tx, batch, &rows, cached.then_some(&expected)).await?;
-        if stored.is_empty() && cached {
-            // Someone else appended since our last batch: read the heads, chain again.
-            cached = false;
-            continue;
-        }
-        let rows = number(rows, stored)?;
-        tx.commit().await?;
-        *heads = next;
-        return Ok(rows);
+    for tenant in &tenants {
+        let head = read_head(&mut tx, tenant).await?;
+        heads.insert((*tenant).to_owned(), head);
     }
+    let mut next = heads.clone();
+    let rows = chain(batch, &mut next)?;
+    let stored = insert(&mut tx, batch, &rows).await?;
+    let rows = number(rows, stored)?;
+    tx.commit().await?;
+    *heads = next;
+    Ok(rows)
+}
+
+/// The (tenant, head hash) pairs a batch was chained to, as two arrays.
+fn expected(tenants: &[&str], heads: &Heads) -> (Vec<String>, Vec<String>) {
+    tenants
+        .iter()
+        .map(|t| ((*t).to_owned(), heads[*t].0.clone()))
+        .unzip()
 }
 
 /// The head of `tenant`'s chain: (hash, next index).
@@ -210,7 +228,7 @@ async fn read_head(
     tenant: &str,
 ) -> Result<(String, i64), sqlx::Error> {
     let prev: Option<(String, Option<i64>)> = sqlx::query_as(
-        "SELECT hash, chain_index FROM audit_log WHERE tenant_id = $1 ORDER BY seq DESC LIMIT 1",
+        "SELECT hash, chain_index FROM audit_log WHERE tenant_id = $1 ORDER BY tenant_id DESC, seq DESC LIMIT 1",
     )
     .bind(tenant)
     .fetch_optional(&mut **tx)
@@ -248,60 +266,67 @@ fn chain(batch: &[Pending], heads: &mut Heads) -> Result<Vec<AuditRow>, sqlx::Er
     Ok(rows)
 }
 
-/// Inserts the chained rows with one statement; with `expected` heads, inserts nothing unless
-/// each tenant's newest row still has the expected hash. Returns (id, seq) of what it stored.
+/// Inserts the chained rows with one statement, inside the transaction holding the lock.
+/// Returns (id, seq) of what it stored.
 async fn insert(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     batch: &[Pending],
     rows: &[AuditRow],
-    expected: Option<&Vec<(String, String)>>,
 ) -> Result<Vec<(Uuid, i64)>, sqlx::Error> {
-    let col = |f: fn(&AuditRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
-    let opt = |f: fn(&AuditRow) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
-    let (check_tenants, check_hashes): (Vec<String>, Vec<String>) =
-        expected.cloned().unwrap_or_default().into_iter().unzip();
     // Rows are emitted in ordinal order, so `seq` (a sequence default) follows the chain.
-    sqlx::query_as(
-        "INSERT INTO audit_log (id, tenant_id, at, caller_kind, caller_id, kind, action, decision, \
-         reason_code, reason, args_digest, outcome, result_digest, duration_ms, intent_id, \
-         chain_index, instance_id, prev_hash, hash) \
-         SELECT id, tenant_id, at, caller_kind, caller_id, kind, action, decision, reason_code, \
-         reason, args_digest, outcome, result_digest, duration_ms, intent_id, chain_index, \
-         instance_id, prev_hash, hash FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[], \
-         $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
-         $11::text[], $12::text[], $13::text[], $14::int8[], $15::uuid[], $16::int8[], \
-         $17::uuid[], $18::text[], $19::text[]) WITH ORDINALITY AS u(id, tenant_id, at, \
-         caller_kind, caller_id, kind, action, decision, reason_code, reason, args_digest, \
-         outcome, result_digest, duration_ms, intent_id, chain_index, instance_id, prev_hash, \
-         hash, ord) \
-         WHERE NOT EXISTS (SELECT 1 FROM UNNEST($20::text[], $21::text[]) AS h(tenant, hash) \
-           WHERE (SELECT a.hash FROM audit_log a WHERE a.tenant_id = h.tenant \
-                  ORDER BY a.seq DESC LIMIT 1) IS DISTINCT FROM h.hash) \
-         ORDER BY ord RETURNING id, seq",
+    bind_rows(
+        sqlx::query_as(
+            "INSERT INTO audit_log (id, tenant_id, at, caller_kind, caller_id, kind, action, \
+             decision, reason_code, reason, args_digest, outcome, result_digest, duration_ms, \
+             intent_id, chain_index, instance_id, prev_hash, hash) \
+             SELECT id, tenant_id, at, caller_kind, caller_id, kind, action, decision, \
+             reason_code, reason, args_digest, outcome, result_digest, duration_ms, intent_id, \
+             chain_index, instance_id, prev_hash, hash FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[], $4::text[], \
+             $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
+             $12::text[], $13::text[], $14::int8[], $15::uuid[], $16::int8[], $17::uuid[], \
+             $18::text[], $19::text[]) WITH ORDINALITY AS u(id, tenant_id, at, caller_kind, \
+             caller_id, kind, action, decision, reason_code, reason, args_digest, outcome, \
+             result_digest, duration_ms, intent_id, chain_index, instance_id, prev_hash, hash, ord) \
+             ORDER BY ord RETURNING id, seq",
+        ),
+        batch,
+        rows,
     )
-    .bind(rows.iter().map(|r| r.id).collect::<Vec<_>>())
-    .bind(batch.iter().map(|p| p.tenant.clone()).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.at).collect::<Vec<_>>())
-    .bind(col(|r| r.caller_kind.clone()))
-    .bind(col(|r| r.caller_id.clone()))
-    .bind(col(|r| r.kind.clone()))
-    .bind(col(|r| r.action.clone()))
-    .bind(col(|r| r.decision.clone()))
-    .bind(opt(|r| r.reason_code.clone()))
-    .bind(opt(|r| r.reason.clone()))
-    .bind(col(|r| r.args_digest.clone()))
-    .bind(col(|r| r.outcome.clone()))
-    .bind(opt(|r| r.result_digest.clone()))
-    .bind(rows.iter().map(|r| r.duration_ms).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.intent_id).collect::<Vec<_>>())
-    .bind(rows.iter().map(|r| r.chain_index).collect::<Vec<_>>())
-    .bind(batch.iter().map(|p| p.instance).collect::<Vec<_>>())
-    .bind(col(|r| r.prev_hash.clone()))
-    .bind(col(|r| r.hash.clone()))
-    .bind(check_tenants)
-    .bind(check_hashes)
     .fetch_all(&mut **tx)
     .await
+}
+
+type RowsQuery<'q> = sqlx::query::QueryAs<
+    'q,
+    sqlx::Postgres,
+    (Uuid, i64),
+    <sqlx::Postgres as sqlx::Database>::Arguments<'q>,
+>;
+
+/// Binds the chained rows as 19 arrays, one per column, in the order both statements use.
+fn bind_rows<'q>(query: RowsQuery<'q>, batch: &[Pending], rows: &[AuditRow]) -> RowsQuery<'q> {
+    let col = |f: fn(&AuditRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
+    let opt = |f: fn(&AuditRow) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
+    query
+        .bind(rows.iter().map(|r| r.id).collect::<Vec<_>>())
+        .bind(batch.iter().map(|p| p.tenant.clone()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.at).collect::<Vec<_>>())
+        .bind(col(|r| r.caller_kind.clone()))
+        .bind(col(|r| r.caller_id.clone()))
+        .bind(col(|r| r.kind.clone()))
+        .bind(col(|r| r.action.clone()))
+        .bind(col(|r| r.decision.clone()))
+        .bind(opt(|r| r.reason_code.clone()))
+        .bind(opt(|r| r.reason.clone()))
+        .bind(col(|r| r.args_digest.clone()))
+        .bind(col(|r| r.outcome.clone()))
+        .bind(opt(|r| r.result_digest.clone()))
+        .bind(rows.iter().map(|r| r.duration_ms).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.intent_id).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.chain_index).collect::<Vec<_>>())
+        .bind(batch.iter().map(|p| p.instance).collect::<Vec<_>>())
+        .bind(col(|r| r.prev_hash.clone()))
+        .bind(col(|r| r.hash.clone()))
 }
 
 /// Puts the stored `seq` on each row, refusing (rolling back) a batch numbered out of order.

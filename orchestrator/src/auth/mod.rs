@@ -6,6 +6,7 @@
 //! when the file is missing); otherwise, when no admin key exists at all, one is generated and
 //! printed once.
 
+pub mod key_cache;
 pub mod key_file;
 
 use chrono::{DateTime, Utc};
@@ -179,7 +180,29 @@ type KeyRow = (
 );
 
 /// Resolves a presented key to its caller; unknown, revoked and expired keys are refused.
-pub async fn authenticate(pool: &PgPool, presented: &str) -> Result<Caller, AuthError> {
+/// A key the database accepted is remembered in `cache` (see [`key_cache`] for why that is safe).
+pub async fn authenticate(
+    pool: &PgPool,
+    cache: &key_cache::KeyCache,
+    presented: &str,
+) -> Result<Caller, AuthError> {
+    let hashed = hash(presented);
+    if let key_cache::Cached::Hit { caller, touch } = cache.get(&hashed) {
+        if let Some(id) = touch {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let touched = sqlx::query("UPDATE api_keys SET last_used_at = now() WHERE id = $1")
+                    .bind(id)
+                    .execute(&pool)
+                    .await;
+                if let Err(e) = touched {
+                    tracing::debug!(error = %e, key = %id, "cannot refresh last_used_at");
+                }
+            });
+        }
+        return Ok(caller);
+    }
+    let seen = cache.generation();
     // `last_used_at` is refreshed at most every 30 s: updating the row on every request made
     // concurrent requests with one key queue on its row lock (and write WAL each time).
     let row: Option<KeyRow> = sqlx::query_as(
@@ -189,7 +212,7 @@ pub async fn authenticate(pool: &PgPool, presented: &str) -> Result<Caller, Auth
              AND (k.last_used_at IS NULL OR k.last_used_at < now() - interval '30 seconds')) \
          SELECT id, name, role, expires_at, revoked_at FROM k",
     )
-    .bind(hash(presented))
+    .bind(&hashed)
     .fetch_optional(pool)
     .await?;
     let Some((id, name, role, expires_at, revoked_at)) = row else {
@@ -204,7 +227,9 @@ pub async fn authenticate(pool: &PgPool, presented: &str) -> Result<Caller, Auth
     let role: Role = role
         .parse()
         .map_err(|_| AuthError::Invalid("the key has an unknown role"))?;
-    Ok(Caller::operator(id, &name, role))
+    let caller = Caller::operator(id, &name, role);
+    cache.put(seen, hashed, id, caller.clone(), expires_at);
+    Ok(caller)
 }
 
 /// A live key bound to a security context, as the MCP endpoint uses it.

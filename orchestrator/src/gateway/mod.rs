@@ -63,6 +63,10 @@ pub struct Gateway {
     config: GatewayConfig,
     sessions: Mutex<HashMap<Uuid, Arc<Session>>>,
     contexts: Mutex<HashMap<String, (String, Arc<SecurityContext>)>>,
+    /// Tokens whose signature and claims were verified: that answer depends on the token's bytes
+    /// alone (the keys never change while the node runs), so a session's token is checked once;
+    /// its times are checked on every call.
+    tokens: Mutex<HashMap<String, Arc<Claims>>>,
 }
 
 /// Cached sessions beyond this are dropped (all at once: they are re-read on their next call).
@@ -103,6 +107,7 @@ impl Gateway {
             config,
             sessions: Mutex::default(),
             contexts: Mutex::default(),
+            tokens: Mutex::default(),
         }
     }
 
@@ -364,8 +369,7 @@ impl Gateway {
 
         let now = Utc::now();
         let claims = self
-            .issuer
-            .verify(&envelope.security_token, now.timestamp())
+            .verified_token(&envelope.security_token, now.timestamp())
             .map_err(with_tool)?;
         let session_uuid = Uuid::parse_str(&claims.sub).map_err(|_| {
             with_tool(SealError::new(
@@ -566,6 +570,25 @@ impl Gateway {
         }
         cache.insert(id, session.clone());
         Ok(Some(session))
+    }
+
+    /// [`TokenIssuer::verify`], with the signature checked once per token.
+    fn verified_token(&self, token: &str, now_unix: i64) -> Result<Arc<Claims>, SealError> {
+        let cached = lock(&self.tokens).get(token).cloned();
+        let claims = match cached {
+            Some(claims) => claims,
+            None => {
+                let claims = Arc::new(self.issuer.verify_signed(token)?);
+                let mut cache = lock(&self.tokens);
+                if cache.len() >= MAX_CACHED_SESSIONS {
+                    cache.clear();
+                }
+                cache.insert(token.to_owned(), claims.clone());
+                claims
+            }
+        };
+        crate::seal::token::check_times(&claims, now_unix)?;
+        Ok(claims)
     }
 
     fn forget_session(&self, id: Uuid) {

@@ -226,6 +226,15 @@ impl TokenIssuer {
     /// algorithms, unreadable claims, lifetimes over 24 h and `iat` in the future are 1004;
     /// `now_unix >= exp` is 1003.
     pub fn verify(&self, token: &str, now_unix: i64) -> Result<Claims, SealError> {
+        let claims = self.verify_signed(token)?;
+        check_times(&claims, now_unix)?;
+        Ok(claims)
+    }
+
+    /// The part of [`TokenIssuer::verify`] that depends on the token's bytes alone (form,
+    /// algorithm, signature, readable claims): its answer for a given token never changes, so a
+    /// caller may remember it; [`check_times`] must still be applied at every use.
+    pub fn verify_signed(&self, token: &str) -> Result<Claims, SealError> {
         let mut parts = token.split('.');
         let (Some(header_b64), Some(claims_b64), Some(signature_b64), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -299,33 +308,37 @@ impl TokenIssuer {
                 )))
             }
         }
-        let claims: Claims = json_object(&decode(claims_b64, "claims")?).map_err(|e| {
-            token_error(format!("the security token's claims are unreadable ({e})"))
-        })?;
-        let lifetime = claims.exp.saturating_sub(claims.iat);
-        if lifetime > MAX_LIFETIME_SECS {
-            return Err(token_error(format!(
-                "the security token lives {lifetime} s; at most {MAX_LIFETIME_SECS} s are allowed"
-            )));
-        }
-        if claims.iat > now_unix.saturating_add(IAT_LEEWAY_SECS) {
-            return Err(token_error(format!(
-                "the security token was issued {} s in the future",
-                claims.iat.saturating_sub(now_unix)
-            )));
-        }
-        if now_unix >= claims.exp {
-            return Err(SealError::new(
-                SealCode::TokenExpired,
-                format!(
-                    "the security token expired {} s ago; attest again for a new one",
-                    now_unix.saturating_sub(claims.exp)
-                ),
-            )
-            .with_details(json!({"exp": claims.exp, "now": now_unix})));
-        }
-        Ok(claims)
+        json_object(&decode(claims_b64, "claims")?)
+            .map_err(|e| token_error(format!("the security token's claims are unreadable ({e})")))
     }
+}
+
+/// The time rules of a verified token at `now_unix`: lifetime at most 24 h, not issued in the
+/// future (beyond a small leeway), not expired.
+pub fn check_times(claims: &Claims, now_unix: i64) -> Result<(), SealError> {
+    let lifetime = claims.exp.saturating_sub(claims.iat);
+    if lifetime > MAX_LIFETIME_SECS {
+        return Err(token_error(format!(
+            "the security token lives {lifetime} s; at most {MAX_LIFETIME_SECS} s are allowed"
+        )));
+    }
+    if claims.iat > now_unix.saturating_add(IAT_LEEWAY_SECS) {
+        return Err(token_error(format!(
+            "the security token was issued {} s in the future",
+            claims.iat.saturating_sub(now_unix)
+        )));
+    }
+    if now_unix >= claims.exp {
+        return Err(SealError::new(
+            SealCode::TokenExpired,
+            format!(
+                "the security token expired {} s ago; attest again for a new one",
+                now_unix.saturating_sub(claims.exp)
+            ),
+        )
+        .with_details(json!({"exp": claims.exp, "now": now_unix})));
+    }
+    Ok(())
 }
 
 /// Decodes a JOSE segment that must be a JSON object (serde would also accept an array for a

@@ -108,6 +108,8 @@ pub async fn revoke(
             format!("no active API key `{id}`"),
         )
     })?;
+    // Every node drops it when the change is announced; this one at once, before answering.
+    state.api_keys.forget(revoked.id);
     audit::record_admin(
         &state.pool,
         &caller,

@@ -27,7 +27,7 @@ pub async fn require_key(
         .or_else(|| header.strip_prefix("bearer "))
         .ok_or(AuthError::Invalid("expected `Bearer <api key>`"))?
         .trim();
-    let caller = auth::authenticate(&state.pool, key).await?;
+    let caller = auth::authenticate(&state.pool, &state.api_keys, key).await?;
     request.extensions_mut().insert(caller);
     Ok(next.run(request).await)
 }
