@@ -135,10 +135,10 @@ impl Sb<'_> {
             .collect()
     }
 
-    /// Nothing runs but the executor, the listing's sub-reaper and the listing itself.
+    /// Nothing runs but the executor, its fork server, the listing's sub-reaper and the listing.
     async fn assert_nothing_survived(&self) {
         let pids = self.pids().await;
-        assert_eq!(pids.len(), 3, "processes outlived their command: {pids:?}");
+        assert_eq!(pids.len(), 4, "processes outlived their command: {pids:?}");
     }
 }
 
