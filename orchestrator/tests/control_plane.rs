@@ -730,37 +730,19 @@ async fn api_keys_authenticate_and_roles_authorise() {
 async fn a_key_revoked_behind_the_nodes_back_is_refused() {
     let app = TestApp::spawn().await;
     let key = app.create_key("elsewhere", "operator").await;
+    // Accepted, and so cached.
     for _ in 0..3 {
-        let r = app
-            .with_key(Method::GET, "/v1/agents", &key)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        answer_within(&app, Method::GET, "/v1/agents", &key, 200).await;
     }
     sqlx::query("UPDATE api_keys SET revoked_at = now() WHERE name = 'elsewhere'")
         .execute(&app.state.pool)
         .await
         .unwrap();
-    let mut status = 0;
-    for _ in 0..100 {
-        let r = app
-            .with_key(Method::GET, "/v1/agents", &key)
-            .send()
-            .await
-            .unwrap();
-        status = r.status().as_u16();
-        if status == 401 {
-            let body: Value = r.json().await.unwrap();
-            assert!(
-                body["error"].as_str().unwrap().contains("revoked"),
-                "{body}"
-            );
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(status, 401, "the revoked key was still accepted after 5 s");
+    let body = answer_within(&app, Method::GET, "/v1/agents", &key, 401).await;
+    assert!(
+        body["error"].as_str().unwrap().contains("revoked"),
+        "{body}"
+    );
 
     // A role change is announced too: a demoted key loses its rights.
     let key = app.create_key("demoted", "operator").await;
@@ -775,20 +757,30 @@ async fn a_key_revoked_behind_the_nodes_back_is_refused() {
         .execute(&app.state.pool)
         .await
         .unwrap();
-    let mut status = 0;
+    answer_within(&app, Method::DELETE, "/v1/agents/x-never-there", &key, 403).await;
+}
+
+/// Repeats a request with `key` until it answers `wanted` (at most 100 times, 50 ms apart);
+/// the answer's body.
+async fn answer_within(app: &TestApp, method: Method, path: &str, key: &str, wanted: u16) -> Value {
+    let mut last = (0, Value::Null);
     for _ in 0..100 {
         let r = app
-            .with_key(Method::DELETE, "/v1/agents/x-never-there", &key)
+            .with_key(method.clone(), path, key)
             .send()
             .await
             .unwrap();
-        status = r.status().as_u16();
-        if status == 403 {
-            break;
+        let status = r.status().as_u16();
+        last = (status, r.json().await.unwrap_or(Value::Null));
+        if status == wanted {
+            return last.1;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert_eq!(status, 403, "the demoted key kept its role after 5 s");
+    panic!(
+        "{method} {path} still answered {} after 5 s (wanted {wanted}): {}",
+        last.0, last.1
+    );
 }
 
 #[tokio::test]
