@@ -730,10 +730,19 @@ async fn api_keys_authenticate_and_roles_authorise() {
 async fn a_key_revoked_behind_the_nodes_back_is_refused() {
     let app = TestApp::spawn().await;
     let key = app.create_key("elsewhere", "operator").await;
-    // Accepted, and so cached.
-    for _ in 0..3 {
+    let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM api_keys WHERE name = 'elsewhere'")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    // Accepted, and so cached (once the node listens for key changes, just after it starts).
+    for _ in 0..100 {
         answer_within(&app, Method::GET, "/v1/agents", &key, 200).await;
+        if app.state.api_keys.holds(id) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    assert!(app.state.api_keys.holds(id), "the key was not cached");
     sqlx::query("UPDATE api_keys SET revoked_at = now() WHERE name = 'elsewhere'")
         .execute(&app.state.pool)
         .await
@@ -742,6 +751,10 @@ async fn a_key_revoked_behind_the_nodes_back_is_refused() {
     assert!(
         body["error"].as_str().unwrap().contains("revoked"),
         "{body}"
+    );
+    assert!(
+        !app.state.api_keys.holds(id),
+        "the revoked key is still cached"
     );
 
     // A role change is announced too: a demoted key loses its rights.

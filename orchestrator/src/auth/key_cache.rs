@@ -132,6 +132,12 @@ impl KeyCache {
         );
     }
 
+    /// Whether an entry for key `id` is held (whatever its age): what a test or a diagnosis
+    /// needs to tell a cached key from one read every time.
+    pub fn holds(&self, id: Uuid) -> bool {
+        self.entries().values().any(|e| e.key_id == id)
+    }
+
     /// Drops the key `id` (it changed).
     pub fn forget(&self, id: Uuid) {
         let mut entries = self.entries();
