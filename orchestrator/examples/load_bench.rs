@@ -204,12 +204,40 @@ async fn measure(args: &Args, db_name: &str, call: CallFn) -> (Stats, Option<Str
         drive(args.clients, args.warmup, call.clone()).await;
     }
     let before = args.cpu.then(|| cpu_account::snapshot(db_name));
+    let machine_before = machine_ticks();
     let stats = drive(args.clients, args.seconds, call).await;
+    let steal = steal_note(machine_before, machine_ticks());
     let cpu = before.map(|before| {
         let spent = cpu_account::spent(&before, &cpu_account::snapshot(db_name));
         cpu_account::per_call(&spent, stats.samples.len(), &CPU_NAMES)
     });
-    (stats, cpu)
+    let note = match (cpu, steal) {
+        (Some(c), Some(s)) => Some(format!("{c}; {s}")),
+        (c, s) => c.or(s),
+    };
+    (stats, note)
+}
+
+/// (all ticks, stolen ticks) of the machine so far, from the `cpu` line of /proc/stat.
+fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    Some((fields.iter().take(8).sum(), *fields.get(7)?))
+}
+
+/// On a virtual machine the hypervisor may give our CPUs to another guest ("steal"): rates then
+/// fall while nothing of ours changed. Named with the row when it took 2% or more.
+fn steal_note(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> Option<String> {
+    let ((total0, steal0), (total1, steal1)) = (before?, after?);
+    let share = (steal1 - steal0) as f64 * 100.0 / (total1 - total0).max(1) as f64;
+    (share >= 2.0)
+        .then(|| format!("the hypervisor took {share:.0}% of the machine's CPU time (steal)"))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
