@@ -13,7 +13,8 @@
 //! tenant), chains the batch to it, and calls `audit_append` (a SQL function, see its migration)
 //! in autocommit: it takes the lock, then inserts the batch unless a head is no longer the one
 //! chained to. When another replica (or anything else) appended meanwhile, nothing is stored and
-//! the batch goes the long way: `BEGIN` with the lock, read the heads, chain again, INSERT, COMMIT.
+//! the batch goes the long way: `BEGIN` with the lock, read the heads, chain again, the same
+//! `audit_append` call, COMMIT.
 //!
 //! A batch that fails (say a second completion of one intent hits the unique index) is retried
 //! row by row, so only the offending row reports the error.
@@ -171,26 +172,8 @@ async fn store_locked(
     tenants.sort_unstable();
     tenants.dedup();
     if tenants.iter().all(|t| heads.contains_key(*t)) {
-        // The usual case: one round trip, `audit_append` takes the lock and inserts.
-        let mut next = heads.clone();
-        let rows = chain(batch, &mut next)?;
-        let (expect_tenants, expect_hashes) = expected(&tenants, heads);
-        let stored: Vec<(Uuid, i64)> = bind_rows(
-            sqlx::query_as(
-                "SELECT stored_id, stored_seq FROM audit_append($1, $2, $3, $4, $5, $6, $7, $8, \
-                 $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
-            )
-            .bind(APPEND_LOCK)
-            .bind(expect_tenants)
-            .bind(expect_hashes),
-            batch,
-            &rows,
-        )
-        .fetch_all(pool)
-        .await?;
-        if !stored.is_empty() {
-            let rows = number(rows, stored)?;
-            *heads = next;
+        // The usual case: one round trip in autocommit, `audit_append` takes the lock itself.
+        if let Some(rows) = append(pool, batch, &tenants, heads).await? {
             return Ok(rows);
         }
         // Someone else appended since our last batch: read the heads under the lock below.
@@ -205,21 +188,68 @@ async fn store_locked(
         let head = read_head(&mut tx, tenant).await?;
         heads.insert((*tenant).to_owned(), head);
     }
-    let mut next = heads.clone();
-    let rows = chain(batch, &mut next)?;
-    let stored = insert(&mut tx, batch, &rows).await?;
-    let rows = number(rows, stored)?;
+    // The heads were just read under the lock this transaction holds: nothing to check (a
+    // tenant without rows has no newest row to compare its genesis head with).
+    let rows = append(&mut *tx, batch, &[], heads).await?.ok_or_else(|| {
+        sqlx::Error::Protocol("the audit chain's head moved under its lock".into())
+    })?;
     tx.commit().await?;
-    *heads = next;
     Ok(rows)
 }
 
-/// The (tenant, head hash) pairs a batch was chained to, as two arrays.
-fn expected(tenants: &[&str], heads: &Heads) -> (Vec<String>, Vec<String>) {
-    tenants
+/// Chains `batch` to `heads` and stores it with `audit_append` (which takes the chain's lock;
+/// inside a transaction that already holds it, that is immediate). `None`, with nothing stored,
+/// when the head of one of `check` is no longer the one in `heads`; otherwise `heads` advance
+/// past the batch.
+async fn append<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    batch: &[Pending],
+    check: &[&str],
+    heads: &mut Heads,
+) -> Result<Option<Vec<AuditRow>>, sqlx::Error> {
+    let mut next = heads.clone();
+    let rows = chain(batch, &mut next)?;
+    let (expect_tenants, expect_hashes): (Vec<String>, Vec<String>) = check
         .iter()
         .map(|t| ((*t).to_owned(), heads[*t].0.clone()))
-        .unzip()
+        .unzip();
+    let col = |f: fn(&AuditRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
+    let opt = |f: fn(&AuditRow) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
+    // The function emits rows in ordinal order, so `seq` (a sequence default) follows the chain.
+    let stored: Vec<(Uuid, i64)> = sqlx::query_as(
+        "SELECT stored_id, stored_seq FROM audit_append($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+         $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+    )
+    .bind(APPEND_LOCK)
+    .bind(expect_tenants)
+    .bind(expect_hashes)
+    .bind(rows.iter().map(|r| r.id).collect::<Vec<_>>())
+    .bind(batch.iter().map(|p| p.tenant.clone()).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.at).collect::<Vec<_>>())
+    .bind(col(|r| r.caller_kind.clone()))
+    .bind(col(|r| r.caller_id.clone()))
+    .bind(col(|r| r.kind.clone()))
+    .bind(col(|r| r.action.clone()))
+    .bind(col(|r| r.decision.clone()))
+    .bind(opt(|r| r.reason_code.clone()))
+    .bind(opt(|r| r.reason.clone()))
+    .bind(col(|r| r.args_digest.clone()))
+    .bind(col(|r| r.outcome.clone()))
+    .bind(opt(|r| r.result_digest.clone()))
+    .bind(rows.iter().map(|r| r.duration_ms).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.intent_id).collect::<Vec<_>>())
+    .bind(rows.iter().map(|r| r.chain_index).collect::<Vec<_>>())
+    .bind(batch.iter().map(|p| p.instance).collect::<Vec<_>>())
+    .bind(col(|r| r.prev_hash.clone()))
+    .bind(col(|r| r.hash.clone()))
+    .fetch_all(executor)
+    .await?;
+    if stored.is_empty() {
+        return Ok(None);
+    }
+    let rows = number(rows, stored)?;
+    *heads = next;
+    Ok(Some(rows))
 }
 
 /// The head of `tenant`'s chain: (hash, next index).
@@ -264,69 +294,6 @@ fn chain(batch: &[Pending], heads: &mut Heads) -> Result<Vec<AuditRow>, sqlx::Er
         rows.push(row);
     }
     Ok(rows)
-}
-
-/// Inserts the chained rows with one statement, inside the transaction holding the lock.
-/// Returns (id, seq) of what it stored.
-async fn insert(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    batch: &[Pending],
-    rows: &[AuditRow],
-) -> Result<Vec<(Uuid, i64)>, sqlx::Error> {
-    // Rows are emitted in ordinal order, so `seq` (a sequence default) follows the chain.
-    bind_rows(
-        sqlx::query_as(
-            "INSERT INTO audit_log (id, tenant_id, at, caller_kind, caller_id, kind, action, \
-             decision, reason_code, reason, args_digest, outcome, result_digest, duration_ms, \
-             intent_id, chain_index, instance_id, prev_hash, hash) \
-             SELECT id, tenant_id, at, caller_kind, caller_id, kind, action, decision, \
-             reason_code, reason, args_digest, outcome, result_digest, duration_ms, intent_id, \
-             chain_index, instance_id, prev_hash, hash FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[], $4::text[], \
-             $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], \
-             $12::text[], $13::text[], $14::int8[], $15::uuid[], $16::int8[], $17::uuid[], \
-             $18::text[], $19::text[]) WITH ORDINALITY AS u(id, tenant_id, at, caller_kind, \
-             caller_id, kind, action, decision, reason_code, reason, args_digest, outcome, \
-             result_digest, duration_ms, intent_id, chain_index, instance_id, prev_hash, hash, ord) \
-             ORDER BY ord RETURNING id, seq",
-        ),
-        batch,
-        rows,
-    )
-    .fetch_all(&mut **tx)
-    .await
-}
-
-type RowsQuery<'q> = sqlx::query::QueryAs<
-    'q,
-    sqlx::Postgres,
-    (Uuid, i64),
-    <sqlx::Postgres as sqlx::Database>::Arguments<'q>,
->;
-
-/// Binds the chained rows as 19 arrays, one per column, in the order both statements use.
-fn bind_rows<'q>(query: RowsQuery<'q>, batch: &[Pending], rows: &[AuditRow]) -> RowsQuery<'q> {
-    let col = |f: fn(&AuditRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
-    let opt = |f: fn(&AuditRow) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
-    query
-        .bind(rows.iter().map(|r| r.id).collect::<Vec<_>>())
-        .bind(batch.iter().map(|p| p.tenant.clone()).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| r.at).collect::<Vec<_>>())
-        .bind(col(|r| r.caller_kind.clone()))
-        .bind(col(|r| r.caller_id.clone()))
-        .bind(col(|r| r.kind.clone()))
-        .bind(col(|r| r.action.clone()))
-        .bind(col(|r| r.decision.clone()))
-        .bind(opt(|r| r.reason_code.clone()))
-        .bind(opt(|r| r.reason.clone()))
-        .bind(col(|r| r.args_digest.clone()))
-        .bind(col(|r| r.outcome.clone()))
-        .bind(opt(|r| r.result_digest.clone()))
-        .bind(rows.iter().map(|r| r.duration_ms).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| r.intent_id).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| r.chain_index).collect::<Vec<_>>())
-        .bind(batch.iter().map(|p| p.instance).collect::<Vec<_>>())
-        .bind(col(|r| r.prev_hash.clone()))
-        .bind(col(|r| r.hash.clone()))
 }
 
 /// Puts the stored `seq` on each row, refusing (rolling back) a batch numbered out of order.

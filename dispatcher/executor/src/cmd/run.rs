@@ -4,11 +4,11 @@
 //! the working directory beneath its root, builds the command's Landlock ruleset (`confine.rs`)
 //! and has the fork server (`forkserver.rs`) clone the command's **sub-reaper** (`subreaper.rs`:
 //! a copy of the executor, as root, whose parent is the executor) with a [`Plan`], the ruleset
-//! and the pipes; without a fork server, it forks the sub-reaper itself. The sub-reaper enters the working directory, confines
-//! itself with Landlock, starts the command as the sandbox user in its own process group and
-//! answers on a status pipe (`started`, or why not). Being non-root after `setuid` with
-//! no-new-privileges set, the command has no capabilities at all; its environment is built from
-//! scratch.
+//! and the pipes; without a fork server, it forks the sub-reaper itself. The sub-reaper enters
+//! the working directory, confines itself with Landlock, starts the command as the sandbox user
+//! in its own process group and answers on a status pipe (`started`, or why not). Being non-root
+//! after `setuid` with no-new-privileges set, the command has no capabilities at all; its
+//! environment is built from scratch.
 //!
 //! The supervising thread then runs one `poll` loop over the stdout pipe, the stderr pipe and the
 //! command's wake-up eventfd (exit or cancel), with a timeout computed from the next deadline:
