@@ -295,6 +295,41 @@ async fn an_edited_context_applies_to_the_next_request() {
         .expect("request sent");
     assert_eq!(r.status(), 200);
     assert_eq!(runtime_list_is_error(&app, &key, &session, 4).await, false);
+
+    // The node keeps the verified key with its context's version; an edit made behind its back
+    // (another replica, psql) is announced and applies within moments, not after a TTL.
+    let key_id: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM api_keys WHERE name = 'mcp-client'")
+            .fetch_one(&app.state.pool)
+            .await
+            .expect("the key's row");
+    let mut id = 5;
+    while !app.state.api_keys.holds(key_id) && id < 105 {
+        assert_eq!(runtime_list_is_error(&app, &key, &session, id).await, false);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        id += 1;
+    }
+    assert!(
+        app.state.api_keys.holds(key_id),
+        "the bound key was not cached"
+    );
+    sqlx::query(
+        "UPDATE security_contexts SET definition = jsonb_set(definition, '{capabilities}',          '[{\"tool_pattern\": \"fs.*\"}]') WHERE name = $1",
+    )
+    .bind(&context)
+    .execute(&app.state.pool)
+    .await
+    .expect("edited with SQL");
+    let mut refused = false;
+    for _ in 0..100 {
+        id += 1;
+        if runtime_list_is_error(&app, &key, &session, id).await == true {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refused, "an edit made with SQL never reached the MCP door");
 }
 
 #[tokio::test]

@@ -267,6 +267,41 @@ async fn every_refusal_code_over_both_transports() {
         let (code, status, message) = refusal(client.send(&fresh).await);
         assert_eq!((code, status), (1002, unauthenticated), "{message}");
         assert!(message.contains("replay"), "{message}");
+        // Copies sent at once (so they meet in one batch of the replay guard) pass once.
+        let mut other = payload.clone();
+        other["id"] = json!("req-t2");
+        let twin = client.envelope(&other, Utc::now()).unwrap();
+        let copies = futures_util::future::join_all((0..12).map(|_| client.send(&twin))).await;
+        let passed = copies.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(passed, 1, "{copies:?}");
+        for copy in copies.into_iter().filter(|r| r.is_err()) {
+            assert_eq!(refusal(copy).0, 1002);
+        }
+        // The same, one level down: a signature twice in one batch is fresh once.
+        let request = orchestrator::gateway::sessions::AdmitRequest {
+            tenant: orchestrator::DEFAULT_TENANT.to_owned(),
+            session: uuid::Uuid::parse_str(client.session_id().unwrap()).unwrap(),
+            signature: format!("sig-{}", uuid::Uuid::new_v4()),
+            context_name: "ops".to_owned(),
+        };
+        let unknown = orchestrator::gateway::sessions::AdmitRequest {
+            session: uuid::Uuid::new_v4(),
+            signature: format!("sig-{}", uuid::Uuid::new_v4()),
+            ..request.clone()
+        };
+        let batch = [request.clone(), unknown, request.clone()];
+        let answers: Vec<Option<bool>> =
+            orchestrator::gateway::sessions::admit(&app.state.pool, &batch)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|a| a.map(|a| a.fresh))
+                .collect();
+        assert_eq!(answers, [Some(true), None, Some(false)]);
+        let again = orchestrator::gateway::sessions::admit(&app.state.pool, &[request])
+            .await
+            .unwrap();
+        assert!(matches!(&again[..], [Some(a)] if !a.fresh && a.status == "active"));
         let mut malformed = fresh.clone();
         malformed["protocol"] = json!("seal/v0");
         assert_eq!(refusal(client.send(&malformed).await).0, 1000);

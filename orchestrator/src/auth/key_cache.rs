@@ -1,13 +1,17 @@
-//! Verified API keys kept in memory, so a REST call does not spend a PostgreSQL round trip on
-//! its key (measured: that lookup was a third of PostgreSQL's work per audited call).
+//! Verified API keys kept in memory, so a REST or MCP call does not spend a PostgreSQL round
+//! trip on its key (measured: that lookup was a third of PostgreSQL's work per audited call).
+//! Operator keys (REST) and keys bound to a security context (MCP, with the context's version)
+//! are kept apart: one key may be used on both doors.
 //!
 //! A cached key is never trusted longer than the database says it may be:
 //!
-//! * the cache is used only while this node LISTENs on [`CHANNEL`]; a trigger on `api_keys`
-//!   (migration `..._api_key_notify.sql`) notifies every change of a key row (revocation, role,
-//!   expiry, deletion), from any replica or from `psql`, in the changing transaction, and the
-//!   listener drops that key at once. When the listening connection is lost, every entry is
-//!   dropped and nothing is cached until listening again (a notification may have been missed);
+//! * the cache is used only while this node LISTENs on [`CHANNEL`] and [`CONTEXT_CHANNEL`]; a
+//!   trigger on `api_keys` (migration `..._api_key_notify.sql`) notifies every change of a key
+//!   row (revocation, role, expiry, binding, deletion), one on `security_contexts` (migration
+//!   `..._security_context_notify.sql`) every edit or deletion of a context, from any replica or
+//!   from `psql`, in the changing transaction; the listener drops that key, or every key bound to
+//!   that context, at once. When the listening connection is lost, every entry is dropped and
+//!   nothing is cached until listening again (a notification may have been missed);
 //! * an entry lives at most [`MAX_AGE`] even so, and the key's expiry is checked on every use;
 //! * `last_used_at` is still refreshed, at most every 30 s per key, in the background.
 //!
@@ -23,31 +27,50 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::BoundKey;
 use crate::caller::Caller;
 
 /// The NOTIFY channel of key changes; the payload is the key's id.
 pub const CHANNEL: &str = "aegis_api_keys";
+/// The NOTIFY channel of security context edits; the payload is the context's name.
+pub const CONTEXT_CHANNEL: &str = "aegis_security_contexts";
 /// The longest an entry is used without reading the key again.
 pub const MAX_AGE: Duration = Duration::from_secs(60);
 /// How often `last_used_at` is refreshed per key (as the uncached lookup does).
 const TOUCH_EVERY: Duration = Duration::from_secs(30);
-/// Entries beyond this are all dropped (they are read again on their next use).
+/// Entries beyond this (per kind) are all dropped (they are read again on their next use).
 const MAX_ENTRIES: usize = 10_000;
 
-/// One verified key.
+/// One verified key: what its door needs (`T`), and what decides how long that holds.
 #[derive(Debug, Clone)]
-struct Entry {
-    caller: Caller,
+struct Entry<T> {
+    value: T,
     key_id: Uuid,
+    /// The security context the answer depends on (bound keys).
+    context: Option<String>,
     expires_at: Option<DateTime<Utc>>,
     read_at: Instant,
     touched_at: Instant,
 }
 
+/// Key hash → entry, one map per kind of answer.
+#[derive(Debug, Default)]
+struct Entries {
+    operators: HashMap<String, Entry<Caller>>,
+    bound: HashMap<String, Entry<BoundKey>>,
+}
+
+impl Entries {
+    fn clear(&mut self) {
+        self.operators.clear();
+        self.bound.clear();
+    }
+}
+
 /// The cache: key hash → verified key, valid only while [`KeyCache::listening`].
 #[derive(Debug, Default)]
 pub struct KeyCache {
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<Entries>,
     listening: AtomicBool,
     /// Bumped by every drop: a key read from the database before a drop is not stored after it
     /// (the drop may have been for that very key, announced between the read and the store).
@@ -55,15 +78,44 @@ pub struct KeyCache {
 }
 
 /// What a lookup found.
-pub enum Cached {
-    /// The key is cached and valid now: its caller; `touch` when `last_used_at` is due.
-    Hit { caller: Caller, touch: Option<Uuid> },
+pub enum Cached<T> {
+    /// The key is cached and valid now: its answer; `touch` when `last_used_at` is due.
+    Hit { value: T, touch: Option<Uuid> },
     /// Not cached (or caching is off): read the database.
     Miss,
 }
 
+/// What a key the database just accepted is remembered with.
+pub struct Verified<T> {
+    /// The answer for its door.
+    pub value: T,
+    /// The key's id.
+    pub key_id: Uuid,
+    /// The security context the answer includes, if any.
+    pub context: Option<String>,
+    /// The key's expiry.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// Picks one kind of entry.
+trait Kind: Clone + Sized {
+    fn map(entries: &mut Entries) -> &mut HashMap<String, Entry<Self>>;
+}
+
+impl Kind for Caller {
+    fn map(entries: &mut Entries) -> &mut HashMap<String, Entry<Self>> {
+        &mut entries.operators
+    }
+}
+
+impl Kind for BoundKey {
+    fn map(entries: &mut Entries) -> &mut HashMap<String, Entry<Self>> {
+        &mut entries.bound
+    }
+}
+
 impl KeyCache {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -72,19 +124,29 @@ impl KeyCache {
         self.listening.load(Ordering::Acquire)
     }
 
-    /// The cached caller of the key whose hash is `hash`, if it may be used now.
-    pub fn get(&self, hash: &str) -> Cached {
+    /// The cached operator (REST) caller of the key whose hash is `hash`, if usable now.
+    pub fn get(&self, hash: &str) -> Cached<Caller> {
+        self.lookup(hash)
+    }
+
+    /// The cached binding (MCP) of the key whose hash is `hash`, if usable now.
+    pub fn get_bound(&self, hash: &str) -> Cached<BoundKey> {
+        self.lookup(hash)
+    }
+
+    fn lookup<T: Kind>(&self, hash: &str) -> Cached<T> {
         if !self.listening() {
             return Cached::Miss;
         }
         let now = Instant::now();
         let mut entries = self.entries();
-        let Some(entry) = entries.get_mut(hash) else {
+        let map = T::map(&mut entries);
+        let Some(entry) = map.get_mut(hash) else {
             return Cached::Miss;
         };
         let expired = entry.expires_at.is_some_and(|t| t <= Utc::now());
         if expired || now.duration_since(entry.read_at) >= MAX_AGE {
-            entries.remove(hash);
+            map.remove(hash);
             return Cached::Miss;
         }
         let touch = (now.duration_since(entry.touched_at) >= TOUCH_EVERY).then(|| {
@@ -92,7 +154,7 @@ impl KeyCache {
             entry.key_id
         });
         Cached::Hit {
-            caller: entry.caller.clone(),
+            value: entry.value.clone(),
             touch,
         }
     }
@@ -102,47 +164,63 @@ impl KeyCache {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Remembers a key the database accepted after [`KeyCache::generation`] was `seen`; nothing
-    /// while not listening or when anything was dropped since.
-    pub fn put(
-        &self,
-        seen: u64,
-        hash: String,
-        key_id: Uuid,
-        caller: Caller,
-        expires_at: Option<DateTime<Utc>>,
-    ) {
+    /// Remembers an operator key the database accepted after [`KeyCache::generation`] was
+    /// `seen`; nothing while not listening or when anything was dropped since.
+    pub fn put(&self, seen: u64, hash: String, verified: Verified<Caller>) {
+        self.store(seen, hash, verified)
+    }
+
+    /// Like [`KeyCache::put`], for a key bound to a security context (with its version).
+    pub fn put_bound(&self, seen: u64, hash: String, verified: Verified<BoundKey>) {
+        self.store(seen, hash, verified)
+    }
+
+    fn store<T: Kind>(&self, seen: u64, hash: String, verified: Verified<T>) {
         let now = Instant::now();
         let mut entries = self.entries();
         if !self.listening() || self.generation() != seen {
             return;
         }
-        if entries.len() >= MAX_ENTRIES {
-            entries.clear();
+        let map = T::map(&mut entries);
+        if map.len() >= MAX_ENTRIES {
+            map.clear();
         }
-        entries.insert(
+        map.insert(
             hash,
             Entry {
-                caller,
-                key_id,
-                expires_at,
+                value: verified.value,
+                key_id: verified.key_id,
+                context: verified.context,
+                expires_at: verified.expires_at,
                 read_at: now,
                 touched_at: now,
             },
         );
     }
 
-    /// Whether an entry for key `id` is held (whatever its age): what a test or a diagnosis
-    /// needs to tell a cached key from one read every time.
+    /// Whether an entry for key `id` is held (whatever its age or kind): what a test or a
+    /// diagnosis needs to tell a cached key from one read every time.
     pub fn holds(&self, id: Uuid) -> bool {
-        self.entries().values().any(|e| e.key_id == id)
+        let entries = self.entries();
+        entries.operators.values().any(|e| e.key_id == id)
+            || entries.bound.values().any(|e| e.key_id == id)
     }
 
     /// Drops the key `id` (it changed).
     pub fn forget(&self, id: Uuid) {
         let mut entries = self.entries();
         self.generation.fetch_add(1, Ordering::AcqRel);
-        entries.retain(|_, e| e.key_id != id);
+        entries.operators.retain(|_, e| e.key_id != id);
+        entries.bound.retain(|_, e| e.key_id != id);
+    }
+
+    /// Drops every key whose answer includes the security context `name` (it was edited).
+    pub fn forget_context(&self, name: &str) {
+        let mut entries = self.entries();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        entries
+            .bound
+            .retain(|_, e| e.context.as_deref() != Some(name));
     }
 
     /// Turns caching on or off; either way every entry is dropped.
@@ -161,7 +239,7 @@ pub async fn listen(pool: PgPool, cache: Arc<KeyCache>, shutdown: CancellationTo
         cache.set_listening(false);
         let subscribed = async {
             let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
-            listener.listen(CHANNEL).await?;
+            listener.listen_all([CHANNEL, CONTEXT_CHANNEL]).await?;
             Ok::<_, sqlx::Error>(listener)
         };
         let mut listener = tokio::select! {
@@ -187,7 +265,8 @@ pub async fn listen(pool: PgPool, cache: Arc<KeyCache>, shutdown: CancellationTo
                 n = listener.try_recv() => n,
             };
             match next {
-                Ok(Some(notification)) => match Uuid::parse_str(notification.payload()) {
+                Ok(Some(n)) if n.channel() == CONTEXT_CHANNEL => cache.forget_context(n.payload()),
+                Ok(Some(n)) => match Uuid::parse_str(n.payload()) {
                     Ok(id) => cache.forget(id),
                     // Not ours to parse: drop everything rather than guess.
                     Err(_) => cache.set_listening(true),
@@ -207,19 +286,38 @@ mod tests {
     use super::*;
     use crate::caller::Role;
 
-    fn caller(id: Uuid) -> Caller {
-        Caller::operator(id, "k", Role::Operator)
+    fn operator(id: Uuid, expires_at: Option<DateTime<Utc>>) -> Verified<Caller> {
+        Verified {
+            value: Caller::operator(id, "k", Role::Operator),
+            key_id: id,
+            context: None,
+            expires_at,
+        }
+    }
+
+    fn bound(id: Uuid, context: &str) -> Verified<BoundKey> {
+        Verified {
+            value: BoundKey {
+                id,
+                name: "k".into(),
+                security_context: Some(context.into()),
+                context_version: Some("v1".into()),
+            },
+            key_id: id,
+            context: Some(context.into()),
+            expires_at: None,
+        }
     }
 
     #[test]
     fn nothing_is_cached_or_used_while_not_listening() {
         let cache = KeyCache::default();
         let id = Uuid::new_v4();
-        cache.put(cache.generation(), "h".into(), id, caller(id), None);
+        cache.put(cache.generation(), "h".into(), operator(id, None));
         assert!(matches!(cache.get("h"), Cached::Miss));
         cache.set_listening(true);
         assert!(matches!(cache.get("h"), Cached::Miss));
-        cache.put(cache.generation(), "h".into(), id, caller(id), None);
+        cache.put(cache.generation(), "h".into(), operator(id, None));
         assert!(matches!(cache.get("h"), Cached::Hit { touch: None, .. }));
         cache.set_listening(false);
         assert!(matches!(cache.get("h"), Cached::Miss));
@@ -231,9 +329,9 @@ mod tests {
         cache.set_listening(true);
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         let seen = cache.generation();
-        cache.put(seen, "a".into(), a, caller(a), None);
+        cache.put(seen, "a".into(), operator(a, None));
         let expired = Some(Utc::now() - chrono::Duration::seconds(1));
-        cache.put(seen, "b".into(), b, caller(b), expired);
+        cache.put(seen, "b".into(), operator(b, expired));
         cache.forget(a);
         assert!(matches!(cache.get("a"), Cached::Miss));
         assert!(matches!(cache.get("b"), Cached::Miss));
@@ -246,7 +344,28 @@ mod tests {
         let a = Uuid::new_v4();
         let seen = cache.generation();
         cache.forget(a);
-        cache.put(seen, "a".into(), a, caller(a), None);
+        cache.put(seen, "a".into(), operator(a, None));
         assert!(matches!(cache.get("a"), Cached::Miss));
+    }
+
+    #[test]
+    fn an_edited_context_drops_the_keys_bound_to_it_and_no_others() {
+        let cache = KeyCache::default();
+        cache.set_listening(true);
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let seen = cache.generation();
+        cache.put_bound(seen, "a".into(), bound(a, "ctx-a"));
+        cache.put_bound(seen, "b".into(), bound(b, "ctx-b"));
+        cache.put(seen, "a".into(), operator(a, None));
+        cache.forget_context("ctx-a");
+        assert!(matches!(cache.get_bound("a"), Cached::Miss));
+        assert!(matches!(cache.get_bound("b"), Cached::Hit { .. }));
+        // The same key's REST answer does not depend on the context.
+        assert!(matches!(cache.get("a"), Cached::Hit { .. }));
+        // A revoked key is dropped from both doors.
+        cache.forget(a);
+        assert!(matches!(cache.get("a"), Cached::Miss));
+        assert!(!cache.holds(a));
+        assert!(cache.holds(b));
     }
 }

@@ -187,20 +187,9 @@ pub async fn authenticate(
     presented: &str,
 ) -> Result<Caller, AuthError> {
     let hashed = hash(presented);
-    if let key_cache::Cached::Hit { caller, touch } = cache.get(&hashed) {
-        if let Some(id) = touch {
-            let pool = pool.clone();
-            tokio::spawn(async move {
-                let touched = sqlx::query("UPDATE api_keys SET last_used_at = now() WHERE id = $1")
-                    .bind(id)
-                    .execute(&pool)
-                    .await;
-                if let Err(e) = touched {
-                    tracing::debug!(error = %e, key = %id, "cannot refresh last_used_at");
-                }
-            });
-        }
-        return Ok(caller);
+    if let key_cache::Cached::Hit { value, touch } = cache.get(&hashed) {
+        touch_later(pool, touch);
+        return Ok(value);
     }
     let seen = cache.generation();
     // `last_used_at` is refreshed at most every 30 s: updating the row on every request made
@@ -228,8 +217,34 @@ pub async fn authenticate(
         .parse()
         .map_err(|_| AuthError::Invalid("the key has an unknown role"))?;
     let caller = Caller::operator(id, &name, role);
-    cache.put(seen, hashed, id, caller.clone(), expires_at);
+    cache.put(
+        seen,
+        hashed,
+        key_cache::Verified {
+            value: caller.clone(),
+            key_id: id,
+            context: None,
+            expires_at,
+        },
+    );
     Ok(caller)
+}
+
+/// Refreshes a cached key's `last_used_at` in the background when it is due (`touch`).
+fn touch_later(pool: &PgPool, touch: Option<Uuid>) {
+    let Some(id) = touch else {
+        return;
+    };
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        let touched = sqlx::query("UPDATE api_keys SET last_used_at = now() WHERE id = $1")
+            .bind(id)
+            .execute(&pool)
+            .await;
+        if let Err(e) = touched {
+            tracing::debug!(error = %e, key = %id, "cannot refresh last_used_at");
+        }
+    });
 }
 
 /// A live key bound to a security context, as the MCP endpoint uses it.
@@ -247,8 +262,20 @@ pub struct BoundKey {
 }
 
 /// Resolves a presented key for `/mcp`: unknown, revoked and expired keys are refused, like
-/// `authenticate`; the caller decides what an unbound key may do (nothing, on `/mcp`).
-pub async fn authenticate_bound(pool: &PgPool, presented: &str) -> Result<BoundKey, AuthError> {
+/// `authenticate`; the caller decides what an unbound key may do (nothing, on `/mcp`). A key
+/// bound to an existing context is remembered in `cache` with that context's version (an edit
+/// of the context, or of the key, drops it: see [`key_cache`]).
+pub async fn authenticate_bound(
+    pool: &PgPool,
+    cache: &key_cache::KeyCache,
+    presented: &str,
+) -> Result<BoundKey, AuthError> {
+    let hashed = hash(presented);
+    if let key_cache::Cached::Hit { value, touch } = cache.get_bound(&hashed) {
+        touch_later(pool, touch);
+        return Ok(value);
+    }
+    let seen = cache.generation();
     type Row = (
         Uuid,
         String,
@@ -269,7 +296,7 @@ pub async fn authenticate_bound(pool: &PgPool, presented: &str) -> Result<BoundK
              md5(c.definition::text) FROM k LEFT JOIN security_contexts c \
              ON c.tenant_id = $2 AND c.name = k.security_context",
     )
-    .bind(hash(presented))
+    .bind(&hashed)
     .bind(crate::DEFAULT_TENANT)
     .fetch_optional(pool)
     .await?;
@@ -282,12 +309,26 @@ pub async fn authenticate_bound(pool: &PgPool, presented: &str) -> Result<BoundK
     if expires_at.is_some_and(|t| t <= Utc::now()) {
         return Err(AuthError::Invalid("the key has expired"));
     }
-    Ok(BoundKey {
+    let key = BoundKey {
         id,
         name,
         security_context,
         context_version,
-    })
+    };
+    // Only a key the endpoint will accept: bound, to a context that exists.
+    if key.context_version.is_some() {
+        cache.put_bound(
+            seen,
+            hashed,
+            key_cache::Verified {
+                value: key.clone(),
+                key_id: id,
+                context: key.security_context.clone(),
+                expires_at,
+            },
+        );
+    }
+    Ok(key)
 }
 
 /// What start-up did about the first admin key.

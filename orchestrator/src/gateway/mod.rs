@@ -7,6 +7,7 @@
 //! canonical bytes, replay, then policy and the tool router. Every decision is audited with the
 //! session and the SEAL code.
 
+mod admission;
 pub mod attestation_tokens;
 pub mod contexts;
 pub mod sessions;
@@ -67,6 +68,8 @@ pub struct Gateway {
     /// alone (the keys never change while the node runs), so a session's token is checked once;
     /// its times are checked on every call.
     tokens: Mutex<HashMap<String, Arc<Claims>>>,
+    /// The replay guard's batched writer.
+    admissions: admission::Admissions,
 }
 
 /// Cached sessions beyond this are dropped (all at once: they are re-read on their next call).
@@ -108,6 +111,7 @@ impl Gateway {
             sessions: Mutex::default(),
             contexts: Mutex::default(),
             tokens: Mutex::default(),
+            admissions: admission::Admissions::default(),
         }
     }
 
@@ -420,15 +424,19 @@ impl Gateway {
             ))
         })?;
         envelope.verify_signature(&key).map_err(with_tool)?;
-        let admission = sessions::admit(
-            &state.pool,
-            crate::DEFAULT_TENANT,
-            session.id,
-            &envelope.signature,
-            &session.context_name,
-        )
-        .await
-        .map_err(|e| with_tool(SealError::new(SealCode::MalformedEnvelope, e.to_string())))?;
+        let admission = self
+            .admissions
+            .admit(
+                &state.pool,
+                sessions::AdmitRequest {
+                    tenant: crate::DEFAULT_TENANT.to_owned(),
+                    session: session.id,
+                    signature: envelope.signature.clone(),
+                    context_name: session.context_name.clone(),
+                },
+            )
+            .await
+            .map_err(|e| with_tool(SealError::new(SealCode::MalformedEnvelope, e.to_string())))?;
         let Some(admission) = admission else {
             self.forget_session(session.id);
             return Err(with_tool(SealError::new(

@@ -264,37 +264,60 @@ pub struct Admission {
     pub fresh: bool,
 }
 
-/// One round trip for every per-call fact that can change under a cached session: records the
-/// envelope's signature in the replay guard (only for an active session; the primary key makes
-/// the check atomic across replicas), and reads the session's current status and sandbox and
-/// its context's version. None when the session no longer exists.
+/// One call's admission: its session, its envelope's signature and its context's name.
+#[derive(Debug, Clone)]
+pub struct AdmitRequest {
+    /// The session's tenant.
+    pub tenant: String,
+    /// The session the envelope's token names.
+    pub session: Uuid,
+    /// The envelope's signature (the replay guard's key).
+    pub signature: String,
+    /// The session's security context.
+    pub context_name: String,
+}
+
+/// One statement for every per-call fact that can change under a cached session, for a batch of
+/// calls: records each envelope's signature in the replay guard (only for an active session; the
+/// primary key makes the check atomic across replicas), and reads each session's current status
+/// and sandbox and its context's version. One answer per request, in order; None where the
+/// session no longer exists.
+///
+/// A signature that occurs twice in one batch is offered to the guard once, by its first
+/// request: the later ones are replays and are answered `fresh: false`.
 pub async fn admit(
     pool: &PgPool,
-    tenant: &str,
-    session: Uuid,
-    signature: &str,
-    context_name: &str,
-) -> Result<Option<Admission>, sqlx::Error> {
-    let row: Option<(String, Option<Uuid>, Option<String>, bool)> = sqlx::query_as(
-        "WITH s AS (SELECT id, status, sandbox_id FROM seal_sessions WHERE tenant_id = $1 AND id = $2), \
-         g AS (INSERT INTO seal_replay_guard (signature, session_id) \
-               SELECT $3, id FROM s WHERE status = 'active' ON CONFLICT DO NOTHING RETURNING 1) \
-         SELECT s.status, s.sandbox_id, \
-           (SELECT md5(definition::text) FROM security_contexts WHERE tenant_id = $1 AND name = $4), \
-           EXISTS (SELECT 1 FROM g) FROM s",
+    requests: &[AdmitRequest],
+) -> Result<Vec<Option<Admission>>, sqlx::Error> {
+    let mut first = std::collections::HashSet::with_capacity(requests.len());
+    let offered: Vec<bool> = requests
+        .iter()
+        .map(|r| first.insert(r.signature.as_str()))
+        .collect();
+    let tenants: Vec<&str> = requests.iter().map(|r| r.tenant.as_str()).collect();
+    let ids: Vec<Uuid> = requests.iter().map(|r| r.session).collect();
+    let signatures: Vec<&str> = requests.iter().map(|r| r.signature.as_str()).collect();
+    let contexts: Vec<&str> = requests.iter().map(|r| r.context_name.as_str()).collect();
+    let rows: Vec<(i64, String, Option<Uuid>, Option<String>, bool)> = sqlx::query_as(
+        "WITH r AS (SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::bool[])              WITH ORDINALITY AS r(tenant_id, session_id, signature, context_name, offered, n)),          s AS (SELECT r.n, r.tenant_id, r.signature, r.context_name, r.offered,              ss.id, ss.status, ss.sandbox_id FROM r JOIN seal_sessions ss              ON ss.tenant_id = r.tenant_id AND ss.id = r.session_id),          g AS (INSERT INTO seal_replay_guard (signature, session_id)              SELECT signature, id FROM s WHERE status = 'active' AND offered              ON CONFLICT DO NOTHING RETURNING signature)          SELECT s.n, s.status, s.sandbox_id,              (SELECT md5(c.definition::text) FROM security_contexts c                  WHERE c.tenant_id = s.tenant_id AND c.name = s.context_name),              s.offered AND g.signature IS NOT NULL          FROM s LEFT JOIN g ON g.signature = s.signature",
     )
-    .bind(tenant)
-    .bind(session)
-    .bind(signature)
-    .bind(context_name)
-    .fetch_optional(pool)
+    .bind(&tenants)
+    .bind(&ids)
+    .bind(&signatures)
+    .bind(&contexts)
+    .bind(&offered)
+    .fetch_all(pool)
     .await?;
-    Ok(
-        row.map(|(status, sandbox_id, context_version, fresh)| Admission {
-            status,
-            sandbox_id,
-            context_version,
-            fresh,
-        }),
-    )
+    let mut answers = vec![None; requests.len()];
+    for (n, status, sandbox_id, context_version, fresh) in rows {
+        if let Some(slot) = usize::try_from(n - 1).ok().and_then(|i| answers.get_mut(i)) {
+            *slot = Some(Admission {
+                status,
+                sandbox_id,
+                context_version,
+                fresh,
+            });
+        }
+    }
+    Ok(answers)
 }

@@ -212,7 +212,7 @@ async fn gate(
     let Some(presented) = presented else {
         return unauthorized(AuthError::Missing.to_string());
     };
-    let key = match auth::authenticate_bound(&state.pool, &presented).await {
+    let key = match auth::authenticate_bound(&state.pool, &state.api_keys, &presented).await {
         Ok(key) => key,
         Err(e @ AuthError::Invalid(_)) => return unauthorized(e.to_string()),
         Err(e) => {

@@ -279,6 +279,8 @@ pub async fn put_context(
     let started = Instant::now();
     let ctx = contexts::parse(&definition)?;
     contexts::upsert(&state.pool, &caller.tenant, &ctx, "api").await?;
+    // Other nodes hear of the edit; this one applies it before answering.
+    state.api_keys.forget_context(&ctx.name);
     audit::record_admin(
         &state.pool,
         &caller,
@@ -302,6 +304,7 @@ pub async fn delete_context(
     require(&caller, Need::Write)?;
     let started = Instant::now();
     contexts::delete(&state.pool, &caller.tenant, &name).await?;
+    state.api_keys.forget_context(&name);
     audit::record_admin(
         &state.pool,
         &caller,
