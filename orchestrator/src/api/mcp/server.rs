@@ -296,7 +296,7 @@ impl McpServer {
             Ok(outcome) => {
                 let mcp = outcome.to_mcp();
                 if let Some(limit) = size_limit {
-                    let size = mcp.to_string().len() as u64;
+                    let size = tools::serialized_len(&mcp) as u64;
                     if size > limit {
                         // The capability's max_response_size: withheld, not truncated.
                         return tool_error(
