@@ -83,6 +83,24 @@ impl Found {
 }
 
 impl Inner {
+    /// Every container, running or not, whose labels match `filters`; `what` says in an error
+    /// which listing failed.
+    async fn containers_matching(
+        &self,
+        filters: &HashMap<String, Vec<String>>,
+        what: &str,
+    ) -> Result<Vec<bollard::models::ContainerSummary>> {
+        self.docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::new()
+                    .all(true)
+                    .filters(filters)
+                    .build(),
+            ))
+            .await
+            .map_err(engine(what))
+    }
+
     pub(crate) async fn reap(self: &Arc<Self>) -> Result<ReapReport> {
         let mut report = ReapReport::default();
         let mut live = store::live_instances(&self.pg, self.config.dead_after).await?;
@@ -97,15 +115,8 @@ impl Inner {
             ],
         )]);
         let containers: Vec<Found> = self
-            .docker
-            .list_containers(Some(
-                ListContainersOptionsBuilder::new()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(engine("listing managed containers for the reaper"))?
+            .containers_matching(&filters, "listing managed containers for the reaper")
+            .await?
             .into_iter()
             .filter_map(|c| {
                 let name = c
@@ -330,15 +341,8 @@ impl Inner {
             ],
         )]);
         let containers = self
-            .docker
-            .list_containers(Some(
-                ListContainersOptionsBuilder::new()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(engine("listing managed containers of other databases"))?
+            .containers_matching(&filters, "listing managed containers of other databases")
+            .await?
             .into_iter()
             .filter_map(|c| Some((c.id?, c.labels.unwrap_or_default())));
         let volumes = self
@@ -446,15 +450,8 @@ impl Inner {
             ))
         };
         let containers: Vec<(String, (String, String))> = self
-            .docker
-            .list_containers(Some(
-                ListContainersOptionsBuilder::new()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(engine("listing managed containers of silent scopes"))?
+            .containers_matching(&filters, "listing managed containers of silent scopes")
+            .await?
             .into_iter()
             .filter_map(|c| {
                 let reason = of_silent(c.labels.as_ref()?)?;
