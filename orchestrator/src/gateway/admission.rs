@@ -2,20 +2,26 @@
 //!
 //! Every signed call records its envelope's signature before it runs ([`sessions::admit`]). Done
 //! one statement per call, that was the largest PostgreSQL cost of a SEAL call: a transaction,
-//! a commit and a round trip each. Here one task per gateway stores whatever admissions are
-//! waiting with a single statement; calls that arrive while a batch is being stored go together
-//! in the next one. An idle node sends a lone call at once, so a sequential client waits no
-//! longer than before.
+//! a commit and a round trip each. Here the calls that wait at the same moment share one
+//! statement (group commit):
+//!
+//! * a call that finds no statement in flight runs its own at once, from its own task, so a lone
+//!   caller waits no longer than before (no hop to another task and back);
+//! * calls that arrive while a statement is in flight queue; when it ends, a drainer task stores
+//!   whatever queued with one statement per batch, until the queue is empty.
+//!
+//! The leader's future may be dropped mid-statement (its client went away): the queue is then
+//! handed to a drainer all the same, so no queued call waits forever.
 //!
 //! Nothing about the guard's promise changes: each signature is inserted under the table's
 //! primary key (atomic across replicas), and a call learns that it was admitted only after the
 //! statement that recorded it committed. A batch that fails is retried request by request, so
 //! only a request that fails alone reports the error.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::sessions::{self, Admission, AdmitRequest};
 
@@ -29,36 +35,53 @@ struct Pending {
     reply: oneshot::Sender<Result<Option<Admission>, sqlx::Error>>,
 }
 
-/// The gateway's admission queue; its task starts with the first call (on the caller's runtime)
-/// and again whenever that runtime has gone.
+/// Who is storing, and who waits.
+#[derive(Default)]
+struct Queue {
+    /// A statement is in flight (a leader's or the drainer's): new calls queue.
+    busy: bool,
+    waiting: Vec<Pending>,
+}
+
+/// The gateway's admissions (see the module documentation).
 #[derive(Default)]
 pub struct Admissions {
-    queue: Mutex<Option<mpsc::UnboundedSender<Pending>>>,
+    queue: Arc<Mutex<Queue>>,
+}
+
+fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    queue.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Admissions {
     /// Records `request`'s signature and reads its session's current facts (see
-    /// [`sessions::admit`]); returns once the batch holding it committed.
+    /// [`sessions::admit`]); returns once the statement holding it committed.
     pub async fn admit(
         &self,
         pool: &PgPool,
         request: AdmitRequest,
     ) -> Result<Option<Admission>, sqlx::Error> {
         let (reply, answer) = oneshot::channel();
-        let pending = Pending {
-            pool: pool.clone(),
-            request,
-            reply,
-        };
-        {
-            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            let sender = queue.get_or_insert_with(spawn);
-            if let Err(mpsc::error::SendError(back)) = sender.send(pending) {
-                // The task's runtime ended (a restart, or an earlier test's runtime).
-                let fresh = spawn();
-                let _ = fresh.send(back);
-                *queue = Some(fresh);
+        let lead = {
+            let mut queue = lock(&self.queue);
+            if queue.busy {
+                queue.waiting.push(Pending {
+                    pool: pool.clone(),
+                    request: request.clone(),
+                    reply,
+                });
+                false
+            } else {
+                queue.busy = true;
+                true
             }
+        };
+        if lead {
+            // Whatever queues meanwhile is handed on when this ends, however it ends.
+            let _handoff = Handoff(&self.queue);
+            return sessions::admit(pool, std::slice::from_ref(&request))
+                .await
+                .map(|mut answers| answers.pop().flatten());
         }
         answer.await.unwrap_or_else(|_| {
             Err(sqlx::Error::Protocol(
@@ -68,16 +91,65 @@ impl Admissions {
     }
 }
 
-fn spawn() -> mpsc::UnboundedSender<Pending> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(run(rx));
-    tx
+/// Ends a leader's turn: queued calls go to a drainer task, or the queue goes idle.
+struct Handoff<'a>(&'a Arc<Mutex<Queue>>);
+
+impl Drop for Handoff<'_> {
+    fn drop(&mut self) {
+        let mut queue = lock(self.0);
+        if queue.waiting.is_empty() {
+            queue.busy = false;
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                drop(queue);
+                runtime.spawn(drain(Arc::clone(self.0)));
+            }
+            // No runtime left (shutdown): the waiting calls learn it from their dropped senders.
+            Err(_) => abandon(&mut queue),
+        }
+    }
 }
 
-async fn run(mut rx: mpsc::UnboundedReceiver<Pending>) {
-    let mut batch = Vec::new();
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        store(std::mem::take(&mut batch)).await;
+/// Stores what queued, batch after batch, until nothing waits; then the queue goes idle.
+async fn drain(queue: Arc<Mutex<Queue>>) {
+    loop {
+        let batch: Vec<Pending> = {
+            let mut q = lock(&queue);
+            if q.waiting.is_empty() {
+                q.busy = false;
+                return;
+            }
+            let take = q.waiting.len().min(MAX_BATCH);
+            q.waiting.drain(..take).collect()
+        };
+        // Dropped mid-batch only when its runtime ends: the queue must not stay busy forever.
+        let mut stop = Abandon {
+            queue: &queue,
+            armed: true,
+        };
+        store(batch).await;
+        stop.armed = false;
+    }
+}
+
+/// Fails what waits and lets the next call lead.
+fn abandon(queue: &mut Queue) {
+    queue.waiting.clear();
+    queue.busy = false;
+}
+
+struct Abandon<'a> {
+    queue: &'a Mutex<Queue>,
+    armed: bool,
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            abandon(&mut lock(self.queue));
+        }
     }
 }
 
@@ -115,5 +187,78 @@ async fn store(batch: Vec<Pending>) {
                 let _ = p.reply.send(alone);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sqlx::postgres::PgPoolOptions;
+    use uuid::Uuid;
+
+    use super::*;
+
+    fn request() -> AdmitRequest {
+        AdmitRequest {
+            tenant: "default".into(),
+            session: Uuid::new_v4(),
+            signature: format!("sig-{}", Uuid::new_v4()),
+            context_name: "ctx".into(),
+        }
+    }
+
+    /// A database that accepts connections and never answers: every statement stays in flight
+    /// until the pool gives up.
+    async fn silent_database() -> PgPool {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback listener");
+        let port = listener.local_addr().expect("its address").port();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        PgPoolOptions::new()
+            .acquire_timeout(Duration::from_millis(300))
+            .connect_lazy(&format!("postgres://u@127.0.0.1:{port}/db"))
+            .expect("a lazy pool")
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_goes_away_hands_the_queue_on() {
+        let admissions = Arc::new(Admissions::default());
+        let pool = silent_database().await;
+        let leader = {
+            let (a, p) = (admissions.clone(), pool.clone());
+            tokio::spawn(async move { a.admit(&p, request()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            lock(&admissions.queue).busy,
+            "the leader's statement is in flight"
+        );
+        let follower = {
+            let (a, p) = (admissions.clone(), pool.clone());
+            tokio::spawn(async move { a.admit(&p, request()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(lock(&admissions.queue).waiting.len(), 1);
+        // The leader's client goes away mid-statement.
+        leader.abort();
+        // The queued call is still answered (here with the pool's error), not left waiting.
+        let answered = tokio::time::timeout(Duration::from_secs(5), follower)
+            .await
+            .expect("the queued call was answered")
+            .expect("its task ran");
+        assert!(answered.is_err());
+        // And the queue is idle again: the next call leads.
+        let next = tokio::time::timeout(Duration::from_secs(5), admissions.admit(&pool, request()))
+            .await
+            .expect("the next call was answered");
+        assert!(next.is_err());
+        assert!(!lock(&admissions.queue).busy);
     }
 }
