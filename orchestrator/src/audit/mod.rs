@@ -114,35 +114,71 @@ const COLUMNS: &str = "seq, id, at, caller_kind, caller_id, kind, action, decisi
 
 /// `sha256:<hex>` of a JSON value in canonical form (sorted keys, no spaces).
 pub fn digest(value: &Value) -> String {
-    format!("sha256:{}", hex_sha256(canonical(value).as_bytes()))
+    // Streamed into the hash: a large result is neither copied nor serialised into a string.
+    let mut hasher = Sha256::new();
+    write_canonical(value, &mut hasher).expect("hashing cannot fail");
+    format!("sha256:{}", hex(&hasher.finalize()))
+}
+
+/// [`digest`] of a JSON string, without copying the text into a value first.
+pub fn digest_text(text: &str) -> String {
+    let mut hasher = Sha256::new();
+    serde_json::to_writer(&mut hasher, text).expect("hashing cannot fail");
+    format!("sha256:{}", hex(&hasher.finalize()))
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }
 
 /// Serialises with object keys sorted at every level (serde_json's map is sorted by default
 /// unless `preserve_order` is enabled; we sort explicitly so the digest never depends on it).
+/// The bytes are exactly serde_json's compact form of the sorted value.
 pub fn canonical(value: &Value) -> String {
-    fn sort(v: &Value) -> Value {
-        match v {
-            Value::Object(m) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
-                let mut out = serde_json::Map::new();
-                for k in keys {
-                    out.insert(k.clone(), sort(&m[k]));
+    let mut out = Vec::new();
+    write_canonical(value, &mut out).expect("writing to memory cannot fail");
+    // Only serde_json's output and ASCII punctuation were written: valid UTF-8.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// [`canonical`], written to `out` as it is produced.
+fn write_canonical(value: &Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.write_all(b"{")?;
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b",")?;
                 }
-                Value::Object(out)
+                serde_json::to_writer(&mut *out, key)?;
+                out.write_all(b":")?;
+                write_canonical(&map[key], out)?;
             }
-            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
-            other => other.clone(),
+            out.write_all(b"}")
         }
+        Value::Array(items) => {
+            out.write_all(b"[")?;
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b",")?;
+                }
+                write_canonical(item, out)?;
+            }
+            out.write_all(b"]")
+        }
+        scalar => Ok(serde_json::to_writer(out, scalar)?),
     }
-    sort(value).to_string()
 }
 
 /// The content a row's hash covers, in a fixed field order. `intent_id` is covered when present
@@ -285,4 +321,49 @@ pub async fn list(pool: &PgPool, tenant: &str, q: &Query) -> Result<Vec<AuditRow
     .bind(limit)
     .fetch_all(pool)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The form every stored digest and row hash was made with: a sorted copy, then serde_json.
+    fn sorted_copy(v: &Value) -> String {
+        fn sort(v: &Value) -> Value {
+            match v {
+                Value::Object(m) => {
+                    let mut keys: Vec<&String> = m.keys().collect();
+                    keys.sort();
+                    let mut out = serde_json::Map::new();
+                    for k in keys {
+                        out.insert(k.clone(), sort(&m[k]));
+                    }
+                    Value::Object(out)
+                }
+                Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
+                other => other.clone(),
+            }
+        }
+        sort(v).to_string()
+    }
+
+    #[test]
+    fn the_streamed_form_is_byte_for_byte_the_stored_one() {
+        let value = json!({
+            "z": [1, -2, 3.5, 1e300, 18446744073709551615u64, -9223372036854775808i64, null, true],
+            "a": {"b\"q": "line\nbreak\ttab \u{1}", "é": "ünïcödé 🚀", "": {}},
+            "m": [[], {}, [{"y": 1, "x": [2, {"d": 0, "c": "\\"}]}]],
+            "s": "plain",
+        });
+        assert_eq!(canonical(&value), sorted_copy(&value));
+        assert_eq!(
+            digest(&value),
+            format!("sha256:{}", hex_sha256(sorted_copy(&value).as_bytes()))
+        );
+        let text = "an envelope \"quoted\" ünï\n";
+        assert_eq!(digest_text(text), digest(&json!(text)));
+        for scalar in [json!(null), json!(0), json!("x"), json!([]), json!({})] {
+            assert_eq!(canonical(&scalar), sorted_copy(&scalar));
+        }
+    }
 }

@@ -301,7 +301,7 @@ impl Gateway {
         let mut session_id = None;
         let mut unfinished = Unfinished {
             state: state.clone(),
-            envelope_digest: audit::digest(&json!({"envelope_sha": audit::digest(&json!(body))})),
+            body,
             started,
             session: None,
             tool: None,
@@ -335,9 +335,7 @@ impl Gateway {
                     allowed: false,
                     reason_code: Some(error.error.code.as_u32().to_string()),
                     reason: Some(error.error.message.clone()),
-                    args_digest: audit::digest(
-                        &json!({"envelope_sha": audit::digest(&json!(body))}),
-                    ),
+                    args_digest: envelope_digest(body),
                     outcome: "denied",
                     result_digest: None,
                     duration_ms: started.elapsed().as_millis() as i64,
@@ -359,7 +357,7 @@ impl Gateway {
         body: &str,
         request_id: &mut Option<Value>,
         session_out: &mut Option<(Uuid, String)>,
-        unfinished: &mut Unfinished,
+        unfinished: &mut Unfinished<'_>,
     ) -> Result<Value, Failure> {
         let envelope = Envelope::parse(body).map_err(Failure::plain)?;
         *request_id = envelope.request_id();
@@ -735,11 +733,17 @@ impl Gateway {
     }
 }
 
+/// What the log records of an envelope that never reached the router: the digest of its text.
+fn envelope_digest(body: &str) -> String {
+    audit::digest(&json!({"envelope_sha": audit::digest_text(body)}))
+}
+
 /// An envelope being checked: if the client goes away before the router takes over (say while
 /// the session's first sandbox is being made), dropping this records that in the audit log.
-struct Unfinished {
+struct Unfinished<'a> {
     state: AppState,
-    envelope_digest: String,
+    /// The envelope as received (digested only if this ends up in the log).
+    body: &'a str,
     started: Instant,
     session: Option<(Uuid, String)>,
     tool: Option<String>,
@@ -748,7 +752,7 @@ struct Unfinished {
     armed: bool,
 }
 
-impl Drop for Unfinished {
+impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
         if !self.armed {
             return;
@@ -771,7 +775,7 @@ impl Drop for Unfinished {
             reason: Some(
                 "the client disconnected before the call reached its tool; nothing ran".to_owned(),
             ),
-            args_digest: self.envelope_digest.clone(),
+            args_digest: envelope_digest(self.body),
             outcome: "cancelled",
             result_digest: None,
             duration_ms: self.started.elapsed().as_millis() as i64,
