@@ -528,7 +528,7 @@ impl Gateway {
                         tool: Some(name.clone()),
                         routed: true,
                     })?;
-                let mcp = outcome.to_mcp();
+                let mcp = outcome.into_mcp();
                 // Measured (without building the text) only when the capability sets a limit.
                 let size = size_limit.map(|_| tools::serialized_len(&mcp) as u64);
                 match (size_limit, size) {

@@ -96,10 +96,10 @@ impl ToolOutcome {
     /// MCP asks for the structured result to be repeated as JSON text for older clients; we do
     /// that up to [`TEXT_COPY_MAX_BYTES`]. A larger result (a 64 KiB file read, a long command
     /// output) is not serialised, sent and parsed twice: its text block says where it is.
-    pub fn to_mcp(&self) -> Value {
-        match &self.result {
+    pub fn into_mcp(self) -> Value {
+        match self.result {
             Ok(output) => {
-                let size = serialized_len(output);
+                let size = serialized_len(&output);
                 let text = if size <= TEXT_COPY_MAX_BYTES {
                     output.to_string()
                 } else {
@@ -107,11 +107,15 @@ impl ToolOutcome {
                         "The result is {size} bytes of JSON; it is in structuredContent (not repeated here)."
                     )
                 };
-                json!({
-                    "content": [{"type": "text", "text": text}],
-                    "structuredContent": output,
-                    "isError": false,
-                })
+                // Built by hand: `json!` would copy the (possibly large) output once more.
+                let mut result = serde_json::Map::with_capacity(3);
+                result.insert(
+                    "content".to_owned(),
+                    json!([{"type": "text", "text": text}]),
+                );
+                result.insert("structuredContent".to_owned(), output);
+                result.insert("isError".to_owned(), Value::Bool(false));
+                Value::Object(result)
             }
             Err(e) => {
                 let error = json!({"code": e.code, "message": e.message, "details": e.details});
@@ -122,6 +126,11 @@ impl ToolOutcome {
                 })
             }
         }
+    }
+
+    /// [`ToolOutcome::into_mcp`] for a caller that still needs the outcome.
+    pub fn to_mcp(&self) -> Value {
+        self.clone().into_mcp()
     }
 }
 

@@ -143,7 +143,7 @@ fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         let a: PathArg = args(a)?;
         let path = path_of(&a.path)?;
-        let out = run(
+        let mut out = run(
             ctx,
             Op::FsRead(ReadParams {
                 path: path.clone(),
@@ -153,10 +153,13 @@ fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             }),
         )
         .await?;
-        Ok(json!({
-            "status": "ok", "path": path, "content": out["content"], "encoding": out["encoding"],
+        let mut result = json!({
+            "status": "ok", "path": path, "encoding": out["encoding"],
             "size_bytes": out["size_bytes"], "truncated": out["truncated"],
-        }))
+        });
+        // Moved, not copied (`json!` would copy the file's content).
+        result["content"] = out["content"].take();
+        Ok(result)
     })
 }
 

@@ -294,7 +294,7 @@ impl McpServer {
 
         match tools::invoke_in(&shared.state, &caller, &name, arguments, sandbox).await {
             Ok(outcome) => {
-                let mcp = outcome.to_mcp();
+                let mcp = outcome.into_mcp();
                 if let Some(limit) = size_limit {
                     let size = tools::serialized_len(&mcp) as u64;
                     if size > limit {

@@ -61,5 +61,5 @@ pub async fn call(
     require(&caller, Need::Write)?;
     let sandbox = req.sandbox_id.map(dispatcher::SandboxId);
     let outcome = tools::invoke_in(&state, &caller, &req.name, req.arguments, sandbox).await?;
-    Ok(Json(outcome.to_mcp()))
+    Ok(Json(outcome.into_mcp()))
 }
