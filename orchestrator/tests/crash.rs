@@ -3,31 +3,12 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{executor_bin, TestDb, TEST_ADMIN_KEY};
+use common::binary::{self, free_port};
+use common::{docker_lines, TestDb, TEST_ADMIN_KEY};
 use serde_json::{json, Value};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn docker_lines(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .filter(|l| !l.is_empty())
-        .collect()
-}
 
 async fn start(db: &TestDb, http: u16) -> tokio::process::Child {
     start_with(db, http, None).await
@@ -38,46 +19,15 @@ async fn start_with(
     http: u16,
     config: Option<&std::path::Path>,
 ) -> tokio::process::Child {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"));
-    if let Some(path) = config {
-        command.env("ORCHESTRATOR_CONFIG", path);
-    } else {
-        command.env_remove("ORCHESTRATOR_CONFIG");
-    }
-    let child = command
-        .env("DATABASE_URL", &db.url)
-        .env("ORCHESTRATOR_ADMIN_KEY", TEST_ADMIN_KEY)
-        .env("ORCHESTRATOR__SANDBOX__EXECUTOR_PATH", executor_bin())
+    let config = config.map(|p| p.display().to_string());
+    let mut env = vec![
         // A silent previous instance counts as dead after one second (default two minutes).
-        .env("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "1")
-        .env("RUST_LOG", "warn")
-        .args([
-            "serve",
-            "--http",
-            &format!("127.0.0.1:{http}"),
-            "--grpc",
-            &format!("127.0.0.1:{}", free_port()),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("orchestrator starts");
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = client
-            .get(format!("http://127.0.0.1:{http}/health/ready"))
-            .send()
-            .await
-        {
-            if r.status() == 200 {
-                return child;
-            }
-        }
-        assert!(Instant::now() < deadline, "orchestrator never became ready");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        ("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "1"),
+    ];
+    if let Some(path) = config.as_deref() {
+        env.push(("ORCHESTRATOR_CONFIG", path));
     }
+    binary::start_on(db, http, &env, false).await.child
 }
 
 #[tokio::test]

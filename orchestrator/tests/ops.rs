@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::binary;
-use common::{TestApp, TestDb, TEST_ADMIN_KEY};
+use common::{docker_lines, TestApp, TestDb, TEST_ADMIN_KEY};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -31,18 +31,6 @@ spec:
         - name: cmd.run
           subcommand_allowlist: [sleep, echo]
 ";
-
-fn docker_lines(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .filter(|l| !l.is_empty())
-        .collect()
-}
 
 /// One parsed sample: name, labels, value.
 type Sample = (String, HashMap<String, String>, f64);

@@ -6,79 +6,30 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{executor_bin, TestDb, TEST_ADMIN_KEY};
+use common::binary::{self, free_port};
+use common::{docker_lines, TestDb, TEST_ADMIN_KEY};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn docker_lines(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .filter(|l| !l.is_empty())
-        .collect()
-}
-
 async fn start(db: &TestDb, http: u16) -> tokio::process::Child {
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
-        .env_remove("ORCHESTRATOR_CONFIG")
-        .env("DATABASE_URL", &db.url)
-        .env("ORCHESTRATOR_ADMIN_KEY", TEST_ADMIN_KEY)
-        .env("ORCHESTRATOR__SANDBOX__EXECUTOR_PATH", executor_bin())
+    let env = [
         // A dead replica's leases expire after 2 s, its sandboxes are reaped a few seconds later
         // (not sooner: on a loaded machine a live replica's heartbeat can be late by a second or
         // two, and a replica wrongly thought dead loses its sandboxes).
-        .env("ORCHESTRATOR__WORKFLOWS__LEASE_TTL_SECS", "2")
-        .env("ORCHESTRATOR__WORKFLOWS__POLL_INTERVAL_MS", "200")
-        .env("ORCHESTRATOR__WORKFLOWS__WORKERS", "4")
-        .env(
+        ("ORCHESTRATOR__WORKFLOWS__LEASE_TTL_SECS", "2"),
+        ("ORCHESTRATOR__WORKFLOWS__POLL_INTERVAL_MS", "200"),
+        ("ORCHESTRATOR__WORKFLOWS__WORKERS", "4"),
+        (
             "ORCHESTRATOR__WORKFLOWS__SYSTEM_IMAGE",
             "aegis-runtime/busybox:1",
-        )
-        .env("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "5")
-        .env("ORCHESTRATOR__SANDBOX__REAP_INTERVAL_SECS", "2")
-        .env("RUST_LOG", "warn")
-        .args([
-            "serve",
-            "--http",
-            &format!("127.0.0.1:{http}"),
-            "--grpc",
-            &format!("127.0.0.1:{}", free_port()),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("orchestrator starts");
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = client
-            .get(format!("http://127.0.0.1:{http}/health/ready"))
-            .send()
-            .await
-        {
-            if r.status() == 200 {
-                return child;
-            }
-        }
-        assert!(Instant::now() < deadline, "orchestrator never became ready");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        ),
+        ("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "5"),
+        ("ORCHESTRATOR__SANDBOX__REAP_INTERVAL_SECS", "2"),
+    ];
+    binary::start_on(db, http, &env, false).await.child
 }
 
 const WORKFLOW: &str = "apiVersion: 100monkeys.ai/v1

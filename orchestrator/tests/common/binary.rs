@@ -26,7 +26,12 @@ pub struct Node {
 
 /// Starts the binary on `db` with extra environment `env`; waits until it is ready.
 pub async fn start(db: &TestDb, env: &[(&str, &str)], capture_stderr: bool) -> Node {
-    let http = free_port();
+    start_on(db, free_port(), env, capture_stderr).await
+}
+
+/// [`start`] on HTTP port `http`: what a test that restarts a node where its clients expect it
+/// needs. `env` may set `ORCHESTRATOR_CONFIG` (it is unset otherwise).
+pub async fn start_on(db: &TestDb, http: u16, env: &[(&str, &str)], capture_stderr: bool) -> Node {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"));
     command
         .env_remove("ORCHESTRATOR_CONFIG")

@@ -295,3 +295,16 @@ impl Drop for TestApp {
         self.shutdown.cancel();
     }
 }
+
+/// The non-empty lines `docker <args>` printed (empty when it printed nothing).
+pub fn docker_lines(args: &[&str]) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
