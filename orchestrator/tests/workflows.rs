@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::fake_llm::{answer, FakeLlm, Step};
-use common::{test_config, TestApp, TestDb};
+use common::{docker_lines, test_config, TestApp, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -168,18 +168,6 @@ fn assert_gap_free(events: &[Value]) {
 
 fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["event_type"] == kind).collect()
-}
-
-fn docker_lines(args: &[&str]) -> Vec<String> {
-    let out = std::process::Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
-        .collect()
 }
 
 /// Containers (any status) of a workflow execution, by the label its sandboxes carry.
