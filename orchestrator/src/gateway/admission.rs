@@ -30,7 +30,6 @@ const MAX_BATCH: usize = 256;
 
 /// One admission waiting for its batch.
 struct Pending {
-    pool: PgPool,
     request: AdmitRequest,
     reply: oneshot::Sender<Result<Option<Admission>, sqlx::Error>>,
 }
@@ -43,7 +42,8 @@ struct Queue {
     waiting: Vec<Pending>,
 }
 
-/// The gateway's admissions (see the module documentation).
+/// The gateway's admissions (see the module documentation). Every call passes the gateway's
+/// one pool; a drainer stores with the pool of the leader that handed it the queue.
 #[derive(Default)]
 pub struct Admissions {
     queue: Arc<Mutex<Queue>>,
@@ -51,6 +51,12 @@ pub struct Admissions {
 
 fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
     queue.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a call does: store its own statement, or wait for a batch.
+enum Turn {
+    Lead(AdmitRequest),
+    Wait(oneshot::Receiver<Result<Option<Admission>, sqlx::Error>>),
 }
 
 impl Admissions {
@@ -61,42 +67,54 @@ impl Admissions {
         pool: &PgPool,
         request: AdmitRequest,
     ) -> Result<Option<Admission>, sqlx::Error> {
-        let (reply, answer) = oneshot::channel();
-        let lead = {
+        let turn = {
             let mut queue = lock(&self.queue);
             if queue.busy {
-                queue.waiting.push(Pending {
-                    pool: pool.clone(),
-                    request: request.clone(),
-                    reply,
-                });
-                false
+                let (reply, answer) = oneshot::channel();
+                queue.waiting.push(Pending { request, reply });
+                Turn::Wait(answer)
             } else {
                 queue.busy = true;
-                true
+                Turn::Lead(request)
             }
         };
-        if lead {
-            // Whatever queues meanwhile is handed on when this ends, however it ends.
-            let _handoff = Handoff(&self.queue);
-            return sessions::admit(pool, std::slice::from_ref(&request))
-                .await
-                .map(|mut answers| answers.pop().flatten());
+        match turn {
+            Turn::Lead(request) => {
+                // Whatever queues meanwhile is handed on when this ends, however it ends.
+                let _handoff = Handoff {
+                    queue: &self.queue,
+                    pool,
+                };
+                admit_one(pool, &request).await
+            }
+            Turn::Wait(answer) => answer.await.unwrap_or_else(|_| {
+                Err(sqlx::Error::Protocol(
+                    "the replay guard's writer stopped before recording the envelope".into(),
+                ))
+            }),
         }
-        answer.await.unwrap_or_else(|_| {
-            Err(sqlx::Error::Protocol(
-                "the replay guard's writer stopped before recording the envelope".into(),
-            ))
-        })
     }
 }
 
+/// [`sessions::admit`] for one request.
+async fn admit_one(
+    pool: &PgPool,
+    request: &AdmitRequest,
+) -> Result<Option<Admission>, sqlx::Error> {
+    sessions::admit(pool, std::slice::from_ref(request))
+        .await
+        .map(|mut answers| answers.pop().flatten())
+}
+
 /// Ends a leader's turn: queued calls go to a drainer task, or the queue goes idle.
-struct Handoff<'a>(&'a Arc<Mutex<Queue>>);
+struct Handoff<'a> {
+    queue: &'a Arc<Mutex<Queue>>,
+    pool: &'a PgPool,
+}
 
 impl Drop for Handoff<'_> {
     fn drop(&mut self) {
-        let mut queue = lock(self.0);
+        let mut queue = lock(self.queue);
         if queue.waiting.is_empty() {
             queue.busy = false;
             return;
@@ -104,7 +122,7 @@ impl Drop for Handoff<'_> {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 drop(queue);
-                runtime.spawn(drain(Arc::clone(self.0)));
+                runtime.spawn(drain(Arc::clone(self.queue), self.pool.clone()));
             }
             // No runtime left (shutdown): the waiting calls learn it from their dropped senders.
             Err(_) => abandon(&mut queue),
@@ -113,7 +131,7 @@ impl Drop for Handoff<'_> {
 }
 
 /// Stores what queued, batch after batch, until nothing waits; then the queue goes idle.
-async fn drain(queue: Arc<Mutex<Queue>>) {
+async fn drain(queue: Arc<Mutex<Queue>>, pool: PgPool) {
     loop {
         let batch: Vec<Pending> = {
             let mut q = lock(&queue);
@@ -129,7 +147,7 @@ async fn drain(queue: Arc<Mutex<Queue>>) {
             queue: &queue,
             armed: true,
         };
-        store(batch).await;
+        store(&pool, batch).await;
         stop.armed = false;
     }
 }
@@ -154,37 +172,24 @@ impl Drop for Abandon<'_> {
 }
 
 /// Stores one batch and answers every request in it.
-async fn store(batch: Vec<Pending>) {
-    let Some(pool) = batch
-        .iter()
-        .map(|p| &p.pool)
-        .find(|p| !p.is_closed())
-        .cloned()
-    else {
-        for p in batch {
-            let _ = p.reply.send(Err(sqlx::Error::PoolClosed));
-        }
-        return;
-    };
-    let requests: Vec<AdmitRequest> = batch.iter().map(|p| p.request.clone()).collect();
-    match sessions::admit(&pool, &requests).await {
+async fn store(pool: &PgPool, batch: Vec<Pending>) {
+    let (requests, replies): (Vec<AdmitRequest>, Vec<_>) =
+        batch.into_iter().map(|p| (p.request, p.reply)).unzip();
+    match sessions::admit(pool, &requests).await {
         Ok(answers) => {
-            for (p, answer) in batch.into_iter().zip(answers) {
-                let _ = p.reply.send(Ok(answer));
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(Ok(answer));
             }
         }
-        Err(e) if batch.len() == 1 => {
-            if let Some(p) = batch.into_iter().next() {
-                let _ = p.reply.send(Err(e));
+        Err(e) if requests.len() == 1 => {
+            if let Some(reply) = replies.into_iter().next() {
+                let _ = reply.send(Err(e));
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, size = batch.len(), "a replay-guard batch failed; retrying its requests one by one");
-            for p in batch {
-                let alone = sessions::admit(&pool, std::slice::from_ref(&p.request))
-                    .await
-                    .map(|mut answers| answers.pop().flatten());
-                let _ = p.reply.send(alone);
+            tracing::warn!(error = %e, size = requests.len(), "a replay-guard batch failed; retrying its requests one by one");
+            for (request, reply) in requests.iter().zip(replies) {
+                let _ = reply.send(admit_one(pool, request).await);
             }
         }
     }

@@ -301,7 +301,20 @@ pub async fn admit(
     /// Request number (from 1), status, sandbox, context version, fresh.
     type Row = (i64, String, Option<Uuid>, Option<String>, bool);
     let rows: Vec<Row> = sqlx::query_as(
-        "WITH r AS (SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::bool[])              WITH ORDINALITY AS r(tenant_id, session_id, signature, context_name, offered, n)),          s AS (SELECT r.n, r.tenant_id, r.signature, r.context_name, r.offered,              ss.id, ss.status, ss.sandbox_id FROM r JOIN seal_sessions ss              ON ss.tenant_id = r.tenant_id AND ss.id = r.session_id),          g AS (INSERT INTO seal_replay_guard (signature, session_id)              SELECT signature, id FROM s WHERE status = 'active' AND offered              ON CONFLICT DO NOTHING RETURNING signature)          SELECT s.n, s.status, s.sandbox_id,              (SELECT md5(c.definition::text) FROM security_contexts c                  WHERE c.tenant_id = s.tenant_id AND c.name = s.context_name),              s.offered AND g.signature IS NOT NULL          FROM s LEFT JOIN g ON g.signature = s.signature",
+        "WITH r AS (SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], \
+             $5::bool[]) WITH ORDINALITY AS r(tenant_id, session_id, signature, context_name, \
+             offered, n)), \
+         s AS (SELECT r.n, r.tenant_id, r.signature, r.context_name, r.offered, \
+             ss.id, ss.status, ss.sandbox_id FROM r JOIN seal_sessions ss \
+             ON ss.tenant_id = r.tenant_id AND ss.id = r.session_id), \
+         g AS (INSERT INTO seal_replay_guard (signature, session_id) \
+             SELECT signature, id FROM s WHERE status = 'active' AND offered \
+             ON CONFLICT DO NOTHING RETURNING signature) \
+         SELECT s.n, s.status, s.sandbox_id, \
+             (SELECT md5(c.definition::text) FROM security_contexts c \
+                 WHERE c.tenant_id = s.tenant_id AND c.name = s.context_name), \
+             s.offered AND g.signature IS NOT NULL \
+         FROM s LEFT JOIN g ON g.signature = s.signature",
     )
     .bind(&tenants)
     .bind(&ids)
