@@ -121,9 +121,6 @@ pub struct SealScope {
     pub limiter: std::sync::Arc<crate::seal::context::RateLimiter>,
     /// Rate-limit key (the session id).
     pub session_key: String,
-    /// True when the gateway already had policy evaluate this very call (so the rate limit is
-    /// counted once).
-    pub evaluated: bool,
     /// Contexts of whoever started this caller (an execution started by a session or by another
     /// execution): every call must pass them too, so a child never has more rights than its
     /// parent. Empty for SEAL sessions.

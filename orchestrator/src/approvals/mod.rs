@@ -94,6 +94,19 @@ pub enum DecisionError {
         /// Its state.
         state: String,
     },
+    /// The decider is the principal whose call waits: approval needs someone else.
+    #[error(
+        "approval request {id} is for a call made by this same caller ({kind} {caller}); \
+         another operator must decide it"
+    )]
+    OwnCall {
+        /// The request.
+        id: Uuid,
+        /// The caller kind of the waiting call.
+        kind: String,
+        /// The caller id of the waiting call (and of the decider).
+        caller: String,
+    },
     /// Database failure.
     #[error(transparent)]
     Db(#[from] sqlx::Error),
@@ -147,26 +160,30 @@ pub async fn get(pool: &PgPool, tenant: &str, id: Uuid) -> Result<Option<Approva
 }
 
 /// Records an operator's decision on a pending request that has not timed out (atomically: a
-/// decision and a timeout can never both win). The arguments are erased.
+/// decision and a timeout can never both win). The arguments are erased. The principal whose
+/// call waits can never decide it (same caller kind and id): a privileged call needs a second
+/// person, whatever role the caller's key has.
 pub async fn decide(
     pool: &PgPool,
     tenant: &str,
     id: Uuid,
     decision: Decision,
-    decided_by: &str,
+    decider: &Caller,
     note: Option<&str>,
 ) -> Result<Approval, DecisionError> {
     let updated: Option<Approval> = sqlx::query_as(&format!(
         "UPDATE tool_approvals SET status = $3, decided_at = now(), decided_by = $4, \
          decision_note = $5, arguments = NULL \
          WHERE tenant_id = $1 AND id = $2 AND status = 'pending' AND expires_at > now() \
+         AND NOT (caller_kind = $6 AND caller_id = $4) \
          RETURNING {COLUMNS}"
     ))
     .bind(tenant)
     .bind(id)
     .bind(decision.status())
-    .bind(decided_by)
+    .bind(&decider.id)
     .bind(note)
+    .bind(decider.kind.as_str())
     .fetch_optional(pool)
     .await?;
     if let Some(a) = updated {
@@ -174,6 +191,13 @@ pub async fn decide(
     }
     match get(pool, tenant, id).await? {
         None => Err(DecisionError::NotFound(id)),
+        Some(a) if a.caller_kind == decider.kind.as_str() && a.caller_id == decider.id => {
+            Err(DecisionError::OwnCall {
+                id,
+                kind: a.caller_kind,
+                caller: a.caller_id,
+            })
+        }
         Some(a) => Err(DecisionError::Closed {
             id,
             state: a.state(Utc::now()).to_owned(),

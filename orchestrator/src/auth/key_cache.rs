@@ -75,6 +75,9 @@ pub struct KeyCache {
     /// Bumped by every drop: a key read from the database before a drop is not stored after it
     /// (the drop may have been for that very key, announced between the read and the store).
     generation: AtomicU64,
+    /// Rate-limit state of the capabilities of keys bound to a security context, for their
+    /// REST calls (one window set per key, whichever cached entry carries it).
+    limiter: std::sync::Arc<crate::seal::RateLimiter>,
 }
 
 /// What a lookup found.
@@ -117,6 +120,11 @@ impl Kind for BoundKey {
 impl KeyCache {
     fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The rate-limit state bound keys' REST calls count against.
+    pub fn limiter(&self) -> std::sync::Arc<crate::seal::RateLimiter> {
+        self.limiter.clone()
     }
 
     /// True while the listener is subscribed: only then are entries used or stored.
@@ -220,6 +228,9 @@ impl KeyCache {
         self.generation.fetch_add(1, Ordering::AcqRel);
         entries
             .bound
+            .retain(|_, e| e.context.as_deref() != Some(name));
+        entries
+            .operators
             .retain(|_, e| e.context.as_deref() != Some(name));
     }
 

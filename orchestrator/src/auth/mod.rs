@@ -43,6 +43,15 @@ pub enum AuthError {
     /// The random generator failed.
     #[error("cannot generate a key: {0}")]
     Random(String),
+    /// The key is bound to a security context that cannot be used (missing or invalid): the
+    /// key is refused rather than let through unconfined.
+    #[error("the key's security context `{name}` is unusable: {reason}")]
+    ContextUnusable {
+        /// The context's name.
+        name: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
     /// Database failure.
     #[error(transparent)]
     Db(#[from] sqlx::Error),
@@ -170,17 +179,21 @@ pub async fn revoke(pool: &PgPool, id_or_name: &str) -> Result<Option<ApiKeyInfo
     .await?)
 }
 
-/// id, name, role, expires_at, revoked_at of a key row.
+/// id, name, role, expires_at, revoked_at, security_context of a key row.
 type KeyRow = (
     Uuid,
     String,
     String,
     Option<DateTime<Utc>>,
     Option<DateTime<Utc>>,
+    Option<String>,
 );
 
 /// Resolves a presented key to its caller; unknown, revoked and expired keys are refused.
-/// A key the database accepted is remembered in `cache` (see [`key_cache`] for why that is safe).
+/// A key bound to a security context gets that context as its scope (and its tier as a
+/// ceiling), so the key is confined on REST exactly as on `/mcp`; a bound key whose context is
+/// missing is refused. A key the database accepted is remembered in `cache` (see
+/// [`key_cache`] for why that is safe: an edit of the key or its context drops it).
 pub async fn authenticate(
     pool: &PgPool,
     cache: &key_cache::KeyCache,
@@ -195,16 +208,16 @@ pub async fn authenticate(
     // `last_used_at` is refreshed at most every 30 s: updating the row on every request made
     // concurrent requests with one key queue on its row lock (and write WAL each time).
     let row: Option<KeyRow> = sqlx::query_as(
-        "WITH k AS (SELECT id, name, role, expires_at, revoked_at, last_used_at FROM api_keys \
-             WHERE key_hash = $1), \
+        "WITH k AS (SELECT id, name, role, expires_at, revoked_at, last_used_at, security_context \
+             FROM api_keys WHERE key_hash = $1), \
          touched AS (UPDATE api_keys a SET last_used_at = now() FROM k WHERE a.id = k.id \
              AND (k.last_used_at IS NULL OR k.last_used_at < now() - interval '30 seconds')) \
-         SELECT id, name, role, expires_at, revoked_at FROM k",
+         SELECT id, name, role, expires_at, revoked_at, security_context FROM k",
     )
     .bind(&hashed)
     .fetch_optional(pool)
     .await?;
-    let Some((id, name, role, expires_at, revoked_at)) = row else {
+    let Some((id, name, role, expires_at, revoked_at, security_context)) = row else {
         return Err(AuthError::Invalid("unknown key"));
     };
     if revoked_at.is_some() {
@@ -216,14 +229,32 @@ pub async fn authenticate(
     let role: Role = role
         .parse()
         .map_err(|_| AuthError::Invalid("the key has an unknown role"))?;
-    let caller = Caller::operator(id, &name, role);
+    let mut caller = Caller::operator(id, &name, role);
+    if let Some(context_name) = &security_context {
+        let context = crate::gateway::contexts::get(pool, &caller.tenant, context_name)
+            .await
+            .map_err(|e| match e {
+                crate::gateway::contexts::ContextError::Db(db) => AuthError::Db(db),
+                other => AuthError::ContextUnusable {
+                    name: context_name.clone(),
+                    reason: other.to_string(),
+                },
+            })?;
+        caller.tier = caller.tier.min(context.tier);
+        caller.seal = Some(crate::caller::SealScope {
+            context: std::sync::Arc::new(context),
+            limiter: cache.limiter(),
+            session_key: format!("key:{id}"),
+            ceilings: Vec::new(),
+        });
+    }
     cache.put(
         seen,
         hashed,
         key_cache::Verified {
             value: caller.clone(),
             key_id: id,
-            context: None,
+            context: security_context,
             expires_at,
         },
     );

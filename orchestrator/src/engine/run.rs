@@ -293,7 +293,6 @@ impl Job {
                 context: Arc::new(ctx),
                 limiter: Arc::new(crate::seal::RateLimiter::new()),
                 session_key: self.id.to_string(),
-                evaluated: false,
                 ceilings: Vec::new(),
             });
         }
@@ -308,7 +307,6 @@ impl Job {
                         context,
                         limiter: Arc::new(crate::seal::RateLimiter::new()),
                         session_key: self.id.to_string(),
-                        evaluated: false,
                         ceilings: inherited,
                     });
                 }

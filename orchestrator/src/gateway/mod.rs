@@ -473,7 +473,6 @@ impl Gateway {
                 context: context.clone(),
                 limiter: self.limiter.clone(),
                 session_key: session.id.to_string(),
-                evaluated: false,
                 ceilings: Vec::new(),
             }),
             ..session_caller(session.id, &session.context_name, context.tier)
@@ -487,13 +486,12 @@ impl Gateway {
                         "tools/call needs params.name",
                     ))
                 })?;
-                // The security context is evaluated first, for every tool (the RFC evaluates name
-                // and arguments, implemented or not); the router then skips it so a rate limit
-                // counts once, and a refused call never creates a sandbox.
-                let mut caller = caller;
+                // The security context is previewed first, for every tool (the RFC evaluates name
+                // and arguments, implemented or not), so a refused call never creates a sandbox;
+                // the router then decides the call itself (and counts its rate limit once).
                 let mut size_limit = None;
-                if let Some(scope) = caller.seal.as_mut() {
-                    match crate::policy::check_seal(scope, &name, &arguments) {
+                if let Some(scope) = caller.seal.as_ref() {
+                    match crate::policy::preview_seal(scope, &name, &arguments) {
                         Ok(limit) => size_limit = limit,
                         Err(denial) => {
                             let code = denial
@@ -507,7 +505,6 @@ impl Gateway {
                             return Err(with_tool(err));
                         }
                     }
-                    scope.evaluated = true;
                 }
                 unfinished.allowed = true;
                 let sandbox = if crate::policy::needs_sandbox(&name) {
@@ -696,7 +693,6 @@ impl Gateway {
                 context: Arc::new(context.clone()),
                 limiter: self.limiter.clone(),
                 session_key: claims.sub.clone(),
-                evaluated: false,
                 ceilings: Vec::new(),
             }),
             ..session_caller(

@@ -44,20 +44,43 @@ pub fn check_tool(caller: &Caller, tool: &Tool, args: &Value) -> Result<(), Deni
             retry_after_secs: None,
         });
     }
+    // Every call, nested ones included (a generator's deploy, an intent's run), is decided here
+    // in full: nothing a caller carries can skip the context, and this is where a rate limit
+    // counts (once per call). Doors only preview the same decision (`preview_seal`).
     if let Some(scope) = &caller.seal {
-        if !scope.evaluated {
-            check_seal(scope, &tool.name, args)?;
-        }
+        check_seal(scope, &tool.name, args)?;
     }
     Ok(())
 }
 
 /// Evaluates a SEAL security context for one call (deny list, capabilities, rate limits);
-/// returns the granting capability's response-size limit, if it has one.
-pub fn check_seal(
+/// returns the granting capability's response-size limit, if it has one. Counts the call
+/// against its rate limits: only the router calls this (through [`check_tool`]).
+fn check_seal(
     scope: &crate::caller::SealScope,
     tool: &str,
     args: &Value,
+) -> Result<Option<u64>, Denial> {
+    decide_seal(scope, tool, args, true)
+}
+
+/// The decision [`check_tool`] will make about the security context, without counting the
+/// call against a rate limit: a door (SEAL, MCP) asks it before it prepares the call (a
+/// sandbox, a response-size limit), so a refused call prepares nothing. The router still
+/// decides the call itself.
+pub fn preview_seal(
+    scope: &crate::caller::SealScope,
+    tool: &str,
+    args: &Value,
+) -> Result<Option<u64>, Denial> {
+    decide_seal(scope, tool, args, false)
+}
+
+fn decide_seal(
+    scope: &crate::caller::SealScope,
+    tool: &str,
+    args: &Value,
+    count: bool,
 ) -> Result<Option<u64>, Denial> {
     let now = std::time::Instant::now();
     let mut limit: Option<u64> = None;
@@ -70,14 +93,17 @@ pub fn check_seal(
             .map(|(i, c)| (c.as_ref(), format!("{}#ceiling{i}", scope.session_key))),
     );
     for (context, key) in contexts {
-        let grant = context
-            .evaluate(tool, args, &scope.limiter, &key, now)
-            .map_err(|e| Denial {
-                code: e.code.name(),
-                message: e.message,
-                seal_code: Some(e.code.as_u32()),
-                retry_after_secs: e.retry_after_secs,
-            })?;
+        let decided = if count {
+            context.evaluate(tool, args, &scope.limiter, &key, now)
+        } else {
+            context.preview(tool, args, &scope.limiter, &key, now)
+        };
+        let grant = decided.map_err(|e| Denial {
+            code: e.code.name(),
+            message: e.message,
+            seal_code: Some(e.code.as_u32()),
+            retry_after_secs: e.retry_after_secs,
+        })?;
         limit = match (limit, grant.max_response_size) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

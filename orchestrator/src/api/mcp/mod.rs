@@ -70,6 +70,9 @@ pub fn routes(state: AppState, shutdown: CancellationToken) -> Router {
     let gate_state = Gate {
         state: state.clone(),
         contexts: Arc::new(ContextCache::default()),
+        owners: Arc::new(SessionOwners::new(Duration::from_secs(
+            config.session_idle_secs,
+        ))),
     };
     let mcp = Router::new()
         .fallback_service(service)
@@ -130,11 +133,77 @@ fn refusal(status: StatusCode, code: &str, message: String) -> Response {
         .into_response()
 }
 
-/// What the gate needs: the service state and the parsed contexts.
+/// What the gate needs: the service state, the parsed contexts and who opened each session.
 #[derive(Clone)]
 struct Gate {
     state: AppState,
     contexts: Arc<ContextCache>,
+    owners: Arc<SessionOwners>,
+}
+
+/// The API key that opened each live MCP session of this node. A session id is not a secret
+/// a key may borrow: a request (POST, GET, DELETE) that names a session this key did not open
+/// (another key's, or one this node does not know) is answered exactly as rmcp answers for a
+/// session that does not exist, before rmcp sees it, and changes nothing.
+struct SessionOwners {
+    by_session: Mutex<HashMap<String, (uuid::Uuid, std::time::Instant)>>,
+    /// rmcp closes a session idle this long: its entry may be forgotten after it.
+    idle: Duration,
+}
+
+/// Entries kept before idle ones are pruned; and at most (past it new sessions are refused:
+/// an owner is never forgotten while its session may live).
+const PRUNE_SESSIONS_AT: usize = 4_096;
+const MAX_REMEMBERED_SESSIONS: usize = 100_000;
+
+impl SessionOwners {
+    fn new(idle: Duration) -> Self {
+        Self {
+            by_session: Mutex::default(),
+            idle,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (uuid::Uuid, std::time::Instant)>> {
+        self.by_session.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True when `key` opened `session` (and the session is then marked as used now).
+    fn may_use(&self, session: &str, key: uuid::Uuid) -> bool {
+        match self.lock().get_mut(session) {
+            Some((owner, seen)) if *owner == key => {
+                *seen = std::time::Instant::now();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn opened(&self, session: String, key: uuid::Uuid) {
+        let mut owners = self.lock();
+        if owners.len() >= PRUNE_SESSIONS_AT {
+            // With a margin past rmcp's own idle close, so a live session is never forgotten.
+            let horizon = self.idle + Duration::from_secs(60);
+            owners.retain(|_, (_, seen)| seen.elapsed() < horizon);
+        }
+        if owners.len() >= MAX_REMEMBERED_SESSIONS {
+            tracing::warn!(
+                sessions = owners.len(),
+                "too many live MCP sessions; the new one is refused on its next request"
+            );
+            return;
+        }
+        owners.insert(session, (key, std::time::Instant::now()));
+    }
+
+    fn ended(&self, session: &str) {
+        self.lock().remove(session);
+    }
+}
+
+/// rmcp's answer for a session it does not have, given for another key's session too.
+fn no_such_session() -> Response {
+    (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response()
 }
 
 /// Parsed security contexts by name, with the version (digest of the stored definition) each
@@ -174,7 +243,11 @@ impl ContextCache {
 
 /// Origin, bearer key and context binding, before rmcp sees the request.
 async fn gate(
-    State(Gate { state, contexts }): State<Gate>,
+    State(Gate {
+        state,
+        contexts,
+        owners,
+    }): State<Gate>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -251,11 +324,47 @@ async fn gate(
         Ok(c) => c,
         Err(e) => return unusable(e.to_string()),
     };
+    let session = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let key_id = key.id;
+    if let Some(session) = &session {
+        if !owners.may_use(session, key_id) {
+            tracing::warn!(key = %key_id, "an MCP request named a session its key did not open; answered as unknown");
+            return no_such_session();
+        }
+    }
+    let ending = request.method() == axum::http::Method::DELETE;
     request
         .extensions_mut()
         .insert(McpIdentity { key, context });
-    next.run(request).await
+    let response = next.run(request).await;
+    match &session {
+        // A new session (the answer to `initialize`) belongs to the key that opened it.
+        None => {
+            if let Some(opened) = response
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                owners.opened(opened.to_owned(), key_id);
+            }
+        }
+        Some(session) => {
+            if (ending && response.status().is_success())
+                || response.status() == StatusCode::NOT_FOUND
+            {
+                owners.ended(session);
+            }
+        }
+    }
+    response
 }
+
+/// The header that carries an MCP session's id.
+const SESSION_HEADER: &str = "mcp-session-id";
 
 #[cfg(test)]
 mod tests {

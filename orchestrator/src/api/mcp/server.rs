@@ -4,7 +4,7 @@
 //! rmcp makes one handler per MCP session (per request for the session-less revision); the
 //! caller's identity comes from the HTTP request (the auth middleware puts it in the request's
 //! extensions, rmcp hands the request parts to the handler). A call is evaluated against the
-//! key's security context first (like a SEAL envelope: `policy::check_seal`), so a refused call
+//! key's security context first (like a SEAL envelope: `policy::preview_seal`), so a refused call
 //! never creates a sandbox; a refusal is a tool error (`isError`), audited like every other door.
 
 use std::sync::{Arc, Mutex};
@@ -117,7 +117,6 @@ impl McpServer {
                 identity.key.id,
                 session.as_deref().unwrap_or("-")
             ),
-            evaluated: false,
             ceilings: Vec::new(),
         };
         let caller = Caller {
@@ -246,16 +245,17 @@ impl McpServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let started = Instant::now();
-        let (mut caller, owner) = self.caller(&ctx)?;
+        let (caller, owner) = self.caller(&ctx)?;
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let shared = &self.shared;
 
-        // The security context first, for every tool (implemented or not), like SEAL.
-        let Some(scope) = caller.seal.as_mut() else {
+        // The security context previewed first, for every tool (implemented or not), like SEAL;
+        // the router decides the call itself.
+        let Some(scope) = caller.seal.as_ref() else {
             return Err(ErrorData::internal_error("no security context", None));
         };
-        let size_limit = match crate::policy::check_seal(scope, &name, &arguments) {
+        let size_limit = match crate::policy::preview_seal(scope, &name, &arguments) {
             Ok(limit) => limit,
             Err(denial) => {
                 let code = denial.code.to_owned();
@@ -264,7 +264,6 @@ impl McpServer {
                     .await;
             }
         };
-        scope.evaluated = true;
 
         let sandbox = if crate::policy::needs_sandbox(&name) {
             let context = scope.context.clone();

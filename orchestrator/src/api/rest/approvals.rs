@@ -26,6 +26,9 @@ impl From<DecisionError> for ApiError {
             DecisionError::Closed { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "approval_closed", e.to_string())
             }
+            DecisionError::OwnCall { .. } => {
+                ApiError::new(StatusCode::FORBIDDEN, "own_call", e.to_string())
+            }
             DecisionError::Db(e) => ApiError::internal(e),
         }
     }
@@ -105,7 +108,7 @@ async fn decide(
         &caller.tenant,
         id,
         decision,
-        &caller.id,
+        caller,
         note.as_deref(),
     )
     .await;

@@ -1,7 +1,8 @@
 //! Bearer-key authentication for `/v1/` routes, and the role checks handlers ask for.
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::AUTHORIZATION;
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 
@@ -28,8 +29,61 @@ pub async fn require_key(
         .ok_or(AuthError::Invalid("expected `Bearer <api key>`"))?
         .trim();
     let caller = auth::authenticate(&state.pool, &state.api_keys, key).await?;
+    if let Some(scope) = &caller.seal {
+        let route = request
+            .extensions()
+            .get::<MatchedPath>()
+            .map(MatchedPath::as_str)
+            .unwrap_or_default();
+        if !bound_key_may_use(request.method(), route) {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "key_bound",
+                format!(
+                    "API key `{}` is bound to security context `{}`: it acts only through tool \
+                     calls, which that context decides (POST /v1/tools/call, /mcp, and the \
+                     routes that are tool calls); {} {route} is not one",
+                    caller.label,
+                    scope.context.name,
+                    request.method()
+                ),
+            ));
+        }
+    }
     request.extensions_mut().insert(caller);
     Ok(next.run(request).await)
+}
+
+/// The routes a key bound to a security context may use: those whose work is a tool call
+/// through the router (so the context decides it), the tool listing (filtered by the context)
+/// and the static schemas. Everything else on `/v1/` acts outside the router (sandboxes,
+/// approvals, keys, contexts, sessions, audit, listings of executions) and would let a
+/// confined key do what its context does not grant.
+const BOUND_KEY_ROUTES: &[(&str, &str)] = &[
+    ("GET", "/v1/tools"),
+    ("POST", "/v1/tools/call"),
+    ("GET", "/v1/schemas/{*key}"),
+    ("POST", "/v1/agents"),
+    ("DELETE", "/v1/agents/{id}"),
+    ("POST", "/v1/agents/{id}/execute"),
+    ("POST", "/v1/executions/{id}/cancel"),
+    ("DELETE", "/v1/executions/{id}"),
+    ("POST", "/v1/workflows"),
+    ("DELETE", "/v1/workflows/{id}"),
+    ("POST", "/v1/workflows/{id}/run"),
+    ("GET", "/v1/workflows/executions"),
+    ("GET", "/v1/workflows/executions/{id}"),
+    ("DELETE", "/v1/workflows/executions/{id}"),
+    ("POST", "/v1/workflows/executions/{id}/signal"),
+    ("POST", "/v1/workflows/executions/{id}/cancel"),
+    ("GET", "/v1/workflows/executions/{id}/events"),
+];
+
+/// True when a bound key may use `method route` (see [`BOUND_KEY_ROUTES`]).
+fn bound_key_may_use(method: &Method, route: &str) -> bool {
+    BOUND_KEY_ROUTES
+        .iter()
+        .any(|(m, r)| *r == route && method.as_str() == *m)
 }
 
 /// What a route needs from the caller's role.

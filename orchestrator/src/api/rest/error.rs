@@ -152,6 +152,9 @@ impl From<AuthError> for ApiError {
             AuthError::Missing | AuthError::Invalid(_) => {
                 Self::new(StatusCode::UNAUTHORIZED, "unauthorized", e.to_string())
             }
+            AuthError::ContextUnusable { .. } => {
+                Self::new(StatusCode::FORBIDDEN, "context_unavailable", e.to_string())
+            }
             other => Self::internal(other),
         }
     }

@@ -59,6 +59,19 @@ pub async fn call(
     Json(req): Json<CallRequest>,
 ) -> Result<Json<Value>, ApiError> {
     require(&caller, Need::Write)?;
+    if let (Some(scope), Some(id)) = (&caller.seal, req.sandbox_id) {
+        // Sandboxes made over REST are operators' (any program, the operator's policy); a key
+        // confined by a context has its own sandbox per MCP session instead.
+        return Err(ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "key_bound",
+            format!(
+                "API key `{}` is bound to security context `{}`: it may not act in sandbox {id}; \
+                 its sandbox tools run in its own MCP session's sandbox (/mcp)",
+                caller.label, scope.context.name
+            ),
+        ));
+    }
     let sandbox = req.sandbox_id.map(dispatcher::SandboxId);
     let outcome = tools::invoke_in(&state, &caller, &req.name, req.arguments, sandbox).await?;
     Ok(Json(outcome.into_mcp()))

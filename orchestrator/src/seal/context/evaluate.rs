@@ -23,6 +23,32 @@ impl SecurityContext {
         session_key: &str,
         now: Instant,
     ) -> Result<Grant, SealError> {
+        self.decide(tool, args, limiter, session_key, now, true)
+    }
+
+    /// [`SecurityContext::evaluate`] without counting the call against any rate limit: a door
+    /// asks this before it prepares a call (a sandbox, a size limit), so that a refused call
+    /// costs nothing; the router's own evaluation of the same call is the one that counts.
+    pub fn preview(
+        &self,
+        tool: &str,
+        args: &Value,
+        limiter: &RateLimiter,
+        session_key: &str,
+        now: Instant,
+    ) -> Result<Grant, SealError> {
+        self.decide(tool, args, limiter, session_key, now, false)
+    }
+
+    fn decide(
+        &self,
+        tool: &str,
+        args: &Value,
+        limiter: &RateLimiter,
+        session_key: &str,
+        now: Instant,
+        count: bool,
+    ) -> Result<Grant, SealError> {
         let subject = Subject::of(tool, args);
         let base_details = || {
             json!({
@@ -96,23 +122,26 @@ impl SecurityContext {
                 .and_then(|()| match cap.rate_limit {
                     None => Ok(()),
                     Some(limit) => {
-                        limiter
-                            .try_acquire(session_key, index, limit, now)
-                            .map_err(|retry| {
-                                let mut details = base_details();
-                                details["capability_index"] = json!(index);
-                                details["rate_limit"] = json!(limit);
-                                SealError::new(
-                                    SealCode::RateLimitExceeded,
-                                    format!(
-                                        "rate limit of {} calls per {} s reached for `{tool}`; \
+                        let acquired = if count {
+                            limiter.try_acquire(session_key, index, limit, now)
+                        } else {
+                            limiter.would_acquire(session_key, index, limit, now)
+                        };
+                        acquired.map_err(|retry| {
+                            let mut details = base_details();
+                            details["capability_index"] = json!(index);
+                            details["rate_limit"] = json!(limit);
+                            SealError::new(
+                                SealCode::RateLimitExceeded,
+                                format!(
+                                    "rate limit of {} calls per {} s reached for `{tool}`; \
                                      retry in {retry} s",
-                                        limit.calls, limit.per_seconds
-                                    ),
-                                )
-                                .with_details(details)
-                                .with_retry_after(retry)
-                            })
+                                    limit.calls, limit.per_seconds
+                                ),
+                            )
+                            .with_details(details)
+                            .with_retry_after(retry)
+                        })
                     }
                 });
             match outcome {

@@ -83,6 +83,38 @@ impl RateLimiter {
         Err(secs.max(1))
     }
 
+    /// Whether [`RateLimiter::try_acquire`] would count this call now, without counting it.
+    pub fn would_acquire(
+        &self,
+        session_key: &str,
+        capability_index: usize,
+        limit: RateLimit,
+        now: Instant,
+    ) -> Result<(), u64> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let per = Duration::from_secs(u64::from(limit.per_seconds.max(1)));
+        let Some(window) = state
+            .sessions
+            .get(session_key)
+            .and_then(|s| s.get(&capability_index))
+        else {
+            return Ok(());
+        };
+        let live: Vec<Instant> = window
+            .allowed
+            .iter()
+            .copied()
+            .filter(|t| now.saturating_duration_since(*t) < per)
+            .collect();
+        if live.len() < limit.calls.max(1) as usize {
+            return Ok(());
+        }
+        let oldest = live.first().copied().unwrap_or(now);
+        let wait = per.saturating_sub(now.saturating_duration_since(oldest));
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        Err(secs.max(1))
+    }
+
     /// Drops every window of a session (on revocation or expiry).
     pub fn forget_session(&self, session_key: &str) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
