@@ -12,7 +12,12 @@
 //! Every request carries `X-Aegis-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
 //! "<t>.<body>")>`; the secret is named in the manifest (`config.secret`) and defined by the
 //! node (`delivery.secrets`: name -> environment variable), never written in a manifest. Sends go
-//! through the egress rules of `web.*` (address checks, pinned resolution, no redirects).
+//! through the egress gates of `web.*` ([`crate::egress::Egress::admit`]: blocked ranges checked
+//! on every resolved address, pinned resolution, no redirects), and the denylist of the agent's
+//! `spec.security.network` holds for them too, names and CIDR blocks, by address: what the
+//! manifest says is never reachable is not reached on the agent's behalf. (Its allowlist and
+//! mode bound what the agent reaches; the destinations are declared beside them by whoever
+//! deployed it.)
 //! Email and SMS are refused at deploy: this node has no SMTP or SMS client.
 
 use std::collections::BTreeMap;
@@ -272,6 +277,7 @@ pub async fn enqueue(
 #[derive(sqlx::FromRow)]
 struct Due {
     id: Uuid,
+    execution_id: Uuid,
     url: String,
     method: String,
     headers: Value,
@@ -298,7 +304,7 @@ pub fn signature(secret: &[u8], timestamp: i64, body: &str) -> String {
 /// reached or the request could not be made.
 async fn send(state: &AppState, due: &Due) -> Result<u16, String> {
     let config = &state.config.delivery;
-    let domains = crate::egress::domains::DomainPolicy::default();
+    let domains = denylist_of(state, due.execution_id).await?;
     let (url, host, addrs) = crate::egress::fetch::check_url(&state.egress, &domains, &due.url)
         .await
         .map_err(|e| e.to_string())?;
@@ -346,6 +352,36 @@ async fn send(state: &AppState, due: &Due) -> Result<u16, String> {
     Ok(response.status().as_u16())
 }
 
+/// The deny entries of the execution's `spec.security.network` as the domain rules of its
+/// deliveries (no allow part: see the module documentation). A manifest that cannot be read
+/// fails the attempt rather than sending without its rules.
+async fn denylist_of(
+    state: &AppState,
+    execution: Uuid,
+) -> Result<crate::egress::DomainPolicy, String> {
+    let row: Option<(Value, String)> = sqlx::query_as(
+        "SELECT v.manifest, e.agent_name FROM executions e \
+         JOIN definition_versions v ON v.id = e.agent_version_id WHERE e.id = $1",
+    )
+    .bind(execution)
+    .fetch_optional(&state.pool)
+    .await
+    .map_err(|e| format!("could not read the network policy of execution {execution}: {e}"))?;
+    let Some((manifest, agent)) = row else {
+        return Err(format!(
+            "execution {execution} no longer exists, so its network policy cannot be checked"
+        ));
+    };
+    let mut domains = crate::egress::DomainPolicy::default();
+    let network = crate::manifest::AgentView(&manifest).network();
+    let rule = crate::egress::DomainRule::of_network(&agent, &network)?;
+    domains.push(crate::egress::DomainRule {
+        allow: None,
+        ..rule
+    });
+    Ok(domains)
+}
+
 /// Claims due deliveries (pending and due, or sending with an expired lease), at most `limit`.
 async fn claim(
     pool: &PgPool,
@@ -361,7 +397,7 @@ async fn claim(
                   OR (status = 'sending' AND lease_expires_at < now()) \
                ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) due \
          WHERE d.id = due.id \
-         RETURNING d.id, d.url, d.method, d.headers, d.secret_name, d.content_type, d.body, \
+         RETURNING d.id, d.execution_id, d.url, d.method, d.headers, d.secret_name, d.content_type, d.body, \
                    d.attempts, d.max_attempts",
     )
     .bind(me)

@@ -1008,3 +1008,196 @@ async fn a_restarted_instance_adopts_a_networked_sandbox_with_a_new_proxy() {
     drop(app);
     drop(db);
 }
+
+/// A host on `ip:80` that counts the connections it accepts (port 80: an agent in mode `allow`
+/// without an allowlist reaches ports 80 and 443 only).
+async fn start_counted_host_at(ip: IpAddr, text: &'static str) -> Arc<AtomicUsize> {
+    let listener = TcpListener::bind(SocketAddr::new(ip, 80))
+        .await
+        .unwrap_or_else(|e| panic!("bind {ip}:80 (the egress tests run as root): {e}"));
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = Router::new().route("/", get(move || async move { text }));
+    let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    hits
+}
+
+/// Issue 20 #1, as the attack: an agent in network mode `allow` whose denylist holds a CIDR
+/// block, on a node whose `egress.allow_cidrs` opens a wider internal range. The literal address
+/// in the block was refused before; a name that resolves into it went through, both through the
+/// sandbox's egress proxy and through `web.fetch`. Now every path refuses it by address: the
+/// sandbox's command gets a 403 from the proxy, the model gets an `address_denied` tool error,
+/// and the host in the denied block never sees a connection, while a name resolving next to the
+/// block (same node exception, not denied) is still reached through both paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_cidr_holds_for_names_that_resolve_into_it_on_every_path() {
+    use common::fake_llm::{answer, tool_calls, FakeLlm};
+
+    // Two loopback addresses of this machine, one inside the denied block, one beside it.
+    let salt = uuid::Uuid::new_v4().as_bytes()[0] % 250 + 2;
+    let victim_ip: IpAddr = format!("127.77.1.{salt}").parse().expect("ip");
+    let fine_ip: IpAddr = format!("127.77.2.{salt}").parse().expect("ip");
+    let victim_hits = start_counted_host_at(victim_ip, "internal secret").await;
+    let fine_hits = start_counted_host_at(fine_ip, "public page").await;
+
+    let llm = FakeLlm::start(vec![
+        tool_calls(&[(
+            "web__fetch",
+            serde_json::json!({"url": "http://victim.test/"}),
+        )]),
+        tool_calls(&[(
+            "web__fetch",
+            serde_json::json!({"url": "http://fine.test/"}),
+        )]),
+        answer("done"),
+    ])
+    .await;
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.llm = llm.config();
+    config.egress.allow_cidrs = vec!["127.77.0.0/16".to_owned()];
+    config.egress.hosts = BTreeMap::from([
+        ("victim.test".to_owned(), vec![victim_ip]),
+        ("fine.test".to_owned(), vec![fine_ip]),
+    ]);
+    let mut app = TestApp::spawn_with(config).await;
+    app.db = Some(db);
+
+    let manifest = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: open-net
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Fetch things.
+  tools: [cmd.run, web.fetch]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [wget]
+          timeout_seconds: 20
+  security:
+    network:
+      mode: allow
+      denylist: [\"127.77.1.0/24\"]
+";
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/agents")
+        .body(manifest)
+        .send()
+        .await
+        .expect("deploy");
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+
+    // The sandbox path: wget inside the agent's sandbox goes through its egress proxy.
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/sandboxes")
+        .json(&serde_json::json!({"agent": "open-net"}))
+        .send()
+        .await
+        .expect("create sandbox");
+    let body: serde_json::Value = r.json().await.expect("json");
+    let id = body["sandbox_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"))
+        .to_owned();
+    let by_literal = cmd_run(&app, &id, &format!("wget -q -O - http://{victim_ip}/")).await;
+    let by_name = cmd_run(&app, &id, "wget -q -O - http://victim.test/").await;
+    let beside = cmd_run(&app, &id, "wget -q -O - http://fine.test/").await;
+    for (what, out) in [("literal", &by_literal), ("name", &by_name)] {
+        assert_ne!(out["exit_code"], 0, "{what}: {out}");
+        assert_eq!(out["stdout"], "", "{what}: nothing came back: {out}");
+        assert!(
+            out["stderr"].as_str().unwrap_or_default().contains("403"),
+            "{what}: the proxy refused: {out}"
+        );
+    }
+    assert_eq!(beside["exit_code"], 0, "{beside}");
+    assert_eq!(beside["stdout"], "public page", "{beside}");
+    // The proxy's audit rows name the refusal by address.
+    let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
+        "SELECT decision, reason_code, reason FROM audit_log \
+         WHERE action = 'egress.connect' AND caller_id = $1 ORDER BY seq",
+    )
+    .bind(format!("sandbox:{id}"))
+    .fetch_all(&app.state.pool)
+    .await
+    .expect("audit rows");
+    assert!(
+        rows.iter().any(|r| r.1.as_deref() == Some("address_denied")
+            && r.2.contains(&format!("resolves to {victim_ip}"))
+            && r.2.contains("127.77.1.0/24")),
+        "{rows:?}"
+    );
+
+    // The web.fetch path: the agent's model asks for the same name, then for the one beside it.
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/agents/open-net/execute")
+        .json(&serde_json::json!({"input": {}}))
+        .send()
+        .await
+        .expect("execute");
+    let body: serde_json::Value = r.json().await.expect("json");
+    let execution = body["execution_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"))
+        .to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let e: serde_json::Value = app
+            .admin(reqwest::Method::GET, &format!("/v1/executions/{execution}"))
+            .send()
+            .await
+            .expect("execution")
+            .json()
+            .await
+            .expect("json");
+        let status = e["status"].as_str().unwrap_or_default().to_owned();
+        if ["completed", "failed", "cancelled", "timed_out"].contains(&status.as_str()) {
+            assert_eq!(status, "completed", "{e}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {status}: {e}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // What the model was given back for each call: the last message of the next request.
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3, "{requests:?}");
+    let tool_result = |i: usize| -> String {
+        requests[i]["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .map(|m| m["content"].to_string())
+            .unwrap_or_default()
+    };
+    let refused = tool_result(1);
+    assert!(refused.contains("address_denied"), "{refused}");
+    assert!(
+        refused.contains(&format!("resolves to {victim_ip}")),
+        "{refused}"
+    );
+    assert!(!refused.contains("internal secret"), "{refused}");
+    let fetched = tool_result(2);
+    assert!(fetched.contains("public page"), "{fetched}");
+
+    // Checked from the other side: the denied block never saw a connection.
+    assert_eq!(victim_hits.load(Ordering::SeqCst), 0);
+    assert_eq!(fine_hits.load(Ordering::SeqCst), 2);
+
+    let r = app
+        .admin(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"))
+        .send()
+        .await
+        .expect("destroy");
+    assert_eq!(r.status(), 200);
+}

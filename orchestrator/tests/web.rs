@@ -348,7 +348,6 @@ async fn sealed_caller(allow: Value) -> Caller {
             context: Arc::new(context),
             limiter: Arc::new(orchestrator::seal::RateLimiter::new()),
             session_key: "test".to_owned(),
-            evaluated: false,
             ceilings: Vec::new(),
         }),
     }
@@ -509,4 +508,153 @@ async fn the_brave_shape_sends_the_key_from_the_environment_and_falls_back_in_or
     let none = setup(None).await;
     let body = call(&none, "web.search", json!({"query": "q"})).await;
     assert_eq!(error_code(&body), "not_configured", "{body}");
+}
+
+/// A site serving hostile documents on 127.0.0.2: deep nesting, a huge flat page, deep JSON.
+async fn start_hostile_site() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let addr = listener.local_addr().expect("addr");
+    let html = |body: String| {
+        move || {
+            let body = body.clone();
+            async move { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body) }
+        }
+    };
+    let nested =
+        |levels: usize| format!("{}deep{}", "<div>".repeat(levels), "</div>".repeat(levels));
+    let flat: String = (0..150_000)
+        .map(|i| format!("<p>paragraph {i}</p>"))
+        .collect();
+    let json_deep = format!("{}1{}", "[".repeat(500_000), "]".repeat(500_000));
+    let app = Router::new()
+        .route("/deep-5000", get(html(nested(5_000))))
+        .route("/deep-200000", get(html(nested(200_000))))
+        .route("/unclosed", get(html("<span/>".repeat(300_000))))
+        .route("/flat", get(html(flat)))
+        .route("/ok", get(html(nested(50))))
+        .route(
+            "/deep.json",
+            get(move || {
+                let body = json_deep.clone();
+                async move { ([(header::CONTENT_TYPE, "application/json")], body) }
+            }),
+        );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+/// Issue 20 #10, as the attack: pages that an agent allowed to fetch could be pointed at. Before,
+/// 5,000 nested `<div>`s overflowed the stack during the HTML-to-Markdown conversion and
+/// aborted the whole process (this test binary with it), and 200,000 levels held a worker for
+/// minutes. Now each call answers within its bound, with a `document_too_deep` error or a
+/// result, the raw text stays available, and the node is ready right after each one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_documents_get_an_error_and_the_node_stays_up() {
+    let site = start_hostile_site().await;
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
+    config.egress.max_body_bytes = 4 * 1024 * 1024;
+    config.egress.hosts = BTreeMap::from([(
+        "hostile.test".to_owned(),
+        vec!["127.0.0.2".parse().expect("ip")],
+    )]);
+    let mut app = TestApp::spawn_with(config).await;
+    app.db = Some(db);
+    let port = site.port();
+    let bound = std::time::Duration::from_secs(30);
+
+    let fetch = |path: &str, to_markdown: bool| {
+        let url = format!("http://hostile.test:{port}{path}");
+        let app = &app;
+        async move {
+            let started = std::time::Instant::now();
+            let (status, body) = tokio::time::timeout(
+                bound,
+                app.call_tool("web.fetch", json!({"url": url, "to_markdown": to_markdown})),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{url}: no answer within {bound:?}"));
+            assert_eq!(status, 200, "{url}: {body}");
+            let ready = app.get("/health/ready").await;
+            assert_eq!(ready.status(), 200, "{url}: not ready right after the call");
+            (body, started.elapsed())
+        }
+    };
+
+    for path in ["/deep-5000", "/deep-200000", "/unclosed"] {
+        let (body, took) = fetch(path, true).await;
+        assert_eq!(body["isError"], true, "{path}: {body}");
+        assert_eq!(error_code(&body), "document_too_deep", "{path}: {body}");
+        let message = body["structuredContent"]["error"]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            message.contains("512 levels") && message.contains("to_markdown: false"),
+            "{message}"
+        );
+        assert!(took < bound, "{path}: {took:?}");
+        // The raw text is still there for whoever wants it.
+        let (raw, _) = fetch(path, false).await;
+        assert_eq!(raw["isError"], false, "{path}: {raw}");
+        assert_eq!(raw["structuredContent"]["format"], "text");
+    }
+
+    // A huge flat page (3.3 MB, 150,000 paragraphs): converted, or stopped at the time limit,
+    // within the call either way.
+    let (body, _) = fetch("/flat", true).await;
+    if body["isError"] == true {
+        assert_eq!(error_code(&body), "document_timeout", "{body}");
+    } else {
+        let content = body["structuredContent"]["content"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            content.contains("paragraph 149999"),
+            "{}",
+            &content[content.len().saturating_sub(200)..]
+        );
+    }
+
+    // A deep JSON document is returned as text, never parsed.
+    let (body, _) = fetch("/deep.json", true).await;
+    assert_eq!(body["isError"], false, "{body}");
+    assert_eq!(body["structuredContent"]["format"], "text");
+    assert_eq!(body["structuredContent"]["bytes"], 1_000_001);
+
+    // Ordinary nesting still converts.
+    let (body, _) = fetch("/ok", true).await;
+    assert_eq!(body["isError"], false, "{body}");
+    assert_eq!(body["structuredContent"]["content"], "deep");
+
+    // Deeply nested JSON arguments are refused at the door with a clear answer, not parsed
+    // into a stack overflow; the node stays ready.
+    for levels in [200usize, 100_000] {
+        let arguments = format!(
+            "{{\"url\": \"http://hostile.test:{port}/ok\", \"x\": {}1{}}}",
+            "[".repeat(levels),
+            "]".repeat(levels)
+        );
+        let body = format!("{{\"name\": \"web.fetch\", \"arguments\": {arguments}}}");
+        let r = tokio::time::timeout(
+            bound,
+            app.admin(reqwest::Method::POST, "/v1/tools/call")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .send(),
+        )
+        .await
+        .expect("answered in time")
+        .expect("answered");
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap_or_default();
+        assert!((400..500).contains(&status), "{levels}: {status} {text}");
+        assert!(text.contains("recursion limit"), "{levels}: {text}");
+        let ready = app.get("/health/ready").await;
+        assert_eq!(ready.status(), 200);
+    }
 }

@@ -6,11 +6,20 @@
 //! bound is one [`DomainRule`]; a host passes when every rule admits it, so adding a rule can
 //! only narrow. `*.example.org` matches subdomains of `example.org`, not the apex itself. The
 //! same check runs on every redirect hop, so a permitted site cannot redirect a fetch elsewhere.
+//!
+//! A rule is checked twice per connection: [`DomainPolicy::check`] on the host as written (names
+//! and address literals), before anything is resolved, and [`DomainPolicy::check_addresses`] on
+//! every address the host resolved to, before anything is connected. The second pass is what
+//! makes a CIDR entry of a denylist hold by address: `127.0.0.0/8` denied refuses
+//! `http://127.0.0.2/` and equally a name that resolves into that block, whatever the node's
+//! `egress.allow_cidrs` opened. CIDR entries of an allowlist stay literal-only (they admit an
+//! address written in a URL, never a name), so the second pass can only refuse.
 
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use super::address::unwrap_embedded_v4;
 use crate::manifest::{NetworkMode, NetworkPolicy};
 
 /// One entry of an allowlist: a host pattern, optionally with a port, or a CIDR block.
@@ -23,7 +32,8 @@ pub enum DomainEntry {
         /// The only port allowed, when given.
         port: Option<u16>,
     },
-    /// An IP block, matching URLs whose host is an address literal in it.
+    /// An IP block. In an allowlist it admits URLs whose host is an address literal in it; in a
+    /// denylist it also refuses every name that resolves into it ([`DomainEntry::covers`]).
     Cidr(IpNet),
 }
 
@@ -58,11 +68,11 @@ impl DomainEntry {
     /// entry without a port admits any port, or only `default_ports` when given.
     pub fn admits(&self, host: &str, port: u16, default_ports: Option<&[u16]>) -> bool {
         match self {
-            DomainEntry::Cidr(net) => host
+            DomainEntry::Cidr(_) => host
                 .trim_start_matches('[')
                 .trim_end_matches(']')
                 .parse::<IpAddr>()
-                .is_ok_and(|ip| net.contains(&ip)),
+                .is_ok_and(|ip| self.covers(ip)),
             DomainEntry::Host { pattern, port: p } => {
                 let port_ok = match (p, default_ports) {
                     (Some(p), _) => *p == port,
@@ -80,6 +90,20 @@ impl DomainEntry {
                     None => host == pattern,
                 }
             }
+        }
+    }
+}
+
+impl DomainEntry {
+    /// True when this is a CIDR entry containing `address`, also when the address is an IPv6
+    /// form carrying an IPv4 one (`::ffff:127.0.0.2` is in `127.0.0.0/8`), so the spelling of an
+    /// address cannot step around a block. Host entries cover no address.
+    pub fn covers(&self, address: IpAddr) -> bool {
+        match self {
+            DomainEntry::Cidr(net) => {
+                net.contains(&address) || net.contains(&unwrap_embedded_v4(address))
+            }
+            DomainEntry::Host { .. } => false,
         }
     }
 }
@@ -133,7 +157,7 @@ pub struct DomainPolicy {
 
 /// A host refused by a rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("host `{host}` (port {port}) is not allowed by the {source_name}")]
+#[error("{}", self.describe())]
 pub struct DomainRefused {
     /// The refused host.
     pub host: String,
@@ -141,6 +165,33 @@ pub struct DomainRefused {
     pub port: u16,
     /// Which rule refused it.
     pub source_name: String,
+    /// When the refusal is by address: the resolved address a deny CIDR covers, and the entry.
+    pub address: Option<(IpAddr, IpNet)>,
+}
+
+impl DomainRefused {
+    fn describe(&self) -> String {
+        match &self.address {
+            None => format!(
+                "host `{}` (port {}) is not allowed by the {}",
+                self.host, self.port, self.source_name
+            ),
+            Some((ip, net)) => format!(
+                "host `{}` (port {}) resolves to {ip}, which the {} denies ({net})",
+                self.host, self.port, self.source_name
+            ),
+        }
+    }
+
+    /// Stable code: `domain_not_allowed` for the host as written, `address_denied` when a
+    /// resolved address falls in a denied CIDR block.
+    pub fn code(&self) -> &'static str {
+        if self.address.is_some() {
+            "address_denied"
+        } else {
+            "domain_not_allowed"
+        }
+    }
 }
 
 impl DomainPolicy {
@@ -176,6 +227,32 @@ impl DomainPolicy {
                     host,
                     port,
                     source_name: rule.source.clone(),
+                    address: None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses `host` when any address it resolved to lies in a CIDR entry of a rule's denylist.
+    /// Runs after resolution and before connecting, on the very addresses the connection will
+    /// use, so a name cannot reach what the same address written as a literal could not.
+    pub fn check_addresses(
+        &self,
+        host: &str,
+        port: u16,
+        addresses: impl IntoIterator<Item = IpAddr> + Clone,
+    ) -> Result<(), DomainRefused> {
+        for rule in &self.rules {
+            for ip in addresses.clone() {
+                let Some(DomainEntry::Cidr(net)) = rule.deny.iter().find(|e| e.covers(ip)) else {
+                    continue;
+                };
+                return Err(DomainRefused {
+                    host: host.trim_end_matches('.').to_ascii_lowercase(),
+                    port,
+                    source_name: rule.source.clone(),
+                    address: Some((ip, *net)),
                 });
             }
         }
@@ -226,6 +303,51 @@ mod tests {
         assert!(proxy.check("docs.rs", 443).is_ok());
         let refused = p.check("crates.io", 443).expect_err("refused");
         assert_eq!(refused.source_name, "context");
+    }
+
+    #[test]
+    fn deny_cidrs_hold_for_resolved_addresses_and_every_spelling() {
+        let network = NetworkPolicy {
+            mode: NetworkMode::Allow,
+            allowlist: vec![],
+            denylist: vec!["127.0.0.0/8".into(), "fd00::/8".into()],
+        };
+        let mut p = DomainPolicy::default();
+        p.push(DomainRule::of_network("a", &network).expect("rule"));
+        let ip = |s: &str| -> IpAddr { s.parse().expect("ip") };
+        // As written: the literal is refused, in its IPv4-mapped spelling too; a name passes.
+        assert!(p.check("127.0.0.2", 80).is_err());
+        assert!(p.check("::ffff:127.0.0.2", 80).is_err());
+        assert!(p.check("[::ffff:7f00:2]", 80).is_err());
+        assert!(p.check("internal.test", 80).is_ok());
+        // Resolved: a name landing in a denied block is refused with the address and entry.
+        let refused = p
+            .check_addresses("internal.test", 80, [ip("93.184.215.14"), ip("127.0.0.2")])
+            .expect_err("denied by address");
+        assert_eq!(refused.code(), "address_denied");
+        assert_eq!(
+            refused.address,
+            Some((ip("127.0.0.2"), "127.0.0.0/8".parse().expect("net")))
+        );
+        assert!(
+            refused.to_string().contains("resolves to 127.0.0.2"),
+            "{refused}"
+        );
+        assert!(p
+            .check_addresses("x.test", 80, [ip("::ffff:127.0.0.9")])
+            .is_err());
+        assert!(p.check_addresses("x.test", 80, [ip("fd00::5")]).is_err());
+        assert!(p
+            .check_addresses("x.test", 80, [ip("93.184.215.14")])
+            .is_ok());
+        // An allowlist CIDR never admits or refuses a name by its addresses.
+        let mut q = DomainPolicy::default();
+        q.push(rule("allow", &["10.0.0.0/8", "site.test"]));
+        assert!(q
+            .check_addresses("site.test", 80, [ip("127.0.0.1")])
+            .is_ok());
+        assert!(q.check("10.1.2.3", 80).is_ok());
+        assert!(q.check("other.test", 80).is_err());
     }
 
     #[test]

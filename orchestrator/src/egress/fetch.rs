@@ -15,7 +15,7 @@ use url::{Host, Url};
 
 use super::domains::{DomainPolicy, DomainRefused};
 use super::resolve::ResolveError;
-use super::Egress;
+use super::{Egress, Refused};
 
 /// Why a fetch did not produce a response.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +36,7 @@ pub enum FetchError {
         /// The URL.
         url: String,
     },
-    /// A domain allowlist refused the host.
+    /// A domain rule refused the host, or an address it resolved to (a denied CIDR).
     #[error("{refused} ({url})")]
     Domain {
         /// The refusal.
@@ -94,7 +94,7 @@ impl FetchError {
         match self {
             FetchError::InvalidUrl { .. } => "invalid_url",
             FetchError::Scheme { .. } => "scheme_not_allowed",
-            FetchError::Domain { .. } => "domain_not_allowed",
+            FetchError::Domain { refused, .. } => refused.code(),
             FetchError::Resolve {
                 error: ResolveError::Blocked { .. },
                 ..
@@ -166,19 +166,18 @@ async fn check(egress: &Egress, domains: &DomainPolicy, text: &str) -> Result<Ch
         }
     };
     let port = url.port_or_known_default().unwrap_or(80);
-    domains
-        .check(&host, port)
-        .map_err(|refused| FetchError::Domain {
-            refused,
-            url: url.to_string(),
-        })?;
     let addrs = egress
-        .resolver
-        .resolve(&host, port)
+        .admit(domains, &host, port)
         .await
-        .map_err(|error| FetchError::Resolve {
-            error,
-            url: url.to_string(),
+        .map_err(|refused| match refused {
+            Refused::Domain(refused) => FetchError::Domain {
+                refused,
+                url: url.to_string(),
+            },
+            Refused::Resolve(error) => FetchError::Resolve {
+                error,
+                url: url.to_string(),
+            },
         })?;
     Ok(Checked { url, host, addrs })
 }

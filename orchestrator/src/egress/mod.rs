@@ -1,13 +1,16 @@
 //! The outside world: how the orchestrator itself reaches the Internet, and under which rules.
 //!
 //! `web.fetch` and `web.search` run here, in the orchestrator, never in a sandbox. Every
-//! connection passes the same three gates: the host must be admitted by every domain allowlist
-//! that applies to the call ([`domains`]), the name is resolved once and every address checked
-//! against the blocked ranges ([`address`], [`resolve`]), and the connection is made to exactly
-//! the checked addresses, with redirects followed by hand so each hop passes the gates again
-//! ([`fetch`]). No proxy is taken from the environment.
+//! connection (a `web.fetch` hop, a sandbox's proxied connection, a result delivery) passes the
+//! same gates, in one function, [`Egress::admit`]: the host as written must be admitted by every
+//! domain rule that applies ([`domains`]), the name is resolved once and every address checked
+//! against the blocked ranges ([`address`], [`resolve`]) and against the CIDR entries of every
+//! denylist, and the connection is made to exactly the checked addresses, with redirects
+//! followed by hand so each hop passes the gates again ([`fetch`]). No proxy is taken from the
+//! environment. Fetched documents are turned into text under limits of their own ([`document`]).
 
 pub mod address;
+pub mod document;
 pub mod domains;
 pub mod fetch;
 pub mod proxy;
@@ -15,7 +18,7 @@ pub mod resolve;
 pub mod search;
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -57,6 +60,28 @@ impl Default for EgressConfig {
     }
 }
 
+/// Why a target did not pass the gates of [`Egress::admit`].
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// A domain rule refused the host as written, or one of the addresses it resolved to.
+    #[error(transparent)]
+    Domain(DomainRefused),
+    /// The host did not resolve, or resolved to a blocked range.
+    #[error(transparent)]
+    Resolve(ResolveError),
+}
+
+impl Refused {
+    /// Stable code for tool results and audit rows.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refused::Domain(refused) => refused.code(),
+            Refused::Resolve(ResolveError::Blocked { .. }) => "address_blocked",
+            Refused::Resolve(ResolveError::NotFound { .. }) => "name_not_resolved",
+        }
+    }
+}
+
 /// A configuration value that cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("egress.{key}: {message}")]
@@ -83,6 +108,28 @@ pub struct Egress {
 }
 
 impl Egress {
+    /// The gates of one connection to `host:port`, in the one order every path out uses: the
+    /// domain rules on the host as written, resolution with every address checked against the
+    /// blocked ranges, then the domain rules' deny CIDRs on every resolved address. The answer is
+    /// the only set of addresses the caller may connect to (pinned, so nothing resolves twice).
+    pub async fn admit(
+        &self,
+        domains: &DomainPolicy,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<SocketAddr>, Refused> {
+        domains.check(host, port).map_err(Refused::Domain)?;
+        let addrs = self
+            .resolver
+            .resolve(host, port)
+            .await
+            .map_err(Refused::Resolve)?;
+        domains
+            .check_addresses(host, port, addrs.iter().map(SocketAddr::ip))
+            .map_err(Refused::Domain)?;
+        Ok(addrs)
+    }
+
     /// Validates the configuration and builds the rules.
     pub fn from_config(config: &EgressConfig) -> Result<Self, EgressConfigError> {
         let mut exceptions = Vec::new();

@@ -6,9 +6,9 @@
 //! through `HTTP_PROXY`/`HTTPS_PROXY`: `CONNECT host:port` (a TLS tunnel, the proxy never sees
 //! inside) and absolute-form plain HTTP (`GET http://host/path`, forwarded with
 //! `Connection: close` so one connection carries one checked host). The target passes the same
-//! gates as `web.fetch`: the sandbox's domain rules (entries without a port admit 80 and 443
-//! only), then resolve-once with every address checked, and the connection is made to the
-//! checked address. Every connection, admitted or refused, becomes one audit row with the
+//! gates as `web.fetch` ([`Egress::admit`]): the sandbox's domain rules (entries without a port
+//! admit 80 and 443 only), then resolve-once with every address checked against the blocked
+//! ranges and the denylist's CIDR blocks, and the connection is made to the checked address. Every connection, admitted or refused, becomes one audit row with the
 //! sandbox, host, port, bytes each way and the decision.
 
 use std::net::SocketAddr;
@@ -157,30 +157,20 @@ impl Shared {
                 return;
             }
         };
-        if let Err(refused) = self.scope.domains.check(&target.host, target.port) {
-            let refusal = Refusal {
-                status: 403,
-                code: "domain_not_allowed",
-                message: refused.to_string(),
-            };
-            self.refuse(&mut client, Some(&target), refusal, started)
-                .await;
-            return;
-        }
         let addrs = match self
             .egress
-            .resolver
-            .resolve(&target.host, target.port)
+            .admit(&self.scope.domains, &target.host, target.port)
             .await
         {
             Ok(a) => a,
             Err(e) => {
-                let code = match e {
-                    super::ResolveError::Blocked { .. } => "address_blocked",
-                    super::ResolveError::NotFound { .. } => "name_not_resolved",
-                };
+                let code = e.code();
                 let refusal = Refusal {
-                    status: if code == "address_blocked" { 403 } else { 502 },
+                    status: if code == "name_not_resolved" {
+                        502
+                    } else {
+                        403
+                    },
                     code,
                     message: e.to_string(),
                 };

@@ -12,7 +12,10 @@
 //!   strings; `0x1F` and `0o17` are integers); infinite and NaN numbers are refused;
 //! - duplicate keys, non-string keys, unknown tags and more than one document are errors;
 //! - anchors, aliases and `<<` merge keys work, but alias expansion is capped so that a small
-//!   text cannot expand into a huge value, and so is nesting depth.
+//!   text cannot expand into a huge value, and so is nesting depth: an alias counts every node
+//!   it copies (as a value and as a mapping key alike) and may not carry the document past the
+//!   depth limit, so chained anchors cannot build a value deeper than the loader itself accepts
+//!   (the later stages, schema validation and serialisation, recurse over it).
 
 use std::collections::HashMap;
 
@@ -207,12 +210,20 @@ impl Loader<'_> {
             }
             Event::Alias(id) => {
                 self.positions.record(at, mark);
-                let Some(size) = self.anchors.get(&id).map(count_nodes) else {
+                let Some((size, nesting)) = self.anchors.get(&id).map(measure) else {
                     return Err(yaml_error(
                         "this alias refers to a node that contains it",
                         position(mark),
                     ));
                 };
+                if depth + nesting > MAX_DEPTH {
+                    return Err(yaml_error(
+                        format!(
+                            "this alias would nest the document deeper than {MAX_DEPTH} levels"
+                        ),
+                        position(mark),
+                    ));
+                }
                 // Count before copying, so an alias bomb is stopped before it allocates.
                 self.count(size, mark)?;
                 let value = self.anchors.get(&id).cloned().unwrap_or(Value::Null);
@@ -276,6 +287,10 @@ impl Loader<'_> {
                     (self.key_string(value, &text, key_mark), merge)
                 }
                 Event::Alias(id) => {
+                    // A key is a copy too (and is printed when it is not a string): counted like
+                    // any alias, so repeated alias keys cannot multiply a large anchor.
+                    let size = self.anchors.get(&id).map_or(1, |v| measure(v).0);
+                    self.count(size, key_mark)?;
                     let value = self.anchors.get(&id).cloned().unwrap_or(Value::Null);
                     let text = value.to_string();
                     (self.key_string(value, &text, key_mark), false)
@@ -431,12 +446,18 @@ fn scan_error(error: ScanError) -> ManifestError {
     yaml_error(error.info().to_owned(), Some((mark.line(), mark.col() + 1)))
 }
 
-fn count_nodes(value: &Value) -> usize {
-    match value {
-        Value::Array(items) => 1 + items.iter().map(count_nodes).sum::<usize>(),
-        Value::Object(map) => 1 + map.values().map(count_nodes).sum::<usize>(),
-        _ => 1,
-    }
+/// Nodes in `value` and how many levels it nests below itself (0 for a scalar). Anchored values
+/// were built within [`MAX_DEPTH`], so the recursion is bounded.
+fn measure(value: &Value) -> (usize, usize) {
+    let children: Box<dyn Iterator<Item = &Value>> = match value {
+        Value::Array(items) => Box::new(items.iter()),
+        Value::Object(map) => Box::new(map.values()),
+        _ => return (1, 0),
+    };
+    children.fold((1, 1), |(nodes, nesting), child| {
+        let (n, d) = measure(child);
+        (nodes + n, nesting.max(d + 1))
+    })
 }
 
 /// Resolves a plain (unquoted) scalar with the YAML 1.2 core schema.
@@ -708,5 +729,64 @@ mod tests {
         assert!(errs[0].message.contains("nodes"), "{errs:?}");
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert!(errors(&deep)[0].message.contains("nested"));
+    }
+
+    /// Anchors chained through aliases would each add up to the depth limit; the alias that
+    /// would carry the value past it is refused.
+    #[test]
+    fn aliases_cannot_nest_past_the_depth_limit() {
+        let mut text = format!("a0: &a0 {}x{}\n", "[".repeat(100), "]".repeat(100));
+        for i in 1..4 {
+            let p = i - 1;
+            text.push_str(&format!(
+                "a{i}: &a{i} {}*a{p}{}\n",
+                "[".repeat(100),
+                "]".repeat(100)
+            ));
+        }
+        let errs = errors(&text);
+        assert!(errs[0].message.contains("alias would nest"), "{errs:?}");
+        assert_eq!(errs[0].line, Some(2), "{errs:?}");
+        // Within the limit, an alias still expands.
+        let fine = format!("a: &a {}x{}\nb: *a\n", "[".repeat(60), "]".repeat(60));
+        assert!(load(&fine).is_ok());
+    }
+
+    /// A large anchor used as many mapping keys is counted each time, not copied for free.
+    #[test]
+    fn alias_keys_count_towards_the_node_limit() {
+        let items = vec!["x"; 5_000].join(", ");
+        let mut text = format!("big: &big [{items}]\nm:\n");
+        for i in 0..100 {
+            text.push_str(&format!("  ? *big\n  : {i}\n"));
+        }
+        let started = std::time::Instant::now();
+        let errs = errors(&text);
+        assert!(errs.iter().any(|e| e.message.contains("nodes")), "{errs:?}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    /// Pathological texts at the size limit are refused quickly, not parsed to the end.
+    #[test]
+    fn hostile_texts_at_the_size_limit_end_quickly() {
+        let half = MAX_TEXT_BYTES / 2;
+        for text in [
+            "[".repeat(half),
+            "{a: ".repeat(half / 4),
+            format!("{}x", "- ".repeat(half / 2)),
+            (0..half / 8)
+                .map(|i| format!("k{i}: v\n"))
+                .collect::<String>(),
+        ] {
+            let started = std::time::Instant::now();
+            let _ = load(&text);
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "{}...: {:?}",
+                &text[..20],
+                started.elapsed()
+            );
+        }
+        assert!(load(&"x".repeat(MAX_TEXT_BYTES + 1)).is_err());
     }
 }

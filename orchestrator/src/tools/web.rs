@@ -5,6 +5,10 @@
 //! caller's SEAL security context (the `domain_allowlist` of the capabilities covering the tool)
 //! and, for an agent execution, its manifest's `spec.security.network`. An operator's own call
 //! has neither and is bounded by the node's address rules only.
+//!
+//! A fetched HTML page is converted to Markdown by `crate::egress::document`, under a depth and
+//! a time limit and on a thread of its own: a hostile page gets a tool error
+//! (`document_too_deep`, `document_timeout`), it cannot take a worker or the node down.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -80,15 +84,14 @@ fn fetch<'a>(ctx: &'a ToolContext<'a>, arguments: Value) -> HandlerFuture<'a> {
         }
         let text = String::from_utf8_lossy(&fetched.body).into_owned();
         let (format, content) = if html && a.to_markdown {
-            let markdown = htmd::convert(&text).map_err(|e| {
-                ToolError::new(
-                    "conversion_failed",
-                    format!(
-                        "could not convert the HTML of {} to Markdown: {e}",
-                        fetched.final_url
-                    ),
-                )
-            })?;
+            // Off the async workers, with depth and time limits: the page is the site's.
+            let markdown = egress::document::html_to_markdown(text)
+                .await
+                .map_err(|e| {
+                    ToolError::new(e.code(), format!("{}: {e}", fetched.final_url)).with_details(
+                        json!({"url": fetched.final_url, "bytes": fetched.body.len()}),
+                    )
+                })?;
             ("markdown", markdown)
         } else {
             ("text", text)
