@@ -537,3 +537,115 @@ async fn a_caller_cannot_approve_its_own_privileged_call() {
             .unwrap();
     assert_ne!(decided_by, key_id);
 }
+
+/// An agent that runs `echo` in its sandbox, and a workflow whose one state runs it.
+const RUNNER: &str = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: runner
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Run echo.
+  tools: [cmd.run]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [echo]
+";
+
+const RUNS_RUNNER: &str = "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: runs-runner
+  version: \"1.0.0\"
+spec:
+  initial_state: RUN
+  states:
+    RUN:
+      kind: Agent
+      agent: runner
+      input: go
+      transitions: []
+";
+
+#[tokio::test]
+async fn a_workflow_started_by_a_confined_key_runs_its_agents_under_that_key_s_context() {
+    let db = TestDb::create().await;
+    let llm = FakeLlm::start(vec![
+        common::fake_llm::tool_calls(&[("cmd__run", json!({"command": "echo escaped"}))]),
+        answer("done"),
+    ])
+    .await;
+    let mut config = test_config(&db.url);
+    config.llm = llm.config();
+    config.workflows.poll_interval_ms = 200;
+    let mut contexts = contexts();
+    contexts.push(json!({
+        "name": "runs-workflows", "description": "may start workflows, may not run commands",
+        "capabilities": [{"tool_pattern": "aegis.workflow.*"}],
+        "attestation": {"allow_unverified": true}}));
+    config.seal.security_contexts = contexts;
+    let app = TestApp::spawn_with(config).await;
+    for (path, manifest) in [("/v1/agents", RUNNER), ("/v1/workflows", RUNS_RUNNER)] {
+        let r = app
+            .admin(Method::POST, path)
+            .body(manifest)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    }
+
+    let (key, _) = bound_key(&app, "starts-workflows", "operator", "runs-workflows").await;
+    let r = app
+        .with_key(Method::POST, "/v1/workflows/runs-runner/run", &key)
+        .json(&json!({"input": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    let body: Value = r.json().await.unwrap();
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+
+    let mut ended = Value::Null;
+    for _ in 0..600 {
+        let r = app
+            .admin(Method::GET, &format!("/v1/workflows/executions/{id}"))
+            .send()
+            .await
+            .unwrap();
+        ended = r.json().await.unwrap();
+        if ["completed", "failed", "cancelled", "timed_out"]
+            .contains(&ended["status"].as_str().unwrap_or_default())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(ended["status"], "running", "{ended}");
+    assert_eq!(
+        llm.remaining(),
+        0,
+        "the agent asked for the command: {ended}"
+    );
+
+    // The agent was not given the command (the starter's context does not grant it): the
+    // model's call was answered as unavailable, and no command ran.
+    let requests = llm.requests();
+    let last = requests.last().expect("requests").to_string();
+    assert!(last.contains("is not available to this agent"), "{last}");
+    let offered = requests[0]["tools"].to_string();
+    assert!(!offered.contains("cmd__run"), "offered: {offered}");
+    let ran: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'cmd.run' AND decision = 'allowed'",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(ran, 0, "{ended}");
+}

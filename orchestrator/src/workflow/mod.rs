@@ -15,6 +15,7 @@
 //! whole `AppState`. Run, signal and cancel are plain database writes plus a NOTIFY, so the
 //! tools that call them (`tools/workflows.rs`) work on any replica.
 
+mod ceiling;
 pub mod conditions;
 mod schedule;
 mod start;
@@ -129,12 +130,14 @@ impl Workflows {
     /// Validates and stores a new execution (workers pick it up at once); nothing is stored
     /// when validation fails.
     pub async fn run(&self, caller: &Caller, request: RunRequest) -> Result<Uuid, WorkflowError> {
+        let ceiling = ceiling::of(caller);
         let id = start::start(
             &self.pool,
             &start::Starter {
                 tenant: &caller.tenant,
                 caller_kind: caller.kind.as_str(),
                 caller_id: &caller.id,
+                ceiling: ceiling.as_ref(),
                 allow_network_modes: &self.settings.allow_network_modes,
                 max_execution_secs: self.settings.max_execution_secs,
             },

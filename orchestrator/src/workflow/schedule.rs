@@ -103,6 +103,7 @@ async fn fire(rt: &Runtime, w: &ScheduledWorkflow, tick: DateTime<Utc>, input: s
             tenant: &w.tenant,
             caller_kind: "schedule",
             caller_id: &caller_id,
+            ceiling: None,
             allow_network_modes: &settings.allow_network_modes,
             max_execution_secs: settings.max_execution_secs,
         },

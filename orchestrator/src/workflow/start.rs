@@ -37,6 +37,8 @@ pub(super) struct Starter<'a> {
     pub caller_id: &'a str,
     pub allow_network_modes: &'a [String],
     pub max_execution_secs: u64,
+    /// The starter's rights, kept with the execution (see `workflow::ceiling`).
+    pub ceiling: Option<&'a Value>,
 }
 
 /// Validates and stores a run; `parent` links a Subworkflow child to (execution, state, visit).
@@ -119,6 +121,7 @@ pub(super) async fn start(
             caller_id: who.caller_id,
             max_secs: who.max_execution_secs,
         },
+            ceiling: who.ceiling,
     )
     .await?;
     Ok(id)

@@ -58,6 +58,10 @@ pub struct WorkflowExecution {
     pub caller_kind: String,
     /// Who started it.
     pub caller_id: String,
+    /// The starter's rights (`{"tier", "contexts"}`), a ceiling on the agents its states start;
+    /// `None` when no ceiling applies (see `workflow::ceiling`).
+    #[serde(skip)]
+    pub ceiling: Option<Value>,
     /// The replica holding it.
     pub lease_owner: Option<Uuid>,
     /// Until when.
@@ -98,7 +102,7 @@ pub struct WorkflowExecution {
 
 const COLUMNS: &str = "id, tenant_id, workflow_id, workflow_version_id, workflow_name, workflow_version, \
     parent_execution_id, parent_state, parent_visit, status, current_state, visits, transition_count, \
-    blackboard, input, intent, caller_kind, caller_id, lease_owner, lease_expires_at, attempt, \
+    blackboard, input, intent, caller_kind, caller_id, ceiling, lease_owner, lease_expires_at, attempt, \
     state_feedback, state_entered_at, waiting_for, wake_at, signal, cancel_requested, final_output, \
     error, next_seq, created_at, started_at, last_transition_at, ended_at, deadline";
 
@@ -181,6 +185,8 @@ pub struct NewExecution<'a> {
     pub caller_kind: &'a str,
     /// Caller id.
     pub caller_id: &'a str,
+    /// The starter's rights, a ceiling on the agents the states start.
+    pub ceiling: Option<&'a Value>,
     /// Whole-execution ceiling, seconds.
     pub max_secs: u64,
 }
@@ -205,8 +211,8 @@ pub async fn insert(pool: &PgPool, new: &NewExecution<'_>) -> Result<(), sqlx::E
     sqlx::query(
         "INSERT INTO workflow_executions (id, tenant_id, workflow_id, workflow_version_id, workflow_name, \
          workflow_version, parent_execution_id, parent_state, parent_visit, current_state, visits, blackboard, \
-         input, intent, caller_kind, caller_id, next_seq, deadline) \
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,3, now() + make_interval(secs => $17))",
+         input, intent, caller_kind, caller_id, next_seq, deadline, ceiling) \
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,3, now() + make_interval(secs => $17), $18)",
     )
     .bind(new.id)
     .bind(new.tenant)
@@ -225,6 +231,7 @@ pub async fn insert(pool: &PgPool, new: &NewExecution<'_>) -> Result<(), sqlx::E
     .bind(new.caller_kind)
     .bind(new.caller_id)
     .bind(new.max_secs as f64)
+    .bind(new.ceiling)
     .execute(&mut *tx)
     .await?;
     insert_events(&mut tx, new.id, 1, &events).await?;

@@ -71,7 +71,7 @@ async fn run_child(
     let id = ctx
         .rt
         .host
-        .start_agent(ctx.caller(), request)
+        .start_agent(ctx.caller().await?, request)
         .await
         .map_err(|e| format!("agent `{agent}` could not start: {e}"))?;
     ctx.event(

@@ -93,17 +93,17 @@ impl StateCtx<'_> {
         state_owner(self.exec, self.name, self.visit)
     }
 
-    /// The caller child executions are attributed to: the workflow's own caller.
-    pub fn caller(&self) -> crate::caller::Caller {
-        crate::caller::Caller {
-            kind: crate::caller::CallerKind::Execution,
-            id: self.exec.id.to_string(),
-            label: format!("workflow:{}", self.exec.workflow_name),
-            tier: crate::caller::Tier::User,
-            role: None,
-            tenant: self.exec.tenant_id.clone(),
-            seal: None,
-        }
+    /// The caller child executions are started as: the workflow execution, confined by the
+    /// rights of whoever started it (`workflow::ceiling`).
+    pub async fn caller(&self) -> Result<crate::caller::Caller, String> {
+        crate::workflow::ceiling::caller(
+            &self.rt.pool,
+            &self.exec.tenant_id,
+            self.exec.id,
+            format!("workflow:{}", self.exec.workflow_name),
+            self.exec.ceiling.as_ref(),
+        )
+        .await
     }
 }
 

@@ -43,6 +43,7 @@ pub(super) async fn subworkflow(ctx: &StateCtx<'_>) -> Step {
                 tenant: &ctx.exec.tenant_id,
                 caller_kind: &ctx.exec.caller_kind,
                 caller_id: &ctx.exec.caller_id,
+                ceiling: ctx.exec.ceiling.as_ref(),
                 allow_network_modes: &ctx.rt.allow_network_modes,
                 max_execution_secs: ctx.rt.max_execution_secs,
             };
