@@ -193,8 +193,9 @@ pub enum NetworkMode {
     /// No network interface but loopback (the default).
     #[default]
     None,
-    /// Docker's default bridge: outbound access (workflow `ContainerRun` steps whose node
-    /// config allows `bridge`); agent sandboxes never get it.
+    /// Docker's default bridge: outbound access with no proxy, address rules or firewall.
+    /// The orchestrator never asks for it (a workflow step's `network_mode: bridge` gets
+    /// [`NetworkMode::Egress`], like an agent sandbox with network).
     Bridge,
     /// An internal network of the sandbox's own with no route out: its only way out is the
     /// egress proxy the [`EgressHost`](crate::network::EgressHost) starts on the network's

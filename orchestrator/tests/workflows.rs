@@ -549,7 +549,7 @@ spec:
           target: CHECK
     CHECK:
       kind: System
-      command: \"exit 1\"
+      command: \"false\"
       transitions:
         - condition: exit_code
           value: 1

@@ -42,6 +42,7 @@ spec:
   states:
     ONE:
       kind: System
+      shell: true
       command: \"sleep 1; echo one-{{input.n}}\"
       transitions:
         - {condition: on_success, target: TWO}

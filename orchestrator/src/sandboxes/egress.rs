@@ -22,8 +22,41 @@ use uuid::Uuid;
 
 use super::AGENT_VERSION_LABEL;
 use crate::egress::proxy::{EgressProxy, ProxyScope};
-use crate::egress::{DomainPolicy, DomainRule, Egress};
+use crate::egress::{DomainEntry, DomainPolicy, DomainRule, Egress};
 use crate::manifest::AgentView;
+
+/// Label of a workflow ContainerRun sandbox holding its proxy's domain rules: a JSON array of
+/// `{"source": text, "allow": [entry, ...]}`, every rule narrowing (written only by
+/// `workflow/states/container.rs`; an empty array or an unreadable label admits no host).
+pub const WORKFLOW_NETWORK_LABEL: &str = "workflow_network";
+
+/// The domain rules a [`WORKFLOW_NETWORK_LABEL`] carries; fails closed on anything unexpected.
+fn workflow_domains(label: &str) -> Result<DomainPolicy, String> {
+    let bad = |why: &str| format!("the sandbox's workflow network rules are unreadable: {why}");
+    let rules: Vec<Value> = serde_json::from_str(label).map_err(|e| bad(&e.to_string()))?;
+    let mut domains = DomainPolicy::default();
+    if rules.is_empty() {
+        return Err(bad("no rule"));
+    }
+    for rule in rules {
+        let source = rule["source"]
+            .as_str()
+            .ok_or_else(|| bad("a rule has no source"))?;
+        let allow = rule["allow"]
+            .as_array()
+            .ok_or_else(|| bad("a rule has no allow list"))?
+            .iter()
+            .map(|e| DomainEntry::parse(e.as_str().unwrap_or_default()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(&e))?;
+        domains.push(DomainRule {
+            source: source.to_owned(),
+            allow: Some(allow),
+            deny: Vec::new(),
+        });
+    }
+    Ok(domains)
+}
 
 /// Runs one [`EgressProxy`] per networked sandbox of this instance.
 pub struct ProxyHost {
@@ -59,8 +92,11 @@ impl ProxyHost {
             .map(EgressProxy::addr)
     }
 
-    /// The rules of the agent version a sandbox was made for.
+    /// The rules of the agent version a sandbox was made for (or of its workflow step).
     async fn domains_of(&self, spec: &SandboxSpec) -> Result<DomainPolicy, String> {
+        if let Some(label) = spec.labels.get(WORKFLOW_NETWORK_LABEL) {
+            return workflow_domains(label);
+        }
         let version = spec
             .labels
             .get(AGENT_VERSION_LABEL)
@@ -161,6 +197,24 @@ impl EgressHost for ProxyHost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn workflow_rules_narrow_and_fail_closed() {
+        let label = r#"[{"source":"wf","allow":["a.test","*.b.test:8443"]},{"source":"step","allow":["a.test"]}]"#;
+        let domains = workflow_domains(label).expect("rules");
+        assert!(domains.check("a.test", 443).is_ok());
+        assert!(domains.check("x.b.test", 8443).is_err());
+        let none = workflow_domains(r#"[{"source":"none","allow":[]}]"#).expect("rules");
+        assert!(none.check("a.test", 443).is_err());
+        for bad in [
+            "[]",
+            "{}",
+            "[{\"source\":\"x\"}]",
+            "[{\"source\":\"x\",\"allow\":[\"a.*\"]}]",
+        ] {
+            assert!(workflow_domains(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn commands_get_both_spellings_and_an_empty_no_proxy() {

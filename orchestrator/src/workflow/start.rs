@@ -12,8 +12,10 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{object, store, WorkflowError, RESERVED_KEYS};
+use crate::egress::DomainEntry;
 use crate::manifest::{ManifestKind, WorkflowView};
 use crate::registry::{self, RegistryError};
+use crate::render;
 
 /// What a caller asks to run.
 #[derive(Debug, Clone, Default)]
@@ -35,10 +37,10 @@ pub(super) struct Starter<'a> {
     pub tenant: &'a str,
     pub caller_kind: &'a str,
     pub caller_id: &'a str,
-    pub allow_network_modes: &'a [String],
-    pub max_execution_secs: u64,
     /// The starter's rights, kept with the execution (see `workflow::ceiling`).
     pub ceiling: Option<&'a Value>,
+    pub allow_network_modes: &'a [String],
+    pub max_execution_secs: u64,
 }
 
 /// Validates and stores a run; `parent` links a Subworkflow child to (execution, state, visit).
@@ -119,9 +121,9 @@ pub(super) async fn start(
             intent: req.intent.as_deref(),
             caller_kind: who.caller_kind,
             caller_id: who.caller_id,
+            ceiling: who.ceiling,
             max_secs: who.max_execution_secs,
         },
-            ceiling: who.ceiling,
     )
     .await?;
     Ok(id)
@@ -139,6 +141,9 @@ async fn runnable(
         problems.push(
             "spec.storage (shared workspace and volumes) is not supported on this node".to_owned(),
         );
+    }
+    if let Some(list) = manifest.pointer("/spec/network_allowlist") {
+        problems.extend(allowlist_problems(list, "spec.network_allowlist"));
     }
     let mut agents: Vec<(String, String)> = Vec::new();
     let mut workflows: Vec<(String, String)> = Vec::new();
@@ -163,6 +168,7 @@ async fn runnable(
             }
         }
         match state.get("kind").and_then(Value::as_str).unwrap_or("") {
+            "System" => problems.extend(command_problems(state, &at(""))),
             "Agent" => {
                 if let Some(a) = state.get("agent").and_then(Value::as_str) {
                     agents.push((a.to_owned(), at("agent")));
@@ -252,6 +258,20 @@ fn container_problems(step: &Value, at: &str, allowed_networks: &[String]) -> Ve
             ));
         }
     }
+    let networked = step
+        .get("network_mode")
+        .and_then(Value::as_str)
+        .is_some_and(|m| m != "none");
+    if let Some(list) = step.get("network_allowlist") {
+        if !networked {
+            problems.push(format!(
+                "{}: a network allowlist needs `network_mode: bridge` (this step has no network)",
+                field("network_allowlist")
+            ));
+        }
+        problems.extend(allowlist_problems(list, &field("network_allowlist")));
+    }
+    problems.extend(command_problems(step, at));
     if step.get("image_pull_policy").and_then(Value::as_str) == Some("Always") {
         problems.push(format!(
             "{}: `Always` is not supported: this node never pulls images (use IfNotPresent or Never with a local image)",
@@ -273,6 +293,81 @@ fn container_problems(step: &Value, at: &str, allowed_networks: &[String]) -> Ve
             problems.push(format!(
                 "{}: commands always run as 65534:65534 in sandboxes; `{user}` cannot be honoured",
                 field("run_as_user")
+            ));
+        }
+    }
+    problems
+}
+
+/// What keeps a network allowlist (`at` names it) from being a proxy's rule.
+fn allowlist_problems(list: &Value, at: &str) -> Vec<String> {
+    let Some(entries) = list.as_array() else {
+        return vec![format!(
+            "{at}: a list of hosts, `*.domain`s, `host:port`s or CIDRs"
+        )];
+    };
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| {
+            DomainEntry::parse(e.as_str().unwrap_or_default())
+                .err()
+                .map(|m| format!("{at}[{i}]: {m}"))
+        })
+        .collect()
+}
+
+/// What in a System state's or a ContainerRun step's command and env could let a rendered value
+/// become code, or collide with the variables that carry a shell's values (`at` ends with `.`
+/// or is empty). A ContainerRun argv without `shell` renders each element into itself only, so
+/// it is checked only when a shell reads it.
+fn command_problems(step: &Value, at: &str) -> Vec<String> {
+    let at = at.trim_end_matches('.');
+    let field = |f: &str| {
+        if at.is_empty() {
+            f.to_owned()
+        } else {
+            format!("{at}.{f}")
+        }
+    };
+    let mut problems = Vec::new();
+    let shell = step.get("shell").and_then(Value::as_bool).unwrap_or(false);
+    let templates: Vec<&str> = match &step["command"] {
+        Value::String(line) if line.trim() != crate::manifest::UPDATE_BLACKBOARD_COMMAND => {
+            vec![line.as_str()]
+        }
+        Value::Array(parts) if shell => parts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    for template in &templates {
+        if let Err(e) = render::check_command_template(template) {
+            problems.push(format!("{}: {e}", field("command")));
+        }
+    }
+    // A System command line without `shell`: its own text must read the same without a shell
+    // (values are left out here: they are data wherever they are written).
+    if let (Value::String(line), false, [_]) = (&step["command"], shell, templates.as_slice()) {
+        // A template that needs the run's values to render is checked when it runs.
+        if let Ok(r) = render::render_command(&[line], &Value::Null) {
+            if let Some(syntax) = r.shell_syntax() {
+                problems.push(format!(
+                    "{}: {syntax} is shell syntax, but this command runs without a shell: add `shell: true`",
+                    field("command")
+                ));
+            } else if let Err(e) = r.argv() {
+                problems.push(format!("{}: {e}", field("command")));
+            }
+        }
+    }
+    if let Some(env) = step.get("env").and_then(Value::as_object) {
+        for name in env
+            .keys()
+            .filter(|k| k.starts_with(render::VALUE_ENV_PREFIX))
+        {
+            problems.push(format!(
+                "{}: names starting with {} are reserved (they carry a shell command's values)",
+                field(&format!("env.{name}")),
+                render::VALUE_ENV_PREFIX
             ));
         }
     }

@@ -3,12 +3,25 @@
 //!
 //! Each ContainerRun step gets a sandbox of its own from the dispatcher (the same hardening as
 //! every agent sandbox: no privileges, no host paths, read-only root, limits clamped to the
-//! node's ceilings, no network unless the node allows the step's `network_mode`), owned by
-//! (execution, state, visit). The argv runs through the sandbox's executor, without a shell
-//! unless `shell: true` (then `sh -c "<joined>"`), with output capped like `cmd.run`. A failed
-//! attempt is retried after a doubling backoff. System states run `sh -c "<command>"` in one
-//! sandbox per execution from the node's System image, kept across System states and destroyed
-//! when the execution ends or waits.
+//! node's ceilings), owned by (execution, state, visit). The argv runs through the sandbox's
+//! executor with output capped like `cmd.run`; a failed attempt is retried after a doubling
+//! backoff. System states run in one sandbox per execution from the node's System image, kept
+//! across System states and destroyed when the execution ends or waits.
+//!
+//! Templates never become code (issue 20): a ContainerRun argv element is rendered into exactly
+//! that element; a System `command` is read as POSIX words with every rendered value kept inside
+//! the word it was written in ([`render::CommandText::argv`]); with `shell: true` (either kind)
+//! the script `sh -c` runs is the template's own text and each value reaches it as an
+//! environment variable it references ([`render::CommandText::shell`]). A template is rendered
+//! once, so a value that looks like a template stays text.
+//!
+//! A step with `network_mode: bridge` never sees Docker's default bridge: it gets what an agent
+//! sandbox with network gets ([`NetworkMode::Egress`]: an internal network of its own, its own
+//! egress proxy, the host firewall), and the proxy admits the hosts of the step's
+//! `network_allowlist` intersected with the workflow's `spec.network_allowlist`; with neither,
+//! no host at all. The rules travel in the sandbox's labels ([`WORKFLOW_NETWORK_LABEL`]), which
+//! only this module writes, so a restarted instance adopting the sandbox rebuilds the same
+//! proxy.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -19,7 +32,10 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{StateCtx, Step};
+use crate::egress::DomainEntry;
 use crate::manifest::{parse_duration, parse_quantity};
+use crate::render::{self, VALUE_ENV_PREFIX};
+use crate::sandboxes::egress::WORKFLOW_NETWORK_LABEL;
 use crate::workflow::worker::Runtime;
 
 /// Grace between SIGTERM and SIGKILL when a step's command times out.
@@ -34,12 +50,120 @@ struct Container {
     workdir: Option<String>,
     limits: Limits,
     network: NetworkMode,
+    /// The proxy's domain rules ([`WORKFLOW_NETWORK_LABEL`]), when the step has network.
+    domains: Option<String>,
     timeout: Duration,
     attempts: u32,
     backoff: Duration,
 }
 
-fn container(ctx: &StateCtx<'_>, step: &Value, field: &str) -> Result<Container, String> {
+/// The argv of a step and the environment variables that carry its values into a shell.
+///
+/// `command` is an array for ContainerRun steps (one template per argv element) and a string for
+/// System states (one template read as POSIX words). With `shell: true` the whole command is one
+/// script for `sh -c` whose values are referenced as `$AEGIS_VALUE_<n>`, never pasted in.
+fn command(
+    ctx: &StateCtx<'_>,
+    step: &Value,
+    field: &str,
+) -> Result<(Vec<String>, BTreeMap<String, String>), String> {
+    let at = |e: render::RenderError| format!("spec.states.{}.{field}command: {e}", ctx.name);
+    let shell = step.get("shell").and_then(Value::as_bool).unwrap_or(false);
+    let (argv, env) = match &step["command"] {
+        Value::String(line) if shell => {
+            let (script, env) = render::render_command(&[line], ctx.context)
+                .map_err(at)?
+                .shell();
+            (vec!["sh".into(), "-c".into(), script], env)
+        }
+        Value::String(line) => {
+            let rendered = render::render_command(&[line], ctx.context).map_err(at)?;
+            if let Some(syntax) = rendered.shell_syntax() {
+                return Err(format!(
+                    "spec.states.{}.{field}command: {syntax} is shell syntax, but this command runs without a shell: add `shell: true`",
+                    ctx.name
+                ));
+            }
+            (rendered.argv().map_err(at)?, BTreeMap::new())
+        }
+        Value::Array(parts) => {
+            let parts: Vec<&str> = parts
+                .iter()
+                .map(|p| p.as_str().unwrap_or_default())
+                .collect();
+            if shell {
+                let (script, env) = render::render_command(&parts, ctx.context)
+                    .map_err(at)?
+                    .shell();
+                (vec!["sh".into(), "-c".into(), script], env)
+            } else {
+                let mut argv = Vec::with_capacity(parts.len());
+                for (i, part) in parts.iter().enumerate() {
+                    argv.push(ctx.render(&format!("{field}command[{i}]"), part)?);
+                }
+                (argv, BTreeMap::new())
+            }
+        }
+        _ => (Vec::new(), BTreeMap::new()),
+    };
+    if argv.first().is_none_or(|p| p.is_empty()) {
+        return Err(format!(
+            "spec.states.{}.{field}command: the command is empty",
+            ctx.name
+        ));
+    }
+    Ok((argv, env))
+}
+
+/// The domain rules of a networked step, as the label [`WORKFLOW_NETWORK_LABEL`] carries them:
+/// a JSON array of `{source, allow}`, one per allowlist that applies (the workflow's
+/// `spec.network_allowlist`, the step's `network_allowlist`); a host must pass every one. With
+/// neither, one rule that admits nothing: a step asks for hosts by name, never by default.
+async fn network_rules(ctx: &StateCtx<'_>, step: &Value, field: &str) -> Result<String, String> {
+    let workflow = ctx.exec.workflow_name.as_str();
+    let manifest = crate::workflow::store::manifest(&ctx.rt.pool, ctx.exec.workflow_version_id)
+        .await
+        .map_err(|e| format!("reading the manifest of workflow `{workflow}`: {e}"))?
+        .unwrap_or(Value::Null);
+    let mut rules = Vec::new();
+    let lists = [
+        (
+            manifest.pointer("/spec/network_allowlist"),
+            format!("network allowlist of workflow `{workflow}` (spec.network_allowlist)"),
+        ),
+        (
+            step.get("network_allowlist"),
+            format!(
+                "network allowlist of workflow `{workflow}` (spec.states.{}.{field}network_allowlist)",
+                ctx.name
+            ),
+        ),
+    ];
+    for (list, source) in lists {
+        let Some(list) = list else { continue };
+        let entries: Vec<String> = list
+            .as_array()
+            .ok_or_else(|| format!("{source}: not a list"))?
+            .iter()
+            .map(|e| e.as_str().unwrap_or_default().to_owned())
+            .collect();
+        for entry in &entries {
+            DomainEntry::parse(entry).map_err(|e| format!("{source}: {e}"))?;
+        }
+        rules.push(json!({"source": source, "allow": entries}));
+    }
+    if rules.is_empty() {
+        rules.push(json!({
+            "source": format!(
+                "ContainerRun network of workflow `{workflow}` (no network_allowlist in the step or the workflow admits no host)"
+            ),
+            "allow": [],
+        }));
+    }
+    Ok(Value::Array(rules).to_string())
+}
+
+async fn container(ctx: &StateCtx<'_>, step: &Value, field: &str) -> Result<Container, String> {
     let f = |k: &str| format!("{field}{k}");
     let name = step
         .get("name")
@@ -54,38 +178,24 @@ fn container(ctx: &StateCtx<'_>, step: &Value, field: &str) -> Result<Container,
             f("image")
         ));
     }
-    let mut argv = Vec::new();
-    for (i, part) in step["command"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
-        argv.push(ctx.render(
-            &f(&format!("command[{i}]")),
-            part.as_str().unwrap_or_default(),
-        )?);
-    }
-    if argv.is_empty() {
-        return Err(format!(
-            "spec.states.{}.{}: the command is empty",
-            ctx.name,
-            f("command")
-        ));
-    }
-    if step.get("shell").and_then(Value::as_bool).unwrap_or(false) {
-        argv = vec!["sh".into(), "-c".into(), argv.join(" ")];
-    }
+    let (argv, values) = command(ctx, step, field)?;
     let mut env = BTreeMap::new();
     if let Some(map) = step.get("env").and_then(Value::as_object) {
         for (k, v) in map {
+            if k.starts_with(VALUE_ENV_PREFIX) {
+                return Err(format!(
+                    "spec.states.{}.{}: names starting with {VALUE_ENV_PREFIX} are reserved (they carry a shell command's values)",
+                    ctx.name,
+                    f(&format!("env.{k}"))
+                ));
+            }
             env.insert(
                 k.clone(),
                 ctx.render(&f(&format!("env.{k}")), v.as_str().unwrap_or_default())?,
             );
         }
     }
+    env.extend(values);
     let workdir = match step.get("workdir").and_then(Value::as_str) {
         Some(w) => Some(ctx.render(&f("workdir"), w)?),
         None => None,
@@ -112,9 +222,21 @@ fn container(ctx: &StateCtx<'_>, step: &Value, field: &str) -> Result<Container,
         .or(ctx.timeout)
         .unwrap_or(ceiling)
         .min(ceiling);
-    let network = match step.get("network_mode").and_then(Value::as_str) {
-        Some("bridge") => NetworkMode::Bridge,
-        _ => NetworkMode::None,
+    // `bridge` is the manifest's word for "has network"; what it gets is the egress network of
+    // an agent sandbox, never Docker's default bridge.
+    let (network, domains) = match step.get("network_mode").and_then(Value::as_str) {
+        None | Some("none") => (NetworkMode::None, None),
+        Some(mode @ "bridge") if ctx.rt.allow_network_modes.iter().any(|m| m == mode) => (
+            NetworkMode::Egress,
+            Some(network_rules(ctx, step, field).await?),
+        ),
+        Some(mode) => {
+            return Err(format!(
+                "spec.states.{}.{}: network_mode `{mode}` is not allowed on this node (workflows.allow_network_modes)",
+                ctx.name,
+                f("network_mode")
+            ))
+        }
     };
     let retry = step.get("retry").cloned().unwrap_or(Value::Null);
     Ok(Container {
@@ -125,6 +247,7 @@ fn container(ctx: &StateCtx<'_>, step: &Value, field: &str) -> Result<Container,
         workdir,
         limits,
         network,
+        domains,
         timeout,
         attempts: 1 + retry
             .get("max_attempts")
@@ -154,6 +277,19 @@ async fn exec(rt: &Runtime, id: SandboxId, c: &Container) -> Result<Ran, (bool, 
         .dispatcher()
         .map_err(|e| (false, e.to_string()))?;
     let cap = rt.max_output_bytes;
+    let mut env = c.env.clone();
+    if c.network == NetworkMode::Egress {
+        // The sandbox's only way out: its own proxy (set last, so a manifest cannot point
+        // clients elsewhere; there is nowhere else to go anyway).
+        let proxy = rt.sandboxes.proxy_env(id);
+        if proxy.is_empty() {
+            return Err((
+                false,
+                "the step's egress proxy is not running here".to_owned(),
+            ));
+        }
+        env.extend(proxy);
+    }
     let started = Instant::now();
     let response = d
         .call(
@@ -161,7 +297,7 @@ async fn exec(rt: &Runtime, id: SandboxId, c: &Container) -> Result<Ran, (bool, 
             Op::CmdRun(RunParams {
                 argv: c.argv.clone(),
                 cwd: c.workdir.clone(),
-                env: c.env.clone(),
+                env,
                 timeout_ms: c.timeout.as_millis() as u64,
                 grace_ms: Some(KILL_GRACE_MS),
                 max_stdout_bytes: cap,
@@ -220,6 +356,10 @@ async fn run_step(ctx: &StateCtx<'_>, c: &Container) -> Value {
         spec.limits = c.limits;
         spec.network = c.network;
         spec.labels = labels(ctx, &c.name);
+        if let Some(domains) = &c.domains {
+            spec.labels
+                .insert(WORKFLOW_NETWORK_LABEL.to_owned(), domains.clone());
+        }
         let dispatcher = match ctx.rt.sandboxes.dispatcher() {
             Ok(d) => d,
             Err(e) => {
@@ -289,7 +429,7 @@ async fn run_step(ctx: &StateCtx<'_>, c: &Container) -> Value {
 
 /// `ContainerRun`.
 pub(super) async fn container_run(ctx: &StateCtx<'_>) -> Step {
-    match container(ctx, ctx.body, "") {
+    match container(ctx, ctx.body, "").await {
         Ok(c) => Step::Output(run_step(ctx, &c).await, Vec::new()),
         Err(e) => Step::Output(json!({"status": "failed", "error": e}), Vec::new()),
     }
@@ -301,7 +441,7 @@ pub(super) async fn parallel(ctx: &StateCtx<'_>) -> Step {
     let completion = ctx.body["completion"].as_str().unwrap_or("all_succeed");
     let mut prepared = Vec::new();
     for (i, step) in steps.iter().enumerate() {
-        match container(ctx, step, &format!("steps[{i}].")) {
+        match container(ctx, step, &format!("steps[{i}].")).await {
             Ok(c) => prepared.push(c),
             Err(e) => return Step::Output(json!({"status": "failed", "error": e}), Vec::new()),
         }
@@ -389,7 +529,9 @@ async fn system_sandbox(ctx: &StateCtx<'_>) -> Result<SandboxId, String> {
     Ok(id)
 }
 
-/// `System`: `sh -c "<command>"` in the execution's System sandbox (`update_blackboard`: nothing).
+/// `System`: the command in the execution's System sandbox (`update_blackboard`: nothing). The
+/// command line is read as POSIX words with each rendered value inside its word, and run
+/// without a shell unless the state says `shell: true` (see [`command`]).
 pub(super) async fn system(ctx: &StateCtx<'_>) -> Step {
     // The older AEGIS form of `update_blackboard`: nothing runs, the worker writes the keys.
     if ctx.body["command"].as_str().map(str::trim)
@@ -400,21 +542,20 @@ pub(super) async fn system(ctx: &StateCtx<'_>) -> Step {
             Vec::new(),
         );
     }
-    let command = match ctx.render("command", ctx.body["command"].as_str().unwrap_or_default()) {
-        Ok(c) => c,
-        Err(e) => return Step::Output(json!({"status": "failed", "error": e}), Vec::new()),
-    };
-    let mut step = json!({"name": ctx.name, "image": ctx.rt.system_image, "command": [command]});
-    for key in ["env", "workdir"] {
+    let mut step = json!({
+        "name": ctx.name,
+        "image": ctx.rt.system_image,
+        "command": ctx.body["command"].as_str().unwrap_or_default(),
+    });
+    for key in ["env", "workdir", "shell"] {
         if let Some(v) = ctx.body.get(key) {
             step[key] = v.clone();
         }
     }
-    let mut c = match container(ctx, &step, "") {
+    let c = match container(ctx, &step, "").await {
         Ok(c) => c,
         Err(e) => return Step::Output(json!({"status": "failed", "error": e}), Vec::new()),
     };
-    c.argv = vec!["sh".into(), "-c".into(), c.argv.join(" ")];
     let mut retried = false;
     loop {
         let id = match system_sandbox(ctx).await {
