@@ -170,6 +170,18 @@ pub enum DispatchError {
         /// The caller's bound.
         max_bytes: u64,
     },
+    /// An archive copied out of or into a sandbox is not data beneath the directory it names
+    /// (the directory is a symbolic link or missing, or the archive is not a tar stream); nothing
+    /// was copied.
+    #[error("archive of {dir} in sandbox {id} refused: {reason}")]
+    ArchiveRefused {
+        /// The sandbox.
+        id: SandboxId,
+        /// The directory.
+        dir: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The dispatcher is shutting down and takes no new work.
     #[error("the dispatcher is shutting down")]
     ShuttingDown,

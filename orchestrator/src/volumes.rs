@@ -13,8 +13,20 @@
 //! saying so. Rows expire `ttl_hours` (or `volumes.default_ttl_hours`) after their last save
 //! and are deleted by [`sweep_periodically`]. Concurrent executions of one volume: the last to
 //! end wins.
+//!
+//! A volume is data only, both ways (`dispatcher::archive`): it is saved only when its path is
+//! a real directory beneath `/workspace` with no symbolic link on the way (a volume replaced by
+//! a link is not saved, keeps its previous content and fails the execution, saying so), and
+//! what is restored belongs to the sandbox user, with no setuid/setgid bits, devices, FIFOs or
+//! links that point out of the volume. A volume is saved only from a sandbox into which every
+//! volume of the execution was restored: when a restore fails (or never happened: cancelled or
+//! timed out before it), the saved content is left as it was rather than overwritten with
+//! whatever partial directory the sandbox holds; the execution's events say so
+//! (`volumes_failed`) and so does the log.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use dispatcher::SandboxId;
 use serde_json::Value;
@@ -57,6 +69,22 @@ pub enum VolumeError {
         /// The limit.
         limit: u64,
     },
+    /// The volume's path is not a real directory (a symbolic link, a file, missing), or its
+    /// saved archive is not a tar archive; the saved content was not changed.
+    #[error("volume `{name}`: {reason}; its saved content was kept")]
+    Refused {
+        /// Volume name.
+        name: String,
+        /// What the dispatcher refused.
+        reason: String,
+    },
+    /// The execution's volumes were not all restored into this sandbox, so what it holds is not
+    /// the volumes' content and is not saved.
+    #[error(
+        "spec.volumes were not restored into this sandbox, so they were not saved; \
+         their saved content was kept"
+    )]
+    NotRestored,
     /// Sandboxes are unavailable on this node.
     #[error("volumes need a sandbox: {0}")]
     NoSandboxes(String),
@@ -142,8 +170,48 @@ pub struct Holder<'a> {
     pub owner: &'a str,
 }
 
+/// Sandboxes into which every volume of their execution was restored, with when: the only
+/// sandboxes [`save`] copies volumes out of. Process-wide because a sandbox is restored and
+/// saved by the one replica that runs its execution, and the engine's job holds no slot for it;
+/// an entry is taken by [`save`], and one whose save never came (the job ended before it) is
+/// dropped once older than the longest execution.
+static RESTORED: LazyLock<Mutex<HashMap<SandboxId, Instant>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Notes that `sandbox` holds its execution's volumes, forgetting entries older than `stale`.
+fn mark_restored(sandbox: SandboxId, stale: Duration) {
+    let mut restored = RESTORED.lock().unwrap_or_else(|p| p.into_inner());
+    restored.retain(|_, at| at.elapsed() < stale);
+    restored.insert(sandbox, Instant::now());
+}
+
+/// Whether `sandbox`'s volumes were restored (forgetting it: a sandbox is saved once).
+fn take_restored(sandbox: SandboxId) -> bool {
+    RESTORED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&sandbox)
+        .is_some()
+}
+
+/// Maps a dispatcher error about volume `name`: a refused archive is the volume's fault, the
+/// rest the sandbox's.
+fn sandbox_error(name: &str, e: dispatcher::DispatchError) -> VolumeError {
+    match e {
+        dispatcher::DispatchError::ArchiveRefused { reason, .. } => VolumeError::Refused {
+            name: name.to_owned(),
+            reason,
+        },
+        e => VolumeError::Sandbox {
+            name: name.to_owned(),
+            source: Box::new(e.into()),
+        },
+    }
+}
+
 /// Creates every volume's directory in `sandbox` and copies in the saved content of the
-/// persistent ones; returns the names restored with content.
+/// persistent ones, as the sandbox user's plain data; returns the names restored with content.
+/// Only when every volume was restored may [`save`] later copy them out of `sandbox`.
 pub async fn restore(
     state: &AppState,
     sandbox: SandboxId,
@@ -174,19 +242,23 @@ pub async fn restore(
         dispatcher
             .import_dir(sandbox, &v.mount_path, content.unwrap_or_default())
             .await
-            .map_err(|e| VolumeError::Sandbox {
-                name: v.name.clone(),
-                source: Box::new(e.into()),
-            })?;
+            .map_err(|e| sandbox_error(&v.name, e))?;
         if had_content {
             restored.push(v.name.clone());
         }
+    }
+    if volumes.iter().any(|v| v.persistent) {
+        let longest = Duration::from_secs(state.config.executions.max_execution_secs);
+        mark_restored(sandbox, longest + Duration::from_secs(3600));
     }
     Ok(restored)
 }
 
 /// Copies each persistent volume out of `sandbox` into its row (created on first save) and
-/// moves its expiry; the first volume over its `size_limit` is not saved and is the error.
+/// moves its expiry; a volume over its `size_limit` or whose path is not a real directory is
+/// not saved (its row keeps its content) and the first such is the error. Nothing is saved, and
+/// [`VolumeError::NotRestored`] is the answer, unless [`restore`] restored every volume into
+/// `sandbox`: a failed restore never overwrites a saved volume.
 pub async fn save(
     state: &AppState,
     sandbox: SandboxId,
@@ -198,6 +270,11 @@ pub async fn save(
         .sandboxes
         .dispatcher()
         .map_err(|e| VolumeError::NoSandboxes(e.to_string()))?;
+    if !take_restored(sandbox) {
+        tracing::warn!(%execution, sandbox = %sandbox.0, agent = %holder.agent_id,
+            "persistent volumes not saved: they were not restored into this sandbox; the saved content is kept");
+        return Err(VolumeError::NotRestored);
+    }
     let mut saved = Vec::new();
     let mut over = None;
     for v in volumes.iter().filter(|v| v.persistent) {
@@ -213,12 +290,14 @@ pub async fn save(
                 });
                 continue;
             }
-            Err(e) => {
-                return Err(VolumeError::Sandbox {
-                    name: v.name.clone(),
-                    source: Box::new(e.into()),
-                })
+            Err(e @ dispatcher::DispatchError::ArchiveRefused { .. }) => {
+                let refused = sandbox_error(&v.name, e);
+                tracing::warn!(%execution, sandbox = %sandbox.0, agent = %holder.agent_id,
+                    volume = %v.name, error = %refused, "persistent volume not saved");
+                over.get_or_insert(refused);
+                continue;
             }
+            Err(e) => return Err(sandbox_error(&v.name, e)),
         };
         let ttl = v
             .ttl_hours
