@@ -275,8 +275,11 @@ where
 }
 
 /// Claims one runnable execution for `me` under a lease of `ttl_secs`: a pending one, a
-/// running one whose lease expired, or a waiting one that has an answer, a due timeout or a
-/// cancel request. A resumed waiting execution still shows `waiting_for` (until its state
+/// running one whose lease expired, or a waiting one that has an answer, a due timeout, a
+/// cancel request or (waiting on a Subworkflow) a child that has ended. The last is read from
+/// the rows, not only heard: a child that ends while its parent is parking commits its wake-up
+/// against a parent not yet `waiting`, and the parent's own look at the child can run before the
+/// child's commit is visible; the poll sees the ended child either way. A resumed waiting execution still shows `waiting_for` (until its state
 /// commits); its attempt count is unchanged, any other claim counts one more attempt.
 pub async fn claim(
     pool: &PgPool,
@@ -285,10 +288,15 @@ pub async fn claim(
 ) -> Result<Option<WorkflowExecution>, sqlx::Error> {
     sqlx::query_as(&format!(
         "WITH c AS ( \
-           SELECT id, status AS was FROM workflow_executions \
+           SELECT id, status AS was FROM workflow_executions p \
            WHERE status IN ('pending', 'running', 'waiting') AND ( \
              (status IN ('pending', 'running') AND (lease_owner IS NULL OR lease_expires_at < now())) \
-             OR (status = 'waiting' AND (signal IS NOT NULL OR wake_at <= now() OR cancel_requested))) \
+             OR (status = 'waiting' AND (signal IS NOT NULL OR wake_at <= now() OR cancel_requested \
+               OR (waiting_for = 'subworkflow' AND (SELECT k.status FROM workflow_executions k \
+                 WHERE k.parent_execution_id = p.id AND k.parent_state = p.current_state \
+                 AND k.parent_visit = COALESCE((p.visits->>p.current_state)::int, 1) \
+                 ORDER BY k.created_at DESC LIMIT 1) \
+                 IN ('completed', 'failed', 'cancelled', 'timed_out'))))) \
            ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) \
          UPDATE workflow_executions w SET lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2), \
            status = 'running', started_at = COALESCE(w.started_at, now()), \
