@@ -149,6 +149,11 @@ impl<'a> WorkflowView<'a> {
         self.0.pointer("/metadata/input_schema")
     }
 
+    /// `metadata.output_schema`: the contract of the final output, checked when a run ends.
+    pub fn output_schema(&self) -> Option<&'a Value> {
+        self.0.pointer("/metadata/output_schema")
+    }
+
     /// One state's `max_state_visits` (default 5).
     pub fn max_state_visits(&self, name: &str) -> u64 {
         self.state(name)

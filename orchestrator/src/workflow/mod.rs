@@ -17,6 +17,7 @@
 
 mod ceiling;
 pub mod conditions;
+mod contract;
 mod schedule;
 mod start;
 mod states;

@@ -726,6 +726,18 @@ impl Run<'_> {
                 Value::Object(out)
             }
         };
+        // The output contract: a run whose final output breaks `metadata.output_schema` has not
+        // done what the workflow promises, so it fails (the output it made is in the event).
+        if let Some(schema) = WorkflowView(&self.manifest).output_schema() {
+            if let Err(e) = super::contract::check_output(schema, &final_output) {
+                events.push(NewEvent::state(
+                    "output_rejected",
+                    state,
+                    json!({"reason": e.to_string(), "final_output": final_output}),
+                ));
+                return self.fail(e.to_string(), events).await;
+            }
+        }
         events.push(NewEvent::state(
             "execution_completed",
             state,
