@@ -707,6 +707,15 @@ fn commands_run_unprivileged() {
         assert!(line.ends_with("0000000000000000"), "{line}");
     }
     assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    // Nothing blocked, ignored or caught: the executor's signal state stays with the executor
+    // (spawn.rs: every disposition reset to default before the mask is emptied).
+    for field in ["SigBlk", "SigIgn", "SigCgt"] {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .unwrap_or_else(|| panic!("no {field} in {status}"));
+        assert!(line.ends_with("0000000000000000"), "{line}");
+    }
 
     // The agent cannot signal the executor (uid 0) nor read its memory.
     let kill = s.run(&["sh", "-c", "kill -9 1"]);

@@ -5,17 +5,29 @@
 //! tables again only for `exec` to throw them away; this is what `posix_spawn` does instead: the
 //! child borrows the sub-reaper's memory, and the sub-reaper is suspended until the child has
 //! called `exec` (or died). The child therefore only makes raw system calls on values prepared
-//! beforehand (no allocation, no lock, no Rust runtime), in this order:
+//! beforehand (no allocation, no lock, no Rust runtime).
 //!
-//! 1. an empty signal mask (the sub-reaper blocks the signals it waits for) and SIGPIPE back to
-//!    its default action (the Rust runtime ignores it, and exec keeps an ignored signal ignored);
+//! Signals follow `posix_spawn`'s rule, because a child that shares the parent's memory must
+//! never run the parent's signal handlers: a handler run there would work on the parent's data
+//! (and stack) while the parent is suspended mid-call, and the handlers of the executor (the
+//! Rust runtime's stack-overflow guard among them) assume they run in the executor. So the
+//! parent blocks **every** signal around the `clone` (the child starts with that mask) and
+//! restores its own mask as soon as `clone` returns; in the child, with everything still
+//! blocked, every disposition goes back to its default before anything is unblocked. The child
+//! then, in this order:
+//!
+//! 1. resets every signal's disposition to `SIG_DFL`: caught ones (a handler must never run
+//!    here, and `exec` would reset them anyway) and ignored ones (`exec` keeps an ignored signal
+//!    ignored: SIGPIPE, which the Rust runtime ignores, or anything the executor inherited);
 //! 2. no supplementary groups, then the sandbox group and user (`setgroups`, `setgid`,
 //!    `setuid` as raw calls, which change this task only): no capability survives `setuid` away
 //!    from root, and no-new-privileges stays set;
 //! 3. its own process group;
 //! 4. stdin `/dev/null`, stdout and stderr the executor's pipes;
 //! 5. `chdir(".")` as the sandbox user, which checks it may use the working directory;
-//! 6. `execveat(dir_fd, name)` from the program's directory, held open: the path is not walked
+//! 6. an empty signal mask, the command's, as the last step before `exec`: a signal that arrives
+//!    from here on meets only default actions;
+//! 7. `execveat(dir_fd, name)` from the program's directory, held open: the path is not walked
 //!    from `/` on the image's filesystem (each component a FUSE round trip on overlay storage),
 //!    and the process is named after `name` as with `execve`; a script (`#!`), which cannot be
 //!    run through a close-on-exec descriptor, falls back to `execve(path)`.
@@ -67,6 +79,70 @@ struct Prepared {
 /// Stack of the child while it borrows the sub-reaper's memory (it only makes system calls).
 const CHILD_STACK: usize = 64 * 1024;
 
+/// The kernel's signal set on x86_64 (`_NSIG` = 64 bits), as `rt_sigprocmask` and
+/// `rt_sigaction` take it: the C library's `sigset_t` is 128 bytes and its `sigfillset` leaves
+/// out the signals it reserves for itself, which must be blocked here too.
+type KernelSigset = u64;
+
+/// Size argument of the `rt_sig*` calls.
+const SIGSET_SIZE: usize = std::mem::size_of::<KernelSigset>();
+
+/// The highest signal number (`_NSIG`).
+const LAST_SIGNAL: c_int = 64;
+
+/// The kernel's `struct sigaction` on x86_64 (the C library's has another layout); all zeros
+/// is `SIG_DFL` with no flags and an empty mask.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: KernelSigset,
+}
+
+/// Every signal of the calling thread blocked until this is dropped, which restores the mask
+/// it had (see the module documentation: the child of `clone` starts with every signal blocked).
+struct AllSignalsBlocked {
+    previous: KernelSigset,
+}
+
+impl AllSignalsBlocked {
+    fn new() -> io::Result<Self> {
+        let all: KernelSigset = !0;
+        let mut previous: KernelSigset = 0;
+        // SAFETY: rt_sigprocmask on this thread with valid pointers to kernel-sized sets
+        // (SIGKILL and SIGSTOP are left out by the kernel).
+        let done = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                std::ptr::addr_of!(all),
+                std::ptr::addr_of_mut!(previous),
+                SIGSET_SIZE,
+            )
+        };
+        if done != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self { previous })
+    }
+}
+
+impl Drop for AllSignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores this thread's own earlier mask from a valid kernel-sized set.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                std::ptr::addr_of!(self.previous),
+                std::ptr::null_mut::<KernelSigset>(),
+                SIGSET_SIZE,
+            );
+        }
+    }
+}
+
 /// Starts the command; its pid, or why it could not start (the `errno` of the failed step).
 pub fn start(command: &Command<'_>) -> io::Result<i32> {
     let cstring = |s: &str| {
@@ -116,6 +192,7 @@ pub fn start(command: &Command<'_>) -> io::Result<i32> {
     let mut stack = vec![0u8; CHILD_STACK];
     // The stack grows down: the child starts at the (16-byte aligned) top.
     let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
+    let blocked = AllSignalsBlocked::new()?;
     // SAFETY: `child` only makes system calls on `prepared`, which (with `stack`, `args`, `vars`
     // and the descriptors) outlives the call: CLONE_VFORK suspends this thread until the child
     // has exec'd or exited. SIGCHLD tells the sub-reaper's reaping when the command ends.
@@ -127,9 +204,14 @@ pub fn start(command: &Command<'_>) -> io::Result<i32> {
             std::ptr::addr_of!(prepared) as *mut c_void,
         )
     };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let cloned = if pid < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(pid)
+    };
+    // The child has exec'd or died: this thread's own mask comes back.
+    drop(blocked);
+    let pid = cloned?;
     drop(error_write);
     let mut errno = [0u8; 4];
     let mut got = 0;
@@ -171,24 +253,31 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
             libc::syscall(libc::SYS_exit_group, 127);
             127
         };
-        let empty: libc::sigset_t = std::mem::zeroed();
-        let mut default: libc::sigaction = std::mem::zeroed();
-        default.sa_sigaction = libc::SIG_DFL;
-        if libc::syscall(
-            libc::SYS_rt_sigaction,
-            libc::SIGPIPE,
-            std::ptr::addr_of!(default),
-            std::ptr::null_mut::<libc::sigaction>(),
-            std::mem::size_of::<u64>(),
-        ) != 0
-            || libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK,
-                std::ptr::addr_of!(empty),
-                std::ptr::null_mut::<libc::sigset_t>(),
-                std::mem::size_of::<u64>(),
+        // Every signal is blocked (the parent's doing): no handler of the parent can run while
+        // the dispositions are put back to their defaults.
+        let default = KernelSigaction {
+            handler: libc::SIG_DFL,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
+        for signal in 1..=LAST_SIGNAL {
+            if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+                continue; // always default, and the kernel refuses to set them
+            }
+            if libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                std::ptr::addr_of!(default),
+                std::ptr::null_mut::<KernelSigaction>(),
+                SIGSET_SIZE,
             ) != 0
-            || libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
+            {
+                return fail(p);
+            }
+        }
+        let empty: KernelSigset = 0;
+        if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
             || libc::syscall(libc::SYS_setgid, p.gid) != 0
             || libc::syscall(libc::SYS_setuid, p.uid) != 0
             || libc::syscall(libc::SYS_setpgid, 0, 0) != 0
@@ -196,6 +285,14 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
             || libc::syscall(libc::SYS_dup2, p.stdout, 1) < 0
             || libc::syscall(libc::SYS_dup2, p.stderr, 2) < 0
             || libc::syscall(libc::SYS_chdir, c".".as_ptr()) != 0
+            // The command's mask, last: from here on a signal meets only default actions.
+            || libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                std::ptr::addr_of!(empty),
+                std::ptr::null_mut::<KernelSigset>(),
+                SIGSET_SIZE,
+            ) != 0
         {
             return fail(p);
         }
@@ -220,5 +317,217 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
             p.envp.as_ptr(),
         );
         fail(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The signal rule of the module documentation, checked on real children. Starting a
+    //! command switches its identity (`setgroups`, `setgid`, `setuid`), so these tests need
+    //! root, as the executor has in its container. Each runs on a thread of its own, whose
+    //! signal mask (and seccomp filter) no other test shares.
+
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    fn require_root() {
+        assert_eq!(
+            rustix::process::getuid().as_raw(),
+            0,
+            "these tests start commands as the executor does (setgroups, setgid, setuid): run \
+             them as root"
+        );
+    }
+
+    /// Runs `body` on a fresh thread and passes its panic on as it was.
+    fn on_own_thread(body: impl FnOnce() + Send + 'static) {
+        if let Err(panic) = std::thread::spawn(body).join() {
+            std::panic::resume_unwind(panic);
+        }
+    }
+
+    /// This thread's signal mask, as the kernel holds it.
+    fn thread_mask() -> KernelSigset {
+        let mut mask: KernelSigset = 0;
+        // SAFETY: reads this thread's mask into a valid kernel-sized set.
+        let done = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_BLOCK,
+                std::ptr::null::<KernelSigset>(),
+                std::ptr::addr_of_mut!(mask),
+                SIGSET_SIZE,
+            )
+        };
+        assert_eq!(done, 0, "{}", io::Error::last_os_error());
+        mask
+    }
+
+    /// The exit status of child `pid`.
+    fn wait_for(pid: i32) -> c_int {
+        let mut status = 0;
+        // SAFETY: waits for our own child with a valid out pointer.
+        let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(waited, pid, "{}", io::Error::last_os_error());
+        status
+    }
+
+    /// Starts `argv` as root through [`start`], its output on a pipe; pid (or why not) and the
+    /// read end.
+    fn start_piped(argv: &[&str]) -> (io::Result<i32>, std::fs::File) {
+        let (read, write) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("a pipe");
+        let argv: Vec<String> = argv.iter().map(|a| (*a).to_owned()).collect();
+        let started = start(&Command {
+            program: &format!("/bin/{}", argv[0]),
+            at: None,
+            argv: &argv,
+            env: &[],
+            uid: 0,
+            gid: 0,
+            stdout: write.as_raw_fd(),
+            stderr: write.as_raw_fd(),
+        });
+        (started, std::fs::File::from(read))
+    }
+
+    #[test]
+    fn a_command_starts_with_default_dispositions_and_an_empty_mask() {
+        require_root();
+        on_own_thread(|| {
+            // The parent ignores SIGUSR2 (process-wide) and blocks SIGTERM (this thread):
+            // neither reaches the command, and the parent's own mask is as it was afterwards.
+            // SAFETY: changes a disposition no other test relies on, and this thread's mask.
+            let previous = unsafe {
+                let previous = libc::signal(libc::SIGUSR2, libc::SIG_IGN);
+                let mut term: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut term);
+                libc::sigaddset(&mut term, libc::SIGTERM);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &term, std::ptr::null_mut());
+                previous
+            };
+            let before = thread_mask();
+            let (started, mut out) = start_piped(&["cat", "/proc/self/status"]);
+            let after = thread_mask();
+            // SAFETY: puts back the disposition changed above.
+            unsafe {
+                libc::signal(libc::SIGUSR2, previous);
+            }
+            let pid = started.expect("cat starts");
+            let mut status = String::new();
+            out.read_to_string(&mut status).expect("cat's output");
+            assert_eq!(wait_for(pid), 0, "{status}");
+            assert_eq!(
+                before, after,
+                "the parent's mask is restored after the spawn"
+            );
+            assert_ne!(before & (1 << (libc::SIGTERM - 1)), 0);
+            for field in ["SigBlk", "SigIgn", "SigCgt"] {
+                let line = status
+                    .lines()
+                    .find(|l| l.starts_with(field))
+                    .unwrap_or_else(|| panic!("no {field} in {status}"));
+                assert!(
+                    line.ends_with("0000000000000000"),
+                    "the command starts with {line}"
+                );
+            }
+        });
+    }
+
+    /// Where the SIGSYS handler below ran (0: nowhere).
+    static HANDLER_RAN_IN: AtomicI32 = AtomicI32::new(0);
+
+    extern "C" fn record_sigsys(_: c_int) {
+        // SAFETY: getpid as a raw call, async-signal-safe.
+        let pid = unsafe { libc::syscall(libc::SYS_getpid) } as i32;
+        HANDLER_RAN_IN.store(pid, Ordering::SeqCst);
+    }
+
+    /// `AUDIT_ARCH_X86_64` (not in the libc crate).
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+
+    /// Makes every `setgroups` of this thread and its children raise SIGSYS (seccomp
+    /// `SECCOMP_RET_TRAP`): a signal the child raises itself, at a known step before `exec`.
+    fn trap_setgroups() {
+        let stmt = |code: u32, k: u32| libc::sock_filter {
+            code: code as u16,
+            jt: 0,
+            jf: 0,
+            k,
+        };
+        let jeq = |k: u32, jf: u8| libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf,
+            k,
+        };
+        let mut program = [
+            stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 4), // arch
+            jeq(AUDIT_ARCH_X86_64, 3),
+            stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0), // syscall number
+            jeq(libc::SYS_setgroups as u32, 1),
+            stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_TRAP),
+            stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+        ];
+        let fprog = libc::sock_fprog {
+            len: program.len() as u16,
+            filter: program.as_mut_ptr(),
+        };
+        // SAFETY: no_new_privs and a seccomp filter on this thread only (no TSYNC), from a
+        // valid program that outlives the call.
+        unsafe {
+            assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+            assert_eq!(
+                libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    std::ptr::addr_of!(fprog)
+                ),
+                0,
+                "{}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+
+    #[test]
+    fn a_handler_of_the_parent_never_runs_in_the_child() {
+        require_root();
+        on_own_thread(|| {
+            // SAFETY: a handler for SIGSYS, which nothing else in these tests raises; the
+            // process made not dumpable so the child's default action (a core dump of memory
+            // it shares with us) writes nothing; both undone below.
+            let previous = unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = record_sigsys as extern "C" fn(c_int) as usize;
+                libc::sigemptyset(&mut action.sa_mask);
+                let mut previous: libc::sigaction = std::mem::zeroed();
+                assert_eq!(libc::sigaction(libc::SIGSYS, &action, &mut previous), 0);
+                assert_eq!(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0), 0);
+                previous
+            };
+            trap_setgroups();
+            let (started, _out) = start_piped(&["true"]);
+            // SAFETY: puts back what was changed above.
+            unsafe {
+                libc::sigaction(libc::SIGSYS, &previous, std::ptr::null_mut());
+                libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            }
+            assert_eq!(
+                HANDLER_RAN_IN.load(Ordering::SeqCst),
+                0,
+                "the parent's SIGSYS handler ran in the child, on memory it shares with the parent"
+            );
+            // The signal met its default action: the child died of it before `exec`.
+            let pid = started.expect("the child was made (and died before exec)");
+            let status = wait_for(pid);
+            assert!(
+                libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS,
+                "status {status:#x}"
+            );
+        });
     }
 }
