@@ -281,7 +281,7 @@ async fn every_door_confines_a_bound_caller_directly_and_through_a_generator() {
 #[tokio::test]
 async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
     let (app, _llm, _db) = app_with_llm(0).await;
-    let (key, _) = bound_key(&app, "bound-operator", "operator", CONFINED).await;
+    let (key, key_id) = bound_key(&app, "bound-operator", "operator", CONFINED).await;
 
     // Granted by the context: answered.
     let (status, body) = rest_call(&app, &key, "aegis.runtime.list", json!({})).await;
@@ -311,7 +311,15 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
     assert_eq!(status, 403, "{body}");
 
     // Routes that act outside the router are closed to a confined key.
-    let before = common::docker_lines(&["ps", "-aq"]).len();
+    // Containers first owned by this key (tests beside this one make sandboxes of their own).
+    let owned = || {
+        common::docker_lines(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=org.aegis.owner-id={key_id}"),
+        ])
+    };
     let r = app
         .with_key(Method::POST, "/v1/sandboxes", &key)
         .json(&json!({"runtime": "busybox"}))
@@ -321,11 +329,7 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
     assert_eq!(r.status(), 403);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["code"], "key_bound", "{body}");
-    assert_eq!(
-        common::docker_lines(&["ps", "-aq"]).len(),
-        before,
-        "no container was made"
-    );
+    assert_eq!(owned(), Vec::<String>::new(), "no container was made");
     for (method, path) in [
         (Method::GET, "/v1/agents"),
         (Method::GET, "/v1/sandboxes"),
