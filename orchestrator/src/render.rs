@@ -471,6 +471,15 @@ mod tests {
             vec!["ls", "a b", "c", "-l"]
         );
         assert_eq!(argv("echo {{upper input.list.[1]}}"), vec!["echo", "C"]);
+        // A helper's output is a value too: one argument, never split or read as syntax.
+        assert_eq!(
+            argv("echo {{upper input.tag}} {{first_line input.tag}}"),
+            vec![
+                "echo".to_owned(),
+                ATTACK.to_uppercase(),
+                ATTACK.lines().next().unwrap_or_default().to_owned()
+            ]
+        );
         // A value holding a template is not rendered again.
         assert_eq!(
             argv("echo {{input.tag}}").last().map(String::as_str),
