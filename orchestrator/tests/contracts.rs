@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::fake_llm::{FakeLlm, Step};
+use common::fake_llm::{answer, FakeLlm, Step};
 use common::{test_config, TestApp, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -159,5 +159,272 @@ async fn a_final_output_that_breaks_output_schema_fails_naming_the_pointer() {
     assert_eq!(
         rejected["payload"]["final_output"],
         json!({"result": "forty-two"})
+    );
+}
+
+fn agent(instruction: &str) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: speaker
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: {instruction}
+"
+    )
+}
+
+fn workflow(word: &str) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: say
+  version: \"1.0.0\"
+  output_template:
+    said: \"{{{{trim START.stdout}}}}\"
+spec:
+  initial_state: START
+  states:
+    START:
+      kind: System
+      command: \"echo {word}\"
+      transitions: []
+"
+    )
+}
+
+/// `sha256:` of a text, as the registry names a manifest.
+fn sha256(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let hash = Sha256::digest(text.as_bytes());
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+#[tokio::test]
+async fn a_forced_deploy_never_changes_what_a_version_meant_to_the_executions_that_ran_it() {
+    let h = harness(vec![answer("first words"), answer("second words")]).await;
+
+    // Version 1.0.0, revision 1, and an execution of it.
+    let (code, first) = h.deploy("/v1/agents", &agent("Say A.")).await;
+    assert_eq!(code, 201, "{first}");
+    assert_eq!(
+        (first["revision"].clone(), first["replaced"].clone()),
+        (json!(1), json!(false))
+    );
+    let digest_1 = first["manifest_digest"].as_str().unwrap().to_owned();
+    let (code, started) = h
+        .send(
+            Method::POST,
+            "/v1/agents/speaker/execute",
+            Some(json!({"input": {}})),
+        )
+        .await;
+    assert_eq!(code, 201, "{started}");
+    let run_1 = started["execution_id"].as_str().unwrap().to_owned();
+    let ended = h.ended(&format!("/v1/executions/{run_1}")).await;
+    assert_eq!(ended["status"], "completed", "{ended}");
+
+    // The same version again: refused without force; with force and another manifest, a new
+    // revision; with force and the same manifest, nothing.
+    let (code, refused) = h.deploy("/v1/agents", &agent("Say B.")).await;
+    assert_eq!(code, 409, "{refused}");
+    let (code, second) = h.deploy("/v1/agents?force=true", &agent("Say B.")).await;
+    assert_eq!(code, 200, "{second}");
+    assert_eq!(
+        (
+            second["revision"].clone(),
+            second["replaced"].clone(),
+            second["unchanged"].clone()
+        ),
+        (json!(2), json!(true), json!(false)),
+        "{second}"
+    );
+    let digest_2 = second["manifest_digest"].as_str().unwrap().to_owned();
+    assert_ne!(digest_1, digest_2);
+    let (code, again) = h.deploy("/v1/agents?force=true", &agent("Say B.")).await;
+    assert_eq!(code, 200, "{again}");
+    assert_eq!(
+        (again["revision"].clone(), again["unchanged"].clone()),
+        (json!(2), json!(true))
+    );
+
+    // The first execution still records and reports what it ran: REST and the status tool.
+    let (_, e) = h
+        .send(Method::GET, &format!("/v1/executions/{run_1}"), None)
+        .await;
+    assert_eq!(
+        (
+            e["agent_version"].clone(),
+            e["agent_revision"].clone(),
+            e["manifest_digest"].clone()
+        ),
+        (json!("1.0.0"), json!(1), json!(digest_1)),
+        "{e}"
+    );
+    let (code, status) = h
+        .app
+        .call_tool("aegis.task.status", json!({"execution_id": run_1}))
+        .await;
+    assert_eq!(code, 200, "{status}");
+    let status = &status["structuredContent"];
+    assert_eq!(
+        (
+            status["revision"].clone(),
+            status["manifest_digest"].clone()
+        ),
+        (json!(1), json!(digest_1)),
+        "{status}"
+    );
+
+    // A new execution runs the new revision.
+    let (_, started) = h
+        .send(
+            Method::POST,
+            "/v1/agents/speaker/execute",
+            Some(json!({"input": {}})),
+        )
+        .await;
+    let run_2 = started["execution_id"].as_str().unwrap().to_owned();
+    let ended = h.ended(&format!("/v1/executions/{run_2}")).await;
+    assert_eq!(
+        (
+            ended["agent_revision"].clone(),
+            ended["manifest_digest"].clone()
+        ),
+        (json!(2), json!(digest_2)),
+        "{ended}"
+    );
+
+    // The original content is still there, by version and revision, and its digest is the
+    // SHA-256 of its export; lookups by version take the newest revision.
+    let (code, original) = h
+        .send(
+            Method::GET,
+            "/v1/agents/speaker?version=1.0.0&revision=1",
+            None,
+        )
+        .await;
+    assert_eq!(code, 200, "{original}");
+    assert_eq!(
+        original["manifest"]["spec"]["task"]["instruction"],
+        "Say A."
+    );
+    assert_eq!(original["manifest_digest"], json!(digest_1));
+    assert_eq!(
+        sha256(original["manifest_yaml"].as_str().unwrap()),
+        digest_1
+    );
+    let (_, exported) = h
+        .app
+        .call_tool(
+            "aegis.agent.export",
+            json!({"name": "speaker", "version": "1.0.0", "revision": 1}),
+        )
+        .await;
+    assert_eq!(
+        exported["structuredContent"]["manifest_yaml"], original["manifest_yaml"],
+        "{exported}"
+    );
+    let (_, current) = h
+        .send(Method::GET, "/v1/agents/speaker?version=1.0.0", None)
+        .await;
+    assert_eq!(current["manifest"]["spec"]["task"]["instruction"], "Say B.");
+    assert_eq!(current["revision"], 2);
+    let (_, versions) = h
+        .send(Method::GET, "/v1/agents/speaker/versions", None)
+        .await;
+    let listed: Vec<(Value, Value)> = versions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["version"].clone(), v["revision"].clone()))
+        .collect();
+    assert_eq!(
+        listed,
+        [(json!("1.0.0"), json!(2)), (json!("1.0.0"), json!(1))]
+    );
+
+    // Not even a direct write can change what a deployed row means.
+    let rewrite = sqlx::query("UPDATE definition_versions SET manifest_yaml = 'rewritten'")
+        .execute(&h.app.state.pool)
+        .await;
+    let refusal = rewrite.expect_err("rows are immutable").to_string();
+    assert!(refusal.contains("immutable"), "{refusal}");
+}
+
+#[tokio::test]
+async fn a_workflow_execution_reports_the_revision_it_ran() {
+    let h = harness(vec![]).await;
+    let (code, first) = h.deploy("/v1/workflows", &workflow("before")).await;
+    assert_eq!(code, 201, "{first}");
+    let digest_1 = first["manifest_digest"].as_str().unwrap().to_owned();
+    let start = |body: Value| {
+        let h = &h;
+        async move {
+            let (code, started) = h
+                .send(Method::POST, "/v1/workflows/say/run", Some(body))
+                .await;
+            assert_eq!(code, 201, "{started}");
+            let id = started["execution_id"].as_str().unwrap().to_owned();
+            (
+                id.clone(),
+                h.ended(&format!("/v1/workflows/executions/{id}")).await,
+            )
+        }
+    };
+    let (run_1, ended) = start(json!({"input": {}})).await;
+    assert_eq!(ended["final_output"], json!({"said": "before"}), "{ended}");
+
+    let (code, second) = h
+        .deploy("/v1/workflows?force=true", &workflow("after"))
+        .await;
+    assert_eq!(code, 200, "{second}");
+    assert_eq!(second["revision"], 2, "{second}");
+    let digest_2 = second["manifest_digest"].as_str().unwrap().to_owned();
+
+    // REST and both status tools still name what the first run ran.
+    let (_, e) = h
+        .send(
+            Method::GET,
+            &format!("/v1/workflows/executions/{run_1}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (
+            e["revision"].clone(),
+            e["manifest_digest"].clone(),
+            e["final_output"].clone()
+        ),
+        (json!(1), json!(digest_1), json!({"said": "before"})),
+        "{e}"
+    );
+    for tool in ["aegis.workflow.status", "aegis.workflow.executions.get"] {
+        let (code, status) = h.app.call_tool(tool, json!({"execution_id": run_1})).await;
+        assert_eq!(code, 200, "{status}");
+        let text = status["structuredContent"].to_string();
+        assert!(
+            text.contains(&digest_1) && !text.contains(&digest_2),
+            "{tool}: {text}"
+        );
+    }
+
+    // A new run runs the new revision.
+    let (_, ended) = start(json!({"input": {}})).await;
+    assert_eq!(
+        (
+            ended["revision"].clone(),
+            ended["manifest_digest"].clone(),
+            ended["final_output"].clone()
+        ),
+        (json!(2), json!(digest_2), json!({"said": "after"})),
+        "{ended}"
     );
 }

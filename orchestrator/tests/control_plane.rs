@@ -84,7 +84,8 @@ async fn agents_deploy_version_export_and_delete_over_rest() {
     assert_eq!(body["name"], "greeter");
     assert_eq!(body["version"], "1.0.0");
 
-    // Same version again: refused, then allowed with force (and reported as an overwrite).
+    // Same version again: refused, then accepted with force; the same manifest changes nothing
+    // (a changed one would be a new revision: tests/contracts.rs).
     let (status, body) = post_manifest(&app, "/v1/agents", AGENT_V1).await;
     assert_eq!(status, 409, "{body}");
     assert!(
@@ -93,7 +94,10 @@ async fn agents_deploy_version_export_and_delete_over_rest() {
     );
     let (status, body) = post_manifest(&app, "/v1/agents?force=true", AGENT_V1).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["replaced"], true);
+    assert_eq!(
+        (body["replaced"].clone(), body["unchanged"].clone()),
+        (json!(false), json!(true))
+    );
 
     // A second version is kept beside the first; the latest wins lookups by name.
     let (status, body) =

@@ -306,27 +306,48 @@ async fn the_shipped_definitions_deploy_once_and_are_restored_to_the_shipped_tex
     b.expect("ensure");
     assert_eq!(count().await, 4);
 
-    // A version whose text changed (edited in place) is put back at the next start.
-    sqlx::query(
-        "UPDATE definition_versions SET manifest_yaml = 'edited' WHERE definition_id = \
-         (SELECT id FROM definitions WHERE name = 'aegis-intent-pipeline')",
-    )
-    .execute(pool)
-    .await
-    .expect("edit");
+    // A version whose current text differs from the shipped one (a forced deploy of an edited
+    // copy: its new revision) gets the shipped text back at the next start, as one more
+    // revision; no deployed row is rewritten.
+    let shipped: Value = app
+        .admin(reqwest::Method::GET, "/v1/workflows/aegis-intent-pipeline")
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("workflow");
+    let mut edited = shipped["manifest"].clone();
+    edited["metadata"]["labels"]["edited"] = json!("locally");
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/workflows?force=true")
+        .body(edited.to_string())
+        .send()
+        .await
+        .expect("deploy");
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
     assert_eq!(
         orchestrator::builtin::upgrade(pool).await.expect("upgrade"),
         1
     );
-    let yaml: String = sqlx::query_scalar(
-        "SELECT v.manifest_yaml FROM definition_versions v JOIN definitions d \
-         ON d.id = v.definition_id WHERE d.name = 'aegis-intent-pipeline'",
-    )
-    .fetch_one(pool)
-    .await
-    .expect("yaml");
-    assert!(yaml.contains("kind: Workflow"), "{yaml}");
-    assert_eq!(count().await, 4);
+    let current: Value = app
+        .admin(reqwest::Method::GET, "/v1/workflows/aegis-intent-pipeline")
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("workflow");
+    assert_eq!(
+        current["manifest_yaml"], shipped["manifest_yaml"],
+        "{current}"
+    );
+    assert_eq!(current["revision"], 3, "{current}");
+    assert_eq!(
+        count().await,
+        6,
+        "two more revisions of one version, nothing rewritten"
+    );
 
     // The built-ins are found by search unless platform templates are left out.
     let found = ok(

@@ -108,16 +108,21 @@ pub async fn definitions(
             if client.json {
                 output::json(&out);
             } else {
-                let verb = if out["replaced"] == true {
-                    "replaced"
+                // A forced deploy never rewrites a version: it adds a revision or changes nothing.
+                let verb = if out["unchanged"] == true {
+                    "unchanged"
+                } else if out["replaced"] == true {
+                    "revised"
                 } else {
                     "deployed"
                 };
                 println!(
-                    "{verb} {noun} {} {} ({})",
+                    "{verb} {noun} {} {} revision {} ({}, {})",
                     output::cell(&out["name"]),
                     output::cell(&out["version"]),
-                    output::cell(&out[format!("{noun}_id")])
+                    output::cell(&out["revision"]),
+                    output::cell(&out[format!("{noun}_id")]),
+                    output::cell(&out["manifest_digest"])
                 );
                 for w in out["warnings"].as_array().into_iter().flatten() {
                     eprintln!("warning: {}", output::cell(&w["message"]));

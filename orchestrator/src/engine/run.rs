@@ -361,13 +361,7 @@ impl Job {
             match self
                 .state
                 .sandboxes
-                .create_for_agent(
-                    &self.state.pool,
-                    &self.tenant,
-                    &self.def.id.to_string(),
-                    Some(&self.def.version),
-                    owner,
-                )
+                .create_for_definition(&self.state.pool, &self.def, owner)
                 .await
             {
                 Ok((id, _)) => {

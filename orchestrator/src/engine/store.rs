@@ -21,6 +21,12 @@ pub struct Execution {
     pub agent_name: String,
     /// Agent version run.
     pub agent_version: String,
+    /// The revision of that version run (its exact registry row); `None` only for executions
+    /// from before revisions whose version was overwritten after they started.
+    pub agent_revision: Option<i32>,
+    /// `sha256:` of the manifest run (`registry::manifest_digest`), recorded at start; `None` as
+    /// `agent_revision`.
+    pub manifest_digest: Option<String>,
     /// The judge's parent, for child executions.
     pub parent_execution_id: Option<Uuid>,
     /// `pending`, `running`, `completed`, `failed`, `cancelled`, `timed_out`.
@@ -53,7 +59,8 @@ pub struct Execution {
     pub depth: i32,
 }
 
-const COLUMNS: &str = "id, agent_id, agent_name, agent_version, parent_execution_id, status, input, \
+const COLUMNS: &str = "id, agent_id, agent_name, agent_version, agent_revision, manifest_digest, \
+     parent_execution_id, status, input, \
      intent, iteration_count, last_output, last_error, sandbox_id, created_at, started_at, ended_at, \
      caller_kind, caller_id, principal, depth";
 
@@ -108,11 +115,12 @@ pub struct NewExecution<'a> {
 /// Inserts a pending execution and its first event in one transaction.
 pub async fn insert(pool: &PgPool, new: &NewExecution<'_>) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
-    sqlx::query(
+    let inserted = sqlx::query(
         "INSERT INTO executions (id, tenant_id, agent_id, agent_version_id, agent_name, agent_version, \
          parent_execution_id, input, intent, caller_kind, caller_id, instance_id, \
-         workflow_execution_id, workflow_state, workflow_visit) \
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15)",
+         workflow_execution_id, workflow_state, workflow_visit, agent_revision, manifest_digest) \
+         SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15, v.revision, v.manifest_digest \
+         FROM definition_versions v WHERE v.id = $4",
     )
     .bind(new.id)
     .bind(new.tenant)
@@ -131,6 +139,10 @@ pub async fn insert(pool: &PgPool, new: &NewExecution<'_>) -> Result<(), sqlx::E
     .bind(new.workflow.map(|w| w.visit))
     .execute(&mut *tx)
     .await?;
+    // The revision and digest come from the very row the execution points at; no row, no run.
+    if inserted.rows_affected() != 1 {
+        return Err(sqlx::Error::RowNotFound);
+    }
     sqlx::query("INSERT INTO execution_events (execution_id, seq, event_type, payload) VALUES ($1, 1, 'execution_requested', $2)")
         .bind(new.id)
         .bind(serde_json::json!({"agent": new.agent_name, "version": new.agent_version, "caller": new.caller_id}))
@@ -227,10 +239,12 @@ pub async fn insert_bounded(
             key: "executions.max_concurrent",
         });
     }
-    sqlx::query(
+    let inserted = sqlx::query(
         "INSERT INTO executions (id, tenant_id, agent_id, agent_version_id, agent_name, agent_version, \
-         parent_execution_id, input, intent, caller_kind, caller_id, instance_id, depth, principal) \
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)",
+         parent_execution_id, input, intent, caller_kind, caller_id, instance_id, depth, principal, \
+         agent_revision, manifest_digest) \
+         SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14, v.revision, v.manifest_digest \
+         FROM definition_versions v WHERE v.id = $4",
     )
     .bind(new.id)
     .bind(new.tenant)
@@ -248,6 +262,10 @@ pub async fn insert_bounded(
     .bind(&bounds.principal)
     .execute(&mut *tx)
     .await?;
+    // The revision and digest come from the very row the execution points at; no row, no run.
+    if inserted.rows_affected() != 1 {
+        return Err(sqlx::Error::RowNotFound.into());
+    }
     sqlx::query("INSERT INTO execution_events (execution_id, seq, event_type, payload) VALUES ($1, 1, 'execution_requested', $2)")
         .bind(new.id)
         .bind(serde_json::json!({"agent": new.agent_name, "version": new.agent_version, "caller": new.caller_id, "depth": bounds.depth}))

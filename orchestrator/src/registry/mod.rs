@@ -1,11 +1,16 @@
 //! The registry of agents and workflows in PostgreSQL.
 //!
 //! A definition is a name of one kind (agent or workflow) with a stable id; its versions are
-//! manifests kept forever. A deployed version is immutable: deploying the same name and version
-//! again is refused unless `force`. Deleting hides the definition from new work but keeps every row,
-//! so executions that reference it stay intact. Every write is one transaction: a failed deploy
-//! leaves nothing behind. Workflows have a scope (`scope.rs`): lookups and listings see the
-//! caller's tenant's definitions and every global workflow.
+//! manifests kept forever. A deployed version is immutable, and a row is never rewritten (the
+//! database refuses it): deploying the same name and version again is refused unless `force`,
+//! and with `force` a different manifest becomes a new *revision* of that version (a new row,
+//! revision + 1) while the same manifest changes nothing. Lookups by version take its highest
+//! revision; an execution points at the exact row it ran and records its revision and
+//! [`manifest_digest`], so what it ran never changes under it and stays retrievable. Deleting
+//! hides the definition from new work but keeps every row, so executions that reference it stay
+//! intact. Every write is one transaction: a failed deploy leaves nothing behind. Workflows have
+//! a scope (`scope.rs`): lookups and listings see the caller's tenant's definitions and every
+//! global workflow.
 
 mod scope;
 mod search;
@@ -16,6 +21,7 @@ pub use search::{search, SearchHit, SearchPage, SearchQuery, BUILTIN_LABEL};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -33,7 +39,7 @@ pub enum RegistryError {
         what: String,
     },
     /// The version is already deployed and `force` was not given.
-    #[error("{kind} `{name}` version {version} is already deployed; deployed versions are immutable (use force to overwrite)")]
+    #[error("{kind} `{name}` version {version} is already deployed; deployed versions are immutable (deploy a new version, or use force to add a new revision of this one: the deployed revisions stay as they are)")]
     VersionExists {
         /// `agent` or `workflow`.
         kind: &'static str,
@@ -75,6 +81,9 @@ pub enum RegistryError {
         /// The definition holding the name, when known.
         existing: Option<Uuid>,
     },
+    /// A revision was asked for without the version it belongs to.
+    #[error("a revision is a revision of one version: give the version too")]
+    RevisionWithoutVersion,
     /// Database failure.
     #[error(transparent)]
     Db(#[from] sqlx::Error),
@@ -98,8 +107,16 @@ pub struct Deployed {
     pub name: String,
     /// Version deployed.
     pub version: String,
-    /// True when an existing version was overwritten with `force`.
+    /// The revision of that version now current (1 for a new version).
+    pub revision: i32,
+    /// [`manifest_digest`] of the deployed manifest.
+    pub manifest_digest: String,
+    /// True when `force` added a new revision to an existing version (the earlier revisions
+    /// and the executions that ran them are untouched).
     pub replaced: bool,
+    /// True when `force` deployed exactly the manifest of the current revision: nothing was
+    /// stored.
+    pub unchanged: bool,
 }
 
 /// A definition with its latest (or requested) version.
@@ -114,7 +131,12 @@ pub struct Definition {
     pub scope: Scope,
     /// This version.
     pub version: String,
-    /// Id of this version's row.
+    /// Which revision of the version this is (1, or more after forced redeploys that changed
+    /// the manifest).
+    pub revision: i32,
+    /// `sha256:` of `manifest_yaml` ([`manifest_digest`]).
+    pub manifest_digest: String,
+    /// Id of this version's row (this revision's).
     pub version_id: Uuid,
     /// Manifest description.
     pub description: Option<String>,
@@ -124,9 +146,10 @@ pub struct Definition {
     pub manifest: Value,
     /// The manifest as YAML (what export returns).
     pub manifest_yaml: String,
-    /// When this version was deployed.
+    /// When this revision was deployed.
     pub created_at: DateTime<Utc>,
-    /// When this version was last overwritten.
+    /// Rows are never rewritten: the time a row written before revisions existed was last
+    /// overwritten, else `created_at`.
     pub updated_at: DateTime<Utc>,
 }
 
@@ -135,12 +158,30 @@ pub struct Definition {
 pub struct VersionInfo {
     /// Version.
     pub version: String,
+    /// Revision of the version.
+    pub revision: i32,
+    /// `sha256:` of the revision's manifest YAML ([`manifest_digest`]).
+    pub manifest_digest: String,
     /// Row id.
     pub version_id: Uuid,
     /// When deployed.
     pub created_at: DateTime<Utc>,
-    /// When last overwritten.
+    /// As [`Definition::updated_at`].
     pub updated_at: DateTime<Utc>,
+}
+
+/// The digest that names a manifest's content: `sha256:` and the hex SHA-256 of its normalised
+/// YAML (what export returns, so anyone can recompute it). The YAML is emitted from the manifest's
+/// JSON, so equal manifests have equal digests whatever the comments or layout of their source.
+pub fn manifest_digest(yaml: &str) -> String {
+    use std::fmt::Write;
+    let hash = Sha256::digest(yaml.as_bytes());
+    let mut out = String::with_capacity(7 + 2 * hash.len());
+    out.push_str("sha256:");
+    for byte in hash {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
 }
 
 fn kind_str(kind: ManifestKind) -> &'static str {
@@ -150,9 +191,9 @@ fn kind_str(kind: ManifestKind) -> &'static str {
     }
 }
 
-/// Orders versions by semver precedence (release after its pre-releases).
-const LATEST_FIRST: &str =
-    "v.v_major DESC, v.v_minor DESC, v.v_patch DESC, (v.v_pre = '') DESC, v.v_pre DESC";
+/// Orders versions by semver precedence (release after its pre-releases), then revisions.
+const LATEST_FIRST: &str = "v.v_major DESC, v.v_minor DESC, v.v_patch DESC, (v.v_pre = '') DESC, \
+     v.v_pre DESC, v.revision DESC";
 
 /// A live workflow whose latest version has `spec.default_schedule`.
 #[derive(Debug, Clone)]
@@ -242,68 +283,72 @@ pub async fn deploy(
         }
     };
     let version = parsed.version.to_string();
-    let present: Option<Uuid> = sqlx::query_scalar(
-        "SELECT id FROM definition_versions WHERE definition_id = $1 AND version = $2",
+    let digest = manifest_digest(&parsed.yaml);
+    // The current (highest) revision of this version, if it is deployed.
+    let current: Option<(i32, String, Value)> = sqlx::query_as(
+        "SELECT revision, manifest_digest, manifest FROM definition_versions \
+         WHERE definition_id = $1 AND version = $2 ORDER BY revision DESC LIMIT 1",
     )
     .bind(id)
     .bind(&version)
     .fetch_optional(&mut *tx)
     .await?;
-    if present.is_some() && !force {
-        return Err(RegistryError::VersionExists {
-            kind,
-            name: parsed.name.clone(),
-            version,
-        });
-    }
-    if let (Some(version_id), ManifestKind::Agent) = (present, parsed.kind) {
-        let stored: Value =
-            sqlx::query_scalar("SELECT manifest FROM definition_versions WHERE id = $1")
-                .bind(version_id)
-                .fetch_one(&mut *tx)
-                .await?;
-        const NETWORK: &str = "/spec/security/network";
-        if stored.pointer(NETWORK) != parsed.value.pointer(NETWORK) {
-            return Err(RegistryError::NetworkPolicyChanged {
+    let revision = match &current {
+        None => 1,
+        Some(_) if !force => {
+            return Err(RegistryError::VersionExists {
+                kind,
                 name: parsed.name.clone(),
                 version,
+            })
+        }
+        Some((revision, stored_digest, _)) if *stored_digest == digest => {
+            // The same manifest again: nothing to store, nothing changes.
+            return Ok(Deployed {
+                id,
+                name: parsed.name.clone(),
+                version,
+                revision: *revision,
+                manifest_digest: digest,
+                replaced: false,
+                unchanged: true,
             });
         }
-    }
+        Some((revision, _, stored)) => {
+            const NETWORK: &str = "/spec/security/network";
+            if parsed.kind == ManifestKind::Agent
+                && stored.pointer(NETWORK) != parsed.value.pointer(NETWORK)
+            {
+                return Err(RegistryError::NetworkPolicyChanged {
+                    name: parsed.name.clone(),
+                    version,
+                });
+            }
+            revision + 1
+        }
+    };
     let labels = serde_json::to_value(&parsed.labels).unwrap_or(Value::Null);
-    if let Some(version_id) = present {
-        sqlx::query(
-            "UPDATE definition_versions SET description = $2, labels = $3, manifest = $4, \
-             manifest_yaml = $5, updated_at = now() WHERE id = $1",
-        )
-        .bind(version_id)
-        .bind(&parsed.description)
-        .bind(&labels)
-        .bind(&parsed.value)
-        .bind(&parsed.yaml)
-        .execute(&mut *tx)
-        .await?;
-    } else {
-        sqlx::query(
-            "INSERT INTO definition_versions (id, definition_id, tenant_id, version, v_major, v_minor, \
-             v_patch, v_pre, description, labels, manifest, manifest_yaml) \
-             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)",
-        )
-        .bind(Uuid::new_v4())
-        .bind(id)
-        .bind(tenant)
-        .bind(&version)
-        .bind(parsed.version.major as i64)
-        .bind(parsed.version.minor as i64)
-        .bind(parsed.version.patch as i64)
-        .bind(parsed.version.pre.as_str())
-        .bind(&parsed.description)
-        .bind(&labels)
-        .bind(&parsed.value)
-        .bind(&parsed.yaml)
-        .execute(&mut *tx)
-        .await?;
-    }
+    sqlx::query(
+        "INSERT INTO definition_versions (id, definition_id, tenant_id, version, v_major, v_minor, \
+         v_patch, v_pre, description, labels, manifest, manifest_yaml, revision, manifest_digest) \
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)",
+    )
+    .bind(Uuid::new_v4())
+    .bind(id)
+    .bind(tenant)
+    .bind(&version)
+    .bind(parsed.version.major as i64)
+    .bind(parsed.version.minor as i64)
+    .bind(parsed.version.patch as i64)
+    .bind(parsed.version.pre.as_str())
+    .bind(&parsed.description)
+    .bind(&labels)
+    .bind(&parsed.value)
+    .bind(&parsed.yaml)
+    .bind(revision)
+    .bind(&digest)
+    .execute(&mut *tx)
+    .await?;
     sqlx::query("UPDATE definitions SET updated_at = now() WHERE id = $1")
         .bind(id)
         .execute(&mut *tx)
@@ -313,12 +358,15 @@ pub async fn deploy(
         id,
         name: parsed.name.clone(),
         version,
-        replaced: present.is_some(),
+        revision,
+        manifest_digest: digest,
+        replaced: current.is_some(),
+        unchanged: false,
     })
 }
 
-/// Finds a live definition by id or name, at `version` or its latest version: the tenant's own
-/// first, else a global one.
+/// Finds a live definition by id or name, at `version` (its current revision) or its latest
+/// version: the tenant's own first, else a global one.
 pub async fn get(
     pool: &PgPool,
     tenant: &str,
@@ -326,13 +374,31 @@ pub async fn get(
     id_or_name: &str,
     version: Option<&str>,
 ) -> Result<Definition, RegistryError> {
+    get_revision(pool, tenant, kind, id_or_name, version, None).await
+}
+
+/// As [`get`], and with `revision` that revision of `version` (any revision stays retrievable:
+/// it is what some execution may have run).
+pub async fn get_revision(
+    pool: &PgPool,
+    tenant: &str,
+    kind: ManifestKind,
+    id_or_name: &str,
+    version: Option<&str>,
+    revision: Option<i32>,
+) -> Result<Definition, RegistryError> {
+    if revision.is_some() && version.is_none() {
+        return Err(RegistryError::RevisionWithoutVersion);
+    }
     let id = Uuid::parse_str(id_or_name).ok();
     let sql = format!(
-        "SELECT d.id, d.name, d.scope, v.version, v.id AS version_id, v.description, v.labels, \
-         v.manifest, v.manifest_yaml, v.created_at, v.updated_at \
+        "SELECT d.id, d.name, d.scope, v.version, v.revision, v.manifest_digest, \
+         v.id AS version_id, v.description, v.labels, v.manifest, v.manifest_yaml, v.created_at, \
+         v.updated_at \
          FROM definitions d JOIN definition_versions v ON v.definition_id = d.id \
          WHERE {visible} AND d.kind = $2 AND d.deleted_at IS NULL \
          AND (d.id = $3 OR ($3 IS NULL AND d.name = $4)) AND ($5::text IS NULL OR v.version = $5) \
+         AND ($6::int IS NULL OR v.revision = $6) \
          ORDER BY (d.tenant_id = $1) DESC, {LATEST_FIRST} LIMIT 1",
         visible = ScopeFilter::Visible.condition(),
     );
@@ -342,13 +408,15 @@ pub async fn get(
         .bind(id)
         .bind(id_or_name)
         .bind(version)
+        .bind(revision)
         .fetch_optional(pool)
         .await?
         .ok_or_else(|| RegistryError::NotFound {
             kind: kind_str(kind),
-            what: match version {
-                Some(v) => format!("{id_or_name}@{v}"),
-                None => id_or_name.to_owned(),
+            what: match (version, revision) {
+                (Some(v), Some(r)) => format!("{id_or_name}@{v} revision {r}"),
+                (Some(v), None) => format!("{id_or_name}@{v}"),
+                _ => id_or_name.to_owned(),
             },
         })
 }
@@ -372,8 +440,8 @@ pub async fn list_in(
 ) -> Result<Vec<Definition>, RegistryError> {
     let sql = format!(
         "SELECT DISTINCT ON (d.name, d.tenant_id <> $1, d.id) d.id, d.name, d.scope, v.version, \
-         v.id AS version_id, v.description, v.labels, v.manifest, v.manifest_yaml, v.created_at, \
-         v.updated_at \
+         v.revision, v.manifest_digest, v.id AS version_id, v.description, v.labels, v.manifest, \
+         v.manifest_yaml, v.created_at, v.updated_at \
          FROM definitions d JOIN definition_versions v ON v.definition_id = d.id \
          WHERE {condition} AND d.kind = $2 AND d.deleted_at IS NULL \
          ORDER BY d.name, d.tenant_id <> $1, d.id, {LATEST_FIRST}",
@@ -386,7 +454,7 @@ pub async fn list_in(
         .await?)
 }
 
-/// Every version of a live definition, latest first.
+/// Every version of a live definition and every revision of each, latest first.
 pub async fn versions(
     pool: &PgPool,
     tenant: &str,
@@ -395,7 +463,8 @@ pub async fn versions(
 ) -> Result<Vec<VersionInfo>, RegistryError> {
     let head = get(pool, tenant, kind, id_or_name, None).await?;
     let sql = format!(
-        "SELECT v.version, v.id AS version_id, v.created_at, v.updated_at FROM definition_versions v \
+        "SELECT v.version, v.revision, v.manifest_digest, v.id AS version_id, v.created_at, \
+         v.updated_at FROM definition_versions v \
          WHERE v.definition_id = $1 ORDER BY {LATEST_FIRST}"
     );
     Ok(sqlx::query_as(&sql).bind(head.id).fetch_all(pool).await?)

@@ -583,8 +583,20 @@ impl Sandboxes {
         version: Option<&str>,
         owner: Owner,
     ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
-        let dispatcher = self.dispatcher()?;
+        self.dispatcher()?;
         let def = registry::get(pool, tenant, ManifestKind::Agent, agent, version).await?;
+        self.create_for_definition(pool, &def, owner).await
+    }
+
+    /// Creates a sandbox for this exact agent version row (an execution's: a revision deployed
+    /// since it started must not change the policy it runs under), owned by `owner`.
+    pub async fn create_for_definition(
+        &self,
+        pool: &PgPool,
+        def: &registry::Definition,
+        owner: Owner,
+    ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
+        let dispatcher = self.dispatcher()?;
         let scope = match owner.kind {
             dispatcher::OwnerKind::Operator => QuotaScope::ApiKey(owner.id.clone()),
             _ => QuotaScope::Node,

@@ -208,6 +208,22 @@ pub(crate) async fn check(
     // Delivery destinations this node cannot serve (email, undefined signing secrets).
     if let (ManifestKind::Agent, Ok(parsed)) = (kind, &checked.manifest) {
         let problems = crate::delivery::check_manifest(&parsed.value, &ctx.state.config.delivery);
+        // A grant of network this node cannot honour: said now, not first when a sandbox fails.
+        if manifest::AgentView(&parsed.value).network_egress() {
+            let name = parsed.name.clone();
+            if let Some(why) =
+                crate::sandboxes::egress::network_unavailable(&ctx.state.engine).await
+            {
+                checked.warnings.push(ManifestError::new(
+                    manifest::Stage::Semantic,
+                    "/spec/security/network",
+                    format!(
+                        "agent `{name}` grants network, but this node cannot give a sandbox \
+                         network, so creating its sandboxes will fail: {why} (README, Sandbox egress)"
+                    ),
+                ));
+            }
+        }
         manifest::refuse_after(&mut checked, text, problems);
     }
     Ok(checked)
@@ -292,6 +308,7 @@ pub(crate) fn registry_error(e: RegistryError) -> ToolError {
             scope, existing, ..
         } => ToolError::new("conflict", e.to_string())
             .with_details(json!({"scope": scope, "existing_workflow_id": existing})),
+        RegistryError::RevisionWithoutVersion => ToolError::new("invalid_arguments", e.to_string()),
         RegistryError::Db(e) => ToolError::internal(e),
     }
 }
@@ -330,7 +347,10 @@ async fn deploy(
         "deployed": true,
         "name": d.name,
         "version": d.version,
+        "revision": d.revision,
+        "manifest_digest": d.manifest_digest,
         "replaced": d.replaced,
+        "unchanged": d.unchanged,
         "warnings": warnings,
     }))
 }
@@ -365,20 +385,22 @@ async fn export(ctx: &ToolContext<'_>, a: Value, kind: ManifestKind) -> Result<V
     struct A {
         name: String,
         version: Option<String>,
+        revision: Option<i32>,
     }
     let a: A = args(a)?;
-    let d = registry::get(
+    let d = registry::get_revision(
         &ctx.state.pool,
         &ctx.caller.tenant,
         kind,
         &a.name,
         a.version.as_deref(),
+        a.revision,
     )
     .await
     .map_err(registry_error)?;
     Ok(json!({
         "manifest_yaml": d.manifest_yaml, "id": d.id, "name": d.name, "version": d.version,
-        "scope": d.scope,
+        "revision": d.revision, "manifest_digest": d.manifest_digest, "scope": d.scope,
     }))
 }
 

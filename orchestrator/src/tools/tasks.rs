@@ -94,6 +94,7 @@ fn uuid(s: &str, what: &str) -> Result<Uuid, ToolError> {
 pub(crate) fn view(e: &store::Execution) -> Value {
     json!({
         "execution_id": e.id, "agent_id": e.agent_id, "agent": e.agent_name, "version": e.agent_version,
+        "revision": e.agent_revision, "manifest_digest": e.manifest_digest,
         "status": e.status, "iteration_count": e.iteration_count, "last_output": e.last_output,
         "last_error": e.last_error, "started_at": e.started_at, "ended_at": e.ended_at, "created_at": e.created_at,
     })

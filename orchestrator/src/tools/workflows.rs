@@ -156,7 +156,8 @@ pub(super) async fn load(ctx: &ToolContext<'_>, id: &str) -> Result<WorkflowExec
 pub(crate) fn summary(e: &WorkflowExecution) -> Value {
     json!({
         "execution_id": e.id, "workflow_id": e.workflow_id, "workflow": e.workflow_name,
-        "version": e.workflow_version, "status": e.status, "current_state": e.current_state,
+        "version": e.workflow_version, "revision": e.workflow_revision,
+        "manifest_digest": e.manifest_digest, "status": e.status, "current_state": e.current_state,
         "transition_count": e.transition_count, "visits": e.visits, "error": e.error,
         "parent_execution_id": e.parent_execution_id, "waiting_for": e.waiting_for,
         "created_at": e.created_at, "started_at": e.started_at,

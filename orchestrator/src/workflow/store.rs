@@ -34,6 +34,12 @@ pub struct WorkflowExecution {
     pub workflow_name: String,
     /// Workflow version.
     pub workflow_version: String,
+    /// The revision of that version run (its exact registry row); `None` only for executions
+    /// from before revisions whose version was overwritten after they started.
+    pub workflow_revision: Option<i32>,
+    /// `sha256:` of the manifest run (`registry::manifest_digest`), recorded at start; `None` as
+    /// `workflow_revision`.
+    pub manifest_digest: Option<String>,
     /// For Subworkflow children: the parent execution.
     pub parent_execution_id: Option<Uuid>,
     /// For Subworkflow children: the parent's state.
@@ -104,7 +110,8 @@ const COLUMNS: &str = "id, tenant_id, workflow_id, workflow_version_id, workflow
     parent_execution_id, parent_state, parent_visit, status, current_state, visits, transition_count, \
     blackboard, input, intent, caller_kind, caller_id, ceiling, lease_owner, lease_expires_at, attempt, \
     state_feedback, state_entered_at, waiting_for, wake_at, signal, cancel_requested, final_output, \
-    error, next_seq, created_at, started_at, last_transition_at, ended_at, deadline";
+    error, next_seq, created_at, started_at, last_transition_at, ended_at, deadline, \
+    workflow_revision, manifest_digest";
 
 /// One event of the log.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -208,11 +215,12 @@ pub async fn insert(pool: &PgPool, new: &NewExecution<'_>) -> Result<(), sqlx::E
             json!({"visit": 1, "from": null}),
         ),
     ];
-    sqlx::query(
+    let inserted = sqlx::query(
         "INSERT INTO workflow_executions (id, tenant_id, workflow_id, workflow_version_id, workflow_name, \
          workflow_version, parent_execution_id, parent_state, parent_visit, current_state, visits, blackboard, \
-         input, intent, caller_kind, caller_id, next_seq, deadline, ceiling) \
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,3, now() + make_interval(secs => $17), $18)",
+         input, intent, caller_kind, caller_id, next_seq, deadline, ceiling, workflow_revision, manifest_digest) \
+         SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,3, now() + make_interval(secs => $17), $18, \
+         v.revision, v.manifest_digest FROM definition_versions v WHERE v.id = $4",
     )
     .bind(new.id)
     .bind(new.tenant)
@@ -234,6 +242,10 @@ pub async fn insert(pool: &PgPool, new: &NewExecution<'_>) -> Result<(), sqlx::E
     .bind(new.ceiling)
     .execute(&mut *tx)
     .await?;
+    // The revision and digest come from the very row the execution points at; no row, no run.
+    if inserted.rows_affected() != 1 {
+        return Err(sqlx::Error::RowNotFound);
+    }
     insert_events(&mut tx, new.id, 1, &events).await?;
     notify(&mut *tx, "wake").await?;
     tx.commit().await

@@ -20,16 +20,19 @@ use crate::state::AppState;
 /// `?force=` on deploys.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub struct DeployQuery {
-    /// Overwrite an already deployed version.
+    /// Deploy a version that exists already: a different manifest becomes a new revision of it
+    /// (the deployed revisions stay as they are), the same manifest changes nothing.
     #[serde(default)]
     pub force: bool,
 }
 
-/// `?version=` on reads.
+/// `?version=` (and `&revision=`) on reads.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub struct VersionQuery {
     /// A specific version instead of the latest.
     pub version: Option<String>,
+    /// A specific revision of `version` instead of its current one.
+    pub revision: Option<i32>,
 }
 
 async fn deploy(
@@ -56,7 +59,8 @@ async fn deploy(
         json!({"manifest_yaml": body, "force": force}),
     )
     .await?;
-    let status = if out["replaced"] == true {
+    // 201 only when a new version was stored; a new revision or nothing at all is a 200.
+    let status = if out["replaced"] == true || out["unchanged"] == true {
         StatusCode::OK
     } else {
         StatusCode::CREATED
@@ -67,7 +71,7 @@ async fn deploy(
 /// Deploys an agent manifest (YAML or JSON body).
 #[utoipa::path(post, path = "/v1/agents", tag = "agents", params(DeployQuery),
     request_body(content = String, description = "Agent manifest, YAML or JSON", content_type = "application/yaml"),
-    responses((status = 201, description = "Deployed", body = Value), (status = 200, description = "Version overwritten with force", body = Value),
+    responses((status = 201, description = "Deployed", body = Value), (status = 200, description = "With force: a new revision of an existing version, or nothing to change", body = Value),
               (status = 409, description = "Version already deployed", body = ErrorBody), (status = 422, description = "Invalid manifest", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn create_agent(
@@ -82,7 +86,7 @@ pub async fn create_agent(
 /// Deploys a workflow manifest (YAML or JSON body).
 #[utoipa::path(post, path = "/v1/workflows", tag = "workflows", params(DeployQuery),
     request_body(content = String, description = "Workflow manifest, YAML or JSON", content_type = "application/yaml"),
-    responses((status = 201, description = "Deployed", body = Value), (status = 200, description = "Version overwritten with force", body = Value),
+    responses((status = 201, description = "Deployed", body = Value), (status = 200, description = "With force: a new revision of an existing version, or nothing to change", body = Value),
               (status = 409, description = "Version already deployed", body = ErrorBody), (status = 422, description = "Invalid manifest", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn create_workflow(
@@ -118,7 +122,7 @@ pub async fn list_workflows(
     ))
 }
 
-/// One agent by id or name (latest version unless `?version=`).
+/// One agent by id or name (latest version unless `?version=`, its current revision unless `&revision=`).
 #[utoipa::path(get, path = "/v1/agents/{id}", tag = "agents", params(("id" = String, Path, description = "Agent id or name"), VersionQuery),
     responses((status = 200, description = "Agent", body = Definition), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
@@ -129,18 +133,19 @@ pub async fn get_agent(
     Query(q): Query<VersionQuery>,
 ) -> Result<Json<Definition>, ApiError> {
     Ok(Json(
-        registry::get(
+        registry::get_revision(
             &state.pool,
             &caller.tenant,
             ManifestKind::Agent,
             &id,
             q.version.as_deref(),
+            q.revision,
         )
         .await?,
     ))
 }
 
-/// One workflow by id or name (latest version unless `?version=`).
+/// One workflow by id or name (latest version unless `?version=`, its current revision unless `&revision=`).
 #[utoipa::path(get, path = "/v1/workflows/{id}", tag = "workflows", params(("id" = String, Path, description = "Workflow id or name"), VersionQuery),
     responses((status = 200, description = "Workflow", body = Definition), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
@@ -151,18 +156,19 @@ pub async fn get_workflow(
     Query(q): Query<VersionQuery>,
 ) -> Result<Json<Definition>, ApiError> {
     Ok(Json(
-        registry::get(
+        registry::get_revision(
             &state.pool,
             &caller.tenant,
             ManifestKind::Workflow,
             &id,
             q.version.as_deref(),
+            q.revision,
         )
         .await?,
     ))
 }
 
-/// Every version of an agent, latest first.
+/// Every version of an agent and every revision of each, latest first.
 #[utoipa::path(get, path = "/v1/agents/{id}/versions", tag = "agents", params(("id" = String, Path, description = "Agent id or name")),
     responses((status = 200, description = "Versions", body = Vec<VersionInfo>), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
@@ -176,7 +182,7 @@ pub async fn agent_versions(
     ))
 }
 
-/// Every version of a workflow, latest first.
+/// Every version of a workflow and every revision of each, latest first.
 #[utoipa::path(get, path = "/v1/workflows/{id}/versions", tag = "workflows", params(("id" = String, Path, description = "Workflow id or name")),
     responses((status = 200, description = "Versions", body = Vec<VersionInfo>), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
