@@ -4,7 +4,7 @@
 #
 # Not part of the test suite: it needs a checkout of github.com/100monkeys-ai/aegis-orchestrator,
 # which CI does not have (and which we do not copy into this repository). The suite checks our own
-# manifests exercising the same constructs (orchestrator/tests/aegis_compat.rs).
+# manifests exercising the same constructs (orchestrator/tests/suite/aegis_compat.rs).
 #
 # usage: scripts/check_aegis_templates.sh AEGIS_CHECKOUT_OR_GIT_DIR [ORCHESTRATOR_BIN]
 #   AEGIS_CHECKOUT_OR_GIT_DIR  a work tree, or a bare git directory (its HEAD is read with git show)

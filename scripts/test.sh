@@ -37,7 +37,7 @@ if ! python3 -c 'import mcp, httpx2' 2>/dev/null || [ "$(python3 -c 'import impo
   python3 -m pip install -q mcp==2.3.0 >&2 || die "cannot install mcp==2.3.0 (pip)"
 fi
 
-# tests/ops.rs parses /metrics with the Prometheus client's own parser and fuzzes the live API
+# tests/suite/ops.rs parses /metrics with the Prometheus client's own parser and fuzzes the live API
 # with schemathesis against its OpenAPI document (both pinned).
 if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("prometheus-client"))' 2>/dev/null)" != "0.26.0" ] \
   || [ "$(python3 -c 'import importlib.metadata as m; print(m.version("schemathesis"))' 2>/dev/null)" != "4.32.5" ]; then
@@ -48,7 +48,14 @@ fi
 
 say "running the test suite"
 export RUST_LOG=${RUST_LOG:-warn}
-cargo test --workspace --locked "$@" 2>&1
+# Libraries, binaries and test targets (the orchestrator's integration tests are one binary,
+# tests/suite); the examples (benchmarks) are not built here. Arguments choose instead, e.g.
+# `scripts/test.sh -p orchestrator --test suite -- doors::`.
+if [ "$#" -eq 0 ]; then
+  cargo test --workspace --locked --lib --bins --tests 2>&1
+else
+  cargo test --locked "$@" 2>&1
+fi
 
 # The slow scenarios (kill -9 and restarts, two replicas, durable workflows and their wake-ups)
 # once more with the machine loaded: one busy loop per core, started here and always stopped.
@@ -67,8 +74,8 @@ if [ "$#" -eq 0 ] && [ "${SKIP_LOADED_RERUN:-0}" != 1 ]; then
   done
   say "running the slow scenarios again beside ${#hogs[@]} busy loops (crash, replicas, workflows)"
   rerun_status=0
-  cargo test --locked -p orchestrator --test crash --test workflows_crash --test workflow_schedule \
-    --test workflows --test workflow_wakeup 2>&1 || rerun_status=$?
+  cargo test --locked -p orchestrator --test suite -- crash:: workflows_crash:: workflow_schedule:: \
+    workflows:: workflow_wakeup:: 2>&1 || rerun_status=$?
   stop_hogs
   exit "$rerun_status"
 fi

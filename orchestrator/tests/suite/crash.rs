@@ -1,0 +1,229 @@
+//! Crash safety of sandboxes: after `kill -9` of the orchestrator during a running `cmd.run`, a
+//! restart leaves no container and no volume behind.
+
+use crate::common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::binary::{self, free_port};
+use common::{docker_lines, TestDb, TEST_ADMIN_KEY};
+use serde_json::{json, Value};
+
+async fn start(db: &TestDb, http: u16) -> tokio::process::Child {
+    start_with(db, http, None).await
+}
+
+async fn start_with(
+    db: &TestDb,
+    http: u16,
+    config: Option<&std::path::Path>,
+) -> tokio::process::Child {
+    let config = config.map(|p| p.display().to_string());
+    let mut env = vec![
+        // A silent previous instance counts as dead after one second (default two minutes).
+        ("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "1"),
+    ];
+    if let Some(path) = config.as_deref() {
+        env.push(("ORCHESTRATOR_CONFIG", path));
+    }
+    binary::start_on(db, http, &env, false).await.child
+}
+
+#[tokio::test]
+async fn kill_9_during_cmd_run_then_restart_leaves_nothing_behind() {
+    let db = TestDb::create().await;
+    let http = free_port();
+    let base = format!("http://127.0.0.1:{http}");
+    let client = reqwest::Client::new();
+    let mut first = start(&db, http).await;
+
+    let agent = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: sleeper
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Sleep.
+  tools: [cmd.run]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [sleep]
+";
+    let r = client
+        .post(format!("{base}/v1/agents"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .body(agent)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let r = client
+        .post(format!("{base}/v1/sandboxes"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .json(&json!({"agent": "sleeper"}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    let id = body["sandbox_id"].as_str().expect("sandbox id").to_owned();
+    let label = format!("label=org.aegis.sandbox={id}");
+    assert_eq!(docker_lines(&["ps", "-aq", "--filter", &label]).len(), 1);
+    assert_eq!(
+        docker_lines(&["volume", "ls", "-q", "--filter", &label]).len(),
+        1
+    );
+
+    // A long command is running when the orchestrator is killed without warning.
+    let call = tokio::spawn({
+        let client = client.clone();
+        let base = base.clone();
+        let id = id.clone();
+        async move {
+            client
+                .post(format!("{base}/v1/tools/call"))
+                .bearer_auth(TEST_ADMIN_KEY)
+                .json(&json!({"name": "cmd.run", "arguments": {"command": "sleep 60"}, "sandbox_id": id}))
+                .send()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let pid = first.id().unwrap().to_string();
+    assert!(Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap()
+        .success());
+    first.wait().await.unwrap();
+    assert!(
+        call.await.unwrap().is_err(),
+        "the in-flight call died with the process"
+    );
+    // The sandbox survived its owner: that is what the restart must clean up.
+    assert_eq!(docker_lines(&["ps", "-aq", "--filter", &label]).len(), 1);
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut second = start(&db, free_port()).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let containers = docker_lines(&["ps", "-aq", "--filter", &label]);
+        let volumes = docker_lines(&["volume", "ls", "-q", "--filter", &label]);
+        if containers.is_empty() && volumes.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind: containers {containers:?} volumes {volumes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let pool = db.pool().await;
+    let state: String = sqlx::query_scalar("SELECT state FROM sandboxes WHERE id = $1::uuid")
+        .bind(&id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "destroyed");
+    second.kill().await.ok();
+}
+
+#[tokio::test]
+async fn executions_running_at_a_crash_fail_with_the_reason_after_restart() {
+    // A model that never answers keeps the execution running when the orchestrator dies.
+    let llm = common::fake_llm::FakeLlm::start(vec![common::fake_llm::Step::Hang]).await;
+    let mut config = tempfile::NamedTempFile::new().unwrap();
+    let mut llm_config = llm.config();
+    llm_config.providers[0].timeout_secs = 300;
+    let yaml = serde_yaml::to_string(&serde_json::json!({"llm": llm_config})).unwrap();
+    std::io::Write::write_all(&mut config, yaml.as_bytes()).unwrap();
+
+    let db = TestDb::create().await;
+    let http = free_port();
+    let base = format!("http://127.0.0.1:{http}");
+    let client = reqwest::Client::new();
+    let mut first = start_with(&db, http, Some(config.path())).await;
+    let agent = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: thinker
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Think forever.
+";
+    let r = client
+        .post(format!("{base}/v1/agents"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .body(agent)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let r = client
+        .post(format!("{base}/v1/agents/thinker/execute"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .json(&json!({"input": {}}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    let id = body["execution_id"].as_str().expect("started").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = client
+            .get(format!("{base}/v1/executions/{id}/events"))
+            .bearer_auth(TEST_ADMIN_KEY)
+            .send()
+            .await
+            .unwrap();
+        let page: Value = r.json().await.unwrap();
+        let started = page["events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["event_type"] == "iteration_started"));
+        if started {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the execution never started an iteration: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pid = first.id().unwrap().to_string();
+    assert!(Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap()
+        .success());
+    first.wait().await.unwrap();
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut second = start_with(&db, free_port(), Some(config.path())).await;
+    let pool = db.pool().await;
+    let (status, error): (String, Option<String>) =
+        sqlx::query_as("SELECT status, last_error FROM executions WHERE id = $1::uuid")
+            .bind(&id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(status, "failed");
+    assert_eq!(error.as_deref(), Some("orchestrator restarted"));
+    let last: String = sqlx::query_scalar("SELECT event_type FROM execution_events WHERE execution_id = $1::uuid ORDER BY seq DESC LIMIT 1")
+        .bind(&id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(last, "execution_failed");
+    second.kill().await.ok();
+}

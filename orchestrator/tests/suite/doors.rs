@@ -1,0 +1,655 @@
+//! One decision per call, on every door (issue 20, items 6-9): a key or session bound to a
+//! security context is confined by it on REST, SEAL over HTTP and gRPC, and MCP alike, directly
+//! and through tools that call other tools (a generator's deploy); an MCP session belongs to the
+//! key that opened it; a caller never approves its own privileged call. Each test is the attack
+//! as it was reproduced against the running service, with the refusal and its effect checked.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::fake_llm::{answer, FakeLlm};
+use common::{test_config, TestApp, TestDb};
+use orchestrator::seal_client::{ClientError, SealClient, Transport};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// The context every door of the matrix is bound to: the `aegis.agent.*` family is covered,
+/// but creating and listing agents are on the deny list, and the tier would allow creating.
+const CONFINED: &str = "confined";
+
+/// A valid agent a generator drafts; deploying it would need `aegis.agent.create`.
+const DRAFT: &str = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: smuggled
+  version: \"1.0.0\"
+  description: Deployed through a generator
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Say hello.
+";
+
+fn contexts() -> Vec<Value> {
+    vec![
+        json!({
+            "name": CONFINED, "description": "may draft agents, never create or list them",
+            "tier": "system",
+            "runtime": {"language": "busybox", "version": "1"},
+            "capabilities": [
+                {"tool_pattern": "aegis.agent.*"},
+                {"tool_pattern": "aegis.runtime.list"},
+                {"tool_pattern": "fs.*", "path_allowlist": ["/workspace"]}],
+            "deny_list": ["aegis.agent.create", "aegis.agent.list"],
+            "attestation": {"workload_patterns": ["door-*"], "allow_unverified": true}}),
+        json!({
+            "name": "privileged", "description": "runtime listings wait for an operator",
+            "capabilities": [
+                {"tool_pattern": "aegis.runtime.list", "require_approval": true, "approval_timeout_secs": 60}],
+            "attestation": {"workload_patterns": ["door-*"], "allow_unverified": true}}),
+    ]
+}
+
+async fn app_with_llm(drafts: usize) -> (TestApp, FakeLlm, TestDb) {
+    let db = TestDb::create().await;
+    let llm = FakeLlm::start(
+        (0..drafts)
+            .map(|_| answer(&format!("```yaml\n{DRAFT}```\n")))
+            .collect(),
+    )
+    .await;
+    let mut config = test_config(&db.url);
+    config.llm = llm.config();
+    config.seal.security_contexts = contexts();
+    (TestApp::spawn_with(config).await, llm, db)
+}
+
+/// An API key of `role` bound to `context`; returns (secret, id).
+async fn bound_key(app: &TestApp, name: &str, role: &str, context: &str) -> (String, String) {
+    let r = app
+        .admin(Method::POST, "/v1/api-keys")
+        .json(&json!({"name": name, "role": role, "security_context": context}))
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(r.status(), 201);
+    let body: Value = r.json().await.expect("json");
+    (
+        body["key"].as_str().expect("key").to_owned(),
+        body["id"].as_str().expect("id").to_owned(),
+    )
+}
+
+/// True when no agent named `smuggled` was deployed (asked as admin, who may list).
+async fn nothing_deployed(app: &TestApp) -> bool {
+    let r = app
+        .admin(Method::GET, "/v1/agents/smuggled")
+        .send()
+        .await
+        .unwrap();
+    r.status() == 404
+}
+
+/// `POST /v1/tools/call` with `key`; returns (status, body).
+async fn rest_call(app: &TestApp, key: &str, name: &str, arguments: Value) -> (u16, Value) {
+    let r = app
+        .with_key(Method::POST, "/v1/tools/call", key)
+        .json(&json!({"name": name, "arguments": arguments}))
+        .send()
+        .await
+        .expect("request sent");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// One JSON-RPC message to `/mcp`; returns (status, session header, the answer if any).
+async fn mcp(
+    app: &TestApp,
+    method: Method,
+    key: &str,
+    session: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Option<String>, Option<Value>) {
+    let mut request = app
+        .http
+        .request(method, format!("{}/mcp", app.http_base))
+        .bearer_auth(key)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2025-11-25");
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    if let Some(id) = session {
+        request = request.header("Mcp-Session-Id", id);
+    }
+    let response = request.send().await.expect("request sent");
+    let status = response.status().as_u16();
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let text = response.text().await.unwrap_or_default();
+    let answer = serde_json::from_str::<Value>(&text).ok().or_else(|| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v.get("id").is_some())
+    });
+    (status, session, answer)
+}
+
+async fn mcp_session(app: &TestApp, key: &str) -> String {
+    let (status, session, _) = mcp(
+        app,
+        Method::POST,
+        key,
+        None,
+        Some(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "doors", "version": "0"}}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let session = session.expect("a session id");
+    let (status, _, _) = mcp(
+        app,
+        Method::POST,
+        key,
+        Some(&session),
+        Some(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
+    )
+    .await;
+    assert_eq!(status, 202);
+    session
+}
+
+/// A `tools/call` over MCP; returns the JSON-RPC result (with `isError`).
+async fn mcp_call(app: &TestApp, key: &str, session: &str, name: &str, arguments: Value) -> Value {
+    let (status, _, answer) = mcp(
+        app,
+        Method::POST,
+        key,
+        Some(session),
+        Some(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer:?}");
+    answer.expect("an answer")["result"].clone()
+}
+
+fn generate_and_deploy() -> Value {
+    json!({"input": "an agent that says hello", "deploy": true, "max_attempts": 1})
+}
+
+#[tokio::test]
+async fn every_door_confines_a_bound_caller_directly_and_through_a_generator() {
+    let (app, llm, _db) = app_with_llm(4).await;
+    let manifest = json!({"manifest_yaml": DRAFT});
+
+    // REST, with an operator-role key bound to the context (the role alone would allow all).
+    let (key, _) = bound_key(&app, "door-rest", "operator", CONFINED).await;
+    let (status, body) = rest_call(&app, &key, "aegis.agent.create", manifest.clone()).await;
+    assert_eq!(status, 403, "REST direct create: {body}");
+    let (status, body) = rest_call(&app, &key, "aegis.agent.list", json!({})).await;
+    assert_eq!(status, 403, "REST direct list: {body}");
+    let (status, body) = rest_call(&app, &key, "aegis.agent.generate", generate_and_deploy()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["isError"], true, "REST generate+deploy: {body}");
+    assert!(
+        nothing_deployed(&app).await,
+        "deployed through REST generate"
+    );
+    // The REST deploy route is a tool call too.
+    let r = app
+        .with_key(Method::POST, "/v1/agents", &key)
+        .header("content-type", "application/yaml")
+        .body(DRAFT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "{}", r.text().await.unwrap_or_default());
+    assert!(nothing_deployed(&app).await);
+
+    // SEAL over HTTP and over gRPC.
+    for transport in [
+        Transport::Http(app.http_base.clone()),
+        Transport::Grpc(format!("http://{}", app.grpc_addr)),
+    ] {
+        let label = format!("{transport:?}");
+        let mut client = SealClient::new(transport).unwrap();
+        client.attest("door-seal", CONFINED).await.unwrap();
+        for (tool, args) in [
+            ("aegis.agent.create", manifest.clone()),
+            ("aegis.agent.list", json!({})),
+        ] {
+            match client.call_tool(tool, args).await {
+                Err(ClientError::Refused { code, .. }) => {
+                    assert!((2000..3000).contains(&code), "{label} {tool}: code {code}")
+                }
+                other => panic!("{label} {tool} was not refused: {other:?}"),
+            }
+        }
+        let out = client
+            .call_tool("aegis.agent.generate", generate_and_deploy())
+            .await
+            .unwrap();
+        assert_eq!(out["isError"], true, "{label} generate+deploy: {out}");
+        assert!(nothing_deployed(&app).await, "deployed through {label}");
+    }
+
+    // MCP.
+    let (key, _) = bound_key(&app, "door-mcp", "operator", CONFINED).await;
+    let session = mcp_session(&app, &key).await;
+    let direct = mcp_call(&app, &key, &session, "aegis.agent.create", manifest.clone()).await;
+    assert_eq!(direct["isError"], true, "MCP direct create: {direct}");
+    let nested = mcp_call(
+        &app,
+        &key,
+        &session,
+        "aegis.agent.generate",
+        generate_and_deploy(),
+    )
+    .await;
+    assert_eq!(nested["isError"], true, "MCP generate+deploy: {nested}");
+    assert!(
+        nothing_deployed(&app).await,
+        "deployed through MCP generate"
+    );
+
+    // Every generator ran (the refusal came from the nested create, not from the generator),
+    // and the nested creates were refused by the context, audited as such.
+    assert_eq!(llm.remaining(), 0, "each door's generator drafted once");
+    let nested_refusals: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'aegis.agent.create' AND decision = 'denied'",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert!(
+        nested_refusals >= 8,
+        "direct and nested creates audited: {nested_refusals}"
+    );
+}
+
+#[tokio::test]
+async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
+    let (app, _llm, _db) = app_with_llm(0).await;
+    let (key, key_id) = bound_key(&app, "bound-operator", "operator", CONFINED).await;
+
+    // Granted by the context: answered.
+    let (status, body) = rest_call(&app, &key, "aegis.runtime.list", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["isError"], false, "{body}");
+    // Listed tools are the context's.
+    let listed: Value = app
+        .with_key(Method::GET, "/v1/tools", &key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"aegis.runtime.list"), "{names:?}");
+    assert!(!names.contains(&"aegis.agent.list"), "{names:?}");
+    assert!(!names.contains(&"cmd.run"), "{names:?}");
+
+    // Denied by the context: refused with the SEAL reason, nothing listed.
+    let (status, body) = rest_call(&app, &key, "aegis.agent.list", json!({})).await;
+    assert_eq!(status, 403, "{body}");
+
+    // Routes that act outside the router are closed to a confined key.
+    // Containers first owned by this key (tests beside this one make sandboxes of their own).
+    let owned = || {
+        common::docker_lines(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=org.aegis.owner-id={key_id}"),
+        ])
+    };
+    let r = app
+        .with_key(Method::POST, "/v1/sandboxes", &key)
+        .json(&json!({"runtime": "busybox"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["code"], "key_bound", "{body}");
+    assert_eq!(owned(), Vec::<String>::new(), "no container was made");
+    for (method, path) in [
+        (Method::GET, "/v1/agents"),
+        (Method::GET, "/v1/sandboxes"),
+        (Method::GET, "/v1/audit"),
+        (Method::GET, "/v1/security-contexts"),
+        (Method::POST, "/v1/api-keys"),
+    ] {
+        let r = app
+            .with_key(method.clone(), path, &key)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{method} {path}");
+    }
+
+    // An operator's sandbox cannot be borrowed by naming it.
+    let r = app
+        .admin(Method::POST, "/v1/sandboxes")
+        .json(&json!({"runtime": "busybox"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let sandbox: Value = r.json().await.unwrap();
+    let id = sandbox["sandbox_id"].as_str().unwrap().to_owned();
+    let r = app
+        .with_key(Method::POST, "/v1/tools/call", &key)
+        .json(&json!({"name": "fs.write", "sandbox_id": id,
+            "arguments": {"path": "/workspace/planted.txt", "content": "x"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // Checked from inside the sandbox: nothing was written.
+    let (status, listing) = {
+        let r = app
+            .admin(Method::POST, "/v1/tools/call")
+            .json(
+                &json!({"name": "fs.list", "sandbox_id": id, "arguments": {"path": "/workspace"}}),
+            )
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    };
+    assert_eq!(status, 200, "{listing}");
+    assert!(!listing.to_string().contains("planted.txt"), "{listing}");
+    let r = app
+        .admin(Method::DELETE, &format!("/v1/sandboxes/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+
+    // An unbound operator key keeps its full reach.
+    let plain = app.create_key("plain-operator", "operator").await;
+    let (status, body) = rest_call(&app, &plain, "aegis.agent.list", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn an_mcp_session_answers_only_the_key_that_opened_it() {
+    let (app, _llm, _db) = app_with_llm(0).await;
+    let (owner, _) = bound_key(&app, "mcp-owner", "operator", CONFINED).await;
+    let (intruder, _) = bound_key(&app, "mcp-intruder", "operator", CONFINED).await;
+    let session = mcp_session(&app, &owner).await;
+    let wrote = mcp_call(
+        &app,
+        &owner,
+        &session,
+        "fs.write",
+        json!({"path": "/workspace/mine.txt", "content": "kept"}),
+    )
+    .await;
+    assert_eq!(wrote["isError"], false, "{wrote}");
+
+    // Another key: every method on the session is answered as for an unknown session.
+    for method in [Method::POST, Method::GET, Method::DELETE] {
+        let body = (method == Method::POST)
+            .then(|| json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}));
+        let (status, _, _) = mcp(&app, method.clone(), &intruder, Some(&session), body).await;
+        assert_eq!(status, 404, "{method} with another key's session");
+    }
+
+    // The owner's session and its sandbox are untouched: the file is still there.
+    let read = mcp_call(
+        &app,
+        &owner,
+        &session,
+        "fs.read",
+        json!({"path": "/workspace/mine.txt"}),
+    )
+    .await;
+    assert_eq!(read["isError"], false, "{read}");
+    assert!(read.to_string().contains("kept"), "{read}");
+
+    // The owner may end it.
+    let (status, _, _) = mcp(&app, Method::DELETE, &owner, Some(&session), None).await;
+    assert!((200..300).contains(&status), "{status}");
+}
+
+#[tokio::test]
+async fn a_caller_cannot_approve_its_own_privileged_call() {
+    let (app, _llm, _db) = app_with_llm(0).await;
+    let (key, key_id) = bound_key(&app, "self-approver", "operator", "privileged").await;
+    let session = mcp_session(&app, &key).await;
+
+    // The call waits for an operator.
+    let waiting = {
+        let base = app.http_base.clone();
+        let key = key.clone();
+        let session = session.clone();
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(format!("{base}/mcp"))
+                .bearer_auth(&key)
+                .header("Accept", "application/json, text/event-stream")
+                .header("MCP-Protocol-Version", "2025-11-25")
+                .header("Mcp-Session-Id", &session)
+                .json(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                    "params": {"name": "aegis.runtime.list", "arguments": {}}}))
+                .send()
+                .await
+                .expect("sent")
+                .text()
+                .await
+                .unwrap_or_default()
+        })
+    };
+    let mut id = None;
+    for _ in 0..300 {
+        id = sqlx::query_scalar::<_, uuid::Uuid>(
+            "SELECT id FROM tool_approvals WHERE caller_id = $1 AND status = 'pending'",
+        )
+        .bind(&key_id)
+        .fetch_optional(&app.state.pool)
+        .await
+        .unwrap();
+        if id.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let id = id.expect("the call waits for approval");
+
+    // The same key tries to approve it over REST: refused.
+    let r = app
+        .with_key(Method::POST, &format!("/v1/approvals/{id}/approve"), &key)
+        .json(&json!({"note": "looks fine to me"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // And the rule holds in the core, whatever door a decider comes through: the principal
+    // whose call waits is refused.
+    let same = orchestrator::caller::Caller {
+        kind: orchestrator::caller::CallerKind::ApiKey,
+        id: key_id.clone(),
+        label: "self-approver".into(),
+        tier: orchestrator::caller::Tier::Operator,
+        role: Some(orchestrator::caller::Role::Operator),
+        tenant: orchestrator::DEFAULT_TENANT.into(),
+        seal: None,
+    };
+    let own = orchestrator::approvals::decide(
+        &app.state.pool,
+        orchestrator::DEFAULT_TENANT,
+        id,
+        orchestrator::approvals::Decision::Approve,
+        &same,
+        None,
+    )
+    .await;
+    assert!(
+        matches!(
+            own,
+            Err(orchestrator::approvals::DecisionError::OwnCall { .. })
+        ),
+        "{own:?}"
+    );
+    let status: String = sqlx::query_scalar("SELECT status FROM tool_approvals WHERE id = $1")
+        .bind(id)
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "pending", "nothing was decided");
+    assert!(!waiting.is_finished(), "the call still waits");
+
+    // Someone else decides it.
+    let other = app.create_key("second-person", "operator").await;
+    let r = app
+        .with_key(Method::POST, &format!("/v1/approvals/{id}/reject"), &other)
+        .json(&json!({"note": "no"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let answer = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the call ends once decided")
+        .unwrap();
+    assert!(answer.contains("\"isError\":true"), "{answer}");
+    let decided_by: String =
+        sqlx::query_scalar("SELECT decided_by FROM tool_approvals WHERE id = $1")
+            .bind(id)
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+    assert_ne!(decided_by, key_id);
+}
+
+/// An agent that runs `echo` in its sandbox, and a workflow whose one state runs it.
+const RUNNER: &str = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: runner
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Run echo.
+  tools: [cmd.run]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [echo]
+";
+
+const RUNS_RUNNER: &str = "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: runs-runner
+  version: \"1.0.0\"
+spec:
+  initial_state: RUN
+  states:
+    RUN:
+      kind: Agent
+      agent: runner
+      input: go
+      transitions: []
+";
+
+#[tokio::test]
+async fn a_workflow_started_by_a_confined_key_runs_its_agents_under_that_key_s_context() {
+    let db = TestDb::create().await;
+    let llm = FakeLlm::start(vec![
+        common::fake_llm::tool_calls(&[("cmd__run", json!({"command": "echo escaped"}))]),
+        answer("done"),
+    ])
+    .await;
+    let mut config = test_config(&db.url);
+    config.llm = llm.config();
+    config.workflows.poll_interval_ms = 200;
+    let mut contexts = contexts();
+    contexts.push(json!({
+        "name": "runs-workflows", "description": "may start workflows, may not run commands",
+        "capabilities": [{"tool_pattern": "aegis.workflow.*"}],
+        "attestation": {"allow_unverified": true}}));
+    config.seal.security_contexts = contexts;
+    let app = TestApp::spawn_with(config).await;
+    for (path, manifest) in [("/v1/agents", RUNNER), ("/v1/workflows", RUNS_RUNNER)] {
+        let r = app
+            .admin(Method::POST, path)
+            .body(manifest)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    }
+
+    let (key, _) = bound_key(&app, "starts-workflows", "operator", "runs-workflows").await;
+    let r = app
+        .with_key(Method::POST, "/v1/workflows/runs-runner/run", &key)
+        .json(&json!({"input": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    let body: Value = r.json().await.unwrap();
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+
+    let mut ended = Value::Null;
+    for _ in 0..600 {
+        let r = app
+            .admin(Method::GET, &format!("/v1/workflows/executions/{id}"))
+            .send()
+            .await
+            .unwrap();
+        ended = r.json().await.unwrap();
+        if ["completed", "failed", "cancelled", "timed_out"]
+            .contains(&ended["status"].as_str().unwrap_or_default())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(ended["status"], "running", "{ended}");
+    assert_eq!(
+        llm.remaining(),
+        0,
+        "the agent asked for the command: {ended}"
+    );
+
+    // The agent was not given the command (the starter's context does not grant it): the
+    // model's call was answered as unavailable, and no command ran.
+    let requests = llm.requests();
+    let last = requests.last().expect("requests").to_string();
+    assert!(last.contains("is not available to this agent"), "{last}");
+    let offered = requests[0]["tools"].to_string();
+    assert!(!offered.contains("cmd__run"), "offered: {offered}");
+    let ran: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'cmd.run' AND decision = 'allowed'",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(ran, 0, "{ended}");
+}

@@ -1,0 +1,1203 @@
+//! The sandboxes' egress proxy: allowed hosts through CONNECT and plain HTTP, refusals by
+//! domain, port and address, and one audit row per connection.
+//!
+//! Test hosts listen on 127.0.0.2 (made reachable with `egress.allow_cidrs`, as an operator
+//! would for an internal mirror) and names come from `egress.hosts`; a trap on 127.0.0.1 shows
+//! that refused targets never see a connection.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::Router;
+use common::{test_config, TestApp, TestDb};
+use orchestrator::egress::proxy::{EgressProxy, ProxyScope};
+use orchestrator::egress::{DomainEntry, DomainPolicy, DomainRule};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+async fn start_host(text: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let addr = listener.local_addr().expect("addr");
+    let app = Router::new().route("/", get(move || async move { text }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+async fn start_trap() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind trap");
+    let addr = listener.local_addr().expect("addr");
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    (addr, count)
+}
+
+struct Setup {
+    app: TestApp,
+    proxy: EgressProxy,
+    allowed: SocketAddr,
+    denied: SocketAddr,
+    trap: SocketAddr,
+    trapped: Arc<AtomicUsize>,
+}
+
+async fn setup() -> Setup {
+    let allowed = start_host("allowed host says hi").await;
+    let denied = start_host("denied host").await;
+    let (trap, trapped) = start_trap().await;
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
+    let ip: IpAddr = "127.0.0.2".parse().expect("ip");
+    config.egress.hosts = BTreeMap::from([
+        ("allowed.test".to_owned(), vec![ip]),
+        ("denied.test".to_owned(), vec![ip]),
+        (
+            "sneaky.test".to_owned(),
+            vec!["127.0.0.1".parse().expect("ip")],
+        ),
+    ]);
+    let mut app = TestApp::spawn_with(config).await;
+    app.db = Some(db);
+    let mut domains = DomainPolicy::default();
+    domains.push(DomainRule {
+        source: "network policy of agent `test`".to_owned(),
+        allow: Some(vec![
+            DomainEntry::parse(&format!("allowed.test:{}", allowed.port())).expect("entry"),
+            DomainEntry::parse(&format!("sneaky.test:{}", trap.port())).expect("entry"),
+            DomainEntry::parse("denied.test").expect("entry"),
+        ]),
+        deny: vec![],
+    });
+    let proxy = EgressProxy::start(
+        "127.0.0.1:0".parse().expect("addr"),
+        ProxyScope {
+            sandbox: "test-sandbox".to_owned(),
+            domains,
+        },
+        app.state.egress.clone(),
+        app.state.pool.clone(),
+    )
+    .await
+    .expect("proxy starts");
+    Setup {
+        app,
+        proxy,
+        allowed,
+        denied,
+        trap,
+        trapped,
+    }
+}
+
+/// Sends `head` to the proxy and reads everything it answers until it closes.
+async fn exchange(proxy: SocketAddr, head: &str) -> String {
+    let mut s = TcpStream::connect(proxy).await.expect("connect proxy");
+    s.write_all(head.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn audit_rows(app: &TestApp) -> Vec<(String, Option<String>, String)> {
+    // Rows are written when a connection ends; poll until the expected number is there.
+    sqlx::query_as(
+        "SELECT decision, reason_code, reason FROM audit_log \
+         WHERE action = 'egress.connect' AND caller_id = 'sandbox:test-sandbox' ORDER BY seq",
+    )
+    .fetch_all(&app.state.pool)
+    .await
+    .expect("audit rows")
+}
+
+async fn wait_for_rows(app: &TestApp, n: usize) -> Vec<(String, Option<String>, String)> {
+    for _ in 0..200 {
+        let rows = audit_rows(app).await;
+        if rows.len() >= n {
+            return rows;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    audit_rows(app).await
+}
+
+#[tokio::test]
+async fn plain_http_and_connect_reach_the_allowed_host_only() {
+    let s = setup().await;
+    let port = s.allowed.port();
+    let proxy = s.proxy.addr();
+
+    // Plain HTTP, absolute form, through a standard client configured with the proxy.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(format!("http://{proxy}")).expect("proxy url"))
+        .build()
+        .expect("client");
+    let text = client
+        .get(format!("http://allowed.test:{port}/"))
+        .send()
+        .await
+        .expect("through the proxy")
+        .text()
+        .await
+        .expect("body");
+    assert_eq!(text, "allowed host says hi");
+
+    // CONNECT: a tunnel, then HTTP inside it.
+    let answer = exchange(
+        proxy,
+        &format!(
+            "CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n\
+             GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n"
+        ),
+    )
+    .await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200 Connection Established"),
+        "{answer}"
+    );
+    assert!(answer.ends_with("allowed host says hi"), "{answer}");
+
+    // Another host, and the allowed host on another port: refused with 403, no tunnel.
+    let other = exchange(
+        proxy,
+        &format!("CONNECT denied.test:{} HTTP/1.1\r\n\r\n", s.denied.port()),
+    )
+    .await;
+    assert!(other.starts_with("HTTP/1.1 403"), "{other}");
+    assert!(other.contains("not allowed"), "{other}");
+    let wrong_port = exchange(proxy, "CONNECT allowed.test:22 HTTP/1.1\r\n\r\n").await;
+    assert!(wrong_port.starts_with("HTTP/1.1 403"), "{wrong_port}");
+    // An entry without a port admits 80/443 only; the denied host listens elsewhere.
+    let plain_other = exchange(
+        proxy,
+        &format!(
+            "GET http://denied.test:{}/ HTTP/1.1\r\nHost: denied.test\r\n\r\n",
+            s.denied.port()
+        ),
+    )
+    .await;
+    assert!(plain_other.starts_with("HTTP/1.1 403"), "{plain_other}");
+
+    // Allowed by name, but the name resolves to loopback: the address check refuses it.
+    let sneaky = exchange(
+        proxy,
+        &format!("CONNECT sneaky.test:{} HTTP/1.1\r\n\r\n", s.trap.port()),
+    )
+    .await;
+    assert!(sneaky.starts_with("HTTP/1.1 403"), "{sneaky}");
+    assert!(sneaky.contains("loopback"), "{sneaky}");
+    // Address literals and the orchestrator's own port are not on the list either.
+    let own = s.app.http_base.trim_start_matches("http://").to_owned();
+    let literal = exchange(proxy, &format!("CONNECT {own} HTTP/1.1\r\n\r\n")).await;
+    assert!(literal.starts_with("HTTP/1.1 403"), "{literal}");
+    let garbage = exchange(proxy, "HELLO\r\n\r\n").await;
+    assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
+    assert_eq!(s.trapped.load(Ordering::SeqCst), 0);
+
+    // One audit row per connection, with the decision, host, port and bytes.
+    let rows = wait_for_rows(&s.app, 8).await;
+    assert_eq!(rows.len(), 8, "{rows:?}");
+    let allowed: Vec<_> = rows.iter().filter(|r| r.0 == "allowed").collect();
+    assert_eq!(allowed.len(), 2, "{rows:?}");
+    for row in &allowed {
+        assert!(row.2.contains(&format!("allowed.test:{port}")), "{row:?}");
+        assert!(row.2.contains("bytes received"), "{row:?}");
+        assert!(!row.2.contains(" 0 bytes received"), "{row:?}");
+    }
+    // A refusal is recorded after its answer is sent, so rows need not follow request order.
+    let mut codes: Vec<_> = rows.iter().filter_map(|r| r.1.as_deref()).collect();
+    codes.sort_unstable();
+    assert_eq!(
+        codes,
+        [
+            "address_blocked",
+            "bad_request",
+            "domain_not_allowed",
+            "domain_not_allowed",
+            "domain_not_allowed",
+            "domain_not_allowed",
+        ]
+    );
+}
+
+/// Removes the test's network and firewall rules whatever happened.
+struct NetworkGuard {
+    network: dispatcher::network::EgressNetwork,
+    engine: dispatcher::DockerEngine,
+}
+
+impl Drop for NetworkGuard {
+    fn drop(&mut self) {
+        let network = self.network.clone();
+        let engine = self.engine.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let _ = dispatcher::network::remove(&engine, &network.name).await;
+            });
+        })
+        .join();
+    }
+}
+
+/// Runs `script` in a hardened busybox container on `network`; returns its output.
+fn run_in_container(network: &str, proxy: SocketAddr, script: &str) -> String {
+    let image =
+        std::env::var("SANDBOX_TEST_IMAGE").unwrap_or_else(|_| "aegis-runtime/busybox:1".into());
+    let out = std::process::Command::new("docker")
+        .args(["run", "--rm", "--network", network])
+        .args(["--cap-drop", "ALL", "--security-opt", "no-new-privileges"])
+        .args(["--user", "65534:65534", "--read-only"])
+        .args(["--label", "org.aegis.test=egress"])
+        .arg("-e")
+        .arg(format!("http_proxy=http://{proxy}"))
+        .args([&image, "sh", "-c", script])
+        .output()
+        .expect("docker run (the egress tests need a Docker engine)");
+    assert!(
+        out.status.success(),
+        "container failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothing_else() {
+    let allowed = start_host("allowed host says hi").await;
+    let denied = start_host("denied host").await;
+    // A service of the Docker host on every interface, as a database or an agent might be.
+    let host_service = TcpListener::bind("0.0.0.0:0")
+        .await
+        .expect("bind host service");
+    let host_port = host_service.local_addr().expect("addr").port();
+    let host_hits = Arc::new(AtomicUsize::new(0));
+    let hits = host_hits.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = host_service.accept().await {
+            hits.fetch_add(1, Ordering::SeqCst);
+            drop(s);
+        }
+    });
+
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
+    let ip: IpAddr = "127.0.0.2".parse().expect("ip");
+    config.egress.hosts = BTreeMap::from([
+        ("allowed.test".to_owned(), vec![ip]),
+        ("denied.test".to_owned(), vec![ip]),
+    ]);
+    let mut app = TestApp::spawn_with(config).await;
+    app.db = Some(db);
+    let app_port = app
+        .http_base
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse::<u16>().ok())
+        .expect("app port");
+
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let name = format!("aegis-egress-test-{suffix}");
+    let network = dispatcher::network::create(
+        &app.state.engine,
+        &name,
+        &suffix,
+        std::collections::HashMap::from([("org.aegis.test".to_owned(), "egress".to_owned())]),
+    )
+    .await
+    .expect("internal network");
+    let mut domains = DomainPolicy::default();
+    domains.push(DomainRule {
+        source: "network policy of agent `test`".to_owned(),
+        allow: Some(vec![DomainEntry::parse(&format!(
+            "allowed.test:{}",
+            allowed.port()
+        ))
+        .expect("entry")]),
+        deny: vec![],
+    });
+    let proxy = EgressProxy::start(
+        SocketAddr::new(network.gateway, 0),
+        ProxyScope {
+            sandbox: "docker-sandbox".to_owned(),
+            domains,
+        },
+        app.state.egress.clone(),
+        app.state.pool.clone(),
+    )
+    .await
+    .expect("proxy on the gateway");
+    let guard = NetworkGuard {
+        network: network.clone(),
+        engine: app.state.engine.clone(),
+    };
+    dispatcher::network::isolate_host(&network, proxy.addr().port()).expect("host isolated");
+
+    // Busybox's nc speaks to the proxy the way an HTTP client configured with HTTP_PROXY
+    // does (absolute-form GET, CONNECT), and tries the host directly.
+    let gw = network.gateway;
+    let pp = proxy.addr().port();
+    let (a, d, h, p) = (allowed.port(), denied.port(), host_port, app_port);
+    // Busybox nc stops after one read once its input ends, so the input stays open a moment:
+    // long enough for a tunnel's second answer (the page) to follow the first (200).
+    let via = |name: &str, request: String| {
+        format!("echo '== {name}'; (printf '{request}'; sleep 2) | nc -w 3 {gw} {pp} 2>&1; echo; ")
+    };
+    let direct = |name: &str, port: u16| {
+        format!("echo '== {name}'; echo x | nc -w 3 {gw} {port} 2>&1; echo; ")
+    };
+    let script = [
+        via(
+            "allowed",
+            format!("GET http://allowed.test:{a}/ HTTP/1.0\\r\\nHost: allowed.test:{a}\\r\\n\\r\\n"),
+        ),
+        via(
+            "allowed_tunnel",
+            format!("CONNECT allowed.test:{a} HTTP/1.1\\r\\n\\r\\nGET / HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n"),
+        ),
+        via("other", format!("CONNECT denied.test:{d} HTTP/1.1\\r\\n\\r\\n")),
+        via(
+            "host_via_proxy",
+            format!("GET http://{gw}:{h}/ HTTP/1.0\\r\\n\\r\\n"),
+        ),
+        via("app_via_proxy", format!("CONNECT 127.0.0.1:{p} HTTP/1.1\\r\\n\\r\\n")),
+        direct("host_direct", h),
+        direct("app_direct", p),
+    ]
+    .concat();
+    // Blocking `docker run` on a thread of its own: the proxy and test hosts keep running.
+    let (net_name, proxy_addr) = (name.clone(), proxy.addr());
+    let out = tokio::task::spawn_blocking(move || run_in_container(&net_name, proxy_addr, &script))
+        .await
+        .expect("container run");
+    let section = |name: &str| -> String {
+        let marker = format!("== {name}\n");
+        let start = out
+            .find(&marker)
+            .unwrap_or_else(|| panic!("no section {name} in:\n{out}"))
+            + marker.len();
+        let rest = &out[start..];
+        rest[..rest.find("\n== ").unwrap_or(rest.len())].to_owned()
+    };
+    let allowed_plain = section("allowed");
+    assert!(allowed_plain.starts_with("HTTP/1.0 200 OK"), "{out}");
+    assert!(allowed_plain.contains("allowed host says hi"), "{out}");
+    let tunnel = section("allowed_tunnel");
+    assert!(
+        tunnel.starts_with("HTTP/1.1 200 Connection Established"),
+        "{out}"
+    );
+    assert!(tunnel.contains("allowed host says hi"), "{out}");
+    for refused in ["other", "host_via_proxy", "app_via_proxy"] {
+        let text = section(refused);
+        assert!(text.starts_with("HTTP/1.1 403"), "{refused}: {out}");
+    }
+    for unreachable in ["host_direct", "app_direct"] {
+        let text = section(unreachable);
+        assert!(!text.contains("HTTP/"), "{unreachable}: {out}");
+        assert!(
+            text.contains("timed out") || text.contains("can't connect"),
+            "{unreachable}: {out}"
+        );
+    }
+    // Checked from the other side too: the host's service never saw a connection.
+    assert_eq!(host_hits.load(Ordering::SeqCst), 0);
+
+    // Every attempt that reached the proxy is in the audit log with its decision; the direct
+    // ones were dropped by the host firewall before any listener saw them.
+    let rows: Vec<(String, Option<String>, String)> = {
+        let mut rows = Vec::new();
+        for _ in 0..200 {
+            rows = sqlx::query_as(
+                "SELECT decision, reason_code, reason FROM audit_log \
+                 WHERE action = 'egress.connect' AND caller_id = 'sandbox:docker-sandbox' ORDER BY seq",
+            )
+            .fetch_all(&app.state.pool)
+            .await
+            .expect("audit rows");
+            if rows.len() >= 5 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        rows
+    };
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert_eq!(
+        rows.iter().filter(|r| r.0 == "allowed").count(),
+        2,
+        "{rows:?}"
+    );
+    assert!(rows
+        .iter()
+        .any(|r| r.0 == "allowed" && r.2.contains(&format!("allowed.test:{}", allowed.port()))));
+    assert!(rows
+        .iter()
+        .filter(|r| r.0 == "denied")
+        .all(|r| r.1.as_deref() == Some("domain_not_allowed")));
+    drop(proxy);
+    drop(guard);
+}
+
+/// A test host on 127.0.0.2 that counts the connections it accepts.
+async fn start_counted_host(text: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let addr = listener.local_addr().expect("addr");
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = Router::new().route("/", get(move || async move { text }));
+    let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, hits)
+}
+
+fn docker_cli(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+    )
+}
+
+fn firewall_rules() -> String {
+    let out = std::process::Command::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+        .expect("iptables runs (the egress tests need root)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A listener on port 8080 in a busybox container on a bridge network of its own (made and
+/// removed by the test): somewhere a sandbox could only reach by being forwarded out.
+struct OutsideListener {
+    network: String,
+    container: String,
+    ip: String,
+}
+
+impl OutsideListener {
+    fn start() -> Self {
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        let network = format!("aegis-egress-outside-{suffix}");
+        let container = format!("aegis-egress-outside-{suffix}");
+        let image = std::env::var("SANDBOX_TEST_IMAGE")
+            .unwrap_or_else(|_| "aegis-runtime/busybox:1".into());
+        let (made, _) = docker_cli(&[
+            "network",
+            "create",
+            "--label",
+            "org.aegis.test=egress",
+            &network,
+        ]);
+        assert!(made, "test network created");
+        let mut listener = Self {
+            network,
+            container,
+            ip: String::new(),
+        };
+        let (ran, _) = docker_cli(&[
+            "run",
+            "-d",
+            "--rm",
+            "--label",
+            "org.aegis.test=egress",
+            "--network",
+            &listener.network,
+            "--name",
+            &listener.container,
+            "--user",
+            "65534:65534",
+            "--cap-drop",
+            "ALL",
+            &image,
+            "sh",
+            "-c",
+            "while true; do echo reached | nc -l -p 8080; done",
+        ]);
+        assert!(ran, "outside listener started");
+        let (_, ip) = docker_cli(&[
+            "inspect",
+            "-f",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+            &listener.container,
+        ]);
+        assert!(!ip.is_empty(), "outside listener has an address");
+        listener.ip = ip;
+        listener
+    }
+
+    /// What the listener printed: the requests it received.
+    fn received(&self) -> String {
+        let out = std::process::Command::new("docker")
+            .args(["logs", &self.container])
+            .output()
+            .expect("docker logs");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    }
+}
+
+impl Drop for OutsideListener {
+    fn drop(&mut self) {
+        let _ = docker_cli(&["rm", "-f", &self.container]);
+        let _ = docker_cli(&["network", "rm", &self.network]);
+    }
+}
+
+/// A busybox agent with network granted to one host:port only.
+fn networked_agent(name: &str, version: &str, allow: &str) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: {name}
+  version: \"{version}\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Fetch things.
+  tools: [cmd.run]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [wget, nslookup, cat]
+          timeout_seconds: 20
+  security:
+    network:
+      mode: deny
+      allowlist: [\"{allow}\"]
+"
+    )
+}
+
+/// The whole path through the real service: an agent whose manifest allows one test host gets
+/// a sandbox on an internal network of its own; `cmd.run` there reaches that host through the
+/// sandbox's proxy (busybox wget honours `http_proxy`), and is refused for another test host,
+/// the Docker host's address and the orchestrator's own port; nothing goes direct, no name
+/// resolves inside, every attempt is audited, and destroying the sandbox leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
+    let (allowed, allowed_hits) = start_counted_host("allowed host says hi").await;
+    let (other, other_hits) = start_counted_host("other host").await;
+    let host_service = TcpListener::bind("0.0.0.0:0")
+        .await
+        .expect("bind host service");
+    let host_port = host_service.local_addr().expect("addr").port();
+    let host_hits = Arc::new(AtomicUsize::new(0));
+    let hits = host_hits.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = host_service.accept().await {
+            hits.fetch_add(1, Ordering::SeqCst);
+            drop(s);
+        }
+    });
+
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    // The orchestrator's own port on every interface, so the sandbox could try it directly.
+    config.server.http = "0.0.0.0:0".parse().expect("addr");
+    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
+    let ip: IpAddr = "127.0.0.2".parse().expect("ip");
+    config.egress.hosts = BTreeMap::from([
+        ("allowed.test".to_owned(), vec![ip]),
+        ("other.test".to_owned(), vec![ip]),
+    ]);
+    let mut app = TestApp::spawn_with(config).await;
+    app.db = Some(db);
+    let app_port: u16 = app
+        .http_base
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("app port");
+    app.http_base = format!("http://127.0.0.1:{app_port}");
+
+    let allow = format!("allowed.test:{}", allowed.port());
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/agents")
+        .body(networked_agent("fetcher", "1.0.0", &allow))
+        .send()
+        .await
+        .expect("deploy");
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    // The allowlist of a deployed version cannot change, not even with force.
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/agents?force=true")
+        .body(networked_agent("fetcher", "1.0.0", "other.test:80"))
+        .send()
+        .await
+        .expect("redeploy");
+    let status = r.status();
+    let body = r.text().await.unwrap_or_default();
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("spec.security.network"), "{body}");
+    assert!(body.contains("new version"), "{body}");
+
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/sandboxes")
+        .json(&serde_json::json!({"agent": "fetcher"}))
+        .send()
+        .await
+        .expect("create sandbox");
+    let status = r.status();
+    let body: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(status, 201, "{body}");
+    let id = body["sandbox_id"].as_str().expect("sandbox id").to_owned();
+    let network = format!("aegis-net-{id}");
+    let tag = format!("aegis-egress:{network}");
+
+    // Its own internal network, labelled as the sandbox's, and the firewall rules for it.
+    let (found, internal) = docker_cli(&[
+        "network",
+        "inspect",
+        "-f",
+        "{{.Internal}} {{index .Labels \"org.aegis.sandbox\"}}",
+        &network,
+    ]);
+    assert!(found, "network {network} exists");
+    assert_eq!(internal, format!("true {id}"));
+    let (_, attached) = docker_cli(&[
+        "inspect",
+        "-f",
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+        &format!("aegis-sbx-{id}"),
+    ]);
+    assert_eq!(
+        attached.trim(),
+        network,
+        "the sandbox is on its network only"
+    );
+    let rules = firewall_rules();
+    assert_eq!(rules.matches(&tag).count(), 3, "{rules}");
+    let gateway = docker_cli(&[
+        "network",
+        "inspect",
+        "-f",
+        "{{range .IPAM.Config}}{{.Gateway}}{{end}}",
+        &network,
+    ])
+    .1;
+
+    let run = |command: String| {
+        let app = &app;
+        let id = id.clone();
+        async move {
+            let r = app
+                .admin(reqwest::Method::POST, "/v1/tools/call")
+                .json(&serde_json::json!({"name": "cmd.run", "sandbox_id": id,
+                    "arguments": {"command": command, "timeout_secs": 15}}))
+                .send()
+                .await
+                .expect("cmd.run");
+            let body: serde_json::Value = r.json().await.expect("json");
+            assert_eq!(body["isError"], false, "{command}: {body}");
+            body["structuredContent"].clone()
+        }
+    };
+
+    // The proxy settings are in the command environment, NO_PROXY empty.
+    let environ = run("cat /proc/self/environ".into()).await;
+    let environ = environ["stdout"].as_str().unwrap_or_default().to_owned();
+    let vars: Vec<&str> = environ.split('\0').collect();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+        let var = vars
+            .iter()
+            .find(|v| v.starts_with(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} missing: {environ:?}"));
+        assert!(
+            var.starts_with(&format!("{name}=http://{gateway}:")),
+            "{var}"
+        );
+    }
+    assert!(vars.contains(&"NO_PROXY="), "{environ:?}");
+    assert!(vars.contains(&"no_proxy="), "{environ:?}");
+    // The proxy serves its sandbox only: from the host (or any other interface) it is dropped.
+    let proxy_addr: SocketAddr = vars
+        .iter()
+        .find_map(|v| v.strip_prefix("HTTP_PROXY=http://"))
+        .and_then(|a| a.parse().ok())
+        .expect("proxy address");
+    let from_host = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        TcpStream::connect(proxy_addr),
+    )
+    .await;
+    assert!(
+        !matches!(from_host, Ok(Ok(_))),
+        "the host reached the sandbox's proxy"
+    );
+
+    // Allowed: through the proxy.
+    let ok = run(format!(
+        "wget -q -O - http://allowed.test:{}/",
+        allowed.port()
+    ))
+    .await;
+    assert_eq!(ok["exit_code"], 0, "{ok}");
+    assert_eq!(ok["stdout"], "allowed host says hi", "{ok}");
+    // Refused by the proxy: another test host, the Docker host, the orchestrator's port.
+    for url in [
+        format!("http://other.test:{}/", other.port()),
+        format!("http://{gateway}:{host_port}/"),
+        format!("http://127.0.0.1:{app_port}/health/live"),
+    ] {
+        let out = run(format!("wget -q -O - {url}")).await;
+        assert_ne!(out["exit_code"], 0, "{url}: {out}");
+        assert!(
+            out["stderr"].as_str().unwrap_or_default().contains("403"),
+            "{url}: {out}"
+        );
+    }
+    // Nothing direct: no proxy (-Y off) means the host firewall drops it; no route out at all.
+    for port in [host_port, app_port] {
+        let out = run(format!("wget -Y off -T 3 -q -O - http://{gateway}:{port}/")).await;
+        assert_ne!(out["exit_code"], 0, "direct to {port}: {out}");
+    }
+    // Beyond the host: a listener in a container on another network this test made.
+    let outside = OutsideListener::start();
+    let out = run(format!(
+        "wget -Y off -T 3 -q -O - http://{}:8080/",
+        outside.ip
+    ))
+    .await;
+    assert_ne!(out["exit_code"], 0, "direct to another network: {out}");
+    assert!(outside.received().is_empty(), "nothing arrived outside");
+    // No resolver for outside names: only the proxy knows allowed.test.
+    let ns = run("nslookup allowed.test".into()).await;
+    assert_ne!(ns["exit_code"], 0, "{ns}");
+    assert_eq!(allowed_hits.load(Ordering::SeqCst), 1);
+    assert_eq!(other_hits.load(Ordering::SeqCst), 0);
+    assert_eq!(host_hits.load(Ordering::SeqCst), 0);
+
+    // Every attempt that reached the proxy is audited with its decision.
+    let caller = format!("sandbox:{id}");
+    let mut rows: Vec<(String, Option<String>, String)> = Vec::new();
+    for _ in 0..200 {
+        rows = sqlx::query_as(
+            "SELECT decision, reason_code, reason FROM audit_log \
+             WHERE action = 'egress.connect' AND caller_id = $1 ORDER BY seq",
+        )
+        .bind(&caller)
+        .fetch_all(&app.state.pool)
+        .await
+        .expect("audit rows");
+        if rows.len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let allowed_rows: Vec<_> = rows.iter().filter(|r| r.0 == "allowed").collect();
+    assert_eq!(allowed_rows.len(), 1, "{rows:?}");
+    assert!(allowed_rows[0].2.contains(&allow), "{rows:?}");
+    assert!(allowed_rows[0].2.contains("bytes received"), "{rows:?}");
+    let denied: Vec<_> = rows.iter().filter(|r| r.0 == "denied").collect();
+    assert_eq!(denied.len(), 3, "{rows:?}");
+    assert!(denied
+        .iter()
+        .all(|r| r.1.as_deref() == Some("domain_not_allowed")));
+    for needle in [
+        format!("`other.test` (port {})", other.port()),
+        format!("`{gateway}` (port {host_port})"),
+        format!("`127.0.0.1` (port {app_port})"),
+    ] {
+        assert!(
+            denied.iter().any(|r| r.2.contains(&needle)),
+            "{needle}: {rows:?}"
+        );
+    }
+
+    // Destroyed: network, rules and proxy gone with the container.
+    let r = app
+        .admin(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"))
+        .send()
+        .await
+        .expect("destroy");
+    assert_eq!(r.status(), 200);
+    assert!(
+        !docker_cli(&["network", "inspect", &network]).0,
+        "network removed"
+    );
+    assert!(!firewall_rules().contains(&tag), "rules removed");
+    let sid: dispatcher::SandboxId = dispatcher::SandboxId(id.parse().expect("uuid"));
+    assert!(
+        app.state.sandboxes.proxy_env(sid).is_empty(),
+        "proxy stopped"
+    );
+}
+
+/// Leftovers of a crash: an egress network of this database with no sandbox row, and its
+/// firewall rule, are removed by the reaper.
+#[tokio::test]
+async fn the_reaper_removes_orphaned_egress_networks_and_their_rules() {
+    let app = common::TestApp::spawn().await;
+    let dispatcher = app.state.sandboxes.dispatcher().expect("dispatcher");
+    let orphan = uuid::Uuid::new_v4();
+    let name = format!("aegis-net-{orphan}");
+    let bridge = format!("aeg{}", &orphan.simple().to_string()[..12]);
+    let db_name = app
+        .db
+        .as_ref()
+        .and_then(|d| d.url.rsplit('/').next().map(str::to_owned))
+        .expect("db name");
+    let (made, _) = docker_cli(&[
+        "network",
+        "create",
+        "--internal",
+        "-o",
+        &format!("com.docker.network.bridge.name={bridge}"),
+        "--label",
+        "org.aegis.managed=true",
+        "--label",
+        &format!("org.aegis.scope={}", dispatcher.scope()),
+        "--label",
+        &format!("org.aegis.db-name={db_name}"),
+        "--label",
+        &format!("org.aegis.sandbox={orphan}"),
+        &name,
+    ]);
+    assert!(made, "network created");
+    let tag = format!("aegis-egress:{name}");
+    let added = std::process::Command::new("iptables")
+        .args(["-w", "-I", "INPUT", "1", "-i", &bridge, "-m", "comment"])
+        .args(["--comment", &tag, "-j", "DROP"])
+        .status()
+        .expect("iptables runs");
+    assert!(added.success());
+
+    let report = dispatcher.reap().await.expect("reaper pass");
+    assert_eq!(report.networks_removed, 1, "{report:?}");
+    assert!(
+        !docker_cli(&["network", "inspect", &name]).0,
+        "network removed"
+    );
+    assert!(!firewall_rules().contains(&tag), "rule removed");
+}
+
+/// `cmd.run` in sandbox `id` through the REST API; the tool's structured result.
+async fn cmd_run(app: &TestApp, id: &str, command: &str) -> serde_json::Value {
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/tools/call")
+        .json(&serde_json::json!({"name": "cmd.run", "sandbox_id": id,
+            "arguments": {"command": command, "timeout_secs": 15}}))
+        .send()
+        .await
+        .expect("cmd.run");
+    let body: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(body["isError"], false, "{command}: {body}");
+    body["structuredContent"].clone()
+}
+
+/// A graceful restart keeps a networked sandbox: the new instance adopts it with a proxy of its
+/// own, the firewall admits the new proxy's port only, and the allowlist still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_instance_adopts_a_networked_sandbox_with_a_new_proxy() {
+    let (allowed, allowed_hits) = start_counted_host("allowed host says hi").await;
+    let (other, other_hits) = start_counted_host("other host").await;
+    let db = TestDb::create().await;
+    let config = || {
+        let mut config = test_config(&db.url);
+        // A rolling restart keeps the sandboxes (the default destroys them at SIGTERM).
+        config.shutdown.sandboxes = orchestrator::config::ShutdownSandboxes::Keep;
+        config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
+        let ip: IpAddr = "127.0.0.2".parse().expect("ip");
+        config.egress.hosts = BTreeMap::from([
+            ("allowed.test".to_owned(), vec![ip]),
+            ("other.test".to_owned(), vec![ip]),
+        ]);
+        config
+    };
+    let app = TestApp::spawn_with(config()).await;
+    let allow = format!("allowed.test:{}", allowed.port());
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/agents")
+        .body(networked_agent("keeper", "1.0.0", &allow))
+        .send()
+        .await
+        .expect("deploy");
+    assert_eq!(r.status(), 201);
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/sandboxes")
+        .json(&serde_json::json!({"agent": "keeper"}))
+        .send()
+        .await
+        .expect("create sandbox");
+    let body: serde_json::Value = r.json().await.expect("json");
+    let id = body["sandbox_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"))
+        .to_owned();
+    let url = format!("http://allowed.test:{}/", allowed.port());
+    let first = cmd_run(&app, &id, &format!("wget -q -O - {url}")).await;
+    assert_eq!(first["stdout"], "allowed host says hi", "{first}");
+    let tag = format!("aegis-egress:aegis-net-{id}");
+    let accept_rule = |rules: &str| -> String {
+        rules
+            .lines()
+            .find(|l| l.contains(&tag) && l.contains("ACCEPT"))
+            .unwrap_or_else(|| panic!("no ACCEPT rule for {tag}: {rules}"))
+            .to_owned()
+    };
+    let before = accept_rule(&firewall_rules());
+    app.stop().await.expect("graceful stop");
+
+    let app = TestApp::spawn_with(config()).await;
+    let again = cmd_run(&app, &id, &format!("wget -q -O - {url}")).await;
+    assert_eq!(again["exit_code"], 0, "{again}");
+    assert_eq!(again["stdout"], "allowed host says hi", "{again}");
+    let refused = cmd_run(
+        &app,
+        &id,
+        &format!("wget -q -O - http://other.test:{}/", other.port()),
+    )
+    .await;
+    assert_ne!(refused["exit_code"], 0, "{refused}");
+    let rules = firewall_rules();
+    assert_eq!(
+        rules.matches(&tag).count(),
+        3,
+        "ACCEPT from the bridge, DROP the rest, DROP from elsewhere: {rules}"
+    );
+    let after = accept_rule(&rules);
+    assert_ne!(before, after, "the rule names the new proxy's port");
+    assert_eq!(allowed_hits.load(Ordering::SeqCst), 2);
+    assert_eq!(other_hits.load(Ordering::SeqCst), 0);
+
+    let r = app
+        .admin(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"))
+        .send()
+        .await
+        .expect("destroy");
+    assert_eq!(r.status(), 200);
+    assert!(!firewall_rules().contains(&tag), "rules removed");
+    drop(app);
+    drop(db);
+}
+
+/// A host on `ip:80` that counts the connections it accepts (port 80: an agent in mode `allow`
+/// without an allowlist reaches ports 80 and 443 only).
+async fn start_counted_host_at(ip: IpAddr, text: &'static str) -> Arc<AtomicUsize> {
+    let listener = TcpListener::bind(SocketAddr::new(ip, 80))
+        .await
+        .unwrap_or_else(|e| panic!("bind {ip}:80 (the egress tests run as root): {e}"));
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = Router::new().route("/", get(move || async move { text }));
+    let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    hits
+}
+
+/// Issue 20 #1, as the attack: an agent in network mode `allow` whose denylist holds a CIDR
+/// block, on a node whose `egress.allow_cidrs` opens a wider internal range. The literal address
+/// in the block was refused before; a name that resolves into it went through, both through the
+/// sandbox's egress proxy and through `web.fetch`. Now every path refuses it by address: the
+/// sandbox's command gets a 403 from the proxy, the model gets an `address_denied` tool error,
+/// and the host in the denied block never sees a connection, while a name resolving next to the
+/// block (same node exception, not denied) is still reached through both paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_cidr_holds_for_names_that_resolve_into_it_on_every_path() {
+    use common::fake_llm::{answer, tool_calls, FakeLlm};
+
+    // Two loopback addresses of this machine, one inside the denied block, one beside it.
+    let salt = uuid::Uuid::new_v4().as_bytes()[0] % 250 + 2;
+    let victim_ip: IpAddr = format!("127.77.1.{salt}").parse().expect("ip");
+    let fine_ip: IpAddr = format!("127.77.2.{salt}").parse().expect("ip");
+    let victim_hits = start_counted_host_at(victim_ip, "internal secret").await;
+    let fine_hits = start_counted_host_at(fine_ip, "public page").await;
+
+    let llm = FakeLlm::start(vec![
+        tool_calls(&[(
+            "web__fetch",
+            serde_json::json!({"url": "http://victim.test/"}),
+        )]),
+        tool_calls(&[(
+            "web__fetch",
+            serde_json::json!({"url": "http://fine.test/"}),
+        )]),
+        answer("done"),
+    ])
+    .await;
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.llm = llm.config();
+    config.egress.allow_cidrs = vec!["127.77.0.0/16".to_owned()];
+    config.egress.hosts = BTreeMap::from([
+        ("victim.test".to_owned(), vec![victim_ip]),
+        ("fine.test".to_owned(), vec![fine_ip]),
+    ]);
+    let mut app = TestApp::spawn_with(config).await;
+    app.db = Some(db);
+
+    let manifest = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: open-net
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Fetch things.
+  tools: [cmd.run, web.fetch]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [wget]
+          timeout_seconds: 20
+  security:
+    network:
+      mode: allow
+      denylist: [\"127.77.1.0/24\"]
+";
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/agents")
+        .body(manifest)
+        .send()
+        .await
+        .expect("deploy");
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+
+    // The sandbox path: wget inside the agent's sandbox goes through its egress proxy.
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/sandboxes")
+        .json(&serde_json::json!({"agent": "open-net"}))
+        .send()
+        .await
+        .expect("create sandbox");
+    let body: serde_json::Value = r.json().await.expect("json");
+    let id = body["sandbox_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"))
+        .to_owned();
+    let by_literal = cmd_run(&app, &id, &format!("wget -q -O - http://{victim_ip}/")).await;
+    let by_name = cmd_run(&app, &id, "wget -q -O - http://victim.test/").await;
+    let beside = cmd_run(&app, &id, "wget -q -O - http://fine.test/").await;
+    for (what, out) in [("literal", &by_literal), ("name", &by_name)] {
+        assert_ne!(out["exit_code"], 0, "{what}: {out}");
+        assert_eq!(out["stdout"], "", "{what}: nothing came back: {out}");
+        assert!(
+            out["stderr"].as_str().unwrap_or_default().contains("403"),
+            "{what}: the proxy refused: {out}"
+        );
+    }
+    assert_eq!(beside["exit_code"], 0, "{beside}");
+    assert_eq!(beside["stdout"], "public page", "{beside}");
+    // The proxy's audit rows name the refusal by address.
+    let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
+        "SELECT decision, reason_code, reason FROM audit_log \
+         WHERE action = 'egress.connect' AND caller_id = $1 ORDER BY seq",
+    )
+    .bind(format!("sandbox:{id}"))
+    .fetch_all(&app.state.pool)
+    .await
+    .expect("audit rows");
+    assert!(
+        rows.iter().any(|r| r.1.as_deref() == Some("address_denied")
+            && r.2.contains(&format!("resolves to {victim_ip}"))
+            && r.2.contains("127.77.1.0/24")),
+        "{rows:?}"
+    );
+
+    // The web.fetch path: the agent's model asks for the same name, then for the one beside it.
+    let r = app
+        .admin(reqwest::Method::POST, "/v1/agents/open-net/execute")
+        .json(&serde_json::json!({"input": {}}))
+        .send()
+        .await
+        .expect("execute");
+    let body: serde_json::Value = r.json().await.expect("json");
+    let execution = body["execution_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"))
+        .to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let e: serde_json::Value = app
+            .admin(reqwest::Method::GET, &format!("/v1/executions/{execution}"))
+            .send()
+            .await
+            .expect("execution")
+            .json()
+            .await
+            .expect("json");
+        let status = e["status"].as_str().unwrap_or_default().to_owned();
+        if ["completed", "failed", "cancelled", "timed_out"].contains(&status.as_str()) {
+            assert_eq!(status, "completed", "{e}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {status}: {e}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // What the model was given back for each call: the last message of the next request.
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3, "{requests:?}");
+    let tool_result = |i: usize| -> String {
+        requests[i]["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .map(|m| m["content"].to_string())
+            .unwrap_or_default()
+    };
+    let refused = tool_result(1);
+    assert!(refused.contains("address_denied"), "{refused}");
+    assert!(
+        refused.contains(&format!("resolves to {victim_ip}")),
+        "{refused}"
+    );
+    assert!(!refused.contains("internal secret"), "{refused}");
+    let fetched = tool_result(2);
+    assert!(fetched.contains("public page"), "{fetched}");
+
+    // Checked from the other side: the denied block never saw a connection.
+    assert_eq!(victim_hits.load(Ordering::SeqCst), 0);
+    assert_eq!(fine_hits.load(Ordering::SeqCst), 2);
+
+    let r = app
+        .admin(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"))
+        .send()
+        .await
+        .expect("destroy");
+    assert_eq!(r.status(), 200);
+}

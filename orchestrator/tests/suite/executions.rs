@@ -1,0 +1,582 @@
+//! Agent executions with a scripted language model (tests/suite/common/fake_llm.rs): the model's tool
+//! calls run through the router in the execution's own sandbox; limits, cancellation, provider
+//! failures and input validation behave as documented; every step is in the event log.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::fake_llm::{answer, tool_calls, FakeLlm, Step};
+use common::{test_config, TestApp, TestDb};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+fn agent(name: &str, extra_spec: &str) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: {name}
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Compute things in the sandbox.
+    prompt_template: \"{{{{instruction}}}} Input: {{{{input.topic}}}}\"
+  tools: [fs.write, fs.read, fs.list, cmd.run]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [sh, sleep, cat, echo]
+{extra_spec}"
+    )
+}
+
+struct Harness {
+    app: TestApp,
+    llm: FakeLlm,
+    _db: TestDb,
+}
+
+async fn harness(script: Vec<Step>) -> Harness {
+    let db = TestDb::create().await;
+    let llm = FakeLlm::start(script).await;
+    let mut config = test_config(&db.url);
+    config.llm = llm.config();
+    let app = TestApp::spawn_with(config).await;
+    Harness { app, llm, _db: db }
+}
+
+impl Harness {
+    async fn deploy(&self, manifest: &str) {
+        let r = self
+            .app
+            .admin(Method::POST, "/v1/agents")
+            .body(manifest.to_owned())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    }
+
+    async fn execute(&self, agent: &str, input: Value) -> (u16, Value) {
+        let r = self
+            .app
+            .admin(Method::POST, &format!("/v1/agents/{agent}/execute"))
+            .json(&json!({"input": input}))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    async fn wait_end(&self, id: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let r = self
+                .app
+                .admin(Method::GET, &format!("/v1/executions/{id}"))
+                .send()
+                .await
+                .unwrap();
+            let e: Value = r.json().await.unwrap();
+            if ["completed", "failed", "cancelled", "timed_out"]
+                .contains(&e["status"].as_str().unwrap_or_default())
+            {
+                return e;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "execution still {}: {e}",
+                e["status"]
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn events(&self, id: &str) -> Vec<Value> {
+        let r = self
+            .app
+            .admin(
+                Method::GET,
+                &format!("/v1/executions/{id}/events?limit=1000"),
+            )
+            .send()
+            .await
+            .unwrap();
+        let body: Value = r.json().await.unwrap();
+        body["events"].as_array().unwrap().clone()
+    }
+}
+
+fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["event_type"] == kind).collect()
+}
+
+fn containers_of(execution: &str) -> usize {
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=org.aegis.owner-id={execution}"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[tokio::test]
+async fn an_agent_writes_runs_and_reads_in_its_sandbox_then_completes() {
+    let h = harness(vec![
+        tool_calls(&[("fs__write", json!({"path": "/workspace/run.sh", "content": "echo computed > /workspace/result.txt\n"}))]),
+        tool_calls(&[("cmd__run", json!({"command": "sh /workspace/run.sh"}))]),
+        tool_calls(&[("fs__read", json!({"path": "/workspace/result.txt"}))]),
+        answer("computed"),
+    ])
+    .await;
+    h.deploy(&agent("worker", "")).await;
+    let (status, body) = h.execute("worker", json!({"topic": "arithmetic"})).await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let e = h.wait_end(&id, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    assert_eq!(e["last_output"], "computed");
+
+    let events = h.events(&id).await;
+    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as i64).collect::<Vec<_>>(),
+        "gap-free sequence"
+    );
+    let calls = of_type(&events, "tool_call");
+    let tools: Vec<&str> = calls
+        .iter()
+        .map(|c| c["payload"]["tool"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["fs.write", "cmd.run", "fs.read"]);
+    assert!(calls.iter().all(
+        |c| c["payload"]["decision"] == "allowed" && c["payload"]["result_digest"].is_string()
+    ));
+    assert_eq!(of_type(&events, "llm_call").len(), 4);
+    assert!(of_type(&events, "llm_call")[0]["payload"]["prompt_tokens"].is_number());
+    assert_eq!(of_type(&events, "sandbox_created").len(), 1);
+    assert_eq!(of_type(&events, "sandbox_destroyed").len(), 1);
+    assert_eq!(of_type(&events, "console_output").len(), 1);
+    assert_eq!(events.last().unwrap()["event_type"], "execution_completed");
+    assert_eq!(containers_of(&id), 0, "the sandbox is gone");
+
+    // The same log as Server-Sent Events: every event, then `end` (the stream closes itself).
+    let r = h
+        .app
+        .admin(
+            Method::GET,
+            &format!("/v1/executions/{id}/events?follow=true"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let sse = tokio::time::timeout(Duration::from_secs(20), r.text())
+        .await
+        .expect("the stream ends")
+        .unwrap();
+    assert!(
+        sse.contains("event: events") && sse.contains("execution_completed"),
+        "{sse}"
+    );
+    assert!(
+        sse.trim_end().ends_with("data: {}") && sse.contains("event: end"),
+        "{sse}"
+    );
+
+    // What the model saw: the rendered prompt, dotted tool names mapped, the tool results.
+    let requests = h.llm.requests();
+    assert_eq!(requests.len(), 4);
+    let first = requests[0].to_string();
+    assert!(
+        first.contains("Compute things in the sandbox. Input: arithmetic"),
+        "{first}"
+    );
+    assert!(
+        first.contains("fs__read") && !first.contains("\"fs.read\""),
+        "{first}"
+    );
+    let last = requests[3]["messages"].as_array().unwrap();
+    let tool_msg = last.iter().rev().find(|m| m["role"] == "tool").unwrap();
+    assert!(
+        tool_msg["content"].as_str().unwrap().contains("computed"),
+        "{tool_msg}"
+    );
+    // Tool calls are audited under the execution.
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE caller_kind = 'execution' AND caller_id = $1 AND outcome <> 'running'",
+    )
+    .bind(&id)
+    .fetch_one(&h.app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(audited, 3);
+}
+
+#[tokio::test]
+async fn a_batch_of_tool_calls_runs_in_order_and_a_refusal_is_fed_back() {
+    let h = harness(vec![
+        tool_calls(&[
+            ("fs__write", json!({"path": "/workspace/a", "content": "1"})),
+            ("cmd__run", json!({"command": "rm -rf /workspace"})),
+            ("fs__write", json!({"path": "/workspace/b", "content": "2"})),
+            ("fs__list", json!({"path": "/workspace"})),
+        ]),
+        answer("listed"),
+    ])
+    .await;
+    h.deploy(&agent("batcher", "")).await;
+    let (_, body) = h.execute("batcher", json!({})).await;
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let e = h.wait_end(&id, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    let events = h.events(&id).await;
+    let calls = of_type(&events, "tool_call");
+    let seen: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| {
+            (
+                c["payload"]["tool"].as_str().unwrap(),
+                c["payload"]["decision"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("fs.write", "allowed"),
+            ("cmd.run", "denied"),
+            ("fs.write", "allowed"),
+            ("fs.list", "allowed")
+        ]
+    );
+    let second = &h.llm.requests()[1];
+    let tool_messages: Vec<&Value> = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(
+        tool_messages.len(),
+        4,
+        "every call of the batch got an answer"
+    );
+    let ids: Vec<&str> = tool_messages
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["call_1", "call_2", "call_3", "call_4"]);
+    assert!(
+        tool_messages[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("refused"),
+        "{}",
+        tool_messages[1]
+    );
+    assert!(
+        tool_messages[3]["content"]
+            .as_str()
+            .unwrap()
+            .contains("\"b\""),
+        "the listing saw both files"
+    );
+}
+
+#[tokio::test]
+async fn validation_failures_iterate_until_max_iterations() {
+    let h = harness(vec![answer("nope"), answer("still nope")]).await;
+    let extra = "  execution:\n    mode: iterative\n    max_iterations: 2\n    validation:\n      - type: regex\n        pattern: \"^DONE$\"\n";
+    h.deploy(&agent("picky", extra)).await;
+    let (_, body) = h.execute("picky", json!({})).await;
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let e = h.wait_end(&id, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "failed", "{e}");
+    assert!(
+        e["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("maximum iterations"),
+        "{e}"
+    );
+    assert_eq!(e["iteration_count"], 2);
+    let events = h.events(&id).await;
+    assert_eq!(of_type(&events, "validation").len(), 2);
+    let second = h.llm.requests()[1].to_string();
+    assert!(
+        second.contains("Previous attempts") && second.contains("does not match"),
+        "{second}"
+    );
+}
+
+#[tokio::test]
+async fn the_whole_execution_times_out_and_its_sandbox_goes() {
+    let h = harness(vec![
+        tool_calls(&[("cmd__run", json!({"command": "sleep 30"}))]),
+        answer("never"),
+    ])
+    .await;
+    let extra = "  security:\n    resources:\n      timeout: 3s\n";
+    h.deploy(&agent("slow", extra)).await;
+    let (_, body) = h.execute("slow", json!({})).await;
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let e = h.wait_end(&id, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "timed_out", "{e}");
+    assert_eq!(containers_of(&id), 0);
+    assert_eq!(
+        h.events(&id).await.last().unwrap()["event_type"],
+        "execution_timed_out"
+    );
+}
+
+#[tokio::test]
+async fn cancel_while_a_command_runs_kills_it_and_removes_the_sandbox() {
+    let h = harness(vec![
+        tool_calls(&[("cmd__run", json!({"command": "sleep 60"}))]),
+        answer("never"),
+    ])
+    .await;
+    h.deploy(&agent("sleeper", "")).await;
+    let (_, body) = h.execute("sleeper", json!({})).await;
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+    // Wait until the command is running in the sandbox.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if of_type(&h.events(&id).await, "llm_call").len() == 1 && containers_of(&id) == 1 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            break;
+        }
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = h
+        .app
+        .admin(Method::POST, &format!("/v1/executions/{id}/cancel"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let e = h.wait_end(&id, Duration::from_secs(30)).await;
+    assert_eq!(e["status"], "cancelled", "{e}");
+    assert_eq!(
+        containers_of(&id),
+        0,
+        "the sandbox (and the sleep in it) is gone"
+    );
+    let r = h
+        .app
+        .admin(Method::POST, &format!("/v1/executions/{id}/cancel"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        409,
+        "cancelling an ended execution is a conflict"
+    );
+    let r = h
+        .app
+        .admin(Method::DELETE, &format!("/v1/executions/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = h
+        .app
+        .admin(Method::GET, &format!("/v1/executions/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn input_that_fails_the_schema_starts_nothing() {
+    let h = harness(vec![]).await;
+    let extra = "  input_schema:\n    type: object\n    required: [topic]\n    properties:\n      topic: {type: string}\n";
+    h.deploy(&agent("strict", extra)).await;
+    let (status, body) = h.execute("strict", json!({"topic": 5})).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("topic"), "{body}");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM executions")
+        .fetch_one(&h.app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+    assert!(h.llm.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_provider_that_fails_then_recovers_and_one_that_never_answers() {
+    let h = harness(vec![
+        Step::Status(500, json!({"error": "boom"})),
+        Step::Status(503, json!({"error": "busy"})),
+        answer("fine"),
+    ])
+    .await;
+    let plain = "apiVersion: 100monkeys.ai/v1\nkind: Agent\nmetadata:\n  name: plain\n  version: \"1.0.0\"\nspec:\n  runtime:\n    language: busybox\n    version: \"1\"\n  task:\n    instruction: Say fine.\n";
+    h.deploy(plain).await;
+    let (_, body) = h.execute("plain", json!({})).await;
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let e = h.wait_end(&id, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    assert_eq!(
+        of_type(&h.events(&id).await, "llm_call")[0]["payload"]["attempts"],
+        3
+    );
+
+    let hang = harness(vec![
+        Step::Hang,
+        Step::Hang,
+        Step::Hang,
+        Step::Hang,
+        Step::Hang,
+    ])
+    .await;
+    hang.deploy(plain).await;
+    let (_, body) = hang.execute("plain", json!({})).await;
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let e = hang.wait_end(&id, Duration::from_secs(90)).await;
+    assert_eq!(e["status"], "failed", "{e}");
+    assert!(
+        e["last_error"].as_str().unwrap().contains("provider"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn task_tools_and_a_seal_session_start_executions_too() {
+    let db = TestDb::create().await;
+    let llm = FakeLlm::start(vec![answer("one"), answer("two")]).await;
+    let mut config = test_config(&db.url);
+    config.llm = llm.config();
+    config.seal.security_contexts = vec![json!({"name": "runner", "description": "may run agents",
+        "capabilities": [{"tool_pattern": "aegis.task.*"}], "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}})];
+    let app = TestApp::spawn_with(config).await;
+    let plain = "apiVersion: 100monkeys.ai/v1\nkind: Agent\nmetadata:\n  name: plain\n  version: \"1.0.0\"\nspec:\n  runtime:\n    language: busybox\n    version: \"1\"\n  task:\n    instruction: Answer.\n";
+    let r = app
+        .admin(Method::POST, "/v1/agents")
+        .body(plain)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+
+    let (_, out) = app
+        .call_tool(
+            "aegis.task.execute",
+            json!({"agent_id": "plain", "input": {}}),
+        )
+        .await;
+    let id = out["structuredContent"]["execution_id"]
+        .as_str()
+        .expect("started")
+        .to_owned();
+    let (_, waited) = app
+        .call_tool(
+            "aegis.task.wait",
+            json!({"execution_id": id, "timeout_seconds": 30}),
+        )
+        .await;
+    assert_eq!(
+        waited["structuredContent"]["status"], "completed",
+        "{waited}"
+    );
+    let (_, logs) = app
+        .call_tool("aegis.task.logs", json!({"execution_id": id, "limit": 2}))
+        .await;
+    assert_eq!(
+        logs["structuredContent"]["events"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let (_, listed) = app.call_tool("aegis.task.list", json!({})).await;
+    assert_eq!(listed["structuredContent"]["total"], 1);
+    let (_, status) = app
+        .call_tool("aegis.task.status", json!({"execution_id": id}))
+        .await;
+    assert_eq!(status["structuredContent"]["last_output"], "one");
+    let (_, removed) = app
+        .call_tool("aegis.task.remove", json!({"execution_id": id}))
+        .await;
+    assert_eq!(removed["structuredContent"]["removed"], true, "{removed}");
+
+    let mut client = orchestrator::seal_client::SealClient::new(
+        orchestrator::seal_client::Transport::Http(app.http_base.clone()),
+    )
+    .unwrap();
+    client.attest("test-runner", "runner").await.unwrap();
+    let started = client
+        .call_tool("aegis.task.execute", json!({"agent_id": "plain"}))
+        .await
+        .unwrap();
+    let id = started["structuredContent"]["execution_id"]
+        .as_str()
+        .expect("started over SEAL")
+        .to_owned();
+    let waited = client
+        .call_tool(
+            "aegis.task.wait",
+            json!({"execution_id": id, "timeout_seconds": 30}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        waited["structuredContent"]["status"], "completed",
+        "{waited}"
+    );
+    assert_eq!(waited["structuredContent"]["last_output"], "two");
+    drop(db);
+}
+
+#[tokio::test]
+async fn a_semantic_validator_runs_the_judge_as_a_child_execution() {
+    let h = harness(vec![
+        answer("draft"),
+        answer("{\"score\": 0.2, \"confidence\": 0.9, \"reasoning\": \"too short\"}"),
+        answer("a much better answer"),
+        answer("Verdict: {\"score\": 0.9, \"confidence\": 0.8, \"reasoning\": \"good\"}"),
+    ])
+    .await;
+    let judge = "apiVersion: 100monkeys.ai/v1\nkind: Agent\nmetadata:\n  name: judge\n  version: \"1.0.0\"\nspec:\n  runtime:\n    language: busybox\n    version: \"1\"\n  task:\n    instruction: Judge the output against the criteria; answer JSON {score, confidence, reasoning}.\n";
+    h.deploy(judge).await;
+    let extra = "  execution:\n    mode: iterative\n    max_iterations: 3\n    validation:\n      - type: semantic\n        judge_agent: judge\n        criteria: The answer is thorough.\n        min_score: 0.8\n";
+    h.deploy(&agent("writer", extra)).await;
+    let (_, body) = h.execute("writer", json!({})).await;
+    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let e = h.wait_end(&id, Duration::from_secs(60)).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    assert_eq!(e["last_output"], "a much better answer");
+    let events = h.events(&id).await;
+    assert_eq!(of_type(&events, "child_execution_started").len(), 2);
+    let third = h.llm.requests()[2].to_string();
+    assert!(
+        third.contains("too short"),
+        "the judge's reasoning is fed back: {third}"
+    );
+    let judge_input = h.llm.requests()[1].to_string();
+    assert!(
+        judge_input.contains("draft") && judge_input.contains("thorough"),
+        "{judge_input}"
+    );
+    // The judges are child executions of the writer.
+    let children: i64 = sqlx::query_scalar("SELECT count(*) FROM executions WHERE parent_execution_id = $1::uuid AND status = 'completed'")
+        .bind(&id)
+        .fetch_one(&h.app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(children, 2);
+}

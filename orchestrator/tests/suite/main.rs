@@ -1,0 +1,51 @@
+//! The orchestrator's integration tests, in one binary: each module is one area, driven
+//! through the real service (HTTP, gRPC, MCP, the CLI) against a real PostgreSQL (a database of
+//! its own per test) and the local Docker engine; `common` is the shared harness.
+//!
+//! One binary instead of one per file: an edit rebuilds and links the service into one test
+//! executable, not forty. Run one area or one test with a filter:
+//! `cargo test -p orchestrator --test suite -- doors::` (see README, "The two commands").
+
+mod common;
+
+mod aegis_compat;
+mod approvals;
+mod audit_intent;
+mod cli;
+mod contracts;
+mod control_plane;
+mod crash;
+mod doors;
+mod egress;
+mod executions;
+mod generate;
+mod intent;
+mod kernel_policy;
+mod llm;
+mod manifest_keys;
+mod manifests;
+mod mcp;
+mod ops;
+mod policy_properties;
+mod process_tools;
+mod properties;
+mod sandboxes;
+mod scoping;
+mod seal;
+mod seal_interop;
+mod seal_paths;
+mod seal_python;
+mod search;
+mod secrets;
+mod security;
+mod skeleton;
+mod speed;
+mod volume_attacks;
+mod web;
+mod workflow_injection;
+mod workflow_schedule;
+mod workflow_scope;
+mod workflow_validation;
+mod workflow_wakeup;
+mod workflows;
+mod workflows_crash;

@@ -1,0 +1,531 @@
+//! The process tools through the real service: `proc.list`, `logs.read` and `env.get` in an
+//! agent's sandbox via `POST /v1/tools/call`, under the manifest's tools and path allowlist.
+//!
+//! The listener is a real `httpd` started by a concurrent `cmd.run`; what `proc.list` reports
+//! is checked from inside the sandbox (its pid is the process that `docker exec` then stops).
+
+use crate::common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::TestApp;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const IMAGE: &str = "aegis-runtime/busybox:1";
+
+/// A busybox agent with the process tools; `unmask` sets `spec.security.unmask_env`.
+fn agent(name: &str, unmask: bool) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: {name}
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Debug what runs in the sandbox.
+  tools: [cmd.run, fs.write, proc.list, logs.read, env.get]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [httpd, sleep]
+          timeout_seconds: 60
+  security:
+    unmask_env: {unmask}
+    filesystem:
+      read: [/workspace/logs, /workspace/app]
+      write: [/workspace/logs, /workspace/app]
+"
+    )
+}
+
+/// An agent whose manifest does not list the process tools.
+fn plain_agent(name: &str) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: {name}
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Only read files.
+  tools: [fs.read]
+"
+    )
+}
+
+fn docker(args: &[&str]) -> (i32, String) {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+    )
+}
+
+#[derive(Clone)]
+struct Sandbox {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+    id: String,
+}
+
+impl Sandbox {
+    async fn start(app: &TestApp, manifest: String) -> Sandbox {
+        assert!(
+            !docker(&["images", "-q", IMAGE]).1.is_empty(),
+            "image {IMAGE} is missing: run runtime-images/build.sh --only busybox (scripts/test.sh does)"
+        );
+        let name = manifest
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name: "))
+            .unwrap_or_default()
+            .to_owned();
+        let r = app
+            .admin(Method::POST, "/v1/agents")
+            .body(manifest)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+        let r = app
+            .admin(Method::POST, "/v1/sandboxes")
+            .json(&json!({"agent": name}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(status, 201, "{body}");
+        Sandbox {
+            http: reqwest::Client::new(),
+            base: app.http_base.clone(),
+            key: common::TEST_ADMIN_KEY.to_owned(),
+            id: body["sandbox_id"].as_str().unwrap().to_owned(),
+        }
+    }
+
+    async fn call(&self, name: &str, arguments: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}/v1/tools/call", self.base))
+            .bearer_auth(&self.key)
+            .json(&json!({"name": name, "arguments": arguments, "sandbox_id": self.id}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap())
+    }
+
+    async fn ok(&self, name: &str, arguments: Value) -> Value {
+        let (status, out) = self.call(name, arguments.clone()).await;
+        assert_eq!(status, 200, "{name} {arguments}: {out}");
+        assert_eq!(out["isError"], false, "{name} {arguments}: {out}");
+        out["structuredContent"].clone()
+    }
+
+    async fn refused(&self, name: &str, arguments: Value, status: u16, code: &str) {
+        let (got, out) = self.call(name, arguments.clone()).await;
+        assert_eq!(got, status, "{name} {arguments}: {out}");
+        assert_eq!(out["code"], code, "{name} {arguments}: {out}");
+    }
+
+    async fn tool_error(&self, name: &str, arguments: Value, code: &str) -> Value {
+        let (status, out) = self.call(name, arguments.clone()).await;
+        assert_eq!(status, 200, "{name} {arguments}: {out}");
+        assert_eq!(out["isError"], true, "{name} {arguments}: {out}");
+        assert_eq!(
+            out["structuredContent"]["error"]["code"], code,
+            "{name} {arguments}: {out}"
+        );
+        out
+    }
+
+    fn container(&self) -> String {
+        format!("aegis-sbx-{}", self.id)
+    }
+}
+
+#[tokio::test]
+async fn proc_list_finds_the_process_listening_on_a_port() {
+    let app = TestApp::spawn().await;
+    let sb = Sandbox::start(&app, agent("proc-agent", false)).await;
+
+    // The listener runs for the length of its own cmd.run, in a concurrent call.
+    let server = {
+        let sb = sb.clone();
+        tokio::spawn(async move {
+            sb.ok(
+                "cmd.run",
+                json!({"command": "httpd", "args": ["-f", "-p", "8080", "-h", "/workspace/app"],
+                       "cwd": "/workspace/app", "timeout_secs": 60}),
+            )
+            .await
+        })
+    };
+    let mut found = Value::Null;
+    for _ in 0..300 {
+        found = sb.ok("proc.list", json!({"port": 8080})).await;
+        if found["total"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(found["total"], 1, "nothing listens on 8080: {found}");
+    let p = &found["processes"][0];
+    assert_eq!(p["name"], "httpd", "{found}");
+    assert_eq!(p["listening_ports"], json!([8080]));
+    assert_eq!(p["uid"], 65534);
+    assert_eq!(p["role"], "command");
+    let pid = p["pid"].as_u64().unwrap();
+
+    // The same process, seen from inside the sandbox: that pid is httpd.
+    let (code, comm) = docker(&["exec", &sb.container(), "cat", &format!("/proc/{pid}/comm")]);
+    assert_eq!((code, comm.as_str()), (0, "httpd"));
+    let by_name = sb.ok("proc.list", json!({"name": "HTTP"})).await;
+    assert_eq!(by_name["processes"][0]["pid"], pid, "{by_name}");
+    let nothing = sb.ok("proc.list", json!({"port": 9})).await;
+    assert_eq!(nothing["total"], 0);
+    let all = sb.ok("proc.list", json!({})).await;
+    assert!(
+        all["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["role"] == "command" && p["pid"] != 1),
+        "the executor is hidden by default: {all}"
+    );
+    let internal = sb.ok("proc.list", json!({"include_internal": true})).await;
+    assert!(
+        internal["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"] == 1 && p["role"] == "executor"),
+        "{internal}"
+    );
+
+    // Limits are checked before the sandbox is asked.
+    sb.refused("proc.list", json!({"limit": 201}), 422, "invalid_arguments")
+        .await;
+    sb.refused(
+        "proc.list",
+        json!({"port": 70000}),
+        422,
+        "invalid_arguments",
+    )
+    .await;
+
+    // Stop the listener from inside; its cmd.run then ends with the signal.
+    let (code, _) = docker(&[
+        "exec",
+        "-u",
+        "65534:65534",
+        &sb.container(),
+        "kill",
+        &pid.to_string(),
+    ]);
+    assert_eq!(code, 0);
+    let ran = server.await.unwrap();
+    assert_eq!(ran["signal"], 15, "{ran}");
+    let gone = sb.ok("proc.list", json!({"port": 8080})).await;
+    assert_eq!(gone["total"], 0, "{gone}");
+}
+
+#[tokio::test]
+async fn logs_read_returns_a_filtered_tail_inside_the_allowlist() {
+    let app = TestApp::spawn().await;
+    let sb = Sandbox::start(&app, agent("logs-agent", false)).await;
+    let mut log = String::new();
+    for i in 1..=500 {
+        let level = if i % 5 == 0 { "error" } else { "info" };
+        log.push_str(&format!(
+            "{{\"seq\":{i},\"level\":\"{level}\",\"req\":{{\"path\":\"/p{i}\"}}}}\n"
+        ));
+    }
+    sb.ok(
+        "fs.write",
+        json!({"path": "/workspace/logs/app.log", "content": log}),
+    )
+    .await;
+
+    let tail = sb
+        .ok("logs.read", json!({"path": "logs/app.log", "lines": 3}))
+        .await;
+    assert_eq!(tail["path"], "/workspace/logs/app.log");
+    assert_eq!(tail["lines_returned"], 3);
+    assert!(tail["lines"][2].as_str().unwrap().contains("\"seq\":500"));
+    assert_eq!(tail["truncated"], true);
+
+    let literal = sb
+        .ok(
+            "logs.read",
+            json!({"path": "/workspace/logs/app.log", "filter": "\"level\":\"error\"", "lines": 2}),
+        )
+        .await;
+    assert_eq!(literal["lines_returned"], 2);
+    assert!(literal["lines"][0]
+        .as_str()
+        .unwrap()
+        .contains("\"seq\":495"));
+
+    let regex = sb
+        .ok(
+            "logs.read",
+            json!({"path": "/workspace/logs/app.log", "filter": "\"seq\":4[0-9]0,", "regex": true,
+                   "json_field": "req.path", "lines": 100}),
+        )
+        .await;
+    assert_eq!(
+        regex["lines"],
+        json!([
+            "/p400", "/p410", "/p420", "/p430", "/p440", "/p450", "/p460", "/p470", "/p480",
+            "/p490"
+        ]),
+        "{regex}"
+    );
+    assert_eq!(regex["lines_scanned"], 500);
+    assert_eq!(regex["truncated"], false);
+
+    // Outside the read allowlist: refused by policy, before the sandbox is asked.
+    sb.refused(
+        "logs.read",
+        json!({"path": "/etc/passwd"}),
+        403,
+        "path_not_allowed",
+    )
+    .await;
+    sb.refused(
+        "logs.read",
+        json!({"path": "/workspace/secret/x.log"}),
+        403,
+        "path_not_allowed",
+    )
+    .await;
+    // A symlink inside the allowlist that points out of it is refused by the executor.
+    let (code, _) = docker(&[
+        "exec",
+        "-u",
+        "65534:65534",
+        &sb.container(),
+        "ln",
+        "-s",
+        "/etc/passwd",
+        "/workspace/logs/evil.log",
+    ]);
+    assert_eq!(code, 0);
+    sb.tool_error(
+        "logs.read",
+        json!({"path": "/workspace/logs/evil.log"}),
+        "path_not_allowed",
+    )
+    .await;
+    sb.tool_error(
+        "logs.read",
+        json!({"path": "/workspace/logs/app.log", "filter": "(", "regex": true}),
+        "invalid_arguments",
+    )
+    .await;
+    sb.refused(
+        "logs.read",
+        json!({"path": "/workspace/logs/app.log", "lines": 5001}),
+        422,
+        "invalid_arguments",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn env_get_masks_secrets_unless_the_manifest_allows_unmasking() {
+    let app = TestApp::spawn().await;
+    let dotenv =
+        "DB_HOST=db\nAPI_KEY=sk-live-123\nexport DB_PASSWORD='hunter2'\nSESSION_TOKEN=\"t0k\"\n";
+
+    let masked = Sandbox::start(&app, agent("env-masked", false)).await;
+    masked
+        .ok(
+            "fs.write",
+            json!({"path": "/workspace/app/.env", "content": dotenv}),
+        )
+        .await;
+    let env = masked
+        .ok("env.get", json!({"path": "/workspace/app/.env"}))
+        .await;
+    assert_eq!(env["variables"]["DB_HOST"], "db");
+    for name in ["API_KEY", "DB_PASSWORD", "SESSION_TOKEN"] {
+        assert_eq!(env["variables"][name], "***MASKED***", "{env}");
+    }
+    assert_eq!(
+        env["masked"],
+        json!(["API_KEY", "DB_PASSWORD", "SESSION_TOKEN"])
+    );
+    assert!(!env.to_string().contains("hunter2"));
+    let refused = masked
+        .tool_error(
+            "env.get",
+            json!({"path": "/workspace/app/.env", "mask_secrets": false}),
+            "unmask_not_allowed",
+        )
+        .await;
+    assert!(!refused.to_string().contains("hunter2"));
+    let own = masked
+        .ok("env.get", json!({"keys": ["HOME", "NOPE"]}))
+        .await;
+    assert_eq!(own["source"], "environment");
+    assert_eq!(own["variables"], json!({"HOME": "/workspace"}));
+    assert_eq!(own["missing"], json!(["NOPE"]));
+    masked
+        .refused(
+            "env.get",
+            json!({"path": "/workspace/secret/.env"}),
+            403,
+            "path_not_allowed",
+        )
+        .await;
+
+    let unmasked = Sandbox::start(&app, agent("env-unmasked", true)).await;
+    unmasked
+        .ok(
+            "fs.write",
+            json!({"path": "/workspace/app/.env", "content": dotenv}),
+        )
+        .await;
+    let still_masked = unmasked
+        .ok("env.get", json!({"path": "/workspace/app/.env"}))
+        .await;
+    assert_eq!(
+        still_masked["variables"]["DB_PASSWORD"], "***MASKED***",
+        "masking is the default even when unmasking is allowed"
+    );
+    let clear = unmasked
+        .ok(
+            "env.get",
+            json!({"path": "/workspace/app/.env", "mask_secrets": false, "keys": ["DB_PASSWORD"]}),
+        )
+        .await;
+    assert_eq!(clear["variables"], json!({"DB_PASSWORD": "hunter2"}));
+    assert_eq!(clear["masked"], json!([]));
+}
+
+#[tokio::test]
+async fn the_process_tools_need_the_manifest_to_list_them() {
+    let app = TestApp::spawn().await;
+    let sb = Sandbox::start(&app, plain_agent("no-proc-tools")).await;
+    for (tool, args) in [
+        ("proc.list", json!({})),
+        ("logs.read", json!({"path": "/workspace/a.log"})),
+        ("env.get", json!({})),
+    ] {
+        sb.refused(tool, args, 403, "tool_not_in_manifest").await;
+    }
+}
+
+/// SEAL contexts for the process tools: one that may unmask, one that may not.
+fn seal_contexts() -> Vec<Value> {
+    let caps = |unmask: bool| {
+        json!([
+            {"tool_pattern": "fs.write", "path_allowlist": ["/workspace/logs/**"]},
+            {"tool_pattern": "logs.read", "path_allowlist": ["/workspace/logs/**"]},
+            {"tool_pattern": "env.get", "path_allowlist": ["/workspace/logs/**"], "unmask_env": unmask},
+            {"tool_pattern": "proc.list"}
+        ])
+    };
+    vec![
+        json!({"name": "debugger", "description": "process tools, may unmask",
+               "runtime": {"language": "busybox", "version": "1"}, "capabilities": caps(true),
+               "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}}),
+        json!({"name": "viewer", "description": "process tools, always masked",
+               "runtime": {"language": "busybox", "version": "1"}, "capabilities": caps(false),
+               "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}}),
+    ]
+}
+
+#[tokio::test]
+async fn seal_sessions_call_the_process_tools_under_their_context() {
+    use orchestrator::seal_client::{ClientError, SealClient, Transport};
+
+    let db = common::TestDb::create().await;
+    let mut config = common::test_config(&db.url);
+    config.seal.security_contexts = seal_contexts();
+    let app = TestApp::spawn_with(config).await;
+    for (context, unmask_allowed) in [("debugger", true), ("viewer", false)] {
+        let mut client = SealClient::new(Transport::Http(app.http_base.clone())).unwrap();
+        client.attest("test-proc", context).await.unwrap();
+        let w = client
+            .call_tool(
+                "fs.write",
+                json!({"path": "/workspace/logs/.env", "content": "TOKEN=abc\nMODE=debug\n"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(w["isError"], false, "{w}");
+
+        let tail = client
+            .call_tool(
+                "logs.read",
+                json!({"path": "/workspace/logs/.env", "filter": "MODE"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            tail["structuredContent"]["lines"],
+            json!(["MODE=debug"]),
+            "{tail}"
+        );
+        let listed = client.call_tool("proc.list", json!({})).await.unwrap();
+        assert_eq!(listed["isError"], false, "{listed}");
+
+        // Outside the context's path allowlist: refused with SEAL code 2002.
+        match client
+            .call_tool("logs.read", json!({"path": "/workspace/other.log"}))
+            .await
+        {
+            Err(ClientError::Refused { code, .. }) => assert_eq!(code, 2002),
+            other => panic!("{context}: read outside the allowlist: {other:?}"),
+        }
+
+        let masked = client
+            .call_tool("env.get", json!({"path": "/workspace/logs/.env"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            masked["structuredContent"]["variables"],
+            json!({"MODE": "debug", "TOKEN": "***MASKED***"}),
+            "{context}: {masked}"
+        );
+        let unmasked = client
+            .call_tool(
+                "env.get",
+                json!({"path": "/workspace/logs/.env", "mask_secrets": false}),
+            )
+            .await
+            .unwrap();
+        if unmask_allowed {
+            assert_eq!(
+                unmasked["structuredContent"]["variables"]["TOKEN"], "abc",
+                "{unmasked}"
+            );
+        } else {
+            assert_eq!(unmasked["isError"], true, "{unmasked}");
+            assert_eq!(
+                unmasked["structuredContent"]["error"]["code"], "unmask_not_allowed",
+                "{unmasked}"
+            );
+            assert!(!unmasked.to_string().contains("abc"));
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! The gateway driven by an independent Python client that follows the SEAL Python SDK's wire
+//! contract (tests/python/seal_wire_client.py, using `cryptography` and `requests` as the SDK
+//! does; scripts/test.sh installs them from PyPI).
+
+use crate::common;
+
+use common::{test_config, TestApp, TestDb};
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn the_python_wire_client_attests_writes_reads_and_runs() {
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.seal.security_contexts = vec![json!({
+        "name": "python-sdk", "description": "what the Python client may do",
+        "runtime": {"language": "busybox", "version": "1"},
+        "capabilities": [
+            {"tool_pattern": "fs.*", "path_allowlist": ["/workspace"]},
+            {"tool_pattern": "cmd.run", "command_allowlist": ["cat"]}],
+        "attestation": {"workload_patterns": ["python-*"], "allow_unverified": true}})];
+    let app = TestApp::spawn_with(config).await;
+
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/seal_wire_client.py"
+    );
+    let out = tokio::process::Command::new("python3")
+        .args([script, &app.http_base, "python-worker", "python-sdk"])
+        .output()
+        .await
+        .expect("python3 runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the Python client failed (needs `pip install cryptography requests`, which scripts/test.sh does): {stderr}"
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    assert_eq!(report["write"]["isError"], false, "{report}");
+    assert_eq!(
+        report["read"]["structuredContent"]["content"], "héllo from python ✓\n",
+        "{report}"
+    );
+    assert_eq!(
+        report["run"]["structuredContent"]["stdout"], "héllo from python ✓\n",
+        "{report}"
+    );
+    assert!(
+        report["refused"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("SEAL Gateway Rejected"),
+        "{report}"
+    );
+
+    // The calls are in the audit log under the Python client's session.
+    let session = report["session_id"].as_str().unwrap();
+    let allowed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'allowed' AND kind = 'tool' AND outcome <> 'running'",
+    )
+    .bind(session)
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(allowed, 3);
+    let denied: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'denied' AND reason_code = '2002'",
+    )
+    .bind(session)
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(denied, 1);
+}

@@ -1,0 +1,198 @@
+//! Concrete attacks against a sandbox, through the real service. The agent here is deliberately
+//! permissive (it may run `sh -c` with metacharacters) to show that the container contains what
+//! the allowlist lets through: each attack is followed by a check from inside the sandbox.
+//! (Refusals by the allowlist itself are in tests/suite/sandboxes.rs and policy::command's unit tests.)
+
+use crate::common;
+
+use std::process::Command;
+
+use common::TestApp;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const AGENT: &str = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: attacker
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Try to get out.
+  tools: [cmd.run, fs.read, fs.write]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [sh, \"sh -c\", echo, cat, ls, ps, head, dd, id]
+          allow_metacharacters: true
+          timeout_seconds: 30
+          max_output_bytes: 65536
+  security:
+    filesystem:
+      read: [/workspace]
+      write: [/workspace]
+    resources:
+      memory: 128Mi
+      disk: 64Mi
+";
+
+struct Sb<'a> {
+    app: &'a TestApp,
+    id: String,
+}
+
+impl Sb<'_> {
+    async fn run(&self, command: &str, timeout: u64) -> Value {
+        let r = self
+            .app
+            .admin(Method::POST, "/v1/tools/call")
+            .json(&json!({"name": "cmd.run", "arguments": {"command": command, "timeout_secs": timeout}, "sandbox_id": self.id}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(status, 200, "{command}: {body}");
+        assert_eq!(body["isError"], false, "{command}: {body}");
+        body["structuredContent"].clone()
+    }
+
+    async fn alive(&self) {
+        let r = self.run("echo alive", 10).await;
+        assert_eq!(r["stdout"], "alive\n", "the sandbox still answers: {r}");
+    }
+}
+
+async fn attacker(app: &TestApp) -> Sb<'_> {
+    let r = app
+        .admin(Method::POST, "/v1/agents")
+        .body(AGENT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let r = app
+        .admin(Method::POST, "/v1/sandboxes")
+        .json(&json!({"agent": "attacker"}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    Sb {
+        app,
+        id: body["sandbox_id"].as_str().expect("sandbox").to_owned(),
+    }
+}
+
+fn inspect(id: &str, format: &str) -> String {
+    let out = Command::new("docker")
+        .args(["inspect", "-f", format, &format!("aegis-sbx-{id}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test]
+async fn escape_attempts_find_nothing_to_escape_with() {
+    let app = TestApp::spawn().await;
+    let sb = attacker(&app).await;
+
+    // No Docker socket anywhere an agent could reach.
+    let r = sb
+        .run("ls -la /var/run/docker.sock /run/docker.sock", 10)
+        .await;
+    assert_ne!(r["exit_code"], 0, "{r}");
+    // Agent processes run as 65534 with every capability set empty and no_new_privs.
+    let r = sb.run("cat /proc/self/status", 10).await;
+    let status = r["stdout"].as_str().unwrap();
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        let line = status.lines().find(|l| l.starts_with(cap)).unwrap();
+        if cap != "CapBnd" {
+            assert!(line.ends_with("0000000000000000"), "{line}");
+        }
+    }
+    assert!(
+        status.lines().any(|l| l.starts_with("NoNewPrivs:\t1")),
+        "{status}"
+    );
+    assert!(
+        status.lines().any(|l| l.starts_with("Uid:\t65534")),
+        "{status}"
+    );
+    // The root filesystem is read-only; nothing lands in it.
+    let r = sb
+        .run("sh -c 'echo x > /etc/pwned; echo x > /bin/pwned'", 10)
+        .await;
+    assert_ne!(r["exit_code"], 0, "{r}");
+    let r = sb.run("ls /etc/pwned /bin/pwned", 10).await;
+    assert_ne!(r["exit_code"], 0, "nothing was written: {r}");
+    // No network interface but loopback when none was granted.
+    let r = sb.run("ls /sys/class/net", 10).await;
+    assert_eq!(r["stdout"], "lo\n", "{r}");
+    // The executor (PID 1, uid 0) cannot be signalled or read by agent code.
+    let r = sb.run("sh -c 'kill -9 1; cat /proc/1/environ'", 10).await;
+    assert_ne!(r["exit_code"], 0, "{r}");
+    sb.alive().await;
+    // What Docker was told.
+    assert_eq!(inspect(&sb.id, "{{.HostConfig.Privileged}}"), "false");
+    assert_eq!(inspect(&sb.id, "{{.HostConfig.ReadonlyRootfs}}"), "true");
+    assert_eq!(inspect(&sb.id, "{{.HostConfig.NetworkMode}}"), "none");
+    let binds = inspect(&sb.id, "{{json .HostConfig.Binds}}");
+    assert!(binds == "null" || binds == "[]", "{binds}");
+    let devices = inspect(&sb.id, "{{json .HostConfig.Devices}}");
+    assert!(devices == "null" || devices == "[]", "{devices}");
+    assert!(inspect(&sb.id, "{{json .HostConfig.SecurityOpt}}").contains("no-new-privileges"));
+}
+
+#[tokio::test]
+async fn resource_attacks_are_contained() {
+    let app = TestApp::spawn().await;
+    let sb = attacker(&app).await;
+
+    // Fork bomb: the pids limit stops it, the timeout kills what is left, the sandbox survives.
+    // (The shell reports failed forks once the limit is reached; the leader may still exit 0.)
+    sb.run("sh -c 'b(){ b|b& }; b'", 5).await;
+    sb.alive().await;
+    assert_eq!(inspect(&sb.id, "{{.HostConfig.PidsLimit}}"), "256");
+    let r = sb.run("ps", 10).await;
+    let lines = r["stdout"].as_str().unwrap().lines().count();
+    assert!(lines < 10, "the bomb's processes are gone: {r}");
+
+    // Memory balloon: the cgroup limit kills the balloon, not the sandbox.
+    let r = sb
+        .run(
+            "sh -c 'head -c 1000000000 /dev/zero | tail -c 1000000000 > /dev/null'",
+            20,
+        )
+        .await;
+    assert_ne!(r["exit_code"], 0, "{r}");
+    sb.alive().await;
+
+    // Filling /tmp stops at its tmpfs size.
+    let r = sb
+        .run("dd if=/dev/zero of=/tmp/fill bs=1048576 count=1024", 20)
+        .await;
+    assert_ne!(r["exit_code"], 0, "{r}");
+    assert!(r["stderr"].as_str().unwrap().contains("space"), "{r}");
+    sb.alive().await;
+
+    // 200 MiB of output: capped while streaming, counted in full.
+    let r = sb.run("head -c 209715200 /dev/zero", 30).await;
+    assert_eq!(r["truncated"], true);
+    assert_eq!(r["stdout_bytes"], 209_715_200u64);
+    assert!(r["stdout"].as_str().unwrap().len() <= 65536);
+
+    // A child that outlives its parent does not hang the call and does not survive it.
+    let r = sb.run("sh -c 'sleep 100 & echo started'", 20).await;
+    assert_eq!(r["stdout"], "started\n", "{r}");
+    assert!(r["duration_ms"].as_u64().unwrap() < 15_000, "{r}");
+    let r = sb.run("ps", 10).await;
+    assert!(
+        !r["stdout"].as_str().unwrap().contains("sleep 100"),
+        "orphan killed: {r}"
+    );
+}

@@ -1,0 +1,1026 @@
+//! Workflow executions against the real service: PostgreSQL, Docker sandboxes (busybox), and the
+//! scripted model (tests/suite/common/fake_llm.rs) behind Agent states. Every state kind, the Human
+//! gate's four endings, limits, ParallelContainerRun completion rules, both Subworkflow modes,
+//! cancellation, and the refusals of `run` and `signal`.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::fake_llm::{answer, FakeLlm, Step};
+use common::{docker_lines, test_config, TestApp, TestDb};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const IMAGE: &str = "aegis-runtime/busybox:1";
+
+struct Harness {
+    app: TestApp,
+    llm: FakeLlm,
+    _db: TestDb,
+}
+
+async fn harness(script: Vec<Step>) -> Harness {
+    harness_with(script, |_| {}).await
+}
+
+async fn harness_with(
+    script: Vec<Step>,
+    adjust: impl FnOnce(&mut orchestrator::config::NodeConfig),
+) -> Harness {
+    let db = TestDb::create().await;
+    let llm = FakeLlm::start(script).await;
+    let mut config = test_config(&db.url);
+    config.llm = llm.config();
+    config.workflows.system_image = Some(IMAGE.to_owned());
+    config.workflows.poll_interval_ms = 200;
+    adjust(&mut config);
+    let app = TestApp::spawn_with(config).await;
+    Harness { app, llm, _db: db }
+}
+
+fn agent(name: &str) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: {name}
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Answer.
+"
+    )
+}
+
+impl Harness {
+    async fn deploy(&self, path: &str, manifest: &str) {
+        let r = self
+            .app
+            .admin(Method::POST, path)
+            .body(manifest.to_owned())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    }
+
+    async fn workflow(&self, manifest: &str) {
+        self.deploy("/v1/workflows", manifest).await
+    }
+
+    async fn run(&self, name: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .app
+            .admin(Method::POST, &format!("/v1/workflows/{name}/run"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    async fn start(&self, name: &str, input: Value) -> String {
+        let (status, body) = self.run(name, json!({"input": input})).await;
+        assert_eq!(status, 201, "{body}");
+        body["execution_id"].as_str().unwrap().to_owned()
+    }
+
+    async fn get(&self, id: &str) -> Value {
+        let r = self
+            .app
+            .admin(Method::GET, &format!("/v1/workflows/executions/{id}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json().await.unwrap()
+    }
+
+    /// Polls until `pred` holds on the execution.
+    async fn until(&self, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let e = self.get(id).await;
+            if pred(&e) {
+                return e;
+            }
+            assert!(Instant::now() < deadline, "never {what}: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn ended(&self, id: &str) -> Value {
+        self.until(id, "ended", |e| {
+            ["completed", "failed", "cancelled", "timed_out"]
+                .contains(&e["status"].as_str().unwrap_or_default())
+        })
+        .await
+    }
+
+    async fn waiting(&self, id: &str) -> Value {
+        self.until(id, "waiting", |e| e["status"] == "waiting")
+            .await
+    }
+
+    async fn signal(&self, id: &str, response: &str) -> (u16, Value) {
+        let r = self
+            .app
+            .admin(
+                Method::POST,
+                &format!("/v1/workflows/executions/{id}/signal"),
+            )
+            .json(&json!({"response": response}))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    async fn events(&self, id: &str) -> Vec<Value> {
+        let r = self
+            .app
+            .admin(
+                Method::GET,
+                &format!("/v1/workflows/executions/{id}/events?limit=1000"),
+            )
+            .send()
+            .await
+            .unwrap();
+        let body: Value = r.json().await.unwrap();
+        body["events"].as_array().unwrap().clone()
+    }
+}
+
+/// The log is numbered 1..=n without gaps.
+fn assert_gap_free(events: &[Value]) {
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(
+            e["seq"],
+            json!(i as i64 + 1),
+            "gap in the event log: {events:#?}"
+        );
+    }
+}
+
+fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["event_type"] == kind).collect()
+}
+
+/// Containers (any status) of a workflow execution, by the label its sandboxes carry.
+fn containers_of(execution: &str) -> Vec<String> {
+    docker_lines(&[
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=workflow_execution={execution}"),
+    ])
+}
+
+const CHILD: &str = "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: child
+  version: \"1.0.0\"
+  output_template:
+    echoed: \"child saw {{input.word}}\"
+spec:
+  initial_state: ECHO
+  states:
+    ECHO:
+      kind: System
+      command: \"echo child {{input.word}}\"
+      transitions: []
+";
+
+#[tokio::test]
+async fn every_state_kind_passes_data_through_the_blackboard() {
+    let h = harness(vec![
+        // AGENT, first iteration: the judge rejects it.
+        answer("Hello Ada"),
+        answer("{\"score\": 0.2, \"confidence\": 0.9, \"reasoning\": \"too terse\"}"),
+        // AGENT, second iteration with the judge's reasoning fed back: accepted.
+        answer("Hello, dear Ada"),
+        answer("{\"score\": 0.9, \"confidence\": 0.8, \"reasoning\": \"warm\"}"),
+        // PANEL: two reviewers (they run at once, so they answer alike).
+        answer("{\"score\": 0.7, \"confidence\": 0.9, \"reasoning\": \"fine\"}"),
+        answer("{\"score\": 0.7, \"confidence\": 0.9, \"reasoning\": \"fine\"}"),
+    ])
+    .await;
+    for a in ["writer", "critic", "reviewer"] {
+        h.deploy("/v1/agents", &agent(a)).await;
+    }
+    h.workflow(CHILD).await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: tour
+  version: \"1.0.0\"
+  input_schema:
+    type: object
+    required: [name]
+    properties:
+      name: {type: string}
+  output_template:
+    greeting: \"{{AGENT.output}}\"
+    child: \"{{child_result.echoed}}\"
+spec:
+  initial_state: START
+  context:
+    punctuation: \"!\"
+  states:
+    START:
+      kind: System
+      command: \"echo {{input.name}}{{punctuation}}\"
+      transitions:
+        - condition: exit_code_zero
+          target: AGENT
+    AGENT:
+      kind: Agent
+      agent: writer
+      input: \"Greet {{first_line START.stdout}}\"
+      judges:
+        - agent_id: critic
+          weight: 2
+      max_iterations: 3
+      transitions:
+        - condition: score_above
+          threshold: 0.8
+          target: PANEL
+        - condition: on_failure
+          target: REJECTED
+    PANEL:
+      kind: ParallelAgents
+      agents:
+        - agent: reviewer
+          input: \"Review: {{AGENT.output}}\"
+        - agent: reviewer
+          input: \"Review again: {{AGENT.output}}\"
+      consensus:
+        strategy: weighted_average
+        threshold: 0.6
+      transitions:
+        - condition: consensus
+          threshold: 0.6
+          agreement: 0.5
+          target: CONTAINER
+        - condition: always
+          target: REJECTED
+    CONTAINER:
+      kind: ContainerRun
+      name: shout
+      image: aegis-runtime/busybox:1
+      command: [\"echo\", \"{{upper AGENT.output}}\"]
+      transitions:
+        - condition: on_success
+          target: BOTH
+    BOTH:
+      kind: ParallelContainerRun
+      completion: all_succeed
+      steps:
+        - name: left
+          image: aegis-runtime/busybox:1
+          command: [\"echo\", \"left\"]
+        - name: right
+          image: aegis-runtime/busybox:1
+          command: [\"sh\", \"-c\", \"echo right-$GREETING\"]
+          env:
+            GREETING: \"{{trim CONTAINER.stdout}}\"
+      transitions:
+        - condition: on_success
+          target: SUB
+    SUB:
+      kind: Subworkflow
+      workflow_id: child
+      mode: blocking
+      result_key: child_result
+      input: '{\"word\": \"{{trim BOTH.output.left.stdout}}\"}'
+      transitions:
+        - condition: on_success
+          target: GATE
+    GATE:
+      kind: Human
+      prompt: \"Send '{{AGENT.output}}'?\"
+      timeout: 60s
+      transitions:
+        - condition: input_equals_yes
+          target: DONE
+          feedback: \"approved by a human\"
+        - condition: always
+          target: REJECTED
+    DONE:
+      kind: System
+      command: \"echo {{state.feedback}}: {{child_result.echoed}}\"
+      transitions: []
+    REJECTED:
+      kind: System
+      command: \"false\"
+      transitions: []
+",
+    )
+    .await;
+
+    let id = h.start("tour", json!({"name": "Ada"})).await;
+    // It waits twice: for the blocking child (SUB), then for a human (GATE).
+    h.until(&id, "waiting at the gate", |e| {
+        e["status"] == "waiting" && e["current_state"] == "GATE" || e["status"] == "failed"
+    })
+    .await;
+    let events = h.events(&id).await;
+    let prompt = of_type(&events, "human_input_requested");
+    assert_eq!(prompt.len(), 1);
+    assert_eq!(prompt[0]["payload"]["prompt"], "Send 'Hello, dear Ada'?");
+    let (status, body) = h.signal(&id, "yes").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "GATE");
+
+    let e = h.ended(&id).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    let bb = &e["blackboard"];
+    assert_eq!(bb["START"]["stdout"], "Ada!\n");
+    assert_eq!(bb["AGENT"]["output"], "Hello, dear Ada");
+    assert_eq!(bb["AGENT"]["iterations"], 2);
+    assert!(bb["AGENT"]["score"].as_f64().unwrap() > 0.8);
+    assert_eq!(bb["PANEL"]["individual_scores"], json!([0.7, 0.7]));
+    assert!((bb["PANEL"]["consensus"]["score"].as_f64().unwrap() - 0.7).abs() < 1e-9);
+    assert_eq!(bb["CONTAINER"]["stdout"], "HELLO, DEAR ADA\n");
+    assert_eq!(
+        bb["BOTH"]["output"]["right"]["stdout"],
+        "right-HELLO, DEAR ADA\n"
+    );
+    assert_eq!(bb["child_result"]["echoed"], "child saw left");
+    assert_eq!(bb["GATE"]["response"], "yes");
+    assert_eq!(
+        bb["DONE"]["stdout"],
+        "approved by a human: child saw left\n"
+    );
+    assert_eq!(e["final_output"]["greeting"], "Hello, dear Ada");
+    assert_eq!(e["final_output"]["child"], "child saw left");
+
+    // The judge's reasoning reached the second attempt of the agent.
+    let prompts: Vec<String> = h
+        .llm
+        .requests()
+        .iter()
+        .map(|r| r["messages"].to_string())
+        .collect();
+    assert!(
+        prompts
+            .iter()
+            .any(|p| p.contains("too terse") && p.contains("Greet Ada!")),
+        "{prompts:#?}"
+    );
+
+    let events = h.events(&id).await;
+    assert_gap_free(&events);
+    let entered: Vec<&str> = of_type(&events, "state_entered")
+        .iter()
+        .map(|e| e["state_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        entered,
+        [
+            "START",
+            "AGENT",
+            "PANEL",
+            "CONTAINER",
+            "BOTH",
+            "SUB",
+            "GATE",
+            "DONE"
+        ]
+    );
+    assert_eq!(of_type(&events, "transition_taken").len(), 7);
+    assert_eq!(events.last().unwrap()["event_type"], "execution_completed");
+    // The child is linked to its parent state, and everything was cleaned up.
+    let child_id = bb["SUB"]["child_execution_id"].as_str().unwrap();
+    let child = h.get(child_id).await;
+    assert_eq!(child["parent_execution_id"], json!(id));
+    assert_eq!(child["status"], "completed");
+    assert!(containers_of(&id).is_empty());
+    assert!(containers_of(child_id).is_empty());
+
+    // A signal to an execution that no longer waits is refused with the reason, not lost.
+    let (status, body) = h.signal(&id, "yes").await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("has ended (completed)"),
+        "{body}"
+    );
+}
+
+const GATE: &str = "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: NAME
+  version: \"1.0.0\"
+spec:
+  initial_state: ASK
+  states:
+    ASK:
+      kind: Human
+      prompt: \"Deploy {{input.what}}?\"
+      timeout: 2sDEFAULT
+      transitions:
+        - condition: input_equals_yes
+          target: YES
+        - condition: input_equals_no
+          target: NO
+    YES:
+      kind: System
+      command: \"echo yes\"
+      transitions: []
+    NO:
+      kind: System
+      command: \"echo no\"
+      transitions: []
+";
+
+#[tokio::test]
+async fn a_human_gate_answered_yes_no_by_default_and_not_at_all() {
+    let h = harness(vec![]).await;
+    h.workflow(
+        &GATE
+            .replace("NAME", "gate-default")
+            .replace("DEFAULT", "\n      default_response: \"no\""),
+    )
+    .await;
+    h.workflow(&GATE.replace("NAME", "gate-none").replace("DEFAULT", ""))
+        .await;
+    let yes = h.start("gate-default", json!({"what": "v1"})).await;
+    let no = h.start("gate-default", json!({"what": "v2"})).await;
+    let by_default = h.start("gate-default", json!({"what": "v3"})).await;
+    let unanswered = h.start("gate-none", json!({"what": "v4"})).await;
+    h.waiting(&yes).await;
+    h.waiting(&no).await;
+    // Another caller below the operator tier does not see someone else's run, nor its log.
+    let stranger = h.app.create_key("stranger", "readonly").await;
+    for path in [
+        format!("/v1/workflows/executions/{yes}"),
+        format!("/v1/workflows/executions/{yes}/events"),
+    ] {
+        let seen = h
+            .app
+            .with_key(Method::GET, &path, &stranger)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(seen.status(), 404, "{path}");
+    }
+    h.waiting(&yes).await;
+    assert_eq!(h.signal(&yes, "Yes").await.0, 200);
+    assert_eq!(h.signal(&no, "n").await.0, 200);
+
+    let e = h.ended(&yes).await;
+    assert_eq!(
+        (e["status"].as_str(), e["current_state"].as_str()),
+        (Some("completed"), Some("YES"))
+    );
+    assert_eq!(
+        e["blackboard"]["ASK"],
+        json!({"status": "completed", "response": "Yes", "timeout": false})
+    );
+    let e = h.ended(&no).await;
+    assert_eq!(
+        (e["status"].as_str(), e["current_state"].as_str()),
+        (Some("completed"), Some("NO"))
+    );
+
+    let e = h.ended(&by_default).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    assert_eq!(e["current_state"], "NO");
+    assert_eq!(
+        e["blackboard"]["ASK"],
+        json!({"status": "completed", "response": "no", "timeout": true})
+    );
+    let events = h.events(&by_default).await;
+    assert_eq!(of_type(&events, "human_input_timed_out").len(), 1);
+    assert_eq!(
+        of_type(&events, "human_input_requested")[0]["payload"]["prompt"],
+        "Deploy v3?"
+    );
+
+    let e = h.ended(&unanswered).await;
+    assert_eq!(e["status"], "failed");
+    assert_eq!(
+        e["error"],
+        "Human state `ASK` timed out after 2 s with no answer and no default_response"
+    );
+    // A late answer is refused, with the reason.
+    let (status, body) = h.signal(&unanswered, "yes").await;
+    assert_eq!(status, 409);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("has ended (failed)"),
+        "{body}"
+    );
+    for id in [&yes, &no, &by_default, &unanswered] {
+        assert_gap_free(&h.events(id).await);
+    }
+}
+
+#[tokio::test]
+async fn a_refine_loop_is_stopped_by_max_state_visits() {
+    let h = harness(vec![]).await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: refine
+  version: \"1.0.0\"
+spec:
+  initial_state: WORK
+  states:
+    WORK:
+      kind: System
+      command: \"echo attempt {{state.visit}} {{state.feedback}}\"
+      max_state_visits: 3
+      transitions:
+        - condition: always
+          target: CHECK
+    CHECK:
+      kind: System
+      command: \"false\"
+      transitions:
+        - condition: exit_code
+          value: 1
+          target: WORK
+          feedback: \"check said {{CHECK.exit_code}}\"
+        - condition: on_success
+          target: DONE
+    DONE:
+      kind: System
+      command: \"echo done\"
+      transitions: []
+",
+    )
+    .await;
+    let id = h.start("refine", json!({})).await;
+    let e = h.ended(&id).await;
+    assert_eq!(e["status"], "failed");
+    assert_eq!(
+        e["error"],
+        "max_state_visits (3) of state `WORK` reached: entering it from `CHECK` would be visit 4"
+    );
+    assert_eq!(e["visits"], json!({"WORK": 3, "CHECK": 3}));
+    assert_eq!(
+        e["blackboard"]["WORK"]["stdout"],
+        "attempt 3 check said 1\n"
+    );
+    let events = h.events(&id).await;
+    assert_gap_free(&events);
+    assert_eq!(of_type(&events, "state_exited").len(), 6);
+    assert!(containers_of(&id).is_empty());
+}
+
+#[tokio::test]
+async fn state_transition_and_execution_limits_name_the_limit_and_the_state() {
+    let h = harness_with(vec![], |c| c.workflows.max_execution_secs = 3).await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: slow
+  version: \"1.0.0\"
+spec:
+  initial_state: SLOW
+  states:
+    SLOW:
+      kind: System
+      command: \"sleep 60\"
+      timeout: 1s
+      transitions: []
+",
+    )
+    .await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: pingpong
+  version: \"1.0.0\"
+spec:
+  initial_state: PING
+  max_total_transitions: 3
+  states:
+    PING:
+      kind: System
+      command: \"true\"
+      transitions:
+        - {condition: on_success, target: PONG}
+        - {condition: on_failure, target: END}
+    PONG:
+      kind: System
+      command: \"true\"
+      transitions:
+        - {condition: always, target: PING}
+    END:
+      kind: System
+      command: \"true\"
+      transitions: []
+",
+    )
+    .await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: patient
+  version: \"1.0.0\"
+spec:
+  initial_state: ASK
+  states:
+    ASK:
+      kind: Human
+      prompt: \"Anyone?\"
+      timeout: 1h
+      transitions: []
+",
+    )
+    .await;
+    let slow = h.start("slow", json!({})).await;
+    let pingpong = h.start("pingpong", json!({})).await;
+    let patient = h.start("patient", json!({})).await;
+    let e = h.ended(&slow).await;
+    assert_eq!(e["status"], "failed");
+    assert_eq!(
+        e["error"],
+        "state `SLOW` timed out after 1 s (its `timeout`)"
+    );
+    let e = h.ended(&pingpong).await;
+    assert_eq!(e["status"], "failed");
+    assert_eq!(
+        e["error"],
+        "max_total_transitions (3) reached: state `PONG` could not go on to `PING`"
+    );
+    assert_eq!(e["transition_count"], 3);
+    let e = h.ended(&patient).await;
+    assert_eq!(e["status"], "timed_out");
+    assert_eq!(
+        e["error"],
+        "execution timeout (workflows.max_execution_secs = 3 s) reached in state `ASK`"
+    );
+    for id in [&slow, &pingpong, &patient] {
+        assert_gap_free(&h.events(id).await);
+        assert!(containers_of(id).is_empty());
+    }
+}
+
+#[tokio::test]
+async fn parallel_container_runs_follow_their_completion_rule() {
+    let h = harness(vec![]).await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: rules
+  version: \"1.0.0\"
+spec:
+  initial_state: ALL
+  states:
+    ALL:
+      kind: ParallelContainerRun
+      completion: all_succeed
+      steps:
+        - {name: ok, image: aegis-runtime/busybox:1, command: [\"true\"]}
+        - {name: bad, image: aegis-runtime/busybox:1, command: [\"sh\", \"-c\", \"echo broken >&2; exit 3\"]}
+      transitions:
+        - {condition: on_failure, target: ANY}
+    ANY:
+      kind: ParallelContainerRun
+      completion: any_succeed
+      steps:
+        - {name: ok, image: aegis-runtime/busybox:1, command: [\"true\"]}
+        - {name: bad, image: aegis-runtime/busybox:1, command: [\"false\"]}
+      transitions:
+        - {condition: on_success, target: BEST}
+    BEST:
+      kind: ParallelContainerRun
+      completion: best_effort
+      steps:
+        - {name: bad1, image: aegis-runtime/busybox:1, command: [\"false\"]}
+        - {name: bad2, image: aegis-runtime/does-not-exist:1, command: [\"true\"]}
+      transitions:
+        - {condition: on_success, target: ALL_OK}
+    ALL_OK:
+      kind: ParallelContainerRun
+      steps:
+        - {name: a, image: aegis-runtime/busybox:1, command: [\"echo\", \"a\"]}
+        - {name: b, image: aegis-runtime/busybox:1, command: [\"echo\", \"b\"], retry: {max_attempts: 2, backoff: 100ms}}
+      transitions: []
+",
+    )
+    .await;
+    let id = h.start("rules", json!({})).await;
+    let e = h.ended(&id).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    let bb = &e["blackboard"];
+    assert_eq!(bb["ALL"]["status"], "failed");
+    assert_eq!(bb["ALL"]["overall_success"], false);
+    assert_eq!(bb["ALL"]["failed"], json!(["bad"]));
+    assert_eq!(bb["ALL"]["output"]["bad"]["exit_code"], 3);
+    assert_eq!(bb["ALL"]["output"]["bad"]["stderr"], "broken\n");
+    assert_eq!(bb["ANY"]["status"], "success");
+    assert_eq!(bb["ANY"]["succeeded"], json!(["ok"]));
+    assert_eq!(bb["BEST"]["status"], "success");
+    assert_eq!(bb["BEST"]["overall_success"], false);
+    assert!(
+        bb["BEST"]["output"]["bad2"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("is not present on this node"),
+        "{}",
+        bb["BEST"]
+    );
+    assert_eq!(bb["ALL_OK"]["status"], "success");
+    assert_eq!(bb["ALL_OK"]["output"]["b"]["stdout"], "b\n");
+    let events = h.events(&id).await;
+    assert_gap_free(&events);
+    // Every step ran once per state (no retries were needed: ALL_OK's retry policy is unused).
+    assert_eq!(of_type(&events, "container_run_started").len(), 8);
+    assert!(containers_of(&id).is_empty());
+}
+
+#[tokio::test]
+async fn subworkflows_block_or_fire_and_forget() {
+    let h = harness(vec![]).await;
+    h.workflow(CHILD).await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: parent
+  version: \"1.0.0\"
+spec:
+  initial_state: FIRE
+  states:
+    FIRE:
+      kind: Subworkflow
+      workflow_id: child
+      mode: fire_and_forget
+      input:
+        word: forgotten
+      transitions:
+        - {condition: on_success, target: BLOCK}
+    BLOCK:
+      kind: Subworkflow
+      workflow_id: child
+      mode: blocking
+      result_key: waited
+      input: '{\"word\": \"{{input.word}}\"}'
+      transitions:
+        - {condition: on_success, target: USE}
+    USE:
+      kind: System
+      command: \"echo got {{waited.echoed}}\"
+      transitions: []
+",
+    )
+    .await;
+    let id = h.start("parent", json!({"word": "awaited"})).await;
+    let e = h.ended(&id).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    let bb = &e["blackboard"];
+    assert_eq!(bb["FIRE"]["mode"], "fire_and_forget");
+    assert_eq!(bb["BLOCK"]["child_status"], "completed");
+    assert_eq!(bb["waited"]["echoed"], "child saw awaited");
+    assert_eq!(bb["USE"]["stdout"], "got child saw awaited\n");
+    let fired = bb["FIRE"]["child_execution_id"].as_str().unwrap();
+    let fired = h.ended(fired).await;
+    assert_eq!(fired["status"], "completed");
+    assert_eq!(fired["parent_execution_id"], json!(id));
+    assert_eq!(fired["blackboard"]["ECHO"]["stdout"], "child forgotten\n");
+    let events = h.events(&id).await;
+    assert_gap_free(&events);
+    let children = of_type(&events, "child_started");
+    assert_eq!(children.len(), 2, "{events:#?}");
+    // The parent waited (no lease held) while the blocking child ran.
+    assert!(of_type(&events, "child_finished").len() == 1);
+}
+
+#[tokio::test]
+async fn cancel_stops_a_sleeping_container_and_the_child_workflow_running_it() {
+    let h = harness(vec![]).await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: sleeper
+  version: \"1.0.0\"
+spec:
+  initial_state: SLEEP
+  states:
+    SLEEP:
+      kind: ContainerRun
+      name: nap
+      image: aegis-runtime/busybox:1
+      command: [\"sleep\", \"300\"]
+      transitions: []
+",
+    )
+    .await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: outer
+  version: \"1.0.0\"
+spec:
+  initial_state: INNER
+  states:
+    INNER:
+      kind: Subworkflow
+      workflow_id: sleeper
+      mode: blocking
+      result_key: r
+      transitions: []
+",
+    )
+    .await;
+    let direct = h.start("sleeper", json!({})).await;
+    let outer = h.start("outer", json!({})).await;
+    // Both containers are up and sleeping.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let child = loop {
+        let e = h.get(&outer).await;
+        let child = h
+            .events(&outer)
+            .await
+            .iter()
+            .find(|e| e["event_type"] == "child_started")
+            .map(|e| e["payload"]["execution_id"].as_str().unwrap().to_owned());
+        if let Some(child) = child {
+            if containers_of(&child).len() == 1 && containers_of(&direct).len() == 1 {
+                break child;
+            }
+        }
+        assert!(Instant::now() < deadline, "containers never started: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for id in [&direct, &outer] {
+        let r = h
+            .app
+            .admin(
+                Method::POST,
+                &format!("/v1/workflows/executions/{id}/cancel"),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    }
+    for id in [&direct, &outer, &child] {
+        let e = h.ended(id).await;
+        assert_eq!(e["status"], "cancelled", "{e}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(containers_of(&direct).is_empty() && containers_of(&child).is_empty()) {
+        assert!(Instant::now() < deadline, "containers survived the cancel");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let events = h.events(&direct).await;
+    assert_gap_free(&events);
+    assert_eq!(events.last().unwrap()["event_type"], "execution_cancelled");
+    assert_eq!(events.last().unwrap()["payload"]["removed"]["sandboxes"], 1);
+    // Cancelling again says it has ended.
+    let r = h
+        .app
+        .admin(
+            Method::POST,
+            &format!("/v1/workflows/executions/{direct}/cancel"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+}
+
+#[tokio::test]
+async fn bad_runs_are_refused_and_nothing_is_stored() {
+    let h = harness(vec![]).await;
+    h.workflow(
+        "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: strict
+  version: \"1.0.0\"
+  input_schema:
+    type: object
+    required: [count]
+    properties:
+      count: {type: integer}
+spec:
+  initial_state: A
+  states:
+    A:
+      kind: Agent
+      agent: ghost
+      input: \"{{input.count}}\"
+      transitions: []
+",
+    )
+    .await;
+    let (status, body) = h.run("strict", json!({"input": {"count": "many"}})).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("/count"), "{body}");
+    let (status, body) = h
+        .run(
+            "strict",
+            json!({"input": {"count": 1}, "blackboard": {"workflow": {}, "fine": 1}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("reserved key(s) workflow"),
+        "{body}"
+    );
+    let (status, body) = h.run("strict", json!({"input": {"count": 1}})).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("spec.states.A.agent: agent `ghost` is not deployed"),
+        "{body}"
+    );
+    let (status, _) = h.run("nope", json!({})).await;
+    assert_eq!(status, 404);
+    let r = h
+        .app
+        .admin(Method::GET, "/v1/workflows/executions")
+        .send()
+        .await
+        .unwrap();
+    let list: Value = r.json().await.unwrap();
+    assert_eq!(list["total"], 0, "{list}");
+    let r = h
+        .app
+        .admin(
+            Method::POST,
+            &format!("/v1/workflows/executions/{}/signal", uuid::Uuid::new_v4()),
+        )
+        .json(&json!({"response": "yes"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+
+    // Every workflow execution tool refuses bad arguments with the JSON pointer of the problem.
+    let bad = [
+        ("aegis.workflow.run", json!({"input": {}})),
+        (
+            "aegis.workflow.signal",
+            json!({"execution_id": uuid::Uuid::new_v4()}),
+        ),
+        (
+            "aegis.workflow.cancel",
+            json!({"execution_id": "not-a-uuid"}),
+        ),
+        (
+            "aegis.workflow.wait",
+            json!({"execution_id": uuid::Uuid::new_v4(), "timeout_seconds": 0}),
+        ),
+        (
+            "aegis.workflow.logs",
+            json!({"execution_id": uuid::Uuid::new_v4(), "limit": 500}),
+        ),
+        ("aegis.workflow.status", json!({})),
+        (
+            "aegis.workflow.executions.list",
+            json!({"status": "sleeping"}),
+        ),
+        ("aegis.workflow.executions.get", json!({"execution_id": 7})),
+        (
+            "aegis.workflow.remove",
+            json!({"execution_id": uuid::Uuid::new_v4(), "force": true}),
+        ),
+    ];
+    for (tool, args) in bad {
+        let (status, out) = h.app.call_tool(tool, args.clone()).await;
+        assert_eq!(status, 422, "{tool} {args}: {out}");
+        assert_eq!(out["code"], "invalid_arguments", "{tool}: {out}");
+    }
+    // And answers well-formed calls about unknown executions with not_found.
+    let (status, out) = h
+        .app
+        .call_tool(
+            "aegis.workflow.status",
+            json!({"execution_id": uuid::Uuid::new_v4()}),
+        )
+        .await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["isError"], true);
+    assert_eq!(out["structuredContent"]["error"]["code"], "not_found");
+}
