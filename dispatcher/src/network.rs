@@ -327,6 +327,48 @@ pub fn remove_rules(name: &str) {
     }
 }
 
+/// Why this process cannot give a sandbox network, if it visibly cannot (`None`: it may; a
+/// creation still fails closed on anything this does not see). Two cheap probes of what
+/// [`isolate_host`] and the proxy need: `iptables -S INPUT` runs (the binary is there, and the
+/// process may read the host firewall: root, CAP_NET_ADMIN), and the bridge interface of
+/// Docker's default `bridge` network is one of this process's interfaces (it is in the Docker
+/// host's network namespace, where sandbox networks' gateways are; skipped when there is no
+/// such network). Blocking work runs off the async threads.
+pub async fn host_unready(engine: &DockerEngine) -> Option<String> {
+    let firewall = tokio::task::spawn_blocking(|| {
+        run("iptables", &["-S".to_owned(), "INPUT".to_owned()], "-").err()
+    })
+    .await
+    .ok()
+    .flatten();
+    if let Some(NetworkError::Firewall { message, .. }) = firewall {
+        return Some(format!(
+            "the host firewall cannot be changed from this process ({message}); it needs the \
+             iptables program, root and CAP_NET_ADMIN in the Docker host's network namespace"
+        ));
+    }
+    let bridge = engine
+        .client()
+        .inspect_network("bridge", None)
+        .await
+        .ok()?
+        .options?
+        .get("com.docker.network.bridge.name")?
+        .clone();
+    let interfaces = std::fs::read_to_string("/proc/self/net/dev").ok()?;
+    let here = interfaces
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .any(|(name, _)| name.trim() == bridge);
+    (!here).then(|| {
+        format!(
+            "this process is not in the Docker host's network namespace (Docker's bridge \
+             `{bridge}` is not among its interfaces), so no egress proxy can listen on a sandbox \
+             network's gateway"
+        )
+    })
+}
+
 /// Removes network `name` (its containers must be gone) and its firewall rules; a network
 /// already gone is fine. Returns whether the network existed.
 pub async fn remove(engine: &DockerEngine, name: &str) -> Result<bool, NetworkError> {

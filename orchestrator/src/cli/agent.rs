@@ -125,7 +125,8 @@ pub async fn definitions(
                     output::cell(&out["manifest_digest"])
                 );
                 for w in out["warnings"].as_array().into_iter().flatten() {
-                    eprintln!("warning: {}", output::cell(&w["message"]));
+                    // Whole: a warning's reason is at its end (no table cell to fit).
+                    eprintln!("warning: {}", w["message"].as_str().unwrap_or_default());
                 }
             }
         }

@@ -58,6 +58,22 @@ fn workflow_domains(label: &str) -> Result<DomainPolicy, String> {
     Ok(domains)
 }
 
+/// Why this node cannot give sandboxes network ([`dispatcher::network::host_unready`]), probed
+/// at most once a minute (deploys of networked agents ask; the probe starts a process).
+pub async fn network_unavailable(engine: &dispatcher::DockerEngine) -> Option<String> {
+    type Probe = tokio::sync::Mutex<Option<(std::time::Instant, Option<String>)>>;
+    static LAST: std::sync::OnceLock<Probe> = std::sync::OnceLock::new();
+    let mut last = LAST.get_or_init(Probe::default).lock().await;
+    match &*last {
+        Some((at, reason)) if at.elapsed() < std::time::Duration::from_secs(60) => reason.clone(),
+        _ => {
+            let reason = dispatcher::network::host_unready(engine).await;
+            *last = Some((std::time::Instant::now(), reason.clone()));
+            reason
+        }
+    }
+}
+
 /// Runs one [`EgressProxy`] per networked sandbox of this instance.
 pub struct ProxyHost {
     egress: Arc<Egress>,
