@@ -62,11 +62,15 @@ RUN set -eu; \
     fi
 
 # --- runtime ------------------------------------------------------------------------------------
-# Runs as root on purpose: it drives the Docker engine through the mounted socket.
+# Runs as root on purpose: it drives the Docker engine through the mounted socket. iptables: the
+# host firewall rules of networked sandboxes (docker-compose.yml runs this service in the host's
+# network namespace with NET_ADMIN; Debian's default is the nf_tables backend, as on Docker hosts
+# of the last years). Without it (or without NET_ADMIN) a networked sandbox is refused, never
+# created unfiltered.
 FROM debian:bookworm-slim
 RUN set -eux; \
     apt-get update; \
-    apt-get install -y --no-install-recommends ca-certificates curl; \
+    apt-get install -y --no-install-recommends ca-certificates curl iptables; \
     rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/orchestrator /usr/local/bin/orchestrator
 COPY --from=build /out/sandbox-executor /usr/local/libexec/orchestrator/sandbox-executor

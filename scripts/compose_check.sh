@@ -2,10 +2,21 @@
 # The compose path a new user takes, from a fresh clone, checked end to end (not part of the test
 # suite: it builds the release image, which takes long on a small machine):
 #
-#   clone -> base images -> build -> up -> healthy -> admin key -> a tool call in a sandbox with
-#   the CLI -> an agent run without a model (must say how to add one) -> down -v -> nothing of
-#   the stack is left (containers, volumes, networks by compose project label, the stack's
-#   sandboxes by the dispatcher's org.aegis.scope label, executor volumes it created)
+#   clone -> base images -> build -> up -> healthy (API on loopback only) -> admin key -> a tool
+#   call in a sandbox with the CLI -> a networked sandbox (an agent whose manifest grants one
+#   test host): a request reaches that host through the sandbox's egress proxy, another host is
+#   refused by the proxy (403), a direct connection to a service of this machine is dropped by
+#   the host firewall -> an agent run without a model (must say how to add one) -> down -v ->
+#   nothing of the stack is left (containers, volumes, networks by compose project label, the
+#   stack's sandboxes and their egress networks by the dispatcher's org.aegis.scope label, the
+#   networked sandbox's host firewall rules, executor volumes it created)
+#
+# The test hosts are tiny HTTP servers on this machine (python3 -m http.server; no internet is
+# needed): two on 127.0.0.2, named allowed.test and other.test by the node's egress.hosts, the
+# address opened with egress.allow_cidrs as an operator would for an internal mirror (the proxy
+# refuses loopback and private ranges otherwise), and a trap on every interface, which must see
+# nothing. The node config is config/compose.yaml plus that egress section, given to the stack
+# as ORCHESTRATOR_CONFIG_FILE in .env.
 #
 #   scripts/compose_check.sh [--source PATH|URL] [--ref REF] [--keep-clone]
 #
@@ -26,7 +37,7 @@ while [ $# -gt 0 ]; do
     --source) SOURCE="$2"; shift 2 ;;
     --ref) REF="$2"; shift 2 ;;
     --keep-clone) KEEP=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compose_check: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,6 +61,9 @@ CLONE="$WORK/repo"
 PHASES=()
 SANDBOX_SCOPE=""
 STACK_UP=0
+HOST_PIDS=()
+NET_SBX=""
+NET_NAME=""
 
 # Free TCP ports on loopback for the stack (the defaults may be taken by another stack).
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -69,9 +83,10 @@ report() {
   for p in "${PHASES[@]}"; do printf '%s\n' "$p"; done
 }
 
-# Whatever happens, take the stack down and remove the clone (unless kept).
+# Whatever happens, take the stack down, stop the test hosts and remove the clone (unless kept).
 cleanup() {
-  local rc=$?
+  local rc=$? pid
+  for pid in "${HOST_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   if [ "$STACK_UP" = 1 ]; then
     log "cleaning up after a failure: down -v"
     compose down -v --remove-orphans >/dev/null 2>&1 || true
@@ -98,13 +113,41 @@ end
 
 begin "base and runtime images"
 "$CLONE/scripts/offline-bases.sh" all
-# The sandboxes of this check use the shell runtime; build.sh waits for any other build.sh on
-# the machine, so it runs only when the image is missing.
+# The sandboxes of this check use the shell runtime (and busybox, for its wget, in the networked
+# one); build.sh waits for any other build.sh on the machine, so it runs only when missing.
 docker image inspect aegis-runtime/shell:bookworm >/dev/null 2>&1 || "$CLONE/runtime-images/build.sh" --only shell
+docker image inspect aegis-runtime/busybox:1 >/dev/null 2>&1 || "$CLONE/runtime-images/build.sh" --only busybox
 end
 
+# The test hosts (see the top): each serves one page and logs every request it gets.
+free_port_on() { python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' "$1"; }
+test_host() {  # name, address, port
+  mkdir -p "$WORK/hosts/$1"
+  printf '%s says hi\n' "$1" >"$WORK/hosts/$1/index.html"
+  python3 -m http.server --bind "$2" --directory "$WORK/hosts/$1" "$3" >/dev/null 2>"$WORK/hosts/$1.log" &
+  HOST_PIDS+=($!)
+}
+hits() { grep -c '"GET ' "$WORK/hosts/$1.log" 2>/dev/null || true; }
+ALLOWED_PORT="$(free_port_on 127.0.0.2)"
+OTHER_PORT="$(free_port_on 127.0.0.2)"
+TRAP_PORT="$(free_port_on 0.0.0.0)"
+test_host allowed 127.0.0.2 "$ALLOWED_PORT"
+test_host other 127.0.0.2 "$OTHER_PORT"
+test_host trap 0.0.0.0 "$TRAP_PORT"
+CONFIG="$WORK/node-config.yaml"
+{
+  cat "$CLONE/config/compose.yaml"
+  printf '%s\n' "# compose_check.sh: test hosts on this machine, reached through the egress proxy" \
+    "egress:" \
+    "  allow_cidrs: [\"127.0.0.2/32\"]" \
+    "  hosts:" \
+    "    allowed.test: [\"127.0.0.2\"]" \
+    "    other.test: [\"127.0.0.2\"]"
+} >"$CONFIG"
+
 begin "build (compiles the orchestrator)"
-printf 'ORCHESTRATOR_HTTP_PORT=%s\nORCHESTRATOR_GRPC_PORT=%s\n' "$HTTP_PORT" "$GRPC_PORT" >"$CLONE/.env"
+printf 'ORCHESTRATOR_HTTP_PORT=%s\nORCHESTRATOR_GRPC_PORT=%s\nORCHESTRATOR_CONFIG_FILE=%s\n' \
+  "$HTTP_PORT" "$GRPC_PORT" "$CONFIG" >"$CLONE/.env"
 compose build orchestrator
 end
 
@@ -120,6 +163,10 @@ for _ in $(seq 1 120); do
 done
 [ "$healthy" = 1 ] || { compose logs --tail 50 orchestrator >&2 || true; die "the orchestrator did not become healthy (last state: $state)"; }
 curl -fsS "http://127.0.0.1:$HTTP_PORT/health/ready" >/dev/null || die "health/ready does not answer on 127.0.0.1:$HTTP_PORT"
+# Loopback only by default (the service shares the host's network namespace).
+listen="$(ss -Hltn "sport = :$HTTP_PORT" 2>/dev/null | awk '{print $4}' | sort -u | tr '\n' ' ')"
+[ "$listen" = "127.0.0.1:$HTTP_PORT " ] \
+  || die "the API should listen on 127.0.0.1:$HTTP_PORT only; it listens on: ${listen:-nothing ss can see}"
 end
 
 begin "admin key (admin-key)"
@@ -142,6 +189,83 @@ cli sandbox rm "$SBX" >/dev/null
 # One more, left running on purpose: down must not leave it behind.
 LEFT="$(cli sandbox create --runtime shell | tr -d '\r')"
 log "sandbox $LEFT stays up for the down -v check (scope $SANDBOX_SCOPE)"
+end
+
+# Firewall rules of one egress network, when this shell may read the host firewall.
+CAN_IPTABLES=0
+iptables -w -S INPUT >/dev/null 2>&1 && CAN_IPTABLES=1
+egress_rules() { iptables -w -S INPUT 2>/dev/null | grep -c -- "aegis-egress:$1" || true; }
+# One cmd.run in the networked sandbox (command, deadline in seconds), printed on one line as
+# exit code, stdout, stderr, timed out (tab-separated).
+net_run() {
+  cli tools call cmd.run "{\"command\": \"$1\", \"timeout_secs\": ${2:-15}}" --sandbox "$NET_SBX" \
+    | tr -d '\r' | python3 -c 'import json,sys
+r = json.load(sys.stdin)
+flat = lambda k: str(r.get(k) or "-").strip().replace("\0", " ").replace("\n", " | ").replace("\t", " ")
+print("%s\t%s\t%s\t%s" % (r.get("exit_code"), flat("stdout"), flat("stderr"), r.get("timed_out")))'
+}
+
+begin "networked sandbox (egress proxy)"
+cat >"$WORK/fetcher.yaml" <<MANIFEST
+apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: fetcher
+  version: "1.0.0"
+spec:
+  runtime:
+    language: busybox
+    version: "1"
+  task:
+    instruction: Fetch things.
+  tools: [cmd.run]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [wget, cat]
+          timeout_seconds: 20
+  security:
+    network:
+      mode: deny
+      allowlist: ["allowed.test:$ALLOWED_PORT"]
+MANIFEST
+deployed="$(cli agent deploy - <"$WORK/fetcher.yaml" 2>&1 | tr -d '\r')" || die "deploying the networked agent failed: $deployed"
+if printf '%s\n' "$deployed" | grep -q 'cannot give a sandbox network'; then
+  die "the deploy says this node cannot give sandboxes network: $deployed"
+fi
+NET_SBX="$(cli sandbox create --agent fetcher | tr -d '\r')"
+log "networked sandbox $NET_SBX"
+NET_NAME="aegis-net-$NET_SBX"
+internal="$(docker network inspect -f '{{.Internal}}' "$NET_NAME" 2>/dev/null || echo missing)"
+[ "$internal" = true ] || die "the sandbox's network $NET_NAME is not an internal network ($internal)"
+GATEWAY="$(docker network inspect -f '{{range .IPAM.Config}}{{.Gateway}}{{end}}' "$NET_NAME")"
+if [ "$CAN_IPTABLES" = 1 ] && [ "$(egress_rules "$NET_NAME")" != 3 ]; then
+  iptables -w -S INPUT >&2
+  die "expected 3 host firewall rules tagged aegis-egress:$NET_NAME"
+fi
+IFS=$'\t' read -r rc out err _ < <(net_run 'cat /proc/self/environ')
+case "$out" in *"HTTP_PROXY=http://$GATEWAY:"*) ;; *) die "cmd.run has no HTTP_PROXY on the gateway $GATEWAY: $out" ;; esac
+# Allowed: through the proxy to the test host.
+IFS=$'\t' read -r rc out err _ < <(net_run "wget -q -O - http://allowed.test:$ALLOWED_PORT/")
+{ [ "$rc" = 0 ] && [ "$out" = "allowed says hi" ]; } \
+  || die "the allowed host was not reached through the proxy (exit $rc): $out $err"
+[ "$(hits allowed)" -ge 1 ] || die "the allowed test host logged no request"
+log "   allowed.test:$ALLOWED_PORT reached through the proxy: '$out'"
+# Refused by the proxy: a host the manifest does not name (same address, other name and port).
+IFS=$'\t' read -r rc out err _ < <(net_run "wget -q -O - http://other.test:$OTHER_PORT/")
+{ [ "$rc" != 0 ] && printf '%s' "$err" | grep -q 403; } \
+  || die "other.test was not refused by the proxy (exit $rc): $out $err"
+[ "$(hits other)" = 0 ] || die "the refused test host got a request"
+log "   other.test:$OTHER_PORT refused by the proxy: $err"
+# Dropped by the host firewall: a service of this machine on every interface, asked directly
+# (no proxy). The SYN is dropped, so the command hangs until its deadline (busybox wget's own -T
+# is not used: it crashes in this busybox build).
+IFS=$'\t' read -r rc out err timed_out < <(net_run "wget -Y off -q -O - http://$GATEWAY:$TRAP_PORT/" 5)
+[ "$rc" != 0 ] || die "a direct connection to $GATEWAY:$TRAP_PORT succeeded: $out"
+[ "$(hits trap)" = 0 ] || die "the trap on every interface got a request from the sandbox"
+log "   direct to $GATEWAY:$TRAP_PORT (a service on every interface): no answer (exit $rc, timed out: $timed_out), the trap saw nothing"
+log "networked sandbox $NET_SBX stays up for the down -v check (its network and firewall rules)"
 end
 
 begin "agent run without a model"
@@ -176,6 +300,15 @@ mapfile -t sc < <(docker ps -a --filter "label=org.aegis.scope=$SANDBOX_SCOPE" -
 show "sandbox containers of the stack's database (scope $SANDBOX_SCOPE; destroying them at SIGTERM is the node's job)" "${sc[@]}"
 mapfile -t sv < <(docker volume ls -q --filter "label=org.aegis.scope=$SANDBOX_SCOPE")
 show "sandbox volumes of the stack's database" "${sv[@]}"
+mapfile -t sn < <(docker network ls --filter "label=org.aegis.scope=$SANDBOX_SCOPE" --format '{{.Name}}')
+show "sandbox egress networks of the stack's database" "${sn[@]}"
+fw=()
+if [ "$CAN_IPTABLES" = 1 ]; then
+  mapfile -t fw < <(iptables -w -S INPUT | grep -- "aegis-egress:$NET_NAME" || true)
+  show "host firewall rules of the networked sandbox ($NET_NAME)" "${fw[@]}"
+else
+  log "   (the host firewall is not readable by $(id -un): egress rules not checked)"
+fi
 # Only the volume of this image's executor, and only if the check created it (never another
 # stack's or a test's).
 OURS="$(our_executor_volume)"
@@ -187,6 +320,11 @@ if [ "$left" = 1 ]; then
   log "removing what was left (only objects of this check)"
   [ ${#sc[@]} -eq 0 ] || docker ps -aq --filter "label=org.aegis.scope=$SANDBOX_SCOPE" | xargs -r docker rm -f -v >/dev/null || true
   [ ${#sv[@]} -eq 0 ] || printf '%s\n' "${sv[@]}" | xargs -r docker volume rm -f >/dev/null || true
+  [ ${#sn[@]} -eq 0 ] || printf '%s\n' "${sn[@]}" | xargs -r docker network rm >/dev/null || true
+  for rule in "${fw[@]}"; do
+    # shellcheck disable=SC2086  # a rule as iptables -S prints it: words, the tag unquoted
+    iptables -w -D ${rule#-A } 2>/dev/null || true
+  done
   [ ${#c[@]} -eq 0 ] || printf '%s\n' "${c[@]}" | xargs -r docker rm -f -v >/dev/null || true
   [ ${#v[@]} -eq 0 ] || printf '%s\n' "${v[@]}" | xargs -r docker volume rm -f >/dev/null || true
   [ ${#n[@]} -eq 0 ] || printf '%s\n' "${n[@]}" | xargs -r docker network rm >/dev/null || true
@@ -198,4 +336,4 @@ if [ "$left" = 1 ]; then
   log "FAILED: the stack left objects behind (listed above)"
   exit 1
 fi
-log "OK: from a fresh clone to a tool call in a sandbox and back, nothing left behind"
+log "OK: from a fresh clone to tool calls in sandboxes, one through its egress proxy, and back; nothing left behind"
