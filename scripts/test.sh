@@ -46,6 +46,9 @@ if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("prometheus-
     || die "cannot install prometheus-client/schemathesis (pip)"
 fi
 
+say "checking the crates' layers (ARCHITECTURE.md, Crates and their layers)"
+"$root/scripts/check_layers.sh" >&2 || die "a crate depends on one its layer does not allow (see above)"
+
 say "running the test suite"
 export RUST_LOG=${RUST_LOG:-warn}
 # Libraries, binaries and test targets (the orchestrator's integration tests are one binary,

@@ -25,7 +25,9 @@ pub mod registry;
 pub mod render;
 pub mod runtimes;
 pub mod sandboxes;
-pub mod seal;
+/// SEAL v1 without I/O lives in its own crate (`orchestrator/crates/seal`, the bottom layer);
+/// re-exported here so the service's modules and its tests name it as before.
+pub use aegis_seal as seal;
 pub mod seal_client;
 pub mod shutdown;
 pub mod state;

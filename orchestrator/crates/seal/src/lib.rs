@@ -5,7 +5,7 @@
 //! each call then travels in an envelope signed with that key, so every call is attributable
 //! and cannot be forged or altered on the way (`../shared/reference/seal-v1-notes.md`).
 //!
-//! This module holds everything about SEAL that needs no I/O, so that the HTTP and gRPC
+//! This crate holds everything about SEAL that needs no I/O, so that the HTTP and gRPC
 //! adapters, the session store and the tests share one implementation of the rules:
 //!
 //! - [`canonical`]: a lexeme-preserving JSON parser and the canonical bytes clients sign
@@ -26,9 +26,11 @@ pub mod canonical;
 pub mod context;
 pub mod envelope;
 pub mod error;
+pub mod tier;
 pub mod token;
 
 pub use context::{Grant, RateLimiter, SecurityContext};
 pub use envelope::Envelope;
 pub use error::{SealCode, SealError};
+pub use tier::Tier;
 pub use token::{Claims, TokenIssuer};

@@ -9,7 +9,7 @@ use super::grammar::{
     domain_matches, normalise_path, path_matches, split_deny_entry, tool_matches,
 };
 use super::{ApprovalRule, Capability, Grant, RateLimiter, SecurityContext, WORKSPACE};
-use crate::seal::error::{SealCode, SealError};
+use crate::error::{SealCode, SealError};
 
 impl SecurityContext {
     /// Decides whether a session of this context may call `tool` with `args` now (see the

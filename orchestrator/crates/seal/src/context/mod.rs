@@ -72,7 +72,7 @@ use serde_json::json;
 use sha2::{Digest as _, Sha256};
 
 use super::error::{SealCode, SealError};
-use crate::caller::Tier;
+use crate::Tier;
 
 mod evaluate;
 mod grammar;
