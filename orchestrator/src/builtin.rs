@@ -65,6 +65,7 @@ fn parse(kind: ManifestKind, text: &str) -> Result<manifest::ParsedManifest, Man
             runtime_known: &runtime_known,
             // Shipped manifests carry their own allowlists; a node default never applies.
             default_command_allowlist: &|_| None,
+            runs_in_sandbox: &crate::policy::needs_sandbox,
         },
     )
 }

@@ -18,7 +18,9 @@ pub mod engine;
 pub mod gateway;
 pub mod health;
 pub mod llm;
-pub mod manifest;
+/// Manifests without I/O live in their own crate (`orchestrator/crates/manifest`, the bottom
+/// layer); re-exported so the service's modules name them as before.
+pub use aegis_manifest as manifest;
 pub mod metrics;
 pub mod policy;
 pub mod registry;

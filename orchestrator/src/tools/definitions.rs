@@ -147,6 +147,7 @@ fn node_knowledge<R>(
         tool_exists: &tool_exists,
         runtime_known: &runtime_known,
         default_command_allowlist: &default_command_allowlist,
+        runs_in_sandbox: &crate::policy::needs_sandbox,
     })
 }
 

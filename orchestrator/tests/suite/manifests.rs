@@ -77,6 +77,7 @@ fn node() -> NodeKnowledge<'static> {
         tool_exists: &tool_exists,
         runtime_known: &runtime_known,
         default_command_allowlist: &|_| None,
+        runs_in_sandbox: &orchestrator::policy::needs_sandbox,
     }
 }
 
@@ -88,6 +89,7 @@ fn any_node() -> NodeKnowledge<'static> {
         tool_exists: &|_| true,
         runtime_known: &|_, _| true,
         default_command_allowlist: &|_| None,
+        runs_in_sandbox: &orchestrator::policy::needs_sandbox,
     }
 }
 

@@ -17,6 +17,7 @@ fn node() -> NodeKnowledge<'static> {
         tool_exists: &|_| true,
         runtime_known: &|_, _| true,
         default_command_allowlist: &|_| None,
+        runs_in_sandbox: &orchestrator::policy::needs_sandbox,
     }
 }
 

@@ -48,11 +48,7 @@ pub struct ManifestError {
 
 impl ManifestError {
     /// An error without a position; [`super::yaml::Positions::locate`] fills it in later.
-    pub(crate) fn new(
-        stage: Stage,
-        pointer: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
+    pub fn new(stage: Stage, pointer: impl Into<String>, message: impl Into<String>) -> Self {
         ManifestError {
             stage,
             pointer: pointer.into(),

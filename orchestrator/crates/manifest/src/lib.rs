@@ -93,6 +93,9 @@ pub struct NodeKnowledge<'a> {
     /// The node's default `cmd.run` allowlist for a runtime language, applied to an agent that
     /// offers `cmd.run` without its own (`sandbox.default_command_allowlists`).
     pub default_command_allowlist: &'a dyn Fn(&str) -> Option<Vec<String>>,
+    /// Whether a tool runs inside a sandbox (so an agent offering it gets one, and its volumes
+    /// have somewhere to live): the policy's classification, asked, not copied.
+    pub runs_in_sandbox: &'a dyn Fn(&str) -> bool,
 }
 
 impl fmt::Debug for NodeKnowledge<'_> {
@@ -296,6 +299,7 @@ mod tests {
             tool_exists: &|name| matches!(name, "fs.read" | "fs.write" | "cmd.run"),
             runtime_known: &|language, version| (language, version) == ("python", "3.11"),
             default_command_allowlist: &|_| None,
+            runs_in_sandbox: &|name| name.starts_with("fs.") || name == "cmd.run",
         }
     }
 

@@ -24,13 +24,15 @@ use super::{pointer, ManifestKind};
 pub const SCHEMA_KEYS: &[&str] = &["agent/manifest/v1", "workflow/manifest/v1"];
 
 static AGENT_SCHEMA: LazyLock<Value> = LazyLock::new(|| {
-    serde_json::from_str(include_str!("../../../schemas/agent/manifest/v1.json"))
+    serde_json::from_str(include_str!("../../../../schemas/agent/manifest/v1.json"))
         .expect("schemas/agent/manifest/v1.json is valid JSON (checked by a unit test)")
 });
 
 static WORKFLOW_SCHEMA: LazyLock<Value> = LazyLock::new(|| {
-    serde_json::from_str(include_str!("../../../schemas/workflow/manifest/v1.json"))
-        .expect("schemas/workflow/manifest/v1.json is valid JSON (checked by a unit test)")
+    serde_json::from_str(include_str!(
+        "../../../../schemas/workflow/manifest/v1.json"
+    ))
+    .expect("schemas/workflow/manifest/v1.json is valid JSON (checked by a unit test)")
 });
 
 static AGENT_VALIDATOR: LazyLock<Validator> = LazyLock::new(|| compile(&AGENT_SCHEMA));

@@ -417,6 +417,7 @@ mod tests {
             tool_exists: &|_| true,
             runtime_known: &|_, _| true,
             default_command_allowlist: &defaults,
+            runs_in_sandbox: &|_| true,
         };
         let out = normalise(kind, &mut value, &knowledge);
         (value, out)

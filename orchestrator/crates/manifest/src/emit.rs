@@ -231,7 +231,7 @@ fn write_quoted(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::yaml::load;
+    use crate::yaml::load;
     use serde_json::json;
 
     fn round_trip(value: &Value) {

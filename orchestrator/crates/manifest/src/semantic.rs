@@ -123,7 +123,7 @@ fn agent(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
         }
     }
     dispatchers(value, node, errors);
-    volumes(value, errors);
+    volumes(value, node, errors);
     if let Some(schema) = value.pointer("/spec/input_schema") {
         check_json_schema("/spec/input_schema", schema, errors);
     }
@@ -239,10 +239,10 @@ fn dispatchers(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
     }
 }
 
-fn volumes(value: &Value, errors: &mut Errors) {
+fn volumes(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
     // Volumes live in the execution's sandbox, which exists only for sandbox tools.
     if array_at(value, "/spec/volumes").next().is_some()
-        && !strings_at(value, "/spec/tools").any(|(_, t)| crate::policy::needs_sandbox(t))
+        && !strings_at(value, "/spec/tools").any(|(_, t)| (node.runs_in_sandbox)(t))
     {
         errors.warn(
             "/spec/volumes",
