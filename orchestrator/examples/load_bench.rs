@@ -27,11 +27,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use aegis_cli::seal_client::{SealClient, Transport as SealTransport};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use orchestrator::app::Application;
 use orchestrator::config::NodeConfig;
-use orchestrator::seal_client::{SealClient, Transport as SealTransport};
 use orchestrator::state::AppState;
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;

@@ -7,10 +7,10 @@
 
 use std::time::{Duration, Instant};
 
+use aegis_cli::seal_client::{SealClient, Transport};
 use orchestrator::app::Application;
 use orchestrator::caller::{Caller, Role};
 use orchestrator::config::NodeConfig;
-use orchestrator::seal_client::{SealClient, Transport};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;

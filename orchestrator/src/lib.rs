@@ -10,7 +10,6 @@ pub mod audit;
 pub mod auth;
 pub mod builtin;
 pub mod caller;
-pub mod cli;
 pub mod config;
 pub mod delivery;
 pub mod egress;
@@ -30,7 +29,6 @@ pub mod sandboxes;
 /// SEAL v1 without I/O lives in its own crate (`orchestrator/crates/seal`, the bottom layer);
 /// re-exported here so the service's modules and its tests name it as before.
 pub use aegis_seal as seal;
-pub mod seal_client;
 pub mod shutdown;
 pub mod state;
 pub mod store;

@@ -5,10 +5,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use aegis_cli as cli;
 use clap::{Parser, Subcommand};
 use orchestrator::app::Application;
 use orchestrator::config::{self, LoadedConfig};
-use orchestrator::{cli, shutdown, store, telemetry};
+use orchestrator::{shutdown, store, telemetry};
 use tokio_util::sync::CancellationToken;
 
 /// Orchestrator for AI agents whose tool calls run in hardened, ephemeral containers.

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::caller::{Caller, Role};
 
 /// Prefix of every key, so leaked keys are recognisable by secret scanners.
-pub const KEY_PREFIX: &str = "aok_";
+pub const KEY_PREFIX: &str = aegis_proto::API_KEY_PREFIX;
 
 /// Why a key could not be used or managed.
 #[derive(Debug, thiserror::Error)]

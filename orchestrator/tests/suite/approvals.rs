@@ -6,8 +6,8 @@ use crate::common;
 
 use std::time::Duration;
 
+use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use common::{test_config, TestApp, TestDb};
-use orchestrator::seal_client::{ClientError, SealClient, Transport};
 use reqwest::Method;
 use serde_json::{json, Value};
 

@@ -14,8 +14,8 @@ use crate::common;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use common::{test_config, TestApp, TestDb, TEST_ADMIN_KEY};
-use orchestrator::seal_client::{ClientError, SealClient, Transport};
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;

@@ -8,9 +8,9 @@ use crate::common;
 
 use std::time::Duration;
 
+use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use common::fake_llm::{answer, FakeLlm};
 use common::{test_config, TestApp, TestDb};
-use orchestrator::seal_client::{ClientError, SealClient, Transport};
 use reqwest::Method;
 use serde_json::{json, Value};
 

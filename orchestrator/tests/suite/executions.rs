@@ -514,8 +514,8 @@ async fn task_tools_and_a_seal_session_start_executions_too() {
         .await;
     assert_eq!(removed["structuredContent"]["removed"], true, "{removed}");
 
-    let mut client = orchestrator::seal_client::SealClient::new(
-        orchestrator::seal_client::Transport::Http(app.http_base.clone()),
+    let mut client = aegis_cli::seal_client::SealClient::new(
+        aegis_cli::seal_client::Transport::Http(app.http_base.clone()),
     )
     .unwrap();
     client.attest("test-runner", "runner").await.unwrap();

@@ -456,7 +456,7 @@ fn seal_contexts() -> Vec<Value> {
 
 #[tokio::test]
 async fn seal_sessions_call_the_process_tools_under_their_context() {
-    use orchestrator::seal_client::{ClientError, SealClient, Transport};
+    use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 
     let db = common::TestDb::create().await;
     let mut config = common::test_config(&db.url);

@@ -7,10 +7,10 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use aegis_cli::seal_client::{SealClient, Transport};
 use common::fake_llm::{answer, tool_calls, FakeLlm, Step};
 use common::{test_config, TestApp, TestDb};
 use orchestrator::config::NodeConfig;
-use orchestrator::seal_client::{SealClient, Transport};
 use reqwest::Method;
 use serde_json::{json, Value};
 

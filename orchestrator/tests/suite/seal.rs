@@ -4,9 +4,9 @@
 
 use crate::common;
 
+use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use chrono::{Duration, Utc};
 use common::{test_config, TestApp, TestDb};
-use orchestrator::seal_client::{ClientError, SealClient, Transport};
 use reqwest::Method;
 use serde_json::{json, Value};
 

@@ -4,10 +4,10 @@
 
 use crate::common;
 
+use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use chrono::Utc;
 use common::{test_config, TestApp, TestDb};
 use orchestrator::seal::canonical::Escaping;
-use orchestrator::seal_client::{ClientError, SealClient, Transport};
 use serde_json::{json, Value};
 
 async fn app(db: &TestDb) -> TestApp {

@@ -4,8 +4,8 @@
 
 use crate::common;
 
+use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use common::{test_config, TestApp, TestDb};
-use orchestrator::seal_client::{ClientError, SealClient, Transport};
 use serde_json::{json, Value};
 use uuid::Uuid;
 

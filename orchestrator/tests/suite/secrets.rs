@@ -5,9 +5,9 @@
 
 use crate::common;
 
+use aegis_cli::seal_client::{ClientError, Proof, SealClient, Transport};
 use common::{test_config, TestApp, TestDb};
 use orchestrator::config::NodeConfig;
-use orchestrator::seal_client::{ClientError, Proof, SealClient, Transport};
 use reqwest::Method;
 use serde_json::{json, Value};
 

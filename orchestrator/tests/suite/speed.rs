@@ -5,10 +5,10 @@
 
 use crate::common;
 
+use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use common::{test_config, TestApp, TestDb};
 use orchestrator::audit::{self, Entry, EntryKind};
 use orchestrator::caller::{Caller, Role};
-use orchestrator::seal_client::{ClientError, SealClient, Transport};
 use reqwest::Method;
 use serde_json::{json, Value};
 

@@ -18,22 +18,8 @@ use super::request_id::RequestIdLayer;
 use crate::health;
 use crate::state::AppState;
 
-/// Generated protobuf types and service stubs.
-pub mod pb {
-    /// `orchestrator.v1`: the node service.
-    pub mod orchestrator {
-        #![allow(missing_docs, clippy::all)]
-        tonic::include_proto!("orchestrator.v1");
-    }
-    /// `seal.v1`: the SEAL gateway.
-    pub mod seal {
-        #![allow(missing_docs, clippy::all)]
-        tonic::include_proto!("seal.v1");
-    }
-    /// Encoded descriptors of every service we define, for reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        tonic::include_file_descriptor_set!("orchestrator_descriptor");
-}
+/// Generated protobuf types and service stubs (the `aegis-proto` crate, shared with clients).
+pub use aegis_proto as pb;
 
 /// Builds the gRPC router (every call inside its request-id span, the id in the response
 /// metadata) and starts the task that keeps the health status current.

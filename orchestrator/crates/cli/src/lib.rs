@@ -2,7 +2,9 @@
 //! `logs`, `sandbox`, `tools`, `keys`, `audit`, `approvals`, `seal`), all speaking REST to a
 //! running node with an API key.
 //!
-//! It lives in the library (not in `main.rs`) so the pieces that decide things (where the key
+//! Also the Rust SEAL client ([`seal_client`]) behind `orchestrator seal ...` and the tests.
+//!
+//! It lives in a library (not in `main.rs`) so the pieces that decide things (where the key
 //! comes from, how an answer maps to an exit code, how an SSE stream is cut into events) are
 //! unit-tested; `main.rs` only parses the command line and hands the client verbs here.
 //!
@@ -22,6 +24,7 @@ pub mod output;
 mod run;
 mod sandbox;
 mod seal;
+pub mod seal_client;
 pub mod sse;
 mod tools;
 mod workflow;

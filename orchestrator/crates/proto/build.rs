@@ -8,14 +8,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     unsafe { std::env::set_var("PROTOC", protoc) };
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let protos = [
-        "../proto/orchestrator/v1/node.proto",
-        "../proto/seal/v1/gateway.proto",
+        "../../../proto/orchestrator/v1/node.proto",
+        "../../../proto/seal/v1/gateway.proto",
     ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("orchestrator_descriptor.bin"))
-        .compile_protos(&protos, &["../proto"])?;
+        .compile_protos(&protos, &["../../../proto"])?;
     Ok(())
 }

@@ -10,9 +10,9 @@ use ed25519_dalek::{Signer, SigningKey};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::api::grpc::pb::seal::gateway_client::GatewayClient;
-use crate::api::grpc::pb::seal::{AttestRequest, InvokeRequest, ListToolsRequest};
-use crate::seal::canonical;
+use aegis_proto::seal::gateway_client::GatewayClient;
+use aegis_proto::seal::{AttestRequest, InvokeRequest, ListToolsRequest};
+use aegis_seal::canonical;
 
 /// Where the gateway is.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -78,7 +78,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Credentials, CliError> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        if line.starts_with(crate::auth::KEY_PREFIX) && !line.contains('=') {
+        if line.starts_with(aegis_proto::API_KEY_PREFIX) && !line.contains('=') {
             out.key = Some(line.to_owned());
             continue;
         }
