@@ -313,7 +313,22 @@ fi
 # stack's or a test's).
 OURS="$(our_executor_volume)"
 mapfile -t ev < <(comm -13 <(printf '%s\n' "$EXECUTOR_VOLUMES_BEFORE") <(executor_volumes) | grep -x "$OURS" || true)
-show "the executor volume the stack created ($OURS; the dispatcher shares it between nodes and never removes it)" "${ev[@]}"
+# A stopping node removes the executor volume only when no other node on this Docker engine is
+# alive (a beacon of another scope that beat within 120 s): on a machine where other stacks or
+# tests run, keeping it is the designed behaviour, not a leftover. Said, and removed here.
+others_alive() {
+  local v now
+  now="$(date +%s)"
+  docker volume ls -q --filter label=org.aegis.component=beacon | while read -r v; do
+    docker volume inspect -f '{{index .Labels "org.aegis.scope"}} {{index .Labels "org.aegis.beat-at"}}' "$v" 2>/dev/null
+  done | awk -v s="$SANDBOX_SCOPE" -v now="$now" '$1 != s && $2 + 0 >= now - 120' | wc -l
+}
+if [ ${#ev[@]} -gt 0 ] && [ "$(others_alive)" -gt 0 ]; then
+  log "   the executor volume $OURS was kept because $(others_alive) other node(s) on this Docker engine are alive (by design); removing it"
+  docker volume rm "$OURS" >/dev/null 2>&1 || log "   (still in use by another node: left to it)"
+  ev=()
+fi
+show "the executor volume the stack created ($OURS; the dispatcher shares it between nodes and removes it at shutdown when no other node is alive)" "${ev[@]}"
 end
 
 if [ "$left" = 1 ]; then
