@@ -53,7 +53,8 @@ say "running the test suite"
 export RUST_LOG=${RUST_LOG:-warn}
 # Libraries, binaries and test targets (the orchestrator's integration tests are one binary,
 # tests/suite); the examples (benchmarks) are not built here. Arguments choose instead, e.g.
-# `scripts/test.sh -p orchestrator --test suite -- doors::`.
+# `scripts/test.sh --workspace --test suite -- doors::` (`--workspace` keeps the features of the
+# whole build, so nothing is compiled again).
 if [ "$#" -eq 0 ]; then
   cargo test --workspace --locked --lib --bins --tests 2>&1
 else
@@ -77,7 +78,7 @@ if [ "$#" -eq 0 ] && [ "${SKIP_LOADED_RERUN:-0}" != 1 ]; then
   done
   say "running the slow scenarios again beside ${#hogs[@]} busy loops (crash, replicas, workflows)"
   rerun_status=0
-  cargo test --locked -p orchestrator --test suite -- crash:: workflows_crash:: workflow_schedule:: \
+  cargo test --workspace --locked --test suite -- crash:: workflows_crash:: workflow_schedule:: \
     workflows:: workflow_wakeup:: 2>&1 || rerun_status=$?
   stop_hogs
   exit "$rerun_status"
