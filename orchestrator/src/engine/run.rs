@@ -774,6 +774,25 @@ impl Job {
                 json!({"tool": call.name, "decision": "denied", "reason": "not offered"}),
             )
             .await;
+            // A refused call is audited like every other, though it never reached the router:
+            // the model asked for a tool this agent (or whoever started it) was not given.
+            let asked: String = call.name.replace("__", ".").chars().take(200).collect();
+            let arguments = serde_json::from_str::<Value>(&call.arguments)
+                .unwrap_or_else(|_| Value::String(call.arguments.clone()));
+            let entry = crate::audit::Entry {
+                kind: crate::audit::EntryKind::Tool,
+                action: asked,
+                allowed: false,
+                reason_code: Some("tool_not_offered".to_owned()),
+                reason: Some("the tool is not offered to this execution".to_owned()),
+                args_digest: crate::audit::digest(&arguments),
+                outcome: "denied",
+                result_digest: None,
+                duration_ms: 0,
+            };
+            if let Err(e) = crate::audit::record(&self.state.pool, caller, entry).await {
+                tracing::warn!(execution = %self.id, error = %e, "cannot audit a refused tool call");
+            }
             return text;
         };
         let args: Value = match serde_json::from_str(&call.arguments) {

@@ -645,6 +645,17 @@ async fn a_workflow_started_by_a_confined_key_runs_its_agents_under_that_key_s_c
     assert!(last.contains("is not available to this agent"), "{last}");
     let offered = requests[0]["tools"].to_string();
     assert!(!offered.contains("cmd__run"), "offered: {offered}");
+    let refused: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT caller_kind, reason_code FROM audit_log WHERE action = 'cmd.run' AND decision = 'denied'",
+    )
+    .fetch_all(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        refused,
+        vec![("execution".to_owned(), Some("tool_not_offered".to_owned()))],
+        "the refusal is audited"
+    );
     let ran: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM audit_log WHERE action = 'cmd.run' AND decision = 'allowed'",
     )
