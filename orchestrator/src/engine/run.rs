@@ -168,38 +168,45 @@ impl Job {
                 )
             }
         };
-        match self.end(status, output, error.as_deref()).await {
-            Ok((true, queued)) => {
-                self.event(kind, payload).await;
-                if queued > 0 {
-                    self.event("deliveries_queued", json!({"count": queued}))
-                        .await;
-                }
-            }
-            Ok((false, _)) => {}
-            Err(e) => {
-                tracing::error!(execution = %self.id, error = %e, "could not record the end of an execution")
-            }
+        // Already ended (cancelled through another replica, say): nothing more to record.
+        if let Err(e) = self
+            .end(status, output, error.as_deref(), kind, payload)
+            .await
+        {
+            tracing::error!(execution = %self.id, error = %e, "could not record the end of an execution")
         }
         self.state.executions.finished(self.id);
     }
 
-    /// Records the end and, in the same transaction, the deliveries of
-    /// `spec.execution.delivery` (sent by `delivery::work` on any replica): (ended now, queued).
+    /// Records the end, its event (`kind`) and, in the same transaction, the deliveries of
+    /// `spec.execution.delivery` (sent by `delivery::work` on any replica): whoever sees the
+    /// execution ended sees its last events too. False when it had already ended.
     async fn end(
         &self,
         status: &str,
         output: Option<&str>,
         error: Option<&str>,
-    ) -> Result<(bool, usize), sqlx::Error> {
+        kind: &str,
+        payload: Value,
+    ) -> Result<bool, sqlx::Error> {
         let mut tx = self.state.pool.begin().await?;
         if !store::transition(&mut *tx, self.id, status, output, error).await? {
-            return Ok((false, 0));
+            return Ok(false);
         }
         let queued =
             crate::delivery::enqueue(&mut tx, self.id, &self.state.config.delivery).await?;
+        store::event_in(&mut tx, self.id, kind, payload).await?;
+        if queued > 0 {
+            store::event_in(
+                &mut tx,
+                self.id,
+                "deliveries_queued",
+                json!({"count": queued}),
+            )
+            .await?;
+        }
         tx.commit().await?;
-        Ok((true, queued))
+        Ok(true)
     }
 
     /// Who owns this execution's volumes: its tenant, agent and root principal.

@@ -456,11 +456,24 @@ pub async fn event(
     payload: Value,
 ) -> Result<i64, sqlx::Error> {
     let mut tx = pool.begin().await?;
+    let seq = event_in(&mut tx, id, event_type, payload).await?;
+    tx.commit().await?;
+    Ok(seq)
+}
+
+/// Appends an event inside the caller's transaction, so it commits with what it reports (the
+/// end of an execution and its last event are seen together, never one without the other).
+pub async fn event_in(
+    tx: &mut sqlx::PgConnection,
+    id: Uuid,
+    event_type: &str,
+    payload: Value,
+) -> Result<i64, sqlx::Error> {
     sqlx::query("SELECT 1 FROM executions WHERE id = $1 FOR UPDATE")
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    let seq: i64 = sqlx::query_scalar(
+    sqlx::query_scalar(
         "INSERT INTO execution_events (execution_id, seq, event_type, payload) \
          SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3 FROM execution_events WHERE execution_id = $1 RETURNING seq",
     )
@@ -468,9 +481,7 @@ pub async fn event(
     .bind(event_type)
     .bind(payload)
     .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(seq)
+    .await
 }
 
 /// Moves a non-terminal execution to `status`; false when it had already ended.
