@@ -506,6 +506,16 @@ async fn the_readme_examples_run_as_written() {
         "{e}"
     );
     assert!(readme.contains(said), "the README shows the message");
+    // As the node prints it: the README's text block starts the message with the same words.
+    let printed = e
+        .split("ended failed: ")
+        .nth(1)
+        .and_then(|m| m.split(" (its config").next())
+        .unwrap_or_default();
+    assert!(
+        !printed.is_empty() && readme.contains(&format!("ended failed: {printed}")),
+        "the README's expected text differs from what the node prints: {printed}"
+    );
 }
 
 const GATE: &str = r#"apiVersion: 100monkeys.ai/v1

@@ -160,7 +160,13 @@ pub async fn run(conn: &Connection, command: SandboxCommand) -> Result<ExitCode,
             if client.json {
                 output::json(&out);
             } else {
-                write_stream(&mut std::io::stdout(), &out, "content")?;
+                let mut stdout = std::io::stdout();
+                let ends_line = write_stream(&mut stdout, &out, "content")?;
+                // On a terminal, a file without a final newline would leave the prompt on its
+                // last line; into a pipe or a file the bytes go exactly as stored.
+                if !ends_line && std::io::IsTerminal::is_terminal(&stdout) {
+                    println!();
+                }
             }
         }
         SandboxCommand::Write {
@@ -222,8 +228,9 @@ pub async fn call(
     super::tools::result(tool, out)
 }
 
-/// Writes `value[field]` as bytes, decoding base64 when `value[field_encoding]` says so.
-fn write_stream(to: &mut dyn Write, value: &Value, field: &str) -> Result<(), CliError> {
+/// Writes `value[field]` as bytes, decoding base64 when `value[field_encoding]` says so; true
+/// when what it wrote ends with a newline (or is empty).
+fn write_stream(to: &mut dyn Write, value: &Value, field: &str) -> Result<bool, CliError> {
     let text = value[field].as_str().unwrap_or_default();
     let encoding = value[format!("{field}_encoding")]
         .as_str()
@@ -244,5 +251,6 @@ fn write_stream(to: &mut dyn Write, value: &Value, field: &str) -> Result<(), Cl
     };
     to.write_all(&bytes)
         .and_then(|()| to.flush())
-        .map_err(|e| CliError::Failed(format!("cannot write {field}: {e}")))
+        .map_err(|e| CliError::Failed(format!("cannot write {field}: {e}")))?;
+    Ok(bytes.last().is_none_or(|b| *b == b'\n'))
 }
