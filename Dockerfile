@@ -13,7 +13,7 @@ WORKDIR /src
 COPY . .
 # Said here, not in the build stage, so that editing the message never invalidates the cache.
 RUN echo ">>> The next stage compiles the orchestrator in release mode. The first build takes \
-roughly 20-30 minutes on 2 cores (about 10 on 8): first the dependencies (cached afterwards \
+about 15 minutes on 2 cores (less on more): first the dependencies (cached afterwards \
 until Cargo.lock changes), then the orchestrator itself (5-10 minutes on 2 cores, every build)."
 RUN set -eu; \
     stub() { mkdir -p "/skeleton/$(dirname "$1")"; \
