@@ -644,7 +644,22 @@ async fn the_admin_key_file_is_generated_once_kept_and_printed() {
         .output()
         .await
         .expect("runs");
-    assert_eq!(ok(&printed).trim(), key);
+    // Exactly the key and a newline, with no terminal: `KEY=$(... admin-key)` captures a key
+    // that works. The README's commands run it without a terminal too (`exec -T`), which also
+    // keeps a terminal's carriage return out of the capture.
+    assert_eq!(ok(&printed), format!("{key}\n"));
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    for line in readme
+        .lines()
+        .filter(|l| l.contains("orchestrator admin-key"))
+    {
+        if line.contains("exec ") {
+            assert!(
+                line.contains("exec -T "),
+                "README runs admin-key needing a terminal: {line}"
+            );
+        }
+    }
     let missing = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
         .arg("admin-key")
         .env(
