@@ -36,6 +36,23 @@ impl Window {
             self.allowed.pop_front();
         }
     }
+
+    /// Whether one more call fits in a window of `per` holding at most `calls` calls at `now`,
+    /// else the seconds until it would (at least 1). Reads only: counting is the caller's.
+    fn admits(&self, per: Duration, calls: u32, now: Instant) -> Result<(), u64> {
+        let live = self
+            .allowed
+            .iter()
+            .filter(|t| now.saturating_duration_since(**t) < per);
+        let oldest = live.clone().next().copied();
+        if live.count() < calls.max(1) as usize {
+            return Ok(());
+        }
+        let oldest = oldest.unwrap_or(now);
+        let wait = per.saturating_sub(now.saturating_duration_since(oldest));
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        Err(secs.max(1))
+    }
 }
 
 /// How many acquisitions between sweeps of idle windows.
@@ -73,14 +90,9 @@ impl RateLimiter {
             });
         window.per = per;
         window.expire(now);
-        if window.allowed.len() < limit.calls.max(1) as usize {
-            window.allowed.push_back(now);
-            return Ok(());
-        }
-        let oldest = window.allowed.front().copied().unwrap_or(now);
-        let wait = per.saturating_sub(now.saturating_duration_since(oldest));
-        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        Err(secs.max(1))
+        window.admits(per, limit.calls, now)?;
+        window.allowed.push_back(now);
+        Ok(())
     }
 
     /// Whether [`RateLimiter::try_acquire`] would count this call now, without counting it.
@@ -93,26 +105,14 @@ impl RateLimiter {
     ) -> Result<(), u64> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let per = Duration::from_secs(u64::from(limit.per_seconds.max(1)));
-        let Some(window) = state
+        match state
             .sessions
             .get(session_key)
             .and_then(|s| s.get(&capability_index))
-        else {
-            return Ok(());
-        };
-        let live: Vec<Instant> = window
-            .allowed
-            .iter()
-            .copied()
-            .filter(|t| now.saturating_duration_since(*t) < per)
-            .collect();
-        if live.len() < limit.calls.max(1) as usize {
-            return Ok(());
+        {
+            Some(window) => window.admits(per, limit.calls, now),
+            None => Ok(()),
         }
-        let oldest = live.first().copied().unwrap_or(now);
-        let wait = per.saturating_sub(now.saturating_duration_since(oldest));
-        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        Err(secs.max(1))
     }
 
     /// Drops every window of a session (on revocation or expiry).
