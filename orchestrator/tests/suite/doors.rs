@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use common::fake_llm::{answer, FakeLlm};
-use common::{test_config, TestApp, TestDb};
+use common::{mcp, test_config, TestApp, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -105,73 +105,9 @@ async fn rest_call(app: &TestApp, key: &str, name: &str, arguments: Value) -> (u
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-/// One JSON-RPC message to `/mcp`; returns (status, session header, the answer if any).
-async fn mcp(
-    app: &TestApp,
-    method: Method,
-    key: &str,
-    session: Option<&str>,
-    body: Option<Value>,
-) -> (u16, Option<String>, Option<Value>) {
-    let mut request = app
-        .http
-        .request(method, format!("{}/mcp", app.http_base))
-        .bearer_auth(key)
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2025-11-25");
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    if let Some(id) = session {
-        request = request.header("Mcp-Session-Id", id);
-    }
-    let response = request.send().await.expect("request sent");
-    let status = response.status().as_u16();
-    let session = response
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let text = response.text().await.unwrap_or_default();
-    let answer = serde_json::from_str::<Value>(&text).ok().or_else(|| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .find(|v| v.get("id").is_some())
-    });
-    (status, session, answer)
-}
-
-async fn mcp_session(app: &TestApp, key: &str) -> String {
-    let (status, session, _) = mcp(
-        app,
-        Method::POST,
-        key,
-        None,
-        Some(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "doors", "version": "0"}}}),
-        ),
-    )
-    .await;
-    assert_eq!(status, 200);
-    let session = session.expect("a session id");
-    let (status, _, _) = mcp(
-        app,
-        Method::POST,
-        key,
-        Some(&session),
-        Some(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
-    )
-    .await;
-    assert_eq!(status, 202);
-    session
-}
-
 /// A `tools/call` over MCP; returns the JSON-RPC result (with `isError`).
 async fn mcp_call(app: &TestApp, key: &str, session: &str, name: &str, arguments: Value) -> Value {
-    let (status, _, answer) = mcp(
+    let (status, _, answer) = mcp::request(
         app,
         Method::POST,
         key,
@@ -246,7 +182,7 @@ async fn every_door_confines_a_bound_caller_directly_and_through_a_generator() {
 
     // MCP.
     let (key, _) = bound_key(&app, "door-mcp", "operator", CONFINED).await;
-    let session = mcp_session(&app, &key).await;
+    let session = mcp::open_session(&app, &key).await;
     let direct = mcp_call(&app, &key, &session, "aegis.agent.create", manifest.clone()).await;
     assert_eq!(direct["isError"], true, "MCP direct create: {direct}");
     let nested = mcp_call(
@@ -396,7 +332,7 @@ async fn an_mcp_session_answers_only_the_key_that_opened_it() {
     let (app, _llm, _db) = app_with_llm(0).await;
     let (owner, _) = bound_key(&app, "mcp-owner", "operator", CONFINED).await;
     let (intruder, _) = bound_key(&app, "mcp-intruder", "operator", CONFINED).await;
-    let session = mcp_session(&app, &owner).await;
+    let session = mcp::open_session(&app, &owner).await;
     let wrote = mcp_call(
         &app,
         &owner,
@@ -411,7 +347,8 @@ async fn an_mcp_session_answers_only_the_key_that_opened_it() {
     for method in [Method::POST, Method::GET, Method::DELETE] {
         let body = (method == Method::POST)
             .then(|| json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}));
-        let (status, _, _) = mcp(&app, method.clone(), &intruder, Some(&session), body).await;
+        let (status, _, _) =
+            mcp::request(&app, method.clone(), &intruder, Some(&session), body).await;
         assert_eq!(status, 404, "{method} with another key's session");
     }
 
@@ -428,7 +365,7 @@ async fn an_mcp_session_answers_only_the_key_that_opened_it() {
     assert!(read.to_string().contains("kept"), "{read}");
 
     // The owner may end it.
-    let (status, _, _) = mcp(&app, Method::DELETE, &owner, Some(&session), None).await;
+    let (status, _, _) = mcp::request(&app, Method::DELETE, &owner, Some(&session), None).await;
     assert!((200..300).contains(&status), "{status}");
 }
 
@@ -436,7 +373,7 @@ async fn an_mcp_session_answers_only_the_key_that_opened_it() {
 async fn a_caller_cannot_approve_its_own_privileged_call() {
     let (app, _llm, _db) = app_with_llm(0).await;
     let (key, key_id) = bound_key(&app, "self-approver", "operator", "privileged").await;
-    let session = mcp_session(&app, &key).await;
+    let session = mcp::open_session(&app, &key).await;
 
     // The call waits for an operator.
     let waiting = {

@@ -200,55 +200,7 @@ async fn post(
     session: Option<&str>,
     body: Value,
 ) -> (u16, Option<String>, Option<Value>) {
-    let mut request = app
-        .http
-        .post(format!("{}/mcp", app.http_base))
-        .bearer_auth(key)
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2025-11-25")
-        .json(&body);
-    if let Some(id) = session {
-        request = request.header("Mcp-Session-Id", id);
-    }
-    let response = request.send().await.expect("request sent");
-    let status = response.status().as_u16();
-    let session = response
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let text = response.text().await.unwrap_or_default();
-    // JSON, or SSE whose data lines carry the answer.
-    let answer = serde_json::from_str::<Value>(&text).ok().or_else(|| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .find(|v| v.get("id").is_some())
-    });
-    (status, session, answer)
-}
-
-async fn open_session(app: &TestApp, key: &str) -> String {
-    let (status, session, _) = post(
-        app,
-        key,
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"}}}),
-    )
-    .await;
-    assert_eq!(status, 200);
-    let session = session.expect("a session id on the initialize answer");
-    let (status, _, _) = post(
-        app,
-        key,
-        Some(&session),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await;
-    assert_eq!(status, 202);
-    session
+    common::mcp::request(app, reqwest::Method::POST, key, session, Some(body)).await
 }
 
 /// The `isError` of one `tools/call` of `aegis.runtime.list` in `session`.
@@ -272,7 +224,7 @@ async fn an_edited_context_applies_to_the_next_request() {
     let context = unique_context();
     let (app, _db) = app_with_context(&context).await;
     let (key, _) = bound_key(&app, &context).await;
-    let session = open_session(&app, &key).await;
+    let session = common::mcp::open_session(&app, &key).await;
     assert_eq!(runtime_list_is_error(&app, &key, &session, 2).await, false);
     let edit = |tools: &str| {
         json!({"name": context, "description": "edited",
@@ -337,7 +289,7 @@ async fn ending_the_session_destroys_its_sandbox() {
     let context = unique_context();
     let (app, _db) = app_with_context(&context).await;
     let (key, _) = bound_key(&app, &context).await;
-    let session = open_session(&app, &key).await;
+    let session = common::mcp::open_session(&app, &key).await;
     let (status, _, answer) = post(
         &app,
         &key,
@@ -480,7 +432,7 @@ async fn an_idle_session_expires_with_its_sandbox() {
         "attestation": {"allow_unverified": true}})];
     let app = TestApp::spawn_with(config).await;
     let (key, _) = bound_key(&app, &context).await;
-    let session = open_session(&app, &key).await;
+    let session = common::mcp::open_session(&app, &key).await;
     let (_, _, answer) = post(
         &app,
         &key,

@@ -7,6 +7,7 @@
 
 pub mod binary;
 pub mod fake_llm;
+pub mod mcp;
 pub mod proxy;
 
 use std::net::SocketAddr;

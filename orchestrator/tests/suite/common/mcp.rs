@@ -1,0 +1,73 @@
+//! Raw MCP over HTTP (`/mcp`, revision 2025-11-25): what the tests need beyond a well-behaved
+//! client (other keys' sessions, methods out of turn, the transport's own answers).
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::TestApp;
+
+/// One JSON-RPC message (or a bodiless GET/DELETE) to `/mcp`; returns (status, the session
+/// header, the answer if any).
+pub async fn request(
+    app: &TestApp,
+    method: Method,
+    key: &str,
+    session: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Option<String>, Option<Value>) {
+    let mut request = app
+        .http
+        .request(method, format!("{}/mcp", app.http_base))
+        .bearer_auth(key)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2025-11-25");
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    if let Some(id) = session {
+        request = request.header("Mcp-Session-Id", id);
+    }
+    let response = request.send().await.expect("request sent");
+    let status = response.status().as_u16();
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let text = response.text().await.unwrap_or_default();
+    let answer = serde_json::from_str::<Value>(&text).ok().or_else(|| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v.get("id").is_some())
+    });
+    (status, session, answer)
+}
+
+/// `initialize` then `notifications/initialized` with `key`; returns the session id.
+pub async fn open_session(app: &TestApp, key: &str) -> String {
+    let (status, session, _) = request(
+        app,
+        Method::POST,
+        key,
+        None,
+        Some(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let session = session.expect("a session id");
+    let (status, _, _) = request(
+        app,
+        Method::POST,
+        key,
+        Some(&session),
+        Some(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
+    )
+    .await;
+    assert_eq!(status, 202);
+    session
+}
