@@ -10,6 +10,7 @@
 mod admission;
 pub mod attestation_tokens;
 pub mod contexts;
+mod invoke;
 pub mod sessions;
 
 use std::collections::HashMap;
@@ -21,16 +22,17 @@ use chrono::Utc;
 use dispatcher::SandboxId;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::audit::{self, Entry, EntryKind};
 use crate::caller::{Caller, CallerKind};
 use crate::seal::context::{Proof, RateLimiter, SecurityContext};
-use crate::seal::envelope::{decode_public_key, Envelope};
+use crate::seal::envelope::decode_public_key;
 use crate::seal::error::{SealCode, SealError};
 use crate::seal::token::{Claims, TokenIssuer};
 use crate::state::AppState;
-use crate::tools::{self, CallError};
+use crate::tools;
 
 pub use sessions::Session;
 
@@ -294,276 +296,16 @@ impl Gateway {
         Ok((session, body))
     }
 
-    /// Checks an envelope and runs its request; the success body or a refusal.
-    pub async fn invoke(&self, state: &AppState, body: &str) -> Result<Value, Refusal> {
-        let started = Instant::now();
-        let mut request_id = None;
-        let mut session_id = None;
-        let mut unfinished = Unfinished {
-            state: state.clone(),
-            body,
-            started,
-            session: None,
-            tool: None,
-            allowed: false,
-            armed: true,
-        };
-        let result = self
-            .invoke_inner(
-                state,
-                body,
-                &mut request_id,
-                &mut session_id,
-                &mut unfinished,
-            )
-            .await;
-        unfinished.armed = false;
-        if let Err(error) = &result {
-            crate::metrics::seal_refusal(error.error.code.as_u32());
-            // Refusals before the router are audited here; the router audits its own.
-            if !error.routed {
-                let caller = match session_id {
-                    Some((id, ref ctx)) => session_caller(id, ctx, crate::caller::Tier::User),
-                    None => anonymous("unauthenticated"),
-                };
-                let entry = Entry {
-                    kind: EntryKind::Tool,
-                    action: error
-                        .tool
-                        .clone()
-                        .unwrap_or_else(|| "seal.invoke".to_owned()),
-                    allowed: false,
-                    reason_code: Some(error.error.code.as_u32().to_string()),
-                    reason: Some(error.error.message.clone()),
-                    args_digest: envelope_digest(body),
-                    outcome: "denied",
-                    result_digest: None,
-                    duration_ms: started.elapsed().as_millis() as i64,
-                };
-                if let Err(e) = audit::record(&state.pool, &caller, entry).await {
-                    tracing::error!(error = %e, "audit log unavailable for a SEAL refusal");
-                }
-            }
-        }
-        result.map_err(|e| Refusal {
-            error: e.error,
-            request_id,
-        })
-    }
-
-    async fn invoke_inner(
-        &self,
-        state: &AppState,
-        body: &str,
-        request_id: &mut Option<Value>,
-        session_out: &mut Option<(Uuid, String)>,
-        unfinished: &mut Unfinished<'_>,
-    ) -> Result<Value, Failure> {
-        let envelope = Envelope::parse(body).map_err(Failure::plain)?;
-        *request_id = envelope.request_id();
-        let tool = envelope.tool_call().map(|(name, _)| name);
-        unfinished.tool = tool.clone();
-        let with_tool = |e: SealError| Failure {
-            error: e,
-            tool: tool.clone(),
-            routed: false,
-        };
-
-        let now = Utc::now();
-        let claims = self
-            .verified_token(&envelope.security_token, now.timestamp())
-            .map_err(with_tool)?;
-        let session_uuid = Uuid::parse_str(&claims.sub).map_err(|_| {
-            with_tool(SealError::new(
-                SealCode::SessionNotFound,
-                "the token names no session",
-            ))
-        })?;
-        let session = self
-            .cached_session(state, session_uuid)
-            .await
-            .map_err(|e| with_tool(SealError::new(SealCode::SessionNotFound, e.to_string())))?
-            .ok_or_else(|| {
-                with_tool(SealError::new(
-                    SealCode::SessionNotFound,
-                    format!("session {session_uuid} does not exist"),
-                ))
-            })?;
-        *session_out = Some((session.id, session.context_name.clone()));
-        unfinished.session = session_out.clone();
-        if session.token_id != claims.jti {
-            return Err(with_tool(SealError::new(
-                SealCode::TokenVerificationFailed,
-                "the token does not belong to this session",
-            )));
-        }
-        match session.state(now) {
-            "revoked" => {
-                return Err(with_tool(SealError::new(
-                    SealCode::SessionInactive,
-                    format!("session {} was revoked", session.id),
-                )))
-            }
-            "expired" => {
-                return Err(with_tool(SealError::new(
-                    SealCode::TokenExpired,
-                    format!("session {} expired at {}", session.id, session.expires_at),
-                )))
-            }
-            _ => {}
-        }
-        envelope
-            .check_freshness(now.timestamp(), self.config.freshness_secs)
-            .map_err(with_tool)?;
-        let key: [u8; 32] = session.public_key.as_slice().try_into().map_err(|_| {
-            with_tool(SealError::new(
-                SealCode::SessionNotFound,
-                "the session has no usable key",
-            ))
-        })?;
-        envelope.verify_signature(&key).map_err(with_tool)?;
-        let admission = self
-            .admissions
-            .admit(
-                &state.pool,
-                sessions::AdmitRequest {
-                    tenant: crate::DEFAULT_TENANT.to_owned(),
-                    session: session.id,
-                    signature: envelope.signature.clone(),
-                    context_name: session.context_name.clone(),
-                },
-            )
-            .await
-            .map_err(|e| with_tool(SealError::new(SealCode::MalformedEnvelope, e.to_string())))?;
-        let Some(admission) = admission else {
-            self.forget_session(session.id);
-            return Err(with_tool(SealError::new(
-                SealCode::SessionNotFound,
-                format!("session {} does not exist", session.id),
-            )));
-        };
-        if admission.status == "revoked" {
-            self.forget_session(session.id);
-            return Err(with_tool(SealError::new(
-                SealCode::SessionInactive,
-                format!("session {} was revoked", session.id),
-            )));
-        }
-        if !admission.fresh {
-            return Err(with_tool(SealError::new(
-                SealCode::SignatureVerificationFailed,
-                "this envelope was already used (replay refused); sign every request anew",
-            )));
-        }
-        let context = self
-            .cached_context(
-                state,
-                &session.context_name,
-                admission.context_version.as_deref(),
-            )
-            .await
-            .map_err(|e| with_tool(SealError::new(SealCode::ScopeNotFound, e.to_string())))?;
-        let session = Session {
-            status: admission.status,
-            sandbox_id: admission.sandbox_id,
-            ..(*session).clone()
-        };
-        let caller = Caller {
-            seal: Some(crate::caller::SealScope {
-                context: context.clone(),
-                limiter: self.limiter.clone(),
-                session_key: session.id.to_string(),
-                ceilings: Vec::new(),
-            }),
-            ..session_caller(session.id, &session.context_name, context.tier)
-        };
-
-        let result = match envelope.method() {
-            "tools/call" => {
-                let (name, arguments) = envelope.tool_call().ok_or_else(|| {
-                    with_tool(SealError::new(
-                        SealCode::MalformedEnvelope,
-                        "tools/call needs params.name",
-                    ))
-                })?;
-                // The security context is previewed first, for every tool (the RFC evaluates name
-                // and arguments, implemented or not), so a refused call never creates a sandbox;
-                // the router then decides the call itself (and counts its rate limit once).
-                let mut size_limit = None;
-                if let Some(scope) = caller.seal.as_ref() {
-                    match crate::policy::preview_seal(scope, &name, &arguments) {
-                        Ok(limit) => size_limit = limit,
-                        Err(denial) => {
-                            let code = denial
-                                .seal_code
-                                .and_then(SealCode::from_u32)
-                                .unwrap_or(SealCode::NoMatchingCapability);
-                            let mut err = SealError::new(code, denial.message);
-                            if code == SealCode::RateLimitExceeded {
-                                err = err.with_retry_after(denial.retry_after_secs.unwrap_or(1));
-                            }
-                            return Err(with_tool(err));
-                        }
-                    }
-                }
-                unfinished.allowed = true;
-                let sandbox = if crate::policy::needs_sandbox(&name) {
-                    Some(
-                        self.session_sandbox(state, &session, &context)
-                            .await
-                            .map_err(with_tool)?,
-                    )
-                } else {
-                    None
-                };
-                // The router audits from here on (its intent row), whatever the client does.
-                unfinished.armed = false;
-                let outcome = tools::invoke_in(state, &caller, &name, arguments, sandbox)
-                    .await
-                    .map_err(|e| Failure {
-                        error: call_error(e),
-                        tool: Some(name.clone()),
-                        routed: true,
-                    })?;
-                let mcp = outcome.into_mcp();
-                // Measured (without building the text) only when the capability sets a limit.
-                let size = size_limit.map(|_| tools::serialized_len(&mcp) as u64);
-                match (size_limit, size) {
-                    // The capability's max_response_size: the result is withheld, not truncated.
-                    (Some(limit), Some(size)) if size > limit => json!({
-                        "content": [{"type": "text", "text": format!(
-                            "the result of {name} is {size} bytes; the security context allows {limit} (max_response_size)")}],
-                        "structuredContent": {"error": {"code": "response_too_large", "size_bytes": size, "max_response_size": limit}},
-                        "isError": true,
-                    }),
-                    _ => mcp,
-                }
-            }
-            "tools/list" => json!({"tools": list_tools(&caller)}),
-            other => {
-                return Err(with_tool(SealError::new(
-                    SealCode::MalformedEnvelope,
-                    format!("method `{other}` is not supported; use tools/call or tools/list"),
-                )))
-            }
-        };
-        Ok(json!({
-            "protocol": "seal/v1",
-            "status": "success",
-            "payload": {"jsonrpc": "2.0", "id": request_id.clone().unwrap_or(Value::Null), "result": result},
-        }))
-    }
-
     /// A session's immutable facts, from the cache or (once) from the database.
     async fn cached_session(
         &self,
-        state: &AppState,
+        pool: &PgPool,
         id: Uuid,
     ) -> Result<Option<Arc<Session>>, sqlx::Error> {
         if let Some(s) = lock(&self.sessions).get(&id) {
             return Ok(Some(s.clone()));
         }
-        let Some(session) = sessions::get(&state.pool, crate::DEFAULT_TENANT, id).await? else {
+        let Some(session) = sessions::get(pool, crate::DEFAULT_TENANT, id).await? else {
             return Ok(None);
         };
         let session = Arc::new(session);
@@ -575,25 +317,6 @@ impl Gateway {
         Ok(Some(session))
     }
 
-    /// [`TokenIssuer::verify`], with the signature checked once per token.
-    fn verified_token(&self, token: &str, now_unix: i64) -> Result<Arc<Claims>, SealError> {
-        let cached = lock(&self.tokens).get(token).cloned();
-        let claims = match cached {
-            Some(claims) => claims,
-            None => {
-                let claims = Arc::new(self.issuer.verify_signed(token)?);
-                let mut cache = lock(&self.tokens);
-                if cache.len() >= MAX_CACHED_SESSIONS {
-                    cache.clear();
-                }
-                cache.insert(token.to_owned(), claims.clone());
-                claims
-            }
-        };
-        crate::seal::token::check_times(&claims, now_unix)?;
-        Ok(claims)
-    }
-
     fn forget_session(&self, id: Uuid) {
         lock(&self.sessions).remove(&id);
     }
@@ -602,7 +325,7 @@ impl Gateway {
     /// it is that version, else read again. No version: the context was deleted.
     async fn cached_context(
         &self,
-        state: &AppState,
+        pool: &PgPool,
         name: &str,
         version: Option<&str>,
     ) -> Result<Arc<SecurityContext>, contexts::ContextError> {
@@ -615,7 +338,7 @@ impl Gateway {
                 return Ok(ctx.clone());
             }
         }
-        let (ctx, v) = contexts::get_versioned(&state.pool, crate::DEFAULT_TENANT, name).await?;
+        let (ctx, v) = contexts::get_versioned(pool, crate::DEFAULT_TENANT, name).await?;
         let ctx = Arc::new(ctx);
         lock(&self.contexts).insert(name.to_owned(), (v, ctx.clone()));
         Ok(ctx)
@@ -653,7 +376,7 @@ impl Gateway {
         let now = Utc::now();
         let claims = self.issuer.verify(token, now.timestamp())?;
         // The token alone is not enough: its session must still be live (a revoked session
-        // learns nothing more, not even its tool list).
+        // learns nothing more, not even its tool list), as stored now, not as cached.
         let session = Uuid::parse_str(&claims.sub)
             .ok()
             .map(|id| sessions::get(&state.pool, crate::DEFAULT_TENANT, id));
@@ -664,27 +387,8 @@ impl Gateway {
             None => None,
         }
         .ok_or_else(|| SealError::new(SealCode::SessionNotFound, "the token names no session"))?;
-        if session.token_id != claims.jti {
-            return Err(SealError::new(
-                SealCode::TokenVerificationFailed,
-                "the token does not belong to this session",
-            ));
-        }
-        match session.state(now) {
-            "revoked" => {
-                return Err(SealError::new(
-                    SealCode::SessionInactive,
-                    format!("session {} was revoked", session.id),
-                ))
-            }
-            "expired" => {
-                return Err(SealError::new(
-                    SealCode::TokenExpired,
-                    format!("session {} expired at {}", session.id, session.expires_at),
-                ))
-            }
-            _ => {}
-        }
+        invoke::issued_for(&session, &claims)?;
+        invoke::live(&session, now)?;
         let context = contexts::get(&state.pool, crate::DEFAULT_TENANT, &claims.scp)
             .await
             .map_err(|e| SealError::new(SealCode::ScopeNotFound, e.to_string()))?;
@@ -726,104 +430,6 @@ impl Gateway {
             Err(e) => tracing::warn!(error = %e, "session sweep failed"),
         }
         let _ = sessions::prune_replay_guard(&state.pool, self.config.freshness_secs * 4).await;
-    }
-}
-
-/// What the log records of an envelope that never reached the router: the digest of its text.
-fn envelope_digest(body: &str) -> String {
-    audit::digest(&json!({"envelope_sha": audit::digest_text(body)}))
-}
-
-/// An envelope being checked: if the client goes away before the router takes over (say while
-/// the session's first sandbox is being made), dropping this records that in the audit log.
-struct Unfinished<'a> {
-    state: AppState,
-    /// The envelope as received (digested only if this ends up in the log).
-    body: &'a str,
-    started: Instant,
-    session: Option<(Uuid, String)>,
-    tool: Option<String>,
-    /// The security context allowed the call.
-    allowed: bool,
-    armed: bool,
-}
-
-impl Drop for Unfinished<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let caller = match &self.session {
-            Some((id, ctx)) => session_caller(*id, ctx, crate::caller::Tier::User),
-            None => anonymous("unauthenticated"),
-        };
-        let entry = Entry {
-            kind: EntryKind::Tool,
-            action: self
-                .tool
-                .clone()
-                .unwrap_or_else(|| "seal.invoke".to_owned()),
-            allowed: self.allowed,
-            reason_code: Some("client_disconnected".to_owned()),
-            reason: Some(
-                "the client disconnected before the call reached its tool; nothing ran".to_owned(),
-            ),
-            args_digest: envelope_digest(self.body),
-            outcome: "cancelled",
-            result_digest: None,
-            duration_ms: self.started.elapsed().as_millis() as i64,
-        };
-        let pool = self.state.pool.clone();
-        runtime.spawn(async move {
-            if let Err(e) = audit::record(&pool, &caller, entry).await {
-                tracing::error!(error = %e, "audit log unavailable for an abandoned SEAL call");
-            }
-        });
-    }
-}
-
-/// A refusal inside `invoke`, with whether the router already audited it.
-struct Failure {
-    error: SealError,
-    tool: Option<String>,
-    routed: bool,
-}
-
-impl Failure {
-    fn plain(error: SealError) -> Self {
-        Self {
-            error,
-            tool: None,
-            routed: false,
-        }
-    }
-}
-
-/// Maps a router refusal to its SEAL code.
-fn call_error(e: CallError) -> SealError {
-    match e {
-        CallError::Denied { denial, .. } => {
-            let code = denial
-                .seal_code
-                .and_then(SealCode::from_u32)
-                .unwrap_or(match denial.code {
-                    "path_not_allowed" => SealCode::PathNotAllowed,
-                    "command_not_allowed" => SealCode::CommandNotAllowed,
-                    "tier" | "tool_not_in_manifest" => SealCode::ToolNotAllowed,
-                    _ => SealCode::NoMatchingCapability,
-                });
-            SealError::new(code, denial.message)
-        }
-        CallError::UnknownTool { .. } => SealError::new(SealCode::ToolNotAllowed, e.to_string()),
-        CallError::InvalidArguments { ref violations, .. } => {
-            let details = serde_json::to_value(violations).unwrap_or_default();
-            SealError::new(SealCode::MalformedEnvelope, e.to_string())
-                .with_details(json!({"violations": details}))
-        }
-        other => SealError::new(SealCode::NoMatchingCapability, other.to_string()),
     }
 }
 
