@@ -221,31 +221,7 @@ impl Application {
             "serving"
         );
 
-        let heartbeat = tokio::spawn(heartbeat(state.clone(), shutdown.clone()));
-        // Workflow workers stop on their own token, after the servers, before the agent engine.
-        let workflow_stop = CancellationToken::new();
-        let workflow_workers = crate::workflow::spawn_workers(
-            state.workflows.clone(),
-            Arc::new(state.clone()),
-            state.sandboxes.clone(),
-            workflow_stop.clone(),
-        );
-        let sweeper = tokio::spawn(sweep_sessions(state.clone(), shutdown.clone()));
-        let volume_sweeper = tokio::spawn(crate::volumes::sweep_periodically(
-            state.clone(),
-            shutdown.clone(),
-        ));
-        let deliveries = tokio::spawn(crate::delivery::work(state.clone(), shutdown.clone()));
-        let key_listener = tokio::spawn(crate::auth::key_cache::listen(
-            state.pool.clone(),
-            state.api_keys.clone(),
-            shutdown.clone(),
-        ));
-        let anchor = tokio::spawn(crate::audit::log_head_periodically(
-            state.pool.clone(),
-            Duration::from_secs(state.config.audit.anchor_log_interval_secs),
-            shutdown.clone(),
-        ));
+        let mut background = crate::background::Background::spawn(&state, &shutdown);
 
         // `/mcp` ends its sessions (and their SSE streams) when the instance stops.
         // Every HTTP request (REST, SEAL over HTTP, MCP) gets its request id and span here.
@@ -292,7 +268,8 @@ impl Application {
                 })
         });
 
-        // Either a server dies on its own (then stop the other) or shutdown is requested.
+        // Phase 1: either a server dies on its own (then stop the other) or shutdown is
+        // requested; then the servers drain within the grace period.
         let early = tokio::select! {
             _ = shutdown.cancelled() => None,
             r = &mut http_task => Some(("http", r)),
@@ -331,38 +308,13 @@ impl Application {
                 grpc_task.abort();
             }
         }
-        heartbeat.abort();
-        sweeper.abort();
-        volume_sweeper.abort();
-        deliveries.abort();
-        workflow_stop.cancel();
-        let _ = tokio::time::timeout(
-            Duration::from_secs(10),
-            futures_util::future::join_all(workflow_workers),
-        )
-        .await;
-        anchor.abort();
-        key_listener.abort();
+        // Phases 2 to 7 (background.rs gives the order and why).
+        background.stop_periodic();
+        background.stop_workflows().await;
+        background.stop_listeners();
         state.executions.stop_all(Duration::from_secs(10)).await;
-        if let Ok(d) = state.sandboxes.dispatcher() {
-            match state.config.shutdown.sandboxes {
-                crate::config::ShutdownSandboxes::Destroy => {
-                    d.shutdown_destroying().await;
-                }
-                crate::config::ShutdownSandboxes::Keep => {
-                    tracing::info!("shutdown.sandboxes is keep: this instance's sandboxes stay running for adoption");
-                    d.shutdown().await;
-                }
-            }
-        }
-
-        if let Err(e) = sqlx::query("UPDATE node_instances SET stopped_at = now() WHERE id = $1")
-            .bind(state.instance_id)
-            .execute(&state.pool)
-            .await
-        {
-            tracing::warn!(error = %e, "could not record the stop of this instance");
-        }
+        release_sandboxes(&state).await;
+        record_stop(&state).await;
         state.pool.close().await;
         tracing::info!("shutdown complete");
         result
@@ -433,17 +385,6 @@ async fn start_gateway(
             attest_per_minute_node: config.seal.attest_per_minute_node as i64,
         },
     ))
-}
-
-/// Destroys the sandboxes of ended SEAL sessions every 30 s.
-async fn sweep_sessions(state: AppState, shutdown: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(30)) => {}
-        }
-        state.gateway.sweep(&state).await;
-    }
 }
 
 /// Starts the dispatcher; a failure leaves the service up with sandboxes unavailable (readiness
@@ -537,19 +478,33 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, AppEr
         .map_err(|source| AppError::Bind { what, addr, source })
 }
 
-/// Marks this instance alive every 15 s so other replicas and the reaper can tell live owners.
-async fn heartbeat(state: AppState, shutdown: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(15)) => {}
+/// Phase 6 of shutdown: this instance's sandboxes destroyed, or kept for the next instance to
+/// adopt (`shutdown.sandboxes: keep`, a rolling restart).
+async fn release_sandboxes(state: &AppState) {
+    let Ok(d) = state.sandboxes.dispatcher() else {
+        return;
+    };
+    match state.config.shutdown.sandboxes {
+        crate::config::ShutdownSandboxes::Destroy => {
+            let destroyed = d.shutdown_destroying().await;
+            tracing::info!(destroyed, "this instance's sandboxes destroyed");
         }
-        if let Err(e) = sqlx::query("UPDATE node_instances SET heartbeat_at = now() WHERE id = $1")
-            .bind(state.instance_id)
-            .execute(&state.pool)
-            .await
-        {
-            tracing::warn!(error = %e, "heartbeat not recorded");
+        crate::config::ShutdownSandboxes::Keep => {
+            tracing::info!(
+                "shutdown.sandboxes is keep: this instance's sandboxes stay running for adoption"
+            );
+            d.shutdown().await;
         }
+    }
+}
+
+/// Phase 7 of shutdown: peers see at once that this instance stopped (no wait for `dead_after`).
+async fn record_stop(state: &AppState) {
+    if let Err(e) = sqlx::query("UPDATE node_instances SET stopped_at = now() WHERE id = $1")
+        .bind(state.instance_id)
+        .execute(&state.pool)
+        .await
+    {
+        tracing::warn!(error = %e, "could not record the stop of this instance");
     }
 }

@@ -8,6 +8,7 @@ pub mod approvals;
 pub mod arguments;
 pub mod audit;
 pub mod auth;
+pub mod background;
 pub mod builtin;
 pub mod caller;
 pub mod config;

@@ -1,0 +1,137 @@
+//! The instance's background tasks, and how a stopping instance ends each of them.
+//!
+//! A stopping instance goes through these phases, in this order ([`crate::app::Application::run`]):
+//!
+//! 1. **Servers**: REST, MCP and gRPC stop accepting and drain in-flight requests within
+//!    `server.shutdown_grace_secs`; what is left after that is cut.
+//! 2. **Periodic work** ([`Background::stop_periodic`]): the heartbeat, the session and volume
+//!    sweepers and the delivery worker are cut where they stand. Each writes one statement at a
+//!    time, and what a cut delivery attempt held comes back to a worker when its lease runs out.
+//! 3. **Workflow workers** ([`Background::stop_workflows`]): told to stop, then awaited for a
+//!    bounded time; a state's commit is one fenced transaction, so a worker cut after that still
+//!    leaves its execution for another replica to take over when the lease ends.
+//! 4. **Listeners** ([`Background::stop_listeners`]): the audit head anchor and the API-key cache's
+//!    notification listener, last, since they only read and log.
+//! 5. **Agent executions**: each is stopped and recorded as interrupted (`Engine::stop_all`).
+//! 6. **Sandboxes**: destroyed, or left running for the next instance to adopt
+//!    (`shutdown.sandboxes`).
+//! 7. **The stop is recorded** (`node_instances.stopped_at`) and the pool closed.
+
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::state::AppState;
+
+/// How long stopping workflow workers may take before they are left to their leases.
+const WORKFLOW_STOP: Duration = Duration::from_secs(10);
+
+/// The tasks an instance runs beside its servers, grouped by how they stop.
+pub struct Background {
+    /// Cut in phase 2.
+    periodic: Vec<JoinHandle<()>>,
+    /// Stopped in phase 3, with their own token (they outlive `shutdown` on purpose).
+    workflow_stop: CancellationToken,
+    workflow_workers: Vec<JoinHandle<()>>,
+    /// Cut in phase 4.
+    listeners: Vec<JoinHandle<()>>,
+}
+
+impl Background {
+    /// Starts every background task of the instance; they watch `shutdown` (the workflow
+    /// workers a token of their own, so they can be stopped after the servers).
+    pub fn spawn(state: &AppState, shutdown: &CancellationToken) -> Self {
+        let periodic = vec![
+            tokio::spawn(heartbeat(state.clone(), shutdown.clone())),
+            tokio::spawn(sweep_sessions(state.clone(), shutdown.clone())),
+            tokio::spawn(crate::volumes::sweep_periodically(
+                state.clone(),
+                shutdown.clone(),
+            )),
+            tokio::spawn(crate::delivery::work(state.clone(), shutdown.clone())),
+        ];
+        let workflow_stop = CancellationToken::new();
+        let workflow_workers = crate::workflow::spawn_workers(
+            state.workflows.clone(),
+            std::sync::Arc::new(state.clone()),
+            state.sandboxes.clone(),
+            workflow_stop.clone(),
+        );
+        let listeners = vec![
+            tokio::spawn(crate::auth::key_cache::listen(
+                state.pool.clone(),
+                state.api_keys.clone(),
+                shutdown.clone(),
+            )),
+            tokio::spawn(crate::audit::log_head_periodically(
+                state.pool.clone(),
+                Duration::from_secs(state.config.audit.anchor_log_interval_secs),
+                shutdown.clone(),
+            )),
+        ];
+        Self {
+            periodic,
+            workflow_stop,
+            workflow_workers,
+            listeners,
+        }
+    }
+
+    /// Phase 2: cuts the periodic tasks.
+    pub fn stop_periodic(&mut self) {
+        for task in self.periodic.drain(..) {
+            task.abort();
+        }
+    }
+
+    /// Phase 3: stops the workflow workers and waits for them, at most [`WORKFLOW_STOP`].
+    pub async fn stop_workflows(&mut self) {
+        self.workflow_stop.cancel();
+        let workers = std::mem::take(&mut self.workflow_workers);
+        if tokio::time::timeout(WORKFLOW_STOP, futures_util::future::join_all(workers))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "workflow workers still busy after {}s; their executions return to the pool when their leases end",
+                WORKFLOW_STOP.as_secs()
+            );
+        }
+    }
+
+    /// Phase 4: cuts the listeners.
+    pub fn stop_listeners(&mut self) {
+        for task in self.listeners.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Tells peers this instance is alive (`node_instances.heartbeat_at`), every 15 s.
+async fn heartbeat(state: AppState, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(15)) => {}
+        }
+        if let Err(e) = sqlx::query("UPDATE node_instances SET heartbeat_at = now() WHERE id = $1")
+            .bind(state.instance_id)
+            .execute(&state.pool)
+            .await
+        {
+            tracing::warn!(error = %e, "heartbeat not recorded");
+        }
+    }
+}
+
+/// Ends the sandboxes of revoked and expired SEAL sessions, every 30 s.
+async fn sweep_sessions(state: AppState, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+        }
+        state.gateway.sweep(&state).await;
+    }
+}
