@@ -228,6 +228,68 @@ async fn renew(rt: Arc<Runtime>, id: Uuid, token: CancellationToken, lost: Arc<A
     }
 }
 
+/// What a state that ran to its end hands the commit step.
+struct Done {
+    output: Value,
+    /// Blackboard keys the state wrote itself (besides its output under its name).
+    writes: Vec<(String, Value)>,
+    /// The template context the state ran in.
+    context: Value,
+    /// Time the state worked, microseconds (recorded in its `state_exited` event).
+    work_us: u64,
+}
+
+/// The first transition of `state` whose condition matches; `None` when the state has no
+/// transitions (it ends the workflow); an error naming the conditions tried when none matches.
+fn choose_transition<'b>(
+    state: &str,
+    body: &'b Value,
+    output: &Value,
+    ctx: &Value,
+) -> Result<Option<(usize, &'b Value)>, String> {
+    let Some(transitions) = body["transitions"].as_array().filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    if let Some(chosen) = transitions
+        .iter()
+        .enumerate()
+        .find(|(_, t)| super::conditions::matches(t, output, ctx))
+    {
+        return Ok(Some(chosen));
+    }
+    let tried: Vec<&str> = transitions
+        .iter()
+        .filter_map(|t| t["condition"].as_str())
+        .collect();
+    let detail = output
+        .get("error")
+        .and_then(Value::as_str)
+        .map(|e| format!("; the state reported: {e}"))
+        .unwrap_or_default();
+    Err(format!(
+        "no transition of state `{state}` matched its output (conditions tried in order: {}){detail}",
+        tried.join(", ")
+    ))
+}
+
+/// The transition's `feedback` template, rendered with the state's output as `state_output`.
+fn render_feedback(
+    state: &str,
+    index: usize,
+    transition: &Value,
+    ctx: &Value,
+    output: &Value,
+) -> Result<Option<String>, String> {
+    let Some(template) = transition.get("feedback").and_then(Value::as_str) else {
+        return Ok(None);
+    };
+    let mut fctx = ctx.clone();
+    fctx["state_output"] = output.clone();
+    crate::render::render(template, &fctx)
+        .map(Some)
+        .map_err(|e| format!("spec.states.{state}.transitions[{index}].feedback: {e}"))
+}
+
 /// The state's `update_blackboard` writes, rendered after it ran (its output and
 /// `state_output` in scope). A rendered text that is JSON is stored as that value.
 fn blackboard_updates(
@@ -389,8 +451,13 @@ impl Run<'_> {
                 events,
             }) => self.park(&state, waiting_for, wake_at, events).await,
             Ran::Step(Step::Output(output, writes)) => {
-                self.completed_state(&state, visit, &body, output, writes, &context, work_us)
-                    .await
+                let done = Done {
+                    output,
+                    writes,
+                    context,
+                    work_us,
+                };
+                self.completed_state(&state, visit, &body, done).await
             }
         }
     }
@@ -416,148 +483,136 @@ impl Run<'_> {
         false
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn completed_state(
-        &mut self,
-        state: &str,
-        visit: i32,
-        body: &Value,
-        output: Value,
-        writes: Vec<(String, Value)>,
-        context: &Value,
-        work_us: u64,
-    ) -> bool {
-        let mut blackboard = self.row.blackboard.clone();
-        if let Some(map) = blackboard.as_object_mut() {
-            map.insert(state.to_owned(), output.clone());
-            for (k, v) in &writes {
-                map.insert(k.clone(), v.clone());
-            }
-        }
+    /// A state produced its output: the commit step, in named parts. [`Self::record_output`]
+    /// puts the output and its `update_blackboard` writes on the blackboard; [`choose_transition`]
+    /// takes the first transition whose condition matches (none at all: the workflow is done);
+    /// [`Self::within_limits`] checks `max_total_transitions` and the target's `max_state_visits`;
+    /// [`render_feedback`] renders the transition's feedback; [`Self::commit_transition`] commits
+    /// all of it, with the events, in one transaction fenced by the lease. A refusal at any
+    /// part fails the execution with the events gathered so far.
+    async fn completed_state(&mut self, state: &str, visit: i32, body: &Value, done: Done) -> bool {
         let mut events = vec![NewEvent::state(
             "state_exited",
             state,
-            json!({"visit": visit, "status": output.get("status"), "output_digest": crate::audit::digest(&output),
-                   "work_us": work_us}),
+            json!({"visit": visit, "status": done.output.get("status"), "output_digest": crate::audit::digest(&done.output),
+                   "work_us": done.work_us}),
         )];
-        let mut ctx = context.clone();
-        if let Some(map) = ctx.as_object_mut() {
-            map.insert(state.to_owned(), output.clone());
-            for (k, v) in writes {
-                map.insert(k, v);
-            }
-        }
-        match blackboard_updates(&self.manifest, state, &ctx, &output) {
-            Ok(updates) if updates.is_empty() => {}
-            Ok(updates) => {
-                let keys: Vec<&String> = updates.iter().map(|(k, _)| k).collect();
-                events.push(NewEvent::state(
-                    "blackboard_updated",
-                    state,
-                    json!({"visit": visit, "keys": keys}),
-                ));
-                if let (Some(map), Some(cmap)) = (blackboard.as_object_mut(), ctx.as_object_mut()) {
-                    for (k, v) in updates {
-                        cmap.insert(k.clone(), v.clone());
-                        map.insert(k, v);
-                    }
-                }
-                if let Some(map) = ctx.as_object_mut() {
-                    map.insert("blackboard".into(), blackboard.clone());
-                }
-            }
-            Err(reason) => {
-                self.row.blackboard = blackboard;
-                return self.fail(reason, events).await;
-            }
-        }
-        let transitions = body["transitions"].as_array().cloned().unwrap_or_default();
-        self.row.blackboard = blackboard;
-        if transitions.is_empty() {
-            return self.finish_completed(state, output, events).await;
-        }
-        let chosen = transitions
-            .iter()
-            .enumerate()
-            .find(|(_, t)| super::conditions::matches(t, &output, &ctx));
-        let Some((index, t)) = chosen else {
-            let tried: Vec<&str> = transitions
-                .iter()
-                .filter_map(|t| t["condition"].as_str())
-                .collect();
-            let detail = output
-                .get("error")
-                .and_then(Value::as_str)
-                .map(|e| format!("; the state reported: {e}"))
-                .unwrap_or_default();
-            return self
-                .fail(
-                    format!(
-                        "no transition of state `{state}` matched its output (conditions tried in order: {}){detail}",
-                        tried.join(", ")
-                    ),
-                    events,
-                )
-                .await;
+        let ctx = match self.record_output(state, visit, &done, &mut events) {
+            Ok(ctx) => ctx,
+            Err(reason) => return self.fail(reason, events).await,
         };
-        let target = t["target"].as_str().unwrap_or_default().to_owned();
-        let view = WorkflowView(&self.manifest);
-        let max_total = view.max_total_transitions().min(100) as i32;
-        if self.row.transition_count + 1 > max_total {
-            return self
-                .fail(
-                    format!(
-                        "max_total_transitions ({max_total}) reached: state `{state}` could not go on to `{target}`"
-                    ),
-                    events,
-                )
-                .await;
-        }
-        let max_visits = view
-            .state(&target)
-            .and_then(|s| s.get("max_state_visits"))
-            .and_then(Value::as_i64)
-            .unwrap_or(5)
-            .min(20) as i32;
-        let next_visit = self.visit_count(&target) + 1;
-        if next_visit > max_visits {
-            return self
-                .fail(
-                    format!(
-                        "max_state_visits ({max_visits}) of state `{target}` reached: entering it from `{state}` would be visit {next_visit}"
-                    ),
-                    events,
-                )
-                .await;
-        }
-        let feedback = match t.get("feedback").and_then(Value::as_str) {
-            Some(f) => {
-                let mut fctx = ctx.clone();
-                fctx["state_output"] = output.clone();
-                match crate::render::render(f, &fctx) {
-                    Ok(s) => Some(s),
-                    Err(e) => {
-                        return self
-                            .fail(
-                                format!("spec.states.{state}.transitions[{index}].feedback: {e}"),
-                                events,
-                            )
-                            .await
-                    }
-                }
-            }
-            None => None,
+        let output = done.output;
+        let (index, transition) = match choose_transition(state, body, &output, &ctx) {
+            Ok(Some(chosen)) => chosen,
+            Ok(None) => return self.finish_completed(state, output, events).await,
+            Err(reason) => return self.fail(reason, events).await,
+        };
+        let target = transition["target"].as_str().unwrap_or_default().to_owned();
+        let next_visit = match self.within_limits(state, &target) {
+            Ok(next_visit) => next_visit,
+            Err(reason) => return self.fail(reason, events).await,
+        };
+        let feedback = match render_feedback(state, index, transition, &ctx, &output) {
+            Ok(feedback) => feedback,
+            Err(reason) => return self.fail(reason, events).await,
         };
         events.push(NewEvent::state(
             "transition_taken",
             state,
-            json!({"from": state, "to": target, "condition": t["condition"], "index": index, "feedback": feedback}),
+            json!({"from": state, "to": target, "condition": transition["condition"], "index": index, "feedback": feedback}),
         ));
         events.push(NewEvent::state(
             "state_entered",
             &target,
             json!({"visit": next_visit, "from": state}),
         ));
+        self.commit_transition(target, next_visit, feedback, events)
+            .await
+    }
+
+    /// The state's output (under its name) and its own writes go on the blackboard, then the
+    /// manifest's `update_blackboard` templates are rendered against that; returns the context
+    /// the transitions are chosen in. The blackboard is kept even when rendering fails, so the
+    /// failed execution shows what the state produced.
+    fn record_output(
+        &mut self,
+        state: &str,
+        visit: i32,
+        done: &Done,
+        events: &mut Vec<NewEvent>,
+    ) -> Result<Value, String> {
+        let mut blackboard = self.row.blackboard.clone();
+        let mut ctx = done.context.clone();
+        for target in [&mut blackboard, &mut ctx] {
+            if let Some(map) = target.as_object_mut() {
+                map.insert(state.to_owned(), done.output.clone());
+                for (k, v) in &done.writes {
+                    map.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        let updates = blackboard_updates(&self.manifest, state, &ctx, &done.output);
+        let updates = match updates {
+            Ok(updates) => updates,
+            Err(reason) => {
+                self.row.blackboard = blackboard;
+                return Err(reason);
+            }
+        };
+        if !updates.is_empty() {
+            let keys: Vec<&String> = updates.iter().map(|(k, _)| k).collect();
+            events.push(NewEvent::state(
+                "blackboard_updated",
+                state,
+                json!({"visit": visit, "keys": keys}),
+            ));
+            if let (Some(map), Some(cmap)) = (blackboard.as_object_mut(), ctx.as_object_mut()) {
+                for (k, v) in updates {
+                    cmap.insert(k.clone(), v.clone());
+                    map.insert(k, v);
+                }
+            }
+            if let Some(map) = ctx.as_object_mut() {
+                map.insert("blackboard".into(), blackboard.clone());
+            }
+        }
+        self.row.blackboard = blackboard;
+        Ok(ctx)
+    }
+
+    /// Entering `target` stays within `max_total_transitions` (at most 100) and the target's
+    /// `max_state_visits` (default 5, at most 20); returns the visit it would be.
+    fn within_limits(&self, state: &str, target: &str) -> Result<i32, String> {
+        let view = WorkflowView(&self.manifest);
+        let max_total = view.max_total_transitions().min(100) as i32;
+        if self.row.transition_count + 1 > max_total {
+            return Err(format!(
+                "max_total_transitions ({max_total}) reached: state `{state}` could not go on to `{target}`"
+            ));
+        }
+        let max_visits = view
+            .state(target)
+            .and_then(|s| s.get("max_state_visits"))
+            .and_then(Value::as_i64)
+            .unwrap_or(5)
+            .min(20) as i32;
+        let next_visit = self.visit_count(target) + 1;
+        if next_visit > max_visits {
+            return Err(format!(
+                "max_state_visits ({max_visits}) of state `{target}` reached: entering it from `{state}` would be visit {next_visit}"
+            ));
+        }
+        Ok(next_visit)
+    }
+
+    /// Commits the move to `target` (fenced by the lease); true when this worker goes on with it.
+    async fn commit_transition(
+        &mut self,
+        target: String,
+        next_visit: i32,
+        feedback: Option<String>,
+        events: Vec<NewEvent>,
+    ) -> bool {
         let mut visits = self.row.visits.clone();
         visits[target.as_str()] = json!(next_visit);
         let committed = store::commit(
