@@ -161,7 +161,7 @@ impl Application {
             gateway,
             sandboxes,
             pool,
-            engine,
+            docker: engine,
             config: Arc::new(config),
             instance_id,
             started_at: Utc::now(),

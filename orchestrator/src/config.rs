@@ -27,7 +27,6 @@ pub struct NodeConfig {
     pub database: DatabaseConfig,
     /// Container engine connection.
     pub docker: DockerConfig,
-    /// Logging.
     pub log: LogConfig,
     /// Operator authentication.
     pub auth: AuthConfig,

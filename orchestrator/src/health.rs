@@ -107,7 +107,7 @@ pub async fn check(state: &AppState) -> Readiness {
         }
     };
     let docker = async {
-        match state.engine.ping(CHECK_TIMEOUT).await {
+        match state.docker.ping(CHECK_TIMEOUT).await {
             Ok(()) => ComponentStatus::ok(),
             Err(e) => ComponentStatus::failing(e.to_string()),
         }

@@ -28,9 +28,7 @@ pub struct Runtime {
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct DefaultRuntime {
-    /// Language.
     pub language: String,
-    /// Version.
     pub version: String,
 }
 

@@ -1,4 +1,6 @@
-//! The shared state every adapter (REST, gRPC) hands to the core.
+//! The composition root of the API layer: what one running instance holds, built once by
+//! `app::Application::build` and cloned into every adapter (REST, gRPC, MCP). Core services take
+//! the narrow handles they use (a pool, a config section, a trait), not this.
 
 use chrono::{DateTime, Utc};
 use dispatcher::DockerEngine;
@@ -10,17 +12,17 @@ use crate::config::NodeConfig;
 /// Cheap to clone; one per running instance.
 #[derive(Clone)]
 pub struct AppState {
-    /// PostgreSQL pool.
     pub pool: PgPool,
-    /// Container engine.
-    pub engine: DockerEngine,
-    /// The effective configuration.
+    /// The Docker engine this instance drives (not to be confused with `executions`, the engine
+    /// of agent executions).
+    pub docker: DockerEngine,
+    /// The configuration after the file, the environment and validation.
     pub config: std::sync::Arc<NodeConfig>,
     /// Unique id of this running instance; owner label of everything it creates.
     pub instance_id: Uuid,
-    /// When this instance started.
+    /// When this instance started (uptime in readiness and metrics).
     pub started_at: DateTime<Utc>,
-    /// Agent executions.
+    /// The engine of agent executions (the agent loop, its recovery and cancellation).
     pub executions: std::sync::Arc<crate::engine::Engine>,
     /// The SEAL gateway (token issuer, rate limiter).
     pub gateway: std::sync::Arc<crate::gateway::Gateway>,
@@ -28,7 +30,8 @@ pub struct AppState {
     pub sandboxes: std::sync::Arc<crate::sandboxes::Sandboxes>,
     /// The egress rules of `web.*` (resolver, address policy, limits).
     pub egress: std::sync::Arc<crate::egress::Egress>,
-    /// The config file this instance was started with, if any.
+    /// The config file this instance was started with, if any (`aegis.system.config` names it,
+    /// so operators see which file is in force).
     pub config_path: Option<std::sync::Arc<std::path::PathBuf>>,
     /// Workflow executions.
     pub workflows: std::sync::Arc<crate::workflow::Workflows>,

@@ -162,7 +162,6 @@ pub fn check(volumes: &[Volume], config: &VolumesConfig) -> Result<(), VolumeErr
 /// Who owns an execution's volumes.
 #[derive(Debug, Clone)]
 pub struct Holder<'a> {
-    /// Tenant.
     pub tenant: &'a str,
     /// Agent (definition id).
     pub agent_id: Uuid,

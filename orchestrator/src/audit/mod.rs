@@ -96,7 +96,6 @@ pub struct AuditRow {
     pub outcome: String,
     /// `sha256:` digest of the result.
     pub result_digest: Option<String>,
-    /// Milliseconds.
     pub duration_ms: i64,
     /// For a completion row: the id of the intent row it completes.
     pub intent_id: Option<Uuid>,

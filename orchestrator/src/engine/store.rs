@@ -71,7 +71,6 @@ pub struct Event {
     pub seq: i64,
     /// `execution_started`, `iteration_started`, `llm_call`, `tool_call`, ...
     pub event_type: String,
-    /// Details.
     pub payload: Value,
     /// When recorded.
     pub recorded_at: DateTime<Utc>,
@@ -84,9 +83,7 @@ pub fn is_terminal(status: &str) -> bool {
 
 /// What a new execution row holds.
 pub struct NewExecution<'a> {
-    /// Id.
     pub id: Uuid,
-    /// Tenant.
     pub tenant: &'a str,
     /// Agent id.
     pub agent_id: Uuid,
@@ -94,13 +91,10 @@ pub struct NewExecution<'a> {
     pub agent_version_id: Uuid,
     /// Agent name.
     pub agent_name: &'a str,
-    /// Version.
     pub agent_version: &'a str,
     /// Parent execution.
     pub parent: Option<Uuid>,
-    /// Input.
     pub input: &'a Value,
-    /// Intent.
     pub intent: Option<&'a str>,
     /// Caller kind.
     pub caller_kind: &'a str,

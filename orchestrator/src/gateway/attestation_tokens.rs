@@ -38,7 +38,6 @@ pub struct TokenInfo {
     pub issued_by: String,
     /// Issue time.
     pub created_at: DateTime<Utc>,
-    /// Expiry.
     pub expires_at: DateTime<Utc>,
     /// When it was used, if it was.
     pub used_at: Option<DateTime<Utc>>,

@@ -132,6 +132,6 @@ pub struct Usage {
     pub prompt_tokens: u64,
     /// Tokens of the answer.
     pub completion_tokens: u64,
-    /// Both.
+    /// Prompt and completion tokens together.
     pub total_tokens: u64,
 }

@@ -43,9 +43,7 @@ pub enum RegistryError {
     VersionExists {
         /// `agent` or `workflow`.
         kind: &'static str,
-        /// Name.
         name: String,
-        /// Version.
         version: String,
     },
     /// `force` would change a deployed agent version's `spec.security.network`: the rules of
@@ -55,16 +53,10 @@ pub enum RegistryError {
          version's, and a version's network policy never changes (not even with force); deploy \
          it as a new version"
     )]
-    NetworkPolicyChanged {
-        /// Name.
-        name: String,
-        /// Version.
-        version: String,
-    },
+    NetworkPolicyChanged { name: String, version: String },
     /// A scope change to the scope the definition already has.
     #[error("workflow `{name}` is already {scope} scoped; nothing to change")]
     SameScope {
-        /// Name.
         name: String,
         /// Its current scope.
         scope: Scope,
@@ -74,7 +66,6 @@ pub enum RegistryError {
         "another {scope} workflow is already named `{name}`; rename or delete one of them first"
     )]
     NameCollision {
-        /// Name.
         name: String,
         /// The target scope.
         scope: Scope,
@@ -103,7 +94,6 @@ pub enum DeployMode {
 pub struct Deployed {
     /// Definition id (stable across versions).
     pub id: Uuid,
-    /// Name.
     pub name: String,
     /// Version deployed.
     pub version: String,
@@ -124,7 +114,6 @@ pub struct Deployed {
 pub struct Definition {
     /// Definition id.
     pub id: Uuid,
-    /// Name.
     pub name: String,
     /// Who sees it: `tenant` (its own tenant) or `global` (every tenant; workflows only).
     #[sqlx(try_from = "String")]
@@ -156,7 +145,6 @@ pub struct Definition {
 /// One version in a history listing.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct VersionInfo {
-    /// Version.
     pub version: String,
     /// Revision of the version.
     pub revision: i32,

@@ -83,7 +83,6 @@ impl ScopeFilter {
 pub struct ScopeChange {
     /// Definition id.
     pub id: Uuid,
-    /// Name.
     pub name: String,
     /// Scope before the change.
     pub previous_scope: Scope,

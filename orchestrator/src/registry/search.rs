@@ -48,13 +48,10 @@ pub const BUILTIN_LABEL: &str = "aegis/builtin";
 pub struct SearchHit {
     /// Definition id.
     pub id: Uuid,
-    /// Name.
     pub name: String,
     /// Latest version.
     pub version: String,
-    /// Description.
     pub description: Option<String>,
-    /// Labels.
     pub labels: Value,
     /// `tenant` or `global`.
     pub scope: Scope,

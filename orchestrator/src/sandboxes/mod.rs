@@ -276,11 +276,8 @@ pub enum SandboxError {
         "agent `{agent}` names runtime {language} {version}, which this node does not provide"
     )]
     UnknownRuntime {
-        /// Agent.
         agent: String,
-        /// Language.
         language: String,
-        /// Version.
         version: String,
     },
     /// No runtime of the registry matches what an operator asked for.

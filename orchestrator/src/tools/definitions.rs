@@ -213,7 +213,7 @@ pub(crate) async fn check(
         if manifest::AgentView(&parsed.value).network_egress() {
             let name = parsed.name.clone();
             if let Some(why) =
-                crate::sandboxes::egress::network_unavailable(&ctx.state.engine).await
+                crate::sandboxes::egress::network_unavailable(&ctx.state.docker).await
             {
                 checked.warnings.push(ManifestError::new(
                     manifest::Stage::Semantic,

@@ -110,7 +110,7 @@ async fn runtime_image(ctx: &ToolContext<'_>, lang: &Language) -> Result<String,
         ));
     }
     for image in &candidates {
-        match ctx.state.engine.image_present(image).await {
+        match ctx.state.docker.image_present(image).await {
             Ok(true) => return Ok((*image).to_owned()),
             Ok(false) => {}
             Err(e) => {

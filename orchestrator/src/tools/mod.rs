@@ -122,7 +122,7 @@ pub struct ToolInfo {
     pub skip_judge: bool,
     /// Always `builtin` for now.
     pub source: &'static str,
-    /// Group.
+    /// The catalog group the tool is listed under.
     pub category: String,
     /// JSON Schema of the arguments.
     #[serde(rename = "inputSchema")]

@@ -49,7 +49,7 @@ pub enum CallError {
     Denied {
         /// The tool.
         tool: String,
-        /// Why.
+        /// The decision of the one policy path, with its code and message.
         denial: policy::Denial,
     },
     /// The audit row could not be written; the call's result is withheld.

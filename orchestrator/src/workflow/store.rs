@@ -22,7 +22,6 @@ pub const CHANNEL: &str = "aegis_workflows";
 pub struct WorkflowExecution {
     /// Execution id.
     pub id: Uuid,
-    /// Tenant.
     #[serde(skip)]
     pub tenant_id: String,
     /// Workflow (definition) id.
@@ -122,7 +121,6 @@ pub struct Event {
     pub event_type: String,
     /// The state it concerns, if any.
     pub state_name: Option<String>,
-    /// Details.
     pub payload: Value,
     /// When recorded.
     pub recorded_at: DateTime<Utc>,
@@ -131,11 +129,9 @@ pub struct Event {
 /// An event to append.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
-    /// Type.
     pub event_type: &'static str,
     /// State, if any.
     pub state: Option<String>,
-    /// Details.
     pub payload: Value,
 }
 
@@ -166,17 +162,13 @@ pub fn is_terminal(status: &str) -> bool {
 
 /// A new execution row.
 pub struct NewExecution<'a> {
-    /// Id.
     pub id: Uuid,
-    /// Tenant.
     pub tenant: &'a str,
     /// Definition id.
     pub workflow_id: Uuid,
     /// Version row id.
     pub workflow_version_id: Uuid,
-    /// Name.
     pub workflow_name: &'a str,
-    /// Version.
     pub workflow_version: &'a str,
     /// Parent (execution, state, visit) of a Subworkflow child.
     pub parent: Option<(Uuid, &'a str, i32)>,
@@ -184,9 +176,7 @@ pub struct NewExecution<'a> {
     pub initial_state: &'a str,
     /// Initial blackboard.
     pub blackboard: &'a Value,
-    /// Input.
     pub input: &'a Value,
-    /// Intent.
     pub intent: Option<&'a str>,
     /// Caller kind.
     pub caller_kind: &'a str,
@@ -594,7 +584,6 @@ pub async fn get(
 /// of their executions inherit their caller).
 #[derive(Debug, Clone)]
 pub struct Visibility<'a> {
-    /// Tenant.
     pub tenant: &'a str,
     /// `None` for operators; else (caller kind, caller id).
     pub owner: Option<(&'a str, &'a str)>,

@@ -319,7 +319,7 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let name = format!("aegis-egress-test-{suffix}");
     let network = dispatcher::network::create(
-        &app.state.engine,
+        &app.state.docker,
         &name,
         &suffix,
         std::collections::HashMap::from([("org.aegis.test".to_owned(), "egress".to_owned())]),
@@ -349,7 +349,7 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
     .expect("proxy on the gateway");
     let guard = NetworkGuard {
         network: network.clone(),
-        engine: app.state.engine.clone(),
+        engine: app.state.docker.clone(),
     };
     dispatcher::network::isolate_host(&network, proxy.addr().port()).expect("host isolated");
 
