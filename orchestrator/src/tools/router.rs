@@ -5,6 +5,7 @@
 //! (unknown tool, invalid arguments, policy) are `CallError`s; failures inside a tool that ran are
 //! `isError` results. Both are audited.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -201,6 +202,11 @@ pub async fn invoke_gated(
     result
 }
 
+/// The steps of a call, in order: [`lookup`], [`validated`], the one policy decision
+/// (`policy::check_tool`), an operator's approval when a capability asks for one, the call's
+/// sandbox and its allowlists ([`sandbox_for`]), the agent's `tool_validation` gate; then the
+/// handler runs between its intent and completion rows ([`run_audited`]). A refusal at any step
+/// is audited here, once ([`refusal_entry`]), and returned.
 async fn route(
     state: &AppState,
     caller: &Caller,
@@ -213,29 +219,88 @@ async fn route(
     let args_digest = audit::digest(&arguments);
     // Audit reasons never carry argument values (the caller still gets the full message).
     let raw_arguments = arguments.clone();
-    let deny = |code: &str, reason: String| Entry {
-        kind: EntryKind::Tool,
-        action: name.to_owned(),
-        allowed: false,
-        reason_code: Some(code.to_owned()),
-        reason: Some(crate::arguments::scrub(&reason, &raw_arguments)),
-        args_digest: args_digest.clone(),
-        outcome: "denied",
-        result_digest: None,
-        duration_ms: started.elapsed().as_millis() as i64,
-    };
-
     let catalog = catalog()?;
-    let Some(tool) = catalog.get(name) else {
-        let err = CallError::UnknownTool {
-            name: name.to_owned(),
-        };
-        audit::record(&state.pool, caller, deny("unknown_tool", err.to_string()))
-            .await
-            .map_err(CallError::Audit)?;
-        return Err(err);
+    let admitted = admit(&catalog, state, caller, name, arguments, sandbox, gate).await;
+    let (tool, arguments, in_sandbox) = match admitted {
+        Ok(admitted) => admitted,
+        Err(refused) => {
+            if let Some(entry) = refusal_entry(
+                caller,
+                name,
+                &refused,
+                &raw_arguments,
+                &args_digest,
+                started,
+            ) {
+                audit::record(&state.pool, caller, entry)
+                    .await
+                    .map_err(CallError::Audit)?;
+            }
+            return Err(refused);
+        }
     };
+    let call = AuditedCall {
+        name,
+        args_digest: &args_digest,
+        raw_arguments: &raw_arguments,
+        started,
+    };
+    let ctx = ToolContext {
+        state,
+        caller,
+        sandbox: in_sandbox,
+    };
+    run_audited(&ctx, tool, arguments, call).await
+}
 
+/// A call every step allowed: its tool, its validated arguments, its sandbox and policy.
+type Admitted<'c> = (
+    &'c super::Tool,
+    Value,
+    Option<(SandboxId, Arc<crate::sandboxes::SandboxPolicy>)>,
+);
+
+/// Steps 1 to 6 of [`route`]; the first refusal ends them.
+async fn admit<'c>(
+    catalog: &'c super::Catalog,
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    arguments: Value,
+    sandbox: Option<SandboxId>,
+    gate: Option<&dyn CallGate>,
+) -> Result<Admitted<'c>, CallError> {
+    let tool = lookup(catalog, name)?;
+    let arguments = validated(tool, name, arguments)?;
+    let denied = |denial| CallError::Denied {
+        tool: name.to_owned(),
+        denial,
+    };
+    policy::check_tool(caller, tool, &arguments).map_err(denied)?;
+    // Privileged calls (a capability with `require_approval`) wait here for an operator.
+    crate::approvals::await_approval(state, caller, name, &arguments)
+        .await
+        .map_err(denied)?;
+    let in_sandbox = sandbox_for(state, name, &arguments, sandbox)
+        .await
+        .map_err(denied)?;
+    // The agent's tool_validation judges, after every rule allowed the call and before it runs.
+    if let Some(gate) = gate {
+        gate.admit(name, &arguments).await.map_err(denied)?;
+    }
+    Ok((tool, arguments, in_sandbox))
+}
+
+/// Step 1: the tool, from the catalog of what this node implements.
+fn lookup<'c>(catalog: &'c super::Catalog, name: &str) -> Result<&'c super::Tool, CallError> {
+    catalog.get(name).ok_or_else(|| CallError::UnknownTool {
+        name: name.to_owned(),
+    })
+}
+
+/// Step 2: the arguments against the tool's schema (integers written as floats normalised
+/// first), every violation with its pointer.
+fn validated(tool: &super::Tool, name: &str, arguments: Value) -> Result<Value, CallError> {
     let arguments = crate::arguments::normalise_integers(&tool.input_schema, arguments);
     let violations: Vec<ArgViolation> = tool
         .validator
@@ -245,124 +310,104 @@ async fn route(
             message: crate::arguments::describe_violation(&e),
         })
         .collect();
-    if !violations.is_empty() {
-        let err = CallError::InvalidArguments {
+    if violations.is_empty() {
+        Ok(arguments)
+    } else {
+        Err(CallError::InvalidArguments {
             tool: name.to_owned(),
             violations,
-        };
-        audit::record(
-            &state.pool,
-            caller,
-            deny("invalid_arguments", err.to_string()),
-        )
-        .await
-        .map_err(CallError::Audit)?;
-        return Err(err);
+        })
     }
+}
 
-    if let Err(denial) = policy::check_tool(caller, tool, &arguments) {
-        audit::record(
-            &state.pool,
-            caller,
-            deny(&reason_code(caller, &denial), denial.message.clone()),
-        )
-        .await
-        .map_err(CallError::Audit)?;
-        return Err(CallError::Denied {
-            tool: name.to_owned(),
-            denial,
-        });
+/// Step 5: for `cmd.run` and `fs.*`, the sandbox named by the call and its allowlists
+/// (programs, paths) checked against the arguments; other tools run without one.
+async fn sandbox_for(
+    state: &AppState,
+    name: &str,
+    arguments: &Value,
+    sandbox: Option<SandboxId>,
+) -> Result<Option<(SandboxId, Arc<crate::sandboxes::SandboxPolicy>)>, policy::Denial> {
+    if !policy::needs_sandbox(name) {
+        return Ok(None);
     }
+    let refused = |code, message| policy::Denial {
+        code,
+        message,
+        seal_code: None,
+        retry_after_secs: None,
+    };
+    let Some(id) = sandbox else {
+        return Err(refused(
+            "sandbox_required",
+            format!("`{name}` runs inside a sandbox: give sandbox_id"),
+        ));
+    };
+    let found = state.sandboxes.policy(&state.pool, id).await;
+    let sandbox_policy = found.map_err(|e| refused("sandbox_unavailable", e.to_string()))?;
+    policy::check_sandbox_call(name, arguments, &sandbox_policy)?;
+    Ok(Some((id, sandbox_policy)))
+}
 
-    // Privileged calls (a capability with `require_approval`) wait here for an operator.
-    if let Err(denial) = crate::approvals::await_approval(state, caller, name, &arguments).await {
-        audit::record(
-            &state.pool,
-            caller,
-            deny(&reason_code(caller, &denial), denial.message.clone()),
-        )
-        .await
-        .map_err(CallError::Audit)?;
-        return Err(CallError::Denied {
-            tool: name.to_owned(),
-            denial,
-        });
-    }
+/// The audit row of a refusal before the handler ran (none for the node's own failures: the
+/// audit log or the catalog unavailable).
+fn refusal_entry(
+    caller: &Caller,
+    name: &str,
+    refused: &CallError,
+    raw_arguments: &Value,
+    args_digest: &str,
+    started: Instant,
+) -> Option<Entry> {
+    let (code, reason) = match refused {
+        CallError::UnknownTool { .. } => ("unknown_tool".to_owned(), refused.to_string()),
+        CallError::InvalidArguments { .. } => ("invalid_arguments".to_owned(), refused.to_string()),
+        CallError::Denied { denial, .. } => (reason_code(caller, denial), denial.message.clone()),
+        CallError::Audit(_) | CallError::Catalog(_) => return None,
+    };
+    Some(Entry {
+        kind: EntryKind::Tool,
+        action: name.to_owned(),
+        allowed: false,
+        reason_code: Some(code),
+        reason: Some(crate::arguments::scrub(&reason, raw_arguments)),
+        args_digest: args_digest.to_owned(),
+        outcome: "denied",
+        result_digest: None,
+        duration_ms: started.elapsed().as_millis() as i64,
+    })
+}
 
-    let mut in_sandbox = None;
-    if policy::needs_sandbox(name) {
-        let refusal = match sandbox {
-            None => Err((
-                "sandbox_required",
-                format!("`{name}` runs inside a sandbox: give sandbox_id"),
-            )),
-            Some(id) => match state.sandboxes.policy(&state.pool, id).await {
-                Ok(p) => Ok((id, p)),
-                Err(e) => Err(("sandbox_unavailable", e.to_string())),
-            },
-        };
-        let checked = refusal
-            .map_err(|(code, message)| policy::Denial {
-                code,
-                message,
-                seal_code: None,
-                retry_after_secs: None,
-            })
-            .and_then(|(id, p)| policy::check_sandbox_call(name, &arguments, &p).map(|()| (id, p)));
-        match checked {
-            Ok(found) => in_sandbox = Some(found),
-            Err(denial) => {
-                audit::record(
-                    &state.pool,
-                    caller,
-                    deny(&reason_code(caller, &denial), denial.message.clone()),
-                )
-                .await
-                .map_err(CallError::Audit)?;
-                return Err(CallError::Denied {
-                    tool: name.to_owned(),
-                    denial,
-                });
-            }
-        }
-    }
+/// What the audit rows of an admitted call need to know of it.
+struct AuditedCall<'a> {
+    name: &'a str,
+    args_digest: &'a str,
+    /// The arguments as received, to scrub their values out of error reasons.
+    raw_arguments: &'a Value,
+    started: Instant,
+}
 
-    // The agent's tool_validation judges, after every rule allowed the call and before it runs.
-    if let Some(gate) = gate {
-        if let Err(denial) = gate.admit(name, &arguments).await {
-            audit::record(
-                &state.pool,
-                caller,
-                deny(&reason_code(caller, &denial), denial.message.clone()),
-            )
-            .await
-            .map_err(CallError::Audit)?;
-            return Err(CallError::Denied {
-                tool: name.to_owned(),
-                denial,
-            });
-        }
-    }
-
-    // The intent row exists before the tool runs; if this future is dropped (client gone,
-    // execution cancelled), the audit task completes it as `cancelled`.
+/// Step 7: the intent row exists before the tool runs; if this future is dropped (client gone,
+/// execution cancelled), the audit task completes it as `cancelled`. The completion row records
+/// the outcome; the result is withheld when it cannot be written.
+async fn run_audited(
+    ctx: &ToolContext<'_>,
+    tool: &super::Tool,
+    arguments: Value,
+    call: AuditedCall<'_>,
+) -> Result<ToolOutcome, CallError> {
     let call_audit = audit::begin_call(
-        &state.pool,
-        caller,
-        state.instance_id,
-        name,
-        &args_digest,
-        started,
+        &ctx.state.pool,
+        ctx.caller,
+        ctx.state.instance_id,
+        call.name,
+        call.args_digest,
+        call.started,
     )
     .await
     .map_err(CallError::Audit)?;
-    let ctx = ToolContext {
-        state,
-        caller,
-        sandbox: in_sandbox,
-    };
     let ran = Instant::now();
-    let result = (tool.handler)(&ctx, arguments).await;
+    let result = (tool.handler)(ctx, arguments).await;
     let duration_ms = ran.elapsed().as_millis() as u64;
     let completion = match &result {
         Ok(v) => audit::Completion {
@@ -374,7 +419,7 @@ async fn route(
         Err(e) => audit::Completion {
             outcome: "error",
             reason_code: Some(e.code.to_owned()),
-            reason: Some(crate::arguments::scrub(&e.message, &raw_arguments)),
+            reason: Some(crate::arguments::scrub(&e.message, call.raw_arguments)),
             result_digest: None,
         },
     };
