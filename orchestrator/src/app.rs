@@ -363,8 +363,8 @@ async fn start_gateway(
 ) -> Result<crate::gateway::Gateway, AppError> {
     for definition in &config.seal.security_contexts {
         // Validated at config load; parse again to get the typed value.
-        if let Ok(ctx) = crate::gateway::contexts::parse(definition) {
-            crate::gateway::contexts::upsert(pool, crate::DEFAULT_TENANT, &ctx, "config")
+        if let Ok(ctx) = crate::contexts::parse(definition) {
+            crate::contexts::upsert(pool, crate::DEFAULT_TENANT, &ctx, "config")
                 .await
                 .map_err(|e| AppError::Serve {
                     what: "seal",

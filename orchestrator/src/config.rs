@@ -756,7 +756,7 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         return Err(invalid(&format!("egress.{}", e.key), e.message));
     }
     for (i, ctx) in c.seal.security_contexts.iter().enumerate() {
-        if let Err(e) = crate::gateway::contexts::parse(ctx) {
+        if let Err(e) = crate::contexts::parse(ctx) {
             return Err(invalid(
                 &format!("seal.security_contexts[{i}]"),
                 e.to_string(),

@@ -12,6 +12,7 @@ pub mod background;
 pub mod builtin;
 pub mod caller;
 pub mod config;
+pub mod contexts;
 pub mod delivery;
 pub mod egress;
 pub mod engine;

@@ -45,11 +45,11 @@ impl crate::workflow::AgentHost for AppState {
         &self,
         caller: crate::caller::Caller,
         request: crate::engine::ExecuteRequest,
-    ) -> crate::workflow::BoxFuture<'_, Result<Uuid, crate::engine::ExecError>> {
+    ) -> futures_util::future::BoxFuture<'_, Result<Uuid, crate::engine::ExecError>> {
         Box::pin(async move { self.executions.start(self, &caller, request).await })
     }
 
-    fn cancel_agent(&self, tenant: String, id: Uuid) -> crate::workflow::BoxFuture<'_, ()> {
+    fn cancel_agent(&self, tenant: String, id: Uuid) -> futures_util::future::BoxFuture<'_, ()> {
         Box::pin(async move {
             if let Err(e) = self.executions.cancel(self, &tenant, id).await {
                 tracing::warn!(execution = %id, error = %e, "could not cancel an agent execution");

@@ -231,10 +231,10 @@ pub async fn authenticate(
         .map_err(|_| AuthError::Invalid("the key has an unknown role"))?;
     let mut caller = Caller::operator(id, &name, role);
     if let Some(context_name) = &security_context {
-        let context = crate::gateway::contexts::get(pool, &caller.tenant, context_name)
+        let context = crate::contexts::get(pool, &caller.tenant, context_name)
             .await
             .map_err(|e| match e {
-                crate::gateway::contexts::ContextError::Db(db) => AuthError::Db(db),
+                crate::contexts::ContextError::Db(db) => AuthError::Db(db),
                 other => AuthError::ContextUnusable {
                     name: context_name.clone(),
                     reason: other.to_string(),
@@ -317,7 +317,7 @@ pub async fn authenticate_bound(
     );
     // Like `authenticate`: `last_used_at` at most every 30 s, or every concurrent request of an
     // MCP client (one key, many calls in flight) queues on the key's row lock. The context's
-    // version comes in the same round trip (the digest `gateway::contexts::get_versioned` gives).
+    // version comes in the same round trip (the digest `contexts::get_versioned` gives).
     let row: Option<Row> = sqlx::query_as(
         "WITH k AS (SELECT id, name, expires_at, revoked_at, security_context, last_used_at \
              FROM api_keys WHERE key_hash = $1), \

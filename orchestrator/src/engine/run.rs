@@ -292,7 +292,7 @@ impl Job {
             seal: None,
         };
         if let Some(name) = AgentView(&self.def.manifest).security_context() {
-            let ctx = crate::gateway::contexts::get(&self.state.pool, &self.tenant, name)
+            let ctx = crate::contexts::get(&self.state.pool, &self.tenant, name)
                 .await
                 .map_err(|e| format!("security context `{name}`: {e}"))?;
             caller.tier = ctx.tier;
@@ -880,7 +880,7 @@ impl tools::CallGate for ToolGate<'_> {
         &'a self,
         tool: &'a str,
         arguments: &'a Value,
-    ) -> crate::workflow::BoxFuture<'a, Result<(), crate::policy::Denial>> {
+    ) -> futures_util::future::BoxFuture<'a, Result<(), crate::policy::Denial>> {
         Box::pin(async move {
             let skip = &self.job.state.config.executions.skip_judge_tools;
             if skip.iter().any(|t| t == tool) {

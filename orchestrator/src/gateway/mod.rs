@@ -9,7 +9,6 @@
 
 mod admission;
 pub mod attestation_tokens;
-pub mod contexts;
 mod invoke;
 pub mod sessions;
 
@@ -27,6 +26,7 @@ use uuid::Uuid;
 
 use crate::audit::{self, Entry, EntryKind};
 use crate::caller::{Caller, CallerKind};
+use crate::contexts;
 use crate::seal::context::{Proof, RateLimiter, SecurityContext};
 use crate::seal::envelope::decode_public_key;
 use crate::seal::error::{SealCode, SealError};

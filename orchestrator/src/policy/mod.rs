@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::caller::Caller;
+use crate::policy::command::CommandPolicy;
 use crate::tools::Tool;
 
 /// Why a call was refused.
@@ -146,11 +147,7 @@ pub fn needs_sandbox(tool: &str) -> bool {
 
 /// Decides a sandbox tool call under the sandbox's agent policy: the tool must be in the
 /// manifest's `spec.tools`, paths inside the allowlist, commands on the command allowlist.
-pub fn check_sandbox_call(
-    tool: &str,
-    args: &Value,
-    policy: &crate::sandboxes::SandboxPolicy,
-) -> Result<(), Denial> {
+pub fn check_sandbox_call(tool: &str, args: &Value, policy: &SandboxPolicy) -> Result<(), Denial> {
     let canonical = if tool == "fs.create.dir" {
         "fs.create_dir"
     } else {
@@ -223,4 +220,28 @@ pub fn may_see(caller: &Caller, tool: &Tool) -> bool {
             s.context.covers_tool(&tool.name)
                 && s.ceilings.iter().all(|c| c.covers_tool(&tool.name))
         })
+}
+
+/// What calls in one sandbox may do: derived from the agent's manifest, its security context or
+/// its runtime by `sandboxes`, decided here by [`check_sandbox_call`].
+#[derive(Debug, Clone)]
+pub struct SandboxPolicy {
+    /// The agent's name.
+    pub agent: String,
+    /// Tools the manifest lists in `spec.tools`.
+    pub tools: Vec<String>,
+    /// Paths reading tools may touch.
+    pub read_roots: Vec<String>,
+    /// Paths changing tools may touch.
+    pub write_roots: Vec<String>,
+    /// `cmd.run` rules.
+    pub command: CommandPolicy,
+    /// `cmd.run` deadline ceiling (manifest AND server).
+    pub cmd_timeout_secs: u64,
+    /// Output cap ceiling (manifest AND server).
+    pub max_output_bytes: u64,
+    /// `env.get` may return secret-looking values unmasked when asked (default masked).
+    pub unmask_env: bool,
+    /// The agent's `spec.env`: the environment every `cmd.run` command starts with.
+    pub env: std::collections::BTreeMap<String, String>,
 }

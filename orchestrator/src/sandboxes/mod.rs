@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use crate::manifest::{AgentView, ManifestKind, RuntimeRef};
 use crate::policy::command::CommandPolicy;
+pub use crate::policy::SandboxPolicy;
 use crate::registry::{self, RegistryError};
 
 /// Label naming the agent version a sandbox was made for.
@@ -240,29 +241,6 @@ pub struct KernelPolicy {
     pub landlock_abi: u32,
     /// `sandbox.require_landlock`: sandboxes are refused without Landlock.
     pub required: bool,
-}
-
-/// What calls in one sandbox may do.
-#[derive(Debug, Clone)]
-pub struct SandboxPolicy {
-    /// The agent's name.
-    pub agent: String,
-    /// Tools the manifest lists in `spec.tools`.
-    pub tools: Vec<String>,
-    /// Paths reading tools may touch.
-    pub read_roots: Vec<String>,
-    /// Paths changing tools may touch.
-    pub write_roots: Vec<String>,
-    /// `cmd.run` rules.
-    pub command: CommandPolicy,
-    /// `cmd.run` deadline ceiling (manifest AND server).
-    pub cmd_timeout_secs: u64,
-    /// Output cap ceiling (manifest AND server).
-    pub max_output_bytes: u64,
-    /// `env.get` may return secret-looking values unmasked when asked (default masked).
-    pub unmask_env: bool,
-    /// The agent's `spec.env`: the environment every `cmd.run` command starts with.
-    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// Why a sandbox could not be made or found.
@@ -737,7 +715,7 @@ impl Sandboxes {
         }
         let info = self.dispatcher()?.get(id).await?;
         if let Some(name) = info.spec.as_ref().and_then(|s| s.labels.get(CONTEXT_LABEL)) {
-            let context = crate::gateway::contexts::get(pool, crate::DEFAULT_TENANT, name)
+            let context = crate::contexts::get(pool, crate::DEFAULT_TENANT, name)
                 .await
                 .map_err(|_| SandboxError::NoPolicy(id))?;
             let policy = Arc::new(policy_of_context(&context, &self.ceilings));

@@ -46,7 +46,7 @@ pub struct ToolContext<'a> {
     /// Who is calling.
     pub caller: &'a Caller,
     /// The sandbox of a `cmd.run` / `fs.*` call and the policy it runs under.
-    pub sandbox: Option<(dispatcher::SandboxId, Arc<crate::sandboxes::SandboxPolicy>)>,
+    pub sandbox: Option<(dispatcher::SandboxId, Arc<crate::policy::SandboxPolicy>)>,
 }
 
 /// A failure inside a tool that ran: reported to the caller as an `isError` result.

@@ -174,7 +174,7 @@ pub trait CallGate: Send + Sync {
         &'a self,
         tool: &'a str,
         arguments: &'a Value,
-    ) -> crate::workflow::BoxFuture<'a, Result<(), policy::Denial>>;
+    ) -> futures_util::future::BoxFuture<'a, Result<(), policy::Denial>>;
 }
 
 /// [`invoke_in`] with a gate that may still refuse the call after policy allowed it.
@@ -257,7 +257,7 @@ async fn route(
 type Admitted<'c> = (
     &'c super::Tool,
     Value,
-    Option<(SandboxId, Arc<crate::sandboxes::SandboxPolicy>)>,
+    Option<(SandboxId, Arc<crate::policy::SandboxPolicy>)>,
 );
 
 /// Steps 1 to 6 of [`route`]; the first refusal ends them.
@@ -327,7 +327,7 @@ async fn sandbox_for(
     name: &str,
     arguments: &Value,
     sandbox: Option<SandboxId>,
-) -> Result<Option<(SandboxId, Arc<crate::sandboxes::SandboxPolicy>)>, policy::Denial> {
+) -> Result<Option<(SandboxId, Arc<crate::policy::SandboxPolicy>)>, policy::Denial> {
     if !policy::needs_sandbox(name) {
         return Ok(None);
     }

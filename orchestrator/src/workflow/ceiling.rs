@@ -66,7 +66,7 @@ pub(crate) async fn caller(
         .iter()
         .filter_map(Value::as_str)
     {
-        let context = crate::gateway::contexts::get(pool, tenant, name)
+        let context = crate::contexts::get(pool, tenant, name)
             .await
             .map_err(|e| {
                 format!("security context `{name}` of whoever started this workflow: {e}")

@@ -25,8 +25,6 @@ pub mod store;
 mod worker;
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Mutex;
 
 use serde_json::Value;
@@ -38,6 +36,8 @@ use uuid::Uuid;
 use crate::caller::Caller;
 use crate::engine::{ExecError, ExecuteRequest};
 use crate::registry::RegistryError;
+
+use futures_util::future::BoxFuture;
 
 pub use start::RunRequest;
 pub use worker::spawn_workers;
@@ -55,9 +55,6 @@ pub trait AgentHost: Send + Sync + 'static {
     /// Cancels an agent execution (wherever it runs); errors are logged, not returned.
     fn cancel_agent(&self, tenant: String, id: Uuid) -> BoxFuture<'_, ()>;
 }
-
-/// A boxed, sendable future.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Why a workflow operation was refused.
 #[derive(Debug, thiserror::Error)]

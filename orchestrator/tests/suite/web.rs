@@ -331,7 +331,7 @@ async fn other_schemes_and_bad_urls_are_refused() {
 
 /// A caller under a SEAL security context whose web capability admits `allow`.
 async fn sealed_caller(allow: Value) -> Caller {
-    let context = orchestrator::gateway::contexts::parse(&json!({
+    let context = orchestrator::contexts::parse(&json!({
         "name": "web-reader",
         "description": "reads the test site",
         "capabilities": [{"tool_pattern": "web.*", "domain_allowlist": allow}],

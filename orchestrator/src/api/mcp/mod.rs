@@ -221,15 +221,14 @@ impl ContextCache {
         state: &AppState,
         name: &str,
         version: &str,
-    ) -> Result<Arc<SecurityContext>, crate::gateway::contexts::ContextError> {
+    ) -> Result<Arc<SecurityContext>, crate::contexts::ContextError> {
         if let Some((v, context)) = self.lock().get(name) {
             if v == version {
                 return Ok(context.clone());
             }
         }
         let (context, version) =
-            crate::gateway::contexts::get_versioned(&state.pool, crate::DEFAULT_TENANT, name)
-                .await?;
+            crate::contexts::get_versioned(&state.pool, crate::DEFAULT_TENANT, name).await?;
         let context = Arc::new(context);
         self.lock()
             .insert(name.to_owned(), (version, context.clone()));
@@ -316,9 +315,7 @@ async fn gate(
         )
     };
     let Some(version) = key.context_version.clone() else {
-        return unusable(
-            crate::gateway::contexts::ContextError::NotFound(context_name.clone()).to_string(),
-        );
+        return unusable(crate::contexts::ContextError::NotFound(context_name.clone()).to_string());
     };
     let context = match contexts.get(&state, &context_name, &version).await {
         Ok(c) => c,

@@ -50,12 +50,12 @@ pub async fn create(
         return Err(ApiError::bad_request("`expires_at` is in the past"));
     }
     if let Some(context) = &req.security_context {
-        crate::gateway::contexts::get(&state.pool, crate::DEFAULT_TENANT, context)
+        crate::contexts::get(&state.pool, crate::DEFAULT_TENANT, context)
             .await
             .map_err(|e| match e {
-                crate::gateway::contexts::ContextError::NotFound(_) => ApiError::bad_request(
-                    format!("`security_context`: no security context `{context}` exists"),
-                ),
+                crate::contexts::ContextError::NotFound(_) => ApiError::bad_request(format!(
+                    "`security_context`: no security context `{context}` exists"
+                )),
                 other => ApiError::internal(other),
             })?;
     }

@@ -1,4 +1,5 @@
-//! Security contexts in PostgreSQL: loaded from the node config at start, managed by operators.
+//! Security contexts in PostgreSQL (storage layer): loaded from the node config at start,
+//! managed by operators, read by the gateway, API-key auth, sandboxes, executions and workflows.
 //!
 //! A context's definition is stored whole (JSONB) and parsed with the same strict rules as the
 //! config file, so a context that reached the database is always a valid one.
