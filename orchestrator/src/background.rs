@@ -49,7 +49,15 @@ impl Background {
                 state.clone(),
                 shutdown.clone(),
             )),
-            tokio::spawn(crate::delivery::work(state.clone(), shutdown.clone())),
+            tokio::spawn(
+                crate::delivery::DeliveryWorker {
+                    pool: state.pool.clone(),
+                    config: state.config.delivery.clone(),
+                    egress: state.egress.clone(),
+                    instance_id: state.instance_id,
+                }
+                .work(shutdown.clone()),
+            ),
         ];
         let workflow_stop = CancellationToken::new();
         let workflow_workers = crate::workflow::spawn_workers(

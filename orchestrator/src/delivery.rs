@@ -32,8 +32,6 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::state::AppState;
-
 /// The request header carrying the signature.
 pub const SIGNATURE_HEADER: &str = "X-Aegis-Signature";
 /// The request header carrying the delivery id (the same on every retry).
@@ -302,16 +300,16 @@ pub fn signature(secret: &[u8], timestamp: i64, body: &str) -> String {
 
 /// One attempt: `Ok(status)` when the receiver answered, `Err(reason)` when it could not be
 /// reached or the request could not be made.
-async fn send(state: &AppState, due: &Due) -> Result<u16, String> {
-    let config = &state.config.delivery;
-    let domains = denylist_of(state, due.execution_id).await?;
-    let (url, host, addrs) = crate::egress::fetch::check_url(&state.egress, &domains, &due.url)
+async fn send(worker: &DeliveryWorker, due: &Due) -> Result<u16, String> {
+    let config = &worker.config;
+    let domains = denylist_of(&worker.pool, due.execution_id).await?;
+    let (url, host, addrs) = crate::egress::fetch::check_url(&worker.egress, &domains, &due.url)
         .await
         .map_err(|e| e.to_string())?;
     let mut builder = reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(state.egress.connect_timeout)
+        .connect_timeout(worker.egress.connect_timeout)
         .timeout(Duration::from_secs(config.timeout_secs))
         .user_agent(concat!("aegis-orchestrator/", env!("CARGO_PKG_VERSION")));
     if matches!(url.host(), Some(url::Host::Domain(_))) {
@@ -356,7 +354,7 @@ async fn send(state: &AppState, due: &Due) -> Result<u16, String> {
 /// deliveries (no allow part: see the module documentation). A manifest that cannot be read
 /// fails the attempt rather than sending without its rules.
 async fn denylist_of(
-    state: &AppState,
+    pool: &PgPool,
     execution: Uuid,
 ) -> Result<crate::egress::DomainPolicy, String> {
     let row: Option<(Value, String)> = sqlx::query_as(
@@ -364,7 +362,7 @@ async fn denylist_of(
          JOIN definition_versions v ON v.id = e.agent_version_id WHERE e.id = $1",
     )
     .bind(execution)
-    .fetch_optional(&state.pool)
+    .fetch_optional(pool)
     .await
     .map_err(|e| format!("could not read the network policy of execution {execution}: {e}"))?;
     let Some((manifest, agent)) = row else {
@@ -409,8 +407,7 @@ async fn claim(
 
 /// Records an attempt and the delivery's next state, if this replica still holds it.
 async fn record(
-    state: &AppState,
-    me: Uuid,
+    worker: &DeliveryWorker,
     due: &Due,
     outcome: &Result<u16, String>,
     took: Duration,
@@ -428,8 +425,8 @@ async fn record(
         (Some(_), true) => "failed",
         (Some(_), false) => "pending",
     };
-    let wait = state.config.delivery.backoff(due.attempts.max(1) as u32);
-    let mut tx = state.pool.begin().await?;
+    let wait = worker.config.backoff(due.attempts.max(1) as u32);
+    let mut tx = worker.pool.begin().await?;
     let held = sqlx::query(
         "UPDATE deliveries SET status = $3, last_status_code = $4, last_error = $5, \
          next_attempt_at = now() + make_interval(secs => $6), lease_owner = NULL, \
@@ -437,7 +434,7 @@ async fn record(
          updated_at = now() WHERE id = $1 AND lease_owner = $2",
     )
     .bind(due.id)
-    .bind(me)
+    .bind(worker.instance_id)
     .bind(status)
     .bind(code)
     .bind(&error)
@@ -460,30 +457,42 @@ async fn record(
     tx.commit().await
 }
 
-/// Sends due deliveries every `delivery.poll_interval_ms` until shutdown.
-pub async fn work(state: AppState, shutdown: CancellationToken) {
-    let config = Arc::new(state.config.delivery.clone());
-    let me = state.instance_id;
-    let every = Duration::from_millis(config.poll_interval_ms.max(10));
-    // Long enough for one attempt and its bookkeeping.
-    let lease = Duration::from_secs(config.timeout_secs.saturating_mul(2).max(5));
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
-        }
-        let batch = match claim(&state.pool, me, lease, 16).await {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not claim deliveries");
-                continue;
+/// What the delivery worker uses: the pool, its config section, the egress rules its requests
+/// pass, and this instance's id (the owner of the leases it takes).
+pub struct DeliveryWorker {
+    pub pool: PgPool,
+    /// `delivery.*`: poll interval, timeout, backoff.
+    pub config: DeliveryConfig,
+    /// Every attempt passes the node's egress gate, like `web.fetch`.
+    pub egress: Arc<crate::egress::Egress>,
+    /// The owner of the leases this worker takes.
+    pub instance_id: Uuid,
+}
+
+impl DeliveryWorker {
+    /// Sends due deliveries every `delivery.poll_interval_ms` until shutdown.
+    pub async fn work(self, shutdown: CancellationToken) {
+        let every = Duration::from_millis(self.config.poll_interval_ms.max(10));
+        // Long enough for one attempt and its bookkeeping.
+        let lease = Duration::from_secs(self.config.timeout_secs.saturating_mul(2).max(5));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
             }
-        };
-        for due in batch {
-            let started = Instant::now();
-            let outcome = send(&state, &due).await;
-            if let Err(e) = record(&state, me, &due, &outcome, started.elapsed()).await {
-                tracing::warn!(delivery = %due.id, error = %e, "could not record a delivery attempt");
+            let batch = match claim(&self.pool, self.instance_id, lease, 16).await {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not claim deliveries");
+                    continue;
+                }
+            };
+            for due in batch {
+                let started = Instant::now();
+                let outcome = send(&self, &due).await;
+                if let Err(e) = record(&self, &due, &outcome, started.elapsed()).await {
+                    tracing::warn!(delivery = %due.id, error = %e, "could not record a delivery attempt");
+                }
             }
         }
     }

@@ -20,8 +20,6 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-use crate::state::AppState;
-
 /// Database-derived gauges are refreshed at most this often.
 pub const REFRESH: Duration = Duration::from_secs(5);
 
@@ -350,17 +348,22 @@ pub fn audit_write(rows: usize, elapsed: Duration) {
 
 /// Renders every metric in the Prometheus text format, refreshing the database gauges when they
 /// are older than [`REFRESH`] (one refresher at a time; concurrent scrapes get the last values).
-pub async fn render(state: &AppState) -> Result<String, String> {
+/// Takes what it reads (the pool, and the dispatcher when sandboxes are available), not the
+/// application state.
+pub async fn render(
+    pool: &sqlx::PgPool,
+    dispatcher: Option<&dispatcher::Dispatcher>,
+) -> Result<String, String> {
     let m = &*METRICS;
     if let Ok(mut refreshed) = m.gauges_refreshed.try_lock() {
         if refreshed.is_none_or(|at| at.elapsed() >= REFRESH) {
-            match refresh_from_db(m, &state.pool).await {
+            match refresh_from_db(m, pool).await {
                 Ok(()) => *refreshed = Some(Instant::now()),
                 Err(e) => tracing::warn!(error = %e, "metrics: database gauges not refreshed"),
             }
         }
     }
-    refresh_local(m, state);
+    refresh_local(m, pool, dispatcher);
     let mut out = Vec::new();
     TextEncoder::new()
         .encode(&m.registry.gather(), &mut out)
@@ -400,17 +403,17 @@ async fn refresh_from_db(m: &Metrics, pool: &sqlx::PgPool) -> Result<(), sqlx::E
 }
 
 /// What this instance knows without a query: its connection pool and its warm pool.
-fn refresh_local(m: &Metrics, state: &AppState) {
-    let size = i64::from(state.pool.size());
-    let idle = state.pool.num_idle() as i64;
+fn refresh_local(m: &Metrics, pool: &sqlx::PgPool, dispatcher: Option<&dispatcher::Dispatcher>) {
+    let size = i64::from(pool.size());
+    let idle = pool.num_idle() as i64;
     m.db_connections.with_label_values(&["idle"]).set(idle);
     m.db_connections
         .with_label_values(&["in_use"])
         .set((size - idle).max(0));
     m.db_connections
         .with_label_values(&["max"])
-        .set(i64::from(state.pool.options().get_max_connections()));
-    if let Ok(d) = state.sandboxes.dispatcher() {
+        .set(i64::from(pool.options().get_max_connections()));
+    if let Some(d) = dispatcher {
         for (image, n) in d.pool_sizes() {
             m.pool_idle.with_label_values(&[&image]).set(n as i64);
         }

@@ -28,7 +28,7 @@ pub async fn render(State(state): State<AppState>) -> Response {
         )
         .into_response();
     }
-    match crate::metrics::render(&state).await {
+    match crate::metrics::render(&state.pool, state.sandboxes.dispatcher().ok()).await {
         Ok(text) => ([(header::CONTENT_TYPE, TEXT_FORMAT)], text).into_response(),
         Err(e) => ApiError::internal(e).into_response(),
     }
