@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::state::AppState;
 use crate::store;
 
 /// Time each readiness check may take.
@@ -81,10 +80,15 @@ impl Readiness {
     }
 }
 
-/// Runs all checks concurrently.
-pub async fn check(state: &AppState) -> Readiness {
+/// Runs all checks concurrently, over what readiness reads: the pool, the Docker engine and
+/// the sandbox service.
+pub async fn check(
+    pool: &sqlx::PgPool,
+    docker: &dispatcher::DockerEngine,
+    sandboxes: &crate::sandboxes::Sandboxes,
+) -> Readiness {
     let db = async {
-        let q = sqlx::query("SELECT 1").execute(&state.pool);
+        let q = sqlx::query("SELECT 1").execute(pool);
         match tokio::time::timeout(CHECK_TIMEOUT, q).await {
             Err(_) => (
                 ComponentStatus::failing(format!("no answer within {CHECK_TIMEOUT:?}")),
@@ -95,7 +99,7 @@ pub async fn check(state: &AppState) -> Readiness {
                 ComponentStatus::failing("unknown: database unreachable"),
             ),
             Ok(Ok(_)) => {
-                let m = tokio::time::timeout(CHECK_TIMEOUT, store::migrations_current(&state.pool));
+                let m = tokio::time::timeout(CHECK_TIMEOUT, store::migrations_current(pool));
                 let migrations = match m.await {
                     Ok(Ok(true)) => ComponentStatus::ok(),
                     Ok(Ok(false)) => ComponentStatus::failing("migrations pending"),
@@ -107,13 +111,13 @@ pub async fn check(state: &AppState) -> Readiness {
         }
     };
     let docker = async {
-        match state.docker.ping(CHECK_TIMEOUT).await {
+        match docker.ping(CHECK_TIMEOUT).await {
             Ok(()) => ComponentStatus::ok(),
             Err(e) => ComponentStatus::failing(e.to_string()),
         }
     };
     let ((database, migrations), docker) = tokio::join!(db, docker);
-    let sandboxes = match state.sandboxes.unavailable_reason() {
+    let sandbox_service = match sandboxes.unavailable_reason() {
         None => ComponentStatus::ok(),
         Some(reason) => ComponentStatus::failing(reason),
     };
@@ -121,8 +125,8 @@ pub async fn check(state: &AppState) -> Readiness {
         database,
         migrations,
         docker,
-        sandboxes,
-        kernel_policy: state.sandboxes.kernel_policy(),
+        sandboxes: sandbox_service,
+        kernel_policy: sandboxes.kernel_policy(),
     };
     let mut failing = Vec::new();
     for (name, c) in [

@@ -28,7 +28,6 @@ use crate::audit::{self, Entry, EntryKind};
 use crate::caller::Caller;
 use crate::policy::Denial;
 use crate::seal::error::SealCode;
-use crate::state::AppState;
 
 /// How often a waiting call looks for a decision.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -217,8 +216,12 @@ fn refusal(code: &'static str, message: String) -> Denial {
 /// The router's approval step: when the caller's security context makes `tool` with `args` a
 /// privileged call, waits for an operator's decision (see the module doc). `Ok` means the call
 /// may run now; a `Denial` means it was rejected or timed out (the router audits it).
+///
+/// Takes the pool and `seal.approval_timeout_secs` (a rule without its own timeout waits that
+/// long), not the application state.
 pub async fn await_approval(
-    state: &AppState,
+    pool: &sqlx::PgPool,
+    default_timeout_secs: u64,
     caller: &Caller,
     tool: &str,
     args: &Value,
@@ -230,10 +233,7 @@ pub async fn await_approval(
         return Ok(());
     };
     let started = Instant::now();
-    let timeout = rule
-        .timeout_secs
-        .unwrap_or(state.config.seal.approval_timeout_secs)
-        .max(1);
+    let timeout = rule.timeout_secs.unwrap_or(default_timeout_secs).max(1);
     let unavailable = |e: sqlx::Error| {
         refusal(
             "approval_unavailable",
@@ -258,7 +258,7 @@ pub async fn await_approval(
     .bind(&caller.label)
     .bind(&scope.context.name)
     .bind(timeout as f64)
-    .fetch_one(&state.pool)
+    .fetch_one(pool)
     .await
     .map_err(unavailable)?;
     let step = |action: &str, outcome: &'static str, reason: String| Entry {
@@ -273,7 +273,7 @@ pub async fn await_approval(
         duration_ms: started.elapsed().as_millis() as i64,
     };
     audit::record(
-        &state.pool,
+        pool,
         caller,
         step(
             "approval.request",
@@ -290,9 +290,7 @@ pub async fn await_approval(
     tracing::info!(approval = %id, tool, caller = %caller.id, timeout_secs = timeout, "call waits for approval");
 
     loop {
-        let row = get(&state.pool, &caller.tenant, id)
-            .await
-            .map_err(unavailable)?;
+        let row = get(pool, &caller.tenant, id).await.map_err(unavailable)?;
         let Some(row) = row else {
             return Err(refusal(
                 "approval_rejected",
@@ -322,12 +320,12 @@ pub async fn await_approval(
                  WHERE id = $1 AND status = 'pending'",
             )
             .bind(id)
-            .execute(&state.pool)
+            .execute(pool)
             .await
             .map_err(unavailable)?;
             if closed.rows_affected() == 1 {
                 audit::record(
-                    &state.pool,
+                    pool,
                     &Caller::system(),
                     step(
                         "approval.timeout",

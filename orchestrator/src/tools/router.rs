@@ -278,7 +278,8 @@ async fn admit<'c>(
     };
     policy::check_tool(caller, tool, &arguments).map_err(denied)?;
     // Privileged calls (a capability with `require_approval`) wait here for an operator.
-    crate::approvals::await_approval(state, caller, name, &arguments)
+    let approval_timeout = state.config.seal.approval_timeout_secs;
+    crate::approvals::await_approval(&state.pool, approval_timeout, caller, name, &arguments)
         .await
         .map_err(denied)?;
     let in_sandbox = sandbox_for(state, name, &arguments, sandbox)

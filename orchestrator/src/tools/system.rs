@@ -25,7 +25,7 @@ pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
 
 fn info<'a>(ctx: &'a ToolContext<'a>, _: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        let report = health::check(ctx.state).await;
+        let report = health::check(&ctx.state.pool, &ctx.state.docker, &ctx.state.sandboxes).await;
         let capabilities: Vec<&str> = vec!["registry", "audit", "grpc"];
         Ok(json!({
             "version": env!("CARGO_PKG_VERSION"),

@@ -52,7 +52,10 @@ pub fn router(
 async fn track_health(state: AppState, reporter: HealthReporter, shutdown: CancellationToken) {
     const SERVICES: [&str; 3] = ["", "orchestrator.v1.Node", "seal.v1.Gateway"];
     loop {
-        let status = if health::check(&state).await.is_ready() {
+        let status = if health::check(&state.pool, &state.docker, &state.sandboxes)
+            .await
+            .is_ready()
+        {
             ServingStatus::Serving
         } else {
             ServingStatus::NotServing

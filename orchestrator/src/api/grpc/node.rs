@@ -19,7 +19,8 @@ pub(super) fn service(state: AppState) -> NodeServer<impl Node> {
 #[tonic::async_trait]
 impl Node for NodeService {
     async fn get_info(&self, _: Request<GetInfoRequest>) -> Result<Response<NodeInfo>, Status> {
-        let report = health::check(&self.state).await;
+        let report =
+            health::check(&self.state.pool, &self.state.docker, &self.state.sandboxes).await;
         Ok(Response::new(NodeInfo {
             instance_id: self.state.instance_id.to_string(),
             version: env!("CARGO_PKG_VERSION").to_owned(),

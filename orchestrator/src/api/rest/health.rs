@@ -44,7 +44,7 @@ pub async fn live(State(state): State<AppState>) -> Json<Liveness> {
     responses((status = 200, description = "Every dependency answers", body = health::Readiness),
               (status = 503, description = "Not ready; `failing` names the components", body = health::Readiness)))]
 pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<health::Readiness>) {
-    let report = health::check(&state).await;
+    let report = health::check(&state.pool, &state.docker, &state.sandboxes).await;
     let code = if report.is_ready() {
         StatusCode::OK
     } else {
