@@ -43,9 +43,9 @@ pub enum AppError {
     /// The admin key could not be set up.
     #[error(transparent)]
     Auth(#[from] AuthError),
-    /// The embedded tool catalog is broken (a packaging bug).
+    /// The embedded tool catalog is broken, or a tool has no handler (a packaging bug).
     #[error(transparent)]
-    Catalog(#[from] crate::tools::CatalogError),
+    Catalog(#[from] crate::catalog::CatalogError),
     /// The `egress:` configuration is unusable.
     #[error(transparent)]
     Egress(#[from] crate::egress::EgressConfigError),
@@ -77,7 +77,8 @@ impl Application {
         config: NodeConfig,
         config_path: Option<std::path::PathBuf>,
     ) -> Result<Self, AppError> {
-        crate::tools::catalog()?;
+        // The catalog builds, and it and the handlers agree (a packaging bug otherwise).
+        crate::tools::check_handlers(&*crate::catalog::catalog()?)?;
         let pool = store::connect(&config.database).await?;
         store::migrate(&pool).await?;
         match auth::bootstrap_with_file(

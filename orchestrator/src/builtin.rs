@@ -55,7 +55,7 @@ pub enum BuiltinError {
 
 /// Validates a shipped manifest against this node's tools and runtimes.
 fn parse(kind: ManifestKind, text: &str) -> Result<manifest::ParsedManifest, ManifestErrors> {
-    let tool_exists = |name: &str| crate::tools::catalog().is_ok_and(|c| c.contains(name));
+    let tool_exists = |name: &str| crate::catalog::catalog().is_ok_and(|c| c.contains(name));
     let runtime_known = |language: &str, version: &str| crate::runtimes::known(language, version);
     manifest::parse(
         kind,

@@ -815,7 +815,7 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         .executions
         .skip_judge_tools
         .iter()
-        .find(|t| !crate::tools::catalog().is_ok_and(|cat| cat.contains(t)))
+        .find(|t| !crate::catalog::catalog().is_ok_and(|cat| cat.contains(t)))
     {
         return Err(invalid(
             "executions.skip_judge_tools",

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod background;
 pub mod builtin;
 pub mod caller;
+pub mod catalog;
 pub mod config;
 pub mod contexts;
 pub mod delivery;

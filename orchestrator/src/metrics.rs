@@ -206,7 +206,7 @@ impl Metrics {
         registry
             .register(Box::new(tool_seconds.clone()))
             .unwrap_or_else(|e| panic!("metric aegis_tool_call_duration_seconds: {e}"));
-        let mut tool_names: Vec<String> = crate::tools::catalog()
+        let mut tool_names: Vec<String> = crate::catalog::catalog()
             .map(|c| c.iter().map(|t| t.name.clone()).collect())
             .unwrap_or_default();
         tool_names.push("unknown".to_owned());

@@ -337,11 +337,11 @@ impl Job {
             Err(e) => return Outcome::Failed(e),
         };
         // Tools offered: spec.tools AND the catalog AND what this caller may call.
-        let catalog = match tools::catalog() {
+        let catalog = match crate::catalog::catalog() {
             Ok(c) => c,
             Err(e) => return Outcome::Failed(e.to_string()),
         };
-        let offered: Vec<&tools::Tool> = view
+        let offered: Vec<&crate::catalog::ToolSpec> = view
             .tools()
             .iter()
             .filter_map(|name| catalog.get(name))

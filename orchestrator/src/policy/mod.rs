@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::caller::Caller;
+use crate::catalog::ToolSpec as Tool;
 use crate::policy::command::CommandPolicy;
-use crate::tools::Tool;
 
 /// Why a call was refused.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, thiserror::Error)]

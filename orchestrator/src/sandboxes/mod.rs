@@ -69,7 +69,7 @@ pub fn context_roots(context: &crate::seal::context::SecurityContext) -> Context
     let mut read = Vec::new();
     let mut write = Vec::new();
     let mut follow_symlinks = true;
-    let tools: Vec<String> = crate::tools::catalog()
+    let tools: Vec<String> = crate::catalog::catalog()
         .map(|c| {
             c.iter()
                 .map(|t| t.name.clone())
@@ -162,7 +162,7 @@ pub fn policy_of_context(
 
 /// The names of the tools that act in a sandbox (`cmd.run`, `fs.*`, ...).
 fn sandbox_tools() -> Vec<String> {
-    crate::tools::catalog()
+    crate::catalog::catalog()
         .map(|c| {
             c.iter()
                 .map(|t| t.name.clone())

@@ -12,63 +12,19 @@ use crate::manifest::{
 };
 use crate::registry::{self, DeployMode, RegistryError, ScopeFilter};
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        (
-            "aegis.agent.create",
-            include_str!("../../../schemas/tools/aegis.agent.create.json"),
-            agent_create,
-        ),
-        (
-            "aegis.agent.update",
-            include_str!("../../../schemas/tools/aegis.agent.update.json"),
-            agent_update,
-        ),
-        (
-            "aegis.agent.list",
-            include_str!("../../../schemas/tools/aegis.agent.list.json"),
-            agent_list,
-        ),
-        (
-            "aegis.agent.export",
-            include_str!("../../../schemas/tools/aegis.agent.export.json"),
-            agent_export,
-        ),
-        (
-            "aegis.agent.delete",
-            include_str!("../../../schemas/tools/aegis.agent.delete.json"),
-            agent_delete,
-        ),
-        (
-            "aegis.workflow.create",
-            include_str!("../../../schemas/tools/aegis.workflow.create.json"),
-            workflow_create,
-        ),
-        (
-            "aegis.workflow.update",
-            include_str!("../../../schemas/tools/aegis.workflow.update.json"),
-            workflow_update,
-        ),
-        (
-            "aegis.workflow.list",
-            include_str!("../../../schemas/tools/aegis.workflow.list.json"),
-            workflow_list,
-        ),
-        (
-            "aegis.workflow.validate",
-            include_str!("../../../schemas/tools/aegis.workflow.validate.json"),
-            workflow_validate,
-        ),
-        (
-            "aegis.workflow.export",
-            include_str!("../../../schemas/tools/aegis.workflow.export.json"),
-            workflow_export,
-        ),
-        (
-            "aegis.workflow.delete",
-            include_str!("../../../schemas/tools/aegis.workflow.delete.json"),
-            workflow_delete,
-        ),
+        ("aegis.agent.create", agent_create),
+        ("aegis.agent.update", agent_update),
+        ("aegis.agent.list", agent_list),
+        ("aegis.agent.export", agent_export),
+        ("aegis.agent.delete", agent_delete),
+        ("aegis.workflow.create", workflow_create),
+        ("aegis.workflow.update", workflow_update),
+        ("aegis.workflow.list", workflow_list),
+        ("aegis.workflow.validate", workflow_validate),
+        ("aegis.workflow.export", workflow_export),
+        ("aegis.workflow.delete", workflow_delete),
     ]
 }
 

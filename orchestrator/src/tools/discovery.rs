@@ -9,23 +9,11 @@ use serde_json::{json, Value};
 use super::{args, catalog, Handler, HandlerFuture, ToolContext, ToolError, ToolInfo};
 use crate::policy;
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        (
-            "aegis.tools.list",
-            include_str!("../../../schemas/tools/aegis.tools.list.json"),
-            list,
-        ),
-        (
-            "aegis.tools.search",
-            include_str!("../../../schemas/tools/aegis.tools.search.json"),
-            search,
-        ),
-        (
-            "aegis.runtime.list",
-            include_str!("../../../schemas/tools/aegis.runtime.list.json"),
-            runtimes,
-        ),
+        ("aegis.tools.list", list),
+        ("aegis.tools.search", search),
+        ("aegis.runtime.list", runtimes),
     ]
 }
 

@@ -22,23 +22,11 @@ use crate::workflow::RunRequest;
 /// Seconds a program may run when the caller does not say.
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        (
-            "aegis.execute.intent",
-            include_str!("../../../schemas/tools/aegis.execute.intent.json"),
-            intent,
-        ),
-        (
-            "aegis.execute.status",
-            include_str!("../../../schemas/tools/aegis.execute.status.json"),
-            status,
-        ),
-        (
-            "aegis.execute.wait",
-            include_str!("../../../schemas/tools/aegis.execute.wait.json"),
-            wait,
-        ),
+        ("aegis.execute.intent", intent),
+        ("aegis.execute.status", status),
+        ("aegis.execute.wait", wait),
     ]
 }
 

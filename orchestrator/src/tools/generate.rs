@@ -28,18 +28,10 @@ pub const DEFAULT_ATTEMPTS: u32 = 3;
 /// Most drafts one call may ask for.
 pub const MAX_ATTEMPTS: u32 = 10;
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        (
-            "aegis.agent.generate",
-            include_str!("../../../schemas/tools/aegis.agent.generate.json"),
-            agent_generate,
-        ),
-        (
-            "aegis.workflow.generate",
-            include_str!("../../../schemas/tools/aegis.workflow.generate.json"),
-            workflow_generate,
-        ),
+        ("aegis.agent.generate", agent_generate),
+        ("aegis.workflow.generate", workflow_generate),
     ]
 }
 

@@ -1,9 +1,9 @@
-//! The tool catalog: every tool this node actually implements, with its metadata and schema.
+//! The tools' handlers, one file per family, and the router every call takes.
 //!
-//! Metadata (description, tier, skip_judge, output shape) comes from `schemas/tools/index.json`
-//! and argument schemas from `schemas/tools/<name>.json`, both embedded at build time; the code
-//! contributes only the handler. A tool without a handler is not in the catalog, so callers never
-//! see a tool that would fail with "not implemented".
+//! What tools exist (names, tiers, schemas) is `crate::catalog`, which knows nothing of handlers;
+//! each family here registers its handlers by tool name, and [`check_handlers`] (run at start)
+//! refuses a catalog entry without exactly one handler, so callers never see a tool that would
+//! fail with "not implemented".
 
 mod definitions;
 mod discovery;
@@ -20,16 +20,17 @@ mod tasks;
 mod web;
 mod workflows;
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 
-use serde::Serialize;
 use serde_json::Value;
 
-use crate::caller::{Caller, Tier};
+use crate::caller::Caller;
 use crate::state::AppState;
+
+pub use crate::catalog::{catalog, Catalog, CatalogError, ToolInfo, ToolSpec};
 
 pub(crate) use definitions::registry_error;
 pub use definitions::validate_offline;
@@ -89,68 +90,9 @@ pub type HandlerFuture<'a> = Pin<Box<dyn Future<Output = Result<Value, ToolError
 /// A tool's implementation.
 pub type Handler = for<'a> fn(&'a ToolContext<'a>, Value) -> HandlerFuture<'a>;
 
-/// One tool of the catalog.
-pub struct Tool {
-    /// Dotted name.
-    pub name: String,
-    /// What it does.
-    pub description: String,
-    /// Minimum caller tier.
-    pub tier: Tier,
-    /// Whether the inner-loop judge is skipped for it.
-    pub skip_judge: bool,
-    /// Group used for filtering (`fs`, `dispatch`, `agent`, ...).
-    pub category: String,
-    /// The argument schema, as published.
-    pub input_schema: Value,
-    /// The documented structured output.
-    pub output_schema: Value,
-    validator: jsonschema::Validator,
-    handler: Handler,
-}
-
-/// Catalog entry as listings show it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct ToolInfo {
-    /// Dotted name.
-    pub name: String,
-    /// What it does.
-    pub description: String,
-    /// `user`, `system` or `operator`.
-    pub tier: Tier,
-    /// Whether the inner-loop judge is skipped.
-    pub skip_judge: bool,
-    /// Always `builtin` for now.
-    pub source: &'static str,
-    /// The catalog group the tool is listed under.
-    pub category: String,
-    /// JSON Schema of the arguments.
-    #[serde(rename = "inputSchema")]
-    pub input_schema: Value,
-}
-
-impl Tool {
-    /// The listing view.
-    pub fn info(&self) -> ToolInfo {
-        ToolInfo {
-            name: self.name.clone(),
-            description: self.description.clone(),
-            tier: self.tier,
-            skip_judge: self.skip_judge,
-            source: "builtin",
-            category: self.category.clone(),
-            input_schema: self.input_schema.clone(),
-        }
-    }
-}
-
-/// All implemented tools, by name.
-pub struct Catalog {
-    tools: BTreeMap<String, Tool>,
-}
-
-/// The embedded `schemas/tools/*` files: name -> schema text. Only implemented tools are listed.
-fn implemented() -> Vec<(&'static str, &'static str, Handler)> {
+/// The handlers of every family, by tool name. Which tools exist is the catalog's business
+/// (`crate::catalog`); [`check_handlers`] makes sure the two agree.
+fn implemented() -> Vec<(&'static str, Handler)> {
     let mut v = Vec::new();
     v.extend(schema::handlers());
     v.extend(definitions::handlers());
@@ -168,89 +110,42 @@ fn implemented() -> Vec<(&'static str, &'static str, Handler)> {
     v
 }
 
-/// Why the embedded catalog could not be built (a packaging bug; tests guard against it).
-#[derive(Debug, thiserror::Error)]
-#[error("tool catalog: {0}")]
-pub struct CatalogError(String);
+static HANDLERS: LazyLock<HashMap<&'static str, Handler>> =
+    LazyLock::new(|| implemented().into_iter().collect());
 
-impl Catalog {
-    /// Builds the catalog from the embedded index and schemas.
-    pub fn builtin() -> Result<Self, CatalogError> {
-        let index: Value = serde_json::from_str(include_str!("../../../schemas/tools/index.json"))
-            .map_err(|e| CatalogError(format!("index.json: {e}")))?;
-        let entries = index["tools"]
-            .as_array()
-            .ok_or_else(|| CatalogError("index.json has no `tools` array".into()))?;
-        let mut tools = BTreeMap::new();
-        for (name, schema_text, handler) in implemented() {
-            let meta = entries
-                .iter()
-                .find(|e| e["name"] == name)
-                .ok_or_else(|| CatalogError(format!("{name} is missing from index.json")))?;
-            let input_schema: Value = serde_json::from_str(schema_text)
-                .map_err(|e| CatalogError(format!("{name} schema: {e}")))?;
-            let validator = jsonschema::draft202012::new(&input_schema)
-                .map_err(|e| CatalogError(format!("{name} schema does not compile: {e}")))?;
-            let tier = meta["tier"]
-                .as_str()
-                .unwrap_or("operator")
-                .parse()
-                .map_err(|e| CatalogError(format!("{name}: {e}")))?;
-            let category = meta["group"]
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| category_of(name));
-            tools.insert(
-                name.to_owned(),
-                Tool {
-                    name: name.to_owned(),
-                    description: meta["description"].as_str().unwrap_or_default().to_owned(),
-                    tier,
-                    skip_judge: meta["skip_judge"].as_bool().unwrap_or(false),
-                    category,
-                    input_schema,
-                    output_schema: meta["output"].clone(),
-                    validator,
-                    handler,
-                },
-            );
+/// The handler of a catalog tool.
+pub(crate) fn handler(name: &str) -> Option<Handler> {
+    HANDLERS.get(name).copied()
+}
+
+/// Start-up check: every catalog tool has exactly one handler and every handler a catalog
+/// entry, so the catalog lists only tools that run and no handler is unreachable.
+pub fn check_handlers(catalog: &Catalog) -> Result<(), CatalogError> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (name, _) in implemented() {
+        *seen.entry(name).or_default() += 1;
+    }
+    let mut problems = Vec::new();
+    for spec in catalog.iter() {
+        match seen.get(spec.name.as_str()) {
+            None => problems.push(format!("{} has no handler", spec.name)),
+            Some(n) if *n > 1 => problems.push(format!("{} has {n} handlers", spec.name)),
+            Some(_) => {}
         }
-        Ok(Self { tools })
     }
-
-    /// A tool by name.
-    pub fn get(&self, name: &str) -> Option<&Tool> {
-        self.tools.get(name)
+    for name in seen.keys() {
+        if !catalog.contains(name) {
+            problems.push(format!(
+                "the handler of {name} has no catalog entry (index.json)"
+            ));
+        }
     }
-
-    /// Every tool, sorted by name.
-    pub fn iter(&self) -> impl Iterator<Item = &Tool> {
-        self.tools.values()
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        problems.sort();
+        Err(CatalogError(problems.join("; ")))
     }
-
-    /// True when `name` is implemented here.
-    pub fn contains(&self, name: &str) -> bool {
-        self.tools.contains_key(name)
-    }
-}
-
-/// `fs.read` -> `fs`, `aegis.agent.create` -> `agent`, `cmd.run` -> `dispatch`.
-fn category_of(name: &str) -> String {
-    let mut parts = name.split('.');
-    match (parts.next(), parts.next()) {
-        (Some("cmd"), _) => "dispatch".to_owned(),
-        (Some("aegis"), Some(group)) => group.to_owned(),
-        (Some(first), _) => first.to_owned(),
-        _ => name.to_owned(),
-    }
-}
-
-static BUILTIN: LazyLock<Result<Arc<Catalog>, String>> =
-    LazyLock::new(|| Catalog::builtin().map(Arc::new).map_err(|e| e.to_string()));
-
-/// The process-wide catalog.
-pub fn catalog() -> Result<Arc<Catalog>, CatalogError> {
-    BUILTIN.clone().map_err(CatalogError)
 }
 
 /// Deserialises tool arguments that already passed the schema.
@@ -263,12 +158,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_builtin_catalog_builds_and_every_tool_has_metadata() {
-        let c = Catalog::builtin().expect("catalog");
-        assert!(c.contains("aegis.schema.get"));
-        for t in c.iter() {
-            assert!(!t.description.is_empty(), "{}", t.name);
-            assert_eq!(t.input_schema["type"], "object", "{}", t.name);
-        }
+    fn every_catalog_tool_has_exactly_one_handler() {
+        let catalog = Catalog::builtin().expect("catalog");
+        check_handlers(&catalog).expect("catalog and handlers agree");
     }
 }

@@ -14,23 +14,11 @@ use serde_json::{json, Value};
 use super::sandbox::{path_of, run};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        (
-            "proc.list",
-            include_str!("../../../schemas/tools/proc.list.json"),
-            proc_list,
-        ),
-        (
-            "logs.read",
-            include_str!("../../../schemas/tools/logs.read.json"),
-            logs_read,
-        ),
-        (
-            "env.get",
-            include_str!("../../../schemas/tools/env.get.json"),
-            env_get,
-        ),
+        ("proc.list", proc_list),
+        ("logs.read", logs_read),
+        ("env.get", env_get),
     ]
 }
 

@@ -221,7 +221,7 @@ async fn route(
     let raw_arguments = arguments.clone();
     let catalog = catalog()?;
     let admitted = admit(&catalog, state, caller, name, arguments, sandbox, gate).await;
-    let (tool, arguments, in_sandbox) = match admitted {
+    let (handler, arguments, in_sandbox) = match admitted {
         Ok(admitted) => admitted,
         Err(refused) => {
             if let Some(entry) = refusal_entry(
@@ -250,12 +250,12 @@ async fn route(
         caller,
         sandbox: in_sandbox,
     };
-    run_audited(&ctx, tool, arguments, call).await
+    run_audited(&ctx, handler, arguments, call).await
 }
 
 /// A call every step allowed: its tool, its validated arguments, its sandbox and policy.
 type Admitted<'c> = (
-    &'c super::Tool,
+    super::Handler,
     Value,
     Option<(SandboxId, Arc<crate::policy::SandboxPolicy>)>,
 );
@@ -270,7 +270,7 @@ async fn admit<'c>(
     sandbox: Option<SandboxId>,
     gate: Option<&dyn CallGate>,
 ) -> Result<Admitted<'c>, CallError> {
-    let tool = lookup(catalog, name)?;
+    let (tool, handler) = lookup(catalog, name)?;
     let arguments = validated(tool, name, arguments)?;
     let denied = |denial| CallError::Denied {
         tool: name.to_owned(),
@@ -289,19 +289,26 @@ async fn admit<'c>(
     if let Some(gate) = gate {
         gate.admit(name, &arguments).await.map_err(denied)?;
     }
-    Ok((tool, arguments, in_sandbox))
+    Ok((handler, arguments, in_sandbox))
 }
 
-/// Step 1: the tool, from the catalog of what this node implements.
-fn lookup<'c>(catalog: &'c super::Catalog, name: &str) -> Result<&'c super::Tool, CallError> {
-    catalog.get(name).ok_or_else(|| CallError::UnknownTool {
+/// Step 1: the tool, from the catalog of what this node implements, and its handler (start-up
+/// checked that every catalog tool has one, `check_handlers`).
+fn lookup<'c>(
+    catalog: &'c super::Catalog,
+    name: &str,
+) -> Result<(&'c super::ToolSpec, super::Handler), CallError> {
+    let spec = catalog.get(name).ok_or_else(|| CallError::UnknownTool {
         name: name.to_owned(),
-    })
+    })?;
+    let handler = super::handler(name)
+        .ok_or_else(|| CallError::Catalog(super::CatalogError(format!("{name} has no handler"))))?;
+    Ok((spec, handler))
 }
 
 /// Step 2: the arguments against the tool's schema (integers written as floats normalised
 /// first), every violation with its pointer.
-fn validated(tool: &super::Tool, name: &str, arguments: Value) -> Result<Value, CallError> {
+fn validated(tool: &super::ToolSpec, name: &str, arguments: Value) -> Result<Value, CallError> {
     let arguments = crate::arguments::normalise_integers(&tool.input_schema, arguments);
     let violations: Vec<ArgViolation> = tool
         .validator
@@ -393,7 +400,7 @@ struct AuditedCall<'a> {
 /// the outcome; the result is withheld when it cannot be written.
 async fn run_audited(
     ctx: &ToolContext<'_>,
-    tool: &super::Tool,
+    handler: super::Handler,
     arguments: Value,
     call: AuditedCall<'_>,
 ) -> Result<ToolOutcome, CallError> {
@@ -408,7 +415,7 @@ async fn run_audited(
     .await
     .map_err(CallError::Audit)?;
     let ran = Instant::now();
-    let result = (tool.handler)(ctx, arguments).await;
+    let result = handler(ctx, arguments).await;
     let duration_ms = ran.elapsed().as_millis() as u64;
     let completion = match &result {
         Ok(v) => audit::Completion {

@@ -18,63 +18,19 @@ use serde_json::{json, Value};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use crate::policy::paths;
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        (
-            "cmd.run",
-            include_str!("../../../schemas/tools/cmd.run.json"),
-            cmd_run,
-        ),
-        (
-            "fs.read",
-            include_str!("../../../schemas/tools/fs.read.json"),
-            fs_read,
-        ),
-        (
-            "fs.write",
-            include_str!("../../../schemas/tools/fs.write.json"),
-            fs_write,
-        ),
-        (
-            "fs.list",
-            include_str!("../../../schemas/tools/fs.list.json"),
-            fs_list,
-        ),
-        (
-            "fs.create_dir",
-            include_str!("../../../schemas/tools/fs.create_dir.json"),
-            fs_create_dir,
-        ),
-        (
-            "fs.create.dir",
-            include_str!("../../../schemas/tools/fs.create.dir.json"),
-            fs_create_dir,
-        ),
-        (
-            "fs.delete",
-            include_str!("../../../schemas/tools/fs.delete.json"),
-            fs_delete,
-        ),
-        (
-            "fs.edit",
-            include_str!("../../../schemas/tools/fs.edit.json"),
-            fs_edit,
-        ),
-        (
-            "fs.multi_edit",
-            include_str!("../../../schemas/tools/fs.multi_edit.json"),
-            fs_multi_edit,
-        ),
-        (
-            "fs.grep",
-            include_str!("../../../schemas/tools/fs.grep.json"),
-            fs_grep,
-        ),
-        (
-            "fs.glob",
-            include_str!("../../../schemas/tools/fs.glob.json"),
-            fs_glob,
-        ),
+        ("cmd.run", cmd_run),
+        ("fs.read", fs_read),
+        ("fs.write", fs_write),
+        ("fs.list", fs_list),
+        ("fs.create_dir", fs_create_dir),
+        ("fs.create.dir", fs_create_dir),
+        ("fs.delete", fs_delete),
+        ("fs.edit", fs_edit),
+        ("fs.multi_edit", fs_multi_edit),
+        ("fs.grep", fs_grep),
+        ("fs.glob", fs_glob),
     ]
 }
 

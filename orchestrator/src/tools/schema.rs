@@ -7,18 +7,10 @@ use super::definitions::{check, validation_report};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use crate::manifest::{self, ManifestKind};
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        (
-            "aegis.schema.get",
-            include_str!("../../../schemas/tools/aegis.schema.get.json"),
-            get,
-        ),
-        (
-            "aegis.schema.validate",
-            include_str!("../../../schemas/tools/aegis.schema.validate.json"),
-            validate,
-        ),
+        ("aegis.schema.get", get),
+        ("aegis.schema.validate", validate),
     ]
 }
 

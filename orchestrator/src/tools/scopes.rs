@@ -15,18 +15,10 @@ use super::workflows::check_tenant;
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use crate::registry::{self, Scope};
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        (
-            "aegis.workflow.promote",
-            include_str!("../../../schemas/tools/aegis.workflow.promote.json"),
-            promote,
-        ),
-        (
-            "aegis.workflow.demote",
-            include_str!("../../../schemas/tools/aegis.workflow.demote.json"),
-            demote,
-        ),
+        ("aegis.workflow.promote", promote),
+        ("aegis.workflow.demote", demote),
     ]
 }
 

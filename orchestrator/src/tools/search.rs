@@ -15,18 +15,10 @@ use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use crate::manifest::ManifestKind;
 use crate::registry::{self, ScopeFilter, SearchQuery};
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        (
-            "aegis.agent.search",
-            include_str!("../../../schemas/tools/aegis.agent.search.json"),
-            agent_search,
-        ),
-        (
-            "aegis.workflow.search",
-            include_str!("../../../schemas/tools/aegis.workflow.search.json"),
-            workflow_search,
-        ),
+        ("aegis.agent.search", agent_search),
+        ("aegis.workflow.search", workflow_search),
     ]
 }
 

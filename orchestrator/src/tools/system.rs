@@ -8,19 +8,8 @@ use serde_json::{json, Value};
 use super::{Handler, HandlerFuture, ToolContext, ToolError};
 use crate::health;
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
-    vec![
-        (
-            "aegis.system.info",
-            include_str!("../../../schemas/tools/aegis.system.info.json"),
-            info,
-        ),
-        (
-            "aegis.system.config",
-            include_str!("../../../schemas/tools/aegis.system.config.json"),
-            config,
-        ),
-    ]
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
+    vec![("aegis.system.info", info), ("aegis.system.config", config)]
 }
 
 fn info<'a>(ctx: &'a ToolContext<'a>, _: Value) -> HandlerFuture<'a> {

@@ -13,53 +13,17 @@ use uuid::Uuid;
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use crate::engine::{store, ExecError, ExecuteRequest};
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        (
-            "aegis.task.execute",
-            include_str!("../../../schemas/tools/aegis.task.execute.json"),
-            execute,
-        ),
-        (
-            "aegis.task.status",
-            include_str!("../../../schemas/tools/aegis.task.status.json"),
-            status,
-        ),
-        (
-            "aegis.task.list",
-            include_str!("../../../schemas/tools/aegis.task.list.json"),
-            list,
-        ),
-        (
-            "aegis.task.cancel",
-            include_str!("../../../schemas/tools/aegis.task.cancel.json"),
-            cancel,
-        ),
-        (
-            "aegis.task.remove",
-            include_str!("../../../schemas/tools/aegis.task.remove.json"),
-            remove,
-        ),
-        (
-            "aegis.task.logs",
-            include_str!("../../../schemas/tools/aegis.task.logs.json"),
-            logs,
-        ),
-        (
-            "aegis.task.wait",
-            include_str!("../../../schemas/tools/aegis.task.wait.json"),
-            wait,
-        ),
-        (
-            "aegis.agent.wait",
-            include_str!("../../../schemas/tools/aegis.agent.wait.json"),
-            wait,
-        ),
-        (
-            "aegis.agent.logs",
-            include_str!("../../../schemas/tools/aegis.agent.logs.json"),
-            agent_logs,
-        ),
+        ("aegis.task.execute", execute),
+        ("aegis.task.status", status),
+        ("aegis.task.list", list),
+        ("aegis.task.cancel", cancel),
+        ("aegis.task.remove", remove),
+        ("aegis.task.logs", logs),
+        ("aegis.task.wait", wait),
+        ("aegis.agent.wait", wait),
+        ("aegis.agent.logs", agent_logs),
     ]
 }
 

@@ -18,19 +18,8 @@ use crate::caller::CallerKind;
 use crate::egress::{self, DomainEntry, DomainPolicy, DomainRule};
 use crate::manifest::AgentView;
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
-    vec![
-        (
-            "web.fetch",
-            include_str!("../../../schemas/tools/web.fetch.json"),
-            fetch,
-        ),
-        (
-            "web.search",
-            include_str!("../../../schemas/tools/web.search.json"),
-            search,
-        ),
-    ]
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
+    vec![("web.fetch", fetch), ("web.search", search)]
 }
 
 #[derive(Deserialize)]

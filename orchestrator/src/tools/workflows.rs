@@ -17,53 +17,17 @@ use crate::policy::executions::{may_act_on, ExecutionOwner, ExecutionScope};
 use crate::workflow::store::{self, Visibility, WorkflowExecution};
 use crate::workflow::{RunRequest, WorkflowError};
 
-pub(super) fn handlers() -> Vec<(&'static str, &'static str, Handler)> {
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        (
-            "aegis.workflow.run",
-            include_str!("../../../schemas/tools/aegis.workflow.run.json"),
-            run,
-        ),
-        (
-            "aegis.workflow.signal",
-            include_str!("../../../schemas/tools/aegis.workflow.signal.json"),
-            signal,
-        ),
-        (
-            "aegis.workflow.cancel",
-            include_str!("../../../schemas/tools/aegis.workflow.cancel.json"),
-            cancel,
-        ),
-        (
-            "aegis.workflow.wait",
-            include_str!("../../../schemas/tools/aegis.workflow.wait.json"),
-            wait,
-        ),
-        (
-            "aegis.workflow.logs",
-            include_str!("../../../schemas/tools/aegis.workflow.logs.json"),
-            logs,
-        ),
-        (
-            "aegis.workflow.status",
-            include_str!("../../../schemas/tools/aegis.workflow.status.json"),
-            status,
-        ),
-        (
-            "aegis.workflow.executions.list",
-            include_str!("../../../schemas/tools/aegis.workflow.executions.list.json"),
-            list,
-        ),
-        (
-            "aegis.workflow.executions.get",
-            include_str!("../../../schemas/tools/aegis.workflow.executions.get.json"),
-            get,
-        ),
-        (
-            "aegis.workflow.remove",
-            include_str!("../../../schemas/tools/aegis.workflow.remove.json"),
-            remove,
-        ),
+        ("aegis.workflow.run", run),
+        ("aegis.workflow.signal", signal),
+        ("aegis.workflow.cancel", cancel),
+        ("aegis.workflow.wait", wait),
+        ("aegis.workflow.logs", logs),
+        ("aegis.workflow.status", status),
+        ("aegis.workflow.executions.list", list),
+        ("aegis.workflow.executions.get", get),
+        ("aegis.workflow.remove", remove),
     ]
 }
 
