@@ -161,6 +161,11 @@ impl<'a> AgentView<'a> {
         }
     }
 
+    /// `spec.type`, AEGIS's execution tier: `user` unless written (the only tier accepted).
+    pub fn agent_type(&self) -> &'a str {
+        self.str_at("/spec/type").unwrap_or("user")
+    }
+
     /// LLM alias (`spec.runtime.model`, default `default`).
     pub fn model(&self) -> &'a str {
         self.str_at("/spec/runtime/model").unwrap_or("default")

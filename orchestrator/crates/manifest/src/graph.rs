@@ -19,7 +19,7 @@ pub(crate) struct StateGraph<'a> {
     reachable: BTreeSet<&'a str>,
     /// For each state, the states reachable from it in one or more steps.
     after: BTreeMap<&'a str, BTreeSet<&'a str>>,
-    /// States with `transitions: []`.
+    /// States that can end a run: `transitions: []`, or a live transition with a null target.
     terminal: BTreeSet<&'a str>,
     /// States with a transition to a state that does not exist (reported elsewhere; such a
     /// transition may be the intended way out of a loop, so a loop through them is not blamed).
@@ -43,6 +43,9 @@ impl<'a> StateGraph<'a> {
             }
             let mut targets = Vec::new();
             for transition in transitions {
+                if transition.get("target").is_some_and(Value::is_null) {
+                    terminal.insert(name.as_str());
+                }
                 if let Some(target) = transition.get("target").and_then(Value::as_str) {
                     match states.get_key_value(target) {
                         Some((key, _)) => targets.push(key.as_str()),

@@ -41,11 +41,11 @@ pub use agent::{
 pub use deployed::Deployed;
 pub use emit::to_yaml;
 pub use error::{ManifestError, ManifestErrors, Stage};
-pub use normalise::UPDATE_BLACKBOARD_COMMAND;
+pub use normalise::{SEMANTIC_JUDGE, UPDATE_BLACKBOARD_COMMAND};
 pub use schema::schema;
 pub use semantic::check_name;
 pub use units::{parse_duration, parse_quantity};
-pub use workflow::{parse_cron, Schedule, TransitionView, WorkflowView};
+pub use workflow::{parse_cron, Firing, Plan, Schedule, TransitionView, WorkflowView};
 pub use yaml::MAX_TEXT_BYTES;
 
 /// The manifest `apiVersion` this service accepts.
@@ -96,6 +96,11 @@ pub struct NodeKnowledge<'a> {
     /// Whether a tool runs inside a sandbox (so an agent offering it gets one, and its volumes
     /// have somewhere to live): the policy's classification, asked, not copied.
     pub runs_in_sandbox: &'a dyn Fn(&str) -> bool,
+    /// The installed runtime the operator maps a language and version to
+    /// (`sandbox.runtime_aliases`), applied to a runtime the registry does not have.
+    pub runtime_alias: &'a dyn Fn(&str, &str) -> Option<(String, String)>,
+    /// The versions of a language the runtime registry has, for refusals that say what to use.
+    pub runtime_versions: &'a dyn Fn(&str) -> Vec<String>,
 }
 
 impl fmt::Debug for NodeKnowledge<'_> {
@@ -300,6 +305,14 @@ mod tests {
             runtime_known: &|language, version| (language, version) == ("python", "3.11"),
             default_command_allowlist: &|_| None,
             runs_in_sandbox: &|name| name.starts_with("fs.") || name == "cmd.run",
+            runtime_alias: &|_, _| None,
+            runtime_versions: &|language| {
+                if language == "python" {
+                    vec!["3.11".to_owned()]
+                } else {
+                    Vec::new()
+                }
+            },
         }
     }
 
@@ -379,6 +392,128 @@ spec:
         assert!(errors
             .iter()
             .any(|e| e.pointer == "/metadata" && e.message.contains("`metadata`")));
+    }
+
+    #[test]
+    fn spec_type_user_is_accepted_and_system_refused_with_what_to_do() {
+        let typed = AGENT.replace("spec:\n", "spec:\n  type: user\n");
+        let parsed = parse(ManifestKind::Agent, &typed, &node()).expect("user is accepted");
+        assert_eq!(parsed.agent().agent_type(), "user");
+        let plain = parse(ManifestKind::Agent, AGENT, &node()).expect("valid");
+        assert_eq!(plain.agent().agent_type(), "user", "the default");
+        let errors = parse(
+            ManifestKind::Agent,
+            &AGENT.replace("spec:\n", "spec:\n  type: system\n"),
+            &node(),
+        )
+        .expect_err("system is refused")
+        .0;
+        assert_eq!(errors[0].pointer, "/spec/type");
+        assert!(
+            errors[0].message.contains("spec.security_context"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_runtime_is_refused_saying_what_to_write() {
+        let errors = parse(
+            ManifestKind::Agent,
+            &AGENT.replace("\"3.11\"", "\"3.10\""),
+            &node(),
+        )
+        .expect_err("3.10 is not installed")
+        .0;
+        assert!(
+            errors[0].message.contains("`version: \"3.11\"`")
+                && errors[0].message.contains("sandbox.runtime_aliases"),
+            "{errors:?}"
+        );
+    }
+
+    const WORKFLOW: &str = "\
+apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata: {name: flow, version: 1.0.0}
+spec:
+  initial_state: ask
+  states:
+    ask:
+      kind: Human
+      prompt: go on?
+      transitions:
+        - {condition: input_equals_yes, target: count}
+        - {condition: always, target: ~}
+    count:
+      kind: System
+      command: update_blackboard
+      update_blackboard: {iteration_number: '1'}
+      transitions:
+        - {condition: always, target: ~}
+";
+
+    #[test]
+    fn a_null_target_ends_the_run_and_iteration_number_may_be_written() {
+        let parsed = parse(ManifestKind::Workflow, WORKFLOW, &node()).expect("valid");
+        let again = parse(ManifestKind::Workflow, &parsed.yaml, &node()).expect("export parses");
+        assert!(again.value["spec"]["states"]["count"]["transitions"][0]["target"].is_null());
+        // A state whose every transition goes on cannot end a run; `~` is a way out.
+        let stuck = WORKFLOW.replace("target: ~}", "target: ask}");
+        let errors = parse(ManifestKind::Workflow, &stuck, &node())
+            .expect_err("no state can end it")
+            .0;
+        assert!(
+            errors.iter().any(|e| e.message.contains("can end a run")),
+            "{errors:?}"
+        );
+        // Reserved run variables stay unwritable.
+        let errors = parse(
+            ManifestKind::Workflow,
+            &WORKFLOW.replace("iteration_number", "input"),
+            &node(),
+        )
+        .expect_err("input is a run variable")
+        .0;
+        assert!(errors[0].message.contains("reserved"), "{errors:?}");
+    }
+
+    #[test]
+    fn a_schedule_object_takes_a_time_zone_and_a_jitter_shorter_than_its_ticks() {
+        let with = |schedule: &str| {
+            WORKFLOW.replace(
+                "spec:\n",
+                &format!("spec:\n  default_schedule: {schedule}\n"),
+            )
+        };
+        let parsed = parse(
+            ManifestKind::Workflow,
+            &with("{cron: '0 16 * * 1-5', timezone: Europe/Berlin, jitter_seconds: 1800}"),
+            &node(),
+        )
+        .expect("valid");
+        let schedule = parsed.workflow().default_schedule().expect("a schedule");
+        assert_eq!(
+            (schedule.timezone.as_str(), schedule.jitter_seconds),
+            ("Europe/Berlin", 1800)
+        );
+        for (bad, at, says) in [
+            (
+                "{cron: '*/30 * * * *', timezone: Mars/Olympus}",
+                "/spec/default_schedule/timezone",
+                "IANA",
+            ),
+            (
+                "{cron: '*/30 * * * *', jitter_seconds: 1800}",
+                "/spec/default_schedule/jitter_seconds",
+                "at most 1799",
+            ),
+        ] {
+            let errors = parse(ManifestKind::Workflow, &with(bad), &node())
+                .expect_err(bad)
+                .0;
+            assert_eq!(errors[0].pointer, at, "{errors:?}");
+            assert!(errors[0].message.contains(says), "{errors:?}");
+        }
     }
 
     #[test]

@@ -6,10 +6,12 @@
 //! the current form and the author learns how to write it. An older form with no faithful
 //! equivalent is refused here with a message naming the replacement.
 //!
-//! It also applies the node's default `cmd.run` allowlist (`sandbox.default_command_allowlists`)
-//! to an agent that offers `cmd.run` without one of its own: the default is written into the
-//! manifest at deploy time, so what the agent may run is visible in its export and does not
-//! change when the node's config does.
+//! Two node facts are applied here too, each with a note: the operator's runtime aliases
+//! (`sandbox.runtime_aliases`: a runtime version the node does not have, mapped to one it has)
+//! and the node's default `cmd.run` allowlist (`sandbox.default_command_allowlists`)
+//! to an agent that offers `cmd.run` without one of its own. Both are written into the manifest
+//! at deploy time, so what the agent runs is visible in its export and does not change when the
+//! node's config does.
 
 use serde_json::{json, Map, Value};
 
@@ -52,6 +54,8 @@ pub(crate) fn normalise(
         ManifestKind::Agent => {
             validation_mapping(value, &mut out);
             memory_off(value, &mut out);
+            misplaced_security(value, &mut out);
+            runtime_alias(value, node, &mut out);
             default_command_allowlist(value, node, &mut out);
         }
         ManifestKind::Workflow => {
@@ -69,8 +73,10 @@ const VALIDATION: &str = "/spec/execution/validation";
 
 /// The pre-list form `validation: {system: {...}, output: {...}, script: {...}, semantic: {...}}`
 /// becomes the ordered validator list: `system.must_succeed` -> `exit_code`, `output` ->
-/// `json_schema` and/or `regex`. `script` and a model-prompted `semantic` have no current
-/// equivalent (validators run no host scripts; semantic judges are agents) and are refused.
+/// `json_schema` and/or `regex`, `semantic` (a model and a prompt) -> a `semantic` validator
+/// judged by the node's own judge agent ([`SEMANTIC_JUDGE`]) with the prompt as its criteria and
+/// the model as its model. `script` has no current equivalent (validators run no host scripts)
+/// and is refused.
 fn validation_mapping(value: &mut Value, out: &mut Normalised) {
     let Some(Value::Object(old)) = value.pointer(VALIDATION) else {
         return;
@@ -126,10 +132,20 @@ fn validation_mapping(value: &mut Value, out: &mut Normalised) {
             {
                 parts.push("`semantic` with `enabled: false` was dropped".to_owned());
             }
+            ("semantic", Value::Object(semantic)) => match semantic_judge(semantic) {
+                Ok((validator, part)) => {
+                    list.push(validator);
+                    parts.push(part);
+                }
+                Err((key, message)) => out.refuse(
+                    key.map_or_else(|| at.clone(), |k| pointer::join(&at, k)),
+                    message,
+                ),
+            },
             ("semantic", _) => out.refuse(
                 at,
-                "the older `semantic` validation (a model and a prompt) is not supported: a \
-                 semantic validator names a judge agent; write it as a list item \
+                "the older `semantic` validation must be a mapping (`model`, `prompt`, \
+                 `threshold`); or write the current form, a list item \
                  `{type: semantic, judge_agent: <agent>, criteria: <text>}`",
             ),
             ("script", _) => out.refuse(
@@ -162,6 +178,203 @@ fn validation_mapping(value: &mut Value, out: &mut Normalised) {
             } else {
                 parts.join("; ")
             }
+        ),
+    );
+}
+
+/// The node's own judge agent (`orchestrator/builtin/semantic-judge.yaml`): what an older
+/// `semantic` validation (a model and a prompt, no judge agent) is judged by.
+pub const SEMANTIC_JUDGE: &str = "aegis-semantic-judge";
+
+/// The score an older `semantic` validation needed when it gave no `threshold` (AEGIS's default).
+const OLDER_SEMANTIC_THRESHOLD: f64 = 0.8;
+
+/// The criteria of an older `semantic` validation without a `prompt` (what AEGIS asked then).
+const OLDER_SEMANTIC_CRITERIA: &str = "Evaluate whether the output meets the task requirements.";
+
+/// One older `semantic` mapping as a current `semantic` validator and the note's part, or the
+/// key (None: the mapping) and why it cannot be rewritten.
+fn semantic_judge(
+    old: &Map<String, Value>,
+) -> Result<(Value, String), (Option<&'static str>, String)> {
+    const KNOWN: [&str; 6] = [
+        "enabled",
+        "model",
+        "prompt",
+        "threshold",
+        "timeout_seconds",
+        "fallback_on_unavailable",
+    ];
+    if let Some(unknown) = old.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err((
+            None,
+            format!(
+                "unknown key `{unknown}` in the older `semantic` validation (known: {})",
+                KNOWN.join(", ")
+            ),
+        ));
+    }
+    let criteria = match old.get("prompt") {
+        None => OLDER_SEMANTIC_CRITERIA.to_owned(),
+        Some(Value::String(p)) if !p.trim().is_empty() => p.clone(),
+        Some(_) => {
+            return Err((
+                Some("prompt"),
+                "`prompt` must be the judge's instructions as non-blank text".to_owned(),
+            ))
+        }
+    };
+    let threshold = match old.get("threshold") {
+        None => OLDER_SEMANTIC_THRESHOLD,
+        Some(t) => match t.as_f64().filter(|t| (0.0..=1.0).contains(t)) {
+            Some(t) => t,
+            None => {
+                return Err((
+                    Some("threshold"),
+                    "`threshold` must be a number from 0.0 to 1.0 (the score needed to pass)"
+                        .to_owned(),
+                ))
+            }
+        },
+    };
+    let mut validator = Map::new();
+    validator.insert("type".into(), "semantic".into());
+    validator.insert("judge_agent".into(), SEMANTIC_JUDGE.into());
+    validator.insert("criteria".into(), criteria.into());
+    validator.insert("min_score".into(), json!(threshold));
+    let mut part = format!(
+        "`semantic` (a model and a prompt) became a `semantic` validator judged by the node's \
+         judge agent `{SEMANTIC_JUDGE}`, with the prompt as its criteria and min_score {threshold}"
+    );
+    if let Some(timeout) = old.get("timeout_seconds") {
+        match timeout.as_u64().filter(|t| (1..=86_400).contains(t)) {
+            Some(t) => {
+                validator.insert("timeout_seconds".into(), t.into());
+            }
+            None => {
+                return Err((
+                    Some("timeout_seconds"),
+                    "`timeout_seconds` must be a whole number of seconds from 1 to 86400"
+                        .to_owned(),
+                ))
+            }
+        }
+    }
+    match old.get("model") {
+        None => {}
+        Some(Value::String(m)) if !m.trim().is_empty() => {
+            validator.insert("model".into(), m.clone().into());
+            part.push_str(&format!(", asked with model `{m}`"));
+        }
+        Some(_) => {
+            return Err((
+                Some("model"),
+                "`model` must name an LLM alias of the node configuration".to_owned(),
+            ))
+        }
+    }
+    match old.get("fallback_on_unavailable") {
+        None => {}
+        Some(Value::String(f)) if f == "fail" => {}
+        Some(_) => {
+            return Err((
+                Some("fallback_on_unavailable"),
+                "`fallback_on_unavailable: skip` (pass when the judge cannot be asked) is not \
+                 supported: a validator that did not run never passes on this node; remove the \
+                 key (judges fail closed, as `fail` says)"
+                    .to_owned(),
+            ))
+        }
+    }
+    Ok((Value::Object(validator), part))
+}
+
+// ---------------------------------------------------------------------------------------------
+// `spec.execution.resources|network|filesystem`
+
+/// Keys of `spec.security` that AEGIS manifests sometimes write one level too high, under
+/// `spec.execution`, where AEGIS ignores them (so their limits never applied there).
+const SECURITY_KEYS: [&str; 3] = ["resources", "network", "filesystem"];
+
+/// `spec.execution.resources` (and `network`, `filesystem`) is moved to `spec.security`, where
+/// it means what its author wrote; given in both places it is refused.
+fn misplaced_security(value: &mut Value, out: &mut Normalised) {
+    let Some(execution) = value
+        .pointer_mut("/spec/execution")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let mut moved: Vec<(&str, Value)> = Vec::new();
+    for key in SECURITY_KEYS {
+        if let Some(v) = execution.remove(key) {
+            moved.push((key, v));
+        }
+    }
+    if moved.is_empty() {
+        return;
+    }
+    let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let security = spec
+        .entry("security")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(security) = security.as_object_mut() else {
+        return;
+    };
+    for (key, v) in moved {
+        let at = pointer::join("/spec/execution", key);
+        if security.contains_key(key) {
+            out.refuse(
+                at,
+                format!(
+                    "`{key}` belongs under spec.security, and spec.security.{key} is given too: \
+                     remove this one (under spec.execution AEGIS ignores it)"
+                ),
+            );
+            continue;
+        }
+        security.insert(key.to_owned(), v);
+        out.note(
+            at,
+            format!(
+                "`{key}` under spec.execution (where AEGIS ignores it) belongs to spec.security: \
+                 it was moved to spec.security.{key}, so it applies"
+            ),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `sandbox.runtime_aliases`
+
+/// A runtime the registry does not have, which the operator maps to one it has: the manifest
+/// names the installed one from now on (the refusal of an unmapped one is the semantic stage's).
+fn runtime_alias(value: &mut Value, node: &NodeKnowledge<'_>, out: &mut Normalised) {
+    let RuntimeRef::Language { language, version } = AgentView(value).runtime() else {
+        return;
+    };
+    if language.is_empty() || (node.runtime_known)(&language, &version) {
+        return;
+    }
+    let Some((to_language, to_version)) = (node.runtime_alias)(&language, &version) else {
+        return;
+    };
+    let Some(runtime) = value
+        .pointer_mut("/spec/runtime")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    runtime.insert("language".into(), to_language.clone().into());
+    runtime.insert("version".into(), to_version.clone().into());
+    out.note(
+        "/spec/runtime",
+        format!(
+            "runtime `{language}` `{version}` is not installed on this node; the node config maps \
+             it to `{to_language}` `{to_version}` (sandbox.runtime_aliases), which the deployed \
+             manifest names"
         ),
     );
 }
@@ -415,9 +628,14 @@ mod tests {
         let defaults = node(default);
         let knowledge = NodeKnowledge {
             tool_exists: &|_| true,
-            runtime_known: &|_, _| true,
+            runtime_known: &|language, version| (language, version) == ("python", "3.11"),
             default_command_allowlist: &defaults,
             runs_in_sandbox: &|_| true,
+            runtime_alias: &|language, version| {
+                ((language, version) == ("python", "3.10"))
+                    .then(|| ("python".to_owned(), "3.11".to_owned()))
+            },
+            runtime_versions: &|_| vec!["3.11".to_owned()],
         };
         let out = normalise(kind, &mut value, &knowledge);
         (value, out)
@@ -439,17 +657,120 @@ mod tests {
         assert!(out.notes[0].message.contains("dropped"), "{:?}", out.notes);
 
         let judged = json!({"spec": {"execution": {"validation": {
-            "semantic": {"model": "m", "prompt": "p"}, "nonsense": {}}}}});
+            "semantic": {"model": "m", "prompt": "p", "fallback_on_unavailable": "skip"},
+            "nonsense": {}}}}});
         let (value, out) = run(ManifestKind::Agent, judged.clone(), None);
         assert_eq!(value, judged, "nothing is rewritten when a part is refused");
         let at: Vec<&str> = out.errors.iter().map(|e| e.pointer.as_str()).collect();
         assert_eq!(
             at,
             [
-                "/spec/execution/validation/semantic",
+                "/spec/execution/validation/semantic/fallback_on_unavailable",
                 "/spec/execution/validation/nonsense"
             ]
         );
+        assert!(
+            out.errors[0].message.contains("never passes"),
+            "{:?}",
+            out.errors
+        );
+    }
+
+    #[test]
+    fn the_older_semantic_validation_becomes_the_node_judge() {
+        let agent = json!({"spec": {"execution": {"validation": {
+            "semantic": {"enabled": true, "model": "smart", "threshold": 0.85,
+                         "timeout_seconds": 45, "fallback_on_unavailable": "fail",
+                         "prompt": "Check the design:\n{criteria}"},
+            "system": {"must_succeed": true}}}}});
+        let (value, out) = run(ManifestKind::Agent, agent, None);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert_eq!(
+            value.pointer(VALIDATION),
+            Some(&json!([
+                {"type": "exit_code", "expected": 0},
+                {"type": "semantic", "judge_agent": SEMANTIC_JUDGE,
+                 "criteria": "Check the design:\n{criteria}", "min_score": 0.85,
+                 "timeout_seconds": 45, "model": "smart"}
+            ]))
+        );
+        let note = &out.notes[0].message;
+        assert!(note.starts_with("normalised: "), "{note}");
+        assert!(
+            note.contains(SEMANTIC_JUDGE) && note.contains("model `smart`"),
+            "{note}"
+        );
+
+        // AEGIS's defaults: threshold 0.8, its standard criteria, the judge's own model.
+        let bare = json!({"spec": {"execution": {"validation": {"semantic": {"enabled": true}}}}});
+        let (value, _) = run(ManifestKind::Agent, bare, None);
+        assert_eq!(
+            value.pointer(VALIDATION),
+            Some(&json!([{"type": "semantic", "judge_agent": SEMANTIC_JUDGE,
+                          "criteria": OLDER_SEMANTIC_CRITERIA, "min_score": 0.8}]))
+        );
+
+        for (bad, key) in [
+            (json!({"threshold": 1.5}), "threshold"),
+            (json!({"prompt": ""}), "prompt"),
+            (json!({"model": 3}), "model"),
+            (json!({"timeout_seconds": 0}), "timeout_seconds"),
+        ] {
+            let agent = json!({"spec": {"execution": {"validation": {"semantic": bad}}}});
+            let (_, out) = run(ManifestKind::Agent, agent, None);
+            assert_eq!(
+                out.errors[0].pointer,
+                format!("{VALIDATION}/semantic/{key}"),
+                "{:?}",
+                out.errors
+            );
+        }
+        let agent = json!({"spec": {"execution": {"validation": {"semantic": {"judge": "x"}}}}});
+        let (_, out) = run(ManifestKind::Agent, agent, None);
+        assert!(out.errors[0].message.contains("unknown key `judge`"));
+    }
+
+    #[test]
+    fn security_keys_written_under_execution_move_to_security() {
+        let agent = json!({"spec": {"execution": {"mode": "iterative",
+            "network": {"mode": "none"}, "resources": {"cpu": 500}}}});
+        let (value, out) = run(ManifestKind::Agent, agent, None);
+        assert!(out.errors.is_empty());
+        assert_eq!(value["spec"]["execution"], json!({"mode": "iterative"}));
+        assert_eq!(
+            value["spec"]["security"],
+            json!({"network": {"mode": "none"}, "resources": {"cpu": 500}})
+        );
+        let at: Vec<&str> = out.notes.iter().map(|n| n.pointer.as_str()).collect();
+        assert_eq!(at, ["/spec/execution/resources", "/spec/execution/network"]);
+        // Given in both places: which one was meant is not for us to guess.
+        let twice = json!({"spec": {"execution": {"resources": {"cpu": 500}},
+                                    "security": {"resources": {"cpu": 250}}}});
+        let (value, out) = run(ManifestKind::Agent, twice, None);
+        assert_eq!(out.errors[0].pointer, "/spec/execution/resources");
+        assert_eq!(value["spec"]["security"]["resources"], json!({"cpu": 250}));
+    }
+
+    #[test]
+    fn a_runtime_the_node_maps_is_rewritten_with_a_note() {
+        let agent = |version: &str| json!({"spec": {"runtime": {"language": "python", "version": version}}});
+        let (value, out) = run(ManifestKind::Agent, agent("3.10"), None);
+        assert_eq!(
+            value["spec"]["runtime"],
+            json!({"language": "python", "version": "3.11"})
+        );
+        assert_eq!(out.notes[0].pointer, "/spec/runtime");
+        assert!(
+            out.notes[0].message.contains("sandbox.runtime_aliases"),
+            "{:?}",
+            out.notes
+        );
+        // Installed, or neither installed nor mapped: left for the semantic stage.
+        for version in ["3.11", "2.7"] {
+            let (value, out) = run(ManifestKind::Agent, agent(version), None);
+            assert_eq!(value, agent(version));
+            assert!(out.notes.is_empty());
+        }
     }
 
     #[test]

@@ -147,11 +147,20 @@ fn runtime(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
     let version = runtime.get("version").and_then(Value::as_str);
     if let (Some(language), Some(version)) = (language, version) {
         if !(node.runtime_known)(language, version) {
+            let versions = (node.runtime_versions)(language);
+            let installed = if versions.is_empty() {
+                format!("this node has no `{language}` runtime (see aegis.runtime.list)")
+            } else {
+                let list: Vec<String> = versions.iter().map(|v| format!("\"{v}\"")).collect();
+                format!("write `version: {}` instead", list.join("` or `version: "))
+            };
             errors.push(
                 "/spec/runtime",
                 format!(
                     "unknown runtime `{language}` `{version}`: not in this node's runtime registry \
-                     (see aegis.runtime.list), and no custom `image` is given"
+                     and no custom `image` is given; {installed}, or ask the operator to map it to \
+                     an installed runtime in the node config (`sandbox.runtime_aliases: \
+                     {{\"{language}:{version}\": \"<language>:<version>\"}}`)"
                 ),
             );
         }
@@ -391,12 +400,13 @@ const TEMPLATE_ROOTS: &[&str] = &[
 ];
 
 /// Run variables a state's `update_blackboard` may not write (they would shadow them), besides
-/// state names. Mirrors `workflow::RESERVED_KEYS` plus `human` (written by Human states).
+/// state names. `workflow::RESERVED_KEYS` plus `human` (written by Human states), less
+/// `iteration_number` and `previous_error`: no workflow variable of that name exists (AEGIS
+/// reserves them against start-time overrides only), and AEGIS's refine loops count their
+/// rounds in `iteration_number`.
 const UNWRITABLE_KEYS: &[&str] = &[
     "instruction",
     "input",
-    "iteration_number",
-    "previous_error",
     "context",
     "workflow",
     "intent",
@@ -492,17 +502,54 @@ fn workflow(
     shared_volume_names(value, errors);
 }
 
-/// `spec.default_schedule` must be a cron expression the scheduler can read.
+/// `spec.default_schedule` must be a cron expression the scheduler can read, in a time zone it
+/// knows, with a jitter shorter than the time between ticks (else runs could start out of
+/// order, or two ticks' runs at once).
 fn default_schedule(value: &Value, errors: &mut Errors) {
     let Some(schedule) = super::WorkflowView(value).default_schedule() else {
         return;
     };
+    let object = matches!(
+        value.pointer("/spec/default_schedule"),
+        Some(Value::Object(_))
+    );
+    let at = |key: &str| {
+        if object {
+            pointer::join("/spec/default_schedule", key)
+        } else {
+            "/spec/default_schedule".to_owned()
+        }
+    };
     if let Err(problem) = schedule.parse() {
-        let at = match value.pointer("/spec/default_schedule") {
-            Some(Value::Object(_)) => "/spec/default_schedule/cron",
-            _ => "/spec/default_schedule",
-        };
-        errors.push(at, problem);
+        errors.push(at("cron"), problem);
+        return;
+    }
+    let plan = match schedule.plan() {
+        Ok(plan) => plan,
+        Err(problem) => {
+            errors.push(at("timezone"), problem);
+            return;
+        }
+    };
+    if schedule.jitter_seconds == 0 {
+        return;
+    }
+    // The ticks of the coming year (at most 1000) stand for the expression's spacing.
+    let from = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH + chrono::Duration::days(20_000);
+    if let Some(gap) = plan.shortest_gap(from, 1000) {
+        if i64::try_from(schedule.jitter_seconds).unwrap_or(i64::MAX) >= gap.num_seconds() {
+            errors.push(
+                at("jitter_seconds"),
+                format!(
+                    "jitter_seconds ({}) must be shorter than the time between two ticks of \
+                     `{}` ({} s): give at most {}",
+                    schedule.jitter_seconds,
+                    schedule.cron,
+                    gap.num_seconds(),
+                    (gap.num_seconds() - 1).max(0)
+                ),
+            );
+        }
     }
 }
 
@@ -563,6 +610,7 @@ fn transitions(at: &str, state: &Value, names: &BTreeSet<&str>, errors: &mut Err
             .get("condition")
             .and_then(Value::as_str)
             .unwrap_or_default();
+        // A null target (`target: ~`) ends the run when taken; only names must exist.
         if let Some(target) = transition.get("target").and_then(Value::as_str) {
             if !names.contains(target) {
                 errors.push(
@@ -1102,9 +1150,11 @@ fn reachable_from<'a>(initial: &'a str, states: &'a Map<String, Value>) -> BTree
     seen
 }
 
-/// True when some transition of the state always matches, so a run never ends in it.
+/// True when some transition of the state always matches, so a run never ends in it. A
+/// transition with a null target ends the run, so it is no way on.
 fn always_moves_on(state: &Value) -> bool {
     let conditions: Vec<&str> = indexed(state.get("transitions"))
+        .filter(|(_, t)| !t.get("target").is_some_and(Value::is_null))
         .filter_map(|(_, t)| t.get("condition").and_then(Value::as_str))
         .collect();
     EXHAUSTIVE
