@@ -1,11 +1,13 @@
-//! Definitions the node ships: the intent pipeline's workflow and its writer agents.
+//! Definitions the node ships: the intent pipeline's workflow and its writer agents, and the
+//! judge of AEGIS's older `semantic` validation ([`SEMANTIC_JUDGE`]).
 //!
 //! The manifests are files in `orchestrator/builtin/`, embedded at build time and deployed
 //! through the registry like any other definition, labelled `aegis/builtin` (so a search can leave
-//! them out). A tenant gets them the first time it needs them (`aegis.execute.intent`), and at
-//! every node start the tenants that have them get the shipped version if theirs differs, so an
-//! upgrade of the node upgrades the pipeline. Deploying them into every tenant at start instead
-//! would put four definitions into every listing of tenants that never use the pipeline.
+//! them out). A tenant gets them the first time it needs them (the pipeline with
+//! `aegis.execute.intent`, the judge when an agent is first judged by it), and at every node start
+//! the tenants that have them get the shipped version if theirs differs, so an upgrade of the
+//! node upgrades them. Deploying them into every tenant at start instead would put five
+//! definitions into every listing of tenants that never use them.
 //!
 //! Idempotent across replicas: an identical version already deployed is left alone; a racing
 //! replica that deployed the same version first makes the second deploy a no-op
@@ -39,6 +41,11 @@ pub const MANIFESTS: &[(ManifestKind, &str)] = &[
     ),
 ];
 
+pub use crate::manifest::SEMANTIC_JUDGE;
+
+/// The judge agent of older `semantic` validations, deployed on its own ([`ensure_judge`]).
+pub const JUDGE_MANIFEST: &str = include_str!("../builtin/semantic-judge.yaml");
+
 /// Why the shipped definitions could not be deployed.
 #[derive(Debug, thiserror::Error)]
 pub enum BuiltinError {
@@ -66,30 +73,49 @@ fn parse(kind: ManifestKind, text: &str) -> Result<manifest::ParsedManifest, Man
             // Shipped manifests carry their own allowlists; a node default never applies.
             default_command_allowlist: &|_| None,
             runs_in_sandbox: &crate::policy::needs_sandbox,
+            // Shipped manifests name installed runtimes.
+            runtime_alias: &|_, _| None,
+            runtime_versions: &crate::runtimes::versions,
         },
     )
 }
 
-/// Deploys every shipped definition into `tenant` unless that exact text is deployed already.
+/// Deploys the intent pipeline's definitions into `tenant` unless that exact text is deployed
+/// already.
 pub async fn ensure(pool: &PgPool, tenant: &str) -> Result<(), BuiltinError> {
     for (kind, text) in MANIFESTS {
-        let parsed = parse(*kind, text)?;
-        let version = parsed.version.to_string();
-        let force = match registry::get(pool, tenant, *kind, &parsed.name, Some(&version)).await {
-            Ok(d) if d.manifest_yaml == parsed.yaml => continue,
-            // The same version with another text: the shipped one wins.
-            Ok(_) => true,
-            Err(RegistryError::NotFound { .. }) => false,
-            Err(e) => return Err(e.into()),
-        };
-        match registry::deploy(pool, tenant, &parsed, DeployMode::Create, force).await {
-            Ok(d) => {
-                tracing::info!(tenant, name = %d.name, version = %d.version, "built-in definition deployed")
-            }
-            // Another replica deployed it meanwhile.
-            Err(RegistryError::VersionExists { .. }) => {}
-            Err(e) => return Err(e.into()),
+        ensure_one(pool, tenant, *kind, text).await?;
+    }
+    Ok(())
+}
+
+/// Deploys the judge of older `semantic` validations into `tenant` unless it is there already.
+pub async fn ensure_judge(pool: &PgPool, tenant: &str) -> Result<(), BuiltinError> {
+    ensure_one(pool, tenant, ManifestKind::Agent, JUDGE_MANIFEST).await
+}
+
+async fn ensure_one(
+    pool: &PgPool,
+    tenant: &str,
+    kind: ManifestKind,
+    text: &str,
+) -> Result<(), BuiltinError> {
+    let parsed = parse(kind, text)?;
+    let version = parsed.version.to_string();
+    let force = match registry::get(pool, tenant, kind, &parsed.name, Some(&version)).await {
+        Ok(d) if d.manifest_yaml == parsed.yaml => return Ok(()),
+        // The same version with another text: the shipped one wins.
+        Ok(_) => true,
+        Err(RegistryError::NotFound { .. }) => false,
+        Err(e) => return Err(e.into()),
+    };
+    match registry::deploy(pool, tenant, &parsed, DeployMode::Create, force).await {
+        Ok(d) => {
+            tracing::info!(tenant, name = %d.name, version = %d.version, "built-in definition deployed")
         }
+        // Another replica deployed it meanwhile.
+        Err(RegistryError::VersionExists { .. }) => {}
+        Err(e) => return Err(e.into()),
     }
     Ok(())
 }
@@ -106,6 +132,16 @@ pub async fn upgrade(pool: &PgPool) -> Result<usize, BuiltinError> {
     for tenant in &tenants {
         ensure(pool, tenant).await?;
     }
+    let judged: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT tenant_id FROM definitions WHERE kind = 'agent' AND name = $1 \
+         AND deleted_at IS NULL",
+    )
+    .bind(SEMANTIC_JUDGE)
+    .fetch_all(pool)
+    .await?;
+    for tenant in &judged {
+        ensure_judge(pool, tenant).await?;
+    }
     Ok(tenants.len())
 }
 
@@ -115,7 +151,13 @@ mod tests {
 
     #[test]
     fn every_shipped_manifest_validates_on_this_node_and_is_labelled_builtin() {
-        for (kind, text) in MANIFESTS {
+        let judge = parse(ManifestKind::Agent, JUDGE_MANIFEST).expect("the judge validates");
+        assert_eq!(judge.name, SEMANTIC_JUDGE);
+        assert!(judge.agent().tools().is_empty(), "no tools, so no sandbox");
+        for (kind, text) in MANIFESTS
+            .iter()
+            .chain(&[(ManifestKind::Agent, JUDGE_MANIFEST)])
+        {
             let parsed = parse(*kind, text).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
             assert_eq!(
                 parsed

@@ -315,6 +315,35 @@ pub struct SandboxConfig {
     /// AEGIS's node config). Written into the manifest at deploy, with a note. Empty: such a
     /// manifest is refused.
     pub default_command_allowlists: std::collections::BTreeMap<String, Vec<String>>,
+    /// `language:version` -> `language:version`: a runtime this node does not have, run in one
+    /// it has (AEGIS manifests name versions such as `python:3.10`). Applied at deploy, written
+    /// into the manifest with a `normalised:` note; the target must be in the runtime registry
+    /// and a key may not name a runtime the registry has.
+    pub runtime_aliases: std::collections::BTreeMap<String, String>,
+}
+
+impl SandboxConfig {
+    /// The installed runtime `language` `version` is mapped to, if the operator mapped it.
+    pub fn runtime_alias(&self, language: &str, version: &str) -> Option<(String, String)> {
+        let target = self.runtime_aliases.get(&format!("{language}:{version}"))?;
+        let (language, version) = split_runtime(target)?;
+        Some((language.to_owned(), version.to_owned()))
+    }
+}
+
+/// `language:version` as the runtime registry spells them, or None.
+fn split_runtime(text: &str) -> Option<(&str, &str)> {
+    let (language, version) = text.split_once(':')?;
+    let language_ok = language.starts_with(|c: char| c.is_ascii_lowercase())
+        && language
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_+-".contains(c));
+    let version_ok = version.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    (language_ok && version_ok && language.len() <= 64 && version.len() <= 64)
+        .then_some((language, version))
 }
 
 impl Default for SandboxConfig {
@@ -336,6 +365,7 @@ impl Default for SandboxConfig {
             max_workspace_mb: 4096,
             require_landlock: true,
             default_command_allowlists: Default::default(),
+            runtime_aliases: Default::default(),
         }
     }
 }
@@ -485,6 +515,32 @@ pub struct LoadedConfig {
 }
 
 impl LoadedConfig {
+    /// Where the entry `entry` of the map at `section` (dotted) was set: its file line, found
+    /// below the section's own line (an entry's key may hold dots, so it is not a dotted path).
+    pub fn origin_of_entry(&self, section: &str, entry: &str) -> String {
+        let (Some(path), Some(text)) = (&self.path, &self.source_text) else {
+            return "default".to_owned();
+        };
+        let Some(start) = line_of_key(text, section) else {
+            return "default".to_owned();
+        };
+        let found = text.lines().enumerate().skip(start).find_map(|(n, line)| {
+            let t = line.trim_start();
+            [
+                format!("{entry}:"),
+                format!("\"{entry}\":"),
+                format!("'{entry}':"),
+            ]
+            .iter()
+            .any(|k| t.starts_with(k.as_str()))
+            .then_some(n + 1)
+        });
+        match found {
+            Some(line) => format!("{} line {line}", path.display()),
+            None => "default".to_owned(),
+        }
+    }
+
     /// Where `key` (dotted) got its value: an environment variable, a file line, or the default.
     pub fn origin_of(&self, key: &str) -> String {
         if let Some((_, var)) = self.overridden.iter().find(|(k, _)| k == key) {
@@ -752,6 +808,41 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             ));
         }
     }
+    for (from, to) in &c.sandbox.runtime_aliases {
+        let key = format!("sandbox.runtime_aliases.\"{from}\"");
+        let invalid = |message: String| ConfigError::Invalid {
+            key: key.clone(),
+            origin: loaded.origin_of_entry("sandbox.runtime_aliases", from),
+            message,
+        };
+        let Some((language, version)) = split_runtime(from) else {
+            return Err(invalid(format!(
+                "`{from}` is not `language:version` as a manifest's spec.runtime names it \
+                 (e.g. `python:3.10`)"
+            )));
+        };
+        if crate::runtimes::known(language, version) {
+            return Err(invalid(format!(
+                "`{from}` is installed on this node (runtime-images/registry.yaml): an alias \
+                 cannot replace it; remove the entry"
+            )));
+        }
+        let installed = split_runtime(to).filter(|(l, v)| crate::runtimes::known(l, v));
+        if installed.is_none() {
+            let known: Vec<String> = crate::runtimes::registry()
+                .map(|r| {
+                    r.runtimes
+                        .iter()
+                        .map(|r| format!("{}:{}", r.language, r.version))
+                        .collect()
+                })
+                .unwrap_or_default();
+            return Err(invalid(format!(
+                "`{to}` is not an installed runtime; map `{from}` to one of {}",
+                known.join(", ")
+            )));
+        }
+    }
     if let Err(e) = crate::egress::Egress::from_config(&c.egress) {
         return Err(invalid(&format!("egress.{}", e.key), e.message));
     }
@@ -931,6 +1022,33 @@ mod tests {
         let err = load(Some(f.path()), &[]).unwrap_err().to_string();
         assert!(err.contains("grcp"), "{err}");
         assert!(err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn runtime_aliases_map_to_installed_runtimes_and_name_key_and_line() {
+        let f = write("sandbox:\n  runtime_aliases:\n    \"python:3.10\": \"python:3.11\"\n");
+        let loaded = load(Some(f.path()), &[]).expect("valid");
+        assert_eq!(
+            loaded.config.sandbox.runtime_alias("python", "3.10"),
+            Some(("python".to_owned(), "3.11".to_owned()))
+        );
+        assert_eq!(loaded.config.sandbox.runtime_alias("python", "3.9"), None);
+        for (entry, says) in [
+            (
+                "\"python:3.10\": \"python:2.7\"",
+                "not an installed runtime",
+            ),
+            ("\"python:3.11\": \"python:3.11\"", "cannot replace it"),
+            ("python3.10: \"python:3.11\"", "not `language:version`"),
+        ] {
+            let f = write(&format!(
+                "sandbox:\n  require_landlock: true\n  runtime_aliases:\n    {entry}\n"
+            ));
+            let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+            assert!(err.contains("sandbox.runtime_aliases"), "{err}");
+            assert!(err.contains("line 4"), "{err}");
+            assert!(err.contains(says), "{err}");
+        }
     }
 
     #[test]

@@ -61,6 +61,19 @@ pub fn lookup(language: &str, version: &str) -> Option<&'static Runtime> {
         .find(|r| r.language == language && r.version == version)
 }
 
+/// The registered versions of `language`, in registry order (empty for an unknown language).
+pub fn versions(language: &str) -> Vec<String> {
+    registry()
+        .map(|r| {
+            r.runtimes
+                .iter()
+                .filter(|r| r.language == language)
+                .map(|r| r.version.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// True when the pair is registered.
 pub fn known(language: &str, version: &str) -> bool {
     lookup(language, version).is_some()

@@ -156,6 +156,9 @@ pub struct ExecuteRequest {
     pub parent: Option<Uuid>,
     /// The workflow state that started it, if any (recorded so a re-run can cancel it).
     pub workflow: Option<WorkflowLink>,
+    /// An LLM alias its model calls use instead of the agent's `spec.runtime.model`: a judge
+    /// asked with the model its validator names (`semantic.model`).
+    pub model: Option<String>,
 }
 
 /// The workflow state an agent execution was started for: (execution, state, visit).
@@ -306,6 +309,7 @@ impl Engine {
             llm: self.llm.clone(),
             config: self.config.clone(),
             ceiling: Ceiling::of(caller),
+            model: req.model,
         };
         tokio::spawn(crate::metrics::through(door, job.run()));
         Ok(id)

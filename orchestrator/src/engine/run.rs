@@ -31,6 +31,8 @@ pub(super) struct Job {
     pub config: EngineConfig,
     /// The rights of whoever started it (none for an operator).
     pub ceiling: Option<super::Ceiling>,
+    /// The LLM alias asked instead of the manifest's (a judge's validator named it).
+    pub model: Option<String>,
 }
 
 /// How an execution ended.
@@ -397,7 +399,7 @@ impl Job {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(format!("spec.task.prompt_template: {e}")),
         };
-        let model = view.model();
+        let model = self.model.as_deref().unwrap_or(view.model());
         let alias = if llm.aliases().iter().any(|a| a == model) {
             Some(model)
         } else {
@@ -590,6 +592,13 @@ impl Job {
         let mut judgements = Vec::new();
         let mut notes = Vec::new();
         for judge in &judges {
+            // The node's own judge (older `semantic` validations) is deployed when first needed.
+            if judge == crate::builtin::SEMANTIC_JUDGE {
+                if let Err(e) = crate::builtin::ensure_judge(&self.state.pool, &self.tenant).await {
+                    notes.push(format!("judge `{judge}` could not be deployed: {e}"));
+                    continue;
+                }
+            }
             let request = super::ExecuteRequest {
                 agent: judge.clone(),
                 version: None,
@@ -597,6 +606,7 @@ impl Job {
                 intent: Some(intent.to_owned()),
                 parent: Some(self.id),
                 workflow: None,
+                model: v["model"].as_str().map(str::to_owned),
             };
             let child = match self
                 .state

@@ -140,6 +140,20 @@ pub struct Definition {
     /// Rows are never rewritten: the time a row written before revisions existed was last
     /// overwritten, else `created_at`.
     pub updated_at: DateTime<Utc>,
+    /// A workflow's `spec.default_schedule` as the scheduler reads it, with its next run
+    /// ([`Definition::with_schedule`]); absent otherwise.
+    #[sqlx(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Value>,
+}
+
+impl Definition {
+    /// Fills in [`Definition::schedule`] for a workflow with a schedule, as of now.
+    pub fn with_schedule(mut self) -> Self {
+        self.schedule = crate::manifest::WorkflowView(&self.manifest)
+            .schedule_status(&self.id.to_string(), Utc::now());
+        self
+    }
 }
 
 /// One version in a history listing.

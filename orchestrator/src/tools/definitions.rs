@@ -89,8 +89,8 @@ fn workflow_delete<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> 
     Box::pin(delete(ctx, a, ManifestKind::Workflow))
 }
 
-/// The node facts semantic checks need: implemented tools, registered runtimes and the node's
-/// default `cmd.run` allowlists.
+/// The node facts semantic checks need: implemented tools, registered runtimes, the node's
+/// runtime aliases and default `cmd.run` allowlists.
 fn node_knowledge<R>(
     sandbox: &crate::config::SandboxConfig,
     f: impl FnOnce(&NodeKnowledge<'_>) -> R,
@@ -104,6 +104,8 @@ fn node_knowledge<R>(
         runtime_known: &runtime_known,
         default_command_allowlist: &default_command_allowlist,
         runs_in_sandbox: &crate::policy::needs_sandbox,
+        runtime_alias: &|language, version| sandbox.runtime_alias(language, version),
+        runtime_versions: &crate::runtimes::versions,
     })
 }
 
@@ -327,13 +329,17 @@ async fn list_in(
     Ok(match kind {
         ManifestKind::Agent => json!({"agents": defs.iter().map(|d| json!({
             "id": d.id, "name": d.name, "version": d.version, "status": "active",
+            "type": manifest::AgentView(&d.manifest).agent_type(),
             "description": d.description, "labels": d.labels,
         })).collect::<Vec<_>>()}),
-        ManifestKind::Workflow => json!({"workflows": defs.iter().map(|d| json!({
-            "id": d.id, "name": d.name, "version": d.version,
-            "initial_state": d.manifest["spec"]["initial_state"], "scope": d.scope,
-            "description": d.description, "labels": d.labels,
-        })).collect::<Vec<_>>()}),
+        ManifestKind::Workflow => json!({"workflows": defs.into_iter().map(|d| {
+            let d = d.with_schedule();
+            json!({
+                "id": d.id, "name": d.name, "version": d.version,
+                "initial_state": d.manifest["spec"]["initial_state"], "scope": d.scope,
+                "description": d.description, "labels": d.labels, "schedule": d.schedule,
+            })
+        }).collect::<Vec<_>>()}),
     })
 }
 

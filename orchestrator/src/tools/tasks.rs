@@ -105,6 +105,7 @@ fn execute<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             intent: a.intent,
             parent,
             workflow: None,
+            model: None,
         };
         // Started in a task of its own: a caller that goes away mid-start cannot leave a stored
         // execution that nothing runs.

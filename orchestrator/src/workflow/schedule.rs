@@ -1,13 +1,17 @@
 //! `spec.default_schedule`: workflows that start themselves on a cron schedule.
 //!
 //! Every replica runs one scheduler task. Each pass it reads the live workflows whose latest
-//! version has a schedule, and for each tick that fell due since its previous pass it INSERTs
+//! version has a schedule, and for each run that fell due since its previous pass it INSERTs
 //! the row `(workflow, tick)` into `workflow_schedule_ticks`. The primary key lets one INSERT
 //! win across the cluster, and only the winner starts the run (as the workflow's owner tenant,
 //! caller kind `schedule`), then records the execution id, or why it could not start, on the
-//! row. Ticks are exact cron instants, so replicas whose passes interleave still name the same
-//! tick. A replica starts counting at its own start: ticks missed while no replica ran are not
-//! caught up, and after a stall only the latest missed tick runs.
+//! row. Ticks are exact cron instants (read in the schedule's IANA time zone), so replicas whose
+//! passes interleave still name the same tick. A run is due at its tick plus the tick's jitter,
+//! a delay of 0 to `jitter_seconds` derived from the workflow's id and the tick alone
+//! (`Plan::delay`): every replica computes the same delay, so the jitter is decided once per
+//! tick cluster-wide without storing it. A replica starts counting at its own start: ticks
+//! missed while no replica ran are not caught up, and after a stall only the latest missed tick
+//! runs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,24 +42,20 @@ pub(super) async fn scheduler(rt: Arc<Runtime>, poll: Duration) {
                     if !schedule.enabled {
                         continue;
                     }
-                    let cron = match schedule.parse() {
-                        Ok(c) => c,
+                    let plan = match schedule.plan() {
+                        Ok(plan) => plan,
                         Err(e) => {
                             // Validation refuses such manifests; one stored earlier is skipped.
                             tracing::warn!(workflow = %w.name, error = %e, "unusable default_schedule");
                             continue;
                         }
                     };
-                    let due = cron
-                        .iter_after(since)
-                        .take_while(|t| *t <= now)
-                        .take(100_000)
-                        .last();
-                    if let Some(tick) = due {
-                        fire(&rt, w, tick, schedule.input.clone()).await;
+                    let seed = w.definition_id.to_string();
+                    if let Some(due) = plan.due(&seed, since, now) {
+                        fire(&rt, w, due.tick, schedule.input.clone()).await;
                     }
-                    if let Ok(t) = cron.find_next_occurrence(&now, false) {
-                        next = Some(next.map_or(t, |n| n.min(t)));
+                    if let Some(upcoming) = plan.next(&seed, now) {
+                        next = Some(next.map_or(upcoming.fire_at, |n| n.min(upcoming.fire_at)));
                     }
                 }
             }

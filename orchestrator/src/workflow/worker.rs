@@ -507,6 +507,15 @@ impl Run<'_> {
             Ok(None) => return self.finish_completed(state, output, events).await,
             Err(reason) => return self.fail(reason, events).await,
         };
+        // `target: ~` (AEGIS): taking this transition ends the run here, completed.
+        if transition["target"].is_null() {
+            events.push(NewEvent::state(
+                "transition_taken",
+                state,
+                json!({"from": state, "to": null, "condition": transition["condition"], "index": index}),
+            ));
+            return self.finish_completed(state, output, events).await;
+        }
         let target = transition["target"].as_str().unwrap_or_default().to_owned();
         let next_visit = match self.within_limits(state, &target) {
             Ok(next_visit) => next_visit,

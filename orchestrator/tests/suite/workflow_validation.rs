@@ -18,6 +18,8 @@ fn node() -> NodeKnowledge<'static> {
         runtime_known: &|_, _| true,
         default_command_allowlist: &|_| None,
         runs_in_sandbox: &orchestrator::policy::needs_sandbox,
+        runtime_alias: &|_, _| None,
+        runtime_versions: &orchestrator::runtimes::versions,
     }
 }
 

@@ -131,13 +131,18 @@ pub async fn definitions(
             }
         }
         DefinitionVerb::List => {
-            let out = client.get(base).await?;
+            let mut out = client.get(base).await?;
             if client.json {
                 output::json(&out);
             } else {
+                if let Some(rows) = out.as_array_mut() {
+                    rows.iter_mut().for_each(derived_fields);
+                }
                 let mut cols = vec![("name", "name"), ("version", "version")];
                 if noun == "workflow" {
-                    cols.push(("scope", "scope"));
+                    cols.extend([("scope", "scope"), ("next run", "next_run")]);
+                } else {
+                    cols.push(("type", "type"));
                 }
                 cols.extend([
                     ("description", "description"),
@@ -151,7 +156,7 @@ pub async fn definitions(
             }
         }
         DefinitionVerb::Get { name, version } => {
-            let out = client
+            let mut out = client
                 .get(&format!(
                     "{base}/{}{}",
                     segment(&name),
@@ -161,22 +166,25 @@ pub async fn definitions(
             if client.json {
                 output::json(&out);
             } else {
-                print!(
-                    "{}",
-                    output::record(
-                        &out,
-                        &[
-                            ("name", "name"),
-                            ("version", "version"),
-                            ("id", "id"),
-                            ("scope", "scope"),
-                            ("description", "description"),
-                            ("labels", "labels"),
-                            ("deployed", "created_at"),
-                            ("updated", "updated_at"),
-                        ]
-                    )
-                );
+                derived_fields(&mut out);
+                let mut fields = vec![
+                    ("name", "name"),
+                    ("version", "version"),
+                    ("id", "id"),
+                    ("scope", "scope"),
+                ];
+                if noun == "workflow" {
+                    fields.extend([("schedule", "schedule_text"), ("next run", "next_run")]);
+                } else {
+                    fields.push(("type", "type"));
+                }
+                fields.extend([
+                    ("description", "description"),
+                    ("labels", "labels"),
+                    ("deployed", "created_at"),
+                    ("updated", "updated_at"),
+                ]);
+                print!("{}", output::record(&out, &fields));
             }
         }
         DefinitionVerb::Export { name, version } => {
@@ -215,4 +223,35 @@ pub async fn definitions(
         }
     }
     Ok(())
+}
+
+/// Fields the tables show that the node's JSON holds elsewhere: an agent's `type` (AEGIS's
+/// `spec.type`, `user` when not written), a workflow's schedule and the start of its next run.
+fn derived_fields(row: &mut serde_json::Value) {
+    let agent_type = row["manifest"]["spec"]["type"]
+        .as_str()
+        .unwrap_or("user")
+        .to_owned();
+    let schedule = row["schedule"].clone();
+    let Some(map) = row.as_object_mut() else {
+        return;
+    };
+    if map.get("manifest").is_some_and(|m| m["kind"] == "Agent") {
+        map.insert("type".into(), agent_type.into());
+    }
+    if schedule.is_object() {
+        let mut text = format!(
+            "{} ({})",
+            schedule["cron"].as_str().unwrap_or_default(),
+            schedule["timezone"].as_str().unwrap_or("UTC")
+        );
+        if let Some(jitter) = schedule["jitter_seconds"].as_u64().filter(|j| *j > 0) {
+            text.push_str(&format!(", jitter up to {jitter} s"));
+        }
+        if schedule["enabled"] == false {
+            text.push_str(", disabled");
+        }
+        map.insert("schedule_text".into(), text.into());
+        map.insert("next_run".into(), schedule["next_run_at"].clone());
+    }
 }

@@ -968,6 +968,14 @@ impl<'a> References<'a> {
         if !explicit && segments.len() == 1 {
             return None;
         }
+        if root == "blackboard" {
+            return Some(format!(
+                "reads blackboard key `{name}`, which nothing writes: no state, `spec.context` \
+                 key or `update_blackboard` has that name{}; a run's input is read as \
+                 `{{{{input.{name}}}}}`",
+                suggestion(name, &self.states)
+            ));
+        }
         let mut known = self.states.clone();
         if root != "states" {
             known.extend(self.keys.iter().copied());

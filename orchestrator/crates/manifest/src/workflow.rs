@@ -223,6 +223,26 @@ impl<'a> WorkflowView<'a> {
         }
     }
 
+    /// What the scheduler will do with `spec.default_schedule`, for status output: the schedule
+    /// as read (time zone and jitter with their defaults) and its next run after `now` (`null`
+    /// when disabled or never), with `seed` the workflow's definition id as the scheduler uses.
+    pub fn schedule_status(&self, seed: &str, now: DateTime<Utc>) -> Option<Value> {
+        let schedule = self.default_schedule()?;
+        let next = schedule
+            .plan()
+            .ok()
+            .filter(|_| schedule.enabled)
+            .and_then(|plan| plan.next(seed, now));
+        Some(serde_json::json!({
+            "cron": schedule.cron,
+            "timezone": schedule.timezone,
+            "jitter_seconds": schedule.jitter_seconds,
+            "enabled": schedule.enabled,
+            "next_tick": next.map(|n| n.tick),
+            "next_run_at": next.map(|n| n.fire_at),
+        }))
+    }
+
     /// One state's `update_blackboard`: key -> template, in key order.
     pub fn blackboard_updates(&self, name: &str) -> Vec<(&'a str, &'a str)> {
         self.state(name)

@@ -118,7 +118,11 @@ pub async fn list_workflows(
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<Vec<Definition>>, ApiError> {
     Ok(Json(
-        registry::list(&state.pool, &caller.tenant, ManifestKind::Workflow).await?,
+        registry::list(&state.pool, &caller.tenant, ManifestKind::Workflow)
+            .await?
+            .into_iter()
+            .map(Definition::with_schedule)
+            .collect(),
     ))
 }
 
@@ -164,7 +168,8 @@ pub async fn get_workflow(
             q.version.as_deref(),
             q.revision,
         )
-        .await?,
+        .await?
+        .with_schedule(),
     ))
 }
 

@@ -67,6 +67,7 @@ async fn run_child(
             state: ctx.name.to_owned(),
             visit: ctx.visit,
         }),
+        model: None,
     };
     let id = ctx
         .rt
