@@ -9,6 +9,7 @@
 mod common;
 
 mod aegis_compat;
+mod aegis_forms;
 mod approvals;
 mod audit_intent;
 mod cli;
