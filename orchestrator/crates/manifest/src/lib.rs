@@ -84,6 +84,9 @@ impl fmt::Display for ManifestKind {
     }
 }
 
+/// `(language, version)` -> the installed `(language, version)` the operator maps it to.
+pub type RuntimeAlias<'a> = dyn Fn(&str, &str) -> Option<(String, String)> + 'a;
+
 /// What the semantic checks need to know about the node.
 pub struct NodeKnowledge<'a> {
     /// Whether the tool catalog has a tool of this exact name.
@@ -98,7 +101,7 @@ pub struct NodeKnowledge<'a> {
     pub runs_in_sandbox: &'a dyn Fn(&str) -> bool,
     /// The installed runtime the operator maps a language and version to
     /// (`sandbox.runtime_aliases`), applied to a runtime the registry does not have.
-    pub runtime_alias: &'a dyn Fn(&str, &str) -> Option<(String, String)>,
+    pub runtime_alias: &'a RuntimeAlias<'a>,
     /// The versions of a language the runtime registry has, for refusals that say what to use.
     pub runtime_versions: &'a dyn Fn(&str) -> Vec<String>,
 }
