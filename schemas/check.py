@@ -334,7 +334,8 @@ def semantic_workflow(doc):
             tw = f"{where}/transitions/{t}"
             if after_always:
                 errs.append((tw, "transition follows an unconditional `always` and is never taken"))
-            if tr["target"] not in states:
+            # A null target (`target: ~`) ends the run when taken.
+            if tr["target"] is not None and tr["target"] not in states:
                 errs.append((tw + "/target", f"transition target '{tr['target']}' is not a state"))
             cond = tr["condition"]
             if cond == "score_between" and tr["min"] > tr["max"]:
