@@ -35,15 +35,15 @@ RUN set -eu; \
     find /skeleton -exec touch -d '2000-01-01 00:00:00' {} +
 
 # --- build ------------------------------------------------------------------------------------
-# Two binaries: the service, and the sandbox executor that the service installs into every
-# sandbox. The executor is linked statically (it must run in FROM-scratch and musl images too)
+# Two binaries: the service (profile `image`: release without cross-crate LTO, see Cargo.toml),
+# and the sandbox executor that the service installs into every sandbox. The executor is linked statically (it must run in FROM-scratch and musl images too)
 # and gets its own target directory, so its RUSTFLAGS never invalidate the service's artefacts.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 ENV CARGO_TERM_COLOR=never
 COPY --from=skeleton /skeleton/ ./
 RUN set -eu; \
-    cargo build --release --locked -p orchestrator; \
+    cargo build --profile image --locked -p orchestrator; \
     host="$(rustc -vV | sed -n 's/^host: //p')"; \
     CARGO_TARGET_DIR=target/executor RUSTFLAGS="-C target-feature=+crt-static" \
         cargo build --release --locked -p sandbox-executor --target "$host"
@@ -51,11 +51,11 @@ COPY . .
 # The stubs' build artefacts must look older than the real sources.
 RUN set -eu; \
     find . -path ./target -prune -o -name '*.rs' -type f -exec touch {} +; \
-    cargo build --release --locked -p orchestrator; \
+    cargo build --profile image --locked -p orchestrator; \
     host="$(rustc -vV | sed -n 's/^host: //p')"; \
     CARGO_TARGET_DIR=target/executor RUSTFLAGS="-C target-feature=+crt-static" \
         cargo build --release --locked -p sandbox-executor --target "$host"; \
-    install -D -m 0755 target/release/orchestrator /out/orchestrator; \
+    install -D -m 0755 target/image/orchestrator /out/orchestrator; \
     install -D -m 0755 "target/executor/$host/release/sandbox-executor" /out/sandbox-executor; \
     if ldd /out/sandbox-executor >/dev/null 2>&1 && ! ldd /out/sandbox-executor 2>&1 | grep -q 'statically linked'; then \
         echo "sandbox-executor is not static" >&2; exit 1; \
