@@ -286,6 +286,11 @@ def semantic_agent(doc):
                 cmd_caps.append(where)
     for extra in cmd_caps[1:]:
         errs.append((extra + "/name", "cmd.run is configured more than once"))
+    # The reference node has no external MCP servers (`mcp_servers`): `mcp:<server>` names one.
+    for t, tool in enumerate(tools):
+        server = tool[len("mcp:"):].split("/")[0] if tool.startswith("mcp:") else None
+        if server is not None and "." not in server:
+            errs.append((f"/spec/tools/{t}", f"{tool} names an MCP server this node does not have"))
     if "cmd.run" in tools and not cmd_caps:
         errs.append((f"/spec/tools/{tools.index('cmd.run')}",
                      "cmd.run is offered but no builtin_dispatchers capability gives it a "

@@ -156,6 +156,10 @@ impl Application {
             instance_id,
             workflow_settings(&config),
         ));
+        let mcp_servers = Arc::new(crate::mcp_servers::McpServers::new(
+            &config.mcp_servers,
+            egress.clone(),
+        ));
         let state = AppState {
             workflows,
             executions,
@@ -169,6 +173,7 @@ impl Application {
             config_path: config_path.map(Arc::new),
             egress,
             api_keys: Arc::default(),
+            mcp_servers,
         };
         state.executions.recover(&state, dead_after).await;
         match crate::builtin::upgrade(&state.pool).await {

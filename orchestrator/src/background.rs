@@ -5,7 +5,8 @@
 //! 1. **Servers**: REST, MCP and gRPC stop accepting and drain in-flight requests within
 //!    `server.shutdown_grace_secs`; what is left after that is cut.
 //! 2. **Periodic work** ([`Background::stop_periodic`]): the heartbeat, the session and volume
-//!    sweepers and the delivery worker are cut where they stand. Each writes one statement at a
+//!    sweepers, the delivery worker and the first listing of the external MCP servers are cut
+//!    where they stand. Each writes one statement at a
 //!    time, and what a cut delivery attempt held comes back to a worker when its lease runs out.
 //! 3. **Workflow workers** ([`Background::stop_workflows`]): told to stop, then awaited for a
 //!    bounded time; a state's commit is one fenced transaction, so a worker cut after that still
@@ -58,6 +59,11 @@ impl Background {
                 }
                 .work(shutdown.clone()),
             ),
+            // The external MCP servers listed once; callers never wait for it.
+            tokio::spawn({
+                let servers = state.mcp_servers.clone();
+                async move { servers.discover().await }
+            }),
         ];
         let workflow_stop = CancellationToken::new();
         let workflow_workers = crate::workflow::spawn_workers(

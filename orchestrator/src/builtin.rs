@@ -76,6 +76,7 @@ fn parse(kind: ManifestKind, text: &str) -> Result<manifest::ParsedManifest, Man
             // Shipped manifests name installed runtimes.
             runtime_alias: &|_, _| None,
             runtime_versions: &crate::runtimes::versions,
+            mcp_servers: &[],
         },
     )
 }

@@ -25,14 +25,17 @@ pub struct ToolSpec {
     pub tier: Tier,
     /// Whether the inner-loop judge is skipped for it.
     pub skip_judge: bool,
-    /// Group used for filtering (`fs`, `dispatch`, `agent`, ...).
+    /// Group used for filtering (`fs`, `dispatch`, `agent`, ..., `mcp`).
     pub category: String,
+    /// `builtin`, or the name of the external MCP server the tool belongs to
+    /// (`tools::external` makes those entries from the servers' listings).
+    pub source: String,
     /// The argument schema, as published.
     pub input_schema: Value,
     /// The documented structured output.
     pub output_schema: Value,
-    /// `input_schema`, compiled once.
-    pub validator: jsonschema::Validator,
+    /// `input_schema`, compiled once (shared by the entries made from one listing).
+    pub validator: Arc<jsonschema::Validator>,
 }
 
 /// Catalog entry as listings show it.
@@ -46,8 +49,8 @@ pub struct ToolInfo {
     pub tier: Tier,
     /// Whether the inner-loop judge is skipped.
     pub skip_judge: bool,
-    /// Always `builtin` for now.
-    pub source: &'static str,
+    /// `builtin` or the external MCP server's name.
+    pub source: String,
     /// The catalog group the tool is listed under.
     pub category: String,
     /// JSON Schema of the arguments.
@@ -63,7 +66,7 @@ impl ToolSpec {
             description: self.description.clone(),
             tier: self.tier,
             skip_judge: self.skip_judge,
-            source: "builtin",
+            source: self.source.clone(),
             category: self.category.clone(),
             input_schema: self.input_schema.clone(),
         }
@@ -368,9 +371,10 @@ impl Catalog {
                 tier,
                 skip_judge: meta["skip_judge"].as_bool().unwrap_or(false),
                 category,
+                source: "builtin".to_owned(),
                 input_schema,
                 output_schema: meta["output"].clone(),
-                validator,
+                validator: Arc::new(validator),
             };
             if tools.insert(name.to_owned(), spec).is_some() {
                 return Err(CatalogError(format!(

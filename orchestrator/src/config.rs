@@ -49,6 +49,9 @@ pub struct NodeConfig {
     pub web: crate::egress::search::WebConfig,
     /// The MCP endpoint (`/mcp`): allowed hosts and origins, session idle time.
     pub mcp: McpConfig,
+    /// External MCP servers whose tools manifests offer as `mcp:<server>[/<tool>]`: name,
+    /// Streamable HTTP URL (reached under the egress rules), credentials by variable name.
+    pub mcp_servers: Vec<crate::mcp_servers::McpServerConfig>,
     /// Persistent agent volumes (`spec.volumes`): size ceiling, default lifetime, sweep.
     pub volumes: VolumesConfig,
     /// Result delivery (`spec.execution.delivery`): signing secrets, retries, polling.
@@ -670,34 +673,109 @@ fn set_path(tree: &mut serde_yaml::Value, key: &[String], raw: &str) -> Result<(
     Ok(())
 }
 
-/// Finds the 1-based line on which a dotted key is set in the file, by indentation.
+/// Finds the 1-based line on which a dotted key is set in the file, by indentation. A segment
+/// may index a block-style list (`mcp_servers[1].url`): the line of that item, or of the key
+/// inside it.
 fn line_of_key(text: &str, key: &str) -> Option<usize> {
-    let mut wanted = key.split('.');
-    let mut current = wanted.next()?;
-    let mut min_indent = 0usize;
-    for (n, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start();
-        if trimmed.starts_with('#') || trimmed.is_empty() {
-            continue;
-        }
-        let indent = line.len() - trimmed.len();
-        if indent < min_indent {
+    let tokens = key_tokens(text);
+    let mut next = 0usize;
+    let mut min_col = 0usize;
+    let mut line = None;
+    for segment in key.split('.') {
+        let (name, index) = match segment.split_once('[') {
+            Some((name, rest)) => (name, Some(rest.strip_suffix(']')?.parse::<usize>().ok()?)),
+            None => (segment, None),
+        };
+        // The key, at or below the current level, before the current block ends.
+        let found = tokens[next..]
+            .iter()
+            .position(|t| t.key.as_deref() == Some(name) && t.col >= min_col)?;
+        let ended = tokens[next..next + found]
+            .iter()
+            .any(|t| t.first_on_line && t.col < min_col);
+        if ended {
             return None;
         }
-        if trimmed
-            .strip_prefix(current)
-            .is_some_and(|rest| rest.trim_start().starts_with(':'))
-        {
-            match wanted.next() {
-                Some(next) => {
-                    current = next;
-                    min_indent = indent + 1;
-                }
-                None => return Some(n + 1),
+        let at = next + found;
+        let key_col = tokens[at].col;
+        line = Some(tokens[at].line);
+        next = at + 1;
+        min_col = key_col + 1;
+        let Some(index) = index else {
+            continue;
+        };
+        // The index-th `- ` item of the list under the key (items may sit at the key's column).
+        let mut item_col: Option<usize> = None;
+        let mut seen = 0usize;
+        let mut item = None;
+        for (i, t) in tokens.iter().enumerate().skip(next) {
+            if !t.first_on_line {
+                continue;
+            }
+            let is_item = t.key.is_none();
+            match item_col {
+                None if !is_item || t.col < key_col => break,
+                None => item_col = Some(t.col),
+                Some(c) if t.col < c || (t.col == c && !is_item) => break,
+                Some(c) if t.col > c => continue,
+                Some(_) => {}
+            }
+            if seen == index {
+                item = Some(i);
+                break;
+            }
+            seen += 1;
+        }
+        let i = item?;
+        line = Some(tokens[i].line);
+        next = i + 1;
+        min_col = tokens[i].col + 1;
+    }
+    line
+}
+
+/// One token of a block-style YAML line: a `- ` list item (`key: None`) or a `key:`.
+struct KeyToken {
+    line: usize,
+    col: usize,
+    key: Option<String>,
+    first_on_line: bool,
+}
+
+fn key_tokens(text: &str) -> Vec<KeyToken> {
+    let mut out = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let content = raw.trim_start();
+        if content.is_empty() || content.starts_with('#') {
+            continue;
+        }
+        let mut col = raw.len() - content.len();
+        let mut rest = content;
+        let mut first = true;
+        while rest == "-" || rest.starts_with("- ") {
+            out.push(KeyToken {
+                line: n + 1,
+                col,
+                key: None,
+                first_on_line: first,
+            });
+            first = false;
+            let after = rest[1..].trim_start();
+            col += rest.len() - after.len();
+            rest = after;
+        }
+        if let Some((k, v)) = rest.split_once(':') {
+            if !k.starts_with(['{', '[', '"', '\'']) && (v.is_empty() || v.starts_with(' ')) {
+                out.push(KeyToken {
+                    line: n + 1,
+                    col,
+                    key: Some(k.trim().to_owned()),
+                    first_on_line: first,
+                });
             }
         }
     }
-    None
+    out
 }
 
 /// A `cmd.run` allowlist entry as the agent schema accepts it: a bare program name, then
@@ -843,8 +921,18 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             )));
         }
     }
-    if let Err(e) = crate::egress::Egress::from_config(&c.egress) {
-        return Err(invalid(&format!("egress.{}", e.key), e.message));
+    let egress = crate::egress::Egress::from_config(&c.egress)
+        .map_err(|e| invalid(&format!("egress.{}", e.key), e.message))?;
+    let address_allowed = |ip: std::net::IpAddr| {
+        egress.resolver.policy().check(ip).map_err(|blocked| {
+            format!(
+                "{blocked}; MCP servers are reached under the egress rules (open an internal \
+                 range with egress.allow_cidrs; cloud-metadata addresses stay refused)"
+            )
+        })
+    };
+    if let Err(e) = crate::mcp_servers::config::validate(&c.mcp_servers, &address_allowed) {
+        return Err(invalid(&e.key, e.message));
     }
     for (i, ctx) in c.seal.security_contexts.iter().enumerate() {
         if let Err(e) = crate::contexts::parse(ctx) {
@@ -1149,6 +1237,39 @@ mod tests {
             assert!(err.contains(part), "{url}: {err}");
         }
         assert!(check_database_url("postgresql://u:p@127.0.0.1:5432/db").is_ok());
+    }
+
+    #[test]
+    fn lines_of_list_items_and_their_keys_are_found() {
+        let text = "log:\n  level: info\nmcp_servers:\n  - name: a\n    url: http://a/mcp\n  - name: b\n    # comment\n    url: http://b/mcp\negress:\n  allow_cidrs:\n  - 10.0.0.0/8\n  - bad\n";
+        assert_eq!(line_of_key(text, "log.level"), Some(2));
+        assert_eq!(line_of_key(text, "mcp_servers[0]"), Some(4));
+        assert_eq!(line_of_key(text, "mcp_servers[0].url"), Some(5));
+        assert_eq!(line_of_key(text, "mcp_servers[1].name"), Some(6));
+        assert_eq!(line_of_key(text, "mcp_servers[1].url"), Some(8));
+        assert_eq!(line_of_key(text, "mcp_servers[2].url"), None);
+        assert_eq!(line_of_key(text, "egress.allow_cidrs[1]"), Some(12));
+        assert_eq!(line_of_key(text, "egress.timeout_secs"), None);
+    }
+
+    #[test]
+    fn mcp_servers_are_validated_with_key_and_line() {
+        let f = write("mcp_servers:\n  - name: tools\n    url: http://169.254.169.254/mcp\n");
+        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("mcp_servers[0].url")
+                && err.contains("line 3")
+                && err.contains("cloud_metadata"),
+            "{err}"
+        );
+        let f = write("mcp_servers:\n  - name: tools\n    url: http://x/mcp\n    token: abc\n");
+        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        assert!(err.contains("token") && err.contains("line 4"), "{err}");
+        let f = write(
+            "egress:\n  allow_cidrs: [127.0.0.1/32]\nmcp_servers:\n  - name: tools\n    url: http://127.0.0.1:9/mcp\n    bearer_token_env: TOOLS_TOKEN\n",
+        );
+        let loaded = load(Some(f.path()), &[]).expect("a loopback server opened by allow_cidrs");
+        assert_eq!(loaded.config.mcp_servers[0].timeout_secs, 30);
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod engine;
 pub mod gateway;
 pub mod health;
 pub mod llm;
+pub mod mcp_servers;
 /// Manifests without I/O live in their own crate (`orchestrator/crates/manifest`, the bottom
 /// layer); re-exported so the service's modules name them as before.
 pub use aegis_manifest as manifest;

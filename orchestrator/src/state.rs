@@ -37,6 +37,8 @@ pub struct AppState {
     pub workflows: std::sync::Arc<crate::workflow::Workflows>,
     /// Verified API keys, used while this node hears of every key change.
     pub api_keys: std::sync::Arc<crate::auth::key_cache::KeyCache>,
+    /// The external MCP servers of `mcp_servers` (sessions, tool listings).
+    pub mcp_servers: std::sync::Arc<crate::mcp_servers::McpServers>,
 }
 
 /// The workflow engine reaches the agent engine through this narrow handle only.

@@ -182,8 +182,9 @@ async fn check(egress: &Egress, domains: &DomainPolicy, text: &str) -> Result<Ch
     Ok(Checked { url, host, addrs })
 }
 
-/// Refuses every name: the client may only use the pinned addresses of its hop.
-struct PinnedOnly;
+/// Refuses every name: the client may only use the pinned addresses of its hop (also the
+/// resolver of the external MCP servers' clients).
+pub struct PinnedOnly;
 
 impl Resolve for PinnedOnly {
     fn resolve(&self, name: Name) -> Resolving {
@@ -298,7 +299,7 @@ async fn follow(egress: &Egress, domains: &DomainPolicy, url: &str) -> Result<Fe
 }
 
 /// An error and its causes on one line (reqwest's top-level message alone says little).
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -14,6 +14,7 @@ use super::{store, EngineConfig};
 use crate::caller::{Caller, CallerKind, Tier};
 use crate::llm::{ChatRequest, LlmClient, Message, Role, ToolSpec};
 use crate::manifest::AgentView;
+use crate::mcp_servers;
 use crate::registry::Definition;
 use crate::state::AppState;
 use crate::tools::{self, CallError};
@@ -68,7 +69,35 @@ fn input_expression() -> &'static regex::Regex {
 
 /// OpenAI function names allow no dots: `fs.read` is offered as `fs__read`.
 fn function_name(tool: &str) -> String {
-    tool.replace('.', "__")
+    match mcp_servers::split_name(tool) {
+        Some((server, name)) => external_function_name(server, name),
+        None => tool.replace('.', "__"),
+    }
+}
+
+/// `mcp:<server>/<tool>` as a function name models accept (`[A-Za-z0-9_-]`, at most 64):
+/// `mcp_<server>__<tool>` with other characters as `_`; a longer one is cut and ends with a
+/// digest of the full name, so two tools never share a function name.
+fn external_function_name(server: &str, tool: &str) -> String {
+    let clean: String = tool
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let name = format!("mcp_{server}__{clean}");
+    if name.len() <= 64 && !tool.contains(['.', '/']) {
+        return name;
+    }
+    let digest = crate::audit::digest_text(&mcp_servers::full_name(server, tool));
+    let tail = digest.trim_start_matches("sha256:").get(..8).unwrap_or("0");
+    // Every character is ASCII here, so any byte index is a character boundary.
+    let keep = name.len().min(64 - tail.len() - 1);
+    format!("{}_{tail}", &name[..keep])
 }
 
 impl Job {
@@ -343,10 +372,30 @@ impl Job {
             Ok(c) => c,
             Err(e) => return Outcome::Failed(e.to_string()),
         };
+        // `mcp:<server>` and `mcp:<server>/<tool>` entries offer what the server lists now; a
+        // server that cannot be listed offers nothing this time (said in an event).
+        let mut external = Vec::new();
+        for entry in view
+            .tools()
+            .iter()
+            .filter(|t| t.starts_with(mcp_servers::PREFIX))
+        {
+            match tools::external::offered(&self.state, entry).await {
+                Ok(found) => external.extend(found),
+                Err(reason) => {
+                    self.event(
+                        "tools_unavailable",
+                        json!({"entry": entry, "reason": reason}),
+                    )
+                    .await
+                }
+            }
+        }
         let offered: Vec<&crate::catalog::ToolSpec> = view
             .tools()
             .iter()
             .filter_map(|name| catalog.get(name))
+            .chain(external.iter())
             .filter(|t| crate::policy::may_see(&caller, t))
             .collect();
         let names: HashMap<String, String> = offered
@@ -893,7 +942,11 @@ impl tools::CallGate for ToolGate<'_> {
     ) -> futures_util::future::BoxFuture<'a, Result<(), crate::policy::Denial>> {
         Box::pin(async move {
             let skip = &self.job.state.config.executions.skip_judge_tools;
-            if skip.iter().any(|t| t == tool) {
+            // An external server's `skip_judge` covers all its tools.
+            let server_skips = mcp_servers::split_name(tool)
+                .and_then(|(server, _)| self.job.state.mcp_servers.config(server))
+                .is_some_and(|c| c.skip_judge);
+            if server_skips || skip.iter().any(|t| t == tool) {
                 return Ok(());
             }
             for v in self.validators {
@@ -939,6 +992,7 @@ fn refusal_code(e: &CallError) -> &'static str {
         CallError::Denied { .. } => "denied",
         CallError::Audit(_) => "audit_unavailable",
         CallError::Catalog(_) => "catalog",
+        CallError::Unavailable { .. } => "tool_unavailable",
     }
 }
 

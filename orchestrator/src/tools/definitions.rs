@@ -90,22 +90,29 @@ fn workflow_delete<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> 
 }
 
 /// The node facts semantic checks need: implemented tools, registered runtimes, the node's
-/// runtime aliases and default `cmd.run` allowlists.
+/// runtime aliases, default `cmd.run` allowlists and external MCP servers.
 fn node_knowledge<R>(
-    sandbox: &crate::config::SandboxConfig,
+    config: &crate::config::NodeConfig,
     f: impl FnOnce(&NodeKnowledge<'_>) -> R,
 ) -> R {
     let tool_exists = |name: &str| super::catalog().is_ok_and(|c| c.contains(name));
     let runtime_known = |language: &str, version: &str| crate::runtimes::known(language, version);
-    let default_command_allowlist =
-        |language: &str| sandbox.default_command_allowlists.get(language).cloned();
+    let default_command_allowlist = |language: &str| {
+        config
+            .sandbox
+            .default_command_allowlists
+            .get(language)
+            .cloned()
+    };
+    let mcp_servers: Vec<String> = config.mcp_servers.iter().map(|s| s.name.clone()).collect();
     f(&NodeKnowledge {
         tool_exists: &tool_exists,
         runtime_known: &runtime_known,
         default_command_allowlist: &default_command_allowlist,
         runs_in_sandbox: &crate::policy::needs_sandbox,
-        runtime_alias: &|language, version| sandbox.runtime_alias(language, version),
+        runtime_alias: &|language, version| config.sandbox.runtime_alias(language, version),
         runtime_versions: &crate::runtimes::versions,
+        mcp_servers: &mcp_servers,
     })
 }
 
@@ -125,7 +132,7 @@ pub fn validate_offline(
     })?;
     Ok((
         kind,
-        node_knowledge(&config.sandbox, |node| {
+        node_knowledge(config, |node| {
             manifest::parse_checked(kind, text, node, None)
         }),
     ))
@@ -161,7 +168,7 @@ pub(crate) async fn check(
     text: &str,
 ) -> Result<Validation, ToolError> {
     let deployed = deployed(ctx).await?;
-    let mut checked = node_knowledge(&ctx.state.config.sandbox, |node| {
+    let mut checked = node_knowledge(&ctx.state.config, |node| {
         manifest::parse_checked(kind, text, node, Some(&deployed))
     });
     // Delivery destinations this node cannot serve (email, undefined signing secrets).

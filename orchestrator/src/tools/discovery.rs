@@ -1,7 +1,9 @@
 //! `aegis.tools.list`, `aegis.tools.search` and `aegis.runtime.list`: what a caller can use.
 //!
 //! Listings show only what the caller may call, so a model is never offered a tool that policy
-//! would refuse on sight.
+//! would refuse on sight. They include the tools of the node's external MCP servers
+//! (`mcp:<server>/<tool>`, source = the server) with their input schemas, which no other tool
+//! serves; a server that cannot be listed now is named in `unavailable_servers`.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -17,25 +19,43 @@ pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     ]
 }
 
-/// The tools `ctx.caller` may call, filtered by source and category.
-pub(crate) fn visible(
+/// The tools `ctx.caller` may call, filtered by source and category, and the external servers
+/// that could not be listed.
+pub(crate) async fn visible(
     ctx: &ToolContext<'_>,
     source: Option<&str>,
     category: Option<&str>,
-) -> Result<Vec<ToolInfo>, ToolError> {
+) -> Result<(Vec<ToolInfo>, Vec<Value>), ToolError> {
     let catalog = catalog().map_err(ToolError::internal)?;
-    Ok(catalog
+    let (external, unavailable) = if source == Some("builtin") {
+        (Vec::new(), Vec::new())
+    } else {
+        super::external::all(ctx.state).await
+    };
+    let tools = catalog
         .iter()
+        .chain(external.iter())
         .filter(|t| policy::may_see(ctx.caller, t))
-        .filter(|_| source.is_none_or(|s| s == "builtin"))
+        .filter(|t| source.is_none_or(|s| s == t.source))
         .filter(|t| category.is_none_or(|c| c == t.category))
         .map(|t| t.info())
-        .collect())
+        .collect();
+    let unavailable = unavailable
+        .into_iter()
+        .filter(|u| source.is_none_or(|s| u["server"] == s))
+        .collect();
+    Ok((tools, unavailable))
 }
 
+/// A listing entry; an external tool's carries its input schema (built-in schemas are fixed
+/// and documented, an external server's are only known from its listing).
 fn short(t: &ToolInfo) -> Value {
-    json!({"name": t.name, "description": t.description, "source": t.source,
-           "skip_judge": t.skip_judge, "category": t.category, "tier": t.tier})
+    let mut entry = json!({"name": t.name, "description": t.description, "source": t.source,
+           "skip_judge": t.skip_judge, "category": t.category, "tier": t.tier});
+    if t.source != "builtin" {
+        entry["inputSchema"] = t.input_schema.clone();
+    }
+    entry
 }
 
 #[derive(Deserialize)]
@@ -49,7 +69,7 @@ struct Page {
 fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         let p: Page = args(a)?;
-        let all = visible(ctx, p.source.as_deref(), p.category.as_deref())?;
+        let (all, unavailable) = visible(ctx, p.source.as_deref(), p.category.as_deref()).await?;
         let total = all.len();
         let tools: Vec<Value> = all
             .iter()
@@ -57,7 +77,11 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             .take(p.limit.unwrap_or(usize::MAX))
             .map(short)
             .collect();
-        Ok(json!({"tool": "aegis.tools.list", "tools": tools, "total": total}))
+        let mut listed = json!({"tool": "aegis.tools.list", "tools": tools, "total": total});
+        if !unavailable.is_empty() {
+            listed["unavailable_servers"] = Value::Array(unavailable);
+        }
+        Ok(listed)
     })
 }
 
@@ -72,7 +96,7 @@ fn search<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         let a: A = args(a)?;
         let query = a.query.unwrap_or_default();
         let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
-        let all = visible(ctx, a.page.source.as_deref(), a.page.category.as_deref())?;
+        let (all, _) = visible(ctx, a.page.source.as_deref(), a.page.category.as_deref()).await?;
         let hits: Vec<Value> = all
             .iter()
             .filter(|t| {

@@ -8,6 +8,7 @@
 mod definitions;
 mod discovery;
 mod execute;
+pub(crate) mod external;
 mod generate;
 mod process;
 mod router;
@@ -46,6 +47,8 @@ pub struct ToolContext<'a> {
     pub state: &'a AppState,
     /// Who is calling.
     pub caller: &'a Caller,
+    /// The tool's name (one handler serves every tool of an external MCP server).
+    pub name: &'a str,
     /// The sandbox of a `cmd.run` / `fs.*` call and the policy it runs under.
     pub sandbox: Option<(dispatcher::SandboxId, Arc<crate::policy::SandboxPolicy>)>,
 }

@@ -53,6 +53,14 @@ pub enum CallError {
         /// The decision of the one policy path, with its code and message.
         denial: policy::Denial,
     },
+    /// The tool belongs to an external MCP server whose tools cannot be listed now.
+    #[error("`{tool}` is not available now: {reason}")]
+    Unavailable {
+        /// The tool.
+        tool: String,
+        /// Why (the server's failure).
+        reason: String,
+    },
     /// The audit row could not be written; the call's result is withheld.
     #[error("audit log unavailable: {0}")]
     Audit(#[source] sqlx::Error),
@@ -190,7 +198,10 @@ pub async fn invoke_gated(
     let result = route(state, caller, name, arguments, sandbox, gate, started).await;
     let decision = match &result {
         Ok(ToolOutcome { result: Ok(_), .. }) => Decision::Allowed,
-        Ok(_) | Err(CallError::Audit(_) | CallError::Catalog(_)) => Decision::Error,
+        Ok(_)
+        | Err(CallError::Audit(_) | CallError::Catalog(_) | CallError::Unavailable { .. }) => {
+            Decision::Error
+        }
         Err(_) => Decision::Refused,
     };
     metrics::tool_call(
@@ -220,7 +231,32 @@ async fn route(
     // Audit reasons never carry argument values (the caller still gets the full message).
     let raw_arguments = arguments.clone();
     let catalog = catalog()?;
-    let admitted = admit(&catalog, state, caller, name, arguments, sandbox, gate).await;
+    // A name the build does not have may be a tool of an external MCP server: an entry made
+    // from its server's listing, for this call.
+    let (external, unavailable) = if catalog.contains(name) {
+        (None, None)
+    } else {
+        match super::external::lookup(state, name).await {
+            Ok(found) => (found, None),
+            Err(super::external::Unavailable(reason)) => (
+                None,
+                Some(CallError::Unavailable {
+                    tool: name.to_owned(),
+                    reason,
+                }),
+            ),
+        }
+    };
+    let admitted = match unavailable {
+        Some(refused) => Err(refused),
+        None => {
+            let found = Found {
+                catalog: &catalog,
+                external: external.as_ref(),
+            };
+            admit(found, state, caller, name, arguments, sandbox, gate).await
+        }
+    };
     let (handler, arguments, in_sandbox) = match admitted {
         Ok(admitted) => admitted,
         Err(refused) => {
@@ -248,6 +284,7 @@ async fn route(
     let ctx = ToolContext {
         state,
         caller,
+        name,
         sandbox: in_sandbox,
     };
     run_audited(&ctx, handler, arguments, call).await
@@ -260,9 +297,16 @@ type Admitted<'c> = (
     Option<(SandboxId, Arc<crate::policy::SandboxPolicy>)>,
 );
 
+/// Where step 1 looks: the built-in catalog, then the external tool found for this call.
+#[derive(Clone, Copy)]
+struct Found<'c> {
+    catalog: &'c super::Catalog,
+    external: Option<&'c super::ToolSpec>,
+}
+
 /// Steps 1 to 6 of [`route`]; the first refusal ends them.
 async fn admit<'c>(
-    catalog: &'c super::Catalog,
+    found: Found<'c>,
     state: &AppState,
     caller: &Caller,
     name: &str,
@@ -270,7 +314,7 @@ async fn admit<'c>(
     sandbox: Option<SandboxId>,
     gate: Option<&dyn CallGate>,
 ) -> Result<Admitted<'c>, CallError> {
-    let (tool, handler) = lookup(catalog, name)?;
+    let (tool, handler) = lookup(found, name)?;
     let arguments = validated(tool, name, arguments)?;
     let denied = |denial| CallError::Denied {
         tool: name.to_owned(),
@@ -292,18 +336,23 @@ async fn admit<'c>(
     Ok((handler, arguments, in_sandbox))
 }
 
-/// Step 1: the tool, from the catalog of what this node implements, and its handler (start-up
-/// checked that every catalog tool has one, `check_handlers`).
+/// Step 1: the tool, from the catalog of what this node implements (built in, or listed by
+/// one of its external MCP servers), and its handler (start-up checked that every catalog tool
+/// has one, `check_handlers`; every external tool has the one of `tools::external`).
 fn lookup<'c>(
-    catalog: &'c super::Catalog,
+    found: Found<'c>,
     name: &str,
 ) -> Result<(&'c super::ToolSpec, super::Handler), CallError> {
-    let spec = catalog.get(name).ok_or_else(|| CallError::UnknownTool {
+    if let Some(spec) = found.catalog.get(name) {
+        let handler = super::handler(name).ok_or_else(|| {
+            CallError::Catalog(super::CatalogError(format!("{name} has no handler")))
+        })?;
+        return Ok((spec, handler));
+    }
+    let spec = found.external.ok_or_else(|| CallError::UnknownTool {
         name: name.to_owned(),
     })?;
-    let handler = super::handler(name)
-        .ok_or_else(|| CallError::Catalog(super::CatalogError(format!("{name} has no handler"))))?;
-    Ok((spec, handler))
+    Ok((spec, super::external::HANDLER))
 }
 
 /// Step 2: the arguments against the tool's schema (integers written as floats normalised
@@ -371,6 +420,7 @@ fn refusal_entry(
         CallError::UnknownTool { .. } => ("unknown_tool".to_owned(), refused.to_string()),
         CallError::InvalidArguments { .. } => ("invalid_arguments".to_owned(), refused.to_string()),
         CallError::Denied { denial, .. } => (reason_code(caller, denial), denial.message.clone()),
+        CallError::Unavailable { .. } => ("tool_unavailable".to_owned(), refused.to_string()),
         CallError::Audit(_) | CallError::Catalog(_) => return None,
     };
     Some(Entry {

@@ -142,7 +142,7 @@ async fn domain_policy(ctx: &ToolContext<'_>, tool: &str) -> Result<DomainPolicy
 
 /// The union of the `domain_allowlist`s of the capabilities covering `tool`; `None` when one
 /// of them has no domain bound (that capability alone admits every host).
-fn context_rule(
+pub(super) fn context_rule(
     context: &crate::seal::context::SecurityContext,
     tool: &str,
 ) -> Result<Option<DomainRule>, ToolError> {

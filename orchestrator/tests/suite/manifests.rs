@@ -80,6 +80,7 @@ fn node() -> NodeKnowledge<'static> {
         runs_in_sandbox: &orchestrator::policy::needs_sandbox,
         runtime_alias: &|_, _| None,
         runtime_versions: &orchestrator::runtimes::versions,
+        mcp_servers: &[],
     }
 }
 
@@ -94,6 +95,7 @@ fn any_node() -> NodeKnowledge<'static> {
         runs_in_sandbox: &orchestrator::policy::needs_sandbox,
         runtime_alias: &|_, _| None,
         runtime_versions: &orchestrator::runtimes::versions,
+        mcp_servers: &[],
     }
 }
 

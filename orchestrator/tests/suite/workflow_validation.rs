@@ -20,6 +20,7 @@ fn node() -> NodeKnowledge<'static> {
         runs_in_sandbox: &orchestrator::policy::needs_sandbox,
         runtime_alias: &|_, _| None,
         runtime_versions: &orchestrator::runtimes::versions,
+        mcp_servers: &[],
     }
 }
 

@@ -104,6 +104,9 @@ pub struct NodeKnowledge<'a> {
     pub runtime_alias: &'a RuntimeAlias<'a>,
     /// The versions of a language the runtime registry has, for refusals that say what to use.
     pub runtime_versions: &'a dyn Fn(&str) -> Vec<String>,
+    /// Names of the external MCP servers the node has (its `mcp_servers` config): what
+    /// `mcp:<server>` and `mcp:<server>/<tool>` in `spec.tools` may name.
+    pub mcp_servers: &'a [String],
 }
 
 impl fmt::Debug for NodeKnowledge<'_> {
@@ -316,6 +319,7 @@ mod tests {
                     Vec::new()
                 }
             },
+            mcp_servers: &[],
         }
     }
 

@@ -52,6 +52,7 @@ pub(crate) fn normalise(
     let mut out = Normalised::default();
     match kind {
         ManifestKind::Agent => {
+            mcp_builtin_names(value, node, &mut out);
             validation_mapping(value, &mut out);
             memory_off(value, &mut out);
             misplaced_security(value, &mut out);
@@ -64,6 +65,71 @@ pub(crate) fn normalise(
         }
     }
     out
+}
+
+// ---------------------------------------------------------------------------------------------
+// `mcp:<built-in tool>` in `spec.tools`
+
+/// The prefix of external MCP tools in `spec.tools` (`mcp:<server>`, `mcp:<server>/<tool>`).
+pub const MCP_PREFIX: &str = "mcp:";
+
+/// AEGIS served its built-in tools over MCP, and manifests written for it name some of them
+/// with the `mcp:` prefix (`mcp:aegis.agent.search`). Such an entry names a built-in tool of this
+/// node: it becomes the plain name, with a note; when the plain name is listed too, the entry
+/// is dropped (a tool is offered once). `mcp:<server>` entries of external servers, and names
+/// that are no built-in tool, are left for the semantic stage.
+fn mcp_builtin_names(value: &mut Value, node: &NodeKnowledge<'_>, out: &mut Normalised) {
+    let Some(tools) = value
+        .pointer_mut("/spec/tools")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    let builtin_of = |entry: &Value| {
+        entry
+            .as_str()
+            .and_then(|t| t.strip_prefix(MCP_PREFIX))
+            .filter(|name| (node.tool_exists)(name))
+            .map(str::to_owned)
+    };
+    if !tools.iter().any(|t| builtin_of(t).is_some()) {
+        return;
+    }
+    let mut offered: Vec<String> = tools
+        .iter()
+        .filter_map(|t| t.as_str())
+        .filter(|t| !t.starts_with(MCP_PREFIX))
+        .map(str::to_owned)
+        .collect();
+    let mut kept = Vec::with_capacity(tools.len());
+    for (i, entry) in std::mem::take(tools).into_iter().enumerate() {
+        let Some(builtin) = builtin_of(&entry) else {
+            kept.push(entry);
+            continue;
+        };
+        let at = pointer::join_index("/spec/tools", i);
+        if offered.contains(&builtin) {
+            out.note(
+                at,
+                format!(
+                    "`{MCP_PREFIX}{builtin}` names the built-in tool `{builtin}` (AEGIS served its \
+                     built-in tools over MCP), which is already offered: the entry was dropped"
+                ),
+            );
+            continue;
+        }
+        out.note(
+            at,
+            format!(
+                "`{MCP_PREFIX}{builtin}` names the built-in tool `{builtin}` (AEGIS served its \
+                 built-in tools over MCP): it is offered as `{builtin}`; `{MCP_PREFIX}` names \
+                 external MCP servers here (`{MCP_PREFIX}<server>`, `{MCP_PREFIX}<server>/<tool>`)"
+            ),
+        );
+        offered.push(builtin.clone());
+        kept.push(Value::String(builtin));
+    }
+    *tools = kept;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -636,6 +702,7 @@ mod tests {
                     .then(|| ("python".to_owned(), "3.11".to_owned()))
             },
             runtime_versions: &|_| vec!["3.11".to_owned()],
+            mcp_servers: &[],
         };
         let out = normalise(kind, &mut value, &knowledge);
         (value, out)
@@ -805,6 +872,57 @@ mod tests {
         let (value, out) = run(ManifestKind::Agent, agent(json!([])), None);
         assert_eq!(value["spec"]["builtin_dispatchers"], json!([]));
         assert!(out.notes.is_empty());
+    }
+
+    #[test]
+    fn mcp_names_of_builtin_tools_become_the_builtin_names() {
+        let knowledge = NodeKnowledge {
+            tool_exists: &|name| matches!(name, "aegis.agent.search" | "cmd.run" | "fs.read"),
+            runtime_known: &|_, _| true,
+            default_command_allowlist: &|_| None,
+            runs_in_sandbox: &|_| true,
+            runtime_alias: &|_, _| None,
+            runtime_versions: &|_| Vec::new(),
+            mcp_servers: &[],
+        };
+        let mut agent = json!({"spec": {"tools": [
+            "mcp:aegis.agent.search", "fs.read", "mcp:fs.read", "mcp:gmail", "mcp:gmail/send",
+            "mcp:aegis.nothing"]}});
+        let out = normalise(ManifestKind::Agent, &mut agent, &knowledge);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert_eq!(
+            agent["spec"]["tools"],
+            json!([
+                "aegis.agent.search",
+                "fs.read",
+                "mcp:gmail",
+                "mcp:gmail/send",
+                "mcp:aegis.nothing"
+            ]),
+            "built-in names rewritten, a duplicate dropped, the rest left for the semantic stage"
+        );
+        let notes: Vec<(&str, &str)> = out
+            .notes
+            .iter()
+            .map(|n| (n.pointer.as_str(), n.message.as_str()))
+            .collect();
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert_eq!(notes[0].0, "/spec/tools/0");
+        assert!(
+            notes[0]
+                .1
+                .starts_with("normalised: `mcp:aegis.agent.search` names the built-in tool")
+                && notes[0].1.contains("offered as `aegis.agent.search`"),
+            "{notes:?}"
+        );
+        assert_eq!(notes[1].0, "/spec/tools/2");
+        assert!(notes[1].1.contains("already offered"), "{notes:?}");
+
+        // `mcp:cmd.run` becomes `cmd.run` before the node's default allowlist is considered.
+        let mut agent = json!({"spec": {"tools": ["mcp:cmd.run"]}});
+        let out = normalise(ManifestKind::Agent, &mut agent, &knowledge);
+        assert_eq!(agent["spec"]["tools"], json!(["cmd.run"]));
+        assert_eq!(out.notes.len(), 1);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use super::agent::{AgentView, CMD_DISPATCHER, CMD_RUN};
 use super::deployed::Deployed;
 use super::error::{ManifestError, Stage};
 use super::graph::StateGraph;
+use super::normalise::MCP_PREFIX;
 use super::template::path_refs;
 use super::{pointer, ManifestKind, NodeKnowledge};
 
@@ -106,9 +107,14 @@ pub fn check_name(name: &str) -> Result<(), &'static str> {
 
 fn agent(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
     for (i, tool) in strings_at(value, "/spec/tools") {
-        if !(node.tool_exists)(tool) {
+        let at = pointer::join_index("/spec/tools", i);
+        if let Some(rest) = tool.strip_prefix(MCP_PREFIX) {
+            if let Some(problem) = mcp_entry(rest, node) {
+                errors.push(at, problem);
+            }
+        } else if !(node.tool_exists)(tool) {
             errors.push(
-                pointer::join_index("/spec/tools", i),
+                at,
                 format!("unknown tool `{tool}`: this node has no tool of that name"),
             );
         }
@@ -134,6 +140,35 @@ fn agent(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
     if let Some(handler) = value.pointer("/spec/output_handler") {
         output_handler("/spec/output_handler", handler, node, errors);
     }
+}
+
+/// `mcp:<server>` or `mcp:<server>/<tool>` (after normalisation, which rewrote `mcp:<built-in>`):
+/// the server must be one of the node's. Whether the tool exists is the server's to say, at run
+/// time (a server may be down at deploy time, and its tools change).
+fn mcp_entry(rest: &str, node: &NodeKnowledge<'_>) -> Option<String> {
+    let server = rest.split_once('/').map_or(rest, |(server, _)| server);
+    if node.mcp_servers.iter().any(|s| s == server) {
+        return None;
+    }
+    let configured = if node.mcp_servers.is_empty() {
+        "this node has no external MCP servers (node config `mcp_servers`)".to_owned()
+    } else {
+        format!(
+            "the node's MCP servers are: {} (node config `mcp_servers`)",
+            node.mcp_servers.join(", ")
+        )
+    };
+    Some(if server.contains('.') {
+        format!(
+            "`{MCP_PREFIX}{rest}` names neither a built-in tool (see aegis.tools.list) nor an \
+             MCP server of this node; {configured}"
+        )
+    } else {
+        format!(
+            "`{MCP_PREFIX}{rest}` names the MCP server `{server}`, which this node does not \
+             have; {configured}"
+        )
+    })
 }
 
 fn runtime(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {

@@ -197,8 +197,10 @@ impl ServerHandler for McpServer {
         let (caller, _) = self.caller(&ctx)?;
         let catalog =
             tools::catalog().map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let (external, _) = tools::external::all(&self.shared.state).await;
         let listed: Vec<Value> = catalog
             .iter()
+            .chain(external.iter())
             .filter(|t| crate::policy::may_see(&caller, t))
             .map(|t| {
                 let mut tool = json!({
@@ -315,6 +317,7 @@ impl McpServer {
                     CallError::Denied { denial, .. } => denial.code,
                     CallError::UnknownTool { .. } => "unknown_tool",
                     CallError::InvalidArguments { .. } => "invalid_arguments",
+                    CallError::Unavailable { .. } => "tool_unavailable",
                     _ => "refused",
                 };
                 tool_error(code, &e.to_string())

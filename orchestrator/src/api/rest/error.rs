@@ -134,6 +134,9 @@ impl From<CallError> for ApiError {
                 "sandbox_unavailable" => Self::new(StatusCode::NOT_FOUND, denial.code, message),
                 code => Self::new(StatusCode::FORBIDDEN, code, message),
             },
+            CallError::Unavailable { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "tool_unavailable", message)
+            }
             CallError::Audit(e) => Self::internal(e),
             CallError::Catalog(e) => Self::internal(e),
         }

@@ -29,14 +29,20 @@ fn empty_object() -> Value {
     json!({})
 }
 
-/// The tools this caller may call, with their argument schemas.
+/// The tools this caller may call, with their argument schemas (the tools of the node's
+/// external MCP servers included, as far as their servers can be listed now).
 #[utoipa::path(get, path = "/v1/tools", operation_id = "list_tools", tag = "tools",
     responses((status = 200, description = "Catalog", body = Vec<ToolInfo>)), security(("api_key" = [])))]
-pub async fn list(Extension(caller): Extension<Caller>) -> Result<Json<Vec<ToolInfo>>, ApiError> {
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Vec<ToolInfo>>, ApiError> {
     let catalog = tools::catalog().map_err(ApiError::internal)?;
+    let (external, _) = tools::external::all(&state).await;
     Ok(Json(
         catalog
             .iter()
+            .chain(external.iter())
             .filter(|t| policy::may_see(&caller, t))
             .map(|t| t.info())
             .collect(),
