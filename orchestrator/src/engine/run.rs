@@ -75,6 +75,22 @@ fn function_name(tool: &str) -> String {
     }
 }
 
+/// The tool a function name the model asked for stands for, as far as it can be told from the
+/// name alone (for a name no tool of this execution has): `mcp_<server>__<tool>` is
+/// `mcp:<server>/<tool>`, else `a__b` is `a.b`.
+fn asked_tool(function: &str) -> String {
+    let external = function
+        .strip_prefix("mcp_")
+        .and_then(|rest| rest.split_once("__"))
+        .filter(|(server, tool)| {
+            crate::mcp_servers::config::is_server_name(server) && !tool.is_empty()
+        });
+    match external {
+        Some((server, tool)) => mcp_servers::full_name(server, tool),
+        None => function.replace("__", "."),
+    }
+}
+
 /// `mcp:<server>/<tool>` as a function name models accept (`[A-Za-z0-9_-]`, at most 64):
 /// `mcp_<server>__<tool>` with other characters as `_`; a longer one is cut and ends with a
 /// digest of the full name, so two tools never share a function name.
@@ -833,7 +849,7 @@ impl Job {
         let Some(tool) = names.get(&call.name) else {
             let text = format!(
                 "Tool `{}` is not available to this agent. Do not retry it.",
-                call.name.replace("__", ".")
+                asked_tool(&call.name)
             );
             self.event(
                 "tool_call",
@@ -842,7 +858,7 @@ impl Job {
             .await;
             // A refused call is audited like every other, though it never reached the router:
             // the model asked for a tool this agent (or whoever started it) was not given.
-            let asked: String = call.name.replace("__", ".").chars().take(200).collect();
+            let asked: String = asked_tool(&call.name).chars().take(200).collect();
             let arguments = serde_json::from_str::<Value>(&call.arguments)
                 .unwrap_or_else(|_| Value::String(call.arguments.clone()));
             let entry = crate::audit::Entry {
@@ -1022,5 +1038,28 @@ mod tests {
             "{\"a\":1}"
         );
         assert!(render("{{#if}}", "", None, &input).is_err());
+    }
+
+    #[test]
+    fn external_tools_get_function_names_models_accept() {
+        assert_eq!(function_name("fs.read"), "fs__read");
+        assert_eq!(function_name("mcp:tools/add"), "mcp_tools__add");
+        assert_eq!(asked_tool("mcp_tools__add"), "mcp:tools/add");
+        assert_eq!(asked_tool("fs__read"), "fs.read");
+        let ok = |n: &str| {
+            n.len() <= 64
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        };
+        let dotted = function_name("mcp:tools/a.b");
+        let underscored = function_name("mcp:tools/a_b");
+        assert!(ok(&dotted) && ok(&underscored));
+        assert_ne!(dotted, underscored, "a rewritten name carries a digest");
+        let long = function_name(&format!("mcp:tools/{}", "x".repeat(120)));
+        assert!(ok(&long), "{long}");
+        assert_ne!(
+            long,
+            function_name(&format!("mcp:tools/{}", "x".repeat(121)))
+        );
     }
 }

@@ -665,6 +665,7 @@ fn remote_tools(server: &str, listed: Vec<rmcp::model::Tool>) -> Vec<Arc<RemoteT
             validator,
         }));
     }
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
     tools
 }
 

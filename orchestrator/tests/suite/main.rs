@@ -26,6 +26,7 @@ mod llm;
 mod manifest_keys;
 mod manifests;
 mod mcp;
+mod mcp_external;
 mod ops;
 mod policy_properties;
 mod process_tools;

@@ -689,7 +689,7 @@ spec:
         (
             base("", "  tools: [\"mcp:github\"]\n"),
             "/spec/tools/0",
-            "not supported",
+            "no external MCP servers",
         ),
     ] {
         let (status, body) = h.deploy(&manifest).await;

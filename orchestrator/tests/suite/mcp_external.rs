@@ -1,0 +1,640 @@
+//! External MCP servers as tools (`mcp_servers`, `mcp:<server>/<tool>`), against a real MCP
+//! server this file starts: tests/python/mcp_test_server.py, written with the official Python
+//! SDK (`mcp` 2.3.0), Streamable HTTP on 127.0.0.1 with a port the kernel picks, demanding a
+//! bearer token the node reads from its environment. Loopback is reachable only because these
+//! nodes open it on purpose (`egress.allow_cidrs: [127.0.0.1/32]`), as an operator opens an
+//! internal range; the egress tests below show what happens without that.
+
+use crate::common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::fake_llm::{answer, tool_calls, FakeLlm};
+use common::{test_config, TestApp, TestDb};
+use orchestrator::config::NodeConfig;
+use orchestrator::mcp_servers::McpServerConfig;
+use reqwest::Method;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpListener;
+
+/// The test MCP server, stopped when dropped.
+struct McpTestServer {
+    child: tokio::process::Child,
+    port: u16,
+    calls: tempfile::NamedTempFile,
+}
+
+impl McpTestServer {
+    /// Starts the server demanding `token`; returns once its socket listens.
+    async fn start(token: &str) -> Self {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/mcp_test_server.py"
+        );
+        let calls = tempfile::NamedTempFile::new().expect("calls file");
+        let mut child = tokio::process::Command::new("python3")
+            .arg(script)
+            .arg(token)
+            .env("MCP_TEST_CALLS", calls.path())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3 runs (mcp==2.3.0 installed by scripts/test.sh)");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("the MCP test server starts within 60 s")
+            .expect("read its stdout")
+            .expect("it prints its port (is `mcp` 2.3.0 installed?)");
+        let port = line
+            .strip_prefix("PORT ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line: {line}"));
+        Self { child, port, calls }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// The tool calls that reached the server, in order.
+    fn calls(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.calls.path())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    async fn stop(&mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A token in a variable of this process (the node's environment) under a name of its own.
+fn token_variable() -> (String, String) {
+    let var = format!("MCP_EXT_TOKEN_{}", uuid::Uuid::new_v4().simple());
+    let token = format!("tok-{}", uuid::Uuid::new_v4().simple());
+    std::env::set_var(&var, &token);
+    (var, token)
+}
+
+fn server_config(name: &str, url: &str, token_var: &str, extra: Value) -> McpServerConfig {
+    let mut entry = json!({"name": name, "url": url, "bearer_token_env": token_var});
+    if let (Some(entry), Value::Object(extra)) = (entry.as_object_mut(), extra) {
+        entry.extend(extra);
+    }
+    serde_json::from_value(entry).expect("a server entry")
+}
+
+/// A node that may reach loopback, with `servers`.
+fn node(db: &TestDb, servers: Vec<McpServerConfig>) -> NodeConfig {
+    let mut config = test_config(&db.url);
+    config.egress.allow_cidrs = vec!["127.0.0.1/32".to_owned()];
+    config.mcp_servers = servers;
+    config
+}
+
+async fn rest_call(app: &TestApp, key: &str, name: &str, arguments: Value) -> (u16, Value) {
+    let r = app
+        .with_key(Method::POST, "/v1/tools/call", key)
+        .json(&json!({"name": name, "arguments": arguments}))
+        .send()
+        .await
+        .expect("request sent");
+    let status = r.status().as_u16();
+    (status, r.json().await.expect("json body"))
+}
+
+/// (outcome, reason_code) of the audit rows of `action`, in order.
+async fn audit_rows(app: &TestApp, action: &str) -> Vec<(String, String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT decision, outcome, reason_code FROM audit_log WHERE action = $1 ORDER BY seq",
+    )
+    .bind(action)
+    .fetch_all(&app.state.pool)
+    .await
+    .expect("audit rows")
+}
+
+const AGENT: &str = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: adder
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Add the numbers with the tool.
+  tools: [\"mcp:tools/add\"]
+";
+
+#[tokio::test]
+async fn an_agent_calls_a_tool_of_an_external_mcp_server_and_a_tool_outside_its_manifest_is_refused(
+) {
+    let (var, token) = token_variable();
+    let server = McpTestServer::start(&token).await;
+    let db = TestDb::create().await;
+    let llm = FakeLlm::start(vec![
+        tool_calls(&[("mcp_tools__add", json!({"a": 2, "b": 3}))]),
+        // The server has `shout`, but the manifest offers only `add`.
+        tool_calls(&[("mcp_tools__shout", json!({"text": "hi"}))]),
+        answer("5"),
+    ])
+    .await;
+    let mut config = node(
+        &db,
+        vec![server_config("tools", &server.url(), &var, json!({}))],
+    );
+    config.llm = llm.config();
+    let app = TestApp::spawn_with(config).await;
+
+    let r = app
+        .admin(Method::POST, "/v1/agents")
+        .body(AGENT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    let r = app
+        .admin(Method::POST, "/v1/agents/adder/execute")
+        .json(&json!({"input": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    let id = r.json::<Value>().await.unwrap()["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ended = loop {
+        let e: Value = app
+            .admin(Method::GET, &format!("/v1/executions/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if ["completed", "failed", "cancelled", "timed_out"]
+            .contains(&e["status"].as_str().unwrap_or_default())
+        {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "still running: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ended["status"], "completed", "{ended}");
+
+    // The model was offered the server's `add` with the schema the server listed, nothing else.
+    let requests = llm.requests();
+    let offered = &requests[0]["tools"];
+    let names: Vec<&str> = offered
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["mcp_tools__add"], "{offered}");
+    let schema = &offered[0]["function"]["parameters"];
+    assert_eq!(schema["properties"]["a"]["type"], "integer", "{schema}");
+    assert_eq!(schema["required"], json!(["a", "b"]), "{schema}");
+
+    // The server's answer came back to the model.
+    let tool_message = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    let content: Value = serde_json::from_str(tool_message["content"].as_str().unwrap()).unwrap();
+    assert_eq!(content["content"][0]["text"], "5", "{content}");
+    assert_eq!(content["truncated"], false);
+    // The refusal of the tool outside the manifest came back too.
+    let refusal = requests[2]["messages"].to_string();
+    assert!(
+        refusal.contains("mcp:tools/shout") && refusal.contains("not available to this agent"),
+        "{refusal}"
+    );
+
+    // Audited as every tool call is: intent, then completion; the refusal as a denial.
+    assert_eq!(
+        audit_rows(&app, "mcp:tools/add").await,
+        vec![
+            ("allowed".into(), "running".into(), None),
+            ("allowed".into(), "ok".into(), None)
+        ]
+    );
+    let completion_names_intent: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM audit_log c JOIN audit_log i ON c.intent_id = i.id \
+         WHERE c.action = 'mcp:tools/add' AND i.action = 'mcp:tools/add' AND c.outcome = 'ok')",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert!(completion_names_intent);
+    assert_eq!(
+        audit_rows(&app, "mcp:tools/shout").await,
+        vec![(
+            "denied".into(),
+            "denied".into(),
+            Some("tool_not_offered".into())
+        )]
+    );
+    // Only `add` reached the server, with the node's credential (the server refuses others).
+    assert_eq!(
+        server.calls(),
+        vec![json!({"tool": "add", "arguments": {"a": 2, "b": 3}})]
+    );
+}
+
+#[tokio::test]
+async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail_clearly() {
+    let (var, token) = token_variable();
+    let mut server = McpTestServer::start(&token).await;
+    let db = TestDb::create().await;
+    let mut config = node(
+        &db,
+        vec![
+            server_config(
+                "tools",
+                &server.url(),
+                &var,
+                json!({"timeout_secs": 2, "max_result_bytes": 1000, "max_response_bytes": 20000}),
+            ),
+            // The same server again, for operators only.
+            server_config(
+                "admin-tools",
+                &server.url(),
+                &var,
+                json!({"tier": "operator"}),
+            ),
+        ],
+    );
+    config.seal.security_contexts = vec![
+        json!({"name": "user-mcp", "description": "user tier, every tool", "tier": "user",
+               "capabilities": [{"tool_pattern": "*"}],
+               "attestation": {"allow_unverified": true}}),
+        json!({"name": "elsewhere", "description": "add, but only towards another host",
+               "capabilities": [{"tool_pattern": "aegis.tools.list"},
+                                {"tool_pattern": "mcp:tools/add", "domain_allowlist": ["mcp.example.org"]}],
+               "attestation": {"allow_unverified": true}}),
+    ];
+    let app = TestApp::spawn_with(config).await;
+    let admin = common::TEST_ADMIN_KEY;
+
+    // Listed, with the schemas the server gave, under their server's name.
+    let (status, listed) = app
+        .call_tool("aegis.tools.list", json!({"source": "tools"}))
+        .await;
+    assert_eq!(status, 200, "{listed}");
+    let tools = listed["structuredContent"]["tools"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "mcp:tools/add",
+            "mcp:tools/big",
+            "mcp:tools/fail",
+            "mcp:tools/shout",
+            "mcp:tools/slow"
+        ]
+    );
+    let add = &tools[0];
+    assert_eq!(add["source"], "tools");
+    assert_eq!(add["category"], "mcp");
+    assert_eq!(add["description"], "Adds two integers.");
+    assert_eq!(
+        add["inputSchema"]["properties"]["b"]["type"], "integer",
+        "{add}"
+    );
+
+    // A call that works, and one whose arguments break the listed schema (never sent).
+    let (status, body) = rest_call(&app, admin, "mcp:tools/add", json!({"a": 40, "b": 2})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["structuredContent"]["content"][0]["text"], "42",
+        "{body}"
+    );
+    let (status, body) = rest_call(&app, admin, "mcp:tools/add", json!({"a": "forty"})).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        server.calls().len(),
+        1,
+        "the invalid call never reached the server"
+    );
+
+    // Unknown names: a tool the server does not list, a server the node does not have.
+    for name in ["mcp:tools/teleport", "mcp:nowhere/add", "mcp:tools"] {
+        let (status, body) = rest_call(&app, admin, name, json!({})).await;
+        assert_eq!(status, 404, "{name}: {body}");
+    }
+
+    // The server's tool error, a result cut to max_result_bytes, one over max_response_bytes.
+    let (status, body) = rest_call(&app, admin, "mcp:tools/fail", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["isError"], true);
+    let error = &body["structuredContent"]["error"];
+    assert_eq!(error["code"], "mcp_tool_error", "{body}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed on purpose"),
+        "{body}"
+    );
+    let (_, body) = rest_call(&app, admin, "mcp:tools/big", json!({"n": 5000})).await;
+    let out = &body["structuredContent"];
+    assert_eq!(out["truncated"], true, "{body}");
+    assert!(
+        out["content"][0]["text"].as_str().unwrap().len() <= 1000,
+        "{body}"
+    );
+    let (_, body) = rest_call(&app, admin, "mcp:tools/big", json!({"n": 50000})).await;
+    assert_eq!(
+        body["structuredContent"]["error"]["code"], "mcp_result_too_large",
+        "{body}"
+    );
+
+    // A call that outlives the server's timeout ends at the timeout, with a clear error.
+    let started = Instant::now();
+    let (_, body) = rest_call(&app, admin, "mcp:tools/slow", json!({"seconds": 30})).await;
+    assert_eq!(
+        body["structuredContent"]["error"]["code"], "mcp_timeout",
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let (_, body) = rest_call(&app, admin, "mcp:tools/add", json!({"a": 1, "b": 1})).await;
+    assert_eq!(
+        body["structuredContent"]["content"][0]["text"], "2",
+        "the session still works: {body}"
+    );
+
+    // The tier of the server: a caller of the user tier sees and calls `tools`, not `admin-tools`.
+    let (user, _) = bound_key(&app, "user-key", "operator", "user-mcp").await;
+    let (status, body) = rest_call(&app, &user, "aegis.tools.list", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = body["structuredContent"]["tools"].to_string();
+    assert!(
+        seen.contains("mcp:tools/add") && !seen.contains("mcp:admin-tools/"),
+        "{seen}"
+    );
+    let (status, body) =
+        rest_call(&app, &user, "mcp:admin-tools/add", json!({"a": 1, "b": 1})).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["code"], "tier", "{body}");
+    let (status, body) =
+        rest_call(&app, admin, "mcp:admin-tools/add", json!({"a": 1, "b": 1})).await;
+    assert_eq!(status, 200, "an operator may: {body}");
+
+    // A security context bounds the call: tools it does not cover are refused and unlisted,
+    // and its domain allowlist holds against the server's host.
+    let (confined, _) = bound_key(&app, "confined-key", "operator", "elsewhere").await;
+    let (_, body) = rest_call(&app, &confined, "aegis.tools.list", json!({})).await;
+    let names: Vec<String> = body["structuredContent"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["aegis.tools.list", "mcp:tools/add"]);
+    let (status, body) = rest_call(&app, &confined, "mcp:tools/shout", json!({"text": "x"})).await;
+    assert_eq!(status, 403, "{body}");
+    let calls_before = server.calls().len();
+    let (status, body) = rest_call(&app, &confined, "mcp:tools/add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["structuredContent"]["error"]["code"], "domain_not_allowed",
+        "{body}"
+    );
+    assert_eq!(
+        server.calls().len(),
+        calls_before,
+        "refused before anything was sent"
+    );
+
+    // Every call above was audited under its tool's name.
+    let rows = audit_rows(&app, "mcp:tools/fail").await;
+    assert_eq!(
+        rows,
+        vec![
+            ("allowed".into(), "running".into(), None),
+            (
+                "allowed".into(),
+                "error".into(),
+                Some("mcp_tool_error".into())
+            )
+        ]
+    );
+    let shout = audit_rows(&app, "mcp:tools/shout").await;
+    assert_eq!(shout.len(), 1, "{shout:?}");
+    assert_eq!(shout[0].0, "denied");
+
+    // The server goes away: the next call fails at once, clearly, and is audited.
+    server.stop().await;
+    let started = Instant::now();
+    let (status, body) = rest_call(&app, admin, "mcp:tools/add", json!({"a": 1, "b": 1})).await;
+    assert_eq!(status, 200, "{body}");
+    let error = &body["structuredContent"]["error"];
+    assert_eq!(error["code"], "mcp_unreachable", "{body}");
+    assert!(
+        error["message"].as_str().unwrap().contains("`tools`"),
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let last = audit_rows(&app, "mcp:tools/add").await.pop().unwrap();
+    assert_eq!(
+        last,
+        (
+            "allowed".into(),
+            "error".into(),
+            Some("mcp_unreachable".into())
+        )
+    );
+}
+
+async fn bound_key(app: &TestApp, name: &str, role: &str, context: &str) -> (String, String) {
+    let r = app
+        .admin(Method::POST, "/v1/api-keys")
+        .json(&json!({"name": name, "role": role, "security_context": context}))
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(r.status(), 201);
+    let body: Value = r.json().await.expect("json");
+    (
+        body["key"].as_str().expect("key").to_owned(),
+        body["id"].as_str().expect("id").to_owned(),
+    )
+}
+
+/// A listener that counts the connections it accepts and answers none.
+async fn trap() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn a_server_outside_the_egress_rules_is_refused_at_config_or_before_any_connection() {
+    let (addr, accepted) = trap().await;
+
+    // An address literal in a blocked range: refused when the config is loaded, naming the key
+    // and its line.
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(
+        &mut file,
+        format!("mcp_servers:\n  - name: local\n    url: http://{addr}/mcp\n").as_bytes(),
+    )
+    .unwrap();
+    let err = orchestrator::config::load(Some(file.path()), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("mcp_servers[0].url") && err.contains("line 3") && err.contains("loopback"),
+        "{err}"
+    );
+
+    // A name, judged when it is resolved: it resolves into loopback, which this node has not
+    // opened, so nothing connects; listings and calls say why.
+    let db = TestDb::create().await;
+    let (var, _) = token_variable();
+    let mut config = test_config(&db.url);
+    config
+        .egress
+        .hosts
+        .insert("mcp.internal".to_owned(), vec![addr.ip()]);
+    config.mcp_servers = vec![server_config(
+        "internal",
+        &format!("http://mcp.internal:{}/mcp", addr.port()),
+        &var,
+        json!({}),
+    )];
+    let app = TestApp::spawn_with(config).await;
+    let (status, listed) = app.call_tool("aegis.tools.list", json!({})).await;
+    assert_eq!(status, 200, "{listed}");
+    let unavailable = &listed["structuredContent"]["unavailable_servers"];
+    assert_eq!(unavailable[0]["server"], "internal", "{listed}");
+    assert_eq!(unavailable[0]["code"], "address_blocked", "{listed}");
+    let (status, body) = app
+        .call_tool("mcp:internal/add", json!({"a": 1, "b": 2}))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "tool_unavailable", "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("blocked"),
+        "{body}"
+    );
+    assert_eq!(accepted.load(Ordering::SeqCst), 0, "no connection was made");
+    assert_eq!(
+        audit_rows(&app, "mcp:internal/add").await,
+        vec![(
+            "denied".into(),
+            "denied".into(),
+            Some("tool_unavailable".into())
+        )]
+    );
+}
+
+#[tokio::test]
+async fn mcp_names_of_built_in_tools_are_normalised_and_unknown_servers_refused_at_deploy() {
+    let db = TestDb::create().await;
+    let (var, _) = token_variable();
+    // A server that is not running: deploys name servers, they do not need them up.
+    let app = TestApp::spawn_with(node(
+        &db,
+        vec![server_config(
+            "gmail",
+            "http://127.0.0.1:9/mcp",
+            &var,
+            json!({}),
+        )],
+    ))
+    .await;
+    let manifest = |tools: &str| {
+        format!(
+            "apiVersion: 100monkeys.ai/v1\nkind: Agent\nmetadata:\n  name: searcher\n  version: \"1.0.0\"\n\
+             spec:\n  runtime:\n    language: busybox\n    version: \"1\"\n  task:\n    instruction: Search.\n  tools: {tools}\n"
+        )
+    };
+
+    // `mcp:aegis.agent.search` (as AEGIS's examples write it) is the built-in tool.
+    let r = app
+        .admin(Method::POST, "/v1/agents")
+        .body(manifest(r#"["mcp:aegis.agent.search", "mcp:gmail"]"#))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    let warning = body["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["pointer"] == "/spec/tools/0")
+        .cloned()
+        .unwrap_or_else(|| panic!("a note for /spec/tools/0: {body}"));
+    let message = warning["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("normalised:") && message.contains("`aegis.agent.search`"),
+        "{warning}"
+    );
+    let (status, exported) = app
+        .call_tool("aegis.agent.export", json!({"name": "searcher"}))
+        .await;
+    assert_eq!(status, 200, "{exported}");
+    let yaml: Value = serde_yaml::from_str(
+        exported["structuredContent"]["manifest_yaml"]
+            .as_str()
+            .unwrap(),
+    )
+    .expect("yaml");
+    assert_eq!(
+        yaml["spec"]["tools"],
+        json!(["aegis.agent.search", "mcp:gmail"]),
+        "stored as normalised"
+    );
+
+    // A server the node does not have: refused, naming those it has.
+    let r = app
+        .admin(Method::POST, "/v1/agents")
+        .body(manifest(r#"["mcp:github"]"#).replace("searcher", "other"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let body = r.text().await.unwrap();
+    assert!(
+        body.contains("/spec/tools/0") && body.contains("`github`") && body.contains("gmail"),
+        "{body}"
+    );
+}
