@@ -546,7 +546,15 @@ impl LoadedConfig {
 
     /// Where `key` (dotted) got its value: an environment variable, a file line, or the default.
     pub fn origin_of(&self, key: &str) -> String {
-        if let Some((_, var)) = self.overridden.iter().find(|(k, _)| k == key) {
+        // The variable that set the key, or a section around it (`mcp_servers` for
+        // `mcp_servers[0].url`).
+        let within = |k: &str| {
+            key == k
+                || key
+                    .strip_prefix(k)
+                    .is_some_and(|rest| rest.starts_with(['.', '[']))
+        };
+        if let Some((_, var)) = self.overridden.iter().find(|(k, _)| within(k)) {
             return format!("environment variable {var}");
         }
         match (&self.path, &self.source_text) {
@@ -1270,6 +1278,16 @@ mod tests {
         );
         let loaded = load(Some(f.path()), &[]).expect("a loopback server opened by allow_cidrs");
         assert_eq!(loaded.config.mcp_servers[0].timeout_secs, 30);
+        // From the environment (a YAML flow sequence), blamed on the variable.
+        let env = vec![(
+            "ORCHESTRATOR__MCP_SERVERS".to_owned(),
+            "[{name: tools, url: 'http://10.1.2.3/mcp'}]".to_owned(),
+        )];
+        let err = load(None, &env).unwrap_err().to_string();
+        assert!(
+            err.contains("mcp_servers[0].url") && err.contains("ORCHESTRATOR__MCP_SERVERS"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -120,6 +120,8 @@ const AUDIT_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
+/// The `tool` label of every call of an external MCP server's tool.
+const EXTERNAL_TOOLS: &str = "mcp";
 const SANDBOX_STATES: [&str; 3] = ["creating", "running", "destroying"];
 const EXECUTION_STATUSES: [&str; 6] = [
     "pending",
@@ -209,6 +211,9 @@ impl Metrics {
         let mut tool_names: Vec<String> = crate::catalog::catalog()
             .map(|c| c.iter().map(|t| t.name.clone()).collect())
             .unwrap_or_default();
+        // Every tool of an external MCP server (`mcp:<server>/<tool>`) under one label: their
+        // names come from servers and callers, not from this build.
+        tool_names.push(EXTERNAL_TOOLS.to_owned());
         tool_names.push("unknown".to_owned());
         let tool_index = tool_names
             .iter()
@@ -300,6 +305,11 @@ impl Metrics {
     }
 
     fn tool_row(&self, tool: &str) -> usize {
+        let tool = if tool.starts_with(crate::mcp_servers::PREFIX) {
+            EXTERNAL_TOOLS
+        } else {
+            tool
+        };
         self.tool_index
             .get(tool)
             .copied()

@@ -60,6 +60,8 @@ pub enum HttpError {
 pub struct PinnedHttp {
     client: reqwest::Client,
     headers: HeaderMap,
+    /// The credential values, to take out of any text a server sends back in an error.
+    secrets: Arc<Vec<String>>,
     max_response_bytes: usize,
     oversize: Arc<AtomicU64>,
 }
@@ -87,12 +89,31 @@ impl PinnedHttp {
         let client = builder
             .build()
             .map_err(|e| HttpError::Request(crate::egress::fetch::error_chain(&e)))?;
+        let secrets = headers
+            .values()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| [v.to_owned(), v.trim_start_matches("Bearer ").to_owned()])
+            .filter(|v| v.len() >= 4)
+            .collect();
         Ok(Self {
             client,
             headers,
+            secrets: Arc::new(secrets),
             max_response_bytes,
             oversize: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// `text` with every credential value of this connection replaced by `***` (a server may
+    /// echo a header; what it says goes to callers, models and audit reasons).
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in self.secrets.iter() {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), "***");
+            }
+        }
+        out
     }
 
     /// How many responses were refused for their size so far (read before and after a call).
@@ -275,7 +296,7 @@ impl StreamableHttpClient for PinnedHttp {
             let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_PREFIX)]);
             return Err(client_error(HttpError::Status {
                 status: status.as_u16(),
-                body: text.trim().to_owned(),
+                body: self.redact(text.trim()),
             }));
         }
         if is_media_type(content_type.as_ref(), "text/event-stream") {

@@ -327,10 +327,22 @@ impl McpServers {
             server: server.to_owned(),
             message: format!("the result cannot be read: {e}"),
         })?;
-        Ok(result::shape(
+        let mut shaped = result::shape(
             &value,
             usize::try_from(s.config.max_result_bytes).unwrap_or(usize::MAX),
-        ))
+        );
+        // What the server sends back never carries the node's credentials to the caller (a
+        // failed call's text also becomes an audit reason).
+        shaped.text = session.http.redact(&shaped.text);
+        let serialized = shaped.output.to_string();
+        let redacted = session.http.redact(&serialized);
+        if redacted != serialized {
+            shaped.output = serde_json::from_str(&redacted).unwrap_or_else(|_| {
+                serde_json::json!({"content": [], "truncated": true,
+                    "note": "the result repeated the node's credential and was withheld"})
+            });
+        }
+        Ok(shaped)
     }
 
     fn server(&self, name: &str) -> Result<Arc<Server>, McpError> {
@@ -488,7 +500,7 @@ impl McpServers {
                     max: s.config.max_response_bytes,
                 };
             }
-            transport_error(s, &e, e.to_string())
+            transport_error(s, &e, http.redact(&e.to_string()))
         })?;
         tracing::debug!(server = %s.config.name, "MCP session opened");
         Ok(Session {
@@ -608,7 +620,9 @@ fn service_error(s: &Server, session: &Session, oversize_before: u64, e: Service
     match e {
         ServiceError::McpError(error) => McpError::Protocol {
             server: s.config.name.clone(),
-            message: format!("{} ({})", error.message, error.code.0),
+            message: session
+                .http
+                .redact(&format!("{} ({})", error.message, error.code.0)),
         },
         ServiceError::Timeout { .. } => McpError::Timeout {
             server: s.config.name.clone(),
@@ -616,7 +630,7 @@ fn service_error(s: &Server, session: &Session, oversize_before: u64, e: Service
             secs: s.config.timeout_secs,
         },
         other => {
-            let text = other.to_string();
+            let text = session.http.redact(&other.to_string());
             transport_error(s, &other, text)
         }
     }

@@ -12,6 +12,7 @@ Tools, written with the official Python SDK (`mcp` 2.x, MCPServer):
 - shout(text): the text in upper case.
 - big(n): a text of n characters ("x" repeated), to test the result cap.
 - fail(): a tool error (isError) with a message.
+- leak(): a tool error whose message repeats the bearer token.
 - slow(seconds): answers after that long, to test the call timeout.
 """
 
@@ -64,6 +65,13 @@ def fail() -> str:
     """Always fails."""
     record("fail", {})
     raise ToolError("the test tool failed on purpose")
+
+
+@server.tool()
+def leak() -> str:
+    """Fails with a message that repeats the credential (as a careless server might)."""
+    record("leak", {})
+    raise ToolError(f"rejected request with Authorization: Bearer {TOKEN}")
 
 
 @server.tool()

@@ -308,6 +308,7 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
             "mcp:tools/add",
             "mcp:tools/big",
             "mcp:tools/fail",
+            "mcp:tools/leak",
             "mcp:tools/shout",
             "mcp:tools/slow"
         ]
@@ -327,6 +328,15 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
     assert_eq!(
         body["structuredContent"]["content"][0]["text"], "42",
         "{body}"
+    );
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("aegis_tool_calls_total{")
+                && l.contains(r#"tool="mcp""#)
+                && l.contains(r#"decision="allowed""#)),
+        "external tools are counted under one label"
     );
     let (status, body) = rest_call(&app, admin, "mcp:tools/add", json!({"a": "forty"})).await;
     assert_eq!(status, 422, "{body}");
@@ -354,6 +364,29 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
             .unwrap()
             .contains("failed on purpose"),
         "{body}"
+    );
+    // A server that repeats the node's credential in an error: the caller and the audit log
+    // see `***`.
+    let (_, body) = rest_call(&app, admin, "mcp:tools/leak", json!({})).await;
+    let message = body["structuredContent"]["error"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("Authorization: ***") && !body.to_string().contains(&token),
+        "{body}"
+    );
+    let reasons: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT reason FROM audit_log WHERE action = 'mcp:tools/leak'")
+            .fetch_all(&app.state.pool)
+            .await
+            .unwrap();
+    assert!(
+        reasons.iter().flatten().all(|r| !r.contains(&token)),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().flatten().any(|r| r.contains("***")),
+        "{reasons:?}"
     );
     let (_, body) = rest_call(&app, admin, "mcp:tools/big", json!({"n": 5000})).await;
     let out = &body["structuredContent"];
