@@ -7,6 +7,8 @@ TOKEN` (401 otherwise), so the test sees that the node sends the credential it r
 environment. Every tool call is appended to the file named by MCP_TEST_CALLS, one JSON line, so
 the test can tell what reached the server and what did not.
 
+With MCP_TEST_MODE=json-stateless it answers with plain JSON and keeps no session.
+
 Tools, written with the official Python SDK (`mcp` 2.x, MCPServer):
 - add(a, b): the sum, as text.
 - shout(text): the text in upper case.
@@ -102,7 +104,10 @@ async def main():
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
-    app = with_token(server.streamable_http_app())
+    # MCP_TEST_MODE=json-stateless: plain JSON answers and no session (the other shape of the
+    # transport); default: SSE answers within a session.
+    plain = os.environ.get("MCP_TEST_MODE") == "json-stateless"
+    app = with_token(server.streamable_http_app(json_response=plain, stateless_http=plain))
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve(sockets=[sock])
 

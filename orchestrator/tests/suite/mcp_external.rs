@@ -31,6 +31,11 @@ struct McpTestServer {
 impl McpTestServer {
     /// Starts the server demanding `token`; returns once its socket listens.
     async fn start(token: &str) -> Self {
+        Self::start_in(token, "sse-session").await
+    }
+
+    /// [`McpTestServer::start`] in a transport mode of the script (`json-stateless`).
+    async fn start_in(token: &str, mode: &str) -> Self {
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/python/mcp_test_server.py"
@@ -40,6 +45,7 @@ impl McpTestServer {
             .arg(script)
             .arg(token)
             .env("MCP_TEST_CALLS", calls.path())
+            .env("MCP_TEST_MODE", mode)
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -504,6 +510,34 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
             Some("mcp_unreachable".into())
         )
     );
+}
+
+#[tokio::test]
+async fn a_server_answering_plain_json_without_sessions_is_called_the_same_way() {
+    let (var, token) = token_variable();
+    let server = McpTestServer::start_in(&token, "json-stateless").await;
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(node(
+        &db,
+        vec![server_config("plain", &server.url(), &var, json!({}))],
+    ))
+    .await;
+    for (a, b, sum) in [(1, 2, "3"), (20, 22, "42")] {
+        let (status, body) = app
+            .call_tool("mcp:plain/add", json!({"a": a, "b": b}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            body["structuredContent"]["content"][0]["text"], sum,
+            "{body}"
+        );
+    }
+    let (_, body) = app.call_tool("mcp:plain/fail", json!({})).await;
+    assert_eq!(
+        body["structuredContent"]["error"]["code"], "mcp_tool_error",
+        "{body}"
+    );
+    assert_eq!(server.calls().len(), 3);
 }
 
 async fn bound_key(app: &TestApp, name: &str, role: &str, context: &str) -> (String, String) {
