@@ -540,6 +540,38 @@ async fn a_server_answering_plain_json_without_sessions_is_called_the_same_way()
     assert_eq!(server.calls().len(), 3);
 }
 
+/// The AEGIS-shaped manifests that name external MCP servers (tests/aegis-shapes) validate on a
+/// node that declares those servers; nothing is contacted to validate.
+#[test]
+fn the_aegis_shaped_manifests_with_mcp_servers_validate_where_the_servers_are_declared() {
+    let compose = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/compose.yaml");
+    let mut config = orchestrator::config::load(Some(std::path::Path::new(compose)), &[])
+        .expect("compose config")
+        .config;
+    for name in ["mailbox", "filesystem", "codehost", "browser", "search"] {
+        config.mcp_servers.push(server_config(
+            name,
+            &format!("https://{name}.mcp.example.org/mcp"),
+            "UNUSED_TOKEN",
+            json!({}),
+        ));
+    }
+    for file in [
+        "inbox-digest-mcp.yaml",
+        "pull-request-reviewer-mcp.yaml",
+        "topic-researcher-mcp.yaml",
+        "writer-finder.yaml",
+    ] {
+        let path = format!("{}/tests/aegis-shapes/{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).expect("shape");
+        let (_, checked) =
+            orchestrator::tools::validate_offline(&text, &config).expect("a manifest kind");
+        if let Err(errors) = checked.manifest {
+            panic!("{file}: {errors:?}");
+        }
+    }
+}
+
 async fn bound_key(app: &TestApp, name: &str, role: &str, context: &str) -> (String, String) {
     let r = app
         .admin(Method::POST, "/v1/api-keys")
