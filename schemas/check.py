@@ -359,13 +359,22 @@ def semantic_workflow(doc):
                 if step["name"] in seen:
                     errs.append((sw + "/name", f"step name '{step['name']}' is used twice"))
                 seen.add(step["name"])
-        if shared:
+        mounting = steps if steps else ([(where, st)] if st["kind"] in ("Agent", "System") else [])
+        for sw, step in mounting:
+            for v, vol in enumerate(step.get("volumes", [])):
+                if vol["name"] != "workspace" and vol["name"] not in shared:
+                    errs.append((f"{sw}/volumes/{v}/name",
+                                 f"volume '{vol['name']}' is not declared in "
+                                 "spec.storage.shared_volumes"))
+        if st["kind"] == "ParallelContainerRun":
+            writers = {}
             for sw, step in steps:
                 for v, vol in enumerate(step.get("volumes", [])):
-                    if vol["name"] != "workspace" and vol["name"] not in shared:
-                        errs.append((f"{sw}/volumes/{v}/name",
-                                     f"volume '{vol['name']}' is not declared in "
-                                     "spec.storage.shared_volumes"))
+                    if not vol.get("read_only", False):
+                        writers.setdefault(vol["name"], []).append(f"{sw}/volumes/{v}")
+            for vol_name, ats in writers.items():
+                if len(ats) > 1:
+                    errs.append((ats[1], f"volume '{vol_name}' is written by parallel steps"))
         if st["kind"] == "ParallelAgents":
             cons = st["consensus"]
             if cons["strategy"] == "best_of_n" and cons["n"] > len(st["agents"]):

@@ -359,6 +359,8 @@ fn workflow_settings(config: &NodeConfig) -> crate::workflow::Settings {
         max_execution_secs: w.max_execution_secs,
         allow_network_modes: w.allow_network_modes.clone(),
         system_image,
+        volume_max_mb: config.volumes.max_size_mb,
+        volume_ttl_hours: config.volumes.default_ttl_hours,
     }
 }
 

@@ -40,6 +40,7 @@ pub mod telemetry;
 pub mod tools;
 pub mod volumes;
 pub mod workflow;
+pub mod workspaces;
 
 /// The only tenant until multi-tenancy arrives; every tenant-scoped row carries it.
 pub const DEFAULT_TENANT: &str = "default";

@@ -97,6 +97,10 @@ pub struct Settings {
     pub allow_network_modes: Vec<String>,
     /// Image of System states' sandbox.
     pub system_image: String,
+    /// Largest size limit of a workflow volume, MiB (`volumes.max_size_mb`).
+    pub volume_max_mb: u64,
+    /// How long a persistent workflow volume outlives its run without `ttl_hours`.
+    pub volume_ttl_hours: u64,
 }
 
 /// The workflow engine's handle: what tools and workers share on one replica.
@@ -138,6 +142,7 @@ impl Workflows {
                 ceiling: ceiling.as_ref(),
                 allow_network_modes: &self.settings.allow_network_modes,
                 max_execution_secs: self.settings.max_execution_secs,
+                volume_max_mb: self.settings.volume_max_mb,
             },
             request,
             None,

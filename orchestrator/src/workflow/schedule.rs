@@ -106,6 +106,7 @@ async fn fire(rt: &Runtime, w: &ScheduledWorkflow, tick: DateTime<Utc>, input: s
             ceiling: None,
             allow_network_modes: &settings.allow_network_modes,
             max_execution_secs: settings.max_execution_secs,
+            volume_max_mb: settings.volume_max_mb,
         },
         RunRequest {
             name: w.name.clone(),

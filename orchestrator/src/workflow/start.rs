@@ -2,8 +2,9 @@
 //!
 //! The workflow version must exist; the input must satisfy `metadata.input_schema`; run-time
 //! blackboard overrides may not touch reserved keys; every agent an `Agent`/`ParallelAgents`
-//! state (or its judges) names must be deployed and every `Subworkflow` target must exist; and
-//! fields this node does not implement are refused by name rather than ignored. Then the row
+//! state (or its judges) names must be deployed and every `Subworkflow` target must exist; the
+//! run's volumes must be mountable (`workspaces::problems`); and fields this node does not
+//! implement are refused by name rather than ignored. Then the row
 //! and its first events are written in one transaction. Subworkflow states start their children
 //! through the same function.
 
@@ -41,6 +42,8 @@ pub(super) struct Starter<'a> {
     pub ceiling: Option<&'a Value>,
     pub allow_network_modes: &'a [String],
     pub max_execution_secs: u64,
+    /// Largest size limit of a workflow volume, MiB (`volumes.max_size_mb`).
+    pub volume_max_mb: u64,
 }
 
 /// Validates and stores a run; `parent` links a Subworkflow child to (execution, state, visit).
@@ -104,6 +107,13 @@ pub(super) async fn start(
         "workflow".into(),
         json!({"name": def.name, "version": def.version, "execution_id": id, "input": req.input}),
     );
+    if let Some(workspace) = def.manifest.pointer("/spec/storage/workspace") {
+        let key = workspace
+            .get("blackboard_key")
+            .and_then(Value::as_str)
+            .unwrap_or("workspace_volume_id");
+        blackboard.insert(key.into(), crate::workspaces::workspace_id(id).into());
+    }
     let blackboard = Value::Object(blackboard);
     store::insert(
         pool,
@@ -136,12 +146,7 @@ async fn runnable(
     manifest: &Value,
 ) -> Result<Vec<String>, sqlx::Error> {
     let view = WorkflowView(manifest);
-    let mut problems = Vec::new();
-    if manifest.pointer("/spec/storage").is_some() {
-        problems.push(
-            "spec.storage (shared workspace and volumes) is not supported on this node".to_owned(),
-        );
-    }
+    let mut problems = crate::workspaces::problems(manifest, who.volume_max_mb);
     if let Some(list) = manifest.pointer("/spec/network_allowlist") {
         problems.extend(allowlist_problems(list, "spec.network_allowlist"));
     }
@@ -276,16 +281,6 @@ fn container_problems(step: &Value, at: &str, allowed_networks: &[String]) -> Ve
         problems.push(format!(
             "{}: `Always` is not supported: this node never pulls images (use IfNotPresent or Never with a local image)",
             field("image_pull_policy")
-        ));
-    }
-    if step
-        .get("volumes")
-        .and_then(Value::as_array)
-        .is_some_and(|v| !v.is_empty())
-    {
-        problems.push(format!(
-            "{}: volumes are not supported on this node (steps exchange data through the blackboard)",
-            field("volumes")
         ));
     }
     if let Some(user) = step.get("run_as_user").and_then(Value::as_str) {

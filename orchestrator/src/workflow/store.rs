@@ -393,12 +393,22 @@ pub struct Commit<'a> {
     pub events: Vec<NewEvent>,
     /// A parent to wake (this child ended).
     pub wake_parent: Option<Uuid>,
+    /// The run's volumes, for a workflow that mounts any (`None`: nothing to do).
+    pub volumes: Option<VolumeCommit<'a>>,
+}
+
+/// What a commit does to the run's volumes (`workspaces`), in its transaction.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VolumeCommit<'a> {
+    /// (state, visit, attempt) whose drafts become the volumes' content: the state committed.
+    pub promote: Option<(&'a str, i32, i32)>,
 }
 
 /// Writes a commit if `me` still holds the lease; false (nothing written) when it does not.
 ///
 /// The row update and the event inserts are one statement (data-modifying CTE), so the commit
-/// of a state costs a single round trip; waking a parent adds a second, in the same transaction.
+/// of a state costs a single round trip; waking a parent, or promoting the state's volume drafts
+/// (and removing the volumes when the run ends), adds statements to the same transaction.
 pub async fn commit(pool: &PgPool, c: &Commit<'_>) -> Result<bool, sqlx::Error> {
     let n = c.events.len() as i64;
     let sql = "WITH u AS (UPDATE workflow_executions SET status = $3, current_state = $4, visits = $5, \
@@ -437,21 +447,32 @@ pub async fn commit(pool: &PgPool, c: &Commit<'_>) -> Result<bool, sqlx::Error> 
         .bind(c.ttl_secs as f64)
         .bind(n)
         .bind(events_json(&c.events));
-    let Some(parent) = c.wake_parent else {
+    if c.wake_parent.is_none() && c.volumes.is_none() {
         return Ok(query.fetch_one(pool).await? > 0);
-    };
+    }
     let mut tx = pool.begin().await?;
     if query.fetch_one(&mut *tx).await? == 0 {
         return Ok(false);
     }
-    sqlx::query(
-        "UPDATE workflow_executions SET wake_at = now() \
-         WHERE id = $1 AND status = 'waiting' AND waiting_for = 'subworkflow'",
-    )
-    .bind(parent)
-    .execute(&mut *tx)
-    .await?;
-    notify(&mut *tx, "wake").await?;
+    // The volumes' new content (and, at the end, their removal) commits with the state.
+    if let Some(volumes) = c.volumes {
+        if let Some((state, visit, attempt)) = volumes.promote {
+            crate::workspaces::promote(&mut tx, c.id, state, visit, attempt).await?;
+        }
+        if is_terminal(c.status) {
+            crate::workspaces::ended(&mut tx, c.id).await?;
+        }
+    }
+    if let Some(parent) = c.wake_parent {
+        sqlx::query(
+            "UPDATE workflow_executions SET wake_at = now() \
+             WHERE id = $1 AND status = 'waiting' AND waiting_for = 'subworkflow'",
+        )
+        .bind(parent)
+        .execute(&mut *tx)
+        .await?;
+        notify(&mut *tx, "wake").await?;
+    }
     tx.commit().await?;
     Ok(true)
 }

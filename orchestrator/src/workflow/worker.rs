@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::states::{self, Cleanup, StateCtx, Step};
-use super::store::{self, Commit, NewEvent, WorkflowExecution};
+use super::store::{self, Commit, NewEvent, VolumeCommit, WorkflowExecution};
 use super::{AgentHost, Workflows};
 use crate::manifest::{parse_duration, WorkflowView};
 use crate::sandboxes::Sandboxes;
@@ -198,6 +198,7 @@ async fn drive(rt: &Arc<Runtime>, row: WorkflowExecution) {
     let mut run = Run {
         rt,
         row,
+        volumes: crate::manifest::mounts_volumes(&manifest),
         manifest,
         token,
         lost,
@@ -320,6 +321,8 @@ struct Run<'a> {
     rt: &'a Arc<Runtime>,
     row: WorkflowExecution,
     manifest: Value,
+    /// Some state mounts the run's volumes: commits promote and end them (`workspaces`).
+    volumes: bool,
     token: CancellationToken,
     lost: Arc<AtomicBool>,
 }
@@ -403,6 +406,7 @@ impl Run<'_> {
             let ctx = StateCtx {
                 rt,
                 exec: &self.row,
+                manifest: &self.manifest,
                 name: &state,
                 visit,
                 body: &body,
@@ -644,6 +648,9 @@ impl Run<'_> {
                 ttl_secs: self.rt.lease_ttl_secs,
                 events,
                 wake_parent: None,
+                volumes: self.volumes.then_some(VolumeCommit {
+                    promote: Some((state, visit, self.row.attempt)),
+                }),
             },
         )
         .await;
@@ -702,6 +709,7 @@ impl Run<'_> {
                 ttl_secs: self.rt.lease_ttl_secs,
                 events,
                 wake_parent: None,
+                volumes: None,
             },
         )
         .await;
@@ -736,7 +744,7 @@ impl Run<'_> {
             state,
             json!({"by": "request", "removed": removed, "final_blackboard": self.row.blackboard}),
         )];
-        self.end("cancelled", Some("cancelled".to_owned()), None, events)
+        self.end("cancelled", Some("cancelled".to_owned()), None, events, false)
             .await
     }
 
@@ -751,7 +759,8 @@ impl Run<'_> {
             state,
             json!({"reason": reason, "final_blackboard": self.row.blackboard}),
         )];
-        self.end("timed_out", Some(reason), None, events).await
+        self.end("timed_out", Some(reason), None, events, false)
+            .await
     }
 
     async fn fail(&mut self, reason: String, mut events: Vec<NewEvent>) -> bool {
@@ -760,7 +769,8 @@ impl Run<'_> {
             &self.row.current_state,
             json!({"reason": reason, "final_blackboard": self.row.blackboard}),
         ));
-        self.end("failed", Some(reason), None, events).await
+        self.end("failed", Some(reason), None, events, false)
+            .await
     }
 
     async fn finish_completed(
@@ -807,19 +817,23 @@ impl Run<'_> {
             state,
             json!({"final_output": final_output, "final_blackboard": self.row.blackboard}),
         ));
-        self.end("completed", None, Some(final_output), events)
+        self.end("completed", None, Some(final_output), events, true)
             .await
     }
 
-    /// Ends the execution: destroys its System sandbox, commits the end, wakes a parent.
+    /// Ends the execution: destroys its System sandbox, commits the end (the last state's
+    /// volume drafts count when `promote`, and the run's volumes end with it), wakes a parent.
     async fn end(
         &mut self,
         status: &str,
         error: Option<String>,
         final_output: Option<Value>,
         events: Vec<NewEvent>,
+        promote: bool,
     ) -> bool {
         states::destroy_system_sandbox(self.rt, self.row.id).await;
+        let last = self.row.current_state.clone();
+        let visit = self.visit(&last);
         let committed = store::commit(
             &self.rt.pool,
             &Commit {
@@ -840,6 +854,9 @@ impl Run<'_> {
                 ttl_secs: self.rt.lease_ttl_secs,
                 events,
                 wake_parent: self.row.parent_execution_id,
+                volumes: self.volumes.then_some(VolumeCommit {
+                    promote: promote.then_some((last.as_str(), visit, self.row.attempt)),
+                }),
             },
         )
         .await;

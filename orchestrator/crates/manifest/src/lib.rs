@@ -26,6 +26,7 @@ mod schema;
 mod semantic;
 mod template;
 mod units;
+mod volumes;
 mod workflow;
 mod yaml;
 
@@ -45,6 +46,10 @@ pub use normalise::{SEMANTIC_JUDGE, UPDATE_BLACKBOARD_COMMAND};
 pub use schema::schema;
 pub use semantic::check_name;
 pub use units::{parse_duration, parse_quantity};
+pub use volumes::{
+    declared_volumes, mount_path_problem, mounts_volumes, volume_mounts, volume_problems,
+    DeclaredVolume, VolumeMount, DEFAULT_VOLUME_MB, WORKSPACE_VOLUME,
+};
 pub use workflow::{parse_cron, Firing, Plan, Schedule, TransitionView, WorkflowView};
 pub use yaml::MAX_TEXT_BYTES;
 

@@ -16,6 +16,8 @@
 use serde_json::{json, Map, Value};
 
 use super::agent::{AgentView, RuntimeRef, CMD_DISPATCHER, CMD_RUN};
+use super::units::parse_quantity;
+use super::volumes::WORKSPACE_VOLUME;
 use super::error::{ManifestError, Stage};
 use super::{pointer, ManifestKind, NodeKnowledge};
 
@@ -62,6 +64,9 @@ pub(crate) fn normalise(
         ManifestKind::Workflow => {
             container_step_names(value, &mut out);
             system_blackboard_updates(value, &mut out);
+            workflow_volume_list(value, &mut out);
+            storage_size_limits(value, &mut out);
+            state_volume_mounts(value, &mut out);
         }
     }
     out
@@ -677,6 +682,357 @@ fn slug(text: &str) -> String {
     out.trim_end_matches('-').to_owned()
 }
 
+// ---------------------------------------------------------------------------------------------
+// Workflow volumes: `spec.volumes`, `size_limit`, and the mounts of Agent and System states
+
+/// AEGIS examples declare a workflow's volumes as `spec.volumes: [{name, persistent}]`; the
+/// current form is `spec.storage`: the entry named `workspace` becomes `spec.storage.workspace`,
+/// the others `spec.storage.shared_volumes`, `persistent` becomes `storage_class`.
+fn workflow_volume_list(value: &mut Value, out: &mut Normalised) {
+    let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let Some(list) = spec.get("volumes") else {
+        return;
+    };
+    let Some(items) = list.as_array() else {
+        out.refuse(
+            "/spec/volumes",
+            "`spec.volumes` (older AEGIS form) is a list of volumes `{name, persistent}`; the \
+             current form is `spec.storage`",
+        );
+        return;
+    };
+    let mut workspace: Option<Map<String, Value>> = None;
+    let mut shared: Vec<Value> = Vec::new();
+    let errors_before = out.errors.len();
+    let has_workspace = spec
+        .get("storage")
+        .and_then(|s| s.get(WORKSPACE_VOLUME))
+        .is_some();
+    for (i, item) in items.iter().enumerate() {
+        let at = pointer::join_index("/spec/volumes", i);
+        let Some(fields) = item.as_object() else {
+            out.refuse(at, "a volume is an object `{name, persistent}`");
+            continue;
+        };
+        let Some(name) = fields.get("name").and_then(Value::as_str) else {
+            out.refuse(pointer::join(&at, "name"), "a volume needs a `name`");
+            continue;
+        };
+        let is_workspace = name == WORKSPACE_VOLUME;
+        let mut volume = Map::new();
+        if !is_workspace {
+            volume.insert("name".into(), name.into());
+        }
+        let class = match (fields.get("persistent"), fields.get("storage_class")) {
+            (Some(_), Some(_)) => {
+                out.refuse(
+                    pointer::join(&at, "persistent"),
+                    "give `persistent` or `storage_class`, not both",
+                );
+                continue;
+            }
+            (Some(Value::Bool(true)), None) => "persistent",
+            (Some(Value::Bool(false)), None) | (None, None) => "ephemeral",
+            (Some(_), None) => {
+                out.refuse(pointer::join(&at, "persistent"), "`persistent` is true or false");
+                continue;
+            }
+            (None, Some(class)) => match class.as_str() {
+                Some(c @ ("ephemeral" | "persistent")) => c,
+                _ => {
+                    out.refuse(
+                        pointer::join(&at, "storage_class"),
+                        "`storage_class` is `ephemeral` or `persistent`",
+                    );
+                    continue;
+                }
+            },
+        };
+        volume.insert("storage_class".into(), class.into());
+        for (key, v) in fields {
+            match key.as_str() {
+                "name" | "persistent" | "storage_class" => {}
+                "ttl_hours" => {
+                    volume.insert(key.clone(), v.clone());
+                }
+                // Sizes are converted with spec.storage's own (see storage_size_limits).
+                "size_limit" | "size_limit_mb" | "size_limit_bytes" => {
+                    volume.insert(key.clone(), v.clone());
+                }
+                other => out.refuse(
+                    pointer::join(&at, other),
+                    format!(
+                        "`{other}` is not a setting of a workflow volume (name, persistent or \
+                         storage_class, size_limit, ttl_hours); where a volume is mounted is \
+                         said by each state's own `volumes`"
+                    ),
+                ),
+            }
+        }
+        if is_workspace {
+            if workspace.is_some() || has_workspace {
+                out.refuse(
+                    pointer::join(&at, "name"),
+                    "the workspace volume is declared twice (spec.storage.workspace and \
+                     spec.volumes, or twice in spec.volumes)",
+                );
+                continue;
+            }
+            workspace = Some(volume);
+        } else {
+            shared.push(Value::Object(volume));
+        }
+    }
+    if out.errors.len() > errors_before {
+        return;
+    }
+    spec.remove("volumes");
+    let storage = spec
+        .entry("storage")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(storage) = storage.as_object_mut() else {
+        return;
+    };
+    if let Some(w) = workspace {
+        storage.insert(WORKSPACE_VOLUME.into(), Value::Object(w));
+    }
+    if !shared.is_empty() {
+        let list = storage
+            .entry("shared_volumes")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Some(list) = list.as_array_mut() {
+            list.extend(shared);
+        }
+    }
+    out.note(
+        "/spec/volumes",
+        "`spec.volumes` (older AEGIS form) declares the run's volumes: it is now `spec.storage` \
+         (the volume `workspace` as `spec.storage.workspace`, the others as \
+         `spec.storage.shared_volumes`, `persistent` as `storage_class`)",
+    );
+}
+
+/// `size_limit` written as a quantity (`2Gi`, as AEGIS examples do) is the current
+/// `size_limit_mb` of the workspace (rounded up to whole MiB) and `size_limit_bytes` of a
+/// shared volume.
+fn storage_size_limits(value: &mut Value, out: &mut Normalised) {
+    let mut volumes: Vec<(String, &mut Value, bool)> = Vec::new();
+    let Some(storage) = value
+        .pointer_mut("/spec/storage")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    for (key, entry) in storage.iter_mut() {
+        match key.as_str() {
+            WORKSPACE_VOLUME => volumes.push(("/spec/storage/workspace".into(), entry, true)),
+            "shared_volumes" => {
+                if let Some(list) = entry.as_array_mut() {
+                    for (i, v) in list.iter_mut().enumerate() {
+                        volumes.push((format!("/spec/storage/shared_volumes/{i}"), v, false));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for (at, volume, is_workspace) in volumes {
+        let Some(fields) = volume.as_object_mut() else {
+            continue;
+        };
+        let Some(limit) = fields.get("size_limit").cloned() else {
+            continue;
+        };
+        let current = if is_workspace {
+            "size_limit_mb"
+        } else {
+            "size_limit_bytes"
+        };
+        let limit_at = pointer::join(&at, "size_limit");
+        if fields.contains_key(current) {
+            out.refuse(
+                limit_at,
+                format!("`size_limit` is the older spelling of `{current}`: give only one"),
+            );
+            continue;
+        }
+        let Some(bytes) = parse_quantity(&limit) else {
+            out.refuse(
+                limit_at,
+                "`size_limit` is a size: bytes, or a number with Ki, Mi, Gi or Ti (e.g. 2Gi)",
+            );
+            continue;
+        };
+        fields.remove("size_limit");
+        let written = match &limit {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if is_workspace {
+            let mb = bytes.div_ceil(1 << 20);
+            fields.insert(current.into(), mb.into());
+            let rounded = if bytes % (1 << 20) != 0 {
+                " (rounded up to whole MiB)"
+            } else {
+                ""
+            };
+            out.note(
+                limit_at,
+                format!(
+                    "`size_limit: {written}` (older AEGIS spelling) is `size_limit_mb: {mb}`{rounded}"
+                ),
+            );
+        } else {
+            fields.insert(current.into(), bytes.into());
+            out.note(
+                limit_at,
+                format!("`size_limit: {written}` (older AEGIS spelling) is `size_limit_bytes: {bytes}`"),
+            );
+        }
+    }
+}
+
+/// The template AEGIS manifests mount the run's workspace with.
+const WORKSPACE_TEMPLATE: &str = "workflow.storage.workspace";
+
+/// The volume a `volume:` value names: the workspace template, or a plain volume name.
+fn mounted_volume(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    if let Some(inner) = t.strip_prefix("{{").and_then(|r| r.strip_suffix("}}")) {
+        if inner.trim() == WORKSPACE_TEMPLATE {
+            return Ok(WORKSPACE_VOLUME.to_owned());
+        }
+    }
+    if t.contains("{{") || t.contains("}}") {
+        return Err(format!(
+            "`{text}`: a state mounts a volume its workflow declares, by name (`workspace` or a \
+             name of spec.storage.shared_volumes) or as `{{{{{WORKSPACE_TEMPLATE}}}}}`; a volume \
+             chosen at run time is not supported"
+        ));
+    }
+    Ok(t.to_owned())
+}
+
+/// Agent and System states of AEGIS examples mount the workspace as `{volume:
+/// "{{workflow.storage.workspace}}", mount_point | mount_path, access_mode}`; the current form of
+/// every state's mount is `{name, mount_path, read_only}`.
+fn state_volume_mounts(value: &mut Value, out: &mut Normalised) {
+    let Some(states) = value
+        .pointer_mut("/spec/states")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    for (name, state) in states.iter_mut() {
+        let at = pointer::join("/spec/states", name);
+        match state.get("kind").and_then(Value::as_str) {
+            Some("Agent" | "System" | "ContainerRun") => mounts_of(&at, state, out),
+            Some("ParallelContainerRun") => {
+                if let Some(steps) = state.get_mut("steps").and_then(Value::as_array_mut) {
+                    for (i, step) in steps.iter_mut().enumerate() {
+                        mounts_of(&format!("{at}/steps/{i}"), step, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn mounts_of(at: &str, item: &mut Value, out: &mut Normalised) {
+    let Some(list) = item.get_mut("volumes").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for (i, entry) in list.iter_mut().enumerate() {
+        let v_at = pointer::join_index(&pointer::join(at, "volumes"), i);
+        let Some(fields) = entry.as_object_mut() else {
+            continue;
+        };
+        let mut changes = Vec::new();
+        let mut refused = false;
+        if let Some(volume) = fields.get("volume").cloned() {
+            if fields.contains_key("name") {
+                out.refuse(
+                    pointer::join(&v_at, "volume"),
+                    "`volume` is the older spelling of `name`: give only one",
+                );
+                refused = true;
+            } else {
+                match volume.as_str().map(mounted_volume) {
+                    Some(Ok(name)) => {
+                        changes.push(format!("`volume: {}` is `name: {name}`", volume.as_str().unwrap_or_default()));
+                        fields.remove("volume");
+                        fields.insert("name".into(), name.into());
+                    }
+                    Some(Err(problem)) => {
+                        out.refuse(pointer::join(&v_at, "volume"), problem);
+                        refused = true;
+                    }
+                    None => {
+                        out.refuse(pointer::join(&v_at, "volume"), "`volume` is a volume name");
+                        refused = true;
+                    }
+                }
+            }
+        }
+        if let Some(point) = fields.get("mount_point").cloned() {
+            if fields.contains_key("mount_path") {
+                out.refuse(
+                    pointer::join(&v_at, "mount_point"),
+                    "`mount_point` is the older spelling of `mount_path`: give only one",
+                );
+                refused = true;
+            } else {
+                fields.remove("mount_point");
+                fields.insert("mount_path".into(), point);
+                changes.push("`mount_point` is `mount_path`".to_owned());
+            }
+        }
+        if let Some(mode) = fields.get("access_mode").cloned() {
+            let read_only = match mode.as_str() {
+                Some("read-only") => Some(true),
+                Some("read-write") => Some(false),
+                _ => None,
+            };
+            match read_only {
+                _ if fields.contains_key("read_only") => {
+                    out.refuse(
+                        pointer::join(&v_at, "access_mode"),
+                        "`access_mode` is the older spelling of `read_only`: give only one",
+                    );
+                    refused = true;
+                }
+                Some(ro) => {
+                    fields.remove("access_mode");
+                    fields.insert("read_only".into(), ro.into());
+                    changes.push(format!(
+                        "`access_mode: {}` is `read_only: {ro}`",
+                        mode.as_str().unwrap_or_default()
+                    ));
+                }
+                None => {
+                    out.refuse(
+                        pointer::join(&v_at, "access_mode"),
+                        "`access_mode` is `read-write` or `read-only`",
+                    );
+                    refused = true;
+                }
+            }
+        }
+        if !changes.is_empty() && !refused {
+            out.note(
+                v_at,
+                format!(
+                    "this mount was written in the older AEGIS form: {}",
+                    changes.join("; ")
+                ),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -923,6 +1279,123 @@ mod tests {
         let out = normalise(ManifestKind::Agent, &mut agent, &knowledge);
         assert_eq!(agent["spec"]["tools"], json!(["cmd.run"]));
         assert_eq!(out.notes.len(), 1);
+    }
+
+    #[test]
+    fn the_workspace_size_limit_alias_is_normalised_with_a_note() {
+        let workflow = json!({"spec": {"storage": {
+            "workspace": {"storage_class": "ephemeral", "ttl_hours": 6, "size_limit": "2Gi"},
+            "shared_volumes": [{"name": "cache", "storage_class": "persistent", "size_limit": "1500Ki"}]}}});
+        let (value, out) = run(ManifestKind::Workflow, workflow, None);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert_eq!(
+            value["spec"]["storage"],
+            json!({"workspace": {"storage_class": "ephemeral", "ttl_hours": 6, "size_limit_mb": 2048},
+                   "shared_volumes": [{"name": "cache", "storage_class": "persistent", "size_limit_bytes": 1_536_000}]})
+        );
+        let mut notes: Vec<(&str, &str)> = out
+            .notes
+            .iter()
+            .map(|n| (n.pointer.as_str(), n.message.as_str()))
+            .collect();
+        notes.sort();
+        assert_eq!(
+            notes,
+            [
+                (
+                    "/spec/storage/shared_volumes/0/size_limit",
+                    "normalised: `size_limit: 1500Ki` (older AEGIS spelling) is `size_limit_bytes: 1536000`"
+                ),
+                (
+                    "/spec/storage/workspace/size_limit",
+                    "normalised: `size_limit: 2Gi` (older AEGIS spelling) is `size_limit_mb: 2048`"
+                ),
+            ]
+        );
+
+        // Not whole MiB: rounded up, and the note says so.
+        let odd = json!({"spec": {"storage": {"workspace": {"size_limit": "1536Ki"}}}});
+        let (value, out) = run(ManifestKind::Workflow, odd, None);
+        assert_eq!(value["spec"]["storage"]["workspace"]["size_limit_mb"], 2);
+        assert!(out.notes[0].message.contains("rounded up"), "{:?}", out.notes);
+
+        // Both spellings, or a size that is not one: refused at the key, nothing rewritten.
+        for (bad, says) in [
+            (json!({"size_limit": "2Gi", "size_limit_mb": 10}), "give only one"),
+            (json!({"size_limit": "lots"}), "is a size"),
+        ] {
+            let w = json!({"spec": {"storage": {"workspace": bad.clone()}}});
+            let (value, out) = run(ManifestKind::Workflow, w, None);
+            assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
+            assert_eq!(out.errors[0].pointer, "/spec/storage/workspace/size_limit");
+            assert!(out.errors[0].message.contains(says), "{:?}", out.errors);
+            assert_eq!(value["spec"]["storage"]["workspace"], bad);
+        }
+    }
+
+    #[test]
+    fn older_volume_declarations_and_mounts_become_the_current_form() {
+        let workflow = json!({"spec": {
+            "volumes": [{"name": "workspace", "persistent": true, "size_limit": "64Mi"},
+                        {"name": "cache", "persistent": false}],
+            "states": {
+                "WRITE": {"kind": "Agent", "volumes": [
+                    {"volume": "{{ workflow.storage.workspace }}", "mount_point": "/workspace", "access_mode": "read-write"}]},
+                "TEST": {"kind": "System", "volumes": [
+                    {"volume": "cache", "mount_path": "/workspace/cache", "access_mode": "read-only"}]},
+                "CHECK": {"kind": "ParallelContainerRun", "steps": [
+                    {"name": "a", "volumes": [{"name": "workspace", "mount_path": "/workspace", "read_only": true}]}]}}}});
+        let (value, out) = run(ManifestKind::Workflow, workflow, None);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert!(value["spec"].get("volumes").is_none());
+        assert_eq!(
+            value["spec"]["storage"],
+            json!({"workspace": {"storage_class": "persistent", "size_limit_mb": 64},
+                   "shared_volumes": [{"name": "cache", "storage_class": "ephemeral"}]})
+        );
+        assert_eq!(
+            value["spec"]["states"]["WRITE"]["volumes"],
+            json!([{"name": "workspace", "mount_path": "/workspace", "read_only": false}])
+        );
+        assert_eq!(
+            value["spec"]["states"]["TEST"]["volumes"],
+            json!([{"name": "cache", "mount_path": "/workspace/cache", "read_only": true}])
+        );
+        // The current form is left alone.
+        assert_eq!(
+            value["spec"]["states"]["CHECK"]["steps"][0]["volumes"][0]["read_only"],
+            true
+        );
+        let at: Vec<&str> = out.notes.iter().map(|n| n.pointer.as_str()).collect();
+        assert!(at.contains(&"/spec/volumes"), "{at:?}");
+        assert!(at.contains(&"/spec/storage/workspace/size_limit"), "{at:?}");
+        assert!(at.contains(&"/spec/states/WRITE/volumes/0"), "{at:?}");
+        assert!(out.notes.iter().all(|n| n.message.starts_with("normalised: ")));
+
+        // A volume chosen at run time, or both spellings: refused by pointer.
+        let runtime = json!({"spec": {"states": {"A": {"kind": "Agent", "volumes": [
+            {"volume": "{{input.volume_id}}", "mount_path": "/workspace"},
+            {"volume": "x", "name": "x", "mount_path": "/workspace/x"},
+            {"name": "y", "mount_path": "/workspace/y", "access_mode": "sometimes"}]}}}});
+        let (_, out) = run(ManifestKind::Workflow, runtime, None);
+        let at: Vec<&str> = out.errors.iter().map(|e| e.pointer.as_str()).collect();
+        assert_eq!(
+            at,
+            [
+                "/spec/states/A/volumes/0/volume",
+                "/spec/states/A/volumes/1/volume",
+                "/spec/states/A/volumes/2/access_mode"
+            ]
+        );
+        assert!(out.errors[0].message.contains("chosen at run time"), "{:?}", out.errors);
+
+        // The workspace declared twice, or a key that is not a volume setting.
+        let twice = json!({"spec": {"storage": {"workspace": {}},
+                                    "volumes": [{"name": "workspace", "mount_path": "/x"}]}});
+        let (value, out) = run(ManifestKind::Workflow, twice.clone(), None);
+        let at: Vec<&str> = out.errors.iter().map(|e| e.pointer.as_str()).collect();
+        assert_eq!(at, ["/spec/volumes/0/mount_path", "/spec/volumes/0/name"]);
+        assert_eq!(value, twice);
     }
 
     #[test]

@@ -493,7 +493,7 @@ fn workflow(
         let at = pointer::join("/spec/states", name);
         blackboard_writes(&at, state, &names, errors);
         transitions(&at, state, &names, errors);
-        state_kind_rules(&at, state, value, node, errors);
+        state_kind_rules(&at, state, node, errors);
         refs.state(&at, name, state, errors);
         subworkflow_target(&at, state, value, deployed, errors);
         agent_references(&at, state, deployed, errors);
@@ -534,7 +534,9 @@ fn workflow(
             check_json_schema(&at, schema, errors);
         }
     }
-    shared_volume_names(value, errors);
+    for (at, problem) in super::volumes::volume_problems(value) {
+        errors.push(at, problem);
+    }
 }
 
 /// `spec.default_schedule` must be a cron expression the scheduler can read, in a time zone it
@@ -730,7 +732,6 @@ fn condition_misfit(condition: &str, kind: &str) -> Option<String> {
 fn state_kind_rules(
     at: &str,
     state: &Value,
-    value: &Value,
     node: &NodeKnowledge<'_>,
     errors: &mut Errors,
 ) {
@@ -738,7 +739,6 @@ fn state_kind_rules(
         output_handler(&pointer::join(at, "output_handler"), handler, node, errors);
     }
     match state.get("kind").and_then(Value::as_str) {
-        Some("ContainerRun") => container_volumes(at, state, value, errors),
         Some("ParallelContainerRun") => {
             let mut names = HashSet::new();
             for (i, step) in indexed(state.get("steps")) {
@@ -751,7 +751,6 @@ fn state_kind_rules(
                         );
                     }
                 }
-                container_volumes(&step_at, step, value, errors);
             }
         }
         Some("Agent") => {
@@ -785,53 +784,6 @@ fn state_kind_rules(
             }
         }
         _ => {}
-    }
-}
-
-/// Once shared volumes are declared, a container step may mount only the run's workspace and
-/// those; and never two volumes at overlapping paths.
-fn container_volumes(at: &str, step: &Value, value: &Value, errors: &mut Errors) {
-    let shared: HashSet<&str> = array_at(value, "/spec/storage/shared_volumes")
-        .filter_map(|(_, v)| v.get("name").and_then(Value::as_str))
-        .collect();
-    let mut mounts: Vec<&str> = Vec::new();
-    for (i, volume) in indexed(step.get("volumes")) {
-        let v_at = pointer::join_index(&pointer::join(at, "volumes"), i);
-        if let Some(name) = volume.get("name").and_then(Value::as_str) {
-            if !shared.is_empty() && name != "workspace" && !shared.contains(name) {
-                errors.push(
-                    pointer::join(&v_at, "name"),
-                    format!(
-                        "volume `{name}` is neither `workspace` nor declared in \
-                         spec.storage.shared_volumes"
-                    ),
-                );
-            }
-        }
-        if let Some(mount) = volume.get("mount_path").and_then(Value::as_str) {
-            let mount = mount.trim_end_matches('/');
-            if mounts.iter().any(|m| paths_overlap(m, mount)) {
-                errors.push(
-                    pointer::join(&v_at, "mount_path"),
-                    format!("mount path `{mount}` overlaps another volume of this step"),
-                );
-            }
-            mounts.push(mount);
-        }
-    }
-}
-
-fn shared_volume_names(value: &Value, errors: &mut Errors) {
-    let mut names = HashSet::new();
-    for (i, volume) in array_at(value, "/spec/storage/shared_volumes") {
-        if let Some(name) = volume.get("name").and_then(Value::as_str) {
-            if name == "workspace" || !names.insert(name) {
-                errors.push(
-                    format!("/spec/storage/shared_volumes/{i}/name"),
-                    format!("volume name `{name}` is already taken"),
-                );
-            }
-        }
     }
 }
 

@@ -6,7 +6,13 @@
 //! node's ceilings), owned by (execution, state, visit). The argv runs through the sandbox's
 //! executor with output capped like `cmd.run`; a failed attempt is retried after a doubling
 //! backoff. System states run in one sandbox per execution from the node's System image, kept
-//! across System states and destroyed when the execution ends or waits.
+//! across System states and destroyed when the execution ends or waits; a System state that
+//! mounts volumes runs like a ContainerRun step instead, in a sandbox of its own.
+//!
+//! Volumes of the run (`workspaces`) are copied into a step's sandbox before its command and,
+//! for read-write mounts, out of it after (whatever the exit code); a volume that cannot be
+//! saved (over its size limit, replaced by a link) fails the step, naming it. A read-only
+//! volume at `/workspace` leaves the command no write root there.
 //!
 //! Templates never become code (issue 20): a ContainerRun argv element is rendered into exactly
 //! that element; a System `command` is read as POSIX words with every rendered value kept inside
@@ -37,6 +43,7 @@ use crate::manifest::{parse_duration, parse_quantity};
 use crate::render::{self, VALUE_ENV_PREFIX};
 use crate::sandboxes::egress::WORKFLOW_NETWORK_LABEL;
 use crate::workflow::worker::Runtime;
+use crate::workspaces::{self, Workspace};
 
 /// Grace between SIGTERM and SIGKILL when a step's command times out.
 const KILL_GRACE_MS: u64 = 1000;
@@ -55,6 +62,8 @@ struct Container {
     timeout: Duration,
     attempts: u32,
     backoff: Duration,
+    /// The run's volumes this step mounts (`workspaces`).
+    workspace: Option<Workspace>,
 }
 
 /// The argv of a step and the environment variables that carry its values into a shell.
@@ -239,6 +248,7 @@ async fn container(ctx: &StateCtx<'_>, step: &Value, field: &str) -> Result<Cont
         }
     };
     let retry = step.get("retry").cloned().unwrap_or(Value::Null);
+    let workspace = ctx.workspace(step, field)?;
     Ok(Container {
         name,
         image,
@@ -257,6 +267,7 @@ async fn container(ctx: &StateCtx<'_>, step: &Value, field: &str) -> Result<Cont
             .get("backoff")
             .and_then(parse_duration)
             .unwrap_or(Duration::from_secs(1)),
+        workspace,
     })
 }
 
@@ -268,6 +279,8 @@ struct Ran {
     truncated: bool,
     timed_out: bool,
     duration_ms: u64,
+    /// Why the step's volumes could not be saved after the command ran: the step failed.
+    volume_error: Option<String>,
 }
 
 /// Runs `argv` in sandbox `id`; `Err` when the call itself failed (sandbox gone, refused).
@@ -330,7 +343,54 @@ async fn exec(rt: &Runtime, id: SandboxId, c: &Container) -> Result<Ran, (bool, 
         duration_ms: out["duration_ms"]
             .as_u64()
             .unwrap_or(started.elapsed().as_millis() as u64),
+        volume_error: None,
     })
+}
+
+/// Runs the step in sandbox `id` between the restore and the save of its volumes: the command
+/// finds what the last committed state (or this attempt) left, and what it leaves in read-write
+/// mounts is this attempt's draft (`workspaces`). `Err` when the call itself failed.
+async fn run_in(ctx: &StateCtx<'_>, id: SandboxId, c: &Container) -> Result<Ran, String> {
+    let Some(ws) = &c.workspace else {
+        return exec(ctx.rt, id, c).await.map_err(|(_, e)| e);
+    };
+    let d = ctx.rt.sandboxes.dispatcher().map_err(|e| e.to_string())?;
+    let names: Vec<&str> = ws.mounts.iter().map(|m| m.name.as_str()).collect();
+    match workspaces::restore(d, &ctx.rt.pool, id, ws).await {
+        Ok(restored) => {
+            ctx.event(
+                "volumes_mounted",
+                json!({"step": c.name, "volumes": names, "restored": restored}),
+            )
+            .await
+        }
+        Err(e) => {
+            let reason = format!("could not mount the step's volumes: {e}");
+            ctx.event("volumes_failed", json!({"step": c.name, "reason": reason}))
+                .await;
+            return Err(reason);
+        }
+    }
+    let mut ran = exec(ctx.rt, id, c).await.map_err(|(_, e)| e)?;
+    if ws.mounts.iter().any(|m| !m.read_only) {
+        match workspaces::save(d, &ctx.rt.pool, id, ws).await {
+            Ok(saved) => {
+                let saved: Vec<Value> = saved
+                    .iter()
+                    .map(|(name, bytes)| json!({"name": name, "bytes": bytes}))
+                    .collect();
+                ctx.event("volumes_saved", json!({"step": c.name, "volumes": saved}))
+                    .await;
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                ctx.event("volumes_failed", json!({"step": c.name, "reason": reason}))
+                    .await;
+                ran.volume_error = Some(reason);
+            }
+        }
+    }
+    Ok(ran)
 }
 
 fn labels(ctx: &StateCtx<'_>, step: &str) -> BTreeMap<String, String> {
@@ -356,6 +416,11 @@ async fn run_step(ctx: &StateCtx<'_>, c: &Container) -> Value {
         spec.limits = c.limits;
         spec.network = c.network;
         spec.labels = labels(ctx, &c.name);
+        if c.workspace.as_ref().is_some_and(Workspace::whole_workspace_read_only) {
+            // A read-only volume at /workspace: commands write only /tmp (the kernel refuses the
+            // rest), so nothing the step does there could even look kept.
+            spec.write_roots = Vec::new();
+        }
         if let Some(domains) = &c.domains {
             spec.labels
                 .insert(WORKFLOW_NETWORK_LABEL.to_owned(), domains.clone());
@@ -375,11 +440,11 @@ async fn run_step(ctx: &StateCtx<'_>, c: &Container) -> Value {
             ),
             Err(e) => (true, Err(format!("could not create the container: {e}"))),
             Ok(id) => {
-                let ran = exec(ctx.rt, id, c).await;
+                let ran = run_in(ctx, id, c).await;
                 if let Err(e) = dispatcher.destroy(id).await {
                     tracing::warn!(sandbox = %id, error = %e, "could not destroy a ContainerRun sandbox");
                 }
-                (true, ran.map_err(|(_, e)| e))
+                (true, ran)
             }
         };
         match result {
@@ -390,7 +455,7 @@ async fn run_step(ctx: &StateCtx<'_>, c: &Container) -> Value {
                         "duration_ms": ran.duration_ms, "truncated": ran.truncated, "timed_out": ran.timed_out}),
                 )
                 .await;
-                let ok = ran.exit_code == 0;
+                let ok = ran.exit_code == 0 && ran.volume_error.is_none();
                 last = json!({
                     "status": if ok { "success" } else { "failed" },
                     "exit_code": ran.exit_code, "stdout": ran.stdout, "stderr": ran.stderr,
@@ -399,6 +464,14 @@ async fn run_step(ctx: &StateCtx<'_>, c: &Container) -> Value {
                     "output": {"exit_code": ran.exit_code, "stdout": ran.stdout, "stderr": ran.stderr,
                                "duration_ms": ran.duration_ms, "attempts": attempt},
                 });
+                if let Some(error) = ran.volume_error {
+                    // The command ran, but what it left could not be kept: no exit code may
+                    // read as success (`exit_code_zero`, `on_success`); the code stays visible.
+                    last["error"] = json!(error);
+                    last["command_exit_code"] = json!(ran.exit_code);
+                    last["exit_code"] = Value::Null;
+                    last["output"]["exit_code"] = Value::Null;
+                }
                 if ok {
                     return last;
                 }
@@ -547,7 +620,7 @@ pub(super) async fn system(ctx: &StateCtx<'_>) -> Step {
         "image": ctx.rt.system_image,
         "command": ctx.body["command"].as_str().unwrap_or_default(),
     });
-    for key in ["env", "workdir", "shell"] {
+    for key in ["env", "workdir", "shell", "volumes"] {
         if let Some(v) = ctx.body.get(key) {
             step[key] = v.clone();
         }
@@ -556,6 +629,11 @@ pub(super) async fn system(ctx: &StateCtx<'_>) -> Step {
         Ok(c) => c,
         Err(e) => return Step::Output(json!({"status": "failed", "error": e}), Vec::new()),
     };
+    if c.workspace.is_some() {
+        // Volumes get a sandbox of this visit's own, so the run's System sandbox never holds
+        // a stale copy of them.
+        return Step::Output(run_step(ctx, &c).await, Vec::new());
+    }
     let mut retried = false;
     loop {
         let id = match system_sandbox(ctx).await {

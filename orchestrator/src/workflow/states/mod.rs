@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::store::{self, NewEvent, WorkflowExecution};
 use super::worker::Runtime;
+use crate::workspaces::Workspace;
 
 pub(super) use container::destroy_system_sandbox;
 
@@ -43,6 +44,8 @@ pub(super) enum Step {
 pub(super) struct StateCtx<'a> {
     pub rt: &'a Runtime,
     pub exec: &'a WorkflowExecution,
+    /// The workflow version's manifest.
+    pub manifest: &'a Value,
     pub name: &'a str,
     pub visit: i32,
     pub body: &'a Value,
@@ -86,6 +89,22 @@ impl StateCtx<'_> {
         if let Err(err) = store::append(&self.rt.pool, self.exec.id, self.rt.me, &e).await {
             tracing::warn!(execution = %self.exec.id, error = %err, "could not record a workflow event");
         }
+    }
+
+    /// The run's volumes `item` (this state, or its step `field`, e.g. `steps[0].`) mounts,
+    /// for this attempt; `None` when it mounts none.
+    pub fn workspace(&self, item: &Value, field: &str) -> Result<Option<Workspace>, String> {
+        let ttl = self.rt.workflows.settings().volume_ttl_hours;
+        let mounts = crate::workspaces::mounts(self.manifest, item, ttl)
+            .map_err(|e| format!("spec.states.{}.{field}volumes: {e}", self.name))?;
+        Ok((!mounts.is_empty()).then(|| Workspace {
+            tenant: self.exec.tenant_id.clone(),
+            execution: self.exec.id,
+            state: self.name.to_owned(),
+            visit: self.visit,
+            attempt: self.exec.attempt,
+            mounts,
+        }))
     }
 
     /// The owner label of what this state's visit starts.

@@ -46,6 +46,7 @@ pub(super) async fn subworkflow(ctx: &StateCtx<'_>) -> Step {
                 ceiling: ctx.exec.ceiling.as_ref(),
                 allow_network_modes: &ctx.rt.allow_network_modes,
                 max_execution_secs: ctx.rt.max_execution_secs,
+                volume_max_mb: ctx.rt.workflows.settings().volume_max_mb,
             };
             let request = RunRequest {
                 name: target.to_owned(),
