@@ -339,7 +339,8 @@ pub async fn sweep(pool: &PgPool) -> Result<u64, sqlx::Error> {
     Ok(done.rows_affected())
 }
 
-/// Runs [`sweep`] every `volumes.sweep_interval_secs` until shutdown.
+/// Runs [`sweep`] (and the workflow volumes' `workspaces::sweep`) every
+/// `volumes.sweep_interval_secs` until shutdown.
 pub async fn sweep_periodically(state: AppState, shutdown: CancellationToken) {
     let every = Duration::from_secs(state.config.volumes.sweep_interval_secs.max(1));
     loop {
@@ -351,6 +352,11 @@ pub async fn sweep_periodically(state: AppState, shutdown: CancellationToken) {
             Ok(0) => {}
             Ok(n) => tracing::info!(volumes = n, "expired agent volumes deleted"),
             Err(e) => tracing::warn!(error = %e, "could not sweep expired agent volumes"),
+        }
+        match crate::workspaces::sweep(&state.pool).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(rows = n, "expired workflow volumes deleted"),
+            Err(e) => tracing::warn!(error = %e, "could not sweep expired workflow volumes"),
         }
     }
 }

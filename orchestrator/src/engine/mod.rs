@@ -170,6 +170,8 @@ pub struct WorkflowLink {
     pub state: String,
     /// Visit number of that state.
     pub visit: i32,
+    /// The run's volumes the state mounts into the agent's sandbox (`workspaces`).
+    pub workspace: Option<crate::workspaces::Workspace>,
 }
 
 impl Engine {
@@ -241,11 +243,14 @@ impl Engine {
                 validate::SUPPORTED.join(", ")
             )));
         }
-        crate::volumes::check(
-            &crate::volumes::of_manifest(&def.manifest),
-            &state.config.volumes,
-        )
-        .map_err(|e| ExecError::Unsupported(e.to_string()))?;
+        let own_volumes = crate::volumes::of_manifest(&def.manifest);
+        crate::volumes::check(&own_volumes, &state.config.volumes)
+            .map_err(|e| ExecError::Unsupported(e.to_string()))?;
+        let workspace = req.workflow.as_ref().and_then(|w| w.workspace.clone());
+        if let Some(ws) = &workspace {
+            crate::workspaces::clash_with_agent_volumes(ws, &def.name, &own_volumes)
+                .map_err(ExecError::Unsupported)?;
+        }
         let id = Uuid::new_v4();
         // Depth and principal come from the parent; a key or session is its own principal.
         let (principal, depth) = match req.parent {
@@ -310,6 +315,8 @@ impl Engine {
             config: self.config.clone(),
             ceiling: Ceiling::of(caller),
             model: req.model,
+            workspace,
+            workspace_restored: std::sync::atomic::AtomicBool::new(false),
         };
         tokio::spawn(crate::metrics::through(door, job.run()));
         Ok(id)

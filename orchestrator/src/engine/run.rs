@@ -34,6 +34,10 @@ pub(super) struct Job {
     pub ceiling: Option<super::Ceiling>,
     /// The LLM alias asked instead of the manifest's (a judge's validator named it).
     pub model: Option<String>,
+    /// The workflow volumes its state mounts (`workspaces`), if it runs for a workflow state.
+    pub workspace: Option<crate::workspaces::Workspace>,
+    /// Set once they were copied into the sandbox: only then are they saved from it.
+    pub workspace_restored: std::sync::atomic::AtomicBool,
 }
 
 /// How an execution ended.
@@ -156,6 +160,12 @@ impl Job {
             // Persistent volumes go back to their rows before the sandbox goes; a volume over
             // its size_limit is not saved and fails an execution that would have completed.
             if let Err(reason) = self.save_volumes(id).await {
+                if matches!(outcome, Outcome::Completed(_)) {
+                    outcome = Outcome::Failed(reason);
+                }
+            }
+            // So do the workflow volumes it mounted (a draft of its state's attempt).
+            if let Err(reason) = self.save_workspace(id).await {
                 if matches!(outcome, Outcome::Completed(_)) {
                     outcome = Outcome::Failed(reason);
                 }
@@ -326,6 +336,73 @@ impl Job {
         }
     }
 
+    /// Copies the workflow volumes its state mounts into the sandbox.
+    async fn restore_workspace(&self, sandbox: SandboxId) -> Result<(), String> {
+        let Some(ws) = &self.workspace else {
+            return Ok(());
+        };
+        let dispatcher = self
+            .state
+            .sandboxes
+            .dispatcher()
+            .map_err(|e| format!("could not mount the workflow's volumes: {e}"))?;
+        let names: Vec<&str> = ws.mounts.iter().map(|m| m.name.as_str()).collect();
+        match crate::workspaces::restore(dispatcher, &self.state.pool, sandbox, ws).await {
+            Ok(restored) => {
+                self.workspace_restored
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                self.event(
+                    "workflow_volumes_mounted",
+                    json!({"volumes": names, "restored": restored, "state": ws.state}),
+                )
+                .await;
+                Ok(())
+            }
+            Err(e) => {
+                let reason = format!("could not mount the workflow's volumes: {e}");
+                self.event("workflow_volumes_failed", json!({"reason": reason}))
+                    .await;
+                Err(reason)
+            }
+        }
+    }
+
+    /// Copies the read-write workflow volumes out of the sandbox (if they were copied in).
+    async fn save_workspace(&self, sandbox: SandboxId) -> Result<(), String> {
+        let Some(ws) = &self.workspace else {
+            return Ok(());
+        };
+        if !ws.mounts.iter().any(|m| !m.read_only)
+            || !self
+                .workspace_restored
+                .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Ok(());
+        }
+        let dispatcher = self
+            .state
+            .sandboxes
+            .dispatcher()
+            .map_err(|e| e.to_string())?;
+        match crate::workspaces::save(dispatcher, &self.state.pool, sandbox, ws).await {
+            Ok(saved) => {
+                let saved: Vec<Value> = saved
+                    .iter()
+                    .map(|(name, bytes)| json!({"name": name, "bytes": bytes}))
+                    .collect();
+                self.event("workflow_volumes_saved", json!({"volumes": saved}))
+                    .await;
+                Ok(())
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                self.event("workflow_volumes_failed", json!({"reason": reason}))
+                    .await;
+                Err(reason)
+            }
+        }
+    }
+
     /// The caller tool calls are made as: the execution, under the agent's security context and
     /// never above the rights of whoever started it (its ceiling).
     async fn caller(&self) -> Result<Caller, String> {
@@ -454,6 +531,17 @@ impl Job {
             if let Err(reason) = self.restore_volumes(id).await {
                 return Outcome::Failed(reason);
             }
+            if let Err(reason) = self.restore_workspace(id).await {
+                return Outcome::Failed(reason);
+            }
+        } else if let Some(ws) = &self.workspace {
+            // Nothing to mount them in; the agent could not touch files anyway.
+            let names: Vec<&str> = ws.mounts.iter().map(|m| m.name.as_str()).collect();
+            self.event(
+                "workflow_volumes_not_mounted",
+                json!({"volumes": names, "reason": "the agent offers no tool that runs in a sandbox (fs.*, cmd.run), so it gets no sandbox to mount them in"}),
+            )
+            .await;
         }
 
         let instruction = view.instruction();

@@ -49,5 +49,6 @@ mod workflow_schedule;
 mod workflow_scope;
 mod workflow_validation;
 mod workflow_wakeup;
+mod workflow_workspace;
 mod workflows;
 mod workflows_crash;

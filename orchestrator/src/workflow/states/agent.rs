@@ -6,7 +6,8 @@
 //! weight, and, below [`PASS_SCORE`], runs the agent again with the judges' reasoning appended,
 //! up to `max_iterations`. `ParallelAgents` runs its agents at once and combines their
 //! `{score, confidence}` answers by the consensus rules of the judge validators
-//! (`engine::validate::consensus`).
+//! (`engine::validate::consensus`). An `Agent` state's `volumes` are mounted into its agent's
+//! sandbox (`workspaces`), each iteration seeing what the previous one left.
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use uuid::Uuid;
 
 use super::{StateCtx, Step};
 use crate::engine::{store as exec_store, validate, ExecuteRequest, WorkflowLink};
+use crate::workspaces::Workspace;
 
 /// Weighted judge score an answer needs to be accepted.
 pub(super) const PASS_SCORE: f64 = 0.7;
@@ -55,6 +57,7 @@ async fn run_child(
     intent: Option<String>,
     role: &str,
     timeout: Duration,
+    workspace: Option<Workspace>,
 ) -> Result<Child, String> {
     let request = ExecuteRequest {
         agent: agent.to_owned(),
@@ -66,6 +69,7 @@ async fn run_child(
             execution_id: ctx.exec.id,
             state: ctx.name.to_owned(),
             visit: ctx.visit,
+            workspace,
         }),
         model: None,
     };
@@ -139,6 +143,11 @@ pub(super) async fn agent(ctx: &StateCtx<'_>) -> Step {
         },
         None => ctx.exec.intent.clone(),
     };
+    // The state's volumes go into the agent's sandbox (not its judges').
+    let workspace = match ctx.workspace(body, "") {
+        Ok(w) => w,
+        Err(e) => return Step::Fail(e),
+    };
     let judges = body["judges"].as_array().cloned().unwrap_or_default();
     let max_iterations = if judges.is_empty() {
         1
@@ -161,6 +170,7 @@ pub(super) async fn agent(ctx: &StateCtx<'_>) -> Step {
             intent.clone(),
             "agent",
             timeout,
+            workspace.clone(),
         )
         .await
         {
@@ -214,6 +224,7 @@ pub(super) async fn agent(ctx: &StateCtx<'_>) -> Step {
                 Some("judge the output".into()),
                 "judge",
                 timeout,
+                None,
             )
             .await;
             let parsed = verdict
@@ -317,6 +328,7 @@ pub(super) async fn parallel(ctx: &StateCtx<'_>) -> Step {
             ctx.exec.intent.clone(),
             "parallel",
             *timeout,
+            None,
         )
     });
     let results = futures_util::future::join_all(runs).await;
