@@ -129,7 +129,11 @@ fn sandbox_error(name: &str, e: DispatchError) -> WorkspaceError {
 /// The mounts of `item` (a state, or a step of a ParallelContainerRun) with their volumes'
 /// settings; an undeclared name or a path outside the workspace is an error (a version stored
 /// before the deploy checks refused them).
-pub fn mounts(manifest: &Value, item: &Value, default_ttl_hours: u64) -> Result<Vec<Mount>, String> {
+pub fn mounts(
+    manifest: &Value,
+    item: &Value,
+    default_ttl_hours: u64,
+) -> Result<Vec<Mount>, String> {
     let declared = declared_volumes(manifest);
     volume_mounts(item)
         .into_iter()
@@ -169,7 +173,10 @@ pub fn problems(manifest: &Value, max_size_mb: u64) -> Vec<String> {
         .into_iter()
         .map(|(pointer, problem)| format!("{}: {problem}", at(&pointer)))
         .collect();
-    if manifest.pointer("/spec/storage/workspace/volume_id").is_some() {
+    if manifest
+        .pointer("/spec/storage/workspace/volume_id")
+        .is_some()
+    {
         out.push(
             "spec.storage.workspace.volume_id: attaching an existing volume is not supported: \
              a run's volumes belong to it (remove volume_id to give the run its own workspace)"
@@ -425,9 +432,13 @@ mod tests {
             ]
         );
         let outside = json!({"volumes": [{"name": "workspace", "mount_path": "/etc"}]});
-        assert!(mounts(&manifest, &outside, 168).unwrap_err().contains("outside"));
+        assert!(mounts(&manifest, &outside, 168)
+            .unwrap_err()
+            .contains("outside"));
         let unknown = json!({"volumes": [{"name": "other", "mount_path": "/workspace"}]});
-        assert!(mounts(&manifest, &unknown, 168).unwrap_err().contains("not declared"));
+        assert!(mounts(&manifest, &unknown, 168)
+            .unwrap_err()
+            .contains("not declared"));
     }
 
     #[test]
@@ -436,7 +447,10 @@ mod tests {
             "states": {"S": {"kind": "System", "volumes": [{"name": "x", "mount_path": "/workspace"}]}}}});
         let p = problems(&manifest, 256);
         assert_eq!(p.len(), 3, "{p:?}");
-        assert!(p[0].starts_with("spec.states.S.volumes.0.name: volume `x`"), "{p:?}");
+        assert!(
+            p[0].starts_with("spec.states.S.volumes.0.name: volume `x`"),
+            "{p:?}"
+        );
         assert!(p[1].contains("volume_id"), "{p:?}");
         assert!(p[2].contains("volumes.max_size_mb"), "{p:?}");
     }

@@ -744,8 +744,14 @@ impl Run<'_> {
             state,
             json!({"by": "request", "removed": removed, "final_blackboard": self.row.blackboard}),
         )];
-        self.end("cancelled", Some("cancelled".to_owned()), None, events, false)
-            .await
+        self.end(
+            "cancelled",
+            Some("cancelled".to_owned()),
+            None,
+            events,
+            false,
+        )
+        .await
     }
 
     async fn execution_timeout(&mut self, state: &str, visit: i32, body: &Value) -> bool {
@@ -769,8 +775,7 @@ impl Run<'_> {
             &self.row.current_state,
             json!({"reason": reason, "final_blackboard": self.row.blackboard}),
         ));
-        self.end("failed", Some(reason), None, events, false)
-            .await
+        self.end("failed", Some(reason), None, events, false).await
     }
 
     async fn finish_completed(

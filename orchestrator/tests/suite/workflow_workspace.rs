@@ -322,7 +322,10 @@ async fn an_agent_writes_a_program_and_a_container_run_tests_it_in_the_same_work
     let test = &e["blackboard"]["TEST"];
     assert_eq!(test["exit_code"], 1, "{test}");
     assert!(
-        test["stderr"].as_str().unwrap().contains("AssertionError: -1 != 5"),
+        test["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("AssertionError: -1 != 5"),
         "{test}"
     );
 }
@@ -402,7 +405,10 @@ async fn every_run_has_its_own_volumes_removed_at_its_end_or_kept_for_their_ttl(
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while h.stored(first).await != (0, 0) {
-        assert!(Instant::now() < deadline, "the expired volume was never swept");
+        assert!(
+            Instant::now() < deadline,
+            "the expired volume was never swept"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(h.stored(second).await, (1, 0));

@@ -16,9 +16,9 @@
 use serde_json::{json, Map, Value};
 
 use super::agent::{AgentView, RuntimeRef, CMD_DISPATCHER, CMD_RUN};
+use super::error::{ManifestError, Stage};
 use super::units::parse_quantity;
 use super::volumes::WORKSPACE_VOLUME;
-use super::error::{ManifestError, Stage};
 use super::{pointer, ManifestKind, NodeKnowledge};
 
 /// What normalisation did: notes for each rewrite, errors for older forms it cannot rewrite.
@@ -736,7 +736,10 @@ fn workflow_volume_list(value: &mut Value, out: &mut Normalised) {
             (Some(Value::Bool(true)), None) => "persistent",
             (Some(Value::Bool(false)), None) | (None, None) => "ephemeral",
             (Some(_), None) => {
-                out.refuse(pointer::join(&at, "persistent"), "`persistent` is true or false");
+                out.refuse(
+                    pointer::join(&at, "persistent"),
+                    "`persistent` is true or false",
+                );
                 continue;
             }
             (None, Some(class)) => match class.as_str() {
@@ -888,7 +891,9 @@ fn storage_size_limits(value: &mut Value, out: &mut Normalised) {
             fields.insert(current.into(), bytes.into());
             out.note(
                 limit_at,
-                format!("`size_limit: {written}` (older AEGIS spelling) is `size_limit_bytes: {bytes}`"),
+                format!(
+                    "`size_limit: {written}` (older AEGIS spelling) is `size_limit_bytes: {bytes}`"
+                ),
             );
         }
     }
@@ -962,7 +967,10 @@ fn mounts_of(at: &str, item: &mut Value, out: &mut Normalised) {
             } else {
                 match volume.as_str().map(mounted_volume) {
                     Some(Ok(name)) => {
-                        changes.push(format!("`volume: {}` is `name: {name}`", volume.as_str().unwrap_or_default()));
+                        changes.push(format!(
+                            "`volume: {}` is `name: {name}`",
+                            volume.as_str().unwrap_or_default()
+                        ));
                         fields.remove("volume");
                         fields.insert("name".into(), name.into());
                     }
@@ -1317,11 +1325,18 @@ mod tests {
         let odd = json!({"spec": {"storage": {"workspace": {"size_limit": "1536Ki"}}}});
         let (value, out) = run(ManifestKind::Workflow, odd, None);
         assert_eq!(value["spec"]["storage"]["workspace"]["size_limit_mb"], 2);
-        assert!(out.notes[0].message.contains("rounded up"), "{:?}", out.notes);
+        assert!(
+            out.notes[0].message.contains("rounded up"),
+            "{:?}",
+            out.notes
+        );
 
         // Both spellings, or a size that is not one: refused at the key, nothing rewritten.
         for (bad, says) in [
-            (json!({"size_limit": "2Gi", "size_limit_mb": 10}), "give only one"),
+            (
+                json!({"size_limit": "2Gi", "size_limit_mb": 10}),
+                "give only one",
+            ),
             (json!({"size_limit": "lots"}), "is a size"),
         ] {
             let w = json!({"spec": {"storage": {"workspace": bad.clone()}}});
@@ -1370,7 +1385,10 @@ mod tests {
         assert!(at.contains(&"/spec/volumes"), "{at:?}");
         assert!(at.contains(&"/spec/storage/workspace/size_limit"), "{at:?}");
         assert!(at.contains(&"/spec/states/WRITE/volumes/0"), "{at:?}");
-        assert!(out.notes.iter().all(|n| n.message.starts_with("normalised: ")));
+        assert!(out
+            .notes
+            .iter()
+            .all(|n| n.message.starts_with("normalised: ")));
 
         // A volume chosen at run time, or both spellings: refused by pointer.
         let runtime = json!({"spec": {"states": {"A": {"kind": "Agent", "volumes": [
@@ -1387,7 +1405,11 @@ mod tests {
                 "/spec/states/A/volumes/2/access_mode"
             ]
         );
-        assert!(out.errors[0].message.contains("chosen at run time"), "{:?}", out.errors);
+        assert!(
+            out.errors[0].message.contains("chosen at run time"),
+            "{:?}",
+            out.errors
+        );
 
         // The workspace declared twice, or a key that is not a volume setting.
         let twice = json!({"spec": {"storage": {"workspace": {}},

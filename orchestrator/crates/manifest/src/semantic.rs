@@ -729,12 +729,7 @@ fn condition_misfit(condition: &str, kind: &str) -> Option<String> {
 }
 
 /// Rules that depend on the state kind and that the schema cannot express.
-fn state_kind_rules(
-    at: &str,
-    state: &Value,
-    node: &NodeKnowledge<'_>,
-    errors: &mut Errors,
-) {
+fn state_kind_rules(at: &str, state: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
     if let Some(handler) = state.get("output_handler") {
         output_handler(&pointer::join(at, "output_handler"), handler, node, errors);
     }

@@ -52,7 +52,9 @@ pub fn declared_volumes(manifest: &Value) -> Vec<DeclaredVolume> {
     let storage = manifest.pointer("/spec/storage");
     let workspace = storage.and_then(|s| s.get(WORKSPACE_VOLUME));
     let class = |v: Option<&Value>| {
-        v.and_then(|v| v.get("storage_class")).and_then(Value::as_str) == Some("persistent")
+        v.and_then(|v| v.get("storage_class"))
+            .and_then(Value::as_str)
+            == Some("persistent")
     };
     let ttl = |v: Option<&Value>| v.and_then(|v| v.get("ttl_hours")).and_then(Value::as_u64);
     let mut out = vec![DeclaredVolume {
@@ -235,8 +237,7 @@ pub fn volume_problems(manifest: &Value) -> Vec<(String, String)> {
                     pointer::join(&v_at, "name"),
                     format!("volume `{name}` is mounted twice by this state"),
                 ));
-            } else if let Some((other, other_path)) =
-                mounted.iter().find(|(_, p)| overlap(p, path))
+            } else if let Some((other, other_path)) = mounted.iter().find(|(_, p)| overlap(p, path))
             {
                 problems.push((
                     pointer::join(&v_at, "mount_path"),
@@ -268,10 +269,7 @@ fn parallel_writers(manifest: &Value) -> Vec<(String, String)> {
         let mut writers: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
         let steps = state.get("steps").and_then(Value::as_array);
         for (i, step) in steps.into_iter().flatten().enumerate() {
-            let step_name = step
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let step_name = step.get("name").and_then(Value::as_str).unwrap_or_default();
             let entries = step.get("volumes").and_then(Value::as_array);
             for (j, entry) in entries.into_iter().flatten().enumerate() {
                 if entry.get("read_only").and_then(Value::as_bool) == Some(true) {
@@ -338,7 +336,10 @@ mod tests {
             json!({}),
         );
         let v = declared_volumes(&w);
-        assert_eq!((v[0].persistent, v[0].size_limit_bytes, v[0].ttl_hours), (true, 2 << 20, Some(3)));
+        assert_eq!(
+            (v[0].persistent, v[0].size_limit_bytes, v[0].ttl_hours),
+            (true, 2 << 20, Some(3))
+        );
         assert_eq!((v[1].name.as_str(), v[1].size_limit_bytes), ("cache", 10));
     }
 
@@ -347,7 +348,15 @@ mod tests {
         for ok in ["/workspace", "/workspace/", "/workspace/a/b"] {
             assert_eq!(mount_path_problem(ok), None, "{ok}");
         }
-        for bad in ["/", "/etc", "/workspaces", "/workspace/../etc", "/workspace//a", "/workspace/./a", "relative"] {
+        for bad in [
+            "/",
+            "/etc",
+            "/workspaces",
+            "/workspace/../etc",
+            "/workspace//a",
+            "/workspace/./a",
+            "relative",
+        ] {
             assert!(mount_path_problem(bad).is_some(), "{bad}");
         }
     }
@@ -384,10 +393,14 @@ mod tests {
         );
         let parallel = &problems[4].1;
         assert!(
-            parallel.contains("`workspace`") && parallel.contains("`test` and `lint`") && parallel.contains("state `P`"),
+            parallel.contains("`workspace`")
+                && parallel.contains("`test` and `lint`")
+                && parallel.contains("state `P`"),
             "{parallel}"
         );
         assert!(mounts_volumes(&w));
-        assert!(!mounts_volumes(&json!({"spec": {"states": {"H": {"kind": "Human"}}}})));
+        assert!(!mounts_volumes(
+            &json!({"spec": {"states": {"H": {"kind": "Human"}}}})
+        ));
     }
 }

@@ -416,7 +416,10 @@ async fn run_step(ctx: &StateCtx<'_>, c: &Container) -> Value {
         spec.limits = c.limits;
         spec.network = c.network;
         spec.labels = labels(ctx, &c.name);
-        if c.workspace.as_ref().is_some_and(Workspace::whole_workspace_read_only) {
+        if c.workspace
+            .as_ref()
+            .is_some_and(Workspace::whole_workspace_read_only)
+        {
             // A read-only volume at /workspace: commands write only /tmp (the kernel refuses the
             // rest), so nothing the step does there could even look kept.
             spec.write_roots = Vec::new();
