@@ -217,7 +217,9 @@ pub fn clash_with_agent_volumes(
     for m in &ws.mounts {
         if let Some(v) = own.iter().find(|v| overlap(&v.mount_path, &m.mount_path)) {
             return Err(format!(
-                "workflow state `{}` mounts volume `{}` at {}, which overlaps agent `{agent}`'s                  own volume `{}` at {}: mount the workflow volume at another path beneath                  /workspace",
+                "workflow state `{}` mounts volume `{}` at {}, which overlaps agent `{agent}`'s \
+                 own volume `{}` at {}: mount the workflow volume at another path beneath \
+                 /workspace",
                 ws.state, m.name, m.mount_path, v.name, v.mount_path
             ));
         }

@@ -949,3 +949,134 @@ spec:
     .unwrap();
     assert_eq!(left, 0, "the ended run left volume rows");
 }
+
+/// An Agent state's read-only mount keeps nothing of what the agent writes; an agent without a
+/// sandbox tool gets nothing mounted (and says so); a workflow volume on top of the agent's own
+/// `spec.volumes` is refused when the agent starts, naming both.
+#[tokio::test]
+async fn agent_states_mount_only_where_it_is_safe() {
+    let h = harness(vec![
+        tool_calls(&[(
+            "fs__write",
+            json!({"path": "/workspace/ignored.txt", "content": "not kept"}),
+        )]),
+        answer("wrote into a read-only mount"),
+        answer("nothing to write with"),
+    ])
+    .await;
+    let agent = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: {name}
+  version: \"1.0.0\"
+spec:
+  runtime: {{language: busybox, version: \"1\"}}
+  task:
+    instruction: Work.
+{extra}"
+        )
+    };
+    h.deploy(
+        "/v1/agents",
+        &agent(
+            "reader",
+            "  tools: [fs.write]\n  security:\n    filesystem: {read: [/workspace], write: [/workspace]}\n",
+        ),
+    )
+    .await;
+    h.deploy("/v1/agents", &agent("talker", "")).await;
+    h.deploy(
+        "/v1/agents",
+        &agent(
+            "keeper",
+            "  tools: [fs.read]\n  volumes:\n    - {name: own, storage_class: ephemeral, mount_path: /workspace/own, access_mode: read-write, size_limit: 1Mi}\n",
+        ),
+    )
+    .await;
+    let manifest = "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: agents
+  version: \"1.0.0\"
+spec:
+  initial_state: READ
+  states:
+    READ:
+      kind: Agent
+      agent: reader
+      input: write
+      volumes: [{name: workspace, mount_path: /workspace, read_only: true}]
+      transitions: [{condition: on_success, target: TALK}]
+    TALK:
+      kind: Agent
+      agent: talker
+      input: talk
+      volumes: [{name: workspace, mount_path: /workspace}]
+      transitions: [{condition: on_success, target: KEEP}]
+    KEEP:
+      kind: Agent
+      agent: keeper
+      input: keep
+      volumes: [{name: workspace, mount_path: /workspace}]
+      transitions: [{condition: on_failure, target: LIST}]
+    LIST:
+      kind: ContainerRun
+      name: list
+      image: aegis-runtime/busybox:1
+      command: [ls, -A, /workspace]
+      volumes: [{name: workspace, mount_path: /workspace, read_only: true}]
+      transitions: []
+";
+    h.deploy("/v1/workflows", manifest).await;
+    let (_, e) = h.run_to_end("agents", json!({})).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    let bb = &e["blackboard"];
+    // The write happened in the reader's sandbox and was not kept.
+    assert_eq!(bb["READ"]["status"], "completed", "{}", bb["READ"]);
+    assert_eq!(bb["LIST"]["stdout"], "", "{}", bb["LIST"]);
+    let agent_events = |id: Value| {
+        let app = &h.app;
+        async move {
+            let body: Value = app
+                .admin(
+                    Method::GET,
+                    &format!("/v1/executions/{}/events?limit=1000", id.as_str().unwrap()),
+                )
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            body["events"].as_array().unwrap().clone()
+        }
+    };
+    let read = agent_events(bb["READ"]["execution_id"].clone()).await;
+    let kinds: Vec<&str> = read
+        .iter()
+        .map(|e| e["event_type"].as_str().unwrap_or_default())
+        .collect();
+    assert!(kinds.contains(&"workflow_volumes_mounted"), "{kinds:?}");
+    assert!(!kinds.contains(&"workflow_volumes_saved"), "{kinds:?}");
+    let talk = agent_events(bb["TALK"]["execution_id"].clone()).await;
+    let unmounted: Vec<&Value> = talk
+        .iter()
+        .filter(|e| e["event_type"] == "workflow_volumes_not_mounted")
+        .collect();
+    assert_eq!(unmounted.len(), 1, "{talk:#?}");
+    assert!(unmounted[0]["payload"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no tool that runs in a sandbox"));
+    // The keeper never started: its own volume sits where the workflow volume would go.
+    let keep = &bb["KEEP"];
+    assert_eq!(keep["status"], "failed", "{keep}");
+    assert!(
+        keep["error"].as_str().unwrap().contains(
+            "mounts volume `workspace` at /workspace, which overlaps agent `keeper`'s own volume `own` at /workspace/own"
+        ),
+        "{keep}"
+    );
+}
