@@ -52,7 +52,8 @@ pub struct NodeConfig {
     /// External MCP servers whose tools manifests offer as `mcp:<server>[/<tool>]`: name,
     /// Streamable HTTP URL (reached under the egress rules), credentials by variable name.
     pub mcp_servers: Vec<crate::mcp_servers::McpServerConfig>,
-    /// Persistent agent volumes (`spec.volumes`): size ceiling, default lifetime, sweep.
+    /// Persistent agent volumes (`spec.volumes`) and workflow volumes (`spec.storage`): size
+    /// ceiling, default lifetime, sweep.
     pub volumes: VolumesConfig,
     /// Result delivery (`spec.execution.delivery`): signing secrets, retries, polling.
     pub delivery: crate::delivery::DeliveryConfig,
