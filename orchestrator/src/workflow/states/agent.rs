@@ -24,6 +24,8 @@ pub(super) const PASS_SCORE: f64 = 0.7;
 const POLL: Duration = Duration::from_millis(100);
 /// Default wait for one agent when the state sets no timeout.
 const DEFAULT_AGENT_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a child that mounts the run's volumes is given to stop after a cancel.
+const STOP_WAIT: Duration = Duration::from_secs(30);
 
 /// How a child ended.
 struct Child {
@@ -59,6 +61,7 @@ async fn run_child(
     timeout: Duration,
     workspace: Option<Workspace>,
 ) -> Result<Child, String> {
+    let mounts = workspace.is_some();
     let request = ExecuteRequest {
         agent: agent.to_owned(),
         version: None,
@@ -110,6 +113,11 @@ async fn run_child(
                 .host
                 .cancel_agent(ctx.exec.tenant_id.clone(), id)
                 .await;
+            if mounts {
+                // What it leaves in the run's volumes is saved as it stops: wait for that, so
+                // the state's commit takes all of it or (past the wait) none of it.
+                stopped(ctx, id).await;
+            }
             return Err(format!(
                 "agent `{agent}` did not finish within {} s",
                 timeout.as_secs()
@@ -122,6 +130,19 @@ async fn run_child(
             }
             _ = tokio::time::sleep(POLL) => {}
         }
+    }
+}
+
+/// Waits (at most [`STOP_WAIT`]) for a cancelled child to record its end.
+async fn stopped(ctx: &StateCtx<'_>, id: Uuid) {
+    let deadline = tokio::time::Instant::now() + STOP_WAIT;
+    while tokio::time::Instant::now() < deadline && !ctx.token.is_cancelled() {
+        match exec_store::get(&ctx.rt.pool, &ctx.exec.tenant_id, id).await {
+            Ok(Some(e)) if exec_store::is_terminal(&e.status) => return,
+            Ok(None) => return,
+            _ => {}
+        }
+        tokio::time::sleep(POLL).await;
     }
 }
 
