@@ -628,6 +628,9 @@ impl Run<'_> {
     ) -> bool {
         let mut visits = self.row.visits.clone();
         visits[target.as_str()] = json!(next_visit);
+        // The state being left: its volume drafts become the run's volumes with this commit.
+        let left = self.row.current_state.clone();
+        let left_visit = self.visit(&left);
         let committed = store::commit(
             &self.rt.pool,
             &Commit {
@@ -649,7 +652,7 @@ impl Run<'_> {
                 events,
                 wake_parent: None,
                 volumes: self.volumes.then_some(VolumeCommit {
-                    promote: Some((state, visit, self.row.attempt)),
+                    promote: Some((left.as_str(), left_visit, self.row.attempt)),
                 }),
             },
         )
