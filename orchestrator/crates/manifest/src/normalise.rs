@@ -65,6 +65,7 @@ pub(crate) fn normalise(
             container_step_names(value, &mut out);
             system_blackboard_updates(value, &mut out);
             workflow_volume_list(value, &mut out);
+            shared_workspace(value, &mut out);
             storage_size_limits(value, &mut out);
             state_volume_mounts(value, &mut out);
         }
@@ -817,6 +818,67 @@ fn workflow_volume_list(value: &mut Value, out: &mut Normalised) {
     );
 }
 
+/// AEGIS examples also declare the workspace as a shared volume named `workspace` (AEGIS wants
+/// every mounted name in `shared_volumes` once that list is used); it is the run's workspace,
+/// `spec.storage.workspace`, with `size_limit_bytes` as `size_limit_mb` (rounded up).
+fn shared_workspace(value: &mut Value, out: &mut Normalised) {
+    let Some(storage) = value
+        .pointer_mut("/spec/storage")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    if storage.contains_key(WORKSPACE_VOLUME) {
+        return; // declared twice: the semantic stage names the duplicate
+    }
+    let Some(list) = storage
+        .get_mut("shared_volumes")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    let Some(index) = list
+        .iter()
+        .position(|v| v.get("name").and_then(Value::as_str) == Some(WORKSPACE_VOLUME))
+    else {
+        return;
+    };
+    let Value::Object(mut fields) = list.remove(index) else {
+        return;
+    };
+    if list.is_empty() {
+        storage.remove("shared_volumes");
+    }
+    fields.remove("name");
+    let mut parts = Vec::new();
+    if let Some(bytes) = fields.remove("size_limit_bytes") {
+        match bytes.as_u64().filter(|b| *b > 0) {
+            Some(b) => {
+                let mb = b.div_ceil(1 << 20);
+                fields.insert("size_limit_mb".into(), mb.into());
+                parts.push(format!("`size_limit_bytes: {b}` is `size_limit_mb: {mb}`"));
+            }
+            // Not a size: left for the schema to name.
+            None => {
+                fields.insert("size_limit_bytes".into(), bytes);
+            }
+        }
+    }
+    storage.insert(WORKSPACE_VOLUME.into(), Value::Object(fields));
+    out.note(
+        pointer::join_index("/spec/storage/shared_volumes", index),
+        format!(
+            "a shared volume named `workspace` (older AEGIS form) is the run's workspace: it is \
+             now `spec.storage.workspace`{}",
+            if parts.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", parts.join("; "))
+            }
+        ),
+    );
+}
+
 /// `size_limit` written as a quantity (`2Gi`, as AEGIS examples do) is the current
 /// `size_limit_mb` of the workspace (rounded up to whole MiB) and `size_limit_bytes` of a
 /// shared volume.
@@ -1410,6 +1472,19 @@ mod tests {
             "{:?}",
             out.errors
         );
+
+        // The workspace declared as a shared volume named `workspace`.
+        let shared = json!({"spec": {"storage": {"shared_volumes": [
+            {"name": "cache", "storage_class": "ephemeral"},
+            {"name": "workspace", "storage_class": "persistent", "size_limit_bytes": 3_000_000}]}}});
+        let (value, out) = run(ManifestKind::Workflow, shared, None);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert_eq!(
+            value["spec"]["storage"],
+            json!({"workspace": {"storage_class": "persistent", "size_limit_mb": 3},
+                   "shared_volumes": [{"name": "cache", "storage_class": "ephemeral"}]})
+        );
+        assert_eq!(out.notes[0].pointer, "/spec/storage/shared_volumes/1");
 
         // The workspace declared twice, or a key that is not a volume setting.
         let twice = json!({"spec": {"storage": {"workspace": {}},
