@@ -46,8 +46,9 @@ impl Background {
         let periodic = vec![
             tokio::spawn(heartbeat(state.clone(), shutdown.clone())),
             tokio::spawn(sweep_sessions(state.clone(), shutdown.clone())),
-            tokio::spawn(crate::volumes::sweep_periodically(
-                state.clone(),
+            tokio::spawn(sweep_volumes(
+                state.pool.clone(),
+                Duration::from_secs(state.config.volumes.sweep_interval_secs.max(1)),
                 shutdown.clone(),
             )),
             tokio::spawn(
@@ -147,5 +148,26 @@ async fn sweep_sessions(state: AppState, shutdown: CancellationToken) {
             _ = tokio::time::sleep(Duration::from_secs(30)) => {}
         }
         state.gateway.sweep(&state).await;
+    }
+}
+
+/// Deletes expired agent volumes (`volumes::sweep`) and workflow volumes (`workspaces::sweep`)
+/// every `volumes.sweep_interval_secs`.
+async fn sweep_volumes(pool: sqlx::PgPool, every: Duration, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        match crate::volumes::sweep(&pool).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(volumes = n, "expired agent volumes deleted"),
+            Err(e) => tracing::warn!(error = %e, "could not sweep expired agent volumes"),
+        }
+        match crate::workspaces::sweep(&pool).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(rows = n, "expired workflow volumes deleted"),
+            Err(e) => tracing::warn!(error = %e, "could not sweep expired workflow volumes"),
+        }
     }
 }

@@ -16,6 +16,9 @@ use serde_json::Value;
 
 use crate::caller::Tier;
 
+/// The prefix of every external tool's name: `mcp:<server>/<tool>`.
+pub const EXTERNAL_PREFIX: &str = "mcp:";
+
 /// One tool of the catalog, as policy and listings see it.
 pub struct ToolSpec {
     /// Dotted name (`cmd.run`, `aegis.agent.create`).

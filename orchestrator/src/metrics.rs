@@ -305,7 +305,7 @@ impl Metrics {
     }
 
     fn tool_row(&self, tool: &str) -> usize {
-        let tool = if tool.starts_with(crate::mcp_servers::PREFIX) {
+        let tool = if tool.starts_with(crate::catalog::EXTERNAL_PREFIX) {
             EXTERNAL_TOOLS
         } else {
             tool

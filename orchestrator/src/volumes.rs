@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 use dispatcher::SandboxId;
 use serde_json::Value;
 use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::config::VolumesConfig;
@@ -337,28 +336,6 @@ pub async fn sweep(pool: &PgPool) -> Result<u64, sqlx::Error> {
         .execute(pool)
         .await?;
     Ok(done.rows_affected())
-}
-
-/// Runs [`sweep`] (and the workflow volumes' `workspaces::sweep`) every
-/// `volumes.sweep_interval_secs` until shutdown.
-pub async fn sweep_periodically(state: AppState, shutdown: CancellationToken) {
-    let every = Duration::from_secs(state.config.volumes.sweep_interval_secs.max(1));
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
-        }
-        match sweep(&state.pool).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(volumes = n, "expired agent volumes deleted"),
-            Err(e) => tracing::warn!(error = %e, "could not sweep expired agent volumes"),
-        }
-        match crate::workspaces::sweep(&state.pool).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(rows = n, "expired workflow volumes deleted"),
-            Err(e) => tracing::warn!(error = %e, "could not sweep expired workflow volumes"),
-        }
-    }
 }
 
 #[cfg(test)]

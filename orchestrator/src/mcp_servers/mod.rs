@@ -42,8 +42,7 @@ pub use config::McpServerConfig;
 use crate::egress::{DomainPolicy, Egress, Refused};
 use http::{HttpError, PinnedHttp};
 
-/// The prefix of every external tool's name: `mcp:<server>/<tool>`.
-pub const PREFIX: &str = "mcp:";
+pub use crate::catalog::EXTERNAL_PREFIX as PREFIX;
 /// Most tools taken from one server's listing.
 const MAX_TOOLS_PER_SERVER: usize = 512;
 /// Longest tool description kept, bytes.

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::{catalog, ToolContext, ToolError};
+pub use crate::arguments::serialized_len;
 use crate::audit::{self, Entry, EntryKind};
 use crate::caller::Caller;
 use crate::metrics::{self, Decision};
@@ -71,24 +72,6 @@ pub enum CallError {
 
 /// Results up to this size are repeated as JSON text in the MCP `content` block.
 pub const TEXT_COPY_MAX_BYTES: usize = 16 * 1024;
-
-/// The length of a value's compact JSON, counted without building the string.
-pub fn serialized_len(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing to a counter cannot fail, and a `Value` always serialises.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
-}
 
 /// The answer of a tool that ran.
 #[derive(Debug, Clone)]
