@@ -295,6 +295,11 @@ def semantic_agent(doc):
         errs.append((f"/spec/tools/{tools.index('cmd.run')}",
                      "cmd.run is offered but no builtin_dispatchers capability gives it a "
                      "subcommand_allowlist"))
+    memory = spec.get("execution", {}).get("memory", False)
+    memory_on = memory is True or (isinstance(memory, dict) and memory.get("enabled", True))
+    for t, tool in enumerate(tools):
+        if tool in ("aegis.memory.write", "aegis.memory.recall") and not memory_on:
+            errs.append((f"/spec/tools/{t}", f"{tool} needs spec.execution.memory, which is off"))
     names, mounts = {}, []
     for v, vol in enumerate(spec.get("volumes", [])):
         if vol["name"] in names:

@@ -332,6 +332,22 @@ const SCHEMA_FILES: &[(&str, &str)] = &[
         "web.search.json",
         include_str!("../../schemas/tools/web.search.json"),
     ),
+    (
+        "aegis.memory.write.json",
+        include_str!("../../schemas/tools/aegis.memory.write.json"),
+    ),
+    (
+        "aegis.memory.recall.json",
+        include_str!("../../schemas/tools/aegis.memory.recall.json"),
+    ),
+    (
+        "aegis.memory.list.json",
+        include_str!("../../schemas/tools/aegis.memory.list.json"),
+    ),
+    (
+        "aegis.memory.erase.json",
+        include_str!("../../schemas/tools/aegis.memory.erase.json"),
+    ),
 ];
 
 impl Catalog {

@@ -55,6 +55,9 @@ pub struct NodeConfig {
     /// Persistent agent volumes (`spec.volumes`) and workflow volumes (`spec.storage`): size
     /// ceiling, default lifetime, sweep.
     pub volumes: VolumesConfig,
+    /// Agent memory across executions (`spec.execution.memory`): note size, notes per memory,
+    /// recall budget ceiling.
+    pub memory: crate::memory::MemoryConfig,
     /// Result delivery (`spec.execution.delivery`): signing secrets, retries, polling.
     pub delivery: crate::delivery::DeliveryConfig,
     /// `/metrics` (Prometheus text format).
@@ -1014,6 +1017,8 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         ("volumes.max_size_mb", c.volumes.max_size_mb),
         ("volumes.default_ttl_hours", c.volumes.default_ttl_hours),
         ("volumes.sweep_interval_secs", c.volumes.sweep_interval_secs),
+        ("memory.max_note_bytes", c.memory.max_note_bytes),
+        ("memory.max_notes_per_scope", c.memory.max_notes_per_scope),
         ("delivery.max_attempts", u64::from(c.delivery.max_attempts)),
         ("delivery.backoff_max_secs", c.delivery.backoff_max_secs),
         ("delivery.poll_interval_ms", c.delivery.poll_interval_ms),
@@ -1022,6 +1027,15 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         if v == 0 {
             return Err(invalid(key, "expected a whole number of at least 1".into()));
         }
+    }
+    if c.memory.max_note_bytes > crate::memory::NOTE_BYTES_CEILING {
+        return Err(invalid(
+            "memory.max_note_bytes",
+            format!(
+                "expected at most {} bytes (a note is text put into prompts)",
+                crate::memory::NOTE_BYTES_CEILING
+            ),
+        ));
     }
     if c.audit.anchor_log_interval_secs == 0 {
         return Err(invalid(

@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod health;
 pub mod llm;
 pub mod mcp_servers;
+pub mod memory;
 /// Manifests without I/O live in their own crate (`orchestrator/crates/manifest`, the bottom
 /// layer); re-exported so the service's modules name them as before.
 pub use aegis_manifest as manifest;

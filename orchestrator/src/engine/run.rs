@@ -403,6 +403,60 @@ impl Job {
         }
     }
 
+    /// The memory section of this execution's prompt (`crate::memory::prompt`): the notes of
+    /// its memory that match `task` (the rendered prompt and the intent), within the manifest's
+    /// `recall_tokens` capped by the node's `memory.max_recall_tokens`. `None` when memory is
+    /// off, the budget is 0, nothing matches, or the memory cannot be read (said in the events:
+    /// the execution goes on without it).
+    async fn recall_memory(&self, task: &str) -> Option<String> {
+        let scope = match crate::memory::Scope::resolve(
+            &self.state.pool,
+            &self.tenant,
+            &self.def.name,
+            &self.def.manifest,
+            self.id,
+        )
+        .await
+        {
+            Ok(scope) => scope?,
+            Err(e) => {
+                self.event("memory_recall_failed", json!({"reason": e.to_string()}))
+                    .await;
+                return None;
+            }
+        };
+        let cap = self.state.config.memory.max_recall_tokens;
+        let budget = u64::from(scope.spec.recall_tokens).min(cap) as usize;
+        if budget == 0 {
+            return None;
+        }
+        // The query is the task's beginning: enough words to rank by, a bounded query.
+        let mut query: String = task.chars().take(4000).collect();
+        if let Some(intent) = &self.intent {
+            query.push(' ');
+            query.extend(intent.chars().take(1000));
+        }
+        let ranked =
+            match crate::memory::store::recall(&self.state.pool, &scope, Some(&query), 50, false)
+                .await
+            {
+                Ok((_, notes)) => notes,
+                Err(e) => {
+                    self.event("memory_recall_failed", json!({"reason": e.to_string()}))
+                        .await;
+                    return None;
+                }
+            };
+        let recalled = crate::memory::prompt::section(&ranked, budget);
+        self.event(
+            "memory_recalled",
+            json!({"notes": recalled.notes, "estimated_tokens": recalled.tokens,
+                "budget_tokens": budget, "matched": ranked.len()}),
+        )
+        .await;
+        (!recalled.section.is_empty()).then_some(recalled.section)
+    }
+
     /// The caller tool calls are made as: the execution, under the agent's security context and
     /// never above the rights of whoever started it (its ceiling).
     async fn caller(&self) -> Result<Caller, String> {
@@ -484,8 +538,16 @@ impl Job {
                 }
             }
         }
-        let offered: Vec<&crate::catalog::ToolSpec> = view
-            .tools()
+        // An agent with memory on is offered its memory tools without listing them.
+        let mut wanted = view.tools();
+        if view.memory().is_some() {
+            for tool in crate::memory::MEMORY_TOOLS {
+                if !wanted.iter().any(|t| t == tool) {
+                    wanted.push(tool.to_owned());
+                }
+            }
+        }
+        let offered: Vec<&crate::catalog::ToolSpec> = wanted
             .iter()
             .filter_map(|name| catalog.get(name))
             .chain(external.iter())
@@ -548,10 +610,16 @@ impl Job {
         let template = view
             .prompt_template()
             .unwrap_or("{{instruction}}\n\nInput:\n{{input}}");
-        let prompt = match render(template, instruction, self.intent.as_deref(), &self.input) {
+        let mut prompt = match render(template, instruction, self.intent.as_deref(), &self.input) {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(format!("spec.task.prompt_template: {e}")),
         };
+        // What the agent remembers of earlier executions that matches this task.
+        let memory_on = view.memory().is_some();
+        if let Some(section) = self.recall_memory(&prompt).await {
+            prompt.push_str("\n\n");
+            prompt.push_str(&section);
+        }
         let model = self.model.as_deref().unwrap_or(view.model());
         let alias = if llm.aliases().iter().any(|a| a == model) {
             Some(model)
@@ -598,11 +666,18 @@ impl Job {
                     user.push_str(&format!("- attempt {}: {f}\n", i + 1));
                 }
             }
-            let system = format!(
+            let mut system = format!(
                 "You are the agent `{}`. Use the tools offered to complete the task. Tool results come back as \
                  messages; a refused call will not succeed if retried unchanged. When done, answer with the result only.",
                 self.def.name
             );
+            if memory_on {
+                system.push_str(
+                    " You have a memory across executions: save what is worth knowing next time \
+                     with aegis__memory__write (one fact per note) and search it with \
+                     aegis__memory__recall.",
+                );
+            }
             let step = tokio::time::timeout(
                 limits.iteration_timeout,
                 self.iteration(

@@ -213,6 +213,40 @@ pub fn check_sandbox_call(tool: &str, args: &Value, policy: &SandboxPolicy) -> R
     Ok(())
 }
 
+/// Decides a call of an agent's own memory tool (`aegis.memory.write|recall`): only an agent
+/// execution whose agent has memory on (`spec.execution.memory`) may make one. `memory_on` is
+/// whether the router found such a memory for the caller; which memory it is comes from the
+/// execution, never from the arguments.
+pub fn check_memory_call(tool: &str, caller: &Caller, memory_on: bool) -> Result<(), Denial> {
+    if memory_on {
+        return Ok(());
+    }
+    let message = if caller.kind == crate::caller::CallerKind::Execution {
+        format!(
+            "`{tool}` works on the memory of an agent with `spec.execution.memory`; the agent of \
+             this execution has memory off"
+        )
+    } else {
+        format!(
+            "`{tool}` is called by agent executions with `spec.execution.memory`, on their own \
+             memory; this caller is {} `{}` (operators list and erase memories with \
+             aegis.memory.list|erase)",
+            match caller.kind {
+                crate::caller::CallerKind::ApiKey => "API key",
+                crate::caller::CallerKind::Session => "SEAL session",
+                _ => "the system",
+            },
+            caller.label
+        )
+    };
+    Err(Denial {
+        code: "memory_off",
+        message,
+        seal_code: Some(2000),
+        retry_after_secs: None,
+    })
+}
+
 /// True when `caller` would pass the checks that do not depend on arguments (for listings).
 pub fn may_see(caller: &Caller, tool: &Tool) -> bool {
     caller.tier >= tool.tier

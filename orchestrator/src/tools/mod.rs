@@ -10,6 +10,7 @@ mod discovery;
 mod execute;
 pub(crate) mod external;
 mod generate;
+mod memory;
 mod process;
 mod router;
 mod sandbox;
@@ -51,6 +52,9 @@ pub struct ToolContext<'a> {
     pub name: &'a str,
     /// The sandbox of a `cmd.run` / `fs.*` call and the policy it runs under.
     pub sandbox: Option<(dispatcher::SandboxId, Arc<crate::policy::SandboxPolicy>)>,
+    /// The calling execution's memory, for `aegis.memory.write|recall` (resolved and admitted by
+    /// the router).
+    pub memory: Option<crate::memory::Scope>,
 }
 
 /// A failure inside a tool that ran: reported to the caller as an `isError` result.
@@ -110,6 +114,7 @@ fn implemented() -> Vec<(&'static str, Handler)> {
     v.extend(generate::handlers());
     v.extend(execute::handlers());
     v.extend(web::handlers());
+    v.extend(memory::handlers());
     v
 }
 

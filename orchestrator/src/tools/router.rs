@@ -198,7 +198,8 @@ pub async fn invoke_gated(
 
 /// The steps of a call, in order: [`lookup`], [`validated`], the one policy decision
 /// (`policy::check_tool`), an operator's approval when a capability asks for one, the call's
-/// sandbox and its allowlists ([`sandbox_for`]), the agent's `tool_validation` gate; then the
+/// sandbox and its allowlists ([`sandbox_for`]), the caller's memory for the memory tools
+/// ([`memory_for`]), the agent's `tool_validation` gate; then the
 /// handler runs between its intent and completion rows ([`run_audited`]). A refusal at any step
 /// is audited here, once ([`refusal_entry`]), and returned.
 async fn route(
@@ -240,7 +241,7 @@ async fn route(
             admit(found, state, caller, name, arguments, sandbox, gate).await
         }
     };
-    let (handler, arguments, in_sandbox) = match admitted {
+    let admitted = match admitted {
         Ok(admitted) => admitted,
         Err(refused) => {
             if let Some(entry) = refusal_entry(
@@ -268,17 +269,23 @@ async fn route(
         state,
         caller,
         name,
-        sandbox: in_sandbox,
+        sandbox: admitted.sandbox,
+        memory: admitted.memory,
     };
-    run_audited(&ctx, handler, arguments, call).await
+    run_audited(&ctx, admitted.handler, admitted.arguments, call).await
 }
 
-/// A call every step allowed: its tool, its validated arguments, its sandbox and policy.
-type Admitted<'c> = (
-    super::Handler,
-    Value,
-    Option<(SandboxId, Arc<crate::policy::SandboxPolicy>)>,
-);
+/// A call every step allowed.
+struct Admitted {
+    /// Its tool's handler.
+    handler: super::Handler,
+    /// Its validated arguments.
+    arguments: Value,
+    /// Its sandbox and the policy it runs under (`cmd.run`, `fs.*`).
+    sandbox: Option<(SandboxId, Arc<crate::policy::SandboxPolicy>)>,
+    /// The calling execution's memory (`aegis.memory.write|recall`).
+    memory: Option<crate::memory::Scope>,
+}
 
 /// Where step 1 looks: the built-in catalog, then the external tool found for this call.
 #[derive(Clone, Copy)]
@@ -296,7 +303,7 @@ async fn admit<'c>(
     arguments: Value,
     sandbox: Option<SandboxId>,
     gate: Option<&dyn CallGate>,
-) -> Result<Admitted<'c>, CallError> {
+) -> Result<Admitted, CallError> {
     let (tool, handler) = lookup(found, name)?;
     let arguments = validated(tool, name, arguments)?;
     let denied = |denial| CallError::Denied {
@@ -312,11 +319,17 @@ async fn admit<'c>(
     let in_sandbox = sandbox_for(state, name, &arguments, sandbox)
         .await
         .map_err(denied)?;
+    let memory = memory_for(state, caller, name).await.map_err(denied)?;
     // The agent's tool_validation judges, after every rule allowed the call and before it runs.
     if let Some(gate) = gate {
         gate.admit(name, &arguments).await.map_err(denied)?;
     }
-    Ok((handler, arguments, in_sandbox))
+    Ok(Admitted {
+        handler,
+        arguments,
+        sandbox: in_sandbox,
+        memory,
+    })
 }
 
 /// Step 1: the tool, from the catalog of what this node implements (built in, or listed by
@@ -387,6 +400,29 @@ async fn sandbox_for(
     let sandbox_policy = found.map_err(|e| refused("sandbox_unavailable", e.to_string()))?;
     policy::check_sandbox_call(name, arguments, &sandbox_policy)?;
     Ok(Some((id, sandbox_policy)))
+}
+
+/// Step 5b: for `aegis.memory.write|recall`, the calling execution's own memory
+/// (`memory::Scope::of_caller`), which the policy requires (`policy::check_memory_call`); the
+/// handler gets it, so no argument ever names a memory. Other tools have none.
+async fn memory_for(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+) -> Result<Option<crate::memory::Scope>, policy::Denial> {
+    if !crate::memory::is_agent_tool(name) {
+        return Ok(None);
+    }
+    let found = crate::memory::Scope::of_caller(&state.pool, caller)
+        .await
+        .map_err(|e| policy::Denial {
+            code: "memory_unavailable",
+            message: format!("the caller's memory cannot be read: {e}"),
+            seal_code: None,
+            retry_after_secs: None,
+        })?;
+    policy::check_memory_call(name, caller, found.is_some())?;
+    Ok(found)
 }
 
 /// The audit row of a refusal before the handler ran (none for the node's own failures: the

@@ -17,6 +17,22 @@ pub const CMD_DISPATCHER: &str = "cmd";
 /// Name of the tool that runs commands.
 pub const CMD_RUN: &str = "cmd.run";
 
+/// The tools an agent with memory on is offered (`spec.execution.memory`), whether or not its
+/// `spec.tools` lists them; listed without memory on, the manifest is refused.
+pub const MEMORY_TOOLS: [&str; 2] = ["aegis.memory.write", "aegis.memory.recall"];
+
+/// Recall budget of a memory without `recall_tokens`, in estimated tokens.
+pub const DEFAULT_RECALL_TOKENS: u32 = 1000;
+
+/// `spec.execution.memory` when it is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemorySpec {
+    /// One memory for every principal that runs the agent, instead of one per principal.
+    pub shared: bool,
+    /// Budget of the notes put into each prompt, in estimated tokens (0: none).
+    pub recall_tokens: u32,
+}
+
 /// Which image an agent's sandbox is created from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuntimeRef {
@@ -330,6 +346,29 @@ impl<'a> AgentView<'a> {
         }
     }
 
+    /// `spec.execution.memory`: `Some` when memory is on (`true`, or an object whose `enabled`
+    /// is not false), with the defaults applied.
+    pub fn memory(&self) -> Option<MemorySpec> {
+        match self.at("/spec/execution/memory")? {
+            Value::Bool(true) => Some(MemorySpec {
+                shared: false,
+                recall_tokens: DEFAULT_RECALL_TOKENS,
+            }),
+            Value::Object(m) if m.get("enabled").and_then(Value::as_bool) != Some(false) => {
+                Some(MemorySpec {
+                    shared: m.get("shared").and_then(Value::as_bool).unwrap_or(false),
+                    recall_tokens: m
+                        .get("recall_tokens")
+                        .and_then(Value::as_u64)
+                        .map_or(DEFAULT_RECALL_TOKENS, |n| {
+                            u32::try_from(n).unwrap_or(u32::MAX)
+                        }),
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// `spec.input_schema`: the JSON Schema every execution's input must satisfy.
     pub fn input_schema(&self) -> Option<&'a Value> {
         self.at("/spec/input_schema")
@@ -416,6 +455,29 @@ mod tests {
         assert_eq!(agent.security_context(), Some("aegis-system-agent-runtime"));
         assert_eq!(agent.input_schema(), Some(&json!({"type": "object"})));
         assert_eq!(agent.model(), "default");
+    }
+
+    #[test]
+    fn memory_is_on_for_true_and_for_an_object_not_disabled() {
+        let on =
+            |memory: Value| AgentView(&json!({"spec": {"execution": {"memory": memory}}})).memory();
+        let default = Some(MemorySpec {
+            shared: false,
+            recall_tokens: DEFAULT_RECALL_TOKENS,
+        });
+        assert_eq!(on(json!(true)), default);
+        assert_eq!(on(json!({})), default);
+        assert_eq!(on(json!({"enabled": true})), default);
+        assert_eq!(
+            on(json!({"shared": true, "recall_tokens": 0})),
+            Some(MemorySpec {
+                shared: true,
+                recall_tokens: 0
+            })
+        );
+        assert_eq!(on(json!(false)), None);
+        assert_eq!(on(json!({"enabled": false, "shared": true})), None);
+        assert_eq!(AgentView(&json!({"spec": {}})).memory(), None);
     }
 
     #[test]

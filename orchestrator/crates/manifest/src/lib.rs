@@ -36,8 +36,8 @@ use std::fmt;
 use serde_json::Value;
 
 pub use agent::{
-    AgentView, CmdRunLimits, ExecutionLimits, NetworkMode, NetworkPolicy, Resources, RuntimeRef,
-    CMD_DISPATCHER, CMD_RUN,
+    AgentView, CmdRunLimits, ExecutionLimits, MemorySpec, NetworkMode, NetworkPolicy, Resources,
+    RuntimeRef, CMD_DISPATCHER, CMD_RUN, DEFAULT_RECALL_TOKENS, MEMORY_TOOLS,
 };
 pub use deployed::Deployed;
 pub use emit::to_yaml;

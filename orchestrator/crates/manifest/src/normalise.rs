@@ -454,9 +454,9 @@ fn runtime_alias(value: &mut Value, node: &NodeKnowledge<'_>, out: &mut Normalis
 // ---------------------------------------------------------------------------------------------
 // `spec.execution.memory: false`
 
-/// `memory: false` (as in AEGIS's hello-world template) asks for what every agent here has: no
-/// memory across executions. It is dropped with a note; any other value is left for the schema
-/// to judge.
+/// `memory: false` (as in AEGIS's hello-world template), or `{enabled: false, ...}`, asks for
+/// the default: no memory across executions. It is dropped with a note, so the stored manifest
+/// says `memory` only when memory is on; any other value is left for the schema to judge.
 fn memory_off(value: &mut Value, out: &mut Normalised) {
     let Some(execution) = value
         .pointer_mut("/spec/execution")
@@ -473,8 +473,8 @@ fn memory_off(value: &mut Value, out: &mut Normalised) {
         execution.remove("memory");
         out.note(
             "/spec/execution/memory",
-            "`memory` turned off is what every agent here has (no memory across executions): \
-             the key was dropped",
+            "`memory` turned off is the default (no memory across executions): the key was \
+             dropped",
         );
     }
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 use serde_json::{Map, Value};
 
-use super::agent::{AgentView, CMD_DISPATCHER, CMD_RUN};
+use super::agent::{AgentView, CMD_DISPATCHER, CMD_RUN, MEMORY_TOOLS};
 use super::deployed::Deployed;
 use super::error::{ManifestError, Stage};
 use super::graph::StateGraph;
@@ -106,6 +106,7 @@ pub fn check_name(name: &str) -> Result<(), &'static str> {
 // Agents
 
 fn agent(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
+    let memory = AgentView(value).memory().is_some();
     for (i, tool) in strings_at(value, "/spec/tools") {
         let at = pointer::join_index("/spec/tools", i);
         if let Some(rest) = tool.strip_prefix(MCP_PREFIX) {
@@ -116,6 +117,15 @@ fn agent(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
             errors.push(
                 at,
                 format!("unknown tool `{tool}`: this node has no tool of that name"),
+            );
+        } else if MEMORY_TOOLS.contains(&tool) && !memory {
+            errors.push(
+                pointer::join_index("/spec/tools", i),
+                format!(
+                    "`{tool}` reads and writes the agent's memory across executions, which is \
+                     off: set `spec.execution.memory: true` (the memory tools are then offered \
+                     without being listed here)"
+                ),
             );
         }
     }

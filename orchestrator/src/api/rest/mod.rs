@@ -13,6 +13,7 @@ mod error;
 mod event_log;
 mod executions;
 mod health;
+mod memories;
 mod metrics;
 mod openapi;
 mod sandboxes;
@@ -55,6 +56,14 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/agents/{id}/versions", get(definitions::agent_versions))
         .route("/v1/agents/{id}/execute", post(executions::execute))
+        .route(
+            "/v1/agents/{id}/memories",
+            get(memories::list).delete(memories::erase),
+        )
+        .route(
+            "/v1/agents/{id}/memories/{note_id}",
+            delete(memories::erase_one),
+        )
         .route("/v1/executions", get(executions::list))
         .route(
             "/v1/executions/{id}",

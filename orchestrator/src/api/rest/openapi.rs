@@ -5,8 +5,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    api_keys, approvals, audit, definitions, error, executions, health, metrics, sandboxes,
-    schemas, seal, tools, workflow_executions,
+    api_keys, approvals, audit, definitions, error, executions, health, memories, metrics,
+    sandboxes, schemas, seal, tools, workflow_executions,
 };
 
 struct BearerKey;
@@ -33,6 +33,7 @@ impl Modify for BearerKey {
         health::live, health::ready, metrics::render,
         definitions::create_agent, definitions::list_agents, definitions::get_agent,
         definitions::agent_versions, definitions::delete_agent,
+        memories::list, memories::erase, memories::erase_one,
         definitions::create_workflow, definitions::list_workflows, definitions::get_workflow,
         definitions::workflow_versions, definitions::delete_workflow,
         schemas::get, tools::list, tools::call, audit::list, audit::head, audit::verify,

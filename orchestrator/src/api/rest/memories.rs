@@ -1,0 +1,108 @@
+//! `/v1/agents/{name}/memories`: operators list and erase what an agent remembers across
+//! executions (`crate::memory`).
+//!
+//! Both are tool calls through the router (`aegis.memory.list`, `aegis.memory.erase`, operator
+//! tier), so they are decided and audited like the same tools called any other way. A memory
+//! outlives its agent: the name of a deleted agent is accepted.
+
+use axum::extract::{Path, Query, State};
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::error::{ApiError, ErrorBody};
+use crate::caller::Caller;
+use crate::state::AppState;
+
+/// `?owner=&limit=&offset=` of the listing.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ListQuery {
+    /// Only this principal's notes (`api_key:<key id>`, `session:<session id>`, ...), or `*` for
+    /// the agent's shared memory.
+    pub owner: Option<String>,
+    /// Page size (1-500, default 100).
+    pub limit: Option<i64>,
+    /// Notes skipped before the page.
+    pub offset: Option<i64>,
+}
+
+/// `?owner=` of an erase.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct OwnerQuery {
+    /// Only this principal's notes, or `*` for the agent's shared memory.
+    pub owner: Option<String>,
+}
+
+/// Adds the arguments that were given.
+fn with(mut args: Value, key: &str, value: Option<Value>) -> Value {
+    if let Some(v) = value {
+        args[key] = v;
+    }
+    args
+}
+
+/// An agent's notes, newest first, with their owners.
+#[utoipa::path(get, path = "/v1/agents/{id}/memories", operation_id = "list_agent_memories", tag = "agents",
+    params(("id" = String, Path, description = "Agent name"), ListQuery),
+    responses((status = 200, description = "Notes (aegis.memory.list)", body = Value),
+              (status = 403, description = "Not an operator", body = ErrorBody),
+              (status = 422, description = "Invalid name, owner or page", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(agent): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let args = json!({"agent": agent});
+    let args = with(args, "owner", q.owner.map(Value::from));
+    let args = with(args, "limit", q.limit.map(Value::from));
+    let args = with(args, "offset", q.offset.map(Value::from));
+    Ok(Json(
+        super::call_tool(&state, &caller, "aegis.memory.list", args).await?,
+    ))
+}
+
+/// Erases an agent's notes for good: all, or one owner's with `?owner=`.
+#[utoipa::path(delete, path = "/v1/agents/{id}/memories", operation_id = "erase_agent_memories", tag = "agents",
+    params(("id" = String, Path, description = "Agent name"), OwnerQuery),
+    responses((status = 200, description = "Erased (aegis.memory.erase)", body = Value),
+              (status = 403, description = "Not an operator", body = ErrorBody),
+              (status = 422, description = "Invalid name or owner", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn erase(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(agent): Path<String>,
+    Query(q): Query<OwnerQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let args = with(json!({"agent": agent}), "owner", q.owner.map(Value::from));
+    Ok(Json(
+        super::call_tool(&state, &caller, "aegis.memory.erase", args).await?,
+    ))
+}
+
+/// Erases one note for good.
+#[utoipa::path(delete, path = "/v1/agents/{id}/memories/{note_id}", operation_id = "erase_agent_memory", tag = "agents",
+    params(("id" = String, Path, description = "Agent name"), ("note_id" = Uuid, Path, description = "Note id"), OwnerQuery),
+    responses((status = 200, description = "Erased (aegis.memory.erase)", body = Value),
+              (status = 403, description = "Not an operator", body = ErrorBody),
+              (status = 404, description = "Not one of the agent's notes", body = ErrorBody),
+              (status = 422, description = "Invalid name or owner", body = ErrorBody)),
+    security(("api_key" = [])))]
+pub async fn erase_one(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((agent, note)): Path<(String, Uuid)>,
+    Query(q): Query<OwnerQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let args = with(
+        json!({"agent": agent, "note_id": note}),
+        "owner",
+        q.owner.map(Value::from),
+    );
+    Ok(Json(
+        super::call_tool(&state, &caller, "aegis.memory.erase", args).await?,
+    ))
+}
