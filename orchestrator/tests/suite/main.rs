@@ -10,6 +10,7 @@ mod common;
 
 mod aegis_compat;
 mod aegis_forms;
+mod agent_memory;
 mod approvals;
 mod audit_intent;
 mod cli;

@@ -682,9 +682,12 @@ spec:
             "only `docker` and `inherit`",
         ),
         (
-            base("", "  execution:\n    memory: {enabled: true}\n"),
+            base(
+                "",
+                "  execution:\n    memory: {enabled: true, remember: forever}\n",
+            ),
             "/spec/execution/memory",
-            "not supported",
+            "remember",
         ),
         (
             base("", "  tools: [\"mcp:github\"]\n"),
@@ -700,7 +703,7 @@ spec:
             "{manifest}\n{body}"
         );
     }
-    // `memory: false` (no memory, as AEGIS's hello-world template writes) is what this node does.
+    // `memory: false` (no memory, as AEGIS's hello-world template writes) is the default.
     let (status, body) = h
         .deploy(
             &base("", "  execution:\n    memory: false\n")
