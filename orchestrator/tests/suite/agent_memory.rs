@@ -846,3 +846,54 @@ spec:
             .unwrap();
     assert_eq!(owner, h.principal(&direct).await);
 }
+
+/// Runs the CLI binary as admin against `app`; (exit code, stdout, stderr).
+async fn cli(app: &TestApp, args: &[&str]) -> (Option<i32>, String, String) {
+    let home = tempfile::tempdir().expect("temp dir");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(args)
+        .env("ORCHESTRATOR_URL", &app.http_base)
+        .env("ORCHESTRATOR_KEY", TEST_ADMIN_KEY)
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .env_remove("ORCHESTRATOR_API_KEY")
+        .env_remove("ORCHESTRATOR_CREDENTIALS")
+        .env_remove("ORCHESTRATOR_CONFIG")
+        .output()
+        .await
+        .expect("the binary runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_cli_lists_and_forgets_what_an_agent_remembers() {
+    let h = harness(vec![write(FACT, &["deploy"]), answer("noted")]).await;
+    h.deployed(&agent("keeper", MEMORY_ON)).await;
+    let (mine, _) = h.run("keeper", json!({"fact": FACT})).await;
+
+    let (code, table, err) = cli(&h.app, &["agent", "memories", "keeper"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        table.contains("orchid-42") && table.contains("deploy"),
+        "{table}"
+    );
+    let (code, listed, err) = cli(&h.app, &["agent", "memories", "keeper", "--json"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let listed: Value = serde_json::from_str(&listed).expect("JSON");
+    assert_eq!(listed["notes"][0]["owner"], h.principal(&mine).await);
+    let note = listed["notes"][0]["note_id"].as_str().unwrap().to_owned();
+
+    let (code, out, err) = cli(&h.app, &["agent", "forget", "keeper", "--note", &note]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "erased 1 note(s) of agent keeper\n");
+    // Gone: forgetting it again is "not found" (exit 5), and nothing is listed.
+    let (code, _, err) = cli(&h.app, &["agent", "forget", "keeper", "--note", &note]).await;
+    assert_eq!(code, Some(5), "{err}");
+    let (code, table, _) = cli(&h.app, &["agent", "memories", "keeper"]).await;
+    assert_eq!(code, Some(0));
+    assert!(table.contains("remembers nothing"), "{table}");
+}

@@ -1,4 +1,5 @@
-//! `orchestrator agent deploy|list|get|export|delete`.
+//! `orchestrator agent deploy|list|get|export|delete`, and `memories|forget` for what an agent
+//! remembers across executions.
 
 use reqwest::Method;
 
@@ -40,11 +41,117 @@ pub enum AgentCommand {
         /// Agent name or id.
         agent: String,
     },
+    /// The notes an agent saved in its memory across executions, newest first.
+    Memories {
+        /// Agent name (a deleted agent's memory is still listed).
+        agent: String,
+        /// Only this principal's notes (`api_key:<key id>`, ...), or `*` for a shared memory.
+        #[arg(long)]
+        owner: Option<String>,
+        /// Most notes shown (1-500).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Erase notes from an agent's memory for good: one (--note), one owner's, or all.
+    Forget {
+        /// Agent name.
+        agent: String,
+        /// Only this note.
+        #[arg(long)]
+        note: Option<uuid::Uuid>,
+        /// Only this principal's notes, or `*` for a shared memory.
+        #[arg(long)]
+        owner: Option<String>,
+    },
 }
 
 /// Runs one agent verb.
 pub async fn run(conn: &Connection, command: AgentCommand) -> Result<(), CliError> {
-    definitions(conn, "agent", "/v1/agents", command.into()).await
+    let verb = match command {
+        AgentCommand::Memories {
+            agent,
+            owner,
+            limit,
+        } => return memories(conn, &agent, owner, limit).await,
+        AgentCommand::Forget { agent, note, owner } => {
+            return forget(conn, &agent, note, owner).await
+        }
+        AgentCommand::Deploy { file, force } => DefinitionVerb::Deploy { file, force },
+        AgentCommand::List => DefinitionVerb::List,
+        AgentCommand::Get { agent, version } => DefinitionVerb::Get {
+            name: agent,
+            version,
+        },
+        AgentCommand::Export { agent, version } => DefinitionVerb::Export {
+            name: agent,
+            version,
+        },
+        AgentCommand::Delete { agent } => DefinitionVerb::Delete { name: agent },
+    };
+    definitions(conn, "agent", "/v1/agents", verb).await
+}
+
+/// `agent memories`: `GET /v1/agents/{name}/memories`.
+async fn memories(
+    conn: &Connection,
+    agent: &str,
+    owner: Option<String>,
+    limit: u32,
+) -> Result<(), CliError> {
+    let client = Client::new(conn)?;
+    let out = client
+        .get(&format!(
+            "/v1/agents/{}/memories{}",
+            segment(agent),
+            query(&[("owner", owner), ("limit", Some(limit.to_string()))])
+        ))
+        .await?;
+    if client.json {
+        output::json(&out);
+    } else {
+        print!(
+            "{}",
+            output::table(
+                &out["notes"],
+                &columns(&[
+                    ("saved", "created_at"),
+                    ("owner", "owner"),
+                    ("note", "content"),
+                    ("tags", "tags"),
+                    ("id", "note_id"),
+                ]),
+                &format!("agent {agent} remembers nothing"),
+            )
+        );
+    }
+    Ok(())
+}
+
+/// `agent forget`: `DELETE /v1/agents/{name}/memories[/{note}]`.
+async fn forget(
+    conn: &Connection,
+    agent: &str,
+    note: Option<uuid::Uuid>,
+    owner: Option<String>,
+) -> Result<(), CliError> {
+    let client = Client::new(conn)?;
+    let note_path = note.map(|n| format!("/{n}")).unwrap_or_default();
+    let out = client
+        .delete(&format!(
+            "/v1/agents/{}/memories{note_path}{}",
+            segment(agent),
+            query(&[("owner", owner)])
+        ))
+        .await?;
+    if client.json {
+        output::json(&out);
+    } else {
+        println!(
+            "erased {} note(s) of agent {agent}",
+            output::cell(&out["erased"])
+        );
+    }
+    Ok(())
 }
 
 /// The verbs agents and workflows share, so both nouns behave the same.
@@ -65,24 +172,6 @@ pub enum DefinitionVerb {
     },
     /// Delete.
     Delete { name: String },
-}
-
-impl From<AgentCommand> for DefinitionVerb {
-    fn from(c: AgentCommand) -> Self {
-        match c {
-            AgentCommand::Deploy { file, force } => DefinitionVerb::Deploy { file, force },
-            AgentCommand::List => DefinitionVerb::List,
-            AgentCommand::Get { agent, version } => DefinitionVerb::Get {
-                name: agent,
-                version,
-            },
-            AgentCommand::Export { agent, version } => DefinitionVerb::Export {
-                name: agent,
-                version,
-            },
-            AgentCommand::Delete { agent } => DefinitionVerb::Delete { name: agent },
-        }
-    }
 }
 
 /// Runs a definition verb against `/v1/agents` or `/v1/workflows`.
