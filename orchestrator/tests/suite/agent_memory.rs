@@ -897,3 +897,50 @@ async fn the_cli_lists_and_forgets_what_an_agent_remembers() {
     assert_eq!(code, Some(0));
     assert!(table.contains("remembers nothing"), "{table}");
 }
+
+#[tokio::test]
+async fn concurrent_writes_never_take_a_memory_past_its_bound() {
+    use orchestrator::memory::{store, MemoryConfig, MemoryError, Scope};
+    let app = TestApp::spawn().await;
+    let scope = Scope {
+        tenant: "default".into(),
+        agent: "busy".into(),
+        owner: "api_key:racer".into(),
+        spec: orchestrator::manifest::MemorySpec {
+            shared: false,
+            recall_tokens: 100,
+        },
+        execution: uuid::Uuid::new_v4(),
+    };
+    let limits = MemoryConfig {
+        max_notes_per_scope: 5,
+        ..MemoryConfig::default()
+    };
+    let writes = (0..24).map(|i| {
+        let (pool, scope, limits) = (app.state.pool.clone(), scope.clone(), limits.clone());
+        tokio::spawn(async move {
+            store::write(&pool, &scope, &format!("note {i}"), &[], &limits).await
+        })
+    });
+    let mut saved = 0;
+    let mut full = 0;
+    for w in futures_util::future::join_all(writes).await {
+        match w.expect("the write task ends") {
+            Ok(written) => {
+                assert!(written.created && written.notes <= 5, "{written:?}");
+                saved += 1;
+            }
+            Err(MemoryError::Full { notes, max, .. }) => {
+                assert_eq!((notes, max), (5, 5));
+                full += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!((saved, full), (5, 19));
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_memories")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 5);
+}
