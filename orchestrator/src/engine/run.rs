@@ -430,11 +430,11 @@ impl Job {
         if budget == 0 {
             return None;
         }
-        // The query is the task's beginning: enough words to rank by, a bounded query.
-        let mut query: String = task.chars().take(4000).collect();
+        // The task's words rank the notes (the store keeps their distinct words, bounded).
+        let mut query = task.to_owned();
         if let Some(intent) = &self.intent {
             query.push(' ');
-            query.extend(intent.chars().take(1000));
+            query.push_str(intent);
         }
         let ranked =
             match crate::memory::store::recall(&self.state.pool, &scope, Some(&query), 50, false)

