@@ -614,11 +614,18 @@ impl Job {
             Ok(p) => p,
             Err(e) => return Outcome::Failed(format!("spec.task.prompt_template: {e}")),
         };
-        // What the agent remembers of earlier executions that matches this task.
-        let memory_on = view.memory().is_some();
-        if let Some(section) = self.recall_memory(&prompt).await {
-            prompt.push_str("\n\n");
-            prompt.push_str(&section);
+        // What the agent remembers of earlier executions that matches this task: read only
+        // when it may read its memory itself (a security context may withhold the tools).
+        let memory_on = view.memory().is_some()
+            && offered
+                .iter()
+                .any(|t| crate::memory::MEMORY_TOOLS.contains(&t.name.as_str()));
+        let may_recall = offered.iter().any(|t| t.name == "aegis.memory.recall");
+        if may_recall {
+            if let Some(section) = self.recall_memory(&prompt).await {
+                prompt.push_str("\n\n");
+                prompt.push_str(&section);
+            }
         }
         let model = self.model.as_deref().unwrap_or(view.model());
         let alias = if llm.aliases().iter().any(|a| a == model) {

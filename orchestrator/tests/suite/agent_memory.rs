@@ -944,3 +944,54 @@ async fn concurrent_writes_never_take_a_memory_past_its_bound() {
         .unwrap();
     assert_eq!(rows, 5);
 }
+
+#[tokio::test]
+async fn a_security_context_that_withholds_recall_keeps_the_notes_out_of_the_prompt() {
+    let h = harness(vec![
+        write(FACT, &[]),
+        answer("noted"),
+        answer("I do not know"),
+    ])
+    .await;
+    h.deployed(&agent("keeper", MEMORY_ON)).await;
+    h.run("keeper", json!({"fact": FACT})).await;
+
+    // The next version runs under a context that grants writing notes, not reading them.
+    let r = h
+        .app
+        .admin(Method::POST, "/v1/security-contexts")
+        .json(
+            &json!({"name": "scribe", "description": "writes notes only",
+            "capabilities": [{"tool_pattern": "aegis.memory.write"}],
+            "attestation": {"allow_unverified": true}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    h.deployed(
+        &agent("keeper", MEMORY_ON)
+            .replace("version: \"1.0.0\"", "version: \"1.1.0\"")
+            .replace("  task:", "  security_context: scribe\n  task:"),
+    )
+    .await;
+    let (id, e) = h
+        .run(
+            "keeper",
+            json!({"question": "What is the deploy password for staging?"}),
+        )
+        .await;
+    assert_eq!(e["status"], "completed", "{e}");
+    let requests = h.llm.requests();
+    assert_eq!(offered(&requests, 2), ["aegis__memory__write"]);
+    let seen = prompt(&requests, 2);
+    assert!(
+        !seen.contains("<memory>") && !seen.contains("orchid"),
+        "{seen}"
+    );
+    assert!(h
+        .events(&id)
+        .await
+        .iter()
+        .all(|e| e["event_type"] != "memory_recalled"));
+}
