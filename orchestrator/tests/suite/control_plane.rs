@@ -422,6 +422,16 @@ async fn every_tool_answers_valid_and_refuses_invalid_arguments() {
             json!({"query": "answer", "scope": "visible"}),
             json!({"query": "answer", "scope": "everything"}),
         ),
+        (
+            "aegis.memory.list",
+            json!({"agent": "greeter", "owner": "*"}),
+            json!({"agent": "Greeter"}),
+        ),
+        (
+            "aegis.memory.erase",
+            json!({"agent": "greeter"}),
+            json!({"agent": "greeter", "note_id": "not-a-uuid"}),
+        ),
     ];
     let (_, listed) = app.call_tool("aegis.tools.list", json!({})).await;
     let listed: Vec<String> = listed["structuredContent"]["tools"]
@@ -439,12 +449,14 @@ async fn every_tool_answers_valid_and_refuses_invalid_arguments() {
             || name.starts_with("web.")
             || name.starts_with("aegis.execute.")
             || name.ends_with(".generate")
+            || orchestrator::memory::is_agent_tool(name)
         {
             // cmd.run and fs.* run in a real sandbox in tests/suite/sandboxes.rs; the execution
             // tools need a language model and are exercised in tests/suite/executions.rs; the
             // workflow execution tools need executions, in tests/suite/workflows.rs; web.* need
             // test sites and a search provider, in tests/suite/web.rs; the generators and the intent
-            // pipeline need a model (and runtime images), in tests/suite/generate.rs and tests/suite/intent.rs.
+            // pipeline need a model (and runtime images), in tests/suite/generate.rs and tests/suite/intent.rs;
+            // an agent's memory tools need an execution with memory, in tests/suite/agent_memory.rs.
             continue;
         }
         assert!(
