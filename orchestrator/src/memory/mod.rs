@@ -24,12 +24,12 @@
 pub mod prompt;
 pub mod store;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::caller::{Caller, CallerKind};
+pub use crate::config::MemoryConfig;
 use crate::manifest::{AgentView, MemorySpec};
 
 pub use crate::manifest::MEMORY_TOOLS;
@@ -41,32 +41,6 @@ pub const SHARED_OWNER: &str = "*";
 /// How many links of "started by" are followed from a workflow's agent to the principal that
 /// started the tree (workflow -> the agent execution that ran it -> its principal, ...).
 const MAX_OWNER_HOPS: usize = 8;
-
-/// `memory:` in the node configuration.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct MemoryConfig {
-    /// Largest note, in bytes of UTF-8.
-    pub max_note_bytes: u64,
-    /// Most notes one memory (tenant, agent, owner) holds; a write beyond is refused.
-    pub max_notes_per_scope: u64,
-    /// Ceiling of a manifest's `recall_tokens` (the notes put into one prompt).
-    pub max_recall_tokens: u64,
-}
-
-impl Default for MemoryConfig {
-    fn default() -> Self {
-        Self {
-            max_note_bytes: 4096,
-            max_notes_per_scope: 1000,
-            max_recall_tokens: 4000,
-        }
-    }
-}
-
-/// Largest `memory.max_note_bytes` the node accepts (the write tool's schema refuses longer
-/// notes before any of this runs).
-pub const NOTE_BYTES_CEILING: u64 = 65536;
 
 /// True for the tools an agent calls on its own memory (not the operators' list and erase).
 pub fn is_agent_tool(tool: &str) -> bool {
@@ -197,8 +171,7 @@ pub enum MemoryError {
 /// workflow an agent started, that agent's principal), so a pipeline's agents remember per person
 /// who runs the pipeline, not per run.
 pub async fn owner_of(pool: &PgPool, execution: Uuid) -> Result<Option<String>, sqlx::Error> {
-    let Some((mut principal, _)) = crate::engine::store::principal_of(pool, execution).await?
-    else {
+    let Some(mut principal) = principal_of(pool, execution).await? else {
         return Ok(None);
     };
     for _ in 0..MAX_OWNER_HOPS {
@@ -215,8 +188,8 @@ pub async fn owner_of(pool: &PgPool, execution: Uuid) -> Result<Option<String>, 
                 .await?;
         let next = match workflow {
             Some((kind, caller)) => crate::policy::executions::principal_key(&kind, &caller),
-            None => match crate::engine::store::principal_of(pool, id).await? {
-                Some((p, _)) => p,
+            None => match principal_of(pool, id).await? {
+                Some(p) => p,
                 None => break,
             },
         };
@@ -226,4 +199,14 @@ pub async fn owner_of(pool: &PgPool, execution: Uuid) -> Result<Option<String>, 
         principal = next;
     }
     Ok(Some(principal))
+}
+
+/// The principal recorded with an agent execution (rows from before the column: its caller).
+async fn principal_of(pool: &PgPool, execution: Uuid) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT COALESCE(principal, caller_kind || ':' || caller_id) FROM executions WHERE id = $1",
+    )
+    .bind(execution)
+    .fetch_optional(pool)
+    .await
 }
