@@ -57,7 +57,7 @@ pub struct NodeConfig {
     pub volumes: VolumesConfig,
     /// Agent memory across executions (`spec.execution.memory`): note size, notes per memory,
     /// recall budget ceiling.
-    pub memory: MemoryConfig,
+    pub memory: crate::memory::MemoryConfig,
     /// Result delivery (`spec.execution.delivery`): signing secrets, retries, polling.
     pub delivery: crate::delivery::DeliveryConfig,
     /// `/metrics` (Prometheus text format).
@@ -84,34 +84,6 @@ impl Default for VolumesConfig {
             max_size_mb: 256,
             default_ttl_hours: 168,
             sweep_interval_secs: 60,
-        }
-    }
-}
-
-/// Agent memory across executions (`spec.execution.memory`): its bounds.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct MemoryConfig {
-    /// Largest note, in bytes of UTF-8 (at most [`MemoryConfig::NOTE_BYTES_CEILING`]).
-    pub max_note_bytes: u64,
-    /// Most notes one memory (tenant, agent, owner) holds; a write beyond is refused.
-    pub max_notes_per_scope: u64,
-    /// Ceiling of a manifest's `recall_tokens` (the notes put into one prompt).
-    pub max_recall_tokens: u64,
-}
-
-impl MemoryConfig {
-    /// Largest `max_note_bytes` the node accepts (the write tool's schema refuses longer notes
-    /// before anything runs).
-    pub const NOTE_BYTES_CEILING: u64 = 65536;
-}
-
-impl Default for MemoryConfig {
-    fn default() -> Self {
-        Self {
-            max_note_bytes: 4096,
-            max_notes_per_scope: 1000,
-            max_recall_tokens: 4000,
         }
     }
 }
@@ -1056,12 +1028,12 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             return Err(invalid(key, "expected a whole number of at least 1".into()));
         }
     }
-    if c.memory.max_note_bytes > MemoryConfig::NOTE_BYTES_CEILING {
+    if c.memory.max_note_bytes > crate::memory::MemoryConfig::NOTE_BYTES_CEILING {
         return Err(invalid(
             "memory.max_note_bytes",
             format!(
                 "expected at most {} bytes (a note is text put into prompts)",
-                MemoryConfig::NOTE_BYTES_CEILING
+                crate::memory::MemoryConfig::NOTE_BYTES_CEILING
             ),
         ));
     }

@@ -24,12 +24,12 @@
 pub mod prompt;
 pub mod store;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::caller::{Caller, CallerKind};
-pub use crate::config::MemoryConfig;
 use crate::manifest::{AgentView, MemorySpec};
 
 pub use crate::manifest::MEMORY_TOOLS;
@@ -41,6 +41,34 @@ pub const SHARED_OWNER: &str = "*";
 /// How many links of "started by" are followed from a workflow's agent to the principal that
 /// started the tree (workflow -> the agent execution that ran it -> its principal, ...).
 const MAX_OWNER_HOPS: usize = 8;
+
+/// `memory:` in the node configuration: the bounds of every memory.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryConfig {
+    /// Largest note, in bytes of UTF-8 (at most [`MemoryConfig::NOTE_BYTES_CEILING`]).
+    pub max_note_bytes: u64,
+    /// Most notes one memory (tenant, agent, owner) holds; a write beyond is refused.
+    pub max_notes_per_scope: u64,
+    /// Ceiling of a manifest's `recall_tokens` (the notes put into one prompt).
+    pub max_recall_tokens: u64,
+}
+
+impl MemoryConfig {
+    /// Largest `max_note_bytes` the node accepts (the write tool's schema refuses longer notes
+    /// before anything runs).
+    pub const NOTE_BYTES_CEILING: u64 = 65536;
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            max_note_bytes: 4096,
+            max_notes_per_scope: 1000,
+            max_recall_tokens: 4000,
+        }
+    }
+}
 
 /// True for the tools an agent calls on its own memory (not the operators' list and erase).
 pub fn is_agent_tool(tool: &str) -> bool {
