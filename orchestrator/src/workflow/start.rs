@@ -103,10 +103,21 @@ pub(super) async fn start(
         "intent".into(),
         req.intent.clone().map(Value::String).unwrap_or(Value::Null),
     );
-    blackboard.insert(
-        "workflow".into(),
-        json!({"name": def.name, "version": def.version, "execution_id": id, "input": req.input}),
-    );
+    // As AEGIS does (`workflow: {name, version, ...input}`), the run's input keys are also read
+    // as `{{workflow.KEY}}`; the run's own facts win over an input key of the same name.
+    let mut workflow = match &req.input {
+        Value::Object(fields) => fields.clone(),
+        _ => serde_json::Map::new(),
+    };
+    for (key, value) in [
+        ("name", json!(def.name)),
+        ("version", json!(def.version)),
+        ("execution_id", json!(id)),
+        ("input", req.input.clone()),
+    ] {
+        workflow.insert(key.into(), value);
+    }
+    blackboard.insert("workflow".into(), Value::Object(workflow));
     if let Some(workspace) = def.manifest.pointer("/spec/storage/workspace") {
         let key = workspace
             .get("blackboard_key")

@@ -724,3 +724,43 @@ mod shapes {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// `{{workflow.KEY}}`: the run's input under `workflow`, as AEGIS spreads it
+
+const READS_WORKFLOW_TASK: &str = "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: reads-workflow-task
+  version: \"1.0.0\"
+spec:
+  initial_state: NOTE
+  states:
+    NOTE:
+      kind: System
+      command: update_blackboard
+      update_blackboard: {note: \"{{workflow.task}} in {{workflow.name}}\"}
+      transitions: []
+";
+
+#[tokio::test]
+async fn input_keys_are_read_under_workflow_and_the_runs_own_facts_win() {
+    let app = app(None, |_| {}).await;
+    let (status, body) = deploy(&app, "/v1/workflows", READS_WORKFLOW_TASK).await;
+    assert_eq!(status, 201, "{body}");
+    let r = app
+        .admin(Method::POST, "/v1/workflows/reads-workflow-task/run")
+        .json(&json!({"input": {"task": "ship the fix", "name": "an input key"}}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    let id = body["execution_id"].as_str().expect("a run").to_owned();
+    let e = ended(&app, &format!("/v1/workflows/executions/{id}")).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    assert_eq!(
+        e["blackboard"]["note"], "ship the fix in reads-workflow-task",
+        "{e}"
+    );
+    assert_eq!(e["blackboard"]["workflow"]["input"]["task"], "ship the fix");
+}
