@@ -13,8 +13,8 @@ WORKDIR /src
 COPY . .
 # Said here, not in the build stage, so that editing the message never invalidates the cache.
 RUN echo ">>> The next stage compiles the orchestrator in release mode. The first build takes \
-about 15 minutes on 2 cores (less on more): first the dependencies (cached afterwards \
-until Cargo.lock changes), then the orchestrator itself (5-10 minutes on 2 cores, every build)."
+about 10 minutes on 2 cores (less on more): first the dependencies (about 4 minutes, cached \
+afterwards until Cargo.lock changes), then the orchestrator itself (about 5 minutes, every build)."
 RUN set -eu; \
     stub() { mkdir -p "/skeleton/$(dirname "$1")"; \
         case "$1" in */lib.rs) : >"/skeleton/$1" ;; *) echo 'fn main() {}' >"/skeleton/$1" ;; esac; }; \
