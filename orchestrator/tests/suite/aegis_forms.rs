@@ -67,17 +67,7 @@ async fn get(app: &TestApp, path: &str) -> Value {
 
 /// Polls `path` until its `status` is terminal.
 async fn ended(app: &TestApp, path: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let e = get(app, path).await;
-        if ["completed", "failed", "cancelled", "timed_out"]
-            .contains(&e["status"].as_str().unwrap_or_default())
-        {
-            return e;
-        }
-        assert!(Instant::now() < deadline, "never ended: {e}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    app.until_ended(path, Duration::from_secs(90)).await
 }
 
 async fn tool(app: &TestApp, name: &str, args: Value) -> Value {

@@ -90,25 +90,11 @@ impl Harness {
         let body: Value = r.json().await.unwrap();
         assert!(status.is_success(), "{status}: {body}");
         let id = body["execution_id"].as_str().unwrap().to_owned();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let e: Value = self
-                .app
-                .admin(Method::GET, &format!("/v1/executions/{id}"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if ["completed", "failed", "cancelled", "timed_out"]
-                .contains(&e["status"].as_str().unwrap_or_default())
-            {
-                return (id, e);
-            }
-            assert!(Instant::now() < deadline, "execution still running: {e}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let e = self
+            .app
+            .until_ended(&format!("/v1/executions/{id}"), Duration::from_secs(60))
+            .await;
+        (id, e)
     }
 
     async fn run(&self, agent: &str, input: Value) -> (String, Value) {

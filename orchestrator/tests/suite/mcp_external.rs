@@ -180,24 +180,9 @@ async fn an_agent_calls_a_tool_of_an_external_mcp_server_and_a_tool_outside_its_
         .as_str()
         .unwrap()
         .to_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let ended = loop {
-        let e: Value = app
-            .admin(Method::GET, &format!("/v1/executions/{id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if ["completed", "failed", "cancelled", "timed_out"]
-            .contains(&e["status"].as_str().unwrap_or_default())
-        {
-            break e;
-        }
-        assert!(Instant::now() < deadline, "still running: {e}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let ended = app
+        .until_ended(&format!("/v1/executions/{id}"), Duration::from_secs(60))
+        .await;
     assert_eq!(ended["status"], "completed", "{ended}");
 
     // The model was offered the server's `add` with the schema the server listed, nothing else.

@@ -84,25 +84,14 @@ impl Harness {
         let (status, body) = self.run(name, input).await;
         assert_eq!(status, 201, "{body}");
         let id: Uuid = body["execution_id"].as_str().unwrap().parse().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let e: Value = self
-                .app
-                .admin(Method::GET, &format!("/v1/workflows/executions/{id}"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if ["completed", "failed", "cancelled", "timed_out"]
-                .contains(&e["status"].as_str().unwrap_or_default())
-            {
-                return (id, e);
-            }
-            assert!(Instant::now() < deadline, "never ended: {e}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let e = self
+            .app
+            .until_ended(
+                &format!("/v1/workflows/executions/{id}"),
+                Duration::from_secs(120),
+            )
+            .await;
+        (id, e)
     }
 
     async fn events(&self, id: Uuid) -> Vec<Value> {

@@ -226,6 +226,32 @@ impl TestApp {
             .expect("request sent")
     }
 
+    /// Polls `GET path` (an agent or workflow execution) with the admin key until its `status`
+    /// is terminal, and returns that answer; panics after `within` with the last one.
+    pub async fn until_ended(&self, path: &str, within: Duration) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let e: serde_json::Value = self
+                .admin(reqwest::Method::GET, path)
+                .send()
+                .await
+                .expect("request sent")
+                .json()
+                .await
+                .expect("a JSON answer");
+            if ["completed", "failed", "cancelled", "timed_out"]
+                .contains(&e["status"].as_str().unwrap_or_default())
+            {
+                return e;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path} never ended: {e}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// A request builder with the admin key attached.
     pub fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.with_key(method, path, TEST_ADMIN_KEY)
