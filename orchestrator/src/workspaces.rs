@@ -196,17 +196,6 @@ pub fn problems(manifest: &Value, max_size_mb: u64) -> Vec<String> {
     out
 }
 
-/// Whether two mount paths (without trailing `/`) are one inside the other.
-fn overlap(a: &str, b: &str) -> bool {
-    let under = |inner: &str, outer: &str| {
-        inner == outer
-            || inner
-                .strip_prefix(outer)
-                .is_some_and(|rest| rest.starts_with('/'))
-    };
-    under(a, b) || under(b, a)
-}
-
 /// Refuses workflow volumes that would land on the agent's own `spec.volumes` (one directory
 /// cannot be two volumes: each save would carry the other's files).
 pub fn clash_with_agent_volumes(
@@ -215,7 +204,10 @@ pub fn clash_with_agent_volumes(
     own: &[crate::volumes::Volume],
 ) -> Result<(), String> {
     for m in &ws.mounts {
-        if let Some(v) = own.iter().find(|v| overlap(&v.mount_path, &m.mount_path)) {
+        if let Some(v) = own
+            .iter()
+            .find(|v| crate::manifest::paths_overlap(&v.mount_path, &m.mount_path))
+        {
             return Err(format!(
                 "workflow state `{}` mounts volume `{}` at {}, which overlaps agent `{agent}`'s \
                  own volume `{}` at {}: mount the workflow volume at another path beneath \

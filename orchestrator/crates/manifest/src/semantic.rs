@@ -346,7 +346,9 @@ fn volumes(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
     }
 }
 
-fn paths_overlap(a: &str, b: &str) -> bool {
+/// Whether two mount paths (without trailing `/`) are one inside the other: a volume inside
+/// another would be saved twice, once as its own and once in the outer one.
+pub fn paths_overlap(a: &str, b: &str) -> bool {
     let under = |inner: &str, outer: &str| {
         inner == outer
             || inner

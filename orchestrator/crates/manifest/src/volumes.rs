@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::pointer;
+use super::semantic::paths_overlap;
 
 /// The name of the run's workspace volume (`spec.storage.workspace`).
 pub const WORKSPACE_VOLUME: &str = "workspace";
@@ -141,16 +142,6 @@ pub fn mount_path_problem(path: &str) -> Option<String> {
     None
 }
 
-fn overlap(a: &str, b: &str) -> bool {
-    let under = |inner: &str, outer: &str| {
-        inner == outer
-            || inner
-                .strip_prefix(outer)
-                .is_some_and(|rest| rest.starts_with('/'))
-    };
-    under(a, b) || under(b, a)
-}
-
 /// (pointer, kind, item) of every state and ParallelContainerRun step that may mount volumes.
 fn mounting_items(manifest: &Value) -> Vec<(String, &str, &Value)> {
     let mut out = Vec::new();
@@ -237,7 +228,8 @@ pub fn volume_problems(manifest: &Value) -> Vec<(String, String)> {
                     pointer::join(&v_at, "name"),
                     format!("volume `{name}` is mounted twice by this state"),
                 ));
-            } else if let Some((other, other_path)) = mounted.iter().find(|(_, p)| overlap(p, path))
+            } else if let Some((other, other_path)) =
+                mounted.iter().find(|(_, p)| paths_overlap(p, path))
             {
                 problems.push((
                     pointer::join(&v_at, "mount_path"),
