@@ -86,6 +86,20 @@ pub(super) async fn start(
     if !reserved.is_empty() {
         return Err(WorkflowError::ReservedKeys(reserved));
     }
+    let missing: Vec<String> = view
+        .run_supplied_keys()
+        .into_iter()
+        .filter(|key| !overrides.contains_key(key))
+        .map(|key| {
+            format!(
+                "blackboard key `{key}` is read by this workflow's templates and written by none \
+                 of its states: give it when starting the run (`blackboard: {{\"{key}\": ...}}`)"
+            )
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Err(WorkflowError::NotRunnable(missing));
+    }
     let problems = runnable(pool, who, &def.manifest).await?;
     if !problems.is_empty() {
         return Err(WorkflowError::NotRunnable(problems));

@@ -754,3 +754,68 @@ async fn input_keys_are_read_under_workflow_and_the_runs_own_facts_win() {
     );
     assert_eq!(e["blackboard"]["workflow"]["input"]["task"], "ship the fix");
 }
+
+// ---------------------------------------------------------------------------------------------
+// `{{blackboard.KEY}}` that nothing writes: the caller puts it on the blackboard when it starts
+
+const READS_CALLER_KEY: &str = "apiVersion: 100monkeys.ai/v1
+kind: Workflow
+metadata:
+  name: reads-caller-key
+  version: \"1.0.0\"
+spec:
+  initial_state: NOTE
+  states:
+    NOTE:
+      kind: System
+      command: update_blackboard
+      update_blackboard: {note: \"task: {{blackboard.task}}\"}
+      transitions: []
+";
+
+#[tokio::test]
+async fn a_blackboard_key_nothing_writes_is_a_note_at_deploy_and_required_of_every_run() {
+    let app = app(None, |_| {}).await;
+    let (status, body) = deploy(&app, "/v1/workflows", READS_CALLER_KEY).await;
+    assert_eq!(status, 201, "{body}");
+    let warnings = body["warnings"].to_string();
+    assert!(
+        warnings.contains("blackboard key `task`") && warnings.contains("blackboard override"),
+        "the deploy says the run must supply it: {body}"
+    );
+    // Without the key: refused before anything is stored, naming the key and how to give it.
+    let r = app
+        .admin(Method::POST, "/v1/workflows/reads-caller-key/run")
+        .json(&json!({"input": {}}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body: Value = r.json().await.unwrap();
+    assert!(status.is_client_error(), "{status} {body}");
+    assert!(body.to_string().contains("blackboard key `task`"), "{body}");
+    let listed: Value = app
+        .admin(Method::GET, "/v1/workflows/executions")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        !listed.to_string().contains("reads-caller-key"),
+        "a refused run leaves no row: {listed}"
+    );
+    // With it: the template reads the caller's value.
+    let r = app
+        .admin(Method::POST, "/v1/workflows/reads-caller-key/run")
+        .json(&json!({"input": {}, "blackboard": {"task": "tidy the docs"}}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    let id = body["execution_id"].as_str().expect("a run").to_owned();
+    let e = ended(&app, &format!("/v1/workflows/executions/{id}")).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    assert_eq!(e["blackboard"]["note"], "task: tidy the docs", "{e}");
+}

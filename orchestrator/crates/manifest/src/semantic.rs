@@ -25,6 +25,9 @@ pub(crate) struct Findings {
     /// Problems that a later deploy may fix (an agent not deployed yet), reported with the
     /// manifest accepted.
     pub(crate) warnings: Vec<ManifestError>,
+    /// Blackboard keys a workflow's templates read that nothing in it writes: a run must be
+    /// given them as blackboard overrides (see [`run_supplied_keys`]).
+    pub(crate) run_supplied: BTreeSet<String>,
 }
 
 /// Every semantic problem of a schema-valid manifest, without positions. References to other
@@ -42,6 +45,39 @@ pub(crate) fn check(
         ManifestKind::Workflow => workflow(value, node, deployed, &mut errors),
     }
     errors.0
+}
+
+/// The blackboard keys a workflow's templates read but nothing in it writes: a run of it must be
+/// given each as a blackboard override (checked when the run starts).
+pub(crate) fn run_supplied_keys(workflow: &Value) -> BTreeSet<String> {
+    let mut errors = Errors::default();
+    let empty = Map::new();
+    let states = workflow
+        .pointer("/spec/states")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let initial = workflow
+        .pointer("/spec/initial_state")
+        .and_then(Value::as_str);
+    let graph = StateGraph::new(states, initial);
+    let refs = References::new(workflow, states, &graph);
+    for (name, state) in states {
+        refs.state(
+            &pointer::join("/spec/states", name),
+            name,
+            state,
+            &mut errors,
+        );
+    }
+    if let Some(template) = workflow.pointer("/metadata/output_template") {
+        refs.walk(
+            "/metadata/output_template",
+            template,
+            Scope::Final,
+            &mut errors,
+        );
+    }
+    errors.0.run_supplied
 }
 
 #[derive(Default)]
@@ -909,10 +945,43 @@ impl<'a> References<'a> {
             if reference.scoped {
                 continue;
             }
+            if let Some(key) = self.unwritten_blackboard_key(&reference.segments) {
+                if errors.0.run_supplied.insert(key.to_owned()) {
+                    errors.warn(
+                        at,
+                        format!(
+                            "template `{}` reads blackboard key `{key}`, which nothing in this \
+                             workflow writes{}: a run must be given it as a blackboard override \
+                             when it starts (a run without it is refused); a run's input is read \
+                             as `{{{{input.{key}}}}}`",
+                            reference.expression,
+                            suggestion(key, &self.states)
+                        ),
+                    );
+                }
+                continue;
+            }
             if let Some(problem) = self.problem(&reference.segments, scope) {
                 errors.push(at, format!("template `{}` {problem}", reference.expression));
             }
         }
+    }
+
+    /// The key of a `blackboard.KEY` path that no state, `spec.context` key, `result_key` or
+    /// `update_blackboard` writes (AEGIS pipelines read keys their caller puts on the blackboard).
+    fn unwritten_blackboard_key<'s>(&self, segments: &'s [String]) -> Option<&'s str> {
+        let (Some("blackboard"), Some(name)) = (
+            segments.first().map(String::as_str),
+            segments.get(1).map(String::as_str),
+        ) else {
+            return None;
+        };
+        let written = name == STATE_OUTPUT
+            || name == HUMAN_KEY
+            || self.states.contains(name)
+            || self.results.contains_key(name)
+            || self.keys.contains(name);
+        (!written).then_some(name)
     }
 
     /// What is wrong with one path, in `scope`.
@@ -961,14 +1030,6 @@ impl<'a> References<'a> {
         }
         if !explicit && segments.len() == 1 {
             return None;
-        }
-        if root == "blackboard" {
-            return Some(format!(
-                "reads blackboard key `{name}`, which nothing writes: no state, `spec.context` \
-                 key or `update_blackboard` has that name{}; a run's input is read as \
-                 `{{{{input.{name}}}}}`",
-                suggestion(name, &self.states)
-            ));
         }
         let mut known = self.states.clone();
         if root != "states" {
