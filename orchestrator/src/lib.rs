@@ -5,13 +5,10 @@
 pub mod api;
 pub mod app;
 pub mod approvals;
-pub mod arguments;
 pub mod audit;
 pub mod auth;
 pub mod background;
 pub mod builtin;
-pub mod caller;
-pub mod catalog;
 pub mod config;
 pub mod contexts;
 pub mod delivery;
@@ -26,10 +23,7 @@ pub mod memory;
 /// layer); re-exported so the service's modules name them as before.
 pub use aegis_manifest as manifest;
 pub mod metrics;
-pub mod policy;
 pub mod registry;
-pub mod render;
-pub mod runtimes;
 pub mod sandboxes;
 /// SEAL v1 without I/O lives in its own crate (`orchestrator/crates/seal`, the bottom layer);
 /// re-exported here so the service's modules and its tests name it as before.
@@ -43,8 +37,12 @@ pub mod volumes;
 pub mod workflow;
 pub mod workspaces;
 
-/// The only tenant until multi-tenancy arrives; every tenant-scoped row carries it.
-pub const DEFAULT_TENANT: &str = "default";
+/// The vocabulary every layer shares (caller, tool catalog metadata, arguments, templates,
+/// runtimes) and the policy decision live in pure crates below the service
+/// (`orchestrator/crates/core`, `orchestrator/crates/policy`); re-exported so the service's
+/// modules name them as before.
+pub use aegis_core::{arguments, caller, catalog, render, runtimes, DEFAULT_TENANT};
+pub use aegis_policy as policy;
 
 /// mimalloc for every binary that links the orchestrator (the service, its tests and benchmarks,
 /// so they measure what runs): its thread-local free lists cost a fraction of glibc's arenas

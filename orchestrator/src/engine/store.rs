@@ -4,6 +4,7 @@
 //! lock, so the sequence numbers follow the order in which things happened, whoever writes them
 //! (the engine task, a cancel request, the start-up recovery).
 
+use crate::policy::executions::ExecutionOwner;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -284,7 +285,7 @@ pub async fn scope(
     let Some(principal) = principal else {
         return Ok(None);
     };
-    let lineage = sqlx::query_as(
+    let lineage: Vec<(Uuid, String, String)> = sqlx::query_as(
         "WITH RECURSIVE chain (id, parent, caller_kind, caller_id, n) AS ( \
            SELECT id, parent_execution_id, caller_kind, caller_id, 0 FROM executions \
            WHERE tenant_id = $1 AND id = $2 \
@@ -299,7 +300,14 @@ pub async fn scope(
     .await?;
     Ok(Some(crate::policy::executions::ExecutionScope {
         principal,
-        lineage,
+        lineage: lineage
+            .into_iter()
+            .map(|(id, caller_kind, caller_id)| ExecutionOwner {
+                id,
+                caller_kind,
+                caller_id,
+            })
+            .collect(),
     }))
 }
 

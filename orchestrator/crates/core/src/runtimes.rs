@@ -43,7 +43,7 @@ pub struct Registry {
 }
 
 static REGISTRY: LazyLock<Result<Registry, String>> = LazyLock::new(|| {
-    serde_yaml::from_str(include_str!("../../runtime-images/registry.yaml"))
+    serde_yaml::from_str(include_str!("../../../../runtime-images/registry.yaml"))
         .map_err(|e| format!("runtime-images/registry.yaml: {e}"))
 });
 

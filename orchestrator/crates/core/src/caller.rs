@@ -80,15 +80,15 @@ impl CallerKind {
 #[derive(Clone)]
 pub struct SealScope {
     /// The session's context.
-    pub context: std::sync::Arc<crate::seal::context::SecurityContext>,
+    pub context: std::sync::Arc<aegis_seal::context::SecurityContext>,
     /// Shared rate-limit state.
-    pub limiter: std::sync::Arc<crate::seal::context::RateLimiter>,
+    pub limiter: std::sync::Arc<aegis_seal::context::RateLimiter>,
     /// Rate-limit key (the session id).
     pub session_key: String,
     /// Contexts of whoever started this caller (an execution started by a session or by another
     /// execution): every call must pass them too, so a child never has more rights than its
     /// parent. Empty for SEAL sessions.
-    pub ceilings: Vec<std::sync::Arc<crate::seal::context::SecurityContext>>,
+    pub ceilings: Vec<std::sync::Arc<aegis_seal::context::SecurityContext>>,
 }
 
 impl std::fmt::Debug for SealScope {

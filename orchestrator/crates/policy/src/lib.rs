@@ -11,9 +11,9 @@ pub mod paths;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::caller::Caller;
-use crate::catalog::ToolSpec as Tool;
-use crate::policy::command::CommandPolicy;
+use crate::command::CommandPolicy;
+use aegis_core::caller::Caller;
+use aegis_core::catalog::ToolSpec as Tool;
 
 /// Why a call was refused.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq, thiserror::Error)]
@@ -58,7 +58,7 @@ pub fn check_tool(caller: &Caller, tool: &Tool, args: &Value) -> Result<(), Deni
 /// returns the granting capability's response-size limit, if it has one. Counts the call
 /// against its rate limits: only the router calls this (through [`check_tool`]).
 fn check_seal(
-    scope: &crate::caller::SealScope,
+    scope: &aegis_core::caller::SealScope,
     tool: &str,
     args: &Value,
 ) -> Result<Option<u64>, Denial> {
@@ -70,7 +70,7 @@ fn check_seal(
 /// sandbox, a response-size limit), so a refused call prepares nothing. The router still
 /// decides the call itself.
 pub fn preview_seal(
-    scope: &crate::caller::SealScope,
+    scope: &aegis_core::caller::SealScope,
     tool: &str,
     args: &Value,
 ) -> Result<Option<u64>, Denial> {
@@ -78,7 +78,7 @@ pub fn preview_seal(
 }
 
 fn decide_seal(
-    scope: &crate::caller::SealScope,
+    scope: &aegis_core::caller::SealScope,
     tool: &str,
     args: &Value,
     count: bool,
@@ -221,7 +221,7 @@ pub fn check_memory_call(tool: &str, caller: &Caller, memory_on: bool) -> Result
     if memory_on {
         return Ok(());
     }
-    let message = if caller.kind == crate::caller::CallerKind::Execution {
+    let message = if caller.kind == aegis_core::caller::CallerKind::Execution {
         format!(
             "`{tool}` works on the memory of an agent with `spec.execution.memory`; the agent of \
              this execution has memory off"
@@ -232,8 +232,8 @@ pub fn check_memory_call(tool: &str, caller: &Caller, memory_on: bool) -> Result
              memory; this caller is {} `{}` (operators list and erase memories with \
              aegis.memory.list|erase)",
             match caller.kind {
-                crate::caller::CallerKind::ApiKey => "API key",
-                crate::caller::CallerKind::Session => "SEAL session",
+                aegis_core::caller::CallerKind::ApiKey => "API key",
+                aegis_core::caller::CallerKind::Session => "SEAL session",
                 _ => "the system",
             },
             caller.label

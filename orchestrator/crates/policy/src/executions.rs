@@ -16,10 +16,10 @@
 use uuid::Uuid;
 
 use super::Denial;
-use crate::caller::{Caller, CallerKind, Tier};
+use aegis_core::caller::{Caller, CallerKind, Tier};
 
 /// Who started one execution of a lineage.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionOwner {
     /// The execution.
     pub id: Uuid,

@@ -90,271 +90,272 @@ pub struct CatalogError(pub String);
 const SCHEMA_FILES: &[(&str, &str)] = &[
     (
         "cmd.run.json",
-        include_str!("../../schemas/tools/cmd.run.json"),
+        include_str!("../../../../schemas/tools/cmd.run.json"),
     ),
     (
         "fs.read.json",
-        include_str!("../../schemas/tools/fs.read.json"),
+        include_str!("../../../../schemas/tools/fs.read.json"),
     ),
     (
         "fs.write.json",
-        include_str!("../../schemas/tools/fs.write.json"),
+        include_str!("../../../../schemas/tools/fs.write.json"),
     ),
     (
         "fs.list.json",
-        include_str!("../../schemas/tools/fs.list.json"),
+        include_str!("../../../../schemas/tools/fs.list.json"),
     ),
     (
         "fs.create_dir.json",
-        include_str!("../../schemas/tools/fs.create_dir.json"),
+        include_str!("../../../../schemas/tools/fs.create_dir.json"),
     ),
     (
         "fs.create.dir.json",
-        include_str!("../../schemas/tools/fs.create.dir.json"),
+        include_str!("../../../../schemas/tools/fs.create.dir.json"),
     ),
     (
         "fs.delete.json",
-        include_str!("../../schemas/tools/fs.delete.json"),
+        include_str!("../../../../schemas/tools/fs.delete.json"),
     ),
     (
         "fs.edit.json",
-        include_str!("../../schemas/tools/fs.edit.json"),
+        include_str!("../../../../schemas/tools/fs.edit.json"),
     ),
     (
         "fs.multi_edit.json",
-        include_str!("../../schemas/tools/fs.multi_edit.json"),
+        include_str!("../../../../schemas/tools/fs.multi_edit.json"),
     ),
     (
         "fs.grep.json",
-        include_str!("../../schemas/tools/fs.grep.json"),
+        include_str!("../../../../schemas/tools/fs.grep.json"),
     ),
     (
         "fs.glob.json",
-        include_str!("../../schemas/tools/fs.glob.json"),
+        include_str!("../../../../schemas/tools/fs.glob.json"),
     ),
     (
         "proc.list.json",
-        include_str!("../../schemas/tools/proc.list.json"),
+        include_str!("../../../../schemas/tools/proc.list.json"),
     ),
     (
         "logs.read.json",
-        include_str!("../../schemas/tools/logs.read.json"),
+        include_str!("../../../../schemas/tools/logs.read.json"),
     ),
     (
         "env.get.json",
-        include_str!("../../schemas/tools/env.get.json"),
+        include_str!("../../../../schemas/tools/env.get.json"),
     ),
     (
         "aegis.schema.get.json",
-        include_str!("../../schemas/tools/aegis.schema.get.json"),
+        include_str!("../../../../schemas/tools/aegis.schema.get.json"),
     ),
     (
         "aegis.schema.validate.json",
-        include_str!("../../schemas/tools/aegis.schema.validate.json"),
+        include_str!("../../../../schemas/tools/aegis.schema.validate.json"),
     ),
     (
         "aegis.agent.create.json",
-        include_str!("../../schemas/tools/aegis.agent.create.json"),
+        include_str!("../../../../schemas/tools/aegis.agent.create.json"),
     ),
     (
         "aegis.agent.update.json",
-        include_str!("../../schemas/tools/aegis.agent.update.json"),
+        include_str!("../../../../schemas/tools/aegis.agent.update.json"),
     ),
     (
         "aegis.agent.list.json",
-        include_str!("../../schemas/tools/aegis.agent.list.json"),
+        include_str!("../../../../schemas/tools/aegis.agent.list.json"),
     ),
     (
         "aegis.agent.export.json",
-        include_str!("../../schemas/tools/aegis.agent.export.json"),
+        include_str!("../../../../schemas/tools/aegis.agent.export.json"),
     ),
     (
         "aegis.agent.delete.json",
-        include_str!("../../schemas/tools/aegis.agent.delete.json"),
+        include_str!("../../../../schemas/tools/aegis.agent.delete.json"),
     ),
     (
         "aegis.agent.search.json",
-        include_str!("../../schemas/tools/aegis.agent.search.json"),
+        include_str!("../../../../schemas/tools/aegis.agent.search.json"),
     ),
     (
         "aegis.agent.generate.json",
-        include_str!("../../schemas/tools/aegis.agent.generate.json"),
+        include_str!("../../../../schemas/tools/aegis.agent.generate.json"),
     ),
     (
         "aegis.workflow.create.json",
-        include_str!("../../schemas/tools/aegis.workflow.create.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.create.json"),
     ),
     (
         "aegis.workflow.update.json",
-        include_str!("../../schemas/tools/aegis.workflow.update.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.update.json"),
     ),
     (
         "aegis.workflow.list.json",
-        include_str!("../../schemas/tools/aegis.workflow.list.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.list.json"),
     ),
     (
         "aegis.workflow.validate.json",
-        include_str!("../../schemas/tools/aegis.workflow.validate.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.validate.json"),
     ),
     (
         "aegis.workflow.export.json",
-        include_str!("../../schemas/tools/aegis.workflow.export.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.export.json"),
     ),
     (
         "aegis.workflow.delete.json",
-        include_str!("../../schemas/tools/aegis.workflow.delete.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.delete.json"),
     ),
     (
         "aegis.workflow.search.json",
-        include_str!("../../schemas/tools/aegis.workflow.search.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.search.json"),
     ),
     (
         "aegis.workflow.generate.json",
-        include_str!("../../schemas/tools/aegis.workflow.generate.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.generate.json"),
     ),
     (
         "aegis.workflow.promote.json",
-        include_str!("../../schemas/tools/aegis.workflow.promote.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.promote.json"),
     ),
     (
         "aegis.workflow.demote.json",
-        include_str!("../../schemas/tools/aegis.workflow.demote.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.demote.json"),
     ),
     (
         "aegis.runtime.list.json",
-        include_str!("../../schemas/tools/aegis.runtime.list.json"),
+        include_str!("../../../../schemas/tools/aegis.runtime.list.json"),
     ),
     (
         "aegis.tools.list.json",
-        include_str!("../../schemas/tools/aegis.tools.list.json"),
+        include_str!("../../../../schemas/tools/aegis.tools.list.json"),
     ),
     (
         "aegis.tools.search.json",
-        include_str!("../../schemas/tools/aegis.tools.search.json"),
+        include_str!("../../../../schemas/tools/aegis.tools.search.json"),
     ),
     (
         "aegis.system.info.json",
-        include_str!("../../schemas/tools/aegis.system.info.json"),
+        include_str!("../../../../schemas/tools/aegis.system.info.json"),
     ),
     (
         "aegis.system.config.json",
-        include_str!("../../schemas/tools/aegis.system.config.json"),
+        include_str!("../../../../schemas/tools/aegis.system.config.json"),
     ),
     (
         "aegis.task.execute.json",
-        include_str!("../../schemas/tools/aegis.task.execute.json"),
+        include_str!("../../../../schemas/tools/aegis.task.execute.json"),
     ),
     (
         "aegis.task.status.json",
-        include_str!("../../schemas/tools/aegis.task.status.json"),
+        include_str!("../../../../schemas/tools/aegis.task.status.json"),
     ),
     (
         "aegis.task.list.json",
-        include_str!("../../schemas/tools/aegis.task.list.json"),
+        include_str!("../../../../schemas/tools/aegis.task.list.json"),
     ),
     (
         "aegis.task.cancel.json",
-        include_str!("../../schemas/tools/aegis.task.cancel.json"),
+        include_str!("../../../../schemas/tools/aegis.task.cancel.json"),
     ),
     (
         "aegis.task.remove.json",
-        include_str!("../../schemas/tools/aegis.task.remove.json"),
+        include_str!("../../../../schemas/tools/aegis.task.remove.json"),
     ),
     (
         "aegis.task.logs.json",
-        include_str!("../../schemas/tools/aegis.task.logs.json"),
+        include_str!("../../../../schemas/tools/aegis.task.logs.json"),
     ),
     (
         "aegis.task.wait.json",
-        include_str!("../../schemas/tools/aegis.task.wait.json"),
+        include_str!("../../../../schemas/tools/aegis.task.wait.json"),
     ),
     (
         "aegis.agent.wait.json",
-        include_str!("../../schemas/tools/aegis.agent.wait.json"),
+        include_str!("../../../../schemas/tools/aegis.agent.wait.json"),
     ),
     (
         "aegis.agent.logs.json",
-        include_str!("../../schemas/tools/aegis.agent.logs.json"),
+        include_str!("../../../../schemas/tools/aegis.agent.logs.json"),
     ),
     (
         "aegis.workflow.run.json",
-        include_str!("../../schemas/tools/aegis.workflow.run.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.run.json"),
     ),
     (
         "aegis.workflow.signal.json",
-        include_str!("../../schemas/tools/aegis.workflow.signal.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.signal.json"),
     ),
     (
         "aegis.workflow.cancel.json",
-        include_str!("../../schemas/tools/aegis.workflow.cancel.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.cancel.json"),
     ),
     (
         "aegis.workflow.wait.json",
-        include_str!("../../schemas/tools/aegis.workflow.wait.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.wait.json"),
     ),
     (
         "aegis.workflow.logs.json",
-        include_str!("../../schemas/tools/aegis.workflow.logs.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.logs.json"),
     ),
     (
         "aegis.workflow.status.json",
-        include_str!("../../schemas/tools/aegis.workflow.status.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.status.json"),
     ),
     (
         "aegis.workflow.executions.list.json",
-        include_str!("../../schemas/tools/aegis.workflow.executions.list.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.executions.list.json"),
     ),
     (
         "aegis.workflow.executions.get.json",
-        include_str!("../../schemas/tools/aegis.workflow.executions.get.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.executions.get.json"),
     ),
     (
         "aegis.workflow.remove.json",
-        include_str!("../../schemas/tools/aegis.workflow.remove.json"),
+        include_str!("../../../../schemas/tools/aegis.workflow.remove.json"),
     ),
     (
         "aegis.execute.intent.json",
-        include_str!("../../schemas/tools/aegis.execute.intent.json"),
+        include_str!("../../../../schemas/tools/aegis.execute.intent.json"),
     ),
     (
         "aegis.execute.status.json",
-        include_str!("../../schemas/tools/aegis.execute.status.json"),
+        include_str!("../../../../schemas/tools/aegis.execute.status.json"),
     ),
     (
         "aegis.execute.wait.json",
-        include_str!("../../schemas/tools/aegis.execute.wait.json"),
+        include_str!("../../../../schemas/tools/aegis.execute.wait.json"),
     ),
     (
         "web.fetch.json",
-        include_str!("../../schemas/tools/web.fetch.json"),
+        include_str!("../../../../schemas/tools/web.fetch.json"),
     ),
     (
         "web.search.json",
-        include_str!("../../schemas/tools/web.search.json"),
+        include_str!("../../../../schemas/tools/web.search.json"),
     ),
     (
         "aegis.memory.write.json",
-        include_str!("../../schemas/tools/aegis.memory.write.json"),
+        include_str!("../../../../schemas/tools/aegis.memory.write.json"),
     ),
     (
         "aegis.memory.recall.json",
-        include_str!("../../schemas/tools/aegis.memory.recall.json"),
+        include_str!("../../../../schemas/tools/aegis.memory.recall.json"),
     ),
     (
         "aegis.memory.list.json",
-        include_str!("../../schemas/tools/aegis.memory.list.json"),
+        include_str!("../../../../schemas/tools/aegis.memory.list.json"),
     ),
     (
         "aegis.memory.erase.json",
-        include_str!("../../schemas/tools/aegis.memory.erase.json"),
+        include_str!("../../../../schemas/tools/aegis.memory.erase.json"),
     ),
 ];
 
 impl Catalog {
     /// Builds the catalog from the embedded index and schemas.
     pub fn builtin() -> Result<Self, CatalogError> {
-        let index: Value = serde_json::from_str(include_str!("../../schemas/tools/index.json"))
-            .map_err(|e| CatalogError(format!("index.json: {e}")))?;
+        let index: Value =
+            serde_json::from_str(include_str!("../../../../schemas/tools/index.json"))
+                .map_err(|e| CatalogError(format!("index.json: {e}")))?;
         let entries = index["tools"]
             .as_array()
             .ok_or_else(|| CatalogError("index.json has no `tools` array".into()))?;
