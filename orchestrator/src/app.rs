@@ -18,8 +18,8 @@ use uuid::Uuid;
 use crate::api;
 use crate::auth::{self, AuthError, Bootstrap};
 use crate::config::NodeConfig;
+use crate::database::{self, StoreError};
 use crate::state::AppState;
-use crate::store::{self, StoreError};
 
 /// Why the instance could not start or stopped badly.
 #[derive(Debug, thiserror::Error)]
@@ -79,8 +79,10 @@ impl Application {
     ) -> Result<Self, AppError> {
         // The catalog builds, and it and the handlers agree (a packaging bug otherwise).
         crate::tools::check_handlers(&*crate::catalog::catalog()?)?;
-        let pool = store::connect(&config.database).await?;
-        store::migrate(&pool).await?;
+        // The audit writer lives below the metrics registry; it reports its batches here.
+        crate::audit::observe_batches(crate::metrics::audit_write);
+        let pool = database::connect(&config.database).await?;
+        database::migrate(&pool).await?;
         match auth::bootstrap_with_file(
             &pool,
             config.auth.admin_key.as_deref(),

@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+/// The database section and the URL redaction live with the pool they configure.
+pub use aegis_store::database::{redact_url, DatabaseConfig};
+
 /// Prefix of the generic environment overrides.
 pub const ENV_PREFIX: &str = "ORCHESTRATOR__";
 
@@ -408,28 +411,6 @@ impl Default for ServerConfig {
             http: SocketAddr::from(([127, 0, 0, 1], 8088)),
             grpc: SocketAddr::from(([127, 0, 0, 1], 50051)),
             shutdown_grace_secs: 20,
-        }
-    }
-}
-
-/// PostgreSQL settings.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct DatabaseConfig {
-    /// `postgres://user:password@host:port/database`; usually given as `DATABASE_URL`.
-    pub url: String,
-    /// Upper bound of pooled connections.
-    pub max_connections: u32,
-    /// How long start-up keeps retrying an unreachable database before giving up.
-    pub connect_timeout_secs: u64,
-}
-
-impl Default for DatabaseConfig {
-    fn default() -> Self {
-        Self {
-            url: "postgres://orchestrator:orchestrator@127.0.0.1:5432/orchestrator".to_owned(),
-            max_connections: 10,
-            connect_timeout_secs: 60,
         }
     }
 }
@@ -1103,18 +1084,6 @@ pub fn redacted(config: &NodeConfig) -> NodeConfig {
         crate::seal::context::redact_definition(context);
     }
     shown
-}
-
-/// Renders a URL with its password replaced, for logs.
-pub fn redact_url(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut url) if url.password().is_some() => {
-            let _ = url.set_password(Some("***"));
-            url.to_string()
-        }
-        Ok(url) => url.to_string(),
-        Err(_) => "<unparseable url>".to_owned(),
-    }
 }
 
 #[cfg(test)]

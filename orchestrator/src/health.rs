@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::store;
+use crate::database;
 
 /// Time each readiness check may take.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -99,7 +99,7 @@ pub async fn check(
                 ComponentStatus::failing("unknown: database unreachable"),
             ),
             Ok(Ok(_)) => {
-                let m = tokio::time::timeout(CHECK_TIMEOUT, store::migrations_current(pool));
+                let m = tokio::time::timeout(CHECK_TIMEOUT, database::migrations_current(pool));
                 let migrations = match m.await {
                     Ok(Ok(true)) => ComponentStatus::ok(),
                     Ok(Ok(false)) => ComponentStatus::failing("migrations pending"),

@@ -4,13 +4,9 @@
 
 pub mod api;
 pub mod app;
-pub mod approvals;
-pub mod audit;
-pub mod auth;
 pub mod background;
 pub mod builtin;
 pub mod config;
-pub mod contexts;
 pub mod delivery;
 pub mod egress;
 pub mod engine;
@@ -18,19 +14,16 @@ pub mod gateway;
 pub mod health;
 pub mod llm;
 pub mod mcp_servers;
-pub mod memory;
 /// Manifests without I/O live in their own crate (`orchestrator/crates/manifest`, the bottom
 /// layer); re-exported so the service's modules name them as before.
 pub use aegis_manifest as manifest;
 pub mod metrics;
-pub mod registry;
 pub mod sandboxes;
 /// SEAL v1 without I/O lives in its own crate (`orchestrator/crates/seal`, the bottom layer);
 /// re-exported here so the service's modules and its tests name it as before.
 pub use aegis_seal as seal;
 pub mod shutdown;
 pub mod state;
-pub mod store;
 pub mod telemetry;
 pub mod tools;
 pub mod volumes;
@@ -43,6 +36,10 @@ pub mod workspaces;
 /// modules name them as before.
 pub use aegis_core::{arguments, caller, catalog, render, runtimes, DEFAULT_TENANT};
 pub use aegis_policy as policy;
+/// The rows in PostgreSQL (pool and migrations, audit chain, keys, registry, contexts,
+/// approvals, memory) live in the storage crate (`orchestrator/crates/store`); re-exported so
+/// the service's modules name them as before.
+pub use aegis_store::{approvals, audit, auth, contexts, database, memory, registry};
 
 /// mimalloc for every binary that links the orchestrator (the service, its tests and benchmarks,
 /// so they measure what runs): its thread-local free lists cost a fraction of glibc's arenas

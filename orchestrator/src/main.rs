@@ -9,7 +9,7 @@ use aegis_cli as cli;
 use clap::{Parser, Subcommand};
 use orchestrator::app::Application;
 use orchestrator::config::{self, LoadedConfig};
-use orchestrator::{shutdown, store, telemetry};
+use orchestrator::{database, shutdown, telemetry};
 use tokio_util::sync::CancellationToken;
 
 /// Orchestrator for AI agents whose tool calls run in hardened, ephemeral containers.
@@ -162,8 +162,8 @@ async fn run(command: Command, mut loaded: LoadedConfig) -> anyhow::Result<()> {
             print!("{}", serde_yaml::to_string(&shown)?);
         }
         Command::Migrate => {
-            let pool = store::connect(&loaded.config.database).await?;
-            let applied = store::migrate(&pool).await?;
+            let pool = database::connect(&loaded.config.database).await?;
+            let applied = database::migrate(&pool).await?;
             println!("applied {applied} migration(s)");
         }
         Command::Validate { files } => validate_files(&files, &loaded.config)?,

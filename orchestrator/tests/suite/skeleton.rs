@@ -109,9 +109,11 @@ async fn startup_waits_for_a_database_that_comes_up_late() {
         .expect("start-up finishes once the database is back")
         .unwrap()
         .expect("start-up succeeds");
-    assert!(orchestrator::store::migrations_current(&app.state().pool)
-        .await
-        .unwrap());
+    assert!(
+        orchestrator::database::migrations_current(&app.state().pool)
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test]
@@ -129,7 +131,7 @@ async fn startup_gives_up_on_an_unreachable_database_with_a_clear_error() {
 #[tokio::test]
 async fn migrations_apply_once_and_restart_is_a_no_op() {
     let db = TestDb::create().await;
-    let expected = orchestrator::store::MIGRATOR.iter().count() as i64;
+    let expected = orchestrator::database::MIGRATOR.iter().count() as i64;
 
     let app = TestApp::spawn_with(test_config(&db.url)).await;
     let pool = db.pool().await;
@@ -142,7 +144,7 @@ async fn migrations_apply_once_and_restart_is_a_no_op() {
     app.stop().await.expect("clean stop");
 
     // Applying again directly reports nothing new.
-    assert_eq!(orchestrator::store::migrate(&pool).await.unwrap(), 0);
+    assert_eq!(orchestrator::database::migrate(&pool).await.unwrap(), 0);
 
     // A restart leaves the bookkeeping untouched.
     let app = TestApp::spawn_with(test_config(&db.url)).await;

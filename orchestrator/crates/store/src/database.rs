@@ -6,14 +6,13 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
-use crate::config::{redact_url, DatabaseConfig};
-
 /// The migrations in `migrations/`, embedded in the binary.
-pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
+pub static MIGRATOR: Migrator = sqlx::migrate!("../../../migrations");
 
 /// Why the database could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -120,4 +119,38 @@ pub async fn migrations_current(pool: &PgPool) -> Result<bool, sqlx::Error> {
         .iter()
         .filter(|m| !m.migration_type.is_down_migration())
         .all(|m| applied.contains(&m.version)))
+}
+
+/// PostgreSQL settings.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// `postgres://user:password@host:port/database`; usually given as `DATABASE_URL`.
+    pub url: String,
+    /// Upper bound of pooled connections.
+    pub max_connections: u32,
+    /// How long start-up keeps retrying an unreachable database before giving up.
+    pub connect_timeout_secs: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: "postgres://orchestrator:orchestrator@127.0.0.1:5432/orchestrator".to_owned(),
+            max_connections: 10,
+            connect_timeout_secs: 60,
+        }
+    }
+}
+
+/// Renders a URL with its password replaced, for logs.
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(Some("***"));
+            url.to_string()
+        }
+        Ok(url) => url.to_string(),
+        Err(_) => "<unparseable url>".to_owned(),
+    }
 }

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::caller::{Caller, Role};
+use aegis_core::caller::{Caller, Role};
 
 /// Prefix of every key, so leaked keys are recognisable by secret scanners.
 pub const KEY_PREFIX: &str = aegis_proto::API_KEY_PREFIX;
@@ -241,7 +241,7 @@ pub async fn authenticate(
                 },
             })?;
         caller.tier = caller.tier.min(context.tier);
-        caller.seal = Some(crate::caller::SealScope {
+        caller.seal = Some(aegis_core::caller::SealScope {
             context: std::sync::Arc::new(context),
             limiter: cache.limiter(),
             session_key: format!("key:{id}"),
@@ -328,7 +328,7 @@ pub async fn authenticate_bound(
              ON c.tenant_id = $2 AND c.name = k.security_context",
     )
     .bind(&hashed)
-    .bind(crate::DEFAULT_TENANT)
+    .bind(aegis_core::DEFAULT_TENANT)
     .fetch_optional(pool)
     .await?;
     let Some((id, name, expires_at, revoked_at, security_context, context_version)) = row else {

@@ -19,6 +19,7 @@ mod writer;
 pub use anchor::{head, log_head_periodically, Head};
 pub use intent::{begin_call, recover_abandoned, CallAudit, Completion};
 pub use verify::{verify, Anchor, BrokenRow, Verification, VerifyError};
+pub use writer::observe_batches;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -27,7 +28,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::caller::Caller;
+use aegis_core::caller::Caller;
 
 /// The hash "before" the first row.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";

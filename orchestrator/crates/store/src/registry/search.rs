@@ -18,7 +18,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{kind_str, RegistryError, Scope, ScopeFilter, LATEST_FIRST};
-use crate::manifest::ManifestKind;
+use aegis_manifest::ManifestKind;
 
 /// What to search for, and where.
 #[derive(Debug, Clone)]

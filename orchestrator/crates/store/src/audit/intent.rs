@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::{append, Entry, EntryKind};
-use crate::caller::{Caller, CallerKind, Tier};
+use aegis_core::caller::{Caller, CallerKind, Tier};
 
 /// How a call that ran ended, for its completion row.
 #[derive(Debug, Clone)]

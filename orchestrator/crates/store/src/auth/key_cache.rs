@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::BoundKey;
-use crate::caller::Caller;
+use aegis_core::caller::Caller;
 
 /// The NOTIFY channel of key changes; the payload is the key's id.
 pub const CHANNEL: &str = "aegis_api_keys";
@@ -77,7 +77,7 @@ pub struct KeyCache {
     generation: AtomicU64,
     /// Rate-limit state of the capabilities of keys bound to a security context, for their
     /// REST calls (one window set per key, whichever cached entry carries it).
-    limiter: std::sync::Arc<crate::seal::RateLimiter>,
+    limiter: std::sync::Arc<aegis_seal::RateLimiter>,
 }
 
 /// What a lookup found.
@@ -123,7 +123,7 @@ impl KeyCache {
     }
 
     /// The rate-limit state bound keys' REST calls count against.
-    pub fn limiter(&self) -> std::sync::Arc<crate::seal::RateLimiter> {
+    pub fn limiter(&self) -> std::sync::Arc<aegis_seal::RateLimiter> {
         self.limiter.clone()
     }
 
@@ -295,7 +295,7 @@ pub async fn listen(pool: PgPool, cache: Arc<KeyCache>, shutdown: CancellationTo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caller::Role;
+    use aegis_core::caller::Role;
 
     fn operator(id: Uuid, expires_at: Option<DateTime<Utc>>) -> Verified<Caller> {
         Verified {

@@ -29,6 +29,16 @@ use uuid::Uuid;
 
 use super::{row_hash, AuditRow, APPEND_LOCK, GENESIS};
 
+/// Told of every stored batch (rows, time taken): the node's metrics, which live above this
+/// crate, register here once at start (`observe_batches`).
+static BATCH_OBSERVER: OnceLock<fn(usize, std::time::Duration)> = OnceLock::new();
+
+/// Registers what is told of every stored batch; the first registration of the process wins
+/// (the writer is process-wide, as is the metrics registry it feeds).
+pub fn observe_batches(observe: fn(usize, std::time::Duration)) {
+    let _ = BATCH_OBSERVER.set(observe);
+}
+
 /// At most this many rows per transaction (keeps one INSERT's arrays modest).
 const MAX_BATCH: usize = 256;
 
@@ -157,7 +167,11 @@ async fn store(
     let started = std::time::Instant::now();
     let result = store_locked(pool, batch, heads).await;
     match &result {
-        Ok(rows) => crate::metrics::audit_write(rows.len(), started.elapsed()),
+        Ok(rows) => {
+            if let Some(observe) = BATCH_OBSERVER.get() {
+                observe(rows.len(), started.elapsed());
+            }
+        }
         Err(_) => heads.clear(),
     }
     result

@@ -7,7 +7,7 @@
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::seal::context::SecurityContext;
+use aegis_seal::context::SecurityContext;
 
 /// Why a context could not be stored or read.
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +66,7 @@ pub async fn get(pool: &PgPool, tenant: &str, name: &str) -> Result<SecurityCont
     parse(&row.ok_or_else(|| ContextError::NotFound(name.to_owned()))?)
 }
 
-/// One context by name with the version [`super::sessions::admit`] reports (a digest of its
+/// One context by name with the version the gateway's session admission reports (a digest of its
 /// stored definition), so a cached copy can be checked for staleness.
 pub async fn get_versioned(
     pool: &PgPool,

@@ -25,9 +25,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::audit::{self, Entry, EntryKind};
-use crate::caller::Caller;
-use crate::policy::Denial;
-use crate::seal::error::SealCode;
+use aegis_core::caller::Caller;
+use aegis_policy::Denial;
+use aegis_seal::error::SealCode;
 
 /// How often a waiting call looks for a decision.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);

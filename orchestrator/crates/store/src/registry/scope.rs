@@ -15,7 +15,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::RegistryError;
-use crate::caller::Caller;
+use aegis_core::caller::Caller;
 
 /// Who can see a definition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

@@ -29,10 +29,10 @@ use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::caller::{Caller, CallerKind};
-use crate::manifest::{AgentView, MemorySpec};
+use aegis_core::caller::{Caller, CallerKind};
+use aegis_manifest::{AgentView, MemorySpec};
 
-pub use crate::manifest::MEMORY_TOOLS;
+pub use aegis_manifest::MEMORY_TOOLS;
 
 /// The owner of a shared memory (`spec.execution.memory.shared: true`); a principal key always
 /// has the form `kind:id`, so it never collides with one.
@@ -215,7 +215,7 @@ pub async fn owner_of(pool: &PgPool, execution: Uuid) -> Result<Option<String>, 
                 .fetch_optional(pool)
                 .await?;
         let next = match workflow {
-            Some((kind, caller)) => crate::policy::executions::principal_key(&kind, &caller),
+            Some((kind, caller)) => aegis_policy::executions::principal_key(&kind, &caller),
             None => match principal_of(pool, id).await? {
                 Some(p) => p,
                 None => break,

@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::manifest::{ManifestKind, ParsedManifest};
+use aegis_manifest::{ManifestKind, ParsedManifest};
 
 /// Why a registry operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -150,7 +150,7 @@ pub struct Definition {
 impl Definition {
     /// Fills in [`Definition::schedule`] for a workflow with a schedule, as of now.
     pub fn with_schedule(mut self) -> Self {
-        self.schedule = crate::manifest::WorkflowView(&self.manifest)
+        self.schedule = aegis_manifest::WorkflowView(&self.manifest)
             .schedule_status(&self.id.to_string(), Utc::now());
         self
     }

@@ -1,0 +1,13 @@
+//! What the service remembers, as rows in PostgreSQL: the pool and its migrations (`database`),
+//! the hash-chained audit log (`audit`), API keys (`auth`), agents and workflows (`registry`),
+//! security contexts (`contexts`), pending approvals (`approvals`) and agent memory (`memory`).
+//! Nothing here decides policy or runs a tool; the services above call these functions with the
+//! pool they were given.
+
+pub mod approvals;
+pub mod audit;
+pub mod auth;
+pub mod contexts;
+pub mod database;
+pub mod memory;
+pub mod registry;
