@@ -8,12 +8,9 @@ pub mod background;
 pub mod builtin;
 pub mod config;
 pub mod delivery;
-pub mod egress;
 pub mod engine;
 pub mod gateway;
 pub mod health;
-pub mod llm;
-pub mod mcp_servers;
 /// Manifests without I/O live in their own crate (`orchestrator/crates/manifest`, the bottom
 /// layer); re-exported so the service's modules name them as before.
 pub use aegis_manifest as manifest;
@@ -35,6 +32,10 @@ pub mod workspaces;
 /// (`orchestrator/crates/core`, `orchestrator/crates/policy`); re-exported so the service's
 /// modules name them as before.
 pub use aegis_core::{arguments, caller, catalog, render, runtimes, DEFAULT_TENANT};
+/// The outside world under rules (and the external MCP servers reached through it), and the
+/// model client, in their own crates (`orchestrator/crates/egress`, `orchestrator/crates/llm`).
+pub use aegis_egress::{self as egress, mcp_servers};
+pub use aegis_llm as llm;
 pub use aegis_policy as policy;
 /// The rows in PostgreSQL (pool and migrations, audit chain, keys, registry, contexts,
 /// approvals, memory) live in the storage crate (`orchestrator/crates/store`); re-exported so

@@ -30,7 +30,7 @@ pub fn shape(result: &Value, max: usize) -> Shaped {
     let mut output = Map::new();
 
     if let Some(structured) = result.get("structuredContent") {
-        let size = crate::arguments::serialized_len(structured);
+        let size = aegis_core::arguments::serialized_len(structured);
         if size <= budget {
             budget -= size;
             output.insert("structuredContent".to_owned(), structured.clone());
@@ -91,7 +91,7 @@ pub fn shape(result: &Value, max: usize) -> Shaped {
             _ => {
                 // resource_link and whatever a later revision adds: small metadata, kept whole
                 // when it fits.
-                let size = crate::arguments::serialized_len(block);
+                let size = aegis_core::arguments::serialized_len(block);
                 if size <= budget {
                     budget -= size;
                     content.push(block.clone());

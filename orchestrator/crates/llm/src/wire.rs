@@ -291,7 +291,7 @@ fn decode_usage(u: Option<&Value>) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::types::ToolSpec;
+    use crate::types::ToolSpec;
 
     fn spec(name: &str) -> ToolSpec {
         ToolSpec {

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::caller::Tier;
+use aegis_core::caller::Tier;
 
 /// One external MCP server.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]

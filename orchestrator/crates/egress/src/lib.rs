@@ -13,6 +13,8 @@ pub mod address;
 pub mod document;
 pub mod domains;
 pub mod fetch;
+/// The operator's external MCP servers: clients that reach out only through [`Egress::admit`].
+pub mod mcp_servers;
 pub mod proxy;
 pub mod resolve;
 pub mod search;

@@ -2,7 +2,7 @@
 //!
 //! rmcp's client transport speaks MCP (initialise, sessions, request ids, SSE responses) over
 //! any [`StreamableHttpClient`]. This one is a reqwest 0.12 client built for one connection to
-//! one server: it knows only the addresses [`crate::egress::Egress::admit`] checked for the
+//! one server: it knows only the addresses [`crate::Egress::admit`] checked for the
 //! server's host (any other name is refused, nothing resolves twice), takes no proxy from the
 //! environment, follows no redirect, and carries the server's credential headers. Every
 //! response body is read under a byte cap, counted chunk by chunk; a response over it fails,
@@ -82,13 +82,13 @@ impl PinnedHttp {
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(connect_timeout)
             .user_agent(concat!("aegis-orchestrator/", env!("CARGO_PKG_VERSION")))
-            .dns_resolver(Arc::new(crate::egress::fetch::PinnedOnly));
+            .dns_resolver(Arc::new(crate::fetch::PinnedOnly));
         if host_is_name {
             builder = builder.resolve_to_addrs(host, addrs);
         }
         let client = builder
             .build()
-            .map_err(|e| HttpError::Request(crate::egress::fetch::error_chain(&e)))?;
+            .map_err(|e| HttpError::Request(crate::fetch::error_chain(&e)))?;
         let secrets = headers
             .values()
             .filter_map(|v| v.to_str().ok())
@@ -205,7 +205,7 @@ impl PinnedHttp {
 }
 
 fn request_error(e: reqwest::Error) -> HttpError {
-    HttpError::Request(crate::egress::fetch::error_chain(&e))
+    HttpError::Request(crate::fetch::error_chain(&e))
 }
 
 fn client_error(e: HttpError) -> StreamableHttpError<HttpError> {

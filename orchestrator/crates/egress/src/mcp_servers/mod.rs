@@ -39,10 +39,10 @@ use serde_json::{Map, Value};
 
 pub use config::McpServerConfig;
 
-use crate::egress::{DomainPolicy, Egress, Refused};
+use crate::{DomainPolicy, Egress, Refused};
 use http::{HttpError, PinnedHttp};
 
-pub use crate::catalog::EXTERNAL_PREFIX as PREFIX;
+pub use aegis_core::catalog::EXTERNAL_PREFIX as PREFIX;
 /// Most tools taken from one server's listing.
 const MAX_TOOLS_PER_SERVER: usize = 512;
 /// Longest tool description kept, bytes.

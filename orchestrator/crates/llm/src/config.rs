@@ -222,7 +222,7 @@ default_model: fast
         struct Node {
             llm: LlmConfig,
         }
-        let text = include_str!("../../../examples/node-config.ollama.yaml");
+        let text = include_str!("../../../../examples/node-config.ollama.yaml");
         let node: Node = serde_yaml::from_str(text).expect("the example parses");
         node.llm.validate().expect("the example is valid");
         assert_eq!(node.llm.default_model.as_deref(), Some("default"));

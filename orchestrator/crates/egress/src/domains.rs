@@ -20,7 +20,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::address::unwrap_embedded_v4;
-use crate::manifest::{NetworkMode, NetworkPolicy};
+use aegis_manifest::{NetworkMode, NetworkPolicy};
 
 /// One entry of an allowlist: a host pattern, optionally with a port, or a CIDR block.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::domains::DomainPolicy;
 use super::Egress;
-use crate::audit::{self, Entry, EntryKind};
-use crate::caller::{Caller, CallerKind, Tier};
+use aegis_core::caller::{Caller, CallerKind, Tier};
+use aegis_store::audit::{self, Entry, EntryKind};
 
 /// Ports a host entry without an explicit port admits through the proxy.
 pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
@@ -298,7 +298,7 @@ impl Shared {
             label: "egress proxy".to_owned(),
             tier: Tier::User,
             role: None,
-            tenant: crate::DEFAULT_TENANT.to_owned(),
+            tenant: aegis_core::DEFAULT_TENANT.to_owned(),
             seal: None,
         };
         let args = json!({
