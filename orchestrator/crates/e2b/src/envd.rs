@@ -1,6 +1,7 @@
 //! envd's messages and the headers its clients send.
 
 pub mod headers;
+pub mod signature;
 pub mod timestamp;
 
 pub use timestamp::Timestamp;
