@@ -11,6 +11,26 @@
 //!   them.
 //!
 //! Nothing here serves, stores or decides policy; the node's E2B routes do, with these types.
+//!
+//! What E2B's Python SDK (checked against 2.63.0) expects of a server, beyond the types:
+//! - API key in `X-API-KEY`, and it must match `e2b_[0-9a-f]+` unless the user exports
+//!   `E2B_VALIDATE_API_KEY=false`. Control errors are `{"code": <status>, "message"}`; the SDK
+//!   shows `"<status>: <message>"`, treats 404 as "not found" (kill then returns false) and a
+//!   409 on pause as "already paused".
+//! - envd calls go to `E2B_SANDBOX_URL` + `/<package>.<Service>/<Method>` (plain string
+//!   concatenation, so a path prefix works) with `E2b-Sandbox-Id`, `E2b-Sandbox-Port: 49983`,
+//!   `X-Access-Token` for a secure sandbox, `Connect-Protocol-Version: 1`, and
+//!   `Connect-Timeout-Ms` when the call has a timeout. JSON only, uncompressed, HTTP/1.1 on a
+//!   plain `http://` URL. A stream's answer must be HTTP 200 with exactly
+//!   `application/connect+json`; a unary error must be `application/json` with a string code.
+//! - Start and Connect streams must open with the `start` event (the SDK fails otherwise) and
+//!   carry `keepalive` events at the `Keepalive-Ping-Interval` (50 s) on idle.
+//! - The SDK branches on codes: `not_found` (kill, exists), `already_exists` (make_dir),
+//!   `invalid_argument`, `unauthenticated`, `unavailable` (reported as a sandbox timeout),
+//!   `resource_exhausted`, `canceled` and `deadline_exceeded`.
+//! - Signed file URLs are built with `urljoin(E2B_SANDBOX_URL, "/files")`, which drops any
+//!   path prefix of that URL, and are fetched without the sandbox headers (see
+//!   [`envd::signature`]).
 
 pub mod api;
 pub mod connect;

@@ -522,3 +522,96 @@ fn refuses_malformed_messages_with_the_field_named() {
     let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
     assert!(decode_unary::<StartRequest>(Codec::Json, deep.as_bytes(), MAX).is_err());
 }
+
+#[test]
+fn every_message_round_trips_in_both_codecs() {
+    use aegis_e2b::envd::filesystem as fs;
+    use aegis_e2b::envd::process as pr;
+    let entry = || fs::EntryInfo {
+        name: "d".into(),
+        r#type: FileType::Directory as i32,
+        path: "/home/user/d".into(),
+        size: -1,
+        mode: 0o40755,
+        permissions: "drwxr-xr-x".into(),
+        owner: "user".into(),
+        group: "user".into(),
+        modified_time: Some(aegis_e2b::envd::Timestamp {
+            seconds: 1,
+            nanos: 7,
+        }),
+        symlink_target: Some("/x".into()),
+        metadata: Default::default(),
+    };
+    let config = || ProcessConfig {
+        cmd: "sleep".into(),
+        args: vec!["9".into()],
+        envs: Default::default(),
+        cwd: None,
+    };
+    round_trips(&pr::ListResponse {
+        processes: vec![pr::ProcessInfo {
+            config: Some(config()),
+            pid: 3,
+            tag: Some("t".into()),
+        }],
+    });
+    round_trips(&pr::ConnectResponse {
+        event: Some(ProcessEvent {
+            event: Some(process_event::Event::Data(process_event::DataEvent {
+                output: Some(process_event::data_event::Output::Stderr(vec![0, 255])),
+            })),
+        }),
+    });
+    round_trips(&pr::CloseStdinRequest {
+        process: Some(ProcessSelector {
+            selector: Some(process_selector::Selector::Tag("t".into())),
+        }),
+    });
+    round_trips(&pr::StartRequest {
+        tag: Some("t".into()),
+        pty: Some(Pty {
+            size: Some(pr::pty::Size { cols: 1, rows: 2 }),
+        }),
+        ..start_request()
+    });
+    round_trips(&fs::MoveRequest {
+        source: "a".into(),
+        destination: "b".into(),
+    });
+    round_trips(&fs::MoveResponse {
+        entry: Some(entry()),
+    });
+    round_trips(&fs::MakeDirResponse {
+        entry: Some(entry()),
+    });
+    round_trips(&fs::ListDirResponse {
+        entries: vec![entry(), EntryInfo::default()],
+    });
+    round_trips(&fs::CreateWatcherRequest {
+        path: "/tmp".into(),
+        recursive: true,
+        include_entry: false,
+        allow_network_mounts: true,
+    });
+    round_trips(&fs::CreateWatcherResponse {
+        watcher_id: "w1".into(),
+    });
+    round_trips(&fs::GetWatcherEventsRequest {
+        watcher_id: "w1".into(),
+    });
+    round_trips(&fs::RemoveRequest { path: "x".into() });
+    round_trips(&fs::StatRequest { path: "x".into() });
+    round_trips(&fs::RemoveWatcherResponse {});
+    // Defaults: `{}` and no bytes.
+    assert_eq!(as_json(&EntryInfo::default()), serde_json::json!({}));
+    assert!(encode_unary(Codec::Proto, &EntryInfo::default())
+        .unwrap()
+        .is_empty());
+    // The int64 size as a string, also when negative.
+    assert_eq!(as_json(&entry())["size"], "-1");
+    assert_eq!(
+        as_json(&entry())["modifiedTime"],
+        "1970-01-01T00:00:01.000000007Z"
+    );
+}
