@@ -12,7 +12,9 @@
 //!
 //! Nothing here serves, stores or decides policy; the node's E2B routes do, with these types.
 //!
-//! What E2B's Python SDK (checked against 2.63.0) expects of a server, beyond the types:
+//! What E2B's Python SDK expects of a server, beyond the types (checked against 2.45.1, the
+//! version of the E2B commit whose tests we run, and 2.63.0; 2.63 creates and connects through
+//! `/v2/sandboxes`, always secure, see [`api::NewSandbox`]):
 //! - API key in `X-API-KEY`, and it must match `e2b_[0-9a-f]+` unless the user exports
 //!   `E2B_VALIDATE_API_KEY=false`. Control errors are `{"code": <status>, "message"}`; the SDK
 //!   shows `"<status>: <message>"`, treats 404 as "not found" (kill then returns false) and a

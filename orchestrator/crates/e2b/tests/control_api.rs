@@ -5,6 +5,10 @@
 use std::collections::BTreeMap;
 
 use aegis_e2b::api::{
+    idempotency_key, LogLevel, OnTimeout, PauseMode, SandboxSnapshotRequest, DEFAULT_TIMEOUT_SECS,
+    DEFAULT_TIMEOUT_SECS_V2,
+};
+use aegis_e2b::api::{
     parse_body, parse_metadata_filter, parse_optional_body, parse_sandbox_ids, ApiError,
     ConnectSandbox, Cursor, Limits, ListQuery, ListedSandbox, LogsDirection, LogsQuery,
     MetricsQuery, NetworkConfig, NewSandbox, Order, Sandbox, SandboxDetail, SandboxForkRequest,
@@ -12,7 +16,6 @@ use aegis_e2b::api::{
     SandboxState, SandboxTimeoutRequest, SandboxesWithMetrics, SnapshotInfo, SnapshotsQuery,
     ENVD_VERSION,
 };
-use aegis_e2b::api::{LogLevel, OnTimeout};
 use chrono::{DateTime, TimeZone, Utc};
 use serde_json::{json, Value};
 
@@ -41,7 +44,7 @@ fn reads_the_create_request_the_sdk_sends() {
     });
     let req: NewSandbox = parse_body(sent.to_string().as_bytes(), MAX).unwrap();
     assert_eq!(req.template_id, "base");
-    assert_eq!(req.timeout_secs(), 300);
+    assert_eq!(req.timeout_secs(DEFAULT_TIMEOUT_SECS), 300);
     assert_eq!(req.secure, Some(true));
     assert_eq!(req.allow_internet_access, Some(true));
     assert_eq!(req.metadata, Some(map(&[("user", "abc")])));
@@ -90,9 +93,25 @@ fn reads_the_create_request_the_sdk_sends() {
             "network.maskRequestHost"
         ]
     );
-    // No timeout: the API's default of 15 s.
+    // No timeout: the route's default, 15 s (v1) or 300 s (v2).
     let bare: NewSandbox = parse_body(br#"{"templateID":"base"}"#, MAX).unwrap();
-    assert_eq!(bare.timeout_secs(), 15);
+    assert_eq!(bare.timeout_secs(DEFAULT_TIMEOUT_SECS), 15);
+    assert_eq!(bare.timeout_secs(DEFAULT_TIMEOUT_SECS_V2), 300);
+
+    // SDK 2.63's POST /v2/sandboxes body for Sandbox.create("base"): no `secure`, and the
+    // generated model fills its defaults in.
+    let v2 = br#"{"templateID": "base", "timeout": 300, "autoPause": false, "autoPauseMemory": true, "metadata": {}, "envVars": {}}"#;
+    let req: NewSandbox = parse_body(v2, MAX).unwrap();
+    assert_eq!((req.secure, req.auto_pause), (None, Some(false)));
+    assert!(
+        req.extensions().is_empty(),
+        "memory matters only when pausing"
+    );
+    req.check(&Limits::default()).unwrap();
+    assert_eq!(idempotency_key("retry-1").unwrap(), "retry-1");
+    for bad in ["", "Retry", "a b", &"a".repeat(256)] {
+        assert!(idempotency_key(bad).is_err(), "{bad:?}");
+    }
 }
 
 #[test]
@@ -176,27 +195,31 @@ fn answers_shaped_as_the_sdk_parses_them() {
     assert_eq!(back, created);
 
     let detail = SandboxDetail {
-        template_id: "base".into(),
-        alias: Some("base".into()),
-        sandbox_id: "sbx1".into(),
-        client_id: "node".into(),
-        started_at: at("2024-01-02T03:04:05Z"),
-        end_at: at("2024-01-02T03:09:05Z"),
-        envd_version: ENVD_VERSION.into(),
+        sandbox: ListedSandbox {
+            template_id: "base".into(),
+            alias: Some("base".into()),
+            sandbox_id: "sbx1".into(),
+            client_id: "node".into(),
+            started_at: at("2024-01-02T03:04:05Z"),
+            end_at: at("2024-01-02T03:09:05Z"),
+            cpu_count: 2,
+            memory_mb: 512,
+            disk_size_mb: 1024,
+            metadata: Some(map(&[("user", "abc")])),
+            state: SandboxState::Running,
+            envd_version: ENVD_VERSION.into(),
+            envd_unresponsive_at_pause: None,
+            volume_mounts: None,
+        },
         envd_access_token: None,
         allow_internet_access: None,
         domain: None,
-        cpu_count: 2,
-        memory_mb: 512,
-        disk_size_mb: 1024,
-        metadata: Some(map(&[("user", "abc")])),
-        state: SandboxState::Running,
         network: Some(NetworkConfig::default()),
         lifecycle: Some(SandboxLifecycle {
             auto_resume: false,
             on_timeout: OnTimeout::Kill,
         }),
-        volume_mounts: None,
+        pause_mode: None,
     };
     let v = serde_json::to_value(&detail).unwrap();
     assert_eq!(
@@ -209,6 +232,19 @@ fn answers_shaped_as_the_sdk_parses_them() {
                "lifecycle": {"autoResume": false, "onTimeout": "kill"}})
     );
     assert_eq!(serde_json::from_value::<SandboxDetail>(v).unwrap(), detail);
+    // A paused sandbox tells newer SDKs what its pause kept.
+    let paused = SandboxDetail {
+        pause_mode: Some(PauseMode::Filesystem),
+        ..detail.clone()
+    };
+    assert_eq!(
+        serde_json::to_value(&paused).unwrap()["pauseMode"],
+        "filesystem"
+    );
+    let mut missing = serde_json::to_value(&detail).unwrap();
+    missing.as_object_mut().unwrap().remove("endAt");
+    let err = serde_json::from_value::<SandboxDetail>(missing).unwrap_err();
+    assert!(err.to_string().contains("endAt"), "{err}");
 
     let listed = ListedSandbox {
         template_id: "base".into(),
@@ -223,6 +259,7 @@ fn answers_shaped_as_the_sdk_parses_them() {
         metadata: None,
         state: SandboxState::Paused,
         envd_version: ENVD_VERSION.into(),
+        envd_unresponsive_at_pause: None,
         volume_mounts: None,
     };
     let v = serde_json::to_value(&listed).unwrap();
@@ -248,7 +285,16 @@ fn small_bodies() {
     let err = parse_body::<SandboxTimeoutRequest>(b"{}", MAX).unwrap_err();
     assert!(err.message.contains("missing field `timeout`"), "{err}");
     let c: ConnectSandbox = parse_body(br#"{"timeout": 300}"#, MAX).unwrap();
-    assert_eq!(c.timeout, 300);
+    assert_eq!(c.required_timeout().unwrap(), 300);
+    // v2 (SDK 2.63, connect(on_resume="fresh")): memory false, timeout optional.
+    let c: ConnectSandbox = parse_body(br#"{"timeout": 300, "memory": false}"#, MAX).unwrap();
+    assert_eq!(c.memory, Some(false));
+    let c: ConnectSandbox = parse_body(b"{}", MAX).unwrap();
+    assert!(c
+        .required_timeout()
+        .unwrap_err()
+        .message
+        .contains("missing field `timeout`"));
 
     let r: SandboxRefreshRequest = parse_optional_body(b"", MAX).unwrap();
     assert_eq!(r.duration, None);
@@ -260,6 +306,11 @@ fn small_bodies() {
     assert!(!p.keeps_memory());
     let p: SandboxPauseRequest = parse_optional_body(b"", MAX).unwrap();
     assert!(p.keeps_memory());
+    let p: SandboxPauseRequest =
+        parse_body(br#"{"memory": false, "requireHealthyGuest": true}"#, MAX).unwrap();
+    assert_eq!(p.require_healthy_guest, Some(true));
+    let s: SandboxSnapshotRequest = parse_body(br#"{"memory": false}"#, MAX).unwrap();
+    assert_eq!((s.name, s.memory), (None, Some(false)));
 
     let f: SandboxForkRequest = parse_body(br#"{"timeout": 60, "count": 3}"#, MAX).unwrap();
     assert_eq!(f.count().unwrap(), 3);

@@ -22,10 +22,24 @@ pub struct SandboxTimeoutRequest {
 }
 
 /// `POST /sandboxes/{id}/connect`: resume if paused, and make it live at least `timeout`
-/// seconds from now (a connect only extends, never shortens).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// seconds from now (a connect only extends, never shortens). `POST /v2/sandboxes/{id}/connect`
+/// (later SDKs) sends the same body with `timeout` optional (300 when absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ConnectSandbox {
-    pub timeout: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u32>,
+    /// Later SDKs: false asks to resume from the filesystem only (a fresh boot), which is what
+    /// this node's resume always is; absent or true asks for memory too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<bool>,
+}
+
+impl ConnectSandbox {
+    /// The v1 route's timeout, which it requires.
+    pub fn required_timeout(&self) -> Result<u32, ApiError> {
+        self.timeout
+            .ok_or_else(|| E::bad_request("invalid JSON body: missing field `timeout`"))
+    }
 }
 
 /// `POST /sandboxes/{id}/refreshes`: keep the sandbox alive `duration` more seconds.
@@ -60,9 +74,13 @@ pub struct ResumedSandbox {
 /// `POST /sandboxes/{id}/pause`. The SDK sends `{"memory": true}` unless told to keep the
 /// filesystem only; absent means true.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SandboxPauseRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<bool>,
+    /// Later SDKs (`strict`): refuse to pause when the sandbox's envd does not answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_healthy_guest: Option<bool>,
 }
 
 impl SandboxPauseRequest {
@@ -77,6 +95,9 @@ impl SandboxPauseRequest {
 pub struct SandboxSnapshotRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Later SDKs: false takes the filesystem only; absent or true asks for memory too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<bool>,
 }
 
 /// A snapshot, as created and as listed by `GET /snapshots`. Its id is what a create

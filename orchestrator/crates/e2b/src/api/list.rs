@@ -213,6 +213,21 @@ fn non_empty(value: Option<&String>) -> Option<String> {
     value.filter(|v| !v.is_empty()).cloned()
 }
 
+/// The `metadata` filter of a listing, empty when absent.
+fn metadata_param(p: &BTreeMap<String, String>) -> Result<BTreeMap<String, String>, ApiError> {
+    match non_empty(p.get("metadata")) {
+        Some(value) => parse_metadata_filter(&value),
+        None => Ok(BTreeMap::new()),
+    }
+}
+
+/// The `nextToken` of a listing, if any.
+fn cursor_param(p: &BTreeMap<String, String>) -> Result<Option<Cursor>, ApiError> {
+    non_empty(p.get("nextToken"))
+        .map(|token| Cursor::decode(&token))
+        .transpose()
+}
+
 /// `GET /v2/sandboxes` (and `GET /sandboxes`, whose only filter is metadata).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ListQuery {
@@ -235,10 +250,7 @@ impl ListQuery {
     /// send more); known ones must be well-formed.
     pub fn parse_v2(raw_query: &str) -> Result<ListQuery, ApiError> {
         let p = params(raw_query)?;
-        let metadata = match non_empty(p.get("metadata")) {
-            Some(value) => parse_metadata_filter(&value)?,
-            None => BTreeMap::new(),
-        };
+        let metadata = metadata_param(&p)?;
         let states = match p.get("state") {
             None => None,
             Some(text) => {
@@ -271,10 +283,7 @@ impl ListQuery {
                     .with_timezone(&Utc),
             ),
         };
-        let next_token = match non_empty(p.get("nextToken")) {
-            Some(token) => Some(Cursor::decode(&token)?),
-            None => None,
-        };
+        let next_token = cursor_param(&p)?;
         Ok(ListQuery {
             metadata,
             states,
@@ -290,10 +299,7 @@ impl ListQuery {
     /// one page of every match.
     pub fn parse_v1(raw_query: &str) -> Result<ListQuery, ApiError> {
         let p = params(raw_query)?;
-        let metadata = match non_empty(p.get("metadata")) {
-            Some(value) => parse_metadata_filter(&value)?,
-            None => BTreeMap::new(),
-        };
+        let metadata = metadata_param(&p)?;
         Ok(ListQuery {
             metadata,
             states: Some(vec![SandboxState::Running]),
@@ -330,10 +336,7 @@ impl SnapshotsQuery {
     /// Reads the raw query string.
     pub fn parse(raw_query: &str) -> Result<SnapshotsQuery, ApiError> {
         let p = params(raw_query)?;
-        let next_token = match non_empty(p.get("nextToken")) {
-            Some(token) => Some(Cursor::decode(&token)?),
-            None => None,
-        };
+        let next_token = cursor_param(&p)?;
         Ok(SnapshotsQuery {
             sandbox_id: non_empty(p.get("sandboxID")),
             name: non_empty(p.get("name")),

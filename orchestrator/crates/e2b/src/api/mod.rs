@@ -25,7 +25,8 @@ pub use list::{
     MetricsQuery, Order, SnapshotsQuery, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
 };
 pub use sandbox::{
-    AutoResume, EgressProxy, Limits, ListedSandbox, NetworkConfig, NewSandbox, OnTimeout, Sandbox,
-    SandboxDetail, SandboxLifecycle, SandboxState, VolumeMount, API_KEY_HEADER,
-    DEFAULT_TIMEOUT_SECS, ENVD_VERSION, NEXT_TOKEN_HEADER, TOTAL_RUNNING_HEADER,
+    idempotency_key, AutoResume, EgressProxy, Limits, ListedSandbox, NetworkConfig, NewSandbox,
+    OnTimeout, PauseMode, Sandbox, SandboxDetail, SandboxLifecycle, SandboxState, VolumeMount,
+    API_KEY_HEADER, DEFAULT_TIMEOUT_SECS, DEFAULT_TIMEOUT_SECS_V2, ENVD_VERSION,
+    IDEMPOTENCY_KEY_HEADER, NEXT_TOKEN_HEADER, TOTAL_RUNNING_HEADER,
 };

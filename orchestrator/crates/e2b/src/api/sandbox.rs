@@ -24,9 +24,30 @@ pub const TOTAL_RUNNING_HEADER: &str = "x-total-running";
 /// Report a lower version to keep the SDK from using a feature the node does not serve.
 pub const ENVD_VERSION: &str = "0.6.4";
 
-/// Seconds a sandbox lives when the create request names no timeout (the API's default; the
-/// SDK itself always sends one, 300 unless told otherwise).
+/// Seconds a sandbox lives when a `POST /sandboxes` request names no timeout (older SDKs
+/// always send one, 300 unless told otherwise).
 pub const DEFAULT_TIMEOUT_SECS: u32 = 15;
+/// Seconds a sandbox lives when a `POST /v2/sandboxes` request names no timeout.
+pub const DEFAULT_TIMEOUT_SECS_V2: u32 = 300;
+
+/// The optional header of `POST /v2/sandboxes` that makes a retried create return the first
+/// one's sandbox: 1 to 255 of `[a-z0-9-]`.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+
+/// Reads an `Idempotency-Key` value.
+pub fn idempotency_key(value: &str) -> Result<&str, ApiError> {
+    let ok = (1..=255).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(value)
+    } else {
+        Err(ApiError::bad_request(
+            "Idempotency-Key must be 1 to 255 lowercase letters, digits and hyphens",
+        ))
+    }
+}
 
 /// Whether a sandbox runs or is paused (its state kept as a snapshot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -108,15 +129,18 @@ pub struct VolumeMount {
     pub path: String,
 }
 
-/// `POST /sandboxes`: what the SDK's `Sandbox.create` sends. The SDK always sends
-/// `templateID`, `timeout`, `secure`, `allow_internet_access`, `metadata` and `envVars` (the
-/// last two possibly empty); the rest only when the caller set them.
+/// `POST /sandboxes` and `POST /v2/sandboxes`: what the SDK's `Sandbox.create` sends. SDKs up
+/// to 2.45 use the first and always send `templateID`, `timeout`, `secure`,
+/// `allow_internet_access`, `metadata` and `envVars` (the last two possibly empty). Later ones
+/// use the second, whose body has no `secure` (every v2 sandbox is secure: it answers with
+/// an `envdAccessToken`, and every envd call must carry it) and whose `timeout` and
+/// `allow_internet_access` are sent only when the caller set them. The rest only when set.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NewSandbox {
     #[serde(rename = "templateID")]
     pub template_id: String,
-    /// Seconds to live; [`DEFAULT_TIMEOUT_SECS`] when absent.
+    /// Seconds to live; absent: [`DEFAULT_TIMEOUT_SECS`] (v1) or [`DEFAULT_TIMEOUT_SECS_V2`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u32>,
     /// Pause instead of kill when the timeout passes.
@@ -127,7 +151,7 @@ pub struct NewSandbox {
     pub auto_pause_memory: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_resume: Option<AutoResume>,
-    /// Every envd call must carry the sandbox's access token.
+    /// Every envd call must carry the sandbox's access token (v1 only; v2 always is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secure: Option<bool>,
     /// Spelled in snake case on the wire, unlike its neighbours.
@@ -182,9 +206,10 @@ impl Default for Limits {
 }
 
 impl NewSandbox {
-    /// The timeout in force: the request's, or [`DEFAULT_TIMEOUT_SECS`].
-    pub fn timeout_secs(&self) -> u32 {
-        self.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS)
+    /// The timeout in force: the request's, or the route's default ([`DEFAULT_TIMEOUT_SECS`]
+    /// or [`DEFAULT_TIMEOUT_SECS_V2`]).
+    pub fn timeout_secs(&self, default: u32) -> u32 {
+        self.timeout.unwrap_or(default)
     }
 
     /// Refuses a request outside `limits` or with a malformed name, naming the field:
@@ -192,6 +217,7 @@ impl NewSandbox {
     /// timeout, metadata (count, key and value sizes, keys non-empty) and environment variables
     /// (count, POSIX names, value sizes, no NUL byte).
     pub fn check(&self, limits: &Limits) -> Result<(), ApiError> {
+        let timeout = self.timeout.unwrap_or(0);
         let id = &self.template_id;
         if id.is_empty() || id.len() > limits.max_template_id_bytes {
             return Err(ApiError::bad_request(format!(
@@ -207,10 +233,9 @@ impl NewSandbox {
                 "templateID may contain only letters, digits and . _ : / -",
             ));
         }
-        if self.timeout_secs() > limits.max_timeout_secs {
+        if timeout > limits.max_timeout_secs {
             return Err(ApiError::bad_request(format!(
-                "timeout {} s is longer than this node's limit of {} s",
-                self.timeout_secs(),
+                "timeout {timeout} s is longer than this node's limit of {} s",
                 limits.max_timeout_secs
             )));
         }
@@ -351,46 +376,17 @@ pub struct SandboxLifecycle {
     pub on_timeout: OnTimeout,
 }
 
-/// `GET /sandboxes/{id}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SandboxDetail {
-    #[serde(rename = "templateID")]
-    pub template_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub alias: Option<String>,
-    #[serde(rename = "sandboxID")]
-    pub sandbox_id: String,
-    #[serde(rename = "clientID")]
-    pub client_id: String,
-    pub started_at: DateTime<Utc>,
-    /// When the sandbox's timeout passes.
-    pub end_at: DateTime<Utc>,
-    pub envd_version: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub envd_access_token: Option<String>,
-    /// Null when the request left it unset.
-    #[serde(default)]
-    pub allow_internet_access: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub domain: Option<String>,
-    pub cpu_count: u32,
-    #[serde(rename = "memoryMB")]
-    pub memory_mb: u32,
-    #[serde(rename = "diskSizeMB")]
-    pub disk_size_mb: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<BTreeMap<String, String>>,
-    pub state: SandboxState,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<NetworkConfig>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lifecycle: Option<SandboxLifecycle>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_mounts: Option<Vec<VolumeMount>>,
+/// What a paused sandbox's latest pause saved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PauseMode {
+    /// Memory and filesystem: a resume continues where it stopped.
+    Full,
+    /// The filesystem only: a resume boots afresh from it (the only kind this node takes).
+    Filesystem,
 }
 
-/// One entry of `GET /sandboxes` and `GET /v2/sandboxes`.
+/// One entry of `GET /sandboxes` and `GET /v2/sandboxes`, and the core of a sandbox's detail.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListedSandbox {
@@ -403,6 +399,7 @@ pub struct ListedSandbox {
     #[serde(rename = "clientID")]
     pub client_id: String,
     pub started_at: DateTime<Utc>,
+    /// When the sandbox's timeout passes.
     pub end_at: DateTime<Utc>,
     pub cpu_count: u32,
     #[serde(rename = "memoryMB")]
@@ -413,6 +410,32 @@ pub struct ListedSandbox {
     pub metadata: Option<BTreeMap<String, String>>,
     pub state: SandboxState,
     pub envd_version: String,
+    /// Newer SDKs: the snapshot a paused sandbox resumes from was taken while its envd did not
+    /// answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envd_unresponsive_at_pause: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_mounts: Option<Vec<VolumeMount>>,
+}
+
+/// `GET /sandboxes/{id}`: the listing entry and what only the detail tells.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxDetail {
+    #[serde(flatten)]
+    pub sandbox: ListedSandbox,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envd_access_token: Option<String>,
+    /// Null when the create request left it unset.
+    #[serde(default)]
+    pub allow_internet_access: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<SandboxLifecycle>,
+    /// Newer SDKs: set for a paused sandbox once its pause finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_mode: Option<PauseMode>,
 }

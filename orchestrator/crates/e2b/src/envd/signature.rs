@@ -143,54 +143,20 @@ mod tests {
             ok(&timed, Some("1800000000"), 0),
             Err(SignatureError::Invalid)
         );
-        assert_eq!(
-            verify(
-                "other.txt",
-                Operation::Read,
-                Some("user"),
-                "tok",
-                &plain,
-                None,
-                0
-            ),
-            Err(SignatureError::Invalid)
-        );
-        assert_eq!(
-            verify(
-                "test.txt",
-                Operation::Write,
-                Some("user"),
-                "tok",
-                &plain,
-                None,
-                0
-            ),
-            Err(SignatureError::Invalid)
-        );
-        assert_eq!(
-            verify(
-                "test.txt",
-                Operation::Read,
-                Some("root"),
-                "tok",
-                &plain,
-                None,
-                0
-            ),
-            Err(SignatureError::Invalid)
-        );
-        assert_eq!(
-            verify(
-                "test.txt",
-                Operation::Read,
-                Some("user"),
-                "tok2",
-                &plain,
-                None,
-                0
-            ),
-            Err(SignatureError::Invalid)
-        );
+        let others = [
+            ("other.txt", Operation::Read, "user", "tok"),
+            ("test.txt", Operation::Write, "user", "tok"),
+            ("test.txt", Operation::Read, "root", "tok"),
+            ("test.txt", Operation::Read, "user", "tok2"),
+        ];
+        for (path, op, user, token) in others {
+            let got = verify(path, op, Some(user), token, &plain, None, 0);
+            assert_eq!(
+                got,
+                Err(SignatureError::Invalid),
+                "{path} {op:?} {user} {token}"
+            );
+        }
         assert_eq!(ok("", None, 0), Err(SignatureError::Invalid));
         assert_eq!(
             ok(&timed, Some("soon"), 0),
