@@ -479,7 +479,10 @@ fn refuses_malformed_messages_with_the_field_named() {
             "invalid JSON at `signal`",
         ),
         (r#"{"process":{"pid":1,"tag":"x"}}"#, "`process"),
-        (r#"{"process":{"pid":1}} trailing"#, "trailing characters"),
+        (
+            r#"{"process":{"pid":1}} trailing"#,
+            "invalid JSON: trailing characters",
+        ),
         (r#"["process"]"#, "invalid JSON"),
         ("", "empty JSON body"),
     ];

@@ -25,7 +25,7 @@ pub enum DecodeError {
     },
     #[error("{message_type}: empty JSON body; send {{}} for an empty message")]
     EmptyJson { message_type: String },
-    #[error("{message_type}: invalid JSON at `{path}`: {detail}")]
+    #[error("{message_type}: invalid JSON{}: {detail}", at(path))]
     Json {
         message_type: String,
         path: String,
@@ -36,6 +36,15 @@ pub enum DecodeError {
         message_type: String,
         detail: String,
     },
+}
+
+/// Where in the JSON, unless the error is about the whole body (serde's path `.`).
+fn at(path: &str) -> String {
+    if path.is_empty() || path == "." {
+        String::new()
+    } else {
+        format!(" at `{path}`")
+    }
 }
 
 impl DecodeError {
