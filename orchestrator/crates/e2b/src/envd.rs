@@ -1,5 +1,6 @@
 //! envd's messages and the headers its clients send.
 
+pub mod files;
 pub mod headers;
 pub mod signature;
 pub mod timestamp;

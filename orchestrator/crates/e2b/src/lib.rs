@@ -2,7 +2,8 @@
 //!
 //! - [`envd`]: the messages of envd's `process.Process` and `filesystem.Filesystem` services,
 //!   generated from `proto/e2b/envd/` (binary protobuf through prost, the proto3 JSON mapping
-//!   through pbjson), and the E2B-specific request headers envd reads.
+//!   through pbjson), the E2B-specific request headers envd reads, signed file URLs, and the
+//!   pure parts of its plain HTTP `/files` route (query, upload metadata, upload answer).
 //! - [`connect`]: the Connect protocol those services are served with: content types, unary
 //!   bodies, enveloped streams (incremental decoding with a size bound), errors and their
 //!   HTTP statuses.
@@ -37,3 +38,4 @@
 pub mod api;
 pub mod connect;
 pub mod envd;
+mod query;
