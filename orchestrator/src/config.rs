@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+/// The `volumes:` section lives with the volumes it configures.
+pub use aegis_sandboxes::volumes::VolumesConfig;
 /// The database section and the URL redaction live with the pool they configure.
 pub use aegis_store::database::{redact_url, DatabaseConfig};
 
@@ -67,28 +69,6 @@ pub struct NodeConfig {
     pub metrics: MetricsConfig,
     /// What a stopping node does with its sandboxes.
     pub shutdown: ShutdownConfig,
-}
-
-/// Persistent agent volumes: what a manifest may ask for and how long they live.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct VolumesConfig {
-    /// Largest `size_limit` of one volume, MiB (its archive is stored in PostgreSQL).
-    pub max_size_mb: u64,
-    /// Lifetime of a persistent volume without `ttl_hours`, counted from its last use.
-    pub default_ttl_hours: u64,
-    /// Seconds between sweeps that delete expired volumes.
-    pub sweep_interval_secs: u64,
-}
-
-impl Default for VolumesConfig {
-    fn default() -> Self {
-        Self {
-            max_size_mb: 256,
-            default_ttl_hours: 168,
-            sweep_interval_secs: 60,
-        }
-    }
 }
 
 /// Settings of the Prometheus endpoint.

@@ -10,12 +10,10 @@ pub mod config;
 pub mod delivery;
 pub mod engine;
 pub mod gateway;
-pub mod health;
 /// Manifests without I/O live in their own crate (`orchestrator/crates/manifest`, the bottom
 /// layer); re-exported so the service's modules name them as before.
 pub use aegis_manifest as manifest;
 pub mod metrics;
-pub mod sandboxes;
 /// SEAL v1 without I/O lives in its own crate (`orchestrator/crates/seal`, the bottom layer);
 /// re-exported here so the service's modules and its tests name it as before.
 pub use aegis_seal as seal;
@@ -23,9 +21,7 @@ pub mod shutdown;
 pub mod state;
 pub mod telemetry;
 pub mod tools;
-pub mod volumes;
 pub mod workflow;
-pub mod workspaces;
 
 /// The vocabulary every layer shares (caller, tool catalog metadata, arguments, templates,
 /// runtimes) and the policy decision live in pure crates below the service
@@ -37,6 +33,9 @@ pub use aegis_core::{arguments, caller, catalog, render, runtimes, DEFAULT_TENAN
 pub use aegis_egress::{self as egress, mcp_servers};
 pub use aegis_llm as llm;
 pub use aegis_policy as policy;
+/// Sandboxes under their policy, agent and workflow volumes, and readiness, in their own crate
+/// (`orchestrator/crates/sandboxes`).
+pub use aegis_sandboxes::{self as sandboxes, health, volumes, workspaces};
 /// The rows in PostgreSQL (pool and migrations, audit chain, keys, registry, contexts,
 /// approvals, memory) live in the storage crate (`orchestrator/crates/store`); re-exported so
 /// the service's modules name them as before.

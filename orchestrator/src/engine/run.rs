@@ -275,6 +275,18 @@ impl Job {
         }
     }
 
+    /// What the volume functions use of the node.
+    fn volume_store(&self) -> crate::volumes::VolumeStore<'_> {
+        crate::volumes::VolumeStore {
+            pool: &self.state.pool,
+            sandboxes: &self.state.sandboxes,
+            config: &self.state.config.volumes,
+            longest_execution: std::time::Duration::from_secs(
+                self.state.config.executions.max_execution_secs,
+            ),
+        }
+    }
+
     /// Makes the directories of `spec.volumes` and copies in the persistent ones' content.
     async fn restore_volumes(&self, sandbox: SandboxId) -> Result<(), String> {
         let volumes = crate::volumes::of_manifest(&self.def.manifest);
@@ -287,7 +299,7 @@ impl Job {
             agent_id: self.def.id,
             owner: &owner,
         };
-        match crate::volumes::restore(&self.state, sandbox, &holder, &volumes).await {
+        match crate::volumes::restore(&self.volume_store(), sandbox, &holder, &volumes).await {
             Ok(restored) => {
                 let names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
                 self.event(
@@ -318,7 +330,8 @@ impl Job {
             agent_id: self.def.id,
             owner: &owner,
         };
-        match crate::volumes::save(&self.state, sandbox, &holder, &volumes, self.id).await {
+        match crate::volumes::save(&self.volume_store(), sandbox, &holder, &volumes, self.id).await
+        {
             Ok(saved) => {
                 let saved: Vec<Value> = saved
                     .iter()

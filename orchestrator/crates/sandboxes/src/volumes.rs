@@ -29,13 +29,13 @@ use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use dispatcher::SandboxId;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::config::VolumesConfig;
-use crate::manifest::parse_quantity;
-use crate::state::AppState;
+use crate::Sandboxes;
+use aegis_manifest::parse_quantity;
 
 /// One entry of `spec.volumes`, older spellings resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +94,7 @@ pub enum VolumeError {
         name: String,
         /// What the sandbox layer said.
         #[source]
-        source: Box<crate::sandboxes::SandboxError>,
+        source: Box<crate::SandboxError>,
     },
     /// Database failure.
     #[error(transparent)]
@@ -158,6 +158,43 @@ pub fn check(volumes: &[Volume], config: &VolumesConfig) -> Result<(), VolumeErr
     Ok(())
 }
 
+/// Persistent agent volumes: what a manifest may ask for and how long they live.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct VolumesConfig {
+    /// Largest `size_limit` of one volume, MiB (its archive is stored in PostgreSQL).
+    pub max_size_mb: u64,
+    /// Lifetime of a persistent volume without `ttl_hours`, counted from its last use.
+    pub default_ttl_hours: u64,
+    /// Seconds between sweeps that delete expired volumes.
+    pub sweep_interval_secs: u64,
+}
+
+impl Default for VolumesConfig {
+    fn default() -> Self {
+        Self {
+            max_size_mb: 256,
+            default_ttl_hours: 168,
+            sweep_interval_secs: 60,
+        }
+    }
+}
+
+/// What restoring and saving volumes use: the rows, the sandboxes they are copied into and out
+/// of, the volume settings, and the longest an execution may run (how long a restore is
+/// remembered for its save).
+#[derive(Clone, Copy)]
+pub struct VolumeStore<'a> {
+    /// Where `agent_volumes` rows live.
+    pub pool: &'a sqlx::PgPool,
+    /// The sandboxes, for their dispatcher.
+    pub sandboxes: &'a Sandboxes,
+    /// The node's `volumes:` settings.
+    pub config: &'a VolumesConfig,
+    /// `executions.max_execution_secs`.
+    pub longest_execution: Duration,
+}
+
 /// Who owns an execution's volumes.
 #[derive(Debug, Clone)]
 pub struct Holder<'a> {
@@ -211,12 +248,12 @@ fn sandbox_error(name: &str, e: dispatcher::DispatchError) -> VolumeError {
 /// persistent ones, as the sandbox user's plain data; returns the names restored with content.
 /// Only when every volume was restored may [`save`] later copy them out of `sandbox`.
 pub async fn restore(
-    state: &AppState,
+    store: &VolumeStore<'_>,
     sandbox: SandboxId,
     holder: &Holder<'_>,
     volumes: &[Volume],
 ) -> Result<Vec<String>, VolumeError> {
-    let dispatcher = state
+    let dispatcher = store
         .sandboxes
         .dispatcher()
         .map_err(|e| VolumeError::NoSandboxes(e.to_string()))?;
@@ -231,7 +268,7 @@ pub async fn restore(
             .bind(holder.agent_id)
             .bind(holder.owner)
             .bind(&v.name)
-            .fetch_optional(&state.pool)
+            .fetch_optional(store.pool)
             .await?
         } else {
             None
@@ -246,7 +283,7 @@ pub async fn restore(
         }
     }
     if volumes.iter().any(|v| v.persistent) {
-        let longest = Duration::from_secs(state.config.executions.max_execution_secs);
+        let longest = store.longest_execution;
         mark_restored(sandbox, longest + Duration::from_secs(3600));
     }
     Ok(restored)
@@ -258,13 +295,13 @@ pub async fn restore(
 /// [`VolumeError::NotRestored`] is the answer, unless [`restore`] restored every volume into
 /// `sandbox`: a failed restore never overwrites a saved volume.
 pub async fn save(
-    state: &AppState,
+    store: &VolumeStore<'_>,
     sandbox: SandboxId,
     holder: &Holder<'_>,
     volumes: &[Volume],
     execution: Uuid,
 ) -> Result<Vec<(String, u64)>, VolumeError> {
-    let dispatcher = state
+    let dispatcher = store
         .sandboxes
         .dispatcher()
         .map_err(|e| VolumeError::NoSandboxes(e.to_string()))?;
@@ -299,7 +336,7 @@ pub async fn save(
         };
         let ttl = v
             .ttl_hours
-            .unwrap_or(state.config.volumes.default_ttl_hours)
+            .unwrap_or(store.config.default_ttl_hours)
             .min(24 * 365 * 10) as i64;
         sqlx::query(
             "INSERT INTO agent_volumes (id, tenant_id, agent_id, owner, name, size_limit_bytes, \
@@ -320,7 +357,7 @@ pub async fn save(
         .bind(archive.len() as i64)
         .bind(execution)
         .bind(ttl as i32)
-        .execute(&state.pool)
+        .execute(store.pool)
         .await?;
         saved.push((v.name.clone(), archive.len() as u64));
     }

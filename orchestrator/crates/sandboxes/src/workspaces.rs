@@ -30,7 +30,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::manifest::{declared_volumes, volume_mounts, volume_problems, WORKSPACE_VOLUME};
+use aegis_manifest::{declared_volumes, volume_mounts, volume_problems, WORKSPACE_VOLUME};
 
 /// One volume of the run as one state mounts it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,7 +138,7 @@ pub fn mounts(
     volume_mounts(item)
         .into_iter()
         .map(|m| {
-            if let Some(problem) = crate::manifest::mount_path_problem(&m.mount_path) {
+            if let Some(problem) = aegis_manifest::mount_path_problem(&m.mount_path) {
                 return Err(problem);
             }
             let volume = declared
@@ -206,7 +206,7 @@ pub fn clash_with_agent_volumes(
     for m in &ws.mounts {
         if let Some(v) = own
             .iter()
-            .find(|v| crate::manifest::paths_overlap(&v.mount_path, &m.mount_path))
+            .find(|v| aegis_manifest::paths_overlap(&v.mount_path, &m.mount_path))
         {
             return Err(format!(
                 "workflow state `{}` mounts volume `{}` at {}, which overlaps agent `{agent}`'s \

@@ -8,6 +8,9 @@
 //! ([`egress`]).
 
 pub mod egress;
+pub mod health;
+pub mod volumes;
+pub mod workspaces;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,10 +21,10 @@ use sqlx::PgPool;
 use tokio::sync::RwLock;
 use uuid::Uuid;
 
-use crate::manifest::{AgentView, ManifestKind, RuntimeRef};
-use crate::policy::command::CommandPolicy;
-pub use crate::policy::SandboxPolicy;
-use crate::registry::{self, RegistryError};
+use aegis_manifest::{AgentView, ManifestKind, RuntimeRef};
+use aegis_policy::command::CommandPolicy;
+pub use aegis_policy::SandboxPolicy;
+use aegis_store::registry::{self, RegistryError};
 
 /// Label naming the agent version a sandbox was made for.
 pub const AGENT_VERSION_LABEL: &str = "agent_version_id";
@@ -65,23 +68,23 @@ fn entry_root(entry: &str) -> (String, bool) {
 
 /// Derives the executor roots from a context (see [`ContextRoots`]). A capability without a path
 /// allowlist grants the workspace; one with an empty allowlist grants nothing.
-pub fn context_roots(context: &crate::seal::context::SecurityContext) -> ContextRoots {
+pub fn context_roots(context: &aegis_seal::context::SecurityContext) -> ContextRoots {
     let mut read = Vec::new();
     let mut write = Vec::new();
     let mut follow_symlinks = true;
-    let tools: Vec<String> = crate::catalog::catalog()
+    let tools: Vec<String> = aegis_core::catalog::catalog()
         .map(|c| {
             c.iter()
                 .map(|t| t.name.clone())
-                .filter(|n| crate::policy::needs_sandbox(n))
+                .filter(|n| aegis_policy::needs_sandbox(n))
                 .collect()
         })
         .unwrap_or_default();
     for tool in &tools {
-        if !context.covers_tool(tool) || crate::policy::is_pathless_sandbox_tool(tool) {
+        if !context.covers_tool(tool) || aegis_policy::is_pathless_sandbox_tool(tool) {
             continue;
         }
-        let into = if crate::policy::is_reading_tool(tool) || tool == "cmd.run" {
+        let into = if aegis_policy::is_reading_tool(tool) || tool == "cmd.run" {
             &mut read
         } else {
             &mut write
@@ -89,7 +92,7 @@ pub fn context_roots(context: &crate::seal::context::SecurityContext) -> Context
         for cap in context
             .capabilities
             .iter()
-            .filter(|c| crate::seal::context::tool_matches(&c.tool_pattern, tool))
+            .filter(|c| aegis_seal::context::tool_matches(&c.tool_pattern, tool))
         {
             match &cap.path_allowlist {
                 None => into.push(WORKSPACE.to_owned()),
@@ -121,7 +124,7 @@ pub fn context_roots(context: &crate::seal::context::SecurityContext) -> Context
 /// (it is evaluated on every call); the sandbox adds the no-shell argv rules and the context's
 /// roots.
 pub fn policy_of_context(
-    context: &crate::seal::context::SecurityContext,
+    context: &aegis_seal::context::SecurityContext,
     ceilings: &ToolCeilings,
 ) -> SandboxPolicy {
     let roots = context_roots(context);
@@ -153,34 +156,35 @@ pub fn policy_of_context(
         },
         cmd_timeout_secs: ceilings.cmd_timeout_secs,
         max_output_bytes: ceilings.max_output_bytes,
-        unmask_env: context.capabilities.iter().any(|c| {
-            c.unmask_env && crate::seal::context::tool_matches(&c.tool_pattern, "env.get")
-        }),
+        unmask_env: context
+            .capabilities
+            .iter()
+            .any(|c| c.unmask_env && aegis_seal::context::tool_matches(&c.tool_pattern, "env.get")),
         env: Default::default(),
     }
 }
 
 /// The names of the tools that act in a sandbox (`cmd.run`, `fs.*`, ...).
 fn sandbox_tools() -> Vec<String> {
-    crate::catalog::catalog()
+    aegis_core::catalog::catalog()
         .map(|c| {
             c.iter()
                 .map(|t| t.name.clone())
-                .filter(|n| crate::policy::needs_sandbox(n))
+                .filter(|n| aegis_policy::needs_sandbox(n))
                 .collect()
         })
         .unwrap_or_default()
 }
 
 /// Finds a runtime by `language` (when it has one version) or `language:version`.
-pub fn find_runtime(asked: &str) -> Result<&'static crate::runtimes::Runtime, SandboxError> {
+pub fn find_runtime(asked: &str) -> Result<&'static aegis_core::runtimes::Runtime, SandboxError> {
     let registry =
-        crate::runtimes::registry().map_err(|e| SandboxError::Unavailable(e.to_owned()))?;
+        aegis_core::runtimes::registry().map_err(|e| SandboxError::Unavailable(e.to_owned()))?;
     let (language, version) = match asked.split_once(':') {
         Some((l, v)) => (l.trim(), Some(v.trim())),
         None => (asked.trim(), None),
     };
-    let matching: Vec<&crate::runtimes::Runtime> = registry
+    let matching: Vec<&aegis_core::runtimes::Runtime> = registry
         .runtimes
         .iter()
         .filter(|r| r.language == language && version.is_none_or(|v| r.version == v))
@@ -203,7 +207,7 @@ pub fn find_runtime(asked: &str) -> Result<&'static crate::runtimes::Runtime, Sa
 /// for reading and writing, and the given programs (none given: any program; still no shell,
 /// no metacharacters, no network, and the kernel-held write rules).
 pub fn policy_of_runtime(
-    runtime: &crate::runtimes::Runtime,
+    runtime: &aegis_core::runtimes::Runtime,
     allow: &[String],
     ceilings: &ToolCeilings,
 ) -> SandboxPolicy {
@@ -580,7 +584,7 @@ impl Sandboxes {
         let image = match view.runtime() {
             RuntimeRef::Image(image) => image,
             RuntimeRef::Language { language, version } => {
-                match crate::runtimes::lookup(&language, &version) {
+                match aegis_core::runtimes::lookup(&language, &version) {
                     Some(r) => r.image.clone(),
                     None => {
                         return Err(SandboxError::UnknownRuntime {
@@ -661,11 +665,11 @@ impl Sandboxes {
         &self,
         pool: &PgPool,
         session: Uuid,
-        context: &crate::seal::context::SecurityContext,
+        context: &aegis_seal::context::SecurityContext,
     ) -> Result<SandboxId, SandboxError> {
         let dispatcher = self.dispatcher()?;
-        let registry =
-            crate::runtimes::registry().map_err(|e| SandboxError::Unavailable(e.to_owned()))?;
+        let registry = aegis_core::runtimes::registry()
+            .map_err(|e| SandboxError::Unavailable(e.to_owned()))?;
         let (language, version) = match &context.runtime {
             Some(r) => (r.language.clone(), r.version.clone()),
             None => (
@@ -673,7 +677,7 @@ impl Sandboxes {
                 registry.default.version.clone(),
             ),
         };
-        let image = crate::runtimes::lookup(&language, &version)
+        let image = aegis_core::runtimes::lookup(&language, &version)
             .ok_or_else(|| SandboxError::UnknownRuntime {
                 agent: format!("seal-context:{}", context.name),
                 language: language.clone(),
@@ -715,7 +719,7 @@ impl Sandboxes {
         }
         let info = self.dispatcher()?.get(id).await?;
         if let Some(name) = info.spec.as_ref().and_then(|s| s.labels.get(CONTEXT_LABEL)) {
-            let context = crate::contexts::get(pool, crate::DEFAULT_TENANT, name)
+            let context = aegis_store::contexts::get(pool, aegis_core::DEFAULT_TENANT, name)
                 .await
                 .map_err(|_| SandboxError::NoPolicy(id))?;
             let policy = Arc::new(policy_of_context(&context, &self.ceilings));
@@ -779,7 +783,7 @@ fn nonzero(v: u64, default: u64) -> u64 {
 mod tests {
     use super::*;
 
-    fn context(json: Value) -> crate::seal::context::SecurityContext {
+    fn context(json: Value) -> aegis_seal::context::SecurityContext {
         serde_json::from_value(json).expect("context parses")
     }
 

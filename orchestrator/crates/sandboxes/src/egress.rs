@@ -21,9 +21,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::AGENT_VERSION_LABEL;
-use crate::egress::proxy::{EgressProxy, ProxyScope};
-use crate::egress::{DomainEntry, DomainPolicy, DomainRule, Egress};
-use crate::manifest::AgentView;
+use aegis_egress::proxy::{EgressProxy, ProxyScope};
+use aegis_egress::{DomainEntry, DomainPolicy, DomainRule, Egress};
+use aegis_manifest::AgentView;
 
 /// Label of a workflow ContainerRun sandbox holding its proxy's domain rules: a JSON array of
 /// `{"source": text, "allow": [entry, ...]}`, every rule narrowing (written only by

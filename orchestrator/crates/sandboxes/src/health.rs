@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::database;
+use aegis_store::database;
 
 /// Time each readiness check may take.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -70,7 +70,7 @@ pub struct Checks {
     /// The dispatcher started (executor installed, reaper running).
     pub sandboxes: ComponentStatus,
     /// What the kernel holds of the command policy: Landlock's ABI and whether it is required.
-    pub kernel_policy: crate::sandboxes::KernelPolicy,
+    pub kernel_policy: crate::KernelPolicy,
 }
 
 impl Readiness {
@@ -85,7 +85,7 @@ impl Readiness {
 pub async fn check(
     pool: &sqlx::PgPool,
     docker: &dispatcher::DockerEngine,
-    sandboxes: &crate::sandboxes::Sandboxes,
+    sandboxes: &crate::Sandboxes,
 ) -> Readiness {
     let db = async {
         let q = sqlx::query("SELECT 1").execute(pool);
