@@ -177,7 +177,10 @@ impl Application {
             api_keys: Arc::default(),
             mcp_servers,
         };
-        state.executions.recover(&state, dead_after).await;
+        state
+            .executions
+            .recover(&state.engine_services(), dead_after)
+            .await;
         match crate::builtin::upgrade(&state.pool).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(

@@ -147,7 +147,7 @@ async fn sweep_sessions(state: AppState, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(30)) => {}
         }
-        state.gateway.sweep(&state).await;
+        state.gateway.sweep(&state.gateway_services()).await;
     }
 }
 

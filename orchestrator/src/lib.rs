@@ -6,6 +6,7 @@ pub mod api;
 pub mod app;
 pub mod background;
 pub mod builtin;
+pub mod call;
 pub mod config;
 pub mod delivery;
 pub mod engine;

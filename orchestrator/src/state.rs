@@ -41,6 +41,30 @@ pub struct AppState {
     pub mcp_servers: std::sync::Arc<crate::mcp_servers::McpServers>,
 }
 
+impl AppState {
+    /// What the agent engine uses of this node, with this state as its router.
+    pub fn engine_services(&self) -> crate::engine::Services {
+        crate::engine::Services {
+            pool: self.pool.clone(),
+            instance_id: self.instance_id,
+            config: self.config.clone(),
+            sandboxes: self.sandboxes.clone(),
+            mcp_servers: self.mcp_servers.clone(),
+            executions: self.executions.clone(),
+            tools: std::sync::Arc::new(self.clone()),
+        }
+    }
+
+    /// What the SEAL gateway uses of this node, with this state as its router.
+    pub fn gateway_services(&self) -> crate::gateway::Services {
+        crate::gateway::Services {
+            pool: self.pool.clone(),
+            sandboxes: self.sandboxes.clone(),
+            tools: std::sync::Arc::new(self.clone()),
+        }
+    }
+}
+
 /// The workflow engine reaches the agent engine through this narrow handle only.
 impl crate::workflow::AgentHost for AppState {
     fn start_agent(
@@ -48,12 +72,20 @@ impl crate::workflow::AgentHost for AppState {
         caller: crate::caller::Caller,
         request: crate::engine::ExecuteRequest,
     ) -> futures_util::future::BoxFuture<'_, Result<Uuid, crate::engine::ExecError>> {
-        Box::pin(async move { self.executions.start(self, &caller, request).await })
+        Box::pin(async move {
+            self.executions
+                .start(&self.engine_services(), &caller, request)
+                .await
+        })
     }
 
     fn cancel_agent(&self, tenant: String, id: Uuid) -> futures_util::future::BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Err(e) = self.executions.cancel(self, &tenant, id).await {
+            if let Err(e) = self
+                .executions
+                .cancel(&self.engine_services(), &tenant, id)
+                .await
+            {
                 tracing::warn!(execution = %id, error = %e, "could not cancel an agent execution");
             }
         })

@@ -12,17 +12,40 @@ pub mod store;
 pub mod validate;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::call::ToolInvoker;
 use crate::caller::Caller;
+use crate::config::NodeConfig;
 use crate::llm::LlmClient;
 use crate::manifest::{AgentView, ManifestKind};
 use crate::registry::{self, RegistryError};
-use crate::state::AppState;
+
+/// What the agent engine uses of the node: its rows, its sandboxes, the settings it reads, the
+/// external MCP servers' settings, the engine itself (judges are child executions), and the
+/// router through [`ToolInvoker`], the one call it makes upward. Built by the API layer's
+/// composition root (`AppState::engine_services`); cheap to clone (handles only).
+#[derive(Clone)]
+pub struct Services {
+    /// Executions, their events and everything they read.
+    pub pool: sqlx::PgPool,
+    /// This instance (owner of the executions it runs).
+    pub instance_id: Uuid,
+    /// The node's settings (`executions`, `volumes`, `memory`, `delivery`).
+    pub config: Arc<NodeConfig>,
+    /// The sandboxes executions run their tools in.
+    pub sandboxes: Arc<crate::sandboxes::Sandboxes>,
+    /// The external MCP servers' settings (`skip_judge`).
+    pub mcp_servers: Arc<crate::mcp_servers::McpServers>,
+    /// The engine (child executions, the running set).
+    pub executions: Arc<Engine>,
+    /// The router.
+    pub tools: Arc<dyn ToolInvoker>,
+}
 
 /// Why an execution could not start (nothing was stored then).
 #[derive(Debug, thiserror::Error)]
@@ -193,12 +216,12 @@ impl Engine {
     /// Validates and stores a new execution, then runs it in the background.
     pub async fn start(
         &self,
-        state: &AppState,
+        services: &Services,
         caller: &Caller,
         req: ExecuteRequest,
     ) -> Result<Uuid, ExecError> {
         let def = registry::get(
-            &state.pool,
+            &services.pool,
             &caller.tenant,
             ManifestKind::Agent,
             &req.agent,
@@ -244,7 +267,7 @@ impl Engine {
             )));
         }
         let own_volumes = crate::volumes::of_manifest(&def.manifest);
-        crate::volumes::check(&own_volumes, &state.config.volumes)
+        crate::volumes::check(&own_volumes, &services.config.volumes)
             .map_err(|e| ExecError::Unsupported(e.to_string()))?;
         let workspace = req.workflow.as_ref().and_then(|w| w.workspace.clone());
         if let Some(ws) = &workspace {
@@ -254,7 +277,7 @@ impl Engine {
         let id = Uuid::new_v4();
         // Depth and principal come from the parent; a key or session is its own principal.
         let (principal, depth) = match req.parent {
-            Some(parent) => match store::principal_of(&state.pool, parent).await? {
+            Some(parent) => match store::principal_of(&services.pool, parent).await? {
                 Some((principal, depth)) => (principal, depth + 1),
                 None => (
                     crate::policy::executions::principal_key(caller.kind.as_str(), &caller.id),
@@ -274,7 +297,7 @@ impl Engine {
             max_on_node: self.config.max_concurrent,
         };
         store::insert_bounded(
-            &state.pool,
+            &services.pool,
             &store::NewExecution {
                 id,
                 tenant: &caller.tenant,
@@ -287,7 +310,7 @@ impl Engine {
                 intent: req.intent.as_deref(),
                 caller_kind: caller.kind.as_str(),
                 caller_id: &caller.id,
-                instance_id: state.instance_id,
+                instance_id: services.instance_id,
                 workflow: req.workflow.as_ref(),
             },
             &bounds,
@@ -304,7 +327,7 @@ impl Engine {
             crate::metrics::Door::Execution
         };
         let job = run::Job {
-            state: state.clone(),
+            services: services.clone(),
             id,
             tenant: caller.tenant.clone(),
             def,
@@ -326,11 +349,11 @@ impl Engine {
     /// run is marked cancelled directly. False when it had already ended.
     pub async fn cancel(
         &self,
-        state: &AppState,
+        services: &Services,
         tenant: &str,
         id: Uuid,
     ) -> Result<Option<bool>, sqlx::Error> {
-        let Some(exec) = store::get(&state.pool, tenant, id).await? else {
+        let Some(exec) = store::get(&services.pool, tenant, id).await? else {
             return Ok(None);
         };
         if store::is_terminal(&exec.status) {
@@ -340,16 +363,16 @@ impl Engine {
         match token {
             Some(t) => t.cancel(),
             None => {
-                let mut tx = state.pool.begin().await?;
+                let mut tx = services.pool.begin().await?;
                 let ended =
                     store::transition(&mut *tx, id, "cancelled", None, Some("cancelled")).await?;
                 if ended {
-                    crate::delivery::enqueue(&mut tx, id, &state.config.delivery).await?;
+                    crate::delivery::enqueue(&mut tx, id, &services.config.delivery).await?;
                 }
                 tx.commit().await?;
                 if ended {
                     store::event(
-                        &state.pool,
+                        &services.pool,
                         id,
                         "execution_cancelled",
                         json!({"by": "request"}),
@@ -386,13 +409,14 @@ impl Engine {
 
     /// At start-up: executions left running by an instance that is gone fail with the reason
     /// `orchestrator restarted`, and their sandboxes are destroyed.
-    pub async fn recover(&self, state: &AppState, dead_after_secs: i64) {
+    pub async fn recover(&self, services: &Services, dead_after_secs: i64) {
         // Failed, with their deliveries queued, in one transaction.
         let failed = async {
-            let mut tx = state.pool.begin().await?;
-            let orphans = store::fail_orphans(&mut *tx, state.instance_id, dead_after_secs).await?;
+            let mut tx = services.pool.begin().await?;
+            let orphans =
+                store::fail_orphans(&mut *tx, services.instance_id, dead_after_secs).await?;
             for (id, _) in &orphans {
-                crate::delivery::enqueue(&mut tx, *id, &state.config.delivery).await?;
+                crate::delivery::enqueue(&mut tx, *id, &services.config.delivery).await?;
             }
             tx.commit().await?;
             Ok::<_, sqlx::Error>(orphans)
@@ -407,14 +431,14 @@ impl Engine {
         for (id, sandbox) in orphans {
             tracing::warn!(execution = %id, "execution failed: orchestrator restarted");
             let _ = store::event(
-                &state.pool,
+                &services.pool,
                 id,
                 "execution_failed",
                 json!({"reason": "orchestrator restarted"}),
             )
             .await;
             if let Some(sandbox) = sandbox {
-                let _ = state
+                let _ = services
                     .sandboxes
                     .destroy(dispatcher::SandboxId(sandbox))
                     .await;

@@ -11,17 +11,16 @@ use uuid::Uuid;
 
 use super::validate::{self, IterationResult};
 use super::{store, EngineConfig};
+use crate::call::{CallError, CallGate};
 use crate::caller::{Caller, CallerKind, Tier};
 use crate::llm::{ChatRequest, LlmClient, Message, Role, ToolSpec};
 use crate::manifest::AgentView;
 use crate::mcp_servers;
 use crate::registry::Definition;
-use crate::state::AppState;
-use crate::tools::{self, CallError};
 
 /// Everything the task needs.
 pub(super) struct Job {
-    pub state: AppState,
+    pub services: super::Services,
     pub id: Uuid,
     pub tenant: String,
     pub def: Definition,
@@ -122,7 +121,7 @@ fn external_function_name(server: &str, tool: &str) -> String {
 
 impl Job {
     async fn event(&self, kind: &str, payload: Value) {
-        if let Err(e) = store::event(&self.state.pool, self.id, kind, payload).await {
+        if let Err(e) = store::event(&self.services.pool, self.id, kind, payload).await {
             tracing::error!(execution = %self.id, error = %e, "could not record an execution event");
         }
     }
@@ -139,7 +138,8 @@ impl Job {
         let budget = limits
             .execution_timeout
             .min(Duration::from_secs(self.config.max_execution_secs));
-        if let Err(e) = store::transition(&self.state.pool, self.id, "running", None, None).await {
+        if let Err(e) = store::transition(&self.services.pool, self.id, "running", None, None).await
+        {
             tracing::error!(execution = %self.id, error = %e, "could not start an execution");
         }
         self.event("execution_started", json!({"agent": self.def.name, "version": self.def.version,
@@ -177,7 +177,7 @@ impl Job {
                 self.event("sandbox_kept", json!({"sandbox_id": id.0}))
                     .await;
             } else {
-                match self.state.sandboxes.destroy(id).await {
+                match self.services.sandboxes.destroy(id).await {
                     Ok(()) => {
                         self.event("sandbox_destroyed", json!({"sandbox_id": id.0}))
                             .await
@@ -232,7 +232,7 @@ impl Job {
         {
             tracing::error!(execution = %self.id, error = %e, "could not record the end of an execution")
         }
-        self.state.executions.finished(self.id);
+        self.services.executions.finished(self.id);
     }
 
     /// Records the end, its event (`kind`) and, in the same transaction, the deliveries of
@@ -246,12 +246,12 @@ impl Job {
         kind: &str,
         payload: Value,
     ) -> Result<bool, sqlx::Error> {
-        let mut tx = self.state.pool.begin().await?;
+        let mut tx = self.services.pool.begin().await?;
         if !store::transition(&mut *tx, self.id, status, output, error).await? {
             return Ok(false);
         }
         let queued =
-            crate::delivery::enqueue(&mut tx, self.id, &self.state.config.delivery).await?;
+            crate::delivery::enqueue(&mut tx, self.id, &self.services.config.delivery).await?;
         store::event_in(&mut tx, self.id, kind, payload).await?;
         if queued > 0 {
             store::event_in(
@@ -268,7 +268,7 @@ impl Job {
 
     /// Who owns this execution's volumes: its tenant, agent and root principal.
     async fn volume_owner(&self) -> Result<String, String> {
-        match store::principal_of(&self.state.pool, self.id).await {
+        match store::principal_of(&self.services.pool, self.id).await {
             Ok(Some((principal, _))) => Ok(principal),
             Ok(None) => Err("the execution's row is gone".to_owned()),
             Err(e) => Err(e.to_string()),
@@ -278,11 +278,11 @@ impl Job {
     /// What the volume functions use of the node.
     fn volume_store(&self) -> crate::volumes::VolumeStore<'_> {
         crate::volumes::VolumeStore {
-            pool: &self.state.pool,
-            sandboxes: &self.state.sandboxes,
-            config: &self.state.config.volumes,
+            pool: &self.services.pool,
+            sandboxes: &self.services.sandboxes,
+            config: &self.services.config.volumes,
             longest_execution: std::time::Duration::from_secs(
-                self.state.config.executions.max_execution_secs,
+                self.services.config.executions.max_execution_secs,
             ),
         }
     }
@@ -355,12 +355,12 @@ impl Job {
             return Ok(());
         };
         let dispatcher = self
-            .state
+            .services
             .sandboxes
             .dispatcher()
             .map_err(|e| format!("could not mount the workflow's volumes: {e}"))?;
         let names: Vec<&str> = ws.mounts.iter().map(|m| m.name.as_str()).collect();
-        match crate::workspaces::restore(dispatcher, &self.state.pool, sandbox, ws).await {
+        match crate::workspaces::restore(dispatcher, &self.services.pool, sandbox, ws).await {
             Ok(restored) => {
                 self.workspace_restored
                     .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -393,11 +393,11 @@ impl Job {
             return Ok(());
         }
         let dispatcher = self
-            .state
+            .services
             .sandboxes
             .dispatcher()
             .map_err(|e| e.to_string())?;
-        match crate::workspaces::save(dispatcher, &self.state.pool, sandbox, ws).await {
+        match crate::workspaces::save(dispatcher, &self.services.pool, sandbox, ws).await {
             Ok(saved) => {
                 let saved: Vec<Value> = saved
                     .iter()
@@ -423,7 +423,7 @@ impl Job {
     /// the execution goes on without it).
     async fn recall_memory(&self, task: &str) -> Option<String> {
         let scope = match crate::memory::Scope::resolve(
-            &self.state.pool,
+            &self.services.pool,
             &self.tenant,
             &self.def.name,
             &self.def.manifest,
@@ -438,7 +438,7 @@ impl Job {
                 return None;
             }
         };
-        let cap = self.state.config.memory.max_recall_tokens;
+        let cap = self.services.config.memory.max_recall_tokens;
         let budget = u64::from(scope.spec.recall_tokens).min(cap) as usize;
         if budget == 0 {
             return None;
@@ -449,17 +449,22 @@ impl Job {
             query.push(' ');
             query.push_str(intent);
         }
-        let ranked =
-            match crate::memory::store::recall(&self.state.pool, &scope, Some(&query), 50, false)
-                .await
-            {
-                Ok((_, notes)) => notes,
-                Err(e) => {
-                    self.event("memory_recall_failed", json!({"reason": e.to_string()}))
-                        .await;
-                    return None;
-                }
-            };
+        let ranked = match crate::memory::store::recall(
+            &self.services.pool,
+            &scope,
+            Some(&query),
+            50,
+            false,
+        )
+        .await
+        {
+            Ok((_, notes)) => notes,
+            Err(e) => {
+                self.event("memory_recall_failed", json!({"reason": e.to_string()}))
+                    .await;
+                return None;
+            }
+        };
         let recalled = crate::memory::prompt::section(&ranked, budget);
         self.event(
             "memory_recalled",
@@ -483,7 +488,7 @@ impl Job {
             seal: None,
         };
         if let Some(name) = AgentView(&self.def.manifest).security_context() {
-            let ctx = crate::contexts::get(&self.state.pool, &self.tenant, name)
+            let ctx = crate::contexts::get(&self.services.pool, &self.tenant, name)
                 .await
                 .map_err(|e| format!("security context `{name}`: {e}"))?;
             caller.tier = ctx.tier;
@@ -540,7 +545,7 @@ impl Job {
             .iter()
             .filter(|t| t.starts_with(mcp_servers::PREFIX))
         {
-            match tools::external::offered(&self.state, entry).await {
+            match self.services.tools.offered(entry).await {
                 Ok(found) => external.extend(found),
                 Err(reason) => {
                     self.event(
@@ -585,16 +590,16 @@ impl Job {
         {
             let owner = Owner::new(OwnerKind::Execution, self.id.to_string());
             match self
-                .state
+                .services
                 .sandboxes
-                .create_for_definition(&self.state.pool, &self.def, owner)
+                .create_for_definition(&self.services.pool, &self.def, owner)
                 .await
             {
                 Ok((id, _)) => {
                     if let Ok(mut s) = sandbox.lock() {
                         *s = Some(id);
                     }
-                    let _ = store::progress(&self.state.pool, self.id, 0, Some(id.0)).await;
+                    let _ = store::progress(&self.services.pool, self.id, 0, Some(id.0)).await;
                     self.event("sandbox_created", json!({"sandbox_id": id.0}))
                         .await;
                 }
@@ -671,7 +676,7 @@ impl Job {
 
         for iteration in 1..=max_iterations {
             let _ = store::progress(
-                &self.state.pool,
+                &self.services.pool,
                 self.id,
                 iteration as i32,
                 sandbox_id.map(|s| s.0),
@@ -710,7 +715,7 @@ impl Job {
                     &caller,
                     sandbox_id,
                     limits.llm_timeout,
-                    gate(iteration).as_ref().map(|g| g as &dyn tools::CallGate),
+                    gate(iteration).as_ref().map(|g| g as &dyn CallGate),
                 ),
             )
             .await;
@@ -763,7 +768,7 @@ impl Job {
                     let _ = sqlx::query("UPDATE executions SET last_output = $2 WHERE id = $1")
                         .bind(self.id)
                         .bind(&result.answer)
-                        .execute(&self.state.pool)
+                        .execute(&self.services.pool)
                         .await;
                     self.event(
                         "iteration_failed",
@@ -842,7 +847,9 @@ impl Job {
         for judge in &judges {
             // The node's own judge (older `semantic` validations) is deployed when first needed.
             if judge == crate::builtin::SEMANTIC_JUDGE {
-                if let Err(e) = crate::builtin::ensure_judge(&self.state.pool, &self.tenant).await {
+                if let Err(e) =
+                    crate::builtin::ensure_judge(&self.services.pool, &self.tenant).await
+                {
                     notes.push(format!("judge `{judge}` could not be deployed: {e}"));
                     continue;
                 }
@@ -857,9 +864,9 @@ impl Job {
                 model: v["model"].as_str().map(str::to_owned),
             };
             let child = match self
-                .state
+                .services
                 .executions
-                .start(&self.state, caller, request)
+                .start(&self.services, caller, request)
                 .await
             {
                 Ok(id) => id,
@@ -875,7 +882,7 @@ impl Job {
             .await;
             let deadline = tokio::time::Instant::now() + timeout;
             let ended = loop {
-                match store::get(&self.state.pool, &self.tenant, child).await {
+                match store::get(&self.services.pool, &self.tenant, child).await {
                     Ok(Some(e)) if store::is_terminal(&e.status) => break Some(e),
                     _ if tokio::time::Instant::now() >= deadline => break None,
                     _ => tokio::time::sleep(Duration::from_millis(200)).await,
@@ -883,9 +890,9 @@ impl Job {
             };
             let Some(e) = ended else {
                 let _ = self
-                    .state
+                    .services
                     .executions
-                    .cancel(&self.state, &self.tenant, child)
+                    .cancel(&self.services, &self.tenant, child)
                     .await;
                 notes.push(format!(
                     "judge `{judge}` did not finish within {} s",
@@ -945,7 +952,7 @@ impl Job {
         caller: &Caller,
         sandbox: Option<SandboxId>,
         llm_timeout: Duration,
-        gate: Option<&dyn tools::CallGate>,
+        gate: Option<&dyn CallGate>,
     ) -> Result<IterationResult, IterationError> {
         let mut messages = vec![
             Message {
@@ -1026,7 +1033,7 @@ impl Job {
         names: &HashMap<String, String>,
         caller: &Caller,
         sandbox: Option<SandboxId>,
-        gate: Option<&dyn tools::CallGate>,
+        gate: Option<&dyn CallGate>,
         result: &mut IterationResult,
     ) -> String {
         let Some(tool) = names.get(&call.name) else {
@@ -1055,7 +1062,7 @@ impl Job {
                 result_digest: None,
                 duration_ms: 0,
             };
-            if let Err(e) = crate::audit::record(&self.state.pool, caller, entry).await {
+            if let Err(e) = crate::audit::record(&self.services.pool, caller, entry).await {
                 tracing::warn!(execution = %self.id, error = %e, "cannot audit a refused tool call");
             }
             return text;
@@ -1073,7 +1080,12 @@ impl Job {
                 );
             }
         };
-        match tools::invoke_gated(&self.state, caller, tool, args, sandbox, gate).await {
+        match self
+            .services
+            .tools
+            .invoke(caller, tool, args, sandbox, gate)
+            .await
+        {
             Ok(outcome) => {
                 if tool == "cmd.run" {
                     if let Ok(v) = &outcome.result {
@@ -1133,17 +1145,17 @@ struct ToolGate<'a> {
     iteration: u32,
 }
 
-impl tools::CallGate for ToolGate<'_> {
+impl CallGate for ToolGate<'_> {
     fn admit<'a>(
         &'a self,
         tool: &'a str,
         arguments: &'a Value,
     ) -> futures_util::future::BoxFuture<'a, Result<(), crate::policy::Denial>> {
         Box::pin(async move {
-            let skip = &self.job.state.config.executions.skip_judge_tools;
+            let skip = &self.job.services.config.executions.skip_judge_tools;
             // An external server's `skip_judge` covers all its tools.
             let server_skips = mcp_servers::split_name(tool)
-                .and_then(|(server, _)| self.job.state.mcp_servers.config(server))
+                .and_then(|(server, _)| self.job.services.mcp_servers.config(server))
                 .is_some_and(|c| c.skip_judge);
             if server_skips || skip.iter().any(|t| t == tool) {
                 return Ok(());

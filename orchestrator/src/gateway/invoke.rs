@@ -30,21 +30,21 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::sessions::{self, Admission, Session};
+use super::Services;
 use super::{anonymous, list_tools, session_caller, Gateway, Refusal};
 use crate::audit::{self, Entry, EntryKind};
+use crate::call::CallError;
 use crate::caller::{Caller, SealScope, Tier};
 use crate::seal::context::SecurityContext;
 use crate::seal::envelope::Envelope;
 use crate::seal::error::{SealCode, SealError};
 use crate::seal::token::Claims;
-use crate::state::AppState;
-use crate::tools::{self, CallError};
 
 impl Gateway {
     /// Checks an envelope and runs its request; the success body or a refusal.
-    pub async fn invoke(&self, state: &AppState, body: &str) -> Result<Value, Refusal> {
-        let mut call = Unfinished::new(state.pool.clone(), body);
-        let result = self.check_and_run(state, body, &mut call).await;
+    pub async fn invoke(&self, services: &Services, body: &str) -> Result<Value, Refusal> {
+        let mut call = Unfinished::new(services.pool.clone(), body);
+        let result = self.check_and_run(services, body, &mut call).await;
         call.armed = false;
         if let Err(failure) = &result {
             crate::metrics::seal_refusal(failure.error.code.as_u32());
@@ -62,7 +62,7 @@ impl Gateway {
     /// refusal is reported (and audited) with the request id, tool and session known so far.
     async fn check_and_run(
         &self,
-        state: &AppState,
+        services: &Services,
         body: &str,
         call: &mut Unfinished<'_>,
     ) -> Result<Value, Failure> {
@@ -74,7 +74,7 @@ impl Gateway {
             .token_claims(&envelope.security_token, now.timestamp())
             .map_err(Failure::before_router)?;
         let session = self
-            .bound_session(&state.pool, &claims)
+            .bound_session(&services.pool, &claims)
             .await
             .map_err(Failure::before_router)?;
         call.session = Some((session.id, session.context_name.clone()));
@@ -84,12 +84,12 @@ impl Gateway {
             .map_err(Failure::before_router)?;
         signed_by_session(&envelope, &session).map_err(Failure::before_router)?;
         let admission = self
-            .admitted(&state.pool, &envelope, &session)
+            .admitted(&services.pool, &envelope, &session)
             .await
             .map_err(Failure::before_router)?;
         let context = self
             .cached_context(
-                &state.pool,
+                &services.pool,
                 &session.context_name,
                 admission.context_version.as_deref(),
             )
@@ -113,7 +113,7 @@ impl Gateway {
             ..session_caller(session.id, &session.context_name, context.tier)
         };
         let result = self
-            .run_request(state, &envelope, &session, &context, &caller, call)
+            .run_request(services, &envelope, &session, &context, &caller, call)
             .await?;
         Ok(json!({
             "protocol": "seal/v1",
@@ -216,7 +216,7 @@ impl Gateway {
     /// Step 9: the request the envelope carries.
     async fn run_request(
         &self,
-        state: &AppState,
+        services: &Services,
         envelope: &Envelope,
         session: &Session,
         context: &SecurityContext,
@@ -242,7 +242,7 @@ impl Gateway {
                 call.allowed = true;
                 let sandbox = if crate::policy::needs_sandbox(&name) {
                     Some(
-                        self.session_sandbox(state, session, context)
+                        self.session_sandbox(services, session, context)
                             .await
                             .map_err(Failure::before_router)?,
                     )
@@ -251,7 +251,9 @@ impl Gateway {
                 };
                 // The router audits from here on (its intent row), whatever the client does.
                 call.armed = false;
-                let outcome = tools::invoke_in(state, caller, &name, arguments, sandbox)
+                let outcome = services
+                    .tools
+                    .invoke(caller, &name, arguments, sandbox, None)
                     .await
                     .map_err(|e| Failure {
                         error: call_error(e),
@@ -324,7 +326,7 @@ fn within_response_limit(name: &str, result: Value, limit: Option<u64>) -> Value
     let Some(limit) = limit else {
         return result;
     };
-    let size = tools::serialized_len(&result) as u64;
+    let size = crate::arguments::serialized_len(&result) as u64;
     if size <= limit {
         return result;
     }

@@ -31,10 +31,21 @@ use crate::seal::context::{Proof, RateLimiter, SecurityContext};
 use crate::seal::envelope::decode_public_key;
 use crate::seal::error::{SealCode, SealError};
 use crate::seal::token::{Claims, TokenIssuer};
-use crate::state::AppState;
-use crate::tools;
 
 pub use sessions::Session;
+
+/// What the gateway uses of the node: its rows, the sessions' sandboxes, and the router through
+/// [`ToolInvoker`](crate::call::ToolInvoker), the one call it makes upward. Built by the API
+/// layer's composition root (`AppState::gateway_services`); cheap to clone (handles only).
+#[derive(Clone)]
+pub struct Services {
+    /// Sessions, contexts, the replay guard and audit rows.
+    pub pool: sqlx::PgPool,
+    /// The sessions' sandboxes.
+    pub sandboxes: std::sync::Arc<crate::sandboxes::Sandboxes>,
+    /// The router.
+    pub tools: std::sync::Arc<dyn crate::call::ToolInvoker>,
+}
 
 /// Gateway settings (from `seal.*` in the node config).
 #[derive(Debug, Clone)]
@@ -126,12 +137,12 @@ impl Gateway {
     /// `source` is the peer address of the request (for the per-source rate limit).
     pub async fn attest(
         &self,
-        state: &AppState,
+        services: &Services,
         req: AttestRequest,
         source: Option<IpAddr>,
     ) -> Result<Value, SealError> {
         let started = Instant::now();
-        let result = self.attest_inner(state, &req, source).await;
+        let result = self.attest_inner(services, &req, source).await;
         let (caller, allowed, code, reason) = match &result {
             Ok((session, _)) => (
                 session_caller(session.id, &req.security_context, crate::caller::Tier::User),
@@ -162,7 +173,7 @@ impl Gateway {
             result_digest: None,
             duration_ms: started.elapsed().as_millis() as i64,
         };
-        audit::record(&state.pool, &caller, entry)
+        audit::record(&services.pool, &caller, entry)
             .await
             .map_err(|e| {
                 SealError::new(
@@ -175,14 +186,14 @@ impl Gateway {
 
     async fn attest_inner(
         &self,
-        state: &AppState,
+        services: &Services,
         req: &AttestRequest,
         source: Option<IpAddr>,
     ) -> Result<(Session, Value), SealError> {
         let fail = |code, msg: String| SealError::new(code, msg);
         let source = source.map(|ip| ip.to_string());
         let counts =
-            sessions::record_attest_attempt(&state.pool, &req.workload_id, source.as_deref())
+            sessions::record_attest_attempt(&services.pool, &req.workload_id, source.as_deref())
                 .await
                 .map_err(|e| fail(SealCode::AttestationFailed, e.to_string()))?;
         let flooded = [
@@ -212,7 +223,7 @@ impl Gateway {
             }
         }
         let public_key = decode_public_key(&req.public_key)?;
-        let context = contexts::get(&state.pool, crate::DEFAULT_TENANT, &req.security_context)
+        let context = contexts::get(&services.pool, crate::DEFAULT_TENANT, &req.security_context)
             .await
             .map_err(|e| match e {
                 contexts::ContextError::NotFound(n) => fail(
@@ -263,7 +274,7 @@ impl Gateway {
         };
         let security_token = self.issuer.issue(&claims)?;
         let db = |e: sqlx::Error| fail(SealCode::AttestationFailed, e.to_string());
-        let mut tx = state.pool.begin().await.map_err(db)?;
+        let mut tx = services.pool.begin().await.map_err(db)?;
         if let Some(token) = token {
             attestation_tokens::redeem(
                 &mut tx,
@@ -349,7 +360,7 @@ impl Gateway {
     /// sandbox that no session row records; it is recorded, and destroyed with its session.
     async fn session_sandbox(
         &self,
-        state: &AppState,
+        services: &Services,
         session: &Session,
         context: &SecurityContext,
     ) -> Result<SandboxId, SealError> {
@@ -357,7 +368,7 @@ impl Gateway {
             return Ok(SandboxId(id));
         }
         let task = tokio::spawn(sessions::ensure_sandbox(
-            state.clone(),
+            services.clone(),
             session.id,
             context.clone(),
         ));
@@ -372,14 +383,18 @@ impl Gateway {
     }
 
     /// The tools a session's security token may call (for `GET /v1/seal/tools` and gRPC).
-    pub async fn tools_for_token(&self, state: &AppState, token: &str) -> Result<Value, SealError> {
+    pub async fn tools_for_token(
+        &self,
+        services: &Services,
+        token: &str,
+    ) -> Result<Value, SealError> {
         let now = Utc::now();
         let claims = self.issuer.verify(token, now.timestamp())?;
         // The token alone is not enough: its session must still be live (a revoked session
         // learns nothing more, not even its tool list), as stored now, not as cached.
         let session = Uuid::parse_str(&claims.sub)
             .ok()
-            .map(|id| sessions::get(&state.pool, crate::DEFAULT_TENANT, id));
+            .map(|id| sessions::get(&services.pool, crate::DEFAULT_TENANT, id));
         let session = match session {
             Some(lookup) => lookup
                 .await
@@ -389,7 +404,7 @@ impl Gateway {
         .ok_or_else(|| SealError::new(SealCode::SessionNotFound, "the token names no session"))?;
         invoke::issued_for(&session, &claims)?;
         invoke::live(&session, now)?;
-        let context = contexts::get(&state.pool, crate::DEFAULT_TENANT, &claims.scp)
+        let context = contexts::get(&services.pool, crate::DEFAULT_TENANT, &claims.scp)
             .await
             .map_err(|e| SealError::new(SealCode::ScopeNotFound, e.to_string()))?;
         let caller = Caller {
@@ -415,21 +430,21 @@ impl Gateway {
     }
 
     /// Destroys the sandboxes of sessions that were revoked or expired; prunes the replay guard.
-    pub async fn sweep(&self, state: &AppState) {
-        match sessions::ended_with_sandbox(&state.pool).await {
+    pub async fn sweep(&self, services: &Services) {
+        match sessions::ended_with_sandbox(&services.pool).await {
             Ok(ended) => {
                 for (session, sandbox) in ended {
-                    if let Err(e) = state.sandboxes.destroy(SandboxId(sandbox)).await {
+                    if let Err(e) = services.sandboxes.destroy(SandboxId(sandbox)).await {
                         tracing::warn!(session = %session, sandbox = %sandbox, error = %e, "could not destroy an ended session's sandbox");
                         continue;
                     }
-                    let _ = sessions::clear_sandbox(&state.pool, session).await;
+                    let _ = sessions::clear_sandbox(&services.pool, session).await;
                     tracing::info!(session = %session, sandbox = %sandbox, "destroyed the sandbox of an ended session");
                 }
             }
             Err(e) => tracing::warn!(error = %e, "session sweep failed"),
         }
-        let _ = sessions::prune_replay_guard(&state.pool, self.config.freshness_secs * 4).await;
+        let _ = sessions::prune_replay_guard(&services.pool, self.config.freshness_secs * 4).await;
     }
 }
 
@@ -439,7 +454,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn list_tools(caller: &Caller) -> Vec<Value> {
-    let Ok(catalog) = tools::catalog() else {
+    let Ok(catalog) = crate::catalog::catalog() else {
         return Vec::new();
     };
     catalog

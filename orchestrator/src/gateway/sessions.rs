@@ -131,25 +131,25 @@ pub async fn set_sandbox(
 /// Run it in a task of its own (the caller may go away): a sandbox created here is always either
 /// recorded on the session (destroyed when the session ends) or destroyed at once.
 pub async fn ensure_sandbox(
-    state: crate::state::AppState,
+    services: super::Services,
     session: Uuid,
     context: crate::seal::context::SecurityContext,
 ) -> Result<dispatcher::SandboxId, String> {
-    let created = state
+    let created = services
         .sandboxes
-        .create_for_session(&state.pool, session, &context)
+        .create_for_session(&services.pool, session, &context)
         .await
         .map_err(|e| format!("no sandbox for this session: {e}"))?;
-    match set_sandbox(&state.pool, session, created.0).await {
+    match set_sandbox(&services.pool, session, created.0).await {
         Ok(Some(id)) if id == created.0 => Ok(created),
         Ok(Some(id)) => {
             // Another request created one first: keep theirs, drop ours.
-            let _ = state.sandboxes.destroy(created).await;
+            let _ = services.sandboxes.destroy(created).await;
             Ok(dispatcher::SandboxId(id))
         }
         Ok(None) | Err(_) => {
             // The session row is gone or unwritable: nothing would ever destroy this sandbox.
-            let _ = state.sandboxes.destroy(created).await;
+            let _ = services.sandboxes.destroy(created).await;
             Err(format!(
                 "could not record sandbox {created} on session {session}"
             ))

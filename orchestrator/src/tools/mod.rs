@@ -37,7 +37,7 @@ pub use crate::catalog::{catalog, Catalog, CatalogError, ToolInfo, ToolSpec};
 pub(crate) use definitions::registry_error;
 pub use definitions::validate_offline;
 pub use router::{
-    invoke, invoke_gated, invoke_in, serialized_len, ArgViolation, CallError, CallGate,
+    invoke, invoke_gated, invoke_in, serialized_len, ArgViolation, CallError, CallGate, ToolError,
     ToolOutcome, TEXT_COPY_MAX_BYTES,
 };
 pub(crate) use schema::lookup as schema_by_key;
@@ -55,41 +55,6 @@ pub struct ToolContext<'a> {
     /// The calling execution's memory, for `aegis.memory.write|recall` (resolved and admitted by
     /// the router).
     pub memory: Option<crate::memory::Scope>,
-}
-
-/// A failure inside a tool that ran: reported to the caller as an `isError` result.
-#[derive(Debug, Clone, thiserror::Error, PartialEq)]
-#[error("{message}")]
-pub struct ToolError {
-    /// Stable machine-readable code (`not_found`, `conflict`, `invalid_manifest`, ...).
-    pub code: &'static str,
-    /// What went wrong, for people and models.
-    pub message: String,
-    /// Structured details (e.g. every manifest error with path and line).
-    pub details: Option<Value>,
-}
-
-impl ToolError {
-    /// A failure with no details.
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            details: None,
-        }
-    }
-
-    /// Adds structured details.
-    pub fn with_details(mut self, details: Value) -> Self {
-        self.details = Some(details);
-        self
-    }
-
-    /// An unexpected internal failure; the message is logged, the caller gets a generic text.
-    pub fn internal(e: impl std::fmt::Display) -> Self {
-        tracing::error!(error = %e, "tool failed internally");
-        Self::new("internal", format!("internal error: {e}"))
-    }
 }
 
 /// The future a handler returns.

@@ -8,123 +8,19 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::{catalog, ToolContext, ToolError};
+use super::{catalog, ToolContext};
 pub use crate::arguments::serialized_len;
 use crate::audit::{self, Entry, EntryKind};
+pub use crate::call::{
+    ArgViolation, CallError, CallGate, ToolError, ToolOutcome, TEXT_COPY_MAX_BYTES,
+};
 use crate::caller::Caller;
 use crate::metrics::{self, Decision};
 use crate::policy;
 use crate::state::AppState;
 use dispatcher::SandboxId;
-
-/// One schema violation in a call's arguments.
-#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
-pub struct ArgViolation {
-    /// JSON pointer into the arguments (`""` for the whole object).
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-/// A call refused before its tool ran.
-#[derive(Debug, thiserror::Error)]
-pub enum CallError {
-    /// No such tool in the catalog.
-    #[error("unknown tool `{name}`; see aegis.tools.list for the tools this node implements")]
-    UnknownTool {
-        /// The requested name.
-        name: String,
-    },
-    /// Arguments do not match the tool's schema.
-    #[error("invalid arguments for `{tool}`: {}", .violations.iter().map(|v| format!("{}: {}", if v.path.is_empty() { "(root)" } else { &v.path }, v.message)).collect::<Vec<_>>().join("; "))]
-    InvalidArguments {
-        /// The tool.
-        tool: String,
-        /// Every violation, with its JSON pointer.
-        violations: Vec<ArgViolation>,
-    },
-    /// Policy refused the call.
-    #[error("{tool} denied: {denial}")]
-    Denied {
-        /// The tool.
-        tool: String,
-        /// The decision of the one policy path, with its code and message.
-        denial: policy::Denial,
-    },
-    /// The tool belongs to an external MCP server whose tools cannot be listed now.
-    #[error("`{tool}` is not available now: {reason}")]
-    Unavailable {
-        /// The tool.
-        tool: String,
-        /// Why (the server's failure).
-        reason: String,
-    },
-    /// The audit row could not be written; the call's result is withheld.
-    #[error("audit log unavailable: {0}")]
-    Audit(#[source] sqlx::Error),
-    /// The catalog could not be loaded (packaging bug).
-    #[error(transparent)]
-    Catalog(#[from] super::CatalogError),
-}
-
-/// Results up to this size are repeated as JSON text in the MCP `content` block.
-pub const TEXT_COPY_MAX_BYTES: usize = 16 * 1024;
-
-/// The answer of a tool that ran.
-#[derive(Debug, Clone)]
-pub struct ToolOutcome {
-    /// The tool's output or its failure.
-    pub result: Result<Value, ToolError>,
-    /// Time spent in the handler.
-    pub duration_ms: u64,
-}
-
-impl ToolOutcome {
-    /// The MCP result shape: text content, structured content, and the error flag.
-    ///
-    /// MCP asks for the structured result to be repeated as JSON text for older clients; we do
-    /// that up to [`TEXT_COPY_MAX_BYTES`]. A larger result (a 64 KiB file read, a long command
-    /// output) is not serialised, sent and parsed twice: its text block says where it is.
-    pub fn into_mcp(self) -> Value {
-        match self.result {
-            Ok(output) => {
-                let size = serialized_len(&output);
-                let text = if size <= TEXT_COPY_MAX_BYTES {
-                    output.to_string()
-                } else {
-                    format!(
-                        "The result is {size} bytes of JSON; it is in structuredContent (not repeated here)."
-                    )
-                };
-                // Built by hand: `json!` would copy the (possibly large) output once more.
-                let mut result = serde_json::Map::with_capacity(3);
-                result.insert(
-                    "content".to_owned(),
-                    json!([{"type": "text", "text": text}]),
-                );
-                result.insert("structuredContent".to_owned(), output);
-                result.insert("isError".to_owned(), Value::Bool(false));
-                Value::Object(result)
-            }
-            Err(e) => {
-                let error = json!({"code": e.code, "message": e.message, "details": e.details});
-                json!({
-                    "content": [{"type": "text", "text": format!("error ({}): {}", e.code, e.message)}],
-                    "structuredContent": {"error": error},
-                    "isError": true,
-                })
-            }
-        }
-    }
-
-    /// [`ToolOutcome::into_mcp`] for a caller that still needs the outcome.
-    pub fn to_mcp(&self) -> Value {
-        self.clone().into_mcp()
-    }
-}
 
 /// The audit reason code of a denial: the SEAL code for SEAL sessions, else the policy code.
 fn reason_code(caller: &Caller, denial: &policy::Denial) -> String {
@@ -154,18 +50,6 @@ pub async fn invoke_in(
     sandbox: Option<SandboxId>,
 ) -> Result<ToolOutcome, CallError> {
     invoke_gated(state, caller, name, arguments, sandbox, None).await
-}
-
-/// A last check of a call that policy allowed, made just before it runs: an agent's
-/// `spec.execution.tool_validation` judges. It sees the validated arguments; a refusal is a
-/// denial like any other (audited with code `tool_validation`, its reasoning in the answer).
-pub trait CallGate: Send + Sync {
-    /// `Ok` lets the call run; `Err` refuses it with the reason.
-    fn admit<'a>(
-        &'a self,
-        tool: &'a str,
-        arguments: &'a Value,
-    ) -> futures_util::future::BoxFuture<'a, Result<(), policy::Denial>>;
 }
 
 /// [`invoke_in`] with a gate that may still refuse the call after policy allowed it.
@@ -508,4 +392,28 @@ async fn run_audited(
         result,
         duration_ms,
     })
+}
+
+/// The services below the router (the agent loop, the SEAL gateway) reach it through this.
+impl crate::call::ToolInvoker for AppState {
+    fn invoke<'a>(
+        &'a self,
+        caller: &'a crate::caller::Caller,
+        tool: &'a str,
+        arguments: serde_json::Value,
+        sandbox: Option<dispatcher::SandboxId>,
+        gate: Option<&'a dyn crate::call::CallGate>,
+    ) -> futures_util::future::BoxFuture<'a, Result<crate::call::ToolOutcome, crate::call::CallError>>
+    {
+        Box::pin(invoke_gated(
+            self, caller, tool, arguments, sandbox, gate,
+        ))
+    }
+
+    fn offered<'a>(
+        &'a self,
+        entry: &'a str,
+    ) -> futures_util::future::BoxFuture<'a, Result<Vec<crate::catalog::ToolSpec>, String>> {
+        Box::pin(super::external::offered(self, entry))
+    }
 }

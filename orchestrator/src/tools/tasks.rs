@@ -110,11 +110,15 @@ fn execute<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         // Started in a task of its own: a caller that goes away mid-start cannot leave a stored
         // execution that nothing runs.
         let (state, caller) = (ctx.state.clone(), ctx.caller.clone());
-        let id =
-            tokio::spawn(async move { state.executions.start(&state, &caller, request).await })
+        let id = tokio::spawn(async move {
+            state
+                .executions
+                .start(&state.engine_services(), &caller, request)
                 .await
-                .map_err(ToolError::internal)?
-                .map_err(exec_error)?;
+        })
+        .await
+        .map_err(ToolError::internal)?
+        .map_err(exec_error)?;
         Ok(json!({"tool": "aegis.task.execute", "execution_id": id, "status": "started"}))
     })
 }
@@ -165,7 +169,7 @@ fn cancel<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         match ctx
             .state
             .executions
-            .cancel(ctx.state, &ctx.caller.tenant, id)
+            .cancel(&ctx.state.engine_services(), &ctx.caller.tenant, id)
             .await
             .map_err(ToolError::internal)?
         {

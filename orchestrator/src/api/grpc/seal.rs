@@ -56,7 +56,12 @@ impl Gateway for GatewayService {
             attestation_secret: (!r.attestation_secret.is_empty()).then_some(r.attestation_secret),
             attestation_token: (!r.attestation_token.is_empty()).then_some(r.attestation_token),
         };
-        match self.state.gateway.attest(&self.state, req, source).await {
+        match self
+            .state
+            .gateway
+            .attest(&self.state.gateway_services(), req, source)
+            .await
+        {
             Ok(body) => Ok(Response::new(AttestResponse {
                 response_json: bytes(&body),
             })),
@@ -81,7 +86,9 @@ impl Gateway for GatewayService {
         };
         let invoked = crate::metrics::through(
             crate::metrics::Door::SealGrpc,
-            self.state.gateway.invoke(&self.state, &text),
+            self.state
+                .gateway
+                .invoke(&self.state.gateway_services(), &text),
         )
         .await;
         match invoked {
@@ -105,7 +112,7 @@ impl Gateway for GatewayService {
         match self
             .state
             .gateway
-            .tools_for_token(&self.state, &token)
+            .tools_for_token(&self.state.gateway_services(), &token)
             .await
         {
             Ok(body) => Ok(Response::new(ListToolsResponse {

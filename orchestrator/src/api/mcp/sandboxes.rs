@@ -110,7 +110,7 @@ impl SessionSandboxes {
     ) -> Result<SandboxId, String> {
         // In a task of its own: a client that goes away cannot leave an unrecorded sandbox.
         tokio::spawn(sessions::ensure_sandbox(
-            state.clone(),
+            state.gateway_services(),
             row,
             context.clone(),
         ))

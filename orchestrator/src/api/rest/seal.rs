@@ -57,7 +57,11 @@ pub async fn attest(
         }
     };
     let source = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
-    match state.gateway.attest(&state, request, source).await {
+    match state
+        .gateway
+        .attest(&state.gateway_services(), request, source)
+        .await
+    {
         Ok(body) => seal_response(200, body, None),
         Err(e) => {
             let status = if e.retry_after_secs.is_some() {
@@ -80,7 +84,7 @@ pub async fn attest(
 pub async fn invoke(State(state): State<AppState>, body: String) -> Response {
     let invoked = crate::metrics::through(
         crate::metrics::Door::SealHttp,
-        state.gateway.invoke(&state, &body),
+        state.gateway.invoke(&state.gateway_services(), &body),
     )
     .await;
     match invoked {
@@ -126,7 +130,11 @@ pub async fn tools(
         );
         return seal_response(401, e.error_body(None, Utc::now()), None);
     };
-    match state.gateway.tools_for_token(&state, &token).await {
+    match state
+        .gateway
+        .tools_for_token(&state.gateway_services(), &token)
+        .await
+    {
         Ok(body) => seal_response(200, body, None),
         Err(e) => seal_response(e.http_status(), e.error_body(None, Utc::now()), None),
     }

@@ -1,0 +1,185 @@
+//! The vocabulary of one tool call, shared by the router that runs it and the services that
+//! ask for it (the agent loop, the SEAL gateway): what a call may end in (`CallError` before
+//! the tool ran, `ToolOutcome` after), the last gate before it runs, and `ToolInvoker`, the
+//! one call those services make upward to the router. They hold an invoker, never the router
+//! or the application state, so the router can sit above them.
+
+use dispatcher::SandboxId;
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use aegis_core::arguments::serialized_len;
+use aegis_core::caller::Caller;
+use aegis_core::catalog::ToolSpec;
+
+/// One schema violation in a call's arguments.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct ArgViolation {
+    /// JSON pointer into the arguments (`""` for the whole object).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A call refused before its tool ran.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No such tool in the catalog.
+    #[error("unknown tool `{name}`; see aegis.tools.list for the tools this node implements")]
+    UnknownTool {
+        /// The requested name.
+        name: String,
+    },
+    /// Arguments do not match the tool's schema.
+    #[error("invalid arguments for `{tool}`: {}", .violations.iter().map(|v| format!("{}: {}", if v.path.is_empty() { "(root)" } else { &v.path }, v.message)).collect::<Vec<_>>().join("; "))]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// Every violation, with its JSON pointer.
+        violations: Vec<ArgViolation>,
+    },
+    /// Policy refused the call.
+    #[error("{tool} denied: {denial}")]
+    Denied {
+        /// The tool.
+        tool: String,
+        /// The decision of the one policy path, with its code and message.
+        denial: aegis_policy::Denial,
+    },
+    /// The tool belongs to an external MCP server whose tools cannot be listed now.
+    #[error("`{tool}` is not available now: {reason}")]
+    Unavailable {
+        /// The tool.
+        tool: String,
+        /// Why (the server's failure).
+        reason: String,
+    },
+    /// The audit row could not be written; the call's result is withheld.
+    #[error("audit log unavailable: {0}")]
+    Audit(#[source] sqlx::Error),
+    /// The catalog could not be loaded (packaging bug).
+    #[error(transparent)]
+    Catalog(#[from] aegis_core::catalog::CatalogError),
+}
+
+/// Results up to this size are repeated as JSON text in the MCP `content` block.
+pub const TEXT_COPY_MAX_BYTES: usize = 16 * 1024;
+
+/// The answer of a tool that ran.
+#[derive(Debug, Clone)]
+pub struct ToolOutcome {
+    /// The tool's output or its failure.
+    pub result: Result<Value, ToolError>,
+    /// Time spent in the handler.
+    pub duration_ms: u64,
+}
+
+impl ToolOutcome {
+    /// The MCP result shape: text content, structured content, and the error flag.
+    ///
+    /// MCP asks for the structured result to be repeated as JSON text for older clients; we do
+    /// that up to [`TEXT_COPY_MAX_BYTES`]. A larger result (a 64 KiB file read, a long command
+    /// output) is not serialised, sent and parsed twice: its text block says where it is.
+    pub fn into_mcp(self) -> Value {
+        match self.result {
+            Ok(output) => {
+                let size = serialized_len(&output);
+                let text = if size <= TEXT_COPY_MAX_BYTES {
+                    output.to_string()
+                } else {
+                    format!(
+                        "The result is {size} bytes of JSON; it is in structuredContent (not repeated here)."
+                    )
+                };
+                // Built by hand: `json!` would copy the (possibly large) output once more.
+                let mut result = serde_json::Map::with_capacity(3);
+                result.insert(
+                    "content".to_owned(),
+                    json!([{"type": "text", "text": text}]),
+                );
+                result.insert("structuredContent".to_owned(), output);
+                result.insert("isError".to_owned(), Value::Bool(false));
+                Value::Object(result)
+            }
+            Err(e) => {
+                let error = json!({"code": e.code, "message": e.message, "details": e.details});
+                json!({
+                    "content": [{"type": "text", "text": format!("error ({}): {}", e.code, e.message)}],
+                    "structuredContent": {"error": error},
+                    "isError": true,
+                })
+            }
+        }
+    }
+
+    /// [`ToolOutcome::into_mcp`] for a caller that still needs the outcome.
+    pub fn to_mcp(&self) -> Value {
+        self.clone().into_mcp()
+    }
+}
+
+/// A failure inside a tool that ran: reported to the caller as an `isError` result.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+#[error("{message}")]
+pub struct ToolError {
+    /// Stable machine-readable code (`not_found`, `conflict`, `invalid_manifest`, ...).
+    pub code: &'static str,
+    /// What went wrong, for people and models.
+    pub message: String,
+    /// Structured details (e.g. every manifest error with path and line).
+    pub details: Option<Value>,
+}
+
+impl ToolError {
+    /// A failure with no details.
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    /// Adds structured details.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    /// An unexpected internal failure; the message is logged, the caller gets a generic text.
+    pub fn internal(e: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %e, "tool failed internally");
+        Self::new("internal", format!("internal error: {e}"))
+    }
+}
+
+/// A last check of a call that policy allowed, made just before it runs: an agent's
+/// `spec.execution.tool_validation` judges. It sees the validated arguments; a refusal is a
+/// denial like any other (audited with code `tool_validation`, its reasoning in the answer).
+pub trait CallGate: Send + Sync {
+    /// `Ok` lets the call run; `Err` refuses it with the reason.
+    fn admit<'a>(
+        &'a self,
+        tool: &'a str,
+        arguments: &'a Value,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), aegis_policy::Denial>>;
+}
+
+/// The router, as the services below it see it: run one call (in a sandbox for `cmd.run` and
+/// `fs.*`, behind an optional gate), and list what an external MCP server entry of a manifest
+/// offers. Implemented by the API layer's composition root, which holds the router.
+pub trait ToolInvoker: Send + Sync {
+    /// Runs one tool call for `caller` through the one policy path.
+    fn invoke<'a>(
+        &'a self,
+        caller: &'a Caller,
+        tool: &'a str,
+        arguments: Value,
+        sandbox: Option<SandboxId>,
+        gate: Option<&'a dyn CallGate>,
+    ) -> BoxFuture<'a, Result<ToolOutcome, CallError>>;
+
+    /// The tools a manifest's `mcp:<server>` / `mcp:<server>/<tool>` entry offers.
+    fn offered<'a>(&'a self, entry: &'a str) -> BoxFuture<'a, Result<Vec<ToolSpec>, String>>;
+}
