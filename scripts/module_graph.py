@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """The import graph between the top-level modules of a crate's src/, and its cycles.
 
-    scripts/module_graph.py [orchestrator/src] [--edges]
+    scripts/module_graph.py [SRC_DIR...] [--edges] [--check]
 
 Counts every `crate::<module>` path (in `use` lines and inline) from a file of one top-level
 module to another, and prints the strongly connected components with more than one module (a
 cycle: each of those modules reaches every other). `--edges` also lists each arrow inside a
 cycle with its reference count, which is where to cut. Issue 21 tracks this number going down;
-the crates' layers themselves are checked by scripts/check_layers.sh.
+the crates' layers themselves are checked by scripts/check_layers.sh, which also runs this with
+`--check` (exit status 1 when any given src/ has a cycle) over the service's crates.
 """
 import re
 import sys
@@ -83,18 +84,22 @@ def sccs(nodes, edges):
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    src = Path(args[0] if args else "orchestrator/src")
-    modules, edges = graph(src)
-    cycles = sccs(modules, edges)
-    print(f"{len(modules)} top-level modules, {len(edges)} arrows between them")
-    if not cycles:
-        print("no cycle")
-    for comp in cycles:
-        inside = {(a, b): n for (a, b), n in edges.items() if a in comp and b in comp}
-        print(f"cycle of {len(comp)} modules ({len(inside)} arrows): {', '.join(comp)}")
-        if "--edges" in sys.argv:
-            for (a, b), n in sorted(inside.items()):
-                print(f"  {a} -> {b}  ({n})")
+    failed = False
+    for src in map(Path, args or ["orchestrator/src"]):
+        modules, edges = graph(src)
+        cycles = sccs(modules, edges)
+        print(f"{src}: {len(modules)} top-level modules, {len(edges)} arrows between them")
+        if not cycles:
+            print("  no cycle")
+        for comp in cycles:
+            failed = True
+            inside = {(a, b): n for (a, b), n in edges.items() if a in comp and b in comp}
+            print(f"  cycle of {len(comp)} modules ({len(inside)} arrows): {', '.join(comp)}")
+            if "--edges" in sys.argv:
+                for (a, b), n in sorted(inside.items()):
+                    print(f"    {a} -> {b}  ({n})")
+    if failed and "--check" in sys.argv:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

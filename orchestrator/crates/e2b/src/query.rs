@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::ApiError;
+use crate::error_body::ApiError;
 
 /// Longest query string read.
 const MAX_QUERY_BYTES: usize = 16 * 1024;

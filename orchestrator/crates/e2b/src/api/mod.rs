@@ -9,7 +9,7 @@
 //! offending field in the error.
 
 mod bodies;
-mod error;
+use crate::error_body as error;
 mod list;
 mod sandbox;
 
