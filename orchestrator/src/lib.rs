@@ -5,16 +5,9 @@
 pub mod api;
 pub mod app;
 pub mod background;
-pub mod builtin;
-pub mod call;
-pub mod config;
-pub mod delivery;
-pub mod engine;
-pub mod gateway;
 /// Manifests without I/O live in their own crate (`orchestrator/crates/manifest`, the bottom
 /// layer); re-exported so the service's modules name them as before.
 pub use aegis_manifest as manifest;
-pub mod metrics;
 /// SEAL v1 without I/O lives in its own crate (`orchestrator/crates/seal`, the bottom layer);
 /// re-exported here so the service's modules and its tests name it as before.
 pub use aegis_seal as seal;
@@ -22,8 +15,9 @@ pub mod shutdown;
 pub mod state;
 pub mod telemetry;
 pub mod tools;
-pub mod workflow;
 
+/// The node configuration (assembled from each crate's section) and the metrics registry.
+pub use aegis_config as config;
 /// The vocabulary every layer shares (caller, tool catalog metadata, arguments, templates,
 /// runtimes) and the policy decision live in pure crates below the service
 /// (`orchestrator/crates/core`, `orchestrator/crates/policy`); re-exported so the service's
@@ -31,8 +25,13 @@ pub mod workflow;
 pub use aegis_core::{arguments, caller, catalog, render, runtimes, DEFAULT_TENANT};
 /// The outside world under rules (and the external MCP servers reached through it), and the
 /// model client, in their own crates (`orchestrator/crates/egress`, `orchestrator/crates/llm`).
-pub use aegis_egress::{self as egress, mcp_servers};
+pub use aegis_egress::{self as egress, delivery, mcp_servers};
+/// The two engines (agent executions, workflows) with the call vocabulary and the shipped
+/// definitions, and the SEAL gateway, in their own crates.
+pub use aegis_engines::{builtin, call, engine, workflow};
+pub use aegis_gateway as gateway;
 pub use aegis_llm as llm;
+pub use aegis_metrics as metrics;
 pub use aegis_policy as policy;
 /// Sandboxes under their policy, agent and workflow volumes, and readiness, in their own crate
 /// (`orchestrator/crates/sandboxes`).

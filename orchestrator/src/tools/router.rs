@@ -405,9 +405,7 @@ impl crate::call::ToolInvoker for AppState {
         gate: Option<&'a dyn crate::call::CallGate>,
     ) -> futures_util::future::BoxFuture<'a, Result<crate::call::ToolOutcome, crate::call::CallError>>
     {
-        Box::pin(invoke_gated(
-            self, caller, tool, arguments, sandbox, gate,
-        ))
+        Box::pin(invoke_gated(self, caller, tool, arguments, sandbox, gate))
     }
 
     fn offered<'a>(

@@ -36,9 +36,9 @@
 //!   [`envd::signature`]).
 
 pub mod api;
+pub mod connect;
+pub mod envd;
 /// The `{"code", "message"}` error body both HTTP surfaces answer with (the control API and
 /// envd's `/files`).
 mod error_body;
-pub mod connect;
-pub mod envd;
 mod query;

@@ -10,6 +10,9 @@
 //! environment. Fetched documents are turned into text under limits of their own ([`document`]).
 
 pub mod address;
+/// Result delivery (`spec.execution.delivery`): durable rows and a leased worker that signs and
+/// sends them through [`Egress::admit`].
+pub mod delivery;
 pub mod document;
 pub mod domains;
 pub mod fetch;

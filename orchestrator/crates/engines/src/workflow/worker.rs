@@ -27,8 +27,8 @@ use uuid::Uuid;
 use super::states::{self, Cleanup, StateCtx, Step};
 use super::store::{self, Commit, NewEvent, VolumeCommit, WorkflowExecution};
 use super::{AgentHost, Workflows};
-use crate::manifest::{parse_duration, WorkflowView};
-use crate::sandboxes::Sandboxes;
+use aegis_manifest::{parse_duration, WorkflowView};
+use aegis_sandboxes::Sandboxes;
 
 /// What workers share on one replica.
 pub(super) struct Runtime {
@@ -198,7 +198,7 @@ async fn drive(rt: &Arc<Runtime>, row: WorkflowExecution) {
     let mut run = Run {
         rt,
         row,
-        volumes: crate::manifest::mounts_volumes(&manifest),
+        volumes: aegis_manifest::mounts_volumes(&manifest),
         manifest,
         token,
         lost,
@@ -286,7 +286,7 @@ fn render_feedback(
     };
     let mut fctx = ctx.clone();
     fctx["state_output"] = output.clone();
-    crate::render::render(template, &fctx)
+    aegis_core::render::render(template, &fctx)
         .map(Some)
         .map_err(|e| format!("spec.states.{state}.transitions[{index}].feedback: {e}"))
 }
@@ -308,7 +308,7 @@ fn blackboard_updates(
     updates
         .into_iter()
         .map(|(key, template)| {
-            let text = crate::render::render(template, &uctx)
+            let text = aegis_core::render::render(template, &uctx)
                 .map_err(|e| format!("spec.states.{state}.update_blackboard.{key}: {e}"))?;
             let value = serde_json::from_str::<Value>(text.trim()).unwrap_or(Value::String(text));
             Ok((key.to_owned(), value))
@@ -498,7 +498,7 @@ impl Run<'_> {
         let mut events = vec![NewEvent::state(
             "state_exited",
             state,
-            json!({"visit": visit, "status": done.output.get("status"), "output_digest": crate::audit::digest(&done.output),
+            json!({"visit": visit, "status": done.output.get("status"), "output_digest": aegis_store::audit::digest(&done.output),
                    "work_us": done.work_us}),
         )];
         let ctx = match self.record_output(state, visit, &done, &mut events) {
@@ -794,7 +794,7 @@ impl Run<'_> {
                 let ctx = self.context(state, self.visit(state));
                 let mut out = serde_json::Map::new();
                 for (k, t) in fields {
-                    match crate::render::render(t.as_str().unwrap_or_default(), &ctx) {
+                    match aegis_core::render::render(t.as_str().unwrap_or_default(), &ctx) {
                         Ok(s) => {
                             out.insert(k.clone(), Value::String(s));
                         }

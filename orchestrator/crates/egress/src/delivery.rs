@@ -12,7 +12,7 @@
 //! Every request carries `X-Aegis-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
 //! "<t>.<body>")>`; the secret is named in the manifest (`config.secret`) and defined by the
 //! node (`delivery.secrets`: name -> environment variable), never written in a manifest. Sends go
-//! through the egress gates of `web.*` ([`crate::egress::Egress::admit`]: blocked ranges checked
+//! through the egress gates of `web.*` ([`crate::Egress::admit`]: blocked ranges checked
 //! on every resolved address, pinned resolution, no redirects), and the denylist of the agent's
 //! `spec.security.network` holds for them too, names and CIDR blocks, by address: what the
 //! manifest says is never reachable is not reached on the agent's behalf. (Its allowlist and
@@ -142,7 +142,7 @@ pub fn check_manifest(manifest: &Value, config: &DeliveryConfig) -> Vec<(String,
                     }
                 }
                 if let Some(t) = d["transform"].as_str() {
-                    if let Err(e) = crate::render::render(t, &json!({})) {
+                    if let Err(e) = aegis_core::render::render(t, &json!({})) {
                         problems.push((
                             format!("{at}/transform"),
                             format!("the transform is not a valid template: {e}"),
@@ -222,7 +222,7 @@ pub async fn enqueue(
         });
         let (body, content_type, failure) = match d["transform"].as_str() {
             None => (payload.to_string(), "application/json", None),
-            Some(t) => match crate::render::render(t, &payload) {
+            Some(t) => match aegis_core::render::render(t, &payload) {
                 Ok(text) => {
                     let ct = if serde_json::from_str::<Value>(&text).is_ok() {
                         "application/json"
@@ -303,7 +303,7 @@ pub fn signature(secret: &[u8], timestamp: i64, body: &str) -> String {
 async fn send(worker: &DeliveryWorker, due: &Due) -> Result<u16, String> {
     let config = &worker.config;
     let domains = denylist_of(&worker.pool, due.execution_id).await?;
-    let (url, host, addrs) = crate::egress::fetch::check_url(&worker.egress, &domains, &due.url)
+    let (url, host, addrs) = crate::fetch::check_url(&worker.egress, &domains, &due.url)
         .await
         .map_err(|e| e.to_string())?;
     let mut builder = reqwest::Client::builder()
@@ -353,10 +353,7 @@ async fn send(worker: &DeliveryWorker, due: &Due) -> Result<u16, String> {
 /// The deny entries of the execution's `spec.security.network` as the domain rules of its
 /// deliveries (no allow part: see the module documentation). A manifest that cannot be read
 /// fails the attempt rather than sending without its rules.
-async fn denylist_of(
-    pool: &PgPool,
-    execution: Uuid,
-) -> Result<crate::egress::DomainPolicy, String> {
+async fn denylist_of(pool: &PgPool, execution: Uuid) -> Result<crate::DomainPolicy, String> {
     let row: Option<(Value, String)> = sqlx::query_as(
         "SELECT v.manifest, e.agent_name FROM executions e \
          JOIN definition_versions v ON v.id = e.agent_version_id WHERE e.id = $1",
@@ -370,10 +367,10 @@ async fn denylist_of(
             "execution {execution} no longer exists, so its network policy cannot be checked"
         ));
     };
-    let mut domains = crate::egress::DomainPolicy::default();
-    let network = crate::manifest::AgentView(&manifest).network();
-    let rule = crate::egress::DomainRule::of_network(&agent, &network)?;
-    domains.push(crate::egress::DomainRule {
+    let mut domains = crate::DomainPolicy::default();
+    let network = aegis_manifest::AgentView(&manifest).network();
+    let rule = crate::DomainRule::of_network(&agent, &network)?;
+    domains.push(crate::DomainRule {
         allow: None,
         ..rule
     });
@@ -464,7 +461,7 @@ pub struct DeliveryWorker {
     /// `delivery.*`: poll interval, timeout, backoff.
     pub config: DeliveryConfig,
     /// Every attempt passes the node's egress gate, like `web.fetch`.
-    pub egress: Arc<crate::egress::Egress>,
+    pub egress: Arc<crate::Egress>,
     /// The owner of the leases this worker takes.
     pub instance_id: Uuid,
 }

@@ -457,10 +457,10 @@ pub async fn commit(pool: &PgPool, c: &Commit<'_>) -> Result<bool, sqlx::Error> 
     // The volumes' new content (and, at the end, their removal) commits with the state.
     if let Some(volumes) = c.volumes {
         if let Some((state, visit, attempt)) = volumes.promote {
-            crate::workspaces::promote(&mut tx, c.id, state, visit, attempt).await?;
+            aegis_sandboxes::workspaces::promote(&mut tx, c.id, state, visit, attempt).await?;
         }
         if is_terminal(c.status) {
-            crate::workspaces::ended(&mut tx, c.id).await?;
+            aegis_sandboxes::workspaces::ended(&mut tx, c.id).await?;
         }
     }
     if let Some(parent) = c.wake_parent {

@@ -78,11 +78,13 @@ pub async fn through<F: std::future::Future>(door: Door, work: F) -> F::Output {
 }
 
 /// The door of the current call: the one an edge set, else what the caller kind implies.
-pub fn current_door(caller: &crate::caller::Caller) -> Door {
+pub fn current_door(caller: &aegis_core::caller::Caller) -> Door {
     DOOR.try_with(|d| *d).unwrap_or(match caller.kind {
-        crate::caller::CallerKind::Session => Door::SealHttp,
-        crate::caller::CallerKind::Execution => Door::Execution,
-        crate::caller::CallerKind::ApiKey | crate::caller::CallerKind::System => Door::Rest,
+        aegis_core::caller::CallerKind::Session => Door::SealHttp,
+        aegis_core::caller::CallerKind::Execution => Door::Execution,
+        aegis_core::caller::CallerKind::ApiKey | aegis_core::caller::CallerKind::System => {
+            Door::Rest
+        }
     })
 }
 
@@ -208,7 +210,7 @@ impl Metrics {
         registry
             .register(Box::new(tool_seconds.clone()))
             .unwrap_or_else(|e| panic!("metric aegis_tool_call_duration_seconds: {e}"));
-        let mut tool_names: Vec<String> = crate::catalog::catalog()
+        let mut tool_names: Vec<String> = aegis_core::catalog::catalog()
             .map(|c| c.iter().map(|t| t.name.clone()).collect())
             .unwrap_or_default();
         // Every tool of an external MCP server (`mcp:<server>/<tool>`) under one label: their
@@ -305,7 +307,7 @@ impl Metrics {
     }
 
     fn tool_row(&self, tool: &str) -> usize {
-        let tool = if tool.starts_with(crate::catalog::EXTERNAL_PREFIX) {
+        let tool = if tool.starts_with(aegis_core::catalog::EXTERNAL_PREFIX) {
             EXTERNAL_TOOLS
         } else {
             tool

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::caller::{Caller, CallerKind, SealScope, Tier};
+use aegis_core::caller::{Caller, CallerKind, SealScope, Tier};
 
 /// The ceiling `caller` imposes on what it starts, as stored with the execution; `None` for an
 /// operator without a context (nothing to carry).
@@ -66,7 +66,7 @@ pub(crate) async fn caller(
         .iter()
         .filter_map(Value::as_str)
     {
-        let context = crate::contexts::get(pool, tenant, name)
+        let context = aegis_store::contexts::get(pool, tenant, name)
             .await
             .map_err(|e| {
                 format!("security context `{name}` of whoever started this workflow: {e}")
@@ -77,7 +77,7 @@ pub(crate) async fn caller(
         let context = contexts.remove(0);
         caller.seal = Some(SealScope {
             context,
-            limiter: Arc::new(crate::seal::RateLimiter::new()),
+            limiter: Arc::new(aegis_seal::RateLimiter::new()),
             session_key: execution.to_string(),
             ceilings: contexts,
         });

@@ -33,9 +33,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::caller::Caller;
 use crate::engine::{ExecError, ExecuteRequest};
-use crate::registry::RegistryError;
+use aegis_core::caller::Caller;
+use aegis_store::registry::RegistryError;
 
 use futures_util::future::BoxFuture;
 

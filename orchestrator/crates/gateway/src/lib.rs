@@ -24,27 +24,27 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::audit::{self, Entry, EntryKind};
-use crate::caller::{Caller, CallerKind};
-use crate::contexts;
-use crate::seal::context::{Proof, RateLimiter, SecurityContext};
-use crate::seal::envelope::decode_public_key;
-use crate::seal::error::{SealCode, SealError};
-use crate::seal::token::{Claims, TokenIssuer};
+use aegis_core::caller::{Caller, CallerKind};
+use aegis_seal::context::{Proof, RateLimiter, SecurityContext};
+use aegis_seal::envelope::decode_public_key;
+use aegis_seal::error::{SealCode, SealError};
+use aegis_seal::token::{Claims, TokenIssuer};
+use aegis_store::audit::{self, Entry, EntryKind};
+use aegis_store::contexts;
 
 pub use sessions::Session;
 
 /// What the gateway uses of the node: its rows, the sessions' sandboxes, and the router through
-/// [`ToolInvoker`](crate::call::ToolInvoker), the one call it makes upward. Built by the API
+/// [`ToolInvoker`](aegis_engines::call::ToolInvoker), the one call it makes upward. Built by the API
 /// layer's composition root (`AppState::gateway_services`); cheap to clone (handles only).
 #[derive(Clone)]
 pub struct Services {
     /// Sessions, contexts, the replay guard and audit rows.
     pub pool: sqlx::PgPool,
     /// The sessions' sandboxes.
-    pub sandboxes: std::sync::Arc<crate::sandboxes::Sandboxes>,
+    pub sandboxes: std::sync::Arc<aegis_sandboxes::Sandboxes>,
     /// The router.
-    pub tools: std::sync::Arc<dyn crate::call::ToolInvoker>,
+    pub tools: std::sync::Arc<dyn aegis_engines::call::ToolInvoker>,
 }
 
 /// Gateway settings (from `seal.*` in the node config).
@@ -145,7 +145,11 @@ impl Gateway {
         let result = self.attest_inner(services, &req, source).await;
         let (caller, allowed, code, reason) = match &result {
             Ok((session, _)) => (
-                session_caller(session.id, &req.security_context, crate::caller::Tier::User),
+                session_caller(
+                    session.id,
+                    &req.security_context,
+                    aegis_core::caller::Tier::User,
+                ),
                 true,
                 None,
                 None,
@@ -154,7 +158,7 @@ impl Gateway {
                 anonymous(&req.workload_id),
                 false,
                 {
-                    crate::metrics::seal_refusal(e.code.as_u32());
+                    aegis_metrics::seal_refusal(e.code.as_u32());
                     Some(e.code.as_u32().to_string())
                 },
                 Some(e.message.clone()),
@@ -223,15 +227,19 @@ impl Gateway {
             }
         }
         let public_key = decode_public_key(&req.public_key)?;
-        let context = contexts::get(&services.pool, crate::DEFAULT_TENANT, &req.security_context)
-            .await
-            .map_err(|e| match e {
-                contexts::ContextError::NotFound(n) => fail(
-                    SealCode::ScopeNotFound,
-                    format!("security context `{n}` does not exist"),
-                ),
-                other => fail(SealCode::AttestationFailed, other.to_string()),
-            })?;
+        let context = contexts::get(
+            &services.pool,
+            aegis_core::DEFAULT_TENANT,
+            &req.security_context,
+        )
+        .await
+        .map_err(|e| match e {
+            contexts::ContextError::NotFound(n) => fail(
+                SealCode::ScopeNotFound,
+                format!("security context `{n}` does not exist"),
+            ),
+            other => fail(SealCode::AttestationFailed, other.to_string()),
+        })?;
         let token = req.attestation_token.as_deref().filter(|t| !t.is_empty());
         let secret = req.attestation_secret.as_deref().filter(|s| !s.is_empty());
         let proof = match (token, secret) {
@@ -278,7 +286,7 @@ impl Gateway {
         if let Some(token) = token {
             attestation_tokens::redeem(
                 &mut tx,
-                crate::DEFAULT_TENANT,
+                aegis_core::DEFAULT_TENANT,
                 &context.name,
                 &req.workload_id,
                 token,
@@ -294,7 +302,7 @@ impl Gateway {
                 other => fail(SealCode::AttestationFailed, other.to_string()),
             })?;
         }
-        sessions::create(&mut *tx, crate::DEFAULT_TENANT, &session)
+        sessions::create(&mut *tx, aegis_core::DEFAULT_TENANT, &session)
             .await
             .map_err(db)?;
         tx.commit().await.map_err(db)?;
@@ -316,7 +324,7 @@ impl Gateway {
         if let Some(s) = lock(&self.sessions).get(&id) {
             return Ok(Some(s.clone()));
         }
-        let Some(session) = sessions::get(pool, crate::DEFAULT_TENANT, id).await? else {
+        let Some(session) = sessions::get(pool, aegis_core::DEFAULT_TENANT, id).await? else {
             return Ok(None);
         };
         let session = Arc::new(session);
@@ -349,7 +357,7 @@ impl Gateway {
                 return Ok(ctx.clone());
             }
         }
-        let (ctx, v) = contexts::get_versioned(pool, crate::DEFAULT_TENANT, name).await?;
+        let (ctx, v) = contexts::get_versioned(pool, aegis_core::DEFAULT_TENANT, name).await?;
         let ctx = Arc::new(ctx);
         lock(&self.contexts).insert(name.to_owned(), (v, ctx.clone()));
         Ok(ctx)
@@ -394,7 +402,7 @@ impl Gateway {
         // learns nothing more, not even its tool list), as stored now, not as cached.
         let session = Uuid::parse_str(&claims.sub)
             .ok()
-            .map(|id| sessions::get(&services.pool, crate::DEFAULT_TENANT, id));
+            .map(|id| sessions::get(&services.pool, aegis_core::DEFAULT_TENANT, id));
         let session = match session {
             Some(lookup) => lookup
                 .await
@@ -404,11 +412,11 @@ impl Gateway {
         .ok_or_else(|| SealError::new(SealCode::SessionNotFound, "the token names no session"))?;
         invoke::issued_for(&session, &claims)?;
         invoke::live(&session, now)?;
-        let context = contexts::get(&services.pool, crate::DEFAULT_TENANT, &claims.scp)
+        let context = contexts::get(&services.pool, aegis_core::DEFAULT_TENANT, &claims.scp)
             .await
             .map_err(|e| SealError::new(SealCode::ScopeNotFound, e.to_string()))?;
         let caller = Caller {
-            seal: Some(crate::caller::SealScope {
+            seal: Some(aegis_core::caller::SealScope {
                 context: Arc::new(context.clone()),
                 limiter: self.limiter.clone(),
                 session_key: claims.sub.clone(),
@@ -454,24 +462,24 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn list_tools(caller: &Caller) -> Vec<Value> {
-    let Ok(catalog) = crate::catalog::catalog() else {
+    let Ok(catalog) = aegis_core::catalog::catalog() else {
         return Vec::new();
     };
     catalog
         .iter()
-        .filter(|t| crate::policy::may_see(caller, t))
+        .filter(|t| aegis_policy::may_see(caller, t))
         .map(|t| json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema}))
         .collect()
 }
 
-fn session_caller(id: Uuid, context: &str, tier: crate::caller::Tier) -> Caller {
+fn session_caller(id: Uuid, context: &str, tier: aegis_core::caller::Tier) -> Caller {
     Caller {
         kind: CallerKind::Session,
         id: id.to_string(),
         label: context.to_owned(),
         tier,
         role: None,
-        tenant: crate::DEFAULT_TENANT.to_owned(),
+        tenant: aegis_core::DEFAULT_TENANT.to_owned(),
         seal: None,
     }
 }
@@ -481,9 +489,9 @@ fn anonymous(label: &str) -> Caller {
         kind: CallerKind::Session,
         id: "unauthenticated".to_owned(),
         label: label.to_owned(),
-        tier: crate::caller::Tier::User,
+        tier: aegis_core::caller::Tier::User,
         role: None,
-        tenant: crate::DEFAULT_TENANT.to_owned(),
+        tenant: aegis_core::DEFAULT_TENANT.to_owned(),
         seal: None,
     }
 }

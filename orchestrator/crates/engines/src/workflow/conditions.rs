@@ -107,7 +107,7 @@ pub fn matches(t: &Value, out: &Value, context: &Value) -> bool {
             if let Some(map) = ctx.as_object_mut() {
                 map.insert("state_output".to_owned(), out.clone());
             }
-            crate::render::truthy(t["expression"].as_str().unwrap_or_default(), &ctx)
+            aegis_core::render::truthy(t["expression"].as_str().unwrap_or_default(), &ctx)
         }
         _ => false,
     }

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::{StateCtx, Step};
 use crate::engine::{store as exec_store, validate, ExecuteRequest, WorkflowLink};
-use crate::workspaces::Workspace;
+use aegis_sandboxes::workspaces::Workspace;
 
 /// Weighted judge score an answer needs to be accepted.
 pub(super) const PASS_SCORE: f64 = 0.7;
@@ -229,7 +229,7 @@ pub(super) async fn agent(ctx: &StateCtx<'_>) -> Step {
                     let mut jctx = ctx.context.clone();
                     jctx["output"] = json!(answer);
                     jctx["task"] = json!(text);
-                    match crate::render::render(t, &jctx) {
+                    match aegis_core::render::render(t, &jctx) {
                         Ok(s) => agent_input(s),
                         Err(e) => {
                             return Step::Fail(format!("spec.states.{}.judges: {e}", ctx.name))

@@ -40,7 +40,7 @@ pub struct NodeConfig {
     /// The SEAL gateway: token lifetime, freshness window, security contexts.
     pub seal: SealConfig,
     /// Language model providers and model aliases.
-    pub llm: crate::llm::LlmConfig,
+    pub llm: aegis_llm::LlmConfig,
     /// Agent executions: server ceilings.
     pub executions: ExecutionsConfig,
     /// Workflow executions: workers, leases, limits.
@@ -49,22 +49,22 @@ pub struct NodeConfig {
     pub audit: AuditConfig,
     /// How the orchestrator reaches the outside world (`web.*`): address exceptions, static
     /// hosts, body cap, timeouts.
-    pub egress: crate::egress::EgressConfig,
+    pub egress: aegis_egress::EgressConfig,
     /// `web.search` providers.
-    pub web: crate::egress::search::WebConfig,
+    pub web: aegis_egress::search::WebConfig,
     /// The MCP endpoint (`/mcp`): allowed hosts and origins, session idle time.
     pub mcp: McpConfig,
     /// External MCP servers whose tools manifests offer as `mcp:<server>[/<tool>]`: name,
     /// Streamable HTTP URL (reached under the egress rules), credentials by variable name.
-    pub mcp_servers: Vec<crate::mcp_servers::McpServerConfig>,
+    pub mcp_servers: Vec<aegis_egress::mcp_servers::McpServerConfig>,
     /// Persistent agent volumes (`spec.volumes`) and workflow volumes (`spec.storage`): size
     /// ceiling, default lifetime, sweep.
     pub volumes: VolumesConfig,
     /// Agent memory across executions (`spec.execution.memory`): note size, notes per memory,
     /// recall budget ceiling.
-    pub memory: crate::memory::MemoryConfig,
+    pub memory: aegis_store::memory::MemoryConfig,
     /// Result delivery (`spec.execution.delivery`): signing secrets, retries, polling.
-    pub delivery: crate::delivery::DeliveryConfig,
+    pub delivery: aegis_egress::delivery::DeliveryConfig,
     /// `/metrics` (Prometheus text format).
     pub metrics: MetricsConfig,
     /// What a stopping node does with its sandboxes.
@@ -872,15 +872,15 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
                  (e.g. `python:3.10`)"
             )));
         };
-        if crate::runtimes::known(language, version) {
+        if aegis_core::runtimes::known(language, version) {
             return Err(invalid(format!(
                 "`{from}` is installed on this node (runtime-images/registry.yaml): an alias \
                  cannot replace it; remove the entry"
             )));
         }
-        let installed = split_runtime(to).filter(|(l, v)| crate::runtimes::known(l, v));
+        let installed = split_runtime(to).filter(|(l, v)| aegis_core::runtimes::known(l, v));
         if installed.is_none() {
-            let known: Vec<String> = crate::runtimes::registry()
+            let known: Vec<String> = aegis_core::runtimes::registry()
                 .map(|r| {
                     r.runtimes
                         .iter()
@@ -894,7 +894,7 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             )));
         }
     }
-    let egress = crate::egress::Egress::from_config(&c.egress)
+    let egress = aegis_egress::Egress::from_config(&c.egress)
         .map_err(|e| invalid(&format!("egress.{}", e.key), e.message))?;
     let address_allowed = |ip: std::net::IpAddr| {
         egress.resolver.policy().check(ip).map_err(|blocked| {
@@ -904,11 +904,11 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             )
         })
     };
-    if let Err(e) = crate::mcp_servers::config::validate(&c.mcp_servers, &address_allowed) {
+    if let Err(e) = aegis_egress::mcp_servers::config::validate(&c.mcp_servers, &address_allowed) {
         return Err(invalid(&e.key, e.message));
     }
     for (i, ctx) in c.seal.security_contexts.iter().enumerate() {
-        if let Err(e) = crate::contexts::parse(ctx) {
+        if let Err(e) = aegis_store::contexts::parse(ctx) {
             return Err(invalid(
                 &format!("seal.security_contexts[{i}]"),
                 e.to_string(),
@@ -967,7 +967,7 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
         .executions
         .skip_judge_tools
         .iter()
-        .find(|t| !crate::catalog::catalog().is_ok_and(|cat| cat.contains(t)))
+        .find(|t| !aegis_core::catalog::catalog().is_ok_and(|cat| cat.contains(t)))
     {
         return Err(invalid(
             "executions.skip_judge_tools",
@@ -989,12 +989,12 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
             return Err(invalid(key, "expected a whole number of at least 1".into()));
         }
     }
-    if c.memory.max_note_bytes > crate::memory::MemoryConfig::NOTE_BYTES_CEILING {
+    if c.memory.max_note_bytes > aegis_store::memory::MemoryConfig::NOTE_BYTES_CEILING {
         return Err(invalid(
             "memory.max_note_bytes",
             format!(
                 "expected at most {} bytes (a note is text put into prompts)",
-                crate::memory::MemoryConfig::NOTE_BYTES_CEILING
+                aegis_store::memory::MemoryConfig::NOTE_BYTES_CEILING
             ),
         ));
     }
@@ -1061,7 +1061,7 @@ pub fn redacted(config: &NodeConfig) -> NodeConfig {
         shown.auth.admin_key = Some("***".to_owned());
     }
     for context in &mut shown.seal.security_contexts {
-        crate::seal::context::redact_definition(context);
+        aegis_seal::context::redact_definition(context);
     }
     shown
 }

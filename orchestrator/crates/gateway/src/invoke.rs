@@ -32,13 +32,13 @@ use uuid::Uuid;
 use super::sessions::{self, Admission, Session};
 use super::Services;
 use super::{anonymous, list_tools, session_caller, Gateway, Refusal};
-use crate::audit::{self, Entry, EntryKind};
-use crate::call::CallError;
-use crate::caller::{Caller, SealScope, Tier};
-use crate::seal::context::SecurityContext;
-use crate::seal::envelope::Envelope;
-use crate::seal::error::{SealCode, SealError};
-use crate::seal::token::Claims;
+use aegis_core::caller::{Caller, SealScope, Tier};
+use aegis_engines::call::CallError;
+use aegis_seal::context::SecurityContext;
+use aegis_seal::envelope::Envelope;
+use aegis_seal::error::{SealCode, SealError};
+use aegis_seal::token::Claims;
+use aegis_store::audit::{self, Entry, EntryKind};
 
 impl Gateway {
     /// Checks an envelope and runs its request; the success body or a refusal.
@@ -47,7 +47,7 @@ impl Gateway {
         let result = self.check_and_run(services, body, &mut call).await;
         call.armed = false;
         if let Err(failure) = &result {
-            crate::metrics::seal_refusal(failure.error.code.as_u32());
+            aegis_metrics::seal_refusal(failure.error.code.as_u32());
             if !failure.routed {
                 call.audit_refusal(failure).await;
             }
@@ -122,7 +122,7 @@ impl Gateway {
         }))
     }
 
-    /// Step 2: [`crate::seal::token::TokenIssuer::verify`], with the signature checked once per
+    /// Step 2: [`aegis_seal::token::TokenIssuer::verify`], with the signature checked once per
     /// token (that answer depends on the token's bytes alone) and its times on every call.
     pub(super) fn token_claims(
         &self,
@@ -142,7 +142,7 @@ impl Gateway {
                 claims
             }
         };
-        crate::seal::token::check_times(&claims, now_unix)?;
+        aegis_seal::token::check_times(&claims, now_unix)?;
         Ok(claims)
     }
 
@@ -182,7 +182,7 @@ impl Gateway {
             .admit(
                 pool,
                 sessions::AdmitRequest {
-                    tenant: crate::DEFAULT_TENANT.to_owned(),
+                    tenant: aegis_core::DEFAULT_TENANT.to_owned(),
                     session: session.id,
                     signature: envelope.signature.clone(),
                     context_name: session.context_name.clone(),
@@ -235,12 +235,12 @@ impl Gateway {
                 // and arguments, implemented or not), so a refused call never creates a sandbox;
                 // the router then decides the call itself (and counts its rate limit once).
                 let size_limit = match caller.seal.as_ref() {
-                    Some(scope) => crate::policy::preview_seal(scope, &name, &arguments)
+                    Some(scope) => aegis_policy::preview_seal(scope, &name, &arguments)
                         .map_err(|denial| Failure::before_router(preview_refusal(denial)))?,
                     None => None,
                 };
                 call.allowed = true;
-                let sandbox = if crate::policy::needs_sandbox(&name) {
+                let sandbox = if aegis_policy::needs_sandbox(&name) {
                     Some(
                         self.session_sandbox(services, session, context)
                             .await
@@ -307,7 +307,7 @@ fn signed_by_session(envelope: &Envelope, session: &Session) -> Result<(), SealE
 }
 
 /// The security context's refusal of a previewed call, with its own SEAL code.
-fn preview_refusal(denial: crate::policy::Denial) -> SealError {
+fn preview_refusal(denial: aegis_policy::Denial) -> SealError {
     let code = denial
         .seal_code
         .and_then(SealCode::from_u32)
@@ -326,7 +326,7 @@ fn within_response_limit(name: &str, result: Value, limit: Option<u64>) -> Value
     let Some(limit) = limit else {
         return result;
     };
-    let size = crate::arguments::serialized_len(&result) as u64;
+    let size = aegis_core::arguments::serialized_len(&result) as u64;
     if size <= limit {
         return result;
     }

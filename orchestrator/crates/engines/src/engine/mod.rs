@@ -19,11 +19,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::call::ToolInvoker;
-use crate::caller::Caller;
-use crate::config::NodeConfig;
-use crate::llm::LlmClient;
-use crate::manifest::{AgentView, ManifestKind};
-use crate::registry::{self, RegistryError};
+use aegis_config::NodeConfig;
+use aegis_core::caller::Caller;
+use aegis_llm::LlmClient;
+use aegis_manifest::{AgentView, ManifestKind};
+use aegis_store::registry::{self, RegistryError};
 
 /// What the agent engine uses of the node: its rows, its sandboxes, the settings it reads, the
 /// external MCP servers' settings, the engine itself (judges are child executions), and the
@@ -38,9 +38,9 @@ pub struct Services {
     /// The node's settings (`executions`, `volumes`, `memory`, `delivery`).
     pub config: Arc<NodeConfig>,
     /// The sandboxes executions run their tools in.
-    pub sandboxes: Arc<crate::sandboxes::Sandboxes>,
+    pub sandboxes: Arc<aegis_sandboxes::Sandboxes>,
     /// The external MCP servers' settings (`skip_judge`).
-    pub mcp_servers: Arc<crate::mcp_servers::McpServers>,
+    pub mcp_servers: Arc<aegis_egress::mcp_servers::McpServers>,
     /// The engine (child executions, the running set).
     pub executions: Arc<Engine>,
     /// The router.
@@ -93,14 +93,14 @@ impl From<store::BoundError> for ExecError {
 /// lowered to this tier, and its calls must pass these contexts as well as its own).
 #[derive(Clone)]
 pub(crate) struct Ceiling {
-    pub tier: crate::caller::Tier,
-    pub contexts: Vec<std::sync::Arc<crate::seal::context::SecurityContext>>,
+    pub tier: aegis_core::caller::Tier,
+    pub contexts: Vec<std::sync::Arc<aegis_seal::context::SecurityContext>>,
 }
 
 impl Ceiling {
     /// The ceiling a caller imposes on what it starts; none for an operator without a context.
     fn of(caller: &Caller) -> Option<Self> {
-        if caller.tier >= crate::caller::Tier::Operator && caller.seal.is_none() {
+        if caller.tier >= aegis_core::caller::Tier::Operator && caller.seal.is_none() {
             return None;
         }
         let contexts = caller
@@ -194,7 +194,7 @@ pub struct WorkflowLink {
     /// Visit number of that state.
     pub visit: i32,
     /// The run's volumes the state mounts into the agent's sandbox (`workspaces`).
-    pub workspace: Option<crate::workspaces::Workspace>,
+    pub workspace: Option<aegis_sandboxes::workspaces::Workspace>,
 }
 
 impl Engine {
@@ -266,12 +266,12 @@ impl Engine {
                 validate::SUPPORTED.join(", ")
             )));
         }
-        let own_volumes = crate::volumes::of_manifest(&def.manifest);
-        crate::volumes::check(&own_volumes, &services.config.volumes)
+        let own_volumes = aegis_sandboxes::volumes::of_manifest(&def.manifest);
+        aegis_sandboxes::volumes::check(&own_volumes, &services.config.volumes)
             .map_err(|e| ExecError::Unsupported(e.to_string()))?;
         let workspace = req.workflow.as_ref().and_then(|w| w.workspace.clone());
         if let Some(ws) = &workspace {
-            crate::workspaces::clash_with_agent_volumes(ws, &def.name, &own_volumes)
+            aegis_sandboxes::workspaces::clash_with_agent_volumes(ws, &def.name, &own_volumes)
                 .map_err(ExecError::Unsupported)?;
         }
         let id = Uuid::new_v4();
@@ -280,12 +280,12 @@ impl Engine {
             Some(parent) => match store::principal_of(&services.pool, parent).await? {
                 Some((principal, depth)) => (principal, depth + 1),
                 None => (
-                    crate::policy::executions::principal_key(caller.kind.as_str(), &caller.id),
+                    aegis_policy::executions::principal_key(caller.kind.as_str(), &caller.id),
                     1,
                 ),
             },
             None => (
-                crate::policy::executions::principal_key(caller.kind.as_str(), &caller.id),
+                aegis_policy::executions::principal_key(caller.kind.as_str(), &caller.id),
                 0,
             ),
         };
@@ -322,9 +322,9 @@ impl Engine {
         }
         // Its tool calls are counted under the door it came through.
         let door = if req.workflow.is_some() {
-            crate::metrics::Door::Workflow
+            aegis_metrics::Door::Workflow
         } else {
-            crate::metrics::Door::Execution
+            aegis_metrics::Door::Execution
         };
         let job = run::Job {
             services: services.clone(),
@@ -341,7 +341,7 @@ impl Engine {
             workspace,
             workspace_restored: std::sync::atomic::AtomicBool::new(false),
         };
-        tokio::spawn(crate::metrics::through(door, job.run()));
+        tokio::spawn(aegis_metrics::through(door, job.run()));
         Ok(id)
     }
 
@@ -367,7 +367,7 @@ impl Engine {
                 let ended =
                     store::transition(&mut *tx, id, "cancelled", None, Some("cancelled")).await?;
                 if ended {
-                    crate::delivery::enqueue(&mut tx, id, &services.config.delivery).await?;
+                    aegis_egress::delivery::enqueue(&mut tx, id, &services.config.delivery).await?;
                 }
                 tx.commit().await?;
                 if ended {
@@ -416,7 +416,7 @@ impl Engine {
             let orphans =
                 store::fail_orphans(&mut *tx, services.instance_id, dead_after_secs).await?;
             for (id, _) in &orphans {
-                crate::delivery::enqueue(&mut tx, *id, &services.config.delivery).await?;
+                aegis_egress::delivery::enqueue(&mut tx, *id, &services.config.delivery).await?;
             }
             tx.commit().await?;
             Ok::<_, sqlx::Error>(orphans)

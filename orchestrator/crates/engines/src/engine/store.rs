@@ -4,7 +4,7 @@
 //! lock, so the sequence numbers follow the order in which things happened, whoever writes them
 //! (the engine task, a cancel request, the start-up recovery).
 
-use crate::policy::executions::ExecutionOwner;
+use aegis_policy::executions::ExecutionOwner;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -275,7 +275,7 @@ pub async fn scope(
     pool: &PgPool,
     tenant: &str,
     id: Uuid,
-) -> Result<Option<crate::policy::executions::ExecutionScope>, sqlx::Error> {
+) -> Result<Option<aegis_policy::executions::ExecutionScope>, sqlx::Error> {
     let principal: Option<Option<String>> =
         sqlx::query_scalar("SELECT principal FROM executions WHERE tenant_id = $1 AND id = $2")
             .bind(tenant)
@@ -298,7 +298,7 @@ pub async fn scope(
     .bind(id)
     .fetch_all(pool)
     .await?;
-    Ok(Some(crate::policy::executions::ExecutionScope {
+    Ok(Some(aegis_policy::executions::ExecutionScope {
         principal,
         lineage: lineage
             .into_iter()
@@ -340,14 +340,14 @@ pub enum Visible {
 
 impl Visible {
     /// The listing scope of `caller` (the same rule as `policy::executions::may_act_on`).
-    pub fn of(caller: &crate::caller::Caller) -> Self {
-        use crate::caller::{CallerKind, Tier};
+    pub fn of(caller: &aegis_core::caller::Caller) -> Self {
+        use aegis_core::caller::{CallerKind, Tier};
         if caller.tier >= Tier::Operator {
             return Visible::All;
         }
         let kind = caller.kind.as_str().to_owned();
         let principal = (caller.kind != CallerKind::Execution)
-            .then(|| crate::policy::executions::principal_key(&kind, &caller.id));
+            .then(|| aegis_policy::executions::principal_key(&kind, &caller.id));
         Visible::Of {
             kind,
             id: caller.id.clone(),

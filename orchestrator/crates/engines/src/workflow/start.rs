@@ -13,10 +13,10 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{object, store, WorkflowError, RESERVED_KEYS};
-use crate::egress::DomainEntry;
-use crate::manifest::{ManifestKind, WorkflowView};
-use crate::registry::{self, RegistryError};
-use crate::render;
+use aegis_core::render;
+use aegis_egress::DomainEntry;
+use aegis_manifest::{ManifestKind, WorkflowView};
+use aegis_store::registry::{self, RegistryError};
 
 /// What a caller asks to run.
 #[derive(Debug, Clone, Default)]
@@ -137,7 +137,10 @@ pub(super) async fn start(
             .get("blackboard_key")
             .and_then(Value::as_str)
             .unwrap_or("workspace_volume_id");
-        blackboard.insert(key.into(), crate::workspaces::workspace_id(id).into());
+        blackboard.insert(
+            key.into(),
+            aegis_sandboxes::workspaces::workspace_id(id).into(),
+        );
     }
     let blackboard = Value::Object(blackboard);
     store::insert(
@@ -171,7 +174,7 @@ async fn runnable(
     manifest: &Value,
 ) -> Result<Vec<String>, sqlx::Error> {
     let view = WorkflowView(manifest);
-    let mut problems = crate::workspaces::problems(manifest, who.volume_max_mb);
+    let mut problems = aegis_sandboxes::workspaces::problems(manifest, who.volume_max_mb);
     if let Some(list) = manifest.pointer("/spec/network_allowlist") {
         problems.extend(allowlist_problems(list, "spec.network_allowlist"));
     }
@@ -353,7 +356,7 @@ fn command_problems(step: &Value, at: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let shell = step.get("shell").and_then(Value::as_bool).unwrap_or(false);
     let templates: Vec<&str> = match &step["command"] {
-        Value::String(line) if line.trim() != crate::manifest::UPDATE_BLACKBOARD_COMMAND => {
+        Value::String(line) if line.trim() != aegis_manifest::UPDATE_BLACKBOARD_COMMAND => {
             vec![line.as_str()]
         }
         Value::Array(parts) if shell => parts.iter().filter_map(Value::as_str).collect(),

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::store::{self, NewEvent, WorkflowExecution};
 use super::worker::Runtime;
-use crate::workspaces::Workspace;
+use aegis_sandboxes::workspaces::Workspace;
 
 pub(super) use container::destroy_system_sandbox;
 
@@ -60,7 +60,7 @@ pub(super) struct StateCtx<'a> {
 impl StateCtx<'_> {
     /// Renders a template of this state, naming the field on error.
     pub fn render(&self, field: &str, template: &str) -> Result<String, String> {
-        crate::render::render(template, self.context)
+        aegis_core::render::render(template, self.context)
             .map_err(|e| format!("spec.states.{}.{field}: {e}", self.name))
     }
 
@@ -95,7 +95,7 @@ impl StateCtx<'_> {
     /// for this attempt; `None` when it mounts none.
     pub fn workspace(&self, item: &Value, field: &str) -> Result<Option<Workspace>, String> {
         let ttl = self.rt.workflows.settings().volume_ttl_hours;
-        let mounts = crate::workspaces::mounts(self.manifest, item, ttl)
+        let mounts = aegis_sandboxes::workspaces::mounts(self.manifest, item, ttl)
             .map_err(|e| format!("spec.states.{}.{field}volumes: {e}", self.name))?;
         Ok((!mounts.is_empty()).then(|| Workspace {
             tenant: self.exec.tenant_id.clone(),
@@ -114,7 +114,7 @@ impl StateCtx<'_> {
 
     /// The caller child executions are started as: the workflow execution, confined by the
     /// rights of whoever started it (`workflow::ceiling`).
-    pub async fn caller(&self) -> Result<crate::caller::Caller, String> {
+    pub async fn caller(&self) -> Result<aegis_core::caller::Caller, String> {
         crate::workflow::ceiling::caller(
             &self.rt.pool,
             &self.exec.tenant_id,

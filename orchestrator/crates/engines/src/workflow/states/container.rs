@@ -38,12 +38,12 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{StateCtx, Step};
-use crate::egress::DomainEntry;
-use crate::manifest::{parse_duration, parse_quantity};
-use crate::render::{self, VALUE_ENV_PREFIX};
-use crate::sandboxes::egress::WORKFLOW_NETWORK_LABEL;
 use crate::workflow::worker::Runtime;
-use crate::workspaces::{self, Workspace};
+use aegis_core::render::{self, VALUE_ENV_PREFIX};
+use aegis_egress::DomainEntry;
+use aegis_manifest::{parse_duration, parse_quantity};
+use aegis_sandboxes::egress::WORKFLOW_NETWORK_LABEL;
+use aegis_sandboxes::workspaces::{self, Workspace};
 
 /// Grace between SIGTERM and SIGKILL when a step's command times out.
 const KILL_GRACE_MS: u64 = 1000;
@@ -611,7 +611,7 @@ async fn system_sandbox(ctx: &StateCtx<'_>) -> Result<SandboxId, String> {
 pub(super) async fn system(ctx: &StateCtx<'_>) -> Step {
     // The older AEGIS form of `update_blackboard`: nothing runs, the worker writes the keys.
     if ctx.body["command"].as_str().map(str::trim)
-        == Some(crate::manifest::UPDATE_BLACKBOARD_COMMAND)
+        == Some(aegis_manifest::UPDATE_BLACKBOARD_COMMAND)
     {
         return Step::Output(
             json!({"status": "completed", "exit_code": 0, "stdout": "", "stderr": ""}),

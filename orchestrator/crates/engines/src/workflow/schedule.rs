@@ -21,8 +21,8 @@ use uuid::Uuid;
 
 use super::start::{self, RunRequest, Starter};
 use super::worker::Runtime;
-use crate::manifest::WorkflowView;
-use crate::registry::{self, ScheduledWorkflow};
+use aegis_manifest::WorkflowView;
+use aegis_store::registry::{self, ScheduledWorkflow};
 
 /// Shortest sleep between passes (a schedule with a seconds field ticks every second).
 const MIN_SLEEP: Duration = Duration::from_millis(10);

@@ -15,8 +15,8 @@
 
 use sqlx::PgPool;
 
-use crate::manifest::{self, ManifestErrors, ManifestKind, NodeKnowledge};
-use crate::registry::{self, DeployMode, RegistryError};
+use aegis_manifest::{self as manifest, ManifestErrors, ManifestKind, NodeKnowledge};
+use aegis_store::registry::{self, DeployMode, RegistryError};
 
 /// Name of the intent pipeline workflow.
 pub const INTENT_PIPELINE: &str = "aegis-intent-pipeline";
@@ -25,26 +25,26 @@ pub const INTENT_PIPELINE: &str = "aegis-intent-pipeline";
 pub const MANIFESTS: &[(ManifestKind, &str)] = &[
     (
         ManifestKind::Agent,
-        include_str!("../builtin/intent-python.yaml"),
+        include_str!("../../../builtin/intent-python.yaml"),
     ),
     (
         ManifestKind::Agent,
-        include_str!("../builtin/intent-bash.yaml"),
+        include_str!("../../../builtin/intent-bash.yaml"),
     ),
     (
         ManifestKind::Agent,
-        include_str!("../builtin/intent-javascript.yaml"),
+        include_str!("../../../builtin/intent-javascript.yaml"),
     ),
     (
         ManifestKind::Workflow,
-        include_str!("../builtin/intent-pipeline.yaml"),
+        include_str!("../../../builtin/intent-pipeline.yaml"),
     ),
 ];
 
-pub use crate::manifest::SEMANTIC_JUDGE;
+pub use aegis_manifest::SEMANTIC_JUDGE;
 
 /// The judge agent of older `semantic` validations, deployed on its own ([`ensure_judge`]).
-pub const JUDGE_MANIFEST: &str = include_str!("../builtin/semantic-judge.yaml");
+pub const JUDGE_MANIFEST: &str = include_str!("../../../builtin/semantic-judge.yaml");
 
 /// Why the shipped definitions could not be deployed.
 #[derive(Debug, thiserror::Error)]
@@ -62,8 +62,9 @@ pub enum BuiltinError {
 
 /// Validates a shipped manifest against this node's tools and runtimes.
 fn parse(kind: ManifestKind, text: &str) -> Result<manifest::ParsedManifest, ManifestErrors> {
-    let tool_exists = |name: &str| crate::catalog::catalog().is_ok_and(|c| c.contains(name));
-    let runtime_known = |language: &str, version: &str| crate::runtimes::known(language, version);
+    let tool_exists = |name: &str| aegis_core::catalog::catalog().is_ok_and(|c| c.contains(name));
+    let runtime_known =
+        |language: &str, version: &str| aegis_core::runtimes::known(language, version);
     manifest::parse(
         kind,
         text,
@@ -72,10 +73,10 @@ fn parse(kind: ManifestKind, text: &str) -> Result<manifest::ParsedManifest, Man
             runtime_known: &runtime_known,
             // Shipped manifests carry their own allowlists; a node default never applies.
             default_command_allowlist: &|_| None,
-            runs_in_sandbox: &crate::policy::needs_sandbox,
+            runs_in_sandbox: &aegis_policy::needs_sandbox,
             // Shipped manifests name installed runtimes.
             runtime_alias: &|_, _| None,
-            runtime_versions: &crate::runtimes::versions,
+            runtime_versions: &aegis_core::runtimes::versions,
             mcp_servers: &[],
         },
     )

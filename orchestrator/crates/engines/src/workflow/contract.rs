@@ -32,7 +32,7 @@ pub fn check_output(schema: &Value, output: &Value) -> Result<(), ContractError>
         .map(|e| {
             let pointer = e.instance_path().as_str().to_owned();
             let at = if pointer.is_empty() { "/" } else { &pointer };
-            format!("{at}: {}", crate::arguments::describe_violation(&e))
+            format!("{at}: {}", aegis_core::arguments::describe_violation(&e))
         })
         .collect();
     if violations.is_empty() {

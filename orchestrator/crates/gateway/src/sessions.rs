@@ -133,7 +133,7 @@ pub async fn set_sandbox(
 pub async fn ensure_sandbox(
     services: super::Services,
     session: Uuid,
-    context: crate::seal::context::SecurityContext,
+    context: aegis_seal::context::SecurityContext,
 ) -> Result<dispatcher::SandboxId, String> {
     let created = services
         .sandboxes

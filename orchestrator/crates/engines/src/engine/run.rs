@@ -12,11 +12,11 @@ use uuid::Uuid;
 use super::validate::{self, IterationResult};
 use super::{store, EngineConfig};
 use crate::call::{CallError, CallGate};
-use crate::caller::{Caller, CallerKind, Tier};
-use crate::llm::{ChatRequest, LlmClient, Message, Role, ToolSpec};
-use crate::manifest::AgentView;
-use crate::mcp_servers;
-use crate::registry::Definition;
+use aegis_core::caller::{Caller, CallerKind, Tier};
+use aegis_egress::mcp_servers;
+use aegis_llm::{ChatRequest, LlmClient, Message, Role, ToolSpec};
+use aegis_manifest::AgentView;
+use aegis_store::registry::Definition;
 
 /// Everything the task needs.
 pub(super) struct Job {
@@ -34,7 +34,7 @@ pub(super) struct Job {
     /// The LLM alias asked instead of the manifest's (a judge's validator named it).
     pub model: Option<String>,
     /// The workflow volumes its state mounts (`workspaces`), if it runs for a workflow state.
-    pub workspace: Option<crate::workspaces::Workspace>,
+    pub workspace: Option<aegis_sandboxes::workspaces::Workspace>,
     /// Set once they were copied into the sandbox: only then are they saved from it.
     pub workspace_restored: std::sync::atomic::AtomicBool,
 }
@@ -47,7 +47,7 @@ enum Outcome {
     TimedOut(Duration),
 }
 
-/// Renders an agent prompt through the shared Handlebars engine (`crate::render`) with the
+/// Renders an agent prompt through the shared Handlebars engine (`aegis_core::render`) with the
 /// variables `{{instruction}}`, `{{intent}}`, `{{input}}` (a string as is, anything else as JSON)
 /// and `{{input.KEY}}`.
 pub fn render(
@@ -55,12 +55,12 @@ pub fn render(
     instruction: &str,
     intent: Option<&str>,
     input: &Value,
-) -> Result<String, crate::render::RenderError> {
+) -> Result<String, aegis_core::render::RenderError> {
     // `{{input}}` has always meant "the input as text"; Handlebars alone would print `[object]`.
     let template = input_expression().replace_all(template, "{{text input}}");
     let context =
         json!({"instruction": instruction, "intent": intent.unwrap_or_default(), "input": input});
-    crate::render::render(&template, &context)
+    aegis_core::render::render(&template, &context)
 }
 
 fn input_expression() -> &'static regex::Regex {
@@ -86,7 +86,7 @@ fn asked_tool(function: &str) -> String {
         .strip_prefix("mcp_")
         .and_then(|rest| rest.split_once("__"))
         .filter(|(server, tool)| {
-            crate::mcp_servers::config::is_server_name(server) && !tool.is_empty()
+            aegis_egress::mcp_servers::config::is_server_name(server) && !tool.is_empty()
         });
     match external {
         Some((server, tool)) => mcp_servers::full_name(server, tool),
@@ -112,7 +112,7 @@ fn external_function_name(server: &str, tool: &str) -> String {
     if name.len() <= 64 && !tool.contains(['.', '/']) {
         return name;
     }
-    let digest = crate::audit::digest_text(&mcp_servers::full_name(server, tool));
+    let digest = aegis_store::audit::digest_text(&mcp_servers::full_name(server, tool));
     let tail = digest.trim_start_matches("sha256:").get(..8).unwrap_or("0");
     // Every character is ASCII here, so any byte index is a character boundary.
     let keep = name.len().min(64 - tail.len() - 1);
@@ -251,7 +251,8 @@ impl Job {
             return Ok(false);
         }
         let queued =
-            crate::delivery::enqueue(&mut tx, self.id, &self.services.config.delivery).await?;
+            aegis_egress::delivery::enqueue(&mut tx, self.id, &self.services.config.delivery)
+                .await?;
         store::event_in(&mut tx, self.id, kind, payload).await?;
         if queued > 0 {
             store::event_in(
@@ -276,8 +277,8 @@ impl Job {
     }
 
     /// What the volume functions use of the node.
-    fn volume_store(&self) -> crate::volumes::VolumeStore<'_> {
-        crate::volumes::VolumeStore {
+    fn volume_store(&self) -> aegis_sandboxes::volumes::VolumeStore<'_> {
+        aegis_sandboxes::volumes::VolumeStore {
             pool: &self.services.pool,
             sandboxes: &self.services.sandboxes,
             config: &self.services.config.volumes,
@@ -289,17 +290,19 @@ impl Job {
 
     /// Makes the directories of `spec.volumes` and copies in the persistent ones' content.
     async fn restore_volumes(&self, sandbox: SandboxId) -> Result<(), String> {
-        let volumes = crate::volumes::of_manifest(&self.def.manifest);
+        let volumes = aegis_sandboxes::volumes::of_manifest(&self.def.manifest);
         if volumes.is_empty() {
             return Ok(());
         }
         let owner = self.volume_owner().await?;
-        let holder = crate::volumes::Holder {
+        let holder = aegis_sandboxes::volumes::Holder {
             tenant: &self.tenant,
             agent_id: self.def.id,
             owner: &owner,
         };
-        match crate::volumes::restore(&self.volume_store(), sandbox, &holder, &volumes).await {
+        match aegis_sandboxes::volumes::restore(&self.volume_store(), sandbox, &holder, &volumes)
+            .await
+        {
             Ok(restored) => {
                 let names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
                 self.event(
@@ -320,17 +323,24 @@ impl Job {
 
     /// Copies the persistent volumes out of the sandbox into their rows.
     async fn save_volumes(&self, sandbox: SandboxId) -> Result<(), String> {
-        let volumes = crate::volumes::of_manifest(&self.def.manifest);
+        let volumes = aegis_sandboxes::volumes::of_manifest(&self.def.manifest);
         if !volumes.iter().any(|v| v.persistent) {
             return Ok(());
         }
         let owner = self.volume_owner().await?;
-        let holder = crate::volumes::Holder {
+        let holder = aegis_sandboxes::volumes::Holder {
             tenant: &self.tenant,
             agent_id: self.def.id,
             owner: &owner,
         };
-        match crate::volumes::save(&self.volume_store(), sandbox, &holder, &volumes, self.id).await
+        match aegis_sandboxes::volumes::save(
+            &self.volume_store(),
+            sandbox,
+            &holder,
+            &volumes,
+            self.id,
+        )
+        .await
         {
             Ok(saved) => {
                 let saved: Vec<Value> = saved
@@ -360,7 +370,9 @@ impl Job {
             .dispatcher()
             .map_err(|e| format!("could not mount the workflow's volumes: {e}"))?;
         let names: Vec<&str> = ws.mounts.iter().map(|m| m.name.as_str()).collect();
-        match crate::workspaces::restore(dispatcher, &self.services.pool, sandbox, ws).await {
+        match aegis_sandboxes::workspaces::restore(dispatcher, &self.services.pool, sandbox, ws)
+            .await
+        {
             Ok(restored) => {
                 self.workspace_restored
                     .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -397,7 +409,8 @@ impl Job {
             .sandboxes
             .dispatcher()
             .map_err(|e| e.to_string())?;
-        match crate::workspaces::save(dispatcher, &self.services.pool, sandbox, ws).await {
+        match aegis_sandboxes::workspaces::save(dispatcher, &self.services.pool, sandbox, ws).await
+        {
             Ok(saved) => {
                 let saved: Vec<Value> = saved
                     .iter()
@@ -416,13 +429,13 @@ impl Job {
         }
     }
 
-    /// The memory section of this execution's prompt (`crate::memory::prompt`): the notes of
+    /// The memory section of this execution's prompt (`aegis_store::memory::prompt`): the notes of
     /// its memory that match `task` (the rendered prompt and the intent), within the manifest's
     /// `recall_tokens` capped by the node's `memory.max_recall_tokens`. `None` when memory is
     /// off, the budget is 0, nothing matches, or the memory cannot be read (said in the events:
     /// the execution goes on without it).
     async fn recall_memory(&self, task: &str) -> Option<String> {
-        let scope = match crate::memory::Scope::resolve(
+        let scope = match aegis_store::memory::Scope::resolve(
             &self.services.pool,
             &self.tenant,
             &self.def.name,
@@ -449,7 +462,7 @@ impl Job {
             query.push(' ');
             query.push_str(intent);
         }
-        let ranked = match crate::memory::store::recall(
+        let ranked = match aegis_store::memory::store::recall(
             &self.services.pool,
             &scope,
             Some(&query),
@@ -465,7 +478,7 @@ impl Job {
                 return None;
             }
         };
-        let recalled = crate::memory::prompt::section(&ranked, budget);
+        let recalled = aegis_store::memory::prompt::section(&ranked, budget);
         self.event(
             "memory_recalled",
             json!({"notes": recalled.notes, "estimated_tokens": recalled.tokens,
@@ -488,13 +501,13 @@ impl Job {
             seal: None,
         };
         if let Some(name) = AgentView(&self.def.manifest).security_context() {
-            let ctx = crate::contexts::get(&self.services.pool, &self.tenant, name)
+            let ctx = aegis_store::contexts::get(&self.services.pool, &self.tenant, name)
                 .await
                 .map_err(|e| format!("security context `{name}`: {e}"))?;
             caller.tier = ctx.tier;
-            caller.seal = Some(crate::caller::SealScope {
+            caller.seal = Some(aegis_core::caller::SealScope {
                 context: Arc::new(ctx),
-                limiter: Arc::new(crate::seal::RateLimiter::new()),
+                limiter: Arc::new(aegis_seal::RateLimiter::new()),
                 session_key: self.id.to_string(),
                 ceilings: Vec::new(),
             });
@@ -506,9 +519,9 @@ impl Job {
                 Some(scope) => scope.ceilings = inherited,
                 None if !inherited.is_empty() => {
                     let context = inherited.remove(0);
-                    caller.seal = Some(crate::caller::SealScope {
+                    caller.seal = Some(aegis_core::caller::SealScope {
                         context,
-                        limiter: Arc::new(crate::seal::RateLimiter::new()),
+                        limiter: Arc::new(aegis_seal::RateLimiter::new()),
                         session_key: self.id.to_string(),
                         ceilings: inherited,
                     });
@@ -533,7 +546,7 @@ impl Job {
             Err(e) => return Outcome::Failed(e),
         };
         // Tools offered: spec.tools AND the catalog AND what this caller may call.
-        let catalog = match crate::catalog::catalog() {
+        let catalog = match aegis_core::catalog::catalog() {
             Ok(c) => c,
             Err(e) => return Outcome::Failed(e.to_string()),
         };
@@ -559,17 +572,17 @@ impl Job {
         // An agent with memory on is offered its memory tools without listing them.
         let mut wanted = view.tools();
         if view.memory().is_some() {
-            for tool in crate::memory::MEMORY_TOOLS {
+            for tool in aegis_store::memory::MEMORY_TOOLS {
                 if !wanted.iter().any(|t| t == tool) {
                     wanted.push(tool.to_owned());
                 }
             }
         }
-        let offered: Vec<&crate::catalog::ToolSpec> = wanted
+        let offered: Vec<&aegis_core::catalog::ToolSpec> = wanted
             .iter()
             .filter_map(|name| catalog.get(name))
             .chain(external.iter())
-            .filter(|t| crate::policy::may_see(&caller, t))
+            .filter(|t| aegis_policy::may_see(&caller, t))
             .collect();
         let names: HashMap<String, String> = offered
             .iter()
@@ -584,10 +597,7 @@ impl Job {
             })
             .collect();
 
-        if offered
-            .iter()
-            .any(|t| crate::policy::needs_sandbox(&t.name))
-        {
+        if offered.iter().any(|t| aegis_policy::needs_sandbox(&t.name)) {
             let owner = Owner::new(OwnerKind::Execution, self.id.to_string());
             match self
                 .services
@@ -637,7 +647,7 @@ impl Job {
         let memory_on = view.memory().is_some()
             && offered
                 .iter()
-                .any(|t| crate::memory::MEMORY_TOOLS.contains(&t.name.as_str()));
+                .any(|t| aegis_store::memory::MEMORY_TOOLS.contains(&t.name.as_str()));
         let may_recall = offered.iter().any(|t| t.name == "aegis.memory.recall");
         if may_recall {
             if let Some(section) = self.recall_memory(&prompt).await {
@@ -1029,7 +1039,7 @@ impl Job {
     /// Runs one tool call through the router; returns what the model reads back.
     async fn tool_call(
         &self,
-        call: &crate::llm::ToolCall,
+        call: &aegis_llm::ToolCall,
         names: &HashMap<String, String>,
         caller: &Caller,
         sandbox: Option<SandboxId>,
@@ -1051,18 +1061,18 @@ impl Job {
             let asked: String = asked_tool(&call.name).chars().take(200).collect();
             let arguments = serde_json::from_str::<Value>(&call.arguments)
                 .unwrap_or_else(|_| Value::String(call.arguments.clone()));
-            let entry = crate::audit::Entry {
-                kind: crate::audit::EntryKind::Tool,
+            let entry = aegis_store::audit::Entry {
+                kind: aegis_store::audit::EntryKind::Tool,
                 action: asked,
                 allowed: false,
                 reason_code: Some("tool_not_offered".to_owned()),
                 reason: Some("the tool is not offered to this execution".to_owned()),
-                args_digest: crate::audit::digest(&arguments),
+                args_digest: aegis_store::audit::digest(&arguments),
                 outcome: "denied",
                 result_digest: None,
                 duration_ms: 0,
             };
-            if let Err(e) = crate::audit::record(&self.services.pool, caller, entry).await {
+            if let Err(e) = aegis_store::audit::record(&self.services.pool, caller, entry).await {
                 tracing::warn!(execution = %self.id, error = %e, "cannot audit a refused tool call");
             }
             return text;
@@ -1099,7 +1109,7 @@ impl Job {
                     }
                 }
                 let mcp = outcome.to_mcp();
-                let digest = crate::audit::digest(&mcp);
+                let digest = aegis_store::audit::digest(&mcp);
                 let (decision, error) = match &outcome.result {
                     Ok(_) => ("allowed", None),
                     Err(e) => ("allowed", Some(e.code)),
@@ -1150,7 +1160,7 @@ impl CallGate for ToolGate<'_> {
         &'a self,
         tool: &'a str,
         arguments: &'a Value,
-    ) -> futures_util::future::BoxFuture<'a, Result<(), crate::policy::Denial>> {
+    ) -> futures_util::future::BoxFuture<'a, Result<(), aegis_policy::Denial>> {
         Box::pin(async move {
             let skip = &self.job.services.config.executions.skip_judge_tools;
             // An external server's `skip_judge` covers all its tools.
@@ -1180,7 +1190,7 @@ impl CallGate for ToolGate<'_> {
                     )
                     .await;
                 if !verdict.passed {
-                    return Err(crate::policy::Denial {
+                    return Err(aegis_policy::Denial {
                         code: "tool_validation",
                         message: format!(
                             "the tool_validation judge refused this call: {}",
