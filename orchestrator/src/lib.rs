@@ -12,9 +12,7 @@ pub use aegis_manifest as manifest;
 /// re-exported here so the service's modules and its tests name it as before.
 pub use aegis_seal as seal;
 pub mod shutdown;
-pub mod state;
 pub mod telemetry;
-pub mod tools;
 
 /// The node configuration (assembled from each crate's section) and the metrics registry.
 pub use aegis_config as config;
@@ -40,6 +38,8 @@ pub use aegis_sandboxes::{self as sandboxes, health, volumes, workspaces};
 /// approvals, memory) live in the storage crate (`orchestrator/crates/store`); re-exported so
 /// the service's modules name them as before.
 pub use aegis_store::{approvals, audit, auth, contexts, database, memory, registry};
+/// The router, the tool handlers and the node's handles they run on.
+pub use aegis_tools::{state, tools};
 
 /// mimalloc for every binary that links the orchestrator (the service, its tests and benchmarks,
 /// so they measure what runs): its thread-local free lists cost a fraction of glibc's arenas

@@ -1,6 +1,6 @@
 //! The tools' handlers, one file per family, and the router every call takes.
 //!
-//! What tools exist (names, tiers, schemas) is `crate::catalog`, which knows nothing of handlers;
+//! What tools exist (names, tiers, schemas) is `aegis_core::catalog`, which knows nothing of handlers;
 //! each family here registers its handlers by tool name, and [`check_handlers`] (run at start)
 //! refuses a catalog entry without exactly one handler, so callers never see a tool that would
 //! fail with "not implemented".
@@ -8,7 +8,7 @@
 mod definitions;
 mod discovery;
 mod execute;
-pub(crate) mod external;
+pub mod external;
 mod generate;
 mod memory;
 mod process;
@@ -29,18 +29,18 @@ use std::sync::{Arc, LazyLock};
 
 use serde_json::Value;
 
-use crate::caller::Caller;
 use crate::state::AppState;
+use aegis_core::caller::Caller;
 
-pub use crate::catalog::{catalog, Catalog, CatalogError, ToolInfo, ToolSpec};
+pub use aegis_core::catalog::{catalog, Catalog, CatalogError, ToolInfo, ToolSpec};
 
-pub(crate) use definitions::registry_error;
+pub use definitions::registry_error;
 pub use definitions::validate_offline;
 pub use router::{
     invoke, invoke_gated, invoke_in, serialized_len, ArgViolation, CallError, CallGate, ToolError,
     ToolOutcome, TEXT_COPY_MAX_BYTES,
 };
-pub(crate) use schema::lookup as schema_by_key;
+pub use schema::lookup as schema_by_key;
 
 /// What a handler sees besides its arguments.
 pub struct ToolContext<'a> {
@@ -51,10 +51,10 @@ pub struct ToolContext<'a> {
     /// The tool's name (one handler serves every tool of an external MCP server).
     pub name: &'a str,
     /// The sandbox of a `cmd.run` / `fs.*` call and the policy it runs under.
-    pub sandbox: Option<(dispatcher::SandboxId, Arc<crate::policy::SandboxPolicy>)>,
+    pub sandbox: Option<(dispatcher::SandboxId, Arc<aegis_policy::SandboxPolicy>)>,
     /// The calling execution's memory, for `aegis.memory.write|recall` (resolved and admitted by
     /// the router).
-    pub memory: Option<crate::memory::Scope>,
+    pub memory: Option<aegis_store::memory::Scope>,
 }
 
 /// The future a handler returns.
@@ -63,7 +63,7 @@ pub type HandlerFuture<'a> = Pin<Box<dyn Future<Output = Result<Value, ToolError
 pub type Handler = for<'a> fn(&'a ToolContext<'a>, Value) -> HandlerFuture<'a>;
 
 /// The handlers of every family, by tool name. Which tools exist is the catalog's business
-/// (`crate::catalog`); [`check_handlers`] makes sure the two agree.
+/// (`aegis_core::catalog`); [`check_handlers`] makes sure the two agree.
 fn implemented() -> Vec<(&'static str, Handler)> {
     let mut v = Vec::new();
     v.extend(schema::handlers());

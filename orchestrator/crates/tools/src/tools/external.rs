@@ -2,7 +2,7 @@
 //! handler.
 //!
 //! The built-in catalog is fixed at build time; these entries come from the servers' listings
-//! (`crate::mcp_servers`) and are made when they are looked up, so the router treats them as
+//! (`aegis_egress::mcp_servers`) and are made when they are looked up, so the router treats them as
 //! it treats any tool: the listed input schema validates the arguments, the server's
 //! configured tier and the caller's security context decide, the call is audited (intent and
 //! completion) under its full name. The handler adds the caller's domain rules (the
@@ -13,9 +13,9 @@
 use serde_json::{json, Value};
 
 use super::{Handler, HandlerFuture, ToolContext, ToolError, ToolSpec};
-use crate::egress::DomainPolicy;
-use crate::mcp_servers::{self, McpError, RemoteTool};
 use crate::state::AppState;
+use aegis_egress::mcp_servers::{self, McpError, RemoteTool};
+use aegis_egress::DomainPolicy;
 
 /// The category of every external tool.
 pub(crate) const CATEGORY: &str = "mcp";
@@ -38,7 +38,7 @@ fn entry(remote: &RemoteTool, config: &mcp_servers::McpServerConfig) -> ToolSpec
     }
 }
 
-/// What every external tool answers on success (`crate::mcp_servers::result`).
+/// What every external tool answers on success (`aegis_egress::mcp_servers::result`).
 fn output_schema() -> Value {
     json!({"type": "object", "properties": {
         "content": {"type": "array", "description": "The server's content blocks: text (cut to the server's max_result_bytes), binary blocks described only."},
@@ -91,7 +91,7 @@ pub(crate) async fn offered(state: &AppState, entry_name: &str) -> Result<Vec<To
 
 /// Every configured server's tools, and the servers that cannot be listed now (with why).
 /// Servers are asked at the same time, so a slow one costs its timeout once.
-pub(crate) async fn all(state: &AppState) -> (Vec<ToolSpec>, Vec<Value>) {
+pub async fn all(state: &AppState) -> (Vec<ToolSpec>, Vec<Value>) {
     let names = state.mcp_servers.names();
     let listings =
         futures_util::future::join_all(names.iter().map(|server| state.mcp_servers.tools(server)))

@@ -12,10 +12,10 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::caller::Tier;
-use crate::policy::executions::{may_act_on, ExecutionOwner, ExecutionScope};
-use crate::workflow::store::{self, Visibility, WorkflowExecution};
-use crate::workflow::{RunRequest, WorkflowError};
+use aegis_core::caller::Tier;
+use aegis_engines::workflow::store::{self, Visibility, WorkflowExecution};
+use aegis_engines::workflow::{RunRequest, WorkflowError};
+use aegis_policy::executions::{may_act_on, ExecutionOwner, ExecutionScope};
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
@@ -342,7 +342,7 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         let a: A = args(a)?;
         let workflow = match a.workflow_id {
             Some(s) => Some(
-                super::definitions::definition_id(ctx, crate::manifest::ManifestKind::Workflow, &s)
+                super::definitions::definition_id(ctx, aegis_manifest::ManifestKind::Workflow, &s)
                     .await?,
             ),
             None => None,

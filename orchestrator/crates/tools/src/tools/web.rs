@@ -1,12 +1,12 @@
 //! `web.fetch` and `web.search`: the outside world, from the orchestrator, under allowlists.
 //!
 //! The handlers only gather the rules that apply to this caller and shape the answer; the
-//! checks themselves live in `crate::egress`. The domain rules are the intersection of the
+//! checks themselves live in `aegis_egress`. The domain rules are the intersection of the
 //! caller's SEAL security context (the `domain_allowlist` of the capabilities covering the tool)
 //! and, for an agent execution, its manifest's `spec.security.network`. An operator's own call
 //! has neither and is bounded by the node's address rules only.
 //!
-//! A fetched HTML page is converted to Markdown by `crate::egress::document`, under a depth and
+//! A fetched HTML page is converted to Markdown by `aegis_egress::document`, under a depth and
 //! a time limit and on a thread of its own: a hostile page gets a tool error
 //! (`document_too_deep`, `document_timeout`), it cannot take a worker or the node down.
 
@@ -14,9 +14,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::caller::CallerKind;
-use crate::egress::{self, DomainEntry, DomainPolicy, DomainRule};
-use crate::manifest::AgentView;
+use aegis_core::caller::CallerKind;
+use aegis_egress::{self as egress, DomainEntry, DomainPolicy, DomainRule};
+use aegis_manifest::AgentView;
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![("web.fetch", fetch), ("web.search", search)]
@@ -143,14 +143,14 @@ async fn domain_policy(ctx: &ToolContext<'_>, tool: &str) -> Result<DomainPolicy
 /// The union of the `domain_allowlist`s of the capabilities covering `tool`; `None` when one
 /// of them has no domain bound (that capability alone admits every host).
 pub(super) fn context_rule(
-    context: &crate::seal::context::SecurityContext,
+    context: &aegis_seal::context::SecurityContext,
     tool: &str,
 ) -> Result<Option<DomainRule>, ToolError> {
     let mut allow = Vec::new();
     for cap in context
         .capabilities
         .iter()
-        .filter(|c| crate::seal::context::tool_matches(&c.tool_pattern, tool))
+        .filter(|c| aegis_seal::context::tool_matches(&c.tool_pattern, tool))
     {
         let Some(list) = &cap.domain_allowlist else {
             return Ok(None);

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use super::definitions::registry_error;
 use super::workflows::check_tenant;
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::registry::{self, Scope};
+use aegis_store::registry::{self, Scope};
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![

@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 
 use super::{Handler, HandlerFuture, ToolContext, ToolError};
-use crate::health;
+use aegis_sandboxes::health;
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![("aegis.system.info", info), ("aegis.system.config", config)]
@@ -29,7 +29,7 @@ fn info<'a>(ctx: &'a ToolContext<'a>, _: Value) -> HandlerFuture<'a> {
 
 fn config<'a>(ctx: &'a ToolContext<'a>, _: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        let redacted = crate::config::redacted(&ctx.state.config);
+        let redacted = aegis_config::redacted(&ctx.state.config);
         let content_yaml = serde_yaml::to_string(&redacted).map_err(ToolError::internal)?;
         Ok(json!({
             "config_path": ctx.state.config_path.as_ref().map(|p| p.display().to_string()),

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::engine::{store, ExecError, ExecuteRequest};
+use aegis_engines::engine::{store, ExecError, ExecuteRequest};
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
@@ -72,7 +72,7 @@ async fn load(ctx: &ToolContext<'_>, id: &str) -> Result<store::Execution, ToolE
         .await
         .map_err(ToolError::internal)?
         .ok_or_else(not_found)?;
-    crate::policy::executions::may_act_on(ctx.caller, &scope)
+    aegis_policy::executions::may_act_on(ctx.caller, &scope)
         .map_err(|d| ToolError::new("forbidden", d.message))?;
     store::get(&ctx.state.pool, &ctx.caller.tenant, id)
         .await
@@ -95,7 +95,7 @@ fn execute<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             version: Option<String>,
         }
         let a: A = args(a)?;
-        let parent = (ctx.caller.kind == crate::caller::CallerKind::Execution)
+        let parent = (ctx.caller.kind == aegis_core::caller::CallerKind::Execution)
             .then(|| Uuid::parse_str(&ctx.caller.id).ok())
             .flatten();
         let request = ExecuteRequest {
@@ -140,7 +140,7 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         let a: A = args(a)?;
         let agent = match a.agent_id {
             Some(s) => Some(
-                super::definitions::definition_id(ctx, crate::manifest::ManifestKind::Agent, &s)
+                super::definitions::definition_id(ctx, aegis_manifest::ManifestKind::Agent, &s)
                     .await?,
             ),
             None => None,

@@ -1,6 +1,6 @@
-//! `aegis.memory.*`: an agent's memory across executions (`crate::memory`) as tools.
+//! `aegis.memory.*`: an agent's memory across executions (`aegis_store::memory`) as tools.
 //!
-//! `write` and `recall` act on the calling execution's own memory (`crate::memory::Scope`),
+//! `write` and `recall` act on the calling execution's own memory (`aegis_store::memory::Scope`),
 //! which the router resolved and the policy admitted before the handler runs
 //! (`ToolContext::memory`); their arguments name no agent and no owner. `list` and `erase` are
 //! the operators' (operator tier): any agent name of the caller's tenant, optionally one owner.
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::memory::{store, MemoryError, Scope};
+use aegis_store::memory::{store, MemoryError, Scope};
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![

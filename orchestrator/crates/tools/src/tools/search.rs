@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use super::definitions::registry_error;
 use super::workflows::check_tenant;
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::manifest::ManifestKind;
-use crate::registry::{self, ScopeFilter, SearchQuery};
+use aegis_manifest::ManifestKind;
+use aegis_store::registry::{self, ScopeFilter, SearchQuery};
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![

@@ -7,7 +7,7 @@ use dispatcher::DockerEngine;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::config::NodeConfig;
+use aegis_config::NodeConfig;
 
 /// Cheap to clone; one per running instance.
 #[derive(Clone)]
@@ -23,28 +23,28 @@ pub struct AppState {
     /// When this instance started (uptime in readiness and metrics).
     pub started_at: DateTime<Utc>,
     /// The engine of agent executions (the agent loop, its recovery and cancellation).
-    pub executions: std::sync::Arc<crate::engine::Engine>,
+    pub executions: std::sync::Arc<aegis_engines::engine::Engine>,
     /// The SEAL gateway (token issuer, rate limiter).
-    pub gateway: std::sync::Arc<crate::gateway::Gateway>,
+    pub gateway: std::sync::Arc<aegis_gateway::Gateway>,
     /// Sandboxes and their agent policies.
-    pub sandboxes: std::sync::Arc<crate::sandboxes::Sandboxes>,
+    pub sandboxes: std::sync::Arc<aegis_sandboxes::Sandboxes>,
     /// The egress rules of `web.*` (resolver, address policy, limits).
-    pub egress: std::sync::Arc<crate::egress::Egress>,
+    pub egress: std::sync::Arc<aegis_egress::Egress>,
     /// The config file this instance was started with, if any (`aegis.system.config` names it,
     /// so operators see which file is in force).
     pub config_path: Option<std::sync::Arc<std::path::PathBuf>>,
     /// Workflow executions.
-    pub workflows: std::sync::Arc<crate::workflow::Workflows>,
+    pub workflows: std::sync::Arc<aegis_engines::workflow::Workflows>,
     /// Verified API keys, used while this node hears of every key change.
-    pub api_keys: std::sync::Arc<crate::auth::key_cache::KeyCache>,
+    pub api_keys: std::sync::Arc<aegis_store::auth::key_cache::KeyCache>,
     /// The external MCP servers of `mcp_servers` (sessions, tool listings).
-    pub mcp_servers: std::sync::Arc<crate::mcp_servers::McpServers>,
+    pub mcp_servers: std::sync::Arc<aegis_egress::mcp_servers::McpServers>,
 }
 
 impl AppState {
     /// What the agent engine uses of this node, with this state as its router.
-    pub fn engine_services(&self) -> crate::engine::Services {
-        crate::engine::Services {
+    pub fn engine_services(&self) -> aegis_engines::engine::Services {
+        aegis_engines::engine::Services {
             pool: self.pool.clone(),
             instance_id: self.instance_id,
             config: self.config.clone(),
@@ -56,8 +56,8 @@ impl AppState {
     }
 
     /// What the SEAL gateway uses of this node, with this state as its router.
-    pub fn gateway_services(&self) -> crate::gateway::Services {
-        crate::gateway::Services {
+    pub fn gateway_services(&self) -> aegis_gateway::Services {
+        aegis_gateway::Services {
             pool: self.pool.clone(),
             sandboxes: self.sandboxes.clone(),
             tools: std::sync::Arc::new(self.clone()),
@@ -66,12 +66,12 @@ impl AppState {
 }
 
 /// The workflow engine reaches the agent engine through this narrow handle only.
-impl crate::workflow::AgentHost for AppState {
+impl aegis_engines::workflow::AgentHost for AppState {
     fn start_agent(
         &self,
-        caller: crate::caller::Caller,
-        request: crate::engine::ExecuteRequest,
-    ) -> futures_util::future::BoxFuture<'_, Result<Uuid, crate::engine::ExecError>> {
+        caller: aegis_core::caller::Caller,
+        request: aegis_engines::engine::ExecuteRequest,
+    ) -> futures_util::future::BoxFuture<'_, Result<Uuid, aegis_engines::engine::ExecError>> {
         Box::pin(async move {
             self.executions
                 .start(&self.engine_services(), &caller, request)

@@ -7,10 +7,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::manifest::{
-    self, Deployed, ManifestError, ManifestErrors, ManifestKind, NodeKnowledge, Validation,
+use aegis_manifest::{
+    self as manifest, Deployed, ManifestError, ManifestErrors, ManifestKind, NodeKnowledge,
+    Validation,
 };
-use crate::registry::{self, DeployMode, RegistryError, ScopeFilter};
+use aegis_store::registry::{self, DeployMode, RegistryError, ScopeFilter};
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
@@ -92,11 +93,12 @@ fn workflow_delete<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> 
 /// The node facts semantic checks need: implemented tools, registered runtimes, the node's
 /// runtime aliases, default `cmd.run` allowlists and external MCP servers.
 fn node_knowledge<R>(
-    config: &crate::config::NodeConfig,
+    config: &aegis_config::NodeConfig,
     f: impl FnOnce(&NodeKnowledge<'_>) -> R,
 ) -> R {
     let tool_exists = |name: &str| super::catalog().is_ok_and(|c| c.contains(name));
-    let runtime_known = |language: &str, version: &str| crate::runtimes::known(language, version);
+    let runtime_known =
+        |language: &str, version: &str| aegis_core::runtimes::known(language, version);
     let default_command_allowlist = |language: &str| {
         config
             .sandbox
@@ -109,9 +111,9 @@ fn node_knowledge<R>(
         tool_exists: &tool_exists,
         runtime_known: &runtime_known,
         default_command_allowlist: &default_command_allowlist,
-        runs_in_sandbox: &crate::policy::needs_sandbox,
+        runs_in_sandbox: &aegis_policy::needs_sandbox,
         runtime_alias: &|language, version| config.sandbox.runtime_alias(language, version),
-        runtime_versions: &crate::runtimes::versions,
+        runtime_versions: &aegis_core::runtimes::versions,
         mcp_servers: &mcp_servers,
     })
 }
@@ -121,7 +123,7 @@ fn node_knowledge<R>(
 /// definitions are not checked (there is no registry to check them against).
 pub fn validate_offline(
     text: &str,
-    config: &crate::config::NodeConfig,
+    config: &aegis_config::NodeConfig,
 ) -> Result<(ManifestKind, Validation), ManifestErrors> {
     let kind = manifest::kind_of(text).ok_or_else(|| {
         ManifestErrors(vec![ManifestError::new(
@@ -173,12 +175,12 @@ pub(crate) async fn check(
     });
     // Delivery destinations this node cannot serve (email, undefined signing secrets).
     if let (ManifestKind::Agent, Ok(parsed)) = (kind, &checked.manifest) {
-        let problems = crate::delivery::check_manifest(&parsed.value, &ctx.state.config.delivery);
+        let problems =
+            aegis_egress::delivery::check_manifest(&parsed.value, &ctx.state.config.delivery);
         // A grant of network this node cannot honour: said now, not first when a sandbox fails.
         if manifest::AgentView(&parsed.value).network_egress() {
             let name = parsed.name.clone();
-            if let Some(why) =
-                crate::sandboxes::egress::network_unavailable(&ctx.state.docker).await
+            if let Some(why) = aegis_sandboxes::egress::network_unavailable(&ctx.state.docker).await
             {
                 checked.warnings.push(ManifestError::new(
                     manifest::Stage::Semantic,
@@ -247,21 +249,21 @@ fn kind_name(kind: ManifestKind) -> &'static str {
 /// The id of a definition named by UUID or by name (latest version), for list filters.
 pub(crate) async fn definition_id(
     ctx: &ToolContext<'_>,
-    kind: crate::manifest::ManifestKind,
+    kind: aegis_manifest::ManifestKind,
     name_or_id: &str,
 ) -> Result<uuid::Uuid, ToolError> {
     if let Ok(id) = uuid::Uuid::parse_str(name_or_id) {
         return Ok(id);
     }
     Ok(
-        crate::registry::get(&ctx.state.pool, &ctx.caller.tenant, kind, name_or_id, None)
+        aegis_store::registry::get(&ctx.state.pool, &ctx.caller.tenant, kind, name_or_id, None)
             .await
             .map_err(registry_error)?
             .id,
     )
 }
 
-pub(crate) fn registry_error(e: RegistryError) -> ToolError {
+pub fn registry_error(e: RegistryError) -> ToolError {
     match e {
         RegistryError::NotFound { .. } => ToolError::new("not_found", e.to_string()),
         RegistryError::VersionExists { .. } | RegistryError::NetworkPolicyChanged { .. } => {

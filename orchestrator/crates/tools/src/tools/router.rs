@@ -11,15 +11,15 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::{catalog, ToolContext};
-pub use crate::arguments::serialized_len;
-use crate::audit::{self, Entry, EntryKind};
-pub use crate::call::{
+use crate::state::AppState;
+pub use aegis_core::arguments::serialized_len;
+use aegis_core::caller::Caller;
+pub use aegis_engines::call::{
     ArgViolation, CallError, CallGate, ToolError, ToolOutcome, TEXT_COPY_MAX_BYTES,
 };
-use crate::caller::Caller;
-use crate::metrics::{self, Decision};
-use crate::policy;
-use crate::state::AppState;
+use aegis_metrics::{self as metrics, Decision};
+use aegis_policy as policy;
+use aegis_store::audit::{self, Entry, EntryKind};
 use dispatcher::SandboxId;
 
 /// The audit reason code of a denial: the SEAL code for SEAL sessions, else the policy code.
@@ -166,9 +166,9 @@ struct Admitted {
     /// Its validated arguments.
     arguments: Value,
     /// Its sandbox and the policy it runs under (`cmd.run`, `fs.*`).
-    sandbox: Option<(SandboxId, Arc<crate::policy::SandboxPolicy>)>,
+    sandbox: Option<(SandboxId, Arc<aegis_policy::SandboxPolicy>)>,
     /// The calling execution's memory (`aegis.memory.write|recall`).
-    memory: Option<crate::memory::Scope>,
+    memory: Option<aegis_store::memory::Scope>,
 }
 
 /// Where step 1 looks: the built-in catalog, then the external tool found for this call.
@@ -197,7 +197,7 @@ async fn admit<'c>(
     policy::check_tool(caller, tool, &arguments).map_err(denied)?;
     // Privileged calls (a capability with `require_approval`) wait here for an operator.
     let approval_timeout = state.config.seal.approval_timeout_secs;
-    crate::approvals::await_approval(&state.pool, approval_timeout, caller, name, &arguments)
+    aegis_store::approvals::await_approval(&state.pool, approval_timeout, caller, name, &arguments)
         .await
         .map_err(denied)?;
     let in_sandbox = sandbox_for(state, name, &arguments, sandbox)
@@ -238,13 +238,13 @@ fn lookup<'c>(
 /// Step 2: the arguments against the tool's schema (integers written as floats normalised
 /// first), every violation with its pointer.
 fn validated(tool: &super::ToolSpec, name: &str, arguments: Value) -> Result<Value, CallError> {
-    let arguments = crate::arguments::normalise_integers(&tool.input_schema, arguments);
+    let arguments = aegis_core::arguments::normalise_integers(&tool.input_schema, arguments);
     let violations: Vec<ArgViolation> = tool
         .validator
         .iter_errors(&arguments)
         .map(|e| ArgViolation {
             path: e.instance_path().to_string(),
-            message: crate::arguments::describe_violation(&e),
+            message: aegis_core::arguments::describe_violation(&e),
         })
         .collect();
     if violations.is_empty() {
@@ -264,7 +264,7 @@ async fn sandbox_for(
     name: &str,
     arguments: &Value,
     sandbox: Option<SandboxId>,
-) -> Result<Option<(SandboxId, Arc<crate::policy::SandboxPolicy>)>, policy::Denial> {
+) -> Result<Option<(SandboxId, Arc<aegis_policy::SandboxPolicy>)>, policy::Denial> {
     if !policy::needs_sandbox(name) {
         return Ok(None);
     }
@@ -293,11 +293,11 @@ async fn memory_for(
     state: &AppState,
     caller: &Caller,
     name: &str,
-) -> Result<Option<crate::memory::Scope>, policy::Denial> {
-    if !crate::memory::is_agent_tool(name) {
+) -> Result<Option<aegis_store::memory::Scope>, policy::Denial> {
+    if !aegis_store::memory::is_agent_tool(name) {
         return Ok(None);
     }
-    let found = crate::memory::Scope::of_caller(&state.pool, caller)
+    let found = aegis_store::memory::Scope::of_caller(&state.pool, caller)
         .await
         .map_err(|e| policy::Denial {
             code: "memory_unavailable",
@@ -331,7 +331,7 @@ fn refusal_entry(
         action: name.to_owned(),
         allowed: false,
         reason_code: Some(code),
-        reason: Some(crate::arguments::scrub(&reason, raw_arguments)),
+        reason: Some(aegis_core::arguments::scrub(&reason, raw_arguments)),
         args_digest: args_digest.to_owned(),
         outcome: "denied",
         result_digest: None,
@@ -380,7 +380,7 @@ async fn run_audited(
         Err(e) => audit::Completion {
             outcome: "error",
             reason_code: Some(e.code.to_owned()),
-            reason: Some(crate::arguments::scrub(&e.message, call.raw_arguments)),
+            reason: Some(aegis_core::arguments::scrub(&e.message, call.raw_arguments)),
             result_digest: None,
         },
     };
@@ -395,23 +395,26 @@ async fn run_audited(
 }
 
 /// The services below the router (the agent loop, the SEAL gateway) reach it through this.
-impl crate::call::ToolInvoker for AppState {
+impl aegis_engines::call::ToolInvoker for AppState {
     fn invoke<'a>(
         &'a self,
-        caller: &'a crate::caller::Caller,
+        caller: &'a aegis_core::caller::Caller,
         tool: &'a str,
         arguments: serde_json::Value,
         sandbox: Option<dispatcher::SandboxId>,
-        gate: Option<&'a dyn crate::call::CallGate>,
-    ) -> futures_util::future::BoxFuture<'a, Result<crate::call::ToolOutcome, crate::call::CallError>>
-    {
+        gate: Option<&'a dyn aegis_engines::call::CallGate>,
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<aegis_engines::call::ToolOutcome, aegis_engines::call::CallError>,
+    > {
         Box::pin(invoke_gated(self, caller, tool, arguments, sandbox, gate))
     }
 
     fn offered<'a>(
         &'a self,
         entry: &'a str,
-    ) -> futures_util::future::BoxFuture<'a, Result<Vec<crate::catalog::ToolSpec>, String>> {
+    ) -> futures_util::future::BoxFuture<'a, Result<Vec<aegis_core::catalog::ToolSpec>, String>>
+    {
         Box::pin(super::external::offered(self, entry))
     }
 }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{args, catalog, Handler, HandlerFuture, ToolContext, ToolError, ToolInfo};
-use crate::policy;
+use aegis_policy as policy;
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
@@ -120,7 +120,7 @@ fn runtimes<'a>(_: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             language: Option<String>,
         }
         let a: A = args(a)?;
-        let registry = crate::runtimes::registry().map_err(ToolError::internal)?;
+        let registry = aegis_core::runtimes::registry().map_err(ToolError::internal)?;
         let runtimes: Vec<Value> = registry
             .runtimes
             .iter()

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::policy::paths;
+use aegis_policy::paths;
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
@@ -328,7 +328,7 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         if let Some(name) = policy
             .env
             .keys()
-            .find(|n| crate::policy::command::CommandPolicy::forbidden_env(n))
+            .find(|n| aegis_policy::command::CommandPolicy::forbidden_env(n))
         {
             return Err(ToolError::new(
                 "env_not_allowed",

@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 
 use super::definitions::{check, error_details, warning_details};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::llm::{ChatRequest, Message};
-use crate::manifest::{ManifestErrors, ManifestKind};
+use aegis_llm::{ChatRequest, Message};
+use aegis_manifest::{ManifestErrors, ManifestKind};
 
 /// Drafts a generator makes when the caller does not say.
 pub const DEFAULT_ATTEMPTS: u32 = 3;
@@ -95,7 +95,7 @@ spec:
 
 /// The standing instructions: what to write, what this node offers, an example that validates.
 fn system_prompt(kind: ManifestKind) -> String {
-    let runtimes = crate::runtimes::registry()
+    let runtimes = aegis_core::runtimes::registry()
         .map(|r| {
             r.runtimes
                 .iter()
@@ -220,7 +220,7 @@ async fn generate(ctx: &ToolContext<'_>, a: Value, kind: ManifestKind) -> Result
                 .with_details(json!({"attempts": attempts}))
             })?;
         let text = answer.message.content.unwrap_or_default();
-        let draft = crate::render::fenced_block(&text).to_owned();
+        let draft = aegis_core::render::fenced_block(&text).to_owned();
         let checked = check(ctx, kind, &draft).await?;
         match checked.manifest {
             Ok(parsed) => {

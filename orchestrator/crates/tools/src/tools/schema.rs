@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::definitions::{check, validation_report};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::manifest::{self, ManifestKind};
+use aegis_manifest::{self as manifest, ManifestKind};
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
@@ -15,7 +15,7 @@ pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
 }
 
 /// Looks a schema up by key (`agent/manifest/v1`, `workflow/manifest/v1`).
-pub(crate) fn lookup(key: &str) -> Result<&'static Value, ToolError> {
+pub fn lookup(key: &str) -> Result<&'static Value, ToolError> {
     manifest::schema(key).ok_or_else(|| {
         ToolError::new(
             "not_found",

@@ -15,9 +15,9 @@ use serde_json::{json, Value};
 
 use super::workflows::{check_tenant, load, workflow_error};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
-use crate::builtin::{self, INTENT_PIPELINE};
-use crate::workflow::store::{self, WorkflowExecution};
-use crate::workflow::RunRequest;
+use aegis_engines::builtin::{self, INTENT_PIPELINE};
+use aegis_engines::workflow::store::{self, WorkflowExecution};
+use aegis_engines::workflow::RunRequest;
 
 /// Seconds a program may run when the caller does not say.
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
@@ -74,7 +74,7 @@ const LANGUAGES: &[Language] = &[
 
 /// The image that runs `lang` here: the first registered runtime for it whose image is present.
 async fn runtime_image(ctx: &ToolContext<'_>, lang: &Language) -> Result<String, ToolError> {
-    let registry = crate::runtimes::registry().map_err(ToolError::internal)?;
+    let registry = aegis_core::runtimes::registry().map_err(ToolError::internal)?;
     let candidates: Vec<&str> = lang
         .runtimes
         .iter()
