@@ -14,10 +14,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use aegis_core::settings::{at_least_one, Invalid};
+
 /// The `volumes:` section lives with the volumes it configures.
 pub use aegis_sandboxes::volumes::VolumesConfig;
 /// The database section and the URL redaction live with the pool they configure.
-pub use aegis_store::database::{redact_url, DatabaseConfig};
+pub use aegis_store::database::{check_database_url, redact_url, DatabaseConfig};
 
 /// Prefix of the generic environment overrides.
 pub const ENV_PREFIX: &str = "ORCHESTRATOR__";
@@ -124,6 +126,13 @@ pub struct McpConfig {
     pub public_url: Option<String>,
 }
 
+impl McpConfig {
+    /// The `mcp:` section on its own.
+    pub fn check(&self) -> Result<(), Invalid> {
+        at_least_one(&[("session_idle_secs", self.session_idle_secs)])
+    }
+}
+
 impl Default for McpConfig {
     fn default() -> Self {
         Self {
@@ -159,6 +168,34 @@ pub struct WorkflowsConfig {
     pub system_image: Option<String>,
 }
 
+impl WorkflowsConfig {
+    /// The `workflows:` section on its own: workers, intervals and leases within bounds, known
+    /// network modes.
+    pub fn check(&self) -> Result<(), Invalid> {
+        if self.workers == 0
+            || self.lease_ttl_secs < 2
+            || self.poll_interval_ms == 0
+            || self.max_execution_secs == 0
+        {
+            return Err(Invalid::new(
+                "",
+                "workers, poll_interval_ms and max_execution_secs must be at least 1, lease_ttl_secs at least 2",
+            ));
+        }
+        if let Some(mode) = self
+            .allow_network_modes
+            .iter()
+            .find(|m| !matches!(m.as_str(), "none" | "bridge"))
+        {
+            return Err(Invalid::new(
+                "allow_network_modes",
+                format!("unknown network mode `{mode}`; expected none or bridge"),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for WorkflowsConfig {
     fn default() -> Self {
         Self {
@@ -179,6 +216,19 @@ pub struct AuditConfig {
     /// Seconds between the `audit chain head` log lines (count and head hash per tenant), which
     /// anchor the chain outside the database.
     pub anchor_log_interval_secs: u64,
+}
+
+impl AuditConfig {
+    /// The `audit:` section on its own.
+    pub fn check(&self) -> Result<(), Invalid> {
+        if self.anchor_log_interval_secs == 0 {
+            return Err(Invalid::new(
+                "anchor_log_interval_secs",
+                "expected a whole number of seconds, at least 1",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for AuditConfig {
@@ -212,6 +262,26 @@ pub struct ExecutionsConfig {
     /// `skip_judge`): an operator's choice, for calls cheap and harmless enough not to cost a
     /// judge each; a manifest cannot set it.
     pub skip_judge_tools: Vec<String>,
+}
+
+impl ExecutionsConfig {
+    /// The `executions:` section on its own: bounds of at least 1. (`skip_judge_tools` is
+    /// checked against the tool catalog, across sections.)
+    pub fn check(&self) -> Result<(), Invalid> {
+        if self.max_tool_rounds == 0 || self.max_iterations == 0 || self.max_execution_secs == 0 {
+            return Err(Invalid::new(
+                "",
+                "max_tool_rounds, max_iterations and max_execution_secs must be at least 1",
+            ));
+        }
+        at_least_one(&[
+            (
+                "max_concurrent_per_caller",
+                u64::from(self.max_concurrent_per_caller),
+            ),
+            ("max_concurrent", u64::from(self.max_concurrent)),
+        ])
+    }
 }
 
 impl Default for ExecutionsConfig {
@@ -248,6 +318,45 @@ pub struct SealConfig {
     pub approval_timeout_secs: u64,
     /// Security contexts loaded at start (same shape as `POST /v1/security-contexts`).
     pub security_contexts: Vec<serde_json::Value>,
+}
+
+impl SealConfig {
+    /// The `seal:` section on its own: rate limits of at least 1, token, approval and freshness
+    /// windows within their bounds, security contexts that parse.
+    pub fn check(&self) -> Result<(), Invalid> {
+        at_least_one(&[
+            ("attest_per_minute", self.attest_per_minute),
+            (
+                "attest_per_minute_per_source",
+                self.attest_per_minute_per_source,
+            ),
+            ("attest_per_minute_node", self.attest_per_minute_node),
+        ])?;
+        if self.token_ttl_secs == 0 || self.token_ttl_secs > 86_400 {
+            return Err(Invalid::new(
+                "token_ttl_secs",
+                "expected 1 to 86400 seconds (tokens never live longer than 24 h)",
+            ));
+        }
+        if self.approval_timeout_secs == 0 || self.approval_timeout_secs > 86_400 {
+            return Err(Invalid::new(
+                "approval_timeout_secs",
+                "expected 1 to 86400 seconds",
+            ));
+        }
+        if self.freshness_secs == 0 || self.freshness_secs > 300 {
+            return Err(Invalid::new("freshness_secs", "expected 1 to 300 seconds"));
+        }
+        for (i, context) in self.security_contexts.iter().enumerate() {
+            if let Err(e) = aegis_store::contexts::parse(context) {
+                return Err(Invalid::new(
+                    format!("security_contexts[{i}]"),
+                    e.to_string(),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for SealConfig {
@@ -336,6 +445,46 @@ fn split_runtime(text: &str) -> Option<(&str, &str)> {
         .then_some((language, version))
 }
 
+impl SandboxConfig {
+    /// The `sandbox:` section on its own: limits of at least 1, default allowlists of bare
+    /// programs. (Runtime aliases are checked against the installed runtimes, across sections.)
+    pub fn check(&self) -> Result<(), Invalid> {
+        at_least_one(&[
+            ("max_memory_mb", self.max_memory_mb),
+            ("max_cpu_millis", self.max_cpu_millis),
+            ("max_pids", self.max_pids),
+            ("cmd_timeout_secs", self.cmd_timeout_secs),
+            ("max_output_bytes", self.max_output_bytes),
+            ("max_file_bytes", self.max_file_bytes),
+            ("dead_after_secs", self.dead_after_secs),
+            ("reap_interval_secs", self.reap_interval_secs),
+            ("max_live_sandboxes", self.max_live_sandboxes),
+            ("max_sandboxes_per_context", self.max_sandboxes_per_context),
+            ("max_sandboxes_per_api_key", self.max_sandboxes_per_api_key),
+            ("max_workspace_mb", self.max_workspace_mb),
+        ])?;
+        for (language, allowlist) in &self.default_command_allowlists {
+            let key = format!("default_command_allowlists.{language}");
+            if allowlist.is_empty() {
+                return Err(Invalid::new(
+                    key,
+                    "expected at least one command (leave the language out to give it no default)",
+                ));
+            }
+            if let Some(bad) = allowlist.iter().find(|e| !allowlist_entry_ok(e)) {
+                return Err(Invalid::new(
+                    key,
+                    format!(
+                        "`{bad}` is not a bare program name optionally followed by subcommand \
+                         words (no paths, no shell metacharacters), as in `python` or `git status`"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for SandboxConfig {
     fn default() -> Self {
         Self {
@@ -385,6 +534,19 @@ pub struct ServerConfig {
     pub shutdown_grace_secs: u64,
 }
 
+impl ServerConfig {
+    /// The `server:` section on its own: two listeners on two addresses.
+    pub fn check(&self) -> Result<(), Invalid> {
+        if self.http.port() != 0 && self.http == self.grpc {
+            return Err(Invalid::new(
+                "grpc",
+                format!("must differ from server.http ({})", self.http),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -411,6 +573,19 @@ pub struct LogConfig {
     pub level: String,
     /// `text` for people, `json` for log shippers.
     pub format: LogFormat,
+}
+
+impl LogConfig {
+    /// The `log:` section on its own: a level the subscriber accepts.
+    pub fn check(&self) -> Result<(), Invalid> {
+        tracing_subscriber::EnvFilter::try_new(&self.level).map_err(|e| {
+            Invalid::new(
+                "level",
+                format!("expected a tracing filter such as `info` or `orchestrator=debug`: {e}"),
+            )
+        })?;
+        Ok(())
+    }
 }
 
 impl Default for LogConfig {
@@ -771,95 +946,87 @@ fn allowlist_entry_ok(entry: &str) -> bool {
 }
 
 /// Value checks that types alone cannot express.
+/// Every check of a loaded configuration, in two steps: each section on its own, with the
+/// check that lives beside its type (in this crate or the crate that owns the section), then the
+/// checks that need two sections or something outside the file. The first problem is the error,
+/// named by its full key and where it came from (file line or environment variable).
 fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     let c = &loaded.config;
-    let invalid = |key: &str, message: String| ConfigError::Invalid {
-        key: key.to_owned(),
-        origin: loaded.origin_of(key),
-        message,
+    let section = |name: &str, result: Result<(), Invalid>| {
+        result.map_err(|e| {
+            let key = match (name, e.key.as_str()) {
+                (name, "") => name.to_owned(),
+                ("", key) => key.to_owned(),
+                (name, key) => format!("{name}.{key}"),
+            };
+            ConfigError::Invalid {
+                origin: loaded.origin_of(&key),
+                key,
+                message: e.message,
+            }
+        })
     };
-    check_database_url(&c.database.url).map_err(|m| invalid("database.url", m))?;
-    if c.database.max_connections == 0 {
-        return Err(invalid(
-            "database.max_connections",
-            "expected a whole number of at least 1".into(),
-        ));
+    section("database", c.database.check())?;
+    section("server", c.server.check())?;
+    section("sandbox", c.sandbox.check())?;
+    section("seal", c.seal.check())?;
+    section("mcp", c.mcp.check())?;
+    section("llm", c.llm.validate().map_err(|m| Invalid::new("", m)))?;
+    section("executions", c.executions.check())?;
+    section("workflows", c.workflows.check())?;
+    section("volumes", c.volumes.check())?;
+    section("memory", c.memory.check())?;
+    section("delivery", c.delivery.check())?;
+    section("audit", c.audit.check())?;
+    section("log", c.log.check())?;
+    let egress = match aegis_egress::Egress::from_config(&c.egress) {
+        Ok(egress) => egress,
+        Err(e) => return section("egress", Err(Invalid::new(e.key, e.message))),
+    };
+
+    // Across sections (their keys are whole).
+    section("", mcp_servers_under_egress(&c.mcp_servers, &egress))?;
+    section("", skip_judge_tools_exist(&c.executions))?;
+    runtime_aliases_installed(loaded)
+}
+
+/// The external MCP servers are reached under the egress rules: a server whose address the
+/// rules block is refused here rather than on its first call.
+fn mcp_servers_under_egress(
+    servers: &[aegis_egress::mcp_servers::McpServerConfig],
+    egress: &aegis_egress::Egress,
+) -> Result<(), Invalid> {
+    let address_allowed = |ip: std::net::IpAddr| {
+        egress.resolver.policy().check(ip).map_err(|blocked| {
+            format!(
+                "{blocked}; MCP servers are reached under the egress rules (open an internal \
+                 range with egress.allow_cidrs; cloud-metadata addresses stay refused)"
+            )
+        })
+    };
+    aegis_egress::mcp_servers::config::validate(servers, &address_allowed)
+        .map_err(|e| Invalid::new(e.key, e.message))
+}
+
+/// `executions.skip_judge_tools` names tools of this node's catalog.
+fn skip_judge_tools_exist(executions: &ExecutionsConfig) -> Result<(), Invalid> {
+    match executions
+        .skip_judge_tools
+        .iter()
+        .find(|t| !aegis_core::catalog::catalog().is_ok_and(|cat| cat.contains(t)))
+    {
+        Some(unknown) => Err(Invalid::new(
+            "executions.skip_judge_tools",
+            format!("unknown tool `{unknown}`; see aegis.tools.list for the tools of this node"),
+        )),
+        None => Ok(()),
     }
-    if c.server.http.port() != 0 && c.server.http == c.server.grpc {
-        return Err(invalid(
-            "server.grpc",
-            format!("must differ from server.http ({})", c.server.http),
-        ));
-    }
-    for (key, v) in [
-        ("sandbox.max_memory_mb", c.sandbox.max_memory_mb),
-        ("sandbox.max_cpu_millis", c.sandbox.max_cpu_millis),
-        ("sandbox.max_pids", c.sandbox.max_pids),
-        ("sandbox.cmd_timeout_secs", c.sandbox.cmd_timeout_secs),
-        ("sandbox.max_output_bytes", c.sandbox.max_output_bytes),
-        ("sandbox.max_file_bytes", c.sandbox.max_file_bytes),
-        ("sandbox.dead_after_secs", c.sandbox.dead_after_secs),
-        ("sandbox.reap_interval_secs", c.sandbox.reap_interval_secs),
-        ("sandbox.max_live_sandboxes", c.sandbox.max_live_sandboxes),
-        (
-            "sandbox.max_sandboxes_per_context",
-            c.sandbox.max_sandboxes_per_context,
-        ),
-        (
-            "sandbox.max_sandboxes_per_api_key",
-            c.sandbox.max_sandboxes_per_api_key,
-        ),
-        ("seal.attest_per_minute", c.seal.attest_per_minute),
-        (
-            "seal.attest_per_minute_per_source",
-            c.seal.attest_per_minute_per_source,
-        ),
-        ("seal.attest_per_minute_node", c.seal.attest_per_minute_node),
-        ("sandbox.max_workspace_mb", c.sandbox.max_workspace_mb),
-        ("mcp.session_idle_secs", c.mcp.session_idle_secs),
-    ] {
-        if v == 0 {
-            return Err(invalid(key, "expected a whole number of at least 1".into()));
-        }
-    }
-    if c.seal.token_ttl_secs == 0 || c.seal.token_ttl_secs > 86_400 {
-        return Err(invalid(
-            "seal.token_ttl_secs",
-            "expected 1 to 86400 seconds (tokens never live longer than 24 h)".into(),
-        ));
-    }
-    if c.seal.approval_timeout_secs == 0 || c.seal.approval_timeout_secs > 86_400 {
-        return Err(invalid(
-            "seal.approval_timeout_secs",
-            "expected 1 to 86400 seconds".into(),
-        ));
-    }
-    if c.seal.freshness_secs == 0 || c.seal.freshness_secs > 300 {
-        return Err(invalid(
-            "seal.freshness_secs",
-            "expected 1 to 300 seconds".into(),
-        ));
-    }
-    for (language, allowlist) in &c.sandbox.default_command_allowlists {
-        let key = format!("sandbox.default_command_allowlists.{language}");
-        if allowlist.is_empty() {
-            return Err(invalid(
-                &key,
-                "expected at least one command (leave the language out to give it no default)"
-                    .into(),
-            ));
-        }
-        if let Some(bad) = allowlist.iter().find(|e| !allowlist_entry_ok(e)) {
-            return Err(invalid(
-                &key,
-                format!(
-                    "`{bad}` is not a bare program name optionally followed by subcommand words \
-                     (no paths, no shell metacharacters), as in `python` or `git status`"
-                ),
-            ));
-        }
-    }
-    for (from, to) in &c.sandbox.runtime_aliases {
+}
+
+/// `sandbox.runtime_aliases` maps runtimes this node lacks to installed ones (the runtime
+/// registry), never an installed runtime to another.
+fn runtime_aliases_installed(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+    for (from, to) in &loaded.config.sandbox.runtime_aliases {
         let key = format!("sandbox.runtime_aliases.\"{from}\"");
         let invalid = |message: String| ConfigError::Invalid {
             key: key.clone(),
@@ -893,162 +1060,6 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
                 known.join(", ")
             )));
         }
-    }
-    let egress = aegis_egress::Egress::from_config(&c.egress)
-        .map_err(|e| invalid(&format!("egress.{}", e.key), e.message))?;
-    let address_allowed = |ip: std::net::IpAddr| {
-        egress.resolver.policy().check(ip).map_err(|blocked| {
-            format!(
-                "{blocked}; MCP servers are reached under the egress rules (open an internal \
-                 range with egress.allow_cidrs; cloud-metadata addresses stay refused)"
-            )
-        })
-    };
-    if let Err(e) = aegis_egress::mcp_servers::config::validate(&c.mcp_servers, &address_allowed) {
-        return Err(invalid(&e.key, e.message));
-    }
-    for (i, ctx) in c.seal.security_contexts.iter().enumerate() {
-        if let Err(e) = aegis_store::contexts::parse(ctx) {
-            return Err(invalid(
-                &format!("seal.security_contexts[{i}]"),
-                e.to_string(),
-            ));
-        }
-    }
-    if let Err(e) = c.llm.validate() {
-        return Err(ConfigError::Invalid {
-            key: "llm".into(),
-            origin: loaded.origin_of("llm"),
-            message: e,
-        });
-    }
-    if c.executions.max_tool_rounds == 0
-        || c.executions.max_iterations == 0
-        || c.executions.max_execution_secs == 0
-    {
-        return Err(invalid(
-            "executions",
-            "max_tool_rounds, max_iterations and max_execution_secs must be at least 1".into(),
-        ));
-    }
-    if c.workflows.workers == 0
-        || c.workflows.lease_ttl_secs < 2
-        || c.workflows.poll_interval_ms == 0
-        || c.workflows.max_execution_secs == 0
-    {
-        return Err(invalid(
-            "workflows",
-            "workers, poll_interval_ms and max_execution_secs must be at least 1, lease_ttl_secs at least 2".into(),
-        ));
-    }
-    if let Some(mode) = c
-        .workflows
-        .allow_network_modes
-        .iter()
-        .find(|m| !matches!(m.as_str(), "none" | "bridge"))
-    {
-        return Err(invalid(
-            "workflows.allow_network_modes",
-            format!("unknown network mode `{mode}`; expected none or bridge"),
-        ));
-    }
-    for (key, v) in [
-        (
-            "executions.max_concurrent_per_caller",
-            c.executions.max_concurrent_per_caller,
-        ),
-        ("executions.max_concurrent", c.executions.max_concurrent),
-    ] {
-        if v == 0 {
-            return Err(invalid(key, "expected a whole number of at least 1".into()));
-        }
-    }
-    if let Some(unknown) = c
-        .executions
-        .skip_judge_tools
-        .iter()
-        .find(|t| !aegis_core::catalog::catalog().is_ok_and(|cat| cat.contains(t)))
-    {
-        return Err(invalid(
-            "executions.skip_judge_tools",
-            format!("unknown tool `{unknown}`; see aegis.tools.list for the tools of this node"),
-        ));
-    }
-    for (key, v) in [
-        ("volumes.max_size_mb", c.volumes.max_size_mb),
-        ("volumes.default_ttl_hours", c.volumes.default_ttl_hours),
-        ("volumes.sweep_interval_secs", c.volumes.sweep_interval_secs),
-        ("memory.max_note_bytes", c.memory.max_note_bytes),
-        ("memory.max_notes_per_scope", c.memory.max_notes_per_scope),
-        ("delivery.max_attempts", u64::from(c.delivery.max_attempts)),
-        ("delivery.backoff_max_secs", c.delivery.backoff_max_secs),
-        ("delivery.poll_interval_ms", c.delivery.poll_interval_ms),
-        ("delivery.timeout_secs", c.delivery.timeout_secs),
-    ] {
-        if v == 0 {
-            return Err(invalid(key, "expected a whole number of at least 1".into()));
-        }
-    }
-    if c.memory.max_note_bytes > aegis_store::memory::MemoryConfig::NOTE_BYTES_CEILING {
-        return Err(invalid(
-            "memory.max_note_bytes",
-            format!(
-                "expected at most {} bytes (a note is text put into prompts)",
-                aegis_store::memory::MemoryConfig::NOTE_BYTES_CEILING
-            ),
-        ));
-    }
-    if c.audit.anchor_log_interval_secs == 0 {
-        return Err(invalid(
-            "audit.anchor_log_interval_secs",
-            "expected a whole number of seconds, at least 1".into(),
-        ));
-    }
-    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&c.log.level) {
-        return Err(invalid(
-            "log.level",
-            format!("expected a tracing filter such as `info` or `orchestrator=debug`: {e}"),
-        ));
-    }
-    Ok(())
-}
-
-/// Explains precisely which part of a PostgreSQL URL is wrong. Never echoes the password.
-pub fn check_database_url(raw: &str) -> Result<(), String> {
-    let url = url::Url::parse(raw).map_err(|e| match e {
-        url::ParseError::RelativeUrlWithoutBase => {
-            "expected a URL such as postgres://user:password@host:5432/database (no scheme found)"
-                .to_owned()
-        }
-        url::ParseError::InvalidPort => "the port is not a number between 1 and 65535".to_owned(),
-        url::ParseError::EmptyHost => "the host is empty".to_owned(),
-        url::ParseError::InvalidIpv4Address | url::ParseError::InvalidIpv6Address => {
-            "the host is not a valid IP address".to_owned()
-        }
-        other => format!("not a valid URL: {other}"),
-    })?;
-    if !matches!(url.scheme(), "postgres" | "postgresql") {
-        return Err(format!(
-            "the scheme is `{}`; expected `postgres://` or `postgresql://`",
-            url.scheme()
-        ));
-    }
-    let has_host = url.host_str().is_some_and(|h| !h.is_empty());
-    let has_socket_dir = url.query_pairs().any(|(k, _)| k == "host");
-    if !has_host && !has_socket_dir {
-        return Err("the host is missing (postgres://user@HOST:5432/database)".to_owned());
-    }
-    if url.port() == Some(0) {
-        return Err("the port is 0; expected a number between 1 and 65535".to_owned());
-    }
-    let db = url.path().trim_start_matches('/');
-    if db.is_empty() {
-        return Err("the database name is missing (postgres://user@host:5432/DATABASE)".to_owned());
-    }
-    if db.contains('/') {
-        return Err(format!(
-            "the database name `{db}` contains `/`; expected a single path segment"
-        ));
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ pub mod caller;
 pub mod catalog;
 pub mod render;
 pub mod runtimes;
+pub mod settings;
 
 /// The only tenant until multi-tenancy arrives; every tenant-scoped row carries it.
 pub const DEFAULT_TENANT: &str = "default";

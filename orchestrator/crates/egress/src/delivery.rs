@@ -70,6 +70,16 @@ impl Default for DeliveryConfig {
 }
 
 impl DeliveryConfig {
+    /// The `delivery:` section on its own: attempts, waits and intervals of at least 1.
+    pub fn check(&self) -> Result<(), aegis_core::settings::Invalid> {
+        aegis_core::settings::at_least_one(&[
+            ("max_attempts", u64::from(self.max_attempts)),
+            ("backoff_max_secs", self.backoff_max_secs),
+            ("poll_interval_ms", self.poll_interval_ms),
+            ("timeout_secs", self.timeout_secs),
+        ])
+    }
+
     /// The value of the secret `name`, if the node defines it and its variable is set.
     fn secret(&self, name: &str) -> Option<String> {
         let var = self.secrets.get(name)?;

@@ -170,6 +170,17 @@ pub struct VolumesConfig {
     pub sweep_interval_secs: u64,
 }
 
+impl VolumesConfig {
+    /// The `volumes:` section on its own: sizes and intervals of at least 1.
+    pub fn check(&self) -> Result<(), aegis_core::settings::Invalid> {
+        aegis_core::settings::at_least_one(&[
+            ("max_size_mb", self.max_size_mb),
+            ("default_ttl_hours", self.default_ttl_hours),
+            ("sweep_interval_secs", self.sweep_interval_secs),
+        ])
+    }
+}
+
 impl Default for VolumesConfig {
     fn default() -> Self {
         Self {

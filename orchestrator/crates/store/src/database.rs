@@ -133,6 +133,14 @@ pub struct DatabaseConfig {
     pub connect_timeout_secs: u64,
 }
 
+impl DatabaseConfig {
+    /// The `database:` section on its own: a usable URL, at least one connection.
+    pub fn check(&self) -> Result<(), aegis_core::settings::Invalid> {
+        check_database_url(&self.url).map_err(|m| aegis_core::settings::Invalid::new("url", m))?;
+        aegis_core::settings::at_least_one(&[("max_connections", u64::from(self.max_connections))])
+    }
+}
+
 impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
@@ -153,4 +161,44 @@ pub fn redact_url(raw: &str) -> String {
         Ok(url) => url.to_string(),
         Err(_) => "<unparseable url>".to_owned(),
     }
+}
+
+/// Explains precisely which part of a PostgreSQL URL is wrong. Never echoes the password.
+pub fn check_database_url(raw: &str) -> Result<(), String> {
+    let url = url::Url::parse(raw).map_err(|e| match e {
+        url::ParseError::RelativeUrlWithoutBase => {
+            "expected a URL such as postgres://user:password@host:5432/database (no scheme found)"
+                .to_owned()
+        }
+        url::ParseError::InvalidPort => "the port is not a number between 1 and 65535".to_owned(),
+        url::ParseError::EmptyHost => "the host is empty".to_owned(),
+        url::ParseError::InvalidIpv4Address | url::ParseError::InvalidIpv6Address => {
+            "the host is not a valid IP address".to_owned()
+        }
+        other => format!("not a valid URL: {other}"),
+    })?;
+    if !matches!(url.scheme(), "postgres" | "postgresql") {
+        return Err(format!(
+            "the scheme is `{}`; expected `postgres://` or `postgresql://`",
+            url.scheme()
+        ));
+    }
+    let has_host = url.host_str().is_some_and(|h| !h.is_empty());
+    let has_socket_dir = url.query_pairs().any(|(k, _)| k == "host");
+    if !has_host && !has_socket_dir {
+        return Err("the host is missing (postgres://user@HOST:5432/database)".to_owned());
+    }
+    if url.port() == Some(0) {
+        return Err("the port is 0; expected a number between 1 and 65535".to_owned());
+    }
+    let db = url.path().trim_start_matches('/');
+    if db.is_empty() {
+        return Err("the database name is missing (postgres://user@host:5432/DATABASE)".to_owned());
+    }
+    if db.contains('/') {
+        return Err(format!(
+            "the database name `{db}` contains `/`; expected a single path segment"
+        ));
+    }
+    Ok(())
 }

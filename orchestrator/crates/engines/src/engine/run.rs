@@ -532,6 +532,10 @@ impl Job {
         Ok(caller)
     }
 
+    /// The agent loop, in its steps: what the model is offered ([`Job::offer`]), the sandbox
+    /// with its volumes ([`Job::prepare_sandbox`]), the first prompt ([`Job::prompt`]), then up
+    /// to `max_iterations` attempts ([`Job::attempt`]), each judged by the validators
+    /// ([`Job::judge_answer`]); what failed is fed back into the next attempt.
     async fn iterations(&self, sandbox: &Arc<Mutex<Option<SandboxId>>>) -> Outcome {
         let llm = match &self.llm {
             Ok(c) => c.clone(),
@@ -540,18 +544,101 @@ impl Job {
             }
         };
         let view = AgentView(&self.def.manifest);
-        let limits = view.execution();
         let caller = match self.caller().await {
             Ok(c) => c,
             Err(e) => return Outcome::Failed(e),
         };
-        // Tools offered: spec.tools AND the catalog AND what this caller may call.
-        let catalog = match aegis_core::catalog::catalog() {
-            Ok(c) => c,
-            Err(e) => return Outcome::Failed(e.to_string()),
+        let offer = match self.offer(&view, &caller).await {
+            Ok(offer) => offer,
+            Err(reason) => return Outcome::Failed(reason),
         };
-        // `mcp:<server>` and `mcp:<server>/<tool>` entries offer what the server lists now; a
-        // server that cannot be listed offers nothing this time (said in an event).
+        let sandbox_id = match self.prepare_sandbox(&offer, sandbox).await {
+            Ok(id) => id,
+            Err(reason) => return Outcome::Failed(reason),
+        };
+        let prompt = match self.prompt(&view, &offer).await {
+            Ok(p) => p,
+            Err(reason) => return Outcome::Failed(reason),
+        };
+        let limits = view.execution();
+        let model = self.model.as_deref().unwrap_or(view.model());
+        let alias = llm.aliases().iter().any(|a| a == model).then_some(model);
+        let validators = self
+            .def
+            .manifest
+            .pointer("/spec/execution/validation")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let max_iterations = limits.max_iterations.min(self.config.max_iterations).max(1);
+        // spec.execution.tool_validation: judges asked before each tool call runs.
+        let tool_validators = view.tool_validation();
+        let instruction = view.instruction();
+        let gate = |iteration: u32| {
+            (!tool_validators.is_empty()).then(|| ToolGate {
+                job: self,
+                validators: &tool_validators,
+                caller: &caller,
+                task: instruction,
+                tools: &offer.tool_names,
+                iteration,
+            })
+        };
+
+        let mut feedback: Vec<String> = Vec::new();
+        for iteration in 1..=max_iterations {
+            let _ = store::progress(
+                &self.services.pool,
+                self.id,
+                iteration as i32,
+                sandbox_id.map(|s| s.0),
+            )
+            .await;
+            self.event("iteration_started", json!({"iteration": iteration}))
+                .await;
+            let step = Step {
+                llm: &llm,
+                alias,
+                offer: &offer,
+                caller: &caller,
+                sandbox: sandbox_id,
+                limits: &limits,
+            };
+            let result = match self
+                .attempt(
+                    iteration,
+                    &step,
+                    &prompt,
+                    &feedback,
+                    gate(iteration).as_ref().map(|g| g as &dyn CallGate),
+                )
+                .await
+            {
+                Attempt::Answered(result) => result,
+                Attempt::Retry(reason) => {
+                    feedback.push(reason);
+                    continue;
+                }
+                Attempt::Fatal(reason) => return Outcome::Failed(reason),
+            };
+            match self
+                .judge_answer(iteration, &validators, &result, instruction, &caller)
+                .await
+            {
+                Ok(()) => return Outcome::Completed(result.answer),
+                Err(reason) => feedback.push(reason),
+            }
+        }
+        Outcome::Failed(format!(
+            "maximum iterations ({max_iterations}) reached without passing validation"
+        ))
+    }
+
+    /// The tools offered to the model: `spec.tools` (with memory on, also the memory tools)
+    /// found in the catalog or listed now by an external MCP server, and visible to `caller`.
+    /// A server that cannot be listed offers nothing this time (said in an event).
+    async fn offer(&self, view: &AgentView<'_>, caller: &Caller) -> Result<Offer, String> {
+        let catalog = aegis_core::catalog::catalog().map_err(|e| e.to_string())?;
         let mut external = Vec::new();
         for entry in view
             .tools()
@@ -569,7 +656,6 @@ impl Job {
                 }
             }
         }
-        // An agent with memory on is offered its memory tools without listing them.
         let mut wanted = view.tools();
         if view.memory().is_some() {
             for tool in aegis_store::memory::MEMORY_TOOLS {
@@ -582,48 +668,60 @@ impl Job {
             .iter()
             .filter_map(|name| catalog.get(name))
             .chain(external.iter())
-            .filter(|t| aegis_policy::may_see(&caller, t))
+            .filter(|t| aegis_policy::may_see(caller, t))
             .collect();
-        let names: HashMap<String, String> = offered
-            .iter()
-            .map(|t| (function_name(&t.name), t.name.clone()))
-            .collect();
-        let specs: Vec<ToolSpec> = offered
-            .iter()
-            .map(|t| ToolSpec {
-                name: function_name(&t.name),
-                description: t.description.clone(),
-                parameters: t.input_schema.clone(),
-            })
-            .collect();
+        Ok(Offer {
+            functions: offered
+                .iter()
+                .map(|t| (function_name(&t.name), t.name.clone()))
+                .collect(),
+            specs: offered
+                .iter()
+                .map(|t| ToolSpec {
+                    name: function_name(&t.name),
+                    description: t.description.clone(),
+                    parameters: t.input_schema.clone(),
+                })
+                .collect(),
+            tool_names: offered.iter().map(|t| t.name.clone()).collect(),
+            memory_on: view.memory().is_some()
+                && offered
+                    .iter()
+                    .any(|t| aegis_store::memory::MEMORY_TOOLS.contains(&t.name.as_str())),
+        })
+    }
 
-        if offered.iter().any(|t| aegis_policy::needs_sandbox(&t.name)) {
+    /// The execution's sandbox, made when an offered tool runs in one (`cmd.run`, `fs.*`),
+    /// with the agent's volumes and the workflow's volumes copied in; recorded in `sandbox` at
+    /// once, so that it is destroyed whatever happens next.
+    async fn prepare_sandbox(
+        &self,
+        offer: &Offer,
+        sandbox: &Arc<Mutex<Option<SandboxId>>>,
+    ) -> Result<Option<SandboxId>, String> {
+        if offer
+            .tool_names
+            .iter()
+            .any(|t| aegis_policy::needs_sandbox(t))
+        {
             let owner = Owner::new(OwnerKind::Execution, self.id.to_string());
-            match self
+            let (id, _) = self
                 .services
                 .sandboxes
                 .create_for_definition(&self.services.pool, &self.def, owner)
                 .await
-            {
-                Ok((id, _)) => {
-                    if let Ok(mut s) = sandbox.lock() {
-                        *s = Some(id);
-                    }
-                    let _ = store::progress(&self.services.pool, self.id, 0, Some(id.0)).await;
-                    self.event("sandbox_created", json!({"sandbox_id": id.0}))
-                        .await;
-                }
-                Err(e) => return Outcome::Failed(format!("could not create the sandbox: {e}")),
+                .map_err(|e| format!("could not create the sandbox: {e}"))?;
+            if let Ok(mut s) = sandbox.lock() {
+                *s = Some(id);
             }
+            let _ = store::progress(&self.services.pool, self.id, 0, Some(id.0)).await;
+            self.event("sandbox_created", json!({"sandbox_id": id.0}))
+                .await;
         }
         let sandbox_id = sandbox.lock().ok().and_then(|s| *s);
         if let Some(id) = sandbox_id {
-            if let Err(reason) = self.restore_volumes(id).await {
-                return Outcome::Failed(reason);
-            }
-            if let Err(reason) = self.restore_workspace(id).await {
-                return Outcome::Failed(reason);
-            }
+            self.restore_volumes(id).await?;
+            self.restore_workspace(id).await?;
         } else if let Some(ws) = &self.workspace {
             // Nothing to mount them in; the agent could not touch files anyway.
             let names: Vec<&str> = ws.mounts.iter().map(|m| m.name.as_str()).collect();
@@ -633,167 +731,134 @@ impl Job {
             )
             .await;
         }
+        Ok(sandbox_id)
+    }
 
-        let instruction = view.instruction();
+    /// The task as the model first reads it: the prompt template rendered, then what the agent
+    /// remembers of earlier executions that matches it, read only when it may read its memory
+    /// itself (a security context may withhold the tools).
+    async fn prompt(&self, view: &AgentView<'_>, offer: &Offer) -> Result<String, String> {
         let template = view
             .prompt_template()
             .unwrap_or("{{instruction}}\n\nInput:\n{{input}}");
-        let mut prompt = match render(template, instruction, self.intent.as_deref(), &self.input) {
-            Ok(p) => p,
-            Err(e) => return Outcome::Failed(format!("spec.task.prompt_template: {e}")),
-        };
-        // What the agent remembers of earlier executions that matches this task: read only
-        // when it may read its memory itself (a security context may withhold the tools).
-        let memory_on = view.memory().is_some()
-            && offered
-                .iter()
-                .any(|t| aegis_store::memory::MEMORY_TOOLS.contains(&t.name.as_str()));
-        let may_recall = offered.iter().any(|t| t.name == "aegis.memory.recall");
-        if may_recall {
+        let mut prompt = render(
+            template,
+            view.instruction(),
+            self.intent.as_deref(),
+            &self.input,
+        )
+        .map_err(|e| format!("spec.task.prompt_template: {e}"))?;
+        if offer.tool_names.iter().any(|t| t == "aegis.memory.recall") {
             if let Some(section) = self.recall_memory(&prompt).await {
                 prompt.push_str("\n\n");
                 prompt.push_str(&section);
             }
         }
-        let model = self.model.as_deref().unwrap_or(view.model());
-        let alias = if llm.aliases().iter().any(|a| a == model) {
-            Some(model)
-        } else {
-            None
-        };
-        let validators = self
-            .def
-            .manifest
-            .pointer("/spec/execution/validation")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let max_iterations = limits.max_iterations.min(self.config.max_iterations).max(1);
-        let mut feedback: Vec<String> = Vec::new();
-        // spec.execution.tool_validation: judges asked before each tool call runs.
-        let tool_validators = view.tool_validation();
-        let offered_names: Vec<String> = offered.iter().map(|t| t.name.clone()).collect();
-        let gate = |iteration: u32| {
-            (!tool_validators.is_empty()).then(|| ToolGate {
-                job: self,
-                validators: &tool_validators,
-                caller: &caller,
-                task: instruction,
-                tools: &offered_names,
-                iteration,
-            })
-        };
+        Ok(prompt)
+    }
 
-        for iteration in 1..=max_iterations {
-            let _ = store::progress(
-                &self.services.pool,
-                self.id,
-                iteration as i32,
-                sandbox_id.map(|s| s.0),
-            )
-            .await;
-            self.event("iteration_started", json!({"iteration": iteration}))
-                .await;
-            let mut user = prompt.clone();
-            if !feedback.is_empty() {
-                user.push_str("\n\n# Previous attempts\n");
-                for (i, f) in feedback.iter().enumerate() {
-                    user.push_str(&format!("- attempt {}: {f}\n", i + 1));
-                }
-            }
-            let mut system = format!(
-                "You are the agent `{}`. Use the tools offered to complete the task. Tool results come back as \
-                 messages; a refused call will not succeed if retried unchanged. When done, answer with the result only.",
-                self.def.name
-            );
-            if memory_on {
-                system.push_str(
-                    " You have a memory across executions: save what is worth knowing next time \
-                     with aegis__memory__write (one fact per note) and search it with \
-                     aegis__memory__recall.",
-                );
-            }
-            let step = tokio::time::timeout(
-                limits.iteration_timeout,
-                self.iteration(
-                    &llm,
-                    alias,
-                    system,
-                    user,
-                    &specs,
-                    &names,
-                    &caller,
-                    sandbox_id,
-                    limits.llm_timeout,
-                    gate(iteration).as_ref().map(|g| g as &dyn CallGate),
-                ),
-            )
-            .await;
-            let result = match step {
-                Err(_) => {
-                    let reason = format!(
-                        "iteration {iteration} timed out after {} s",
-                        limits.iteration_timeout.as_secs()
-                    );
-                    self.event(
-                        "iteration_failed",
-                        json!({"iteration": iteration, "reason": reason}),
-                    )
-                    .await;
-                    feedback.push(reason);
-                    continue;
-                }
-                Ok(Err(IterationError::Fatal(reason))) => return Outcome::Failed(reason),
-                Ok(Err(IterationError::Retry(reason))) => {
-                    self.event(
-                        "iteration_failed",
-                        json!({"iteration": iteration, "reason": reason}),
-                    )
-                    .await;
-                    feedback.push(reason);
-                    continue;
-                }
-                Ok(Ok(r)) => r,
-            };
-            let verdicts = self
-                .validate(&validators, &result, instruction, &caller)
-                .await;
-            if !validators.is_empty() {
-                self.event(
-                    "validation",
-                    json!({"iteration": iteration, "results": validate::to_json(&verdicts)}),
-                )
-                .await;
-            }
-            match verdicts.iter().find(|v| !v.passed) {
-                None => {
-                    self.event(
-                        "iteration_completed",
-                        json!({"iteration": iteration, "output": result.answer}),
-                    )
-                    .await;
-                    return Outcome::Completed(result.answer);
-                }
-                Some(failed) => {
-                    let _ = sqlx::query("UPDATE executions SET last_output = $2 WHERE id = $1")
-                        .bind(self.id)
-                        .bind(&result.answer)
-                        .execute(&self.services.pool)
-                        .await;
-                    self.event(
-                        "iteration_failed",
-                        json!({"iteration": iteration, "reason": failed.feedback}),
-                    )
-                    .await;
-                    feedback.push(format!(
-                        "validation `{}` failed: {}",
-                        failed.kind, failed.feedback
-                    ));
-                }
+    /// One attempt within `iteration_timeout`: the system and user messages (the prompt with
+    /// what failed before), then the model and its tool calls until it answers.
+    async fn attempt(
+        &self,
+        iteration: u32,
+        step: &Step<'_>,
+        prompt: &str,
+        feedback: &[String],
+        gate: Option<&dyn CallGate>,
+    ) -> Attempt {
+        let mut user = prompt.to_owned();
+        if !feedback.is_empty() {
+            user.push_str("\n\n# Previous attempts\n");
+            for (i, f) in feedback.iter().enumerate() {
+                user.push_str(&format!("- attempt {}: {f}\n", i + 1));
             }
         }
-        Outcome::Failed(format!(
-            "maximum iterations ({max_iterations}) reached without passing validation"
+        let mut system = format!(
+            "You are the agent `{}`. Use the tools offered to complete the task. Tool results come back as \
+             messages; a refused call will not succeed if retried unchanged. When done, answer with the result only.",
+            self.def.name
+        );
+        if step.offer.memory_on {
+            system.push_str(
+                " You have a memory across executions: save what is worth knowing next time \
+                 with aegis__memory__write (one fact per note) and search it with \
+                 aegis__memory__recall.",
+            );
+        }
+        let timeout = step.limits.iteration_timeout;
+        let reason = match tokio::time::timeout(
+            timeout,
+            self.iteration(
+                step.llm,
+                step.alias,
+                system,
+                user,
+                &step.offer.specs,
+                &step.offer.functions,
+                step.caller,
+                step.sandbox,
+                step.limits.llm_timeout,
+                gate,
+            ),
+        )
+        .await
+        {
+            Ok(Ok(result)) => return Attempt::Answered(result),
+            Ok(Err(IterationError::Fatal(reason))) => return Attempt::Fatal(reason),
+            Ok(Err(IterationError::Retry(reason))) => reason,
+            Err(_) => format!(
+                "iteration {iteration} timed out after {} s",
+                timeout.as_secs()
+            ),
+        };
+        self.event(
+            "iteration_failed",
+            json!({"iteration": iteration, "reason": reason}),
+        )
+        .await;
+        Attempt::Retry(reason)
+    }
+
+    /// The validators' verdict on an answer: `Ok` ends the execution completed with it; `Err`
+    /// is the feedback for the next attempt (the answer is kept as the last output).
+    async fn judge_answer(
+        &self,
+        iteration: u32,
+        validators: &[Value],
+        result: &IterationResult,
+        instruction: &str,
+        caller: &Caller,
+    ) -> Result<(), String> {
+        let verdicts = self.validate(validators, result, instruction, caller).await;
+        if !validators.is_empty() {
+            self.event(
+                "validation",
+                json!({"iteration": iteration, "results": validate::to_json(&verdicts)}),
+            )
+            .await;
+        }
+        let Some(failed) = verdicts.iter().find(|v| !v.passed) else {
+            self.event(
+                "iteration_completed",
+                json!({"iteration": iteration, "output": result.answer}),
+            )
+            .await;
+            return Ok(());
+        };
+        let _ = sqlx::query("UPDATE executions SET last_output = $2 WHERE id = $1")
+            .bind(self.id)
+            .bind(&result.answer)
+            .execute(&self.services.pool)
+            .await;
+        self.event(
+            "iteration_failed",
+            json!({"iteration": iteration, "reason": failed.feedback}),
+        )
+        .await;
+        Err(format!(
+            "validation `{}` failed: {}",
+            failed.kind, failed.feedback
         ))
     }
 
@@ -1218,6 +1283,39 @@ fn refusal_code(e: &CallError) -> &'static str {
 }
 
 /// An iteration that did not produce an answer.
+/// The tools one execution is offered, in the forms each side needs.
+struct Offer {
+    /// Function name the model sees -> tool name.
+    functions: HashMap<String, String>,
+    /// What the model is told of each tool.
+    specs: Vec<ToolSpec>,
+    /// The tools' own names.
+    tool_names: Vec<String>,
+    /// Memory is on and its tools are offered (the system message says so).
+    memory_on: bool,
+}
+
+/// What every attempt of one execution runs with.
+struct Step<'a> {
+    llm: &'a LlmClient,
+    /// The node's model alias the agent asks for, if it names one.
+    alias: Option<&'a str>,
+    offer: &'a Offer,
+    caller: &'a Caller,
+    sandbox: Option<SandboxId>,
+    limits: &'a aegis_manifest::ExecutionLimits,
+}
+
+/// How one attempt ended.
+enum Attempt {
+    /// The model answered (the validators judge it next).
+    Answered(IterationResult),
+    /// Try again with this as feedback (timed out, or out of tool rounds).
+    Retry(String),
+    /// End the execution (the model provider failed).
+    Fatal(String),
+}
+
 enum IterationError {
     /// Try another iteration (with this as feedback).
     Retry(String),

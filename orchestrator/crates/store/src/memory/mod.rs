@@ -55,6 +55,24 @@ pub struct MemoryConfig {
 }
 
 impl MemoryConfig {
+    /// The `memory:` section on its own: bounds of at least 1, notes no larger than the ceiling.
+    pub fn check(&self) -> Result<(), aegis_core::settings::Invalid> {
+        aegis_core::settings::at_least_one(&[
+            ("max_note_bytes", self.max_note_bytes),
+            ("max_notes_per_scope", self.max_notes_per_scope),
+        ])?;
+        if self.max_note_bytes > Self::NOTE_BYTES_CEILING {
+            return Err(aegis_core::settings::Invalid::new(
+                "max_note_bytes",
+                format!(
+                    "expected at most {} bytes (a note is text put into prompts)",
+                    Self::NOTE_BYTES_CEILING
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Largest `max_note_bytes` the node accepts (the write tool's schema refuses longer notes
     /// before anything runs).
     pub const NOTE_BYTES_CEILING: u64 = 65536;
