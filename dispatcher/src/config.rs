@@ -49,6 +49,16 @@ pub struct DispatcherConfig {
     /// Starts and stops the egress proxy of each sandbox with
     /// [`NetworkMode::Egress`](crate::NetworkMode::Egress); `None` refuses such sandboxes.
     pub egress_host: Option<std::sync::Arc<dyn crate::network::EgressHost>>,
+    /// Live processes (`start_process`) one sandbox runs at once; its executor refuses more
+    /// (default 16, at most 1024).
+    pub max_live_processes: usize,
+    /// Directory watches one sandbox holds at once (default 8, at most 256).
+    pub max_watches: usize,
+    /// Output bytes kept per live process for its slowest reader (default 1 MiB); older output
+    /// is dropped and the reader told how much ([`ProcessEvent::Dropped`](crate::ProcessEvent)).
+    pub live_buffer_bytes: usize,
+    /// Events kept per watch for its reader (default 4096); older ones are dropped and counted.
+    pub watch_buffer_events: usize,
 }
 
 impl DispatcherConfig {
@@ -75,6 +85,10 @@ impl DispatcherConfig {
             adopt_from: Vec::new(),
             require_landlock: true,
             egress_host: None,
+            max_live_processes: 16,
+            max_watches: 8,
+            live_buffer_bytes: 1024 * 1024,
+            watch_buffer_events: 4096,
         }
     }
 }

@@ -581,8 +581,7 @@ impl Inner {
             &self.executor,
             volume,
             container_labels,
-            self.config.max_file_bytes,
-            self.config.require_landlock,
+            &self.config,
         );
         let created = self
             .docker

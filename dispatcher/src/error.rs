@@ -182,6 +182,19 @@ pub enum DispatchError {
         /// What is wrong.
         reason: String,
     },
+    /// The executor refused an operation on a live process or watch (not found, a limit of the
+    /// sandbox, a program or path not allowed); nothing was started or changed.
+    #[error("{op} in sandbox {id} was refused: {kind}: {message}")]
+    Refused {
+        /// The sandbox.
+        id: SandboxId,
+        /// The operation's wire name.
+        op: &'static str,
+        /// The executor's error kind (`limit_reached`, `not_found`, `path_not_allowed`, ...).
+        kind: sandbox_executor::protocol::ErrorKind,
+        /// The executor's explanation.
+        message: String,
+    },
     /// The dispatcher is shutting down and takes no new work.
     #[error("the dispatcher is shutting down")]
     ShuttingDown,

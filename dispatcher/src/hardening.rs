@@ -14,6 +14,7 @@ use bollard::models::{
 };
 use serde::Serialize;
 
+use crate::config::DispatcherConfig;
 use crate::install::{ExecutorVolume, EXECUTOR_DIR};
 use crate::spec::{NetworkMode, SandboxId, SandboxSpec, WORKSPACE};
 
@@ -49,6 +50,8 @@ pub(crate) struct ExecutorConfig<'a> {
     pub workspace: &'a str,
     pub egress: bool,
     pub require_landlock: bool,
+    pub max_live_processes: usize,
+    pub max_watches: usize,
 }
 
 /// Open files per process (the executor's own descriptors included; it keeps a few per command).
@@ -101,8 +104,7 @@ pub(crate) fn sandbox_container(
     executor: &ExecutorVolume,
     workspace_volume: &str,
     labels: HashMap<String, String>,
-    max_file_bytes: u64,
-    require_landlock: bool,
+    config: &DispatcherConfig,
 ) -> ContainerCreateBody {
     let executor_config = ExecutorConfig {
         uid: SANDBOX_UID,
@@ -110,11 +112,13 @@ pub(crate) fn sandbox_container(
         read_roots: &spec.read_roots,
         write_roots: &spec.write_roots,
         follow_symlinks: spec.follow_symlinks,
-        max_file_bytes,
+        max_file_bytes: config.max_file_bytes,
         workspace: WORKSPACE,
         // The executor's Landlock rules refuse TCP connect unless the sandbox has egress.
         egress: spec.network != NetworkMode::None,
-        require_landlock,
+        require_landlock: config.require_landlock,
+        max_live_processes: config.max_live_processes,
+        max_watches: config.max_watches,
     };
     // Serializing plain strings and integers cannot fail; an empty config would still give the
     // executor's safe defaults.

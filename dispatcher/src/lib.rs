@@ -12,7 +12,10 @@
 //! - `spec`, `config`: what a caller may ask for, and the operator's ceilings;
 //! - `install`: the executor binary, delivered through a read-only, content-addressed volume;
 //! - `hardening`: the container settings of a sandbox, each with its reason;
-//! - `stream`: the multiplexed request stream over a container's attached stdin/stdout;
+//! - `stream`: the multiplexed request stream over a container's attached stdin/stdout, and
+//!   the events of live processes and watches;
+//! - `live`: live processes (start, attach by pid or tag, input, signals, terminal size) and
+//!   directory watches, each a bounded feed of events;
 //! - `dispatcher`: the lifecycle (create, call, destroy, adopt) and its ordering guarantees;
 //! - [`network`]: a networked sandbox's internal Docker network, the host firewall that admits
 //!   only its egress proxy, and the [`EgressHost`](network::EgressHost) hook that starts and
@@ -40,6 +43,7 @@ pub mod hardening;
 mod install;
 pub mod kernel;
 pub mod labels;
+mod live;
 pub mod network;
 mod pool;
 mod reaper;
@@ -52,6 +56,7 @@ pub use dispatcher::{AdoptReport, Dispatcher};
 pub use engine::{DockerEngine, EngineError};
 pub use error::{DispatchError, Result};
 pub use install::{EXECUTOR_DIR, EXECUTOR_NAME};
+pub use live::{ProcessEvent, ProcessHandle, ProcessSelector, WatchEvent, WatchHandle};
 pub use pool::{PoolStats, POOL_OWNER_ID};
 pub use reaper::ReapReport;
 pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};

@@ -10,8 +10,15 @@
 //!   waiting caller through a one-shot channel found by id; stderr lines (executor diagnostics)
 //!   go to `tracing`, and the last few KiB are kept to explain a failed start.
 //!
+//! Live processes and directory watches also send **events**, unsolicited lines tagged with the
+//! id of the request that started them (`{"event":7,...}`). Whoever starts one registers a
+//! [`Feed`] under the request's id before the request is written (its first events may come
+//! before its answer); the reader appends each event to its feed, which never blocks the reader
+//! (feeds are bounded rings, `live.rs`), and forgets the feed after its last event.
+//!
 //! When the stream ends (container exited, killed, removed) or breaks, every pending call fails
-//! at once with the reason, later calls fail immediately, and the owner is told once. A tool call
+//! at once with the reason, every feed ends with it, later calls fail immediately, and the owner
+//! is told once. A tool call
 //! therefore costs one line each way on an open connection: no `docker exec`, no container API
 //! request.
 
@@ -26,13 +33,15 @@ use bollard::Docker;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use sandbox_executor::protocol::{
-    CancelParams, Op, Outcome, Ready, Request, Response, PROTOCOL_VERSION, UNATTRIBUTED_ID,
+    CancelParams, Event, Op, Outcome, Ready, Request, Response, EVENT_PREFIX, PROTOCOL_VERSION,
+    UNATTRIBUTED_ID,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::error::{DispatchError, Result};
+use crate::live::{Feed, Item};
 use crate::spec::SandboxId;
 
 /// How much of the executor's stderr is kept for error messages.
@@ -59,6 +68,8 @@ struct State {
     stderr_tail: VecDeque<u8>,
     /// Closed with the stream, so callers queued for a slot fail at once.
     slots: Option<Arc<Semaphore>>,
+    /// Live processes and watches, by the id of the request that started them.
+    feeds: HashMap<u64, Arc<Feed>>,
 }
 
 struct Shared {
@@ -74,7 +85,7 @@ impl Shared {
 
     /// Marks the stream closed and fails everyone waiting. `expected` suppresses `on_break`.
     fn close(&self, reason: String, expected: bool) {
-        let (pending, ready, on_break, tail) = {
+        let (pending, ready, on_break, tail, feeds) = {
             let mut state = self.lock();
             if state.closed.is_some() {
                 return;
@@ -95,8 +106,12 @@ impl Shared {
                 state.ready.take(),
                 on_break,
                 tail,
+                std::mem::take(&mut state.feeds),
             )
         };
+        for feed in feeds.into_values() {
+            feed.end_with(&reason);
+        }
         if !pending.is_empty() {
             tracing::warn!(sandbox = %self.sandbox, pending = pending.len(), %reason, "executor stream closed with calls in flight");
         }
@@ -172,6 +187,7 @@ impl ExecutorStream {
                 on_break: Some(on_break),
                 stderr_tail: VecDeque::with_capacity(STDERR_TAIL_BYTES),
                 slots: None,
+                feeds: HashMap::new(),
             }),
         });
         let (writer_tx, writer_rx) = mpsc::channel(WRITE_QUEUE);
@@ -193,6 +209,78 @@ impl ExecutorStream {
 
     /// Sends one request and waits for its response until `deadline`.
     pub(crate) async fn call(&self, op: Op, deadline: Duration) -> Result<Response> {
+        self.call_feeding(op, deadline, None).await
+    }
+
+    /// [`ExecutorStream::call`] for a request that starts a live process or a watch: `feed`
+    /// receives its events from before the request is written, and is dropped again unless the
+    /// answer is a success.
+    pub(crate) async fn call_feeding(
+        &self,
+        op: Op,
+        deadline: Duration,
+        feed: Option<Arc<Feed>>,
+    ) -> Result<Response> {
+        self.call_feeding_with_id(op, deadline, feed).await.1
+    }
+
+    /// [`ExecutorStream::call_feeding`], also returning the request's id (which its events
+    /// carry).
+    pub(crate) async fn call_feeding_with_id(
+        &self,
+        op: Op,
+        deadline: Duration,
+        feed: Option<Arc<Feed>>,
+    ) -> (u64, Result<Response>) {
+        let fed = feed.is_some();
+        let (id, result) = self.call_inner(op, deadline, feed).await;
+        if fed
+            && !result
+                .as_ref()
+                .is_ok_and(|r| matches!(r.outcome, Outcome::Ok(_)))
+        {
+            self.shared.lock().feeds.remove(&id);
+        }
+        (id, result)
+    }
+
+    /// The live feeds matching `select`, a process's pid and tag (or a watch's).
+    pub(crate) fn find_feed(&self, select: impl Fn(&Feed) -> bool) -> Option<Arc<Feed>> {
+        self.shared
+            .lock()
+            .feeds
+            .values()
+            .find(|feed| select(feed))
+            .cloned()
+    }
+
+    /// Sends a request nobody waits for (its answer is dropped): a watch removed because its
+    /// handle was dropped.
+    pub(crate) fn send_detached(&self, op: Op) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut line) = serde_json::to_vec(&Request { id, op }) {
+            line.push(b'\n');
+            let _ = self.writer.try_send(Bytes::from(line));
+        }
+    }
+
+    async fn call_inner(
+        &self,
+        op: Op,
+        deadline: Duration,
+        feed: Option<Arc<Feed>>,
+    ) -> (u64, Result<Response>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        (id, self.call_with_id(id, op, deadline, feed).await)
+    }
+
+    async fn call_with_id(
+        &self,
+        id: u64,
+        op: Op,
+        deadline: Duration,
+        feed: Option<Arc<Feed>>,
+    ) -> Result<Response> {
         let sandbox = self.shared.sandbox;
         let op_name = op.name();
         let is_run = matches!(op, Op::CmdRun(_));
@@ -220,7 +308,6 @@ impl ExecutorStream {
             }
         };
         let deadline_left = deadline.saturating_sub(started.elapsed());
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut line =
             serde_json::to_vec(&Request { id, op }).map_err(|e| DispatchError::Protocol {
                 id: sandbox,
@@ -238,6 +325,9 @@ impl ExecutorStream {
                 });
             }
             state.pending.insert(id, tx);
+            if let Some(feed) = feed {
+                state.feeds.insert(id, feed);
+            }
         }
         // Removes the pending entry however this future ends (answer, timeout, caller gone).
         let guard = PendingGuard {
@@ -446,8 +536,11 @@ fn log_stderr(shared: &Shared, line: &[u8]) {
     }
 }
 
-/// Hands one decoded response line to whoever waits for it.
+/// Hands one decoded response line to whoever waits for it, or an event to its feed.
 fn route(shared: &Shared, line: &[u8]) {
+    if line.starts_with(EVENT_PREFIX) {
+        return route_event(shared, line);
+    }
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
@@ -500,6 +593,42 @@ fn route(shared: &Shared, line: &[u8]) {
         None => {
             // A caller that gave up, or a request of the instance we adopted this sandbox from.
             tracing::debug!(sandbox = %shared.sandbox, id = response.id, "response nobody waits for; dropped");
+        }
+    }
+}
+
+/// Appends one event to its feed; the feed is forgotten after its last event.
+fn route_event(shared: &Shared, line: &[u8]) {
+    let event: Event = match serde_json::from_slice(line) {
+        Ok(event) => event,
+        Err(e) => {
+            let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
+            tracing::warn!(sandbox = %shared.sandbox, error = %e, line = %shown, "executor wrote an event line that does not parse; ignored");
+            return;
+        }
+    };
+    let id = event.event;
+    let item = match Item::from_wire(event.body) {
+        Ok(item) => item,
+        Err(why) => {
+            tracing::warn!(sandbox = %shared.sandbox, event = id, %why, "executor event refused");
+            return;
+        }
+    };
+    let last = item.is_last();
+    let feed = {
+        let mut state = shared.lock();
+        if last {
+            state.feeds.remove(&id)
+        } else {
+            state.feeds.get(&id).cloned()
+        }
+    };
+    match feed {
+        Some(feed) => feed.push(item),
+        // A process or watch of the instance this sandbox was adopted from.
+        None => {
+            tracing::debug!(sandbox = %shared.sandbox, event = id, "event nobody follows; dropped")
         }
     }
 }

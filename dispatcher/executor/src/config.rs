@@ -40,6 +40,12 @@ pub struct Config {
     pub egress: bool,
     /// Refuse to run a command the kernel cannot confine (no Landlock); default `true`.
     pub require_landlock: bool,
+    /// Live processes (`proc.start`) running at once; more are refused (`limit_reached`).
+    pub max_live_processes: usize,
+    /// Ceiling of the bytes a live process's stream forwards (`max_output_bytes`).
+    pub max_live_output_bytes: u64,
+    /// Directory watches (`fs.watch`) at once; more are refused (`limit_reached`).
+    pub max_watches: usize,
 }
 
 impl Default for Config {
@@ -56,6 +62,9 @@ impl Default for Config {
             follow_symlinks: true,
             egress: false,
             require_landlock: true,
+            max_live_processes: 16,
+            max_live_output_bytes: 256 * 1024 * 1024,
+            max_watches: 8,
         }
     }
 }
@@ -120,6 +129,11 @@ impl Config {
             .map(|p| root(p))
             .collect::<Result<_, _>>()?;
         self.workspace = root(&self.workspace)?;
+        if self.max_live_processes > 1024 || self.max_watches > 256 {
+            return Err(ConfigError::Invalid(
+                "max_live_processes is at most 1024 and max_watches at most 256".into(),
+            ));
+        }
         if self.path.split(':').all(|dir| !dir.starts_with('/')) {
             return Err(ConfigError::Invalid(
                 "path has no absolute directory to look commands up in".into(),

@@ -8,7 +8,9 @@
 //! * `server` — start-up, the request stream, dispatch and shutdown;
 //! * `identity` — privileges kept and dropped, the sandbox user's filesystem identity;
 //! * `paths`, `roots` — lexical normalization and descriptor-relative resolution beneath roots;
-//! * `fs` — one module per `fs.*` operation; `cmd` — `cmd.run`, children and reaping;
+//! * `fs` — one module per `fs.*` operation (`fs/watch.rs`: directory watches); `cmd` —
+//!   `cmd.run`, children and reaping; `live` — processes that outlive their request;
+//! * `output` — the protocol's stdout, responses and events;
 //! * `proc` — the process tools `proc.list`, `logs.read`, `env.get`;
 //! * `config`, `error`, `encoding`, `frame`, `log` — the small shared pieces.
 //!
@@ -35,7 +37,11 @@ pub mod fs;
 #[cfg(feature = "executor")]
 pub mod identity;
 #[cfg(feature = "executor")]
+pub mod live;
+#[cfg(feature = "executor")]
 pub mod log;
+#[cfg(feature = "executor")]
+pub mod output;
 #[cfg(feature = "executor")]
 pub mod paths;
 #[cfg(feature = "executor")]

@@ -14,6 +14,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+mod live;
+pub use live::*;
+
 /// Version of this protocol; bumped on any incompatible change. Reported in [`Ready`].
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -79,6 +82,30 @@ pub enum Op {
     /// The commands' environment or a `.env` file, secrets masked ([`EnvGetResult`]).
     #[serde(rename = "env.get")]
     EnvGet(EnvGetParams),
+    /// Start a live process; answers its pid, then sends events ([`StartResult`]).
+    #[serde(rename = "proc.start")]
+    ProcStart(StartParams),
+    /// Write to a live process's stdin or terminal ([`InputResult`]).
+    #[serde(rename = "proc.input")]
+    ProcInput(InputParams),
+    /// Close a live process's stdin pipe ([`Empty`]).
+    #[serde(rename = "proc.close_stdin")]
+    ProcCloseStdin(ProcTarget),
+    /// Signal a live process ([`Empty`]).
+    #[serde(rename = "proc.signal")]
+    ProcSignal(SignalParams),
+    /// Resize a live process's terminal ([`Empty`]).
+    #[serde(rename = "proc.resize")]
+    ProcResize(ResizeParams),
+    /// List the live processes ([`LiveListResult`]).
+    #[serde(rename = "proc.live")]
+    ProcLive,
+    /// Watch a directory; answers at once, then sends events ([`WatchResult`]).
+    #[serde(rename = "fs.watch")]
+    FsWatch(WatchParams),
+    /// Stop a watch ([`UnwatchResult`]).
+    #[serde(rename = "fs.unwatch")]
+    FsUnwatch(UnwatchParams),
 }
 
 impl Op {
@@ -100,6 +127,14 @@ impl Op {
             Op::ProcList(_) => "proc.list",
             Op::LogsRead(_) => "logs.read",
             Op::EnvGet(_) => "env.get",
+            Op::ProcStart(_) => "proc.start",
+            Op::ProcInput(_) => "proc.input",
+            Op::ProcCloseStdin(_) => "proc.close_stdin",
+            Op::ProcSignal(_) => "proc.signal",
+            Op::ProcResize(_) => "proc.resize",
+            Op::ProcLive => "proc.live",
+            Op::FsWatch(_) => "fs.watch",
+            Op::FsUnwatch(_) => "fs.unwatch",
         }
     }
 }
@@ -469,6 +504,8 @@ pub enum ErrorKind {
     CommandNotFound,
     /// Too many requests are in flight; retry later.
     Busy,
+    /// A bound of the sandbox is reached (live processes, watches); the message names it.
+    LimitReached,
     /// Another I/O failure; the message carries the OS error.
     Io,
     /// A bug in the executor (a handler panicked).
@@ -499,6 +536,7 @@ impl ErrorKind {
             ErrorKind::SpawnFailed => "spawn_failed",
             ErrorKind::CommandNotFound => "command_not_found",
             ErrorKind::Busy => "busy",
+            ErrorKind::LimitReached => "limit_reached",
             ErrorKind::Io => "io",
             ErrorKind::Internal => "internal",
             ErrorKind::Unknown => "unknown",

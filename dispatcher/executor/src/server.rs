@@ -14,7 +14,7 @@
 //! process exits 0. As PID 1, its exit takes down whatever else is left in the container.
 
 use std::collections::HashMap;
-use std::io::{self, BufReader, Write};
+use std::io::{self, BufReader};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -26,13 +26,15 @@ use crate::cmd::children::Children;
 use crate::config::Config;
 use crate::error::OpError;
 use crate::frame::{read_frame, Frame};
+use crate::output::Output;
 use crate::protocol::{
     CancelResult, CreateDirResult, DeleteResult, EditResult, Empty, EnvGetResult, ErrorKind,
-    GlobResult, GrepResult, ListResult, LogsReadResult, Op, ProcListResult, ReadResult, Ready,
-    Request, Response, RunResult, WriteResult, PROTOCOL_VERSION, UNATTRIBUTED_ID,
+    GlobResult, GrepResult, InputResult, ListResult, LiveListResult, LogsReadResult, Op,
+    ProcListResult, ReadResult, Ready, Request, Response, RunResult, StartResult, UnwatchResult,
+    WatchResult, WriteResult, PROTOCOL_VERSION, UNATTRIBUTED_ID,
 };
 use crate::roots::{open_beneath, Roots};
-use crate::{cmd, fs, identity, proc};
+use crate::{cmd, fs, identity, live, proc};
 
 /// Most requests handled at once (threads count against the container's pids limit).
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -53,6 +55,12 @@ pub struct Context {
     pub landlock_abi: u32,
     /// Makes the sub-reapers (forked at start, before any thread).
     pub fork_server: cmd::forkserver::ForkServer,
+    /// The protocol's stdout (live processes and watches send their events on it).
+    pub output: Arc<Output>,
+    /// Live processes (`proc.*`).
+    pub live: live::Registry,
+    /// Directory watches (`fs.watch`).
+    pub watches: fs::watch::Registry,
 }
 
 /// Any operation's result, serialized as the bare result object.
@@ -74,41 +82,16 @@ enum Reply {
     ProcList(ProcListResult),
     LogsRead(LogsReadResult),
     EnvGet(EnvGetResult),
-}
-
-/// The protocol's stdout, one whole line per response.
-struct Output {
-    stdout: Mutex<io::Stdout>,
-}
-
-impl Output {
-    fn send(&self, response: &Response<Reply>) {
-        let mut line = serde_json::to_vec(response).unwrap_or_else(|e| {
-            let fallback: Response<Reply> = Response::error(
-                response.id,
-                ErrorKind::Internal,
-                format!("cannot serialize the response: {e}"),
-            );
-            serde_json::to_vec(&fallback).unwrap_or_default()
-        });
-        line.push(b'\n');
-        let stdout = self.stdout.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut handle = stdout.lock();
-        if let Err(e) = handle.write_all(&line).and_then(|()| handle.flush()) {
-            crate::log_event!("cannot write response {}: {e}", response.id);
-        }
-    }
-
-    fn error(&self, id: u64, error: OpError) {
-        self.send(&Response::error(id, error.kind, error.message));
-    }
+    Start(StartResult),
+    Input(InputResult),
+    Live(LiveListResult),
+    Watch(WatchResult),
+    Unwatch(UnwatchResult),
 }
 
 /// Runs the executor; returns the process exit code.
 pub fn main() -> i32 {
-    let output = Arc::new(Output {
-        stdout: Mutex::new(io::stdout()),
-    });
+    let output = Arc::new(Output::default());
     let fatal = |message: String| {
         crate::log_event!("fatal: {message}");
         output.error(UNATTRIBUTED_ID, OpError::invalid(message));
@@ -152,6 +135,9 @@ pub fn main() -> i32 {
         grants: cmd::grant::Grants::default(),
         landlock_abi,
         fork_server,
+        output: Arc::clone(&output),
+        live: live::Registry::default(),
+        watches: fs::watch::Registry::default(),
     });
     crate::log_event!(
         "ready: uid {} gid {}, pid {}, landlock abi {}, fork server pid {}",
@@ -374,7 +360,7 @@ fn handle_line(
     }
 }
 
-fn dispatch(context: &Context, id: u64, op: Op) -> Result<Reply, OpError> {
+fn dispatch(context: &Arc<Context>, id: u64, op: Op) -> Result<Reply, OpError> {
     let c = context;
     Ok(match op {
         Op::Ping => Reply::Empty(Empty {}),
@@ -391,6 +377,14 @@ fn dispatch(context: &Context, id: u64, op: Op) -> Result<Reply, OpError> {
         Op::ProcList(p) => Reply::ProcList(proc::list::run(c, p)?),
         Op::LogsRead(p) => Reply::LogsRead(proc::logs::run(c, p)?),
         Op::EnvGet(p) => Reply::EnvGet(proc::env::run(c, p)?),
+        Op::ProcStart(p) => Reply::Start(live::start::start(c, id, p)?),
+        Op::ProcInput(p) => Reply::Input(live::input(c, p)?),
+        Op::ProcCloseStdin(p) => Reply::Empty(live::close_stdin(c, p)?),
+        Op::ProcSignal(p) => Reply::Empty(live::signal(c, p)?),
+        Op::ProcResize(p) => Reply::Empty(live::resize(c, p)?),
+        Op::ProcLive => Reply::Live(c.live.list()),
+        Op::FsWatch(p) => Reply::Watch(fs::watch::start(c, id, p)?),
+        Op::FsUnwatch(p) => Reply::Unwatch(fs::watch::stop(c, p)),
         // Answered inline by `handle_line`; never reaches a handler thread.
         Op::Cancel(_) => Reply::Cancel(CancelResult { cancelled: false }),
     })

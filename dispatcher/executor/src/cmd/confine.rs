@@ -34,7 +34,8 @@ const TARGET_ABI: ABI = ABI::V6;
 /// [`TARGET_ABI`] as the kernel numbers it.
 const TARGET_ABI_VERSION: u32 = TARGET_ABI as u32;
 /// Character devices a command may open for writing (sinks and sources, never storage).
-const WRITABLE_DEVICES: [&str; 3] = ["/dev/null", "/dev/zero", "/dev/full"];
+/// `/dev/tty` is the controlling terminal only (a live process under a PTY opens it).
+const WRITABLE_DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
 /// Scratch space every command may write to, in addition to the write roots.
 const SCRATCH: &str = "/tmp";
 

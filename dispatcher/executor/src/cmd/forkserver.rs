@@ -65,8 +65,8 @@ use crate::protocol::Enforcement;
 /// Largest request sent to the server; a larger plan is forked directly. Well below the
 /// socket's send buffer (about 200 KiB by default), which bounds one `SOCK_SEQPACKET` message.
 pub const MAX_MESSAGE: usize = 64 * 1024;
-/// Descriptors per request: status, stdout, stderr, cwd, ruleset, program directory.
-const MAX_FDS: usize = 6;
+/// Descriptors per request: status, stdout, stderr, cwd, ruleset, program directory, stdin.
+const MAX_FDS: usize = 7;
 /// How long the executor waits for the server's answer before giving it up (it answers in
 /// microseconds; only a stopped or wedged server takes this long).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -80,8 +80,10 @@ struct Request<'a> {
     enforcement: Enforcement,
     /// A ruleset descriptor follows cwd (none without Landlock).
     ruleset: bool,
-    /// A program directory descriptor comes last.
+    /// A program directory descriptor comes next.
     program_dir: bool,
+    /// A stdin descriptor comes last.
+    stdin: bool,
 }
 
 /// [`Request`] as the server reads it.
@@ -91,6 +93,7 @@ struct Received {
     enforcement: Enforcement,
     ruleset: bool,
     program_dir: bool,
+    stdin: bool,
 }
 
 /// Why [`ForkServer::spawn`] made no sub-reaper.
@@ -178,6 +181,7 @@ impl ForkServer {
             enforcement: child.ruleset.enforcement,
             ruleset: child.ruleset.fd.is_some(),
             program_dir: child.program_dir.is_some(),
+            stdin: child.stdin.is_some(),
         })
         .map_err(|_| SpawnError::Unavailable)?;
         if message.len() > MAX_MESSAGE {
@@ -191,6 +195,7 @@ impl ForkServer {
         ];
         fds.extend(child.ruleset.fd.as_ref().map(AsFd::as_fd));
         fds.extend(child.program_dir.as_deref().map(AsFd::as_fd));
+        fds.extend(child.stdin.as_ref().map(AsFd::as_fd));
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
@@ -359,7 +364,10 @@ fn serve_requests(socket: &OwnedFd, name: &CStr) -> i32 {
 /// are closed).
 fn child_from(bytes: &[u8], fds: Vec<OwnedFd>) -> Option<Child> {
     let received: Received = serde_json::from_slice(bytes).ok()?;
-    let expected = 4 + usize::from(received.ruleset) + usize::from(received.program_dir);
+    let expected = 4
+        + usize::from(received.ruleset)
+        + usize::from(received.program_dir)
+        + usize::from(received.stdin);
     if fds.len() != expected {
         return None;
     }
@@ -371,6 +379,7 @@ fn child_from(bytes: &[u8], fds: Vec<OwnedFd>) -> Option<Child> {
     } else {
         None
     };
+    let stdin = if received.stdin { fds.next() } else { None };
     Some(Child {
         plan: received.plan,
         ruleset: confine::Prepared {
@@ -382,6 +391,7 @@ fn child_from(bytes: &[u8], fds: Vec<OwnedFd>) -> Option<Child> {
         stdout,
         stderr,
         status,
+        stdin,
     })
 }
 

@@ -20,6 +20,7 @@
 //!   `setsid` daemons, double forks) and exits with the leader's status; the loop then drains the
 //!   pipes until EOF but at most [`DRAIN_AFTER_EXIT`].
 
+use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +39,9 @@ use crate::cmd::forkserver::SpawnError;
 use crate::cmd::subreaper::{self, Handshake, Plan};
 use crate::encoding;
 use crate::error::{OpError, OpResult};
-use crate::protocol::{Encoding, Enforcement, ErrorKind, RunParams, RunResult, Truncation};
+use crate::protocol::{
+    Encoding, Enforcement, ErrorKind, ExecGrant, RunParams, RunResult, Truncation,
+};
 use crate::roots::Access;
 use crate::server::Context;
 
@@ -56,15 +59,62 @@ const KILL_BACKSTOP: Duration = Duration::from_secs(5);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 const CHUNK: usize = 64 * 1024;
 
-/// Runs `cmd.run` for request `request`.
-pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult> {
-    let Some(name) = params.argv.first() else {
+/// What to start: a request's program, working directory, environment and exec grant (shared
+/// by `cmd.run` and `proc.start`, so both confine and supervise alike).
+pub(crate) struct Launch<'a> {
+    /// Program and arguments.
+    pub argv: &'a [String],
+    /// Working directory as requested (default the workspace).
+    pub cwd: Option<&'a str>,
+    /// Requested environment, over `PATH`, `HOME`, `LANG` and `defaults`.
+    pub env: &'a BTreeMap<String, String>,
+    /// Variables set before the requested ones (a terminal's `TERM`).
+    pub defaults: &'a [(&'a str, &'a str)],
+    /// Programs it may execute.
+    pub exec: &'a ExecGrant,
+}
+
+/// Where a launched command's standard streams go.
+pub(crate) struct Stdio {
+    /// Write end of its stdout (a pipe, or a terminal's slave).
+    pub stdout: OwnedFd,
+    /// Write end of its stderr.
+    pub stderr: OwnedFd,
+    /// Its stdin (`/dev/null` when `None`).
+    pub stdin: Option<OwnedFd>,
+    /// The three are a terminal's slave: a new session with it as controlling terminal.
+    pub pty: bool,
+}
+
+/// A command that runs, under its sub-reaper.
+pub(crate) struct Launched {
+    /// Its sub-reaper's slot in the registry.
+    pub slot: Arc<Slot>,
+    /// The command's own pid (and process group).
+    pub pid: i32,
+    /// What the kernel enforced.
+    pub landlock: Enforcement,
+    /// The working directory, absolute.
+    pub cwd: String,
+    /// When the spawn began.
+    pub started: Instant,
+}
+
+/// Checks, resolves, confines and starts a command for request `request` under its own
+/// sub-reaper; `None` when the request was cancelled before anything started.
+pub(crate) fn launch(
+    ctx: &Context,
+    request: u64,
+    what: &Launch<'_>,
+    stdio: Stdio,
+) -> OpResult<Option<Launched>> {
+    let Some(name) = what.argv.first() else {
         return Err(OpError::invalid("argv is empty"));
     };
-    if let Some(i) = params.argv.iter().position(|a| a.contains('\0')) {
+    if let Some(i) = what.argv.iter().position(|a| a.contains('\0')) {
         return Err(OpError::invalid(format!("argv[{i}] contains a NUL byte")));
     }
-    for (key, value) in &params.env {
+    for (key, value) in what.env {
         if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
             return Err(OpError::invalid(format!(
                 "env entry '{}' is not a valid variable (no '=' or NUL in names, no NUL in values)",
@@ -72,30 +122,26 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
             )));
         }
     }
-    if params.timeout_ms == 0 {
-        return Err(OpError::invalid("timeout_ms must be positive"));
-    }
     // Cached like the grants: the image is read-only, and each lookup walks `PATH` on it.
     let program = ctx.grants.resolve(name, &ctx.config.path)?.path;
-    let exec = ctx
-        .grants
-        .exec_paths(&params.exec, name, &ctx.config.path)?;
-    let cwd_target = ctx
-        .roots
-        .resolve(params.cwd.as_deref().unwrap_or("."), Access::Read)?;
+    let exec = ctx.grants.exec_paths(what.exec, name, &ctx.config.path)?;
+    let cwd_target = ctx.roots.resolve(what.cwd.unwrap_or("."), Access::Read)?;
     let cwd = cwd_target.open(OFlags::PATH | OFlags::DIRECTORY)?;
     let mut env = vec![
         ("PATH".to_owned(), ctx.config.path.clone()),
         ("HOME".to_owned(), ctx.config.home.clone()),
         ("LANG".to_owned(), "C.UTF-8".to_owned()),
     ];
-    for (key, value) in &params.env {
+    env.extend(
+        what.defaults
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    for (key, value) in what.env {
         env.retain(|(k, _)| k != key);
         env.push((key.clone(), value.clone()));
     }
     let (status_read, status_write) = pipe()?;
-    let (stdout_read, stdout_write) = pipe()?;
-    let (stderr_read, stderr_write) = pipe()?;
     let confinement = Confinement {
         exec,
         write_roots: ctx.config.write_roots.clone(),
@@ -113,22 +159,24 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
     let child = subreaper::Child {
         plan: Plan {
             program: program.clone(),
-            argv: params.argv.clone(),
+            argv: what.argv.to_vec(),
             cwd_display: cwd_target.display.to_string(),
             env,
             uid: ctx.config.uid,
             gid: ctx.config.gid,
             exec_restricted: confinement.exec.is_some(),
             require_landlock: ctx.config.require_landlock,
+            pty: stdio.pty,
         },
         ruleset,
         program_dir: program
             .rsplit_once('/')
             .and_then(|(dir, _)| ctx.grants.opened(if dir.is_empty() { "/" } else { dir })),
         cwd,
-        stdout: stdout_write,
-        stderr: stderr_write,
+        stdout: stdio.stdout,
+        stderr: stdio.stderr,
         status: status_write,
+        stdin: stdio.stdin,
     };
 
     let started = Instant::now();
@@ -152,37 +200,78 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
             )
         })?;
     let Some(slot) = spawned else {
-        return Ok(cancelled_before_start(started));
+        return Ok(None);
     };
-    let stdout = Some(stdout_read);
-    let stderr = Some(stderr_read);
-    let landlock = match read_handshake(&status_read) {
-        Ok(Handshake::Started { landlock, .. }) => landlock,
+    match read_handshake(&status_read) {
+        Ok(Handshake::Started { landlock, pid }) => Ok(Some(Launched {
+            slot,
+            pid,
+            landlock,
+            cwd: cwd_target.display.to_string(),
+            started,
+        })),
         Ok(Handshake::Failed { kind, message }) => {
             wait_for_exit(ctx, &slot);
-            return Err(OpError::new(kind, message));
+            Err(OpError::new(kind, message))
         }
         Err(why) => {
             ctx.children.stop(&slot, Stop::KillSubreaper);
             wait_for_exit(ctx, &slot);
-            return Err(OpError::new(
+            Err(OpError::new(
                 ErrorKind::SpawnFailed,
                 format!("cannot start '{name}' ({program}): {why}"),
-            ));
+            ))
         }
+    }
+}
+
+/// Runs `cmd.run` for request `request`.
+pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult> {
+    if params.timeout_ms == 0 {
+        return Err(OpError::invalid("timeout_ms must be positive"));
+    }
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let what = Launch {
+        argv: &params.argv,
+        cwd: params.cwd.as_deref(),
+        env: &params.env,
+        defaults: &[],
+        exec: &params.exec,
     };
-    drop(status_read);
+    let stdio = Stdio {
+        stdout: stdout_write,
+        stderr: stderr_write,
+        stdin: None,
+        pty: false,
+    };
+    let Some(launched) = launch(ctx, request, &what, stdio)? else {
+        return Ok(cancelled_before_start());
+    };
+    let Launched {
+        slot,
+        landlock,
+        started,
+        ..
+    } = launched;
+    let name = params.argv.first().map_or("", String::as_str);
 
     let limits = Limits {
         deadline: started.checked_add(Duration::from_millis(params.timeout_ms)),
-        grace: params
-            .grace_ms
-            .map_or(DEFAULT_GRACE, Duration::from_millis)
-            .min(MAX_GRACE),
-        max_stdout: params.max_stdout_bytes.min(MAX_KEPT_BYTES),
-        max_stderr: params.max_stderr_bytes.min(MAX_KEPT_BYTES),
+        grace: grace(params.grace_ms),
     };
-    let outcome = supervise(ctx, &slot, [stdout, stderr], &limits);
+    let cap = |n: u64| usize::try_from(n.min(MAX_KEPT_BYTES)).unwrap_or(usize::MAX);
+    let mut buffers = [
+        CappedBuffer::new(cap(params.max_stdout_bytes)),
+        CappedBuffer::new(cap(params.max_stderr_bytes)),
+    ];
+    let outcome = supervise(
+        ctx,
+        &slot,
+        [Some(stdout_read), Some(stderr_read)],
+        &limits,
+        &mut |index, bytes| buffers[index].push(bytes),
+    );
     ctx.children.release(&slot);
     if outcome.timed_out || outcome.cancelled || outcome.status.is_none() {
         crate::log_event!(
@@ -194,7 +283,7 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         );
     }
 
-    let [out, err] = outcome.streams;
+    let [out, err] = buffers;
     let truncated = Truncation {
         stdout: out.truncated(),
         stderr: err.truncated(),
@@ -219,6 +308,13 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
     })
 }
 
+/// The SIGTERM-to-SIGKILL delay a request asks for, within bounds.
+pub(crate) fn grace(grace_ms: Option<u64>) -> Duration {
+    grace_ms
+        .map_or(DEFAULT_GRACE, Duration::from_millis)
+        .min(MAX_GRACE)
+}
+
 /// Forks the sub-reaper from this (multi-threaded) process: the path when the fork server is
 /// gone or the plan is too large for it (`forkserver.rs`), and how it was always done before.
 fn fork_subreaper(child: subreaper::Child) -> io::Result<Pid> {
@@ -232,7 +328,7 @@ fn fork_subreaper(child: subreaper::Child) -> io::Result<Pid> {
 }
 
 /// A pipe whose both ends close on `exec`.
-fn pipe() -> OpResult<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> OpResult<(OwnedFd, OwnedFd)> {
     rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
         .map_err(|e| OpError::new(ErrorKind::SpawnFailed, format!("cannot create a pipe: {e}")))
 }
@@ -266,7 +362,7 @@ fn read_handshake(pipe: &OwnedFd) -> Result<Handshake, String> {
 }
 
 /// Waits (bounded) until the reaper has collected a sub-reaper that is ending on its own.
-fn wait_for_exit(ctx: &Context, slot: &Arc<Slot>) {
+pub(crate) fn wait_for_exit(ctx: &Context, slot: &Arc<Slot>) {
     let deadline = Instant::now() + KILL_BACKSTOP;
     while slot.exit_status().is_none() && Instant::now() < deadline {
         let wake = slot.wake_fd();
@@ -278,7 +374,7 @@ fn wait_for_exit(ctx: &Context, slot: &Arc<Slot>) {
     ctx.children.release(slot);
 }
 
-fn cancelled_before_start(started: Instant) -> RunResult {
+fn cancelled_before_start() -> RunResult {
     RunResult {
         exit_code: None,
         signal: None,
@@ -289,39 +385,41 @@ fn cancelled_before_start(started: Instant) -> RunResult {
         stdout_bytes: 0,
         stderr_bytes: 0,
         truncated: Truncation::default(),
-        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        duration_ms: 0,
         timed_out: false,
         cancelled: true,
         landlock: Enforcement::None,
     }
 }
 
-struct Limits {
-    deadline: Option<Instant>,
-    grace: Duration,
-    max_stdout: u64,
-    max_stderr: u64,
+/// When to stop a supervised command.
+pub(crate) struct Limits {
+    /// Its timeout, if it has one.
+    pub deadline: Option<Instant>,
+    /// SIGTERM to SIGKILL.
+    pub grace: Duration,
 }
 
-struct Outcome {
-    status: Option<rustix::process::WaitStatus>,
-    streams: [CappedBuffer; 2],
-    timed_out: bool,
-    cancelled: bool,
+/// How a supervised command ended.
+pub(crate) struct Outcome {
+    /// The leader's status (`None`: never reaped, the sub-reaper was killed).
+    pub status: Option<rustix::process::WaitStatus>,
+    /// Its timeout expired.
+    pub timed_out: bool,
+    /// `cancel` stopped it.
+    pub cancelled: bool,
 }
 
-/// The poll loop described in the module documentation.
-fn supervise(
+/// The poll loop described in the module documentation; every chunk read from pipe `i` goes to
+/// `sink(i, chunk)` as it comes. A pipe that reports `EIO` (a terminal whose slave is closed)
+/// counts as ended.
+pub(crate) fn supervise(
     ctx: &Context,
     slot: &Arc<Slot>,
     pipes: [Option<OwnedFd>; 2],
     limits: &Limits,
+    sink: &mut dyn FnMut(usize, &[u8]),
 ) -> Outcome {
-    let cap = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-    let mut buffers = [
-        CappedBuffer::new(cap(limits.max_stdout)),
-        CappedBuffer::new(cap(limits.max_stderr)),
-    ];
     let mut pipes = pipes;
     let mut status = None;
     let mut exited_at: Option<Instant> = None;
@@ -414,7 +512,7 @@ fn supervise(
             let Some(fd) = &pipes[index] else { continue };
             match rustix::io::read(fd, &mut chunk[..]) {
                 Ok(0) => pipes[index] = None,
-                Ok(n) => buffers[index].push(&chunk[..n]),
+                Ok(n) => sink(index, &chunk[..n]),
                 Err(Errno::INTR) | Err(Errno::AGAIN) => {}
                 Err(_) => pipes[index] = None,
             }
@@ -422,13 +520,12 @@ fn supervise(
     }
     Outcome {
         status,
-        streams: buffers,
         timed_out,
         cancelled,
     }
 }
 
-fn duration_to_timespec(d: Duration) -> Timespec {
+pub(crate) fn duration_to_timespec(d: Duration) -> Timespec {
     Timespec {
         tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
         tv_nsec: d.subsec_nanos().into(),

@@ -22,8 +22,10 @@
 //! 2. no supplementary groups, then the sandbox group and user (`setgroups`, `setgid`,
 //!    `setuid` as raw calls, which change this task only): no capability survives `setuid` away
 //!    from root, and no-new-privileges stays set;
-//! 3. its own process group;
-//! 4. stdin `/dev/null`, stdout and stderr the executor's pipes;
+//! 3. its own process group; with a terminal, its own session instead (a session leader leads
+//!    its process group too);
+//! 4. stdin `/dev/null` (or the pipe a live process is fed through), stdout and stderr the
+//!    executor's pipes, or all three the terminal, which then becomes the controlling terminal;
 //! 5. `chdir(".")` as the sandbox user, which checks it may use the working directory;
 //! 6. an empty signal mask, the command's, as the last step before `exec`: a signal that arrives
 //!    from here on meets only default actions;
@@ -58,6 +60,10 @@ pub struct Command<'a> {
     pub stdout: RawFd,
     /// Becomes the command's stderr.
     pub stderr: RawFd,
+    /// Becomes the command's stdin (`/dev/null` when `None`).
+    pub stdin: Option<RawFd>,
+    /// Start a new session with stdin as its controlling terminal (a PTY's slave).
+    pub session: bool,
 }
 
 /// Everything the child reads, prepared before `clone` (the child allocates nothing).
@@ -72,6 +78,7 @@ struct Prepared {
     stdin: c_int,
     stdout: c_int,
     stderr: c_int,
+    session: bool,
     /// Write end of the error pipe (close-on-exec).
     error: c_int,
 }
@@ -169,11 +176,14 @@ pub fn start(command: &Command<'_>) -> io::Result<i32> {
             .chain(std::iter::once(std::ptr::null()))
             .collect::<Vec<_>>()
     };
-    let stdin = rustix::fs::open(
-        "/dev/null",
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )?;
+    let null = match command.stdin {
+        Some(_) => None,
+        None => Some(rustix::fs::open(
+            "/dev/null",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?),
+    };
     let (error_read, error_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     use std::os::fd::AsRawFd;
     let prepared = Prepared {
@@ -184,9 +194,13 @@ pub fn start(command: &Command<'_>) -> io::Result<i32> {
         envp: null_terminated(&vars),
         uid: command.uid,
         gid: command.gid,
-        stdin: stdin.as_raw_fd(),
+        stdin: command
+            .stdin
+            .or(null.as_ref().map(AsRawFd::as_raw_fd))
+            .unwrap_or(-1),
         stdout: command.stdout,
         stderr: command.stderr,
+        session: command.session,
         error: error_write.as_raw_fd(),
     };
     let mut stack = vec![0u8; CHILD_STACK];
@@ -280,10 +294,12 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
         if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
             || libc::syscall(libc::SYS_setgid, p.gid) != 0
             || libc::syscall(libc::SYS_setuid, p.uid) != 0
-            || libc::syscall(libc::SYS_setpgid, 0, 0) != 0
+            || (p.session && libc::syscall(libc::SYS_setsid) < 0)
+            || (!p.session && libc::syscall(libc::SYS_setpgid, 0, 0) != 0)
             || libc::syscall(libc::SYS_dup2, p.stdin, 0) < 0
             || libc::syscall(libc::SYS_dup2, p.stdout, 1) < 0
             || libc::syscall(libc::SYS_dup2, p.stderr, 2) < 0
+            || (p.session && libc::syscall(libc::SYS_ioctl, 0, libc::TIOCSCTTY, 0) < 0)
             || libc::syscall(libc::SYS_chdir, c".".as_ptr()) != 0
             // The command's mask, last: from here on a signal meets only default actions.
             || libc::syscall(
@@ -389,6 +405,8 @@ mod tests {
             gid: 0,
             stdout: write.as_raw_fd(),
             stderr: write.as_raw_fd(),
+            stdin: None,
+            session: false,
         });
         (started, std::fs::File::from(read))
     }

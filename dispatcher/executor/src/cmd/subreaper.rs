@@ -67,9 +67,13 @@ pub struct Plan {
     pub exec_restricted: bool,
     /// Refuse to start the command when the kernel enforced nothing.
     pub require_landlock: bool,
+    /// stdin, stdout and stderr are a terminal's slave: start a session with it as the
+    /// controlling terminal.
+    #[serde(default)]
+    pub pty: bool,
 }
 
-/// What the forked sub-reaper owns: the plan, the Landlock ruleset and four descriptors.
+/// What the forked sub-reaper owns: the plan, the Landlock ruleset and four or five descriptors.
 pub struct Child {
     /// The command to start.
     pub plan: Plan,
@@ -85,6 +89,8 @@ pub struct Child {
     pub stderr: OwnedFd,
     /// Write end of the status pipe: one [`Handshake`] line.
     pub status: OwnedFd,
+    /// The command's stdin (a live process's pipe or terminal); `/dev/null` when `None`.
+    pub stdin: Option<OwnedFd>,
 }
 
 /// The one line the sub-reaper writes on its status descriptor.
@@ -125,6 +131,7 @@ fn run(child: Child) -> i32 {
         stdout,
         stderr,
         status,
+        stdin,
     } = child;
     let watched = watched_signals();
     // SAFETY: this process has one thread; the set is initialized.
@@ -195,6 +202,7 @@ fn run(child: Child) -> i32 {
     // The ruleset's descriptor is closed by now; nothing else inherited stays open.
     let mut keep = vec![status.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()];
     keep.extend(program_dir.as_deref().map(AsRawFd::as_raw_fd));
+    keep.extend(stdin.as_ref().map(AsRawFd::as_raw_fd));
     close_all_but(&keep);
     if landlock == Enforcement::None && plan.require_landlock {
         return fail(
@@ -225,10 +233,14 @@ fn run(child: Child) -> i32 {
         gid: plan.gid,
         stdout: stdout.as_raw_fd(),
         stderr: stderr.as_raw_fd(),
+        stdin: stdin.as_ref().map(AsRawFd::as_raw_fd),
+        session: plan.pty,
     });
-    // Our copies of the output pipes would keep them open after the command's tree is gone.
+    // Our copies of the output pipes (and of a terminal) would keep them open after the
+    // command's tree is gone.
     drop(stdout);
     drop(stderr);
+    drop(stdin);
     drop(program_dir);
     let leader = match spawned {
         Ok(pid) => pid,

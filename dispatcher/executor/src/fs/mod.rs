@@ -14,6 +14,7 @@ pub mod grep;
 pub mod list;
 pub mod read;
 pub mod walk;
+pub mod watch;
 pub mod write;
 
 use std::fs::File;

@@ -1,0 +1,349 @@
+//! `fs.watch` and `fs.unwatch`: changes beneath a directory of a read root, streamed as events.
+//!
+//! The directory is resolved like every path (`roots.rs`: openat2 beneath its root) and opened;
+//! the kernel's inotify is then pointed at that open descriptor through `/proc/self/fd/N`, so
+//! the requested path itself is never given to a path-based call, and the watch is on the
+//! directory that was resolved, wherever it is renamed later. With `recursive`, subdirectories
+//! (met by a descriptor walk that never follows a symlink, and later created ones, opened
+//! beneath the watched directory) get watches too. The thread of each watch reads the kernel's
+//! events and sends one `fs` event per change (`create`, `write`, `remove`, `rename`,
+//! `chmod`); a lost event is never silent: the kernel's queue overflowing, or a directory beyond
+//! [`MAX_DIRECTORIES`], sends `overflow`. The last event of a watch is `watch_end`, with why.
+//!
+//! Permissions are the sandbox user's (the handler thread's fsuid: inotify needs read access to
+//! each directory). Bounds: `max_watches` per sandbox, [`MAX_DIRECTORIES`] per watch; the
+//! kernel bounds its own queue.
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::fs::{FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::error::{OpError, OpResult};
+use crate::fs::walk::{self, Step};
+use crate::paths;
+use crate::protocol::{
+    ErrorKind, Event, EventBody, FsEvent, FsOp, UnwatchParams, UnwatchResult, WatchParams,
+    WatchResult,
+};
+use crate::roots::Access;
+use crate::server::Context;
+
+/// Most directories one watch covers.
+pub const MAX_DIRECTORIES: usize = 1000;
+/// Deepest directory a recursive watch enters.
+const MAX_DEPTH: usize = 64;
+
+/// What every watched directory reports.
+const MASK: WatchFlags = WatchFlags::CREATE
+    .union(WatchFlags::MODIFY)
+    .union(WatchFlags::DELETE)
+    .union(WatchFlags::MOVED_FROM)
+    .union(WatchFlags::MOVED_TO)
+    .union(WatchFlags::ATTRIB)
+    .union(WatchFlags::DELETE_SELF)
+    .union(WatchFlags::ONLYDIR)
+    .union(WatchFlags::EXCL_UNLINK);
+
+/// The running watches, by the id of their `fs.watch` request; each holds its stop eventfd.
+#[derive(Default)]
+pub struct Registry {
+    watches: Mutex<HashMap<u64, Option<Arc<OwnedFd>>>>,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Option<Arc<OwnedFd>>>> {
+        self.watches.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A watch's state on its thread.
+struct Watch {
+    inotify: OwnedFd,
+    /// The watched directory's absolute path, beneath which new subdirectories are resolved
+    /// again (no descriptor of a watched directory is held: an open directory that is removed
+    /// reports its removal only once it is closed).
+    display: String,
+    recursive: bool,
+    /// Watch descriptor -> directory relative to `top` (`""` for `top`).
+    dirs: HashMap<i32, String>,
+}
+
+impl Watch {
+    /// Adds a watch on `dir` (a descriptor), known as `rel` beneath `top`.
+    fn add(&mut self, dir: BorrowedFd<'_>, rel: String) -> rustix::io::Result<()> {
+        if self.dirs.len() >= MAX_DIRECTORIES {
+            return Err(Errno::NOSPC);
+        }
+        let wd = inotify::add_watch(
+            &self.inotify,
+            format!("/proc/self/fd/{}", dir.as_raw_fd()),
+            MASK,
+        )?;
+        self.dirs.insert(wd, rel);
+        Ok(())
+    }
+
+    fn path(&self, rel: &str, name: &str) -> String {
+        paths::join(&paths::join(&self.display, rel), name)
+    }
+}
+
+/// Runs `fs.watch` for request `request`.
+pub fn start(ctx: &Arc<Context>, request: u64, params: WatchParams) -> OpResult<WatchResult> {
+    {
+        let mut watches = ctx.watches.lock();
+        if watches.len() >= ctx.config.max_watches {
+            return Err(OpError::new(
+                ErrorKind::LimitReached,
+                format!(
+                    "this sandbox already has {} directory watches (its limit); remove one first",
+                    ctx.config.max_watches
+                ),
+            ));
+        }
+        watches.insert(request, None);
+    }
+    match set_up(ctx, request, &params) {
+        Ok((watch, stop, result)) => {
+            ctx.watches.lock().insert(request, Some(Arc::clone(&stop)));
+            let thread_ctx = Arc::clone(ctx);
+            let spawned = std::thread::Builder::new()
+                .name(format!("watch-{request}"))
+                .spawn(move || run(&thread_ctx, request, watch, &stop));
+            if let Err(e) = spawned {
+                ctx.watches.lock().remove(&request);
+                return Err(OpError::new(
+                    ErrorKind::Busy,
+                    format!("cannot start the watch's thread: {e}"),
+                ));
+            }
+            Ok(result)
+        }
+        Err(e) => {
+            ctx.watches.lock().remove(&request);
+            Err(e)
+        }
+    }
+}
+
+fn set_up(
+    ctx: &Context,
+    request: u64,
+    params: &WatchParams,
+) -> OpResult<(Watch, Arc<OwnedFd>, WatchResult)> {
+    let target = ctx.roots.resolve(&params.path, Access::Read)?;
+    let top = target.open(OFlags::PATH | OFlags::DIRECTORY)?;
+    let failed = |what: &str, e: Errno| OpError::os(e, what, &target.display);
+    let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
+        .map_err(|e| failed("cannot watch", e))?;
+    let stop = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+        .map_err(|e| failed("cannot watch", e))?;
+    let mut watch = Watch {
+        inotify,
+        display: target.display.clone(),
+        recursive: params.recursive,
+        dirs: HashMap::new(),
+    };
+    watch
+        .add(top.as_fd(), String::new())
+        .map_err(|e| failed("cannot watch", e))?;
+    drop(top);
+    if params.recursive {
+        let listing = target.open(OFlags::RDONLY | OFlags::DIRECTORY)?;
+        let mut refused = None;
+        let limits = walk::Limits {
+            max_depth: MAX_DEPTH,
+            max_entries: u64::MAX,
+        };
+        walk::walk(listing, limits, |entry| {
+            if entry.file_type != FileType::Directory {
+                return Step::Continue;
+            }
+            let opened = rustix::fs::openat(
+                entry.dir,
+                entry.name.as_c_str(),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            );
+            match opened.and_then(|fd| watch.add(fd.as_fd(), entry.rel.to_owned())) {
+                Ok(()) => Step::Continue,
+                Err(Errno::NOSPC) => {
+                    refused = Some(OpError::new(
+                        ErrorKind::LimitReached,
+                        format!(
+                            "'{}' holds more than {MAX_DIRECTORIES} directories; watch a narrower directory, or without recursive",
+                            target.display
+                        ),
+                    ));
+                    Step::Stop
+                }
+                // Removed meanwhile, or not readable by the sandbox user: not watched.
+                Err(_) => Step::Skip,
+            }
+        });
+        if let Some(refused) = refused {
+            return Err(refused);
+        }
+    }
+    crate::log_event!(
+        "fs.watch id={request} '{}' ({} directories)",
+        watch.display,
+        watch.dirs.len()
+    );
+    let result = WatchResult {
+        path: watch.display.clone(),
+        directories: watch.dirs.len() as u64,
+    };
+    Ok((watch, Arc::new(stop), result))
+}
+
+/// Runs `fs.unwatch`: the watch's thread sends `watch_end` and stops.
+pub fn stop(ctx: &Context, params: UnwatchParams) -> UnwatchResult {
+    let stop = ctx.watches.lock().get(&params.target).cloned().flatten();
+    match stop {
+        Some(stop) => {
+            let _ = rustix::io::write(&*stop, &1u64.to_ne_bytes());
+            UnwatchResult { removed: true }
+        }
+        None => UnwatchResult { removed: false },
+    }
+}
+
+/// The watch's thread: events until it is stopped or its directory goes.
+fn run(ctx: &Context, request: u64, mut watch: Watch, stop: &OwnedFd) {
+    let send = |body: EventBody| {
+        ctx.output.event(&Event {
+            event: request,
+            body,
+        })
+    };
+    let reason = loop {
+        let mut fds = [
+            PollFd::new(&watch.inotify, PollFlags::IN),
+            PollFd::new(stop, PollFlags::IN),
+        ];
+        match poll(&mut fds, None) {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(e) => break format!("waiting for events failed: {e}"),
+        }
+        if !fds[1].revents().is_empty() {
+            break "removed by fs.unwatch".to_owned();
+        }
+        match read_events(ctx, &mut watch) {
+            Ok((events, ended)) => {
+                for event in events {
+                    send(EventBody::Fs(event));
+                }
+                if let Some(reason) = ended {
+                    break reason;
+                }
+            }
+            Err(e) => break format!("reading events failed: {e}"),
+        }
+    };
+    ctx.watches.lock().remove(&request);
+    send(EventBody::WatchEnd { reason });
+}
+
+/// Reads what the kernel has queued; the events, and why the watch ends if it does.
+fn read_events(
+    ctx: &Context,
+    watch: &mut Watch,
+) -> rustix::io::Result<(Vec<FsEvent>, Option<String>)> {
+    let mut buffer = [MaybeUninit::<u8>::uninit(); 16 * 1024];
+    let mut raw = Vec::new();
+    {
+        let mut reader = inotify::Reader::new(&watch.inotify, &mut buffer);
+        loop {
+            match reader.next() {
+                Ok(event) => raw.push((
+                    event.wd(),
+                    event.events(),
+                    event
+                        .file_name()
+                        .map(CStr::to_string_lossy)
+                        .map(|n| n.into_owned()),
+                )),
+                Err(Errno::AGAIN) => break,
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let mut events = Vec::new();
+    for (wd, flags, name) in raw {
+        if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+            events.push(FsEvent {
+                op: FsOp::Overflow,
+                path: watch.display.clone(),
+                is_dir: true,
+            });
+            continue;
+        }
+        let Some(rel) = watch.dirs.get(&wd).cloned() else {
+            continue;
+        };
+        if flags.intersects(ReadFlags::DELETE_SELF | ReadFlags::IGNORED) {
+            watch.dirs.remove(&wd);
+            if rel.is_empty() {
+                return Ok((events, Some("the watched directory was removed".to_owned())));
+            }
+            continue;
+        }
+        let Some(name) = name.filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let is_dir = flags.contains(ReadFlags::ISDIR);
+        let path = watch.path(&rel, &name);
+        let op = if flags.contains(ReadFlags::CREATE) || flags.contains(ReadFlags::MOVED_TO) {
+            FsOp::Create
+        } else if flags.contains(ReadFlags::MODIFY) {
+            FsOp::Write
+        } else if flags.contains(ReadFlags::DELETE) {
+            FsOp::Remove
+        } else if flags.contains(ReadFlags::MOVED_FROM) {
+            FsOp::Rename
+        } else if flags.contains(ReadFlags::ATTRIB) {
+            FsOp::Chmod
+        } else {
+            continue;
+        };
+        events.push(FsEvent {
+            op,
+            path: path.clone(),
+            is_dir,
+        });
+        if op == FsOp::Create && is_dir && watch.recursive {
+            let sub = if rel.is_empty() {
+                name.clone()
+            } else {
+                paths::join(&rel, &name)
+            };
+            // Resolved beneath its root like any requested path; the final name not followed.
+            let opened = ctx
+                .roots
+                .resolve(&path, Access::Read)
+                .and_then(|t| t.open(OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW));
+            let added = match opened {
+                Ok(fd) => watch.add(fd.as_fd(), sub),
+                Err(_) => Ok(()), // gone again, or not a directory we may read
+            };
+            if added == Err(Errno::NOSPC) {
+                events.push(FsEvent {
+                    op: FsOp::Overflow,
+                    path,
+                    is_dir: true,
+                });
+            }
+        }
+    }
+    Ok((events, None))
+}

@@ -1,0 +1,742 @@
+//! Live processes and directory watches against a real Docker engine, a real PostgreSQL and the
+//! real executor: processes that outlive their call and are re-attached, stdin, signals, a PTY,
+//! output caps, the bounds of a sandbox, and watches beneath (and refused outside) its roots.
+//!
+//! Needs what `lifecycle.rs` needs (see `common`). Every await is bounded; no assertion depends
+//! on wall-clock time.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{eventually, label, within, TestEnv, IMAGE};
+use dispatcher::protocol::{
+    ErrorKind, ExecGrant, FsOp, Op, ProcessEnd, ProcessSignal, PtySize, Response, RunParams,
+    RunResult, StartParams, WriteParams,
+};
+use dispatcher::{
+    labels, DispatchError, Dispatcher, Owner, OwnerKind, ProcessEvent, ProcessHandle,
+    ProcessSelector, SandboxId, SandboxSpec, WatchEvent, WatchHandle,
+};
+
+fn start(argv: &[&str]) -> StartParams {
+    StartParams {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        cwd: None,
+        env: BTreeMap::new(),
+        tag: None,
+        stdin: false,
+        pty: None,
+        timeout_ms: None,
+        grace_ms: Some(500),
+        max_output_bytes: None,
+        exec: ExecGrant::Any,
+    }
+}
+
+/// Everything a process sent until its end.
+#[derive(Debug, Default)]
+struct Collected {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    pty: Vec<u8>,
+    dropped_bytes: u64,
+    dropped_events: u64,
+    end: Option<ProcessEnd>,
+}
+
+async fn collect(handle: &mut ProcessHandle) -> Collected {
+    let mut got = Collected::default();
+    while let Some(event) = within(30, "the next process event", handle.next()).await {
+        match event {
+            ProcessEvent::Stdout(b) => got.stdout.extend_from_slice(&b),
+            ProcessEvent::Stderr(b) => got.stderr.extend_from_slice(&b),
+            ProcessEvent::Pty(b) => got.pty.extend_from_slice(&b),
+            ProcessEvent::Dropped { events, bytes } => {
+                got.dropped_events += events;
+                got.dropped_bytes += bytes;
+            }
+            ProcessEvent::End(end) => {
+                got.end = Some(end);
+                assert!(
+                    within(5, "after the end", handle.next()).await.is_none(),
+                    "nothing comes after the end"
+                );
+                return got;
+            }
+        }
+    }
+    panic!("the events ended without an end event: {got:?}");
+}
+
+/// Reads terminal or stdout output until it contains `needle`; what was read.
+async fn read_until(handle: &mut ProcessHandle, needle: &str) -> String {
+    let mut seen = Vec::new();
+    loop {
+        match within(30, &format!("output containing {needle:?}"), handle.next()).await {
+            Some(ProcessEvent::Stdout(b) | ProcessEvent::Pty(b)) => seen.extend_from_slice(&b),
+            Some(ProcessEvent::End(end)) => panic!(
+                "ended before printing {needle:?}: {end:?}; saw {:?}",
+                String::from_utf8_lossy(&seen)
+            ),
+            Some(_) => {}
+            None => panic!("no more events"),
+        }
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if text.contains(needle) {
+            return text;
+        }
+    }
+}
+
+fn refused(result: Result<ProcessHandle, DispatchError>) -> (ErrorKind, String) {
+    match result {
+        Err(DispatchError::Refused { kind, message, .. }) => (kind, message),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+fn watch_refused(result: Result<WatchHandle, DispatchError>) -> (ErrorKind, String) {
+    match result {
+        Err(DispatchError::Refused { kind, message, .. }) => (kind, message),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+async fn run(d: &Dispatcher, id: SandboxId, argv: &[&str]) -> RunResult {
+    let op = Op::CmdRun(RunParams {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        cwd: None,
+        env: BTreeMap::new(),
+        timeout_ms: 10_000,
+        grace_ms: Some(500),
+        max_stdout_bytes: 64 * 1024,
+        max_stderr_bytes: 64 * 1024,
+        exec: ExecGrant::Any,
+    });
+    ok(within(20, "cmd.run", d.call(id, op))
+        .await
+        .expect("cmd.run"))
+}
+
+fn ok<T: serde::de::DeserializeOwned>(response: Response) -> T {
+    match response.into_result() {
+        Ok(value) => serde_json::from_value(value).expect("result has the documented shape"),
+        Err(body) => panic!("request failed: {}: {}", body.kind, body.message),
+    }
+}
+
+async fn sandbox(
+    env: &TestEnv,
+    config: dispatcher::DispatcherConfig,
+    image: &str,
+) -> (Dispatcher, SandboxId) {
+    let instance = env.new_instance().await;
+    let d = env.start(instance, config).await;
+    let spec = SandboxSpec::new(image, Owner::new(OwnerKind::Execution, "live"));
+    let id = within(60, "create", d.create(spec)).await.expect("create");
+    (d, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_background_process_outlives_its_call_and_is_reattached_by_pid_and_by_tag() {
+    let env = TestEnv::new().await;
+    let (d, id) = sandbox(&env, env.config(), IMAGE).await;
+
+    let mut params = start(&["cat"]);
+    params.tag = Some("echo".to_owned());
+    params.stdin = true;
+    let first = within(20, "start", d.start_process(id, params))
+        .await
+        .expect("start");
+    let pid = first.pid();
+    assert_eq!(first.tag(), Some("echo"));
+    assert!(first.landlock().is_some());
+    // The call that started it is over and its handle gone; the process runs on.
+    drop(first);
+    let listed = within(20, "list", d.list_processes(id))
+        .await
+        .expect("list");
+    let entry = listed.iter().find(|p| p.pid == pid).expect("listed by pid");
+    assert_eq!(entry.tag.as_deref(), Some("echo"));
+    assert_eq!(entry.argv, vec!["cat"]);
+    assert!(entry.stdin);
+    // It is a real process of the sandbox, visible to its commands.
+    let pidof = run(&d, id, &["pidof", "cat"]).await;
+    assert_eq!(pidof.stdout.trim(), pid.to_string());
+
+    let mut by_pid = within(
+        10,
+        "attach by pid",
+        d.attach_process(id, ProcessSelector::Pid(pid)),
+    )
+    .await
+    .expect("attach by pid");
+    assert_eq!(by_pid.tag(), Some("echo"));
+    within(10, "input", d.send_input(id, pid, b"hello\n"))
+        .await
+        .expect("input");
+    // Streamed as it comes: the echo arrives while the process still runs.
+    assert_eq!(read_until(&mut by_pid, "hello\n").await, "hello\n");
+
+    let mut by_tag = within(
+        10,
+        "attach by tag",
+        d.attach_process(id, ProcessSelector::Tag("echo".to_owned())),
+    )
+    .await
+    .expect("attach by tag");
+    assert_eq!(by_tag.pid(), pid);
+    within(10, "input", d.send_input(id, pid, b"world\n"))
+        .await
+        .expect("input");
+    within(10, "close stdin", d.close_stdin(id, pid))
+        .await
+        .expect("close stdin");
+    let rest = collect(&mut by_pid).await;
+    assert_eq!(rest.stdout, b"world\n");
+    let end = rest.end.expect("end");
+    assert_eq!(
+        (end.exit_code, end.signal, end.error),
+        (Some(0), None, None)
+    );
+    assert_eq!(end.stdout_bytes, 12);
+    // The second handle sees what was still buffered, in order, and the same end.
+    let seen = collect(&mut by_tag).await;
+    assert_eq!(seen.stdout, b"hello\nworld\n");
+    assert_eq!(seen.end.expect("end").exit_code, Some(0));
+
+    // Ended: gone from the list, not attachable, its stdin not writable, its tag free again.
+    eventually(10, "the process leaves the list", || async {
+        !d.list_processes(id)
+            .await
+            .expect("list")
+            .iter()
+            .any(|p| p.pid == pid)
+    })
+    .await;
+    let (kind, message) = refused(d.attach_process(id, ProcessSelector::Pid(pid)).await);
+    assert_eq!(kind, ErrorKind::NotFound, "{message}");
+    match d.send_input(id, pid, b"late").await {
+        Err(DispatchError::Refused {
+            kind: ErrorKind::NotFound,
+            ..
+        }) => {}
+        other => panic!("input to an ended process: {other:?}"),
+    }
+    let mut again = start(&["true"]);
+    again.tag = Some("echo".to_owned());
+    let mut again = within(20, "start with the tag again", d.start_process(id, again))
+        .await
+        .expect("the tag is free after the end");
+    assert_eq!(
+        collect(&mut again).await.end.expect("end").exit_code,
+        Some(0)
+    );
+
+    within(60, "destroy", d.destroy(id)).await.expect("destroy");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn output_streams_in_order_before_the_end_and_caps_are_flagged() {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    config.live_buffer_bytes = 64 * 1024;
+    let (d, id) = sandbox(&env, config, IMAGE).await;
+
+    // Order: 500 numbered lines on stdout, then one on stderr, then the end.
+    let script =
+        "i=0; while [ $i -lt 500 ]; do echo line$i; i=$((i+1)); done; echo done >&2; exit 3";
+    let mut handle = within(
+        20,
+        "start",
+        d.start_process(id, start(&["sh", "-c", script])),
+    )
+    .await
+    .expect("start");
+    let got = collect(&mut handle).await;
+    let expected: String = (0..500).map(|i| format!("line{i}\n")).collect();
+    assert_eq!(String::from_utf8_lossy(&got.stdout), expected);
+    assert_eq!(got.stderr, b"done\n");
+    let end = got.end.expect("end");
+    assert_eq!(end.exit_code, Some(3));
+    assert_eq!(end.stdout_bytes, expected.len() as u64);
+    assert!(!end.truncated.stdout && got.dropped_events == 0);
+
+    // The executor's cap: the first max_output_bytes are sent, the rest counted and flagged.
+    let mut capped = start(&["head", "-c", "5000", "/dev/zero"]);
+    capped.max_output_bytes = Some(1000);
+    let mut handle = within(20, "start", d.start_process(id, capped))
+        .await
+        .expect("start");
+    let got = collect(&mut handle).await;
+    let end = got.end.expect("end");
+    assert_eq!(got.stdout.len(), 1000);
+    assert_eq!((end.stdout_bytes, end.truncated.stdout), (5000, true));
+
+    // The dispatcher's buffer: a handle that does not read loses the oldest output, and is
+    // told how much before the rest.
+    let total = 1_000_000u64;
+    let mut slow = within(
+        20,
+        "start",
+        d.start_process(id, start(&["head", "-c", &total.to_string(), "/dev/zero"])),
+    )
+    .await
+    .expect("start");
+    let pid = slow.pid();
+    // The executor forgets the process only after sending all its output, and answers in
+    // order on the same stream: once it is not listed, every output event is in the buffer.
+    eventually(30, "the process ends", || async {
+        !d.list_processes(id)
+            .await
+            .expect("list")
+            .iter()
+            .any(|p| p.pid == pid)
+    })
+    .await;
+    let first = within(10, "first event", slow.next())
+        .await
+        .expect("an event");
+    assert!(
+        matches!(first, ProcessEvent::Dropped { bytes, .. } if bytes > 0),
+        "a slow reader is told what it missed first, got {first:?}"
+    );
+    let ProcessEvent::Dropped { bytes: dropped, .. } = first else {
+        unreachable!()
+    };
+    let rest = collect(&mut slow).await;
+    let end = rest.end.expect("end");
+    assert_eq!(end.stdout_bytes, total);
+    assert!(!end.truncated.stdout);
+    assert!(
+        rest.stdout.len() as u64 <= 64 * 1024 + 64 * 1024,
+        "bounded by the buffer"
+    );
+    assert_eq!(
+        dropped + rest.dropped_bytes + rest.stdout.len() as u64,
+        total
+    );
+
+    within(60, "destroy", d.destroy(id)).await.expect("destroy");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_and_sigkill_end_the_process_and_its_whole_tree() {
+    let env = TestEnv::new().await;
+    let (d, id) = sandbox(&env, env.config(), IMAGE).await;
+
+    let mut handle = within(20, "start", d.start_process(id, start(&["sleep", "1000"])))
+        .await
+        .expect("start");
+    within(
+        10,
+        "term",
+        d.signal_process(id, handle.pid(), ProcessSignal::Term),
+    )
+    .await
+    .expect("term");
+    let end = collect(&mut handle).await.end.expect("end");
+    assert_eq!((end.exit_code, end.signal), (None, Some(15)));
+
+    // A tree: a background child, a setsid'd grandchild and the leader; SIGKILL takes all.
+    let script = "sleep 1001 & setsid sleep 1002 & sleep 1003";
+    let mut handle = within(
+        20,
+        "start",
+        d.start_process(id, start(&["sh", "-c", script])),
+    )
+    .await
+    .expect("start");
+    eventually(20, "the tree runs", || async {
+        run(&d, id, &["pidof", "sleep"])
+            .await
+            .stdout
+            .split_whitespace()
+            .count()
+            == 3
+    })
+    .await;
+    within(
+        10,
+        "kill",
+        d.signal_process(id, handle.pid(), ProcessSignal::Kill),
+    )
+    .await
+    .expect("kill");
+    let end = collect(&mut handle).await.end.expect("end");
+    assert_eq!(end.signal, Some(9));
+    let left = run(&d, id, &["pidof", "sleep"]).await;
+    assert_ne!(
+        left.exit_code,
+        Some(0),
+        "nothing of the tree is left: {}",
+        left.stdout
+    );
+
+    // A leader that exits leaves nothing behind either (the sub-reaper kills its orphans).
+    let mut handle = within(
+        20,
+        "start",
+        d.start_process(
+            id,
+            start(&["sh", "-c", "setsid sleep 1004 & sleep 1005 & exit 0"]),
+        ),
+    )
+    .await
+    .expect("start");
+    assert_eq!(
+        collect(&mut handle).await.end.expect("end").exit_code,
+        Some(0)
+    );
+    let left = run(&d, id, &["pidof", "sleep"]).await;
+    assert_ne!(left.exit_code, Some(0), "no orphan: {}", left.stdout);
+
+    // Signals to what is not a live process are refused.
+    match d.signal_process(id, 1, ProcessSignal::Kill).await {
+        Err(DispatchError::Refused {
+            kind: ErrorKind::NotFound,
+            ..
+        }) => {}
+        other => panic!("signalling pid 1: {other:?}"),
+    }
+
+    within(60, "destroy", d.destroy(id)).await.expect("destroy");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pty_has_the_size_asked_for_and_can_be_resized() {
+    let env = TestEnv::new().await;
+    let (d, id) = sandbox(&env, env.config(), IMAGE).await;
+
+    let mut params = start(&["sh"]);
+    params.pty = Some(PtySize {
+        cols: 100,
+        rows: 30,
+    });
+    let mut shell = within(20, "start", d.start_process(id, params))
+        .await
+        .expect("start");
+    let pid = shell.pid();
+    let listed = within(20, "list", d.list_processes(id))
+        .await
+        .expect("list");
+    assert_eq!(
+        listed.iter().find(|p| p.pid == pid).and_then(|p| p.pty),
+        Some(PtySize {
+            cols: 100,
+            rows: 30
+        })
+    );
+    within(10, "input", d.send_input(id, pid, b"stty size; tty\n"))
+        .await
+        .expect("input");
+    let seen = read_until(&mut shell, "30 100").await;
+    assert!(!seen.contains("not a tty"), "{seen}");
+
+    within(
+        10,
+        "resize",
+        d.resize_pty(
+            id,
+            pid,
+            PtySize {
+                cols: 120,
+                rows: 40,
+            },
+        ),
+    )
+    .await
+    .expect("resize");
+    within(10, "input", d.send_input(id, pid, b"stty size\n"))
+        .await
+        .expect("input");
+    read_until(&mut shell, "40 120").await;
+
+    // A terminal has no stdin of its own to close; a size of zero is refused.
+    match d.close_stdin(id, pid).await {
+        Err(DispatchError::Refused {
+            kind: ErrorKind::InvalidRequest,
+            message,
+            ..
+        }) => {
+            assert!(message.contains("terminal"), "{message}")
+        }
+        other => panic!("close_stdin of a terminal: {other:?}"),
+    }
+    match d.resize_pty(id, pid, PtySize { cols: 0, rows: 10 }).await {
+        Err(DispatchError::Refused {
+            kind: ErrorKind::InvalidRequest,
+            ..
+        }) => {}
+        other => panic!("a zero size: {other:?}"),
+    }
+    within(10, "exit", d.send_input(id, pid, b"exit 7\n"))
+        .await
+        .expect("input");
+    let end = collect(&mut shell).await.end.expect("end");
+    assert_eq!(end.exit_code, Some(7));
+
+    // Without a terminal, resizing is refused.
+    let mut plain = within(20, "start", d.start_process(id, start(&["sleep", "1000"])))
+        .await
+        .expect("start");
+    match d
+        .resize_pty(id, plain.pid(), PtySize { cols: 80, rows: 24 })
+        .await
+    {
+        Err(DispatchError::Refused {
+            kind: ErrorKind::InvalidRequest,
+            ..
+        }) => {}
+        other => panic!("resizing a process without a terminal: {other:?}"),
+    }
+    d.signal_process(id, plain.pid(), ProcessSignal::Kill)
+        .await
+        .expect("kill");
+    collect(&mut plain).await;
+
+    within(60, "destroy", d.destroy(id)).await.expect("destroy");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_bounds_and_the_policy_refuse_with_clear_errors() {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    config.max_live_processes = 3;
+    let (d, id) = sandbox(&env, config, "aegis-runtime/shell:bookworm").await;
+
+    let mut running = Vec::new();
+    for i in 0..3 {
+        let mut params = start(&["sleep", "1000"]);
+        params.tag = Some(format!("s{i}"));
+        running.push(
+            within(20, "start", d.start_process(id, params))
+                .await
+                .expect("start"),
+        );
+    }
+    let (kind, message) = refused(d.start_process(id, start(&["sleep", "1000"])).await);
+    assert_eq!(kind, ErrorKind::LimitReached);
+    assert!(message.contains("3 live processes"), "{message}");
+
+    // Once one ends, there is room again; a tag in use is refused.
+    d.signal_process(id, running[0].pid(), ProcessSignal::Kill)
+        .await
+        .expect("kill");
+    collect(&mut running[0]).await;
+    let mut dup = start(&["sleep", "1000"]);
+    dup.tag = Some("s1".to_owned());
+    let (kind, message) = refused(d.start_process(id, dup).await);
+    assert_eq!(kind, ErrorKind::AlreadyExists, "{message}");
+
+    // The program lookup and the kernel's execute rule hold as for cmd.run.
+    let (kind, _) = refused(d.start_process(id, start(&["no-such-program"])).await);
+    assert_eq!(kind, ErrorKind::CommandNotFound);
+    let (kind, _) = refused(d.start_process(id, start(&["/bin/sh"])).await);
+    assert_eq!(kind, ErrorKind::InvalidRequest);
+    let mut outside = start(&["sh", "-c", "id -u"]);
+    outside.exec = ExecGrant::Only(vec!["sh".to_owned()]);
+    let mut handle = within(20, "start", d.start_process(id, outside))
+        .await
+        .expect("start");
+    let got = collect(&mut handle).await;
+    let end = got.end.clone().expect("end");
+    assert_eq!(
+        end.exit_code,
+        Some(126),
+        "the kernel refused to run id: {got:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&got.stderr).contains("ermission denied"),
+        "{got:?}"
+    );
+    // A working directory outside the read roots.
+    let mut elsewhere = start(&["true"]);
+    elsewhere.cwd = Some("/etc".to_owned());
+    let (kind, _) = refused(d.start_process(id, elsewhere).await);
+    assert_eq!(kind, ErrorKind::PathNotAllowed);
+    // A process does not run as root.
+    let mut handle = within(20, "start", d.start_process(id, start(&["id", "-u"])))
+        .await
+        .expect("start");
+    assert_eq!(collect(&mut handle).await.stdout, b"65534\n");
+
+    within(60, "destroy", d.destroy(id)).await.expect("destroy");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn processes_die_with_the_sandbox() {
+    let env = TestEnv::new().await;
+    let (d, id) = sandbox(&env, env.config(), IMAGE).await;
+
+    let mut handle = within(
+        20,
+        "start",
+        d.start_process(id, start(&["sh", "-c", "setsid sleep 1006 & sleep 1007"])),
+    )
+    .await
+    .expect("start");
+    within(60, "destroy", d.destroy(id)).await.expect("destroy");
+    let end = collect(&mut handle).await.end.expect("end");
+    assert!(
+        end.error
+            .as_deref()
+            .is_some_and(|e| e.contains("sandbox is gone")),
+        "{end:?}"
+    );
+    assert_eq!(end.exit_code, None);
+    let sandbox_label = label(labels::SANDBOX, id);
+    assert!(env.containers_with(&[&sandbox_label]).await.is_empty());
+    // Nothing of the sandbox runs on the host any more (its processes lived in its pid
+    // namespace, which went with the container).
+    let host = std::process::Command::new("pgrep")
+        .args(["-f", "sleep 100[67]"])
+        .output()
+        .expect("pgrep on the host");
+    assert!(
+        host.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&host.stdout)
+    );
+    match d.start_process(id, start(&["true"])).await {
+        Err(DispatchError::SandboxGone { .. } | DispatchError::SandboxNotFound { .. }) => {}
+        other => panic!("starting in a destroyed sandbox: {other:?}"),
+    }
+    d.shutdown().await;
+}
+
+/// The next change a watch reports (skipping `chmod`s, which some writes cause too).
+async fn next_change(watch: &mut WatchHandle) -> (FsOp, String) {
+    loop {
+        match within(20, "the next watch event", watch.next()).await {
+            Some(WatchEvent::Fs(event)) if event.op == FsOp::Chmod => {}
+            Some(WatchEvent::Fs(event)) => return (event.op, event.path),
+            other => panic!("expected a change, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watch_sees_changes_beneath_its_root_and_nothing_outside_the_roots_is_watched() {
+    let env = TestEnv::new().await;
+    let mut config = env.config();
+    config.max_watches = 2;
+    let (d, id) = sandbox(&env, config, IMAGE).await;
+    let write = |path: &str| {
+        Op::FsWrite(WriteParams {
+            path: path.to_owned(),
+            content: "x".to_owned(),
+            encoding: dispatcher::protocol::Encoding::Utf8,
+            create_dirs: true,
+        })
+    };
+
+    let mut watch = within(10, "watch", d.watch_dir(id, "/workspace", true))
+        .await
+        .expect("watch");
+    assert_eq!(watch.path(), "/workspace");
+    within(10, "write", d.call(id, write("a.txt")))
+        .await
+        .expect("write");
+    // fs.write writes a temporary file and renames it over the name.
+    let mut seen = Vec::new();
+    loop {
+        let change = next_change(&mut watch).await;
+        let done = change == (FsOp::Create, "/workspace/a.txt".to_owned());
+        seen.push(change);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(seen[0].0, FsOp::Create, "{seen:?}");
+    // A command's changes, in a new subdirectory (watched because the watch is recursive).
+    run(&d, id, &["mkdir", "sub"]).await;
+    assert_eq!(
+        next_change(&mut watch).await,
+        (FsOp::Create, "/workspace/sub".to_owned())
+    );
+    run(&d, id, &["sh", "-c", "echo hi > sub/b.txt"]).await;
+    assert_eq!(
+        next_change(&mut watch).await,
+        (FsOp::Create, "/workspace/sub/b.txt".to_owned())
+    );
+    assert_eq!(
+        next_change(&mut watch).await,
+        (FsOp::Write, "/workspace/sub/b.txt".to_owned())
+    );
+    run(&d, id, &["mv", "sub/b.txt", "c.txt"]).await;
+    assert_eq!(
+        next_change(&mut watch).await,
+        (FsOp::Rename, "/workspace/sub/b.txt".to_owned())
+    );
+    assert_eq!(
+        next_change(&mut watch).await,
+        (FsOp::Create, "/workspace/c.txt".to_owned())
+    );
+    run(&d, id, &["rm", "c.txt"]).await;
+    assert_eq!(
+        next_change(&mut watch).await,
+        (FsOp::Remove, "/workspace/c.txt".to_owned())
+    );
+
+    // Outside the read roots, through `..` or a symlink: refused.
+    let (kind, _) = watch_refused(d.watch_dir(id, "/etc", false).await);
+    assert_eq!(kind, ErrorKind::PathNotAllowed);
+    let (kind, _) = watch_refused(d.watch_dir(id, "../etc", false).await);
+    assert_eq!(kind, ErrorKind::PathNotAllowed);
+    run(&d, id, &["ln", "-s", "/etc", "link"]).await;
+    let (kind, _) = watch_refused(d.watch_dir(id, "link", false).await);
+    assert_eq!(kind, ErrorKind::PathNotAllowed);
+    let (kind, _) = watch_refused(d.watch_dir(id, "missing", false).await);
+    assert_eq!(kind, ErrorKind::NotFound);
+
+    // The bound: two watches at once.
+    let second = within(10, "watch", d.watch_dir(id, "sub", false))
+        .await
+        .expect("second");
+    let (kind, message) = watch_refused(d.watch_dir(id, "/workspace", false).await);
+    assert_eq!(kind, ErrorKind::LimitReached, "{message}");
+    // Dropping a handle removes its watch, which makes room again.
+    drop(second);
+    eventually(20, "room for a watch again", || async {
+        match d.watch_dir(id, "sub", false).await {
+            Ok(mut third) => {
+                // Removing its directory ends it.
+                run(&d, id, &["rm", "-r", "sub"]).await;
+                loop {
+                    match within(20, "watch end", third.next()).await {
+                        Some(WatchEvent::End { reason }) => {
+                            assert!(reason.contains("removed"), "{reason}");
+                            break;
+                        }
+                        Some(_) => {}
+                        None => panic!("no end event"),
+                    }
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    })
+    .await;
+
+    // The sandbox going ends the watch.
+    within(60, "destroy", d.destroy(id)).await.expect("destroy");
+    loop {
+        match within(10, "watch end", watch.next()).await {
+            Some(WatchEvent::End { reason }) => {
+                assert!(reason.contains("sandbox is gone"), "{reason}");
+                break;
+            }
+            Some(_) => {}
+            None => panic!("no end event"),
+        }
+    }
+    d.shutdown().await;
+}
