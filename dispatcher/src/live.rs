@@ -565,3 +565,113 @@ impl Dispatcher {
         answer(id, name, response)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize) -> Item {
+        Item::Data(OutputStream::Stdout, Bytes::from(vec![b'x'; n]))
+    }
+
+    fn end() -> Item {
+        Item::End(ProcessEnd {
+            exit_code: Some(0),
+            signal: None,
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+            truncated: Truncation::default(),
+            timed_out: false,
+            error: None,
+        })
+    }
+
+    async fn read(reader: &mut Reader) -> Option<Read> {
+        tokio::time::timeout(Duration::from_secs(5), reader.next())
+            .await
+            .expect("a read that has something to return does not wait")
+    }
+
+    #[tokio::test]
+    async fn a_reader_behind_the_bound_is_told_what_it_missed_and_the_end_is_kept() {
+        let feed = Feed::new(100, 1000, false);
+        let mut early = feed.reader();
+        for _ in 0..5 {
+            feed.push(data(40));
+        }
+        feed.push(end());
+        // 200 bytes went by, at most 100 are kept: the first three chunks are gone.
+        match read(&mut early).await {
+            Some(Read::Dropped { events, bytes }) => assert_eq!((events, bytes), (3, 120)),
+            _ => panic!("expected a drop report first"),
+        }
+        for _ in 0..2 {
+            assert!(
+                matches!(read(&mut early).await, Some(Read::Item(Item::Data(_, b))) if b.len() == 40)
+            );
+        }
+        assert!(matches!(
+            read(&mut early).await,
+            Some(Read::Item(Item::End(_)))
+        ));
+        assert!(read(&mut early).await.is_none());
+        // A reader made now starts at the oldest kept event, missing nothing it could have had.
+        let mut late = feed.reader();
+        assert!(matches!(
+            read(&mut late).await,
+            Some(Read::Item(Item::Data(..)))
+        ));
+        // Nothing after the end, not even a second end.
+        feed.end_with("gone");
+        assert!(matches!(
+            read(&mut late).await,
+            Some(Read::Item(Item::Data(..)))
+        ));
+        assert!(
+            matches!(read(&mut late).await, Some(Read::Item(Item::End(e))) if e.error.is_none())
+        );
+        assert!(read(&mut late).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn the_newest_event_is_kept_whatever_its_size_and_counts_bound_watches() {
+        let feed = Feed::new(10, 1000, false);
+        feed.push(data(50));
+        let mut reader = feed.reader();
+        assert!(
+            matches!(read(&mut reader).await, Some(Read::Item(Item::Data(_, b))) if b.len() == 50)
+        );
+        let watch = Feed::new(usize::MAX, 2, true);
+        let mut reader = watch.reader();
+        for i in 0..4 {
+            watch.push(Item::Fs(FsEvent {
+                op: sandbox_executor::protocol::FsOp::Create,
+                path: format!("/workspace/{i}"),
+                is_dir: false,
+            }));
+        }
+        watch.end_with("the stream broke");
+        match read(&mut reader).await {
+            Some(Read::Dropped { events, bytes }) => assert_eq!((events, bytes), (3, 0)),
+            _ => panic!("expected a drop report"),
+        }
+        assert!(
+            matches!(read(&mut reader).await, Some(Read::Item(Item::Fs(e))) if e.path == "/workspace/3")
+        );
+        assert!(
+            matches!(read(&mut reader).await, Some(Read::Item(Item::WatchEnd(r))) if r.contains("stream broke"))
+        );
+        assert!(read(&mut reader).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_waiting_reader_wakes_for_the_next_event() {
+        let feed = Feed::new(1000, 1000, false);
+        let mut reader = feed.reader();
+        let pushing = Arc::clone(&feed);
+        let waiter = tokio::spawn(async move { read(&mut reader).await.is_some() });
+        tokio::task::yield_now().await;
+        pushing.push(data(1));
+        assert!(waiter.await.expect("the reader task"));
+    }
+}

@@ -303,3 +303,40 @@ pub fn resize(ctx: &Context, params: ResizeParams) -> OpResult<Empty> {
     *size.lock().unwrap_or_else(PoisonError::into_inner) = params.size;
     Ok(Empty {})
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_count_against_the_bound_and_tags_are_unique() {
+        let registry = Registry::default();
+        let first = registry.reserve(2, Some("a")).expect("first");
+        let dup = registry.reserve(2, Some("a")).err().expect("same tag");
+        assert_eq!(dup.kind, ErrorKind::AlreadyExists);
+        let second = registry.reserve(2, None).expect("second");
+        let full = registry
+            .reserve(2, Some("b"))
+            .err()
+            .expect("over the bound");
+        assert_eq!(full.kind, ErrorKind::LimitReached);
+        assert!(
+            full.message.contains("2 live processes"),
+            "{}",
+            full.message
+        );
+        // A start that failed gives its place and its tag back.
+        drop(first);
+        let again = registry.reserve(2, Some("a")).expect("room and tag again");
+        drop((second, again));
+        assert_eq!(registry.lock().starting, 0);
+        assert!(registry.lock().starting_tags.is_empty());
+    }
+
+    #[test]
+    fn unknown_pids_are_not_found() {
+        let e = Registry::default().get(42).err().expect("nothing runs");
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        assert!(Registry::default().list().processes.is_empty());
+    }
+}

@@ -70,3 +70,52 @@ pub fn resize(master: &OwnedFd, size: PtySize) -> OpResult<()> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terminal_has_its_size_and_carries_bytes_both_ways() {
+        let (master, slave) = open(PtySize {
+            cols: 100,
+            rows: 30,
+        })
+        .expect("a terminal");
+        let size = rustix::termios::tcgetwinsize(&slave).expect("its size");
+        assert_eq!((size.ws_col, size.ws_row), (100, 30));
+        resize(
+            &master,
+            PtySize {
+                cols: 120,
+                rows: 40,
+            },
+        )
+        .expect("resize");
+        let size = rustix::termios::tcgetwinsize(&slave).expect("its size");
+        assert_eq!((size.ws_col, size.ws_row), (120, 40));
+        assert!(rustix::termios::isatty(&slave));
+        rustix::io::write(&slave, b"out").expect("write to the slave");
+        let mut buf = [0u8; 16];
+        let mut fds = [rustix::event::PollFd::new(
+            &master,
+            rustix::event::PollFlags::IN,
+        )];
+        rustix::event::poll(&mut fds, None).expect("poll");
+        let n = rustix::io::read(&master, &mut buf).expect("read the master");
+        assert_eq!(&buf[..n], b"out");
+    }
+
+    #[test]
+    fn sizes_out_of_range_are_refused() {
+        for (cols, rows) in [(0, 10), (10, 0), (1001, 10), (10, 1001)] {
+            let e = check_size(PtySize { cols, rows }).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidRequest, "{e}");
+        }
+        check_size(PtySize {
+            cols: 1,
+            rows: 1000,
+        })
+        .expect("in range");
+    }
+}

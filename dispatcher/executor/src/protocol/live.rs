@@ -301,3 +301,105 @@ pub enum FsOp {
     /// watch's bound and is not watched): what is in the directory must be looked at again.
     Overflow,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Op, Request, Response};
+    use serde_json::json;
+
+    #[test]
+    fn every_event_starts_with_the_prefix_and_no_response_does() {
+        let bodies = [
+            EventBody::Data {
+                stream: OutputStream::Pty,
+                data: "aGk=".into(),
+            },
+            EventBody::End(ProcessEnd {
+                exit_code: None,
+                signal: Some(9),
+                stdout_bytes: 1,
+                stderr_bytes: 2,
+                truncated: Truncation::default(),
+                timed_out: false,
+                error: None,
+            }),
+            EventBody::Fs(FsEvent {
+                op: FsOp::Create,
+                path: "/workspace/a".into(),
+                is_dir: false,
+            }),
+            EventBody::WatchEnd {
+                reason: "removed".into(),
+            },
+        ];
+        for body in bodies {
+            let event = Event { event: 7, body };
+            let line = serde_json::to_vec(&event).unwrap();
+            assert!(
+                line.starts_with(EVENT_PREFIX),
+                "{}",
+                String::from_utf8_lossy(&line)
+            );
+            assert_eq!(serde_json::from_slice::<Event>(&line).unwrap(), event);
+        }
+        let response = serde_json::to_vec(&Response::ok(7, json!({"event": 1}))).unwrap();
+        assert!(!response.starts_with(EVENT_PREFIX));
+    }
+
+    #[test]
+    fn events_have_their_documented_shape() {
+        let end = Event {
+            event: 3,
+            body: EventBody::End(ProcessEnd {
+                exit_code: Some(0),
+                signal: None,
+                stdout_bytes: 3,
+                stderr_bytes: 0,
+                truncated: Truncation::default(),
+                timed_out: false,
+                error: None,
+            }),
+        };
+        assert_eq!(
+            serde_json::to_value(&end).unwrap(),
+            json!({"event":3,"kind":"end","exit_code":0,"stdout_bytes":3,"stderr_bytes":0,
+                   "truncated":{"stdout":false,"stderr":false},"timed_out":false})
+        );
+    }
+
+    #[test]
+    fn live_requests_parse_and_typos_are_refused() {
+        let start: Request = serde_json::from_str(
+            r#"{"id":2,"op":"proc.start","argv":["sh"],"tag":"t","stdin":true,"pty":{"cols":80,"rows":24}}"#,
+        )
+        .unwrap();
+        match start.op {
+            Op::ProcStart(p) => {
+                assert_eq!(p.pty, Some(PtySize { cols: 80, rows: 24 }));
+                assert!(p.stdin && p.timeout_ms.is_none());
+                assert_eq!(p.exec, ExecGrant::ArgvZero);
+            }
+            other => panic!("wrong op {other:?}"),
+        }
+        let live: Request = serde_json::from_str(r#"{"id":3,"op":"proc.live"}"#).unwrap();
+        assert_eq!(live.op, Op::ProcLive);
+        let signal: Request =
+            serde_json::from_str(r#"{"id":4,"op":"proc.signal","pid":9,"signal":"kill"}"#).unwrap();
+        assert_eq!(
+            signal.op,
+            Op::ProcSignal(SignalParams {
+                pid: 9,
+                signal: ProcessSignal::Kill
+            })
+        );
+        for bad in [
+            r#"{"id":1,"op":"proc.start","argv":["sh"],"ptty":{"cols":1,"rows":1}}"#,
+            r#"{"id":1,"op":"proc.signal","pid":9,"signal":"hup"}"#,
+            r#"{"id":1,"op":"proc.resize","pid":9,"size":{"cols":1}}"#,
+            r#"{"id":1,"op":"fs.watch","path":"a","recursve":true}"#,
+        ] {
+            assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+        }
+    }
+}
