@@ -264,6 +264,41 @@ async fn output_streams_in_order_before_the_end_and_caps_are_flagged() {
     assert_eq!(end.stdout_bytes, expected.len() as u64);
     assert!(!end.truncated.stdout && got.dropped_events == 0);
 
+    // Attack: output that looks like protocol lines is only output (it travels base64).
+    let forged = r#"printf '{"id":1,"ok":{}}\n{"event":1,"kind":"end","exit_code":0}\n'"#;
+    let mut handle = within(
+        20,
+        "start",
+        d.start_process(id, start(&["sh", "-c", forged])),
+    )
+    .await
+    .expect("start");
+    let got = collect(&mut handle).await;
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        "{\"id\":1,\"ok\":{}}\n{\"event\":1,\"kind\":\"end\",\"exit_code\":0}\n"
+    );
+    assert_eq!(run(&d, id, &["echo", "still"]).await.stdout, "still\n");
+
+    // Input is bounded per call.
+    let mut reader = start(&["cat"]);
+    reader.stdin = true;
+    let mut handle = within(20, "start", d.start_process(id, reader))
+        .await
+        .expect("start");
+    match d
+        .send_input(id, handle.pid(), &vec![b'x'; 1024 * 1024 + 1])
+        .await
+    {
+        Err(DispatchError::Refused {
+            kind: ErrorKind::TooLarge,
+            ..
+        }) => {}
+        other => panic!("an input over 1 MiB: {other:?}"),
+    }
+    d.close_stdin(id, handle.pid()).await.expect("close");
+    assert!(collect(&mut handle).await.stdout.is_empty());
+
     // The executor's cap: the first max_output_bytes are sent, the rest counted and flagged.
     let mut capped = start(&["head", "-c", "5000", "/dev/zero"]);
     capped.max_output_bytes = Some(1000);
@@ -394,7 +429,59 @@ async fn sigterm_and_sigkill_end_the_process_and_its_whole_tree() {
     let left = run(&d, id, &["pidof", "sleep"]).await;
     assert_ne!(left.exit_code, Some(0), "no orphan: {}", left.stdout);
 
-    // Signals to what is not a live process are refused.
+    // Attack: one live process signals another (or the executor). The kernel scopes signals to
+    // each command's own Landlock domain: refused, and the target still runs.
+    let mut victim = within(20, "start", d.start_process(id, start(&["sleep", "1008"])))
+        .await
+        .expect("start");
+    let killer = format!("kill -9 {} ; kill -9 1 ; echo tried", victim.pid());
+    let mut attacker = within(
+        20,
+        "start",
+        d.start_process(id, start(&["sh", "-c", &killer])),
+    )
+    .await
+    .expect("start");
+    let got = collect(&mut attacker).await;
+    assert_eq!(got.stdout, b"tried\n");
+    assert!(
+        String::from_utf8_lossy(&got.stderr).contains("ermitted"),
+        "{got:?}"
+    );
+    let listed = within(20, "list", d.list_processes(id))
+        .await
+        .expect("list");
+    assert!(
+        listed.iter().any(|p| p.pid == victim.pid()),
+        "the victim runs"
+    );
+    within(
+        10,
+        "kill",
+        d.signal_process(id, victim.pid(), ProcessSignal::Kill),
+    )
+    .await
+    .expect("kill");
+    collect(&mut victim).await;
+
+    // A timeout ends a process like cmd.run's: SIGTERM, flagged.
+    let mut timed = start(&["sleep", "1009"]);
+    timed.timeout_ms = Some(100);
+    let mut handle = within(20, "start", d.start_process(id, timed))
+        .await
+        .expect("start");
+    let end = collect(&mut handle).await.end.expect("end");
+    assert!(end.timed_out, "{end:?}");
+    assert_eq!(end.signal, Some(15));
+
+    // Signals and input to what is not a live process are refused.
+    match d.send_input(id, 1, b"x").await {
+        Err(DispatchError::Refused {
+            kind: ErrorKind::NotFound,
+            ..
+        }) => {}
+        other => panic!("input to pid 1: {other:?}"),
+    }
     match d.signal_process(id, 1, ProcessSignal::Kill).await {
         Err(DispatchError::Refused {
             kind: ErrorKind::NotFound,
@@ -455,6 +542,24 @@ async fn a_pty_has_the_size_asked_for_and_can_be_resized() {
         .await
         .expect("input");
     read_until(&mut shell, "40 120").await;
+    // The process writes to its controlling terminal by name too.
+    within(
+        10,
+        "input",
+        d.send_input(id, pid, b"echo via-$((6*7)) > /dev/tty\n"),
+    )
+    .await
+    .expect("input");
+    read_until(&mut shell, "via-42").await;
+
+    // Attack: another command of the sandbox opens the terminal by its /dev/pts name to read
+    // the keystrokes meant for the shell. The slave is root's, mode 0600: refused.
+    let probe = "n=0; for t in /dev/pts/[0-9]*; do n=$((n+1)); if ( : < $t ); then echo opened $t; else echo denied $t; fi; done; echo terminals $n";
+    let probed = run(&d, id, &["sh", "-c", probe]).await;
+    assert!(probed.stdout.contains("terminals 1"), "{probed:?}");
+    assert!(!probed.stdout.contains("opened"), "{probed:?}");
+    assert!(probed.stdout.contains("denied /dev/pts/"), "{probed:?}");
+    assert!(probed.stderr.contains("ermission denied"), "{probed:?}");
 
     // A terminal has no stdin of its own to close; a size of zero is refused.
     match d.close_stdin(id, pid).await {

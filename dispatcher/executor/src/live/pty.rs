@@ -2,6 +2,12 @@
 //! (no path of `/dev/pts` is looked up), `TIOCSWINSZ` for its size. The master stays in the
 //! executor (output, input, resize); the slave becomes the process's stdin, stdout, stderr and
 //! controlling terminal (`spawn.rs`).
+//!
+//! The terminal is made as root (the handler thread's filesystem identity is switched for the
+//! call) and its slave left mode 0600: devpts gives a new terminal the opener's filesystem uid
+//! and gid, and a slave owned by the sandbox user could be opened by its `/dev/pts/N` name by any
+//! other command of the sandbox, to read the keystrokes meant for this one. The process itself
+//! uses the descriptors it was given and `/dev/tty`, which need no permission on the node.
 
 use rustix::fd::OwnedFd;
 use rustix::fs::OFlags;
@@ -26,9 +32,39 @@ pub fn check_size(size: PtySize) -> OpResult<()> {
     Ok(())
 }
 
-/// A new terminal of `size`: (master, non-blocking; slave).
-pub fn open(size: PtySize) -> OpResult<(OwnedFd, OwnedFd)> {
+/// The thread's filesystem identity as root until dropped, then `(uid, gid)` again.
+struct AsRoot {
+    uid: u32,
+    gid: u32,
+}
+
+impl AsRoot {
+    fn enter(uid: u32, gid: u32) -> OpResult<AsRoot> {
+        crate::identity::enter_sandbox_fs_identity(0, 0).map_err(|e| {
+            OpError::new(
+                ErrorKind::SpawnFailed,
+                format!("cannot open a pseudo-terminal as root: {e}"),
+            )
+        })?;
+        Ok(AsRoot { uid, gid })
+    }
+}
+
+impl Drop for AsRoot {
+    fn drop(&mut self) {
+        if let Err(e) = crate::identity::enter_sandbox_fs_identity(self.uid, self.gid) {
+            // Every later file operation of this thread would run as root: never go on.
+            crate::log_event!("fatal: cannot return to the sandbox user's identity: {e}");
+            std::process::abort();
+        }
+    }
+}
+
+/// A new terminal of `size`: (master, non-blocking; slave, root's, mode 0600). `owner` is the
+/// calling thread's filesystem identity (the sandbox user's), restored before returning.
+pub fn open(size: PtySize, owner: (u32, u32)) -> OpResult<(OwnedFd, OwnedFd)> {
     check_size(size)?;
+    let as_root = AsRoot::enter(owner.0, owner.1)?;
     let failed = |what: &str, e: rustix::io::Errno| {
         OpError::new(
             ErrorKind::SpawnFailed,
@@ -42,6 +78,9 @@ pub fn open(size: PtySize) -> OpResult<(OwnedFd, OwnedFd)> {
     let master = rustix::pty::openpt(flags).map_err(|e| failed("open", e))?;
     rustix::pty::unlockpt(&master).map_err(|e| failed("unlock", e))?;
     let slave = rustix::pty::ioctl_tiocgptpeer(&master, flags).map_err(|e| failed("open", e))?;
+    rustix::fs::fchmod(&slave, rustix::fs::Mode::from_raw_mode(0o600))
+        .map_err(|e| failed("protect", e))?;
+    drop(as_root);
     resize(&master, size)?;
     let status = rustix::fs::fcntl_getfl(&master).map_err(|e| failed("configure", e))?;
     rustix::fs::fcntl_setfl(&master, status | OFlags::NONBLOCK)
@@ -77,11 +116,13 @@ mod tests {
 
     #[test]
     fn a_terminal_has_its_size_and_carries_bytes_both_ways() {
-        let (master, slave) = open(PtySize {
+        let size = PtySize {
             cols: 100,
             rows: 30,
-        })
-        .expect("a terminal");
+        };
+        let (master, slave) = open(size, (0, 0)).expect("a terminal");
+        let stat = rustix::fs::fstat(&slave).expect("the slave's node");
+        assert_eq!((stat.st_uid, stat.st_mode & 0o777), (0, 0o600));
         let size = rustix::termios::tcgetwinsize(&slave).expect("its size");
         assert_eq!((size.ws_col, size.ws_row), (100, 30));
         resize(

@@ -54,7 +54,7 @@ pub fn start(ctx: &Arc<Context>, request: u64, params: StartParams) -> OpResult<
 
     let (stdio, reads, input, terminal) = match params.pty {
         Some(size) => {
-            let (master, slave) = pty::open(size)?;
+            let (master, slave) = pty::open(size, (ctx.config.uid, ctx.config.gid))?;
             let copy = |fd: &OwnedFd| {
                 fd.try_clone().map_err(|e| {
                     OpError::new(
