@@ -9,9 +9,9 @@
 //! under a mutex, so lines never interleave; they may leave in any order.
 //!
 //! Shutdown is designed once: when stdin reaches EOF (the dispatcher closed the stream), every
-//! running command's process group is killed, requests still in flight get up to
-//! [`SHUTDOWN_GRACE`] to write their answers (killed commands answer with signal 9), and the
-//! process exits 0. As PID 1, its exit takes down whatever else is left in the container.
+//! running command's process group is killed (live processes' too), requests still in flight and
+//! live processes get up to [`SHUTDOWN_GRACE`] in all to write their answers and `end` events
+//! (killed commands answer with signal 9), and the process exits 0. As PID 1, its exit takes down whatever else is left in the container.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader};
@@ -165,9 +165,14 @@ pub fn main() -> i32 {
     serve(&context, &output, &in_flight);
 
     children.kill_all();
+    let started = Instant::now();
     let unanswered = in_flight.wait_idle(SHUTDOWN_GRACE);
+    let unended = context
+        .live
+        .wait_ended(SHUTDOWN_GRACE.saturating_sub(started.elapsed()));
     crate::log_event!(
-        "stdin closed; killed running commands; {unanswered} requests unanswered; exiting"
+        "stdin closed; killed running commands; {unanswered} requests unanswered, \
+         {unended} live processes without their end event; exiting"
     );
     0
 }

@@ -89,6 +89,8 @@ fn requirements() -> Requirements {
 }
 
 type Inbox = Arc<(Mutex<HashMap<u64, (Value, Instant)>>, Condvar)>;
+/// Event lines (`{"event":ID,...}`) in the order they came.
+type Events = Arc<(Mutex<Vec<Value>>, Condvar)>;
 
 /// One hardened container running the executor, with the protocol stream attached.
 struct Sandbox {
@@ -98,6 +100,7 @@ struct Sandbox {
     docker_run: Child,
     stdin: Mutex<Option<ChildStdin>>,
     inbox: Inbox,
+    events: Events,
     stderr: Arc<Mutex<String>>,
     next_id: AtomicU64,
 }
@@ -186,11 +189,19 @@ impl Sandbox {
 
         let inbox: Inbox = Arc::default();
         let reader_inbox = Arc::clone(&inbox);
+        let events: Events = Arc::default();
+        let reader_events = Arc::clone(&events);
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 let value: Value = serde_json::from_str(&line)
                     .unwrap_or_else(|e| panic!("executor wrote a non-JSON line ({e}): {line}"));
+                if line.starts_with("{\"event\":") {
+                    let (list, cv) = &*reader_events;
+                    list.lock().unwrap().push(value);
+                    cv.notify_all();
+                    continue;
+                }
                 let id = value["id"].as_u64().expect("every response has an id");
                 let (map, cv) = &*reader_inbox;
                 map.lock().unwrap().insert(id, (value, Instant::now()));
@@ -214,6 +225,7 @@ impl Sandbox {
             docker_run,
             stdin: Mutex::new(stdin),
             inbox,
+            events,
             stderr,
             next_id: AtomicU64::new(1),
         };
@@ -252,6 +264,30 @@ impl Sandbox {
             assert!(
                 now < deadline,
                 "no response to request {id} within {RESPONSE_TIMEOUT:?}; executor stderr:\n{}",
+                self.stderr.lock().unwrap()
+            );
+            guard = cv.wait_timeout(guard, deadline - now).unwrap().0;
+        }
+    }
+
+    /// Waits until the events of request `id` satisfy `done`; returns them all.
+    fn events_until(&self, id: u64, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let (list, cv) = &*self.events;
+        let deadline = Instant::now() + RESPONSE_TIMEOUT;
+        let mut guard = list.lock().unwrap();
+        loop {
+            let mine: Vec<Value> = guard
+                .iter()
+                .filter(|e| e["event"] == json!(id))
+                .cloned()
+                .collect();
+            if done(&mine) {
+                return mine;
+            }
+            let now = Instant::now();
+            assert!(
+                now < deadline,
+                "events of {id} incomplete within {RESPONSE_TIMEOUT:?}: {mine:?}; executor stderr:\n{}",
                 self.stderr.lock().unwrap()
             );
             guard = cv.wait_timeout(guard, deadline - now).unwrap().0;
@@ -1011,6 +1047,70 @@ fn closing_stdin_stops_everything() {
     // executor waits for answers being written, not only for handlers, before it exits).
     let r = s.wait(sleeping);
     assert_eq!(r["ok"]["signal"], json!(9), "{r}");
+}
+
+/// The bytes of a process's `data` events (base64) of `stream`, in order.
+fn streamed(events: &[Value], stream: &str) -> Vec<u8> {
+    use base64::Engine;
+    events
+        .iter()
+        .filter(|e| e["kind"] == json!("data") && e["stream"] == json!(stream))
+        .flat_map(|e| {
+            base64::engine::general_purpose::STANDARD
+                .decode(e["data"].as_str().unwrap_or_default())
+                .expect("data is base64")
+        })
+        .collect()
+}
+
+fn has_end(events: &[Value]) -> bool {
+    events.last().is_some_and(|e| e["kind"] == json!("end"))
+}
+
+#[test]
+fn live_processes_stream_events_and_end_with_the_executor() {
+    let mut s = Sandbox::start();
+    let cat = s.send(json!({"op": "proc.start", "argv": ["cat"], "stdin": true, "tag": "c"}));
+    let started = s.wait(cat);
+    let pid = started["ok"]["pid"].as_u64().expect("a pid");
+    assert_eq!(started["ok"]["tag"], json!("c"));
+    s.ok(json!({"op": "proc.input", "pid": pid, "data": "aGkK"}));
+    // Streamed while it runs: the echo comes before any end.
+    let events = s.events_until(cat, |e| streamed(e, "stdout") == b"hi\n");
+    assert!(!has_end(&events), "{events:?}");
+    let listed = s.ok(json!({"op": "proc.live"}));
+    assert_eq!(listed["processes"][0]["pid"], json!(pid));
+    assert_eq!(listed["processes"][0]["events"], json!(cat));
+    // It runs as the sandbox user, in its own process group, in the sandbox's pid namespace.
+    let status = s.sh(&["cat", &format!("/proc/{pid}/status")]);
+    assert!(status.contains("Uid:\t65534"), "{status}");
+    let stat = s.sh(&["cat", &format!("/proc/{pid}/stat")]);
+    let pgrp = stat
+        .rsplit(')')
+        .next()
+        .and_then(|r| r.split_whitespace().nth(2));
+    assert_eq!(pgrp, Some(pid.to_string().as_str()), "{stat}");
+
+    // A tree under a terminal; closing the executor's stdin ends both processes, each with its
+    // end event, before the executor exits.
+    let tree = s.send(
+        json!({"op": "proc.start", "argv": ["sh", "-c", "sleep 1000 & sleep 1001"],
+                             "exec": "any", "pty": {"cols": 80, "rows": 24}}),
+    );
+    s.wait(tree)["ok"]["pid"].as_u64().expect("a pid");
+    s.ok(json!({"op": "ping"}));
+    s.close_stdin();
+    let cat_events = s.events_until(cat, has_end);
+    let tree_events = s.events_until(tree, has_end);
+    let end = cat_events.last().expect("an end");
+    assert_eq!(end["signal"], json!(9), "{end}");
+    assert_eq!(end["stdout_bytes"], json!(3));
+    assert_eq!(tree_events.last().expect("an end")["signal"], json!(9));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.docker_run.try_wait().expect("docker run").is_none() {
+        assert!(Instant::now() < deadline, "the executor did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn p50(mut samples: Vec<Duration>) -> Duration {

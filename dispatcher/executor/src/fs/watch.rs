@@ -12,13 +12,16 @@
 //!
 //! Permissions are the sandbox user's (the handler thread's fsuid: inotify needs read access to
 //! each directory). Bounds: `max_watches` per sandbox, [`MAX_DIRECTORIES`] per watch; the
-//! kernel bounds its own queue.
+//! kernel bounds its own queue. So that a command writing in a loop does not become a line per
+//! `write` on the executor's stream, events are read in batches at most every [`BATCH`] (the
+//! kernel merges a repeated event meanwhile) and a repeat within a batch is sent once.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -38,6 +41,8 @@ use crate::server::Context;
 
 /// Most directories one watch covers.
 pub const MAX_DIRECTORIES: usize = 1000;
+/// Shortest time between two reads of a watch's events.
+const BATCH: Duration = Duration::from_millis(20);
 /// Deepest directory a recursive watch enters.
 const MAX_DEPTH: usize = 64;
 
@@ -239,11 +244,15 @@ fn run(ctx: &Context, request: u64, mut watch: Watch, stop: &OwnedFd) {
         }
         match read_events(ctx, &mut watch) {
             Ok((events, ended)) => {
+                let sent = !events.is_empty();
                 for event in events {
                     send(EventBody::Fs(event));
                 }
                 if let Some(reason) = ended {
                     break reason;
+                }
+                if sent {
+                    std::thread::sleep(BATCH);
                 }
             }
             Err(e) => break format!("reading events failed: {e}"),
@@ -316,11 +325,14 @@ fn read_events(
         } else {
             continue;
         };
-        events.push(FsEvent {
+        let event = FsEvent {
             op,
             path: path.clone(),
             is_dir,
-        });
+        };
+        if events.last() != Some(&event) {
+            events.push(event);
+        }
         if op == FsOp::Create && is_dir && watch.recursive {
             let sub = if rel.is_empty() {
                 name.clone()

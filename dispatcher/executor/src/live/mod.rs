@@ -21,7 +21,7 @@ pub mod pty;
 pub mod start;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
@@ -98,6 +98,9 @@ struct Table {
 #[derive(Default)]
 pub struct Registry {
     table: Mutex<Table>,
+    /// Supervising threads that have not sent their `end` yet (shutdown waits for them).
+    supervising: Mutex<usize>,
+    ended: Condvar,
 }
 
 /// A place held for a process being started; given back when dropped unless it was filled.
@@ -171,6 +174,45 @@ impl Registry {
                 ),
             )
         })
+    }
+
+    /// A supervising thread is about to start.
+    fn supervisor_starts(&self) {
+        *self
+            .supervising
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) += 1;
+    }
+
+    /// A supervising thread sent its `end` (or never started).
+    fn supervisor_ended(&self) {
+        let mut supervising = self
+            .supervising
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *supervising = supervising.saturating_sub(1);
+        self.ended.notify_all();
+    }
+
+    /// Waits until every live process has sent its `end`, or `limit` passed; how many have not.
+    pub fn wait_ended(&self, limit: Duration) -> usize {
+        let deadline = Instant::now() + limit;
+        let mut supervising = self
+            .supervising
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while *supervising > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            supervising = self
+                .ended
+                .wait_timeout(supervising, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        *supervising
     }
 
     /// Every live process, by pid.

@@ -156,10 +156,15 @@ pub fn start(ctx: &Arc<Context>, request: u64, params: StartParams) -> OpResult<
         [OutputStream::Stdout, OutputStream::Stderr]
     };
     let thread_ctx = Arc::clone(ctx);
+    ctx.live.supervisor_starts();
     let spawned = std::thread::Builder::new()
         .name(format!("live-{pid}"))
-        .spawn(move || supervise(&thread_ctx, &process, reads, &limits, streams, max_output));
+        .spawn(move || {
+            supervise(&thread_ctx, &process, reads, &limits, streams, max_output);
+            thread_ctx.live.supervisor_ended();
+        });
     if let Err(e) = spawned {
+        ctx.live.supervisor_ended();
         // Nobody would read its output or report its end: it must not run.
         ctx.children.stop(&slot, Stop::Kill);
         ctx.live.remove(pid);
