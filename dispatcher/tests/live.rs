@@ -89,14 +89,8 @@ async fn read_until(handle: &mut ProcessHandle, needle: &str) -> String {
     }
 }
 
-fn refused(result: Result<ProcessHandle, DispatchError>) -> (ErrorKind, String) {
-    match result {
-        Err(DispatchError::Refused { kind, message, .. }) => (kind, message),
-        other => panic!("expected a refusal, got {other:?}"),
-    }
-}
-
-fn watch_refused(result: Result<WatchHandle, DispatchError>) -> (ErrorKind, String) {
+/// The executor's refusal (kind and message) of a call expected to be refused.
+fn refused<T: std::fmt::Debug>(result: Result<T, DispatchError>) -> (ErrorKind, String) {
     match result {
         Err(DispatchError::Refused { kind, message, .. }) => (kind, message),
         other => panic!("expected a refusal, got {other:?}"),
@@ -217,13 +211,12 @@ async fn a_background_process_outlives_its_call_and_is_reattached_by_pid_and_by_
     .await;
     let (kind, message) = refused(d.attach_process(id, ProcessSelector::Pid(pid)).await);
     assert_eq!(kind, ErrorKind::NotFound, "{message}");
-    match d.send_input(id, pid, b"late").await {
-        Err(DispatchError::Refused {
-            kind: ErrorKind::NotFound,
-            ..
-        }) => {}
-        other => panic!("input to an ended process: {other:?}"),
-    }
+    let (kind, message) = refused(d.send_input(id, pid, b"late").await);
+    assert_eq!(
+        kind,
+        ErrorKind::NotFound,
+        "input to an ended process: {message}"
+    );
     let mut again = start(&["true"]);
     again.tag = Some("echo".to_owned());
     let mut again = within(20, "start with the tag again", d.start_process(id, again))
@@ -286,16 +279,9 @@ async fn output_streams_in_order_before_the_end_and_caps_are_flagged() {
     let mut handle = within(20, "start", d.start_process(id, reader))
         .await
         .expect("start");
-    match d
-        .send_input(id, handle.pid(), &vec![b'x'; 1024 * 1024 + 1])
-        .await
-    {
-        Err(DispatchError::Refused {
-            kind: ErrorKind::TooLarge,
-            ..
-        }) => {}
-        other => panic!("an input over 1 MiB: {other:?}"),
-    }
+    let oversized = vec![b'x'; 1024 * 1024 + 1];
+    let (kind, message) = refused(d.send_input(id, handle.pid(), &oversized).await);
+    assert_eq!(kind, ErrorKind::TooLarge, "{message}");
     d.close_stdin(id, handle.pid()).await.expect("close");
     assert!(collect(&mut handle).await.stdout.is_empty());
 
@@ -475,20 +461,10 @@ async fn sigterm_and_sigkill_end_the_process_and_its_whole_tree() {
     assert_eq!(end.signal, Some(15));
 
     // Signals and input to what is not a live process are refused.
-    match d.send_input(id, 1, b"x").await {
-        Err(DispatchError::Refused {
-            kind: ErrorKind::NotFound,
-            ..
-        }) => {}
-        other => panic!("input to pid 1: {other:?}"),
-    }
-    match d.signal_process(id, 1, ProcessSignal::Kill).await {
-        Err(DispatchError::Refused {
-            kind: ErrorKind::NotFound,
-            ..
-        }) => {}
-        other => panic!("signalling pid 1: {other:?}"),
-    }
+    let (kind, message) = refused(d.send_input(id, 1, b"x").await);
+    assert_eq!(kind, ErrorKind::NotFound, "input to pid 1: {message}");
+    let (kind, message) = refused(d.signal_process(id, 1, ProcessSignal::Kill).await);
+    assert_eq!(kind, ErrorKind::NotFound, "signalling pid 1: {message}");
 
     within(60, "destroy", d.destroy(id)).await.expect("destroy");
     d.shutdown().await;
@@ -562,23 +538,11 @@ async fn a_pty_has_the_size_asked_for_and_can_be_resized() {
     assert!(probed.stderr.contains("ermission denied"), "{probed:?}");
 
     // A terminal has no stdin of its own to close; a size of zero is refused.
-    match d.close_stdin(id, pid).await {
-        Err(DispatchError::Refused {
-            kind: ErrorKind::InvalidRequest,
-            message,
-            ..
-        }) => {
-            assert!(message.contains("terminal"), "{message}")
-        }
-        other => panic!("close_stdin of a terminal: {other:?}"),
-    }
-    match d.resize_pty(id, pid, PtySize { cols: 0, rows: 10 }).await {
-        Err(DispatchError::Refused {
-            kind: ErrorKind::InvalidRequest,
-            ..
-        }) => {}
-        other => panic!("a zero size: {other:?}"),
-    }
+    let (kind, message) = refused(d.close_stdin(id, pid).await);
+    assert_eq!(kind, ErrorKind::InvalidRequest, "{message}");
+    assert!(message.contains("terminal"), "{message}");
+    let (kind, message) = refused(d.resize_pty(id, pid, PtySize { cols: 0, rows: 10 }).await);
+    assert_eq!(kind, ErrorKind::InvalidRequest, "a zero size: {message}");
     within(10, "exit", d.send_input(id, pid, b"exit 7\n"))
         .await
         .expect("input");
@@ -589,16 +553,9 @@ async fn a_pty_has_the_size_asked_for_and_can_be_resized() {
     let mut plain = within(20, "start", d.start_process(id, start(&["sleep", "1000"])))
         .await
         .expect("start");
-    match d
-        .resize_pty(id, plain.pid(), PtySize { cols: 80, rows: 24 })
-        .await
-    {
-        Err(DispatchError::Refused {
-            kind: ErrorKind::InvalidRequest,
-            ..
-        }) => {}
-        other => panic!("resizing a process without a terminal: {other:?}"),
-    }
+    let size = PtySize { cols: 80, rows: 24 };
+    let (kind, message) = refused(d.resize_pty(id, plain.pid(), size).await);
+    assert_eq!(kind, ErrorKind::InvalidRequest, "{message}");
     d.signal_process(id, plain.pid(), ProcessSignal::Kill)
         .await
         .expect("kill");
@@ -727,6 +684,14 @@ async fn next_change(watch: &mut WatchHandle) -> (FsOp, String) {
     }
 }
 
+/// The next changes are these, in order (paths relative to `/workspace`).
+async fn expect_changes(watch: &mut WatchHandle, expected: &[(FsOp, &str)]) {
+    for (op, path) in expected {
+        let want = (*op, format!("/workspace/{path}"));
+        assert_eq!(next_change(watch).await, want);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_watch_sees_changes_beneath_its_root_and_nothing_outside_the_roots_is_watched() {
     let env = TestEnv::new().await;
@@ -762,50 +727,32 @@ async fn a_watch_sees_changes_beneath_its_root_and_nothing_outside_the_roots_is_
     assert_eq!(seen[0].0, FsOp::Create, "{seen:?}");
     // A command's changes, in a new subdirectory (watched because the watch is recursive).
     run(&d, id, &["mkdir", "sub"]).await;
-    assert_eq!(
-        next_change(&mut watch).await,
-        (FsOp::Create, "/workspace/sub".to_owned())
-    );
+    expect_changes(&mut watch, &[(FsOp::Create, "sub")]).await;
     run(&d, id, &["sh", "-c", "echo hi > sub/b.txt"]).await;
-    assert_eq!(
-        next_change(&mut watch).await,
-        (FsOp::Create, "/workspace/sub/b.txt".to_owned())
-    );
-    assert_eq!(
-        next_change(&mut watch).await,
-        (FsOp::Write, "/workspace/sub/b.txt".to_owned())
-    );
+    let written = [(FsOp::Create, "sub/b.txt"), (FsOp::Write, "sub/b.txt")];
+    expect_changes(&mut watch, &written).await;
     run(&d, id, &["mv", "sub/b.txt", "c.txt"]).await;
-    assert_eq!(
-        next_change(&mut watch).await,
-        (FsOp::Rename, "/workspace/sub/b.txt".to_owned())
-    );
-    assert_eq!(
-        next_change(&mut watch).await,
-        (FsOp::Create, "/workspace/c.txt".to_owned())
-    );
+    let moved = [(FsOp::Rename, "sub/b.txt"), (FsOp::Create, "c.txt")];
+    expect_changes(&mut watch, &moved).await;
     run(&d, id, &["rm", "c.txt"]).await;
-    assert_eq!(
-        next_change(&mut watch).await,
-        (FsOp::Remove, "/workspace/c.txt".to_owned())
-    );
+    expect_changes(&mut watch, &[(FsOp::Remove, "c.txt")]).await;
 
     // Outside the read roots, through `..` or a symlink: refused.
-    let (kind, _) = watch_refused(d.watch_dir(id, "/etc", false).await);
+    let (kind, _) = refused(d.watch_dir(id, "/etc", false).await);
     assert_eq!(kind, ErrorKind::PathNotAllowed);
-    let (kind, _) = watch_refused(d.watch_dir(id, "../etc", false).await);
+    let (kind, _) = refused(d.watch_dir(id, "../etc", false).await);
     assert_eq!(kind, ErrorKind::PathNotAllowed);
     run(&d, id, &["ln", "-s", "/etc", "link"]).await;
-    let (kind, _) = watch_refused(d.watch_dir(id, "link", false).await);
+    let (kind, _) = refused(d.watch_dir(id, "link", false).await);
     assert_eq!(kind, ErrorKind::PathNotAllowed);
-    let (kind, _) = watch_refused(d.watch_dir(id, "missing", false).await);
+    let (kind, _) = refused(d.watch_dir(id, "missing", false).await);
     assert_eq!(kind, ErrorKind::NotFound);
 
     // The bound: two watches at once.
     let second = within(10, "watch", d.watch_dir(id, "sub", false))
         .await
         .expect("second");
-    let (kind, message) = watch_refused(d.watch_dir(id, "/workspace", false).await);
+    let (kind, message) = refused(d.watch_dir(id, "/workspace", false).await);
     assert_eq!(kind, ErrorKind::LimitReached, "{message}");
     // Dropping a handle removes its watch, which makes room again.
     drop(second);

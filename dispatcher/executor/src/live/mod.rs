@@ -196,23 +196,15 @@ impl Registry {
 
     /// Waits until every live process has sent its `end`, or `limit` passed; how many have not.
     pub fn wait_ended(&self, limit: Duration) -> usize {
-        let deadline = Instant::now() + limit;
-        let mut supervising = self
+        let supervising = self
             .supervising
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        while *supervising > 0 {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            supervising = self
-                .ended
-                .wait_timeout(supervising, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        *supervising
+        *self
+            .ended
+            .wait_timeout_while(supervising, limit, |running| *running > 0)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
     }
 
     /// Every live process, by pid.
