@@ -258,39 +258,63 @@ struct Reader {
     changed: watch::Receiver<u64>,
 }
 
+/// What a reader finds without waiting.
+enum Poll {
+    Ready(Read),
+    Ended,
+    Empty,
+}
+
 impl Reader {
+    /// The next event if one is there.
+    fn poll(&mut self) -> Poll {
+        let ring = self.feed.lock();
+        let (front_seq, front_bytes) = match ring.entries.front() {
+            Some(front) => (front.seq, front.bytes_before),
+            None => (ring.next_seq, ring.bytes_total),
+        };
+        if self.next_seq < front_seq {
+            let missed = Read::Dropped {
+                events: front_seq - self.next_seq,
+                bytes: front_bytes.saturating_sub(self.bytes_read),
+            };
+            self.next_seq = front_seq;
+            self.bytes_read = front_bytes;
+            return Poll::Ready(missed);
+        }
+        let index = usize::try_from(self.next_seq - front_seq).unwrap_or(usize::MAX);
+        if let Some(entry) = ring.entries.get(index) {
+            self.next_seq += 1;
+            self.bytes_read = entry.bytes_before + entry.item.bytes();
+            return Poll::Ready(Read::Item(entry.item.clone()));
+        }
+        if ring.ended {
+            Poll::Ended
+        } else {
+            Poll::Empty
+        }
+    }
+
     /// The next event; `None` after the last one.
     async fn next(&mut self) -> Option<Read> {
         loop {
             self.changed.borrow_and_update();
-            {
-                let ring = self.feed.lock();
-                let (front_seq, front_bytes) = match ring.entries.front() {
-                    Some(front) => (front.seq, front.bytes_before),
-                    None => (ring.next_seq, ring.bytes_total),
-                };
-                if self.next_seq < front_seq {
-                    let missed = Read::Dropped {
-                        events: front_seq - self.next_seq,
-                        bytes: front_bytes.saturating_sub(self.bytes_read),
-                    };
-                    self.next_seq = front_seq;
-                    self.bytes_read = front_bytes;
-                    return Some(missed);
-                }
-                let index = usize::try_from(self.next_seq - front_seq).unwrap_or(usize::MAX);
-                if let Some(entry) = ring.entries.get(index) {
-                    self.next_seq += 1;
-                    self.bytes_read = entry.bytes_before + entry.item.bytes();
-                    return Some(Read::Item(entry.item.clone()));
-                }
-                if ring.ended {
-                    return None;
-                }
+            match self.poll() {
+                Poll::Ready(read) => return Some(read),
+                Poll::Ended => return None,
+                Poll::Empty => {}
             }
             if self.changed.changed().await.is_err() {
                 return None;
             }
+        }
+    }
+
+    /// The next event if one is there, without waiting; `None` if none is (yet).
+    fn try_next(&mut self) -> Option<Read> {
+        match self.poll() {
+            Poll::Ready(read) => Some(read),
+            Poll::Ended | Poll::Empty => None,
         }
     }
 }
@@ -332,7 +356,16 @@ impl ProcessHandle {
 
     /// The next event; `None` once [`ProcessEvent::End`] was returned.
     pub async fn next(&mut self) -> Option<ProcessEvent> {
-        Some(match self.reader.next().await? {
+        Self::event(self.reader.next().await?)
+    }
+
+    /// The next event if one has come, without waiting.
+    pub fn try_next(&mut self) -> Option<ProcessEvent> {
+        Self::event(self.reader.try_next()?)
+    }
+
+    fn event(read: Read) -> Option<ProcessEvent> {
+        Some(match read {
             Read::Dropped { events, bytes } => ProcessEvent::Dropped { events, bytes },
             Read::Item(Item::Data(OutputStream::Stdout, bytes)) => ProcessEvent::Stdout(bytes),
             Read::Item(Item::Data(OutputStream::Stderr, bytes)) => ProcessEvent::Stderr(bytes),
@@ -369,10 +402,20 @@ impl WatchHandle {
 
     /// The next event; `None` once [`WatchEvent::End`] was returned.
     pub async fn next(&mut self) -> Option<WatchEvent> {
-        Some(match self.reader.next().await? {
+        Self::event(self.reader.next().await?)
+    }
+
+    /// The next event if one has come, without waiting (a polling watcher drains with this).
+    pub fn try_next(&mut self) -> Option<WatchEvent> {
+        Self::event(self.reader.try_next()?)
+    }
+
+    fn event(read: Read) -> Option<WatchEvent> {
+        Some(match read {
             Read::Dropped { events, .. } => WatchEvent::Dropped { events },
             Read::Item(Item::Fs(event)) => WatchEvent::Fs(event),
             Read::Item(Item::WatchEnd(reason)) => WatchEvent::End { reason },
+            // A watch's feed holds no process events.
             Read::Item(Item::Data(..) | Item::End(_)) => return None,
         })
     }
@@ -662,6 +705,19 @@ mod tests {
             matches!(read(&mut reader).await, Some(Read::Item(Item::WatchEnd(r))) if r.contains("stream broke"))
         );
         assert!(read(&mut reader).await.is_none());
+    }
+
+    #[test]
+    fn try_next_returns_at_once() {
+        let feed = Feed::new(1000, 1000, false);
+        let mut reader = feed.reader();
+        assert!(reader.try_next().is_none(), "nothing yet");
+        feed.push(data(3));
+        assert!(matches!(reader.try_next(), Some(Read::Item(Item::Data(_, b))) if b.len() == 3));
+        assert!(reader.try_next().is_none());
+        feed.push(end());
+        assert!(matches!(reader.try_next(), Some(Read::Item(Item::End(_)))));
+        assert!(reader.try_next().is_none(), "nothing after the end");
     }
 
     #[tokio::test]
