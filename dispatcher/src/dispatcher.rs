@@ -924,6 +924,20 @@ impl Inner {
                 detail: format!("ping refused: {}: {}", body.kind, body.message),
             });
         }
+        // The live processes the previous instance started are followed from here on.
+        let make = crate::live::adopted_feeds(self.config.live_buffer_bytes);
+        match stream
+            .follow_live_processes(self.config.call_timeout, make)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(sandbox = %id, processes = n, "following the live processes of the adopted sandbox")
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "cannot list the adopted sandbox's live processes; they run on unfollowed")
+            }
+        }
         let recorded = row.spec.clone().unwrap_or_else(|| {
             store::RecordedSpec::from(&SandboxSpec::new(row.image.clone(), row.owner.clone()))
         });

@@ -15,9 +15,10 @@
 //! of the process or of the watch) is never dropped: the ring always keeps its newest event.
 //!
 //! The executor keeps the kernel-held part (sub-reaper, Landlock, process group, limits on
-//! processes and watches per sandbox) and this module only follows. Events that an adopted
-//! sandbox's executor sends for processes started by the previous instance have no feed here and
-//! are dropped; such processes are listed by [`Dispatcher::list_processes`] and can be signalled.
+//! processes and watches per sandbox) and this module only follows. When a sandbox is adopted,
+//! the live processes the previous instance started get feeds too ([`adopted_feeds`]), from the
+//! adoption on (their earlier output is not replayed); its watches are not followed, and run
+//! until the sandbox ends.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -36,6 +37,7 @@ use tokio::sync::watch;
 use crate::dispatcher::{run_detached, Dispatcher, Sandbox};
 use crate::error::{DispatchError, Result};
 use crate::spec::SandboxId;
+use crate::stream::MakeFeed;
 
 /// Most events a process's feed keeps (besides its byte bound).
 const MAX_PROCESS_EVENTS: usize = 16 * 1024;
@@ -218,6 +220,13 @@ impl Feed {
         self.push(item);
     }
 
+    /// The feed of a process whose pid and tag are known.
+    fn of_process(max_bytes: usize, pid: u32, tag: Option<String>) -> Arc<Feed> {
+        let feed = Feed::new(max_bytes, MAX_PROCESS_EVENTS, false);
+        let _ = feed.process.set((pid, tag));
+        feed
+    }
+
     /// Whether this is the live process `select` names.
     pub(crate) fn is_process(&self, select: &ProcessSelector) -> bool {
         match (self.process.get(), select) {
@@ -242,6 +251,14 @@ impl Feed {
             changed: self.changed.subscribe(),
         }
     }
+}
+
+/// How an adopted sandbox's live processes get their feeds (`stream.rs`,
+/// `follow_live_processes`).
+pub(crate) fn adopted_feeds(max_bytes: usize) -> MakeFeed {
+    Box::new(move |process: &LiveProcess| {
+        Feed::of_process(max_bytes, process.pid, process.tag.clone())
+    })
 }
 
 /// What a reader gets next.

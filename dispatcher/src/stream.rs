@@ -33,8 +33,8 @@ use bollard::Docker;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use sandbox_executor::protocol::{
-    CancelParams, Event, Op, Outcome, Ready, Request, Response, EVENT_PREFIX, PROTOCOL_VERSION,
-    UNATTRIBUTED_ID,
+    CancelParams, Event, LiveListResult, LiveProcess, Op, Outcome, Ready, Request, Response,
+    EVENT_PREFIX, PROTOCOL_VERSION, UNATTRIBUTED_ID,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -70,7 +70,13 @@ struct State {
     slots: Option<Arc<Semaphore>>,
     /// Live processes and watches, by the id of the request that started them.
     feeds: HashMap<u64, Arc<Feed>>,
+    /// `proc.live` requests whose answer gives every listed process a feed, made by the reader
+    /// as it routes the answer (so no later event of theirs can pass it).
+    follow_answers: HashMap<u64, MakeFeed>,
 }
+
+/// Makes the feed of a live process found by [`ExecutorStream::follow_live_processes`].
+pub(crate) type MakeFeed = Box<dyn Fn(&LiveProcess) -> Arc<Feed> + Send>;
 
 struct Shared {
     sandbox: SandboxId,
@@ -188,6 +194,7 @@ impl ExecutorStream {
                 stderr_tail: VecDeque::with_capacity(STDERR_TAIL_BYTES),
                 slots: None,
                 feeds: HashMap::new(),
+                follow_answers: HashMap::new(),
             }),
         });
         let (writer_tx, writer_rx) = mpsc::channel(WRITE_QUEUE);
@@ -242,6 +249,29 @@ impl ExecutorStream {
             self.shared.lock().feeds.remove(&id);
         }
         (id, result)
+    }
+
+    /// Follows the live processes the executor runs already (started through another stream:
+    /// an adopted sandbox's): each gets a feed from `make`, receiving its events from the
+    /// answer on (earlier output is not replayed). Returns how many are followed.
+    pub(crate) async fn follow_live_processes(
+        &self,
+        deadline: Duration,
+        make: MakeFeed,
+    ) -> Result<usize> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.shared.lock().follow_answers.insert(id, make);
+        let result = self.call_with_id(id, Op::ProcLive, deadline, None).await;
+        self.shared.lock().follow_answers.remove(&id);
+        match result?.into_result() {
+            Ok(value) => Ok(serde_json::from_value::<LiveListResult>(value)
+                .map(|listed| listed.processes.len())
+                .unwrap_or_default()),
+            Err(body) => Err(DispatchError::Protocol {
+                id: self.shared.sandbox,
+                detail: format!("proc.live refused: {}: {}", body.kind, body.message),
+            }),
+        }
     }
 
     /// The live feeds matching `select`, a process's pid and tag (or a watch's).
@@ -585,7 +615,22 @@ fn route(shared: &Shared, line: &[u8]) {
         }
         return;
     }
-    let waiter = shared.lock().pending.remove(&response.id);
+    let waiter = {
+        let mut state = shared.lock();
+        if let Some(make) = state.follow_answers.remove(&response.id) {
+            if let Outcome::Ok(value) = &response.outcome {
+                if let Ok(listed) = serde_json::from_value::<LiveListResult>(value.clone()) {
+                    for process in &listed.processes {
+                        state
+                            .feeds
+                            .entry(process.events)
+                            .or_insert_with(|| make(process));
+                    }
+                }
+            }
+        }
+        state.pending.remove(&response.id)
+    };
     match waiter {
         Some(waiter) => {
             let _ = waiter.send(Ok(response));

@@ -792,3 +792,56 @@ async fn a_watch_sees_changes_beneath_its_root_and_nothing_outside_the_roots_is_
     }
     d.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_adopting_instance_follows_the_live_processes_of_the_previous_one() {
+    let env = TestEnv::new().await;
+    let previous = env.new_instance().await;
+    let mut config = env.config();
+    // The previous instance counts as alive long enough to be adopted.
+    config.dead_after = std::time::Duration::from_secs(120);
+    let first = env.start(previous, config.clone()).await;
+    let spec = SandboxSpec::new(IMAGE, Owner::new(OwnerKind::Execution, "live-adopt"));
+    let id = within(60, "create", first.create(spec))
+        .await
+        .expect("create");
+    let mut params = start(&["cat"]);
+    params.tag = Some("kept".to_owned());
+    params.stdin = true;
+    let handle = within(20, "start", first.start_process(id, params))
+        .await
+        .expect("start");
+    let pid = handle.pid();
+    drop(handle);
+    drop(first);
+
+    let second = env.start(env.new_instance().await, config).await;
+    let report = within(30, "adopt", second.adopt(previous))
+        .await
+        .expect("adopt");
+    assert_eq!(report.adopted, vec![id]);
+    let mut kept = within(
+        10,
+        "attach by tag",
+        second.attach_process(id, ProcessSelector::Tag("kept".to_owned())),
+    )
+    .await
+    .expect("the adopted process is followed");
+    assert_eq!(kept.pid(), pid);
+    within(10, "input", second.send_input(id, pid, b"after\n"))
+        .await
+        .expect("input");
+    assert_eq!(read_until(&mut kept, "after\n").await, "after\n");
+    within(10, "close", second.close_stdin(id, pid))
+        .await
+        .expect("close");
+    assert_eq!(
+        collect(&mut kept).await.end.expect("end").exit_code,
+        Some(0)
+    );
+
+    within(60, "destroy", second.destroy(id))
+        .await
+        .expect("destroy");
+    second.shutdown().await;
+}
