@@ -11,7 +11,8 @@
 //! [`MAX_DIRECTORIES`], sends `overflow`. The last event of a watch is `watch_end`, with why.
 //!
 //! Permissions are the sandbox user's (the handler thread's fsuid: inotify needs read access to
-//! each directory). Bounds: `max_watches` per sandbox, [`MAX_DIRECTORIES`] per watch; the
+//! each directory). Bounds: `max_watches` per sandbox, [`MAX_DIRECTORIES`] per watch (and
+//! [`MAX_WALKED`] entries walked to find them); the
 //! kernel bounds its own queue. So that a command writing in a loop does not become a line per
 //! `write` on the executor's stream, events are read in batches at most every [`BATCH`] (the
 //! kernel merges a repeated event meanwhile) and a repeat within a batch is sent once.
@@ -43,6 +44,8 @@ use crate::server::Context;
 pub const MAX_DIRECTORIES: usize = 1000;
 /// Shortest time between two reads of a watch's events.
 const BATCH: Duration = Duration::from_millis(20);
+/// Most entries (files included) a recursive watch walks to find the directories.
+const MAX_WALKED: u64 = 100_000;
 /// Deepest directory a recursive watch enters.
 const MAX_DEPTH: usize = 64;
 
@@ -166,9 +169,9 @@ fn set_up(
         let mut refused = None;
         let limits = walk::Limits {
             max_depth: MAX_DEPTH,
-            max_entries: u64::MAX,
+            max_entries: MAX_WALKED,
         };
-        walk::walk(listing, limits, |entry| {
+        let walked = walk::walk(listing, limits, |entry| {
             if entry.file_type != FileType::Directory {
                 return Step::Continue;
             }
@@ -196,6 +199,15 @@ fn set_up(
         });
         if let Some(refused) = refused {
             return Err(refused);
+        }
+        if walked.entries >= MAX_WALKED {
+            return Err(OpError::new(
+                ErrorKind::LimitReached,
+                format!(
+                    "'{}' holds more than {MAX_WALKED} entries; watch a narrower directory, or without recursive",
+                    target.display
+                ),
+            ));
         }
     }
     crate::log_event!(

@@ -279,7 +279,17 @@ pub fn input(ctx: &Context, params: InputParams) -> OpResult<InputResult> {
                     ),
                 ))
             }
-            Err(e) => return Err(OpError::os(e, "cannot write the input of", &process.cwd)),
+            Err(e) => {
+                return Err(OpError::new(
+                    ErrorKind::Io,
+                    format!(
+                        "cannot write the input of pid {}: {}; {written} of {} bytes were written",
+                        params.pid,
+                        std::io::Error::from(e),
+                        bytes.len()
+                    ),
+                ))
+            }
         }
     }
     Ok(InputResult {
