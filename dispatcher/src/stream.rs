@@ -18,9 +18,8 @@
 //!
 //! When the stream ends (container exited, killed, removed) or breaks, every pending call fails
 //! at once with the reason, every feed ends with it, later calls fail immediately, and the owner
-//! is told once. A tool call
-//! therefore costs one line each way on an open connection: no `docker exec`, no container API
-//! request.
+//! is told once. A tool call therefore costs one line each way on an open connection: no
+//! `docker exec`, no container API request.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -11,7 +11,8 @@
 //! Shutdown is designed once: when stdin reaches EOF (the dispatcher closed the stream), every
 //! running command's process group is killed (live processes' too), requests still in flight and
 //! live processes get up to [`SHUTDOWN_GRACE`] in all to write their answers and `end` events
-//! (killed commands answer with signal 9), and the process exits 0. As PID 1, its exit takes down whatever else is left in the container.
+//! (killed commands answer with signal 9), and the process exits 0. As PID 1, its exit takes
+//! down whatever else is left in the container.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader};

@@ -6,7 +6,7 @@
 //! per-command process that confines, starts and outlives the command, `forkserver.rs` the
 //! small process that forks it, `spawn.rs` starts the
 //! command from it, `capture.rs` caps output while it streams, and `run.rs` ties them together
-//! for one request.
+//! for one request (and for a live process, `live/`).
 
 pub mod capture;
 pub mod children;

@@ -1,5 +1,9 @@
 //! `cmd.run`: one program, no shell, as the sandbox user, confined by the kernel, supervised.
 //!
+//! Its two halves, [`launch`] (checks, confinement, sub-reaper, start) and [`supervise`] (the
+//! poll loop below, handing each chunk of output to a sink), are also how a live process
+//! (`live/start.rs`) starts and runs: there is one spawn path and one supervision loop.
+//!
 //! The executor resolves `argv[0]` and the programs the command may execute (`grant.rs`), opens
 //! the working directory beneath its root, builds the command's Landlock ruleset (`confine.rs`)
 //! and has the fork server (`forkserver.rs`) clone the command's **sub-reaper** (`subreaper.rs`:
