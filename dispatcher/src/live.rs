@@ -6,7 +6,9 @@
 //! the executor has started it, with a [`ProcessHandle`] whose [`ProcessHandle::next`] yields its
 //! output as it comes and, last, how it ended. Dropping the handle leaves the process running;
 //! [`Dispatcher::attach_process`] gives a new handle by pid or tag (it starts with the output
-//! still buffered). Input, stdin's end, signals and terminal size go by pid.
+//! still buffered). Input, stdin's end, signals and terminal size go by pid. The start's answer
+//! (pid, tag, `landlock`) and [`ProcessHandle::wait_end`] (a handle that skips to the end, so it
+//! never falls behind) are what an audit row of the start and of the end needs.
 //!
 //! Every process and watch has one [`Feed`], filled by the stream's reader task (`stream.rs`):
 //! a ring of its events bounded in bytes (`live_buffer_bytes`) and count, shared by its handles.
@@ -327,6 +329,26 @@ impl Reader {
         }
     }
 
+    /// Waits for the feed's last event, skipping everything before it; `None` if the feed is
+    /// gone without one.
+    async fn last(&mut self) -> Option<Item> {
+        loop {
+            self.changed.borrow_and_update();
+            {
+                let ring = self.feed.lock();
+                if ring.ended {
+                    let last = ring.entries.back()?;
+                    self.next_seq = last.seq + 1;
+                    self.bytes_read = ring.bytes_total;
+                    return Some(last.item.clone());
+                }
+            }
+            if self.changed.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
     /// The next event if one is there, without waiting; `None` if none is (yet).
     fn try_next(&mut self) -> Option<Read> {
         match self.poll() {
@@ -374,6 +396,16 @@ impl ProcessHandle {
     /// The next event; `None` once [`ProcessEvent::End`] was returned.
     pub async fn next(&mut self) -> Option<ProcessEvent> {
         Self::event(self.reader.next().await?)
+    }
+
+    /// Waits for the process's end, skipping the output still to be read (what an audit of its
+    /// end needs: a handle that never falls behind, however much the process writes). `None`
+    /// only after the end was already read.
+    pub async fn wait_end(&mut self) -> Option<ProcessEnd> {
+        match self.reader.last().await? {
+            Item::End(end) => Some(end),
+            _ => None,
+        }
     }
 
     /// The next event if one has come, without waiting.
@@ -722,6 +754,24 @@ mod tests {
             matches!(read(&mut reader).await, Some(Read::Item(Item::WatchEnd(r))) if r.contains("stream broke"))
         );
         assert!(read(&mut reader).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn wait_end_skips_to_the_end() {
+        let feed = Feed::new(1000, 1000, false);
+        let mut reader = feed.reader();
+        let pushing = Arc::clone(&feed);
+        let waiter = tokio::spawn(async move {
+            let last = reader.last().await;
+            (last, reader.try_next().is_none())
+        });
+        for _ in 0..10 {
+            pushing.push(data(10));
+        }
+        pushing.push(end());
+        let (last, then_nothing) = waiter.await.expect("the waiting task");
+        assert!(matches!(last, Some(Item::End(e)) if e.exit_code == Some(0)));
+        assert!(then_nothing, "nothing is read after the end");
     }
 
     #[test]

@@ -644,7 +644,19 @@ async fn processes_die_with_the_sandbox() {
     )
     .await
     .expect("start");
+    // What an audit of the process's end would hold on to: a handle that only waits for it.
+    let mut audit = within(
+        10,
+        "attach",
+        d.attach_process(id, ProcessSelector::Pid(handle.pid())),
+    )
+    .await
+    .expect("attach");
     within(60, "destroy", d.destroy(id)).await.expect("destroy");
+    let audited = within(10, "the end", audit.wait_end())
+        .await
+        .expect("an end");
+    assert!(audited.error.is_some(), "{audited:?}");
     let end = collect(&mut handle).await.end.expect("end");
     assert!(
         end.error
