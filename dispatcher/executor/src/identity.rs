@@ -152,7 +152,101 @@ pub fn enter_sandbox_fs_identity(uid: u32, gid: u32) -> Result<(), PrivilegeErro
     Ok(())
 }
 
+/// Runs `f` with the calling thread's *effective* uid set to the sandbox user, then back to
+/// root with the thread's capabilities and the sandbox user's filesystem identity as before.
+///
+/// For kernel objects charged to their creator's effective uid host-wide (inotify instances and
+/// their watches count against `fs.inotify.max_user_*` of that uid in the initial user
+/// namespace): made as root, a sandbox's watches would use up root's allowance on the whole
+/// host, dockerd's and systemd's included; made as the sandbox user, they use that user's. A
+/// thread that cannot get back is not left running: the process aborts.
+pub fn charged_to_sandbox_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
+    let set_euid = |euid: u32| {
+        // SAFETY: a raw setresuid changes only the calling thread's credentials (the C
+        // library's wrapper would change every thread's); -1 leaves the real and saved uid.
+        unsafe {
+            libc::syscall(
+                libc::SYS_setresuid,
+                -1 as libc::c_long,
+                libc::c_long::from(euid),
+                -1 as libc::c_long,
+            )
+        }
+    };
+    if set_euid(uid) != 0 {
+        // Nothing changed: run as before (charged to root), which is only a weaker bound.
+        crate::log_event!(
+            "cannot take the sandbox user's uid for a kernel object: {}",
+            std::io::Error::last_os_error()
+        );
+        return f();
+    }
+    let out = f();
+    // Back to euid 0: the kernel gives the effective capabilities back from the permitted set,
+    // and sets the filesystem uid to 0, which is put back to the sandbox user's.
+    let back = set_euid(0) == 0
+        && enter_sandbox_fs_identity(uid, gid).is_ok()
+        && rustix::thread::capabilities(None)
+            .is_ok_and(|sets| sets.effective.contains(KEPT_CAPABILITIES));
+    if !back {
+        crate::log_event!(
+            "fatal: a thread cannot return to the executor's identity: {}",
+            std::io::Error::last_os_error()
+        );
+        std::process::abort();
+    }
+    out
+}
+
 /// This process's pid as the ready line reports it.
 pub fn own_pid() -> u32 {
     rustix::process::getpid().as_raw_pid().unsigned_abs()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calling thread's (real, effective, saved) uids and fsuid, from the kernel.
+    fn ids() -> ([u32; 3], i64) {
+        let (mut r, mut e, mut s) = (0, 0, 0);
+        // SAFETY: getresuid with valid out pointers; setfsuid(-1) only reads.
+        unsafe {
+            libc::getresuid(&mut r, &mut e, &mut s);
+            (
+                [r, e, s],
+                libc::syscall(libc::SYS_setfsuid, -1 as libc::c_long),
+            )
+        }
+    }
+
+    #[test]
+    fn a_kernel_object_is_made_as_the_sandbox_user_and_the_thread_comes_back() {
+        assert_eq!(
+            rustix::process::getuid().as_raw(),
+            0,
+            "this test switches uids as the executor does: run it as root"
+        );
+        // On a thread of its own: credentials are per thread.
+        std::thread::spawn(|| {
+            enter_sandbox_fs_identity(65534, 65534).expect("fs identity");
+            let before = ids();
+            let caps = rustix::thread::capabilities(None)
+                .expect("capget")
+                .effective;
+            let inside = charged_to_sandbox_user(65534, 65534, ids);
+            assert_eq!(
+                inside.0,
+                [0, 65534, 0],
+                "effective uid is the sandbox user's inside"
+            );
+            assert_eq!(ids(), before, "uids and fsuid come back");
+            let after = rustix::thread::capabilities(None)
+                .expect("capget")
+                .effective;
+            assert_eq!(after, caps, "effective capabilities come back");
+        })
+        .join()
+        .expect("the test thread");
+    }
 }

@@ -1091,6 +1091,28 @@ fn live_processes_stream_events_and_end_with_the_executor() {
         .and_then(|r| r.split_whitespace().nth(2));
     assert_eq!(pgrp, Some(pid.to_string().as_str()), "{stat}");
 
+    // A watch: the kernel's instance is made as the sandbox user (never charged to root), and
+    // its events come as lines of its own id.
+    let watch = s.send(json!({"op": "fs.watch", "path": "/workspace"}));
+    assert_eq!(s.wait(watch)["ok"]["directories"], json!(1));
+    s.ok(json!({"op": "fs.write", "path": "w.txt", "content": "x"}));
+    s.events_until(watch, |events| {
+        events
+            .iter()
+            .any(|e| e["op"] == json!("create") && e["path"] == json!("/workspace/w.txt"))
+    });
+    let log = s.stderr.lock().unwrap().clone();
+    assert!(!log.contains("sandbox user's uid"), "{log}");
+    let unwatched = s.ok(json!({"op": "fs.unwatch", "target": watch}));
+    assert_eq!(unwatched["removed"], json!(true));
+    let ended = s.events_until(watch, |e| {
+        e.last().is_some_and(|e| e["kind"] == json!("watch_end"))
+    });
+    assert!(ended.last().unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .contains("fs.unwatch"));
+
     // A tree under a terminal; closing the executor's stdin ends both processes, each with its
     // end event, before the executor exits.
     let tree = s.send(

@@ -11,7 +11,9 @@
 //! [`MAX_DIRECTORIES`], sends `overflow`. The last event of a watch is `watch_end`, with why.
 //!
 //! Permissions are the sandbox user's (the handler thread's fsuid: inotify needs read access to
-//! each directory). Bounds: `max_watches` per sandbox, [`MAX_DIRECTORIES`] per watch (and
+//! each directory), and so is the kernel's accounting: the inotify instance is made under the
+//! sandbox user's effective uid, so its watches count against that user's host-wide inotify
+//! limits, never against root's (which dockerd and systemd need). Bounds: `max_watches` per sandbox, [`MAX_DIRECTORIES`] per watch (and
 //! [`MAX_WALKED`] entries walked to find them); the
 //! kernel bounds its own queue. So that a command writing in a loop does not become a line per
 //! `write` on the executor's stream, events are read in batches at most every [`BATCH`] (the
@@ -150,8 +152,11 @@ fn set_up(
     let target = ctx.roots.resolve(&params.path, Access::Read)?;
     let top = target.open(OFlags::PATH | OFlags::DIRECTORY)?;
     let failed = |what: &str, e: Errno| OpError::os(e, what, &target.display);
-    let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
-        .map_err(|e| failed("cannot watch", e))?;
+    // Charged to the sandbox user, never to root (see `identity::charged_to_sandbox_user`).
+    let inotify = crate::identity::charged_to_sandbox_user(ctx.config.uid, ctx.config.gid, || {
+        inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
+    })
+    .map_err(|e| failed("cannot watch", e))?;
     let stop = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
         .map_err(|e| failed("cannot watch", e))?;
     let mut watch = Watch {
