@@ -129,6 +129,11 @@ impl Config {
             .map(|p| root(p))
             .collect::<Result<_, _>>()?;
         self.workspace = root(&self.workspace)?;
+        if self.max_live_output_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "max_live_output_bytes must be positive".into(),
+            ));
+        }
         if self.max_live_processes > 1024 || self.max_watches > 256 {
             return Err(ConfigError::Invalid(
                 "max_live_processes is at most 1024 and max_watches at most 256".into(),
@@ -163,5 +168,10 @@ mod tests {
         assert!(Config::from_json(r#"{"write_roots":["/../etc"]}"#).is_err());
         assert!(Config::from_json(r#"{"uid":0}"#).is_err());
         assert!(Config::from_json(r#"{"uidd":5}"#).is_err());
+        assert!(Config::from_json(r#"{"max_live_processes":1025}"#).is_err());
+        assert!(Config::from_json(r#"{"max_watches":257}"#).is_err());
+        assert!(Config::from_json(r#"{"max_live_output_bytes":0}"#).is_err());
+        let c = Config::from_json(r#"{"max_live_processes":3,"max_watches":0}"#).unwrap();
+        assert_eq!((c.max_live_processes, c.max_watches), (3, 0));
     }
 }
