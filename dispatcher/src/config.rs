@@ -54,8 +54,9 @@ pub struct DispatcherConfig {
     pub max_live_processes: usize,
     /// Directory watches one sandbox holds at once (default 8, at most 256).
     pub max_watches: usize,
-    /// Output bytes kept per live process for its slowest reader (default 1 MiB); older output
-    /// is dropped and the reader told how much ([`ProcessEvent::Dropped`](crate::ProcessEvent)).
+    /// Output bytes kept per live process for its slowest reader (default 256 KiB: 4 MiB per
+    /// sandbox at the default process bound); older output is dropped and the reader told how
+    /// much ([`ProcessEvent::Dropped`](crate::ProcessEvent)).
     pub live_buffer_bytes: usize,
     /// Events kept per watch for its reader (default 4096); older ones are dropped and counted.
     pub watch_buffer_events: usize,
@@ -87,7 +88,7 @@ impl DispatcherConfig {
             egress_host: None,
             max_live_processes: 16,
             max_watches: 8,
-            live_buffer_bytes: 1024 * 1024,
+            live_buffer_bytes: 256 * 1024,
             watch_buffer_events: 4096,
         }
     }
