@@ -200,7 +200,9 @@ impl Dispatcher {
     /// The deadline is the configured call timeout; for `cmd.run` it is the command's own
     /// `timeout_ms` plus its kill grace plus a margin. Many calls may be in flight on one sandbox.
     /// An executor-side failure (path refused, not found) is a normal [`Response`] with an
-    /// `error` outcome; `Err` means the call could not be made or answered.
+    /// `error` outcome; `Err` means the call could not be made or answered. A `proc.start` or
+    /// `fs.watch` sent here gets its answer but not its events: use
+    /// [`Dispatcher::start_process`] and [`Dispatcher::watch_dir`].
     pub async fn call(&self, id: SandboxId, op: Op) -> Result<Response> {
         let deadline = self.deadline_for(&op);
         self.call_with_deadline(id, op, deadline).await
