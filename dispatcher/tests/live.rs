@@ -97,6 +97,51 @@ fn refused<T: std::fmt::Debug>(result: Result<T, DispatchError>) -> (ErrorKind, 
     }
 }
 
+/// Starts a live process.
+async fn started(d: &Dispatcher, id: SandboxId, params: StartParams) -> ProcessHandle {
+    within(20, "start", d.start_process(id, params))
+        .await
+        .expect("start")
+}
+
+/// Whether the executor lists a live process with this pid.
+async fn is_listed(d: &Dispatcher, id: SandboxId, pid: u32) -> bool {
+    d.list_processes(id)
+        .await
+        .expect("list")
+        .iter()
+        .any(|p| p.pid == pid)
+}
+
+/// Writes to a live process's stdin or terminal.
+async fn send(d: &Dispatcher, id: SandboxId, pid: u32, bytes: &[u8]) {
+    within(10, "input", d.send_input(id, pid, bytes))
+        .await
+        .expect("input");
+}
+
+/// Closes a live process's stdin.
+async fn close(d: &Dispatcher, id: SandboxId, pid: u32) {
+    within(10, "close stdin", d.close_stdin(id, pid))
+        .await
+        .expect("close stdin");
+}
+
+/// A new handle on a live process.
+async fn attach(d: &Dispatcher, id: SandboxId, select: ProcessSelector) -> ProcessHandle {
+    within(10, "attach", d.attach_process(id, select))
+        .await
+        .expect("attach")
+}
+
+/// `cat` fed through its stdin, tagged.
+fn echo(tag: &str) -> StartParams {
+    let mut params = start(&["cat"]);
+    params.tag = Some(tag.to_owned());
+    params.stdin = true;
+    params
+}
+
 async fn run(d: &Dispatcher, id: SandboxId, argv: &[&str]) -> RunResult {
     let op = Op::CmdRun(RunParams {
         argv: argv.iter().map(|s| (*s).to_owned()).collect(),
@@ -137,12 +182,7 @@ async fn a_background_process_outlives_its_call_and_is_reattached_by_pid_and_by_
     let env = TestEnv::new().await;
     let (d, id) = sandbox(&env, env.config(), IMAGE).await;
 
-    let mut params = start(&["cat"]);
-    params.tag = Some("echo".to_owned());
-    params.stdin = true;
-    let first = within(20, "start", d.start_process(id, params))
-        .await
-        .expect("start");
+    let first = started(&d, id, echo("echo")).await;
     let pid = first.pid();
     assert_eq!(first.tag(), Some("echo"));
     assert!(first.landlock().is_some());
@@ -159,34 +199,16 @@ async fn a_background_process_outlives_its_call_and_is_reattached_by_pid_and_by_
     let pidof = run(&d, id, &["pidof", "cat"]).await;
     assert_eq!(pidof.stdout.trim(), pid.to_string());
 
-    let mut by_pid = within(
-        10,
-        "attach by pid",
-        d.attach_process(id, ProcessSelector::Pid(pid)),
-    )
-    .await
-    .expect("attach by pid");
+    let mut by_pid = attach(&d, id, ProcessSelector::Pid(pid)).await;
     assert_eq!(by_pid.tag(), Some("echo"));
-    within(10, "input", d.send_input(id, pid, b"hello\n"))
-        .await
-        .expect("input");
+    send(&d, id, pid, b"hello\n").await;
     // Streamed as it comes: the echo arrives while the process still runs.
     assert_eq!(read_until(&mut by_pid, "hello\n").await, "hello\n");
 
-    let mut by_tag = within(
-        10,
-        "attach by tag",
-        d.attach_process(id, ProcessSelector::Tag("echo".to_owned())),
-    )
-    .await
-    .expect("attach by tag");
+    let mut by_tag = attach(&d, id, ProcessSelector::Tag("echo".to_owned())).await;
     assert_eq!(by_tag.pid(), pid);
-    within(10, "input", d.send_input(id, pid, b"world\n"))
-        .await
-        .expect("input");
-    within(10, "close stdin", d.close_stdin(id, pid))
-        .await
-        .expect("close stdin");
+    send(&d, id, pid, b"world\n").await;
+    close(&d, id, pid).await;
     let rest = collect(&mut by_pid).await;
     assert_eq!(rest.stdout, b"world\n");
     let end = rest.end.expect("end");
@@ -202,11 +224,7 @@ async fn a_background_process_outlives_its_call_and_is_reattached_by_pid_and_by_
 
     // Ended: gone from the list, not attachable, its stdin not writable, its tag free again.
     eventually(10, "the process leaves the list", || async {
-        !d.list_processes(id)
-            .await
-            .expect("list")
-            .iter()
-            .any(|p| p.pid == pid)
+        !is_listed(&d, id, pid).await
     })
     .await;
     let (kind, message) = refused(d.attach_process(id, ProcessSelector::Pid(pid)).await);
@@ -241,13 +259,7 @@ async fn output_streams_in_order_before_the_end_and_caps_are_flagged() {
     // Order: 500 numbered lines on stdout, then one on stderr, then the end.
     let script =
         "i=0; while [ $i -lt 500 ]; do echo line$i; i=$((i+1)); done; echo done >&2; exit 3";
-    let mut handle = within(
-        20,
-        "start",
-        d.start_process(id, start(&["sh", "-c", script])),
-    )
-    .await
-    .expect("start");
+    let mut handle = started(&d, id, start(&["sh", "-c", script])).await;
     let got = collect(&mut handle).await;
     let expected: String = (0..500).map(|i| format!("line{i}\n")).collect();
     assert_eq!(String::from_utf8_lossy(&got.stdout), expected);
@@ -259,13 +271,7 @@ async fn output_streams_in_order_before_the_end_and_caps_are_flagged() {
 
     // Attack: output that looks like protocol lines is only output (it travels base64).
     let forged = r#"printf '{"id":1,"ok":{}}\n{"event":1,"kind":"end","exit_code":0}\n'"#;
-    let mut handle = within(
-        20,
-        "start",
-        d.start_process(id, start(&["sh", "-c", forged])),
-    )
-    .await
-    .expect("start");
+    let mut handle = started(&d, id, start(&["sh", "-c", forged])).await;
     let got = collect(&mut handle).await;
     assert_eq!(
         String::from_utf8_lossy(&got.stdout),
@@ -274,11 +280,7 @@ async fn output_streams_in_order_before_the_end_and_caps_are_flagged() {
     assert_eq!(run(&d, id, &["echo", "still"]).await.stdout, "still\n");
 
     // Input is bounded per call.
-    let mut reader = start(&["cat"]);
-    reader.stdin = true;
-    let mut handle = within(20, "start", d.start_process(id, reader))
-        .await
-        .expect("start");
+    let mut handle = started(&d, id, echo("reader")).await;
     let oversized = vec![b'x'; 1024 * 1024 + 1];
     let (kind, message) = refused(d.send_input(id, handle.pid(), &oversized).await);
     assert_eq!(kind, ErrorKind::TooLarge, "{message}");
@@ -288,9 +290,7 @@ async fn output_streams_in_order_before_the_end_and_caps_are_flagged() {
     // The executor's cap: the first max_output_bytes are sent, the rest counted and flagged.
     let mut capped = start(&["head", "-c", "5000", "/dev/zero"]);
     capped.max_output_bytes = Some(1000);
-    let mut handle = within(20, "start", d.start_process(id, capped))
-        .await
-        .expect("start");
+    let mut handle = started(&d, id, capped).await;
     let got = collect(&mut handle).await;
     let end = got.end.expect("end");
     assert_eq!(got.stdout.len(), 1000);
@@ -299,22 +299,17 @@ async fn output_streams_in_order_before_the_end_and_caps_are_flagged() {
     // The dispatcher's buffer: a handle that does not read loses the oldest output, and is
     // told how much before the rest.
     let total = 1_000_000u64;
-    let mut slow = within(
-        20,
-        "start",
-        d.start_process(id, start(&["head", "-c", &total.to_string(), "/dev/zero"])),
+    let mut slow = started(
+        &d,
+        id,
+        start(&["head", "-c", &total.to_string(), "/dev/zero"]),
     )
-    .await
-    .expect("start");
+    .await;
     let pid = slow.pid();
     // The executor forgets the process only after sending all its output, and answers in
     // order on the same stream: once it is not listed, every output event is in the buffer.
     eventually(30, "the process ends", || async {
-        !d.list_processes(id)
-            .await
-            .expect("list")
-            .iter()
-            .any(|p| p.pid == pid)
+        !is_listed(&d, id, pid).await
     })
     .await;
     let first = within(10, "first event", slow.next())
@@ -349,9 +344,7 @@ async fn sigterm_and_sigkill_end_the_process_and_its_whole_tree() {
     let env = TestEnv::new().await;
     let (d, id) = sandbox(&env, env.config(), IMAGE).await;
 
-    let mut handle = within(20, "start", d.start_process(id, start(&["sleep", "1000"])))
-        .await
-        .expect("start");
+    let mut handle = started(&d, id, start(&["sleep", "1000"])).await;
     within(
         10,
         "term",
@@ -364,13 +357,7 @@ async fn sigterm_and_sigkill_end_the_process_and_its_whole_tree() {
 
     // A tree: a background child, a setsid'd grandchild and the leader; SIGKILL takes all.
     let script = "sleep 1001 & setsid sleep 1002 & sleep 1003";
-    let mut handle = within(
-        20,
-        "start",
-        d.start_process(id, start(&["sh", "-c", script])),
-    )
-    .await
-    .expect("start");
+    let mut handle = started(&d, id, start(&["sh", "-c", script])).await;
     eventually(20, "the tree runs", || async {
         run(&d, id, &["pidof", "sleep"])
             .await
@@ -417,17 +404,9 @@ async fn sigterm_and_sigkill_end_the_process_and_its_whole_tree() {
 
     // Attack: one live process signals another (or the executor). The kernel scopes signals to
     // each command's own Landlock domain: refused, and the target still runs.
-    let mut victim = within(20, "start", d.start_process(id, start(&["sleep", "1008"])))
-        .await
-        .expect("start");
+    let mut victim = started(&d, id, start(&["sleep", "1008"])).await;
     let killer = format!("kill -9 {} ; kill -9 1 ; echo tried", victim.pid());
-    let mut attacker = within(
-        20,
-        "start",
-        d.start_process(id, start(&["sh", "-c", &killer])),
-    )
-    .await
-    .expect("start");
+    let mut attacker = started(&d, id, start(&["sh", "-c", &killer])).await;
     let got = collect(&mut attacker).await;
     assert_eq!(got.stdout, b"tried\n");
     assert!(
@@ -453,9 +432,7 @@ async fn sigterm_and_sigkill_end_the_process_and_its_whole_tree() {
     // A timeout ends a process like cmd.run's: SIGTERM, flagged.
     let mut timed = start(&["sleep", "1009"]);
     timed.timeout_ms = Some(100);
-    let mut handle = within(20, "start", d.start_process(id, timed))
-        .await
-        .expect("start");
+    let mut handle = started(&d, id, timed).await;
     let end = collect(&mut handle).await.end.expect("end");
     assert!(end.timed_out, "{end:?}");
     assert_eq!(end.signal, Some(15));
@@ -480,9 +457,7 @@ async fn a_pty_has_the_size_asked_for_and_can_be_resized() {
         cols: 100,
         rows: 30,
     });
-    let mut shell = within(20, "start", d.start_process(id, params))
-        .await
-        .expect("start");
+    let mut shell = started(&d, id, params).await;
     let pid = shell.pid();
     let listed = within(20, "list", d.list_processes(id))
         .await
@@ -494,9 +469,7 @@ async fn a_pty_has_the_size_asked_for_and_can_be_resized() {
             rows: 30
         })
     );
-    within(10, "input", d.send_input(id, pid, b"stty size; tty\n"))
-        .await
-        .expect("input");
+    send(&d, id, pid, b"stty size; tty\n").await;
     let seen = read_until(&mut shell, "30 100").await;
     assert!(!seen.contains("not a tty"), "{seen}");
 
@@ -514,18 +487,10 @@ async fn a_pty_has_the_size_asked_for_and_can_be_resized() {
     )
     .await
     .expect("resize");
-    within(10, "input", d.send_input(id, pid, b"stty size\n"))
-        .await
-        .expect("input");
+    send(&d, id, pid, b"stty size\n").await;
     read_until(&mut shell, "40 120").await;
     // The process writes to its controlling terminal by name too.
-    within(
-        10,
-        "input",
-        d.send_input(id, pid, b"echo via-$((6*7)) > /dev/tty\n"),
-    )
-    .await
-    .expect("input");
+    send(&d, id, pid, b"echo via-$((6*7)) > /dev/tty\n").await;
     read_until(&mut shell, "via-42").await;
 
     // Attack: another command of the sandbox opens the terminal by its /dev/pts name to read
@@ -543,16 +508,12 @@ async fn a_pty_has_the_size_asked_for_and_can_be_resized() {
     assert!(message.contains("terminal"), "{message}");
     let (kind, message) = refused(d.resize_pty(id, pid, PtySize { cols: 0, rows: 10 }).await);
     assert_eq!(kind, ErrorKind::InvalidRequest, "a zero size: {message}");
-    within(10, "exit", d.send_input(id, pid, b"exit 7\n"))
-        .await
-        .expect("input");
+    send(&d, id, pid, b"exit 7\n").await;
     let end = collect(&mut shell).await.end.expect("end");
     assert_eq!(end.exit_code, Some(7));
 
     // Without a terminal, resizing is refused.
-    let mut plain = within(20, "start", d.start_process(id, start(&["sleep", "1000"])))
-        .await
-        .expect("start");
+    let mut plain = started(&d, id, start(&["sleep", "1000"])).await;
     let size = PtySize { cols: 80, rows: 24 };
     let (kind, message) = refused(d.resize_pty(id, plain.pid(), size).await);
     assert_eq!(kind, ErrorKind::InvalidRequest, "{message}");
@@ -576,11 +537,7 @@ async fn the_bounds_and_the_policy_refuse_with_clear_errors() {
     for i in 0..3 {
         let mut params = start(&["sleep", "1000"]);
         params.tag = Some(format!("s{i}"));
-        running.push(
-            within(20, "start", d.start_process(id, params))
-                .await
-                .expect("start"),
-        );
+        running.push(started(&d, id, params).await);
     }
     let (kind, message) = refused(d.start_process(id, start(&["sleep", "1000"])).await);
     assert_eq!(kind, ErrorKind::LimitReached);
@@ -603,9 +560,7 @@ async fn the_bounds_and_the_policy_refuse_with_clear_errors() {
     assert_eq!(kind, ErrorKind::InvalidRequest);
     let mut outside = start(&["sh", "-c", "id -u"]);
     outside.exec = ExecGrant::Only(vec!["sh".to_owned()]);
-    let mut handle = within(20, "start", d.start_process(id, outside))
-        .await
-        .expect("start");
+    let mut handle = started(&d, id, outside).await;
     let got = collect(&mut handle).await;
     let end = got.end.clone().expect("end");
     assert_eq!(
@@ -623,9 +578,7 @@ async fn the_bounds_and_the_policy_refuse_with_clear_errors() {
     let (kind, _) = refused(d.start_process(id, elsewhere).await);
     assert_eq!(kind, ErrorKind::PathNotAllowed);
     // A process does not run as root.
-    let mut handle = within(20, "start", d.start_process(id, start(&["id", "-u"])))
-        .await
-        .expect("start");
+    let mut handle = started(&d, id, start(&["id", "-u"])).await;
     assert_eq!(collect(&mut handle).await.stdout, b"65534\n");
 
     within(60, "destroy", d.destroy(id)).await.expect("destroy");
@@ -637,21 +590,14 @@ async fn processes_die_with_the_sandbox() {
     let env = TestEnv::new().await;
     let (d, id) = sandbox(&env, env.config(), IMAGE).await;
 
-    let mut handle = within(
-        20,
-        "start",
-        d.start_process(id, start(&["sh", "-c", "setsid sleep 1006 & sleep 1007"])),
+    let mut handle = started(
+        &d,
+        id,
+        start(&["sh", "-c", "setsid sleep 1006 & sleep 1007"]),
     )
-    .await
-    .expect("start");
+    .await;
     // What an audit of the process's end would hold on to: a handle that only waits for it.
-    let mut audit = within(
-        10,
-        "attach",
-        d.attach_process(id, ProcessSelector::Pid(handle.pid())),
-    )
-    .await
-    .expect("attach");
+    let mut audit = attach(&d, id, ProcessSelector::Pid(handle.pid())).await;
     within(60, "destroy", d.destroy(id)).await.expect("destroy");
     let audited = within(10, "the end", audit.wait_end())
         .await
@@ -817,12 +763,7 @@ async fn an_adopting_instance_follows_the_live_processes_of_the_previous_one() {
     let id = within(60, "create", first.create(spec))
         .await
         .expect("create");
-    let mut params = start(&["cat"]);
-    params.tag = Some("kept".to_owned());
-    params.stdin = true;
-    let handle = within(20, "start", first.start_process(id, params))
-        .await
-        .expect("start");
+    let handle = started(&first, id, echo("kept")).await;
     let pid = handle.pid();
     drop(handle);
     drop(first);
@@ -832,21 +773,11 @@ async fn an_adopting_instance_follows_the_live_processes_of_the_previous_one() {
         .await
         .expect("adopt");
     assert_eq!(report.adopted, vec![id]);
-    let mut kept = within(
-        10,
-        "attach by tag",
-        second.attach_process(id, ProcessSelector::Tag("kept".to_owned())),
-    )
-    .await
-    .expect("the adopted process is followed");
+    let mut kept = attach(&second, id, ProcessSelector::Tag("kept".to_owned())).await;
     assert_eq!(kept.pid(), pid);
-    within(10, "input", second.send_input(id, pid, b"after\n"))
-        .await
-        .expect("input");
+    send(&second, id, pid, b"after\n").await;
     assert_eq!(read_until(&mut kept, "after\n").await, "after\n");
-    within(10, "close", second.close_stdin(id, pid))
-        .await
-        .expect("close");
+    close(&second, id, pid).await;
     assert_eq!(
         collect(&mut kept).await.end.expect("end").exit_code,
         Some(0)
