@@ -238,7 +238,18 @@ impl Feed {
         }
     }
 
-    /// A reader from the oldest event kept.
+    /// A reader from the very first event: the handle of the start, which is told of anything
+    /// dropped before it was made (the output may outrun the start's answer).
+    fn reader_from_start(self: &Arc<Self>) -> Reader {
+        Reader {
+            feed: Arc::clone(self),
+            next_seq: 0,
+            bytes_read: 0,
+            changed: self.changed.subscribe(),
+        }
+    }
+
+    /// A reader from the oldest event kept (an attached handle).
     fn reader(self: &Arc<Self>) -> Reader {
         let ring = self.lock();
         let (next_seq, bytes_read) = match ring.entries.front() {
@@ -526,7 +537,7 @@ impl Dispatcher {
             pid: started.pid,
             tag: started.tag,
             landlock: Some(started.landlock),
-            reader: feed.reader(),
+            reader: feed.reader_from_start(),
         })
     }
 
@@ -637,7 +648,7 @@ impl Dispatcher {
             id: watch_id,
             path: watched.path,
             sandbox: Arc::downgrade(&sandbox),
-            reader: feed.reader(),
+            reader: feed.reader_from_start(),
         })
     }
 
@@ -772,6 +783,25 @@ mod tests {
         let (last, then_nothing) = waiter.await.expect("the waiting task");
         assert!(matches!(last, Some(Item::End(e)) if e.exit_code == Some(0)));
         assert!(then_nothing, "nothing is read after the end");
+    }
+
+    #[tokio::test]
+    async fn the_starting_handle_is_told_of_what_went_before_it_existed() {
+        let feed = Feed::new(100, 1000, false);
+        for _ in 0..5 {
+            feed.push(data(40));
+        }
+        let mut first = feed.reader_from_start();
+        match read(&mut first).await {
+            Some(Read::Dropped { events, bytes }) => assert_eq!((events, bytes), (3, 120)),
+            _ => panic!("expected a drop report first"),
+        }
+        // An attached handle starts at what is kept, with nothing to report.
+        let mut attached = feed.reader();
+        assert!(matches!(
+            read(&mut attached).await,
+            Some(Read::Item(Item::Data(..)))
+        ));
     }
 
     #[test]

@@ -263,6 +263,7 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
     let limits = Limits {
         deadline: started.checked_add(Duration::from_millis(params.timeout_ms)),
         grace: grace(params.grace_ms),
+        drain_while_reading: false,
     };
     let cap = |n: u64| usize::try_from(n.min(MAX_KEPT_BYTES)).unwrap_or(usize::MAX);
     let mut buffers = [
@@ -402,6 +403,11 @@ pub(crate) struct Limits {
     pub deadline: Option<Instant>,
     /// SIGTERM to SIGKILL.
     pub grace: Duration,
+    /// After the leader's exit, drain for [`DRAIN_AFTER_EXIT`] after the last read that brought
+    /// bytes rather than after the exit: a sink that may wait (a live process's events, behind
+    /// the protocol's stdout) must not lose what is still in the pipes. Every writer is gone by
+    /// then (the sub-reaper killed the tree), so the pipes end.
+    pub drain_while_reading: bool,
 }
 
 /// How a supervised command ended.
@@ -516,7 +522,12 @@ pub(crate) fn supervise(
             let Some(fd) = &pipes[index] else { continue };
             match rustix::io::read(fd, &mut chunk[..]) {
                 Ok(0) => pipes[index] = None,
-                Ok(n) => sink(index, &chunk[..n]),
+                Ok(n) => {
+                    sink(index, &chunk[..n]);
+                    if limits.drain_while_reading && exited_at.is_some() {
+                        exited_at = Some(Instant::now());
+                    }
+                }
                 Err(Errno::INTR) | Err(Errno::AGAIN) => {}
                 Err(_) => pipes[index] = None,
             }

@@ -149,6 +149,7 @@ pub fn start(ctx: &Arc<Context>, request: u64, params: StartParams) -> OpResult<
             .timeout_ms
             .and_then(|ms| started.checked_add(Duration::from_millis(ms))),
         grace: run::grace(params.grace_ms),
+        drain_while_reading: true,
     };
     let streams = if params.pty.is_some() {
         [OutputStream::Pty, OutputStream::Stderr]
