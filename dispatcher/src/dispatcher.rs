@@ -927,7 +927,7 @@ impl Inner {
             });
         }
         // The live processes the previous instance started are followed from here on.
-        let make = crate::live::adopted_feeds(self.config.live_buffer_bytes);
+        let make = crate::feed::adopted_feeds(self.config.live_buffer_bytes);
         match stream
             .follow_live_processes(self.config.call_timeout, make)
             .await

@@ -15,7 +15,7 @@
 //! - `stream`: the multiplexed request stream over a container's attached stdin/stdout, and
 //!   the events of live processes and watches;
 //! - `live`: live processes (start, attach by pid or tag, input, signals, terminal size) and
-//!   directory watches, each a bounded feed of events;
+//!   directory watches; `feed`: the bounded ring of events each of them has;
 //! - `dispatcher`: the lifecycle (create, call, destroy, adopt) and its ordering guarantees;
 //! - [`network`]: a networked sandbox's internal Docker network, the host firewall that admits
 //!   only its egress proxy, and the [`EgressHost`](network::EgressHost) hook that starts and
@@ -39,6 +39,7 @@ mod config;
 mod dispatcher;
 mod engine;
 mod error;
+mod feed;
 pub mod hardening;
 mod install;
 pub mod kernel;

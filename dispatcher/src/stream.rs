@@ -14,7 +14,7 @@
 //! id of the request that started them (`{"event":7,...}`). Whoever starts one registers a
 //! [`Feed`] under the request's id before the request is written (its first events may come
 //! before its answer); the reader appends each event to its feed, which never blocks the reader
-//! (feeds are bounded rings, `live.rs`), and forgets the feed after its last event.
+//! (feeds are bounded rings, `feed.rs`), and forgets the feed after its last event.
 //!
 //! When the stream ends (container exited, killed, removed) or breaks, every pending call fails
 //! at once with the reason, every feed ends with it, later calls fail immediately, and the owner
@@ -32,15 +32,15 @@ use bollard::Docker;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use sandbox_executor::protocol::{
-    CancelParams, Event, LiveListResult, LiveProcess, Op, Outcome, Ready, Request, Response,
-    EVENT_PREFIX, PROTOCOL_VERSION, UNATTRIBUTED_ID,
+    CancelParams, Event, LiveListResult, Op, Outcome, Ready, Request, Response, EVENT_PREFIX,
+    PROTOCOL_VERSION, UNATTRIBUTED_ID,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::error::{DispatchError, Result};
-use crate::live::{Feed, Item};
+use crate::feed::{Feed, Item, MakeFeed};
 use crate::spec::SandboxId;
 
 /// How much of the executor's stderr is kept for error messages.
@@ -73,9 +73,6 @@ struct State {
     /// as it routes the answer (so no later event of theirs can pass it).
     follow_answers: HashMap<u64, MakeFeed>,
 }
-
-/// Makes the feed of a live process found by [`ExecutorStream::follow_live_processes`].
-pub(crate) type MakeFeed = Box<dyn Fn(&LiveProcess) -> Arc<Feed> + Send>;
 
 struct Shared {
     sandbox: SandboxId,
