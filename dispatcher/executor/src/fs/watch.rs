@@ -2,19 +2,19 @@
 //!
 //! The directory is resolved like every path (`roots.rs`: openat2 beneath its root) and opened;
 //! the kernel's inotify is then pointed at that open descriptor through `/proc/self/fd/N`, so
-//! the requested path itself is never given to a path-based call, and the watch is on the
-//! directory that was resolved, wherever it is renamed later. With `recursive`, subdirectories
-//! (met by a descriptor walk that never follows a symlink, and later created ones, opened
-//! beneath the watched directory) get watches too. The thread of each watch reads the kernel's
-//! events and sends one `fs` event per change (`create`, `write`, `remove`, `rename`,
-//! `chmod`); a lost event is never silent: the kernel's queue overflowing, or a directory beyond
-//! [`MAX_DIRECTORIES`], sends `overflow`. The last event of a watch is `watch_end`, with why.
+//! the requested path itself is never given to a path-based call. With `recursive`,
+//! subdirectories get watches too: those there at the start are met by a descriptor walk that
+//! never follows a symlink, those created later are resolved again beneath their root like any
+//! requested path. The thread of each watch reads the kernel's events and sends one `fs` event
+//! per change (`create`, `write`, `remove`, `rename`, `chmod`); a lost event is never silent:
+//! the kernel's queue overflowing, or a directory beyond [`MAX_DIRECTORIES`], sends `overflow`.
+//! The last event of a watch is `watch_end`, with why.
 //!
 //! Permissions are the sandbox user's (the handler thread's fsuid: inotify needs read access to
 //! each directory), and so is the kernel's accounting: the inotify instance is made under the
 //! sandbox user's effective uid, so its watches count against that user's host-wide inotify
-//! limits, never against root's (which dockerd and systemd need). Bounds: `max_watches` per sandbox, [`MAX_DIRECTORIES`] per watch (and
-//! [`MAX_WALKED`] entries walked to find them); the
+//! limits, never against root's (which dockerd and systemd need). Bounds: `max_watches` per
+//! sandbox, [`MAX_DIRECTORIES`] per watch (and [`MAX_WALKED`] entries walked to find them); the
 //! kernel bounds its own queue. So that a command writing in a loop does not become a line per
 //! `write` on the executor's stream, events are read in batches at most every [`BATCH`] (the
 //! kernel merges a repeated event meanwhile) and a repeat within a batch is sent once.
