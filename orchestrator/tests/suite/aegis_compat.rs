@@ -10,7 +10,7 @@
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{test_config, TestApp, TestDb};
 use reqwest::Method;
@@ -547,22 +547,14 @@ async fn blackboard_writes_and_the_human_answer_reach_later_states() {
         .as_str()
         .unwrap()
         .to_owned();
-    let get = |id: String| {
-        let app = &app;
-        async move {
-            let r = app
-                .admin(Method::GET, &format!("/v1/workflows/executions/{id}"))
-                .send()
-                .await
-                .unwrap();
-            r.json::<Value>().await.unwrap()
-        }
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while get(id.clone()).await["status"] != "waiting" {
-        assert!(Instant::now() < deadline, "never waited for the human");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let path = format!("/v1/workflows/executions/{id}");
+    app.until(
+        &path,
+        "waited for the human",
+        Duration::from_secs(60),
+        |e| e["status"] == "waiting",
+    )
+    .await;
     let r = app
         .admin(
             Method::POST,
@@ -573,16 +565,7 @@ async fn blackboard_writes_and_the_human_answer_reach_later_states() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let ended = loop {
-        let e = get(id.clone()).await;
-        if ["completed", "failed", "cancelled", "timed_out"]
-            .contains(&e["status"].as_str().unwrap())
-        {
-            break e;
-        }
-        assert!(Instant::now() < deadline, "never ended: {e}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let ended = app.until_ended(&path, Duration::from_secs(60)).await;
     assert_eq!(ended["status"], "completed", "{ended}");
     assert_eq!(
         ended["final_output"],

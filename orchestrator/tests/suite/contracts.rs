@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::fake_llm::{answer, FakeLlm, Step};
 use common::{test_config, TestApp, TestDb};
@@ -61,18 +61,7 @@ impl Harness {
 
     /// Polls `path` until its `status` is terminal.
     async fn ended(&self, path: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let (code, e) = self.send(Method::GET, path, None).await;
-            assert_eq!(code, 200, "{e}");
-            if ["completed", "failed", "cancelled", "timed_out"]
-                .contains(&e["status"].as_str().unwrap_or_default())
-            {
-                return e;
-            }
-            assert!(Instant::now() < deadline, "never ended: {e}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.app.until_ended(path, Duration::from_secs(90)).await
     }
 }
 

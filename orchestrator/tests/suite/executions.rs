@@ -74,27 +74,9 @@ impl Harness {
     }
 
     async fn wait_end(&self, id: &str, within: Duration) -> Value {
-        let deadline = Instant::now() + within;
-        loop {
-            let r = self
-                .app
-                .admin(Method::GET, &format!("/v1/executions/{id}"))
-                .send()
-                .await
-                .unwrap();
-            let e: Value = r.json().await.unwrap();
-            if ["completed", "failed", "cancelled", "timed_out"]
-                .contains(&e["status"].as_str().unwrap_or_default())
-            {
-                return e;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "execution still {}: {e}",
-                e["status"]
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.app
+            .until_ended(&format!("/v1/executions/{id}"), within)
+            .await
     }
 
     async fn events(&self, id: &str) -> Vec<Value> {

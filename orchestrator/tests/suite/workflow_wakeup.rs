@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{test_config, TestApp, TestDb};
 use reqwest::Method;
@@ -79,15 +79,13 @@ async fn execution(app: &TestApp, id: &str) -> Value {
 }
 
 async fn until(app: &TestApp, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let e = execution(app, id).await;
-        if pred(&e) {
-            return e;
-        }
-        assert!(Instant::now() < deadline, "never {what}: {e}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    app.until(
+        &format!("/v1/workflows/executions/{id}"),
+        what,
+        Duration::from_secs(60),
+        pred,
+    )
+    .await
 }
 
 /// Starts the parent and returns (parent id, child id) once both are parked.

@@ -102,15 +102,14 @@ impl Harness {
 
     /// Polls until `pred` holds on the execution.
     async fn until(&self, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let e = self.get(id).await;
-            if pred(&e) {
-                return e;
-            }
-            assert!(Instant::now() < deadline, "never {what}: {e}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.app
+            .until(
+                &format!("/v1/workflows/executions/{id}"),
+                what,
+                Duration::from_secs(90),
+                pred,
+            )
+            .await
     }
 
     async fn ended(&self, id: &str) -> Value {

@@ -229,24 +229,39 @@ impl TestApp {
     /// Polls `GET path` (an agent or workflow execution) with the admin key until its `status`
     /// is terminal, and returns that answer; panics after `within` with the last one.
     pub async fn until_ended(&self, path: &str, within: Duration) -> serde_json::Value {
+        self.until(path, "ended", within, |e| {
+            ["completed", "failed", "cancelled", "timed_out"]
+                .contains(&e["status"].as_str().unwrap_or_default())
+        })
+        .await
+    }
+
+    /// Polls `GET path` (admin key; every answer must be a success) until `pred` holds on its
+    /// JSON body, which is returned; fails the test, naming `what` and the last body, once
+    /// `within` has passed.
+    pub async fn until(
+        &self,
+        path: &str,
+        what: &str,
+        within: Duration,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         let deadline = std::time::Instant::now() + within;
         loop {
-            let e: serde_json::Value = self
+            let r = self
                 .admin(reqwest::Method::GET, path)
                 .send()
                 .await
-                .expect("request sent")
-                .json()
-                .await
-                .expect("a JSON answer");
-            if ["completed", "failed", "cancelled", "timed_out"]
-                .contains(&e["status"].as_str().unwrap_or_default())
-            {
+                .expect("request sent");
+            let status = r.status();
+            let e: serde_json::Value = r.json().await.expect("a JSON answer");
+            assert!(status.is_success(), "GET {path}: {status} {e}");
+            if pred(&e) {
                 return e;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "{path} never ended: {e}"
+                "{path} never {what}: {e}"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
