@@ -9,11 +9,9 @@ use crate::common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::sandbox::AgentSandbox as Sandbox;
 use common::TestApp;
-use reqwest::Method;
 use serde_json::{json, Value};
-
-const IMAGE: &str = "aegis-runtime/busybox:1";
 
 /// A busybox agent with the process tools; `unmask` sets `spec.security.unmask_env`.
 fn agent(name: &str, unmask: bool) -> String {
@@ -73,91 +71,6 @@ fn docker(args: &[&str]) -> (i32, String) {
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).trim().to_owned(),
     )
-}
-
-#[derive(Clone)]
-struct Sandbox {
-    http: reqwest::Client,
-    base: String,
-    key: String,
-    id: String,
-}
-
-impl Sandbox {
-    async fn start(app: &TestApp, manifest: String) -> Sandbox {
-        assert!(
-            !docker(&["images", "-q", IMAGE]).1.is_empty(),
-            "image {IMAGE} is missing: run runtime-images/build.sh --only busybox (scripts/test.sh does)"
-        );
-        let name = manifest
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("name: "))
-            .unwrap_or_default()
-            .to_owned();
-        let r = app
-            .admin(Method::POST, "/v1/agents")
-            .body(manifest)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-        let r = app
-            .admin(Method::POST, "/v1/sandboxes")
-            .json(&json!({"agent": name}))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let body: Value = r.json().await.unwrap();
-        assert_eq!(status, 201, "{body}");
-        Sandbox {
-            http: reqwest::Client::new(),
-            base: app.http_base.clone(),
-            key: common::TEST_ADMIN_KEY.to_owned(),
-            id: body["sandbox_id"].as_str().unwrap().to_owned(),
-        }
-    }
-
-    async fn call(&self, name: &str, arguments: Value) -> (u16, Value) {
-        let r = self
-            .http
-            .post(format!("{}/v1/tools/call", self.base))
-            .bearer_auth(&self.key)
-            .json(&json!({"name": name, "arguments": arguments, "sandbox_id": self.id}))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap())
-    }
-
-    async fn ok(&self, name: &str, arguments: Value) -> Value {
-        let (status, out) = self.call(name, arguments.clone()).await;
-        assert_eq!(status, 200, "{name} {arguments}: {out}");
-        assert_eq!(out["isError"], false, "{name} {arguments}: {out}");
-        out["structuredContent"].clone()
-    }
-
-    async fn refused(&self, name: &str, arguments: Value, status: u16, code: &str) {
-        let (got, out) = self.call(name, arguments.clone()).await;
-        assert_eq!(got, status, "{name} {arguments}: {out}");
-        assert_eq!(out["code"], code, "{name} {arguments}: {out}");
-    }
-
-    async fn tool_error(&self, name: &str, arguments: Value, code: &str) -> Value {
-        let (status, out) = self.call(name, arguments.clone()).await;
-        assert_eq!(status, 200, "{name} {arguments}: {out}");
-        assert_eq!(out["isError"], true, "{name} {arguments}: {out}");
-        assert_eq!(
-            out["structuredContent"]["error"]["code"], code,
-            "{name} {arguments}: {out}"
-        );
-        out
-    }
-
-    fn container(&self) -> String {
-        format!("aegis-sbx-{}", self.id)
-    }
 }
 
 #[tokio::test]

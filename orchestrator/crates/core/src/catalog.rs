@@ -137,6 +137,18 @@ const SCHEMA_FILES: &[(&str, &str)] = &[
         include_str!("../../../../schemas/tools/proc.list.json"),
     ),
     (
+        "proc.output.json",
+        include_str!("../../../../schemas/tools/proc.output.json"),
+    ),
+    (
+        "proc.input.json",
+        include_str!("../../../../schemas/tools/proc.input.json"),
+    ),
+    (
+        "proc.signal.json",
+        include_str!("../../../../schemas/tools/proc.signal.json"),
+    ),
+    (
         "logs.read.json",
         include_str!("../../../../schemas/tools/logs.read.json"),
     ),

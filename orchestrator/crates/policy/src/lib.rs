@@ -124,9 +124,10 @@ const READING_TOOLS: &[&str] = &[
 ];
 
 /// Sandbox tools that touch no path (no root is derived for them).
-const PATHLESS_SANDBOX_TOOLS: &[&str] = &["proc.list"];
+const PATHLESS_SANDBOX_TOOLS: &[&str] = &["proc.list", "proc.output", "proc.input", "proc.signal"];
 
-/// True for sandbox tools that take no path at all (`proc.list`).
+/// True for sandbox tools that take no path at all (`proc.list`, and the background process
+/// tools, which act only on processes of the caller's own sandbox).
 pub fn is_pathless_sandbox_tool(tool: &str) -> bool {
     PATHLESS_SANDBOX_TOOLS.contains(&tool)
 }

@@ -9,6 +9,7 @@
 
 pub mod egress;
 pub mod health;
+pub mod live;
 pub mod volumes;
 pub mod workspaces;
 
@@ -366,6 +367,8 @@ pub struct Sandboxes {
     /// Serialises quota checks on this instance (one short query each).
     quota_check: tokio::sync::Mutex<()>,
     in_flight: std::sync::Mutex<InFlight>,
+    /// Readers of the background processes started through this instance.
+    live: live::LiveProcesses,
 }
 
 /// Normalises manifest paths: relative ones are under /workspace.
@@ -443,7 +446,13 @@ impl Sandboxes {
             quotas: Quotas::default(),
             quota_check: tokio::sync::Mutex::new(()),
             in_flight: std::sync::Mutex::new(InFlight::default()),
+            live: live::LiveProcesses::default(),
         }
+    }
+
+    /// Readers of the background processes started through this instance.
+    pub fn live(&self) -> &live::LiveProcesses {
+        &self.live
     }
 
     /// The same service with the egress proxies the dispatcher was started with.
@@ -762,6 +771,7 @@ impl Sandboxes {
     pub async fn destroy(&self, id: SandboxId) -> Result<(), SandboxError> {
         self.dispatcher()?.destroy(id).await?;
         self.policies.write().await.remove(&id);
+        self.live.forget_sandbox(id);
         Ok(())
     }
 

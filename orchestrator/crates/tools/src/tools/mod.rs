@@ -10,6 +10,7 @@ mod discovery;
 mod execute;
 pub mod external;
 mod generate;
+mod live;
 mod memory;
 mod process;
 mod router;
@@ -72,6 +73,7 @@ fn implemented() -> Vec<(&'static str, Handler)> {
     v.extend(system::handlers());
     v.extend(sandbox::handlers());
     v.extend(process::handlers());
+    v.extend(live::handlers());
     v.extend(tasks::handlers());
     v.extend(workflows::handlers());
     v.extend(scopes::handlers());

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use dispatcher::protocol::{
     DeleteParams, Edit, EditParams, Encoding, ExecGrant, GlobParams, GrepParams, MultiEditParams,
-    Op, PathParams, ReadParams, RunParams, WriteParams,
+    Op, PathParams, PtySize, ReadParams, RunParams, WriteParams,
 };
 use dispatcher::DispatchError;
 use serde::Deserialize;
@@ -304,8 +304,20 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             env_additions: BTreeMap<String, String>,
             timeout_secs: Option<u64>,
             max_output_bytes: Option<u64>,
+            #[serde(default)]
+            background: bool,
+            tag: Option<String>,
+            #[serde(default)]
+            stdin: bool,
+            pty: Option<PtySize>,
         }
         let a: A = args(a)?;
+        if !a.background && (a.tag.is_some() || a.stdin || a.pty.is_some()) {
+            return Err(ToolError::new(
+                "invalid_arguments",
+                "`tag`, `stdin` and `pty` apply to a background command only (`background: true`)",
+            ));
+        }
         let (_, policy) = ctx
             .sandbox
             .as_ref()
@@ -344,6 +356,30 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             // A networked sandbox's only way out: its proxy (set last, so it wins).
             env.extend(ctx.state.sandboxes.proxy_env(*id));
         }
+        // The same allowlist, held by the kernel for every process the command starts.
+        let exec = match policy.command.programs() {
+            Some(programs) => ExecGrant::Only(programs),
+            None => ExecGrant::Any,
+        };
+        if a.background {
+            return super::live::start(
+                ctx,
+                super::live::Background {
+                    argv,
+                    cwd,
+                    env,
+                    tag: a.tag,
+                    stdin: a.stdin,
+                    pty: a.pty,
+                    // No deadline unless one is asked for (within the ceiling): a background
+                    // process may serve until it is stopped or its sandbox goes.
+                    timeout_secs: a.timeout_secs.map(|t| t.min(policy.cmd_timeout_secs)),
+                    max_output_bytes: cap,
+                    exec,
+                },
+            )
+            .await;
+        }
         let out = run(
             ctx,
             Op::CmdRun(RunParams {
@@ -354,11 +390,7 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 grace_ms: None,
                 max_stdout_bytes: cap,
                 max_stderr_bytes: cap,
-                // The same allowlist, held by the kernel for every process the command starts.
-                exec: match policy.command.programs() {
-                    Some(programs) => ExecGrant::Only(programs),
-                    None => ExecGrant::Any,
-                },
+                exec,
             }),
         )
         .await?;

@@ -1,0 +1,388 @@
+//! Background processes through the router: `cmd.run` with `background: true` starts one
+//! ([`start`], called by `cmd.run`'s handler after the same policy checks and with the same
+//! environment, grant and output cap), and `proc.output`, `proc.input` and `proc.signal` act
+//! on the processes of the caller's own sandbox, found by pid or tag.
+//!
+//! The start is the `cmd.run` call's own audit row; the end gets one more row (`cmd.run`,
+//! reason code `process_ended`) written by a task that follows the process from its start, so
+//! every background process leaves a start and an end in the chain, whoever reads its output.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use dispatcher::protocol::{ExecGrant, ProcessEnd, ProcessSignal, PtySize, StartParams};
+use dispatcher::{DispatchError, ProcessEvent, ProcessSelector, SandboxId};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
+use aegis_core::caller::Caller;
+use aegis_store::audit::{self, Entry, EntryKind};
+
+pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
+    vec![
+        ("proc.output", proc_output),
+        ("proc.input", proc_input),
+        ("proc.signal", proc_signal),
+    ]
+}
+
+/// What `cmd.run` with `background: true` asks for besides the command.
+pub(super) struct Background {
+    pub argv: Vec<String>,
+    pub cwd: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub tag: Option<String>,
+    pub stdin: bool,
+    pub pty: Option<PtySize>,
+    pub timeout_secs: Option<u64>,
+    pub max_output_bytes: u64,
+    pub exec: ExecGrant,
+}
+
+/// Starts a background process in the caller's sandbox, keeps its reader for `proc.output`,
+/// and follows it to its end for the end's audit row.
+pub(super) async fn start(ctx: &ToolContext<'_>, b: Background) -> Result<Value, ToolError> {
+    let sandbox = sandbox_of(ctx)?;
+    let dispatcher = ctx
+        .state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+    let handle = dispatcher
+        .start_process(
+            sandbox,
+            StartParams {
+                argv: b.argv.clone(),
+                cwd: b.cwd,
+                env: b.env,
+                tag: b.tag,
+                stdin: b.stdin,
+                pty: b.pty,
+                timeout_ms: b.timeout_secs.map(|s| s.saturating_mul(1000)),
+                grace_ms: None,
+                max_output_bytes: Some(b.max_output_bytes),
+                exec: b.exec,
+            },
+        )
+        .await
+        .map_err(refused)?;
+    let (pid, tag) = (handle.pid(), handle.tag().map(str::to_owned));
+    let landlock = handle.landlock();
+    ctx.state.sandboxes.live().keep(sandbox, handle);
+    // The end's audit row, from a handle of its own that skips the output.
+    let follower = dispatcher
+        .attach_process(sandbox, ProcessSelector::Pid(pid))
+        .await;
+    let pool = ctx.state.pool.clone();
+    let caller = ctx.caller.clone();
+    let program = b.argv.first().cloned().unwrap_or_default();
+    let started = Instant::now();
+    tokio::spawn(async move {
+        let end = match follower {
+            Ok(mut handle) => handle.wait_end().await,
+            Err(e) => Some(ProcessEnd {
+                exit_code: None,
+                signal: None,
+                stdout_bytes: 0,
+                stderr_bytes: 0,
+                truncated: Default::default(),
+                timed_out: false,
+                error: Some(format!("its end could not be followed: {e}")),
+            }),
+        };
+        if let Some(end) = end {
+            record_end(
+                &pool,
+                &caller,
+                sandbox,
+                pid,
+                &program,
+                &end,
+                started.elapsed(),
+            )
+            .await;
+        }
+    });
+    Ok(json!({
+        "background": true,
+        "pid": pid,
+        "tag": tag,
+        "landlock": landlock,
+    }))
+}
+
+/// The end row of a background process (the start is its `cmd.run` call's row).
+async fn record_end(
+    pool: &sqlx::PgPool,
+    caller: &Caller,
+    sandbox: SandboxId,
+    pid: u32,
+    program: &str,
+    end: &ProcessEnd,
+    ran: Duration,
+) {
+    let how = match (end.exit_code, end.signal, &end.error) {
+        (_, _, Some(error)) => format!("its end was not observed: {error}"),
+        (Some(code), _, _) => format!("exit code {code}"),
+        (None, Some(signal), _) => format!("signal {signal}"),
+        (None, None, None) => "no exit status".to_owned(),
+    };
+    let ok = end.exit_code == Some(0) && end.error.is_none();
+    let result = serde_json::to_value(end).unwrap_or(Value::Null);
+    let entry = Entry {
+        kind: EntryKind::Tool,
+        action: "cmd.run".to_owned(),
+        allowed: true,
+        reason_code: Some("process_ended".to_owned()),
+        reason: Some(format!(
+            "background process {pid} (`{program}`) in sandbox {} ended: {how}{}; stdout {} bytes, stderr {} bytes{}",
+            sandbox.0,
+            if end.timed_out { " (timed out)" } else { "" },
+            end.stdout_bytes,
+            end.stderr_bytes,
+            if end.truncated.stdout || end.truncated.stderr {
+                ", output capped"
+            } else {
+                ""
+            },
+        )),
+        args_digest: audit::digest(&json!({"pid": pid, "sandbox": sandbox.0})),
+        outcome: if ok { "ok" } else { "error" },
+        result_digest: Some(audit::digest(&result)),
+        duration_ms: ran.as_millis().min(i64::MAX as u128) as i64,
+    };
+    if let Err(e) = audit::record(pool, caller, entry).await {
+        tracing::error!(%pid, sandbox = %sandbox.0, error = %e,
+            "the end of a background process could not be audited");
+    }
+}
+
+#[derive(Deserialize)]
+struct Target {
+    pid: Option<u32>,
+    tag: Option<String>,
+}
+
+impl Target {
+    fn selector(&self) -> Result<ProcessSelector, ToolError> {
+        match (self.pid, &self.tag) {
+            (Some(pid), None) => Ok(ProcessSelector::Pid(pid)),
+            (None, Some(tag)) => Ok(ProcessSelector::Tag(tag.clone())),
+            _ => Err(ToolError::new(
+                "invalid_arguments",
+                "name the process by `pid` or by `tag`, not both",
+            )),
+        }
+    }
+}
+
+fn sandbox_of(ctx: &ToolContext<'_>) -> Result<SandboxId, ToolError> {
+    ctx.sandbox
+        .as_ref()
+        .map(|(id, _)| *id)
+        .ok_or_else(|| ToolError::new("sandbox_required", "this tool runs inside a sandbox"))
+}
+
+/// A refusal of the executor or dispatcher as a tool error with a stable code.
+fn refused(e: DispatchError) -> ToolError {
+    match &e {
+        DispatchError::Refused { kind, message, .. } => {
+            let code = match kind.as_str() {
+                "not_found" => "not_found",
+                "limit_reached" => "limit_reached",
+                "already_exists" => "conflict",
+                "path_not_allowed" => "path_not_allowed",
+                "permission_denied" => "permission_denied",
+                "command_not_found" => "command_not_found",
+                "invalid_request" => "invalid_arguments",
+                _ => "sandbox_error",
+            };
+            ToolError::new(code, message.clone())
+        }
+        DispatchError::SandboxNotFound { .. } => ToolError::new("not_found", e.to_string()),
+        DispatchError::SandboxGone { .. } => ToolError::new("sandbox_gone", e.to_string()),
+        DispatchError::Timeout { .. } => ToolError::new("timeout", e.to_string()),
+        _ => ToolError::new("sandbox_error", e.to_string()),
+    }
+}
+
+fn proc_output<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            #[serde(flatten)]
+            target: Target,
+            #[serde(default)]
+            wait_ms: u64,
+            max_bytes: Option<usize>,
+        }
+        let a: A = args(a)?;
+        let sandbox = sandbox_of(ctx)?;
+        let dispatcher = ctx
+            .state
+            .sandboxes
+            .dispatcher()
+            .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+        let live = ctx.state.sandboxes.live();
+        let reader = live
+            .reader(dispatcher, sandbox, a.target.selector()?)
+            .await
+            .map_err(refused)?;
+        let mut handle = reader.lock().await;
+        let pid = handle.pid();
+        let max = a.max_bytes.unwrap_or(64 * 1024);
+        let (mut stdout, mut stderr, mut pty) = (Vec::new(), Vec::new(), Vec::new());
+        let mut dropped = 0u64;
+        let mut ended = None;
+        let mut taken = 0usize;
+        // The first event may be waited for; the rest are what has already come.
+        let mut first = true;
+        while taken < max && ended.is_none() {
+            let event = if first && a.wait_ms > 0 {
+                tokio::time::timeout(Duration::from_millis(a.wait_ms), handle.next())
+                    .await
+                    .ok()
+                    .flatten()
+            } else {
+                handle.try_next()
+            };
+            first = false;
+            let Some(event) = event else { break };
+            match event {
+                ProcessEvent::Stdout(b) => {
+                    taken += b.len();
+                    stdout.extend_from_slice(&b);
+                }
+                ProcessEvent::Stderr(b) => {
+                    taken += b.len();
+                    stderr.extend_from_slice(&b);
+                }
+                ProcessEvent::Pty(b) => {
+                    taken += b.len();
+                    pty.extend_from_slice(&b);
+                }
+                ProcessEvent::Dropped { bytes, .. } => dropped += bytes,
+                ProcessEvent::End(end) => ended = Some(end),
+            }
+        }
+        drop(handle);
+        if ended.is_some() {
+            live.ended(sandbox, pid);
+        }
+        let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+        Ok(json!({
+            "pid": pid,
+            "stdout": text(stdout),
+            "stderr": text(stderr),
+            "pty": text(pty),
+            "dropped_bytes": dropped,
+            "more": taken >= max && ended.is_none(),
+            "ended": ended.map(|e| json!({
+                "exit_code": e.exit_code,
+                "signal": e.signal,
+                "stdout_bytes": e.stdout_bytes,
+                "stderr_bytes": e.stderr_bytes,
+                "truncated": e.truncated.stdout || e.truncated.stderr,
+                "timed_out": e.timed_out,
+                "error": e.error,
+            })),
+        }))
+    })
+}
+
+/// The pid `target` names in the caller's sandbox (a tag is resolved by the dispatcher).
+async fn pid_of(
+    ctx: &ToolContext<'_>,
+    sandbox: SandboxId,
+    target: &Target,
+) -> Result<u32, ToolError> {
+    if let (Some(pid), None) = (target.pid, &target.tag) {
+        return Ok(pid);
+    }
+    let dispatcher = ctx
+        .state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+    let reader = ctx
+        .state
+        .sandboxes
+        .live()
+        .reader(dispatcher, sandbox, target.selector()?)
+        .await
+        .map_err(refused)?;
+    let pid = reader.lock().await.pid();
+    Ok(pid)
+}
+
+fn proc_input<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            #[serde(flatten)]
+            target: Target,
+            #[serde(default)]
+            data: String,
+            #[serde(default)]
+            close: bool,
+        }
+        let a: A = args(a)?;
+        let sandbox = sandbox_of(ctx)?;
+        let pid = pid_of(ctx, sandbox, &a.target).await?;
+        let dispatcher = ctx
+            .state
+            .sandboxes
+            .dispatcher()
+            .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+        let written = if a.data.is_empty() {
+            0
+        } else {
+            dispatcher
+                .send_input(sandbox, pid, a.data.as_bytes())
+                .await
+                .map_err(refused)?
+        };
+        if a.close {
+            dispatcher
+                .close_stdin(sandbox, pid)
+                .await
+                .map_err(refused)?;
+        }
+        Ok(json!({"pid": pid, "written": written, "closed": a.close}))
+    })
+}
+
+fn proc_signal<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
+    Box::pin(async move {
+        #[derive(Deserialize)]
+        struct A {
+            #[serde(flatten)]
+            target: Target,
+            signal: String,
+        }
+        let a: A = args(a)?;
+        let signal = match a.signal.as_str() {
+            "term" => ProcessSignal::Term,
+            "kill" => ProcessSignal::Kill,
+            other => {
+                return Err(ToolError::new(
+                    "invalid_arguments",
+                    format!("unknown signal `{other}`; expected term or kill"),
+                ))
+            }
+        };
+        let sandbox = sandbox_of(ctx)?;
+        let pid = pid_of(ctx, sandbox, &a.target).await?;
+        let dispatcher = ctx
+            .state
+            .sandboxes
+            .dispatcher()
+            .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+        dispatcher
+            .signal_process(sandbox, pid, signal)
+            .await
+            .map_err(refused)?;
+        Ok(json!({"pid": pid, "signal": a.signal}))
+    })
+}

@@ -1,0 +1,102 @@
+//! An agent's sandbox through the real service, for tests that call sandbox tools.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::TestApp;
+
+const IMAGE: &str = "aegis-runtime/busybox:1";
+
+/// An agent's sandbox made through `POST /v1/sandboxes`, and tool calls in it through
+/// `POST /v1/tools/call` with the admin key.
+#[derive(Clone)]
+pub struct AgentSandbox {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+    /// The sandbox id.
+    pub id: String,
+}
+
+impl AgentSandbox {
+    /// Deploys `manifest` (an agent on the busybox runtime) and makes its sandbox.
+    pub async fn start(app: &TestApp, manifest: String) -> AgentSandbox {
+        assert!(
+            !super::docker_lines(&["images", "-q", IMAGE]).is_empty(),
+            "image {IMAGE} is missing: run runtime-images/build.sh --only busybox (scripts/test.sh does)"
+        );
+        let name = manifest
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name: "))
+            .unwrap_or_default()
+            .to_owned();
+        let r = app
+            .admin(Method::POST, "/v1/agents")
+            .body(manifest)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+        let r = app
+            .admin(Method::POST, "/v1/sandboxes")
+            .json(&json!({"agent": name}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(status, 201, "{body}");
+        AgentSandbox {
+            http: reqwest::Client::new(),
+            base: app.http_base.clone(),
+            key: super::TEST_ADMIN_KEY.to_owned(),
+            id: body["sandbox_id"].as_str().unwrap().to_owned(),
+        }
+    }
+
+    /// One tool call in the sandbox: (HTTP status, body).
+    pub async fn call(&self, name: &str, arguments: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}/v1/tools/call", self.base))
+            .bearer_auth(&self.key)
+            .json(&json!({"name": name, "arguments": arguments, "sandbox_id": self.id}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap())
+    }
+
+    /// A call that must succeed; its `structuredContent`.
+    pub async fn ok(&self, name: &str, arguments: Value) -> Value {
+        let (status, out) = self.call(name, arguments.clone()).await;
+        assert_eq!(status, 200, "{name} {arguments}: {out}");
+        assert_eq!(out["isError"], false, "{name} {arguments}: {out}");
+        out["structuredContent"].clone()
+    }
+
+    /// A call the router must refuse with `status` and `code`.
+    pub async fn refused(&self, name: &str, arguments: Value, status: u16, code: &str) {
+        let (got, out) = self.call(name, arguments.clone()).await;
+        assert_eq!(got, status, "{name} {arguments}: {out}");
+        assert_eq!(out["code"], code, "{name} {arguments}: {out}");
+    }
+
+    /// A call whose tool must fail with `code`.
+    pub async fn tool_error(&self, name: &str, arguments: Value, code: &str) -> Value {
+        let (status, out) = self.call(name, arguments.clone()).await;
+        assert_eq!(status, 200, "{name} {arguments}: {out}");
+        assert_eq!(out["isError"], true, "{name} {arguments}: {out}");
+        assert_eq!(
+            out["structuredContent"]["error"]["code"], code,
+            "{name} {arguments}: {out}"
+        );
+        out
+    }
+
+    /// The sandbox's container name.
+    pub fn container(&self) -> String {
+        format!("aegis-sbx-{}", self.id)
+    }
+}
