@@ -38,6 +38,12 @@ pub const CONTEXT_LABEL: &str = "seal_context";
 pub const RUNTIME_LABEL: &str = "operator_runtime";
 /// Label holding the JSON command allowlist of such a sandbox (`[]`: any program).
 pub const ALLOW_LABEL: &str = "operator_allow";
+/// Label naming the runtime (`language:version`) of a sandbox made through the E2B door.
+pub const E2B_RUNTIME_LABEL: &str = "e2b_runtime";
+/// Label naming the security context an E2B sandbox's key is bound to (absent: unbound).
+pub const E2B_CONTEXT_LABEL: &str = "e2b_context";
+/// Where an E2B sandbox's workspace is: the home E2B's SDK and its users expect.
+pub const E2B_HOME: &str = "/home/user";
 
 /// The executor roots of a SEAL session's sandbox: the directories its context's path allowlists
 /// name, so the executor, not only the policy, keeps every path inside them.
@@ -227,6 +233,41 @@ pub fn policy_of_runtime(
         unmask_env: false,
         env: Default::default(),
     }
+}
+
+/// The policy of a sandbox made through the E2B door: under a bound key, its security context's
+/// (whose `/workspace` roots stand for the sandbox's home, [`E2B_HOME`]); otherwise the
+/// runtime policy on that home, where any program may run and `bash -c` (E2B's way of running
+/// a command line) is named explicitly. Either way no shell metacharacters in `command`, the
+/// kernel-held write rules, and no network.
+pub fn policy_of_e2b(
+    runtime: &crate::runtimes::Runtime,
+    context: Option<&crate::seal::context::SecurityContext>,
+    ceilings: &ToolCeilings,
+) -> SandboxPolicy {
+    let home = |roots: Vec<String>| -> Vec<String> {
+        roots
+            .into_iter()
+            .map(|r| match r.strip_prefix(WORKSPACE) {
+                Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                    format!("{E2B_HOME}{rest}")
+                }
+                _ => r,
+            })
+            .collect()
+    };
+    let mut policy = match context {
+        Some(context) => policy_of_context(context, ceilings),
+        None => {
+            let mut p = policy_of_runtime(runtime, &[], ceilings);
+            p.command.subcommand_allowlist = vec!["bash -c".to_owned()];
+            p
+        }
+    };
+    policy.agent = format!("e2b:{}:{}", runtime.language, runtime.version);
+    policy.read_roots = home(policy.read_roots);
+    policy.write_roots = home(policy.write_roots);
+    policy
 }
 
 /// Server-side ceilings of sandbox tools; a caller may lower them, never raise them.
@@ -660,6 +701,39 @@ impl Sandboxes {
         Ok((id, policy))
     }
 
+    /// Creates a sandbox of an E2B template (a runtime) for an API key, with its workspace at
+    /// [`E2B_HOME`], under [`policy_of_e2b`]; counted against the key's quota.
+    pub async fn create_for_e2b(
+        &self,
+        pool: &PgPool,
+        runtime: &crate::runtimes::Runtime,
+        context: Option<&crate::seal::context::SecurityContext>,
+        owner: Owner,
+    ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
+        let dispatcher = self.dispatcher()?;
+        let policy = Arc::new(policy_of_e2b(runtime, context, &self.ceilings));
+        let scope = QuotaScope::ApiKey(owner.id.clone());
+        let mut spec = SandboxSpec::new(runtime.image.clone(), owner);
+        spec.workspace = Some(E2B_HOME.to_owned());
+        spec.read_roots = policy.read_roots.clone();
+        spec.write_roots = policy.write_roots.clone();
+        if let Some(context) = context {
+            spec.follow_symlinks = context_roots(context).follow_symlinks;
+            spec.labels
+                .insert(E2B_CONTEXT_LABEL.to_owned(), context.name.clone());
+        }
+        spec.labels.insert(
+            E2B_RUNTIME_LABEL.to_owned(),
+            format!("{}:{}", runtime.language, runtime.version),
+        );
+        let reservation = self.reserve(pool, scope).await?;
+        let id = dispatcher.acquire(spec).await;
+        drop(reservation);
+        let id = id?;
+        self.policies.write().await.insert(id, policy.clone());
+        Ok((id, policy))
+    }
+
     /// Creates the sandbox of a SEAL session (runtime from its context, else the default runtime).
     pub async fn create_for_session(
         &self,
@@ -718,6 +792,22 @@ impl Sandboxes {
             return Ok(p.clone());
         }
         let info = self.dispatcher()?.get(id).await?;
+        if let Some(labels) = info.spec.as_ref().map(|s| &s.labels) {
+            if let Some(runtime) = labels.get(E2B_RUNTIME_LABEL) {
+                let runtime = find_runtime(runtime).map_err(|_| SandboxError::NoPolicy(id))?;
+                let context = match labels.get(E2B_CONTEXT_LABEL) {
+                    Some(name) => Some(
+                        crate::contexts::get(pool, crate::DEFAULT_TENANT, name)
+                            .await
+                            .map_err(|_| SandboxError::NoPolicy(id))?,
+                    ),
+                    None => None,
+                };
+                let policy = Arc::new(policy_of_e2b(runtime, context.as_ref(), &self.ceilings));
+                self.policies.write().await.insert(id, policy.clone());
+                return Ok(policy);
+            }
+        }
         if let Some(name) = info.spec.as_ref().and_then(|s| s.labels.get(CONTEXT_LABEL)) {
             let context = aegis_store::contexts::get(pool, aegis_core::DEFAULT_TENANT, name)
                 .await

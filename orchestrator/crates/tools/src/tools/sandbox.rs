@@ -125,6 +125,8 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         struct A {
             path: String,
             content: String,
+            #[serde(default)]
+            encoding: Encoding,
         }
         let a: A = args(a)?;
         let path = path_of(&a.path)?;
@@ -133,7 +135,7 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             Op::FsWrite(WriteParams {
                 path: path.clone(),
                 content: a.content,
-                encoding: Encoding::Utf8,
+                encoding: a.encoding,
                 create_dirs: true,
             }),
         )

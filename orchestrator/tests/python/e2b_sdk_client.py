@@ -1,0 +1,132 @@
+"""Drives a node through E2B's own Python SDK (PyPI `e2b`, pinned by scripts/test.sh), unmodified:
+only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY point it at the node.
+
+Usage: e2b_sdk_client.py <scenario> ; environment: the three exports, plus for `attacks`
+E2B_OTHER_KEY (another operator key) and E2B_BOUND_KEY (a key bound to a narrow context).
+Prints one JSON report on stdout; every step records what happened, the Rust test judges it.
+"""
+
+import json
+import os
+import sys
+import time
+import urllib.request
+import urllib.error
+
+from e2b import Sandbox, SandboxQuery
+
+
+def attempt(report, name, fn):
+    try:
+        report[name] = {"ok": True, "value": fn()}
+    except Exception as e:  # the report says which step failed and how
+        report[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+
+
+def http_status(url, data=None):
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def basics():
+    report = {}
+    t0 = time.monotonic()
+    sbx = Sandbox.create("base", timeout=120, metadata={"suite": "e2b", "n": "1"})
+    first = sbx.commands.run("echo hello from e2b")
+    report["create_to_first_output_ms"] = int((time.monotonic() - t0) * 1000)
+    report["sandbox_id"] = sbx.sandbox_id
+    report["echo"] = {"stdout": first.stdout, "exit_code": first.exit_code}
+    attempt(report, "pwd", lambda: sbx.commands.run("pwd").stdout.strip())
+    attempt(report, "pipe", lambda: sbx.commands.run("echo abc | tr a-c x-z").stdout.strip())
+    attempt(report, "python", lambda: sbx.commands.run("python3 -c 'print(6*7)'").stdout.strip())
+
+    def failing():
+        try:
+            sbx.commands.run("ls /home/user/nope")
+            return "no exception"
+        except Exception as e:
+            return {"type": type(e).__name__, "exit_code": getattr(e, "exit_code", None)}
+
+    attempt(report, "failing", failing)
+    attempt(report, "write", lambda: sbx.files.write("notes/a.txt", "héllo ✓").path)
+    attempt(report, "read", lambda: sbx.files.read("notes/a.txt"))
+    attempt(report, "cat", lambda: sbx.commands.run("cat /home/user/notes/a.txt").stdout)
+    attempt(report, "exists", lambda: [sbx.files.exists("notes/a.txt"), sbx.files.exists("notes/zz")])
+    attempt(report, "stat", lambda: (lambda i: {"name": i.name, "type": str(i.type), "size": i.size, "path": i.path})(sbx.files.get_info("notes/a.txt")))
+    attempt(report, "make_dir", lambda: [sbx.files.make_dir("made/deep"), sbx.files.make_dir("made/deep")])
+    attempt(report, "rename", lambda: sbx.files.rename("notes/a.txt", "notes/b.txt").path)
+    attempt(report, "list", lambda: sorted(e.path for e in sbx.files.list("/home/user", depth=2)))
+    attempt(report, "remove", lambda: [sbx.files.remove("notes/b.txt"), sbx.files.exists("notes/b.txt")])
+    attempt(report, "write_files", lambda: [w.path for w in sbx.files.write_files([
+        {"path": "multi/one.txt", "data": "1"}, {"path": "multi/two.bin", "data": b"\x00\xff\x01"}])])
+    attempt(report, "read_binary", lambda: list(sbx.files.read("multi/two.bin", format="bytes")))
+    big = bytes((i * 7 + 3) % 256 for i in range(3 * 1024 * 1024 + 17))
+    attempt(report, "upload_big", lambda: sbx.files.write("big.bin", big).path)
+    attempt(report, "download_big", lambda: bytes(sbx.files.read("big.bin", format="bytes")) == big)
+    attempt(report, "root_refused", lambda: sbx.commands.run("id", user="root").stdout)
+    attempt(report, "list_filtered", lambda: [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"})).next_items()])
+    attempt(report, "list_other_filter", lambda: [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "other"})).next_items()])
+    attempt(report, "info_metadata", lambda: sbx.get_info().metadata)
+    attempt(report, "set_timeout", lambda: sbx.set_timeout(60))
+    # A signed URL without the sandbox's headers, then a forged and an expired one.
+    url = sbx.download_url("big.bin", use_signature_expiration=60)
+    report["signed_download"] = http_status(url)[0]
+    forged = url.replace("signature=v1_", "signature=v1_A")
+    report["forged_download"] = http_status(forged)[0]
+    expired = sbx.download_url("big.bin", use_signature_expiration=1)
+    time.sleep(2.5)
+    report["expired_download"] = list(map(lambda x: x if isinstance(x, int) else x.decode(errors="replace"), http_status(expired)))
+    attempt(report, "kill", lambda: sbx.kill())
+    attempt(report, "kill_again", lambda: Sandbox.kill(sbx.sandbox_id))
+    attempt(report, "after_kill", lambda: sbx.commands.run("echo still here").stdout)
+    # A sandbox left to its timeout.
+    short = Sandbox.create("base", timeout=3)
+    report["short_id"] = short.sandbox_id
+    print(json.dumps(report))
+
+
+def attacks():
+    report = {}
+    sbx = Sandbox.create("base", timeout=120)
+    report["sandbox_id"] = sbx.sandbox_id
+    other = os.environ["E2B_OTHER_KEY"]
+    attempt(report, "other_connect", lambda: Sandbox.connect(sbx.sandbox_id, api_key=other).commands.run("echo hi").stdout)
+    attempt(report, "other_kill", lambda: Sandbox.kill(sbx.sandbox_id, api_key=other))
+    attempt(report, "other_list", lambda: [s.sandbox_id for s in Sandbox.list(api_key=other).next_items()])
+    # The token is what makes an envd call: without it (or with another) nothing answers.
+    base = os.environ["E2B_SANDBOX_URL"]
+    for name, token in [("no_token", None), ("wrong_token", "0" * 64)]:
+        headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "Content-Type": "application/json",
+                   "Connect-Protocol-Version": "1"}
+        if token:
+            headers["X-Access-Token"] = token
+        req = urllib.request.Request(base + "/filesystem.Filesystem/ListDir",
+                                     data=json.dumps({"path": "/home/user"}).encode(),
+                                     headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                report[name] = [r.status, r.read().decode()]
+        except urllib.error.HTTPError as e:
+            report[name] = [e.code, e.read().decode()]
+    attempt(report, "outside_path", lambda: sbx.files.read("/etc/passwd"))
+    attempt(report, "outside_write", lambda: sbx.files.write("/tmp/../etc/x", "x").path)
+    attempt(report, "dotdot", lambda: sbx.files.read("../../etc/passwd"))
+    sbx.kill()
+    bound = os.environ["E2B_BOUND_KEY"]
+    conf = Sandbox.create("base", timeout=120, api_key=bound)
+    report["bound_id"] = conf.sandbox_id
+    attempt(report, "bound_echo", lambda: conf.commands.run("echo confined").stdout)
+    attempt(report, "bound_cat", lambda: conf.commands.run("cat /home/user/x").stdout)
+    attempt(report, "bound_shell", lambda: conf.commands.run("echo a | cat").stdout)
+    attempt(report, "bound_write_in", lambda: conf.files.write("/home/user/shared/ok.txt", "ok").path)
+    attempt(report, "bound_write_out", lambda: conf.files.write("/home/user/private.txt", "no").path)
+    conf.kill()
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    {"basics": basics, "attacks": attacks}[sys.argv[1]]()
