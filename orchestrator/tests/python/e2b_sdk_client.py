@@ -70,6 +70,19 @@ def basics():
     attempt(report, "root_refused", lambda: sbx.commands.run("id", user="root").stdout)
     attempt(report, "list_filtered", lambda: [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"})).next_items()])
     attempt(report, "list_other_filter", lambda: [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "other"})).next_items()])
+    second = Sandbox.create("base", timeout=60, metadata={"suite": "e2b", "n": "2"})
+    report["second_id"] = second.sandbox_id
+
+    def pages():
+        p = Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"}), limit=1, order="asc")
+        first_page = [s.sandbox_id for s in p.next_items()]
+        more = p.has_next
+        second_page = [s.sandbox_id for s in p.next_items()]
+        return {"first": first_page, "more": more, "second": second_page, "done": not p.has_next}
+
+    attempt(report, "pages", pages)
+    attempt(report, "connect", lambda: Sandbox.connect(second.sandbox_id, timeout=30).commands.run("echo again").stdout)
+    second.kill()
     attempt(report, "info_metadata", lambda: sbx.get_info().metadata)
     attempt(report, "set_timeout", lambda: sbx.set_timeout(60))
     # A signed URL without the sandbox's headers, then a forged and an expired one.

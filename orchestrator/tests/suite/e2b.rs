@@ -124,6 +124,12 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged() {
     let id = r["sandbox_id"].as_str().unwrap();
     assert_eq!(ok(&r, "list_filtered"), &json!([id]));
     assert_eq!(ok(&r, "list_other_filter"), &json!([]));
+    let second = r["second_id"].as_str().unwrap();
+    assert_eq!(
+        ok(&r, "pages"),
+        &json!({"first": [id], "more": true, "second": [second], "done": true})
+    );
+    assert_eq!(ok(&r, "connect"), "again\n");
     assert_eq!(ok(&r, "info_metadata"), &json!({"suite": "e2b", "n": "1"}));
     ok(&r, "set_timeout");
     assert_eq!(r["signed_download"], 200, "{r}");
@@ -199,6 +205,7 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged() {
 async fn the_e2b_door_refuses_what_the_key_and_its_context_do_not_grant() {
     let db = TestDb::create().await;
     let mut config = test_config(&db.url);
+    config.sandbox.max_sandboxes_per_api_key = 1;
     config.seal.security_contexts = vec![json!({
         "name": "e2b-narrow", "description": "echo only, writes under shared/",
         "capabilities": [
@@ -255,4 +262,44 @@ async fn the_e2b_door_refuses_what_the_key_and_its_context_do_not_grant() {
     for id in [&r["sandbox_id"], &r["bound_id"]] {
         assert!(containers_of(&app, id.as_str().unwrap()).await.is_empty());
     }
+
+    // A refused create leaves nothing: an unknown template, a bad body, the key's quota.
+    let create = |body: Value| {
+        app.http
+            .post(format!("{}/e2b/sandboxes", app.http_base))
+            .header("X-API-KEY", e2b_key(&key))
+            .json(&body)
+            .send()
+    };
+    let rows = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM e2b_sandboxes")
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap()
+    };
+    let answer = create(json!({"templateID": "cobol", "timeout": 30})).await.unwrap();
+    assert_eq!(answer.status(), 400);
+    let text = answer.text().await.unwrap();
+    assert!(text.contains("templateID") && text.contains("cobol"), "{text}");
+    let answer = create(json!({"templateID": "base", "timeout": "soon"})).await.unwrap();
+    assert_eq!(answer.status(), 400);
+    assert!(answer.text().await.unwrap().contains("timeout"));
+    let first = create(json!({"templateID": "base", "timeout": 60})).await.unwrap();
+    assert_eq!(first.status(), 201);
+    let first: Value = first.json().await.unwrap();
+    let over = create(json!({"templateID": "base", "timeout": 60})).await.unwrap();
+    assert_eq!(over.status(), 429);
+    assert!(over.text().await.unwrap().contains("quota"));
+    assert_eq!(rows().await, 1);
+    let id = first["sandboxID"].as_str().unwrap();
+    let killed = app
+        .http
+        .delete(format!("{}/e2b/sandboxes/{id}", app.http_base))
+        .header("X-API-KEY", e2b_key(&key))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(killed.status(), 204);
+    assert_eq!(rows().await, 0);
+    assert!(containers_of(&app, id).await.is_empty());
 }

@@ -20,7 +20,7 @@ use aegis_e2b::api::{
 };
 
 use super::store::{self, Row};
-use super::{api_error, json_response, keys, ENVD_VERSION};
+use super::{api_error, json_response, keys, Refusal, ENVD_VERSION};
 use crate::caller::Caller;
 use crate::sandboxes::SandboxError;
 use crate::state::AppState;
@@ -32,24 +32,24 @@ const MAX_LISTED: i64 = 10_000;
 /// The deprecated `clientID` the SDK still requires.
 const CLIENT_ID: &str = "aegis";
 
-type Answer = Result<Response, Response>;
+type Answer = Result<Response, Refusal>;
 
-fn db(e: sqlx::Error) -> Response {
+fn db(e: sqlx::Error) -> Refusal {
     tracing::error!(error = %e, "E2B door: database failure");
-    api_error(ApiError::new(503, "the node's database is unavailable"))
+    Refusal(ApiError::new(503, "the node's database is unavailable"))
 }
 
-fn not_found(id: &str) -> Response {
-    api_error(ApiError::new(404, format!("sandbox \"{id}\" not found")))
+fn not_found(id: &str) -> Refusal {
+    Refusal(ApiError::new(404, format!("sandbox \"{id}\" not found")))
 }
 
 /// The sandbox id in a path: ours are UUIDs; anything else names no sandbox.
-fn sandbox_id(raw: &str) -> Result<Uuid, Response> {
+fn sandbox_id(raw: &str) -> Result<Uuid, Refusal> {
     Uuid::parse_str(raw).map_err(|_| not_found(raw))
 }
 
-async fn authenticated(state: &AppState, headers: &HeaderMap) -> Result<Caller, Response> {
-    keys::caller(state, headers).await.map_err(api_error)
+async fn authenticated(state: &AppState, headers: &HeaderMap) -> Result<Caller, Refusal> {
+    keys::caller(state, headers).await.map_err(Refusal)
 }
 
 fn sandbox_error(e: SandboxError) -> ApiError {
@@ -113,10 +113,10 @@ fn to_json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
 }
 
 /// A fresh envd access token: 32 random bytes, hex.
-fn new_token() -> Result<String, Response> {
+fn new_token() -> Result<String, Refusal> {
     let mut raw = [0u8; 32];
     getrandom::fill(&mut raw)
-        .map_err(|e| api_error(ApiError::new(503, format!("no randomness: {e}"))))?;
+        .map_err(|e| Refusal(ApiError::new(503, format!("no randomness: {e}"))))?;
     Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -125,29 +125,29 @@ fn new_token() -> Result<String, Response> {
 /// sandbox whose row cannot be written is destroyed before answering.
 pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Answer {
     let caller = authenticated(&state, &headers).await?;
-    keys::require_write(&caller).map_err(api_error)?;
-    let req: NewSandbox = parse_body(&body, MAX_BODY).map_err(api_error)?;
+    keys::require_write(&caller).map_err(Refusal)?;
+    let req: NewSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
     req.check(&aegis_e2b::api::Limits::default())
-        .map_err(api_error)?;
+        .map_err(Refusal)?;
     let unsupported = req.extensions();
     if !unsupported.is_empty() {
-        return Err(api_error(ApiError::bad_request(format!(
+        return Err(Refusal(ApiError::bad_request(format!(
             "this node does not offer {} (see README, The E2B door)",
             unsupported.join(", ")
         ))));
     }
     if req.network.is_some() {
-        return Err(api_error(ApiError::bad_request(
+        return Err(Refusal(ApiError::bad_request(
             "network: egress rules are not offered through the E2B door yet; E2B sandboxes here have no network",
         )));
     }
     if req.env_vars.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Err(api_error(ApiError::bad_request(
+        return Err(Refusal(ApiError::bad_request(
             "envVars: sandbox-wide environment variables are not offered yet; pass envs to each command",
         )));
     }
     let runtime = crate::sandboxes::find_runtime(&req.template_id)
-        .map_err(|e| api_error(sandbox_error(e)))?;
+        .map_err(|e| Refusal(sandbox_error(e)))?;
     let timeout = req.timeout_secs(DEFAULT_TIMEOUT_SECS);
     let token = new_token()?;
     let started = Instant::now();
@@ -195,7 +195,7 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
     .await
     .map_err(db)?;
     let row = match (made, row) {
-        (Err(e), _) => return Err(api_error(sandbox_error(e))),
+        (Err(e), _) => return Err(Refusal(sandbox_error(e))),
         (Ok(_), Some(Ok(row))) => row,
         (Ok(_), Some(Err(e))) => return Err(db(e)),
         (Ok(_), None) => return Err(db(sqlx::Error::Protocol("no row".into()))),
@@ -227,7 +227,7 @@ pub async fn detail(
     Ok(to_json(StatusCode::OK, &detail))
 }
 
-async fn owned_rows(state: &AppState, caller: &Caller) -> Result<Vec<Row>, Response> {
+async fn owned_rows(state: &AppState, caller: &Caller) -> Result<Vec<Row>, Refusal> {
     store::list_owned(&state.pool, &caller.id, None, MAX_LISTED)
         .await
         .map_err(db)
@@ -240,7 +240,7 @@ pub async fn list_v1(
     RawQuery(query): RawQuery,
 ) -> Answer {
     let caller = authenticated(&state, &headers).await?;
-    let q = ListQuery::parse_v1(query.as_deref().unwrap_or("")).map_err(api_error)?;
+    let q = ListQuery::parse_v1(query.as_deref().unwrap_or("")).map_err(Refusal)?;
     let rows = owned_rows(&state, &caller).await?;
     let out: Vec<ListedSandbox> = rows
         .iter()
@@ -258,7 +258,7 @@ pub async fn list_v2(
     RawQuery(query): RawQuery,
 ) -> Answer {
     let caller = authenticated(&state, &headers).await?;
-    let q = ListQuery::parse_v2(query.as_deref().unwrap_or("")).map_err(api_error)?;
+    let q = ListQuery::parse_v2(query.as_deref().unwrap_or("")).map_err(Refusal)?;
     let mut rows: Vec<Row> = if q.includes_state(SandboxState::Running) {
         owned_rows(&state, &caller).await?
     } else {
@@ -275,7 +275,7 @@ pub async fn list_v2(
     let key = |r: &Row| (r.started_at, r.sandbox_id.to_string());
     match q.order {
         Order::Asc => rows.sort_by_key(key),
-        Order::Desc => rows.sort_by(|a, b| key(b).cmp(&key(a))),
+        Order::Desc => rows.sort_by_key(|r| std::cmp::Reverse(key(r))),
     }
     let limit = usize::try_from(q.limit).unwrap_or(usize::MAX);
     let more = rows.len() > limit;
@@ -305,7 +305,7 @@ pub async fn kill(
     Path(id): Path<String>,
 ) -> Answer {
     let caller = authenticated(&state, &headers).await?;
-    keys::require_write(&caller).map_err(api_error)?;
+    keys::require_write(&caller).map_err(Refusal)?;
     let uuid = sandbox_id(&id)?;
     store::get_owned(&state.pool, uuid, &caller.id)
         .await
@@ -332,7 +332,7 @@ pub async fn kill(
     .await
     .map_err(db)?;
     match done {
-        Err(e) if !gone => Err(api_error(sandbox_error(e))),
+        Err(e) if !gone => Err(Refusal(sandbox_error(e))),
         _ => Ok(StatusCode::NO_CONTENT.into_response()),
     }
 }
@@ -343,12 +343,12 @@ async fn deadline(
     id: &str,
     secs: u32,
     extend_only: bool,
-) -> Result<Row, Response> {
+) -> Result<Row, Refusal> {
     let caller = authenticated(state, headers).await?;
-    keys::require_write(&caller).map_err(api_error)?;
+    keys::require_write(&caller).map_err(Refusal)?;
     let limits = aegis_e2b::api::Limits::default();
     if secs > limits.max_timeout_secs {
-        return Err(api_error(ApiError::bad_request(format!(
+        return Err(Refusal(ApiError::bad_request(format!(
             "timeout {secs} s is longer than this node's limit of {} s",
             limits.max_timeout_secs
         ))));
@@ -367,7 +367,7 @@ pub async fn set_timeout(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
-    let req: SandboxTimeoutRequest = parse_body(&body, MAX_BODY).map_err(api_error)?;
+    let req: SandboxTimeoutRequest = parse_body(&body, MAX_BODY).map_err(Refusal)?;
     deadline(&state, &headers, &id, req.timeout, false).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -380,8 +380,8 @@ pub async fn refresh(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
-    let req: SandboxRefreshRequest = parse_optional_body(&body, MAX_BODY).map_err(api_error)?;
-    req.check().map_err(api_error)?;
+    let req: SandboxRefreshRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
+    req.check().map_err(Refusal)?;
     let secs = req.duration.unwrap_or(DEFAULT_TIMEOUT_SECS);
     deadline(&state, &headers, &id, secs, false).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -396,8 +396,8 @@ pub async fn connect(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
-    let req: ConnectSandbox = parse_body(&body, MAX_BODY).map_err(api_error)?;
-    let secs = req.required_timeout().map_err(api_error)?;
+    let req: ConnectSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
+    let secs = req.required_timeout().map_err(Refusal)?;
     let row = deadline(&state, &headers, &id, secs, true).await?;
     Ok(to_json(StatusCode::OK, &created_answer(&row)))
 }

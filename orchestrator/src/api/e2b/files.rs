@@ -112,8 +112,8 @@ async fn target_of(
     ))
 }
 
-fn query_of(raw: Option<String>) -> Result<FilesQuery, Response> {
-    FilesQuery::parse(raw.as_deref().unwrap_or("")).map_err(api_error)
+fn query_of(raw: Option<String>) -> Result<FilesQuery, ApiError> {
+    FilesQuery::parse(raw.as_deref().unwrap_or(""))
 }
 
 /// `GET /files?path=`: the file's bytes.
@@ -124,7 +124,7 @@ pub async fn download(
 ) -> Response {
     let query = match query_of(raw) {
         Ok(q) => q,
-        Err(r) => return r,
+        Err(e) => return api_error(e),
     };
     match read(&state, &headers, &query).await {
         Ok(bytes) => (
@@ -182,7 +182,7 @@ pub async fn upload(
 ) -> Response {
     let query = match query_of(raw) {
         Ok(q) => q,
-        Err(r) => return r,
+        Err(e) => return api_error(e),
     };
     match write(&state, &headers, &query, body).await {
         Ok(written) => match serde_json::to_vec(&written) {

@@ -76,6 +76,16 @@ pub(crate) fn api_error(e: aegis_e2b::api::ApiError) -> Response {
         .into_response()
 }
 
+/// A refused control API or `/files` request, answered by [`api_error`].
+#[derive(Debug)]
+pub struct Refusal(pub aegis_e2b::api::ApiError);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        api_error(self.0)
+    }
+}
+
 /// A JSON answer with a status.
 pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     (
