@@ -14,6 +14,7 @@ import urllib.request
 import urllib.error
 
 from e2b import Sandbox, SandboxQuery
+from e2b.sandbox.signature import get_signature
 
 
 def attempt(report, name, fn):
@@ -43,6 +44,9 @@ def basics():
     attempt(report, "pwd", lambda: sbx.commands.run("pwd").stdout.strip())
     attempt(report, "pipe", lambda: sbx.commands.run("echo abc | tr a-c x-z").stdout.strip())
     attempt(report, "python", lambda: sbx.commands.run("python3 -c 'print(6*7)'").stdout.strip())
+    attempt(report, "node", lambda: sbx.commands.run("node -e 'console.log(7*6)'").stdout.strip())
+    attempt(report, "whoami", lambda: sbx.commands.run("whoami").stdout.strip())
+    attempt(report, "no_network", lambda: sbx.commands.run("python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), 3)'").stdout)
 
     def failing():
         try:
@@ -90,8 +94,9 @@ def basics():
     report["signed_download"] = http_status(url)[0]
     forged = url.replace("signature=v1_", "signature=v1_A")
     report["forged_download"] = http_status(forged)[0]
-    expired = sbx.download_url("big.bin", use_signature_expiration=1)
-    time.sleep(2.5)
+    # Signed with the SDK's own helper, valid until a minute ago.
+    old = get_signature("big.bin", "read", None, sbx._envd_access_token, expiration_in_seconds=-60)
+    expired = sbx._file_url("big.bin", None, old["signature"], old["expiration"])
     report["expired_download"] = list(map(lambda x: x if isinstance(x, int) else x.decode(errors="replace"), http_status(expired)))
     attempt(report, "kill", lambda: sbx.kill())
     attempt(report, "kill_again", lambda: Sandbox.kill(sbx.sandbox_id))

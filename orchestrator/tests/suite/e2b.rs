@@ -87,6 +87,10 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged() {
     assert_eq!(ok(&r, "pwd"), "/home/user");
     assert_eq!(ok(&r, "pipe"), "xyz");
     assert_eq!(ok(&r, "python"), "42");
+    assert_eq!(ok(&r, "node"), "42");
+    assert_eq!(ok(&r, "whoami"), "user");
+    // No network in an E2B sandbox: the connect fails inside it.
+    refused(&r, "no_network", "exited with code 1");
     let failing = ok(&r, "failing");
     assert_eq!(failing["type"], "CommandExitException", "{failing}");
     assert_eq!(failing["exit_code"], 2, "{failing}");
@@ -277,17 +281,28 @@ async fn the_e2b_door_refuses_what_the_key_and_its_context_do_not_grant() {
             .await
             .unwrap()
     };
-    let answer = create(json!({"templateID": "cobol", "timeout": 30})).await.unwrap();
+    let answer = create(json!({"templateID": "cobol", "timeout": 30}))
+        .await
+        .unwrap();
     assert_eq!(answer.status(), 400);
     let text = answer.text().await.unwrap();
-    assert!(text.contains("templateID") && text.contains("cobol"), "{text}");
-    let answer = create(json!({"templateID": "base", "timeout": "soon"})).await.unwrap();
+    assert!(
+        text.contains("templateID") && text.contains("cobol"),
+        "{text}"
+    );
+    let answer = create(json!({"templateID": "base", "timeout": "soon"}))
+        .await
+        .unwrap();
     assert_eq!(answer.status(), 400);
     assert!(answer.text().await.unwrap().contains("timeout"));
-    let first = create(json!({"templateID": "base", "timeout": 60})).await.unwrap();
+    let first = create(json!({"templateID": "base", "timeout": 60}))
+        .await
+        .unwrap();
     assert_eq!(first.status(), 201);
     let first: Value = first.json().await.unwrap();
-    let over = create(json!({"templateID": "base", "timeout": 60})).await.unwrap();
+    let over = create(json!({"templateID": "base", "timeout": 60}))
+        .await
+        .unwrap();
     assert_eq!(over.status(), 429);
     assert!(over.text().await.unwrap().contains("quota"));
     assert_eq!(rows().await, 1);

@@ -146,8 +146,8 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
             "envVars: sandbox-wide environment variables are not offered yet; pass envs to each command",
         )));
     }
-    let runtime = crate::sandboxes::find_runtime(&req.template_id)
-        .map_err(|e| Refusal(sandbox_error(e)))?;
+    let runtime =
+        crate::sandboxes::find_runtime(&req.template_id).map_err(|e| Refusal(sandbox_error(e)))?;
     let timeout = req.timeout_secs(DEFAULT_TIMEOUT_SECS);
     let token = new_token()?;
     let started = Instant::now();

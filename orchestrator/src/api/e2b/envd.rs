@@ -645,12 +645,14 @@ fn event_frame(codec: Codec, event: process_event::Event) -> Vec<u8> {
     message_frame(codec, &message).unwrap_or_default()
 }
 
-/// The `cmd.run` arguments of an E2B command. The SDK sends `/bin/bash -l -c <line>`: a line
-/// without shell syntax runs as its own argv (so the policy sees the real program, and a key
-/// confined to some programs may run them); anything else runs under `bash -c`, which the
-/// policy allows only where `bash -c` is granted (an unbound key's E2B sandbox).
+/// The `cmd.run` arguments of an E2B command. The SDK sends `/bin/bash -l -c <line>`. With
+/// `unwrap` (a key confined by a security context) a line without shell syntax runs as its own
+/// argv, so the policy sees the real program and a key confined to some programs may run
+/// them; anything else runs under `bash -c`, which the policy allows only where `bash -c` is
+/// granted (every unbound key's E2B sandbox, where each line runs so).
 pub fn command_args(
     config: &aegis_e2b::envd::process::ProcessConfig,
+    unwrap: bool,
 ) -> Result<Value, ConnectError> {
     let program = config.cmd.rsplit('/').next().unwrap_or_default().to_owned();
     if program.is_empty() {
@@ -664,7 +666,8 @@ pub fn command_args(
         _ => None,
     };
     let plain = line.as_ref().filter(|l| {
-        !l.trim().is_empty()
+        unwrap
+            && !l.trim().is_empty()
             && !l
                 .chars()
                 .any(|c| "|&;<>()$`\\\"'*?[]#~=%{}!\n\r\t".contains(c))
@@ -741,7 +744,7 @@ async fn start(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
     let Some(config) = request.process else {
         return stream_error(codec, &refuse(Code::InvalidArgument, "process is missing"));
     };
-    let mut args = match command_args(&config) {
+    let mut args = match command_args(&config, target.caller.seal.is_some()) {
         Ok(a) => a,
         Err(e) => return stream_error(codec, &e),
     };
