@@ -241,8 +241,8 @@ pub fn policy_of_runtime(
 /// a command line) is named explicitly. Either way no shell metacharacters in `command`, the
 /// kernel-held write rules, and no network.
 pub fn policy_of_e2b(
-    runtime: &crate::runtimes::Runtime,
-    context: Option<&crate::seal::context::SecurityContext>,
+    runtime: &aegis_core::runtimes::Runtime,
+    context: Option<&aegis_seal::context::SecurityContext>,
     ceilings: &ToolCeilings,
 ) -> SandboxPolicy {
     let home = |roots: Vec<String>| -> Vec<String> {
@@ -706,8 +706,8 @@ impl Sandboxes {
     pub async fn create_for_e2b(
         &self,
         pool: &PgPool,
-        runtime: &crate::runtimes::Runtime,
-        context: Option<&crate::seal::context::SecurityContext>,
+        runtime: &aegis_core::runtimes::Runtime,
+        context: Option<&aegis_seal::context::SecurityContext>,
         owner: Owner,
     ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
         let dispatcher = self.dispatcher()?;
@@ -797,7 +797,7 @@ impl Sandboxes {
                 let runtime = find_runtime(runtime).map_err(|_| SandboxError::NoPolicy(id))?;
                 let context = match labels.get(E2B_CONTEXT_LABEL) {
                     Some(name) => Some(
-                        crate::contexts::get(pool, crate::DEFAULT_TENANT, name)
+                        aegis_store::contexts::get(pool, aegis_core::DEFAULT_TENANT, name)
                             .await
                             .map_err(|_| SandboxError::NoPolicy(id))?,
                     ),
