@@ -146,5 +146,31 @@ def attacks():
     print(json.dumps(report))
 
 
+def bench():
+    """Create to first output and a command's round trip, N times each (N from argv)."""
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    firsts, trips = [], []
+    for _ in range(n):
+        t0 = time.monotonic()
+        sbx = Sandbox.create("base", timeout=60)
+        sbx.commands.run("echo ready")
+        firsts.append((time.monotonic() - t0) * 1000)
+        for _ in range(5):
+            t1 = time.monotonic()
+            sbx.commands.run("true")
+            trips.append((time.monotonic() - t1) * 1000)
+        sbx.kill()
+
+    def pct(values, p):
+        values = sorted(values)
+        return round(values[min(len(values) - 1, int(p * len(values)))], 1)
+
+    print(json.dumps({
+        "runs": n,
+        "create_to_first_output_ms": {"p50": pct(firsts, 0.5), "p95": pct(firsts, 0.95)},
+        "command_round_trip_ms": {"p50": pct(trips, 0.5), "p95": pct(trips, 0.95)},
+    }))
+
+
 if __name__ == "__main__":
-    {"basics": basics, "attacks": attacks}[sys.argv[1]]()
+    {"basics": basics, "attacks": attacks, "bench": bench}[sys.argv[1]]()

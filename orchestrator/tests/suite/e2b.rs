@@ -23,7 +23,8 @@ fn e2b_key(key: &str) -> String {
 async fn run_sdk(app: &TestApp, scenario: &str, key: &str, extra: &[(&str, String)]) -> Value {
     let base = format!("{}/e2b", app.http_base);
     let mut cmd = tokio::process::Command::new("python3");
-    cmd.args([SCRIPT, scenario])
+    cmd.arg(SCRIPT)
+        .args(scenario.split(' '))
         .env("E2B_API_URL", &base)
         .env("E2B_SANDBOX_URL", &base)
         .env("E2B_API_KEY", e2b_key(key));
@@ -317,4 +318,16 @@ async fn the_e2b_door_refuses_what_the_key_and_its_context_do_not_grant() {
     assert_eq!(killed.status(), 204);
     assert_eq!(rows().await, 0);
     assert!(containers_of(&app, id).await.is_empty());
+}
+
+/// Figures, not a check: create to first output and a command's round trip through the SDK
+/// (`cargo test -p orchestrator --test suite -- e2b::figures --ignored --nocapture`).
+#[tokio::test]
+#[ignore = "a benchmark: prints figures, asserts nothing"]
+async fn figures() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("e2b-bench", "operator").await;
+    let report = run_sdk(&app, "bench 20", &key, &[]).await;
+    eprintln!("E2B door through the SDK: {report}");
 }
