@@ -125,6 +125,7 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged() {
     assert_eq!(ok(&r, "read_binary"), &json!([0, 255, 1]));
     assert_eq!(ok(&r, "upload_big"), "/home/user/big.bin");
     assert_eq!(ok(&r, "download_big"), true);
+    refused(&r, "too_big", "file size limit");
     refused(&r, "root_refused", "no root");
     let id = r["sandbox_id"].as_str().unwrap();
     assert_eq!(ok(&r, "list_filtered"), &json!([id]));

@@ -239,12 +239,28 @@ async fn write(
             "Content-Type must be multipart/form-data or application/octet-stream",
         ));
     };
+    let limit = state.config.sandbox.max_file_bytes;
+    if let Some((path, bytes)) = files.iter().find(|(_, b)| b.len() as u64 > limit) {
+        return Err(ApiError::new(
+            413,
+            format!(
+                "{path}: {} bytes is larger than this node's file size limit of {limit} bytes \
+                 (sandbox.max_file_bytes); nothing was written",
+                bytes.len()
+            ),
+        ));
+    }
     let mut written = Vec::with_capacity(files.len());
     for (path, bytes) in files {
         let path = envd::absolute(&path).map_err(from_connect)?;
-        let (content, encoding) = match std::str::from_utf8(&bytes) {
-            Ok(text) => (text.to_owned(), "utf8"),
-            Err(_) => (
+        // Text goes as text; anything else as base64, whose size is bounded (4/3), where JSON
+        // would escape each control byte into six.
+        let text = std::str::from_utf8(&bytes)
+            .ok()
+            .filter(|t| !t.bytes().any(|b| b < 0x20 && !b"\t\n\r".contains(&b)));
+        let (content, encoding) = match text {
+            Some(text) => (text.to_owned(), "utf8"),
+            None => (
                 base64::engine::general_purpose::STANDARD.encode(&bytes),
                 "base64",
             ),
