@@ -333,6 +333,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_workspace_elsewhere_must_be_a_plain_absolute_path() {
+        let mut spec = SandboxSpec::new("img", Owner::new(OwnerKind::Execution, "x"));
+        assert_eq!(spec.workspace_dir(), WORKSPACE);
+        spec.workspace = Some("/home/user".into());
+        let ok = spec.validated(&Limits::default()).expect("valid");
+        assert_eq!(ok.workspace_dir(), "/home/user");
+        for bad in [
+            "home/user",
+            "/",
+            "/home/../etc",
+            "/home//user",
+            "/home/./u",
+            "/a\0b",
+        ] {
+            spec.workspace = Some(bad.into());
+            assert!(spec.validated(&Limits::default()).is_err(), "{bad}");
+        }
+        // A pooled sandbox with another workspace does not serve this spec.
+        let plain = SandboxSpec::new("img", Owner::new(OwnerKind::Execution, "x"));
+        let mut home = plain.clone();
+        home.workspace = Some("/home/user".into());
+        assert!(!plain.same_sandbox_as(&home));
+    }
+
+    #[test]
     fn limits_are_lowered_never_raised() {
         let ceiling = Limits {
             memory_bytes: 100,

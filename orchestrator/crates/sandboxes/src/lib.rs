@@ -935,4 +935,40 @@ mod tests {
         assert_eq!(narrow.command.programs(), Some(vec!["git".to_owned()]));
         assert_eq!(narrow.write_roots, ["/workspace"]);
     }
+
+    #[test]
+    fn e2b_sandboxes_work_in_the_home_under_the_key_or_its_context() {
+        let ceilings = ToolCeilings {
+            cmd_timeout_secs: 60,
+            max_output_bytes: 1024,
+        };
+        let base = find_runtime("base").unwrap();
+        let open = policy_of_e2b(base, None, &ceilings);
+        assert_eq!(open.read_roots, [E2B_HOME]);
+        assert_eq!(open.write_roots, [E2B_HOME]);
+        assert!(open.command.any_program);
+        // `bash -c` is named, so E2B's `bash -l -c <line>` passes; metacharacters in the
+        // command itself are still refused.
+        let argv = ["-l".to_owned(), "-c".to_owned(), "echo a | wc".to_owned()];
+        assert!(open.command.argv("bash", &argv).is_ok());
+        assert!(open.command.argv("echo a | wc", &[]).is_err());
+
+        let narrow = context(
+            serde_json::json!({"name": "n", "description": "", "capabilities": [
+            {"tool_pattern": "fs.*", "path_allowlist": ["/home/user/shared/**"]},
+            {"tool_pattern": "cmd.run", "command_allowlist": ["echo"]}]}),
+        );
+        let confined = policy_of_e2b(base, Some(&narrow), &ceilings);
+        assert_eq!(confined.write_roots, ["/home/user/shared"]);
+        assert!(!confined.command.any_program);
+        assert!(confined.command.argv("bash", &argv).is_err());
+        assert!(confined.command.argv("echo hi", &[]).is_ok());
+
+        // A context without path allowlists grants the sandbox's workspace: here the home.
+        let wide = context(serde_json::json!({"name": "w", "description": "",
+            "capabilities": [{"tool_pattern": "*"}]}));
+        let home = policy_of_e2b(base, Some(&wide), &ceilings);
+        assert_eq!(home.read_roots, [E2B_HOME]);
+        assert_eq!(home.write_roots, [E2B_HOME]);
+    }
 }
