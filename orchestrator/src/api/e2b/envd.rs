@@ -874,11 +874,9 @@ pub async fn health() -> StatusCode {
 
 /// `GET /envs`: the environment commands start with (the sandbox's; nothing secret is in it).
 pub async fn envs(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let target = match target(&state, &headers).await {
-        Ok(t) => t,
-        Err(e) => return error_response(&e),
-    };
+    if let Err(e) = target(&state, &headers).await {
+        return error_response(&e);
+    }
     let env = json!({"HOME": E2B_HOME, "USER": SANDBOX_USER, "PWD": E2B_HOME});
-    let _ = target;
     super::json_response(StatusCode::OK, env.to_string().into_bytes())
 }

@@ -190,34 +190,43 @@ pub async fn secure_sandboxes(
     .await
 }
 
-/// Kills the sandboxes whose deadline passed and forgets rows whose sandbox is gone. Each
-/// row is claimed by deleting it (`FOR UPDATE SKIP LOCKED`), so two replicas never kill one
-/// sandbox twice; a sandbox whose destroy fails is left to the dispatcher's reaper, which
-/// removes whatever has no live owner.
+/// How long a sweep's claim on a due sandbox lasts: another sweep (of any replica) retries
+/// it after this if the first could not destroy it.
+const CLAIM_SECS: f64 = 60.0;
+
+/// Kills the sandboxes whose deadline passed and forgets rows whose sandbox is gone. A due
+/// row is claimed by moving its deadline [`CLAIM_SECS`] ahead (`FOR UPDATE SKIP LOCKED`, so
+/// two replicas never take the same one), its sandbox destroyed, and only then the row
+/// deleted: a destroy that fails is retried by a later sweep, never forgotten.
 pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
     let due: Vec<(Uuid,)> = sqlx::query_as(
-        "DELETE FROM e2b_sandboxes WHERE sandbox_id IN ( \
+        "UPDATE e2b_sandboxes SET end_at = now() + make_interval(secs => $2) WHERE sandbox_id IN ( \
              SELECT e.sandbox_id FROM e2b_sandboxes e LEFT JOIN sandboxes s ON s.id = e.sandbox_id \
              WHERE e.end_at <= now() OR s.state IS NULL OR s.state NOT IN ('creating', 'running') \
              ORDER BY e.end_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED) \
          RETURNING sandbox_id",
     )
     .bind(SWEEP_BATCH)
+    .bind(CLAIM_SECS)
     .fetch_all(&state.pool)
     .await?;
+    let mut ended = 0;
     for (id,) in &due {
-        let id = SandboxId(*id);
-        match state.sandboxes.destroy(id).await {
-            Ok(()) => tracing::info!(sandbox = %id.0, "E2B sandbox ended: its timeout passed"),
+        let sandbox = SandboxId(*id);
+        match state.sandboxes.destroy(sandbox).await {
+            Ok(()) => tracing::info!(sandbox = %id, "E2B sandbox ended: its timeout passed"),
             Err(crate::sandboxes::SandboxError::Dispatch(
                 dispatcher::DispatchError::SandboxNotFound { .. },
             )) => {}
             Err(e) => {
-                tracing::warn!(sandbox = %id.0, error = %e, "could not end an E2B sandbox past its timeout; the reaper will")
+                tracing::warn!(sandbox = %id, error = %e, "could not end an E2B sandbox past its timeout; the next sweep retries");
+                continue;
             }
         }
+        delete(&state.pool, *id).await?;
+        ended += 1;
     }
-    Ok(due.len())
+    Ok(ended)
 }
 
 /// Runs [`sweep`] every [`SWEEP_EVERY`] until `shutdown`.
