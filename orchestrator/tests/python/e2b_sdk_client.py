@@ -68,10 +68,12 @@ def basics():
     attempt(report, "write_files", lambda: [w.path for w in sbx.files.write_files([
         {"path": "multi/one.txt", "data": "1"}, {"path": "multi/two.bin", "data": b"\x00\xff\x01"}])])
     attempt(report, "read_binary", lambda: list(sbx.files.read("multi/two.bin", format="bytes")))
-    big = bytes((i * 7 + 3) % 256 for i in range(9 * 1024 * 1024 + 17))
+    # Larger than the node's file size limit (10 MiB): it moves in chunks, both ways.
+    big = bytes((i * 7 + 3) % 256 for i in range(12 * 1024 * 1024 + 17))
     attempt(report, "upload_big", lambda: sbx.files.write("big.bin", big).path)
     attempt(report, "download_big", lambda: bytes(sbx.files.read("big.bin", format="bytes")) == big)
-    attempt(report, "too_big", lambda: sbx.files.write("huge.bin", b"\x01" * (11 * 1024 * 1024)).path)
+    attempt(report, "big_size", lambda: sbx.commands.run("stat -c %s big.bin").stdout.strip())
+    attempt(report, "text_chunks", lambda: (lambda t: sbx.files.write("t.txt", t) and sbx.files.read("t.txt") == t)("é" * (3 * 1024 * 1024)))
     attempt(report, "root_refused", lambda: sbx.commands.run("id", user="root").stdout)
     attempt(report, "list_filtered", lambda: [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"})).next_items()])
     attempt(report, "list_other_filter", lambda: [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "other"})).next_items()])

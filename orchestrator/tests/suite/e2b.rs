@@ -125,7 +125,12 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged() {
     assert_eq!(ok(&r, "read_binary"), &json!([0, 255, 1]));
     assert_eq!(ok(&r, "upload_big"), "/home/user/big.bin");
     assert_eq!(ok(&r, "download_big"), true);
-    refused(&r, "too_big", "file size limit");
+    assert_eq!(
+        ok(&r, "big_size"),
+        &json!((12 * 1024 * 1024 + 17).to_string())
+    );
+    // Two-byte characters cut at chunk edges arrive whole.
+    assert_eq!(ok(&r, "text_chunks"), true);
     refused(&r, "root_refused", "no root");
     let id = r["sandbox_id"].as_str().unwrap();
     assert_eq!(ok(&r, "list_filtered"), &json!([id]));

@@ -57,6 +57,7 @@ pub const SANDBOX_USER: &str = "user";
 
 /// The sandbox an envd call is for and who acts: the owner key, rebuilt from its row (the
 /// envd call carries no API key, only the sandbox id and its access token).
+#[derive(Clone)]
 pub struct Target {
     pub id: SandboxId,
     pub caller: Caller,

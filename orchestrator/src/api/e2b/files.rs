@@ -1,13 +1,15 @@
 //! envd's plain HTTP `/files`: download one file (`GET`) and upload one or several
-//! (`POST`, `multipart/form-data`, one part named `file` per file whose filename is its path).
-//! Each file is one `fs.read` or `fs.write` through the router, so both are decided and
-//! audited like any other file call; a file is therefore bounded by the executor's file size
-//! limit (`sandbox.max_file_bytes`), and a request body by [`MAX_UPLOAD_BYTES`], read
-//! incrementally and refused as soon as it passes the bound.
+//! (`POST`, `multipart/form-data`, one part named `file` per file whose filename is its path,
+//! or `application/octet-stream`). Both are streamed: a download is a series of `fs.read`
+//! calls in byte mode, [`chunk`] bytes each, sent as they come; an upload is parsed as it
+//! arrives ([`Multipart`]) and each file written by `fs.write` calls of at most a chunk (the
+//! first replaces the file, the rest append). Every chunk is a tool call through the router,
+//! decided and audited like any other file call; nothing holds more than about two chunks of a
+//! file in memory, and a request carries at most [`MAX_UPLOAD_BYTES`].
 //!
 //! The SDK's signed URLs (`download_url`, `upload_url`) are built with
 //! `urljoin(E2B_SANDBOX_URL, "/files")`, which drops the `/e2b` prefix and sends no sandbox
-//! headers: the node's root `/files` serves only such signed requests, finding the sandbox
+//! headers: the node's root `/files` serves such signed requests too, finding the sandbox
 //! whose envd token the signature was made with.
 
 use axum::body::{Body, Bytes};
@@ -27,8 +29,19 @@ use super::envd::{self, Target};
 use super::{api_error, json_response, store};
 use crate::state::AppState;
 
-/// Largest upload request body (several files together).
-pub const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
+/// Largest upload request body (several files together); the sandbox's workspace size is the
+/// other bound.
+pub const MAX_UPLOAD_BYTES: usize = 1024 * 1024 * 1024;
+/// Longest part headers of a multipart upload.
+const MAX_PART_HEADERS: usize = 16 * 1024;
+/// The largest chunk one tool call moves.
+const MAX_CHUNK: u64 = 4 * 1024 * 1024;
+
+/// Bytes one `fs.read` or `fs.write` call moves: [`MAX_CHUNK`], or the node's file size limit
+/// when that is lower (the executor refuses more in one call).
+pub fn chunk(state: &AppState) -> u64 {
+    MAX_CHUNK.min(state.config.sandbox.max_file_bytes).max(1)
+}
 /// Most files one upload may carry.
 const MAX_FILES: usize = 100;
 /// Most secure sandboxes a signature is checked against.
@@ -116,7 +129,7 @@ fn query_of(raw: Option<String>) -> Result<FilesQuery, ApiError> {
     FilesQuery::parse(raw.as_deref().unwrap_or(""))
 }
 
-/// `GET /files?path=`: the file's bytes.
+/// `GET /files?path=`: the file's bytes, streamed chunk by chunk.
 pub async fn download(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -126,51 +139,91 @@ pub async fn download(
         Ok(q) => q,
         Err(e) => return api_error(e),
     };
-    match read(&state, &headers, &query).await {
-        Ok(bytes) => (
-            StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/octet-stream"),
-            )],
-            bytes,
-        )
-            .into_response(),
-        Err(e) => api_error(e),
-    }
+    let (target, path) = match source(&state, &headers, &query).await {
+        Ok(found) => found,
+        Err(e) => return api_error(e),
+    };
+    let size = chunk(&state);
+    // The first chunk before the answer starts, so a refusal is an HTTP error.
+    let (first, more) = match read_chunk(&state, &target, &path, 0, size).await {
+        Ok(c) => c,
+        Err(e) => return api_error(e),
+    };
+    let offset = first.len() as u64;
+    let rest = futures_util::stream::unfold(
+        (state, target, path, offset, more),
+        move |(state, target, path, offset, more)| async move {
+            if !more {
+                return None;
+            }
+            match read_chunk(&state, &target, &path, offset, size).await {
+                Ok((bytes, more)) if !bytes.is_empty() || !more => {
+                    let next = offset + bytes.len() as u64;
+                    Some((Ok(Bytes::from(bytes)), (state, target, path, next, more)))
+                }
+                Ok(_) => Some((
+                    Err(std::io::Error::other("the file stopped growing mid-read")),
+                    (state, target, path, offset, false),
+                )),
+                // The answer has started: the transfer is cut, which the client sees.
+                Err(e) => Some((
+                    Err(std::io::Error::other(e.message)),
+                    (state, target, path, offset, false),
+                )),
+            }
+        },
+    );
+    let body = futures_util::stream::once(async move { Ok(Bytes::from(first)) }).chain(rest);
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        )],
+        Body::from_stream(body),
+    )
+        .into_response()
 }
 
-async fn read(
+async fn source(
     state: &AppState,
     headers: &HeaderMap,
     query: &FilesQuery,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<(Target, String), ApiError> {
     let target = target_of(state, headers, query, Operation::Read).await?;
     let path = query
         .path
         .as_deref()
         .ok_or_else(|| ApiError::bad_request("path is required"))?;
     let path = envd::absolute(path).map_err(from_connect)?;
-    let out = envd::call(state, &target, "fs.read", json!({"path": path}))
-        .await
-        .map_err(from_connect)?;
-    if out["truncated"] == true {
-        return Err(ApiError::new(
-            413,
-            format!(
-                "{path} is {} bytes, larger than this node's file size limit; it is not sent cut short",
-                out["size_bytes"]
-            ),
-        ));
-    }
+    Ok((target, path))
+}
+
+/// One chunk of a file from `offset` (an `fs.read` in byte mode), and whether more follows.
+async fn read_chunk(
+    state: &AppState,
+    target: &Target,
+    path: &str,
+    offset: u64,
+    size: u64,
+) -> Result<(Vec<u8>, bool), ApiError> {
+    let out = envd::call(
+        state,
+        target,
+        "fs.read",
+        json!({"path": path, "byte_offset": offset, "max_bytes": size}),
+    )
+    .await
+    .map_err(from_connect)?;
     let content = out["content"].as_str().unwrap_or_default();
-    if out["encoding"] == "base64" {
+    let bytes = if out["encoding"] == "base64" {
         base64::engine::general_purpose::STANDARD
             .decode(content)
-            .map_err(|_| ApiError::new(500, "the sandbox sent malformed base64"))
+            .map_err(|_| ApiError::new(500, "the sandbox sent malformed base64"))?
     } else {
-        Ok(content.as_bytes().to_vec())
-    }
+        content.as_bytes().to_vec()
+    };
+    Ok((bytes, out["truncated"] == true))
 }
 
 /// `POST /files`: writes every `file` part; answers the written files.
@@ -203,58 +256,134 @@ async fn write(
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let body = bounded_body(body).await?;
-    let files: Vec<(String, Bytes)> = if content_type
-        .to_ascii_lowercase()
-        .starts_with("multipart/form-data")
-    {
-        let boundary = boundary(content_type)?;
-        let parts = multipart(&body, &boundary)?;
-        let single = parts.len() == 1;
-        parts
-            .into_iter()
-            .map(|(filename, bytes)| {
-                let path = match (&query.path, filename) {
-                    (Some(p), _) if single => p.clone(),
-                    (_, Some(f)) => f,
-                    (Some(p), None) => p.clone(),
-                    (None, None) => {
-                        return Err(ApiError::bad_request(
-                            "a file part has no filename and the query no path",
-                        ))
-                    }
-                };
-                Ok((path, bytes))
-            })
-            .collect::<Result<_, _>>()?
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let mut parser = if content_type.starts_with("multipart/form-data") {
+        Some(Multipart::new(&boundary(&content_type)?))
     } else if content_type.starts_with("application/octet-stream") {
-        let path = query
-            .path
-            .clone()
-            .ok_or_else(|| ApiError::bad_request("path is required"))?;
-        vec![(path, body)]
+        None
     } else {
         return Err(ApiError::bad_request(
             "Content-Type must be multipart/form-data or application/octet-stream",
         ));
     };
-    let limit = state.config.sandbox.max_file_bytes;
-    if let Some((path, bytes)) = files.iter().find(|(_, b)| b.len() as u64 > limit) {
-        return Err(ApiError::new(
-            413,
-            format!(
-                "{path}: {} bytes is larger than this node's file size limit of {limit} bytes \
-                 (sandbox.max_file_bytes); nothing was written",
-                bytes.len()
-            ),
-        ));
+    let mut writer = Writer {
+        state,
+        target: &target,
+        chunk: usize::try_from(chunk(state)).unwrap_or(usize::MAX),
+        file: None,
+        written: Vec::new(),
+    };
+    if parser.is_none() {
+        let path = query
+            .path
+            .clone()
+            .ok_or_else(|| ApiError::bad_request("path is required"))?;
+        writer.start(&path)?;
     }
-    let mut written = Vec::with_capacity(files.len());
-    for (path, bytes) in files {
-        let path = envd::absolute(&path).map_err(from_connect)?;
+    let mut stream = body.into_data_stream();
+    let mut total = 0usize;
+    while let Some(piece) = stream.next().await {
+        let piece = piece.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+        total += piece.len();
+        if total > MAX_UPLOAD_BYTES {
+            return Err(ApiError::new(
+                413,
+                format!("upload larger than {MAX_UPLOAD_BYTES} bytes"),
+            ));
+        }
+        match parser.as_mut() {
+            None => writer.data(&piece).await?,
+            Some(parser) => {
+                for event in parser.feed(&piece)? {
+                    match event {
+                        Event::Start { filename } => {
+                            let path = match (&query.path, filename) {
+                                (Some(p), _) if writer.written.is_empty() => p.clone(),
+                                (_, Some(f)) => f,
+                                (_, None) => {
+                                    return Err(ApiError::bad_request(
+                                        "a file part has no filename and the query no path",
+                                    ))
+                                }
+                            };
+                            if writer.written.len() == MAX_FILES {
+                                return Err(ApiError::bad_request(format!(
+                                    "more than {MAX_FILES} files in one upload"
+                                )));
+                            }
+                            writer.start(&path)?;
+                        }
+                        Event::Data(bytes) => writer.data(&bytes).await?,
+                        Event::End => writer.finish().await?,
+                    }
+                }
+            }
+        }
+    }
+    match parser {
+        None => writer.finish().await?,
+        Some(parser) if !parser.is_done() => {
+            return Err(ApiError::bad_request(
+                "malformed multipart body: it ends before its closing boundary",
+            ))
+        }
+        Some(_) => {}
+    }
+    Ok(writer.written)
+}
+
+/// The file an upload is writing: its path, the bytes not yet sent, whether a chunk went.
+struct Open {
+    path: String,
+    pending: Vec<u8>,
+    started: bool,
+}
+
+/// Writes the files of an upload in chunks, each an `fs.write` through the router.
+struct Writer<'a> {
+    state: &'a AppState,
+    target: &'a Target,
+    chunk: usize,
+    file: Option<Open>,
+    written: Vec<WriteInfo>,
+}
+
+impl Writer<'_> {
+    fn start(&mut self, path: &str) -> Result<(), ApiError> {
+        let path = envd::absolute(path).map_err(from_connect)?;
+        self.file = Some(Open {
+            path,
+            pending: Vec::new(),
+            started: false,
+        });
+        Ok(())
+    }
+
+    async fn data(&mut self, mut bytes: &[u8]) -> Result<(), ApiError> {
+        while !bytes.is_empty() {
+            let Some(file) = self.file.as_mut() else {
+                return Ok(());
+            };
+            let room = self.chunk - file.pending.len();
+            let take = room.min(bytes.len());
+            file.pending.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if file.pending.len() == self.chunk {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), ApiError> {
+        let Some(file) = self.file.as_mut() else {
+            return Ok(());
+        };
+        let bytes = std::mem::take(&mut file.pending);
         // Text goes as text; anything else as base64, whose size is bounded (4/3), where JSON
-        // would escape each control byte into six.
+        // would escape each control byte into six. A chunk may end inside a character: then
+        // it is not UTF-8 and goes as base64, so no byte is changed.
         let text = std::str::from_utf8(&bytes)
             .ok()
             .filter(|t| !t.bytes().any(|b| b < 0x20 && !b"\t\n\r".contains(&b)));
@@ -266,40 +395,33 @@ async fn write(
             ),
         };
         drop(bytes);
-        envd::call(
-            state,
-            &target,
-            "fs.write",
-            json!({"path": path, "content": content, "encoding": encoding}),
-        )
-        .await
-        .map_err(from_connect)?;
-        let name = path.rsplit('/').next().unwrap_or_default().to_owned();
-        written.push(WriteInfo {
-            path,
-            name,
-            kind: WriteKind::File,
-            metadata: None,
-        });
+        let args = json!({"path": file.path, "content": content, "encoding": encoding,
+                          "append": file.started});
+        file.started = true;
+        envd::call(self.state, self.target, "fs.write", args)
+            .await
+            .map_err(from_connect)?;
+        Ok(())
     }
-    Ok(written)
-}
 
-/// Reads a request body, refusing it as soon as it passes [`MAX_UPLOAD_BYTES`].
-async fn bounded_body(body: Body) -> Result<Bytes, ApiError> {
-    let mut stream = body.into_data_stream();
-    let mut all = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
-        if all.len() + chunk.len() > MAX_UPLOAD_BYTES {
-            return Err(ApiError::new(
-                413,
-                format!("upload larger than {MAX_UPLOAD_BYTES} bytes"),
-            ));
+    async fn finish(&mut self) -> Result<(), ApiError> {
+        let Some(file) = self.file.as_ref() else {
+            return Ok(());
+        };
+        if !file.pending.is_empty() || !file.started {
+            self.flush().await?;
         }
-        all.extend_from_slice(&chunk);
+        if let Some(file) = self.file.take() {
+            let name = file.path.rsplit('/').next().unwrap_or_default().to_owned();
+            self.written.push(WriteInfo {
+                path: file.path,
+                name,
+                kind: WriteKind::File,
+                metadata: None,
+            });
+        }
+        Ok(())
     }
-    Ok(Bytes::from(all))
 }
 
 fn boundary(content_type: &str) -> Result<String, ApiError> {
@@ -313,80 +435,204 @@ fn boundary(content_type: &str) -> Result<String, ApiError> {
         .ok_or_else(|| ApiError::bad_request("multipart/form-data without a boundary"))
 }
 
-fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.is_empty() || haystack.len() < needle.len() {
         return None;
     }
-    (from..=haystack.len() - needle.len()).find(|&i| &haystack[i..i + needle.len()] == needle)
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// The `file` parts of a multipart body: (filename, content). Other parts are ignored.
-fn multipart(body: &Bytes, boundary: &str) -> Result<Vec<(Option<String>, Bytes)>, ApiError> {
-    let bad = |what: &str| ApiError::bad_request(format!("malformed multipart body: {what}"));
-    let delimiter = format!("--{boundary}").into_bytes();
-    let mut at = find(body, &delimiter, 0).ok_or_else(|| bad("no boundary"))? + delimiter.len();
-    let mut parts = Vec::new();
-    loop {
-        if body.get(at..at + 2) == Some(b"--") {
-            return Ok(parts);
+/// What a multipart body holds, in order.
+#[derive(Debug, PartialEq)]
+enum Event {
+    /// A `file` part begins (its filename, the target path, if given).
+    Start { filename: Option<String> },
+    /// Bytes of the current `file` part.
+    Data(Vec<u8>),
+    /// The current `file` part ended.
+    End,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stage {
+    /// Before the first boundary.
+    Preamble,
+    /// After a boundary: its line end or the closing `--`.
+    AfterBoundary,
+    Headers,
+    Body {
+        file: bool,
+    },
+    Done,
+}
+
+/// A `multipart/form-data` body parsed as it arrives, holding back only what could be the
+/// start of a boundary.
+struct Multipart {
+    /// `\r\n--<boundary>`.
+    delimiter: Vec<u8>,
+    buf: Vec<u8>,
+    stage: Stage,
+}
+
+impl Multipart {
+    fn new(boundary: &str) -> Self {
+        Multipart {
+            delimiter: format!("\r\n--{boundary}").into_bytes(),
+            buf: Vec::new(),
+            stage: Stage::Preamble,
         }
-        if body.get(at..at + 2) != Some(b"\r\n") {
-            return Err(bad("boundary not followed by a line end"));
-        }
-        let head_start = at + 2;
-        let head_end = find(body, b"\r\n\r\n", head_start).ok_or_else(|| bad("part headers"))?;
-        let head = std::str::from_utf8(&body[head_start..head_end])
-            .map_err(|_| bad("part headers are not UTF-8"))?;
-        let mut closing = b"\r\n".to_vec();
-        closing.extend_from_slice(&delimiter);
-        let content_start = head_end + 4;
-        let content_end =
-            find(body, &closing, content_start).ok_or_else(|| bad("unterminated part"))?;
-        let disposition = head
-            .lines()
-            .find(|l| l.to_ascii_lowercase().starts_with("content-disposition:"))
-            .unwrap_or("");
-        let param = |name: &str| -> Option<String> {
-            disposition.split(';').skip(1).find_map(|p| {
-                let (k, v) = p.split_once('=')?;
-                (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
-            })
-        };
-        if param("name").as_deref() == Some("file") {
-            if parts.len() == MAX_FILES {
-                return Err(ApiError::bad_request(format!(
-                    "more than {MAX_FILES} files in one upload"
-                )));
-            }
-            parts.push((param("filename"), body.slice(content_start..content_end)));
-        }
-        at = content_end + closing.len();
     }
+
+    fn is_done(&self) -> bool {
+        self.stage == Stage::Done
+    }
+
+    fn feed(&mut self, piece: &[u8]) -> Result<Vec<Event>, ApiError> {
+        let bad = |what: &str| ApiError::bad_request(format!("malformed multipart body: {what}"));
+        self.buf.extend_from_slice(piece);
+        let mut events = Vec::new();
+        loop {
+            match self.stage {
+                Stage::Preamble => {
+                    // The body opens with the boundary itself (no line end before it).
+                    let opening = &self.delimiter[2..];
+                    match find(&self.buf, opening) {
+                        Some(at) => {
+                            self.buf.drain(..at + opening.len());
+                            self.stage = Stage::AfterBoundary;
+                        }
+                        None if self.buf.len() > MAX_PART_HEADERS => {
+                            return Err(bad("no boundary at its start"))
+                        }
+                        None => return Ok(events),
+                    }
+                }
+                Stage::AfterBoundary => {
+                    if self.buf.len() < 2 {
+                        return Ok(events);
+                    }
+                    let mark: Vec<u8> = self.buf.drain(..2).collect();
+                    self.stage = match mark.as_slice() {
+                        b"\r\n" => Stage::Headers,
+                        b"--" => Stage::Done,
+                        _ => return Err(bad("a boundary is not followed by a line end")),
+                    };
+                }
+                Stage::Headers => match find(&self.buf, b"\r\n\r\n") {
+                    Some(end) => {
+                        let head = std::str::from_utf8(&self.buf[..end])
+                            .map_err(|_| bad("part headers are not UTF-8"))?
+                            .to_owned();
+                        self.buf.drain(..end + 4);
+                        let (name, filename) = disposition(&head);
+                        let file = name.as_deref() == Some("file");
+                        if file {
+                            events.push(Event::Start { filename });
+                        }
+                        self.stage = Stage::Body { file };
+                    }
+                    None if self.buf.len() > MAX_PART_HEADERS => {
+                        return Err(bad("part headers are too long"))
+                    }
+                    None => return Ok(events),
+                },
+                Stage::Body { file } => match find(&self.buf, &self.delimiter) {
+                    Some(at) => {
+                        let data: Vec<u8> = self.buf.drain(..at).collect();
+                        self.buf.drain(..self.delimiter.len());
+                        if file {
+                            if !data.is_empty() {
+                                events.push(Event::Data(data));
+                            }
+                            events.push(Event::End);
+                        }
+                        self.stage = Stage::AfterBoundary;
+                    }
+                    None => {
+                        // Keep what could be the start of the delimiter.
+                        let keep = self.delimiter.len() - 1;
+                        if self.buf.len() > keep {
+                            let data: Vec<u8> = self.buf.drain(..self.buf.len() - keep).collect();
+                            if file {
+                                events.push(Event::Data(data));
+                            }
+                        }
+                        return Ok(events);
+                    }
+                },
+                Stage::Done => {
+                    self.buf.clear();
+                    return Ok(events);
+                }
+            }
+        }
+    }
+}
+
+/// The `name` and `filename` of a part's `Content-Disposition`.
+fn disposition(head: &str) -> (Option<String>, Option<String>) {
+    let line = head
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("content-disposition:"))
+        .unwrap_or("");
+    let param = |name: &str| -> Option<String> {
+        line.split(';').skip(1).find_map(|p| {
+            let (k, v) = p.split_once('=')?;
+            (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
+        })
+    };
+    (param("name"), param("filename"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn multipart_bodies_are_split_and_malformed_ones_refused() {
-        let body = Bytes::from_static(
-            b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\
-Content-Type: application/octet-stream\r\n\r\nhello\r\n--XyZ\r\n\
-Content-Disposition: form-data; name=\"file\"; filename=\"dir/b.bin\"\r\n\r\n\x00\x01\r\n\r\n--XyZ--\r\n",
-        );
-        let parts = multipart(&body, "XyZ").unwrap();
-        assert_eq!(parts.len(), 2);
-        assert_eq!(parts[0].0.as_deref(), Some("a.txt"));
-        assert_eq!(&parts[0].1[..], b"hello");
-        assert_eq!(parts[1].0.as_deref(), Some("dir/b.bin"));
-        assert_eq!(&parts[1].1[..], b"\x00\x01\r\n");
-        for bad in [
-            &b"nothing"[..],
-            b"--XyZ\r\nContent-Disposition: form-data\r\n\r\nabc",
-        ] {
-            assert!(multipart(&Bytes::from(bad.to_vec()), "XyZ").is_err());
+    fn parse_in_pieces(body: &[u8], size: usize) -> Result<(Vec<Event>, bool), ApiError> {
+        let mut parser = Multipart::new("XyZ");
+        let mut events = Vec::new();
+        for piece in body.chunks(size) {
+            events.extend(parser.feed(piece)?);
         }
+        // Adjacent data events are one file's bytes, however the body was cut.
+        let mut merged: Vec<Event> = Vec::new();
+        for e in events {
+            match (merged.last_mut(), e) {
+                (Some(Event::Data(have)), Event::Data(more)) => have.extend(more),
+                (_, e) => merged.push(e),
+            }
+        }
+        Ok((merged, parser.is_done()))
+    }
+
+    #[test]
+    fn multipart_bodies_are_split_however_they_arrive_and_malformed_ones_refused() {
+        let body = b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\
+Content-Type: application/octet-stream\r\n\r\nhello\r\n--XyZ\r\n\
+Content-Disposition: form-data; name=\"other\"\r\n\r\nignored\r\n--XyZ\r\n\
+Content-Disposition: form-data; name=\"file\"; filename=\"dir/b.bin\"\r\n\r\n\x00\x01\r\n-\r\n--XyZ--\r\n";
+        let want = vec![
+            Event::Start {
+                filename: Some("a.txt".into()),
+            },
+            Event::Data(b"hello".to_vec()),
+            Event::End,
+            Event::Start {
+                filename: Some("dir/b.bin".into()),
+            },
+            Event::Data(b"\x00\x01\r\n-".to_vec()),
+            Event::End,
+        ];
+        for size in [1, 2, 3, 7, 64, body.len()] {
+            let (events, done) = parse_in_pieces(body, size).unwrap();
+            assert_eq!(events, want, "pieces of {size}");
+            assert!(done);
+        }
+        let (_, done) = parse_in_pieces(&body[..body.len() - 12], 5).unwrap();
+        assert!(!done, "a body cut before its closing boundary is not done");
+        assert!(parse_in_pieces(b"--XyZ\r\nx: y\r\n\r\nabc\r\n--XyZxx", 4).is_err());
+        assert!(parse_in_pieces(&vec![b'a'; MAX_PART_HEADERS + 10], 100).is_err());
         assert_eq!(
             boundary("multipart/form-data; boundary=\"ab c\"").unwrap(),
             "ab c"
