@@ -881,3 +881,92 @@ pub async fn envs(State(state): State<AppState>, headers: HeaderMap) -> Response
     let env = json!({"HOME": E2B_HOME, "USER": SANDBOX_USER, "PWD": E2B_HOME});
     super::json_response(StatusCode::OK, env.to_string().into_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aegis_e2b::connect::ResponseStreamDecoder;
+    use aegis_e2b::envd::process::ProcessConfig;
+
+    fn config(cmd: &str, args: &[&str]) -> ProcessConfig {
+        ProcessConfig {
+            cmd: cmd.into(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            envs: Default::default(),
+            cwd: None,
+        }
+    }
+
+    #[test]
+    fn command_lines_become_cmd_run_arguments() {
+        let sdk = |line: &str| config("/bin/bash", &["-l", "-c", line]);
+        // An unbound key's sandbox: every line under bash -c (the login flag dropped).
+        assert_eq!(
+            command_args(&sdk("echo a | wc"), false).unwrap(),
+            json!({"command": "bash", "args": ["-c", "echo a | wc"]})
+        );
+        assert_eq!(
+            command_args(&sdk("echo hi"), false).unwrap(),
+            json!({"command": "bash", "args": ["-c", "echo hi"]})
+        );
+        // A confined key: a plain line is its own program, shell syntax stays under bash.
+        assert_eq!(
+            command_args(&sdk("echo hi"), true).unwrap(),
+            json!({"command": "echo hi", "args": []})
+        );
+        for line in ["echo $HOME", "a && b", "cat x > y", "echo 'q'", "ls *"] {
+            assert_eq!(
+                command_args(&sdk(line), true).unwrap()["command"],
+                "bash",
+                "{line}"
+            );
+        }
+        let mut with_cwd = config("python3", &["x.py"]);
+        with_cwd.cwd = Some("work".into());
+        with_cwd.envs.insert("A".into(), "1".into());
+        assert_eq!(
+            command_args(&with_cwd, true).unwrap(),
+            json!({"command": "python3", "args": ["x.py"], "cwd": "/home/user/work",
+                   "env_additions": {"A": "1"}})
+        );
+        assert!(command_args(&config("", &[]), false).is_err());
+    }
+
+    #[test]
+    fn a_finished_command_streams_its_output_then_its_end() {
+        let out = json!({"exit_code": 3, "signal": null, "timed_out": false, "truncated": false,
+            "stdout": "aGk=", "stdout_encoding": "base64", "stderr": "oops",
+            "stderr_encoding": "utf8"});
+        let frames: Vec<u8> = finished(Codec::Json, &out).concat();
+        let mut decoder = ResponseStreamDecoder::<StartResponse>::new(Codec::Json, MAX_MESSAGE);
+        let items = decoder.feed(&frames).unwrap();
+        decoder.finish().unwrap();
+        let events: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
+        assert_eq!(items.len(), 4, "{events:?}");
+        assert!(events[0].contains("Stdout([104, 105])"), "{}", events[0]);
+        assert!(
+            events[1].contains("Stderr([111, 111, 112, 115])"),
+            "{}",
+            events[1]
+        );
+        assert!(
+            events[2].contains("exit_code: 3") && events[2].contains("exit status 3"),
+            "{}",
+            events[2]
+        );
+        assert!(events[3].contains("End"), "{}", events[3]);
+    }
+
+    #[test]
+    fn only_the_sandbox_user_is_accepted() {
+        assert!(named_user("").is_ok());
+        assert!(named_user("user").is_ok());
+        let e = named_user("root").unwrap_err();
+        assert_eq!(e.code, Code::PermissionDenied);
+        assert!(e.message.contains("no root"));
+        assert!(absolute("/etc/../x").is_err());
+        assert_eq!(absolute("~/a").unwrap(), "/home/user/a");
+        assert_eq!(absolute("a/b").unwrap(), "/home/user/a/b");
+        assert!(same_secret("abc", "abc") && !same_secret("abc", "abd") && !same_secret("a", "ab"));
+    }
+}
