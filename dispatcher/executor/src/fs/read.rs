@@ -28,30 +28,21 @@ pub fn run(ctx: &Context, params: ReadParams) -> OpResult<ReadResult> {
         .min(ctx.config.max_file_bytes);
     let size_bytes = u64::try_from(stat.st_size).unwrap_or(0);
 
-    if let Some(start) = params.byte_offset {
-        if params.offset.is_some() || params.limit.is_some() {
-            return Err(OpError::new(
-                ErrorKind::InvalidRequest,
-                "byte_offset reads bytes; it cannot be combined with offset or limit (lines)",
-            ));
+    if params.byte_offset.is_some() || (params.offset.is_none() && params.limit.is_none()) {
+        if let Some(start) = params.byte_offset {
+            if params.offset.is_some() || params.limit.is_some() {
+                return Err(OpError::new(
+                    ErrorKind::InvalidRequest,
+                    "byte_offset reads bytes; it cannot be combined with offset or limit (lines)",
+                ));
+            }
+            rustix::fs::seek(&fd, rustix::fs::SeekFrom::Start(start))
+                .map_err(|e| OpError::os(e, "cannot seek in", &target.display))?;
         }
-        rustix::fs::seek(&fd, rustix::fs::SeekFrom::Start(start))
-            .map_err(|e| OpError::os(e, "cannot seek in", &target.display))?;
         let (bytes, truncated) = read_capped(fd, max_bytes, &target.display)?;
-        // Never cut: a chunk's last character may continue in the next one.
-        let (content, encoding) = encoding::encode(bytes, false);
-        return Ok(ReadResult {
-            content,
-            encoding,
-            size_bytes,
-            lines_read: None,
-            truncated,
-        });
-    }
-
-    if params.offset.is_none() && params.limit.is_none() {
-        let (bytes, truncated) = read_capped(fd, max_bytes, &target.display)?;
-        let (content, encoding) = encoding::encode(bytes, truncated);
+        // Byte mode never drops a cut character: it may continue in the next chunk.
+        let cut = truncated && params.byte_offset.is_none();
+        let (content, encoding) = encoding::encode(bytes, cut);
         return Ok(ReadResult {
             content,
             encoding,

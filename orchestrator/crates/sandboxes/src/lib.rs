@@ -577,6 +577,23 @@ impl Sandboxes {
         })
     }
 
+    /// Makes the sandbox of `spec` within the quota of `scope` and remembers its policy.
+    async fn acquire(
+        &self,
+        pool: &PgPool,
+        scope: QuotaScope,
+        spec: SandboxSpec,
+        policy: Arc<SandboxPolicy>,
+    ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
+        let dispatcher = self.dispatcher()?;
+        let reservation = self.reserve(pool, scope).await?;
+        let id = dispatcher.acquire(spec).await;
+        drop(reservation);
+        let id = id?;
+        self.policies.write().await.insert(id, policy.clone());
+        Ok((id, policy))
+    }
+
     /// The dispatcher, or why there is none.
     pub fn dispatcher(&self) -> Result<&Dispatcher, SandboxError> {
         self.dispatcher
@@ -616,7 +633,7 @@ impl Sandboxes {
         def: &registry::Definition,
         owner: Owner,
     ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
-        let dispatcher = self.dispatcher()?;
+        self.dispatcher()?;
         let scope = match owner.kind {
             dispatcher::OwnerKind::Operator => QuotaScope::ApiKey(owner.id.clone()),
             _ => QuotaScope::Node,
@@ -662,12 +679,7 @@ impl Sandboxes {
         spec.labels.insert(AGENT_LABEL.to_owned(), def.name.clone());
         spec.labels
             .insert(AGENT_VERSION_LABEL.to_owned(), def.version_id.to_string());
-        let reservation = self.reserve(pool, scope).await?;
-        let id = dispatcher.acquire(spec).await;
-        drop(reservation);
-        let id = id?;
-        self.policies.write().await.insert(id, policy.clone());
-        Ok((id, policy))
+        self.acquire(pool, scope, spec, policy).await
     }
 
     /// Creates a sandbox from a runtime for an operator key (see [`policy_of_runtime`]).
@@ -678,7 +690,7 @@ impl Sandboxes {
         allow: &[String],
         owner: Owner,
     ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
-        let dispatcher = self.dispatcher()?;
+        self.dispatcher()?;
         let runtime = find_runtime(runtime)?;
         let policy = Arc::new(policy_of_runtime(runtime, allow, &self.ceilings));
         let scope = QuotaScope::ApiKey(owner.id.clone());
@@ -693,12 +705,7 @@ impl Sandboxes {
             ALLOW_LABEL.to_owned(),
             serde_json::to_string(allow).unwrap_or_else(|_| "[]".to_owned()),
         );
-        let reservation = self.reserve(pool, scope).await?;
-        let id = dispatcher.acquire(spec).await;
-        drop(reservation);
-        let id = id?;
-        self.policies.write().await.insert(id, policy.clone());
-        Ok((id, policy))
+        self.acquire(pool, scope, spec, policy).await
     }
 
     /// Creates a sandbox of an E2B template (a runtime) for an API key, with its workspace at
@@ -710,7 +717,7 @@ impl Sandboxes {
         context: Option<&aegis_seal::context::SecurityContext>,
         owner: Owner,
     ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
-        let dispatcher = self.dispatcher()?;
+        self.dispatcher()?;
         let policy = Arc::new(policy_of_e2b(runtime, context, &self.ceilings));
         let scope = QuotaScope::ApiKey(owner.id.clone());
         let mut spec = SandboxSpec::new(runtime.image.clone(), owner);
@@ -726,12 +733,7 @@ impl Sandboxes {
             E2B_RUNTIME_LABEL.to_owned(),
             format!("{}:{}", runtime.language, runtime.version),
         );
-        let reservation = self.reserve(pool, scope).await?;
-        let id = dispatcher.acquire(spec).await;
-        drop(reservation);
-        let id = id?;
-        self.policies.write().await.insert(id, policy.clone());
-        Ok((id, policy))
+        self.acquire(pool, scope, spec, policy).await
     }
 
     /// Creates the sandbox of a SEAL session (runtime from its context, else the default runtime).
