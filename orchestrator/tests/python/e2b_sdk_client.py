@@ -97,6 +97,23 @@ def basics():
     report["signed_download"] = http_status(url)[0]
     forged = url.replace("signature=v1_", "signature=v1_A")
     report["forged_download"] = http_status(forged)[0]
+    # A signed upload URL writes that one path; a read URL's signature does not write.
+    boundary = "b0und4ry"
+    form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"signed/up.txt\"\r\n\r\n"
+            f"via a signed url\r\n--{boundary}--\r\n").encode()
+
+    def post(u):
+        req = urllib.request.Request(u, data=form, method="POST",
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    report["signed_upload"] = post(sbx.upload_url("signed/up.txt", use_signature_expiration=60))
+    attempt(report, "signed_upload_read", lambda: sbx.files.read("signed/up.txt"))
+    report["read_url_upload"] = post(sbx.download_url("signed/up.txt", use_signature_expiration=60))
     # Signed with the SDK's own helper, valid until a minute ago.
     old = get_signature("big.bin", "read", None, sbx._envd_access_token, expiration_in_seconds=-60)
     expired = sbx._file_url("big.bin", None, old["signature"], old["expiration"])
@@ -164,6 +181,17 @@ def bench():
             trips.append((time.monotonic() - t1) * 1000)
         sbx.kill()
 
+    sbx = Sandbox.create("base", timeout=300)
+    payload = os.urandom(64 * 1024 * 1024)
+    t0 = time.monotonic()
+    sbx.files.write("bench.bin", payload)
+    up = time.monotonic() - t0
+    t0 = time.monotonic()
+    back = sbx.files.read("bench.bin", format="bytes")
+    down = time.monotonic() - t0
+    assert bytes(back) == payload
+    sbx.kill()
+
     def pct(values, p):
         values = sorted(values)
         return round(values[min(len(values) - 1, int(p * len(values)))], 1)
@@ -172,6 +200,8 @@ def bench():
         "runs": n,
         "create_to_first_output_ms": {"p50": pct(firsts, 0.5), "p95": pct(firsts, 0.95)},
         "command_round_trip_ms": {"p50": pct(trips, 0.5), "p95": pct(trips, 0.95)},
+        "upload_64mib_mib_per_s": round(64 / up, 1),
+        "download_64mib_mib_per_s": round(64 / down, 1),
     }))
 
 

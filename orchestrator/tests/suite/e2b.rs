@@ -145,6 +145,9 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged() {
     ok(&r, "set_timeout");
     assert_eq!(r["signed_download"], 200, "{r}");
     assert_eq!(r["forged_download"], 401, "{r}");
+    assert_eq!(r["signed_upload"], 200, "{r}");
+    assert_eq!(ok(&r, "signed_upload_read"), "via a signed url");
+    assert_eq!(r["read_url_upload"], 401, "{r}");
     assert_eq!(r["expired_download"][0], 401, "{r}");
     assert!(
         r["expired_download"][1]
