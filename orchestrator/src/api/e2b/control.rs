@@ -132,7 +132,7 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
     let unsupported = req.extensions();
     if !unsupported.is_empty() {
         return Err(Refusal(ApiError::bad_request(format!(
-            "this node does not offer {} (see README, The E2B door)",
+            "this node does not offer {} (see README, E2B clients)",
             unsupported.join(", ")
         ))));
     }
