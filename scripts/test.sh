@@ -37,6 +37,12 @@ if ! python3 -c 'import mcp, httpx2' 2>/dev/null || [ "$(python3 -c 'import impo
   python3 -m pip install -q mcp==2.3.0 >&2 || die "cannot install mcp==2.3.0 (pip)"
 fi
 
+# tests/suite/e2b.rs drives the E2B door with E2B's own Python SDK, unmodified (pinned).
+if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("e2b"))' 2>/dev/null)" != "2.45.1" ]; then
+  say "installing e2b 2.45.1 from PyPI (E2B SDK test)"
+  python3 -m pip install -q e2b==2.45.1 >&2 || die "cannot install e2b==2.45.1 (pip)"
+fi
+
 # tests/suite/ops.rs parses /metrics with the Prometheus client's own parser and fuzzes the live API
 # with schemathesis against its OpenAPI document (both pinned).
 if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("prometheus-client"))' 2>/dev/null)" != "0.26.0" ] \

@@ -951,6 +951,7 @@ impl Inner {
             read_roots: recorded.read_roots,
             write_roots: recorded.write_roots,
             follow_symlinks: recorded.follow_symlinks,
+            workspace: recorded.workspace,
             labels: recorded.labels,
         };
         if spec.network == NetworkMode::Egress {

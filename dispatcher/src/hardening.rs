@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::config::DispatcherConfig;
 use crate::install::{ExecutorVolume, EXECUTOR_DIR};
-use crate::spec::{NetworkMode, SandboxId, SandboxSpec, WORKSPACE};
+use crate::spec::{NetworkMode, SandboxId, SandboxSpec};
 
 /// The unprivileged user every agent process and file operation runs as.
 pub const SANDBOX_UID: u32 = 65534;
@@ -48,6 +48,7 @@ pub(crate) struct ExecutorConfig<'a> {
     pub follow_symlinks: bool,
     pub max_file_bytes: u64,
     pub workspace: &'a str,
+    pub home: &'a str,
     pub egress: bool,
     pub require_landlock: bool,
     pub max_live_processes: usize,
@@ -113,7 +114,8 @@ pub(crate) fn sandbox_container(
         write_roots: &spec.write_roots,
         follow_symlinks: spec.follow_symlinks,
         max_file_bytes: config.max_file_bytes,
-        workspace: WORKSPACE,
+        workspace: spec.workspace_dir(),
+        home: spec.workspace_dir(),
         // The executor's Landlock rules refuse TCP connect unless the sandbox has egress.
         egress: spec.network != NetworkMode::None,
         require_landlock: config.require_landlock,
@@ -173,7 +175,7 @@ pub(crate) fn sandbox_container(
             },
             // The sandbox's own workspace, destroyed with it.
             Mount {
-                target: Some(WORKSPACE.to_owned()),
+                target: Some(spec.workspace_dir().to_owned()),
                 source: Some(workspace_volume.to_owned()),
                 typ: Some(MountType::VOLUME),
                 read_only: Some(false),
@@ -221,7 +223,7 @@ pub(crate) fn sandbox_container(
         // Root, because the executor needs uid 0 (with the four capabilities above) to switch to
         // the sandbox user; it runs nothing as root itself.
         user: Some("0:0".to_owned()),
-        working_dir: Some(WORKSPACE.to_owned()),
+        working_dir: Some(spec.workspace_dir().to_owned()),
         // The executor's stdin/stdout is the request stream: open stdin, keep it open when we
         // detach (StdinOnce=false, so a restarted orchestrator can re-attach), and no TTY so
         // stdout and stderr stay separate and bytes pass unmodified.

@@ -233,6 +233,11 @@ pub struct SandboxSpec {
     /// for narrower allowlist entries, such as a SEAL context's `/workspace/shared/*`).
     #[serde(default = "follow_symlinks_by_default")]
     pub follow_symlinks: bool,
+    /// Where the sandbox's own volume is mounted and commands start (also their `HOME`);
+    /// `None` is [`WORKSPACE`]. The E2B door sets `/home/user`, the directory E2B's SDK and
+    /// its users expect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
     /// Caller labels, recorded in Postgres (and on the container when it is created for this
     /// spec); keys under `org.aegis.` are reserved.
     pub labels: BTreeMap<String, String>,
@@ -256,8 +261,14 @@ impl SandboxSpec {
             read_roots: vec![WORKSPACE.to_owned()],
             write_roots: vec![WORKSPACE.to_owned()],
             follow_symlinks: true,
+            workspace: None,
             labels: BTreeMap::new(),
         }
+    }
+
+    /// The directory the sandbox's volume is mounted at (see [`SandboxSpec::workspace`]).
+    pub fn workspace_dir(&self) -> &str {
+        self.workspace.as_deref().unwrap_or(WORKSPACE)
     }
 
     /// Checks what can be checked without Docker and clamps the limits.
@@ -271,6 +282,20 @@ impl SandboxSpec {
         }
         if self.owner.id.is_empty() {
             return invalid("owner id is empty".into());
+        }
+        if let Some(dir) = &self.workspace {
+            let plain = dir.len() > 1
+                && dir.starts_with('/')
+                && dir
+                    .split('/')
+                    .skip(1)
+                    .all(|c| !c.is_empty() && c != "." && c != "..")
+                && !dir.contains('\0');
+            if !plain {
+                return invalid(format!(
+                    "workspace '{dir}' is not a plain absolute directory path"
+                ));
+            }
         }
         for root in self.read_roots.iter().chain(&self.write_roots) {
             if !root.starts_with('/') || root.contains('\0') {
@@ -299,12 +324,38 @@ impl SandboxSpec {
             && self.read_roots == other.read_roots
             && self.write_roots == other.write_roots
             && self.follow_symlinks == other.follow_symlinks
+            && self.workspace == other.workspace
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workspace_elsewhere_must_be_a_plain_absolute_path() {
+        let mut spec = SandboxSpec::new("img", Owner::new(OwnerKind::Execution, "x"));
+        assert_eq!(spec.workspace_dir(), WORKSPACE);
+        spec.workspace = Some("/home/user".into());
+        let ok = spec.validated(&Limits::default()).expect("valid");
+        assert_eq!(ok.workspace_dir(), "/home/user");
+        for bad in [
+            "home/user",
+            "/",
+            "/home/../etc",
+            "/home//user",
+            "/home/./u",
+            "/a\0b",
+        ] {
+            spec.workspace = Some(bad.into());
+            assert!(spec.validated(&Limits::default()).is_err(), "{bad}");
+        }
+        // A pooled sandbox with another workspace does not serve this spec.
+        let plain = SandboxSpec::new("img", Owner::new(OwnerKind::Execution, "x"));
+        let mut home = plain.clone();
+        home.workspace = Some("/home/user".into());
+        assert!(!plain.same_sandbox_as(&home));
+    }
 
     #[test]
     fn limits_are_lowered_never_raised() {

@@ -76,6 +76,9 @@ pub struct RecordedSpec {
     /// Whether the executor follows symlinks beneath its roots.
     #[serde(default = "crate::spec::follow_symlinks_by_default")]
     pub follow_symlinks: bool,
+    /// Where the workspace volume is mounted (`None`: `/workspace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
     /// Caller labels (for a pool sandbox: those of the spec it was handed out for).
     pub labels: BTreeMap<String, String>,
 }
@@ -88,6 +91,7 @@ impl From<&SandboxSpec> for RecordedSpec {
             read_roots: spec.read_roots.clone(),
             write_roots: spec.write_roots.clone(),
             follow_symlinks: spec.follow_symlinks,
+            workspace: spec.workspace.clone(),
             labels: spec.labels.clone(),
         }
     }

@@ -46,6 +46,7 @@ fn write(path: &str, content: &str) -> Op {
         content: content.to_owned(),
         encoding: Encoding::Utf8,
         create_dirs: true,
+        append: false,
     })
 }
 

@@ -662,6 +662,7 @@ async fn a_watch_sees_changes_beneath_its_root_and_nothing_outside_the_roots_is_
             content: "x".to_owned(),
             encoding: dispatcher::protocol::Encoding::Utf8,
             create_dirs: true,
+            append: false,
         })
     };
 

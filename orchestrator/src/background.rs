@@ -46,6 +46,10 @@ impl Background {
         let periodic = vec![
             tokio::spawn(heartbeat(state.clone(), shutdown.clone())),
             tokio::spawn(sweep_sessions(state.clone(), shutdown.clone())),
+            tokio::spawn(crate::api::e2b::store::sweep_periodically(
+                state.clone(),
+                shutdown.clone(),
+            )),
             tokio::spawn(sweep_volumes(
                 state.pool.clone(),
                 Duration::from_secs(state.config.volumes.sweep_interval_secs.max(1)),

@@ -86,14 +86,15 @@ remove_leftover_sandboxes() {
 
 # Builds the runtime images the suite uses (busybox; the Debian shell runtime, offline through
 # debootstrap when no base can be pulled, for the kernel-policy attacks; python for the intent
-# pipeline, about 50 s more on the same bookworm base) and the static sandbox executor; exports
+# pipeline, about 50 s more on the same bookworm base; base, E2B's general template for the E2B
+# door's SDK tests, about 40 s more) and the static sandbox executor; exports
 # SANDBOX_EXECUTOR_BIN.
 # The executor must be static (it runs in FROM-scratch images); its own target directory keeps
 # the static RUSTFLAGS from invalidating the main build cache.
 build_sandbox_prerequisites() {
   local root=$1
   say "building runtime images"
-  "$root/runtime-images/build.sh" --only busybox --only shell --only python
+  "$root/runtime-images/build.sh" --only busybox --only shell --only python --only base
   say "building the static sandbox executor"
   CARGO_TARGET_DIR="$root/target/executor" RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --release --locked -p sandbox-executor --target x86_64-unknown-linux-gnu >&2

@@ -173,6 +173,10 @@ pub struct ReadParams {
     /// Maximum bytes of content to return; capped by the executor's `max_file_bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_bytes: Option<u64>,
+    /// Byte mode: the bytes from this offset on, exactly (never cut at a character), so a
+    /// file of any size is read in chunks of at most `max_bytes`; not with `offset`/`limit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub byte_offset: Option<u64>,
 }
 
 /// Parameters of `fs.write`.
@@ -189,6 +193,10 @@ pub struct WriteParams {
     /// Create missing parent directories; default `true`.
     #[serde(default = "default_true")]
     pub create_dirs: bool,
+    /// Add `content` at the end of an existing regular file instead of replacing it (a file
+    /// written in chunks); default `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub append: bool,
 }
 
 /// Parameters of `fs.delete`.

@@ -619,6 +619,61 @@ fn every_fs_operation_works() {
 }
 
 #[test]
+fn byte_ranges_and_appends_move_files_in_chunks() {
+    let s = Sandbox::start();
+    // "aé" is 61 c3 a9: a chunk that ends inside the é comes back exactly, as base64.
+    s.ok(json!({"op":"fs.write","path":"c.txt","content":"aéz"}));
+    let r = s.ok(json!({"op":"fs.read","path":"c.txt","byte_offset":0,"max_bytes":2}));
+    assert_eq!(
+        (
+            r["content"].clone(),
+            r["encoding"].clone(),
+            r["truncated"].clone()
+        ),
+        (json!("YcM="), json!("base64"), json!(true))
+    );
+    let r = s.ok(json!({"op":"fs.read","path":"c.txt","byte_offset":2,"max_bytes":2}));
+    assert_eq!(
+        (
+            r["content"].clone(),
+            r["encoding"].clone(),
+            r["truncated"].clone()
+        ),
+        (json!("qXo="), json!("base64"), json!(false))
+    );
+    let r = s.ok(json!({"op":"fs.read","path":"c.txt","byte_offset":9}));
+    assert_eq!(
+        (r["content"].clone(), r["truncated"].clone()),
+        (json!(""), json!(false))
+    );
+    assert!(s
+        .refused(
+            json!({"op":"fs.read","path":"c.txt","byte_offset":0,"limit":1}),
+            "invalid_request"
+        )
+        .contains("byte_offset"));
+
+    // Appends add to the file; they never create one, nor write through a link.
+    s.ok(json!({"op":"fs.write","path":"c.txt","content":"!!","append":true}));
+    let r = s.ok(json!({"op":"fs.read","path":"c.txt"}));
+    assert_eq!(r["content"], json!("aéz!!"));
+    s.refused(
+        json!({"op":"fs.write","path":"missing.txt","content":"x","append":true}),
+        "not_found",
+    );
+    s.sh(&["ln", "-s", "c.txt", "l.txt"]);
+    s.refused(
+        json!({"op":"fs.write","path":"l.txt","content":"x","append":true}),
+        "path_not_allowed",
+    );
+    s.sh(&["ln", "c.txt", "h.txt"]);
+    s.refused(
+        json!({"op":"fs.write","path":"h.txt","content":"x","append":true}),
+        "hard_link_refused",
+    );
+}
+
+#[test]
 fn path_escapes_are_refused() {
     let s = Sandbox::start();
     s.ok(json!({"op":"fs.write","path":"ok.txt","content":"fine\n"}));

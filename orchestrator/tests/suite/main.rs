@@ -19,6 +19,7 @@ mod contracts;
 mod control_plane;
 mod crash;
 mod doors;
+mod e2b;
 mod egress;
 mod executions;
 mod generate;

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use crate::encoding;
 use crate::error::{OpError, OpResult};
 use crate::fs::{find_newline, read_capped, require_regular, READ_FLAGS};
-use crate::protocol::{ReadParams, ReadResult};
+use crate::protocol::{ErrorKind, ReadParams, ReadResult};
 use crate::roots::Access;
 use crate::server::Context;
 
@@ -28,9 +28,21 @@ pub fn run(ctx: &Context, params: ReadParams) -> OpResult<ReadResult> {
         .min(ctx.config.max_file_bytes);
     let size_bytes = u64::try_from(stat.st_size).unwrap_or(0);
 
-    if params.offset.is_none() && params.limit.is_none() {
+    if params.byte_offset.is_some() || (params.offset.is_none() && params.limit.is_none()) {
+        if let Some(start) = params.byte_offset {
+            if params.offset.is_some() || params.limit.is_some() {
+                return Err(OpError::new(
+                    ErrorKind::InvalidRequest,
+                    "byte_offset reads bytes; it cannot be combined with offset or limit (lines)",
+                ));
+            }
+            rustix::fs::seek(&fd, rustix::fs::SeekFrom::Start(start))
+                .map_err(|e| OpError::os(e, "cannot seek in", &target.display))?;
+        }
         let (bytes, truncated) = read_capped(fd, max_bytes, &target.display)?;
-        let (content, encoding) = encoding::encode(bytes, truncated);
+        // Byte mode never drops a cut character: it may continue in the next chunk.
+        let cut = truncated && params.byte_offset.is_none();
+        let (content, encoding) = encoding::encode(bytes, cut);
         return Ok(ReadResult {
             content,
             encoding,

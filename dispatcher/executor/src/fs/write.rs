@@ -51,6 +51,22 @@ pub fn run(ctx: &Context, params: WriteParams) -> OpResult<WriteResult> {
         target.parent()?.0
     };
     let existing = check_replaceable(parent.as_fd(), name, &target.display)?;
+    if params.append {
+        if existing.is_none() {
+            return Err(OpError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "'{}' does not exist; append adds to an existing file",
+                    target.display
+                ),
+            ));
+        }
+        append(parent.as_fd(), name, &bytes, &target.display)?;
+        return Ok(WriteResult {
+            bytes_written: bytes.len() as u64,
+            created: false,
+        });
+    }
     let mode = existing.as_ref().map_or(0o644, |s| s.st_mode & 0o777);
     replace(parent.as_fd(), name, &bytes, mode, &target.display)?;
     Ok(WriteResult {
@@ -89,6 +105,29 @@ pub fn check_replaceable(dir: BorrowedFd<'_>, name: &str, display: &str) -> OpRe
             format!("'{display}' is not a regular file ({other:?})"),
         )),
     }
+}
+
+/// Appends to the regular file `name` in `dir`: opened without following a link, and checked
+/// again once open (a regular file with one name), so nothing planted between the check and
+/// the open is written through.
+fn append(dir: BorrowedFd<'_>, name: &str, bytes: &[u8], display: &str) -> OpResult<()> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .map_err(|e| OpError::os(e, "cannot open for appending", display))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| OpError::os(e, "cannot inspect", display))?;
+    if file_type(&stat) != FileType::RegularFile || stat.st_nlink != 1 {
+        return Err(OpError::new(
+            ErrorKind::NotARegularFile,
+            format!("'{display}' changed into something other than a regular file with one name"),
+        ));
+    }
+    File::from(fd)
+        .write_all(bytes)
+        .map_err(|e| OpError::io(&e, "cannot write", display))
 }
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);

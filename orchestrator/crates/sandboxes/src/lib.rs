@@ -39,6 +39,12 @@ pub const CONTEXT_LABEL: &str = "seal_context";
 pub const RUNTIME_LABEL: &str = "operator_runtime";
 /// Label holding the JSON command allowlist of such a sandbox (`[]`: any program).
 pub const ALLOW_LABEL: &str = "operator_allow";
+/// Label naming the runtime (`language:version`) of a sandbox made through the E2B door.
+pub const E2B_RUNTIME_LABEL: &str = "e2b_runtime";
+/// Label naming the security context an E2B sandbox's key is bound to (absent: unbound).
+pub const E2B_CONTEXT_LABEL: &str = "e2b_context";
+/// Where an E2B sandbox's workspace is: the home E2B's SDK and its users expect.
+pub const E2B_HOME: &str = "/home/user";
 
 /// The executor roots of a SEAL session's sandbox: the directories its context's path allowlists
 /// name, so the executor, not only the policy, keeps every path inside them.
@@ -228,6 +234,41 @@ pub fn policy_of_runtime(
         unmask_env: false,
         env: Default::default(),
     }
+}
+
+/// The policy of a sandbox made through the E2B door: under a bound key, its security context's
+/// (whose `/workspace` roots stand for the sandbox's home, [`E2B_HOME`]); otherwise the
+/// runtime policy on that home, where any program may run and `bash -c` (E2B's way of running
+/// a command line) is named explicitly. Either way no shell metacharacters in `command`, the
+/// kernel-held write rules, and no network.
+pub fn policy_of_e2b(
+    runtime: &aegis_core::runtimes::Runtime,
+    context: Option<&aegis_seal::context::SecurityContext>,
+    ceilings: &ToolCeilings,
+) -> SandboxPolicy {
+    let home = |roots: Vec<String>| -> Vec<String> {
+        roots
+            .into_iter()
+            .map(|r| match r.strip_prefix(WORKSPACE) {
+                Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                    format!("{E2B_HOME}{rest}")
+                }
+                _ => r,
+            })
+            .collect()
+    };
+    let mut policy = match context {
+        Some(context) => policy_of_context(context, ceilings),
+        None => {
+            let mut p = policy_of_runtime(runtime, &[], ceilings);
+            p.command.subcommand_allowlist = vec!["bash -c".to_owned()];
+            p
+        }
+    };
+    policy.agent = format!("e2b:{}:{}", runtime.language, runtime.version);
+    policy.read_roots = home(policy.read_roots);
+    policy.write_roots = home(policy.write_roots);
+    policy
 }
 
 /// Server-side ceilings of sandbox tools; a caller may lower them, never raise them.
@@ -545,6 +586,23 @@ impl Sandboxes {
         })
     }
 
+    /// Makes the sandbox of `spec` within the quota of `scope` and remembers its policy.
+    async fn acquire(
+        &self,
+        pool: &PgPool,
+        scope: QuotaScope,
+        spec: SandboxSpec,
+        policy: Arc<SandboxPolicy>,
+    ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
+        let dispatcher = self.dispatcher()?;
+        let reservation = self.reserve(pool, scope).await?;
+        let id = dispatcher.acquire(spec).await;
+        drop(reservation);
+        let id = id?;
+        self.policies.write().await.insert(id, policy.clone());
+        Ok((id, policy))
+    }
+
     /// The dispatcher, or why there is none.
     pub fn dispatcher(&self) -> Result<&Dispatcher, SandboxError> {
         self.dispatcher
@@ -584,7 +642,7 @@ impl Sandboxes {
         def: &registry::Definition,
         owner: Owner,
     ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
-        let dispatcher = self.dispatcher()?;
+        self.dispatcher()?;
         let scope = match owner.kind {
             dispatcher::OwnerKind::Operator => QuotaScope::ApiKey(owner.id.clone()),
             _ => QuotaScope::Node,
@@ -630,12 +688,7 @@ impl Sandboxes {
         spec.labels.insert(AGENT_LABEL.to_owned(), def.name.clone());
         spec.labels
             .insert(AGENT_VERSION_LABEL.to_owned(), def.version_id.to_string());
-        let reservation = self.reserve(pool, scope).await?;
-        let id = dispatcher.acquire(spec).await;
-        drop(reservation);
-        let id = id?;
-        self.policies.write().await.insert(id, policy.clone());
-        Ok((id, policy))
+        self.acquire(pool, scope, spec, policy).await
     }
 
     /// Creates a sandbox from a runtime for an operator key (see [`policy_of_runtime`]).
@@ -646,7 +699,7 @@ impl Sandboxes {
         allow: &[String],
         owner: Owner,
     ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
-        let dispatcher = self.dispatcher()?;
+        self.dispatcher()?;
         let runtime = find_runtime(runtime)?;
         let policy = Arc::new(policy_of_runtime(runtime, allow, &self.ceilings));
         let scope = QuotaScope::ApiKey(owner.id.clone());
@@ -661,12 +714,35 @@ impl Sandboxes {
             ALLOW_LABEL.to_owned(),
             serde_json::to_string(allow).unwrap_or_else(|_| "[]".to_owned()),
         );
-        let reservation = self.reserve(pool, scope).await?;
-        let id = dispatcher.acquire(spec).await;
-        drop(reservation);
-        let id = id?;
-        self.policies.write().await.insert(id, policy.clone());
-        Ok((id, policy))
+        self.acquire(pool, scope, spec, policy).await
+    }
+
+    /// Creates a sandbox of an E2B template (a runtime) for an API key, with its workspace at
+    /// [`E2B_HOME`], under [`policy_of_e2b`]; counted against the key's quota.
+    pub async fn create_for_e2b(
+        &self,
+        pool: &PgPool,
+        runtime: &aegis_core::runtimes::Runtime,
+        context: Option<&aegis_seal::context::SecurityContext>,
+        owner: Owner,
+    ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
+        self.dispatcher()?;
+        let policy = Arc::new(policy_of_e2b(runtime, context, &self.ceilings));
+        let scope = QuotaScope::ApiKey(owner.id.clone());
+        let mut spec = SandboxSpec::new(runtime.image.clone(), owner);
+        spec.workspace = Some(E2B_HOME.to_owned());
+        spec.read_roots = policy.read_roots.clone();
+        spec.write_roots = policy.write_roots.clone();
+        if let Some(context) = context {
+            spec.follow_symlinks = context_roots(context).follow_symlinks;
+            spec.labels
+                .insert(E2B_CONTEXT_LABEL.to_owned(), context.name.clone());
+        }
+        spec.labels.insert(
+            E2B_RUNTIME_LABEL.to_owned(),
+            format!("{}:{}", runtime.language, runtime.version),
+        );
+        self.acquire(pool, scope, spec, policy).await
     }
 
     /// Creates the sandbox of a SEAL session (runtime from its context, else the default runtime).
@@ -727,6 +803,22 @@ impl Sandboxes {
             return Ok(p.clone());
         }
         let info = self.dispatcher()?.get(id).await?;
+        if let Some(labels) = info.spec.as_ref().map(|s| &s.labels) {
+            if let Some(runtime) = labels.get(E2B_RUNTIME_LABEL) {
+                let runtime = find_runtime(runtime).map_err(|_| SandboxError::NoPolicy(id))?;
+                let context = match labels.get(E2B_CONTEXT_LABEL) {
+                    Some(name) => Some(
+                        aegis_store::contexts::get(pool, aegis_core::DEFAULT_TENANT, name)
+                            .await
+                            .map_err(|_| SandboxError::NoPolicy(id))?,
+                    ),
+                    None => None,
+                };
+                let policy = Arc::new(policy_of_e2b(runtime, context.as_ref(), &self.ceilings));
+                self.policies.write().await.insert(id, policy.clone());
+                return Ok(policy);
+            }
+        }
         if let Some(name) = info.spec.as_ref().and_then(|s| s.labels.get(CONTEXT_LABEL)) {
             let context = aegis_store::contexts::get(pool, aegis_core::DEFAULT_TENANT, name)
                 .await
@@ -854,5 +946,41 @@ mod tests {
         let narrow = policy_of_runtime(shell, &["git status".to_owned()], &ceilings);
         assert_eq!(narrow.command.programs(), Some(vec!["git".to_owned()]));
         assert_eq!(narrow.write_roots, ["/workspace"]);
+    }
+
+    #[test]
+    fn e2b_sandboxes_work_in_the_home_under_the_key_or_its_context() {
+        let ceilings = ToolCeilings {
+            cmd_timeout_secs: 60,
+            max_output_bytes: 1024,
+        };
+        let base = find_runtime("base").unwrap();
+        let open = policy_of_e2b(base, None, &ceilings);
+        assert_eq!(open.read_roots, [E2B_HOME]);
+        assert_eq!(open.write_roots, [E2B_HOME]);
+        assert!(open.command.any_program);
+        // `bash -c` is named, so E2B's `bash -l -c <line>` passes; metacharacters in the
+        // command itself are still refused.
+        let argv = ["-l".to_owned(), "-c".to_owned(), "echo a | wc".to_owned()];
+        assert!(open.command.argv("bash", &argv).is_ok());
+        assert!(open.command.argv("echo a | wc", &[]).is_err());
+
+        let narrow = context(
+            serde_json::json!({"name": "n", "description": "", "capabilities": [
+            {"tool_pattern": "fs.*", "path_allowlist": ["/home/user/shared/**"]},
+            {"tool_pattern": "cmd.run", "command_allowlist": ["echo"]}]}),
+        );
+        let confined = policy_of_e2b(base, Some(&narrow), &ceilings);
+        assert_eq!(confined.write_roots, ["/home/user/shared"]);
+        assert!(!confined.command.any_program);
+        assert!(confined.command.argv("bash", &argv).is_err());
+        assert!(confined.command.argv("echo hi", &[]).is_ok());
+
+        // A context without path allowlists grants the sandbox's workspace: here the home.
+        let wide = context(serde_json::json!({"name": "w", "description": "",
+            "capabilities": [{"tool_pattern": "*"}]}));
+        let home = policy_of_e2b(base, Some(&wide), &ceilings);
+        assert_eq!(home.read_roots, [E2B_HOME]);
+        assert_eq!(home.write_roots, [E2B_HOME]);
     }
 }

@@ -150,6 +150,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/seal/invoke", post(seal::invoke))
         .route("/v1/seal/tools", get(seal::tools))
         .merge(operator)
+        .nest(crate::api::e2b::PREFIX, crate::api::e2b::router())
+        .route(
+            "/files",
+            get(crate::api::e2b::files::download).post(crate::api::e2b::files::upload),
+        )
         .route("/metrics", get(metrics::render))
         .fallback(error::no_route)
         .layer(middleware::from_fn(error::json_errors))

@@ -97,7 +97,13 @@ struct PathArg {
 
 fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        let a: PathArg = args(a)?;
+        #[derive(Deserialize)]
+        struct A {
+            path: String,
+            byte_offset: Option<u64>,
+            max_bytes: Option<u64>,
+        }
+        let a: A = args(a)?;
         let path = path_of(&a.path)?;
         let mut out = run(
             ctx,
@@ -105,7 +111,8 @@ fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 path: path.clone(),
                 offset: None,
                 limit: None,
-                max_bytes: None,
+                max_bytes: a.max_bytes,
+                byte_offset: a.byte_offset,
             }),
         )
         .await?;
@@ -125,6 +132,10 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         struct A {
             path: String,
             content: String,
+            #[serde(default)]
+            encoding: Encoding,
+            #[serde(default)]
+            append: bool,
         }
         let a: A = args(a)?;
         let path = path_of(&a.path)?;
@@ -133,8 +144,9 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             Op::FsWrite(WriteParams {
                 path: path.clone(),
                 content: a.content,
-                encoding: Encoding::Utf8,
+                encoding: a.encoding,
                 create_dirs: true,
+                append: a.append,
             }),
         )
         .await?;

@@ -1,0 +1,403 @@
+//! E2B's control API (`E2B_API_URL`): create, get, list, kill, timeout, refresh and connect
+//! sandboxes. Thin handlers: authenticate the key, parse with `aegis_e2b::api`, make or end the
+//! sandbox through `sandboxes` (quotas, the runtime's image, the key's security context) and
+//! keep its row ([`super::store`]). A key sees and touches only the sandboxes it created.
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use dispatcher::{Owner, OwnerKind, SandboxId};
+use serde_json::json;
+use uuid::Uuid;
+
+use aegis_e2b::api::{
+    parse_body, parse_optional_body, ApiError, ConnectSandbox, Cursor, ListQuery, ListedSandbox,
+    NewSandbox, Order, Sandbox, SandboxDetail, SandboxRefreshRequest, SandboxState,
+    SandboxTimeoutRequest, DEFAULT_TIMEOUT_SECS, NEXT_TOKEN_HEADER,
+};
+
+use super::store::{self, Row};
+use super::{api_error, json_response, keys, Refusal, ENVD_VERSION};
+use crate::caller::Caller;
+use crate::sandboxes::SandboxError;
+use crate::state::AppState;
+
+/// Largest control API request body.
+const MAX_BODY: usize = 256 * 1024;
+/// Most sandboxes of one key a listing reads (the per-key quota is the real bound).
+const MAX_LISTED: i64 = 10_000;
+/// The deprecated `clientID` the SDK still requires.
+const CLIENT_ID: &str = "aegis";
+
+type Answer = Result<Response, Refusal>;
+
+fn db(e: sqlx::Error) -> Refusal {
+    tracing::error!(error = %e, "E2B door: database failure");
+    Refusal(ApiError::new(503, "the node's database is unavailable"))
+}
+
+fn not_found(id: &str) -> Refusal {
+    Refusal(ApiError::new(404, format!("sandbox \"{id}\" not found")))
+}
+
+/// The sandbox id in a path: ours are UUIDs; anything else names no sandbox.
+fn sandbox_id(raw: &str) -> Result<Uuid, Refusal> {
+    Uuid::parse_str(raw).map_err(|_| not_found(raw))
+}
+
+async fn authenticated(state: &AppState, headers: &HeaderMap) -> Result<Caller, Refusal> {
+    keys::caller(state, headers).await.map_err(Refusal)
+}
+
+fn sandbox_error(e: SandboxError) -> ApiError {
+    match e {
+        SandboxError::QuotaExceeded { .. } => ApiError::new(429, e.to_string()),
+        SandboxError::NoSuchRuntime { .. } => ApiError::new(
+            400,
+            format!("templateID: {e}; templates are the node's runtimes (`base` is E2B's general image)"),
+        ),
+        SandboxError::Dispatch(dispatcher::DispatchError::ImageMissing { .. }) => {
+            ApiError::new(400, format!("templateID: {e}"))
+        }
+        SandboxError::Unavailable(_) | SandboxError::Dispatch(_) => {
+            ApiError::new(503, e.to_string())
+        }
+        other => {
+            tracing::error!(error = %other, "E2B door: sandbox failure");
+            ApiError::new(500, "internal error making the sandbox")
+        }
+    }
+}
+
+fn created_answer(row: &Row) -> Sandbox {
+    Sandbox {
+        template_id: row.template_id.clone(),
+        sandbox_id: row.sandbox_id.to_string(),
+        alias: None,
+        client_id: CLIENT_ID.to_owned(),
+        envd_version: ENVD_VERSION.to_owned(),
+        envd_access_token: row.envd_access_token.clone(),
+        traffic_access_token: None,
+        domain: None,
+    }
+}
+
+fn listed(row: &Row) -> ListedSandbox {
+    let limits = dispatcher::Limits::default();
+    ListedSandbox {
+        template_id: row.template_id.clone(),
+        alias: None,
+        sandbox_id: row.sandbox_id.to_string(),
+        client_id: CLIENT_ID.to_owned(),
+        started_at: row.started_at,
+        end_at: row.end_at,
+        cpu_count: u32::try_from(limits.nano_cpus.div_ceil(1_000_000_000)).unwrap_or(1),
+        memory_mb: u32::try_from(limits.memory_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
+        disk_size_mb: u32::try_from(limits.workspace_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
+        metadata: Some(row.metadata.0.clone()),
+        state: SandboxState::Running,
+        envd_version: ENVD_VERSION.to_owned(),
+        envd_unresponsive_at_pause: None,
+        volume_mounts: None,
+    }
+}
+
+fn to_json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(body) => json_response(status, body),
+        Err(e) => api_error(ApiError::new(500, format!("cannot encode the answer: {e}"))),
+    }
+}
+
+/// A fresh envd access token: 32 random bytes, hex.
+fn new_token() -> Result<String, Refusal> {
+    let mut raw = [0u8; 32];
+    getrandom::fill(&mut raw)
+        .map_err(|e| Refusal(ApiError::new(503, format!("no randomness: {e}"))))?;
+    Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `POST /sandboxes`: a sandbox of the template's runtime under the key's policy. Nothing is
+/// left behind when it fails: the dispatcher removes a sandbox it could not start, and a
+/// sandbox whose row cannot be written is destroyed before answering.
+pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Answer {
+    let caller = authenticated(&state, &headers).await?;
+    keys::require_write(&caller).map_err(Refusal)?;
+    let req: NewSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
+    req.check(&aegis_e2b::api::Limits::default())
+        .map_err(Refusal)?;
+    let unsupported = req.extensions();
+    if !unsupported.is_empty() {
+        return Err(Refusal(ApiError::bad_request(format!(
+            "this node does not offer {} (see README, E2B clients)",
+            unsupported.join(", ")
+        ))));
+    }
+    if req.network.is_some() {
+        return Err(Refusal(ApiError::bad_request(
+            "network: egress rules are not offered through the E2B door yet; E2B sandboxes here have no network",
+        )));
+    }
+    if req.env_vars.as_ref().is_some_and(|e| !e.is_empty()) {
+        return Err(Refusal(ApiError::bad_request(
+            "envVars: sandbox-wide environment variables are not offered yet; pass envs to each command",
+        )));
+    }
+    let runtime =
+        crate::sandboxes::find_runtime(&req.template_id).map_err(|e| Refusal(sandbox_error(e)))?;
+    let timeout = req.timeout_secs(DEFAULT_TIMEOUT_SECS);
+    let token = new_token()?;
+    let started = Instant::now();
+    let owner = Owner::new(OwnerKind::Operator, caller.id.clone());
+    let context = caller.seal.as_ref().map(|s| s.context.as_ref());
+    let made = state
+        .sandboxes
+        .create_for_e2b(&state.pool, runtime, context, owner)
+        .await;
+    let metadata = req.metadata.clone().unwrap_or_default();
+    let row = match &made {
+        Ok((id, _)) => {
+            let row = store::insert(
+                &state.pool,
+                &store::NewRow {
+                    sandbox_id: *id,
+                    tenant: &caller.tenant,
+                    owner_key_id: &caller.id,
+                    template_id: &req.template_id,
+                    metadata: &metadata,
+                    allow_internet_access: req.allow_internet_access,
+                    envd_access_token: &token,
+                    timeout_secs: timeout,
+                },
+            )
+            .await;
+            if row.is_err() {
+                if let Err(e) = state.sandboxes.destroy(*id).await {
+                    tracing::warn!(sandbox = %id.0, error = %e, "E2B create failed; the reaper removes its sandbox");
+                }
+            }
+            Some(row)
+        }
+        Err(_) => None,
+    };
+    let ok = matches!(row, Some(Ok(_)));
+    crate::audit::record_admin(
+        &state.pool,
+        &caller,
+        "e2b.sandbox.create",
+        &json!({"templateID": req.template_id, "timeout": timeout, "metadata_keys": metadata.len()}),
+        ok,
+        started,
+    )
+    .await
+    .map_err(db)?;
+    let row = match (made, row) {
+        (Err(e), _) => return Err(Refusal(sandbox_error(e))),
+        (Ok(_), Some(Ok(row))) => row,
+        (Ok(_), Some(Err(e))) => return Err(db(e)),
+        (Ok(_), None) => return Err(db(sqlx::Error::Protocol("no row".into()))),
+    };
+    Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
+}
+
+/// `GET /sandboxes/{id}`.
+pub async fn detail(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Answer {
+    let caller = authenticated(&state, &headers).await?;
+    let uuid = sandbox_id(&id)?;
+    let row = store::get_owned(&state.pool, uuid, &caller.id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| not_found(&id))?;
+    let detail = SandboxDetail {
+        sandbox: listed(&row),
+        envd_access_token: row.envd_access_token.clone(),
+        allow_internet_access: Some(false),
+        domain: None,
+        network: None,
+        lifecycle: None,
+        pause_mode: None,
+    };
+    Ok(to_json(StatusCode::OK, &detail))
+}
+
+async fn owned_rows(state: &AppState, caller: &Caller) -> Result<Vec<Row>, Refusal> {
+    store::list_owned(&state.pool, &caller.id, None, MAX_LISTED)
+        .await
+        .map_err(db)
+}
+
+/// `GET /sandboxes`: every running sandbox of the key matching the metadata filter.
+pub async fn list_v1(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Answer {
+    let caller = authenticated(&state, &headers).await?;
+    let q = ListQuery::parse_v1(query.as_deref().unwrap_or("")).map_err(Refusal)?;
+    let rows = owned_rows(&state, &caller).await?;
+    let out: Vec<ListedSandbox> = rows
+        .iter()
+        .filter(|r| q.matches_metadata(&r.metadata.0))
+        .map(listed)
+        .collect();
+    Ok(to_json(StatusCode::OK, &out))
+}
+
+/// `GET /v2/sandboxes`: filtered by metadata, state (no sandbox is ever paused here) and start
+/// time, ordered, one page at a time (`X-Next-Token` names where the next page starts).
+pub async fn list_v2(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Answer {
+    let caller = authenticated(&state, &headers).await?;
+    let q = ListQuery::parse_v2(query.as_deref().unwrap_or("")).map_err(Refusal)?;
+    let mut rows: Vec<Row> = if q.includes_state(SandboxState::Running) {
+        owned_rows(&state, &caller).await?
+    } else {
+        Vec::new()
+    };
+    rows.retain(|r| {
+        q.matches_metadata(&r.metadata.0)
+            && q.started_after.is_none_or(|t| r.started_at >= t)
+            && q.template.as_ref().is_none_or(|t| *t == r.template_id)
+            && q.next_token
+                .as_ref()
+                .is_none_or(|c| c.admits(q.order, r.started_at, &r.sandbox_id.to_string()))
+    });
+    let key = |r: &Row| (r.started_at, r.sandbox_id.to_string());
+    match q.order {
+        Order::Asc => rows.sort_by_key(key),
+        Order::Desc => rows.sort_by_key(|r| std::cmp::Reverse(key(r))),
+    }
+    let limit = usize::try_from(q.limit).unwrap_or(usize::MAX);
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let page: Vec<ListedSandbox> = rows.iter().map(listed).collect();
+    let mut response = to_json(StatusCode::OK, &page);
+    if more {
+        if let Some(last) = rows.last() {
+            let token = Cursor {
+                at: last.started_at,
+                id: last.sandbox_id.to_string(),
+            }
+            .encode();
+            if let Ok(value) = HeaderValue::from_str(&token) {
+                response.headers_mut().insert(NEXT_TOKEN_HEADER, value);
+            }
+        }
+    }
+    Ok(response)
+}
+
+/// `DELETE /sandboxes/{id}`: destroys the sandbox with its workspace; 404 when the key has no
+/// such sandbox (the SDK's `kill` then answers false).
+pub async fn kill(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Answer {
+    let caller = authenticated(&state, &headers).await?;
+    keys::require_write(&caller).map_err(Refusal)?;
+    let uuid = sandbox_id(&id)?;
+    store::get_owned(&state.pool, uuid, &caller.id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| not_found(&id))?;
+    let started = Instant::now();
+    let done = state.sandboxes.destroy(SandboxId(uuid)).await;
+    let gone = match &done {
+        Ok(()) => true,
+        Err(SandboxError::Dispatch(dispatcher::DispatchError::SandboxNotFound { .. })) => true,
+        Err(_) => false,
+    };
+    if gone {
+        store::delete(&state.pool, uuid).await.map_err(db)?;
+    }
+    crate::audit::record_admin(
+        &state.pool,
+        &caller,
+        "e2b.sandbox.kill",
+        &json!({"sandboxID": uuid}),
+        gone,
+        started,
+    )
+    .await
+    .map_err(db)?;
+    match done {
+        Err(e) if !gone => Err(Refusal(sandbox_error(e))),
+        _ => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+async fn deadline(
+    state: &AppState,
+    headers: &HeaderMap,
+    id: &str,
+    secs: u32,
+    extend_only: bool,
+) -> Result<Row, Refusal> {
+    let caller = authenticated(state, headers).await?;
+    keys::require_write(&caller).map_err(Refusal)?;
+    let limits = aegis_e2b::api::Limits::default();
+    if secs > limits.max_timeout_secs {
+        return Err(Refusal(ApiError::bad_request(format!(
+            "timeout {secs} s is longer than this node's limit of {} s",
+            limits.max_timeout_secs
+        ))));
+    }
+    let uuid = sandbox_id(id)?;
+    store::set_deadline(&state.pool, uuid, &caller.id, secs, extend_only)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| not_found(id))
+}
+
+/// `POST /sandboxes/{id}/timeout`: the sandbox ends `timeout` seconds from now.
+pub async fn set_timeout(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Answer {
+    let req: SandboxTimeoutRequest = parse_body(&body, MAX_BODY).map_err(Refusal)?;
+    deadline(&state, &headers, &id, req.timeout, false).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `POST /sandboxes/{id}/refreshes`: the sandbox lives `duration` more seconds (default the
+/// v1 create default).
+pub async fn refresh(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Answer {
+    let req: SandboxRefreshRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
+    req.check().map_err(Refusal)?;
+    let secs = req.duration.unwrap_or(DEFAULT_TIMEOUT_SECS);
+    deadline(&state, &headers, &id, secs, false).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `POST /sandboxes/{id}/connect`: the running sandbox, alive at least `timeout` more seconds
+/// (a connect never shortens its life). Nothing here is ever paused, so there is nothing to
+/// resume.
+pub async fn connect(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Answer {
+    let req: ConnectSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
+    let secs = req.required_timeout().map_err(Refusal)?;
+    let row = deadline(&state, &headers, &id, secs, true).await?;
+    Ok(to_json(StatusCode::OK, &created_answer(&row)))
+}

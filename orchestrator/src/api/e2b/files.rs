@@ -1,0 +1,642 @@
+//! envd's plain HTTP `/files`: download one file (`GET`) and upload one or several
+//! (`POST`, `multipart/form-data`, one part named `file` per file whose filename is its path,
+//! or `application/octet-stream`). Both are streamed: a download is a series of `fs.read`
+//! calls in byte mode, [`chunk`] bytes each, sent as they come; an upload is parsed as it
+//! arrives ([`Multipart`]) and each file written by `fs.write` calls of at most a chunk (the
+//! first replaces the file, the rest append). Every chunk is a tool call through the router,
+//! decided and audited like any other file call; nothing holds more than about two chunks of a
+//! file in memory, and a request carries at most [`MAX_UPLOAD_BYTES`].
+//!
+//! The SDK's signed URLs (`download_url`, `upload_url`) are built with
+//! `urljoin(E2B_SANDBOX_URL, "/files")`, which drops the `/e2b` prefix and sends no sandbox
+//! headers: the node's root `/files` serves such signed requests too, finding the sandbox
+//! whose envd token the signature was made with.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use futures_util::StreamExt;
+use serde_json::json;
+
+use aegis_e2b::api::ApiError;
+use aegis_e2b::connect::{Code, ConnectError};
+use aegis_e2b::envd::files::{FilesQuery, WriteInfo, WriteKind};
+use aegis_e2b::envd::signature::{self, Operation};
+
+use super::envd::{self, Target};
+use super::{api_error, json_response, store};
+use crate::state::AppState;
+
+/// Largest upload request body (several files together); the sandbox's workspace size is the
+/// other bound.
+pub const MAX_UPLOAD_BYTES: usize = 1024 * 1024 * 1024;
+/// Longest part headers of a multipart upload.
+const MAX_PART_HEADERS: usize = 16 * 1024;
+/// The largest chunk one tool call moves.
+const MAX_CHUNK: u64 = 4 * 1024 * 1024;
+
+/// Bytes one `fs.read` or `fs.write` call moves: [`MAX_CHUNK`], or the node's file size limit
+/// when that is lower (the executor refuses more in one call).
+pub fn chunk(state: &AppState) -> u64 {
+    MAX_CHUNK.min(state.config.sandbox.max_file_bytes).max(1)
+}
+/// Most files one upload may carry.
+const MAX_FILES: usize = 100;
+/// Most secure sandboxes a signature is checked against.
+const MAX_SIGNED_CANDIDATES: i64 = 10_000;
+
+fn from_connect(e: ConnectError) -> ApiError {
+    let status = match e.code {
+        Code::NotFound => 404,
+        Code::Unauthenticated => 401,
+        Code::PermissionDenied => 403,
+        Code::InvalidArgument => 400,
+        Code::ResourceExhausted => 507,
+        Code::Unavailable => 503,
+        _ => 500,
+    };
+    ApiError::new(status, e.message)
+}
+
+/// The sandbox of a `/files` request: by its headers, or by a signed URL's signature.
+async fn target_of(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: &FilesQuery,
+    operation: Operation,
+) -> Result<Target, ApiError> {
+    if let Some(user) = &query.username {
+        envd::named_user(user).map_err(from_connect)?;
+    }
+    if headers.contains_key(aegis_e2b::envd::headers::SANDBOX_ID) {
+        return envd::target(state, headers).await.map_err(from_connect);
+    }
+    let (Some(sig), Some(path)) = (&query.signature, &query.path) else {
+        return Err(ApiError::new(
+            401,
+            "this /files request names no sandbox: send E2b-Sandbox-Id and X-Access-Token, or use a signed URL",
+        ));
+    };
+    let now = chrono::Utc::now().timestamp();
+    let candidates = store::secure_sandboxes(&state.pool, MAX_SIGNED_CANDIDATES)
+        .await
+        .map_err(|_| ApiError::new(503, "the node's database is unavailable"))?;
+    let mut expired = false;
+    for (id, token) in candidates {
+        let checked = signature::verify(
+            path,
+            operation,
+            query.username.as_deref(),
+            &token,
+            sig,
+            query.signature_expiration.as_deref(),
+            now,
+        );
+        match checked {
+            Ok(()) => {
+                let mut with_token = HeaderMap::new();
+                let id = HeaderValue::from_str(&id.to_string())
+                    .map_err(|_| ApiError::new(500, "bad sandbox id"))?;
+                with_token.insert(aegis_e2b::envd::headers::SANDBOX_ID, id);
+                let token =
+                    HeaderValue::from_str(&token).map_err(|_| ApiError::new(500, "bad token"))?;
+                with_token.insert(aegis_e2b::envd::headers::ACCESS_TOKEN, token);
+                return envd::target(state, &with_token).await.map_err(from_connect);
+            }
+            Err(signature::SignatureError::Expired) => expired = true,
+            Err(signature::SignatureError::BadExpiration) => {
+                return Err(ApiError::new(
+                    401,
+                    signature::SignatureError::BadExpiration.to_string(),
+                ))
+            }
+            Err(signature::SignatureError::Invalid) => {}
+        }
+    }
+    Err(ApiError::new(
+        401,
+        if expired {
+            signature::SignatureError::Expired.to_string()
+        } else {
+            signature::SignatureError::Invalid.to_string()
+        },
+    ))
+}
+
+fn query_of(raw: Option<String>) -> Result<FilesQuery, ApiError> {
+    FilesQuery::parse(raw.as_deref().unwrap_or(""))
+}
+
+/// `GET /files?path=`: the file's bytes, streamed chunk by chunk.
+pub async fn download(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let query = match query_of(raw) {
+        Ok(q) => q,
+        Err(e) => return api_error(e),
+    };
+    let (target, path) = match source(&state, &headers, &query).await {
+        Ok(found) => found,
+        Err(e) => return api_error(e),
+    };
+    let size = chunk(&state);
+    // The first chunk before the answer starts, so a refusal is an HTTP error.
+    let (first, more) = match read_chunk(&state, &target, &path, 0, size).await {
+        Ok(c) => c,
+        Err(e) => return api_error(e),
+    };
+    let offset = first.len() as u64;
+    let rest = futures_util::stream::unfold(
+        (state, target, path, offset, more),
+        move |(state, target, path, offset, more)| async move {
+            if !more {
+                return None;
+            }
+            match read_chunk(&state, &target, &path, offset, size).await {
+                Ok((bytes, more)) if !bytes.is_empty() || !more => {
+                    let next = offset + bytes.len() as u64;
+                    Some((Ok(Bytes::from(bytes)), (state, target, path, next, more)))
+                }
+                Ok(_) => Some((
+                    Err(std::io::Error::other("the file stopped growing mid-read")),
+                    (state, target, path, offset, false),
+                )),
+                // The answer has started: the transfer is cut, which the client sees.
+                Err(e) => Some((
+                    Err(std::io::Error::other(e.message)),
+                    (state, target, path, offset, false),
+                )),
+            }
+        },
+    );
+    let body = futures_util::stream::once(async move { Ok(Bytes::from(first)) }).chain(rest);
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        )],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+async fn source(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: &FilesQuery,
+) -> Result<(Target, String), ApiError> {
+    let target = target_of(state, headers, query, Operation::Read).await?;
+    let path = query
+        .path
+        .as_deref()
+        .ok_or_else(|| ApiError::bad_request("path is required"))?;
+    let path = envd::absolute(path).map_err(from_connect)?;
+    Ok((target, path))
+}
+
+/// One chunk of a file from `offset` (an `fs.read` in byte mode), and whether more follows.
+async fn read_chunk(
+    state: &AppState,
+    target: &Target,
+    path: &str,
+    offset: u64,
+    size: u64,
+) -> Result<(Vec<u8>, bool), ApiError> {
+    let out = envd::call(
+        state,
+        target,
+        "fs.read",
+        json!({"path": path, "byte_offset": offset, "max_bytes": size}),
+    )
+    .await
+    .map_err(from_connect)?;
+    let content = out["content"].as_str().unwrap_or_default();
+    let bytes = if out["encoding"] == "base64" {
+        base64::engine::general_purpose::STANDARD
+            .decode(content)
+            .map_err(|_| ApiError::new(500, "the sandbox sent malformed base64"))?
+    } else {
+        content.as_bytes().to_vec()
+    };
+    Ok((bytes, out["truncated"] == true))
+}
+
+/// `POST /files`: writes every `file` part; answers the written files.
+pub async fn upload(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+    body: Body,
+) -> Response {
+    let query = match query_of(raw) {
+        Ok(q) => q,
+        Err(e) => return api_error(e),
+    };
+    match write(&state, &headers, &query, body).await {
+        Ok(written) => match serde_json::to_vec(&written) {
+            Ok(body) => json_response(StatusCode::OK, body),
+            Err(e) => api_error(ApiError::new(500, e.to_string())),
+        },
+        Err(e) => api_error(e),
+    }
+}
+
+async fn write(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: &FilesQuery,
+    body: Body,
+) -> Result<Vec<WriteInfo>, ApiError> {
+    let target = target_of(state, headers, query, Operation::Write).await?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let mut parser = if content_type.starts_with("multipart/form-data") {
+        Some(Multipart::new(&boundary(&content_type)?))
+    } else if content_type.starts_with("application/octet-stream") {
+        None
+    } else {
+        return Err(ApiError::bad_request(
+            "Content-Type must be multipart/form-data or application/octet-stream",
+        ));
+    };
+    let mut writer = Writer {
+        state,
+        target: &target,
+        chunk: usize::try_from(chunk(state)).unwrap_or(usize::MAX),
+        file: None,
+        written: Vec::new(),
+    };
+    if parser.is_none() {
+        let path = query
+            .path
+            .clone()
+            .ok_or_else(|| ApiError::bad_request("path is required"))?;
+        writer.start(&path)?;
+    }
+    let mut stream = body.into_data_stream();
+    let mut total = 0usize;
+    while let Some(piece) = stream.next().await {
+        let piece = piece.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+        total += piece.len();
+        if total > MAX_UPLOAD_BYTES {
+            return Err(ApiError::new(
+                413,
+                format!("upload larger than {MAX_UPLOAD_BYTES} bytes"),
+            ));
+        }
+        match parser.as_mut() {
+            None => writer.data(&piece).await?,
+            Some(parser) => {
+                for event in parser.feed(&piece)? {
+                    match event {
+                        Event::Start { filename } => {
+                            let path = match (&query.path, filename) {
+                                (Some(p), _) if writer.written.is_empty() => p.clone(),
+                                (_, Some(f)) => f,
+                                (_, None) => {
+                                    return Err(ApiError::bad_request(
+                                        "a file part has no filename and the query no path",
+                                    ))
+                                }
+                            };
+                            if writer.written.len() == MAX_FILES {
+                                return Err(ApiError::bad_request(format!(
+                                    "more than {MAX_FILES} files in one upload"
+                                )));
+                            }
+                            writer.start(&path)?;
+                        }
+                        Event::Data(bytes) => writer.data(&bytes).await?,
+                        Event::End => writer.finish().await?,
+                    }
+                }
+            }
+        }
+    }
+    match parser {
+        None => writer.finish().await?,
+        Some(parser) if !parser.is_done() => {
+            return Err(ApiError::bad_request(
+                "malformed multipart body: it ends before its closing boundary",
+            ))
+        }
+        Some(_) => {}
+    }
+    Ok(writer.written)
+}
+
+/// The file an upload is writing: its path, the bytes not yet sent, whether a chunk went.
+struct Open {
+    path: String,
+    pending: Vec<u8>,
+    started: bool,
+}
+
+/// Writes the files of an upload in chunks, each an `fs.write` through the router.
+struct Writer<'a> {
+    state: &'a AppState,
+    target: &'a Target,
+    chunk: usize,
+    file: Option<Open>,
+    written: Vec<WriteInfo>,
+}
+
+impl Writer<'_> {
+    fn start(&mut self, path: &str) -> Result<(), ApiError> {
+        let path = envd::absolute(path).map_err(from_connect)?;
+        self.file = Some(Open {
+            path,
+            pending: Vec::new(),
+            started: false,
+        });
+        Ok(())
+    }
+
+    async fn data(&mut self, mut bytes: &[u8]) -> Result<(), ApiError> {
+        while !bytes.is_empty() {
+            let Some(file) = self.file.as_mut() else {
+                return Ok(());
+            };
+            let room = self.chunk - file.pending.len();
+            let take = room.min(bytes.len());
+            file.pending.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if file.pending.len() == self.chunk {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), ApiError> {
+        let Some(file) = self.file.as_mut() else {
+            return Ok(());
+        };
+        let bytes = std::mem::take(&mut file.pending);
+        // Text goes as text; anything else as base64, whose size is bounded (4/3), where JSON
+        // would escape each control byte into six. A chunk may end inside a character: then
+        // it is not UTF-8 and goes as base64, so no byte is changed.
+        let text = std::str::from_utf8(&bytes)
+            .ok()
+            .filter(|t| !t.bytes().any(|b| b < 0x20 && !b"\t\n\r".contains(&b)));
+        let (content, encoding) = match text {
+            Some(text) => (text.to_owned(), "utf8"),
+            None => (
+                base64::engine::general_purpose::STANDARD.encode(&bytes),
+                "base64",
+            ),
+        };
+        drop(bytes);
+        let args = json!({"path": file.path, "content": content, "encoding": encoding,
+                          "append": file.started});
+        file.started = true;
+        envd::call(self.state, self.target, "fs.write", args)
+            .await
+            .map_err(from_connect)?;
+        Ok(())
+    }
+
+    async fn finish(&mut self) -> Result<(), ApiError> {
+        let Some(file) = self.file.as_ref() else {
+            return Ok(());
+        };
+        if !file.pending.is_empty() || !file.started {
+            self.flush().await?;
+        }
+        if let Some(file) = self.file.take() {
+            let name = file.path.rsplit('/').next().unwrap_or_default().to_owned();
+            self.written.push(WriteInfo {
+                path: file.path,
+                name,
+                kind: WriteKind::File,
+                metadata: None,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn boundary(content_type: &str) -> Result<String, ApiError> {
+    content_type
+        .split(';')
+        .skip(1)
+        .filter_map(|p| p.split_once('='))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("boundary"))
+        .map(|(_, v)| v.trim().trim_matches('"').to_owned())
+        .filter(|b| !b.is_empty() && b.len() <= 200)
+        .ok_or_else(|| ApiError::bad_request("multipart/form-data without a boundary"))
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || haystack.len() < needle.len() {
+        return None;
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// What a multipart body holds, in order.
+#[derive(Debug, PartialEq)]
+enum Event {
+    /// A `file` part begins (its filename, the target path, if given).
+    Start { filename: Option<String> },
+    /// Bytes of the current `file` part.
+    Data(Vec<u8>),
+    /// The current `file` part ended.
+    End,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stage {
+    /// Before the first boundary.
+    Preamble,
+    /// After a boundary: its line end or the closing `--`.
+    AfterBoundary,
+    Headers,
+    Body {
+        file: bool,
+    },
+    Done,
+}
+
+/// A `multipart/form-data` body parsed as it arrives, holding back only what could be the
+/// start of a boundary.
+struct Multipart {
+    /// `\r\n--<boundary>`.
+    delimiter: Vec<u8>,
+    buf: Vec<u8>,
+    stage: Stage,
+}
+
+impl Multipart {
+    fn new(boundary: &str) -> Self {
+        Multipart {
+            delimiter: format!("\r\n--{boundary}").into_bytes(),
+            buf: Vec::new(),
+            stage: Stage::Preamble,
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.stage == Stage::Done
+    }
+
+    fn feed(&mut self, piece: &[u8]) -> Result<Vec<Event>, ApiError> {
+        let bad = |what: &str| ApiError::bad_request(format!("malformed multipart body: {what}"));
+        self.buf.extend_from_slice(piece);
+        let mut events = Vec::new();
+        loop {
+            match self.stage {
+                Stage::Preamble => {
+                    // The body opens with the boundary itself (no line end before it).
+                    let opening = &self.delimiter[2..];
+                    match find(&self.buf, opening) {
+                        Some(at) => {
+                            self.buf.drain(..at + opening.len());
+                            self.stage = Stage::AfterBoundary;
+                        }
+                        None if self.buf.len() > MAX_PART_HEADERS => {
+                            return Err(bad("no boundary at its start"))
+                        }
+                        None => return Ok(events),
+                    }
+                }
+                Stage::AfterBoundary => {
+                    if self.buf.len() < 2 {
+                        return Ok(events);
+                    }
+                    let mark: Vec<u8> = self.buf.drain(..2).collect();
+                    self.stage = match mark.as_slice() {
+                        b"\r\n" => Stage::Headers,
+                        b"--" => Stage::Done,
+                        _ => return Err(bad("a boundary is not followed by a line end")),
+                    };
+                }
+                Stage::Headers => match find(&self.buf, b"\r\n\r\n") {
+                    Some(end) => {
+                        let head = std::str::from_utf8(&self.buf[..end])
+                            .map_err(|_| bad("part headers are not UTF-8"))?
+                            .to_owned();
+                        self.buf.drain(..end + 4);
+                        let (name, filename) = disposition(&head);
+                        let file = name.as_deref() == Some("file");
+                        if file {
+                            events.push(Event::Start { filename });
+                        }
+                        self.stage = Stage::Body { file };
+                    }
+                    None if self.buf.len() > MAX_PART_HEADERS => {
+                        return Err(bad("part headers are too long"))
+                    }
+                    None => return Ok(events),
+                },
+                Stage::Body { file } => match find(&self.buf, &self.delimiter) {
+                    Some(at) => {
+                        let data: Vec<u8> = self.buf.drain(..at).collect();
+                        self.buf.drain(..self.delimiter.len());
+                        if file {
+                            if !data.is_empty() {
+                                events.push(Event::Data(data));
+                            }
+                            events.push(Event::End);
+                        }
+                        self.stage = Stage::AfterBoundary;
+                    }
+                    None => {
+                        // Keep what could be the start of the delimiter.
+                        let keep = self.delimiter.len() - 1;
+                        if self.buf.len() > keep {
+                            let data: Vec<u8> = self.buf.drain(..self.buf.len() - keep).collect();
+                            if file {
+                                events.push(Event::Data(data));
+                            }
+                        }
+                        return Ok(events);
+                    }
+                },
+                Stage::Done => {
+                    self.buf.clear();
+                    return Ok(events);
+                }
+            }
+        }
+    }
+}
+
+/// The `name` and `filename` of a part's `Content-Disposition`.
+fn disposition(head: &str) -> (Option<String>, Option<String>) {
+    let line = head
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("content-disposition:"))
+        .unwrap_or("");
+    let param = |name: &str| -> Option<String> {
+        line.split(';').skip(1).find_map(|p| {
+            let (k, v) = p.split_once('=')?;
+            (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
+        })
+    };
+    (param("name"), param("filename"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_in_pieces(body: &[u8], size: usize) -> Result<(Vec<Event>, bool), ApiError> {
+        let mut parser = Multipart::new("XyZ");
+        let mut events = Vec::new();
+        for piece in body.chunks(size) {
+            events.extend(parser.feed(piece)?);
+        }
+        // Adjacent data events are one file's bytes, however the body was cut.
+        let mut merged: Vec<Event> = Vec::new();
+        for e in events {
+            match (merged.last_mut(), e) {
+                (Some(Event::Data(have)), Event::Data(more)) => have.extend(more),
+                (_, e) => merged.push(e),
+            }
+        }
+        Ok((merged, parser.is_done()))
+    }
+
+    #[test]
+    fn multipart_bodies_are_split_however_they_arrive_and_malformed_ones_refused() {
+        let body = b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\
+Content-Type: application/octet-stream\r\n\r\nhello\r\n--XyZ\r\n\
+Content-Disposition: form-data; name=\"other\"\r\n\r\nignored\r\n--XyZ\r\n\
+Content-Disposition: form-data; name=\"file\"; filename=\"dir/b.bin\"\r\n\r\n\x00\x01\r\n-\r\n--XyZ--\r\n";
+        let want = vec![
+            Event::Start {
+                filename: Some("a.txt".into()),
+            },
+            Event::Data(b"hello".to_vec()),
+            Event::End,
+            Event::Start {
+                filename: Some("dir/b.bin".into()),
+            },
+            Event::Data(b"\x00\x01\r\n-".to_vec()),
+            Event::End,
+        ];
+        for size in [1, 2, 3, 7, 64, body.len()] {
+            let (events, done) = parse_in_pieces(body, size).unwrap();
+            assert_eq!(events, want, "pieces of {size}");
+            assert!(done);
+        }
+        let (_, done) = parse_in_pieces(&body[..body.len() - 12], 5).unwrap();
+        assert!(!done, "a body cut before its closing boundary is not done");
+        assert!(parse_in_pieces(b"--XyZ\r\nx: y\r\n\r\nabc\r\n--XyZxx", 4).is_err());
+        assert!(parse_in_pieces(&vec![b'a'; MAX_PART_HEADERS + 10], 100).is_err());
+        assert_eq!(
+            boundary("multipart/form-data; boundary=\"ab c\"").unwrap(),
+            "ab c"
+        );
+        assert!(boundary("multipart/form-data").is_err());
+    }
+}

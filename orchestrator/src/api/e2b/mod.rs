@@ -1,0 +1,100 @@
+//! The E2B door: E2B's control API and the sandbox daemon (envd) its SDK talks to, served on the
+//! node's HTTP port under `/e2b`, so code written for E2B's Python SDK runs against this node
+//! with three exports and no change:
+//!
+//! ```text
+//! E2B_API_URL=http://<node>/e2b  E2B_SANDBOX_URL=http://<node>/e2b  E2B_API_KEY=e2b_<hex of an API key>
+//! ```
+//!
+//! - [`control`]: `POST /sandboxes` (a template is a runtime of the registry; `base` is E2B's
+//!   general image), get, list (v1 and v2), kill, timeout, refresh, connect. Rows in
+//!   `e2b_sandboxes` ([`store`]) hold what E2B reports (metadata, the deadline, the owner key,
+//!   the envd token); a sandbox whose deadline passes is killed by [`store::sweep`].
+//! - [`envd`]: `process.Process/Start` and `filesystem.Filesystem/*` over the Connect
+//!   protocol, for the sandbox named in `E2b-Sandbox-Id`; [`files`]: `GET`/`POST /files`.
+//!   Every one of them is one or more tool calls through `tools::invoke_in`, as the owner key
+//!   (confined by its security context when bound) on the sandbox's own policy: the same
+//!   decision, audit rows and kernel-held rules as `cmd.run` and `fs.*` on any other door.
+//!
+//! Keys: E2B's SDK accepts only keys of the form `e2b_[0-9a-f]+`, so a node key is presented
+//! as `e2b_` followed by the hex of its bytes ([`keys`]); the plain key works too (with
+//! `E2B_VALIDATE_API_KEY=false`). Every sandbox made here is secure: its create answer carries
+//! an envd access token, which the SDK then sends on every envd call, and without which the
+//! node answers nothing about the sandbox.
+
+pub mod control;
+pub mod envd;
+pub mod files;
+pub mod keys;
+pub mod store;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::state::AppState;
+
+/// The envd version sandboxes report. Below 0.5.7 the SDK uploads files as multipart (which
+/// [`files`] reads); at or above 0.4.0 it names no user unless its caller does, and every
+/// command runs as the sandbox user anyway. Watch (0.1.4+) and the rest are refused by method.
+pub const ENVD_VERSION: &str = "0.5.6";
+
+/// The path prefix of the door on the HTTP port.
+pub const PREFIX: &str = "/e2b";
+
+/// The E2B routes, to be nested under [`PREFIX`].
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/sandboxes", post(control::create).get(control::list_v1))
+        .route("/v2/sandboxes", get(control::list_v2))
+        .route(
+            "/sandboxes/{id}",
+            get(control::detail).delete(control::kill),
+        )
+        .route("/sandboxes/{id}/timeout", post(control::set_timeout))
+        .route("/sandboxes/{id}/refreshes", post(control::refresh))
+        .route("/sandboxes/{id}/connect", post(control::connect))
+        .route("/process.Process/{method}", post(envd::process))
+        .route("/filesystem.Filesystem/{method}", post(envd::filesystem))
+        .route("/files", get(files::download).post(files::upload))
+        .route("/health", get(envd::health))
+        .route("/envs", get(envd::envs))
+}
+
+/// A control API or `/files` error as E2B's SDK reads it: `{"code", "message"}` with the status.
+pub(crate) fn api_error(e: aegis_e2b::api::ApiError) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        e.to_json(),
+    )
+        .into_response()
+}
+
+/// A refused control API or `/files` request, answered by [`api_error`].
+#[derive(Debug)]
+pub struct Refusal(pub aegis_e2b::api::ApiError);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        api_error(self.0)
+    }
+}
+
+/// A JSON answer with a status.
+pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}

@@ -1,0 +1,209 @@
+"""Drives a node through E2B's own Python SDK (PyPI `e2b`, pinned by scripts/test.sh), unmodified:
+only E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY point it at the node.
+
+Usage: e2b_sdk_client.py <scenario> ; environment: the three exports, plus for `attacks`
+E2B_OTHER_KEY (another operator key) and E2B_BOUND_KEY (a key bound to a narrow context).
+Prints one JSON report on stdout; every step records what happened, the Rust test judges it.
+"""
+
+import json
+import os
+import sys
+import time
+import urllib.request
+import urllib.error
+
+from e2b import Sandbox, SandboxQuery
+from e2b.sandbox.signature import get_signature
+
+
+def attempt(report, name, fn):
+    try:
+        report[name] = {"ok": True, "value": fn()}
+    except Exception as e:  # the report says which step failed and how
+        report[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+
+
+def http_status(url, data=None):
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def basics():
+    report = {}
+    t0 = time.monotonic()
+    sbx = Sandbox.create("base", timeout=120, metadata={"suite": "e2b", "n": "1"})
+    first = sbx.commands.run("echo hello from e2b")
+    report["create_to_first_output_ms"] = int((time.monotonic() - t0) * 1000)
+    report["sandbox_id"] = sbx.sandbox_id
+    report["echo"] = {"stdout": first.stdout, "exit_code": first.exit_code}
+    attempt(report, "pwd", lambda: sbx.commands.run("pwd").stdout.strip())
+    attempt(report, "pipe", lambda: sbx.commands.run("echo abc | tr a-c x-z").stdout.strip())
+    attempt(report, "python", lambda: sbx.commands.run("python3 -c 'print(6*7)'").stdout.strip())
+    attempt(report, "node", lambda: sbx.commands.run("node -e 'console.log(7*6)'").stdout.strip())
+    attempt(report, "whoami", lambda: sbx.commands.run("whoami").stdout.strip())
+    attempt(report, "no_network", lambda: sbx.commands.run("python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), 3)'").stdout)
+
+    def failing():
+        try:
+            sbx.commands.run("ls /home/user/nope")
+            return "no exception"
+        except Exception as e:
+            return {"type": type(e).__name__, "exit_code": getattr(e, "exit_code", None)}
+
+    attempt(report, "failing", failing)
+    attempt(report, "write", lambda: sbx.files.write("notes/a.txt", "héllo ✓").path)
+    attempt(report, "read", lambda: sbx.files.read("notes/a.txt"))
+    attempt(report, "cat", lambda: sbx.commands.run("cat /home/user/notes/a.txt").stdout)
+    attempt(report, "exists", lambda: [sbx.files.exists("notes/a.txt"), sbx.files.exists("notes/zz")])
+    attempt(report, "stat", lambda: (lambda i: {"name": i.name, "type": str(i.type), "size": i.size, "path": i.path})(sbx.files.get_info("notes/a.txt")))
+    attempt(report, "make_dir", lambda: [sbx.files.make_dir("made/deep"), sbx.files.make_dir("made/deep")])
+    attempt(report, "rename", lambda: sbx.files.rename("notes/a.txt", "notes/b.txt").path)
+    attempt(report, "list", lambda: sorted(e.path for e in sbx.files.list("/home/user", depth=2)))
+    attempt(report, "remove", lambda: [sbx.files.remove("notes/b.txt"), sbx.files.exists("notes/b.txt")])
+    attempt(report, "write_files", lambda: [w.path for w in sbx.files.write_files([
+        {"path": "multi/one.txt", "data": "1"}, {"path": "multi/two.bin", "data": b"\x00\xff\x01"}])])
+    attempt(report, "read_binary", lambda: list(sbx.files.read("multi/two.bin", format="bytes")))
+    # Larger than the node's file size limit (10 MiB): it moves in chunks, both ways.
+    big = bytes((i * 7 + 3) % 256 for i in range(12 * 1024 * 1024 + 17))
+    attempt(report, "upload_big", lambda: sbx.files.write("big.bin", big).path)
+    attempt(report, "download_big", lambda: bytes(sbx.files.read("big.bin", format="bytes")) == big)
+    attempt(report, "big_size", lambda: sbx.commands.run("stat -c %s big.bin").stdout.strip())
+    attempt(report, "text_chunks", lambda: (lambda t: sbx.files.write("t.txt", t) and sbx.files.read("t.txt") == t)("é" * (3 * 1024 * 1024)))
+    attempt(report, "root_refused", lambda: sbx.commands.run("id", user="root").stdout)
+    attempt(report, "list_filtered", lambda: [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"})).next_items()])
+    attempt(report, "list_other_filter", lambda: [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "other"})).next_items()])
+    second = Sandbox.create("base", timeout=60, metadata={"suite": "e2b", "n": "2"})
+    report["second_id"] = second.sandbox_id
+
+    def pages():
+        p = Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"}), limit=1, order="asc")
+        first_page = [s.sandbox_id for s in p.next_items()]
+        more = p.has_next
+        second_page = [s.sandbox_id for s in p.next_items()]
+        return {"first": first_page, "more": more, "second": second_page, "done": not p.has_next}
+
+    attempt(report, "pages", pages)
+    attempt(report, "connect", lambda: Sandbox.connect(second.sandbox_id, timeout=30).commands.run("echo again").stdout)
+    second.kill()
+    attempt(report, "info_metadata", lambda: sbx.get_info().metadata)
+    attempt(report, "set_timeout", lambda: sbx.set_timeout(60))
+    # A signed URL without the sandbox's headers, then a forged and an expired one.
+    url = sbx.download_url("big.bin", use_signature_expiration=60)
+    report["signed_download"] = http_status(url)[0]
+    forged = url.replace("signature=v1_", "signature=v1_A")
+    report["forged_download"] = http_status(forged)[0]
+    # A signed upload URL writes that one path; a read URL's signature does not write.
+    boundary = "b0und4ry"
+    form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"signed/up.txt\"\r\n\r\n"
+            f"via a signed url\r\n--{boundary}--\r\n").encode()
+
+    def post(u):
+        req = urllib.request.Request(u, data=form, method="POST",
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    report["signed_upload"] = post(sbx.upload_url("signed/up.txt", use_signature_expiration=60))
+    attempt(report, "signed_upload_read", lambda: sbx.files.read("signed/up.txt"))
+    report["read_url_upload"] = post(sbx.download_url("signed/up.txt", use_signature_expiration=60))
+    # Signed with the SDK's own helper, valid until a minute ago.
+    old = get_signature("big.bin", "read", None, sbx._envd_access_token, expiration_in_seconds=-60)
+    expired = sbx._file_url("big.bin", None, old["signature"], old["expiration"])
+    report["expired_download"] = list(map(lambda x: x if isinstance(x, int) else x.decode(errors="replace"), http_status(expired)))
+    attempt(report, "kill", lambda: sbx.kill())
+    attempt(report, "kill_again", lambda: Sandbox.kill(sbx.sandbox_id))
+    attempt(report, "after_kill", lambda: sbx.commands.run("echo still here").stdout)
+    # A sandbox left to its timeout.
+    short = Sandbox.create("base", timeout=3)
+    report["short_id"] = short.sandbox_id
+    print(json.dumps(report))
+
+
+def attacks():
+    report = {}
+    sbx = Sandbox.create("base", timeout=120)
+    report["sandbox_id"] = sbx.sandbox_id
+    other = os.environ["E2B_OTHER_KEY"]
+    attempt(report, "other_connect", lambda: Sandbox.connect(sbx.sandbox_id, api_key=other).commands.run("echo hi").stdout)
+    attempt(report, "other_kill", lambda: Sandbox.kill(sbx.sandbox_id, api_key=other))
+    attempt(report, "other_list", lambda: [s.sandbox_id for s in Sandbox.list(api_key=other).next_items()])
+    # The token is what makes an envd call: without it (or with another) nothing answers.
+    base = os.environ["E2B_SANDBOX_URL"]
+    for name, token in [("no_token", None), ("wrong_token", "0" * 64)]:
+        headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "Content-Type": "application/json",
+                   "Connect-Protocol-Version": "1"}
+        if token:
+            headers["X-Access-Token"] = token
+        req = urllib.request.Request(base + "/filesystem.Filesystem/ListDir",
+                                     data=json.dumps({"path": "/home/user"}).encode(),
+                                     headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                report[name] = [r.status, r.read().decode()]
+        except urllib.error.HTTPError as e:
+            report[name] = [e.code, e.read().decode()]
+    attempt(report, "outside_path", lambda: sbx.files.read("/etc/passwd"))
+    attempt(report, "outside_write", lambda: sbx.files.write("/tmp/../etc/x", "x").path)
+    attempt(report, "dotdot", lambda: sbx.files.read("../../etc/passwd"))
+    sbx.kill()
+    bound = os.environ["E2B_BOUND_KEY"]
+    conf = Sandbox.create("base", timeout=120, api_key=bound)
+    report["bound_id"] = conf.sandbox_id
+    attempt(report, "bound_echo", lambda: conf.commands.run("echo confined").stdout)
+    attempt(report, "bound_cat", lambda: conf.commands.run("cat /home/user/x").stdout)
+    attempt(report, "bound_shell", lambda: conf.commands.run("echo a | cat").stdout)
+    attempt(report, "bound_write_in", lambda: conf.files.write("/home/user/shared/ok.txt", "ok").path)
+    attempt(report, "bound_write_out", lambda: conf.files.write("/home/user/private.txt", "no").path)
+    conf.kill()
+    print(json.dumps(report))
+
+
+def bench():
+    """Create to first output and a command's round trip, N times each (N from argv)."""
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    firsts, trips = [], []
+    for _ in range(n):
+        t0 = time.monotonic()
+        sbx = Sandbox.create("base", timeout=60)
+        sbx.commands.run("echo ready")
+        firsts.append((time.monotonic() - t0) * 1000)
+        for _ in range(5):
+            t1 = time.monotonic()
+            sbx.commands.run("true")
+            trips.append((time.monotonic() - t1) * 1000)
+        sbx.kill()
+
+    sbx = Sandbox.create("base", timeout=300)
+    payload = os.urandom(64 * 1024 * 1024)
+    t0 = time.monotonic()
+    sbx.files.write("bench.bin", payload)
+    up = time.monotonic() - t0
+    t0 = time.monotonic()
+    back = sbx.files.read("bench.bin", format="bytes")
+    down = time.monotonic() - t0
+    assert bytes(back) == payload
+    sbx.kill()
+
+    def pct(values, p):
+        values = sorted(values)
+        return round(values[min(len(values) - 1, int(p * len(values)))], 1)
+
+    print(json.dumps({
+        "runs": n,
+        "create_to_first_output_ms": {"p50": pct(firsts, 0.5), "p95": pct(firsts, 0.95)},
+        "command_round_trip_ms": {"p50": pct(trips, 0.5), "p95": pct(trips, 0.95)},
+        "upload_64mib_mib_per_s": round(64 / up, 1),
+        "download_64mib_mib_per_s": round(64 / down, 1),
+    }))
+
+
+if __name__ == "__main__":
+    {"basics": basics, "attacks": attacks, "bench": bench}[sys.argv[1]]()
