@@ -13,7 +13,7 @@ import time
 import urllib.request
 import urllib.error
 
-from e2b import Sandbox, SandboxQuery
+from e2b import CommandExitException, PtySize, Sandbox, SandboxQuery
 from e2b.sandbox.signature import get_signature
 
 
@@ -127,6 +127,107 @@ def basics():
     print(json.dumps(report))
 
 
+def live():
+    """Processes that outlive the call that started them, terminals and watches."""
+    report = {}
+    sbx = Sandbox.create("base", timeout=180)
+    report["sandbox_id"] = sbx.sandbox_id
+
+    # The command cannot end before its first line reached the callback: the callback writes
+    # the file it waits for. Output that came only at the end would never release it.
+    def streaming():
+        seen = []
+
+        def on_stdout(s):
+            seen.append(s)
+            if "first" in s:
+                sbx.files.write("release", "go")
+
+        r = sbx.commands.run("echo first; while [ ! -f /home/user/release ]; do sleep 0.05; done; echo second",
+                             on_stdout=on_stdout, timeout=60)
+        return {"seen": seen, "stdout": r.stdout}
+
+    attempt(report, "streaming", streaming)
+
+    def background():
+        h = sbx.commands.run("echo started; sleep 1; echo done-bg; exit 3", background=True)
+        try:
+            h.wait()
+            return "no exception"
+        except CommandExitException as e:
+            return {"pid": h.pid, "stdout": e.stdout, "exit_code": e.exit_code}
+
+    attempt(report, "background", background)
+
+    def stdin():
+        h = sbx.commands.run("cat; echo eof", background=True, stdin=True)
+        sbx.commands.send_stdin(h.pid, "hello stdin\n")
+        sbx.commands.send_stdin(h.pid, "second line\n")
+        sbx.commands.close_stdin(h.pid)
+        return h.wait().stdout
+
+    attempt(report, "stdin", stdin)
+
+    def kill():
+        h = sbx.commands.run("sleep 600", background=True)
+        killed = sbx.commands.kill(h.pid)
+        try:
+            h.wait()
+            return {"killed": killed, "wait": "no exception"}
+        except CommandExitException as e:
+            return {"killed": killed, "exit_code": e.exit_code, "error": e.error,
+                    "again": sbx.commands.kill(h.pid)}
+
+    attempt(report, "kill", kill)
+
+    def connect():
+        h = sbx.commands.run("echo before; while [ ! -f /home/user/go2 ]; do sleep 0.05; done; echo after",
+                             background=True)
+        pid = h.pid
+        h.disconnect()
+        listed = [{"pid": p.pid, "cmd": p.cmd, "args": p.args} for p in sbx.commands.list()]
+        c = sbx.commands.connect(pid)
+        sbx.files.write("go2", "go")
+        r = c.wait()
+        return {"pid": pid, "listed": listed, "stdout": r.stdout,
+                "after_end": [p.pid for p in sbx.commands.list()]}
+
+    attempt(report, "connect", connect)
+
+    def pty():
+        chunks = []
+        t = sbx.pty.create(PtySize(rows=24, cols=80))
+        sbx.pty.resize(t.pid, PtySize(rows=30, cols=100))
+        sbx.pty.send_stdin(t.pid, b"stty size; exit 4\n")
+        try:
+            t.wait(on_pty=lambda d: chunks.append(bytes(d)))
+            code = 0
+        except CommandExitException as e:
+            code = e.exit_code
+        other = sbx.pty.create(PtySize(rows=10, cols=40))
+        return {"output": b"".join(chunks).decode(errors="replace"), "exit_code": code,
+                "kill": sbx.pty.kill(other.pid)}
+
+    attempt(report, "pty", pty)
+
+    def watch():
+        sbx.files.make_dir("watched")
+        w = sbx.files.watch_dir("watched")
+        sbx.files.write("watched/new.txt", "x")
+        events = []
+        for _ in range(100):
+            events += [{"name": e.name, "type": str(e.type)} for e in w.get_new_events()]
+            if any(e["name"] == "new.txt" for e in events):
+                break
+            time.sleep(0.1)
+        w.stop()
+        return events
+
+    attempt(report, "watch", watch)
+    sbx.kill()
+    print(json.dumps(report))
+
+
 def attacks():
     report = {}
     sbx = Sandbox.create("base", timeout=120)
@@ -151,6 +252,16 @@ def attacks():
         except urllib.error.HTTPError as e:
             report[name] = [e.code, e.read().decode()]
     attempt(report, "outside_path", lambda: sbx.files.read("/etc/passwd"))
+    attempt(report, "watch_outside", lambda: sbx.files.watch_dir("/etc").stop())
+    # Another key's sandbox names no process of this one, by pid or otherwise.
+    mine = sbx.commands.run("sleep 600", background=True)
+    theirs = Sandbox.create("base", timeout=60, api_key=other)
+    attempt(report, "other_process_kill", lambda: theirs.commands.kill(mine.pid))
+    attempt(report, "other_process_connect", lambda: theirs.commands.connect(mine.pid).pid)
+    attempt(report, "other_process_stdin", lambda: theirs.commands.send_stdin(mine.pid, "x"))
+    attempt(report, "other_process_list", lambda: [p.pid for p in theirs.commands.list()])
+    attempt(report, "own_process_kill", lambda: sbx.commands.kill(mine.pid))
+    theirs.kill()
     attempt(report, "outside_write", lambda: sbx.files.write("/tmp/../etc/x", "x").path)
     attempt(report, "dotdot", lambda: sbx.files.read("../../etc/passwd"))
     sbx.kill()
@@ -160,6 +271,10 @@ def attacks():
     attempt(report, "bound_echo", lambda: conf.commands.run("echo confined").stdout)
     attempt(report, "bound_cat", lambda: conf.commands.run("cat /home/user/x").stdout)
     attempt(report, "bound_shell", lambda: conf.commands.run("echo a | cat").stdout)
+    attempt(report, "bound_background", lambda: conf.commands.run("echo in the background", background=True).wait().stdout)
+    attempt(report, "bound_background_out", lambda: conf.commands.run("sleep 30", background=True).pid)
+    attempt(report, "bound_pty", lambda: conf.pty.create(PtySize(rows=24, cols=80)).pid)
+    attempt(report, "bound_watch_out", lambda: conf.files.watch_dir("/home/user").stop())
     attempt(report, "bound_write_in", lambda: conf.files.write("/home/user/shared/ok.txt", "ok").path)
     attempt(report, "bound_write_out", lambda: conf.files.write("/home/user/private.txt", "no").path)
     conf.kill()
@@ -206,4 +321,4 @@ def bench():
 
 
 if __name__ == "__main__":
-    {"basics": basics, "attacks": attacks, "bench": bench}[sys.argv[1]]()
+    {"basics": basics, "live": live, "attacks": attacks, "bench": bench}[sys.argv[1]]()

@@ -1,9 +1,11 @@
 //! The E2B door driven by E2B's own Python SDK (PyPI `e2b` 2.45.1, unmodified, installed by
 //! scripts/test.sh) through three exports: sandboxes with metadata and timeouts, commands,
 //! files (read, write, list, stat, rename, remove, multi-file and multi-MiB upload and
-//! download, signed URLs), kill; and the attacks through this door: another key's sandbox,
-//! envd calls without the sandbox's token, paths outside the sandbox, programs and paths
-//! outside a bound key's security context, root, forged and expired signed URLs.
+//! download, signed URLs), kill; live processes (streamed output, background commands, stdin,
+//! signals, re-attaching, listing, terminals) and directory watches; and the attacks through
+//! this door: another key's sandbox and its processes, envd calls without the sandbox's token,
+//! paths and watches outside the sandbox, programs, terminals and paths outside a bound key's
+//! security context, root, forged and expired signed URLs.
 
 use std::time::Duration;
 
@@ -216,6 +218,85 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged() {
 }
 
 #[tokio::test]
+async fn the_e2b_sdk_drives_live_processes_terminals_and_watches() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("e2b-live", "operator").await;
+    let r = run_sdk(&app, "live", &key, &[]).await;
+
+    // The first line reached the callback while the command still ran (it waited for it).
+    let streaming = ok(&r, "streaming");
+    assert_eq!(streaming["stdout"], "first\nsecond\n", "{streaming}");
+    assert_eq!(streaming["seen"][0], "first\n", "{streaming}");
+    let background = ok(&r, "background");
+    assert_eq!(background["exit_code"], 3, "{background}");
+    assert_eq!(background["stdout"], "started\ndone-bg\n", "{background}");
+    assert!(background["pid"].as_u64().unwrap() > 1, "{background}");
+    assert_eq!(ok(&r, "stdin"), "hello stdin\nsecond line\neof\n");
+    let kill = ok(&r, "kill");
+    assert_eq!(kill["killed"], true, "{kill}");
+    assert_eq!(kill["exit_code"], -1, "{kill}");
+    assert_eq!(
+        kill["again"], false,
+        "a process that ended is not found: {kill}"
+    );
+    let connect = ok(&r, "connect");
+    let pid = &connect["pid"];
+    assert!(
+        connect["listed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| &p["pid"] == pid && p["cmd"] == "bash"),
+        "{connect}"
+    );
+    // A re-attached stream gets what the first did not read (from now on, as envd's Connect).
+    let stdout = connect["stdout"].as_str().unwrap();
+    assert!(
+        stdout == "after\n" || stdout == "before\nafter\n",
+        "{connect}"
+    );
+    assert!(
+        !connect["after_end"].as_array().unwrap().contains(pid),
+        "{connect}"
+    );
+    let pty = ok(&r, "pty");
+    assert!(
+        pty["output"].as_str().unwrap().contains("30 100"),
+        "the terminal was resized: {pty}"
+    );
+    assert_eq!(pty["exit_code"], 4, "{pty}");
+    assert_eq!(pty["kill"], true, "{pty}");
+    let watch = ok(&r, "watch");
+    assert!(
+        watch
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "new.txt"),
+        "{watch}"
+    );
+
+    // Starts and input are router calls with rows; reading output is not a new decision.
+    let count = |action: &'static str| {
+        let pool = app.state.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM audit_log WHERE action = $1")
+                .bind(action)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(count("proc.output").await, 0);
+    assert!(count("proc.input").await >= 4);
+    assert!(count("proc.signal").await >= 2);
+    assert!(containers_of(&app, r["sandbox_id"].as_str().unwrap())
+        .await
+        .is_empty());
+}
+
+#[tokio::test]
 async fn the_e2b_door_refuses_what_the_key_and_its_context_do_not_grant() {
     let db = TestDb::create().await;
     let mut config = test_config(&db.url);
@@ -266,11 +347,25 @@ async fn the_e2b_door_refuses_what_the_key_and_its_context_do_not_grant() {
         );
     }
     refused(&r, "outside_path", "path_not_allowed");
+    refused(&r, "watch_outside", "path_not_allowed");
+    assert_eq!(
+        ok(&r, "other_process_kill"),
+        false,
+        "another sandbox's process is not found"
+    );
+    refused(&r, "other_process_connect", "not found");
+    refused(&r, "other_process_stdin", "not found");
+    assert_eq!(ok(&r, "other_process_list"), &json!([]));
+    assert_eq!(ok(&r, "own_process_kill"), true);
     refused(&r, "outside_write", "contains `..`");
     refused(&r, "dotdot", "contains `..`");
     assert_eq!(ok(&r, "bound_echo"), "confined\n");
     refused(&r, "bound_cat", "refused by policy");
     refused(&r, "bound_shell", "refused by policy");
+    assert_eq!(ok(&r, "bound_background"), "in the background\n");
+    refused(&r, "bound_background_out", "refused by policy");
+    refused(&r, "bound_pty", "refused by policy");
+    refused(&r, "bound_watch_out", "refused by policy");
     assert_eq!(ok(&r, "bound_write_in"), "/home/user/shared/ok.txt");
     refused(&r, "bound_write_out", "refused by policy");
     for id in [&r["sandbox_id"], &r["bound_id"]] {

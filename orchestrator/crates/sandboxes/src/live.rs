@@ -8,11 +8,21 @@
 //! a process's entry once its end was read, and a sandbox's entries when the sandbox is
 //! destroyed. A replica that did not start a process (after a restart) attaches a new reader on
 //! first use, from the output still buffered.
+//!
+//! It also keeps the polling directory watchers of E2B's SDK (`CreateWatcher`, then
+//! `GetWatcherEvents` until `RemoveWatcher`): at most [`MAX_WATCHERS`] per sandbox, each
+//! removed (and its executor watch with it) when removed by name or when its sandbox goes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use dispatcher::{Dispatcher, ProcessHandle, ProcessSelector, SandboxId};
+use dispatcher::{Dispatcher, ProcessHandle, ProcessSelector, SandboxId, WatchHandle};
+
+/// Most polling watchers one sandbox may hold at once.
+pub const MAX_WATCHERS: usize = 16;
+
+/// One polling watcher, drained by the calls that read it (one at a time).
+pub type Watcher = Arc<tokio::sync::Mutex<WatchHandle>>;
 
 /// One process's reader, shared by the calls that read it (one at a time).
 pub type Reader = Arc<tokio::sync::Mutex<ProcessHandle>>;
@@ -21,6 +31,8 @@ pub type Reader = Arc<tokio::sync::Mutex<ProcessHandle>>;
 #[derive(Default)]
 pub struct LiveProcesses {
     readers: Mutex<HashMap<(SandboxId, u32), Kept>>,
+    watchers: Mutex<HashMap<(SandboxId, String), Watcher>>,
+    next_watcher: std::sync::atomic::AtomicU64,
 }
 
 /// One kept reader, with the tag it is also found by until its end was read.
@@ -83,9 +95,46 @@ impl LiveProcesses {
         self.lock().remove(&(sandbox, pid));
     }
 
-    /// Forgets every process of a sandbox that is gone.
+    /// Forgets every process and watcher of a sandbox that is gone.
     pub fn forget_sandbox(&self, sandbox: SandboxId) {
         self.lock().retain(|(s, _), _| *s != sandbox);
+        self.watchers_lock().retain(|(s, _), _| *s != sandbox);
+    }
+
+    /// Keeps a new polling watcher of `sandbox` and names it; refused (with the bound) when
+    /// the sandbox already holds [`MAX_WATCHERS`], and the watch is then dropped.
+    pub fn keep_watcher(&self, sandbox: SandboxId, handle: WatchHandle) -> Result<String, usize> {
+        let mut watchers = self.watchers_lock();
+        if watchers.keys().filter(|(s, _)| *s == sandbox).count() >= MAX_WATCHERS {
+            return Err(MAX_WATCHERS);
+        }
+        let n = self
+            .next_watcher
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("w{n}");
+        watchers.insert(
+            (sandbox, id.clone()),
+            Arc::new(tokio::sync::Mutex::new(handle)),
+        );
+        Ok(id)
+    }
+
+    /// The polling watcher `id` of `sandbox` (another sandbox's watcher is not found).
+    pub fn watcher(&self, sandbox: SandboxId, id: &str) -> Option<Watcher> {
+        self.watchers_lock()
+            .get(&(sandbox, id.to_owned()))
+            .map(Arc::clone)
+    }
+
+    /// Removes a polling watcher (its watch ends once no call reads it); whether it existed.
+    pub fn remove_watcher(&self, sandbox: SandboxId, id: &str) -> bool {
+        self.watchers_lock()
+            .remove(&(sandbox, id.to_owned()))
+            .is_some()
+    }
+
+    fn watchers_lock(&self) -> std::sync::MutexGuard<'_, HashMap<(SandboxId, String), Watcher>> {
+        self.watchers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(SandboxId, u32), Kept>> {

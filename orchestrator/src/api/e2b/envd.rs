@@ -1,43 +1,35 @@
-//! envd, served by the node for the sandbox named in `E2b-Sandbox-Id`: `process.Process/Start`
-//! and `filesystem.Filesystem/{Stat, MakeDir, Move, ListDir, Remove}` over the Connect protocol
-//! (JSON or binary protobuf), `/health` and `/envs`.
+//! envd, served by the node for the sandbox named in `E2b-Sandbox-Id`:
+//! `filesystem.Filesystem/{Stat, MakeDir, Move, ListDir, Remove}` here, its watches in
+//! [`super::watch`] and `process.Process/*` in [`super::process`], over the Connect protocol
+//! (JSON or binary protobuf), `/health` and `/envs`; and what they share (the target sandbox
+//! and its owner, router calls, Connect answers).
 //!
-//! Every operation is one or more tool calls through the router (`tools::invoke_in`) as the
+//! Every decision is one or more tool calls through the router (`tools::invoke_in`) as the
 //! sandbox's owner key, on the sandbox's policy: `Start` is `cmd.run`, `Stat` and `ListDir` are
 //! `fs.list`, `MakeDir` is `fs.create_dir`, `Remove` is `fs.delete`, and `Move` is `fs.read`,
 //! `fs.write` and `fs.delete` of one file. So an E2B call is decided, audited and held by the
 //! kernel exactly like the same call on REST, gRPC or MCP, and a key bound to a security
 //! context is confined by it here too.
-//!
-//! `Start` runs the command to its end and then streams `start`, its output and `end` (with
-//! `keepalive` events while it runs): processes do not outlive the call yet, so background
-//! commands, stdin, signals, PTYs and re-attaching are refused (`unimplemented`), as are
-//! watches.
 
-use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use dispatcher::SandboxId;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use aegis_e2b::connect::{
-    decode_unary, encode_unary, end_stream_frame, message_frame, Code, Codec, ConnectError,
-    ContentType, EndStream, Message, RequestStreamDecoder, RpcKind,
+    decode_unary, encode_unary, end_stream_frame, Code, Codec, ConnectError, ContentType,
+    EndStream, Message, RpcKind,
 };
 use aegis_e2b::envd::filesystem::{
     EntryInfo, FileType, ListDirRequest, ListDirResponse, MakeDirRequest, MakeDirResponse,
     MoveRequest, MoveResponse, RemoveRequest, RemoveResponse, StatRequest, StatResponse,
 };
 use aegis_e2b::envd::headers as h;
-use aegis_e2b::envd::process::{
-    process_event, ListResponse, ProcessEvent, StartRequest, StartResponse,
-};
 
 use super::store;
 use crate::caller::{Caller, Role};
@@ -46,12 +38,12 @@ use crate::state::AppState;
 use crate::tools::{CallError, ToolError};
 
 /// Largest request message.
-const MAX_MESSAGE: usize = 1024 * 1024;
+pub(crate) const MAX_MESSAGE: usize = 1024 * 1024;
 /// Deepest `ListDir` walk, and most entries it returns.
 const MAX_DEPTH: u32 = 16;
 const MAX_ENTRIES: usize = 10_000;
 /// Keepalive interval when the client names none.
-const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(50);
+pub(crate) const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(50);
 /// The only user commands run as.
 pub const SANDBOX_USER: &str = "user";
 
@@ -63,7 +55,7 @@ pub struct Target {
     pub caller: Caller,
 }
 
-fn refuse(code: Code, message: impl Into<String>) -> ConnectError {
+pub(crate) fn refuse(code: Code, message: impl Into<String>) -> ConnectError {
     ConnectError::new(code, message)
 }
 
@@ -377,7 +369,7 @@ pub fn error_response(e: &ConnectError) -> Response {
         .into_response()
 }
 
-fn content_type(headers: &HeaderMap, kind: RpcKind) -> Result<Codec, ConnectError> {
+pub(crate) fn content_type(headers: &HeaderMap, kind: RpcKind) -> Result<Codec, ConnectError> {
     let value = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
@@ -386,7 +378,7 @@ fn content_type(headers: &HeaderMap, kind: RpcKind) -> Result<Codec, ConnectErro
         .map_err(|e| e.to_connect_error())
 }
 
-async fn unary<Req: Message, Resp: Message, F, Fut>(
+pub(crate) async fn unary<Req: Message, Resp: Message, F, Fut>(
     state: AppState,
     headers: HeaderMap,
     body: Bytes,
@@ -501,9 +493,12 @@ pub async fn filesystem(
             )
             .await
         }
+        "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
+            super::watch::serve(state, &method, headers, body).await
+        }
         other => error_response(&refuse(
             Code::Unimplemented,
-            format!("filesystem.Filesystem/{other} is not served by this node (no watches yet)"),
+            format!("filesystem.Filesystem/{other} is not a method of envd's filesystem service"),
         )),
     }
 }
@@ -582,49 +577,26 @@ async fn list_dir(
     Ok(ListDirResponse { entries })
 }
 
-/// `POST /process.Process/{method}`: `Start` (run to the end, streamed) and `List` (no
-/// process outlives its call, so none is listed).
+/// `POST /process.Process/{method}` ([`super::process`]).
 pub async fn process(
     State(state): State<AppState>,
     Path(method): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match method.as_str() {
-        "Start" => start(state, headers, body).await,
-        "List" => {
-            unary(
-                state,
-                headers,
-                body,
-                |_, _, _: aegis_e2b::envd::process::ListRequest| async {
-                    Ok(ListResponse {
-                        processes: Vec::new(),
-                    })
-                },
-            )
-            .await
-        }
-        other => error_response(&refuse(
-            Code::Unimplemented,
-            format!(
-                "process.Process/{other} is not served yet: commands run to their end within \
-                 the call (no background processes, stdin, signals or terminals)"
-            ),
-        )),
-    }
+    super::process::serve(state, &method, headers, body).await
 }
 
 /// Errors of a streaming call before its stream opened are still answered as a stream: HTTP
 /// 200 with one end-stream envelope holding the error (what Connect clients expect).
-fn stream_error(codec: Codec, e: &ConnectError) -> Response {
+pub(crate) fn stream_error(codec: Codec, e: &ConnectError) -> Response {
     stream_response(
         codec,
         Body::from(end_stream_frame(&EndStream::failed(e.clone()))),
     )
 }
 
-fn stream_response(codec: Codec, body: Body) -> Response {
+pub(crate) fn stream_response(codec: Codec, body: Body) -> Response {
     (
         StatusCode::OK,
         [(
@@ -637,13 +609,6 @@ fn stream_response(codec: Codec, body: Body) -> Response {
         body,
     )
         .into_response()
-}
-
-fn event_frame(codec: Codec, event: process_event::Event) -> Vec<u8> {
-    let message = StartResponse {
-        event: Some(ProcessEvent { event: Some(event) }),
-    };
-    message_frame(codec, &message).unwrap_or_default()
 }
 
 /// The `cmd.run` arguments of an E2B command. The SDK sends `/bin/bash -l -c <line>`. With
@@ -661,6 +626,26 @@ pub fn command_args(
     }
     let mut args = config.args.clone();
     let shell = matches!(program.as_str(), "bash" | "sh");
+    let mut envs = config.envs.clone();
+    // A terminal's interactive shell (`bash -i -l`): a line under `bash -c`, which the policy
+    // grants exactly where it grants any line. The terminal variables the SDK always sends
+    // are set by that line (no environment is on an E2B sandbox's allowlist; any other
+    // variable still goes to the policy).
+    if shell && args.iter().any(|a| a == "-i") && args.iter().all(|a| a == "-i" || a == "-l") {
+        let mut line = String::new();
+        for name in ["TERM", "LANG", "LC_ALL", "COLORTERM"] {
+            let plain = |v: &&String| {
+                !v.is_empty()
+                    && v.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            };
+            if let Some(value) = envs.get(name).filter(plain) {
+                line.push_str(&format!("{name}={value} "));
+                envs.remove(name);
+            }
+        }
+        args = vec!["-c".to_owned(), format!("{line}exec {program} -i")];
+    }
     let line = match args.as_slice() {
         [l, c, line] if shell && l == "-l" && c == "-c" => Some(line.clone()),
         [c, line] if shell && c == "-c" => Some(line.clone()),
@@ -689,183 +674,10 @@ pub fn command_args(
     if let Some(cwd) = &config.cwd {
         call["cwd"] = json!(absolute(cwd)?);
     }
-    if !config.envs.is_empty() {
-        call["env_additions"] = json!(config.envs);
+    if !envs.is_empty() {
+        call["env_additions"] = json!(envs);
     }
     Ok(call)
-}
-
-fn output_bytes(out: &Value, stream: &str) -> Vec<u8> {
-    let text = out[stream].as_str().unwrap_or_default();
-    if out[format!("{stream}_encoding")] == "base64" {
-        base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .unwrap_or_default()
-    } else {
-        text.as_bytes().to_vec()
-    }
-}
-
-async fn start(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
-    let codec = match content_type(&headers, RpcKind::Streaming) {
-        Ok(c) => c,
-        Err(e) => return error_response(&e),
-    };
-    let mut decoder = RequestStreamDecoder::<StartRequest>::new(codec, MAX_MESSAGE);
-    let request = match decoder.feed(&body).and_then(|mut m| {
-        decoder.finish()?;
-        m.pop()
-            .ok_or_else(|| refuse(Code::InvalidArgument, "no StartRequest in the body"))
-    }) {
-        Ok(r) => r,
-        Err(e) => return stream_error(codec, &e),
-    };
-    let target = match target(&state, &headers).await {
-        Ok(t) => t,
-        Err(e) => return stream_error(codec, &e),
-    };
-    if request.pty.is_some() {
-        return stream_error(
-            codec,
-            &refuse(
-                Code::Unimplemented,
-                "terminals (PTY) are not served by this node yet",
-            ),
-        );
-    }
-    if request.stdin == Some(true) {
-        return stream_error(
-            codec,
-            &refuse(
-                Code::Unimplemented,
-                "stdin for commands is not served by this node yet",
-            ),
-        );
-    }
-    let Some(config) = request.process else {
-        return stream_error(codec, &refuse(Code::InvalidArgument, "process is missing"));
-    };
-    let mut args = match command_args(&config, target.caller.seal.is_some()) {
-        Ok(a) => a,
-        Err(e) => return stream_error(codec, &e),
-    };
-    match aegis_e2b::connect::timeout(
-        headers
-            .get(aegis_e2b::connect::TIMEOUT_HEADER)
-            .and_then(|v| v.to_str().ok()),
-    ) {
-        Ok(Some(limit)) => args["timeout_secs"] = json!(limit.as_secs().max(1)),
-        Ok(None) => {}
-        Err(e) => return stream_error(codec, &e),
-    }
-    let keepalive = headers
-        .get(h::KEEPALIVE_PING_INTERVAL)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| h::keepalive_interval(v).ok())
-        .unwrap_or(DEFAULT_KEEPALIVE);
-    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(8);
-    tokio::spawn(async move {
-        let pid = next_pid();
-        if tx
-            .send(event_frame(
-                codec,
-                process_event::Event::Start(process_event::StartEvent { pid }),
-            ))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let run = call(&state, &target, "cmd.run", args);
-        tokio::pin!(run);
-        let mut ticks = tokio::time::interval(keepalive);
-        ticks.tick().await;
-        let outcome = loop {
-            tokio::select! {
-                out = &mut run => break out,
-                _ = ticks.tick() => {
-                    // The client left: dropping the call cancels the command.
-                    let frame = event_frame(codec, process_event::Event::Keepalive(process_event::KeepAlive {}));
-                    if tx.send(frame).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        };
-        let frames = match outcome {
-            Ok(out) => finished(codec, &out),
-            Err(e) => vec![end_stream_frame(&EndStream::failed(e))],
-        };
-        for frame in frames {
-            if tx.send(frame).await.is_err() {
-                return;
-            }
-        }
-    });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, Infallible>(Bytes::from(b)), rx))
-    });
-    stream_response(codec, Body::from_stream(stream))
-}
-
-/// The output, end and end-of-stream frames of a command that ran.
-fn finished(codec: Codec, out: &Value) -> Vec<Vec<u8>> {
-    use process_event::data_event::Output;
-    let mut frames = Vec::new();
-    for (stream, wrap) in [
-        ("stdout", Output::Stdout as fn(Vec<u8>) -> Output),
-        ("stderr", Output::Stderr),
-    ] {
-        let bytes = output_bytes(out, stream);
-        // Frames of at most 64 KiB, as envd sends them.
-        for chunk in bytes.chunks(64 * 1024) {
-            frames.push(event_frame(
-                codec,
-                process_event::Event::Data(process_event::DataEvent {
-                    output: Some(wrap(chunk.to_vec())),
-                }),
-            ));
-        }
-    }
-    let exit_code = out["exit_code"].as_i64().unwrap_or(-1);
-    let exit_code = i32::try_from(exit_code).unwrap_or(-1);
-    let error = if out["timed_out"] == true {
-        Some("the command ran past its timeout and was killed".to_owned())
-    } else if out["truncated"] == true {
-        Some(format!(
-            "output truncated: the node keeps at most the first bytes of each stream ({} of stdout, {} of stderr were written)",
-            out["stdout_bytes"], out["stderr_bytes"]
-        ))
-    } else {
-        None
-    };
-    let status = match out["signal"]
-        .as_str()
-        .or(out["signal"].as_i64().map(|_| ""))
-    {
-        Some(sig) if !sig.is_empty() => format!("signal: {sig}"),
-        _ => format!("exit status {exit_code}"),
-    };
-    frames.push(event_frame(
-        codec,
-        process_event::Event::End(process_event::EndEvent {
-            exit_code,
-            exited: true,
-            status,
-            error,
-        }),
-    ));
-    frames.push(end_stream_frame(&EndStream::ok()));
-    frames
-}
-
-/// Process ids the SDK sees: unique per node run (no process outlives its call, so they name
-/// nothing the SDK could act on later).
-fn next_pid() -> u32 {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1000);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// `GET /health`: envd answers 204 when it runs; here the node does.
@@ -930,31 +742,20 @@ mod tests {
                    "env_additions": {"A": "1"}})
         );
         assert!(command_args(&config("", &[]), false).is_err());
-    }
-
-    #[test]
-    fn a_finished_command_streams_its_output_then_its_end() {
-        let out = json!({"exit_code": 3, "signal": null, "timed_out": false, "truncated": false,
-            "stdout": "aGk=", "stdout_encoding": "base64", "stderr": "oops",
-            "stderr_encoding": "utf8"});
-        let frames: Vec<u8> = finished(Codec::Json, &out).concat();
-        let mut decoder = ResponseStreamDecoder::<StartResponse>::new(Codec::Json, MAX_MESSAGE);
-        let items = decoder.feed(&frames).unwrap();
-        decoder.finish().unwrap();
-        let events: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
-        assert_eq!(items.len(), 4, "{events:?}");
-        assert!(events[0].contains("Stdout([104, 105])"), "{}", events[0]);
-        assert!(
-            events[1].contains("Stderr([111, 111, 112, 115])"),
-            "{}",
-            events[1]
+        // A terminal's shell.
+        assert_eq!(
+            command_args(&config("/bin/bash", &["-i", "-l"]), false).unwrap(),
+            json!({"command": "bash", "args": ["-c", "exec bash -i"]})
         );
-        assert!(
-            events[2].contains("exit_code: 3") && events[2].contains("exit status 3"),
-            "{}",
-            events[2]
+        let mut terminal = config("/bin/bash", &["-i", "-l"]);
+        terminal.envs.insert("TERM".into(), "xterm-256color".into());
+        terminal.envs.insert("LANG".into(), "C.UTF-8".into());
+        terminal.envs.insert("LC_ALL".into(), "$(id)".into());
+        assert_eq!(
+            command_args(&terminal, false).unwrap(),
+            json!({"command": "bash", "args": ["-c", "TERM=xterm-256color LANG=C.UTF-8 exec bash -i"],
+                   "env_additions": {"LC_ALL": "$(id)"}})
         );
-        assert!(events[3].contains("End"), "{}", events[3]);
     }
 
     #[test]

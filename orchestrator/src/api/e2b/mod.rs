@@ -10,8 +10,10 @@
 //!   general image), get, list (v1 and v2), kill, timeout, refresh, connect. Rows in
 //!   `e2b_sandboxes` ([`store`]) hold what E2B reports (metadata, the deadline, the owner key,
 //!   the envd token); a sandbox whose deadline passes is killed by [`store::sweep`].
-//! - [`envd`]: `process.Process/Start` and `filesystem.Filesystem/*` over the Connect
-//!   protocol, for the sandbox named in `E2b-Sandbox-Id`; [`files`]: `GET`/`POST /files`.
+//! - [`envd`]: envd's services over the Connect protocol, for the sandbox named in
+//!   `E2b-Sandbox-Id`: `filesystem.Filesystem/*`, with [`watch`] for its watches, and
+//!   [`process`] for `process.Process/*` (live processes: streamed output, background
+//!   commands, stdin, signals, terminals, re-attaching); [`files`]: `GET`/`POST /files`.
 //!   Every one of them is one or more tool calls through `tools::invoke_in`, as the owner key
 //!   (confined by its security context when bound) on the sandbox's own policy: the same
 //!   decision, audit rows and kernel-held rules as `cmd.run` and `fs.*` on any other door.
@@ -26,7 +28,9 @@ pub mod control;
 pub mod envd;
 pub mod files;
 pub mod keys;
+pub mod process;
 pub mod store;
+pub mod watch;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -37,7 +41,8 @@ use crate::state::AppState;
 
 /// The envd version sandboxes report. Below 0.5.7 the SDK uploads files as multipart (which
 /// [`files`] reads); at or above 0.4.0 it names no user unless its caller does, and every
-/// command runs as the sandbox user anyway. Watch (0.1.4+) and the rest are refused by method.
+/// command runs as the sandbox user anyway. Closing stdin (0.5.2+) and recursive watches
+/// (0.1.4+) are served; entry info in watch events (0.6.3+) is not.
 pub const ENVD_VERSION: &str = "0.5.6";
 
 /// The path prefix of the door on the HTTP port.

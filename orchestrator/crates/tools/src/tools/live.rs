@@ -1,7 +1,8 @@
 //! Background processes through the router: `cmd.run` with `background: true` starts one
 //! ([`start`], called by `cmd.run`'s handler after the same policy checks and with the same
 //! environment, grant and output cap), and `proc.output`, `proc.input` and `proc.signal` act
-//! on the processes of the caller's own sandbox, found by pid or tag.
+//! on the processes of the caller's own sandbox, found by pid or tag (`proc.input` also
+//! resizes a terminal).
 //!
 //! The start is the `cmd.run` call's own audit row; the end gets one more row (`cmd.run`,
 //! reason code `process_ended`) written by a task that follows the process from its start, so
@@ -326,6 +327,7 @@ fn proc_input<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             data: String,
             #[serde(default)]
             close: bool,
+            resize: Option<PtySize>,
         }
         let a: A = args(a)?;
         let sandbox = sandbox_of(ctx)?;
@@ -335,6 +337,18 @@ fn proc_input<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             .sandboxes
             .dispatcher()
             .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+        if let Some(size) = a.resize {
+            if size.cols == 0 || size.rows == 0 {
+                return Err(ToolError::new(
+                    "invalid_arguments",
+                    "resize: `cols` and `rows` must be at least 1",
+                ));
+            }
+            dispatcher
+                .resize_pty(sandbox, pid, size)
+                .await
+                .map_err(refused)?;
+        }
         let written = if a.data.is_empty() {
             0
         } else {
@@ -349,7 +363,8 @@ fn proc_input<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 .await
                 .map_err(refused)?;
         }
-        Ok(json!({"pid": pid, "written": written, "closed": a.close}))
+        Ok(json!({"pid": pid, "written": written, "closed": a.close,
+                  "resized": a.resize.is_some()}))
     })
 }
 

@@ -1,0 +1,677 @@
+//! envd's `process.Process` service over the node's live processes.
+//!
+//! - `Start` is one router call of `cmd.run` with `background: true` (so the policy decision,
+//!   the kernel grant and the start's audit row are the router's, as on every other door),
+//!   then a stream of the process's events read from the one reader the node keeps for it
+//!   (`LiveProcesses`): `start`, `data` as it comes, `keepalive` when idle, `end`. Reading
+//!   output a started process writes is no new decision, so polls write no audit rows; the end
+//!   gets its own row from the router's follower. A foreground `commands.run` is the same
+//!   stream, which the SDK reads to its end. Closing the stream leaves the process running
+//!   (until its end, its timeout, a signal, or its sandbox's end), as envd does.
+//! - `Connect` streams the same events from the same reader (by pid or tag); two streams on one
+//!   process share its output (each byte goes to one of them), never duplicate it.
+//! - `List` is the executor's list of the sandbox's live processes (read-only).
+//! - `SendInput`, `StreamInput` and `CloseStdin` are `proc.input`; `Update` (a terminal's
+//!   size) is `proc.input` with `resize`; `SendSignal` is `proc.signal`.
+//!
+//! Events the node cannot give E2B's shape are not lost silently: output a slow reader missed
+//! (the node's per-process buffer is bounded) is counted in the end event's `error`.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use dispatcher::{ProcessEvent as LiveEvent, ProcessSelector as LiveSelector};
+use serde_json::{json, Value};
+
+use aegis_e2b::connect::{
+    end_stream_frame, message_frame, Code, Codec, ConnectError, EndStream, Message,
+    RequestStreamDecoder, RpcKind,
+};
+use aegis_e2b::envd::headers as h;
+use aegis_e2b::envd::process::{
+    process_event, process_input, process_selector, stream_input_request, CloseStdinRequest,
+    CloseStdinResponse, ConnectRequest, ConnectResponse, ListRequest, ListResponse, ProcessConfig,
+    ProcessEvent, ProcessInfo, ProcessInput, ProcessSelector, SendInputRequest, SendInputResponse,
+    SendSignalRequest, SendSignalResponse, Signal, StartRequest, StartResponse, StreamInputRequest,
+    StreamInputResponse, UpdateRequest, UpdateResponse,
+};
+
+use super::envd::{
+    call, command_args, content_type, error_response, refuse, stream_error, stream_response,
+    target, unary, Target, DEFAULT_KEEPALIVE, MAX_MESSAGE,
+};
+use crate::state::AppState;
+
+/// Largest data event, as envd sends them.
+const MAX_CHUNK: usize = 64 * 1024;
+
+/// `POST /process.Process/{method}`.
+pub async fn serve(state: AppState, method: &str, headers: HeaderMap, body: Bytes) -> Response {
+    match method {
+        "Start" => start(state, headers, body).await,
+        "Connect" => connect(state, headers, body).await,
+        "List" => {
+            unary(
+                state,
+                headers,
+                body,
+                |state, t, _: ListRequest| async move { list(&state, &t).await },
+            )
+            .await
+        }
+        "SendInput" => {
+            unary(
+                state,
+                headers,
+                body,
+                |state, t, r: SendInputRequest| async move {
+                    let mut args = selector(r.process.as_ref())?;
+                    args["data"] = json!(input_text(r.input)?);
+                    call(&state, &t, "proc.input", args).await?;
+                    Ok(SendInputResponse {})
+                },
+            )
+            .await
+        }
+        "CloseStdin" => {
+            unary(
+                state,
+                headers,
+                body,
+                |state, t, r: CloseStdinRequest| async move {
+                    let mut args = selector(r.process.as_ref())?;
+                    args["close"] = json!(true);
+                    call(&state, &t, "proc.input", args).await?;
+                    Ok(CloseStdinResponse {})
+                },
+            )
+            .await
+        }
+        "SendSignal" => {
+            unary(
+                state,
+                headers,
+                body,
+                |state, t, r: SendSignalRequest| async move {
+                    let mut args = selector(r.process.as_ref())?;
+                    args["signal"] = json!(match Signal::try_from(r.signal) {
+                        Ok(Signal::Sigkill) => "kill",
+                        Ok(Signal::Sigterm) => "term",
+                        _ => {
+                            return Err(refuse(
+                                Code::InvalidArgument,
+                                format!(
+                                    "signal {} is not served: SIGTERM (15) or SIGKILL (9)",
+                                    r.signal
+                                ),
+                            ));
+                        }
+                    });
+                    call(&state, &t, "proc.signal", args).await?;
+                    Ok(SendSignalResponse {})
+                },
+            )
+            .await
+        }
+        "Update" => {
+            unary(
+                state,
+                headers,
+                body,
+                |state, t, r: UpdateRequest| async move {
+                    let mut args = selector(r.process.as_ref())?;
+                    let Some(size) = r.pty.and_then(|p| p.size) else {
+                        // Nothing to change.
+                        return Ok(UpdateResponse {});
+                    };
+                    args["resize"] = json!({"cols": size.cols, "rows": size.rows});
+                    call(&state, &t, "proc.input", args).await?;
+                    Ok(UpdateResponse {})
+                },
+            )
+            .await
+        }
+        "StreamInput" => stream_input(state, headers, body).await,
+        other => error_response(&refuse(
+            Code::Unimplemented,
+            format!("process.Process/{other} is not a method of envd's process service"),
+        )),
+    }
+}
+
+/// The `pid` or `tag` arguments of a router `proc.*` call.
+fn selector(process: Option<&ProcessSelector>) -> Result<Value, ConnectError> {
+    match process.and_then(|p| p.selector.as_ref()) {
+        Some(process_selector::Selector::Pid(pid)) => Ok(json!({"pid": pid})),
+        Some(process_selector::Selector::Tag(tag)) => Ok(json!({"tag": tag})),
+        None => Err(refuse(
+            Code::InvalidArgument,
+            "process: name the process by pid or tag",
+        )),
+    }
+}
+
+/// Input bytes as the text `proc.input` writes (stdin and terminal input alike).
+fn input_text(input: Option<ProcessInput>) -> Result<String, ConnectError> {
+    let bytes = match input.and_then(|i| i.input) {
+        Some(process_input::Input::Stdin(b) | process_input::Input::Pty(b)) => b,
+        None => return Err(refuse(Code::InvalidArgument, "input is missing")),
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        refuse(
+            Code::InvalidArgument,
+            format!("input is not UTF-8 (this node writes text input only): {e}"),
+        )
+    })
+}
+
+/// The live processes of the sandbox, as its executor knows them. Their environment is not
+/// reported (it holds the node's proxy settings, not the caller's).
+async fn list(state: &AppState, t: &Target) -> Result<ListResponse, ConnectError> {
+    let dispatcher = state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| refuse(Code::Unavailable, e.to_string()))?;
+    let processes = dispatcher
+        .list_processes(t.id)
+        .await
+        .map_err(|e| refuse(Code::Unavailable, format!("cannot list processes: {e}")))?;
+    Ok(ListResponse {
+        processes: processes
+            .into_iter()
+            .map(|p| {
+                let mut argv = p.argv.into_iter();
+                ProcessInfo {
+                    config: Some(ProcessConfig {
+                        cmd: argv.next().unwrap_or_default(),
+                        args: argv.collect(),
+                        envs: Default::default(),
+                        cwd: Some(p.cwd),
+                    }),
+                    pid: p.pid,
+                    tag: p.tag,
+                }
+            })
+            .collect(),
+    })
+}
+
+/// The keepalive interval the client asked for.
+pub(super) fn keepalive_of(headers: &HeaderMap) -> Duration {
+    headers
+        .get(h::KEEPALIVE_PING_INTERVAL)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| h::keepalive_interval(v).ok())
+        .unwrap_or(DEFAULT_KEEPALIVE)
+}
+
+/// The one request message of a server-streaming call.
+fn one_request<M: Message>(codec: Codec, body: &[u8]) -> Result<M, ConnectError> {
+    let mut decoder = RequestStreamDecoder::<M>::new(codec, MAX_MESSAGE);
+    let mut messages = decoder.feed(body)?;
+    decoder.finish()?;
+    if messages.len() > 1 {
+        return Err(refuse(
+            Code::InvalidArgument,
+            "a server-streaming call takes exactly one request message",
+        ));
+    }
+    messages
+        .pop()
+        .ok_or_else(|| refuse(Code::InvalidArgument, "no request message in the body"))
+}
+
+async fn start(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
+    let codec = match content_type(&headers, RpcKind::Streaming) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let request: StartRequest = match one_request(codec, &body) {
+        Ok(r) => r,
+        Err(e) => return stream_error(codec, &e),
+    };
+    let target = match target(&state, &headers).await {
+        Ok(t) => t,
+        Err(e) => return stream_error(codec, &e),
+    };
+    let args = match start_args(&headers, request, target.caller.seal.is_some()) {
+        Ok(a) => a,
+        Err(e) => return stream_error(codec, &e),
+    };
+    let keepalive = keepalive_of(&headers);
+    stream(codec, move |tx| async move {
+        let started = match call(&state, &target, "cmd.run", args).await {
+            Ok(out) => out,
+            Err(e) => {
+                let _ = tx.send(end_stream_frame(&EndStream::failed(e))).await;
+                return;
+            }
+        };
+        let Some(pid) = started["pid"].as_u64().and_then(|p| u32::try_from(p).ok()) else {
+            let e = refuse(Code::Internal, "cmd.run started no process (no pid)");
+            let _ = tx.send(end_stream_frame(&EndStream::failed(e))).await;
+            return;
+        };
+        follow(&state, &target, pid, codec, keepalive, &tx, |event| {
+            StartResponse { event: Some(event) }
+        })
+        .await;
+    })
+}
+
+/// The `cmd.run` arguments of a `StartRequest`: the command as [`command_args`] translates it,
+/// in the background, with its stdin, terminal and tag, and the call's deadline as its
+/// timeout (within the policy's ceiling, applied by `cmd.run`).
+fn start_args(
+    headers: &HeaderMap,
+    request: StartRequest,
+    confined: bool,
+) -> Result<Value, ConnectError> {
+    let config = request
+        .process
+        .ok_or_else(|| refuse(Code::InvalidArgument, "process is missing"))?;
+    let mut args = command_args(&config, confined)?;
+    args["background"] = json!(true);
+    if let Some(tag) = request.tag {
+        args["tag"] = json!(tag);
+    }
+    if let Some(pty) = request.pty {
+        let size = pty.size.unwrap_or_default();
+        args["pty"] = json!({"cols": size.cols.max(1), "rows": size.rows.max(1)});
+    } else if request.stdin.unwrap_or(true) {
+        // Absent means an open stdin (clients older than envd 0.3.0).
+        args["stdin"] = json!(true);
+    }
+    if let Some(limit) = aegis_e2b::connect::timeout(
+        headers
+            .get(aegis_e2b::connect::TIMEOUT_HEADER)
+            .and_then(|v| v.to_str().ok()),
+    )? {
+        args["timeout_secs"] = json!(limit.as_secs().max(1));
+    }
+    Ok(args)
+}
+
+async fn connect(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
+    let codec = match content_type(&headers, RpcKind::Streaming) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let request: ConnectRequest = match one_request(codec, &body) {
+        Ok(r) => r,
+        Err(e) => return stream_error(codec, &e),
+    };
+    let target = match target(&state, &headers).await {
+        Ok(t) => t,
+        Err(e) => return stream_error(codec, &e),
+    };
+    let select = match request.process.and_then(|p| p.selector) {
+        Some(process_selector::Selector::Pid(pid)) => LiveSelector::Pid(pid),
+        Some(process_selector::Selector::Tag(tag)) => LiveSelector::Tag(tag),
+        None => {
+            return stream_error(
+                codec,
+                &refuse(
+                    Code::InvalidArgument,
+                    "process: name the process by pid or tag",
+                ),
+            )
+        }
+    };
+    // Resolved before the stream opens, so an unknown process is a plain not_found.
+    let pid = match reader_pid(&state, &target, select).await {
+        Ok(pid) => pid,
+        Err(e) => return stream_error(codec, &e),
+    };
+    let keepalive = keepalive_of(&headers);
+    stream(codec, move |tx| async move {
+        follow(&state, &target, pid, codec, keepalive, &tx, |event| {
+            ConnectResponse { event: Some(event) }
+        })
+        .await;
+    })
+}
+
+/// The pid of the process `select` names in the target sandbox, with its reader kept.
+async fn reader_pid(
+    state: &AppState,
+    target: &Target,
+    select: LiveSelector,
+) -> Result<u32, ConnectError> {
+    let dispatcher = state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| refuse(Code::Unavailable, e.to_string()))?;
+    let what = match &select {
+        LiveSelector::Pid(pid) => format!("pid {pid}"),
+        LiveSelector::Tag(tag) => format!("tag {tag:?}"),
+    };
+    let reader = state
+        .sandboxes
+        .live()
+        .reader(dispatcher, target.id, select)
+        .await
+        .map_err(|e| {
+            refuse(
+                Code::NotFound,
+                format!("process with {what} not found in this sandbox: {e}"),
+            )
+        })?;
+    let pid = reader.lock().await.pid();
+    Ok(pid)
+}
+
+pub(super) type Sender = tokio::sync::mpsc::Sender<Vec<u8>>;
+
+/// A streaming answer whose frames `produce` sends.
+pub(super) fn stream<F, Fut>(codec: Codec, produce: F) -> Response
+where
+    F: FnOnce(Sender) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    tokio::spawn(produce(tx));
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Bytes::from(b)), rx))
+    });
+    stream_response(codec, Body::from_stream(body))
+}
+
+fn frame<M: Message>(
+    codec: Codec,
+    wrap: fn(ProcessEvent) -> M,
+    event: process_event::Event,
+) -> Vec<u8> {
+    message_frame(codec, &wrap(ProcessEvent { event: Some(event) })).unwrap_or_default()
+}
+
+/// Streams a live process's events from its kept reader: `start`, output as it comes,
+/// `keepalive` when idle, `end`, end of stream. Returns when the process ended or the client
+/// left (the process keeps running then).
+async fn follow<M: Message>(
+    state: &AppState,
+    target: &Target,
+    pid: u32,
+    codec: Codec,
+    keepalive: Duration,
+    tx: &Sender,
+    wrap: fn(ProcessEvent) -> M,
+) {
+    use process_event::data_event::Output;
+    let fail = |e: ConnectError| end_stream_frame(&EndStream::failed(e));
+    let live = state.sandboxes.live();
+    let reader = match state.sandboxes.dispatcher() {
+        Ok(dispatcher) => {
+            live.reader(dispatcher, target.id, LiveSelector::Pid(pid))
+                .await
+        }
+        Err(e) => {
+            let _ = tx
+                .send(fail(refuse(Code::Unavailable, e.to_string())))
+                .await;
+            return;
+        }
+    };
+    let reader = match reader {
+        Ok(r) => r,
+        Err(e) => {
+            let e = refuse(Code::NotFound, format!("process {pid}: {e}"));
+            let _ = tx.send(fail(e)).await;
+            return;
+        }
+    };
+    let started = process_event::Event::Start(process_event::StartEvent { pid });
+    if tx.send(frame(codec, wrap, started)).await.is_err() {
+        return;
+    }
+    let mut dropped = 0u64;
+    loop {
+        // The reader is held only while waiting for one event, so another stream on the same
+        // process (a `Connect`) takes its turn.
+        let next = {
+            let mut handle = reader.lock().await;
+            tokio::select! {
+                event = tokio::time::timeout(keepalive, handle.next()) => event,
+                // The client left: the process keeps running.
+                _ = tx.closed() => return,
+            }
+        };
+        let frames = match next {
+            Err(_) => vec![frame(
+                codec,
+                wrap,
+                process_event::Event::Keepalive(process_event::KeepAlive {}),
+            )],
+            Ok(None) => {
+                let e = refuse(
+                    Code::NotFound,
+                    format!("process {pid}: its end was already read by another stream"),
+                );
+                let _ = tx.send(fail(e)).await;
+                return;
+            }
+            Ok(Some(LiveEvent::Dropped { bytes, .. })) => {
+                dropped += bytes;
+                continue;
+            }
+            Ok(Some(LiveEvent::Stdout(b))) => data(codec, wrap, &b, Output::Stdout),
+            Ok(Some(LiveEvent::Stderr(b))) => data(codec, wrap, &b, Output::Stderr),
+            Ok(Some(LiveEvent::Pty(b))) => data(codec, wrap, &b, Output::Pty),
+            Ok(Some(LiveEvent::End(end))) => {
+                live.ended(target.id, pid);
+                let end = end_event(&end, dropped);
+                let _ = tx.send(frame(codec, wrap, end)).await;
+                let _ = tx.send(end_stream_frame(&EndStream::ok())).await;
+                return;
+            }
+        };
+        for f in frames {
+            if tx.send(f).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn data<M: Message>(
+    codec: Codec,
+    wrap: fn(ProcessEvent) -> M,
+    bytes: &[u8],
+    output: fn(Vec<u8>) -> process_event::data_event::Output,
+) -> Vec<Vec<u8>> {
+    bytes
+        .chunks(MAX_CHUNK)
+        .map(|chunk| {
+            frame(
+                codec,
+                wrap,
+                process_event::Event::Data(process_event::DataEvent {
+                    output: Some(output(chunk.to_vec())),
+                }),
+            )
+        })
+        .collect()
+}
+
+/// E2B's end event of a process's end: a signal is exit code -1 and `signal: <name>`; what
+/// the node knows beyond that (a timeout, capped or missed output, an end not observed) is
+/// its `error`.
+pub fn end_event(end: &dispatcher::protocol::ProcessEnd, dropped: u64) -> process_event::Event {
+    let exit_code = end.exit_code.unwrap_or(-1);
+    let status = match (end.exit_code, end.signal) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(9)) => "signal: killed".to_owned(),
+        (None, Some(15)) => "signal: terminated".to_owned(),
+        (None, Some(n)) => format!("signal: {n}"),
+        (None, None) => "unknown".to_owned(),
+    };
+    let mut notes = Vec::new();
+    if let Some(error) = &end.error {
+        notes.push(format!("its end was not observed: {error}"));
+    }
+    if end.timed_out {
+        notes.push("the command ran past its timeout and was killed".to_owned());
+    }
+    if end.truncated.stdout || end.truncated.stderr {
+        notes.push(format!(
+            "output capped: the node passes at most the first bytes of each stream ({} of stdout, {} of stderr were written)",
+            end.stdout_bytes, end.stderr_bytes
+        ));
+    }
+    if dropped > 0 {
+        notes.push(format!(
+            "{dropped} bytes of output were dropped: this stream fell behind the node's buffer"
+        ));
+    }
+    process_event::Event::End(process_event::EndEvent {
+        exit_code,
+        exited: end.exit_code.is_some(),
+        status,
+        error: (!notes.is_empty()).then(|| notes.join("; ")),
+    })
+}
+
+/// `StreamInput`: the whole client stream (a start naming the process, then data), each data
+/// message one `proc.input` call in order, once the stream has ended.
+async fn stream_input(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
+    let codec = match content_type(&headers, RpcKind::Streaming) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let mut decoder = RequestStreamDecoder::<StreamInputRequest>::new(codec, MAX_MESSAGE);
+    let messages = match decoder
+        .feed(&body)
+        .and_then(|m| decoder.finish().map(|()| m))
+    {
+        Ok(m) => m,
+        Err(e) => return stream_error(codec, &e),
+    };
+    let target = match target(&state, &headers).await {
+        Ok(t) => t,
+        Err(e) => return stream_error(codec, &e),
+    };
+    let mut process: Option<Value> = None;
+    for message in messages {
+        match message.event {
+            Some(stream_input_request::Event::Start(s)) => match selector(s.process.as_ref()) {
+                Ok(p) => process = Some(p),
+                Err(e) => return stream_error(codec, &e),
+            },
+            Some(stream_input_request::Event::Data(d)) => {
+                let Some(mut args) = process.clone() else {
+                    let e = refuse(
+                        Code::InvalidArgument,
+                        "StreamInput: a data message came before the start naming the process",
+                    );
+                    return stream_error(codec, &e);
+                };
+                let text = match input_text(d.input) {
+                    Ok(t) => t,
+                    Err(e) => return stream_error(codec, &e),
+                };
+                args["data"] = json!(text);
+                if let Err(e) = call(&state, &target, "proc.input", args).await {
+                    return stream_error(codec, &e);
+                }
+            }
+            Some(stream_input_request::Event::Keepalive(_)) | None => {}
+        }
+    }
+    let mut frames = message_frame(codec, &StreamInputResponse {}).unwrap_or_default();
+    frames.extend(end_stream_frame(&EndStream::ok()));
+    stream_response(codec, Body::from(frames))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dispatcher::protocol::ProcessEnd;
+
+    fn ended(exit_code: Option<i32>, signal: Option<i32>) -> ProcessEnd {
+        ProcessEnd {
+            exit_code,
+            signal,
+            stdout_bytes: 3,
+            stderr_bytes: 0,
+            truncated: Default::default(),
+            timed_out: false,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn ends_read_as_envd_reports_them() {
+        let end = |e: process_event::Event| match e {
+            process_event::Event::End(end) => end,
+            other => panic!("{other:?}"),
+        };
+        let e = end(end_event(&ended(Some(3), None), 0));
+        assert_eq!(
+            (e.exit_code, e.exited, e.status.as_str()),
+            (3, true, "exit status 3")
+        );
+        assert_eq!(e.error, None);
+        let e = end(end_event(&ended(None, Some(9)), 0));
+        assert_eq!(
+            (e.exit_code, e.exited, e.status.as_str()),
+            (-1, false, "signal: killed")
+        );
+        let mut timed = ended(None, Some(9));
+        timed.timed_out = true;
+        let e = end(end_event(&timed, 7));
+        let error = e.error.unwrap();
+        assert!(
+            error.contains("timeout") && error.contains("7 bytes"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn start_requests_become_background_cmd_run_calls() {
+        let config = ProcessConfig {
+            cmd: "/bin/bash".into(),
+            args: vec!["-l".into(), "-c".into(), "echo hi".into()],
+            envs: Default::default(),
+            cwd: None,
+        };
+        let request = |stdin: Option<bool>| StartRequest {
+            process: Some(config.clone()),
+            pty: None,
+            tag: Some("t".into()),
+            stdin,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(aegis_e2b::connect::TIMEOUT_HEADER, "5000".parse().unwrap());
+        let args = start_args(&headers, request(Some(false)), false).unwrap();
+        assert_eq!(
+            args,
+            json!({"command": "bash", "args": ["-c", "echo hi"], "background": true,
+                   "tag": "t", "timeout_secs": 5})
+        );
+        assert_eq!(
+            start_args(&headers, request(None), false).unwrap()["stdin"],
+            true
+        );
+        let mut pty = request(Some(true));
+        pty.pty = Some(aegis_e2b::envd::process::Pty {
+            size: Some(aegis_e2b::envd::process::pty::Size { cols: 80, rows: 24 }),
+        });
+        let args = start_args(&HeaderMap::new(), pty, false).unwrap();
+        assert_eq!(args["pty"], json!({"cols": 80, "rows": 24}));
+        assert!(args.get("stdin").is_none());
+        assert!(start_args(&HeaderMap::new(), StartRequest::default(), false).is_err());
+        assert!(selector(None).is_err());
+        assert_eq!(
+            input_text(Some(ProcessInput {
+                input: Some(process_input::Input::Stdin(b"ab".to_vec()))
+            }))
+            .unwrap(),
+            "ab"
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! envd's directory watches over the executor's (`dispatcher.watch_dir`): the `WatchDir`
+//! stream, and the polling watchers the synchronous SDK uses (`CreateWatcher`, then
+//! `GetWatcherEvents` until `RemoveWatcher`).
+//!
+//! A watch reads what changes beneath a directory of the caller's own sandbox, what listing
+//! it shows. So it is authorized, and its creation audited once, as a router `fs.list` of the
+//! directory: the sandbox's read roots and a bound key's security context decide, and the
+//! executor holds the watch to the read roots again. Polling watchers are bounded per sandbox
+//! (`LiveProcesses`'s `MAX_WATCHERS`) and go with their sandbox. Events lost to a full buffer
+//! or the kernel's queue are never skipped silently: the stream ends, or the poll fails, saying
+//! so (watch again and list the directory).
+
+use axum::body::Bytes;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use dispatcher::protocol::{FsEvent, FsOp};
+use dispatcher::{WatchEvent, WatchHandle};
+use serde_json::json;
+
+use super::envd::{
+    absolute, call, content_type, error_response, refuse, stream_error, target, unary, Target,
+    MAX_MESSAGE,
+};
+use super::process::{keepalive_of, stream};
+use crate::state::AppState;
+use aegis_e2b::connect::{
+    end_stream_frame, message_frame, Code, ConnectError, EndStream, RequestStreamDecoder, RpcKind,
+};
+use aegis_e2b::envd::filesystem::{
+    watch_dir_response, CreateWatcherRequest, CreateWatcherResponse, EventType, FilesystemEvent,
+    GetWatcherEventsRequest, GetWatcherEventsResponse, RemoveWatcherRequest, RemoveWatcherResponse,
+    WatchDirRequest, WatchDirResponse,
+};
+
+/// Most events one `GetWatcherEvents` returns (the rest wait for the next poll).
+const MAX_POLLED: usize = 10_000;
+
+/// `POST /filesystem.Filesystem/{WatchDir, CreateWatcher, GetWatcherEvents, RemoveWatcher}`.
+pub async fn serve(state: AppState, method: &str, headers: HeaderMap, body: Bytes) -> Response {
+    match method {
+        "WatchDir" => watch_dir(state, headers, body).await,
+        "CreateWatcher" => {
+            unary(
+                state,
+                headers,
+                body,
+                |state, t, r: CreateWatcherRequest| async move {
+                    let handle = open(&state, &t, &r.path, r.recursive).await?;
+                    let id = state
+                        .sandboxes
+                        .live()
+                        .keep_watcher(t.id, handle)
+                        .map_err(|max| {
+                            refuse(
+                                Code::ResourceExhausted,
+                                format!(
+                                    "this sandbox already has {max} watchers, the most it may \
+                                     hold; remove one first"
+                                ),
+                            )
+                        })?;
+                    Ok(CreateWatcherResponse { watcher_id: id })
+                },
+            )
+            .await
+        }
+        "GetWatcherEvents" => {
+            unary(
+                state,
+                headers,
+                body,
+                |state, t, r: GetWatcherEventsRequest| async move {
+                    poll(&state, &t, &r.watcher_id).await
+                },
+            )
+            .await
+        }
+        "RemoveWatcher" => {
+            unary(
+                state,
+                headers,
+                body,
+                |state, t, r: RemoveWatcherRequest| async move {
+                    if state.sandboxes.live().remove_watcher(t.id, &r.watcher_id) {
+                        Ok(RemoveWatcherResponse {})
+                    } else {
+                        Err(not_found(&r.watcher_id))
+                    }
+                },
+            )
+            .await
+        }
+        other => error_response(&refuse(
+            Code::Unimplemented,
+            format!("filesystem.Filesystem/{other} is not a watch method"),
+        )),
+    }
+}
+
+fn not_found(id: &str) -> ConnectError {
+    refuse(
+        Code::NotFound,
+        format!("watcher {id:?} not found in this sandbox"),
+    )
+}
+
+/// Authorizes (a router `fs.list` of the directory) and opens a watch.
+async fn open(
+    state: &AppState,
+    t: &Target,
+    path: &str,
+    recursive: bool,
+) -> Result<WatchHandle, ConnectError> {
+    let path = absolute(path)?;
+    call(state, t, "fs.list", json!({"path": path})).await?;
+    let dispatcher = state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| refuse(Code::Unavailable, e.to_string()))?;
+    dispatcher
+        .watch_dir(t.id, &path, recursive)
+        .await
+        .map_err(|e| match &e {
+            dispatcher::DispatchError::Refused { kind, message, .. } => {
+                let code = match kind.as_str() {
+                    "not_found" => Code::NotFound,
+                    "limit_reached" => Code::ResourceExhausted,
+                    "path_not_allowed" | "permission_denied" => Code::PermissionDenied,
+                    _ => Code::InvalidArgument,
+                };
+                refuse(code, format!("cannot watch {path:?}: {message}"))
+            }
+            _ => refuse(Code::Unavailable, format!("cannot watch {path:?}: {e}")),
+        })
+}
+
+/// E2B's event of one change, named relative to the watched directory; `None` for an
+/// overflow (events were lost).
+fn event(watched: &str, fs: &FsEvent) -> Option<FilesystemEvent> {
+    let kind = match fs.op {
+        FsOp::Create => EventType::Create,
+        FsOp::Write => EventType::Write,
+        FsOp::Remove => EventType::Remove,
+        FsOp::Rename => EventType::Rename,
+        FsOp::Chmod => EventType::Chmod,
+        FsOp::Overflow => return None,
+    };
+    let name = fs
+        .path
+        .strip_prefix(watched)
+        .map(|rest| rest.trim_start_matches('/'))
+        .unwrap_or(&fs.path);
+    Some(FilesystemEvent {
+        name: name.to_owned(),
+        r#type: kind as i32,
+        entry: None,
+    })
+}
+
+fn lost(path: &str, what: &str) -> ConnectError {
+    refuse(
+        Code::DataLoss,
+        format!(
+            "the watch of {path:?} lost events ({what}); list the directory and watch it again"
+        ),
+    )
+}
+
+/// Drains a polling watcher: the events that have come, at most [`MAX_POLLED`].
+async fn poll(
+    state: &AppState,
+    t: &Target,
+    id: &str,
+) -> Result<GetWatcherEventsResponse, ConnectError> {
+    let live = state.sandboxes.live();
+    let watcher = live.watcher(t.id, id).ok_or_else(|| not_found(id))?;
+    let mut handle = watcher.lock().await;
+    let watched = handle.path().to_owned();
+    let mut events = Vec::new();
+    while events.len() < MAX_POLLED {
+        match handle.try_next() {
+            None => break,
+            Some(WatchEvent::Fs(fs)) => match event(&watched, &fs) {
+                Some(e) => events.push(e),
+                None => {
+                    live.remove_watcher(t.id, id);
+                    return Err(lost(&watched, "the kernel's queue overflowed"));
+                }
+            },
+            Some(WatchEvent::Dropped { events: n }) => {
+                live.remove_watcher(t.id, id);
+                return Err(lost(&watched, &format!("{n} dropped between polls")));
+            }
+            Some(WatchEvent::End { reason }) => {
+                live.remove_watcher(t.id, id);
+                if events.is_empty() {
+                    return Err(refuse(
+                        Code::NotFound,
+                        format!("watcher {id:?} ended: {reason}"),
+                    ));
+                }
+                break;
+            }
+        }
+    }
+    Ok(GetWatcherEventsResponse { events })
+}
+
+fn frame(codec: aegis_e2b::connect::Codec, event: watch_dir_response::Event) -> Vec<u8> {
+    message_frame(codec, &WatchDirResponse { event: Some(event) }).unwrap_or_default()
+}
+
+/// `WatchDir`: `start` once the watch is in place, then each change, `keepalive` when idle;
+/// it ends when the client leaves (the watch is removed) or the watch does.
+async fn watch_dir(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
+    let codec = match content_type(&headers, RpcKind::Streaming) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let mut decoder = RequestStreamDecoder::<WatchDirRequest>::new(codec, MAX_MESSAGE);
+    let request = match decoder.feed(&body).and_then(|mut m| {
+        decoder.finish()?;
+        m.pop()
+            .ok_or_else(|| refuse(Code::InvalidArgument, "no WatchDirRequest in the body"))
+    }) {
+        Ok(r) => r,
+        Err(e) => return stream_error(codec, &e),
+    };
+    let t = match target(&state, &headers).await {
+        Ok(t) => t,
+        Err(e) => return stream_error(codec, &e),
+    };
+    let mut handle = match open(&state, &t, &request.path, request.recursive).await {
+        Ok(h) => h,
+        Err(e) => return stream_error(codec, &e),
+    };
+    let keepalive = keepalive_of(&headers);
+    stream(codec, move |tx| async move {
+        let watched = handle.path().to_owned();
+        let started = watch_dir_response::Event::Start(watch_dir_response::StartEvent {});
+        if tx.send(frame(codec, started)).await.is_err() {
+            return;
+        }
+        loop {
+            let next = tokio::select! {
+                next = tokio::time::timeout(keepalive, handle.next()) => next,
+                // The client left: dropping the handle removes the watch.
+                _ = tx.closed() => return,
+            };
+            let failed = |e: ConnectError| end_stream_frame(&EndStream::failed(e));
+            let (out, last) = match next {
+                Err(_) => (
+                    frame(
+                        codec,
+                        watch_dir_response::Event::Keepalive(watch_dir_response::KeepAlive {}),
+                    ),
+                    false,
+                ),
+                Ok(Some(WatchEvent::Fs(fs))) => match event(&watched, &fs) {
+                    Some(e) => (
+                        frame(codec, watch_dir_response::Event::Filesystem(e)),
+                        false,
+                    ),
+                    None => (
+                        failed(lost(&watched, "the kernel's queue overflowed")),
+                        true,
+                    ),
+                },
+                Ok(Some(WatchEvent::Dropped { events })) => (
+                    failed(lost(
+                        &watched,
+                        &format!("{events} dropped: this stream fell behind"),
+                    )),
+                    true,
+                ),
+                Ok(Some(WatchEvent::End { reason })) => (
+                    failed(refuse(
+                        Code::Unavailable,
+                        format!("the watch of {watched:?} ended: {reason}"),
+                    )),
+                    true,
+                ),
+                Ok(None) => (end_stream_frame(&EndStream::ok()), true),
+            };
+            if tx.send(out).await.is_err() || last {
+                return;
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_are_named_beneath_the_watched_directory() {
+        let fs = |op, path: &str| FsEvent {
+            op,
+            path: path.to_owned(),
+            is_dir: false,
+        };
+        let e = event("/home/user/w", &fs(FsOp::Write, "/home/user/w/a/b.txt")).unwrap();
+        assert_eq!(e.name, "a/b.txt");
+        assert_eq!(e.r#type, EventType::Write as i32);
+        let e = event("/home/user/w", &fs(FsOp::Rename, "/home/user/w/x")).unwrap();
+        assert_eq!(e.r#type, EventType::Rename as i32);
+        assert!(event("/home/user/w", &fs(FsOp::Overflow, "/home/user/w")).is_none());
+    }
+}
