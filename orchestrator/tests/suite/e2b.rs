@@ -353,8 +353,8 @@ async fn the_e2b_door_refuses_what_the_key_and_its_context_do_not_grant() {
         false,
         "another sandbox's process is not found"
     );
-    refused(&r, "other_process_connect", "not found");
-    refused(&r, "other_process_stdin", "not found");
+    refused(&r, "other_process_connect", "NotFound");
+    refused(&r, "other_process_stdin", "NotFound");
     assert_eq!(ok(&r, "other_process_list"), &json!([]));
     assert_eq!(ok(&r, "own_process_kill"), true);
     refused(&r, "outside_write", "contains `..`");
