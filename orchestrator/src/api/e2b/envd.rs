@@ -176,9 +176,11 @@ fn tool_error(e: ToolError) -> ConnectError {
     let code = match e.code {
         "not_found" => Code::NotFound,
         "conflict" => Code::AlreadyExists,
-        "path_not_allowed" | "permission_denied" | "command_not_allowed" => Code::PermissionDenied,
+        "path_not_allowed" | "permission_denied" | "command_not_allowed" | "env_not_allowed" => {
+            Code::PermissionDenied
+        }
         "invalid_arguments" | "invalid_target" | "command_not_found" => Code::InvalidArgument,
-        "too_large" | "no_space" => Code::ResourceExhausted,
+        "too_large" | "no_space" | "limit_reached" => Code::ResourceExhausted,
         "timeout" => Code::DeadlineExceeded,
         "sandbox_gone" => Code::Unavailable,
         _ => Code::Internal,
