@@ -699,7 +699,6 @@ pub async fn envs(State(state): State<AppState>, headers: HeaderMap) -> Response
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aegis_e2b::connect::ResponseStreamDecoder;
     use aegis_e2b::envd::process::ProcessConfig;
 
     fn config(cmd: &str, args: &[&str]) -> ProcessConfig {

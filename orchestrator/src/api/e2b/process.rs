@@ -632,6 +632,40 @@ mod tests {
     }
 
     #[test]
+    fn output_streams_in_frames_of_at_most_64_kib() {
+        use aegis_e2b::connect::ResponseStreamDecoder;
+        use process_event::data_event::Output;
+        let bytes = vec![7u8; MAX_CHUNK + 10];
+        let mut body = data(
+            Codec::Proto,
+            |event| StartResponse { event: Some(event) },
+            &bytes,
+            Output::Stdout,
+        )
+        .concat();
+        body.extend(end_stream_frame(&EndStream::ok()));
+        let mut decoder = ResponseStreamDecoder::<StartResponse>::new(Codec::Proto, 2 * MAX_CHUNK);
+        let items = decoder.feed(&body).unwrap();
+        decoder.finish().unwrap();
+        let sizes: Vec<usize> = items
+            .into_iter()
+            .filter_map(|item| match item {
+                aegis_e2b::connect::StreamItem::Message(StartResponse {
+                    event:
+                        Some(ProcessEvent {
+                            event:
+                                Some(process_event::Event::Data(process_event::DataEvent {
+                                    output: Some(Output::Stdout(b)),
+                                })),
+                        }),
+                }) => Some(b.len()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sizes, [MAX_CHUNK, 10]);
+    }
+
+    #[test]
     fn start_requests_become_background_cmd_run_calls() {
         let config = ProcessConfig {
             cmd: "/bin/bash".into(),
