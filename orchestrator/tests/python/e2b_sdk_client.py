@@ -6,6 +6,7 @@ E2B_OTHER_KEY (another operator key) and E2B_BOUND_KEY (a key bound to a narrow 
 Prints one JSON report on stdout; every step records what happened, the Rust test judges it.
 """
 
+import asyncio
 import json
 import os
 import sys
@@ -13,7 +14,7 @@ import time
 import urllib.request
 import urllib.error
 
-from e2b import CommandExitException, PtySize, Sandbox, SandboxQuery
+from e2b import AsyncSandbox, CommandExitException, PtySize, Sandbox, SandboxQuery
 from e2b.sandbox.signature import get_signature
 
 
@@ -224,6 +225,28 @@ def live():
         return events
 
     attempt(report, "watch", watch)
+
+    # The async SDK watches through the WatchDir stream (recursive here).
+    def watch_stream():
+        async def go():
+            a = await AsyncSandbox.connect(sbx.sandbox_id)
+            seen, got = [], asyncio.Event()
+
+            def on_event(e):
+                seen.append({"name": e.name, "type": str(e.type)})
+                if e.name == "sub/streamed.txt":
+                    got.set()
+
+            await a.files.make_dir("watched/sub")
+            h = await a.files.watch_dir("watched", on_event=on_event, recursive=True)
+            await a.files.write("watched/sub/streamed.txt", "y")
+            await asyncio.wait_for(got.wait(), 60)
+            await h.stop()
+            return seen
+
+        return asyncio.run(go())
+
+    attempt(report, "watch_stream", watch_stream)
     sbx.kill()
     print(json.dumps(report))
 

@@ -277,6 +277,16 @@ async fn the_e2b_sdk_drives_live_processes_terminals_and_watches() {
         "{watch}"
     );
 
+    let streamed = ok(&r, "watch_stream");
+    assert!(
+        streamed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "sub/streamed.txt"),
+        "{streamed}"
+    );
+
     // Starts and input are router calls with rows; reading output is not a new decision.
     let count = |action: &'static str| {
         let pool = app.state.pool.clone();
