@@ -283,3 +283,36 @@ async fn one_sandbox_cannot_touch_the_processes_of_another_and_unlisted_tools_ar
     let left = common::docker_lines(&["ps", "-q", "--filter", &format!("name={}", a.container())]);
     assert!(left.is_empty(), "the sandbox is gone: {left:?}");
 }
+
+#[tokio::test]
+async fn ended_processes_nobody_reads_are_kept_within_a_bound() {
+    let app = TestApp::spawn().await;
+    let sb = AgentSandbox::start(&app, agent("bg-bound", ALL)).await;
+    let mut pids = Vec::new();
+    for _ in 0..40 {
+        let out = sb
+            .ok("cmd.run", json!({"command": "sleep 0", "background": true}))
+            .await;
+        pids.push(out["pid"].clone());
+    }
+    // Every one ended (their end rows are written by the node once it sees each end).
+    app.until(
+        "/v1/audit?limit=500",
+        "audited 40 ends",
+        Duration::from_secs(30),
+        |b| {
+            b["rows"].as_array().is_some_and(|r| {
+                r.iter()
+                    .filter(|row| row["reason_code"] == "process_ended")
+                    .count()
+                    >= 40
+            })
+        },
+    )
+    .await;
+    // The newest are still readable to their end; the oldest were let go, and say so.
+    let last = sb.ok("proc.output", json!({"pid": pids[39]})).await;
+    assert_eq!(last["ended"]["exit_code"], 0, "{last}");
+    sb.tool_error("proc.output", json!({"pid": pids[0]}), "not_found")
+        .await;
+}

@@ -4,9 +4,10 @@
 //!
 //! The dispatcher keeps each process's events in a bounded ring and reports what a slow reader
 //! missed; this registry only keeps the reader (`ProcessHandle`) between tool calls, by sandbox
-//! and pid. It holds at most what the executor allows per sandbox (`max_live_processes`), loses
-//! a process's entry once its end was read, and a sandbox's entries when the sandbox is
-//! destroyed. A replica that did not start a process (after a restart) attaches a new reader on
+//! and pid. Running processes are bounded by the executor (`max_live_processes` per sandbox);
+//! a process's entry goes once its end was read, and a sandbox's entries when the sandbox is
+//! destroyed. Ended processes nobody read to the end are kept for a later read, at most
+//! [`MAX_ENDED_KEPT`] per sandbox (the oldest go first). A replica that did not start a process (after a restart) attaches a new reader on
 //! first use, from the output still buffered.
 //!
 //! It also keeps the polling directory watchers of E2B's SDK (`CreateWatcher`, then
@@ -24,6 +25,9 @@ pub const MAX_WATCHERS: usize = 16;
 /// One polling watcher, drained by the calls that read it (one at a time).
 pub type Watcher = Arc<tokio::sync::Mutex<WatchHandle>>;
 
+/// Ended processes whose end nobody read, kept per sandbox beyond which the oldest are dropped.
+pub const MAX_ENDED_KEPT: usize = 32;
+
 /// One process's reader, shared by the calls that read it (one at a time).
 pub type Reader = Arc<tokio::sync::Mutex<ProcessHandle>>;
 
@@ -39,6 +43,8 @@ pub struct LiveProcesses {
 struct Kept {
     tag: Option<String>,
     reader: Reader,
+    /// When its process ended (told by whoever follows it to its end), if it has.
+    ended: Option<std::time::Instant>,
 }
 
 impl LiveProcesses {
@@ -51,6 +57,7 @@ impl LiveProcesses {
             Kept {
                 tag,
                 reader: Arc::clone(&reader),
+                ended: None,
             },
         );
         reader
@@ -86,8 +93,29 @@ impl LiveProcesses {
         let kept = readers.entry((sandbox, pid)).or_insert_with(|| Kept {
             tag,
             reader: Arc::new(tokio::sync::Mutex::new(handle)),
+            ended: None,
         });
         Ok(Arc::clone(&kept.reader))
+    }
+
+    /// Notes that a process ended (its end may still be unread), and drops the oldest ended
+    /// entries of its sandbox beyond [`MAX_ENDED_KEPT`].
+    pub fn mark_ended(&self, sandbox: SandboxId, pid: u32) {
+        let mut readers = self.lock();
+        if let Some(kept) = readers.get_mut(&(sandbox, pid)) {
+            kept.ended = Some(std::time::Instant::now());
+        }
+        let mut ended: Vec<((SandboxId, u32), std::time::Instant)> = readers
+            .iter()
+            .filter(|((s, _), _)| *s == sandbox)
+            .filter_map(|(key, kept)| Some((*key, kept.ended?)))
+            .collect();
+        if ended.len() > MAX_ENDED_KEPT {
+            ended.sort_by_key(|(_, at)| *at);
+            for (key, _) in &ended[..ended.len() - MAX_ENDED_KEPT] {
+                readers.remove(key);
+            }
+        }
     }
 
     /// Forgets a process whose end was read.

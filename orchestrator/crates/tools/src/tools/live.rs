@@ -77,6 +77,7 @@ pub(super) async fn start(ctx: &ToolContext<'_>, b: Background) -> Result<Value,
         .await;
     let pool = ctx.state.pool.clone();
     let caller = ctx.caller.clone();
+    let sandboxes = ctx.state.sandboxes.clone();
     let program = b.argv.first().cloned().unwrap_or_default();
     let started = Instant::now();
     tokio::spawn(async move {
@@ -93,6 +94,7 @@ pub(super) async fn start(ctx: &ToolContext<'_>, b: Background) -> Result<Value,
             }),
         };
         if let Some(end) = end {
+            sandboxes.live().mark_ended(sandbox, pid);
             record_end(
                 &pool,
                 &caller,
