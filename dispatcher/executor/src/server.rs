@@ -273,11 +273,14 @@ fn serve(context: &Arc<Context>, output: &Arc<Output>, in_flight: &Arc<InFlight>
     loop {
         match read_frame(&mut reader, max_frame, &mut line) {
             Ok(Frame::Line) => handle_line(context, output, in_flight, &line),
+            // Answered under the request's own id when its start names one, so its caller
+            // gets the refusal rather than a timeout.
             Ok(Frame::TooLong) => output.error(
-                UNATTRIBUTED_ID,
-                OpError::invalid(format!(
-                    "request line longer than {max_frame} bytes was skipped"
-                )),
+                crate::frame::request_id(&line).unwrap_or(UNATTRIBUTED_ID),
+                OpError::new(
+                    ErrorKind::TooLarge,
+                    format!("request line longer than {max_frame} bytes was skipped"),
+                ),
             ),
             Ok(Frame::Eof) => return,
             Err(e) => {

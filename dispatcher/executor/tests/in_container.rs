@@ -940,6 +940,23 @@ fn background_children_neither_hang_nor_linger() {
 }
 
 #[test]
+fn a_request_line_over_the_bound_is_refused_under_its_own_id() {
+    let s = Sandbox::start();
+    // Over max_file_bytes * 6 + 1 MiB (JSON escaping can make one byte six): skipped, and the
+    // refusal carries the request's id, so its caller is answered rather than left to time out.
+    let id = 900_001;
+    let mut line = format!(r#"{{"id":{id},"op":"fs.write","path":"big","content":""#);
+    line.push_str(&"x".repeat(62 * 1024 * 1024));
+    line.push_str("\"}");
+    s.send_raw(&line);
+    let answer = s.wait(id);
+    assert_eq!(answer["error"]["kind"], "too_large", "{answer}");
+    // Nothing was written, and the executor still answers.
+    s.refused(json!({"op":"fs.read","path":"big"}), "not_found");
+    s.ok(json!({"op":"ping"}));
+}
+
+#[test]
 fn failures_and_special_files_are_reported_cleanly() {
     let s = Sandbox::start();
     s.sh(&["mkdir", "locked"]);
