@@ -211,6 +211,27 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(gone, "the timed-out sandbox {short} is gone");
+    // ... and the node's ending of it is in the audit chain.
+    let audited = app
+        .until(
+            "/v1/audit?limit=500",
+            "audited the timeout",
+            Duration::from_secs(20),
+            |b| {
+                b["rows"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|row| row["action"] == "e2b.sandbox.timeout"))
+            },
+        )
+        .await;
+    let row = audited["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["action"] == "e2b.sandbox.timeout")
+        .unwrap()
+        .clone();
+    assert_eq!(row["caller_kind"], "system", "{row}");
     eprintln!(
         "E2B create to first output: {} ms",
         r["create_to_first_output_ms"]

@@ -213,8 +213,21 @@ pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
     let mut ended = 0;
     for (id,) in &due {
         let sandbox = SandboxId(*id);
+        let started = std::time::Instant::now();
         match state.sandboxes.destroy(sandbox).await {
-            Ok(()) => tracing::info!(sandbox = %id, "E2B sandbox ended: its timeout passed"),
+            Ok(()) => {
+                tracing::info!(sandbox = %id, "E2B sandbox ended: its timeout passed");
+                // The node ended it, not a caller: one admin row by the system says so.
+                let _ = crate::audit::record_admin(
+                    &state.pool,
+                    &crate::caller::Caller::system(),
+                    "e2b.sandbox.timeout",
+                    &serde_json::json!({"sandbox_id": id}),
+                    true,
+                    started,
+                )
+                .await;
+            }
             Err(crate::sandboxes::SandboxError::Dispatch(
                 dispatcher::DispatchError::SandboxNotFound { .. },
             )) => {}
