@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The sandbox benchmark: makes its dependencies available (like scripts/test.sh), then runs
 # orchestrator/examples/bench.rs in release mode and prints its table.
-# Usage: scripts/bench.sh [--iterations N] [--warmup N] [--pool-iterations M]
+# Usage: [BENCH_CHANNEL=attach] scripts/bench.sh [--iterations N] [--warmup N] [--pool-iterations M]
+#
+# Calls reach the executors over their socket (the direct channel; run as root), or over
+# Docker's attach stream with BENCH_CHANNEL=attach, to compare the two.
 #
 # - Docker: must answer (fails loudly otherwise).
 # - PostgreSQL: uses $DATABASE_URL when given (a role that may CREATE DATABASE; the benchmark

@@ -3,6 +3,12 @@
 # orchestrator/examples/load_bench.rs in release mode and prints its table.
 # Usage: scripts/load_bench.sh [--clients 50] [--seconds 5] [--warmup 1] [--sandboxes 10]
 #                              [--transports rest,seal-http,seal-grpc,mcp] [--workloads runtime,cmd,read] [--cpu]
+#                              [--channels socket,attach]
+#
+# `--channels`: how calls reach the executors, each measured in turn in the same run: `socket`
+# (the direct channel, a Unix socket per sandbox under /run/aegis-bench: run as root)
+# and `attach` (Docker's attach stream, the fallback). With `--cpu`, each row shows the CPU per
+# call by process, so the two channels compare within minutes on the same machine.
 #
 # - Docker: must answer. PostgreSQL: $DATABASE_URL when given (a role that may CREATE DATABASE;
 #   the benchmark creates load_<uuid> and drops it), else a throwaway cluster (scripts/lib).

@@ -60,6 +60,11 @@ pub struct DispatcherConfig {
     pub live_buffer_bytes: usize,
     /// Events kept per watch for its reader (default 4096); older ones are dropped and counted.
     pub watch_buffer_events: usize,
+    /// Host directory under which each sandbox gets its executor's socket (the direct channel,
+    /// `channel.rs`); the same path must reach the Docker daemon's host, and it is at most
+    /// [`MAX_BASE_LEN`](crate::channel::MAX_BASE_LEN) bytes long (a socket address is short).
+    /// `None` (the default): every call goes over the attach stream.
+    pub channel_dir: Option<PathBuf>,
 }
 
 impl DispatcherConfig {
@@ -90,6 +95,7 @@ impl DispatcherConfig {
             max_watches: 8,
             live_buffer_bytes: 256 * 1024,
             watch_buffer_events: 4096,
+            channel_dir: None,
         }
     }
 }

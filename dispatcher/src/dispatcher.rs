@@ -79,6 +79,8 @@ pub(crate) struct Inner {
     pub(crate) sandboxes: RwLock<HashMap<SandboxId, Arc<Sandbox>>>,
     pub(crate) pool: Pool,
     pub(crate) shutdown: CancellationToken,
+    /// New sandboxes get the socket channel (when `config.channel_dir` is set).
+    pub(crate) socket_channel: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Inner {
@@ -139,6 +141,7 @@ impl Dispatcher {
                 sandboxes: RwLock::new(HashMap::new()),
                 pool,
                 shutdown: CancellationToken::new(),
+                socket_channel: std::sync::atomic::AtomicBool::new(true),
             }),
         };
         tracing::info!(instance = %instance_id, scope = %dispatcher.inner.scope.label, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
@@ -217,6 +220,24 @@ impl Dispatcher {
     ) -> Result<Response> {
         let sandbox = self.inner.attached(id).await?;
         sandbox.stream.call(op, deadline).await
+    }
+
+    /// Whether sandboxes created from now on get the socket channel (`config.channel_dir` must
+    /// be set; on by default): off, they are served over the attach stream, as without a
+    /// channel directory. Sandboxes already made keep theirs. For an operator turning the
+    /// channel off without a restart, and for measuring both transports in one run.
+    pub fn set_socket_channel(&self, on: bool) {
+        self.inner
+            .socket_channel
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How calls reach sandbox `id`'s executor, if this instance holds it: its socket, or the
+    /// attach stream (socket channel off, or its socket unreachable).
+    pub fn transport(&self, id: SandboxId) -> Option<crate::Transport> {
+        self.inner
+            .held(id)
+            .map(|sandbox| sandbox.stream.transport())
     }
 
     fn deadline_for(&self, op: &Op) -> Duration {
@@ -577,6 +598,15 @@ impl Inner {
         for (k, v) in &spec.labels {
             container_labels.insert(k.clone(), v.clone());
         }
+        let channel = self
+            .config
+            .channel_dir
+            .as_deref()
+            .filter(|_| {
+                self.socket_channel
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .and_then(|base| crate::channel::prepare(base, id));
         let body = hardening::sandbox_container(
             id,
             spec,
@@ -584,6 +614,7 @@ impl Inner {
             volume,
             container_labels,
             &self.config,
+            channel.as_deref(),
         );
         let created = self
             .docker
@@ -628,7 +659,15 @@ impl Inner {
                  confined (sandbox.require_landlock is on)"
                     .to_owned()
             }
-            Ok(Ok(Ok(_ready))) => return Ok((stream, created.id)),
+            Ok(Ok(Ok(ready))) => {
+                let stream = match (&self.config.channel_dir, &channel) {
+                    (Some(base), Some(_)) if ready.channel => {
+                        self.switch_to_socket(id, container, base, stream).await
+                    }
+                    _ => stream,
+                };
+                return Ok((stream, created.id));
+            }
             Ok(Ok(Err(detail))) => detail,
             Ok(Err(_)) => "the stream closed before the ready line".to_owned(),
             Err(_) => "no ready line".to_owned(),
@@ -640,6 +679,36 @@ impl Inner {
             timeout,
             detail: format!("{detail}{exit}"),
         })
+    }
+
+    /// Connects to the executor's socket and closes the attach stream (which carried the ready
+    /// line); keeps the attach stream when the socket cannot be reached.
+    async fn switch_to_socket(
+        self: &Arc<Self>,
+        id: SandboxId,
+        container: &str,
+        base: &std::path::Path,
+        attached: ExecutorStream,
+    ) -> ExecutorStream {
+        let path = crate::channel::socket_of(base, id);
+        match ExecutorStream::connect(
+            &path,
+            id,
+            1,
+            self.config.max_response_bytes,
+            self.on_break(id, container),
+        )
+        .await
+        {
+            Ok(socket) => {
+                attached.close("the sandbox is served over its socket");
+                socket
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, socket = %path.display(), error = %e, "cannot connect to the executor's socket; serving over the attach stream");
+                attached
+            }
+        }
     }
 
     /// The labels every object of sandbox `id` carries.
@@ -800,6 +869,13 @@ impl Inner {
         })
     }
 
+    /// Removes the channel directory of a removed sandbox container (nothing without one).
+    fn remove_channel_dir(&self, container: &str) {
+        if let Some(base) = &self.config.channel_dir {
+            crate::channel::remove(base, container);
+        }
+    }
+
     /// Removes a container by force (kills it first); gone already is fine.
     pub(crate) async fn remove_container(&self, container: &str) -> Result<()> {
         // `v`: anonymous volumes from the image's VOLUME instructions go with the container
@@ -814,8 +890,14 @@ impl Inner {
                 .remove_container(container, Some(options.clone()))
                 .await
             {
-                Ok(()) => return Ok(()),
-                Err(e) if is_not_found(&e) => return Ok(()),
+                Ok(()) => {
+                    self.remove_channel_dir(container);
+                    return Ok(());
+                }
+                Err(e) if is_not_found(&e) => {
+                    self.remove_channel_dir(container);
+                    return Ok(());
+                }
                 // "removal already in progress": wait for the other remover.
                 Err(e) if is_conflict(&e) && attempt < 4 => {
                     tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
@@ -910,15 +992,34 @@ impl Inner {
         }
         // Ids far above anything the previous instance used, so its late answers are ignored.
         let first_id = (1u64 << 40) + u64::from(rand_u32()) * (1 << 20);
-        let (stream, _ready) = ExecutorStream::attach(
-            &self.docker,
-            &row.container_name,
-            id,
-            first_id,
-            self.config.max_response_bytes,
-            self.on_break(id, &row.container_name),
-        )
-        .await?;
+        let socket = match &self.config.channel_dir {
+            Some(base) => ExecutorStream::connect(
+                &crate::channel::socket_of(base, id),
+                id,
+                first_id,
+                self.config.max_response_bytes,
+                self.on_break(id, &row.container_name),
+            )
+            .await
+            .inspect_err(|e| tracing::debug!(sandbox = %id, error = %e, "no socket to adopt over; attaching"))
+            .ok(),
+            None => None,
+        };
+        let stream = match socket {
+            Some(stream) => stream,
+            None => {
+                ExecutorStream::attach(
+                    &self.docker,
+                    &row.container_name,
+                    id,
+                    first_id,
+                    self.config.max_response_bytes,
+                    self.on_break(id, &row.container_name),
+                )
+                .await?
+                .0
+            }
+        };
         let pong = stream.call(Op::Ping, self.config.ready_timeout).await?;
         if let Err(body) = pong.into_result() {
             return Err(DispatchError::Protocol {

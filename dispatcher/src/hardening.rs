@@ -9,8 +9,9 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    ContainerCreateBody, HealthConfig, HostConfig, HostConfigLogConfig, Mount, MountType,
-    MountVolumeOptions, ResourcesUlimits, VolumeCreateRequest,
+    ContainerCreateBody, HealthConfig, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
+    MountBindOptionsPropagationEnum, MountType, MountVolumeOptions, ResourcesUlimits,
+    VolumeCreateRequest,
 };
 use serde::Serialize;
 
@@ -53,6 +54,8 @@ pub(crate) struct ExecutorConfig<'a> {
     pub require_landlock: bool,
     pub max_live_processes: usize,
     pub max_watches: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel_dir: Option<&'static str>,
 }
 
 /// Open files per process (the executor's own descriptors included; it keeps a few per command).
@@ -95,6 +98,54 @@ pub(crate) fn workspace_volume(
     }
 }
 
+/// The container's mounts: the executor (read-only), the workspace, and the sandbox's own
+/// channel directory when the socket channel is on.
+fn mounts(
+    executor: &ExecutorVolume,
+    workspace_volume: &str,
+    workspace_dir: &str,
+    channel: Option<&std::path::Path>,
+) -> Vec<Mount> {
+    let mut mounts = vec![
+        // The executor, read-only: agent code cannot replace the program that polices it.
+        Mount {
+            target: Some(EXECUTOR_DIR.to_owned()),
+            source: Some(executor.name.clone()),
+            typ: Some(MountType::VOLUME),
+            read_only: Some(true),
+            volume_options: Some(MountVolumeOptions {
+                no_copy: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        // The sandbox's own workspace, destroyed with it.
+        Mount {
+            target: Some(workspace_dir.to_owned()),
+            source: Some(workspace_volume.to_owned()),
+            typ: Some(MountType::VOLUME),
+            read_only: Some(false),
+            ..Default::default()
+        },
+    ];
+    if let Some(dir) = channel {
+        // This sandbox's directory only (root's, 0700): the executor binds its socket there.
+        // Private propagation: nothing mounted later on the host side shows up inside.
+        mounts.push(Mount {
+            target: Some(crate::channel::TARGET.to_owned()),
+            source: Some(dir.to_string_lossy().into_owned()),
+            typ: Some(MountType::BIND),
+            read_only: Some(false),
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    mounts
+}
+
 /// The name of the environment variable the executor reads its configuration from.
 pub const EXECUTOR_CONFIG_ENV: &str = "SANDBOX_EXECUTOR_CONFIG";
 
@@ -106,6 +157,7 @@ pub(crate) fn sandbox_container(
     workspace_volume: &str,
     labels: HashMap<String, String>,
     config: &DispatcherConfig,
+    channel: Option<&std::path::Path>,
 ) -> ContainerCreateBody {
     let executor_config = ExecutorConfig {
         uid: SANDBOX_UID,
@@ -121,6 +173,7 @@ pub(crate) fn sandbox_container(
         require_landlock: config.require_landlock,
         max_live_processes: config.max_live_processes,
         max_watches: config.max_watches,
+        channel_dir: channel.map(|_| crate::channel::TARGET),
     };
     // Serializing plain strings and integers cannot fail; an empty config would still give the
     // executor's safe defaults.
@@ -158,30 +211,15 @@ pub(crate) fn sandbox_container(
         // No network unless the manifest grants egress, and then the sandbox's own internal
         // network whose only way out is the egress proxy; never the host's network.
         network_mode: Some(spec.network.docker_mode(id)),
-        // Never host paths: only the two named volumes below (no binds means no Docker socket).
+        // No binds (so no Docker socket); the only host path is the sandbox's own channel
+        // directory (a mount below, root's with mode 0700), when the socket channel is on.
         binds: Some(Vec::new()),
-        mounts: Some(vec![
-            // The executor, read-only: agent code cannot replace the program that polices it.
-            Mount {
-                target: Some(EXECUTOR_DIR.to_owned()),
-                source: Some(executor.name.clone()),
-                typ: Some(MountType::VOLUME),
-                read_only: Some(true),
-                volume_options: Some(MountVolumeOptions {
-                    no_copy: Some(true),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            // The sandbox's own workspace, destroyed with it.
-            Mount {
-                target: Some(spec.workspace_dir().to_owned()),
-                source: Some(workspace_volume.to_owned()),
-                typ: Some(MountType::VOLUME),
-                read_only: Some(false),
-                ..Default::default()
-            },
-        ]),
+        mounts: Some(mounts(
+            executor,
+            workspace_volume,
+            spec.workspace_dir(),
+            channel,
+        )),
         devices: Some(Vec::new()),
         privileged: Some(false),
         // The executor is PID 1 and reaps orphans itself; docker-init would sit in between.

@@ -35,6 +35,7 @@
 
 mod archive;
 mod beacon;
+pub mod channel;
 mod config;
 mod dispatcher;
 mod engine;
@@ -62,6 +63,7 @@ pub use pool::{PoolStats, POOL_OWNER_ID};
 pub use reaper::ReapReport;
 pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};
 pub use store::{RecordedSpec, SandboxInfo, SandboxState};
+pub use stream::Transport;
 
 /// The executor's wire protocol (requests, responses, results), re-exported so callers build
 /// [`protocol::Op`] values without depending on the executor package themselves.

@@ -1,7 +1,10 @@
 //! The long-lived request stream to one sandbox's executor: the hot path of every tool call.
 //!
-//! The container's stdin and stdout are attached once, when the sandbox is created (or adopted),
-//! and stay attached for its whole life. Requests are JSON lines carrying ids; many may be in
+//! Two transports carry the same lines. The **socket** (`connect`): a Unix socket the executor
+//! listens on in a directory the node shares with the sandbox (`channel.rs`), so a call passes
+//! no Docker process. The **attach stream** (`attach`): the container's stdin and stdout,
+//! attached once when the sandbox is created (or adopted), relayed by dockerd and the shim; it
+//! carries the ready line, and every call when the socket is off or unreachable. Requests are JSON lines carrying ids; many may be in
 //! flight at once and the executor answers in any order. Two tasks own the two halves:
 //!
 //! - the **writer** takes encoded lines from a channel and writes them to stdin, batching what
@@ -22,6 +25,7 @@
 //! `docker exec`, no container API request.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,7 +39,8 @@ use sandbox_executor::protocol::{
     CancelParams, Event, LiveListResult, Op, Outcome, Ready, Request, Response, EVENT_PREFIX,
     PROTOCOL_VERSION, UNATTRIBUTED_ID,
 };
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::OwnedReadHalf;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -80,6 +85,24 @@ struct Shared {
 }
 
 impl Shared {
+    fn new(sandbox: SandboxId, on_break: OnBreak) -> (Arc<Self>, ReadyWaiter) {
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let shared = Arc::new(Shared {
+            sandbox,
+            state: Mutex::new(State {
+                pending: HashMap::new(),
+                closed: None,
+                ready: Some(ready_tx),
+                on_break: Some(on_break),
+                stderr_tail: VecDeque::with_capacity(STDERR_TAIL_BYTES),
+                slots: None,
+                feeds: HashMap::new(),
+                follow_answers: HashMap::new(),
+            }),
+        });
+        (shared, ready_rx)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding this lock leaves plain maps behind; keep serving.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -138,9 +161,19 @@ impl Shared {
     }
 }
 
-/// An attached, multiplexed request stream to one executor.
+/// How calls reach a sandbox's executor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// The executor's Unix socket in the sandbox's channel directory: no Docker relay.
+    Socket,
+    /// The container's stdin and stdout, relayed by dockerd and containerd-shim.
+    Attach,
+}
+
+/// A multiplexed request stream to one executor.
 pub(crate) struct ExecutorStream {
     shared: Arc<Shared>,
+    transport: Transport,
     next_id: AtomicU64,
     writer: mpsc::Sender<Bytes>,
     /// One permit per request the executor may run at once.
@@ -179,35 +212,56 @@ impl ExecutorStream {
                 id: sandbox,
                 source,
             })?;
-        let (ready_tx, ready_rx) = oneshot::channel();
-        let shared = Arc::new(Shared {
-            sandbox,
-            state: Mutex::new(State {
-                pending: HashMap::new(),
-                closed: None,
-                ready: Some(ready_tx),
-                on_break: Some(on_break),
-                stderr_tail: VecDeque::with_capacity(STDERR_TAIL_BYTES),
-                slots: None,
-                feeds: HashMap::new(),
-                follow_answers: HashMap::new(),
-            }),
-        });
+        let (shared, ready) = Shared::new(sandbox, on_break);
+        let reader = tokio::spawn(read_attached(shared.clone(), attached.output, max_line));
+        Ok((
+            Self::start(shared, Transport::Attach, first_id, attached.input, reader),
+            ready,
+        ))
+    }
+
+    /// Connects to the executor's socket at `path` (the direct channel: no Docker relay in the
+    /// path of a call). Its ready line came on the attach stream, or the caller pings.
+    pub(crate) async fn connect(
+        path: &Path,
+        sandbox: SandboxId,
+        first_id: u64,
+        max_line: usize,
+        on_break: OnBreak,
+    ) -> std::io::Result<Self> {
+        let socket = tokio::net::UnixStream::connect(path).await?;
+        let (read, write) = socket.into_split();
+        let (shared, _ready) = Shared::new(sandbox, on_break);
+        shared.lock().ready = None;
+        let reader = tokio::spawn(read_socket(shared.clone(), read, max_line));
+        Ok(Self::start(
+            shared,
+            Transport::Socket,
+            first_id,
+            Box::pin(write),
+            reader,
+        ))
+    }
+
+    fn start(
+        shared: Arc<Shared>,
+        transport: Transport,
+        first_id: u64,
+        input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+        reader: JoinHandle<()>,
+    ) -> Self {
         let (writer_tx, writer_rx) = mpsc::channel(WRITE_QUEUE);
         let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
         shared.lock().slots = Some(slots.clone());
-        let reader = tokio::spawn(read_loop(shared.clone(), attached.output, max_line));
-        let writer = tokio::spawn(write_loop(shared.clone(), attached.input, writer_rx));
-        Ok((
-            ExecutorStream {
-                shared,
-                next_id: AtomicU64::new(first_id.max(1)),
-                writer: writer_tx,
-                slots,
-                tasks: Mutex::new(vec![reader, writer]),
-            },
-            ready_rx,
-        ))
+        let writer = tokio::spawn(write_loop(shared.clone(), input, writer_rx));
+        ExecutorStream {
+            shared,
+            transport,
+            next_id: AtomicU64::new(first_id.max(1)),
+            writer: writer_tx,
+            slots,
+            tasks: Mutex::new(vec![reader, writer]),
+        }
     }
 
     /// Sends one request and waits for its response until `deadline`.
@@ -410,6 +464,11 @@ impl ExecutorStream {
         }
     }
 
+    /// How this stream reaches the executor.
+    pub(crate) fn transport(&self) -> Transport {
+        self.transport
+    }
+
     /// Why the stream is closed, if it is.
     pub(crate) fn closed_reason(&self) -> Option<String> {
         self.shared.closed_reason()
@@ -485,26 +544,57 @@ async fn write_loop(
             result = input.flush().await;
         }
         if let Err(e) = result {
-            shared.close(
-                format!("writing to the executor's stdin failed: {e}"),
-                false,
-            );
+            shared.close(format!("writing to the executor failed: {e}"), false);
             return;
         }
     }
 }
 
-/// Splits stdout into response lines and routes them; ends the stream when the output ends.
-async fn read_loop(
+/// Splits the executor's output into lines and routes each.
+struct Lines {
+    buffer: BytesMut,
+    /// Bytes of `buffer` already searched for a newline.
+    scanned: usize,
+    max_line: usize,
+}
+
+impl Lines {
+    fn new(max_line: usize) -> Self {
+        Lines {
+            buffer: BytesMut::with_capacity(64 * 1024),
+            scanned: 0,
+            max_line,
+        }
+    }
+
+    /// Routes the complete lines in the buffer; `Err` when a line outgrew the bound.
+    fn route_complete(&mut self, shared: &Shared) -> std::result::Result<(), String> {
+        while let Some(pos) = self.buffer[self.scanned..].iter().position(|b| *b == b'\n') {
+            let line = self.buffer.split_to(self.scanned + pos + 1);
+            self.scanned = 0;
+            route(shared, &line[..line.len() - 1]);
+        }
+        self.scanned = self.buffer.len();
+        if self.buffer.len() > self.max_line {
+            return Err(format!(
+                "the executor sent a line longer than {} bytes; stream abandoned",
+                self.max_line
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Reads the attach stream: stdout lines are routed, stderr lines logged; ends the stream
+/// when the output ends.
+async fn read_attached(
     shared: Arc<Shared>,
     mut output: std::pin::Pin<
         Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
     >,
     max_line: usize,
 ) {
-    let mut buffer = BytesMut::new();
-    // Bytes of `buffer` already searched for a newline.
-    let mut scanned = 0usize;
+    let mut lines = Lines::new(max_line);
     let mut stderr_line = BytesMut::new();
     let reason = loop {
         match output.next().await {
@@ -514,17 +604,8 @@ async fn read_loop(
             }
             Some(Err(e)) => break format!("the attach connection broke: {e}"),
             Some(Ok(LogOutput::StdOut { message })) | Some(Ok(LogOutput::Console { message })) => {
-                buffer.extend_from_slice(&message);
-                while let Some(pos) = buffer[scanned..].iter().position(|b| *b == b'\n') {
-                    let line = buffer.split_to(scanned + pos + 1);
-                    scanned = 0;
-                    route(&shared, &line[..line.len() - 1]);
-                }
-                scanned = buffer.len();
-                if buffer.len() > max_line {
-                    let reason = format!(
-                        "the executor sent a line longer than {max_line} bytes; stream abandoned"
-                    );
+                lines.buffer.extend_from_slice(&message);
+                if let Err(reason) = lines.route_complete(&shared) {
                     shared.close(reason, false);
                     return;
                 }
@@ -546,6 +627,30 @@ async fn read_loop(
     if !stderr_line.is_empty() {
         log_stderr(&shared, &stderr_line);
     }
+    shared.close(reason, false);
+}
+
+/// Reads the socket straight into the line buffer (no frame headers, no copy); ends the
+/// stream when the connection ends.
+async fn read_socket(shared: Arc<Shared>, mut socket: OwnedReadHalf, max_line: usize) {
+    let mut lines = Lines::new(max_line);
+    let reason = loop {
+        if lines.buffer.capacity() - lines.buffer.len() < 16 * 1024 {
+            lines.buffer.reserve(64 * 1024);
+        }
+        match socket.read_buf(&mut lines.buffer).await {
+            Ok(0) => {
+                break "the executor's socket closed (the container exited or was removed)"
+                    .to_owned()
+            }
+            Ok(_) => {
+                if let Err(reason) = lines.route_complete(&shared) {
+                    break reason;
+                }
+            }
+            Err(e) => break format!("reading the executor's socket failed: {e}"),
+        }
+    };
     shared.close(reason, false);
 }
 

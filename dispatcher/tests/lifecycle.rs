@@ -305,20 +305,34 @@ async fn container_has_every_hardening_setting() {
         Some(vec!["/opt/sandbox/sandbox-executor".to_owned()])
     );
     let mounts = inspect.mounts.unwrap_or_default();
+    // With the socket channel on, one bind more: this sandbox's own channel directory.
+    let channel = env
+        .config()
+        .channel_dir
+        .map(|base| base.join(id.to_string()));
     assert_eq!(
         mounts.len(),
-        2,
-        "only the executor and workspace volumes: {mounts:?}"
+        2 + usize::from(channel.is_some()),
+        "only the executor and workspace volumes (and the channel directory): {mounts:?}"
     );
     for m in &mounts {
-        assert_eq!(m.typ.as_deref(), Some("volume"), "no bind mounts: {m:?}");
         let source = m.source.clone().unwrap_or_default();
         assert!(!source.contains("docker.sock"));
         match m.destination.as_deref() {
             Some("/opt/sandbox") => assert_eq!(m.rw, Some(false), "executor volume is read-only"),
             Some("/workspace") => assert_eq!(m.rw, Some(true)),
+            Some("/run/aegis-channel") => {
+                assert_eq!(m.typ.as_deref(), Some("bind"), "{m:?}");
+                assert_eq!(
+                    Some(std::path::PathBuf::from(&source)),
+                    channel,
+                    "only this sandbox's channel directory is bound: {m:?}"
+                );
+                continue;
+            }
             other => panic!("unexpected mount at {other:?}"),
         }
+        assert_eq!(m.typ.as_deref(), Some("volume"), "no bind mounts: {m:?}");
     }
 
     // And from inside: unprivileged, capability-free, read-only root, no socket, no network.

@@ -269,6 +269,21 @@ impl RunningApp {
         c.auth.admin_key = Some(admin_key.clone());
         c.sandbox.executor_path = executor.to_path_buf();
         c.sandbox.pool = BTreeMap::from([(IMAGE.to_owned(), POOL_SIZE)]);
+        // The direct channel (a socket per sandbox; the node is this root process on the Docker
+        // host) unless BENCH_CHANNEL=attach asks for Docker's attach stream, for an A/B.
+        let attach = std::env::var("BENCH_CHANNEL").is_ok_and(|c| c == "attach");
+        say(format!(
+            "calls reach the executors over {}",
+            if attach {
+                "the attach stream (BENCH_CHANNEL=attach)"
+            } else {
+                "their socket"
+            }
+        ));
+        c.sandbox.channel_dir = (!attach).then(|| {
+            let unique = uuid::Uuid::new_v4().simple().to_string();
+            PathBuf::from(format!("/run/aegis-bench/{}", &unique[..8]))
+        });
         let app = Application::build(c)
             .await
             .context("the orchestrator did not start")?;

@@ -85,6 +85,10 @@ struct Args {
     /// shared machine where rates are not.
     #[arg(long)]
     cpu: bool,
+    /// How calls reach the executors, comma-separated, measured one after the other in this
+    /// run: `socket` (the direct channel) and `attach` (Docker's attach stream, the fallback).
+    #[arg(long, default_value = "socket,attach", value_delimiter = ',')]
+    channels: Vec<String>,
 }
 
 #[tokio::main]
@@ -567,6 +571,13 @@ async fn run(args: Args) -> Result<()> {
     {
         bail!("--workloads: unknown workload `{w}` (runtime, cmd, read)");
     }
+    if let Some(c) = args
+        .channels
+        .iter()
+        .find(|c| !matches!(c.as_str(), "socket" | "attach"))
+    {
+        bail!("--channels: unknown channel `{c}` (socket, attach)");
+    }
     let admin_url = std::env::var("DATABASE_URL")
         .map_err(|_| anyhow!("DATABASE_URL is not set (scripts/load_bench.sh provides one)"))?;
     let executor = PathBuf::from(std::env::var("SANDBOX_EXECUTOR_BIN").map_err(|_| {
@@ -600,6 +611,8 @@ async fn run(args: Args) -> Result<()> {
     c.database.url = url.to_string();
     c.auth.admin_key = Some(admin_key.clone());
     c.sandbox.executor_path = executor;
+    // The direct channel's host directory (this process is the node, on the Docker host).
+    c.sandbox.channel_dir = Some(PathBuf::from(format!("/run/aegis-bench/{}", &run_id[..8])));
     c.sandbox.pool = BTreeMap::from([(IMAGE.to_owned(), 0)]);
     c.seal.attest_per_minute_node = 10_000;
     c.seal.attest_per_minute_per_source = 10_000;
@@ -669,8 +682,63 @@ async fn measure_all(
     engine: &Arc<Engine>,
     db_name: &str,
 ) -> Result<()> {
-    say(format!("making {} sandboxes for REST", args.sandboxes));
     node.deploy_agent_yaml(agent_manifest("load-agent")).await?;
+    let rows_before = audit_rows(node).await?;
+    let load_before = loadavg();
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    for (pass, channel) in args.channels.iter().enumerate() {
+        let dispatcher = node
+            .state
+            .sandboxes
+            .dispatcher()
+            .map_err(|e| anyhow!("sandboxes unavailable: {e}"))?;
+        dispatcher.set_socket_channel(channel == "socket");
+        let pass = Pass {
+            channel,
+            first: pass == 0,
+        };
+        measure_pass(args, node, engine, db_name, pass, &mut rows, &mut notes).await?;
+    }
+    let load_after = loadavg();
+    let rows_after = audit_rows(node).await?;
+    report(
+        args,
+        node,
+        rows,
+        notes,
+        (rows_before, rows_after),
+        (load_before, load_after),
+    )
+    .await
+}
+
+/// One channel's turn: its sandboxes and doors, its rows.
+struct Pass<'a> {
+    channel: &'a str,
+    /// The first pass also measures what no channel changes (`aegis.runtime.list`, bare exec).
+    first: bool,
+}
+
+async fn measure_pass(
+    args: &Args,
+    node: &mut Node,
+    engine: &Arc<Engine>,
+    db_name: &str,
+    pass: Pass<'_>,
+    rows: &mut Vec<Row>,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    let expected = if pass.channel == "socket" {
+        dispatcher::Transport::Socket
+    } else {
+        dispatcher::Transport::Attach
+    };
+    say(format!(
+        "making {} sandboxes for REST ({} channel)",
+        args.sandboxes, pass.channel
+    ));
+    let first_sandbox = node.sandboxes.len();
     for _ in 0..args.sandboxes {
         let created = node
             .rest(
@@ -684,6 +752,15 @@ async fn measure_all(
             .ok_or_else(|| anyhow!("POST /v1/sandboxes answered without sandbox_id: {created}"))?
             .parse()?;
         node.sandboxes.push(id);
+        let transport = node
+            .state
+            .sandboxes
+            .dispatcher()
+            .ok()
+            .and_then(|d| d.transport(dispatcher::SandboxId(id)));
+        if transport != Some(expected) {
+            bail!("sandbox {id} is served over {transport:?}, not the {} channel (is this run root, and the channel directory usable?)", pass.channel);
+        }
         let out = node
             .rest(
                 reqwest::Method::POST,
@@ -702,7 +779,7 @@ async fn measure_all(
         grpc_base: node.grpc_base.clone(),
         admin_key: node.admin_key.clone(),
         http: node.http.clone(),
-        sandboxes: node.sandboxes.clone(),
+        sandboxes: node.sandboxes[first_sandbox..].to_vec(),
     });
     let containers: Vec<String> = node
         .sandboxes
@@ -711,32 +788,34 @@ async fn measure_all(
         .collect();
 
     let mut doors = Vec::new();
-    let mut notes = Vec::new();
     for name in &args.transports {
         match open_door(&node, args, name).await {
             Ok(d) => doors.push((name.clone(), d)),
-            Err(note) => notes.push(format!("{name}: {note}")),
+            Err(note) => notes.push(format!("{name} ({}): {note}", pass.channel)),
         }
     }
 
-    let rows_before = audit_rows(&node).await?;
-    let load_before = loadavg();
-    let mut rows = Vec::new();
     for w in Workload::ALL
         .into_iter()
         .filter(|w| args.workloads.iter().any(|k| k == w.key()))
+        .filter(|w| pass.first || *w != Workload::RuntimeList)
     {
         for (name, door) in &doors {
-            say(format!("{} over {name}", w.label()));
+            let way = if w == Workload::RuntimeList {
+                name.clone()
+            } else {
+                format!("{name} {}", pass.channel)
+            };
+            say(format!("{} over {way}", w.label()));
             let (stats, cpu) = measure(args, db_name, door_call(&node, door, w)).await;
             rows.push(Row {
                 workload: w,
-                way: name.clone(),
+                way,
                 stats,
                 cpu,
             });
         }
-        if w != Workload::RuntimeList {
+        if w != Workload::RuntimeList && pass.first {
             say(format!("{}: bare Docker exec", w.label()));
             let (stats, cpu) = measure(args, db_name, bare_call(engine, &containers, w)).await;
             rows.push(Row {
@@ -747,7 +826,6 @@ async fn measure_all(
             });
         }
     }
-    let load_after = loadavg();
     // Ending the SEAL and MCP sessions destroys their sandboxes.
     for (_, door) in &doors {
         if let Door::Mcp(clients) = door {
@@ -771,7 +849,28 @@ async fn measure_all(
             }
         }
     }
-    let rows_after = audit_rows(&node).await?;
+    // This pass's REST sandboxes go too: the next pass makes its own.
+    for id in &node.sandboxes {
+        let _ = node
+            .rest(
+                reqwest::Method::DELETE,
+                &format!("/v1/sandboxes/{id}"),
+                None,
+            )
+            .await;
+    }
+    Ok(())
+}
+
+/// Prints the table, the audit check and the target lines.
+async fn report(
+    args: &Args,
+    node: &Node,
+    rows: Vec<Row>,
+    notes: Vec<String>,
+    (rows_before, rows_after): (i64, i64),
+    (load_before, load_after): (String, String),
+) -> Result<()> {
     let verified = node
         .rest(reqwest::Method::GET, "/v1/audit/verify", None)
         .await?;
@@ -787,13 +886,13 @@ async fn measure_all(
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
-        "{:<20} {:<18} {:>8} {:>10} {:>9} {:>9} {:>7}",
+        "{:<20} {:<22} {:>8} {:>10} {:>9} {:>9} {:>7}",
         "workload", "way", "calls", "calls/s", "p50 ms", "p99 ms", "errors"
     );
     let mut audited_calls = 0;
     for r in &rows {
         println!(
-            "{:<20} {:<18} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>7}",
+            "{:<20} {:<22} {:>8} {:>10.0} {:>9.2} {:>9.2} {:>7}",
             r.workload.label(),
             r.way,
             r.stats.calls(),
@@ -838,7 +937,7 @@ async fn measure_all(
         let p99 = r.stats.pct(0.99);
         let met = r.stats.rate() >= target && p99 <= 50.0 && r.stats.errors == 0;
         println!(
-            "TARGET {:<16} {:<10} {label}, p99 <= 50 ms, 0 errors: {} ({:.0}/s, p99 {:.1} ms, {} errors)",
+            "TARGET {:<16} {:<16} {label}, p99 <= 50 ms, 0 errors: {} ({:.0}/s, p99 {:.1} ms, {} errors)",
             r.workload.label(),
             r.way,
             verdict(met),

@@ -450,6 +450,7 @@ async fn start_sandboxes(
     d.reap_interval = Duration::from_secs(s.reap_interval_secs);
     d.call_timeout = Duration::from_secs(60);
     d.adopt_from = gracefully_stopped_owners(pool).await;
+    d.channel_dir = s.channel_dir().map(std::path::Path::to_path_buf);
     // Networked sandboxes get a proxy of their own, audited into this database.
     let proxies = Arc::new(crate::sandboxes::egress::ProxyHost::new(
         egress,

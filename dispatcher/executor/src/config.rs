@@ -46,6 +46,9 @@ pub struct Config {
     pub max_live_output_bytes: u64,
     /// Directory watches (`fs.watch`) at once; more are refused (`limit_reached`).
     pub max_watches: usize,
+    /// Directory (a bind mount the node shares, root-owned, mode 0700) where the executor
+    /// listens on `executor.sock`, the node's direct channel; `None`: the attach stream only.
+    pub channel_dir: Option<String>,
 }
 
 impl Default for Config {
@@ -65,6 +68,7 @@ impl Default for Config {
             max_live_processes: 16,
             max_live_output_bytes: 256 * 1024 * 1024,
             max_watches: 8,
+            channel_dir: None,
         }
     }
 }
@@ -129,6 +133,7 @@ impl Config {
             .map(|p| root(p))
             .collect::<Result<_, _>>()?;
         self.workspace = root(&self.workspace)?;
+        self.channel_dir = self.channel_dir.as_deref().map(root).transpose()?;
         if self.max_live_output_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "max_live_output_bytes must be positive".into(),
@@ -173,5 +178,8 @@ mod tests {
         assert!(Config::from_json(r#"{"max_live_output_bytes":0}"#).is_err());
         let c = Config::from_json(r#"{"max_live_processes":3,"max_watches":0}"#).unwrap();
         assert_eq!((c.max_live_processes, c.max_watches), (3, 0));
+        assert!(Config::from_json(r#"{"channel_dir":"run/x"}"#).is_err());
+        let c = Config::from_json(r#"{"channel_dir":"/run/x/"}"#).unwrap();
+        assert_eq!(c.channel_dir.as_deref(), Some("/run/x"));
     }
 }

@@ -23,6 +23,8 @@
 pub mod protocol;
 
 #[cfg(feature = "executor")]
+pub mod channel;
+#[cfg(feature = "executor")]
 pub mod cmd;
 #[cfg(feature = "executor")]
 pub mod config;

@@ -573,6 +573,10 @@ pub struct Ready {
     /// are confined with depends on it.
     #[serde(default)]
     pub landlock_abi: u32,
+    /// The executor listens on its socket (`channel_dir` was configured and usable): the node
+    /// may connect there instead of using the attach stream.
+    #[serde(default)]
+    pub channel: bool,
 }
 
 /// The empty result of `ping`: `{}`.

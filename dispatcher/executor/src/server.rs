@@ -2,7 +2,8 @@
 //!
 //! Start-up reads the configuration, opens the roots, drops privileges (`identity.rs`) and forks
 //! the fork server (`cmd/forkserver.rs`) while the process is still single-threaded, starts the
-//! reaper, and writes the ready line. Then the main
+//! reaper, binds the node's socket when configured (`channel.rs`; its connections are served
+//! like stdin on threads of their own), and writes the ready line. Then the main
 //! thread reads request frames from stdin. `ping` and `cancel` are answered inline (so a
 //! cancellation always gets through, however busy the executor is); every other request runs on
 //! its own thread, at most [`MAX_IN_FLIGHT`] at once. Responses are written whole, one line each,
@@ -15,7 +16,7 @@
 //! down whatever else is left in the container.
 
 use std::collections::HashMap;
-use std::io::{self, BufReader};
+use std::io::{self, BufRead, BufReader};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -27,7 +28,7 @@ use crate::cmd::children::Children;
 use crate::config::Config;
 use crate::error::OpError;
 use crate::frame::{read_frame, Frame};
-use crate::output::Output;
+use crate::output::{Events, Output};
 use crate::protocol::{
     CancelResult, CreateDirResult, DeleteResult, EditResult, Empty, EnvGetResult, ErrorKind,
     GlobResult, GrepResult, InputResult, ListResult, LiveListResult, LogsReadResult, Op,
@@ -56,8 +57,8 @@ pub struct Context {
     pub landlock_abi: u32,
     /// Makes the sub-reapers (forked at start, before any thread).
     pub fork_server: cmd::forkserver::ForkServer,
-    /// The protocol's stdout (live processes and watches send their events on it).
-    pub output: Arc<Output>,
+    /// Where live processes and watches send their events: the channel followed now.
+    pub events: Events,
     /// Live processes (`proc.*`).
     pub live: live::Registry,
     /// Directory watches (`fs.watch`).
@@ -103,6 +104,12 @@ pub fn main() -> i32 {
         Err(e) => return fatal(e.to_string()),
     };
     let mut roots = Roots::open(&config);
+    // While the filesystem identity is still root's: the socket must be root's, not the user's.
+    let listener = config.channel_dir.as_deref().and_then(|dir| {
+        crate::channel::bind(dir)
+            .inspect_err(|e| crate::log_event!("no socket channel, stdin only: {e}"))
+            .ok()
+    });
     if let Err(e) = identity::drop_privileges(&config, &roots) {
         return fatal(format!("cannot drop privileges: {e}"));
     }
@@ -136,7 +143,7 @@ pub fn main() -> i32 {
         grants: cmd::grant::Grants::default(),
         landlock_abi,
         fork_server,
-        output: Arc::clone(&output),
+        events: Events::new(Arc::clone(&output)),
         live: live::Registry::default(),
         watches: fs::watch::Registry::default(),
     });
@@ -159,11 +166,30 @@ pub fn main() -> i32 {
             protocol: PROTOCOL_VERSION,
             pid: identity::own_pid(),
             landlock_abi: context.landlock_abi,
+            channel: listener.is_some(),
         }),
     ));
 
     let in_flight = Arc::new(InFlight::default());
-    serve(&context, &output, &in_flight);
+    if let Some(listener) = listener {
+        let (context, in_flight) = (Arc::clone(&context), Arc::clone(&in_flight));
+        let spawned = std::thread::Builder::new()
+            .name("channel".to_owned())
+            .spawn(move || {
+                crate::channel::accept_loop(listener, |stream| {
+                    serve_connection(&context, &in_flight, stream)
+                })
+            });
+        if let Err(e) = spawned {
+            crate::log_event!("cannot start the channel thread ({e}); stdin only");
+        }
+    }
+    serve(
+        &context,
+        BufReader::with_capacity(256 * 1024, io::stdin().lock()),
+        &output,
+        &in_flight,
+    );
 
     children.kill_all();
     let started = Instant::now();
@@ -261,14 +287,50 @@ impl InFlight {
     }
 }
 
-/// Reads and dispatches requests until stdin ends.
-fn serve(context: &Arc<Context>, output: &Arc<Output>, in_flight: &Arc<InFlight>) {
+/// Serves one connection on the socket on a thread of its own; its events follow it.
+fn serve_connection(
+    context: &Arc<Context>,
+    in_flight: &Arc<InFlight>,
+    stream: std::os::unix::net::UnixStream,
+) {
+    let writer = match stream.try_clone() {
+        Ok(writer) => writer,
+        Err(e) => {
+            crate::log_event!("channel: cannot split a connection: {e}");
+            return;
+        }
+    };
+    let output = Arc::new(Output::new(Box::new(writer)));
+    context.events.follow(&output);
+    let (context, in_flight) = (Arc::clone(context), Arc::clone(in_flight));
+    let spawned = std::thread::Builder::new()
+        .name("channel-conn".to_owned())
+        .spawn(move || {
+            serve(
+                &context,
+                BufReader::with_capacity(256 * 1024, stream),
+                &output,
+                &in_flight,
+            );
+            crate::log_event!("channel: a connection ended");
+        });
+    if let Err(e) = spawned {
+        crate::log_event!("channel: cannot serve a connection: {e}");
+    }
+}
+
+/// Reads and dispatches requests until the channel (stdin or a connection) ends.
+fn serve(
+    context: &Arc<Context>,
+    mut reader: impl BufRead,
+    output: &Arc<Output>,
+    in_flight: &Arc<InFlight>,
+) {
     // JSON escaping can turn one content byte into six (`\u0001`).
     let max_frame = usize::try_from(context.config.max_file_bytes)
         .unwrap_or(usize::MAX / 8)
         .saturating_mul(6)
         .saturating_add(1 << 20);
-    let mut reader = BufReader::with_capacity(256 * 1024, io::stdin().lock());
     let mut line = Vec::new();
     loop {
         match read_frame(&mut reader, max_frame, &mut line) {
@@ -284,7 +346,7 @@ fn serve(context: &Arc<Context>, output: &Arc<Output>, in_flight: &Arc<InFlight>
             ),
             Ok(Frame::Eof) => return,
             Err(e) => {
-                crate::log_event!("cannot read stdin: {e}");
+                crate::log_event!("cannot read a request: {e}");
                 return;
             }
         }
@@ -321,6 +383,8 @@ fn handle_line(
     // Answered inline, so that they get through however busy the executor is.
     match request.op {
         Op::Ping => return output.send(&Response::ok(id, Reply::Empty(Empty {}))),
+        // An adopting dispatcher follows the live processes from here on: so do their events.
+        Op::ProcLive => context.events.follow(output),
         Op::Cancel(params) => {
             let cancelled = in_flight.cancel(params.target, &context.children);
             return output.send(&Response::ok(id, Reply::Cancel(CancelResult { cancelled })));

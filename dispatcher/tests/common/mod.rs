@@ -173,6 +173,10 @@ impl TestEnv {
         config.dead_after = Duration::from_secs(1);
         config.reap_interval = Duration::from_secs(3600);
         config.helper_image = Some(IMAGE.to_owned());
+        // The socket channel when the run asks for it (as the orchestrator's setting does).
+        config.channel_dir = std::env::var_os("SANDBOX_CHANNEL_DIR")
+            .filter(|dir| !dir.is_empty())
+            .map(std::path::PathBuf::from);
         config
     }
 

@@ -242,7 +242,7 @@ pub fn stop(ctx: &Context, params: UnwatchParams) -> UnwatchResult {
 /// The watch's thread: events until it is stopped or its directory goes.
 fn run(ctx: &Context, request: u64, mut watch: Watch, stop: &OwnedFd) {
     let send = |body: EventBody| {
-        ctx.output.event(&Event {
+        ctx.events.event(&Event {
             event: request,
             body,
         })

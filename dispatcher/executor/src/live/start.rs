@@ -198,7 +198,7 @@ fn supervise(
         let room = usize::try_from(max_output.saturating_sub(before)).unwrap_or(usize::MAX);
         let forwarded = &bytes[..bytes.len().min(room)];
         if !forwarded.is_empty() {
-            ctx.output.event(&Event {
+            ctx.events.event(&Event {
                 event: process.events,
                 body: EventBody::Data {
                     stream: streams[index],
@@ -222,7 +222,7 @@ fn supervise(
             error.is_none()
         );
     }
-    ctx.output.event(&Event {
+    ctx.events.event(&Event {
         event: process.events,
         body: EventBody::End(ProcessEnd {
             exit_code: outcome.status.and_then(|s| s.exit_status()),

@@ -7,7 +7,7 @@
 //!
 //! Overrides: `ORCHESTRATOR__<SECTION>__<KEY>=value` for any key (double underscores separate
 //! levels, the value is read as a YAML scalar), plus the conventional `DATABASE_URL`,
-//! `DOCKER_HOST`, `ORCHESTRATOR_ADMIN_KEY` and `SANDBOX_EXECUTOR_BIN`.
+//! `DOCKER_HOST`, `ORCHESTRATOR_ADMIN_KEY`, `SANDBOX_EXECUTOR_BIN` and `SANDBOX_CHANNEL_DIR`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -419,9 +419,21 @@ pub struct SandboxConfig {
     /// into the manifest with a `normalised:` note; the target must be in the runtime registry
     /// and a key may not name a runtime the registry has.
     pub runtime_aliases: std::collections::BTreeMap<String, String>,
+    /// Host directory under which each sandbox gets its executor's socket: calls then reach the
+    /// executor directly instead of through Docker's attach relay. The same path must be seen by
+    /// this process and the Docker daemon (compose: a host directory bind-mounted at the same
+    /// path). Unset or empty: every call uses the attach stream (`SANDBOX_CHANNEL_DIR`).
+    pub channel_dir: Option<PathBuf>,
 }
 
 impl SandboxConfig {
+    /// The channel directory, if one is set (an empty path means none).
+    pub fn channel_dir(&self) -> Option<&std::path::Path> {
+        self.channel_dir
+            .as_deref()
+            .filter(|dir| !dir.as_os_str().is_empty())
+    }
+
     /// The installed runtime `language` `version` is mapped to, if the operator mapped it.
     pub fn runtime_alias(&self, language: &str, version: &str) -> Option<(String, String)> {
         let target = self.runtime_aliases.get(&format!("{language}:{version}"))?;
@@ -463,6 +475,26 @@ impl SandboxConfig {
             ("max_sandboxes_per_api_key", self.max_sandboxes_per_api_key),
             ("max_workspace_mb", self.max_workspace_mb),
         ])?;
+        if let Some(dir) = self.channel_dir() {
+            if !dir.is_absolute() {
+                return Err(Invalid::new(
+                    "channel_dir",
+                    format!("`{}` is not an absolute path", dir.display()),
+                ));
+            }
+            // A socket address holds 107 bytes: `<dir>/<sandbox id>/executor.sock` must fit.
+            if dir.as_os_str().len() > 56 {
+                return Err(Invalid::new(
+                    "channel_dir",
+                    format!(
+                        "`{}` is {} bytes long; at most 56, so that its sockets' paths fit in a \
+                         Unix socket address",
+                        dir.display(),
+                        dir.as_os_str().len()
+                    ),
+                ));
+            }
+        }
         for (language, allowlist) in &self.default_command_allowlists {
             let key = format!("default_command_allowlists.{language}");
             if allowlist.is_empty() {
@@ -505,6 +537,7 @@ impl Default for SandboxConfig {
             require_landlock: true,
             default_command_allowlists: Default::default(),
             runtime_aliases: Default::default(),
+            channel_dir: None,
         }
     }
 }
@@ -781,6 +814,7 @@ fn override_key(var: &str) -> Option<Vec<String>> {
         "DOCKER_HOST" => return Some(vec!["docker".into(), "host".into()]),
         "ORCHESTRATOR_ADMIN_KEY" => return Some(vec!["auth".into(), "admin_key".into()]),
         "SANDBOX_EXECUTOR_BIN" => return Some(vec!["sandbox".into(), "executor_path".into()]),
+        "SANDBOX_CHANNEL_DIR" => return Some(vec!["sandbox".into(), "channel_dir".into()]),
         _ => {}
     }
     let rest = var.strip_prefix(ENV_PREFIX)?;
