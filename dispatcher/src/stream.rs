@@ -640,7 +640,8 @@ async fn read_socket(shared: Arc<Shared>, mut socket: OwnedReadHalf, max_line: u
         }
         match socket.read_buf(&mut lines.buffer).await {
             Ok(0) => {
-                break "the executor's socket closed (the container exited or was removed)"
+                break "the executor's output ended (its socket closed: the container exited or \
+                       was removed)"
                     .to_owned()
             }
             Ok(_) => {
