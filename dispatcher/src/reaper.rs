@@ -237,6 +237,7 @@ impl Inner {
         report.rows_closed = store::close_vanished(&self.pg, &live, &present).await?;
         self.reap_dropped_databases(&mut report).await?;
         self.reap_silent_scopes(&mut report).await?;
+        self.sweep_channel_dirs().await;
         self.prune_broken().await;
         if report != ReapReport::default() {
             tracing::info!(
@@ -586,6 +587,51 @@ impl Inner {
             .map(|(scope, at)| (scope, now - at))
             .filter(|(_, quiet)| *quiet > dead)
             .collect())
+    }
+
+    /// Removes channel directories whose sandbox container no longer exists (removed by a
+    /// reaper pass of another scope, or by hand), leaving those younger than a minute: a
+    /// sandbox being created has its directory before its container.
+    async fn sweep_channel_dirs(&self) {
+        let Some(base) = &self.config.channel_dir else {
+            return;
+        };
+        let Ok(entries) = std::fs::read_dir(base) else {
+            return;
+        };
+        let old: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                e.metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > Duration::from_secs(60))
+            })
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|name| name.parse::<SandboxId>().is_ok())
+            .collect();
+        if old.is_empty() {
+            return;
+        }
+        let filters = HashMap::from([("name".to_owned(), vec!["aegis-sbx-".to_owned()])]);
+        let Ok(containers) = self
+            .containers_matching(&filters, "listing sandbox containers for the channel sweep")
+            .await
+        else {
+            return;
+        };
+        let existing: HashSet<String> = containers
+            .into_iter()
+            .flat_map(|c| c.names.unwrap_or_default())
+            .map(|n| n.trim_start_matches('/').to_owned())
+            .collect();
+        for name in old {
+            let container = format!("aegis-sbx-{name}");
+            if !existing.contains(&container) {
+                crate::channel::remove(base, &container);
+            }
+        }
     }
 
     /// Forgets held sandboxes whose stream broke and whose row is finished.

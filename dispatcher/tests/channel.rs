@@ -258,3 +258,57 @@ async fn without_a_usable_directory_calls_use_the_attach_stream() {
     within(30, "destroy", d.destroy(id)).await.expect("destroy");
     d.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reaper_sweeps_channel_directories_whose_container_is_gone() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let mut config = env.config();
+    let base = base("sweep");
+    config.channel_dir = Some(base.clone());
+    let d = env.start(instance, config).await;
+    let live = within(
+        60,
+        "create",
+        d.create(SandboxSpec::new(
+            IMAGE,
+            Owner::new(OwnerKind::Execution, "chan-sweep"),
+        )),
+    )
+    .await
+    .expect("create");
+    let two_minutes_ago = std::time::SystemTime::now() - Duration::from_secs(120);
+    let age = |dir: &PathBuf| {
+        std::fs::File::open(dir)
+            .and_then(|f| f.set_modified(two_minutes_ago))
+            .expect("backdating a directory");
+    };
+    // Left by a container removed behind the dispatcher's back, old: swept.
+    let stale = base.join(uuid::Uuid::new_v4().to_string());
+    std::fs::create_dir(&stale).expect("mkdir");
+    age(&stale);
+    // Of a sandbox being made (no container yet), young: kept.
+    let young = base.join(uuid::Uuid::new_v4().to_string());
+    std::fs::create_dir(&young).expect("mkdir");
+    // A live sandbox's, even old: kept.
+    age(&base.join(live.to_string()));
+
+    within(60, "reap", d.reap()).await.expect("reap");
+    assert!(!stale.exists(), "a stale channel directory was kept");
+    assert!(young.exists(), "a young channel directory was swept");
+    assert!(
+        base.join(live.to_string()).exists(),
+        "a live sandbox lost its directory"
+    );
+    let ran: RunResult = ok(within(20, "run", d.call(live, run(&["echo", "alive"])))
+        .await
+        .expect("cmd.run"));
+    assert_eq!(ran.stdout.trim(), "alive");
+
+    within(30, "destroy", d.destroy(live))
+        .await
+        .expect("destroy");
+    let _ = std::fs::remove_dir(&young);
+    d.shutdown().await;
+    let _ = std::fs::remove_dir(&base);
+}
