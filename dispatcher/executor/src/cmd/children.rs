@@ -94,7 +94,16 @@ struct Registry {
     /// `cmd.run` requests cancelled before their child was spawned.
     cancelled_early: HashSet<u64>,
     shutting_down: bool,
+    /// Spawns under way (their pid is not registered yet).
+    spawning: usize,
+    /// Exit statuses the reaper collected, while spawns were under way, of pids it did not
+    /// know: a child may exit before its spawner registers it. Emptied whenever no spawn is
+    /// under way, so a status never waits for a pid reused later.
+    early_exits: HashMap<i32, WaitStatus>,
 }
+
+/// Most early exits kept while spawns are under way (more are logged as orphans).
+const MAX_EARLY_EXITS: usize = 4096;
 
 /// The registry of running commands and the reaper that serves it.
 #[derive(Default)]
@@ -119,22 +128,40 @@ impl Children {
     }
 
     /// Starts a child for request `request` with `start` (which returns its pid) and registers
-    /// it before the reaper can see it. Returns `None`, starting nothing, when the request was
-    /// cancelled before this point.
+    /// it. Returns `None`, starting nothing, when the request was cancelled before this point.
+    ///
+    /// `start` runs without the registry's lock (it is a round trip to the fork server, or a
+    /// fork): the reaper, cancellations and other commands' exits are not held up behind it,
+    /// which under load made whole sandboxes stall. A child that exits before it is registered
+    /// is collected by the reaper into `early_exits` and found there.
     pub fn spawn_with(
         &self,
         request: u64,
         start: impl FnOnce() -> io::Result<Pid>,
     ) -> io::Result<Option<Arc<Slot>>> {
         let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        {
+            let mut registry = self.lock();
+            if registry.shutting_down {
+                return Err(io::Error::other("the executor is shutting down"));
+            }
+            if registry.cancelled_early.remove(&request) {
+                return Ok(None);
+            }
+            registry.spawning += 1;
+        }
+        let started = start();
         let mut registry = self.lock();
-        if registry.shutting_down {
-            return Err(io::Error::other("the executor is shutting down"));
-        }
-        if registry.cancelled_early.remove(&request) {
-            return Ok(None);
-        }
-        let pid = start()?;
+        registry.spawning -= 1;
+        let pid = match started {
+            Ok(pid) => pid,
+            Err(e) => {
+                if registry.spawning == 0 {
+                    registry.early_exits.clear();
+                }
+                return Err(e);
+            }
+        };
         let slot = Arc::new(Slot {
             pid,
             request,
@@ -142,8 +169,29 @@ impl Children {
             cancel: AtomicBool::new(false),
             wake,
         });
-        registry.by_pid.insert(pid.as_raw_pid(), Arc::clone(&slot));
+        match registry.early_exits.remove(&pid.as_raw_pid()) {
+            Some(status) => {
+                let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+                *slot.status.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
+                slot.notify();
+            }
+            None => {
+                registry.by_pid.insert(pid.as_raw_pid(), Arc::clone(&slot));
+            }
+        }
         registry.by_request.insert(request, Arc::clone(&slot));
+        // Cancelled while it was being started: it stops as soon as it is supervised.
+        if registry.cancelled_early.remove(&request) {
+            slot.cancel.store(true, Ordering::SeqCst);
+            slot.notify();
+        }
+        // `kill_all` ran meanwhile and could not see it.
+        if registry.shutting_down {
+            let _ = rustix::process::kill_process(pid, KILL_TREE);
+        }
+        if registry.spawning == 0 {
+            registry.early_exits.clear();
+        }
         drop(registry);
         self.spawned.notify_all();
         Ok(Some(slot))
@@ -241,6 +289,11 @@ impl Children {
                         let _ = rustix::process::kill_process_group(pid, Signal::KILL);
                         *slot.status.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
                         slot.notify();
+                    }
+                    None if registry.spawning > 0
+                        && registry.early_exits.len() < MAX_EARLY_EXITS =>
+                    {
+                        registry.early_exits.insert(pid.as_raw_pid(), status);
                     }
                     None => crate::log_event!("reaped orphan pid {}", pid.as_raw_pid()),
                 },

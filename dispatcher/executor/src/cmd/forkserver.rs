@@ -22,10 +22,10 @@
 //!   program's directory. The server clones with `CLONE_PARENT | SIGCHLD`, so the sub-reaper's
 //!   parent is the **executor**, which reaps, signals and waits for it exactly as when it forked
 //!   it itself (`children.rs`); the server answers with the pid or an errno. The exchange runs
-//!   under the children registry's lock (`Children::spawn_with`), like the fork it replaces, so
-//!   the pid is registered before the reaper can collect it; a mutex here keeps one request on
-//!   the socket at a time anyway (one clone of a small process is quick, so one channel is
-//!   enough).
+//!   outside the children registry's lock (`Children::spawn_with`), so the reaper and other
+//!   commands are never held up behind it; a sub-reaper that exits before its pid is registered
+//!   is kept by the reaper as an early exit. A mutex here keeps one request on the socket at a
+//!   time (one clone of a small process is quick, so one channel is enough).
 //! * The child runs nothing but the sub-reaper body ([`subreaper::run_forked`]), with the
 //!   ruleset as a descriptor enforced by `landlock_restrict_self` (`confine::enforce`); how much
 //!   is enforced was computed by the executor from the kernel's ABI (`confine::enforcement_for`).
