@@ -150,6 +150,10 @@ pub fn test_config(db_url: &str) -> NodeConfig {
     c.database.connect_timeout_secs = 20;
     c.auth.admin_key = Some(TEST_ADMIN_KEY.to_owned());
     c.sandbox.executor_path = executor_bin().into();
+    // The socket channel when the run asks for it (as `SANDBOX_CHANNEL_DIR` does for a node).
+    c.sandbox.channel_dir = std::env::var_os("SANDBOX_CHANNEL_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map(Into::into);
     c
 }
 
