@@ -339,6 +339,19 @@ impl Node {
         Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// Deletes the REST sandboxes this node made (failures are left to the cleanup by label).
+    async fn delete_sandboxes(&self) {
+        for id in &self.sandboxes {
+            let _ = self
+                .rest(
+                    reqwest::Method::DELETE,
+                    &format!("/v1/sandboxes/{id}"),
+                    None,
+                )
+                .await;
+        }
+    }
+
     async fn deploy_agent_yaml(&self, yaml: String) -> Result<()> {
         let r = self
             .http
@@ -656,15 +669,7 @@ async fn run(args: Args) -> Result<()> {
         .dispatcher()
         .map(|d| d.scope().to_owned())
         .ok();
-    for id in &node.sandboxes {
-        let _ = node
-            .rest(
-                reqwest::Method::DELETE,
-                &format!("/v1/sandboxes/{id}"),
-                None,
-            )
-            .await;
-    }
+    node.delete_sandboxes().await;
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(90), server).await;
     if let Err(e) = engine.remove_labelled(scope.as_deref(), &run_id).await {
@@ -850,15 +855,7 @@ async fn measure_pass(
         }
     }
     // This pass's REST sandboxes go too: the next pass makes its own.
-    for id in &node.sandboxes {
-        let _ = node
-            .rest(
-                reqwest::Method::DELETE,
-                &format!("/v1/sandboxes/{id}"),
-                None,
-            )
-            .await;
-    }
+    node.delete_sandboxes().await;
     Ok(())
 }
 
