@@ -16,6 +16,7 @@ use dispatcher::{DispatchError, ProcessEvent, ProcessSelector, SandboxId};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::sandbox::dispatcher_of;
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_core::caller::Caller;
 use aegis_store::audit::{self, Entry, EntryKind};
@@ -45,11 +46,7 @@ pub(super) struct Background {
 /// and follows it to its end for the end's audit row.
 pub(super) async fn start(ctx: &ToolContext<'_>, b: Background) -> Result<Value, ToolError> {
     let sandbox = sandbox_of(ctx)?;
-    let dispatcher = ctx
-        .state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+    let dispatcher = dispatcher_of(ctx)?;
     let handle = dispatcher
         .start_process(
             sandbox,
@@ -222,11 +219,7 @@ fn proc_output<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         }
         let a: A = args(a)?;
         let sandbox = sandbox_of(ctx)?;
-        let dispatcher = ctx
-            .state
-            .sandboxes
-            .dispatcher()
-            .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+        let dispatcher = dispatcher_of(ctx)?;
         let live = ctx.state.sandboxes.live();
         let reader = live
             .reader(dispatcher, sandbox, a.target.selector()?)
@@ -303,11 +296,7 @@ async fn pid_of(
     if let (Some(pid), None) = (target.pid, &target.tag) {
         return Ok(pid);
     }
-    let dispatcher = ctx
-        .state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+    let dispatcher = dispatcher_of(ctx)?;
     let reader = ctx
         .state
         .sandboxes
@@ -334,11 +323,7 @@ fn proc_input<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         let a: A = args(a)?;
         let sandbox = sandbox_of(ctx)?;
         let pid = pid_of(ctx, sandbox, &a.target).await?;
-        let dispatcher = ctx
-            .state
-            .sandboxes
-            .dispatcher()
-            .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+        let dispatcher = dispatcher_of(ctx)?;
         if let Some(size) = a.resize {
             if size.cols == 0 || size.rows == 0 {
                 return Err(ToolError::new(
@@ -391,11 +376,7 @@ fn proc_signal<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         };
         let sandbox = sandbox_of(ctx)?;
         let pid = pid_of(ctx, sandbox, &a.target).await?;
-        let dispatcher = ctx
-            .state
-            .sandboxes
-            .dispatcher()
-            .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
+        let dispatcher = dispatcher_of(ctx)?;
         dispatcher
             .signal_process(sandbox, pid, signal)
             .await

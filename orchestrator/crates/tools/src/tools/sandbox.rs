@@ -40,12 +40,10 @@ pub(super) async fn run(ctx: &ToolContext<'_>, op: Op) -> Result<Value, ToolErro
         .sandbox
         .as_ref()
         .ok_or_else(|| ToolError::new("sandbox_required", "this tool runs inside a sandbox"))?;
-    let dispatcher = ctx
-        .state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| ToolError::new("unavailable", e.to_string()))?;
-    let response = dispatcher.call(*id, op).await.map_err(dispatch_error)?;
+    let response = dispatcher_of(ctx)?
+        .call(*id, op)
+        .await
+        .map_err(dispatch_error)?;
     response.into_result().map_err(|e| {
         let code = match serde_json::to_value(e.kind)
             .ok()
@@ -74,6 +72,16 @@ pub(super) async fn run(ctx: &ToolContext<'_>, op: Op) -> Result<Value, ToolErro
         };
         ToolError::new(code, e.message)
     })
+}
+
+/// The node's dispatcher, or why sandbox tools are unavailable on it.
+pub(super) fn dispatcher_of<'a>(
+    ctx: &'a ToolContext<'_>,
+) -> Result<&'a dispatcher::Dispatcher, ToolError> {
+    ctx.state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| ToolError::new("unavailable", e.to_string()))
 }
 
 fn dispatch_error(e: DispatchError) -> ToolError {
