@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::spec::SandboxId;
+use crate::id::SandboxId;
 
 /// Why a dispatcher operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -34,7 +34,6 @@
 #![warn(missing_docs)]
 
 mod archive;
-mod beacon;
 pub mod channel;
 mod config;
 mod dispatcher;
@@ -42,25 +41,24 @@ mod engine;
 mod error;
 mod feed;
 pub mod hardening;
+mod id;
 mod install;
 pub mod kernel;
 pub mod labels;
 mod live;
 pub mod network;
-mod pool;
-mod reaper;
 mod spec;
 mod store;
 mod stream;
 
 pub use config::DispatcherConfig;
+pub use dispatcher::pool::{PoolStats, POOL_OWNER_ID};
+pub use dispatcher::reaper::ReapReport;
 pub use dispatcher::{AdoptReport, Dispatcher};
 pub use engine::{DockerEngine, EngineError};
 pub use error::{DispatchError, Result};
 pub use install::{EXECUTOR_DIR, EXECUTOR_NAME};
 pub use live::{ProcessEvent, ProcessHandle, ProcessSelector, WatchEvent, WatchHandle};
-pub use pool::{PoolStats, POOL_OWNER_ID};
-pub use reaper::ReapReport;
 pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};
 pub use store::{RecordedSpec, SandboxInfo, SandboxState};
 pub use stream::Transport;

@@ -89,10 +89,7 @@ pub struct EgressNetwork {
     pub gateway: IpAddr,
 }
 
-/// The Docker network of sandbox `id`: `aegis-net-<id>`.
-pub fn network_name(id: SandboxId) -> String {
-    format!("aegis-net-{id}")
-}
+pub use crate::id::network_name;
 
 /// The bridge interface name for a network suffix: `aeg` + 12 characters.
 fn bridge_name(suffix: &str) -> String {

@@ -8,50 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use crate::error::{DispatchError, Result};
 use crate::labels::RESERVED_PREFIX;
 
-/// Identifies one sandbox: its row, its container (`aegis-sbx-<id>`) and its volume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct SandboxId(pub Uuid);
-
-impl SandboxId {
-    /// A fresh random id.
-    pub fn new() -> Self {
-        SandboxId(Uuid::new_v4())
-    }
-}
-
-impl Default for SandboxId {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl fmt::Display for SandboxId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl FromStr for SandboxId {
-    type Err = uuid::Error;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Uuid::parse_str(s).map(SandboxId)
-    }
-}
-
-impl From<Uuid> for SandboxId {
-    fn from(id: Uuid) -> Self {
-        SandboxId(id)
-    }
-}
+pub use crate::id::SandboxId;
 
 /// What kind of thing owns a sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -198,8 +161,8 @@ pub enum NetworkMode {
     /// [`NetworkMode::Egress`], like an agent sandbox with network).
     Bridge,
     /// An internal network of the sandbox's own with no route out: its only way out is the
-    /// egress proxy the [`EgressHost`](crate::network::EgressHost) starts on the network's
-    /// gateway, and the host firewall admits nothing else (see [`network`](crate::network)).
+    /// egress proxy the network module's `EgressHost` starts on the network's gateway, and the
+    /// host firewall admits nothing else.
     Egress,
 }
 
@@ -209,7 +172,7 @@ impl NetworkMode {
         match self {
             NetworkMode::None => "none".to_owned(),
             NetworkMode::Bridge => "bridge".to_owned(),
-            NetworkMode::Egress => crate::network::network_name(id),
+            NetworkMode::Egress => crate::id::network_name(id),
         }
     }
 }

@@ -9,7 +9,8 @@
 //! * `identity` — privileges kept and dropped, the sandbox user's filesystem identity;
 //! * `paths`, `roots` — lexical normalization and descriptor-relative resolution beneath roots;
 //! * `fs` — one module per `fs.*` operation (`fs/watch.rs`: directory watches); `cmd` —
-//!   `cmd.run`, children and reaping; `live` — processes that outlive their request;
+//!   `cmd.run`; `spawn` — starting confined programs, children and reaping; `live` — processes
+//!   that outlive their request;
 //! * `output` — the protocol's stdout, responses and events;
 //! * `proc` — the process tools `proc.list`, `logs.read`, `env.get`;
 //! * `config`, `error`, `encoding`, `frame`, `log` — the small shared pieces.
@@ -28,6 +29,8 @@ pub mod channel;
 pub mod cmd;
 #[cfg(feature = "executor")]
 pub mod config;
+#[cfg(feature = "executor")]
+pub mod context;
 #[cfg(feature = "executor")]
 pub mod encoding;
 #[cfg(feature = "executor")]
@@ -51,7 +54,11 @@ pub mod proc;
 #[cfg(feature = "executor")]
 pub mod roots;
 #[cfg(feature = "executor")]
+pub mod running;
+#[cfg(feature = "executor")]
 pub mod server;
+#[cfg(feature = "executor")]
+pub mod spawn;
 
 /// Runs the executor until its stdin closes; returns the process exit code.
 #[cfg(feature = "executor")]

@@ -1,7 +1,7 @@
 //! The executor's life: start-up, the request stream, dispatch, shutdown.
 //!
 //! Start-up reads the configuration, opens the roots, drops privileges (`identity.rs`) and forks
-//! the fork server (`cmd/forkserver.rs`) while the process is still single-threaded, starts the
+//! the fork server (`spawn/forkserver.rs`) while the process is still single-threaded, starts the
 //! reaper, binds the node's socket when configured (`channel.rs`; its connections are served
 //! like stdin on threads of their own), and writes the ready line. Then the main
 //! thread reads request frames from stdin. `ping` and `cancel` are answered inline (so a
@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use crate::cmd::children::Children;
 use crate::config::Config;
+use crate::context::Context;
 use crate::error::OpError;
 use crate::frame::{read_frame, Frame};
 use crate::output::{Events, Output};
@@ -36,34 +36,14 @@ use crate::protocol::{
     WatchResult, WriteResult, PROTOCOL_VERSION, UNATTRIBUTED_ID,
 };
 use crate::roots::{open_beneath, Roots};
-use crate::{cmd, fs, identity, live, proc};
+use crate::running::{Processes, Watches};
+use crate::spawn::children::Children;
+use crate::{cmd, fs, identity, live, proc, spawn};
 
 /// Most requests handled at once (threads count against the container's pids limit).
 pub const MAX_IN_FLIGHT: usize = 64;
 /// How long, after stdin closed and commands were killed, requests in flight may still answer.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
-
-/// Everything a handler needs.
-pub struct Context {
-    /// The validated configuration.
-    pub config: Config,
-    /// The allowed roots, held open.
-    pub roots: Roots,
-    /// Running commands and the reaper.
-    pub children: Arc<Children>,
-    /// Programs resolved for the kernel-held execute rules (cached).
-    pub grants: cmd::grant::Grants,
-    /// The kernel's Landlock ABI (0: none).
-    pub landlock_abi: u32,
-    /// Makes the sub-reapers (forked at start, before any thread).
-    pub fork_server: cmd::forkserver::ForkServer,
-    /// Where live processes and watches send their events: the channel followed now.
-    pub events: Events,
-    /// Live processes (`proc.*`).
-    pub live: live::Registry,
-    /// Directory watches (`fs.watch`).
-    pub watches: fs::watch::Registry,
-}
 
 /// Any operation's result, serialized as the bare result object.
 #[derive(Serialize)]
@@ -122,15 +102,15 @@ pub fn main() -> i32 {
         }
     }
     // Before the reaper or any request thread exists: the fork server must be single-threaded.
-    let fork_server = cmd::forkserver::ForkServer::start().unwrap_or_else(|e| {
+    let fork_server = spawn::forkserver::ForkServer::start().unwrap_or_else(|e| {
         crate::log_event!("cannot start the fork server ({e}); sub-reapers are forked directly");
-        cmd::forkserver::ForkServer::disabled()
+        spawn::forkserver::ForkServer::disabled()
     });
     let children = match Children::start() {
         Ok(children) => children,
         Err(e) => return fatal(format!("cannot start the reaper: {e}")),
     };
-    let landlock_abi = cmd::confine::kernel_abi();
+    let landlock_abi = spawn::confine::kernel_abi();
     if landlock_abi == 0 && config.require_landlock {
         crate::log_event!(
             "the kernel has no Landlock: every cmd.run will be refused (require_landlock)"
@@ -140,12 +120,12 @@ pub fn main() -> i32 {
         config,
         roots,
         children: Arc::clone(&children),
-        grants: cmd::grant::Grants::default(),
+        grants: spawn::grant::Grants::default(),
         landlock_abi,
         fork_server,
         events: Events::new(Arc::clone(&output)),
-        live: live::Registry::default(),
-        watches: fs::watch::Registry::default(),
+        live: Processes::default(),
+        watches: Watches::default(),
     });
     crate::log_event!(
         "ready: uid {} gid {}, pid {}, landlock abi {}, fork server pid {}",

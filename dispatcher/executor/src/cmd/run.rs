@@ -36,18 +36,18 @@ use rustix::io::Errno;
 use rustix::pipe::PipeFlags;
 use rustix::process::Pid;
 
-use crate::cmd::capture::CappedBuffer;
-use crate::cmd::children::{Slot, Stop};
-use crate::cmd::confine::{self, Confinement};
-use crate::cmd::forkserver::SpawnError;
-use crate::cmd::subreaper::{self, Handshake, Plan};
+use crate::context::Context;
 use crate::encoding;
 use crate::error::{OpError, OpResult};
 use crate::protocol::{
     Encoding, Enforcement, ErrorKind, ExecGrant, RunParams, RunResult, Truncation,
 };
 use crate::roots::Access;
-use crate::server::Context;
+use crate::spawn::capture::CappedBuffer;
+use crate::spawn::children::{Slot, Stop};
+use crate::spawn::confine::{self, Confinement};
+use crate::spawn::forkserver::SpawnError;
+use crate::spawn::subreaper::{self, Handshake, Plan};
 
 /// Most bytes kept per stream, whatever the request asks (the rest is still counted).
 pub const MAX_KEPT_BYTES: u64 = 16 * 1024 * 1024;

@@ -8,10 +8,10 @@ use rustix::fd::OwnedFd;
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
+use crate::context::Context;
 use crate::error::{OpError, OpResult};
 use crate::protocol::{CreateDirResult, ErrorKind, PathParams};
 use crate::roots::{Access, Target};
-use crate::server::Context;
 
 /// Runs `fs.create_dir`.
 pub fn run(ctx: &Context, params: PathParams) -> OpResult<CreateDirResult> {

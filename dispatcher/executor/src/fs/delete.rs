@@ -12,11 +12,11 @@ use rustix::fd::{AsFd, BorrowedFd};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use crate::context::Context;
 use crate::error::{OpError, OpResult};
 use crate::fs::{file_type, stat_nofollow};
 use crate::protocol::{DeleteParams, DeleteResult, ErrorKind};
 use crate::roots::Access;
-use crate::server::Context;
 
 /// Deepest directory nesting a recursive delete descends into.
 const MAX_DEPTH: usize = 1024;

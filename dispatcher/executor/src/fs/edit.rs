@@ -8,11 +8,11 @@
 use rustix::fd::AsFd;
 use rustix::fs::{Mode, OFlags};
 
+use crate::context::Context;
 use crate::error::{OpError, OpResult};
 use crate::fs::{read_capped, require_regular, write, READ_FLAGS};
 use crate::protocol::{Edit, EditParams, EditResult, ErrorKind, MultiEditParams};
 use crate::roots::Access;
-use crate::server::Context;
 
 /// Runs `fs.edit`.
 pub fn run_single(ctx: &Context, params: EditParams) -> OpResult<EditResult> {

@@ -9,11 +9,11 @@
 use globset::{GlobBuilder, GlobMatcher};
 use rustix::fs::{FileType, OFlags};
 
+use crate::context::Context;
 use crate::error::{OpError, OpResult};
 use crate::fs::walk::{self, Limits, Step};
 use crate::protocol::{ErrorKind, GlobParams, GlobResult};
 use crate::roots::Access;
-use crate::server::Context;
 
 const DEFAULT_MAX_MATCHES: u64 = 1000;
 const MAX_MATCHES: u64 = 10_000;

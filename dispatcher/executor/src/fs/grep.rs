@@ -14,13 +14,13 @@ use globset::{GlobBuilder, GlobMatcher};
 use regex::bytes::{Regex, RegexBuilder};
 use rustix::fs::{FileType, Mode, OFlags};
 
+use crate::context::Context;
 use crate::error::{OpError, OpResult};
 use crate::fs::walk::{self, Limits, Step};
 use crate::fs::{read_capped, require_regular, READ_FLAGS};
 use crate::paths::floor_char_boundary;
 use crate::protocol::{GrepMatch, GrepParams, GrepResult};
 use crate::roots::Access;
-use crate::server::Context;
 
 const DEFAULT_MAX_MATCHES: u64 = 1000;
 const MAX_MATCHES: u64 = 10_000;

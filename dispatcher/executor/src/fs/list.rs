@@ -2,11 +2,11 @@
 
 use rustix::fs::{Dir, OFlags};
 
+use crate::context::Context;
 use crate::error::{OpError, OpResult};
 use crate::fs::{file_type, stat_nofollow};
 use crate::protocol::{EntryType, ListEntry, ListResult, PathParams};
 use crate::roots::Access;
-use crate::server::Context;
 
 /// Most entries returned.
 pub const MAX_ENTRIES: usize = 10_000;

@@ -7,12 +7,12 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 
+use crate::context::Context;
 use crate::encoding;
 use crate::error::{OpError, OpResult};
 use crate::fs::{find_newline, read_capped, require_regular, READ_FLAGS};
 use crate::protocol::{ErrorKind, ReadParams, ReadResult};
 use crate::roots::Access;
-use crate::server::Context;
 
 /// Most bytes line mode scans while skipping `offset` lines (a sparse file could be huge).
 const MAX_SKIP_SCAN_BYTES: u64 = 1 << 30;

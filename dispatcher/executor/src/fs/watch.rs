@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags};
@@ -32,6 +32,7 @@ use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use crate::context::Context;
 use crate::error::{OpError, OpResult};
 use crate::fs::walk::{self, Step};
 use crate::paths;
@@ -40,7 +41,6 @@ use crate::protocol::{
     WatchResult,
 };
 use crate::roots::Access;
-use crate::server::Context;
 
 /// Most directories one watch covers.
 pub const MAX_DIRECTORIES: usize = 1000;
@@ -61,18 +61,6 @@ const MASK: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::DELETE_SELF)
     .union(WatchFlags::ONLYDIR)
     .union(WatchFlags::EXCL_UNLINK);
-
-/// The running watches, by the id of their `fs.watch` request; each holds its stop eventfd.
-#[derive(Default)]
-pub struct Registry {
-    watches: Mutex<HashMap<u64, Option<Arc<OwnedFd>>>>,
-}
-
-impl Registry {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Option<Arc<OwnedFd>>>> {
-        self.watches.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
 
 /// A watch's state on its thread.
 struct Watch {

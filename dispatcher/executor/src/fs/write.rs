@@ -15,13 +15,13 @@ use rustix::fd::{AsFd, BorrowedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
+use crate::context::Context;
 use crate::encoding;
 use crate::error::{OpError, OpResult};
 use crate::fs::{create_dir, file_type, stat_nofollow};
 use crate::paths;
 use crate::protocol::{ErrorKind, WriteParams, WriteResult};
 use crate::roots::Access;
-use crate::server::Context;
 
 /// Runs `fs.write`.
 pub fn run(ctx: &Context, params: WriteParams) -> OpResult<WriteResult> {

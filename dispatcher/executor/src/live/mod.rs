@@ -6,7 +6,7 @@
 //! the same reaper) and supervised by the same poll loop (`supervise`), on a thread of its own
 //! that sends each chunk of output as a `data` event and, last, an `end` event (`start.rs`).
 //! Nothing here spawns or signals by itself: signals go through the sub-reaper
-//! ([`Children::stop`](crate::cmd::children::Children::stop)), so a live process's tree dies
+//! ([`Children::stop`](crate::spawn::children::Children::stop)), so a live process's tree dies
 //! with it, with the executor (stdin closed: every sub-reaper is told to kill its tree) and with
 //! the container.
 //!
@@ -20,201 +20,26 @@
 pub mod pty;
 pub mod start;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::fd::OwnedFd;
 use rustix::io::Errno;
 
-use crate::cmd::children::{Slot, Stop};
 use crate::cmd::run::duration_to_timespec;
+use crate::context::Context;
 use crate::encoding;
 use crate::error::{OpError, OpResult};
 use crate::protocol::{
-    Empty, Encoding, ErrorKind, InputParams, InputResult, LiveListResult, LiveProcess, ProcTarget,
-    ProcessSignal, PtySize, ResizeParams, SignalParams,
+    Empty, Encoding, ErrorKind, InputParams, InputResult, ProcTarget, ProcessSignal, ResizeParams,
+    SignalParams,
 };
-use crate::server::Context;
+use crate::spawn::children::Stop;
 
 /// Longest a `proc.input` waits for the process to read what it was sent.
 pub const INPUT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most bytes one `proc.input` carries.
 pub const MAX_INPUT_BYTES: usize = 1024 * 1024;
-
-/// One live process.
-pub struct Proc {
-    /// The `proc.start` request whose id its events carry.
-    pub events: u64,
-    /// Its pid in the sandbox.
-    pub pid: u32,
-    /// Its tag.
-    pub tag: Option<String>,
-    /// What it runs.
-    pub argv: Vec<String>,
-    /// Its working directory.
-    pub cwd: String,
-    /// Its extra environment.
-    pub env: BTreeMap<String, String>,
-    /// Whether it was given a stdin pipe (or a terminal).
-    pub takes_input: bool,
-    slot: Arc<Slot>,
-    /// The terminal's master (resize), with its current size.
-    terminal: Option<(Arc<OwnedFd>, Mutex<PtySize>)>,
-    /// Where input goes (stdin pipe's write end, or the terminal's master); `None` once closed.
-    input: Mutex<Option<Arc<OwnedFd>>>,
-    /// Serializes writers, so two inputs never interleave.
-    writing: Mutex<()>,
-}
-
-impl Proc {
-    fn listed(&self) -> LiveProcess {
-        LiveProcess {
-            pid: self.pid,
-            tag: self.tag.clone(),
-            events: self.events,
-            argv: self.argv.clone(),
-            cwd: self.cwd.clone(),
-            env: self.env.clone(),
-            pty: self
-                .terminal
-                .as_ref()
-                .map(|(_, size)| *size.lock().unwrap_or_else(PoisonError::into_inner)),
-            stdin: self.takes_input,
-        }
-    }
-}
-
-#[derive(Default)]
-struct Table {
-    by_pid: HashMap<u32, Arc<Proc>>,
-    /// Processes being started (counted against the bound) and their tags.
-    starting: usize,
-    starting_tags: HashSet<String>,
-}
-
-/// The live processes of this executor.
-#[derive(Default)]
-pub struct Registry {
-    table: Mutex<Table>,
-    /// Supervising threads that have not sent their `end` yet (shutdown waits for them).
-    supervising: Mutex<usize>,
-    ended: Condvar,
-}
-
-/// A place held for a process being started; given back when dropped unless it was filled.
-pub struct Reservation<'a> {
-    registry: &'a Registry,
-    tag: Option<String>,
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        let mut table = self.registry.lock();
-        table.starting = table.starting.saturating_sub(1);
-        if let Some(tag) = &self.tag {
-            table.starting_tags.remove(tag);
-        }
-    }
-}
-
-impl Registry {
-    fn lock(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Holds a place for one more process (and its tag), or says which bound refuses it.
-    pub fn reserve(&self, limit: usize, tag: Option<&str>) -> OpResult<Reservation<'_>> {
-        let mut table = self.lock();
-        if table.by_pid.len() + table.starting >= limit {
-            return Err(OpError::new(
-                ErrorKind::LimitReached,
-                format!(
-                    "this sandbox already runs {limit} live processes (its limit); end one first"
-                ),
-            ));
-        }
-        if let Some(tag) = tag {
-            if table.starting_tags.contains(tag)
-                || table.by_pid.values().any(|p| p.tag.as_deref() == Some(tag))
-            {
-                return Err(OpError::new(
-                    ErrorKind::AlreadyExists,
-                    format!("a live process with tag '{tag}' already runs"),
-                ));
-            }
-            table.starting_tags.insert(tag.to_owned());
-        }
-        table.starting += 1;
-        Ok(Reservation {
-            registry: self,
-            tag: tag.map(str::to_owned),
-        })
-    }
-
-    /// Fills a reservation with the started process.
-    fn insert(&self, reservation: Reservation<'_>, process: Arc<Proc>) {
-        self.lock().by_pid.insert(process.pid, process);
-        drop(reservation);
-    }
-
-    /// Forgets an ended process (before its `end` event, so its tag is free by then).
-    fn remove(&self, pid: u32) {
-        self.lock().by_pid.remove(&pid);
-    }
-
-    /// The live process with this pid.
-    pub fn get(&self, pid: u32) -> OpResult<Arc<Proc>> {
-        self.lock().by_pid.get(&pid).cloned().ok_or_else(|| {
-            OpError::new(
-                ErrorKind::NotFound,
-                format!(
-                    "no live process has pid {pid} (it ended, or was not started by proc.start)"
-                ),
-            )
-        })
-    }
-
-    /// A supervising thread is about to start.
-    fn supervisor_starts(&self) {
-        *self
-            .supervising
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) += 1;
-    }
-
-    /// A supervising thread sent its `end` (or never started).
-    fn supervisor_ended(&self) {
-        let mut supervising = self
-            .supervising
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *supervising = supervising.saturating_sub(1);
-        self.ended.notify_all();
-    }
-
-    /// Waits until every live process has sent its `end`, or `limit` passed; how many have not.
-    pub fn wait_ended(&self, limit: Duration) -> usize {
-        let supervising = self
-            .supervising
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *self
-            .ended
-            .wait_timeout_while(supervising, limit, |running| *running > 0)
-            .unwrap_or_else(PoisonError::into_inner)
-            .0
-    }
-
-    /// Every live process, by pid.
-    pub fn list(&self) -> LiveListResult {
-        let mut processes: Vec<LiveProcess> =
-            self.lock().by_pid.values().map(|p| p.listed()).collect();
-        processes.sort_by_key(|p| p.pid);
-        LiveListResult { processes }
-    }
-}
 
 /// `proc.input`: writes all the bytes, or fails saying how many went in.
 pub fn input(ctx: &Context, params: InputParams) -> OpResult<InputResult> {
@@ -346,41 +171,4 @@ pub fn resize(ctx: &Context, params: ResizeParams) -> OpResult<Empty> {
     pty::resize(master, params.size)?;
     *size.lock().unwrap_or_else(PoisonError::into_inner) = params.size;
     Ok(Empty {})
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reservations_count_against_the_bound_and_tags_are_unique() {
-        let registry = Registry::default();
-        let first = registry.reserve(2, Some("a")).expect("first");
-        let dup = registry.reserve(2, Some("a")).err().expect("same tag");
-        assert_eq!(dup.kind, ErrorKind::AlreadyExists);
-        let second = registry.reserve(2, None).expect("second");
-        let full = registry
-            .reserve(2, Some("b"))
-            .err()
-            .expect("over the bound");
-        assert_eq!(full.kind, ErrorKind::LimitReached);
-        assert!(
-            full.message.contains("2 live processes"),
-            "{}",
-            full.message
-        );
-        // A start that failed gives its place and its tag back.
-        drop(first);
-        let again = registry.reserve(2, Some("a")).expect("room and tag again");
-        drop((second, again));
-        assert_eq!(registry.lock().starting, 0);
-        assert!(registry.lock().starting_tags.is_empty());
-    }
-
-    #[test]
-    fn unknown_pids_are_not_found() {
-        let e = Registry::default().get(42).err().expect("nothing runs");
-        assert_eq!(e.kind, ErrorKind::NotFound);
-        assert!(Registry::default().list().processes.is_empty());
-    }
 }

@@ -1,7 +1,7 @@
 //! A pseudo-terminal from the kernel: `/dev/ptmx` for the master, `TIOCGPTPEER` for the slave
 //! (no path of `/dev/pts` is looked up), `TIOCSWINSZ` for its size. The master stays in the
 //! executor (output, input, resize); the slave becomes the process's stdin, stdout, stderr and
-//! controlling terminal (`spawn.rs`).
+//! controlling terminal (`spawn/vfork.rs`).
 //!
 //! The terminal is made as root (the handler thread's filesystem identity is switched for the
 //! call) and its slave left mode 0600: devpts gives a new terminal the opener's filesystem uid

@@ -12,15 +12,16 @@ use std::time::Duration;
 use rustix::fd::OwnedFd;
 use rustix::fs::OFlags;
 
-use crate::cmd::children::Stop;
 use crate::cmd::run::{self, Launch, Launched, Limits, Stdio};
+use crate::context::Context;
 use crate::encoding::base64_encode;
 use crate::error::{OpError, OpResult};
-use crate::live::{pty, Proc};
+use crate::live::pty;
 use crate::protocol::{
     ErrorKind, Event, EventBody, OutputStream, ProcessEnd, StartParams, StartResult, Truncation,
 };
-use crate::server::Context;
+use crate::running::Proc;
+use crate::spawn::children::Stop;
 
 /// Longest tag accepted.
 const MAX_TAG_BYTES: usize = 256;

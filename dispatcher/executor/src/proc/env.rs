@@ -10,11 +10,11 @@
 
 use std::collections::BTreeMap;
 
+use crate::context::Context;
 use crate::error::{OpError, OpResult};
 use crate::fs::{read_capped, require_regular, READ_FLAGS};
 use crate::protocol::{EnvGetParams, EnvGetResult, ErrorKind};
 use crate::roots::Access;
-use crate::server::Context;
 
 /// Name fragments that make a variable secret.
 pub const SECRET_MARKERS: [&str; 7] = [

@@ -14,9 +14,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::context::Context;
 use crate::error::{OpError, OpResult};
 use crate::protocol::{ErrorKind, ProcListParams, ProcListResult, ProcessInfo, ProcessRole};
-use crate::server::Context;
 
 /// Default number of processes returned.
 pub const DEFAULT_LIMIT: u32 = 50;

@@ -16,11 +16,11 @@ use std::os::unix::fs::FileExt;
 use regex::bytes::{Regex, RegexBuilder};
 use serde_json::Value;
 
+use crate::context::Context;
 use crate::error::{OpError, OpResult};
 use crate::fs::{require_regular, READ_FLAGS};
 use crate::protocol::{LogsReadParams, LogsReadResult};
 use crate::roots::Access;
-use crate::server::Context;
 
 /// Lines returned when the caller does not say.
 pub const DEFAULT_LINES: u64 = 100;

@@ -19,6 +19,14 @@
 //! `Dispatcher` clone stops it. Sandboxes themselves outlive the dispatcher; they are removed by
 //! `destroy`, by the reaper once this instance is dead, or taken over by a later instance through
 //! [`Dispatcher::adopt`].
+//!
+//! Its submodules are the dispatcher's own background duties, each an `impl` of the same
+//! [`Dispatcher`] and its shared state: [`pool`] (warm sandboxes), [`reaper`] (what dead
+//! instances left behind) and [`beacon`] (this instance's heartbeat).
+
+pub(crate) mod beacon;
+pub(crate) mod pool;
+pub(crate) mod reaper;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, Weak};
@@ -43,10 +51,10 @@ use crate::hardening;
 use crate::install::{self, ExecutorVolume};
 use crate::labels;
 use crate::network;
-use crate::pool::Pool;
 use crate::spec::{NetworkMode, Owner, SandboxId, SandboxSpec};
 use crate::store::{self, DestroyClaim, SandboxInfo};
 use crate::stream::ExecutorStream;
+use pool::Pool;
 
 /// Extra time a `cmd.run` call waits beyond the command's own timeout and kill grace.
 const RUN_DEADLINE_MARGIN: Duration = Duration::from_secs(5);
@@ -167,9 +175,9 @@ impl Dispatcher {
             rows_closed = report.rows_closed,
             "start-up reaper done"
         );
-        crate::reaper::spawn_periodic(Arc::downgrade(&dispatcher.inner));
-        crate::beacon::spawn_periodic(Arc::downgrade(&dispatcher.inner));
-        crate::pool::spawn_refill(Arc::downgrade(&dispatcher.inner));
+        reaper::spawn_periodic(Arc::downgrade(&dispatcher.inner));
+        beacon::spawn_periodic(Arc::downgrade(&dispatcher.inner));
+        pool::spawn_refill(Arc::downgrade(&dispatcher.inner));
         Ok(dispatcher)
     }
 

@@ -58,9 +58,9 @@ use rustix::net::{
 use rustix::process::{Pid, Signal};
 use serde::{Deserialize, Serialize};
 
-use crate::cmd::confine;
-use crate::cmd::subreaper::{self, Child, Plan};
 use crate::protocol::Enforcement;
+use crate::spawn::confine;
+use crate::spawn::subreaper::{self, Child, Plan};
 
 /// Largest request sent to the server; a larger plan is forked directly. Well below the
 /// socket's send buffer (about 200 KiB by default), which bounds one `SOCK_SEQPACKET` message.

@@ -28,7 +28,7 @@ use std::time::Duration;
 use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::ListVolumesOptionsBuilder;
 
-use crate::dispatcher::Inner;
+use super::Inner;
 use crate::error::{engine, Result};
 use crate::labels;
 

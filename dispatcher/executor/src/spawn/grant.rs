@@ -21,9 +21,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rustix::fs::{Mode, OFlags, CWD};
 
-use crate::cmd::program;
 use crate::error::{OpError, OpResult};
 use crate::protocol::{ErrorKind, ExecGrant};
+use crate::spawn::program;
 
 /// ELF program header type of the program interpreter.
 const PT_INTERP: u32 = 3;

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::{run_detached, Dispatcher, Inner};
 use crate::config::DispatcherConfig;
-use crate::dispatcher::{run_detached, Dispatcher, Inner};
 use crate::error::Result;
 use crate::spec::{Limits, Owner, OwnerKind, SandboxId, SandboxSpec};
 use crate::store;

@@ -28,7 +28,7 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, WaitOptions, WaitStatus};
 
-use crate::cmd::subreaper::KILL_TREE;
+use crate::spawn::subreaper::KILL_TREE;
 
 /// How to stop a running command (see [`Children::stop`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,7 +32,7 @@ use bollard::query_parameters::{
 };
 use uuid::Uuid;
 
-use crate::dispatcher::{Dispatcher, Inner};
+use super::{beacon, Dispatcher, Inner};
 use crate::error::{engine, Result};
 use crate::labels;
 use crate::spec::SandboxId;
@@ -514,8 +514,8 @@ impl Inner {
             .into_iter()
             .filter_map(|v| {
                 let reason = of_silent(&v.labels)?;
-                let beacon = v.labels.get(labels::COMPONENT).map(String::as_str)
-                    == Some(crate::beacon::COMPONENT);
+                let beacon =
+                    v.labels.get(labels::COMPONENT).map(String::as_str) == Some(beacon::COMPONENT);
                 Some((beacon, v.name, reason))
             })
             .collect();
@@ -547,7 +547,7 @@ impl Inner {
             "label".to_owned(),
             vec![
                 labels::managed_filter(),
-                format!("{}={}", labels::COMPONENT, crate::beacon::COMPONENT),
+                format!("{}={}", labels::COMPONENT, beacon::COMPONENT),
             ],
         )]);
         let beacons = self
@@ -572,16 +572,12 @@ impl Inner {
                 .labels
                 .get(labels::BEAT_AT)
                 .and_then(|t| t.parse::<i64>().ok())
-                .unwrap_or_else(crate::beacon::now_secs);
+                .unwrap_or_else(beacon::now_secs);
             let e = newest.entry(scope.clone()).or_insert(at);
             *e = (*e).max(at);
         }
-        let now = crate::beacon::now_secs();
-        let dead = self
-            .config
-            .dead_after
-            .max(crate::beacon::SILENT_AFTER)
-            .as_secs() as i64;
+        let now = beacon::now_secs();
+        let dead = self.config.dead_after.max(beacon::SILENT_AFTER).as_secs() as i64;
         Ok(newest
             .into_iter()
             .map(|(scope, at)| (scope, now - at))

@@ -20,7 +20,7 @@
 //!    closes every descriptor it inherited but its own (so no other command's pipe is held);
 //! 2. confines itself with the command's Landlock domain (built by the executor, `confine.rs`,
 //!    and received as a descriptor), which the command inherits and cannot leave;
-//! 3. starts the command (`spawn.rs`) as the sandbox user in its own process group, its stdout
+//! 3. starts the command (`vfork.rs`) as the sandbox user in its own process group, its stdout
 //!    and stderr being the executor's pipes, and reports `started` (or why not) on the status
 //!    pipe;
 //! 4. waits for signals: SIGCHLD (reap), SIGTERM from the executor (passed on to the command's
@@ -37,8 +37,8 @@ use std::sync::Arc;
 use rustix::process::{Pid, Signal};
 use serde::{Deserialize, Serialize};
 
-use crate::cmd::{confine, spawn};
 use crate::protocol::{Enforcement, ErrorKind};
+use crate::spawn::{confine, vfork};
 
 /// Signal the executor sends to make the sub-reaper kill the whole tree at once.
 pub const KILL_TREE: Signal = Signal::USR1;
@@ -221,7 +221,7 @@ fn run(child: Child) -> i32 {
             "argv is empty".into(),
         );
     };
-    let spawned = spawn::start(&spawn::Command {
+    let spawned = vfork::start(&vfork::Command {
         program: &plan.program,
         at: program_dir
             .as_deref()
