@@ -11,8 +11,8 @@ use crate::common;
 
 use std::process::Command;
 
+use common::sandbox::AgentSandbox;
 use common::TestApp;
-use reqwest::Method;
 use serde_json::{json, Value};
 
 const SHELL_IMAGE: &str = "aegis-runtime/shell:bookworm";
@@ -76,22 +76,14 @@ spec:
       disk: 16Mi
 ";
 
-struct Sb<'a> {
-    app: &'a TestApp,
-    id: String,
+/// An agent's sandbox on the shell runtime, with the checks these attacks repeat.
+struct Sb {
+    sandbox: AgentSandbox,
 }
 
-impl Sb<'_> {
+impl Sb {
     async fn call(&self, name: &str, arguments: Value) -> (u16, Value) {
-        let r = self
-            .app
-            .admin(Method::POST, "/v1/tools/call")
-            .json(&json!({"name": name, "arguments": arguments, "sandbox_id": self.id}))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap())
+        self.sandbox.call(name, arguments).await
     }
 
     /// A command the policy accepts; returns its result (exit code, output, ...).
@@ -142,43 +134,10 @@ impl Sb<'_> {
     }
 }
 
-async fn sandbox<'a>(app: &'a TestApp, manifest: &str, name: &str) -> Sb<'a> {
-    let images = Command::new("docker")
-        .args(["images", "-q", SHELL_IMAGE])
-        .output()
-        .expect("the docker CLI runs");
-    assert!(
-        !images.stdout.is_empty(),
-        "image {SHELL_IMAGE} is missing: run runtime-images/build.sh --only shell (scripts/test.sh does)"
-    );
-    let r = app
-        .admin(Method::POST, "/v1/agents")
-        .body(manifest.to_owned())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-    let r = app
-        .admin(Method::POST, "/v1/sandboxes")
-        .json(&json!({"agent": name}))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status();
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(status, 201, "{body}");
+async fn sandbox(app: &TestApp, manifest: &str) -> Sb {
     Sb {
-        app,
-        id: body["sandbox_id"].as_str().expect("sandbox id").to_owned(),
+        sandbox: AgentSandbox::start_on(app, manifest.to_owned(), SHELL_IMAGE).await,
     }
-}
-
-fn inspect(id: &str, format: &str) -> String {
-    let out = Command::new("docker")
-        .args(["inspect", "-f", format, &format!("aegis-sbx-{id}")])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 #[tokio::test]
@@ -189,7 +148,7 @@ async fn listed_programs_cannot_run_unlisted_ones_or_write_outside() {
         ready["checks"]["kernel_policy"]["landlock_abi"].as_u64() >= Some(1),
         "readiness reports the kernel's Landlock: {ready}"
     );
-    let sb = sandbox(&app, NO_INTERPRETER, "lister").await;
+    let sb = sandbox(&app, NO_INTERPRETER).await;
 
     // The argv policy refuses what it knows, with a clear message: abbreviated long options,
     // option letters without a dash, git options before the subcommand, the loader.
@@ -357,15 +316,15 @@ async fn listed_programs_cannot_run_unlisted_ones_or_write_outside() {
     // What Docker was told: no HEALTHCHECK, descriptor and process limits, a sized noexec
     // tmpfs workspace.
     assert_eq!(
-        inspect(&sb.id, "{{json .Config.Healthcheck.Test}}"),
+        sb.sandbox.inspect("{{json .Config.Healthcheck.Test}}"),
         "[\"NONE\"]"
     );
-    let ulimits = inspect(&sb.id, "{{json .HostConfig.Ulimits}}");
+    let ulimits = sb.sandbox.inspect("{{json .HostConfig.Ulimits}}");
     assert!(
         ulimits.contains("nofile") && ulimits.contains("nproc"),
         "{ulimits}"
     );
-    let volume = format!("aegis-ws-{}", sb.id);
+    let volume = format!("aegis-ws-{}", sb.sandbox.id);
     let out = Command::new("docker")
         .args(["volume", "inspect", "-f", "{{json .Options}}", &volume])
         .output()
@@ -382,7 +341,7 @@ async fn listed_programs_cannot_run_unlisted_ones_or_write_outside() {
 #[tokio::test]
 async fn an_allowlisted_interpreter_is_held_by_the_kernel_too() {
     let app = TestApp::spawn().await;
-    let sb = sandbox(&app, WITH_INTERPRETER, "scripter").await;
+    let sb = sandbox(&app, WITH_INTERPRETER).await;
 
     let bash = |script: &'static str| (script, ["-c", script]);
 

@@ -8,11 +8,10 @@ use crate::common;
 
 use std::process::Command;
 
+use common::sandbox::AgentSandbox;
 use common::TestApp;
 use reqwest::Method;
 use serde_json::{json, Value};
-
-const IMAGE: &str = "aegis-runtime/busybox:1";
 
 /// A busybox agent that may read /workspace, write /workspace/out, and run a few commands.
 fn agent(name: &str) -> String {
@@ -56,97 +55,10 @@ fn docker(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// Runs argv inside the sandbox's container with `docker exec` as the sandbox user (what agent
-/// code could do), for set-ups and checks from inside.
-fn inside(sandbox: &str, argv: &[&str]) -> (i32, String) {
-    let container = format!("aegis-sbx-{sandbox}");
-    let mut args = vec!["exec", "-u", "65534:65534", container.as_str()];
-    args.extend_from_slice(argv);
-    let out = Command::new("docker")
-        .args(&args)
-        .output()
-        .expect("docker exec runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
-struct Sandbox<'a> {
-    app: &'a TestApp,
-    id: String,
-}
-
-impl Sandbox<'_> {
-    async fn call(&self, name: &str, arguments: Value) -> (u16, Value) {
-        let r = self
-            .app
-            .admin(Method::POST, "/v1/tools/call")
-            .json(&json!({"name": name, "arguments": arguments, "sandbox_id": self.id}))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap())
-    }
-
-    async fn ok(&self, name: &str, arguments: Value) -> Value {
-        let (status, out) = self.call(name, arguments.clone()).await;
-        assert_eq!(status, 200, "{name} {arguments}: {out}");
-        assert_eq!(out["isError"], false, "{name} {arguments}: {out}");
-        out["structuredContent"].clone()
-    }
-
-    async fn refused(&self, name: &str, arguments: Value, status: u16, code: &str) -> Value {
-        let (got, out) = self.call(name, arguments.clone()).await;
-        assert_eq!(got, status, "{name} {arguments}: {out}");
-        assert_eq!(out["code"], code, "{name} {arguments}: {out}");
-        out
-    }
-
-    async fn tool_error(&self, name: &str, arguments: Value, code: &str) -> Value {
-        let (status, out) = self.call(name, arguments.clone()).await;
-        assert_eq!(status, 200, "{name} {arguments}: {out}");
-        assert_eq!(out["isError"], true, "{name} {arguments}: {out}");
-        assert_eq!(
-            out["structuredContent"]["error"]["code"], code,
-            "{name} {arguments}: {out}"
-        );
-        out
-    }
-}
-
-async fn sandbox_for<'a>(app: &'a TestApp, name: &str) -> Sandbox<'a> {
-    assert!(
-        !docker(&["images", "-q", IMAGE]).is_empty(),
-        "image {IMAGE} is missing: run runtime-images/build.sh --only busybox (scripts/test.sh does)"
-    );
-    let r = app
-        .admin(Method::POST, "/v1/agents")
-        .body(agent(name))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-    let r = app
-        .admin(Method::POST, "/v1/sandboxes")
-        .json(&json!({"agent": name}))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status();
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(status, 201, "{body}");
-    Sandbox {
-        app,
-        id: body["sandbox_id"].as_str().unwrap().to_owned(),
-    }
-}
-
 #[tokio::test]
 async fn fs_tools_work_inside_the_allowlist_and_refuse_outside_it() {
     let app = TestApp::spawn().await;
-    let sb = sandbox_for(&app, "fs-agent").await;
+    let sb = AgentSandbox::start(&app, agent("fs-agent")).await;
 
     let w = sb
         .ok(
@@ -278,28 +190,22 @@ async fn fs_tools_work_inside_the_allowlist_and_refuse_outside_it() {
             .await;
     }
     // ... and from inside: nothing was written.
-    let (_, listing) = inside(&sb.id, &["/bin/ls", "-a", "/workspace", "/tmp"]);
+    let (_, listing) = sb.inside(&["/bin/ls", "-a", "/workspace", "/tmp"]);
     assert!(!listing.contains("x.txt"), "{listing}");
-    let (code, _) = inside(&sb.id, &["/bin/ls", "/tmp/x"]);
+    let (code, _) = sb.inside(&["/bin/ls", "/tmp/x"]);
     assert_ne!(code, 0, "/tmp/x must not exist");
 
     // Symlinks planted in the workspace cannot lead out (the executor resolves beneath the root).
     sb.ok("fs.create_dir", json!({"path": "/workspace/out/links"}))
         .await;
-    let (code, _) = inside(
-        &sb.id,
-        &["/bin/ln", "-s", "/etc", "/workspace/out/links/etc"],
-    );
+    let (code, _) = sb.inside(&["/bin/ln", "-s", "/etc", "/workspace/out/links/etc"]);
     assert_eq!(code, 0);
-    let (code, _) = inside(
-        &sb.id,
-        &[
-            "/bin/ln",
-            "-s",
-            "../../../etc/passwd",
-            "/workspace/out/links/rel",
-        ],
-    );
+    let (code, _) = sb.inside(&[
+        "/bin/ln",
+        "-s",
+        "../../../etc/passwd",
+        "/workspace/out/links/rel",
+    ]);
     assert_eq!(code, 0);
     sb.tool_error(
         "fs.read",
@@ -319,7 +225,7 @@ async fn fs_tools_work_inside_the_allowlist_and_refuse_outside_it() {
         "path_not_allowed",
     )
     .await;
-    let (code, _) = inside(&sb.id, &["/bin/ls", "/etc/evil"]);
+    let (code, _) = sb.inside(&["/bin/ls", "/etc/evil"]);
     assert_ne!(code, 0, "nothing written through the symlink");
     // A file with two hard links is refused for writing.
     sb.ok(
@@ -327,10 +233,7 @@ async fn fs_tools_work_inside_the_allowlist_and_refuse_outside_it() {
         json!({"path": "/workspace/out/h1", "content": "one"}),
     )
     .await;
-    let (code, _) = inside(
-        &sb.id,
-        &["/bin/ln", "/workspace/out/h1", "/workspace/out/h2"],
-    );
+    let (code, _) = sb.inside(&["/bin/ln", "/workspace/out/h1", "/workspace/out/h2"]);
     assert_eq!(code, 0);
     sb.tool_error(
         "fs.write",
@@ -338,18 +241,18 @@ async fn fs_tools_work_inside_the_allowlist_and_refuse_outside_it() {
         "hard_link_refused",
     )
     .await;
-    let (_, content) = inside(&sb.id, &["/bin/cat", "/workspace/out/h1"]);
+    let (_, content) = sb.inside(&["/bin/cat", "/workspace/out/h1"]);
     assert_eq!(content, "one");
 
     // Files belong to the unprivileged sandbox user.
-    let (_, owner) = inside(&sb.id, &["/bin/stat", "-c", "%u:%g", "/workspace/out/h1"]);
+    let (_, owner) = sb.inside(&["/bin/stat", "-c", "%u:%g", "/workspace/out/h1"]);
     assert_eq!(owner.trim(), "65534:65534");
 }
 
 #[tokio::test]
 async fn cmd_run_runs_without_a_shell_under_the_allowlist() {
     let app = TestApp::spawn().await;
-    let sb = sandbox_for(&app, "cmd-agent").await;
+    let sb = AgentSandbox::start(&app, agent("cmd-agent")).await;
 
     let r = sb.ok("cmd.run", json!({"command": "id -u"})).await;
     assert_eq!(r["exit_code"], 0);
@@ -460,7 +363,7 @@ async fn cmd_run_runs_without_a_shell_under_the_allowlist() {
         "invalid_arguments",
     )
     .await;
-    let (code, _) = inside(&sb.id, &["/bin/ls", "/workspace/out/f"]);
+    let (code, _) = sb.inside(&["/bin/ls", "/workspace/out/f"]);
     assert_ne!(code, 0, "the refused redirection wrote nothing");
 
     // Timeout: the caller may lower the ceiling; the process group dies.
@@ -468,7 +371,7 @@ async fn cmd_run_runs_without_a_shell_under_the_allowlist() {
         .ok("cmd.run", json!({"command": "sleep 30", "timeout_secs": 1}))
         .await;
     assert_eq!(r["timed_out"], true, "{r}");
-    let (_, ps) = inside(&sb.id, &["/bin/ps"]);
+    let (_, ps) = sb.inside(&["/bin/ps"]);
     assert!(
         !ps.contains("sleep 30"),
         "the timed-out command is gone: {ps}"
@@ -506,13 +409,10 @@ async fn cmd_run_runs_without_a_shell_under_the_allowlist() {
 #[tokio::test]
 async fn sandboxes_are_listed_and_destroyed_with_their_workspace() {
     let app = TestApp::spawn().await;
-    let sb = sandbox_for(&app, "life-agent").await;
-    let container = format!("aegis-sbx-{}", sb.id);
-    assert_eq!(
-        docker(&["inspect", "-f", "{{.State.Running}}", &container]),
-        "true"
-    );
-    let hardening = docker(&["inspect", "-f", "{{json .HostConfig}}", &container]);
+    let sb = AgentSandbox::start(&app, agent("life-agent")).await;
+    let container = sb.container();
+    assert_eq!(sb.inspect("{{.State.Running}}"), "true");
+    let hardening = sb.inspect("{{json .HostConfig}}");
     let host: Value = serde_json::from_str(&hardening).unwrap();
     assert_eq!(host["ReadonlyRootfs"], true);
     assert_eq!(host["NetworkMode"], "none");
@@ -583,7 +483,7 @@ async fn a_graceful_restart_reattaches_to_running_sandboxes() {
     let mut config = common::test_config(&db.url);
     config.shutdown.sandboxes = orchestrator::config::ShutdownSandboxes::Keep;
     let app = TestApp::spawn_with(config).await;
-    let sb = sandbox_for(&app, "keeper").await;
+    let sb = AgentSandbox::start(&app, agent("keeper")).await;
     let id = sb.id.clone();
     sb.ok(
         "fs.write",
@@ -604,10 +504,7 @@ async fn a_graceful_restart_reattaches_to_running_sandboxes() {
     );
 
     let app = TestApp::spawn_with(common::test_config(&db.url)).await;
-    let sb = Sandbox {
-        app: &app,
-        id: id.clone(),
-    };
+    let sb = AgentSandbox::of(&app, &id);
     let r = sb
         .ok("fs.read", json!({"path": "/workspace/out/kept.txt"}))
         .await;

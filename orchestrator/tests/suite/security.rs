@@ -5,10 +5,8 @@
 
 use crate::common;
 
-use std::process::Command;
-
+use common::sandbox::AgentSandbox;
 use common::TestApp;
-use reqwest::Method;
 use serde_json::{json, Value};
 
 const AGENT: &str = "apiVersion: 100monkeys.ai/v1
@@ -40,25 +38,19 @@ spec:
       disk: 64Mi
 ";
 
-struct Sb<'a> {
-    app: &'a TestApp,
-    id: String,
+/// The attacker's sandbox; its commands go through `cmd.run` with the admin key.
+struct Sb {
+    sandbox: AgentSandbox,
 }
 
-impl Sb<'_> {
+impl Sb {
     async fn run(&self, command: &str, timeout: u64) -> Value {
-        let r = self
-            .app
-            .admin(Method::POST, "/v1/tools/call")
-            .json(&json!({"name": "cmd.run", "arguments": {"command": command, "timeout_secs": timeout}, "sandbox_id": self.id}))
-            .send()
+        self.sandbox
+            .ok(
+                "cmd.run",
+                json!({"command": command, "timeout_secs": timeout}),
+            )
             .await
-            .unwrap();
-        let status = r.status();
-        let body: Value = r.json().await.unwrap();
-        assert_eq!(status, 200, "{command}: {body}");
-        assert_eq!(body["isError"], false, "{command}: {body}");
-        body["structuredContent"].clone()
     }
 
     async fn alive(&self) {
@@ -67,33 +59,10 @@ impl Sb<'_> {
     }
 }
 
-async fn attacker(app: &TestApp) -> Sb<'_> {
-    let r = app
-        .admin(Method::POST, "/v1/agents")
-        .body(AGENT)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-    let r = app
-        .admin(Method::POST, "/v1/sandboxes")
-        .json(&json!({"agent": "attacker"}))
-        .send()
-        .await
-        .unwrap();
-    let body: Value = r.json().await.unwrap();
+async fn attacker(app: &TestApp) -> Sb {
     Sb {
-        app,
-        id: body["sandbox_id"].as_str().expect("sandbox").to_owned(),
+        sandbox: AgentSandbox::start(app, AGENT.to_owned()).await,
     }
-}
-
-fn inspect(id: &str, format: &str) -> String {
-    let out = Command::new("docker")
-        .args(["inspect", "-f", format, &format!("aegis-sbx-{id}")])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 #[tokio::test]
@@ -138,14 +107,17 @@ async fn escape_attempts_find_nothing_to_escape_with() {
     assert_ne!(r["exit_code"], 0, "{r}");
     sb.alive().await;
     // What Docker was told.
-    assert_eq!(inspect(&sb.id, "{{.HostConfig.Privileged}}"), "false");
-    assert_eq!(inspect(&sb.id, "{{.HostConfig.ReadonlyRootfs}}"), "true");
-    assert_eq!(inspect(&sb.id, "{{.HostConfig.NetworkMode}}"), "none");
-    let binds = inspect(&sb.id, "{{json .HostConfig.Binds}}");
+    assert_eq!(sb.sandbox.inspect("{{.HostConfig.Privileged}}"), "false");
+    assert_eq!(sb.sandbox.inspect("{{.HostConfig.ReadonlyRootfs}}"), "true");
+    assert_eq!(sb.sandbox.inspect("{{.HostConfig.NetworkMode}}"), "none");
+    let binds = sb.sandbox.inspect("{{json .HostConfig.Binds}}");
     assert!(binds == "null" || binds == "[]", "{binds}");
-    let devices = inspect(&sb.id, "{{json .HostConfig.Devices}}");
+    let devices = sb.sandbox.inspect("{{json .HostConfig.Devices}}");
     assert!(devices == "null" || devices == "[]", "{devices}");
-    assert!(inspect(&sb.id, "{{json .HostConfig.SecurityOpt}}").contains("no-new-privileges"));
+    assert!(sb
+        .sandbox
+        .inspect("{{json .HostConfig.SecurityOpt}}")
+        .contains("no-new-privileges"));
 }
 
 #[tokio::test]
@@ -157,7 +129,7 @@ async fn resource_attacks_are_contained() {
     // (The shell reports failed forks once the limit is reached; the leader may still exit 0.)
     sb.run("sh -c 'b(){ b|b& }; b'", 5).await;
     sb.alive().await;
-    assert_eq!(inspect(&sb.id, "{{.HostConfig.PidsLimit}}"), "256");
+    assert_eq!(sb.sandbox.inspect("{{.HostConfig.PidsLimit}}"), "256");
     let r = sb.run("ps", 10).await;
     let lines = r["stdout"].as_str().unwrap().lines().count();
     assert!(lines < 10, "the bomb's processes are gone: {r}");

@@ -21,9 +21,14 @@ pub struct AgentSandbox {
 impl AgentSandbox {
     /// Deploys `manifest` (an agent on the busybox runtime) and makes its sandbox.
     pub async fn start(app: &TestApp, manifest: String) -> AgentSandbox {
+        Self::start_on(app, manifest, IMAGE).await
+    }
+
+    /// Deploys `manifest` (an agent whose runtime is `image`) and makes its sandbox.
+    pub async fn start_on(app: &TestApp, manifest: String, image: &str) -> AgentSandbox {
         assert!(
-            !super::docker_lines(&["images", "-q", IMAGE]).is_empty(),
-            "image {IMAGE} is missing: run runtime-images/build.sh --only busybox (scripts/test.sh does)"
+            !super::docker_lines(&["images", "-q", image]).is_empty(),
+            "image {image} is missing: run runtime-images/build.sh (scripts/test.sh does)"
         );
         let name = manifest
             .lines()
@@ -46,11 +51,16 @@ impl AgentSandbox {
         let status = r.status();
         let body: Value = r.json().await.unwrap();
         assert_eq!(status, 201, "{body}");
+        Self::of(app, body["sandbox_id"].as_str().unwrap())
+    }
+
+    /// The sandbox `id` (made earlier, possibly through another instance), reached through `app`.
+    pub fn of(app: &TestApp, id: &str) -> AgentSandbox {
         AgentSandbox {
             http: reqwest::Client::new(),
             base: app.http_base.clone(),
             key: super::TEST_ADMIN_KEY.to_owned(),
-            id: body["sandbox_id"].as_str().unwrap().to_owned(),
+            id: id.to_owned(),
         }
     }
 
@@ -76,11 +86,12 @@ impl AgentSandbox {
         out["structuredContent"].clone()
     }
 
-    /// A call the router must refuse with `status` and `code`.
-    pub async fn refused(&self, name: &str, arguments: Value, status: u16, code: &str) {
+    /// A call the router must refuse with `status` and `code`; the refusal.
+    pub async fn refused(&self, name: &str, arguments: Value, status: u16, code: &str) -> Value {
         let (got, out) = self.call(name, arguments.clone()).await;
         assert_eq!(got, status, "{name} {arguments}: {out}");
         assert_eq!(out["code"], code, "{name} {arguments}: {out}");
+        out
     }
 
     /// A call whose tool must fail with `code`.
@@ -98,5 +109,30 @@ impl AgentSandbox {
     /// The sandbox's container name.
     pub fn container(&self) -> String {
         format!("aegis-sbx-{}", self.id)
+    }
+
+    /// `docker inspect -f format` of the sandbox's container, trimmed.
+    pub fn inspect(&self, format: &str) -> String {
+        let out = std::process::Command::new("docker")
+            .args(["inspect", "-f", format, &self.container()])
+            .output()
+            .expect("the docker CLI runs");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Runs `argv` in the sandbox's container with `docker exec` as the sandbox user (what agent
+    /// code could do), for set-ups and checks from inside: (exit code, stdout).
+    pub fn inside(&self, argv: &[&str]) -> (i32, String) {
+        let container = self.container();
+        let mut args = vec!["exec", "-u", "65534:65534", container.as_str()];
+        args.extend_from_slice(argv);
+        let out = std::process::Command::new("docker")
+            .args(&args)
+            .output()
+            .expect("docker exec runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
     }
 }
