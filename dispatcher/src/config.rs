@@ -49,6 +49,9 @@ pub struct DispatcherConfig {
     /// Starts and stops the egress proxy of each sandbox with
     /// [`NetworkMode::Egress`](crate::NetworkMode::Egress); `None` refuses such sandboxes.
     pub egress_host: Option<std::sync::Arc<dyn crate::network::EgressHost>>,
+    /// How calls reach sandboxes another live instance holds ([`crate::Forwarder`]); without
+    /// one they fail with `SandboxNotFound { attached_elsewhere: true }`.
+    pub forwarder: Option<std::sync::Arc<dyn crate::Forwarder>>,
     /// Live processes (`start_process`) one sandbox runs at once; its executor refuses more
     /// (default 16, at most 1024).
     pub max_live_processes: usize,
@@ -91,6 +94,7 @@ impl DispatcherConfig {
             adopt_from: Vec::new(),
             require_landlock: true,
             egress_host: None,
+            forwarder: None,
             max_live_processes: 16,
             max_watches: 8,
             live_buffer_bytes: 256 * 1024,

@@ -195,6 +195,16 @@ pub enum DispatchError {
         /// The executor's explanation.
         message: String,
     },
+    /// Another live instance holds the sandbox and could not be asked to run the call.
+    #[error("sandbox {id} is held by instance {holder}, which could not be reached: {detail}")]
+    Forward {
+        /// The sandbox.
+        id: SandboxId,
+        /// The instance holding its stream.
+        holder: uuid::Uuid,
+        /// What went wrong on the way.
+        detail: String,
+    },
     /// The dispatcher is shutting down and takes no new work.
     #[error("the dispatcher is shutting down")]
     ShuttingDown,

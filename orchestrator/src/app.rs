@@ -64,6 +64,8 @@ pub struct Application {
     state: AppState,
     http: TcpListener,
     grpc: TcpListener,
+    /// The peer listener and the cluster secret (`cluster.listen`).
+    cluster: Option<(TcpListener, crate::cluster::ClusterKey)>,
 }
 
 impl Application {
@@ -121,20 +123,57 @@ impl Application {
 
         let http = bind("http", config.server.http).await?;
         let grpc = bind("grpc", config.server.grpc).await?;
+        let cluster = match (config.cluster.listen, &config.cluster.secret) {
+            (Some(addr), Some(secret)) => {
+                let listener = bind("cluster", addr).await?;
+                let bound = listener.local_addr().unwrap_or(addr);
+                let advertise = config
+                    .cluster
+                    .advertise
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{bound}"));
+                tracing::info!(listen = %bound, advertise = %advertise, "peers reach this replica here");
+                Some((listener, crate::cluster::ClusterKey::new(secret), advertise))
+            }
+            _ => None,
+        };
 
         let instance_id = Uuid::new_v4();
         let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".to_owned());
-        sqlx::query("INSERT INTO node_instances (id, hostname, version) VALUES ($1, $2, $3)")
-            .bind(instance_id)
-            .bind(hostname)
-            .bind(env!("CARGO_PKG_VERSION"))
-            .execute(&pool)
-            .await
-            .map_err(StoreError::from)?;
+        sqlx::query(
+            "INSERT INTO node_instances (id, hostname, version, peer_url) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(instance_id)
+        .bind(hostname)
+        .bind(env!("CARGO_PKG_VERSION"))
+        .bind(cluster.as_ref().map(|(_, _, advertise)| advertise.clone()))
+        .execute(&pool)
+        .await
+        .map_err(StoreError::from)?;
+        let forwarder: Option<Arc<dyn dispatcher::Forwarder>> = match &cluster {
+            Some((_, key, _)) => Some(Arc::new(
+                crate::cluster::Peers::new(pool.clone(), key.clone()).map_err(|message| {
+                    AppError::Serve {
+                        what: "cluster",
+                        message,
+                    }
+                })?,
+            )),
+            None => None,
+        };
 
         let egress = Arc::new(crate::egress::Egress::from_config(&config.egress)?);
-        let sandboxes =
-            Arc::new(start_sandboxes(&config, &engine, &pool, instance_id, egress.clone()).await);
+        let sandboxes = Arc::new(
+            start_sandboxes(
+                &config,
+                &engine,
+                &pool,
+                instance_id,
+                egress.clone(),
+                forwarder,
+            )
+            .await,
+        );
         let gateway = Arc::new(start_gateway(&config, &pool).await?);
         let llm = crate::llm::LlmClient::new(&config.llm).map_err(|e| e.to_string());
         if let Err(e) = &llm {
@@ -199,7 +238,13 @@ impl Application {
                 tracing::warn!(error = %e, "could not complete the audit intents of stopped instances")
             }
         }
-        Ok(Self { state, http, grpc })
+        let cluster = cluster.map(|(listener, key, _)| (listener, key));
+        Ok(Self {
+            state,
+            http,
+            grpc,
+            cluster,
+        })
     }
 
     /// The bound REST address (useful when the config asked for port 0).
@@ -223,7 +268,12 @@ impl Application {
 
     /// Serves REST and gRPC until `shutdown` is cancelled, then drains within the grace period.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), AppError> {
-        let Self { state, http, grpc } = self;
+        let Self {
+            state,
+            http,
+            grpc,
+            cluster,
+        } = self;
         let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
         tracing::info!(
             http = %http.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -258,6 +308,20 @@ impl Application {
             .map_err(|e| AppError::Serve {
                 what: "http",
                 message: e.to_string(),
+            })
+        });
+
+        // Peers' forwarded calls, on their own listener; stops accepting with the others.
+        let mut cluster_task = cluster.map(|(listener, key)| {
+            let router = api::cluster::router(state.clone(), key);
+            let token = shutdown.clone();
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, router)
+                    .with_graceful_shutdown(token.cancelled_owned())
+                    .await
+                {
+                    tracing::error!(error = %e, "the peer listener failed");
+                }
             })
         });
 
@@ -317,6 +381,11 @@ impl Application {
                 tracing::warn!("grace period over; closing remaining connections");
                 http_task.abort();
                 grpc_task.abort();
+            }
+        }
+        if let Some(task) = &mut cluster_task {
+            if tokio::time::timeout(grace, &mut *task).await.is_err() {
+                task.abort();
             }
         }
         // Phases 2 to 7 (background.rs gives the order and why).
@@ -408,6 +477,7 @@ async fn start_sandboxes(
     pool: &sqlx::PgPool,
     instance_id: Uuid,
     egress: Arc<crate::egress::Egress>,
+    forwarder: Option<Arc<dyn dispatcher::Forwarder>>,
 ) -> crate::sandboxes::Sandboxes {
     let s = &config.sandbox;
     let landlock = crate::sandboxes::KernelPolicy {
@@ -451,6 +521,7 @@ async fn start_sandboxes(
     d.call_timeout = Duration::from_secs(60);
     d.adopt_from = gracefully_stopped_owners(pool).await;
     d.channel_dir = s.channel_dir().map(std::path::Path::to_path_buf);
+    d.forwarder = forwarder;
     // Networked sandboxes get a proxy of their own, audited into this database.
     let proxies = Arc::new(crate::sandboxes::egress::ProxyHost::new(
         egress,

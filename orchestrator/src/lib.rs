@@ -5,6 +5,7 @@
 pub mod api;
 pub mod app;
 pub mod background;
+pub mod cluster;
 /// Manifests without I/O live in their own crate (`orchestrator/crates/manifest`, the bottom
 /// layer); re-exported so the service's modules name them as before.
 pub use aegis_manifest as manifest;

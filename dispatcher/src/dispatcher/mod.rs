@@ -220,14 +220,36 @@ impl Dispatcher {
     }
 
     /// [`Dispatcher::call`] with an explicit deadline.
+    /// A sandbox another live instance holds is reached through the configured
+    /// [`Forwarder`](crate::Forwarder) (see `forward.rs`).
     pub async fn call_with_deadline(
         &self,
         id: SandboxId,
         op: Op,
         deadline: Duration,
     ) -> Result<Response> {
+        match self.inner.locate(id).await? {
+            Location::Here(sandbox) => sandbox.stream.call(op, deadline).await,
+            Location::Elsewhere(holder) => match &self.inner.config.forwarder {
+                Some(forwarder) => forwarder.forward(holder, id, op, deadline).await,
+                None => Err(DispatchError::SandboxNotFound {
+                    id,
+                    attached_elsewhere: true,
+                }),
+            },
+        }
+    }
+
+    /// Serves a call a peer forwarded: only into a sandbox this instance holds, never forwarded
+    /// again (so two instances that disagree about the holder cannot bounce a call forever).
+    pub async fn call_held(&self, id: SandboxId, op: Op, deadline: Duration) -> Result<Response> {
         let sandbox = self.inner.attached(id).await?;
         sandbox.stream.call(op, deadline).await
+    }
+
+    /// The deadline [`Dispatcher::call`] gives `op` (for a forwarding peer to pass along).
+    pub fn deadline_of(&self, op: &Op) -> Duration {
+        self.deadline_for(op)
     }
 
     /// Whether sandboxes created from now on get the socket channel (`config.channel_dir` must
@@ -406,13 +428,32 @@ pub(crate) async fn run_detached<T: Send + 'static>(
     }
 }
 
+/// Where a live sandbox's stream is held.
+pub(crate) enum Location {
+    /// By this instance.
+    Here(Arc<Sandbox>),
+    /// By another instance (its id), according to the sandbox's row.
+    Elsewhere(Uuid),
+}
+
 impl Inner {
     /// The sandbox this instance holds, or a precise "not found".
     pub(crate) async fn attached(&self, id: SandboxId) -> Result<Arc<Sandbox>> {
+        match self.locate(id).await? {
+            Location::Here(sandbox) => Ok(sandbox),
+            Location::Elsewhere(_) => Err(DispatchError::SandboxNotFound {
+                id,
+                attached_elsewhere: true,
+            }),
+        }
+    }
+
+    /// Who holds sandbox `id`'s stream: this instance, another one, or nobody (a precise error).
+    pub(crate) async fn locate(&self, id: SandboxId) -> Result<Location> {
         if let Some(sandbox) = self.held(id) {
             // An idle pool sandbox has no owner yet, so nobody may use it.
             if !self.pool.is_idle(id) {
-                return Ok(sandbox);
+                return Ok(Location::Here(sandbox));
             }
             return Err(DispatchError::SandboxNotFound {
                 id,
@@ -427,10 +468,7 @@ impl Inner {
                     .unwrap_or_else(|| info.state.as_str().to_owned()),
             }),
             Some(info) if info.instance_id != self.instance => {
-                Err(DispatchError::SandboxNotFound {
-                    id,
-                    attached_elsewhere: true,
-                })
+                Ok(Location::Elsewhere(info.instance_id))
             }
             _ => Err(DispatchError::SandboxNotFound {
                 id,

@@ -15,6 +15,7 @@ mod approvals;
 mod audit_intent;
 mod background;
 mod cli;
+mod cluster;
 mod contracts;
 mod control_plane;
 mod crash;

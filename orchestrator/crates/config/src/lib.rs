@@ -71,6 +71,72 @@ pub struct NodeConfig {
     pub metrics: MetricsConfig,
     /// What a stopping node does with its sandboxes.
     pub shutdown: ShutdownConfig,
+    /// The replicas of one database reaching each other: where this one listens for its peers
+    /// and the secret they share.
+    pub cluster: ClusterConfig,
+}
+
+/// How replicas of one database reach each other, so that a call for a sandbox another replica
+/// holds is carried to it. Off (no listener) unless `listen` is set.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Where this replica listens for its peers (`10.0.0.5:8090`; port 0 picks one). A separate
+    /// listener from the callers' HTTP and gRPC ports, so it can be kept off the callers'
+    /// network; every request on it must carry the shared secret's signature anyway.
+    pub listen: Option<std::net::SocketAddr>,
+    /// The URL peers use to reach `listen` (`http://replica-a:8090`); defaults to
+    /// `http://<listen>` when that is a concrete address, and is required when it is not
+    /// (`0.0.0.0`).
+    pub advertise: Option<String>,
+    /// The secret every replica shares (at least 32 bytes), which signs each forwarded call
+    /// (HMAC-SHA256 over a timestamp, a nonce and the body). Also `ORCHESTRATOR__CLUSTER__SECRET`.
+    pub secret: Option<String>,
+}
+
+impl ClusterConfig {
+    /// The `cluster:` section on its own.
+    pub fn check(&self) -> Result<(), Invalid> {
+        let Some(listen) = self.listen else {
+            if self.advertise.is_some() {
+                return Err(Invalid::new("advertise", "is set but `listen` is not"));
+            }
+            return Ok(());
+        };
+        match &self.secret {
+            None => {
+                return Err(Invalid::new(
+                    "secret",
+                    "is required when `listen` is set: peers sign every forwarded call with it",
+                ))
+            }
+            Some(secret) if secret.len() < 32 => {
+                return Err(Invalid::new(
+                    "secret",
+                    format!(
+                    "is {} bytes long; use at least 32 random bytes (e.g. `openssl rand -hex 32`)",
+                    secret.len()
+                ),
+                ))
+            }
+            Some(_) => {}
+        }
+        match &self.advertise {
+            Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                Err(Invalid::new(
+                    "advertise",
+                    format!("`{url}` is not an http:// or https:// URL"),
+                ))
+            }
+            None if listen.ip().is_unspecified() => Err(Invalid::new(
+                "advertise",
+                format!(
+                    "is required when `listen` is {listen}: peers need an address they can reach"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Settings of the Prometheus endpoint.
@@ -1013,6 +1079,7 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     section("delivery", c.delivery.check())?;
     section("audit", c.audit.check())?;
     section("log", c.log.check())?;
+    section("cluster", c.cluster.check())?;
     let egress = match aegis_egress::Egress::from_config(&c.egress) {
         Ok(egress) => egress,
         Err(e) => return section("egress", Err(Invalid::new(e.key, e.message))),
@@ -1108,6 +1175,9 @@ pub fn redacted(config: &NodeConfig) -> NodeConfig {
     for context in &mut shown.seal.security_contexts {
         aegis_seal::context::redact_definition(context);
     }
+    if shown.cluster.secret.is_some() {
+        shown.cluster.secret = Some("***".to_owned());
+    }
     shown
 }
 
@@ -1119,6 +1189,34 @@ mod tests {
         let mut f = tempfile::NamedTempFile::new().expect("temp file");
         std::io::Write::write_all(&mut f, text.as_bytes()).expect("write");
         f
+    }
+
+    #[test]
+    fn the_cluster_listener_needs_a_long_secret_and_a_reachable_address() {
+        let refused = |text: &str, needle: &str| {
+            let f = write(text);
+            let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+        };
+        refused("cluster:\n  listen: 127.0.0.1:0\n", "cluster.secret");
+        refused(
+            "cluster:\n  listen: 127.0.0.1:0\n  secret: short\n",
+            "at least 32",
+        );
+        let secret = "s".repeat(32);
+        refused(
+            &format!("cluster:\n  listen: 0.0.0.0:8090\n  secret: {secret}\n"),
+            "cluster.advertise",
+        );
+        refused("cluster:\n  advertise: http://a:1\n", "`listen` is not");
+        let f = write(&format!(
+            "cluster:\n  listen: 127.0.0.1:0\n  secret: {secret}\n"
+        ));
+        let loaded = load(Some(f.path()), &[]).expect("valid");
+        assert_eq!(
+            redacted(&loaded.config).cluster.secret.as_deref(),
+            Some("***")
+        );
     }
 
     #[test]
