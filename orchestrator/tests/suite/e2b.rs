@@ -463,6 +463,162 @@ async fn figures() {
     let db = TestDb::create().await;
     let app = TestApp::spawn_with(test_config(&db.url)).await;
     let key = app.create_key("e2b-bench", "operator").await;
-    let report = run_sdk(&app, "bench 20", &key, &[]).await;
-    eprintln!("E2B door through the SDK: {report}");
+    let runs = 20;
+    let sdk = run_sdk(&app, &format!("bench {runs}"), &key, &[]).await;
+    let rest = rest_figures(&app, runs).await;
+    eprintln!("E2B door through the SDK: {sdk}");
+    eprintln!("REST (/v1/sandboxes, /v1/tools/call): {rest}");
+    let row = |what: &str, path: &[&str], published: &str| {
+        let get = |v: &Value| {
+            path.iter()
+                .fold(v, |v, k| &v[*k])
+                .as_f64()
+                .map_or_else(|| "-".to_owned(), |n| format!("{n:.1}"))
+        };
+        eprintln!(
+            "{what:<34} {:>10} {:>10}   {published}",
+            get(&sdk),
+            get(&rest)
+        );
+    };
+    eprintln!(
+        "{:<34} {:>10} {:>10}   published",
+        "figure (this machine, one run)", "E2B SDK", "REST"
+    );
+    row(
+        "create to first output p50, ms",
+        &["create_to_first_output_ms", "p50"],
+        "E2B cold start ~150 ms; Daytona < 90 ms from snapshots",
+    );
+    row(
+        "create to first output p95, ms",
+        &["create_to_first_output_ms", "p95"],
+        "",
+    );
+    row(
+        "command round trip p50, ms",
+        &["command_round_trip_ms", "p50"],
+        "",
+    );
+    row(
+        "command round trip p95, ms",
+        &["command_round_trip_ms", "p95"],
+        "",
+    );
+    row("upload 64 MiB, MiB/s", &["upload_64mib_mib_per_s"], "");
+    row("download 64 MiB, MiB/s", &["download_64mib_mib_per_s"], "");
+}
+
+/// The SDK benchmark's steps through the REST API: a `base` runtime sandbox, `echo` as its
+/// first output, `true` round trips, and 64 MiB written and read back in 4 MiB `fs.write`
+/// (append) and `fs.read` (byte mode) calls, base64 on the wire as the API carries bytes.
+async fn rest_figures(app: &TestApp, runs: usize) -> Value {
+    use base64::Engine as _;
+    use reqwest::Method;
+    use std::time::Instant;
+    let call = |id: String, name: &'static str, arguments: Value| {
+        let request = app
+            .admin(Method::POST, "/v1/tools/call")
+            .json(&json!({"name": name, "arguments": arguments, "sandbox_id": id}));
+        async move {
+            let r = request.send().await.expect("tool call");
+            let status = r.status();
+            let out: Value = r.json().await.expect("json");
+            assert_eq!(status, 200, "{name}: {out}");
+            assert_eq!(out["isError"], false, "{name}: {out}");
+            out["structuredContent"].clone()
+        }
+    };
+    let create = || async {
+        let r = app
+            .admin(Method::POST, "/v1/sandboxes")
+            .json(&json!({"runtime": "base"}))
+            .send()
+            .await
+            .expect("create");
+        let body: Value = r.json().await.expect("json");
+        body["sandbox_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("created: {body}"))
+            .to_owned()
+    };
+    let destroy = |id: String| async move {
+        let r = app
+            .admin(Method::DELETE, &format!("/v1/sandboxes/{id}"))
+            .send()
+            .await
+            .expect("destroy");
+        assert!(r.status().is_success(), "destroy: {}", r.status());
+    };
+    let (mut firsts, mut trips) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        let id = create().await;
+        let out = call(id.clone(), "cmd.run", json!({"command": "echo ready"})).await;
+        assert_eq!(out["stdout"], "ready\n");
+        firsts.push(t0.elapsed().as_secs_f64() * 1000.0);
+        for _ in 0..5 {
+            let t1 = Instant::now();
+            call(id.clone(), "cmd.run", json!({"command": "true"})).await;
+            trips.push(t1.elapsed().as_secs_f64() * 1000.0);
+        }
+        destroy(id).await;
+    }
+
+    let id = create().await;
+    let mut payload = vec![0u8; 64 << 20];
+    for (i, b) in payload.iter_mut().enumerate() {
+        *b = (i.wrapping_mul(2_654_435_761) >> 13) as u8;
+    }
+    let chunk = 4 << 20;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let t0 = Instant::now();
+    for (i, part) in payload.chunks(chunk).enumerate() {
+        call(
+            id.clone(),
+            "fs.write",
+            json!({"path": "bench.bin", "content": b64.encode(part), "encoding": "base64",
+                   "append": i > 0}),
+        )
+        .await;
+    }
+    let up = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let mut back = Vec::with_capacity(payload.len());
+    while back.len() < payload.len() {
+        let out = call(
+            id.clone(),
+            "fs.read",
+            json!({"path": "bench.bin", "byte_offset": back.len(), "max_bytes": chunk}),
+        )
+        .await;
+        let content = out["content"].as_str().expect("content");
+        let bytes = if out["encoding"] == "base64" {
+            b64.decode(content).expect("base64")
+        } else {
+            content.as_bytes().to_vec()
+        };
+        assert!(
+            !bytes.is_empty(),
+            "fs.read returned nothing at {}",
+            back.len()
+        );
+        back.extend_from_slice(&bytes);
+    }
+    let down = t0.elapsed().as_secs_f64();
+    assert!(back == payload, "the file read back is the file written");
+    destroy(id).await;
+
+    let pct = |values: &mut Vec<f64>, p: f64| {
+        values.sort_by(f64::total_cmp);
+        let i = ((p * values.len() as f64) as usize).min(values.len() - 1);
+        (values[i] * 10.0).round() / 10.0
+    };
+    json!({
+        "runs": runs,
+        "create_to_first_output_ms": {"p50": pct(&mut firsts, 0.5), "p95": pct(&mut firsts, 0.95)},
+        "command_round_trip_ms": {"p50": pct(&mut trips, 0.5), "p95": pct(&mut trips, 0.95)},
+        "upload_64mib_mib_per_s": (64.0 / up * 10.0).round() / 10.0,
+        "download_64mib_mib_per_s": (64.0 / down * 10.0).round() / 10.0,
+    })
 }
