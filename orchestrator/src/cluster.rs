@@ -45,6 +45,10 @@ pub const CALL_PATH: &str = "/cluster/v1/call";
 /// Added to a call's own deadline for the trip to the holder and back.
 const TRIP_MARGIN: Duration = Duration::from_secs(5);
 
+/// How long a holder's address is reused before its row is read again. A holder that stops
+/// within it is still noticed at once: its listener refuses the connection.
+const PEER_TTL: Duration = Duration::from_secs(2);
+
 /// The secret all replicas share.
 #[derive(Clone)]
 pub struct ClusterKey(Arc<[u8]>);
@@ -186,6 +190,8 @@ pub struct Peers {
     pool: sqlx::PgPool,
     key: ClusterKey,
     http: reqwest::Client,
+    /// Holders' `peer_url`s as last read, with when.
+    known: Mutex<HashMap<Uuid, (String, std::time::Instant)>>,
 }
 
 impl Peers {
@@ -197,7 +203,52 @@ impl Peers {
             .pool_idle_timeout(Duration::from_secs(60))
             .build()
             .map_err(|e| format!("cannot build the peer HTTP client: {e}"))?;
-        Ok(Self { pool, key, http })
+        Ok(Self {
+            pool,
+            key,
+            http,
+            known: Mutex::default(),
+        })
+    }
+
+    /// Where `holder` takes forwarded calls: from the cache while fresh, else its row.
+    async fn address_of(&self, holder: Uuid) -> Result<String, String> {
+        let cached = self
+            .known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&holder)
+            .filter(|(_, at)| at.elapsed() < PEER_TTL)
+            .map(|(url, _)| url.clone());
+        if let Some(url) = cached {
+            return Ok(url);
+        }
+        let row: Option<(Option<String>,)> = sqlx::query_as(
+            "SELECT peer_url FROM node_instances WHERE id = $1 AND stopped_at IS NULL",
+        )
+        .bind(holder)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| format!("looking the holder up failed: {e}"))?;
+        let url = match row {
+            None => {
+                return Err(
+                    "that instance has stopped; its sandboxes are adopted by a replica \
+                            on the same engine or reaped"
+                        .to_owned(),
+                )
+            }
+            Some((None,)) => {
+                return Err(
+                    "that instance takes no forwarded calls (it has no cluster.listen)".to_owned(),
+                )
+            }
+            Some((Some(url),)) => url,
+        };
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        known.retain(|_, (_, at)| at.elapsed() < PEER_TTL);
+        known.insert(holder, (url.clone(), std::time::Instant::now()));
+        Ok(url)
     }
 
     async fn forward_call(
@@ -208,28 +259,7 @@ impl Peers {
         deadline: Duration,
     ) -> Result<Response, DispatchError> {
         let fail = |detail: String| DispatchError::Forward { id, holder, detail };
-        let row: Option<(Option<String>,)> = sqlx::query_as(
-            "SELECT peer_url FROM node_instances WHERE id = $1 AND stopped_at IS NULL",
-        )
-        .bind(holder)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| fail(format!("looking the holder up failed: {e}")))?;
-        let peer = match row {
-            None => {
-                return Err(fail(
-                    "that instance has stopped; its sandboxes are adopted by a replica on the \
-                     same engine or reaped"
-                        .to_owned(),
-                ))
-            }
-            Some((None,)) => {
-                return Err(fail(
-                    "that instance takes no forwarded calls (it has no cluster.listen)".to_owned(),
-                ))
-            }
-            Some((Some(url),)) => url,
-        };
+        let peer = self.address_of(holder).await.map_err(fail)?;
         let op_name = op.name();
         let body = serde_json::to_vec(&ForwardedCall {
             sandbox: id.0,
