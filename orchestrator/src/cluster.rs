@@ -323,7 +323,16 @@ impl Forwarder for Peers {
         op: Op,
         deadline: Duration,
     ) -> BoxFuture<'_, Result<Response, DispatchError>> {
-        Box::pin(self.forward_call(holder, id, op, deadline))
+        Box::pin(async move {
+            let result = self.forward_call(holder, id, op, deadline).await;
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(DispatchError::Forward { .. }) => "error",
+                Err(_) => "refused",
+            };
+            crate::metrics::forwarded_call("sent", outcome);
+            result
+        })
     }
 }
 

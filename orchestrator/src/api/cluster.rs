@@ -65,6 +65,7 @@ async fn call(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Resp
         .verify(header, &body, chrono::Utc::now().timestamp(), &peer.nonces)
     {
         tracing::warn!(error = %e, "refused a call on the peer listener");
+        crate::metrics::forwarded_call("served", "refused");
         return refusal(StatusCode::UNAUTHORIZED, "unsigned", e.to_string());
     }
     let forwarded: ForwardedCall = match serde_json::from_slice(&body) {
@@ -83,7 +84,20 @@ async fn call(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Resp
     };
     let id = SandboxId(forwarded.sandbox);
     let deadline = Duration::from_millis(forwarded.deadline_ms).min(MAX_DEADLINE);
-    match dispatcher.call_held(id, forwarded.op, deadline).await {
+    let result = dispatcher.call_held(id, forwarded.op, deadline).await;
+    crate::metrics::forwarded_call(
+        "served",
+        match &result {
+            Ok(_) => "ok",
+            Err(
+                DispatchError::SandboxNotFound { .. }
+                | DispatchError::SandboxGone { .. }
+                | DispatchError::Timeout { .. },
+            ) => "refused",
+            Err(_) => "error",
+        },
+    );
+    match result {
         Ok(response) => Json(response).into_response(),
         Err(e @ DispatchError::SandboxNotFound { .. }) => {
             refusal(StatusCode::NOT_FOUND, "not_found", e.to_string())

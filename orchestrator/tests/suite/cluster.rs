@@ -148,6 +148,29 @@ async fn a_sandbox_made_through_one_replica_is_served_through_another() {
     assert!(b_rows >= 1, "B audited its cmd.run calls: {b_rows}");
     audit_valid(&a).await;
     audit_valid(&b).await;
+
+    // /metrics shows the two replicas and the calls carried between them.
+    let metrics = b
+        .http
+        .get(format!("{}/metrics", b.http_base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // (The registry is the process's: other tests' nodes scrape it too, so only presence here.)
+    assert!(
+        metrics.contains("aegis_cluster_replicas{kind=\"reachable\"}"),
+        "{metrics}"
+    );
+    let sent = metrics
+        .lines()
+        .find(|l| l.starts_with("aegis_forwarded_calls_total{direction=\"sent\",outcome=\"ok\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_default();
+    assert!(sent >= 4.0, "B sent its calls to A: {sent}");
 }
 
 #[tokio::test]

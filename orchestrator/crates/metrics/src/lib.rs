@@ -164,6 +164,8 @@ struct Metrics {
     pool_idle: IntGaugeVec,
     pool_acquired: IntCounterVec,
     db_connections: IntGaugeVec,
+    forwarded: IntCounterVec,
+    peers: IntGaugeVec,
     gauges_refreshed: tokio::sync::Mutex<Option<Instant>>,
 }
 
@@ -301,6 +303,18 @@ impl Metrics {
                 "PostgreSQL pool connections of this instance: `idle`, `in_use`, and the pool's `max`.",
                 &["state"],
             ),
+            forwarded: counter_vec(
+                &registry,
+                "aegis_forwarded_calls_total",
+                "Executor calls carried between replicas: `sent` by this one for a sandbox a peer holds, `served` for a peer; by outcome (`ok`, `refused`: the holder or the signature check said no, `error`: the peer could not be reached or answered badly).",
+                &["direction", "outcome"],
+            ),
+            peers: gauge_vec(
+                &registry,
+                "aegis_cluster_replicas",
+                "Running instances of this database (heartbeat within a minute), by whether peers can reach them (`reachable`: with a peer URL) or not (`alone`).",
+                &["kind"],
+            ),
             gauges_refreshed: tokio::sync::Mutex::new(None),
             registry,
         }
@@ -349,6 +363,14 @@ pub fn seal_refusal(code: u32) {
     METRICS
         .seal_refusals
         .with_label_values(&[&code.to_string()])
+        .inc();
+}
+
+/// Counts one call forwarded between replicas: `sent` or `served`, `ok`, `refused` or `error`.
+pub fn forwarded_call(direction: &'static str, outcome: &'static str) {
+    METRICS
+        .forwarded
+        .with_label_values(&[direction, outcome])
         .inc();
 }
 
@@ -408,6 +430,14 @@ async fn refresh_from_db(m: &Metrics, pool: &sqlx::PgPool) -> Result<(), sqlx::E
         sqlx::query_as("SELECT status, count(*) FROM workflow_executions GROUP BY status")
             .fetch_all(pool)
             .await?;
+    let (reachable, alone): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE peer_url IS NOT NULL), count(*) FILTER (WHERE peer_url IS NULL) \
+         FROM node_instances WHERE stopped_at IS NULL AND heartbeat_at > now() - interval '1 minute'",
+    )
+    .fetch_one(pool)
+    .await?;
+    m.peers.with_label_values(&["reachable"]).set(reachable);
+    m.peers.with_label_values(&["alone"]).set(alone);
     set_all(&m.sandboxes, &SANDBOX_STATES, sandboxes);
     set_all(&m.executions, &EXECUTION_STATUSES, executions);
     set_all(&m.workflow_executions, &WORKFLOW_STATUSES, workflows);
