@@ -82,9 +82,9 @@ if [ "$#" -eq 0 ] && [ "${SKIP_LOADED_RERUN:-0}" != 1 ]; then
     ( while :; do :; done ) &
     hogs+=("$!")
   done
-  say "running the slow scenarios again beside ${#hogs[@]} busy loops (crash, replicas, workflows)"
+  say "running the slow scenarios again beside ${#hogs[@]} busy loops (crash, replicas, forwarding, workflows)"
   rerun_status=0
-  cargo test --workspace --locked --test suite -- crash:: workflows_crash:: workflow_schedule:: \
+  cargo test --workspace --locked --test suite -- crash:: cluster:: workflows_crash:: workflow_schedule:: \
     workflows:: workflow_wakeup:: 2>&1 || rerun_status=$?
   stop_hogs
   exit "$rerun_status"
