@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# E2B's own test suite, run by hand against a node of ours (issue 22): the sync sandbox,
+# commands, files, PTY and API tests of E2B's Python SDK, unmodified, through the three
+# exports an E2B user sets. Not part of our CI (it needs a copy of E2B's repository, which is
+# never committed here):
+#
+#   git -C <E2B clone> archive e139fc38e packages/python-sdk | tar -x -C /tmp/e2b-src
+#   scripts/e2b_suite.sh /tmp/e2b-src/packages/python-sdk [pytest args, e.g. -k test_run]
+#
+# e139fc38e is the release commit of e2b 2.45.1, the SDK version our own tests pin (PyPI
+# `e2b==2.45.1`, installed here when missing, with pytest and the plugins the suite's
+# pytest.ini uses).
+#
+# What it does: starts the orchestrator binary (ORCHESTRATOR_BIN, default target/debug/
+# orchestrator, built when missing) on a fresh database of the PostgreSQL at DATABASE_URL (a
+# throwaway cluster when unset, as scripts/test.sh), with the test suite's configuration
+# (loopback, random ports, defaults otherwise; SANDBOX_EXECUTOR_BIN and SANDBOX_CHANNEL_DIR as
+# given); makes an operator key; exports E2B_API_URL = E2B_SANDBOX_URL = http://<node>/e2b and
+# E2B_API_KEY = e2b_<hex of the key>; runs pytest on tests/sync/sandbox_sync and
+# tests/sync/api_sync, deselecting the tests listed in orchestrator/tests/e2b-suite-exclusions.txt
+# (one `<node id> | <reason>` a line: what cannot pass here, and why); prints passed, failed and
+# excluded per reason; then stops the node, removes whatever sandbox it left and drops the
+# database. Exits with pytest's status.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LOG_TAG=e2b-suite
+# shellcheck source=scripts/lib/prepare.sh
+source "$ROOT/scripts/lib/prepare.sh"
+
+[ $# -ge 1 ] || die "usage: scripts/e2b_suite.sh <path to E2B's packages/python-sdk> [pytest args]"
+SDK="$(cd "$1" && pwd)" || die "no such directory: $1"
+shift
+[ -f "$SDK/tests/conftest.py" ] && [ -d "$SDK/tests/sync/sandbox_sync" ] \
+  || die "$SDK is not E2B's packages/python-sdk (no tests/sync/sandbox_sync)"
+EXCLUSIONS="$ROOT/orchestrator/tests/e2b-suite-exclusions.txt"
+[ -f "$EXCLUSIONS" ] || die "missing $EXCLUSIONS"
+
+sdk_version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$SDK/pyproject.toml" | head -n1)
+[ "$sdk_version" = "2.45.1" ] || say "WARNING: this copy of the SDK is $sdk_version; the exclusions were written for 2.45.1"
+
+# The SDK and pytest with the plugins the suite's pytest.ini and conftest.py use.
+if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("e2b"))' 2>/dev/null)" != "2.45.1" ]; then
+  say "installing e2b 2.45.1 from PyPI"
+  python3 -m pip install -q e2b==2.45.1 >&2 || die "cannot install e2b==2.45.1 (pip)"
+fi
+if ! python3 -c 'import pytest, pytest_asyncio, pytest_timeout' 2>/dev/null; then
+  say "installing pytest, pytest-asyncio and pytest-timeout from PyPI"
+  python3 -m pip install -q "pytest>=9.0.3,<10" "pytest-asyncio>=1.3.0,<2" "pytest-timeout>=2.4.0,<3" >&2 \
+    || die "cannot install pytest (pip)"
+fi
+
+prepare_services
+if [ -z "${SANDBOX_EXECUTOR_BIN:-}" ]; then
+  build_sandbox_prerequisites "$ROOT"
+else
+  "$ROOT/runtime-images/build.sh" --only base >&2
+fi
+BIN="${ORCHESTRATOR_BIN:-$ROOT/target/debug/orchestrator}"
+if [ ! -x "$BIN" ]; then
+  say "building the orchestrator binary"
+  (cd "$ROOT" && cargo build --locked -p orchestrator --bin orchestrator >&2)
+fi
+
+# A database of its own, dropped at the end with whatever the node left.
+DB_NAME="e2b_suite_$(python3 -c 'import secrets; print(secrets.token_hex(6))')"
+DB_URL=$(python3 - "$DATABASE_URL" "$DB_NAME" <<'EOF'
+import sys, urllib.parse
+u = urllib.parse.urlsplit(sys.argv[1])
+print(urllib.parse.urlunsplit(u._replace(path="/" + sys.argv[2])))
+EOF
+)
+psql "$DATABASE_URL" -qAtc "CREATE DATABASE $DB_NAME" >/dev/null
+WORK=$(mktemp -d /tmp/e2b-suite.XXXXXX)
+NODE_PID=""
+
+cleanup() {
+  local status=$?
+  if [ -n "$NODE_PID" ] && kill -0 "$NODE_PID" 2>/dev/null; then
+    kill -TERM "$NODE_PID" 2>/dev/null || true
+    for _ in $(seq 1 120); do kill -0 "$NODE_PID" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL "$NODE_PID" 2>/dev/null || true
+  fi
+  local left
+  left=$(docker ps -aq --filter "label=org.aegis.db-name=$DB_NAME")
+  if [ -n "$left" ]; then
+    say "removing $(echo "$left" | wc -l) sandbox container(s) the node left"
+    echo "$left" | xargs -r docker rm -f -v >/dev/null 2>&1 || true
+  fi
+  docker volume ls -q --filter "label=org.aegis.db-name=$DB_NAME" | xargs -r docker volume rm -f >/dev/null 2>&1 || true
+  psql "$DATABASE_URL" -qAtc "DROP DATABASE IF EXISTS $DB_NAME WITH (FORCE)" >/dev/null 2>&1 || true
+  if [ "$status" -ne 0 ] && [ -s "$WORK/node.log" ]; then
+    say "the node's log (last 40 lines):"
+    tail -n 40 "$WORK/node.log" >&2
+  fi
+  rm -rf "$WORK"
+  if [ -n "$(docker ps -aq --filter "label=org.aegis.db-name=$DB_NAME")" ]; then
+    say "ERROR: sandbox containers are still there (label org.aegis.db-name=$DB_NAME)"
+    status=1
+  fi
+  exit "$status"
+}
+trap cleanup EXIT
+
+HTTP_PORT=$(free_port)
+GRPC_PORT=$(free_port)
+ADMIN_KEY="aok_$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
+BASE="http://127.0.0.1:$HTTP_PORT"
+say "starting the node on $BASE (database $DB_NAME, log $WORK/node.log)"
+env -u ORCHESTRATOR_CONFIG \
+  DATABASE_URL="$DB_URL" \
+  ORCHESTRATOR_ADMIN_KEY="$ADMIN_KEY" \
+  SANDBOX_EXECUTOR_BIN="$SANDBOX_EXECUTOR_BIN" \
+  RUST_LOG="${RUST_LOG:-warn}" \
+  "$BIN" serve --http "127.0.0.1:$HTTP_PORT" --grpc "127.0.0.1:$GRPC_PORT" >"$WORK/node.log" 2>&1 &
+NODE_PID=$!
+for i in $(seq 1 120); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/health/ready")" = 200 ] && break
+  kill -0 "$NODE_PID" 2>/dev/null || die "the node exited at start"
+  [ "$i" -lt 120 ] || die "the node never became ready"
+  sleep 0.5
+done
+
+KEY=$(curl -sf -X POST "$BASE/v1/api-keys" -H "Authorization: Bearer $ADMIN_KEY" \
+  -H 'Content-Type: application/json' -d '{"name": "e2b-suite", "role": "operator"}' \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["key"])') || die "cannot create an API key"
+export E2B_API_URL="$BASE/e2b"
+export E2B_SANDBOX_URL="$BASE/e2b"
+E2B_API_KEY="e2b_$(printf %s "$KEY" | od -An -tx1 | tr -d ' \n')"
+export E2B_API_KEY
+export E2B_SUITE_EXCLUSIONS="$EXCLUSIONS"
+unset E2B_DEBUG E2B_DOMAIN E2B_ACCESS_TOKEN
+
+say "running E2B's suite ($SDK, e2b $sdk_version) with the exclusions of ${EXCLUSIONS#"$ROOT"/}"
+cd "$SDK"
+set +e
+# -P: the SDK's own source folder beside the tests is not put first on sys.path; the tests run
+# against the installed PyPI release of the same version, as a user's code would.
+PYTHONPATH="$ROOT/scripts/lib${PYTHONPATH:+:$PYTHONPATH}" python3 -P -m pytest \
+  -p e2b_suite_plugin -p no:cacheprovider \
+  tests/sync/sandbox_sync tests/sync/api_sync "$@"
+status=$?
+set -e
+say "reproduce: scripts/e2b_suite.sh $SDK"
+exit "$status"

@@ -1,0 +1,83 @@
+"""A pytest plugin for scripts/e2b_suite.sh: E2B's own test suite against our node, minus the
+tests listed in one exclusions file with the reason each cannot pass here.
+
+The file (E2B_SUITE_EXCLUSIONS) holds one entry a line, `<pytest node id> | <reason>`; `#` starts
+a comment. A node id is exact (`tests/sync/.../test_run.py::test_run`), or a whole file
+(`tests/sync/.../test_fork.py`). Excluded tests are deselected, never run; an entry that names
+no collected test is reported, so the list cannot go stale silently. At the end the plugin
+prints passed, failed and excluded per reason, and the failures' ids.
+"""
+
+import os
+from collections import Counter
+
+import pytest
+
+_entries = {}  # node id or file -> reason
+_excluded = []  # (node id, reason)
+
+
+def _load(path):
+    entries = {}
+    with open(path, encoding="utf-8") as f:
+        for number, raw in enumerate(f, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            if "|" not in line:
+                raise pytest.UsageError(f"{path}:{number}: expected `<node id> | <reason>`")
+            node, reason = (part.strip() for part in line.split("|", 1))
+            if not node or not reason:
+                raise pytest.UsageError(f"{path}:{number}: a node id and a reason are both needed")
+            entries[node] = reason
+    return entries
+
+
+def pytest_configure(config):
+    path = os.environ.get("E2B_SUITE_EXCLUSIONS")
+    if path:
+        _entries.update(_load(path))
+
+
+def _reason_of(nodeid):
+    if nodeid in _entries:
+        return nodeid, _entries[nodeid]
+    file = nodeid.split("::", 1)[0]
+    if file in _entries:
+        return file, _entries[file]
+    return None, None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    keep, drop, used = [], [], set()
+    for item in items:
+        entry, reason = _reason_of(item.nodeid)
+        if reason is None:
+            keep.append(item)
+        else:
+            used.add(entry)
+            drop.append(item)
+            _excluded.append((item.nodeid, reason))
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    config._e2b_suite_unused = sorted(set(_entries) - used)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    stats = terminalreporter.stats
+    count = lambda key: len(stats.get(key, []))
+    failed_ids = sorted({r.nodeid for r in stats.get("failed", []) + stats.get("error", [])})
+    tr = terminalreporter
+    tr.section("E2B suite against the node")
+    tr.write_line(f"passed:   {count('passed')}")
+    tr.write_line(f"failed:   {len(failed_ids)}")
+    tr.write_line(f"skipped:  {count('skipped')}")
+    tr.write_line(f"excluded: {len(_excluded)}")
+    for reason, n in Counter(reason for _, reason in _excluded).most_common():
+        tr.write_line(f"  {n:3d}  {reason}")
+    for nodeid in failed_ids:
+        tr.write_line(f"FAILED {nodeid}")
+    for entry in getattr(config, "_e2b_suite_unused", []):
+        tr.write_line(f"UNUSED exclusion (names no collected test): {entry}")
