@@ -47,6 +47,7 @@ fn write(path: &str, content: &str) -> Op {
         encoding: Encoding::Utf8,
         create_dirs: true,
         append: false,
+        metadata: Default::default(),
     })
 }
 

@@ -197,7 +197,22 @@ pub struct WriteParams {
     /// written in chunks); default `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub append: bool,
+    /// User metadata kept with the file as extended attributes `user.e2b.<key>` (E2B's file
+    /// metadata): a replaced file has exactly these (none of the old), an appended one gets
+    /// these added. See [`METADATA_XATTR_PREFIX`] for the bounds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
+
+/// The extended attribute namespace of a file's user metadata (`fs.write` `metadata`, `fs.list`
+/// `metadata`): `user.e2b.<key>`, where E2B's envd keeps it, so what a program in the sandbox
+/// sets there is metadata too. Keys are 1 to [`MAX_METADATA_KEY_BYTES`] bytes without NUL,
+/// values text without NUL, at most [`MAX_METADATA_BYTES`] of names and values in all.
+pub const METADATA_XATTR_PREFIX: &str = "user.e2b.";
+/// Longest metadata key: the xattr name limit (255) less the namespace.
+pub const MAX_METADATA_KEY_BYTES: usize = 246;
+/// Most bytes of one file's metadata, attribute names and values together.
+pub const MAX_METADATA_BYTES: usize = 4096;
 
 /// Parameters of `fs.delete`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -632,6 +647,24 @@ pub struct ListEntry {
     pub entry_type: EntryType,
     /// Size in bytes for regular files; 0 for everything else.
     pub size_bytes: u64,
+    /// Its permission bits (`st_mode & 0o7777`); absent when it could not be read (removed
+    /// meanwhile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+    /// Its last modification, in nanoseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified_ns: Option<i64>,
+    /// The size the inode itself reports (`st_size`), for every type: a directory's is the
+    /// space its entries take, a symlink's the length of its target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inode_size: Option<u64>,
+    /// A symlink's target as stored, not followed (lossy UTF-8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_target: Option<String>,
+    /// A regular file's user metadata ([`METADATA_XATTR_PREFIX`]), by key; empty when it has
+    /// none or it could not be read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// Result of `fs.list`.

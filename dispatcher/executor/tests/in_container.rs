@@ -469,25 +469,48 @@ fn every_fs_operation_works() {
         "already_exists",
     );
 
+    // Name, type and size; the stat details are checked below.
+    let brief =
+        |e: &Value| json!({"name": e["name"], "type": e["type"], "size_bytes": e["size_bytes"]});
     let l = s.ok(json!({"op":"fs.list","path":"."}));
     assert_eq!(
-        l["entries"],
-        json!([
-            {"name":"a","type":"directory","size_bytes":0},
-            {"name":"bin","type":"directory","size_bytes":0},
-            {"name":"src","type":"directory","size_bytes":0},
-        ])
+        l["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(brief)
+            .collect::<Vec<_>>(),
+        [
+            json!({"name":"a","type":"directory","size_bytes":0}),
+            json!({"name":"bin","type":"directory","size_bytes":0}),
+            json!({"name":"src","type":"directory","size_bytes":0}),
+        ]
     );
+    let dir = &l["entries"][2];
+    assert!(dir["inode_size"].as_u64().unwrap() > 0, "{dir}");
+    assert_eq!(dir["mode"].as_u64().unwrap() & 0o700, 0o700, "{dir}");
     s.sh(&["ln", "-s", "main.rs", "src/link.rs"]);
     let l = s.ok(json!({"op":"fs.list","path":"src"}));
     assert_eq!(
-        l["entries"][0],
+        brief(&l["entries"][0]),
         json!({"name":"link.rs","type":"symlink","size_bytes":0})
     );
+    assert_eq!(l["entries"][0]["link_target"], json!("main.rs"));
+    let file = &l["entries"][1];
     assert_eq!(
-        l["entries"][1],
+        brief(file),
         json!({"name":"main.rs","type":"file","size_bytes":37})
     );
+    assert_eq!(file["mode"], json!(0o644), "{file}");
+    assert_eq!(file["inode_size"], json!(37));
+    assert!(file.get("link_target").is_none(), "{file}");
+    // Written within the last day, by the clock the sandbox shares with this host.
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let modified = file["modified_ns"].as_i64().unwrap();
+    assert!((now_ns - modified).abs() < 86_400 * 1_000_000_000, "{file}");
     // A relative symlink that stays inside the root is followed for reading.
     let r = s.ok(json!({"op":"fs.read","path":"src/link.rs","limit":1}));
     assert_eq!(r["content"], json!("fn main() {\n"));

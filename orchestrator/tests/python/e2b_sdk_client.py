@@ -7,6 +7,7 @@ Prints one JSON report on stdout; every step records what happened, the Rust tes
 """
 
 import asyncio
+import io
 import json
 import os
 import sys
@@ -304,6 +305,173 @@ def attacks():
     print(json.dumps(report))
 
 
+def conformance():
+    """What E2B's own test suite asks of a server and the node once answered otherwise
+    (scripts/e2b_suite.sh runs that suite): environments and directories of commands and
+    terminals, command deadlines, a sandbox gone under a running command or past its timeout,
+    removing what is not there, listing order, what a stat tells, symlinks, watch events of
+    written files."""
+    report = {}
+    sbx = Sandbox.create("base", timeout=180, envs={"SBX_VAR": "from-create", "OVERRIDE": "sandbox"})
+    report["sandbox_id"] = sbx.sandbox_id
+    attempt(report, "sandbox_env", lambda: sbx.commands.run("echo $SBX_VAR $OVERRIDE", envs={"OVERRIDE": "command"}).stdout)
+    # A value is data, never run: quotes and $(...) arrive as written.
+    tricky = "it's $(id) `id` \"q\""
+    attempt(report, "command_env", lambda: sbx.commands.run(
+        "python3 -c \"import os; print(os.environ['FOO'])\"", envs={"FOO": tricky}).stdout)
+    report["tricky"] = tricky
+    attempt(report, "env_forbidden", lambda: sbx.commands.run("true", envs={"LD_PRELOAD": "/home/user/x.so"}).stdout)
+    attempt(report, "cwd_root", lambda: sbx.commands.run("pwd", cwd="/").stdout)
+
+    def terminal():
+        chunks = []
+        t = sbx.pty.create(PtySize(rows=24, cols=80), envs={"ABC": "123"}, cwd="/")
+        sbx.pty.send_stdin(t.pid, b"echo ABC=$ABC; pwd; exit\n")
+        r = t.wait(on_pty=lambda d: chunks.append(bytes(d)))
+        return {"exit_code": r.exit_code, "output": b"".join(chunks).decode(errors="replace")}
+
+    attempt(report, "terminal", terminal)
+
+    def deadline():
+        t0 = time.monotonic()
+        try:
+            sbx.commands.run("sleep 10", timeout=2)
+            return "no exception"
+        except Exception as e:
+            return {"type": type(e).__name__, "secs": round(time.monotonic() - t0, 1)}
+
+    attempt(report, "deadline", deadline)
+    attempt(report, "remove_missing", lambda: sbx.files.remove("nowhere/none.txt"))
+    sbx.files.make_dir("ord/a/x")
+    sbx.files.write("ord/a-b", "1")
+    attempt(report, "list_order", lambda: [e.path for e in sbx.files.list("ord", depth=2)])
+
+    def info(path):
+        i = sbx.files.get_info(path)
+        return {"type": str(i.type), "size": i.size, "mode": i.mode, "permissions": i.permissions,
+                "modified": i.modified_time.timestamp() if i.modified_time else None,
+                "symlink_target": i.symlink_target}
+
+    sbx.files.write("d/f.txt", "hey")
+    report["now"] = time.time()
+    attempt(report, "dir_info", lambda: info("d"))
+    attempt(report, "file_info", lambda: info("d/f.txt"))
+    sbx.commands.run("chmod 600 f.txt && ln -s f.txt link && ln -s /etc/passwd out", cwd="d")
+    attempt(report, "chmod_info", lambda: info("d/f.txt"))
+    attempt(report, "link_info", lambda: info("d/link"))
+    attempt(report, "out_link_info", lambda: info("d/out"))
+
+    def rename_dir():
+        sbx.files.write_files([{"path": "mv/src/a.txt", "data": "A"}, {"path": "mv/src/sub/b.bin", "data": b"\x00\xff"}])
+        sbx.files.make_dir("mv/src/empty")
+        moved = sbx.files.rename("mv/src", "mv/dst")
+        return {"path": moved.path, "type": str(moved.type),
+                "tree": [e.path for e in sbx.files.list("mv/dst", depth=3)],
+                "source_left": sbx.files.exists("mv/src"),
+                "b": list(sbx.files.read("mv/dst/sub/b.bin", format="bytes"))}
+
+    attempt(report, "rename_dir", rename_dir)
+    sbx.files.make_dir("mv/taken")
+    attempt(report, "rename_dir_onto", lambda: sbx.files.rename("mv/dst", "mv/taken").path)
+    attempt(report, "rename_dir_into_itself", lambda: sbx.files.rename("mv/dst", "mv/dst/inner").path)
+
+    # envd 0.6's file metadata: kept with the file (what a program sets in its namespace too),
+    # carried by a rename, replaced by the next write.
+    def metadata():
+        meta = {"author": "mish", "purpose": "upload"}
+        written = sbx.files.write("meta/a.txt", "x", metadata=meta).metadata
+        info = sbx.files.get_info("meta/a.txt").metadata
+        listed = [e.metadata for e in sbx.files.list("meta") if e.name == "a.txt"]
+        sbx.commands.run("python3 -c \"import os; os.setxattr('/home/user/meta/a.txt', 'user.e2b.extra', b'set inside')\"")
+        after_xattr = sbx.files.get_info("meta/a.txt").metadata
+        moved = sbx.files.rename("meta/a.txt", "meta/b.txt").metadata
+        moved_info = sbx.files.get_info("meta/b.txt").metadata
+        plain = sbx.files.write("meta/b.txt", "y").metadata
+        cleared = sbx.files.get_info("meta/b.txt").metadata
+        return {"written": written, "info": info, "listed": listed, "after_xattr": after_xattr,
+                "moved": moved, "moved_info": moved_info, "plain": plain, "cleared": cleared}
+
+    attempt(report, "metadata", metadata)
+    # gzip uploads, from memory and streamed; a body that is not gzip, a coding not served.
+    text = "zipped text " * 20000
+    attempt(report, "gzip", lambda: [sbx.files.write("gz/a.txt", text, gzip=True).path, sbx.files.read("gz/a.txt") == text])
+    attempt(report, "gzip_stream", lambda: [sbx.files.write("gz/b.txt", io.BytesIO(text.encode()), gzip=True).path, sbx.files.read("gz/b.txt") == text])
+
+    def raw_upload(encoding):
+        req = urllib.request.Request(
+            os.environ["E2B_SANDBOX_URL"] + "/files?path=gz/raw.txt", data=b"not gzip at all", method="POST",
+            headers={"E2b-Sandbox-Id": sbx.sandbox_id, "X-Access-Token": sbx._envd_access_token,
+                     "Content-Type": "application/octet-stream", "Content-Encoding": encoding})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    report["bad_gzip"] = raw_upload("gzip")
+    report["brotli"] = raw_upload("br")
+
+    def watch_entries():
+        sbx.files.make_dir("we")
+        h = sbx.files.watch_dir("we", include_entry=True, allow_network_mounts=True)
+        sbx.files.write("we/f.txt", "hello")
+        events = []
+        for _ in range(40):
+            events += h.get_new_events()
+            if any(str(e.type).endswith("WRITE") for e in events):
+                break
+            time.sleep(0.05)
+        h.stop()
+        return [{"name": e.name, "type": str(e.type),
+                 "entry": None if e.entry is None else {"name": e.entry.name, "path": e.entry.path,
+                                                        "type": str(e.entry.type), "size": e.entry.size}}
+                for e in events]
+
+    attempt(report, "watch_entries", watch_entries)
+
+    def watch():
+        sbx.files.make_dir("w")
+        h = sbx.files.watch_dir("w")
+        sbx.files.write("w/new.txt", "first")
+        sbx.files.write("w/new.txt", "second")
+        events = []
+        for _ in range(40):
+            events += [{"name": e.name, "type": str(e.type)} for e in h.get_new_events()]
+            if len(events) >= 6:
+                break
+            time.sleep(0.05)
+        h.stop()
+        return events
+
+    attempt(report, "watch", watch)
+
+    # A sandbox past its timeout is not running, even before the sweep removes it.
+    short = Sandbox.create("base", timeout=3)
+    time.sleep(4)
+    attempt(report, "past_timeout_running", lambda: short.is_running())
+
+    # A sandbox killed under a running command: the command's stream breaks and the SDK, asking
+    # /health, learns the sandbox is gone.
+    doomed = Sandbox.create("base", timeout=60)
+    cmd = doomed.commands.run("sleep 60", background=True)
+    doomed.kill()
+
+    def killed_under():
+        try:
+            cmd.wait()
+            return "no exception"
+        except Exception as e:
+            return {"type": type(e).__name__, "message": str(e)}
+
+    attempt(report, "killed_under", killed_under)
+    attempt(report, "killed_running", lambda: doomed.is_running())
+    attempt(report, "alive_running", lambda: sbx.is_running())
+    sbx.kill()
+    report["short_id"] = short.sandbox_id
+    report["doomed_id"] = doomed.sandbox_id
+    print(json.dumps(report))
+
+
 def bench():
     """Create to first output and a command's round trip, N times each (N from argv)."""
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 10
@@ -344,4 +512,5 @@ def bench():
 
 
 if __name__ == "__main__":
-    {"basics": basics, "live": live, "attacks": attacks, "bench": bench}[sys.argv[1]]()
+    {"basics": basics, "live": live, "attacks": attacks, "conformance": conformance,
+     "bench": bench}[sys.argv[1]]()

@@ -455,6 +455,165 @@ async fn the_e2b_door_refuses_what_the_key_and_its_context_do_not_grant() {
     assert!(containers_of(&app, id).await.is_empty());
 }
 
+/// What E2B's own test suite (scripts/e2b_suite.sh) asks and the node once answered otherwise:
+/// sandbox and command environments and a command's directory (written into its `bash -c`
+/// line, values quoted, names no one may set refused), a terminal's too, a command's deadline
+/// as a timeout, a sandbox past its timeout or killed under a running command reported gone
+/// (`/health` 502, the stream cut), removing what is not there, listings in envd's walk order,
+/// real modes, sizes and times in a stat, symlinks shown with what they point at (nothing of
+/// what lies outside the roots), directories renamed, a written file's watch events under its
+/// own name; and envd 0.6's file metadata, gzip uploads and entries in watch events.
+#[tokio::test]
+async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("e2b-conformance", "operator").await;
+    let r = run_sdk(&app, "conformance", &key, &[]).await;
+
+    assert_eq!(ok(&r, "sandbox_env"), "from-create command\n");
+    assert_eq!(
+        ok(&r, "command_env").as_str().unwrap(),
+        format!("{}\n", r["tricky"].as_str().unwrap())
+    );
+    refused(&r, "env_forbidden", "may never be set");
+    assert_eq!(ok(&r, "cwd_root"), "/\n");
+    let terminal = ok(&r, "terminal");
+    assert_eq!(terminal["exit_code"], 0, "{terminal}");
+    let output = terminal["output"].as_str().unwrap();
+    assert!(output.contains("ABC=123"), "{terminal}");
+    assert!(
+        output.contains("\n/\r\n"),
+        "the terminal started in /: {terminal}"
+    );
+    let deadline = ok(&r, "deadline");
+    assert_eq!(deadline["type"], "TimeoutException", "{deadline}");
+    assert!(deadline["secs"].as_f64().unwrap() < 8.0, "{deadline}");
+    assert_eq!(ok(&r, "remove_missing"), &Value::Null);
+    assert_eq!(
+        ok(&r, "list_order"),
+        &json!([
+            "/home/user/ord/a",
+            "/home/user/ord/a/x",
+            "/home/user/ord/a-b"
+        ])
+    );
+    let dir = ok(&r, "dir_info");
+    assert!(dir["type"].as_str().unwrap().contains("DIR"), "{dir}");
+    assert!(dir["size"].as_i64().unwrap() > 0, "{dir}");
+    assert_eq!(
+        (&dir["mode"], &dir["permissions"]),
+        (&json!(0o755), &json!("drwxr-xr-x")),
+        "{dir}"
+    );
+    let file = ok(&r, "file_info");
+    assert_eq!(
+        (&file["mode"], &file["permissions"], &file["size"]),
+        (&json!(0o644), &json!("-rw-r--r--"), &json!(3)),
+        "{file}"
+    );
+    let now = r["now"].as_f64().unwrap();
+    assert!(
+        (now - file["modified"].as_f64().unwrap()).abs() < 120.0,
+        "the file's own modification time: {file}"
+    );
+    let chmod = ok(&r, "chmod_info");
+    assert_eq!(
+        (&chmod["mode"], &chmod["permissions"]),
+        (&json!(0o600), &json!("-rw-------")),
+        "{chmod}"
+    );
+    let link = ok(&r, "link_info");
+    assert!(link["type"].as_str().unwrap().contains("FILE"), "{link}");
+    assert_eq!(link["symlink_target"], "/home/user/d/f.txt", "{link}");
+    assert_eq!(link["size"], 3, "{link}");
+    // A link out of the roots: where it points is what it holds; nothing of /etc is told.
+    let out = ok(&r, "out_link_info");
+    assert_eq!(out["symlink_target"], "/etc/passwd", "{out}");
+    assert!(
+        !out["type"].as_str().unwrap_or("").contains("FILE"),
+        "{out}"
+    );
+    // A directory renames as a whole; onto an existing one or into itself it does not.
+    let moved = ok(&r, "rename_dir");
+    assert_eq!(moved["path"], "/home/user/mv/dst", "{moved}");
+    assert!(moved["type"].as_str().unwrap().contains("DIR"), "{moved}");
+    assert_eq!(
+        moved["tree"],
+        json!([
+            "/home/user/mv/dst/a.txt",
+            "/home/user/mv/dst/empty",
+            "/home/user/mv/dst/sub",
+            "/home/user/mv/dst/sub/b.bin"
+        ]),
+        "{moved}"
+    );
+    assert_eq!(moved["source_left"], false, "{moved}");
+    assert_eq!(moved["b"], json!([0, 255]), "{moved}");
+    refused(&r, "rename_dir_onto", "already exists");
+    refused(&r, "rename_dir_into_itself", "into itself");
+    // File metadata: kept, listed, set from inside too, carried by a rename, then replaced.
+    let meta = ok(&r, "metadata");
+    let kept = json!({"author": "mish", "purpose": "upload"});
+    for step in ["written", "info"] {
+        assert_eq!(meta[step], kept, "{step}: {meta}");
+    }
+    assert_eq!(meta["listed"], json!([kept]), "{meta}");
+    let all = json!({"author": "mish", "purpose": "upload", "extra": "set inside"});
+    for step in ["after_xattr", "moved", "moved_info"] {
+        assert_eq!(meta[step], all, "{step}: {meta}");
+    }
+    assert_eq!(meta["plain"], Value::Null, "{meta}");
+    assert_eq!(meta["cleared"], Value::Null, "{meta}");
+    assert_eq!(ok(&r, "gzip"), &json!(["/home/user/gz/a.txt", true]));
+    assert_eq!(ok(&r, "gzip_stream"), &json!(["/home/user/gz/b.txt", true]));
+    assert_eq!(r["bad_gzip"], 400, "{r}");
+    assert_eq!(r["brotli"], 415, "{r}");
+    let entries = ok(&r, "watch_entries");
+    assert!(
+        entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"].as_str().unwrap().ends_with("WRITE")
+                && e["entry"]
+                    == json!({"name": "f.txt", "path": "/home/user/we/f.txt",
+                          "type": "FileType.FILE", "size": 5})),
+        "{entries}"
+    );
+    // Two writes of one file: each its create, write and mode under the file's own name
+    // (never the temporary file it was written as).
+    let watch = ok(&r, "watch").as_array().unwrap().clone();
+    let kinds: Vec<String> = watch
+        .iter()
+        .map(|e| {
+            assert_eq!(e["name"], "new.txt", "{watch:?}");
+            e["type"]
+                .as_str()
+                .unwrap()
+                .rsplit('.')
+                .next()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["CREATE", "WRITE", "CHMOD", "CREATE", "WRITE", "CHMOD"],
+        "{watch:?}"
+    );
+    assert_eq!(ok(&r, "past_timeout_running"), false);
+    // The stream of a command whose sandbox was killed is cut, not ended as an exit: the SDK
+    // raises a timeout (over HTTP/1.1 it reads the cut as a body error, not as the dropped
+    // HTTP/2 stream E2B's edge gives, so its message says timeout rather than killed).
+    let under = ok(&r, "killed_under");
+    assert_eq!(under["type"], "TimeoutException", "{under}");
+    assert_eq!(ok(&r, "killed_running"), false);
+    assert_eq!(ok(&r, "alive_running"), true);
+    for id in [&r["sandbox_id"], &r["doomed_id"]] {
+        assert!(containers_of(&app, id.as_str().unwrap()).await.is_empty());
+    }
+}
+
 /// Figures, not a check: create to first output and a command's round trip through the SDK
 /// (`cargo test -p orchestrator --test suite -- e2b::figures --ignored --nocapture`).
 #[tokio::test]

@@ -10,7 +10,7 @@ use rustix::fs::{Mode, OFlags};
 
 use crate::context::Context;
 use crate::error::{OpError, OpResult};
-use crate::fs::{read_capped, require_regular, write, READ_FLAGS};
+use crate::fs::{list, read_capped, require_regular, write, READ_FLAGS};
 use crate::protocol::{Edit, EditParams, EditResult, ErrorKind, MultiEditParams};
 use crate::roots::Access;
 
@@ -67,11 +67,14 @@ fn edit_file(ctx: &Context, path: &str, edits: &[Edit], numbered: bool) -> OpRes
             ),
         ));
     }
+    // The file's user metadata stays with it.
+    let metadata = list::metadata_of(parent.as_fd(), name);
     write::replace(
         parent.as_fd(),
         name,
         edited.as_bytes(),
         before.st_mode & 0o777,
+        &metadata,
         display,
     )?;
     Ok(EditResult {

@@ -18,6 +18,13 @@
 //! kernel bounds its own queue. So that a command writing in a loop does not become a line per
 //! `write` on the executor's stream, events are read in batches at most every [`BATCH`] (the
 //! kernel merges a repeated event meanwhile) and a repeat within a batch is sent once.
+//!
+//! `fs.write` and `fs.edit` never write a file in place: they write a temporary file beside it
+//! and rename it over the name (`fs/write.rs`). A watch reports that as what it means for the
+//! name, never the temporary file: the temporary file's changes (created, written, its mode
+//! set) are held until it is renamed, then sent under the final name (`create`, `write`,
+//! `chmod`, as a file written in place reports them); a temporary file removed unrenamed (a
+//! failed write) changed no name and reports nothing.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -35,6 +42,7 @@ use rustix::io::Errno;
 use crate::context::Context;
 use crate::error::{OpError, OpResult};
 use crate::fs::walk::{self, Step};
+use crate::fs::write;
 use crate::paths;
 use crate::protocol::{
     ErrorKind, Event, EventBody, FsEvent, FsOp, UnwatchParams, UnwatchResult, WatchParams,
@@ -50,6 +58,9 @@ const BATCH: Duration = Duration::from_millis(20);
 const MAX_WALKED: u64 = 100_000;
 /// Deepest directory a recursive watch enters.
 const MAX_DEPTH: usize = 64;
+/// Most temporary files of `fs.write` a watch holds the changes of at once (a bound against
+/// names that look like them and are never renamed).
+const MAX_HELD: usize = 1024;
 
 /// What every watched directory reports.
 const MASK: WatchFlags = WatchFlags::CREATE
@@ -72,6 +83,12 @@ struct Watch {
     recursive: bool,
     /// Watch descriptor -> directory relative to `top` (`""` for `top`).
     dirs: HashMap<i32, String>,
+    /// The changes of `fs.write`'s temporary files, by (watch descriptor, name), until they are
+    /// renamed over their final name.
+    held: HashMap<(i32, String), Vec<FsOp>>,
+    /// The held changes of a temporary file renamed away, by the rename's cookie, until the
+    /// other half of the rename names where it went.
+    moving: HashMap<u32, Vec<FsOp>>,
 }
 
 impl Watch {
@@ -91,6 +108,48 @@ impl Watch {
 
     fn path(&self, rel: &str, name: &str) -> String {
         paths::join(&paths::join(&self.display, rel), name)
+    }
+
+    /// Holds a change of a temporary file of `fs.write` (see the module's doc): created,
+    /// written or its mode set, kept in order; renamed away, moved under the rename's cookie
+    /// (at least `create` and `write`: the name it lands on got new content); removed,
+    /// forgotten.
+    fn hold(&mut self, wd: i32, name: String, flags: ReadFlags, cookie: u32) {
+        let key = (wd, name);
+        if flags.contains(ReadFlags::MOVED_FROM) {
+            let mut ops = self.held.remove(&key).unwrap_or_default();
+            if !ops.contains(&FsOp::Create) {
+                ops.insert(0, FsOp::Create);
+            }
+            if !ops.contains(&FsOp::Write) {
+                ops.insert(1, FsOp::Write);
+            }
+            if self.moving.len() >= MAX_HELD {
+                self.moving.clear();
+            }
+            self.moving.insert(cookie, ops);
+            return;
+        }
+        if flags.intersects(ReadFlags::DELETE | ReadFlags::MOVED_TO) {
+            self.held.remove(&key);
+            return;
+        }
+        let op = if flags.contains(ReadFlags::CREATE) {
+            FsOp::Create
+        } else if flags.contains(ReadFlags::MODIFY) {
+            FsOp::Write
+        } else if flags.contains(ReadFlags::ATTRIB) {
+            FsOp::Chmod
+        } else {
+            return;
+        };
+        if self.held.len() >= MAX_HELD && !self.held.contains_key(&key) {
+            self.held.clear();
+        }
+        let ops = self.held.entry(key).or_default();
+        if ops.last() != Some(&op) {
+            ops.push(op);
+        }
     }
 }
 
@@ -152,6 +211,8 @@ fn set_up(
         display: target.display.clone(),
         recursive: params.recursive,
         dirs: HashMap::new(),
+        held: HashMap::new(),
+        moving: HashMap::new(),
     };
     watch
         .add(top.as_fd(), String::new())
@@ -285,6 +346,7 @@ fn read_events(
                         .file_name()
                         .map(CStr::to_string_lossy)
                         .map(|n| n.into_owned()),
+                    event.cookie(),
                 )),
                 Err(Errno::AGAIN) => break,
                 Err(Errno::INTR) => {}
@@ -293,7 +355,7 @@ fn read_events(
         }
     }
     let mut events = Vec::new();
-    for (wd, flags, name) in raw {
+    for (wd, flags, name, cookie) in raw {
         if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
             events.push(FsEvent {
                 op: FsOp::Overflow,
@@ -316,7 +378,27 @@ fn read_events(
             continue;
         };
         let is_dir = flags.contains(ReadFlags::ISDIR);
+        if !is_dir && write::is_temp_name(&name) {
+            watch.hold(wd, name, flags, cookie);
+            continue;
+        }
         let path = watch.path(&rel, &name);
+        if flags.contains(ReadFlags::MOVED_TO) {
+            if let Some(ops) = watch.moving.remove(&cookie) {
+                // A temporary file of `fs.write` renamed over this name: its changes, here.
+                for op in ops {
+                    let event = FsEvent {
+                        op,
+                        path: path.clone(),
+                        is_dir: false,
+                    };
+                    if events.last() != Some(&event) {
+                        events.push(event);
+                    }
+                }
+                continue;
+            }
+        }
         let op = if flags.contains(ReadFlags::CREATE) || flags.contains(ReadFlags::MOVED_TO) {
             FsOp::Create
         } else if flags.contains(ReadFlags::MODIFY) {

@@ -6,13 +6,17 @@
 //! or a hard link swapped in at the last moment is replaced, never written through. Before that,
 //! the current entry is checked: a symlink, a directory, a special file or a file with more than
 //! one hard link is refused, so a request never silently changes what another name points at.
+//! A write's user metadata (`metadata`, E2B's file metadata) goes on the temporary file before
+//! the rename, as `user.e2b.*` extended attributes, so the new content and its metadata
+//! replace the old together.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fd::{AsFd, BorrowedFd};
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, XattrFlags};
 use rustix::io::Errno;
 
 use crate::context::Context;
@@ -20,7 +24,10 @@ use crate::encoding;
 use crate::error::{OpError, OpResult};
 use crate::fs::{create_dir, file_type, stat_nofollow};
 use crate::paths;
-use crate::protocol::{ErrorKind, WriteParams, WriteResult};
+use crate::protocol::{
+    ErrorKind, WriteParams, WriteResult, MAX_METADATA_BYTES, MAX_METADATA_KEY_BYTES,
+    METADATA_XATTR_PREFIX,
+};
 use crate::roots::Access;
 
 /// Runs `fs.write`.
@@ -32,6 +39,7 @@ pub fn run(ctx: &Context, params: WriteParams) -> OpResult<WriteResult> {
             format!("'{}' is an allowed root directory", target.display),
         ));
     }
+    check_metadata(&params.metadata)?;
     let bytes = encoding::decode(params.content, params.encoding, "content")?;
     if bytes.len() as u64 > ctx.config.max_file_bytes {
         return Err(OpError::new(
@@ -61,14 +69,27 @@ pub fn run(ctx: &Context, params: WriteParams) -> OpResult<WriteResult> {
                 ),
             ));
         }
-        append(parent.as_fd(), name, &bytes, &target.display)?;
+        append(
+            parent.as_fd(),
+            name,
+            &bytes,
+            &params.metadata,
+            &target.display,
+        )?;
         return Ok(WriteResult {
             bytes_written: bytes.len() as u64,
             created: false,
         });
     }
     let mode = existing.as_ref().map_or(0o644, |s| s.st_mode & 0o777);
-    replace(parent.as_fd(), name, &bytes, mode, &target.display)?;
+    replace(
+        parent.as_fd(),
+        name,
+        &bytes,
+        mode,
+        &params.metadata,
+        &target.display,
+    )?;
     Ok(WriteResult {
         bytes_written: bytes.len() as u64,
         created: existing.is_none(),
@@ -110,7 +131,13 @@ pub fn check_replaceable(dir: BorrowedFd<'_>, name: &str, display: &str) -> OpRe
 /// Appends to the regular file `name` in `dir`: opened without following a link, and checked
 /// again once open (a regular file with one name), so nothing planted between the check and
 /// the open is written through.
-fn append(dir: BorrowedFd<'_>, name: &str, bytes: &[u8], display: &str) -> OpResult<()> {
+fn append(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    bytes: &[u8],
+    metadata: &BTreeMap<String, String>,
+    display: &str,
+) -> OpResult<()> {
     let fd = rustix::fs::openat(
         dir,
         name,
@@ -125,24 +152,79 @@ fn append(dir: BorrowedFd<'_>, name: &str, bytes: &[u8], display: &str) -> OpRes
             format!("'{display}' changed into something other than a regular file with one name"),
         ));
     }
+    set_metadata(&fd, metadata, display)?;
     File::from(fd)
         .write_all(bytes)
         .map_err(|e| OpError::io(&e, "cannot write", display))
 }
 
+/// Refuses metadata outside the bounds of [`METADATA_XATTR_PREFIX`].
+fn check_metadata(metadata: &BTreeMap<String, String>) -> OpResult<()> {
+    let mut total = 0usize;
+    for (key, value) in metadata {
+        if key.is_empty() || key.len() > MAX_METADATA_KEY_BYTES || key.contains('\0') {
+            return Err(OpError::new(
+                ErrorKind::InvalidRequest,
+                format!("metadata keys are 1 to {MAX_METADATA_KEY_BYTES} bytes without NUL"),
+            ));
+        }
+        if value.contains('\0') {
+            return Err(OpError::new(
+                ErrorKind::InvalidRequest,
+                format!("the metadata value of {key:?} holds a NUL byte"),
+            ));
+        }
+        total += METADATA_XATTR_PREFIX.len() + key.len() + value.len();
+    }
+    if total > MAX_METADATA_BYTES {
+        return Err(OpError::new(
+            ErrorKind::InvalidRequest,
+            format!("metadata is larger than {MAX_METADATA_BYTES} bytes in all"),
+        ));
+    }
+    Ok(())
+}
+
+/// Keeps `metadata` on the open file `fd` as `user.e2b.*` extended attributes.
+fn set_metadata(fd: impl AsFd, metadata: &BTreeMap<String, String>, display: &str) -> OpResult<()> {
+    for (key, value) in metadata {
+        let attribute = format!("{METADATA_XATTR_PREFIX}{key}");
+        rustix::fs::fsetxattr(
+            &fd,
+            attribute.as_str(),
+            value.as_bytes(),
+            XattrFlags::empty(),
+        )
+        .map_err(|e| OpError::os(e, "cannot keep metadata on", display))?;
+    }
+    Ok(())
+}
+
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Writes `bytes` to a temporary file beside `name` and renames it over `name`.
+/// The start and end of the temporary files [`replace`] makes.
+const TEMP_PREFIX: &str = ".sbx-write-";
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// Whether `name` is one of the temporary files [`replace`] writes and renames over its final
+/// name (a watch reports their changes under that name: `fs/watch.rs`).
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with(TEMP_PREFIX) && name.ends_with(TEMP_SUFFIX)
+}
+
+/// Writes `bytes` to a temporary file beside `name`, with `metadata`, and renames it over
+/// `name`.
 pub fn replace(
     dir: BorrowedFd<'_>,
     name: &str,
     bytes: &[u8],
     mode: u32,
+    metadata: &BTreeMap<String, String>,
     display: &str,
 ) -> OpResult<()> {
     let (temp_name, fd) = loop {
         let candidate = format!(
-            ".sbx-write-{}-{}.tmp",
+            "{TEMP_PREFIX}{}-{}{TEMP_SUFFIX}",
             std::process::id(),
             TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
         );
@@ -172,6 +254,7 @@ pub fn replace(
         .map_err(|e| cleanup(OpError::io(&e, "cannot write", display)))?;
     rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))
         .map_err(|e| cleanup(OpError::os(e, "cannot set the mode of", display)))?;
+    set_metadata(&file, metadata, display).map_err(cleanup)?;
     drop(file);
     rustix::fs::renameat(dir, temp_name.as_str(), dir, name)
         .map_err(|e| cleanup(OpError::os(e, "cannot replace", display)))

@@ -141,10 +141,14 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
             "network: egress rules are not offered through the E2B door yet; E2B sandboxes here have no network",
         )));
     }
-    if req.env_vars.as_ref().is_some_and(|e| !e.is_empty()) {
-        return Err(Refusal(ApiError::bad_request(
-            "envVars: sandbox-wide environment variables are not offered yet; pass envs to each command",
-        )));
+    let env_vars = req.env_vars.clone().unwrap_or_default();
+    if let Some(name) = env_vars
+        .keys()
+        .find(|n| crate::policy::command::CommandPolicy::forbidden_env(n))
+    {
+        return Err(Refusal(ApiError::bad_request(format!(
+            "envVars: `{name}` may never be set (it changes which code runs, or makes a program run another)"
+        ))));
     }
     let runtime =
         crate::sandboxes::find_runtime(&req.template_id).map_err(|e| Refusal(sandbox_error(e)))?;
@@ -168,6 +172,7 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
                     owner_key_id: &caller.id,
                     template_id: &req.template_id,
                     metadata: &metadata,
+                    env_vars: &env_vars,
                     allow_internet_access: req.allow_internet_access,
                     envd_access_token: &token,
                     timeout_secs: timeout,

@@ -7,10 +7,12 @@
 //! Every decision is one or more tool calls through the router (`tools::invoke_in`) as the
 //! sandbox's owner key, on the sandbox's policy: `Start` is `cmd.run`, `Stat` and `ListDir` are
 //! `fs.list`, `MakeDir` is `fs.create_dir`, `Remove` is `fs.delete`, and `Move` is `fs.read`,
-//! `fs.write` and `fs.delete` of one file. So an E2B call is decided, audited and held by the
+//! `fs.write` and `fs.delete` of a file, or of each file of a directory's tree. So an E2B call is decided, audited and held by the
 //! kernel exactly like the same call on REST, gRPC or MCP, and a key bound to a security
 //! context is confined by it here too.
 
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -30,6 +32,7 @@ use aegis_e2b::envd::filesystem::{
     MoveRequest, MoveResponse, RemoveRequest, RemoveResponse, StatRequest, StatResponse,
 };
 use aegis_e2b::envd::headers as h;
+use aegis_e2b::envd::Timestamp;
 
 use super::store;
 use crate::caller::{Caller, Role};
@@ -48,11 +51,13 @@ pub(crate) const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(50);
 pub const SANDBOX_USER: &str = "user";
 
 /// The sandbox an envd call is for and who acts: the owner key, rebuilt from its row (the
-/// envd call carries no API key, only the sandbox id and its access token).
+/// envd call carries no API key, only the sandbox id and its access token); and the sandbox's
+/// own environment (`envVars` at create), which every command it runs starts with.
 #[derive(Clone)]
 pub struct Target {
     pub id: SandboxId,
     pub caller: Caller,
+    pub env: BTreeMap<String, String>,
 }
 
 pub(crate) fn refuse(code: Code, message: impl Into<String>) -> ConnectError {
@@ -105,6 +110,7 @@ pub async fn target(state: &AppState, headers: &HeaderMap) -> Result<Target, Con
     Ok(Target {
         id: SandboxId(id),
         caller,
+        env: row.env_vars.0,
     })
 }
 
@@ -245,31 +251,88 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-fn entry(path: &str, kind: &str, size: u64) -> EntryInfo {
+/// One entry of a directory as `fs.list` reports it: its name, type (`file`, `directory`,
+/// `symlink`, `other`), a file's size, and what its stat says (absent when the executor could
+/// not read it).
+struct Listed {
+    name: String,
+    kind: String,
+    size: u64,
+    mode: Option<u32>,
+    modified_ns: Option<i64>,
+    inode_size: Option<u64>,
+    link_target: Option<String>,
+    /// A regular file's user metadata (its `user.e2b.*` extended attributes).
+    metadata: BTreeMap<String, String>,
+}
+
+impl Listed {
+    fn of(e: &Value) -> Self {
+        Listed {
+            name: e["name"].as_str().unwrap_or_default().to_owned(),
+            kind: e["type"].as_str().unwrap_or_default().to_owned(),
+            size: e["size_bytes"].as_u64().unwrap_or(0),
+            mode: e["mode"].as_u64().and_then(|m| u32::try_from(m).ok()),
+            modified_ns: e["modified_ns"].as_i64(),
+            inode_size: e["inode_size"].as_u64(),
+            link_target: e["link_target"].as_str().map(str::to_owned),
+            metadata: e["metadata"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// What is known of an entry that was not listed (a directory just made, a root).
+    fn assumed(kind: &str, size: u64) -> Self {
+        Listed {
+            name: String::new(),
+            kind: kind.to_owned(),
+            size,
+            mode: None,
+            modified_ns: None,
+            inode_size: None,
+            link_target: None,
+            metadata: BTreeMap::new(),
+        }
+    }
+}
+
+/// envd's entry of `path`: a file's size, any other entry's inode size (what envd reports for a
+/// directory), the permission bits (the usual ones when unknown), the modification time.
+fn entry(path: &str, listed: &Listed) -> EntryInfo {
     let (_, name) = split(path);
-    let (file_type, mode) = match kind {
+    let (file_type, usual) = match listed.kind.as_str() {
         "file" => (FileType::File, 0o644),
-        "directory" => (FileType::Directory, 0o755 | 0o040_000),
+        "directory" => (FileType::Directory, 0o755),
         "symlink" => (FileType::Symlink, 0o777),
         _ => (FileType::Unspecified, 0),
     };
-    let mode = if file_type == FileType::File {
-        mode | 0o100_000
-    } else {
-        mode
+    let mode = listed.mode.map_or(usual, |m| m & 0o777);
+    let size = match file_type {
+        FileType::File => listed.size,
+        _ => listed.inode_size.unwrap_or(listed.size),
     };
+    const NANOS: i64 = 1_000_000_000;
     EntryInfo {
         name: name.to_owned(),
         r#type: file_type as i32,
         path: path.to_owned(),
         size: i64::try_from(size).unwrap_or(i64::MAX),
-        mode: mode & 0o777,
-        permissions: permissions(file_type, mode & 0o777),
+        mode,
+        permissions: permissions(file_type, mode),
         owner: SANDBOX_USER.to_owned(),
         group: SANDBOX_USER.to_owned(),
-        modified_time: None,
+        modified_time: listed.modified_ns.map(|ns| Timestamp {
+            seconds: ns.div_euclid(NANOS),
+            nanos: i32::try_from(ns.rem_euclid(NANOS)).unwrap_or(0),
+        }),
         symlink_target: None,
-        metadata: Default::default(),
+        metadata: listed.metadata.clone(),
     }
 }
 
@@ -289,54 +352,112 @@ fn permissions(kind: FileType, mode: u32) -> String {
     s
 }
 
-/// The entries of one directory (`fs.list`) as (name, type, size).
-async fn list(
-    state: &AppState,
-    target: &Target,
-    dir: &str,
-) -> Result<Vec<(String, String, u64)>, ConnectError> {
+/// The entries of one directory (`fs.list`).
+async fn list(state: &AppState, target: &Target, dir: &str) -> Result<Vec<Listed>, ConnectError> {
     let out = call(state, target, "fs.list", json!({"path": dir})).await?;
     Ok(out["entries"]
         .as_array()
-        .map(|entries| {
-            entries
-                .iter()
-                .map(|e| {
-                    (
-                        e["name"].as_str().unwrap_or_default().to_owned(),
-                        e["type"].as_str().unwrap_or_default().to_owned(),
-                        e["size_bytes"].as_u64().unwrap_or(0),
-                    )
-                })
-                .collect()
-        })
+        .map(|entries| entries.iter().map(Listed::of).collect())
         .unwrap_or_default())
 }
 
-/// Stat by listing the parent; a path that is itself a root of the sandbox's policy (its
-/// parent is outside) is a directory if it can be listed.
+/// The entry at `path` itself, a symlink not followed: found by listing the parent; a path
+/// that is itself a root of the sandbox's policy (its parent is outside) is a directory if it
+/// can be listed.
+async fn lstat(state: &AppState, target: &Target, path: &str) -> Result<Listed, ConnectError> {
+    let (parent, name) = split(path);
+    if name.is_empty() {
+        list(state, target, path).await?;
+        return Ok(Listed::assumed("directory", 0));
+    }
+    match list(state, target, parent).await {
+        Ok(entries) => entries
+            .into_iter()
+            .find(|e| e.name == name)
+            .ok_or_else(|| refuse(Code::NotFound, format!("path {path:?} does not exist"))),
+        Err(e) if e.code == Code::PermissionDenied => {
+            list(state, target, path).await?;
+            Ok(Listed::assumed("directory", 0))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// envd's entry of `path`, as its `Stat` and `ListDir` report one: a symlink shows what it
+/// points at (its type, size and mode, when that is inside the sandbox's roots and exists,
+/// found by a second, policy-checked listing; the link itself otherwise) and where, as an
+/// absolute path.
+async fn described(state: &AppState, target: &Target, path: &str, listed: &Listed) -> EntryInfo {
+    if listed.kind != "symlink" {
+        return entry(path, listed);
+    }
+    let Some(link) = listed.link_target.as_deref() else {
+        return entry(path, listed);
+    };
+    let (parent, _) = split(path);
+    let to = resolve_link(parent, link);
+    let mut info = match lstat(state, target, &to).await {
+        Ok(pointed) if pointed.kind != "symlink" => entry(path, &pointed),
+        _ => entry(path, listed),
+    };
+    info.symlink_target = Some(to);
+    info
+}
+
+/// Where a symlink in `dir` holding `link` points, as an absolute path (`.` and `..` taken
+/// lexically; the listing of the result is checked by the policy like any path).
+fn resolve_link(dir: &str, link: &str) -> String {
+    let joined = if link.starts_with('/') {
+        link.to_owned()
+    } else {
+        join(dir, link)
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for part in joined.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// The entries of `paths` that exist now (what watch events with `include_entry` carry), each
+/// directory listed once (so once audited); a path whose directory cannot be listed, or that
+/// is gone, has none.
+pub(crate) async fn entries_at(
+    state: &AppState,
+    target: &Target,
+    paths: &[String],
+) -> HashMap<String, EntryInfo> {
+    let mut dirs: HashMap<String, Vec<Listed>> = HashMap::new();
+    let mut found = HashMap::new();
+    for path in paths {
+        let (parent, name) = split(path);
+        if let Entry::Vacant(slot) = dirs.entry(parent.to_owned()) {
+            slot.insert(list(state, target, parent).await.unwrap_or_default());
+        }
+        if let Some(listed) = dirs
+            .get(parent)
+            .and_then(|l| l.iter().find(|e| e.name == name))
+        {
+            found.insert(path.clone(), entry(path, listed));
+        }
+    }
+    found
+}
+
+/// `Stat`: the entry at `path`, a symlink followed as envd follows it ([`described`]).
 pub async fn stat(
     state: &AppState,
     target: &Target,
     path: &str,
 ) -> Result<EntryInfo, ConnectError> {
-    let (parent, name) = split(path);
-    if name.is_empty() {
-        list(state, target, path).await?;
-        return Ok(entry(path, "directory", 0));
-    }
-    match list(state, target, parent).await {
-        Ok(entries) => entries
-            .into_iter()
-            .find(|(n, _, _)| n == name)
-            .map(|(_, kind, size)| entry(path, &kind, size))
-            .ok_or_else(|| refuse(Code::NotFound, format!("path {path:?} does not exist"))),
-        Err(e) if e.code == Code::PermissionDenied => {
-            list(state, target, path).await?;
-            Ok(entry(path, "directory", 0))
-        }
-        Err(e) => Err(e),
-    }
+    let listed = lstat(state, target, path).await?;
+    Ok(described(state, target, path, &listed).await)
 }
 
 fn unary_response<M: Message>(codec: Codec, message: &M) -> Response {
@@ -445,7 +566,7 @@ pub async fn filesystem(
                         ));
                     }
                     Ok(MakeDirResponse {
-                        entry: Some(entry(&path, "directory", 0)),
+                        entry: Some(entry(&path, &Listed::assumed("directory", 0))),
                     })
                 },
             )
@@ -458,14 +579,19 @@ pub async fn filesystem(
                 body,
                 |state, t, r: RemoveRequest| async move {
                     let path = absolute(&r.path)?;
-                    call(
+                    let removed = call(
                         &state,
                         &t,
                         "fs.delete",
                         json!({"path": path, "recursive": true}),
                     )
-                    .await?;
-                    Ok(RemoveResponse {})
+                    .await;
+                    match removed {
+                        // As envd's: removing what is not there is done, not an error.
+                        Ok(_) => Ok(RemoveResponse {}),
+                        Err(e) if e.code == Code::NotFound => Ok(RemoveResponse {}),
+                        Err(e) => Err(e),
+                    }
                 },
             )
             .await
@@ -478,7 +604,7 @@ pub async fn filesystem(
                 |state, t, r: MoveRequest| async move {
                     let from = absolute(&r.source)?;
                     let to = absolute(&r.destination)?;
-                    move_file(&state, &t, &from, &to).await
+                    move_entry(&state, &t, &from, &to).await
                 },
             )
             .await
@@ -505,21 +631,50 @@ pub async fn filesystem(
     }
 }
 
-/// Moves one file: read, write at the destination, delete the source, each a tool call (so
-/// both paths pass the policy). Directories cannot be moved yet.
-async fn move_file(
+/// Moves a file or a directory tree, composed of tool calls so that both paths pass the
+/// policy: a file is read, written at the destination and deleted; a directory's whole tree is
+/// looked at first (only directories and files no larger than one call moves, at most
+/// [`MAX_ENTRIES`]), then its directories are made and its files copied, and the source is
+/// removed only once all of it is in place, so a failure leaves the source whole (and perhaps
+/// part of the copy). Unlike envd's rename it is not atomic.
+async fn move_entry(
     state: &AppState,
     t: &Target,
     from: &str,
     to: &str,
 ) -> Result<MoveResponse, ConnectError> {
-    let source = stat(state, t, from).await?;
-    if source.r#type != FileType::File as i32 {
-        return Err(refuse(
+    let source = lstat(state, t, from).await?;
+    match source.kind.as_str() {
+        "file" => {
+            copy_file(state, t, from, to, &source.metadata).await?;
+            call(state, t, "fs.delete", json!({"path": from})).await?;
+            let mut moved = Listed::assumed("file", source.size);
+            moved.metadata = source.metadata;
+            Ok(MoveResponse {
+                entry: Some(entry(to, &moved)),
+            })
+        }
+        "directory" => {
+            move_tree(state, t, from, to).await?;
+            Ok(MoveResponse {
+                entry: Some(entry(to, &Listed::assumed("directory", 0))),
+            })
+        }
+        _ => Err(refuse(
             Code::Unimplemented,
-            format!("{from:?} is not a regular file; only files can be moved on this node yet"),
-        ));
+            format!("{from:?} is neither a regular file nor a directory; only those can be moved on this node"),
+        )),
     }
+}
+
+/// Copies one file with its user metadata: read whole, then written at the destination.
+async fn copy_file(
+    state: &AppState,
+    t: &Target,
+    from: &str,
+    to: &str,
+    metadata: &BTreeMap<String, String>,
+) -> Result<(), ConnectError> {
     let mut read = call(state, t, "fs.read", json!({"path": from})).await?;
     if read["truncated"] == true {
         return Err(refuse(
@@ -529,17 +684,93 @@ async fn move_file(
     }
     let encoding = read["encoding"].as_str().unwrap_or("utf8").to_owned();
     let content = read["content"].take();
+    let mut args = json!({"path": to, "content": content, "encoding": encoding});
+    if !metadata.is_empty() {
+        args["metadata"] = json!(metadata);
+    }
+    call(state, t, "fs.write", args).await?;
+    Ok(())
+}
+
+/// Moves the directory `from` to `to`, which must not exist yet (see [`move_entry`]).
+async fn move_tree(state: &AppState, t: &Target, from: &str, to: &str) -> Result<(), ConnectError> {
+    if to == from || to.starts_with(&format!("{from}/")) {
+        return Err(refuse(
+            Code::InvalidArgument,
+            format!("cannot move {from:?} into itself ({to:?})"),
+        ));
+    }
+    match lstat(state, t, to).await {
+        Ok(_) => {
+            return Err(refuse(
+                Code::AlreadyExists,
+                format!("{to:?} already exists"),
+            ))
+        }
+        Err(e) if e.code == Code::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let max_file = state.config.sandbox.max_file_bytes;
+    // The tree, relative to `from` ("" is `from` itself): directories in walk order, files.
+    let mut dirs = vec![String::new()];
+    let mut files = Vec::new();
+    let mut next = 0;
+    while let Some(rel) = dirs.get(next).cloned() {
+        next += 1;
+        let dir = if rel.is_empty() {
+            from.to_owned()
+        } else {
+            join(from, &rel)
+        };
+        for listed in list(state, t, &dir).await? {
+            let child = if rel.is_empty() {
+                listed.name.clone()
+            } else {
+                join(&rel, &listed.name)
+            };
+            match listed.kind.as_str() {
+                "directory" => dirs.push(child),
+                "file" if listed.size <= max_file => files.push((child, listed.metadata)),
+                "file" => {
+                    return Err(refuse(
+                        Code::ResourceExhausted,
+                        format!("{:?} is larger than the node's file size limit; {from:?} cannot be moved", join(from, &child)),
+                    ))
+                }
+                _ => {
+                    return Err(refuse(
+                        Code::Unimplemented,
+                        format!("{:?} is neither a regular file nor a directory; {from:?} cannot be moved on this node", join(from, &child)),
+                    ))
+                }
+            }
+            if dirs.len() + files.len() > MAX_ENTRIES {
+                return Err(refuse(
+                    Code::ResourceExhausted,
+                    format!("{from:?} holds more than {MAX_ENTRIES} entries; it cannot be moved on this node"),
+                ));
+            }
+        }
+    }
+    for rel in &dirs {
+        let dir = if rel.is_empty() {
+            to.to_owned()
+        } else {
+            join(to, rel)
+        };
+        call(state, t, "fs.create_dir", json!({"path": dir})).await?;
+    }
+    for (rel, metadata) in &files {
+        copy_file(state, t, &join(from, rel), &join(to, rel), metadata).await?;
+    }
     call(
         state,
         t,
-        "fs.write",
-        json!({"path": to, "content": content, "encoding": encoding}),
+        "fs.delete",
+        json!({"path": from, "recursive": true}),
     )
     .await?;
-    call(state, t, "fs.delete", json!({"path": from})).await?;
-    Ok(MoveResponse {
-        entry: Some(entry(to, "file", source.size.max(0) as u64)),
-    })
+    Ok(())
 }
 
 async fn list_dir(
@@ -560,12 +791,12 @@ async fn list_dir(
     for _ in 0..depth {
         let mut next = Vec::new();
         for dir in level {
-            for (name, kind, size) in list(state, t, &dir).await? {
-                let full = join(&dir, &name);
-                if kind == "directory" {
+            for listed in list(state, t, &dir).await? {
+                let full = join(&dir, &listed.name);
+                if listed.kind == "directory" {
                     next.push(full.clone());
                 }
-                entries.push(entry(&full, &kind, size));
+                entries.push(described(state, t, &full, &listed).await);
                 if entries.len() > MAX_ENTRIES {
                     return Err(refuse(
                         Code::ResourceExhausted,
@@ -576,6 +807,9 @@ async fn list_dir(
         }
         level = next;
     }
+    // In the order envd walks: depth first, each directory's entries by name (comparing the
+    // paths component by component puts a directory's entries right after it).
+    entries.sort_by(|a, b| a.path.split('/').cmp(b.path.split('/')));
     Ok(ListDirResponse { entries })
 }
 
@@ -613,40 +847,42 @@ pub(crate) fn stream_response(codec: Codec, body: Body) -> Response {
         .into_response()
 }
 
-/// The `cmd.run` arguments of an E2B command. The SDK sends `/bin/bash -l -c <line>`. With
-/// `unwrap` (a key confined by a security context) a line without shell syntax runs as its own
-/// argv, so the policy sees the real program and a key confined to some programs may run
-/// them; anything else runs under `bash -c`, which the policy allows only where `bash -c` is
-/// granted (every unbound key's E2B sandbox, where each line runs so).
+/// Characters that make a command line need a shell (with them it runs under `bash -c`).
+const SHELL_SYNTAX: &str = "|&;<>()$`\\\"'*?[]#~=%{}!\n\r\t";
+
+/// The `cmd.run` arguments of an E2B command. The SDK sends `/bin/bash -l -c <line>`, and
+/// `/bin/bash -i -l` for a terminal. With `unwrap` (a key confined by a security context) a
+/// line without shell syntax runs as its own argv, so the policy sees the real program and a
+/// key confined to some programs may run them; its environment and directory then go to the
+/// policy as `env_additions` and `cwd`. Anything else runs under `bash -c`, which the policy
+/// allows only where `bash -c` is granted (every unbound key's E2B sandbox, where each line
+/// runs so). Such a line may set its own environment and directory, so the door writes them
+/// into the line (`export NAME='value'`, `cd -- 'dir'`) and the policy decides it as it
+/// decides any line: nothing is granted that the line could not do itself. Names no caller may
+/// ever set (`LD_PRELOAD`, `BASH_ENV`, ...) are refused either way. `sandbox_env` is the
+/// sandbox's own environment (`envVars` at create); the command's variables win over it.
 pub fn command_args(
     config: &aegis_e2b::envd::process::ProcessConfig,
+    sandbox_env: &BTreeMap<String, String>,
     unwrap: bool,
 ) -> Result<Value, ConnectError> {
     let program = config.cmd.rsplit('/').next().unwrap_or_default().to_owned();
     if program.is_empty() {
         return Err(refuse(Code::InvalidArgument, "process.cmd is empty"));
     }
-    let mut args = config.args.clone();
+    let mut envs = sandbox_env.clone();
+    envs.extend(config.envs.iter().map(|(k, v)| (k.clone(), v.clone())));
+    for (name, value) in &envs {
+        check_env(name, value)?;
+    }
+    let cwd = config.cwd.as_deref().map(absolute).transpose()?;
     let shell = matches!(program.as_str(), "bash" | "sh");
-    let mut envs = config.envs.clone();
-    // A terminal's interactive shell (`bash -i -l`): a line under `bash -c`, which the policy
-    // grants exactly where it grants any line. The terminal variables the SDK always sends
-    // are set by that line (no environment is on an E2B sandbox's allowlist; any other
-    // variable still goes to the policy).
-    if shell && args.iter().any(|a| a == "-i") && args.iter().all(|a| a == "-i" || a == "-l") {
-        let mut line = String::new();
-        for name in ["TERM", "LANG", "LC_ALL", "COLORTERM"] {
-            let plain = |v: &&String| {
-                !v.is_empty()
-                    && v.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-            };
-            if let Some(value) = envs.get(name).filter(plain) {
-                line.push_str(&format!("{name}={value} "));
-                envs.remove(name);
-            }
-        }
-        args = vec!["-c".to_owned(), format!("{line}exec {program} -i")];
+    let mut args = config.args.clone();
+    // A terminal's interactive shell (`bash -i -l`): a line under `bash -c`, never unwrapped.
+    let terminal =
+        shell && args.iter().any(|a| a == "-i") && args.iter().all(|a| a == "-i" || a == "-l");
+    if terminal {
+        args = vec!["-c".to_owned(), format!("exec {program} -i")];
     }
     let line = match args.as_slice() {
         [l, c, line] if shell && l == "-l" && c == "-c" => Some(line.clone()),
@@ -654,27 +890,25 @@ pub fn command_args(
         _ => None,
     };
     let plain = line.as_ref().filter(|l| {
-        unwrap
-            && !l.trim().is_empty()
-            && !l
-                .chars()
-                .any(|c| "|&;<>()$`\\\"'*?[]#~=%{}!\n\r\t".contains(c))
+        unwrap && !terminal && !l.trim().is_empty() && !l.chars().any(|c| SHELL_SYNTAX.contains(c))
     });
-    let command = match plain {
-        Some(line) => {
-            args.clear();
-            line.clone()
-        }
-        None => {
-            if line.is_some() {
-                args.retain(|a| a != "-l");
+    let mut call = match (plain, line.as_ref()) {
+        (Some(plain), _) => json!({"command": plain, "args": []}),
+        (None, Some(line)) => {
+            let mut script = String::new();
+            for (name, value) in &envs {
+                script.push_str(&format!("export {name}={}\n", sh_quote(value)));
             }
-            program
+            if let Some(dir) = &cwd {
+                script.push_str(&format!("cd -- {} || exit 1\n", sh_quote(dir)));
+            }
+            script.push_str(line);
+            return Ok(json!({"command": program, "args": ["-c", script]}));
         }
+        (None, None) => json!({"command": program, "args": args}),
     };
-    let mut call = json!({"command": command, "args": args});
-    if let Some(cwd) = &config.cwd {
-        call["cwd"] = json!(absolute(cwd)?);
+    if let Some(cwd) = cwd {
+        call["cwd"] = json!(cwd);
     }
     if !envs.is_empty() {
         call["env_additions"] = json!(envs);
@@ -682,17 +916,70 @@ pub fn command_args(
     Ok(call)
 }
 
-/// `GET /health`: envd answers 204 when it runs; here the node does.
-pub async fn health() -> StatusCode {
-    StatusCode::NO_CONTENT
+/// Refuses a variable that is not a POSIX name, one no caller may set, or a value with a NUL.
+fn check_env(name: &str, value: &str) -> Result<(), ConnectError> {
+    let mut bytes = name.bytes();
+    let posix = matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !posix {
+        return Err(refuse(
+            Code::InvalidArgument,
+            format!("environment variable {name:?} is not a name ([A-Za-z_][A-Za-z0-9_]*)"),
+        ));
+    }
+    if crate::policy::command::CommandPolicy::forbidden_env(name) {
+        return Err(refuse(
+            Code::PermissionDenied,
+            format!(
+                "environment variable `{name}` may never be set (it changes which code runs, or \
+                 makes a program run another)"
+            ),
+        ));
+    }
+    if value.contains('\0') {
+        return Err(refuse(
+            Code::InvalidArgument,
+            format!("environment variable `{name}` holds a NUL byte"),
+        ));
+    }
+    Ok(())
 }
 
-/// `GET /envs`: the environment commands start with (the sandbox's; nothing secret is in it).
-pub async fn envs(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(e) = target(&state, &headers).await {
-        return error_response(&e);
+/// `text` as one word of a shell line: single-quoted, each `'` written as `'\''`.
+fn sh_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+/// `GET /health`: envd answers 204 while its sandbox runs, and E2B's edge 502 once it is gone
+/// (how the SDK's `is_running` and its reading of a dropped stream tell a dead sandbox). So:
+/// 204 for a running sandbox named with its access token (or for the node itself, when no
+/// sandbox is named), 502 for one that is gone, past its timeout, unknown, or named without
+/// its token (the same answer, so the probe tells nothing about another key's sandbox).
+pub async fn health(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if !headers.contains_key(h::SANDBOX_ID) {
+        return StatusCode::NO_CONTENT.into_response();
     }
-    let env = json!({"HOME": E2B_HOME, "USER": SANDBOX_USER, "PWD": E2B_HOME});
+    match target(&state, &headers).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) if e.code == Code::Unavailable => error_response(&e),
+        Err(_) => super::api_error(aegis_e2b::api::ApiError::new(
+            502,
+            "no running sandbox with this id and access token (killed, past its timeout, or unknown)",
+        )),
+    }
+}
+
+/// `GET /envs`: the environment commands start with (the sandbox's `envVars` and where it
+/// runs; nothing of the node's is in it).
+pub async fn envs(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let target = match target(&state, &headers).await {
+        Ok(t) => t,
+        Err(e) => return error_response(&e),
+    };
+    let mut env = json!(target.env);
+    env["HOME"] = json!(E2B_HOME);
+    env["USER"] = json!(SANDBOX_USER);
+    env["PWD"] = json!(E2B_HOME);
     super::json_response(StatusCode::OK, env.to_string().into_bytes())
 }
 
@@ -712,51 +999,124 @@ mod tests {
 
     #[test]
     fn command_lines_become_cmd_run_arguments() {
+        let none = BTreeMap::new();
+        let args = |c: &ProcessConfig, unwrap: bool| command_args(c, &none, unwrap);
         let sdk = |line: &str| config("/bin/bash", &["-l", "-c", line]);
         // An unbound key's sandbox: every line under bash -c (the login flag dropped).
         assert_eq!(
-            command_args(&sdk("echo a | wc"), false).unwrap(),
+            args(&sdk("echo a | wc"), false).unwrap(),
             json!({"command": "bash", "args": ["-c", "echo a | wc"]})
         );
         assert_eq!(
-            command_args(&sdk("echo hi"), false).unwrap(),
+            args(&sdk("echo hi"), false).unwrap(),
             json!({"command": "bash", "args": ["-c", "echo hi"]})
         );
         // A confined key: a plain line is its own program, shell syntax stays under bash.
         assert_eq!(
-            command_args(&sdk("echo hi"), true).unwrap(),
+            args(&sdk("echo hi"), true).unwrap(),
             json!({"command": "echo hi", "args": []})
         );
         for line in ["echo $HOME", "a && b", "cat x > y", "echo 'q'", "ls *"] {
-            assert_eq!(
-                command_args(&sdk(line), true).unwrap()["command"],
-                "bash",
-                "{line}"
-            );
+            assert_eq!(args(&sdk(line), true).unwrap()["command"], "bash", "{line}");
         }
         let mut with_cwd = config("python3", &["x.py"]);
         with_cwd.cwd = Some("work".into());
         with_cwd.envs.insert("A".into(), "1".into());
         assert_eq!(
-            command_args(&with_cwd, true).unwrap(),
+            args(&with_cwd, true).unwrap(),
             json!({"command": "python3", "args": ["x.py"], "cwd": "/home/user/work",
                    "env_additions": {"A": "1"}})
         );
-        assert!(command_args(&config("", &[]), false).is_err());
-        // A terminal's shell.
+        assert!(args(&config("", &[]), false).is_err());
+        // A terminal's shell, never unwrapped.
         assert_eq!(
-            command_args(&config("/bin/bash", &["-i", "-l"]), false).unwrap(),
+            args(&config("/bin/bash", &["-i", "-l"]), false).unwrap(),
+            json!({"command": "bash", "args": ["-c", "exec bash -i"]})
+        );
+        assert_eq!(
+            args(&config("/bin/bash", &["-i", "-l"]), true).unwrap(),
             json!({"command": "bash", "args": ["-c", "exec bash -i"]})
         );
         let mut terminal = config("/bin/bash", &["-i", "-l"]);
         terminal.envs.insert("TERM".into(), "xterm-256color".into());
-        terminal.envs.insert("LANG".into(), "C.UTF-8".into());
         terminal.envs.insert("LC_ALL".into(), "$(id)".into());
+        terminal.cwd = Some("/".into());
         assert_eq!(
-            command_args(&terminal, false).unwrap(),
-            json!({"command": "bash", "args": ["-c", "TERM=xterm-256color LANG=C.UTF-8 exec bash -i"],
-                   "env_additions": {"LC_ALL": "$(id)"}})
+            args(&terminal, false).unwrap(),
+            json!({"command": "bash", "args": ["-c",
+                "export LC_ALL='$(id)'\nexport TERM='xterm-256color'\ncd -- '/' || exit 1\nexec bash -i"]})
         );
+    }
+
+    #[test]
+    fn a_line_sets_its_own_environment_and_directory() {
+        let mut sandbox = BTreeMap::new();
+        sandbox.insert("FOO".to_owned(), "from the sandbox".to_owned());
+        sandbox.insert("ONLY".to_owned(), "sandbox".to_owned());
+        let mut run = config("/bin/bash", &["-l", "-c", "echo $FOO"]);
+        run.envs.insert("FOO".into(), "it's mine".into());
+        run.cwd = Some("sub dir".into());
+        // The command's variables win over the sandbox's; values are quoted, never run.
+        assert_eq!(
+            command_args(&run, &sandbox, false).unwrap(),
+            json!({"command": "bash", "args": ["-c",
+                "export FOO='it'\\''s mine'\nexport ONLY='sandbox'\ncd -- '/home/user/sub dir' || exit 1\necho $FOO"]})
+        );
+        // A confined key's plain line: the policy decides its variables and directory.
+        let mut plain = config("/bin/bash", &["-l", "-c", "echo hi"]);
+        plain.envs.insert("A".into(), "1".into());
+        assert_eq!(
+            command_args(&plain, &sandbox, true).unwrap(),
+            json!({"command": "echo hi", "args": [],
+                   "env_additions": {"A": "1", "FOO": "from the sandbox", "ONLY": "sandbox"}})
+        );
+        // Names no one may set, and names that are not names, are refused either way.
+        for unwrap in [false, true] {
+            let mut bad = config("/bin/bash", &["-l", "-c", "true"]);
+            bad.envs.insert("LD_PRELOAD".into(), "/tmp/x.so".into());
+            assert_eq!(
+                command_args(&bad, &BTreeMap::new(), unwrap)
+                    .unwrap_err()
+                    .code,
+                Code::PermissionDenied
+            );
+            let mut odd = config("/bin/bash", &["-l", "-c", "true"]);
+            odd.envs.insert("A;rm -rf".into(), "1".into());
+            assert_eq!(
+                command_args(&odd, &BTreeMap::new(), unwrap)
+                    .unwrap_err()
+                    .code,
+                Code::InvalidArgument
+            );
+        }
+        assert_eq!(sh_quote("a'b"), "'a'\\''b'");
+    }
+
+    #[test]
+    fn symlinks_resolve_lexically_and_entries_report_their_stat() {
+        assert_eq!(resolve_link("/home/user/d", "f.txt"), "/home/user/d/f.txt");
+        assert_eq!(resolve_link("/home/user/d", "../e/./g"), "/home/user/e/g");
+        assert_eq!(resolve_link("/home/user/d", "/etc/passwd"), "/etc/passwd");
+        assert_eq!(resolve_link("/", "../../x"), "/x");
+        let listed = Listed::of(&json!({"name": "d", "type": "directory", "size_bytes": 0,
+            "mode": 0o700, "modified_ns": 1_500_000_000_250_000_000i64, "inode_size": 60}));
+        let info = entry("/home/user/d", &listed);
+        assert_eq!((info.size, info.mode), (60, 0o700));
+        assert_eq!(info.permissions, "drwx------");
+        let at = info.modified_time.unwrap();
+        assert_eq!((at.seconds, at.nanos), (1_500_000_000, 250_000_000));
+        let file = Listed::of(&json!({"name": "f", "type": "file", "size_bytes": 3,
+            "inode_size": 3, "metadata": {"author": "mish"}}));
+        let info = entry("/home/user/f", &file);
+        assert_eq!(
+            (info.size, info.mode, info.permissions.as_str()),
+            (3, 0o644, "-rw-r--r--")
+        );
+        assert_eq!(
+            info.metadata.get("author").map(String::as_str),
+            Some("mish")
+        );
+        assert!(info.modified_time.is_none());
     }
 
     #[test]

@@ -5,24 +5,31 @@
 //! arrives ([`Multipart`]) and each file written by `fs.write` calls of at most a chunk (the
 //! first replaces the file, the rest append). Every chunk is a tool call through the router,
 //! decided and audited like any other file call; nothing holds more than about two chunks of a
-//! file in memory, and a request carries at most [`MAX_UPLOAD_BYTES`].
+//! file in memory, and a request carries at most [`MAX_UPLOAD_BYTES`] (decompressed, for a
+//! `Content-Encoding: gzip` body, inflated as it arrives). An upload's `X-Metadata-*` headers
+//! are the files' user metadata, kept as their `user.e2b.*` extended attributes by the first
+//! `fs.write` of each (so a file written without any has none).
 //!
 //! The SDK's signed URLs (`download_url`, `upload_url`) are built with
 //! `urljoin(E2B_SANDBOX_URL, "/files")`, which drops the `/e2b` prefix and sends no sandbox
 //! headers: the node's root `/files` serves such signed requests too, finding the sandbox
 //! whose envd token the signature was made with.
 
+use std::collections::BTreeMap;
+use std::io::Write as _;
+
 use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
+use flate2::write::GzDecoder;
 use futures_util::StreamExt;
 use serde_json::json;
 
 use aegis_e2b::api::ApiError;
 use aegis_e2b::connect::{Code, ConnectError};
-use aegis_e2b::envd::files::{FilesQuery, WriteInfo, WriteKind};
+use aegis_e2b::envd::files::{upload_metadata, FilesQuery, WriteInfo, WriteKind};
 use aegis_e2b::envd::signature::{self, Operation};
 
 use super::envd::{self, Target};
@@ -253,6 +260,12 @@ async fn write(
     body: Body,
 ) -> Result<Vec<WriteInfo>, ApiError> {
     let target = target_of(state, headers, query, Operation::Write).await?;
+    let metadata = upload_metadata(
+        headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_bytes())),
+    )?;
+    let mut inflate = gzipped(headers)?.then(|| GzDecoder::new(Vec::new()));
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -271,6 +284,7 @@ async fn write(
         state,
         target: &target,
         chunk: usize::try_from(chunk(state)).unwrap_or(usize::MAX),
+        metadata,
         file: None,
         written: Vec::new(),
     };
@@ -281,45 +295,37 @@ async fn write(
             .ok_or_else(|| ApiError::bad_request("path is required"))?;
         writer.start(&path)?;
     }
+    let too_large = || ApiError::new(413, format!("upload larger than {MAX_UPLOAD_BYTES} bytes"));
+    let malformed = |e: std::io::Error| ApiError::bad_request(format!("malformed gzip body: {e}"));
     let mut stream = body.into_data_stream();
-    let mut total = 0usize;
+    let (mut received, mut inflated) = (0usize, 0usize);
     while let Some(piece) = stream.next().await {
         let piece = piece.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
-        total += piece.len();
-        if total > MAX_UPLOAD_BYTES {
-            return Err(ApiError::new(
-                413,
-                format!("upload larger than {MAX_UPLOAD_BYTES} bytes"),
-            ));
+        received += piece.len();
+        if received > MAX_UPLOAD_BYTES {
+            return Err(too_large());
         }
-        match parser.as_mut() {
-            None => writer.data(&piece).await?,
-            Some(parser) => {
-                for event in parser.feed(&piece)? {
-                    match event {
-                        Event::Start { filename } => {
-                            let path = match (&query.path, filename) {
-                                (Some(p), _) if writer.written.is_empty() => p.clone(),
-                                (_, Some(f)) => f,
-                                (_, None) => {
-                                    return Err(ApiError::bad_request(
-                                        "a file part has no filename and the query no path",
-                                    ))
-                                }
-                            };
-                            if writer.written.len() == MAX_FILES {
-                                return Err(ApiError::bad_request(format!(
-                                    "more than {MAX_FILES} files in one upload"
-                                )));
-                            }
-                            writer.start(&path)?;
-                        }
-                        Event::Data(bytes) => writer.data(&bytes).await?,
-                        Event::End => writer.finish().await?,
-                    }
-                }
+        let Some(decoder) = inflate.as_mut() else {
+            feed(&mut writer, parser.as_mut(), query, &piece).await?;
+            continue;
+        };
+        // A little at a time: a small compressed piece can inflate a thousandfold.
+        for slice in piece.chunks(INFLATE_SLICE) {
+            decoder.write_all(slice).map_err(malformed)?;
+            let out = std::mem::take(decoder.get_mut());
+            inflated += out.len();
+            if inflated > MAX_UPLOAD_BYTES {
+                return Err(too_large());
             }
+            feed(&mut writer, parser.as_mut(), query, &out).await?;
         }
+    }
+    if let Some(decoder) = inflate {
+        let rest = decoder.finish().map_err(malformed)?;
+        if inflated + rest.len() > MAX_UPLOAD_BYTES {
+            return Err(too_large());
+        }
+        feed(&mut writer, parser.as_mut(), query, &rest).await?;
     }
     match parser {
         None => writer.finish().await?,
@@ -333,6 +339,63 @@ async fn write(
     Ok(writer.written)
 }
 
+/// Compressed bytes inflated in one step (at most about a thousand times as many come out).
+const INFLATE_SLICE: usize = 4096;
+
+/// Whether an upload's body is gzip (`Content-Encoding: gzip`, what the SDK sends when asked
+/// for `gzip`); a coding other than gzip or identity is refused.
+fn gzipped(headers: &HeaderMap) -> Result<bool, ApiError> {
+    let Some(value) = headers.get(header::CONTENT_ENCODING) else {
+        return Ok(false);
+    };
+    let coding = value.to_str().unwrap_or("?").trim().to_ascii_lowercase();
+    match coding.as_str() {
+        "" | "identity" => Ok(false),
+        "gzip" | "x-gzip" => Ok(true),
+        _ => Err(ApiError::new(
+            415,
+            format!("Content-Encoding {coding:?} is not accepted: gzip or identity"),
+        )),
+    }
+}
+
+/// Hands bytes of the (decoded) body on: to the one file an octet-stream upload writes, or to
+/// the multipart parser and the files it finds.
+async fn feed(
+    writer: &mut Writer<'_>,
+    parser: Option<&mut Multipart>,
+    query: &FilesQuery,
+    bytes: &[u8],
+) -> Result<(), ApiError> {
+    let Some(parser) = parser else {
+        return writer.data(bytes).await;
+    };
+    for event in parser.feed(bytes)? {
+        match event {
+            Event::Start { filename } => {
+                let path = match (&query.path, filename) {
+                    (Some(p), _) if writer.written.is_empty() => p.clone(),
+                    (_, Some(f)) => f,
+                    (_, None) => {
+                        return Err(ApiError::bad_request(
+                            "a file part has no filename and the query no path",
+                        ))
+                    }
+                };
+                if writer.written.len() == MAX_FILES {
+                    return Err(ApiError::bad_request(format!(
+                        "more than {MAX_FILES} files in one upload"
+                    )));
+                }
+                writer.start(&path)?;
+            }
+            Event::Data(bytes) => writer.data(&bytes).await?,
+            Event::End => writer.finish().await?,
+        }
+    }
+    Ok(())
+}
+
 /// The file an upload is writing: its path, the bytes not yet sent, whether a chunk went.
 struct Open {
     path: String,
@@ -340,11 +403,14 @@ struct Open {
     started: bool,
 }
 
-/// Writes the files of an upload in chunks, each an `fs.write` through the router.
+/// Writes the files of an upload in chunks, each an `fs.write` through the router; the first
+/// chunk of each file carries the upload's metadata (`X-Metadata-*`), which replaces the
+/// file's old metadata with it.
 struct Writer<'a> {
     state: &'a AppState,
     target: &'a Target,
     chunk: usize,
+    metadata: BTreeMap<String, String>,
     file: Option<Open>,
     written: Vec<WriteInfo>,
 }
@@ -395,8 +461,11 @@ impl Writer<'_> {
             ),
         };
         drop(bytes);
-        let args = json!({"path": file.path, "content": content, "encoding": encoding,
-                          "append": file.started});
+        let mut args = json!({"path": file.path, "content": content, "encoding": encoding,
+                              "append": file.started});
+        if !file.started && !self.metadata.is_empty() {
+            args["metadata"] = json!(self.metadata);
+        }
         file.started = true;
         envd::call(self.state, self.target, "fs.write", args)
             .await
@@ -417,7 +486,7 @@ impl Writer<'_> {
                 path: file.path,
                 name,
                 kind: WriteKind::File,
-                metadata: None,
+                metadata: (!self.metadata.is_empty()).then(|| self.metadata.clone()),
             });
         }
         Ok(())

@@ -39,11 +39,13 @@ use axum::Router;
 
 use crate::state::AppState;
 
-/// The envd version sandboxes report. Below 0.5.7 the SDK uploads files as multipart (which
-/// [`files`] reads); at or above 0.4.0 it names no user unless its caller does, and every
-/// command runs as the sandbox user anyway. Closing stdin (0.5.2+) and recursive watches
-/// (0.1.4+) are served; entry info in watch events (0.6.3+) is not.
-pub const ENVD_VERSION: &str = "0.5.6";
+/// The envd version sandboxes report; the SDK turns features on by it, and every one it turns
+/// on up to here is served: recursive watches (0.1.4), no user named unless its caller does
+/// (0.4.0; every command runs as the sandbox user anyway), closing stdin (0.5.2),
+/// octet-stream and gzip uploads (0.5.7, [`files`]), file metadata (0.6.2, `X-Metadata-*` kept
+/// as `user.e2b.*` extended attributes), entries in watch events (0.6.3, [`watch`]), watching
+/// network mounts (0.6.4: there are none in a sandbox).
+pub const ENVD_VERSION: &str = "0.6.4";
 
 /// The path prefix of the door on the HTTP port.
 pub const PREFIX: &str = "/e2b";

@@ -17,7 +17,7 @@
 //! Events the node cannot give E2B's shape are not lost silently: output a slow reader missed
 //! (the node's per-process buffer is bounded) is counted in the end event's `error`.
 
-use std::convert::Infallible;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -237,7 +237,7 @@ async fn start(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
         Ok(t) => t,
         Err(e) => return stream_error(codec, &e),
     };
-    let args = match start_args(&headers, request, target.caller.seal.is_some()) {
+    let args = match start_args(&headers, request, &target.env, target.caller.seal.is_some()) {
         Ok(a) => a,
         Err(e) => return stream_error(codec, &e),
     };
@@ -262,18 +262,20 @@ async fn start(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
     })
 }
 
-/// The `cmd.run` arguments of a `StartRequest`: the command as [`command_args`] translates it,
-/// in the background, with its stdin, terminal and tag, and the call's deadline as its
-/// timeout (within the policy's ceiling, applied by `cmd.run`).
+/// The `cmd.run` arguments of a `StartRequest`: the command as [`command_args`] translates it
+/// (with the sandbox's environment `env`), in the background, with its stdin, terminal and
+/// tag, and the call's deadline as its timeout (within the policy's ceiling, applied by
+/// `cmd.run`).
 fn start_args(
     headers: &HeaderMap,
     request: StartRequest,
+    env: &BTreeMap<String, String>,
     confined: bool,
 ) -> Result<Value, ConnectError> {
     let config = request
         .process
         .ok_or_else(|| refuse(Code::InvalidArgument, "process is missing"))?;
-    let mut args = command_args(&config, confined)?;
+    let mut args = command_args(&config, env, confined)?;
     args["background"] = json!(true);
     if let Some(tag) = request.tag {
         args["tag"] = json!(tag);
@@ -366,7 +368,13 @@ async fn reader_pid(
 
 pub(super) type Sender = tokio::sync::mpsc::Sender<Vec<u8>>;
 
-/// A streaming answer whose frames `produce` sends.
+/// What a producer sends to cut its answer short instead of ending it: the connection is
+/// dropped mid-answer (no frame is empty, so it cannot be mistaken for one). Used when the
+/// sandbox went away under a stream, as a client of E2B sees its sandbox die: the SDK then
+/// asks `/health`, hears 502, and reports the sandbox killed.
+pub(super) const ABORT: Vec<u8> = Vec::new();
+
+/// A streaming answer whose frames `produce` sends; [`ABORT`] cuts it.
 pub(super) fn stream<F, Fut>(codec: Codec, produce: F) -> Response
 where
     F: FnOnce(Sender) -> Fut,
@@ -374,10 +382,14 @@ where
 {
     let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
     tokio::spawn(produce(tx));
-    let body = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, Infallible>(Bytes::from(b)), rx))
+    let body = futures_util::stream::unfold(Some(rx), |rx| async move {
+        let mut rx = rx?;
+        let frame = rx.recv().await?;
+        if frame.is_empty() {
+            let cut = std::io::Error::other("the sandbox went away under this stream");
+            return Some((Err(cut), None));
+        }
+        Some((Ok(Bytes::from(frame)), Some(rx)))
     });
     stream_response(codec, Body::from_stream(body))
 }
@@ -464,9 +476,20 @@ async fn follow<M: Message>(
             Ok(Some(LiveEvent::Pty(b))) => data(codec, wrap, &b, Output::Pty),
             Ok(Some(LiveEvent::End(end))) => {
                 live.ended(target.id, pid);
-                let end = end_event(&end, dropped);
-                let _ = tx.send(frame(codec, wrap, end)).await;
-                let _ = tx.send(end_stream_frame(&EndStream::ok())).await;
+                let last = if end.timed_out {
+                    // The call's deadline (`Connect-Timeout-Ms`, the SDK's `timeout`) passed
+                    // and the command was killed for it: as envd, the call fails so.
+                    fail(refuse(
+                        Code::DeadlineExceeded,
+                        format!("process {pid} ran past the call's deadline and was killed"),
+                    ))
+                } else if gone(&end) {
+                    ABORT
+                } else {
+                    let _ = tx.send(frame(codec, wrap, end_event(&end, dropped))).await;
+                    end_stream_frame(&EndStream::ok())
+                };
+                let _ = tx.send(last).await;
                 return;
             }
         };
@@ -476,6 +499,12 @@ async fn follow<M: Message>(
             }
         }
     }
+}
+
+/// An end the node did not see happen: the sandbox's executor stream closed under the
+/// process (its sandbox was killed or died), which is the only way an end carries no status.
+fn gone(end: &dispatcher::protocol::ProcessEnd) -> bool {
+    end.exit_code.is_none() && end.signal.is_none() && end.error.is_some()
 }
 
 fn data<M: Message>(
@@ -681,24 +710,30 @@ mod tests {
         };
         let mut headers = HeaderMap::new();
         headers.insert(aegis_e2b::connect::TIMEOUT_HEADER, "5000".parse().unwrap());
-        let args = start_args(&headers, request(Some(false)), false).unwrap();
+        let args = start_args(&headers, request(Some(false)), &BTreeMap::new(), false).unwrap();
         assert_eq!(
             args,
             json!({"command": "bash", "args": ["-c", "echo hi"], "background": true,
                    "tag": "t", "timeout_secs": 5})
         );
         assert_eq!(
-            start_args(&headers, request(None), false).unwrap()["stdin"],
+            start_args(&headers, request(None), &BTreeMap::new(), false).unwrap()["stdin"],
             true
         );
         let mut pty = request(Some(true));
         pty.pty = Some(aegis_e2b::envd::process::Pty {
             size: Some(aegis_e2b::envd::process::pty::Size { cols: 80, rows: 24 }),
         });
-        let args = start_args(&HeaderMap::new(), pty, false).unwrap();
+        let args = start_args(&HeaderMap::new(), pty, &BTreeMap::new(), false).unwrap();
         assert_eq!(args["pty"], json!({"cols": 80, "rows": 24}));
         assert!(args.get("stdin").is_none());
-        assert!(start_args(&HeaderMap::new(), StartRequest::default(), false).is_err());
+        assert!(start_args(
+            &HeaderMap::new(),
+            StartRequest::default(),
+            &BTreeMap::new(),
+            false
+        )
+        .is_err());
         assert!(selector(None).is_err());
         assert_eq!(
             input_text(Some(ProcessInput {

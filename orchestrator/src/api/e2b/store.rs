@@ -46,6 +46,8 @@ pub struct NewRow<'a> {
     pub owner_key_id: &'a str,
     pub template_id: &'a str,
     pub metadata: &'a BTreeMap<String, String>,
+    /// `envVars`: the environment every command of the sandbox starts with.
+    pub env_vars: &'a BTreeMap<String, String>,
     pub allow_internet_access: Option<bool>,
     pub envd_access_token: &'a str,
     pub timeout_secs: u32,
@@ -55,8 +57,8 @@ pub struct NewRow<'a> {
 pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error> {
     sqlx::query_as(&format!(
         "INSERT INTO e2b_sandboxes AS e (sandbox_id, tenant_id, owner_key_id, template_id, metadata, \
-         allow_internet_access, envd_access_token, end_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8)) RETURNING {COLUMNS}"
+         allow_internet_access, envd_access_token, end_at, env_vars) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9) RETURNING {COLUMNS}"
     ))
     .bind(row.sandbox_id.0)
     .bind(row.tenant)
@@ -66,6 +68,7 @@ pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error>
     .bind(row.allow_internet_access)
     .bind(row.envd_access_token)
     .bind(f64::from(row.timeout_secs))
+    .bind(sqlx::types::Json(row.env_vars))
     .fetch_one(pool)
     .await
 }
@@ -145,11 +148,13 @@ pub async fn delete(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
         .map(|_| ())
 }
 
-/// What an envd call needs of its sandbox: the owner key's row and the sandbox's token.
+/// What an envd call needs of its sandbox: the owner key's row, the sandbox's token and its
+/// environment.
 #[derive(Debug, sqlx::FromRow)]
 pub struct EnvdTarget {
     pub sandbox_id: Uuid,
     pub envd_access_token: Option<String>,
+    pub env_vars: sqlx::types::Json<BTreeMap<String, String>>,
     pub key_id: Uuid,
     pub key_name: String,
     pub key_role: String,
@@ -158,15 +163,16 @@ pub struct EnvdTarget {
     pub key_context: Option<String>,
 }
 
-/// The running sandbox `id` with its owner key, in one statement.
+/// The running sandbox `id` with its owner key, in one statement. A sandbox past its deadline
+/// is not running any more (the sweep ends it within [`SWEEP_EVERY`]), so it is not found.
 pub async fn envd_target(pool: &PgPool, id: Uuid) -> Result<Option<EnvdTarget>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT e.sandbox_id, e.envd_access_token, k.id AS key_id, k.name AS key_name, \
+        "SELECT e.sandbox_id, e.envd_access_token, e.env_vars, k.id AS key_id, k.name AS key_name, \
          k.role AS key_role, k.revoked_at IS NOT NULL AS key_revoked, \
          coalesce(k.expires_at <= now(), false) AS key_expired, k.security_context AS key_context \
          FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
          JOIN api_keys k ON k.id::text = e.owner_key_id \
-         WHERE e.sandbox_id = $1 AND s.state = 'running'",
+         WHERE e.sandbox_id = $1 AND s.state = 'running' AND e.end_at > now()",
     )
     .bind(id)
     .fetch_optional(pool)

@@ -1,6 +1,9 @@
 //! envd's directory watches over the executor's (`dispatcher.watch_dir`): the `WatchDir`
 //! stream, and the polling watchers the synchronous SDK uses (`CreateWatcher`, then
-//! `GetWatcherEvents` until `RemoveWatcher`).
+//! `GetWatcherEvents` until `RemoveWatcher`). With `include_entry`, each event whose entry
+//! still exists carries its `EntryInfo`, read by listing its directory (a router `fs.list`, one
+//! per directory per poll or event); `allow_network_mounts` changes nothing (a sandbox has no
+//! network mounts).
 //!
 //! A watch reads what changes beneath a directory of the caller's own sandbox, what listing
 //! it shows. So it is authorized, and its creation audited once, as a router `fs.list` of the
@@ -18,8 +21,8 @@ use dispatcher::{WatchEvent, WatchHandle};
 use serde_json::json;
 
 use super::envd::{
-    absolute, call, content_type, error_response, refuse, stream_error, target, unary, Target,
-    MAX_MESSAGE,
+    absolute, call, content_type, entries_at, error_response, refuse, stream_error, target, unary,
+    Target, MAX_MESSAGE,
 };
 use super::process::{keepalive_of, stream};
 use crate::state::AppState;
@@ -45,6 +48,7 @@ pub async fn serve(state: AppState, method: &str, headers: HeaderMap, body: Byte
                 headers,
                 body,
                 |state, t, r: CreateWatcherRequest| async move {
+                    // `allow_network_mounts` changes nothing: a sandbox has no network mounts.
                     let handle = open(&state, &t, &r.path, r.recursive).await?;
                     let id = state
                         .sandboxes
@@ -59,7 +63,12 @@ pub async fn serve(state: AppState, method: &str, headers: HeaderMap, body: Byte
                                 ),
                             )
                         })?;
-                    Ok(CreateWatcherResponse { watcher_id: id })
+                    let watcher_id = if r.include_entry {
+                        format!("{id}{WITH_ENTRIES}")
+                    } else {
+                        id
+                    };
+                    Ok(CreateWatcherResponse { watcher_id })
                 },
             )
             .await
@@ -70,7 +79,8 @@ pub async fn serve(state: AppState, method: &str, headers: HeaderMap, body: Byte
                 headers,
                 body,
                 |state, t, r: GetWatcherEventsRequest| async move {
-                    poll(&state, &t, &r.watcher_id).await
+                    let (id, with_entries) = watcher(&r.watcher_id);
+                    poll(&state, &t, id, with_entries).await
                 },
             )
             .await
@@ -81,7 +91,8 @@ pub async fn serve(state: AppState, method: &str, headers: HeaderMap, body: Byte
                 headers,
                 body,
                 |state, t, r: RemoveWatcherRequest| async move {
-                    if state.sandboxes.live().remove_watcher(t.id, &r.watcher_id) {
+                    let (id, _) = watcher(&r.watcher_id);
+                    if state.sandboxes.live().remove_watcher(t.id, id) {
                         Ok(RemoveWatcherResponse {})
                     } else {
                         Err(not_found(&r.watcher_id))
@@ -94,6 +105,45 @@ pub async fn serve(state: AppState, method: &str, headers: HeaderMap, body: Byte
             Code::Unimplemented,
             format!("filesystem.Filesystem/{other} is not a watch method"),
         )),
+    }
+}
+
+/// The end of the id of a polling watcher whose events carry their entries (`include_entry`):
+/// the node's watcher id says what the watcher was asked for, so nothing else keeps it.
+const WITH_ENTRIES: &str = "+entries";
+
+/// The node's watcher id in an E2B watcher id, and whether its events carry their entries.
+fn watcher(id: &str) -> (&str, bool) {
+    match id.strip_suffix(WITH_ENTRIES) {
+        Some(id) => (id, true),
+        None => (id, false),
+    }
+}
+
+/// Attaches to each event whose entry still exists its `EntryInfo` (what `include_entry`
+/// asks); `paths` are the events' absolute paths. A removed or renamed-away entry has none.
+async fn attach_entries(
+    state: &AppState,
+    t: &Target,
+    events: &mut [FilesystemEvent],
+    paths: &[String],
+) {
+    let present: Vec<String> = events
+        .iter()
+        .zip(paths)
+        .filter(|(e, _)| {
+            e.r#type != EventType::Remove as i32 && e.r#type != EventType::Rename as i32
+        })
+        .map(|(_, p)| p.clone())
+        .collect();
+    if present.is_empty() {
+        return;
+    }
+    let found = entries_at(state, t, &present).await;
+    for (event, path) in events.iter_mut().zip(paths) {
+        if event.r#type != EventType::Remove as i32 && event.r#type != EventType::Rename as i32 {
+            event.entry = found.get(path).cloned();
+        }
     }
 }
 
@@ -171,17 +221,22 @@ async fn poll(
     state: &AppState,
     t: &Target,
     id: &str,
+    with_entries: bool,
 ) -> Result<GetWatcherEventsResponse, ConnectError> {
     let live = state.sandboxes.live();
     let watcher = live.watcher(t.id, id).ok_or_else(|| not_found(id))?;
     let mut handle = watcher.lock().await;
     let watched = handle.path().to_owned();
     let mut events = Vec::new();
+    let mut paths = Vec::new();
     while events.len() < MAX_POLLED {
         match handle.try_next() {
             None => break,
             Some(WatchEvent::Fs(fs)) => match event(&watched, &fs) {
-                Some(e) => events.push(e),
+                Some(e) => {
+                    events.push(e);
+                    paths.push(fs.path);
+                }
                 None => {
                     live.remove_watcher(t.id, id);
                     return Err(lost(&watched, "the kernel's queue overflowed"));
@@ -202,6 +257,10 @@ async fn poll(
                 break;
             }
         }
+    }
+    drop(handle);
+    if with_entries {
+        attach_entries(state, t, &mut events, &paths).await;
     }
     Ok(GetWatcherEventsResponse { events })
 }
@@ -235,6 +294,8 @@ async fn watch_dir(state: AppState, headers: HeaderMap, body: Bytes) -> Response
         Err(e) => return stream_error(codec, &e),
     };
     let keepalive = keepalive_of(&headers);
+    // `allow_network_mounts` changes nothing: a sandbox has no network mounts.
+    let with_entries = request.include_entry;
     stream(codec, move |tx| async move {
         let watched = handle.path().to_owned();
         let started = watch_dir_response::Event::Start(watch_dir_response::StartEvent {});
@@ -257,10 +318,16 @@ async fn watch_dir(state: AppState, headers: HeaderMap, body: Bytes) -> Response
                     false,
                 ),
                 Ok(Some(WatchEvent::Fs(fs))) => match event(&watched, &fs) {
-                    Some(e) => (
-                        frame(codec, watch_dir_response::Event::Filesystem(e)),
-                        false,
-                    ),
+                    Some(mut e) => {
+                        if with_entries {
+                            let paths = [fs.path.clone()];
+                            attach_entries(&state, &t, std::slice::from_mut(&mut e), &paths).await;
+                        }
+                        (
+                            frame(codec, watch_dir_response::Event::Filesystem(e)),
+                            false,
+                        )
+                    }
                     None => (
                         failed(lost(&watched, "the kernel's queue overflowed")),
                         true,
@@ -306,5 +373,11 @@ mod tests {
         let e = event("/home/user/w", &fs(FsOp::Rename, "/home/user/w/x")).unwrap();
         assert_eq!(e.r#type, EventType::Rename as i32);
         assert!(event("/home/user/w", &fs(FsOp::Overflow, "/home/user/w")).is_none());
+    }
+
+    #[test]
+    fn a_watcher_id_says_whether_its_events_carry_entries() {
+        assert_eq!(watcher("w3"), ("w3", false));
+        assert_eq!(watcher(&format!("w3{WITH_ENTRIES}")), ("w3", true));
     }
 }

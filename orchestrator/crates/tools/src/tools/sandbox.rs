@@ -144,6 +144,8 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             encoding: Encoding,
             #[serde(default)]
             append: bool,
+            #[serde(default)]
+            metadata: BTreeMap<String, String>,
         }
         let a: A = args(a)?;
         let path = path_of(&a.path)?;
@@ -155,6 +157,7 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 encoding: a.encoding,
                 create_dirs: true,
                 append: a.append,
+                metadata: a.metadata,
             }),
         )
         .await?;
