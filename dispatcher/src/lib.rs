@@ -23,7 +23,9 @@
 //! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner; `beacon`: the
 //!   liveness every instance publishes in Docker for the reapers of other databases;
 //! - `archive`: tar archives into and out of a live sandbox's workspace (persistent volumes);
-//! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy.
+//! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy;
+//! - [`encoding`]: command output as the executor carries it in JSON (the node's streaming
+//!   form of `cmd.run` answers with it).
 //!
 //! Invariants kept here: a sandbox's row exists before any of its Docker objects; every object
 //! carries `org.aegis.managed`, scope, instance and sandbox labels; no sandbox has binds,
@@ -37,6 +39,7 @@ mod archive;
 pub mod channel;
 mod config;
 mod dispatcher;
+pub mod encoding;
 mod engine;
 mod error;
 mod feed;

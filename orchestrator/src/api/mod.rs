@@ -6,3 +6,4 @@ pub mod grpc;
 pub mod mcp;
 pub mod request_id;
 pub mod rest;
+pub mod streaming;

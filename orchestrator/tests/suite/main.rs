@@ -46,6 +46,7 @@ mod secrets;
 mod security;
 mod skeleton;
 mod speed;
+mod streaming;
 mod volume_attacks;
 mod web;
 mod workflow_injection;

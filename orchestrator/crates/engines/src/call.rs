@@ -154,6 +154,28 @@ impl ToolError {
     }
 }
 
+/// What a streaming call sends while its tool runs: the streaming form of a foreground
+/// `cmd.run` sends `Started`, then its output as the command writes it (each chunk ends on a
+/// UTF-8 character boundary when the output is text). The call's result comes after, as for a
+/// call that does not stream; other tools send nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputChunk {
+    /// The command runs, with this pid in its sandbox: a door may open its stream.
+    Started {
+        /// Its pid in the sandbox.
+        pid: u32,
+    },
+    /// Bytes it wrote to stdout (within its output cap).
+    Stdout(Vec<u8>),
+    /// Bytes it wrote to stderr (within its output cap).
+    Stderr(Vec<u8>),
+}
+
+/// Where a streaming call's chunks go. Unbounded because what it carries is already bounded by
+/// the command's output cap (per stream), which the result holds again anyway; a slow client
+/// therefore never makes the node drop output the result would have had.
+pub type OutputSink = tokio::sync::mpsc::UnboundedSender<OutputChunk>;
+
 /// A last check of a call that policy allowed, made just before it runs: an agent's
 /// `spec.execution.tool_validation` judges. It sees the validated arguments; a refusal is a
 /// denial like any other (audited with code `tool_validation`, its reasoning in the answer).
@@ -178,6 +200,18 @@ pub trait ToolInvoker: Send + Sync {
         arguments: Value,
         sandbox: Option<SandboxId>,
         gate: Option<&'a dyn CallGate>,
+    ) -> BoxFuture<'a, Result<ToolOutcome, CallError>>;
+
+    /// [`ToolInvoker::invoke`] in its streaming form (no gate: a door's call): the same
+    /// decision, audit rows and result, with a foreground `cmd.run`'s output sent to `output`
+    /// as it comes. Dropping the future kills the command, like a dropped call cancels one.
+    fn invoke_streaming<'a>(
+        &'a self,
+        caller: &'a Caller,
+        tool: &'a str,
+        arguments: Value,
+        sandbox: Option<SandboxId>,
+        output: OutputSink,
     ) -> BoxFuture<'a, Result<ToolOutcome, CallError>>;
 
     /// The tools a manifest's `mcp:<server>` / `mcp:<server>/<tool>` entry offers.

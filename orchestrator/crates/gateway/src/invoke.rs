@@ -33,7 +33,7 @@ use super::sessions::{self, Admission, Session};
 use super::Services;
 use super::{anonymous, list_tools, session_caller, Gateway, Refusal};
 use aegis_core::caller::{Caller, SealScope, Tier};
-use aegis_engines::call::CallError;
+use aegis_engines::call::{CallError, OutputSink};
 use aegis_seal::context::SecurityContext;
 use aegis_seal::envelope::Envelope;
 use aegis_seal::error::{SealCode, SealError};
@@ -43,8 +43,29 @@ use aegis_store::audit::{self, Entry, EntryKind};
 impl Gateway {
     /// Checks an envelope and runs its request; the success body or a refusal.
     pub async fn invoke(&self, services: &Services, body: &str) -> Result<Value, Refusal> {
+        self.invoke_with(services, body, None).await
+    }
+
+    /// [`Gateway::invoke`] in its streaming form (gRPC `InvokeStream`): the same steps and
+    /// answer, and a `tools/call` of a foreground `cmd.run` sends its output to `output` as it
+    /// comes (`tools::invoke_streaming`). Every refusal comes back before anything is sent.
+    pub async fn invoke_streaming(
+        &self,
+        services: &Services,
+        body: &str,
+        output: OutputSink,
+    ) -> Result<Value, Refusal> {
+        self.invoke_with(services, body, Some(output)).await
+    }
+
+    async fn invoke_with(
+        &self,
+        services: &Services,
+        body: &str,
+        output: Option<OutputSink>,
+    ) -> Result<Value, Refusal> {
         let mut call = Unfinished::new(services.pool.clone(), body);
-        let result = self.check_and_run(services, body, &mut call).await;
+        let result = self.check_and_run(services, body, &mut call, output).await;
         call.armed = false;
         if let Err(failure) = &result {
             aegis_metrics::seal_refusal(failure.error.code.as_u32());
@@ -65,6 +86,7 @@ impl Gateway {
         services: &Services,
         body: &str,
         call: &mut Unfinished<'_>,
+        output: Option<OutputSink>,
     ) -> Result<Value, Failure> {
         let envelope = Envelope::parse(body).map_err(Failure::before_router)?;
         call.request_id = envelope.request_id();
@@ -113,7 +135,9 @@ impl Gateway {
             ..session_caller(session.id, &session.context_name, context.tier)
         };
         let result = self
-            .run_request(services, &envelope, &session, &context, &caller, call)
+            .run_request(
+                services, &envelope, &session, &context, &caller, call, output,
+            )
             .await?;
         Ok(json!({
             "protocol": "seal/v1",
@@ -214,6 +238,7 @@ impl Gateway {
     }
 
     /// Step 9: the request the envelope carries.
+    #[allow(clippy::too_many_arguments)]
     async fn run_request(
         &self,
         services: &Services,
@@ -222,6 +247,7 @@ impl Gateway {
         context: &SecurityContext,
         caller: &Caller,
         call: &mut Unfinished<'_>,
+        output: Option<OutputSink>,
     ) -> Result<Value, Failure> {
         match envelope.method() {
             "tools/call" => {
@@ -251,14 +277,27 @@ impl Gateway {
                 };
                 // The router audits from here on (its intent row), whatever the client does.
                 call.armed = false;
-                let outcome = services
-                    .tools
-                    .invoke(caller, &name, arguments, sandbox, None)
-                    .await
-                    .map_err(|e| Failure {
-                        error: call_error(e),
-                        routed: true,
-                    })?;
+                // A capability's `max_response_size` judges the whole result, which output
+                // sent as it comes would escape: under one, the call does not stream.
+                let output = output.filter(|_| size_limit.is_none());
+                let invoked = match output {
+                    Some(output) => {
+                        services
+                            .tools
+                            .invoke_streaming(caller, &name, arguments, sandbox, output)
+                            .await
+                    }
+                    None => {
+                        services
+                            .tools
+                            .invoke(caller, &name, arguments, sandbox, None)
+                            .await
+                    }
+                };
+                let outcome = invoked.map_err(|e| Failure {
+                    error: call_error(e),
+                    routed: true,
+                })?;
                 Ok(within_response_limit(&name, outcome.into_mcp(), size_limit))
             }
             "tools/list" => Ok(json!({"tools": list_tools(caller)})),

@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ServerCapabilities,
+    ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -21,12 +22,13 @@ use serde_json::{json, Value};
 use super::sandboxes::{Owner, SessionSandboxes};
 use super::McpIdentity;
 use crate::api::request_id::RequestId;
+use crate::api::streaming::{chunk_json, Next, StreamingCall};
 use crate::audit::{self, Entry, EntryKind};
 use crate::caller::{Caller, CallerKind, SealScope};
 use crate::metrics::{Decision, Door};
 use crate::seal::context::RateLimiter;
 use crate::state::AppState;
-use crate::tools::{self, CallError};
+use crate::tools::{self, CallError, OutputChunk};
 use tracing::Instrument;
 
 /// What every handler of this node shares.
@@ -158,6 +160,74 @@ impl McpServer {
             .await
             .map_err(|e| ErrorData::internal_error(format!("audit log unavailable: {e}"), None))?;
         tool_error(code, &message)
+    }
+}
+
+/// The answer to a request its client cancelled (which the client no longer reads).
+fn cancelled() -> ErrorData {
+    ErrorData::internal_error("the request was cancelled by the client", None)
+}
+
+impl McpServer {
+    /// The streaming form of a call whose request carries a `progressToken`
+    /// (`api/streaming.rs`): a foreground `cmd.run`'s output goes to the client as
+    /// `notifications/progress` of that token as it comes (`progress` = output bytes so far,
+    /// `message` = the chunk, `_meta` `aegis/stream` = `stdout` or `stderr` and `aegis/encoding`
+    /// = `utf8` or `base64`), then the call answers as it would without them. A cancelled
+    /// request drops the call, which kills the command.
+    async fn streamed(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        token: ProgressToken,
+        caller: &Caller,
+        name: &str,
+        arguments: Value,
+        sandbox: Option<dispatcher::SandboxId>,
+    ) -> Result<Result<tools::ToolOutcome, CallError>, ErrorData> {
+        let (state, caller, name) = (self.shared.state.clone(), caller.clone(), name.to_owned());
+        let mut call = StreamingCall::start(move |sink| async move {
+            crate::metrics::through(
+                Door::Mcp,
+                tools::invoke_streaming(&state, &caller, &name, arguments, sandbox, sink),
+            )
+            .await
+        });
+        let mut progress = 0u64;
+        loop {
+            let next = tokio::select! {
+                next = call.next() => next,
+                () = ctx.ct.cancelled() => return Err(cancelled()),
+            };
+            let (stream, bytes) = match next {
+                Some(Next::Chunk(OutputChunk::Stdout(bytes))) => ("stdout", bytes),
+                Some(Next::Chunk(OutputChunk::Stderr(bytes))) => ("stderr", bytes),
+                Some(Next::Chunk(OutputChunk::Started { .. })) => continue,
+                Some(Next::End(ended)) => {
+                    return ended.map_err(|e| ErrorData::internal_error(e, None))
+                }
+                None => {
+                    return Err(ErrorData::internal_error(
+                        "the call ended without an answer",
+                        None,
+                    ))
+                }
+            };
+            progress += bytes.len() as u64;
+            let mut chunk = chunk_json(&bytes);
+            let param = json!({
+                "progressToken": token,
+                "progress": progress as f64,
+                "message": chunk["data"].take(),
+                "_meta": {"aegis/stream": stream, "aegis/encoding": chunk["encoding"]},
+            });
+            match serde_json::from_value::<ProgressNotificationParam>(param) {
+                // A client that stopped reading still gets the answer (or cancels).
+                Ok(param) => {
+                    let _ = ctx.peer.notify_progress(param).await;
+                }
+                Err(e) => tracing::warn!(error = %e, "a progress notification could not be built"),
+            }
+        }
     }
 }
 
@@ -293,7 +363,23 @@ impl McpServer {
             None
         };
 
-        match tools::invoke_in(&shared.state, &caller, &name, arguments, sandbox).await {
+        let invoked = match ctx.meta.get_progress_token() {
+            // Progress asked for, and no capability judges the whole result's size (output sent
+            // as it comes would escape `max_response_size`): the streaming form.
+            Some(token) if size_limit.is_none() => {
+                self.streamed(&ctx, token, &caller, &name, arguments, sandbox)
+                    .await?
+            }
+            _ => {
+                tokio::select! {
+                    invoked = tools::invoke_in(&shared.state, &caller, &name, arguments, sandbox) => invoked,
+                    // The client cancelled the request: the call is dropped (a running command
+                    // is cancelled, its intent completed `cancelled`).
+                    () = ctx.ct.cancelled() => return Err(cancelled()),
+                }
+            }
+        };
+        match invoked {
             Ok(outcome) => {
                 let mcp = outcome.into_mcp();
                 if let Some(limit) = size_limit {

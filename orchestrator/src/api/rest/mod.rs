@@ -19,6 +19,7 @@ mod openapi;
 mod sandboxes;
 mod schemas;
 mod seal;
+mod tool_stream;
 mod tools;
 mod workflow_executions;
 

@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
+use crate::api::streaming::{Next, StreamingCall};
 use crate::audit;
 use crate::caller::Caller;
 use crate::contexts::{self, ContextError};
@@ -75,13 +76,21 @@ pub async fn attest(
 }
 
 /// Runs one signed MCP request (`tools/call`, `tools/list`).
+///
+/// **Streaming form** (`Accept: text/event-stream`): refusals are the same error answers, before
+/// any event; then Server-Sent Events `start`, `stdout`, `stderr` as a foreground `cmd.run`
+/// writes its output, and last `result` carrying the answer of the call without streaming.
 #[utoipa::path(post, path = "/v1/seal/invoke", operation_id = "seal_invoke", tag = "seal",
     request_body(content = Value, description = "SEAL envelope {protocol, security_token, signature, payload, timestamp}"),
-    responses((status = 200, description = "{protocol, status: success, payload: {jsonrpc, id, result}}", body = Value),
+    responses((status = 200, description = "{protocol, status: success, payload: {jsonrpc, id, result}}; with `Accept: text/event-stream`, events `start`, `stdout`, `stderr`, then `result` carrying that same body",
+                content((Value = "application/json"), (String = "text/event-stream"))),
               (status = 401, description = "Envelope or session refused (1xxx)", body = Value),
               (status = 403, description = "Policy refused (2xxx)", body = Value),
               (status = 429, description = "Rate limit (2005), with Retry-After", body = Value)))]
-pub async fn invoke(State(state): State<AppState>, body: String) -> Response {
+pub async fn invoke(State(state): State<AppState>, headers: HeaderMap, body: String) -> Response {
+    if super::tool_stream::wanted(&headers) {
+        return invoke_streaming(state, body).await;
+    }
     let invoked = crate::metrics::through(
         crate::metrics::Door::SealHttp,
         state.gateway.invoke(&state.gateway_services(), &body),
@@ -97,6 +106,48 @@ pub async fn invoke(State(state): State<AppState>, body: String) -> Response {
                 e.retry_after_secs,
             )
         }
+    }
+}
+
+/// The streaming form of [`invoke`] (`Accept: text/event-stream`, `tool_stream.rs`): a refusal
+/// is the SEAL error answer, before any event; then `start`, `stdout`, `stderr` as a foreground
+/// `cmd.run` writes, and `result` with the SEAL answer `invoke` gives.
+async fn invoke_streaming(state: AppState, body: String) -> Response {
+    let mut call = StreamingCall::start(move |sink| async move {
+        crate::metrics::through(
+            crate::metrics::Door::SealHttp,
+            state
+                .gateway
+                .invoke_streaming(&state.gateway_services(), &body, sink),
+        )
+        .await
+    });
+    match call.next().await {
+        Some(Next::Chunk(first)) => super::tool_stream::respond(first, call, |ended| match ended {
+            Ok(Ok(body)) => super::tool_stream::json_event("result", &body),
+            Ok(Err(refusal)) => super::tool_stream::json_event(
+                "error",
+                &refusal
+                    .error
+                    .error_body(refusal.request_id.as_ref(), Utc::now()),
+            ),
+            Err(failed) => {
+                super::tool_stream::json_event("error", &serde_json::json!({"error": failed}))
+            }
+        }),
+        Some(Next::End(Ok(Ok(body)))) => {
+            super::tool_stream::only(super::tool_stream::json_event("result", &body))
+        }
+        Some(Next::End(Ok(Err(refusal)))) => {
+            let e = refusal.error;
+            seal_response(
+                e.http_status(),
+                e.error_body(refusal.request_id.as_ref(), Utc::now()),
+                e.retry_after_secs,
+            )
+        }
+        Some(Next::End(Err(failed))) => ApiError::internal(failed).into_response(),
+        None => ApiError::internal("the call ended without an answer").into_response(),
     }
 }
 

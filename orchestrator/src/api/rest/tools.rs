@@ -1,6 +1,8 @@
 //! `/v1/tools` (the catalog this caller may use) and `/v1/tools/call` (any tool, via the router).
 
 use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -53,8 +55,17 @@ pub async fn list(
 ///
 /// A tool that ran answers 200 even when it failed (`isError: true`), as MCP does; refusals before
 /// the tool runs are HTTP errors: 404 unknown tool, 422 invalid arguments, 403 denied.
+///
+/// **Streaming form** (`Accept: text/event-stream`): the same call answered as Server-Sent
+/// Events. A refusal is still the HTTP error above, before any event. Then `start`
+/// (`{"pid": N}`) and `stdout` / `stderr` events (`{"data": "...", "encoding": "utf8"|"base64"}`)
+/// as a foreground `cmd.run` writes its output, and last one `result` event whose data is
+/// exactly the JSON body of the call without streaming (same output caps, `truncated` flags);
+/// other tools send only `result`. A client that disconnects ends the command (its process
+/// group is killed) and its audit row says `cancelled` (`client_disconnected`).
 #[utoipa::path(post, path = "/v1/tools/call", operation_id = "call_tool", tag = "tools", request_body = CallRequest,
-    responses((status = 200, description = "MCP result: content, structuredContent, isError", body = Value),
+    responses((status = 200, description = "MCP result: content, structuredContent, isError; with `Accept: text/event-stream`, events `start`, `stdout`, `stderr`, then `result` carrying that same body",
+                content((Value = "application/json"), (String = "text/event-stream"))),
               (status = 404, description = "Unknown tool", body = ErrorBody),
               (status = 422, description = "Invalid arguments", body = ErrorBody),
               (status = 403, description = "Denied by policy or role", body = ErrorBody)),
@@ -62,8 +73,9 @@ pub async fn list(
 pub async fn call(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     Json(req): Json<CallRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     require(&caller, Need::Write)?;
     if let (Some(scope), Some(id)) = (&caller.seal, req.sandbox_id) {
         // Sandboxes made over REST are operators' (any program, the operator's policy); a key
@@ -79,6 +91,9 @@ pub async fn call(
         ));
     }
     let sandbox = req.sandbox_id.map(dispatcher::SandboxId);
+    if super::tool_stream::wanted(&headers) {
+        return super::tool_stream::call(state, caller, req.name, req.arguments, sandbox).await;
+    }
     let outcome = tools::invoke_in(&state, &caller, &req.name, req.arguments, sandbox).await?;
-    Ok(Json(outcome.into_mcp()))
+    Ok(Json(outcome.into_mcp()).into_response())
 }

@@ -185,7 +185,7 @@ fn sandbox_of(ctx: &ToolContext<'_>) -> Result<SandboxId, ToolError> {
 }
 
 /// A refusal of the executor or dispatcher as a tool error with a stable code.
-fn refused(e: DispatchError) -> ToolError {
+pub(super) fn refused(e: DispatchError) -> ToolError {
     match &e {
         DispatchError::Refused { kind, message, .. } => {
             let code = match kind.as_str() {

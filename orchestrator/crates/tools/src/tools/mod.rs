@@ -18,6 +18,7 @@ mod sandbox;
 mod schema;
 mod scopes;
 mod search;
+mod stream;
 mod system;
 mod tasks;
 mod web;
@@ -38,8 +39,8 @@ pub use aegis_core::catalog::{catalog, Catalog, CatalogError, ToolInfo, ToolSpec
 pub use definitions::registry_error;
 pub use definitions::validate_offline;
 pub use router::{
-    invoke, invoke_gated, invoke_in, serialized_len, ArgViolation, CallError, CallGate, ToolError,
-    ToolOutcome, TEXT_COPY_MAX_BYTES,
+    invoke, invoke_gated, invoke_in, invoke_streaming, serialized_len, ArgViolation, CallError,
+    CallGate, OutputChunk, OutputSink, ToolError, ToolOutcome, TEXT_COPY_MAX_BYTES,
 };
 pub use schema::lookup as schema_by_key;
 
@@ -56,6 +57,9 @@ pub struct ToolContext<'a> {
     /// The calling execution's memory, for `aegis.memory.write|recall` (resolved and admitted by
     /// the router).
     pub memory: Option<aegis_store::memory::Scope>,
+    /// Where a streaming call's output goes (`invoke_streaming`); only a foreground `cmd.run`
+    /// sends to it.
+    pub output: Option<aegis_engines::call::OutputSink>,
 }
 
 /// The future a handler returns.

@@ -15,7 +15,8 @@ use crate::state::AppState;
 pub use aegis_core::arguments::serialized_len;
 use aegis_core::caller::Caller;
 pub use aegis_engines::call::{
-    ArgViolation, CallError, CallGate, ToolError, ToolOutcome, TEXT_COPY_MAX_BYTES,
+    ArgViolation, CallError, CallGate, OutputChunk, OutputSink, ToolError, ToolOutcome,
+    TEXT_COPY_MAX_BYTES,
 };
 use aegis_metrics::{self as metrics, Decision};
 use aegis_policy as policy;
@@ -61,8 +62,42 @@ pub async fn invoke_gated(
     sandbox: Option<SandboxId>,
     gate: Option<&dyn CallGate>,
 ) -> Result<ToolOutcome, CallError> {
+    counted(state, caller, name, arguments, sandbox, gate, None).await
+}
+
+/// [`invoke_in`] in its streaming form: the same steps, rows and result, and a foreground
+/// `cmd.run` sends its output to `output` as it comes (`tools/stream.rs`). A refusal comes back
+/// before anything is sent, so a door can answer it as the call that does not stream would.
+pub async fn invoke_streaming(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    arguments: Value,
+    sandbox: Option<SandboxId>,
+    output: OutputSink,
+) -> Result<ToolOutcome, CallError> {
+    counted(state, caller, name, arguments, sandbox, None, Some(output)).await
+}
+
+/// Every call, counted (tool, door, decision, latency).
+async fn counted(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    arguments: Value,
+    sandbox: Option<SandboxId>,
+    gate: Option<&dyn CallGate>,
+    output: Option<OutputSink>,
+) -> Result<ToolOutcome, CallError> {
     let started = Instant::now();
-    let result = route(state, caller, name, arguments, sandbox, gate, started).await;
+    let call = Request {
+        name,
+        arguments,
+        sandbox,
+        gate,
+        output,
+    };
+    let result = route(state, caller, call, started).await;
     let decision = match &result {
         Ok(ToolOutcome { result: Ok(_), .. }) => Decision::Allowed,
         Ok(_)
@@ -89,12 +124,16 @@ pub async fn invoke_gated(
 async fn route(
     state: &AppState,
     caller: &Caller,
-    name: &str,
-    arguments: Value,
-    sandbox: Option<SandboxId>,
-    gate: Option<&dyn CallGate>,
+    request: Request<'_>,
     started: Instant,
 ) -> Result<ToolOutcome, CallError> {
+    let Request {
+        name,
+        arguments,
+        sandbox,
+        gate,
+        output,
+    } = request;
     let args_digest = audit::digest(&arguments);
     // Audit reasons never carry argument values (the caller still gets the full message).
     let raw_arguments = arguments.clone();
@@ -155,8 +194,19 @@ async fn route(
         name,
         sandbox: admitted.sandbox,
         memory: admitted.memory,
+        output,
     };
     run_audited(&ctx, admitted.handler, admitted.arguments, call).await
+}
+
+/// One call as a door or service asks for it.
+struct Request<'a> {
+    name: &'a str,
+    arguments: Value,
+    sandbox: Option<SandboxId>,
+    gate: Option<&'a dyn CallGate>,
+    /// Where a streaming call's output goes.
+    output: Option<OutputSink>,
 }
 
 /// A call every step allowed.
@@ -408,6 +458,22 @@ impl aegis_engines::call::ToolInvoker for AppState {
         Result<aegis_engines::call::ToolOutcome, aegis_engines::call::CallError>,
     > {
         Box::pin(invoke_gated(self, caller, tool, arguments, sandbox, gate))
+    }
+
+    fn invoke_streaming<'a>(
+        &'a self,
+        caller: &'a aegis_core::caller::Caller,
+        tool: &'a str,
+        arguments: serde_json::Value,
+        sandbox: Option<dispatcher::SandboxId>,
+        output: OutputSink,
+    ) -> futures_util::future::BoxFuture<
+        'a,
+        Result<aegis_engines::call::ToolOutcome, aegis_engines::call::CallError>,
+    > {
+        Box::pin(invoke_streaming(
+            self, caller, tool, arguments, sandbox, output,
+        ))
     }
 
     fn offered<'a>(

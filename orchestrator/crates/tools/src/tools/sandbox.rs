@@ -403,6 +403,24 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             )
             .await;
         }
+        if let Some(output) = &ctx.output {
+            // The streaming form: the same command, grant, timeout and cap, its output sent
+            // as it comes and its result shaped below like the one-shot call's.
+            let out = super::stream::run(
+                ctx,
+                super::stream::Foreground {
+                    argv,
+                    cwd,
+                    env,
+                    timeout_secs: timeout,
+                    max_output_bytes: cap,
+                    exec,
+                },
+                output,
+            )
+            .await?;
+            return Ok(cmd_result(&out, cap));
+        }
         let out = run(
             ctx,
             Op::CmdRun(RunParams {
@@ -417,21 +435,31 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             }),
         )
         .await?;
-        let truncated = out["truncated"]["stdout"] == true || out["truncated"]["stderr"] == true;
-        let mut result = json!({
-            "exit_code": out["exit_code"].as_i64().unwrap_or(-1),
-            "signal": out["signal"],
-            "stdout": out["stdout"], "stderr": out["stderr"],
-            "stdout_encoding": out["stdout_encoding"], "stderr_encoding": out["stderr_encoding"],
-            "stdout_bytes": out["stdout_bytes"], "stderr_bytes": out["stderr_bytes"],
-            "truncated": truncated, "truncated_streams": out["truncated"],
-            "duration_ms": out["duration_ms"], "timed_out": out["timed_out"],
-        });
-        if truncated {
-            result["notice"] = json!(format!(
-                "output capped at {cap} bytes per stream; stdout_bytes and stderr_bytes give the full sizes"
-            ));
-        }
-        Ok(result)
+        Ok(cmd_result(&out, cap))
     })
+}
+
+/// `cmd.run`'s result from the executor's answer (or the streaming form's, shaped alike), so
+/// both forms of a call answer the same.
+fn cmd_result(out: &Value, cap: u64) -> Value {
+    let truncated = out["truncated"]["stdout"] == true || out["truncated"]["stderr"] == true;
+    let mut result = json!({
+        "exit_code": out["exit_code"].as_i64().unwrap_or(-1),
+        "signal": out["signal"],
+        "stdout": out["stdout"], "stderr": out["stderr"],
+        "stdout_encoding": out["stdout_encoding"], "stderr_encoding": out["stderr_encoding"],
+        "stdout_bytes": out["stdout_bytes"], "stderr_bytes": out["stderr_bytes"],
+        "truncated": truncated, "truncated_streams": out["truncated"],
+        "duration_ms": out["duration_ms"], "timed_out": out["timed_out"],
+    });
+    if truncated {
+        result["notice"] = json!(format!(
+            "output capped at {cap} bytes per stream; stdout_bytes and stderr_bytes give the full sizes"
+        ));
+    }
+    // Only the streaming form can miss output (a reader that fell behind the node's buffer).
+    if let Some(dropped) = out.get("dropped_bytes") {
+        result["dropped_bytes"] = dropped.clone();
+    }
+    result
 }
