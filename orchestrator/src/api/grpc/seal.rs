@@ -172,9 +172,7 @@ impl Gateway for GatewayService {
             None => return Err(Status::internal("the call ended without an answer")),
         };
         let rest = futures_util::stream::unfold(Some(call), |call| async move {
-            let Some(mut call) = call else {
-                return None;
-            };
+            let mut call = call?;
             match call.next().await {
                 Some(Next::Chunk(chunk)) => Some((Ok(chunk_message(chunk)), Some(call))),
                 Some(Next::End(ended)) => Some((last_message(ended), None)),

@@ -69,9 +69,7 @@ pub fn respond<T: Send + 'static>(
     last: fn(Result<T, String>) -> Event,
 ) -> Response {
     let rest = stream::unfold(Some(call), move |call| async move {
-        let Some(mut call) = call else {
-            return None;
-        };
+        let mut call = call?;
         match call.next().await {
             Some(Next::Chunk(chunk)) => Some((chunk_event(chunk), Some(call))),
             Some(Next::End(answer)) => Some((last(answer), None)),
