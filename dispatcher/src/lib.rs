@@ -23,7 +23,8 @@
 //! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner; `beacon`: the
 //!   liveness every instance publishes in Docker for the reapers of other databases;
 //! - `archive`: tar archives into and out of a live sandbox's workspace (persistent volumes);
-//! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy.
+//! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy;
+//! - `usage`: a running sandbox's CPU, memory and workspace use, from its container's cgroup.
 //!
 //! Invariants kept here: a sandbox's row exists before any of its Docker objects; every object
 //! carries `org.aegis.managed`, scope, instance and sandbox labels; no sandbox has binds,
@@ -51,7 +52,9 @@ pub mod network;
 mod spec;
 mod store;
 mod stream;
+mod usage;
 
+pub use archive::{data_entries, DataEntry, DataKind};
 pub use config::DispatcherConfig;
 pub use dispatcher::pool::{PoolStats, POOL_OWNER_ID};
 pub use dispatcher::reaper::ReapReport;
@@ -64,6 +67,7 @@ pub use live::{ProcessEvent, ProcessHandle, ProcessSelector, WatchEvent, WatchHa
 pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};
 pub use store::{RecordedSpec, SandboxInfo, SandboxState};
 pub use stream::Transport;
+pub use usage::Usage;
 
 /// The executor's wire protocol (requests, responses, results), re-exported so callers build
 /// [`protocol::Op`] values without depending on the executor package themselves.

@@ -102,8 +102,9 @@ pub async fn target(state: &AppState, headers: &HeaderMap) -> Result<Target, Con
     }
     check_user(headers)?;
     let caller = owner(state, &row).await?;
+    // The dispatcher's sandbox now serving the id (a new one after each resume).
     Ok(Target {
-        id: SandboxId(id),
+        id: SandboxId(row.sandbox_id),
         caller,
     })
 }
@@ -682,9 +683,23 @@ pub fn command_args(
     Ok(call)
 }
 
-/// `GET /health`: envd answers 204 when it runs; here the node does.
-pub async fn health() -> StatusCode {
-    StatusCode::NO_CONTENT
+/// `GET /health`: envd answers 204 when it runs; here the node answers for the sandbox named in
+/// `E2b-Sandbox-Id` (502 when it is not running), or for itself.
+pub async fn health(State(state): State<AppState>, headers: HeaderMap) -> StatusCode {
+    // The SDK's `is_running` reads 502 as "not running": a paused or killed sandbox.
+    let named = headers
+        .get(h::SANDBOX_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(|raw| Uuid::parse_str(raw.trim()));
+    match named {
+        Some(Ok(id)) => match store::envd_target(&state.pool, id).await {
+            Ok(Some(_)) => StatusCode::NO_CONTENT,
+            Ok(None) => StatusCode::BAD_GATEWAY,
+            Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+        },
+        Some(Err(_)) => StatusCode::BAD_GATEWAY,
+        None => StatusCode::NO_CONTENT,
+    }
 }
 
 /// `GET /envs`: the environment commands start with (the sandbox's; nothing secret is in it).
