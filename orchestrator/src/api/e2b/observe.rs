@@ -104,7 +104,7 @@ pub async fn logs(
                 && q.search
                     .as_ref()
                     .is_none_or(|s| l.message.contains(s.as_str()));
-            wanted.then(|| SandboxLogEntry {
+            wanted.then_some(SandboxLogEntry {
                 timestamp: l.at,
                 message: l.message,
                 level,
