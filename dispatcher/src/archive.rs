@@ -40,7 +40,9 @@ use futures_util::StreamExt;
 use crate::dispatcher::Dispatcher;
 use crate::error::{engine, is_not_found, DispatchError, Result};
 use crate::hardening::{SANDBOX_GID, SANDBOX_UID};
-use crate::spec::{SandboxId, WORKSPACE};
+use crate::spec::SandboxId;
+#[cfg(test)]
+use crate::spec::WORKSPACE;
 
 impl Dispatcher {
     /// The tar archive of the contents of `dir` (the workspace or a directory beneath it),
@@ -48,17 +50,19 @@ impl Dispatcher {
     /// passes `max_bytes`, and refused when `dir` or a directory on its way is not a real
     /// directory (a symbolic link, a file, missing).
     pub async fn export_dir(&self, id: SandboxId, dir: &str, max_bytes: u64) -> Result<Vec<u8>> {
-        let relative = beneath_workspace(dir)?;
         let sandbox = self.inner.attached(id).await?;
+        let workspace = sandbox.spec.workspace_dir().to_owned();
+        let relative = beneath_workspace(dir, &workspace)?;
         // The engine archives the last component of the path it is given without following it,
         // but follows links in the components before: ask for the first component beneath the
         // workspace (a mount point, which cannot be replaced, is all that is resolved).
         let (request, prefix, parent) = if relative.is_empty() {
-            (WORKSPACE.to_owned(), vec![b"workspace".to_vec()], "")
+            let last = workspace.rsplit('/').next().unwrap_or_default();
+            (workspace.clone(), vec![last.as_bytes().to_vec()], "")
         } else {
             let parts: Vec<Vec<u8>> = relative.split('/').map(|p| p.as_bytes().to_vec()).collect();
             let first = String::from_utf8_lossy(&parts[0]).into_owned();
-            (format!("{WORKSPACE}/{first}"), parts, WORKSPACE)
+            (format!("{workspace}/{first}"), parts, workspace.as_str())
         };
         let refused = |reason: String| DispatchError::ArchiveRefused {
             id,
@@ -105,7 +109,9 @@ impl Dispatcher {
     /// user's plain data (see the module's documentation); an archive that is not a tar stream
     /// is refused before anything is copied.
     pub async fn import_dir(&self, id: SandboxId, dir: &str, archive: Vec<u8>) -> Result<()> {
-        let relative = beneath_workspace(dir)?;
+        let sandbox = self.inner.attached(id).await?;
+        let workspace = sandbox.spec.workspace_dir().to_owned();
+        let relative = beneath_workspace(dir, &workspace)?;
         let archive = if archive.is_empty() {
             archive
         } else {
@@ -125,7 +131,6 @@ impl Dispatcher {
             }
             cleaned
         };
-        let sandbox = self.inner.attached(id).await?;
         let upload = |to: String, body: Vec<u8>| {
             let docker = self.inner.docker.clone();
             let container = sandbox.container.clone();
@@ -141,7 +146,7 @@ impl Dispatcher {
             }
         };
         if !relative.is_empty() {
-            upload(WORKSPACE.to_owned(), directories(&relative)).await?;
+            upload(workspace.clone(), directories(&relative)).await?;
         }
         if !archive.is_empty() {
             upload(dir.trim_end_matches('/').to_owned(), archive).await?;
@@ -150,17 +155,132 @@ impl Dispatcher {
     }
 }
 
-/// `dir` relative to the workspace (empty for the workspace itself), or a refusal.
-fn beneath_workspace(dir: &str) -> Result<String> {
+/// What a [`DataEntry`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataKind {
+    /// A directory.
+    Dir,
+    /// A regular file; its bytes are in [`DataEntry::data`].
+    File,
+    /// A symbolic link whose text ([`DataEntry::link`]) stays inside the archive's root.
+    Symlink,
+    /// A hard link to a regular file of the same archive ([`DataEntry::link`], its path).
+    HardLink,
+}
+
+/// One entry of an archive read as plain data: a path relative to the archive's root (empty
+/// for the root itself), its kind, its permission bits (never set-id or sticky) and its content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataEntry {
+    /// Relative path, `/`-separated, without `.` or `..` components.
+    pub path: String,
+    /// What it is.
+    pub kind: DataKind,
+    /// Permission bits (`0o777` at most).
+    pub mode: u32,
+    /// A link's target (see [`DataKind`]); empty otherwise.
+    pub link: String,
+    /// A regular file's bytes; empty otherwise.
+    pub data: Vec<u8>,
+}
+
+/// Reads `archive` as plain data, for a caller that restores it by other means than the engine
+/// (the E2B door writes each file through its tool calls): the archive first passes the same
+/// rewriting as [`Dispatcher::import_dir`] (owners, set-id bits, devices, links out of the root,
+/// names with `..` all gone), then its entries are listed. Entries whose names are not UTF-8
+/// are left out; the second value counts what was left out in all.
+pub fn data_entries(archive: &[u8]) -> std::result::Result<(Vec<DataEntry>, usize), String> {
+    if archive.is_empty() {
+        return Ok((Vec::new(), 0));
+    }
+    let mut filter = Filter::new(Scope::All, "", u64::MAX);
+    archive
+        .chunks(1 << 16)
+        .try_for_each(|chunk| filter.push(chunk))
+        .map_err(|e| e.to_string())?;
+    let (clean, mut dropped) = filter.finish().map_err(|e| e.to_string())?;
+    let mut entries = Vec::new();
+    let mut pos = 0;
+    let mut long_path: Option<Vec<u8>> = None;
+    let mut long_link: Option<Vec<u8>> = None;
+    let mut long_size: Option<u64> = None;
+    while pos + BLOCK <= clean.len() {
+        let block = &clean[pos..pos + BLOCK];
+        pos += BLOCK;
+        if block.iter().all(|&b| b == 0) {
+            break;
+        }
+        let kind = block[156];
+        let size = long_size
+            .take()
+            .or_else(|| number(&block[124..136]))
+            .ok_or("bad size field")?;
+        let size_usize = usize::try_from(size).map_err(|_| "entry too large")?;
+        let end = pos
+            .checked_add(size_usize)
+            .filter(|&e| e <= clean.len())
+            .ok_or("truncated entry")?;
+        let data = &clean[pos..end];
+        pos = end + padding(size) as usize;
+        if kind == b'x' {
+            for (key, value) in pax_records(data).map_err(|e| e.to_string())? {
+                match key {
+                    b"path" => long_path = Some(value.to_vec()),
+                    b"linkpath" => long_link = Some(value.to_vec()),
+                    b"size" => long_size = decimal(value),
+                    _ => {}
+                }
+            }
+            continue;
+        }
+        let name = long_path
+            .take()
+            .unwrap_or_else(|| field(&block[0..100]).to_vec());
+        let link = long_link
+            .take()
+            .unwrap_or_else(|| field(&block[157..257]).to_vec());
+        let kind = match kind {
+            DIR => DataKind::Dir,
+            SYMLINK => DataKind::Symlink,
+            HARD_LINK => DataKind::HardLink,
+            _ => DataKind::File,
+        };
+        let (Ok(name), Ok(link)) = (String::from_utf8(name), String::from_utf8(link)) else {
+            dropped += 1;
+            continue;
+        };
+        let path = name
+            .split('/')
+            .filter(|p| !p.is_empty() && *p != ".")
+            .collect::<Vec<_>>()
+            .join("/");
+        entries.push(DataEntry {
+            path,
+            kind,
+            mode: number(&block[100..108]).unwrap_or(0) as u32 & 0o777,
+            link,
+            data: if kind == DataKind::File {
+                data.to_vec()
+            } else {
+                Vec::new()
+            },
+        });
+    }
+    Ok((entries, dropped))
+}
+
+/// `dir` relative to the sandbox's workspace (`/workspace`, or where its spec mounts it; empty
+/// for the workspace itself), or a refusal.
+fn beneath_workspace(dir: &str, workspace: &str) -> Result<String> {
     let trimmed = dir.trim_end_matches('/');
-    let relative = if trimmed == WORKSPACE {
+    let relative = if trimmed == workspace {
         ""
     } else {
         trimmed
-            .strip_prefix(WORKSPACE)
+            .strip_prefix(workspace)
             .and_then(|r| r.strip_prefix('/'))
             .ok_or_else(|| DispatchError::InvalidSpec {
-                reason: format!("{dir} is not beneath {WORKSPACE}"),
+                reason: format!("{dir} is not beneath {workspace}"),
             })?
     };
     if relative
@@ -917,9 +1037,17 @@ mod tests {
 
     #[test]
     fn only_normalised_paths_beneath_the_workspace() {
-        assert_eq!(beneath_workspace("/workspace").unwrap(), "");
-        assert_eq!(beneath_workspace("/workspace/").unwrap(), "");
-        assert_eq!(beneath_workspace("/workspace/a/b").unwrap(), "a/b");
+        assert_eq!(beneath_workspace("/workspace", WORKSPACE).unwrap(), "");
+        assert_eq!(beneath_workspace("/workspace/", WORKSPACE).unwrap(), "");
+        assert_eq!(
+            beneath_workspace("/workspace/a/b", WORKSPACE).unwrap(),
+            "a/b"
+        );
+        assert_eq!(
+            beneath_workspace("/home/user/a", "/home/user").unwrap(),
+            "a"
+        );
+        assert!(beneath_workspace("/workspace/a", "/home/user").is_err());
         for bad in [
             "/etc",
             "/workspaces",
@@ -927,7 +1055,7 @@ mod tests {
             "/workspace/a//b",
             "/workspace/./a",
         ] {
-            assert!(beneath_workspace(bad).is_err(), "{bad}");
+            assert!(beneath_workspace(bad, WORKSPACE).is_err(), "{bad}");
         }
         let tar = directories("a/b");
         assert_eq!(tar.len(), 512 * 2 + 1024);
@@ -1092,5 +1220,54 @@ mod tests {
         assert!(matches!(restore(&[b'x'; 1024]), Err(Refused::NotTar(_))));
         let cut = raw("f", REGULAR, 0o644, 0, &[7u8; 2000], "");
         assert!(matches!(restore(&cut[..1000]), Err(Refused::Truncated)));
+    }
+
+    #[test]
+    fn data_entries_are_plain_data_only() {
+        let long = format!("deep/{}", "n".repeat(150));
+        let mut pax = Vec::new();
+        pax_record(&mut pax, "path", long.as_bytes());
+        let archive = end(vec![
+            raw("./", DIR, 0o755, 0, b"", ""),
+            raw("./a.txt", REGULAR, 0o4755, 0, b"data", ""),
+            raw("././@PaxHeader", b'x', 0o644, 0, &pax, ""),
+            raw("cut", REGULAR, 0o644, 0, b"long", ""),
+            raw("./in", SYMLINK, 0o777, 0, b"", "a.txt"),
+            raw("./out", SYMLINK, 0o777, 0, b"", "/etc/passwd"),
+            raw("./copy", HARD_LINK, 0o644, 0, b"", "a.txt"),
+            raw("./shadow", HARD_LINK, 0o644, 0, b"", "/etc/shadow"),
+            raw("./null", b'3', 0o666, 0, b"", ""),
+            raw("../up.txt", REGULAR, 0o644, 0, b"x", ""),
+        ]);
+        let (entries, dropped) = data_entries(&archive).unwrap();
+        let seen: Vec<(&str, DataKind, u32, &str, &[u8])> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e.path.as_str(),
+                    e.kind,
+                    e.mode,
+                    e.link.as_str(),
+                    e.data.as_slice(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("", DataKind::Dir, 0o755, "", &b""[..]),
+                ("a.txt", DataKind::File, 0o755, "", &b"data"[..]),
+                ("deep", DataKind::Dir, 0o755, "", &b""[..]),
+                (long.as_str(), DataKind::File, 0o644, "", &b"long"[..]),
+                ("in", DataKind::Symlink, 0o777, "a.txt", &b""[..]),
+                ("copy", DataKind::HardLink, 0o644, "a.txt", &b""[..]),
+            ]
+        );
+        assert_eq!(
+            dropped, 4,
+            "the link out, the hard link out, the device, the `..` name"
+        );
+        assert_eq!(data_entries(&[]).unwrap(), (Vec::new(), 0));
+        assert!(data_entries(&[b'x'; 1024]).is_err());
     }
 }

@@ -26,6 +26,7 @@
 //! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy;
 //! - [`encoding`]: command output as the executor carries it in JSON (the node's streaming
 //!   form of `cmd.run` answers with it).
+//! - `usage`: a running sandbox's CPU, memory and workspace use, from its container's cgroup.
 //!
 //! Invariants kept here: a sandbox's row exists before any of its Docker objects; every object
 //! carries `org.aegis.managed`, scope, instance and sandbox labels; no sandbox has binds,
@@ -54,7 +55,9 @@ pub mod network;
 mod spec;
 mod store;
 mod stream;
+mod usage;
 
+pub use archive::{data_entries, DataEntry, DataKind};
 pub use config::DispatcherConfig;
 pub use dispatcher::pool::{PoolStats, POOL_OWNER_ID};
 pub use dispatcher::reaper::ReapReport;
@@ -67,6 +70,7 @@ pub use live::{ProcessEvent, ProcessHandle, ProcessSelector, WatchEvent, WatchHa
 pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};
 pub use store::{RecordedSpec, SandboxInfo, SandboxState};
 pub use stream::Transport;
+pub use usage::Usage;
 
 /// The executor's wire protocol (requests, responses, results), re-exported so callers build
 /// [`protocol::Op`] values without depending on the executor package themselves.

@@ -7,6 +7,7 @@ Prints one JSON report on stdout; every step records what happened, the Rust tes
 """
 
 import asyncio
+import datetime
 import io
 import json
 import os
@@ -511,6 +512,215 @@ def bench():
     }))
 
 
+def api_get(path):
+    """GET on the control API with the key, for routes the SDK has no method for."""
+    req = urllib.request.Request(os.environ["E2B_API_URL"] + path,
+                                 headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def pause_resume():
+    """Pause keeps the files and ends the processes; connect and resume bring the files back."""
+    report = {}
+    sbx = Sandbox.create("base", timeout=120, metadata={"suite": "pause"})
+    report["sandbox_id"] = sbx.sandbox_id
+    payload = bytes(range(256)) * 5
+    sbx.files.write("keep/a.txt", "kept across a pause")
+    sbx.files.write("keep/bin.dat", payload)
+    sbx.files.make_dir("empty/dir")
+    sleeper = sbx.commands.run("sleep 300", background=True)
+    report["sleeper_pid"] = sleeper.pid
+    attempt(report, "listed_before", lambda: [p.cmd for p in sbx.commands.list()])
+    attempt(report, "pause", lambda: sbx.pause())
+    attempt(report, "running_after_pause", lambda: sbx.is_running())
+    attempt(report, "pause_again", lambda: Sandbox.pause(sbx.sandbox_id))
+    attempt(report, "info_paused", lambda: str(Sandbox.get_info(sbx.sandbox_id).state))
+    attempt(report, "listed_paused", lambda: [(s.sandbox_id, str(s.state)) for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "pause"})).next_items()])
+    attempt(report, "read_while_paused", lambda: sbx.files.read("keep/a.txt"))
+    attempt(report, "connect", lambda: sbx.connect(timeout=120).sandbox_id)
+    attempt(report, "running_after_connect", lambda: sbx.is_running())
+    attempt(report, "read_after", lambda: sbx.files.read("keep/a.txt"))
+    attempt(report, "binary_after", lambda: bytes(sbx.files.read("keep/bin.dat", format="bytes")) == payload)
+    attempt(report, "empty_dir_after", lambda: sbx.files.exists("empty/dir"))
+    attempt(report, "processes_after", lambda: [p.cmd for p in sbx.commands.list()])
+    attempt(report, "command_after", lambda: sbx.commands.run("cat keep/a.txt").stdout)
+    # A second cycle through the class methods, as another process of the user would.
+    attempt(report, "pause_by_id", lambda: Sandbox.pause(sbx.sandbox_id))
+    attempt(report, "connect_by_id", lambda: Sandbox.connect(sbx.sandbox_id, timeout=60).files.read("keep/a.txt"))
+    attempt(report, "resume_running", lambda: http_status_with_key(f"/sandboxes/{sbx.sandbox_id}/resume", {"timeout": 30}))
+    attempt(report, "logs", lambda: [l["message"] for l in api_get(f"/v2/sandboxes/{sbx.sandbox_id}/logs")[1]["logs"]])
+    attempt(report, "kill", lambda: sbx.kill())
+    # Paused, then killed while paused: its row and snapshot go.
+    gone = Sandbox.create("base", timeout=60)
+    report["killed_paused_id"] = gone.sandbox_id
+    attempt(report, "pause_then_kill", lambda: [gone.pause(), gone.kill(), Sandbox.kill(gone.sandbox_id)])
+    # Left paused, for the test to look at Docker and the rows.
+    left = Sandbox.create("base", timeout=60)
+    left.files.write("left.txt", "still here")
+    report["left_paused_id"] = left.sandbox_id
+    attempt(report, "left_paused", lambda: left.pause())
+    print(json.dumps(report))
+
+
+def http_status_with_key(path, body):
+    req = urllib.request.Request(os.environ["E2B_API_URL"] + path, data=json.dumps(body).encode(),
+                                 method="POST", headers={"X-API-KEY": os.environ["E2B_API_KEY"],
+                                                         "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def snapshots():
+    """Snapshots and forks: independent sandboxes from the same files; listing; metrics."""
+    report = {}
+    sbx = Sandbox.create("base", timeout=180)
+    report["sandbox_id"] = sbx.sandbox_id
+    sbx.files.write("shared.txt", "shared snapshot content")
+    sbx.files.write("app/config.json", '{"env": "test"}')
+    attempt(report, "snapshot", lambda: (lambda s: {"id": s.snapshot_id, "names": s.names})(sbx.create_snapshot(name="snap-one")))
+    snap_id = report["snapshot"]["value"]["id"] if report["snapshot"]["ok"] else "none"
+    attempt(report, "running_after_snapshot", lambda: sbx.is_running())
+    sbx.files.write("later.txt", "after the snapshot")
+
+    def two_from_snapshot():
+        one = Sandbox.create(snap_id, timeout=60)
+        two = Sandbox.create(snap_id, timeout=60)
+        try:
+            out = {"ids": [one.sandbox_id, two.sandbox_id],
+                   "read": [one.files.read("shared.txt"), two.files.read("shared.txt")],
+                   "config": one.files.read("app/config.json"),
+                   "later": one.files.exists("later.txt")}
+            one.files.write("shared.txt", "changed in one")
+            out["after"] = [one.files.read("shared.txt"), two.files.read("shared.txt"),
+                            sbx.files.read("shared.txt")]
+            return out
+        finally:
+            one.kill()
+            two.kill()
+
+    attempt(report, "from_snapshot", two_from_snapshot)
+    attempt(report, "by_name", lambda: (lambda n: [n.files.read("shared.txt"), n.kill()])(Sandbox.create("snap-one", timeout=60)))
+    attempt(report, "second_snapshot", lambda: sbx.create_snapshot().snapshot_id)
+
+    def listing():
+        everything = [s.snapshot_id for s in Sandbox.list_snapshots().next_items()]
+        mine = [s.snapshot_id for s in Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id).next_items()]
+        named = [s.snapshot_id for s in Sandbox.list_snapshots(name="snap-one").next_items()]
+        nothing = Sandbox.list_snapshots(name="snap-none").next_items()
+        pages = Sandbox.list_snapshots(limit=1)
+        first = [s.snapshot_id for s in pages.next_items()]
+        more = pages.has_next
+        second = [s.snapshot_id for s in pages.next_items()]
+        return {"all": everything, "mine": mine, "named": named, "nothing": nothing,
+                "first": first, "more": more, "second": second, "done": not pages.has_next}
+
+    attempt(report, "list", listing)
+
+    def forks():
+        made = sbx.fork(count=2, timeout=60)
+        boxes = [f for f in made if isinstance(f, Sandbox)]
+        try:
+            out = {"count": len(made), "sandboxes": len(boxes), "ids": [b.sandbox_id for b in boxes],
+                   "read": [b.files.read("later.txt") for b in boxes]}
+            boxes[0].files.write("later.txt", "fork zero")
+            out["after"] = [b.files.read("later.txt") for b in boxes] + [sbx.files.read("later.txt")]
+            return out
+        finally:
+            for b in boxes:
+                b.kill()
+
+    attempt(report, "fork", forks)
+
+    def metrics():
+        m = sbx.get_metrics()
+        past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+        old = sbx.get_metrics(start=past, end=past + datetime.timedelta(minutes=30))
+        return {"samples": [{"cpu_count": x.cpu_count, "cpu_used_pct": x.cpu_used_pct,
+                             "mem_used": x.mem_used, "mem_total": x.mem_total,
+                             "disk_used": x.disk_used, "disk_total": x.disk_total} for x in m],
+                "past": len(old)}
+
+    sbx.files.write("fill.bin", os.urandom(3 * 1024 * 1024))
+    attempt(report, "metrics", metrics)
+    attempt(report, "delete", lambda: [Sandbox.delete_snapshot(snap_id), Sandbox.delete_snapshot(snap_id)])
+    attempt(report, "create_deleted", lambda: Sandbox.create(snap_id, timeout=30).sandbox_id)
+    attempt(report, "kill", lambda: sbx.kill())
+    attempt(report, "fork_killed", lambda: sbx.fork())
+    print(json.dumps(report))
+
+
+def snapshot_attacks():
+    """Another key, hostile contents, and the quota."""
+    report = {}
+    other = {"api_key": os.environ["E2B_OTHER_KEY"]}
+    sbx = Sandbox.create("base", timeout=120)
+    report["sandbox_id"] = sbx.sandbox_id
+    sbx.files.write("secret.txt", "mine")
+    # Links out and in, set-id bits: what a snapshot must not carry as such.
+    attempt(report, "plant", lambda: sbx.commands.run(
+        "ln -s /etc/passwd out_link; ln -s secret.txt in_link; echo hi > suid.sh; "
+        "chmod 6755 suid.sh; ls -l; stat -c %a suid.sh").stdout.strip())
+    attempt(report, "snapshot", lambda: sbx.create_snapshot().snapshot_id)
+    snap_id = report["snapshot"].get("value", "none")
+
+    def restored():
+        copy = Sandbox.create(snap_id, timeout=60)
+        try:
+            return {"secret": copy.files.read("secret.txt"),
+                    "out_link": copy.files.exists("out_link"),
+                    "in_link": copy.files.exists("in_link"),
+                    "suid": copy.commands.run("stat -c '%a %U' suid.sh").stdout.strip()}
+        finally:
+            copy.kill()
+
+    attempt(report, "restored", restored)
+    hostile = os.environ.get("E2B_HOSTILE_SNAPSHOT")
+    if hostile:
+        def from_hostile():
+            copy = Sandbox.create(hostile, timeout=60)
+            try:
+                return {"listing": copy.commands.run("find . -printf '%p %y %m\\n' | sort").stdout,
+                        "ok": copy.files.read("ok.txt"),
+                        "passwd_link": copy.files.exists("evil"),
+                        "etc_written": copy.commands.run("test -e /etc/hostile && echo present || echo absent").stdout.strip()}
+            finally:
+                copy.kill()
+
+        attempt(report, "hostile", from_hostile)
+    # Another key sees nothing of mine.
+    attempt(report, "other_pause", lambda: Sandbox.pause(sbx.sandbox_id, **other))
+    attempt(report, "other_snapshot", lambda: Sandbox.create_snapshot(sbx.sandbox_id, **other).snapshot_id)
+    attempt(report, "other_list", lambda: [s.snapshot_id for s in Sandbox.list_snapshots(**other).next_items()])
+    attempt(report, "other_create", lambda: Sandbox.create(snap_id, timeout=30, **other).sandbox_id)
+    attempt(report, "other_delete", lambda: Sandbox.delete_snapshot(snap_id, **other))
+    attempt(report, "other_fork", lambda: Sandbox.fork(sbx.sandbox_id, **other))
+    attempt(report, "other_metrics", lambda: Sandbox.get_metrics(sbx.sandbox_id, **other))
+    attempt(report, "pause", lambda: sbx.pause())
+    attempt(report, "other_connect", lambda: Sandbox.connect(sbx.sandbox_id, **other).sandbox_id)
+    attempt(report, "other_kill", lambda: Sandbox.kill(sbx.sandbox_id, **other))
+    attempt(report, "still_paused", lambda: str(Sandbox.get_info(sbx.sandbox_id).state))
+    # The quota (the test sets 3 snapshots and 1 MiB a key): a pause and a snapshot are held.
+    big = Sandbox.create("base", timeout=60)
+    big.files.write("big.bin", os.urandom(2 * 1024 * 1024))
+    attempt(report, "too_large", lambda: big.create_snapshot().snapshot_id)
+    big.kill()
+    attempt(report, "third", lambda: Sandbox.create("base", timeout=30).create_snapshot().snapshot_id)
+    attempt(report, "over_count", lambda: Sandbox.create("base", timeout=30).create_snapshot().snapshot_id)
+    attempt(report, "resume", lambda: Sandbox.connect(sbx.sandbox_id, timeout=60).files.read("secret.txt"))
+    print(json.dumps(report))
+
+
+SNAPSHOT_SCENARIOS = {"pause_resume": pause_resume, "snapshots": snapshots,
+                      "snapshot_attacks": snapshot_attacks}
+
+
 if __name__ == "__main__":
     {"basics": basics, "live": live, "attacks": attacks, "conformance": conformance,
-     "bench": bench}[sys.argv[1]]()
+     "bench": bench, **SNAPSHOT_SCENARIOS}[sys.argv[1]]()

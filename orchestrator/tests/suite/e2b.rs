@@ -781,3 +781,422 @@ async fn rest_figures(app: &TestApp, runs: usize) -> Value {
         "download_64mib_mib_per_s": (64.0 / down * 10.0).round() / 10.0,
     })
 }
+
+// Pause, resume, snapshots, fork, metrics and logs (filesystem-only: files are kept, processes
+// are not), and the attacks on them.
+
+async fn key_id(app: &TestApp, name: &str) -> String {
+    sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM api_keys WHERE name = $1")
+        .bind(name)
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap()
+        .to_string()
+}
+
+async fn admin_rows(app: &TestApp, action: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = $1 AND outcome = 'ok'")
+        .bind(action)
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap()
+}
+
+fn containers_of_key(key_id: &str) -> Vec<String> {
+    common::docker_lines(&[
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=org.aegis.owner-id={key_id}"),
+    ])
+}
+
+#[tokio::test]
+async fn e2b_pause_keeps_files_frees_the_container_and_resume_restores_them() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("e2b-pause", "operator").await;
+    let r = run_sdk(&app, "pause_resume", &key, &[]).await;
+
+    let listed = ok(&r, "listed_before");
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "sleep" || c.as_str().unwrap().contains("bash")),
+        "{listed}"
+    );
+    assert_eq!(ok(&r, "pause"), true);
+    assert_eq!(ok(&r, "running_after_pause"), false, "{r}");
+    assert_eq!(
+        ok(&r, "pause_again"),
+        false,
+        "an already paused sandbox: 409"
+    );
+    assert!(
+        ok(&r, "info_paused")
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("paused"),
+        "{r}"
+    );
+    let id = r["sandbox_id"].as_str().unwrap();
+    let listed = ok(&r, "listed_paused");
+    assert_eq!(listed[0][0], id, "{listed}");
+    assert!(
+        listed[0][1]
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("paused"),
+        "{listed}"
+    );
+    assert_eq!(
+        r["read_while_paused"]["ok"], false,
+        "no envd while paused: {r}"
+    );
+    // Same id, same handle (the envd token stays), the files are back, no process is.
+    assert_eq!(ok(&r, "connect"), id);
+    assert_eq!(ok(&r, "running_after_connect"), true);
+    assert_eq!(ok(&r, "read_after"), "kept across a pause");
+    assert_eq!(ok(&r, "binary_after"), true);
+    assert_eq!(ok(&r, "empty_dir_after"), true);
+    assert_eq!(
+        ok(&r, "processes_after"),
+        &json!([]),
+        "processes are not restored"
+    );
+    assert_eq!(ok(&r, "command_after"), "kept across a pause");
+    assert_eq!(ok(&r, "pause_by_id"), true);
+    assert_eq!(ok(&r, "connect_by_id"), "kept across a pause");
+    assert_eq!(ok(&r, "resume_running"), 409);
+    let logs = ok(&r, "logs").to_string();
+    assert!(
+        logs.contains("paused") && logs.contains("resumed"),
+        "{logs}"
+    );
+    assert_eq!(ok(&r, "kill"), true);
+    assert_eq!(ok(&r, "pause_then_kill"), &json!([true, true, false]));
+
+    // No container outlives a pause: the one left paused has none, nor has any other.
+    let left = r["left_paused_id"].as_str().unwrap();
+    ok(&r, "left_paused");
+    assert!(
+        containers_of(&app, left).await.is_empty(),
+        "a paused sandbox has no container"
+    );
+    let owner = key_id(&app, "e2b-pause").await;
+    assert!(
+        containers_of_key(&owner).is_empty(),
+        "no orphan container: {:?}",
+        containers_of_key(&owner)
+    );
+    // The paused one is its row and one pause snapshot; the killed ones left neither.
+    let paused: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+        "SELECT e.e2b_id, s.kind FROM e2b_sandboxes e JOIN e2b_snapshots s ON s.id = e.paused_snapshot",
+    )
+    .fetch_all(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(paused.len(), 1, "{paused:?}");
+    assert_eq!(paused[0].0.to_string(), left);
+    assert_eq!(paused[0].1, "pause");
+    let snapshots: i64 = sqlx::query_scalar("SELECT count(*) FROM e2b_snapshots")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        snapshots, 1,
+        "the resumed and killed sandboxes' pause snapshots are gone"
+    );
+    assert!(admin_rows(&app, "e2b.sandbox.pause").await >= 4);
+    assert!(admin_rows(&app, "e2b.sandbox.resume").await >= 2);
+
+    // Another replica on the same database resumes it: the files come from the row, not from
+    // the disk of the node that paused it. It pauses it again, leaving no container either.
+    let replica = TestApp::spawn_with(test_config(&db.url)).await;
+    let answer = replica
+        .http
+        .post(format!(
+            "{}/e2b/sandboxes/{left}/connect",
+            replica.http_base
+        ))
+        .header("X-API-KEY", e2b_key(&key))
+        .json(&json!({"timeout": 60}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["sandboxID"], left);
+    let token = body["envdAccessToken"].as_str().unwrap().to_owned();
+    let file = replica
+        .http
+        .get(format!(
+            "{}/e2b/files?path=/home/user/left.txt",
+            replica.http_base
+        ))
+        .header("E2b-Sandbox-Id", left)
+        .header("X-Access-Token", &token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(file.status(), 200);
+    assert_eq!(file.text().await.unwrap(), "still here");
+    let paused_again = replica
+        .http
+        .post(format!("{}/e2b/sandboxes/{left}/pause", replica.http_base))
+        .header("X-API-KEY", e2b_key(&key))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paused_again.status(), 204);
+    assert!(containers_of_key(&owner).is_empty());
+
+    // A snapshot expires: the sweep deletes it, and the paused sandbox with it.
+    sqlx::query("UPDATE e2b_snapshots SET expires_at = now() - interval '1 second'")
+        .execute(&app.state.pool)
+        .await
+        .unwrap();
+    let mut gone = false;
+    for _ in 0..40 {
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM e2b_sandboxes")
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+        if rows == 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        gone,
+        "the expired pause snapshot took its paused sandbox with it"
+    );
+    assert!(admin_rows(&app, "e2b.snapshot.expired").await >= 1);
+}
+
+#[tokio::test]
+async fn e2b_snapshots_start_independent_sandboxes_and_forks_report_metrics() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("e2b-snap", "operator").await;
+    let r = run_sdk(&app, "snapshots", &key, &[]).await;
+
+    let snap = ok(&r, "snapshot");
+    let snap_id = snap["id"].as_str().unwrap();
+    assert_eq!(snap["names"], json!(["snap-one"]));
+    assert_eq!(ok(&r, "running_after_snapshot"), true);
+    let two = ok(&r, "from_snapshot");
+    assert_ne!(two["ids"][0], two["ids"][1]);
+    assert_eq!(
+        two["read"],
+        json!(["shared snapshot content", "shared snapshot content"])
+    );
+    assert_eq!(two["config"], r#"{"env": "test"}"#);
+    assert_eq!(two["later"], false, "written after the snapshot");
+    assert_eq!(
+        two["after"],
+        json!([
+            "changed in one",
+            "shared snapshot content",
+            "shared snapshot content"
+        ]),
+        "independent sandboxes"
+    );
+    assert_eq!(ok(&r, "by_name")[0], "shared snapshot content");
+    let second = ok(&r, "second_snapshot").as_str().unwrap().to_owned();
+    let list = ok(&r, "list");
+    for part in ["all", "mine"] {
+        let ids = list[part].as_array().unwrap();
+        assert!(
+            ids.contains(&json!(snap_id)) && ids.contains(&json!(second)),
+            "{list}"
+        );
+    }
+    assert_eq!(list["named"], json!([snap_id]));
+    assert_eq!(list["nothing"], json!([]));
+    assert_eq!(list["first"], json!([second]), "newest first: {list}");
+    assert_eq!(list["more"], true);
+    assert_eq!(list["second"], json!([snap_id]));
+    assert_eq!(list["done"], true);
+    let forks = ok(&r, "fork");
+    assert_eq!(forks["count"], 2);
+    assert_eq!(forks["sandboxes"], 2, "{forks}");
+    assert_eq!(
+        forks["read"],
+        json!(["after the snapshot", "after the snapshot"])
+    );
+    assert_eq!(
+        forks["after"],
+        json!(["fork zero", "after the snapshot", "after the snapshot"])
+    );
+    let m = ok(&r, "metrics");
+    let sample = &m["samples"][0];
+    assert_eq!(sample["cpu_count"], 1, "{m}");
+    let pct = sample["cpu_used_pct"].as_f64().unwrap();
+    assert!((0.0..=100.0).contains(&pct), "{m}");
+    let mem_used = sample["mem_used"].as_u64().unwrap();
+    let mem_total = sample["mem_total"].as_u64().unwrap();
+    assert!(mem_used > 0 && mem_used < mem_total, "{m}");
+    assert_eq!(mem_total, 512 * 1024 * 1024, "{m}");
+    let disk_used = sample["disk_used"].as_u64().unwrap();
+    assert!(disk_used >= 3 * 1024 * 1024, "the 3 MiB file counts: {m}");
+    assert!(disk_used < sample["disk_total"].as_u64().unwrap(), "{m}");
+    assert_eq!(m["past"], 0, "no sample from before the sandbox");
+    assert_eq!(ok(&r, "delete"), &json!([true, false]));
+    assert_eq!(r["create_deleted"]["ok"], false, "{r}");
+    assert_eq!(ok(&r, "kill"), true);
+    refused(&r, "fork_killed", "SandboxNotFoundException");
+    assert!(admin_rows(&app, "e2b.snapshot.create").await >= 2);
+    assert!(admin_rows(&app, "e2b.sandbox.fork").await >= 1);
+    assert!(admin_rows(&app, "e2b.snapshot.delete").await >= 1);
+    // Restores are tool calls through the router, as the key.
+    let writes: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND action = 'fs.write' AND outcome = 'ok'",
+    )
+    .bind(key_id(&app, "e2b-snap").await)
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert!(writes >= 10, "{writes}");
+    assert!(containers_of_key(&key_id(&app, "e2b-snap").await).is_empty());
+}
+
+/// A ustar entry as any tar writer could make it (any owner, type and mode).
+fn tar_entry(name: &str, kind: u8, mode: u32, data: &[u8], link: &str) -> Vec<u8> {
+    let mut h = [0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    let octal = |f: &mut [u8], v: u64| {
+        let s = format!("{:0w$o}", v, w = f.len() - 1);
+        f[..s.len()].copy_from_slice(s.as_bytes());
+    };
+    octal(&mut h[100..108], u64::from(mode));
+    octal(&mut h[108..116], 0);
+    octal(&mut h[116..124], 0);
+    octal(&mut h[124..136], data.len() as u64);
+    octal(&mut h[136..148], 0);
+    h[156] = kind;
+    h[157..157 + link.len()].copy_from_slice(link.as_bytes());
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+    let mut out = h.to_vec();
+    out.extend_from_slice(data);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out
+}
+
+#[tokio::test]
+async fn e2b_snapshots_are_data_only_owned_by_their_key_and_under_quota() {
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.e2b.max_snapshots_per_api_key = 4;
+    config.e2b.max_snapshot_mb_per_api_key = 1;
+    let app = TestApp::spawn_with(config).await;
+    let key = app.create_key("e2b-snapowner", "operator").await;
+    let other = app.create_key("e2b-snapother", "operator").await;
+
+    // A snapshot written by anyone (as if the archive had been tampered with): a link to
+    // /etc/passwd, one climbing out, a name with `..`, an absolute name, a set-uid root file,
+    // a device, hard links out and in.
+    let mut archive = Vec::new();
+    archive.extend(tar_entry("ok.txt", b'0', 0o644, b"fine", ""));
+    archive.extend(tar_entry("evil", b'2', 0o777, b"", "/etc/passwd"));
+    archive.extend(tar_entry("up", b'2', 0o777, b"", "../../etc"));
+    archive.extend(tar_entry("../escape.txt", b'0', 0o644, b"out", ""));
+    archive.extend(tar_entry("/etc/hostile", b'0', 0o644, b"abs", ""));
+    archive.extend(tar_entry("setuid", b'0', 0o6755, b"#!/bin/sh\n", ""));
+    archive.extend(tar_entry("dev", b'3', 0o666, b"", ""));
+    archive.extend(tar_entry("hard", b'1', 0o644, b"", "/etc/shadow"));
+    archive.extend(tar_entry("ok2", b'1', 0o644, b"", "ok.txt"));
+    archive.extend([0u8; 1024]);
+    let hostile = uuid::Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO e2b_snapshots (id, owner_key_id, kind, source_sandbox, template_id, runtime, \
+         archive, bytes, expires_at) VALUES ($1, $2, 'snapshot', $1, 'base', 'base', $3, $4, \
+         now() + interval '1 hour')",
+    )
+    .bind(hostile)
+    .bind(key_id(&app, "e2b-snapowner").await)
+    .bind(&archive)
+    .bind(archive.len() as i64)
+    .execute(&app.state.pool)
+    .await
+    .unwrap();
+
+    let r = run_sdk(
+        &app,
+        "snapshot_attacks",
+        &key,
+        &[
+            ("E2B_OTHER_KEY", e2b_key(&other)),
+            ("E2B_HOSTILE_SNAPSHOT", hostile.to_string()),
+        ],
+    )
+    .await;
+
+    // Restored from our own snapshot: no link, set-id bits gone, owned by the sandbox user.
+    let restored = ok(&r, "restored");
+    assert_eq!(restored["secret"], "mine");
+    assert_eq!(restored["out_link"], false, "{restored}");
+    assert_eq!(
+        restored["in_link"], false,
+        "links are not restored: {restored}"
+    );
+    let suid = restored["suid"].as_str().unwrap();
+    let (mode, owner) = suid.split_once(' ').unwrap();
+    assert_eq!(mode.len(), 3, "no set-id or sticky bit: {suid}");
+    assert_eq!(owner, "user", "{suid}");
+    // From the hostile archive: only plain data beneath the home.
+    let h = ok(&r, "hostile");
+    let listing = h["listing"].as_str().unwrap();
+    assert_eq!(h["ok"], "fine");
+    assert_eq!(h["passwd_link"], false);
+    assert_eq!(h["etc_written"], "absent", "{h}");
+    assert!(!listing.contains(" l "), "no symbolic link: {listing}");
+    for absent in ["escape", "dev", "hard", "/up"] {
+        assert!(!listing.contains(absent), "{absent}: {listing}");
+    }
+    for line in listing.lines() {
+        let mode = line.rsplit(' ').next().unwrap();
+        assert!(mode.len() <= 3, "no set-id bit: {line}");
+    }
+    assert!(
+        listing.contains("./ok2 f"),
+        "a hard link inside is a copy: {listing}"
+    );
+    assert!(listing.contains("./setuid f"), "{listing}");
+    assert!(
+        listing.contains("./etc/hostile f"),
+        "an absolute name lands beneath the home: {listing}"
+    );
+
+    // Another key: not found everywhere, nothing listed, nothing deleted or started.
+    refused(&r, "other_pause", "not found");
+    refused(&r, "other_snapshot", "not found");
+    assert_eq!(ok(&r, "other_list"), &json!([]));
+    refused(&r, "other_create", "templateID");
+    assert_eq!(ok(&r, "other_delete"), false);
+    refused(&r, "other_fork", "not found");
+    refused(&r, "other_metrics", "not found");
+    assert_eq!(ok(&r, "pause"), true);
+    refused(&r, "other_connect", "not found");
+    assert_eq!(ok(&r, "other_kill"), false);
+    assert!(ok(&r, "still_paused")
+        .as_str()
+        .unwrap()
+        .to_lowercase()
+        .contains("paused"));
+
+    // The quota: 1 MiB and 4 snapshots a key (the hostile one, a snapshot and a pause held).
+    refused(&r, "too_large", "snapshot quota");
+    ok(&r, "third");
+    refused(&r, "over_count", "snapshot quota reached");
+    assert_eq!(ok(&r, "resume"), "mine");
+}

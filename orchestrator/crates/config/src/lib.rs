@@ -74,6 +74,8 @@ pub struct NodeConfig {
     /// The replicas of one database reaching each other: where this one listens for its peers
     /// and the secret they share.
     pub cluster: ClusterConfig,
+    /// The E2B door: how long snapshots are kept and how many each key may hold.
+    pub e2b: E2bConfig,
 }
 
 /// How replicas of one database reach each other, so that a call for a sandbox another replica
@@ -136,6 +138,44 @@ impl ClusterConfig {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+/// Snapshots of the E2B door (a paused sandbox's saved files, `POST /sandboxes/{id}/snapshots`).
+/// They live in PostgreSQL, so they are bounded per key and expire.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct E2bConfig {
+    /// Seconds a snapshot (and a paused sandbox, whose files are one) is kept; the sweep
+    /// deletes it after.
+    pub snapshot_ttl_secs: u64,
+    /// Snapshots one API key may hold (a paused sandbox counts as one).
+    pub max_snapshots_per_api_key: u64,
+    /// Bytes of snapshots one API key may hold (their archives together), MiB.
+    pub max_snapshot_mb_per_api_key: u64,
+}
+
+impl Default for E2bConfig {
+    fn default() -> Self {
+        Self {
+            snapshot_ttl_secs: 7 * 24 * 3600,
+            max_snapshots_per_api_key: 20,
+            max_snapshot_mb_per_api_key: 1024,
+        }
+    }
+}
+
+impl E2bConfig {
+    /// Every figure at least 1.
+    pub fn check(&self) -> Result<(), Invalid> {
+        at_least_one(&[
+            ("snapshot_ttl_secs", self.snapshot_ttl_secs),
+            ("max_snapshots_per_api_key", self.max_snapshots_per_api_key),
+            (
+                "max_snapshot_mb_per_api_key",
+                self.max_snapshot_mb_per_api_key,
+            ),
+        ])
     }
 }
 
@@ -1069,6 +1109,7 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     section("database", c.database.check())?;
     section("server", c.server.check())?;
     section("sandbox", c.sandbox.check())?;
+    section("e2b", c.e2b.check())?;
     section("seal", c.seal.check())?;
     section("mcp", c.mcp.check())?;
     section("llm", c.llm.validate().map_err(|m| Invalid::new("", m)))?;

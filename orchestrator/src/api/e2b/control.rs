@@ -1,5 +1,6 @@
 //! E2B's control API (`E2B_API_URL`): create, get, list, kill, timeout, refresh and connect
-//! sandboxes. Thin handlers: authenticate the key, parse with `aegis_e2b::api`, make or end the
+//! sandboxes (pause, resume, snapshots and fork are [`super::lifecycle`]'s; metrics and logs
+//! [`super::observe`]'s). Thin handlers: authenticate the key, parse with `aegis_e2b::api`, make or end the
 //! sandbox through `sandboxes` (quotas, the runtime's image, the key's security context) and
 //! keep its row ([`super::store`]). A key sees and touches only the sandboxes it created.
 
@@ -26,7 +27,7 @@ use crate::sandboxes::SandboxError;
 use crate::state::AppState;
 
 /// Largest control API request body.
-const MAX_BODY: usize = 256 * 1024;
+pub(super) const MAX_BODY: usize = 256 * 1024;
 /// Most sandboxes of one key a listing reads (the per-key quota is the real bound).
 const MAX_LISTED: i64 = 10_000;
 /// The deprecated `clientID` the SDK still requires.
@@ -34,25 +35,28 @@ const CLIENT_ID: &str = "aegis";
 
 type Answer = Result<Response, Refusal>;
 
-fn db(e: sqlx::Error) -> Refusal {
+pub(super) fn db(e: sqlx::Error) -> Refusal {
     tracing::error!(error = %e, "E2B door: database failure");
     Refusal(ApiError::new(503, "the node's database is unavailable"))
 }
 
-fn not_found(id: &str) -> Refusal {
+pub(super) fn not_found(id: &str) -> Refusal {
     Refusal(ApiError::new(404, format!("sandbox \"{id}\" not found")))
 }
 
 /// The sandbox id in a path: ours are UUIDs; anything else names no sandbox.
-fn sandbox_id(raw: &str) -> Result<Uuid, Refusal> {
+pub(super) fn sandbox_id(raw: &str) -> Result<Uuid, Refusal> {
     Uuid::parse_str(raw).map_err(|_| not_found(raw))
 }
 
-async fn authenticated(state: &AppState, headers: &HeaderMap) -> Result<Caller, Refusal> {
+pub(super) async fn authenticated(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Caller, Refusal> {
     keys::caller(state, headers).await.map_err(Refusal)
 }
 
-fn sandbox_error(e: SandboxError) -> ApiError {
+pub(super) fn sandbox_error(e: SandboxError) -> ApiError {
     match e {
         SandboxError::QuotaExceeded { .. } => ApiError::new(429, e.to_string()),
         SandboxError::NoSuchRuntime { .. } => ApiError::new(
@@ -72,7 +76,7 @@ fn sandbox_error(e: SandboxError) -> ApiError {
     }
 }
 
-fn created_answer(row: &Row) -> Sandbox {
+pub(super) fn created_answer(row: &Row) -> Sandbox {
     Sandbox {
         template_id: row.template_id.clone(),
         sandbox_id: row.sandbox_id.to_string(),
@@ -98,14 +102,18 @@ fn listed(row: &Row) -> ListedSandbox {
         memory_mb: u32::try_from(limits.memory_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
         disk_size_mb: u32::try_from(limits.workspace_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
         metadata: Some(row.metadata.0.clone()),
-        state: SandboxState::Running,
+        state: if row.paused_snapshot.is_some() {
+            SandboxState::Paused
+        } else {
+            SandboxState::Running
+        },
         envd_version: ENVD_VERSION.to_owned(),
         envd_unresponsive_at_pause: None,
         volume_mounts: None,
     }
 }
 
-fn to_json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
+pub(super) fn to_json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
     match serde_json::to_vec(value) {
         Ok(body) => json_response(status, body),
         Err(e) => api_error(ApiError::new(500, format!("cannot encode the answer: {e}"))),
@@ -113,7 +121,7 @@ fn to_json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
 }
 
 /// A fresh envd access token: 32 random bytes, hex.
-fn new_token() -> Result<String, Refusal> {
+pub(super) fn new_token() -> Result<String, Refusal> {
     let mut raw = [0u8; 32];
     getrandom::fill(&mut raw)
         .map_err(|e| Refusal(ApiError::new(503, format!("no randomness: {e}"))))?;
@@ -150,8 +158,22 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
             "envVars: `{name}` may never be set (it changes which code runs, or makes a program run another)"
         ))));
     }
-    let runtime =
-        crate::sandboxes::find_runtime(&req.template_id).map_err(|e| Refusal(sandbox_error(e)))?;
+    // A template is a runtime, or one of the key's snapshots (by id or name).
+    let from_snapshot = match crate::sandboxes::find_runtime(&req.template_id) {
+        Ok(_) => None,
+        Err(e) => Some(
+            super::snapshots::find(&state.pool, &caller.id, &req.template_id)
+                .await
+                .map_err(db)?
+                .ok_or_else(|| Refusal(sandbox_error(e)))?,
+        ),
+    };
+    let runtime = crate::sandboxes::find_runtime(
+        from_snapshot
+            .as_ref()
+            .map_or(req.template_id.as_str(), |s| s.runtime.as_str()),
+    )
+    .map_err(|e| Refusal(sandbox_error(e)))?;
     let timeout = req.timeout_secs(DEFAULT_TIMEOUT_SECS);
     let token = new_token()?;
     let started = Instant::now();
@@ -205,6 +227,17 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
         (Ok(_), Some(Err(e))) => return Err(db(e)),
         (Ok(_), None) => return Err(db(sqlx::Error::Protocol("no row".into()))),
     };
+    if let Some(snapshot) = &from_snapshot {
+        if let Err(e) = super::lifecycle::restore_into(&state, &caller, &row, snapshot).await {
+            if let Err(d) = state.sandboxes.destroy(SandboxId(row.current)).await {
+                tracing::warn!(sandbox = %row.current, error = %d, "a sandbox whose restore failed could not be destroyed; the reaper removes it");
+            }
+            store::delete(&state.pool, row.sandbox_id)
+                .await
+                .map_err(db)?;
+            return Err(e);
+        }
+    }
     Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
 }
 
@@ -216,7 +249,7 @@ pub async fn detail(
 ) -> Answer {
     let caller = authenticated(&state, &headers).await?;
     let uuid = sandbox_id(&id)?;
-    let row = store::get_owned(&state.pool, uuid, &caller.id)
+    let row = store::get_known(&state.pool, uuid, &caller.id)
         .await
         .map_err(db)?
         .ok_or_else(|| not_found(&id))?;
@@ -227,7 +260,9 @@ pub async fn detail(
         domain: None,
         network: None,
         lifecycle: None,
-        pause_mode: None,
+        pause_mode: row
+            .paused_snapshot
+            .map(|_| aegis_e2b::api::PauseMode::Filesystem),
     };
     Ok(to_json(StatusCode::OK, &detail))
 }
@@ -255,7 +290,7 @@ pub async fn list_v1(
     Ok(to_json(StatusCode::OK, &out))
 }
 
-/// `GET /v2/sandboxes`: filtered by metadata, state (no sandbox is ever paused here) and start
+/// `GET /v2/sandboxes`: filtered by metadata, state (running, paused) and start
 /// time, ordered, one page at a time (`X-Next-Token` names where the next page starts).
 pub async fn list_v2(
     State(state): State<AppState>,
@@ -269,6 +304,13 @@ pub async fn list_v2(
     } else {
         Vec::new()
     };
+    if q.includes_state(SandboxState::Paused) {
+        rows.extend(
+            store::list_paused(&state.pool, &caller.id, MAX_LISTED)
+                .await
+                .map_err(db)?,
+        );
+    }
     rows.retain(|r| {
         q.matches_metadata(&r.metadata.0)
             && q.started_after.is_none_or(|t| r.started_at >= t)
@@ -312,12 +354,30 @@ pub async fn kill(
     let caller = authenticated(&state, &headers).await?;
     keys::require_write(&caller).map_err(Refusal)?;
     let uuid = sandbox_id(&id)?;
-    store::get_owned(&state.pool, uuid, &caller.id)
+    let row = store::get_known(&state.pool, uuid, &caller.id)
         .await
         .map_err(db)?
         .ok_or_else(|| not_found(&id))?;
     let started = Instant::now();
-    let done = state.sandboxes.destroy(SandboxId(uuid)).await;
+    if let Some(snapshot) = row.paused_snapshot {
+        // A paused sandbox is its row and its snapshot: both go.
+        store::delete(&state.pool, uuid).await.map_err(db)?;
+        super::snapshots::delete(&state.pool, snapshot)
+            .await
+            .map_err(db)?;
+        crate::audit::record_admin(
+            &state.pool,
+            &caller,
+            "e2b.sandbox.kill",
+            &json!({"sandboxID": uuid, "paused": true}),
+            true,
+            started,
+        )
+        .await
+        .map_err(db)?;
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let done = state.sandboxes.destroy(SandboxId(row.current)).await;
     let gone = match &done {
         Ok(()) => true,
         Err(SandboxError::Dispatch(dispatcher::DispatchError::SandboxNotFound { .. })) => true,
@@ -393,8 +453,8 @@ pub async fn refresh(
 }
 
 /// `POST /sandboxes/{id}/connect`: the running sandbox, alive at least `timeout` more seconds
-/// (a connect never shortens its life). Nothing here is ever paused, so there is nothing to
-/// resume.
+/// (a connect never shortens its life), 200; a paused one is resumed first
+/// ([`super::lifecycle::resume_row`]: its files back, no process), 201.
 pub async fn connect(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -403,6 +463,19 @@ pub async fn connect(
 ) -> Answer {
     let req: ConnectSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
     let secs = req.required_timeout().map_err(Refusal)?;
-    let row = deadline(&state, &headers, &id, secs, true).await?;
-    Ok(to_json(StatusCode::OK, &created_answer(&row)))
+    let running = deadline(&state, &headers, &id, secs, true).await;
+    if !matches!(&running, Err(Refusal(ApiError { code: 404, .. }))) {
+        return running.map(|row| to_json(StatusCode::OK, &created_answer(&row)));
+    }
+    let caller = authenticated(&state, &headers).await?;
+    let uuid = sandbox_id(&id)?;
+    let paused = store::get_known(&state.pool, uuid, &caller.id)
+        .await
+        .map_err(db)?
+        .filter(|r| r.paused_snapshot.is_some());
+    let Some(paused) = paused else {
+        return running.map(|row| to_json(StatusCode::OK, &created_answer(&row)));
+    };
+    let row = super::lifecycle::resume_row(&state, &caller, &paused, secs).await?;
+    Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
 }

@@ -107,8 +107,9 @@ pub async fn target(state: &AppState, headers: &HeaderMap) -> Result<Target, Con
     }
     check_user(headers)?;
     let caller = owner(state, &row).await?;
+    // The dispatcher's sandbox now serving the id (a new one after each resume).
     Ok(Target {
-        id: SandboxId(id),
+        id: SandboxId(row.sandbox_id),
         caller,
         env: row.env_vars.0,
     })

@@ -7,9 +7,16 @@
 //! ```
 //!
 //! - [`control`]: `POST /sandboxes` (a template is a runtime of the registry; `base` is E2B's
-//!   general image), get, list (v1 and v2), kill, timeout, refresh, connect. Rows in
-//!   `e2b_sandboxes` ([`store`]) hold what E2B reports (metadata, the deadline, the owner key,
-//!   the envd token); a sandbox whose deadline passes is killed by [`store::sweep`].
+//!   general image; or one of the key's snapshots), get, list (v1 and v2), kill, timeout,
+//!   refresh, connect. Rows in `e2b_sandboxes` ([`store`]) hold what E2B reports (metadata, the
+//!   deadline, the owner key, the envd token); a sandbox whose deadline passes is killed by
+//!   [`store::sweep`].
+//! - [`lifecycle`]: pause, resume (and connect on a paused sandbox), snapshots (create, list,
+//!   delete, start a sandbox from one) and fork, with E2B's filesystem-only semantics: the
+//!   sandbox's files are kept ([`snapshots`]: the workspace as a data-only tar in PostgreSQL,
+//!   bounded per key and expiring), its processes are not: a resumed or forked sandbox is a
+//!   new container whose files are written back through the router as the owner key, like an
+//!   upload. [`observe`]: metrics from the container's cgroup, and the sandbox's lifecycle log.
 //! - [`envd`]: envd's services over the Connect protocol, for the sandbox named in
 //!   `E2b-Sandbox-Id`: `filesystem.Filesystem/*`, with [`watch`] for its watches, and
 //!   [`process`] for `process.Process/*` (live processes: streamed output, background
@@ -28,13 +35,16 @@ pub mod control;
 pub mod envd;
 pub mod files;
 pub mod keys;
+pub mod lifecycle;
+pub mod observe;
 pub mod process;
+pub mod snapshots;
 pub mod store;
 pub mod watch;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 
 use crate::state::AppState;
@@ -62,6 +72,17 @@ pub fn router() -> Router<AppState> {
         .route("/sandboxes/{id}/timeout", post(control::set_timeout))
         .route("/sandboxes/{id}/refreshes", post(control::refresh))
         .route("/sandboxes/{id}/connect", post(control::connect))
+        .route("/sandboxes/{id}/pause", post(lifecycle::pause))
+        .route("/sandboxes/{id}/resume", post(lifecycle::resume))
+        .route(
+            "/sandboxes/{id}/snapshots",
+            post(lifecycle::create_snapshot),
+        )
+        .route("/sandboxes/{id}/fork", post(lifecycle::fork))
+        .route("/snapshots", get(lifecycle::list_snapshots))
+        .route("/templates/{id}", delete(lifecycle::delete_snapshot))
+        .route("/sandboxes/{id}/metrics", get(observe::metrics))
+        .route("/v2/sandboxes/{id}/logs", get(observe::logs))
         .route("/process.Process/{method}", post(envd::process))
         .route("/filesystem.Filesystem/{method}", post(envd::filesystem))
         .route("/files", get(files::download).post(files::upload))

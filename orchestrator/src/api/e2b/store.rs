@@ -5,7 +5,10 @@
 //! A row is inserted only after its sandbox runs and deleted when it is killed; every read
 //! joins the dispatcher's row and sees only running sandboxes, so a sandbox the reaper removed
 //! is never reported (its row goes with the `sandboxes` row, `ON DELETE CASCADE`, or with the
-//! next sweep).
+//! next sweep). The exception is a paused sandbox (`paused_snapshot` set): its dispatcher
+//! sandbox is gone and its files are a snapshot ([`super::snapshots`]); only the reads that say
+//! so see it. The id clients see is `e2b_id`, stable across a pause and a resume; `sandbox_id`
+//! is the dispatcher's sandbox serving it now (a new one after each resume).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -23,10 +26,14 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// Most sandboxes one sweep kills (the next sweep takes the rest).
 const SWEEP_BATCH: i64 = 64;
 
-/// One E2B sandbox as stored.
+/// One E2B sandbox as stored. `sandbox_id` is the id clients see (`e2b_id`); `current` the
+/// dispatcher's sandbox behind it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Row {
     pub sandbox_id: Uuid,
+    pub current: Uuid,
+    /// Set while the sandbox is paused: the snapshot it resumes from.
+    pub paused_snapshot: Option<Uuid>,
     pub owner_key_id: String,
     pub template_id: String,
     pub metadata: sqlx::types::Json<BTreeMap<String, String>>,
@@ -36,7 +43,7 @@ pub struct Row {
     pub end_at: DateTime<Utc>,
 }
 
-const COLUMNS: &str = "e.sandbox_id, e.owner_key_id, e.template_id, e.metadata, \
+const COLUMNS: &str = "e.e2b_id AS sandbox_id, e.sandbox_id AS current, e.paused_snapshot, e.owner_key_id, e.template_id, e.metadata, \
      e.allow_internet_access, e.envd_access_token, e.started_at, e.end_at";
 
 /// What a new row records.
@@ -56,9 +63,9 @@ pub struct NewRow<'a> {
 /// Records a running sandbox.
 pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error> {
     sqlx::query_as(&format!(
-        "INSERT INTO e2b_sandboxes AS e (sandbox_id, tenant_id, owner_key_id, template_id, metadata, \
+        "INSERT INTO e2b_sandboxes AS e (sandbox_id, e2b_id, tenant_id, owner_key_id, template_id, metadata, \
          allow_internet_access, envd_access_token, end_at, env_vars) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9) RETURNING {COLUMNS}"
+         VALUES ($1, $1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9) RETURNING {COLUMNS}"
     ))
     .bind(row.sandbox_id.0)
     .bind(row.tenant)
@@ -82,7 +89,8 @@ pub async fn get_owned(
 ) -> Result<Option<Row>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
-         WHERE e.sandbox_id = $1 AND e.owner_key_id = $2 AND s.state = 'running'"
+         WHERE e.e2b_id = $1 AND e.owner_key_id = $2 AND s.state = 'running' \
+         AND e.paused_snapshot IS NULL"
     ))
     .bind(id)
     .bind(owner_key_id)
@@ -104,9 +112,9 @@ pub async fn list_owned(
     };
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
-         WHERE e.owner_key_id = $1 AND s.state = 'running' \
-         AND ($2::timestamptz IS NULL OR (e.started_at, e.sandbox_id::text) > ($2, $3)) \
-         ORDER BY e.started_at, e.sandbox_id LIMIT $4"
+         WHERE e.owner_key_id = $1 AND s.state = 'running' AND e.paused_snapshot IS NULL \
+         AND ($2::timestamptz IS NULL OR (e.started_at, e.e2b_id::text) > ($2, $3)) \
+         ORDER BY e.started_at, e.e2b_id LIMIT $4"
     ))
     .bind(owner_key_id)
     .bind(at)
@@ -129,7 +137,7 @@ pub async fn set_deadline(
         "UPDATE e2b_sandboxes e SET end_at = CASE WHEN $4 THEN greatest(e.end_at, now() + make_interval(secs => $3)) \
              ELSE now() + make_interval(secs => $3) END \
          FROM sandboxes s WHERE s.id = e.sandbox_id AND s.state = 'running' \
-         AND e.sandbox_id = $1 AND e.owner_key_id = $2 RETURNING {COLUMNS}"
+         AND e.paused_snapshot IS NULL AND e.e2b_id = $1 AND e.owner_key_id = $2 RETURNING {COLUMNS}"
     ))
     .bind(id)
     .bind(owner_key_id)
@@ -139,9 +147,130 @@ pub async fn set_deadline(
     .await
 }
 
-/// Deletes a row (after its sandbox was destroyed, or when its create failed).
+/// The sandbox `id` of `owner_key_id`, running or paused (see [`Row::paused_snapshot`]).
+pub async fn get_known(
+    pool: &PgPool,
+    id: Uuid,
+    owner_key_id: &str,
+) -> Result<Option<Row>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
+         WHERE e.e2b_id = $1 AND e.owner_key_id = $2 \
+         AND (e.paused_snapshot IS NOT NULL OR s.state = 'running')"
+    ))
+    .bind(id)
+    .bind(owner_key_id)
+    .fetch_optional(pool)
+    .await
+}
+
+/// The paused sandboxes of a key, oldest first; at most `limit`.
+pub async fn list_paused(
+    pool: &PgPool,
+    owner_key_id: &str,
+    limit: i64,
+) -> Result<Vec<Row>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
+         WHERE e.owner_key_id = $1 AND e.paused_snapshot IS NOT NULL \
+         ORDER BY e.started_at, e.e2b_id LIMIT $2"
+    ))
+    .bind(owner_key_id)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Marks a running sandbox paused on `snapshot` (in the transaction that stored it). False when
+/// it was not running any more (killed or paused meanwhile).
+pub async fn set_paused(
+    tx: &mut sqlx::PgConnection,
+    id: Uuid,
+    snapshot: Uuid,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE e2b_sandboxes SET paused_snapshot = $2 WHERE e2b_id = $1 AND paused_snapshot IS NULL",
+    )
+    .bind(id)
+    .bind(snapshot)
+    .execute(tx)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Points a paused sandbox at the sandbox that now serves it, running again for `timeout_secs`.
+/// None when it was not paused on `snapshot` any more (another resume won).
+pub async fn set_resumed(
+    pool: &PgPool,
+    id: Uuid,
+    snapshot: Uuid,
+    current: SandboxId,
+    timeout_secs: u32,
+) -> Result<Option<Row>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE e2b_sandboxes AS e SET sandbox_id = $3, paused_snapshot = NULL, \
+         end_at = now() + make_interval(secs => $4) \
+         WHERE e.e2b_id = $1 AND e.paused_snapshot = $2 RETURNING {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(snapshot)
+    .bind(current.0)
+    .bind(f64::from(timeout_secs))
+    .fetch_optional(pool)
+    .await
+}
+
+/// One line of a sandbox's log (`GET /v2/sandboxes/{id}/logs`); a failure to write it is
+/// logged, never the caller's error.
+pub async fn log(pool: &PgPool, id: Uuid, level: &str, message: &str, fields: serde_json::Value) {
+    let written = sqlx::query(
+        "INSERT INTO e2b_sandbox_logs (e2b_id, level, message, fields) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(id)
+    .bind(level)
+    .bind(message)
+    .bind(fields)
+    .execute(pool)
+    .await;
+    if let Err(e) = written {
+        tracing::warn!(sandbox = %id, error = %e, "could not write an E2B sandbox log line");
+    }
+}
+
+/// One stored log line.
+#[derive(Debug, sqlx::FromRow)]
+pub struct LogLine {
+    pub at: DateTime<Utc>,
+    pub level: String,
+    pub message: String,
+    pub fields: sqlx::types::Json<BTreeMap<String, String>>,
+}
+
+/// The log lines of sandbox `id` from `from` on (or up to it, `backward`), at most `limit`.
+pub async fn logs(
+    pool: &PgPool,
+    id: Uuid,
+    from: Option<DateTime<Utc>>,
+    backward: bool,
+    limit: i64,
+) -> Result<Vec<LogLine>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT at, level, message, fields FROM e2b_sandbox_logs WHERE e2b_id = $1 \
+         AND ($2::timestamptz IS NULL OR (CASE WHEN $3 THEN at <= $2 ELSE at >= $2 END)) \
+         ORDER BY CASE WHEN $3 THEN -extract(epoch FROM at) ELSE extract(epoch FROM at) END, seq \
+         LIMIT $4",
+    )
+    .bind(id)
+    .bind(from)
+    .bind(backward)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Deletes a row by its E2B id (after its sandbox was destroyed, or when its create failed).
 pub async fn delete(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM e2b_sandboxes WHERE sandbox_id = $1")
+    sqlx::query("DELETE FROM e2b_sandboxes WHERE e2b_id = $1")
         .bind(id)
         .execute(pool)
         .await
@@ -149,7 +278,7 @@ pub async fn delete(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
 }
 
 /// What an envd call needs of its sandbox: the owner key's row, the sandbox's token and its
-/// environment.
+/// environment. `sandbox_id` is the dispatcher's sandbox serving the E2B id asked for.
 #[derive(Debug, sqlx::FromRow)]
 pub struct EnvdTarget {
     pub sandbox_id: Uuid,
@@ -163,8 +292,9 @@ pub struct EnvdTarget {
     pub key_context: Option<String>,
 }
 
-/// The running sandbox `id` with its owner key, in one statement. A sandbox past its deadline
-/// is not running any more (the sweep ends it within [`SWEEP_EVERY`]), so it is not found.
+/// The running sandbox of E2B id `id` with its owner key, in one statement. A sandbox past its
+/// deadline is not running any more (the sweep ends it within [`SWEEP_EVERY`]), so it is not
+/// found; nor is a paused one.
 pub async fn envd_target(pool: &PgPool, id: Uuid) -> Result<Option<EnvdTarget>, sqlx::Error> {
     sqlx::query_as(
         "SELECT e.sandbox_id, e.envd_access_token, e.env_vars, k.id AS key_id, k.name AS key_name, \
@@ -172,7 +302,8 @@ pub async fn envd_target(pool: &PgPool, id: Uuid) -> Result<Option<EnvdTarget>, 
          coalesce(k.expires_at <= now(), false) AS key_expired, k.security_context AS key_context \
          FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
          JOIN api_keys k ON k.id::text = e.owner_key_id \
-         WHERE e.sandbox_id = $1 AND s.state = 'running' AND e.end_at > now()",
+         WHERE e.e2b_id = $1 AND s.state = 'running' AND e.paused_snapshot IS NULL \
+         AND e.end_at > now()",
     )
     .bind(id)
     .fetch_optional(pool)
@@ -186,9 +317,9 @@ pub async fn secure_sandboxes(
     limit: i64,
 ) -> Result<Vec<(Uuid, String)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT e.sandbox_id, e.envd_access_token FROM e2b_sandboxes e \
+        "SELECT e.e2b_id, e.envd_access_token FROM e2b_sandboxes e \
          JOIN sandboxes s ON s.id = e.sandbox_id \
-         WHERE s.state = 'running' AND e.envd_access_token IS NOT NULL \
+         WHERE s.state = 'running' AND e.envd_access_token IS NOT NULL AND e.paused_snapshot IS NULL \
          ORDER BY e.started_at DESC LIMIT $1",
     )
     .bind(limit)
@@ -203,32 +334,41 @@ const CLAIM_SECS: f64 = 60.0;
 /// Kills the sandboxes whose deadline passed and forgets rows whose sandbox is gone. A due
 /// row is claimed by moving its deadline [`CLAIM_SECS`] ahead (`FOR UPDATE SKIP LOCKED`, so
 /// two replicas never take the same one), its sandbox destroyed, and only then the row
-/// deleted: a destroy that fails is retried by a later sweep, never forgotten.
+/// deleted: a destroy that fails is retried by a later sweep, never forgotten. A paused
+/// sandbox has no deadline (its snapshot's expiry ends it); its row is only claimed when the
+/// sandbox it was paused from still runs (the pause could not destroy it), which is destroyed
+/// while the row stays.
 pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
-    let due: Vec<(Uuid,)> = sqlx::query_as(
-        "UPDATE e2b_sandboxes SET end_at = now() + make_interval(secs => $2) WHERE sandbox_id IN ( \
-             SELECT e.sandbox_id FROM e2b_sandboxes e LEFT JOIN sandboxes s ON s.id = e.sandbox_id \
-             WHERE e.end_at <= now() OR s.state IS NULL OR s.state NOT IN ('creating', 'running') \
+    let due: Vec<(Uuid, Uuid, bool)> = sqlx::query_as(
+        "UPDATE e2b_sandboxes SET end_at = now() + make_interval(secs => $2) WHERE e2b_id IN ( \
+             SELECT e.e2b_id FROM e2b_sandboxes e LEFT JOIN sandboxes s ON s.id = e.sandbox_id \
+             WHERE (e.paused_snapshot IS NULL AND (e.end_at <= now() OR s.state IS NULL \
+                    OR s.state NOT IN ('creating', 'running'))) \
+                OR (e.paused_snapshot IS NOT NULL AND s.state IN ('creating', 'running')) \
              ORDER BY e.end_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED) \
-         RETURNING sandbox_id",
+         RETURNING e2b_id, sandbox_id, paused_snapshot IS NOT NULL",
     )
     .bind(SWEEP_BATCH)
     .bind(CLAIM_SECS)
     .fetch_all(&state.pool)
     .await?;
     let mut ended = 0;
-    for (id,) in &due {
-        let sandbox = SandboxId(*id);
+    for (e2b_id, current, paused) in &due {
+        let sandbox = SandboxId(*current);
         let started = std::time::Instant::now();
         match state.sandboxes.destroy(sandbox).await {
+            Ok(()) if *paused => {
+                tracing::info!(sandbox = %e2b_id, "the container of a paused E2B sandbox was removed");
+                continue;
+            }
             Ok(()) => {
-                tracing::info!(sandbox = %id, "E2B sandbox ended: its timeout passed");
+                tracing::info!(sandbox = %e2b_id, "E2B sandbox ended: its timeout passed");
                 // The node ended it, not a caller: one admin row by the system says so.
                 let _ = crate::audit::record_admin(
                     &state.pool,
                     &crate::caller::Caller::system(),
                     "e2b.sandbox.timeout",
-                    &serde_json::json!({"sandbox_id": id}),
+                    &serde_json::json!({"sandbox_id": e2b_id}),
                     true,
                     started,
                 )
@@ -236,19 +376,22 @@ pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
             }
             Err(crate::sandboxes::SandboxError::Dispatch(
                 dispatcher::DispatchError::SandboxNotFound { .. },
+            )) if *paused => continue,
+            Err(crate::sandboxes::SandboxError::Dispatch(
+                dispatcher::DispatchError::SandboxNotFound { .. },
             )) => {}
             Err(e) => {
-                tracing::warn!(sandbox = %id, error = %e, "could not end an E2B sandbox past its timeout; the next sweep retries");
+                tracing::warn!(sandbox = %e2b_id, error = %e, "could not end an E2B sandbox past its timeout; the next sweep retries");
                 continue;
             }
         }
-        delete(&state.pool, *id).await?;
+        delete(&state.pool, *e2b_id).await?;
         ended += 1;
     }
     Ok(ended)
 }
 
-/// Runs [`sweep`] every [`SWEEP_EVERY`] until `shutdown`.
+/// Runs [`sweep`] and [`super::snapshots::sweep`] every [`SWEEP_EVERY`] until `shutdown`.
 pub async fn sweep_periodically(state: AppState, shutdown: CancellationToken) {
     loop {
         tokio::select! {
@@ -257,6 +400,9 @@ pub async fn sweep_periodically(state: AppState, shutdown: CancellationToken) {
         }
         if let Err(e) = sweep(&state).await {
             tracing::warn!(error = %e, "could not sweep E2B sandboxes past their timeout");
+        }
+        if let Err(e) = super::snapshots::sweep(&state).await {
+            tracing::warn!(error = %e, "could not sweep expired E2B snapshots");
         }
     }
 }

@@ -1,0 +1,647 @@
+//! Pause, resume, snapshots and fork on E2B's control API, with E2B's filesystem-only
+//! semantics ([`super::snapshots`] says what is saved and how it comes back):
+//!
+//! - `POST /sandboxes/{id}/pause`: the files become a `pause` snapshot, the container is
+//!   destroyed, the sandbox is listed as `paused`. The SDK asks to keep memory by default;
+//!   this node keeps the files only, whatever it asks (processes end).
+//! - `POST /sandboxes/{id}/resume`, and `POST /sandboxes/{id}/connect` on a paused sandbox: a
+//!   new sandbox of the same runtime under the same id and envd token, its files restored;
+//!   no process comes back (as after E2B's filesystem-only resume, a fresh boot).
+//! - `POST /sandboxes/{id}/snapshots` (the sandbox keeps running), `GET /snapshots`,
+//!   `DELETE /templates/{id}` (the SDK deletes snapshots there), and a create whose
+//!   `templateID` names one of the key's snapshots (by id or name).
+//! - `POST /sandboxes/{id}/fork`: a snapshot held for the request only, and `count` sandboxes
+//!   started from it, each reported on its own.
+//!
+//! Each leaves an admin audit row (`e2b.sandbox.pause`, `.resume`, `.fork`,
+//! `e2b.snapshot.create`, `.delete`) and a line in the sandbox's log. Only the owner key sees
+//! or uses a snapshot; another key's is "not found".
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use dispatcher::{Owner, OwnerKind, SandboxId};
+use serde_json::json;
+use uuid::Uuid;
+
+use aegis_e2b::api::{
+    parse_optional_body, ApiError, Cursor, ResumedSandbox, SandboxForkRequest, SandboxForkResult,
+    SandboxPauseRequest, SandboxSnapshotRequest, SnapshotInfo, SnapshotsQuery,
+    DEFAULT_TIMEOUT_SECS, NEXT_TOKEN_HEADER,
+};
+
+use super::control::{
+    authenticated, created_answer, db, new_token, not_found, sandbox_error, sandbox_id, to_json,
+    MAX_BODY,
+};
+use super::envd::Target;
+use super::snapshots::{self, NewSnapshot, Quota, Snapshot, SnapshotError};
+use super::store::{self, Row};
+use super::{keys, Refusal};
+use crate::caller::Caller;
+use crate::state::AppState;
+
+type Answer = Result<Response, Refusal>;
+
+/// Longest snapshot name.
+const MAX_NAME_BYTES: usize = 128;
+
+fn refusal(e: SnapshotError) -> Refusal {
+    Refusal(e.to_api())
+}
+
+async fn audit(
+    state: &AppState,
+    caller: &Caller,
+    action: &str,
+    args: serde_json::Value,
+    ok: bool,
+    started: Instant,
+) -> Result<(), Refusal> {
+    crate::audit::record_admin(&state.pool, caller, action, &args, ok, started)
+        .await
+        .map(|_| ())
+        .map_err(db)
+}
+
+/// A new sandbox of `runtime` for `caller` with the files of `archive` written into it through
+/// the router ([`snapshots::restore`]); destroyed again when that fails.
+pub(super) async fn start_restored(
+    state: &AppState,
+    caller: &Caller,
+    runtime: &str,
+    archive: &[u8],
+) -> Result<(SandboxId, snapshots::Restored), Refusal> {
+    let runtime = crate::sandboxes::find_runtime(runtime).map_err(|e| Refusal(sandbox_error(e)))?;
+    let owner = Owner::new(OwnerKind::Operator, caller.id.clone());
+    let context = caller.seal.as_ref().map(|s| s.context.as_ref());
+    let (id, _) = state
+        .sandboxes
+        .create_for_e2b(&state.pool, runtime, context, owner)
+        .await
+        .map_err(|e| Refusal(sandbox_error(e)))?;
+    let target = Target {
+        id,
+        caller: caller.clone(),
+    };
+    match snapshots::restore(state, &target, archive).await {
+        Ok(restored) => Ok((id, restored)),
+        Err(e) => {
+            if let Err(d) = state.sandboxes.destroy(id).await {
+                tracing::warn!(sandbox = %id, error = %d, "a sandbox whose restore failed could not be destroyed; the reaper removes it");
+            }
+            Err(refusal(e))
+        }
+    }
+}
+
+/// Restores `snapshot` into the freshly created sandbox of `row` (a create naming a snapshot).
+pub(super) async fn restore_into(
+    state: &AppState,
+    caller: &Caller,
+    row: &Row,
+    snapshot: &Snapshot,
+) -> Result<snapshots::Restored, Refusal> {
+    let archive = snapshots::archive(&state.pool, snapshot.id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| Refusal(ApiError::new(404, "the snapshot expired meanwhile")))?;
+    let target = Target {
+        id: SandboxId(row.current),
+        caller: caller.clone(),
+    };
+    let restored = snapshots::restore(state, &target, &archive)
+        .await
+        .map_err(refusal)?;
+    store::log(
+        &state.pool,
+        row.sandbox_id,
+        "info",
+        "sandbox started from a snapshot: its files were restored; no process was",
+        json!({"snapshot": snapshot.id.to_string(), "written": restored.written.to_string(),
+               "left_out": restored.left_out.to_string()}),
+    )
+    .await;
+    Ok(restored)
+}
+
+/// `POST /sandboxes/{id}/pause`: 204, 409 when already paused, 404 when the key has no such
+/// sandbox.
+pub async fn pause(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Answer {
+    let caller = authenticated(&state, &headers).await?;
+    keys::require_write(&caller).map_err(Refusal)?;
+    let req: SandboxPauseRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
+    let uuid = sandbox_id(&id)?;
+    let row = store::get_known(&state.pool, uuid, &caller.id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| not_found(&id))?;
+    if row.paused_snapshot.is_some() {
+        return Err(Refusal(ApiError::new(
+            409,
+            format!("sandbox \"{id}\" is already paused"),
+        )));
+    }
+    let started = Instant::now();
+    let paused = pause_row(&state, &caller, &row).await;
+    audit(
+        &state,
+        &caller,
+        "e2b.sandbox.pause",
+        json!({"sandboxID": uuid, "memory": req.keeps_memory(), "kept": "filesystem"}),
+        paused.is_ok(),
+        started,
+    )
+    .await?;
+    paused?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn pause_row(state: &AppState, caller: &Caller, row: &Row) -> Result<(), Refusal> {
+    let quota = Quota::of(state);
+    let room = snapshots::room(&state.pool, &caller.id, quota)
+        .await
+        .map_err(refusal)?;
+    let current = SandboxId(row.current);
+    let (archive, runtime) = snapshots::capture(state, current, room)
+        .await
+        .map_err(refusal)?;
+    let mut tx = state.pool.begin().await.map_err(db)?;
+    let snapshot = snapshots::insert(
+        &mut tx,
+        &NewSnapshot {
+            tenant: &caller.tenant,
+            owner_key_id: &caller.id,
+            pause: true,
+            source_sandbox: row.sandbox_id,
+            template_id: &row.template_id,
+            runtime: &runtime,
+            name: None,
+            archive: &archive,
+        },
+        quota,
+    )
+    .await
+    .map_err(refusal)?;
+    if !store::set_paused(&mut tx, row.sandbox_id, snapshot.id)
+        .await
+        .map_err(db)?
+    {
+        return Err(Refusal(ApiError::new(
+            409,
+            format!("sandbox \"{}\" is already paused", row.sandbox_id),
+        )));
+    }
+    tx.commit().await.map_err(db)?;
+    // The row says paused from here on; a container the destroy misses is removed by the sweep.
+    if let Err(e) = state.sandboxes.destroy(current).await {
+        tracing::warn!(sandbox = %row.sandbox_id, error = %e, "a paused sandbox's container could not be destroyed yet; the sweep retries");
+    }
+    store::log(
+        &state.pool,
+        row.sandbox_id,
+        "info",
+        "sandbox paused: its files were saved, its processes ended",
+        json!({"snapshot": snapshot.id.to_string(), "bytes": archive.len().to_string()}),
+    )
+    .await;
+    Ok(())
+}
+
+/// Resumes a paused sandbox of `caller` (see the module's documentation): the row, running
+/// again for `timeout_secs`.
+pub(super) async fn resume_row(
+    state: &AppState,
+    caller: &Caller,
+    row: &Row,
+    timeout_secs: u32,
+) -> Result<Row, Refusal> {
+    let Some(snapshot_id) = row.paused_snapshot else {
+        return Ok(row.clone());
+    };
+    let started = Instant::now();
+    let resumed = resume_from(state, caller, row, snapshot_id, timeout_secs).await;
+    audit(
+        state,
+        caller,
+        "e2b.sandbox.resume",
+        json!({"sandboxID": row.sandbox_id, "timeout": timeout_secs}),
+        resumed.is_ok(),
+        started,
+    )
+    .await?;
+    resumed
+}
+
+async fn resume_from(
+    state: &AppState,
+    caller: &Caller,
+    row: &Row,
+    snapshot_id: Uuid,
+    timeout_secs: u32,
+) -> Result<Row, Refusal> {
+    let gone = || {
+        Refusal(ApiError::new(
+            404,
+            format!("paused sandbox \"{}\" not found", row.sandbox_id),
+        ))
+    };
+    let snapshot: Option<Snapshot> = sqlx::query_as(
+        "SELECT id, owner_key_id, kind, source_sandbox, template_id, runtime, name, bytes, \
+         created_at, expires_at FROM e2b_snapshots WHERE id = $1",
+    )
+    .bind(snapshot_id)
+    .fetch_optional(&state.pool)
+    .await
+    .map_err(db)?;
+    let snapshot = snapshot.ok_or_else(gone)?;
+    let archive = snapshots::archive(&state.pool, snapshot_id)
+        .await
+        .map_err(db)?
+        .ok_or_else(gone)?;
+    let (new_id, restored) = start_restored(state, caller, &snapshot.runtime, &archive).await?;
+    let updated = store::set_resumed(
+        &state.pool,
+        row.sandbox_id,
+        snapshot_id,
+        new_id,
+        timeout_secs,
+    )
+    .await
+    .map_err(db)?;
+    let Some(updated) = updated else {
+        // Another resume won: its sandbox serves the id, ours goes.
+        if let Err(e) = state.sandboxes.destroy(new_id).await {
+            tracing::warn!(sandbox = %new_id, error = %e, "a losing resume's sandbox could not be destroyed; the reaper removes it");
+        }
+        return store::get_known(&state.pool, row.sandbox_id, &caller.id)
+            .await
+            .map_err(db)?
+            .ok_or_else(gone);
+    };
+    snapshots::delete(&state.pool, snapshot_id)
+        .await
+        .map_err(db)?;
+    store::log(
+        &state.pool,
+        row.sandbox_id,
+        "info",
+        "sandbox resumed from its files (filesystem only): processes from before the pause were not restored",
+        json!({"written": restored.written.to_string(), "left_out": restored.left_out.to_string()}),
+    )
+    .await;
+    Ok(updated)
+}
+
+/// `POST /sandboxes/{id}/resume` (deprecated by E2B for connect): 201 with the sandbox, 409
+/// when it runs.
+pub async fn resume(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Answer {
+    let caller = authenticated(&state, &headers).await?;
+    keys::require_write(&caller).map_err(Refusal)?;
+    let req: ResumedSandbox = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
+    let timeout = checked_timeout(req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS))?;
+    let uuid = sandbox_id(&id)?;
+    let row = store::get_known(&state.pool, uuid, &caller.id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| not_found(&id))?;
+    if row.paused_snapshot.is_none() {
+        return Err(Refusal(ApiError::new(
+            409,
+            format!("sandbox \"{id}\" is already running"),
+        )));
+    }
+    let row = resume_row(&state, &caller, &row, timeout).await?;
+    Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
+}
+
+fn checked_timeout(secs: u32) -> Result<u32, Refusal> {
+    let max = aegis_e2b::api::Limits::default().max_timeout_secs;
+    if secs > max {
+        return Err(Refusal(ApiError::bad_request(format!(
+            "timeout {secs} s is longer than this node's limit of {max} s"
+        ))));
+    }
+    Ok(secs)
+}
+
+fn checked_name(name: Option<&str>) -> Result<Option<&str>, Refusal> {
+    let Some(name) = name.filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    let ok = name.len() <= MAX_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-/:".contains(&b));
+    if !ok {
+        return Err(Refusal(ApiError::bad_request(format!(
+            "name must be 1 to {MAX_NAME_BYTES} letters, digits and . _ - / :"
+        ))));
+    }
+    // A create names a runtime or a snapshot by the same field: a snapshot may not take a
+    // runtime's name, nor look like another snapshot's id.
+    if crate::sandboxes::find_runtime(name).is_ok() || Uuid::parse_str(name).is_ok() {
+        return Err(Refusal(ApiError::bad_request(format!(
+            "name {name:?} is a template (runtime) name or an id; choose another"
+        ))));
+    }
+    Ok(Some(name))
+}
+
+/// `POST /sandboxes/{id}/snapshots`: 201 with the snapshot; the sandbox keeps running.
+pub async fn create_snapshot(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Answer {
+    let caller = authenticated(&state, &headers).await?;
+    keys::require_write(&caller).map_err(Refusal)?;
+    let req: SandboxSnapshotRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
+    let name = checked_name(req.name.as_deref())?;
+    let uuid = sandbox_id(&id)?;
+    let row = store::get_owned(&state.pool, uuid, &caller.id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| not_found(&id))?;
+    let started = Instant::now();
+    let taken = take_snapshot(&state, &caller, &row, name).await;
+    audit(
+        &state,
+        &caller,
+        "e2b.snapshot.create",
+        json!({"sandboxID": uuid, "named": name.is_some(),
+               "snapshotID": taken.as_ref().ok().map(|s| s.id)}),
+        taken.is_ok(),
+        started,
+    )
+    .await?;
+    let snapshot = taken?;
+    store::log(
+        &state.pool,
+        uuid,
+        "info",
+        "snapshot taken (files only)",
+        json!({"snapshot": snapshot.id.to_string(), "bytes": snapshot.bytes.to_string()}),
+    )
+    .await;
+    Ok(to_json(StatusCode::CREATED, &info(&snapshot)))
+}
+
+async fn take_snapshot(
+    state: &AppState,
+    caller: &Caller,
+    row: &Row,
+    name: Option<&str>,
+) -> Result<Snapshot, Refusal> {
+    let quota = Quota::of(state);
+    let room = snapshots::room(&state.pool, &caller.id, quota)
+        .await
+        .map_err(refusal)?;
+    let (archive, runtime) = snapshots::capture(state, SandboxId(row.current), room)
+        .await
+        .map_err(refusal)?;
+    let mut tx = state.pool.begin().await.map_err(db)?;
+    let snapshot = snapshots::insert(
+        &mut tx,
+        &NewSnapshot {
+            tenant: &caller.tenant,
+            owner_key_id: &caller.id,
+            pause: false,
+            source_sandbox: row.sandbox_id,
+            template_id: &row.template_id,
+            runtime: &runtime,
+            name,
+            archive: &archive,
+        },
+        quota,
+    )
+    .await
+    .map_err(refusal)?;
+    tx.commit().await.map_err(db)?;
+    Ok(snapshot)
+}
+
+fn info(s: &Snapshot) -> SnapshotInfo {
+    SnapshotInfo {
+        snapshot_id: s.id.to_string(),
+        names: s.name.iter().cloned().collect(),
+    }
+}
+
+/// `GET /snapshots`: the key's snapshots, newest first, filtered by source sandbox and by name
+/// or id, one page at a time (`X-Next-Token`).
+pub async fn list_snapshots(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Answer {
+    let caller = authenticated(&state, &headers).await?;
+    let q = SnapshotsQuery::parse(query.as_deref().unwrap_or("")).map_err(Refusal)?;
+    let source = match &q.sandbox_id {
+        None => None,
+        Some(raw) => match Uuid::parse_str(raw) {
+            Ok(id) => Some(id),
+            // No sandbox of this node has such an id: nothing was taken from it.
+            Err(_) => return Ok(to_json(StatusCode::OK, &Vec::<SnapshotInfo>::new())),
+        },
+    };
+    let after = match &q.next_token {
+        None => None,
+        Some(c) => Some((
+            c.at,
+            Uuid::parse_str(&c.id).map_err(|_| {
+                Refusal(ApiError::bad_request(
+                    "nextToken is not a page token of this node",
+                ))
+            })?,
+        )),
+    };
+    let limit = i64::from(q.limit);
+    let mut rows = snapshots::list(
+        &state.pool,
+        &caller.id,
+        source,
+        q.name.as_deref(),
+        after,
+        limit + 1,
+    )
+    .await
+    .map_err(db)?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(q.limit as usize);
+    let page: Vec<SnapshotInfo> = rows.iter().map(info).collect();
+    let mut response = to_json(StatusCode::OK, &page);
+    if more {
+        if let Some(last) = rows.last() {
+            let token = Cursor {
+                at: last.created_at,
+                id: last.id.to_string(),
+            }
+            .encode();
+            if let Ok(value) = HeaderValue::from_str(&token) {
+                response.headers_mut().insert(NEXT_TOKEN_HEADER, value);
+            }
+        }
+    }
+    Ok(response)
+}
+
+/// `DELETE /templates/{id}`, where the SDK deletes snapshots: 204, or 404 when the key has no
+/// snapshot of that id (templates themselves are the node's runtimes and are not deleted).
+pub async fn delete_snapshot(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Answer {
+    let caller = authenticated(&state, &headers).await?;
+    keys::require_write(&caller).map_err(Refusal)?;
+    let missing = || Refusal(ApiError::new(404, format!("snapshot \"{id}\" not found")));
+    let uuid = Uuid::parse_str(&id).map_err(|_| missing())?;
+    let started = Instant::now();
+    let deleted = snapshots::delete_owned(&state.pool, &caller.id, uuid)
+        .await
+        .map_err(db)?;
+    if !deleted {
+        return Err(missing());
+    }
+    audit(
+        &state,
+        &caller,
+        "e2b.snapshot.delete",
+        json!({"snapshotID": uuid}),
+        true,
+        started,
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `POST /sandboxes/{id}/fork`: 201 with one result per fork asked for. The snapshot is held
+/// for this request only (bounded by the key's snapshot bytes, not stored); each fork is a
+/// sandbox of the source's runtime with its files, metadata and template, its own token and
+/// the asked timeout.
+pub async fn fork(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Answer {
+    let caller = authenticated(&state, &headers).await?;
+    keys::require_write(&caller).map_err(Refusal)?;
+    let req: SandboxForkRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
+    let count = req.count().map_err(Refusal)?;
+    let timeout = checked_timeout(req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS))?;
+    let uuid = sandbox_id(&id)?;
+    let row = store::get_owned(&state.pool, uuid, &caller.id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| not_found(&id))?;
+    let started = Instant::now();
+    let captured = snapshots::capture(&state, SandboxId(row.current), Quota::of(&state).bytes)
+        .await
+        .map_err(refusal);
+    let (archive, runtime) = match captured {
+        Ok(c) => c,
+        Err(e) => {
+            audit(
+                &state,
+                &caller,
+                "e2b.sandbox.fork",
+                json!({"sandboxID": uuid, "count": count, "started": 0}),
+                false,
+                started,
+            )
+            .await?;
+            return Err(e);
+        }
+    };
+    let mut results = Vec::new();
+    let mut forks = Vec::new();
+    for _ in 0..count {
+        match start_fork(&state, &caller, &row, &runtime, &archive, timeout).await {
+            Ok(new_row) => {
+                forks.push(new_row.sandbox_id);
+                results.push(SandboxForkResult::started(created_answer(&new_row)));
+            }
+            Err(Refusal(e)) => results.push(SandboxForkResult::failed(e)),
+        }
+    }
+    audit(
+        &state,
+        &caller,
+        "e2b.sandbox.fork",
+        json!({"sandboxID": uuid, "count": count, "forks": forks}),
+        !forks.is_empty(),
+        started,
+    )
+    .await?;
+    store::log(
+        &state.pool,
+        uuid,
+        "info",
+        "sandbox forked (files only)",
+        json!({"forks": forks.iter().map(Uuid::to_string).collect::<Vec<_>>().join(",")}),
+    )
+    .await;
+    Ok(to_json(StatusCode::CREATED, &results))
+}
+
+async fn start_fork(
+    state: &AppState,
+    caller: &Caller,
+    source: &Row,
+    runtime: &str,
+    archive: &[u8],
+    timeout: u32,
+) -> Result<Row, Refusal> {
+    let token = new_token()?;
+    let (id, restored) = start_restored(state, caller, runtime, archive).await?;
+    let inserted = store::insert(
+        &state.pool,
+        &store::NewRow {
+            sandbox_id: id,
+            tenant: &caller.tenant,
+            owner_key_id: &caller.id,
+            template_id: &source.template_id,
+            metadata: &source.metadata.0,
+            allow_internet_access: source.allow_internet_access,
+            envd_access_token: &token,
+            timeout_secs: timeout,
+        },
+    )
+    .await;
+    match inserted {
+        Ok(row) => {
+            store::log(
+                &state.pool,
+                row.sandbox_id,
+                "info",
+                "sandbox forked from another (files only, no process)",
+                json!({"source": source.sandbox_id.to_string(), "written": restored.written.to_string(),
+                       "left_out": restored.left_out.to_string()}),
+            )
+            .await;
+            Ok(row)
+        }
+        Err(e) => {
+            if let Err(d) = state.sandboxes.destroy(id).await {
+                tracing::warn!(sandbox = %id, error = %d, "a fork whose row could not be written could not be destroyed; the reaper removes it");
+            }
+            Err(db(e))
+        }
+    }
+}

@@ -1,0 +1,473 @@
+//! Snapshots of E2B sandboxes, with E2B's filesystem-only semantics: the files of a sandbox,
+//! never its processes or memory. A pause, `POST /sandboxes/{id}/snapshots` and a fork all take
+//! one ([`capture`]); a resume, a create whose `templateID` names a snapshot, and a fork start a
+//! sandbox from one ([`restore`]).
+//!
+//! What is saved: the sandbox's workspace (`/home/user`), the only place it keeps files: its
+//! root filesystem is read-only, and `/tmp` is a tmpfs that, like memory, does not survive.
+//! The dispatcher archives the workspace as plain data (owners the sandbox user's, no set-id or
+//! sticky bits, no devices or FIFOs, no links pointing out of it, see `dispatcher::archive`).
+//!
+//! Where: a row of `e2b_snapshots` holding the tar archive, in PostgreSQL rather than in a
+//! directory of the node, so every replica can resume or fork from it and it outlives a
+//! replica's restart or disk. Bounded: per API key, in number and bytes (config `e2b`), counted
+//! under a lock of the key so concurrent snapshots cannot overshoot together, and expiring
+//! (`e2b.snapshot_ttl_secs`, [`sweep`]).
+//!
+//! How it comes back: never around the policy. The archive is read again through the same
+//! rewriting ([`dispatcher::data_entries`]), then every directory and file is written by
+//! `fs.create_dir` and `fs.write` tool calls through the router, as the owner key (confined by
+//! its security context) on the new sandbox's policy: the decision, audit rows, path allowlist
+//! and kernel-held rules of an upload. What the policy refuses is left out and counted; a
+//! symbolic link is left out too (no tool makes one, as no upload can), and a hard link is
+//! written as a copy of its file.
+
+use std::collections::HashMap;
+
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use dispatcher::{DataKind, SandboxId};
+use serde_json::json;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use aegis_e2b::api::ApiError;
+use aegis_e2b::connect::Code;
+
+use super::envd::{self, Target};
+use crate::sandboxes::{SandboxError, E2B_HOME, E2B_RUNTIME_LABEL};
+use crate::state::AppState;
+
+/// Most entries one snapshot may hold (each is a tool call when restored).
+pub const MAX_ENTRIES: usize = 20_000;
+
+/// A snapshot's row, without its archive.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Snapshot {
+    pub id: Uuid,
+    pub owner_key_id: String,
+    pub kind: String,
+    pub source_sandbox: Uuid,
+    pub template_id: String,
+    pub runtime: String,
+    pub name: Option<String>,
+    pub bytes: i64,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+const COLUMNS: &str = "id, owner_key_id, kind, source_sandbox, template_id, runtime, name, \
+     bytes, created_at, expires_at";
+
+/// Why a snapshot could not be taken, stored or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The key holds as many snapshots, or bytes of them, as the node allows.
+    #[error("snapshot quota reached: this API key holds {count} snapshot(s) of {bytes} bytes (limits: {max_count} snapshots, {max_bytes} bytes); delete one (Sandbox.delete_snapshot) or wait for one to expire")]
+    Quota {
+        count: u64,
+        bytes: u64,
+        max_count: u64,
+        max_bytes: u64,
+    },
+    /// The sandbox's files are more than the key's quota leaves room for.
+    #[error(
+        "the sandbox's files are larger than the {room} bytes this API key's snapshot quota leaves"
+    )]
+    TooLarge { room: u64 },
+    /// More entries than [`MAX_ENTRIES`].
+    #[error("the snapshot holds more than 20000 files and directories")]
+    TooManyEntries,
+    /// The sandbox could not be read or written.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    /// A restore failed for another reason than the policy.
+    #[error("restoring {path}: {message}")]
+    Restore { path: String, message: String },
+    /// The archive is not one this node wrote.
+    #[error("the snapshot cannot be read: {0}")]
+    Unreadable(String),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+impl SnapshotError {
+    /// The control API's answer.
+    pub fn to_api(&self) -> ApiError {
+        match self {
+            SnapshotError::Quota { .. } | SnapshotError::TooLarge { .. } => {
+                ApiError::new(429, self.to_string()).with_error_code("snapshot_quota_exceeded")
+            }
+            SnapshotError::TooManyEntries => ApiError::bad_request(self.to_string()),
+            SnapshotError::Sandbox(SandboxError::Dispatch(
+                dispatcher::DispatchError::SandboxNotFound {
+                    attached_elsewhere: true,
+                    ..
+                },
+            )) => ApiError::new(
+                409,
+                "the sandbox is served by another replica of this node; ask it",
+            ),
+            SnapshotError::Sandbox(SandboxError::Dispatch(
+                dispatcher::DispatchError::SandboxNotFound { .. }
+                | dispatcher::DispatchError::SandboxGone { .. },
+            )) => ApiError::new(404, "the sandbox is gone"),
+            SnapshotError::Db(e) => {
+                tracing::error!(error = %e, "E2B snapshots: database failure");
+                ApiError::new(503, "the node's database is unavailable")
+            }
+            other => {
+                tracing::warn!(error = %other, "E2B snapshot failed");
+                ApiError::new(500, other.to_string())
+            }
+        }
+    }
+}
+
+/// The per-key bounds of the `e2b` config section.
+#[derive(Debug, Clone, Copy)]
+pub struct Quota {
+    pub count: u64,
+    pub bytes: u64,
+    pub ttl_secs: u64,
+}
+
+impl Quota {
+    /// The node's.
+    pub fn of(state: &AppState) -> Quota {
+        let c = &state.config.e2b;
+        Quota {
+            count: c.max_snapshots_per_api_key,
+            bytes: c.max_snapshot_mb_per_api_key.saturating_mul(1024 * 1024),
+            ttl_secs: c.snapshot_ttl_secs,
+        }
+    }
+}
+
+/// What the key holds now: snapshots and their bytes (expired ones not counted).
+async fn held(conn: &mut sqlx::PgConnection, key: &str) -> Result<(u64, u64), sqlx::Error> {
+    let (count, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), coalesce(sum(bytes), 0)::bigint FROM e2b_snapshots \
+         WHERE owner_key_id = $1 AND expires_at > now()",
+    )
+    .bind(key)
+    .fetch_one(conn)
+    .await?;
+    Ok((count.max(0) as u64, bytes.max(0) as u64))
+}
+
+/// Bytes the key may still store, or the quota refusal when it may store no more snapshots.
+pub async fn room(pool: &PgPool, key: &str, quota: Quota) -> Result<u64, SnapshotError> {
+    let mut conn = pool.acquire().await?;
+    let (count, bytes) = held(&mut conn, key).await?;
+    if count >= quota.count || bytes >= quota.bytes {
+        return Err(SnapshotError::Quota {
+            count,
+            bytes,
+            max_count: quota.count,
+            max_bytes: quota.bytes,
+        });
+    }
+    Ok(quota.bytes - bytes)
+}
+
+/// The files of running sandbox `current` (the dispatcher's), at most `room` bytes, and the
+/// runtime it runs.
+pub async fn capture(
+    state: &AppState,
+    current: SandboxId,
+    room: u64,
+) -> Result<(Vec<u8>, String), SnapshotError> {
+    let dispatcher = state.sandboxes.dispatcher()?;
+    let runtime = dispatcher
+        .get(current)
+        .await
+        .map_err(SandboxError::from)?
+        .spec
+        .and_then(|s| s.labels.get(E2B_RUNTIME_LABEL).cloned())
+        .ok_or(SandboxError::NoPolicy(current))?;
+    let archive = dispatcher
+        .export_dir(current, E2B_HOME, room)
+        .await
+        .map_err(|e| match e {
+            dispatcher::DispatchError::ArchiveTooLarge { .. } => SnapshotError::TooLarge { room },
+            other => SnapshotError::Sandbox(other.into()),
+        })?;
+    Ok((archive, runtime))
+}
+
+/// A snapshot to store.
+pub struct NewSnapshot<'a> {
+    pub tenant: &'a str,
+    pub owner_key_id: &'a str,
+    pub pause: bool,
+    pub source_sandbox: Uuid,
+    pub template_id: &'a str,
+    pub runtime: &'a str,
+    pub name: Option<&'a str>,
+    pub archive: &'a [u8],
+}
+
+/// Stores a snapshot in `tx`, within the key's quota: counted under a transaction lock of the
+/// key, so two snapshots taken at once cannot pass the quota together.
+pub async fn insert(
+    tx: &mut sqlx::PgConnection,
+    new: &NewSnapshot<'_>,
+    quota: Quota,
+) -> Result<Snapshot, SnapshotError> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('e2b-snapshots:' || $1, 0))")
+        .bind(new.owner_key_id)
+        .execute(&mut *tx)
+        .await?;
+    let (count, bytes) = held(&mut *tx, new.owner_key_id).await?;
+    let size = new.archive.len() as u64;
+    if count + 1 > quota.count || bytes.saturating_add(size) > quota.bytes {
+        return Err(SnapshotError::Quota {
+            count,
+            bytes,
+            max_count: quota.count,
+            max_bytes: quota.bytes,
+        });
+    }
+    let row = sqlx::query_as(&format!(
+        "INSERT INTO e2b_snapshots (id, tenant_id, owner_key_id, kind, source_sandbox, template_id, \
+         runtime, name, archive, bytes, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + make_interval(secs => $11)) \
+         RETURNING {COLUMNS}"
+    ))
+    .bind(Uuid::new_v4())
+    .bind(new.tenant)
+    .bind(new.owner_key_id)
+    .bind(if new.pause { "pause" } else { "snapshot" })
+    .bind(new.source_sandbox)
+    .bind(new.template_id)
+    .bind(new.runtime)
+    .bind(new.name)
+    .bind(new.archive)
+    .bind(size as i64)
+    .bind(quota.ttl_secs as f64)
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(row)
+}
+
+/// A snapshot of `key` named by its id or its name (the newest of that name), not expired;
+/// `pause` snapshots are never named by a client.
+pub async fn find(
+    pool: &PgPool,
+    key: &str,
+    id_or_name: &str,
+) -> Result<Option<Snapshot>, sqlx::Error> {
+    let id = Uuid::parse_str(id_or_name).ok();
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM e2b_snapshots WHERE owner_key_id = $1 AND kind = 'snapshot' \
+         AND expires_at > now() AND (id = $2 OR name = $3) ORDER BY created_at DESC LIMIT 1"
+    ))
+    .bind(key)
+    .bind(id)
+    .bind(id_or_name)
+    .fetch_optional(pool)
+    .await
+}
+
+/// The archive of snapshot `id`.
+pub async fn archive(pool: &PgPool, id: Uuid) -> Result<Option<Vec<u8>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT archive FROM e2b_snapshots WHERE id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+}
+
+/// A page of `key`'s snapshots, newest first, after `(at, id)` when given.
+pub async fn list(
+    pool: &PgPool,
+    key: &str,
+    source: Option<Uuid>,
+    name: Option<&str>,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<Snapshot>, sqlx::Error> {
+    let (at, after_id) = match after {
+        Some((at, id)) => (Some(at), Some(id)),
+        None => (None, None),
+    };
+    let name_id = name.and_then(|n| Uuid::parse_str(n).ok());
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM e2b_snapshots WHERE owner_key_id = $1 AND kind = 'snapshot' \
+         AND expires_at > now() AND ($2::uuid IS NULL OR source_sandbox = $2) \
+         AND ($3::text IS NULL OR name = $3 OR id = $4) \
+         AND ($5::timestamptz IS NULL OR (created_at, id) < ($5::timestamptz, $6::uuid)) \
+         ORDER BY created_at DESC, id DESC LIMIT $7"
+    ))
+    .bind(key)
+    .bind(source)
+    .bind(name)
+    .bind(name_id)
+    .bind(at)
+    .bind(after_id)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Deletes a snapshot of `key` (a listed one); false when it has none of that id.
+pub async fn delete_owned(pool: &PgPool, key: &str, id: Uuid) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "DELETE FROM e2b_snapshots WHERE id = $1 AND owner_key_id = $2 AND kind = 'snapshot'",
+    )
+    .bind(id)
+    .bind(key)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Deletes snapshot `id` (a paused sandbox's, once it resumed or was killed).
+pub async fn delete(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM e2b_snapshots WHERE id = $1")
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(|_| ())
+}
+
+/// Most snapshots one sweep deletes.
+const SWEEP_BATCH: i64 = 64;
+
+/// Deletes expired snapshots (a paused sandbox whose snapshot expired goes with it, by the
+/// foreign key), with one admin row by the system naming how many.
+pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
+    let started = std::time::Instant::now();
+    let gone: Vec<(Uuid, String)> = sqlx::query_as(
+        "DELETE FROM e2b_snapshots WHERE id IN (SELECT id FROM e2b_snapshots \
+         WHERE expires_at <= now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
+         RETURNING id, kind",
+    )
+    .bind(SWEEP_BATCH)
+    .fetch_all(&state.pool)
+    .await?;
+    if !gone.is_empty() {
+        let ids: Vec<String> = gone
+            .iter()
+            .map(|(id, kind)| format!("{kind}:{id}"))
+            .collect();
+        tracing::info!(count = gone.len(), "expired E2B snapshots deleted");
+        let _ = crate::audit::record_admin(
+            &state.pool,
+            &crate::caller::Caller::system(),
+            "e2b.snapshot.expired",
+            &json!({"snapshots": ids}),
+            true,
+            started,
+        )
+        .await;
+    }
+    Ok(gone.len())
+}
+
+/// What a restore did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Restored {
+    /// Directories and files written.
+    pub written: usize,
+    /// Entries left out: refused by the policy, symbolic links, names that are not UTF-8.
+    pub left_out: usize,
+}
+
+/// Writes the files of `archive` into the workspace of `target`'s sandbox through the router
+/// (see the module's documentation).
+pub async fn restore(
+    state: &AppState,
+    target: &Target,
+    archive: &[u8],
+) -> Result<Restored, SnapshotError> {
+    let (entries, dropped) =
+        dispatcher::data_entries(archive).map_err(SnapshotError::Unreadable)?;
+    if entries.len() > MAX_ENTRIES {
+        return Err(SnapshotError::TooManyEntries);
+    }
+    let mut done = Restored {
+        written: 0,
+        left_out: dropped,
+    };
+    let files: HashMap<&str, usize> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == DataKind::File)
+        .map(|(i, e)| (e.path.as_str(), i))
+        .collect();
+    let chunk = usize::try_from(super::files::chunk(state)).unwrap_or(usize::MAX);
+    for entry in &entries {
+        if entry.path.is_empty() {
+            continue;
+        }
+        let path = format!("{E2B_HOME}/{}", entry.path);
+        let outcome = match entry.kind {
+            DataKind::Dir => envd::call(state, target, "fs.create_dir", json!({"path": path}))
+                .await
+                .map(|_| ()),
+            DataKind::File => write_file(state, target, &path, &entry.data, chunk).await,
+            DataKind::HardLink => match files.get(entry.link.as_str()) {
+                Some(&i) => write_file(state, target, &path, &entries[i].data, chunk).await,
+                None => {
+                    done.left_out += 1;
+                    continue;
+                }
+            },
+            DataKind::Symlink => {
+                done.left_out += 1;
+                continue;
+            }
+        };
+        match outcome {
+            Ok(()) => done.written += 1,
+            Err(e) if e.code == Code::AlreadyExists => done.written += 1,
+            Err(e) if e.code == Code::PermissionDenied => done.left_out += 1,
+            Err(e) => {
+                return Err(SnapshotError::Restore {
+                    path,
+                    message: e.message,
+                })
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// One file by `fs.write` calls of at most `chunk` bytes (the first replaces, the rest append),
+/// text as text and anything else as base64, as an upload writes it.
+async fn write_file(
+    state: &AppState,
+    target: &Target,
+    path: &str,
+    data: &[u8],
+    chunk: usize,
+) -> Result<(), aegis_e2b::connect::ConnectError> {
+    let mut first = true;
+    let pieces: Vec<&[u8]> = if data.is_empty() {
+        vec![data]
+    } else {
+        data.chunks(chunk.max(1)).collect()
+    };
+    for piece in pieces {
+        let text = std::str::from_utf8(piece)
+            .ok()
+            .filter(|t| !t.bytes().any(|b| b < 0x20 && !b"\t\n\r".contains(&b)));
+        let (content, encoding) = match text {
+            Some(t) => (t.to_owned(), "utf8"),
+            None => (
+                base64::engine::general_purpose::STANDARD.encode(piece),
+                "base64",
+            ),
+        };
+        envd::call(
+            state,
+            target,
+            "fs.write",
+            json!({"path": path, "content": content, "encoding": encoding, "append": !first}),
+        )
+        .await?;
+        first = false;
+    }
+    Ok(())
+}
