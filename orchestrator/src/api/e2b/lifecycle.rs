@@ -83,9 +83,11 @@ pub(super) async fn start_restored(
         .create_for_e2b(&state.pool, runtime, context, owner)
         .await
         .map_err(|e| Refusal(sandbox_error(e)))?;
+    // Restoring writes files only; no command runs, so no environment.
     let target = Target {
         id,
         caller: caller.clone(),
+        env: Default::default(),
     };
     match snapshots::restore(state, &target, archive).await {
         Ok(restored) => Ok((id, restored)),
@@ -112,6 +114,7 @@ pub(super) async fn restore_into(
     let target = Target {
         id: SandboxId(row.current),
         caller: caller.clone(),
+        env: row.env_vars.0.clone(),
     };
     let restored = snapshots::restore(state, &target, &archive)
         .await
@@ -618,6 +621,7 @@ async fn start_fork(
             owner_key_id: &caller.id,
             template_id: &source.template_id,
             metadata: &source.metadata.0,
+            env_vars: &source.env_vars.0,
             allow_internet_access: source.allow_internet_access,
             envd_access_token: &token,
             timeout_secs: timeout,

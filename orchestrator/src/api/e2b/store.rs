@@ -37,6 +37,8 @@ pub struct Row {
     pub owner_key_id: String,
     pub template_id: String,
     pub metadata: sqlx::types::Json<BTreeMap<String, String>>,
+    /// `envVars`: the environment every command starts with (kept across pause and fork).
+    pub env_vars: sqlx::types::Json<BTreeMap<String, String>>,
     pub allow_internet_access: Option<bool>,
     pub envd_access_token: Option<String>,
     pub started_at: DateTime<Utc>,
@@ -44,7 +46,7 @@ pub struct Row {
 }
 
 const COLUMNS: &str = "e.e2b_id AS sandbox_id, e.sandbox_id AS current, e.paused_snapshot, e.owner_key_id, e.template_id, e.metadata, \
-     e.allow_internet_access, e.envd_access_token, e.started_at, e.end_at";
+     e.env_vars, e.allow_internet_access, e.envd_access_token, e.started_at, e.end_at";
 
 /// What a new row records.
 pub struct NewRow<'a> {
