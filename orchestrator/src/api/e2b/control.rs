@@ -328,20 +328,11 @@ pub async fn list_v2(
     let more = rows.len() > limit;
     rows.truncate(limit);
     let page: Vec<ListedSandbox> = rows.iter().map(listed).collect();
-    let mut response = to_json(StatusCode::OK, &page);
-    if more {
-        if let Some(last) = rows.last() {
-            let token = Cursor {
-                at: last.started_at,
-                id: last.sandbox_id.to_string(),
-            }
-            .encode();
-            if let Ok(value) = HeaderValue::from_str(&token) {
-                response.headers_mut().insert(NEXT_TOKEN_HEADER, value);
-            }
-        }
-    }
-    Ok(response)
+    let next = rows.last().filter(|_| more).map(|last| Cursor {
+        at: last.started_at,
+        id: last.sandbox_id.to_string(),
+    });
+    Ok(paged(to_json(StatusCode::OK, &page), next))
 }
 
 /// `DELETE /sandboxes/{id}`: destroys the sandbox with its workspace; 404 when the key has no
@@ -478,4 +469,13 @@ pub async fn connect(
     };
     let row = super::lifecycle::resume_row(&state, &caller, &paused, secs).await?;
     Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
+}
+
+/// A page's answer with the cursor of the next page, when there is one, in
+/// [`NEXT_TOKEN_HEADER`] (the sandbox and snapshot listings page alike).
+pub(super) fn paged(mut response: Response, next: Option<Cursor>) -> Response {
+    if let Some(value) = next.and_then(|c| HeaderValue::from_str(&c.encode()).ok()) {
+        response.headers_mut().insert(NEXT_TOKEN_HEADER, value);
+    }
+    response
 }

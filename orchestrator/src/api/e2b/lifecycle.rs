@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use dispatcher::{Owner, OwnerKind, SandboxId};
 use serde_json::json;
@@ -30,12 +30,12 @@ use uuid::Uuid;
 use aegis_e2b::api::{
     parse_optional_body, ApiError, Cursor, ResumedSandbox, SandboxForkRequest, SandboxForkResult,
     SandboxPauseRequest, SandboxSnapshotRequest, SnapshotInfo, SnapshotsQuery,
-    DEFAULT_TIMEOUT_SECS, NEXT_TOKEN_HEADER,
+    DEFAULT_TIMEOUT_SECS,
 };
 
 use super::control::{
-    authenticated, created_answer, db, new_token, not_found, sandbox_error, sandbox_id, to_json,
-    MAX_BODY,
+    authenticated, created_answer, db, new_token, not_found, paged, sandbox_error, sandbox_id,
+    to_json, MAX_BODY,
 };
 use super::envd::Target;
 use super::snapshots::{self, NewSnapshot, Quota, Snapshot, SnapshotError};
@@ -487,20 +487,11 @@ pub async fn list_snapshots(
     let more = rows.len() as i64 > limit;
     rows.truncate(q.limit as usize);
     let page: Vec<SnapshotInfo> = rows.iter().map(info).collect();
-    let mut response = to_json(StatusCode::OK, &page);
-    if more {
-        if let Some(last) = rows.last() {
-            let token = Cursor {
-                at: last.created_at,
-                id: last.id.to_string(),
-            }
-            .encode();
-            if let Ok(value) = HeaderValue::from_str(&token) {
-                response.headers_mut().insert(NEXT_TOKEN_HEADER, value);
-            }
-        }
-    }
-    Ok(response)
+    let next = rows.last().filter(|_| more).map(|last| Cursor {
+        at: last.created_at,
+        id: last.id.to_string(),
+    });
+    Ok(paged(to_json(StatusCode::OK, &page), next))
 }
 
 /// `DELETE /templates/{id}`, where the SDK deletes snapshots: 204, or 404 when the key has no
