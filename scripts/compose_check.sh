@@ -6,7 +6,9 @@
 #   call in a sandbox with the CLI -> a networked sandbox (an agent whose manifest grants one
 #   test host): a request reaches that host through the sandbox's egress proxy, another host is
 #   refused by the proxy (403), a direct connection to a service of this machine is dropped by
-#   the host firewall -> an agent run without a model (must say how to add one) -> down -v ->
+#   the host firewall -> an agent run without a model (must say how to add one) -> the same stack
+#   as two replicas behind a load balancer (docker-compose.cluster.yml): a sandbox used through
+#   the balancer, calls forwarded to the replica holding it -> down -v ->
 #   nothing of the stack is left (containers, volumes, networks by compose project label, the
 #   stack's sandboxes and their egress networks by the dispatcher's org.aegis.scope label, the
 #   networked sandbox's host firewall rules, executor volumes it created)
@@ -188,7 +190,7 @@ SANDBOX_SCOPE="$(docker inspect -f '{{index .Config.Labels "org.aegis.scope"}}' 
 cli sandbox rm "$SBX" >/dev/null
 # One more, left running on purpose: down must not leave it behind.
 LEFT="$(cli sandbox create --runtime shell | tr -d '\r')"
-log "sandbox $LEFT stays up for the down -v check (scope $SANDBOX_SCOPE)"
+log "sandbox $LEFT stays up until the node stops (scope $SANDBOX_SCOPE)"
 end
 
 # Firewall rules of one egress network, when this shell may read the host firewall.
@@ -265,7 +267,7 @@ IFS=$'\t' read -r rc out err timed_out < <(net_run "wget -Y off -q -O - http://$
 [ "$rc" != 0 ] || die "a direct connection to $GATEWAY:$TRAP_PORT succeeded: $out"
 [ "$(hits trap)" = 0 ] || die "the trap on every interface got a request from the sandbox"
 log "   direct to $GATEWAY:$TRAP_PORT (a service on every interface): no answer (exit $rc, timed out: $timed_out), the trap saw nothing"
-log "networked sandbox $NET_SBX stays up for the down -v check (its network and firewall rules)"
+log "networked sandbox $NET_SBX stays up until the node stops (its network and firewall rules must go with it)"
 end
 
 begin "agent run without a model"
@@ -277,6 +279,67 @@ set -e
 [ "$rc" = 1 ] || die "the run without a model exited $rc (expected 1): $msg"
 printf '%s\n' "$msg" | grep -q 'no language model is configured' || die "the run without a model did not say why: $msg"
 printf '%s\n' "$msg" | grep -q 'ORCHESTRATOR_CONFIG_FILE' || die "the run without a model did not say how to fix it: $msg"
+end
+
+# The same stack as two replicas behind a load balancer (docker-compose.cluster.yml, as README
+# shows): the node is recreated as replica 1 (stopping, it destroys the sandboxes made above), a
+# second replica joins, and HAProxy takes the callers' ports. A sandbox made through the balancer
+# is used through it many times: the calls that reach the replica not holding it are forwarded
+# to the holder (counted on both), and every call answers.
+wait_healthy() {  # service
+  local state id
+  for _ in $(seq 1 120); do
+    id="$(compose ps -q "$1")"
+    state="$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}' "$id" 2>/dev/null || echo missing)"
+    [ "$state" = healthy ] && return 0
+    sleep 2
+  done
+  compose logs --tail 50 "$1" >&2 || true
+  die "$1 did not become healthy (last state: $state)"
+}
+# The sum of one direction of aegis_forwarded_calls_total{outcome="ok"} on one replica.
+forwarded() {  # port, direction
+  curl -fsS "http://127.0.0.1:$1/metrics" \
+    | awk -v d="$2" '$1 ~ /^aegis_forwarded_calls_total\{/ && $1 ~ ("direction=\"" d "\"") && $1 ~ /outcome="ok"/ {n += $2} END {print n + 0}'
+}
+begin "two replicas behind a load balancer"
+R1_HTTP="$(free_port)"; R1_GRPC="$(free_port)"; R1_PEER="$(free_port)"
+R2_HTTP="$(free_port)"; R2_GRPC="$(free_port)"; R2_PEER="$(free_port)"
+{
+  printf 'COMPOSE_FILE=docker-compose.yml:docker-compose.cluster.yml\n'
+  printf 'ORCHESTRATOR_CLUSTER_SECRET=%s\n' "$(head -c 32 /dev/urandom | base64 | tr -d '\n')"
+  printf 'ORCHESTRATOR_REPLICA_1_HTTP_PORT=%s\nORCHESTRATOR_REPLICA_1_GRPC_PORT=%s\nORCHESTRATOR_REPLICA_1_PEER_PORT=%s\n' "$R1_HTTP" "$R1_GRPC" "$R1_PEER"
+  printf 'ORCHESTRATOR_REPLICA_2_HTTP_PORT=%s\nORCHESTRATOR_REPLICA_2_GRPC_PORT=%s\nORCHESTRATOR_REPLICA_2_PEER_PORT=%s\n' "$R2_HTTP" "$R2_GRPC" "$R2_PEER"
+} >>"$CLONE/.env"
+compose build loadbalancer
+compose up -d
+wait_healthy orchestrator
+wait_healthy orchestrator-2
+LB="http://127.0.0.1:$HTTP_PORT"
+for _ in $(seq 1 60); do curl -fsS -o /dev/null "$LB/health/ready" 2>/dev/null && break; sleep 1; done
+curl -fsS -o /dev/null "$LB/health/ready" || { compose logs --tail 30 loadbalancer >&2 || true; die "the load balancer does not answer on $LB"; }
+for port in "$R1_PEER" "$R2_PEER"; do
+  listen="$(ss -Hltn "sport = :$port" 2>/dev/null | awk '{print $4}' | sort -u | tr '\n' ' ')"
+  [ "$listen" = "127.0.0.1:$port " ] || die "a peer listener should be on 127.0.0.1:$port only; it is on: ${listen:-nothing ss can see}"
+done
+lbcli() { compose exec -T -e ORCHESTRATOR_URL="$LB" orchestrator orchestrator "$@"; }
+CSBX="$(lbcli sandbox create --runtime shell | tr -d '\r')"
+log "sandbox $CSBX made through the load balancer"
+for i in $(seq 1 12); do
+  lbcli sandbox write "$CSBX" "note-$i.txt" --content "note $i" >/dev/null || die "write $i through the load balancer failed"
+  got="$(lbcli sandbox read "$CSBX" "note-$i.txt" | tr -d '\r')"
+  [ "$got" = "note $i" ] || die "read $i through the load balancer returned '$got'"
+done
+out="$(lbcli sandbox exec "$CSBX" -- ls | tr -d '\r')"
+[ "$(printf '%s\n' "$out" | grep -c '^note-')" = 12 ] || die "ls through the load balancer listed: $out"
+sent=$(( $(forwarded "$R1_HTTP" sent) + $(forwarded "$R2_HTTP" sent) ))
+served=$(( $(forwarded "$R1_HTTP" served) + $(forwarded "$R2_HTTP" served) ))
+[ "$sent" -ge 1 ] && [ "$sent" = "$served" ] \
+  || die "expected calls forwarded between the replicas (sent $sent, served $served)"
+log "   25 calls through the balancer, $sent of them forwarded to the holder"
+# One more, left running on purpose: down must destroy it too.
+LEFT2="$(lbcli sandbox create --runtime shell | tr -d '\r')"
+log "sandbox $LEFT2 stays up for the down -v check"
 end
 
 begin "down -v"
