@@ -171,6 +171,30 @@ async fn a_sandbox_made_through_one_replica_is_served_through_another() {
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or_default();
     assert!(sent >= 4.0, "B sent its calls to A: {sent}");
+
+    // /health/ready names both replicas, where peers reach them and what each holds.
+    let ready: Value = b.get("/health/ready").await.json().await.unwrap();
+    let replicas = ready["checks"]["cluster"]["replicas"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(replicas.len(), 2, "{ready}");
+    let entry = |app: &TestApp| {
+        replicas
+            .iter()
+            .find(|r| r["instance_id"] == app.state.instance_id.to_string())
+            .cloned()
+            .unwrap_or_else(|| panic!("{} missing: {ready}", app.state.instance_id))
+    };
+    let (on_a, on_b) = (entry(&a), entry(&b));
+    assert_eq!(
+        (on_a["this"].clone(), on_b["this"].clone()),
+        (json!(false), json!(true))
+    );
+    assert_eq!(on_a["sandboxes_held"], 1, "{ready}");
+    assert_eq!(on_b["sandboxes_held"], 0, "{ready}");
+    assert_eq!(on_a["peer_url"], json!(peer_url(&a).await), "{ready}");
+    assert_eq!(ready["status"], "ready", "{ready}");
 }
 
 #[tokio::test]

@@ -71,6 +71,67 @@ pub struct Checks {
     pub sandboxes: ComponentStatus,
     /// What the kernel holds of the command policy: Landlock's ABI and whether it is required.
     pub kernel_policy: crate::KernelPolicy,
+    /// The replicas of this database as the table of instances shows them (informative: a peer
+    /// that is gone never makes this replica unready; its sandboxes' callers get the error).
+    pub cluster: Cluster,
+}
+
+/// The running replicas of this database, this one among them.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Cluster {
+    /// `ok`, or `unknown` when the table could not be read in time.
+    #[schema(value_type = String, example = "ok")]
+    pub status: &'static str,
+    /// Instances with a heartbeat within the last minute, oldest start first.
+    pub replicas: Vec<Replica>,
+}
+
+/// One running instance of this database.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Replica {
+    /// The instance (changes at every start).
+    pub instance_id: uuid::Uuid,
+    /// True for the replica answering this request.
+    pub this: bool,
+    /// Where peers reach it (`cluster.listen`); absent: it serves only the sandboxes it holds
+    /// and forwards nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_url: Option<String>,
+    /// Seconds since its last heartbeat.
+    pub heartbeat_age_secs: f64,
+    /// Sandboxes whose executor stream it holds.
+    pub sandboxes_held: i64,
+}
+
+async fn replicas(pool: &sqlx::PgPool, this: Option<uuid::Uuid>) -> Cluster {
+    let query = sqlx::query_as::<_, (uuid::Uuid, Option<String>, f64, i64)>(
+        "SELECT n.id, n.peer_url, extract(epoch FROM now() - n.heartbeat_at)::float8, \
+                (SELECT count(*) FROM sandboxes s \
+                  WHERE s.instance_id = n.id AND s.state IN ('creating', 'running')) \
+           FROM node_instances n \
+          WHERE n.stopped_at IS NULL AND n.heartbeat_at > now() - interval '1 minute' \
+          ORDER BY n.started_at, n.id",
+    )
+    .fetch_all(pool);
+    match tokio::time::timeout(CHECK_TIMEOUT, query).await {
+        Ok(Ok(rows)) => Cluster {
+            status: "ok",
+            replicas: rows
+                .into_iter()
+                .map(|(id, peer_url, age, held)| Replica {
+                    instance_id: id,
+                    this: Some(id) == this,
+                    peer_url,
+                    heartbeat_age_secs: age.max(0.0),
+                    sandboxes_held: held,
+                })
+                .collect(),
+        },
+        _ => Cluster {
+            status: "unknown",
+            replicas: Vec::new(),
+        },
+    }
 }
 
 impl Readiness {
@@ -116,7 +177,8 @@ pub async fn check(
             Err(e) => ComponentStatus::failing(e.to_string()),
         }
     };
-    let ((database, migrations), docker) = tokio::join!(db, docker);
+    let this = sandboxes.dispatcher().ok().map(|d| d.instance_id());
+    let ((database, migrations), docker, cluster) = tokio::join!(db, docker, replicas(pool, this));
     let sandbox_service = match sandboxes.unavailable_reason() {
         None => ComponentStatus::ok(),
         Some(reason) => ComponentStatus::failing(reason),
@@ -127,6 +189,7 @@ pub async fn check(
         docker,
         sandboxes: sandbox_service,
         kernel_policy: sandboxes.kernel_policy(),
+        cluster,
     };
     let mut failing = Vec::new();
     for (name, c) in [
