@@ -7,6 +7,10 @@
 //! ([`Read::Dropped`]), never silently. The newest event is always kept, so the last one (a
 //! process's end, a watch's end) is never dropped. Handles wait on a `watch` channel of the
 //! feed's sequence number, so a push is never missed between a look and a wait.
+//!
+//! A process or watch of a sandbox another instance holds has a feed here too, filled from the
+//! holder's stream instead of the executor's (`relay.rs`); what the holder's handle missed
+//! arrives as an [`Item::Gap`], read as a drop report like the feed's own.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -28,6 +32,12 @@ pub(crate) enum Item {
     End(ProcessEnd),
     Fs(FsEvent),
     WatchEnd(String),
+    /// Events (with output bytes among them) the holder's handle missed before the next one:
+    /// a relayed drop report (`relay.rs`).
+    Gap {
+        events: u64,
+        bytes: u64,
+    },
 }
 
 impl Item {
@@ -135,8 +145,14 @@ impl Feed {
 
     /// Ends the feed because its events can no longer come (the stream closed).
     pub(crate) fn end_with(&self, reason: &str) {
+        self.end_unobserved(format!("the sandbox is gone: {reason}"));
+    }
+
+    /// Ends the feed with `error` as the reason its real end was not observed (an end event
+    /// whose `error` says so, or a watch's end).
+    pub(crate) fn end_unobserved(&self, error: String) {
         let item = if self.watch {
-            Item::WatchEnd(format!("the sandbox is gone: {reason}"))
+            Item::WatchEnd(error)
         } else {
             Item::End(ProcessEnd {
                 exit_code: None,
@@ -145,10 +161,15 @@ impl Feed {
                 stderr_bytes: 0,
                 truncated: Truncation::default(),
                 timed_out: false,
-                error: Some(format!("the sandbox is gone: {reason}")),
+                error: Some(error),
             })
         };
         self.push(item);
+    }
+
+    /// Whether its last event was pushed.
+    pub(crate) fn ended(&self) -> bool {
+        self.lock().ended
     }
 
     /// The feed of a process whose pid and tag are known.

@@ -9,15 +9,24 @@
 //! if it were local. The decision to make the call (policy, audit) was taken by the instance the
 //! caller reached; the holder only relays it to the executor, and never forwards it again.
 //! Without a forwarder such a call fails with `SandboxNotFound { attached_elsewhere: true }`.
+//!
+//! Live processes and watches go the same way, as a [`Subscription`]: the holder starts (or
+//! attaches to, or opens) it with
+//! [`Dispatcher::subscribe_held`](crate::Dispatcher::subscribe_held) and streams the events of
+//! its handle back; this instance fills a feed of its own from them (`relay.rs`), so the handle
+//! the caller gets reads like a local one. Input, signals, terminal size and listings are plain
+//! calls and forward as calls.
 
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use sandbox_executor::protocol::{Op, Response};
+use futures_util::stream::BoxStream;
+use sandbox_executor::protocol::{Enforcement, Op, Response, StartParams};
 use uuid::Uuid;
 
 use crate::error::Result;
 use crate::id::SandboxId;
+use crate::live::{ProcessEvent, ProcessHandle, ProcessSelector, WatchEvent, WatchHandle};
 
 /// Carries a call to the instance holding the sandbox; set by the orchestrator.
 pub trait Forwarder: Send + Sync + std::fmt::Debug {
@@ -30,4 +39,86 @@ pub trait Forwarder: Send + Sync + std::fmt::Debug {
         op: Op,
         deadline: Duration,
     ) -> BoxFuture<'_, Result<Response>>;
+
+    /// Opens `subscription` in sandbox `id` through instance `holder`: the holder's first answer
+    /// within `deadline` (or its refusal, as the holder's dispatcher gave it), then its events
+    /// for as long as they come. The stream ends after the last event (a process's or watch's
+    /// end) or with one `Err` saying why no more can come (the holder stopped, the connection
+    /// broke, the holder went silent), at once, never with a hang. Dropping the stream closes
+    /// the subscription on the holder.
+    fn subscribe(
+        &self,
+        holder: Uuid,
+        id: SandboxId,
+        subscription: Subscription,
+        deadline: Duration,
+    ) -> BoxFuture<'_, Result<(Opened, Relay)>>;
+}
+
+/// A live process or watch asked of the holder of its sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Subscription {
+    /// Start a process; its events from the very first.
+    Start(StartParams),
+    /// A new handle on a live process; its events from the oldest still buffered.
+    Attach(ProcessSelector),
+    /// Watch a directory; dropping the subscription removes the watch.
+    Watch {
+        /// The directory.
+        path: String,
+        /// Its subdirectories too.
+        recursive: bool,
+    },
+}
+
+impl Subscription {
+    /// The operation's name in errors (`DispatchError::Refused::op`).
+    pub fn op(&self) -> &'static str {
+        match self {
+            Subscription::Start(_) => "proc.start",
+            Subscription::Attach(_) => "attach",
+            Subscription::Watch { .. } => "fs.watch",
+        }
+    }
+}
+
+/// The holder's first answer to a [`Subscription`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opened {
+    /// A process was started or attached to.
+    Process {
+        /// Its pid in the sandbox.
+        pid: u32,
+        /// Its tag.
+        tag: Option<String>,
+        /// What the kernel enforced (known to a start only).
+        landlock: Option<Enforcement>,
+    },
+    /// A watch was opened.
+    Watch {
+        /// The watched directory, absolute.
+        path: String,
+    },
+}
+
+/// One event of a subscription, as the holder's handle read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Relayed {
+    /// A live process's event.
+    Process(ProcessEvent),
+    /// A watch's event.
+    Watch(WatchEvent),
+}
+
+/// A subscription's events after its first answer (see [`Forwarder::subscribe`]); an `Err` is
+/// the last item and says why the events stopped.
+pub type Relay = BoxStream<'static, std::result::Result<Relayed, String>>;
+
+/// What the holder serves a peer's [`Subscription`] from: the handle whose events it relays.
+#[derive(Debug)]
+pub enum Subscribed {
+    /// A live process's handle.
+    Process(ProcessHandle),
+    /// A watch's handle (dropping it removes the watch).
+    Watch(WatchHandle),
 }

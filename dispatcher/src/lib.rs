@@ -16,6 +16,8 @@
 //!   the events of live processes and watches;
 //! - `live`: live processes (start, attach by pid or tag, input, signals, terminal size) and
 //!   directory watches; `feed`: the bounded ring of events each of them has;
+//! - [`Forwarder`] (`forward`): calls, live processes and watches of sandboxes another live
+//!   instance holds, carried to it; `relay`: their events followed into feeds of this one;
 //! - `dispatcher`: the lifecycle (create, call, destroy, adopt) and its ordering guarantees;
 //! - [`network`]: a networked sandbox's internal Docker network, the host firewall that admits
 //!   only its egress proxy, and the [`EgressHost`](network::EgressHost) hook that starts and
@@ -52,6 +54,7 @@ pub mod kernel;
 pub mod labels;
 mod live;
 pub mod network;
+mod relay;
 mod spec;
 mod store;
 mod stream;
@@ -64,7 +67,7 @@ pub use dispatcher::reaper::ReapReport;
 pub use dispatcher::{AdoptReport, Dispatcher};
 pub use engine::{DockerEngine, EngineError};
 pub use error::{DispatchError, Result};
-pub use forward::Forwarder;
+pub use forward::{Forwarder, Opened, Relay, Relayed, Subscribed, Subscription};
 pub use install::{EXECUTOR_DIR, EXECUTOR_NAME};
 pub use live::{ProcessEvent, ProcessHandle, ProcessSelector, WatchEvent, WatchHandle};
 pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};

@@ -21,6 +21,12 @@
 //! the live processes the previous instance started get feeds too (`feed::adopted_feeds`), from the
 //! adoption on (their earlier output is not replayed); its watches are not followed, and run
 //! until the sandbox ends.
+//!
+//! A sandbox another live instance holds is served the same way through it: a start, an attach
+//! or a watch is a [`Subscription`] the [`Forwarder`](crate::Forwarder) opens on the holder,
+//! whose events fill a feed of this instance (`relay.rs`); the handle reads it as it would a
+//! local one, and its end says so at once if the holder stops. Input, stdin's end, signals,
+//! terminal size and listings are calls, forwarded as calls.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -34,9 +40,11 @@ use sandbox_executor::protocol::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::dispatcher::{run_detached, Dispatcher, Sandbox};
+use crate::dispatcher::{run_detached, Dispatcher, Location, Sandbox};
 use crate::error::{DispatchError, Result};
 use crate::feed::{Feed, Item, Read, Reader, MAX_PROCESS_EVENTS};
+use crate::forward::{Forwarder, Opened, Subscribed, Subscription};
+use crate::relay::Upstream;
 use crate::spec::SandboxId;
 
 /// What happened to a live process, in order.
@@ -94,6 +102,8 @@ pub struct ProcessHandle {
     tag: Option<String>,
     landlock: Option<Enforcement>,
     reader: Reader,
+    /// Set when the sandbox is held elsewhere: what keeps its events coming (`relay.rs`).
+    _upstream: Option<Arc<Upstream>>,
 }
 
 impl std::fmt::Debug for ProcessHandle {
@@ -144,7 +154,9 @@ impl ProcessHandle {
 
     fn event(read: Read) -> Option<ProcessEvent> {
         Some(match read {
-            Read::Dropped { events, bytes } => ProcessEvent::Dropped { events, bytes },
+            Read::Dropped { events, bytes } | Read::Item(Item::Gap { events, bytes }) => {
+                ProcessEvent::Dropped { events, bytes }
+            }
             Read::Item(Item::Data(OutputStream::Stdout, bytes)) => ProcessEvent::Stdout(bytes),
             Read::Item(Item::Data(OutputStream::Stderr, bytes)) => ProcessEvent::Stderr(bytes),
             Read::Item(Item::Data(OutputStream::Pty, bytes)) => ProcessEvent::Pty(bytes),
@@ -161,6 +173,8 @@ pub struct WatchHandle {
     path: String,
     sandbox: Weak<Sandbox>,
     reader: Reader,
+    /// Set when the sandbox is held elsewhere: dropping it closes the watch on the holder.
+    _upstream: Option<Arc<Upstream>>,
 }
 
 impl std::fmt::Debug for WatchHandle {
@@ -190,7 +204,9 @@ impl WatchHandle {
 
     fn event(read: Read) -> Option<WatchEvent> {
         Some(match read {
-            Read::Dropped { events, .. } => WatchEvent::Dropped { events },
+            Read::Dropped { events, .. } | Read::Item(Item::Gap { events, .. }) => {
+                WatchEvent::Dropped { events }
+            }
             Read::Item(Item::Fs(event)) => WatchEvent::Fs(event),
             Read::Item(Item::WatchEnd(reason)) => WatchEvent::End { reason },
             // A watch's feed holds no process events.
@@ -206,6 +222,45 @@ impl Drop for WatchHandle {
                 .stream
                 .send_detached(Op::FsUnwatch(UnwatchParams { target: self.id }));
         }
+    }
+}
+
+/// A new handle on a live process this instance follows, by pid or tag (see
+/// [`Dispatcher::attach_process`]).
+fn attach_here(id: SandboxId, sandbox: &Sandbox, select: ProcessSelector) -> Result<ProcessHandle> {
+    let feed = sandbox
+        .stream
+        .find_feed(|feed| match (feed.process(), &select) {
+            (Some((pid, _)), ProcessSelector::Pid(wanted)) => pid == *wanted,
+            (Some((_, Some(tag))), ProcessSelector::Tag(wanted)) => tag == wanted,
+            _ => false,
+        })
+        .ok_or_else(|| DispatchError::Refused {
+            id,
+            op: "attach",
+            kind: sandbox_executor::protocol::ErrorKind::NotFound,
+            message: match &select {
+                ProcessSelector::Pid(pid) => format!("no live process has pid {pid}"),
+                ProcessSelector::Tag(tag) => format!("no live process has tag '{tag}'"),
+            },
+        })?;
+    let (pid, tag) = feed.process.get().cloned().unwrap_or_default();
+    Ok(ProcessHandle {
+        sandbox: id,
+        pid,
+        tag,
+        landlock: None,
+        reader: feed.reader(),
+        _upstream: None,
+    })
+}
+
+/// The holder answered a process subscription with a watch, or the other way round.
+fn unexpected(id: SandboxId, holder: uuid::Uuid, op: &'static str) -> DispatchError {
+    DispatchError::Forward {
+        id,
+        holder,
+        detail: format!("it answered {op} with another kind of stream"),
     }
 }
 
@@ -232,65 +287,42 @@ impl Dispatcher {
     /// process limit, a tag in use, a `cwd` outside the read roots) are
     /// [`DispatchError::Refused`] with the executor's kind and message.
     pub async fn start_process(&self, id: SandboxId, params: StartParams) -> Result<ProcessHandle> {
-        let sandbox = self.inner.attached(id).await?;
-        let feed = Feed::new(
-            self.inner.config.live_buffer_bytes,
-            MAX_PROCESS_EVENTS,
-            false,
-        );
-        let deadline = self.inner.config.call_timeout;
-        let task_feed = Arc::clone(&feed);
-        // Detached: once sent, the process runs; a caller giving up must not lose its feed.
-        let response = run_detached(async move {
-            sandbox
-                .stream
-                .call_feeding(Op::ProcStart(params), deadline, Some(task_feed))
-                .await
-        })
-        .await?;
-        let started: StartResult = answer(id, "proc.start", response)?;
-        let _ = feed.process.set((started.pid, started.tag.clone()));
-        Ok(ProcessHandle {
-            sandbox: id,
-            pid: started.pid,
-            tag: started.tag,
-            landlock: Some(started.landlock),
-            reader: feed.reader_from_start(),
-        })
+        match self.inner.locate(id).await? {
+            Location::Here(sandbox) => self.start_here(id, sandbox, params).await,
+            Location::Elsewhere(holder) => {
+                self.relay_process(holder, id, Subscription::Start(params))
+                    .await
+            }
+        }
     }
 
-    /// A new handle on a live process started through this instance, by pid or tag; it reads
-    /// from the oldest output still buffered.
+    /// A new handle on a live process, by pid or tag; it reads from the oldest output still
+    /// buffered. A process of a sandbox held elsewhere that this instance follows already
+    /// shares that feed; otherwise the holder is asked.
     pub async fn attach_process(
         &self,
         id: SandboxId,
         select: ProcessSelector,
     ) -> Result<ProcessHandle> {
-        let sandbox = self.inner.attached(id).await?;
-        let feed = sandbox
-            .stream
-            .find_feed(|feed| match (feed.process(), &select) {
-                (Some((pid, _)), ProcessSelector::Pid(wanted)) => pid == *wanted,
-                (Some((_, Some(tag))), ProcessSelector::Tag(wanted)) => tag == wanted,
-                _ => false,
-            })
-            .ok_or_else(|| DispatchError::Refused {
-                id,
-                op: "attach",
-                kind: sandbox_executor::protocol::ErrorKind::NotFound,
-                message: match &select {
-                    ProcessSelector::Pid(pid) => format!("no live process has pid {pid}"),
-                    ProcessSelector::Tag(tag) => format!("no live process has tag '{tag}'"),
-                },
-            })?;
-        let (pid, tag) = feed.process.get().cloned().unwrap_or_default();
-        Ok(ProcessHandle {
-            sandbox: id,
-            pid,
-            tag,
-            landlock: None,
-            reader: feed.reader(),
-        })
+        match self.inner.locate(id).await? {
+            Location::Here(sandbox) => attach_here(id, &sandbox, select),
+            Location::Elsewhere(holder) => {
+                if let Some(upstream) = self.inner.relays.find(id, &select) {
+                    let feed = upstream.feed();
+                    let (pid, tag) = feed.process.get().cloned().unwrap_or_default();
+                    return Ok(ProcessHandle {
+                        sandbox: id,
+                        pid,
+                        tag,
+                        landlock: None,
+                        reader: feed.reader(),
+                        _upstream: Some(Arc::clone(&upstream)),
+                    });
+                }
+                self.relay_process(holder, id, Subscription::Attach(select))
+                    .await
+            }
+        }
     }
 
     /// Writes bytes to a live process's stdin (or terminal); all of them, or an error saying
@@ -349,7 +381,88 @@ impl Dispatcher {
         path: &str,
         recursive: bool,
     ) -> Result<WatchHandle> {
+        match self.inner.locate(id).await? {
+            Location::Here(sandbox) => self.watch_here(id, sandbox, path, recursive).await,
+            Location::Elsewhere(holder) => {
+                let subscription = Subscription::Watch {
+                    path: path.to_owned(),
+                    recursive,
+                };
+                let (opened, upstream) = self.relay(holder, id, subscription).await?;
+                let Opened::Watch { path } = opened else {
+                    return Err(unexpected(id, holder, "fs.watch"));
+                };
+                let reader = upstream.feed().reader_from_start();
+                Ok(WatchHandle {
+                    id: 0,
+                    path,
+                    sandbox: Weak::new(),
+                    reader,
+                    _upstream: Some(upstream),
+                })
+            }
+        }
+    }
+
+    /// Serves a peer's [`Subscription`]: only in a sandbox this instance holds, never forwarded
+    /// again (as [`Dispatcher::call_held`]). The handle's events are the peer's to relay.
+    pub async fn subscribe_held(
+        &self,
+        id: SandboxId,
+        subscription: Subscription,
+    ) -> Result<Subscribed> {
         let sandbox = self.inner.attached(id).await?;
+        Ok(match subscription {
+            Subscription::Start(params) => {
+                Subscribed::Process(self.start_here(id, sandbox, params).await?)
+            }
+            Subscription::Attach(select) => Subscribed::Process(attach_here(id, &sandbox, select)?),
+            Subscription::Watch { path, recursive } => {
+                Subscribed::Watch(self.watch_here(id, sandbox, &path, recursive).await?)
+            }
+        })
+    }
+
+    async fn start_here(
+        &self,
+        id: SandboxId,
+        sandbox: Arc<Sandbox>,
+        params: StartParams,
+    ) -> Result<ProcessHandle> {
+        let feed = Feed::new(
+            self.inner.config.live_buffer_bytes,
+            MAX_PROCESS_EVENTS,
+            false,
+        );
+        let deadline = self.inner.config.call_timeout;
+        let task_feed = Arc::clone(&feed);
+        // Detached: once sent, the process runs; a caller giving up must not lose its feed.
+        let response = run_detached(async move {
+            sandbox
+                .stream
+                .call_feeding(Op::ProcStart(params), deadline, Some(task_feed))
+                .await
+        })
+        .await?;
+        let started: StartResult = answer(id, "proc.start", response)?;
+        let _ = feed.process.set((started.pid, started.tag.clone()));
+        Ok(ProcessHandle {
+            sandbox: id,
+            pid: started.pid,
+            tag: started.tag,
+            landlock: Some(started.landlock),
+            reader: feed.reader_from_start(),
+            _upstream: None,
+        })
+    }
+
+    async fn watch_here(
+        &self,
+        id: SandboxId,
+        sandbox: Arc<Sandbox>,
+        path: &str,
+        recursive: bool,
+    ) -> Result<WatchHandle> {
         let feed = Feed::new(usize::MAX, self.inner.config.watch_buffer_events, true);
         let deadline = self.inner.config.call_timeout;
         let (task_sandbox, task_feed) = (Arc::clone(&sandbox), Arc::clone(&feed));
@@ -371,7 +484,64 @@ impl Dispatcher {
             path: watched.path,
             sandbox: Arc::downgrade(&sandbox),
             reader: feed.reader_from_start(),
+            _upstream: None,
         })
+    }
+
+    /// A process of a sandbox `holder` holds, started or attached to there, followed here.
+    async fn relay_process(
+        &self,
+        holder: uuid::Uuid,
+        id: SandboxId,
+        subscription: Subscription,
+    ) -> Result<ProcessHandle> {
+        let op = subscription.op();
+        let (opened, upstream) = self.relay(holder, id, subscription).await?;
+        let Opened::Process { pid, tag, landlock } = opened else {
+            return Err(unexpected(id, holder, op));
+        };
+        let _ = upstream.feed().process.set((pid, tag.clone()));
+        self.inner.relays.keep(id, pid, tag.clone(), &upstream);
+        Ok(ProcessHandle {
+            sandbox: id,
+            pid,
+            tag,
+            landlock,
+            reader: upstream.feed().reader_from_start(),
+            _upstream: Some(upstream),
+        })
+    }
+
+    /// Opens `subscription` on `holder` and follows its events into a feed of this instance.
+    async fn relay(
+        &self,
+        holder: uuid::Uuid,
+        id: SandboxId,
+        subscription: Subscription,
+    ) -> Result<(Opened, Arc<Upstream>)> {
+        let forwarder: &Arc<dyn Forwarder> =
+            self.inner
+                .config
+                .forwarder
+                .as_ref()
+                .ok_or(DispatchError::SandboxNotFound {
+                    id,
+                    attached_elsewhere: true,
+                })?;
+        let feed = match &subscription {
+            Subscription::Watch { .. } => {
+                Feed::new(usize::MAX, self.inner.config.watch_buffer_events, true)
+            }
+            _ => Feed::new(
+                self.inner.config.live_buffer_bytes,
+                MAX_PROCESS_EVENTS,
+                false,
+            ),
+        };
+        let (opened, events) = forwarder
+            .subscribe(holder, id, subscription, self.inner.config.call_timeout)
+            .await?;
+        Ok((opened, Upstream::start(feed, events)))
     }
 
     async fn live_call<T: DeserializeOwned>(

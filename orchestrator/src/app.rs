@@ -313,7 +313,7 @@ impl Application {
 
         // Peers' forwarded calls, on their own listener; stops accepting with the others.
         let mut cluster_task = cluster.map(|(listener, key)| {
-            let router = api::cluster::router(state.clone(), key);
+            let router = api::cluster::router(state.clone(), key, shutdown.child_token());
             let token = shutdown.clone();
             tokio::spawn(async move {
                 if let Err(e) = axum::serve(listener, router)

@@ -16,14 +16,32 @@
 //! holder refuses a missing or wrong signature, a time more than [`WINDOW_SECS`] away from its
 //! clock, and a nonce it has already seen within that window ([`Nonces`]), so a captured request
 //! cannot be replayed to run a command twice.
+//!
+//! Live processes and watches go over `POST /cluster/v1/subscribe`, signed and guarded alike: a
+//! [`ForwardedSubscription`] (start a process, attach to one, watch a directory) whose answer
+//! is a stream of newline-delimited JSON [`Frame`]s: first what was opened (or a refusal, as a
+//! non-200 answer before any frame), then the events of the holder's handle as it reads them,
+//! a beat every [`BEAT`] when there are none, and last the end (or why the holder stopped
+//! serving it: it is shutting down). The caller's replica fills a feed of its own from them
+//! (the dispatcher's `relay.rs`). A stream that breaks (the holder died, the connection was
+//! cut) or stays silent for [`SILENCE`] ends the caller's handle at once with an end saying so;
+//! a caller that goes away drops the connection, and with it the holder's handle (a watch is
+//! removed then).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use dispatcher::protocol::{Op, Response};
-use dispatcher::{DispatchError, Forwarder, SandboxId};
+use base64::Engine;
+use dispatcher::protocol::{
+    Enforcement, ErrorKind, FsEvent, Op, ProcessEnd, Response, StartParams,
+};
+use dispatcher::{
+    DispatchError, Forwarder, Opened, ProcessEvent, ProcessSelector, Relay, Relayed, SandboxId,
+    Subscription, WatchEvent,
+};
 use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -39,8 +57,21 @@ pub const WINDOW_SECS: i64 = 30;
 /// (a flood of valid requests needs the secret, so this bounds memory, not an attacker's reach).
 const MAX_NONCES: usize = 100_000;
 
-/// The path of the one route peers call.
+/// The path of the route peers send executor calls to.
 pub const CALL_PATH: &str = "/cluster/v1/call";
+
+/// The path of the route peers open live processes and watches on.
+pub const SUBSCRIBE_PATH: &str = "/cluster/v1/subscribe";
+
+/// How often a holder sends a beat on a subscription with nothing else to send (so that a
+/// caller that went away is noticed by the write, and a holder that went silent by the reader).
+pub const BEAT: Duration = Duration::from_secs(5);
+
+/// How long a caller waits for a frame before it takes the holder for gone.
+pub const SILENCE: Duration = Duration::from_secs(20);
+
+/// Longest frame a caller reads (a chunk of output, base64 in JSON, is far below it).
+const MAX_FRAME: usize = 16 << 20;
 
 /// Added to a call's own deadline for the trip to the holder and back.
 const TRIP_MARGIN: Duration = Duration::from_secs(5);
@@ -178,10 +209,165 @@ pub struct ForwardedCall {
 /// Why the holder could not run a forwarded call (the body of a non-200 answer).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ForwardRefusal {
-    /// `not_found`, `gone`, `timeout`, `unsigned`, `invalid` or `error`.
+    /// `not_found`, `gone`, `timeout`, `refused`, `unsigned`, `invalid` or `error`.
     pub error: String,
     /// What went wrong, for the caller.
     pub message: String,
+    /// For `refused`: the executor's error kind (a live process not found, a limit reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ErrorKind>,
+}
+
+/// One live process or watch a peer opens (the body of `POST /cluster/v1/subscribe`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ForwardedSubscription {
+    /// The sandbox.
+    pub sandbox: Uuid,
+    /// The caller's deadline for the first answer, milliseconds.
+    pub deadline_ms: u64,
+    /// What to open.
+    pub open: Open,
+}
+
+/// What a [`ForwardedSubscription`] opens.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Open {
+    /// Start a process.
+    Start {
+        /// As `proc.start` takes them.
+        params: StartParams,
+    },
+    /// Attach to a live process by pid.
+    AttachPid {
+        /// Its pid.
+        pid: u32,
+    },
+    /// Attach to a live process by tag.
+    AttachTag {
+        /// Its tag.
+        tag: String,
+    },
+    /// Watch a directory.
+    Watch {
+        /// The directory.
+        path: String,
+        /// Its subdirectories too.
+        recursive: bool,
+    },
+}
+
+impl From<Subscription> for Open {
+    fn from(subscription: Subscription) -> Self {
+        match subscription {
+            Subscription::Start(params) => Open::Start { params },
+            Subscription::Attach(ProcessSelector::Pid(pid)) => Open::AttachPid { pid },
+            Subscription::Attach(ProcessSelector::Tag(tag)) => Open::AttachTag { tag },
+            Subscription::Watch { path, recursive } => Open::Watch { path, recursive },
+        }
+    }
+}
+
+impl From<Open> for Subscription {
+    fn from(open: Open) -> Self {
+        match open {
+            Open::Start { params } => Subscription::Start(params),
+            Open::AttachPid { pid } => Subscription::Attach(ProcessSelector::Pid(pid)),
+            Open::AttachTag { tag } => Subscription::Attach(ProcessSelector::Tag(tag)),
+            Open::Watch { path, recursive } => Subscription::Watch { path, recursive },
+        }
+    }
+}
+
+/// One line of a subscription's answer (see the module doc).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "frame", rename_all = "snake_case")]
+pub enum Frame {
+    /// First: a process was started or attached to.
+    Process {
+        /// Its pid.
+        pid: u32,
+        /// Its tag.
+        tag: Option<String>,
+        /// What the kernel enforced (a start only).
+        landlock: Option<Enforcement>,
+    },
+    /// First: a watch was opened.
+    Watch {
+        /// The watched directory, absolute.
+        path: String,
+    },
+    /// Output, base64.
+    Stdout {
+        /// The bytes, base64.
+        data: String,
+    },
+    /// Output, base64.
+    Stderr {
+        /// The bytes, base64.
+        data: String,
+    },
+    /// Terminal output, base64.
+    Pty {
+        /// The bytes, base64.
+        data: String,
+    },
+    /// The holder's handle missed so many events (output bytes among them).
+    Dropped {
+        /// Events missed.
+        events: u64,
+        /// Output bytes among them.
+        bytes: u64,
+    },
+    /// The process ended (last).
+    End {
+        /// How.
+        end: ProcessEnd,
+    },
+    /// A change beneath the watched directory.
+    Fs {
+        /// What changed.
+        event: FsEvent,
+    },
+    /// The watch ended (last).
+    WatchEnd {
+        /// Why.
+        reason: String,
+    },
+    /// Nothing to send right now; the holder is alive.
+    Beat,
+    /// The holder stops serving this stream (last): it is shutting down, or failed.
+    Stopped {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Frame {
+    /// The frame of one event a holder's handle read.
+    pub fn of(event: Relayed) -> Frame {
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        match event {
+            Relayed::Process(ProcessEvent::Stdout(b)) => Frame::Stdout { data: b64(&b) },
+            Relayed::Process(ProcessEvent::Stderr(b)) => Frame::Stderr { data: b64(&b) },
+            Relayed::Process(ProcessEvent::Pty(b)) => Frame::Pty { data: b64(&b) },
+            Relayed::Process(ProcessEvent::Dropped { events, bytes }) => {
+                Frame::Dropped { events, bytes }
+            }
+            Relayed::Process(ProcessEvent::End(end)) => Frame::End { end },
+            Relayed::Watch(WatchEvent::Fs(event)) => Frame::Fs { event },
+            Relayed::Watch(WatchEvent::Dropped { events }) => Frame::Dropped { events, bytes: 0 },
+            Relayed::Watch(WatchEvent::End { reason }) => Frame::WatchEnd { reason },
+        }
+    }
+
+    /// The frame as one line of the answer.
+    pub fn line(&self) -> Vec<u8> {
+        // Plain data: serialising cannot fail.
+        let mut line = serde_json::to_vec(self).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
 }
 
 /// The [`Forwarder`] the dispatcher uses: finds the holder's `peer_url` and posts the call.
@@ -290,32 +476,218 @@ impl Peers {
             return serde_json::from_slice(&bytes)
                 .map_err(|e| fail(format!("{peer} answered something unreadable: {e}")));
         }
-        let refusal: ForwardRefusal = serde_json::from_slice(&bytes).map_err(|_| {
-            fail(format!(
-                "{peer} answered {status}: {}",
-                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-            ))
-        })?;
-        Err(match refusal.error.as_str() {
-            "not_found" => DispatchError::SandboxNotFound {
-                id,
-                attached_elsewhere: false,
-            },
-            "gone" => DispatchError::SandboxGone {
-                id,
-                reason: refusal.message,
-            },
-            "timeout" => DispatchError::Timeout {
-                id,
-                op: op_name,
-                after: deadline,
-            },
-            _ => fail(format!("{peer} refused: {}", refusal.message)),
+        Err(refused(
+            &peer, holder, id, op_name, deadline, status, &bytes,
+        ))
+    }
+
+    async fn open_subscription(
+        &self,
+        holder: Uuid,
+        id: SandboxId,
+        subscription: Subscription,
+        deadline: Duration,
+    ) -> Result<(Opened, Relay), DispatchError> {
+        let fail = |detail: String| DispatchError::Forward { id, holder, detail };
+        let peer = self.address_of(holder).await.map_err(fail)?;
+        let op_name = subscription.op();
+        let body = serde_json::to_vec(&ForwardedSubscription {
+            sandbox: id.0,
+            deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+            open: subscription.into(),
         })
+        .map_err(|e| fail(format!("cannot encode the subscription: {e}")))?;
+        let signature = self
+            .key
+            .sign(chrono::Utc::now().timestamp(), &body)
+            .map_err(fail)?;
+        // No timeout on the request as a whole: its answer lasts as long as the process.
+        let send = self
+            .http
+            .post(format!("{}{SUBSCRIBE_PATH}", peer.trim_end_matches('/')))
+            .header(SIGNATURE_HEADER, signature)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send();
+        let answer = tokio::time::timeout(deadline + TRIP_MARGIN, send)
+            .await
+            .map_err(|_| fail(format!("{peer} did not answer within {deadline:?}")))?
+            .map_err(|e| fail(format!("{peer} did not answer: {e}")))?;
+        let status = answer.status();
+        if !status.is_success() {
+            let bytes = tokio::time::timeout(TRIP_MARGIN, answer.bytes())
+                .await
+                .map_err(|_| fail(format!("{peer} did not finish its refusal")))?
+                .map_err(|e| fail(format!("{peer} broke off its answer: {e}")))?;
+            return Err(refused(
+                &peer, holder, id, op_name, deadline, status, &bytes,
+            ));
+        }
+        let mut frames = Frames {
+            answer,
+            buffer: Vec::new(),
+            peer: peer.clone(),
+            holder,
+            id,
+        };
+        let opened = match frames.next(deadline + TRIP_MARGIN).await.map_err(fail)? {
+            Some(Frame::Process { pid, tag, landlock }) => Opened::Process { pid, tag, landlock },
+            Some(Frame::Watch { path }) => Opened::Watch { path },
+            Some(Frame::Stopped { reason }) => return Err(fail(reason)),
+            Some(other) => return Err(fail(format!("{peer} began with {other:?}"))),
+            None => return Err(fail(format!("{peer} answered nothing"))),
+        };
+        Ok((opened, frames.relay()))
+    }
+}
+
+/// The error a holder's non-200 answer stands for (`op`: what was asked).
+fn refused(
+    peer: &str,
+    holder: Uuid,
+    id: SandboxId,
+    op: &'static str,
+    deadline: Duration,
+    status: reqwest::StatusCode,
+    bytes: &[u8],
+) -> DispatchError {
+    let fail = |detail: String| DispatchError::Forward { id, holder, detail };
+    let Ok(refusal) = serde_json::from_slice::<ForwardRefusal>(bytes) else {
+        return fail(format!(
+            "{peer} answered {status}: {}",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+        ));
+    };
+    match refusal.error.as_str() {
+        "not_found" => DispatchError::SandboxNotFound {
+            id,
+            attached_elsewhere: false,
+        },
+        "gone" => DispatchError::SandboxGone {
+            id,
+            reason: refusal.message,
+        },
+        "timeout" => DispatchError::Timeout {
+            id,
+            op,
+            after: deadline,
+        },
+        "refused" => DispatchError::Refused {
+            id,
+            op,
+            kind: refusal.kind.unwrap_or(ErrorKind::Unknown),
+            message: refusal.message,
+        },
+        _ => fail(format!("{peer} refused: {}", refusal.message)),
+    }
+}
+
+/// The frames of a subscription's answer, read as they come.
+struct Frames {
+    answer: reqwest::Response,
+    buffer: Vec<u8>,
+    peer: String,
+    holder: Uuid,
+    id: SandboxId,
+}
+
+impl Frames {
+    /// The next frame within `within`; `None` at the end of the answer; `Err` when it broke,
+    /// stayed silent or sent something unreadable.
+    async fn next(&mut self, within: Duration) -> Result<Option<Frame>, String> {
+        let peer = &self.peer;
+        loop {
+            if let Some(at) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=at).collect();
+                return serde_json::from_slice(&line)
+                    .map(Some)
+                    .map_err(|e| format!("{peer} sent an unreadable frame: {e}"));
+            }
+            if self.buffer.len() > MAX_FRAME {
+                return Err(format!("{peer} sent a frame over {MAX_FRAME} bytes"));
+            }
+            match tokio::time::timeout(within, self.answer.chunk()).await {
+                Err(_) => return Err(format!("{peer} sent nothing for {within:?}")),
+                Ok(Err(e)) => return Err(format!("{peer} broke off the stream: {e}")),
+                Ok(Ok(None)) if self.buffer.is_empty() => return Ok(None),
+                Ok(Ok(None)) => return Err(format!("{peer} broke off the stream mid-frame")),
+                Ok(Ok(Some(chunk))) => self.buffer.extend_from_slice(&chunk),
+            }
+        }
+    }
+
+    /// The events after the first frame, as the dispatcher follows them.
+    fn relay(self) -> Relay {
+        futures_util::stream::unfold(Some(self), |frames| async move {
+            let mut frames = frames?;
+            let (id, holder) = (frames.id, frames.holder);
+            let why = move |detail: String| {
+                format!("instance {holder}, which holds sandbox {id}, stopped serving it: {detail}")
+            };
+            loop {
+                let frame = match frames.next(SILENCE).await {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => {
+                        let reason = why("the stream ended before its last event".to_owned());
+                        return Some((Err(reason), None));
+                    }
+                    Err(detail) => return Some((Err(why(detail)), None)),
+                };
+                let data = |text: &str| base64::engine::general_purpose::STANDARD.decode(text);
+                let event = match frame {
+                    Frame::Beat => continue,
+                    Frame::Stopped { reason } => return Some((Err(why(reason)), None)),
+                    Frame::Stdout { data: d } => data(&d).map(|b| ProcessEvent::Stdout(b.into())),
+                    Frame::Stderr { data: d } => data(&d).map(|b| ProcessEvent::Stderr(b.into())),
+                    Frame::Pty { data: d } => data(&d).map(|b| ProcessEvent::Pty(b.into())),
+                    Frame::Dropped { events, bytes } => Ok(ProcessEvent::Dropped { events, bytes }),
+                    Frame::End { end } => Ok(ProcessEvent::End(end)),
+                    Frame::Fs { event } => {
+                        return Some((Ok(Relayed::Watch(WatchEvent::Fs(event))), Some(frames)))
+                    }
+                    Frame::WatchEnd { reason } => {
+                        return Some((Ok(Relayed::Watch(WatchEvent::End { reason })), None))
+                    }
+                    Frame::Process { .. } | Frame::Watch { .. } => {
+                        let reason = why("it opened the stream twice".to_owned());
+                        return Some((Err(reason), None));
+                    }
+                };
+                return match event {
+                    Ok(event) => {
+                        let last = matches!(event, ProcessEvent::End(_));
+                        Some((Ok(Relayed::Process(event)), (!last).then_some(frames)))
+                    }
+                    Err(e) => Some((Err(why(format!("output that is not base64: {e}"))), None)),
+                };
+            }
+        })
+        .boxed()
     }
 }
 
 impl Forwarder for Peers {
+    fn subscribe(
+        &self,
+        holder: Uuid,
+        id: SandboxId,
+        subscription: Subscription,
+        deadline: Duration,
+    ) -> BoxFuture<'_, Result<(Opened, Relay), DispatchError>> {
+        Box::pin(async move {
+            let result = self
+                .open_subscription(holder, id, subscription, deadline)
+                .await;
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(DispatchError::Forward { .. }) => "error",
+                Err(_) => "refused",
+            };
+            crate::metrics::forwarded_call("sent", outcome);
+            result
+        })
+    }
+
     fn forward(
         &self,
         holder: Uuid,

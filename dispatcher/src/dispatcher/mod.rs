@@ -89,6 +89,8 @@ pub(crate) struct Inner {
     pub(crate) shutdown: CancellationToken,
     /// New sandboxes get the socket channel (when `config.channel_dir` is set).
     pub(crate) socket_channel: std::sync::atomic::AtomicBool,
+    /// Live processes of sandboxes held elsewhere that this instance follows (`relay.rs`).
+    pub(crate) relays: crate::relay::Relays,
 }
 
 impl Drop for Inner {
@@ -150,6 +152,7 @@ impl Dispatcher {
                 pool,
                 shutdown: CancellationToken::new(),
                 socket_channel: std::sync::atomic::AtomicBool::new(true),
+                relays: crate::relay::Relays::default(),
             }),
         };
         tracing::info!(instance = %instance_id, scope = %dispatcher.inner.scope.label, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");

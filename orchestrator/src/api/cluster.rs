@@ -1,5 +1,6 @@
-//! The peer listener (`cluster.listen`): the one route other replicas of this database call to
-//! run an executor request in a sandbox this replica holds (`crate::cluster` gives the protocol
+//! The peer listener (`cluster.listen`): the routes other replicas of this database call to
+//! run an executor request in a sandbox this replica holds, and to start, attach to or watch a
+//! live process or directory there and follow its events (`crate::cluster` gives the protocol
 //! and why). Not mounted on the callers' HTTP port; every request must carry a valid, fresh,
 //! unused signature made with the cluster secret, or it is refused before its body is read as
 //! a call.
@@ -7,15 +8,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use dispatcher::{DispatchError, SandboxId};
+use dispatcher::{DispatchError, Relayed, SandboxId, Subscribed};
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
 
-use crate::cluster::{ClusterKey, ForwardRefusal, ForwardedCall, Nonces, CALL_PATH};
+use crate::cluster::{
+    ClusterKey, ForwardRefusal, ForwardedCall, ForwardedSubscription, Frame, Nonces, BEAT,
+    CALL_PATH, SUBSCRIBE_PATH,
+};
 use crate::state::AppState;
 
 /// Longest deadline a peer may ask for (a `cmd.run`'s own ceiling is below it).
@@ -26,10 +32,13 @@ struct Peer {
     state: AppState,
     key: ClusterKey,
     nonces: Arc<Nonces>,
+    /// Cancelled when this replica stops: its subscriptions end with a `stopped` frame then,
+    /// rather than holding the listener's drain open.
+    shutdown: CancellationToken,
 }
 
-/// The peer listener's routes.
-pub fn router(state: AppState, key: ClusterKey) -> Router {
+/// The peer listener's routes; `shutdown` ends the open subscriptions.
+pub fn router(state: AppState, key: ClusterKey, shutdown: CancellationToken) -> Router {
     // A forwarded fs.write carries the file JSON-escaped (up to six bytes per byte).
     let limit = usize::try_from(state.config.sandbox.max_file_bytes)
         .unwrap_or(usize::MAX / 8)
@@ -37,11 +46,13 @@ pub fn router(state: AppState, key: ClusterKey) -> Router {
         .saturating_add(1 << 20);
     Router::new()
         .route(CALL_PATH, post(call))
+        .route(SUBSCRIBE_PATH, post(subscribe))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(Peer {
             state,
             key,
             nonces: Arc::default(),
+            shutdown,
         })
 }
 
@@ -51,22 +62,67 @@ fn refusal(status: StatusCode, error: &str, message: String) -> Response {
         Json(ForwardRefusal {
             error: error.to_owned(),
             message,
+            kind: None,
         }),
     )
         .into_response()
 }
 
-async fn call(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Response {
+/// The refusal a dispatcher error is answered with (the caller's `cluster::refused` reads it).
+fn refusal_of(e: DispatchError) -> Response {
+    match e {
+        e @ DispatchError::SandboxNotFound { .. } => {
+            refusal(StatusCode::NOT_FOUND, "not_found", e.to_string())
+        }
+        DispatchError::SandboxGone { reason, .. } => refusal(StatusCode::GONE, "gone", reason),
+        e @ DispatchError::Timeout { .. } => {
+            refusal(StatusCode::GATEWAY_TIMEOUT, "timeout", e.to_string())
+        }
+        DispatchError::Refused { kind, message, .. } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(ForwardRefusal {
+                error: "refused".to_owned(),
+                message,
+                kind: Some(kind),
+            }),
+        )
+            .into_response(),
+        e => refusal(StatusCode::BAD_GATEWAY, "error", e.to_string()),
+    }
+}
+
+/// The outcome a served request counts under.
+fn outcome<T>(result: &Result<T, DispatchError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(
+            DispatchError::SandboxNotFound { .. }
+            | DispatchError::SandboxGone { .. }
+            | DispatchError::Timeout { .. }
+            | DispatchError::Refused { .. },
+        ) => "refused",
+        Err(_) => "error",
+    }
+}
+
+/// Checks the request's signature (and remembers its nonce): `None` when it is a peer's, else
+/// the refusal to answer.
+fn unsigned(peer: &Peer, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
     let header = headers
         .get(crate::cluster::SIGNATURE_HEADER)
         .and_then(|v| v.to_str().ok());
-    if let Err(e) = peer
+    let e = peer
         .key
-        .verify(header, &body, chrono::Utc::now().timestamp(), &peer.nonces)
-    {
-        tracing::warn!(error = %e, "refused a call on the peer listener");
-        crate::metrics::forwarded_call("served", "refused");
-        return refusal(StatusCode::UNAUTHORIZED, "unsigned", e.to_string());
+        .verify(header, body, chrono::Utc::now().timestamp(), &peer.nonces)
+        .err()?;
+    tracing::warn!(error = %e, "refused a request on the peer listener");
+    crate::metrics::forwarded_call("served", "refused");
+    Some(refusal(StatusCode::UNAUTHORIZED, "unsigned", e.to_string()))
+}
+
+async fn call(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(refused) = unsigned(&peer, &headers, &body) {
+        return refused;
     }
     let forwarded: ForwardedCall = match serde_json::from_slice(&body) {
         Ok(call) => call,
@@ -85,27 +141,97 @@ async fn call(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Resp
     let id = SandboxId(forwarded.sandbox);
     let deadline = Duration::from_millis(forwarded.deadline_ms).min(MAX_DEADLINE);
     let result = dispatcher.call_held(id, forwarded.op, deadline).await;
-    crate::metrics::forwarded_call(
-        "served",
-        match &result {
-            Ok(_) => "ok",
-            Err(
-                DispatchError::SandboxNotFound { .. }
-                | DispatchError::SandboxGone { .. }
-                | DispatchError::Timeout { .. },
-            ) => "refused",
-            Err(_) => "error",
-        },
-    );
+    crate::metrics::forwarded_call("served", outcome(&result));
     match result {
         Ok(response) => Json(response).into_response(),
-        Err(e @ DispatchError::SandboxNotFound { .. }) => {
-            refusal(StatusCode::NOT_FOUND, "not_found", e.to_string())
+        Err(e) => refusal_of(e),
+    }
+}
+
+/// Opens a live process or watch for a peer and streams its handle's events as frames.
+async fn subscribe(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(refused) = unsigned(&peer, &headers, &body) {
+        return refused;
+    }
+    let asked: ForwardedSubscription = match serde_json::from_slice(&body) {
+        Ok(asked) => asked,
+        Err(e) => {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!("not a forwarded subscription: {e}"),
+            )
         }
-        Err(DispatchError::SandboxGone { reason, .. }) => refusal(StatusCode::GONE, "gone", reason),
-        Err(e @ DispatchError::Timeout { .. }) => {
-            refusal(StatusCode::GATEWAY_TIMEOUT, "timeout", e.to_string())
-        }
-        Err(e) => refusal(StatusCode::BAD_GATEWAY, "error", e.to_string()),
+    };
+    let dispatcher = match peer.state.sandboxes.dispatcher() {
+        Ok(dispatcher) => dispatcher,
+        Err(e) => return refusal(StatusCode::SERVICE_UNAVAILABLE, "error", e.to_string()),
+    };
+    let id = SandboxId(asked.sandbox);
+    let subscription: dispatcher::Subscription = asked.open.into();
+    let op = subscription.op();
+    let deadline = Duration::from_millis(asked.deadline_ms).min(MAX_DEADLINE);
+    let result =
+        match tokio::time::timeout(deadline, dispatcher.subscribe_held(id, subscription)).await {
+            Ok(result) => result,
+            Err(_) => Err(DispatchError::Timeout {
+                id,
+                op,
+                after: deadline,
+            }),
+        };
+    crate::metrics::forwarded_call("served", outcome(&result));
+    let (first, handle) = match result {
+        Ok(Subscribed::Process(handle)) => (
+            Frame::Process {
+                pid: handle.pid(),
+                tag: handle.tag().map(str::to_owned),
+                landlock: handle.landlock(),
+            },
+            Subscribed::Process(handle),
+        ),
+        Ok(Subscribed::Watch(handle)) => (
+            Frame::Watch {
+                path: handle.path().to_owned(),
+            },
+            Subscribed::Watch(handle),
+        ),
+        Err(e) => return refusal_of(e),
+    };
+    let opened = first.line();
+    let events =
+        futures_util::stream::unfold(Some((handle, peer.shutdown.clone())), |open| async move {
+            let (mut handle, shutdown) = open?;
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => {
+                    let stopped = Frame::Stopped {
+                        reason: "it is shutting down".to_owned(),
+                    };
+                    return Some((Ok::<_, std::convert::Infallible>(stopped.line()), None));
+                }
+                next = tokio::time::timeout(BEAT, next_event(&mut handle)) => next,
+            };
+            let frame = match next {
+                Err(_) => Frame::Beat,
+                Ok(Some(event)) => Frame::of(event),
+                // Its end was read by this handle already: nothing more can come.
+                Ok(None) => return None,
+            };
+            let last = matches!(frame, Frame::End { .. } | Frame::WatchEnd { .. });
+            Some((Ok(frame.line()), (!last).then_some((handle, shutdown))))
+        });
+    let body = futures_util::stream::once(async move { Ok(opened) }).chain(events);
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// The next event of the handle a subscription relays.
+async fn next_event(handle: &mut Subscribed) -> Option<Relayed> {
+    match handle {
+        Subscribed::Process(handle) => handle.next().await.map(Relayed::Process),
+        Subscribed::Watch(handle) => handle.next().await.map(Relayed::Watch),
     }
 }

@@ -3,12 +3,20 @@
 //! cluster secret) and answered as if local; the policy decision and the audit rows stay with
 //! the replica the caller reached. Attacks on the peer listener (no signature, another secret,
 //! a replayed or altered request, the route on the callers' port) are refused.
+//!
+//! Live processes, their streams and watches go the same way: background processes started,
+//! fed, signalled and re-attached through the replica that does not hold the sandbox, a streamed
+//! `cmd.run` over its SSE door, E2B's SDK on its envd door, a watch; unsigned and replayed
+//! subscriptions refused; a holder killed mid-stream ends the caller's stream at once.
 
 use crate::common;
 
 use common::sandbox::AgentSandbox;
 use common::{TestApp, TestDb};
-use orchestrator::cluster::{ClusterKey, ForwardedCall, CALL_PATH, SIGNATURE_HEADER};
+use orchestrator::cluster::{
+    ClusterKey, ForwardedCall, ForwardedSubscription, Open, CALL_PATH, SIGNATURE_HEADER,
+    SUBSCRIBE_PATH,
+};
 use orchestrator::config::NodeConfig;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -388,4 +396,442 @@ async fn figures() {
         }
         eprintln!("{line}");
     }
+}
+
+/// A busybox agent with the background-process tools, for the live tests.
+fn live_agent(name: &str) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: {name}
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Run things in the background.
+  tools: [cmd.run, fs.write, proc.output, proc.input, proc.signal]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [cat, sleep, sh, \"sh -c\"]
+          timeout_seconds: 60
+  security:
+    filesystem:
+      read: [/workspace]
+      write: [/workspace]
+"
+    )
+}
+
+/// Reads a process's output through `sb` until it ended (or `within` passed): what came, and
+/// its end.
+async fn read_to_end(
+    sb: &AgentSandbox,
+    target: Value,
+    within: std::time::Duration,
+) -> (String, Value) {
+    let deadline = std::time::Instant::now() + within;
+    let mut text = String::new();
+    loop {
+        let mut args = target.clone();
+        args["wait_ms"] = json!(500);
+        let out = sb.ok("proc.output", args).await;
+        text.push_str(out["stdout"].as_str().unwrap_or_default());
+        if !out["ended"].is_null() {
+            return (text, out["ended"].clone());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never ended; so far: {text:?}"
+        );
+    }
+}
+
+fn running_in(sb: &AgentSandbox, pattern: &str) -> bool {
+    common::docker_lines(&["exec", &sb.container(), "ps", "-o", "args"])
+        .iter()
+        .any(|l| l.contains(pattern))
+}
+
+#[tokio::test]
+async fn live_processes_streams_and_watches_are_served_through_a_replica_that_does_not_hold_them() {
+    use std::time::Duration;
+    let db = TestDb::create().await;
+    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let b = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let made = AgentSandbox::start(&a, live_agent("live-shared")).await;
+    let via_b = AgentSandbox::of(&b, &made.id);
+
+    // A background process started through B runs in the sandbox A holds; its stdin, output
+    // and end go through B.
+    let started = via_b
+        .ok(
+            "cmd.run",
+            json!({"command": "cat", "background": true, "stdin": true, "tag": "echoer"}),
+        )
+        .await;
+    let pid = started["pid"].as_u64().expect("a pid");
+    assert_eq!(started["tag"], "echoer", "{started}");
+    assert!(running_in(&made, "cat"), "cat runs in A's sandbox");
+    let wrote = via_b
+        .ok("proc.input", json!({"tag": "echoer", "data": "hello\n"}))
+        .await;
+    assert_eq!(wrote["written"], 6, "{wrote}");
+    let first = via_b
+        .ok("proc.output", json!({"pid": pid, "wait_ms": 5000}))
+        .await;
+    assert_eq!(first["stdout"], "hello\n", "{first}");
+    assert!(first["ended"].is_null(), "{first}");
+    // The holder serves the same process to its own callers (re-attached from its buffer).
+    let on_a = made
+        .ok("proc.output", json!({"tag": "echoer", "wait_ms": 5000}))
+        .await;
+    assert_eq!(on_a["stdout"], "hello\n", "{on_a}");
+    via_b
+        .ok(
+            "proc.input",
+            json!({"pid": pid, "data": "bye\n", "close": true}),
+        )
+        .await;
+    let (rest, ended) =
+        read_to_end(&via_b, json!({"tag": "echoer"}), Duration::from_secs(20)).await;
+    assert_eq!(rest, "bye\n");
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    assert_eq!(ended["stdout_bytes"], 10, "{ended}");
+    // B decided the start, so B followed it to its end and wrote the end's row, once.
+    let mut end_rows = 0i64;
+    for _ in 0..100 {
+        end_rows = sqlx::query_scalar(
+            "SELECT count(*) FROM audit_log WHERE reason_code = 'process_ended' \
+             AND reason LIKE $1 AND outcome = 'ok'",
+        )
+        .bind(format!("background process {pid} (`cat`)%"))
+        .fetch_one(&b.state.pool)
+        .await
+        .expect("audit rows");
+        if end_rows > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(end_rows, 1, "B audited the end of the process it started");
+
+    // A process started through A is re-attached through B (from A's buffer), and a signal
+    // through B stops it.
+    let long = made
+        .ok(
+            "cmd.run",
+            json!({"command": "sh", "args": ["-c", "echo before; sleep 300"],
+                "background": true, "tag": "long"}),
+        )
+        .await;
+    let long_pid = long["pid"].as_u64().expect("a pid");
+    let attached = via_b
+        .ok("proc.output", json!({"tag": "long", "wait_ms": 5000}))
+        .await;
+    assert_eq!(attached["pid"], long_pid, "{attached}");
+    assert_eq!(attached["stdout"], "before\n", "{attached}");
+    via_b
+        .ok("proc.signal", json!({"pid": long_pid, "signal": "kill"}))
+        .await;
+    let (_, ended) = read_to_end(&via_b, json!({"pid": long_pid}), Duration::from_secs(20)).await;
+    assert_eq!(ended["signal"], 9, "{ended}");
+    assert!(
+        !running_in(&made, "sleep 300"),
+        "the killed process is gone"
+    );
+    // A process the holder does not have is refused through B as it is on A.
+    via_b
+        .tool_error("proc.output", json!({"pid": 99999}), "not_found")
+        .await;
+
+    // A streamed cmd.run on B's REST door: its first line arrives while the command still
+    // waits for the marker, which is written through A only once it has.
+    let mut events = crate::streaming::stream(
+        &b,
+        &via_b,
+        json!({"command": "sh", "args": ["-c",
+            "echo one; while [ ! -e /workspace/go ]; do sleep 0.1; done; echo two"]}),
+    )
+    .await;
+    let (name, start) = events.next().await.expect("a first event");
+    assert_eq!(name, "start", "{start}");
+    let (name, one) = events.next().await.expect("the first output");
+    assert_eq!((name.as_str(), &one["data"]), ("stdout", &json!("one\n")));
+    made.ok(
+        "fs.write",
+        json!({"path": "/workspace/go", "content": "go"}),
+    )
+    .await;
+    let mut rest = String::new();
+    let result = loop {
+        match events.next().await.expect("an event before the end") {
+            (name, data) if name == "stdout" => rest.push_str(data["data"].as_str().unwrap()),
+            (name, data) if name == "result" => break data,
+            (name, data) => panic!("unexpected {name}: {data}"),
+        }
+    };
+    assert_eq!(rest, "two\n");
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["exit_code"], 0, "{result}");
+    assert_eq!(
+        result["structuredContent"]["stdout"], "one\ntwo\n",
+        "{result}"
+    );
+
+    // A watch opened through B sees a file written through A; dropping it ends it on A.
+    let id = dispatcher::SandboxId(made.id.parse().expect("uuid"));
+    let dispatcher = b.state.sandboxes.dispatcher().expect("a dispatcher");
+    let mut watch = dispatcher
+        .watch_dir(id, "/workspace", false)
+        .await
+        .expect("a watch through B");
+    assert_eq!(watch.path(), "/workspace");
+    made.ok(
+        "fs.write",
+        json!({"path": "/workspace/watched.txt", "content": "x"}),
+    )
+    .await;
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match watch.next().await {
+                Some(dispatcher::WatchEvent::Fs(e)) if e.path.ends_with("watched.txt") => return e,
+                Some(dispatcher::WatchEvent::End { reason }) => panic!("ended: {reason}"),
+                Some(_) => {}
+                None => panic!("the watch ended"),
+            }
+        }
+    })
+    .await
+    .expect("the change arrives through B");
+    assert_eq!(seen.path, "/workspace/watched.txt");
+    // A path outside the sandbox's read roots is refused by the holder's executor, as locally.
+    let refused = dispatcher.watch_dir(id, "/etc", false).await;
+    assert!(
+        matches!(refused, Err(dispatcher::DispatchError::Refused { .. })),
+        "{refused:?}"
+    );
+    drop(watch);
+    audit_valid(&a).await;
+    audit_valid(&b).await;
+}
+
+#[tokio::test]
+async fn the_e2b_sdk_drives_processes_and_watches_through_a_replica_that_does_not_hold_them() {
+    let db = TestDb::create().await;
+    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let b = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let key = a.create_key("e2b-cluster", "operator").await;
+    // The control API (create, kill) on A, which holds the sandbox; envd's calls on B.
+    let r = crate::e2b::run_sdk_through(&a, &b, "live", &key, &[]).await;
+    let id = r["sandbox_id"].as_str().expect("a sandbox id");
+    let holder: uuid::Uuid = sqlx::query_scalar("SELECT instance_id FROM sandboxes WHERE id = $1")
+        .bind(uuid::Uuid::parse_str(id).expect("our sandbox ids are UUIDs"))
+        .fetch_one(&a.state.pool)
+        .await
+        .expect("the sandbox's row");
+    assert_eq!(holder, a.state.instance_id, "A held the sandbox B served");
+
+    let ok = crate::e2b::ok;
+    let streaming = ok(&r, "streaming");
+    assert_eq!(streaming["stdout"], "first\nsecond\n", "{streaming}");
+    assert_eq!(streaming["seen"][0], "first\n", "{streaming}");
+    let background = ok(&r, "background");
+    assert_eq!(background["exit_code"], 3, "{background}");
+    assert_eq!(background["stdout"], "started\ndone-bg\n", "{background}");
+    assert_eq!(ok(&r, "stdin"), "hello stdin\nsecond line\neof\n");
+    let kill = ok(&r, "kill");
+    assert_eq!(kill["killed"], true, "{kill}");
+    let connect = ok(&r, "connect");
+    let stdout = connect["stdout"].as_str().unwrap();
+    assert!(
+        stdout == "after\n" || stdout == "before\nafter\n",
+        "{connect}"
+    );
+    let pty = ok(&r, "pty");
+    assert!(
+        pty["output"].as_str().unwrap().contains("30 100"),
+        "the terminal was resized through B: {pty}"
+    );
+    assert_eq!(pty["exit_code"], 4, "{pty}");
+    let watch = ok(&r, "watch");
+    assert!(
+        watch
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "new.txt"),
+        "{watch}"
+    );
+    let streamed = ok(&r, "watch_stream");
+    assert!(
+        streamed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "sub/streamed.txt"),
+        "{streamed}"
+    );
+}
+
+#[tokio::test]
+async fn the_peer_listener_refuses_unsigned_and_replayed_subscriptions() {
+    let db = TestDb::create().await;
+    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let made = AgentSandbox::start(&a, agent()).await;
+    let url = format!("{}{SUBSCRIBE_PATH}", peer_url(&a).await);
+    let http = reqwest::Client::new();
+    let body = serde_json::to_vec(&ForwardedSubscription {
+        sandbox: made.id.parse().expect("uuid"),
+        deadline_ms: 10_000,
+        open: Open::Watch {
+            path: "/workspace".to_owned(),
+            recursive: false,
+        },
+    })
+    .expect("json");
+    let key = ClusterKey::new(SECRET);
+    let post = |header: Option<String>| {
+        let mut request = http.post(&url).body(body.clone());
+        if let Some(header) = header {
+            request = request.header(SIGNATURE_HEADER, header);
+        }
+        request.send()
+    };
+
+    let r = post(None).await.expect("peer listener answers");
+    assert_eq!(r.status(), 401);
+    let wrong = ClusterKey::new(&"w".repeat(40))
+        .sign(chrono::Utc::now().timestamp(), &body)
+        .expect("sign");
+    let r = post(Some(wrong)).await.expect("answers");
+    assert_eq!(r.status(), 401);
+
+    // Signed, it opens the watch: the first frame says so.
+    let good = key
+        .sign(chrono::Utc::now().timestamp(), &body)
+        .expect("sign");
+    let mut r = post(Some(good.clone())).await.expect("answers");
+    assert_eq!(r.status(), 200);
+    let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), r.chunk())
+        .await
+        .expect("the first frame comes at once")
+        .expect("readable")
+        .expect("a frame");
+    let first: Value =
+        serde_json::from_slice(chunk.split(|b| *b == b'\n').next().unwrap_or_default())
+            .expect("a JSON frame");
+    assert_eq!(first, json!({"frame": "watch", "path": "/workspace"}));
+    drop(r);
+    // The same request again is a replay.
+    let r = post(Some(good)).await.expect("answers");
+    assert_eq!(r.status(), 401);
+    let out: Value = r.json().await.expect("json");
+    assert!(
+        out["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("replayed"),
+        "{out}"
+    );
+    // The route is not on the callers' port, even with the admin key.
+    let r = a
+        .admin(Method::POST, SUBSCRIBE_PATH)
+        .header(
+            SIGNATURE_HEADER,
+            key.sign(chrono::Utc::now().timestamp(), &body)
+                .expect("sign"),
+        )
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn a_holder_killed_mid_stream_ends_the_callers_stream_at_once_with_why() {
+    use std::time::{Duration, Instant};
+    let db = TestDb::create().await;
+    // A is the binary, so that it can be killed outright (SIGKILL: no drain, no goodbye).
+    let port = common::binary::free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let mut holder = common::binary::start(
+        &db,
+        &[
+            ("ORCHESTRATOR__CLUSTER__LISTEN", listen.as_str()),
+            ("ORCHESTRATOR__CLUSTER__SECRET", SECRET),
+        ],
+        false,
+    )
+    .await;
+    let b = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let admin = |method: Method, path: &str| {
+        reqwest::Client::new()
+            .request(method, format!("{}{path}", holder.base))
+            .bearer_auth(common::TEST_ADMIN_KEY)
+    };
+    let r = admin(Method::POST, "/v1/agents")
+        .body(live_agent("killed-holder"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let r = admin(Method::POST, "/v1/sandboxes")
+        .json(&json!({"agent": "killed-holder"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let made: Value = r.json().await.unwrap();
+    let via_b = AgentSandbox::of(&b, made["sandbox_id"].as_str().unwrap());
+
+    let mut events = crate::streaming::stream(
+        &b,
+        &via_b,
+        json!({"command": "sh", "args": ["-c",
+            "echo started; while true; do echo tick; sleep 0.2; done"]}),
+    )
+    .await;
+    let (name, _) = events.next().await.expect("start");
+    assert_eq!(name, "start");
+    let (name, data) = events.next().await.expect("output");
+    assert_eq!(name, "stdout", "{data}");
+    assert!(
+        data["data"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("started\n"),
+        "{data}"
+    );
+
+    holder.child.start_kill().expect("SIGKILL");
+    let _ = holder.child.wait().await;
+    let killed = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match events.next().await.expect("an event before the end") {
+                (name, data) if name == "result" => return data,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the caller hears of the holder's death within seconds, not never");
+    assert!(killed.elapsed() < Duration::from_secs(5));
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result.to_string();
+    assert!(
+        text.contains("stopped serving it") && text.contains("was not observed"),
+        "{text}"
+    );
+    // Later calls through B fail with the holder named, at once.
+    let (_, out) = via_b
+        .call("cmd.run", json!({"command": "cat", "args": ["/dev/null"]}))
+        .await;
+    assert!(out.to_string().contains("held by instance"), "{out}");
 }

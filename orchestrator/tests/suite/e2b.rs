@@ -23,12 +23,23 @@ fn e2b_key(key: &str) -> String {
 }
 
 async fn run_sdk(app: &TestApp, scenario: &str, key: &str, extra: &[(&str, String)]) -> Value {
-    let base = format!("{}/e2b", app.http_base);
+    run_sdk_through(app, app, scenario, key, extra).await
+}
+
+/// [`run_sdk`] with the control API on `api` and envd's calls (processes, files, watches) on
+/// `envd`: two replicas of one database in the cluster tests.
+pub(crate) async fn run_sdk_through(
+    api: &TestApp,
+    envd: &TestApp,
+    scenario: &str,
+    key: &str,
+    extra: &[(&str, String)],
+) -> Value {
     let mut cmd = tokio::process::Command::new("python3");
     cmd.arg(SCRIPT)
         .args(scenario.split(' '))
-        .env("E2B_API_URL", &base)
-        .env("E2B_SANDBOX_URL", &base)
+        .env("E2B_API_URL", format!("{}/e2b", api.http_base))
+        .env("E2B_SANDBOX_URL", format!("{}/e2b", envd.http_base))
         .env("E2B_API_KEY", e2b_key(key));
     for (k, v) in extra {
         cmd.env(k, v);
@@ -50,7 +61,7 @@ async fn run_sdk(app: &TestApp, scenario: &str, key: &str, extra: &[(&str, Strin
     })
 }
 
-fn ok<'a>(report: &'a Value, step: &str) -> &'a Value {
+pub(crate) fn ok<'a>(report: &'a Value, step: &str) -> &'a Value {
     assert_eq!(report[step]["ok"], true, "{step}: {}", report[step]);
     &report[step]["value"]
 }

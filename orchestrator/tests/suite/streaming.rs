@@ -82,7 +82,7 @@ spec:
 }
 
 /// Server-Sent Events read as they arrive.
-struct Events {
+pub(crate) struct Events {
     response: reqwest::Response,
     buffer: Vec<u8>,
 }
@@ -90,7 +90,7 @@ struct Events {
 impl Events {
     /// The next event (name, JSON data); `None` at the end of the body. Fails the test when
     /// nothing comes for 60 s.
-    async fn next(&mut self) -> Option<(String, Value)> {
+    pub(crate) async fn next(&mut self) -> Option<(String, Value)> {
         loop {
             if let Some(at) = self.buffer.windows(2).position(|w| w == b"\n\n") {
                 let block: Vec<u8> = self.buffer.drain(..at + 2).collect();
@@ -133,7 +133,7 @@ async fn post_streaming(app: &TestApp, key: &str, body: Value) -> reqwest::Respo
 }
 
 /// Opens the event stream of a call in `sb`'s sandbox; it must be one.
-async fn stream(app: &TestApp, sb: &AgentSandbox, arguments: Value) -> Events {
+pub(crate) async fn stream(app: &TestApp, sb: &AgentSandbox, arguments: Value) -> Events {
     let response = post_streaming(
         app,
         common::TEST_ADMIN_KEY,
