@@ -616,6 +616,52 @@ async fn live_processes_streams_and_watches_are_served_through_a_replica_that_do
         "{refused:?}"
     );
     drop(watch);
+    // Dropped watches are removed on the holder: the sandbox's executor allows 8 at once, and
+    // after 8 opened through B and dropped, a new one is admitted again (within a beat).
+    let eight = futures_util::future::join_all(
+        (0..8).map(|_| dispatcher.watch_dir(id, "/workspace", false)),
+    )
+    .await;
+    assert!(eight.iter().all(Result::is_ok), "{eight:?}");
+    let ninth = dispatcher.watch_dir(id, "/workspace", false).await;
+    assert!(
+        matches!(&ninth, Err(dispatcher::DispatchError::Refused { .. })),
+        "the holder's limit holds through B: {ninth:?}"
+    );
+    drop(eight);
+    let dropped = std::time::Instant::now();
+    loop {
+        match dispatcher.watch_dir(id, "/workspace", false).await {
+            Ok(_) => break,
+            Err(e) => assert!(
+                dropped.elapsed() < Duration::from_secs(15),
+                "the dropped watches were never removed on the holder: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A client leaving B's SSE stream kills its command on A, as it does locally.
+    let mut events = crate::streaming::stream(
+        &b,
+        &via_b,
+        json!({"command": "sh", "args": ["-c",
+            "while true; do echo left-behind; sleep 0.2; done"]}),
+    )
+    .await;
+    let (name, _) = events.next().await.expect("start");
+    assert_eq!(name, "start");
+    events.next().await.expect("output");
+    assert!(running_in(&made, "left-behind"));
+    drop(events);
+    let left = std::time::Instant::now();
+    while running_in(&made, "left-behind") {
+        assert!(
+            left.elapsed() < Duration::from_secs(30),
+            "the abandoned command still runs on the holder"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     audit_valid(&a).await;
     audit_valid(&b).await;
 }
@@ -834,4 +880,68 @@ async fn a_holder_killed_mid_stream_ends_the_callers_stream_at_once_with_why() {
         .call("cmd.run", json!({"command": "cat", "args": ["/dev/null"]}))
         .await;
     assert!(out.to_string().contains("held by instance"), "{out}");
+}
+
+#[tokio::test]
+async fn a_holder_that_stops_ends_the_callers_streams_with_why_without_holding_its_drain() {
+    use std::time::{Duration, Instant};
+    let db = TestDb::create().await;
+    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let b = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let made = AgentSandbox::start(&a, live_agent("stopping-holder")).await;
+    let id = dispatcher::SandboxId(made.id.parse().expect("uuid"));
+    let dispatcher = b.state.sandboxes.dispatcher().expect("a dispatcher");
+    let mut watch = dispatcher
+        .watch_dir(id, "/workspace", true)
+        .await
+        .expect("a watch through B");
+    let process = dispatcher
+        .start_process(
+            id,
+            dispatcher::protocol::StartParams {
+                argv: vec!["sleep".to_owned(), "300".to_owned()],
+                cwd: None,
+                env: Default::default(),
+                tag: None,
+                stdin: false,
+                pty: None,
+                timeout_ms: None,
+                grace_ms: None,
+                max_output_bytes: None,
+                exec: Default::default(),
+            },
+        )
+        .await
+        .expect("a process through B");
+    let mut process = process;
+
+    // A stops (grace 5 s): the open subscriptions end at once rather than hold its drain.
+    let stopping = Instant::now();
+    a.stop().await.expect("A stops cleanly");
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the peer listener's drain waited for the subscriptions: {:?}",
+        stopping.elapsed()
+    );
+    let end = tokio::time::timeout(Duration::from_secs(5), process.wait_end())
+        .await
+        .expect("the process's handle ends at once")
+        .expect("an end");
+    let error = end.error.unwrap_or_default();
+    assert!(
+        error.contains("stopped serving it"),
+        "the end says the holder stopped: {error}"
+    );
+    let reason = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match watch.next().await {
+                Some(dispatcher::WatchEvent::End { reason }) => return reason,
+                Some(_) => {}
+                None => return "no end".to_owned(),
+            }
+        }
+    })
+    .await
+    .expect("the watch ends at once");
+    assert!(reason.contains("stopped serving it"), "{reason}");
 }
