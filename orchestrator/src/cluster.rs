@@ -537,7 +537,7 @@ impl Peers {
             Some(other) => return Err(fail(format!("{peer} began with {other:?}"))),
             None => return Err(fail(format!("{peer} answered nothing"))),
         };
-        Ok((opened, frames.relay()))
+        Ok((opened, frames.relay(SILENCE)))
     }
 }
 
@@ -616,16 +616,17 @@ impl Frames {
         }
     }
 
-    /// The events after the first frame, as the dispatcher follows them.
-    fn relay(self) -> Relay {
-        futures_util::stream::unfold(Some(self), |frames| async move {
+    /// The events after the first frame, as the dispatcher follows them; `silence` without a
+    /// frame (not even a beat) ends them with an error.
+    fn relay(self, silence: Duration) -> Relay {
+        futures_util::stream::unfold(Some(self), move |frames| async move {
             let mut frames = frames?;
             let (id, holder) = (frames.id, frames.holder);
             let why = move |detail: String| {
                 format!("instance {holder}, which holds sandbox {id}, stopped serving it: {detail}")
             };
             loop {
-                let frame = match frames.next(SILENCE).await {
+                let frame = match frames.next(silence).await {
                     Ok(Some(frame)) => frame,
                     Ok(None) => {
                         let reason = why("the stream ended before its last event".to_owned());
@@ -725,6 +726,92 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Serves one HTTP answer on a local port: a chunked body of `lines` (one chunk each),
+    /// then nothing more, the connection held open (a holder that went silent, not one that
+    /// closed).
+    async fn silent_after(lines: Vec<Frame>) -> (String, tokio::task::JoinHandle<()>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let mut answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\n\
+                               transfer-encoding: chunked\r\n\r\n"
+                .to_vec();
+            for frame in lines {
+                let line = frame.line();
+                answer.extend_from_slice(format!("{:x}\r\n", line.len()).as_bytes());
+                answer.extend_from_slice(&line);
+                answer.extend_from_slice(b"\r\n");
+            }
+            socket.write_all(&answer).await.expect("write");
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(socket);
+        });
+        (url, server)
+    }
+
+    #[tokio::test]
+    async fn a_holder_that_goes_silent_ends_the_relay_with_why_instead_of_a_hang() {
+        let (url, server) = silent_after(vec![
+            Frame::Watch {
+                path: "/workspace".to_owned(),
+            },
+            Frame::Fs {
+                event: FsEvent {
+                    op: dispatcher::protocol::FsOp::Create,
+                    path: "/workspace/a".to_owned(),
+                    is_dir: false,
+                },
+            },
+            Frame::Beat,
+        ])
+        .await;
+        let answer = reqwest::Client::new()
+            .get(&url)
+            .send()
+            .await
+            .expect("answered");
+        let mut frames = Frames {
+            answer,
+            buffer: Vec::new(),
+            peer: url.clone(),
+            holder: Uuid::nil(),
+            id: SandboxId(Uuid::nil()),
+        };
+        let first = frames.next(Duration::from_secs(5)).await.expect("a frame");
+        assert_eq!(
+            first,
+            Some(Frame::Watch {
+                path: "/workspace".to_owned()
+            })
+        );
+        let started = std::time::Instant::now();
+        let mut relay = frames.relay(Duration::from_millis(300));
+        let next = relay.next().await.expect("an event");
+        assert!(
+            matches!(&next, Ok(Relayed::Watch(WatchEvent::Fs(e))) if e.path == "/workspace/a"),
+            "{next:?}"
+        );
+        // The beat is skipped; then nothing comes, and the relay says so once, then ends.
+        let silent = tokio::time::timeout(Duration::from_secs(5), relay.next())
+            .await
+            .expect("no hang")
+            .expect("an item");
+        let reason = silent.expect_err("an error");
+        assert!(
+            reason.contains("stopped serving it") && reason.contains("sent nothing for"),
+            "{reason}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert!(relay.next().await.is_none(), "nothing after the error");
+        server.abort();
+    }
 
     #[test]
     fn a_signature_holds_once_within_its_window_for_its_body_and_key() {

@@ -306,7 +306,7 @@ impl Metrics {
             forwarded: counter_vec(
                 &registry,
                 "aegis_forwarded_calls_total",
-                "Executor calls carried between replicas: `sent` by this one for a sandbox a peer holds, `served` for a peer; by outcome (`ok`, `refused`: the holder or the signature check said no, `error`: the peer could not be reached or answered badly).",
+                "Executor calls and live-process or watch subscriptions carried between replicas: `sent` by this one for a sandbox a peer holds, `served` for a peer; by outcome (`ok`, `refused`: the holder or the signature check said no, `error`: the peer could not be reached or answered badly).",
                 &["direction", "outcome"],
             ),
             peers: gauge_vec(
