@@ -365,6 +365,39 @@ async fn figures() {
         }
         eprintln!("{line}");
     }
+    // A streamed `cmd.run` (SSE): its first output and its answer, through the holder and
+    // through another replica (the output relayed over a subscription).
+    let mut line = "cmd.run streamed (echo)".to_owned();
+    for (label, app) in [("local", &replicas[0]), ("forwarded", &replicas[1])] {
+        let sandbox = AgentSandbox::of(app, &made.id);
+        let (mut first, mut whole) = (Vec::new(), Vec::new());
+        for run in 0..120 {
+            let t = Instant::now();
+            let mut events =
+                crate::streaming::stream(app, &sandbox, json!({"command": "echo", "args": ["hi"]}))
+                    .await;
+            let mut first_at = None;
+            while let Some((name, _)) = events.next().await {
+                if name == "stdout" && first_at.is_none() {
+                    first_at = Some(t.elapsed());
+                }
+                if name == "result" {
+                    break;
+                }
+            }
+            if run >= 20 {
+                first.push(first_at.expect("output").as_secs_f64() * 1000.0);
+                whole.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+        line += &format!(
+            "  {label}: first output p50 {:.2} ms, answer p50 {:.2} ms p99 {:.2} ms",
+            pct(&mut first, 0.5),
+            pct(&mut whole, 0.5),
+            pct(&mut whole, 0.99)
+        );
+    }
+    eprintln!("{line}");
     for (name, arguments, sandboxed) in [
         ("aegis.runtime.list", json!({}), false),
         ("cmd.run", json!({"command": "id", "args": ["-u"]}), true),
