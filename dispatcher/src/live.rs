@@ -37,6 +37,7 @@ use sandbox_executor::protocol::{
     Empty, Enforcement, FsEvent, InputParams, InputResult, LiveListResult, LiveProcess, Op,
     OutputStream, ProcTarget, ProcessEnd, ProcessSignal, PtySize, ResizeParams, Response,
     SignalParams, StartParams, StartResult, UnwatchParams, WatchParams, WatchResult,
+    WatchSyncParams, WatchSyncResult,
 };
 use serde::de::DeserializeOwned;
 
@@ -200,6 +201,27 @@ impl WatchHandle {
     /// The next event if one has come, without waiting (a polling watcher drains with this).
     pub fn try_next(&mut self) -> Option<WatchEvent> {
         Self::event(self.reader.try_next()?)
+    }
+
+    /// Returns once every change made before this call is among the handle's events (the
+    /// executor's `fs.watch_sync`: its watch reads the kernel's queue and sends what it holds
+    /// before answering, on the stream whose reader fills this handle's feed first). A
+    /// polling watcher syncs before draining, so a change whose own call has returned is never
+    /// left for a later poll. `Ok(false)` when the watch has ended.
+    pub async fn sync(&self, deadline: Duration) -> Result<bool> {
+        let Some(sandbox) = self.sandbox.upgrade() else {
+            return Ok(false);
+        };
+        let id = sandbox.id;
+        let response = sandbox
+            .stream
+            .call(
+                Op::FsWatchSync(WatchSyncParams { target: self.id }),
+                deadline,
+            )
+            .await?;
+        let synced: WatchSyncResult = answer(id, "fs.watch_sync", response)?;
+        Ok(synced.synced)
     }
 
     fn event(read: Read) -> Option<WatchEvent> {

@@ -290,18 +290,14 @@ impl Application {
             .merge(api::mcp::routes(state.clone(), shutdown.child_token()))
             .layer(api::request_id::RequestIdLayer::new("http"));
         let http_token = shutdown.clone();
-        // Small request/response exchanges must not wait for Nagle's algorithm to meet the
-        // peer's delayed ACK (tens of milliseconds per call): every accepted socket is NODELAY.
-        let http = axum::serve::ListenerExt::tap_io(http, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "could not set TCP_NODELAY on an HTTP connection");
-            }
-        });
+        // Every accepted socket is NODELAY (`api::connection::http_listener`).
+        let http = api::connection::http_listener(http);
         let mut http_task = tokio::spawn(async move {
-            // The peer address reaches handlers (the attestation limit per source address).
+            // The connection reaches handlers: its peer address (the attestation limit per
+            // source address), and its reset (a stream the E2B door cuts).
             axum::serve(
                 http,
-                rest.into_make_service_with_connect_info::<SocketAddr>(),
+                rest.into_make_service_with_connect_info::<api::connection::Connection>(),
             )
             .with_graceful_shutdown(http_token.cancelled_owned())
             .await

@@ -106,6 +106,9 @@ pub enum Op {
     /// Stop a watch ([`UnwatchResult`]).
     #[serde(rename = "fs.unwatch")]
     FsUnwatch(UnwatchParams),
+    /// Wait until a watch has sent every change queued so far ([`WatchSyncResult`]).
+    #[serde(rename = "fs.watch_sync")]
+    FsWatchSync(WatchSyncParams),
 }
 
 impl Op {
@@ -135,6 +138,7 @@ impl Op {
             Op::ProcLive => "proc.live",
             Op::FsWatch(_) => "fs.watch",
             Op::FsUnwatch(_) => "fs.unwatch",
+            Op::FsWatchSync(_) => "fs.watch_sync",
         }
     }
 }

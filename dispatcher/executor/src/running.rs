@@ -186,14 +186,73 @@ impl Processes {
     }
 }
 
-/// The running watches, by the id of their `fs.watch` request; each holds its stop eventfd.
+/// How a request reaches a running watch's thread: `fs.unwatch` through `stop`, `fs.watch_sync`
+/// through `sync` (an eventfd each, polled by the thread beside its inotify descriptor).
+pub struct WatchControl {
+    /// Written to stop the watch.
+    pub stop: OwnedFd,
+    /// Written to ask for a sync.
+    pub sync: OwnedFd,
+    /// (syncs asked for, syncs the thread has finished), each counted up to the latest.
+    synced: Mutex<(u64, u64)>,
+    changed: Condvar,
+}
+
+impl WatchControl {
+    /// The control of a watch whose thread polls `stop` and `sync`.
+    pub fn new(stop: OwnedFd, sync: OwnedFd) -> Self {
+        WatchControl {
+            stop,
+            sync,
+            synced: Mutex::new((0, 0)),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn counts(&self) -> MutexGuard<'_, (u64, u64)> {
+        self.synced.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes a ticket for a sync (to be waited for with [`WatchControl::wait_synced`]).
+    pub fn ask_sync(&self) -> u64 {
+        let mut counts = self.counts();
+        counts.0 += 1;
+        counts.0
+    }
+
+    /// The latest ticket asked for: what a thread about to read its queue will have served.
+    pub fn asked(&self) -> u64 {
+        self.counts().0
+    }
+
+    /// The thread has sent everything queued when ticket `upto` was asked.
+    pub fn synced(&self, upto: u64) {
+        let mut counts = self.counts();
+        counts.1 = counts.1.max(upto);
+        drop(counts);
+        self.changed.notify_all();
+    }
+
+    /// Waits until ticket `ticket` was served, at most `limit`; whether it was.
+    pub fn wait_synced(&self, ticket: u64, limit: Duration) -> bool {
+        let counts = self.counts();
+        let (counts, _) = self
+            .changed
+            .wait_timeout_while(counts, limit, |c| c.1 < ticket)
+            .unwrap_or_else(PoisonError::into_inner);
+        counts.1 >= ticket
+    }
+}
+
+/// The running watches, by the id of their `fs.watch` request (`None` while one is being set
+/// up).
 #[derive(Default)]
 pub struct Watches {
-    watches: Mutex<HashMap<u64, Option<Arc<OwnedFd>>>>,
+    watches: Mutex<HashMap<u64, Option<Arc<WatchControl>>>>,
 }
 
 impl Watches {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<u64, Option<Arc<OwnedFd>>>> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<u64, Option<Arc<WatchControl>>>> {
         self.watches.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

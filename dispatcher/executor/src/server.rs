@@ -33,7 +33,7 @@ use crate::protocol::{
     CancelResult, CreateDirResult, DeleteResult, EditResult, Empty, EnvGetResult, ErrorKind,
     GlobResult, GrepResult, InputResult, ListResult, LiveListResult, LogsReadResult, Op,
     ProcListResult, ReadResult, Ready, Request, Response, RunResult, StartResult, UnwatchResult,
-    WatchResult, WriteResult, PROTOCOL_VERSION, UNATTRIBUTED_ID,
+    WatchResult, WatchSyncResult, WriteResult, PROTOCOL_VERSION, UNATTRIBUTED_ID,
 };
 use crate::roots::{open_beneath, Roots};
 use crate::running::{Processes, Watches};
@@ -69,6 +69,7 @@ enum Reply {
     Live(LiveListResult),
     Watch(WatchResult),
     Unwatch(UnwatchResult),
+    WatchSync(WatchSyncResult),
 }
 
 /// Runs the executor; returns the process exit code.
@@ -438,6 +439,7 @@ fn dispatch(context: &Arc<Context>, id: u64, op: Op) -> Result<Reply, OpError> {
         Op::ProcLive => Reply::Live(c.live.list()),
         Op::FsWatch(p) => Reply::Watch(fs::watch::start(c, id, p)?),
         Op::FsUnwatch(p) => Reply::Unwatch(fs::watch::stop(c, p)),
+        Op::FsWatchSync(p) => Reply::WatchSync(fs::watch::sync(c, p)),
         // Answered inline by `handle_line`; never reaches a handler thread.
         Op::Cancel(_) => Reply::Cancel(CancelResult { cancelled: false }),
     })

@@ -16,7 +16,7 @@ import time
 import urllib.request
 import urllib.error
 
-from e2b import AsyncSandbox, CommandExitException, PtySize, Sandbox, SandboxQuery
+from e2b import AsyncSandbox, CommandExitException, PtySize, Sandbox, SandboxQuery, SandboxState
 from e2b.sandbox.signature import get_signature
 
 
@@ -196,6 +196,19 @@ def live():
                 "after_end": [p.pid for p in sbx.commands.list()]}
 
     attempt(report, "connect", connect)
+
+    # Re-attaching while the Start stream is still open: both streams get every event.
+    def connect_open():
+        h = sbx.commands.run("echo one; while [ ! -f /home/user/go3 ]; do sleep 0.05; done; echo two",
+                             background=True)
+        c = sbx.commands.connect(h.pid)
+        sbx.files.write("go3", "go")
+        second = sbx.commands.connect(h.pid)
+        first, other = h.wait(), c.wait()
+        return {"pid": h.pid, "connected": [c.pid, second.pid], "start": first.stdout,
+                "connect": other.stdout, "second": second.wait().stdout}
+
+    attempt(report, "connect_open", connect_open)
 
     def pty():
         chunks = []
@@ -445,6 +458,22 @@ def conformance():
         return events
 
     attempt(report, "watch", watch)
+
+    # A directory made beneath a recursive watch, and what is written in it at once: one poll,
+    # right after, has it all (no second chance). The second directory and its file are made
+    # by one command, before any watch of theirs can exist.
+    def watch_nested():
+        sbx.files.make_dir("wn")
+        h = sbx.files.watch_dir("wn", recursive=True)
+        sbx.files.make_dir("wn/sub")
+        sbx.files.write("wn/sub/f.txt", "content")
+        first = [{"name": e.name, "type": str(e.type)} for e in h.get_new_events()]
+        sbx.commands.run("mkdir -p wn/a/b && echo hi > wn/a/b/g.txt")
+        second = [{"name": e.name, "type": str(e.type)} for e in h.get_new_events()]
+        h.stop()
+        return {"first": first, "second": second}
+
+    attempt(report, "watch_nested", watch_nested)
 
     # A sandbox past its timeout is not running, even before the sweep removes it.
     short = Sandbox.create("base", timeout=3)
@@ -717,8 +746,40 @@ def snapshot_attacks():
     print(json.dumps(report))
 
 
+def auto_pause():
+    """A sandbox whose timeout pauses it (`lifecycle.on_timeout = pause`, no auto-resume): paused
+    at its timeout with its files, refused by envd until connect() resumes it."""
+    report = {}
+    sbx = Sandbox.create("base", timeout=3, lifecycle={"on_timeout": "pause", "auto_resume": False},
+                         metadata={"suite": "auto-pause"})
+    report["sandbox_id"] = sbx.sandbox_id
+    attempt(report, "lifecycle", lambda: sbx.get_info().lifecycle)
+    sbx.files.write("kept.txt", "kept at the timeout")
+    time.sleep(5)
+    attempt(report, "state", lambda: str(sbx.get_info().state))
+    attempt(report, "running", lambda: sbx.is_running())
+    attempt(report, "listed_paused", lambda: [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "auto-pause"}, state=[SandboxState.PAUSED])).next_items()])
+    attempt(report, "command_while_paused", lambda: sbx.commands.run("echo no").stdout)
+    attempt(report, "read_while_paused", lambda: sbx.files.read("kept.txt"))
+    # Settled: the pause is stored (the sweep may still have been taking it above).
+    for _ in range(50):
+        if Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED and api_get(f"/sandboxes/{sbx.sandbox_id}")[1].get("pauseMode"):
+            break
+        time.sleep(0.2)
+    attempt(report, "connect", lambda: sbx.connect(timeout=60).sandbox_id)
+    attempt(report, "state_after", lambda: str(sbx.get_info().state))
+    attempt(report, "running_after", lambda: sbx.is_running())
+    attempt(report, "read_after", lambda: sbx.files.read("kept.txt"))
+    attempt(report, "logs", lambda: [l["message"] for l in api_get(f"/v2/sandboxes/{sbx.sandbox_id}/logs")[1]["logs"]])
+    attempt(report, "logs_v1", lambda: api_get(f"/sandboxes/{sbx.sandbox_id}/logs?limit=100")[1])
+    attempt(report, "kill", lambda: sbx.kill())
+    # Memory kept over the pause is asked for explicitly: refused, nothing made.
+    attempt(report, "keep_memory", lambda: Sandbox.create("base", timeout=3, lifecycle={"on_timeout": {"action": "pause", "keep_memory": True}}).sandbox_id)
+    print(json.dumps(report))
+
+
 SNAPSHOT_SCENARIOS = {"pause_resume": pause_resume, "snapshots": snapshots,
-                      "snapshot_attacks": snapshot_attacks}
+                      "snapshot_attacks": snapshot_attacks, "auto_pause": auto_pause}
 
 
 if __name__ == "__main__":

@@ -292,6 +292,17 @@ async fn the_e2b_sdk_drives_live_processes_terminals_and_watches() {
         !connect["after_end"].as_array().unwrap().contains(pid),
         "{connect}"
     );
+    // Two Connects while the Start stream is still open: each stream gets the whole output
+    // (the Connects from the oldest output still buffered) and the end, none takes another's.
+    let open = ok(&r, "connect_open");
+    assert_eq!(
+        open["connected"],
+        json!([open["pid"], open["pid"]]),
+        "{open}"
+    );
+    for stream in ["start", "connect", "second"] {
+        assert_eq!(open[stream], "one\ntwo\n", "{stream}: {open}");
+    }
     let pty = ok(&r, "pty");
     assert!(
         pty["output"].as_str().unwrap().contains("30 100"),
@@ -612,12 +623,39 @@ async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects() {
         ["CREATE", "WRITE", "CHMOD", "CREATE", "WRITE", "CHMOD"],
         "{watch:?}"
     );
+    // One poll right after the changes has them all: a directory made under a recursive
+    // watch and the file written in it at once, and (made by one command, before any watch of
+    // theirs could exist) a directory, its subdirectory and the file in it.
+    let nested = ok(&r, "watch_nested");
+    let has = |poll: &str, name: &str, kind: &str| {
+        nested[poll]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == name && e["type"].as_str().unwrap().ends_with(kind))
+    };
+    assert!(has("first", "sub", "CREATE"), "{nested}");
+    assert!(has("first", "sub/f.txt", "WRITE"), "{nested}");
+    for (name, kind) in [
+        ("a", "CREATE"),
+        ("a/b", "CREATE"),
+        ("a/b/g.txt", "CREATE"),
+        ("a/b/g.txt", "WRITE"),
+    ] {
+        assert!(has("second", name, kind), "{name} {kind}: {nested}");
+    }
     assert_eq!(ok(&r, "past_timeout_running"), false);
-    // The stream of a command whose sandbox was killed is cut, not ended as an exit: the SDK
-    // raises a timeout (over HTTP/1.1 it reads the cut as a body error, not as the dropped
-    // HTTP/2 stream E2B's edge gives, so its message says timeout rather than killed).
+    // The stream of a command whose sandbox was killed ends as E2B's envd ends it: the SDK's
+    // health probe then hears the sandbox is gone and says it was killed.
     let under = ok(&r, "killed_under");
     assert_eq!(under["type"], "TimeoutException", "{under}");
+    assert!(
+        under["message"]
+            .as_str()
+            .unwrap()
+            .contains("sandbox was killed or reached its end of life"),
+        "{under}"
+    );
     assert_eq!(ok(&r, "killed_running"), false);
     assert_eq!(ok(&r, "alive_running"), true);
     for id in [&r["sandbox_id"], &r["doomed_id"]] {
@@ -1210,4 +1248,63 @@ async fn e2b_snapshots_are_data_only_owned_by_their_key_and_under_quota() {
     ok(&r, "third");
     refused(&r, "over_count", "snapshot quota reached");
     assert_eq!(ok(&r, "resume"), "mine");
+}
+
+#[tokio::test]
+async fn e2b_auto_pause_at_timeout_keeps_files_until_connect_resumes() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("e2b-auto-pause", "operator").await;
+    let r = run_sdk(&app, "auto_pause", &key, &[]).await;
+    let id = r["sandbox_id"].as_str().unwrap().to_owned();
+
+    assert_eq!(
+        ok(&r, "lifecycle"),
+        &json!({"on_timeout": "pause", "auto_resume": false})
+    );
+    // Past its 3 s timeout it is paused, not killed: listed as paused, refused by envd as E2B
+    // refuses a paused sandbox (the SDK reports its timeout), its health 502.
+    assert_eq!(ok(&r, "state"), "SandboxState.PAUSED", "{r}");
+    assert_eq!(ok(&r, "running"), false, "{r}");
+    assert_eq!(ok(&r, "listed_paused"), &json!([id]), "{r}");
+    for step in ["command_while_paused", "read_while_paused"] {
+        refused(&r, step, "TimeoutException");
+    }
+    refused(&r, "command_while_paused", "paused");
+    // connect() resumes it, files back.
+    assert_eq!(ok(&r, "connect"), id.as_str());
+    assert_eq!(ok(&r, "state_after"), "SandboxState.RUNNING", "{r}");
+    assert_eq!(ok(&r, "running_after"), true, "{r}");
+    assert_eq!(ok(&r, "read_after"), "kept at the timeout");
+    let logs = ok(&r, "logs").as_array().unwrap().clone();
+    assert!(
+        logs.iter()
+            .any(|l| l.as_str().unwrap().contains("paused at its timeout")),
+        "{logs:?}"
+    );
+    // The v1 route: the same lines, as text and as entries.
+    let v1 = ok(&r, "logs_v1");
+    assert_eq!(
+        v1["logs"].as_array().unwrap().len(),
+        v1["logEntries"].as_array().unwrap().len(),
+        "{v1}"
+    );
+    assert!(
+        v1["logs"].as_array().unwrap().iter().any(|l| l["line"]
+            .as_str()
+            .unwrap()
+            .contains("paused at its timeout")),
+        "{v1}"
+    );
+    ok(&r, "kill");
+    refused(&r, "keep_memory", "autoPauseMemory");
+    // The node paused it, not a caller: one admin row by the system says so.
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT caller_kind, outcome FROM audit_log WHERE action = 'e2b.sandbox.pause'",
+    )
+    .fetch_all(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, [("system".to_owned(), "ok".to_owned())], "{rows:?}");
+    assert!(containers_of_key(&key_id(&app, "e2b-auto-pause").await).is_empty());
 }

@@ -46,9 +46,10 @@ use crate::fs::write;
 use crate::paths;
 use crate::protocol::{
     ErrorKind, Event, EventBody, FsEvent, FsOp, UnwatchParams, UnwatchResult, WatchParams,
-    WatchResult,
+    WatchResult, WatchSyncParams, WatchSyncResult,
 };
 use crate::roots::Access;
+use crate::running::WatchControl;
 
 /// Most directories one watch covers.
 pub const MAX_DIRECTORIES: usize = 1000;
@@ -61,6 +62,8 @@ const MAX_DEPTH: usize = 64;
 /// Most temporary files of `fs.write` a watch holds the changes of at once (a bound against
 /// names that look like them and are never renamed).
 const MAX_HELD: usize = 1024;
+/// Longest an `fs.watch_sync` waits for the watch's thread.
+const SYNC_LIMIT: Duration = Duration::from_secs(5);
 
 /// What every watched directory reports.
 const MASK: WatchFlags = WatchFlags::CREATE
@@ -169,12 +172,14 @@ pub fn start(ctx: &Arc<Context>, request: u64, params: WatchParams) -> OpResult<
         watches.insert(request, None);
     }
     match set_up(ctx, request, &params) {
-        Ok((watch, stop, result)) => {
-            ctx.watches.lock().insert(request, Some(Arc::clone(&stop)));
+        Ok((watch, control, result)) => {
+            ctx.watches
+                .lock()
+                .insert(request, Some(Arc::clone(&control)));
             let thread_ctx = Arc::clone(ctx);
             let spawned = std::thread::Builder::new()
                 .name(format!("watch-{request}"))
-                .spawn(move || run(&thread_ctx, request, watch, &stop));
+                .spawn(move || run(&thread_ctx, request, watch, &control));
             if let Err(e) = spawned {
                 ctx.watches.lock().remove(&request);
                 return Err(OpError::new(
@@ -195,7 +200,7 @@ fn set_up(
     ctx: &Context,
     request: u64,
     params: &WatchParams,
-) -> OpResult<(Watch, Arc<OwnedFd>, WatchResult)> {
+) -> OpResult<(Watch, Arc<WatchControl>, WatchResult)> {
     let target = ctx.roots.resolve(&params.path, Access::Read)?;
     let top = target.open(OFlags::PATH | OFlags::DIRECTORY)?;
     let failed = |what: &str, e: Errno| OpError::os(e, what, &target.display);
@@ -205,6 +210,8 @@ fn set_up(
     })
     .map_err(|e| failed("cannot watch", e))?;
     let stop = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+        .map_err(|e| failed("cannot watch", e))?;
+    let sync = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
         .map_err(|e| failed("cannot watch", e))?;
     let mut watch = Watch {
         inotify,
@@ -273,23 +280,41 @@ fn set_up(
         path: watch.display.clone(),
         directories: watch.dirs.len() as u64,
     };
-    Ok((watch, Arc::new(stop), result))
+    Ok((watch, Arc::new(WatchControl::new(stop, sync)), result))
 }
 
 /// Runs `fs.unwatch`: the watch's thread sends `watch_end` and stops.
 pub fn stop(ctx: &Context, params: UnwatchParams) -> UnwatchResult {
-    let stop = ctx.watches.lock().get(&params.target).cloned().flatten();
-    match stop {
-        Some(stop) => {
-            let _ = rustix::io::write(&*stop, &1u64.to_ne_bytes());
+    let control = ctx.watches.lock().get(&params.target).cloned().flatten();
+    match control {
+        Some(control) => {
+            let _ = rustix::io::write(&control.stop, &1u64.to_ne_bytes());
             UnwatchResult { removed: true }
         }
         None => UnwatchResult { removed: false },
     }
 }
 
+/// Runs `fs.watch_sync`: answers once the watch's thread has read the kernel's queue as it is
+/// now and sent its events (before this answer, on the stream events go to), so a change made
+/// before the request (a write whose answer came back) is among them, and so are the entries
+/// of a directory made before it beneath a recursive watch, whose own watch may have come
+/// after they were made (see [`scan`]). Without this, a poll right after a change could miss
+/// it while the thread is between two reads.
+pub fn sync(ctx: &Context, params: WatchSyncParams) -> WatchSyncResult {
+    let control = ctx.watches.lock().get(&params.target).cloned().flatten();
+    let Some(control) = control else {
+        return WatchSyncResult { synced: false };
+    };
+    let ticket = control.ask_sync();
+    let _ = rustix::io::write(&control.sync, &1u64.to_ne_bytes());
+    WatchSyncResult {
+        synced: control.wait_synced(ticket, SYNC_LIMIT),
+    }
+}
+
 /// The watch's thread: events until it is stopped or its directory goes.
-fn run(ctx: &Context, request: u64, mut watch: Watch, stop: &OwnedFd) {
+fn run(ctx: &Context, request: u64, mut watch: Watch, control: &WatchControl) {
     let send = |body: EventBody| {
         ctx.events.event(&Event {
             event: request,
@@ -299,7 +324,8 @@ fn run(ctx: &Context, request: u64, mut watch: Watch, stop: &OwnedFd) {
     let reason = loop {
         let mut fds = [
             PollFd::new(&watch.inotify, PollFlags::IN),
-            PollFd::new(stop, PollFlags::IN),
+            PollFd::new(&control.stop, PollFlags::IN),
+            PollFd::new(&control.sync, PollFlags::IN),
         ];
         match poll(&mut fds, None) {
             Ok(_) | Err(Errno::INTR) => {}
@@ -308,16 +334,26 @@ fn run(ctx: &Context, request: u64, mut watch: Watch, stop: &OwnedFd) {
         if !fds[1].revents().is_empty() {
             break "removed by fs.unwatch".to_owned();
         }
+        // Every sync asked for before this read of the queue is served by it.
+        let syncing = if fds[2].revents().is_empty() {
+            None
+        } else {
+            let _ = rustix::io::read(&control.sync, &mut [0u8; 8]);
+            Some(control.asked())
+        };
         match read_events(ctx, &mut watch) {
             Ok((events, ended)) => {
                 let sent = !events.is_empty();
                 for event in events {
                     send(EventBody::Fs(event));
                 }
+                if let Some(upto) = syncing {
+                    control.synced(upto);
+                }
                 if let Some(reason) = ended {
                     break reason;
                 }
-                if sent {
+                if sent && syncing.is_none() {
                     std::thread::sleep(BATCH);
                 }
             }
@@ -326,6 +362,8 @@ fn run(ctx: &Context, request: u64, mut watch: Watch, stop: &OwnedFd) {
     };
     ctx.watches.lock().remove(&request);
     send(EventBody::WatchEnd { reason });
+    // Whoever waits for a sync now has everything this watch will ever send.
+    control.synced(u64::MAX);
 }
 
 /// Reads what the kernel has queued; the events, and why the watch ends if it does.
@@ -432,10 +470,14 @@ fn read_events(
                 .resolve(&path, Access::Read)
                 .and_then(|t| t.open(OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW));
             let added = match opened {
-                Ok(fd) => watch.add(fd.as_fd(), sub),
+                Ok(fd) => watch.add(fd.as_fd(), sub.clone()),
                 Err(_) => Ok(()), // gone again, or not a directory we may read
             };
-            if added == Err(Errno::NOSPC) {
+            let full = match added {
+                Ok(()) => scan(ctx, watch, &path, &sub, &mut events),
+                Err(e) => e == Errno::NOSPC,
+            };
+            if full {
                 events.push(FsEvent {
                     op: FsOp::Overflow,
                     path,
@@ -445,4 +487,79 @@ fn read_events(
         }
     }
     Ok((events, None))
+}
+
+/// Reports what a directory just watched already holds, and watches its subdirectories: what
+/// was made in it between its creation and its own watch (a program making a directory and
+/// writing in it at once) has no inotify event, and would be lost. Each entry is reported as
+/// created (a file with content also as written; `fs.write`'s temporary files not at all), as
+/// the watch would have seen it. An entry made after the watch was added can be reported twice
+/// (here and by its event), never not at all. `path` is the directory's absolute path, `rel`
+/// its path beneath the watched one. True when a subdirectory was beyond [`MAX_DIRECTORIES`].
+fn scan(
+    ctx: &Context,
+    watch: &mut Watch,
+    path: &str,
+    rel: &str,
+    events: &mut Vec<FsEvent>,
+) -> bool {
+    // Resolved beneath its root like any requested path; the final name not followed.
+    let Ok(listing) = ctx
+        .roots
+        .resolve(path, Access::Read)
+        .and_then(|t| t.open(OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW))
+    else {
+        return false; // gone again, or not readable by the sandbox user
+    };
+    let limits = walk::Limits {
+        max_depth: MAX_DEPTH,
+        max_entries: MAX_WALKED,
+    };
+    let mut full = false;
+    walk::walk(listing, limits, |entry| {
+        let is_dir = entry.file_type == FileType::Directory;
+        let name = entry.name.to_string_lossy();
+        if !is_dir && write::is_temp_name(&name) {
+            return Step::Continue;
+        }
+        let sub = paths::join(rel, entry.rel);
+        let found = paths::join(&watch.display, &sub);
+        events.push(FsEvent {
+            op: FsOp::Create,
+            path: found.clone(),
+            is_dir,
+        });
+        if is_dir {
+            let opened = rustix::fs::openat(
+                entry.dir,
+                entry.name.as_c_str(),
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            );
+            return match opened.and_then(|fd| watch.add(fd.as_fd(), sub)) {
+                Ok(()) => Step::Continue,
+                Err(Errno::NOSPC) => {
+                    full = true;
+                    Step::Stop
+                }
+                Err(_) => Step::Skip,
+            };
+        }
+        let written = entry.file_type == FileType::RegularFile
+            && rustix::fs::statat(
+                entry.dir,
+                entry.name.as_c_str(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .is_ok_and(|st| st.st_size > 0);
+        if written {
+            events.push(FsEvent {
+                op: FsOp::Write,
+                path: found,
+                is_dir: false,
+            });
+        }
+        Step::Continue
+    });
+    full
 }

@@ -203,6 +203,23 @@ pub struct UnwatchResult {
     pub removed: bool,
 }
 
+/// Parameters of `fs.watch_sync`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchSyncParams {
+    /// The id of the `fs.watch` request.
+    pub target: u64,
+}
+
+/// Result of `fs.watch_sync`: answered only after the watch has sent (as events, before this
+/// answer on the same stream) every change the kernel had queued when the request came, so a
+/// reader who asks after its own change and then reads the watch's events finds it there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchSyncResult {
+    /// `false` when no such watch was running (or it ended meanwhile).
+    pub synced: bool,
+}
+
 /// One event line: the id of the request that started the process or watch, and what happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {

@@ -67,13 +67,19 @@ fn reads_the_create_request_the_sdk_sends() {
     );
     assert_eq!(network.allow_public_traffic, Some(false));
     assert_eq!(req.mcp, None, "null is absent");
-    // Pausing keeps memory unless autoPauseMemory says false: an extension to check.
-    assert_eq!(req.extensions(), vec!["autoPauseMemory"]);
+    // autoPause alone leaves the kind of snapshot to the node (the filesystem only); memory
+    // asked for explicitly is an extension to refuse.
+    assert!(req.extensions().is_empty());
     let fs_only = NewSandbox {
         auto_pause_memory: Some(false),
         ..req.clone()
     };
     assert!(fs_only.extensions().is_empty());
+    let memory = NewSandbox {
+        auto_pause_memory: Some(true),
+        ..req.clone()
+    };
+    assert_eq!(memory.extensions(), vec!["autoPauseMemory"]);
     let every = json!({
         "templateID": "base", "autoResume": {"enabled": true}, "mcp": {"github": {}},
         "iam": {"tokens": {"t": {"audience": "a", "tokenType": "jwt"}}},

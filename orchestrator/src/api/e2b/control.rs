@@ -7,7 +7,8 @@
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use dispatcher::{Owner, OwnerKind, SandboxId};
@@ -56,6 +57,49 @@ pub(super) async fn authenticated(
     keys::caller(state, headers).await.map_err(Refusal)
 }
 
+/// The key of a control API request (`X-API-KEY`), authenticated: the one prologue of the
+/// handlers here, in [`super::lifecycle`] and in [`super::observe`].
+pub struct Key(pub Caller);
+
+/// A [`Key`] whose role may change sandboxes (create, kill, timeouts, connect, pause,
+/// snapshots, fork).
+pub struct WriteKey(pub Caller);
+
+impl FromRequestParts<AppState> for Key {
+    type Rejection = Refusal;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Refusal> {
+        authenticated(state, &parts.headers).await.map(Key)
+    }
+}
+
+impl FromRequestParts<AppState> for WriteKey {
+    type Rejection = Refusal;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Refusal> {
+        let caller = authenticated(state, &parts.headers).await?;
+        keys::require_write(&caller).map_err(Refusal)?;
+        Ok(WriteKey(caller))
+    }
+}
+
+/// The sandbox `id` of `caller`, running or paused; "not found" otherwise (another key's
+/// sandbox included: its existence is not told).
+pub(super) async fn known(state: &AppState, caller: &Caller, id: &str) -> Result<Row, Refusal> {
+    store::get_known(&state.pool, sandbox_id(id)?, &caller.id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| not_found(id))
+}
+
+/// The running sandbox `id` of `caller`; "not found" otherwise.
+pub(super) async fn running(state: &AppState, caller: &Caller, id: &str) -> Result<Row, Refusal> {
+    store::get_owned(&state.pool, sandbox_id(id)?, &caller.id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| not_found(id))
+}
+
 pub(super) fn sandbox_error(e: SandboxError) -> ApiError {
     match e {
         SandboxError::QuotaExceeded { .. } => ApiError::new(429, e.to_string()),
@@ -102,11 +146,7 @@ fn listed(row: &Row) -> ListedSandbox {
         memory_mb: u32::try_from(limits.memory_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
         disk_size_mb: u32::try_from(limits.workspace_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
         metadata: Some(row.metadata.0.clone()),
-        state: if row.paused_snapshot.is_some() {
-            SandboxState::Paused
-        } else {
-            SandboxState::Running
-        },
+        state: row.state(),
         envd_version: ENVD_VERSION.to_owned(),
         envd_unresponsive_at_pause: None,
         volume_mounts: None,
@@ -131,9 +171,11 @@ pub(super) fn new_token() -> Result<String, Refusal> {
 /// `POST /sandboxes`: a sandbox of the template's runtime under the key's policy. Nothing is
 /// left behind when it fails: the dispatcher removes a sandbox it could not start, and a
 /// sandbox whose row cannot be written is destroyed before answering.
-pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
-    keys::require_write(&caller).map_err(Refusal)?;
+pub async fn create(
+    State(state): State<AppState>,
+    WriteKey(caller): WriteKey,
+    body: Bytes,
+) -> Answer {
     let req: NewSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
     req.check(&aegis_e2b::api::Limits::default())
         .map_err(Refusal)?;
@@ -198,6 +240,7 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
                     allow_internet_access: req.allow_internet_access,
                     envd_access_token: &token,
                     timeout_secs: timeout,
+                    pause_on_timeout: req.auto_pause == Some(true),
                 },
             )
             .await;
@@ -244,25 +287,26 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
 /// `GET /sandboxes/{id}`.
 pub async fn detail(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Key(caller): Key,
     Path(id): Path<String>,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
-    let uuid = sandbox_id(&id)?;
-    let row = store::get_known(&state.pool, uuid, &caller.id)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| not_found(&id))?;
+    let row = known(&state, &caller, &id).await?;
     let detail = SandboxDetail {
         sandbox: listed(&row),
         envd_access_token: row.envd_access_token.clone(),
         allow_internet_access: Some(false),
         domain: None,
         network: None,
-        lifecycle: None,
-        pause_mode: row
-            .paused_snapshot
-            .map(|_| aegis_e2b::api::PauseMode::Filesystem),
+        lifecycle: Some(aegis_e2b::api::SandboxLifecycle {
+            auto_resume: false,
+            on_timeout: if row.pause_on_timeout {
+                aegis_e2b::api::OnTimeout::Pause
+            } else {
+                aegis_e2b::api::OnTimeout::Kill
+            },
+        }),
+        pause_mode: (row.state() == SandboxState::Paused)
+            .then_some(aegis_e2b::api::PauseMode::Filesystem),
     };
     Ok(to_json(StatusCode::OK, &detail))
 }
@@ -276,10 +320,9 @@ async fn owned_rows(state: &AppState, caller: &Caller) -> Result<Vec<Row>, Refus
 /// `GET /sandboxes`: every running sandbox of the key matching the metadata filter.
 pub async fn list_v1(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Key(caller): Key,
     RawQuery(query): RawQuery,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
     let q = ListQuery::parse_v1(query.as_deref().unwrap_or("")).map_err(Refusal)?;
     let rows = owned_rows(&state, &caller).await?;
     let out: Vec<ListedSandbox> = rows
@@ -294,16 +337,13 @@ pub async fn list_v1(
 /// time, ordered, one page at a time (`X-Next-Token` names where the next page starts).
 pub async fn list_v2(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Key(caller): Key,
     RawQuery(query): RawQuery,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
     let q = ListQuery::parse_v2(query.as_deref().unwrap_or("")).map_err(Refusal)?;
-    let mut rows: Vec<Row> = if q.includes_state(SandboxState::Running) {
-        owned_rows(&state, &caller).await?
-    } else {
-        Vec::new()
-    };
+    // A running row may report paused already (its timeout pauses it and passed), so both
+    // kinds are read and then kept by the state each reports.
+    let mut rows: Vec<Row> = owned_rows(&state, &caller).await?;
     if q.includes_state(SandboxState::Paused) {
         rows.extend(
             store::list_paused(&state.pool, &caller.id, MAX_LISTED)
@@ -312,7 +352,8 @@ pub async fn list_v2(
         );
     }
     rows.retain(|r| {
-        q.matches_metadata(&r.metadata.0)
+        q.includes_state(r.state())
+            && q.matches_metadata(&r.metadata.0)
             && q.started_after.is_none_or(|t| r.started_at >= t)
             && q.template.as_ref().is_none_or(|t| *t == r.template_id)
             && q.next_token
@@ -339,16 +380,11 @@ pub async fn list_v2(
 /// such sandbox (the SDK's `kill` then answers false).
 pub async fn kill(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    WriteKey(caller): WriteKey,
     Path(id): Path<String>,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
-    keys::require_write(&caller).map_err(Refusal)?;
-    let uuid = sandbox_id(&id)?;
-    let row = store::get_known(&state.pool, uuid, &caller.id)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| not_found(&id))?;
+    let row = known(&state, &caller, &id).await?;
+    let uuid = row.sandbox_id;
     let started = Instant::now();
     if let Some(snapshot) = row.paused_snapshot {
         // A paused sandbox is its row and its snapshot: both go.
@@ -395,13 +431,11 @@ pub async fn kill(
 
 async fn deadline(
     state: &AppState,
-    headers: &HeaderMap,
+    caller: &Caller,
     id: &str,
     secs: u32,
     extend_only: bool,
 ) -> Result<Row, Refusal> {
-    let caller = authenticated(state, headers).await?;
-    keys::require_write(&caller).map_err(Refusal)?;
     let limits = aegis_e2b::api::Limits::default();
     if secs > limits.max_timeout_secs {
         return Err(Refusal(ApiError::bad_request(format!(
@@ -419,12 +453,12 @@ async fn deadline(
 /// `POST /sandboxes/{id}/timeout`: the sandbox ends `timeout` seconds from now.
 pub async fn set_timeout(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    WriteKey(caller): WriteKey,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
     let req: SandboxTimeoutRequest = parse_body(&body, MAX_BODY).map_err(Refusal)?;
-    deadline(&state, &headers, &id, req.timeout, false).await?;
+    deadline(&state, &caller, &id, req.timeout, false).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -432,14 +466,14 @@ pub async fn set_timeout(
 /// v1 create default).
 pub async fn refresh(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    WriteKey(caller): WriteKey,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
     let req: SandboxRefreshRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
     req.check().map_err(Refusal)?;
     let secs = req.duration.unwrap_or(DEFAULT_TIMEOUT_SECS);
-    deadline(&state, &headers, &id, secs, false).await?;
+    deadline(&state, &caller, &id, secs, false).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -448,24 +482,22 @@ pub async fn refresh(
 /// ([`super::lifecycle::resume_row`]: its files back, no process), 201.
 pub async fn connect(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    WriteKey(caller): WriteKey,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
     let req: ConnectSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
     let secs = req.required_timeout().map_err(Refusal)?;
-    let running = deadline(&state, &headers, &id, secs, true).await;
+    let running = deadline(&state, &caller, &id, secs, true).await;
     if !matches!(&running, Err(Refusal(ApiError { code: 404, .. }))) {
         return running.map(|row| to_json(StatusCode::OK, &created_answer(&row)));
     }
-    let caller = authenticated(&state, &headers).await?;
-    let uuid = sandbox_id(&id)?;
-    let paused = store::get_known(&state.pool, uuid, &caller.id)
-        .await
-        .map_err(db)?
-        .filter(|r| r.paused_snapshot.is_some());
-    let Some(paused) = paused else {
-        return running.map(|row| to_json(StatusCode::OK, &created_answer(&row)));
+    let paused = match known(&state, &caller, &id).await {
+        Ok(row) if row.paused_snapshot.is_some() => row,
+        Ok(_) | Err(Refusal(ApiError { code: 404, .. })) => {
+            return running.map(|row| to_json(StatusCode::OK, &created_answer(&row)));
+        }
+        Err(e) => return Err(e),
     };
     let row = super::lifecycle::resume_row(&state, &caller, &paused, secs).await?;
     Ok(to_json(StatusCode::CREATED, &created_answer(&row)))

@@ -78,35 +78,78 @@ pub fn same_secret(a: &str, b: &str) -> bool {
             == 0
 }
 
+/// Why an envd call has no sandbox to act on.
+pub enum Unserved {
+    /// Refused: no such sandbox or a wrong token (told apart by nothing), a bad header, the
+    /// owner key revoked, the database down.
+    Refused(ConnectError),
+    /// The caller's own sandbox (its token is right), but it does not run now: paused (a
+    /// connect resumes it; no traffic does, there is no auto-resume), or past its timeout.
+    /// As E2B's edge answers then: `unavailable`, which its SDK reports as the sandbox's
+    /// timeout, and `/health` 502.
+    NotRunning(ConnectError),
+}
+
+impl Unserved {
+    fn into_error(self) -> ConnectError {
+        match self {
+            Unserved::Refused(e) | Unserved::NotRunning(e) => e,
+        }
+    }
+}
+
 /// Resolves `E2b-Sandbox-Id` and checks `X-Access-Token`; an unknown sandbox and a wrong or
 /// missing token get the same answer, so neither tells whether the sandbox exists.
 pub async fn target(state: &AppState, headers: &HeaderMap) -> Result<Target, ConnectError> {
+    resolve(state, headers).await.map_err(Unserved::into_error)
+}
+
+/// [`target`], telling a sandbox that does not run now ([`Unserved::NotRunning`]) apart.
+pub async fn resolve(state: &AppState, headers: &HeaderMap) -> Result<Target, Unserved> {
+    let refused = Unserved::Refused;
     let raw = headers
         .get(h::SANDBOX_ID)
         .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| refuse(Code::InvalidArgument, "missing E2b-Sandbox-Id header"))?;
+        .ok_or_else(|| {
+            refused(refuse(
+                Code::InvalidArgument,
+                "missing E2b-Sandbox-Id header",
+            ))
+        })?;
     let token = headers
         .get(h::ACCESS_TOKEN)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let id = Uuid::parse_str(raw.trim())
-        .map_err(|_| refuse(Code::NotFound, format!("sandbox {raw:?} not found")))?;
+        .map_err(|_| refused(refuse(Code::NotFound, format!("sandbox {raw:?} not found"))))?;
     let unauthorised = || {
-        refuse(
+        refused(refuse(
             Code::Unauthenticated,
             format!("sandbox {id}: missing or wrong X-Access-Token (the envdAccessToken of its create answer)"),
-        )
+        ))
     };
     let row = store::envd_target(&state.pool, id)
         .await
-        .map_err(db)?
+        .map_err(|e| refused(db(e)))?
         .ok_or_else(unauthorised)?;
     let expected = row.envd_access_token.as_deref().unwrap_or("");
     if expected.is_empty() || !same_secret(expected, token) {
         return Err(unauthorised());
     }
-    check_user(headers)?;
-    let caller = owner(state, &row).await?;
+    if !row.serving {
+        return Err(Unserved::NotRunning(refuse(
+            Code::Unavailable,
+            if row.paused {
+                format!(
+                    "sandbox {id} is paused: connect() resumes it (this node has no auto-resume)"
+                )
+            } else {
+                format!("sandbox {id} is not running: it was killed or reached its timeout")
+            },
+        )));
+    }
+    check_user(headers).map_err(refused)?;
+    let caller = owner(state, &row).await.map_err(refused)?;
     // The dispatcher's sandbox now serving the id (a new one after each resume).
     Ok(Target {
         id: SandboxId(row.sandbox_id),
@@ -818,10 +861,19 @@ async fn list_dir(
 pub async fn process(
     State(state): State<AppState>,
     Path(method): Path<String>,
+    version: axum::http::Version,
+    connection: Option<
+        axum::Extension<axum::extract::ConnectInfo<crate::api::connection::Connection>>,
+    >,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    super::process::serve(state, &method, headers, body).await
+    // Over HTTP/1.x a cut stream must reset its connection (see `process::ABORT`); over
+    // HTTP/2 the failing body resets its own stream.
+    let cut = connection
+        .filter(|_| version < axum::http::Version::HTTP_2)
+        .map(|axum::Extension(axum::extract::ConnectInfo(c))| c);
+    super::process::serve(state, &method, headers, body, cut).await
 }
 
 /// Errors of a streaming call before its stream opened are still answered as a stream: HTTP
@@ -960,10 +1012,13 @@ pub async fn health(State(state): State<AppState>, headers: HeaderMap) -> Respon
     if !headers.contains_key(h::SANDBOX_ID) {
         return StatusCode::NO_CONTENT.into_response();
     }
-    match target(&state, &headers).await {
+    match resolve(&state, &headers).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) if e.code == Code::Unavailable => error_response(&e),
-        Err(_) => super::api_error(aegis_e2b::api::ApiError::new(
+        Err(Unserved::NotRunning(e)) => {
+            super::api_error(aegis_e2b::api::ApiError::new(502, e.message))
+        }
+        Err(Unserved::Refused(e)) if e.code == Code::Unavailable => error_response(&e),
+        Err(Unserved::Refused(_)) => super::api_error(aegis_e2b::api::ApiError::new(
             502,
             "no running sandbox with this id and access token (killed, past its timeout, or unknown)",
         )),

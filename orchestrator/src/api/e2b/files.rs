@@ -78,7 +78,11 @@ async fn target_of(
         envd::named_user(user).map_err(from_connect)?;
     }
     if headers.contains_key(aegis_e2b::envd::headers::SANDBOX_ID) {
-        return envd::target(state, headers).await.map_err(from_connect);
+        // A paused sandbox, or one past its timeout: 502, as E2B's edge answers for it.
+        return envd::resolve(state, headers).await.map_err(|e| match e {
+            envd::Unserved::NotRunning(e) => ApiError::new(502, e.message),
+            envd::Unserved::Refused(e) => from_connect(e),
+        });
     }
     let (Some(sig), Some(path)) = (&query.signature, &query.path) else {
         return Err(ApiError::new(

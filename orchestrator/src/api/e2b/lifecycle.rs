@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use dispatcher::{Owner, OwnerKind, SandboxId};
 use serde_json::json;
@@ -34,13 +34,13 @@ use aegis_e2b::api::{
 };
 
 use super::control::{
-    authenticated, created_answer, db, new_token, not_found, paged, sandbox_error, sandbox_id,
-    to_json, MAX_BODY,
+    created_answer, db, known, new_token, paged, running, sandbox_error, to_json, Key, WriteKey,
+    MAX_BODY,
 };
 use super::envd::Target;
 use super::snapshots::{self, NewSnapshot, Quota, Snapshot, SnapshotError};
 use super::store::{self, Row};
-use super::{keys, Refusal};
+use super::Refusal;
 use crate::caller::Caller;
 use crate::state::AppState;
 
@@ -135,18 +135,13 @@ pub(super) async fn restore_into(
 /// sandbox.
 pub async fn pause(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    WriteKey(caller): WriteKey,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
-    keys::require_write(&caller).map_err(Refusal)?;
     let req: SandboxPauseRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
-    let uuid = sandbox_id(&id)?;
-    let row = store::get_known(&state.pool, uuid, &caller.id)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| not_found(&id))?;
+    let row = known(&state, &caller, &id).await?;
+    let uuid = row.sandbox_id;
     if row.paused_snapshot.is_some() {
         return Err(Refusal(ApiError::new(
             409,
@@ -154,7 +149,7 @@ pub async fn pause(
         )));
     }
     let started = Instant::now();
-    let paused = pause_row(&state, &caller, &row).await;
+    let paused = pause_row(&state, &row, Why::Asked).await;
     audit(
         &state,
         &caller,
@@ -168,21 +163,46 @@ pub async fn pause(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn pause_row(state: &AppState, caller: &Caller, row: &Row) -> Result<(), Refusal> {
+/// Why a sandbox is paused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// `POST /sandboxes/{id}/pause`.
+    Asked,
+    /// Its timeout passed and it pauses then (`autoPause`).
+    Timeout,
+}
+
+/// Pauses the running sandbox of `row` (see the module's documentation); false when a timeout
+/// pause found it no longer due (connected meanwhile, or another sweep took it). The row is
+/// locked from before its files are read until it says paused, so a connect or timeout
+/// change waits for the pause and then sees it.
+async fn pause_row(state: &AppState, row: &Row, why: Why) -> Result<bool, Refusal> {
     let quota = Quota::of(state);
-    let room = snapshots::room(&state.pool, &caller.id, quota)
+    let room = snapshots::room(&state.pool, &row.owner_key_id, quota)
         .await
         .map_err(refusal)?;
     let current = SandboxId(row.current);
+    let mut tx = state.pool.begin().await.map_err(db)?;
+    if !store::lock_for_pause(&mut tx, row.sandbox_id, why == Why::Timeout)
+        .await
+        .map_err(db)?
+    {
+        return match why {
+            Why::Asked => Err(Refusal(ApiError::new(
+                409,
+                format!("sandbox \"{}\" is already paused", row.sandbox_id),
+            ))),
+            Why::Timeout => Ok(false),
+        };
+    }
     let (archive, runtime) = snapshots::capture(state, current, room)
         .await
         .map_err(refusal)?;
-    let mut tx = state.pool.begin().await.map_err(db)?;
     let snapshot = snapshots::insert(
         &mut tx,
         &NewSnapshot {
-            tenant: &caller.tenant,
-            owner_key_id: &caller.id,
+            tenant: &row.tenant,
+            owner_key_id: &row.owner_key_id,
             pause: true,
             source_sandbox: row.sandbox_id,
             template_id: &row.template_id,
@@ -212,11 +232,56 @@ async fn pause_row(state: &AppState, caller: &Caller, row: &Row) -> Result<(), R
         &state.pool,
         row.sandbox_id,
         "info",
-        "sandbox paused: its files were saved, its processes ended",
+        match why {
+            Why::Asked => "sandbox paused: its files were saved, its processes ended",
+            Why::Timeout => {
+                "sandbox paused at its timeout (autoPause): its files were saved, its processes ended"
+            }
+        },
         json!({"snapshot": snapshot.id.to_string(), "bytes": archive.len().to_string()}),
     )
     .await;
-    Ok(())
+    Ok(true)
+}
+
+/// Pauses the sandboxes whose timeout passed and whose timeout pauses them (`autoPause`),
+/// as [`pause`] does, at most `limit` per call; run by the sweep beside the one that kills
+/// the others. A pause that fails (the owner key's snapshot quota, the database) turns the
+/// sandbox's timeout into a kill, which the next sweep carries out, and says so in its log:
+/// a sandbox is never left running past its timeout. Each pause is an admin audit row of the
+/// system (`e2b.sandbox.pause`). Returns how many were paused.
+pub async fn pause_due(state: &AppState, limit: i64) -> Result<usize, sqlx::Error> {
+    let mut paused = 0;
+    for row in store::due_for_pause(&state.pool, limit).await? {
+        let started = Instant::now();
+        let done = pause_row(state, &row, Why::Timeout).await;
+        match &done {
+            Ok(false) => continue,
+            Ok(true) => paused += 1,
+            Err(Refusal(e)) => {
+                tracing::warn!(sandbox = %row.sandbox_id, error = %e.message, "the pause at an E2B sandbox's timeout failed; it is killed instead");
+                store::kill_on_timeout(&state.pool, row.sandbox_id).await?;
+                store::log(
+                    &state.pool,
+                    row.sandbox_id,
+                    "warn",
+                    "the pause at the sandbox's timeout failed: it is killed instead",
+                    json!({"error": e.message.clone()}),
+                )
+                .await;
+            }
+        }
+        let _ = crate::audit::record_admin(
+            &state.pool,
+            &Caller::system(),
+            "e2b.sandbox.pause",
+            &json!({"sandboxID": row.sandbox_id, "kept": "filesystem", "at": "timeout"}),
+            matches!(done, Ok(true)),
+            started,
+        )
+        .await;
+    }
+    Ok(paused)
 }
 
 /// Resumes a paused sandbox of `caller` (see the module's documentation): the row, running
@@ -308,19 +373,13 @@ async fn resume_from(
 /// when it runs.
 pub async fn resume(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    WriteKey(caller): WriteKey,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
-    keys::require_write(&caller).map_err(Refusal)?;
     let req: ResumedSandbox = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
     let timeout = checked_timeout(req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS))?;
-    let uuid = sandbox_id(&id)?;
-    let row = store::get_known(&state.pool, uuid, &caller.id)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| not_found(&id))?;
+    let row = known(&state, &caller, &id).await?;
     if row.paused_snapshot.is_none() {
         return Err(Refusal(ApiError::new(
             409,
@@ -367,19 +426,14 @@ fn checked_name(name: Option<&str>) -> Result<Option<&str>, Refusal> {
 /// `POST /sandboxes/{id}/snapshots`: 201 with the snapshot; the sandbox keeps running.
 pub async fn create_snapshot(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    WriteKey(caller): WriteKey,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
-    keys::require_write(&caller).map_err(Refusal)?;
     let req: SandboxSnapshotRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
     let name = checked_name(req.name.as_deref())?;
-    let uuid = sandbox_id(&id)?;
-    let row = store::get_owned(&state.pool, uuid, &caller.id)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| not_found(&id))?;
+    let row = running(&state, &caller, &id).await?;
+    let uuid = row.sandbox_id;
     let started = Instant::now();
     let taken = take_snapshot(&state, &caller, &row, name).await;
     audit(
@@ -449,10 +503,9 @@ fn info(s: &Snapshot) -> SnapshotInfo {
 /// or id, one page at a time (`X-Next-Token`).
 pub async fn list_snapshots(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Key(caller): Key,
     RawQuery(query): RawQuery,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
     let q = SnapshotsQuery::parse(query.as_deref().unwrap_or("")).map_err(Refusal)?;
     let source = match &q.sandbox_id {
         None => None,
@@ -498,11 +551,9 @@ pub async fn list_snapshots(
 /// snapshot of that id (templates themselves are the node's runtimes and are not deleted).
 pub async fn delete_snapshot(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    WriteKey(caller): WriteKey,
     Path(id): Path<String>,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
-    keys::require_write(&caller).map_err(Refusal)?;
     let missing = || Refusal(ApiError::new(404, format!("snapshot \"{id}\" not found")));
     let uuid = Uuid::parse_str(&id).map_err(|_| missing())?;
     let started = Instant::now();
@@ -530,20 +581,15 @@ pub async fn delete_snapshot(
 /// the asked timeout.
 pub async fn fork(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    WriteKey(caller): WriteKey,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
-    keys::require_write(&caller).map_err(Refusal)?;
     let req: SandboxForkRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
     let count = req.count().map_err(Refusal)?;
     let timeout = checked_timeout(req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS))?;
-    let uuid = sandbox_id(&id)?;
-    let row = store::get_owned(&state.pool, uuid, &caller.id)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| not_found(&id))?;
+    let row = running(&state, &caller, &id).await?;
+    let uuid = row.sandbox_id;
     let started = Instant::now();
     let captured = snapshots::capture(&state, SandboxId(row.current), Quota::of(&state).bytes)
         .await
@@ -616,6 +662,7 @@ async fn start_fork(
             allow_internet_access: source.allow_internet_access,
             envd_access_token: &token,
             timeout_secs: timeout,
+            pause_on_timeout: source.pause_on_timeout,
         },
     )
     .await;

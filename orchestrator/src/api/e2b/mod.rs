@@ -82,6 +82,7 @@ pub fn router() -> Router<AppState> {
         .route("/snapshots", get(lifecycle::list_snapshots))
         .route("/templates/{id}", delete(lifecycle::delete_snapshot))
         .route("/sandboxes/{id}/metrics", get(observe::metrics))
+        .route("/sandboxes/{id}/logs", get(observe::logs_v1))
         .route("/v2/sandboxes/{id}/logs", get(observe::logs))
         .route("/process.Process/{method}", post(envd::process))
         .route("/filesystem.Filesystem/{method}", post(envd::filesystem))

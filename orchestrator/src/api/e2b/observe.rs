@@ -5,21 +5,22 @@
 //!   bytes in its workspace and `/tmp`, which are tmpfs). E2B keeps a series every few seconds;
 //!   this node keeps none, so a range that does not reach the present is empty, and one that
 //!   does gets the present sample.
-//! - `GET /v2/sandboxes/{id}/logs`: the sandbox's lifecycle as the node saw it (created from a
+//! - `GET /v2/sandboxes/{id}/logs` (and the deprecated v1 `GET /sandboxes/{id}/logs`, the same
+//!   lines as text and entries): the sandbox's lifecycle as the node saw it (created from a
 //!   snapshot, paused, resumed, snapshot taken, forked), from `e2b_sandbox_logs`. Commands'
 //!   output is not logged: audit rows name no sandbox, and the executor's stderr is not kept.
 
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use dispatcher::SandboxId;
 
 use aegis_e2b::api::{
-    ApiError, LogLevel, LogsDirection, LogsQuery, MetricsQuery, SandboxLogEntry,
-    SandboxLogsV2Response, SandboxMetric,
+    ApiError, LogLevel, LogsDirection, LogsQuery, LogsV1Query, MetricsQuery, SandboxLog,
+    SandboxLogEntry, SandboxLogs, SandboxLogsV2Response, SandboxMetric,
 };
 
-use super::control::{authenticated, db, not_found, sandbox_id, to_json};
+use super::control::{db, known, not_found, to_json, Key};
 use super::store;
 use super::Refusal;
 use crate::state::AppState;
@@ -33,17 +34,12 @@ const SLACK_SECS: i64 = 10;
 /// `GET /sandboxes/{id}/metrics`.
 pub async fn metrics(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Key(caller): Key,
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
     let q = MetricsQuery::parse(query.as_deref().unwrap_or("")).map_err(Refusal)?;
-    let uuid = sandbox_id(&id)?;
-    let row = store::get_known(&state.pool, uuid, &caller.id)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| not_found(&id))?;
+    let row = known(&state, &caller, &id).await?;
     let now = Utc::now();
     let in_range = q.end.is_none_or(|e| now.timestamp() <= e + SLACK_SECS)
         && q.start.is_none_or(|s| now.timestamp() + SLACK_SECS >= s);
@@ -79,17 +75,12 @@ pub async fn metrics(
 /// `GET /v2/sandboxes/{id}/logs`.
 pub async fn logs(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Key(caller): Key,
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Answer {
-    let caller = authenticated(&state, &headers).await?;
     let q = LogsQuery::parse(query.as_deref().unwrap_or("")).map_err(Refusal)?;
-    let uuid = sandbox_id(&id)?;
-    store::get_known(&state.pool, uuid, &caller.id)
-        .await
-        .map_err(db)?
-        .ok_or_else(|| not_found(&id))?;
+    let uuid = known(&state, &caller, &id).await?.sandbox_id;
     let from: Option<DateTime<Utc>> = q.cursor.and_then(DateTime::<Utc>::from_timestamp_millis);
     let backward = q.direction == LogsDirection::Backward;
     // Level and search are applied after reading, so read a bounded surplus.
@@ -114,4 +105,41 @@ pub async fn logs(
         .take(q.limit as usize)
         .collect();
     Ok(to_json(StatusCode::OK, &SandboxLogsV2Response { logs }))
+}
+
+/// `GET /sandboxes/{id}/logs` (v1, which E2B deprecates for v2): the same lines, oldest first
+/// from `start`, each also as text (`message key=value ...`).
+pub async fn logs_v1(
+    State(state): State<AppState>,
+    Key(caller): Key,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Answer {
+    let q = LogsV1Query::parse(query.as_deref().unwrap_or("")).map_err(Refusal)?;
+    let uuid = known(&state, &caller, &id).await?.sandbox_id;
+    let from: Option<DateTime<Utc>> = q.start.and_then(DateTime::<Utc>::from_timestamp_millis);
+    let lines = store::logs(&state.pool, uuid, from, false, i64::from(q.limit))
+        .await
+        .map_err(db)?;
+    let mut out = SandboxLogs::default();
+    for l in lines {
+        let Some(level) = LogLevel::parse(&l.level) else {
+            continue;
+        };
+        let mut line = l.message.clone();
+        for (k, v) in &l.fields.0 {
+            line.push_str(&format!(" {k}={v}"));
+        }
+        out.logs.push(SandboxLog {
+            timestamp: l.at,
+            line,
+        });
+        out.log_entries.push(SandboxLogEntry {
+            timestamp: l.at,
+            message: l.message,
+            level,
+            fields: l.fields.0,
+        });
+    }
+    Ok(to_json(StatusCode::OK, &out))
 }

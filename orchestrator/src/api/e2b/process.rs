@@ -8,8 +8,11 @@
 //!   gets its own row from the router's follower. A foreground `commands.run` is the same
 //!   stream, which the SDK reads to its end. Closing the stream leaves the process running
 //!   (until its end, its timeout, a signal, or its sandbox's end), as envd does.
-//! - `Connect` streams the same events from the same reader (by pid or tag); two streams on one
-//!   process share its output (each byte goes to one of them), never duplicate it.
+//! - `Connect` streams the same process's events (by pid or tag) from a handle of its own on
+//!   the dispatcher's feed, from the oldest output still buffered: any number of streams (the
+//!   `Start` stream still open, other `Connect`s) follow one process at once, each getting every
+//!   event, as envd's subscribers do. Only the `Start` stream reads the node's kept reader, so
+//!   a `Connect` never takes another stream's output or its end.
 //! - `List` is the executor's list of the sandbox's live processes (read-only).
 //! - `SendInput`, `StreamInput` and `CloseStdin` are `proc.input`; `Update` (a terminal's
 //!   size) is `proc.input` with `resize`; `SendSignal` is `proc.signal`.
@@ -23,7 +26,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use dispatcher::{ProcessEvent as LiveEvent, ProcessSelector as LiveSelector};
+use dispatcher::{ProcessEvent as LiveEvent, ProcessHandle, ProcessSelector as LiveSelector};
 use serde_json::{json, Value};
 
 use aegis_e2b::connect::{
@@ -43,16 +46,23 @@ use super::envd::{
     call, command_args, content_type, error_response, refuse, stream_error, stream_response,
     target, unary, Target, DEFAULT_KEEPALIVE, MAX_MESSAGE,
 };
+use crate::api::connection::Connection;
 use crate::state::AppState;
 
 /// Largest data event, as envd sends them.
 const MAX_CHUNK: usize = 64 * 1024;
 
 /// `POST /process.Process/{method}`.
-pub async fn serve(state: AppState, method: &str, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn serve(
+    state: AppState,
+    method: &str,
+    headers: HeaderMap,
+    body: Bytes,
+    cut: Option<Connection>,
+) -> Response {
     match method {
-        "Start" => start(state, headers, body).await,
-        "Connect" => connect(state, headers, body).await,
+        "Start" => start(state, headers, body, cut).await,
+        "Connect" => connect(state, headers, body, cut).await,
         "List" => {
             unary(
                 state,
@@ -224,7 +234,12 @@ fn one_request<M: Message>(codec: Codec, body: &[u8]) -> Result<M, ConnectError>
         .ok_or_else(|| refuse(Code::InvalidArgument, "no request message in the body"))
 }
 
-async fn start(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
+async fn start(
+    state: AppState,
+    headers: HeaderMap,
+    body: Bytes,
+    cut: Option<Connection>,
+) -> Response {
     let codec = match content_type(&headers, RpcKind::Streaming) {
         Ok(c) => c,
         Err(e) => return error_response(&e),
@@ -242,7 +257,7 @@ async fn start(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
         Err(e) => return stream_error(codec, &e),
     };
     let keepalive = keepalive_of(&headers);
-    stream(codec, move |tx| async move {
+    stream(codec, cut, move |tx| async move {
         let started = match call(&state, &target, "cmd.run", args).await {
             Ok(out) => out,
             Err(e) => {
@@ -255,9 +270,38 @@ async fn start(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
             let _ = tx.send(end_stream_frame(&EndStream::failed(e))).await;
             return;
         };
-        follow(&state, &target, pid, codec, keepalive, &tx, |event| {
-            StartResponse { event: Some(event) }
-        })
+        let reader = match state.sandboxes.dispatcher() {
+            Ok(dispatcher) => {
+                state
+                    .sandboxes
+                    .live()
+                    .reader(dispatcher, target.id, LiveSelector::Pid(pid))
+                    .await
+            }
+            Err(e) => {
+                let e = refuse(Code::Unavailable, e.to_string());
+                let _ = tx.send(end_stream_frame(&EndStream::failed(e))).await;
+                return;
+            }
+        };
+        let reader = match reader {
+            Ok(r) => r,
+            Err(e) => {
+                let e = refuse(Code::NotFound, format!("process {pid}: {e}"));
+                let _ = tx.send(end_stream_frame(&EndStream::failed(e))).await;
+                return;
+            }
+        };
+        follow(
+            &state,
+            &target,
+            pid,
+            Source::Kept(reader),
+            codec,
+            keepalive,
+            &tx,
+            |event| StartResponse { event: Some(event) },
+        )
         .await;
     })
 }
@@ -297,7 +341,12 @@ fn start_args(
     Ok(args)
 }
 
-async fn connect(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
+async fn connect(
+    state: AppState,
+    headers: HeaderMap,
+    body: Bytes,
+    cut: Option<Connection>,
+) -> Response {
     let codec = match content_type(&headers, RpcKind::Streaming) {
         Ok(c) => c,
         Err(e) => return error_response(&e),
@@ -324,25 +373,35 @@ async fn connect(state: AppState, headers: HeaderMap, body: Bytes) -> Response {
         }
     };
     // Resolved before the stream opens, so an unknown process is a plain not_found.
-    let pid = match reader_pid(&state, &target, select).await {
-        Ok(pid) => pid,
+    let handle = match attach(&state, &target, select).await {
+        Ok(handle) => handle,
         Err(e) => return stream_error(codec, &e),
     };
     let keepalive = keepalive_of(&headers);
-    stream(codec, move |tx| async move {
-        follow(&state, &target, pid, codec, keepalive, &tx, |event| {
-            ConnectResponse { event: Some(event) }
-        })
+    stream(codec, cut, move |tx| async move {
+        let pid = handle.pid();
+        let source = Source::Own(Box::new(handle));
+        follow(
+            &state,
+            &target,
+            pid,
+            source,
+            codec,
+            keepalive,
+            &tx,
+            |event| ConnectResponse { event: Some(event) },
+        )
         .await;
     })
 }
 
-/// The pid of the process `select` names in the target sandbox, with its reader kept.
-async fn reader_pid(
+/// A handle of its own on the process `select` names in the target sandbox (a `Connect`):
+/// it reads every event from the oldest still buffered, whoever else follows the process.
+async fn attach(
     state: &AppState,
     target: &Target,
     select: LiveSelector,
-) -> Result<u32, ConnectError> {
+) -> Result<ProcessHandle, ConnectError> {
     let dispatcher = state
         .sandboxes
         .dispatcher()
@@ -351,45 +410,65 @@ async fn reader_pid(
         LiveSelector::Pid(pid) => format!("pid {pid}"),
         LiveSelector::Tag(tag) => format!("tag {tag:?}"),
     };
-    let reader = state
-        .sandboxes
-        .live()
-        .reader(dispatcher, target.id, select)
+    dispatcher
+        .attach_process(target.id, select)
         .await
         .map_err(|e| {
             refuse(
                 Code::NotFound,
                 format!("process with {what} not found in this sandbox: {e}"),
             )
-        })?;
-    let pid = reader.lock().await.pid();
-    Ok(pid)
+        })
+}
+
+/// Where a stream reads a process's events from.
+enum Source {
+    /// The node's kept reader of a process this `Start` began (output read once, its entry
+    /// forgotten once its end is read here).
+    Kept(crate::sandboxes::live::Reader),
+    /// A `Connect`'s own handle.
+    Own(Box<ProcessHandle>),
+}
+
+impl Source {
+    async fn next(&mut self) -> Option<LiveEvent> {
+        match self {
+            // Held only while waiting for one event.
+            Source::Kept(reader) => reader.lock().await.next().await,
+            Source::Own(handle) => handle.next().await,
+        }
+    }
 }
 
 pub(super) type Sender = tokio::sync::mpsc::Sender<Vec<u8>>;
 
 /// What a producer sends to cut its answer short instead of ending it: the connection is
-/// dropped mid-answer (no frame is empty, so it cannot be mistaken for one). Used when the
-/// sandbox went away under a stream, as a client of E2B sees its sandbox die: the SDK then
-/// asks `/health`, hears 502, and reports the sandbox killed.
+/// dropped mid-answer (no frame is empty, so it cannot be mistaken for one), reset over
+/// HTTP/1.x ([`Connection::reset_on_close`]). Used when the sandbox went away under a stream,
+/// as a client of E2B sees its sandbox die (its edge drops the connection): the SDK takes the
+/// drop for a transport failure, asks `/health`, hears 502, and reports the sandbox killed.
 pub(super) const ABORT: Vec<u8> = Vec::new();
 
-/// A streaming answer whose frames `produce` sends; [`ABORT`] cuts it.
-pub(super) fn stream<F, Fut>(codec: Codec, produce: F) -> Response
+/// A streaming answer whose frames `produce` sends; [`ABORT`] cuts it, resetting `cut` (the
+/// request's HTTP/1.x connection) when given.
+pub(super) fn stream<F, Fut>(codec: Codec, cut: Option<Connection>, produce: F) -> Response
 where
     F: FnOnce(Sender) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
     tokio::spawn(produce(tx));
-    let body = futures_util::stream::unfold(Some(rx), |rx| async move {
-        let mut rx = rx?;
+    let body = futures_util::stream::unfold(Some((rx, cut)), |open| async move {
+        let (mut rx, cut) = open?;
         let frame = rx.recv().await?;
         if frame.is_empty() {
+            if let Some(connection) = &cut {
+                connection.reset_on_close();
+            }
             let cut = std::io::Error::other("the sandbox went away under this stream");
             return Some((Err(cut), None));
         }
-        Some((Ok(Bytes::from(frame)), Some(rx)))
+        Some((Ok(Bytes::from(frame)), Some((rx, cut))))
     });
     stream_response(codec, Body::from_stream(body))
 }
@@ -402,13 +481,15 @@ fn frame<M: Message>(
     message_frame(codec, &wrap(ProcessEvent { event: Some(event) })).unwrap_or_default()
 }
 
-/// Streams a live process's events from its kept reader: `start`, output as it comes,
-/// `keepalive` when idle, `end`, end of stream. Returns when the process ended or the client
-/// left (the process keeps running then).
+/// Streams a live process's events from `source`: `start`, output as it comes, `keepalive`
+/// when idle, `end`, end of stream. Returns when the process ended or the client left (the
+/// process keeps running then).
+#[allow(clippy::too_many_arguments)]
 async fn follow<M: Message>(
     state: &AppState,
     target: &Target,
     pid: u32,
+    mut source: Source,
     codec: Codec,
     keepalive: Duration,
     tx: &Sender,
@@ -416,42 +497,16 @@ async fn follow<M: Message>(
 ) {
     use process_event::data_event::Output;
     let fail = |e: ConnectError| end_stream_frame(&EndStream::failed(e));
-    let live = state.sandboxes.live();
-    let reader = match state.sandboxes.dispatcher() {
-        Ok(dispatcher) => {
-            live.reader(dispatcher, target.id, LiveSelector::Pid(pid))
-                .await
-        }
-        Err(e) => {
-            let _ = tx
-                .send(fail(refuse(Code::Unavailable, e.to_string())))
-                .await;
-            return;
-        }
-    };
-    let reader = match reader {
-        Ok(r) => r,
-        Err(e) => {
-            let e = refuse(Code::NotFound, format!("process {pid}: {e}"));
-            let _ = tx.send(fail(e)).await;
-            return;
-        }
-    };
     let started = process_event::Event::Start(process_event::StartEvent { pid });
     if tx.send(frame(codec, wrap, started)).await.is_err() {
         return;
     }
     let mut dropped = 0u64;
     loop {
-        // The reader is held only while waiting for one event, so another stream on the same
-        // process (a `Connect`) takes its turn.
-        let next = {
-            let mut handle = reader.lock().await;
-            tokio::select! {
-                event = tokio::time::timeout(keepalive, handle.next()) => event,
-                // The client left: the process keeps running.
-                _ = tx.closed() => return,
-            }
+        let next = tokio::select! {
+            event = tokio::time::timeout(keepalive, source.next()) => event,
+            // The client left: the process keeps running.
+            _ = tx.closed() => return,
         };
         let frames = match next {
             Err(_) => vec![frame(
@@ -475,7 +530,9 @@ async fn follow<M: Message>(
             Ok(Some(LiveEvent::Stderr(b))) => data(codec, wrap, &b, Output::Stderr),
             Ok(Some(LiveEvent::Pty(b))) => data(codec, wrap, &b, Output::Pty),
             Ok(Some(LiveEvent::End(end))) => {
-                live.ended(target.id, pid);
+                if matches!(source, Source::Kept(_)) {
+                    state.sandboxes.live().ended(target.id, pid);
+                }
                 let last = if end.timed_out {
                     // The call's deadline (`Connect-Timeout-Ms`, the SDK's `timeout`) passed
                     // and the command was killed for it: as envd, the call fails so.

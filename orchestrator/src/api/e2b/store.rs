@@ -43,10 +43,28 @@ pub struct Row {
     pub envd_access_token: Option<String>,
     pub started_at: DateTime<Utc>,
     pub end_at: DateTime<Utc>,
+    /// The tenant of its owner key (a pause's snapshot is charged there).
+    pub tenant: String,
+    /// Whether its timeout pauses it (`autoPause`) rather than kills it.
+    pub pause_on_timeout: bool,
+}
+
+impl Row {
+    /// The state E2B reports: paused once its pause snapshot is stored, and also from the
+    /// moment a timeout that pauses it passed (the sweep is taking the snapshot; envd already
+    /// refuses it, as [`envd_target`] serves no sandbox past its deadline).
+    pub fn state(&self) -> aegis_e2b::api::SandboxState {
+        if self.paused_snapshot.is_some() || (self.pause_on_timeout && self.end_at <= Utc::now()) {
+            aegis_e2b::api::SandboxState::Paused
+        } else {
+            aegis_e2b::api::SandboxState::Running
+        }
+    }
 }
 
 const COLUMNS: &str = "e.e2b_id AS sandbox_id, e.sandbox_id AS current, e.paused_snapshot, e.owner_key_id, e.template_id, e.metadata, \
-     e.env_vars, e.allow_internet_access, e.envd_access_token, e.started_at, e.end_at";
+     e.env_vars, e.allow_internet_access, e.envd_access_token, e.started_at, e.end_at, e.tenant_id AS tenant, \
+     e.on_timeout = 'pause' AS pause_on_timeout";
 
 /// What a new row records.
 pub struct NewRow<'a> {
@@ -60,14 +78,17 @@ pub struct NewRow<'a> {
     pub allow_internet_access: Option<bool>,
     pub envd_access_token: &'a str,
     pub timeout_secs: u32,
+    /// Its timeout pauses it (`autoPause`) rather than kills it.
+    pub pause_on_timeout: bool,
 }
 
 /// Records a running sandbox.
 pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error> {
     sqlx::query_as(&format!(
         "INSERT INTO e2b_sandboxes AS e (sandbox_id, e2b_id, tenant_id, owner_key_id, template_id, metadata, \
-         allow_internet_access, envd_access_token, end_at, env_vars) \
-         VALUES ($1, $1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9) RETURNING {COLUMNS}"
+         allow_internet_access, envd_access_token, end_at, env_vars, on_timeout) \
+         VALUES ($1, $1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9, \
+         CASE WHEN $10 THEN 'pause' ELSE 'kill' END) RETURNING {COLUMNS}"
     ))
     .bind(row.sandbox_id.0)
     .bind(row.tenant)
@@ -78,6 +99,7 @@ pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error>
     .bind(row.envd_access_token)
     .bind(f64::from(row.timeout_secs))
     .bind(sqlx::types::Json(row.env_vars))
+    .bind(row.pause_on_timeout)
     .fetch_one(pool)
     .await
 }
@@ -200,6 +222,48 @@ pub async fn set_paused(
     Ok(done.rows_affected() == 1)
 }
 
+/// Locks the row of a running sandbox for its pause (in the transaction that stores the pause).
+/// With `due`, a pause at its timeout: only a row whose timeout pauses it and passed, skipped
+/// when another sweep holds it. False when there is no such row to pause.
+pub async fn lock_for_pause(
+    tx: &mut sqlx::PgConnection,
+    id: Uuid,
+    due: bool,
+) -> Result<bool, sqlx::Error> {
+    let locked: Option<Uuid> = sqlx::query_scalar(if due {
+        "SELECT e2b_id FROM e2b_sandboxes WHERE e2b_id = $1 AND paused_snapshot IS NULL \
+         AND on_timeout = 'pause' AND end_at <= now() FOR UPDATE SKIP LOCKED"
+    } else {
+        "SELECT e2b_id FROM e2b_sandboxes WHERE e2b_id = $1 AND paused_snapshot IS NULL FOR UPDATE"
+    })
+    .bind(id)
+    .fetch_optional(tx)
+    .await?;
+    Ok(locked.is_some())
+}
+
+/// Running sandboxes whose timeout passed and pauses them, oldest deadline first; at most
+/// `limit`.
+pub async fn due_for_pause(pool: &PgPool, limit: i64) -> Result<Vec<Row>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
+         WHERE e.paused_snapshot IS NULL AND e.on_timeout = 'pause' AND e.end_at <= now() \
+         AND s.state = 'running' ORDER BY e.end_at LIMIT $1"
+    ))
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Makes a sandbox's timeout kill it (its pause failed), for the next [`sweep`].
+pub async fn kill_on_timeout(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE e2b_sandboxes SET on_timeout = 'kill' WHERE e2b_id = $1")
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(|_| ())
+}
+
 /// Points a paused sandbox at the sandbox that now serves it, running again for `timeout_secs`.
 /// None when it was not paused on `snapshot` any more (another resume won).
 pub async fn set_resumed(
@@ -280,7 +344,8 @@ pub async fn delete(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
 }
 
 /// What an envd call needs of its sandbox: the owner key's row, the sandbox's token and its
-/// environment. `sandbox_id` is the dispatcher's sandbox serving the E2B id asked for.
+/// environment, and whether it serves envd now. `sandbox_id` is the dispatcher's sandbox
+/// serving the E2B id asked for.
 #[derive(Debug, sqlx::FromRow)]
 pub struct EnvdTarget {
     pub sandbox_id: Uuid,
@@ -292,20 +357,25 @@ pub struct EnvdTarget {
     pub key_revoked: bool,
     pub key_expired: bool,
     pub key_context: Option<String>,
+    /// Running, not paused, and before its deadline (a sandbox past it is not running any
+    /// more: the sweep ends or pauses it within [`SWEEP_EVERY`]).
+    pub serving: bool,
+    /// Paused, or being paused (its timeout pauses it and passed): a connect resumes it.
+    pub paused: bool,
 }
 
-/// The running sandbox of E2B id `id` with its owner key, in one statement. A sandbox past its
-/// deadline is not running any more (the sweep ends it within [`SWEEP_EVERY`]), so it is not
-/// found; nor is a paused one.
+/// The sandbox of E2B id `id` with its owner key, in one statement: running, paused, or past
+/// its deadline and not yet swept (see [`EnvdTarget::serving`]).
 pub async fn envd_target(pool: &PgPool, id: Uuid) -> Result<Option<EnvdTarget>, sqlx::Error> {
     sqlx::query_as(
         "SELECT e.sandbox_id, e.envd_access_token, e.env_vars, k.id AS key_id, k.name AS key_name, \
          k.role AS key_role, k.revoked_at IS NOT NULL AS key_revoked, \
-         coalesce(k.expires_at <= now(), false) AS key_expired, k.security_context AS key_context \
+         coalesce(k.expires_at <= now(), false) AS key_expired, k.security_context AS key_context, \
+         (s.state = 'running' AND e.paused_snapshot IS NULL AND e.end_at > now()) AS serving, \
+         (e.paused_snapshot IS NOT NULL OR (e.on_timeout = 'pause' AND e.end_at <= now())) AS paused \
          FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
          JOIN api_keys k ON k.id::text = e.owner_key_id \
-         WHERE e.e2b_id = $1 AND s.state = 'running' AND e.paused_snapshot IS NULL \
-         AND e.end_at > now()",
+         WHERE e.e2b_id = $1 AND (e.paused_snapshot IS NOT NULL OR s.state = 'running')",
     )
     .bind(id)
     .fetch_optional(pool)
@@ -337,15 +407,16 @@ const CLAIM_SECS: f64 = 60.0;
 /// row is claimed by moving its deadline [`CLAIM_SECS`] ahead (`FOR UPDATE SKIP LOCKED`, so
 /// two replicas never take the same one), its sandbox destroyed, and only then the row
 /// deleted: a destroy that fails is retried by a later sweep, never forgotten. A paused
-/// sandbox has no deadline (its snapshot's expiry ends it); its row is only claimed when the
+/// sandbox has no deadline (its snapshot's expiry ends it); nor is one whose timeout pauses it
+/// ([`super::lifecycle::pause_due`] does that) while its sandbox runs; a paused row is only claimed when the
 /// sandbox it was paused from still runs (the pause could not destroy it), which is destroyed
 /// while the row stays.
 pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
     let due: Vec<(Uuid, Uuid, bool)> = sqlx::query_as(
         "UPDATE e2b_sandboxes SET end_at = now() + make_interval(secs => $2) WHERE e2b_id IN ( \
              SELECT e.e2b_id FROM e2b_sandboxes e LEFT JOIN sandboxes s ON s.id = e.sandbox_id \
-             WHERE (e.paused_snapshot IS NULL AND (e.end_at <= now() OR s.state IS NULL \
-                    OR s.state NOT IN ('creating', 'running'))) \
+             WHERE (e.paused_snapshot IS NULL AND ((e.end_at <= now() AND e.on_timeout = 'kill') \
+                    OR s.state IS NULL OR s.state NOT IN ('creating', 'running'))) \
                 OR (e.paused_snapshot IS NOT NULL AND s.state IN ('creating', 'running')) \
              ORDER BY e.end_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED) \
          RETURNING e2b_id, sandbox_id, paused_snapshot IS NOT NULL",
@@ -393,12 +464,16 @@ pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
     Ok(ended)
 }
 
-/// Runs [`sweep`] and [`super::snapshots::sweep`] every [`SWEEP_EVERY`] until `shutdown`.
+/// Runs [`super::lifecycle::pause_due`], [`sweep`] and [`super::snapshots::sweep`] every
+/// [`SWEEP_EVERY`] until `shutdown`.
 pub async fn sweep_periodically(state: AppState, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
+        if let Err(e) = super::lifecycle::pause_due(&state, SWEEP_BATCH).await {
+            tracing::warn!(error = %e, "could not pause E2B sandboxes past their timeout");
         }
         if let Err(e) = sweep(&state).await {
             tracing::warn!(error = %e, "could not sweep E2B sandboxes past their timeout");

@@ -5,6 +5,11 @@
 //! per directory per poll or event); `allow_network_mounts` changes nothing (a sandbox has no
 //! network mounts).
 //!
+//! A poll first syncs its watch (the executor's `fs.watch_sync`): what changed before the poll
+//! is in its answer, never left for the next one, also beneath a directory made after the
+//! watch started (the executor reports what such a directory already held when its own watch
+//! came). The `WatchDir` stream sends events as they come and needs no sync.
+//!
 //! A watch reads what changes beneath a directory of the caller's own sandbox, what listing
 //! it shows. So it is authorized, and its creation audited once, as a router `fs.list` of the
 //! directory: the sandbox's read roots and a bound key's security context decide, and the
@@ -37,6 +42,8 @@ use aegis_e2b::envd::filesystem::{
 
 /// Most events one `GetWatcherEvents` returns (the rest wait for the next poll).
 const MAX_POLLED: usize = 10_000;
+/// Longest a poll waits for its watch to have sent what the kernel queued.
+const SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `POST /filesystem.Filesystem/{WatchDir, CreateWatcher, GetWatcherEvents, RemoveWatcher}`.
 pub async fn serve(state: AppState, method: &str, headers: HeaderMap, body: Bytes) -> Response {
@@ -227,6 +234,12 @@ async fn poll(
     let watcher = live.watcher(t.id, id).ok_or_else(|| not_found(id))?;
     let mut handle = watcher.lock().await;
     let watched = handle.path().to_owned();
+    // Every change made before this poll is drained by it (the SDK polls right after its
+    // own write returns), including what a directory made meanwhile beneath a recursive
+    // watch holds. A sync that fails leaves what has come, as a poll without it would.
+    if let Err(e) = handle.sync(SYNC_DEADLINE).await {
+        tracing::debug!(watcher = id, error = %e, "a watcher's sync failed; polling what has come");
+    }
     let mut events = Vec::new();
     let mut paths = Vec::new();
     while events.len() < MAX_POLLED {
@@ -296,7 +309,7 @@ async fn watch_dir(state: AppState, headers: HeaderMap, body: Bytes) -> Response
     let keepalive = keepalive_of(&headers);
     // `allow_network_mounts` changes nothing: a sandbox has no network mounts.
     let with_entries = request.include_entry;
-    stream(codec, move |tx| async move {
+    stream(codec, None, move |tx| async move {
         let watched = handle.path().to_owned();
         let started = watch_dir_response::Event::Start(watch_dir_response::StartEvent {});
         if tx.send(frame(codec, started)).await.is_err() {

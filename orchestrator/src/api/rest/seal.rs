@@ -2,7 +2,6 @@
 //! (no API key: the envelope and token are the credentials), and the operator's views of
 //! sessions and security contexts (`/v1/seal/sessions`, `/v1/security-contexts`, API key).
 
-use std::net::SocketAddr;
 use std::time::Instant;
 
 use axum::extract::{ConnectInfo, Path, Query, State};
@@ -44,7 +43,7 @@ fn seal_response(status: u16, body: Value, retry_after: Option<u64>) -> Response
               (status = 403, description = "Unknown security context (3001)", body = Value)))]
 pub async fn attest(
     State(state): State<AppState>,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    peer: Option<Extension<ConnectInfo<crate::api::connection::Connection>>>,
     body: String,
 ) -> Response {
     let request: AttestRequest = match serde_json::from_str(&body) {
@@ -57,7 +56,7 @@ pub async fn attest(
             return seal_response(400, err.attestation_error_body(), None);
         }
     };
-    let source = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
+    let source = peer.map(|Extension(ConnectInfo(connection))| connection.addr.ip());
     match state
         .gateway
         .attest(&state.gateway_services(), request, source)

@@ -236,6 +236,21 @@ pub struct SandboxLogEntry {
     pub fields: BTreeMap<String, String>,
 }
 
+/// One log line of a sandbox as the v1 route gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxLog {
+    pub timestamp: DateTime<Utc>,
+    pub line: String,
+}
+
+/// `GET /sandboxes/{id}/logs` (v1): the lines, and the same as structured entries.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxLogs {
+    pub logs: Vec<SandboxLog>,
+    pub log_entries: Vec<SandboxLogEntry>,
+}
+
 /// `GET /v2/sandboxes/{id}/logs`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct SandboxLogsV2Response {

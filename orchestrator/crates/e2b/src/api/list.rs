@@ -339,6 +339,32 @@ pub struct LogsQuery {
     pub search: Option<String>,
 }
 
+/// `GET /sandboxes/{id}/logs` (v1, deprecated by E2B for v2): from `start` (milliseconds
+/// since the epoch) on, oldest first, at most `limit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogsV1Query {
+    pub start: Option<i64>,
+    pub limit: u32,
+}
+
+impl LogsV1Query {
+    /// Reads the raw query string.
+    pub fn parse(raw_query: &str) -> Result<LogsV1Query, ApiError> {
+        let p = params(raw_query)?;
+        let start = match p.get("start") {
+            None => None,
+            Some(text) => match text.parse::<i64>() {
+                Ok(n) if n >= 0 => Some(n),
+                _ => return Err(bad("start must be milliseconds since the epoch".to_owned())),
+            },
+        };
+        Ok(LogsV1Query {
+            start,
+            limit: limit(p.get("limit"), MAX_LOG_LIMIT, MAX_LOG_LIMIT, 0)?,
+        })
+    }
+}
+
 impl LogsQuery {
     /// Reads the raw query string.
     pub fn parse(raw_query: &str) -> Result<LogsQuery, ApiError> {

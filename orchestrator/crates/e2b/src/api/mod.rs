@@ -14,15 +14,15 @@ mod list;
 mod sandbox;
 
 pub use bodies::{
-    ConnectSandbox, LogLevel, ResumedSandbox, SandboxForkRequest, SandboxForkResult,
-    SandboxLogEntry, SandboxLogsV2Response, SandboxMetric, SandboxNetworkUpdateConfig,
+    ConnectSandbox, LogLevel, ResumedSandbox, SandboxForkRequest, SandboxForkResult, SandboxLog,
+    SandboxLogEntry, SandboxLogs, SandboxLogsV2Response, SandboxMetric, SandboxNetworkUpdateConfig,
     SandboxPauseRequest, SandboxRefreshRequest, SandboxSnapshotRequest, SandboxTimeoutRequest,
     SandboxesWithMetrics, SnapshotInfo, MAX_FORK_COUNT, MAX_REFRESH_SECS,
 };
 pub use error::{parse_body, parse_optional_body, ApiError};
 pub use list::{
     parse_metadata_filter, parse_sandbox_ids, Cursor, ListQuery, LogsDirection, LogsQuery,
-    MetricsQuery, Order, SnapshotsQuery, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
+    LogsV1Query, MetricsQuery, Order, SnapshotsQuery, DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT,
 };
 pub use sandbox::{
     idempotency_key, AutoResume, EgressProxy, Limits, ListedSandbox, NetworkConfig, NewSandbox,

@@ -146,7 +146,8 @@ pub struct NewSandbox {
     /// Pause instead of kill when the timeout passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_pause: Option<bool>,
-    /// With `autoPause`: keep memory (true, E2B's default) or the filesystem only (false).
+    /// With `autoPause`: keep memory (true) or the filesystem only (false); absent, the kind is
+    /// the node's (E2B's own takes memory, this node the filesystem only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_pause_memory: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -271,10 +272,12 @@ impl NewSandbox {
     /// The fields this request sets that E2B offers and a node of ours may not: memory kept
     /// over a pause, resume on traffic, MCP servers, workload identity, volumes, a SOCKS5 egress
     /// proxy, egress header rules, a masked request host. The node refuses the ones it cannot
-    /// honour rather than ignore them.
+    /// honour rather than ignore them. `autoPause` without `autoPauseMemory` leaves the kind of
+    /// snapshot to the node (the SDK sends the field only when its caller chose `keep_memory`),
+    /// which takes the filesystem only; an explicit `autoPauseMemory: true` is refused.
     pub fn extensions(&self) -> Vec<&'static str> {
         let mut set = Vec::new();
-        if self.auto_pause == Some(true) && self.auto_pause_memory != Some(false) {
+        if self.auto_pause == Some(true) && self.auto_pause_memory == Some(true) {
             set.push("autoPauseMemory");
         }
         if self.auto_resume.is_some_and(|a| a.enabled) {

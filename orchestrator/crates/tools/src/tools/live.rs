@@ -186,24 +186,11 @@ fn sandbox_of(ctx: &ToolContext<'_>) -> Result<SandboxId, ToolError> {
 
 /// A refusal of the executor or dispatcher as a tool error with a stable code.
 pub(super) fn refused(e: DispatchError) -> ToolError {
-    match &e {
+    match e {
         DispatchError::Refused { kind, message, .. } => {
-            let code = match kind.as_str() {
-                "not_found" => "not_found",
-                "limit_reached" => "limit_reached",
-                "already_exists" => "conflict",
-                "path_not_allowed" => "path_not_allowed",
-                "permission_denied" => "permission_denied",
-                "command_not_found" => "command_not_found",
-                "invalid_request" => "invalid_arguments",
-                _ => "sandbox_error",
-            };
-            ToolError::new(code, message.clone())
+            ToolError::new(super::sandbox::executor_code(kind.as_str()), message)
         }
-        DispatchError::SandboxNotFound { .. } => ToolError::new("not_found", e.to_string()),
-        DispatchError::SandboxGone { .. } => ToolError::new("sandbox_gone", e.to_string()),
-        DispatchError::Timeout { .. } => ToolError::new("timeout", e.to_string()),
-        _ => ToolError::new("sandbox_error", e.to_string()),
+        other => super::sandbox::dispatch_error(other),
     }
 }
 

@@ -44,34 +44,33 @@ pub(super) async fn run(ctx: &ToolContext<'_>, op: Op) -> Result<Value, ToolErro
         .call(*id, op)
         .await
         .map_err(dispatch_error)?;
-    response.into_result().map_err(|e| {
-        let code = match serde_json::to_value(e.kind)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-        {
-            Some(k) => match k.as_str() {
-                "path_not_allowed" => "path_not_allowed",
-                "not_found" => "not_found",
-                "already_exists" => "conflict",
-                "too_large" => "too_large",
-                "no_space" => "no_space",
-                "hard_link_refused" => "hard_link_refused",
-                "edit_target_not_found" => "edit_target_not_found",
-                "edit_target_ambiguous" => "edit_target_ambiguous",
-                "command_not_found" => "command_not_found",
-                "not_a_directory"
-                | "is_a_directory"
-                | "not_a_regular_file"
-                | "directory_not_empty" => "invalid_target",
-                "permission_denied" => "permission_denied",
-                "invalid_request" => "invalid_arguments",
-                "busy" => "busy",
-                _ => "sandbox_error",
-            },
-            None => "sandbox_error",
-        };
-        ToolError::new(code, e.message)
-    })
+    response
+        .into_result()
+        .map_err(|e| ToolError::new(executor_code(e.kind.as_str()), e.message))
+}
+
+/// The tool error code of an executor's error kind: the one mapping of the executor's
+/// refusals, for `fs.*` and `cmd.run` answers here and the live processes' (`live.rs`).
+pub(super) fn executor_code(kind: &str) -> &'static str {
+    match kind {
+        "path_not_allowed" => "path_not_allowed",
+        "not_found" => "not_found",
+        "already_exists" => "conflict",
+        "too_large" => "too_large",
+        "no_space" => "no_space",
+        "limit_reached" => "limit_reached",
+        "hard_link_refused" => "hard_link_refused",
+        "edit_target_not_found" => "edit_target_not_found",
+        "edit_target_ambiguous" => "edit_target_ambiguous",
+        "command_not_found" => "command_not_found",
+        "not_a_directory" | "is_a_directory" | "not_a_regular_file" | "directory_not_empty" => {
+            "invalid_target"
+        }
+        "permission_denied" => "permission_denied",
+        "invalid_request" => "invalid_arguments",
+        "busy" => "busy",
+        _ => "sandbox_error",
+    }
 }
 
 /// The node's dispatcher, or why sandbox tools are unavailable on it.
@@ -84,7 +83,8 @@ pub(super) fn dispatcher_of<'a>(
         .map_err(|e| ToolError::new("unavailable", e.to_string()))
 }
 
-fn dispatch_error(e: DispatchError) -> ToolError {
+/// The tool error of a dispatcher failure that is not an executor's refusal.
+pub(super) fn dispatch_error(e: DispatchError) -> ToolError {
     match e {
         DispatchError::SandboxNotFound { .. } => ToolError::new("not_found", e.to_string()),
         DispatchError::SandboxGone { .. } => ToolError::new("sandbox_gone", e.to_string()),
