@@ -1264,7 +1264,7 @@ async fn e2b_auto_pause_at_timeout_keeps_files_until_connect_resumes() {
     );
     // Past its 3 s timeout it is paused, not killed: listed as paused, refused by envd as E2B
     // refuses a paused sandbox (the SDK reports its timeout), its health 502.
-    assert_eq!(ok(&r, "state"), "SandboxState.PAUSED", "{r}");
+    assert_eq!(ok(&r, "state"), "paused", "{r}");
     assert_eq!(ok(&r, "running"), false, "{r}");
     assert_eq!(ok(&r, "listed_paused"), &json!([id]), "{r}");
     for step in ["command_while_paused", "read_while_paused"] {
@@ -1273,7 +1273,7 @@ async fn e2b_auto_pause_at_timeout_keeps_files_until_connect_resumes() {
     refused(&r, "command_while_paused", "paused");
     // connect() resumes it, files back.
     assert_eq!(ok(&r, "connect"), id.as_str());
-    assert_eq!(ok(&r, "state_after"), "SandboxState.RUNNING", "{r}");
+    assert_eq!(ok(&r, "state_after"), "running", "{r}");
     assert_eq!(ok(&r, "running_after"), true, "{r}");
     assert_eq!(ok(&r, "read_after"), "kept at the timeout");
     let logs = ok(&r, "logs").as_array().unwrap().clone();
