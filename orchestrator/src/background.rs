@@ -5,8 +5,9 @@
 //! 1. **Servers**: REST, MCP and gRPC stop accepting and drain in-flight requests within
 //!    `server.shutdown_grace_secs`; what is left after that is cut.
 //! 2. **Periodic work** ([`Background::stop_periodic`]): the heartbeat, the session and volume
-//!    sweepers, the delivery worker and the first listing of the external MCP servers are cut
-//!    where they stand. Each writes one statement at a
+//!    sweepers, the E2B sweep (timeouts: kills and auto-pauses; expired snapshots) and usage
+//!    sampler, the delivery worker and the first listing of the external MCP servers are cut
+//!    where they stand. Each writes one statement (an auto-pause: one transaction) at a
 //!    time, and what a cut delivery attempt held comes back to a worker when its lease runs out.
 //! 3. **Workflow workers** ([`Background::stop_workflows`]): told to stop, then awaited for a
 //!    bounded time; a state's commit is one fenced transaction, so a worker cut after that still
@@ -47,6 +48,10 @@ impl Background {
             tokio::spawn(heartbeat(state.clone(), shutdown.clone())),
             tokio::spawn(sweep_sessions(state.clone(), shutdown.clone())),
             tokio::spawn(crate::api::e2b::store::sweep_periodically(
+                state.clone(),
+                shutdown.clone(),
+            )),
+            tokio::spawn(crate::api::e2b::observe::sample_periodically(
                 state.clone(),
                 shutdown.clone(),
             )),

@@ -610,6 +610,7 @@ def snapshots():
     """Snapshots and forks: independent sandboxes from the same files; listing; metrics."""
     report = {}
     sbx = Sandbox.create("base", timeout=180)
+    created = datetime.datetime.now(datetime.timezone.utc)
     report["sandbox_id"] = sbx.sandbox_id
     sbx.files.write("shared.txt", "shared snapshot content")
     sbx.files.write("app/config.json", '{"env": "test"}')
@@ -671,10 +672,16 @@ def snapshots():
         m = sbx.get_metrics()
         past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
         old = sbx.get_metrics(start=past, end=past + datetime.timedelta(minutes=30))
+        # The sandbox's first 10 s, asked for once they are well past: only kept samples.
+        wait = (created + datetime.timedelta(seconds=25) - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+        if wait > 0:
+            time.sleep(wait)
+        early = sbx.get_metrics(start=created, end=created + datetime.timedelta(seconds=10))
         return {"samples": [{"cpu_count": x.cpu_count, "cpu_used_pct": x.cpu_used_pct,
                              "mem_used": x.mem_used, "mem_total": x.mem_total,
                              "disk_used": x.disk_used, "disk_total": x.disk_total} for x in m],
-                "past": len(old)}
+                "past": len(old),
+                "early": [x.timestamp.timestamp() - created.timestamp() for x in early]}
 
     sbx.files.write("fill.bin", os.urandom(3 * 1024 * 1024))
     attempt(report, "metrics", metrics)

@@ -1084,7 +1084,9 @@ async fn e2b_snapshots_start_independent_sandboxes_and_forks_report_metrics() {
         json!(["fork zero", "after the snapshot", "after the snapshot"])
     );
     let m = ok(&r, "metrics");
-    let sample = &m["samples"][0];
+    // The last sample is the one taken now (after the 3 MiB file was written).
+    let samples = m["samples"].as_array().unwrap();
+    let sample = samples.last().unwrap();
     assert_eq!(sample["cpu_count"], 1, "{m}");
     let pct = sample["cpu_used_pct"].as_f64().unwrap();
     assert!((0.0..=100.0).contains(&pct), "{m}");
@@ -1096,6 +1098,14 @@ async fn e2b_snapshots_start_independent_sandboxes_and_forks_report_metrics() {
     assert!(disk_used >= 3 * 1024 * 1024, "the 3 MiB file counts: {m}");
     assert!(disk_used < sample["disk_total"].as_u64().unwrap(), "{m}");
     assert_eq!(m["past"], 0, "no sample from before the sandbox");
+    // A range well in the past of a running sandbox has the samples kept every 5 s (aligned
+    // to 5 s buckets), and only those of the range.
+    let early = m["early"].as_array().unwrap();
+    assert!(!early.is_empty(), "kept samples of the first 10 s: {m}");
+    for offset in early {
+        let offset = offset.as_f64().unwrap();
+        assert!((-1.0..=11.0).contains(&offset), "{m}");
+    }
     assert_eq!(ok(&r, "delete"), &json!([true, false]));
     assert_eq!(r["create_deleted"]["ok"], false, "{r}");
     assert_eq!(ok(&r, "kill"), true);

@@ -1,14 +1,16 @@
 //! What a sandbox uses and what happened to it, on E2B's control API:
 //!
-//! - `GET /sandboxes/{id}/metrics`: one sample taken now from the sandbox container's cgroup
+//! - `GET /sandboxes/{id}/metrics`: samples of the sandbox container's cgroup
 //!   (`Dispatcher::usage`: CPU over about a second, memory without page cache, and as disk the
-//!   bytes in its workspace and `/tmp`, which are tmpfs). E2B keeps a series every few seconds;
-//!   this node keeps none, so a range that does not reach the present is empty, and one that
-//!   does gets the present sample.
+//!   bytes in its workspace and `/tmp`, which are tmpfs): as E2B, a series, one every 5 s
+//!   ([`sample`], by the replica holding the sandbox, in `e2b_sandbox_metrics`, kept an hour),
+//!   the ones in the asked range; and when the range reaches the present, one taken now.
 //! - `GET /v2/sandboxes/{id}/logs` (and the deprecated v1 `GET /sandboxes/{id}/logs`, the same
 //!   lines as text and entries): the sandbox's lifecycle as the node saw it (created from a
 //!   snapshot, paused, resumed, snapshot taken, forked), from `e2b_sandbox_logs`. Commands'
 //!   output is not logged: audit rows name no sandbox, and the executor's stderr is not kept.
+
+use std::time::Duration;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -24,6 +26,7 @@ use super::control::{db, known, not_found, to_json, Key};
 use super::store;
 use super::Refusal;
 use crate::state::AppState;
+use tokio_util::sync::CancellationToken;
 
 type Answer = Result<axum::response::Response, Refusal>;
 
@@ -31,7 +34,15 @@ type Answer = Result<axum::response::Response, Refusal>;
 /// whole seconds, from a clock that may lag the node's).
 const SLACK_SECS: i64 = 10;
 
-/// `GET /sandboxes/{id}/metrics`.
+/// How often the holder of a running E2B sandbox samples its usage (E2B's bucket).
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+/// How long samples are kept.
+const KEPT_SECS: f64 = 3600.0;
+/// Most sandboxes sampled at once.
+const SAMPLED_AT_ONCE: usize = 16;
+
+/// `GET /sandboxes/{id}/metrics`: the kept samples in the range, and a sample taken now when
+/// the range reaches the present (so a sandbox just made has one).
 pub async fn metrics(
     State(state): State<AppState>,
     Key(caller): Key,
@@ -43,8 +54,9 @@ pub async fn metrics(
     let now = Utc::now();
     let in_range = q.end.is_none_or(|e| now.timestamp() <= e + SLACK_SECS)
         && q.start.is_none_or(|s| now.timestamp() + SLACK_SECS >= s);
+    let mut samples = kept(&state, row.sandbox_id, q.start, q.end).await?;
     if row.paused_snapshot.is_some() || !in_range {
-        return Ok(to_json(StatusCode::OK, &Vec::<SandboxMetric>::new()));
+        return Ok(to_json(StatusCode::OK, &samples));
     }
     let dispatcher = state
         .sandboxes
@@ -58,9 +70,14 @@ pub async fn metrics(
             | dispatcher::DispatchError::SandboxGone { .. } => not_found(&id),
             other => Refusal(ApiError::new(503, other.to_string())),
         })?;
-    let sample = SandboxMetric {
-        timestamp: now,
-        timestamp_unix: now.timestamp(),
+    samples.push(metric(now, &usage));
+    Ok(to_json(StatusCode::OK, &samples))
+}
+
+fn metric(at: DateTime<Utc>, usage: &dispatcher::Usage) -> SandboxMetric {
+    SandboxMetric {
+        timestamp: at,
+        timestamp_unix: at.timestamp(),
         cpu_count: usage.cpu_count,
         cpu_used_pct: usage.cpu_used_pct,
         mem_used: usage.mem_used,
@@ -68,8 +85,128 @@ pub async fn metrics(
         mem_cache: usage.mem_cache,
         disk_used: usage.disk_used,
         disk_total: usage.disk_total,
+    }
+}
+
+/// One kept sample.
+#[derive(sqlx::FromRow)]
+struct Kept {
+    at: DateTime<Utc>,
+    cpu_count: i32,
+    cpu_used_pct: f64,
+    mem_used: i64,
+    mem_total: i64,
+    mem_cache: i64,
+    disk_used: i64,
+    disk_total: i64,
+}
+
+/// The kept samples of sandbox `id` from `start` to `end` (seconds since the epoch), oldest
+/// first.
+async fn kept(
+    state: &AppState,
+    id: uuid::Uuid,
+    start: Option<i64>,
+    end: Option<i64>,
+) -> Result<Vec<SandboxMetric>, Refusal> {
+    let at = |secs: Option<i64>| secs.and_then(|s| DateTime::<Utc>::from_timestamp(s, 0));
+    let rows: Vec<Kept> = sqlx::query_as(
+        "SELECT at, cpu_count, cpu_used_pct, mem_used, mem_total, mem_cache, disk_used, disk_total \
+         FROM e2b_sandbox_metrics WHERE e2b_id = $1 \
+         AND ($2::timestamptz IS NULL OR at >= $2) AND ($3::timestamptz IS NULL OR at <= $3) \
+         ORDER BY at",
+    )
+    .bind(id)
+    .bind(at(start))
+    .bind(at(end))
+    .fetch_all(&state.pool)
+    .await
+    .map_err(db)?;
+    let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok(rows
+        .into_iter()
+        .map(|k| SandboxMetric {
+            timestamp: k.at,
+            timestamp_unix: k.at.timestamp(),
+            cpu_count: u32::try_from(k.cpu_count).unwrap_or(0),
+            cpu_used_pct: k.cpu_used_pct as f32,
+            mem_used: unsigned(k.mem_used),
+            mem_total: unsigned(k.mem_total),
+            mem_cache: unsigned(k.mem_cache),
+            disk_used: unsigned(k.disk_used),
+            disk_total: unsigned(k.disk_total),
+        })
+        .collect())
+}
+
+/// Samples the usage of every running E2B sandbox this instance holds (at most
+/// [`SAMPLED_AT_ONCE`] at a time), each stored under its 5 s bucket (a second sample in the
+/// same bucket is dropped), and forgets samples older than an hour. Returns how many were
+/// stored.
+pub async fn sample(state: &AppState) -> Result<usize, sqlx::Error> {
+    use futures_util::StreamExt;
+    let held: Vec<(uuid::Uuid, uuid::Uuid)> = sqlx::query_as(
+        "SELECT e.e2b_id, e.sandbox_id FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
+         WHERE s.state = 'running' AND s.instance_id = $1 AND e.paused_snapshot IS NULL",
+    )
+    .bind(state.instance_id)
+    .fetch_all(&state.pool)
+    .await?;
+    let Ok(dispatcher) = state.sandboxes.dispatcher() else {
+        return Ok(0);
     };
-    Ok(to_json(StatusCode::OK, &vec![sample]))
+    let taken: Vec<(uuid::Uuid, dispatcher::Usage)> = futures_util::stream::iter(held)
+        .map(|(e2b_id, current)| async move {
+            dispatcher
+                .usage(SandboxId(current))
+                .await
+                .ok()
+                .map(|u| (e2b_id, u))
+        })
+        .buffer_unordered(SAMPLED_AT_ONCE)
+        .filter_map(std::future::ready)
+        .collect()
+        .await;
+    let mut stored = 0;
+    for (e2b_id, u) in &taken {
+        let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let done = sqlx::query(
+            "INSERT INTO e2b_sandbox_metrics (e2b_id, at, cpu_count, cpu_used_pct, mem_used, \
+             mem_total, mem_cache, disk_used, disk_total) \
+             SELECT $1, to_timestamp(floor(extract(epoch FROM now()) / 5) * 5), $2, $3, $4, $5, $6, $7, $8 \
+             WHERE EXISTS (SELECT 1 FROM e2b_sandboxes WHERE e2b_id = $1) \
+             ON CONFLICT (e2b_id, at) DO NOTHING",
+        )
+        .bind(e2b_id)
+        .bind(i32::try_from(u.cpu_count).unwrap_or(i32::MAX))
+        .bind(f64::from(u.cpu_used_pct))
+        .bind(clamp(u.mem_used))
+        .bind(clamp(u.mem_total))
+        .bind(clamp(u.mem_cache))
+        .bind(clamp(u.disk_used))
+        .bind(clamp(u.disk_total))
+        .execute(&state.pool)
+        .await?;
+        stored += done.rows_affected() as usize;
+    }
+    sqlx::query("DELETE FROM e2b_sandbox_metrics WHERE at < now() - make_interval(secs => $1)")
+        .bind(KEPT_SECS)
+        .execute(&state.pool)
+        .await?;
+    Ok(stored)
+}
+
+/// Runs [`sample`] every [`SAMPLE_EVERY`] until `shutdown`.
+pub async fn sample_periodically(state: AppState, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(SAMPLE_EVERY) => {}
+        }
+        if let Err(e) = sample(&state).await {
+            tracing::warn!(error = %e, "could not sample the usage of E2B sandboxes");
+        }
+    }
 }
 
 /// `GET /v2/sandboxes/{id}/logs`.
