@@ -747,6 +747,50 @@ async fn a_watch_sees_changes_beneath_its_root_and_nothing_outside_the_roots_is_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_recursive_watch_misses_nothing_made_beneath_it_and_a_sync_drains_what_came_before() {
+    let env = TestEnv::new().await;
+    let (d, id) = sandbox(&env, env.config(), IMAGE).await;
+    let mut watch = within(10, "watch", d.watch_dir(id, "/workspace", true))
+        .await
+        .expect("watch");
+    // One command makes a tree and a file in it, before any watch of theirs can exist.
+    run(
+        &d,
+        id,
+        &["sh", "-c", "mkdir -p deep/er && echo hi > deep/er/f.txt"],
+    )
+    .await;
+    // Once synced, every change made before is there, read without waiting.
+    let synced = within(10, "sync", watch.sync(std::time::Duration::from_secs(10)))
+        .await
+        .expect("sync");
+    assert!(synced);
+    let mut seen = Vec::new();
+    while let Some(event) = watch.try_next() {
+        match event {
+            WatchEvent::Fs(e) => seen.push((e.op, e.path)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    for (op, path) in [
+        (FsOp::Create, "deep"),
+        (FsOp::Create, "deep/er"),
+        (FsOp::Create, "deep/er/f.txt"),
+        (FsOp::Write, "deep/er/f.txt"),
+    ] {
+        let want = (op, format!("/workspace/{path}"));
+        assert!(seen.contains(&want), "{want:?} in {seen:?}");
+    }
+    // ... and the new directories are watched: a change deep in them comes as usual.
+    run(&d, id, &["sh", "-c", "echo more > deep/er/g.txt"]).await;
+    assert_eq!(
+        next_change(&mut watch).await,
+        (FsOp::Create, "/workspace/deep/er/g.txt".to_owned())
+    );
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_adopting_instance_follows_the_live_processes_of_the_previous_one() {
     let env = TestEnv::new().await;
     let previous = env.new_instance().await;
