@@ -45,6 +45,34 @@ use crate::spec::SandboxId;
 use crate::spec::WORKSPACE;
 
 impl Dispatcher {
+    /// [`Dispatcher::export_dir`] with the sandbox frozen while it is read (the kernel's cgroup
+    /// freezer, the engine's pause): no process of it writes meanwhile, so the archive is the
+    /// files as they were at one moment, not a mix of before and after a write. Tool calls wait
+    /// out the freeze (the executor is frozen too); the sandbox is thawed whatever the export
+    /// did, and a failure to thaw it is the error.
+    pub async fn export_dir_frozen(
+        &self,
+        id: SandboxId,
+        dir: &str,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>> {
+        let sandbox = self.inner.attached(id).await?;
+        self.inner
+            .docker
+            .pause_container(&sandbox.container)
+            .await
+            .map_err(engine(format!("freezing sandbox {id} to read its files")))?;
+        let exported = self.export_dir(id, dir, max_bytes).await;
+        self.inner
+            .docker
+            .unpause_container(&sandbox.container)
+            .await
+            .map_err(engine(format!(
+                "thawing sandbox {id} after reading its files"
+            )))?;
+        exported
+    }
+
     /// The tar archive of the contents of `dir` (the workspace or a directory beneath it),
     /// entries relative to `dir`, rewritten as the sandbox user's plain data; refused once it
     /// passes `max_bytes`, and refused when `dir` or a directory on its way is not a real

@@ -171,8 +171,8 @@ pub async fn room(pool: &PgPool, key: &str, quota: Quota) -> Result<u64, Snapsho
     Ok(quota.bytes - bytes)
 }
 
-/// The files of running sandbox `current` (the dispatcher's), at most `room` bytes, and the
-/// runtime it runs.
+/// The files of running sandbox `current` (the dispatcher's), at most `room` bytes, read with
+/// the sandbox frozen (`Dispatcher::export_dir_frozen`), and the runtime it runs.
 pub async fn capture(
     state: &AppState,
     current: SandboxId,
@@ -186,8 +186,9 @@ pub async fn capture(
         .spec
         .and_then(|s| s.labels.get(E2B_RUNTIME_LABEL).cloned())
         .ok_or(SandboxError::NoPolicy(current))?;
+    // Frozen while read: the snapshot is the files at one moment.
     let archive = dispatcher
-        .export_dir(current, E2B_HOME, room)
+        .export_dir_frozen(current, E2B_HOME, room)
         .await
         .map_err(|e| match e {
             dispatcher::DispatchError::ArchiveTooLarge { .. } => SnapshotError::TooLarge { room },
