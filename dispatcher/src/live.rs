@@ -207,7 +207,8 @@ impl WatchHandle {
     /// executor's `fs.watch_sync`: its watch reads the kernel's queue and sends what it holds
     /// before answering, on the stream whose reader fills this handle's feed first). A
     /// polling watcher syncs before draining, so a change whose own call has returned is never
-    /// left for a later poll. `Ok(false)` when the watch has ended.
+    /// left for a later poll. `Ok(false)` when the watch has ended, or when it is relayed from
+    /// the replica holding the sandbox (its events come as the relay brings them; no sync).
     pub async fn sync(&self, deadline: Duration) -> Result<bool> {
         let Some(sandbox) = self.sandbox.upgrade() else {
             return Ok(false);

@@ -312,11 +312,7 @@ impl Application {
             let router = api::cluster::router(state.clone(), key, shutdown.child_token());
             let token = shutdown.clone();
             // As for HTTP: a subscription's small frames must not wait for a delayed ACK.
-            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!(error = %e, "could not set TCP_NODELAY on a peer connection");
-                }
-            });
+            let listener = api::connection::http_listener(listener);
             tokio::spawn(async move {
                 if let Err(e) = axum::serve(listener, router)
                     .with_graceful_shutdown(token.cancelled_owned())
