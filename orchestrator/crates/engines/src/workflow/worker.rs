@@ -185,7 +185,13 @@ async fn drive(rt: &Arc<Runtime>, row: WorkflowExecution, claimed: std::time::In
     let token = rt.shutdown.child_token();
     let lost = Arc::new(AtomicBool::new(false));
     rt.workflows.track(id, token.clone());
-    let renewer = tokio::spawn(renew(rt.clone(), id, claimed, token.clone(), lost.clone()));
+    let renewer = tokio::spawn(renew(
+        rt.clone(),
+        (id, row.lease_epoch),
+        claimed,
+        token.clone(),
+        lost.clone(),
+    ));
     let manifest = match store::manifest(&rt.pool, row.workflow_version_id).await {
         Ok(Some(m)) => m,
         Ok(None) => Value::Null,
@@ -193,7 +199,7 @@ async fn drive(rt: &Arc<Runtime>, row: WorkflowExecution, claimed: std::time::In
             tracing::warn!(execution = %id, error = %e, "could not load a workflow manifest");
             renewer.abort();
             rt.workflows.untrack(id);
-            let _ = store::release(&rt.pool, id, rt.me).await;
+            let _ = store::release(&rt.pool, id, (rt.me, row.lease_epoch)).await;
             return;
         }
     };
@@ -217,7 +223,7 @@ async fn drive(rt: &Arc<Runtime>, row: WorkflowExecution, claimed: std::time::In
 /// cannot reach the database stops before anyone else starts (issue 23, fencing).
 async fn renew(
     rt: Arc<Runtime>,
-    id: Uuid,
+    (id, epoch): (Uuid, i64),
     claimed: std::time::Instant,
     token: CancellationToken,
     lost: Arc<AtomicBool>,
@@ -228,8 +234,11 @@ async fn renew(
     loop {
         tokio::time::sleep(every).await;
         let sent = std::time::Instant::now();
-        let renewed =
-            tokio::time::timeout(every, store::renew(&rt.pool, id, rt.me, rt.lease_ttl_secs)).await;
+        let renewed = tokio::time::timeout(
+            every,
+            store::renew(&rt.pool, id, (rt.me, epoch), rt.lease_ttl_secs),
+        )
+        .await;
         match renewed {
             Ok(Ok(Some(false))) => held_since = sent,
             Ok(Ok(Some(true))) => {
@@ -500,7 +509,14 @@ impl Run<'_> {
     }
 
     async fn event(&self, e: NewEvent) {
-        if let Err(err) = store::append(&self.rt.pool, self.row.id, self.rt.me, &e).await {
+        if let Err(err) = store::append(
+            &self.rt.pool,
+            self.row.id,
+            (self.rt.me, self.row.lease_epoch),
+            &e,
+        )
+        .await
+        {
             tracing::warn!(execution = %self.row.id, error = %err, "could not record a workflow event");
         }
     }
@@ -508,7 +524,13 @@ impl Run<'_> {
     /// Lease lost or shutting down: leave everything to the next holder (it cleans up).
     async fn give_up(&self) -> bool {
         if !self.lost.load(Ordering::SeqCst) {
-            if let Err(e) = store::release(&self.rt.pool, self.row.id, self.rt.me).await {
+            if let Err(e) = store::release(
+                &self.rt.pool,
+                self.row.id,
+                (self.rt.me, self.row.lease_epoch),
+            )
+            .await
+            {
                 tracing::warn!(execution = %self.row.id, error = %e, "could not release a workflow lease");
             }
         }
@@ -664,6 +686,7 @@ impl Run<'_> {
             &Commit {
                 id: self.row.id,
                 me: self.rt.me,
+                epoch: self.row.lease_epoch,
                 status: "running",
                 current_state: &target,
                 visits: &visits,
@@ -725,6 +748,7 @@ impl Run<'_> {
             &Commit {
                 id: self.row.id,
                 me: self.rt.me,
+                epoch: self.row.lease_epoch,
                 status: "waiting",
                 current_state: state,
                 visits: &self.row.visits,
@@ -875,6 +899,7 @@ impl Run<'_> {
             &Commit {
                 id: self.row.id,
                 me: self.rt.me,
+                epoch: self.row.lease_epoch,
                 status,
                 current_state: &self.row.current_state,
                 visits: &self.row.visits,
