@@ -24,6 +24,13 @@ pub struct DispatcherConfig {
     /// An instance whose heartbeat is older than this is dead and its sandboxes are reaped
     /// (default 120 s; the orchestrator heartbeats every 15 s).
     pub dead_after: Duration,
+    /// How long one renewal of this instance's hold on its sandboxes lasts (`lease.rs`): set,
+    /// the dispatcher renews `node_instances.heartbeat_at` itself every quarter of it, stops
+    /// using its sandboxes when it could not renew for this long, and takes over the
+    /// sandboxes of peers silent past `dead_after`, which must exceed it by a margin (the
+    /// orchestrator's config checks it). `None` (the default): the embedder beats, nothing
+    /// lapses and nothing is taken over; dead instances' sandboxes are reaped.
+    pub lease: Option<Duration>,
     /// Period of the reaper (default 60 s).
     pub reap_interval: Duration,
     /// How long a new sandbox may take from start to the executor's ready line (default 15 s).
@@ -85,6 +92,7 @@ impl DispatcherConfig {
             pool: BTreeMap::new(),
             pool_limits: Limits::default(),
             dead_after: Duration::from_secs(120),
+            lease: None,
             reap_interval: Duration::from_secs(60),
             ready_timeout: Duration::from_secs(15),
             call_timeout: Duration::from_secs(30),

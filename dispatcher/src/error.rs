@@ -205,6 +205,20 @@ pub enum DispatchError {
         /// What went wrong on the way.
         detail: String,
     },
+    /// This instance's lease on its sandboxes does not hold (it could not renew it in time, or
+    /// a peer fenced it off as silent), so it serves none of them until it renews and takes
+    /// back what nobody else claimed meanwhile; another instance may hold the sandbox now.
+    #[error(
+        "this orchestrator instance does not hold {} now: {reason}; another instance may hold \
+         it, retry",
+        match id { Some(id) => format!("sandbox {id}"), None => "its sandboxes".to_owned() }
+    )]
+    LeaseLapsed {
+        /// The sandbox asked for (`None`: a new one).
+        id: Option<SandboxId>,
+        /// Why the lease does not hold.
+        reason: String,
+    },
     /// The dispatcher is shutting down and takes no new work.
     #[error("the dispatcher is shutting down")]
     ShuttingDown,

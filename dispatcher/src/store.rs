@@ -2,8 +2,11 @@
 //!
 //! Every state change is a conditional `UPDATE ... WHERE state = ...`, so concurrent actors (a
 //! destroy racing a create, the reaper racing an adoption, two instances adopting the same
-//! sandbox) resolve in the database: exactly one of them sees its row change and acts. Queries
-//! are checked at run time so building never needs a database.
+//! sandbox) resolve in the database: exactly one of them sees its row change and acts. A row's
+//! holder is `(instance_id, epoch)`: every write the holder makes says both, and every change of
+//! holder bumps the epoch, so a replica that lost a sandbox (taken over while it stalled) writes
+//! nothing (the lease and its fence: `dispatcher/lease.rs`). Queries are checked at run time so
+//! building never needs a database.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -257,33 +260,66 @@ pub(crate) async fn insert_creating(
     Ok(())
 }
 
-/// `creating` -> `running`; false when someone else changed the row first (a destroy, the
-/// reaper).
-pub(crate) async fn mark_running(pg: &PgPool, id: SandboxId, container_id: &str) -> Result<bool> {
+/// The epoch of a row when it is written: its first holder is its creator.
+pub(crate) const FIRST_EPOCH: i64 = 1;
+
+/// `creating` -> `running` by its creator; false when someone else changed the row first (a
+/// destroy, the reaper).
+pub(crate) async fn mark_running(
+    pg: &PgPool,
+    id: SandboxId,
+    me: Uuid,
+    container_id: &str,
+) -> Result<bool> {
     let done = sqlx::query(
         "UPDATE sandboxes SET state = 'running', container_id = $2, ready_at = now(), \
-         updated_at = now() WHERE id = $1 AND state = 'creating'",
+         updated_at = now() WHERE id = $1 AND state = 'creating' AND instance_id = $3 \
+         AND epoch = $4",
     )
     .bind(id.0)
     .bind(container_id)
+    .bind(me)
+    .bind(FIRST_EPOCH)
     .execute(pg)
     .await
     .map_err(db("marking a sandbox running"))?;
     Ok(done.rows_affected() == 1)
 }
 
-/// `creating`|`running` -> `failed` with the reason.
-pub(crate) async fn mark_failed(pg: &PgPool, id: SandboxId, reason: &str) -> Result<bool> {
+/// `creating`|`running` -> `failed` with the reason, by its holder `(me, epoch)` only: a
+/// replica whose stream broke because another one took the sandbox over changes nothing.
+pub(crate) async fn mark_failed(
+    pg: &PgPool,
+    id: SandboxId,
+    me: Uuid,
+    epoch: i64,
+    reason: &str,
+) -> Result<bool> {
     let done = sqlx::query(
         "UPDATE sandboxes SET state = 'failed', reason = $2, updated_at = now() \
-         WHERE id = $1 AND state IN ('creating', 'running')",
+         WHERE id = $1 AND state IN ('creating', 'running') AND instance_id = $3 AND epoch = $4",
     )
     .bind(id.0)
     .bind(reason)
+    .bind(me)
+    .bind(epoch)
     .execute(pg)
     .await
     .map_err(db("marking a sandbox failed"))?;
     Ok(done.rows_affected() == 1)
+}
+
+/// `running` -> `failed` as `lost` by whoever found it so (a takeover that found its container
+/// gone or its engine unreachable): conditional on the row still being `(holder, epoch)`, so it
+/// cannot undo a claim that happened meanwhile. Its callers get `SandboxGone` with the reason.
+pub(crate) async fn mark_lost(
+    pg: &PgPool,
+    id: SandboxId,
+    holder: Uuid,
+    epoch: i64,
+    reason: &str,
+) -> Result<bool> {
+    mark_failed(pg, id, holder, epoch, &format!("lost: {reason}")).await
 }
 
 /// The outcome of asking to destroy a sandbox's row.
@@ -385,10 +421,12 @@ pub(crate) async fn owned_by(pg: &PgPool, owner: &Owner) -> Result<Vec<SandboxId
     Ok(ids.into_iter().map(SandboxId).collect())
 }
 
-/// Hands a pool sandbox to its owner; false if it is no longer an idle, running pool sandbox.
+/// Hands a pool sandbox to its owner; false if it is no longer an idle, running pool sandbox
+/// held by `(me, epoch)`.
 pub(crate) async fn reown_from_pool(
     pg: &PgPool,
     id: SandboxId,
+    (me, epoch): (Uuid, i64),
     owner: &Owner,
     labels: &BTreeMap<String, String>,
 ) -> Result<bool> {
@@ -396,12 +434,15 @@ pub(crate) async fn reown_from_pool(
     let done = sqlx::query(
         "UPDATE sandboxes SET owner_kind = $2, owner_id = $3, \
          spec = jsonb_set(spec, '{labels}', $4), updated_at = now() \
-         WHERE id = $1 AND owner_kind = 'pool' AND state = 'running'",
+         WHERE id = $1 AND owner_kind = 'pool' AND state = 'running' \
+         AND instance_id = $5 AND epoch = $6",
     )
     .bind(id.0)
     .bind(owner.kind.as_str())
     .bind(&owner.id)
     .bind(labels)
+    .bind(me)
+    .bind(epoch)
     .execute(pg)
     .await
     .map_err(db("handing a pool sandbox to its owner"))?;
@@ -424,24 +465,201 @@ pub(crate) async fn running_of_instance(pg: &PgPool, instance: Uuid) -> Result<V
         .map_err(db("decoding a sandbox row"))
 }
 
-/// Moves a running sandbox from `previous` to `me`; false if another actor got it first.
+/// Moves a running sandbox from `previous` (a stopped instance, graceful hand-over) to `me`,
+/// bumping its epoch; the new epoch, or `None` if another actor got it first.
 pub(crate) async fn claim_adoption(
     pg: &PgPool,
     id: SandboxId,
     previous: Uuid,
     me: Uuid,
-) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE sandboxes SET instance_id = $3, updated_at = now() \
-         WHERE id = $1 AND instance_id = $2 AND state = 'running'",
+) -> Result<Option<i64>> {
+    sqlx::query_scalar(
+        "UPDATE sandboxes SET instance_id = $3, epoch = epoch + 1, updated_at = now() \
+         WHERE id = $1 AND instance_id = $2 AND state = 'running' RETURNING epoch",
     )
     .bind(id.0)
     .bind(previous)
     .bind(me)
+    .fetch_optional(pg)
+    .await
+    .map_err(db("adopting a sandbox"))
+}
+
+/// Moves a running sandbox of a fenced or stopped holder to `me` (a takeover), bumping its
+/// epoch: only if the row is still `(previous, epoch)` and that holder is still fenced or
+/// stopped. The row condition is what serialises concurrent claimers (and a holder taking back
+/// what it dropped): exactly one sees the row change. The new epoch, or `None`.
+pub(crate) async fn claim_takeover(
+    pg: &PgPool,
+    id: SandboxId,
+    (previous, epoch): (Uuid, i64),
+    me: Uuid,
+) -> Result<Option<i64>> {
+    sqlx::query_scalar(
+        "UPDATE sandboxes SET instance_id = $4, epoch = epoch + 1, updated_at = now() \
+         WHERE id = $1 AND instance_id = $2 AND epoch = $3 AND state = 'running' \
+         AND EXISTS (SELECT 1 FROM node_instances n WHERE n.id = $2 \
+                     AND (n.fenced_at IS NOT NULL OR n.stopped_at IS NOT NULL)) \
+         RETURNING epoch",
+    )
+    .bind(id.0)
+    .bind(previous)
+    .bind(epoch)
+    .bind(me)
+    .fetch_optional(pg)
+    .await
+    .map_err(db("taking over a sandbox"))
+}
+
+/// Takes back a sandbox `me` dropped when its lease lapsed, if nobody claimed it meanwhile
+/// (still `(me, epoch)` and running): the new epoch, or `None`.
+pub(crate) async fn reclaim(
+    pg: &PgPool,
+    id: SandboxId,
+    me: Uuid,
+    epoch: i64,
+) -> Result<Option<i64>> {
+    sqlx::query_scalar(
+        "UPDATE sandboxes SET epoch = epoch + 1, updated_at = now() \
+         WHERE id = $1 AND instance_id = $2 AND epoch = $3 AND state = 'running' RETURNING epoch",
+    )
+    .bind(id.0)
+    .bind(me)
+    .bind(epoch)
+    .fetch_optional(pg)
+    .await
+    .map_err(db("taking back a dropped sandbox"))
+}
+
+/// A sandbox's row with its epoch (for adoption, takeover and taking back).
+pub(crate) struct HeldRow {
+    /// The row.
+    pub info: SandboxInfo,
+    /// Its epoch when read.
+    pub epoch: i64,
+}
+
+/// Running sandboxes whose holder is fenced or stopped and whose owner lives outside any one
+/// replica (sessions, operators and the E2B door's sandboxes): what a takeover adopts.
+/// Executions, workflow states and the warm pool ran in the holder's process; theirs are left
+/// to the reaper.
+pub(crate) async fn adoptable(pg: &PgPool, me: Uuid) -> Result<Vec<HeldRow>> {
+    let rows = sqlx::query(&format!(
+        "SELECT {}, s.epoch FROM sandboxes s JOIN node_instances n ON n.id = s.instance_id \
+         WHERE s.state = 'running' AND s.instance_id <> $1 \
+         AND s.owner_kind IN ('session', 'operator') \
+         AND (n.fenced_at IS NOT NULL OR n.stopped_at IS NOT NULL) ORDER BY s.created_at",
+        INFO_COLUMNS
+            .split(", ")
+            .map(|c| format!("s.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .bind(me)
+    .fetch_all(pg)
+    .await
+    .map_err(db("listing the sandboxes of fenced instances"))?;
+    rows.iter()
+        .map(|row| {
+            Ok(HeldRow {
+                info: info_from_row(row)?,
+                epoch: row.try_get("epoch")?,
+            })
+        })
+        .collect::<std::result::Result<_, sqlx::Error>>()
+        .map_err(db("decoding a sandbox row"))
+}
+
+/// True for owners a takeover adopts (see [`adoptable`]).
+pub(crate) fn adopted_on_takeover(kind: OwnerKind) -> bool {
+    matches!(kind, OwnerKind::Session | OwnerKind::Operator)
+}
+
+/// The outcome of a lease renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The heartbeat is recorded: nobody may take this instance for dead before `dead_after`.
+    Renewed,
+    /// A peer fenced this instance off (it was silent past `dead_after`): it holds nothing.
+    Fenced,
+    /// This instance is recorded as stopped.
+    Stopped,
+}
+
+/// Renews `me`'s lease: the heartbeat, unless a peer fenced it off first. One UPDATE of the
+/// instance's row, which a peer's fence ([`fence_silent`]) also updates, so the two are
+/// serialised by the row lock and exactly one wins.
+pub(crate) async fn renew(pg: &PgPool, me: Uuid) -> Result<Renewal> {
+    let row: Option<(bool, bool)> = sqlx::query_as(
+        "WITH r AS (UPDATE node_instances SET heartbeat_at = now() \
+                    WHERE id = $1 AND stopped_at IS NULL AND fenced_at IS NULL RETURNING id) \
+         SELECT EXISTS (SELECT 1 FROM r), \
+                EXISTS (SELECT 1 FROM node_instances WHERE id = $1 AND stopped_at IS NOT NULL)",
+    )
+    .bind(me)
+    .fetch_optional(pg)
+    .await
+    .map_err(db("renewing this instance's lease"))?;
+    Ok(match row {
+        Some((true, _)) => Renewal::Renewed,
+        Some((false, true)) => Renewal::Stopped,
+        _ => Renewal::Fenced,
+    })
+}
+
+/// A fenced instance that is running again clears its fence and beats: from now on it counts
+/// as alive, holding nothing it has not taken back ([`reclaim`]). False when it is stopped.
+pub(crate) async fn rejoin(pg: &PgPool, me: Uuid) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE node_instances SET fenced_at = NULL, heartbeat_at = now() \
+         WHERE id = $1 AND stopped_at IS NULL",
+    )
+    .bind(me)
     .execute(pg)
     .await
-    .map_err(db("adopting a sandbox"))?;
+    .map_err(db("rejoining after a fence"))?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Fences off every other instance silent for longer than `dead_after` that still has live
+/// sandboxes (by the database's clock); returns them. Conditional on the heartbeat in the same
+/// UPDATE, so an instance whose renewal committed first is not fenced.
+pub(crate) async fn fence_silent(pg: &PgPool, me: Uuid, dead_after: Duration) -> Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "UPDATE node_instances n SET fenced_at = now() \
+         WHERE n.id <> $1 AND n.stopped_at IS NULL AND n.fenced_at IS NULL \
+         AND n.heartbeat_at <= now() - make_interval(secs => $2) \
+         AND EXISTS (SELECT 1 FROM sandboxes s WHERE s.instance_id = n.id \
+                     AND s.state IN ('creating', 'running', 'destroying')) \
+         RETURNING n.id",
+    )
+    .bind(me)
+    .bind(dead_after.as_secs_f64())
+    .fetch_all(pg)
+    .await
+    .map_err(db("fencing off silent instances"))
+}
+
+/// `(instance_id, epoch, state)` of the given sandboxes.
+pub(crate) async fn holders(
+    pg: &PgPool,
+    ids: &[Uuid],
+) -> Result<HashMap<SandboxId, (Uuid, i64, SandboxState)>> {
+    let rows: Vec<(Uuid, Uuid, i64, String)> =
+        sqlx::query_as("SELECT id, instance_id, epoch, state FROM sandboxes WHERE id = ANY($1)")
+            .bind(ids)
+            .fetch_all(pg)
+            .await
+            .map_err(db("reading the holders of sandboxes"))?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(id, instance, epoch, state)| {
+            Some((
+                SandboxId(id),
+                (instance, epoch, SandboxState::parse(&state)?),
+            ))
+        })
+        .collect())
 }
 
 /// Instances that are alive: not stopped, heartbeat younger than `dead_after` (by the
@@ -463,6 +681,8 @@ pub(crate) async fn live_instances(pg: &PgPool, dead_after: Duration) -> Result<
 pub(crate) struct RowSummary {
     pub instance_id: Uuid,
     pub state: SandboxState,
+    /// Whose it is (a takeover adopts sessions' and operators' sandboxes).
+    pub owner_kind: Option<OwnerKind>,
     /// Seconds since the row last changed (by the database's clock).
     pub idle_secs: f64,
 }
@@ -470,7 +690,7 @@ pub(crate) struct RowSummary {
 /// Rows of the given sandboxes.
 pub(crate) async fn summaries(pg: &PgPool, ids: &[Uuid]) -> Result<HashMap<SandboxId, RowSummary>> {
     let rows = sqlx::query(
-        "SELECT id, instance_id, state, \
+        "SELECT id, instance_id, state, owner_kind, \
          EXTRACT(EPOCH FROM now() - updated_at)::float8 AS idle FROM sandboxes WHERE id = ANY($1)",
     )
     .bind(ids)
@@ -483,11 +703,13 @@ pub(crate) async fn summaries(pg: &PgPool, ids: &[Uuid]) -> Result<HashMap<Sandb
         let Some(state) = SandboxState::parse(&state) else {
             continue;
         };
+        let owner_kind: String = row.try_get("owner_kind").map_err(db("reading a row"))?;
         out.insert(
             SandboxId(row.try_get("id").map_err(db("reading a row"))?),
             RowSummary {
                 instance_id: row.try_get("instance_id").map_err(db("reading a row"))?,
                 state,
+                owner_kind: OwnerKind::parse(&owner_kind),
                 idle_secs: row.try_get("idle").map_err(db("reading a row"))?,
             },
         );

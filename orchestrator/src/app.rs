@@ -515,6 +515,9 @@ async fn start_sandboxes(
     d.pool = s.pool.clone();
     d.max_file_bytes = s.max_file_bytes;
     d.dead_after = Duration::from_secs(s.dead_after_secs);
+    // The replica holds its sandboxes as a lease, renewed by the dispatcher's heartbeat, and
+    // takes over those of peers that fell silent (issue 23).
+    d.lease = Some(s.lease());
     d.reap_interval = Duration::from_secs(s.reap_interval_secs);
     d.call_timeout = Duration::from_secs(60);
     d.adopt_from = gracefully_stopped_owners(pool).await;

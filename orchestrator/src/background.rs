@@ -132,12 +132,19 @@ impl Background {
     }
 }
 
-/// Tells peers this instance is alive (`node_instances.heartbeat_at`), every 15 s.
+/// Tells peers this instance is alive (`node_instances.heartbeat_at`), every quarter of the
+/// lease, when no dispatcher runs: a running dispatcher renews the heartbeat itself, as the
+/// lease on its sandboxes (`dispatcher/lease.rs`), and a second writer could keep an instance
+/// looking alive while its dispatcher cannot renew.
 async fn heartbeat(state: AppState, shutdown: CancellationToken) {
+    if state.sandboxes.dispatcher().is_ok() {
+        return;
+    }
+    let every = (state.config.sandbox.lease() / 4).max(Duration::from_millis(100));
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(15)) => {}
+            _ = tokio::time::sleep(every) => {}
         }
         if let Err(e) = sqlx::query("UPDATE node_instances SET heartbeat_at = now() WHERE id = $1")
             .bind(state.instance_id)

@@ -22,11 +22,15 @@
 //!
 //! Its submodules are the dispatcher's own background duties, each an `impl` of the same
 //! [`Dispatcher`] and its shared state: [`pool`] (warm sandboxes), [`reaper`] (what dead
-//! instances left behind) and [`beacon`] (this instance's heartbeat).
+//! instances left behind), [`beacon`] (this instance's liveness for other databases),
+//! [`lease`] (holding sandboxes as a lease with an epoch: renewal, lapse, fencing) and
+//! [`takeover`] (adopting the sandboxes of a holder that died).
 
 pub(crate) mod beacon;
+pub(crate) mod lease;
 pub(crate) mod pool;
 pub(crate) mod reaper;
+pub(crate) mod takeover;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, Weak};
@@ -91,6 +95,8 @@ pub(crate) struct Inner {
     pub(crate) socket_channel: std::sync::atomic::AtomicBool,
     /// Live processes of sandboxes held elsewhere that this instance follows (`relay.rs`).
     pub(crate) relays: crate::relay::Relays,
+    /// The hold on the sandboxes above (`lease.rs`).
+    pub(crate) lease: lease::Lease,
 }
 
 impl Drop for Inner {
@@ -106,6 +112,8 @@ pub(crate) struct Sandbox {
     /// The spec it was created with (limits clamped; owner at creation).
     pub(crate) spec: SandboxSpec,
     pub(crate) stream: ExecutorStream,
+    /// The row's epoch this instance holds it at: every write on the row says it.
+    pub(crate) epoch: i64,
 }
 
 /// What [`Dispatcher::adopt`] did.
@@ -122,8 +130,10 @@ impl Dispatcher {
     ///
     /// `instance_id` must have a row in `node_instances` (the orchestrator writes one per start
     /// and heartbeats it). In order: settles the engine API version, installs the executor
-    /// volume, adopts the running sandboxes of `config.adopt_from`, runs the reaper once (so
-    /// sandboxes of dead instances are gone before new ones are made), then starts the periodic reaper and the warm-pool refill in the background.
+    /// volume, renews its lease when it has one (and takes over the sandboxes of fenced peers),
+    /// adopts the running sandboxes of `config.adopt_from`, runs the reaper once (so
+    /// sandboxes of dead instances are gone before new ones are made), then starts the periodic
+    /// lease renewal, reaper and the warm-pool refill in the background.
     pub async fn start(
         engine_handle: DockerEngine,
         pg: PgPool,
@@ -140,6 +150,7 @@ impl Dispatcher {
         let scope = store::scope(&pg).await?;
         let executor = install::install(&docker, &pg, &config, &scope, instance_id).await?;
         let pool = Pool::new(&config);
+        let lease = lease::Lease::new(config.lease);
         let dispatcher = Dispatcher {
             inner: Arc::new(Inner {
                 docker,
@@ -153,9 +164,12 @@ impl Dispatcher {
                 shutdown: CancellationToken::new(),
                 socket_channel: std::sync::atomic::AtomicBool::new(true),
                 relays: crate::relay::Relays::default(),
+                lease,
             }),
         };
         tracing::info!(instance = %instance_id, scope = %dispatcher.inner.scope.label, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
+        // Held from here on; a first takeover pass before the first reap.
+        dispatcher.inner.tend_lease().await;
         let previous = dispatcher.inner.config.adopt_from.clone();
         for prev in previous {
             match dispatcher.adopt(prev).await {
@@ -179,6 +193,7 @@ impl Dispatcher {
             "start-up reaper done"
         );
         reaper::spawn_periodic(Arc::downgrade(&dispatcher.inner));
+        lease::spawn_periodic(Arc::downgrade(&dispatcher.inner));
         beacon::spawn_periodic(Arc::downgrade(&dispatcher.inner));
         pool::spawn_refill(Arc::downgrade(&dispatcher.inner));
         Ok(dispatcher)
@@ -456,6 +471,8 @@ impl Inner {
         if let Some(sandbox) = self.held(id) {
             // An idle pool sandbox has no owner yet, so nobody may use it.
             if !self.pool.is_idle(id) {
+                // Held only while the lease holds: a lapsed one may be another's by now.
+                self.lease.check(Some(id))?;
                 return Ok(Location::Here(sandbox));
             }
             return Err(DispatchError::SandboxNotFound {
@@ -463,6 +480,7 @@ impl Inner {
                 attached_elsewhere: false,
             });
         }
+        self.lease.check_dropped(id)?;
         match store::get(&self.pg, id).await? {
             Some(info) if info.state.is_terminal() => Err(DispatchError::SandboxGone {
                 id,
@@ -488,7 +506,7 @@ impl Inner {
             .cloned()
     }
 
-    fn hold(&self, sandbox: Arc<Sandbox>) {
+    pub(crate) fn hold(&self, sandbox: Arc<Sandbox>) {
         self.sandboxes
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -511,6 +529,8 @@ impl Inner {
         if self.shutdown.is_cancelled() {
             return Err(DispatchError::ShuttingDown);
         }
+        // An instance that may be taken for dead makes nothing it could not hold.
+        self.lease.check(None)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let inner = self.clone();
         tokio::spawn(async move {
@@ -562,10 +582,11 @@ impl Inner {
                     container: container.clone(),
                     spec,
                     stream,
+                    epoch: store::FIRST_EPOCH,
                 });
                 // Held before the row says running, so a call right after cannot miss it.
                 self.hold(sandbox.clone());
-                match store::mark_running(&self.pg, id, &container_id).await {
+                match store::mark_running(&self.pg, id, self.instance, &container_id).await {
                     Ok(true) => {
                         tracing::info!(sandbox = %id, owner = %owner, image = %sandbox.spec.image, elapsed_ms = started.elapsed().as_millis() as u64, "sandbox ready");
                         Ok(sandbox)
@@ -584,7 +605,14 @@ impl Inner {
                         self.release(id);
                         sandbox.stream.close("could not be recorded as running");
                         self.remove_objects(id, &container, &volume).await;
-                        let _ = store::mark_failed(&self.pg, id, &e.to_string()).await;
+                        let _ = store::mark_failed(
+                            &self.pg,
+                            id,
+                            self.instance,
+                            store::FIRST_EPOCH,
+                            &e.to_string(),
+                        )
+                        .await;
                         Err(e)
                     }
                 }
@@ -592,7 +620,15 @@ impl Inner {
             Err(e) => {
                 tracing::warn!(sandbox = %id, image = %spec.image, error = %e, "sandbox creation failed; cleaning up");
                 self.remove_objects(id, &container, &volume).await;
-                if let Err(db_error) = store::mark_failed(&self.pg, id, &e.to_string()).await {
+                if let Err(db_error) = store::mark_failed(
+                    &self.pg,
+                    id,
+                    self.instance,
+                    store::FIRST_EPOCH,
+                    &e.to_string(),
+                )
+                .await
+                {
                     tracing::warn!(sandbox = %id, error = %db_error, "could not record the failure");
                 }
                 Err(e)
@@ -693,7 +729,7 @@ impl Inner {
             id,
             1,
             self.config.max_response_bytes,
-            self.on_break(id, container),
+            self.on_break(id, container, store::FIRST_EPOCH),
         )
         .await?;
         self.docker
@@ -745,7 +781,7 @@ impl Inner {
             id,
             1,
             self.config.max_response_bytes,
-            self.on_break(id, container),
+            self.on_break(id, container, store::FIRST_EPOCH),
         )
         .await
         {
@@ -780,8 +816,15 @@ impl Inner {
         labels
     }
 
-    /// What to do when a sandbox's stream ends unasked: record why in its row.
-    fn on_break(self: &Arc<Self>, id: SandboxId, container: &str) -> crate::stream::OnBreak {
+    /// What to do when a sandbox's stream ends unasked: record why in its row, if this instance
+    /// still holds it at `epoch` (a stream that broke because another instance took the
+    /// sandbox over records nothing).
+    fn on_break(
+        self: &Arc<Self>,
+        id: SandboxId,
+        container: &str,
+        epoch: i64,
+    ) -> crate::stream::OnBreak {
         let weak: Weak<Inner> = Arc::downgrade(self);
         let container = container.to_owned();
         Box::new(move |reason: String| {
@@ -789,9 +832,11 @@ impl Inner {
                 let Some(inner) = weak.upgrade() else { return };
                 let exit = describe_exit(&inner.docker, &container).await;
                 let reason = format!("{reason}{exit}");
-                tracing::warn!(sandbox = %id, %reason, "sandbox stream broke");
-                match store::mark_failed(&inner.pg, id, &reason).await {
-                    Ok(_) => {}
+                match store::mark_failed(&inner.pg, id, inner.instance, epoch, &reason).await {
+                    Ok(true) => tracing::warn!(sandbox = %id, %reason, "sandbox stream broke"),
+                    Ok(false) => {
+                        tracing::info!(sandbox = %id, %reason, "stream of a sandbox this instance no longer holds ended; nothing recorded")
+                    }
                     Err(e) => {
                         tracing::warn!(sandbox = %id, error = %e, "could not record the broken stream")
                     }
@@ -989,10 +1034,11 @@ impl Inner {
         tracing::info!(previous = %previous, sandboxes = rows.len(), "adopting sandboxes of a previous instance");
         for row in rows {
             let id = row.id;
-            if !store::claim_adoption(&self.pg, id, previous, self.instance).await? {
+            let Some(epoch) = store::claim_adoption(&self.pg, id, previous, self.instance).await?
+            else {
                 continue;
-            }
-            match self.reattach(&row).await {
+            };
+            match self.reattach(&row, epoch).await {
                 Ok(sandbox) => {
                     if row.owner.kind == crate::spec::OwnerKind::Pool {
                         // Unused, but not ours to re-pool blindly: fresh ones are cheap.
@@ -1012,7 +1058,7 @@ impl Inner {
                 Err(e) => {
                     let reason = format!("could not be adopted: {e}");
                     tracing::warn!(sandbox = %id, %reason, "destroying a sandbox that could not be adopted");
-                    let _ = store::mark_failed(&self.pg, id, &reason).await;
+                    let _ = store::mark_failed(&self.pg, id, self.instance, epoch, &reason).await;
                     self.destroy(id, "could not be adopted").await?;
                     report.destroyed.push((id, reason));
                 }
@@ -1021,8 +1067,13 @@ impl Inner {
         Ok(report)
     }
 
-    /// Attaches to a running container again and checks that its executor answers.
-    async fn reattach(self: &Arc<Self>, row: &SandboxInfo) -> Result<Arc<Sandbox>> {
+    /// Attaches to a running container again and checks that its executor answers; this
+    /// instance holds it at `epoch` (claimed by the caller).
+    pub(crate) async fn reattach(
+        self: &Arc<Self>,
+        row: &SandboxInfo,
+        epoch: i64,
+    ) -> Result<Arc<Sandbox>> {
         let id = row.id;
         let inspect = self
             .docker
@@ -1047,7 +1098,7 @@ impl Inner {
                 id,
                 first_id,
                 self.config.max_response_bytes,
-                self.on_break(id, &row.container_name),
+                self.on_break(id, &row.container_name, epoch),
             )
             .await
             .inspect_err(|e| tracing::debug!(sandbox = %id, error = %e, "no socket to adopt over; attaching"))
@@ -1063,7 +1114,7 @@ impl Inner {
                     id,
                     first_id,
                     self.config.max_response_bytes,
-                    self.on_break(id, &row.container_name),
+                    self.on_break(id, &row.container_name, epoch),
                 )
                 .await?
                 .0
@@ -1125,6 +1176,7 @@ impl Inner {
             container: row.container_name.clone(),
             spec,
             stream,
+            epoch,
         }))
     }
 }

@@ -178,12 +178,27 @@ impl Dispatcher {
 
 impl Inner {
     async fn acquire(self: &Arc<Self>, spec: SandboxSpec) -> Result<SandboxId> {
+        self.lease.check(None)?;
         while let Some(id) = self.pool.take(&spec) {
             self.pool.wake.notify_one();
             let usable = self
                 .held(id)
-                .is_some_and(|s| s.stream.closed_reason().is_none());
-            if usable && store::reown_from_pool(&self.pg, id, &spec.owner, &spec.labels).await? {
+                .filter(|s| s.stream.closed_reason().is_none())
+                .map(|s| s.epoch);
+            let handed = match usable {
+                Some(epoch) => {
+                    store::reown_from_pool(
+                        &self.pg,
+                        id,
+                        (self.instance, epoch),
+                        &spec.owner,
+                        &spec.labels,
+                    )
+                    .await?
+                }
+                None => false,
+            };
+            if handed {
                 tracing::debug!(sandbox = %id, owner = %spec.owner, "sandbox handed out from the warm pool");
                 self.pool.hits.fetch_add(1, Ordering::Relaxed);
                 return Ok(id);

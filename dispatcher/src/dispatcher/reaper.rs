@@ -7,7 +7,9 @@
 //!
 //! - it names a sandbox that has no row here, or whose row is `destroyed` or `failed`;
 //! - its row's instance is not live: stopped, or no heartbeat within `dead_after` (the row's
-//!   instance, not the label's, because adoption moves a sandbox to another instance);
+//!   instance, not the label's, because adoption moves a sandbox to another instance), unless
+//!   it is a running sandbox a takeover adopts (`takeover.rs`: sessions' and operators', on an
+//!   instance with a lease), which is left to the takeover;
 //! - its row is stuck: `creating` or `destroying` without change for ten minutes;
 //! - it carries no sandbox (the executor-install helper) and the instance that made it is dead.
 //!
@@ -300,6 +302,14 @@ impl Inner {
         match row.state {
             SandboxState::Destroyed | SandboxState::Failed => {
                 Some(format!("sandbox is {}", row.state.as_str()))
+            }
+            // A takeover adopts it (or marks it lost): a survivor may keep serving it.
+            SandboxState::Running
+                if !owner_live
+                    && self.lease.takes_over()
+                    && row.owner_kind.is_some_and(store::adopted_on_takeover) =>
+            {
+                None
             }
             _ if !owner_live => Some(format!(
                 "owner instance {} is dead (stopped, or no heartbeat within {:?})",

@@ -1,5 +1,6 @@
 //! Crash safety of sandboxes: after `kill -9` of the orchestrator during a running `cmd.run`, a
-//! restart leaves no container and no volume behind.
+//! restart takes the operator's sandbox over (the same container, one epoch later) and its stop
+//! leaves no container and no volume behind.
 
 use crate::common;
 
@@ -31,7 +32,7 @@ async fn start_with(
 }
 
 #[tokio::test]
-async fn kill_9_during_cmd_run_then_restart_leaves_nothing_behind() {
+async fn kill_9_during_cmd_run_then_restart_takes_over_and_leaves_nothing_behind() {
     let db = TestDb::create().await;
     let http = free_port();
     let base = format!("http://127.0.0.1:{http}");
@@ -110,28 +111,62 @@ spec:
     assert_eq!(docker_lines(&["ps", "-aq", "--filter", &label]).len(), 1);
 
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mut second = start(&db, free_port()).await;
+    let second_http = free_port();
+    let second = binary::start_on(
+        &db,
+        second_http,
+        &[("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "1")],
+        false,
+    )
+    .await;
+    // The restart fences the silent instance off and adopts the operator's sandbox: nobody
+    // else could (its owner is a caller, not a process that died).
+    let pool = db.pool().await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let containers = docker_lines(&["ps", "-aq", "--filter", &label]);
-        let volumes = docker_lines(&["volume", "ls", "-q", "--filter", &label]);
-        if containers.is_empty() && volumes.is_empty() {
+        let (state, epoch, holder_fenced): (String, i64, bool) = sqlx::query_as(
+            "SELECT s.state, s.epoch, n.fenced_at IS NOT NULL FROM sandboxes s \
+             JOIN node_instances n ON n.id = s.instance_id WHERE s.id = $1::uuid",
+        )
+        .bind(&id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if epoch == 2 && !holder_fenced {
+            assert_eq!(state, "running");
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "left behind: containers {containers:?} volumes {volumes:?}"
+            "not taken over: {state} epoch {epoch}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let pool = db.pool().await;
+    assert_eq!(docker_lines(&["ps", "-q", "--filter", &label]).len(), 1);
+    let r = client
+        .post(format!("http://127.0.0.1:{second_http}/v1/tools/call"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .json(&json!({"name": "cmd.run", "arguments": {"command": "sleep 0"}, "sandbox_id": id}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["isError"], false, "the adopted sandbox serves: {body}");
+
+    // A stop that destroys (the default) leaves nothing of it.
+    second.terminate().await;
+    let containers = docker_lines(&["ps", "-aq", "--filter", &label]);
+    let volumes = docker_lines(&["volume", "ls", "-q", "--filter", &label]);
+    assert!(
+        containers.is_empty() && volumes.is_empty(),
+        "left behind: containers {containers:?} volumes {volumes:?}"
+    );
     let state: String = sqlx::query_scalar("SELECT state FROM sandboxes WHERE id = $1::uuid")
         .bind(&id)
         .fetch_one(&pool)
         .await
         .unwrap();
     assert_eq!(state, "destroyed");
-    second.kill().await.ok();
 }
 
 #[tokio::test]

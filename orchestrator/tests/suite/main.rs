@@ -47,6 +47,7 @@ mod security;
 mod skeleton;
 mod speed;
 mod streaming;
+mod takeover;
 mod volume_attacks;
 mod web;
 mod workflow_injection;

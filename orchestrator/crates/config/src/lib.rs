@@ -499,8 +499,14 @@ pub struct SandboxConfig {
     pub max_output_bytes: u64,
     /// Largest file `fs.*` reads or writes, bytes.
     pub max_file_bytes: u64,
-    /// An instance silent for this long is dead and its sandboxes are reaped.
+    /// An instance silent for this long is dead: a live replica fences it off and takes over
+    /// its sandboxes (those of sessions and operators; the others are reaped).
     pub dead_after_secs: u64,
+    /// How long one renewal of a replica's hold on its sandboxes lasts: it renews every quarter
+    /// of it, and one that could not renew for this long stops using its sandboxes (refusing
+    /// calls with a clear error) before `dead_after_secs` lets a peer take them over. At most
+    /// three quarters of `dead_after_secs`; 0 (the default): two thirds of it.
+    pub lease_secs: u64,
     /// Period of the reaper, seconds.
     pub reap_interval_secs: u64,
     /// Live sandboxes allowed on the node (every owner, every replica sharing the database).
@@ -533,6 +539,15 @@ pub struct SandboxConfig {
 }
 
 impl SandboxConfig {
+    /// The lease of a replica's hold on its sandboxes: `lease_secs`, or when it is 0 two
+    /// thirds of `dead_after_secs` (so a node told to count peers dead after one second works).
+    pub fn lease(&self) -> std::time::Duration {
+        match self.lease_secs {
+            0 => std::time::Duration::from_secs(self.dead_after_secs) * 2 / 3,
+            secs => std::time::Duration::from_secs(secs),
+        }
+    }
+
     /// The channel directory, if one is set (an empty path means none).
     pub fn channel_dir(&self) -> Option<&std::path::Path> {
         self.channel_dir
@@ -581,6 +596,23 @@ impl SandboxConfig {
             ("max_sandboxes_per_api_key", self.max_sandboxes_per_api_key),
             ("max_workspace_mb", self.max_workspace_mb),
         ])?;
+        let lease = self.lease_secs;
+        if lease != 0 {
+            // The holder stops at `lease` after sending its last renewal; peers take over at
+            // `dead_after` after it was recorded. The quarter between absorbs a slow renewal
+            // and the two clocks' rates.
+            if lease.saturating_mul(4) > self.dead_after_secs.saturating_mul(3) {
+                return Err(Invalid::new(
+                    "lease_secs",
+                    format!(
+                        "is {lease}; expected 0 (two thirds of dead_after_secs) or at most three quarters of \
+                         dead_after_secs ({}), so a replica that cannot renew stops using its \
+                         sandboxes before a peer may take them over",
+                        self.dead_after_secs
+                    ),
+                ));
+            }
+        }
         if let Some(dir) = self.channel_dir() {
             if !dir.is_absolute() {
                 return Err(Invalid::new(
@@ -634,7 +666,8 @@ impl Default for SandboxConfig {
             cmd_timeout_secs: 600,
             max_output_bytes: 1024 * 1024,
             max_file_bytes: 10 * 1024 * 1024,
-            dead_after_secs: 120,
+            dead_after_secs: 30,
+            lease_secs: 0,
             reap_interval_secs: 60,
             max_live_sandboxes: 256,
             max_sandboxes_per_context: 32,
@@ -1258,6 +1291,35 @@ mod tests {
             redacted(&loaded.config).cluster.secret.as_deref(),
             Some("***")
         );
+    }
+
+    #[test]
+    fn the_lease_stays_inside_dead_after_by_a_margin() {
+        let lease = |text: &str| {
+            let f = write(text);
+            load(Some(f.path()), &[]).map(|l| l.config.sandbox.lease())
+        };
+        // Unset (0): two thirds of dead_after, even for one second.
+        assert_eq!(
+            lease("sandbox:\n  dead_after_secs: 30\n").expect("valid"),
+            std::time::Duration::from_secs(20)
+        );
+        assert_eq!(
+            lease("sandbox:\n  dead_after_secs: 1\n").expect("valid"),
+            std::time::Duration::from_nanos(666_666_666)
+        );
+        assert_eq!(
+            lease("sandbox:\n  dead_after_secs: 4\n  lease_secs: 3\n").expect("valid"),
+            std::time::Duration::from_secs(3)
+        );
+        for bad in [
+            "sandbox:\n  dead_after_secs: 4\n  lease_secs: 4\n",
+            "sandbox:\n  dead_after_secs: 30\n  lease_secs: 23\n",
+        ] {
+            let err = lease(bad).unwrap_err().to_string();
+            assert!(err.contains("sandbox.lease_secs"), "{bad}: {err}");
+            assert!(err.contains("three quarters of dead_after_secs"), "{err}");
+        }
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! Three rules hold every write here together:
 //! - an event's sequence number is taken from the execution row's `next_seq`, bumped in the same
 //!   statement or transaction that inserts the event, so the log is gap-free and ordered;
-//! - whatever a worker writes while it holds an execution is fenced by `lease_owner = me`: a
-//!   worker that lost its lease (it stalled, another replica took over) writes nothing;
+//! - whatever a worker writes while it holds an execution is fenced by `lease_owner = me AND
+//!   lease_epoch = mine` (every claim bumps the epoch): a worker that lost its lease (it
+//!   stalled, another replica or another worker of its own took over) writes nothing;
 //! - a state's output, the events that describe it and the next state are one transaction
 //!   ([`commit`]), so a state is either committed with everything it implies or not at all.
 
@@ -73,6 +74,9 @@ pub struct WorkflowExecution {
     pub lease_expires_at: Option<DateTime<Utc>>,
     /// Attempts at the current entry of the current state.
     pub attempt: i32,
+    /// Claims so far: the epoch of the current lease, which every fenced write names.
+    #[serde(skip)]
+    pub lease_epoch: i64,
     /// Feedback of the transition that entered the current state.
     pub state_feedback: Option<String>,
     /// When the current state was entered.
@@ -107,7 +111,7 @@ pub struct WorkflowExecution {
 
 const COLUMNS: &str = "id, tenant_id, workflow_id, workflow_version_id, workflow_name, workflow_version, \
     parent_execution_id, parent_state, parent_visit, status, current_state, visits, transition_count, \
-    blackboard, input, intent, caller_kind, caller_id, ceiling, lease_owner, lease_expires_at, attempt, \
+    blackboard, input, intent, caller_kind, caller_id, ceiling, lease_owner, lease_expires_at, attempt, lease_epoch, \
     state_feedback, state_entered_at, waiting_for, wake_at, signal, cancel_requested, final_output, \
     error, next_seq, created_at, started_at, last_transition_at, ended_at, deadline, \
     workflow_revision, manifest_digest";
@@ -302,6 +306,7 @@ pub async fn claim(
            ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED) \
          UPDATE workflow_executions w SET lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2), \
            status = 'running', started_at = COALESCE(w.started_at, now()), \
+           lease_epoch = w.lease_epoch + 1, \
            attempt = CASE WHEN c.was = 'waiting' THEN w.attempt ELSE w.attempt + 1 END \
          FROM c WHERE w.id = c.id RETURNING {}",
         COLUMNS
@@ -320,16 +325,18 @@ pub async fn claim(
 pub async fn renew(
     pool: &PgPool,
     id: Uuid,
-    me: Uuid,
+    (me, epoch): (Uuid, i64),
     ttl_secs: u64,
 ) -> Result<Option<bool>, sqlx::Error> {
     sqlx::query_scalar(
         "UPDATE workflow_executions SET lease_expires_at = now() + make_interval(secs => $3) \
-         WHERE id = $1 AND lease_owner = $2 AND status = 'running' RETURNING cancel_requested",
+         WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $4 AND status = 'running' \
+         RETURNING cancel_requested",
     )
     .bind(id)
     .bind(me)
     .bind(ttl_secs as f64)
+    .bind(epoch)
     .fetch_optional(pool)
     .await
 }
@@ -338,12 +345,12 @@ pub async fn renew(
 pub async fn append(
     pool: &PgPool,
     id: Uuid,
-    me: Uuid,
+    (me, epoch): (Uuid, i64),
     event: &NewEvent,
 ) -> Result<bool, sqlx::Error> {
     let done = sqlx::query(
         "WITH s AS (UPDATE workflow_executions SET next_seq = next_seq + 1 \
-           WHERE id = $1 AND lease_owner = $2 RETURNING next_seq - 1 AS seq) \
+           WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $6 RETURNING next_seq - 1 AS seq) \
          INSERT INTO workflow_execution_events (execution_id, seq, event_type, state_name, payload) \
          SELECT $1, seq, $3, $4, $5 FROM s",
     )
@@ -352,6 +359,7 @@ pub async fn append(
     .bind(event.event_type)
     .bind(event.state.as_deref())
     .bind(&event.payload)
+    .bind(epoch)
     .execute(pool)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -363,6 +371,8 @@ pub struct Commit<'a> {
     pub id: Uuid,
     /// The lease holder.
     pub me: Uuid,
+    /// The epoch of its lease.
+    pub epoch: i64,
     /// New status.
     pub status: &'a str,
     /// The state now current.
@@ -424,7 +434,7 @@ pub async fn commit(pool: &PgPool, c: &Commit<'_>) -> Result<bool, sqlx::Error> 
            lease_owner = CASE WHEN $14 THEN NULL ELSE lease_owner END, \
            lease_expires_at = CASE WHEN $14 THEN NULL ELSE now() + make_interval(secs => $15) END, \
            next_seq = next_seq + $16 \
-         WHERE id = $1 AND lease_owner = $2 RETURNING next_seq - $16 AS first), \
+         WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $18 RETURNING next_seq - $16 AS first), \
          i AS (INSERT INTO workflow_execution_events (execution_id, seq, event_type, state_name, payload) \
          SELECT $1, u.first + x.ord - 1, x.e->>'t', x.e->>'s', COALESCE(x.e->'p', '{}'::jsonb) \
          FROM u, jsonb_array_elements($17) WITH ORDINALITY AS x(e, ord) RETURNING 1) \
@@ -446,7 +456,8 @@ pub async fn commit(pool: &PgPool, c: &Commit<'_>) -> Result<bool, sqlx::Error> 
         .bind(c.release)
         .bind(c.ttl_secs as f64)
         .bind(n)
-        .bind(events_json(&c.events));
+        .bind(events_json(&c.events))
+        .bind(c.epoch);
     if c.wake_parent.is_none() && c.volumes.is_none() {
         return Ok(query.fetch_one(pool).await? > 0);
     }
@@ -478,14 +489,15 @@ pub async fn commit(pool: &PgPool, c: &Commit<'_>) -> Result<bool, sqlx::Error> 
 }
 
 /// Gives a held lease up without changing anything else (shutdown): another replica continues.
-pub async fn release(pool: &PgPool, id: Uuid, me: Uuid) -> Result<(), sqlx::Error> {
+pub async fn release(pool: &PgPool, id: Uuid, (me, epoch): (Uuid, i64)) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(
         "UPDATE workflow_executions SET lease_owner = NULL, lease_expires_at = NULL \
-         WHERE id = $1 AND lease_owner = $2",
+         WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3",
     )
     .bind(id)
     .bind(me)
+    .bind(epoch)
     .execute(&mut *tx)
     .await?;
     notify(&mut *tx, "wake").await?;

@@ -161,9 +161,10 @@ async fn work(rt: Arc<Runtime>, poll: Duration) {
         if rt.shutdown.is_cancelled() {
             return;
         }
+        let sent = std::time::Instant::now();
         match store::claim(&rt.pool, rt.me, rt.lease_ttl_secs).await {
             Ok(Some(row)) => {
-                drive(&rt, row).await;
+                drive(&rt, row, sent).await;
                 continue;
             }
             Ok(None) => {}
@@ -177,13 +178,20 @@ async fn work(rt: Arc<Runtime>, poll: Duration) {
     }
 }
 
-/// Runs a claimed execution until it waits, ends or is interrupted.
-async fn drive(rt: &Arc<Runtime>, row: WorkflowExecution) {
+/// Runs a claimed execution (its claim sent at `claimed`) until it waits, ends or is
+/// interrupted.
+async fn drive(rt: &Arc<Runtime>, row: WorkflowExecution, claimed: std::time::Instant) {
     let id = row.id;
     let token = rt.shutdown.child_token();
     let lost = Arc::new(AtomicBool::new(false));
     rt.workflows.track(id, token.clone());
-    let renewer = tokio::spawn(renew(rt.clone(), id, token.clone(), lost.clone()));
+    let renewer = tokio::spawn(renew(
+        rt.clone(),
+        (id, row.lease_epoch),
+        claimed,
+        token.clone(),
+        lost.clone(),
+    ));
     let manifest = match store::manifest(&rt.pool, row.workflow_version_id).await {
         Ok(Some(m)) => m,
         Ok(None) => Value::Null,
@@ -191,7 +199,7 @@ async fn drive(rt: &Arc<Runtime>, row: WorkflowExecution) {
             tracing::warn!(execution = %id, error = %e, "could not load a workflow manifest");
             renewer.abort();
             rt.workflows.untrack(id);
-            let _ = store::release(&rt.pool, id, rt.me).await;
+            let _ = store::release(&rt.pool, id, (rt.me, row.lease_epoch)).await;
             return;
         }
     };
@@ -209,22 +217,51 @@ async fn drive(rt: &Arc<Runtime>, row: WorkflowExecution) {
 }
 
 /// Renews the lease every third of its length; interrupts the run when the lease is lost or
-/// cancellation was asked for.
-async fn renew(rt: Arc<Runtime>, id: Uuid, token: CancellationToken, lost: Arc<AtomicBool>) {
-    let every = Duration::from_millis(rt.lease_ttl_secs * 1000 / 3);
+/// cancellation was asked for, and when no renewal could be recorded for two thirds of the lease
+/// (timed from when the last recorded one was sent): the lease expires a third later by the
+/// database's clock, and only then may another replica claim the execution, so a worker that
+/// cannot reach the database stops before anyone else starts (issue 23, fencing).
+async fn renew(
+    rt: Arc<Runtime>,
+    (id, epoch): (Uuid, i64),
+    claimed: std::time::Instant,
+    token: CancellationToken,
+    lost: Arc<AtomicBool>,
+) {
+    let ttl = Duration::from_secs(rt.lease_ttl_secs);
+    let every = ttl / 3;
+    let mut held_since = claimed;
     loop {
         tokio::time::sleep(every).await;
-        match store::renew(&rt.pool, id, rt.me, rt.lease_ttl_secs).await {
-            Ok(Some(false)) => {}
-            Ok(Some(true)) => token.cancel(),
-            Ok(None) => {
+        let sent = std::time::Instant::now();
+        let renewed = tokio::time::timeout(
+            every,
+            store::renew(&rt.pool, id, (rt.me, epoch), rt.lease_ttl_secs),
+        )
+        .await;
+        match renewed {
+            Ok(Ok(Some(false))) => held_since = sent,
+            Ok(Ok(Some(true))) => {
+                held_since = sent;
+                token.cancel()
+            }
+            Ok(Ok(None)) => {
                 lost.store(true, Ordering::SeqCst);
                 token.cancel();
                 return;
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 tracing::warn!(execution = %id, error = %e, "could not renew a workflow lease")
             }
+            Err(_) => {
+                tracing::warn!(execution = %id, "a workflow lease renewal got no answer in time")
+            }
+        }
+        if held_since.elapsed() >= ttl * 2 / 3 {
+            tracing::warn!(execution = %id, "no workflow lease renewal recorded for two thirds of the lease; the worker stops and leaves the execution to the next holder");
+            lost.store(true, Ordering::SeqCst);
+            token.cancel();
+            return;
         }
     }
 }
@@ -472,7 +509,14 @@ impl Run<'_> {
     }
 
     async fn event(&self, e: NewEvent) {
-        if let Err(err) = store::append(&self.rt.pool, self.row.id, self.rt.me, &e).await {
+        if let Err(err) = store::append(
+            &self.rt.pool,
+            self.row.id,
+            (self.rt.me, self.row.lease_epoch),
+            &e,
+        )
+        .await
+        {
             tracing::warn!(execution = %self.row.id, error = %err, "could not record a workflow event");
         }
     }
@@ -480,7 +524,13 @@ impl Run<'_> {
     /// Lease lost or shutting down: leave everything to the next holder (it cleans up).
     async fn give_up(&self) -> bool {
         if !self.lost.load(Ordering::SeqCst) {
-            if let Err(e) = store::release(&self.rt.pool, self.row.id, self.rt.me).await {
+            if let Err(e) = store::release(
+                &self.rt.pool,
+                self.row.id,
+                (self.rt.me, self.row.lease_epoch),
+            )
+            .await
+            {
                 tracing::warn!(execution = %self.row.id, error = %e, "could not release a workflow lease");
             }
         }
@@ -636,6 +686,7 @@ impl Run<'_> {
             &Commit {
                 id: self.row.id,
                 me: self.rt.me,
+                epoch: self.row.lease_epoch,
                 status: "running",
                 current_state: &target,
                 visits: &visits,
@@ -697,6 +748,7 @@ impl Run<'_> {
             &Commit {
                 id: self.row.id,
                 me: self.rt.me,
+                epoch: self.row.lease_epoch,
                 status: "waiting",
                 current_state: state,
                 visits: &self.row.visits,
@@ -847,6 +899,7 @@ impl Run<'_> {
             &Commit {
                 id: self.row.id,
                 me: self.rt.me,
+                epoch: self.row.lease_epoch,
                 status,
                 current_state: &self.row.current_state,
                 visits: &self.row.visits,

@@ -89,6 +89,8 @@ pub(super) fn dispatch_error(e: DispatchError) -> ToolError {
         DispatchError::SandboxNotFound { .. } => ToolError::new("not_found", e.to_string()),
         DispatchError::SandboxGone { .. } => ToolError::new("sandbox_gone", e.to_string()),
         DispatchError::Timeout { .. } => ToolError::new("timeout", e.to_string()),
+        // This replica's lease lapsed: another may hold the sandbox now, so a retry can work.
+        DispatchError::LeaseLapsed { .. } => ToolError::new("unavailable", e.to_string()),
         other => ToolError::new("sandbox_error", other.to_string()),
     }
 }
