@@ -791,6 +791,36 @@ async fn a_recursive_watch_misses_nothing_made_beneath_it_and_a_sync_drains_what
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_export_reads_the_files_and_thaws_the_sandbox() {
+    let env = TestEnv::new().await;
+    let (d, id) = sandbox(&env, env.config(), IMAGE).await;
+    run(&d, id, &["sh", "-c", "echo hi > kept.txt"]).await;
+    let archive = within(
+        30,
+        "frozen export",
+        d.export_dir_frozen(id, "/workspace", 1 << 20),
+    )
+    .await
+    .expect("export");
+    assert!(archive.windows(8).any(|w| w == b"kept.txt"));
+    // Thawed: the engine says so, and calls run again.
+    let paused = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=org.aegis.sandbox={id}"),
+            "--filter",
+            "status=paused",
+        ])
+        .output()
+        .expect("docker runs");
+    assert!(paused.stdout.is_empty(), "left paused");
+    run(&d, id, &["true"]).await;
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_adopting_instance_follows_the_live_processes_of_the_previous_one() {
     let env = TestEnv::new().await;
     let previous = env.new_instance().await;
