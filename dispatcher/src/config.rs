@@ -75,6 +75,19 @@ pub struct DispatcherConfig {
     /// [`MAX_BASE_LEN`](crate::channel::MAX_BASE_LEN) bytes long (a socket address is short).
     /// `None` (the default): every call goes over the attach stream.
     pub channel_dir: Option<PathBuf>,
+    /// How much this instance's engine takes (`placement.rs`): a sandbox is created here only
+    /// while the engine's live sandboxes and reserved memory stay within it, counted over every
+    /// replica driving the same engine. Unbounded by default.
+    pub engine_limit: EngineLimit,
+}
+
+/// The node-level bound of one Docker engine, checked when a sandbox's row is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineLimit {
+    /// Live sandboxes (creating, running, destroying; warm-pool ones included) at most.
+    pub sandboxes: Option<u64>,
+    /// Sum of the live sandboxes' memory limits at most, bytes.
+    pub memory_bytes: Option<u64>,
 }
 
 impl DispatcherConfig {
@@ -108,6 +121,7 @@ impl DispatcherConfig {
             live_buffer_bytes: 256 * 1024,
             watch_buffer_events: 4096,
             channel_dir: None,
+            engine_limit: EngineLimit::default(),
         }
     }
 }

@@ -19,6 +19,29 @@ pub enum EngineError {
     /// The engine answered with an error.
     #[error("the Docker engine answered with an error: {0}")]
     Api(#[source] bollard::errors::Error),
+    /// `docker info` carried no engine ID, so this engine cannot be told from another.
+    #[error("the Docker engine reports no ID (docker info), so it cannot be told from others")]
+    NoId,
+}
+
+/// The engine's identity, `<ID>@<name>:<data root>` from `docker info`: the same for every
+/// replica that drives the daemon and across its restarts. Placement and the reaper tell
+/// engines apart by it (`node_instances.engine`, `sandboxes.engine`). The ID alone is not
+/// enough: Docker 20.10 derives it from `/etc/docker/key.json`, which a second daemon on the
+/// same host (or a cloned machine) shares; the host name and the data root tell those apart.
+/// `docker` must speak an API version the engine accepts (the dispatcher's negotiated client).
+pub(crate) async fn engine_id(docker: &Docker) -> Result<String, EngineError> {
+    let info = docker.info().await.map_err(EngineError::Api)?;
+    // Every engine this node supports reports one; refuse rather than guess.
+    let id = info
+        .id
+        .filter(|id| !id.is_empty())
+        .ok_or(EngineError::NoId)?;
+    Ok(format!(
+        "{id}@{}:{}",
+        info.name.unwrap_or_default(),
+        info.docker_root_dir.unwrap_or_default()
+    ))
 }
 
 /// Shared client for the local Docker engine.

@@ -219,6 +219,27 @@ pub enum DispatchError {
         /// Why the lease does not hold.
         reason: String,
     },
+    /// Another replica could not be asked to create a sandbox on its engine.
+    #[error("replica {target} could not be asked to create a sandbox: {detail}")]
+    ForwardCreate {
+        /// The replica asked.
+        target: uuid::Uuid,
+        /// What went wrong on the way.
+        detail: String,
+    },
+    /// The Docker engine's ID could not be read, so placement could not tell it from others.
+    #[error("cannot tell which Docker engine this is: {detail}")]
+    EngineUnknown {
+        /// Why.
+        detail: String,
+    },
+    /// No Docker engine of the cluster has room for the sandbox (each engine's live sandboxes
+    /// and reserved memory are bounded by the replicas driving it); nothing was created.
+    #[error("no Docker engine has room for another sandbox: {detail}")]
+    NoRoom {
+        /// What each engine tried had (or why it could not be asked).
+        detail: String,
+    },
     /// The dispatcher is shutting down and takes no new work.
     #[error("the dispatcher is shutting down")]
     ShuttingDown,

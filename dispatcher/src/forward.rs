@@ -16,6 +16,10 @@
 //! its handle back; this instance fills a feed of its own from them (`relay.rs`), so the handle
 //! the caller gets reads like a local one. Input, signals, terminal size and listings are plain
 //! calls and forward as calls.
+//!
+//! With several Docker engines (`placement.rs`) the same channel carries the two lifecycle
+//! steps that must happen beside a sandbox's engine: its creation, on a replica driving the
+//! engine chosen for it (which then holds it), and its destruction, by its holder.
 
 use std::time::Duration;
 
@@ -27,6 +31,7 @@ use uuid::Uuid;
 use crate::error::Result;
 use crate::id::SandboxId;
 use crate::live::{ProcessEvent, ProcessHandle, ProcessSelector, WatchEvent, WatchHandle};
+use crate::spec::SandboxSpec;
 
 /// Carries a call to the instance holding the sandbox; set by the orchestrator.
 pub trait Forwarder: Send + Sync + std::fmt::Debug {
@@ -53,6 +58,14 @@ pub trait Forwarder: Send + Sync + std::fmt::Debug {
         subscription: Subscription,
         deadline: Duration,
     ) -> BoxFuture<'_, Result<(Opened, Relay)>>;
+
+    /// Asks instance `target` to make a sandbox for `spec` (already validated here) on its own
+    /// engine, from its warm pool or fresh, and to hold it; its id, or why not
+    /// ([`DispatchError::NoRoom`](crate::DispatchError::NoRoom) when that engine is full).
+    fn create(&self, target: Uuid, spec: SandboxSpec) -> BoxFuture<'_, Result<SandboxId>>;
+
+    /// Asks instance `holder` to destroy sandbox `id`, which lives on its engine.
+    fn destroy(&self, holder: Uuid, id: SandboxId) -> BoxFuture<'_, Result<()>>;
 }
 
 /// A live process or watch asked of the holder of its sandbox.

@@ -22,6 +22,8 @@
 //! - [`network`]: a networked sandbox's internal Docker network, the host firewall that admits
 //!   only its egress proxy, and the [`EgressHost`](network::EgressHost) hook that starts and
 //!   stops that proxy (the orchestrator's);
+//! - `placement`: which engine a new sandbox goes to when replicas drive several Docker
+//!   engines, and each engine's bound;
 //! - `pool`: the warm pool; `reaper`: removal of whatever has no live owner; `beacon`: the
 //!   liveness every instance publishes in Docker for the reapers of other databases;
 //! - `archive`: tar archives into and out of a live sandbox's workspace (persistent volumes);
@@ -54,6 +56,7 @@ pub mod kernel;
 pub mod labels;
 mod live;
 pub mod network;
+mod placement;
 mod relay;
 mod spec;
 mod store;
@@ -61,7 +64,7 @@ mod stream;
 mod usage;
 
 pub use archive::{data_entries, DataEntry, DataKind};
-pub use config::DispatcherConfig;
+pub use config::{DispatcherConfig, EngineLimit};
 pub use dispatcher::pool::{PoolStats, POOL_OWNER_ID};
 pub use dispatcher::reaper::ReapReport;
 pub use dispatcher::{AdoptReport, Dispatcher};

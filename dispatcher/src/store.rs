@@ -232,10 +232,13 @@ pub(crate) async fn database_names(pg: &PgPool) -> Result<HashSet<String>> {
 }
 
 /// Writes the row of a sandbox about to be created (state `creating`).
+/// `engine`: the Docker engine it is created on (`placement.rs` counts rows by it).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn insert_creating(
-    pg: &PgPool,
+    pg: impl sqlx::PgExecutor<'_>,
     id: SandboxId,
     instance: Uuid,
+    engine: &str,
     spec: &SandboxSpec,
     owner: &Owner,
     container: &str,
@@ -244,7 +247,8 @@ pub(crate) async fn insert_creating(
     let recorded = serde_json::to_value(RecordedSpec::from(spec)).unwrap_or_default();
     sqlx::query(
         "INSERT INTO sandboxes (id, instance_id, image, owner_kind, owner_id, state, \
-         container_name, volume_name, spec) VALUES ($1, $2, $3, $4, $5, 'creating', $6, $7, $8)",
+         container_name, volume_name, spec, engine) \
+         VALUES ($1, $2, $3, $4, $5, 'creating', $6, $7, $8, $9)",
     )
     .bind(id.0)
     .bind(instance)
@@ -254,6 +258,7 @@ pub(crate) async fn insert_creating(
     .bind(container)
     .bind(volume)
     .bind(recorded)
+    .bind(engine)
     .execute(pg)
     .await
     .map_err(db("recording a new sandbox"))?;
@@ -543,12 +548,16 @@ pub(crate) struct HeldRow {
 /// replica (sessions, operators and the E2B door's sandboxes): what a takeover adopts.
 /// Executions, workflow states and the warm pool ran in the holder's process; theirs are left
 /// to the reaper.
-pub(crate) async fn adoptable(pg: &PgPool, me: Uuid) -> Result<Vec<HeldRow>> {
+///
+/// Only sandboxes on `engine` (or of no recorded engine): a replica can reattach only to
+/// containers on the engine it drives.
+pub(crate) async fn adoptable(pg: &PgPool, me: Uuid, engine: &str) -> Result<Vec<HeldRow>> {
     let rows = sqlx::query(&format!(
         "SELECT {}, s.epoch FROM sandboxes s JOIN node_instances n ON n.id = s.instance_id \
          WHERE s.state = 'running' AND s.instance_id <> $1 \
          AND s.owner_kind IN ('session', 'operator') \
-         AND (n.fenced_at IS NOT NULL OR n.stopped_at IS NOT NULL) ORDER BY s.created_at",
+         AND (n.fenced_at IS NOT NULL OR n.stopped_at IS NOT NULL) \
+         AND COALESCE(s.engine, $2) = $2 ORDER BY s.created_at",
         INFO_COLUMNS
             .split(", ")
             .map(|c| format!("s.{c}"))
@@ -556,6 +565,7 @@ pub(crate) async fn adoptable(pg: &PgPool, me: Uuid) -> Result<Vec<HeldRow>> {
             .join(", ")
     ))
     .bind(me)
+    .bind(engine)
     .fetch_all(pg)
     .await
     .map_err(db("listing the sandboxes of fenced instances"))?;
@@ -741,10 +751,14 @@ pub(crate) async fn claim_reap(
 }
 
 /// Bookkeeping: rows still live whose instance is dead and whose Docker objects are all gone.
+///
+/// Only rows of `engine` (or of no recorded engine): a sandbox on another engine is absent from
+/// this engine's listing whatever its state, and only a reaper beside that engine can judge it.
 pub(crate) async fn close_vanished(
     pg: &PgPool,
     live: &HashSet<Uuid>,
     present: &[Uuid],
+    engine: &str,
 ) -> Result<u64> {
     let live: Vec<Uuid> = live.iter().copied().collect();
     let done = sqlx::query(
@@ -752,10 +766,12 @@ pub(crate) async fn close_vanished(
          reason = COALESCE(reason, 'reaped: owner instance dead, no container or volume left'), \
          destroyed_at = now(), updated_at = now() \
          WHERE state IN ('creating', 'running', 'destroying') \
-         AND NOT (instance_id = ANY($1)) AND NOT (id = ANY($2))",
+         AND NOT (instance_id = ANY($1)) AND NOT (id = ANY($2)) \
+         AND COALESCE(engine, $3) = $3",
     )
     .bind(&live)
     .bind(present)
+    .bind(engine)
     .execute(pg)
     .await
     .map_err(db("closing rows of vanished sandboxes"))?;

@@ -27,6 +27,10 @@
 //! cut) or stays silent for [`SILENCE`] ends the caller's handle at once with an end saying so;
 //! a caller that goes away drops the connection, and with it the holder's handle (a watch is
 //! removed then).
+//!
+//! With several Docker engines the same channel carries a sandbox's creation to a replica
+//! driving the engine placement chose ([`CREATE_PATH`]; that replica then holds it) and its
+//! destruction to a replica beside its engine ([`DESTROY_PATH`]), signed alike.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,7 +42,7 @@ use dispatcher::protocol::{
 };
 use dispatcher::{
     DispatchError, Forwarder, Opened, ProcessEvent, ProcessSelector, Relay, Relayed, SandboxId,
-    Subscription, WatchEvent,
+    SandboxSpec, Subscription, WatchEvent,
 };
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
@@ -72,6 +76,19 @@ pub const SILENCE: Duration = Duration::from_secs(20);
 
 /// Longest frame a caller reads (a chunk of output, base64 in JSON, is far below it).
 const MAX_FRAME: usize = 16 << 20;
+
+/// The route a replica asks to create a sandbox on its own engine.
+pub const CREATE_PATH: &str = "/cluster/v1/create";
+
+/// The route a replica asks to destroy a sandbox on its own engine.
+pub const DESTROY_PATH: &str = "/cluster/v1/destroy";
+
+/// How long a forwarded creation may take (image check, pool or a fresh container and its
+/// executor's ready line, an egress network and its proxy).
+const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a forwarded destruction may take.
+const DESTROY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Added to a call's own deadline for the trip to the holder and back.
 const TRIP_MARGIN: Duration = Duration::from_secs(5);
@@ -206,10 +223,32 @@ pub struct ForwardedCall {
     pub op: Op,
 }
 
+/// A sandbox to create on the receiving replica's own engine (placement chose it).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ForwardedCreate {
+    /// The spec, validated by the replica the caller reached (and again by the receiver).
+    pub spec: SandboxSpec,
+}
+
+/// The answer to a [`ForwardedCreate`]: the new sandbox, held by the receiver.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Created {
+    /// Its id.
+    pub sandbox: Uuid,
+}
+
+/// A sandbox to destroy on the receiving replica's own engine.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ForwardedDestroy {
+    /// The sandbox.
+    pub sandbox: Uuid,
+}
+
 /// Why the holder could not run a forwarded call (the body of a non-200 answer).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ForwardRefusal {
-    /// `not_found`, `gone`, `timeout`, `refused`, `unsigned`, `invalid` or `error`.
+    /// `not_found`, `gone`, `timeout`, `refused`, `unsigned`, `invalid`, `no_room`,
+    /// `image_missing` or `error`.
     pub error: String,
     /// What went wrong, for the caller.
     pub message: String,
@@ -667,6 +706,105 @@ impl Frames {
     }
 }
 
+/// A signed post's answer: its status and body.
+type Answer = (reqwest::StatusCode, axum::body::Bytes);
+
+impl Peers {
+    /// Posts `body` to `path` on `peer`, signed, within `timeout`.
+    async fn signed_post(
+        &self,
+        peer: &str,
+        path: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Answer, String> {
+        let signature = self.key.sign(chrono::Utc::now().timestamp(), &body)?;
+        let answer = self
+            .http
+            .post(format!("{}{path}", peer.trim_end_matches('/')))
+            .header(SIGNATURE_HEADER, signature)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .timeout(timeout)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| format!("{peer} did not answer: {e}"))?;
+        let status = answer.status();
+        let bytes = answer
+            .bytes()
+            .await
+            .map_err(|e| format!("{peer} broke off its answer: {e}"))?;
+        Ok((status, bytes))
+    }
+
+    /// A refusal's body, or the raw answer when it is not one.
+    fn refusal(peer: &str, status: reqwest::StatusCode, bytes: &[u8]) -> ForwardRefusal {
+        serde_json::from_slice(bytes).unwrap_or_else(|_| ForwardRefusal {
+            error: "error".to_owned(),
+            message: format!(
+                "{peer} answered {status}: {}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+            ),
+            kind: None,
+        })
+    }
+
+    async fn forward_create(
+        &self,
+        target: Uuid,
+        spec: SandboxSpec,
+    ) -> Result<SandboxId, DispatchError> {
+        let fail = |detail: String| DispatchError::ForwardCreate { target, detail };
+        let peer = self.address_of(target).await.map_err(fail)?;
+        let image = spec.image.clone();
+        let body = serde_json::to_vec(&ForwardedCreate { spec })
+            .map_err(|e| fail(format!("cannot encode the spec: {e}")))?;
+        let (status, bytes) = self
+            .signed_post(&peer, CREATE_PATH, body, CREATE_TIMEOUT)
+            .await
+            .map_err(fail)?;
+        if status.is_success() {
+            let created: Created = serde_json::from_slice(&bytes)
+                .map_err(|e| fail(format!("{peer} answered something unreadable: {e}")))?;
+            return Ok(SandboxId(created.sandbox));
+        }
+        let refusal = Self::refusal(&peer, status, &bytes);
+        Err(match refusal.error.as_str() {
+            "no_room" => DispatchError::NoRoom {
+                detail: refusal.message,
+            },
+            "image_missing" => DispatchError::ImageMissing { image },
+            "invalid" => DispatchError::InvalidSpec {
+                reason: refusal.message,
+            },
+            _ => fail(format!("{peer} refused: {}", refusal.message)),
+        })
+    }
+
+    async fn forward_destroy(&self, holder: Uuid, id: SandboxId) -> Result<(), DispatchError> {
+        let fail = |detail: String| DispatchError::Forward { id, holder, detail };
+        let peer = self.address_of(holder).await.map_err(fail)?;
+        let body = serde_json::to_vec(&ForwardedDestroy { sandbox: id.0 })
+            .map_err(|e| fail(format!("cannot encode the request: {e}")))?;
+        let (status, bytes) = self
+            .signed_post(&peer, DESTROY_PATH, body, DESTROY_TIMEOUT)
+            .await
+            .map_err(fail)?;
+        if status.is_success() {
+            return Ok(());
+        }
+        Err(refused(
+            &peer,
+            holder,
+            id,
+            "sandbox.destroy",
+            DESTROY_TIMEOUT,
+            status,
+            &bytes,
+        ))
+    }
+}
+
 impl Forwarder for Peers {
     fn subscribe(
         &self,
@@ -706,6 +844,18 @@ impl Forwarder for Peers {
             crate::metrics::forwarded_call("sent", outcome);
             result
         })
+    }
+
+    fn create(
+        &self,
+        target: Uuid,
+        spec: SandboxSpec,
+    ) -> BoxFuture<'_, Result<SandboxId, DispatchError>> {
+        Box::pin(self.forward_create(target, spec))
+    }
+
+    fn destroy(&self, holder: Uuid, id: SandboxId) -> BoxFuture<'_, Result<(), DispatchError>> {
+        Box::pin(self.forward_destroy(holder, id))
     }
 }
 

@@ -55,6 +55,7 @@ use crate::hardening;
 use crate::install::{self, ExecutorVolume};
 use crate::labels;
 use crate::network;
+use crate::placement::{self, Target};
 use crate::spec::{NetworkMode, Owner, SandboxId, SandboxSpec};
 use crate::store::{self, DestroyClaim, SandboxInfo};
 use crate::stream::ExecutorStream;
@@ -84,6 +85,8 @@ pub(crate) struct Inner {
     pub(crate) docker: Docker,
     pub(crate) pg: PgPool,
     pub(crate) instance: Uuid,
+    /// The ID of the Docker engine this instance drives (`placement.rs`).
+    pub(crate) engine: String,
     pub(crate) scope: store::Scope,
     pub(crate) config: DispatcherConfig,
     pub(crate) executor: ExecutorVolume,
@@ -148,6 +151,13 @@ impl Dispatcher {
             .await
             .map_err(engine("negotiating the Docker API version"))?;
         let scope = store::scope(&pg).await?;
+        let engine_id =
+            crate::engine::engine_id(&docker)
+                .await
+                .map_err(|e| DispatchError::EngineUnknown {
+                    detail: e.to_string(),
+                })?;
+        placement::record_engine(&pg, instance_id, &engine_id).await?;
         let executor = install::install(&docker, &pg, &config, &scope, instance_id).await?;
         let pool = Pool::new(&config);
         let lease = lease::Lease::new(config.lease);
@@ -156,6 +166,7 @@ impl Dispatcher {
                 docker,
                 pg,
                 instance: instance_id,
+                engine: engine_id,
                 scope,
                 config,
                 executor,
@@ -167,7 +178,7 @@ impl Dispatcher {
                 lease,
             }),
         };
-        tracing::info!(instance = %instance_id, scope = %dispatcher.inner.scope.label, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
+        tracing::info!(instance = %instance_id, engine = %dispatcher.inner.engine, scope = %dispatcher.inner.scope.label, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
         // Held from here on; a first takeover pass before the first reap.
         dispatcher.inner.tend_lease().await;
         let previous = dispatcher.inner.config.adopt_from.clone();
@@ -209,6 +220,12 @@ impl Dispatcher {
         &self.inner.scope.label
     }
 
+    /// The ID of the Docker engine this instance drives (`docker info`'s `ID`), as recorded in
+    /// its `node_instances` row and in the rows of the sandboxes it creates.
+    pub fn engine_id(&self) -> &str {
+        &self.inner.engine
+    }
+
     /// The executor volume mounted read-only into every sandbox.
     pub fn executor_volume(&self) -> &str {
         &self.inner.executor.name
@@ -216,12 +233,23 @@ impl Dispatcher {
 
     /// Creates, starts and connects a new sandbox; returns when its executor is ready.
     ///
+    /// It goes to this instance's engine while that has room, else to another replica's
+    /// engine through that replica (`placement.rs`), which then holds it.
     /// On any failure what was created is removed, the row is marked `failed` with the reason,
     /// and the error says which step failed.
     pub async fn create(&self, spec: SandboxSpec) -> Result<SandboxId> {
         let spec = spec.validated(&self.inner.config.ceilings)?;
-        let owner = spec.owner.clone();
-        Ok(self.inner.create_detached(spec, owner).await?.id)
+        let inner = self.inner.clone();
+        run_detached(async move { inner.place(spec, false).await }).await
+    }
+
+    /// Serves a creation a peer forwarded ([`Forwarder::create`](crate::Forwarder::create)):
+    /// on this instance's own engine only, from its warm pool or fresh, never forwarded again;
+    /// [`DispatchError::NoRoom`] when this engine is full.
+    pub async fn create_held(&self, spec: SandboxSpec) -> Result<SandboxId> {
+        let spec = spec.validated(&self.inner.config.ceilings)?;
+        let inner = self.inner.clone();
+        run_detached(async move { inner.acquire(spec).await }).await
     }
 
     /// Sends one request to a sandbox's executor and returns its response.
@@ -301,7 +329,60 @@ impl Dispatcher {
     /// Destroys a sandbox: its stream is closed (pending calls fail with `SandboxGone`), its
     /// container is removed by force and its workspace volume removed, its row marked
     /// `destroyed`. Idempotent; works for sandboxes held by other instances too.
+    /// A sandbox on another engine is destroyed by a replica beside that engine: its holder,
+    /// or another live replica driving the same engine when the holder is gone.
     pub async fn destroy(&self, id: SandboxId) -> Result<()> {
+        if self.inner.held(id).is_none() {
+            let there = placement::elsewhere(
+                &self.inner.pg,
+                id,
+                &self.inner.engine,
+                self.inner.config.dead_after,
+            )
+            .await?;
+            if let Some(there) = there {
+                let Some(forwarder) = &self.inner.config.forwarder else {
+                    return Err(DispatchError::SandboxNotFound {
+                        id,
+                        attached_elsewhere: true,
+                    });
+                };
+                let Some(via) = there.via else {
+                    return Err(DispatchError::Forward {
+                        id,
+                        holder: there.holder,
+                        detail: format!(
+                            "no live replica drives its engine {} any more; the reaper of the \
+                             next one to start there removes it",
+                            there.engine
+                        ),
+                    });
+                };
+                return forwarder.destroy(via, id).await;
+            }
+        }
+        let inner = self.inner.clone();
+        run_detached(async move { inner.destroy(id, "destroyed by owner").await }).await
+    }
+
+    /// Serves a destruction a peer forwarded ([`Forwarder::destroy`](crate::Forwarder::destroy)):
+    /// only a sandbox on this instance's own engine, never forwarded again.
+    pub async fn destroy_held(&self, id: SandboxId) -> Result<()> {
+        if self.inner.held(id).is_none()
+            && placement::elsewhere(
+                &self.inner.pg,
+                id,
+                &self.inner.engine,
+                self.inner.config.dead_after,
+            )
+            .await?
+            .is_some()
+        {
+            return Err(DispatchError::SandboxNotFound {
+                id,
+                attached_elsewhere: true,
+            });
+        }
         let inner = self.inner.clone();
         run_detached(async move { inner.destroy(id, "destroyed by owner").await }).await
     }
@@ -520,6 +601,58 @@ impl Inner {
             .remove(&id)
     }
 
+    /// Makes a sandbox for `spec` (validated) where there is room: on this engine (from the
+    /// warm pool when `from_pool`), else on the other live replicas' engines, least loaded
+    /// first. A full engine or an unreachable replica sends it to the next; every other error
+    /// is the answer.
+    pub(crate) async fn place(
+        self: &Arc<Self>,
+        spec: SandboxSpec,
+        from_pool: bool,
+    ) -> Result<SandboxId> {
+        let targets = placement::targets(
+            &self.pg,
+            &self.engine,
+            self.config.dead_after,
+            self.config.forwarder.is_some(),
+        )
+        .await?;
+        let mut refusals = Vec::new();
+        for target in targets {
+            let attempt = match &target {
+                Target::Here if from_pool => self.acquire(spec.clone()).await,
+                Target::Here => self
+                    .create_detached(spec.clone(), spec.owner.clone())
+                    .await
+                    .map(|sandbox| sandbox.id),
+                Target::Peer {
+                    instance,
+                    engine,
+                    live,
+                } => {
+                    let Some(forwarder) = &self.config.forwarder else {
+                        continue;
+                    };
+                    tracing::debug!(target = %instance, %engine, live, "placing a sandbox on another engine");
+                    forwarder.create(*instance, spec.clone()).await
+                }
+            };
+            match attempt {
+                Err(DispatchError::NoRoom { detail }) => refusals.push(detail),
+                Err(DispatchError::Forward { detail, holder, .. }) => {
+                    refusals.push(format!("replica {holder} could not be asked: {detail}"))
+                }
+                Err(DispatchError::ForwardCreate { target, detail }) => {
+                    refusals.push(format!("replica {target} could not be asked: {detail}"))
+                }
+                other => return other,
+            }
+        }
+        Err(DispatchError::NoRoom {
+            detail: refusals.join("; "),
+        })
+    }
+
     /// Creates a sandbox in its own task; destroys it if the caller stopped waiting meanwhile.
     pub(crate) async fn create_detached(
         self: &Arc<Self>,
@@ -561,16 +694,33 @@ impl Inner {
         let id = SandboxId::new();
         let container = format!("aegis-sbx-{id}");
         let volume = format!("aegis-ws-{id}");
+        // The engine's bound and the row in one transaction (`placement.rs`).
+        let mut tx = self
+            .pg
+            .begin()
+            .await
+            .map_err(crate::error::db("recording a new sandbox"))?;
+        placement::admit(
+            &mut tx,
+            &self.engine,
+            &self.config.engine_limit,
+            placement::reserved_bytes(&spec.limits),
+        )
+        .await?;
         store::insert_creating(
-            &self.pg,
+            &mut *tx,
             id,
             self.instance,
+            &self.engine,
             &spec,
             &owner,
             &container,
             &volume,
         )
         .await?;
+        tx.commit()
+            .await
+            .map_err(crate::error::db("recording a new sandbox"))?;
 
         match self
             .materialize(id, &spec, &owner, &container, &volume)
@@ -1028,6 +1178,11 @@ impl Inner {
     async fn adopt(self: &Arc<Self>, previous: Uuid) -> Result<AdoptReport> {
         let mut report = AdoptReport::default();
         if previous == self.instance {
+            return Ok(report);
+        }
+        // Its containers are on its engine: only a replica driving that engine can attach.
+        if !placement::drives_engine(&self.pg, previous, &self.engine).await? {
+            tracing::info!(previous = %previous, "not adopting: that instance drove another Docker engine");
             return Ok(report);
         }
         let rows = store::running_of_instance(&self.pg, previous).await?;

@@ -156,10 +156,13 @@ impl Dispatcher {
     /// A pooled sandbox is handed to this owner alone (its row is re-owned in one conditional
     /// update) and a replacement is created in the background. Destroy it when done, like any
     /// sandbox: it never returns to the pool.
+    ///
+    /// With several engines (`placement.rs`): from this engine's pool or fresh here while this
+    /// engine has room, else on another replica's engine (from its pool or fresh there).
     pub async fn acquire(&self, spec: SandboxSpec) -> Result<SandboxId> {
         let spec = spec.validated(&self.inner.config.ceilings)?;
         let inner = self.inner.clone();
-        run_detached(async move { inner.acquire(spec).await }).await
+        run_detached(async move { inner.place(spec, true).await }).await
     }
 
     /// Idle warm-pool sandboxes per configured image.
@@ -177,7 +180,8 @@ impl Dispatcher {
 }
 
 impl Inner {
-    async fn acquire(self: &Arc<Self>, spec: SandboxSpec) -> Result<SandboxId> {
+    /// From this engine's pool, else created on this engine (no placement).
+    pub(crate) async fn acquire(self: &Arc<Self>, spec: SandboxSpec) -> Result<SandboxId> {
         self.lease.check(None)?;
         while let Some(id) = self.pool.take(&spec) {
             self.pool.wake.notify_one();

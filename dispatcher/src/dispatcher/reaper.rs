@@ -236,7 +236,7 @@ impl Inner {
         }
 
         let present: Vec<Uuid> = ids;
-        report.rows_closed = store::close_vanished(&self.pg, &live, &present).await?;
+        report.rows_closed = store::close_vanished(&self.pg, &live, &present, &self.engine).await?;
         self.reap_dropped_databases(&mut report).await?;
         self.reap_silent_scopes(&mut report).await?;
         self.sweep_channel_dirs().await;

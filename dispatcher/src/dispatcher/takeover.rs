@@ -17,8 +17,8 @@
 //! pool's. The reaper leaves the running sandboxes a takeover adopts alone
 //! (`reaper.rs`, `judge_row`), so it never removes one a survivor could keep serving.
 //!
-//! Assumes the replicas share one Docker engine, which is the only deployment today; with
-//! several engines, only a replica on the sandbox's engine may adopt it.
+//! With several Docker engines (`placement.rs`) only a replica on the sandbox's engine adopts
+//! it (`store::adoptable` filters by engine): the others cannot reach its container.
 
 use std::sync::Arc;
 
@@ -50,7 +50,7 @@ impl Inner {
             tracing::warn!(peer = %peer, dead_after = ?self.config.dead_after, "fenced off a silent instance; taking over its sandboxes");
         }
         report.fenced = fenced.len();
-        for row in store::adoptable(&self.pg, self.instance).await? {
+        for row in store::adoptable(&self.pg, self.instance, &self.engine).await? {
             if !self.lease.valid() || self.shutdown.is_cancelled() {
                 break;
             }

@@ -3,7 +3,8 @@
 //! live process or directory there and follow its events (`crate::cluster` gives the protocol
 //! and why). Not mounted on the callers' HTTP port; every request must carry a valid, fresh,
 //! unused signature made with the cluster secret, or it is refused before its body is read as
-//! a call.
+//! a call. Two more routes serve placement across Docker engines: a sandbox created on this
+//! replica's engine for a peer (this replica then holds it), and one destroyed here for a peer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,8 +20,9 @@ use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{
-    ClusterKey, ForwardRefusal, ForwardedCall, ForwardedSubscription, Frame, Nonces, BEAT,
-    CALL_PATH, SUBSCRIBE_PATH,
+    ClusterKey, Created, ForwardRefusal, ForwardedCall, ForwardedCreate, ForwardedDestroy,
+    ForwardedSubscription, Frame, Nonces, BEAT, CALL_PATH, CREATE_PATH, DESTROY_PATH,
+    SUBSCRIBE_PATH,
 };
 use crate::state::AppState;
 
@@ -47,6 +49,8 @@ pub fn router(state: AppState, key: ClusterKey, shutdown: CancellationToken) -> 
     Router::new()
         .route(CALL_PATH, post(call))
         .route(SUBSCRIBE_PATH, post(subscribe))
+        .route(CREATE_PATH, post(create))
+        .route(DESTROY_PATH, post(destroy))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(Peer {
             state,
@@ -233,5 +237,77 @@ async fn next_event(handle: &mut Subscribed) -> Option<Relayed> {
     match handle {
         Subscribed::Process(handle) => handle.next().await.map(Relayed::Process),
         Subscribed::Watch(handle) => handle.next().await.map(Relayed::Watch),
+    }
+}
+
+/// A peer's request of type `T`, once its signature holds; else the refusal to answer with.
+fn verified<T: serde::de::DeserializeOwned>(
+    peer: &Peer,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<T, Box<Response>> {
+    let header = headers
+        .get(crate::cluster::SIGNATURE_HEADER)
+        .and_then(|v| v.to_str().ok());
+    if let Err(e) = peer
+        .key
+        .verify(header, body, chrono::Utc::now().timestamp(), &peer.nonces)
+    {
+        tracing::warn!(error = %e, "refused a request on the peer listener");
+        return Err(Box::new(refusal(
+            StatusCode::UNAUTHORIZED,
+            "unsigned",
+            e.to_string(),
+        )));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(refusal(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!("not a request of this route: {e}"),
+        ))
+    })
+}
+
+/// Creates a sandbox on this replica's engine for a peer whose placement chose it.
+async fn create(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Response {
+    let request: ForwardedCreate = match verified(&peer, &headers, &body) {
+        Ok(request) => request,
+        Err(refused) => return *refused,
+    };
+    let dispatcher = match peer.state.sandboxes.dispatcher() {
+        Ok(dispatcher) => dispatcher,
+        Err(e) => return refusal(StatusCode::SERVICE_UNAVAILABLE, "error", e.to_string()),
+    };
+    match dispatcher.create_held(request.spec).await {
+        Ok(id) => Json(Created { sandbox: id.0 }).into_response(),
+        Err(e @ DispatchError::NoRoom { .. }) => {
+            refusal(StatusCode::CONFLICT, "no_room", e.to_string())
+        }
+        Err(e @ DispatchError::ImageMissing { .. }) => refusal(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "image_missing",
+            e.to_string(),
+        ),
+        Err(e @ DispatchError::InvalidSpec { .. }) => {
+            refusal(StatusCode::BAD_REQUEST, "invalid", e.to_string())
+        }
+        Err(e) => refusal(StatusCode::BAD_GATEWAY, "error", e.to_string()),
+    }
+}
+
+/// Destroys a sandbox on this replica's engine for a peer.
+async fn destroy(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Response {
+    let request: ForwardedDestroy = match verified(&peer, &headers, &body) {
+        Ok(request) => request,
+        Err(refused) => return *refused,
+    };
+    let dispatcher = match peer.state.sandboxes.dispatcher() {
+        Ok(dispatcher) => dispatcher,
+        Err(e) => return refusal(StatusCode::SERVICE_UNAVAILABLE, "error", e.to_string()),
+    };
+    match dispatcher.destroy_held(SandboxId(request.sandbox)).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => refusal_of(e),
     }
 }

@@ -22,6 +22,7 @@ mod crash;
 mod doors;
 mod e2b;
 mod egress;
+mod engines;
 mod executions;
 mod generate;
 mod intent;

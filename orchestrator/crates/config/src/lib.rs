@@ -536,6 +536,13 @@ pub struct SandboxConfig {
     /// this process and the Docker daemon (compose: a host directory bind-mounted at the same
     /// path). Unset or empty: every call uses the attach stream (`SANDBOX_CHANNEL_DIR`).
     pub channel_dir: Option<PathBuf>,
+    /// Live sandboxes (warm-pool ones included) the Docker engine this replica drives may
+    /// carry, counted over every replica driving it; past it, new sandboxes go to another
+    /// replica's engine (placement). Unset: no bound. Replicas of one engine should agree.
+    pub max_per_engine: Option<u64>,
+    /// Memory, MiB, the live sandboxes of this replica's engine may reserve (each its memory
+    /// limit plus its workspace, the container's limit); past it, as `max_per_engine`.
+    pub max_memory_per_engine_mb: Option<u64>,
 }
 
 impl SandboxConfig {
@@ -613,6 +620,25 @@ impl SandboxConfig {
                 ));
             }
         }
+        if self.max_per_engine == Some(0) {
+            return Err(Invalid::new(
+                "max_per_engine",
+                "expected at least 1 (leave it out for no bound)",
+            ));
+        }
+        match self.max_memory_per_engine_mb {
+            Some(mb) if mb < self.max_memory_mb => {
+                return Err(Invalid::new(
+                    "max_memory_per_engine_mb",
+                    format!(
+                        "{mb} MiB is below one sandbox's ceiling (max_memory_mb: {}); \
+                         expected at least that, or leave it out for no bound",
+                        self.max_memory_mb
+                    ),
+                ))
+            }
+            _ => {}
+        }
         if let Some(dir) = self.channel_dir() {
             if !dir.is_absolute() {
                 return Err(Invalid::new(
@@ -677,6 +703,8 @@ impl Default for SandboxConfig {
             default_command_allowlists: Default::default(),
             runtime_aliases: Default::default(),
             channel_dir: None,
+            max_per_engine: None,
+            max_memory_per_engine_mb: None,
         }
     }
 }
@@ -735,6 +763,35 @@ impl Default for ServerConfig {
 pub struct DockerConfig {
     /// `unix:///var/run/docker.sock` or `tcp://host:port`; defaults to `DOCKER_HOST` or the local socket.
     pub host: Option<String>,
+}
+
+impl DockerConfig {
+    /// The `docker:` section on its own: an address the engine client can use. The engine this
+    /// replica drives is the one at that address (recorded by its ID in `node_instances`).
+    pub fn check(&self) -> Result<(), Invalid> {
+        let Some(host) = self.host.as_deref() else {
+            return Ok(());
+        };
+        let ok = match host.split_once("://") {
+            Some(("unix", path)) => path.starts_with('/'),
+            Some(("tcp" | "http", rest)) => {
+                !rest.is_empty() && !rest.contains('/') && rest.contains(':')
+            }
+            Some(_) => false,
+            None => host.starts_with('/'),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(Invalid::new(
+                "host",
+                format!(
+                    "`{host}` is not unix:///absolute/path, tcp://host:port or an absolute \
+                     socket path"
+                ),
+            ))
+        }
+    }
 }
 
 /// Log output.
@@ -1142,6 +1199,7 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     section("database", c.database.check())?;
     section("server", c.server.check())?;
     section("sandbox", c.sandbox.check())?;
+    section("docker", c.docker.check())?;
     section("e2b", c.e2b.check())?;
     section("seal", c.seal.check())?;
     section("mcp", c.mcp.check())?;

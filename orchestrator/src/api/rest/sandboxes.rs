@@ -70,6 +70,12 @@ impl From<SandboxError> for ApiError {
                 "egress_unavailable",
                 e.to_string(),
             ),
+            // Every engine of the cluster is at its bound (`sandbox.max_per_engine`).
+            SandboxError::Dispatch(dispatcher::DispatchError::NoRoom { .. }) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_engine_room",
+                e.to_string(),
+            ),
             SandboxError::Unavailable(_) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
