@@ -26,6 +26,12 @@
 # per-network rules (`aegis-egress:<network>`, dispatcher/src/network.rs) admit only its
 # egress proxy, exactly as on the host's engine. No NAT: nothing there routes out.
 #
+# The host's docker0: dockerd 20.10, when it starts with --default-address-pool, without
+# live-restore, and finds a default "bridge" network in its store from an earlier run, deletes the
+# link named docker0 (a name it hard-codes), which is the host engine's bridge. So this engine
+# starts with live-restore on and without the network store of its previous run (stop removes its
+# networks anyway), and start checks that docker0 is still there afterwards.
+#
 # Settings (environment): AEGIS_ENGINE2_DIR (data root's parent, default /var/lib/aegis-engine2),
 # AEGIS_ENGINE2_RUN (runtime directory, default /run/aegis-engine2), AEGIS_ENGINE2_BRIDGE
 # (default aegis-eng2), AEGIS_ENGINE2_RANGE (default 10.213.0.0/16: the bridge takes the first
@@ -117,6 +123,10 @@ start() {
   add_rules
   if ! daemon_pid >/dev/null; then
     rm -f "$SOCKET" "$PIDFILE"
+    # No network store from an earlier run (see the docker0 note above).
+    rm -f "$DIR/data/network/files/local-kv.db"
+    local had_docker0=0
+    ip link show docker0 >/dev/null 2>&1 && had_docker0=1
     # Our own config file: the host's /etc/docker/daemon.json (data-root, ...) would conflict.
     # Docker 20.10 derives the engine ID (`docker info` .ID) from /etc/docker/key.json, which
     # both daemons would share: this one gets a key of its own (newer engines ignore the key).
@@ -138,7 +148,7 @@ EOF
       --iptables=false --ip6tables=false --ip-masq=false --ip-forward=false \
       --cgroup-parent "/$TAG" \
       --mtu "$(cat "/sys/class/net/$(ip route show default | awk '{print $5; exit}')/mtu" 2>/dev/null || echo 1500)" \
-      --live-restore=false \
+      --live-restore=true \
       </dev/null >"$LOG" 2>&1 &
     local i
     for i in $(seq 60); do
@@ -150,6 +160,9 @@ EOF
       sleep 1
     done
     answers || { tail -n 30 "$LOG" >&2; die "dockerd did not answer on $HOST within 60 s ($LOG)"; }
+    if [ "$had_docker0" = 1 ] && ! ip link show docker0 >/dev/null 2>&1; then
+      die "the host engine's docker0 bridge disappeared while this engine started; stop it ($0 stop) and restore docker0"
+    fi
   fi
   local image ours theirs
   for image in "${@:-aegis-runtime/busybox:1}"; do
@@ -190,6 +203,8 @@ stop() {
       sleep 1
     fi
   fi
+  # Its networks are gone: so is their store (see the docker0 note above).
+  rm -f "$DIR/data/network/files/local-kv.db"
   # Anything started for this daemon names its exec root (containerd, shims): end those by pid.
   local p
   for p in /proc/[0-9]*; do

@@ -15,6 +15,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use dispatcher::protocol::Op;
 use dispatcher::{DispatchError, Relayed, SandboxId, Subscribed};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -144,7 +145,13 @@ async fn call(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Resp
     };
     let id = SandboxId(forwarded.sandbox);
     let deadline = Duration::from_millis(forwarded.deadline_ms).min(MAX_DEADLINE);
-    let result = dispatcher.call_held(id, forwarded.op, deadline).await;
+    let mut op = forwarded.op;
+    if let Op::CmdRun(run) = &mut op {
+        // A networked sandbox's only way out is its proxy, which runs here beside its engine:
+        // the caller's replica cannot know its address, so it is set here (last, so it wins).
+        run.env.extend(peer.state.sandboxes.proxy_env(id));
+    }
+    let result = dispatcher.call_held(id, op, deadline).await;
     crate::metrics::forwarded_call("served", outcome(&result));
     match result {
         Ok(response) => Json(response).into_response(),
@@ -172,7 +179,11 @@ async fn subscribe(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) ->
         Err(e) => return refusal(StatusCode::SERVICE_UNAVAILABLE, "error", e.to_string()),
     };
     let id = SandboxId(asked.sandbox);
-    let subscription: dispatcher::Subscription = asked.open.into();
+    let mut subscription: dispatcher::Subscription = asked.open.into();
+    if let dispatcher::Subscription::Start(params) = &mut subscription {
+        // As for a forwarded cmd.run: the proxy of a networked sandbox runs here.
+        params.env.extend(peer.state.sandboxes.proxy_env(id));
+    }
     let op = subscription.op();
     let deadline = Duration::from_millis(asked.deadline_ms).min(MAX_DEADLINE);
     let result =
@@ -246,19 +257,8 @@ fn verified<T: serde::de::DeserializeOwned>(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<T, Box<Response>> {
-    let header = headers
-        .get(crate::cluster::SIGNATURE_HEADER)
-        .and_then(|v| v.to_str().ok());
-    if let Err(e) = peer
-        .key
-        .verify(header, body, chrono::Utc::now().timestamp(), &peer.nonces)
-    {
-        tracing::warn!(error = %e, "refused a request on the peer listener");
-        return Err(Box::new(refusal(
-            StatusCode::UNAUTHORIZED,
-            "unsigned",
-            e.to_string(),
-        )));
+    if let Some(refused) = unsigned(peer, headers, body) {
+        return Err(Box::new(refused));
     }
     serde_json::from_slice(body).map_err(|e| {
         Box::new(refusal(

@@ -9,7 +9,7 @@
 //! Skipped, with the reason, only when the second daemon cannot start here (not root, no
 //! dockerd); the script says why.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 
 use crate::common;
@@ -98,7 +98,64 @@ fn replica(db: &TestDb, docker_host: Option<&str>) -> NodeConfig {
     config.cluster.secret = Some(SECRET.to_owned());
     config.sandbox.max_per_engine = Some(PER_ENGINE);
     config.docker.host = docker_host.map(str::to_owned);
+    // `allowed.test` is a host of this test on 127.0.0.2 (the networked agent's allowlist).
+    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
+    config.egress.hosts = BTreeMap::from([(
+        "allowed.test".to_owned(),
+        vec!["127.0.0.2".parse().expect("ip")],
+    )]);
     config
+}
+
+/// A test host on 127.0.0.2 answering every request with `text`.
+async fn start_host(text: &'static str) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let addr = listener.local_addr().expect("addr");
+    let app = axum::Router::new().route("/", axum::routing::get(move || async move { text }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+/// A busybox agent with network granted to `allow` (host:port) only.
+fn networked_agent(allow: &str) -> String {
+    format!(
+        "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: fetcher
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Fetch things.
+  tools: [cmd.run]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [wget]
+          timeout_seconds: 20
+  security:
+    network:
+      mode: deny
+      allowlist: [\"{allow}\"]
+"
+    )
+}
+
+/// The host firewall's INPUT rules.
+fn input_rules() -> String {
+    let out = Command::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+        .expect("iptables runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn agent() -> String {
@@ -165,7 +222,7 @@ fn engine_of(app: &TestApp) -> String {
         .to_owned()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
     let Some(second) = SecondEngine::start() else {
         return;
@@ -340,6 +397,162 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+
+    // Egress per engine: a networked sandbox made through C lives on the second engine, on an
+    // internal network of its own there, behind a proxy C runs on that network's gateway and
+    // the host rules C set for its bridge. Through A, its command reaches the allowed host via
+    // the proxy; direct, it reaches neither that host nor a container on the host's engine.
+    let allowed = start_host("allowed host says hi").await;
+    let allow = format!("allowed.test:{}", allowed.port());
+    let r = a
+        .admin(Method::POST, "/v1/agents")
+        .body(networked_agent(&allow))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let r = c
+        .admin(Method::POST, "/v1/sandboxes")
+        .json(&json!({"agent": "fetcher"}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    let net_id = body["sandbox_id"].as_str().expect("an id").to_owned();
+    assert_eq!(placed(&a, &net_id).await.0, other);
+    let network = format!("aegis-net-{net_id}");
+    assert_eq!(
+        second
+            .lines(&[
+                "network",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("name={network}")
+            ])
+            .len(),
+        1,
+        "its network is on the second engine"
+    );
+    assert!(
+        common::docker_lines(&[
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("name={network}")
+        ])
+        .is_empty(),
+        "and not on the host's"
+    );
+    let tag = format!("aegis-egress:{network}");
+    assert_eq!(input_rules().matches(&tag).count(), 3, "{}", input_rules());
+    let via_a = AgentSandbox::of(&a, &net_id);
+    let fetched = via_a
+        .ok(
+            "cmd.run",
+            json!({"command": format!("wget -q -O - http://allowed.test:{}/", allowed.port()),
+                   "timeout_secs": 15}),
+        )
+        .await;
+    assert_eq!(fetched["exit_code"], 0, "{fetched}");
+    assert_eq!(fetched["stdout"], "allowed host says hi", "{fetched}");
+    let listener = format!("aegis-engines-outside-{}", uuid::Uuid::new_v4().simple());
+    let started = Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "--rm",
+            "--name",
+            &listener,
+            "--user",
+            "65534:65534",
+            "--cap-drop",
+            "ALL",
+            "aegis-runtime/busybox:1",
+            "sh",
+            "-c",
+            "while true; do echo reached | nc -l -p 8080; done",
+        ])
+        .output()
+        .expect("docker runs");
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let outside_ip = common::docker_lines(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        &listener,
+    ])
+    .concat();
+    // A service of the host on every interface, tried on the network's gateway: the host rules
+    // C set for this bridge drop it.
+    let host_service = tokio::net::TcpListener::bind("0.0.0.0:0")
+        .await
+        .expect("bind");
+    let host_port = host_service.local_addr().expect("addr").port();
+    let host_hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hits = host_hits.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = host_service.accept().await {
+            hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    let gateway = second
+        .lines(&[
+            "network",
+            "inspect",
+            "-f",
+            "{{range .IPAM.Config}}{{.Gateway}}{{end}}",
+            &network,
+        ])
+        .concat();
+    assert!(
+        gateway.starts_with("10.213."),
+        "from the second engine's range: {gateway}"
+    );
+    for url in [
+        format!("http://{outside_ip}:8080/"),
+        format!("http://{gateway}:{host_port}/"),
+    ] {
+        let direct = via_a
+            .ok(
+                "cmd.run",
+                json!({"command": format!("wget -Y off -T 3 -q -O - {url}"), "timeout_secs": 15}),
+            )
+            .await;
+        assert_ne!(direct["exit_code"], 0, "direct to {url}: {direct}");
+    }
+    let logs = Command::new("docker")
+        .args(["logs", &listener])
+        .output()
+        .expect("docker logs");
+    let _ = Command::new("docker")
+        .args(["rm", "-f", &listener])
+        .output();
+    assert!(
+        logs.stdout.is_empty() && logs.stderr.is_empty(),
+        "nothing arrived outside"
+    );
+    assert_eq!(
+        host_hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing reached the host"
+    );
+    // Destroyed through B: C closes the proxy and removes the network and its rules.
+    let r = b
+        .admin(Method::DELETE, &format!("/v1/sandboxes/{net_id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(input_rules().matches(&tag).count(), 0, "{}", input_rules());
 
     c.stop().await.expect("C stops");
     b.stop().await.expect("B stops");
