@@ -14,6 +14,7 @@ use std::process::Command;
 
 use crate::common;
 
+use aegis_cli::seal_client::{SealClient, Transport};
 use common::sandbox::AgentSandbox;
 use common::{TestApp, TestDb};
 use orchestrator::config::NodeConfig;
@@ -98,6 +99,14 @@ fn replica(db: &TestDb, docker_host: Option<&str>) -> NodeConfig {
     config.cluster.secret = Some(SECRET.to_owned());
     config.sandbox.max_per_engine = Some(PER_ENGINE);
     config.docker.host = docker_host.map(str::to_owned);
+    config.seal.security_contexts = vec![json!({
+        "name": "ops",
+        "description": "a session used through every replica",
+        "runtime": {"language": "busybox", "version": "1"},
+        "capabilities": [
+            {"tool_pattern": "fs.*", "path_allowlist": ["/workspace"]},
+            {"tool_pattern": "cmd.run", "command_allowlist": ["cat"]}],
+        "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}})];
     // `allowed.test` is a host of this test on 127.0.0.2 (the networked agent's allowlist).
     config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
     config.egress.hosts = BTreeMap::from([(
@@ -553,6 +562,50 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     assert_eq!(input_rules().matches(&tag).count(), 0, "{}", input_rules());
+
+    // A SEAL session attested through C gets its sandbox beside C's engine on its first call,
+    // then is used through every replica in turn: each writes a file, and reads all so far.
+    let mut client = SealClient::new(Transport::Http(c.http_base.clone())).expect("client");
+    let attested = client
+        .attest("test-worker-1", "ops")
+        .await
+        .expect("attests");
+    assert_eq!(attested["status"], "success", "{attested}");
+    let saved = client.save().expect("a session to continue");
+    let mut written: Vec<String> = Vec::new();
+    for (name, app) in [("c", &c), ("a", &a), ("b", &b), ("c2", &c), ("a2", &a)] {
+        let mut through = saved.clone();
+        through.transport = Transport::Http(app.http_base.clone());
+        let session = SealClient::from_saved(&through).expect("session continued");
+        let path = format!("/workspace/{name}.txt");
+        let w = session
+            .call_tool("fs.write", json!({"path": path, "content": name}))
+            .await
+            .expect("answered");
+        assert_eq!(w["isError"], false, "{name}: {w}");
+        written.push(path);
+        let r = session
+            .call_tool("cmd.run", json!({"command": "cat", "args": written}))
+            .await
+            .expect("answered");
+        assert_eq!(r["isError"], false, "{name}: {r}");
+        let expected: String = written
+            .iter()
+            .map(|p| p.trim_start_matches("/workspace/").trim_end_matches(".txt"))
+            .collect();
+        assert_eq!(r["structuredContent"]["stdout"], expected, "{name}: {r}");
+    }
+    let session_sandboxes: Vec<(String, uuid::Uuid)> = sqlx::query_as(
+        "SELECT engine, instance_id FROM sandboxes WHERE owner_kind = 'session' \
+         AND state = 'running'",
+    )
+    .fetch_all(&a.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        session_sandboxes,
+        vec![(other.clone(), c.state.instance_id)]
+    );
 
     c.stop().await.expect("C stops");
     b.stop().await.expect("B stops");

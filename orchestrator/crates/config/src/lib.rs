@@ -1381,6 +1381,39 @@ mod tests {
     }
 
     #[test]
+    fn an_engine_bound_and_the_engine_address_are_checked() {
+        let refused = |text: &str, needle: &str| {
+            let f = write(text);
+            let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+        };
+        refused("sandbox:\n  max_per_engine: 0\n", "sandbox.max_per_engine");
+        refused(
+            "sandbox:\n  max_memory_mb: 512\n  max_memory_per_engine_mb: 256\n",
+            "sandbox.max_memory_per_engine_mb",
+        );
+        for host in [
+            "docker.sock",
+            "ssh://h",
+            "tcp://",
+            "tcp://h:1/x",
+            "unix://relative",
+        ] {
+            refused(&format!("docker:\n  host: \"{host}\"\n"), "docker.host");
+        }
+        let f = write(
+            "sandbox:\n  max_per_engine: 8\n  max_memory_per_engine_mb: 4096\n\
+             docker:\n  host: unix:///run/aegis-engine2/docker.sock\n",
+        );
+        let loaded = load(Some(f.path()), &[]).expect("valid");
+        assert_eq!(loaded.config.sandbox.max_per_engine, Some(8));
+        for host in ["tcp://10.0.0.2:2375", "/var/run/docker.sock"] {
+            let f = write(&format!("docker:\n  host: \"{host}\"\n"));
+            load(Some(f.path()), &[]).unwrap_or_else(|e| panic!("{host}: {e}"));
+        }
+    }
+
+    #[test]
     fn unknown_key_names_key_and_line() {
         let f = write("server:\n  http: 127.0.0.1:1\n  grcp: 127.0.0.1:2\n");
         let err = load(Some(f.path()), &[]).unwrap_err().to_string();
