@@ -259,6 +259,22 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
         Some(other.as_str())
     );
 
+    // Readiness lists each replica with the engine it drives.
+    let ready: Value = a.get("/health/ready").await.json().await.unwrap();
+    let listed: HashMap<String, String> = ready["checks"]["cluster"]["replicas"]
+        .as_array()
+        .unwrap_or_else(|| panic!("replicas listed: {ready}"))
+        .iter()
+        .map(|r| {
+            (
+                r["instance_id"].as_str().unwrap_or_default().to_owned(),
+                r["engine"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(listed[&c.state.instance_id.to_string()], other, "{ready}");
+    assert_eq!(listed[&b.state.instance_id.to_string()], first, "{ready}");
+
     let r = a
         .admin(Method::POST, "/v1/agents")
         .body(agent())

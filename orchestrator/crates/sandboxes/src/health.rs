@@ -97,6 +97,10 @@ pub struct Replica {
     /// and forwards nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_url: Option<String>,
+    /// The Docker engine it drives (`<ID>@<name>:<data root>`, dispatcher's placement); absent
+    /// until its dispatcher reached the engine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
     /// Seconds since its last heartbeat.
     pub heartbeat_age_secs: f64,
     /// Sandboxes whose executor stream it holds.
@@ -104,8 +108,8 @@ pub struct Replica {
 }
 
 async fn replicas(pool: &sqlx::PgPool, this: Option<uuid::Uuid>) -> Cluster {
-    let query = sqlx::query_as::<_, (uuid::Uuid, Option<String>, f64, i64)>(
-        "SELECT n.id, n.peer_url, extract(epoch FROM now() - n.heartbeat_at)::float8, \
+    let query = sqlx::query_as::<_, (uuid::Uuid, Option<String>, Option<String>, f64, i64)>(
+        "SELECT n.id, n.peer_url, n.engine, extract(epoch FROM now() - n.heartbeat_at)::float8, \
                 (SELECT count(*) FROM sandboxes s \
                   WHERE s.instance_id = n.id AND s.state IN ('creating', 'running')) \
            FROM node_instances n \
@@ -118,10 +122,11 @@ async fn replicas(pool: &sqlx::PgPool, this: Option<uuid::Uuid>) -> Cluster {
             status: "ok",
             replicas: rows
                 .into_iter()
-                .map(|(id, peer_url, age, held)| Replica {
+                .map(|(id, peer_url, engine, age, held)| Replica {
                     instance_id: id,
                     this: Some(id) == this,
                     peer_url,
+                    engine,
                     heartbeat_age_secs: age.max(0.0),
                     sandboxes_held: held,
                 })
