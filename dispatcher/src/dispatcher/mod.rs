@@ -28,6 +28,7 @@
 
 pub(crate) mod beacon;
 pub(crate) mod lease;
+mod live;
 pub(crate) mod pool;
 pub(crate) mod reaper;
 pub(crate) mod takeover;
