@@ -202,8 +202,10 @@ def live():
         h = sbx.commands.run("echo one; while [ ! -f /home/user/go3 ]; do sleep 0.05; done; echo two",
                              background=True)
         c = sbx.commands.connect(h.pid)
-        sbx.files.write("go3", "go")
+        # Both Connects before the process is let go: once it has ended, a Connect is refused
+        # (as envd refuses it), and under load it may end before a later Connect arrives.
         second = sbx.commands.connect(h.pid)
+        sbx.files.write("go3", "go")
         first, other = h.wait(), c.wait()
         return {"pid": h.pid, "connected": [c.pid, second.pid], "start": first.stdout,
                 "connect": other.stdout, "second": second.wait().stdout}
