@@ -8,29 +8,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, within, TestEnv, IMAGE};
-use dispatcher::protocol::{Encoding, Op, ReadParams, ReadResult, Response, WriteParams};
+use common::{eventually, read, within, write, TestEnv, IMAGE};
+use dispatcher::protocol::{ReadResult, Response};
 use dispatcher::{DispatchError, Owner, OwnerKind, SandboxId, SandboxSpec};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
-
-fn write(path: &str, content: &str) -> Op {
-    Op::FsWrite(WriteParams {
-        path: path.to_owned(),
-        content: content.to_owned(),
-        encoding: Encoding::Utf8,
-        create_dirs: true,
-        append: false,
-        metadata: Default::default(),
-    })
-}
-
-fn read(path: &str) -> Op {
-    Op::FsRead(ReadParams {
-        path: path.to_owned(),
-        ..ReadParams::default()
-    })
-}
 
 fn ok<T: DeserializeOwned>(response: Response) -> T {
     match response.into_result() {

@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::CreateContainerOptionsBuilder;
-use common::{eventually, label, within, TestEnv, IMAGE};
+use common::{eventually, label, read, within, write, TestEnv, IMAGE};
 use dispatcher::protocol::{
-    Encoding, ExecGrant, Op, ReadParams, ReadResult, Response, RunParams, RunResult, WriteParams,
-    WriteResult,
+    ExecGrant, Op, ReadResult, Response, RunParams, RunResult, WriteResult,
 };
 use dispatcher::{
     labels, DispatchError, Limits, Owner, OwnerKind, SandboxId, SandboxSpec, SandboxState,
@@ -37,24 +36,6 @@ fn run_for(argv: &[&str], timeout_ms: u64) -> Op {
         max_stdout_bytes: 64 * 1024,
         max_stderr_bytes: 64 * 1024,
         exec: ExecGrant::Any,
-    })
-}
-
-fn write(path: &str, content: &str) -> Op {
-    Op::FsWrite(WriteParams {
-        path: path.to_owned(),
-        content: content.to_owned(),
-        encoding: Encoding::Utf8,
-        create_dirs: true,
-        append: false,
-        metadata: Default::default(),
-    })
-}
-
-fn read(path: &str) -> Op {
-    Op::FsRead(ReadParams {
-        path: path.to_owned(),
-        ..ReadParams::default()
     })
 }
 

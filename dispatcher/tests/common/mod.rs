@@ -329,3 +329,25 @@ impl Drop for TestEnv {
         let _ = cleanup.join();
     }
 }
+
+/// An `fs.write` of `content` at `path` (parents made), as the tests write files.
+pub fn write(path: &str, content: &str) -> dispatcher::protocol::Op {
+    use dispatcher::protocol::{Encoding, Op, WriteParams};
+    Op::FsWrite(WriteParams {
+        path: path.to_owned(),
+        content: content.to_owned(),
+        encoding: Encoding::Utf8,
+        create_dirs: true,
+        append: false,
+        metadata: Default::default(),
+    })
+}
+
+/// An `fs.read` of the whole file at `path`.
+pub fn read(path: &str) -> dispatcher::protocol::Op {
+    use dispatcher::protocol::{Op, ReadParams};
+    Op::FsRead(ReadParams {
+        path: path.to_owned(),
+        ..ReadParams::default()
+    })
+}
