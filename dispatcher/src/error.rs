@@ -205,6 +205,21 @@ pub enum DispatchError {
         /// What went wrong on the way.
         detail: String,
     },
+    /// The holder did not take the call and certainly did not run it: it is recorded as
+    /// stopped, said it is stopping, or its peer port refused the connection. The caller's
+    /// dispatcher hands the sandbox over to a live replica and retries (`takeover.rs`); this
+    /// error reaches a caller only when nobody could take the sandbox over in time.
+    #[error("sandbox {id} is held by instance {holder}, which is not taking calls: {detail}")]
+    HolderUnavailable {
+        /// The sandbox.
+        id: SandboxId,
+        /// The instance recorded as holding it.
+        holder: uuid::Uuid,
+        /// Why it took no call.
+        detail: String,
+        /// It said it is stopping (it records its stop shortly): worth waiting for.
+        stopping: bool,
+    },
     /// This instance's lease on its sandboxes does not hold (it could not renew it in time, or
     /// a peer fenced it off as silent), so it serves none of them until it renews and takes
     /// back what nobody else claimed meanwhile; another instance may hold the sandbox now.

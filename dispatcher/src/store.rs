@@ -516,6 +516,46 @@ pub(crate) async fn claim_takeover(
     .map_err(db("taking over a sandbox"))
 }
 
+/// Claims one sandbox of a stopped or fenced `previous` holder for `me` at once, for a call
+/// that found its holder gone (`takeover.rs`, a rolling restart): the takeover pass's claim,
+/// with its conditions (a running sandbox of an owner a takeover adopts, on `me`'s engine),
+/// bumping the epoch. The new epoch, or `None` when it is not to be had.
+pub(crate) async fn claim_handover(
+    pg: &PgPool,
+    id: SandboxId,
+    previous: Uuid,
+    me: Uuid,
+    engine: &str,
+) -> Result<Option<i64>> {
+    sqlx::query_scalar(
+        "UPDATE sandboxes SET instance_id = $3, epoch = epoch + 1, updated_at = now() \
+         WHERE id = $1 AND instance_id = $2 AND state = 'running' \
+         AND owner_kind IN ('session', 'operator') AND COALESCE(engine, $4) = $4 \
+         AND EXISTS (SELECT 1 FROM node_instances n WHERE n.id = $2 \
+                     AND (n.fenced_at IS NOT NULL OR n.stopped_at IS NOT NULL)) \
+         RETURNING epoch",
+    )
+    .bind(id.0)
+    .bind(previous)
+    .bind(me)
+    .bind(engine)
+    .fetch_optional(pg)
+    .await
+    .map_err(db("taking over a sandbox of a stopped holder"))
+}
+
+/// Whether `instance` is recorded as stopped or fenced off (it holds nothing any more).
+pub(crate) async fn holds_nothing(pg: &PgPool, instance: Uuid) -> Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM node_instances WHERE id = $1 \
+                        AND (stopped_at IS NOT NULL OR fenced_at IS NOT NULL))",
+    )
+    .bind(instance)
+    .fetch_one(pg)
+    .await
+    .map_err(db("reading a holder's state"))
+}
+
 /// Takes back a sandbox `me` dropped when its lease lapsed, if nobody claimed it meanwhile
 /// (still `(me, epoch)` and running): the new epoch, or `None`.
 pub(crate) async fn reclaim(

@@ -307,10 +307,15 @@ impl Application {
             })
         });
 
-        // Peers' forwarded calls, on their own listener; stops accepting with the others.
+        // Peers' forwarded calls, on their own listener. It serves on until this instance's
+        // stop is recorded: a rolling restart fails no call (peers' calls into the sandboxes
+        // held here are served while the rest drains, then refused as "stopping", which the
+        // caller's replica takes as its cue to adopt the sandbox; `dispatcher::takeover`).
+        // Forwarded live processes and watches still end at the start of the shutdown.
+        let peers_stop = CancellationToken::new();
         let mut cluster_task = cluster.map(|(listener, key)| {
             let router = api::cluster::router(state.clone(), key, shutdown.child_token());
-            let token = shutdown.clone();
+            let token = peers_stop.clone();
             // As for HTTP: a subscription's small frames must not wait for a delayed ACK.
             let listener = api::connection::http_listener(listener);
             tokio::spawn(async move {
@@ -381,11 +386,6 @@ impl Application {
                 grpc_task.abort();
             }
         }
-        if let Some(task) = &mut cluster_task {
-            if tokio::time::timeout(grace, &mut *task).await.is_err() {
-                task.abort();
-            }
-        }
         // Phases 2 to 7 (background.rs gives the order and why).
         background.stop_periodic();
         background.stop_workflows().await;
@@ -393,6 +393,12 @@ impl Application {
         state.executions.stop_all(Duration::from_secs(10)).await;
         release_sandboxes(&state).await;
         record_stop(&state).await;
+        peers_stop.cancel();
+        if let Some(task) = &mut cluster_task {
+            if tokio::time::timeout(grace, &mut *task).await.is_err() {
+                task.abort();
+            }
+        }
         state.pool.close().await;
         tracing::info!("shutdown complete");
         result

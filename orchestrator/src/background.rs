@@ -3,7 +3,9 @@
 //! A stopping instance goes through these phases, in this order ([`crate::app::Application::run`]):
 //!
 //! 1. **Servers**: REST, MCP and gRPC stop accepting and drain in-flight requests within
-//!    `server.shutdown_grace_secs`; what is left after that is cut.
+//!    `server.shutdown_grace_secs`; what is left after that is cut. The peer listener
+//!    (`cluster.listen`) serves on: its forwarded live processes and watches end here, its
+//!    forwarded calls are served until phase 6.
 //! 2. **Periodic work** ([`Background::stop_periodic`]): the heartbeat, the session and volume
 //!    sweepers, the E2B sweep (timeouts: kills and auto-pauses; expired snapshots) and usage
 //!    sampler, the delivery worker and the first listing of the external MCP servers are cut
@@ -16,8 +18,10 @@
 //!    notification listener, last, since they only read and log.
 //! 5. **Agent executions**: each is stopped and recorded as interrupted (`Engine::stop_all`).
 //! 6. **Sandboxes**: destroyed, or left running for the next instance to adopt
-//!    (`shutdown.sandboxes`).
-//! 7. **The stop is recorded** (`node_instances.stopped_at`) and the pool closed.
+//!    (`shutdown.sandboxes`); kept ones only once the calls in flight into them have ended,
+//!    new ones being refused as "stopping" (peers then adopt the sandbox and call again).
+//! 7. **The stop is recorded** (`node_instances.stopped_at`), the peer listener stops and the
+//!    pool is closed.
 
 use std::time::Duration;
 

@@ -409,6 +409,23 @@ impl Frame {
     }
 }
 
+/// Why a holder's address could not be had.
+#[derive(Debug)]
+struct NoAddress {
+    /// It is recorded as stopped.
+    stopped: bool,
+    detail: String,
+}
+
+impl NoAddress {
+    fn other(detail: String) -> Self {
+        Self {
+            stopped: false,
+            detail,
+        }
+    }
+}
+
 /// The [`Forwarder`] the dispatcher uses: finds the holder's `peer_url` and posts the call.
 #[derive(Debug)]
 pub struct Peers {
@@ -437,7 +454,7 @@ impl Peers {
     }
 
     /// Where `holder` takes forwarded calls: from the cache while fresh, else its row.
-    async fn address_of(&self, holder: Uuid) -> Result<String, String> {
+    async fn address_of(&self, holder: Uuid) -> Result<String, NoAddress> {
         let cached = self
             .known
             .lock()
@@ -454,19 +471,20 @@ impl Peers {
         .bind(holder)
         .fetch_optional(&self.pool)
         .await
-        .map_err(|e| format!("looking the holder up failed: {e}"))?;
+        .map_err(|e| NoAddress::other(format!("looking the holder up failed: {e}")))?;
         let url = match row {
             None => {
-                return Err(
-                    "that instance has stopped; its sandboxes are adopted by a replica \
-                            on the same engine or reaped"
+                return Err(NoAddress {
+                    stopped: true,
+                    detail: "that instance has stopped; its sandboxes are adopted by a replica \
+                             on the same engine or reaped"
                         .to_owned(),
-                )
+                })
             }
             Some((None,)) => {
-                return Err(
+                return Err(NoAddress::other(
                     "that instance takes no forwarded calls (it has no cluster.listen)".to_owned(),
-                )
+                ))
             }
             Some((Some(url),)) => url,
         };
@@ -484,7 +502,21 @@ impl Peers {
         deadline: Duration,
     ) -> Result<Response, DispatchError> {
         let fail = |detail: String| DispatchError::Forward { id, holder, detail };
-        let peer = self.address_of(holder).await.map_err(fail)?;
+        // It took no call: the dispatcher hands the sandbox over and calls again.
+        let unavailable = |detail: String| DispatchError::HolderUnavailable {
+            id,
+            holder,
+            detail,
+            stopping: false,
+        };
+        let peer = match self.address_of(holder).await {
+            Ok(peer) => peer,
+            Err(NoAddress {
+                stopped: true,
+                detail,
+            }) => return Err(unavailable(detail)),
+            Err(e) => return Err(fail(e.detail)),
+        };
         let op_name = op.name();
         let body = serde_json::to_vec(&ForwardedCall {
             sandbox: id.0,
@@ -505,7 +537,14 @@ impl Peers {
             .body(body)
             .send()
             .await
-            .map_err(|e| fail(format!("{peer} did not answer: {e}")))?;
+            .map_err(|e| {
+                // Refused before anything was sent: nothing ran there.
+                if e.is_connect() {
+                    unavailable(format!("{peer} refused the connection: {e}"))
+                } else {
+                    fail(format!("{peer} did not answer: {e}"))
+                }
+            })?;
         let status = answer.status();
         let bytes = answer
             .bytes()
@@ -515,9 +554,15 @@ impl Peers {
             return serde_json::from_slice(&bytes)
                 .map_err(|e| fail(format!("{peer} answered something unreadable: {e}")));
         }
-        Err(refused(
-            &peer, holder, id, op_name, deadline, status, &bytes,
-        ))
+        let refusal = refused(&peer, holder, id, op_name, deadline, status, &bytes);
+        if matches!(refusal, DispatchError::HolderUnavailable { .. }) {
+            // Stopping: its row is read again next time, so its recorded stop is seen at once.
+            self.known
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&holder);
+        }
+        Err(refusal)
     }
 
     async fn open_subscription(
@@ -528,7 +573,7 @@ impl Peers {
         deadline: Duration,
     ) -> Result<(Opened, Relay), DispatchError> {
         let fail = |detail: String| DispatchError::Forward { id, holder, detail };
-        let peer = self.address_of(holder).await.map_err(fail)?;
+        let peer = self.address_of(holder).await.map_err(|e| fail(e.detail))?;
         let op_name = subscription.op();
         let body = serde_json::to_vec(&ForwardedSubscription {
             sandbox: id.0,
@@ -605,6 +650,13 @@ fn refused(
         "gone" => DispatchError::SandboxGone {
             id,
             reason: refusal.message,
+        },
+        // It is stopping: it records its stop shortly, and the caller's replica takes over.
+        "stopping" => DispatchError::HolderUnavailable {
+            id,
+            holder,
+            detail: format!("{peer} is stopping: {}", refusal.message),
+            stopping: true,
         },
         "timeout" => DispatchError::Timeout {
             id,
@@ -755,7 +807,7 @@ impl Peers {
         spec: SandboxSpec,
     ) -> Result<SandboxId, DispatchError> {
         let fail = |detail: String| DispatchError::ForwardCreate { target, detail };
-        let peer = self.address_of(target).await.map_err(fail)?;
+        let peer = self.address_of(target).await.map_err(|e| fail(e.detail))?;
         let image = spec.image.clone();
         let body = serde_json::to_vec(&ForwardedCreate { spec })
             .map_err(|e| fail(format!("cannot encode the spec: {e}")))?;
@@ -783,7 +835,7 @@ impl Peers {
 
     async fn forward_destroy(&self, holder: Uuid, id: SandboxId) -> Result<(), DispatchError> {
         let fail = |detail: String| DispatchError::Forward { id, holder, detail };
-        let peer = self.address_of(holder).await.map_err(fail)?;
+        let peer = self.address_of(holder).await.map_err(|e| fail(e.detail))?;
         let body = serde_json::to_vec(&ForwardedDestroy { sandbox: id.0 })
             .map_err(|e| fail(format!("cannot encode the request: {e}")))?;
         let (status, bytes) = self

@@ -101,6 +101,12 @@ pub(crate) struct Inner {
     pub(crate) relays: crate::relay::Relays,
     /// The hold on the sandboxes above (`lease.rs`).
     pub(crate) lease: lease::Lease,
+    /// Sandboxes this instance is claiming and attaching to right now (`takeover.rs`): a call
+    /// for one waits for its stream instead of finding it nowhere.
+    pub(crate) claiming: takeover::Claiming,
+    /// The calls into held sandboxes in flight, and whether new ones are still taken
+    /// (`takeover.rs`: a stop that keeps its sandboxes lets these end first).
+    pub(crate) serving: takeover::Serving,
 }
 
 impl Drop for Inner {
@@ -177,6 +183,8 @@ impl Dispatcher {
                 socket_channel: std::sync::atomic::AtomicBool::new(true),
                 relays: crate::relay::Relays::default(),
                 lease,
+                claiming: takeover::Claiming::default(),
+                serving: takeover::Serving::default(),
             }),
         };
         tracing::info!(instance = %instance_id, engine = %dispatcher.inner.engine, scope = %dispatcher.inner.scope.label, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
@@ -275,21 +283,55 @@ impl Dispatcher {
         op: Op,
         deadline: Duration,
     ) -> Result<Response> {
-        match self.inner.locate(id).await? {
-            Location::Here(sandbox) => sandbox.stream.call(op, deadline).await,
-            Location::Elsewhere(holder) => match &self.inner.config.forwarder {
-                Some(forwarder) => forwarder.forward(holder, id, op, deadline).await,
-                None => Err(DispatchError::SandboxNotFound {
+        // A holder that stopped (or is stopping) took no call: the sandbox is handed over to
+        // a live replica, this one when it can (`takeover.rs`), and the call made again, within
+        // a bounded wait.
+        let give_up = Instant::now() + deadline.min(takeover::HANDOVER_WAIT);
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let holder = match self.inner.locate(id).await? {
+                Location::Here(sandbox) => {
+                    let _serving = self.inner.serving.enter()?;
+                    return sandbox.stream.call(op, deadline).await;
+                }
+                Location::Elsewhere(holder) => holder,
+            };
+            let Some(forwarder) = &self.inner.config.forwarder else {
+                return Err(DispatchError::SandboxNotFound {
                     id,
                     attached_elsewhere: true,
-                }),
-            },
+                });
+            };
+            let unavailable = match forwarder.forward(holder, id, op.clone(), deadline).await {
+                Err(e @ DispatchError::HolderUnavailable { .. }) => e,
+                other => return other,
+            };
+            let stopping = matches!(
+                unavailable,
+                DispatchError::HolderUnavailable { stopping: true, .. }
+            );
+            match self.inner.hand_over(id, holder).await? {
+                takeover::Handover::Moved => continue,
+                // Crashed rather than stopping (its port refuses, it recorded no stop): a
+                // clear error now; the takeover pass adopts the sandbox after `dead_after`.
+                takeover::Handover::Alive if !stopping => return Err(unavailable),
+                takeover::Handover::Never => return Err(unavailable),
+                takeover::Handover::Alive | takeover::Handover::Elsewhere => {}
+            }
+            if Instant::now() + pause > give_up {
+                return Err(unavailable);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
         }
     }
 
     /// Serves a call a peer forwarded: only into a sandbox this instance holds, never forwarded
     /// again (so two instances that disagree about the holder cannot bounce a call forever).
     pub async fn call_held(&self, id: SandboxId, op: Op, deadline: Duration) -> Result<Response> {
+        // Refused as stopping first: after the stop lets go of its streams, "not found" would
+        // be the wrong answer.
+        let _serving = self.inner.serving.enter()?;
         let sandbox = self.inner.attached(id).await?;
         sandbox.stream.call(op, deadline).await
     }
@@ -496,6 +538,12 @@ impl Dispatcher {
     /// Stops the background tasks, destroys the idle pool and lets go of the held sandboxes,
     /// which keep running for adoption by the next instance (see `shutdown_destroying`).
     pub async fn shutdown(&self) {
+        // Calls in flight end first (a peer's forwarded ones too); new ones are refused as
+        // `ShuttingDown`, which a peer takes as "hand it over" (`takeover.rs`).
+        self.inner
+            .serving
+            .close_and_wait(takeover::DRAIN_WAIT)
+            .await;
         self.inner.shutdown.cancel();
         let idle = self.inner.pool.drain();
         for id in idle {
@@ -550,6 +598,11 @@ impl Inner {
 
     /// Who holds sandbox `id`'s stream: this instance, another one, or nobody (a precise error).
     pub(crate) async fn locate(&self, id: SandboxId) -> Result<Location> {
+        if self.held(id).is_none() {
+            self.claiming
+                .wait_for(id, self.config.ready_timeout * 2)
+                .await;
+        }
         if let Some(sandbox) = self.held(id) {
             // An idle pool sandbox has no owner yet, so nobody may use it.
             if !self.pool.is_idle(id) {

@@ -92,6 +92,11 @@ fn refusal_of(e: DispatchError) -> Response {
             }),
         )
             .into_response(),
+        // Stopping: it let go of its sandboxes (or is about to), so the caller's replica
+        // takes the sandbox over and calls again (`dispatcher::takeover`).
+        e @ DispatchError::ShuttingDown => {
+            refusal(StatusCode::SERVICE_UNAVAILABLE, "stopping", e.to_string())
+        }
         e => refusal(StatusCode::BAD_GATEWAY, "error", e.to_string()),
     }
 }

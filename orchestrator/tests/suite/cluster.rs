@@ -11,26 +11,15 @@
 
 use crate::common;
 
+use common::replicas::{in_process as replica, SECRET};
 use common::sandbox::AgentSandbox;
 use common::{TestApp, TestDb};
 use orchestrator::cluster::{
     ClusterKey, ForwardedCall, ForwardedSubscription, Open, CALL_PATH, SIGNATURE_HEADER,
     SUBSCRIBE_PATH,
 };
-use orchestrator::config::NodeConfig;
 use reqwest::Method;
 use serde_json::{json, Value};
-
-const SECRET: &str = "the-cluster-secret-shared-by-all-replicas";
-
-fn replica(db: &TestDb, secret: Option<&str>) -> NodeConfig {
-    let mut config = common::test_config(&db.url);
-    if let Some(secret) = secret {
-        config.cluster.listen = Some("127.0.0.1:0".parse().expect("addr"));
-        config.cluster.secret = Some(secret.to_owned());
-    }
-    config
-}
 
 fn agent() -> String {
     "apiVersion: 100monkeys.ai/v1

@@ -15,88 +15,18 @@ use std::process::Command;
 use crate::common;
 
 use aegis_cli::seal_client::{SealClient, Transport};
+use common::replicas::{SecondEngine, SECRET};
 use common::sandbox::AgentSandbox;
 use common::{TestApp, TestDb};
 use orchestrator::config::NodeConfig;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-const SECRET: &str = "the-cluster-secret-shared-by-all-replicas";
-
 /// The bound of each engine in this scenario: two live sandboxes.
 const PER_ENGINE: u64 = 2;
 
-fn script() -> String {
-    format!(
-        "{}/../scripts/lib/second_engine.sh",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
-
-/// The second engine, stopped (containers, networks, daemon, bridge, rules) when dropped.
-struct SecondEngine {
-    host: String,
-}
-
-impl SecondEngine {
-    /// Starts it with the busybox runtime loaded; `None` (with the script's reason printed)
-    /// when a second daemon cannot run on this machine.
-    fn start() -> Option<SecondEngine> {
-        let out = Command::new("bash")
-            .args([script().as_str(), "start", "aegis-runtime/busybox:1"])
-            .output()
-            .expect("bash runs");
-        if !out.status.success() {
-            eprintln!(
-                "SKIPPED engines::: a second Docker daemon cannot start on this machine:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            return None;
-        }
-        let host = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        assert!(
-            host.starts_with("unix://"),
-            "the script prints its address: {host}"
-        );
-        Some(SecondEngine { host })
-    }
-
-    /// `docker -H <second engine> args...`, its non-empty lines.
-    fn lines(&self, args: &[&str]) -> Vec<String> {
-        let out = Command::new("docker")
-            .arg("-H")
-            .arg(&self.host)
-            .args(args)
-            .output()
-            .expect("docker runs");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Drop for SecondEngine {
-    fn drop(&mut self) {
-        let out = Command::new("bash")
-            .args([script().as_str(), "stop"])
-            .output();
-        if let Ok(out) = out {
-            if !out.status.success() {
-                eprintln!(
-                    "second engine did not stop cleanly:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-        }
-    }
-}
-
 fn replica(db: &TestDb, docker_host: Option<&str>) -> NodeConfig {
-    let mut config = common::test_config(&db.url);
-    config.cluster.listen = Some("127.0.0.1:0".parse().expect("addr"));
-    config.cluster.secret = Some(SECRET.to_owned());
+    let mut config = common::replicas::in_process(db, Some(SECRET));
     config.sandbox.max_per_engine = Some(PER_ENGINE);
     config.docker.host = docker_host.map(str::to_owned);
     config.seal.security_contexts = vec![json!({

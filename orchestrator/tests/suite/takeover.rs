@@ -10,112 +10,33 @@
 //!   replica's connection); after SIGCONT the woken replica refuses or forwards calls for it
 //!   and acts on nothing it lost: its stream's end, seen on waking, writes nothing to the row
 //!   (the epoch fence), and it rejoins holding nothing.
+//! - A rolling restart (`shutdown.sandboxes: keep`): each of three replicas in turn is stopped
+//!   with SIGTERM and started again while clients call every sandbox through every replica in
+//!   turn; no call fails (the sandboxes of the stopping replica are handed over to the caller's
+//!   replica at the call), and what was written before is still there.
+//! - Past one machine, all at once: three replicas on one database and two Docker engines (the
+//!   second started by the test, `scripts/lib/second_engine.sh`; it fails when that cannot
+//!   start), sandboxes on both used through every replica in turn; one replica killed with
+//!   `kill -9` mid-calls (every call answered or refused at once, the sandbox adopted by the
+//!   replica on its engine), one stopped with SIGSTOP past `dead_after` then woken (it acts on
+//!   nothing it lost), then a rolling restart of all three with no failed call; at the end the
+//!   files are there, the audit chain is valid and nothing is left on either engine.
 
 use crate::common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::binary::{self, free_port, Node};
-use common::{docker_lines, TestDb, TEST_ADMIN_KEY};
-use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-const SECRET: &str = "the-cluster-secret-shared-by-all-replicas";
-
-/// One replica: its own callers' and peers' ports, a short `dead_after` and lease.
-async fn replica(db: &TestDb, extra: &[(&str, &str)], capture: bool) -> Node {
-    let listen = format!("127.0.0.1:{}", free_port());
-    let mut env = vec![
-        ("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "3"),
-        ("ORCHESTRATOR__SANDBOX__LEASE_SECS", "2"),
-        ("ORCHESTRATOR__CLUSTER__LISTEN", listen.as_str()),
-        ("ORCHESTRATOR__CLUSTER__SECRET", SECRET),
-    ];
-    env.extend_from_slice(extra);
-    binary::start_on(db, free_port(), &env, capture).await
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .expect("http client")
-}
-
-const AGENT: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: survivor
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Work in the workspace.
-  tools: [cmd.run, fs.read, fs.write]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [cat, echo, sleep]
-          timeout_seconds: 30
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace]
-";
-
-/// Deploys the agent and makes an operator sandbox through `node`; its id.
-async fn sandbox_on(node: &Node) -> String {
-    let http = client();
-    let r = http
-        .post(format!("{}/v1/agents", node.base))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .body(AGENT)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-    let r = http
-        .post(format!("{}/v1/sandboxes", node.base))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .json(&json!({"agent": "survivor"}))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status();
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(status, 201, "{body}");
-    body["sandbox_id"].as_str().expect("sandbox id").to_owned()
-}
-
-/// One tool call into `sandbox` through `base`: (HTTP status, body).
-async fn call(base: &str, sandbox: &str, name: &str, arguments: Value) -> (u16, Value) {
-    let r = client()
-        .post(format!("{base}/v1/tools/call"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .json(&json!({"name": name, "arguments": arguments, "sandbox_id": sandbox}))
-        .send()
-        .await
-        .expect("the replica answers");
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
-/// The tool's result when the call succeeded.
-fn ok_result(answer: &(u16, Value)) -> Option<&Value> {
-    (answer.0 == 200 && answer.1["isError"] == false).then(|| &answer.1["structuredContent"])
-}
-
-/// `(instance_id, epoch, state)` of a sandbox's row.
-async fn holder(pool: &sqlx::PgPool, sandbox: &str) -> (uuid::Uuid, i64, String) {
-    sqlx::query_as("SELECT instance_id, epoch, state FROM sandboxes WHERE id = $1::uuid")
-        .bind(sandbox)
-        .fetch_one(pool)
-        .await
-        .expect("sandbox row")
-}
+use common::binary::Node;
+use common::docker_lines;
+use common::replicas::{
+    audit_valid, call, client, deploy, destroy_leaving_nothing, holder, make_sandbox, ok_result,
+    replica, sandbox_on, signal, SecondEngine, KEEP,
+};
+use common::{TestDb, TEST_ADMIN_KEY};
+use serde_json::json;
 
 /// Instances not recorded as stopped.
 async fn running_instances(pool: &sqlx::PgPool) -> usize {
@@ -123,28 +44,6 @@ async fn running_instances(pool: &sqlx::PgPool) -> usize {
         .fetch_one(pool)
         .await
         .expect("instances") as usize
-}
-
-fn signal(node: &Node, sig: &str) {
-    let pid = node.child.id().expect("running").to_string();
-    assert!(Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .expect("kill runs")
-        .success());
-}
-
-async fn audit_valid(base: &str) {
-    let verify: Value = client()
-        .get(format!("{base}/v1/audit/verify?full=true"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(verify["valid"], true, "{verify}");
 }
 
 #[tokio::test]
@@ -445,4 +344,466 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
     assert!(r.status().is_success());
     b.terminate().await;
     let _ = std::fs::remove_dir_all(&channels);
+}
+
+/// A client of the rolling restart: calls every sandbox through the replicas in `rotation`, in
+/// turn, until `stop`; (calls made, what failed). A call holds the rotation while it runs, so
+/// a replica taken out of it (a load balancer's drain) has no call of these clients pending.
+async fn keep_calling(
+    which: usize,
+    ids: Vec<String>,
+    rotation: Arc<tokio::sync::RwLock<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+) -> (usize, Vec<String>) {
+    let mut made = 0usize;
+    let mut failed = Vec::new();
+    let mut turn = which;
+    while !stop.load(Ordering::SeqCst) {
+        for (i, id) in ids.iter().enumerate() {
+            turn += 1;
+            let bases = rotation.read().await;
+            let base = bases[turn % bases.len()].clone();
+            let expected = format!("before {i}");
+            let (name, arguments) = match made % 3 {
+                0 => (
+                    "fs.write",
+                    json!({"path": format!("/workspace/c{which}-{made}.txt"), "content": "x"}),
+                ),
+                1 => ("fs.read", json!({"path": "/workspace/before.txt"})),
+                _ => (
+                    "cmd.run",
+                    json!({"command": "cat", "args": ["/workspace/before.txt"]}),
+                ),
+            };
+            let answer = call(&base, id, name, arguments).await;
+            drop(bases);
+            let served = match (name, ok_result(&answer)) {
+                (_, None) => false,
+                ("fs.read", Some(r)) => r["content"] == expected.as_str(),
+                ("cmd.run", Some(r)) => r["stdout"] == expected.as_str(),
+                (_, Some(_)) => true,
+            };
+            if !served {
+                failed.push(format!("{name} into {id} through {base}: {answer:?}"));
+            }
+            made += 1;
+        }
+    }
+    (made, failed)
+}
+
+#[tokio::test]
+async fn a_rolling_restart_fails_no_call() {
+    let db = TestDb::create().await;
+    let pool = db.pool().await;
+    let env = [KEEP];
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(replica(&db, &env, false).await);
+    }
+    deploy(&nodes[0]).await;
+    let mut ids = Vec::new();
+    for node in &nodes {
+        ids.push(make_sandbox(node).await);
+    }
+    let mut first = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let wrote = call(
+            &nodes[i].base,
+            id,
+            "fs.write",
+            json!({"path": "/workspace/before.txt", "content": format!("before {i}")}),
+        )
+        .await;
+        assert!(ok_result(&wrote).is_some(), "{wrote:?}");
+        first.push(holder(&pool, id).await);
+    }
+
+    let rotation = Arc::new(tokio::sync::RwLock::new(
+        nodes.iter().map(|n| n.base.clone()).collect::<Vec<_>>(),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..2)
+        .map(|which| {
+            tokio::spawn(keep_calling(
+                which,
+                ids.clone(),
+                rotation.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Each replica in turn: out of the rotation, SIGTERM (a clean exit, its sandboxes kept),
+    // a new one started and put in the rotation.
+    for _ in 0..3 {
+        let old = nodes.remove(0);
+        rotation.write().await.retain(|base| base != &old.base);
+        old.terminate().await;
+        let new = replica(&db, &env, false).await;
+        rotation.write().await.push(new.base.clone());
+        nodes.push(new);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut made = 0;
+    let mut failed = Vec::new();
+    for client in clients {
+        let (n, f) = client.await.expect("client task");
+        made += n;
+        failed.extend(f);
+    }
+    eprintln!("{made} calls through a rolling restart of three replicas");
+    assert!(made >= 30, "the clients kept calling: {made}");
+    assert!(
+        failed.is_empty(),
+        "{} failed calls: {failed:#?}",
+        failed.len()
+    );
+
+    // Every sandbox is held by a replica that runs, one epoch or more later, and what was
+    // written before the restart is still there, through every replica.
+    for (i, id) in ids.iter().enumerate() {
+        let (now, epoch, state) = holder(&pool, id).await;
+        assert_eq!(state, "running");
+        assert!(
+            epoch > first[i].1,
+            "handed over: {epoch} after {}",
+            first[i].1
+        );
+        let stopped: Option<chrono::DateTime<chrono::Utc>> =
+            sqlx::query_scalar("SELECT stopped_at FROM node_instances WHERE id = $1")
+                .bind(now)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert!(stopped.is_none(), "held by a running replica");
+        for node in &nodes {
+            let read = call(
+                &node.base,
+                id,
+                "fs.read",
+                json!({"path": "/workspace/before.txt"}),
+            )
+            .await;
+            assert_eq!(
+                ok_result(&read).map(|r| r["content"].clone()),
+                Some(json!(format!("before {i}"))),
+                "{read:?}"
+            );
+        }
+    }
+    audit_valid(&nodes[0].base).await;
+    for id in &ids {
+        destroy_leaving_nothing(&nodes[0].base, id, &[]).await;
+    }
+    for node in nodes {
+        node.terminate().await;
+    }
+}
+
+/// Writes `before {i}` into `/workspace/before.txt` of the `i`th sandbox, through `base`.
+async fn write_before(base: &str, ids: &[String]) {
+    for (i, id) in ids.iter().enumerate() {
+        let wrote = call(
+            base,
+            id,
+            "fs.write",
+            json!({"path": "/workspace/before.txt", "content": format!("before {i}")}),
+        )
+        .await;
+        assert!(ok_result(&wrote).is_some(), "{wrote:?}");
+    }
+}
+
+/// Reads each sandbox's `before.txt` through every replica in turn: all served.
+async fn read_everywhere(nodes: &[&Node], ids: &[String]) {
+    for (i, id) in ids.iter().enumerate() {
+        for node in nodes {
+            let read = call(
+                &node.base,
+                id,
+                "fs.read",
+                json!({"path": "/workspace/before.txt"}),
+            )
+            .await;
+            assert_eq!(
+                ok_result(&read).map(|r| r["content"].clone()),
+                Some(json!(format!("before {i}"))),
+                "{id} through {}: {read:?}",
+                node.base
+            );
+        }
+    }
+}
+
+/// Replicas as `(node, its environment)`, restarted one after the other (SIGTERM, a clean
+/// exit, a new one with the same environment) while clients call `ids` through the ones in
+/// the rotation; what failed.
+async fn roll(
+    db: &TestDb,
+    nodes: &mut Vec<(Node, Vec<(&'static str, String)>)>,
+    ids: &[String],
+) -> Vec<String> {
+    let rotation = Arc::new(tokio::sync::RwLock::new(
+        nodes
+            .iter()
+            .map(|(n, _)| n.base.clone())
+            .collect::<Vec<_>>(),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..2)
+        .map(|which| {
+            tokio::spawn(keep_calling(
+                which,
+                ids.to_vec(),
+                rotation.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for _ in 0..nodes.len() {
+        let (old, env) = nodes.remove(0);
+        rotation.write().await.retain(|base| base != &old.base);
+        old.terminate().await;
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let new = replica(db, &pairs, false).await;
+        rotation.write().await.push(new.base.clone());
+        nodes.push((new, env));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut made = 0;
+    let mut failed = Vec::new();
+    for client in clients {
+        let (n, f) = client.await.expect("client task");
+        made += n;
+        failed.extend(f);
+    }
+    eprintln!(
+        "{made} calls through a rolling restart of {} replicas",
+        nodes.len()
+    );
+    assert!(made >= 30, "the clients kept calling: {made}");
+    failed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_one_machine_a_kill_a_stall_and_a_rolling_restart_on_two_engines() {
+    let second = SecondEngine::start_or_fail();
+    let db = TestDb::create().await;
+    let pool = db.pool().await;
+    let host_env = || vec![(KEEP.0, KEEP.1.to_owned())];
+    let other_env = || {
+        vec![
+            (KEEP.0, KEEP.1.to_owned()),
+            ("ORCHESTRATOR__DOCKER__HOST", second.host.clone()),
+        ]
+    };
+    let start = |env: Vec<(&'static str, String)>| {
+        let db = &db;
+        async move {
+            let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let node = replica(db, &pairs, false).await;
+            (node, env)
+        }
+    };
+    let (mut a, a_env) = start(host_env()).await;
+    let (b, b_env) = start(host_env()).await;
+    let (c, c_env) = start(other_env()).await;
+    deploy(&a).await;
+    // One sandbox made through each: A's and B's on the host's engine, C's on the second.
+    let ids = vec![
+        make_sandbox(&a).await,
+        make_sandbox(&b).await,
+        make_sandbox(&c).await,
+    ];
+    let engines: Vec<Option<String>> = {
+        let mut v = Vec::new();
+        for id in &ids {
+            v.push(
+                sqlx::query_scalar("SELECT engine FROM sandboxes WHERE id = $1::uuid")
+                    .bind(id)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap(),
+            );
+        }
+        v
+    };
+    assert_eq!(engines[0], engines[1], "A and B share the host's engine");
+    assert_ne!(
+        engines[0], engines[2],
+        "C's sandbox is on the second engine"
+    );
+    assert_eq!(
+        second
+            .lines(&[
+                "ps",
+                "-q",
+                "--filter",
+                &format!("label=org.aegis.sandbox={}", ids[2])
+            ])
+            .len(),
+        1
+    );
+    write_before(&b.base, &ids).await;
+    read_everywhere(&[&a, &b, &c], &ids).await;
+
+    // kill -9 of A while B and C call every sandbox: each call is answered or refused at once;
+    // B (on A's engine) adopts A's sandbox, and it is served through both again.
+    let (a_id, a_epoch, _) = holder(&pool, &ids[0]).await;
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        signal(&a, "-KILL");
+        let _ = a.child.wait().await;
+        Instant::now()
+    });
+    let started = Instant::now();
+    let mut served_again = 0;
+    let mut refused = 0;
+    while served_again < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "A's sandbox never served again"
+        );
+        for (i, id) in ids.iter().enumerate() {
+            for node in [&b, &c] {
+                let asked = Instant::now();
+                let read = call(
+                    &node.base,
+                    id,
+                    "fs.read",
+                    json!({"path": "/workspace/before.txt"}),
+                )
+                .await;
+                let took = asked.elapsed();
+                assert!(
+                    took < Duration::from_secs(5),
+                    "a call took {took:?}: {read:?}"
+                );
+                match ok_result(&read) {
+                    Some(r) => {
+                        assert_eq!(r["content"], format!("before {i}"));
+                        if i == 0 && killer.is_finished() && refused > 0 {
+                            served_again += 1;
+                        }
+                    }
+                    None => {
+                        assert_eq!(i, 0, "only A's sandbox is refused: {read:?}");
+                        let text = read.1.to_string();
+                        assert!(
+                            text.contains("instance"),
+                            "the error names the holder: {text}"
+                        );
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let killed_at = killer.await.expect("killer");
+    eprintln!(
+        "A's sandbox served again {:?} after kill -9",
+        killed_at.elapsed()
+    );
+    let (now, epoch, state) = holder(&pool, &ids[0]).await;
+    assert_ne!(now, a_id);
+    assert!(epoch > a_epoch && state == "running");
+    let (b_id, ..) = holder(&pool, &ids[1]).await;
+    assert_eq!(
+        now, b_id,
+        "adopted by B, the replica on its engine, not by C"
+    );
+
+    // A replacement for A; then B stopped past dead_after: the new A fences it and adopts
+    // both sandboxes B held; woken, B acts on nothing it lost and forwards.
+    let (a2, a2_env) = start(a_env).await;
+    let held_by_b = [ids[0].clone(), ids[1].clone()];
+    let before: Vec<_> = {
+        let mut v = Vec::new();
+        for id in &held_by_b {
+            v.push(holder(&pool, id).await);
+        }
+        v
+    };
+    signal(&b, "-STOP");
+    let stalled = Instant::now();
+    let mut after = Vec::new();
+    for (id, (_, epoch, _)) in held_by_b.iter().zip(&before) {
+        loop {
+            let (now, now_epoch, state) = holder(&pool, id).await;
+            if now != b_id {
+                assert_eq!((now_epoch, state.as_str()), (epoch + 1, "running"));
+                after.push((now, now_epoch));
+                break;
+            }
+            assert!(
+                stalled.elapsed() < Duration::from_secs(20),
+                "B's sandboxes never taken over"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    read_everywhere(&[&a2, &c], &ids).await;
+    signal(&b, "-CONT");
+    let woke = Instant::now();
+    loop {
+        let asked = Instant::now();
+        let read = call(
+            &b.base,
+            &ids[1],
+            "fs.read",
+            json!({"path": "/workspace/before.txt"}),
+        )
+        .await;
+        assert!(asked.elapsed() < Duration::from_secs(5), "{read:?}");
+        if ok_result(&read).is_some() {
+            break;
+        }
+        let text = read.1.to_string();
+        assert!(
+            text.contains("does not hold") || text.contains("held by"),
+            "{text}"
+        );
+        assert!(
+            woke.elapsed() < Duration::from_secs(15),
+            "the woken replica never forwarded"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (id, was) in held_by_b.iter().zip(&after) {
+        let (now, epoch, _) = holder(&pool, id).await;
+        assert_eq!(
+            (now, epoch),
+            *was,
+            "the woken replica changed nothing of {id}"
+        );
+    }
+
+    // A rolling restart of all three (C comes back on the second engine): no call fails.
+    let mut nodes = vec![(a2, a2_env), (b, b_env), (c, c_env)];
+    let failed = roll(&db, &mut nodes, &ids).await;
+    assert!(
+        failed.is_empty(),
+        "{} failed calls: {failed:#?}",
+        failed.len()
+    );
+    let now: Vec<&Node> = nodes.iter().map(|(n, _)| n).collect();
+    read_everywhere(&now, &ids).await;
+    audit_valid(&now[0].base).await;
+    let other = ["-H", second.host.as_str()];
+    for (i, id) in ids.iter().enumerate() {
+        let docker: &[&str] = if i == 2 { &other } else { &[] };
+        destroy_leaving_nothing(&now[i % 3].base, id, docker).await;
+    }
+    for (node, _) in nodes {
+        node.terminate().await;
+    }
+    drop(second);
 }

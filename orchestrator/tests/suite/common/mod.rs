@@ -9,6 +9,7 @@ pub mod binary;
 pub mod fake_llm;
 pub mod mcp;
 pub mod proxy;
+pub mod replicas;
 pub mod sandbox;
 
 use std::net::SocketAddr;

@@ -1,0 +1,265 @@
+//! Replicas as real processes on one database (`orchestrator serve`, see [`super::binary`]),
+//! for the tests of issue 23 that need real signals: SIGKILL, SIGSTOP/SIGCONT, SIGTERM.
+//!
+//! Each replica has a peer listener of its own, the shared cluster secret, a short
+//! `dead_after` (3 s) and lease (2 s). One operator agent (`survivor`, busybox) serves the
+//! sandboxes these tests make.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::binary::{self, free_port, Node};
+use orchestrator::config::NodeConfig;
+
+use super::{TestDb, TEST_ADMIN_KEY};
+
+/// The cluster secret every replica of these tests shares.
+pub const SECRET: &str = "the-cluster-secret-shared-by-all-replicas";
+
+/// One replica with extra environment `extra` (later entries win); its stderr captured when
+/// `capture` (read by [`Node::terminate`]).
+pub async fn replica(db: &TestDb, extra: &[(&str, &str)], capture: bool) -> Node {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut env = vec![
+        ("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "3"),
+        ("ORCHESTRATOR__SANDBOX__LEASE_SECS", "2"),
+        ("ORCHESTRATOR__CLUSTER__LISTEN", listen.as_str()),
+        ("ORCHESTRATOR__CLUSTER__SECRET", SECRET),
+    ];
+    env.extend_from_slice(extra);
+    binary::start_on(db, free_port(), &env, capture).await
+}
+
+/// The environment of a replica whose sandboxes outlive its stop (a rolling restart).
+pub const KEEP: (&str, &str) = ("ORCHESTRATOR__SHUTDOWN__SANDBOXES", "keep");
+
+/// An HTTP client with a generous timeout (a loaded machine), never a hang.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("http client")
+}
+
+/// The agent the sandboxes of these tests are made for.
+pub const AGENT: &str = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: survivor
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Work in the workspace.
+  tools: [cmd.run, fs.read, fs.write]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [cat, echo, sleep]
+          timeout_seconds: 30
+  security:
+    filesystem:
+      read: [/workspace]
+      write: [/workspace]
+";
+
+/// Deploys [`AGENT`] through `node` (once per database).
+pub async fn deploy(node: &Node) {
+    let r = client()
+        .post(format!("{}/v1/agents", node.base))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .body(AGENT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+}
+
+/// Makes an operator sandbox of the deployed agent through `node`; its id.
+pub async fn make_sandbox(node: &Node) -> String {
+    let r = client()
+        .post(format!("{}/v1/sandboxes", node.base))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .json(&json!({"agent": "survivor"}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    body["sandbox_id"].as_str().expect("sandbox id").to_owned()
+}
+
+/// Deploys the agent and makes an operator sandbox through `node`; its id.
+pub async fn sandbox_on(node: &Node) -> String {
+    deploy(node).await;
+    make_sandbox(node).await
+}
+
+/// One tool call into `sandbox` through `base`: (HTTP status, body). A replica that does not
+/// answer at all is status 0 with the error as the body.
+pub async fn call(base: &str, sandbox: &str, name: &str, arguments: Value) -> (u16, Value) {
+    let sent = client()
+        .post(format!("{base}/v1/tools/call"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .json(&json!({"name": name, "arguments": arguments, "sandbox_id": sandbox}))
+        .send()
+        .await;
+    match sent {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            (status, r.json().await.unwrap_or(Value::Null))
+        }
+        Err(e) => (0, Value::String(format!("{base} did not answer: {e}"))),
+    }
+}
+
+/// The tool's result when the call succeeded.
+pub fn ok_result(answer: &(u16, Value)) -> Option<&Value> {
+    (answer.0 == 200 && answer.1["isError"] == false).then(|| &answer.1["structuredContent"])
+}
+
+/// `(instance_id, epoch, state)` of a sandbox's row.
+pub async fn holder(pool: &sqlx::PgPool, sandbox: &str) -> (uuid::Uuid, i64, String) {
+    sqlx::query_as("SELECT instance_id, epoch, state FROM sandboxes WHERE id = $1::uuid")
+        .bind(sandbox)
+        .fetch_one(pool)
+        .await
+        .expect("sandbox row")
+}
+
+/// Sends `sig` (`-KILL`, `-STOP`, ...) to the replica's process.
+pub fn signal(node: &Node, sig: &str) {
+    let pid = node.child.id().expect("running").to_string();
+    assert!(Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .expect("kill runs")
+        .success());
+}
+
+/// The audit chain, verified in full through `base`, is valid.
+pub async fn audit_valid(base: &str) {
+    let verify: Value = client()
+        .get(format!("{base}/v1/audit/verify?full=true"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(verify["valid"], true, "{verify}");
+}
+
+/// Destroys `sandbox` through `base`; then nothing of it is left in Docker (`docker` runs the
+/// CLI against its engine).
+pub async fn destroy_leaving_nothing(base: &str, sandbox: &str, docker: &[&str]) {
+    let r = client()
+        .delete(format!("{base}/v1/sandboxes/{sandbox}"))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let label = format!("label=org.aegis.sandbox={sandbox}");
+    let lines = |args: &[&str]| {
+        let mut all: Vec<&str> = docker.to_vec();
+        all.extend_from_slice(args);
+        super::docker_lines(&all)
+    };
+    assert!(lines(&["ps", "-aq", "--filter", &label]).is_empty());
+    assert!(lines(&["volume", "ls", "-q", "--filter", &label]).is_empty());
+}
+
+/// The config of an in-process replica (`TestApp`) on `db`: with `secret`, a peer listener on a
+/// free port and that cluster secret; without, no peer listener.
+pub fn in_process(db: &TestDb, secret: Option<&str>) -> NodeConfig {
+    let mut config = super::test_config(&db.url);
+    if let Some(secret) = secret {
+        config.cluster.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        config.cluster.secret = Some(secret.to_owned());
+    }
+    config
+}
+
+fn script() -> String {
+    format!(
+        "{}/../scripts/lib/second_engine.sh",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// The second engine, stopped (containers, networks, daemon, bridge, rules) when dropped.
+pub struct SecondEngine {
+    /// Its address, `unix://...`.
+    pub host: String,
+}
+
+impl SecondEngine {
+    /// Starts it with the busybox runtime loaded; `None` (with the script's reason printed)
+    /// when a second daemon cannot run on this machine.
+    pub fn start() -> Option<SecondEngine> {
+        let out = Command::new("bash")
+            .args([script().as_str(), "start", "aegis-runtime/busybox:1"])
+            .output()
+            .expect("bash runs");
+        if !out.status.success() {
+            eprintln!(
+                "SKIPPED: a second Docker daemon cannot start on this machine:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return None;
+        }
+        let host = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(
+            host.starts_with("unix://"),
+            "the script prints its address: {host}"
+        );
+        Some(SecondEngine { host })
+    }
+
+    /// [`SecondEngine::start`] for a scenario that must not be skipped: fails loudly.
+    pub fn start_or_fail() -> SecondEngine {
+        Self::start().expect(
+            "the second Docker engine must start on this machine (scripts/lib/second_engine.sh; \
+             its reason is printed above)",
+        )
+    }
+
+    /// `docker -H <second engine> args...`, its non-empty lines.
+    pub fn lines(&self, args: &[&str]) -> Vec<String> {
+        let out = Command::new("docker")
+            .arg("-H")
+            .arg(&self.host)
+            .args(args)
+            .output()
+            .expect("docker runs");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for SecondEngine {
+    fn drop(&mut self) {
+        let out = Command::new("bash")
+            .args([script().as_str(), "stop"])
+            .output();
+        if let Ok(out) = out {
+            if !out.status.success() {
+                eprintln!(
+                    "second engine did not stop cleanly:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+}
