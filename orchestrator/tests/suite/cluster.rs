@@ -306,11 +306,11 @@ async fn the_peer_listener_refuses_unsigned_altered_replayed_and_stale_calls() {
 
 /// `cargo test --workspace --test suite -- cluster::figures --ignored --nocapture`: a forwarded
 /// call's added latency beside a local one (p50, p99 of `cmd.run true` and `fs.read` through
-/// the replica that holds the sandbox and through another), and tool-call throughput with one,
-/// two and three replicas taking the calls of 8 concurrent clients in turn. One run on this
-/// machine; the replicas share its two cores, so throughput shows what forwarding costs, not
-/// what more hosts would add.
-#[tokio::test]
+/// the replica that holds the sandbox and through another), and tool-call throughput
+/// (`aegis.runtime.list`, `cmd.run`) with one, two and three replicas (processes) taking the
+/// calls of 8 concurrent clients in turn. One run on this machine; the replicas share its two
+/// cores, so throughput shows what forwarding costs, not what more hosts would add.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: prints figures"]
 async fn figures() {
     use std::time::{Duration, Instant};
@@ -387,26 +387,67 @@ async fn figures() {
         );
     }
     eprintln!("{line}");
-    for (name, arguments, sandboxed) in [
-        ("aegis.runtime.list", json!({}), false),
-        ("cmd.run", json!({"command": "id", "args": ["-u"]}), true),
+    // Throughput with the replicas as processes, each on its own runtime as deployed (the
+    // in-process ones above share the test's): 8 concurrent clients spread over the first n
+    // replicas for 5 s, calling one sandbox held by the first (so with n replicas, (n-1)/n
+    // of the calls are forwarded).
+    drop(replicas);
+    let nodes = [
+        common::replicas::replica(&db, &[], false).await,
+        common::replicas::replica(&db, &[], false).await,
+        common::replicas::replica(&db, &[], false).await,
+    ];
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("http client");
+    let r = http
+        .post(format!("{}/v1/sandboxes", nodes[0].base))
+        .bearer_auth(common::TEST_ADMIN_KEY)
+        .json(&json!({"agent": "shared"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let held: Value = r.json().await.unwrap();
+    let sandbox = held["sandbox_id"].as_str().expect("sandbox id").to_owned();
+    let one = |base: String, name: &'static str, arguments: Value| {
+        let (http, sandbox) = (http.clone(), sandbox.clone());
+        async move {
+            let r = http
+                .post(format!("{base}/v1/tools/call"))
+                .bearer_auth(common::TEST_ADMIN_KEY)
+                .json(&json!({"name": name, "arguments": arguments, "sandbox_id": sandbox}))
+                .send()
+                .await
+                .unwrap();
+            let status = r.status();
+            let out: Value = r.json().await.unwrap_or(Value::Null);
+            assert!(status == 200 && out["isError"] != true, "{name}: {out}");
+        }
+    };
+    eprintln!("throughput, calls/s (8 clients over n replicas as processes, 5 s each):");
+    for (name, arguments) in [
+        ("aegis.runtime.list", json!({})),
+        ("cmd.run", json!({"command": "id", "args": ["-u"]})),
     ] {
-        let mut line = format!("{name:<18} calls/s");
+        for node in &nodes {
+            for _ in 0..10 {
+                one(node.base.clone(), name, arguments.clone()).await;
+            }
+        }
+        let mut line = format!("{name:<18}");
         for n in 1..=3 {
             let deadline = Instant::now() + Duration::from_secs(5);
             let clients: Vec<_> = (0..8)
                 .map(|c| {
-                    let sandbox = AgentSandbox::of(&replicas[c % n], &made.id);
+                    let base = nodes[c % n].base.clone();
                     let arguments = arguments.clone();
+                    let one = &one;
                     async move {
                         let mut done = 0u64;
                         while Instant::now() < deadline {
-                            if sandboxed {
-                                sandbox.ok(name, arguments.clone()).await;
-                            } else {
-                                let (status, out) = sandbox.call(name, arguments.clone()).await;
-                                assert_eq!(status, 200, "{out}");
-                            }
+                            one(base.clone(), name, arguments.clone()).await;
                             done += 1;
                         }
                         done
@@ -414,9 +455,12 @@ async fn figures() {
                 })
                 .collect();
             let total: u64 = futures_util::future::join_all(clients).await.iter().sum();
-            line += &format!("  {n} replica(s): {:.0}", total as f64 / 5.0);
+            line += &format!("  {n} replica(s): {:>6.0}", total as f64 / 5.0);
         }
         eprintln!("{line}");
+    }
+    for node in nodes {
+        node.terminate().await;
     }
 }
 
