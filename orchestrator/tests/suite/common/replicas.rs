@@ -195,16 +195,26 @@ fn script() -> String {
     )
 }
 
+/// One second engine at a time in this test binary: a scenario's stop would pull it from
+/// under another's.
+static SECOND_ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The second engine, stopped (containers, networks, daemon, bridge, rules) when dropped.
 pub struct SecondEngine {
     /// Its address, `unix://...`.
     pub host: String,
+    /// Held while it runs (released after `Drop` stopped it).
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
 
 impl SecondEngine {
     /// Starts it with the busybox runtime loaded; `None` (with the script's reason printed)
     /// when a second daemon cannot run on this machine.
     pub fn start() -> Option<SecondEngine> {
+        // A scenario that failed while holding it still stopped it (`Drop`).
+        let alone = SECOND_ENGINE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let out = Command::new("bash")
             .args([script().as_str(), "start", "aegis-runtime/busybox:1"])
             .output()
@@ -221,7 +231,10 @@ impl SecondEngine {
             host.starts_with("unix://"),
             "the script prints its address: {host}"
         );
-        Some(SecondEngine { host })
+        Some(SecondEngine {
+            host,
+            _alone: alone,
+        })
     }
 
     /// [`SecondEngine::start`] for a scenario that must not be skipped: fails loudly.
