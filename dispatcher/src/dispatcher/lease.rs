@@ -256,6 +256,7 @@ impl Inner {
                 keep.push((id, epoch));
                 continue;
             }
+            let _claiming = self.claiming.mark(id);
             match store::reclaim(&self.pg, id, self.instance, epoch).await {
                 Ok(Some(epoch)) => self.reattach_taken(id, epoch, "taken back").await,
                 Ok(None) => {

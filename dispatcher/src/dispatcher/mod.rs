@@ -1243,6 +1243,7 @@ impl Inner {
         tracing::info!(previous = %previous, sandboxes = rows.len(), "adopting sandboxes of a previous instance");
         for row in rows {
             let id = row.id;
+            let _claiming = self.claiming.mark(id);
             let Some(epoch) = store::claim_adoption(&self.pg, id, previous, self.instance).await?
             else {
                 continue;

@@ -36,7 +36,7 @@
 //! nowhere. Live processes and watches followed through a stopping replica end with a clear
 //! error; plain calls go on.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -70,10 +70,11 @@ pub(crate) enum Handover {
     Never,
 }
 
-/// Sandboxes being claimed and attached to by this instance.
+/// Sandboxes being claimed and attached to by this instance, with how many claims of each
+/// are under way (a call's and the pass's may overlap; the first to end must not unmark it).
 #[derive(Default)]
 pub(crate) struct Claiming {
-    ids: Mutex<HashSet<SandboxId>>,
+    ids: Mutex<HashMap<SandboxId, usize>>,
     done: Notify,
 }
 
@@ -85,11 +86,14 @@ pub(crate) struct ClaimMark<'a> {
 
 impl Drop for ClaimMark<'_> {
     fn drop(&mut self) {
-        self.claiming
-            .ids
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.id);
+        let mut ids = self.claiming.ids.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = ids.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                ids.remove(&self.id);
+            }
+        }
+        drop(ids);
         self.claiming.done.notify_waiters();
     }
 }
@@ -97,10 +101,12 @@ impl Drop for ClaimMark<'_> {
 impl Claiming {
     /// Marks `id` as being claimed until the mark is dropped.
     pub(crate) fn mark(&self, id: SandboxId) -> ClaimMark<'_> {
-        self.ids
+        *self
+            .ids
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id);
+            .entry(id)
+            .or_default() += 1;
         ClaimMark { claiming: self, id }
     }
 
@@ -108,7 +114,7 @@ impl Claiming {
         self.ids
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(&id)
+            .contains_key(&id)
     }
 
     /// Waits, at most `bound`, until `id` is not being claimed.
@@ -198,7 +204,11 @@ impl Inner {
     /// nothing.
     pub(crate) async fn take_over(self: &Arc<Self>) -> Result<TakeoverReport> {
         let mut report = TakeoverReport::default();
-        if !self.lease.takes_over() || !self.lease.valid() || self.shutdown.is_cancelled() {
+        if !self.lease.takes_over()
+            || !self.lease.valid()
+            || self.shutdown.is_cancelled()
+            || self.serving.closed()
+        {
             return Ok(report);
         }
         let fenced = store::fence_silent(&self.pg, self.instance, self.config.dead_after).await?;
@@ -207,7 +217,7 @@ impl Inner {
         }
         report.fenced = fenced.len();
         for row in store::adoptable(&self.pg, self.instance, &self.engine).await? {
-            if !self.lease.valid() || self.shutdown.is_cancelled() {
+            if !self.lease.valid() || self.shutdown.is_cancelled() || self.serving.closed() {
                 break;
             }
             let id = row.info.id;
