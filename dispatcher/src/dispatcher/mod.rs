@@ -311,7 +311,8 @@ impl Dispatcher {
                 DispatchError::HolderUnavailable { stopping: true, .. }
             );
             match self.inner.hand_over(id, holder).await? {
-                takeover::Handover::Moved => continue,
+                takeover::Handover::Moved if Instant::now() < give_up => continue,
+                takeover::Handover::Moved => return Err(unavailable),
                 // Crashed rather than stopping (its port refuses, it recorded no stop): a
                 // clear error now; the takeover pass adopts the sandbox after `dead_after`.
                 takeover::Handover::Alive if !stopping => return Err(unavailable),

@@ -91,6 +91,9 @@ pub(super) fn dispatch_error(e: DispatchError) -> ToolError {
         DispatchError::Timeout { .. } => ToolError::new("timeout", e.to_string()),
         // This replica's lease lapsed: another may hold the sandbox now, so a retry can work.
         DispatchError::LeaseLapsed { .. } => ToolError::new("unavailable", e.to_string()),
+        // Its holder stopped or crashed and nobody took the sandbox over in time: a takeover
+        // (after `dead_after` at most) may still, so a retry can work.
+        DispatchError::HolderUnavailable { .. } => ToolError::new("unavailable", e.to_string()),
         other => ToolError::new("sandbox_error", other.to_string()),
     }
 }
