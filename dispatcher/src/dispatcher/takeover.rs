@@ -297,3 +297,50 @@ impl Inner {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_sandbox_stays_claimed_until_the_last_of_overlapping_claims_ends() {
+        let claiming = Claiming::default();
+        let id = SandboxId::new();
+        let call = claiming.mark(id);
+        let pass = claiming.mark(id);
+        drop(pass);
+        assert!(claiming.contains(id), "the call's claim is still under way");
+        let waiter = claiming.wait_for(id, Duration::from_secs(30));
+        tokio::pin!(waiter);
+        assert!(
+            futures_util::poll!(&mut waiter).is_pending(),
+            "a call waits for the claim"
+        );
+        drop(call);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken when the last claim ends");
+        assert!(!claiming.contains(id));
+    }
+
+    #[tokio::test]
+    async fn a_closed_dispatcher_refuses_new_calls_and_waits_for_those_in_flight() {
+        let serving = Arc::new(Serving::default());
+        let in_flight = serving.enter().expect("open");
+        let closing = {
+            let serving = serving.clone();
+            tokio::spawn(async move { serving.close_and_wait(Duration::from_secs(30)).await })
+        };
+        while !serving.closed() {
+            tokio::task::yield_now().await;
+        }
+        assert!(matches!(serving.enter(), Err(DispatchError::ShuttingDown)));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!closing.is_finished(), "it waits for the call in flight");
+        drop(in_flight);
+        tokio::time::timeout(Duration::from_secs(5), closing)
+            .await
+            .expect("done once the call ended")
+            .expect("task");
+    }
+}
