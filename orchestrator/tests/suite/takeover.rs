@@ -16,7 +16,8 @@
 //!   replica at the call), and what was written before is still there.
 //! - Past one machine, all at once: three replicas on one database and two Docker engines (the
 //!   second started by the test, `scripts/lib/second_engine.sh`; it fails when that cannot
-//!   start), sandboxes on both used through every replica in turn; one replica killed with
+//!   start), sandboxes on both and a SEAL session used through every replica in turn; one
+//!   replica killed with
 //!   `kill -9` mid-calls (every call answered or refused at once, the sandbox adopted by the
 //!   replica on its engine), one stopped with SIGSTOP past `dead_after` then woken (it acts on
 //!   nothing it lost), then a rolling restart of all three with no failed call; at the end the
@@ -518,6 +519,80 @@ async fn write_before(base: &str, ids: &[String]) {
     }
 }
 
+/// A SEAL session (attested through `node` against the `ops` context, made here), continued
+/// through any replica.
+async fn seal_session(node: &Node) -> aegis_cli::seal_client::SavedSession {
+    use aegis_cli::seal_client::{SealClient, Transport};
+    let r = client()
+        .post(format!("{}/v1/security-contexts", node.base))
+        .bearer_auth(TEST_ADMIN_KEY)
+        .json(&json!({
+            "name": "ops",
+            "description": "a session used through every replica",
+            "runtime": {"language": "busybox", "version": "1"},
+            "capabilities": [
+                {"tool_pattern": "fs.*", "path_allowlist": ["/workspace"]},
+                {"tool_pattern": "cmd.run", "command_allowlist": ["cat"]}],
+            "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let mut seal = SealClient::new(Transport::Http(node.base.clone())).expect("client");
+    let attested = seal.attest("test-worker-1", "ops").await.expect("attests");
+    assert_eq!(attested["status"], "success", "{attested}");
+    seal.save().expect("a session to continue")
+}
+
+/// The session used through each of `nodes` in turn: each writes a file named `{tag}{n}`,
+/// then reads back every file written so far (`written`). A write may be refused (the holder
+/// of its sandbox was just killed) only with a clear error, at once, and the session goes on
+/// within seconds.
+async fn session_round(
+    saved: &aegis_cli::seal_client::SavedSession,
+    nodes: &[&Node],
+    tag: &str,
+    written: &mut Vec<String>,
+) {
+    use aegis_cli::seal_client::{SealClient, Transport};
+    for (n, node) in nodes.iter().enumerate() {
+        let mut through = saved.clone();
+        through.transport = Transport::Http(node.base.clone());
+        let session = SealClient::from_saved(&through).expect("session continued");
+        let name = format!("{tag}{n}");
+        let path = format!("/workspace/{name}.txt");
+        let started = Instant::now();
+        loop {
+            let asked = Instant::now();
+            let w = session
+                .call_tool("fs.write", json!({"path": path, "content": name}))
+                .await
+                .expect("answered");
+            assert!(asked.elapsed() < Duration::from_secs(5), "{w}");
+            if w["isError"] == false {
+                break;
+            }
+            assert!(w.to_string().contains("instance"), "a clear error: {w}");
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "the session never went on: {w}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        written.push(path);
+        let r = session
+            .call_tool("cmd.run", json!({"command": "cat", "args": written}))
+            .await
+            .expect("answered");
+        assert_eq!(r["isError"], false, "{name}: {r}");
+        let expected: String = written
+            .iter()
+            .map(|p| p.trim_start_matches("/workspace/").trim_end_matches(".txt"))
+            .collect();
+        assert_eq!(r["structuredContent"]["stdout"], expected, "{name}: {r}");
+    }
+}
+
 /// Reads each sandbox's `before.txt` through every replica in turn: all served.
 async fn read_everywhere(nodes: &[&Node], ids: &[String]) {
     for (i, id) in ids.iter().enumerate() {
@@ -653,6 +728,10 @@ async fn past_one_machine_a_kill_a_stall_and_a_rolling_restart_on_two_engines() 
     );
     write_before(&b.base, &ids).await;
     read_everywhere(&[&a, &b, &c], &ids).await;
+    // A SEAL session whose sandbox A makes (its first call goes through A), used through all.
+    let saved = seal_session(&a).await;
+    let mut written = Vec::new();
+    session_round(&saved, &[&a, &b, &c], "start", &mut written).await;
 
     // kill -9 of A while B and C call every sandbox: each call is answered or refused at once;
     // B (on A's engine) adopts A's sandbox, and it is served through both again.
@@ -720,6 +799,8 @@ async fn past_one_machine_a_kill_a_stall_and_a_rolling_restart_on_two_engines() 
         now, b_id,
         "adopted by B, the replica on its engine, not by C"
     );
+    // The session goes on through the survivors (its sandbox adopted by B too).
+    session_round(&saved, &[&b, &c], "killed", &mut written).await;
 
     // A replacement for A; then B stopped past dead_after: the new A fences it and adopts
     // both sandboxes B held; woken, B acts on nothing it lost and forwards.
@@ -751,6 +832,7 @@ async fn past_one_machine_a_kill_a_stall_and_a_rolling_restart_on_two_engines() 
         }
     }
     read_everywhere(&[&a2, &c], &ids).await;
+    session_round(&saved, &[&a2, &c], "stalled", &mut written).await;
     signal(&b, "-CONT");
     let woke = Instant::now();
     loop {
@@ -796,12 +878,21 @@ async fn past_one_machine_a_kill_a_stall_and_a_rolling_restart_on_two_engines() 
     );
     let now: Vec<&Node> = nodes.iter().map(|(n, _)| n).collect();
     read_everywhere(&now, &ids).await;
+    session_round(&saved, &now, "rolled", &mut written).await;
     audit_valid(&now[0].base).await;
     let other = ["-H", second.host.as_str()];
     for (i, id) in ids.iter().enumerate() {
         let docker: &[&str] = if i == 2 { &other } else { &[] };
         destroy_leaving_nothing(&now[i % 3].base, id, docker).await;
     }
+    // The session's sandbox, destroyed through a replica, leaves nothing either.
+    let session_sandbox: String = sqlx::query_scalar(
+        "SELECT id::text FROM sandboxes WHERE owner_kind = 'session' AND state = 'running'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("the session's one sandbox");
+    destroy_leaving_nothing(&now[0].base, &session_sandbox, &[]).await;
     for (node, _) in nodes {
         node.terminate().await;
     }
