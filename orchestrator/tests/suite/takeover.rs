@@ -1,5 +1,5 @@
-//! Takeover and fencing (issue 23): replicas as real processes on one database and one Docker
-//! engine, with a short `dead_after` (3 s) and lease (2 s).
+//! Takeover and fencing (issue 23): replicas as real processes on one database, with a short
+//! `dead_after` (3 s) and lease (2 s) (`common/replicas.rs`).
 //!
 //! - `kill -9` of the replica holding a sandbox while calls reach it through the other: each
 //!   call gets its answer or a clear error at once (none hangs), the survivor adopts the sandbox
@@ -17,18 +17,17 @@
 //! - Past one machine, all at once: three replicas on one database and two Docker engines (the
 //!   second started by the test, `scripts/lib/second_engine.sh`; it fails when that cannot
 //!   start), sandboxes on both and a SEAL session used through every replica in turn; one
-//!   replica killed with
-//!   `kill -9` mid-calls (every call answered or refused at once, the sandbox adopted by the
-//!   replica on its engine), one stopped with SIGSTOP past `dead_after` then woken (it acts on
-//!   nothing it lost), then a rolling restart of all three with no failed call; at the end the
-//!   files are there, the audit chain is valid and nothing is left on either engine.
+//!   replica killed with `kill -9` mid-calls (every call answered or refused at once, the
+//!   sandbox adopted by the replica on its engine), one stopped with SIGSTOP past `dead_after`
+//!   then woken (it acts on nothing it lost), then a rolling restart of all three with no
+//!   failed call; at the end the files are there, the audit chain is valid and nothing is left
+//!   on either engine.
 
 use crate::common;
 
-use std::time::{Duration, Instant};
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::binary::Node;
 use common::docker_lines;
