@@ -494,6 +494,17 @@ impl Peers {
         Ok(url)
     }
 
+    /// Whether `holder` is recorded as stopped (a failed lookup says no).
+    async fn stopped(&self, holder: Uuid) -> bool {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT 1 FROM node_instances WHERE id = $1 AND stopped_at IS NOT NULL)",
+        )
+        .bind(holder)
+        .fetch_one(&self.pool)
+        .await
+        .unwrap_or(false)
+    }
+
     async fn forward_call(
         &self,
         holder: Uuid,
@@ -536,15 +547,23 @@ impl Peers {
             .timeout(deadline + TRIP_MARGIN)
             .body(body)
             .send()
-            .await
-            .map_err(|e| {
-                // Refused before anything was sent: nothing ran there.
-                if e.is_connect() {
-                    unavailable(format!("{peer} refused the connection: {e}"))
-                } else {
-                    fail(format!("{peer} did not answer: {e}"))
-                }
-            })?;
+            .await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            // Refused before anything was sent: nothing ran there.
+            Err(e) if e.is_connect() => {
+                return Err(unavailable(format!("{peer} refused the connection: {e}")))
+            }
+            // A kept-alive connection the holder closed as it stopped: a stopped holder ran
+            // nothing unanswered (it let the calls in flight end, answered, before it let go
+            // of its sandboxes and recorded its stop), so this call did not run there.
+            Err(e) if !e.is_timeout() && self.stopped(holder).await => {
+                return Err(unavailable(format!(
+                    "{peer} closed the connection as it stopped: {e}"
+                )))
+            }
+            Err(e) => return Err(fail(format!("{peer} did not answer: {e}"))),
+        };
         let status = answer.status();
         let bytes = answer
             .bytes()
