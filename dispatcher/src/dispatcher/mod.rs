@@ -599,22 +599,8 @@ impl Inner {
 
     /// Who holds sandbox `id`'s stream: this instance, another one, or nobody (a precise error).
     pub(crate) async fn locate(&self, id: SandboxId) -> Result<Location> {
-        if self.held(id).is_none() {
-            self.claiming
-                .wait_for(id, self.config.ready_timeout * 2)
-                .await;
-        }
-        if let Some(sandbox) = self.held(id) {
-            // An idle pool sandbox has no owner yet, so nobody may use it.
-            if !self.pool.is_idle(id) {
-                // Held only while the lease holds: a lapsed one may be another's by now.
-                self.lease.check(Some(id))?;
-                return Ok(Location::Here(sandbox));
-            }
-            return Err(DispatchError::SandboxNotFound {
-                id,
-                attached_elsewhere: false,
-            });
+        if let Some(here) = self.held_here(id)? {
+            return Ok(here);
         }
         self.lease.check_dropped(id)?;
         match store::get(&self.pg, id).await? {
@@ -627,11 +613,41 @@ impl Inner {
             Some(info) if info.instance_id != self.instance => {
                 Ok(Location::Elsewhere(info.instance_id))
             }
-            _ => Err(DispatchError::SandboxNotFound {
+            Some(_) => {
+                // Its row names this instance but its stream is not held: claimed here right
+                // now (`takeover.rs`; marked before the claim, unmarked after the hold), so
+                // wait for the stream rather than answer "not found".
+                self.claiming
+                    .wait_for(id, self.config.ready_timeout * 2)
+                    .await;
+                self.held_here(id)?.ok_or(DispatchError::SandboxNotFound {
+                    id,
+                    attached_elsewhere: false,
+                })
+            }
+            None => Err(DispatchError::SandboxNotFound {
                 id,
                 attached_elsewhere: false,
             }),
         }
+    }
+
+    /// The sandbox when this instance holds its stream and may serve it; `None` when it does
+    /// not hold it.
+    fn held_here(&self, id: SandboxId) -> Result<Option<Location>> {
+        let Some(sandbox) = self.held(id) else {
+            return Ok(None);
+        };
+        // An idle pool sandbox has no owner yet, so nobody may use it.
+        if self.pool.is_idle(id) {
+            return Err(DispatchError::SandboxNotFound {
+                id,
+                attached_elsewhere: false,
+            });
+        }
+        // Held only while the lease holds: a lapsed one may be another's by now.
+        self.lease.check(Some(id))?;
+        Ok(Some(Location::Here(sandbox)))
     }
 
     pub(crate) fn held(&self, id: SandboxId) -> Option<Arc<Sandbox>> {

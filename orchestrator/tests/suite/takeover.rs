@@ -364,7 +364,8 @@ async fn keep_calling(
             let bases = rotation.read().await;
             let base = bases[turn % bases.len()].clone();
             let expected = format!("before {i}");
-            let (name, arguments) = match made % 3 {
+            // Each sandbox gets each kind of call in turn.
+            let (name, arguments) = match (made / ids.len() + i) % 3 {
                 0 => (
                     "fs.write",
                     json!({"path": format!("/workspace/c{which}-{made}.txt"), "content": "x"}),
