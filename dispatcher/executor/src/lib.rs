@@ -5,7 +5,8 @@
 //! and gets only [`protocol`], the wire types (serde only). The executor binary is built with the
 //! default `executor` feature, which adds the modules below:
 //!
-//! * `server` — start-up, the request stream, dispatch and shutdown;
+//! * `server` — start-up, the request stream, dispatch and shutdown; `workers` — the reused
+//!   threads requests run on;
 //! * `identity` — privileges kept and dropped, the sandbox user's filesystem identity;
 //! * `paths`, `roots` — lexical normalization and descriptor-relative resolution beneath roots;
 //! * `fs` — one module per `fs.*` operation (`fs/watch.rs`: directory watches); `cmd` —
@@ -59,6 +60,8 @@ pub mod running;
 pub mod server;
 #[cfg(feature = "executor")]
 pub mod spawn;
+#[cfg(feature = "executor")]
+pub mod workers;
 
 /// Runs the executor until its stdin closes; returns the process exit code.
 #[cfg(feature = "executor")]

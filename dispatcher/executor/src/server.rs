@@ -197,6 +197,8 @@ struct InFlight {
     /// written; shutdown waits for these too, or an answer could be lost at exit.
     replying: Mutex<usize>,
     idle: Condvar,
+    /// The threads that run them (`workers.rs`).
+    workers: crate::workers::Workers,
 }
 
 impl InFlight {
@@ -382,26 +384,24 @@ fn handle_line(
         Arc::clone(output),
         Arc::clone(in_flight),
     );
-    let spawned = std::thread::Builder::new()
-        .name(format!("req-{id}"))
-        .spawn(move || {
-            let result = catch_unwind(AssertUnwindSafe(|| dispatch(&thread_context, id, op)))
-                .unwrap_or_else(|_| {
-                    crate::log_event!("handler for {name} id={id} panicked");
-                    Err(OpError::new(
-                        ErrorKind::Internal,
-                        format!("{name} failed unexpectedly"),
-                    ))
-                });
-            // Before answering, so that the caller may reuse the id as soon as it has the answer;
-            // shutdown still waits for the answer to be written (`replying`).
-            thread_in_flight.finish_before_reply(id, &thread_context.children);
-            match result {
-                Ok(reply) => thread_output.send(&Response::ok(id, reply)),
-                Err(e) => thread_output.error(id, e),
-            }
-            thread_in_flight.replied();
-        });
+    let spawned = in_flight.workers.run(Box::new(move || {
+        let result = catch_unwind(AssertUnwindSafe(|| dispatch(&thread_context, id, op)))
+            .unwrap_or_else(|_| {
+                crate::log_event!("handler for {name} id={id} panicked");
+                Err(OpError::new(
+                    ErrorKind::Internal,
+                    format!("{name} failed unexpectedly"),
+                ))
+            });
+        // Before answering, so that the caller may reuse the id as soon as it has the answer;
+        // shutdown still waits for the answer to be written (`replying`).
+        thread_in_flight.finish_before_reply(id, &thread_context.children);
+        match result {
+            Ok(reply) => thread_output.send(&Response::ok(id, reply)),
+            Err(e) => thread_output.error(id, e),
+        }
+        thread_in_flight.replied();
+    }));
     if let Err(e) = spawned {
         in_flight.finish(id, &context.children);
         output.error(
