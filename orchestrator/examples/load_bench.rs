@@ -191,12 +191,14 @@ async fn drive(clients: usize, secs: u64, call: CallFn) -> Stats {
 }
 
 /// Processes whose CPU time `--cpu` shows (everything else on the machine is a neighbour).
-const CPU_NAMES: [&str; 8] = [
+const CPU_NAMES: [&str; 10] = [
     "this process",
     "postgres (ours)",
     "dockerd",
     "containerd",
-    "sandbox-executo",
+    "executor (ours)",
+    "fork-server (ours)",
+    "in sandboxes (ours)",
     "fuse-overlayfs",
     "runc",
     "docker-proxy",

@@ -7,8 +7,12 @@
 //! Each process counts its own time plus that of the children it reaped (`cutime`, `cstime`):
 //! a command's sub-reaper and the program it ran are short-lived and counted in the executor
 //! that reaped them. PostgreSQL backends count only when they serve `database` (the cluster may
-//! be shared); other processes named like ours (another engineer's dockerd clients) are noise
-//! that the per-name split makes visible rather than hides.
+//! be shared). Processes inside containers count only in the sandboxes of `database` (found by
+//! their `org.aegis.db-name` label): `executor (ours)` (with the commands it reaped), `fork-server
+//! (ours)` (which clones every command's sub-reaper), and `in sandboxes (ours)` for anything
+//! else alive in them; executors of other sandboxes on the machine are neighbours and are left
+//! out. Other processes named like ours (another engineer's dockerd clients) are noise that the
+//! per-name split makes visible rather than hides.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,8 +25,44 @@ pub struct Snapshot {
     by_pid: HashMap<i32, (String, u64)>,
 }
 
-/// Takes a snapshot; `database` selects the PostgreSQL backends that count.
+/// Full ids of the running containers labelled with `database` (our sandboxes); empty when
+/// the Docker CLI cannot say.
+fn our_containers(database: &str) -> Vec<String> {
+    std::process::Command::new("docker")
+        .args(["ps", "-q", "--no-trunc", "--filter"])
+        .arg(format!("label=org.aegis.db-name={database}"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The container (of `ours`) process `pid` runs in: its id appears in the cgroup paths.
+fn in_ours(pid: i32, ours: &[String]) -> Option<bool> {
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let container = cgroup.lines().find_map(container_of)?;
+    Some(ours.iter().any(|id| id == container))
+}
+
+/// The container id a cgroup line names (`.../docker/<id>` or `.../docker-<id>.scope`), if any.
+fn container_of(line: &str) -> Option<&str> {
+    let last = line.rsplit('/').next()?;
+    let id = last
+        .strip_prefix("docker-")
+        .and_then(|rest| rest.strip_suffix(".scope"))
+        .unwrap_or(last);
+    (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
+}
+
+/// Takes a snapshot; `database` selects the PostgreSQL backends and the sandboxes that count.
 pub fn snapshot(database: &str) -> Snapshot {
+    let ours = our_containers(database);
     let mut by_pid = HashMap::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Snapshot { by_pid };
@@ -50,7 +90,16 @@ pub fn snapshot(database: &str) -> Snapshot {
         } else if pid == std::process::id() as i32 {
             "this process".to_owned()
         } else {
-            name
+            match in_ours(pid, &ours) {
+                // In a container, but not one of our sandboxes: a neighbour.
+                Some(false) => continue,
+                Some(true) => match name.as_str() {
+                    "sandbox-executo" => "executor (ours)".to_owned(),
+                    "fork-server" => "fork-server (ours)".to_owned(),
+                    _ => "in sandboxes (ours)".to_owned(),
+                },
+                None => name,
+            }
         };
         by_pid.insert(pid, (name, ticks));
     }
@@ -104,6 +153,21 @@ pub fn per_call(spent: &BTreeMap<String, f64>, calls: usize, keep: &[&str]) -> S
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_container_is_named_by_the_last_segment_of_its_cgroup() {
+        let id = "ce1948b5d7a5f01e44d87b8853bcce4054bcb65f454afc250e120e42118866c7";
+        assert_eq!(
+            super::container_of(&format!("8:pids:/docker/{id}")),
+            Some(id)
+        );
+        assert_eq!(
+            super::container_of(&format!("0::/system.slice/docker-{id}.scope")),
+            Some(id)
+        );
+        assert_eq!(super::container_of("0::/system.slice/docker.service"), None);
+        assert_eq!(super::container_of("9:name=systemd:/"), None);
+    }
+
     #[test]
     fn stat_names_may_hold_spaces_and_parentheses() {
         let line = "7 (a (b) c) S 1 7 7 0 -1 0 0 0 0 0 5 6 7 8 20 0";
