@@ -6,7 +6,7 @@
 //! like stdin on threads of their own), and writes the ready line. Then the main
 //! thread reads request frames from stdin. `ping` and `cancel` are answered inline (so a
 //! cancellation always gets through, however busy the executor is); every other request runs on
-//! its own thread, at most [`MAX_IN_FLIGHT`] at once. Responses are written whole, one line each,
+//! a worker thread of its own (reused, `workers.rs`), at most [`MAX_IN_FLIGHT`] at once. Responses are written whole, one line each,
 //! under a mutex, so lines never interleave; they may leave in any order.
 //!
 //! Shutdown is designed once: when stdin reaches EOF (the dispatcher closed the stream), every
