@@ -161,6 +161,15 @@ async fn a_sandbox_made_through_one_replica_is_served_through_another() {
         metrics.contains("aegis_cluster_replicas{kind=\"reachable\"}"),
         "{metrics}"
     );
+    // Both replicas drive this machine's engine and A's sandbox is on it.
+    let engine_line = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{engine=")) && !l.contains("unrecorded"))
+            .map(str::to_owned)
+    };
+    assert!(engine_line("aegis_engine_replicas").is_some(), "{metrics}");
+    assert!(engine_line("aegis_engine_sandboxes").is_some(), "{metrics}");
     let sent = metrics
         .lines()
         .find(|l| l.starts_with("aegis_forwarded_calls_total{direction=\"sent\",outcome=\"ok\"}"))

@@ -166,6 +166,10 @@ struct Metrics {
     db_connections: IntGaugeVec,
     forwarded: IntCounterVec,
     peers: IntGaugeVec,
+    engine_sandboxes: IntGaugeVec,
+    engine_replicas: IntGaugeVec,
+    /// Engines seen so far: one that has nothing left reads 0 rather than vanishing.
+    engines_seen: std::sync::Mutex<std::collections::BTreeSet<String>>,
     gauges_refreshed: tokio::sync::Mutex<Option<Instant>>,
 }
 
@@ -315,6 +319,19 @@ impl Metrics {
                 "Running instances of this database (heartbeat within a minute), by whether peers can reach them (`reachable`: with a peer URL) or not (`alone`).",
                 &["kind"],
             ),
+            engine_sandboxes: gauge_vec(
+                &registry,
+                "aegis_engine_sandboxes",
+                "Live sandboxes (creating, running, destroying) by the Docker engine they are on (`<ID>@<name>:<data root>` from `docker info`; `unrecorded` for rows written before engines were recorded).",
+                &["engine"],
+            ),
+            engine_replicas: gauge_vec(
+                &registry,
+                "aegis_engine_replicas",
+                "Running instances of this database (heartbeat within a minute) by the Docker engine they drive.",
+                &["engine"],
+            ),
+            engines_seen: std::sync::Mutex::default(),
             gauges_refreshed: tokio::sync::Mutex::new(None),
             registry,
         }
@@ -438,6 +455,36 @@ async fn refresh_from_db(m: &Metrics, pool: &sqlx::PgPool) -> Result<(), sqlx::E
     .await?;
     m.peers.with_label_values(&["reachable"]).set(reachable);
     m.peers.with_label_values(&["alone"]).set(alone);
+    let by_engine: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT engine, sum(sandboxes)::BIGINT, sum(replicas)::BIGINT FROM ( \
+           SELECT COALESCE(engine, 'unrecorded') AS engine, count(*) AS sandboxes, 0 AS replicas \
+           FROM sandboxes WHERE state IN ('creating', 'running', 'destroying') GROUP BY 1 \
+           UNION ALL \
+           SELECT COALESCE(engine, 'unrecorded'), 0, count(*) FROM node_instances \
+           WHERE stopped_at IS NULL AND heartbeat_at > now() - interval '1 minute' GROUP BY 1 \
+         ) e GROUP BY engine",
+    )
+    .fetch_all(pool)
+    .await?;
+    {
+        let mut seen = m
+            .engines_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for engine in seen.iter() {
+            m.engine_sandboxes.with_label_values(&[engine]).set(0);
+            m.engine_replicas.with_label_values(&[engine]).set(0);
+        }
+        for (engine, sandboxes, replicas) in by_engine {
+            m.engine_sandboxes
+                .with_label_values(&[&engine])
+                .set(sandboxes);
+            m.engine_replicas
+                .with_label_values(&[&engine])
+                .set(replicas);
+            seen.insert(engine);
+        }
+    }
     set_all(&m.sandboxes, &SANDBOX_STATES, sandboxes);
     set_all(&m.executions, &EXECUTION_STATUSES, executions);
     set_all(&m.workflow_executions, &WORKFLOW_STATUSES, workflows);
