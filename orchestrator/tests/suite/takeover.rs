@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 use common::binary::Node;
 use common::docker_lines;
 use common::replicas::{
-    audit_valid, call, client, deploy, destroy_leaving_nothing, holder, make_sandbox, ok_result,
-    replica, sandbox_on, signal, SecondEngine, KEEP,
+    audit_valid, call, call_ok, client, deploy, destroy_leaving_nothing, holder, make_sandbox,
+    ok_result, replica, sandbox_on, signal, SecondEngine, KEEP,
 };
 use common::{TestDb, TEST_ADMIN_KEY};
 use serde_json::json;
@@ -57,14 +57,13 @@ async fn kill_9_of_the_holder_mid_calls_the_survivor_adopts_and_the_session_goes
     let label = format!("label=org.aegis.sandbox={id}");
 
     // Written through B (forwarded to A, which holds the stream).
-    let wrote = call(
+    call_ok(
         &b.base,
         &id,
         "fs.write",
         json!({"path": "/workspace/before.txt", "content": "written before the crash"}),
     )
     .await;
-    assert!(ok_result(&wrote).is_some(), "{wrote:?}");
 
     // Calls keep coming through B while A dies: one long command in flight on A, and a stream
     // of short ones; each is timed.
@@ -143,26 +142,23 @@ async fn kill_9_of_the_holder_mid_calls_the_survivor_adopts_and_the_session_goes
     assert_eq!(now_epoch, epoch + 1);
     assert_eq!(state, "running");
     assert_eq!(running_instances(&pool).await, 2, "A never recorded a stop");
-    let ran = call(
-        &b.base,
-        &id,
-        "cmd.run",
-        json!({"command": "cat /workspace/before.txt"}),
-    )
-    .await;
     assert_eq!(
-        ok_result(&ran).map(|r| r["stdout"].clone()),
-        Some(json!("written before the crash")),
-        "{ran:?}"
+        call_ok(
+            &b.base,
+            &id,
+            "cmd.run",
+            json!({"command": "cat /workspace/before.txt"}),
+        )
+        .await["stdout"],
+        json!("written before the crash")
     );
-    let wrote = call(
+    call_ok(
         &b.base,
         &id,
         "fs.write",
         json!({"path": "/workspace/after.txt", "content": "after"}),
     )
     .await;
-    assert!(ok_result(&wrote).is_some(), "{wrote:?}");
     assert_eq!(docker_lines(&["ps", "-q", "--filter", &label]).len(), 1);
 
     // The audit chain both replicas wrote (A's last intent rows included) is valid.
@@ -199,14 +195,13 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
     let b = replica(&db, &env, false).await;
     let id = sandbox_on(&a).await;
     let (a_id, epoch, _) = holder(&pool, &id).await;
-    let wrote = call(
+    call_ok(
         &a.base,
         &id,
         "fs.write",
         json!({"path": "/workspace/kept.txt", "content": "kept"}),
     )
     .await;
-    assert!(ok_result(&wrote).is_some(), "{wrote:?}");
 
     signal(&a, "-STOP");
     let stopped_at = Instant::now();
@@ -239,17 +234,15 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
         silent.unwrap_or_default() >= 3.0,
         "not before dead_after of silence: {silent:?}"
     );
-    let read = call(
-        &b.base,
-        &id,
-        "fs.read",
-        json!({"path": "/workspace/kept.txt"}),
-    )
-    .await;
     assert_eq!(
-        ok_result(&read).map(|r| r["content"].clone()),
-        Some(json!("kept")),
-        "{read:?}"
+        call_ok(
+            &b.base,
+            &id,
+            "fs.read",
+            json!({"path": "/workspace/kept.txt"}),
+        )
+        .await["content"],
+        json!("kept")
     );
 
     // A wakes up. Whatever it answers, it never acts on the sandbox itself: a refusal at once
@@ -300,16 +293,15 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
         .unwrap_or_default();
     assert!(sent >= 1.0, "A forwarded the call: {metrics}");
     // B wrote the file: the executor B holds serves it.
-    let read = call(
-        &b.base,
-        &id,
-        "fs.read",
-        json!({"path": "/workspace/woken.txt"}),
-    )
-    .await;
     assert_eq!(
-        ok_result(&read).map(|r| r["content"].clone()),
-        Some(json!("through the woken replica"))
+        call_ok(
+            &b.base,
+            &id,
+            "fs.read",
+            json!({"path": "/workspace/woken.txt"}),
+        )
+        .await["content"],
+        json!("through the woken replica")
     );
     // A rejoined: not fenced any more, alive again, holding nothing.
     let fenced: Option<chrono::DateTime<chrono::Utc>> =
@@ -409,14 +401,13 @@ async fn a_rolling_restart_fails_no_call() {
     }
     let mut first = Vec::new();
     for (i, id) in ids.iter().enumerate() {
-        let wrote = call(
+        call_ok(
             &nodes[i].base,
             id,
             "fs.write",
             json!({"path": "/workspace/before.txt", "content": format!("before {i}")}),
         )
         .await;
-        assert!(ok_result(&wrote).is_some(), "{wrote:?}");
         first.push(holder(&pool, id).await);
     }
 
@@ -482,17 +473,15 @@ async fn a_rolling_restart_fails_no_call() {
                 .unwrap();
         assert!(stopped.is_none(), "held by a running replica");
         for node in &nodes {
-            let read = call(
-                &node.base,
-                id,
-                "fs.read",
-                json!({"path": "/workspace/before.txt"}),
-            )
-            .await;
             assert_eq!(
-                ok_result(&read).map(|r| r["content"].clone()),
-                Some(json!(format!("before {i}"))),
-                "{read:?}"
+                call_ok(
+                    &node.base,
+                    id,
+                    "fs.read",
+                    json!({"path": "/workspace/before.txt"}),
+                )
+                .await["content"],
+                json!(format!("before {i}"))
             );
         }
     }
@@ -508,14 +497,13 @@ async fn a_rolling_restart_fails_no_call() {
 /// Writes `before {i}` into `/workspace/before.txt` of the `i`th sandbox, through `base`.
 async fn write_before(base: &str, ids: &[String]) {
     for (i, id) in ids.iter().enumerate() {
-        let wrote = call(
+        call_ok(
             base,
             id,
             "fs.write",
             json!({"path": "/workspace/before.txt", "content": format!("before {i}")}),
         )
         .await;
-        assert!(ok_result(&wrote).is_some(), "{wrote:?}");
     }
 }
 
@@ -597,17 +585,16 @@ async fn session_round(
 async fn read_everywhere(nodes: &[&Node], ids: &[String]) {
     for (i, id) in ids.iter().enumerate() {
         for node in nodes {
-            let read = call(
-                &node.base,
-                id,
-                "fs.read",
-                json!({"path": "/workspace/before.txt"}),
-            )
-            .await;
             assert_eq!(
-                ok_result(&read).map(|r| r["content"].clone()),
-                Some(json!(format!("before {i}"))),
-                "{id} through {}: {read:?}",
+                call_ok(
+                    &node.base,
+                    id,
+                    "fs.read",
+                    json!({"path": "/workspace/before.txt"}),
+                )
+                .await["content"],
+                json!(format!("before {i}")),
+                "{id} through {}",
                 node.base
             );
         }

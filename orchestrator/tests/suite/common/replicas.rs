@@ -124,6 +124,15 @@ pub fn ok_result(answer: &(u16, Value)) -> Option<&Value> {
     (answer.0 == 200 && answer.1["isError"] == false).then(|| &answer.1["structuredContent"])
 }
 
+/// [`call`] that must succeed: its result, or the test fails with the whole answer.
+pub async fn call_ok(base: &str, sandbox: &str, name: &str, arguments: Value) -> Value {
+    let answer = call(base, sandbox, name, arguments).await;
+    match ok_result(&answer) {
+        Some(result) => result.clone(),
+        None => panic!("{name} into {sandbox} through {base} failed: {answer:?}"),
+    }
+}
+
 /// `(instance_id, epoch, state)` of a sandbox's row.
 pub async fn holder(pool: &sqlx::PgPool, sandbox: &str) -> (uuid::Uuid, i64, String) {
     sqlx::query_as("SELECT instance_id, epoch, state FROM sandboxes WHERE id = $1::uuid")
