@@ -3,7 +3,12 @@
 # orchestrator/examples/load_bench.rs in release mode and prints its table.
 # Usage: scripts/load_bench.sh [--clients 50] [--seconds 5] [--warmup 1] [--sandboxes 10]
 #                              [--transports rest,seal-http,seal-grpc,mcp] [--workloads runtime,cmd,read] [--cpu]
-#                              [--channels socket,attach]
+#                              [--channels socket,attach] [--layout compose|host]
+#
+# `--layout`: `compose` (the default) runs this process and the PostgreSQL server each in a CPU
+# group of its own beside the sandboxes', as `docker compose up` does (root and Docker's cgroupfs
+# layout needed, else the host's layout stays and the header says why); `host` leaves them where
+# they started. Under saturation the two differ in the tail: see ARCHITECTURE.md, "CPU groups".
 #
 # `--channels`: how calls reach the executors, each measured in turn in the same run: `socket`
 # (the direct channel, a Unix socket per sandbox under /run/aegis-bench: run as root)

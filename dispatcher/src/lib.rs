@@ -30,7 +30,8 @@
 //! - `store`: the `sandboxes` table; `kernel`: what the kernel offers the command policy;
 //! - [`encoding`]: command output as the executor carries it in JSON (the node's streaming
 //!   form of `cmd.run` answers with it).
-//! - `usage`: a running sandbox's CPU, memory and workspace use, from its container's cgroup.
+//! - `usage`: a running sandbox's CPU, memory and workspace use, from its container's cgroup;
+//!   [`cpu_groups`]: whether the node's own CPU group leaves its sandboxes their share.
 //!
 //! Invariants kept here: a sandbox's row exists before any of its Docker objects; every object
 //! carries `org.aegis.managed`, scope, instance and sandbox labels; no sandbox has binds,
@@ -43,6 +44,7 @@
 mod archive;
 pub mod channel;
 mod config;
+pub mod cpu_groups;
 mod dispatcher;
 pub mod encoding;
 mod engine;

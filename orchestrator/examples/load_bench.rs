@@ -39,6 +39,8 @@ use tokio_util::sync::CancellationToken;
 
 #[path = "support/cpu_account.rs"]
 mod cpu_account;
+#[path = "support/cpu_groups.rs"]
+mod cpu_groups;
 #[path = "support/mcp_client.rs"]
 mod mcp_client;
 #[path = "support/raw_docker.rs"]
@@ -89,6 +91,11 @@ struct Args {
     /// run: `socket` (the direct channel) and `attach` (Docker's attach stream, the fallback).
     #[arg(long, default_value = "socket,attach", value_delimiter = ',')]
     channels: Vec<String>,
+    /// Where the node and PostgreSQL sit among the CPU groups: `compose` (each in a group of
+    /// its own beside the sandboxes', as `docker compose up` runs them; root and a cgroupfs
+    /// layout needed, else the host's stays) or `host` (where they were started).
+    #[arg(long, default_value = "compose")]
+    layout: String,
 }
 
 #[tokio::main]
@@ -607,6 +614,22 @@ async fn run(args: Args) -> Result<()> {
         .connect(&admin_url)
         .await
         .context("cannot reach PostgreSQL at DATABASE_URL")?;
+    let layout = match args.layout.as_str() {
+        "host" => Err("the host's, as started (--layout host)".to_owned()),
+        "compose" => {
+            let backend: Option<i32> = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&admin)
+                .await
+                .ok();
+            cpu_groups::compose(backend).map_err(|why| format!("the host's, as started: {why}"))
+        }
+        other => bail!("--layout is compose or host, not {other:?}"),
+    };
+    let layout_note = match &layout {
+        Ok(layout) => layout.description.clone(),
+        Err(why) => why.clone(),
+    };
+    say(format!("CPU groups: {layout_note}"));
     sqlx::query(&format!("CREATE DATABASE {db_name}"))
         .execute(&admin)
         .await
@@ -662,7 +685,7 @@ async fn run(args: Args) -> Result<()> {
             .build()?,
         sandboxes: Vec::new(),
     };
-    let outcome = measure_all(&args, &mut node, &engine, &db_name).await;
+    let outcome = measure_all(&args, &mut node, &engine, &db_name, &layout_note).await;
 
     say("stopping the orchestrator");
     let scope = node
@@ -680,6 +703,7 @@ async fn run(args: Args) -> Result<()> {
     let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
         .execute(&admin)
         .await;
+    drop(layout);
     outcome
 }
 
@@ -688,6 +712,7 @@ async fn measure_all(
     node: &mut Node,
     engine: &Arc<Engine>,
     db_name: &str,
+    layout_note: &str,
 ) -> Result<()> {
     node.deploy_agent_yaml(agent_manifest("load-agent")).await?;
     let rows_before = audit_rows(node).await?;
@@ -716,6 +741,7 @@ async fn measure_all(
         notes,
         (rows_before, rows_after),
         (load_before, load_after),
+        layout_note,
     )
     .await
 }
@@ -869,6 +895,7 @@ async fn report(
     notes: Vec<String>,
     (rows_before, rows_after): (i64, i64),
     (load_before, load_after): (String, String),
+    layout_note: &str,
 ) -> Result<()> {
     let verified = node
         .rest(reqwest::Method::GET, "/v1/audit/verify", None)
@@ -884,6 +911,7 @@ async fn report(
         load_after,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    println!("CPU groups: {layout_note}\n");
     println!(
         "{:<20} {:<22} {:>8} {:>10} {:>9} {:>9} {:>7}",
         "workload", "way", "calls", "calls/s", "p50 ms", "p99 ms", "errors"

@@ -21,6 +21,8 @@ pub struct Context {
     pub children: Arc<Children>,
     /// Programs resolved for the kernel-held execute rules (cached).
     pub grants: spawn::grant::Grants,
+    /// Write roots and devices of the Landlock rules that cannot move, held open.
+    pub held: spawn::confine::Held,
     /// The kernel's Landlock ABI (0: none).
     pub landlock_abi: u32,
     /// Makes the sub-reapers (forked at start, before any thread).

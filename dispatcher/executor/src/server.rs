@@ -122,6 +122,7 @@ pub fn main() -> i32 {
         roots,
         children: Arc::clone(&children),
         grants: spawn::grant::Grants::default(),
+        held: spawn::confine::Held::default(),
         landlock_abi,
         fork_server,
         events: Events::new(Arc::clone(&output)),

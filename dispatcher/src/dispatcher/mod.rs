@@ -188,6 +188,7 @@ impl Dispatcher {
             }),
         };
         tracing::info!(instance = %instance_id, engine = %dispatcher.inner.engine, scope = %dispatcher.inner.scope.label, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
+        crate::cpu_groups::warn_if_starving();
         // Held from here on; a first takeover pass before the first reap.
         dispatcher.inner.tend_lease().await;
         let previous = dispatcher.inner.config.adopt_from.clone();

@@ -151,9 +151,12 @@ pub(crate) fn launch(
         write_roots: ctx.config.write_roots.clone(),
         egress: ctx.config.egress,
     };
-    let ruleset = confine::prepare(&confinement, ctx.landlock_abi, |path| {
-        ctx.grants.opened(path)
-    })
+    let ruleset = confine::prepare(
+        &confinement,
+        ctx.landlock_abi,
+        |path| ctx.grants.opened(path),
+        &ctx.held,
+    )
     .map_err(|e| {
         OpError::new(
             ErrorKind::SpawnFailed,

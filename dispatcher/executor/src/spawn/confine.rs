@@ -19,11 +19,12 @@
 //! refuses unless the sandbox was configured to run without Landlock.
 
 use landlock::{
-    Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
+use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
@@ -77,16 +78,81 @@ pub struct Prepared {
     pub enforcement: Enforcement,
 }
 
+/// The write roots and devices of the rules, held open while no sandbox user can move them.
+///
+/// Why: opening `/tmp` or `/dev/null` walks from `/`, and with the sandbox user's filesystem
+/// identity every walk checks that user's right to search `/`. On a FUSE root filesystem
+/// (fuse-overlayfs, the storage driver of rootless and some virtualised hosts) the kernel then
+/// asks the daemon for `/`'s ACL each time: six round trips per command for the default roots
+/// and devices, about 0.2 ms of the daemon's CPU, and the handler thread blocked meanwhile.
+///
+/// A path is held when nothing the sandbox user can do changes what it names: each directory
+/// above it belongs to root and is writable by nobody else (a command runs as the sandbox user,
+/// without capabilities, so it can neither rename those directories' entries nor change their
+/// modes). Any other root, a write root beneath the workspace for instance, is opened again for
+/// every command without following symlinks, as before, so a directory the agent replaced by a
+/// symlink cannot carry the rule elsewhere.
+#[derive(Default)]
+pub struct Held {
+    paths: Mutex<HashMap<String, Arc<OwnedFd>>>,
+}
+
+impl Held {
+    /// `path` opened `O_PATH` without following symlinks (`directory`: it must be one); held
+    /// when it is stable (see [`Held`]). `None` when it cannot be opened.
+    fn open(&self, path: &str, directory: bool) -> Option<Arc<OwnedFd>> {
+        if let Some(fd) = self
+            .paths
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(path)
+        {
+            return Some(fd.clone());
+        }
+        let fd = Arc::new(open_no_symlinks(path, directory)?);
+        if ancestors_fixed(path) {
+            self.paths
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(path.to_owned(), fd.clone());
+        }
+        Some(fd)
+    }
+}
+
+/// Whether every directory above absolute `path` is root's and writable by root only, so that
+/// no unprivileged process can replace `path` or anything on the way to it.
+fn ancestors_fixed(path: &str) -> bool {
+    use rustix::fs::{statat, AtFlags, CWD};
+    if !path.starts_with('/') || path.split('/').any(|c| c == "..") {
+        return false;
+    }
+    let mut above = std::path::Path::new(path).parent();
+    while let Some(dir) = above {
+        let Ok(stat) = statat(CWD, dir, AtFlags::SYMLINK_NOFOLLOW) else {
+            return false;
+        };
+        let is_dir = (stat.st_mode & libc::S_IFMT) == libc::S_IFDIR;
+        if !is_dir || stat.st_uid != 0 || stat.st_mode & 0o022 != 0 {
+            return false;
+        }
+        above = dir.parent();
+    }
+    true
+}
+
 /// Builds the command's Landlock ruleset without enforcing it: the executor does this in its
 /// handler thread, the sub-reaper then enforces it on itself with [`enforce`].
-/// `open` gives the granted files opened (`O_PATH`), `None` for one that cannot be; `abi` is
-/// [`kernel_abi`], from which the enforcement is known in advance (see [`enforcement_for`]).
+/// `open` gives the granted files opened (`O_PATH`), `None` for one that cannot be; `held`
+/// keeps the write roots and devices that cannot move; `abi` is [`kernel_abi`], from which the
+/// enforcement is known in advance (see [`enforcement_for`]).
 pub fn prepare(
     confinement: &Confinement,
     abi: u32,
     open: impl Fn(&str) -> Option<Arc<OwnedFd>>,
+    held: &Held,
 ) -> Result<Prepared, String> {
-    let created = build(confinement, open).map_err(|e| e.to_string())?;
+    let created = build(confinement, open, held).map_err(|e| e.to_string())?;
     let fd: Option<OwnedFd> = created.into();
     let enforcement = if fd.is_some() {
         enforcement_for(abi)
@@ -138,6 +204,7 @@ pub fn enforce(ruleset: Prepared) -> Result<Enforcement, String> {
 fn build(
     c: &Confinement,
     open: impl Fn(&str) -> Option<Arc<OwnedFd>>,
+    held: &Held,
 ) -> Result<RulesetCreated, landlock::RulesetError> {
     let write = AccessFs::from_write(ABI::V3);
     let file_write = AccessFs::WriteFile | AccessFs::Truncate;
@@ -161,26 +228,31 @@ fn build(
         }
     }
     for root in c.write_roots.iter().map(String::as_str).chain([SCRATCH]) {
-        if let Some(fd) = open_directory_no_symlinks(root) {
-            created = created.add_rule(PathBeneath::new(fd, write))?;
+        if let Some(fd) = held.open(root, true) {
+            created = created.add_rule(PathBeneath::new(&*fd, write))?;
         }
     }
     for device in WRITABLE_DEVICES {
-        if let Ok(fd) = PathFd::new(device) {
-            created = created.add_rule(PathBeneath::new(fd, file_write))?;
+        if let Some(fd) = held.open(device, false) {
+            created = created.add_rule(PathBeneath::new(&*fd, file_write))?;
         }
     }
     Ok(created)
 }
 
-/// Opens a write root as `O_PATH` without following any symlink on the way, so an agent that
-/// replaced a directory of a root with a symlink cannot move the rule elsewhere.
-fn open_directory_no_symlinks(path: &str) -> Option<std::os::fd::OwnedFd> {
+/// Opens `path` as `O_PATH` without following any symlink on the way, so an agent that
+/// replaced a directory of a write root with a symlink cannot move the rule elsewhere.
+fn open_no_symlinks(path: &str, directory: bool) -> Option<OwnedFd> {
     use rustix::fs::{openat2, Mode, OFlags, ResolveFlags, CWD};
+    let kind = if directory {
+        OFlags::DIRECTORY
+    } else {
+        OFlags::empty()
+    };
     openat2(
         CWD,
         path,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        OFlags::PATH | OFlags::CLOEXEC | kind,
         Mode::empty(),
         ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
     )
@@ -200,6 +272,39 @@ mod tests {
         };
         let text = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<Confinement>(&text).unwrap(), c);
+    }
+
+    #[test]
+    fn only_paths_under_root_only_directories_are_held() {
+        // `/` is root's and 0755 wherever these tests run; `/tmp` is writable by everyone.
+        assert!(ancestors_fixed("/tmp"));
+        assert!(ancestors_fixed("/dev/null"));
+        assert!(!ancestors_fixed("/tmp/anything"));
+        assert!(!ancestors_fixed("relative/path"));
+        assert!(!ancestors_fixed("/tmp/../etc"));
+    }
+
+    #[test]
+    fn a_root_an_agent_could_replace_is_opened_again_and_a_symlink_refused() {
+        let base = std::env::temp_dir().join(format!("held-{}", std::process::id()));
+        let root = base.join("out");
+        std::fs::create_dir_all(&root).unwrap();
+        let path = root.to_str().unwrap().to_owned();
+        let held = Held::default();
+        assert!(held.open(&path, true).is_some());
+        // Under /tmp (world-writable): not held, so a swap is seen by the next command.
+        std::fs::rename(&root, base.join("moved")).unwrap();
+        std::os::unix::fs::symlink("/etc", &root).unwrap();
+        assert!(
+            held.open(&path, true).is_none(),
+            "a symlinked root must get no rule"
+        );
+        // A stable path is held: the same descriptor every time.
+        let first = held.open("/tmp", true).unwrap();
+        let again = held.open("/tmp", true).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        assert!(held.open("/dev/null", false).is_some());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

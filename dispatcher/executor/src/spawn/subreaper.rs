@@ -149,25 +149,29 @@ fn run(child: Child) -> i32 {
         FAILED_BEFORE_START
     };
 
-    // Our standard streams are the executor's protocol stream: never keep them.
-    let Ok(null) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    else {
-        return fail(
-            &mut status,
-            ErrorKind::SpawnFailed,
-            "cannot open /dev/null".into(),
-        );
-    };
-    for target in 0..=2 {
-        // SAFETY: dup2 onto the standard descriptors of this single-threaded process.
-        unsafe {
-            libc::dup2(null.as_raw_fd(), target);
+    // Forked directly from the executor, our standard streams are its protocol stream: never
+    // keep them. From the fork server they are `/dev/null` already, and opening it again would
+    // walk `/` (on a FUSE root filesystem, a round trip to its daemon for `/`'s ACL).
+    if !(0..=2).all(is_dev_null) {
+        let Ok(null) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+        else {
+            return fail(
+                &mut status,
+                ErrorKind::SpawnFailed,
+                "cannot open /dev/null".into(),
+            );
+        };
+        for target in 0..=2 {
+            // SAFETY: dup2 onto the standard descriptors of this single-threaded process.
+            unsafe {
+                libc::dup2(null.as_raw_fd(), target);
+            }
         }
+        drop(null);
     }
-    drop(null);
 
     if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
         return fail(
@@ -285,6 +289,15 @@ fn run(child: Child) -> i32 {
 }
 
 /// Closes every descriptor of this process except the standard ones and `keep`.
+/// Whether descriptor `fd` is open on `/dev/null` (the character device 1:3).
+pub(crate) fn is_dev_null(fd: RawFd) -> bool {
+    // SAFETY: borrows a descriptor number only for the duration of one fstat.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::fs::fstat(fd).is_ok_and(|stat| {
+        (stat.st_mode & libc::S_IFMT) == libc::S_IFCHR && stat.st_rdev == libc::makedev(1, 3)
+    })
+}
+
 pub(crate) fn close_all_but(keep: &[RawFd]) {
     let mut keep: Vec<u32> = keep
         .iter()

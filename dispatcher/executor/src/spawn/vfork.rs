@@ -176,8 +176,11 @@ pub fn start(command: &Command<'_>) -> io::Result<i32> {
             .chain(std::iter::once(std::ptr::null()))
             .collect::<Vec<_>>()
     };
+    // Without a stdin of its own the command reads `/dev/null`: the sub-reaper's own stdin
+    // when that is it already (no walk from `/`, see `subreaper.rs`), else opened here.
     let null = match command.stdin {
         Some(_) => None,
+        None if super::subreaper::is_dev_null(0) => None,
         None => Some(rustix::fs::open(
             "/dev/null",
             rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
@@ -197,7 +200,7 @@ pub fn start(command: &Command<'_>) -> io::Result<i32> {
         stdin: command
             .stdin
             .or(null.as_ref().map(AsRawFd::as_raw_fd))
-            .unwrap_or(-1),
+            .unwrap_or(0),
         stdout: command.stdout,
         stderr: command.stderr,
         session: command.session,

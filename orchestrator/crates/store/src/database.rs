@@ -14,6 +14,10 @@ use sqlx::PgPool;
 /// The migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("../../../migrations");
 
+/// A pooled connection idle at least this long is pinged before it is used (one idle for less
+/// was pinged, and found working, when it was released that recently).
+const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+
 /// Why the database could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -49,6 +53,19 @@ pub async fn connect(config: &DatabaseConfig) -> Result<PgPool, StoreError> {
     let pool = PgPoolOptions::new()
         .max_connections(config.max_connections)
         .acquire_timeout(Duration::from_secs(3))
+        // sqlx pings a connection when it goes back to the pool (a broken one is closed there)
+        // and, by default, again when it is taken out: a second round trip on every statement
+        // of the hot path (the audit writer's batch, twice per tool call). Only a connection
+        // idle long enough for the server to have gone meanwhile is pinged before use.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_IF_IDLE_FOR {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
         .connect_lazy_with(options);
 
     let started = tokio::time::Instant::now();

@@ -18,12 +18,19 @@
 //!
 //! A batch that fails (say a second completion of one intent hits the unique index) is retried
 //! row by row, so only the offending row reports the error.
+//!
+//! While rows keep arriving, the writer keeps its connection from one batch to the next: each
+//! return to the pool and each checkout costs sqlx a ping (a round trip), as much as the
+//! batch's own. It gives the connection back as soon as nothing waits (so an idle writer holds
+//! nothing and the pool can close) and after any failure (the pool's check on return closes a
+//! broken connection).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use chrono::{SubsecRound, Utc};
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
@@ -115,13 +122,37 @@ type Heads = HashMap<String, (String, i64)>;
 async fn run(mut rx: mpsc::UnboundedReceiver<Pending>) {
     let mut batch = Vec::new();
     let mut heads = Heads::new();
+    let mut held = None;
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        write(std::mem::take(&mut batch), &mut heads).await;
+        write(std::mem::take(&mut batch), &mut heads, &mut held).await;
+        if rx.is_empty() {
+            held = None;
+        }
     }
 }
 
+/// The connection batches are written on: `held` from the previous batch when there is one
+/// (and its pool still open), else one from `pool`.
+async fn connection<'h>(
+    pool: &PgPool,
+    held: &'h mut Option<PoolConnection<Postgres>>,
+) -> Result<&'h mut PoolConnection<Postgres>, sqlx::Error> {
+    if pool.is_closed() {
+        *held = None;
+        return Err(sqlx::Error::PoolClosed);
+    }
+    if held.is_none() {
+        *held = Some(pool.acquire().await?);
+    }
+    held.as_mut().ok_or(sqlx::Error::PoolClosed)
+}
+
 /// Writes one batch; on failure, each row alone so that only a bad row fails.
-async fn write(batch: Vec<Pending>, heads: &mut Heads) {
+async fn write(
+    batch: Vec<Pending>,
+    heads: &mut Heads,
+    held: &mut Option<PoolConnection<Postgres>>,
+) {
     let Some(pool) = batch
         .iter()
         .map(|p| &p.pool)
@@ -133,7 +164,7 @@ async fn write(batch: Vec<Pending>, heads: &mut Heads) {
         }
         return;
     };
-    match store(&pool, &batch, heads).await {
+    match store(&pool, &batch, heads, held).await {
         Ok(rows) => {
             for (p, row) in batch.into_iter().zip(rows) {
                 let _ = p.reply.send(Ok(row));
@@ -147,7 +178,7 @@ async fn write(batch: Vec<Pending>, heads: &mut Heads) {
         Err(_) => {
             for p in batch {
                 let one = std::slice::from_ref(&p);
-                let result = store(&pool, one, heads)
+                let result = store(&pool, one, heads, held)
                     .await
                     .map(|mut rows| rows.remove(0));
                 let _ = p.reply.send(result);
@@ -163,22 +194,30 @@ async fn store(
     pool: &PgPool,
     batch: &[Pending],
     heads: &mut Heads,
+    held: &mut Option<PoolConnection<Postgres>>,
 ) -> Result<Vec<AuditRow>, sqlx::Error> {
     let started = std::time::Instant::now();
-    let result = store_locked(pool, batch, heads).await;
+    let result = match connection(pool, held).await {
+        Ok(conn) => store_locked(conn, batch, heads).await,
+        Err(e) => Err(e),
+    };
     match &result {
         Ok(rows) => {
             if let Some(observe) = BATCH_OBSERVER.get() {
                 observe(rows.len(), started.elapsed());
             }
         }
-        Err(_) => heads.clear(),
+        Err(_) => {
+            heads.clear();
+            // Back to the pool, which checks it (a failed transaction is rolled back there).
+            *held = None;
+        }
     }
     result
 }
 
 async fn store_locked(
-    pool: &PgPool,
+    conn: &mut PoolConnection<Postgres>,
     batch: &[Pending],
     heads: &mut Heads,
 ) -> Result<Vec<AuditRow>, sqlx::Error> {
@@ -187,17 +226,17 @@ async fn store_locked(
     tenants.dedup();
     if tenants.iter().all(|t| heads.contains_key(*t)) {
         // The usual case: one round trip in autocommit, `audit_append` takes the lock itself.
-        if let Some(rows) = append(pool, batch, &tenants, heads).await? {
+        if let Some(rows) = append(&mut **conn, batch, &tenants, heads).await? {
             return Ok(rows);
         }
         // Someone else appended since our last batch: read the heads under the lock below.
     }
     // One round trip: a simple query may hold two statements.
-    let mut tx = pool
-        .begin_with(format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK})"
-        ))
-        .await?;
+    let mut tx = sqlx::Connection::begin_with(
+        &mut **conn,
+        format!("BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK})"),
+    )
+    .await?;
     for tenant in &tenants {
         let head = read_head(&mut tx, tenant).await?;
         heads.insert((*tenant).to_owned(), head);
