@@ -34,9 +34,10 @@
 //! on bollard: only the dispatcher talks to Docker. A client with no pooling, no negotiation and
 //! no extra layers is, if anything, a slightly *faster* baseline than `docker exec` itself.
 //!
-//! Everything created is removed at the end, also after an error or Ctrl-C: sandboxes (destroyed,
-//! then anything left with this run's scope label), baseline containers (by this run's label),
-//! the database. Only the content-addressed executor volume stays; it is shared by design.
+//! Everything created is removed at the end, also after an error, Ctrl-C or SIGTERM: sandboxes
+//! (destroyed, then anything left with this run's scope label), baseline containers (by this
+//! run's label), the database. Only the content-addressed executor volume stays; it is shared by
+//! design.
 //!
 //! Run it with `scripts/bench.sh [--iterations N] [--pool-iterations M]`.
 
@@ -163,7 +164,7 @@ async fn run(args: Args) -> Result<()> {
             .ok();
         let measured = tokio::select! {
             r = measure(&args, &app, &engine, &run_id) => r,
-            _ = tokio::signal::ctrl_c() => Err(anyhow!("interrupted")),
+            why = interrupt::interrupted() => Err(anyhow!("interrupted by {why}")),
         };
         say("stopping the orchestrator (drains the warm pool)");
         app.stop().await;
@@ -1083,6 +1084,8 @@ impl Report {
     }
 }
 
+#[path = "support/interrupt.rs"]
+mod interrupt;
 #[path = "support/raw_docker.rs"]
 mod raw_docker;
 use raw_docker::Engine;

@@ -41,6 +41,8 @@ use tokio_util::sync::CancellationToken;
 mod cpu_account;
 #[path = "support/cpu_groups.rs"]
 mod cpu_groups;
+#[path = "support/interrupt.rs"]
+mod interrupt;
 #[path = "support/mcp_client.rs"]
 mod mcp_client;
 #[path = "support/raw_docker.rs"]
@@ -685,7 +687,10 @@ async fn run(args: Args) -> Result<()> {
             .build()?,
         sandboxes: Vec::new(),
     };
-    let outcome = measure_all(&args, &mut node, &engine, &db_name, &layout_note).await;
+    let outcome = tokio::select! {
+        outcome = measure_all(&args, &mut node, &engine, &db_name, &layout_note) => outcome,
+        why = interrupt::interrupted() => Err(anyhow!("interrupted by {why}")),
+    };
 
     say("stopping the orchestrator");
     let scope = node
