@@ -15,7 +15,7 @@ use std::process::Command;
 use crate::common;
 
 use aegis_cli::seal_client::{SealClient, Transport};
-use common::replicas::{SecondEngine, SECRET};
+use common::replicas::{seal_round, SecondEngine, SECRET};
 use common::sandbox::AgentSandbox;
 use common::{TestApp, TestDb};
 use orchestrator::config::NodeConfig;
@@ -519,28 +519,11 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
     assert_eq!(attested["status"], "success", "{attested}");
     let saved = client.save().expect("a session to continue");
     let mut written: Vec<String> = Vec::new();
-    for (name, app) in [("c", &c), ("a", &a), ("b", &b), ("c2", &c), ("a2", &a)] {
-        let mut through = saved.clone();
-        through.transport = Transport::Http(app.http_base.clone());
-        let session = SealClient::from_saved(&through).expect("session continued");
-        let path = format!("/workspace/{name}.txt");
-        let w = session
-            .call_tool("fs.write", json!({"path": path, "content": name}))
-            .await
-            .expect("answered");
-        assert_eq!(w["isError"], false, "{name}: {w}");
-        written.push(path);
-        let r = session
-            .call_tool("cmd.run", json!({"command": "cat", "args": written}))
-            .await
-            .expect("answered");
-        assert_eq!(r["isError"], false, "{name}: {r}");
-        let expected: String = written
-            .iter()
-            .map(|p| p.trim_start_matches("/workspace/").trim_end_matches(".txt"))
-            .collect();
-        assert_eq!(r["structuredContent"]["stdout"], expected, "{name}: {r}");
-    }
+    let through: Vec<(String, String)> = [("c", &c), ("a", &a), ("b", &b), ("c2", &c), ("a2", &a)]
+        .iter()
+        .map(|(name, app)| ((*name).to_owned(), app.http_base.clone()))
+        .collect();
+    seal_round(&saved, &through, &mut written, None).await;
     let session_sandboxes: Vec<(String, uuid::Uuid)> = sqlx::query_as(
         "SELECT engine, instance_id FROM sandboxes WHERE owner_kind = 'session' \
          AND state = 'running'",

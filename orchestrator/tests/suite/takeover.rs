@@ -33,7 +33,7 @@ use common::binary::Node;
 use common::docker_lines;
 use common::replicas::{
     audit_valid, call, call_ok, client, deploy, destroy_leaving_nothing, holder, make_sandbox,
-    ok_result, replica, sandbox_on, signal, SecondEngine, KEEP,
+    ok_result, replica, sandbox_on, seal_round, signal, SecondEngine, KEEP,
 };
 use common::{TestDb, TEST_ADMIN_KEY};
 use serde_json::json;
@@ -532,53 +532,21 @@ async fn seal_session(node: &Node) -> aegis_cli::seal_client::SavedSession {
     seal.save().expect("a session to continue")
 }
 
-/// The session used through each of `nodes` in turn: each writes a file named `{tag}{n}`,
-/// then reads back every file written so far (`written`). A write may be refused (the holder
-/// of its sandbox was just killed) only with a clear error, at once, and the session goes on
-/// within seconds.
+/// The session used through each of `nodes` in turn, the file of the n-th named `{tag}{n}`
+/// (`seal_round`): a write may be refused while a killed holder's sandbox is taken over, and
+/// the session goes on within 15 s.
 async fn session_round(
     saved: &aegis_cli::seal_client::SavedSession,
     nodes: &[&Node],
     tag: &str,
     written: &mut Vec<String>,
 ) {
-    use aegis_cli::seal_client::{SealClient, Transport};
-    for (n, node) in nodes.iter().enumerate() {
-        let mut through = saved.clone();
-        through.transport = Transport::Http(node.base.clone());
-        let session = SealClient::from_saved(&through).expect("session continued");
-        let name = format!("{tag}{n}");
-        let path = format!("/workspace/{name}.txt");
-        let started = Instant::now();
-        loop {
-            let asked = Instant::now();
-            let w = session
-                .call_tool("fs.write", json!({"path": path, "content": name}))
-                .await
-                .expect("answered");
-            assert!(asked.elapsed() < Duration::from_secs(5), "{w}");
-            if w["isError"] == false {
-                break;
-            }
-            assert!(w.to_string().contains("instance"), "a clear error: {w}");
-            assert!(
-                started.elapsed() < Duration::from_secs(15),
-                "the session never went on: {w}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        written.push(path);
-        let r = session
-            .call_tool("cmd.run", json!({"command": "cat", "args": written}))
-            .await
-            .expect("answered");
-        assert_eq!(r["isError"], false, "{name}: {r}");
-        let expected: String = written
-            .iter()
-            .map(|p| p.trim_start_matches("/workspace/").trim_end_matches(".txt"))
-            .collect();
-        assert_eq!(r["structuredContent"]["stdout"], expected, "{name}: {r}");
-    }
+    let through: Vec<(String, String)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(n, node)| (format!("{tag}{n}"), node.base.clone()))
+        .collect();
+    seal_round(saved, &through, written, Some(Duration::from_secs(15))).await;
 }
 
 /// Reads each sandbox's `before.txt` through every replica in turn: all served.

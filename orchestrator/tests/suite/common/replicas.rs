@@ -6,7 +6,7 @@
 //! sandboxes these tests make.
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -283,5 +283,58 @@ impl Drop for SecondEngine {
                 );
             }
         }
+    }
+}
+
+/// A SEAL session used through each replica of `through` (a file name and the replica's base
+/// URL) in turn: each writes `/workspace/{name}.txt`, then reads back every file written so far
+/// (`written`) with one `cat`. Without `patience` every write must succeed at once. With it, a
+/// write may be refused (the holder of the session's sandbox was just killed) only with a clear
+/// error naming the instance, each answer within 5 s, and the session goes on within `patience`.
+pub async fn seal_round(
+    saved: &aegis_cli::seal_client::SavedSession,
+    through: &[(String, String)],
+    written: &mut Vec<String>,
+    patience: Option<Duration>,
+) {
+    use aegis_cli::seal_client::{SealClient, Transport};
+    for (name, base) in through {
+        let mut continued = saved.clone();
+        continued.transport = Transport::Http(base.clone());
+        let session = SealClient::from_saved(&continued).expect("session continued");
+        let path = format!("/workspace/{name}.txt");
+        let started = Instant::now();
+        loop {
+            let asked = Instant::now();
+            let w = session
+                .call_tool("fs.write", json!({"path": path, "content": name}))
+                .await
+                .expect("answered");
+            let Some(patience) = patience else {
+                assert_eq!(w["isError"], false, "{name}: {w}");
+                break;
+            };
+            assert!(asked.elapsed() < Duration::from_secs(5), "{w}");
+            if w["isError"] == false {
+                break;
+            }
+            assert!(w.to_string().contains("instance"), "a clear error: {w}");
+            assert!(
+                started.elapsed() < patience,
+                "the session never went on: {w}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        written.push(path);
+        let r = session
+            .call_tool("cmd.run", json!({"command": "cat", "args": written}))
+            .await
+            .expect("answered");
+        assert_eq!(r["isError"], false, "{name}: {r}");
+        let expected: String = written
+            .iter()
+            .map(|p| p.trim_start_matches("/workspace/").trim_end_matches(".txt"))
+            .collect();
+        assert_eq!(r["structuredContent"]["stdout"], expected, "{name}: {r}");
     }
 }
