@@ -17,11 +17,10 @@
 
 use std::path::{Path, PathBuf};
 
-/// Processes moved into groups of their own, and where they came from.
+/// Groups made for the run, each with the group its processes came from.
 pub struct Layout {
-    groups: Vec<PathBuf>,
-    /// (pid, the group directory it was in).
-    moved: Vec<(i32, PathBuf)>,
+    /// (the group made, the group its first process was in).
+    groups: Vec<(PathBuf, PathBuf)>,
     /// What the run's header says about the layout.
     pub description: String,
 }
@@ -73,15 +72,7 @@ fn children_of(pid: i32) -> Vec<i32> {
     entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|child| {
-            std::fs::read_to_string(format!("/proc/{child}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let after = stat.get(stat.rfind(')')? + 2..)?;
-                    after.split_whitespace().nth(1)?.parse::<i32>().ok()
-                })
-                == Some(pid)
-        })
+        .filter(|child| parent_of(*child) == Some(pid))
         .collect()
 }
 
@@ -112,12 +103,14 @@ pub fn compose(backend: Option<i32>) -> Result<Layout, String> {
     let (root, docker) = docker_group()?;
     let mut layout = Layout {
         groups: Vec::new(),
-        moved: Vec::new(),
         description: String::new(),
     };
     let tag = std::process::id();
-    let node = layout.group(&docker, &format!("aegis-bench-{tag}-node"))?;
-    layout.enter(&root, &node, std::process::id() as i32)?;
+    let node = layout.group(
+        &root,
+        &docker.join(format!("aegis-bench-{tag}-node")),
+        std::process::id() as i32,
+    )?;
     let mut said = vec![format!("this process in {}", node.display())];
     // A backend's parent is the postmaster; new backends are forked by it, into its group.
     let postmaster = backend.and_then(parent_of).filter(|pm| {
@@ -127,11 +120,14 @@ pub fn compose(backend: Option<i32>) -> Result<Layout, String> {
     });
     match postmaster {
         Some(pm) => {
-            let pg = layout.group(&docker, &format!("aegis-bench-{tag}-postgres"))?;
-            layout.enter(&root, &pg, pm)?;
+            let pg = layout.group(
+                &root,
+                &docker.join(format!("aegis-bench-{tag}-postgres")),
+                pm,
+            )?;
             for child in children_of(pm) {
                 // A process that ended meanwhile is not an error.
-                let _ = layout.enter(&root, &pg, child);
+                let _ = move_into(&pg, child);
             }
             said.push(format!("PostgreSQL in {}", pg.display()));
         }
@@ -145,42 +141,32 @@ pub fn compose(backend: Option<i32>) -> Result<Layout, String> {
 }
 
 impl Layout {
-    fn group(&mut self, parent: &Path, name: &str) -> Result<PathBuf, String> {
-        let dir = parent.join(name);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-        self.groups.push(dir.clone());
-        Ok(dir)
+    /// Makes group `dir` and moves `leader` into it, remembering where `leader` was: everything
+    /// in `dir` goes back there at the end.
+    fn group(&mut self, root: &Path, dir: &Path, leader: i32) -> Result<PathBuf, String> {
+        let back =
+            group_of(root, leader).ok_or_else(|| format!("no CPU group for pid {leader}"))?;
+        std::fs::create_dir_all(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        self.groups.push((dir.to_owned(), back));
+        move_into(dir, leader)?;
+        Ok(dir.to_owned())
     }
+}
 
-    fn enter(&mut self, root: &Path, group: &Path, pid: i32) -> Result<(), String> {
-        let from = group_of(root, pid).ok_or_else(|| format!("no CPU group for pid {pid}"))?;
-        std::fs::write(group.join("cgroup.procs"), pid.to_string())
-            .map_err(|e| format!("moving pid {pid} into {}: {e}", group.display()))?;
-        self.moved.push((pid, from));
-        Ok(())
-    }
+/// Moves process `pid` (all its threads) into `group`.
+fn move_into(group: &Path, pid: i32) -> Result<(), String> {
+    std::fs::write(group.join("cgroup.procs"), pid.to_string())
+        .map_err(|e| format!("moving pid {pid} into {}: {e}", group.display()))
 }
 
 impl Drop for Layout {
     fn drop(&mut self) {
-        // Every process still in a group goes back to where its server or this process was
-        // (backends forked during the run included), then the groups go.
-        for group in &self.groups {
-            let back = self
-                .moved
-                .iter()
-                .find(|(pid, _)| {
-                    std::fs::read_to_string(group.join("cgroup.procs"))
-                        .is_ok_and(|procs| procs.lines().any(|l| l == pid.to_string()))
-                })
-                .map(|(_, from)| from.clone());
-            let Some(back) = back.or_else(|| self.moved.first().map(|(_, from)| from.clone()))
-            else {
-                continue;
-            };
+        // Every process still in a group (backends forked during the run included) goes back
+        // where its group's first process came from, then the group goes.
+        for (group, back) in &self.groups {
             if let Ok(procs) = std::fs::read_to_string(group.join("cgroup.procs")) {
-                for pid in procs.lines() {
-                    let _ = std::fs::write(back.join("cgroup.procs"), pid);
+                for pid in procs.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                    let _ = move_into(back, pid);
                 }
             }
             let _ = std::fs::remove_dir(group);

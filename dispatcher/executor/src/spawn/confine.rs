@@ -22,13 +22,13 @@ use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
-use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::Enforcement;
+use crate::spawn::held::HeldPaths;
 
 /// The newest ABI whose rights we request and have tested.
 const TARGET_ABI: ABI = ABI::V6;
@@ -94,29 +94,18 @@ pub struct Prepared {
 /// symlink cannot carry the rule elsewhere.
 #[derive(Default)]
 pub struct Held {
-    paths: Mutex<HashMap<String, Arc<OwnedFd>>>,
+    paths: HeldPaths,
 }
 
 impl Held {
     /// `path` opened `O_PATH` without following symlinks (`directory`: it must be one); held
     /// when it is stable (see [`Held`]). `None` when it cannot be opened.
     fn open(&self, path: &str, directory: bool) -> Option<Arc<OwnedFd>> {
-        if let Some(fd) = self
-            .paths
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(path)
-        {
-            return Some(fd.clone());
-        }
-        let fd = Arc::new(open_no_symlinks(path, directory)?);
-        if ancestors_fixed(path) {
-            self.paths
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(path.to_owned(), fd.clone());
-        }
-        Some(fd)
+        self.paths.get_or_open(
+            path,
+            || open_no_symlinks(path, directory),
+            || ancestors_fixed(path),
+        )
     }
 }
 

@@ -23,6 +23,7 @@ use rustix::fs::{Mode, OFlags, CWD};
 
 use crate::error::{OpError, OpResult};
 use crate::protocol::{ErrorKind, ExecGrant};
+use crate::spawn::held::HeldPaths;
 use crate::spawn::program;
 
 /// ELF program header type of the program interpreter.
@@ -48,7 +49,7 @@ pub type ExecPaths = Option<Vec<String>>;
 #[derive(Default)]
 pub struct Grants {
     cache: Mutex<HashMap<String, Resolved>>,
-    opened: Mutex<HashMap<String, Arc<OwnedFd>>>,
+    opened: HeldPaths,
 }
 
 impl Grants {
@@ -84,22 +85,11 @@ impl Grants {
     /// component (a permission check each) on every call otherwise. `None` when it cannot be
     /// opened (a file then gets no rule; a program is executed by its path).
     pub fn opened(&self, path: &str) -> Option<Arc<OwnedFd>> {
-        if let Some(fd) = self
-            .opened
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(path)
-        {
-            return Some(fd.clone());
-        }
-        let fd = Arc::new(
-            rustix::fs::openat(CWD, path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).ok()?,
-        );
-        self.opened
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(path.to_owned(), fd.clone());
-        Some(fd)
+        self.opened.get_or_open(
+            path,
+            || rustix::fs::openat(CWD, path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).ok(),
+            || true,
+        )
     }
 
     /// The files a command with `argv[0] = name` (already found at `program`) may execute

@@ -3,7 +3,8 @@
 //!
 //! `children.rs` owns every child process of the executor (it is PID 1, so orphans too),
 //! `program.rs` finds `argv[0]` in the configured `PATH`, `grant.rs` turns the programs a
-//! command may run into files, `confine.rs` builds its Landlock domain, `subreaper.rs` is the
+//! command may run into files, `confine.rs` builds its Landlock domain (`held.rs` keeps the
+//! paths both open), `subreaper.rs` is the
 //! per-command process that confines, starts and outlives the command, `forkserver.rs` the
 //! small process that forks it, `vfork.rs` starts the command from it, and `capture.rs` caps
 //! output while it streams.
@@ -13,6 +14,7 @@ pub mod children;
 pub mod confine;
 pub mod forkserver;
 pub mod grant;
+pub mod held;
 pub mod program;
 pub mod subreaper;
 pub mod vfork;
