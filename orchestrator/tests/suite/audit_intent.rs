@@ -7,6 +7,8 @@
 //! - A SEAL session whose first call is abandoned while its sandbox is being made: the sandbox
 //!   is recorded on the session and destroyed with it; the abandoned call is in the log.
 //! - An orchestrator that stopped mid-call: its open intent is completed `abandoned`.
+//! - A caller dropped while its intent is being written: the intent is stored all the same and
+//!   completed `cancelled`.
 //! - Deleting the newest rows: detected against the published head and the last checkpoint.
 
 use crate::common;
@@ -23,6 +25,8 @@ use tokio::net::TcpStream;
 use uuid::Uuid;
 
 const IMAGE: &str = "aegis-runtime/busybox:1";
+/// The advisory lock the audit chain's appends take ("audit" in ASCII).
+const AUDIT_APPEND_LOCK: i64 = 0x0061_7564_6974;
 
 fn docker(args: &[&str]) -> String {
     let out = std::process::Command::new("docker")
@@ -353,6 +357,84 @@ async fn an_intent_left_open_by_a_stopped_instance_is_completed_as_abandoned() {
             .unwrap(),
         0
     );
+    let v = verify(&app, "?full=true").await;
+    assert_eq!(v["valid"], true, "{v}");
+}
+
+/// The intent and completion rows are written from the caller's own task: a caller dropped
+/// while its intent is being written (a client gone at that very moment) must neither lose the
+/// intent nor leave it open. The write ends in a task of its own and the intent is completed
+/// `cancelled`; a handle dropped without completing completes it `cancelled` too.
+#[tokio::test]
+async fn an_intent_whose_caller_is_dropped_mid_write_is_stored_and_completed_cancelled() {
+    let app = TestApp::spawn().await;
+    let pool = app.state.pool.clone();
+    let caller = orchestrator::caller::Caller::system();
+    let digest = format!("sha256:{}", Uuid::new_v4().simple());
+    // The chain's lock held elsewhere: the intent's statement waits in PostgreSQL.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(AUDIT_APPEND_LOCK)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let mut write = Box::pin(orchestrator::audit::begin_call(
+        &pool,
+        &caller,
+        app.state.instance_id,
+        "cmd.run",
+        &digest,
+        Instant::now(),
+    ));
+    // Polled until its statement is in flight, then dropped: its client went away.
+    let polled = tokio::time::timeout(Duration::from_millis(300), write.as_mut()).await;
+    assert!(polled.is_err(), "the intent was written under a held lock");
+    drop(write);
+    holder.commit().await.unwrap();
+    let rows_of = |digest: String| {
+        let pool = pool.clone();
+        async move {
+            let rows: Vec<(String, Option<String>)> = sqlx::query_as(
+                "SELECT outcome, reason_code FROM audit_log WHERE args_digest = $1 ORDER BY seq",
+            )
+            .bind(digest)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            (rows.len() == 2).then_some(rows)
+        }
+    };
+    let rows = eventually("the dropped intent is stored and completed", || {
+        rows_of(digest.clone())
+    })
+    .await;
+    assert_eq!(rows[0], ("running".to_owned(), None));
+    assert_eq!(
+        rows[1],
+        (
+            "cancelled".to_owned(),
+            Some("client_disconnected".to_owned())
+        )
+    );
+
+    // A handle dropped after its intent was stored, before the tool ended.
+    let digest = format!("sha256:{}", Uuid::new_v4().simple());
+    let open = orchestrator::audit::begin_call(
+        &pool,
+        &caller,
+        app.state.instance_id,
+        "cmd.run",
+        &digest,
+        Instant::now(),
+    )
+    .await
+    .unwrap();
+    drop(open);
+    let rows = eventually("the dropped handle's intent is completed", || {
+        rows_of(digest.clone())
+    })
+    .await;
+    assert_eq!(rows[1].0, "cancelled");
     let v = verify(&app, "?full=true").await;
     assert_eq!(v["valid"], true, "{v}");
 }

@@ -3,60 +3,29 @@
 //! Every signed call records its envelope's signature before it runs ([`sessions::admit`]). Done
 //! one statement per call, that was the largest PostgreSQL cost of a SEAL call: a transaction,
 //! a commit and a round trip each. Here the calls that wait at the same moment share one
-//! statement (group commit):
-//!
-//! * a call that finds no statement in flight runs its own at once, from its own task, so a lone
-//!   caller waits no longer than before (no hop to another task and back);
-//! * calls that arrive while a statement is in flight queue; when it ends, a drainer task stores
-//!   whatever queued with one statement per batch, until the queue is empty.
-//!
-//! The leader's future may be dropped mid-statement (its client went away): the queue is then
-//! handed to a drainer all the same, so no queued call waits forever.
+//! statement, through the same group commit as the audit chain's rows
+//! (`aegis_store::group_commit`): a lone caller stores its own at once from its own task, and
+//! calls that arrive meanwhile are stored together by a drainer when it ends. A leader whose
+//! client went away still finishes its statement and hands the queue on.
 //!
 //! Nothing about the guard's promise changes: each signature is inserted under the table's
 //! primary key (atomic across replicas), and a call learns that it was admitted only after the
 //! statement that recorded it committed. A batch that fails is retried request by request, so
 //! only a request that fails alone reports the error.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::future::Future;
+use std::pin::Pin;
 
+use aegis_store::group_commit::{Batch, GroupCommit};
 use sqlx::PgPool;
-use tokio::sync::oneshot;
 
 use super::sessions::{self, Admission, AdmitRequest};
 
-/// At most this many admissions per statement.
-const MAX_BATCH: usize = 256;
-
-/// One admission waiting for its batch.
-struct Pending {
-    request: AdmitRequest,
-    reply: oneshot::Sender<Result<Option<Admission>, sqlx::Error>>,
-}
-
-/// Who is storing, and who waits.
-#[derive(Default)]
-struct Queue {
-    /// A statement is in flight (a leader's or the drainer's): new calls queue.
-    busy: bool,
-    waiting: Vec<Pending>,
-}
-
 /// The gateway's admissions (see the module documentation). Every call passes the gateway's
-/// one pool; a drainer stores with the pool of the leader that handed it the queue.
+/// one pool; a batch is stored with the pool of its first request.
 #[derive(Default)]
 pub struct Admissions {
-    queue: Arc<Mutex<Queue>>,
-}
-
-fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
-    queue.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// What a call does: store its own statement, or wait for a batch.
-enum Turn {
-    Lead(AdmitRequest),
-    Wait(oneshot::Receiver<Result<Option<Admission>, sqlx::Error>>),
+    guard: GroupCommit<ReplayGuard>,
 }
 
 impl Admissions {
@@ -67,32 +36,30 @@ impl Admissions {
         pool: &PgPool,
         request: AdmitRequest,
     ) -> Result<Option<Admission>, sqlx::Error> {
-        let turn = {
-            let mut queue = lock(&self.queue);
-            if queue.busy {
-                let (reply, answer) = oneshot::channel();
-                queue.waiting.push(Pending { request, reply });
-                Turn::Wait(answer)
-            } else {
-                queue.busy = true;
-                Turn::Lead(request)
-            }
-        };
-        match turn {
-            Turn::Lead(request) => {
-                // Whatever queues meanwhile is handed on when this ends, however it ends.
-                let _handoff = Handoff {
-                    queue: &self.queue,
-                    pool,
-                };
-                admit_one(pool, &request).await
-            }
-            Turn::Wait(answer) => answer.await.unwrap_or_else(|_| {
+        self.guard
+            .submit((pool.clone(), request))
+            .await
+            .unwrap_or_else(|| {
                 Err(sqlx::Error::Protocol(
                     "the replay guard's writer stopped before recording the envelope".into(),
                 ))
-            }),
-        }
+            })
+    }
+}
+
+/// The replay guard's side of the group commit: it keeps nothing between batches.
+#[derive(Default)]
+struct ReplayGuard;
+
+impl Batch for ReplayGuard {
+    type Request = (PgPool, AdmitRequest);
+    type Answer = Result<Option<Admission>, sqlx::Error>;
+
+    fn store(
+        &mut self,
+        batch: Vec<Self::Request>,
+    ) -> Pin<Box<dyn Future<Output = Vec<Self::Answer>> + Send + '_>> {
+        Box::pin(store(batch))
     }
 }
 
@@ -106,97 +73,29 @@ async fn admit_one(
         .map(|mut answers| answers.pop().flatten())
 }
 
-/// Ends a leader's turn: queued calls go to a drainer task, or the queue goes idle.
-struct Handoff<'a> {
-    queue: &'a Arc<Mutex<Queue>>,
-    pool: &'a PgPool,
-}
-
-impl Drop for Handoff<'_> {
-    fn drop(&mut self) {
-        let mut queue = lock(self.queue);
-        if queue.waiting.is_empty() {
-            queue.busy = false;
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                drop(queue);
-                runtime.spawn(drain(Arc::clone(self.queue), self.pool.clone()));
-            }
-            // No runtime left (shutdown): the waiting calls learn it from their dropped senders.
-            Err(_) => abandon(&mut queue),
-        }
-    }
-}
-
-/// Stores what queued, batch after batch, until nothing waits; then the queue goes idle.
-async fn drain(queue: Arc<Mutex<Queue>>, pool: PgPool) {
-    loop {
-        let batch: Vec<Pending> = {
-            let mut q = lock(&queue);
-            if q.waiting.is_empty() {
-                q.busy = false;
-                return;
-            }
-            let take = q.waiting.len().min(MAX_BATCH);
-            q.waiting.drain(..take).collect()
-        };
-        // Dropped mid-batch only when its runtime ends: the queue must not stay busy forever.
-        let mut stop = Abandon {
-            queue: &queue,
-            armed: true,
-        };
-        store(&pool, batch).await;
-        stop.armed = false;
-    }
-}
-
-/// Fails what waits and lets the next call lead.
-fn abandon(queue: &mut Queue) {
-    queue.waiting.clear();
-    queue.busy = false;
-}
-
-struct Abandon<'a> {
-    queue: &'a Mutex<Queue>,
-    armed: bool,
-}
-
-impl Drop for Abandon<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            abandon(&mut lock(self.queue));
-        }
-    }
-}
-
-/// Stores one batch and answers every request in it.
-async fn store(pool: &PgPool, batch: Vec<Pending>) {
-    let (requests, replies): (Vec<AdmitRequest>, Vec<_>) =
-        batch.into_iter().map(|p| (p.request, p.reply)).unzip();
-    match sessions::admit(pool, &requests).await {
-        Ok(answers) => {
-            for (reply, answer) in replies.into_iter().zip(answers) {
-                let _ = reply.send(Ok(answer));
-            }
-        }
-        Err(e) if requests.len() == 1 => {
-            if let Some(reply) = replies.into_iter().next() {
-                let _ = reply.send(Err(e));
-            }
-        }
+/// Stores one batch, one answer per request.
+async fn store(batch: Vec<(PgPool, AdmitRequest)>) -> Vec<Result<Option<Admission>, sqlx::Error>> {
+    let Some(pool) = batch.first().map(|(pool, _)| pool.clone()) else {
+        return Vec::new();
+    };
+    let requests: Vec<AdmitRequest> = batch.into_iter().map(|(_, r)| r).collect();
+    match sessions::admit(&pool, &requests).await {
+        Ok(answers) => answers.into_iter().map(Ok).collect(),
+        Err(e) if requests.len() == 1 => vec![Err(e)],
         Err(e) => {
             tracing::warn!(error = %e, size = requests.len(), "a replay-guard batch failed; retrying its requests one by one");
-            for (request, reply) in requests.iter().zip(replies) {
-                let _ = reply.send(admit_one(pool, request).await);
+            let mut answers = Vec::with_capacity(requests.len());
+            for request in &requests {
+                answers.push(admit_one(&pool, request).await);
             }
+            answers
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use sqlx::postgres::PgPoolOptions;
@@ -240,17 +139,13 @@ mod tests {
             let (a, p) = (admissions.clone(), pool.clone());
             tokio::spawn(async move { a.admit(&p, request()).await })
         };
+        // The leader's statement is in flight (the pool waits 300 ms for a connection).
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(
-            lock(&admissions.queue).busy,
-            "the leader's statement is in flight"
-        );
         let follower = {
             let (a, p) = (admissions.clone(), pool.clone());
             tokio::spawn(async move { a.admit(&p, request()).await })
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(lock(&admissions.queue).waiting.len(), 1);
         // The leader's client goes away mid-statement.
         leader.abort();
         // The queued call is still answered (here with the pool's error), not left waiting.
@@ -264,6 +159,5 @@ mod tests {
             .await
             .expect("the next call was answered");
         assert!(next.is_err());
-        assert!(!lock(&admissions.queue).busy);
     }
 }

@@ -5,21 +5,23 @@
 //! carries the outcome, reason and result digest. Both rows are in the hash chain, so neither can
 //! be dropped or edited unseen.
 //!
-//! The two writes happen in a task of their own, not in the caller's future: axum drops a
-//! handler's future when its client disconnects (and an execution's loop is dropped when it is
-//! cancelled), which would otherwise leave the intent open. The task waits for the outcome on a
-//! channel; if the router's side is dropped first, it writes the completion `cancelled` with the
-//! reason (`client_disconnected` or `execution_ended`). Dropping the handler also drops its
+//! The two writes run on the caller's task but never stop half way: axum drops a handler's
+//! future when its client disconnects (and an execution's loop is dropped when it is
+//! cancelled), which would otherwise leave the intent open. A write whose caller went away ends
+//! in a task of its own (`group_commit::Finish`), and an intent whose handle is dropped before
+//! its completion is completed `cancelled`, with the reason (`client_disconnected` or
+//! `execution_ended`), from a task spawned then. Dropping the handler also drops its
 //! dispatcher call, which cancels a running command in the sandbox. An intent left open because
 //! the whole orchestrator stopped is completed `abandoned` at the next start.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use sqlx::PgPool;
-use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::{append, Entry, EntryKind};
+use crate::group_commit::Finish;
 use aegis_core::caller::{Caller, CallerKind, Tier};
 
 /// How a call that ran ended, for its completion row.
@@ -62,8 +64,83 @@ impl Completion {
 /// `cancelled`.
 pub struct CallAudit {
     intent: Uuid,
-    outcome: oneshot::Sender<Completion>,
-    written: oneshot::Receiver<Result<(), sqlx::Error>>,
+    /// `None` once completed.
+    call: Option<Arc<Call>>,
+}
+
+/// What both rows of one call say about it.
+struct Call {
+    intent: Uuid,
+    pool: PgPool,
+    caller: Caller,
+    instance: Uuid,
+    action: String,
+    args_digest: String,
+    started: Instant,
+}
+
+impl Call {
+    fn entry(&self, outcome: &'static str, c: Option<Completion>) -> Entry {
+        Entry {
+            kind: EntryKind::Tool,
+            action: self.action.clone(),
+            allowed: true,
+            reason_code: c.as_ref().and_then(|c| c.reason_code.clone()),
+            reason: c.as_ref().and_then(|c| c.reason.clone()),
+            args_digest: self.args_digest.clone(),
+            outcome,
+            result_digest: c.and_then(|c| c.result_digest),
+            duration_ms: self.started.elapsed().as_millis() as i64,
+        }
+    }
+
+    async fn write_intent(&self) -> Result<(), sqlx::Error> {
+        let entry = self.entry("running", None);
+        append(
+            &self.pool,
+            &self.caller,
+            entry,
+            self.intent,
+            None,
+            Some(self.instance),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn write_completion(&self, completion: Completion) -> Result<(), sqlx::Error> {
+        let entry = self.entry(completion.outcome, Some(completion));
+        let written = append(
+            &self.pool,
+            &self.caller,
+            entry,
+            Uuid::new_v4(),
+            Some(self.intent),
+            Some(self.instance),
+        )
+        .await;
+        if let Err(e) = &written {
+            tracing::error!(intent = %self.intent, error = %e, "could not write the completion of an audited call");
+        }
+        written.map(|_| ())
+    }
+
+    /// Completes the intent as `cancelled` from a task of its own: the caller went away.
+    fn cancel(self: Arc<Self>) {
+        let completion = Completion::caller_gone(&self.caller);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _ = self.write_completion(completion).await;
+                });
+            }
+            Err(_) => tracing::error!(
+                intent = %self.intent,
+                "an audited call's caller went away while the runtime stopped; its intent is \
+                 completed `abandoned` at the next start"
+            ),
+        }
+    }
 }
 
 impl CallAudit {
@@ -72,23 +149,33 @@ impl CallAudit {
         self.intent
     }
 
-    /// Writes the completion row; an error means the row could not be written.
-    pub async fn complete(self, completion: Completion) -> Result<(), sqlx::Error> {
-        if self.outcome.send(completion).is_err() {
+    /// Writes the completion row; an error means the row could not be written. Once begun, the
+    /// row is written even if this future is dropped.
+    pub async fn complete(mut self, completion: Completion) -> Result<(), sqlx::Error> {
+        let Some(call) = self.call.take() else {
             return Err(sqlx::Error::Protocol(
-                "the audit task ended before the completion".into(),
+                "the call was completed already".into(),
             ));
+        };
+        Finish::new(async move { call.write_completion(completion).await }).await
+    }
+}
+
+impl Drop for CallAudit {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            call.cancel();
         }
-        self.written.await.unwrap_or_else(|_| {
-            Err(sqlx::Error::Protocol(
-                "the audit task ended before writing the completion".into(),
-            ))
-        })
     }
 }
 
 /// Writes the intent row of a call about to run and returns the handle that completes it.
-/// Returns only once the intent is stored; the tool must not run before.
+/// Returns only once the intent is stored; the tool must not run before. If this future is
+/// dropped while the intent is being written, the intent is still stored and then completed
+/// `cancelled` (its tool never ran).
+///
+/// Both rows are written from the caller's own task (through the chain's group commit), not
+/// from a task per call: that was two hops between tasks per row.
 pub async fn begin_call(
     pool: &PgPool,
     caller: &Caller,
@@ -97,68 +184,27 @@ pub async fn begin_call(
     args_digest: &str,
     started: Instant,
 ) -> Result<CallAudit, sqlx::Error> {
-    let intent = Uuid::new_v4();
-    let (began_tx, began_rx) = oneshot::channel();
-    let (outcome_tx, outcome_rx) = oneshot::channel::<Completion>();
-    let (written_tx, written_rx) = oneshot::channel();
-    let (pool, caller, action, args_digest) = (
-        pool.clone(),
-        caller.clone(),
-        action.to_owned(),
-        args_digest.to_owned(),
-    );
-    tokio::spawn(async move {
-        let entry = |outcome: &'static str, c: Option<Completion>| Entry {
-            kind: EntryKind::Tool,
-            action: action.clone(),
-            allowed: true,
-            reason_code: c.as_ref().and_then(|c| c.reason_code.clone()),
-            reason: c.as_ref().and_then(|c| c.reason.clone()),
-            args_digest: args_digest.clone(),
-            outcome,
-            result_digest: c.and_then(|c| c.result_digest),
-            duration_ms: started.elapsed().as_millis() as i64,
-        };
-        let began = append(
-            &pool,
-            &caller,
-            entry("running", None),
-            intent,
-            None,
-            Some(instance),
-        )
-        .await;
-        let failed = began.is_err();
-        let _ = began_tx.send(began.map(|_| ()));
-        if failed {
-            return;
-        }
-        let completion = outcome_rx
-            .await
-            .unwrap_or_else(|_| Completion::caller_gone(&caller));
-        let written = append(
-            &pool,
-            &caller,
-            entry(completion.outcome, Some(completion)),
-            Uuid::new_v4(),
-            Some(intent),
-            Some(instance),
-        )
-        .await;
-        if let Err(e) = &written {
-            tracing::error!(intent = %intent, error = %e, "could not write the completion of an audited call");
-        }
-        let _ = written_tx.send(written.map(|_| ()));
+    let call = Arc::new(Call {
+        intent: Uuid::new_v4(),
+        pool: pool.clone(),
+        caller: caller.clone(),
+        instance,
+        action: action.to_owned(),
+        args_digest: args_digest.to_owned(),
+        started,
     });
-    began_rx.await.unwrap_or_else(|_| {
-        Err(sqlx::Error::Protocol(
-            "the audit task ended before writing the intent".into(),
-        ))
-    })?;
+    let writing = Arc::clone(&call);
+    let abandoned = Arc::clone(&call);
+    Finish::new(async move { writing.write_intent().await })
+        .if_abandoned(move |began| async move {
+            if began.is_ok() {
+                abandoned.cancel();
+            }
+        })
+        .await?;
     Ok(CallAudit {
-        intent,
-        outcome: outcome_tx,
-        written: written_rx,
+        intent: call.intent,
+        call: Some(call),
     })
 }
 

@@ -3,9 +3,10 @@
 //! Every row is chained to the one before it under one advisory lock (so several replicas still
 //! build one order). Taking that lock, reading the head and committing cost several PostgreSQL
 //! round trips that, done per row, capped the whole node at roughly one audited call per
-//! millisecond: the lock serialises them. Here one writer task per database drains whatever rows
-//! are waiting, chains them in memory in arrival order and stores them with a single INSERT, so
-//! the lock is held once for the batch. Nothing about a row changes: each still carries its own
+//! millisecond: the lock serialises them. Here the rows of one database go through one group
+//! commit (`group_commit`): a row that finds the writer idle is stored at once from its caller's
+//! task, and the rows that arrive meanwhile are chained in memory in arrival order and stored
+//! with a single INSERT, so the lock is held once per batch. Nothing about a row changes: each still carries its own
 //! `prev_hash` and `hash`, verification is unchanged, and `append` returns only once the row's
 //! transaction committed (an intent row still exists before its tool runs).
 //!
@@ -26,15 +27,17 @@
 //! broken connection).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{SubsecRound, Utc};
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
-use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::{row_hash, AuditRow, APPEND_LOCK, GENESIS};
+use crate::group_commit::{Batch, GroupCommit};
 
 /// Told of every stored batch (rows, time taken): the node's metrics, which live above this
 /// crate, register here once at start (`observe_batches`).
@@ -46,19 +49,15 @@ pub fn observe_batches(observe: fn(usize, std::time::Duration)) {
     let _ = BATCH_OBSERVER.set(observe);
 }
 
-/// At most this many rows per transaction (keeps one INSERT's arrays modest).
-const MAX_BATCH: usize = 256;
-
 /// A row waiting for its place in the chain.
 struct Pending {
     pool: PgPool,
     tenant: String,
     instance: Option<Uuid>,
     row: AuditRow,
-    reply: oneshot::Sender<Result<AuditRow, sqlx::Error>>,
 }
 
-type Writers = Mutex<HashMap<String, mpsc::UnboundedSender<Pending>>>;
+type Writers = Mutex<HashMap<String, Arc<GroupCommit<Chain>>>>;
 
 fn writers() -> &'static Writers {
     static WRITERS: OnceLock<Writers> = OnceLock::new();
@@ -77,57 +76,55 @@ fn key(pool: &PgPool) -> String {
 }
 
 /// Queues a row and waits until its batch committed. The writer sets `seq`, `at`,
-/// `chain_index`, `prev_hash` and `hash`; the rest of `row` is stored as given.
+/// `chain_index`, `prev_hash` and `hash`; the rest of `row` is stored as given. Once begun, the
+/// row is stored even if this future is dropped (see `group_commit`).
 pub(super) async fn submit(
     pool: &PgPool,
     tenant: &str,
     instance: Option<Uuid>,
     row: AuditRow,
 ) -> Result<AuditRow, sqlx::Error> {
-    let (reply, answer) = oneshot::channel();
     let pending = Pending {
         pool: pool.clone(),
         tenant: tenant.to_owned(),
         instance,
         row,
-        reply,
     };
-    let key = key(pool);
-    {
+    let writer = {
         let mut map = writers().lock().unwrap_or_else(|p| p.into_inner());
-        let sender = map.entry(key.clone()).or_insert_with(spawn_writer);
-        if let Err(mpsc::error::SendError(back)) = sender.send(pending) {
-            // The writer's runtime ended (a previous test's, or a restart): start a new one.
-            let fresh = spawn_writer();
-            let _ = fresh.send(back);
-            map.insert(key, fresh);
-        }
-    }
-    answer.await.unwrap_or_else(|_| {
+        map.entry(key(pool)).or_default().clone()
+    };
+    writer.submit(pending).await.unwrap_or_else(|| {
         Err(sqlx::Error::Protocol(
             "the audit writer stopped before storing the row".into(),
         ))
     })
 }
 
-fn spawn_writer() -> mpsc::UnboundedSender<Pending> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(run(rx));
-    tx
-}
-
 /// The head of each tenant's chain as this writer last committed it: (hash, next index).
 type Heads = HashMap<String, (String, i64)>;
 
-async fn run(mut rx: mpsc::UnboundedReceiver<Pending>) {
-    let mut batch = Vec::new();
-    let mut heads = Heads::new();
-    let mut held = None;
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        write(std::mem::take(&mut batch), &mut heads, &mut held).await;
-        if rx.is_empty() {
-            held = None;
-        }
+/// What the chain's writer keeps from one batch to the next: the heads it wrote last, and its
+/// connection while rows keep arriving.
+#[derive(Default)]
+struct Chain {
+    heads: Heads,
+    held: Option<PoolConnection<Postgres>>,
+}
+
+impl Batch for Chain {
+    type Request = Pending;
+    type Answer = Result<AuditRow, sqlx::Error>;
+
+    fn store(
+        &mut self,
+        batch: Vec<Pending>,
+    ) -> Pin<Box<dyn Future<Output = Vec<Self::Answer>> + Send + '_>> {
+        Box::pin(write(batch, &mut self.heads, &mut self.held))
+    }
+
+    fn idle(&mut self) {
+        self.held = None;
     }
 }
 
@@ -147,42 +144,34 @@ async fn connection<'h>(
     held.as_mut().ok_or(sqlx::Error::PoolClosed)
 }
 
-/// Writes one batch; on failure, each row alone so that only a bad row fails.
+/// Writes one batch; on failure, each row alone so that only a bad row fails. One answer per
+/// row, in order.
 async fn write(
     batch: Vec<Pending>,
     heads: &mut Heads,
     held: &mut Option<PoolConnection<Postgres>>,
-) {
+) -> Vec<Result<AuditRow, sqlx::Error>> {
     let Some(pool) = batch
         .iter()
         .map(|p| &p.pool)
         .find(|p| !p.is_closed())
         .cloned()
     else {
-        for p in batch {
-            let _ = p.reply.send(Err(sqlx::Error::PoolClosed));
-        }
-        return;
+        return batch.iter().map(|_| Err(sqlx::Error::PoolClosed)).collect();
     };
     match store(&pool, &batch, heads, held).await {
-        Ok(rows) => {
-            for (p, row) in batch.into_iter().zip(rows) {
-                let _ = p.reply.send(Ok(row));
-            }
-        }
-        Err(e) if batch.len() == 1 => {
-            if let Some(p) = batch.into_iter().next() {
-                let _ = p.reply.send(Err(e));
-            }
-        }
+        Ok(rows) => rows.into_iter().map(Ok).collect(),
+        Err(e) if batch.len() == 1 => vec![Err(e)],
         Err(_) => {
-            for p in batch {
-                let one = std::slice::from_ref(&p);
+            let mut answers = Vec::with_capacity(batch.len());
+            for p in &batch {
+                let one = std::slice::from_ref(p);
                 let result = store(&pool, one, heads, held)
                     .await
                     .map(|mut rows| rows.remove(0));
-                let _ = p.reply.send(result);
+                answers.push(result);
             }
+            answers
         }
     }
 }
