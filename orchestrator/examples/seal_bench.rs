@@ -1,6 +1,7 @@
 //! SEAL overhead per call: the same tool through a signed envelope (HTTP and gRPC: signature,
 //! token, session, replay guard, context policy, audit) versus the same tool through the router
-//! in-process (schema, policy, audit), measured in one run against one real service.
+//! in-process (schema, policy, audit), measured in one run against one real service. A REST row
+//! (an operator key over HTTP) shows how much of the overhead is the transport's.
 //!
 //! `DATABASE_URL=postgres://... cargo run --release -p orchestrator --example seal_bench [-- N]`
 //! (the database named by the URL gets a scratch database of its own, dropped at the end).
@@ -14,6 +15,11 @@ use orchestrator::config::NodeConfig;
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
+
+/// The operator key this benchmark's node is configured with.
+fn config_admin_key() -> String {
+    format!("aok_{}", "0".repeat(64))
+}
 
 fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
     samples.sort();
@@ -44,7 +50,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.server.http = "127.0.0.1:0".parse()?;
     config.server.grpc = "127.0.0.1:0".parse()?;
     config.database.url = url.to_string();
-    config.auth.admin_key = Some(format!("aok_{}", "0".repeat(64)));
+    config.auth.admin_key = Some(config_admin_key());
     config.seal.attest_per_minute = 1000;
     config.seal.security_contexts = vec![json!({"name": "bench", "description": "benchmark",
         "capabilities": [{"tool_pattern": "aegis.*"}], "attestation": {"workload_patterns": ["bench-*"], "allow_unverified": true}})];
@@ -71,6 +77,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         samples.push(t.elapsed());
     }
     results.push(("router in-process", percentiles(samples)));
+
+    // The same call over REST with an operator key: HTTP's own cost, so that SEAL's overhead
+    // splits into the transport's and its own (signatures, replay guard, context).
+    let http_client = reqwest::Client::new();
+    let admin_key = config_admin_key();
+    let rest_call = || {
+        http_client
+            .post(format!("{http}/v1/tools/call"))
+            .bearer_auth(&admin_key)
+            .json(&json!({"name": tool, "arguments": args}))
+            .send()
+    };
+    for _ in 0..20 {
+        rest_call().await?.error_for_status()?;
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let answer = rest_call().await?.error_for_status()?;
+        answer.bytes().await?;
+        samples.push(t.elapsed());
+    }
+    results.push(("REST (operator key)", percentiles(samples)));
 
     for (label, transport) in [
         ("SEAL over HTTP", Transport::Http(http)),

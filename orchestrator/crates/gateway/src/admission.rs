@@ -5,8 +5,9 @@
 //! a commit and a round trip each. Here the calls that wait at the same moment share one
 //! statement, through the same group commit as the audit chain's rows
 //! (`aegis_store::group_commit`): a lone caller stores its own at once from its own task, and
-//! calls that arrive meanwhile are stored together by a drainer when it ends. A leader whose
-//! client went away still finishes its statement and hands the queue on.
+//! calls that arrive meanwhile are stored together by a drainer when it ends, on the connection
+//! the previous batch used. A leader whose client went away still finishes its statement and
+//! hands the queue on.
 //!
 //! Nothing about the guard's promise changes: each signature is inserted under the table's
 //! primary key (atomic across replicas), and a call learns that it was admitted only after the
@@ -16,7 +17,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use aegis_store::group_commit::{Batch, GroupCommit};
+use aegis_store::group_commit::{Batch, GroupCommit, HeldConnection};
 use sqlx::PgPool;
 
 use super::sessions::{self, Admission, AdmitRequest};
@@ -47,9 +48,11 @@ impl Admissions {
     }
 }
 
-/// The replay guard's side of the group commit: it keeps nothing between batches.
+/// The replay guard's side of the group commit: its connection, while calls keep arriving.
 #[derive(Default)]
-struct ReplayGuard;
+struct ReplayGuard {
+    held: HeldConnection,
+}
 
 impl Batch for ReplayGuard {
     type Request = (PgPool, AdmitRequest);
@@ -59,34 +62,51 @@ impl Batch for ReplayGuard {
         &mut self,
         batch: Vec<Self::Request>,
     ) -> Pin<Box<dyn Future<Output = Vec<Self::Answer>> + Send + '_>> {
-        Box::pin(store(batch))
+        Box::pin(store(batch, &mut self.held))
+    }
+
+    fn idle(&mut self) {
+        self.held.release();
     }
 }
 
-/// [`sessions::admit`] for one request.
-async fn admit_one(
+/// [`sessions::admit`] on the held connection; after a failure the connection goes back to the
+/// pool (which checks it) and the next statement takes another.
+async fn admit(
     pool: &PgPool,
-    request: &AdmitRequest,
-) -> Result<Option<Admission>, sqlx::Error> {
-    sessions::admit(pool, std::slice::from_ref(request))
-        .await
-        .map(|mut answers| answers.pop().flatten())
+    held: &mut HeldConnection,
+    requests: &[AdmitRequest],
+) -> Result<Vec<Option<Admission>>, sqlx::Error> {
+    let answers = match held.get(pool).await {
+        Ok(db) => sessions::admit(db, requests).await,
+        Err(e) => Err(e),
+    };
+    if answers.is_err() {
+        held.release();
+    }
+    answers
 }
 
 /// Stores one batch, one answer per request.
-async fn store(batch: Vec<(PgPool, AdmitRequest)>) -> Vec<Result<Option<Admission>, sqlx::Error>> {
+async fn store(
+    batch: Vec<(PgPool, AdmitRequest)>,
+    held: &mut HeldConnection,
+) -> Vec<Result<Option<Admission>, sqlx::Error>> {
     let Some(pool) = batch.first().map(|(pool, _)| pool.clone()) else {
         return Vec::new();
     };
     let requests: Vec<AdmitRequest> = batch.into_iter().map(|(_, r)| r).collect();
-    match sessions::admit(&pool, &requests).await {
+    match admit(&pool, held, &requests).await {
         Ok(answers) => answers.into_iter().map(Ok).collect(),
         Err(e) if requests.len() == 1 => vec![Err(e)],
         Err(e) => {
             tracing::warn!(error = %e, size = requests.len(), "a replay-guard batch failed; retrying its requests one by one");
             let mut answers = Vec::with_capacity(requests.len());
             for request in &requests {
-                answers.push(admit_one(&pool, request).await);
+                let one = admit(&pool, held, std::slice::from_ref(request))
+                    .await
+                    .map(|mut answers| answers.pop().flatten());
+                answers.push(one);
             }
             answers
         }

@@ -285,8 +285,8 @@ pub struct AdmitRequest {
 ///
 /// A signature that occurs twice in one batch is offered to the guard once, by its first
 /// request: the later ones are replays and are answered `fresh: false`.
-pub async fn admit(
-    pool: &PgPool,
+pub async fn admit<'e>(
+    db: impl sqlx::PgExecutor<'e>,
     requests: &[AdmitRequest],
 ) -> Result<Vec<Option<Admission>>, sqlx::Error> {
     let mut first = std::collections::HashSet::with_capacity(requests.len());
@@ -321,7 +321,7 @@ pub async fn admit(
     .bind(&signatures)
     .bind(&contexts)
     .bind(&offered)
-    .fetch_all(pool)
+    .fetch_all(db)
     .await?;
     let mut answers = vec![None; requests.len()];
     for (n, status, sandbox_id, context_version, fresh) in rows {

@@ -20,6 +20,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, PgPool, Postgres};
 use tokio::sync::oneshot;
 
 /// At most this many requests per batch (keeps one statement's arrays modest).
@@ -176,6 +178,35 @@ impl<B: Batch> Drop for Reset<'_, B> {
         if self.armed {
             reset(self.queue);
         }
+    }
+}
+
+/// A connection kept from one batch to the next while requests keep arriving: each return to
+/// sqlx's pool and each checkout cost a ping (a round trip), as much as a batch's own
+/// statement. A [`Batch`] lets go of it when idle (so an idle writer holds nothing and the pool
+/// can close) and after any failure (the pool's check on return closes a broken connection).
+#[derive(Default)]
+pub struct HeldConnection(Option<PoolConnection<Postgres>>);
+
+impl HeldConnection {
+    /// The held connection when there is one (and its pool is still open), else one from `pool`.
+    pub async fn get(&mut self, pool: &PgPool) -> Result<&mut PgConnection, sqlx::Error> {
+        if pool.is_closed() {
+            self.0 = None;
+            return Err(sqlx::Error::PoolClosed);
+        }
+        if self.0.is_none() {
+            self.0 = Some(pool.acquire().await?);
+        }
+        match self.0.as_mut() {
+            Some(held) => Ok(&mut **held),
+            None => Err(sqlx::Error::PoolClosed),
+        }
+    }
+
+    /// Back to the pool.
+    pub fn release(&mut self) {
+        self.0 = None;
     }
 }
 

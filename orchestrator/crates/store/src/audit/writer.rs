@@ -20,11 +20,9 @@
 //! A batch that fails (say a second completion of one intent hits the unique index) is retried
 //! row by row, so only the offending row reports the error.
 //!
-//! While rows keep arriving, the writer keeps its connection from one batch to the next: each
-//! return to the pool and each checkout costs sqlx a ping (a round trip), as much as the
-//! batch's own. It gives the connection back as soon as nothing waits (so an idle writer holds
-//! nothing and the pool can close) and after any failure (the pool's check on return closes a
-//! broken connection).
+//! While rows keep arriving, the writer keeps its connection from one batch to the next
+//! (`group_commit::HeldConnection`), and gives it back as soon as nothing waits and after any
+//! failure.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -32,12 +30,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{SubsecRound, Utc};
-use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres};
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::{row_hash, AuditRow, APPEND_LOCK, GENESIS};
-use crate::group_commit::{Batch, GroupCommit};
+use crate::group_commit::{Batch, GroupCommit, HeldConnection};
 
 /// Told of every stored batch (rows, time taken): the node's metrics, which live above this
 /// crate, register here once at start (`observe_batches`).
@@ -109,7 +106,7 @@ type Heads = HashMap<String, (String, i64)>;
 #[derive(Default)]
 struct Chain {
     heads: Heads,
-    held: Option<PoolConnection<Postgres>>,
+    held: HeldConnection,
 }
 
 impl Batch for Chain {
@@ -124,24 +121,8 @@ impl Batch for Chain {
     }
 
     fn idle(&mut self) {
-        self.held = None;
+        self.held.release();
     }
-}
-
-/// The connection batches are written on: `held` from the previous batch when there is one
-/// (and its pool still open), else one from `pool`.
-async fn connection<'h>(
-    pool: &PgPool,
-    held: &'h mut Option<PoolConnection<Postgres>>,
-) -> Result<&'h mut PoolConnection<Postgres>, sqlx::Error> {
-    if pool.is_closed() {
-        *held = None;
-        return Err(sqlx::Error::PoolClosed);
-    }
-    if held.is_none() {
-        *held = Some(pool.acquire().await?);
-    }
-    held.as_mut().ok_or(sqlx::Error::PoolClosed)
 }
 
 /// Writes one batch; on failure, each row alone so that only a bad row fails. One answer per
@@ -149,7 +130,7 @@ async fn connection<'h>(
 async fn write(
     batch: Vec<Pending>,
     heads: &mut Heads,
-    held: &mut Option<PoolConnection<Postgres>>,
+    held: &mut HeldConnection,
 ) -> Vec<Result<AuditRow, sqlx::Error>> {
     let Some(pool) = batch
         .iter()
@@ -183,10 +164,10 @@ async fn store(
     pool: &PgPool,
     batch: &[Pending],
     heads: &mut Heads,
-    held: &mut Option<PoolConnection<Postgres>>,
+    held: &mut HeldConnection,
 ) -> Result<Vec<AuditRow>, sqlx::Error> {
     let started = std::time::Instant::now();
-    let result = match connection(pool, held).await {
+    let result = match held.get(pool).await {
         Ok(conn) => store_locked(conn, batch, heads).await,
         Err(e) => Err(e),
     };
@@ -199,14 +180,14 @@ async fn store(
         Err(_) => {
             heads.clear();
             // Back to the pool, which checks it (a failed transaction is rolled back there).
-            *held = None;
+            held.release();
         }
     }
     result
 }
 
 async fn store_locked(
-    conn: &mut PoolConnection<Postgres>,
+    conn: &mut PgConnection,
     batch: &[Pending],
     heads: &mut Heads,
 ) -> Result<Vec<AuditRow>, sqlx::Error> {
@@ -215,14 +196,14 @@ async fn store_locked(
     tenants.dedup();
     if tenants.iter().all(|t| heads.contains_key(*t)) {
         // The usual case: one round trip in autocommit, `audit_append` takes the lock itself.
-        if let Some(rows) = append(&mut **conn, batch, &tenants, heads).await? {
+        if let Some(rows) = append(&mut *conn, batch, &tenants, heads).await? {
             return Ok(rows);
         }
         // Someone else appended since our last batch: read the heads under the lock below.
     }
     // One round trip: a simple query may hold two statements.
     let mut tx = sqlx::Connection::begin_with(
-        &mut **conn,
+        &mut *conn,
         format!("BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK})"),
     )
     .await?;
