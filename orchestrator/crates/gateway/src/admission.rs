@@ -14,10 +14,7 @@
 //! statement that recorded it committed. A batch that fails is retried request by request, so
 //! only a request that fails alone reports the error.
 
-use std::future::Future;
-use std::pin::Pin;
-
-use aegis_store::group_commit::{Batch, GroupCommit, HeldConnection};
+use aegis_store::group_commit::{Batch, GroupCommit, HeldConnection, Storing};
 use sqlx::PgPool;
 
 use super::sessions::{self, Admission, AdmitRequest};
@@ -56,60 +53,31 @@ struct ReplayGuard {
 
 impl Batch for ReplayGuard {
     type Request = (PgPool, AdmitRequest);
-    type Answer = Result<Option<Admission>, sqlx::Error>;
+    type Stored = Option<Admission>;
+    const WHAT: &'static str = "replay-guard admissions";
 
-    fn store(
-        &mut self,
-        batch: Vec<Self::Request>,
-    ) -> Pin<Box<dyn Future<Output = Vec<Self::Answer>> + Send + '_>> {
-        Box::pin(store(batch, &mut self.held))
+    /// [`sessions::admit`] on the held connection, with the pool of the batch's first request;
+    /// after a failure the connection goes back to the pool (which checks it) and the next
+    /// statement takes another.
+    fn store<'a>(&'a mut self, batch: &'a [Self::Request]) -> Storing<'a, Option<Admission>> {
+        Box::pin(async move {
+            let Some((pool, _)) = batch.first() else {
+                return Ok(Vec::new());
+            };
+            let requests: Vec<&AdmitRequest> = batch.iter().map(|(_, r)| r).collect();
+            let answers = match self.held.get(pool).await {
+                Ok(db) => sessions::admit(db, &requests).await,
+                Err(e) => Err(e),
+            };
+            if answers.is_err() {
+                self.held.release();
+            }
+            answers
+        })
     }
 
     fn idle(&mut self) {
         self.held.release();
-    }
-}
-
-/// [`sessions::admit`] on the held connection; after a failure the connection goes back to the
-/// pool (which checks it) and the next statement takes another.
-async fn admit(
-    pool: &PgPool,
-    held: &mut HeldConnection,
-    requests: &[AdmitRequest],
-) -> Result<Vec<Option<Admission>>, sqlx::Error> {
-    let answers = match held.get(pool).await {
-        Ok(db) => sessions::admit(db, requests).await,
-        Err(e) => Err(e),
-    };
-    if answers.is_err() {
-        held.release();
-    }
-    answers
-}
-
-/// Stores one batch, one answer per request.
-async fn store(
-    batch: Vec<(PgPool, AdmitRequest)>,
-    held: &mut HeldConnection,
-) -> Vec<Result<Option<Admission>, sqlx::Error>> {
-    let Some(pool) = batch.first().map(|(pool, _)| pool.clone()) else {
-        return Vec::new();
-    };
-    let requests: Vec<AdmitRequest> = batch.into_iter().map(|(_, r)| r).collect();
-    match admit(&pool, held, &requests).await {
-        Ok(answers) => answers.into_iter().map(Ok).collect(),
-        Err(e) if requests.len() == 1 => vec![Err(e)],
-        Err(e) => {
-            tracing::warn!(error = %e, size = requests.len(), "a replay-guard batch failed; retrying its requests one by one");
-            let mut answers = Vec::with_capacity(requests.len());
-            for request in &requests {
-                let one = admit(&pool, held, std::slice::from_ref(request))
-                    .await
-                    .map(|mut answers| answers.pop().flatten());
-                answers.push(one);
-            }
-            answers
-        }
     }
 }
 

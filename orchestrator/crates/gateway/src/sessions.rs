@@ -287,17 +287,26 @@ pub struct AdmitRequest {
 /// request: the later ones are replays and are answered `fresh: false`.
 pub async fn admit<'e>(
     db: impl sqlx::PgExecutor<'e>,
-    requests: &[AdmitRequest],
+    requests: &[impl std::borrow::Borrow<AdmitRequest>],
 ) -> Result<Vec<Option<Admission>>, sqlx::Error> {
     let mut first = std::collections::HashSet::with_capacity(requests.len());
     let offered: Vec<bool> = requests
         .iter()
-        .map(|r| first.insert(r.signature.as_str()))
+        .map(|r| first.insert(r.borrow().signature.as_str()))
         .collect();
-    let tenants: Vec<&str> = requests.iter().map(|r| r.tenant.as_str()).collect();
-    let ids: Vec<Uuid> = requests.iter().map(|r| r.session).collect();
-    let signatures: Vec<&str> = requests.iter().map(|r| r.signature.as_str()).collect();
-    let contexts: Vec<&str> = requests.iter().map(|r| r.context_name.as_str()).collect();
+    let tenants: Vec<&str> = requests
+        .iter()
+        .map(|r| r.borrow().tenant.as_str())
+        .collect();
+    let ids: Vec<Uuid> = requests.iter().map(|r| r.borrow().session).collect();
+    let signatures: Vec<&str> = requests
+        .iter()
+        .map(|r| r.borrow().signature.as_str())
+        .collect();
+    let contexts: Vec<&str> = requests
+        .iter()
+        .map(|r| r.borrow().context_name.as_str())
+        .collect();
     /// Request number (from 1), status, sandbox, context version, fresh.
     type Row = (i64, String, Option<Uuid>, Option<String>, bool);
     let rows: Vec<Row> = sqlx::query_as(

@@ -9,6 +9,9 @@
 //! * calls that arrive while a store is in flight queue; when it ends, a drainer task stores
 //!   whatever queued, one batch after another, until nothing waits, then goes idle.
 //!
+//! A batch that fails as a whole is stored again request by request, so that only a request
+//! that fails alone reports the error.
+//!
 //! A store, once begun, ends even if its caller goes away: a leader whose future is dropped
 //! (its client disconnected) hands its unfinished work to a task of its own ([`Finish`]), so its
 //! request is not half done and the queue behind it is still drained. The writer's state (a
@@ -29,20 +32,27 @@ const MAX_BATCH: usize = 256;
 
 /// What a group commit stores with, and how.
 pub trait Batch: Default + Send + 'static {
-    /// One call's request.
-    type Request: Send + 'static;
-    /// Its answer.
-    type Answer: Send + 'static;
+    /// One call's request (shared with the statement storing it while that runs).
+    type Request: Send + Sync + 'static;
+    /// What storing one request gives back.
+    type Stored: Send + 'static;
+    /// What is stored, for the log line of a batch that failed.
+    const WHAT: &'static str;
 
-    /// Stores `batch`, one answer per request, in order.
-    fn store(
-        &mut self,
-        batch: Vec<Self::Request>,
-    ) -> Pin<Box<dyn Future<Output = Vec<Self::Answer>> + Send + '_>>;
+    /// Stores all of `batch` in one statement: one result per request, in order, or an error
+    /// for the whole batch (whose requests are then stored one by one, so that only a request
+    /// that fails alone reports the error).
+    fn store<'a>(&'a mut self, batch: &'a [Self::Request]) -> Storing<'a, Self::Stored>;
 
     /// Nothing waits any more: let go of what was kept for the next batch.
     fn idle(&mut self) {}
 }
+
+/// A batch being stored: the results, one per request, or the whole batch's error.
+pub type Storing<'a, T> = Pin<Box<dyn Future<Output = Result<Vec<T>, sqlx::Error>> + Send + 'a>>;
+
+/// One request's answer.
+pub type Answer<B> = Result<<B as Batch>::Stored, sqlx::Error>;
 
 /// One writer's queue (see the module documentation).
 pub struct GroupCommit<B: Batch> {
@@ -63,7 +73,7 @@ impl<B: Batch> Default for GroupCommit<B> {
 /// The writer's state while nobody stores (`None` while a store is in flight), and who waits.
 struct Queue<B: Batch> {
     state: Option<B>,
-    waiting: Vec<(B::Request, oneshot::Sender<B::Answer>)>,
+    waiting: Vec<(B::Request, oneshot::Sender<Answer<B>>)>,
 }
 
 fn lock<B: Batch>(queue: &Mutex<Queue<B>>) -> MutexGuard<'_, Queue<B>> {
@@ -72,13 +82,13 @@ fn lock<B: Batch>(queue: &Mutex<Queue<B>>) -> MutexGuard<'_, Queue<B>> {
 
 enum Turn<B: Batch> {
     Lead(B, B::Request),
-    Wait(oneshot::Receiver<B::Answer>),
+    Wait(oneshot::Receiver<Answer<B>>),
 }
 
 impl<B: Batch> GroupCommit<B> {
     /// Stores `request` (alone or with others) and answers once its batch was stored. `None`
     /// when the store was lost: its runtime ended before it finished.
-    pub async fn submit(&self, request: B::Request) -> Option<B::Answer> {
+    pub async fn submit(&self, request: B::Request) -> Option<Answer<B>> {
         let turn = {
             let mut queue = lock(&self.queue);
             match queue.state.take() {
@@ -104,33 +114,19 @@ async fn lead<B: Batch>(
     queue: Arc<Mutex<Queue<B>>>,
     mut state: B,
     request: B::Request,
-) -> Option<B::Answer> {
-    let mut reset = Reset {
-        queue: &queue,
-        armed: true,
+) -> Option<Answer<B>> {
+    let answer = store(&queue, &mut state, vec![request]).await.pop();
+    let Some(state) = park_if_idle(&mut lock(&queue), state) else {
+        return answer;
     };
-    let answer = state.store(vec![request]).await.pop();
-    reset.armed = false;
-    hand_on(&queue, state);
-    answer
-}
-
-/// After a store: a drainer takes what queued meanwhile, or the writer goes idle.
-fn hand_on<B: Batch>(queue: &Arc<Mutex<Queue<B>>>, mut state: B) {
-    let mut q = lock(queue);
-    if q.waiting.is_empty() {
-        state.idle();
-        q.state = Some(state);
-        return;
-    }
-    drop(q);
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             runtime.spawn(drain(queue.clone(), state));
         }
         // No runtime left (shutdown): the waiting calls learn it from their dropped senders.
-        Err(_) => reset(queue),
+        Err(_) => reset(&queue),
     }
+    answer
 }
 
 /// Stores what queued, batch after batch, until nothing waits; then the writer goes idle.
@@ -138,25 +134,60 @@ async fn drain<B: Batch>(queue: Arc<Mutex<Queue<B>>>, mut state: B) {
     loop {
         let batch: Vec<_> = {
             let mut q = lock(&queue);
-            if q.waiting.is_empty() {
-                state.idle();
-                q.state = Some(state);
-                return;
+            match park_if_idle(&mut q, state) {
+                Some(busy) => state = busy,
+                None => return,
             }
             let take = q.waiting.len().min(MAX_BATCH);
             q.waiting.drain(..take).collect()
         };
         let (requests, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-        let mut reset = Reset {
-            queue: &queue,
-            armed: true,
-        };
-        let answers = state.store(requests).await;
-        reset.armed = false;
+        let answers = store(&queue, &mut state, requests).await;
         for (reply, answer) in replies.into_iter().zip(answers) {
             let _ = reply.send(answer);
         }
     }
+}
+
+/// When nothing waits, the writer goes idle with `state` (`None`); otherwise `state` is handed
+/// back to store what waits.
+fn park_if_idle<B: Batch>(queue: &mut Queue<B>, mut state: B) -> Option<B> {
+    if !queue.waiting.is_empty() {
+        return Some(state);
+    }
+    state.idle();
+    queue.state = Some(state);
+    None
+}
+
+/// Stores `requests` in one statement, or, if that fails, each alone: one answer per request.
+/// Should this be dropped before it ends (its runtime stopped), the writer is reset rather
+/// than left busy forever.
+async fn store<B: Batch>(
+    queue: &Mutex<Queue<B>>,
+    state: &mut B,
+    requests: Vec<B::Request>,
+) -> Vec<Answer<B>> {
+    let mut reset = Reset { queue, armed: true };
+    let answers = match state.store(&requests).await {
+        Ok(stored) => stored.into_iter().map(Ok).collect(),
+        Err(e) if requests.len() == 1 => vec![Err(e)],
+        Err(e) => {
+            tracing::warn!(error = %e, size = requests.len(), "a batch of {} failed; storing its requests one by one", B::WHAT);
+            let mut answers = Vec::with_capacity(requests.len());
+            for request in &requests {
+                let one = state.store(std::slice::from_ref(request)).await;
+                answers.push(one.and_then(|mut stored| {
+                    stored.pop().ok_or_else(|| {
+                        sqlx::Error::Protocol(format!("{} were stored without an answer", B::WHAT))
+                    })
+                }));
+            }
+            answers
+        }
+    };
+    reset.armed = false;
+    answers
 }
 
 /// Fails what waits and lets the next call lead with a fresh state.
@@ -166,8 +197,7 @@ fn reset<B: Batch>(queue: &Mutex<Queue<B>>) {
     q.state = Some(B::default());
 }
 
-/// Armed while a store is in flight: a store dropped before it ended (its runtime stopped)
-/// must not leave the writer busy forever.
+/// Armed while a store is in flight (see [`store`]).
 struct Reset<'a, B: Batch> {
     queue: &'a Mutex<Queue<B>>,
     armed: bool,
@@ -291,12 +321,10 @@ mod tests {
 
     impl Batch for Slow {
         type Request = (u32, Arc<Mutex<Vec<Vec<u32>>>>);
-        type Answer = u32;
+        type Stored = u32;
+        const WHAT: &'static str = "numbers";
 
-        fn store(
-            &mut self,
-            batch: Vec<Self::Request>,
-        ) -> Pin<Box<dyn Future<Output = Vec<u32>> + Send + '_>> {
+        fn store<'a>(&'a mut self, batch: &'a [Self::Request]) -> Storing<'a, u32> {
             Box::pin(async move {
                 tokio::time::sleep(Duration::from_millis(30)).await;
                 let values: Vec<u32> = batch.iter().map(|(v, _)| *v).collect();
@@ -306,7 +334,7 @@ mod tests {
                         .push(values.clone());
                 }
                 self.batches.push(values.clone());
-                values.into_iter().map(|v| v * 10).collect()
+                Ok(values.into_iter().map(|v| v * 10).collect())
             })
         }
 
@@ -338,14 +366,17 @@ mod tests {
                 .await
                 .expect("answered")
                 .expect("ran");
-            assert_eq!(answer, Some(v * 10));
+            assert_eq!(answer.and_then(Result::ok), Some(v * 10));
         }
         // The leader's own request was stored although its caller left, alone; the four that
         // waited together were stored as one batch.
         let stored = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
         assert_eq!(stored, vec![vec![1], vec![2, 3, 4, 5]]);
         // Idle again: the next call leads, alone.
-        assert_eq!(writer.submit((9, log.clone())).await, Some(90));
+        assert_eq!(
+            writer.submit((9, log.clone())).await.and_then(Result::ok),
+            Some(90)
+        );
         assert!(IDLE.load(Ordering::SeqCst) >= 2);
     }
 }

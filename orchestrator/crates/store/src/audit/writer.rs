@@ -18,15 +18,13 @@
 //! `audit_append` call, COMMIT.
 //!
 //! A batch that fails (say a second completion of one intent hits the unique index) is retried
-//! row by row, so only the offending row reports the error.
+//! row by row by the group commit, so only the offending row reports the error.
 //!
 //! While rows keep arriving, the writer keeps its connection from one batch to the next
 //! (`group_commit::HeldConnection`), and gives it back as soon as nothing waits and after any
 //! failure.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{SubsecRound, Utc};
@@ -34,7 +32,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::{row_hash, AuditRow, APPEND_LOCK, GENESIS};
-use crate::group_commit::{Batch, GroupCommit, HeldConnection};
+use crate::group_commit::{Batch, GroupCommit, HeldConnection, Storing};
 
 /// Told of every stored batch (rows, time taken): the node's metrics, which live above this
 /// crate, register here once at start (`observe_batches`).
@@ -111,49 +109,23 @@ struct Chain {
 
 impl Batch for Chain {
     type Request = Pending;
-    type Answer = Result<AuditRow, sqlx::Error>;
+    type Stored = AuditRow;
+    const WHAT: &'static str = "audit rows";
 
-    fn store(
-        &mut self,
-        batch: Vec<Pending>,
-    ) -> Pin<Box<dyn Future<Output = Vec<Self::Answer>> + Send + '_>> {
-        Box::pin(write(batch, &mut self.heads, &mut self.held))
+    fn store<'a>(&'a mut self, batch: &'a [Pending]) -> Storing<'a, AuditRow> {
+        Box::pin(async move {
+            // Rows of a closed pool are stored with another row's pool, when there is one.
+            let pool = batch
+                .iter()
+                .map(|p| &p.pool)
+                .find(|p| !p.is_closed())
+                .ok_or(sqlx::Error::PoolClosed)?;
+            store(pool, batch, &mut self.heads, &mut self.held).await
+        })
     }
 
     fn idle(&mut self) {
         self.held.release();
-    }
-}
-
-/// Writes one batch; on failure, each row alone so that only a bad row fails. One answer per
-/// row, in order.
-async fn write(
-    batch: Vec<Pending>,
-    heads: &mut Heads,
-    held: &mut HeldConnection,
-) -> Vec<Result<AuditRow, sqlx::Error>> {
-    let Some(pool) = batch
-        .iter()
-        .map(|p| &p.pool)
-        .find(|p| !p.is_closed())
-        .cloned()
-    else {
-        return batch.iter().map(|_| Err(sqlx::Error::PoolClosed)).collect();
-    };
-    match store(&pool, &batch, heads, held).await {
-        Ok(rows) => rows.into_iter().map(Ok).collect(),
-        Err(e) if batch.len() == 1 => vec![Err(e)],
-        Err(_) => {
-            let mut answers = Vec::with_capacity(batch.len());
-            for p in &batch {
-                let one = std::slice::from_ref(p);
-                let result = store(&pool, one, heads, held)
-                    .await
-                    .map(|mut rows| rows.remove(0));
-                answers.push(result);
-            }
-            answers
-        }
     }
 }
 
