@@ -378,14 +378,23 @@ async fn an_intent_whose_caller_is_dropped_mid_write_is_stored_and_completed_can
         .execute(&mut *holder)
         .await
         .unwrap();
-    let mut write = Box::pin(orchestrator::audit::begin_call(
-        &pool,
-        &caller,
-        app.state.instance_id,
-        "cmd.run",
-        &digest,
-        Instant::now(),
-    ));
+    // A `cmd.run` call's intent, told apart by its arguments' digest.
+    let begin = |digest: &str| {
+        let (pool, caller, digest) = (pool.clone(), caller.clone(), digest.to_owned());
+        let instance = app.state.instance_id;
+        async move {
+            orchestrator::audit::begin_call(
+                &pool,
+                &caller,
+                instance,
+                "cmd.run",
+                &digest,
+                Instant::now(),
+            )
+            .await
+        }
+    };
+    let mut write = Box::pin(begin(&digest));
     // Polled until its statement is in flight, then dropped: its client went away.
     let polled = tokio::time::timeout(Duration::from_millis(300), write.as_mut()).await;
     assert!(polled.is_err(), "the intent was written under a held lock");
@@ -419,16 +428,7 @@ async fn an_intent_whose_caller_is_dropped_mid_write_is_stored_and_completed_can
 
     // A handle dropped after its intent was stored, before the tool ended.
     let digest = format!("sha256:{}", Uuid::new_v4().simple());
-    let open = orchestrator::audit::begin_call(
-        &pool,
-        &caller,
-        app.state.instance_id,
-        "cmd.run",
-        &digest,
-        Instant::now(),
-    )
-    .await
-    .unwrap();
+    let open = begin(&digest).await.unwrap();
     drop(open);
     let rows = eventually("the dropped handle's intent is completed", || {
         rows_of(digest.clone())
