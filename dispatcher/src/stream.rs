@@ -569,7 +569,7 @@ impl Lines {
 
     /// Routes the complete lines in the buffer; `Err` when a line outgrew the bound.
     fn route_complete(&mut self, shared: &Shared) -> std::result::Result<(), String> {
-        while let Some(pos) = self.buffer[self.scanned..].iter().position(|b| *b == b'\n') {
+        while let Some(pos) = memchr::memchr(b'\n', &self.buffer[self.scanned..]) {
             let line = self.buffer.split_to(self.scanned + pos + 1);
             self.scanned = 0;
             route(shared, &line[..line.len() - 1]);

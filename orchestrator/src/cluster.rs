@@ -629,6 +629,7 @@ impl Peers {
         let mut frames = Frames {
             answer,
             buffer: Vec::new(),
+            scanned: 0,
             peer: peer.clone(),
             holder,
             id,
@@ -696,6 +697,9 @@ fn refused(
 struct Frames {
     answer: reqwest::Response,
     buffer: Vec<u8>,
+    /// Bytes at the front of `buffer` already searched for a newline (a large frame arriving
+    /// in many chunks is then searched once, not again from its start per chunk).
+    scanned: usize,
     peer: String,
     holder: Uuid,
     id: SandboxId,
@@ -707,7 +711,9 @@ impl Frames {
     async fn next(&mut self, within: Duration) -> Result<Option<Frame>, String> {
         let peer = &self.peer;
         loop {
-            if let Some(at) = self.buffer.iter().position(|b| *b == b'\n') {
+            if let Some(at) = memchr::memchr(b'\n', &self.buffer[self.scanned..]) {
+                let at = self.scanned + at;
+                self.scanned = 0;
                 let line: Vec<u8> = self.buffer.drain(..=at).collect();
                 return serde_json::from_slice(&line)
                     .map(Some)
@@ -721,7 +727,10 @@ impl Frames {
                 Ok(Err(e)) => return Err(format!("{peer} broke off the stream: {e}")),
                 Ok(Ok(None)) if self.buffer.is_empty() => return Ok(None),
                 Ok(Ok(None)) => return Err(format!("{peer} broke off the stream mid-frame")),
-                Ok(Ok(Some(chunk))) => self.buffer.extend_from_slice(&chunk),
+                Ok(Ok(Some(chunk))) => {
+                    self.scanned = self.buffer.len();
+                    self.buffer.extend_from_slice(&chunk);
+                }
             }
         }
     }
@@ -964,10 +973,12 @@ mod tests {
             let mut answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\n\
                                transfer-encoding: chunked\r\n\r\n"
                 .to_vec();
-            for frame in lines {
-                let line = frame.line();
-                answer.extend_from_slice(format!("{:x}\r\n", line.len()).as_bytes());
-                answer.extend_from_slice(&line);
+            // The frames cut into chunks of 7 bytes, so that one chunk may end a frame and
+            // begin the next, and a frame spans several chunks.
+            let frames: Vec<u8> = lines.iter().flat_map(Frame::line).collect();
+            for chunk in frames.chunks(7) {
+                answer.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                answer.extend_from_slice(chunk);
                 answer.extend_from_slice(b"\r\n");
             }
             socket.write_all(&answer).await.expect("write");
@@ -1001,6 +1012,7 @@ mod tests {
         let mut frames = Frames {
             answer,
             buffer: Vec::new(),
+            scanned: 0,
             peer: url.clone(),
             holder: Uuid::nil(),
             id: SandboxId(Uuid::nil()),

@@ -50,7 +50,7 @@ pub fn read_frame(reader: &mut impl BufRead, max: usize, line: &mut Vec<u8>) -> 
                 Frame::Line
             });
         }
-        let (take, complete) = match buf.iter().position(|&b| b == b'\n') {
+        let (take, complete) = match memchr::memchr(b'\n', buf) {
             Some(i) => (i, true),
             None => (buf.len(), false),
         };

@@ -236,9 +236,53 @@ pub fn serialized_len(value: &Value) -> usize {
     count.0
 }
 
+/// A value's compact JSON when it is at most `max` bytes long; `None` as soon as it outgrows
+/// that, so a large value is never serialised in full just to learn that it is too large.
+pub fn to_json_within(value: &Value, max: usize) -> Option<String> {
+    struct Bounded {
+        out: Vec<u8>,
+        max: usize,
+    }
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.out.len() + buf.len() > self.max {
+                return Err(std::io::Error::other("over the bound"));
+            }
+            self.out.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut bounded = Bounded {
+        out: Vec::new(),
+        max,
+    };
+    serde_json::to_writer(&mut bounded, value).ok()?;
+    // serde_json writes UTF-8 only.
+    String::from_utf8(bounded.out).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_within_a_bound_is_the_compact_text_and_nothing_beyond_it() {
+        let value = json!({"b": [1, 2], "a": "é\n"});
+        let text = value.to_string();
+        assert_eq!(
+            to_json_within(&value, text.len()).as_deref(),
+            Some(text.as_str())
+        );
+        assert_eq!(text.len(), serialized_len(&value));
+        assert_eq!(to_json_within(&value, text.len() - 1), None);
+        let large = json!({"content": "x".repeat(100_000)});
+        assert_eq!(to_json_within(&large, 16 * 1024), None);
+        assert_eq!(to_json_within(&Value::Null, 0), None);
+        assert_eq!(to_json_within(&Value::Null, 4).as_deref(), Some("null"));
+    }
     use serde_json::json;
 
     fn schema() -> Value {

@@ -9,7 +9,7 @@ use futures_util::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use aegis_core::arguments::serialized_len;
+use aegis_core::arguments::to_json_within;
 use aegis_core::caller::Caller;
 use aegis_core::catalog::ToolSpec;
 
@@ -84,14 +84,14 @@ impl ToolOutcome {
     pub fn into_mcp(self) -> Value {
         match self.result {
             Ok(output) => {
-                let size = serialized_len(&output);
-                let text = if size <= TEXT_COPY_MAX_BYTES {
-                    output.to_string()
-                } else {
+                // Serialised once, and only as far as the bound: a large result is not walked
+                // (and escaped) in full just to learn that it is large.
+                let text = to_json_within(&output, TEXT_COPY_MAX_BYTES).unwrap_or_else(|| {
                     format!(
-                        "The result is {size} bytes of JSON; it is in structuredContent (not repeated here)."
+                        "The result is more than {TEXT_COPY_MAX_BYTES} bytes of JSON; it is in \
+                         structuredContent (not repeated here)."
                     )
-                };
+                });
                 // Built by hand: `json!` would copy the (possibly large) output once more.
                 let mut result = serde_json::Map::with_capacity(3);
                 result.insert(
