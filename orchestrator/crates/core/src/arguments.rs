@@ -267,22 +267,6 @@ pub fn to_json_within(value: &Value, max: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_within_a_bound_is_the_compact_text_and_nothing_beyond_it() {
-        let value = json!({"b": [1, 2], "a": "é\n"});
-        let text = value.to_string();
-        assert_eq!(
-            to_json_within(&value, text.len()).as_deref(),
-            Some(text.as_str())
-        );
-        assert_eq!(text.len(), serialized_len(&value));
-        assert_eq!(to_json_within(&value, text.len() - 1), None);
-        let large = json!({"content": "x".repeat(100_000)});
-        assert_eq!(to_json_within(&large, 16 * 1024), None);
-        assert_eq!(to_json_within(&Value::Null, 0), None);
-        assert_eq!(to_json_within(&Value::Null, 4).as_deref(), Some("null"));
-    }
     use serde_json::json;
 
     fn schema() -> Value {
@@ -393,5 +377,21 @@ mod tests {
         // Short unquoted values do not garble the message.
         let short = scrub("is not allowed", &serde_json::json!({"a": "is"}));
         assert_eq!(short, "is not allowed");
+    }
+
+    #[test]
+    fn json_within_a_bound_is_the_compact_text_and_nothing_beyond_it() {
+        let value = json!({"b": [1, 2], "a": "é\n"});
+        let text = value.to_string();
+        assert_eq!(
+            to_json_within(&value, text.len()).as_deref(),
+            Some(text.as_str())
+        );
+        assert_eq!(text.len(), serialized_len(&value));
+        assert_eq!(to_json_within(&value, text.len() - 1), None);
+        let large = json!({"content": "x".repeat(100_000)});
+        assert_eq!(to_json_within(&large, 16 * 1024), None);
+        assert_eq!(to_json_within(&Value::Null, 0), None);
+        assert_eq!(to_json_within(&Value::Null, 4).as_deref(), Some("null"));
     }
 }
