@@ -433,13 +433,74 @@ fn default_true() -> bool {
 ///
 /// `T` is the result type of the operation that was asked for; a reader that does not know it
 /// yet uses the default, [`serde_json::Value`], and converts later.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Read by hand ([`ResponseVisitor`]) rather than through `#[serde(flatten)]`: a flattened field
+/// makes serde buffer the whole line into an intermediate tree first, so every byte of a large
+/// result (a file's content, a command's output) was copied once more on the node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Response<T = serde_json::Value> {
     /// The request's `id` ([`UNATTRIBUTED_ID`] for the ready line and unreadable requests).
     pub id: u64,
     /// Either `ok` or `error`.
     #[serde(flatten)]
     pub outcome: Outcome<T>,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Response<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(ResponseVisitor(std::marker::PhantomData))
+    }
+}
+
+/// The keys of a response line (any other is skipped).
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
+enum ResponseKey {
+    Id,
+    Ok,
+    Error,
+    #[serde(other)]
+    Other,
+}
+
+/// Reads `{"id": N, "ok": ...}` or `{"id": N, "error": {...}}` in one pass; other keys are
+/// skipped (as the flattened form did), a line with both `ok` and `error`, or neither, is refused.
+struct ResponseVisitor<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for ResponseVisitor<T> {
+    type Value = Response<T>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a response object with `id` and one of `ok` or `error`")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error;
+        let mut id = None;
+        let mut outcome = None;
+        while let Some(key) = map.next_key::<ResponseKey>()? {
+            match key {
+                ResponseKey::Id if id.is_some() => return Err(A::Error::duplicate_field("id")),
+                ResponseKey::Id => id = Some(map.next_value()?),
+                ResponseKey::Ok | ResponseKey::Error if outcome.is_some() => {
+                    return Err(A::Error::custom(
+                        "a response carries exactly one of `ok` and `error`",
+                    ))
+                }
+                ResponseKey::Ok => outcome = Some(Outcome::Ok(map.next_value()?)),
+                ResponseKey::Error => outcome = Some(Outcome::Error(map.next_value()?)),
+                ResponseKey::Other => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Response {
+            id: id.ok_or_else(|| A::Error::missing_field("id"))?,
+            outcome: outcome.ok_or_else(|| {
+                A::Error::custom("a response carries one of `ok` and `error`; this has neither")
+            })?,
+        })
+    }
 }
 
 impl<T> Response<T> {
@@ -971,6 +1032,32 @@ mod tests {
         .unwrap();
         let list = typed.into_result().unwrap();
         assert_eq!(list.entries[0].entry_type, EntryType::Symlink);
+    }
+
+    #[test]
+    fn responses_are_read_in_one_pass_and_refuse_ambiguity() {
+        // Key order does not matter, unknown keys are skipped, `null` is a result like any other.
+        let back: Response = serde_json::from_str(r#"{"ok":null,"extra":[1],"id":3}"#).unwrap();
+        assert_eq!(back, Response::ok(3, serde_json::Value::Null));
+        // An escaped key is still the key.
+        let back: Response = serde_json::from_str(r#"{"\u0069d":4,"ok":{}}"#).unwrap();
+        assert_eq!(back.id, 4);
+        for (line, why) in [
+            (
+                r#"{"id":1,"ok":{},"error":{"kind":"io","message":"m"}}"#,
+                "exactly one",
+            ),
+            (r#"{"id":1}"#, "neither"),
+            (r#"{"ok":{}}"#, "missing field `id`"),
+            (r#"{"id":1,"id":2,"ok":{}}"#, "duplicate field `id`"),
+            (r#"{"id":-1,"ok":{}}"#, "invalid value"),
+            (r#"[1,2]"#, "invalid type"),
+        ] {
+            let err = serde_json::from_str::<Response>(line)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why), "{line}: {err}");
+        }
     }
 
     #[test]

@@ -236,9 +236,46 @@ pub fn serialized_len(value: &Value) -> usize {
     count.0
 }
 
+/// A lower bound of the length of a value's compact JSON, from one walk over its nodes (the text
+/// is not escaped or copied): a string takes at least its bytes and two quotes, a number one
+/// digit. Exact for a value without escapes or numbers beyond one digit.
+pub fn json_len_lower_bound(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(true) => 4,
+        Value::Bool(false) => 5,
+        Value::Number(_) => 1,
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => {
+            2 + items.len().saturating_sub(1)
+                + items.iter().map(json_len_lower_bound).sum::<usize>()
+        }
+        Value::Object(map) => {
+            2 + map.len().saturating_sub(1)
+                + map
+                    .iter()
+                    .map(|(k, v)| k.len() + 3 + json_len_lower_bound(v))
+                    .sum::<usize>()
+        }
+    }
+}
+
+/// A value's compact JSON, written into a buffer sized for it up front: a large result (a file's
+/// content) is not copied again each time a growing buffer doubles.
+pub fn to_json_vec(value: &Value) -> Vec<u8> {
+    let hint = json_len_lower_bound(value);
+    // Room for a few escapes and longer numbers beyond the bound before the one regrowth.
+    let mut out = Vec::with_capacity(hint.saturating_add(hint / 32).saturating_add(64));
+    // A `Value` always serialises (its keys are strings), and writing to memory cannot fail.
+    let _ = serde_json::to_writer(&mut out, value);
+    out
+}
+
 /// A value's compact JSON when it is at most `max` bytes long; `None` as soon as it outgrows
 /// that, so a large value is never serialised in full just to learn that it is too large.
 pub fn to_json_within(value: &Value, max: usize) -> Option<String> {
+    if json_len_lower_bound(value) > max {
+        return None;
+    }
     struct Bounded {
         out: Vec<u8>,
         max: usize,
@@ -377,6 +414,18 @@ mod tests {
         // Short unquoted values do not garble the message.
         let short = scrub("is not allowed", &serde_json::json!({"a": "is"}));
         assert_eq!(short, "is not allowed");
+    }
+
+    #[test]
+    fn json_length_bound_is_exact_without_escapes_and_below_with_them() {
+        let plain = json!({"a": [1, true, null, "xyz"], "bb": {"c": false}, "d": []});
+        assert_eq!(json_len_lower_bound(&plain), serialized_len(&plain));
+        assert_eq!(to_json_vec(&plain), serde_json::to_vec(&plain).unwrap());
+        let escaped = json!({"text": "line\n\"quoted\"\u{1}", "n": 12345, "f": -1.5});
+        assert!(json_len_lower_bound(&escaped) < serialized_len(&escaped));
+        assert_eq!(to_json_vec(&escaped), serde_json::to_vec(&escaped).unwrap());
+        let big = json!({"content": "x".repeat(100_000)});
+        assert_eq!(to_json_within(&big, 16 * 1024), None);
     }
 
     #[test]

@@ -95,5 +95,15 @@ pub async fn call(
         return super::tool_stream::call(state, caller, req.name, req.arguments, sandbox).await;
     }
     let outcome = tools::invoke_in(&state, &caller, &req.name, req.arguments, sandbox).await?;
-    Ok(Json(outcome.into_mcp()).into_response())
+    // Serialised into a buffer of the result's size (axum's `Json` grows from 128 bytes,
+    // copying a large result at every doubling).
+    let body = aegis_core::arguments::to_json_vec(&outcome.into_mcp());
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response())
 }
