@@ -273,7 +273,8 @@ pub fn to_json_vec(value: &Value) -> Vec<u8> {
 /// A value's compact JSON when it is at most `max` bytes long; `None` as soon as it outgrows
 /// that, so a large value is never serialised in full just to learn that it is too large.
 pub fn to_json_within(value: &Value, max: usize) -> Option<String> {
-    if json_len_lower_bound(value) > max {
+    let least = json_len_lower_bound(value);
+    if least > max {
         return None;
     }
     struct Bounded {
@@ -293,7 +294,7 @@ pub fn to_json_within(value: &Value, max: usize) -> Option<String> {
         }
     }
     let mut bounded = Bounded {
-        out: Vec::new(),
+        out: Vec::with_capacity(least),
         max,
     };
     serde_json::to_writer(&mut bounded, value).ok()?;

@@ -114,7 +114,10 @@ fn result_event(outcome: ToolOutcome) -> Event {
 
 /// An event whose data is `value` as JSON.
 pub fn json_event(name: &str, value: &Value) -> Event {
-    Event::default().event(name).data(value.to_string())
+    // The `result` event carries the same body as the call without streaming: serialised the
+    // same way, into a buffer of its size. serde_json writes UTF-8 only.
+    let data = String::from_utf8(aegis_core::arguments::to_json_vec(value)).unwrap_or_default();
+    Event::default().event(name).data(data)
 }
 
 fn error_event(e: ApiError) -> Event {
