@@ -326,11 +326,13 @@ pub(crate) fn grace(grace_ms: Option<u64>) -> Duration {
 /// Forks the sub-reaper from this (multi-threaded) process: the path when the fork server is
 /// gone or the plan is too large for it (`forkserver.rs`), and how it was always done before.
 fn fork_subreaper(child: subreaper::Child) -> io::Result<Pid> {
+    let launch = subreaper::Launch::prepare(&child, None, None);
     // SAFETY: the child runs `run_forked`, which never returns into this thread's frames and
-    // ends with `_exit`; see `subreaper.rs` for what it may touch after `fork`.
+    // ends with `exit_group`; see `subreaper.rs` for what it may touch after `fork`. Our copies
+    // of the descriptors (`child`) are closed when this returns.
     match unsafe { libc::fork() } {
         -1 => Err(io::Error::last_os_error()),
-        0 => subreaper::run_forked(child),
+        0 => subreaper::run_forked(&launch),
         pid => Pid::from_raw(pid).ok_or_else(|| io::Error::other("fork returned an invalid pid")),
     }
 }

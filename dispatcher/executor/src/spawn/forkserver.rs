@@ -19,14 +19,18 @@
 //!   (`PR_SET_PDEATHSIG`), and exits when the executor's end of the socket closes.
 //! * Per command the executor sends one message: the [`Plan`] as JSON and, by `SCM_RIGHTS`, the
 //!   status, stdout and stderr write ends, the working directory, the Landlock ruleset and the
-//!   program's directory. The server clones with `CLONE_PARENT | SIGCHLD`, so the sub-reaper's
-//!   parent is the **executor**, which reaps, signals and waits for it exactly as when it forked
-//!   it itself (`children.rs`); the server answers with the pid or an errno. The exchange runs
+//!   program's directory. The server clones with `CLONE_VM | CLONE_PARENT | SIGCHLD`, so the
+//!   sub-reaper shares the server's memory (no page tables copied, nothing unmapped when it
+//!   ends: see `Running::clone_subreaper`) and its parent is the **executor**, which reaps,
+//!   signals and waits for it exactly as when it forked it itself (`children.rs`); the server
+//!   answers with the pid or an errno. The server keeps each sub-reaper's stack and prepared
+//!   launch until the kernel zeroes the sub-reaper's word at its exit (`CLONE_CHILD_CLEARTID`),
+//!   and the command's likewise while it borrows that stack before its `exec`. The exchange runs
 //!   outside the children registry's lock (`Children::spawn_with`), so the reaper and other
 //!   commands are never held up behind it; a sub-reaper that exits before its pid is registered
 //!   is kept by the reaper as an early exit. A mutex here keeps one request on the socket at a
 //!   time (one clone of a small process is quick, so one channel is enough).
-//! * The child runs nothing but the sub-reaper body ([`subreaper::run_forked`]), with the
+//! * The child runs nothing but the sub-reaper body ([`subreaper::run`]), with the
 //!   ruleset as a descriptor enforced by `landlock_restrict_self` (`confine::enforce`); how much
 //!   is enforced was computed by the executor from the kernel's ABI (`confine::enforcement_for`).
 //!   The server itself is never confined and never runs a command.
@@ -47,6 +51,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -312,7 +317,7 @@ fn isolate(socket: &OwnedFd, executor: Pid) -> bool {
         }
     }
     drop(null);
-    subreaper::close_all_but(&[socket.as_raw_fd()]);
+    subreaper::close_all_but(&[Some(socket.as_raw_fd())]);
     let _ = rustix::thread::set_name(SERVER_NAME);
     true
 }
@@ -320,6 +325,7 @@ fn isolate(socket: &OwnedFd, executor: Pid) -> bool {
 /// Answers requests until the executor's end closes; the exit code.
 fn serve_requests(socket: &OwnedFd, name: &CStr) -> i32 {
     let mut buffer = vec![0u8; MAX_MESSAGE];
+    let mut running = Running::default();
     loop {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -342,6 +348,7 @@ fn serve_requests(socket: &OwnedFd, name: &CStr) -> i32 {
         if received.bytes == 0 && fds.is_empty() {
             return 0; // the executor closed its end
         }
+        running.sweep();
         let answer = if received
             .flags
             .intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC)
@@ -349,7 +356,7 @@ fn serve_requests(socket: &OwnedFd, name: &CStr) -> i32 {
             -libc::EMSGSIZE
         } else {
             match child_from(&buffer[..received.bytes.min(buffer.len())], fds) {
-                Some(child) => clone_subreaper(child, socket, name),
+                Some(child) => running.clone_subreaper(child, socket, name),
                 None => -libc::EINVAL,
             }
         };
@@ -358,6 +365,150 @@ fn serve_requests(socket: &OwnedFd, name: &CStr) -> i32 {
             Err(_) => return 1,
         }
     }
+}
+
+/// Stack of a sub-reaper (it runs [`subreaper::run`], which keeps its buffers on the stack:
+/// the command's own start-up stack, a handshake line and a directory listing), beside a guard
+/// page below it.
+const SUBREAPER_STACK: usize = 256 * 1024;
+/// The guard page under each stack: an overflow faults instead of writing another's memory.
+const GUARD: usize = 4096;
+
+/// The sub-reapers that share this process's memory, and what they read in it.
+#[derive(Default)]
+struct Running {
+    subreapers: Vec<Shared>,
+}
+
+/// One sub-reaper's share of this process's memory: its stack and its [`subreaper::Launch`],
+/// kept until the kernel says it is gone.
+struct Shared {
+    /// Set non-zero before the clone; the kernel zeroes it when the sub-reaper has exited
+    /// (`CLONE_CHILD_CLEARTID`), and only then are its stack and launch freed.
+    alive: Box<AtomicI32>,
+    _stack: Stack,
+    /// Read by the sub-reaper; freed with it. Its `command_borrowing` word is the command's
+    /// likewise: while the command borrows the stack before its `exec` (its sub-reaper killed
+    /// mid-start, say), the stack stays.
+    launch: Box<subreaper::Launch>,
+}
+
+impl Shared {
+    fn gone(&self) -> bool {
+        self.alive.load(Ordering::Acquire) == 0
+            && self.launch.command_borrowing.load(Ordering::Acquire) == 0
+    }
+}
+
+/// An anonymous mapping with a guard page at its low end.
+struct Stack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Stack {
+    fn map(size: usize) -> io::Result<Stack> {
+        let len = size + GUARD;
+        // SAFETY: a fresh private anonymous mapping; nothing else refers to it yet.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Stack { base, len };
+        // SAFETY: the lowest page of the mapping we own.
+        if unsafe { libc::mprotect(base, GUARD, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The initial stack pointer (the stack grows down), 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        ((self.base as usize + self.len) & !15) as *mut libc::c_void
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, no longer used by anyone (see `Running::sweep`).
+        unsafe {
+            libc::munmap(self.base, self.len);
+        }
+    }
+}
+
+impl Running {
+    /// Frees what the sub-reapers that have exited used.
+    fn sweep(&mut self) {
+        self.subreapers.retain(|shared| !shared.gone());
+    }
+
+    /// Clones the sub-reaper as a child of the executor that shares this process's memory;
+    /// its pid, or `-errno`.
+    ///
+    /// Why shared memory: a forked sub-reaper copies this process's page tables, faults in
+    /// every page it touches, and unmaps all of it when it exits; on virtual machines, where
+    /// each page-table change is costly, that was a fifth of a `cmd.run`'s CPU. A clone with
+    /// `CLONE_VM` does none of it. It is still its own process (own descriptors, working
+    /// directory, credentials, Landlock domain, signal handling, sub-reaper status); it only
+    /// reads its [`subreaper::Launch`] and writes its own stack, and allocates nothing
+    /// (`subreaper::run`), so this process's single-threaded allocator is never raced.
+    fn clone_subreaper(&mut self, child: Child, socket: &OwnedFd, name: &CStr) -> i32 {
+        let stack = match Stack::map(SUBREAPER_STACK) {
+            Ok(stack) => stack,
+            Err(e) => return -e.raw_os_error().unwrap_or(libc::ENOMEM),
+        };
+        let launch = Box::new(subreaper::Launch::prepare(
+            &child,
+            Some(socket.as_raw_fd()),
+            (!name.is_empty()).then(|| name.to_owned()),
+        ));
+        let alive = Box::new(AtomicI32::new(1));
+        // SAFETY: the child starts in `enter` on its own stack and reads `launch`, both kept
+        // alive until the kernel zeroes `alive` at its exit (`sweep`); it never returns from
+        // `enter` (it ends with `exit_group`). CLONE_PARENT makes it the executor's child, as
+        // a fork of this server was.
+        let pid = unsafe {
+            libc::clone(
+                enter,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_PARENT | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD,
+                std::ptr::from_ref::<subreaper::Launch>(&launch) as *mut libc::c_void,
+                std::ptr::null_mut::<libc::pid_t>(),
+                std::ptr::null_mut::<libc::c_void>(),
+                alive.as_ptr(),
+            )
+        };
+        if pid < 0 {
+            return -io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+        }
+        // Our copies of the descriptors; the sub-reaper has its own.
+        drop(child);
+        self.subreapers.push(Shared {
+            alive,
+            _stack: stack,
+            launch,
+        });
+        pid
+    }
+}
+
+/// Where a sub-reaper cloned by [`Running::clone_subreaper`] starts.
+extern "C" fn enter(launch: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: the `Launch` the server keeps until this process has exited.
+    let launch = unsafe { &*(launch as *const subreaper::Launch) };
+    subreaper::run(launch)
 }
 
 /// The sub-reaper's [`Child`] from one request; `None` for a malformed one (its descriptors
@@ -393,43 +544,4 @@ fn child_from(bytes: &[u8], fds: Vec<OwnedFd>) -> Option<Child> {
         status,
         stdin,
     })
-}
-
-/// Clones the sub-reaper as a child of the executor; its pid, or `-errno`.
-fn clone_subreaper(child: Child, socket: &OwnedFd, name: &CStr) -> i32 {
-    // SAFETY: a raw `clone` without CLONE_VM is a `fork` (the child continues on a copy of this
-    // stack) whose parent is ours; this process has one thread and holds no lock here. The
-    // child runs `subreaper::run_forked`, which never returns and ends with `_exit`.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            libc::c_ulong::try_from(libc::CLONE_PARENT | libc::SIGCHLD).unwrap_or(0),
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
-    match pid {
-        0 => {
-            // Closed first: the server's death must be seen (EOF) by the executor even while a
-            // sub-reaper is starting.
-            // SAFETY: closes our copy of the socket; its `OwnedFd` is never dropped in this
-            // process (`run_forked` does not return).
-            unsafe {
-                libc::close(socket.as_raw_fd());
-            }
-            if !name.is_empty() {
-                let _ = rustix::thread::set_name(name);
-            }
-            subreaper::run_forked(child)
-        }
-        pid if pid < 0 => -io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO),
-        pid => {
-            drop(child);
-            i32::try_from(pid).unwrap_or(-libc::EIO)
-        }
-    }
 }

@@ -17,4 +17,5 @@ pub mod grant;
 pub mod held;
 pub mod program;
 pub mod subreaper;
+pub mod sys;
 pub mod vfork;

@@ -41,6 +41,11 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::RawFd;
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::AtomicI32;
+
+#[cfg(test)]
+use crate::spawn::sys::SIGSET_SIZE;
+use crate::spawn::sys::{self, KernelSigset};
 
 /// What to start.
 pub struct Command<'a> {
@@ -66,45 +71,84 @@ pub struct Command<'a> {
     pub session: bool,
 }
 
-/// Everything the child reads, prepared before `clone` (the child allocates nothing).
-struct Prepared {
+/// Everything the child reads, prepared before `clone` (the child allocates nothing, and
+/// neither does [`launch`]: a sub-reaper that shares the fork server's memory must not).
+pub struct Prepared {
     path: CString,
     dir_fd: c_int,
     name: CString,
     argv: Vec<*const c_char>,
     envp: Vec<*const c_char>,
+    /// Own the text `argv` and `envp` point to (moving a `CString` leaves its text in place).
+    _text: (Vec<CString>, Vec<CString>),
     uid: u32,
     gid: u32,
+    /// `-1`: the caller's descriptor 0, which is `/dev/null` (see [`launch`]).
     stdin: c_int,
     stdout: c_int,
     stderr: c_int,
     session: bool,
-    /// Write end of the error pipe (close-on-exec).
-    error: c_int,
+}
+
+// SAFETY: the raw pointers point into the `CString`s this value owns, which are never changed.
+unsafe impl Send for Prepared {}
+// SAFETY: as above; nothing here is mutated through a shared reference.
+unsafe impl Sync for Prepared {}
+
+impl Prepared {
+    /// Turns `command` into C strings and pointer arrays; fails on a NUL byte.
+    pub fn new(command: &Command<'_>) -> io::Result<Prepared> {
+        let cstring = |s: &str| {
+            CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte"))
+        };
+        let path = cstring(command.program)?;
+        let (dir_fd, name) = match command.at {
+            Some((fd, name)) => (fd, cstring(name)?),
+            None => (-1, CString::default()),
+        };
+        let args: Vec<CString> = command
+            .argv
+            .iter()
+            .map(|a| cstring(a))
+            .collect::<io::Result<_>>()?;
+        let vars: Vec<CString> = command
+            .env
+            .iter()
+            .map(|(k, v)| cstring(&format!("{k}={v}")))
+            .collect::<io::Result<_>>()?;
+        let null_terminated = |list: &[CString]| {
+            list.iter()
+                .map(|c| c.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect::<Vec<_>>()
+        };
+        Ok(Prepared {
+            path,
+            dir_fd,
+            name,
+            argv: null_terminated(&args),
+            envp: null_terminated(&vars),
+            _text: (args, vars),
+            uid: command.uid,
+            gid: command.gid,
+            stdin: command.stdin.unwrap_or(-1),
+            stdout: command.stdout,
+            stderr: command.stderr,
+            session: command.session,
+        })
+    }
 }
 
 /// Stack of the child while it borrows the sub-reaper's memory (it only makes system calls).
-const CHILD_STACK: usize = 64 * 1024;
+pub const CHILD_STACK: usize = 32 * 1024;
 
-/// The kernel's signal set on x86_64 (`_NSIG` = 64 bits), as `rt_sigprocmask` and
-/// `rt_sigaction` take it: the C library's `sigset_t` is 128 bytes and its `sigfillset` leaves
-/// out the signals it reserves for itself, which must be blocked here too.
-type KernelSigset = u64;
-
-/// Size argument of the `rt_sig*` calls.
-const SIGSET_SIZE: usize = std::mem::size_of::<KernelSigset>();
-
-/// The highest signal number (`_NSIG`).
-const LAST_SIGNAL: c_int = 64;
-
-/// The kernel's `struct sigaction` on x86_64 (the C library's has another layout); all zeros
-/// is `SIG_DFL` with no flags and an empty mask.
-#[repr(C)]
-struct KernelSigaction {
-    handler: usize,
-    flags: u64,
-    restorer: usize,
-    mask: KernelSigset,
+/// What the child reads: the prepared command and its error pipe.
+struct ChildArgs<'a> {
+    prepared: &'a Prepared,
+    /// Where a command without a stdin of its own reads from.
+    stdin: c_int,
+    /// Write end of the error pipe (close-on-exec).
+    error: c_int,
 }
 
 /// Every signal of the calling thread blocked until this is dropped, which restores the mask
@@ -114,70 +158,24 @@ struct AllSignalsBlocked {
 }
 
 impl AllSignalsBlocked {
-    fn new() -> io::Result<Self> {
-        let all: KernelSigset = !0;
-        let mut previous: KernelSigset = 0;
-        // SAFETY: rt_sigprocmask on this thread with valid pointers to kernel-sized sets
-        // (SIGKILL and SIGSTOP are left out by the kernel).
-        let done = unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK,
-                std::ptr::addr_of!(all),
-                std::ptr::addr_of_mut!(previous),
-                SIGSET_SIZE,
-            )
-        };
-        if done != 0 {
-            return Err(io::Error::last_os_error());
-        }
+    fn new() -> Result<Self, sys::Errno> {
+        // SIGKILL and SIGSTOP are left out by the kernel.
+        let previous = sys::sigprocmask(libc::SIG_SETMASK, &!0)?;
         Ok(Self { previous })
     }
 }
 
 impl Drop for AllSignalsBlocked {
     fn drop(&mut self) {
-        // SAFETY: restores this thread's own earlier mask from a valid kernel-sized set.
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK,
-                std::ptr::addr_of!(self.previous),
-                std::ptr::null_mut::<KernelSigset>(),
-                SIGSET_SIZE,
-            );
-        }
+        let _ = sys::sigprocmask(libc::SIG_SETMASK, &self.previous);
     }
 }
 
 /// Starts the command; its pid, or why it could not start (the `errno` of the failed step).
+/// Allocates: for tests and callers outside a sub-reaper. A command without a stdin of its own
+/// reads `/dev/null`.
 pub fn start(command: &Command<'_>) -> io::Result<i32> {
-    let cstring = |s: &str| {
-        CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte"))
-    };
-    let path = cstring(command.program)?;
-    let (dir_fd, name) = match command.at {
-        Some((fd, name)) => (fd, cstring(name)?),
-        None => (-1, CString::default()),
-    };
-    let args: Vec<CString> = command
-        .argv
-        .iter()
-        .map(|a| cstring(a))
-        .collect::<io::Result<_>>()?;
-    let vars: Vec<CString> = command
-        .env
-        .iter()
-        .map(|(k, v)| cstring(&format!("{k}={v}")))
-        .collect::<io::Result<_>>()?;
-    let null_terminated = |list: &[CString]| {
-        list.iter()
-            .map(|c| c.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect::<Vec<_>>()
-    };
-    // Without a stdin of its own the command reads `/dev/null`: the sub-reaper's own stdin
-    // when that is it already (no walk from `/`, see `subreaper.rs`), else opened here.
+    let prepared = Prepared::new(command)?;
     let null = match command.stdin {
         Some(_) => None,
         None if super::subreaper::is_dev_null(0) => None,
@@ -187,48 +185,70 @@ pub fn start(command: &Command<'_>) -> io::Result<i32> {
             rustix::fs::Mode::empty(),
         )?),
     };
-    let (error_read, error_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let mut stack = vec![std::mem::MaybeUninit::uninit(); CHILD_STACK];
     use std::os::fd::AsRawFd;
-    let prepared = Prepared {
-        path,
-        dir_fd,
-        name,
-        argv: null_terminated(&args),
-        envp: null_terminated(&vars),
-        uid: command.uid,
-        gid: command.gid,
-        stdin: command
-            .stdin
-            .or(null.as_ref().map(AsRawFd::as_raw_fd))
-            .unwrap_or(0),
-        stdout: command.stdout,
-        stderr: command.stderr,
-        session: command.session,
+    let borrowing = AtomicI32::new(0);
+    launch(
+        &prepared,
+        null.as_ref().map(AsRawFd::as_raw_fd),
+        &mut stack,
+        &borrowing,
+    )
+    .map_err(io::Error::from_raw_os_error)
+}
+
+/// Starts a prepared command on `stack` (the child's, while it borrows our memory); its pid,
+/// or the `errno` of the step that failed. A command without a stdin of its own reads `null`,
+/// or our descriptor 0, which must then be `/dev/null`. Allocates nothing and leaves `errno`
+/// alone. `borrowing` holds the child's thread id from its creation until it has exec'd or
+/// died (the kernel sets and zeroes it): while it is not zero, the child may still run on
+/// `stack`, even if we were killed meanwhile.
+pub fn launch(
+    prepared: &Prepared,
+    null: Option<RawFd>,
+    stack: &mut [std::mem::MaybeUninit<u8>],
+    borrowing: &AtomicI32,
+) -> Result<i32, sys::Errno> {
+    let (error_read, error_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| e.raw_os_error())?;
+    use std::os::fd::AsRawFd;
+    let args = ChildArgs {
+        prepared,
+        stdin: if prepared.stdin >= 0 {
+            prepared.stdin
+        } else {
+            null.unwrap_or(0)
+        },
         error: error_write.as_raw_fd(),
     };
-    let mut stack = vec![0u8; CHILD_STACK];
     // The stack grows down: the child starts at the (16-byte aligned) top.
-    let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
+    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
     let blocked = AllSignalsBlocked::new()?;
-    // SAFETY: `child` only makes system calls on `prepared`, which (with `stack`, `args`, `vars`
-    // and the descriptors) outlives the call: CLONE_VFORK suspends this thread until the child
-    // has exec'd or exited. SIGCHLD tells the sub-reaper's reaping when the command ends.
+    // SAFETY: `child` only makes system calls on `args`, which (with `stack`, `prepared` and the
+    // descriptors) outlives the call: CLONE_VFORK suspends this thread until the child has
+    // exec'd or exited. SIGCHLD tells the sub-reaper's reaping when the command ends. The C
+    // library's `clone` sets `errno` only on failure, which is then reported as EAGAIN (the
+    // shared `errno` may not be ours to read; see `sys.rs`).
     let pid = unsafe {
         libc::clone(
             child,
             top as *mut c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            std::ptr::addr_of!(prepared) as *mut c_void,
+            libc::CLONE_VM
+                | libc::CLONE_VFORK
+                | libc::CLONE_PARENT_SETTID
+                | libc::CLONE_CHILD_CLEARTID
+                | libc::SIGCHLD,
+            std::ptr::addr_of!(args) as *mut c_void,
+            borrowing.as_ptr(),
+            std::ptr::null_mut::<c_void>(),
+            borrowing.as_ptr(),
         )
-    };
-    let cloned = if pid < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(pid)
     };
     // The child has exec'd or died: this thread's own mask comes back.
     drop(blocked);
-    let pid = cloned?;
+    if pid < 0 {
+        return Err(libc::EAGAIN);
+    }
     drop(error_write);
     let mut errno = [0u8; 4];
     let mut got = 0;
@@ -237,105 +257,109 @@ pub fn start(command: &Command<'_>) -> io::Result<i32> {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e.raw_os_error()),
         }
     }
     if got == 0 {
         return Ok(pid);
     }
     // The child failed before exec and is exiting: reap it here (its status says nothing more).
-    let mut status = 0;
-    // SAFETY: waits for our own child with a valid out pointer.
-    unsafe {
-        libc::waitpid(pid, &mut status, 0);
+    if let Some(child) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
     }
-    Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)))
+    Err(i32::from_ne_bytes(errno))
 }
 
-/// The child: raw system calls only (see the module documentation).
+/// The child: raw system calls only (see the module documentation), each reporting its error
+/// as a value (the `errno` of the C library is shared with other processes here).
 extern "C" fn child(arg: *mut c_void) -> c_int {
-    // SAFETY: `arg` points to the parent's `Prepared`, alive and unchanged while the parent is
+    // SAFETY: `arg` points to the parent's `ChildArgs`, alive and unchanged while the parent is
     // suspended (CLONE_VFORK). Every call below is a raw system call on prepared values.
     unsafe {
-        let p = &*(arg as *const Prepared);
-        let fail = |p: &Prepared| -> c_int {
-            let errno = *libc::__errno_location();
+        let a = &*(arg as *const ChildArgs<'_>);
+        let p = a.prepared;
+        let fail = |errno: sys::Errno| -> c_int {
             let bytes = errno.to_ne_bytes();
-            libc::syscall(
+            let _ = sys::call(
                 libc::SYS_write,
-                p.error,
-                bytes.as_ptr(),
-                bytes.len() as libc::size_t,
+                [
+                    a.error as usize,
+                    bytes.as_ptr() as usize,
+                    bytes.len(),
+                    0,
+                    0,
+                    0,
+                ],
             );
-            libc::syscall(libc::SYS_exit_group, 127);
-            127
+            sys::exit_group(127)
         };
         // Every signal is blocked (the parent's doing): no handler of the parent can run while
         // the dispositions are put back to their defaults.
-        let default = KernelSigaction {
-            handler: libc::SIG_DFL,
-            flags: 0,
-            restorer: 0,
-            mask: 0,
-        };
-        for signal in 1..=LAST_SIGNAL {
+        for signal in 1..=sys::LAST_SIGNAL {
             if signal == libc::SIGKILL || signal == libc::SIGSTOP {
                 continue; // always default, and the kernel refuses to set them
             }
-            if libc::syscall(
-                libc::SYS_rt_sigaction,
-                signal,
-                std::ptr::addr_of!(default),
-                std::ptr::null_mut::<KernelSigaction>(),
-                SIGSET_SIZE,
-            ) != 0
-            {
-                return fail(p);
+            if let Err(e) = sys::default_action(signal) {
+                return fail(e);
             }
         }
-        let empty: KernelSigset = 0;
-        if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
-            || libc::syscall(libc::SYS_setgid, p.gid) != 0
-            || libc::syscall(libc::SYS_setuid, p.uid) != 0
-            || (p.session && libc::syscall(libc::SYS_setsid) < 0)
-            || (!p.session && libc::syscall(libc::SYS_setpgid, 0, 0) != 0)
-            || libc::syscall(libc::SYS_dup2, p.stdin, 0) < 0
-            || libc::syscall(libc::SYS_dup2, p.stdout, 1) < 0
-            || libc::syscall(libc::SYS_dup2, p.stderr, 2) < 0
-            || (p.session && libc::syscall(libc::SYS_ioctl, 0, libc::TIOCSCTTY, 0) < 0)
-            || libc::syscall(libc::SYS_chdir, c".".as_ptr()) != 0
+        let steps = || -> Result<(), sys::Errno> {
+            let call = |n: libc::c_long, a0: usize, a1: usize, a2: usize| {
+                sys::call(n, [a0, a1, a2, 0, 0, 0])
+            };
+            call(libc::SYS_setgroups, 0, 0, 0)?;
+            call(libc::SYS_setgid, p.gid as usize, 0, 0)?;
+            call(libc::SYS_setuid, p.uid as usize, 0, 0)?;
+            if p.session {
+                call(libc::SYS_setsid, 0, 0, 0)?;
+            } else {
+                call(libc::SYS_setpgid, 0, 0, 0)?;
+            }
+            call(libc::SYS_dup2, a.stdin as usize, 0, 0)?;
+            call(libc::SYS_dup2, p.stdout as usize, 1, 0)?;
+            call(libc::SYS_dup2, p.stderr as usize, 2, 0)?;
+            if p.session {
+                call(libc::SYS_ioctl, 0, libc::TIOCSCTTY as usize, 0)?;
+            }
+            call(libc::SYS_chdir, c".".as_ptr() as usize, 0, 0)?;
             // The command's mask, last: from here on a signal meets only default actions.
-            || libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK,
-                std::ptr::addr_of!(empty),
-                std::ptr::null_mut::<KernelSigset>(),
-                SIGSET_SIZE,
-            ) != 0
-        {
-            return fail(p);
+            sys::sigprocmask(libc::SIG_SETMASK, &0)?;
+            Ok(())
+        };
+        if let Err(e) = steps() {
+            return fail(e);
         }
         if p.dir_fd >= 0 {
-            libc::syscall(
+            let tried = sys::call(
                 libc::SYS_execveat,
-                p.dir_fd,
-                p.name.as_ptr(),
-                p.argv.as_ptr(),
-                p.envp.as_ptr(),
-                0,
+                [
+                    p.dir_fd as usize,
+                    p.name.as_ptr() as usize,
+                    p.argv.as_ptr() as usize,
+                    p.envp.as_ptr() as usize,
+                    0,
+                    0,
+                ],
             );
             // A script cannot run from a close-on-exec descriptor (ENOENT): by its path.
-            if *libc::__errno_location() != libc::ENOENT {
-                return fail(p);
+            match tried {
+                Err(libc::ENOENT) => {}
+                Err(e) => return fail(e),
+                Ok(_) => return fail(libc::EIO),
             }
         }
-        libc::syscall(
+        let tried = sys::call(
             libc::SYS_execve,
-            p.path.as_ptr(),
-            p.argv.as_ptr(),
-            p.envp.as_ptr(),
+            [
+                p.path.as_ptr() as usize,
+                p.argv.as_ptr() as usize,
+                p.envp.as_ptr() as usize,
+                0,
+                0,
+                0,
+            ],
         );
-        fail(p)
+        fail(tried.err().unwrap_or(libc::EIO))
     }
 }
 
