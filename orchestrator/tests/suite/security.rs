@@ -120,6 +120,43 @@ async fn escape_attempts_find_nothing_to_escape_with() {
         .contains("no-new-privileges"));
 }
 
+/// The command's sub-reaper shares its memory with the executor's fork server (and with every
+/// other sub-reaper): a command can neither read that memory nor trace or signal either of
+/// them, nor the executor; each step is checked from inside the sandbox.
+#[tokio::test]
+async fn a_command_cannot_read_or_signal_its_sub_reaper_or_the_fork_server() {
+    let app = TestApp::spawn().await;
+    let sb = attacker(&app).await;
+    let script = r#"sh -c 'server=$(for d in /proc/[0-9]*; do [ "$(cat $d/comm 2>/dev/null)" = fork-server ] && echo ${d#/proc/}; done); for p in 1 $PPID $server; do echo "pid $p"; (exec 3</proc/$p/mem) 2>/dev/null && echo "OPENED mem $p"; cat /proc/$p/maps >/dev/null 2>&1 && echo "READ maps $p"; cat /proc/$p/environ >/dev/null 2>&1 && echo "READ environ $p"; kill -9 $p 2>/dev/null && echo "KILLED $p"; done; echo done'"#;
+    let r = sb.run(script, 20).await;
+    let out = r["stdout"].as_str().unwrap_or_default();
+    let pids: Vec<&str> = out.lines().filter(|l| l.starts_with("pid ")).collect();
+    assert_eq!(
+        pids.len(),
+        3,
+        "the executor, this command's sub-reaper and the fork server were all tried: {r}"
+    );
+    assert!(
+        pids.iter().all(|l| l != &"pid " && l != &"pid 1 "),
+        "every pid was found: {r}"
+    );
+    for forbidden in ["OPENED", "READ", "KILLED"] {
+        assert!(!out.contains(forbidden), "{forbidden}: {r}");
+    }
+    assert!(out.ends_with("done\n"), "{r}");
+    // Both still serve: the next commands start, confined as before.
+    sb.alive().await;
+    let r = sb.run("cat /proc/self/status", 10).await;
+    assert!(
+        r["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.starts_with("NoNewPrivs:\t1")),
+        "{r}"
+    );
+}
+
 #[tokio::test]
 async fn resource_attacks_are_contained() {
     let app = TestApp::spawn().await;

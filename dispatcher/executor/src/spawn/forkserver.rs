@@ -374,10 +374,16 @@ const SUBREAPER_STACK: usize = 256 * 1024;
 /// The guard page under each stack: an overflow faults instead of writing another's memory.
 const GUARD: usize = 4096;
 
+/// Stacks kept for reuse once their sub-reaper has ended: a fresh mapping costs a zero-filled
+/// page fault for each page touched and an unmapping at the end, per command.
+const KEPT_STACKS: usize = 16;
+
 /// The sub-reapers that share this process's memory, and what they read in it.
 #[derive(Default)]
 struct Running {
     subreapers: Vec<Shared>,
+    /// Stacks of ended sub-reapers, ready for the next ones (at most [`KEPT_STACKS`]).
+    spare: Vec<Stack>,
 }
 
 /// One sub-reaper's share of this process's memory: its stack and its [`subreaper::Launch`],
@@ -386,7 +392,7 @@ struct Shared {
     /// Set non-zero before the clone; the kernel zeroes it when the sub-reaper has exited
     /// (`CLONE_CHILD_CLEARTID`), and only then are its stack and launch freed.
     alive: Box<AtomicI32>,
-    _stack: Stack,
+    stack: Stack,
     /// Read by the sub-reaper; freed with it. Its `command_borrowing` word is the command's
     /// likewise: while the command borrows the stack before its `exec` (its sub-reaper killed
     /// mid-start, say), the stack stays.
@@ -449,7 +455,17 @@ impl Drop for Stack {
 impl Running {
     /// Frees what the sub-reapers that have exited used.
     fn sweep(&mut self) {
-        self.subreapers.retain(|shared| !shared.gone());
+        let mut index = 0;
+        while index < self.subreapers.len() {
+            if self.subreapers[index].gone() {
+                let ended = self.subreapers.swap_remove(index);
+                if self.spare.len() < KEPT_STACKS {
+                    self.spare.push(ended.stack);
+                }
+            } else {
+                index += 1;
+            }
+        }
     }
 
     /// Clones the sub-reaper as a child of the executor that shares this process's memory;
@@ -463,7 +479,11 @@ impl Running {
     /// reads its [`subreaper::Launch`] and writes its own stack, and allocates nothing
     /// (`subreaper::run`), so this process's single-threaded allocator is never raced.
     fn clone_subreaper(&mut self, child: Child, socket: &OwnedFd, name: &CStr) -> i32 {
-        let stack = match Stack::map(SUBREAPER_STACK) {
+        let stack = match self
+            .spare
+            .pop()
+            .map_or_else(|| Stack::map(SUBREAPER_STACK), Ok)
+        {
             Ok(stack) => stack,
             Err(e) => return -e.raw_os_error().unwrap_or(libc::ENOMEM),
         };
@@ -489,15 +509,19 @@ impl Running {
             )
         };
         if pid < 0 {
-            return -io::Error::last_os_error()
+            // `errno` is shared with the sub-reapers, which never write it (their calls report
+            // errors as values) but for a failed clone of a command: read at once.
+            let errno = io::Error::last_os_error()
                 .raw_os_error()
                 .unwrap_or(libc::EIO);
+            self.spare.push(stack);
+            return -errno;
         }
         // Our copies of the descriptors; the sub-reaper has its own.
         drop(child);
         self.subreapers.push(Shared {
             alive,
-            _stack: stack,
+            stack,
             launch,
         });
         pid

@@ -6,8 +6,9 @@
 //! command may run into files, `confine.rs` builds its Landlock domain (`held.rs` keeps the
 //! paths both open), `subreaper.rs` is the
 //! per-command process that confines, starts and outlives the command, `forkserver.rs` the
-//! small process that forks it, `vfork.rs` starts the command from it, and `capture.rs` caps
-//! output while it streams.
+//! small process that clones it (sharing its memory), `vfork.rs` starts the command from it,
+//! `sys.rs` holds the raw system calls a sub-reaper makes without `errno`, and `capture.rs`
+//! caps output while it streams.
 
 pub mod capture;
 pub mod children;
