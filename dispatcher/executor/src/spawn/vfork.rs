@@ -90,11 +90,6 @@ pub struct Prepared {
     session: bool,
 }
 
-// SAFETY: the raw pointers point into the `CString`s this value owns, which are never changed.
-unsafe impl Send for Prepared {}
-// SAFETY: as above; nothing here is mutated through a shared reference.
-unsafe impl Sync for Prepared {}
-
 impl Prepared {
     /// Turns `command` into C strings and pointer arrays; fails on a NUL byte.
     pub fn new(command: &Command<'_>) -> io::Result<Prepared> {
