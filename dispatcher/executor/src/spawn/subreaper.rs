@@ -221,12 +221,18 @@ pub fn run_forked(launch: &Launch) -> ! {
         }
         drop(null);
     }
-    run(launch)
+    // A panic must never unwind out of here: back in the caller's frames this child would go
+    // on running the executor's code.
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| supervise_command(launch)))
+        .unwrap_or(FAILED_BEFORE_START);
+    sys::exit_group(code)
 }
 
 /// The sub-reaper: never returns (the process ends with the command's status, or 127 after
 /// reporting why the command did not start). Its standard streams must be `/dev/null`. It
-/// allocates nothing, frees nothing and reads no `errno` (see [`Launch`]).
+/// allocates nothing, frees nothing and reads no `errno` (see [`Launch`]). Called from an
+/// `extern "C"` entry, so a panic (there is none by design) aborts this process rather than
+/// unwinding into the fork server's frames.
 pub fn run(launch: &Launch) -> ! {
     sys::exit_group(supervise_command(launch))
 }
