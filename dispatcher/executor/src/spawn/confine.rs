@@ -22,13 +22,14 @@ use landlock::{
     Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::Enforcement;
 use crate::spawn::held::HeldPaths;
+use crate::spawn::sys;
 
 /// The newest ABI whose rights we request and have tested.
 const TARGET_ABI: ABI = ABI::V6;
@@ -164,30 +165,14 @@ pub fn enforcement_for(abi: u32) -> Enforcement {
     }
 }
 
-/// Confines the calling (single-threaded) process, and everything it starts afterwards, with a
-/// ruleset from [`prepare`]: no-new-privs (already set by the executor; the kernel requires it
-/// without CAP_SYS_ADMIN), then `landlock_restrict_self(fd, 0)`, which is what the crate's
-/// `RulesetCreated::restrict_self` does. Closes the descriptor.
-pub fn enforce(ruleset: Prepared) -> Result<Enforcement, String> {
-    let Some(fd) = ruleset.fd else {
-        return Ok(Enforcement::None);
-    };
-    rustix::thread::set_no_new_privs(true).map_err(|e| format!("no_new_privs: {e}"))?;
-    // SAFETY: the syscall takes a descriptor we own and a flags word; it touches no memory.
-    let done = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_restrict_self,
-            std::os::fd::AsRawFd::as_raw_fd(&fd),
-            0u32,
-        )
-    };
-    if done != 0 {
-        return Err(format!(
-            "landlock_restrict_self: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(ruleset.enforcement)
+/// Confines the calling process, and everything it starts afterwards, with the ruleset
+/// descriptor of a [`Prepared`]: no-new-privs (already set by the executor; the kernel requires
+/// it without CAP_SYS_ADMIN), then `landlock_restrict_self(fd, 0)`, which is what the crate's
+/// `RulesetCreated::restrict_self` does. Allocates nothing and reads no `errno` (a sub-reaper
+/// calls it while sharing the fork server's memory): a failure is the step and its `errno`.
+pub fn enforce(ruleset: RawFd) -> Result<(), (&'static str, sys::Errno)> {
+    rustix::thread::set_no_new_privs(true).map_err(|e| ("no_new_privs", e.raw_os_error()))?;
+    sys::landlock_restrict_self(ruleset).map_err(|e| ("landlock_restrict_self", e))
 }
 
 fn build(

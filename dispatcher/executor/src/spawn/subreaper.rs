@@ -284,13 +284,7 @@ fn supervise_command(l: &Launch) -> i32 {
     let landlock = match l.ruleset {
         None => Enforcement::None,
         Some(ruleset) => {
-            // No-new-privs (already set by the executor; the kernel requires it without
-            // CAP_SYS_ADMIN), then the domain, as `confine::enforce` does.
-            let enforced = rustix::thread::set_no_new_privs(true)
-                .map_err(|e| ("no_new_privs", e.raw_os_error()))
-                .and_then(|()| {
-                    sys::landlock_restrict_self(ruleset).map_err(|e| ("landlock_restrict_self", e))
-                });
+            let enforced = confine::enforce(ruleset);
             close(ruleset);
             if let Err((step, e)) = enforced {
                 return fail(
