@@ -4,12 +4,14 @@
 //! one call those services make upward to the router. They hold an invoker, never the router
 //! or the application state, so the router can sit above them.
 
+use std::sync::Arc;
+
 use dispatcher::SandboxId;
 use futures_util::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use aegis_core::arguments::to_json_within;
+use aegis_core::arguments::{to_json_vec, to_json_within};
 use aegis_core::caller::Caller;
 use aegis_core::catalog::ToolSpec;
 
@@ -73,6 +75,11 @@ pub struct ToolOutcome {
     pub result: Result<Value, ToolError>,
     /// Time spent in the handler.
     pub duration_ms: u64,
+    /// The output's canonical JSON (`aegis_store::audit::canonical`), which the router made
+    /// for the completion row's digest: the MCP text copy and a door that answers JSON
+    /// ([`ToolOutcome::into_mcp_json`]) reuse these bytes instead of serialising the output
+    /// again. `None` for a failure. It must be the canonical text of `result`'s value.
+    pub canonical: Option<Arc<String>>,
 }
 
 impl ToolOutcome {
@@ -84,14 +91,7 @@ impl ToolOutcome {
     pub fn into_mcp(self) -> Value {
         match self.result {
             Ok(output) => {
-                // Serialised once, and only as far as the bound: a large result is not walked
-                // (and escaped) in full just to learn that it is large.
-                let text = to_json_within(&output, TEXT_COPY_MAX_BYTES).unwrap_or_else(|| {
-                    format!(
-                        "The result is more than {TEXT_COPY_MAX_BYTES} bytes of JSON; it is in \
-                         structuredContent (not repeated here)."
-                    )
-                });
+                let text = text_copy(&output, self.canonical.as_deref().map(String::as_str));
                 // Built by hand: `json!` would copy the (possibly large) output once more.
                 let mut result = serde_json::Map::with_capacity(3);
                 result.insert(
@@ -113,10 +113,51 @@ impl ToolOutcome {
         }
     }
 
+    /// The compact JSON of [`ToolOutcome::into_mcp`], byte for byte, for a door that answers
+    /// with it (REST). A result whose canonical text the router kept is not serialised again:
+    /// those bytes are the `structuredContent`, and the text copy when it is small enough.
+    pub fn into_mcp_json(self) -> Vec<u8> {
+        let canonical = match (&self.result, self.canonical) {
+            (Ok(_), Some(canonical)) => canonical,
+            (_, canonical) => {
+                let outcome = Self { canonical, ..self };
+                return to_json_vec(&outcome.into_mcp());
+            }
+        };
+        // The value is not needed any more: only its text is sent.
+        drop(self.result);
+        let text = text_copy(&Value::Null, Some(canonical.as_str()));
+        // The keys in the order serde_json writes a map's (sorted), as `into_mcp` would.
+        let mut out = Vec::with_capacity(canonical.len() + text.len() + 96);
+        out.extend_from_slice(br#"{"content":[{"text":"#);
+        // A string always serialises, and writing to memory cannot fail.
+        let _ = serde_json::to_writer(&mut out, &text);
+        out.extend_from_slice(br#","type":"text"}],"isError":false,"structuredContent":"#);
+        out.extend_from_slice(canonical.as_bytes());
+        out.push(b'}');
+        out
+    }
+
     /// [`ToolOutcome::into_mcp`] for a caller that still needs the outcome.
     pub fn to_mcp(&self) -> Value {
         self.clone().into_mcp()
     }
+}
+
+/// The MCP text copy of a result: its JSON when at most [`TEXT_COPY_MAX_BYTES`] long (the
+/// canonical text when the router kept it, else serialised only as far as the bound, so a
+/// large result is not escaped in full just to learn that it is large), else where it is.
+fn text_copy(output: &Value, canonical: Option<&str>) -> String {
+    let within = match canonical {
+        Some(text) => (text.len() <= TEXT_COPY_MAX_BYTES).then(|| text.to_owned()),
+        None => to_json_within(output, TEXT_COPY_MAX_BYTES),
+    };
+    within.unwrap_or_else(|| {
+        format!(
+            "The result is more than {TEXT_COPY_MAX_BYTES} bytes of JSON; it is in \
+             structuredContent (not repeated here)."
+        )
+    })
 }
 
 /// A failure inside a tool that ran: reported to the caller as an `isError` result.
@@ -216,4 +257,71 @@ pub trait ToolInvoker: Send + Sync {
 
     /// The tools a manifest's `mcp:<server>` / `mcp:<server>/<tool>` entry offers.
     fn offered<'a>(&'a self, entry: &'a str) -> BoxFuture<'a, Result<Vec<ToolSpec>, String>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(value: &Value, canonical: bool) -> ToolOutcome {
+        ToolOutcome {
+            result: Ok(value.clone()),
+            duration_ms: 3,
+            canonical: canonical.then(|| Arc::new(aegis_store::audit::canonical(value))),
+        }
+    }
+
+    /// The REST answer made from the router's canonical text is byte for byte the one made by
+    /// serialising the MCP shape, for small and large results, escapes, non-ASCII text, nested
+    /// maps built out of key order, numbers, and failures.
+    #[test]
+    fn the_mcp_json_from_the_canonical_text_is_the_serialised_mcp_shape() {
+        let mut unordered = serde_json::Map::new();
+        unordered.insert("zeta".into(), json!(1));
+        unordered.insert("alpha".into(), json!({"y": [1.5, -2, null], "b": true}));
+        let values = [
+            json!({"status": "ok", "content": "line 1\nline \"2\"\t\u{7f}\u{1}", "size_bytes": 17}),
+            json!({"text": "grüße, 東京, 🦀", "n": 1e-7, "big": u64::MAX}),
+            Value::Object(unordered),
+            json!({"content": "x".repeat(TEXT_COPY_MAX_BYTES - 14)}),
+            json!({"content": "x".repeat(TEXT_COPY_MAX_BYTES - 13)}),
+            json!({"content": "a\n".repeat(40_000)}),
+            json!([]),
+            json!("just text"),
+            Value::Null,
+        ];
+        for value in &values {
+            let expected = to_json_vec(&outcome(value, false).into_mcp());
+            assert_eq!(
+                String::from_utf8(outcome(value, true).into_mcp_json()).unwrap(),
+                String::from_utf8(expected.clone()).unwrap(),
+                "{value}"
+            );
+            assert_eq!(outcome(value, false).into_mcp_json(), expected);
+            assert_eq!(
+                outcome(value, true).into_mcp(),
+                outcome(value, false).into_mcp()
+            );
+        }
+        // The boundary of the text copy is the serialised length, inclusive.
+        let at_bound = json!({"content": "x".repeat(TEXT_COPY_MAX_BYTES - 14)});
+        assert_eq!(
+            aegis_store::audit::canonical(&at_bound).len(),
+            TEXT_COPY_MAX_BYTES
+        );
+        let copied = outcome(&at_bound, true).into_mcp();
+        assert_eq!(
+            copied["content"][0]["text"].as_str().unwrap().len(),
+            TEXT_COPY_MAX_BYTES
+        );
+        let failed = ToolOutcome {
+            result: Err(ToolError::new("not_found", "no such file")),
+            duration_ms: 1,
+            canonical: None,
+        };
+        assert_eq!(
+            failed.clone().into_mcp_json(),
+            to_json_vec(&failed.into_mcp())
+        );
+    }
 }

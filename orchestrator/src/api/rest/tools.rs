@@ -95,9 +95,9 @@ pub async fn call(
         return super::tool_stream::call(state, caller, req.name, req.arguments, sandbox).await;
     }
     let outcome = tools::invoke_in(&state, &caller, &req.name, req.arguments, sandbox).await?;
-    // Serialised into a buffer of the result's size (axum's `Json` grows from 128 bytes,
-    // copying a large result at every doubling).
-    let body = aegis_core::arguments::to_json_vec(&outcome.into_mcp());
+    // The router's canonical text of the result, not a second serialisation, in a buffer of
+    // the answer's size (axum's `Json` grows from 128 bytes, copying at every doubling).
+    let body = outcome.into_mcp_json();
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,

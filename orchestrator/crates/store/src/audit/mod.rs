@@ -120,6 +120,13 @@ pub fn digest(value: &Value) -> String {
     format!("sha256:{}", hex(&hasher.finalize()))
 }
 
+/// [`digest`] of a value whose [`canonical`] text the caller has already made: the same
+/// `sha256:<hex>`, hashed in one pass over one buffer (a door can then send those bytes instead
+/// of serialising the value again).
+pub fn digest_of_canonical(canonical: &str) -> String {
+    format!("sha256:{}", hex_sha256(canonical.as_bytes()))
+}
+
 /// [`digest`] of a JSON string, without copying the text into a value first.
 pub fn digest_text(text: &str) -> String {
     let mut hasher = Sha256::new();
@@ -144,7 +151,9 @@ fn hex(bytes: &[u8]) -> String {
 /// unless `preserve_order` is enabled; we sort explicitly so the digest never depends on it).
 /// The bytes are exactly serde_json's compact form of the sorted value.
 pub fn canonical(value: &Value) -> String {
-    let mut out = Vec::new();
+    // Sized for the value up front: a large result is not copied at every doubling.
+    let least = aegis_core::arguments::json_len_lower_bound(value);
+    let mut out = Vec::with_capacity(least.saturating_add(least / 32).saturating_add(64));
     write_canonical(value, &mut out).expect("writing to memory cannot fail");
     // Only serde_json's output and ASCII punctuation were written: valid UTF-8.
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())

@@ -420,12 +420,16 @@ async fn run_audited(
     let ran = Instant::now();
     let result = handler(ctx, arguments).await;
     let duration_ms = ran.elapsed().as_millis() as u64;
+    // The result is serialised once: its digest is taken over this text, and the doors send it.
+    let canonical = result.as_ref().ok().map(|v| Arc::new(audit::canonical(v)));
     let completion = match &result {
-        Ok(v) => audit::Completion {
+        Ok(_) => audit::Completion {
             outcome: "ok",
             reason_code: None,
             reason: None,
-            result_digest: Some(audit::digest(v)),
+            result_digest: canonical
+                .as_deref()
+                .map(|text| audit::digest_of_canonical(text)),
         },
         Err(e) => audit::Completion {
             outcome: "error",
@@ -441,6 +445,7 @@ async fn run_audited(
     Ok(ToolOutcome {
         result,
         duration_ms,
+        canonical,
     })
 }
 
