@@ -117,16 +117,12 @@ impl ToolOutcome {
     /// with it (REST). A result whose canonical text the router kept is not serialised again:
     /// those bytes are the `structuredContent`, and the text copy when it is small enough.
     pub fn into_mcp_json(self) -> Vec<u8> {
-        let canonical = match (&self.result, self.canonical) {
-            (Ok(_), Some(canonical)) => canonical,
-            (_, canonical) => {
-                let outcome = Self { canonical, ..self };
-                return to_json_vec(&outcome.into_mcp());
-            }
+        let (Ok(output), Some(canonical)) = (&self.result, &self.canonical) else {
+            return to_json_vec(&self.into_mcp());
         };
+        let text = text_copy(output, Some(canonical.as_str()));
         // The value is not needed any more: only its text is sent.
         drop(self.result);
-        let text = text_copy(&Value::Null, Some(canonical.as_str()));
         // The keys in the order serde_json writes a map's (sorted), as `into_mcp` would.
         let mut out = Vec::with_capacity(canonical.len() + text.len() + 96);
         out.extend_from_slice(br#"{"content":[{"text":"#);
