@@ -33,6 +33,7 @@ mod manifests;
 mod mcp;
 mod mcp_external;
 mod ops;
+mod ownership;
 mod policy_properties;
 mod process_tools;
 mod properties;

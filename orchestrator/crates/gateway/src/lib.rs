@@ -379,6 +379,7 @@ impl Gateway {
             services.clone(),
             session.id,
             context.clone(),
+            None,
         ));
         task.await
             .map_err(|e| {

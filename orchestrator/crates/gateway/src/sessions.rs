@@ -134,10 +134,11 @@ pub async fn ensure_sandbox(
     services: super::Services,
     session: Uuid,
     context: aegis_seal::context::SecurityContext,
+    mcp_key: Option<Uuid>,
 ) -> Result<dispatcher::SandboxId, String> {
     let created = services
         .sandboxes
-        .create_for_session(&services.pool, session, &context)
+        .create_for_session(&services.pool, session, &context, mcp_key)
         .await
         .map_err(|e| format!("no sandbox for this session: {e}"))?;
     match set_sandbox(&services.pool, session, created.0).await {

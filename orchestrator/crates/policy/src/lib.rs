@@ -7,6 +7,7 @@
 pub mod command;
 pub mod executions;
 pub mod paths;
+pub mod sandboxes;
 
 use serde::Serialize;
 use serde_json::Value;

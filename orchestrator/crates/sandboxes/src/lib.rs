@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use aegis_manifest::{AgentView, ManifestKind, RuntimeRef};
 use aegis_policy::command::CommandPolicy;
+pub use aegis_policy::sandboxes::SandboxOwner;
 pub use aegis_policy::SandboxPolicy;
 use aegis_store::registry::{self, RegistryError};
 
@@ -43,6 +44,9 @@ pub const ALLOW_LABEL: &str = "operator_allow";
 pub const E2B_RUNTIME_LABEL: &str = "e2b_runtime";
 /// Label naming the security context an E2B sandbox's key is bound to (absent: unbound).
 pub const E2B_CONTEXT_LABEL: &str = "e2b_context";
+/// Label naming the API key of the MCP conversation a session sandbox was made for: its owner
+/// (`aegis_policy::sandboxes::owns`), since the session row the MCP door opens holds no key.
+pub const MCP_KEY_LABEL: &str = "mcp_key";
 /// Where an E2B sandbox's workspace is: the home E2B's SDK and its users expect.
 pub const E2B_HOME: &str = "/home/user";
 
@@ -404,12 +408,27 @@ pub struct Sandboxes {
     ceilings: ToolCeilings,
     kernel: KernelPolicy,
     policies: RwLock<HashMap<SandboxId, Arc<SandboxPolicy>>>,
+    /// Who made each sandbox this instance was asked about (fixed once it is handed out).
+    owners: RwLock<HashMap<SandboxId, Arc<SandboxOwner>>>,
     quotas: Quotas,
     /// Serialises quota checks on this instance (one short query each).
     quota_check: tokio::sync::Mutex<()>,
     in_flight: std::sync::Mutex<InFlight>,
     /// Readers of the background processes started through this instance.
     live: live::LiveProcesses,
+}
+
+/// The owner the dispatcher recorded for a sandbox, in the policy's words.
+pub fn owner_of(info: &dispatcher::SandboxInfo) -> SandboxOwner {
+    SandboxOwner {
+        kind: info.owner.kind.as_str().to_owned(),
+        id: info.owner.id.clone(),
+        key: info
+            .spec
+            .as_ref()
+            .and_then(|s| s.labels.get(MCP_KEY_LABEL))
+            .cloned(),
+    }
 }
 
 /// Normalises manifest paths: relative ones are under /workspace.
@@ -484,6 +503,7 @@ impl Sandboxes {
             ceilings,
             kernel,
             policies: RwLock::new(HashMap::new()),
+            owners: RwLock::new(HashMap::new()),
             quotas: Quotas::default(),
             quota_check: tokio::sync::Mutex::new(()),
             in_flight: std::sync::Mutex::new(InFlight::default()),
@@ -745,12 +765,15 @@ impl Sandboxes {
         self.acquire(pool, scope, spec, policy).await
     }
 
-    /// Creates the sandbox of a SEAL session (runtime from its context, else the default runtime).
+    /// Creates the sandbox of a SEAL session (runtime from its context, else the default runtime);
+    /// `mcp_key` is the API key of the MCP conversation the session row was opened for, which
+    /// then owns the sandbox (`aegis_policy::sandboxes`).
     pub async fn create_for_session(
         &self,
         pool: &PgPool,
         session: Uuid,
         context: &aegis_seal::context::SecurityContext,
+        mcp_key: Option<Uuid>,
     ) -> Result<SandboxId, SandboxError> {
         let dispatcher = self.dispatcher()?;
         let registry = aegis_core::runtimes::registry()
@@ -783,6 +806,10 @@ impl Sandboxes {
             .insert(SESSION_LABEL.to_owned(), session.to_string());
         spec.labels
             .insert(CONTEXT_LABEL.to_owned(), context.name.clone());
+        if let Some(key) = mcp_key {
+            spec.labels
+                .insert(MCP_KEY_LABEL.to_owned(), key.to_string());
+        }
         let reservation = self
             .reserve(pool, QuotaScope::Context(context.name.clone()))
             .await?;
@@ -859,10 +886,27 @@ impl Sandboxes {
         Ok(policy)
     }
 
+    /// Who made the sandbox `id`, as the dispatcher recorded it (cached: an owner never changes
+    /// once the sandbox is handed out). The one input of every ownership decision
+    /// (`aegis_policy::sandboxes::check_sandbox_access`): never taken from a caller.
+    pub async fn owner(&self, id: SandboxId) -> Result<Arc<SandboxOwner>, SandboxError> {
+        if let Some(owner) = self.owners.read().await.get(&id) {
+            return Ok(owner.clone());
+        }
+        let info = self.dispatcher()?.get(id).await?;
+        let owner = Arc::new(owner_of(&info));
+        // A pool sandbox is not handed out yet: its owner will change, so it is not kept.
+        if info.owner.kind != dispatcher::OwnerKind::Pool {
+            self.owners.write().await.insert(id, owner.clone());
+        }
+        Ok(owner)
+    }
+
     /// Destroys a sandbox and forgets its policy.
     pub async fn destroy(&self, id: SandboxId) -> Result<(), SandboxError> {
         self.dispatcher()?.destroy(id).await?;
         self.policies.write().await.remove(&id);
+        self.owners.write().await.remove(&id);
         self.live.forget_sandbox(id);
         Ok(())
     }

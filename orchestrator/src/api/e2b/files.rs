@@ -264,20 +264,27 @@ async fn write(
     body: Body,
 ) -> Result<Vec<WriteInfo>, ApiError> {
     let target = target_of(state, headers, query, Operation::Write).await?;
+    // Without the sandbox's headers the request was let in by a signed URL, which authorises
+    // one file: its path, whatever the parts' filenames say.
+    let signed = (!headers.contains_key(aegis_e2b::envd::headers::SANDBOX_ID))
+        .then(|| query.path.clone())
+        .flatten();
     let metadata = upload_metadata(
         headers
             .iter()
             .map(|(name, value)| (name.as_str(), value.as_bytes())),
     )?;
     let mut inflate = gzipped(headers)?.then(|| GzDecoder::new(Vec::new()));
+    // The media type is matched without case; the boundary is kept as sent (it is
+    // case-sensitive: `XyZ` is not `xyz`).
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    let mut parser = if content_type.starts_with("multipart/form-data") {
-        Some(Multipart::new(&boundary(&content_type)?))
-    } else if content_type.starts_with("application/octet-stream") {
+        .unwrap_or("");
+    let media_type = content_type.to_ascii_lowercase();
+    let mut parser = if media_type.starts_with("multipart/form-data") {
+        Some(Multipart::new(&boundary(content_type)?))
+    } else if media_type.starts_with("application/octet-stream") {
         None
     } else {
         return Err(ApiError::bad_request(
@@ -291,6 +298,8 @@ async fn write(
         metadata,
         file: None,
         written: Vec::new(),
+        signed,
+        held: false,
     };
     if parser.is_none() {
         let path = query
@@ -338,6 +347,8 @@ async fn write(
                 "malformed multipart body: it ends before its closing boundary",
             ))
         }
+        // A signed upload's one file, held until the body proved it holds no other.
+        Some(_) if writer.held => writer.finish().await?,
         Some(_) => {}
     }
     Ok(writer.written)
@@ -376,6 +387,31 @@ async fn feed(
     };
     for event in parser.feed(bytes)? {
         match event {
+            Event::Start { .. } if writer.signed.is_some() => {
+                if writer.file.is_some() || writer.held || !writer.written.is_empty() {
+                    return Err(ApiError::new(
+                        403,
+                        format!(
+                            "a signed upload URL authorises one file, {:?}: this body holds a \
+                             second part, so nothing more is written (send several files with the \
+                             sandbox's access token instead)",
+                            writer.signed.as_deref().unwrap_or_default()
+                        ),
+                    ));
+                }
+                let path = writer.signed.clone().unwrap_or_default();
+                writer.start(&path)?;
+            }
+            Event::Data(bytes) if writer.held => {
+                if !bytes.is_empty() {
+                    return Err(ApiError::bad_request(
+                        "malformed multipart body: data after its part ended",
+                    ));
+                }
+            }
+            // The signed file's last chunk waits for the body's end: a second part refuses
+            // the whole request before it is written.
+            Event::End if writer.signed.is_some() => writer.held = true,
             Event::Start { filename } => {
                 let path = match (&query.path, filename) {
                     (Some(p), _) if writer.written.is_empty() => p.clone(),
@@ -417,6 +453,11 @@ struct Writer<'a> {
     metadata: BTreeMap<String, String>,
     file: Option<Open>,
     written: Vec<WriteInfo>,
+    /// The one path a signed URL authorises (absent: the sandbox's access token was sent,
+    /// which authorises any number of files).
+    signed: Option<String>,
+    /// A signed upload's file ended; its last chunk waits for the body's closing boundary.
+    held: bool,
 }
 
 impl Writer<'_> {
@@ -711,5 +752,10 @@ Content-Disposition: form-data; name=\"file\"; filename=\"dir/b.bin\"\r\n\r\n\x0
             "ab c"
         );
         assert!(boundary("multipart/form-data").is_err());
+        // The parameter's name is matched without case, its value kept as sent.
+        assert_eq!(
+            boundary("Multipart/Form-Data; BOUNDARY=XyZ").unwrap(),
+            "XyZ"
+        );
     }
 }

@@ -65,7 +65,7 @@ impl SessionSandboxes {
             .map_err(|e| format!("session store unavailable: {e}"))?;
             match touched {
                 Some(Some(sandbox)) => return Ok(SandboxId(sandbox)),
-                Some(None) => return self.create_sandbox(state, row, context).await,
+                Some(None) => return self.create_sandbox(state, row, owner, context).await,
                 // Revoked by an operator or expired: the sweeper destroys its sandbox; a new
                 // row (and sandbox) follows.
                 None => self.forget(owner, row),
@@ -99,13 +99,15 @@ impl SessionSandboxes {
             // A concurrent first call won: retire our row (it holds no sandbox).
             let _ = sessions::revoke(&state.pool, crate::DEFAULT_TENANT, row.id).await;
         }
-        self.create_sandbox(state, row_id, context).await
+        self.create_sandbox(state, row_id, owner, context).await
     }
 
+    /// The sandbox is labelled with the conversation's key, its owner for every door.
     async fn create_sandbox(
         &self,
         state: &AppState,
         row: Uuid,
+        owner: &Owner,
         context: &SecurityContext,
     ) -> Result<SandboxId, String> {
         // In a task of its own: a client that goes away cannot leave an unrecorded sandbox.
@@ -113,6 +115,7 @@ impl SessionSandboxes {
             state.gateway_services(),
             row,
             context.clone(),
+            Some(owner.key_id),
         ))
         .await
         .map_err(|e| format!("no sandbox for this session: {e}"))?

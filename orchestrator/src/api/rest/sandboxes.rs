@@ -20,6 +20,7 @@ use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
 use crate::audit;
 use crate::caller::Caller;
+use crate::policy::sandboxes::{check_sandbox_access, SandboxAccess};
 use crate::sandboxes::SandboxError;
 use crate::state::AppState;
 
@@ -145,18 +146,27 @@ pub async fn create(
     ))
 }
 
-/// Live sandboxes of this node's database.
+/// The live sandboxes the caller may see: its own (those its key made: REST, E2B, its MCP
+/// conversations), or every one for an unbound admin key (`policy::sandboxes`).
 #[utoipa::path(get, path = "/v1/sandboxes", operation_id = "list_sandboxes", tag = "sandboxes",
     responses((status = 200, description = "Sandboxes", body = Value)), security(("api_key" = [])))]
 pub async fn list(
     State(state): State<AppState>,
-    Extension(_caller): Extension<Caller>,
+    Extension(caller): Extension<Caller>,
 ) -> Result<Json<Vec<SandboxInfo>>, ApiError> {
     let d = state.sandboxes.dispatcher()?;
-    Ok(Json(d.list().await.map_err(SandboxError::from)?))
+    let all = d.list().await.map_err(SandboxError::from)?;
+    Ok(Json(
+        all.into_iter()
+            .filter(|info| {
+                let owner = crate::sandboxes::owner_of(info);
+                check_sandbox_access(&caller, &owner, SandboxAccess::See, "").is_ok()
+            })
+            .collect(),
+    ))
 }
 
-/// Destroys a sandbox with its workspace.
+/// Destroys a sandbox with its workspace: the caller's own, or any for an unbound admin key.
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", operation_id = "destroy_sandbox", tag = "sandboxes", params(("id" = Uuid, Path, description = "Sandbox id")),
     responses((status = 200, description = "Destroyed", body = Value), (status = 404, description = "Unknown sandbox", body = ErrorBody)),
     security(("api_key" = [])))]
@@ -168,12 +178,27 @@ pub async fn destroy(
     require(&caller, Need::Write)?;
     let started = Instant::now();
     let id = SandboxId(id);
-    state
-        .sandboxes
-        .dispatcher()?
-        .get(id)
-        .await
-        .map_err(SandboxError::from)?;
+    let owner = state.sandboxes.owner(id).await?;
+    // Another principal's sandbox is "not found", like one that does not exist; the refusal
+    // is audited like any other admin change.
+    if let Err(denial) =
+        check_sandbox_access(&caller, &owner, SandboxAccess::Destroy, &id.to_string())
+    {
+        audit::record_admin(
+            &state.pool,
+            &caller,
+            "sandbox.destroy",
+            &json!({"sandbox_id": id.0}),
+            false,
+            started,
+        )
+        .await?;
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            denial.message,
+        ));
+    }
     let done = state.sandboxes.destroy(id).await;
     audit::record_admin(
         &state.pool,

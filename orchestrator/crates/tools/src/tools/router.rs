@@ -250,7 +250,7 @@ async fn admit<'c>(
     aegis_store::approvals::await_approval(&state.pool, approval_timeout, caller, name, &arguments)
         .await
         .map_err(denied)?;
-    let in_sandbox = sandbox_for(state, name, &arguments, sandbox)
+    let in_sandbox = sandbox_for(state, caller, name, &arguments, sandbox)
         .await
         .map_err(denied)?;
     let memory = memory_for(state, caller, name).await.map_err(denied)?;
@@ -307,10 +307,13 @@ fn validated(tool: &super::ToolSpec, name: &str, arguments: Value) -> Result<Val
     }
 }
 
-/// Step 5: for `cmd.run` and `fs.*`, the sandbox named by the call and its allowlists
-/// (programs, paths) checked against the arguments; other tools run without one.
+/// Step 5: for `cmd.run` and `fs.*`, the sandbox named by the call, which must be the caller's
+/// own (`policy::sandboxes`, on the owner the dispatcher recorded: another principal's sandbox
+/// is "not found", like one that does not exist), and its allowlists (programs, paths) checked
+/// against the arguments; other tools run without one.
 async fn sandbox_for(
     state: &AppState,
+    caller: &Caller,
     name: &str,
     arguments: &Value,
     sandbox: Option<SandboxId>,
@@ -330,6 +333,14 @@ async fn sandbox_for(
             format!("`{name}` runs inside a sandbox: give sandbox_id"),
         ));
     };
+    let owner = state.sandboxes.owner(id).await;
+    let owner = owner.map_err(|e| refused("sandbox_unavailable", e.to_string()))?;
+    policy::sandboxes::check_sandbox_access(
+        caller,
+        &owner,
+        policy::sandboxes::SandboxAccess::Act,
+        &id.to_string(),
+    )?;
     let found = state.sandboxes.policy(&state.pool, id).await;
     let sandbox_policy = found.map_err(|e| refused("sandbox_unavailable", e.to_string()))?;
     policy::check_sandbox_call(name, arguments, &sandbox_policy)?;
