@@ -12,8 +12,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use dispatcher::{Owner, OwnerKind, SandboxId, SandboxInfo};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 use uuid::Uuid;
 
 use super::auth::{require, Need};
@@ -39,6 +39,112 @@ pub struct CreateSandbox {
     /// With `runtime`: only these programs (or `program subcommand` entries) may run.
     #[serde(default)]
     pub allow: Vec<String>,
+}
+
+/// The answer of `POST /v1/sandboxes`: the sandbox and the policy it runs under.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SandboxCreated {
+    /// The sandbox, for `POST /v1/tools/call`'s `sandbox_id`.
+    pub sandbox_id: Uuid,
+    /// The agent whose manifest decides its policy (`runtime:<name>` for a runtime sandbox).
+    pub agent: String,
+    /// Where its tools may read.
+    pub read_roots: Vec<String>,
+    /// Where its tools may write.
+    pub write_roots: Vec<String>,
+    /// The programs `cmd.run` may start (empty with a runtime sandbox: any program).
+    pub subcommand_allowlist: Vec<String>,
+}
+
+/// The answer of `DELETE /v1/sandboxes/{id}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SandboxDestroyed {
+    /// The sandbox that is gone.
+    pub sandbox_id: Uuid,
+    /// Always true: a failure is an error answer.
+    pub destroyed: bool,
+}
+
+/// One sandbox of `GET /v1/sandboxes`, as the dispatcher records it (the schema of
+/// `dispatcher::SandboxInfo`'s JSON, which the handler sends).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the handler serialises `SandboxInfo` itself
+pub struct SandboxListed {
+    /// The sandbox.
+    id: Uuid,
+    /// Its tenant.
+    tenant_id: String,
+    /// The node instance holding its executor stream.
+    instance_id: Uuid,
+    /// Its runtime image.
+    image: String,
+    /// Who made it: the only principal that may act in it.
+    owner: SandboxOwnerView,
+    /// Where it is in its life.
+    #[schema(pattern = "^(creating|running|destroying|destroyed|failed)$")]
+    state: String,
+    /// Its Docker container (`aegis-sbx-<id>`).
+    container_name: String,
+    /// Its workspace volume (`aegis-ws-<id>`).
+    volume_name: String,
+    /// The limits, network, roots and labels it was made with (absent when unreadable).
+    spec: Option<SandboxSpecView>,
+    /// Why it failed or was destroyed.
+    reason: Option<String>,
+    /// When its row was written.
+    created_at: chrono::DateTime<chrono::Utc>,
+    /// When its executor became ready.
+    ready_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When its Docker objects were removed.
+    destroyed_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Who made a sandbox.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only
+pub struct SandboxOwnerView {
+    /// `operator` (an API key, REST or E2B), `session` (SEAL or an MCP conversation),
+    /// `execution`, `workflow` or `pool`.
+    #[schema(pattern = "^(operator|session|execution|workflow|pool)$")]
+    kind: String,
+    /// The key, session, execution or workflow run.
+    id: String,
+}
+
+/// What a sandbox was made with.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only
+pub struct SandboxSpecView {
+    /// Effective (clamped) limits.
+    limits: SandboxLimitsView,
+    /// `none`, `bridge` or `egress`.
+    network: String,
+    /// The executor's read roots.
+    read_roots: Vec<String>,
+    /// The executor's write roots.
+    write_roots: Vec<String>,
+    /// Whether the executor follows symbolic links beneath its roots.
+    follow_symlinks: bool,
+    /// Where the workspace is mounted (absent: `/workspace`).
+    workspace: Option<String>,
+    /// The node's labels (agent version, context, runtime, ...).
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+/// A sandbox's limits.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only
+pub struct SandboxLimitsView {
+    /// Memory of its processes.
+    memory_bytes: u64,
+    /// CPU, in billionths of a CPU.
+    nano_cpus: u64,
+    /// Processes and threads.
+    pids: u64,
+    /// The `/tmp` tmpfs.
+    tmpfs_bytes: u64,
+    /// The workspace.
+    workspace_bytes: u64,
 }
 
 impl From<SandboxError> for ApiError {
@@ -89,7 +195,7 @@ impl From<SandboxError> for ApiError {
 
 /// Creates a sandbox for an agent or from a runtime (from the warm pool when one matches).
 #[utoipa::path(post, path = "/v1/sandboxes", operation_id = "create_sandbox", tag = "sandboxes", request_body = CreateSandbox,
-    responses((status = 201, description = "Created", body = Value), (status = 404, description = "Unknown agent", body = ErrorBody),
+    responses((status = 201, description = "Created", body = SandboxCreated), (status = 404, description = "Unknown agent", body = ErrorBody),
               (status = 400, description = "Neither or both of agent and runtime", body = ErrorBody),
               (status = 422, description = "Unknown runtime, or its image is missing", body = ErrorBody)),
     security(("api_key" = [])))]
@@ -97,7 +203,7 @@ pub async fn create(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Json(req): Json<CreateSandbox>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<SandboxCreated>), ApiError> {
     require(&caller, Need::Write)?;
     let started = Instant::now();
     let owner = Owner::new(OwnerKind::Operator, caller.id.clone());
@@ -138,18 +244,20 @@ pub async fn create(
     let (id, policy) = made?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "sandbox_id": id.0, "agent": policy.agent,
-            "read_roots": policy.read_roots, "write_roots": policy.write_roots,
-            "subcommand_allowlist": policy.command.subcommand_allowlist,
-        })),
+        Json(SandboxCreated {
+            sandbox_id: id.0,
+            agent: policy.agent.clone(),
+            read_roots: policy.read_roots.clone(),
+            write_roots: policy.write_roots.clone(),
+            subcommand_allowlist: policy.command.subcommand_allowlist.clone(),
+        }),
     ))
 }
 
 /// The live sandboxes the caller may see: its own (those its key made: REST, E2B, its MCP
 /// conversations), or every one for an unbound admin key (`policy::sandboxes`).
 #[utoipa::path(get, path = "/v1/sandboxes", operation_id = "list_sandboxes", tag = "sandboxes",
-    responses((status = 200, description = "Sandboxes", body = Value)), security(("api_key" = [])))]
+    responses((status = 200, description = "Sandboxes", body = Vec<SandboxListed>)), security(("api_key" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -174,7 +282,7 @@ pub async fn destroy(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SandboxDestroyed>, ApiError> {
     require(&caller, Need::Write)?;
     let started = Instant::now();
     let id = SandboxId(id);
@@ -210,5 +318,8 @@ pub async fn destroy(
     )
     .await?;
     done?;
-    Ok(Json(json!({"sandbox_id": id.0, "destroyed": true})))
+    Ok(Json(SandboxDestroyed {
+        sandbox_id: id.0,
+        destroyed: true,
+    }))
 }
