@@ -21,6 +21,10 @@ pub struct DispatcherConfig {
     pub pool: BTreeMap<String, usize>,
     /// Limits of pool sandboxes (clamped like any spec); `acquire` matches against them.
     pub pool_limits: Limits,
+    /// Warm pools of sandboxes of a given shape, by name (e.g. `e2b:base`): the spec a caller
+    /// will ask for (workspace, roots, labels; its owner and limits are the pool's) and how
+    /// many to keep ready. `acquire` hands one out when the asked spec is the same sandbox.
+    pub pool_shapes: BTreeMap<String, (crate::spec::SandboxSpec, usize)>,
     /// An instance whose heartbeat is older than this is dead and its sandboxes are reaped
     /// (default 120 s; the orchestrator heartbeats every 15 s).
     pub dead_after: Duration,
@@ -104,6 +108,7 @@ impl DispatcherConfig {
             },
             pool: BTreeMap::new(),
             pool_limits: Limits::default(),
+            pool_shapes: BTreeMap::new(),
             dead_after: Duration::from_secs(120),
             lease: None,
             reap_interval: Duration::from_secs(60),

@@ -519,6 +519,23 @@ async fn start_sandboxes(
     d.ceilings.nano_cpus = s.max_cpu_millis * 1_000_000;
     d.ceilings.pids = s.max_pids;
     d.pool = s.pool.clone();
+    // Each E2B template's pool is made of the very spec its creates ask for (unbound keys).
+    for (template, size) in &config.e2b.pool {
+        match crate::sandboxes::find_runtime(template) {
+            Ok(runtime) => {
+                let owner =
+                    dispatcher::Owner::new(dispatcher::OwnerKind::Pool, dispatcher::POOL_OWNER_ID);
+                let (spec, _) = crate::sandboxes::e2b_spec(runtime, None, owner, &ceilings);
+                d.pool_shapes
+                    .insert(format!("e2b:{template}"), (spec, *size));
+            }
+            // The config check refuses unknown templates; a registry that changed since is
+            // reported, not fatal.
+            Err(e) => {
+                tracing::warn!(template = %template, error = %e, "no warm pool for this E2B template")
+            }
+        }
+    }
     d.max_file_bytes = s.max_file_bytes;
     d.dead_after = Duration::from_secs(s.dead_after_secs);
     // The replica holds its sandboxes as a lease, renewed by the dispatcher's heartbeat, and

@@ -1,7 +1,9 @@
 //! The warm pool: started, unused sandboxes per image, so an owner does not wait for Docker.
 //!
 //! A pool sandbox is an ordinary sandbox whose row says `owner_kind = 'pool'`, created with the
-//! pool's limits, no network and `/workspace` readable and writable. [`Dispatcher::acquire`] hands
+//! pool's limits, no network and `/workspace` readable and writable; or, for a named pool of a
+//! given shape (`DispatcherConfig::pool_shapes`, e.g. an E2B template's), with that shape's
+//! workspace, roots and labels. [`Dispatcher::acquire`] hands
 //! one out only when the requested spec would have produced exactly the same container (image,
 //! limits, network, roots: these are fixed at creation); the hand-over is one conditional
 //! `UPDATE` of the row, which is why it takes milliseconds. Docker labels cannot change, so the
@@ -31,7 +33,8 @@ pub const POOL_OWNER_ID: &str = "warm-pool";
 const IDLE_RECHECK: Duration = Duration::from_secs(30);
 
 pub(crate) struct Pool {
-    /// Image -> the spec pool sandboxes of that image are created with, and how many to keep.
+    /// Pool name (the image, or a shape's name) -> the spec its sandboxes are created with,
+    /// and how many to keep.
     specs: BTreeMap<String, (SandboxSpec, usize)>,
     idle: Mutex<HashMap<String, VecDeque<SandboxId>>>,
     /// Ids ever put in the pool and not yet handed out or forgotten (for `forget`).
@@ -40,6 +43,8 @@ pub(crate) struct Pool {
     /// Acquisitions served from the pool / by creating a sandbox (for the node's metrics).
     hits: AtomicU64,
     misses: AtomicU64,
+    /// The same, per pool, for acquisitions whose spec one of the pools serves.
+    by_pool: Mutex<BTreeMap<String, PoolStats>>,
 }
 
 /// How often the warm pool served an acquisition, since the dispatcher started.
@@ -67,15 +72,51 @@ impl Pool {
                     SandboxSpec::new(image.clone(), Owner::new(OwnerKind::Pool, POOL_OWNER_ID));
                 spec.limits = limits;
                 (image.clone(), (spec, *n))
-            })
-            .collect();
+            });
+        // A shape keeps what makes it that sandbox (workspace, roots, labels); its owner and
+        // limits are the pool's, as for an image's pool.
+        let shapes =
+            config
+                .pool_shapes
+                .iter()
+                .filter(|(_, (_, n))| *n > 0)
+                .map(|(name, (shape, n))| {
+                    let mut spec = shape.clone();
+                    spec.owner = Owner::new(OwnerKind::Pool, POOL_OWNER_ID);
+                    spec.limits = limits;
+                    (name.clone(), (spec, *n))
+                });
         Pool {
-            specs,
+            specs: specs.chain(shapes).collect(),
             idle: Mutex::new(HashMap::new()),
             members: Mutex::new(HashSet::new()),
             wake: Arc::new(Notify::new()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            by_pool: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The pool whose sandboxes serve `spec` exactly, if any.
+    fn serving(&self, spec: &SandboxSpec) -> Option<&str> {
+        self.specs
+            .iter()
+            .find(|(_, (pool_spec, _))| pool_spec.same_sandbox_as(spec))
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// Counts an acquisition: a hit or a miss overall, and for the pool that serves `spec`.
+    fn count(&self, spec: &SandboxSpec, hit: bool) {
+        let total = if hit { &self.hits } else { &self.misses };
+        total.fetch_add(1, Ordering::Relaxed);
+        if let Some(name) = self.serving(spec) {
+            let mut by_pool = self.by_pool.lock().unwrap_or_else(|p| p.into_inner());
+            let stats = by_pool.entry(name.to_owned()).or_default();
+            if hit {
+                stats.hits += 1;
+            } else {
+                stats.misses += 1;
+            }
         }
     }
 
@@ -85,11 +126,8 @@ impl Pool {
 
     /// Takes an idle sandbox that serves `spec` exactly, if there is one.
     fn take(&self, spec: &SandboxSpec) -> Option<SandboxId> {
-        let (pool_spec, _) = self.specs.get(&spec.image)?;
-        if !pool_spec.same_sandbox_as(spec) {
-            return None;
-        }
-        let id = self.idle().get_mut(&spec.image)?.pop_front()?;
+        let name = self.serving(spec)?;
+        let id = self.idle().get_mut(name)?.pop_front()?;
         self.members
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -97,13 +135,13 @@ impl Pool {
         Some(id)
     }
 
-    fn put(&self, image: &str, id: SandboxId) {
+    fn put(&self, name: &str, id: SandboxId) {
         self.members
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id);
         self.idle()
-            .entry(image.to_owned())
+            .entry(name.to_owned())
             .or_default()
             .push_back(id);
     }
@@ -140,12 +178,12 @@ impl Pool {
         self.idle().drain().flat_map(|(_, q)| q).collect()
     }
 
-    /// Idle sandboxes per image.
+    /// Idle sandboxes per pool (image, or shape name).
     pub(crate) fn sizes(&self) -> BTreeMap<String, usize> {
         let idle = self.idle();
         self.specs
             .keys()
-            .map(|image| (image.clone(), idle.get(image).map_or(0, VecDeque::len)))
+            .map(|name| (name.clone(), idle.get(name).map_or(0, VecDeque::len)))
             .collect()
     }
 }
@@ -165,7 +203,7 @@ impl Dispatcher {
         run_detached(async move { inner.place(spec, true).await }).await
     }
 
-    /// Idle warm-pool sandboxes per configured image.
+    /// Idle warm-pool sandboxes per configured pool: its image, or a shape's name.
     pub fn pool_sizes(&self) -> BTreeMap<String, usize> {
         self.inner.pool.sizes()
     }
@@ -176,6 +214,16 @@ impl Dispatcher {
             hits: self.inner.pool.hits.load(Ordering::Relaxed),
             misses: self.inner.pool.misses.load(Ordering::Relaxed),
         }
+    }
+
+    /// Hits and misses per pool (image, or shape name), for acquisitions a pool serves.
+    pub fn pool_stats_by_pool(&self) -> BTreeMap<String, PoolStats> {
+        self.inner
+            .pool
+            .by_pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -204,39 +252,39 @@ impl Inner {
             };
             if handed {
                 tracing::debug!(sandbox = %id, owner = %spec.owner, "sandbox handed out from the warm pool");
-                self.pool.hits.fetch_add(1, Ordering::Relaxed);
+                self.pool.count(&spec, true);
                 return Ok(id);
             }
             // Broken or reaped while idle: not worth handing out.
             let _ = self.destroy(id, "pool sandbox unusable at hand-out").await;
         }
-        self.pool.misses.fetch_add(1, Ordering::Relaxed);
+        self.pool.count(&spec, false);
         let owner = spec.owner.clone();
         Ok(self.create_detached(spec, owner).await?.id)
     }
 
-    /// Creates pool sandboxes until every image has its target; false if a creation failed.
+    /// Creates pool sandboxes until every pool has its target; false if a creation failed.
     async fn refill_once(self: &Arc<Self>) -> bool {
-        for (image, (spec, target)) in &self.pool.specs {
+        for (name, (spec, target)) in &self.pool.specs {
             loop {
                 if self.shutdown.is_cancelled() {
                     return true;
                 }
-                let have = self.pool.idle().get(image).map_or(0, VecDeque::len);
+                let have = self.pool.idle().get(name).map_or(0, VecDeque::len);
                 if have >= *target {
                     break;
                 }
-                tracing::info!("warming pool image={image} {}/{target}", have + 1);
+                tracing::info!(pool = %name, image = %spec.image, "warming pool {name} {}/{target}", have + 1);
                 match self.create_detached(spec.clone(), spec.owner.clone()).await {
                     Ok(sandbox) => {
                         if self.shutdown.is_cancelled() {
                             let _ = self.destroy(sandbox.id, "pool drained at shutdown").await;
                             return true;
                         }
-                        self.pool.put(image, sandbox.id);
+                        self.pool.put(name, sandbox.id);
                     }
                     Err(e) => {
-                        tracing::warn!(image = %image, error = %e, "warm pool could not create a sandbox; retrying later");
+                        tracing::warn!(pool = %name, image = %spec.image, error = %e, "warm pool could not create a sandbox; retrying later");
                         return false;
                     }
                 }

@@ -153,6 +153,10 @@ pub struct E2bConfig {
     pub max_snapshots_per_api_key: u64,
     /// Bytes of snapshots one API key may hold (their archives together), MiB.
     pub max_snapshot_mb_per_api_key: u64,
+    /// Warm pool per E2B template (a runtime, e.g. `base`): started sandboxes of exactly the
+    /// shape an E2B create of that template asks for, handed out in milliseconds. A create by
+    /// a key bound to a security context (other roots) does not match and is made fresh.
+    pub pool: std::collections::BTreeMap<String, usize>,
 }
 
 impl Default for E2bConfig {
@@ -161,6 +165,7 @@ impl Default for E2bConfig {
             snapshot_ttl_secs: 7 * 24 * 3600,
             max_snapshots_per_api_key: 20,
             max_snapshot_mb_per_api_key: 1024,
+            pool: Default::default(),
         }
     }
 }
@@ -1220,7 +1225,34 @@ fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     // Across sections (their keys are whole).
     section("", mcp_servers_under_egress(&c.mcp_servers, &egress))?;
     section("", skip_judge_tools_exist(&c.executions))?;
-    runtime_aliases_installed(loaded)
+    runtime_aliases_installed(loaded)?;
+    e2b_pool_templates_installed(loaded)
+}
+
+/// Most idle sandboxes one E2B template's warm pool may keep.
+pub const MAX_E2B_POOL: usize = 64;
+
+/// `e2b.pool` names templates this node has (its runtimes) and keeps a bounded number of each.
+fn e2b_pool_templates_installed(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+    for (template, size) in &loaded.config.e2b.pool {
+        let invalid = |message: String| ConfigError::Invalid {
+            key: format!("e2b.pool.\"{template}\""),
+            origin: loaded.origin_of_entry("e2b.pool", template),
+            message,
+        };
+        if let Err(e) = aegis_sandboxes::find_runtime(template) {
+            return Err(invalid(format!(
+                "{e}; an E2B template's pool names one of the node's runtimes (e.g. `base`)"
+            )));
+        }
+        if *size > MAX_E2B_POOL {
+            return Err(invalid(format!(
+                "{size} idle sandboxes is more than {MAX_E2B_POOL}; a pool keeps a few warm, the \
+                 rest are made on demand"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The external MCP servers are reached under the egress rules: a server whose address the

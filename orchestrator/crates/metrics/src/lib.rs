@@ -163,6 +163,7 @@ struct Metrics {
     workflow_executions: IntGaugeVec,
     pool_idle: IntGaugeVec,
     pool_acquired: IntCounterVec,
+    pool_acquired_by_pool: IntCounterVec,
     db_connections: IntGaugeVec,
     forwarded: IntCounterVec,
     peers: IntGaugeVec,
@@ -292,7 +293,7 @@ impl Metrics {
             pool_idle: gauge_vec(
                 &registry,
                 "aegis_pool_idle_sandboxes",
-                "Idle warm-pool sandboxes held by this instance, by image.",
+                "Idle warm-pool sandboxes held by this instance, by pool: an image, or `e2b:<template>`.",
                 &["image"],
             ),
             pool_acquired: counter_vec(
@@ -300,6 +301,12 @@ impl Metrics {
                 "aegis_pool_acquisitions_total",
                 "Sandbox acquisitions by this instance: `hit` when the warm pool served it, `miss` when a sandbox was created.",
                 &["result"],
+            ),
+            pool_acquired_by_pool: counter_vec(
+                &registry,
+                "aegis_pool_acquisitions_by_pool_total",
+                "Acquisitions whose sandbox a warm pool serves, by pool (an image, or `e2b:<template>`): `hit` when it was handed an idle one, `miss` when the pool was empty.",
+                &["pool", "result"],
             ),
             db_connections: gauge_vec(
                 &registry,
@@ -509,6 +516,14 @@ fn refresh_local(m: &Metrics, pool: &sqlx::PgPool, dispatcher: Option<&dispatche
         let stats = d.pool_stats();
         catch_up(&m.pool_acquired.with_label_values(&["hit"]), stats.hits);
         catch_up(&m.pool_acquired.with_label_values(&["miss"]), stats.misses);
+        for (pool, stats) in d.pool_stats_by_pool() {
+            let counter = |result: &str| {
+                m.pool_acquired_by_pool
+                    .with_label_values(&[pool.as_str(), result])
+            };
+            catch_up(&counter("hit"), stats.hits);
+            catch_up(&counter("miss"), stats.misses);
+        }
     }
 }
 

@@ -275,6 +275,32 @@ pub fn policy_of_e2b(
     policy
 }
 
+/// The sandbox an E2B create of `runtime` asks the dispatcher for, and the policy it runs
+/// under: its workspace at [`E2B_HOME`], the roots of [`policy_of_e2b`]. The warm pool of an
+/// E2B template is made of this very spec (`e2b.pool`), so a create finds it there.
+pub fn e2b_spec(
+    runtime: &aegis_core::runtimes::Runtime,
+    context: Option<&aegis_seal::context::SecurityContext>,
+    owner: Owner,
+    ceilings: &ToolCeilings,
+) -> (SandboxSpec, SandboxPolicy) {
+    let policy = policy_of_e2b(runtime, context, ceilings);
+    let mut spec = SandboxSpec::new(runtime.image.clone(), owner);
+    spec.workspace = Some(E2B_HOME.to_owned());
+    spec.read_roots = policy.read_roots.clone();
+    spec.write_roots = policy.write_roots.clone();
+    if let Some(context) = context {
+        spec.follow_symlinks = context_roots(context).follow_symlinks;
+        spec.labels
+            .insert(E2B_CONTEXT_LABEL.to_owned(), context.name.clone());
+    }
+    spec.labels.insert(
+        E2B_RUNTIME_LABEL.to_owned(),
+        format!("{}:{}", runtime.language, runtime.version),
+    );
+    (spec, policy)
+}
+
 /// Server-side ceilings of sandbox tools; a caller may lower them, never raise them.
 #[derive(Debug, Clone)]
 pub struct ToolCeilings {
@@ -747,22 +773,9 @@ impl Sandboxes {
         owner: Owner,
     ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
         self.dispatcher()?;
-        let policy = Arc::new(policy_of_e2b(runtime, context, &self.ceilings));
         let scope = QuotaScope::ApiKey(owner.id.clone());
-        let mut spec = SandboxSpec::new(runtime.image.clone(), owner);
-        spec.workspace = Some(E2B_HOME.to_owned());
-        spec.read_roots = policy.read_roots.clone();
-        spec.write_roots = policy.write_roots.clone();
-        if let Some(context) = context {
-            spec.follow_symlinks = context_roots(context).follow_symlinks;
-            spec.labels
-                .insert(E2B_CONTEXT_LABEL.to_owned(), context.name.clone());
-        }
-        spec.labels.insert(
-            E2B_RUNTIME_LABEL.to_owned(),
-            format!("{}:{}", runtime.language, runtime.version),
-        );
-        self.acquire(pool, scope, spec, policy).await
+        let (spec, policy) = e2b_spec(runtime, context, owner, &self.ceilings);
+        self.acquire(pool, scope, spec, Arc::new(policy)).await
     }
 
     /// Creates the sandbox of a SEAL session (runtime from its context, else the default runtime);

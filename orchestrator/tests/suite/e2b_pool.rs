@@ -1,0 +1,189 @@
+//! Warm pools for E2B templates (issue 47): a node keeps started sandboxes of exactly the shape
+//! an E2B create asks for (`e2b.pool`), hands one to each create in milliseconds, and what
+//! makes a sandbox someone's (its E2B id, envd token, metadata, env vars, timeout, owner key)
+//! is given after the hand-out, so a pooled sandbox is exactly its creator's and never another
+//! key's; no pooled sandbox is ever handed out twice, even to creates racing for the same pool.
+
+use crate::common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::{test_config, TestApp, TestDb};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const POOL: &str = "e2b:base";
+
+fn e2b_key(key: &str) -> String {
+    orchestrator::api::e2b::keys::to_e2b_form(key)
+}
+
+async fn key(app: &TestApp, name: &str) -> String {
+    let r = app
+        .admin(Method::POST, "/v1/api-keys")
+        .json(&json!({"name": name, "role": "operator"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    r.json::<Value>().await.unwrap()["key"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The ids of the idle sandboxes of the E2B pool, once it holds `want`.
+async fn pooled(app: &TestApp, want: usize) -> HashSet<String> {
+    let dispatcher = app.state.sandboxes.dispatcher().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let idle = dispatcher.pool_sizes().get(POOL).copied().unwrap_or(0);
+        if idle >= want {
+            let ids: Vec<String> = sqlx::query_scalar(
+                "SELECT id::text FROM sandboxes WHERE owner_kind = 'pool' AND state = 'running'",
+            )
+            .fetch_all(&app.state.pool)
+            .await
+            .unwrap();
+            return ids.into_iter().collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool never held {want} ({idle})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The dispatcher sandbox behind an E2B id.
+async fn current(app: &TestApp, e2b_id: &str) -> String {
+    sqlx::query_scalar("SELECT sandbox_id::text FROM e2b_sandboxes WHERE e2b_id::text = $1")
+        .bind(e2b_id)
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_pooled_e2b_sandbox_is_exactly_its_creator_s_and_never_handed_out_twice() {
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.e2b.pool.insert("base".to_owned(), 2);
+    config.sandbox.max_sandboxes_per_api_key = 20;
+    let app = TestApp::spawn_with(config).await;
+    let (a, b) = (key(&app, "pool-a").await, key(&app, "pool-b").await);
+    let before = pooled(&app, 2).await;
+
+    // Two keys through E2B's own SDK: each gets a pooled sandbox and only its own settings.
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/e2b_pool_client.py"
+    );
+    let out = tokio::process::Command::new("python3")
+        .arg(script)
+        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
+        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
+        .env("E2B_API_KEY", e2b_key(&a))
+        .env("E2B_KEY_A", e2b_key(&a))
+        .env("E2B_KEY_B", e2b_key(&b))
+        .output()
+        .await
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "the E2B pool scenario failed (needs the e2b package, which scripts/test.sh installs): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    for (who, timeout) in [("a", 120), ("b", 240)] {
+        let got = &report[who];
+        assert_eq!(got["stdout"], format!("{who}:/home/user"), "{report}");
+        assert_eq!(got["metadata"], json!({"owner": who}), "{report}");
+        let id = current(&app, got["id"].as_str().unwrap()).await;
+        assert!(before.contains(&id), "{who}'s sandbox {id} was not pooled");
+        let (owner, token_len, secs): (String, i32, f64) = sqlx::query_as(
+            "SELECT owner_key_id, length(envd_access_token), \
+             extract(epoch FROM end_at - started_at)::float8 \
+             FROM e2b_sandboxes WHERE sandbox_id::text = $1",
+        )
+        .bind(&id)
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+        let key_id: String = sqlx::query_scalar("SELECT id::text FROM api_keys WHERE name = $1")
+            .bind(format!("pool-{who}"))
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+        assert_eq!(owner, key_id, "{who}'s sandbox belongs to its key");
+        assert!(token_len > 16);
+        assert!((secs - f64::from(timeout)).abs() < 5.0, "{who}: {secs} s");
+    }
+    let tokens: i64 =
+        sqlx::query_scalar("SELECT count(DISTINCT envd_access_token) FROM e2b_sandboxes")
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+    assert_eq!(tokens, 2, "each pooled sandbox has a token of its own");
+    let stats = app
+        .state
+        .sandboxes
+        .dispatcher()
+        .unwrap()
+        .pool_stats_by_pool();
+    assert_eq!(stats[POOL].hits, 2, "{stats:?}");
+
+    // Creates racing for a refilled pool of two: six sandboxes, six different containers,
+    // at most two of them from the pool, none handed out twice.
+    let refilled = pooled(&app, 2).await;
+    let c = key(&app, "pool-c").await;
+    let creates = (0..6).map(|_| {
+        app.http
+            .post(format!("{}/e2b/sandboxes", app.http_base))
+            .header("X-API-KEY", e2b_key(&c))
+            .json(&json!({"templateID": "base", "timeout": 60}))
+            .send()
+    });
+    let mut ids = HashSet::new();
+    for answer in futures_util::future::join_all(creates).await {
+        let answer = answer.unwrap();
+        assert_eq!(answer.status(), 201);
+        let body: Value = answer.json().await.unwrap();
+        ids.insert(current(&app, body["sandboxID"].as_str().unwrap()).await);
+    }
+    assert_eq!(ids.len(), 6, "six creates, six sandboxes");
+    let from_pool = ids.intersection(&refilled).count();
+    assert!(from_pool <= 2, "{from_pool} from a pool of two");
+    let owners: Vec<(String, String)> =
+        sqlx::query_as("SELECT owner_kind, owner_id FROM sandboxes WHERE id::text = ANY($1)")
+            .bind(ids.iter().cloned().collect::<Vec<_>>())
+            .fetch_all(&app.state.pool)
+            .await
+            .unwrap();
+    assert_eq!(owners.len(), 6);
+    assert!(
+        owners.iter().all(|(kind, _)| kind == "operator"),
+        "{owners:?}"
+    );
+    let stats = app
+        .state
+        .sandboxes
+        .dispatcher()
+        .unwrap()
+        .pool_stats_by_pool();
+    assert_eq!(
+        stats[POOL].hits + stats[POOL].misses,
+        8,
+        "every create of the template counted: {stats:?}"
+    );
+
+    // The node's metrics report the pool's hand-outs.
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "aegis_pool_acquisitions_by_pool_total{{pool=\"{POOL}\",result=\"hit\"}}"
+        )),
+        "{metrics}"
+    );
+}
