@@ -50,14 +50,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use dispatcher::protocol::{Op, ReadParams, RunParams};
 use dispatcher::{Dispatcher, Limits, Owner, OwnerKind, SandboxId, SandboxSpec};
-use orchestrator::app::Application;
 use orchestrator::caller::Caller;
-use orchestrator::config::NodeConfig;
-use orchestrator::state::AppState;
 use serde_json::{json, Value};
-use sqlx::postgres::PgPoolOptions;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 /// The runtime image every sandbox and baseline container runs.
 const IMAGE: &str = "aegis-runtime/busybox:1";
@@ -155,7 +149,10 @@ async fn run(args: Args) -> Result<()> {
     say(format!("database {} created", db.name));
 
     let outcome = async {
-        let app = RunningApp::start(&db, &executor).await?;
+        let app = RunningApp::start(&db, &executor, |c| {
+            c.sandbox.pool = BTreeMap::from([(IMAGE.to_owned(), POOL_SIZE)]);
+        })
+        .await?;
         let scope = app
             .state
             .sandboxes
@@ -193,120 +190,8 @@ async fn run(args: Args) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The orchestrator under test.
 
-/// The benchmark's own database on the admin server.
-struct BenchDb {
-    admin_url: String,
-    name: String,
-    url: String,
-}
-
-impl BenchDb {
-    async fn create(admin_url: &str, run_id: &str) -> Result<Self> {
-        let name = format!("bench_{run_id}");
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(20))
-            .connect(admin_url)
-            .await
-            .context("cannot reach PostgreSQL at DATABASE_URL")?;
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&pool)
-            .await
-            .context("CREATE DATABASE (the role in DATABASE_URL needs CREATEDB)")?;
-        pool.close().await;
-        let mut url = url::Url::parse(admin_url).context("DATABASE_URL is not a URL")?;
-        url.set_path(&name);
-        Ok(Self {
-            admin_url: admin_url.to_owned(),
-            name,
-            url: url.to_string(),
-        })
-    }
-
-    async fn drop(&self) {
-        let dropped = async {
-            let pool = PgPoolOptions::new()
-                .max_connections(1)
-                .connect(&self.admin_url)
-                .await?;
-            sqlx::query(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ))
-            .execute(&pool)
-            .await?;
-            pool.close().await;
-            Ok::<_, sqlx::Error>(())
-        };
-        if let Err(e) = dropped.await {
-            say(format!("could not drop database {}: {e}", self.name));
-        }
-    }
-}
-
-/// An orchestrator instance served in this process.
-struct RunningApp {
-    state: AppState,
-    http_base: String,
-    admin_key: String,
-    http: reqwest::Client,
-    shutdown: CancellationToken,
-    task: JoinHandle<Result<(), orchestrator::app::AppError>>,
-}
-
+/// The benchmark's own calls on the node.
 impl RunningApp {
-    async fn start(db: &BenchDb, executor: &std::path::Path) -> Result<Self> {
-        let admin_key = format!(
-            "aok_{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
-        );
-        let mut c = NodeConfig::default();
-        c.server.http = "127.0.0.1:0".parse()?;
-        c.server.grpc = "127.0.0.1:0".parse()?;
-        c.server.shutdown_grace_secs = 5;
-        c.database.url = db.url.clone();
-        c.database.connect_timeout_secs = 20;
-        c.auth.admin_key = Some(admin_key.clone());
-        c.sandbox.executor_path = executor.to_path_buf();
-        c.sandbox.pool = BTreeMap::from([(IMAGE.to_owned(), POOL_SIZE)]);
-        // The direct channel (a socket per sandbox; the node is this root process on the Docker
-        // host) unless BENCH_CHANNEL=attach asks for Docker's attach stream, for an A/B.
-        let attach = std::env::var("BENCH_CHANNEL").is_ok_and(|c| c == "attach");
-        say(format!(
-            "calls reach the executors over {}",
-            if attach {
-                "the attach stream (BENCH_CHANNEL=attach)"
-            } else {
-                "their socket"
-            }
-        ));
-        c.sandbox.channel_dir = (!attach).then(|| {
-            let unique = uuid::Uuid::new_v4().simple().to_string();
-            PathBuf::from(format!("/run/aegis-bench/{}", &unique[..8]))
-        });
-        let app = Application::build(c)
-            .await
-            .context("the orchestrator did not start")?;
-        let http_base = format!("http://{}", app.http_addr());
-        let state = app.state().clone();
-        if let Some(reason) = state.sandboxes.unavailable_reason() {
-            bail!("sandboxes are unavailable: {reason}");
-        }
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(app.run(shutdown.clone()));
-        Ok(Self {
-            state,
-            http_base,
-            admin_key,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(120))
-                .build()?,
-            shutdown,
-            task,
-        })
-    }
-
     fn dispatcher(&self) -> Result<&Dispatcher> {
         Ok(self.state.sandboxes.dispatcher()?)
     }
@@ -328,16 +213,6 @@ impl RunningApp {
             bail!("{method} {path}: {status}: {text}");
         }
         Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
-    async fn stop(self) {
-        self.shutdown.cancel();
-        match tokio::time::timeout(Duration::from_secs(90), self.task).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => say(format!("orchestrator stopped with an error: {e}")),
-            Ok(Err(e)) => say(format!("orchestrator task failed: {e}")),
-            Err(_) => say("orchestrator did not stop within 90 s"),
-        }
     }
 }
 
@@ -1084,8 +959,11 @@ impl Report {
     }
 }
 
+#[path = "support/bench_node.rs"]
+mod bench_node;
 #[path = "support/interrupt.rs"]
 mod interrupt;
 #[path = "support/raw_docker.rs"]
 mod raw_docker;
+use bench_node::{BenchDb, RunningApp};
 use raw_docker::Engine;

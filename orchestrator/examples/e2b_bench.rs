@@ -1,0 +1,255 @@
+//! The E2B path benchmark (issue 47): E2B's own Python SDK against a node served in this
+//! process, beside the baselines it replaces, measured in one run and printed as ratios (never
+//! asserted: DESIGN.md §7).
+//!
+//! The node has a warm pool of one `base` sandbox (`e2b.pool`); the SDK driver
+//! (`support/e2b_bench_client.py`) measures, iteration by iteration against its baseline:
+//! create -> first output (pooled, and made while the pool is empty) vs `docker run --rm` of the
+//! same image; a command round trip vs REST `cmd.run` on a kept-alive connection; kill; 64 MiB
+//! up and down vs `docker cp`. Targets (issue 47): pooled create -> first output <= 0.15x
+//! `docker run --rm`, a command round trip <= 1.5x REST, up and down >= 0.5x `docker cp`, kill
+//! p50 <= 20 ms.
+//!
+//! Run it with `scripts/e2b_bench.sh [--iterations N] [--transfers M]`. Everything it makes is
+//! removed at the end (the node destroys its sandboxes at shutdown; the database is dropped).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+use serde_json::{json, Value};
+
+#[path = "support/bench_node.rs"]
+mod bench_node;
+#[path = "support/interrupt.rs"]
+mod interrupt;
+
+use bench_node::{BenchDb, RunningApp};
+
+/// The template measured, and its image.
+const TEMPLATE: &str = "base";
+const IMAGE: &str = "aegis-runtime/base:bookworm";
+
+/// Command-line options.
+#[derive(Parser, Debug)]
+#[command(
+    about = "Benchmarks the E2B door through E2B's SDK against docker run, REST and docker cp"
+)]
+struct Args {
+    /// Measured creates (each pooled, then one made while the pool is empty); the command row
+    /// takes five times as many round trips.
+    #[arg(long, default_value_t = 20)]
+    iterations: usize,
+    /// Measured 64 MiB uploads and downloads.
+    #[arg(long, default_value_t = 3)]
+    transfers: usize,
+}
+
+fn say(msg: impl std::fmt::Display) {
+    eprintln!("[e2b-bench] {msg}");
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    match tokio::spawn(run(args)).await {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("[e2b-bench] ERROR: {e:#}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("[e2b-bench] ERROR: the benchmark task failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
+    if args.iterations == 0 || args.transfers == 0 {
+        bail!("--iterations and --transfers must be at least 1");
+    }
+    let admin_url = std::env::var("DATABASE_URL")
+        .map_err(|_| anyhow!("DATABASE_URL is not set (scripts/e2b_bench.sh provides one)"))?;
+    let executor = PathBuf::from(std::env::var("SANDBOX_EXECUTOR_BIN").map_err(|_| {
+        anyhow!("SANDBOX_EXECUTOR_BIN is not set (scripts/e2b_bench.sh builds the executor)")
+    })?);
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let db = BenchDb::create(&admin_url, &run_id).await?;
+    say(format!("database {} created", db.name));
+    let outcome = async {
+        let app = RunningApp::start(&db, &executor, |c| {
+            c.e2b.pool.insert(TEMPLATE.to_owned(), 1);
+            c.sandbox.max_sandboxes_per_api_key = 64;
+        })
+        .await?;
+        let measured = tokio::select! {
+            r = measure(&args, &app) => r,
+            why = interrupt::interrupted() => Err(anyhow!("interrupted by {why}")),
+        };
+        say("stopping the orchestrator (destroys its sandboxes)");
+        app.stop().await;
+        measured
+    }
+    .await;
+    db.drop().await;
+    say(format!("database {} dropped", db.name));
+    print(&args, &outcome?);
+    Ok(())
+}
+
+async fn measure(args: &Args, app: &RunningApp) -> Result<Value> {
+    let created = app
+        .http
+        .post(format!("{}/v1/api-keys", app.http_base))
+        .bearer_auth(&app.admin_key)
+        .json(&json!({"name": "e2b-bench", "role": "operator"}))
+        .send()
+        .await?;
+    if !created.status().is_success() {
+        bail!("creating the benchmark's key: {}", created.text().await?);
+    }
+    let key = created.json::<Value>().await?["key"]
+        .as_str()
+        .context("no key in the answer")?
+        .to_owned();
+    // The first pooled sandbox is made at start; the driver waits for each refill itself.
+    let dispatcher = app.state.sandboxes.dispatcher()?;
+    let pool = format!("e2b:{TEMPLATE}");
+    let ready = std::time::Instant::now();
+    while dispatcher.pool_sizes().get(&pool).copied().unwrap_or(0) == 0 {
+        if ready.elapsed() > std::time::Duration::from_secs(120) {
+            bail!("the warm pool {pool} never filled (is {IMAGE} built?)");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    say(format!(
+        "measuring {} creates, {} command round trips, {} transfers of 64 MiB",
+        args.iterations * 2,
+        args.iterations * 5,
+        args.transfers
+    ));
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/support/e2b_bench_client.py"
+    );
+    let out = tokio::process::Command::new("python3")
+        .arg(script)
+        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
+        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
+        .env(
+            "E2B_API_KEY",
+            orchestrator::api::e2b::keys::to_e2b_form(&key),
+        )
+        .env("NODE_URL", &app.http_base)
+        .env("NODE_KEY", &key)
+        .env("BENCH_IMAGE", IMAGE)
+        .env("BENCH_POOL", format!("e2b:{TEMPLATE}"))
+        .env("BENCH_ITERATIONS", args.iterations.to_string())
+        .env("BENCH_TRANSFERS", args.transfers.to_string())
+        .output()
+        .await
+        .context("python3 does not run")?;
+    if !out.status.success() {
+        bail!(
+            "the SDK driver failed (needs `pip install e2b requests`): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("the SDK driver's report is not JSON")
+}
+
+/// The median of a series of milliseconds.
+fn p50(series: &Value) -> f64 {
+    let mut v: Vec<f64> = series
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[(v.len() - 1) / 2]
+}
+
+fn print(args: &Args, r: &Value) {
+    let row = |name: &str, ours: &str, base: &str, target: &str, lower_is_better: bool| {
+        let (o, b) = (p50(&r[ours]), p50(&r[base]));
+        let ratio = o / b;
+        let met = target
+            .parse::<f64>()
+            .map(|t| {
+                if lower_is_better {
+                    ratio <= t
+                } else {
+                    ratio >= t
+                }
+            })
+            .ok();
+        let verdict = match met {
+            Some(true) => format!("{} {target} met", if lower_is_better { "<=" } else { ">=" }),
+            Some(false) => format!(
+                "{} {target} MISSED",
+                if lower_is_better { "<=" } else { ">=" }
+            ),
+            None => "(informational)".to_owned(),
+        };
+        println!("{name:<34} {o:>9.1} ms {b:>9.1} ms {ratio:>7.2}x  {verdict}");
+    };
+    println!(
+        "E2B door vs baselines (p50, {} creates, {} transfers)",
+        args.iterations, args.transfers
+    );
+    println!(
+        "{:<34} {:>12} {:>12} {:>8}  target",
+        "row", "ours", "baseline", "ratio"
+    );
+    row(
+        "create -> first output (pool)",
+        "create_pooled",
+        "docker_run",
+        "0.15",
+        true,
+    );
+    row(
+        "create -> first output (no pool)",
+        "create_cold",
+        "docker_run",
+        "-",
+        true,
+    );
+    row(
+        "command round trip vs REST",
+        "sdk_command",
+        "rest_command",
+        "1.5",
+        true,
+    );
+    // Throughput is the inverse of time: ours/base in MiB/s is base time / our time.
+    let throughput = |name: &str, ours: &str, base: &str| {
+        let (o, b) = (p50(&r[ours]), p50(&r[base]));
+        let (mo, mb) = (64_000.0 / o, 64_000.0 / b);
+        let ratio = mo / mb;
+        println!(
+            "{name:<34} {mo:>6.1} MiB/s {mb:>6.1} MiB/s {ratio:>6.2}x  >= 0.5 {}",
+            if ratio >= 0.5 { "met" } else { "MISSED" }
+        );
+    };
+    throughput("64 MiB upload vs docker cp", "upload", "docker_cp_in");
+    throughput("64 MiB download vs docker cp", "download", "docker_cp_out");
+    let kill = p50(&r["kill"]);
+    println!(
+        "{:<34} {kill:>9.1} ms {:>12} {:>8}  <= 20 ms {}",
+        "kill",
+        "-",
+        "-",
+        if kill <= 20.0 { "met" } else { "MISSED" }
+    );
+}

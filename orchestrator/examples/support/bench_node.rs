@@ -1,0 +1,157 @@
+//! The orchestrator a benchmark measures: its own database on the server `DATABASE_URL` names
+//! (created, then dropped), and a node served in this process on it, from a config the
+//! benchmark adjusts (a warm pool, ...).
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use orchestrator::app::Application;
+use orchestrator::config::NodeConfig;
+use orchestrator::state::AppState;
+use sqlx::postgres::PgPoolOptions;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+fn say(msg: impl std::fmt::Display) {
+    eprintln!("[bench] {msg}");
+}
+
+/// The benchmark's own database on the admin server.
+pub struct BenchDb {
+    admin_url: String,
+    /// The database's name, `bench_<run id>`.
+    pub name: String,
+    url: String,
+}
+
+impl BenchDb {
+    /// Creates `bench_<run_id>` on the server `admin_url` names.
+    pub async fn create(admin_url: &str, run_id: &str) -> Result<Self> {
+        let name = format!("bench_{run_id}");
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(20))
+            .connect(admin_url)
+            .await
+            .context("cannot reach PostgreSQL at DATABASE_URL")?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&pool)
+            .await
+            .context("CREATE DATABASE (the role in DATABASE_URL needs CREATEDB)")?;
+        pool.close().await;
+        let mut url = url::Url::parse(admin_url).context("DATABASE_URL is not a URL")?;
+        url.set_path(&name);
+        Ok(Self {
+            admin_url: admin_url.to_owned(),
+            name,
+            url: url.to_string(),
+        })
+    }
+
+    /// Drops it (also with connections still open).
+    pub async fn drop(&self) {
+        let dropped = async {
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&self.admin_url)
+                .await?;
+            sqlx::query(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .execute(&pool)
+            .await?;
+            pool.close().await;
+            Ok::<_, sqlx::Error>(())
+        };
+        if let Err(e) = dropped.await {
+            say(format!("could not drop database {}: {e}", self.name));
+        }
+    }
+}
+
+/// An orchestrator instance served in this process.
+pub struct RunningApp {
+    /// The node's handles.
+    pub state: AppState,
+    /// `http://<its HTTP address>`.
+    pub http_base: String,
+    /// Its admin key.
+    pub admin_key: String,
+    /// A client with a generous timeout.
+    pub http: reqwest::Client,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), orchestrator::app::AppError>>,
+}
+
+impl RunningApp {
+    /// Starts a node on `db` with the executor at `executor`, its config adjusted by `adjust`
+    /// (a warm pool, ...); calls reach the executors over their socket unless
+    /// `BENCH_CHANNEL=attach` asks for Docker's attach stream, for an A/B.
+    pub async fn start(
+        db: &BenchDb,
+        executor: &Path,
+        adjust: impl FnOnce(&mut NodeConfig),
+    ) -> Result<Self> {
+        let admin_key = format!(
+            "aok_{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let mut c = NodeConfig::default();
+        c.server.http = "127.0.0.1:0".parse()?;
+        c.server.grpc = "127.0.0.1:0".parse()?;
+        c.server.shutdown_grace_secs = 5;
+        c.database.url = db.url.clone();
+        c.database.connect_timeout_secs = 20;
+        c.auth.admin_key = Some(admin_key.clone());
+        c.sandbox.executor_path = executor.to_path_buf();
+        // The direct channel (a socket per sandbox; the node is this root process on the Docker
+        // host) unless BENCH_CHANNEL=attach asks for Docker's attach stream, for an A/B.
+        let attach = std::env::var("BENCH_CHANNEL").is_ok_and(|c| c == "attach");
+        say(format!(
+            "calls reach the executors over {}",
+            if attach {
+                "the attach stream (BENCH_CHANNEL=attach)"
+            } else {
+                "their socket"
+            }
+        ));
+        c.sandbox.channel_dir = (!attach).then(|| {
+            let unique = uuid::Uuid::new_v4().simple().to_string();
+            std::path::PathBuf::from(format!("/run/aegis-bench/{}", &unique[..8]))
+        });
+        adjust(&mut c);
+        let app = Application::build(c)
+            .await
+            .context("the orchestrator did not start")?;
+        let http_base = format!("http://{}", app.http_addr());
+        let state = app.state().clone();
+        if let Some(reason) = state.sandboxes.unavailable_reason() {
+            bail!("sandboxes are unavailable: {reason}");
+        }
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(app.run(shutdown.clone()));
+        Ok(Self {
+            state,
+            http_base,
+            admin_key,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()?,
+            shutdown,
+            task,
+        })
+    }
+    /// Stops it (its warm pool drained, its sandboxes destroyed), waiting at most 90 s.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        match tokio::time::timeout(Duration::from_secs(90), self.task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => say(format!("orchestrator stopped with an error: {e}")),
+            Ok(Err(e)) => say(format!("orchestrator task failed: {e}")),
+            Err(_) => say("orchestrator did not stop within 90 s"),
+        }
+    }
+}
