@@ -299,7 +299,17 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 403);
+    assert_eq!(r.status(), 404, "another's sandbox is not found");
+    // The router refused it, so the refusal is one audited row like any other.
+    let refused: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'fs.write' AND outcome = 'denied' \
+         AND reason_code = 'sandbox_unavailable' AND caller_id = $1",
+    )
+    .bind(&key_id)
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(refused, 1, "the refusal is audited");
     // Checked from inside the sandbox: nothing was written.
     let (status, listing) = {
         let r = app

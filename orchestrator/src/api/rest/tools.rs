@@ -77,19 +77,9 @@ pub async fn call(
     Json(req): Json<CallRequest>,
 ) -> Result<Response, ApiError> {
     require(&caller, Need::Write)?;
-    if let (Some(scope), Some(id)) = (&caller.seal, req.sandbox_id) {
-        // Sandboxes made over REST are operators' (any program, the operator's policy); a key
-        // confined by a context has its own sandbox per MCP session instead.
-        return Err(ApiError::new(
-            axum::http::StatusCode::FORBIDDEN,
-            "key_bound",
-            format!(
-                "API key `{}` is bound to security context `{}`: it may not act in sandbox {id}; \
-                 its sandbox tools run in its own MCP session's sandbox (/mcp)",
-                caller.label, scope.context.name
-            ),
-        ));
-    }
+    // A named sandbox must be the caller's own: the router decides it (`policy::sandboxes`) and
+    // audits a refusal like any other. A key bound to a context owns only the sandboxes of its
+    // MCP conversations and its E2B creates, never an operator's.
     let sandbox = req.sandbox_id.map(dispatcher::SandboxId);
     if super::tool_stream::wanted(&headers) {
         return super::tool_stream::call(state, caller, req.name, req.arguments, sandbox).await;
