@@ -69,18 +69,7 @@ async fn app_with_llm(drafts: usize) -> (TestApp, FakeLlm, TestDb) {
 
 /// An API key of `role` bound to `context`; returns (secret, id).
 async fn bound_key(app: &TestApp, name: &str, role: &str, context: &str) -> (String, String) {
-    let r = app
-        .admin(Method::POST, "/v1/api-keys")
-        .json(&json!({"name": name, "role": role, "security_context": context}))
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(r.status(), 201);
-    let body: Value = r.json().await.expect("json");
-    (
-        body["key"].as_str().expect("key").to_owned(),
-        body["id"].as_str().expect("id").to_owned(),
-    )
+    app.create_bound_key(name, role, context).await
 }
 
 /// True when no agent named `smuggled` was deployed (asked as admin, who may list).
@@ -107,17 +96,7 @@ async fn rest_call(app: &TestApp, key: &str, name: &str, arguments: Value) -> (u
 
 /// A `tools/call` over MCP; returns the JSON-RPC result (with `isError`).
 async fn mcp_call(app: &TestApp, key: &str, session: &str, name: &str, arguments: Value) -> Value {
-    let (status, _, answer) = mcp::request(
-        app,
-        Method::POST,
-        key,
-        Some(session),
-        Some(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments}})),
-    )
-    .await;
-    assert_eq!(status, 200, "{answer:?}");
-    answer.expect("an answer")["result"].clone()
+    mcp::call_tool(app, key, session, name, arguments).await
 }
 
 fn generate_and_deploy() -> Value {

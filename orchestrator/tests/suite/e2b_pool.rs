@@ -9,29 +9,10 @@ use crate::common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{test_config, TestApp, TestDb};
-use reqwest::Method;
+use common::{e2b_key, test_config, TestApp, TestDb};
 use serde_json::{json, Value};
 
 const POOL: &str = "e2b:base";
-
-fn e2b_key(key: &str) -> String {
-    orchestrator::api::e2b::keys::to_e2b_form(key)
-}
-
-async fn key(app: &TestApp, name: &str) -> String {
-    let r = app
-        .admin(Method::POST, "/v1/api-keys")
-        .json(&json!({"name": name, "role": "operator"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    r.json::<Value>().await.unwrap()["key"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
 
 /// The ids of the idle sandboxes of the E2B pool, once it holds `want`.
 async fn pooled(app: &TestApp, want: usize) -> HashSet<String> {
@@ -72,7 +53,10 @@ async fn a_pooled_e2b_sandbox_is_exactly_its_creator_s_and_never_handed_out_twic
     config.e2b.pool.insert("base".to_owned(), 2);
     config.sandbox.max_sandboxes_per_api_key = 20;
     let app = TestApp::spawn_with(config).await;
-    let (a, b) = (key(&app, "pool-a").await, key(&app, "pool-b").await);
+    let (a, b) = (
+        app.create_key("pool-a", "operator").await,
+        app.create_key("pool-b", "operator").await,
+    );
     let before = pooled(&app, 2).await;
 
     // Two keys through E2B's own SDK: each gets a pooled sandbox and only its own settings.
@@ -137,7 +121,7 @@ async fn a_pooled_e2b_sandbox_is_exactly_its_creator_s_and_never_handed_out_twic
     // Creates racing for a refilled pool of two: six sandboxes, six different containers,
     // at most two of them from the pool, none handed out twice.
     let refilled = pooled(&app, 2).await;
-    let c = key(&app, "pool-c").await;
+    let c = app.create_key("pool-c", "operator").await;
     let creates = (0..6).map(|_| {
         app.http
             .post(format!("{}/e2b/sandboxes", app.http_base))

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use aegis_e2b::envd::signature::{self, Operation};
 use common::fake_llm::{answer, tool_calls, FakeLlm};
-use common::{docker_lines, mcp, test_config, TestApp, TestDb};
+use common::{docker_lines, e2b_key, mcp, test_config, TestApp, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -37,10 +37,6 @@ spec:
           subcommand_allowlist: [sleep, cat]
 ";
 
-fn e2b_key(key: &str) -> String {
-    orchestrator::api::e2b::keys::to_e2b_form(key)
-}
-
 async fn app(llm: &FakeLlm, db: &TestDb) -> TestApp {
     let mut config = test_config(&db.url);
     config.llm = llm.config();
@@ -57,21 +53,10 @@ async fn app(llm: &FakeLlm, db: &TestDb) -> TestApp {
 
 /// An API key of `role`, bound to `context` when given; returns its secret.
 async fn key(app: &TestApp, name: &str, role: &str, context: Option<&str>) -> String {
-    let mut body = json!({"name": name, "role": role});
-    if let Some(context) = context {
-        body["security_context"] = json!(context);
+    match context {
+        Some(context) => app.create_bound_key(name, role, context).await.0,
+        None => app.create_key(name, role).await,
     }
-    let r = app
-        .admin(Method::POST, "/v1/api-keys")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    r.json::<Value>().await.unwrap()["key"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 async fn rest_call(
@@ -100,20 +85,6 @@ async fn rest_stream(app: &TestApp, key: &str, sandbox: &str, command: &str) -> 
         .await
         .unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
-}
-
-async fn mcp_call(app: &TestApp, key: &str, session: &str, name: &str, arguments: Value) -> Value {
-    let (status, _, answer) = mcp::request(
-        app,
-        Method::POST,
-        key,
-        Some(session),
-        Some(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments}})),
-    )
-    .await;
-    assert_eq!(status, 200, "{answer:?}");
-    answer.expect("an answer")["result"].clone()
 }
 
 /// The ids `key` gets from `GET /v1/sandboxes`.
@@ -250,7 +221,7 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
 
     // An MCP conversation's sandbox.
     let session = mcp::open_session(&app, &mcp_owner).await;
-    let wrote = mcp_call(
+    let wrote = mcp::call_tool(
         &app,
         &mcp_owner,
         &session,
@@ -416,7 +387,7 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
 
     // The MCP door names no sandbox: another key's conversation has its own, without the file.
     let other_session = mcp::open_session(&app, &mcp_intruder).await;
-    let read = mcp_call(
+    let read = mcp::call_tool(
         &app,
         &mcp_intruder,
         &other_session,

@@ -71,3 +71,24 @@ pub async fn open_session(app: &TestApp, key: &str) -> String {
     assert_eq!(status, 202);
     session
 }
+
+/// A `tools/call` on an open session; returns the JSON-RPC result (with `isError`).
+pub async fn call_tool(
+    app: &TestApp,
+    key: &str,
+    session: &str,
+    name: &str,
+    arguments: Value,
+) -> Value {
+    let (status, _, answer) = request(
+        app,
+        Method::POST,
+        key,
+        Some(session),
+        Some(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer:?}");
+    answer.expect("an answer")["result"].clone()
+}

@@ -319,6 +319,28 @@ impl TestApp {
         body["key"].as_str().expect("key in body").to_owned()
     }
 
+    /// Creates an API key with `role` bound to the security context `context` as admin;
+    /// returns (secret, id).
+    pub async fn create_bound_key(
+        &self,
+        name: &str,
+        role: &str,
+        context: &str,
+    ) -> (String, String) {
+        let r = self
+            .admin(reqwest::Method::POST, "/v1/api-keys")
+            .json(&serde_json::json!({"name": name, "role": role, "security_context": context}))
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(r.status(), 201);
+        let body: serde_json::Value = r.json().await.expect("json");
+        (
+            body["key"].as_str().expect("key").to_owned(),
+            body["id"].as_str().expect("id").to_owned(),
+        )
+    }
+
     /// A gRPC channel to this instance.
     pub async fn grpc_channel(&self) -> tonic::transport::Channel {
         tonic::transport::Channel::from_shared(format!("http://{}", self.grpc_addr))
@@ -355,4 +377,9 @@ pub fn docker_lines(args: &[&str]) -> Vec<String> {
         .map(str::to_owned)
         .filter(|l| !l.is_empty())
         .collect()
+}
+
+/// A node API key in the form E2B's SDK demands (`e2b_` + hex), which the node reads back.
+pub fn e2b_key(key: &str) -> String {
+    orchestrator::api::e2b::keys::to_e2b_form(key)
 }
