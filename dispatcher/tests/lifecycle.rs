@@ -177,6 +177,61 @@ async fn create_call_destroy_leaves_nothing_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retire_answers_once_the_sandbox_is_unreachable_and_shutdown_waits_for_its_removal() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let d = env.start(instance, env.config()).await;
+    let first = within(60, "create", d.create(spec("retire-1")))
+        .await
+        .expect("create");
+    let second = within(60, "create", d.create(spec("retire-2")))
+        .await
+        .expect("create");
+    // A command that would outlive a slow destruction.
+    let sleeping = d.clone();
+    let pending = tokio::spawn(async move {
+        sleeping
+            .call(first, run_for(&["sleep", "30"], 60_000))
+            .await
+    });
+    wait_for_process(&d, first, "sleep").await;
+
+    within(30, "retire", d.retire(first)).await.expect("retire");
+    // Unreachable at once: its row says so, calls are refused, the running one is cut.
+    let (state, _) = env.row_state(first).await;
+    assert!(state == "destroying" || state == "destroyed", "{state}");
+    match within(10, "call after retire", d.call(first, Op::Ping)).await {
+        Err(DispatchError::SandboxGone { .. } | DispatchError::SandboxNotFound { .. }) => {}
+        other => panic!("expected the sandbox gone, got {other:?}"),
+    }
+    assert!(
+        within(40, "the cut call", pending)
+            .await
+            .expect("joined")
+            .is_err(),
+        "the command in flight did not survive"
+    );
+    // Then gone from Docker, its row destroyed.
+    let first_label = label(labels::SANDBOX, first);
+    eventually(30, "the retired sandbox removed", || async {
+        env.containers_with(&[&first_label]).await.is_empty()
+            && env.volumes_with(&[&first_label]).await.is_empty()
+            && env.row_state(first).await.0 == "destroyed"
+    })
+    .await;
+
+    // Retired right before shutdown: shutdown finishes the removal, nothing is left.
+    within(30, "retire", d.retire(second))
+        .await
+        .expect("retire");
+    d.shutdown().await;
+    let second_label = label(labels::SANDBOX, second);
+    assert!(env.containers_with(&[&second_label]).await.is_empty());
+    assert!(env.volumes_with(&[&second_label]).await.is_empty());
+    assert_eq!(env.row_state(second).await.0, "destroyed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn container_has_every_hardening_setting() {
     let env = TestEnv::new().await;
     let instance = env.new_instance().await;

@@ -107,12 +107,25 @@ pub(crate) struct Inner {
     /// The calls into held sandboxes in flight, and whether new ones are still taken
     /// (`takeover.rs`: a stop that keeps its sandboxes lets these end first).
     pub(crate) serving: takeover::Serving,
+    /// Removals finishing in the background after [`Dispatcher::retire`] made their sandbox
+    /// unreachable; shutdown waits for them, the reaper finishes any a crash cut short.
+    pub(crate) removals: std::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
+}
+
+/// What is left of a sandbox no call reaches any more: its Docker objects and its row.
+struct Removal {
+    id: SandboxId,
+    container: String,
+    volume: String,
+    /// Whether it had an egress network (`None`: not known here, looked up).
+    egress: Option<bool>,
+    reason: String,
 }
 
 /// One sandbox this instance holds the stream of.
@@ -185,6 +198,7 @@ impl Dispatcher {
                 lease,
                 claiming: takeover::Claiming::default(),
                 serving: takeover::Serving::default(),
+                removals: std::sync::Mutex::new(tokio::task::JoinSet::new()),
             }),
         };
         tracing::info!(instance = %instance_id, engine = %dispatcher.inner.engine, scope = %dispatcher.inner.scope.label, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
@@ -410,6 +424,35 @@ impl Dispatcher {
         run_detached(async move { inner.destroy(id, "destroyed by owner").await }).await
     }
 
+    /// Destroys a sandbox off the caller's path: answers once no call can reach it any more
+    /// (its row says `destroying`, its stream is closed) and removes its container, network and
+    /// workspace in the background. Nothing leaks: shutdown waits for those removals, and the
+    /// reaper finishes one a crash cut short (a `destroying` row). A sandbox this instance does
+    /// not hold is destroyed as [`Dispatcher::destroy`] does.
+    pub async fn retire(&self, id: SandboxId) -> Result<()> {
+        if self.inner.held(id).is_none() {
+            return self.destroy(id).await;
+        }
+        let inner = self.inner.clone();
+        // Detached, both halves: a caller that goes away cannot leave it half-retired.
+        run_detached(async move {
+            let Some(removal) = inner.unreachable(id, "destroyed by owner").await? else {
+                return Ok(());
+            };
+            let remover = inner.clone();
+            let mut removals = inner.removals.lock().unwrap_or_else(|p| p.into_inner());
+            // Forget the ones that ended, so the set holds only what is in flight.
+            while removals.try_join_next().is_some() {}
+            removals.spawn(async move {
+                if let Err(e) = remover.remove(removal).await {
+                    tracing::warn!(sandbox = %id, error = %e, "could not finish removing a retired sandbox; the reaper will");
+                }
+            });
+            Ok(())
+        })
+        .await
+    }
+
     /// Serves a destruction a peer forwarded ([`Forwarder::destroy`](crate::Forwarder::destroy)):
     /// only a sandbox on this instance's own engine, never forwarded again.
     pub async fn destroy_held(&self, id: SandboxId) -> Result<()> {
@@ -485,6 +528,7 @@ impl Dispatcher {
     /// Returns how many sandboxes were destroyed.
     pub async fn shutdown_destroying(&self) -> usize {
         self.inner.shutdown.cancel();
+        self.inner.finish_removals().await;
         let mut ids: HashSet<SandboxId> = self
             .inner
             .sandboxes
@@ -546,6 +590,7 @@ impl Dispatcher {
             .serving
             .close_and_wait(takeover::DRAIN_WAIT)
             .await;
+        self.inner.finish_removals().await;
         self.inner.shutdown.cancel();
         let idle = self.inner.pool.drain();
         for id in idle {
@@ -1070,6 +1115,16 @@ impl Inner {
 
     /// Closes, removes and records: the body of every destroy.
     pub(crate) async fn destroy(&self, id: SandboxId, reason: &str) -> Result<()> {
+        match self.unreachable(id, reason).await? {
+            Some(removal) => self.remove(removal).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The first half of a destruction: the row says `destroying` and this instance lets go of
+    /// the stream, so no call reaches the sandbox any more; what is left to remove comes back
+    /// (`None`: nothing, it was already gone).
+    async fn unreachable(&self, id: SandboxId, reason: &str) -> Result<Option<Removal>> {
         // The row first: if the database cannot record the intent, nothing has changed and the
         // sandbox keeps serving (the caller may retry). Once it says `destroying`, the reaper
         // finishes the job should this instance die halfway.
@@ -1085,24 +1140,39 @@ impl Inner {
                     // Should not happen (rows are never deleted); still remove what we know.
                     self.remove_objects(id, &sandbox.container, &format!("aegis-ws-{id}"))
                         .await;
-                    return Ok(());
+                    return Ok(None);
                 }
                 Err(DispatchError::SandboxNotFound {
                     id,
                     attached_elsewhere: false,
                 })
             }
-            DestroyClaim::AlreadyDestroyed => Ok(()),
-            DestroyClaim::Remove { container, volume } => {
-                self.remove_container(&container).await?;
-                let egress = held.as_ref().map(|s| s.spec.network == NetworkMode::Egress);
-                self.remove_egress(id, egress).await?;
-                self.remove_volume(&volume).await?;
-                store::mark_destroyed(&self.pg, id, reason).await?;
-                tracing::info!(sandbox = %id, %reason, "sandbox destroyed");
-                Ok(())
-            }
+            DestroyClaim::AlreadyDestroyed => Ok(None),
+            DestroyClaim::Remove { container, volume } => Ok(Some(Removal {
+                id,
+                container,
+                volume,
+                egress: held.as_ref().map(|s| s.spec.network == NetworkMode::Egress),
+                reason: reason.to_owned(),
+            })),
         }
+    }
+
+    /// The second half: its Docker objects go, then the row says `destroyed`.
+    async fn remove(&self, r: Removal) -> Result<()> {
+        self.remove_container(&r.container).await?;
+        self.remove_egress(r.id, r.egress).await?;
+        self.remove_volume(&r.volume).await?;
+        store::mark_destroyed(&self.pg, r.id, &r.reason).await?;
+        tracing::info!(sandbox = %r.id, reason = %r.reason, "sandbox destroyed");
+        Ok(())
+    }
+
+    /// Waits for the removals [`Dispatcher::retire`] left in the background.
+    pub(crate) async fn finish_removals(&self) {
+        let mut removals =
+            std::mem::take(&mut *self.removals.lock().unwrap_or_else(|p| p.into_inner()));
+        while removals.join_next().await.is_some() {}
     }
 
     /// Best-effort removal after a failed creation (errors logged; the reaper retries).

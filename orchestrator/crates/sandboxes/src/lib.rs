@@ -915,6 +915,16 @@ impl Sandboxes {
         Ok(owner)
     }
 
+    /// Destroys a sandbox off the caller's path (`Dispatcher::retire`): it is unreachable when
+    /// this returns, its objects go in the background; forgets its policy like `destroy`.
+    pub async fn retire(&self, id: SandboxId) -> Result<(), SandboxError> {
+        self.dispatcher()?.retire(id).await?;
+        self.policies.write().await.remove(&id);
+        self.owners.write().await.remove(&id);
+        self.live.forget_sandbox(id);
+        Ok(())
+    }
+
     /// Destroys a sandbox and forgets its policy.
     pub async fn destroy(&self, id: SandboxId) -> Result<(), SandboxError> {
         self.dispatcher()?.destroy(id).await?;
