@@ -404,7 +404,8 @@ pub async fn kill(
         .map_err(db)?;
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let done = state.sandboxes.destroy(SandboxId(row.current)).await;
+    // Off the caller's path: unreachable when this returns, removed in the background.
+    let done = state.sandboxes.retire(SandboxId(row.current)).await;
     let gone = match &done {
         Ok(()) => true,
         Err(SandboxError::Dispatch(dispatcher::DispatchError::SandboxNotFound { .. })) => true,
