@@ -10,5 +10,9 @@ pub mod render;
 pub mod runtimes;
 pub mod settings;
 
+/// The one path normaliser (relative paths under `/workspace`; `..`, NUL, overlong paths and
+/// components refused), shared by security contexts and the tool policy.
+pub use aegis_seal::context::normalise_path;
+
 /// The only tenant until multi-tenancy arrives; every tenant-scoped row carries it.
 pub const DEFAULT_TENANT: &str = "default";

@@ -5,41 +5,11 @@
 //! suspicious on its face: `..` components, NUL bytes, overlong paths, and paths outside every
 //! allowed root compared component by component (`/workspacex` is not under `/workspace`).
 
-/// Longest accepted path, bytes (Linux PATH_MAX).
-pub const MAX_PATH: usize = 4096;
-
 /// Normalises `path` (relative paths are under `/workspace`); refuses `..` and malformed input.
+/// The same rule as a security context's paths: one normaliser for both
+/// (`aegis_seal::context::normalise_path`).
 pub fn normalise(path: &str) -> Result<String, String> {
-    if path.contains('\0') {
-        return Err("the path contains a NUL byte".into());
-    }
-    if path.len() > MAX_PATH {
-        return Err(format!(
-            "the path is {} bytes long; the limit is {MAX_PATH}",
-            path.len()
-        ));
-    }
-    let full = if path.starts_with('/') {
-        path.to_owned()
-    } else {
-        format!("/workspace/{path}")
-    };
-    let mut parts = Vec::new();
-    for part in full.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                return Err(format!(
-                    "`{path}` contains `..`; give a path inside the allowlist without parent steps"
-                ))
-            }
-            p if p.len() > 255 => {
-                return Err(format!("a component of `{path}` is longer than 255 bytes"))
-            }
-            p => parts.push(p),
-        }
-    }
-    Ok(format!("/{}", parts.join("/")))
+    aegis_core::normalise_path(path)
 }
 
 /// True when `path` (normalised) is `root` or lies below it, component-wise.

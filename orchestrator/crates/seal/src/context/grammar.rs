@@ -3,8 +3,13 @@
 
 use super::{MAX_PATH, WORKSPACE};
 
+/// Longest accepted component of a path, bytes (Linux NAME_MAX).
+pub const MAX_COMPONENT: usize = 255;
+
 /// Normalises a requested path: relative paths are under `/workspace`, `.` and empty
-/// components dropped; `..`, NUL bytes and overlong paths are refused.
+/// components dropped; `..`, NUL bytes, overlong paths and overlong components are refused.
+/// The one normaliser of the service: the tool policy (`aegis_policy::paths`) uses it too, so
+/// a security context and a manifest never read one path two ways.
 pub fn normalise_path(path: &str) -> Result<String, String> {
     if path.contains('\0') {
         return Err("the path contains a NUL byte".into());
@@ -28,6 +33,11 @@ pub fn normalise_path(path: &str) -> Result<String, String> {
                 return Err(format!(
                     "path traversal: `{path}` contains `..`; name a path inside the allowlist \
                      without parent steps"
+                ))
+            }
+            part if part.len() > MAX_COMPONENT => {
+                return Err(format!(
+                    "a component of `{path}` is longer than {MAX_COMPONENT} bytes"
                 ))
             }
             part => parts.push(part),
@@ -171,6 +181,10 @@ mod tests {
         assert_eq!(normalise_path("/workspace/").unwrap(), "/workspace");
         assert_eq!(normalise_path(".").unwrap(), "/workspace");
         assert_eq!(normalise_path("//workspace//x/.").unwrap(), "/workspace/x");
+        assert!(normalise_path(&format!("/workspace/{}", "a".repeat(255))).is_ok());
+        assert!(normalise_path(&format!("/workspace/{}", "a".repeat(256)))
+            .unwrap_err()
+            .contains("longer than 255 bytes"));
         for bad in [
             "..",
             "../etc/passwd",
