@@ -16,6 +16,13 @@ Tools, written with the official Python SDK (`mcp` 2.x, MCPServer):
 - fail(): a tool error (isError) with a message.
 - leak(): a tool error whose message repeats the bearer token.
 - slow(seconds): answers after that long, to test the call timeout.
+
+With MCP_TEST_LEAKY=<header value> (a value the node sends as `X-Team`), two careless tools
+more, which repeat the node's credentials in every place a server's words reach:
+- leaky_listing(note): its description names the bearer token and the header value, its
+  input schema holds them as a default, an example and a property name.
+- echo_team(): the header value as text, JSON-escaped inside a text, percent-encoded, and as
+  the bytes of an image (base64 on the wire).
 """
 
 import asyncio
@@ -82,6 +89,32 @@ async def slow(seconds: float) -> str:
     record("slow", {"seconds": seconds})
     await asyncio.sleep(seconds)
     return "late"
+
+
+LEAKY = os.environ.get("MCP_TEST_LEAKY")
+if LEAKY:
+    from urllib.parse import quote
+
+    from mcp.server.mcpserver.utilities.types import Image
+    from pydantic import Field
+
+    @server.tool(description=f"Lists things. Send Authorization: Bearer {TOKEN} and X-Team: {LEAKY}.")
+    def leaky_listing(
+        note: str = Field(default=TOKEN, examples=[LEAKY], description=f"team {LEAKY}"),
+    ) -> str:
+        record("leaky_listing", {"note": note})
+        return "listed"
+
+    @server.tool()
+    def echo_team() -> list:
+        """Echoes what the node sent."""
+        record("echo_team", {})
+        return [
+            f"team={LEAKY}",
+            json.dumps({"team": LEAKY}),
+            f"q={quote(LEAKY, safe='')}",
+            Image(data=f"bytes {LEAKY} end".encode(), format="png"),
+        ]
 
 
 def with_token(app):

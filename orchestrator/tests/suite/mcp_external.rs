@@ -36,6 +36,16 @@ impl McpTestServer {
 
     /// [`McpTestServer::start`] in a transport mode of the script (`json-stateless`).
     async fn start_in(token: &str, mode: &str) -> Self {
+        Self::start_with(token, mode, None).await
+    }
+
+    /// [`McpTestServer::start`] with the careless tools that repeat `leaked`, the value of a
+    /// header the node sends, and the token.
+    async fn start_leaky(token: &str, leaked: &str) -> Self {
+        Self::start_with(token, "sse-session", Some(leaked)).await
+    }
+
+    async fn start_with(token: &str, mode: &str, leaky: Option<&str>) -> Self {
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/python/mcp_test_server.py"
@@ -46,6 +56,7 @@ impl McpTestServer {
             .arg(token)
             .env("MCP_TEST_CALLS", calls.path())
             .env("MCP_TEST_MODE", mode)
+            .env("MCP_TEST_LEAKY", leaky.unwrap_or_default())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -721,4 +732,120 @@ async fn mcp_names_of_built_in_tools_are_normalised_and_unknown_servers_refused_
         body.contains("/spec/tools/0") && body.contains("`github`") && body.contains("gmail"),
         "{body}"
     );
+}
+
+/// Issue 41, items 3 and 4: a server that repeats the node's bearer token and a configured
+/// header value (one holding `"` and `\`) in a tool's description and input schema, and in its
+/// results as text, JSON-escaped, percent-encoded and as image bytes: none of it reaches a
+/// caller, on `GET /v1/tools` (a readonly key too), `/mcp` `tools/list`, a call's result or the
+/// audit log.
+#[tokio::test]
+async fn a_server_s_words_never_carry_the_node_s_credentials_in_any_encoding() {
+    let (var, token) = token_variable();
+    let team_var = format!("MCP_EXT_TEAM_{}", uuid::Uuid::new_v4().simple());
+    let team = format!(
+        "team-{}\"q\\z",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    std::env::set_var(&team_var, &team);
+    let mut server = McpTestServer::start_leaky(&token, &team).await;
+    let db = TestDb::create().await;
+    let mut config = node(
+        &db,
+        vec![server_config(
+            "careless",
+            &server.url(),
+            &var,
+            json!({"headers_from_env": {"X-Team": team_var}}),
+        )],
+    );
+    config.seal.security_contexts = vec![json!({
+        "name": "mcp-reader", "description": "every tool", "tier": "operator",
+        "capabilities": [{"tool_pattern": "*"}], "attestation": {"allow_unverified": true}})];
+    let app = TestApp::spawn_with(config).await;
+    use base64::Engine as _;
+    let secret_forms = |text: &str| -> Vec<String> {
+        let escaped = serde_json::to_string(&team).unwrap();
+        let percent: String = team
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        [
+            token.clone(),
+            team.clone(),
+            escaped[1..escaped.len() - 1].to_owned(),
+            percent,
+            team.split('"').next().unwrap().to_owned(),
+            base64::engine::general_purpose::STANDARD.encode(&team),
+        ]
+        .into_iter()
+        .filter(|form| text.contains(form.as_str()))
+        .collect()
+    };
+
+    // Listings: REST (admin and readonly) and MCP.
+    let reader = app.create_key("reader", "readonly").await;
+    for key in [common::TEST_ADMIN_KEY, reader.as_str()] {
+        let r = app
+            .with_key(Method::GET, "/v1/tools", key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        assert!(text.contains("mcp:careless/leaky_listing"), "{text}");
+        assert_eq!(secret_forms(&text), Vec::<String>::new(), "{text}");
+    }
+    let (bound, _) = app
+        .create_bound_key("mcp-lister", "operator", "mcp-reader")
+        .await;
+    let session = common::mcp::open_session(&app, &bound).await;
+    let (status, _, listed) = common::mcp::request(
+        &app,
+        Method::POST,
+        &bound,
+        Some(&session),
+        Some(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let listed = listed.expect("a listing").to_string();
+    assert!(listed.contains("leaky_listing"), "{listed}");
+    assert_eq!(secret_forms(&listed), Vec::<String>::new(), "{listed}");
+
+    // A result that repeats the header value four ways.
+    let (status, body) = rest_call(
+        &app,
+        common::TEST_ADMIN_KEY,
+        "mcp:careless/echo_team",
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let text = body.to_string();
+    assert!(text.contains("team=***"), "{text}");
+    assert_eq!(secret_forms(&text), Vec::<String>::new(), "{text}");
+    let image = body["structuredContent"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "image")
+        .unwrap_or_else(|| panic!("an image in {body}"));
+    // Bytes are described, never passed on; they were redacted before that anyway.
+    assert!(image.get("data").is_none(), "{image}");
+
+    // Nor in the audit log.
+    let reasons: Vec<Option<String>> = sqlx::query_scalar("SELECT reason FROM audit_log")
+        .fetch_all(&app.state.pool)
+        .await
+        .unwrap();
+    let all = format!("{reasons:?}");
+    assert_eq!(secret_forms(&all), Vec::<String>::new(), "{all}");
+    server.stop().await;
 }

@@ -60,8 +60,8 @@ pub enum HttpError {
 pub struct PinnedHttp {
     client: reqwest::Client,
     headers: HeaderMap,
-    /// The credential values, to take out of any text a server sends back in an error.
-    secrets: Arc<Vec<String>>,
+    /// The credential values, to take out of anything a server sends back.
+    redactor: Arc<super::redact::Redactor>,
     max_response_bytes: usize,
     oversize: Arc<AtomicU64>,
 }
@@ -89,31 +89,31 @@ impl PinnedHttp {
         let client = builder
             .build()
             .map_err(|e| HttpError::Request(crate::fetch::error_chain(&e)))?;
-        let secrets = headers
-            .values()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| [v.to_owned(), v.trim_start_matches("Bearer ").to_owned()])
-            .filter(|v| v.len() >= 4)
-            .collect();
+        let redactor = super::redact::Redactor::new(
+            headers
+                .values()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| [v.to_owned(), v.trim_start_matches("Bearer ").to_owned()]),
+        );
         Ok(Self {
             client,
             headers,
-            secrets: Arc::new(secrets),
+            redactor: Arc::new(redactor),
             max_response_bytes,
             oversize: Arc::new(AtomicU64::new(0)),
         })
     }
 
-    /// `text` with every credential value of this connection replaced by `***` (a server may
-    /// echo a header; what it says goes to callers, models and audit reasons).
+    /// `text` with every credential value of this connection masked, in every form a client
+    /// could undo (a server may echo a header; what it says goes to callers, models and audit
+    /// reasons).
     pub fn redact(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for secret in self.secrets.iter() {
-            if out.contains(secret.as_str()) {
-                out = out.replace(secret.as_str(), "***");
-            }
-        }
-        out
+        self.redactor.text(text)
+    }
+
+    /// The redactor of this connection's credentials, for values (results, listings).
+    pub fn redactor(&self) -> &super::redact::Redactor {
+        &self.redactor
     }
 
     /// How many responses were refused for their size so far (read before and after a call).

@@ -21,6 +21,7 @@
 
 pub mod config;
 pub mod http;
+pub mod redact;
 pub mod result;
 
 use std::collections::BTreeMap;
@@ -322,25 +323,20 @@ impl McpServers {
             }
             Ok(Ok(answer)) => answer,
         };
-        let value = serde_json::to_value(&answer).map_err(|e| McpError::Protocol {
+        let mut value = serde_json::to_value(&answer).map_err(|e| McpError::Protocol {
             server: server.to_owned(),
             message: format!("the result cannot be read: {e}"),
         })?;
+        // What the server sends back never carries the node's credentials to the caller (a
+        // failed call's text also becomes an audit reason): its values are redacted before
+        // anything is cut or serialised.
+        session.http.redactor().value(&mut value);
         let mut shaped = result::shape(
             &value,
             usize::try_from(s.config.max_result_bytes).unwrap_or(usize::MAX),
         );
-        // What the server sends back never carries the node's credentials to the caller (a
-        // failed call's text also becomes an audit reason).
         shaped.text = session.http.redact(&shaped.text);
-        let serialized = shaped.output.to_string();
-        let redacted = session.http.redact(&serialized);
-        if redacted != serialized {
-            shaped.output = serde_json::from_str(&redacted).unwrap_or_else(|_| {
-                serde_json::json!({"content": [], "truncated": true,
-                    "note": "the result repeated the node's credential and was withheld"})
-            });
-        }
+        session.http.redactor().value(&mut shaped.output);
         Ok(shaped)
     }
 
@@ -417,7 +413,9 @@ impl McpServers {
                         secs: s.config.timeout_secs,
                     })
                 }
-                Ok(Ok(tools)) => return Ok(remote_tools(&s.config.name, tools)),
+                Ok(Ok(tools)) => {
+                    return Ok(remote_tools(&s.config.name, tools, session.http.redactor()))
+                }
                 Ok(Err(e)) => {
                     let e = service_error(s, &session, oversize_before, e);
                     let closed = self.forget_if_closed(s, &session).await;
@@ -637,7 +635,13 @@ fn service_error(s: &Server, session: &Session, oversize_before: u64, e: Service
 
 /// A listing's tools as catalog candidates: names the catalog can carry, schemas that
 /// compile, descriptions cut; anything else is left out with a warning.
-fn remote_tools(server: &str, listed: Vec<rmcp::model::Tool>) -> Vec<Arc<RemoteTool>> {
+/// A listing is the server's words too: descriptions and schemas are redacted of the node's
+/// credentials, and a tool whose name holds one is left out.
+fn remote_tools(
+    server: &str,
+    listed: Vec<rmcp::model::Tool>,
+    redactor: &redact::Redactor,
+) -> Vec<Arc<RemoteTool>> {
     if listed.len() > MAX_TOOLS_PER_SERVER {
         tracing::warn!(
             server,
@@ -654,12 +658,20 @@ fn remote_tools(server: &str, listed: Vec<rmcp::model::Tool>) -> Vec<Arc<RemoteT
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
+        if redactor.text(&name) != name {
+            tracing::warn!(
+                server,
+                "MCP tool left out: its name repeats the node's credential for this server"
+            );
+            continue;
+        }
         if !name_ok || tools.iter().any(|t| t.name == name) {
             tracing::warn!(server, tool = %name.chars().take(64).collect::<String>(),
                 "MCP tool left out: its name is not 1-128 of [A-Za-z0-9_-./] or is listed twice");
             continue;
         }
-        let input_schema = Value::Object((*tool.input_schema).clone());
+        let mut input_schema = Value::Object((*tool.input_schema).clone());
+        redactor.value(&mut input_schema);
         let validator = match jsonschema::validator_for(&input_schema) {
             Ok(v) => Arc::new(v),
             Err(e) => {
@@ -668,7 +680,8 @@ fn remote_tools(server: &str, listed: Vec<rmcp::model::Tool>) -> Vec<Arc<RemoteT
             }
         };
         let description = tool.description.as_deref().unwrap_or_default();
-        let description = result::cut(description, MAX_DESCRIPTION).to_owned();
+        let description = redactor.text(description);
+        let description = result::cut(&description, MAX_DESCRIPTION).to_owned();
         tools.push(Arc::new(RemoteTool {
             server: server.to_owned(),
             full_name: full_name(server, &name),
