@@ -55,14 +55,23 @@ impl Dispatcher {
         id: SandboxId,
         dir: &str,
         max_bytes: u64,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<(Vec<u8>, crate::budget::Reservation)> {
+        // One freeze at a time per sandbox: a second capture waits for the first (pausing a
+        // paused container is an engine error, and thawing one would end the other's freeze).
+        let lock = self.inner.freeze_lock(id);
+        let _frozen_by_us = lock.lock().await;
         let sandbox = self.inner.attached(id).await?;
+        // Counted against the node's memory bound as it is read: many captures at once fail
+        // at the bound (nothing stored) instead of each buffering up to its own quota.
+        let mut held = self.inner.memory.reserve(0)?;
         self.inner
             .docker
             .pause_container(&sandbox.container)
             .await
             .map_err(engine(format!("freezing sandbox {id} to read its files")))?;
-        let exported = self.export_dir(id, dir, max_bytes).await;
+        let exported = self
+            .export_dir_within(id, dir, max_bytes, Some(&mut held))
+            .await;
         self.inner
             .docker
             .unpause_container(&sandbox.container)
@@ -70,7 +79,13 @@ impl Dispatcher {
             .map_err(engine(format!(
                 "thawing sandbox {id} after reading its files"
             )))?;
-        exported
+        Ok((exported?, held))
+    }
+
+    /// The node's bound on client data held in memory (`budget.rs`), for the buffers the
+    /// orchestrator makes itself (a snapshot loaded to be restored).
+    pub fn memory(&self) -> &crate::budget::MemoryBudget {
+        &self.inner.memory
     }
 
     /// The tar archive of the contents of `dir` (the workspace or a directory beneath it),
@@ -78,6 +93,17 @@ impl Dispatcher {
     /// passes `max_bytes`, and refused when `dir` or a directory on its way is not a real
     /// directory (a symbolic link, a file, missing).
     pub async fn export_dir(&self, id: SandboxId, dir: &str, max_bytes: u64) -> Result<Vec<u8>> {
+        self.export_dir_within(id, dir, max_bytes, None).await
+    }
+
+    /// [`Dispatcher::export_dir`], counting what it holds in `held` as it reads.
+    async fn export_dir_within(
+        &self,
+        id: SandboxId,
+        dir: &str,
+        max_bytes: u64,
+        mut held: Option<&mut crate::budget::Reservation>,
+    ) -> Result<Vec<u8>> {
         let sandbox = self.inner.attached(id).await?;
         let workspace = sandbox.spec.workspace_dir().to_owned();
         let relative = beneath_workspace(dir, &workspace)?;
@@ -116,6 +142,11 @@ impl Dispatcher {
                 }
                 Err(e) => return Err(engine(format!("copying {dir} out of sandbox {id}"))(e)),
             };
+            if let Some(held) = held.as_deref_mut() {
+                // Before the filter grows: what it will hold with this chunk, twice (a growing
+                // buffer is copied into one twice its size, and both exist for a moment).
+                held.grow_to(2 * (filter.held() + chunk.len()) as u64)?;
+            }
             filter.push(&chunk).map_err(|e| match e {
                 Refused::TooLarge => DispatchError::ArchiveTooLarge {
                     id,
@@ -469,6 +500,11 @@ impl Filter {
             non_dirs: HashSet::new(),
             dropped: 0,
         }
+    }
+
+    /// Bytes this filter holds now (its output and what waits to be parsed, as allocated).
+    fn held(&self) -> usize {
+        self.out.capacity() + self.buf.capacity()
     }
 
     /// Reads `chunk`, writing what is kept; data is never held beyond one chunk.

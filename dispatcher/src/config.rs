@@ -25,6 +25,9 @@ pub struct DispatcherConfig {
     /// will ask for (workspace, roots, labels; its owner and limits are the pool's) and how
     /// many to keep ready. `acquire` hands one out when the asked spec is the same sandbox.
     pub pool_shapes: BTreeMap<String, (crate::spec::SandboxSpec, usize)>,
+    /// The most client data (snapshot captures, restores, forks) the node holds in memory at
+    /// once, bytes (`budget.rs`); a request past it is refused at once.
+    pub max_buffered_bytes: u64,
     /// An instance whose heartbeat is older than this is dead and its sandboxes are reaped
     /// (default 120 s; the orchestrator heartbeats every 15 s).
     pub dead_after: Duration,
@@ -109,6 +112,7 @@ impl DispatcherConfig {
             pool: BTreeMap::new(),
             pool_limits: Limits::default(),
             pool_shapes: BTreeMap::new(),
+            max_buffered_bytes: 256 * 1024 * 1024,
             dead_after: Duration::from_secs(120),
             lease: None,
             reap_interval: Duration::from_secs(60),

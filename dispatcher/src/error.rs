@@ -160,6 +160,9 @@ pub enum DispatchError {
         #[source]
         source: sqlx::Error,
     },
+    /// The node holds as much client data in memory as it allows (`budget.rs`).
+    #[error(transparent)]
+    MemoryBound(#[from] crate::budget::Exhausted),
     /// A directory copied out of a sandbox is larger than the caller allows.
     #[error("{dir} of sandbox {id} holds more than {max_bytes} bytes (as a tar archive)")]
     ArchiveTooLarge {

@@ -42,6 +42,7 @@
 #![warn(missing_docs)]
 
 mod archive;
+pub mod budget;
 pub mod channel;
 mod config;
 pub mod cpu_groups;

@@ -795,7 +795,7 @@ async fn a_frozen_export_reads_the_files_and_thaws_the_sandbox() {
     let env = TestEnv::new().await;
     let (d, id) = sandbox(&env, env.config(), IMAGE).await;
     run(&d, id, &["sh", "-c", "echo hi > kept.txt"]).await;
-    let archive = within(
+    let (archive, held) = within(
         30,
         "frozen export",
         d.export_dir_frozen(id, "/workspace", 1 << 20),
@@ -803,6 +803,11 @@ async fn a_frozen_export_reads_the_files_and_thaws_the_sandbox() {
     .await
     .expect("export");
     assert!(archive.windows(8).any(|w| w == b"kept.txt"));
+    // What it read is counted against the node's memory bound until dropped.
+    assert!(held.bytes() >= archive.len() as u64);
+    let before = d.memory().available();
+    drop(held);
+    assert!(d.memory().available() > before);
     // Thawed: the engine says so, and calls run again.
     let paused = std::process::Command::new("docker")
         .args([

@@ -537,6 +537,7 @@ async fn start_sandboxes(
         }
     }
     d.max_file_bytes = s.max_file_bytes;
+    d.max_buffered_bytes = s.max_buffered_mb.saturating_mul(1024 * 1024);
     d.dead_after = Duration::from_secs(s.dead_after_secs);
     // The replica holds its sandboxes as a lease, renewed by the dispatcher's heartbeat, and
     // takes over those of peers that fell silent (issue 23).

@@ -110,6 +110,10 @@ pub(crate) struct Inner {
     /// Removals finishing in the background after [`Dispatcher::retire`] made their sandbox
     /// unreachable; shutdown waits for them, the reaper finishes any a crash cut short.
     pub(crate) removals: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// The bound on client data held in memory (`budget.rs`).
+    pub(crate) memory: crate::budget::MemoryBudget,
+    /// One freeze at a time per sandbox (`export_dir_frozen`): a second waits for the first.
+    pub(crate) freezing: std::sync::Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Drop for Inner {
@@ -180,6 +184,7 @@ impl Dispatcher {
         placement::record_engine(&pg, instance_id, &engine_id).await?;
         let executor = install::install(&docker, &pg, &config, &scope, instance_id).await?;
         let pool = Pool::new(&config);
+        let memory = crate::budget::MemoryBudget::new(config.max_buffered_bytes);
         let lease = lease::Lease::new(config.lease);
         let dispatcher = Dispatcher {
             inner: Arc::new(Inner {
@@ -199,6 +204,8 @@ impl Dispatcher {
                 claiming: takeover::Claiming::default(),
                 serving: takeover::Serving::default(),
                 removals: std::sync::Mutex::new(tokio::task::JoinSet::new()),
+                memory,
+                freezing: std::sync::Mutex::new(HashMap::new()),
             }),
         };
         tracing::info!(instance = %instance_id, engine = %dispatcher.inner.engine, scope = %dispatcher.inner.scope.label, executor_volume = %dispatcher.inner.executor.name, "dispatcher starting");
@@ -1166,6 +1173,13 @@ impl Inner {
         store::mark_destroyed(&self.pg, r.id, &r.reason).await?;
         tracing::info!(sandbox = %r.id, reason = %r.reason, "sandbox destroyed");
         Ok(())
+    }
+
+    /// The lock of one sandbox's freezes.
+    pub(crate) fn freeze_lock(&self, id: SandboxId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.freezing.lock().unwrap_or_else(|p| p.into_inner());
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        locks.entry(id).or_default().clone()
     }
 
     /// Waits for the removals [`Dispatcher::retire`] left in the background.

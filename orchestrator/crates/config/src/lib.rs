@@ -504,6 +504,10 @@ pub struct SandboxConfig {
     pub max_output_bytes: u64,
     /// Largest file `fs.*` reads or writes, bytes.
     pub max_file_bytes: u64,
+    /// The most client data the node holds in memory at once, MiB: E2B snapshot captures,
+    /// and snapshots loaded for a resume, a create from a snapshot or a fork; past it such a
+    /// request is refused at once (503 `node_memory_bound`), nothing stored.
+    pub max_buffered_mb: u64,
     /// An instance silent for this long is dead: a live replica fences it off and takes over
     /// its sandboxes (those of sessions and operators; the others are reaped).
     pub dead_after_secs: u64,
@@ -601,6 +605,7 @@ impl SandboxConfig {
             ("cmd_timeout_secs", self.cmd_timeout_secs),
             ("max_output_bytes", self.max_output_bytes),
             ("max_file_bytes", self.max_file_bytes),
+            ("max_buffered_mb", self.max_buffered_mb),
             ("dead_after_secs", self.dead_after_secs),
             ("reap_interval_secs", self.reap_interval_secs),
             ("max_live_sandboxes", self.max_live_sandboxes),
@@ -697,6 +702,7 @@ impl Default for SandboxConfig {
             cmd_timeout_secs: 600,
             max_output_bytes: 1024 * 1024,
             max_file_bytes: 10 * 1024 * 1024,
+            max_buffered_mb: 256,
             dead_after_secs: 30,
             lease_secs: 0,
             reap_interval_secs: 60,

@@ -107,9 +107,9 @@ pub(super) async fn restore_into(
     row: &Row,
     snapshot: &Snapshot,
 ) -> Result<snapshots::Restored, Refusal> {
-    let archive = snapshots::archive(&state.pool, snapshot.id)
+    let archive = snapshots::archive(state, snapshot.id)
         .await
-        .map_err(db)?
+        .map_err(refusal)?
         .ok_or_else(|| Refusal(ApiError::new(404, "the snapshot expired meanwhile")))?;
     let target = Target {
         id: SandboxId(row.current),
@@ -331,9 +331,9 @@ async fn resume_from(
     .await
     .map_err(db)?;
     let snapshot = snapshot.ok_or_else(gone)?;
-    let archive = snapshots::archive(&state.pool, snapshot_id)
+    let archive = snapshots::archive(state, snapshot_id)
         .await
-        .map_err(db)?
+        .map_err(refusal)?
         .ok_or_else(gone)?;
     let (new_id, restored) = start_restored(state, caller, &snapshot.runtime, &archive).await?;
     let updated = store::set_resumed(

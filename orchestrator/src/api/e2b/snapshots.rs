@@ -75,6 +75,9 @@ pub enum SnapshotError {
         "the sandbox's files are larger than the {room} bytes this API key's snapshot quota leaves"
     )]
     TooLarge { room: u64 },
+    /// The node holds as much client data in memory as it allows: nothing was stored.
+    #[error(transparent)]
+    NodeBusy(dispatcher::budget::Exhausted),
     /// More entries than [`MAX_ENTRIES`].
     #[error("the snapshot holds more than 20000 files and directories")]
     TooManyEntries,
@@ -99,6 +102,9 @@ impl SnapshotError {
                 ApiError::new(429, self.to_string()).with_error_code("snapshot_quota_exceeded")
             }
             SnapshotError::TooManyEntries => ApiError::bad_request(self.to_string()),
+            SnapshotError::NodeBusy(_) => {
+                ApiError::new(503, self.to_string()).with_error_code("node_memory_bound")
+            }
             SnapshotError::Sandbox(SandboxError::Dispatch(
                 dispatcher::DispatchError::SandboxNotFound {
                     attached_elsewhere: true,
@@ -177,7 +183,7 @@ pub async fn capture(
     state: &AppState,
     current: SandboxId,
     room: u64,
-) -> Result<(Vec<u8>, String), SnapshotError> {
+) -> Result<(Held, String), SnapshotError> {
     let dispatcher = state.sandboxes.dispatcher()?;
     let runtime = dispatcher
         .get(current)
@@ -187,14 +193,21 @@ pub async fn capture(
         .and_then(|s| s.labels.get(E2B_RUNTIME_LABEL).cloned())
         .ok_or(SandboxError::NoPolicy(current))?;
     // Frozen while read: the snapshot is the files at one moment.
-    let archive = dispatcher
+    let (bytes, reserved) = dispatcher
         .export_dir_frozen(current, E2B_HOME, room)
         .await
         .map_err(|e| match e {
             dispatcher::DispatchError::ArchiveTooLarge { .. } => SnapshotError::TooLarge { room },
+            dispatcher::DispatchError::MemoryBound(e) => SnapshotError::NodeBusy(e),
             other => SnapshotError::Sandbox(other.into()),
         })?;
-    Ok((archive, runtime))
+    Ok((
+        Held {
+            bytes,
+            _reserved: reserved,
+        },
+        runtime,
+    ))
 }
 
 /// A snapshot to store.
@@ -271,12 +284,44 @@ pub async fn find(
     .await
 }
 
-/// The archive of snapshot `id`.
-pub async fn archive(pool: &PgPool, id: Uuid) -> Result<Option<Vec<u8>>, sqlx::Error> {
-    sqlx::query_scalar("SELECT archive FROM e2b_snapshots WHERE id = $1")
+/// A snapshot's archive in the node's memory, counted against its bound until dropped.
+pub struct Held {
+    bytes: Vec<u8>,
+    _reserved: dispatcher::budget::Reservation,
+}
+
+impl std::ops::Deref for Held {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// The archive of snapshot `id`, loaded only when the node's memory bound has room for it
+/// twice (the archive, and its entries parsed for the restore).
+pub async fn archive(state: &AppState, id: Uuid) -> Result<Option<Held>, SnapshotError> {
+    let size: Option<i64> = sqlx::query_scalar("SELECT bytes FROM e2b_snapshots WHERE id = $1")
         .bind(id)
-        .fetch_optional(pool)
-        .await
+        .fetch_optional(&state.pool)
+        .await?;
+    let Some(size) = size else {
+        return Ok(None);
+    };
+    let reserved = state
+        .sandboxes
+        .dispatcher()?
+        .memory()
+        .reserve(u64::try_from(size).unwrap_or(0).saturating_mul(2))
+        .map_err(SnapshotError::NodeBusy)?;
+    let bytes: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT archive FROM e2b_snapshots WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&state.pool)
+            .await?;
+    Ok(bytes.map(|bytes| Held {
+        bytes,
+        _reserved: reserved,
+    }))
 }
 
 /// A page of `key`'s snapshots, newest first, after `(at, id)` when given.
