@@ -43,6 +43,16 @@ if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("e2b"))' 2>/
   python3 -m pip install -q e2b==2.45.1 >&2 || die "cannot install e2b==2.45.1 (pip)"
 fi
 
+# The same E2B tests run again with the latest SDK on PyPI (pinned here, bumped on purpose;
+# tests/suite/e2b.rs LATEST_SDK), installed beside the pinned one: SDKs from 2.51 create through
+# POST /v2/sandboxes with an Idempotency-Key.
+e2b_latest=2.63.0
+if [ ! -d "$root/target/e2b-sdk-$e2b_latest/e2b" ]; then
+  say "installing e2b $e2b_latest from PyPI into target/e2b-sdk-$e2b_latest (E2B SDK test, latest)"
+  python3 -m pip install -q --target "$root/target/e2b-sdk-$e2b_latest" "e2b==$e2b_latest" >&2 \
+    || die "cannot install e2b==$e2b_latest (pip)"
+fi
+
 # tests/suite/ops.rs parses /metrics with the Prometheus client's own parser and fuzzes the live API
 # with schemathesis against its OpenAPI document (both pinned).
 if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("prometheus-client"))' 2>/dev/null)" != "0.26.0" ] \

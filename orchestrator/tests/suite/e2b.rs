@@ -22,6 +22,31 @@ fn e2b_key(key: &str) -> String {
     orchestrator::api::e2b::keys::to_e2b_form(key)
 }
 
+tokio::task_local! {
+    /// Where a newer E2B SDK is installed (`pip install --target`), for the scenarios run with
+    /// it ([`with_latest_sdk`]); unset: the pinned SDK of the Python environment.
+    static SDK_DIR: std::path::PathBuf;
+}
+
+/// The latest E2B SDK on PyPI this repository was tested with, installed by scripts/test.sh
+/// into `target/e2b-sdk-<version>` beside the pinned 2.45.1 (SDKs from 2.51 create through
+/// `POST /v2/sandboxes`).
+pub(crate) const LATEST_SDK: &str = "2.63.0";
+
+/// Runs `scenario` (an SDK test's body) with the latest SDK instead of the pinned one.
+async fn with_latest_sdk<F: std::future::Future<Output = ()>>(scenario: F) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join(format!("e2b-sdk-{LATEST_SDK}"));
+    assert!(
+        dir.join("e2b").is_dir(),
+        "E2B SDK {LATEST_SDK} is not installed in {} (scripts/test.sh installs it)",
+        dir.display()
+    );
+    SDK_DIR.scope(dir, scenario).await
+}
+
 async fn run_sdk(app: &TestApp, scenario: &str, key: &str, extra: &[(&str, String)]) -> Value {
     run_sdk_through(app, app, scenario, key, extra).await
 }
@@ -41,6 +66,9 @@ pub(crate) async fn run_sdk_through(
         .env("E2B_API_URL", format!("{}/e2b", api.http_base))
         .env("E2B_SANDBOX_URL", format!("{}/e2b", envd.http_base))
         .env("E2B_API_KEY", e2b_key(key));
+    if let Ok(dir) = SDK_DIR.try_with(Clone::clone) {
+        cmd.env("PYTHONPATH", dir);
+    }
     for (k, v) in extra {
         cmd.env(k, v);
     }
@@ -91,6 +119,16 @@ async fn containers_of(app: &TestApp, id: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn the_e2b_sdk_runs_commands_and_files_unchanged() {
+    the_e2b_sdk_runs_commands_and_files_unchanged_with_the_sdk().await
+}
+
+/// [`the_e2b_sdk_runs_commands_and_files_unchanged`] with the latest SDK on PyPI.
+#[tokio::test]
+async fn the_e2b_sdk_runs_commands_and_files_unchanged_latest_sdk() {
+    with_latest_sdk(the_e2b_sdk_runs_commands_and_files_unchanged_with_the_sdk()).await
+}
+
+async fn the_e2b_sdk_runs_commands_and_files_unchanged_with_the_sdk() {
     let db = TestDb::create().await;
     let app = TestApp::spawn_with(test_config(&db.url)).await;
     let key = app.create_key("e2b-user", "operator").await;
@@ -251,6 +289,16 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged() {
 
 #[tokio::test]
 async fn the_e2b_sdk_drives_live_processes_terminals_and_watches() {
+    the_e2b_sdk_drives_live_processes_terminals_and_watches_with_the_sdk().await
+}
+
+/// [`the_e2b_sdk_drives_live_processes_terminals_and_watches`] with the latest SDK on PyPI.
+#[tokio::test]
+async fn the_e2b_sdk_drives_live_processes_terminals_and_watches_latest_sdk() {
+    with_latest_sdk(the_e2b_sdk_drives_live_processes_terminals_and_watches_with_the_sdk()).await
+}
+
+async fn the_e2b_sdk_drives_live_processes_terminals_and_watches_with_the_sdk() {
     let db = TestDb::create().await;
     let app = TestApp::spawn_with(test_config(&db.url)).await;
     let key = app.create_key("e2b-live", "operator").await;
@@ -495,6 +543,16 @@ async fn the_e2b_door_refuses_what_the_key_and_its_context_do_not_grant() {
 /// own name; and envd 0.6's file metadata, gzip uploads and entries in watch events.
 #[tokio::test]
 async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects() {
+    the_e2b_sdk_gets_what_e2bs_own_suite_expects_with_the_sdk().await
+}
+
+/// [`the_e2b_sdk_gets_what_e2bs_own_suite_expects`] with the latest SDK on PyPI.
+#[tokio::test]
+async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects_latest_sdk() {
+    with_latest_sdk(the_e2b_sdk_gets_what_e2bs_own_suite_expects_with_the_sdk()).await
+}
+
+async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects_with_the_sdk() {
     let db = TestDb::create().await;
     let app = TestApp::spawn_with(test_config(&db.url)).await;
     let key = app.create_key("e2b-conformance", "operator").await;
@@ -656,14 +714,19 @@ async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects() {
     // The stream of a command whose sandbox was killed ends as E2B's envd ends it: the SDK's
     // health probe then hears the sandbox is gone and says it was killed.
     let under = ok(&r, "killed_under");
-    assert_eq!(under["type"], "TimeoutException", "{under}");
-    assert!(
-        under["message"]
-            .as_str()
-            .unwrap()
-            .contains("sandbox was killed or reached its end of life"),
-        "{under}"
-    );
+    // SDKs up to 2.50 say TimeoutException ("killed or reached its end of life"), later ones
+    // SandboxUnreachableException ("may have been killed or reached its timeout").
+    let message = under["message"].as_str().unwrap();
+    match under["type"].as_str() {
+        Some("TimeoutException") => assert!(
+            message.contains("sandbox was killed or reached its end of life"),
+            "{under}"
+        ),
+        Some("SandboxUnreachableException") => {
+            assert!(message.contains("may have been killed"), "{under}")
+        }
+        _ => panic!("the SDK did not report the sandbox gone: {under}"),
+    }
     assert_eq!(ok(&r, "killed_running"), false);
     assert_eq!(ok(&r, "alive_running"), true);
     for id in [&r["sandbox_id"], &r["doomed_id"]] {
@@ -1286,7 +1349,13 @@ async fn e2b_auto_pause_at_timeout_keeps_files_until_connect_resumes() {
     assert_eq!(ok(&r, "running"), false, "{r}");
     assert_eq!(ok(&r, "listed_paused"), &json!([id]), "{r}");
     for step in ["command_while_paused", "read_while_paused"] {
-        refused(&r, step, "TimeoutException");
+        // TimeoutException up to SDK 2.50, SandboxUnreachableException after.
+        let error = r[step]["error"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with("TimeoutException")
+                || error.starts_with("SandboxUnreachableException"),
+            "{step}: {error}"
+        );
     }
     refused(&r, "command_while_paused", "paused");
     // connect() resumes it, files back.

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use aegis_e2b::api::{
     parse_body, parse_optional_body, ApiError, ConnectSandbox, Cursor, ListQuery, ListedSandbox,
     NewSandbox, Order, Sandbox, SandboxDetail, SandboxRefreshRequest, SandboxState,
-    SandboxTimeoutRequest, DEFAULT_TIMEOUT_SECS, NEXT_TOKEN_HEADER,
+    SandboxTimeoutRequest, DEFAULT_TIMEOUT_SECS, DEFAULT_TIMEOUT_SECS_V2, NEXT_TOKEN_HEADER,
 };
 
 use super::store::{self, Row};
@@ -177,6 +177,88 @@ pub async fn create(
     body: Bytes,
 ) -> Answer {
     let req: NewSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
+    let row = create_row(&state, &caller, req, DEFAULT_TIMEOUT_SECS).await?;
+    Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
+}
+
+/// Longest `Idempotency-Key` accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 256;
+
+/// `POST /v2/sandboxes` (SDKs from 2.51): the same create, five minutes by default, and an
+/// optional `Idempotency-Key`: a retry with the same key and body answers the sandbox the first
+/// made (never a second one), the same key with another body is refused (422), and a retry
+/// while the first still runs is told so (409).
+pub async fn create_v2(
+    State(state): State<AppState>,
+    WriteKey(caller): WriteKey,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer {
+    let req: NewSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
+    let Some(key) = headers.get("idempotency-key") else {
+        let row = create_row(&state, &caller, req, DEFAULT_TIMEOUT_SECS_V2).await?;
+        return Ok(to_json(StatusCode::CREATED, &created_answer(&row)));
+    };
+    let key = key
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY)
+        .filter(|k| k.bytes().all(|b| (0x21..=0x7e).contains(&b)))
+        .ok_or_else(|| {
+            Refusal(ApiError::bad_request(format!(
+                "Idempotency-Key: expected 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"
+            )))
+        })?
+        .to_owned();
+    let digest = {
+        use sha2::Digest as _;
+        let sum = sha2::Sha256::digest(&body);
+        sum.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    match store::claim(&state.pool, &caller.id, &key, &digest)
+        .await
+        .map_err(db)?
+    {
+        store::Claim::Done(answer) => return Ok(to_json(StatusCode::CREATED, &answer)),
+        store::Claim::Running => {
+            return Err(Refusal(ApiError::new(
+                409,
+                "a create with this Idempotency-Key is still running; retry when it has answered",
+            )))
+        }
+        store::Claim::Mismatch => {
+            return Err(Refusal(ApiError::new(
+                422,
+                "this Idempotency-Key was used with another request body; use a new key for another sandbox",
+            )))
+        }
+        store::Claim::New => {}
+    }
+    match create_row(&state, &caller, req, DEFAULT_TIMEOUT_SECS_V2).await {
+        Ok(row) => {
+            let answer = serde_json::to_value(created_answer(&row))
+                .map_err(|e| Refusal(ApiError::new(500, e.to_string())))?;
+            store::answer_claim(&state.pool, &caller.id, &key, &answer)
+                .await
+                .map_err(db)?;
+            Ok(to_json(StatusCode::CREATED, &answer))
+        }
+        Err(refused) => {
+            if let Err(e) = store::release_claim(&state.pool, &caller.id, &key).await {
+                tracing::warn!(error = %e, "an E2B create failed and its Idempotency-Key could not be released; it expires in a day");
+            }
+            Err(refused)
+        }
+    }
+}
+
+/// The one create both versions share: checks, sandbox, row, restore; the row it made.
+async fn create_row(
+    state: &AppState,
+    caller: &Caller,
+    req: NewSandbox,
+    default_timeout: u32,
+) -> Result<Row, Refusal> {
     req.check(&aegis_e2b::api::Limits::default())
         .map_err(Refusal)?;
     let unsupported = req.extensions();
@@ -216,7 +298,7 @@ pub async fn create(
             .map_or(req.template_id.as_str(), |s| s.runtime.as_str()),
     )
     .map_err(|e| Refusal(sandbox_error(e)))?;
-    let timeout = req.timeout_secs(DEFAULT_TIMEOUT_SECS);
+    let timeout = req.timeout_secs(default_timeout);
     let token = new_token()?;
     let started = Instant::now();
     let owner = Owner::new(OwnerKind::Operator, caller.id.clone());
@@ -271,7 +353,7 @@ pub async fn create(
         (Ok(_), None) => return Err(db(sqlx::Error::Protocol("no row".into()))),
     };
     if let Some(snapshot) = &from_snapshot {
-        if let Err(e) = super::lifecycle::restore_into(&state, &caller, &row, snapshot).await {
+        if let Err(e) = super::lifecycle::restore_into(state, caller, &row, snapshot).await {
             if let Err(d) = state.sandboxes.destroy(SandboxId(row.current)).await {
                 tracing::warn!(sandbox = %row.current, error = %d, "a sandbox whose restore failed could not be destroyed; the reaper removes it");
             }
@@ -281,7 +363,7 @@ pub async fn create(
             return Err(e);
         }
     }
-    Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
+    Ok(row)
 }
 
 /// `GET /sandboxes/{id}`.
@@ -489,6 +571,23 @@ pub async fn connect(
 ) -> Answer {
     let req: ConnectSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
     let secs = req.required_timeout().map_err(Refusal)?;
+    connect_for(state, caller, id, secs).await
+}
+
+/// `POST /v2/sandboxes/{id}/connect` (SDKs from 2.51): the same, its timeout optional (absent:
+/// five minutes, the v2 default).
+pub async fn connect_v2(
+    State(state): State<AppState>,
+    WriteKey(caller): WriteKey,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Answer {
+    let req: ConnectSandbox = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
+    let secs = req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS_V2);
+    connect_for(state, caller, id, secs).await
+}
+
+async fn connect_for(state: AppState, caller: Caller, id: String, secs: u32) -> Answer {
     let running = deadline(&state, &caller, &id, secs, true).await;
     if !matches!(&running, Err(Refusal(ApiError { code: 404, .. }))) {
         return running.map(|row| to_json(StatusCode::OK, &created_answer(&row)));

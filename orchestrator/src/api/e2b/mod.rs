@@ -64,7 +64,11 @@ pub const PREFIX: &str = "/e2b";
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/sandboxes", post(control::create).get(control::list_v1))
-        .route("/v2/sandboxes", get(control::list_v2))
+        .route(
+            "/v2/sandboxes",
+            get(control::list_v2).post(control::create_v2),
+        )
+        .route("/v2/sandboxes/{id}/connect", post(control::connect_v2))
         .route(
             "/sandboxes/{id}",
             get(control::detail).delete(control::kill),

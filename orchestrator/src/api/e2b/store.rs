@@ -483,3 +483,92 @@ pub async fn sweep_periodically(state: AppState, shutdown: CancellationToken) {
         }
     }
 }
+
+/// How long an `Idempotency-Key` is remembered (E2B keeps them a day).
+pub const IDEMPOTENCY_HOURS: i32 = 24;
+
+/// What an `Idempotency-Key` of a v2 create found.
+#[derive(Debug)]
+pub enum Claim {
+    /// Nobody used it: this create runs, and records its answer with [`answer_claim`].
+    New,
+    /// A create with it made this sandbox: its answer, again.
+    Done(serde_json::Value),
+    /// A create with it is running now.
+    Running,
+    /// It was used with another body.
+    Mismatch,
+}
+
+/// Claims `key` for a create by `owner` with a body of `digest`; forgets claims older than
+/// [`IDEMPOTENCY_HOURS`] first.
+pub async fn claim(
+    pool: &PgPool,
+    owner: &str,
+    key: &str,
+    digest: &str,
+) -> Result<Claim, sqlx::Error> {
+    sqlx::query(
+        "DELETE FROM e2b_idempotency WHERE owner_key_id = $1 \
+         AND created_at < now() - make_interval(hours => $2)",
+    )
+    .bind(owner)
+    .bind(IDEMPOTENCY_HOURS)
+    .execute(pool)
+    .await?;
+    let inserted = sqlx::query(
+        "INSERT INTO e2b_idempotency (owner_key_id, idempotency_key, body_digest) \
+         VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+    )
+    .bind(owner)
+    .bind(key)
+    .bind(digest)
+    .execute(pool)
+    .await?;
+    if inserted.rows_affected() == 1 {
+        return Ok(Claim::New);
+    }
+    let found: Option<(String, Option<serde_json::Value>)> = sqlx::query_as(
+        "SELECT body_digest, answer FROM e2b_idempotency \
+         WHERE owner_key_id = $1 AND idempotency_key = $2",
+    )
+    .bind(owner)
+    .bind(key)
+    .fetch_optional(pool)
+    .await?;
+    Ok(match found {
+        // Forgotten between the two statements: as if running (the client retries).
+        None => Claim::Running,
+        Some((d, _)) if d != digest => Claim::Mismatch,
+        Some((_, Some(answer))) => Claim::Done(answer),
+        Some((_, None)) => Claim::Running,
+    })
+}
+
+/// Records the answer of the create that holds the claim.
+pub async fn answer_claim(
+    pool: &PgPool,
+    owner: &str,
+    key: &str,
+    answer: &serde_json::Value,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE e2b_idempotency SET answer = $3 WHERE owner_key_id = $1 AND idempotency_key = $2",
+    )
+    .bind(owner)
+    .bind(key)
+    .bind(answer)
+    .execute(pool)
+    .await
+    .map(|_| ())
+}
+
+/// Gives up a claim whose create failed, so a retry may try again.
+pub async fn release_claim(pool: &PgPool, owner: &str, key: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM e2b_idempotency WHERE owner_key_id = $1 AND idempotency_key = $2")
+        .bind(owner)
+        .bind(key)
+        .execute(pool)
+        .await
+        .map(|_| ())
+}
