@@ -160,5 +160,6 @@ pub fn router(state: AppState) -> Router {
         .fallback(error::no_route)
         .layer(middleware::from_fn(error::json_errors))
         .layer(TraceLayer::new_for_http())
+        .merge(crate::api::console::routes(state.clone()))
         .with_state(state)
 }

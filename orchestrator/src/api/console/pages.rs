@@ -1,0 +1,1188 @@
+//! The console's pages and forms. Each handler asks REST (as the signed-in key, through
+//! [`Rest`]) and renders its JSON answer; a refusal is shown as REST gave it (status, code,
+//! message). Buttons appear only for roles REST would let act, and REST decides again anyway.
+//! Every `POST` here checks the session's form token before anything is sent.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Extension;
+use serde_json::{json, Value};
+
+use super::layout::{csrf_field, esc, page, seg};
+use super::rest::{Answer, Rest};
+use super::session::Session;
+use super::{form_fields, ConsoleError};
+
+type Page = Result<Response, ConsoleError>;
+type Params = Query<HashMap<String, String>>;
+
+/// Statuses after which a run changes no more.
+const TERMINAL: &[&str] = &["completed", "failed", "cancelled", "timed_out"];
+
+/// `GET /console`: the sandboxes page for a signed-in browser, else the sign-in form.
+pub async fn home(_session: Session) -> Response {
+    Redirect::to("/console/sandboxes").into_response()
+}
+
+// ---------------------------------------------------------------- sandboxes
+
+/// `GET /console/sandboxes`: the sandboxes this key may list (`GET /v1/sandboxes`).
+pub async fn sandboxes(s: Session, Extension(rest): Extension<Rest>) -> Page {
+    let answer = rest.get(&s.key, "/v1/sandboxes").await?;
+    let mut body = String::from("<h1>Sandboxes</h1>");
+    if answer.ok() {
+        let rows = rows_of(&answer.body);
+        body += &table(
+            "sandboxes",
+            &rows,
+            &[
+                ("Id", "id"),
+                ("State", "state"),
+                ("Owner", "owner.kind"),
+                ("Owner id", "owner.id"),
+                ("Image", "image"),
+                ("Limits", "spec.limits"),
+                ("Network", "spec.network"),
+                ("Created", "created_at"),
+            ],
+            Some(("id", "/console/sandboxes/")),
+        );
+    } else {
+        body += &refused(&answer);
+    }
+    Ok(page(
+        StatusCode::OK,
+        "Sandboxes",
+        Some(&s),
+        "/console/sandboxes",
+        &body,
+    ))
+}
+
+/// `GET /console/sandboxes/{id}[?path=]`: one sandbox, its processes (`proc.list`) and files
+/// (`fs.list`), both tool calls through the router in that sandbox.
+pub async fn sandbox(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path(id): Path<String>,
+    Query(q): Params,
+) -> Page {
+    let dir = q.get("path").map(String::as_str).unwrap_or("/workspace");
+    let listed = rest.get(&s.key, "/v1/sandboxes").await?;
+    let row = rows_of(&listed.body)
+        .into_iter()
+        .find(|r| r["id"].as_str() == Some(id.as_str()));
+    let mut body = format!("<h1>Sandbox <code>{}</code></h1>", esc(&id));
+    match row {
+        Some(r) => {
+            body += &details(
+                &r,
+                &["state", "image", "owner", "spec", "created_at", "ready_at"],
+            )
+        }
+        None if listed.ok() => body += "<p>This key does not list this sandbox.</p>",
+        None => body += &refused(&listed),
+    }
+    let procs = tool(&rest, &s, "proc.list", json!({}), &id).await?;
+    body += "<h2>Processes</h2>";
+    body += &tool_result(
+        &procs,
+        "processes",
+        &[
+            ("Pid", "pid"),
+            ("Tag", "tag"),
+            ("Command", "argv"),
+            ("Running", "running"),
+            ("Exit", "exit_code"),
+        ],
+    );
+    let files = tool(&rest, &s, "fs.list", json!({"path": dir}), &id).await?;
+    body += &format!(
+        "<h2>Files in <code>{}</code></h2>\
+         <form method=\"get\" class=\"filters\"><label for=\"path\">Directory</label>\
+         <input id=\"path\" name=\"path\" value=\"{}\"><button type=\"submit\">List</button></form>",
+        esc(dir),
+        esc(dir)
+    );
+    body += &tool_result(
+        &files,
+        "entries",
+        &[
+            ("Name", "name"),
+            ("Type", "type"),
+            ("Size", "size"),
+            ("Mode", "mode"),
+            ("Modified", "modified"),
+        ],
+    );
+    if s.may_write() {
+        body += &format!(
+            "<h2>Destroy</h2><form method=\"post\" action=\"/console/sandboxes/{}/destroy\">{}\
+             <button type=\"submit\" class=\"danger\" id=\"destroy\">Destroy this sandbox</button></form>",
+            seg(&id),
+            csrf_field(&s)
+        );
+    }
+    Ok(page(
+        StatusCode::OK,
+        "Sandbox",
+        Some(&s),
+        "/console/sandboxes",
+        &body,
+    ))
+}
+
+/// `POST /console/sandboxes/{id}/destroy`: `DELETE /v1/sandboxes/{id}`.
+pub async fn destroy_sandbox(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Page {
+    s.check_csrf(&form_fields(&body))?;
+    let answer = rest
+        .json(
+            &s.key,
+            Method::DELETE,
+            &format!("/v1/sandboxes/{}", seg(&id)),
+            None,
+        )
+        .await?;
+    if answer.ok() {
+        return Ok(Redirect::to("/console/sandboxes").into_response());
+    }
+    Ok(outcome(
+        &s,
+        "/console/sandboxes",
+        "Destroy sandbox",
+        &answer,
+    ))
+}
+
+async fn tool(
+    rest: &Rest,
+    s: &Session,
+    name: &str,
+    arguments: Value,
+    sandbox: &str,
+) -> Result<Answer, ConsoleError> {
+    rest.json(
+        &s.key,
+        Method::POST,
+        "/v1/tools/call",
+        Some(&json!({"name": name, "arguments": arguments, "sandbox_id": sandbox})),
+    )
+    .await
+}
+
+/// A tool's answer: the array `field` of its structured content as a table, else its content.
+fn tool_result(answer: &Answer, field: &str, cols: &[(&str, &str)]) -> String {
+    if !answer.ok() {
+        return refused(answer);
+    }
+    let structured = &answer.body["structuredContent"];
+    if answer.body["isError"] == true {
+        return format!(
+            "<p class=\"error\" role=\"alert\">The tool failed: {}</p>",
+            esc(&compact(&answer.body["content"]))
+        );
+    }
+    match structured[field].as_array() {
+        Some(rows) => table(field, rows, cols, None),
+        None => pre(structured),
+    }
+}
+
+// ---------------------------------------------------------------- audit
+
+/// `GET /console/audit?tool=&caller=&decision=&since=&until=&limit=`: `GET /v1/audit`.
+pub async fn audit(s: Session, Extension(rest): Extension<Rest>, Query(q): Params) -> Page {
+    let filters = ["tool", "caller", "decision", "since", "until", "limit"];
+    let answer = rest
+        .get(&s.key, &format!("/v1/audit?{}", query(&q, &filters)))
+        .await?;
+    let mut body = String::from("<h1>Audit</h1>");
+    body += &filter_form(
+        "/console/audit",
+        &q,
+        &[
+            ("tool", "Tool"),
+            ("caller", "Caller"),
+            ("decision", "Decision"),
+            ("since", "Since (RFC 3339)"),
+            ("until", "Until (RFC 3339)"),
+            ("limit", "Rows"),
+        ],
+    );
+    body += "<form method=\"get\" action=\"/console/audit/verify\"><button type=\"submit\" id=\"verify\">Verify chain</button></form>";
+    if answer.ok() {
+        let rows = rows_of(&answer.body["rows"]);
+        body += &table(
+            "audit",
+            &rows,
+            &[
+                ("Seq", "seq"),
+                ("At", "at"),
+                ("Caller", "caller_kind"),
+                ("Caller id", "caller_id"),
+                ("Kind", "kind"),
+                ("Action", "action"),
+                ("Decision", "decision"),
+                ("Reason", "reason_code"),
+                ("Outcome", "outcome"),
+            ],
+            None,
+        );
+        if let Some(next) = answer.body["next_after"].as_i64() {
+            let mut q = q.clone();
+            q.insert("after".into(), next.to_string());
+            let mut keys = filters.to_vec();
+            keys.push("after");
+            body += &format!(
+                "<p><a href=\"/console/audit?{}\">Next rows</a></p>",
+                esc(&query(&q, &keys))
+            );
+        }
+    } else {
+        body += &refused(&answer);
+    }
+    Ok(page(
+        StatusCode::OK,
+        "Audit",
+        Some(&s),
+        "/console/audit",
+        &body,
+    ))
+}
+
+/// `GET /console/audit/verify`: `GET /v1/audit/verify`, the chain checked from the last
+/// checkpoint.
+pub async fn verify_audit(s: Session, Extension(rest): Extension<Rest>) -> Page {
+    let answer = rest.get(&s.key, "/v1/audit/verify").await?;
+    let mut body = String::from("<h1>Audit chain</h1>");
+    if answer.ok() {
+        let valid = answer.body["valid"] == true;
+        body += &format!(
+            "<p id=\"verify-result\" class=\"{}\" role=\"status\">{}</p>",
+            if valid { "good" } else { "error" },
+            if valid {
+                "The chain is valid."
+            } else {
+                "The chain is BROKEN."
+            }
+        );
+        body += &details(
+            &answer.body,
+            &[
+                "valid",
+                "rows_checked",
+                "from_count",
+                "count",
+                "head_hash",
+                "first_broken",
+            ],
+        );
+    } else {
+        body += &refused(&answer);
+    }
+    body += "<p><a href=\"/console/audit\">Back to the audit rows</a></p>";
+    Ok(page(
+        StatusCode::OK,
+        "Audit chain",
+        Some(&s),
+        "/console/audit",
+        &body,
+    ))
+}
+
+// ---------------------------------------------------------------- runs
+
+/// `GET /console/runs?workflow_id=&status=`: workflow runs and agent executions.
+pub async fn runs(s: Session, Extension(rest): Extension<Rest>, Query(q): Params) -> Page {
+    let mut body = String::from("<h1>Runs</h1>");
+    body += &filter_form(
+        "/console/runs",
+        &q,
+        &[("workflow_id", "Workflow"), ("status", "Status")],
+    );
+    let workflows = rest
+        .get(
+            &s.key,
+            &format!(
+                "/v1/workflows/executions?limit=50&{}",
+                query(&q, &["workflow_id", "status"])
+            ),
+        )
+        .await?;
+    body += "<h2>Workflow runs</h2>";
+    if workflows.ok() {
+        body += &table(
+            "workflow-runs",
+            &rows_of(&workflows.body),
+            &[
+                ("Run", "execution_id"),
+                ("Workflow", "workflow"),
+                ("Version", "version"),
+                ("Status", "status"),
+                ("State", "current_state"),
+                ("Started", "started_at"),
+                ("Ended", "ended_at"),
+            ],
+            Some(("execution_id", "/console/runs/")),
+        );
+    } else {
+        body += &refused(&workflows);
+    }
+    let agents = rest
+        .get(
+            &s.key,
+            &format!("/v1/executions?limit=50&{}", query(&q, &["status"])),
+        )
+        .await?;
+    body += "<h2>Agent executions</h2>";
+    if agents.ok() {
+        body += &table(
+            "executions",
+            &rows_of(&agents.body),
+            &[
+                ("Execution", "id"),
+                ("Agent", "agent_name"),
+                ("Status", "status"),
+                ("Started", "started_at"),
+                ("Ended", "ended_at"),
+            ],
+            Some(("id", "/console/executions/")),
+        );
+    } else {
+        body += &refused(&agents);
+    }
+    Ok(page(
+        StatusCode::OK,
+        "Runs",
+        Some(&s),
+        "/console/runs",
+        &body,
+    ))
+}
+
+/// `GET /console/runs/{id}`: one workflow run as its state graph (the current state marked),
+/// its events, followed live by `console.js` while it runs, and its buttons.
+pub async fn run(s: Session, Extension(rest): Extension<Rest>, Path(id): Path<String>) -> Page {
+    let answer = rest
+        .get(&s.key, &format!("/v1/workflows/executions/{}", seg(&id)))
+        .await?;
+    let mut body = format!("<h1>Run <code>{}</code></h1>", esc(&id));
+    if !answer.ok() {
+        body += &refused(&answer);
+        return Ok(page(answer.status, "Run", Some(&s), "/console/runs", &body));
+    }
+    let e = &answer.body;
+    let status = e["status"].as_str().unwrap_or("unknown");
+    let current = e["current_state"].as_str().unwrap_or("");
+    body += &format!(
+        "<p>Workflow <strong>{}</strong> {} · status <span id=\"run-status\" class=\"status\">{}</span> \
+         · state <span id=\"run-state\">{}</span></p>",
+        esc(e["workflow"].as_str().unwrap_or("")),
+        esc(e["version"].as_str().unwrap_or("")),
+        esc(status),
+        esc(current)
+    );
+    // The graph, from the exact definition the run recorded (its version and revision).
+    let definition = rest
+        .get(
+            &s.key,
+            &format!(
+                "/v1/workflows/{}?version={}&revision={}",
+                seg(e["workflow"].as_str().unwrap_or("")),
+                seg(e["version"].as_str().unwrap_or("")),
+                e["revision"].as_i64().unwrap_or(1)
+            ),
+        )
+        .await?;
+    body += "<h2>States</h2>";
+    body += &graph(&definition, e, current);
+    let terminal = TERMINAL.contains(&status);
+    if s.caller.role.is_some_and(|r| r.may_write()) && !terminal {
+        body += "<div class=\"actions\">";
+        if status == "waiting" {
+            body += &format!(
+                "<form method=\"post\" action=\"/console/runs/{}/signal\">{}\
+                 <label for=\"response\">Answer the Human state</label>\
+                 <input id=\"response\" name=\"response\" required>\
+                 <button type=\"submit\" id=\"signal\">Send answer</button></form>",
+                seg(&id),
+                csrf_field(&s)
+            );
+        }
+        body += &format!(
+            "<form method=\"post\" action=\"/console/runs/{}/cancel\">{}\
+             <button type=\"submit\" class=\"danger\" id=\"cancel\">Cancel run</button></form></div>",
+            seg(&id),
+            csrf_field(&s)
+        );
+    }
+    let events = rest
+        .get(
+            &s.key,
+            &format!("/v1/workflows/executions/{}/events?limit=1000", seg(&id)),
+        )
+        .await?;
+    body += "<h2>Events</h2>";
+    let after = events.body["next_after"].as_i64().unwrap_or(0);
+    if !terminal {
+        body += &format!(
+            "<p id=\"live\" data-events=\"/console/runs/{}/events?after={after}\" role=\"status\">Following live…</p>",
+            seg(&id)
+        );
+    }
+    body += &event_list(&events);
+    body += "<h2>Outputs</h2>";
+    body += &pre(&e["state_outputs"]);
+    if !e["final_output"].is_null() {
+        body += "<h2>Final output</h2>";
+        body += &pre(&e["final_output"]);
+    }
+    Ok(page(
+        StatusCode::OK,
+        "Run",
+        Some(&s),
+        "/console/runs",
+        &body,
+    ))
+}
+
+/// `GET /console/runs/{id}/events?after=`: the run's live event stream, REST's own SSE
+/// (`?follow=true`) passed through as it comes.
+pub async fn run_events(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path(id): Path<String>,
+    Query(q): Params,
+) -> Page {
+    let after = q
+        .get("after")
+        .and_then(|a| a.parse::<i64>().ok())
+        .unwrap_or(0);
+    let mut response = rest
+        .send(
+            &s.key,
+            Method::GET,
+            &format!(
+                "/v1/workflows/executions/{}/events?follow=true&after={after}",
+                seg(&id)
+            ),
+            None,
+        )
+        .await?;
+    if response.status() == StatusCode::UNAUTHORIZED {
+        return Err(ConsoleError::SignIn);
+    }
+    super::layout::secure_headers(response.headers_mut());
+    Ok(response)
+}
+
+/// `POST /console/runs/{id}/cancel`.
+pub async fn cancel_run(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Page {
+    s.check_csrf(&form_fields(&body))?;
+    let answer = rest
+        .json(
+            &s.key,
+            Method::POST,
+            &format!("/v1/workflows/executions/{}/cancel", seg(&id)),
+            None,
+        )
+        .await?;
+    after_action(
+        &s,
+        &answer,
+        &format!("/console/runs/{}", seg(&id)),
+        "Cancel run",
+    )
+}
+
+/// `POST /console/runs/{id}/signal` (`response=`): answers the Human state the run waits in.
+pub async fn signal_run(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Page {
+    let fields = form_fields(&body);
+    s.check_csrf(&fields)?;
+    let response = fields.get("response").cloned().unwrap_or_default();
+    let answer = rest
+        .json(
+            &s.key,
+            Method::POST,
+            &format!("/v1/workflows/executions/{}/signal", seg(&id)),
+            Some(&json!({"response": response})),
+        )
+        .await?;
+    after_action(
+        &s,
+        &answer,
+        &format!("/console/runs/{}", seg(&id)),
+        "Answer",
+    )
+}
+
+/// `GET /console/executions/{id}`: one agent execution and its events.
+pub async fn execution(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path(id): Path<String>,
+) -> Page {
+    let answer = rest
+        .get(&s.key, &format!("/v1/executions/{}", seg(&id)))
+        .await?;
+    let mut body = format!("<h1>Execution <code>{}</code></h1>", esc(&id));
+    if !answer.ok() {
+        body += &refused(&answer);
+        return Ok(page(
+            answer.status,
+            "Execution",
+            Some(&s),
+            "/console/runs",
+            &body,
+        ));
+    }
+    let status = answer.body["status"].as_str().unwrap_or("unknown");
+    body += &format!(
+        "<p>Status <span id=\"run-status\" class=\"status\">{}</span></p>",
+        esc(status)
+    );
+    if s.caller.role.is_some_and(|r| r.may_write()) && !TERMINAL.contains(&status) {
+        body += &format!(
+            "<form method=\"post\" action=\"/console/executions/{}/cancel\">{}\
+             <button type=\"submit\" class=\"danger\" id=\"cancel\">Cancel execution</button></form>",
+            seg(&id),
+            csrf_field(&s)
+        );
+    }
+    body += &details(
+        &answer.body,
+        &[
+            "agent_name",
+            "agent_version",
+            "input",
+            "output",
+            "error",
+            "iterations",
+            "started_at",
+            "ended_at",
+        ],
+    );
+    let events = rest
+        .get(
+            &s.key,
+            &format!("/v1/executions/{}/events?limit=1000", seg(&id)),
+        )
+        .await?;
+    body += "<h2>Events</h2>";
+    body += &event_list(&events);
+    Ok(page(
+        StatusCode::OK,
+        "Execution",
+        Some(&s),
+        "/console/runs",
+        &body,
+    ))
+}
+
+/// `POST /console/executions/{id}/cancel`.
+pub async fn cancel_execution(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Page {
+    s.check_csrf(&form_fields(&body))?;
+    let answer = rest
+        .json(
+            &s.key,
+            Method::POST,
+            &format!("/v1/executions/{}/cancel", seg(&id)),
+            None,
+        )
+        .await?;
+    after_action(
+        &s,
+        &answer,
+        &format!("/console/executions/{}", seg(&id)),
+        "Cancel execution",
+    )
+}
+
+/// The states of a run's definition in the order they are reached from the initial state,
+/// each with its kind and transitions; the current one marked, visited ones shaded.
+fn graph(definition: &Answer, e: &Value, current: &str) -> String {
+    let spec = &definition.body["manifest"]["spec"];
+    let visits = e["visits"].as_object();
+    let Some(states) = spec["states"].as_object() else {
+        // No definition to read (a bound key may not read it): the states the run visited.
+        let names: Vec<String> = visits
+            .map(|v| v.keys().cloned().collect())
+            .unwrap_or_default();
+        let mut out = String::new();
+        if !definition.ok() {
+            out += &refused(definition);
+        }
+        out += "<ol class=\"graph\">";
+        for name in names {
+            out += &state_box(&name, "", &[], name == current, true);
+        }
+        return out + "</ol>";
+    };
+    let mut order: Vec<String> = Vec::new();
+    let mut queue: std::collections::VecDeque<String> = spec["initial_state"]
+        .as_str()
+        .map(str::to_owned)
+        .into_iter()
+        .collect();
+    while let Some(name) = queue.pop_front() {
+        if order.contains(&name) || !states.contains_key(&name) {
+            continue;
+        }
+        for t in states[&name]["transitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(target) = t["target"].as_str() {
+                queue.push_back(target.to_owned());
+            }
+        }
+        order.push(name);
+    }
+    order.extend(
+        states
+            .keys()
+            .filter(|k| !order.contains(k))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    let mut out = String::from("<ol class=\"graph\" aria-label=\"State graph\">");
+    for name in order {
+        let state = &states[&name];
+        let transitions: Vec<String> = state["transitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                format!(
+                    "{} → {}",
+                    t["condition"].as_str().unwrap_or("?"),
+                    t["target"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        let visited = visits.is_some_and(|v| v.contains_key(&name));
+        out += &state_box(
+            &name,
+            state["kind"].as_str().unwrap_or(""),
+            &transitions,
+            name == current,
+            visited,
+        );
+    }
+    out + "</ol>"
+}
+
+fn state_box(
+    name: &str,
+    kind: &str,
+    transitions: &[String],
+    current: bool,
+    visited: bool,
+) -> String {
+    let mut class = String::from("state");
+    if current {
+        class += " current";
+    }
+    if visited {
+        class += " visited";
+    }
+    let aria = if current {
+        " aria-current=\"step\""
+    } else {
+        ""
+    };
+    let list: String = transitions
+        .iter()
+        .map(|t| format!("<li>{}</li>", esc(t)))
+        .collect();
+    format!(
+        "<li class=\"{class}\" data-state=\"{}\"{aria}><span class=\"name\">{}</span> <span class=\"kind\">{}</span><ul>{list}</ul></li>",
+        esc(name),
+        esc(name),
+        esc(kind)
+    )
+}
+
+fn event_list(events: &Answer) -> String {
+    if !events.ok() {
+        return refused(events);
+    }
+    let mut out = String::from("<ol id=\"events\" class=\"events\">");
+    for ev in events.body["events"].as_array().into_iter().flatten() {
+        out += &format!(
+            "<li data-seq=\"{}\"><span class=\"type\">{}</span> <span class=\"state\">{}</span> <code>{}</code></li>",
+            ev["seq"].as_i64().unwrap_or(0),
+            esc(ev["event_type"].as_str().unwrap_or("")),
+            esc(ev["state_name"].as_str().unwrap_or("")),
+            esc(&truncate(&compact(&ev["payload"]), 300))
+        );
+    }
+    out + "</ol>"
+}
+
+// ---------------------------------------------------------------- approvals
+
+/// `GET /console/approvals[?all=true]`: what waits for an operator (`GET /v1/approvals`).
+pub async fn approvals(s: Session, Extension(rest): Extension<Rest>, Query(q): Params) -> Page {
+    let all = q.get("all").is_some_and(|a| a == "true");
+    let answer = rest
+        .get(&s.key, &format!("/v1/approvals?all={all}"))
+        .await?;
+    let mut body = String::from("<h1>Approvals</h1>");
+    body += if all {
+        "<p><a href=\"/console/approvals\">Only pending</a></p>"
+    } else {
+        "<p><a href=\"/console/approvals?all=true\">Include decided</a></p>"
+    };
+    if !answer.ok() {
+        body += &refused(&answer);
+        return Ok(page(
+            StatusCode::OK,
+            "Approvals",
+            Some(&s),
+            "/console/approvals",
+            &body,
+        ));
+    }
+    let rows = rows_of(&answer.body);
+    if rows.is_empty() {
+        body += "<p>Nothing waits.</p>";
+    }
+    for a in rows {
+        let id = a["id"].as_str().unwrap_or("");
+        body += &format!(
+            "<section class=\"card\" id=\"approval-{}\" aria-label=\"Approval {}\"><h2><code>{}</code> <span class=\"status\">{}</span></h2>",
+            esc(id),
+            esc(id),
+            esc(a["tool"].as_str().unwrap_or("")),
+            esc(a["state"].as_str().unwrap_or(""))
+        );
+        body += &details(
+            &a,
+            &[
+                "id",
+                "caller_kind",
+                "caller_id",
+                "security_context",
+                "created_at",
+                "expires_at",
+                "arguments",
+                "decided_by",
+                "decision_note",
+            ],
+        );
+        if s.may_write() && a["state"] == "pending" {
+            for verdict in ["approve", "reject"] {
+                body += &format!(
+                    "<form method=\"post\" action=\"/console/approvals/{}/{verdict}\" class=\"inline\">{}\
+                     <label for=\"note-{verdict}-{}\">Note</label><input id=\"note-{verdict}-{}\" name=\"note\">\
+                     <button type=\"submit\" id=\"{verdict}-{}\"{}>{}</button></form>",
+                    seg(id),
+                    csrf_field(&s),
+                    esc(id),
+                    esc(id),
+                    esc(id),
+                    if verdict == "reject" { " class=\"danger\"" } else { "" },
+                    if verdict == "approve" { "Approve" } else { "Reject" }
+                );
+            }
+        }
+        body += "</section>";
+    }
+    Ok(page(
+        StatusCode::OK,
+        "Approvals",
+        Some(&s),
+        "/console/approvals",
+        &body,
+    ))
+}
+
+/// `POST /console/approvals/{id}/{approve|reject}` (`note=`): REST decides, the second-person
+/// rule included.
+pub async fn decide_approval(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path((id, verdict)): Path<(String, String)>,
+    body: Bytes,
+) -> Page {
+    let fields = form_fields(&body);
+    s.check_csrf(&fields)?;
+    if verdict != "approve" && verdict != "reject" {
+        return Err(ConsoleError::BadForm(format!("no verdict `{verdict}`")));
+    }
+    let note = fields.get("note").filter(|n| !n.is_empty());
+    let answer = rest
+        .json(
+            &s.key,
+            Method::POST,
+            &format!("/v1/approvals/{}/{verdict}", seg(&id)),
+            Some(&json!({"note": note})),
+        )
+        .await?;
+    Ok(outcome(
+        &s,
+        "/console/approvals",
+        if verdict == "approve" {
+            "Approve"
+        } else {
+            "Reject"
+        },
+        &answer,
+    ))
+}
+
+// ---------------------------------------------------------------- keys
+
+/// `GET /console/keys`: API keys and security contexts (admin).
+pub async fn keys(s: Session, Extension(rest): Extension<Rest>) -> Page {
+    let answer = rest.get(&s.key, "/v1/api-keys").await?;
+    let mut body = String::from("<h1>API keys</h1>");
+    if answer.ok() {
+        body += "<table id=\"keys\"><thead><tr><th scope=\"col\">Name</th><th scope=\"col\">Id</th><th scope=\"col\">Role</th>\
+                 <th scope=\"col\">Context</th><th scope=\"col\">Created</th><th scope=\"col\">Expires</th><th scope=\"col\">Revoked</th><th scope=\"col\"></th></tr></thead><tbody>";
+        for k in rows_of(&answer.body) {
+            let id = k["id"].as_str().unwrap_or("");
+            let revoke = if k["revoked_at"].is_null() && s.is_admin() {
+                format!(
+                    "<form method=\"post\" action=\"/console/keys/{}/revoke\">{}<button type=\"submit\" class=\"danger\" aria-label=\"Revoke {}\">Revoke</button></form>",
+                    seg(id),
+                    csrf_field(&s),
+                    esc(k["name"].as_str().unwrap_or(id))
+                )
+            } else {
+                String::new()
+            };
+            body += &format!(
+                "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{revoke}</td></tr>",
+                cell(&k["name"]),
+                cell(&k["id"]),
+                cell(&k["role"]),
+                cell(&k["security_context"]),
+                cell(&k["created_at"]),
+                cell(&k["expires_at"]),
+                cell(&k["revoked_at"])
+            );
+        }
+        body += "</tbody></table>";
+    } else {
+        body += &refused(&answer);
+    }
+    if s.is_admin() {
+        body += &format!(
+            "<h2>Create a key</h2><form method=\"post\" action=\"/console/keys\" class=\"filters\">{}\
+             <label for=\"name\">Name</label><input id=\"name\" name=\"name\" required>\
+             <label for=\"role\">Role</label><select id=\"role\" name=\"role\">\
+             <option>readonly</option><option>operator</option><option>admin</option></select>\
+             <label for=\"security_context\">Bound to context (optional)</label><input id=\"security_context\" name=\"security_context\">\
+             <button type=\"submit\" id=\"create-key\">Create</button></form>",
+            csrf_field(&s)
+        );
+    }
+    let contexts = rest.get(&s.key, "/v1/security-contexts").await?;
+    body += "<h2>Security contexts</h2>";
+    if contexts.ok() {
+        body += &table(
+            "contexts",
+            &rows_of(&contexts.body),
+            &[
+                ("Name", "name"),
+                ("Description", "description"),
+                ("Enrolment secret", "enrolment_secret"),
+                ("Digest", "digest"),
+            ],
+            None,
+        );
+    } else {
+        body += &refused(&contexts);
+    }
+    Ok(page(
+        StatusCode::OK,
+        "Keys",
+        Some(&s),
+        "/console/keys",
+        &body,
+    ))
+}
+
+/// `POST /console/keys` (`name=&role=&security_context=`): creates a key and shows its secret
+/// this once.
+pub async fn create_key(s: Session, Extension(rest): Extension<Rest>, body: Bytes) -> Page {
+    let fields = form_fields(&body);
+    s.check_csrf(&fields)?;
+    let mut request = json!({
+        "name": fields.get("name").cloned().unwrap_or_default(),
+        "role": fields.get("role").cloned().unwrap_or_default(),
+    });
+    if let Some(context) = fields
+        .get("security_context")
+        .filter(|c| !c.trim().is_empty())
+    {
+        request["security_context"] = json!(context.trim());
+    }
+    let answer = rest
+        .json(&s.key, Method::POST, "/v1/api-keys", Some(&request))
+        .await?;
+    if !answer.ok() {
+        return Ok(outcome(&s, "/console/keys", "Create key", &answer));
+    }
+    let body = format!(
+        "<h1>Key created</h1><p role=\"status\">This is the only time the secret is shown: copy it now.</p>\
+         <p><label for=\"new-key-secret\">Secret of <strong>{}</strong></label>\
+         <input id=\"new-key-secret\" readonly value=\"{}\" size=\"80\"></p>\
+         <p><a href=\"/console/keys\">Back to the keys</a></p>",
+        cell(&answer.body["name"]),
+        esc(answer.body["key"].as_str().unwrap_or(""))
+    );
+    Ok(page(
+        StatusCode::CREATED,
+        "Key created",
+        Some(&s),
+        "/console/keys",
+        &body,
+    ))
+}
+
+/// `POST /console/keys/{id}/revoke`: `DELETE /v1/api-keys/{id}`.
+pub async fn revoke_key(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Page {
+    s.check_csrf(&form_fields(&body))?;
+    let answer = rest
+        .json(
+            &s.key,
+            Method::DELETE,
+            &format!("/v1/api-keys/{}", seg(&id)),
+            None,
+        )
+        .await?;
+    after_action(&s, &answer, "/console/keys", "Revoke key")
+}
+
+// ---------------------------------------------------------------- node
+
+/// `GET /console/node`: readiness (database, migrations, Docker, replicas and their engines),
+/// this instance, and the tools this key may call.
+pub async fn node(s: Session, Extension(rest): Extension<Rest>) -> Page {
+    let live = rest.get(&s.key, "/health/live").await?;
+    let ready = rest.get(&s.key, "/health/ready").await?;
+    let tools = rest.get(&s.key, "/v1/tools").await?;
+    let mut body = String::from("<h1>Node</h1>");
+    body += &details(&live.body, &["version", "instance_id", "status"]);
+    body += &format!(
+        "<h2>Readiness <span class=\"status\" id=\"ready\">{}</span></h2>",
+        if ready.ok() { "ready" } else { "not ready" }
+    );
+    body += &pre(&ready.body);
+    body += "<h2>Tools this key may call</h2>";
+    if tools.ok() {
+        let rows = rows_of(&tools.body);
+        body += &table(
+            "tools",
+            &rows,
+            &[("Name", "name"), ("Tier", "tier"), ("Category", "category")],
+            None,
+        );
+    } else {
+        body += &refused(&tools);
+    }
+    Ok(page(
+        StatusCode::OK,
+        "Node",
+        Some(&s),
+        "/console/node",
+        &body,
+    ))
+}
+
+// ---------------------------------------------------------------- rendering helpers
+
+/// After a button: back to `to` when REST agreed, else REST's refusal.
+fn after_action(s: &Session, answer: &Answer, to: &str, what: &str) -> Page {
+    if answer.ok() {
+        return Ok(Redirect::to(to).into_response());
+    }
+    Ok(outcome(s, to, what, answer))
+}
+
+/// The page after a form: REST's answer, with REST's status.
+fn outcome(s: &Session, back: &str, what: &str, answer: &Answer) -> Response {
+    let mut body = format!("<h1>{}</h1>", esc(what));
+    if answer.ok() {
+        body += "<p id=\"outcome\" class=\"good\" role=\"status\">Done.</p>";
+        body += &pre(&answer.body);
+    } else {
+        body += &format!(
+            "<p id=\"outcome\" class=\"error\" role=\"alert\">Refused: {}</p>",
+            esc(&answer.refusal())
+        );
+    }
+    body += &format!("<p><a href=\"{}\">Back</a></p>", esc(back));
+    page(answer.status, what, Some(s), back, &body)
+}
+
+/// REST's refusal of a read, shown in place of what it would have shown.
+fn refused(answer: &Answer) -> String {
+    format!(
+        "<p class=\"error refused\" role=\"alert\">REST refused: {}</p>",
+        esc(&answer.refusal())
+    )
+}
+
+/// The rows of a list answer: the array itself or the first array under a usual field.
+fn rows_of(v: &Value) -> Vec<Value> {
+    if let Some(a) = v.as_array() {
+        return a.clone();
+    }
+    [
+        "items",
+        "executions",
+        "rows",
+        "keys",
+        "contexts",
+        "tools",
+        "sandboxes",
+    ]
+    .iter()
+    .find_map(|f| v[*f].as_array().cloned())
+    .unwrap_or_default()
+}
+
+/// The value at a dotted path (`owner.kind`).
+fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
+    path.split('.').fold(v, |v, k| &v[k])
+}
+
+/// A value as escaped cell text: strings as they are, null empty, the rest compact JSON.
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => esc(s),
+        other => esc(&truncate(&compact(other), 200)),
+    }
+}
+
+fn compact(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+fn pre(v: &Value) -> String {
+    format!(
+        "<pre>{}</pre>",
+        esc(&serde_json::to_string_pretty(v).unwrap_or_default())
+    )
+}
+
+/// A table of `rows` with the given (header, dotted path) columns; `link` makes one column's
+/// value a link under a prefix.
+fn table(id: &str, rows: &[Value], cols: &[(&str, &str)], link: Option<(&str, &str)>) -> String {
+    if rows.is_empty() {
+        return "<p>None.</p>".to_owned();
+    }
+    let mut out = format!(
+        "<div class=\"scroll\"><table id=\"{}\"><thead><tr>",
+        esc(id)
+    );
+    for (header, _) in cols {
+        out += &format!("<th scope=\"col\">{}</th>", esc(header));
+    }
+    out += "</tr></thead><tbody>";
+    for row in rows {
+        out += "<tr>";
+        for (_, path) in cols {
+            let v = at(row, path);
+            match (link, v.as_str()) {
+                (Some((field, prefix)), Some(text)) if field == *path => {
+                    out += &format!(
+                        "<td><a href=\"{}{}\"><code>{}</code></a></td>",
+                        prefix,
+                        seg(text),
+                        esc(text)
+                    );
+                }
+                _ => out += &format!("<td>{}</td>", cell(v)),
+            }
+        }
+        out += "</tr>";
+    }
+    out + "</tbody></table></div>"
+}
+
+/// A definition list of some fields of an object (absent ones left out).
+fn details(v: &Value, fields: &[&str]) -> String {
+    let mut out = String::from("<dl class=\"details\">");
+    for f in fields {
+        let x = &v[*f];
+        if x.is_null() {
+            continue;
+        }
+        let shown = match x {
+            Value::Object(_) | Value::Array(_) => pre(x),
+            _ => cell(x),
+        };
+        out += &format!("<dt>{}</dt><dd>{shown}</dd>", esc(f));
+    }
+    out + "</dl>"
+}
+
+/// A GET form of text filters, filled with the current values.
+fn filter_form(action: &str, q: &HashMap<String, String>, fields: &[(&str, &str)]) -> String {
+    let mut out = format!(
+        "<form method=\"get\" action=\"{}\" class=\"filters\">",
+        esc(action)
+    );
+    for (name, label) in fields {
+        out += &format!(
+            "<label for=\"f-{name}\">{}</label><input id=\"f-{name}\" name=\"{name}\" value=\"{}\">",
+            esc(label),
+            esc(q.get(*name).map(String::as_str).unwrap_or(""))
+        );
+    }
+    out + "<button type=\"submit\">Filter</button></form>"
+}
+
+/// The non-empty parameters among `keys`, as a query string.
+fn query(q: &HashMap<String, String>, keys: &[&str]) -> String {
+    let mut s = url::form_urlencoded::Serializer::new(String::new());
+    for k in keys {
+        if let Some(v) = q.get(*k).filter(|v| !v.trim().is_empty()) {
+            s.append_pair(k, v.trim());
+        }
+    }
+    s.finish()
+}
