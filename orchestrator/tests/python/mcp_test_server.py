@@ -17,12 +17,18 @@ Tools, written with the official Python SDK (`mcp` 2.x, MCPServer):
 - leak(): a tool error whose message repeats the bearer token.
 - slow(seconds): answers after that long, to test the call timeout.
 
-With MCP_TEST_LEAKY=<header value> (a value the node sends as `X-Team`), two careless tools
-more, which repeat the node's credentials in every place a server's words reach:
-- leaky_listing(note): its description names the bearer token and the header value, its
-  input schema holds them as a default, an example and a property name.
+With MCP_TEST_LEAKY=<header value> (a value the node sends as `X-Team`), careless tools more,
+which repeat the node's credentials in every place a server's words reach:
+- leaky_listing(note): its title and description name the bearer token and the header value,
+  its input schema holds them as a default, an example, a description and an extra keyword
+  (named by the header value), its output schema too.
 - echo_team(): the header value as text, JSON-escaped inside a text, percent-encoded, and as
   the bytes of an image (base64 on the wire).
+- echo_team_structured(): a result built by hand: texts with the header value in `\\u` escapes,
+  partly percent-encoded (lower-case hex), in a `data:` URL, in base64 at an odd offset inside
+  a text, an embedded resource blob, and structuredContent holding it as a value, a key, a
+  JSON-escaped text and a `blob` of base64 bytes.
+- fail_team(): a tool error whose message repeats the header value.
 """
 
 import asyncio
@@ -93,17 +99,66 @@ async def slow(seconds: float) -> str:
 
 LEAKY = os.environ.get("MCP_TEST_LEAKY")
 if LEAKY:
+    import base64
     from urllib.parse import quote
 
     from mcp.server.mcpserver.utilities.types import Image
-    from pydantic import Field
+    from mcp_types import BlobResourceContents, CallToolResult, EmbeddedResource, TextContent
+    from pydantic import BaseModel, Field
 
-    @server.tool(description=f"Lists things. Send Authorization: Bearer {TOKEN} and X-Team: {LEAKY}.")
+    class Listed(BaseModel):
+        team: str = Field(description=f"the team, {LEAKY}")
+
+    @server.tool(
+        title=f"Leaky {TOKEN}",
+        description=f"Lists things. Send Authorization: Bearer {TOKEN} and X-Team: {LEAKY}.",
+    )
     def leaky_listing(
-        note: str = Field(default=TOKEN, examples=[LEAKY], description=f"team {LEAKY}"),
-    ) -> str:
+        note: str = Field(
+            default=TOKEN,
+            examples=[LEAKY],
+            description=f"team {LEAKY}",
+            json_schema_extra={LEAKY: TOKEN, "x-token": f"Bearer {TOKEN}"},
+        ),
+    ) -> Listed:
         record("leaky_listing", {"note": note})
-        return "listed"
+        return Listed(team="listed")
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    @server.tool()
+    def echo_team_structured() -> CallToolResult:
+        """Echoes what the node sent, structured."""
+        record("echo_team_structured", {})
+        unicode_escaped = LEAKY.replace("\\", "\\u005c").replace('"', "\\u0022")
+        partly_percent = LEAKY.replace('"', "%22").replace("\\", "%5c")
+        blob = b64(f"bytes {LEAKY} end".encode())
+        return CallToolResult(
+            content=[
+                TextContent(type="text", text=f'{{"team": "{unicode_escaped}"}}'),
+                TextContent(type="text", text=f"https://example.test/?team={partly_percent}&x=1"),
+                TextContent(type="text", text=f"data:text/plain;base64,{b64(('xy' + LEAKY).encode())}"),
+                TextContent(type="text", text=f"raw: {b64(('xy' + LEAKY + '!').encode())}."),
+                EmbeddedResource(
+                    type="resource",
+                    resource=BlobResourceContents(uri="file:///team.bin", mime_type="application/octet-stream", blob=blob),
+                ),
+            ],
+            structured_content={
+                "team": LEAKY,
+                LEAKY: {"nested": [f"x-team: {LEAKY}"]},
+                "json": json.dumps({"team": LEAKY}),
+                "blob": blob,
+                "image": {"data": b64(b"\x89PNG" + LEAKY.encode()), "mimeType": "image/png"},
+            },
+        )
+
+    @server.tool()
+    def fail_team() -> str:
+        """Fails with a message that repeats the header value."""
+        record("fail_team", {})
+        raise ToolError(f"team {LEAKY} is not allowed here; sent {json.dumps(LEAKY)}")
 
     @server.tool()
     def echo_team() -> list:

@@ -733,63 +733,91 @@ async fn mcp_names_of_built_in_tools_are_normalised_and_unknown_servers_refused_
         "{body}"
     );
 }
+/// A node with the careless test server (`careless`), whose credentials are a bearer token and
+/// an `X-Team` header holding `"` and `\`, and a security context under which a bound key may
+/// list and call every tool.
+struct Careless {
+    app: TestApp,
+    server: McpTestServer,
+    token: String,
+    team: String,
+    _db: TestDb,
+}
 
-/// Issue 41, items 3 and 4: a server that repeats the node's bearer token and a configured
-/// header value (one holding `"` and `\`) in a tool's description and input schema, and in its
-/// results as text, JSON-escaped, percent-encoded and as image bytes: none of it reaches a
-/// caller, on `GET /v1/tools` (a readonly key too), `/mcp` `tools/list`, a call's result or the
-/// audit log.
+impl Careless {
+    async fn start() -> Self {
+        let (var, token) = token_variable();
+        let team_var = format!("MCP_EXT_TEAM_{}", uuid::Uuid::new_v4().simple());
+        let team = format!(
+            "team-{}\"q\\z",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        std::env::set_var(&team_var, &team);
+        let server = McpTestServer::start_leaky(&token, &team).await;
+        let db = TestDb::create().await;
+        let mut config = node(
+            &db,
+            vec![server_config(
+                "careless",
+                &server.url(),
+                &var,
+                json!({"headers_from_env": {"X-Team": team_var}}),
+            )],
+        );
+        config.seal.security_contexts = vec![json!({
+            "name": "mcp-reader", "description": "every tool", "tier": "operator",
+            "capabilities": [{"tool_pattern": "*"}], "attestation": {"allow_unverified": true}})];
+        let app = TestApp::spawn_with(config).await;
+        Self {
+            app,
+            server,
+            token,
+            team,
+            _db: db,
+        }
+    }
+
+    /// The forms of the credentials found in `text`: the token, the header value as it is, its
+    /// random part (so any escaping or percent-encoding that keeps it readable), and its base64
+    /// at every offset (the characters carrying only its bits).
+    fn leaked(&self, text: &str) -> Vec<String> {
+        use base64::Engine as _;
+        let random_part = self.team.split('"').next().unwrap_or_default().to_owned();
+        let mut forms = vec![self.token.clone(), self.team.clone(), random_part];
+        for offset in 0..3usize {
+            let mut bytes = vec![b'x'; offset];
+            bytes.extend_from_slice(self.team.as_bytes());
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            let first = (8 * offset).div_ceil(6);
+            let end = 8 * bytes.len() / 6;
+            forms.push(encoded[first..end].to_owned());
+        }
+        forms
+            .into_iter()
+            .filter(|form| text.contains(form.as_str()))
+            .collect()
+    }
+
+    /// `encoded` (standard base64) decoded, with the credentials' forms found in the bytes.
+    fn leaked_in_base64(&self, encoded: &str) -> Vec<String> {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap_or_else(|e| panic!("{encoded} is base64: {e}"));
+        self.leaked(&String::from_utf8_lossy(&bytes))
+    }
+}
+
+/// Issue 41, item 3: a server that puts the node's bearer token and a configured header value
+/// into a tool's title, description, input schema (a default, an example, a description, a
+/// keyword named by the header value) and output schema. No listing shows them: `GET /v1/tools`
+/// for an admin and for a readonly key, `/mcp` `tools/list`. Before the fix the description
+/// and the schema reached every caller verbatim.
 #[tokio::test]
-async fn a_server_s_words_never_carry_the_node_s_credentials_in_any_encoding() {
-    let (var, token) = token_variable();
-    let team_var = format!("MCP_EXT_TEAM_{}", uuid::Uuid::new_v4().simple());
-    let team = format!(
-        "team-{}\"q\\z",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    std::env::set_var(&team_var, &team);
-    let mut server = McpTestServer::start_leaky(&token, &team).await;
-    let db = TestDb::create().await;
-    let mut config = node(
-        &db,
-        vec![server_config(
-            "careless",
-            &server.url(),
-            &var,
-            json!({"headers_from_env": {"X-Team": team_var}}),
-        )],
-    );
-    config.seal.security_contexts = vec![json!({
-        "name": "mcp-reader", "description": "every tool", "tier": "operator",
-        "capabilities": [{"tool_pattern": "*"}], "attestation": {"allow_unverified": true}})];
-    let app = TestApp::spawn_with(config).await;
-    use base64::Engine as _;
-    let secret_forms = |text: &str| -> Vec<String> {
-        let escaped = serde_json::to_string(&team).unwrap();
-        let percent: String = team
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                    char::from(b).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect();
-        [
-            token.clone(),
-            team.clone(),
-            escaped[1..escaped.len() - 1].to_owned(),
-            percent,
-            team.split('"').next().unwrap().to_owned(),
-            base64::engine::general_purpose::STANDARD.encode(&team),
-        ]
-        .into_iter()
-        .filter(|form| text.contains(form.as_str()))
-        .collect()
-    };
+async fn listings_of_a_careless_server_never_show_the_node_s_credentials() {
+    let mut careless = Careless::start().await;
+    let app = &careless.app;
 
-    // Listings: REST (admin and readonly) and MCP.
     let reader = app.create_key("reader", "readonly").await;
     for key in [common::TEST_ADMIN_KEY, reader.as_str()] {
         let r = app
@@ -799,15 +827,28 @@ async fn a_server_s_words_never_carry_the_node_s_credentials_in_any_encoding() {
             .unwrap();
         assert_eq!(r.status(), 200);
         let text = r.text().await.unwrap();
-        assert!(text.contains("mcp:careless/leaky_listing"), "{text}");
-        assert_eq!(secret_forms(&text), Vec::<String>::new(), "{text}");
+        let listed: Value = serde_json::from_str(&text).unwrap();
+        let tool = listed
+            .as_array()
+            .unwrap_or_else(|| panic!("an array of tools: {listed}"))
+            .iter()
+            .find(|t| t["name"] == "mcp:careless/leaky_listing")
+            .unwrap_or_else(|| panic!("leaky_listing in {text}"));
+        // Listed, with its credentials masked in place.
+        let description = tool["description"].as_str().unwrap();
+        assert!(
+            description.contains("Authorization: ***") && description.contains("X-Team: ***"),
+            "{tool}"
+        );
+        assert_eq!(careless.leaked(&text), Vec::<String>::new(), "{text}");
     }
+
     let (bound, _) = app
         .create_bound_key("mcp-lister", "operator", "mcp-reader")
         .await;
-    let session = common::mcp::open_session(&app, &bound).await;
+    let session = common::mcp::open_session(app, &bound).await;
     let (status, _, listed) = common::mcp::request(
-        &app,
+        app,
         Method::POST,
         &bound,
         Some(&session),
@@ -817,35 +858,107 @@ async fn a_server_s_words_never_carry_the_node_s_credentials_in_any_encoding() {
     assert_eq!(status, 200);
     let listed = listed.expect("a listing").to_string();
     assert!(listed.contains("leaky_listing"), "{listed}");
-    assert_eq!(secret_forms(&listed), Vec::<String>::new(), "{listed}");
+    assert_eq!(careless.leaked(&listed), Vec::<String>::new(), "{listed}");
+    careless.server.stop().await;
+}
 
-    // A result that repeats the header value four ways.
-    let (status, body) = rest_call(
-        &app,
-        common::TEST_ADMIN_KEY,
-        "mcp:careless/echo_team",
-        json!({}),
-    )
-    .await;
+/// Issue 41, item 4: a header value holding `"` and `\`, echoed by the server in a result: as
+/// text, JSON-escaped and `\u`-escaped inside texts, percent-encoded (wholly, and in part with
+/// lower-case hex), in base64 inside a text and a `data:` URL, as image and blob bytes, and in
+/// `structuredContent` as a value, a key, a JSON text and `blob`/`data` base64 fields; and in a
+/// tool error. None of it reaches the caller or the audit log. Before the fix redaction ran on
+/// the serialised result, where the value is escaped, so it came back verbatim.
+#[tokio::test]
+async fn a_credential_with_quotes_echoed_in_results_is_redacted_in_every_encoding() {
+    let mut careless = Careless::start().await;
+    let app = &careless.app;
+    let admin = common::TEST_ADMIN_KEY;
+
+    // Content blocks: text, JSON-escaped, percent-encoded, an image.
+    let (status, body) = rest_call(app, admin, "mcp:careless/echo_team", json!({})).await;
     assert_eq!(status, 200, "{body}");
     let text = body.to_string();
     assert!(text.contains("team=***"), "{text}");
-    assert_eq!(secret_forms(&text), Vec::<String>::new(), "{text}");
+    assert_eq!(careless.leaked(&text), Vec::<String>::new(), "{text}");
     let image = body["structuredContent"]["content"]
         .as_array()
         .unwrap()
         .iter()
         .find(|c| c["type"] == "image")
         .unwrap_or_else(|| panic!("an image in {body}"));
-    // Bytes are described, never passed on; they were redacted before that anyway.
+    // Bytes are described, never passed on (and were redacted before that).
     assert!(image.get("data").is_none(), "{image}");
 
-    // Nor in the audit log.
-    let reasons: Vec<Option<String>> = sqlx::query_scalar("SELECT reason FROM audit_log")
-        .fetch_all(&app.state.pool)
-        .await
+    // A result built by hand, structuredContent included.
+    let (status, body) =
+        rest_call(app, admin, "mcp:careless/echo_team_structured", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_ne!(body["isError"], true, "{body}");
+    let text = body.to_string();
+    assert_eq!(careless.leaked(&text), Vec::<String>::new(), "{text}");
+    let output = &body["structuredContent"];
+    let structured = &output["structuredContent"];
+    assert_eq!(structured["team"], "***", "{body}");
+    assert_eq!(structured["***"]["nested"][0], "x-team: ***", "{body}");
+    assert_eq!(structured["json"], r#"{"team": "***"}"#, "{body}");
+    for field in ["/blob", "/image/data"] {
+        let encoded = structured
+            .pointer(field)
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("{field} in {body}"));
+        assert_eq!(
+            careless.leaked_in_base64(encoded),
+            Vec::<String>::new(),
+            "{field}"
+        );
+    }
+    use base64::Engine as _;
+    let blob = base64::engine::general_purpose::STANDARD
+        .decode(structured["blob"].as_str().unwrap_or_default())
         .unwrap();
-    let all = format!("{reasons:?}");
-    assert_eq!(secret_forms(&all), Vec::<String>::new(), "{all}");
-    server.stop().await;
+    assert_eq!(blob, b"bytes *** end");
+    let texts: Vec<&str> = output["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["text"].as_str())
+        .collect();
+    assert_eq!(texts[0], r#"{"team": "***"}"#, "{body}");
+    assert_eq!(texts[1], "https://example.test/?team=***&x=1", "{body}");
+    let data_url = texts[2].strip_prefix("data:text/plain;base64,").unwrap();
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(data_url)
+        .unwrap();
+    assert_eq!(data, b"xy***", "{body}");
+    assert!(
+        texts[3].starts_with("raw: ") && texts[3].contains("***"),
+        "{body}"
+    );
+
+    // A tool error that repeats it, also as JSON.
+    let (status, body) = rest_call(app, admin, "mcp:careless/fail_team", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["isError"], true, "{body}");
+    let message = body["structuredContent"]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("team *** is not allowed"), "{body}");
+    assert_eq!(
+        careless.leaked(&body.to_string()),
+        Vec::<String>::new(),
+        "{body}"
+    );
+
+    // Nor in the audit log (reasons, and whatever else a row holds as text).
+    let rows: Vec<String> = sqlx::query_scalar(
+        "SELECT row_to_json(a)::text FROM audit_log a WHERE action LIKE 'mcp:careless/%'",
+    )
+    .fetch_all(&app.state.pool)
+    .await
+    .unwrap();
+    assert!(rows.len() >= 3, "{rows:?}");
+    let all = rows.join("\n");
+    assert!(all.contains("***"), "{all}");
+    assert_eq!(careless.leaked(&all), Vec::<String>::new(), "{all}");
+    careless.server.stop().await;
 }

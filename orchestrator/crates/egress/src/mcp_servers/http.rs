@@ -89,12 +89,7 @@ impl PinnedHttp {
         let client = builder
             .build()
             .map_err(|e| HttpError::Request(crate::fetch::error_chain(&e)))?;
-        let redactor = super::redact::Redactor::new(
-            headers
-                .values()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| [v.to_owned(), v.trim_start_matches("Bearer ").to_owned()]),
-        );
+        let redactor = super::redact::Redactor::for_headers(&headers);
         Ok(Self {
             client,
             headers,
@@ -293,10 +288,11 @@ impl StreamableHttpClient for PinnedHttp {
                     return Ok(StreamableHttpPostResponse::Json(error, new_session));
                 }
             }
-            let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_PREFIX)]);
+            // Redacted whole, then cut: a cut through a credential would leave its start.
+            let text = self.redact(String::from_utf8_lossy(&body).trim());
             return Err(client_error(HttpError::Status {
                 status: status.as_u16(),
-                body: self.redact(text.trim()),
+                body: super::result::cut(&text, ERROR_BODY_PREFIX).to_owned(),
             }));
         }
         if is_media_type(content_type.as_ref(), "text/event-stream") {

@@ -162,6 +162,39 @@ impl McpError {
             McpError::Protocol { .. } => "mcp_error",
         }
     }
+
+    /// The error with `redactor`'s credentials taken out of every text that may hold the
+    /// server's words (or a transport's account of them).
+    pub fn redacted(self, redactor: &redact::Redactor) -> Self {
+        match self {
+            McpError::Refused {
+                server,
+                code,
+                message,
+            } => McpError::Refused {
+                server,
+                code,
+                message: redactor.text(&message),
+            },
+            McpError::Unreachable { server, message } => McpError::Unreachable {
+                server,
+                message: redactor.text(&message),
+            },
+            McpError::Unauthorized { server, message } => McpError::Unauthorized {
+                server,
+                message: redactor.text(&message),
+            },
+            McpError::Protocol { server, message } => McpError::Protocol {
+                server,
+                message: redactor.text(&message),
+            },
+            // Only the node's own words (names from the config, numbers).
+            e @ (McpError::NoSuchServer(_)
+            | McpError::CredentialMissing { .. }
+            | McpError::Timeout { .. }
+            | McpError::TooLarge { .. }) => e,
+        }
+    }
 }
 
 /// One open session and what its connection was pinned to.
@@ -328,16 +361,13 @@ impl McpServers {
             message: format!("the result cannot be read: {e}"),
         })?;
         // What the server sends back never carries the node's credentials to the caller (a
-        // failed call's text also becomes an audit reason): its values are redacted before
-        // anything is cut or serialised.
+        // failed call's text also becomes an audit reason): the whole result, every string of
+        // it, is redacted here, as it arrives, before anything is cut, shaped or serialised.
         session.http.redactor().value(&mut value);
-        let mut shaped = result::shape(
+        Ok(result::shape(
             &value,
             usize::try_from(s.config.max_result_bytes).unwrap_or(usize::MAX),
-        );
-        shaped.text = session.http.redact(&shaped.text);
-        session.http.redactor().value(&mut shaped.output);
-        Ok(shaped)
+        ))
     }
 
     fn server(&self, name: &str) -> Result<Arc<Server>, McpError> {
@@ -497,7 +527,7 @@ impl McpServers {
                     max: s.config.max_response_bytes,
                 };
             }
-            transport_error(s, &e, http.redact(&e.to_string()))
+            transport_error(s, &e, e.to_string()).redacted(http.redactor())
         })?;
         tracing::debug!(server = %s.config.name, "MCP session opened");
         Ok(Session {
@@ -607,6 +637,7 @@ fn transport_error(s: &Server, e: &(dyn std::error::Error + 'static), text: Stri
     }
 }
 
+/// The failure of a request on an open session, redacted of the session's credentials.
 fn service_error(s: &Server, session: &Session, oversize_before: u64, e: ServiceError) -> McpError {
     if session.http.oversize_count() > oversize_before {
         return McpError::TooLarge {
@@ -614,29 +645,28 @@ fn service_error(s: &Server, session: &Session, oversize_before: u64, e: Service
             max: s.config.max_response_bytes,
         };
     }
-    match e {
+    let error = match e {
         ServiceError::McpError(error) => McpError::Protocol {
             server: s.config.name.clone(),
-            message: session
-                .http
-                .redact(&format!("{} ({})", error.message, error.code.0)),
+            message: format!("{} ({})", error.message, error.code.0),
         },
         ServiceError::Timeout { .. } => McpError::Timeout {
             server: s.config.name.clone(),
             what: "the call",
             secs: s.config.timeout_secs,
         },
-        other => {
-            let text = session.http.redact(&other.to_string());
-            transport_error(s, &other, text)
-        }
-    }
+        other => transport_error(s, &other, other.to_string()),
+    };
+    error.redacted(session.http.redactor())
 }
 
 /// A listing's tools as catalog candidates: names the catalog can carry, schemas that
 /// compile, descriptions cut; anything else is left out with a warning.
-/// A listing is the server's words too: descriptions and schemas are redacted of the node's
-/// credentials, and a tool whose name holds one is left out.
+///
+/// A listing is the server's words too, shown to every caller that may list tools (readonly
+/// keys included): each listed tool is redacted of the node's credentials whole (every string
+/// and key of it: name, title, description, input and output schemas, annotations, whatever
+/// a later revision adds) before any of it is read, and a tool whose name held one is left out.
 fn remote_tools(
     server: &str,
     listed: Vec<rmcp::model::Tool>,
@@ -652,26 +682,21 @@ fn remote_tools(
     }
     let mut tools: Vec<Arc<RemoteTool>> = Vec::new();
     for tool in listed.into_iter().take(MAX_TOOLS_PER_SERVER) {
+        let Some(tool) = redacted_tool(server, tool, redactor) else {
+            continue;
+        };
         let name = tool.name.to_string();
         let name_ok = !name.is_empty()
             && name.len() <= 128
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
-        if redactor.text(&name) != name {
-            tracing::warn!(
-                server,
-                "MCP tool left out: its name repeats the node's credential for this server"
-            );
-            continue;
-        }
         if !name_ok || tools.iter().any(|t| t.name == name) {
             tracing::warn!(server, tool = %name.chars().take(64).collect::<String>(),
                 "MCP tool left out: its name is not 1-128 of [A-Za-z0-9_-./] or is listed twice");
             continue;
         }
-        let mut input_schema = Value::Object((*tool.input_schema).clone());
-        redactor.value(&mut input_schema);
+        let input_schema = Value::Object((*tool.input_schema).clone());
         let validator = match jsonschema::validator_for(&input_schema) {
             Ok(v) => Arc::new(v),
             Err(e) => {
@@ -680,8 +705,7 @@ fn remote_tools(
             }
         };
         let description = tool.description.as_deref().unwrap_or_default();
-        let description = redactor.text(description);
-        let description = result::cut(&description, MAX_DESCRIPTION).to_owned();
+        let description = result::cut(description, MAX_DESCRIPTION).to_owned();
         tools.push(Arc::new(RemoteTool {
             server: server.to_owned(),
             full_name: full_name(server, &name),
@@ -693,6 +717,41 @@ fn remote_tools(
     }
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     tools
+}
+
+/// `tool` with every string and key of it redacted; `None` (with a warning) when its name held
+/// a credential or it no longer reads as a tool.
+fn redacted_tool(
+    server: &str,
+    tool: rmcp::model::Tool,
+    redactor: &redact::Redactor,
+) -> Option<rmcp::model::Tool> {
+    if redactor.is_empty() {
+        return Some(tool);
+    }
+    let mut value = match serde_json::to_value(&tool) {
+        Ok(value) => value,
+        Err(e) => {
+            tracing::warn!(server, error = %e, "MCP tool left out: its listing cannot be read");
+            return None;
+        }
+    };
+    redactor.value(&mut value);
+    if value.get("name").and_then(Value::as_str) != Some(&*tool.name) {
+        tracing::warn!(
+            server,
+            "MCP tool left out: its name repeats the node's credential for this server"
+        );
+        return None;
+    }
+    match serde_json::from_value(value) {
+        Ok(clean) => Some(clean),
+        Err(e) => {
+            tracing::warn!(server, tool = %tool.name, error = %e,
+                "MCP tool left out: its listing no longer reads as a tool once redacted");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

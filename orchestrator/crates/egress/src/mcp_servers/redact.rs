@@ -1,90 +1,138 @@
 //! Credentials out of everything a remote MCP server says.
 //!
 //! A server may repeat the node's credentials (its bearer token, a configured header value) in
-//! anything it sends: a result, an error, a tool's name, description or input schema. What it
-//! says reaches callers (also readonly keys listing tools), models and audit reasons, so every
-//! such value passes through one [`Redactor`] before anything else sees it. Redaction works on
-//! values, never on their serialisation: a secret holding `"` or `\` is escaped in JSON and
-//! would no longer match there. Inside a string it also catches the encodings a client can
-//! undo: JSON-escaped, percent-encoded and base64 (standard and URL-safe, with and without
-//! padding); a string that is itself base64 (MCP's image, audio and blob content) is decoded,
-//! redacted and encoded again.
+//! anything it sends: a result, an error, a tool's name, description or schemas. What it says
+//! reaches callers (also readonly keys listing tools), models and audit reasons, so every such
+//! value passes through one [`Redactor`] where it enters the node (a listing when it is taken,
+//! a result or an error when it arrives), before anything else sees it.
+//!
+//! Redaction works on values, never on a serialisation of them: a secret holding `"` or `\` is
+//! escaped in JSON and would no longer match there. Inside each string (object keys too) it
+//! finds a credential however a client could get it back:
+//! - as it is;
+//! - JSON-escaped (`\"`, `\\`, `\/`, `\u0022`, surrogate pairs), as in a JSON text inside a
+//!   text;
+//! - percent-encoded, wholly or in part, in either case of hex (`+` as a space when a
+//!   credential holds one), and JSON-escaped inside percent-encoding or the reverse;
+//! - in base64 (standard and URL-safe alphabets, padded or not) at any byte offset within the
+//!   encoded bytes: the characters that carry the credential's bits are masked wherever they
+//!   stand in a text, with the partial characters at either end;
+//! - inside bytes: a string that is base64 as a whole (MCP's image, audio and blob content, a
+//!   `blob` field, a `data:` URL) is decoded, its bytes redacted in all the forms above, and
+//!   encoded again the same way.
+//!
+//! What is masked becomes [`MASK`]. A credential shorter than [`MIN_SECRET`] bytes is not
+//! looked for (it would mask ordinary text).
+
+use std::ops::Range;
 
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+use base64::engine::GeneralPurpose;
 use base64::Engine as _;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// What replaces a credential.
 pub const MASK: &str = "***";
+/// Shortest credential looked for, bytes.
+pub const MIN_SECRET: usize = 4;
+/// Shortest run of base64 characters that stands for a credential at an offset (shorter runs
+/// would match ordinary base64 by chance).
+const MIN_BASE64_RUN: usize = 6;
+/// How deep base64 inside base64 is opened.
+const MAX_BYTES_DEPTH: usize = 2;
+
+/// A byte string to find, and whether a match reaches into the characters beside it.
+#[derive(Debug, Clone, PartialEq)]
+struct Needle {
+    bytes: Vec<u8>,
+    /// A base64 run whose first character before it also holds bits of the credential.
+    partial_before: bool,
+    /// A base64 run whose first character after it also holds bits of the credential.
+    partial_after: bool,
+}
+
+/// A decoded reading of a text: its bytes, and for each byte the span of the original it came
+/// from.
+struct View {
+    bytes: Vec<u8>,
+    origin: Vec<Range<usize>>,
+}
 
 /// The credentials of one server's connection, and how to take them out of what it says.
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
-    /// Each credential in every form it may take in a text, longest first.
-    forms: Vec<String>,
-    /// The credentials' bytes, for decoded base64 content.
-    raw: Vec<Vec<u8>>,
+    /// The credentials' bytes, longest first.
+    secrets: Vec<Vec<u8>>,
+    /// The credentials and their base64 runs at every offset, in both alphabets.
+    needles: Vec<Needle>,
+    /// A credential holds a space, so a `+` of form encoding may stand for one.
+    plus_is_space: bool,
 }
 
 impl Redactor {
-    /// A redactor of `secrets` (shorter than 4 bytes: ignored, they would mask ordinary text).
+    /// A redactor of `secrets` (shorter than [`MIN_SECRET`] bytes: ignored).
     pub fn new<I, S>(secrets: I) -> Self
     where
         I: IntoIterator<Item = S>,
-        S: AsRef<str>,
+        S: AsRef<[u8]>,
     {
-        let mut forms = Vec::new();
-        let mut raw = Vec::new();
-        for secret in secrets {
-            let secret = secret.as_ref();
-            if secret.len() < 4 {
-                continue;
-            }
-            raw.push(secret.as_bytes().to_vec());
-            let escaped = serde_json::to_string(secret).unwrap_or_default();
-            let escaped = escaped
-                .strip_prefix('"')
-                .and_then(|e| e.strip_suffix('"'))
-                .unwrap_or(secret)
-                .to_owned();
-            let bytes = secret.as_bytes();
-            for form in [
-                secret.to_owned(),
-                escaped,
-                percent_encoded(secret),
-                STANDARD.encode(bytes),
-                STANDARD_NO_PAD.encode(bytes),
-                URL_SAFE.encode(bytes),
-                URL_SAFE_NO_PAD.encode(bytes),
-            ] {
-                if form.len() >= 4 && !forms.contains(&form) {
-                    forms.push(form);
+        let mut secrets: Vec<Vec<u8>> = secrets
+            .into_iter()
+            .map(|s| s.as_ref().to_vec())
+            .filter(|s| s.len() >= MIN_SECRET)
+            .collect();
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
+        let mut needles: Vec<Needle> = Vec::new();
+        for secret in &secrets {
+            let plain = Needle {
+                bytes: secret.clone(),
+                partial_before: false,
+                partial_after: false,
+            };
+            for needle in std::iter::once(plain).chain(base64_runs(secret)) {
+                if !needles.contains(&needle) {
+                    needles.push(needle);
                 }
             }
         }
-        // Longest first: a form that contains another is masked whole.
-        forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
-        raw.sort_by_key(|r| std::cmp::Reverse(r.len()));
-        Self { forms, raw }
+        let plus_is_space = secrets.iter().any(|s| s.contains(&b' '));
+        Self {
+            secrets,
+            needles,
+            plus_is_space,
+        }
+    }
+
+    /// The redactor of a connection's credential headers: every value, and the token of an
+    /// `Authorization: Bearer <token>` alone.
+    pub fn for_headers(headers: &reqwest::header::HeaderMap) -> Self {
+        let mut secrets: Vec<Vec<u8>> = Vec::new();
+        for value in headers.values() {
+            let bytes = value.as_bytes();
+            secrets.push(bytes.to_vec());
+            secrets.push(bytes.trim_ascii().to_vec());
+            if bytes.len() > 7 && bytes[..7].eq_ignore_ascii_case(b"bearer ") {
+                secrets.push(bytes[7..].trim_ascii().to_vec());
+            }
+        }
+        Self::new(secrets)
     }
 
     /// True when there is nothing to redact.
     pub fn is_empty(&self) -> bool {
-        self.raw.is_empty()
+        self.secrets.is_empty()
     }
 
     /// `text` with every form of every credential masked.
     pub fn text(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for form in &self.forms {
-            if out.contains(form.as_str()) {
-                out = out.replace(form.as_str(), MASK);
-            }
+        if self.is_empty() {
+            return text.to_owned();
         }
-        if let Some(decoded) = self.base64_redacted(&out) {
-            return decoded;
+        match self.bytes(text.as_bytes(), 0) {
+            Some(clean) => String::from_utf8_lossy(&clean).into_owned(),
+            None => text.to_owned(),
         }
-        out
     }
 
     /// Redacts every string of `value` in place, object keys included.
@@ -94,75 +142,334 @@ impl Redactor {
         }
         match value {
             Value::String(s) => {
-                let clean = self.text(s);
-                if clean != *s {
-                    *s = clean;
+                if let Some(clean) = self.bytes(s.as_bytes(), 0) {
+                    *s = String::from_utf8_lossy(&clean).into_owned();
                 }
             }
             Value::Array(items) => items.iter_mut().for_each(|v| self.value(v)),
             Value::Object(map) => {
-                let dirty: Vec<String> = map
-                    .keys()
-                    .filter(|k| self.text(k) != **k)
-                    .cloned()
-                    .collect();
-                for key in dirty {
-                    if let Some(v) = map.remove(&key) {
-                        map.insert(self.text(&key), v);
+                if map.keys().any(|k| self.bytes(k.as_bytes(), 0).is_some()) {
+                    let mut clean = Map::new();
+                    for (key, v) in std::mem::take(map) {
+                        let mut key = self.text(&key);
+                        // Two keys masked alike stay two entries.
+                        let base = key.clone();
+                        let mut n = 1;
+                        while clean.contains_key(&key) {
+                            n += 1;
+                            key = format!("{base}#{n}");
+                        }
+                        clean.insert(key, v);
                     }
+                    *map = clean;
                 }
                 map.values_mut().for_each(|v| self.value(v));
             }
-            _ => {}
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
         }
     }
 
-    /// When `text` is base64 (as MCP carries bytes) whose bytes hold a credential: the bytes
-    /// with it masked, encoded again the same way.
-    fn base64_redacted(&self, text: &str) -> Option<String> {
-        if text.len() < 8 || text.len() % 4 == 1 {
+    /// `bytes` with every form of every credential masked, or `None` when they hold none.
+    fn bytes(&self, bytes: &[u8], depth: usize) -> Option<Vec<u8>> {
+        if let Some(clean) = self.whole_base64(bytes, depth) {
+            return Some(clean);
+        }
+        let spans = self.spans(bytes);
+        if spans.is_empty() {
             return None;
         }
-        let engines: [&base64::engine::GeneralPurpose; 4] =
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut at = 0;
+        for span in spans {
+            out.extend_from_slice(&bytes[at..span.start]);
+            out.extend_from_slice(MASK.as_bytes());
+            at = span.end;
+        }
+        out.extend_from_slice(&bytes[at..]);
+        Some(out)
+    }
+
+    /// The spans of `bytes` that carry a credential, in order and merged.
+    fn spans(&self, bytes: &[u8]) -> Vec<Range<usize>> {
+        let mut spans = Vec::new();
+        let identity = |r: Range<usize>| r;
+        self.find(bytes, identity, &mut spans);
+        for view in self.views(bytes) {
+            let origin = &view.origin;
+            self.find(
+                &view.bytes,
+                |r: Range<usize>| origin[r.start].start..origin[r.end - 1].end,
+                &mut spans,
+            );
+        }
+        merge(spans)
+    }
+
+    /// Every needle in `text`, its span mapped to the original by `origin`.
+    fn find(
+        &self,
+        text: &[u8],
+        origin: impl Fn(Range<usize>) -> Range<usize>,
+        out: &mut Vec<Range<usize>>,
+    ) {
+        for needle in &self.needles {
+            let n = needle.bytes.len();
+            if n == 0 || n > text.len() {
+                continue;
+            }
+            let first = needle.bytes[0];
+            let mut from = 0;
+            while let Some(offset) = text[from..=text.len() - n].iter().position(|&b| b == first) {
+                let start = from + offset;
+                if text[start..start + n] == needle.bytes[..] {
+                    let mut span = start..start + n;
+                    if needle.partial_before
+                        && span.start > 0
+                        && is_base64_char(text[span.start - 1])
+                    {
+                        span.start -= 1;
+                    }
+                    if needle.partial_after
+                        && span.end < text.len()
+                        && is_base64_char(text[span.end])
+                    {
+                        span.end += 1;
+                    }
+                    out.push(origin(span));
+                }
+                from = start + 1;
+                if from > text.len() - n {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The decoded readings of `bytes` worth searching: percent-decoded, JSON-unescaped, and
+    /// each of them decoded the other way.
+    fn views(&self, bytes: &[u8]) -> Vec<View> {
+        let mut first: Vec<View> = Vec::new();
+        if bytes.contains(&b'%') || (self.plus_is_space && bytes.contains(&b'+')) {
+            first.push(percent_decoded(bytes, false));
+            if self.plus_is_space && bytes.contains(&b'+') {
+                first.push(percent_decoded(bytes, true));
+            }
+        }
+        if bytes.contains(&b'\\') {
+            first.push(json_unescaped(bytes));
+        }
+        let mut views = Vec::new();
+        for view in first {
+            let mut second = Vec::new();
+            if view.bytes.contains(&b'%') {
+                second.push(percent_decoded(&view.bytes, self.plus_is_space));
+            }
+            if view.bytes.contains(&b'\\') {
+                second.push(json_unescaped(&view.bytes));
+            }
+            for inner in second {
+                let origin = inner
+                    .origin
+                    .iter()
+                    .map(|r| view.origin[r.start].start..view.origin[r.end - 1].end)
+                    .collect();
+                views.push(View {
+                    bytes: inner.bytes,
+                    origin,
+                });
+            }
+            views.push(view);
+        }
+        views
+    }
+
+    /// When all of `bytes` is base64 (alone or as a `data:` URL) and its decoded bytes hold a
+    /// credential: those bytes redacted, encoded again the same way.
+    fn whole_base64(&self, bytes: &[u8], depth: usize) -> Option<Vec<u8>> {
+        if depth >= MAX_BYTES_DEPTH {
+            return None;
+        }
+        let (prefix, encoded) = match find_subslice(bytes, b";base64,") {
+            Some(at) if bytes.starts_with(b"data:") => bytes.split_at(at + b";base64,".len()),
+            _ => (&bytes[..0], bytes),
+        };
+        // Line breaks (MIME) are allowed and dropped.
+        let compact: Vec<u8> = encoded
+            .iter()
+            .copied()
+            .filter(|b| !b.is_ascii_whitespace())
+            .collect();
+        if compact.len() < 8 || !compact.iter().all(|&b| is_base64_char(b) || b == b'=') {
+            return None;
+        }
+        let engines: [&GeneralPurpose; 4] =
             [&STANDARD, &URL_SAFE, &STANDARD_NO_PAD, &URL_SAFE_NO_PAD];
         for engine in engines {
-            let Ok(bytes) = engine.decode(text) else {
+            let Ok(decoded) = engine.decode(&compact) else {
                 continue;
             };
-            let masked = self.bytes(&bytes)?;
-            return Some(engine.encode(masked));
+            let clean = self.bytes(&decoded, depth + 1)?;
+            let mut out = prefix.to_vec();
+            out.extend_from_slice(engine.encode(clean).as_bytes());
+            return Some(out);
         }
         None
     }
-
-    /// `bytes` with every credential masked, or `None` when they hold none.
-    fn bytes(&self, bytes: &[u8]) -> Option<Vec<u8>> {
-        let mut out = bytes.to_vec();
-        let mut changed = false;
-        for secret in &self.raw {
-            while let Some(at) = out
-                .windows(secret.len())
-                .position(|w| w == secret.as_slice())
-            {
-                out.splice(at..at + secret.len(), MASK.bytes());
-                changed = true;
-            }
-        }
-        changed.then_some(out)
-    }
 }
 
-/// `text` percent-encoded as a URL component (every byte but the unreserved ones).
-fn percent_encoded(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 3);
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
+/// The base64 runs of `secret` at each byte offset (0, 1, 2) in the encoded bytes, in both
+/// alphabets: the characters whose six bits are all the secret's, flagged when a character
+/// beside them holds some of its bits too.
+fn base64_runs(secret: &[u8]) -> Vec<Needle> {
+    let mut runs = Vec::new();
+    for offset in 0..3usize {
+        let mut padded = vec![0u8; offset];
+        padded.extend_from_slice(secret);
+        let bits_before = 8 * offset;
+        let bits_end = 8 * padded.len();
+        let first = bits_before.div_ceil(6);
+        let end = bits_end / 6;
+        if end <= first || end - first < MIN_BASE64_RUN {
+            continue;
+        }
+        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            let encoded = engine.encode(&padded);
+            let Some(run) = encoded.as_bytes().get(first..end) else {
+                continue;
+            };
+            let needle = Needle {
+                bytes: run.to_vec(),
+                partial_before: bits_before % 6 != 0,
+                partial_after: bits_end % 6 != 0,
+            };
+            if !runs.contains(&needle) {
+                runs.push(needle);
+            }
         }
     }
-    out
+    runs
+}
+
+/// A base64 character of either alphabet.
+fn is_base64_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_')
+}
+
+/// `bytes` percent-decoded (`%XX` in either case; `+` as a space when `plus_is_space`).
+fn percent_decoded(bytes: &[u8], plus_is_space: bool) -> View {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut origin = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = match bytes.get(i..i + 3) {
+            Some([b'%', high, low]) => hex_digit(*high)
+                .zip(hex_digit(*low))
+                .map(|(h, l)| h << 4 | l),
+            _ => None,
+        };
+        match hex {
+            Some(b) => {
+                out.push(b);
+                origin.push(i..i + 3);
+                i += 3;
+            }
+            None => {
+                out.push(if plus_is_space && bytes[i] == b'+' {
+                    b' '
+                } else {
+                    bytes[i]
+                });
+                origin.push(i..i + 1);
+                i += 1;
+            }
+        }
+    }
+    View { bytes: out, origin }
+}
+
+/// The value of a hex digit of either case.
+fn hex_digit(b: u8) -> Option<u8> {
+    char::from(b)
+        .to_digit(16)
+        .and_then(|d| u8::try_from(d).ok())
+}
+
+/// `bytes` with JSON string escapes undone (`\"`, `\\`, `\/`, `\n` and the like, `\uXXXX` and
+/// surrogate pairs); anything else as it is.
+fn json_unescaped(bytes: &[u8]) -> View {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut origin = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' {
+            if let Some((decoded, len)) = json_escape(&bytes[i..]) {
+                let mut buf = [0u8; 4];
+                for b in decoded.encode_utf8(&mut buf).bytes() {
+                    out.push(b);
+                    origin.push(i..i + len);
+                }
+                i += len;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        origin.push(i..i + 1);
+        i += 1;
+    }
+    View { bytes: out, origin }
+}
+
+/// The character of the JSON escape at the start of `bytes` and its length.
+fn json_escape(bytes: &[u8]) -> Option<(char, usize)> {
+    let simple = match *bytes.get(1)? {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        b'u' => {
+            let unit = |at: usize| {
+                bytes.get(at..at + 4)?.iter().try_fold(0u32, |acc, &b| {
+                    hex_digit(b).map(|d| acc << 4 | u32::from(d))
+                })
+            };
+            let high = unit(2)?;
+            if (0xD800..0xDC00).contains(&high) {
+                if bytes.get(6..8) == Some(b"\\u") {
+                    let low = unit(8)?;
+                    if (0xDC00..0xE000).contains(&low) {
+                        let c = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+                        return Some((char::from_u32(c)?, 12));
+                    }
+                }
+                return None;
+            }
+            return Some((char::from_u32(high)?, 6));
+        }
+        _ => return None,
+    };
+    Some((simple, 2))
+}
+
+/// The spans sorted, overlapping or touching ones joined.
+fn merge(mut spans: Vec<Range<usize>>) -> Vec<Range<usize>> {
+    spans.sort_by_key(|s| (s.start, s.end));
+    let mut merged: Vec<Range<usize>> = Vec::with_capacity(spans.len());
+    for span in spans {
+        match merged.last_mut() {
+            Some(last) if span.start <= last.end => last.end = last.end.max(span.end),
+            _ => merged.push(span),
+        }
+    }
+    merged
+}
+
+/// Where `needle` first occurs in `haystack`.
+fn find_subslice(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]
@@ -171,6 +478,19 @@ mod tests {
     use serde_json::json;
 
     const SECRET: &str = "team-1\"q\\z";
+
+    /// `text` percent-encoded as a URL component (every byte but the unreserved ones).
+    fn percent_encoded(text: &str) -> String {
+        text.bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect()
+    }
 
     #[test]
     fn a_secret_with_quotes_and_backslashes_goes_in_every_form() {
@@ -181,6 +501,7 @@ mod tests {
             "b64": STANDARD.encode(format!("x {SECRET} y")),
             "standalone": format!("auth {}", URL_SAFE_NO_PAD.encode(SECRET)),
             "tok-abcdef": "a key that is the token",
+            "escaped": serde_json::to_string(&json!({"team": SECRET})).unwrap(),
         });
         r.value(&mut v);
         let out = v.to_string();
@@ -190,18 +511,94 @@ mod tests {
         let decoded = STANDARD.decode(v["b64"].as_str().unwrap()).unwrap();
         assert_eq!(decoded, b"x *** y");
         assert_eq!(v["text"], "header was ***");
-        // The escaped form, as it would appear inside a serialised text.
-        let escaped = serde_json::to_string(&json!({"a": SECRET})).unwrap();
-        assert!(!r.text(&escaped).contains("team-1"));
+        assert_eq!(v["escaped"], "{\"team\":\"***\"}");
+        assert_eq!(v["***"], "a key that is the token");
+    }
+
+    #[test]
+    fn partial_and_mixed_encodings_are_found() {
+        let r = Redactor::new([SECRET]);
+        // Only the reserved bytes encoded, lower-case hex.
+        assert_eq!(r.text("q=team-1%22q%5cz&x=1"), "q=***&x=1");
+        // \u escapes.
+        assert_eq!(r.text(r#"{"t":"team-1\u0022q\u005cz"}"#), r#"{"t":"***"}"#);
+        // JSON-escaped, then percent-encoded (a JSON text in a query string).
+        let nested = percent_encoded(&serde_json::to_string(SECRET).unwrap());
+        assert!(!r.text(&nested).contains("team"), "{}", r.text(&nested));
+        // A space as `+` in a form.
+        let spaced = Redactor::new(["two words here"]);
+        assert_eq!(spaced.text("a=two+words+here&b"), "a=***&b");
+    }
+
+    #[test]
+    fn base64_at_any_offset_inside_a_text_is_masked() {
+        let r = Redactor::new([SECRET]);
+        for prefix in ["", "a", "ab", "abc", "abcd"] {
+            let bytes = format!("{prefix}{SECRET} and more");
+            for engine in [&STANDARD, &URL_SAFE_NO_PAD] {
+                let encoded = engine.encode(&bytes);
+                let text = format!("token: {encoded}.");
+                let clean = r.text(&text);
+                assert!(clean.contains(MASK), "{prefix:?}: {clean}");
+                // No run of the credential's own characters survives.
+                for run in base64_runs(SECRET.as_bytes()) {
+                    let run = String::from_utf8(run.bytes).unwrap();
+                    assert!(!clean.contains(&run), "{prefix:?}: {clean}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bytes_in_base64_are_opened_redacted_and_encoded_again() {
+        let r = Redactor::new([SECRET]);
+        // Whole base64 whose bytes hold the secret escaped, at an offset no run covers.
+        let json_bytes = serde_json::to_vec(&json!({"k": SECRET})).unwrap();
+        let mut v = json!({
+            "blob": STANDARD.encode(&json_bytes),
+            "url": format!("data:image/png;base64,{}", STANDARD.encode([&b"\x89PNG"[..], SECRET.as_bytes()].concat())),
+            "mime": STANDARD.encode(format!("{SECRET}{}", "x".repeat(80)))
+                .as_bytes()
+                .chunks(20)
+                .map(|c| std::str::from_utf8(c).unwrap())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        });
+        r.value(&mut v);
+        let blob = STANDARD.decode(v["blob"].as_str().unwrap()).unwrap();
+        assert_eq!(blob, br#"{"k":"***"}"#);
+        let url = v["url"].as_str().unwrap();
+        let png = STANDARD
+            .decode(url.strip_prefix("data:image/png;base64,").unwrap())
+            .unwrap();
+        assert_eq!(png, b"\x89PNG***");
+        let mime = STANDARD.decode(v["mime"].as_str().unwrap()).unwrap();
+        assert!(mime.starts_with(b"***x"), "{mime:?}");
+    }
+
+    #[test]
+    fn keys_masked_alike_stay_apart_and_headers_give_their_token() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            reqwest::header::HeaderValue::from_static("Bearer tok-12345"),
+        );
+        let r = Redactor::for_headers(&headers);
+        // The whole header value, and the token alone.
+        assert_eq!(r.text("Bearer tok-12345 / tok-12345"), "*** / ***");
+        let mut v = json!({"a tok-12345": 1, "a %74ok-12345": 2});
+        r.value(&mut v);
+        assert_eq!(v, json!({"a ***": 2, "a ***#2": 1}));
     }
 
     #[test]
     fn ordinary_text_and_short_values_stay() {
         let r = Redactor::new(["abc", "longer-secret"]);
         assert_eq!(r.text("abc and friends"), "abc and friends");
-        let mut v = json!({"data": STANDARD.encode(b"plain bytes here")});
+        let mut v = json!({"data": STANDARD.encode(b"plain bytes here"), "q": "a%20b\\n"});
         let before = v.clone();
         r.value(&mut v);
         assert_eq!(v, before);
+        assert!(Redactor::new(["abc"]).is_empty());
     }
 }
