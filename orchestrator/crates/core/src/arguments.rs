@@ -172,6 +172,14 @@ pub fn scrub(text: &str, args: &Value) -> String {
                 candidates.push((word.to_owned(), pointer.clone()));
             }
         }
+        // A message may quote the value as JSON (a server echoing its arguments): a value with
+        // `"`, `\` or a control character is escaped there and would not match as it is.
+        let escaped = serde_json::to_string(&value).unwrap_or_default();
+        if let Some(escaped) = escaped.strip_prefix('"').and_then(|e| e.strip_suffix('"')) {
+            if escaped != value {
+                candidates.push((escaped.to_owned(), pointer.clone()));
+            }
+        }
         candidates.push((value, pointer));
     }
     // Longest first, so a whole value is replaced before the words inside it.
@@ -415,6 +423,15 @@ mod tests {
         // Short unquoted values do not garble the message.
         let short = scrub("is not allowed", &serde_json::json!({"a": "is"}));
         assert_eq!(short, "is not allowed");
+        // A value quoted as JSON, where `"` and `\` are escaped.
+        let args = serde_json::json!({"token": "pa\"ss\\word"});
+        let echoed = format!(
+            "server said: {}",
+            serde_json::json!({"token": args["token"]})
+        );
+        let scrubbed = scrub(&echoed, &args);
+        assert!(!scrubbed.contains("pa\\\"ss"), "{scrubbed}");
+        assert!(scrubbed.contains("<arg /token>"), "{scrubbed}");
     }
 
     #[test]

@@ -293,12 +293,33 @@ impl LlmClient {
 }
 
 impl Provider {
-    /// `text` with every occurrence of the API key replaced.
+    /// `text` with every occurrence of the API key replaced, also as a JSON body quotes it
+    /// (`"` and `\` escaped, `/` as `\/`), where the bare key would not match.
     fn redact(&self, text: &str) -> String {
-        match &self.key {
-            Some(k) if !k.0.is_empty() => text.replace(&k.0, REDACTED),
-            _ => text.to_owned(),
+        let Some(key) = self
+            .key
+            .as_ref()
+            .map(|k| k.0.as_str())
+            .filter(|k| !k.is_empty())
+        else {
+            return text.to_owned();
+        };
+        let escaped = serde_json::to_string(key).unwrap_or_default();
+        let escaped = escaped
+            .strip_prefix('"')
+            .and_then(|e| e.strip_suffix('"'))
+            .unwrap_or(key);
+        let mut out = text.to_owned();
+        for form in [
+            escaped.replace('/', "\\/"),
+            escaped.to_owned(),
+            key.to_owned(),
+        ] {
+            if out.contains(&form) {
+                out = out.replace(&form, REDACTED);
+            }
         }
+        out
     }
 }
 
@@ -375,5 +396,13 @@ mod tests {
         };
         assert!(!format!("{p:?}").contains("sk-secret"));
         assert_eq!(p.redact("bad key sk-secret!"), "bad key [redacted]!");
+        let p = Provider {
+            key: Some(ApiKey("k/ey+\"x".into())),
+            ..p
+        };
+        assert_eq!(
+            p.redact(r#"{"error": "bad key k\/ey+\"x", "k": "k/ey+\"x"}"#),
+            r#"{"error": "bad key [redacted]", "k": "[redacted]"}"#
+        );
     }
 }
