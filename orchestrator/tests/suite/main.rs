@@ -16,6 +16,7 @@ mod audit_intent;
 mod background;
 mod cli;
 mod cluster;
+mod console;
 mod contracts;
 mod control_plane;
 mod crash;

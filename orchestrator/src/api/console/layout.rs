@@ -17,6 +17,7 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-
 
 const STYLESHEET: &str = include_str!("static/console.css");
 const SCRIPT: &str = include_str!("static/console.js");
+const FAVICON: &str = include_str!("static/favicon.svg");
 
 /// Escapes text for HTML element content and quoted attribute values.
 pub fn esc(s: &str) -> String {
@@ -116,6 +117,7 @@ pub fn page(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{} · orchestrator console</title>\
+         <link rel=\"icon\" href=\"/console/static/favicon.svg\">\
          <link rel=\"stylesheet\" href=\"/console/static/console.css\">\
          <script src=\"/console/static/console.js\" defer></script></head>\
          <body><header><a class=\"brand\" href=\"/console\">orchestrator console</a>{nav}</header>\
@@ -154,6 +156,12 @@ pub fn csrf_field(session: &Session) -> String {
 /// `GET /console/static/console.css`.
 pub async fn stylesheet() -> Response {
     asset("text/css; charset=utf-8", STYLESHEET)
+}
+
+/// `GET /console/static/favicon.svg`: a browser asks for an icon; one of our own, so it never
+/// asks elsewhere (and no 404 lands in its console).
+pub async fn favicon() -> Response {
+    asset("image/svg+xml", FAVICON)
 }
 
 /// `GET /console/static/console.js`.

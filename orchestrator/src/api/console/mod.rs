@@ -42,6 +42,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route("/console/sign-out", post(session::sign_out))
         .route("/console/static/console.css", get(layout::stylesheet))
         .route("/console/static/console.js", get(layout::script))
+        .route("/console/static/favicon.svg", get(layout::favicon))
         .route("/console/sandboxes", get(pages::sandboxes))
         .route("/console/sandboxes/{id}", get(pages::sandbox))
         .route(

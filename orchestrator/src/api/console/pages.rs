@@ -786,14 +786,14 @@ pub async fn approvals(s: Session, Extension(rest): Extension<Rest>, Query(q): P
             &a,
             &[
                 "id",
-                "caller_kind",
-                "caller_id",
+                "caller",
                 "security_context",
                 "created_at",
                 "expires_at",
                 "arguments",
                 "decided_by",
-                "decision_note",
+                "decided_at",
+                "note",
             ],
         );
         if s.may_write() && a["state"] == "pending" {

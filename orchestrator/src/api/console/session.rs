@@ -223,10 +223,18 @@ fn form_page(status: StatusCode, message: Option<&str>) -> Response {
     layout::page(status, "Sign in", None, "", &body)
 }
 
-/// True when the request says it comes from another site (`Origin` naming another host), so
-/// no other site can sign a browser in to a key of its choosing.
+/// True when the request says it comes from another site, so no other site can sign a browser
+/// in to a key of its choosing: by the browser's `Sec-Fetch-Site` when sent, else by an
+/// `Origin` naming another host (`null`, which browsers send under `no-referrer`, says nothing).
 fn cross_site(headers: &HeaderMap) -> bool {
-    let Some(origin) = headers.get(ORIGIN).and_then(|o| o.to_str().ok()) else {
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        return !matches!(site, "same-origin" | "none");
+    }
+    let Some(origin) = headers
+        .get(ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .filter(|o| *o != "null")
+    else {
         return false;
     };
     let host = headers

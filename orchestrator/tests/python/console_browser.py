@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Drives the operator console (/console) in a real browser: Debian's chromium through
+chromium-driver and Selenium. Started by tests/suite/console.rs, which prepares the node and its
+data through REST and passes them in the environment:
+
+  CONSOLE_BASE      http://127.0.0.1:PORT
+  ADMIN_KEY         an unbound admin key
+  SECOND_KEY        an unbound operator key (approves the waiting call)
+  SELF_KEY          the bound operator key whose call waits for approval
+  SANDBOX_ID        a sandbox the admin key made, with a cmd.run in it
+  APPROVAL_ID       the waiting call's approval request
+  WORKFLOW          a workflow whose run takes a few seconds (started here, through REST)
+  SCREENSHOT_DIR    where the screenshots go (1400x1000)
+
+Prints one JSON object on its last line: what each step saw, and the browser's console errors.
+"""
+
+import json
+import os
+import sys
+import time
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+BASE = os.environ["CONSOLE_BASE"]
+SHOTS = os.environ["SCREENSHOT_DIR"]
+result = {"steps": {}, "console_errors": [], "screenshots": []}
+
+
+def step(name, value):
+    result["steps"][name] = value
+
+
+def driver():
+    options = webdriver.ChromeOptions()
+    options.binary_location = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,1000", "--no-first-run", "--disable-extensions"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(os.environ.get("CHROMEDRIVER_BIN", "/usr/bin/chromedriver"))
+    d = webdriver.Chrome(service=service, options=options)
+    d.set_window_size(1400, 1000)
+    d.set_page_load_timeout(60)
+    return d
+
+
+def collect_logs(d, refused=None):
+    """Keeps the browser's errors; `refused` is a path this script posted to on purpose to be
+    refused, whose 403 the browser logs as a failed load and which is no script error."""
+    for entry in d.get_log("browser"):
+        message = entry.get("message", "")
+        if entry.get("level") != "SEVERE":
+            continue
+        if refused and refused in message and "status of 403" in message:
+            continue
+        result["console_errors"].append(message)
+
+
+def shot(d, name):
+    os.makedirs(SHOTS, exist_ok=True)
+    path = os.path.join(SHOTS, name + ".png")
+    d.save_screenshot(path)
+    result["screenshots"].append(path)
+
+
+def go(d, path):
+    d.get(BASE + path)
+    collect_logs(d)
+
+
+def text(d):
+    return d.find_element(By.TAG_NAME, "body").text
+
+
+def sign_in(d, key):
+    go(d, "/console/sign-in")
+    field = d.find_element(By.ID, "key")
+    field.send_keys(key)
+    d.find_element(By.CSS_SELECTOR, "form.signin button[type=submit]").click()
+    WebDriverWait(d, 20).until(lambda d: "/console/sign-in" not in d.current_url)
+    collect_logs(d)
+
+
+def sign_out(d):
+    d.find_element(By.ID, "sign-out").click()
+    WebDriverWait(d, 20).until(lambda d: "/console/sign-in" in d.current_url)
+
+
+def post_without_token(d, path):
+    """A state-changing request from inside the signed-in page, without the form token."""
+    collect_logs(d)
+    status = d.execute_async_script(
+        "var done = arguments[arguments.length - 1];"
+        "fetch(arguments[0], {method: 'POST', body: new URLSearchParams({note: 'x'}),"
+        " redirect: 'manual'}).then(function (r) { done(r.status); },"
+        " function (e) { done(String(e)); });", path)
+    collect_logs(d, refused=path)
+    return status
+
+
+def post_with_token(d, path, fields):
+    """A form post with this session's token, read from the page's sign-out form."""
+    collect_logs(d)
+    answer = d.execute_async_script(
+        "var done = arguments[arguments.length - 1];"
+        "var token = document.querySelector('input[name=csrf]').value;"
+        "var body = new URLSearchParams(arguments[1]); body.set('csrf', token);"
+        "fetch(arguments[0], {method: 'POST', body: body, redirect: 'manual'})"
+        ".then(function (r) { return r.text().then(function (t) { done([r.status, t]); }); },"
+        " function (e) { done([0, String(e)]); });", path, fields)
+    collect_logs(d, refused=path)
+    return answer
+
+
+def start_run():
+    request = urllib.request.Request(
+        BASE + "/v1/workflows/%s/run" % os.environ["WORKFLOW"],
+        data=json.dumps({"input": {}}).encode(),
+        headers={"Authorization": "Bearer " + os.environ["ADMIN_KEY"],
+                 "Content-Type": "application/json"},
+        method="POST")
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.loads(r.read())["execution_id"]
+
+
+def main():
+    d = driver()
+    try:
+        run(d)
+    except Exception:
+        result["at_failure"] = {"url": d.current_url, "text": text(d)[:2000]}
+        raise
+    finally:
+        d.quit()
+
+
+def run(d):
+    if True:
+        # 1. Without a session: nothing but the sign-in form.
+        go(d, "/console/sandboxes")
+        step("no_session_redirected", d.current_url.endswith("/console/sign-in"))
+        step("no_session_shows_no_data", os.environ["SANDBOX_ID"] not in d.page_source)
+        shot(d, "sign-in")
+
+        # 2. Sign in as the admin key; the key is nowhere in the page or the URL.
+        sign_in(d, os.environ["ADMIN_KEY"])
+        step("signed_in_url", d.current_url)
+        step("key_not_in_page", os.environ["ADMIN_KEY"] not in d.page_source
+             and os.environ["ADMIN_KEY"] not in d.current_url)
+
+        # 3. The sandbox made through REST, its page, and its cmd.run in the audit.
+        step("sandbox_listed", os.environ["SANDBOX_ID"] in text(d))
+        shot(d, "sandboxes")
+        go(d, "/console/sandboxes/" + os.environ["SANDBOX_ID"])
+        body = text(d)
+        step("sandbox_page_processes", "Processes" in body)
+        step("sandbox_page_files", "hello.txt" in body)
+        shot(d, "sandbox")
+        go(d, "/console/audit?tool=cmd.run")
+        rows = d.find_elements(By.CSS_SELECTOR, "#audit tbody tr")
+        step("audit_cmd_run_rows", sum(1 for r in rows if "cmd.run" in r.text))
+        shot(d, "audit")
+
+        # 4. A workflow run advancing live to completion.
+        run_id = start_run()
+        go(d, "/console/runs/" + run_id)
+        step("run_followed_live", len(d.find_elements(By.ID, "live")) == 1)
+        shot(d, "run-live")
+        try:
+            WebDriverWait(d, 120, poll_frequency=0.5).until(
+                lambda d: d.find_element(By.ID, "run-status").text == "completed")
+            step("run_completed_in_page", True)
+        except TimeoutException:
+            step("run_completed_in_page", False)
+        collect_logs(d)
+        step("run_current_state", [e.get_attribute("data-state")
+                                   for e in d.find_elements(By.CSS_SELECTOR, ".state.current")])
+        step("run_events", len(d.find_elements(By.CSS_SELECTOR, "#events li")))
+        shot(d, "run")
+        go(d, "/console/runs")
+        step("runs_list_has_run", run_id in text(d))
+        shot(d, "runs")
+
+        # 5. Verify the chain.
+        go(d, "/console/audit")
+        d.find_element(By.ID, "verify").click()
+        WebDriverWait(d, 30).until(lambda d: d.find_elements(By.ID, "verify-result"))
+        step("verify_result", d.find_element(By.ID, "verify-result").text)
+        shot(d, "audit-verify")
+
+        # 6. Keys and the node (admin pages).
+        go(d, "/console/keys")
+        step("keys_page_lists_second", "second-person" in text(d))
+        shot(d, "keys")
+        go(d, "/console/node")
+        step("node_ready", d.find_element(By.ID, "ready").text)
+        shot(d, "node")
+
+        # 7. Every state-changing request without the form token is refused.
+        refusals = {}
+        for path in ("/console/sign-out", "/console/sandboxes/%s/destroy" % os.environ["SANDBOX_ID"],
+                     "/console/approvals/%s/approve" % os.environ["APPROVAL_ID"],
+                     "/console/runs/%s/cancel" % run_id, "/console/keys"):
+            refusals[path] = post_without_token(d, path)
+        step("without_token", refusals)
+        sign_out(d)
+
+        # 8. The key whose call waits cannot approve it (REST refuses; the console shows it).
+        sign_in(d, os.environ["SELF_KEY"])
+        go(d, "/console/approvals")
+        step("self_approvals_page", text(d))
+        step("self_approve_buttons", len(d.find_elements(By.ID, "approve-" + os.environ["APPROVAL_ID"])))
+        status, page = post_with_token(d, "/console/approvals/%s/approve" % os.environ["APPROVAL_ID"],
+                                       {"note": "my own"})
+        step("self_approve_status", status)
+        step("self_approve_refusal", "key_bound" in page or "own_call" in page)
+        shot(d, "approvals-own")
+        sign_out(d)
+
+        # 9. A second person approves it.
+        sign_in(d, os.environ["SECOND_KEY"])
+        go(d, "/console/approvals")
+        shot(d, "approvals")
+        d.find_element(By.ID, "approve-" + os.environ["APPROVAL_ID"]).click()
+        WebDriverWait(d, 30).until(lambda d: d.find_elements(By.ID, "outcome"))
+        step("second_approve_outcome", d.find_element(By.ID, "outcome").text)
+        step("second_sees_no_keys_link", len(d.find_elements(By.LINK_TEXT, "Keys")) == 0)
+        collect_logs(d)
+        sign_out(d)
+
+        # 10. Signed out: the session is gone.
+        go(d, "/console/sandboxes")
+        step("after_sign_out_redirected", d.current_url.endswith("/console/sign-in"))
+        collect_logs(d)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # reported, so the Rust test shows what broke
+        result["error"] = "%s: %s" % (type(e).__name__, e)
+    print(json.dumps(result))
+    sys.exit(0)
