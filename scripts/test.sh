@@ -62,6 +62,22 @@ if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("prometheus-
     || die "cannot install prometheus-client/schemathesis (pip)"
 fi
 
+# tests/suite/console.rs drives the operator console in a real browser: Debian's chromium and
+# chromium-driver, through Selenium from PyPI.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  [ "$(id -u)" = 0 ] || die "chromium/chromium-driver are not installed and we are not root: install them"
+  say "installing chromium and chromium-driver (console browser test)"
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >&2; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >&2 \
+      || die "cannot install chromium/chromium-driver (apt-get)"
+  fi
+fi
+if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("selenium"))' 2>/dev/null)" != "4.51.0" ]; then
+  say "installing selenium 4.51.0 from PyPI (console browser test)"
+  python3 -m pip install -q selenium==4.51.0 >&2 || die "cannot install selenium==4.51.0 (pip)"
+fi
+
 say "checking the crates' layers (ARCHITECTURE.md, Crates and their layers)"
 "$root/scripts/check_layers.sh" >&2 || die "a crate depends on one its layer does not allow (see above)"
 
