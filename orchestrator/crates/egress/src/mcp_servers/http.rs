@@ -107,7 +107,7 @@ impl PinnedHttp {
     }
 
     /// The redactor of this connection's credentials, for values (results, listings).
-    pub fn redactor(&self) -> &super::redact::Redactor {
+    pub fn redactor(&self) -> &Arc<super::redact::Redactor> {
         &self.redactor
     }
 

@@ -363,7 +363,17 @@ impl McpServers {
         // What the server sends back never carries the node's credentials to the caller (a
         // failed call's text also becomes an audit reason): the whole result, every string of
         // it, is redacted here, as it arrives, before anything is cut, shaped or serialised.
-        session.http.redactor().value(&mut value);
+        // Off the async workers: a result of several MiB takes a while to search.
+        let redactor = session.http.redactor().clone();
+        let value = tokio::task::spawn_blocking(move || {
+            redactor.value(&mut value);
+            value
+        })
+        .await
+        .map_err(|e| McpError::Protocol {
+            server: server.to_owned(),
+            message: format!("the result could not be redacted: {e}"),
+        })?;
         Ok(result::shape(
             &value,
             usize::try_from(s.config.max_result_bytes).unwrap_or(usize::MAX),

@@ -51,11 +51,49 @@ struct Needle {
     partial_after: bool,
 }
 
-/// A decoded reading of a text: its bytes, and for each byte the span of the original it came
-/// from.
+/// A decoded reading of a text: its bytes, and for each byte where the unit of the original it
+/// came from starts (an escape, or a byte as it is). Units tile the original in order, so a
+/// unit ends where the next one starts. Four bytes per byte of the text, one view at a time.
 struct View {
     bytes: Vec<u8>,
-    origin: Vec<Range<usize>>,
+    starts: Vec<u32>,
+    /// The original's length.
+    total: usize,
+}
+
+impl View {
+    /// The span of the original that the view's bytes `r` came from.
+    fn origin(&self, r: Range<usize>) -> Range<usize> {
+        let last = self.starts[r.end - 1];
+        let end = self.starts[r.end..]
+            .iter()
+            .find(|&&s| s > last)
+            .map_or(self.total, |&s| s as usize);
+        self.starts[r.start] as usize..end
+    }
+
+    /// `inner` (a decoding of this view's bytes) as a view of the original.
+    fn compose(&self, inner: View) -> View {
+        let starts = inner
+            .starts
+            .iter()
+            .map(|&at| self.starts[at as usize])
+            .collect();
+        View {
+            bytes: inner.bytes,
+            starts,
+            total: self.total,
+        }
+    }
+}
+
+/// One way a text may have encoded a credential.
+#[derive(Debug, Clone, Copy)]
+enum Decoding {
+    /// `%XX`; with `+` as a space when the flag is set.
+    Percent(bool),
+    /// JSON string escapes.
+    Json,
 }
 
 /// The credentials of one server's connection, and how to take them out of what it says.
@@ -192,17 +230,40 @@ impl Redactor {
     /// The spans of `bytes` that carry a credential, in order and merged.
     fn spans(&self, bytes: &[u8]) -> Vec<Range<usize>> {
         let mut spans = Vec::new();
-        let identity = |r: Range<usize>| r;
-        self.find(bytes, identity, &mut spans);
-        for view in self.views(bytes) {
-            let origin = &view.origin;
-            self.find(
-                &view.bytes,
-                |r: Range<usize>| origin[r.start].start..origin[r.end - 1].end,
-                &mut spans,
-            );
+        self.find(bytes, |r| r, &mut spans);
+        // Decoded readings, one (or two, one inside the other) at a time; a text longer than
+        // 4 GiB is not decoded (no server response is allowed to be that large).
+        if u32::try_from(bytes.len()).is_err() {
+            return merge(spans);
+        }
+        for first in self.decodings(bytes) {
+            let Some(view) = decoded(bytes, first) else {
+                continue;
+            };
+            self.find(&view.bytes, |r| view.origin(r), &mut spans);
+            for second in self.decodings(&view.bytes) {
+                if let Some(inner) = decoded(&view.bytes, second) {
+                    let inner = view.compose(inner);
+                    self.find(&inner.bytes, |r| inner.origin(r), &mut spans);
+                }
+            }
         }
         merge(spans)
+    }
+
+    /// The decodings that could change `bytes`.
+    fn decodings(&self, bytes: &[u8]) -> Vec<Decoding> {
+        let mut decodings = Vec::new();
+        if bytes.contains(&b'%') {
+            decodings.push(Decoding::Percent(false));
+        }
+        if self.plus_is_space && bytes.contains(&b'+') {
+            decodings.push(Decoding::Percent(true));
+        }
+        if bytes.contains(&b'\\') {
+            decodings.push(Decoding::Json);
+        }
+        decodings
     }
 
     /// Every needle in `text`, its span mapped to the original by `origin`.
@@ -243,44 +304,6 @@ impl Redactor {
                 }
             }
         }
-    }
-
-    /// The decoded readings of `bytes` worth searching: percent-decoded, JSON-unescaped, and
-    /// each of them decoded the other way.
-    fn views(&self, bytes: &[u8]) -> Vec<View> {
-        let mut first: Vec<View> = Vec::new();
-        if bytes.contains(&b'%') || (self.plus_is_space && bytes.contains(&b'+')) {
-            first.push(percent_decoded(bytes, false));
-            if self.plus_is_space && bytes.contains(&b'+') {
-                first.push(percent_decoded(bytes, true));
-            }
-        }
-        if bytes.contains(&b'\\') {
-            first.push(json_unescaped(bytes));
-        }
-        let mut views = Vec::new();
-        for view in first {
-            let mut second = Vec::new();
-            if view.bytes.contains(&b'%') {
-                second.push(percent_decoded(&view.bytes, self.plus_is_space));
-            }
-            if view.bytes.contains(&b'\\') {
-                second.push(json_unescaped(&view.bytes));
-            }
-            for inner in second {
-                let origin = inner
-                    .origin
-                    .iter()
-                    .map(|r| view.origin[r.start].start..view.origin[r.end - 1].end)
-                    .collect();
-                views.push(View {
-                    bytes: inner.bytes,
-                    origin,
-                });
-            }
-            views.push(view);
-        }
-        views
     }
 
     /// When all of `bytes` is base64 (alone or as a `data:` URL) and its decoded bytes hold a
@@ -355,10 +378,24 @@ fn is_base64_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_')
 }
 
+/// `bytes` decoded by `decoding`; `None` when they are too long to index with `u32`.
+fn decoded(bytes: &[u8], decoding: Decoding) -> Option<View> {
+    u32::try_from(bytes.len()).ok()?;
+    Some(match decoding {
+        Decoding::Percent(plus_is_space) => percent_decoded(bytes, plus_is_space),
+        Decoding::Json => json_unescaped(bytes),
+    })
+}
+
+/// The position `at` of a text known to be shorter than 4 GiB ([`decoded`]).
+fn pos(at: usize) -> u32 {
+    u32::try_from(at).unwrap_or(u32::MAX)
+}
+
 /// `bytes` percent-decoded (`%XX` in either case; `+` as a space when `plus_is_space`).
 fn percent_decoded(bytes: &[u8], plus_is_space: bool) -> View {
     let mut out = Vec::with_capacity(bytes.len());
-    let mut origin = Vec::with_capacity(bytes.len());
+    let mut starts = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         let hex = match bytes.get(i..i + 3) {
@@ -370,7 +407,7 @@ fn percent_decoded(bytes: &[u8], plus_is_space: bool) -> View {
         match hex {
             Some(b) => {
                 out.push(b);
-                origin.push(i..i + 3);
+                starts.push(pos(i));
                 i += 3;
             }
             None => {
@@ -379,12 +416,16 @@ fn percent_decoded(bytes: &[u8], plus_is_space: bool) -> View {
                 } else {
                     bytes[i]
                 });
-                origin.push(i..i + 1);
+                starts.push(pos(i));
                 i += 1;
             }
         }
     }
-    View { bytes: out, origin }
+    View {
+        bytes: out,
+        starts,
+        total: bytes.len(),
+    }
 }
 
 /// The value of a hex digit of either case.
@@ -398,7 +439,7 @@ fn hex_digit(b: u8) -> Option<u8> {
 /// surrogate pairs); anything else as it is.
 fn json_unescaped(bytes: &[u8]) -> View {
     let mut out = Vec::with_capacity(bytes.len());
-    let mut origin = Vec::with_capacity(bytes.len());
+    let mut starts = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'\\' {
@@ -406,17 +447,21 @@ fn json_unescaped(bytes: &[u8]) -> View {
                 let mut buf = [0u8; 4];
                 for b in decoded.encode_utf8(&mut buf).bytes() {
                     out.push(b);
-                    origin.push(i..i + len);
+                    starts.push(pos(i));
                 }
                 i += len;
                 continue;
             }
         }
         out.push(bytes[i]);
-        origin.push(i..i + 1);
+        starts.push(pos(i));
         i += 1;
     }
-    View { bytes: out, origin }
+    View {
+        bytes: out,
+        starts,
+        total: bytes.len(),
+    }
 }
 
 /// The character of the JSON escape at the start of `bytes` and its length.
@@ -525,6 +570,12 @@ mod tests {
         // JSON-escaped, then percent-encoded (a JSON text in a query string).
         let nested = percent_encoded(&serde_json::to_string(SECRET).unwrap());
         assert!(!r.text(&nested).contains("team"), "{}", r.text(&nested));
+        // Encoded twice.
+        assert_eq!(r.text("q=team-1%2522q%255Cz"), "q=***");
+        // A credential beyond ASCII, \u-escaped, and percent-encoded as UTF-8.
+        let accented = Redactor::new(["clé-secrète"]);
+        assert_eq!(accented.text(r#"["cl\u00e9-secr\u00E8te"]"#), r#"["***"]"#);
+        assert_eq!(accented.text("k=cl%C3%A9-secr%c3%a8te."), "k=***.");
         // A space as `+` in a form.
         let spaced = Redactor::new(["two words here"]);
         assert_eq!(spaced.text("a=two+words+here&b"), "a=***&b");
