@@ -148,6 +148,13 @@ pub async fn sign_in(
         .id
         .parse()
         .map_err(|_| ConsoleError::Internal("an API key caller without a key id".into()))?;
+    // Ended sessions go a day after their end, so the table holds only what could be live.
+    sqlx::query(
+        "DELETE FROM console_sessions WHERE expires_at < now() - interval '1 day' \
+         OR revoked_at < now() - interval '1 day'",
+    )
+    .execute(&state.pool)
+    .await?;
     let mut secret = [0u8; 32];
     getrandom::fill(&mut secret).map_err(|e| ConsoleError::Internal(e.to_string()))?;
     let id = Uuid::new_v4();
