@@ -332,7 +332,10 @@ impl Redactor {
                 continue;
             };
             let clean = self.bytes(&decoded, depth + 1)?;
-            let mut out = prefix.to_vec();
+            // The media type of a `data:` URL is the server's words too.
+            let mut out = self
+                .bytes(prefix, depth + 1)
+                .unwrap_or_else(|| prefix.to_vec());
             out.extend_from_slice(engine.encode(clean).as_bytes());
             return Some(out);
         }
@@ -623,6 +626,15 @@ mod tests {
             .decode(url.strip_prefix("data:image/png;base64,").unwrap())
             .unwrap();
         assert_eq!(png, b"\x89PNG***");
+        let mut typed = json!(format!(
+            "data:text/{SECRET};base64,{}",
+            STANDARD.encode(SECRET)
+        ));
+        r.value(&mut typed);
+        assert_eq!(
+            typed,
+            format!("data:text/***;base64,{}", STANDARD.encode(MASK))
+        );
         let mime = STANDARD.decode(v["mime"].as_str().unwrap()).unwrap();
         assert!(mime.starts_with(b"***x"), "{mime:?}");
     }
