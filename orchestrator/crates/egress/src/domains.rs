@@ -54,7 +54,10 @@ impl DomainEntry {
             ),
             _ => (text, None),
         };
-        let pattern = host.trim_end_matches('.').to_ascii_lowercase();
+        let pattern = match host.strip_prefix("*.") {
+            Some(body) => format!("*.{}", normalise_host(body)),
+            None => normalise_host(host),
+        };
         let body = pattern.strip_prefix("*.").unwrap_or(&pattern);
         if body.is_empty() || body.contains('*') || body.contains('/') {
             return Err(format!(
@@ -92,6 +95,22 @@ impl DomainEntry {
             }
         }
     }
+}
+
+/// A host name as the resolver will look it up, so a rule and a request match however either
+/// was spelt: lower case, no trailing dot, and a name written in Unicode or percent-encoded as
+/// its IDNA ASCII form (`bücher.example` is `xn--bcher-kva.example`, which is what URLs and
+/// DNS carry). A rule written in Unicode used to miss the ASCII form a request carries, so a
+/// denylist entry could be stepped around. A name that is not valid IDNA stays as it is
+/// (lower-cased); no resolver finds it.
+pub fn normalise_host(host: &str) -> String {
+    let host = host.trim_end_matches('.');
+    if !host.is_ascii() || host.contains('%') {
+        if let Ok(url::Host::Domain(domain)) = url::Host::parse(host) {
+            return domain.trim_end_matches('.').to_owned();
+        }
+    }
+    host.to_ascii_lowercase()
 }
 
 impl DomainEntry {
@@ -214,7 +233,7 @@ impl DomainPolicy {
 
     /// Decides `host` on `port` under every rule.
     pub fn check(&self, host: &str, port: u16) -> Result<(), DomainRefused> {
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let host = normalise_host(host);
         for rule in &self.rules {
             let defaults = self.default_ports.as_deref();
             let denied = rule.deny.iter().any(|e| e.admits(&host, port, None));
@@ -249,7 +268,7 @@ impl DomainPolicy {
                     continue;
                 };
                 return Err(DomainRefused {
-                    host: host.trim_end_matches('.').to_ascii_lowercase(),
+                    host: normalise_host(host),
                     port,
                     source_name: rule.source.clone(),
                     address: Some((ip, *net)),
@@ -263,6 +282,23 @@ impl DomainPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rule_and_a_host_match_however_either_was_spelt() {
+        let deny = DomainEntry::parse("bücher.example").unwrap();
+        let wild = DomainEntry::parse("*.BÜCHER.example.").unwrap();
+        for host in [
+            "xn--bcher-kva.example",
+            "BÜCHER.example",
+            "b%C3%BCcher.example",
+        ] {
+            let host = normalise_host(host);
+            assert!(deny.admits(&host, 443, None), "{host}");
+            assert!(wild.admits(&format!("www.{host}"), 443, None), "{host}");
+        }
+        assert_eq!(normalise_host("Example.COM."), "example.com");
+        assert_eq!(normalise_host("127.0.0.1"), "127.0.0.1");
+    }
 
     fn rule(source: &str, allow: &[&str]) -> DomainRule {
         DomainRule {
