@@ -338,7 +338,7 @@ async fn create_row(
     let ok = matches!(row, Some(Ok(_)));
     crate::audit::record_admin(
         &state.pool,
-        &caller,
+        caller,
         "e2b.sandbox.create",
         &json!({"templateID": req.template_id, "timeout": timeout, "metadata_keys": metadata.len()}),
         ok,
