@@ -22,7 +22,7 @@ import time
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -171,14 +171,43 @@ def run(d):
         run_id = start_run()
         go(d, "/console/runs/" + run_id)
         step("run_followed_live", len(d.find_elements(By.ID, "live")) == 1)
+        # Events arrive through the node's SSE while the run goes on: the script adds them and
+        # moves the current-state mark before the page is ever reloaded.
+        marks = set()
+
+        def steady(check):
+            """The page reloads itself when the run ends: an element read across that is retried."""
+            def wrapped(d):
+                try:
+                    return check(d)
+                except StaleElementReferenceException:
+                    return False
+            return wrapped
+
+        def live_events(d):
+            for e in d.find_elements(By.CSS_SELECTOR, ".graph .state.current"):
+                marks.add(e.get_attribute("data-state"))
+            found = d.find_elements(By.CSS_SELECTOR, "#live[data-live-count]")
+            return found and int(found[0].get_attribute("data-live-count")) > 0 and \
+                d.find_elements(By.CSS_SELECTOR, "#events li.live")
+        try:
+            WebDriverWait(d, 60, poll_frequency=0.2).until(steady(live_events))
+            step("run_events_arrived_live", True)
+        except TimeoutException:
+            step("run_events_arrived_live", False)
         shot(d, "run-live")
         try:
-            WebDriverWait(d, 120, poll_frequency=0.5).until(
-                lambda d: d.find_element(By.ID, "run-status").text == "completed")
+            def completed(d):
+                for e in d.find_elements(By.CSS_SELECTOR, ".graph .state.current"):
+                    marks.add(e.get_attribute("data-state"))
+                found = d.find_elements(By.ID, "run-status")
+                return found and found[0].text == "completed"
+            WebDriverWait(d, 120, poll_frequency=0.2).until(steady(completed))
             step("run_completed_in_page", True)
         except TimeoutException:
             step("run_completed_in_page", False)
         collect_logs(d)
+        step("run_states_marked", sorted(m for m in marks if m))
         step("run_current_state", [e.get_attribute("data-state")
                                    for e in d.find_elements(By.CSS_SELECTOR, ".state.current")])
         step("run_events", len(d.find_elements(By.CSS_SELECTOR, "#events li")))

@@ -258,7 +258,17 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
         "{result:#}"
     );
     assert_eq!(s["run_followed_live"], true, "{result:#}");
+    assert_eq!(s["run_events_arrived_live"], true, "{result:#}");
     assert_eq!(s["run_completed_in_page"], true, "{result:#}");
+    // The mark moved with the run: at least one state before the last was marked while live.
+    let marked = s["run_states_marked"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        marked.len() >= 2 && marked.contains(&json!("DONE")),
+        "{result:#}"
+    );
     assert_eq!(s["run_current_state"], json!(["DONE"]), "{result:#}");
     assert!(s["run_events"].as_u64().unwrap_or(0) >= 3, "{result:#}");
     assert_eq!(s["runs_list_has_run"], true, "{result:#}");
