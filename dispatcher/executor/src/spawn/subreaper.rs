@@ -200,7 +200,7 @@ impl Launch {
 pub fn run_forked(launch: &Launch) -> ! {
     // Forked from the multi-threaded executor: the C library's allocator is safe after `fork`
     // (and this process has its own copy of the memory).
-    if !(0..=2).all(is_dev_null) {
+    if !(0..=2).all(sys::is_dev_null) {
         let Ok(null) = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -418,15 +418,6 @@ fn report_failed(status: RawFd, kind: ErrorKind, message: std::fmt::Arguments<'_
 }
 
 /// Closes every descriptor of this process except the standard ones and `keep`.
-/// Whether descriptor `fd` is open on `/dev/null` (the character device 1:3).
-pub(crate) fn is_dev_null(fd: RawFd) -> bool {
-    // SAFETY: borrows a descriptor number only for the duration of one fstat.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    rustix::fs::fstat(fd).is_ok_and(|stat| {
-        (stat.st_mode & libc::S_IFMT) == libc::S_IFCHR && stat.st_rdev == libc::makedev(1, 3)
-    })
-}
-
 pub(crate) fn close_all_but(keep: &[Option<RawFd>]) {
     // Sorted in place, without allocating (see [`Launch`]).
     let mut sorted = [u32::MAX; 8];

@@ -9,6 +9,17 @@
 
 use std::os::raw::c_long;
 
+/// Whether descriptor `fd` is open on `/dev/null` (the character device 1:3): a sub-reaper
+/// and a launched child both ask it of their standard descriptors. (Through rustix, which also
+/// reports its error as a value.)
+pub fn is_dev_null(fd: std::os::fd::RawFd) -> bool {
+    // SAFETY: borrows a descriptor number only for the duration of one fstat.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::fs::fstat(fd).is_ok_and(|stat| {
+        (stat.st_mode & libc::S_IFMT) == libc::S_IFCHR && stat.st_rdev == libc::makedev(1, 3)
+    })
+}
+
 /// An `errno` value, as the kernel returned it.
 pub type Errno = i32;
 

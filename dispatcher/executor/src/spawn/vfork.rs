@@ -173,7 +173,7 @@ pub fn start(command: &Command<'_>) -> io::Result<i32> {
     let prepared = Prepared::new(command)?;
     let null = match command.stdin {
         Some(_) => None,
-        None if super::subreaper::is_dev_null(0) => None,
+        None if sys::is_dev_null(0) => None,
         None => Some(rustix::fs::open(
             "/dev/null",
             rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,

@@ -3,7 +3,8 @@
 
 use reqwest::Method;
 
-use super::client::{query, segment, Body, CliError, Client};
+use super::client::{query, segment, Body, Client};
+use super::error::CliError;
 use super::output::{self, columns};
 use super::{read_argument, Connection};
 

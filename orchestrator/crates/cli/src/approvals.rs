@@ -2,7 +2,8 @@
 
 use serde_json::json;
 
-use super::client::{segment, CliError, Client};
+use super::client::{segment, Client};
+use super::error::CliError;
 use super::output::{self, columns};
 use super::Connection;
 

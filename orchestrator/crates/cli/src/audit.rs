@@ -1,6 +1,7 @@
 //! `orchestrator audit list|verify`.
 
-use super::client::{query, CliError, Client};
+use super::client::{query, Client};
+use super::error::CliError;
 use super::output::{self, columns};
 use super::Connection;
 

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::client::CliError;
+use super::error::CliError;
 
 /// What a credentials file holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

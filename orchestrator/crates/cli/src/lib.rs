@@ -19,6 +19,7 @@ mod approvals;
 mod audit;
 pub mod client;
 pub mod credentials;
+pub mod error;
 mod keys;
 pub mod output;
 mod run;
@@ -26,12 +27,14 @@ mod sandbox;
 mod seal;
 pub mod seal_client;
 pub mod sse;
+mod tool_call;
 mod tools;
 mod workflow;
 
 use std::process::ExitCode;
 
-pub use client::{CliError, Client};
+pub use client::Client;
+pub use error::CliError;
 
 /// Where the node is, the key to use, and how to print: shared by every client verb.
 #[derive(clap::Args, Clone, Debug)]

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 
-use super::client::{query, segment, CliError, Client};
+use super::client::{query, segment, Client};
+use super::error::CliError;
 use super::output::{self, clip};
 use super::{json_argument, sse, Connection};
 

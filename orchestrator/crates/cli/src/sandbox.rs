@@ -7,8 +7,10 @@ use std::process::ExitCode;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use super::client::{segment, CliError, Client};
+use super::client::{segment, Client};
+use super::error::CliError;
 use super::output::{self, columns};
+use super::tool_call::call;
 use super::{read_argument, Connection};
 
 /// Sandbox verbs.
@@ -205,27 +207,6 @@ pub async fn run(conn: &Connection, command: SandboxCommand) -> Result<ExitCode,
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Calls a sandbox tool; a tool error (`isError`) is a failed call.
-pub async fn call(
-    client: &Client,
-    id: &str,
-    tool: &str,
-    arguments: Value,
-) -> Result<Value, CliError> {
-    let sandbox: uuid::Uuid = id.parse().map_err(|_| {
-        CliError::Usage(format!(
-            "`{id}` is not a sandbox id (a UUID, as `sandbox create` prints)"
-        ))
-    })?;
-    let out = client
-        .post(
-            "/v1/tools/call",
-            json!({"name": tool, "arguments": arguments, "sandbox_id": sandbox}),
-        )
-        .await?;
-    super::tools::result(tool, out)
 }
 
 /// Writes `value[field]` as bytes, decoding base64 when `value[field_encoding]` says so; true

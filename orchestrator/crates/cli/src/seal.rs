@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use super::client::{segment, CliError, Client};
+use super::client::{segment, Client};
+use super::error::CliError;
 use super::{output, Connection};
 use crate::seal_client::{Proof, SavedSession, SealClient, Transport};
 

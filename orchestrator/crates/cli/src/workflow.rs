@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use super::agent::{definitions, DefinitionVerb};
-use super::client::{segment, CliError, Client};
+use super::client::{segment, Client};
+use super::error::CliError;
 use super::output;
 use super::{json_argument, Connection};
 

@@ -44,11 +44,11 @@ pub use emit::to_yaml;
 pub use error::{ManifestError, ManifestErrors, Stage};
 pub use normalise::{SEMANTIC_JUDGE, UPDATE_BLACKBOARD_COMMAND};
 pub use schema::schema;
-pub use semantic::{check_name, paths_overlap};
+pub use semantic::{check_name, run_supplied_keys};
 pub use units::{parse_duration, parse_quantity};
 pub use volumes::{
-    declared_volumes, mount_path_problem, mounts_volumes, volume_mounts, volume_problems,
-    DeclaredVolume, VolumeMount, DEFAULT_VOLUME_MB, WORKSPACE_VOLUME,
+    declared_volumes, mount_path_problem, mounts_volumes, paths_overlap, volume_mounts,
+    volume_problems, DeclaredVolume, VolumeMount, DEFAULT_VOLUME_MB, WORKSPACE_VOLUME,
 };
 pub use workflow::{parse_cron, Firing, Plan, Schedule, TransitionView, WorkflowView};
 pub use yaml::MAX_TEXT_BYTES;

@@ -15,6 +15,7 @@ use super::error::{ManifestError, Stage};
 use super::graph::StateGraph;
 use super::normalise::MCP_PREFIX;
 use super::template::path_refs;
+use super::volumes::paths_overlap;
 use super::{pointer, ManifestKind, NodeKnowledge};
 
 /// What the semantic stage found: errors refuse the manifest, warnings do not.
@@ -49,7 +50,7 @@ pub(crate) fn check(
 
 /// The blackboard keys a workflow's templates read but nothing in it writes: a run of it must be
 /// given each as a blackboard override (checked when the run starts).
-pub(crate) fn run_supplied_keys(workflow: &Value) -> BTreeSet<String> {
+pub fn run_supplied_keys(workflow: &Value) -> BTreeSet<String> {
     let mut errors = Errors::default();
     let empty = Map::new();
     let states = workflow
@@ -380,18 +381,6 @@ fn volumes(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Errors) {
         }
         seen.push((name, mount_trimmed, i));
     }
-}
-
-/// Whether two mount paths (without trailing `/`) are one inside the other: a volume inside
-/// another would be saved twice, once as its own and once in the outer one.
-pub fn paths_overlap(a: &str, b: &str) -> bool {
-    let under = |inner: &str, outer: &str| {
-        inner == outer
-            || inner
-                .strip_prefix(outer)
-                .is_some_and(|rest| rest.starts_with('/'))
-    };
-    under(a, b) || under(b, a)
 }
 
 fn check_json_schema(at: &str, schema: &Value, errors: &mut Errors) {

@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::pointer;
-use super::semantic::paths_overlap;
 
 /// The name of the run's workspace volume (`spec.storage.workspace`).
 pub const WORKSPACE_VOLUME: &str = "workspace";
@@ -299,6 +298,18 @@ fn parallel_writers(manifest: &Value) -> Vec<(String, String)> {
         }
     }
     problems
+}
+
+/// Whether two mount paths (without trailing `/`) are one inside the other: a volume inside
+/// another would be saved twice, once as its own and once in the outer one.
+pub fn paths_overlap(a: &str, b: &str) -> bool {
+    let under = |inner: &str, outer: &str| {
+        inner == outer
+            || inner
+                .strip_prefix(outer)
+                .is_some_and(|rest| rest.starts_with('/'))
+    };
+    under(a, b) || under(b, a)
 }
 
 #[cfg(test)]

@@ -173,12 +173,6 @@ impl<'a> WorkflowView<'a> {
             .unwrap_or_default()
     }
 
-    /// Blackboard keys the templates read but nothing in the workflow writes: each run must be
-    /// given them as blackboard overrides.
-    pub fn run_supplied_keys(&self) -> std::collections::BTreeSet<String> {
-        crate::semantic::run_supplied_keys(self.0)
-    }
-
     /// `spec.initial_state`.
     pub fn initial_state(&self) -> &'a str {
         self.0

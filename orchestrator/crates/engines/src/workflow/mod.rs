@@ -18,6 +18,7 @@
 mod ceiling;
 pub mod conditions;
 mod contract;
+mod runtime;
 mod schedule;
 mod start;
 mod states;

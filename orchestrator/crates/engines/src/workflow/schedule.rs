@@ -19,8 +19,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::runtime::Runtime;
 use super::start::{self, RunRequest, Starter};
-use super::worker::Runtime;
 use aegis_manifest::WorkflowView;
 use aegis_store::registry::{self, ScheduledWorkflow};
 

@@ -86,8 +86,7 @@ pub(super) async fn start(
     if !reserved.is_empty() {
         return Err(WorkflowError::ReservedKeys(reserved));
     }
-    let missing: Vec<String> = view
-        .run_supplied_keys()
+    let missing: Vec<String> = aegis_manifest::run_supplied_keys(view.0)
         .into_iter()
         .filter(|key| !overrides.contains_key(key))
         .map(|key| {

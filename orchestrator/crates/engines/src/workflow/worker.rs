@@ -11,67 +11,22 @@
 //! transition whose condition matches, within `max_total_transitions` and the target's
 //! `max_state_visits`; commit all of it in one transaction fenced by the lease.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use dispatcher::SandboxId;
 use serde_json::{json, Value};
-use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::runtime::Runtime;
 use super::states::{self, Cleanup, StateCtx, Step};
 use super::store::{self, Commit, NewEvent, VolumeCommit, WorkflowExecution};
 use super::{AgentHost, Workflows};
 use aegis_manifest::{parse_duration, WorkflowView};
 use aegis_sandboxes::Sandboxes;
-
-/// What workers share on one replica.
-pub(super) struct Runtime {
-    pub pool: PgPool,
-    pub me: Uuid,
-    pub host: Arc<dyn AgentHost>,
-    pub sandboxes: Arc<Sandboxes>,
-    pub workflows: Arc<Workflows>,
-    pub shutdown: CancellationToken,
-    pub lease_ttl_secs: u64,
-    pub allow_network_modes: Vec<String>,
-    pub max_execution_secs: u64,
-    pub system_image: String,
-    pub cmd_timeout_secs: u64,
-    pub max_output_bytes: u64,
-    system_sandboxes: Mutex<HashMap<Uuid, SandboxId>>,
-}
-
-impl Runtime {
-    pub fn system_sandbox(&self, execution: Uuid) -> Option<SandboxId> {
-        self.system_sandboxes
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&execution).copied())
-    }
-
-    pub fn remember_system_sandbox(&self, execution: Uuid, id: SandboxId) {
-        if let Ok(mut m) = self.system_sandboxes.lock() {
-            m.insert(execution, id);
-        }
-    }
-
-    pub fn forget_system_sandbox(&self, execution: Uuid) {
-        if let Ok(mut m) = self.system_sandboxes.lock() {
-            m.remove(&execution);
-        }
-    }
-
-    /// Wakes this replica's idle workers (a child was started here).
-    pub fn wake(&self) {
-        self.workflows.wake.notify_waiters();
-    }
-}
 
 /// Starts the listener and the workers of this replica; they stop when `shutdown` fires
 /// (an execution being run is given back: its lease is released for another replica).
@@ -81,23 +36,8 @@ pub fn spawn_workers(
     sandboxes: Arc<Sandboxes>,
     shutdown: CancellationToken,
 ) -> Vec<JoinHandle<()>> {
-    let ceilings = sandboxes.ceilings().clone();
     let settings = workflows.settings.clone();
-    let rt = Arc::new(Runtime {
-        pool: workflows.pool.clone(),
-        me: workflows.instance_id,
-        host,
-        sandboxes,
-        workflows: workflows.clone(),
-        shutdown: shutdown.clone(),
-        lease_ttl_secs: settings.lease_ttl_secs,
-        allow_network_modes: settings.allow_network_modes.clone(),
-        max_execution_secs: settings.max_execution_secs,
-        system_image: settings.system_image.clone(),
-        cmd_timeout_secs: ceilings.cmd_timeout_secs,
-        max_output_bytes: ceilings.max_output_bytes,
-        system_sandboxes: Mutex::new(HashMap::new()),
-    });
+    let rt = Arc::new(Runtime::new(workflows, host, sandboxes, shutdown));
     let mut tasks = vec![
         tokio::spawn(listen(rt.clone())),
         tokio::spawn(super::schedule::scheduler(

@@ -62,7 +62,7 @@ fn workflow_list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         struct A {
             scope: Option<ListScope>,
         }
-        super::workflows::check_tenant(ctx, &a)?;
+        super::check_tenant(ctx, &a)?;
         let a: A = args(a)?;
         let filter = match a.scope {
             None => ScopeFilter::Owned,

@@ -13,7 +13,8 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::workflows::{check_tenant, load, workflow_error};
+use super::check_tenant;
+use super::workflows::{load, workflow_error};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_engines::builtin::{self, INTENT_PIPELINE};
 use aegis_engines::workflow::store::{self, WorkflowExecution};

@@ -161,7 +161,7 @@ fn feedback(errs: &ManifestErrors) -> String {
 }
 
 async fn generate(ctx: &ToolContext<'_>, a: Value, kind: ManifestKind) -> Result<Value, ToolError> {
-    super::workflows::check_tenant(ctx, &a)?;
+    super::check_tenant(ctx, &a)?;
     let a: A = args(a)?;
     if a.input.trim().is_empty() {
         return Err(ToolError::new(

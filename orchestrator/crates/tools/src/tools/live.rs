@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use dispatcher::protocol::{ExecGrant, ProcessEnd, ProcessSignal, PtySize, StartParams};
-use dispatcher::{DispatchError, ProcessEvent, ProcessSelector, SandboxId};
+use dispatcher::{ProcessEvent, ProcessSelector, SandboxId};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::sandbox::dispatcher_of;
+use super::dispatch::{dispatcher_of, refused};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_core::caller::Caller;
 use aegis_store::audit::{self, Entry, EntryKind};
@@ -182,16 +182,6 @@ fn sandbox_of(ctx: &ToolContext<'_>) -> Result<SandboxId, ToolError> {
         .as_ref()
         .map(|(id, _)| *id)
         .ok_or_else(|| ToolError::new("sandbox_required", "this tool runs inside a sandbox"))
-}
-
-/// A refusal of the executor or dispatcher as a tool error with a stable code.
-pub(super) fn refused(e: DispatchError) -> ToolError {
-    match e {
-        DispatchError::Refused { kind, message, .. } => {
-            ToolError::new(super::sandbox::executor_code(kind.as_str()), message)
-        }
-        other => super::sandbox::dispatch_error(other),
-    }
 }
 
 fn proc_output<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {

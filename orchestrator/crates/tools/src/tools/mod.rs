@@ -7,6 +7,7 @@
 
 mod definitions;
 mod discovery;
+mod dispatch;
 mod execute;
 pub mod external;
 mod generate;
@@ -130,6 +131,21 @@ pub fn check_handlers(catalog: &Catalog) -> Result<(), CatalogError> {
 /// Deserialises tool arguments that already passed the schema.
 pub(crate) fn args<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ToolError> {
     serde_json::from_value(value).map_err(|e| ToolError::new("invalid_arguments", e.to_string()))
+}
+
+/// Refuses a call whose `tenant_id` argument names another tenant than the caller's (the tools
+/// that take one: definitions, workflows, executions, search, scopes, generation).
+pub(crate) fn check_tenant(ctx: &ToolContext<'_>, a: &Value) -> Result<(), ToolError> {
+    match a.get("tenant_id").and_then(Value::as_str) {
+        Some(t) if t != ctx.caller.tenant => Err(ToolError::new(
+            "forbidden",
+            format!(
+                "tenant_id `{t}` is not the caller's tenant `{}`",
+                ctx.caller.tenant
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

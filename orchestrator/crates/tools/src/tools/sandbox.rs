@@ -11,10 +11,10 @@ use dispatcher::protocol::{
     DeleteParams, Edit, EditParams, Encoding, ExecGrant, GlobParams, GrepParams, MultiEditParams,
     Op, PathParams, PtySize, ReadParams, RunParams, WriteParams,
 };
-use dispatcher::DispatchError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::dispatch::{dispatch_error, dispatcher_of, executor_code};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_policy::paths;
 
@@ -47,55 +47,6 @@ pub(super) async fn run(ctx: &ToolContext<'_>, op: Op) -> Result<Value, ToolErro
     response
         .into_result()
         .map_err(|e| ToolError::new(executor_code(e.kind.as_str()), e.message))
-}
-
-/// The tool error code of an executor's error kind: the one mapping of the executor's
-/// refusals, for `fs.*` and `cmd.run` answers here and the live processes' (`live.rs`).
-pub(super) fn executor_code(kind: &str) -> &'static str {
-    match kind {
-        "path_not_allowed" => "path_not_allowed",
-        "not_found" => "not_found",
-        "already_exists" => "conflict",
-        "too_large" => "too_large",
-        "no_space" => "no_space",
-        "limit_reached" => "limit_reached",
-        "hard_link_refused" => "hard_link_refused",
-        "edit_target_not_found" => "edit_target_not_found",
-        "edit_target_ambiguous" => "edit_target_ambiguous",
-        "command_not_found" => "command_not_found",
-        "not_a_directory" | "is_a_directory" | "not_a_regular_file" | "directory_not_empty" => {
-            "invalid_target"
-        }
-        "permission_denied" => "permission_denied",
-        "invalid_request" => "invalid_arguments",
-        "busy" => "busy",
-        _ => "sandbox_error",
-    }
-}
-
-/// The node's dispatcher, or why sandbox tools are unavailable on it.
-pub(super) fn dispatcher_of<'a>(
-    ctx: &'a ToolContext<'_>,
-) -> Result<&'a dispatcher::Dispatcher, ToolError> {
-    ctx.state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| ToolError::new("unavailable", e.to_string()))
-}
-
-/// The tool error of a dispatcher failure that is not an executor's refusal.
-pub(super) fn dispatch_error(e: DispatchError) -> ToolError {
-    match e {
-        DispatchError::SandboxNotFound { .. } => ToolError::new("not_found", e.to_string()),
-        DispatchError::SandboxGone { .. } => ToolError::new("sandbox_gone", e.to_string()),
-        DispatchError::Timeout { .. } => ToolError::new("timeout", e.to_string()),
-        // This replica's lease lapsed: another may hold the sandbox now, so a retry can work.
-        DispatchError::LeaseLapsed { .. } => ToolError::new("unavailable", e.to_string()),
-        // Its holder stopped or crashed and nobody took the sandbox over in time: a takeover
-        // (after `dead_after` at most) may still, so a retry can work.
-        DispatchError::HolderUnavailable { .. } => ToolError::new("unavailable", e.to_string()),
-        other => ToolError::new("sandbox_error", other.to_string()),
-    }
 }
 
 /// The normalised path the executor gets (policy already accepted it).

@@ -9,8 +9,8 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::check_tenant;
 use super::definitions::registry_error;
-use super::workflows::check_tenant;
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_manifest::ManifestKind;
 use aegis_store::registry::{self, ScopeFilter, SearchQuery};

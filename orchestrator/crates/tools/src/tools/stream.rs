@@ -18,8 +18,7 @@ use dispatcher::protocol::{ExecGrant, ProcessEnd, ProcessSignal, StartParams};
 use dispatcher::{Dispatcher, ProcessEvent, SandboxId};
 use serde_json::{json, Value};
 
-use super::live::refused;
-use super::sandbox::dispatcher_of;
+use super::dispatch::{dispatcher_of, refused};
 use super::{OutputChunk, OutputSink, ToolContext, ToolError};
 
 /// A foreground command, as `cmd.run` prepared it.

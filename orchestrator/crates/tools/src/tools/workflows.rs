@@ -72,19 +72,6 @@ fn visibility<'a>(ctx: &'a ToolContext<'a>) -> Visibility<'a> {
     }
 }
 
-pub(super) fn check_tenant(ctx: &ToolContext<'_>, a: &Value) -> Result<(), ToolError> {
-    match a.get("tenant_id").and_then(Value::as_str) {
-        Some(t) if t != ctx.caller.tenant => Err(ToolError::new(
-            "forbidden",
-            format!(
-                "tenant_id `{t}` is not the caller's tenant `{}`",
-                ctx.caller.tenant
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
 fn uuid(s: &str) -> Result<Uuid, ToolError> {
     Uuid::parse_str(s).map_err(|_| {
         ToolError::new(
@@ -158,7 +145,7 @@ struct Id {
 
 fn run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        check_tenant(ctx, &a)?;
+        super::check_tenant(ctx, &a)?;
         #[derive(Deserialize)]
         struct A {
             name: String,
@@ -189,7 +176,7 @@ fn run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 
 fn signal<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        check_tenant(ctx, &a)?;
+        super::check_tenant(ctx, &a)?;
         #[derive(Deserialize)]
         struct A {
             execution_id: String,
@@ -211,7 +198,7 @@ fn signal<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 
 fn cancel<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        check_tenant(ctx, &a)?;
+        super::check_tenant(ctx, &a)?;
         let a: Id = args(a)?;
         let e = load(ctx, &a.execution_id).await?;
         if !ctx
@@ -241,7 +228,7 @@ fn wait<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 /// `aegis.execute.wait` on a pipeline run).
 pub(super) async fn wait_for(ctx: &ToolContext<'_>, a: Value) -> Result<Value, ToolError> {
     {
-        check_tenant(ctx, &a)?;
+        super::check_tenant(ctx, &a)?;
         #[derive(Deserialize)]
         struct A {
             execution_id: String,
@@ -278,7 +265,7 @@ pub(super) async fn wait_for(ctx: &ToolContext<'_>, a: Value) -> Result<Value, T
 
 fn logs<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        check_tenant(ctx, &a)?;
+        super::check_tenant(ctx, &a)?;
         #[derive(Deserialize)]
         struct A {
             execution_id: String,
@@ -312,7 +299,7 @@ fn logs<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 
 fn status<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        check_tenant(ctx, &a)?;
+        super::check_tenant(ctx, &a)?;
         let a: Id = args(a)?;
         let mut v = summary(&load(ctx, &a.execution_id).await?);
         v["tool"] = json!("aegis.workflow.status");
@@ -322,7 +309,7 @@ fn status<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 
 fn get<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        check_tenant(ctx, &a)?;
+        super::check_tenant(ctx, &a)?;
         let a: Id = args(a)?;
         let e = load(ctx, &a.execution_id).await?;
         Ok(json!({"tool": "aegis.workflow.executions.get", "execution": detail(&e)}))
@@ -331,7 +318,7 @@ fn get<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 
 fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        check_tenant(ctx, &a)?;
+        super::check_tenant(ctx, &a)?;
         #[derive(Deserialize)]
         struct A {
             limit: Option<i64>,
@@ -368,7 +355,7 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 
 fn remove<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        check_tenant(ctx, &a)?;
+        super::check_tenant(ctx, &a)?;
         let a: Id = args(a)?;
         let e = load(ctx, &a.execution_id).await?;
         if !store::is_terminal(&e.status) {

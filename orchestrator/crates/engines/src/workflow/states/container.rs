@@ -38,7 +38,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{StateCtx, Step};
-use crate::workflow::worker::Runtime;
+use crate::workflow::runtime::Runtime;
 use aegis_core::render::{self, VALUE_ENV_PREFIX};
 use aegis_egress::DomainEntry;
 use aegis_manifest::{parse_duration, parse_quantity};

@@ -17,8 +17,8 @@ use dispatcher::{Owner, OwnerKind};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::runtime::Runtime;
 use super::store::{self, NewEvent, WorkflowExecution};
-use super::worker::Runtime;
 use aegis_sandboxes::workspaces::Workspace;
 
 pub(super) use container::destroy_system_sandbox;
