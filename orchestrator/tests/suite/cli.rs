@@ -435,19 +435,10 @@ async fn keys_audit_and_the_exit_codes_of_auth_and_reachability() {
     assert!(verified.starts_with("audit chain intact"), "{verified}");
 }
 
-/// The fenced block after `<!-- example: NAME -->` in README.md.
+/// The fenced block after `<!-- example: NAME -->` in README.md (`readme::blocks` reads them
+/// all, and fails on a block that is neither run nor says why not).
 fn readme_example(readme: &str, name: &str) -> String {
-    let marker = format!("<!-- example: {name} -->");
-    let at = readme
-        .find(&marker)
-        .unwrap_or_else(|| panic!("README.md has no {marker}"));
-    let rest = &readme[at + marker.len()..];
-    let open = rest.find("```").expect("a fenced block follows the marker");
-    let body = &rest[open..];
-    let first_line_end = body.find('\n').expect("fence line");
-    let body = &body[first_line_end + 1..];
-    let close = body.find("\n```").expect("the block is closed");
-    body[..close + 1].to_owned()
+    crate::readme::example(readme, name).body
 }
 
 /// Runs a README block with bash in the repository root, `orchestrator` being the built binary.

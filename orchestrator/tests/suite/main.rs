@@ -41,6 +41,7 @@ mod ownership;
 mod policy_properties;
 mod process_tools;
 mod properties;
+mod readme;
 mod sandboxes;
 mod scoping;
 mod seal;
