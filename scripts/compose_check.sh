@@ -6,12 +6,14 @@
 #   call in a sandbox with the CLI -> a networked sandbox (an agent whose manifest grants one
 #   test host): a request reaches that host through the sandbox's egress proxy, another host is
 #   refused by the proxy (403), a direct connection to a service of this machine is dropped by
-#   the host firewall -> an agent run without a model (must say how to add one) -> the same stack
-#   as two replicas behind a load balancer (docker-compose.cluster.yml): a sandbox used through
-#   the balancer, calls forwarded to the replica holding it -> down -v ->
+#   the host firewall -> an agent run without a model (must say how to add one) -> README's
+#   runnable examples as written (its CLI function, a sandbox, SEAL, an MCP key, a workflow) ->
+#   the same stack as two replicas behind a load balancer (docker-compose.cluster.yml): a
+#   sandbox used through the balancer, calls forwarded to the replica holding it -> down -v ->
 #   nothing of the stack is left (containers, volumes, networks by compose project label, the
 #   stack's sandboxes and their egress networks by the dispatcher's org.aegis.scope label, the
-#   networked sandbox's host firewall rules, executor volumes it created)
+#   networked sandbox's host firewall rules, executor volumes it created, its sandboxes'
+#   channel directories; the empty channel directory itself stays, as README says)
 #
 # The test hosts are tiny HTTP servers on this machine (python3 -m http.server; no internet is
 # needed): two on 127.0.0.2, named allowed.test and other.test by the node's egress.hosts, the
@@ -39,7 +41,7 @@ while [ $# -gt 0 ]; do
     --source) SOURCE="$2"; shift 2 ;;
     --ref) REF="$2"; shift 2 ;;
     --keep-clone) KEEP=1; shift ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "compose_check: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -281,6 +283,59 @@ printf '%s\n' "$msg" | grep -q 'no language model is configured' || die "the run
 printf '%s\n' "$msg" | grep -q 'ORCHESTRATOR_CONFIG_FILE' || die "the run without a model did not say how to fix it: $msg"
 end
 
+# README's examples as a reader runs them on this stack (README.md, issue 42): the block that
+# defines the `orchestrator` function and the three variables, as written, then the two URLs
+# moved to this stack's ports (README: other ports change the URLs), then the blocks the suite
+# runs against a node of its own (tests/suite/readme.rs): a sandbox, SEAL over HTTP and gRPC
+# into research-safe (a context of config/compose.yaml), an MCP key bound to it and, where the
+# MCP Python SDK is installed here, its client; a workflow with a Human gate, answered.
+readme_blocks() {  # NAME...: the blocks after <!-- example: NAME -->; "cli": the function's block
+  python3 - "$CLONE/README.md" "$@" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().split("\n")
+blocks, i = [], 0
+while i < len(lines):
+    if not lines[i].lstrip().startswith("```"):
+        i += 1
+        continue
+    j = i + 1
+    while j < len(lines) and lines[j].strip() != "```":
+        j += 1
+    before = [l.strip() for l in lines[:i] if l.strip()]
+    lang = lines[i].strip().strip("`").strip()
+    blocks.append((before[-1] if before else "", lang, "\n".join(lines[i + 1:j]) + "\n"))
+    i = j + 1
+for name in sys.argv[2:]:
+    if name == "cli":
+        hit = [(l, b) for m, l, b in blocks if b.startswith("orchestrator() {")]
+    else:
+        hit = [(l, b) for m, l, b in blocks if m == "<!-- example: %s -->" % name]
+    if len(hit) != 1:
+        sys.exit("README.md has no single block %s" % name)
+    lang, body = hit[0]
+    if lang == "python":
+        body = "python3 - <<'README_PYTHON'\n" + body + "README_PYTHON\n"
+    sys.stdout.write(body)
+PY
+}
+begin "README examples, as written"
+examples=(sandbox seal mcp-key workflow)
+if python3 -c 'import mcp, httpx2' 2>/dev/null; then
+  examples=(sandbox seal mcp-key mcp-python workflow)
+else
+  log "   (no MCP Python SDK on this machine: README's mcp-python block not run here; readme:: runs it)"
+fi
+script="$(readme_blocks cli)
+export ORCHESTRATOR_URL=http://127.0.0.1:$HTTP_PORT ORCHESTRATOR_GRPC_URL=http://127.0.0.1:$GRPC_PORT
+$(readme_blocks "${examples[@]}")"
+if ! out="$(cd "$CLONE" && COMPOSE_PROJECT_NAME="$PROJECT" bash -euo pipefail -c "$script" 2>&1 </dev/null)"; then
+  printf '%s\n' "$out" >&2
+  die "README's examples failed on the compose stack (their output above)"
+fi
+printf '%s\n' "$out" | grep -qF '"a,b\n1,2\n"' || die "README's SEAL example did not read back its file: $out"
+printf '%s\n' "$out" | grep -q '"status": "completed"' || die "README's workflow did not complete: $out"
+end
+
 # The same stack as two replicas behind a load balancer (docker-compose.cluster.yml, as README
 # shows): the node is recreated as replica 1 (stopping, it destroys the sandboxes made above), a
 # second replica joins, and HAProxy takes the callers' ports. A sandbox made through the balancer
@@ -391,6 +446,13 @@ if [ ${#ev[@]} -gt 0 ] && [ "$(others_alive)" -gt 0 ]; then
   docker volume rm "$OURS" >/dev/null 2>&1 || log "   (still in use by another node: left to it)"
   ev=()
 fi
+# The channel directory stays on the host (README, "Stopping"), but none of this stack's
+# sandboxes may keep a directory in it: the node removes each with its sandbox.
+CHANNELS="/run/aegis/channels"
+mapfile -t ch < <(for id in "$SBX" "$LEFT" "$NET_SBX" "$CSBX" "$LEFT2"; do
+  if [ -n "$id" ] && [ -e "$CHANNELS/$id" ]; then printf '%s\n' "$CHANNELS/$id"; fi; done)
+show "channel directories of the stack's sandboxes" "${ch[@]}"
+[ ! -d "$CHANNELS" ] || log "   $CHANNELS stays on the host, as README says (root's; gone at reboot, or rmdir it)"
 show "the executor volume the stack created ($OURS; the dispatcher shares it between nodes and removes it at shutdown when no other node is alive)" "${ev[@]}"
 end
 
@@ -407,6 +469,7 @@ if [ "$left" = 1 ]; then
   [ ${#v[@]} -eq 0 ] || printf '%s\n' "${v[@]}" | xargs -r docker volume rm -f >/dev/null || true
   [ ${#n[@]} -eq 0 ] || printf '%s\n' "${n[@]}" | xargs -r docker network rm >/dev/null || true
   [ ${#ev[@]} -eq 0 ] || printf '%s\n' "${ev[@]}" | xargs -r docker volume rm >/dev/null 2>&1 || true
+  [ ${#ch[@]} -eq 0 ] || rm -rf -- "${ch[@]}"
 fi
 
 report
