@@ -1,0 +1,413 @@
+//! Making a sandbox: where it goes (this engine, its warm pool, or another replica's), the
+//! Docker objects in the order that lets the reaper find anything a crash leaves, the
+//! executor's handshake, and its egress network.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use bollard::query_parameters::CreateContainerOptionsBuilder;
+
+use super::{describe_exit, Inner, Sandbox};
+use crate::error::{engine, is_not_found, DispatchError, Result};
+use crate::placement::Target;
+use crate::spec::{NetworkMode, Owner, SandboxId, SandboxSpec};
+use crate::stream::ExecutorStream;
+use crate::{hardening, install, labels, placement, store};
+
+impl Inner {
+    /// Makes a sandbox for `spec` (validated) where there is room: on this engine (from the
+    /// warm pool when `from_pool`), else on the other live replicas' engines, least loaded
+    /// first. A full engine or an unreachable replica sends it to the next; every other error
+    /// is the answer.
+    pub(crate) async fn place(
+        self: &Arc<Self>,
+        spec: SandboxSpec,
+        from_pool: bool,
+    ) -> Result<SandboxId> {
+        let targets = placement::targets(
+            &self.pg,
+            &self.engine,
+            self.config.dead_after,
+            self.config.forwarder.is_some(),
+        )
+        .await?;
+        let mut refusals = Vec::new();
+        for target in targets {
+            let attempt = match &target {
+                Target::Here if from_pool => self.acquire(spec.clone()).await,
+                Target::Here => self
+                    .create_detached(spec.clone(), spec.owner.clone())
+                    .await
+                    .map(|sandbox| sandbox.id),
+                Target::Peer {
+                    instance,
+                    engine,
+                    live,
+                } => {
+                    let Some(forwarder) = &self.config.forwarder else {
+                        continue;
+                    };
+                    tracing::debug!(target = %instance, %engine, live, "placing a sandbox on another engine");
+                    forwarder.create(*instance, spec.clone()).await
+                }
+            };
+            match attempt {
+                Err(DispatchError::NoRoom { detail }) => refusals.push(detail),
+                Err(DispatchError::Forward { detail, holder, .. }) => {
+                    refusals.push(format!("replica {holder} could not be asked: {detail}"))
+                }
+                Err(DispatchError::ForwardCreate { target, detail }) => {
+                    refusals.push(format!("replica {target} could not be asked: {detail}"))
+                }
+                other => return other,
+            }
+        }
+        Err(DispatchError::NoRoom {
+            detail: refusals.join("; "),
+        })
+    }
+
+    /// Creates a sandbox in its own task; destroys it if the caller stopped waiting meanwhile.
+    pub(crate) async fn create_detached(
+        self: &Arc<Self>,
+        spec: SandboxSpec,
+        owner: Owner,
+    ) -> Result<Arc<Sandbox>> {
+        if self.shutdown.is_cancelled() {
+            return Err(DispatchError::ShuttingDown);
+        }
+        // An instance that may be taken for dead makes nothing it could not hold.
+        self.lease.check(None)?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let inner = self.clone();
+        tokio::spawn(async move {
+            let result = inner.create_sandbox(spec, owner).await;
+            if let Err(Ok(orphan)) = tx.send(result) {
+                tracing::info!(sandbox = %orphan.id, "creator gave up waiting; destroying the new sandbox");
+                let _ = inner.destroy(orphan.id, "creator gave up waiting").await;
+            }
+        });
+        rx.await.map_err(|_| DispatchError::ShuttingDown)?
+    }
+
+    pub(super) async fn create_sandbox(
+        self: &Arc<Self>,
+        spec: SandboxSpec,
+        owner: Owner,
+    ) -> Result<Arc<Sandbox>> {
+        let started = Instant::now();
+        match self.docker.inspect_image(&spec.image).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {
+                return Err(DispatchError::ImageMissing {
+                    image: spec.image.clone(),
+                })
+            }
+            Err(e) => return Err(engine(format!("inspecting image {}", spec.image))(e)),
+        }
+        let id = SandboxId::new();
+        let container = format!("aegis-sbx-{id}");
+        let volume = format!("aegis-ws-{id}");
+        // The engine's bound and the row in one transaction (`placement.rs`).
+        let mut tx = self
+            .pg
+            .begin()
+            .await
+            .map_err(crate::error::db("recording a new sandbox"))?;
+        placement::admit(
+            &mut tx,
+            &self.engine,
+            &self.config.engine_limit,
+            placement::reserved_bytes(&spec.limits),
+        )
+        .await?;
+        store::insert_creating(
+            &mut *tx,
+            id,
+            self.instance,
+            &self.engine,
+            &spec,
+            &owner,
+            &container,
+            &volume,
+        )
+        .await?;
+        tx.commit()
+            .await
+            .map_err(crate::error::db("recording a new sandbox"))?;
+
+        match self
+            .materialize(id, &spec, &owner, &container, &volume)
+            .await
+        {
+            Ok((stream, container_id)) => {
+                let sandbox = Arc::new(Sandbox {
+                    id,
+                    container: container.clone(),
+                    spec,
+                    stream,
+                    epoch: store::FIRST_EPOCH,
+                });
+                // Held before the row says running, so a call right after cannot miss it.
+                self.hold(sandbox.clone());
+                match store::mark_running(&self.pg, id, self.instance, &container_id).await {
+                    Ok(true) => {
+                        tracing::info!(sandbox = %id, owner = %owner, image = %sandbox.spec.image, elapsed_ms = started.elapsed().as_millis() as u64, "sandbox ready");
+                        Ok(sandbox)
+                    }
+                    Ok(false) => {
+                        // Destroyed (or reaped) while it was being created.
+                        self.release(id);
+                        sandbox.stream.close("destroyed while being created");
+                        self.remove_objects(id, &container, &volume).await;
+                        Err(DispatchError::SandboxGone {
+                            id,
+                            reason: "destroyed while being created".to_owned(),
+                        })
+                    }
+                    Err(e) => {
+                        self.release(id);
+                        sandbox.stream.close("could not be recorded as running");
+                        self.remove_objects(id, &container, &volume).await;
+                        let _ = store::mark_failed(
+                            &self.pg,
+                            id,
+                            self.instance,
+                            store::FIRST_EPOCH,
+                            &e.to_string(),
+                        )
+                        .await;
+                        Err(e)
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, image = %spec.image, error = %e, "sandbox creation failed; cleaning up");
+                self.remove_objects(id, &container, &volume).await;
+                if let Err(db_error) = store::mark_failed(
+                    &self.pg,
+                    id,
+                    self.instance,
+                    store::FIRST_EPOCH,
+                    &e.to_string(),
+                )
+                .await
+                {
+                    tracing::warn!(sandbox = %id, error = %db_error, "could not record the failure");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Volume, container, attach, start, ready: the Docker half of a creation.
+    pub(super) async fn materialize(
+        self: &Arc<Self>,
+        id: SandboxId,
+        spec: &SandboxSpec,
+        owner: &Owner,
+        container: &str,
+        volume: &str,
+    ) -> Result<(ExecutorStream, String)> {
+        let base = self.labels(id, owner);
+        let mut volume_labels = base.clone();
+        volume_labels.insert(labels::COMPONENT.to_owned(), "workspace".to_owned());
+        self.docker
+            .create_volume(hardening::workspace_volume(spec, volume, volume_labels))
+            .await
+            .map_err(|source| DispatchError::Create {
+                id,
+                image: spec.image.clone(),
+                what: "workspace volume",
+                source,
+            })?;
+
+        if spec.network == NetworkMode::Egress {
+            self.open_egress(id, spec, owner).await?;
+        }
+
+        // The executor volume is shared by the nodes of this engine and removed by a node that
+        // stops with `destroy` when no container uses it; a node still running puts it back.
+        if let Err(e) = self.docker.inspect_volume(&self.executor.name).await {
+            if is_not_found(&e) {
+                tracing::info!(volume = %self.executor.name, "executor volume gone; installing it again");
+                install::install(
+                    &self.docker,
+                    &self.pg,
+                    &self.config,
+                    &self.scope,
+                    self.instance,
+                )
+                .await?;
+            }
+        }
+
+        let mut container_labels = base;
+        container_labels.insert(labels::COMPONENT.to_owned(), "sandbox".to_owned());
+        for (k, v) in &spec.labels {
+            container_labels.insert(k.clone(), v.clone());
+        }
+        let channel = self
+            .config
+            .channel_dir
+            .as_deref()
+            .filter(|_| {
+                self.socket_channel
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .and_then(|base| crate::channel::prepare(base, id));
+        let body = hardening::sandbox_container(
+            id,
+            spec,
+            &self.executor,
+            volume,
+            container_labels,
+            &self.config,
+            channel.as_deref(),
+        );
+        let created = self
+            .docker
+            .create_container(
+                Some(CreateContainerOptionsBuilder::new().name(container).build()),
+                body,
+            )
+            .await
+            .map_err(|source| {
+                if is_not_found(&source) {
+                    DispatchError::ImageMissing {
+                        image: spec.image.clone(),
+                    }
+                } else {
+                    DispatchError::Create {
+                        id,
+                        image: spec.image.clone(),
+                        what: "container",
+                        source,
+                    }
+                }
+            })?;
+
+        let (stream, ready) = ExecutorStream::attach(
+            &self.docker,
+            container,
+            id,
+            1,
+            self.config.max_response_bytes,
+            self.on_break(id, container, store::FIRST_EPOCH),
+        )
+        .await?;
+        self.docker
+            .start_container(container, None)
+            .await
+            .map_err(|source| DispatchError::Start { id, source })?;
+
+        let timeout = self.config.ready_timeout;
+        let detail = match tokio::time::timeout(timeout, ready).await {
+            Ok(Ok(Ok(ready))) if ready.landlock_abi == 0 && self.config.require_landlock => {
+                "the kernel offers no Landlock inside the sandbox, so commands could not be \
+                 confined (sandbox.require_landlock is on)"
+                    .to_owned()
+            }
+            Ok(Ok(Ok(ready))) => {
+                let stream = match (&self.config.channel_dir, &channel) {
+                    (Some(base), Some(_)) if ready.channel => {
+                        self.switch_to_socket(id, container, base, stream).await
+                    }
+                    _ => stream,
+                };
+                return Ok((stream, created.id));
+            }
+            Ok(Ok(Err(detail))) => detail,
+            Ok(Err(_)) => "the stream closed before the ready line".to_owned(),
+            Err(_) => "no ready line".to_owned(),
+        };
+        stream.close("the executor did not become ready");
+        let exit = describe_exit(&self.docker, container).await;
+        Err(DispatchError::ExecutorNotReady {
+            id,
+            timeout,
+            detail: format!("{detail}{exit}"),
+        })
+    }
+
+    /// Connects to the executor's socket and closes the attach stream (which carried the ready
+    /// line); keeps the attach stream when the socket cannot be reached.
+    pub(super) async fn switch_to_socket(
+        self: &Arc<Self>,
+        id: SandboxId,
+        container: &str,
+        base: &std::path::Path,
+        attached: ExecutorStream,
+    ) -> ExecutorStream {
+        let path = crate::channel::socket_of(base, id);
+        match ExecutorStream::connect(
+            &path,
+            id,
+            1,
+            self.config.max_response_bytes,
+            self.on_break(id, container, store::FIRST_EPOCH),
+        )
+        .await
+        {
+            Ok(socket) => {
+                attached.close("the sandbox is served over its socket");
+                socket
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, socket = %path.display(), error = %e, "cannot connect to the executor's socket; serving over the attach stream");
+                attached
+            }
+        }
+    }
+
+    /// The labels every object of sandbox `id` carries.
+    pub(super) fn labels(&self, id: SandboxId, owner: &Owner) -> HashMap<String, String> {
+        let mut labels = HashMap::from([
+            (labels::MANAGED.to_owned(), "true".to_owned()),
+            (labels::INSTANCE.to_owned(), self.instance.to_string()),
+            (labels::SANDBOX.to_owned(), id.to_string()),
+            (
+                labels::OWNER_KIND.to_owned(),
+                owner.kind.as_str().to_owned(),
+            ),
+            (labels::OWNER_ID.to_owned(), owner.id.clone()),
+            (
+                labels::CREATED_AT.to_owned(),
+                chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            ),
+        ]);
+        labels.extend(self.scope.labels());
+        labels
+    }
+
+    /// What to do when a sandbox's stream ends unasked: record why in its row, if this instance
+    /// still holds it at `epoch` (a stream that broke because another instance took the
+    /// sandbox over records nothing).
+    pub(super) fn on_break(
+        self: &Arc<Self>,
+        id: SandboxId,
+        container: &str,
+        epoch: i64,
+    ) -> crate::stream::OnBreak {
+        let weak: Weak<Inner> = Arc::downgrade(self);
+        let container = container.to_owned();
+        Box::new(move |reason: String| {
+            tokio::spawn(async move {
+                let Some(inner) = weak.upgrade() else { return };
+                let exit = describe_exit(&inner.docker, &container).await;
+                let reason = format!("{reason}{exit}");
+                match store::mark_failed(&inner.pg, id, inner.instance, epoch, &reason).await {
+                    Ok(true) => tracing::warn!(sandbox = %id, %reason, "sandbox stream broke"),
+                    Ok(false) => {
+                        tracing::info!(sandbox = %id, %reason, "stream of a sandbox this instance no longer holds ended; nothing recorded")
+                    }
+                    Err(e) => {
+                        tracing::warn!(sandbox = %id, error = %e, "could not record the broken stream")
+                    }
+                }
+                inner.pool.forget(id);
+            });
+        })
+    }
+}
