@@ -333,11 +333,19 @@ fn every_compose_config_defines_the_readme_contexts_alike() {
             "config/{other} differs from compose.yaml"
         );
     }
-    // Every context a README block names is one the compose stack has.
+    // Every context a README block names (a CLI flag, a key's binding) is one the compose
+    // stack has.
     let text = readme();
+    let mut named = 0;
     for block in blocks(&text) {
-        for part in block.body.split("--context ").skip(1) {
-            let name = part.split_whitespace().next().unwrap_or_default();
+        let flags = block.body.split("--context ").skip(1);
+        let bindings = block.body.split("\"security_context\": \"").skip(1);
+        for part in flags.chain(bindings) {
+            named += 1;
+            let name = part
+                .split(|c: char| c.is_whitespace() || c == '"')
+                .next()
+                .unwrap_or_default();
             assert!(
                 shipped.iter().any(|c| c["name"] == name),
                 "README.md line {}: context {name} is not in config/compose.yaml",
@@ -345,6 +353,10 @@ fn every_compose_config_defines_the_readme_contexts_alike() {
             );
         }
     }
+    assert!(
+        named >= 5,
+        "README's blocks name {named} contexts: the reader above misses them"
+    );
 }
 
 #[tokio::test]
