@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# E2B's own test suite, run by hand against a node of ours (issue 22): the sync sandbox,
+# E2B's own test suite, run by hand against a node of ours (issues 22 and 42): the sync sandbox,
 # commands, files, PTY and API tests of E2B's Python SDK, unmodified, through the three
 # exports an E2B user sets. Not part of our CI (it needs a copy of E2B's repository, which is
 # never committed here):
 #
-#   git -C <E2B clone> archive e139fc38e packages/python-sdk | tar -x -C /tmp/e2b-src
+#   git -C <E2B clone> archive <commit> packages/python-sdk | tar -x -C /tmp/e2b-src
 #   scripts/e2b_suite.sh /tmp/e2b-src/packages/python-sdk [pytest args, e.g. -k test_run]
+#   E2B_SUITE_SDK=2.63.0 scripts/e2b_suite.sh /tmp/e2b-src/packages/python-sdk
 #
-# e139fc38e is the release commit of e2b 2.45.1, the SDK version our own tests pin (PyPI
-# `e2b==2.45.1`, installed here when missing, with pytest and the plugins the suite's
-# pytest.ini uses).
+# Any commit of E2B's repository: e139fc38e (the release of e2b 2.45.1, the SDK our own tests
+# pin) and its HEAD, b8029973a at the last fetch, whose python-sdk is still 2.45.1 (2.46 to
+# 2.63.0 were released from commits not in that copy). The tests run against the SDK release
+# E2B_SUITE_SDK (default: the copy's own version, from its pyproject.toml), never against the
+# copy's source: the one installed in Python when it is that version, otherwise
+# target/e2b-sdk-<version> (`pip install --target`, as scripts/test.sh installs the latest SDK,
+# done here when missing) put first on PYTHONPATH. With pytest and the plugins the suite's
+# pytest.ini uses, installed when missing.
 #
 # What it does: starts the orchestrator binary (ORCHESTRATOR_BIN, default target/debug/
 # orchestrator, built when missing) on a fresh database of the PostgreSQL at DATABASE_URL (a
@@ -18,9 +24,10 @@
 # given); makes an operator key; exports E2B_API_URL = E2B_SANDBOX_URL = http://<node>/e2b and
 # E2B_API_KEY = e2b_<hex of the key>; runs pytest on tests/sync/sandbox_sync and
 # tests/sync/api_sync, deselecting the tests listed in orchestrator/tests/e2b-suite-exclusions.txt
-# (one `<node id> | <reason>` a line: what cannot pass here, and why); prints passed, failed and
-# excluded per reason; then stops the node, removes whatever sandbox it left and drops the
-# database. Exits with pytest's status.
+# (one `<node id> | <reason>` a line: what cannot pass here, and why; with a newer SDK than the
+# tests', e2b-suite-exclusions-newer-sdk.txt too: mocks the newer SDK bypasses); prints the SDK it ran,
+# passed, failed and excluded per reason; then stops the node, removes whatever sandbox it left
+# and drops the database. Exits with pytest's status.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,18 +44,31 @@ EXCLUSIONS="$ROOT/orchestrator/tests/e2b-suite-exclusions.txt"
 [ -f "$EXCLUSIONS" ] || die "missing $EXCLUSIONS"
 
 sdk_version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$SDK/pyproject.toml" | head -n1)
-[ "$sdk_version" = "2.45.1" ] || say "WARNING: this copy of the SDK is $sdk_version; the exclusions were written for 2.45.1"
-
-# The SDK and pytest with the plugins the suite's pytest.ini and conftest.py use.
-if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("e2b"))' 2>/dev/null)" != "2.45.1" ]; then
-  say "installing e2b 2.45.1 from PyPI"
-  python3 -m pip install -q e2b==2.45.1 >&2 || die "cannot install e2b==2.45.1 (pip)"
+[ -n "$sdk_version" ] || die "no version in $SDK/pyproject.toml"
+run_version="${E2B_SUITE_SDK:-$sdk_version}"
+[[ "$run_version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "E2B_SUITE_SDK: expected a release such as 2.63.0, not $run_version"
+# Every look at what Python has installed is made without the caller's PYTHONPATH: pip, seeing
+# another SDK there, would uninstall it from that folder.
+installed() { env -u PYTHONPATH python3 -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "$1" 2>/dev/null || true; }
+SDK_PATH=""
+if [ "$(installed e2b)" != "$run_version" ]; then
+  SDK_PATH="$ROOT/target/e2b-sdk-$run_version"
+  if [ ! -d "$SDK_PATH/e2b" ]; then
+    say "installing e2b $run_version from PyPI into ${SDK_PATH#"$ROOT"/}"
+    env -u PYTHONPATH python3 -m pip install -q --target "$SDK_PATH" "e2b==$run_version" >&2 \
+      || die "cannot install e2b==$run_version (pip)"
+  fi
 fi
-if ! python3 -c 'import pytest, pytest_asyncio, pytest_timeout' 2>/dev/null; then
+if ! env -u PYTHONPATH python3 -c 'import pytest, pytest_asyncio, pytest_timeout' 2>/dev/null; then
   say "installing pytest, pytest-asyncio and pytest-timeout from PyPI"
-  python3 -m pip install -q "pytest>=9.0.3,<10" "pytest-asyncio>=1.3.0,<2" "pytest-timeout>=2.4.0,<3" >&2 \
+  env -u PYTHONPATH python3 -m pip install -q "pytest>=9.0.3,<10" "pytest-asyncio>=1.3.0,<2" "pytest-timeout>=2.4.0,<3" >&2 \
     || die "cannot install pytest (pip)"
 fi
+RUN_PYTHONPATH="$ROOT/scripts/lib${SDK_PATH:+:$SDK_PATH}"
+ran=$(cd / && PYTHONPATH="$RUN_PYTHONPATH" python3 -P -c 'import importlib.metadata as m, e2b, os; print(m.version("e2b"), os.path.dirname(e2b.__file__))') \
+  || die "the SDK does not import (PYTHONPATH=$RUN_PYTHONPATH)"
+[ "${ran%% *}" = "$run_version" ] || die "expected e2b $run_version, Python imports $ran"
+[ "$run_version" = "$sdk_version" ] || say "the tests of e2b $sdk_version run against the SDK release $run_version"
 
 prepare_services
 if [ -z "${SANDBOX_EXECUTOR_BIN:-}" ]; then
@@ -129,17 +149,23 @@ export E2B_SANDBOX_URL="$BASE/e2b"
 E2B_API_KEY="e2b_$(printf %s "$KEY" | od -An -tx1 | tr -d ' \n')"
 export E2B_API_KEY
 export E2B_SUITE_EXCLUSIONS="$EXCLUSIONS"
+# The tests of one SDK against a newer release: their mocks of functions it no longer calls.
+if [ "$run_version" != "$sdk_version" ]; then
+  E2B_SUITE_EXCLUSIONS="$E2B_SUITE_EXCLUSIONS:$ROOT/orchestrator/tests/e2b-suite-exclusions-newer-sdk.txt"
+fi
 unset E2B_DEBUG E2B_DOMAIN E2B_ACCESS_TOKEN
 
-say "running E2B's suite ($SDK, e2b $sdk_version) with the exclusions of ${EXCLUSIONS#"$ROOT"/}"
+say "running E2B's suite ($SDK: tests of e2b $sdk_version) against the SDK e2b $ran, with the exclusions of ${E2B_SUITE_EXCLUSIONS//"$ROOT"\//}"
+export E2B_SUITE_SDK_RAN="e2b ${ran%% *} (tests of $sdk_version)"
 cd "$SDK"
 set +e
 # -P: the SDK's own source folder beside the tests is not put first on sys.path; the tests run
-# against the installed PyPI release of the same version, as a user's code would.
-PYTHONPATH="$ROOT/scripts/lib${PYTHONPATH:+:$PYTHONPATH}" python3 -P -m pytest \
+# against the installed PyPI release, as a user's code would. The caller's PYTHONPATH is not
+# kept: the SDK is the one chosen above.
+PYTHONPATH="$RUN_PYTHONPATH" python3 -P -m pytest \
   -p e2b_suite_plugin -p no:cacheprovider \
   tests/sync/sandbox_sync tests/sync/api_sync "$@"
 status=$?
 set -e
-say "reproduce: scripts/e2b_suite.sh $SDK"
+say "reproduce: ${E2B_SUITE_SDK:+E2B_SUITE_SDK=$E2B_SUITE_SDK }scripts/e2b_suite.sh $SDK"
 exit "$status"

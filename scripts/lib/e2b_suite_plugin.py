@@ -1,11 +1,13 @@
 """A pytest plugin for scripts/e2b_suite.sh: E2B's own test suite against our node, minus the
 tests listed in one exclusions file with the reason each cannot pass here.
 
-The file (E2B_SUITE_EXCLUSIONS) holds one entry a line, `<pytest node id> | <reason>`; `#` starts
-a comment. A node id is exact (`tests/sync/.../test_run.py::test_run`), or a whole file
+E2B_SUITE_EXCLUSIONS names the file, or several joined by `:` (scripts/e2b_suite.sh adds
+e2b-suite-exclusions-newer-sdk.txt when the tests of one SDK run against a newer release); each
+holds one entry a line, `<pytest node id> | <reason>`; `#` starts a comment. A node id is exact (`tests/sync/.../test_run.py::test_run`), or a whole file
 (`tests/sync/.../test_fork.py`). Excluded tests are deselected, never run; an entry that names
 no collected test is reported, so the list cannot go stale silently. At the end the plugin
-prints passed, failed and excluded per reason, and the failures' ids.
+prints the SDK the tests ran against (E2B_SUITE_SDK_RAN, from scripts/e2b_suite.sh), passed,
+failed and excluded per reason, and the failures' ids.
 """
 
 import os
@@ -34,9 +36,11 @@ def _load(path):
 
 
 def pytest_configure(config):
-    path = os.environ.get("E2B_SUITE_EXCLUSIONS")
-    if path:
-        _entries.update(_load(path))
+    for path in filter(None, os.environ.get("E2B_SUITE_EXCLUSIONS", "").split(os.pathsep)):
+        for node, reason in _load(path).items():
+            if node in _entries:
+                raise pytest.UsageError(f"{path}: {node} is excluded twice")
+            _entries[node] = reason
 
 
 def _reason_of(nodeid):
@@ -71,6 +75,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     failed_ids = sorted({r.nodeid for r in stats.get("failed", []) + stats.get("error", [])})
     tr = terminalreporter
     tr.section("E2B suite against the node")
+    if os.environ.get("E2B_SUITE_SDK_RAN"):
+        tr.write_line(f"sdk:      {os.environ['E2B_SUITE_SDK_RAN']}")
     tr.write_line(f"passed:   {count('passed')}")
     tr.write_line(f"failed:   {len(failed_ids)}")
     tr.write_line(f"skipped:  {count('skipped')}")

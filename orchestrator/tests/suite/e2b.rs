@@ -714,17 +714,20 @@ async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects_with_the_sdk() {
     // The stream of a command whose sandbox was killed ends as E2B's envd ends it: the SDK's
     // health probe then hears the sandbox is gone and says it was killed.
     let under = ok(&r, "killed_under");
-    // SDKs up to 2.50 say TimeoutException ("killed or reached its end of life"), later ones
-    // SandboxUnreachableException ("may have been killed or reached its timeout").
+    // SDKs up to 2.50 say TimeoutException ("killed or reached its end of life"); later ones
+    // tell a sandbox gone from one they cannot reach by the edge's "The sandbox was not found"
+    // in /health's 502 (issue 42: without it 2.63.0 said SandboxUnreachableException, "state
+    // is unknown"), and say SandboxNotRunningException.
     let message = under["message"].as_str().unwrap();
     match under["type"].as_str() {
         Some("TimeoutException") => assert!(
             message.contains("sandbox was killed or reached its end of life"),
             "{under}"
         ),
-        Some("SandboxUnreachableException") => {
-            assert!(message.contains("may have been killed"), "{under}")
-        }
+        Some("SandboxNotRunningException") => assert!(
+            message.contains("sandbox was killed or reached its end of life"),
+            "{under}"
+        ),
         _ => panic!("the SDK did not report the sandbox gone: {under}"),
     }
     assert_eq!(ok(&r, "killed_running"), false);

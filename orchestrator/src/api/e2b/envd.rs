@@ -78,6 +78,12 @@ pub fn same_secret(a: &str, b: &str) -> bool {
             == 0
 }
 
+/// What E2B's edge answers (502, or `unavailable` on a Connect call) for a sandbox that does
+/// not run: killed, paused or past its timeout. SDKs from 2.5x tell a sandbox that is gone from
+/// one they cannot reach by this phrase in the message (`SandboxNotRunningException`, and
+/// `is_running()` false); every such answer here starts with it, our detail after.
+pub const SANDBOX_NOT_FOUND: &str = "The sandbox was not found";
+
 /// Why an envd call has no sandbox to act on.
 pub enum Unserved {
     /// Refused: no such sandbox or a wrong token (told apart by nothing), a bad header, the
@@ -141,10 +147,10 @@ pub async fn resolve(state: &AppState, headers: &HeaderMap) -> Result<Target, Un
             Code::Unavailable,
             if row.paused {
                 format!(
-                    "sandbox {id} is paused: connect() resumes it (this node has no auto-resume)"
+                    "{SANDBOX_NOT_FOUND}: sandbox {id} is paused; connect() resumes it (this node has no auto-resume)"
                 )
             } else {
-                format!("sandbox {id} is not running: it was killed or reached its timeout")
+                format!("{SANDBOX_NOT_FOUND}: sandbox {id} is not running; it was killed or reached its timeout")
             },
         )));
     }
@@ -1020,7 +1026,7 @@ pub async fn health(State(state): State<AppState>, headers: HeaderMap) -> Respon
         Err(Unserved::Refused(e)) if e.code == Code::Unavailable => error_response(&e),
         Err(Unserved::Refused(_)) => super::api_error(aegis_e2b::api::ApiError::new(
             502,
-            "no running sandbox with this id and access token (killed, past its timeout, or unknown)",
+            format!("{SANDBOX_NOT_FOUND}: no running sandbox with this id and access token (killed, past its timeout, or unknown)"),
         )),
     }
 }
