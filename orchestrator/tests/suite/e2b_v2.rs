@@ -114,3 +114,199 @@ async fn a_retried_v2_create_with_one_idempotency_key_makes_one_sandbox() {
         connected.text().await.unwrap()
     );
 }
+
+/// What E2B's spec (HEAD's `spec/openapi.yml`, envd's `spec/envd/envd.yaml`) and its latest
+/// SDK name beyond the served routes: the simple ones served (template aliases, the metrics of
+/// several sandboxes, a network update asking for no egress), the others refused with 501 in
+/// E2B's error shape naming what is not offered; a wrong method 405 and an unknown path 404 in
+/// the same shape. And a sandbox gone is told the way E2B's edge tells it ("The sandbox was not
+/// found", which SDKs from 2.5x read as `SandboxNotRunningException`).
+#[tokio::test]
+async fn the_rest_of_e2bs_api_is_served_or_refused_in_e2bs_error_shape() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("v2-spec", "operator").await;
+    let call = |method: reqwest::Method, path: &str, body: Option<Value>| {
+        let mut request = app
+            .http
+            .request(method, format!("{}/e2b{path}", app.http_base))
+            .header("X-API-KEY", e2b_key(&key));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send()
+    };
+    use reqwest::Method as M;
+    let answer = |response: reqwest::Response| async move {
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.expect("a JSON body");
+        (status, body)
+    };
+
+    // Refused: 501, E2B's {code, message}, naming the route and why.
+    for (method, path, needle) in [
+        (M::POST, "/v3/templates", "template build service"),
+        (M::GET, "/templates", "runtimes"),
+        (M::GET, "/templates/base", "runtimes"),
+        (M::POST, "/templates/tags", "tags"),
+        (M::GET, "/templates/base/tags/exists", "tags"),
+        (
+            M::GET,
+            "/templates/x/builds/y/status",
+            "template build service",
+        ),
+        (M::GET, "/default-templates", "runtimes"),
+        (M::GET, "/teams", "E2B team"),
+        (M::GET, "/teams/t/metrics", "E2B team"),
+        (M::GET, "/api-keys", "/v1/api-keys"),
+        (M::POST, "/access-tokens", "/v1/api-keys"),
+        (M::POST, "/volumes", "no volumes"),
+        (M::GET, "/secrets", "secrets"),
+        (M::GET, "/nodes", "administration"),
+        (M::POST, "/admin/teams/t/sandboxes/kill", "administration"),
+        (M::POST, "/init", "E2B's own orchestrator"),
+        (M::POST, "/files/compose", "no compose"),
+        (M::GET, "/metrics", "get_metrics"),
+    ] {
+        let (status, body) = answer(call(method.clone(), path, None).await.unwrap()).await;
+        assert_eq!(status, 501, "{method} {path}: {body}");
+        assert_eq!(body["code"], 501, "{body}");
+        let message = body["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("{method} {path} is not offered")),
+            "{message}"
+        );
+        assert!(message.contains(needle), "{method} {path}: {message}");
+    }
+    // A served path with another method, and a path E2B does not have either.
+    let (status, body) = answer(call(M::PATCH, "/sandboxes", None).await.unwrap()).await;
+    assert_eq!((status, &body["code"]), (405, &json!(405)), "{body}");
+    let (status, body) = answer(call(M::GET, "/no/such/route", None).await.unwrap()).await;
+    assert_eq!((status, &body["code"]), (404, &json!(404)), "{body}");
+    assert!(body["message"]
+        .as_str()
+        .unwrap()
+        .contains("GET /no/such/route"));
+
+    // Template aliases (the SDK's Template.exists): a runtime, or the key's snapshot by name.
+    let (status, body) = answer(call(M::GET, "/templates/aliases/base", None).await.unwrap()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!({"templateID": "base", "public": true}));
+    let (status, body) = answer(
+        call(M::GET, "/templates/aliases/no-such-template", None)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, &body["code"]), (404, &json!(404)), "{body}");
+
+    // A sandbox for the per-sandbox routes.
+    let made: Value = call(
+        M::POST,
+        "/v2/sandboxes",
+        Some(json!({"templateID": "base", "timeout": 60})),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let id = made["sandboxID"].as_str().unwrap().to_owned();
+    let token = made["envdAccessToken"].as_str().unwrap().to_owned();
+
+    // The network update: asking for no egress changes nothing and is accepted; asking for
+    // any is refused as `network` at create is; another key's (or no) sandbox is not found.
+    for closed in [
+        json!({"allow_internet_access": false}),
+        json!({"denyOut": ["0.0.0.0/0"]}),
+    ] {
+        let response = call(
+            M::PUT,
+            &format!("/sandboxes/{id}/network"),
+            Some(closed.clone()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(response.status(), 204, "{closed}");
+    }
+    for open in [
+        json!({}),
+        json!({"allowOut": ["example.com"], "denyOut": ["0.0.0.0/0"]}),
+        json!({"allow_internet_access": true}),
+    ] {
+        let (status, body) = answer(
+            call(
+                M::PUT,
+                &format!("/sandboxes/{id}/network"),
+                Some(open.clone()),
+            )
+            .await
+            .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 400, "{open}: {body}");
+        assert!(
+            body["message"].as_str().unwrap().contains("no network"),
+            "{body}"
+        );
+    }
+    let (status, _) = answer(
+        call(
+            M::PUT,
+            &format!("/sandboxes/{}/network", uuid::Uuid::new_v4()),
+            Some(json!({"allow_internet_access": false})),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // Metrics of several sandboxes: the key's running ones, an unknown id left out.
+    let other = uuid::Uuid::new_v4();
+    let (status, body) = answer(
+        call(
+            M::GET,
+            &format!("/sandboxes/metrics?sandbox_ids={id},{other}"),
+            None,
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let sandboxes = body["sandboxes"].as_object().unwrap();
+    assert_eq!(sandboxes.len(), 1, "{body}");
+    let metric = &sandboxes[&id];
+    for field in ["timestampUnix", "cpuCount", "memTotal", "diskTotal"] {
+        assert!(
+            metric[field].as_u64().is_some_and(|n| n > 0),
+            "{field}: {body}"
+        );
+    }
+    let (status, _) = answer(call(M::GET, "/sandboxes/metrics", None).await.unwrap()).await;
+    assert_eq!(status, 400);
+
+    // Killed: envd's /health answers as E2B's edge, 502 "The sandbox was not found".
+    let health = || {
+        app.http
+            .get(format!("{}/e2b/health", app.http_base))
+            .header("E2b-Sandbox-Id", &id)
+            .header("X-Access-Token", &token)
+            .send()
+    };
+    assert_eq!(health().await.unwrap().status(), 204);
+    let killed = call(M::DELETE, &format!("/sandboxes/{id}"), None)
+        .await
+        .unwrap();
+    assert_eq!(killed.status(), 204);
+    let (status, body) = answer(health().await.unwrap()).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("The sandbox was not found"),
+        "{body}"
+    );
+}

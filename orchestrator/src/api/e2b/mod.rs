@@ -17,6 +17,9 @@
 //!   bounded per key and expiring), its processes are not: a resumed or forked sandbox is a
 //!   new container whose files are written back through the router as the owner key, like an
 //!   upload. [`observe`]: metrics from the container's cgroup, and the sandbox's lifecycle log.
+//! - [`unoffered`]: the rest of E2B's API: template aliases and a network update asking for no
+//!   egress served, the template build service, teams, keys, volumes, secrets, administration
+//!   and envd's internal routes refused (501, naming what is not offered and why).
 //! - [`envd`]: envd's services over the Connect protocol, for the sandbox named in
 //!   `E2b-Sandbox-Id`: `filesystem.Filesystem/*`, with [`watch`] for its watches, and
 //!   [`process`] for `process.Process/*` (live processes: streamed output, background
@@ -40,6 +43,7 @@ pub mod observe;
 pub mod process;
 pub mod snapshots;
 pub mod store;
+pub mod unoffered;
 pub mod watch;
 
 use axum::http::{header, HeaderValue, StatusCode};
@@ -60,7 +64,9 @@ pub const ENVD_VERSION: &str = "0.6.4";
 /// The path prefix of the door on the HTTP port.
 pub const PREFIX: &str = "/e2b";
 
-/// The E2B routes, to be nested under [`PREFIX`].
+/// The E2B routes, to be nested under [`PREFIX`]: what E2B's SDK calls, the simple rest of
+/// E2B's API, and [`unoffered`]'s refusals (501) of what is not offered, each in E2B's error
+/// shape, as are a wrong method (405) and an unknown path (404).
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/sandboxes", post(control::create).get(control::list_v1))
@@ -84,7 +90,11 @@ pub fn router() -> Router<AppState> {
         )
         .route("/sandboxes/{id}/fork", post(lifecycle::fork))
         .route("/snapshots", get(lifecycle::list_snapshots))
-        .route("/templates/{id}", delete(lifecycle::delete_snapshot))
+        .route(
+            "/templates/{id}",
+            unoffered::template_by_id(delete(lifecycle::delete_snapshot)),
+        )
+        .route("/sandboxes/metrics", get(observe::metrics_of_many))
         .route("/sandboxes/{id}/metrics", get(observe::metrics))
         .route("/sandboxes/{id}/logs", get(observe::logs_v1))
         .route("/v2/sandboxes/{id}/logs", get(observe::logs))
@@ -93,6 +103,9 @@ pub fn router() -> Router<AppState> {
         .route("/files", get(files::download).post(files::upload))
         .route("/health", get(envd::health))
         .route("/envs", get(envd::envs))
+        .merge(unoffered::refused())
+        .method_not_allowed_fallback(unoffered::wrong_method)
+        .fallback(unoffered::no_route)
 }
 
 /// A control API or `/files` error as E2B's SDK reads it: `{"code", "message"}` with the status.

@@ -74,6 +74,93 @@ pub async fn metrics(
     Ok(to_json(StatusCode::OK, &samples))
 }
 
+/// Most sandboxes one `GET /sandboxes/metrics` names (E2B's `maxItems`).
+const MAX_METRICS_IDS: usize = 100;
+
+/// `GET /sandboxes/metrics?sandbox_ids=a,b`: the latest sample of each named sandbox the key
+/// has running (`{"sandboxes": {id: metric}}`): the one its holder kept within the last
+/// bucket, else one taken now; ids the key has no running sandbox under are left out, as E2B
+/// answers only running sandboxes.
+pub async fn metrics_of_many(
+    State(state): State<AppState>,
+    Key(caller): Key,
+    RawQuery(query): RawQuery,
+) -> Answer {
+    use futures_util::StreamExt;
+    let mut ids: Vec<String> = Vec::new();
+    for (name, value) in url::form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        match name.as_ref() {
+            "sandbox_ids" => ids.extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_owned),
+            ),
+            other => {
+                return Err(Refusal(ApiError::bad_request(format!(
+                    "unknown query parameter `{other}`: only `sandbox_ids` is taken"
+                ))))
+            }
+        }
+    }
+    ids.sort();
+    ids.dedup();
+    if ids.is_empty() {
+        return Err(Refusal(ApiError::bad_request(
+            "sandbox_ids: name at least one sandbox (comma-separated)",
+        )));
+    }
+    if ids.len() > MAX_METRICS_IDS {
+        return Err(Refusal(ApiError::bad_request(format!(
+            "sandbox_ids: {} sandboxes named; at most {MAX_METRICS_IDS} are taken at once",
+            ids.len()
+        ))));
+    }
+    let mut rows = Vec::new();
+    for id in &ids {
+        match super::control::running(&state, &caller, id).await {
+            Ok(row) if row.state() == aegis_e2b::api::SandboxState::Running => rows.push(row),
+            Ok(_) | Err(Refusal(ApiError { code: 404, .. })) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let dispatcher = state.sandboxes.dispatcher().ok();
+    let now = Utc::now();
+    let since = now.timestamp() - SAMPLE_EVERY.as_secs() as i64 * 2;
+    let mut out = serde_json::Map::new();
+    let mut missing = Vec::new();
+    for row in rows {
+        match kept(&state, row.sandbox_id, Some(since), None).await?.pop() {
+            Some(latest) => {
+                out.insert(row.sandbox_id.to_string(), serde_json::json!(latest));
+            }
+            None => missing.push(row),
+        }
+    }
+    if let Some(dispatcher) = dispatcher {
+        let taken: Vec<(String, dispatcher::Usage)> = futures_util::stream::iter(missing)
+            .map(|row| async move {
+                dispatcher
+                    .usage(SandboxId(row.current))
+                    .await
+                    .ok()
+                    .map(|u| (row.sandbox_id.to_string(), u))
+            })
+            .buffer_unordered(SAMPLED_AT_ONCE)
+            .filter_map(std::future::ready)
+            .collect()
+            .await;
+        for (id, usage) in taken {
+            out.insert(id, serde_json::json!(metric(now, &usage)));
+        }
+    }
+    Ok(to_json(
+        StatusCode::OK,
+        &serde_json::json!({ "sandboxes": out }),
+    ))
+}
+
 fn metric(at: DateTime<Utc>, usage: &dispatcher::Usage) -> SandboxMetric {
     SandboxMetric {
         timestamp: at,
