@@ -310,3 +310,59 @@ async fn the_rest_of_e2bs_api_is_served_or_refused_in_e2bs_error_shape() {
         "{body}"
     );
 }
+
+/// The deprecated `POST /sandboxes/{id}/resume` takes `autoPause` (E2B's `ResumedSandbox`) and
+/// keeps it: the resumed sandbox's timeout pauses it; without the field, what its timeout did
+/// stays.
+#[tokio::test]
+async fn a_resume_with_auto_pause_makes_the_timeout_pause() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("v2-resume", "operator").await;
+    let call = |path: String, body: Option<Value>| {
+        let mut request = match body {
+            Some(body) => app
+                .http
+                .post(format!("{}/e2b{path}", app.http_base))
+                .json(&body),
+            None => app.http.get(format!("{}/e2b{path}", app.http_base)),
+        };
+        request = request.header("X-API-KEY", e2b_key(&key));
+        request.send()
+    };
+    let made: Value = call(
+        "/sandboxes".into(),
+        Some(json!({"templateID": "base", "timeout": 60})),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let id = made["sandboxID"].as_str().unwrap().to_owned();
+    let on_timeout = || async {
+        let detail: Value = call(format!("/sandboxes/{id}"), None)
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        detail["lifecycle"]["onTimeout"].clone()
+    };
+    assert_eq!(on_timeout().await, "kill");
+    for (body, expected) in [
+        (json!({"timeout": 60, "autoPause": true}), "pause"),
+        (json!({"timeout": 60}), "pause"),
+        (json!({"timeout": 60, "autoPause": false}), "kill"),
+    ] {
+        let paused = call(format!("/sandboxes/{id}/pause"), Some(json!({})))
+            .await
+            .unwrap();
+        assert_eq!(paused.status(), 204, "{}", paused.text().await.unwrap());
+        let resumed = call(format!("/sandboxes/{id}/resume"), Some(body.clone()))
+            .await
+            .unwrap();
+        assert_eq!(resumed.status(), 201, "{}", resumed.text().await.unwrap());
+        assert_eq!(on_timeout().await, expected, "{body}");
+    }
+}

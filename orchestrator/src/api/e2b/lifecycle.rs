@@ -370,7 +370,8 @@ async fn resume_from(
 }
 
 /// `POST /sandboxes/{id}/resume` (deprecated by E2B for connect): 201 with the sandbox, 409
-/// when it runs.
+/// when it runs; `autoPause`, when given, sets what its timeout does from now on (pause or
+/// kill).
 pub async fn resume(
     State(state): State<AppState>,
     WriteKey(caller): WriteKey,
@@ -387,6 +388,11 @@ pub async fn resume(
         )));
     }
     let row = resume_row(&state, &caller, &row, timeout).await?;
+    if let Some(pause) = req.auto_pause {
+        store::set_on_timeout(&state.pool, row.sandbox_id, &caller.id, pause)
+            .await
+            .map_err(db)?;
+    }
     Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
 }
 

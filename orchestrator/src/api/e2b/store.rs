@@ -148,6 +148,26 @@ pub async fn list_owned(
     .await
 }
 
+/// Sets what the timeout of a key's sandbox does: pause it (`autoPause`) or kill it. Returns
+/// whether the key owns such a sandbox.
+pub async fn set_on_timeout(
+    pool: &PgPool,
+    id: Uuid,
+    owner_key_id: &str,
+    pause: bool,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE e2b_sandboxes SET on_timeout = CASE WHEN $3 THEN 'pause' ELSE 'kill' END \
+         WHERE e2b_id = $1 AND owner_key_id = $2",
+    )
+    .bind(id)
+    .bind(owner_key_id)
+    .bind(pause)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
 /// Sets the deadline of a key's sandbox to `secs` from now; with `extend_only`, only when that
 /// is later than the current one. Returns the row, or None when the key owns no such sandbox.
 pub async fn set_deadline(
