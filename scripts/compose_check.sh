@@ -7,7 +7,7 @@
 #   test host): a request reaches that host through the sandbox's egress proxy, another host is
 #   refused by the proxy (403), a direct connection to a service of this machine is dropped by
 #   the host firewall -> an agent run without a model (must say how to add one) -> README's
-#   runnable examples as written (its CLI function, a sandbox, SEAL, an MCP key, a workflow) ->
+#   runnable examples as written (its CLI function, a sandbox, SEAL, MCP, a workflow, E2B) ->
 #   the same stack as two replicas behind a load balancer (docker-compose.cluster.yml): a
 #   sandbox used through the balancer, calls forwarded to the replica holding it -> down -v ->
 #   nothing of the stack is left (containers, volumes, networks by compose project label, the
@@ -288,7 +288,8 @@ end
 # moved to this stack's ports (README: other ports change the URLs), then the blocks the suite
 # runs against a node of its own (tests/suite/readme.rs): a sandbox, SEAL over HTTP and gRPC
 # into research-safe (a context of config/compose.yaml), an MCP key bound to it and, where the
-# MCP Python SDK is installed here, its client; a workflow with a Human gate, answered.
+# MCP Python SDK is installed here, its client; a workflow with a Human gate, answered; the E2B
+# exports and, where E2B's Python SDK is installed here, its example on the base template.
 readme_blocks() {  # NAME...: the blocks after <!-- example: NAME -->; "cli": the function's block
   python3 - "$CLONE/README.md" "$@" <<'PY'
 import sys
@@ -319,11 +320,19 @@ for name in sys.argv[2:]:
 PY
 }
 begin "README examples, as written"
-examples=(sandbox seal mcp-key workflow)
+examples=(sandbox seal mcp-key)
 if python3 -c 'import mcp, httpx2' 2>/dev/null; then
-  examples=(sandbox seal mcp-key mcp-python workflow)
+  examples+=(mcp-python)
 else
   log "   (no MCP Python SDK on this machine: README's mcp-python block not run here; readme:: runs it)"
+fi
+examples+=(workflow e2b-env)
+if python3 -c 'import e2b' 2>/dev/null; then
+  # README's E2B example creates a sandbox of the base template (README: build it first).
+  docker image inspect aegis-runtime/base:bookworm >/dev/null 2>&1 || "$CLONE/runtime-images/build.sh" --only base
+  examples+=(e2b-python)
+else
+  log "   (no E2B Python SDK on this machine: README's e2b-python block not run here; readme:: runs it)"
 fi
 script="$(readme_blocks cli)
 export ORCHESTRATOR_URL=http://127.0.0.1:$HTTP_PORT ORCHESTRATOR_GRPC_URL=http://127.0.0.1:$GRPC_PORT
@@ -334,6 +343,9 @@ if ! out="$(cd "$CLONE" && COMPOSE_PROJECT_NAME="$PROJECT" bash -euo pipefail -c
 fi
 printf '%s\n' "$out" | grep -qF '"a,b\n1,2\n"' || die "README's SEAL example did not read back its file: $out"
 printf '%s\n' "$out" | grep -q '"status": "completed"' || die "README's workflow did not complete: $out"
+case " ${examples[*]} " in
+  *" e2b-python "*) printf '%s\n' "$out" | grep -qxF "['/home/user/data/in.csv']" || die "README's E2B example did not list its file: $out" ;;
+esac
 end
 
 # The same stack as two replicas behind a load balancer (docker-compose.cluster.yml, as README
