@@ -23,9 +23,9 @@ use aegis_e2b::api::{
 
 use super::store::{self, Row};
 use super::{api_error, json_response, keys, Refusal, ENVD_VERSION};
-use crate::caller::Caller;
-use crate::sandboxes::SandboxError;
-use crate::state::AppState;
+use aegis_core::caller::Caller;
+use aegis_sandboxes::SandboxError;
+use aegis_tools::state::AppState;
 
 /// Largest control API request body.
 pub(super) const MAX_BODY: usize = 256 * 1024;
@@ -276,14 +276,14 @@ async fn create_row(
     let env_vars = req.env_vars.clone().unwrap_or_default();
     if let Some(name) = env_vars
         .keys()
-        .find(|n| crate::policy::command::CommandPolicy::forbidden_env(n))
+        .find(|n| aegis_policy::command::CommandPolicy::forbidden_env(n))
     {
         return Err(Refusal(ApiError::bad_request(format!(
             "envVars: `{name}` may never be set (it changes which code runs, or makes a program run another)"
         ))));
     }
     // A template is a runtime, or one of the key's snapshots (by id or name).
-    let from_snapshot = match crate::sandboxes::find_runtime(&req.template_id) {
+    let from_snapshot = match aegis_sandboxes::find_runtime(&req.template_id) {
         Ok(_) => None,
         Err(e) => Some(
             super::snapshots::find(&state.pool, &caller.id, &req.template_id)
@@ -292,7 +292,7 @@ async fn create_row(
                 .ok_or_else(|| Refusal(sandbox_error(e)))?,
         ),
     };
-    let runtime = crate::sandboxes::find_runtime(
+    let runtime = aegis_sandboxes::find_runtime(
         from_snapshot
             .as_ref()
             .map_or(req.template_id.as_str(), |s| s.runtime.as_str()),
@@ -336,7 +336,7 @@ async fn create_row(
         Err(_) => None,
     };
     let ok = matches!(row, Some(Ok(_)));
-    crate::audit::record_admin(
+    aegis_store::audit::record_admin(
         &state.pool,
         caller,
         "e2b.sandbox.create",
@@ -474,7 +474,7 @@ pub async fn kill(
         super::snapshots::delete(&state.pool, snapshot)
             .await
             .map_err(db)?;
-        crate::audit::record_admin(
+        aegis_store::audit::record_admin(
             &state.pool,
             &caller,
             "e2b.sandbox.kill",
@@ -496,7 +496,7 @@ pub async fn kill(
     if gone {
         store::delete(&state.pool, uuid).await.map_err(db)?;
     }
-    crate::audit::record_admin(
+    aegis_store::audit::record_admin(
         &state.pool,
         &caller,
         "e2b.sandbox.kill",

@@ -19,7 +19,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::state::AppState;
+use aegis_tools::state::AppState;
 
 /// How often the sweep looks for sandboxes past their deadline.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
@@ -457,9 +457,9 @@ pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
             Ok(()) => {
                 tracing::info!(sandbox = %e2b_id, "E2B sandbox ended: its timeout passed");
                 // The node ended it, not a caller: one admin row by the system says so.
-                let _ = crate::audit::record_admin(
+                let _ = aegis_store::audit::record_admin(
                     &state.pool,
-                    &crate::caller::Caller::system(),
+                    &aegis_core::caller::Caller::system(),
                     "e2b.sandbox.timeout",
                     &serde_json::json!({"sandbox_id": e2b_id}),
                     true,
@@ -467,10 +467,10 @@ pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
                 )
                 .await;
             }
-            Err(crate::sandboxes::SandboxError::Dispatch(
+            Err(aegis_sandboxes::SandboxError::Dispatch(
                 dispatcher::DispatchError::SandboxNotFound { .. },
             )) if *paused => continue,
-            Err(crate::sandboxes::SandboxError::Dispatch(
+            Err(aegis_sandboxes::SandboxError::Dispatch(
                 dispatcher::DispatchError::SandboxNotFound { .. },
             )) => {}
             Err(e) => {

@@ -35,10 +35,10 @@ use aegis_e2b::envd::headers as h;
 use aegis_e2b::envd::Timestamp;
 
 use super::store;
-use crate::caller::{Caller, Role};
-use crate::sandboxes::E2B_HOME;
-use crate::state::AppState;
-use crate::tools::{CallError, ToolError};
+use aegis_core::caller::{Caller, Role};
+use aegis_sandboxes::E2B_HOME;
+use aegis_tools::state::AppState;
+use aegis_tools::tools::{CallError, ToolError};
 
 /// Largest request message.
 pub(crate) const MAX_MESSAGE: usize = 1024 * 1024;
@@ -208,7 +208,7 @@ async fn owner(state: &AppState, row: &store::EnvdTarget) -> Result<Caller, Conn
         .map_err(|_| refuse(Code::Unauthenticated, "the owner key has an unknown role"))?;
     let mut caller = Caller::operator(row.key_id, &row.key_name, role);
     if let Some(name) = &row.key_context {
-        let context = crate::contexts::get(&state.pool, &caller.tenant, name)
+        let context = aegis_store::contexts::get(&state.pool, &caller.tenant, name)
             .await
             .map_err(|e| {
                 refuse(
@@ -217,7 +217,7 @@ async fn owner(state: &AppState, row: &store::EnvdTarget) -> Result<Caller, Conn
                 )
             })?;
         caller.tier = caller.tier.min(context.tier);
-        caller.seal = Some(crate::caller::SealScope {
+        caller.seal = Some(aegis_core::caller::SealScope {
             context: std::sync::Arc::new(context),
             limiter: state.api_keys.limiter(),
             session_key: format!("key:{}", row.key_id),
@@ -263,7 +263,7 @@ pub async fn call(
     tool: &str,
     args: Value,
 ) -> Result<Value, ConnectError> {
-    let outcome = crate::tools::invoke_in(state, &target.caller, tool, args, Some(target.id))
+    let outcome = aegis_tools::tools::invoke_in(state, &target.caller, tool, args, Some(target.id))
         .await
         .map_err(call_error)?;
     outcome.result.map_err(tool_error)
@@ -282,7 +282,7 @@ pub fn absolute(path: &str) -> Result<String, ConnectError> {
         let rest = path.strip_prefix("~/").unwrap_or(path);
         format!("{E2B_HOME}/{rest}")
     };
-    crate::policy::paths::normalise(&joined).map_err(|m| refuse(Code::InvalidArgument, m))
+    aegis_policy::paths::normalise(&joined).map_err(|m| refuse(Code::InvalidArgument, m))
 }
 
 fn split(path: &str) -> (&str, &str) {
@@ -868,9 +868,7 @@ pub async fn process(
     State(state): State<AppState>,
     Path(method): Path<String>,
     version: axum::http::Version,
-    connection: Option<
-        axum::Extension<axum::extract::ConnectInfo<crate::api::connection::Connection>>,
-    >,
+    connection: Option<axum::Extension<axum::extract::ConnectInfo<aegis_http::Connection>>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -986,7 +984,7 @@ fn check_env(name: &str, value: &str) -> Result<(), ConnectError> {
             format!("environment variable {name:?} is not a name ([A-Za-z_][A-Za-z0-9_]*)"),
         ));
     }
-    if crate::policy::command::CommandPolicy::forbidden_env(name) {
+    if aegis_policy::command::CommandPolicy::forbidden_env(name) {
         return Err(refuse(
             Code::PermissionDenied,
             format!(

@@ -25,7 +25,7 @@ use aegis_e2b::api::{
 use super::control::{db, known, not_found, to_json, Key};
 use super::store;
 use super::Refusal;
-use crate::state::AppState;
+use aegis_tools::state::AppState;
 use tokio_util::sync::CancellationToken;
 
 type Answer = Result<axum::response::Response, Refusal>;

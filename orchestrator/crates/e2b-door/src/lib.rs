@@ -51,7 +51,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 
-use crate::state::AppState;
+use aegis_tools::state::AppState;
 
 /// The envd version sandboxes report; the SDK turns features on by it, and every one it turns
 /// on up to here is served: recursive watches (0.1.4), no user named unless its caller does

@@ -30,7 +30,6 @@ use super::envd::{
     Target, MAX_MESSAGE,
 };
 use super::process::{keepalive_of, stream};
-use crate::state::AppState;
 use aegis_e2b::connect::{
     end_stream_frame, message_frame, Code, ConnectError, EndStream, RequestStreamDecoder, RpcKind,
 };
@@ -39,6 +38,7 @@ use aegis_e2b::envd::filesystem::{
     GetWatcherEventsRequest, GetWatcherEventsResponse, RemoveWatcherRequest, RemoveWatcherResponse,
     WatchDirRequest, WatchDirResponse,
 };
+use aegis_tools::state::AppState;
 
 /// Most events one `GetWatcherEvents` returns (the rest wait for the next poll).
 const MAX_POLLED: usize = 10_000;
