@@ -25,11 +25,12 @@ use dispatcher::protocol::{FsEvent, FsOp};
 use dispatcher::{WatchEvent, WatchHandle};
 use serde_json::json;
 
-use super::envd::{
-    absolute, call, content_type, entries_at, error_response, refuse, stream_error, target, unary,
-    Target, MAX_MESSAGE,
-};
+use super::entries::entries_at;
 use super::process::{keepalive_of, stream};
+use super::{
+    absolute, call, content_type, error_response, refuse, stream_error, target, unary, Target,
+    MAX_MESSAGE,
+};
 use aegis_e2b::connect::{
     end_stream_frame, message_frame, Code, ConnectError, EndStream, RequestStreamDecoder, RpcKind,
 };

@@ -4,6 +4,9 @@
 //! sandbox through `sandboxes` (quotas, the runtime's image, the key's security context) and
 //! keep its row ([`super::store`]). A key sees and touches only the sandboxes it created.
 
+pub mod lifecycle;
+pub mod observe;
+
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -353,7 +356,7 @@ async fn create_row(
         (Ok(_), None) => return Err(db(sqlx::Error::Protocol("no row".into()))),
     };
     if let Some(snapshot) = &from_snapshot {
-        if let Err(e) = super::lifecycle::restore_into(state, caller, &row, snapshot).await {
+        if let Err(e) = lifecycle::restore_into(state, caller, &row, snapshot).await {
             if let Err(d) = state.sandboxes.destroy(SandboxId(row.current)).await {
                 tracing::warn!(sandbox = %row.current, error = %d, "a sandbox whose restore failed could not be destroyed; the reaper removes it");
             }
@@ -562,7 +565,7 @@ pub async fn refresh(
 
 /// `POST /sandboxes/{id}/connect`: the running sandbox, alive at least `timeout` more seconds
 /// (a connect never shortens its life), 200; a paused one is resumed first
-/// ([`super::lifecycle::resume_row`]: its files back, no process), 201.
+/// ([`lifecycle::resume_row`]: its files back, no process), 201.
 pub async fn connect(
     State(state): State<AppState>,
     WriteKey(caller): WriteKey,
@@ -599,7 +602,7 @@ async fn connect_for(state: AppState, caller: Caller, id: String, secs: u32) -> 
         }
         Err(e) => return Err(e),
     };
-    let row = super::lifecycle::resume_row(&state, &caller, &paused, secs).await?;
+    let row = lifecycle::resume_row(&state, &caller, &paused, secs).await?;
     Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
 }
 

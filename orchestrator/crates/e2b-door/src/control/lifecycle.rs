@@ -1,5 +1,5 @@
 //! Pause, resume, snapshots and fork on E2B's control API, with E2B's filesystem-only
-//! semantics ([`super::snapshots`] says what is saved and how it comes back):
+//! semantics ([`crate::snapshots`] says what is saved and how it comes back):
 //!
 //! - `POST /sandboxes/{id}/pause`: the files become a `pause` snapshot, the container is
 //!   destroyed, the sandbox is listed as `paused`. The SDK asks to keep memory by default;
@@ -33,14 +33,14 @@ use aegis_e2b::api::{
     DEFAULT_TIMEOUT_SECS,
 };
 
-use super::control::{
+use super::{
     created_answer, db, known, new_token, paged, running, sandbox_error, to_json, Key, WriteKey,
     MAX_BODY,
 };
-use super::envd::Target;
-use super::snapshots::{self, NewSnapshot, Quota, Snapshot, SnapshotError};
-use super::store::{self, Row};
-use super::Refusal;
+use crate::envd::Target;
+use crate::snapshots::{self, NewSnapshot, Quota, Snapshot, SnapshotError};
+use crate::store::{self, Row};
+use crate::Refusal;
 use aegis_core::caller::Caller;
 use aegis_tools::state::AppState;
 

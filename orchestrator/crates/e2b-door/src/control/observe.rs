@@ -22,9 +22,9 @@ use aegis_e2b::api::{
     SandboxLogEntry, SandboxLogs, SandboxLogsV2Response, SandboxMetric,
 };
 
-use super::control::{db, known, not_found, to_json, Key};
-use super::store;
-use super::Refusal;
+use super::{db, known, not_found, to_json, Key};
+use crate::store;
+use crate::Refusal;
 use aegis_tools::state::AppState;
 use tokio_util::sync::CancellationToken;
 
@@ -119,7 +119,7 @@ pub async fn metrics_of_many(
     }
     let mut rows = Vec::new();
     for id in &ids {
-        match super::control::running(&state, &caller, id).await {
+        match super::running(&state, &caller, id).await {
             Ok(row) if row.state() == aegis_e2b::api::SandboxState::Running => rows.push(row),
             Ok(_) | Err(Refusal(ApiError { code: 404, .. })) => {}
             Err(e) => return Err(e),

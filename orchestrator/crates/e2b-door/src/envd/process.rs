@@ -42,9 +42,10 @@ use aegis_e2b::envd::process::{
     StreamInputResponse, UpdateRequest, UpdateResponse,
 };
 
-use super::envd::{
-    call, command_args, content_type, error_response, refuse, stream_error, stream_response,
-    target, unary, Target, DEFAULT_KEEPALIVE, MAX_MESSAGE,
+use super::command::command_args;
+use super::{
+    call, content_type, error_response, refuse, stream_error, stream_response, target, unary,
+    Target, DEFAULT_KEEPALIVE, MAX_MESSAGE,
 };
 use aegis_http::Connection;
 use aegis_tools::state::AppState;
