@@ -39,7 +39,8 @@ pub mod envd;
 pub mod files;
 pub mod keys;
 pub mod snapshots;
-pub mod store;
+/// The door's rows live in the storage crate (`aegis_store::e2b`).
+pub use aegis_store::e2b::sandboxes as store;
 pub mod timeouts;
 pub mod unoffered;
 

@@ -340,7 +340,7 @@ async fn resume_from(
         &state.pool,
         row.sandbox_id,
         snapshot_id,
-        new_id,
+        new_id.0,
         timeout_secs,
     )
     .await
@@ -659,7 +659,7 @@ async fn start_fork(
     let inserted = store::insert(
         &state.pool,
         &store::NewRow {
-            sandbox_id: id,
+            sandbox_id: id.0,
             tenant: &caller.tenant,
             owner_key_id: &caller.id,
             template_id: &source.template_id,

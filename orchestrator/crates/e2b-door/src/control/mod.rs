@@ -149,7 +149,7 @@ fn listed(row: &Row) -> ListedSandbox {
         memory_mb: u32::try_from(limits.memory_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
         disk_size_mb: u32::try_from(limits.workspace_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
         metadata: Some(row.metadata.0.clone()),
-        state: row.state(),
+        state: state_of(&row),
         envd_version: ENVD_VERSION.to_owned(),
         envd_unresponsive_at_pause: None,
         volume_mounts: None,
@@ -316,7 +316,7 @@ async fn create_row(
             let row = store::insert(
                 &state.pool,
                 &store::NewRow {
-                    sandbox_id: *id,
+                    sandbox_id: id.0,
                     tenant: &caller.tenant,
                     owner_key_id: &caller.id,
                     template_id: &req.template_id,
@@ -390,7 +390,7 @@ pub async fn detail(
                 aegis_e2b::api::OnTimeout::Kill
             },
         }),
-        pause_mode: (row.state() == SandboxState::Paused)
+        pause_mode: (state_of(&row) == SandboxState::Paused)
             .then_some(aegis_e2b::api::PauseMode::Filesystem),
     };
     Ok(to_json(StatusCode::OK, &detail))
@@ -437,7 +437,7 @@ pub async fn list_v2(
         );
     }
     rows.retain(|r| {
-        q.includes_state(r.state())
+        q.includes_state(state_of(&r))
             && q.matches_metadata(&r.metadata.0)
             && q.started_after.is_none_or(|t| r.started_at >= t)
             && q.template.as_ref().is_none_or(|t| *t == r.template_id)
@@ -613,4 +613,14 @@ pub(super) fn paged(mut response: Response, next: Option<Cursor>) -> Response {
         response.headers_mut().insert(NEXT_TOKEN_HEADER, value);
     }
     response
+}
+/// The state E2B reports of a row: paused once its pause snapshot is stored, and also from the
+/// moment a timeout that pauses it passed (the sweep is taking the snapshot; envd already
+/// refuses it, as `store::envd_target` serves no sandbox past its deadline).
+pub fn state_of(row: &Row) -> SandboxState {
+    if row.paused() {
+        SandboxState::Paused
+    } else {
+        SandboxState::Running
+    }
 }

@@ -120,7 +120,9 @@ pub async fn metrics_of_many(
     let mut rows = Vec::new();
     for id in &ids {
         match super::running(&state, &caller, id).await {
-            Ok(row) if row.state() == aegis_e2b::api::SandboxState::Running => rows.push(row),
+            Ok(row) if super::state_of(&row) == aegis_e2b::api::SandboxState::Running => {
+                rows.push(row)
+            }
             Ok(_) | Err(Refusal(ApiError { code: 404, .. })) => {}
             Err(e) => return Err(e),
         }

@@ -1,19 +1,18 @@
 //! The rows of E2B sandboxes (`e2b_sandboxes`, beside the dispatcher's `sandboxes` row): what
 //! the control API reports, who owns each sandbox, its envd token and its deadline (the sweep
-//! that acts on the deadline is [`crate::timeouts`]).
+//! that acts on the deadline is the E2B door's `timeouts`).
 //!
 //! A row is inserted only after its sandbox runs and deleted when it is killed; every read
 //! joins the dispatcher's row and sees only running sandboxes, so a sandbox the reaper removed
 //! is never reported (its row goes with the `sandboxes` row, `ON DELETE CASCADE`, or with the
 //! next sweep). The exception is a paused sandbox (`paused_snapshot` set): its dispatcher
-//! sandbox is gone and its files are a snapshot ([`super::snapshots`]); only the reads that say
+//! sandbox is gone and its files are a snapshot (`e2b_snapshots`); only the reads that say
 //! so see it. The id clients see is `e2b_id`, stable across a pause and a resume; `sandbox_id`
 //! is the dispatcher's sandbox serving it now (a new one after each resume).
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use dispatcher::SandboxId;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -44,12 +43,8 @@ impl Row {
     /// The state E2B reports: paused once its pause snapshot is stored, and also from the
     /// moment a timeout that pauses it passed (the sweep is taking the snapshot; envd already
     /// refuses it, as [`envd_target`] serves no sandbox past its deadline).
-    pub fn state(&self) -> aegis_e2b::api::SandboxState {
-        if self.paused_snapshot.is_some() || (self.pause_on_timeout && self.end_at <= Utc::now()) {
-            aegis_e2b::api::SandboxState::Paused
-        } else {
-            aegis_e2b::api::SandboxState::Running
-        }
+    pub fn paused(&self) -> bool {
+        self.paused_snapshot.is_some() || (self.pause_on_timeout && self.end_at <= Utc::now())
     }
 }
 
@@ -59,7 +54,8 @@ const COLUMNS: &str = "e.e2b_id AS sandbox_id, e.sandbox_id AS current, e.paused
 
 /// What a new row records.
 pub struct NewRow<'a> {
-    pub sandbox_id: SandboxId,
+    /// The dispatcher's sandbox (its id is also the id clients see, `e2b_id`).
+    pub sandbox_id: Uuid,
     pub tenant: &'a str,
     pub owner_key_id: &'a str,
     pub template_id: &'a str,
@@ -81,7 +77,7 @@ pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error>
          VALUES ($1, $1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9, \
          CASE WHEN $10 THEN 'pause' ELSE 'kill' END) RETURNING {COLUMNS}"
     ))
-    .bind(row.sandbox_id.0)
+    .bind(row.sandbox_id)
     .bind(row.tenant)
     .bind(row.owner_key_id)
     .bind(row.template_id)
@@ -281,7 +277,7 @@ pub async fn set_resumed(
     pool: &PgPool,
     id: Uuid,
     snapshot: Uuid,
-    current: SandboxId,
+    current: Uuid,
     timeout_secs: u32,
 ) -> Result<Option<Row>, sqlx::Error> {
     sqlx::query_as(&format!(
@@ -291,7 +287,7 @@ pub async fn set_resumed(
     ))
     .bind(id)
     .bind(snapshot)
-    .bind(current.0)
+    .bind(current)
     .bind(f64::from(timeout_secs))
     .fetch_optional(pool)
     .await
@@ -410,7 +406,7 @@ pub async fn secure_sandboxes(
     .await
 }
 
-/// Claims up to `batch` rows due for the timeout sweep ([`crate::timeouts::sweep`]) for
+/// Claims up to `batch` rows due for the timeout sweep (the E2B door's timeout sweep) for
 /// `claim_secs` (their deadline moved that far ahead; `FOR UPDATE SKIP LOCKED`, so two replicas
 /// never take the same one): a running sandbox whose timeout kills it and whose deadline
 /// passed, a row whose sandbox is gone, and a paused row whose old sandbox still runs. Each is
