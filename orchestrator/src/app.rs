@@ -286,7 +286,7 @@ impl Application {
 
         // `/mcp` ends its sessions (and their SSE streams) when the instance stops.
         // Every HTTP request (REST, SEAL over HTTP, MCP) gets its request id and span here.
-        let rest = api::rest::router(state.clone())
+        let rest = api::http_router(state.clone())
             .merge(api::mcp::routes(state.clone(), shutdown.child_token()))
             .layer(api::request_id::RequestIdLayer::new("http"));
         let http_token = shutdown.clone();

@@ -51,11 +51,11 @@ impl Background {
         let periodic = vec![
             tokio::spawn(heartbeat(state.clone(), shutdown.clone())),
             tokio::spawn(sweep_sessions(state.clone(), shutdown.clone())),
-            tokio::spawn(crate::api::e2b::store::sweep_periodically(
+            tokio::spawn(crate::api::e2b::timeouts::sweep_periodically(
                 state.clone(),
                 shutdown.clone(),
             )),
-            tokio::spawn(crate::api::e2b::observe::sample_periodically(
+            tokio::spawn(crate::api::e2b::control::observe::sample_periodically(
                 state.clone(),
                 shutdown.clone(),
             )),

@@ -1,6 +1,7 @@
 //! What the service remembers, as rows in PostgreSQL: the pool and its migrations (`database`),
 //! the hash-chained audit log (`audit`), API keys (`auth`), agents and workflows (`registry`),
-//! security contexts (`contexts`), pending approvals (`approvals`) and agent memory (`memory`),
+//! security contexts (`contexts`), pending approvals (`approvals`), agent memory (`memory`), the
+//! E2B door's sandboxes (`e2b`),
 //! and the group commit both per-call writes share (`group_commit`).
 //! Nothing here decides policy or runs a tool; the services above call these functions with the
 //! pool they were given.
@@ -10,6 +11,7 @@ pub mod audit;
 pub mod auth;
 pub mod contexts;
 pub mod database;
+pub mod e2b;
 pub mod group_commit;
 pub mod memory;
 pub mod registry;

@@ -44,8 +44,9 @@ pub(super) async fn call_tool(
     outcome.result.map_err(ApiError::from)
 }
 
-/// Builds the whole HTTP router.
-pub fn router(state: AppState) -> Router {
+/// The REST routes (health, OpenAPI, SEAL over HTTP, the operator API, metrics), without the
+/// error layers of [`with_errors`].
+pub fn routes(state: &AppState) -> Router<AppState> {
     let operator = Router::new()
         .route(
             "/v1/agents",
@@ -151,15 +152,20 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/seal/invoke", post(seal::invoke))
         .route("/v1/seal/tools", get(seal::tools))
         .merge(operator)
-        .nest(crate::api::e2b::PREFIX, crate::api::e2b::router())
-        .route(
-            "/files",
-            get(crate::api::e2b::files::download).post(crate::api::e2b::files::upload),
-        )
         .route("/metrics", get(metrics::render))
+}
+
+/// What every route of the HTTP port answers through: REST's JSON error for an unknown route
+/// and for errors without a body of their own, and a trace span per request.
+pub fn with_errors(routes: Router<AppState>) -> Router<AppState> {
+    routes
         .fallback(error::no_route)
         .layer(middleware::from_fn(error::json_errors))
         .layer(TraceLayer::new_for_http())
-        .merge(crate::api::console::routes(state.clone()))
-        .with_state(state)
+}
+
+/// The REST API alone (no other door), ready to serve: what the console sends its requests
+/// into, in-process.
+pub fn router(state: AppState) -> Router {
+    with_errors(routes(&state)).with_state(state)
 }

@@ -12,8 +12,8 @@ use axum::http::HeaderMap;
 
 use aegis_e2b::api::{ApiError, API_KEY_HEADER};
 
-use crate::caller::Caller;
-use crate::state::AppState;
+use aegis_core::caller::Caller;
+use aegis_tools::state::AppState;
 
 /// The prefix of E2B's key form.
 pub const E2B_KEY_PREFIX: &str = "e2b_";
@@ -64,10 +64,12 @@ pub async fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, Api
         return Err(ApiError::new(401, "X-API-KEY is too long"));
     }
     let key = from_presented(value)?;
-    crate::auth::authenticate(&state.pool, &state.api_keys, &key)
+    aegis_store::auth::authenticate(&state.pool, &state.api_keys, &key)
         .await
         .map_err(|e| match e {
-            crate::auth::AuthError::Db(_) => ApiError::new(503, "the key store is unavailable"),
+            aegis_store::auth::AuthError::Db(_) => {
+                ApiError::new(503, "the key store is unavailable")
+            }
             other => ApiError::new(401, format!("invalid API key: {other}")),
         })
 }

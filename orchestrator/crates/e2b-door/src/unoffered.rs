@@ -19,7 +19,7 @@ use aegis_e2b::api::{parse_body, ApiError};
 
 use super::control::{db, running, to_json, Key, WriteKey, MAX_BODY};
 use super::{Refusal, PREFIX};
-use crate::state::AppState;
+use aegis_tools::state::AppState;
 
 type Answer = Result<Response, Refusal>;
 
@@ -190,7 +190,7 @@ pub async fn template_alias(
     Key(caller): Key,
     Path(alias): Path<String>,
 ) -> Answer {
-    if crate::sandboxes::find_runtime(&alias).is_ok() {
+    if aegis_sandboxes::find_runtime(&alias).is_ok() {
         return Ok(to_json(
             StatusCode::OK,
             &TemplateAlias {

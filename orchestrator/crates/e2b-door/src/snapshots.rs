@@ -35,8 +35,8 @@ use aegis_e2b::api::ApiError;
 use aegis_e2b::connect::Code;
 
 use super::envd::{self, Target};
-use crate::sandboxes::{SandboxError, E2B_HOME, E2B_RUNTIME_LABEL};
-use crate::state::AppState;
+use aegis_sandboxes::{SandboxError, E2B_HOME, E2B_RUNTIME_LABEL};
+use aegis_tools::state::AppState;
 
 /// Most entries one snapshot may hold (each is a tool call when restored).
 pub const MAX_ENTRIES: usize = 20_000;
@@ -398,9 +398,9 @@ pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
             .map(|(id, kind)| format!("{kind}:{id}"))
             .collect();
         tracing::info!(count = gone.len(), "expired E2B snapshots deleted");
-        let _ = crate::audit::record_admin(
+        let _ = aegis_store::audit::record_admin(
             &state.pool,
-            &crate::caller::Caller::system(),
+            &aegis_core::caller::Caller::system(),
             "e2b.snapshot.expired",
             &json!({"snapshots": ids}),
             true,

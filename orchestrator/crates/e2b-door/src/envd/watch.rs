@@ -25,12 +25,12 @@ use dispatcher::protocol::{FsEvent, FsOp};
 use dispatcher::{WatchEvent, WatchHandle};
 use serde_json::json;
 
-use super::envd::{
-    absolute, call, content_type, entries_at, error_response, refuse, stream_error, target, unary,
-    Target, MAX_MESSAGE,
-};
+use super::entries::entries_at;
 use super::process::{keepalive_of, stream};
-use crate::state::AppState;
+use super::{
+    absolute, call, content_type, error_response, refuse, stream_error, target, unary, Target,
+    MAX_MESSAGE,
+};
 use aegis_e2b::connect::{
     end_stream_frame, message_frame, Code, ConnectError, EndStream, RequestStreamDecoder, RpcKind,
 };
@@ -39,6 +39,7 @@ use aegis_e2b::envd::filesystem::{
     GetWatcherEventsRequest, GetWatcherEventsResponse, RemoveWatcherRequest, RemoveWatcherResponse,
     WatchDirRequest, WatchDirResponse,
 };
+use aegis_tools::state::AppState;
 
 /// Most events one `GetWatcherEvents` returns (the rest wait for the next poll).
 const MAX_POLLED: usize = 10_000;

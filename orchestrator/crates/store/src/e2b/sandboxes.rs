@@ -1,30 +1,20 @@
 //! The rows of E2B sandboxes (`e2b_sandboxes`, beside the dispatcher's `sandboxes` row): what
-//! the control API reports, who owns each sandbox, its envd token and its deadline; and the
-//! sweep that kills a sandbox whose deadline passed.
+//! the control API reports, who owns each sandbox, its envd token and its deadline (the sweep
+//! that acts on the deadline is the E2B door's `timeouts`).
 //!
 //! A row is inserted only after its sandbox runs and deleted when it is killed; every read
 //! joins the dispatcher's row and sees only running sandboxes, so a sandbox the reaper removed
 //! is never reported (its row goes with the `sandboxes` row, `ON DELETE CASCADE`, or with the
 //! next sweep). The exception is a paused sandbox (`paused_snapshot` set): its dispatcher
-//! sandbox is gone and its files are a snapshot ([`super::snapshots`]); only the reads that say
+//! sandbox is gone and its files are a snapshot (`e2b_snapshots`); only the reads that say
 //! so see it. The id clients see is `e2b_id`, stable across a pause and a resume; `sandbox_id`
 //! is the dispatcher's sandbox serving it now (a new one after each resume).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use dispatcher::SandboxId;
 use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-
-use crate::state::AppState;
-
-/// How often the sweep looks for sandboxes past their deadline.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
-/// Most sandboxes one sweep kills (the next sweep takes the rest).
-const SWEEP_BATCH: i64 = 64;
 
 /// One E2B sandbox as stored. `sandbox_id` is the id clients see (`e2b_id`); `current` the
 /// dispatcher's sandbox behind it.
@@ -53,12 +43,8 @@ impl Row {
     /// The state E2B reports: paused once its pause snapshot is stored, and also from the
     /// moment a timeout that pauses it passed (the sweep is taking the snapshot; envd already
     /// refuses it, as [`envd_target`] serves no sandbox past its deadline).
-    pub fn state(&self) -> aegis_e2b::api::SandboxState {
-        if self.paused_snapshot.is_some() || (self.pause_on_timeout && self.end_at <= Utc::now()) {
-            aegis_e2b::api::SandboxState::Paused
-        } else {
-            aegis_e2b::api::SandboxState::Running
-        }
+    pub fn paused(&self) -> bool {
+        self.paused_snapshot.is_some() || (self.pause_on_timeout && self.end_at <= Utc::now())
     }
 }
 
@@ -68,7 +54,8 @@ const COLUMNS: &str = "e.e2b_id AS sandbox_id, e.sandbox_id AS current, e.paused
 
 /// What a new row records.
 pub struct NewRow<'a> {
-    pub sandbox_id: SandboxId,
+    /// The dispatcher's sandbox (its id is also the id clients see, `e2b_id`).
+    pub sandbox_id: Uuid,
     pub tenant: &'a str,
     pub owner_key_id: &'a str,
     pub template_id: &'a str,
@@ -90,7 +77,7 @@ pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error>
          VALUES ($1, $1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9, \
          CASE WHEN $10 THEN 'pause' ELSE 'kill' END) RETURNING {COLUMNS}"
     ))
-    .bind(row.sandbox_id.0)
+    .bind(row.sandbox_id)
     .bind(row.tenant)
     .bind(row.owner_key_id)
     .bind(row.template_id)
@@ -290,7 +277,7 @@ pub async fn set_resumed(
     pool: &PgPool,
     id: Uuid,
     snapshot: Uuid,
-    current: SandboxId,
+    current: Uuid,
     timeout_secs: u32,
 ) -> Result<Option<Row>, sqlx::Error> {
     sqlx::query_as(&format!(
@@ -300,7 +287,7 @@ pub async fn set_resumed(
     ))
     .bind(id)
     .bind(snapshot)
-    .bind(current.0)
+    .bind(current)
     .bind(f64::from(timeout_secs))
     .fetch_optional(pool)
     .await
@@ -419,20 +406,17 @@ pub async fn secure_sandboxes(
     .await
 }
 
-/// How long a sweep's claim on a due sandbox lasts: another sweep (of any replica) retries
-/// it after this if the first could not destroy it.
-const CLAIM_SECS: f64 = 60.0;
-
-/// Kills the sandboxes whose deadline passed and forgets rows whose sandbox is gone. A due
-/// row is claimed by moving its deadline [`CLAIM_SECS`] ahead (`FOR UPDATE SKIP LOCKED`, so
-/// two replicas never take the same one), its sandbox destroyed, and only then the row
-/// deleted: a destroy that fails is retried by a later sweep, never forgotten. A paused
-/// sandbox has no deadline (its snapshot's expiry ends it); nor is one whose timeout pauses it
-/// ([`super::lifecycle::pause_due`] does that) while its sandbox runs; a paused row is only claimed when the
-/// sandbox it was paused from still runs (the pause could not destroy it), which is destroyed
-/// while the row stays.
-pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
-    let due: Vec<(Uuid, Uuid, bool)> = sqlx::query_as(
+/// Claims up to `batch` rows due for the timeout sweep (the E2B door's timeout sweep) for
+/// `claim_secs` (their deadline moved that far ahead; `FOR UPDATE SKIP LOCKED`, so two replicas
+/// never take the same one): a running sandbox whose timeout kills it and whose deadline
+/// passed, a row whose sandbox is gone, and a paused row whose old sandbox still runs. Each is
+/// `(e2b_id, the dispatcher's sandbox, paused)`.
+pub async fn claim_due(
+    pool: &PgPool,
+    batch: i64,
+    claim_secs: f64,
+) -> Result<Vec<(Uuid, Uuid, bool)>, sqlx::Error> {
+    sqlx::query_as(
         "UPDATE e2b_sandboxes SET end_at = now() + make_interval(secs => $2) WHERE e2b_id IN ( \
              SELECT e.e2b_id FROM e2b_sandboxes e LEFT JOIN sandboxes s ON s.id = e.sandbox_id \
              WHERE (e.paused_snapshot IS NULL AND ((e.end_at <= now() AND e.on_timeout = 'kill') \
@@ -441,67 +425,10 @@ pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
              ORDER BY e.end_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED) \
          RETURNING e2b_id, sandbox_id, paused_snapshot IS NOT NULL",
     )
-    .bind(SWEEP_BATCH)
-    .bind(CLAIM_SECS)
-    .fetch_all(&state.pool)
-    .await?;
-    let mut ended = 0;
-    for (e2b_id, current, paused) in &due {
-        let sandbox = SandboxId(*current);
-        let started = std::time::Instant::now();
-        match state.sandboxes.destroy(sandbox).await {
-            Ok(()) if *paused => {
-                tracing::info!(sandbox = %e2b_id, "the container of a paused E2B sandbox was removed");
-                continue;
-            }
-            Ok(()) => {
-                tracing::info!(sandbox = %e2b_id, "E2B sandbox ended: its timeout passed");
-                // The node ended it, not a caller: one admin row by the system says so.
-                let _ = crate::audit::record_admin(
-                    &state.pool,
-                    &crate::caller::Caller::system(),
-                    "e2b.sandbox.timeout",
-                    &serde_json::json!({"sandbox_id": e2b_id}),
-                    true,
-                    started,
-                )
-                .await;
-            }
-            Err(crate::sandboxes::SandboxError::Dispatch(
-                dispatcher::DispatchError::SandboxNotFound { .. },
-            )) if *paused => continue,
-            Err(crate::sandboxes::SandboxError::Dispatch(
-                dispatcher::DispatchError::SandboxNotFound { .. },
-            )) => {}
-            Err(e) => {
-                tracing::warn!(sandbox = %e2b_id, error = %e, "could not end an E2B sandbox past its timeout; the next sweep retries");
-                continue;
-            }
-        }
-        delete(&state.pool, *e2b_id).await?;
-        ended += 1;
-    }
-    Ok(ended)
-}
-
-/// Runs [`super::lifecycle::pause_due`], [`sweep`] and [`super::snapshots::sweep`] every
-/// [`SWEEP_EVERY`] until `shutdown`.
-pub async fn sweep_periodically(state: AppState, shutdown: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(SWEEP_EVERY) => {}
-        }
-        if let Err(e) = super::lifecycle::pause_due(&state, SWEEP_BATCH).await {
-            tracing::warn!(error = %e, "could not pause E2B sandboxes past their timeout");
-        }
-        if let Err(e) = sweep(&state).await {
-            tracing::warn!(error = %e, "could not sweep E2B sandboxes past their timeout");
-        }
-        if let Err(e) = super::snapshots::sweep(&state).await {
-            tracing::warn!(error = %e, "could not sweep expired E2B snapshots");
-        }
-    }
+    .bind(batch)
+    .bind(claim_secs)
+    .fetch_all(pool)
+    .await
 }
 
 /// How long an `Idempotency-Key` is remembered (E2B keeps them a day).

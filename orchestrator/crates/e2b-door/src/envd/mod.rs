@@ -1,6 +1,6 @@
 //! envd, served by the node for the sandbox named in `E2b-Sandbox-Id`:
 //! `filesystem.Filesystem/{Stat, MakeDir, Move, ListDir, Remove}` here, its watches in
-//! [`super::watch`] and `process.Process/*` in [`super::process`], over the Connect protocol
+//! [`watch`] and `process.Process/*` in [`process`], over the Connect protocol
 //! (JSON or binary protobuf), `/health` and `/envs`; and what they share (the target sandbox
 //! and its owner, router calls, Connect answers).
 //!
@@ -11,8 +11,13 @@
 //! kernel exactly like the same call on REST, gRPC or MCP, and a key bound to a security
 //! context is confined by it here too.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+pub mod process;
+pub mod watch;
+
+mod command;
+mod entries;
+
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -28,17 +33,17 @@ use aegis_e2b::connect::{
     EndStream, Message, RpcKind,
 };
 use aegis_e2b::envd::filesystem::{
-    EntryInfo, FileType, ListDirRequest, ListDirResponse, MakeDirRequest, MakeDirResponse,
-    MoveRequest, MoveResponse, RemoveRequest, RemoveResponse, StatRequest, StatResponse,
+    ListDirRequest, ListDirResponse, MakeDirRequest, MakeDirResponse, MoveRequest, MoveResponse,
+    RemoveRequest, RemoveResponse, StatRequest, StatResponse,
 };
 use aegis_e2b::envd::headers as h;
-use aegis_e2b::envd::Timestamp;
 
 use super::store;
-use crate::caller::{Caller, Role};
-use crate::sandboxes::E2B_HOME;
-use crate::state::AppState;
-use crate::tools::{CallError, ToolError};
+use aegis_core::caller::{Caller, Role};
+use aegis_sandboxes::E2B_HOME;
+use aegis_tools::state::AppState;
+use aegis_tools::tools::{CallError, ToolError};
+use entries::{described, entry, join, list, lstat, stat, Listed};
 
 /// Largest request message.
 pub(crate) const MAX_MESSAGE: usize = 1024 * 1024;
@@ -208,7 +213,7 @@ async fn owner(state: &AppState, row: &store::EnvdTarget) -> Result<Caller, Conn
         .map_err(|_| refuse(Code::Unauthenticated, "the owner key has an unknown role"))?;
     let mut caller = Caller::operator(row.key_id, &row.key_name, role);
     if let Some(name) = &row.key_context {
-        let context = crate::contexts::get(&state.pool, &caller.tenant, name)
+        let context = aegis_store::contexts::get(&state.pool, &caller.tenant, name)
             .await
             .map_err(|e| {
                 refuse(
@@ -217,7 +222,7 @@ async fn owner(state: &AppState, row: &store::EnvdTarget) -> Result<Caller, Conn
                 )
             })?;
         caller.tier = caller.tier.min(context.tier);
-        caller.seal = Some(crate::caller::SealScope {
+        caller.seal = Some(aegis_core::caller::SealScope {
             context: std::sync::Arc::new(context),
             limiter: state.api_keys.limiter(),
             session_key: format!("key:{}", row.key_id),
@@ -263,7 +268,7 @@ pub async fn call(
     tool: &str,
     args: Value,
 ) -> Result<Value, ConnectError> {
-    let outcome = crate::tools::invoke_in(state, &target.caller, tool, args, Some(target.id))
+    let outcome = aegis_tools::tools::invoke_in(state, &target.caller, tool, args, Some(target.id))
         .await
         .map_err(call_error)?;
     outcome.result.map_err(tool_error)
@@ -282,232 +287,7 @@ pub fn absolute(path: &str) -> Result<String, ConnectError> {
         let rest = path.strip_prefix("~/").unwrap_or(path);
         format!("{E2B_HOME}/{rest}")
     };
-    crate::policy::paths::normalise(&joined).map_err(|m| refuse(Code::InvalidArgument, m))
-}
-
-fn split(path: &str) -> (&str, &str) {
-    match path.rsplit_once('/') {
-        Some(("", name)) => ("/", name),
-        Some((parent, name)) => (parent, name),
-        None => ("/", path),
-    }
-}
-
-fn join(dir: &str, name: &str) -> String {
-    if dir.ends_with('/') {
-        format!("{dir}{name}")
-    } else {
-        format!("{dir}/{name}")
-    }
-}
-
-/// One entry of a directory as `fs.list` reports it: its name, type (`file`, `directory`,
-/// `symlink`, `other`), a file's size, and what its stat says (absent when the executor could
-/// not read it).
-struct Listed {
-    name: String,
-    kind: String,
-    size: u64,
-    mode: Option<u32>,
-    modified_ns: Option<i64>,
-    inode_size: Option<u64>,
-    link_target: Option<String>,
-    /// A regular file's user metadata (its `user.e2b.*` extended attributes).
-    metadata: BTreeMap<String, String>,
-}
-
-impl Listed {
-    fn of(e: &Value) -> Self {
-        Listed {
-            name: e["name"].as_str().unwrap_or_default().to_owned(),
-            kind: e["type"].as_str().unwrap_or_default().to_owned(),
-            size: e["size_bytes"].as_u64().unwrap_or(0),
-            mode: e["mode"].as_u64().and_then(|m| u32::try_from(m).ok()),
-            modified_ns: e["modified_ns"].as_i64(),
-            inode_size: e["inode_size"].as_u64(),
-            link_target: e["link_target"].as_str().map(str::to_owned),
-            metadata: e["metadata"]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                        .collect()
-                })
-                .unwrap_or_default(),
-        }
-    }
-
-    /// What is known of an entry that was not listed (a directory just made, a root).
-    fn assumed(kind: &str, size: u64) -> Self {
-        Listed {
-            name: String::new(),
-            kind: kind.to_owned(),
-            size,
-            mode: None,
-            modified_ns: None,
-            inode_size: None,
-            link_target: None,
-            metadata: BTreeMap::new(),
-        }
-    }
-}
-
-/// envd's entry of `path`: a file's size, any other entry's inode size (what envd reports for a
-/// directory), the permission bits (the usual ones when unknown), the modification time.
-fn entry(path: &str, listed: &Listed) -> EntryInfo {
-    let (_, name) = split(path);
-    let (file_type, usual) = match listed.kind.as_str() {
-        "file" => (FileType::File, 0o644),
-        "directory" => (FileType::Directory, 0o755),
-        "symlink" => (FileType::Symlink, 0o777),
-        _ => (FileType::Unspecified, 0),
-    };
-    let mode = listed.mode.map_or(usual, |m| m & 0o777);
-    let size = match file_type {
-        FileType::File => listed.size,
-        _ => listed.inode_size.unwrap_or(listed.size),
-    };
-    const NANOS: i64 = 1_000_000_000;
-    EntryInfo {
-        name: name.to_owned(),
-        r#type: file_type as i32,
-        path: path.to_owned(),
-        size: i64::try_from(size).unwrap_or(i64::MAX),
-        mode,
-        permissions: permissions(file_type, mode),
-        owner: SANDBOX_USER.to_owned(),
-        group: SANDBOX_USER.to_owned(),
-        modified_time: listed.modified_ns.map(|ns| Timestamp {
-            seconds: ns.div_euclid(NANOS),
-            nanos: i32::try_from(ns.rem_euclid(NANOS)).unwrap_or(0),
-        }),
-        symlink_target: None,
-        metadata: listed.metadata.clone(),
-    }
-}
-
-fn permissions(kind: FileType, mode: u32) -> String {
-    let mut s = String::with_capacity(10);
-    s.push(match kind {
-        FileType::Directory => 'd',
-        FileType::Symlink => 'l',
-        _ => '-',
-    });
-    for shift in [6, 3, 0] {
-        let bits = (mode >> shift) & 7;
-        s.push(if bits & 4 != 0 { 'r' } else { '-' });
-        s.push(if bits & 2 != 0 { 'w' } else { '-' });
-        s.push(if bits & 1 != 0 { 'x' } else { '-' });
-    }
-    s
-}
-
-/// The entries of one directory (`fs.list`).
-async fn list(state: &AppState, target: &Target, dir: &str) -> Result<Vec<Listed>, ConnectError> {
-    let out = call(state, target, "fs.list", json!({"path": dir})).await?;
-    Ok(out["entries"]
-        .as_array()
-        .map(|entries| entries.iter().map(Listed::of).collect())
-        .unwrap_or_default())
-}
-
-/// The entry at `path` itself, a symlink not followed: found by listing the parent; a path
-/// that is itself a root of the sandbox's policy (its parent is outside) is a directory if it
-/// can be listed.
-async fn lstat(state: &AppState, target: &Target, path: &str) -> Result<Listed, ConnectError> {
-    let (parent, name) = split(path);
-    if name.is_empty() {
-        list(state, target, path).await?;
-        return Ok(Listed::assumed("directory", 0));
-    }
-    match list(state, target, parent).await {
-        Ok(entries) => entries
-            .into_iter()
-            .find(|e| e.name == name)
-            .ok_or_else(|| refuse(Code::NotFound, format!("path {path:?} does not exist"))),
-        Err(e) if e.code == Code::PermissionDenied => {
-            list(state, target, path).await?;
-            Ok(Listed::assumed("directory", 0))
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// envd's entry of `path`, as its `Stat` and `ListDir` report one: a symlink shows what it
-/// points at (its type, size and mode, when that is inside the sandbox's roots and exists,
-/// found by a second, policy-checked listing; the link itself otherwise) and where, as an
-/// absolute path.
-async fn described(state: &AppState, target: &Target, path: &str, listed: &Listed) -> EntryInfo {
-    if listed.kind != "symlink" {
-        return entry(path, listed);
-    }
-    let Some(link) = listed.link_target.as_deref() else {
-        return entry(path, listed);
-    };
-    let (parent, _) = split(path);
-    let to = resolve_link(parent, link);
-    let mut info = match lstat(state, target, &to).await {
-        Ok(pointed) if pointed.kind != "symlink" => entry(path, &pointed),
-        _ => entry(path, listed),
-    };
-    info.symlink_target = Some(to);
-    info
-}
-
-/// Where a symlink in `dir` holding `link` points, as an absolute path (`.` and `..` taken
-/// lexically; the listing of the result is checked by the policy like any path).
-fn resolve_link(dir: &str, link: &str) -> String {
-    let joined = if link.starts_with('/') {
-        link.to_owned()
-    } else {
-        join(dir, link)
-    };
-    let mut parts: Vec<&str> = Vec::new();
-    for part in joined.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
-}
-
-/// The entries of `paths` that exist now (what watch events with `include_entry` carry), each
-/// directory listed once (so once audited); a path whose directory cannot be listed, or that
-/// is gone, has none.
-pub(crate) async fn entries_at(
-    state: &AppState,
-    target: &Target,
-    paths: &[String],
-) -> HashMap<String, EntryInfo> {
-    let mut dirs: HashMap<String, Vec<Listed>> = HashMap::new();
-    let mut found = HashMap::new();
-    for path in paths {
-        let (parent, name) = split(path);
-        if let Entry::Vacant(slot) = dirs.entry(parent.to_owned()) {
-            slot.insert(list(state, target, parent).await.unwrap_or_default());
-        }
-        if let Some(listed) = dirs
-            .get(parent)
-            .and_then(|l| l.iter().find(|e| e.name == name))
-        {
-            found.insert(path.clone(), entry(path, listed));
-        }
-    }
-    found
-}
-
-/// `Stat`: the entry at `path`, a symlink followed as envd follows it ([`described`]).
-pub async fn stat(
-    state: &AppState,
-    target: &Target,
-    path: &str,
-) -> Result<EntryInfo, ConnectError> {
-    let listed = lstat(state, target, path).await?;
-    Ok(described(state, target, path, &listed).await)
+    aegis_policy::paths::normalise(&joined).map_err(|m| refuse(Code::InvalidArgument, m))
 }
 
 fn unary_response<M: Message>(codec: Codec, message: &M) -> Response {
@@ -672,7 +452,7 @@ pub async fn filesystem(
             .await
         }
         "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
-            super::watch::serve(state, &method, headers, body).await
+            watch::serve(state, &method, headers, body).await
         }
         other => error_response(&refuse(
             Code::Unimplemented,
@@ -863,14 +643,12 @@ async fn list_dir(
     Ok(ListDirResponse { entries })
 }
 
-/// `POST /process.Process/{method}` ([`super::process`]).
+/// `POST /process.Process/{method}` ([`process`]).
 pub async fn process(
     State(state): State<AppState>,
     Path(method): Path<String>,
     version: axum::http::Version,
-    connection: Option<
-        axum::Extension<axum::extract::ConnectInfo<crate::api::connection::Connection>>,
-    >,
+    connection: Option<axum::Extension<axum::extract::ConnectInfo<aegis_http::Connection>>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -879,7 +657,7 @@ pub async fn process(
     let cut = connection
         .filter(|_| version < axum::http::Version::HTTP_2)
         .map(|axum::Extension(axum::extract::ConnectInfo(c))| c);
-    super::process::serve(state, &method, headers, body, cut).await
+    process::serve(state, &method, headers, body, cut).await
 }
 
 /// Errors of a streaming call before its stream opened are still answered as a stream: HTTP
@@ -904,109 +682,6 @@ pub(crate) fn stream_response(codec: Codec, body: Body) -> Response {
         body,
     )
         .into_response()
-}
-
-/// Characters that make a command line need a shell (with them it runs under `bash -c`).
-const SHELL_SYNTAX: &str = "|&;<>()$`\\\"'*?[]#~=%{}!\n\r\t";
-
-/// The `cmd.run` arguments of an E2B command. The SDK sends `/bin/bash -l -c <line>`, and
-/// `/bin/bash -i -l` for a terminal. With `unwrap` (a key confined by a security context) a
-/// line without shell syntax runs as its own argv, so the policy sees the real program and a
-/// key confined to some programs may run them; its environment and directory then go to the
-/// policy as `env_additions` and `cwd`. Anything else runs under `bash -c`, which the policy
-/// allows only where `bash -c` is granted (every unbound key's E2B sandbox, where each line
-/// runs so). Such a line may set its own environment and directory, so the door writes them
-/// into the line (`export NAME='value'`, `cd -- 'dir'`) and the policy decides it as it
-/// decides any line: nothing is granted that the line could not do itself. Names no caller may
-/// ever set (`LD_PRELOAD`, `BASH_ENV`, ...) are refused either way. `sandbox_env` is the
-/// sandbox's own environment (`envVars` at create); the command's variables win over it.
-pub fn command_args(
-    config: &aegis_e2b::envd::process::ProcessConfig,
-    sandbox_env: &BTreeMap<String, String>,
-    unwrap: bool,
-) -> Result<Value, ConnectError> {
-    let program = config.cmd.rsplit('/').next().unwrap_or_default().to_owned();
-    if program.is_empty() {
-        return Err(refuse(Code::InvalidArgument, "process.cmd is empty"));
-    }
-    let mut envs = sandbox_env.clone();
-    envs.extend(config.envs.iter().map(|(k, v)| (k.clone(), v.clone())));
-    for (name, value) in &envs {
-        check_env(name, value)?;
-    }
-    let cwd = config.cwd.as_deref().map(absolute).transpose()?;
-    let shell = matches!(program.as_str(), "bash" | "sh");
-    let mut args = config.args.clone();
-    // A terminal's interactive shell (`bash -i -l`): a line under `bash -c`, never unwrapped.
-    let terminal =
-        shell && args.iter().any(|a| a == "-i") && args.iter().all(|a| a == "-i" || a == "-l");
-    if terminal {
-        args = vec!["-c".to_owned(), format!("exec {program} -i")];
-    }
-    let line = match args.as_slice() {
-        [l, c, line] if shell && l == "-l" && c == "-c" => Some(line.clone()),
-        [c, line] if shell && c == "-c" => Some(line.clone()),
-        _ => None,
-    };
-    let plain = line.as_ref().filter(|l| {
-        unwrap && !terminal && !l.trim().is_empty() && !l.chars().any(|c| SHELL_SYNTAX.contains(c))
-    });
-    let mut call = match (plain, line.as_ref()) {
-        (Some(plain), _) => json!({"command": plain, "args": []}),
-        (None, Some(line)) => {
-            let mut script = String::new();
-            for (name, value) in &envs {
-                script.push_str(&format!("export {name}={}\n", sh_quote(value)));
-            }
-            if let Some(dir) = &cwd {
-                script.push_str(&format!("cd -- {} || exit 1\n", sh_quote(dir)));
-            }
-            script.push_str(line);
-            return Ok(json!({"command": program, "args": ["-c", script]}));
-        }
-        (None, None) => json!({"command": program, "args": args}),
-    };
-    if let Some(cwd) = cwd {
-        call["cwd"] = json!(cwd);
-    }
-    if !envs.is_empty() {
-        call["env_additions"] = json!(envs);
-    }
-    Ok(call)
-}
-
-/// Refuses a variable that is not a POSIX name, one no caller may set, or a value with a NUL.
-fn check_env(name: &str, value: &str) -> Result<(), ConnectError> {
-    let mut bytes = name.bytes();
-    let posix = matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    if !posix {
-        return Err(refuse(
-            Code::InvalidArgument,
-            format!("environment variable {name:?} is not a name ([A-Za-z_][A-Za-z0-9_]*)"),
-        ));
-    }
-    if crate::policy::command::CommandPolicy::forbidden_env(name) {
-        return Err(refuse(
-            Code::PermissionDenied,
-            format!(
-                "environment variable `{name}` may never be set (it changes which code runs, or \
-                 makes a program run another)"
-            ),
-        ));
-    }
-    if value.contains('\0') {
-        return Err(refuse(
-            Code::InvalidArgument,
-            format!("environment variable `{name}` holds a NUL byte"),
-        ));
-    }
-    Ok(())
-}
-
-/// `text` as one word of a shell line: single-quoted, each `'` written as `'\''`.
-fn sh_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
 /// `GET /health`: envd answers 204 while its sandbox runs, and E2B's edge 502 once it is gone
@@ -1047,6 +722,8 @@ pub async fn envs(State(state): State<AppState>, headers: HeaderMap) -> Response
 
 #[cfg(test)]
 mod tests {
+    use super::command::{command_args, sh_quote};
+    use super::entries::resolve_link;
     use super::*;
     use aegis_e2b::envd::process::ProcessConfig;
 

@@ -42,12 +42,13 @@ use aegis_e2b::envd::process::{
     StreamInputResponse, UpdateRequest, UpdateResponse,
 };
 
-use super::envd::{
-    call, command_args, content_type, error_response, refuse, stream_error, stream_response,
-    target, unary, Target, DEFAULT_KEEPALIVE, MAX_MESSAGE,
+use super::command::command_args;
+use super::{
+    call, content_type, error_response, refuse, stream_error, stream_response, target, unary,
+    Target, DEFAULT_KEEPALIVE, MAX_MESSAGE,
 };
-use crate::api::connection::Connection;
-use crate::state::AppState;
+use aegis_http::Connection;
+use aegis_tools::state::AppState;
 
 /// Largest data event, as envd sends them.
 const MAX_CHUNK: usize = 64 * 1024;
@@ -425,7 +426,7 @@ async fn attach(
 enum Source {
     /// The node's kept reader of a process this `Start` began (output read once, its entry
     /// forgotten once its end is read here).
-    Kept(crate::sandboxes::live::Reader),
+    Kept(aegis_sandboxes::live::Reader),
     /// A `Connect`'s own handle.
     Own(Box<ProcessHandle>),
 }

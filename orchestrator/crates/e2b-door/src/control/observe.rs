@@ -22,10 +22,10 @@ use aegis_e2b::api::{
     SandboxLogEntry, SandboxLogs, SandboxLogsV2Response, SandboxMetric,
 };
 
-use super::control::{db, known, not_found, to_json, Key};
-use super::store;
-use super::Refusal;
-use crate::state::AppState;
+use super::{db, known, not_found, to_json, Key};
+use crate::store;
+use crate::Refusal;
+use aegis_tools::state::AppState;
 use tokio_util::sync::CancellationToken;
 
 type Answer = Result<axum::response::Response, Refusal>;
@@ -119,8 +119,10 @@ pub async fn metrics_of_many(
     }
     let mut rows = Vec::new();
     for id in &ids {
-        match super::control::running(&state, &caller, id).await {
-            Ok(row) if row.state() == aegis_e2b::api::SandboxState::Running => rows.push(row),
+        match super::running(&state, &caller, id).await {
+            Ok(row) if super::state_of(&row) == aegis_e2b::api::SandboxState::Running => {
+                rows.push(row)
+            }
             Ok(_) | Err(Refusal(ApiError { code: 404, .. })) => {}
             Err(e) => return Err(e),
         }

@@ -1,5 +1,5 @@
 //! Pause, resume, snapshots and fork on E2B's control API, with E2B's filesystem-only
-//! semantics ([`super::snapshots`] says what is saved and how it comes back):
+//! semantics ([`crate::snapshots`] says what is saved and how it comes back):
 //!
 //! - `POST /sandboxes/{id}/pause`: the files become a `pause` snapshot, the container is
 //!   destroyed, the sandbox is listed as `paused`. The SDK asks to keep memory by default;
@@ -33,16 +33,16 @@ use aegis_e2b::api::{
     DEFAULT_TIMEOUT_SECS,
 };
 
-use super::control::{
+use super::{
     created_answer, db, known, new_token, paged, running, sandbox_error, to_json, Key, WriteKey,
     MAX_BODY,
 };
-use super::envd::Target;
-use super::snapshots::{self, NewSnapshot, Quota, Snapshot, SnapshotError};
-use super::store::{self, Row};
-use super::Refusal;
-use crate::caller::Caller;
-use crate::state::AppState;
+use crate::envd::Target;
+use crate::snapshots::{self, NewSnapshot, Quota, Snapshot, SnapshotError};
+use crate::store::{self, Row};
+use crate::Refusal;
+use aegis_core::caller::Caller;
+use aegis_tools::state::AppState;
 
 type Answer = Result<Response, Refusal>;
 
@@ -61,7 +61,7 @@ async fn audit(
     ok: bool,
     started: Instant,
 ) -> Result<(), Refusal> {
-    crate::audit::record_admin(&state.pool, caller, action, &args, ok, started)
+    aegis_store::audit::record_admin(&state.pool, caller, action, &args, ok, started)
         .await
         .map(|_| ())
         .map_err(db)
@@ -75,7 +75,7 @@ pub(super) async fn start_restored(
     runtime: &str,
     archive: &[u8],
 ) -> Result<(SandboxId, snapshots::Restored), Refusal> {
-    let runtime = crate::sandboxes::find_runtime(runtime).map_err(|e| Refusal(sandbox_error(e)))?;
+    let runtime = aegis_sandboxes::find_runtime(runtime).map_err(|e| Refusal(sandbox_error(e)))?;
     let owner = Owner::new(OwnerKind::Operator, caller.id.clone());
     let context = caller.seal.as_ref().map(|s| s.context.as_ref());
     let (id, _) = state
@@ -271,7 +271,7 @@ pub async fn pause_due(state: &AppState, limit: i64) -> Result<usize, sqlx::Erro
                 .await;
             }
         }
-        let _ = crate::audit::record_admin(
+        let _ = aegis_store::audit::record_admin(
             &state.pool,
             &Caller::system(),
             "e2b.sandbox.pause",
@@ -340,7 +340,7 @@ async fn resume_from(
         &state.pool,
         row.sandbox_id,
         snapshot_id,
-        new_id,
+        new_id.0,
         timeout_secs,
     )
     .await
@@ -421,7 +421,7 @@ fn checked_name(name: Option<&str>) -> Result<Option<&str>, Refusal> {
     }
     // A create names a runtime or a snapshot by the same field: a snapshot may not take a
     // runtime's name, nor look like another snapshot's id.
-    if crate::sandboxes::find_runtime(name).is_ok() || Uuid::parse_str(name).is_ok() {
+    if aegis_sandboxes::find_runtime(name).is_ok() || Uuid::parse_str(name).is_ok() {
         return Err(Refusal(ApiError::bad_request(format!(
             "name {name:?} is a template (runtime) name or an id; choose another"
         ))));
@@ -659,7 +659,7 @@ async fn start_fork(
     let inserted = store::insert(
         &state.pool,
         &store::NewRow {
-            sandbox_id: id,
+            sandbox_id: id.0,
             tenant: &caller.tenant,
             owner_key_id: &caller.id,
             template_id: &source.template_id,

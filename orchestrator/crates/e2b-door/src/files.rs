@@ -34,7 +34,7 @@ use aegis_e2b::envd::signature::{self, Operation};
 
 use super::envd::{self, Target};
 use super::{api_error, json_response, store};
-use crate::state::AppState;
+use aegis_tools::state::AppState;
 
 /// Largest upload request body (several files together); the sandbox's workspace size is the
 /// other bound.

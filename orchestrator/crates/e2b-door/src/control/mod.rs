@@ -4,6 +4,9 @@
 //! sandbox through `sandboxes` (quotas, the runtime's image, the key's security context) and
 //! keep its row ([`super::store`]). A key sees and touches only the sandboxes it created.
 
+pub mod lifecycle;
+pub mod observe;
+
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -23,9 +26,9 @@ use aegis_e2b::api::{
 
 use super::store::{self, Row};
 use super::{api_error, json_response, keys, Refusal, ENVD_VERSION};
-use crate::caller::Caller;
-use crate::sandboxes::SandboxError;
-use crate::state::AppState;
+use aegis_core::caller::Caller;
+use aegis_sandboxes::SandboxError;
+use aegis_tools::state::AppState;
 
 /// Largest control API request body.
 pub(super) const MAX_BODY: usize = 256 * 1024;
@@ -146,7 +149,7 @@ fn listed(row: &Row) -> ListedSandbox {
         memory_mb: u32::try_from(limits.memory_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
         disk_size_mb: u32::try_from(limits.workspace_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
         metadata: Some(row.metadata.0.clone()),
-        state: row.state(),
+        state: state_of(&row),
         envd_version: ENVD_VERSION.to_owned(),
         envd_unresponsive_at_pause: None,
         volume_mounts: None,
@@ -276,14 +279,14 @@ async fn create_row(
     let env_vars = req.env_vars.clone().unwrap_or_default();
     if let Some(name) = env_vars
         .keys()
-        .find(|n| crate::policy::command::CommandPolicy::forbidden_env(n))
+        .find(|n| aegis_policy::command::CommandPolicy::forbidden_env(n))
     {
         return Err(Refusal(ApiError::bad_request(format!(
             "envVars: `{name}` may never be set (it changes which code runs, or makes a program run another)"
         ))));
     }
     // A template is a runtime, or one of the key's snapshots (by id or name).
-    let from_snapshot = match crate::sandboxes::find_runtime(&req.template_id) {
+    let from_snapshot = match aegis_sandboxes::find_runtime(&req.template_id) {
         Ok(_) => None,
         Err(e) => Some(
             super::snapshots::find(&state.pool, &caller.id, &req.template_id)
@@ -292,7 +295,7 @@ async fn create_row(
                 .ok_or_else(|| Refusal(sandbox_error(e)))?,
         ),
     };
-    let runtime = crate::sandboxes::find_runtime(
+    let runtime = aegis_sandboxes::find_runtime(
         from_snapshot
             .as_ref()
             .map_or(req.template_id.as_str(), |s| s.runtime.as_str()),
@@ -313,7 +316,7 @@ async fn create_row(
             let row = store::insert(
                 &state.pool,
                 &store::NewRow {
-                    sandbox_id: *id,
+                    sandbox_id: id.0,
                     tenant: &caller.tenant,
                     owner_key_id: &caller.id,
                     template_id: &req.template_id,
@@ -336,7 +339,7 @@ async fn create_row(
         Err(_) => None,
     };
     let ok = matches!(row, Some(Ok(_)));
-    crate::audit::record_admin(
+    aegis_store::audit::record_admin(
         &state.pool,
         caller,
         "e2b.sandbox.create",
@@ -353,7 +356,7 @@ async fn create_row(
         (Ok(_), None) => return Err(db(sqlx::Error::Protocol("no row".into()))),
     };
     if let Some(snapshot) = &from_snapshot {
-        if let Err(e) = super::lifecycle::restore_into(state, caller, &row, snapshot).await {
+        if let Err(e) = lifecycle::restore_into(state, caller, &row, snapshot).await {
             if let Err(d) = state.sandboxes.destroy(SandboxId(row.current)).await {
                 tracing::warn!(sandbox = %row.current, error = %d, "a sandbox whose restore failed could not be destroyed; the reaper removes it");
             }
@@ -387,7 +390,7 @@ pub async fn detail(
                 aegis_e2b::api::OnTimeout::Kill
             },
         }),
-        pause_mode: (row.state() == SandboxState::Paused)
+        pause_mode: (state_of(&row) == SandboxState::Paused)
             .then_some(aegis_e2b::api::PauseMode::Filesystem),
     };
     Ok(to_json(StatusCode::OK, &detail))
@@ -434,7 +437,7 @@ pub async fn list_v2(
         );
     }
     rows.retain(|r| {
-        q.includes_state(r.state())
+        q.includes_state(state_of(&r))
             && q.matches_metadata(&r.metadata.0)
             && q.started_after.is_none_or(|t| r.started_at >= t)
             && q.template.as_ref().is_none_or(|t| *t == r.template_id)
@@ -474,7 +477,7 @@ pub async fn kill(
         super::snapshots::delete(&state.pool, snapshot)
             .await
             .map_err(db)?;
-        crate::audit::record_admin(
+        aegis_store::audit::record_admin(
             &state.pool,
             &caller,
             "e2b.sandbox.kill",
@@ -496,7 +499,7 @@ pub async fn kill(
     if gone {
         store::delete(&state.pool, uuid).await.map_err(db)?;
     }
-    crate::audit::record_admin(
+    aegis_store::audit::record_admin(
         &state.pool,
         &caller,
         "e2b.sandbox.kill",
@@ -562,7 +565,7 @@ pub async fn refresh(
 
 /// `POST /sandboxes/{id}/connect`: the running sandbox, alive at least `timeout` more seconds
 /// (a connect never shortens its life), 200; a paused one is resumed first
-/// ([`super::lifecycle::resume_row`]: its files back, no process), 201.
+/// ([`lifecycle::resume_row`]: its files back, no process), 201.
 pub async fn connect(
     State(state): State<AppState>,
     WriteKey(caller): WriteKey,
@@ -599,7 +602,7 @@ async fn connect_for(state: AppState, caller: Caller, id: String, secs: u32) -> 
         }
         Err(e) => return Err(e),
     };
-    let row = super::lifecycle::resume_row(&state, &caller, &paused, secs).await?;
+    let row = lifecycle::resume_row(&state, &caller, &paused, secs).await?;
     Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
 }
 
@@ -610,4 +613,14 @@ pub(super) fn paged(mut response: Response, next: Option<Cursor>) -> Response {
         response.headers_mut().insert(NEXT_TOKEN_HEADER, value);
     }
     response
+}
+/// The state E2B reports of a row: paused once its pause snapshot is stored, and also from the
+/// moment a timeout that pauses it passed (the sweep is taking the snapshot; envd already
+/// refuses it, as `store::envd_target` serves no sandbox past its deadline).
+pub fn state_of(row: &Row) -> SandboxState {
+    if row.paused() {
+        SandboxState::Paused
+    } else {
+        SandboxState::Running
+    }
 }

@@ -10,19 +10,19 @@
 //!   general image; or one of the key's snapshots), get, list (v1 and v2), kill, timeout,
 //!   refresh, connect. Rows in `e2b_sandboxes` ([`store`]) hold what E2B reports (metadata, the
 //!   deadline, the owner key, the envd token); a sandbox whose deadline passes is killed by
-//!   [`store::sweep`].
-//! - [`lifecycle`]: pause, resume (and connect on a paused sandbox), snapshots (create, list,
+//!   [`timeouts::sweep`].
+//! - [`control::lifecycle`]: pause, resume (and connect on a paused sandbox), snapshots (create, list,
 //!   delete, start a sandbox from one) and fork, with E2B's filesystem-only semantics: the
 //!   sandbox's files are kept ([`snapshots`]: the workspace as a data-only tar in PostgreSQL,
 //!   bounded per key and expiring), its processes are not: a resumed or forked sandbox is a
 //!   new container whose files are written back through the router as the owner key, like an
-//!   upload. [`observe`]: metrics from the container's cgroup, and the sandbox's lifecycle log.
+//!   upload. [`control::observe`]: metrics from the container's cgroup, and the sandbox's lifecycle log.
 //! - [`unoffered`]: the rest of E2B's API: template aliases and a network update asking for no
 //!   egress served, the template build service, teams, keys, volumes, secrets, administration
 //!   and envd's internal routes refused (501, naming what is not offered and why).
 //! - [`envd`]: envd's services over the Connect protocol, for the sandbox named in
-//!   `E2b-Sandbox-Id`: `filesystem.Filesystem/*`, with [`watch`] for its watches, and
-//!   [`process`] for `process.Process/*` (live processes: streamed output, background
+//!   `E2b-Sandbox-Id`: `filesystem.Filesystem/*`, with [`envd::watch`] for its watches, and
+//!   [`envd::process`] for `process.Process/*` (live processes: streamed output, background
 //!   commands, stdin, signals, terminals, re-attaching); [`files`]: `GET`/`POST /files`.
 //!   Every one of them is one or more tool calls through `tools::invoke_in`, as the owner key
 //!   (confined by its security context when bound) on the sandbox's own policy: the same
@@ -38,26 +38,24 @@ pub mod control;
 pub mod envd;
 pub mod files;
 pub mod keys;
-pub mod lifecycle;
-pub mod observe;
-pub mod process;
 pub mod snapshots;
-pub mod store;
+/// The door's rows live in the storage crate (`aegis_store::e2b`).
+pub use aegis_store::e2b::sandboxes as store;
+pub mod timeouts;
 pub mod unoffered;
-pub mod watch;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 
-use crate::state::AppState;
+use aegis_tools::state::AppState;
 
 /// The envd version sandboxes report; the SDK turns features on by it, and every one it turns
 /// on up to here is served: recursive watches (0.1.4), no user named unless its caller does
 /// (0.4.0; every command runs as the sandbox user anyway), closing stdin (0.5.2),
 /// octet-stream and gzip uploads (0.5.7, [`files`]), file metadata (0.6.2, `X-Metadata-*` kept
-/// as `user.e2b.*` extended attributes), entries in watch events (0.6.3, [`watch`]), watching
+/// as `user.e2b.*` extended attributes), entries in watch events (0.6.3, [`envd::watch`]), watching
 /// network mounts (0.6.4: there are none in a sandbox).
 pub const ENVD_VERSION: &str = "0.6.4";
 
@@ -82,22 +80,22 @@ pub fn router() -> Router<AppState> {
         .route("/sandboxes/{id}/timeout", post(control::set_timeout))
         .route("/sandboxes/{id}/refreshes", post(control::refresh))
         .route("/sandboxes/{id}/connect", post(control::connect))
-        .route("/sandboxes/{id}/pause", post(lifecycle::pause))
-        .route("/sandboxes/{id}/resume", post(lifecycle::resume))
+        .route("/sandboxes/{id}/pause", post(control::lifecycle::pause))
+        .route("/sandboxes/{id}/resume", post(control::lifecycle::resume))
         .route(
             "/sandboxes/{id}/snapshots",
-            post(lifecycle::create_snapshot),
+            post(control::lifecycle::create_snapshot),
         )
-        .route("/sandboxes/{id}/fork", post(lifecycle::fork))
-        .route("/snapshots", get(lifecycle::list_snapshots))
+        .route("/sandboxes/{id}/fork", post(control::lifecycle::fork))
+        .route("/snapshots", get(control::lifecycle::list_snapshots))
         .route(
             "/templates/{id}",
-            unoffered::template_by_id(delete(lifecycle::delete_snapshot)),
+            unoffered::template_by_id(delete(control::lifecycle::delete_snapshot)),
         )
-        .route("/sandboxes/metrics", get(observe::metrics_of_many))
-        .route("/sandboxes/{id}/metrics", get(observe::metrics))
-        .route("/sandboxes/{id}/logs", get(observe::logs_v1))
-        .route("/v2/sandboxes/{id}/logs", get(observe::logs))
+        .route("/sandboxes/metrics", get(control::observe::metrics_of_many))
+        .route("/sandboxes/{id}/metrics", get(control::observe::metrics))
+        .route("/sandboxes/{id}/logs", get(control::observe::logs_v1))
+        .route("/v2/sandboxes/{id}/logs", get(control::observe::logs))
         .route("/process.Process/{method}", post(envd::process))
         .route("/filesystem.Filesystem/{method}", post(envd::filesystem))
         .route("/files", get(files::download).post(files::upload))
