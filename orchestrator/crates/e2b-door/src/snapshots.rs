@@ -25,7 +25,6 @@
 use std::collections::HashMap;
 
 use base64::Engine as _;
-use chrono::{DateTime, Utc};
 use dispatcher::{DataKind, SandboxId};
 use serde_json::json;
 use sqlx::PgPool;
@@ -36,28 +35,13 @@ use aegis_e2b::connect::Code;
 
 use super::envd::{self, Target};
 use aegis_sandboxes::{SandboxError, E2B_HOME, E2B_RUNTIME_LABEL};
+use aegis_store::e2b::snapshots as rows;
+/// The rows, read and written by the storage crate.
+pub use aegis_store::e2b::snapshots::{delete, delete_owned, find, list, NewSnapshot, Snapshot};
 use aegis_tools::state::AppState;
 
 /// Most entries one snapshot may hold (each is a tool call when restored).
 pub const MAX_ENTRIES: usize = 20_000;
-
-/// A snapshot's row, without its archive.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct Snapshot {
-    pub id: Uuid,
-    pub owner_key_id: String,
-    pub kind: String,
-    pub source_sandbox: Uuid,
-    pub template_id: String,
-    pub runtime: String,
-    pub name: Option<String>,
-    pub bytes: i64,
-    pub created_at: DateTime<Utc>,
-    pub expires_at: DateTime<Utc>,
-}
-
-const COLUMNS: &str = "id, owner_key_id, kind, source_sandbox, template_id, runtime, name, \
-     bytes, created_at, expires_at";
 
 /// Why a snapshot could not be taken, stored or restored.
 #[derive(Debug, thiserror::Error)]
@@ -150,22 +134,10 @@ impl Quota {
     }
 }
 
-/// What the key holds now: snapshots and their bytes (expired ones not counted).
-async fn held(conn: &mut sqlx::PgConnection, key: &str) -> Result<(u64, u64), sqlx::Error> {
-    let (count, bytes): (i64, i64) = sqlx::query_as(
-        "SELECT count(*), coalesce(sum(bytes), 0)::bigint FROM e2b_snapshots \
-         WHERE owner_key_id = $1 AND expires_at > now()",
-    )
-    .bind(key)
-    .fetch_one(conn)
-    .await?;
-    Ok((count.max(0) as u64, bytes.max(0) as u64))
-}
-
 /// Bytes the key may still store, or the quota refusal when it may store no more snapshots.
 pub async fn room(pool: &PgPool, key: &str, quota: Quota) -> Result<u64, SnapshotError> {
     let mut conn = pool.acquire().await?;
-    let (count, bytes) = held(&mut conn, key).await?;
+    let (count, bytes) = rows::held(&mut conn, key).await?;
     if count >= quota.count || bytes >= quota.bytes {
         return Err(SnapshotError::Quota {
             count,
@@ -210,18 +182,6 @@ pub async fn capture(
     ))
 }
 
-/// A snapshot to store.
-pub struct NewSnapshot<'a> {
-    pub tenant: &'a str,
-    pub owner_key_id: &'a str,
-    pub pause: bool,
-    pub source_sandbox: Uuid,
-    pub template_id: &'a str,
-    pub runtime: &'a str,
-    pub name: Option<&'a str>,
-    pub archive: &'a [u8],
-}
-
 /// Stores a snapshot in `tx`, within the key's quota: counted under a transaction lock of the
 /// key, so two snapshots taken at once cannot pass the quota together.
 pub async fn insert(
@@ -229,59 +189,19 @@ pub async fn insert(
     new: &NewSnapshot<'_>,
     quota: Quota,
 ) -> Result<Snapshot, SnapshotError> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('e2b-snapshots:' || $1, 0))")
-        .bind(new.owner_key_id)
-        .execute(&mut *tx)
-        .await?;
-    let (count, bytes) = held(&mut *tx, new.owner_key_id).await?;
-    let size = new.archive.len() as u64;
-    if count + 1 > quota.count || bytes.saturating_add(size) > quota.bytes {
-        return Err(SnapshotError::Quota {
-            count,
-            bytes,
+    let limits = rows::Limits {
+        max_count: quota.count,
+        max_bytes: quota.bytes,
+        ttl_secs: quota.ttl_secs,
+    };
+    rows::insert(tx, new, limits)
+        .await?
+        .map_err(|held| SnapshotError::Quota {
+            count: held.count,
+            bytes: held.bytes,
             max_count: quota.count,
             max_bytes: quota.bytes,
-        });
-    }
-    let row = sqlx::query_as(&format!(
-        "INSERT INTO e2b_snapshots (id, tenant_id, owner_key_id, kind, source_sandbox, template_id, \
-         runtime, name, archive, bytes, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + make_interval(secs => $11)) \
-         RETURNING {COLUMNS}"
-    ))
-    .bind(Uuid::new_v4())
-    .bind(new.tenant)
-    .bind(new.owner_key_id)
-    .bind(if new.pause { "pause" } else { "snapshot" })
-    .bind(new.source_sandbox)
-    .bind(new.template_id)
-    .bind(new.runtime)
-    .bind(new.name)
-    .bind(new.archive)
-    .bind(size as i64)
-    .bind(quota.ttl_secs as f64)
-    .fetch_one(&mut *tx)
-    .await?;
-    Ok(row)
-}
-
-/// A snapshot of `key` named by its id or its name (the newest of that name), not expired;
-/// `pause` snapshots are never named by a client.
-pub async fn find(
-    pool: &PgPool,
-    key: &str,
-    id_or_name: &str,
-) -> Result<Option<Snapshot>, sqlx::Error> {
-    let id = Uuid::parse_str(id_or_name).ok();
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM e2b_snapshots WHERE owner_key_id = $1 AND kind = 'snapshot' \
-         AND expires_at > now() AND (id = $2 OR name = $3) ORDER BY created_at DESC LIMIT 1"
-    ))
-    .bind(key)
-    .bind(id)
-    .bind(id_or_name)
-    .fetch_optional(pool)
-    .await
+        })
 }
 
 /// A snapshot's archive in the node's memory, counted against its bound until dropped.
@@ -300,10 +220,7 @@ impl std::ops::Deref for Held {
 /// The archive of snapshot `id`, loaded only when the node's memory bound has room for it
 /// twice (the archive, and its entries parsed for the restore).
 pub async fn archive(state: &AppState, id: Uuid) -> Result<Option<Held>, SnapshotError> {
-    let size: Option<i64> = sqlx::query_scalar("SELECT bytes FROM e2b_snapshots WHERE id = $1")
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?;
+    let size = rows::archive_size(&state.pool, id).await?;
     let Some(size) = size else {
         return Ok(None);
     };
@@ -313,68 +230,11 @@ pub async fn archive(state: &AppState, id: Uuid) -> Result<Option<Held>, Snapsho
         .memory()
         .reserve(u64::try_from(size).unwrap_or(0).saturating_mul(2))
         .map_err(SnapshotError::NodeBusy)?;
-    let bytes: Option<Vec<u8>> =
-        sqlx::query_scalar("SELECT archive FROM e2b_snapshots WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&state.pool)
-            .await?;
+    let bytes = rows::archive(&state.pool, id).await?;
     Ok(bytes.map(|bytes| Held {
         bytes,
         _reserved: reserved,
     }))
-}
-
-/// A page of `key`'s snapshots, newest first, after `(at, id)` when given.
-pub async fn list(
-    pool: &PgPool,
-    key: &str,
-    source: Option<Uuid>,
-    name: Option<&str>,
-    after: Option<(DateTime<Utc>, Uuid)>,
-    limit: i64,
-) -> Result<Vec<Snapshot>, sqlx::Error> {
-    let (at, after_id) = match after {
-        Some((at, id)) => (Some(at), Some(id)),
-        None => (None, None),
-    };
-    let name_id = name.and_then(|n| Uuid::parse_str(n).ok());
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM e2b_snapshots WHERE owner_key_id = $1 AND kind = 'snapshot' \
-         AND expires_at > now() AND ($2::uuid IS NULL OR source_sandbox = $2) \
-         AND ($3::text IS NULL OR name = $3 OR id = $4) \
-         AND ($5::timestamptz IS NULL OR (created_at, id) < ($5::timestamptz, $6::uuid)) \
-         ORDER BY created_at DESC, id DESC LIMIT $7"
-    ))
-    .bind(key)
-    .bind(source)
-    .bind(name)
-    .bind(name_id)
-    .bind(at)
-    .bind(after_id)
-    .bind(limit)
-    .fetch_all(pool)
-    .await
-}
-
-/// Deletes a snapshot of `key` (a listed one); false when it has none of that id.
-pub async fn delete_owned(pool: &PgPool, key: &str, id: Uuid) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(
-        "DELETE FROM e2b_snapshots WHERE id = $1 AND owner_key_id = $2 AND kind = 'snapshot'",
-    )
-    .bind(id)
-    .bind(key)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// Deletes snapshot `id` (a paused sandbox's, once it resumed or was killed).
-pub async fn delete(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM e2b_snapshots WHERE id = $1")
-        .bind(id)
-        .execute(pool)
-        .await
-        .map(|_| ())
 }
 
 /// Most snapshots one sweep deletes.
@@ -384,14 +244,7 @@ const SWEEP_BATCH: i64 = 64;
 /// foreign key), with one admin row by the system naming how many.
 pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
     let started = std::time::Instant::now();
-    let gone: Vec<(Uuid, String)> = sqlx::query_as(
-        "DELETE FROM e2b_snapshots WHERE id IN (SELECT id FROM e2b_snapshots \
-         WHERE expires_at <= now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
-         RETURNING id, kind",
-    )
-    .bind(SWEEP_BATCH)
-    .fetch_all(&state.pool)
-    .await?;
+    let gone = rows::delete_expired(&state.pool, SWEEP_BATCH).await?;
     if !gone.is_empty() {
         let ids: Vec<String> = gone
             .iter()

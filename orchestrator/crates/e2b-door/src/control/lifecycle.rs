@@ -322,14 +322,9 @@ async fn resume_from(
             format!("paused sandbox \"{}\" not found", row.sandbox_id),
         ))
     };
-    let snapshot: Option<Snapshot> = sqlx::query_as(
-        "SELECT id, owner_key_id, kind, source_sandbox, template_id, runtime, name, bytes, \
-         created_at, expires_at FROM e2b_snapshots WHERE id = $1",
-    )
-    .bind(snapshot_id)
-    .fetch_optional(&state.pool)
-    .await
-    .map_err(db)?;
+    let snapshot = aegis_store::e2b::snapshots::get(&state.pool, snapshot_id)
+        .await
+        .map_err(db)?;
     let snapshot = snapshot.ok_or_else(gone)?;
     let archive = snapshots::archive(state, snapshot_id)
         .await

@@ -149,7 +149,7 @@ fn listed(row: &Row) -> ListedSandbox {
         memory_mb: u32::try_from(limits.memory_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
         disk_size_mb: u32::try_from(limits.workspace_bytes / (1024 * 1024)).unwrap_or(u32::MAX),
         metadata: Some(row.metadata.0.clone()),
-        state: state_of(&row),
+        state: state_of(row),
         envd_version: ENVD_VERSION.to_owned(),
         envd_unresponsive_at_pause: None,
         volume_mounts: None,
@@ -437,7 +437,7 @@ pub async fn list_v2(
         );
     }
     rows.retain(|r| {
-        q.includes_state(state_of(&r))
+        q.includes_state(state_of(r))
             && q.matches_metadata(&r.metadata.0)
             && q.started_after.is_none_or(|t| r.started_at >= t)
             && q.template.as_ref().is_none_or(|t| *t == r.template_id)

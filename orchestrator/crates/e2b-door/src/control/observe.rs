@@ -25,6 +25,7 @@ use aegis_e2b::api::{
 use super::{db, known, not_found, to_json, Key};
 use crate::store;
 use crate::Refusal;
+use aegis_store::e2b::metrics as samples;
 use aegis_tools::state::AppState;
 use tokio_util::sync::CancellationToken;
 
@@ -177,19 +178,6 @@ fn metric(at: DateTime<Utc>, usage: &dispatcher::Usage) -> SandboxMetric {
     }
 }
 
-/// One kept sample.
-#[derive(sqlx::FromRow)]
-struct Kept {
-    at: DateTime<Utc>,
-    cpu_count: i32,
-    cpu_used_pct: f64,
-    mem_used: i64,
-    mem_total: i64,
-    mem_cache: i64,
-    disk_used: i64,
-    disk_total: i64,
-}
-
 /// The kept samples of sandbox `id` from `start` to `end` (seconds since the epoch), oldest
 /// first.
 async fn kept(
@@ -199,18 +187,9 @@ async fn kept(
     end: Option<i64>,
 ) -> Result<Vec<SandboxMetric>, Refusal> {
     let at = |secs: Option<i64>| secs.and_then(|s| DateTime::<Utc>::from_timestamp(s, 0));
-    let rows: Vec<Kept> = sqlx::query_as(
-        "SELECT at, cpu_count, cpu_used_pct, mem_used, mem_total, mem_cache, disk_used, disk_total \
-         FROM e2b_sandbox_metrics WHERE e2b_id = $1 \
-         AND ($2::timestamptz IS NULL OR at >= $2) AND ($3::timestamptz IS NULL OR at <= $3) \
-         ORDER BY at",
-    )
-    .bind(id)
-    .bind(at(start))
-    .bind(at(end))
-    .fetch_all(&state.pool)
-    .await
-    .map_err(db)?;
+    let rows = samples::kept(&state.pool, id, at(start), at(end))
+        .await
+        .map_err(db)?;
     let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
     Ok(rows
         .into_iter()
@@ -234,13 +213,7 @@ async fn kept(
 /// stored.
 pub async fn sample(state: &AppState) -> Result<usize, sqlx::Error> {
     use futures_util::StreamExt;
-    let held: Vec<(uuid::Uuid, uuid::Uuid)> = sqlx::query_as(
-        "SELECT e.e2b_id, e.sandbox_id FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
-         WHERE s.state = 'running' AND s.instance_id = $1 AND e.paused_snapshot IS NULL",
-    )
-    .bind(state.instance_id)
-    .fetch_all(&state.pool)
-    .await?;
+    let held = samples::held_by(&state.pool, state.instance_id).await?;
     let Ok(dispatcher) = state.sandboxes.dispatcher() else {
         return Ok(0);
     };
@@ -259,29 +232,20 @@ pub async fn sample(state: &AppState) -> Result<usize, sqlx::Error> {
     let mut stored = 0;
     for (e2b_id, u) in &taken {
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let done = sqlx::query(
-            "INSERT INTO e2b_sandbox_metrics (e2b_id, at, cpu_count, cpu_used_pct, mem_used, \
-             mem_total, mem_cache, disk_used, disk_total) \
-             SELECT $1, to_timestamp(floor(extract(epoch FROM now()) / 5) * 5), $2, $3, $4, $5, $6, $7, $8 \
-             WHERE EXISTS (SELECT 1 FROM e2b_sandboxes WHERE e2b_id = $1) \
-             ON CONFLICT (e2b_id, at) DO NOTHING",
-        )
-        .bind(e2b_id)
-        .bind(i32::try_from(u.cpu_count).unwrap_or(i32::MAX))
-        .bind(f64::from(u.cpu_used_pct))
-        .bind(clamp(u.mem_used))
-        .bind(clamp(u.mem_total))
-        .bind(clamp(u.mem_cache))
-        .bind(clamp(u.disk_used))
-        .bind(clamp(u.disk_total))
-        .execute(&state.pool)
-        .await?;
-        stored += done.rows_affected() as usize;
+        let sample = samples::NewSample {
+            cpu_count: i32::try_from(u.cpu_count).unwrap_or(i32::MAX),
+            cpu_used_pct: f64::from(u.cpu_used_pct),
+            mem_used: clamp(u.mem_used),
+            mem_total: clamp(u.mem_total),
+            mem_cache: clamp(u.mem_cache),
+            disk_used: clamp(u.disk_used),
+            disk_total: clamp(u.disk_total),
+        };
+        if samples::insert(&state.pool, *e2b_id, &sample).await? {
+            stored += 1;
+        }
     }
-    sqlx::query("DELETE FROM e2b_sandbox_metrics WHERE at < now() - make_interval(secs => $1)")
-        .bind(KEPT_SECS)
-        .execute(&state.pool)
-        .await?;
+    samples::forget_older_than(&state.pool, KEPT_SECS).await?;
     Ok(stored)
 }
 
