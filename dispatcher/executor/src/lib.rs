@@ -22,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod kernel;
 pub mod protocol;
 
 #[cfg(feature = "executor")]

@@ -52,21 +52,8 @@ pub struct Confinement {
     pub egress: bool,
 }
 
-/// The kernel's Landlock ABI (0 when it has none, or a seccomp filter hides it).
-pub fn kernel_abi() -> u32 {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_long = 1;
-    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag the syscall only returns
-    // the ABI version (or an error); it reads and writes no memory.
-    let abi = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    u32::try_from(abi).unwrap_or(0)
-}
+/// The kernel's Landlock ABI (the one probe, shared with the node: [`crate::kernel`]).
+pub use crate::kernel::landlock_abi as kernel_abi;
 
 /// A command's Landlock ruleset, built but not enforced: its descriptor (none without Landlock)
 /// and what enforcing it will achieve. A plain descriptor, so that it can be passed to the fork
