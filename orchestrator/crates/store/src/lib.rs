@@ -9,6 +9,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod auth;
+pub mod console_sessions;
 pub mod contexts;
 pub mod database;
 pub mod e2b;

@@ -16,6 +16,7 @@ mod layout;
 mod pages;
 mod rest;
 mod session;
+mod sign_in;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -37,9 +38,9 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route("/console/", get(pages::home))
         .route(
             "/console/sign-in",
-            get(session::sign_in_form).post(session::sign_in),
+            get(sign_in::sign_in_form).post(sign_in::sign_in),
         )
-        .route("/console/sign-out", post(session::sign_out))
+        .route("/console/sign-out", post(sign_in::sign_out))
         .route("/console/static/console.css", get(layout::stylesheet))
         .route("/console/static/console.js", get(layout::script))
         .route("/console/static/favicon.svg", get(layout::favicon))

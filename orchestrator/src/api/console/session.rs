@@ -1,4 +1,4 @@
-//! Signing in to the console: an API key posted once in a form becomes a session.
+//! The console's sessions: an API key posted once in a form (`sign_in.rs`) becomes a session.
 //!
 //! The key is checked with the same `auth::authenticate` the REST middleware runs. The session
 //! is a row of `console_sessions`: the SHA-256 of a random 32-byte secret (the browser holds the
@@ -9,20 +9,18 @@
 //! never put in a URL or a page. Each request re-authenticates the key: a revoked or expired key
 //! ends the session there and then (the row is marked revoked).
 
-use axum::body::Bytes;
 use axum::extract::FromRequestParts;
-use axum::extract::State;
-use axum::http::header::{COOKIE, HOST, ORIGIN, SET_COOKIE};
+use axum::http::header::COOKIE;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::http::{HeaderMap, HeaderValue};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::{csrf, form_fields, layout, ConsoleError};
+use super::{csrf, ConsoleError};
 use crate::auth;
 use crate::caller::Caller;
 use crate::state::AppState;
+use aegis_store::console_sessions;
 
 /// The session cookie's name.
 const COOKIE_NAME: &str = "aegis_console";
@@ -83,13 +81,7 @@ impl FromRequestParts<AppState> for Session {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let secret = cookie_secret(&parts.headers).ok_or(ConsoleError::SignIn)?;
-        let row: Option<(Uuid, Vec<u8>)> = sqlx::query_as(
-            "SELECT id, key_sealed FROM console_sessions \
-             WHERE token_hash = $1 AND revoked_at IS NULL AND expires_at > now()",
-        )
-        .bind(token_hash(&secret))
-        .fetch_optional(&state.pool)
-        .await?;
+        let row = console_sessions::find_live(&state.pool, &token_hash(&secret)).await?;
         let (id, sealed) = row.ok_or(ConsoleError::SignIn)?;
         let key = String::from_utf8(seal(&secret, &sealed)).map_err(|_| ConsoleError::SignIn)?;
         let caller = match auth::authenticate(&state.pool, &state.api_keys, &key).await {
@@ -109,147 +101,49 @@ impl FromRequestParts<AppState> for Session {
     }
 }
 
-/// `GET /console/sign-in`: the form (or the console, for a browser already signed in).
-pub async fn sign_in_form(session: Result<Session, ConsoleError>) -> Response {
-    if session.is_ok() {
-        return Redirect::to("/console/sandboxes").into_response();
-    }
-    form_page(StatusCode::OK, None)
-}
-
-/// `POST /console/sign-in` (`key=`): checks the key as REST does and starts a session.
-pub async fn sign_in(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ConsoleError> {
-    if cross_site(&headers) {
-        return Err(ConsoleError::Csrf);
-    }
-    let fields = form_fields(&body);
-    let key = fields.get("key").map(|k| k.trim()).unwrap_or_default();
-    if key.is_empty() {
-        return Ok(form_page(
-            StatusCode::BAD_REQUEST,
-            Some("Enter an API key."),
-        ));
-    }
-    let caller = match auth::authenticate(&state.pool, &state.api_keys, key).await {
-        Ok(caller) => caller,
-        Err(auth::AuthError::Db(e)) => return Err(ConsoleError::Db(e)),
-        Err(_) => {
-            return Ok(form_page(
-                StatusCode::UNAUTHORIZED,
-                Some("That key was not accepted (unknown, revoked or expired)."),
-            ))
-        }
-    };
+/// Starts a session for `caller`, who signed in with `key`: forgets ended sessions, records
+/// the new one with the key sealed by a fresh secret, and returns the `Set-Cookie` value that
+/// gives the browser that secret.
+pub(super) async fn open(
+    state: &AppState,
+    caller: &Caller,
+    key: &str,
+) -> Result<HeaderValue, ConsoleError> {
     let key_id: Uuid = caller
         .id
         .parse()
         .map_err(|_| ConsoleError::Internal("an API key caller without a key id".into()))?;
-    // Ended sessions go a day after their end, so the table holds only what could be live.
-    sqlx::query(
-        "DELETE FROM console_sessions WHERE expires_at < now() - interval '1 day' \
-         OR revoked_at < now() - interval '1 day'",
-    )
-    .execute(&state.pool)
-    .await?;
+    console_sessions::forget_ended(&state.pool).await?;
     let mut secret = [0u8; 32];
     getrandom::fill(&mut secret).map_err(|e| ConsoleError::Internal(e.to_string()))?;
     let id = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO console_sessions (id, tenant_id, token_hash, api_key_id, key_sealed, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))",
+    console_sessions::insert(
+        &state.pool,
+        &console_sessions::NewSession {
+            id,
+            tenant: &caller.tenant,
+            token_hash: &token_hash(&secret),
+            api_key_id: key_id,
+            key_sealed: &seal(&secret, key.as_bytes()),
+            lifetime_secs: SESSION_SECS,
+        },
     )
-    .bind(id)
-    .bind(&caller.tenant)
-    .bind(token_hash(&secret))
-    .bind(key_id)
-    .bind(seal(&secret, key.as_bytes()))
-    .bind(SESSION_SECS as f64)
-    .execute(&state.pool)
     .await?;
     tracing::info!(session = %id, key = %caller.label, "console session started");
     let cookie = format!(
         "{COOKIE_NAME}={}; HttpOnly; SameSite=Strict; Path=/console; Max-Age={SESSION_SECS}",
         csrf::hex(&secret)
     );
-    let mut response = Redirect::to("/console/sandboxes").into_response();
-    response.headers_mut().insert(
-        SET_COOKIE,
-        HeaderValue::from_str(&cookie).map_err(|e| ConsoleError::Internal(e.to_string()))?,
-    );
-    layout::secure_headers(response.headers_mut());
-    Ok(response)
+    HeaderValue::from_str(&cookie).map_err(|e| ConsoleError::Internal(e.to_string()))
 }
 
-/// `POST /console/sign-out`: revokes the session and clears the cookie.
-pub async fn sign_out(
-    State(state): State<AppState>,
-    session: Session,
-    body: Bytes,
-) -> Result<Response, ConsoleError> {
-    session.check_csrf(&form_fields(&body))?;
-    revoke(&state, session.id).await?;
-    let mut response = Redirect::to("/console/sign-in").into_response();
-    response.headers_mut().insert(
-        SET_COOKIE,
-        HeaderValue::from_static(
-            "aegis_console=; HttpOnly; SameSite=Strict; Path=/console; Max-Age=0",
-        ),
-    );
-    layout::secure_headers(response.headers_mut());
-    Ok(response)
-}
+/// The `Set-Cookie` value that clears the session cookie.
+pub(super) const CLEAR_COOKIE: &str =
+    "aegis_console=; HttpOnly; SameSite=Strict; Path=/console; Max-Age=0";
 
 /// Marks a session revoked.
-async fn revoke(state: &AppState, id: Uuid) -> Result<(), ConsoleError> {
-    sqlx::query(
-        "UPDATE console_sessions SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL",
-    )
-    .bind(id)
-    .execute(&state.pool)
-    .await?;
-    Ok(())
-}
-
-/// The sign-in page, with an optional message.
-fn form_page(status: StatusCode, message: Option<&str>) -> Response {
-    let note = message
-        .map(|m| format!("<p class=\"error\" role=\"alert\">{}</p>", layout::esc(m)))
-        .unwrap_or_default();
-    let body = format!(
-        "<h1>Sign in</h1>{note}\
-         <form method=\"post\" action=\"/console/sign-in\" class=\"signin\">\
-         <label for=\"key\">API key</label>\
-         <input id=\"key\" name=\"key\" type=\"password\" autocomplete=\"off\" required autofocus>\
-         <button type=\"submit\">Sign in</button></form>\
-         <p class=\"hint\">The key stays on the node: the browser keeps only a session cookie.</p>"
-    );
-    layout::page(status, "Sign in", None, "", &body)
-}
-
-/// True when the request says it comes from another site, so no other site can sign a browser
-/// in to a key of its choosing: by the browser's `Sec-Fetch-Site` when sent, else by an
-/// `Origin` naming another host (`null`, which browsers send under `no-referrer`, says nothing).
-fn cross_site(headers: &HeaderMap) -> bool {
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
-        return !matches!(site, "same-origin" | "none");
-    }
-    let Some(origin) = headers
-        .get(ORIGIN)
-        .and_then(|o| o.to_str().ok())
-        .filter(|o| *o != "null")
-    else {
-        return false;
-    };
-    let host = headers
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    let origin_host = origin.split_once("://").map(|(_, h)| h).unwrap_or(origin);
-    origin_host != host
+pub(super) async fn revoke(state: &AppState, id: Uuid) -> Result<(), ConsoleError> {
+    Ok(console_sessions::revoke(&state.pool, id).await?)
 }
 
 /// The session secret from the request's cookie, if well-formed.
