@@ -530,8 +530,8 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
     assert_eq!(status, 200, "the other session lives on");
 }
 
-/// The console reaches data only through the REST router: outside `session.rs` (its own
-/// `console_sessions` rows and the same `auth::authenticate` REST runs) no console file names
+/// The console reaches data only through the REST router: outside `session.rs` and
+/// `sign_in.rs` (its own `console_sessions` rows and the same `auth::authenticate` REST runs) no console file names
 /// the database, the tool router, the dispatcher or any store; every page handler takes the
 /// REST client (`Extension<Rest>`) and nothing else with data.
 #[test]
@@ -567,14 +567,22 @@ fn the_console_reaches_data_only_through_the_rest_router() {
             .collect::<Vec<_>>()
             .join("\n");
         checked += 1;
-        if name == "session.rs" {
-            // Its one table, and the key check REST's middleware makes.
-            for line in text.lines().filter(|l| {
-                l.contains("FROM ") || l.contains("UPDATE ") || l.contains("INSERT INTO ")
-            }) {
+        if name == "session.rs" || name == "sign_in.rs" {
+            // The session pair: its own rows (`aegis_store::console_sessions`) and the key
+            // check REST's middleware makes (`auth::authenticate`), nothing else with data.
+            for line in text.lines().filter(|l| l.contains(".pool")) {
                 assert!(
-                    line.contains("console_sessions"),
-                    "session.rs touches another table: {line}"
+                    line.contains("console_sessions") || line.contains("auth::authenticate"),
+                    "{name} reaches the database for something else: {line}"
+                );
+            }
+            for word in forbidden
+                .iter()
+                .filter(|w| !matches!(**w, ".pool" | "State<AppState>"))
+            {
+                assert!(
+                    !text.contains(word),
+                    "{name} names `{word}`: the console must go through REST"
                 );
             }
             continue;
@@ -593,5 +601,8 @@ fn the_console_reaches_data_only_through_the_rest_router() {
             );
         }
     }
-    assert_eq!(checked, 6, "mod, csrf, layout, pages, rest, session");
+    assert_eq!(
+        checked, 7,
+        "mod, csrf, layout, pages, rest, session, sign_in"
+    );
 }

@@ -117,18 +117,15 @@ pub(super) async fn open(
     let mut secret = [0u8; 32];
     getrandom::fill(&mut secret).map_err(|e| ConsoleError::Internal(e.to_string()))?;
     let id = Uuid::new_v4();
-    console_sessions::insert(
-        &state.pool,
-        &console_sessions::NewSession {
-            id,
-            tenant: &caller.tenant,
-            token_hash: &token_hash(&secret),
-            api_key_id: key_id,
-            key_sealed: &seal(&secret, key.as_bytes()),
-            lifetime_secs: SESSION_SECS,
-        },
-    )
-    .await?;
+    let row = console_sessions::NewSession {
+        id,
+        tenant: &caller.tenant,
+        token_hash: &token_hash(&secret),
+        api_key_id: key_id,
+        key_sealed: &seal(&secret, key.as_bytes()),
+        lifetime_secs: SESSION_SECS,
+    };
+    console_sessions::insert(&state.pool, &row).await?;
     tracing::info!(session = %id, key = %caller.label, "console session started");
     let cookie = format!(
         "{COOKIE_NAME}={}; HttpOnly; SameSite=Strict; Path=/console; Max-Age={SESSION_SECS}",
