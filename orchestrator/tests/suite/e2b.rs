@@ -925,6 +925,19 @@ async fn admin_rows(app: &TestApp, action: &str) -> i64 {
         .unwrap()
 }
 
+/// The containers of `key_id` once those being removed off the caller's path (a kill's or a
+/// pause's `retire`) had 30 s to go: what is left is an orphan.
+async fn containers_of_key_after_removal(key_id: &str) -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = containers_of_key(key_id);
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn containers_of_key(key_id: &str) -> Vec<String> {
     common::docker_lines(&[
         "ps",
@@ -1006,16 +1019,14 @@ async fn e2b_pause_keeps_files_frees_the_container_and_resume_restores_them() {
     // No container outlives a pause: the one left paused has none, nor has any other.
     let left = r["left_paused_id"].as_str().unwrap();
     ok(&r, "left_paused");
+    // A pause answers once the sandbox is unreachable; its container goes right after.
+    let owner = key_id(&app, "e2b-pause").await;
+    let left_over = containers_of_key_after_removal(&owner).await;
     assert!(
         containers_of(&app, left).await.is_empty(),
         "a paused sandbox has no container"
     );
-    let owner = key_id(&app, "e2b-pause").await;
-    assert!(
-        containers_of_key(&owner).is_empty(),
-        "no orphan container: {:?}",
-        containers_of_key(&owner)
-    );
+    assert!(left_over.is_empty(), "no orphan container: {left_over:?}");
     // The paused one is its row and one pause snapshot; the killed ones left neither.
     let paused: Vec<(uuid::Uuid, String)> = sqlx::query_as(
         "SELECT e.e2b_id, s.kind FROM e2b_sandboxes e JOIN e2b_snapshots s ON s.id = e.paused_snapshot",
@@ -1076,7 +1087,8 @@ async fn e2b_pause_keeps_files_frees_the_container_and_resume_restores_them() {
         .await
         .unwrap();
     assert_eq!(paused_again.status(), 204);
-    assert!(containers_of_key(&owner).is_empty());
+    let left_over = containers_of_key_after_removal(&owner).await;
+    assert!(left_over.is_empty(), "{left_over:?}");
 
     // A snapshot expires: the sweep deletes it, and the paused sandbox with it.
     sqlx::query("UPDATE e2b_snapshots SET expires_at = now() - interval '1 second'")
@@ -1196,7 +1208,8 @@ async fn e2b_snapshots_start_independent_sandboxes_and_forks_report_metrics() {
     .await
     .unwrap();
     assert!(writes >= 10, "{writes}");
-    assert!(containers_of_key(&key_id(&app, "e2b-snap").await).is_empty());
+    let left_over = containers_of_key_after_removal(&key_id(&app, "e2b-snap").await).await;
+    assert!(left_over.is_empty(), "{left_over:?}");
 }
 
 /// A ustar entry as any tar writer could make it (any owner, type and mode).
@@ -1396,5 +1409,7 @@ async fn e2b_auto_pause_at_timeout_keeps_files_until_connect_resumes() {
     .await
     .unwrap();
     assert_eq!(rows, [("system".to_owned(), "ok".to_owned())], "{rows:?}");
-    assert!(containers_of_key(&key_id(&app, "e2b-auto-pause").await).is_empty());
+    let owner = key_id(&app, "e2b-auto-pause").await;
+    let left_over = containers_of_key_after_removal(&owner).await;
+    assert!(left_over.is_empty(), "no orphan container: {left_over:?}");
 }

@@ -224,8 +224,10 @@ async fn pause_row(state: &AppState, row: &Row, why: Why) -> Result<bool, Refusa
         )));
     }
     tx.commit().await.map_err(db)?;
-    // The row says paused from here on; a container the destroy misses is removed by the sweep.
-    if let Err(e) = state.sandboxes.destroy(current).await {
+    // The row says paused from here on. The container is made unreachable before the answer
+    // and removed off the caller's path (`retire`, as a kill is); one the retire misses is
+    // removed by the sweep.
+    if let Err(e) = state.sandboxes.retire(current).await {
         tracing::warn!(sandbox = %row.sandbox_id, error = %e, "a paused sandbox's container could not be destroyed yet; the sweep retries");
     }
     store::log(
