@@ -36,6 +36,7 @@ mod manifest_keys;
 mod manifests;
 mod mcp;
 mod mcp_external;
+mod openapi_complete;
 mod ops;
 mod ownership;
 mod policy_properties;

@@ -6,13 +6,14 @@ use std::time::Instant;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use serde::Deserialize;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
-use crate::approvals::{self, Decision, DecisionError};
+use crate::approvals::{self, Approval, Decision, DecisionError};
 use crate::audit;
 use crate::caller::{Caller, Role};
 use crate::state::AppState;
@@ -38,6 +39,71 @@ fn may_see_arguments(caller: &Caller) -> bool {
     caller.role.is_some_and(Role::may_write)
 }
 
+/// Who asked for a call that waits.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApprovalCaller {
+    /// `session`, `execution`, ...
+    pub kind: String,
+    /// Session or execution id.
+    pub id: String,
+    /// The caller's label (context or agent name).
+    pub label: String,
+}
+
+/// An approval request as the caller's role may see it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApprovalView {
+    /// Request id.
+    pub id: Uuid,
+    /// The tool the caller wants to run.
+    pub tool: String,
+    /// Its arguments while pending; null once decided, and always for read-only keys.
+    #[schema(value_type = Option<Object>)]
+    pub arguments: Option<Value>,
+    /// SHA-256 of the arguments (as in the audit log).
+    pub args_digest: String,
+    /// Who asked.
+    pub caller: ApprovalCaller,
+    /// The security context that asks for approval.
+    pub security_context: Option<String>,
+    /// `pending`, `approved`, `rejected` or `timed_out` (a pending request past its deadline).
+    pub state: String,
+    /// When the call asked.
+    pub created_at: DateTime<Utc>,
+    /// When it stops waiting.
+    pub expires_at: DateTime<Utc>,
+    /// When decided.
+    pub decided_at: Option<DateTime<Utc>>,
+    /// The API key that decided.
+    pub decided_by: Option<String>,
+    /// The operator's note.
+    pub note: Option<String>,
+}
+
+impl ApprovalView {
+    /// The request as a caller sees it: the arguments only when `may_see_arguments`.
+    fn of(a: &Approval, may_see_arguments: bool) -> Self {
+        ApprovalView {
+            id: a.id,
+            tool: a.tool.clone(),
+            arguments: may_see_arguments.then(|| a.arguments.clone()).flatten(),
+            args_digest: a.args_digest.clone(),
+            caller: ApprovalCaller {
+                kind: a.caller_kind.clone(),
+                id: a.caller_id.clone(),
+                label: a.caller_label.clone(),
+            },
+            security_context: a.security_context.clone(),
+            state: a.state(Utc::now()).to_owned(),
+            created_at: a.created_at,
+            expires_at: a.expires_at,
+            decided_at: a.decided_at,
+            decided_by: a.decided_by.clone(),
+            note: a.decision_note.clone(),
+        }
+    }
+}
+
 /// `?all=true` includes decided and timed-out requests.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub struct ListQuery {
@@ -48,33 +114,33 @@ pub struct ListQuery {
 
 /// Approval requests (pending ones unless `?all=true`), newest first.
 #[utoipa::path(get, path = "/v1/approvals", operation_id = "list_approvals", tag = "approvals", params(ListQuery),
-    responses((status = 200, description = "Requests", body = Value)), security(("api_key" = [])))]
+    responses((status = 200, description = "Requests", body = Vec<ApprovalView>)), security(("api_key" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(q): Query<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<ApprovalView>>, ApiError> {
     let rows = approvals::list(&state.pool, &caller.tenant, !q.all).await?;
     let show = may_see_arguments(&caller);
-    Ok(Json(Value::Array(
-        rows.iter().map(|a| approvals::view(a, show)).collect(),
-    )))
+    Ok(Json(
+        rows.iter().map(|a| ApprovalView::of(a, show)).collect(),
+    ))
 }
 
 /// One approval request.
 #[utoipa::path(get, path = "/v1/approvals/{id}", operation_id = "get_approval", tag = "approvals",
     params(("id" = Uuid, Path, description = "Request id")),
-    responses((status = 200, description = "Request", body = Value), (status = 404, description = "Unknown", body = ErrorBody)),
+    responses((status = 200, description = "Request", body = ApprovalView), (status = 404, description = "Unknown", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn get(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ApprovalView>, ApiError> {
     let a = approvals::get(&state.pool, &caller.tenant, id)
         .await?
         .ok_or(DecisionError::NotFound(id))?;
-    Ok(Json(approvals::view(&a, may_see_arguments(&caller))))
+    Ok(Json(ApprovalView::of(&a, may_see_arguments(&caller))))
 }
 
 /// Body of approve / reject.
@@ -92,7 +158,7 @@ async fn decide(
     id: Uuid,
     decision: Decision,
     body: Option<Json<DecisionBody>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ApprovalView>, ApiError> {
     require(caller, Need::Write)?;
     let started = Instant::now();
     let note = body.and_then(|Json(b)| b.note).filter(|n| !n.is_empty());
@@ -124,13 +190,13 @@ async fn decide(
         started,
     )
     .await?;
-    Ok(Json(approvals::view(&decided?, true)))
+    Ok(Json(ApprovalView::of(&decided?, true)))
 }
 
 /// Lets a waiting call run.
 #[utoipa::path(post, path = "/v1/approvals/{id}/approve", operation_id = "approve_call", tag = "approvals",
     params(("id" = Uuid, Path, description = "Request id")), request_body = DecisionBody,
-    responses((status = 200, description = "Approved", body = Value), (status = 404, description = "Unknown", body = ErrorBody),
+    responses((status = 200, description = "Approved", body = ApprovalView), (status = 404, description = "Unknown", body = ErrorBody),
               (status = 409, description = "Already decided or timed out", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn approve(
@@ -138,14 +204,14 @@ pub async fn approve(
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
     body: Option<Json<DecisionBody>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ApprovalView>, ApiError> {
     decide(&state, &caller, id, Decision::Approve, body).await
 }
 
 /// Refuses a waiting call.
 #[utoipa::path(post, path = "/v1/approvals/{id}/reject", operation_id = "reject_call", tag = "approvals",
     params(("id" = Uuid, Path, description = "Request id")), request_body = DecisionBody,
-    responses((status = 200, description = "Rejected", body = Value), (status = 404, description = "Unknown", body = ErrorBody),
+    responses((status = 200, description = "Rejected", body = ApprovalView), (status = 404, description = "Unknown", body = ErrorBody),
               (status = 409, description = "Already decided or timed out", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn reject(
@@ -153,6 +219,6 @@ pub async fn reject(
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
     body: Option<Json<DecisionBody>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ApprovalView>, ApiError> {
     decide(&state, &caller, id, Decision::Reject, body).await
 }

@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use uuid::Uuid;
 
 use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
@@ -33,6 +34,91 @@ pub struct VersionQuery {
     pub version: Option<String>,
     /// A specific revision of `version` instead of its current one.
     pub revision: Option<i32>,
+}
+
+// The answers below are the deploy and delete tools' own (`aegis.agent.create`, ...), passed
+// through as the router gave them: re-typing them here would copy every answer once more and
+// could drop a field the tool adds. These types describe that JSON for the OpenAPI document;
+// `openapi_complete::live_answers_match_the_document` checks live answers against them.
+
+/// One warning of a deploy (`normalised:` rewrites among them): where and what.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct DeployWarning {
+    /// JSON pointer of the manifest node it concerns.
+    pointer: String,
+    /// 1-based line of that node in the manifest text, when known.
+    line: Option<u32>,
+    /// What was noted.
+    message: String,
+}
+
+/// The answer of `POST /v1/agents` (the tool `aegis.agent.create`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct AgentDeployed {
+    /// The agent (stable across versions).
+    agent_id: Uuid,
+    /// Always true: a refusal is an error answer.
+    deployed: bool,
+    /// `metadata.name`.
+    name: String,
+    /// `metadata.version`.
+    version: String,
+    /// The revision of that version now current (1 for a new version).
+    revision: i32,
+    /// `sha256:` of the normalised manifest.
+    manifest_digest: String,
+    /// With `force`: a different manifest became a new revision of an existing version.
+    replaced: bool,
+    /// With `force`: the manifest was the current revision's, nothing was stored.
+    unchanged: bool,
+    /// Warnings and `normalised:` notes.
+    warnings: Vec<DeployWarning>,
+}
+
+/// The answer of `POST /v1/workflows` (the tool `aegis.workflow.create`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct WorkflowDeployed {
+    /// The workflow (stable across versions).
+    workflow_id: Uuid,
+    /// Always true: a refusal is an error answer.
+    deployed: bool,
+    /// `metadata.name`.
+    name: String,
+    /// `metadata.version`.
+    version: String,
+    /// The revision of that version now current (1 for a new version).
+    revision: i32,
+    /// `sha256:` of the normalised manifest.
+    manifest_digest: String,
+    /// With `force`: a different manifest became a new revision of an existing version.
+    replaced: bool,
+    /// With `force`: the manifest was the current revision's, nothing was stored.
+    unchanged: bool,
+    /// Warnings and `normalised:` notes.
+    warnings: Vec<DeployWarning>,
+}
+
+/// The answer of `DELETE /v1/agents/{id}` (the tool `aegis.agent.delete`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct AgentDeleted {
+    /// The agent that is gone, with all its versions.
+    agent_id: Uuid,
+    /// Always true: a failure is an error answer.
+    deleted: bool,
+}
+
+/// The answer of `DELETE /v1/workflows/{id}` (the tool `aegis.workflow.delete`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct WorkflowDeleted {
+    /// The workflow that is gone, with all its versions.
+    workflow_id: Uuid,
+    /// Always true: a failure is an error answer.
+    deleted: bool,
 }
 
 async fn deploy(
@@ -71,7 +157,7 @@ async fn deploy(
 /// Deploys an agent manifest (YAML or JSON body).
 #[utoipa::path(post, path = "/v1/agents", tag = "agents", params(DeployQuery),
     request_body(content = String, description = "Agent manifest, YAML or JSON", content_type = "application/yaml"),
-    responses((status = 201, description = "Deployed", body = Value), (status = 200, description = "With force: a new revision of an existing version, or nothing to change", body = Value),
+    responses((status = 201, description = "Deployed", body = AgentDeployed), (status = 200, description = "With force: a new revision of an existing version, or nothing to change", body = AgentDeployed),
               (status = 409, description = "Version already deployed", body = ErrorBody), (status = 422, description = "Invalid manifest", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn create_agent(
@@ -86,7 +172,7 @@ pub async fn create_agent(
 /// Deploys a workflow manifest (YAML or JSON body).
 #[utoipa::path(post, path = "/v1/workflows", tag = "workflows", params(DeployQuery),
     request_body(content = String, description = "Workflow manifest, YAML or JSON", content_type = "application/yaml"),
-    responses((status = 201, description = "Deployed", body = Value), (status = 200, description = "With force: a new revision of an existing version, or nothing to change", body = Value),
+    responses((status = 201, description = "Deployed", body = WorkflowDeployed), (status = 200, description = "With force: a new revision of an existing version, or nothing to change", body = WorkflowDeployed),
               (status = 409, description = "Version already deployed", body = ErrorBody), (status = 422, description = "Invalid manifest", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn create_workflow(
@@ -202,8 +288,11 @@ pub async fn workflow_versions(
 }
 
 /// Deletes an agent (all versions); running executions keep their copy.
+///
+/// The tool takes the agent's UUID; a name is resolved to it first, as `GET` does, so both
+/// forms the path documents work.
 #[utoipa::path(delete, path = "/v1/agents/{id}", tag = "agents", params(("id" = String, Path, description = "Agent id or name")),
-    responses((status = 200, description = "Deleted", body = Value), (status = 404, description = "Not found", body = ErrorBody)),
+    responses((status = 200, description = "Deleted", body = AgentDeleted), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn delete_agent(
     State(state): State<AppState>,
@@ -211,6 +300,14 @@ pub async fn delete_agent(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     require(&caller, Need::Write)?;
+    let id = match Uuid::parse_str(&id) {
+        Ok(uuid) => uuid,
+        Err(_) => {
+            registry::get(&state.pool, &caller.tenant, ManifestKind::Agent, &id, None)
+                .await?
+                .id
+        }
+    };
     Ok(Json(
         super::call_tool(
             &state,
@@ -224,7 +321,7 @@ pub async fn delete_agent(
 
 /// Deletes a workflow (all versions); running executions keep their copy.
 #[utoipa::path(delete, path = "/v1/workflows/{id}", tag = "workflows", params(("id" = String, Path, description = "Workflow id or name")),
-    responses((status = 200, description = "Deleted", body = Value), (status = 404, description = "Not found", body = ErrorBody)),
+    responses((status = 200, description = "Deleted", body = WorkflowDeleted), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn delete_workflow(
     State(state): State<AppState>,

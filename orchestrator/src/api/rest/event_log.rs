@@ -10,10 +10,8 @@ use std::time::Duration;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use futures_util::stream::{self, Stream};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use uuid::Uuid;
 
 /// How often a followed log is read again while nothing new arrived.
@@ -60,10 +58,33 @@ pub struct Poll<E> {
     pub events: Vec<E>,
 }
 
-/// `{execution_id, events, next_after}`.
-pub fn page<E: Sequenced>(id: Uuid, events: Vec<E>) -> Response {
-    let next_after = events.last().map(Sequenced::seq);
-    Json(json!({"execution_id": id, "events": events, "next_after": next_after})).into_response()
+/// A page of an agent execution's log (`GET /v1/executions/{id}/events`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AgentEventPage {
+    /// The execution.
+    pub execution_id: Uuid,
+    /// Events after `after`, oldest first.
+    #[schema(inline)]
+    pub events: Vec<crate::engine::store::Event>,
+    /// Pass as `after` for the next page; null when the page is empty.
+    pub next_after: Option<i64>,
+}
+
+/// A page of a workflow execution's log (`GET /v1/workflows/executions/{id}/events`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct WorkflowEventPage {
+    /// The execution.
+    pub execution_id: Uuid,
+    /// Events after `after`, oldest first.
+    #[schema(inline)]
+    pub events: Vec<crate::workflow::store::Event>,
+    /// Pass as `after` for the next page; null when the page is empty.
+    pub next_after: Option<i64>,
+}
+
+/// Where the next page starts: the last event's sequence number.
+pub fn next_after<E: Sequenced>(events: &[E]) -> Option<i64> {
+    events.last().map(Sequenced::seq)
 }
 
 /// Live Server-Sent Events: `events` messages (JSON arrays, id = last sequence number) until the

@@ -7,16 +7,17 @@
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
-use super::event_log::{self, EventsQuery};
+use super::event_log::{self, AgentEventPage, EventsQuery};
 use crate::caller::Caller;
+use crate::delivery::DeliveryRecord;
 use crate::engine::store;
 use crate::state::AppState;
 
@@ -38,10 +39,67 @@ pub struct ExecuteQuery {
     pub version: Option<String>,
 }
 
+/// The answer of a start (`POST /v1/agents/{id}/execute`, `POST /v1/workflows/{name}/run`):
+/// the execution exists and waits for a worker.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Started {
+    /// The new execution: its events, status and cancel routes take this id.
+    pub execution_id: Uuid,
+    /// Always `pending` at this point.
+    #[schema(example = "pending")]
+    pub status: String,
+}
+
+impl Started {
+    /// The answer for the start tool's output (`{execution_id, ...}`); a tool answer without an
+    /// id is the node's own fault, so a 500 rather than a guess.
+    pub fn from_tool(out: &Value) -> Result<Self, ApiError> {
+        let id = out["execution_id"]
+            .as_str()
+            .and_then(|s| Uuid::parse_str(s).ok())
+            .ok_or_else(|| ApiError::internal("the start tool answered no execution id"))?;
+        Ok(Started {
+            execution_id: id,
+            status: "pending".to_owned(),
+        })
+    }
+}
+
+/// The answer of `POST /v1/executions/{id}/cancel`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Cancelled {
+    /// Always true: a refusal is an error answer.
+    pub success: bool,
+    /// The execution asked to stop.
+    pub execution_id: Uuid,
+}
+
+/// The answer of `DELETE /v1/executions/{id}` (the tool `aegis.task.remove`, passed through:
+/// this describes its JSON for the OpenAPI document).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct ExecutionRemoved {
+    /// The tool that answered, `aegis.task.remove`.
+    tool: String,
+    /// The execution that is gone, with its events.
+    execution_id: Uuid,
+    /// Always true: a refusal is an error answer.
+    removed: bool,
+}
+
+/// The answer of `GET /v1/executions/{id}/deliveries`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Deliveries {
+    /// The execution.
+    pub execution_id: Uuid,
+    /// Each destination its result was sent to, oldest first.
+    pub deliveries: Vec<DeliveryRecord>,
+}
+
 /// Starts an execution of an agent; answers at once with its id.
 #[utoipa::path(post, path = "/v1/agents/{id}/execute", operation_id = "execute_agent", tag = "executions",
     params(("id" = String, Path, description = "Agent id or name"), ExecuteQuery), request_body = ExecuteBody,
-    responses((status = 201, description = "{execution_id, status}", body = Value), (status = 404, description = "Unknown agent", body = ErrorBody),
+    responses((status = 201, description = "Started", body = Started), (status = 404, description = "Unknown agent", body = ErrorBody),
               (status = 422, description = "Input does not match input_schema; nothing started", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn execute(
@@ -50,7 +108,7 @@ pub async fn execute(
     Path(id): Path<String>,
     Query(q): Query<ExecuteQuery>,
     Json(body): Json<ExecuteBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Started>), ApiError> {
     require(&caller, Need::Write)?;
     let mut args = json!({"agent_id": id, "input": body.input.unwrap_or_else(|| json!({}))});
     if let Some(intent) = body.intent {
@@ -60,10 +118,7 @@ pub async fn execute(
         args["version"] = json!(version);
     }
     let out = super::call_tool(&state, &caller, "aegis.task.execute", args).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(json!({"execution_id": out["execution_id"], "status": "pending"})),
-    ))
+    Ok((StatusCode::CREATED, Json(Started::from_tool(&out)?)))
 }
 
 /// `GET /v1/executions` filters.
@@ -124,12 +179,12 @@ pub async fn get(
 
 /// Cancels an execution (its running command dies with its sandbox).
 #[utoipa::path(post, path = "/v1/executions/{id}/cancel", operation_id = "cancel_execution", tag = "executions", params(("id" = Uuid, Path, description = "Execution id")),
-    responses((status = 200, description = "{success: true}", body = Value), (status = 409, description = "Already ended", body = ErrorBody)), security(("api_key" = [])))]
+    responses((status = 200, description = "Cancelled", body = Cancelled), (status = 409, description = "Already ended", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn cancel(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Cancelled>, ApiError> {
     require(&caller, Need::Write)?;
     super::call_tool(
         &state,
@@ -138,12 +193,15 @@ pub async fn cancel(
         json!({"execution_id": id}),
     )
     .await?;
-    Ok(Json(json!({"success": true, "execution_id": id})))
+    Ok(Json(Cancelled {
+        success: true,
+        execution_id: id,
+    }))
 }
 
 /// Removes an ended execution and its events.
 #[utoipa::path(delete, path = "/v1/executions/{id}", operation_id = "remove_execution", tag = "executions", params(("id" = Uuid, Path, description = "Execution id")),
-    responses((status = 200, description = "Removed", body = Value), (status = 409, description = "Still running", body = ErrorBody)), security(("api_key" = [])))]
+    responses((status = 200, description = "Removed", body = ExecutionRemoved), (status = 409, description = "Still running", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn remove(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -164,7 +222,9 @@ pub async fn remove(
 /// The event log: a JSON page, or live Server-Sent Events with `?follow=true`.
 #[utoipa::path(get, path = "/v1/executions/{id}/events", operation_id = "execution_events", tag = "executions",
     params(("id" = Uuid, Path, description = "Execution id"), EventsQuery),
-    responses((status = 200, description = "{events, next_after} or text/event-stream", body = Value), (status = 404, description = "Unknown", body = ErrorBody)),
+    responses((status = 200, description = "A page of events; with `follow=true`, Server-Sent Events `events` (a JSON array of events, id = the last one's sequence number) until the execution has ended, then `end`",
+                content((AgentEventPage = "application/json"), (String = "text/event-stream"))),
+              (status = 404, description = "Unknown", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn events(
     State(state): State<AppState>,
@@ -176,7 +236,12 @@ pub async fn events(
     let after = q.after.unwrap_or(0);
     if !q.follow {
         let events = store::events(&state.pool, id, after, q.limit.unwrap_or(100)).await?;
-        return Ok(event_log::page(id, events));
+        let page = AgentEventPage {
+            execution_id: id,
+            next_after: event_log::next_after(&events),
+            events,
+        };
+        return Ok(Json(page).into_response());
     }
     let tenant = caller.tenant;
     Ok(event_log::follow(after, move |after, limit| {
@@ -194,16 +259,19 @@ pub async fn events(
 /// The delivery log: each destination the result was sent to, its status and every attempt.
 #[utoipa::path(get, path = "/v1/executions/{id}/deliveries", operation_id = "execution_deliveries", tag = "executions",
     params(("id" = Uuid, Path, description = "Execution id")),
-    responses((status = 200, description = "{deliveries}", body = Value), (status = 404, description = "Unknown", body = ErrorBody)),
+    responses((status = 200, description = "The delivery log", body = Deliveries), (status = 404, description = "Unknown", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn deliveries(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Deliveries>, ApiError> {
     may_act_on(&state, &caller, id).await?;
-    let list = crate::delivery::list(&state.pool, id).await?;
-    Ok(Json(json!({"execution_id": id, "deliveries": list})))
+    let deliveries = crate::delivery::list(&state.pool, id).await?;
+    Ok(Json(Deliveries {
+        execution_id: id,
+        deliveries,
+    }))
 }
 
 /// 404 for an unknown execution, 403 for one the caller may not act on.

@@ -7,6 +7,7 @@
 
 use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -34,6 +35,62 @@ pub struct OwnerQuery {
     pub owner: Option<String>,
 }
 
+// The answers are the tools' own, passed through as the router gave them; these types describe
+// that JSON for the OpenAPI document, and `openapi_complete::live_answers_match_the_document`
+// checks live answers against them.
+
+/// One note as operators list it.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct MemoryNote {
+    /// The note.
+    note_id: Uuid,
+    /// The principal whose note it is, or `*` for the agent's shared memory.
+    owner: String,
+    /// What was saved.
+    content: String,
+    /// Its keywords.
+    tags: Vec<String>,
+    /// When it was saved.
+    created_at: DateTime<Utc>,
+    /// The execution that saved it.
+    execution_id: Option<Uuid>,
+}
+
+/// The answer of `GET /v1/agents/{id}/memories` (the tool `aegis.memory.list`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct MemoryPage {
+    /// The agent.
+    agent: String,
+    /// The owner asked for, if any.
+    owner: Option<String>,
+    /// Newest first.
+    notes: Vec<MemoryNote>,
+    /// Notes matching, on every page.
+    total: i64,
+    /// Notes on this page.
+    count: i64,
+    /// Page size used.
+    limit: i64,
+    /// Notes skipped.
+    offset: i64,
+}
+
+/// The answer of the erasing routes (the tool `aegis.memory.erase`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct MemoryErased {
+    /// The agent.
+    agent: String,
+    /// The owner asked for, if any.
+    owner: Option<String>,
+    /// The one note asked for, if any.
+    note_id: Option<Uuid>,
+    /// How many notes are gone.
+    erased: i64,
+}
+
 /// Adds the arguments that were given.
 fn with(mut args: Value, key: &str, value: Option<Value>) -> Value {
     if let Some(v) = value {
@@ -45,7 +102,7 @@ fn with(mut args: Value, key: &str, value: Option<Value>) -> Value {
 /// An agent's notes, newest first, with their owners.
 #[utoipa::path(get, path = "/v1/agents/{id}/memories", operation_id = "list_agent_memories", tag = "agents",
     params(("id" = String, Path, description = "Agent name"), ListQuery),
-    responses((status = 200, description = "Notes (aegis.memory.list)", body = Value),
+    responses((status = 200, description = "Notes (aegis.memory.list)", body = MemoryPage),
               (status = 403, description = "Not an operator", body = ErrorBody),
               (status = 422, description = "Invalid name, owner or page", body = ErrorBody)),
     security(("api_key" = [])))]
@@ -67,7 +124,7 @@ pub async fn list(
 /// Erases an agent's notes for good: all, or one owner's with `?owner=`.
 #[utoipa::path(delete, path = "/v1/agents/{id}/memories", operation_id = "erase_agent_memories", tag = "agents",
     params(("id" = String, Path, description = "Agent name"), OwnerQuery),
-    responses((status = 200, description = "Erased (aegis.memory.erase)", body = Value),
+    responses((status = 200, description = "Erased (aegis.memory.erase)", body = MemoryErased),
               (status = 403, description = "Not an operator", body = ErrorBody),
               (status = 422, description = "Invalid name or owner", body = ErrorBody)),
     security(("api_key" = [])))]
@@ -86,7 +143,7 @@ pub async fn erase(
 /// Erases one note for good.
 #[utoipa::path(delete, path = "/v1/agents/{id}/memories/{note_id}", operation_id = "erase_agent_memory", tag = "agents",
     params(("id" = String, Path, description = "Agent name"), ("note_id" = Uuid, Path, description = "Note id"), OwnerQuery),
-    responses((status = 200, description = "Erased (aegis.memory.erase)", body = Value),
+    responses((status = 200, description = "Erased (aegis.memory.erase)", body = MemoryErased),
               (status = 403, description = "Not an operator", body = ErrorBody),
               (status = 404, description = "Not one of the agent's notes", body = ErrorBody),
               (status = 422, description = "Invalid name or owner", body = ErrorBody)),

@@ -276,7 +276,7 @@ pub async fn list(
 
 /// Destroys a sandbox with its workspace: the caller's own, or any for an unbound admin key.
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", operation_id = "destroy_sandbox", tag = "sandboxes", params(("id" = Uuid, Path, description = "Sandbox id")),
-    responses((status = 200, description = "Destroyed", body = Value), (status = 404, description = "Unknown sandbox", body = ErrorBody)),
+    responses((status = 200, description = "Destroyed", body = SandboxDestroyed), (status = 404, description = "Unknown sandbox", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn destroy(
     State(state): State<AppState>,

@@ -8,8 +8,8 @@ use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use chrono::Utc;
-use serde::Deserialize;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -19,10 +19,238 @@ use crate::api::streaming::{Next, StreamingCall};
 use crate::audit;
 use crate::caller::Caller;
 use crate::contexts::{self, ContextError};
-use crate::gateway::attestation_tokens::{self, TokenError};
+use crate::gateway::attestation_tokens::{self, IssuedToken, TokenError, TokenInfo};
 use crate::gateway::{sessions, AttestRequest, Session};
+use crate::seal::context::SecurityContext;
 use crate::seal::error::{SealCode, SealError};
 use crate::state::AppState;
+
+// The SEAL answers below are the gateway's own JSON (`aegis-gateway`, `aegis-seal`'s error
+// bodies), sent as built: re-typing them here would copy each answer once more and could drop a
+// field the protocol adds. These types describe that JSON for the OpenAPI document, and
+// `openapi_complete::live_answers_match_the_document` checks live answers against them.
+
+/// The signed request of `POST /v1/seal/invoke` (SEAL v1 envelope).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the gateway parses the envelope from the raw body
+pub struct SealEnvelope {
+    /// Always `seal/v1`.
+    #[schema(example = "seal/v1")]
+    protocol: String,
+    /// The compact JWT from attestation.
+    security_token: String,
+    /// Standard Base64 of the Ed25519 signature over the canonical payload and timestamp.
+    signature: String,
+    /// The MCP JSON-RPC request (`tools/call`, `tools/list`).
+    payload: JsonRpcRequest,
+    /// ISO 8601 time of signing.
+    timestamp: String,
+}
+
+/// An MCP JSON-RPC request inside an envelope.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the gateway reads the payload
+pub struct JsonRpcRequest {
+    /// `2.0`.
+    jsonrpc: String,
+    /// The request id, echoed in the answer (string or number).
+    id: Option<Value>,
+    /// `tools/call` or `tools/list`.
+    method: String,
+    /// For `tools/call`: `{name, arguments}`.
+    #[schema(value_type = Option<Object>)]
+    params: Option<Value>,
+}
+
+/// A SEAL success answer of `POST /v1/seal/invoke`.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the gateway builds this JSON
+pub struct SealSuccess {
+    /// `seal/v1`.
+    protocol: String,
+    /// `success`.
+    status: String,
+    /// The JSON-RPC answer.
+    payload: JsonRpcResult,
+}
+
+/// The JSON-RPC answer inside a SEAL success.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the gateway builds this JSON
+pub struct JsonRpcResult {
+    /// `2.0`.
+    jsonrpc: String,
+    /// The request's id (null when it had none).
+    id: Option<Value>,
+    /// For `tools/call`, the MCP result (`content`, `structuredContent`, `isError`); for
+    /// `tools/list`, `{tools}`.
+    #[schema(value_type = Object)]
+    result: Value,
+}
+
+/// A SEAL error answer (§8.2): envelope, session and policy refusals of invoke and tools.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: `SealError::error_body` builds this JSON
+pub struct SealErrorAnswer {
+    /// `seal/v1`.
+    protocol: String,
+    /// `error`.
+    status: String,
+    /// What was refused.
+    error: SealErrorDetail,
+}
+
+/// The error of a SEAL refusal.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: `SealError::error_body` builds this JSON
+pub struct SealErrorDetail {
+    /// The SEAL code (1xxx envelope and session, 2xxx policy, 3xxx attestation).
+    code: u32,
+    /// The code's name, e.g. `RATE_LIMIT_EXCEEDED`.
+    name: String,
+    /// What happened.
+    message: String,
+    /// When refused (ISO 8601).
+    timestamp: String,
+    /// The JSON-RPC request id, when it could be read.
+    request_id: Option<Value>,
+    /// Code-specific details (`retry_after_seconds` for 2005).
+    #[schema(value_type = Object)]
+    details: Value,
+}
+
+/// A refused attestation (§6.3.1's flat fields and §8.2's nested ones).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: `SealError::attestation_error_body` builds this JSON
+pub struct AttestRefused {
+    /// `seal/v1`.
+    protocol: String,
+    /// `error`.
+    status: String,
+    /// The SEAL code (3000 not admitted, 3001 unknown context, ...).
+    error_code: u32,
+    /// What happened.
+    message: String,
+    /// The same, nested.
+    error: AttestErrorDetail,
+}
+
+/// The nested error of a refused attestation.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: `SealError::attestation_error_body` builds this JSON
+pub struct AttestErrorDetail {
+    /// The SEAL code.
+    code: u32,
+    /// The code's name.
+    name: String,
+    /// What happened.
+    message: String,
+    /// Code-specific details.
+    #[schema(value_type = Object)]
+    details: Value,
+}
+
+/// An admitted workload's session (`POST /v1/seal/attest`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the gateway builds this JSON
+pub struct Attested {
+    /// `success`.
+    status: String,
+    /// The session's JWT, to put in every envelope.
+    security_token: String,
+    /// When the token expires (ISO 8601).
+    expires_at: String,
+    /// The session.
+    session_id: Uuid,
+}
+
+/// The tools a session may call (`GET /v1/seal/tools`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the gateway builds this JSON
+pub struct SealTools {
+    /// `seal/v1`.
+    protocol: String,
+    /// `/v1/seal/attest`.
+    attestation_endpoint: String,
+    /// `/v1/seal/invoke`.
+    invoke_endpoint: String,
+    /// The session's security context.
+    security_context: String,
+    /// Each tool the context covers.
+    tools: Vec<SealTool>,
+}
+
+/// One tool as MCP's `tools/list` names it.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the gateway builds this JSON
+pub struct SealTool {
+    /// Tool name.
+    name: String,
+    /// What it does.
+    description: String,
+    /// JSON Schema of its arguments.
+    #[schema(value_type = Object, rename = "inputSchema")]
+    input_schema: Value,
+}
+
+/// A SEAL session as operators see it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SessionView {
+    /// Session id.
+    pub id: Uuid,
+    /// The security context it is bound to.
+    pub security_context: String,
+    /// The workload that attested.
+    pub workload_id: String,
+    /// `active`, `revoked` or `expired`.
+    pub state: String,
+    /// When attested.
+    pub created_at: DateTime<Utc>,
+    /// When its token expires.
+    pub expires_at: DateTime<Utc>,
+    /// When revoked.
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// Its sandbox, once it has one.
+    pub sandbox_id: Option<Uuid>,
+    /// Only in a revocation's answer: whether the session's sandbox was destroyed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox_destroyed: Option<bool>,
+}
+
+impl SessionView {
+    /// A session as operators see it, its state as of now.
+    fn of(s: &Session) -> Self {
+        SessionView {
+            id: s.id,
+            security_context: s.context_name.clone(),
+            workload_id: s.workload_id.clone(),
+            state: s.state(Utc::now()).to_owned(),
+            created_at: s.created_at,
+            expires_at: s.expires_at,
+            revoked_at: s.revoked_at,
+            sandbox_id: s.sandbox_id,
+            sandbox_destroyed: None,
+        }
+    }
+}
+
+/// The answer of `POST /v1/security-contexts`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ContextStored {
+    /// The context created or replaced.
+    pub name: String,
+    /// Always true: a refusal is an error answer.
+    pub stored: bool,
+}
+
+/// The answer of `DELETE /v1/security-contexts/{name}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ContextDeleted {
+    /// The context that is gone.
+    pub name: String,
+    /// Always true: a refusal is an error answer.
+    pub deleted: bool,
+}
 
 fn seal_response(status: u16, body: Value, retry_after: Option<u64>) -> Response {
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
@@ -38,9 +266,11 @@ fn seal_response(status: u16, body: Value, retry_after: Option<u64>) -> Response
 /// Registers an ephemeral key for a workload under a security context.
 #[utoipa::path(post, path = "/v1/seal/attest", operation_id = "seal_attest", tag = "seal",
     request_body = AttestRequest,
-    responses((status = 200, description = "{status, security_token, expires_at, session_id}", body = Value),
-              (status = 401, description = "Workload not admitted (3000)", body = Value),
-              (status = 403, description = "Unknown security context (3001)", body = Value)))]
+    responses((status = 200, description = "Admitted: the session and its token", body = Attested),
+              (status = 400, description = "Not an attestation request", body = AttestRefused),
+              (status = 401, description = "Workload not admitted (3000)", body = AttestRefused),
+              (status = 403, description = "Unknown security context (3001)", body = AttestRefused),
+              (status = 429, description = "Too many attestations from this address, with Retry-After", body = AttestRefused)))]
 pub async fn attest(
     State(state): State<AppState>,
     peer: Option<Extension<ConnectInfo<crate::api::connection::Connection>>>,
@@ -80,12 +310,12 @@ pub async fn attest(
 /// any event; then Server-Sent Events `start`, `stdout`, `stderr` as a foreground `cmd.run`
 /// writes its output, and last `result` carrying the answer of the call without streaming.
 #[utoipa::path(post, path = "/v1/seal/invoke", operation_id = "seal_invoke", tag = "seal",
-    request_body(content = Value, description = "SEAL envelope {protocol, security_token, signature, payload, timestamp}"),
-    responses((status = 200, description = "{protocol, status: success, payload: {jsonrpc, id, result}}; with `Accept: text/event-stream`, events `start`, `stdout`, `stderr`, then `result` carrying that same body",
-                content((Value = "application/json"), (String = "text/event-stream"))),
-              (status = 401, description = "Envelope or session refused (1xxx)", body = Value),
-              (status = 403, description = "Policy refused (2xxx)", body = Value),
-              (status = 429, description = "Rate limit (2005), with Retry-After", body = Value)))]
+    request_body(content = SealEnvelope, description = "SEAL envelope"),
+    responses((status = 200, description = "The JSON-RPC answer in a SEAL success; with `Accept: text/event-stream`, events `start`, `stdout`, `stderr`, then `result` carrying that same body",
+                content((SealSuccess = "application/json"), (String = "text/event-stream"))),
+              (status = 401, description = "Envelope or session refused (1xxx)", body = SealErrorAnswer),
+              (status = 403, description = "Policy refused (2xxx)", body = SealErrorAnswer),
+              (status = 429, description = "Rate limit (2005), with Retry-After", body = SealErrorAnswer)))]
 pub async fn invoke(State(state): State<AppState>, headers: HeaderMap, body: String) -> Response {
     if super::tool_stream::wanted(&headers) {
         return invoke_streaming(state, body).await;
@@ -159,8 +389,9 @@ pub struct ToolsQuery {
 
 /// The tools a session may call.
 #[utoipa::path(get, path = "/v1/seal/tools", operation_id = "seal_tools", tag = "seal", params(ToolsQuery),
-    responses((status = 200, description = "{protocol, security_context, tools[]}", body = Value),
-              (status = 401, description = "Missing or invalid token", body = Value)))]
+    responses((status = 200, description = "The session's tools", body = SealTools),
+              (status = 401, description = "Missing or invalid token", body = SealErrorAnswer),
+              (status = 403, description = "The session's context is gone", body = SealErrorAnswer)))]
 pub async fn tools(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -190,15 +421,6 @@ pub async fn tools(
     }
 }
 
-/// A session as operators see it.
-fn session_view(s: &Session) -> Value {
-    json!({
-        "id": s.id, "security_context": s.context_name, "workload_id": s.workload_id,
-        "state": s.state(Utc::now()), "created_at": s.created_at, "expires_at": s.expires_at,
-        "revoked_at": s.revoked_at, "sandbox_id": s.sandbox_id,
-    })
-}
-
 /// `?all=true` includes revoked and expired sessions.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub struct SessionsQuery {
@@ -209,24 +431,24 @@ pub struct SessionsQuery {
 
 /// SEAL sessions (live ones unless `?all=true`).
 #[utoipa::path(get, path = "/v1/seal/sessions", operation_id = "list_seal_sessions", tag = "seal", params(SessionsQuery),
-    responses((status = 200, description = "Sessions", body = Value)), security(("api_key" = [])))]
+    responses((status = 200, description = "Sessions", body = Vec<SessionView>)), security(("api_key" = [])))]
 pub async fn list_sessions(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(q): Query<SessionsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<SessionView>>, ApiError> {
     let list = sessions::list(&state.pool, &caller.tenant, !q.all).await?;
-    Ok(Json(Value::Array(list.iter().map(session_view).collect())))
+    Ok(Json(list.iter().map(SessionView::of).collect()))
 }
 
 /// One SEAL session.
 #[utoipa::path(get, path = "/v1/seal/sessions/{id}", operation_id = "get_seal_session", tag = "seal", params(("id" = Uuid, Path, description = "Session id")),
-    responses((status = 200, description = "Session", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
+    responses((status = 200, description = "Session", body = SessionView), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn get_session(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionView>, ApiError> {
     let s = sessions::get(&state.pool, &caller.tenant, id)
         .await?
         .ok_or_else(|| {
@@ -236,17 +458,17 @@ pub async fn get_session(
                 format!("no SEAL session {id}"),
             )
         })?;
-    Ok(Json(session_view(&s)))
+    Ok(Json(SessionView::of(&s)))
 }
 
 /// Revokes a session at once (later calls get 1006) and destroys its sandbox.
 #[utoipa::path(delete, path = "/v1/seal/sessions/{id}", operation_id = "revoke_seal_session", tag = "seal", params(("id" = Uuid, Path, description = "Session id")),
-    responses((status = 200, description = "Revoked", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
+    responses((status = 200, description = "Revoked, with `sandbox_destroyed`", body = SessionView), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn revoke_session(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionView>, ApiError> {
     require(&caller, Need::Write)?;
     let started = Instant::now();
     let s = sessions::revoke(&state.pool, &caller.tenant, id)
@@ -279,9 +501,10 @@ pub async fn revoke_session(
         started,
     )
     .await?;
-    let mut view = session_view(&s);
-    view["sandbox_destroyed"] = json!(sandbox_destroyed);
-    Ok(Json(view))
+    Ok(Json(SessionView {
+        sandbox_destroyed: Some(sandbox_destroyed),
+        ..SessionView::of(&s)
+    }))
 }
 
 impl From<ContextError> for ApiError {
@@ -302,7 +525,7 @@ impl From<ContextError> for ApiError {
 
 /// Every security context, enrolment secrets shown only as `set` / `not set` (for every role).
 #[utoipa::path(get, path = "/v1/security-contexts", operation_id = "list_security_contexts", tag = "seal",
-    responses((status = 200, description = "Contexts", body = Value)), security(("api_key" = [])))]
+    responses((status = 200, description = "Contexts, `attestation.enrolment_secret` as `set` or `not set`", body = Vec<SecurityContext>)), security(("api_key" = [])))]
 pub async fn list_contexts(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -315,7 +538,7 @@ pub async fn list_contexts(
 
 /// One security context, its enrolment secret shown only as `set` / `not set`.
 #[utoipa::path(get, path = "/v1/security-contexts/{name}", operation_id = "get_security_context", tag = "seal", params(("name" = String, Path, description = "Context name")),
-    responses((status = 200, description = "Context", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
+    responses((status = 200, description = "Context, `attestation.enrolment_secret` as `set` or `not set`", body = SecurityContext), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn get_context(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -326,13 +549,16 @@ pub async fn get_context(
 }
 
 /// Creates or replaces a security context (validated before anything is stored).
-#[utoipa::path(post, path = "/v1/security-contexts", operation_id = "put_security_context", tag = "seal", request_body = Value,
-    responses((status = 200, description = "Stored", body = Value), (status = 422, description = "Invalid", body = ErrorBody)), security(("api_key" = [])))]
+///
+/// The body is read as JSON and parsed by `contexts::parse`, the config file's strict rules, so
+/// a refusal names the field (`capabilities[1].rate_limit.calls`) as the config check does.
+#[utoipa::path(post, path = "/v1/security-contexts", operation_id = "put_security_context", tag = "seal", request_body = SecurityContext,
+    responses((status = 200, description = "Stored", body = ContextStored), (status = 422, description = "Invalid", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn put_context(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Json(definition): Json<Value>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ContextStored>, ApiError> {
     require(&caller, Need::Write)?;
     let started = Instant::now();
     let ctx = contexts::parse(&definition)?;
@@ -348,17 +574,20 @@ pub async fn put_context(
         started,
     )
     .await?;
-    Ok(Json(json!({"name": ctx.name, "stored": true})))
+    Ok(Json(ContextStored {
+        name: ctx.name,
+        stored: true,
+    }))
 }
 
 /// Deletes a security context; sessions under it can no longer call anything.
 #[utoipa::path(delete, path = "/v1/security-contexts/{name}", operation_id = "delete_security_context", tag = "seal", params(("name" = String, Path, description = "Context name")),
-    responses((status = 200, description = "Deleted", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
+    responses((status = 200, description = "Deleted", body = ContextDeleted), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn delete_context(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ContextDeleted>, ApiError> {
     require(&caller, Need::Write)?;
     let started = Instant::now();
     contexts::delete(&state.pool, &caller.tenant, &name).await?;
@@ -372,7 +601,10 @@ pub async fn delete_context(
         started,
     )
     .await?;
-    Ok(Json(json!({"name": name, "deleted": true})))
+    Ok(Json(ContextDeleted {
+        name,
+        deleted: true,
+    }))
 }
 
 /// Body of `POST /v1/security-contexts/{name}/attestation-tokens`.
@@ -405,7 +637,7 @@ impl From<TokenError> for ApiError {
 /// Issues a one-time attestation token for a context: shown once, stored hashed, expires.
 #[utoipa::path(post, path = "/v1/security-contexts/{name}/attestation-tokens", operation_id = "issue_attestation_token", tag = "seal",
     params(("name" = String, Path, description = "Context name")), request_body = IssueToken,
-    responses((status = 201, description = "The token (shown only now) and its listing data", body = Value),
+    responses((status = 201, description = "The token (shown only now) and its listing data", body = IssuedToken),
               (status = 404, description = "Unknown context", body = ErrorBody),
               (status = 422, description = "Bad lifetime", body = ErrorBody)),
     security(("api_key" = [])))]
@@ -414,7 +646,7 @@ pub async fn issue_token(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     body: Option<Json<IssueToken>>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<IssuedToken>), ApiError> {
     require(&caller, Need::Write)?;
     let started = Instant::now();
     let req = body.map(|Json(b)| b).unwrap_or_default();
@@ -438,27 +670,21 @@ pub async fn issue_token(
         started,
     )
     .await?;
-    let issued = issued?;
-    Ok((
-        StatusCode::CREATED,
-        Json(serde_json::to_value(issued).map_err(ApiError::internal)?),
-    ))
+    Ok((StatusCode::CREATED, Json(issued?)))
 }
 
 /// The attestation tokens of a context (never the tokens themselves).
 #[utoipa::path(get, path = "/v1/security-contexts/{name}/attestation-tokens", operation_id = "list_attestation_tokens", tag = "seal",
     params(("name" = String, Path, description = "Context name")),
-    responses((status = 200, description = "Tokens, newest first", body = Value)),
+    responses((status = 200, description = "Tokens, newest first", body = Vec<TokenInfo>)),
     security(("api_key" = [])))]
 pub async fn list_tokens(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<TokenInfo>>, ApiError> {
     let list = attestation_tokens::list(&state.pool, &caller.tenant, &name)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(
-        serde_json::to_value(list).map_err(ApiError::internal)?,
-    ))
+    Ok(Json(list))
 }

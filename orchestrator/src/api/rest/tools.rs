@@ -27,6 +27,33 @@ pub struct CallRequest {
     pub sandbox_id: Option<uuid::Uuid>,
 }
 
+/// The answer of `POST /v1/tools/call`: MCP's `CallToolResult`, built by the router
+/// (`ToolOutcome::into_mcp_json`); this describes it for the OpenAPI document.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the router writes this JSON
+pub struct CallResult {
+    /// One text item: the result's JSON (or a note that it is too large to repeat), or
+    /// `error (<code>): <message>`.
+    content: Vec<TextContent>,
+    /// The tool's result; for a tool that failed, `{error: {code, message, details}}`.
+    #[schema(rename = "structuredContent", value_type = Object)]
+    structured_content: Value,
+    /// True when the tool ran and failed.
+    #[schema(rename = "isError")]
+    is_error: bool,
+}
+
+/// A text item of an MCP result.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the router writes this JSON
+pub struct TextContent {
+    /// `text`.
+    #[schema(rename = "type")]
+    kind: String,
+    /// The text.
+    text: String,
+}
+
 fn empty_object() -> Value {
     json!({})
 }
@@ -65,7 +92,7 @@ pub async fn list(
 /// group is killed) and its audit row says `cancelled` (`client_disconnected`).
 #[utoipa::path(post, path = "/v1/tools/call", operation_id = "call_tool", tag = "tools", request_body = CallRequest,
     responses((status = 200, description = "MCP result: content, structuredContent, isError; with `Accept: text/event-stream`, events `start`, `stdout`, `stderr`, then `result` carrying that same body",
-                content((Value = "application/json"), (String = "text/event-stream"))),
+                content((CallResult = "application/json"), (String = "text/event-stream"))),
               (status = 404, description = "Unknown tool", body = ErrorBody),
               (status = 422, description = "Invalid arguments", body = ErrorBody),
               (status = 403, description = "Denied by policy or role", body = ErrorBody)),

@@ -6,15 +6,17 @@
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde::Deserialize;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
-use super::event_log::{self, EventsQuery};
+use super::event_log::{self, EventsQuery, WorkflowEventPage};
+use super::executions::Started;
 use crate::caller::Caller;
 use crate::state::AppState;
 use crate::workflow::store;
@@ -35,10 +37,137 @@ pub struct RunBody {
     pub version: Option<String>,
 }
 
+// Most answers below are the `aegis.workflow.*` tools' own, passed through as the router gave
+// them: re-typing them here would copy every answer once more and could drop a field the tool
+// adds. These types describe that JSON for the OpenAPI document (built by `summary` and `detail`
+// in the tools crate); `openapi_complete::live_answers_match_the_document` checks live answers
+// against them.
+
+/// A workflow execution as listings show it (the tool's `summary`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct WorkflowExecutionSummary {
+    /// The execution.
+    execution_id: Uuid,
+    /// The workflow (definition) id.
+    workflow_id: Uuid,
+    /// The workflow's name.
+    workflow: String,
+    /// The version run.
+    version: String,
+    /// The revision of that version run.
+    revision: Option<i32>,
+    /// `sha256:` of the manifest run.
+    manifest_digest: Option<String>,
+    /// `pending`, `running`, `waiting`, `completed`, `failed`, `cancelled`, `timed_out`.
+    status: String,
+    /// The state being run (or the last one, once ended).
+    current_state: String,
+    /// Transitions taken.
+    transition_count: i32,
+    /// State name -> times entered.
+    #[schema(value_type = std::collections::HashMap<String, i64>)]
+    visits: Value,
+    /// Why it failed.
+    error: Option<String>,
+    /// For a Subworkflow child: its parent execution.
+    parent_execution_id: Option<Uuid>,
+    /// While waiting: `human` or `subworkflow`.
+    waiting_for: Option<String>,
+    /// When requested.
+    created_at: DateTime<Utc>,
+    /// When a worker first took it.
+    started_at: Option<DateTime<Utc>>,
+    /// When the last transition was taken.
+    last_transition_at: Option<DateTime<Utc>>,
+    /// When it ended.
+    ended_at: Option<DateTime<Utc>>,
+}
+
+/// One workflow execution in full (the tool's `detail`): the summary and what the run holds.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct WorkflowExecutionDetail {
+    /// What listings show.
+    #[serde(flatten)]
+    summary: WorkflowExecutionSummary,
+    /// The caller's input.
+    input: Value,
+    /// The caller's intent.
+    intent: Option<String>,
+    /// Every state's output by state name, plus the run's context and input.
+    #[schema(value_type = Object)]
+    blackboard: Value,
+    /// The output of each state entered so far, by state name.
+    #[schema(value_type = Object)]
+    state_outputs: Value,
+    /// The run's result (`output_template` rendered, else the last state's output); null
+    /// until it ends.
+    final_output: Value,
+    /// The same as `final_output` (the name AEGIS clients read).
+    last_output: Value,
+}
+
+/// The answer of `GET /v1/workflows/executions` (the tool `aegis.workflow.executions.list`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct WorkflowExecutionPage {
+    /// The tool that answered.
+    tool: String,
+    /// Executions on this page.
+    count: i64,
+    /// Executions matching the filters, on every page.
+    total: i64,
+    /// Newest first.
+    executions: Vec<WorkflowExecutionSummary>,
+    /// Page size used.
+    limit: i64,
+    /// Rows skipped.
+    offset: i64,
+}
+
+/// The answer of `POST /v1/workflows/executions/{id}/signal` (`aegis.workflow.signal`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct WorkflowSignalled {
+    /// The tool that answered.
+    tool: String,
+    /// Always true: a refusal is an error answer.
+    signalled: bool,
+    /// The execution.
+    execution_id: Uuid,
+    /// The Human state that received the answer.
+    state: String,
+}
+
+/// The answer of `POST /v1/workflows/executions/{id}/cancel` (`aegis.workflow.cancel`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct WorkflowCancelled {
+    /// The tool that answered.
+    tool: String,
+    /// Always true: a refusal is an error answer.
+    cancelled: bool,
+    /// The execution.
+    execution_id: Uuid,
+}
+
+/// The answer of `DELETE /v1/workflows/executions/{id}` (`aegis.workflow.remove`).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the tool builds this JSON
+pub struct WorkflowExecutionRemoved {
+    /// The tool that answered.
+    tool: String,
+    /// Always true: a refusal is an error answer.
+    removed: bool,
+    /// The execution that is gone, with its events.
+    execution_id: Uuid,
+}
+
 /// Starts an execution of a workflow; answers at once with its id.
 #[utoipa::path(post, path = "/v1/workflows/{name}/run", operation_id = "run_workflow", tag = "workflow executions",
     params(("name" = String, Path, description = "Workflow name or id")), request_body = RunBody,
-    responses((status = 201, description = "{execution_id, status}", body = Value), (status = 404, description = "Unknown workflow", body = ErrorBody),
+    responses((status = 201, description = "Started", body = Started), (status = 404, description = "Unknown workflow", body = ErrorBody),
               (status = 422, description = "Input does not match input_schema, reserved blackboard keys, or the workflow cannot run here; nothing stored", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn run(
@@ -46,7 +175,7 @@ pub async fn run(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     Json(body): Json<RunBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Started>), ApiError> {
     require(&caller, Need::Write)?;
     let mut args = json!({"name": name, "input": body.input.unwrap_or_else(|| json!({}))});
     for (key, value) in [
@@ -59,10 +188,7 @@ pub async fn run(
         }
     }
     let out = super::call_tool(&state, &caller, "aegis.workflow.run", args).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(json!({"execution_id": out["execution_id"], "status": "pending"})),
-    ))
+    Ok((StatusCode::CREATED, Json(Started::from_tool(&out)?)))
 }
 
 /// `GET /v1/workflows/executions` filters.
@@ -80,7 +206,7 @@ pub struct ListQuery {
 
 /// Workflow executions, newest first.
 #[utoipa::path(get, path = "/v1/workflows/executions", operation_id = "list_workflow_executions", tag = "workflow executions", params(ListQuery),
-    responses((status = 200, description = "{executions, total, limit, offset}", body = Value)), security(("api_key" = [])))]
+    responses((status = 200, description = "A page of executions", body = WorkflowExecutionPage)), security(("api_key" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -107,7 +233,7 @@ pub async fn list(
 /// One workflow execution in full (input, blackboard, state outputs, final output).
 #[utoipa::path(get, path = "/v1/workflows/executions/{id}", operation_id = "get_workflow_execution", tag = "workflow executions",
     params(("id" = Uuid, Path, description = "Execution id")),
-    responses((status = 200, description = "Execution", body = Value), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
+    responses((status = 200, description = "Execution", body = WorkflowExecutionDetail), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn get(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -134,7 +260,7 @@ pub struct SignalBody {
 /// Answers the Human state an execution waits in; 409 with the reason when it waits for none.
 #[utoipa::path(post, path = "/v1/workflows/executions/{id}/signal", operation_id = "signal_workflow_execution", tag = "workflow executions",
     params(("id" = Uuid, Path, description = "Execution id")), request_body = SignalBody,
-    responses((status = 200, description = "{signalled: true, state}", body = Value), (status = 409, description = "Not waiting for human input", body = ErrorBody)),
+    responses((status = 200, description = "Signalled", body = WorkflowSignalled), (status = 409, description = "Not waiting for human input", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn signal(
     State(state): State<AppState>,
@@ -157,7 +283,7 @@ pub async fn signal(
 /// Cancels an execution (its sandboxes are destroyed, its child executions cancelled).
 #[utoipa::path(post, path = "/v1/workflows/executions/{id}/cancel", operation_id = "cancel_workflow_execution", tag = "workflow executions",
     params(("id" = Uuid, Path, description = "Execution id")),
-    responses((status = 200, description = "{cancelled: true}", body = Value), (status = 409, description = "Already ended", body = ErrorBody)), security(("api_key" = [])))]
+    responses((status = 200, description = "Cancelled", body = WorkflowCancelled), (status = 409, description = "Already ended", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn cancel(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -178,7 +304,7 @@ pub async fn cancel(
 /// Removes an ended execution and its events.
 #[utoipa::path(delete, path = "/v1/workflows/executions/{id}", operation_id = "remove_workflow_execution", tag = "workflow executions",
     params(("id" = Uuid, Path, description = "Execution id")),
-    responses((status = 200, description = "Removed", body = Value), (status = 409, description = "Still live", body = ErrorBody)), security(("api_key" = [])))]
+    responses((status = 200, description = "Removed", body = WorkflowExecutionRemoved), (status = 409, description = "Still live", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn remove(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -199,7 +325,9 @@ pub async fn remove(
 /// The event log: a JSON page, or live Server-Sent Events with `?follow=true`.
 #[utoipa::path(get, path = "/v1/workflows/executions/{id}/events", operation_id = "workflow_execution_events", tag = "workflow executions",
     params(("id" = Uuid, Path, description = "Execution id"), EventsQuery),
-    responses((status = 200, description = "{events, next_after} or text/event-stream", body = Value), (status = 404, description = "Unknown", body = ErrorBody)),
+    responses((status = 200, description = "A page of events; with `follow=true`, Server-Sent Events `events` (a JSON array of events, id = the last one's sequence number) until the execution has ended, then `end`",
+                content((WorkflowEventPage = "application/json"), (String = "text/event-stream"))),
+              (status = 404, description = "Unknown", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn events(
     State(state): State<AppState>,
@@ -218,7 +346,12 @@ pub async fn events(
     let after = q.after.unwrap_or(0);
     if !q.follow {
         let events = store::events(&state.pool, id, after, q.limit.unwrap_or(100)).await?;
-        return Ok(event_log::page(id, events));
+        let page = WorkflowEventPage {
+            execution_id: id,
+            next_after: event_log::next_after(&events),
+            events,
+        };
+        return Ok(Json(page).into_response());
     }
     let tenant = caller.tenant;
     Ok(event_log::follow(after, move |after, limit| {

@@ -96,7 +96,7 @@ pub const MAX_PATH: usize = 4096;
 pub const MIN_SECRET_LEN: usize = 16;
 
 /// A named policy a SEAL session is bound to (RFC §5.1, plus tier, runtime and attestation).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SecurityContext {
     /// `^[a-z][a-z0-9-]*$`, unique on the node.
@@ -124,7 +124,7 @@ fn default_tier() -> Tier {
 }
 
 /// One grant of a security context: a tool pattern and the constraints calls must meet.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Capability {
     /// `*`, `prefix.*` or an exact tool name.
@@ -173,7 +173,7 @@ pub struct ApprovalRule {
 }
 
 /// A rate limit: `calls` per `per_seconds`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimit {
     /// Calls allowed in the window (1..=[`MAX_RATE_CALLS`]).
@@ -183,7 +183,7 @@ pub struct RateLimit {
 }
 
 /// The runtime (language and version, resolved by the runtime registry) of a session's sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeSpec {
     /// Language, e.g. `python`.
@@ -199,14 +199,15 @@ pub struct RuntimeSpec {
 /// one of three ways: the context's `enrolment_secret`, a one-time attestation token an operator
 /// issued for this context (checked by the gateway, which stores them), or the context opting out
 /// with `allow_unverified: true`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AttestationPolicy {
     /// Workload-id patterns; `*` matches any run of characters (`docker://*`, `ci-*`). Empty
     /// means any workload id.
     #[serde(default)]
     pub workload_patterns: Vec<String>,
-    /// A pre-shared secret the attesting workload may present as proof.
+    /// A pre-shared secret the attesting workload may present as proof (at least 16 bytes).
+    /// Answers never show it: they say `set` or `not set` in its place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enrolment_secret: Option<String>,
     /// Admit workloads that pass the filter without any proof (development, trusted networks).

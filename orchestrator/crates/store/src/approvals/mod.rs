@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -352,18 +352,4 @@ fn timed_out(tool: &str, id: Uuid, timeout: u64) -> Denial {
              {id}); ask an operator, then call again"
         ),
     )
-}
-
-/// The request as a caller with `may_see_arguments` sees it.
-pub fn view(a: &Approval, may_see_arguments: bool) -> Value {
-    json!({
-        "id": a.id, "tool": a.tool,
-        "arguments": if may_see_arguments { a.arguments.clone() } else { None },
-        "args_digest": a.args_digest,
-        "caller": {"kind": a.caller_kind, "id": a.caller_id, "label": a.caller_label},
-        "security_context": a.security_context,
-        "state": a.state(Utc::now()),
-        "created_at": a.created_at, "expires_at": a.expires_at,
-        "decided_at": a.decided_at, "decided_by": a.decided_by, "note": a.decision_note,
-    })
 }
