@@ -140,14 +140,13 @@ impl Application {
 
         let instance_id = Uuid::new_v4();
         let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".to_owned());
-        sqlx::query(
-            "INSERT INTO node_instances (id, hostname, version, peer_url) VALUES ($1, $2, $3, $4)",
+        aegis_store::node_instances::register(
+            &pool,
+            instance_id,
+            &hostname,
+            env!("CARGO_PKG_VERSION"),
+            cluster.as_ref().map(|(_, _, advertise)| advertise.as_str()),
         )
-        .bind(instance_id)
-        .bind(hostname)
-        .bind(env!("CARGO_PKG_VERSION"))
-        .bind(cluster.as_ref().map(|(_, _, advertise)| advertise.clone()))
-        .execute(&pool)
         .await
         .map_err(StoreError::from)?;
         let forwarder: Option<Arc<dyn dispatcher::Forwarder>> = match &cluster {
@@ -573,17 +572,12 @@ async fn start_sandboxes(
 /// removes their sandboxes, since their in-flight work is lost anyway.
 async fn gracefully_stopped_owners(pool: &sqlx::PgPool) -> Vec<Uuid> {
     let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".to_owned());
-    sqlx::query_scalar(
-        "SELECT DISTINCT s.instance_id FROM sandboxes s JOIN node_instances n ON n.id = s.instance_id \
-         WHERE s.state = 'running' AND n.stopped_at IS NOT NULL AND n.hostname = $1",
-    )
-    .bind(hostname)
-    .fetch_all(pool)
-    .await
-    .unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "cannot look for sandboxes to re-attach");
-        Vec::new()
-    })
+    aegis_store::node_instances::stopped_with_running_sandboxes(pool, &hostname)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot look for sandboxes to re-attach");
+            Vec::new()
+        })
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, AppError> {
@@ -614,11 +608,7 @@ async fn release_sandboxes(state: &AppState) {
 
 /// Phase 7 of shutdown: peers see at once that this instance stopped (no wait for `dead_after`).
 async fn record_stop(state: &AppState) {
-    if let Err(e) = sqlx::query("UPDATE node_instances SET stopped_at = now() WHERE id = $1")
-        .bind(state.instance_id)
-        .execute(&state.pool)
-        .await
-    {
+    if let Err(e) = aegis_store::node_instances::record_stop(&state.pool, state.instance_id).await {
         tracing::warn!(error = %e, "could not record the stop of this instance");
     }
 }

@@ -150,10 +150,7 @@ async fn heartbeat(state: AppState, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        if let Err(e) = sqlx::query("UPDATE node_instances SET heartbeat_at = now() WHERE id = $1")
-            .bind(state.instance_id)
-            .execute(&state.pool)
-            .await
+        if let Err(e) = aegis_store::node_instances::heartbeat(&state.pool, state.instance_id).await
         {
             tracing::warn!(error = %e, "heartbeat not recorded");
         }

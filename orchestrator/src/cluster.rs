@@ -465,13 +465,9 @@ impl Peers {
         if let Some(url) = cached {
             return Ok(url);
         }
-        let row: Option<(Option<String>,)> = sqlx::query_as(
-            "SELECT peer_url FROM node_instances WHERE id = $1 AND stopped_at IS NULL",
-        )
-        .bind(holder)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| NoAddress::other(format!("looking the holder up failed: {e}")))?;
+        let row = aegis_store::node_instances::peer_url(&self.pool, holder)
+            .await
+            .map_err(|e| NoAddress::other(format!("looking the holder up failed: {e}")))?;
         let url = match row {
             None => {
                 return Err(NoAddress {
@@ -481,12 +477,12 @@ impl Peers {
                         .to_owned(),
                 })
             }
-            Some((None,)) => {
+            Some(None) => {
                 return Err(NoAddress::other(
                     "that instance takes no forwarded calls (it has no cluster.listen)".to_owned(),
                 ))
             }
-            Some((Some(url),)) => url,
+            Some(Some(url)) => url,
         };
         let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
         known.retain(|_, (_, at)| at.elapsed() < PEER_TTL);
@@ -496,13 +492,9 @@ impl Peers {
 
     /// Whether `holder` is recorded as stopped (a failed lookup says no).
     async fn stopped(&self, holder: Uuid) -> bool {
-        sqlx::query_scalar::<_, bool>(
-            "SELECT EXISTS (SELECT 1 FROM node_instances WHERE id = $1 AND stopped_at IS NOT NULL)",
-        )
-        .bind(holder)
-        .fetch_one(&self.pool)
-        .await
-        .unwrap_or(false)
+        aegis_store::node_instances::stopped(&self.pool, holder)
+            .await
+            .unwrap_or(false)
     }
 
     async fn forward_call(

@@ -50,19 +50,9 @@ impl SessionSandboxes {
             // Still live: push the idle deadline back (once a tenth of it has passed: the calls
             // of one session in flight together would otherwise queue on the row's lock, and
             // the session may end at most a tenth of `idle_secs` early), reuse its sandbox.
-            let touched: Option<Option<Uuid>> = sqlx::query_scalar(
-                "WITH s AS (SELECT sandbox_id, expires_at FROM seal_sessions \
-                     WHERE id = $1 AND status = 'active' AND expires_at > now()), \
-                 t AS (UPDATE seal_sessions SET expires_at = now() + make_interval(secs => $2) \
-                     FROM s WHERE seal_sessions.id = $1 \
-                     AND s.expires_at < now() + make_interval(secs => $2 * 0.9)) \
-                 SELECT sandbox_id FROM s",
-            )
-            .bind(row)
-            .bind(idle_secs as f64)
-            .fetch_optional(&state.pool)
-            .await
-            .map_err(|e| format!("session store unavailable: {e}"))?;
+            let touched = aegis_store::mcp_sessions::touch(&state.pool, row, idle_secs)
+                .await
+                .map_err(|e| format!("session store unavailable: {e}"))?;
             match touched {
                 Some(Some(sandbox)) => return Ok(SandboxId(sandbox)),
                 Some(None) => return self.create_sandbox(state, row, owner, context).await,
