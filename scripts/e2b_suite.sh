@@ -146,7 +146,7 @@ KEY=$(curl -sf -X POST "$BASE/v1/api-keys" -H "Authorization: Bearer $ADMIN_KEY"
   | python3 -c 'import json, sys; print(json.load(sys.stdin)["key"])') || die "cannot create an API key"
 export E2B_API_URL="$BASE/e2b"
 export E2B_SANDBOX_URL="$BASE/e2b"
-E2B_API_KEY="e2b_$(printf %s "$KEY" | od -An -tx1 | tr -d ' \n')"
+E2B_API_KEY="e2b_$(printf %s "$KEY" | od -An -v -tx1 | tr -d ' \n')"
 export E2B_API_KEY
 export E2B_SUITE_EXCLUSIONS="$EXCLUSIONS"
 # The tests of one SDK against a newer release: their mocks of functions it no longer calls.
