@@ -8,6 +8,7 @@ data through REST and passes them in the environment:
   SECOND_KEY        an unbound operator key (approves the waiting call)
   SELF_KEY          the bound operator key whose call waits for approval
   SANDBOX_ID        a sandbox the admin key made, with a cmd.run in it
+  PROC_PID          a background `cat` in that sandbox (its output is what is written to it)
   APPROVAL_ID       the waiting call's approval request
   WORKFLOW          a workflow whose run takes a few seconds (started here, through REST)
   SCREENSHOT_DIR    where the screenshots go (1400x1000)
@@ -50,14 +51,14 @@ def driver():
     return d
 
 
-def collect_logs(d, refused=None):
-    """Keeps the browser's errors; `refused` is a path this script posted to on purpose to be
-    refused, whose 403 the browser logs as a failed load and which is no script error."""
+def collect_logs(d, refused=None, status=403):
+    """Keeps the browser's errors; `refused` is a path this script asked for on purpose to be
+    refused, whose `status` the browser logs as a failed load and which is no script error."""
     for entry in d.get_log("browser"):
         message = entry.get("message", "")
         if entry.get("level") != "SEVERE":
             continue
-        if refused and refused in message and "status of 403" in message:
+        if refused and refused in message and "status of %d" % status in message:
             continue
         result["console_errors"].append(message)
 
@@ -69,9 +70,39 @@ def shot(d, name):
     result["screenshots"].append(path)
 
 
-def go(d, path):
+def go(d, path, refused_with=None):
+    """Opens a page; `refused_with` is the status it is expected to be answered with (not an
+    error of the page's script)."""
     d.get(BASE + path)
+    if refused_with:
+        collect_logs(d, refused=path.split("?")[0], status=refused_with)
+    else:
+        collect_logs(d)
+
+
+def fetch(d, path):
+    """A GET from inside the signed-in page (its cookie, its origin): status, body text and
+    Content-Disposition, as a click on a download link would receive them."""
     collect_logs(d)
+    answer = d.execute_async_script(
+        "var done = arguments[arguments.length - 1];"
+        "fetch(arguments[0], {credentials: 'same-origin'}).then(function (r) {"
+        " return r.text().then(function (t) {"
+        "  done([r.status, t, r.headers.get('content-disposition') || '']); }); },"
+        " function (e) { done([0, String(e), '']); });", path)
+    collect_logs(d, refused=path.split("?")[0], status=answer[0])
+    return answer
+
+
+def rest(method, path, body, key=None):
+    """A REST request as the admin key (what an agent does in its sandbox meanwhile)."""
+    request = urllib.request.Request(
+        BASE + path, data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": "Bearer " + (key or os.environ["ADMIN_KEY"]),
+                 "Content-Type": "application/json"},
+        method=method)
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.loads(r.read())
 
 
 def text(d):
@@ -161,7 +192,33 @@ def run(d):
         body = text(d)
         step("sandbox_page_processes", "Processes" in body)
         step("sandbox_page_files", "hello.txt" in body)
+        sandbox = os.environ["SANDBOX_ID"]
+        pid = os.environ["PROC_PID"]
+        process_page = "/console/sandboxes/%s/processes/%s" % (sandbox, pid)
+        step("sandbox_page_process_link", len(d.find_elements(
+            By.CSS_SELECTOR, "#processes a[href='%s']" % process_page)) == 1)
         shot(d, "sandbox")
+
+        # 3b. The file downloads through fs.read, as the link in the files table gives it.
+        link = d.find_element(By.LINK_TEXT, "hello.txt").get_attribute("href")
+        status, content, disposition = fetch(d, link[len(BASE):])
+        step("download_status", status)
+        step("download_body", content)
+        step("download_disposition", disposition)
+
+        # 3c. The background process: what it wrote before, then what it writes while the page
+        # is open, arriving without a reload.
+        go(d, process_page)
+        step("process_output_at_open", "before-the-page" in d.find_element(By.ID, "proc-stdout").text)
+        rest("POST", "/v1/tools/call", {"name": "proc.input", "sandbox_id": sandbox,
+                                        "arguments": {"pid": int(pid), "data": "while-you-watch\n"}})
+        try:
+            WebDriverWait(d, 30, poll_frequency=0.2).until(
+                lambda d: "while-you-watch" in d.find_element(By.ID, "proc-stdout").text)
+            step("process_output_live", True)
+        except TimeoutException:
+            step("process_output_live", False)
+        shot(d, "process")
         go(d, "/console/audit?tool=cmd.run")
         rows = d.find_elements(By.CSS_SELECTOR, "#audit tbody tr")
         step("audit_cmd_run_rows", sum(1 for r in rows if "cmd.run" in r.text))
@@ -229,6 +286,8 @@ def run(d):
         shot(d, "keys")
         go(d, "/console/node")
         step("node_ready", d.find_element(By.ID, "ready").text)
+        step("node_replicas", len(d.find_elements(By.CSS_SELECTOR, "#replicas tbody tr")))
+        step("node_metrics_rows", len(d.find_elements(By.CSS_SELECTOR, "#metrics tbody tr")))
         shot(d, "node")
 
         # 7. Every state-changing request without the form token is refused.
@@ -252,8 +311,20 @@ def run(d):
         shot(d, "approvals-own")
         sign_out(d)
 
-        # 9. A second person approves it.
+        # 9. A second person approves it; it cannot open the admin key's sandbox, its files or
+        # its process (not found, as on REST).
         sign_in(d, os.environ["SECOND_KEY"])
+        other = "/console/sandboxes/" + sandbox
+        status, page, _ = fetch(d, other)
+        step("other_sandbox_status", status)
+        step("other_sandbox_shows_files", "hello.txt" in page)
+        go(d, other, refused_with=404)
+        shot(d, "sandbox-other-key")
+        status, page, _ = fetch(d, other + "/file?path=/workspace/hello.txt")
+        step("other_download_status", status)
+        step("other_download_has_content", page == "hello")
+        status, _, _ = fetch(d, process_page + "/output")
+        step("other_output_status", status)
         go(d, "/console/approvals")
         shot(d, "approvals")
         d.find_element(By.ID, "approve-" + os.environ["APPROVAL_ID"]).click()

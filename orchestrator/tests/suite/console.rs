@@ -135,7 +135,9 @@ async fn post(
     r.send().await.unwrap()
 }
 
-async fn sandbox_with_a_command(app: &TestApp) -> String {
+/// A sandbox of the admin key with a file, a finished `cmd.run`, and a background `cat` whose
+/// output is whatever is written to its input (returned: the sandbox and the `cat`'s pid).
+async fn sandbox_with_a_command(app: &TestApp) -> (String, u64) {
     let r = app
         .admin(Method::POST, "/v1/sandboxes")
         .json(&json!({"runtime": "busybox"}))
@@ -163,7 +165,30 @@ async fn sandbox_with_a_command(app: &TestApp) -> String {
         let body: Value = r.json().await.unwrap();
         assert_eq!(body["isError"], false, "{tool}: {body}");
     }
-    id
+    let started = tool_call(
+        app,
+        &id,
+        "cmd.run",
+        json!({"command": "cat", "background": true, "stdin": true, "tag": "echoer"}),
+    )
+    .await;
+    let pid = started["structuredContent"]["pid"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("a background process: {started}"));
+    (id, pid)
+}
+
+/// A tool call of the admin key in `sandbox`, through REST.
+async fn tool_call(app: &TestApp, sandbox: &str, name: &str, arguments: Value) -> Value {
+    let r = app
+        .admin(Method::POST, "/v1/tools/call")
+        .json(&json!({"name": name, "arguments": arguments, "sandbox_id": sandbox}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["isError"], false, "{name}: {body}");
+    body
 }
 
 #[tokio::test]
@@ -174,7 +199,15 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
     let (own, own_id) = app
         .create_bound_key("self-approver", "operator", "privileged")
         .await;
-    let sandbox = sandbox_with_a_command(&app).await;
+    let (sandbox, pid) = sandbox_with_a_command(&app).await;
+    // Output the process wrote before anyone looked, for the page to show when it opens.
+    tool_call(
+        &app,
+        &sandbox,
+        "proc.input",
+        json!({"pid": pid, "data": "before-the-page\n"}),
+    )
+    .await;
     let r = app
         .admin(Method::POST, "/v1/workflows")
         .body(WORKFLOW)
@@ -231,6 +264,7 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
         .env("SECOND_KEY", &second)
         .env("SELF_KEY", &own)
         .env("SANDBOX_ID", &sandbox)
+        .env("PROC_PID", pid.to_string())
         .env("APPROVAL_ID", &approval)
         .env("WORKFLOW", "console-steps")
         .env("SCREENSHOT_DIR", shots)
@@ -253,6 +287,29 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
     assert_eq!(s["sandbox_listed"], true, "{result:#}");
     assert_eq!(s["sandbox_page_processes"], true, "{result:#}");
     assert_eq!(s["sandbox_page_files"], true, "{result:#}");
+    assert_eq!(s["sandbox_page_process_link"], true, "{result:#}");
+    assert_eq!(s["process_output_at_open"], true, "{result:#}");
+    assert_eq!(s["process_output_live"], true, "{result:#}");
+    assert_eq!(s["download_status"], 200, "{result:#}");
+    assert_eq!(s["download_body"], "hello", "{result:#}");
+    assert!(
+        s["download_disposition"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("attachment"),
+        "{result:#}"
+    );
+    assert_eq!(s["node_replicas"], 1, "{result:#}");
+    assert!(
+        s["node_metrics_rows"].as_u64().unwrap_or(0) >= 1,
+        "{result:#}"
+    );
+    // Another key: the sandbox is not found, and neither its files nor its process reach it.
+    assert_eq!(s["other_sandbox_status"], 404, "{result:#}");
+    assert_eq!(s["other_sandbox_shows_files"], false, "{result:#}");
+    assert_ne!(s["other_download_status"], 200, "{result:#}");
+    assert_eq!(s["other_download_has_content"], false, "{result:#}");
+    assert_ne!(s["other_output_status"], 200, "{result:#}");
     assert!(
         s["audit_cmd_run_rows"].as_u64().unwrap_or(0) >= 1,
         "{result:#}"
@@ -296,7 +353,7 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
         "script errors in the browser: {result:#}"
     );
     assert!(
-        result["screenshots"].as_array().unwrap().len() >= 10,
+        result["screenshots"].as_array().unwrap().len() >= 14,
         "{result:#}"
     );
 
@@ -322,7 +379,7 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
     let db = TestDb::create().await;
     let app = app(&db).await;
     let client = browser_like();
-    let sandbox = sandbox_with_a_command(&app).await;
+    let (sandbox, pid) = sandbox_with_a_command(&app).await;
 
     // Without a session: every page and every form sends to the sign-in page, shows nothing.
     for path in [
@@ -462,6 +519,39 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
         "REST refuses a readonly key's destroy: {}",
         r.status()
     );
+    // What the sandbox page adds is a tool call each, refused to a readonly key as on REST.
+    let download = format!("/console/sandboxes/{sandbox}/file?path=/workspace/hello.txt");
+    let output = format!("/console/sandboxes/{sandbox}/processes/{pid}/output");
+    let (status, html) = page(&app, &client, &ro, &download).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{html}");
+    assert!(html.contains("Refused: 403"), "{html}");
+    let (status, _) = page(&app, &client, &ro, &output).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // Another operator key: not found, like on REST.
+    let other_key = app.create_key("other-operator", "operator").await;
+    let op = sign_in(&app, &client, &other_key).await;
+    let (status, html) = page(&app, &client, &op, &format!("/console/sandboxes/{sandbox}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(!html.contains("hello.txt"), "{html}");
+    let (status, html) = page(&app, &client, &op, &download).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{html}");
+    assert!(html.contains("not found"), "{html}");
+    let (status, text) = page(&app, &client, &op, &output).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    // The owner downloads the file itself, as an attachment.
+    let r = client
+        .get(format!("{}{download}", app.http_base))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers()["content-disposition"]
+        .to_str()
+        .unwrap()
+        .starts_with("attachment; filename=\"hello.txt\""));
+    assert_eq!(r.text().await.unwrap(), "hello");
+
     let (_, html) = page(&app, &client, &ro, "/console/keys").await;
     assert!(
         html.contains("REST refused: 403"),

@@ -46,6 +46,15 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route("/console/static/favicon.svg", get(layout::favicon))
         .route("/console/sandboxes", get(pages::sandboxes))
         .route("/console/sandboxes/{id}", get(pages::sandbox))
+        .route("/console/sandboxes/{id}/file", get(pages::download))
+        .route(
+            "/console/sandboxes/{id}/processes/{pid}",
+            get(pages::process),
+        )
+        .route(
+            "/console/sandboxes/{id}/processes/{pid}/output",
+            get(pages::process_output),
+        )
         .route(
             "/console/sandboxes/{id}/destroy",
             post(pages::destroy_sandbox),

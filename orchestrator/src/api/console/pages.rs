@@ -7,12 +7,15 @@ use std::collections::HashMap;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query};
-use axum::http::{Method, StatusCode};
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
 use serde_json::{json, Value};
 
-use super::layout::{csrf_field, esc, page, seg};
+use base64::Engine as _;
+
+use super::layout::{csrf_field, esc, page, secure_headers, seg};
 use super::rest::{Answer, Rest};
 use super::session::Session;
 use super::{form_fields, ConsoleError};
@@ -30,15 +33,22 @@ pub async fn home(_session: Session) -> Response {
 
 // ---------------------------------------------------------------- sandboxes
 
+/// The most bytes of one file the console downloads (`fs.read`'s `max_bytes`); a larger file
+/// is refused with its size rather than cut short without a word.
+const DOWNLOAD_MAX: u64 = 8 * 1024 * 1024;
+
+/// How long one request for a process's output waits for the first new bytes (`proc.output`'s
+/// `wait_ms`): a long poll, so a quiet process costs one audited call per this interval.
+const OUTPUT_WAIT_MS: u64 = 10_000;
+
 /// `GET /console/sandboxes`: the sandboxes this key may list (`GET /v1/sandboxes`).
 pub async fn sandboxes(s: Session, Extension(rest): Extension<Rest>) -> Page {
     let answer = rest.get(&s.key, "/v1/sandboxes").await?;
     let mut body = String::from("<h1>Sandboxes</h1>");
-    if answer.ok() {
-        let rows = rows_of(&answer.body);
-        body += &table(
+    body += &or_refused(&answer, |b| {
+        table(
             "sandboxes",
-            &rows,
+            &rows_of(b),
             &[
                 ("Id", "id"),
                 ("State", "state"),
@@ -50,21 +60,14 @@ pub async fn sandboxes(s: Session, Extension(rest): Extension<Rest>) -> Page {
                 ("Created", "created_at"),
             ],
             Some(("id", "/console/sandboxes/")),
-        );
-    } else {
-        body += &refused(&answer);
-    }
-    Ok(page(
-        StatusCode::OK,
-        "Sandboxes",
-        Some(&s),
-        "/console/sandboxes",
-        &body,
-    ))
+        )
+    });
+    shown(&s, "Sandboxes", "/console/sandboxes", &body)
 }
 
-/// `GET /console/sandboxes/{id}[?path=]`: one sandbox, its processes (`proc.list`) and files
-/// (`fs.list`), both tool calls through the router in that sandbox.
+/// `GET /console/sandboxes/{id}[?path=]`: one sandbox, its processes (`proc.list`, with each
+/// one's CPU and memory) and the files of a directory (`fs.list`), both tool calls through the
+/// router in that sandbox, so another key's sandbox is "not found" exactly as on REST.
 pub async fn sandbox(
     s: Session,
     Extension(rest): Extension<Rest>,
@@ -84,22 +87,39 @@ pub async fn sandbox(
                 &["state", "image", "owner", "spec", "created_at", "ready_at"],
             )
         }
-        None if listed.ok() => body += "<p>This key does not list this sandbox.</p>",
+        None if listed.ok() => {
+            // Not listed for this key: REST would answer "not found", and so does the page.
+            body += "<p class=\"error refused\" role=\"alert\">Sandbox not found.</p>";
+            return Ok(page(
+                StatusCode::NOT_FOUND,
+                "Sandbox",
+                Some(&s),
+                "/console/sandboxes",
+                &body,
+            ));
+        }
         None => body += &refused(&listed),
     }
     let procs = tool(&rest, &s, "proc.list", json!({}), &id).await?;
     body += "<h2>Processes</h2>";
-    body += &tool_result(
-        &procs,
-        "processes",
-        &[
-            ("Pid", "pid"),
-            ("Tag", "tag"),
-            ("Command", "argv"),
-            ("Running", "running"),
-            ("Exit", "exit_code"),
-        ],
-    );
+    body += &tool_result(&procs, |out| {
+        let rows: Vec<Value> = out["processes"].as_array().cloned().unwrap_or_default();
+        let prefix = format!("/console/sandboxes/{}/processes/", seg(&id));
+        table(
+            "processes",
+            &rows,
+            &[
+                ("Pid", "pid"),
+                ("Name", "name"),
+                ("Command", "command"),
+                ("State", "state"),
+                ("CPU %", "cpu_percent"),
+                ("Memory (RSS bytes)", "memory_rss_bytes"),
+                ("Ports", "listening_ports"),
+            ],
+            Some(("pid", &prefix)),
+        )
+    });
     let files = tool(&rest, &s, "fs.list", json!({"path": dir}), &id).await?;
     body += &format!(
         "<h2>Files in <code>{}</code></h2>\
@@ -108,32 +128,229 @@ pub async fn sandbox(
         esc(dir),
         esc(dir)
     );
-    body += &tool_result(
-        &files,
-        "entries",
-        &[
-            ("Name", "name"),
-            ("Type", "type"),
-            ("Size", "size"),
-            ("Mode", "mode"),
-            ("Modified", "modified"),
-        ],
-    );
+    body += &tool_result(&files, |out| file_table(&id, dir, out));
     if s.may_write() {
-        body += &format!(
-            "<h2>Destroy</h2><form method=\"post\" action=\"/console/sandboxes/{}/destroy\">{}\
-             <button type=\"submit\" class=\"danger\" id=\"destroy\">Destroy this sandbox</button></form>",
-            seg(&id),
-            csrf_field(&s)
+        body += "<h2>Destroy</h2>";
+        body += &button(
+            &s,
+            &format!("/console/sandboxes/{}/destroy", seg(&id)),
+            "destroy",
+            "Destroy this sandbox",
         );
     }
-    Ok(page(
-        StatusCode::OK,
-        "Sandbox",
-        Some(&s),
-        "/console/sandboxes",
-        &body,
-    ))
+    shown(&s, "Sandbox", "/console/sandboxes", &body)
+}
+
+/// The entries of a directory: a directory's name lists it, a file's name downloads it.
+fn file_table(id: &str, dir: &str, out: &Value) -> String {
+    let entries = out["entries"].as_array().cloned().unwrap_or_default();
+    if entries.is_empty() {
+        return "<p>None.</p>".to_owned();
+    }
+    let mut html = String::from(
+        "<div class=\"scroll\"><table id=\"entries\"><thead><tr><th scope=\"col\">Name</th>\
+         <th scope=\"col\">Type</th><th scope=\"col\">Size</th></tr></thead><tbody>",
+    );
+    for e in &entries {
+        let name = e["name"].as_str().unwrap_or("");
+        let path = format!("{}/{name}", dir.trim_end_matches('/'));
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("path", &path)
+            .finish();
+        let link = match e["type"].as_str() {
+            Some("directory") => format!("/console/sandboxes/{}?{query}", seg(id)),
+            Some("file") => format!("/console/sandboxes/{}/file?{query}", seg(id)),
+            _ => String::new(),
+        };
+        let shown_name = if link.is_empty() {
+            esc(name)
+        } else {
+            format!("<a href=\"{}\">{}</a>", esc(&link), esc(name))
+        };
+        html += &format!(
+            "<tr><td>{shown_name}</td><td>{}</td><td>{}</td></tr>",
+            cell(&e["type"]),
+            cell(&e["size_bytes"])
+        );
+    }
+    if out["truncated"] == true {
+        html += "<tr><td colspan=\"3\">(more entries not listed)</td></tr>";
+    }
+    html + "</tbody></table></div>"
+}
+
+/// `GET /console/sandboxes/{id}/file?path=`: the file as a download, read by `fs.read` through
+/// the router (the sandbox's read roots, its owner only, an audit row), never from the volume.
+pub async fn download(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path(id): Path<String>,
+    Query(q): Params,
+) -> Page {
+    let path = q
+        .get("path")
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| ConsoleError::BadForm("no `path` to download".into()))?;
+    let answer = tool(
+        &rest,
+        &s,
+        "fs.read",
+        json!({"path": path, "max_bytes": DOWNLOAD_MAX}),
+        &id,
+    )
+    .await?;
+    let back = format!("/console/sandboxes/{}", seg(&id));
+    if !answer.ok() {
+        return Ok(outcome(&s, &back, "Download", &answer));
+    }
+    let out = &answer.body["structuredContent"];
+    if answer.body["isError"] == true {
+        return Ok(tool_failed(&s, &back, "Download", &answer));
+    }
+    if out["truncated"] == true {
+        return Err(ConsoleError::BadForm(format!(
+            "{path} is {} bytes, more than the console downloads ({DOWNLOAD_MAX})",
+            out["size_bytes"]
+        )));
+    }
+    let text = out["content"].as_str().unwrap_or("");
+    let bytes = match out["encoding"].as_str() {
+        Some("base64") => base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| ConsoleError::Internal(format!("fs.read answered bad base64: {e}")))?,
+        _ => text.as_bytes().to_vec(),
+    };
+    let name: String = path
+        .rsplit('/')
+        .next()
+        .unwrap_or("file")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        .collect();
+    let disposition = format!(
+        "attachment; filename=\"{}\"",
+        if name.is_empty() { "file" } else { &name }
+    );
+    let mut response = bytes.into_response();
+    let h = response.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(
+        CONTENT_DISPOSITION,
+        HeaderValue::from_str(&disposition).map_err(|e| ConsoleError::Internal(e.to_string()))?,
+    );
+    secure_headers(h);
+    Ok(response)
+}
+
+/// `GET /console/sandboxes/{id}/processes/{pid}`: one process's output so far
+/// (`proc.output`), followed live by `console.js` through [`process_output`] until it ends.
+pub async fn process(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path((id, pid)): Path<(String, u32)>,
+) -> Page {
+    let answer = tool(&rest, &s, "proc.output", json!({"pid": pid}), &id).await?;
+    let back = format!("/console/sandboxes/{}", seg(&id));
+    let mut body = format!(
+        "<h1>Process {pid} in <a href=\"{}\"><code>{}</code></a></h1>",
+        esc(&back),
+        esc(&id)
+    );
+    if !answer.ok() {
+        body += &refused(&answer);
+        return Ok(page(
+            answer.status,
+            "Process",
+            Some(&s),
+            "/console/sandboxes",
+            &body,
+        ));
+    }
+    let out = &answer.body["structuredContent"];
+    if answer.body["isError"] == true {
+        body += &format!(
+            "<p class=\"error\" role=\"alert\">The tool failed: {}</p>",
+            esc(&compact(&answer.body["content"]))
+        );
+        return shown(&s, "Process", "/console/sandboxes", &body);
+    }
+    let ended = !out["ended"].is_null();
+    body += &format!(
+        "<p>Status <span id=\"proc-status\" class=\"status\">{}</span></p>",
+        esc(&process_status(out))
+    );
+    if !ended {
+        body += &format!(
+            "<p id=\"proc-live\" data-output=\"/console/sandboxes/{}/processes/{pid}/output\" \
+             role=\"status\">Following live…</p>",
+            seg(&id)
+        );
+    }
+    for stream in ["stdout", "stderr", "pty"] {
+        let text = out[stream].as_str().unwrap_or("");
+        if stream == "pty" && text.is_empty() {
+            continue;
+        }
+        body += &format!(
+            "<h2>{stream}</h2><pre id=\"proc-{stream}\" class=\"output\">{}</pre>",
+            esc(text)
+        );
+    }
+    body += "<p class=\"hint\">Output is read as <code>proc.output</code> reads it: each byte \
+             once, so what this page shows is no longer there for the next reader.</p>";
+    shown(&s, "Process", "/console/sandboxes", &body)
+}
+
+/// `GET /console/sandboxes/{id}/processes/{pid}/output`: the process's new output as JSON
+/// (`proc.output`'s result, waiting up to [`OUTPUT_WAIT_MS`] for the first bytes), or REST's
+/// refusal with its status; what `console.js` polls while the process runs.
+pub async fn process_output(
+    s: Session,
+    Extension(rest): Extension<Rest>,
+    Path((id, pid)): Path<(String, u32)>,
+) -> Page {
+    let answer = tool(
+        &rest,
+        &s,
+        "proc.output",
+        json!({"pid": pid, "wait_ms": OUTPUT_WAIT_MS}),
+        &id,
+    )
+    .await?;
+    let (status, mut value) = if !answer.ok() {
+        (answer.status, json!({"error": answer.refusal()}))
+    } else if answer.body["isError"] == true {
+        (
+            StatusCode::OK,
+            json!({"error": compact(&answer.body["content"])}),
+        )
+    } else {
+        (StatusCode::OK, answer.body["structuredContent"].clone())
+    };
+    if value.get("error").is_none() {
+        value["status"] = json!(process_status(&value));
+    }
+    let mut response = (status, compact(&value)).into_response();
+    let h = response.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    secure_headers(h);
+    Ok(response)
+}
+
+/// A process's state in words, from `proc.output`'s `ended`.
+fn process_status(out: &Value) -> String {
+    let end = &out["ended"];
+    if end.is_null() {
+        return "running".to_owned();
+    }
+    match (end["exit_code"].as_i64(), end["signal"].as_i64()) {
+        (Some(code), _) => format!("exited {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "ended".to_owned(),
+    }
 }
 
 /// `POST /console/sandboxes/{id}/destroy`: `DELETE /v1/sandboxes/{id}`.
@@ -143,26 +360,18 @@ pub async fn destroy_sandbox(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Page {
-    s.check_csrf(&form_fields(&body))?;
-    let answer = rest
-        .json(
-            &s.key,
-            Method::DELETE,
-            &format!("/v1/sandboxes/{}", seg(&id)),
-            None,
-        )
-        .await?;
-    if answer.ok() {
-        return Ok(Redirect::to("/console/sandboxes").into_response());
-    }
-    Ok(outcome(
-        &s,
+    let path = format!("/v1/sandboxes/{}", seg(&id));
+    let to = Button::new(
+        Method::DELETE,
+        &path,
         "/console/sandboxes",
         "Destroy sandbox",
-        &answer,
-    ))
+    );
+    to.press(&s, &rest, &body).await
 }
 
+/// A tool call in `sandbox` as the session's key: `POST /v1/tools/call`, the router's policy
+/// and audit included.
 async fn tool(
     rest: &Rest,
     s: &Session,
@@ -179,22 +388,31 @@ async fn tool(
     .await
 }
 
-/// A tool's answer: the array `field` of its structured content as a table, else its content.
-fn tool_result(answer: &Answer, field: &str, cols: &[(&str, &str)]) -> String {
+/// A tool's answer: `render` of its structured content, else REST's refusal or the tool's
+/// failure.
+fn tool_result(answer: &Answer, render: impl FnOnce(&Value) -> String) -> String {
     if !answer.ok() {
         return refused(answer);
     }
-    let structured = &answer.body["structuredContent"];
     if answer.body["isError"] == true {
         return format!(
             "<p class=\"error\" role=\"alert\">The tool failed: {}</p>",
             esc(&compact(&answer.body["content"]))
         );
     }
-    match structured[field].as_array() {
-        Some(rows) => table(field, rows, cols, None),
-        None => pre(structured),
-    }
+    render(&answer.body["structuredContent"])
+}
+
+/// The page for a tool that ran and failed (a file that is not there, a process that ended).
+fn tool_failed(s: &Session, back: &str, what: &str, answer: &Answer) -> Response {
+    let body = format!(
+        "<h1>{}</h1><p id=\"outcome\" class=\"error\" role=\"alert\">The tool failed: {}</p>\
+         <p><a href=\"{}\">Back</a></p>",
+        esc(what),
+        esc(&compact(&answer.body["content"])),
+        esc(back)
+    );
+    page(StatusCode::NOT_FOUND, what, Some(s), back, &body)
 }
 
 // ---------------------------------------------------------------- audit
@@ -250,13 +468,7 @@ pub async fn audit(s: Session, Extension(rest): Extension<Rest>, Query(q): Param
     } else {
         body += &refused(&answer);
     }
-    Ok(page(
-        StatusCode::OK,
-        "Audit",
-        Some(&s),
-        "/console/audit",
-        &body,
-    ))
+    shown(&s, "Audit", "/console/audit", &body)
 }
 
 /// `GET /console/audit/verify`: `GET /v1/audit/verify`, the chain checked from the last
@@ -290,13 +502,7 @@ pub async fn verify_audit(s: Session, Extension(rest): Extension<Rest>) -> Page 
         body += &refused(&answer);
     }
     body += "<p><a href=\"/console/audit\">Back to the audit rows</a></p>";
-    Ok(page(
-        StatusCode::OK,
-        "Audit chain",
-        Some(&s),
-        "/console/audit",
-        &body,
-    ))
+    shown(&s, "Audit chain", "/console/audit", &body)
 }
 
 // ---------------------------------------------------------------- runs
@@ -319,10 +525,10 @@ pub async fn runs(s: Session, Extension(rest): Extension<Rest>, Query(q): Params
         )
         .await?;
     body += "<h2>Workflow runs</h2>";
-    if workflows.ok() {
-        body += &table(
+    body += &or_refused(&workflows, |b| {
+        table(
             "workflow-runs",
-            &rows_of(&workflows.body),
+            &rows_of(b),
             &[
                 ("Run", "execution_id"),
                 ("Workflow", "workflow"),
@@ -333,10 +539,8 @@ pub async fn runs(s: Session, Extension(rest): Extension<Rest>, Query(q): Params
                 ("Ended", "ended_at"),
             ],
             Some(("execution_id", "/console/runs/")),
-        );
-    } else {
-        body += &refused(&workflows);
-    }
+        )
+    });
     let agents = rest
         .get(
             &s.key,
@@ -344,10 +548,10 @@ pub async fn runs(s: Session, Extension(rest): Extension<Rest>, Query(q): Params
         )
         .await?;
     body += "<h2>Agent executions</h2>";
-    if agents.ok() {
-        body += &table(
+    body += &or_refused(&agents, |b| {
+        table(
             "executions",
-            &rows_of(&agents.body),
+            &rows_of(b),
             &[
                 ("Execution", "id"),
                 ("Agent", "agent_name"),
@@ -356,17 +560,9 @@ pub async fn runs(s: Session, Extension(rest): Extension<Rest>, Query(q): Params
                 ("Ended", "ended_at"),
             ],
             Some(("id", "/console/executions/")),
-        );
-    } else {
-        body += &refused(&agents);
-    }
-    Ok(page(
-        StatusCode::OK,
-        "Runs",
-        Some(&s),
-        "/console/runs",
-        &body,
-    ))
+        )
+    });
+    shown(&s, "Runs", "/console/runs", &body)
 }
 
 /// `GET /console/runs/{id}`: one workflow run as its state graph (the current state marked),
@@ -418,12 +614,13 @@ pub async fn run(s: Session, Extension(rest): Extension<Rest>, Path(id): Path<St
                 csrf_field(&s)
             );
         }
-        body += &format!(
-            "<form method=\"post\" action=\"/console/runs/{}/cancel\">{}\
-             <button type=\"submit\" class=\"danger\" id=\"cancel\">Cancel run</button></form></div>",
-            seg(&id),
-            csrf_field(&s)
+        body += &button(
+            &s,
+            &format!("/console/runs/{}/cancel", seg(&id)),
+            "cancel",
+            "Cancel run",
         );
+        body += "</div>";
     }
     let events = rest
         .get(
@@ -446,13 +643,7 @@ pub async fn run(s: Session, Extension(rest): Extension<Rest>, Path(id): Path<St
         body += "<h2>Final output</h2>";
         body += &pre(&e["final_output"]);
     }
-    Ok(page(
-        StatusCode::OK,
-        "Run",
-        Some(&s),
-        "/console/runs",
-        &body,
-    ))
+    shown(&s, "Run", "/console/runs", &body)
 }
 
 /// `GET /console/runs/{id}/events?after=`: the run's live event stream, REST's own SSE
@@ -481,7 +672,7 @@ pub async fn run_events(
     if response.status() == StatusCode::UNAUTHORIZED {
         return Err(ConsoleError::SignIn);
     }
-    super::layout::secure_headers(response.headers_mut());
+    secure_headers(response.headers_mut());
     Ok(response)
 }
 
@@ -492,21 +683,10 @@ pub async fn cancel_run(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Page {
-    s.check_csrf(&form_fields(&body))?;
-    let answer = rest
-        .json(
-            &s.key,
-            Method::POST,
-            &format!("/v1/workflows/executions/{}/cancel", seg(&id)),
-            None,
-        )
-        .await?;
-    after_action(
-        &s,
-        &answer,
-        &format!("/console/runs/{}", seg(&id)),
-        "Cancel run",
-    )
+    let path = format!("/v1/workflows/executions/{}/cancel", seg(&id));
+    let back = format!("/console/runs/{}", seg(&id));
+    let to = Button::new(Method::POST, &path, &back, "Cancel run");
+    to.press(&s, &rest, &body).await
 }
 
 /// `POST /console/runs/{id}/signal` (`response=`): answers the Human state the run waits in.
@@ -527,12 +707,12 @@ pub async fn signal_run(
             Some(&json!({"response": response})),
         )
         .await?;
-    after_action(
+    Ok(after_action(
         &s,
         &answer,
         &format!("/console/runs/{}", seg(&id)),
         "Answer",
-    )
+    ))
 }
 
 /// `GET /console/executions/{id}`: one agent execution and its events.
@@ -561,11 +741,11 @@ pub async fn execution(
         esc(status)
     );
     if s.caller.role.is_some_and(|r| r.may_write()) && !TERMINAL.contains(&status) {
-        body += &format!(
-            "<form method=\"post\" action=\"/console/executions/{}/cancel\">{}\
-             <button type=\"submit\" class=\"danger\" id=\"cancel\">Cancel execution</button></form>",
-            seg(&id),
-            csrf_field(&s)
+        body += &button(
+            &s,
+            &format!("/console/executions/{}/cancel", seg(&id)),
+            "cancel",
+            "Cancel execution",
         );
     }
     body += &details(
@@ -589,13 +769,7 @@ pub async fn execution(
         .await?;
     body += "<h2>Events</h2>";
     body += &event_list(&events);
-    Ok(page(
-        StatusCode::OK,
-        "Execution",
-        Some(&s),
-        "/console/runs",
-        &body,
-    ))
+    shown(&s, "Execution", "/console/runs", &body)
 }
 
 /// `POST /console/executions/{id}/cancel`.
@@ -605,21 +779,10 @@ pub async fn cancel_execution(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Page {
-    s.check_csrf(&form_fields(&body))?;
-    let answer = rest
-        .json(
-            &s.key,
-            Method::POST,
-            &format!("/v1/executions/{}/cancel", seg(&id)),
-            None,
-        )
-        .await?;
-    after_action(
-        &s,
-        &answer,
-        &format!("/console/executions/{}", seg(&id)),
-        "Cancel execution",
-    )
+    let path = format!("/v1/executions/{}/cancel", seg(&id));
+    let back = format!("/console/executions/{}", seg(&id));
+    let to = Button::new(Method::POST, &path, &back, "Cancel execution");
+    to.press(&s, &rest, &body).await
 }
 
 /// The states of a run's definition in the order they are reached from the initial state,
@@ -761,13 +924,7 @@ pub async fn approvals(s: Session, Extension(rest): Extension<Rest>, Query(q): P
     };
     if !answer.ok() {
         body += &refused(&answer);
-        return Ok(page(
-            StatusCode::OK,
-            "Approvals",
-            Some(&s),
-            "/console/approvals",
-            &body,
-        ));
+        return shown(&s, "Approvals", "/console/approvals", &body);
     }
     let rows = rows_of(&answer.body);
     if rows.is_empty() {
@@ -814,13 +971,7 @@ pub async fn approvals(s: Session, Extension(rest): Extension<Rest>, Query(q): P
         }
         body += "</section>";
     }
-    Ok(page(
-        StatusCode::OK,
-        "Approvals",
-        Some(&s),
-        "/console/approvals",
-        &body,
-    ))
+    shown(&s, "Approvals", "/console/approvals", &body)
 }
 
 /// `POST /console/approvals/{id}/{approve|reject}` (`note=`): REST decides, the second-person
@@ -906,10 +1057,10 @@ pub async fn keys(s: Session, Extension(rest): Extension<Rest>) -> Page {
     }
     let contexts = rest.get(&s.key, "/v1/security-contexts").await?;
     body += "<h2>Security contexts</h2>";
-    if contexts.ok() {
-        body += &table(
+    body += &or_refused(&contexts, |b| {
+        table(
             "contexts",
-            &rows_of(&contexts.body),
+            &rows_of(b),
             &[
                 ("Name", "name"),
                 ("Description", "description"),
@@ -917,17 +1068,9 @@ pub async fn keys(s: Session, Extension(rest): Extension<Rest>) -> Page {
                 ("Digest", "digest"),
             ],
             None,
-        );
-    } else {
-        body += &refused(&contexts);
-    }
-    Ok(page(
-        StatusCode::OK,
-        "Keys",
-        Some(&s),
-        "/console/keys",
-        &body,
-    ))
+        )
+    });
+    shown(&s, "Keys", "/console/keys", &body)
 }
 
 /// `POST /console/keys` (`name=&role=&security_context=`): creates a key and shows its secret
@@ -975,62 +1118,189 @@ pub async fn revoke_key(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Page {
-    s.check_csrf(&form_fields(&body))?;
-    let answer = rest
-        .json(
-            &s.key,
-            Method::DELETE,
-            &format!("/v1/api-keys/{}", seg(&id)),
-            None,
-        )
-        .await?;
-    after_action(&s, &answer, "/console/keys", "Revoke key")
+    let path = format!("/v1/api-keys/{}", seg(&id));
+    let to = Button::new(Method::DELETE, &path, "/console/keys", "Revoke key");
+    to.press(&s, &rest, &body).await
 }
 
 // ---------------------------------------------------------------- node
 
-/// `GET /console/node`: readiness (database, migrations, Docker, replicas and their engines),
-/// this instance, and the tools this key may call.
+/// `GET /console/node`: this instance, readiness (each dependency, the replicas of this database
+/// and the engine each drives), the metrics at a glance (sandboxes, pool, engines, calls: the
+/// series of `/metrics`), and the tools this key may call. Every figure is one REST already
+/// serves: `/health/live`, `/health/ready`, `/metrics`, `GET /v1/tools`.
 pub async fn node(s: Session, Extension(rest): Extension<Rest>) -> Page {
     let live = rest.get(&s.key, "/health/live").await?;
     let ready = rest.get(&s.key, "/health/ready").await?;
+    let (metrics_status, metrics) = rest.text(&s.key, "/metrics").await?;
     let tools = rest.get(&s.key, "/v1/tools").await?;
     let mut body = String::from("<h1>Node</h1>");
     body += &details(&live.body, &["version", "instance_id", "status"]);
+    let checks = &ready.body["checks"];
     body += &format!(
         "<h2>Readiness <span class=\"status\" id=\"ready\">{}</span></h2>",
         if ready.ok() { "ready" } else { "not ready" }
     );
-    body += &pre(&ready.body);
-    body += "<h2>Tools this key may call</h2>";
-    if tools.ok() {
-        let rows = rows_of(&tools.body);
+    let components: Vec<Value> = ["database", "migrations", "docker", "sandboxes"]
+        .iter()
+        .map(|name| json!({"component": name, "status": checks[*name]["status"], "error": checks[*name]["error"]}))
+        .collect();
+    body += &table(
+        "checks",
+        &components,
+        &[
+            ("Component", "component"),
+            ("Status", "status"),
+            ("Error", "error"),
+        ],
+        None,
+    );
+    body += &details(checks, &["kernel_policy"]);
+    body += "<h2>Replicas and their engines</h2>";
+    body += &table(
+        "replicas",
+        &rows_of(&checks["cluster"]["replicas"]),
+        &[
+            ("Instance", "instance_id"),
+            ("This one", "this"),
+            ("Engine", "engine"),
+            ("Peer URL", "peer_url"),
+            ("Sandboxes held", "sandboxes_held"),
+            ("Heartbeat age (s)", "heartbeat_age_secs"),
+        ],
+        None,
+    );
+    body += "<h2>Metrics at a glance</h2>";
+    if metrics_status.is_success() {
         body += &table(
-            "tools",
-            &rows,
-            &[("Name", "name"), ("Tier", "tier"), ("Category", "category")],
+            "metrics",
+            &glance(&metrics),
+            &[("Series", "name"), ("Labels", "labels"), ("Value", "value")],
             None,
         );
     } else {
-        body += &refused(&tools);
+        body += &format!(
+            "<p class=\"error refused\" role=\"alert\">REST refused: {} (<code>/metrics</code>)</p>",
+            metrics_status.as_u16()
+        );
     }
-    Ok(page(
-        StatusCode::OK,
-        "Node",
-        Some(&s),
-        "/console/node",
-        &body,
-    ))
+    body += "<h2>Tools this key may call</h2>";
+    body += &or_refused(&tools, |b| {
+        table(
+            "tools",
+            &rows_of(b),
+            &[("Name", "name"), ("Tier", "tier"), ("Category", "category")],
+            None,
+        )
+    });
+    shown(&s, "Node", "/console/node", &body)
+}
+
+/// The series of `/metrics` an operator reads at a glance: the gauges of sandboxes, runs, the
+/// warm pool, engines, replicas and database connections, and the counters of calls and pool
+/// acquisitions; histogram buckets are left to Prometheus.
+const GLANCE: &[&str] = &[
+    "aegis_sandboxes",
+    "aegis_executions",
+    "aegis_workflow_executions",
+    "aegis_pool_idle_sandboxes",
+    "aegis_pool_acquisitions_total",
+    "aegis_engine_sandboxes",
+    "aegis_engine_replicas",
+    "aegis_cluster_replicas",
+    "aegis_db_pool_connections",
+    "aegis_forwarded_calls_total",
+    "aegis_tool_calls_total",
+    "aegis_seal_refusals_total",
+    "aegis_audit_rows_written_total",
+];
+
+/// The samples of the [`GLANCE`] series in Prometheus text, in that order, as rows of
+/// `name`, `labels`, `value`.
+fn glance(text: &str) -> Vec<Value> {
+    let mut rows: Vec<(usize, Value)> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let order = GLANCE.iter().position(|g| *g == name)?;
+            Some((
+                order,
+                json!({"name": name, "labels": labels, "value": value}),
+            ))
+        })
+        .collect();
+    rows.sort_by_key(|(order, _)| *order);
+    rows.into_iter().map(|(_, row)| row).collect()
 }
 
 // ---------------------------------------------------------------- rendering helpers
 
-/// After a button: back to `to` when REST agreed, else REST's refusal.
-fn after_action(s: &Session, answer: &Answer, to: &str, what: &str) -> Page {
+/// A signed-in page answered 200 (a refusal of REST is shown inside it, as REST gave it).
+fn shown(s: &Session, title: &str, active: &str, body: &str) -> Page {
+    Ok(page(StatusCode::OK, title, Some(s), active, body))
+}
+
+/// `render` of REST's answer when REST agreed, else its refusal in its place: every section
+/// of every page reads REST this way, so a refusal is never mistaken for an empty list.
+fn or_refused(answer: &Answer, render: impl FnOnce(&Value) -> String) -> String {
     if answer.ok() {
-        return Ok(Redirect::to(to).into_response());
+        render(&answer.body)
+    } else {
+        refused(answer)
     }
-    Ok(outcome(s, to, what, answer))
+}
+
+/// A one-button form posting to `action` with this session's form token (the token is what
+/// lets the console tell the page's own button from another site's forged post).
+fn button(s: &Session, action: &str, id: &str, label: &str) -> String {
+    format!(
+        "<form method=\"post\" action=\"{}\">{}<button type=\"submit\" class=\"danger\" id=\"{}\">{}</button></form>",
+        esc(action),
+        csrf_field(s),
+        esc(id),
+        esc(label)
+    )
+}
+
+/// What a one-button form does on REST: the handlers of destroy, cancel and revoke differ only
+/// in this, so the token check and the answer are written once ([`Button::press`]).
+struct Button<'a> {
+    method: Method,
+    rest_path: &'a str,
+    back: &'a str,
+    what: &'a str,
+}
+
+impl<'a> Button<'a> {
+    fn new(method: Method, rest_path: &'a str, back: &'a str, what: &'a str) -> Self {
+        Self {
+            method,
+            rest_path,
+            back,
+            what,
+        }
+    }
+
+    /// Checks the form token first (nothing reaches REST without it), sends the request as the
+    /// session's key, and answers as [`after_action`].
+    async fn press(self, s: &Session, rest: &Rest, form: &[u8]) -> Page {
+        s.check_csrf(&form_fields(form))?;
+        let answer = rest.json(&s.key, self.method, self.rest_path, None).await?;
+        Ok(after_action(s, &answer, self.back, self.what))
+    }
+}
+
+/// After a button: back to `to` when REST agreed, else REST's refusal.
+fn after_action(s: &Session, answer: &Answer, to: &str, what: &str) -> Response {
+    if answer.ok() {
+        return Redirect::to(to).into_response();
+    }
+    outcome(s, to, what, answer)
 }
 
 /// The page after a form: REST's answer, with REST's status.
@@ -1126,13 +1396,19 @@ fn table(id: &str, rows: &[Value], cols: &[(&str, &str)], link: Option<(&str, &s
         out += "<tr>";
         for (_, path) in cols {
             let v = at(row, path);
-            match (link, v.as_str()) {
+            // An id is a string (sandboxes, runs) or a number (a process's pid).
+            let text = match v {
+                Value::String(t) => Some(t.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            };
+            match (link, text) {
                 (Some((field, prefix)), Some(text)) if field == *path => {
                     out += &format!(
                         "<td><a href=\"{}{}\"><code>{}</code></a></td>",
-                        prefix,
-                        seg(text),
-                        esc(text)
+                        esc(prefix),
+                        seg(&text),
+                        esc(&text)
                     );
                 }
                 _ => out += &format!("<td>{}</td>", cell(v)),
@@ -1185,4 +1461,43 @@ fn query(q: &HashMap<String, String>, keys: &[&str]) -> String {
         }
     }
     s.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_glance_keeps_the_named_series_in_order_and_leaves_histograms_out() {
+        let text = "# HELP aegis_tool_calls_total calls\n\
+                    aegis_tool_calls_total{tool=\"cmd.run\",decision=\"allowed\"} 3\n\
+                    aegis_tool_call_duration_seconds_bucket{le=\"0.1\"} 2\n\
+                    aegis_sandboxes{state=\"running\"} 1\n\
+                    aegis_pool_idle_sandboxes 0\n";
+        let rows = glance(text);
+        let names: Vec<&str> = rows.iter().filter_map(|r| r["name"].as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "aegis_sandboxes",
+                "aegis_pool_idle_sandboxes",
+                "aegis_tool_calls_total"
+            ]
+        );
+        assert_eq!(rows[0]["labels"], "state=\"running\"");
+        assert_eq!(rows[2]["value"], "3");
+    }
+
+    #[test]
+    fn a_process_status_says_how_it_ended() {
+        assert_eq!(process_status(&json!({"ended": null})), "running");
+        assert_eq!(
+            process_status(&json!({"ended": {"exit_code": 0}})),
+            "exited 0"
+        );
+        assert_eq!(
+            process_status(&json!({"ended": {"exit_code": null, "signal": 9}})),
+            "killed by signal 9"
+        );
+    }
 }

@@ -118,6 +118,16 @@ impl Rest {
         Ok(Answer { status, body })
     }
 
+    /// `GET path` as `key`, its body as text (`/metrics`, whose answer is not JSON).
+    pub async fn text(&self, key: &str, path: &str) -> Result<(StatusCode, String), ConsoleError> {
+        let response = self.send(key, Method::GET, path, None).await?;
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), ANSWER_MAX)
+            .await
+            .map_err(|e| ConsoleError::Internal(format!("reading {path}: {e}")))?;
+        Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
     /// `GET path` as `key`.
     pub async fn get(&self, key: &str, path: &str) -> Result<Answer, ConsoleError> {
         self.json(key, Method::GET, path, None).await

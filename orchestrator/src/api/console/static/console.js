@@ -1,7 +1,9 @@
 // The operator console's one script (served from /console/static, so the Content-Security-Policy
 // can forbid inline code). On a run's page it follows the run's events live through the node's
 // own Server-Sent Events, adds each event to the list and marks the state the run is in; when
-// the run ends it reloads the page once, which then shows the final state from REST.
+// the run ends it reloads the page once, which then shows the final state from REST. On a
+// process's page it asks the node for the process's new output (a long poll of proc.output
+// through REST) and appends it, until the process has ended.
 "use strict";
 
 (function () {
@@ -77,10 +79,65 @@
     });
   }
 
+  function output(live) {
+    var url = live.getAttribute("data-output");
+    var status = document.getElementById("proc-status");
+    var received = 0;
+    var failures = 0;
+    function append(stream, text) {
+      var el = document.getElementById("proc-" + stream);
+      if (el && text) {
+        el.appendChild(document.createTextNode(text));
+        received += text.length;
+      }
+    }
+    function poll() {
+      fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then(function (r) {
+          return r.json();
+        })
+        .then(function (out) {
+          if (out.error) {
+            live.textContent = "Stopped: " + out.error;
+            return;
+          }
+          failures = 0;
+          append("stdout", out.stdout);
+          append("stderr", out.stderr);
+          append("pty", out.pty);
+          live.setAttribute("data-live-bytes", String(received));
+          if (status && out.status) {
+            status.textContent = out.status;
+          }
+          if (out.ended) {
+            live.textContent = "The process has ended.";
+            return;
+          }
+          live.textContent = "Following live: " + received + " new byte(s).";
+          poll();
+        })
+        .catch(function () {
+          // A dropped connection: try again a few times, slower each time, then say so.
+          failures += 1;
+          if (failures > 5) {
+            live.textContent = "Lost the process's output; reload the page.";
+            return;
+          }
+          live.textContent = "Reconnecting…";
+          window.setTimeout(poll, 1000 * failures);
+        });
+    }
+    poll();
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     var live = document.getElementById("live");
     if (live) {
       follow(live);
+    }
+    var procLive = document.getElementById("proc-live");
+    if (procLive) {
+      output(procLive);
     }
   });
 })();
