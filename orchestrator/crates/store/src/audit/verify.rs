@@ -118,11 +118,7 @@ pub async fn verify(
     tenant: &str,
     anchor: &Anchor,
 ) -> Result<Verification, VerifyError> {
-    let wanted_anchor = match (&anchor.anchor_count, &anchor.anchor_hash) {
-        (Some(count), Some(hash)) => Some((*count, hash.clone())),
-        (None, None) => None,
-        _ => return Err(VerifyError::IncompleteAnchor),
-    };
+    let wanted_anchor = wanted_anchor(anchor)?;
     let head = super::head(pool, tenant).await?;
     let mut result = Verification {
         valid: true,
@@ -138,10 +134,58 @@ pub async fn verify(
         Ok(result)
     };
 
-    let mut prev = GENESIS.to_owned();
-    let mut index = 0i64;
-    let mut after = 0i64;
-    let checkpoint: Option<(i64, i64, String)> = if anchor.full {
+    let start = match start_after_checkpoint(pool, tenant, anchor.full).await? {
+        Ok(start) => start,
+        Err(b) => return broken(result, b),
+    };
+    result.from_count = start.index;
+
+    let (last, index) = match recompute(pool, tenant, start, &mut result).await? {
+        Ok(end) => end,
+        Err(b) => return broken(result, b),
+    };
+
+    if let Some((count, hash)) = wanted_anchor {
+        if let Some(b) = check_anchor(pool, tenant, head.count, count, &hash).await? {
+            return broken(result, b);
+        }
+    }
+
+    if let Some(row) = last {
+        record_checkpoint(pool, tenant, &row, index).await?;
+    }
+    Ok(result)
+}
+
+/// Validating the request comes first: an anchor is a position and a hash, or nothing.
+fn wanted_anchor(anchor: &Anchor) -> Result<Option<(i64, String)>, VerifyError> {
+    match (&anchor.anchor_count, &anchor.anchor_hash) {
+        (Some(count), Some(hash)) => Ok(Some((*count, hash.clone()))),
+        (None, None) => Ok(None),
+        _ => Err(VerifyError::IncompleteAnchor),
+    }
+}
+
+/// Where recomputing starts: the previous hash, the chain position and the `seq` to list after.
+struct Start {
+    prev: String,
+    index: i64,
+    after: i64,
+}
+
+/// A step of its own: the checkpoint is checked (still there, same hash and content) before it
+/// is trusted as the place to start from; `full` (or no checkpoint) starts at the first row.
+async fn start_after_checkpoint(
+    pool: &PgPool,
+    tenant: &str,
+    full: bool,
+) -> Result<Result<Start, BrokenRow>, sqlx::Error> {
+    let from_first = Start {
+        prev: GENESIS.to_owned(),
+        index: 0,
+        after: 0,
+    };
+    let checkpoint: Option<(i64, i64, String)> = if full {
         None
     } else {
         sqlx::query_as("SELECT seq, chain_index, hash FROM audit_checkpoints WHERE tenant_id = $1")
@@ -149,44 +193,52 @@ pub async fn verify(
             .fetch_optional(pool)
             .await?
     };
-    if let Some((seq, cp_index, cp_hash)) = checkpoint {
-        match row_at_seq(pool, tenant, seq).await? {
-            None => {
-                return broken(
-                    result,
-                    BrokenRow {
-                        seq: Some(seq),
-                        id: None,
-                        problem: "checkpoint_missing".into(),
-                        detail: format!(
-                            "row {seq} (chain position {cp_index}) was verified before and is gone"
-                        ),
-                    },
-                )
-            }
-            Some(row)
-                if row.hash != cp_hash
-                    || row_hash(&row) != row.hash
-                    || row.chain_index != Some(cp_index) =>
-            {
-                return broken(
-                    result,
-                    BrokenRow::at(
-                        &row,
-                        "checkpoint_changed",
-                        format!("verified with hash {cp_hash} at position {cp_index}; it no longer matches"),
-                    ),
-                )
-            }
-            Some(_) => {
-                prev = cp_hash;
-                index = cp_index;
-                after = seq;
-                result.from_count = cp_index;
-            }
+    let Some((seq, cp_index, cp_hash)) = checkpoint else {
+        return Ok(Ok(from_first));
+    };
+    Ok(match row_at_seq(pool, tenant, seq).await? {
+        None => Err(BrokenRow {
+            seq: Some(seq),
+            id: None,
+            problem: "checkpoint_missing".into(),
+            detail: format!(
+                "row {seq} (chain position {cp_index}) was verified before and is gone"
+            ),
+        }),
+        Some(row)
+            if row.hash != cp_hash
+                || row_hash(&row) != row.hash
+                || row.chain_index != Some(cp_index) =>
+        {
+            Err(BrokenRow::at(
+                &row,
+                "checkpoint_changed",
+                format!(
+                    "verified with hash {cp_hash} at position {cp_index}; it no longer matches"
+                ),
+            ))
         }
-    }
+        Some(_) => Ok(Start {
+            prev: cp_hash,
+            index: cp_index,
+            after: seq,
+        }),
+    })
+}
 
+/// The recomputation proper, page by page from `start`: counts into `result.rows_checked` and
+/// gives the last row checked with its chain position, or the first row that breaks the chain.
+async fn recompute(
+    pool: &PgPool,
+    tenant: &str,
+    start: Start,
+    result: &mut Verification,
+) -> Result<Result<(Option<AuditRow>, i64), BrokenRow>, sqlx::Error> {
+    let Start {
+        mut prev,
+        mut index,
+        mut after,
+    } = start;
     let mut last: Option<AuditRow> = None;
     loop {
         let page = list(
@@ -206,84 +258,96 @@ pub async fn verify(
             result.rows_checked += 1;
             index += 1;
             after = row.seq;
-            let problem = if row.prev_hash != prev {
-                Some((
-                    "chain_broken",
-                    format!(
-                        "prev_hash {} but the previous row's hash is {prev}",
-                        row.prev_hash
-                    ),
-                ))
-            } else if row_hash(&row) != row.hash {
-                Some((
-                    "content_changed",
-                    "the stored hash does not match the row's content".to_owned(),
-                ))
-            } else if row.chain_index != Some(index) {
-                Some((
-                    "index_mismatch",
-                    format!(
-                        "chain position {:?}, expected {index}",
-                        row.chain_index.unwrap_or_default()
-                    ),
-                ))
-            } else {
-                None
-            };
-            if let Some((problem, detail)) = problem {
-                return broken(result, BrokenRow::at(&row, problem, detail));
+            if let Some((problem, detail)) = row_problem(&row, &prev, index) {
+                return Ok(Err(BrokenRow::at(&row, problem, detail)));
             }
             prev = row.hash.clone();
             last = Some(row);
         }
     }
+    Ok(Ok((last, index)))
+}
 
-    if let Some((count, hash)) = wanted_anchor {
-        if head.count < count {
-            return broken(
-                result,
-                BrokenRow {
-                    seq: None,
-                    id: None,
-                    problem: "rows_missing".into(),
-                    detail: format!(
-                        "the anchor names chain position {count}, but the chain ends at {}",
-                        head.count
-                    ),
-                },
+/// One row against the chain: the link to the previous hash, its own content, its position.
+fn row_problem(row: &AuditRow, prev: &str, index: i64) -> Option<(&'static str, String)> {
+    if row.prev_hash != prev {
+        Some((
+            "chain_broken",
+            format!(
+                "prev_hash {} but the previous row's hash is {prev}",
+                row.prev_hash
+            ),
+        ))
+    } else if row_hash(row) != row.hash {
+        Some((
+            "content_changed",
+            "the stored hash does not match the row's content".to_owned(),
+        ))
+    } else if row.chain_index != Some(index) {
+        Some((
+            "index_mismatch",
+            format!(
+                "chain position {:?}, expected {index}",
+                row.chain_index.unwrap_or_default()
+            ),
+        ))
+    } else {
+        None
+    }
+}
+
+/// The anchor is checked after the recomputation: the row an operator published must still be
+/// at its position with its hash, which catches the removal of the newest rows.
+async fn check_anchor(
+    pool: &PgPool,
+    tenant: &str,
+    head_count: i64,
+    count: i64,
+    hash: &str,
+) -> Result<Option<BrokenRow>, sqlx::Error> {
+    if head_count < count {
+        return Ok(Some(BrokenRow {
+            seq: None,
+            id: None,
+            problem: "rows_missing".into(),
+            detail: format!(
+                "the anchor names chain position {count}, but the chain ends at {head_count}"
+            ),
+        }));
+    }
+    Ok(match row_at_index(pool, tenant, count).await? {
+        Some(row) if row.hash == hash => None,
+        found => {
+            let detail = format!(
+                "the anchor names hash {hash} at chain position {count}; found {}",
+                found.as_ref().map_or("no row", |r| r.hash.as_str())
             );
+            Some(BrokenRow {
+                seq: found.as_ref().map(|r| r.seq),
+                id: found.as_ref().map(|r| r.id),
+                problem: "anchor_mismatch".into(),
+                detail,
+            })
         }
-        match row_at_index(pool, tenant, count).await? {
-            Some(row) if row.hash == hash => {}
-            found => {
-                let detail = format!(
-                    "the anchor names hash {hash} at chain position {count}; found {}",
-                    found.as_ref().map_or("no row", |r| r.hash.as_str())
-                );
-                return broken(
-                    result,
-                    BrokenRow {
-                        seq: found.as_ref().map(|r| r.seq),
-                        id: found.as_ref().map(|r| r.id),
-                        problem: "anchor_mismatch".into(),
-                        detail,
-                    },
-                );
-            }
-        }
-    }
+    })
+}
 
-    if let Some(row) = last {
-        sqlx::query(
-            "INSERT INTO audit_checkpoints (tenant_id, seq, chain_index, hash) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (tenant_id) DO UPDATE SET seq = $2, chain_index = $3, hash = $4, verified_at = now()",
-        )
-        .bind(tenant)
-        .bind(row.seq)
-        .bind(row.chain_index.unwrap_or(index))
-        .bind(&row.hash)
-        .execute(pool)
-        .await?;
-    }
-    Ok(result)
+/// Recording comes last, and only for a valid verification: the checkpoint moves to `row`.
+async fn record_checkpoint(
+    pool: &PgPool,
+    tenant: &str,
+    row: &AuditRow,
+    index: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO audit_checkpoints (tenant_id, seq, chain_index, hash) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (tenant_id) DO UPDATE SET seq = $2, chain_index = $3, hash = $4, verified_at = now()",
+    )
+    .bind(tenant)
+    .bind(row.seq)
+    .bind(row.chain_index.unwrap_or(index))
+    .bind(&row.hash)
+    .execute(pool)
+    .await?;
+    Ok(())
 }
