@@ -187,6 +187,15 @@ def run(d):
 
         # 3. The sandbox made through REST, its page, and its cmd.run in the audit.
         step("sandbox_listed", os.environ["SANDBOX_ID"] in text(d))
+        # Its CPU and memory, measured through REST and filled in by the page's script.
+        row = "#sandboxes tr[data-id='%s'] " % os.environ["SANDBOX_ID"]
+        try:
+            WebDriverWait(d, 30, poll_frequency=0.2).until(
+                lambda d: d.find_elements(By.CSS_SELECTOR, "#usage-live[data-rounds]"))
+        except TimeoutException:
+            pass
+        step("sandbox_cpu", d.find_element(By.CSS_SELECTOR, row + "td[data-col='usage.cpu_used_pct']").text)
+        step("sandbox_memory", d.find_element(By.CSS_SELECTOR, row + "td[data-col='usage.mem_used']").text)
         shot(d, "sandboxes")
         go(d, "/console/sandboxes/" + os.environ["SANDBOX_ID"])
         body = text(d)

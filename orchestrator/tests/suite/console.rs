@@ -288,6 +288,11 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
     assert_eq!(s["sandbox_page_processes"], true, "{result:#}");
     assert_eq!(s["sandbox_page_files"], true, "{result:#}");
     assert_eq!(s["sandbox_page_process_link"], true, "{result:#}");
+    // The list's CPU and memory, from the dispatcher's sample through REST (`usage=true`).
+    let cpu = s["sandbox_cpu"].as_str().unwrap_or("");
+    assert!(cpu.contains("% of") && cpu.ends_with("CPU"), "{result:#}");
+    let memory = s["sandbox_memory"].as_str().unwrap_or("");
+    assert!(memory.contains("MiB of"), "{result:#}");
     assert_eq!(s["process_output_at_open"], true, "{result:#}");
     assert_eq!(s["process_output_live"], true, "{result:#}");
     assert_eq!(s["download_status"], 200, "{result:#}");
@@ -538,6 +543,18 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
     assert!(html.contains("not found"), "{html}");
     let (status, text) = page(&app, &client, &op, &output).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    let (status, text) = page(&app, &client, &op, "/console/sandboxes/usage").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !text.contains(&sandbox),
+        "another key measures only its own: {text}"
+    );
+    let (_, text) = page(&app, &client, &cookie, "/console/sandboxes/usage").await;
+    let usage: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        usage[&sandbox]["mem_total"].as_u64().unwrap_or(0) > 0,
+        "the owner's sandbox is measured: {text}"
+    );
     // The owner downloads the file itself, as an attachment.
     let r = client
         .get(format!("{}{download}", app.http_base))

@@ -45,6 +45,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route("/console/static/console.js", get(layout::script))
         .route("/console/static/favicon.svg", get(layout::favicon))
         .route("/console/sandboxes", get(pages::sandboxes))
+        .route("/console/sandboxes/usage", get(pages::sandbox_usage))
         .route("/console/sandboxes/{id}", get(pages::sandbox))
         .route("/console/sandboxes/{id}/file", get(pages::download))
         .route(

@@ -57,12 +57,35 @@ pub async fn sandboxes(s: Session, Extension(rest): Extension<Rest>) -> Page {
                 ("Image", "image"),
                 ("Limits", "spec.limits"),
                 ("Network", "spec.network"),
+                ("CPU", "usage.cpu_used_pct"),
+                ("Memory", "usage.mem_used"),
                 ("Created", "created_at"),
             ],
             Some(("id", "/console/sandboxes/")),
         )
     });
+    if answer.ok() {
+        body += "<p id=\"usage-live\" data-usage=\"/console/sandboxes/usage\" role=\"status\" \
+                 class=\"hint\">CPU and memory: measuring…</p>";
+    }
     shown(&s, "Sandboxes", "/console/sandboxes", &body)
+}
+
+/// `GET /console/sandboxes/usage`: what each listed sandbox uses now, `{id: usage}` as JSON
+/// (`GET /v1/sandboxes?usage=true`: the same sandboxes the key may list, one sample each),
+/// which `console.js` asks for every few seconds to keep the list's CPU and memory live.
+pub async fn sandbox_usage(s: Session, Extension(rest): Extension<Rest>) -> Page {
+    let answer = rest.get(&s.key, "/v1/sandboxes?usage=true").await?;
+    let (status, value) = if answer.ok() {
+        let by_id: serde_json::Map<String, Value> = rows_of(&answer.body)
+            .into_iter()
+            .filter_map(|r| Some((r["id"].as_str()?.to_owned(), r["usage"].clone())))
+            .collect();
+        (StatusCode::OK, Value::Object(by_id))
+    } else {
+        (answer.status, json!({"error": answer.refusal()}))
+    };
+    Ok(json_answer(status, &value))
 }
 
 /// `GET /console/sandboxes/{id}[?path=]`: one sandbox, its processes (`proc.list`, with each
@@ -333,11 +356,16 @@ pub async fn process_output(
     if value.get("error").is_none() {
         value["status"] = json!(process_status(&value));
     }
-    let mut response = (status, compact(&value)).into_response();
+    Ok(json_answer(status, &value))
+}
+
+/// A JSON answer for `console.js`, with the headers every console answer carries.
+fn json_answer(status: StatusCode, value: &Value) -> Response {
+    let mut response = (status, compact(value)).into_response();
     let h = response.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     secure_headers(h);
-    Ok(response)
+    response
 }
 
 /// A process's state in words, from `proc.output`'s `ended`.
@@ -1393,7 +1421,12 @@ fn table(id: &str, rows: &[Value], cols: &[(&str, &str)], link: Option<(&str, &s
     }
     out += "</tr></thead><tbody>";
     for row in rows {
-        out += "<tr>";
+        // The linked id names the row and each cell its column, for `console.js` to update
+        // a row in place (the sandboxes' usage).
+        match link.and_then(|(field, _)| at(row, field).as_str()) {
+            Some(id) => out += &format!("<tr data-id=\"{}\">", esc(id)),
+            None => out += "<tr>",
+        }
         for (_, path) in cols {
             let v = at(row, path);
             // An id is a string (sandboxes, runs) or a number (a process's pid).
@@ -1411,7 +1444,7 @@ fn table(id: &str, rows: &[Value], cols: &[(&str, &str)], link: Option<(&str, &s
                         esc(&text)
                     );
                 }
-                _ => out += &format!("<td>{}</td>", cell(v)),
+                _ => out += &format!("<td data-col=\"{}\">{}</td>", esc(path), cell(v)),
             }
         }
         out += "</tr>";

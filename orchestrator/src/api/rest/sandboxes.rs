@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use dispatcher::{Owner, OwnerKind, SandboxId, SandboxInfo};
@@ -97,6 +97,35 @@ pub struct SandboxListed {
     ready_at: Option<chrono::DateTime<chrono::Utc>>,
     /// When its Docker objects were removed.
     destroyed_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// With `?usage=true`: one sample of what it uses (null when it could not be read).
+    usage: Option<SandboxUsageView>,
+}
+
+/// One sample of what a sandbox uses (`dispatcher::Usage`, the figures the E2B door's
+/// metrics report): its cgroup read through the engine's stats, two readings a second apart.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)] // a schema only: the handler writes this JSON
+pub struct SandboxUsageView {
+    /// CPUs it may use (its limit, rounded up).
+    cpu_count: u32,
+    /// Percent of those CPUs used over the sample.
+    cpu_used_pct: f32,
+    /// Memory its processes use, bytes (page cache and tmpfs contents not counted).
+    mem_used: u64,
+    /// Its memory limit, bytes.
+    mem_total: u64,
+    /// Bytes stored in its workspace and `/tmp`.
+    disk_used: u64,
+    /// Its workspace's size limit plus `/tmp`'s, bytes.
+    disk_total: u64,
+}
+
+/// The query of `GET /v1/sandboxes`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ListQuery {
+    /// Add each sandbox's `usage` (about a second longer: the samples are taken in parallel).
+    #[serde(default)]
+    pub usage: bool,
 }
 
 /// Who made a sandbox.
@@ -255,23 +284,47 @@ pub async fn create(
 }
 
 /// The live sandboxes the caller may see: its own (those its key made: REST, E2B, its MCP
-/// conversations), or every one for an unbound admin key (`policy::sandboxes`).
-#[utoipa::path(get, path = "/v1/sandboxes", operation_id = "list_sandboxes", tag = "sandboxes",
+/// conversations), or every one for an unbound admin key (`policy::sandboxes`); with
+/// `usage=true`, each with one sample of its CPU, memory and disk use.
+#[utoipa::path(get, path = "/v1/sandboxes", operation_id = "list_sandboxes", tag = "sandboxes", params(ListQuery),
     responses((status = 200, description = "Sandboxes", body = Vec<SandboxListed>)), security(("api_key" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-) -> Result<Json<Vec<SandboxInfo>>, ApiError> {
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
     let d = state.sandboxes.dispatcher()?;
     let all = d.list().await.map_err(SandboxError::from)?;
-    Ok(Json(
-        all.into_iter()
-            .filter(|info| {
-                let owner = crate::sandboxes::owner_of(info);
-                check_sandbox_access(&caller, &owner, SandboxAccess::See, "").is_ok()
-            })
-            .collect(),
-    ))
+    let visible: Vec<SandboxInfo> = all
+        .into_iter()
+        .filter(|info| {
+            let owner = crate::sandboxes::owner_of(info);
+            check_sandbox_access(&caller, &owner, SandboxAccess::See, "").is_ok()
+        })
+        .collect();
+    let usage = if q.usage {
+        // One sample each, taken together (each waits about a second between its readings).
+        futures_util::future::join_all(visible.iter().map(|info| d.usage(info.id))).await
+    } else {
+        Vec::new()
+    };
+    let mut rows = Vec::with_capacity(visible.len());
+    for (i, info) in visible.iter().enumerate() {
+        let mut row = serde_json::to_value(info).map_err(ApiError::internal)?;
+        if q.usage {
+            row["usage"] = match &usage[i] {
+                Ok(u) => json!({
+                    "cpu_count": u.cpu_count, "cpu_used_pct": u.cpu_used_pct,
+                    "mem_used": u.mem_used, "mem_total": u.mem_total,
+                    "disk_used": u.disk_used, "disk_total": u.disk_total,
+                }),
+                // Gone meanwhile, or its engine did not answer: no figure rather than no list.
+                Err(_) => serde_json::Value::Null,
+            };
+        }
+        rows.push(row);
+    }
+    Ok(Json(rows))
 }
 
 /// Destroys a sandbox with its workspace: the caller's own, or any for an unbound admin key.

@@ -3,7 +3,8 @@
 // own Server-Sent Events, adds each event to the list and marks the state the run is in; when
 // the run ends it reloads the page once, which then shows the final state from REST. On a
 // process's page it asks the node for the process's new output (a long poll of proc.output
-// through REST) and appends it, until the process has ended.
+// through REST) and appends it, until the process has ended. On the sandboxes page it asks for
+// what each sandbox uses every few seconds and fills in its CPU and memory.
 "use strict";
 
 (function () {
@@ -130,7 +131,63 @@
     poll();
   }
 
+  function mib(bytes) {
+    return (bytes / (1024 * 1024)).toFixed(1) + " MiB";
+  }
+
+  function usage(live) {
+    var url = live.getAttribute("data-usage");
+    var rounds = 0;
+    function fill(id, u) {
+      var row = null;
+      Array.prototype.forEach.call(document.querySelectorAll("tr[data-id]"), function (tr) {
+        if (tr.getAttribute("data-id") === id) {
+          row = tr;
+        }
+      });
+      if (!row) {
+        return;
+      }
+      var cpu = row.querySelector("td[data-col='usage.cpu_used_pct']");
+      var mem = row.querySelector("td[data-col='usage.mem_used']");
+      if (cpu) {
+        cpu.textContent = u ? u.cpu_used_pct.toFixed(1) + " % of " + u.cpu_count + " CPU" : "n/a";
+      }
+      if (mem) {
+        mem.textContent = u ? mib(u.mem_used) + " of " + mib(u.mem_total) : "n/a";
+      }
+    }
+    function poll() {
+      fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then(function (r) {
+          return r.json();
+        })
+        .then(function (byId) {
+          if (byId.error) {
+            live.textContent = "CPU and memory: " + byId.error;
+            return;
+          }
+          Object.keys(byId).forEach(function (id) {
+            fill(id, byId[id]);
+          });
+          rounds += 1;
+          live.setAttribute("data-rounds", String(rounds));
+          live.textContent = "CPU and memory: measured " + new Date().toLocaleTimeString() + ".";
+          window.setTimeout(poll, 5000);
+        })
+        .catch(function () {
+          live.textContent = "CPU and memory: the node did not answer; retrying.";
+          window.setTimeout(poll, 10000);
+        });
+    }
+    poll();
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    var usageLive = document.getElementById("usage-live");
+    if (usageLive) {
+      usage(usageLive);
+    }
     var live = document.getElementById("live");
     if (live) {
       follow(live);
