@@ -146,29 +146,29 @@ async fn stopped(ctx: &StateCtx<'_>, id: Uuid) {
     }
 }
 
-/// `Agent`: one child, judged and refined when the state has judges.
-pub(super) async fn agent(ctx: &StateCtx<'_>) -> Step {
+/// What an `Agent` state's body asks for, rendered against the run's context.
+struct AgentPlan {
+    agent: String,
+    input: String,
+    intent: Option<String>,
+    workspace: Option<Workspace>,
+    judges: Vec<Value>,
+    max_iterations: u64,
+    timeout: Duration,
+}
+
+/// A step of its own: everything is rendered (and a template error fails the state) before any
+/// child starts.
+fn agent_plan(ctx: &StateCtx<'_>) -> Result<AgentPlan, String> {
     let body = ctx.body;
-    let agent = match ctx.render("agent", body["agent"].as_str().unwrap_or_default()) {
-        Ok(a) => a,
-        Err(e) => return Step::Fail(e),
-    };
-    let input = match ctx.render("input", body["input"].as_str().unwrap_or_default()) {
-        Ok(i) => i,
-        Err(e) => return Step::Fail(e),
-    };
+    let agent = ctx.render("agent", body["agent"].as_str().unwrap_or_default())?;
+    let input = ctx.render("input", body["input"].as_str().unwrap_or_default())?;
     let intent = match body.get("intent").and_then(Value::as_str) {
-        Some(t) => match ctx.render("intent", t) {
-            Ok(i) => Some(i),
-            Err(e) => return Step::Fail(e),
-        },
+        Some(t) => Some(ctx.render("intent", t)?),
         None => ctx.exec.intent.clone(),
     };
     // The state's volumes go into the agent's sandbox (not its judges').
-    let workspace = match ctx.workspace(body, "") {
-        Ok(w) => w,
-        Err(e) => return Step::Fail(e),
-    };
+    let workspace = ctx.workspace(body, "")?;
     let judges = body["judges"].as_array().cloned().unwrap_or_default();
     let max_iterations = if judges.is_empty() {
         1
@@ -176,22 +176,39 @@ pub(super) async fn agent(ctx: &StateCtx<'_>) -> Step {
         body["max_iterations"].as_u64().unwrap_or(10).max(1)
     };
     let timeout = ctx.timeout.unwrap_or(DEFAULT_AGENT_TIMEOUT);
+    Ok(AgentPlan {
+        agent,
+        input,
+        intent,
+        workspace,
+        judges,
+        max_iterations,
+        timeout,
+    })
+}
+
+/// `Agent`: one child, judged and refined when the state has judges.
+pub(super) async fn agent(ctx: &StateCtx<'_>) -> Step {
+    let plan = match agent_plan(ctx) {
+        Ok(p) => p,
+        Err(e) => return Step::Fail(e),
+    };
     let mut feedback: Vec<String> = Vec::new();
     let mut last = json!({});
-    for iteration in 1..=max_iterations {
-        let mut text = input.clone();
+    for iteration in 1..=plan.max_iterations {
+        let mut text = plan.input.clone();
         if !feedback.is_empty() {
             text.push_str("\n\n");
             text.push_str(&feedback.join("\n"));
         }
         let child = match run_child(
             ctx,
-            &agent,
+            &plan.agent,
             agent_input(text.clone()),
-            intent.clone(),
+            plan.intent.clone(),
             "agent",
-            timeout,
-            workspace.clone(),
+            plan.timeout,
+            plan.workspace.clone(),
         )
         .await
         {
@@ -211,74 +228,22 @@ pub(super) async fn agent(ctx: &StateCtx<'_>) -> Step {
                 Vec::new(),
             );
         }
-        if judges.is_empty() {
+        if plan.judges.is_empty() {
             return Step::Output(
                 json!({"status": "completed", "execution_id": child.id, "output": answer_value(&answer),
                        "iterations": iteration}),
                 Vec::new(),
             );
         }
-        // Judges: weighted average of their scores and confidences.
-        let mut verdicts = Vec::new();
-        let (mut weighted, mut confidence, mut weights) = (0.0, 0.0, 0.0);
-        for judge in &judges {
-            let name = judge["agent_id"].as_str().unwrap_or_default();
-            let weight = judge["weight"].as_f64().unwrap_or(1.0);
-            let judge_input = match judge.get("input_template").and_then(Value::as_str) {
-                Some(t) => {
-                    let mut jctx = ctx.context.clone();
-                    jctx["output"] = json!(answer);
-                    jctx["task"] = json!(text);
-                    match aegis_core::render::render(t, &jctx) {
-                        Ok(s) => agent_input(s),
-                        Err(e) => {
-                            return Step::Fail(format!("spec.states.{}.judges: {e}", ctx.name))
-                        }
-                    }
-                }
-                None => json!({"task": text, "output": answer}),
-            };
-            let verdict = run_child(
-                ctx,
-                name,
-                judge_input,
-                Some("judge the output".into()),
-                "judge",
-                timeout,
-                None,
-            )
-            .await;
-            let parsed = verdict
-                .as_ref()
-                .ok()
-                .and_then(|c| c.output.as_deref())
-                .and_then(validate::parse_judgement);
-            match parsed {
-                Some((score, conf, reasoning)) => {
-                    weighted += score * weight;
-                    confidence += conf * weight;
-                    weights += weight;
-                    verdicts.push(json!({"judge": name, "weight": weight, "score": score, "confidence": conf, "reasoning": reasoning}));
-                }
-                None => verdicts.push(
-                    json!({"judge": name, "weight": weight, "error": match &verdict {
-                        Ok(c) => format!("no JSON judgement ({})", c.status),
-                        Err(e) => e.clone(),
-                    }}),
-                ),
-            }
-        }
-        let score = if weights > 0.0 {
-            weighted / weights
-        } else {
-            0.0
+        let Judged {
+            score,
+            conf,
+            passed,
+            verdicts,
+        } = match judge(ctx, &plan.judges, &text, &answer, plan.timeout).await {
+            Ok(j) => j,
+            Err(e) => return Step::Fail(e),
         };
-        let conf = if weights > 0.0 {
-            confidence / weights
-        } else {
-            0.0
-        };
-        let passed = weights > 0.0 && score >= PASS_SCORE;
         ctx.event(
             "judged",
             json!({"iteration": iteration, "score": score, "confidence": conf, "passed": passed, "judges": verdicts}),
@@ -290,21 +255,109 @@ pub(super) async fn agent(ctx: &StateCtx<'_>) -> Step {
         if passed {
             break;
         }
-        let reasons: Vec<String> = verdicts
-            .iter()
-            .filter_map(|v| {
-                v["reasoning"]
-                    .as_str()
-                    .or(v["error"].as_str())
-                    .map(str::to_owned)
-            })
-            .collect();
-        feedback.push(format!(
-            "Validation failed with score {score:.2}. Reasoning: {}. Please refine your response.",
-            reasons.join("; ")
-        ));
+        feedback.push(refinement(&verdicts, score));
     }
     Step::Output(last, Vec::new())
+}
+
+/// The judges' combined verdict on one answer.
+struct Judged {
+    score: f64,
+    conf: f64,
+    passed: bool,
+    verdicts: Vec<Value>,
+}
+
+/// The judging phase of an iteration: every judge in turn on `answer` to `text`, combined as a
+/// weighted average of their scores and confidences. Err: a judge's `input_template` did not
+/// render (the state fails with it).
+async fn judge(
+    ctx: &StateCtx<'_>,
+    judges: &[Value],
+    text: &str,
+    answer: &str,
+    timeout: Duration,
+) -> Result<Judged, String> {
+    let mut verdicts = Vec::new();
+    let (mut weighted, mut confidence, mut weights) = (0.0, 0.0, 0.0);
+    for judge in judges {
+        let name = judge["agent_id"].as_str().unwrap_or_default();
+        let weight = judge["weight"].as_f64().unwrap_or(1.0);
+        let judge_input = match judge.get("input_template").and_then(Value::as_str) {
+            Some(t) => {
+                let mut jctx = ctx.context.clone();
+                jctx["output"] = json!(answer);
+                jctx["task"] = json!(text);
+                match aegis_core::render::render(t, &jctx) {
+                    Ok(s) => agent_input(s),
+                    Err(e) => return Err(format!("spec.states.{}.judges: {e}", ctx.name)),
+                }
+            }
+            None => json!({"task": text, "output": answer}),
+        };
+        let verdict = run_child(
+            ctx,
+            name,
+            judge_input,
+            Some("judge the output".into()),
+            "judge",
+            timeout,
+            None,
+        )
+        .await;
+        let parsed = verdict
+            .as_ref()
+            .ok()
+            .and_then(|c| c.output.as_deref())
+            .and_then(validate::parse_judgement);
+        match parsed {
+            Some((score, conf, reasoning)) => {
+                weighted += score * weight;
+                confidence += conf * weight;
+                weights += weight;
+                verdicts.push(json!({"judge": name, "weight": weight, "score": score, "confidence": conf, "reasoning": reasoning}));
+            }
+            None => verdicts.push(
+                json!({"judge": name, "weight": weight, "error": match &verdict {
+                    Ok(c) => format!("no JSON judgement ({})", c.status),
+                    Err(e) => e.clone(),
+                }}),
+            ),
+        }
+    }
+    let score = if weights > 0.0 {
+        weighted / weights
+    } else {
+        0.0
+    };
+    let conf = if weights > 0.0 {
+        confidence / weights
+    } else {
+        0.0
+    };
+    Ok(Judged {
+        score,
+        conf,
+        passed: weights > 0.0 && score >= PASS_SCORE,
+        verdicts,
+    })
+}
+
+/// What the next iteration is told after a failed judgement: the score and the judges' reasons.
+fn refinement(verdicts: &[Value], score: f64) -> String {
+    let reasons: Vec<String> = verdicts
+        .iter()
+        .filter_map(|v| {
+            v["reasoning"]
+                .as_str()
+                .or(v["error"].as_str())
+                .map(str::to_owned)
+        })
+        .collect();
+    format!(
+        "Validation failed with score {score:.2}. Reasoning: {}. Please refine your response.",
+        reasons.join("; ")
+    )
 }
 
 /// `ParallelAgents`: every agent at once, then consensus.
