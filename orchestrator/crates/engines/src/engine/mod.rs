@@ -232,40 +232,9 @@ impl Engine {
         let mut req = req;
         req.input = with_defaults(view.input_data(), req.input);
         if let Some(schema) = view.input_schema() {
-            let validator = jsonschema::validator_for(schema).map_err(|e| {
-                ExecError::Unsupported(format!("the agent's input_schema does not compile: {e}"))
-            })?;
-            let errors: Vec<String> = validator
-                .iter_errors(&req.input)
-                .map(|e| {
-                    format!(
-                        "{}: {e}",
-                        if e.instance_path().to_string().is_empty() {
-                            "(input)".to_owned()
-                        } else {
-                            e.instance_path().to_string()
-                        }
-                    )
-                })
-                .collect();
-            if !errors.is_empty() {
-                return Err(ExecError::InvalidInput(errors));
-            }
+            check_input(schema, &req.input)?;
         }
-        let validators = def
-            .manifest
-            .pointer("/spec/execution/validation")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let unsupported = validate::unsupported(&validators);
-        if !unsupported.is_empty() {
-            return Err(ExecError::Unsupported(format!(
-                "unknown validator kind(s) {}; supported: {}",
-                unsupported.join(", "),
-                validate::SUPPORTED.join(", ")
-            )));
-        }
+        check_validators(&def.manifest)?;
         let own_volumes = aegis_sandboxes::volumes::of_manifest(&def.manifest);
         aegis_sandboxes::volumes::check(&own_volumes, &services.config.volumes)
             .map_err(|e| ExecError::Unsupported(e.to_string()))?;
@@ -275,27 +244,7 @@ impl Engine {
                 .map_err(ExecError::Unsupported)?;
         }
         let id = Uuid::new_v4();
-        // Depth and principal come from the parent; a key or session is its own principal.
-        let (principal, depth) = match req.parent {
-            Some(parent) => match store::principal_of(&services.pool, parent).await? {
-                Some((principal, depth)) => (principal, depth + 1),
-                None => (
-                    aegis_policy::executions::principal_key(caller.kind.as_str(), &caller.id),
-                    1,
-                ),
-            },
-            None => (
-                aegis_policy::executions::principal_key(caller.kind.as_str(), &caller.id),
-                0,
-            ),
-        };
-        let bounds = store::Bounds {
-            depth,
-            principal,
-            max_depth: self.config.max_depth,
-            max_per_principal: self.config.max_concurrent_per_caller,
-            max_on_node: self.config.max_concurrent,
-        };
+        let bounds = self.bounds(services, caller, req.parent).await?;
         store::insert_bounded(
             &services.pool,
             &store::NewExecution {
@@ -316,6 +265,52 @@ impl Engine {
             &bounds,
         )
         .await?;
+        self.launch(services, caller, id, def, req, workspace);
+        Ok(id)
+    }
+
+    /// The limits the new row is inserted under (its depth, its principal, the configured
+    /// maxima): a step of its own because they are read from the parent's row.
+    async fn bounds(
+        &self,
+        services: &Services,
+        caller: &Caller,
+        parent: Option<Uuid>,
+    ) -> Result<store::Bounds, ExecError> {
+        // Depth and principal come from the parent; a key or session is its own principal.
+        let (principal, depth) = match parent {
+            Some(parent) => match store::principal_of(&services.pool, parent).await? {
+                Some((principal, depth)) => (principal, depth + 1),
+                None => (
+                    aegis_policy::executions::principal_key(caller.kind.as_str(), &caller.id),
+                    1,
+                ),
+            },
+            None => (
+                aegis_policy::executions::principal_key(caller.kind.as_str(), &caller.id),
+                0,
+            ),
+        };
+        Ok(store::Bounds {
+            depth,
+            principal,
+            max_depth: self.config.max_depth,
+            max_per_principal: self.config.max_concurrent_per_caller,
+            max_on_node: self.config.max_concurrent,
+        })
+    }
+
+    /// The last step of [`Engine::start`], once the row is stored: its cancel handle is kept
+    /// and the run is spawned in the background.
+    fn launch(
+        &self,
+        services: &Services,
+        caller: &Caller,
+        id: Uuid,
+        def: registry::Definition,
+        req: ExecuteRequest,
+        workspace: Option<aegis_sandboxes::workspaces::Workspace>,
+    ) {
         let token = CancellationToken::new();
         if let Ok(mut running) = self.running.lock() {
             running.insert(id, token.clone());
@@ -342,7 +337,6 @@ impl Engine {
             workspace_restored: std::sync::atomic::AtomicBool::new(false),
         };
         tokio::spawn(aegis_metrics::through(door, job.run()));
-        Ok(id)
     }
 
     /// Asks a running execution to stop; a pending or running one that this instance does not
@@ -445,6 +439,50 @@ impl Engine {
             }
         }
     }
+}
+
+/// Checking the input against the agent's `input_schema` (after its defaults are filled in):
+/// every error, each prefixed with where in the input it is.
+fn check_input(schema: &Value, input: &Value) -> Result<(), ExecError> {
+    let validator = jsonschema::validator_for(schema).map_err(|e| {
+        ExecError::Unsupported(format!("the agent's input_schema does not compile: {e}"))
+    })?;
+    let errors: Vec<String> = validator
+        .iter_errors(input)
+        .map(|e| {
+            format!(
+                "{}: {e}",
+                if e.instance_path().to_string().is_empty() {
+                    "(input)".to_owned()
+                } else {
+                    e.instance_path().to_string()
+                }
+            )
+        })
+        .collect();
+    if !errors.is_empty() {
+        return Err(ExecError::InvalidInput(errors));
+    }
+    Ok(())
+}
+
+/// Refusing at start an agent whose `spec.execution.validation` names a validator kind this
+/// engine does not have, rather than failing it after its first answer.
+fn check_validators(manifest: &Value) -> Result<(), ExecError> {
+    let validators = manifest
+        .pointer("/spec/execution/validation")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let unsupported = validate::unsupported(&validators);
+    if !unsupported.is_empty() {
+        return Err(ExecError::Unsupported(format!(
+            "unknown validator kind(s) {}; supported: {}",
+            unsupported.join(", "),
+            validate::SUPPORTED.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
