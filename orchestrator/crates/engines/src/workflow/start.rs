@@ -63,85 +63,17 @@ pub(super) async fn start(
     .await?;
     let view = WorkflowView(&def.manifest);
     if let Some(schema) = view.input_schema() {
-        let validator = jsonschema::validator_for(schema).map_err(|e| {
-            WorkflowError::NotRunnable(vec![format!("metadata.input_schema does not compile: {e}")])
-        })?;
-        let errors: Vec<String> = validator
-            .iter_errors(&req.input)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                format!("{}: {e}", if path.is_empty() { "(input)" } else { &path })
-            })
-            .collect();
-        if !errors.is_empty() {
-            return Err(WorkflowError::InvalidInput(errors));
-        }
+        check_input(schema, &req.input)?;
     }
     let overrides = req.blackboard.unwrap_or_default();
-    let reserved: Vec<String> = overrides
-        .keys()
-        .filter(|k| RESERVED_KEYS.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    if !reserved.is_empty() {
-        return Err(WorkflowError::ReservedKeys(reserved));
-    }
-    let missing: Vec<String> = aegis_manifest::run_supplied_keys(view.0)
-        .into_iter()
-        .filter(|key| !overrides.contains_key(key))
-        .map(|key| {
-            format!(
-                "blackboard key `{key}` is read by this workflow's templates and written by none \
-                 of its states: give it when starting the run (`blackboard: {{\"{key}\": ...}}`)"
-            )
-        })
-        .collect();
-    if !missing.is_empty() {
-        return Err(WorkflowError::NotRunnable(missing));
-    }
+    check_overrides(&view, &overrides)?;
     let problems = runnable(pool, who, &def.manifest).await?;
     if !problems.is_empty() {
         return Err(WorkflowError::NotRunnable(problems));
     }
 
     let id = Uuid::new_v4();
-    let mut blackboard = object(
-        def.manifest
-            .pointer("/spec/context")
-            .unwrap_or(&Value::Null),
-    );
-    blackboard.extend(overrides);
-    blackboard.insert("input".into(), req.input.clone());
-    blackboard.insert(
-        "intent".into(),
-        req.intent.clone().map(Value::String).unwrap_or(Value::Null),
-    );
-    // As AEGIS does (`workflow: {name, version, ...input}`), the run's input keys are also read
-    // as `{{workflow.KEY}}`; the run's own facts win over an input key of the same name.
-    let mut workflow = match &req.input {
-        Value::Object(fields) => fields.clone(),
-        _ => serde_json::Map::new(),
-    };
-    for (key, value) in [
-        ("name", json!(def.name)),
-        ("version", json!(def.version)),
-        ("execution_id", json!(id)),
-        ("input", req.input.clone()),
-    ] {
-        workflow.insert(key.into(), value);
-    }
-    blackboard.insert("workflow".into(), Value::Object(workflow));
-    if let Some(workspace) = def.manifest.pointer("/spec/storage/workspace") {
-        let key = workspace
-            .get("blackboard_key")
-            .and_then(Value::as_str)
-            .unwrap_or("workspace_volume_id");
-        blackboard.insert(
-            key.into(),
-            aegis_sandboxes::workspaces::workspace_id(id).into(),
-        );
-    }
-    let blackboard = Value::Object(blackboard);
+    let blackboard = initial_blackboard(&def, id, overrides, &req.input, &req.intent);
     store::insert(
         pool,
         &store::NewExecution {
@@ -164,6 +96,103 @@ pub(super) async fn start(
     )
     .await?;
     Ok(id)
+}
+
+/// Checking the input against `metadata.input_schema`: every error, each prefixed with where
+/// in the input it is.
+fn check_input(schema: &Value, input: &Value) -> Result<(), WorkflowError> {
+    let validator = jsonschema::validator_for(schema).map_err(|e| {
+        WorkflowError::NotRunnable(vec![format!("metadata.input_schema does not compile: {e}")])
+    })?;
+    let errors: Vec<String> = validator
+        .iter_errors(input)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            format!("{}: {e}", if path.is_empty() { "(input)" } else { &path })
+        })
+        .collect();
+    if !errors.is_empty() {
+        return Err(WorkflowError::InvalidInput(errors));
+    }
+    Ok(())
+}
+
+/// Checking the run-time blackboard overrides: no reserved key, and every key the templates
+/// read that no state writes is given.
+fn check_overrides(
+    view: &WorkflowView<'_>,
+    overrides: &Map<String, Value>,
+) -> Result<(), WorkflowError> {
+    let reserved: Vec<String> = overrides
+        .keys()
+        .filter(|k| RESERVED_KEYS.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    if !reserved.is_empty() {
+        return Err(WorkflowError::ReservedKeys(reserved));
+    }
+    let missing: Vec<String> = aegis_manifest::run_supplied_keys(view.0)
+        .into_iter()
+        .filter(|key| !overrides.contains_key(key))
+        .map(|key| {
+            format!(
+                "blackboard key `{key}` is read by this workflow's templates and written by none \
+                 of its states: give it when starting the run (`blackboard: {{\"{key}\": ...}}`)"
+            )
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Err(WorkflowError::NotRunnable(missing));
+    }
+    Ok(())
+}
+
+/// The run's first blackboard, built once everything is checked: `spec.context`, the
+/// overrides, `input`, `intent`, `workflow` and the workspace volume's id.
+fn initial_blackboard(
+    def: &registry::Definition,
+    id: Uuid,
+    overrides: Map<String, Value>,
+    input: &Value,
+    intent: &Option<String>,
+) -> Value {
+    let mut blackboard = object(
+        def.manifest
+            .pointer("/spec/context")
+            .unwrap_or(&Value::Null),
+    );
+    blackboard.extend(overrides);
+    blackboard.insert("input".into(), input.clone());
+    blackboard.insert(
+        "intent".into(),
+        intent.clone().map(Value::String).unwrap_or(Value::Null),
+    );
+    // As AEGIS does (`workflow: {name, version, ...input}`), the run's input keys are also read
+    // as `{{workflow.KEY}}`; the run's own facts win over an input key of the same name.
+    let mut workflow = match input {
+        Value::Object(fields) => fields.clone(),
+        _ => serde_json::Map::new(),
+    };
+    for (key, value) in [
+        ("name", json!(def.name)),
+        ("version", json!(def.version)),
+        ("execution_id", json!(id)),
+        ("input", input.clone()),
+    ] {
+        workflow.insert(key.into(), value);
+    }
+    blackboard.insert("workflow".into(), Value::Object(workflow));
+    if let Some(workspace) = def.manifest.pointer("/spec/storage/workspace") {
+        let key = workspace
+            .get("blackboard_key")
+            .and_then(Value::as_str)
+            .unwrap_or("workspace_volume_id");
+        blackboard.insert(
+            key.into(),
+            aegis_sandboxes::workspaces::workspace_id(id).into(),
+        );
+    }
+    Value::Object(blackboard)
 }
 
 /// Everything that keeps this manifest from running here, each naming the state and field.

@@ -332,7 +332,6 @@ impl Run<'_> {
 
     /// Advances one state; false when this worker is done with the execution.
     async fn step(&mut self) -> bool {
-        let rt = self.rt;
         let state = self.row.current_state.clone();
         let view = WorkflowView(&self.manifest);
         let Some(body) = view.state(&state).cloned() else {
@@ -358,8 +357,15 @@ impl Run<'_> {
         }
         let resumed = self.row.waiting_for.is_some();
         if !resumed && self.row.attempt > 1 {
-            let removed =
-                states::cleanup(rt, &self.row, &state, visit, Some(&body), Cleanup::Retry).await;
+            let removed = states::cleanup(
+                self.rt,
+                &self.row,
+                &state,
+                visit,
+                Some(&body),
+                Cleanup::Retry,
+            )
+            .await;
             self.event(NewEvent::state(
                 "state_retried",
                 &state,
@@ -367,8 +373,22 @@ impl Run<'_> {
             ))
             .await;
         }
-        let timeout = body.get("timeout").and_then(parse_duration);
         let context = self.context(&state, visit);
+        let (ran, work_us) = self.run_state(&state, visit, &body, &context).await;
+        self.settle(ran, &state, visit, &body, context, work_us)
+            .await
+    }
+
+    /// Running the state's work, the one step that can be interrupted: under its own `timeout`
+    /// and the execution's deadline, whichever is nearer. Also gives the time it took, µs.
+    async fn run_state(
+        &self,
+        state: &str,
+        visit: i32,
+        body: &Value,
+        context: &Value,
+    ) -> (Ran, u64) {
+        let timeout = body.get("timeout").and_then(parse_duration);
         let kind = body["kind"].as_str().unwrap_or_default().to_owned();
         // Human and Subworkflow states enforce their own timeout while waiting.
         let run_budget = match kind.as_str() {
@@ -381,13 +401,13 @@ impl Run<'_> {
         let work_started = Instant::now();
         let ran = {
             let ctx = StateCtx {
-                rt,
+                rt: self.rt,
                 exec: &self.row,
                 manifest: &self.manifest,
-                name: &state,
+                name: state,
                 visit,
-                body: &body,
-                context: &context,
+                body,
+                context,
                 token: &self.token,
                 timeout,
             };
@@ -401,18 +421,32 @@ impl Run<'_> {
                 },
             }
         };
-        let work_us = work_started.elapsed().as_micros() as u64;
+        (ran, work_started.elapsed().as_micros() as u64)
+    }
+
+    /// What the state's work came to, applied: cancel or give up, fail (after its cleanup),
+    /// park, or complete the state with its output.
+    async fn settle(
+        &mut self,
+        ran: Ran,
+        state: &str,
+        visit: i32,
+        body: &Value,
+        context: Value,
+        work_us: u64,
+    ) -> bool {
+        let rt = self.rt;
         match ran {
             Ran::Interrupted => {
                 if self.interrupt_is_cancel() {
-                    self.cancelled(&state, visit, &body).await
+                    self.cancelled(state, visit, body).await
                 } else {
                     self.give_up().await
                 }
             }
-            Ran::ExecutionTimeout => self.execution_timeout(&state, visit, &body).await,
+            Ran::ExecutionTimeout => self.execution_timeout(state, visit, body).await,
             Ran::StateTimeout(after) => {
-                states::cleanup(rt, &self.row, &state, visit, Some(&body), Cleanup::End).await;
+                states::cleanup(rt, &self.row, state, visit, Some(body), Cleanup::End).await;
                 self.fail(
                     format!(
                         "state `{state}` timed out after {} s (its `timeout`)",
@@ -423,14 +457,14 @@ impl Run<'_> {
                 .await
             }
             Ran::Step(Step::Fail(reason)) => {
-                states::cleanup(rt, &self.row, &state, visit, Some(&body), Cleanup::End).await;
+                states::cleanup(rt, &self.row, state, visit, Some(body), Cleanup::End).await;
                 self.fail(reason, Vec::new()).await
             }
             Ran::Step(Step::Wait {
                 waiting_for,
                 wake_at,
                 events,
-            }) => self.park(&state, waiting_for, wake_at, events).await,
+            }) => self.park(state, waiting_for, wake_at, events).await,
             Ran::Step(Step::Output(output, writes)) => {
                 let done = Done {
                     output,
@@ -438,7 +472,7 @@ impl Run<'_> {
                     context,
                     work_us,
                 };
-                self.completed_state(&state, visit, &body, done).await
+                self.completed_state(state, visit, body, done).await
             }
         }
     }
