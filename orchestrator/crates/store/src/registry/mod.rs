@@ -254,15 +254,60 @@ pub async fn deploy(
         .bind(format!("{tenant}/{kind}/{}", parsed.name))
         .execute(&mut *tx)
         .await?;
+    let id = definition_for(&mut tx, tenant, kind, parsed, mode).await?;
+    let version = parsed.version.to_string();
+    let digest = manifest_digest(&parsed.yaml);
+    let (revision, replaced) =
+        match revision_for(&mut tx, id, parsed, &version, &digest, force).await? {
+            Revision::New { revision, replaced } => (revision, replaced),
+            Revision::Unchanged(revision) => {
+                // The same manifest again: nothing to store, nothing changes.
+                return Ok(Deployed {
+                    id,
+                    name: parsed.name.clone(),
+                    version,
+                    revision,
+                    manifest_digest: digest,
+                    replaced: false,
+                    unchanged: true,
+                });
+            }
+        };
+    insert_version(&mut tx, tenant, id, parsed, &version, revision, &digest).await?;
+    sqlx::query("UPDATE definitions SET updated_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Deployed {
+        id,
+        name: parsed.name.clone(),
+        version,
+        revision,
+        manifest_digest: digest,
+        replaced,
+        unchanged: false,
+    })
+}
+
+/// The definition a deploy adds a version to (under the deploy's lock): the live one of that
+/// name, or, for a create, a new one; an update of a name that is not there is refused.
+async fn definition_for(
+    conn: &mut sqlx::PgConnection,
+    tenant: &str,
+    kind: &'static str,
+    parsed: &ParsedManifest,
+    mode: DeployMode,
+) -> Result<Uuid, RegistryError> {
     let existing: Option<Uuid> = sqlx::query_scalar(
         "SELECT id FROM definitions WHERE tenant_id = $1 AND kind = $2 AND name = $3 AND deleted_at IS NULL",
     )
     .bind(tenant)
     .bind(kind)
     .bind(&parsed.name)
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
-    let id = match (existing, mode) {
+    Ok(match (existing, mode) {
         (Some(id), _) => id,
         (None, DeployMode::Update) => {
             return Err(RegistryError::NotFound {
@@ -279,42 +324,55 @@ pub async fn deploy(
             .bind(tenant)
             .bind(kind)
             .bind(&parsed.name)
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await?;
             id
         }
-    };
-    let version = parsed.version.to_string();
-    let digest = manifest_digest(&parsed.yaml);
+    })
+}
+
+/// What deploying a version comes to against the revisions already stored.
+enum Revision {
+    /// A revision to store: the first, or (forced) the next one, which replaces the current.
+    New { revision: i32, replaced: bool },
+    /// The current revision is this very manifest.
+    Unchanged(i32),
+}
+
+/// Deciding the revision is a step of its own: a deployed version is refused unless forced,
+/// kept as it is when the manifest is the same, and an agent's network policy may not change.
+async fn revision_for(
+    conn: &mut sqlx::PgConnection,
+    id: Uuid,
+    parsed: &ParsedManifest,
+    version: &str,
+    digest: &str,
+    force: bool,
+) -> Result<Revision, RegistryError> {
+    let kind = kind_str(parsed.kind);
     // The current (highest) revision of this version, if it is deployed.
     let current: Option<(i32, String, Value)> = sqlx::query_as(
         "SELECT revision, manifest_digest, manifest FROM definition_versions \
          WHERE definition_id = $1 AND version = $2 ORDER BY revision DESC LIMIT 1",
     )
     .bind(id)
-    .bind(&version)
-    .fetch_optional(&mut *tx)
+    .bind(version)
+    .fetch_optional(&mut *conn)
     .await?;
-    let revision = match &current {
-        None => 1,
+    Ok(match current {
+        None => Revision::New {
+            revision: 1,
+            replaced: false,
+        },
         Some(_) if !force => {
             return Err(RegistryError::VersionExists {
                 kind,
                 name: parsed.name.clone(),
-                version,
+                version: version.to_owned(),
             })
         }
-        Some((revision, stored_digest, _)) if *stored_digest == digest => {
-            // The same manifest again: nothing to store, nothing changes.
-            return Ok(Deployed {
-                id,
-                name: parsed.name.clone(),
-                version,
-                revision: *revision,
-                manifest_digest: digest,
-                replaced: false,
-                unchanged: true,
-            });
+        Some((revision, stored_digest, _)) if stored_digest == digest => {
+            Revision::Unchanged(revision)
         }
         Some((revision, _, stored)) => {
             const NETWORK: &str = "/spec/security/network";
@@ -323,12 +381,27 @@ pub async fn deploy(
             {
                 return Err(RegistryError::NetworkPolicyChanged {
                     name: parsed.name.clone(),
-                    version,
+                    version: version.to_owned(),
                 });
             }
-            revision + 1
+            Revision::New {
+                revision: revision + 1,
+                replaced: true,
+            }
         }
-    };
+    })
+}
+
+/// Storing the version row, once its revision is decided.
+async fn insert_version(
+    conn: &mut sqlx::PgConnection,
+    tenant: &str,
+    id: Uuid,
+    parsed: &ParsedManifest,
+    version: &str,
+    revision: i32,
+    digest: &str,
+) -> Result<(), sqlx::Error> {
     let labels = serde_json::to_value(&parsed.labels).unwrap_or(Value::Null);
     sqlx::query(
         "INSERT INTO definition_versions (id, definition_id, tenant_id, version, v_major, v_minor, \
@@ -338,7 +411,7 @@ pub async fn deploy(
     .bind(Uuid::new_v4())
     .bind(id)
     .bind(tenant)
-    .bind(&version)
+    .bind(version)
     .bind(parsed.version.major as i64)
     .bind(parsed.version.minor as i64)
     .bind(parsed.version.patch as i64)
@@ -348,23 +421,10 @@ pub async fn deploy(
     .bind(&parsed.value)
     .bind(&parsed.yaml)
     .bind(revision)
-    .bind(&digest)
-    .execute(&mut *tx)
+    .bind(digest)
+    .execute(&mut *conn)
     .await?;
-    sqlx::query("UPDATE definitions SET updated_at = now() WHERE id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(Deployed {
-        id,
-        name: parsed.name.clone(),
-        version,
-        revision,
-        manifest_digest: digest,
-        replaced: current.is_some(),
-        unchanged: false,
-    })
+    Ok(())
 }
 
 /// Finds a live definition by id or name, at `version` (its current revision) or its latest
