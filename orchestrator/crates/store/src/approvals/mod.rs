@@ -234,48 +234,21 @@ pub async fn await_approval(
     };
     let started = Instant::now();
     let timeout = rule.timeout_secs.unwrap_or(default_timeout_secs).max(1);
-    let unavailable = |e: sqlx::Error| {
-        refusal(
-            "approval_unavailable",
-            format!("`{tool}` needs an operator's approval, which cannot be requested now: {e}"),
-        )
+    let pending = Pending {
+        id: Uuid::new_v4(),
+        tool,
+        timeout,
+        args_digest: audit::digest(args),
+        started,
     };
-    let id = Uuid::new_v4();
-    let args_digest = audit::digest(args);
-    let deadline: DateTime<Utc> = sqlx::query_scalar(
-        "INSERT INTO tool_approvals (id, tenant_id, tool, arguments, args_digest, caller_kind, \
-         caller_id, caller_label, security_context, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10)) \
-         RETURNING expires_at",
-    )
-    .bind(id)
-    .bind(&caller.tenant)
-    .bind(tool)
-    .bind(args)
-    .bind(&args_digest)
-    .bind(caller.kind.as_str())
-    .bind(&caller.id)
-    .bind(&caller.label)
-    .bind(&scope.context.name)
-    .bind(timeout as f64)
-    .fetch_one(pool)
-    .await
-    .map_err(unavailable)?;
-    let step = |action: &str, outcome: &'static str, reason: String| Entry {
-        kind: EntryKind::Admin,
-        action: action.to_owned(),
-        allowed: true,
-        reason_code: Some(format!("approval:{id}")),
-        reason: Some(reason),
-        args_digest: args_digest.clone(),
-        outcome,
-        result_digest: None,
-        duration_ms: started.elapsed().as_millis() as i64,
-    };
+    let deadline = pending
+        .insert(pool, caller, &scope.context.name, args)
+        .await
+        .map_err(|e| unavailable(tool, e))?;
     audit::record(
         pool,
         caller,
-        step(
+        pending.entry(
             "approval.request",
             "pending",
             format!(
@@ -286,61 +259,136 @@ pub async fn await_approval(
         ),
     )
     .await
-    .map_err(unavailable)?;
-    tracing::info!(approval = %id, tool, caller = %caller.id, timeout_secs = timeout, "call waits for approval");
+    .map_err(|e| unavailable(tool, e))?;
+    tracing::info!(approval = %pending.id, tool, caller = %caller.id, timeout_secs = timeout, "call waits for approval");
+    pending.decision(pool, caller, deadline).await
+}
 
-    loop {
-        let row = get(pool, &caller.tenant, id).await.map_err(unavailable)?;
-        let Some(row) = row else {
-            return Err(refusal(
-                "approval_rejected",
-                format!("approval request {id} for `{tool}` disappeared"),
-            ));
-        };
-        match row.status.as_str() {
-            "approved" => return Ok(()),
-            "rejected" => {
+/// The refusal when the approval cannot be requested or followed (a database failure).
+fn unavailable(tool: &str, e: sqlx::Error) -> Denial {
+    refusal(
+        "approval_unavailable",
+        format!("`{tool}` needs an operator's approval, which cannot be requested now: {e}"),
+    )
+}
+
+/// One call waiting for approval: what its row and its audit entries are keyed by.
+struct Pending<'a> {
+    id: Uuid,
+    tool: &'a str,
+    timeout: u64,
+    args_digest: String,
+    started: Instant,
+}
+
+impl Pending<'_> {
+    /// The request's row, the step that opens it to operators; gives when it expires.
+    async fn insert(
+        &self,
+        pool: &sqlx::PgPool,
+        caller: &Caller,
+        context: &str,
+        args: &Value,
+    ) -> Result<DateTime<Utc>, sqlx::Error> {
+        sqlx::query_scalar(
+            "INSERT INTO tool_approvals (id, tenant_id, tool, arguments, args_digest, caller_kind, \
+             caller_id, caller_label, security_context, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10)) \
+             RETURNING expires_at",
+        )
+        .bind(self.id)
+        .bind(&caller.tenant)
+        .bind(self.tool)
+        .bind(args)
+        .bind(&self.args_digest)
+        .bind(caller.kind.as_str())
+        .bind(&caller.id)
+        .bind(&caller.label)
+        .bind(context)
+        .bind(self.timeout as f64)
+        .fetch_one(pool)
+        .await
+    }
+
+    /// An audit entry of this approval's life (request, timeout), timed from the call's start.
+    fn entry(&self, action: &str, outcome: &'static str, reason: String) -> Entry {
+        Entry {
+            kind: EntryKind::Admin,
+            action: action.to_owned(),
+            allowed: true,
+            reason_code: Some(format!("approval:{}", self.id)),
+            reason: Some(reason),
+            args_digest: self.args_digest.clone(),
+            outcome,
+            result_digest: None,
+            duration_ms: self.started.elapsed().as_millis() as i64,
+        }
+    }
+
+    /// Waiting is the last step: the row is read until an operator decides or `deadline`
+    /// passes, when this call closes it as timed out (unless a decision won the race).
+    async fn decision(
+        &self,
+        pool: &sqlx::PgPool,
+        caller: &Caller,
+        deadline: DateTime<Utc>,
+    ) -> Result<(), Denial> {
+        let (id, tool, timeout) = (self.id, self.tool, self.timeout);
+        loop {
+            let row = get(pool, &caller.tenant, id)
+                .await
+                .map_err(|e| unavailable(tool, e))?;
+            let Some(row) = row else {
                 return Err(refusal(
                     "approval_rejected",
-                    format!(
-                        "an operator rejected this call of `{tool}` (approval {id}{})",
-                        row.decision_note
-                            .as_deref()
-                            .map(|n| format!(": {n}"))
-                            .unwrap_or_default()
-                    ),
-                ))
+                    format!("approval request {id} for `{tool}` disappeared"),
+                ));
+            };
+            match row.status.as_str() {
+                "approved" => return Ok(()),
+                "rejected" => {
+                    return Err(refusal(
+                        "approval_rejected",
+                        format!(
+                            "an operator rejected this call of `{tool}` (approval {id}{})",
+                            row.decision_note
+                                .as_deref()
+                                .map(|n| format!(": {n}"))
+                                .unwrap_or_default()
+                        ),
+                    ))
+                }
+                "timed_out" => return Err(timed_out(tool, id, timeout)),
+                _ => {}
             }
-            "timed_out" => return Err(timed_out(tool, id, timeout)),
-            _ => {}
-        }
-        if Utc::now() >= deadline {
-            let closed = sqlx::query(
-                "UPDATE tool_approvals SET status = 'timed_out', arguments = NULL \
-                 WHERE id = $1 AND status = 'pending'",
-            )
-            .bind(id)
-            .execute(pool)
-            .await
-            .map_err(unavailable)?;
-            if closed.rows_affected() == 1 {
-                audit::record(
-                    pool,
-                    &Caller::system(),
-                    step(
-                        "approval.timeout",
-                        "timed_out",
-                        format!("no operator decided on `{tool}` within {timeout} s"),
-                    ),
+            if Utc::now() >= deadline {
+                let closed = sqlx::query(
+                    "UPDATE tool_approvals SET status = 'timed_out', arguments = NULL \
+                     WHERE id = $1 AND status = 'pending'",
                 )
+                .bind(id)
+                .execute(pool)
                 .await
-                .map_err(unavailable)?;
-                return Err(timed_out(tool, id, timeout));
+                .map_err(|e| unavailable(tool, e))?;
+                if closed.rows_affected() == 1 {
+                    audit::record(
+                        pool,
+                        &Caller::system(),
+                        self.entry(
+                            "approval.timeout",
+                            "timed_out",
+                            format!("no operator decided on `{tool}` within {timeout} s"),
+                        ),
+                    )
+                    .await
+                    .map_err(|e| unavailable(tool, e))?;
+                    return Err(timed_out(tool, id, timeout));
+                }
+                // Decided at the last moment: read the decision on the next turn.
+                continue;
             }
-            // Decided at the last moment: read the decision on the next turn.
-            continue;
+            tokio::time::sleep(POLL_INTERVAL).await;
         }
-        tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
 
