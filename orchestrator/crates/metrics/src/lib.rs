@@ -194,74 +194,111 @@ fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> In
     g
 }
 
+/// The tool calls' counter and duration histogram, the metrics the slot table resolves into.
+fn tool_call_metrics(registry: &Registry) -> (IntCounterVec, HistogramVec) {
+    let tool_calls = counter_vec(
+        registry,
+        "aegis_tool_calls_total",
+        "Tool calls by tool, door (rest, seal_http, seal_grpc, mcp, execution, workflow) and decision (allowed, refused, error).",
+        &["tool", "door", "decision"],
+    );
+    let tool_seconds = HistogramVec::new(
+        HistogramOpts::new(
+            "aegis_tool_call_duration_seconds",
+            "Time from the router receiving a tool call to its answer, refusals included.",
+        )
+        .buckets(CALL_BUCKETS.to_vec()),
+        &["tool", "door"],
+    )
+    .unwrap_or_else(|e| panic!("metric aegis_tool_call_duration_seconds: {e}"));
+    registry
+        .register(Box::new(tool_seconds.clone()))
+        .unwrap_or_else(|e| panic!("metric aegis_tool_call_duration_seconds: {e}"));
+    (tool_calls, tool_seconds)
+}
+
+/// The tool rows of the slot table (see [`Metrics`]'s fields of the same names).
+struct ToolTable {
+    tool_names: Vec<String>,
+    tool_index: HashMap<String, usize>,
+    call_slots: Box<[OnceLock<IntCounter>]>,
+    time_slots: Box<[OnceLock<Histogram>]>,
+}
+
+/// The tool label values (the catalog's names, then the shared external and `unknown` rows),
+/// their index, and the empty slots the hot path fills once per (tool, door, decision).
+fn tool_table() -> ToolTable {
+    let mut tool_names: Vec<String> = aegis_core::catalog::catalog()
+        .map(|c| c.iter().map(|t| t.name.clone()).collect())
+        .unwrap_or_default();
+    // Every tool of an external MCP server (`mcp:<server>/<tool>`) under one label: their
+    // names come from servers and callers, not from this build.
+    tool_names.push(EXTERNAL_TOOLS.to_owned());
+    tool_names.push("unknown".to_owned());
+    let tool_index = tool_names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.clone(), i))
+        .collect();
+    let doors = Door::ALL.len();
+    let decisions = Decision::ALL.len();
+    let call_slots = (0..tool_names.len() * doors * decisions)
+        .map(|_| OnceLock::new())
+        .collect();
+    let time_slots = (0..tool_names.len() * doors)
+        .map(|_| OnceLock::new())
+        .collect();
+    ToolTable {
+        tool_names,
+        tool_index,
+        call_slots,
+        time_slots,
+    }
+}
+
+/// The audit writer's batch latency and row count.
+fn audit_metrics(registry: &Registry) -> (Histogram, IntCounter) {
+    let audit_write_seconds = Histogram::with_opts(
+        HistogramOpts::new(
+            "aegis_audit_write_duration_seconds",
+            "Time the audit writer takes to chain and store one batch of rows (lock, INSERT, commit).",
+        )
+        .buckets(AUDIT_BUCKETS.to_vec()),
+    )
+    .unwrap_or_else(|e| panic!("metric aegis_audit_write_duration_seconds: {e}"));
+    registry
+        .register(Box::new(audit_write_seconds.clone()))
+        .unwrap_or_else(|e| panic!("metric aegis_audit_write_duration_seconds: {e}"));
+    let audit_rows = IntCounter::new(
+        "aegis_audit_rows_written_total",
+        "Audit rows stored by the batched writer.",
+    )
+    .unwrap_or_else(|e| panic!("metric aegis_audit_rows_written_total: {e}"));
+    registry
+        .register(Box::new(audit_rows.clone()))
+        .unwrap_or_else(|e| panic!("metric aegis_audit_rows_written_total: {e}"));
+    (audit_write_seconds, audit_rows)
+}
+
 impl Metrics {
     // The names, labels and buckets below are constants of this file: a registration failure is
     // a programming error caught by the first test that renders, hence the panics.
     fn new() -> Self {
         let registry = Registry::new();
-        let tool_calls = counter_vec(
-            &registry,
-            "aegis_tool_calls_total",
-            "Tool calls by tool, door (rest, seal_http, seal_grpc, mcp, execution, workflow) and decision (allowed, refused, error).",
-            &["tool", "door", "decision"],
-        );
-        let tool_seconds = HistogramVec::new(
-            HistogramOpts::new(
-                "aegis_tool_call_duration_seconds",
-                "Time from the router receiving a tool call to its answer, refusals included.",
-            )
-            .buckets(CALL_BUCKETS.to_vec()),
-            &["tool", "door"],
-        )
-        .unwrap_or_else(|e| panic!("metric aegis_tool_call_duration_seconds: {e}"));
-        registry
-            .register(Box::new(tool_seconds.clone()))
-            .unwrap_or_else(|e| panic!("metric aegis_tool_call_duration_seconds: {e}"));
-        let mut tool_names: Vec<String> = aegis_core::catalog::catalog()
-            .map(|c| c.iter().map(|t| t.name.clone()).collect())
-            .unwrap_or_default();
-        // Every tool of an external MCP server (`mcp:<server>/<tool>`) under one label: their
-        // names come from servers and callers, not from this build.
-        tool_names.push(EXTERNAL_TOOLS.to_owned());
-        tool_names.push("unknown".to_owned());
-        let tool_index = tool_names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.clone(), i))
-            .collect();
-        let doors = Door::ALL.len();
-        let decisions = Decision::ALL.len();
-        let call_slots = (0..tool_names.len() * doors * decisions)
-            .map(|_| OnceLock::new())
-            .collect();
-        let time_slots = (0..tool_names.len() * doors)
-            .map(|_| OnceLock::new())
-            .collect();
+        let (tool_calls, tool_seconds) = tool_call_metrics(&registry);
+        let ToolTable {
+            tool_names,
+            tool_index,
+            call_slots,
+            time_slots,
+        } = tool_table();
         let seal_refusals = counter_vec(
             &registry,
             "aegis_seal_refusals_total",
             "SEAL envelopes and attestations refused by the gateway, by SEAL error code.",
             &["code"],
         );
-        let audit_write_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                "aegis_audit_write_duration_seconds",
-                "Time the audit writer takes to chain and store one batch of rows (lock, INSERT, commit).",
-            )
-            .buckets(AUDIT_BUCKETS.to_vec()),
-        )
-        .unwrap_or_else(|e| panic!("metric aegis_audit_write_duration_seconds: {e}"));
-        registry
-            .register(Box::new(audit_write_seconds.clone()))
-            .unwrap_or_else(|e| panic!("metric aegis_audit_write_duration_seconds: {e}"));
-        let audit_rows = IntCounter::new(
-            "aegis_audit_rows_written_total",
-            "Audit rows stored by the batched writer.",
-        )
-        .unwrap_or_else(|e| panic!("metric aegis_audit_rows_written_total: {e}"));
-        registry
-            .register(Box::new(audit_rows.clone()))
-            .unwrap_or_else(|e| panic!("metric aegis_audit_rows_written_total: {e}"));
+        let (audit_write_seconds, audit_rows) = audit_metrics(&registry);
         Self {
             tool_calls,
             tool_seconds,
