@@ -65,6 +65,13 @@ impl Dispatcher {
     }
 }
 
+/// The labelled Docker objects of this scope, by kind.
+struct Managed {
+    containers: Vec<Found>,
+    volumes: Vec<Found>,
+    networks: Vec<Found>,
+}
+
 /// One labelled Docker object.
 struct Found {
     name: String,
@@ -109,60 +116,11 @@ impl Inner {
         // This instance is running this code: it is alive whatever its heartbeat says.
         live.insert(self.instance);
 
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![
-                labels::managed_filter(),
-                format!("{}={}", labels::SCOPE, self.scope.label),
-            ],
-        )]);
-        let containers: Vec<Found> = self
-            .containers_matching(&filters, "listing managed containers for the reaper")
-            .await?
-            .into_iter()
-            .filter_map(|c| {
-                let name = c
-                    .names
-                    .and_then(|n| n.into_iter().next())
-                    .map(|n| n.trim_start_matches('/').to_owned())
-                    .or(c.id)?;
-                let running = c.state == Some(ContainerSummaryStateEnum::RUNNING);
-                Some(Found::from_labels(
-                    name,
-                    &c.labels.unwrap_or_default(),
-                    running,
-                ))
-            })
-            .collect();
-        let volumes: Vec<Found> = self
-            .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::new().filters(&filters).build(),
-            ))
-            .await
-            .map_err(engine("listing managed volumes for the reaper"))?
-            .volumes
-            .unwrap_or_default()
-            .into_iter()
-            .map(|v| Found::from_labels(v.name, &v.labels, false))
-            .collect();
-
-        let networks: Vec<Found> = self
-            .docker
-            .list_networks(Some(
-                ListNetworksOptionsBuilder::new().filters(&filters).build(),
-            ))
-            .await
-            .map_err(engine("listing managed networks for the reaper"))?
-            .into_iter()
-            .filter_map(|n| {
-                Some(Found::from_labels(
-                    n.name?,
-                    &n.labels.unwrap_or_default(),
-                    false,
-                ))
-            })
-            .collect();
+        let Managed {
+            containers,
+            volumes,
+            networks,
+        } = self.managed_objects().await?;
 
         let ids: Vec<Uuid> = containers
             .iter()
@@ -225,15 +183,7 @@ impl Inner {
                 }
             }
         }
-        for (id, reason) in &decided {
-            let Some(reason) = reason else { continue };
-            if rows.contains_key(id) {
-                if let Some(sandbox) = self.release(*id) {
-                    sandbox.stream.close(&format!("sandbox reaped: {reason}"));
-                }
-                store::mark_destroyed(&self.pg, *id, &format!("reaped: {reason}")).await?;
-            }
-        }
+        self.mark_reaped(&decided, &rows).await?;
 
         let present: Vec<Uuid> = ids;
         report.rows_closed = store::close_vanished(&self.pg, &live, &present, &self.engine).await?;
@@ -252,6 +202,89 @@ impl Inner {
             );
         }
         Ok(report)
+    }
+
+    /// The listing phase: this scope's managed containers, volumes and networks, read before
+    /// anything is decided.
+    async fn managed_objects(&self) -> Result<Managed> {
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![
+                labels::managed_filter(),
+                format!("{}={}", labels::SCOPE, self.scope.label),
+            ],
+        )]);
+        let containers: Vec<Found> = self
+            .containers_matching(&filters, "listing managed containers for the reaper")
+            .await?
+            .into_iter()
+            .filter_map(|c| {
+                let name = c
+                    .names
+                    .and_then(|n| n.into_iter().next())
+                    .map(|n| n.trim_start_matches('/').to_owned())
+                    .or(c.id)?;
+                let running = c.state == Some(ContainerSummaryStateEnum::RUNNING);
+                Some(Found::from_labels(
+                    name,
+                    &c.labels.unwrap_or_default(),
+                    running,
+                ))
+            })
+            .collect();
+        let volumes: Vec<Found> = self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+            .map_err(engine("listing managed volumes for the reaper"))?
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| Found::from_labels(v.name, &v.labels, false))
+            .collect();
+
+        let networks: Vec<Found> = self
+            .docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::new().filters(&filters).build(),
+            ))
+            .await
+            .map_err(engine("listing managed networks for the reaper"))?
+            .into_iter()
+            .filter_map(|n| {
+                Some(Found::from_labels(
+                    n.name?,
+                    &n.labels.unwrap_or_default(),
+                    false,
+                ))
+            })
+            .collect();
+        Ok(Managed {
+            containers,
+            volumes,
+            networks,
+        })
+    }
+
+    /// The recording phase, after the removals: each claimed row of a removed sandbox is
+    /// released here, its streams closed, and marked destroyed with the reason.
+    async fn mark_reaped(
+        &self,
+        decided: &HashMap<SandboxId, Option<String>>,
+        rows: &HashMap<SandboxId, RowSummary>,
+    ) -> Result<()> {
+        for (id, reason) in decided {
+            let Some(reason) = reason else { continue };
+            if rows.contains_key(id) {
+                if let Some(sandbox) = self.release(*id) {
+                    sandbox.stream.close(&format!("sandbox reaped: {reason}"));
+                }
+                store::mark_destroyed(&self.pg, *id, &format!("reaped: {reason}")).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Decides about one object, claiming its sandbox's row the first time it is judged.
