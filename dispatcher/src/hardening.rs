@@ -159,6 +159,48 @@ pub(crate) fn sandbox_container(
     config: &DispatcherConfig,
     channel: Option<&std::path::Path>,
 ) -> ContainerCreateBody {
+    let executor_json = executor_json(spec, config, channel);
+    let host_config = host_config(id, spec, executor, workspace_volume, channel);
+
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        // The executor from the read-only volume is the only process the container starts.
+        entrypoint: Some(vec![ExecutorVolume::entrypoint()]),
+        cmd: Some(Vec::new()),
+        // Root, because the executor needs uid 0 (with the four capabilities of `host_config`)
+        // to switch to the sandbox user; it runs nothing as root itself.
+        user: Some("0:0".to_owned()),
+        working_dir: Some(spec.workspace_dir().to_owned()),
+        // The executor's stdin/stdout is the request stream: open stdin, keep it open when we
+        // detach (StdinOnce=false, so a restarted orchestrator can re-attach), and no TTY so
+        // stdout and stderr stay separate and bytes pass unmodified.
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        open_stdin: Some(true),
+        stdin_once: Some(false),
+        tty: Some(false),
+        env: Some(vec![format!("{EXECUTOR_CONFIG_ENV}={executor_json}")]),
+        // An image's HEALTHCHECK would run a program in the sandbox outside the executor (and
+        // outside its policy); the executor's stream is the only health signal we use.
+        healthcheck: Some(HealthConfig {
+            test: Some(vec!["NONE".to_owned()]),
+            ..Default::default()
+        }),
+        network_disabled: Some(spec.network == NetworkMode::None),
+        labels: Some(labels),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+/// The executor's configuration, as the JSON it reads from [`EXECUTOR_CONFIG_ENV`]: the
+/// sandbox's filesystem policy and the node's limits.
+fn executor_json(
+    spec: &SandboxSpec,
+    config: &DispatcherConfig,
+    channel: Option<&std::path::Path>,
+) -> String {
     let executor_config = ExecutorConfig {
         uid: SANDBOX_UID,
         gid: SANDBOX_GID,
@@ -177,14 +219,25 @@ pub(crate) fn sandbox_container(
     };
     // Serializing plain strings and integers cannot fail; an empty config would still give the
     // executor's safe defaults.
-    let executor_json = serde_json::to_string(&executor_config).unwrap_or_default();
+    serde_json::to_string(&executor_config).unwrap_or_default()
+}
+
+/// The container's host configuration: where the hardening is (capabilities, read-only root,
+/// limits, network, mounts), each setting with its reason.
+fn host_config(
+    id: SandboxId,
+    spec: &SandboxSpec,
+    executor: &ExecutorVolume,
+    workspace_volume: &str,
+    channel: Option<&std::path::Path>,
+) -> HostConfig {
     let limits = &spec.limits;
     // The workspace tmpfs is charged to this cgroup: processes keep `memory_bytes` to
     // themselves however full the workspace is.
     let memory = i64::try_from(limits.memory_bytes.saturating_add(limits.workspace_bytes))
         .unwrap_or(i64::MAX);
 
-    let host_config = HostConfig {
+    HostConfig {
         // Drop every capability, then give back only what the executor needs to step down to
         // the sandbox user and to signal it. Agent processes end with empty CapPrm/CapEff/CapAmb.
         cap_drop: Some(vec!["ALL".to_owned()]),
@@ -250,37 +303,6 @@ pub(crate) fn sandbox_container(
         ),
         // /dev/shm is another writable tmpfs; keep it as small as /tmp.
         shm_size: Some(i64::try_from(limits.tmpfs_bytes).unwrap_or(i64::MAX)),
-        ..Default::default()
-    };
-
-    ContainerCreateBody {
-        image: Some(spec.image.clone()),
-        // The executor from the read-only volume is the only process the container starts.
-        entrypoint: Some(vec![ExecutorVolume::entrypoint()]),
-        cmd: Some(Vec::new()),
-        // Root, because the executor needs uid 0 (with the four capabilities above) to switch to
-        // the sandbox user; it runs nothing as root itself.
-        user: Some("0:0".to_owned()),
-        working_dir: Some(spec.workspace_dir().to_owned()),
-        // The executor's stdin/stdout is the request stream: open stdin, keep it open when we
-        // detach (StdinOnce=false, so a restarted orchestrator can re-attach), and no TTY so
-        // stdout and stderr stay separate and bytes pass unmodified.
-        attach_stdin: Some(true),
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        open_stdin: Some(true),
-        stdin_once: Some(false),
-        tty: Some(false),
-        env: Some(vec![format!("{EXECUTOR_CONFIG_ENV}={executor_json}")]),
-        // An image's HEALTHCHECK would run a program in the sandbox outside the executor (and
-        // outside its policy); the executor's stream is the only health signal we use.
-        healthcheck: Some(HealthConfig {
-            test: Some(vec!["NONE".to_owned()]),
-            ..Default::default()
-        }),
-        network_disabled: Some(spec.network == NetworkMode::None),
-        labels: Some(labels),
-        host_config: Some(host_config),
         ..Default::default()
     }
 }
