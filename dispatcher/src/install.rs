@@ -66,18 +66,7 @@ pub(crate) async fn install(
     instance: Uuid,
 ) -> Result<ExecutorVolume> {
     let path = &config.executor_path;
-    let binary = match tokio::fs::read(path).await {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(DispatchError::ExecutorMissing { path: path.clone() })
-        }
-        Err(e) => {
-            return Err(DispatchError::ExecutorInvalid {
-                path: path.clone(),
-                reason: format!("cannot read it: {e}"),
-            })
-        }
-    };
+    let binary = read_binary(path).await?;
     let arch = docker
         .version()
         .await
@@ -128,37 +117,7 @@ pub(crate) async fn install(
 
     let helper_image = helper_image(docker, config).await?;
     let helper = format!("aegis-executor-installer-{}", Uuid::new_v4().simple());
-    let body = ContainerCreateBody {
-        image: Some(helper_image),
-        // Never started: the entrypoint only has to satisfy images without a CMD.
-        entrypoint: Some(vec![ExecutorVolume::entrypoint()]),
-        labels: Some(
-            [
-                (labels::MANAGED.to_owned(), "true".to_owned()),
-                (labels::INSTANCE.to_owned(), instance.to_string()),
-                (
-                    labels::COMPONENT.to_owned(),
-                    "executor-installer".to_owned(),
-                ),
-            ]
-            .into_iter()
-            .chain(scope.labels())
-            .collect(),
-        ),
-        network_disabled: Some(true),
-        host_config: Some(HostConfig {
-            network_mode: Some("none".to_owned()),
-            mounts: Some(vec![Mount {
-                target: Some(EXECUTOR_DIR.to_owned()),
-                source: Some(volume.name.clone()),
-                typ: Some(MountType::VOLUME),
-                read_only: Some(false),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let body = helper_body(helper_image, instance, scope, &volume.name);
     docker
         .create_container(
             Some(CreateContainerOptionsBuilder::new().name(&helper).build()),
@@ -182,6 +141,61 @@ pub(crate) async fn install(
         .await
         .map_err(db("unlocking the executor install"))?;
     Ok(volume)
+}
+
+/// Reading the binary is the first step: a missing file and an unreadable one are told apart.
+async fn read_binary(path: &std::path::Path) -> Result<Vec<u8>> {
+    match tokio::fs::read(path).await {
+        Ok(bytes) => Ok(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(DispatchError::ExecutorMissing {
+            path: path.to_owned(),
+        }),
+        Err(e) => Err(DispatchError::ExecutorInvalid {
+            path: path.to_owned(),
+            reason: format!("cannot read it: {e}"),
+        }),
+    }
+}
+
+/// The helper container that fills the volume: never started, no network, the volume mounted
+/// writable at the executor's directory, labelled so the reaper removes it if this does not.
+fn helper_body(
+    helper_image: String,
+    instance: Uuid,
+    scope: &crate::store::Scope,
+    volume_name: &str,
+) -> ContainerCreateBody {
+    ContainerCreateBody {
+        image: Some(helper_image),
+        // Never started: the entrypoint only has to satisfy images without a CMD.
+        entrypoint: Some(vec![ExecutorVolume::entrypoint()]),
+        labels: Some(
+            [
+                (labels::MANAGED.to_owned(), "true".to_owned()),
+                (labels::INSTANCE.to_owned(), instance.to_string()),
+                (
+                    labels::COMPONENT.to_owned(),
+                    "executor-installer".to_owned(),
+                ),
+            ]
+            .into_iter()
+            .chain(scope.labels())
+            .collect(),
+        ),
+        network_disabled: Some(true),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".to_owned()),
+            mounts: Some(vec![Mount {
+                target: Some(EXECUTOR_DIR.to_owned()),
+                source: Some(volume_name.to_owned()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(false),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// Uploads the binary and then the marker, unless the marker is already there.
