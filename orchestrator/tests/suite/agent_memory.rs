@@ -11,17 +11,14 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::fake_llm::{answer, tool_calls, FakeLlm, Step};
-use common::{test_config, TestApp, TestDb, TEST_ADMIN_KEY};
+use common::agent::AgentManifest;
+use common::fake_llm::{answer, tool_calls, Step};
+use common::harness::{Harness, AGENTS};
+use common::{TestApp, TEST_ADMIN_KEY};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-struct Harness {
-    app: TestApp,
-    llm: FakeLlm,
-    _db: TestDb,
-}
-
+/// A node whose runs are waited for up to 60 s.
 async fn harness(script: Vec<Step>) -> Harness {
     harness_with(script, |_| {}).await
 }
@@ -30,93 +27,24 @@ async fn harness_with(
     script: Vec<Step>,
     tune: impl FnOnce(&mut orchestrator::config::NodeConfig),
 ) -> Harness {
-    let db = TestDb::create().await;
-    let llm = FakeLlm::start(script).await;
-    let mut config = test_config(&db.url);
-    config.llm = llm.config();
-    tune(&mut config);
-    let app = TestApp::spawn_with(config).await;
-    Harness { app, llm, _db: db }
+    Harness::builder(script)
+        .ends_within(Duration::from_secs(60))
+        .start_tuned(tune)
+        .await
 }
 
 /// An agent on the busybox runtime that offers no tool of its own; `execution` is the text of
 /// its `spec.execution` block (empty: none).
-fn agent(name: &str, execution: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Answer the question in the input. Save the facts you are told.
-{execution}"
-    )
+fn memory_agent(name: &str, execution: &str) -> String {
+    AgentManifest::new(name)
+        .instruction("Answer the question in the input. Save the facts you are told.")
+        .spec(execution)
+        .yaml()
 }
 
 const MEMORY_ON: &str = "  execution:\n    memory: true\n";
 
 impl Harness {
-    async fn deploy(&self, manifest: &str) -> (u16, Value) {
-        let r = self
-            .app
-            .admin(Method::POST, "/v1/agents")
-            .body(manifest.to_owned())
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn deployed(&self, manifest: &str) {
-        let (status, body) = self.deploy(manifest).await;
-        assert_eq!(status, 201, "{body}");
-    }
-
-    /// Runs `agent` on `input` as the holder of `key` and waits for the end; (id, execution).
-    async fn run_as(&self, key: &str, agent: &str, input: Value) -> (String, Value) {
-        let r = self
-            .app
-            .with_key(Method::POST, &format!("/v1/agents/{agent}/execute"), key)
-            .json(&json!({"input": input}))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let body: Value = r.json().await.unwrap();
-        assert!(status.is_success(), "{status}: {body}");
-        let id = body["execution_id"].as_str().unwrap().to_owned();
-        let e = self
-            .app
-            .until_ended(&format!("/v1/executions/{id}"), Duration::from_secs(60))
-            .await;
-        (id, e)
-    }
-
-    async fn run(&self, agent: &str, input: Value) -> (String, Value) {
-        self.run_as(TEST_ADMIN_KEY, agent, input).await
-    }
-
-    async fn events(&self, id: &str) -> Vec<Value> {
-        let body: Value = self
-            .app
-            .admin(
-                Method::GET,
-                &format!("/v1/executions/{id}/events?limit=1000"),
-            )
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        body["events"].as_array().unwrap().clone()
-    }
-
     /// The payload of the one event of `kind` of execution `id`.
     async fn event(&self, id: &str, kind: &str) -> Value {
         let events = self.events(id).await;
@@ -224,7 +152,7 @@ async fn an_agent_remembers_a_fact_in_one_execution_and_uses_it_in_the_next_and_
         answer("I do not know"),
     ])
     .await;
-    h.deployed(&agent("keeper", MEMORY_ON)).await;
+    h.deployed(AGENTS, &memory_agent("keeper", MEMORY_ON)).await;
     let other = h.app.create_key("other", "operator").await;
 
     let (first, e) = h
@@ -349,8 +277,8 @@ async fn an_agent_without_memory_is_not_offered_the_tools_and_every_call_of_them
         answer("refused twice"),
     ])
     .await;
-    h.deployed(&agent("forgetful", "")).await;
-    h.deployed(&agent("keeper", MEMORY_ON)).await;
+    h.deployed(AGENTS, &memory_agent("forgetful", "")).await;
+    h.deployed(AGENTS, &memory_agent("keeper", MEMORY_ON)).await;
 
     let (id, e) = h.run("forgetful", json!({"fact": FACT})).await;
     assert_eq!(e["status"], "completed", "{e}");
@@ -446,7 +374,11 @@ async fn an_agent_without_memory_is_not_offered_the_tools_and_every_call_of_them
 
     // Listing a memory tool without memory on is refused at deploy, at the tool.
     let (status, body) = h
-        .deploy(&agent("sneaky", "").replace("  task:", "  tools: [aegis.memory.recall]\n  task:"))
+        .deploy(
+            AGENTS,
+            &memory_agent("sneaky", "")
+                .replace("  task:", "  tools: [aegis.memory.recall]\n  task:"),
+        )
         .await;
     assert_eq!(status, 422, "{body}");
     let text = body.to_string();
@@ -471,7 +403,7 @@ async fn operators_list_and_erase_memories_and_erased_notes_never_come_back() {
         answer("I only know the window"),
     ])
     .await;
-    h.deployed(&agent("keeper", MEMORY_ON)).await;
+    h.deployed(AGENTS, &memory_agent("keeper", MEMORY_ON)).await;
     let other = h.app.create_key("other", "operator").await;
     let readonly = h.app.create_key("viewer", "readonly").await;
 
@@ -668,7 +600,7 @@ async fn oversize_notes_and_full_memories_are_refused_clearly_and_notes_cannot_b
         },
     )
     .await;
-    h.deployed(&agent("keeper", MEMORY_ON)).await;
+    h.deployed(AGENTS, &memory_agent("keeper", MEMORY_ON)).await;
     let (_, e) = h.run("keeper", json!({"note": "one"})).await;
     assert_eq!(e["status"], "completed", "{e}");
     let requests = h.llm.requests();
@@ -736,10 +668,13 @@ async fn a_shared_memory_is_every_principals_and_a_workflows_agents_remember_for
         answer("12 minutes"),
     ])
     .await;
-    h.deployed(&agent(
-        "office",
-        "  execution:\n    memory: {shared: true, recall_tokens: 200}\n",
-    ))
+    h.deployed(
+        AGENTS,
+        &memory_agent(
+            "office",
+            "  execution:\n    memory: {shared: true, recall_tokens: 200}\n",
+        ),
+    )
     .await;
     let other = h.app.create_key("other", "operator").await;
     h.run("office", json!({"fact": "wifi"})).await;
@@ -762,7 +697,8 @@ async fn a_shared_memory_is_every_principals_and_a_workflows_agents_remember_for
         .unwrap();
     assert_eq!(owner, "*");
 
-    h.deployed(&agent("builder", MEMORY_ON)).await;
+    h.deployed(AGENTS, &memory_agent("builder", MEMORY_ON))
+        .await;
     let r = h
         .app
         .admin(Method::POST, "/v1/workflows")
@@ -858,7 +794,7 @@ async fn cli(app: &TestApp, args: &[&str]) -> (Option<i32>, String, String) {
 #[tokio::test]
 async fn the_cli_lists_and_forgets_what_an_agent_remembers() {
     let h = harness(vec![write(FACT, &["deploy"]), answer("noted")]).await;
-    h.deployed(&agent("keeper", MEMORY_ON)).await;
+    h.deployed(AGENTS, &memory_agent("keeper", MEMORY_ON)).await;
     let (mine, _) = h.run("keeper", json!({"fact": FACT})).await;
 
     let (code, table, err) = cli(&h.app, &["agent", "memories", "keeper"]).await;
@@ -939,7 +875,7 @@ async fn a_security_context_that_withholds_recall_keeps_the_notes_out_of_the_pro
         answer("I do not know"),
     ])
     .await;
-    h.deployed(&agent("keeper", MEMORY_ON)).await;
+    h.deployed(AGENTS, &memory_agent("keeper", MEMORY_ON)).await;
     h.run("keeper", json!({"fact": FACT})).await;
 
     // The next version runs under a context that grants writing notes, not reading them.
@@ -956,7 +892,8 @@ async fn a_security_context_that_withholds_recall_keeps_the_notes_out_of_the_pro
         .unwrap();
     assert!(r.status().is_success(), "{}", r.text().await.unwrap());
     h.deployed(
-        &agent("keeper", MEMORY_ON)
+        AGENTS,
+        &memory_agent("keeper", MEMORY_ON)
             .replace("version: \"1.0.0\"", "version: \"1.1.0\"")
             .replace("  task:", "  security_context: scribe\n  task:"),
     )

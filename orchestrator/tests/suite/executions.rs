@@ -6,96 +6,33 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::fake_llm::{answer, tool_calls, FakeLlm, Step};
-use common::{test_config, TestApp, TestDb};
+use common::agent::AgentManifest;
+use common::fake_llm::{answer, tool_calls, Step};
+use common::harness::{of_type, Harness, AGENTS};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-fn agent(name: &str, extra_spec: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Compute things in the sandbox.
-    prompt_template: \"{{{{instruction}}}} Input: {{{{input.topic}}}}\"
-  tools: [fs.write, fs.read, fs.list, cmd.run]
+/// An agent that computes in its sandbox with the file tools and `cmd.run`; `extra_spec` is
+/// more of its `spec`.
+fn worker(name: &str, extra_spec: &str) -> String {
+    AgentManifest::new(name)
+        .instruction("Compute things in the sandbox.")
+        .task("    prompt_template: \"{{instruction}} Input: {{input.topic}}\"\n")
+        .spec(
+            "  tools: [fs.write, fs.read, fs.list, cmd.run]
   builtin_dispatchers:
     - name: cmd
       capabilities:
         - name: cmd.run
           subcommand_allowlist: [sh, sleep, cat, echo]
-{extra_spec}"
-    )
-}
-
-struct Harness {
-    app: TestApp,
-    llm: FakeLlm,
-    _db: TestDb,
+",
+        )
+        .spec(extra_spec)
+        .yaml()
 }
 
 async fn harness(script: Vec<Step>) -> Harness {
-    let db = TestDb::create().await;
-    let llm = FakeLlm::start(script).await;
-    let mut config = test_config(&db.url);
-    config.llm = llm.config();
-    let app = TestApp::spawn_with(config).await;
-    Harness { app, llm, _db: db }
-}
-
-impl Harness {
-    async fn deploy(&self, manifest: &str) {
-        let r = self
-            .app
-            .admin(Method::POST, "/v1/agents")
-            .body(manifest.to_owned())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-    }
-
-    async fn execute(&self, agent: &str, input: Value) -> (u16, Value) {
-        let r = self
-            .app
-            .admin(Method::POST, &format!("/v1/agents/{agent}/execute"))
-            .json(&json!({"input": input}))
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
-    }
-
-    async fn wait_end(&self, id: &str, within: Duration) -> Value {
-        self.app
-            .until_ended(&format!("/v1/executions/{id}"), within)
-            .await
-    }
-
-    async fn events(&self, id: &str) -> Vec<Value> {
-        let r = self
-            .app
-            .admin(
-                Method::GET,
-                &format!("/v1/executions/{id}/events?limit=1000"),
-            )
-            .send()
-            .await
-            .unwrap();
-        let body: Value = r.json().await.unwrap();
-        body["events"].as_array().unwrap().clone()
-    }
-}
-
-fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["event_type"] == kind).collect()
+    Harness::start(script).await
 }
 
 fn containers_of(execution: &str) -> usize {
@@ -120,7 +57,7 @@ async fn an_agent_writes_runs_and_reads_in_its_sandbox_then_completes() {
         answer("computed"),
     ])
     .await;
-    h.deploy(&agent("worker", "")).await;
+    h.deployed(AGENTS, &worker("worker", "")).await;
     let (status, body) = h.execute("worker", json!({"topic": "arithmetic"})).await;
     assert_eq!(status, 201, "{body}");
     let id = body["execution_id"].as_str().unwrap().to_owned();
@@ -217,7 +154,7 @@ async fn a_batch_of_tool_calls_runs_in_order_and_a_refusal_is_fed_back() {
         answer("listed"),
     ])
     .await;
-    h.deploy(&agent("batcher", "")).await;
+    h.deployed(AGENTS, &worker("batcher", "")).await;
     let (_, body) = h.execute("batcher", json!({})).await;
     let id = body["execution_id"].as_str().unwrap().to_owned();
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
@@ -280,7 +217,7 @@ async fn a_batch_of_tool_calls_runs_in_order_and_a_refusal_is_fed_back() {
 async fn validation_failures_iterate_until_max_iterations() {
     let h = harness(vec![answer("nope"), answer("still nope")]).await;
     let extra = "  execution:\n    mode: iterative\n    max_iterations: 2\n    validation:\n      - type: regex\n        pattern: \"^DONE$\"\n";
-    h.deploy(&agent("picky", extra)).await;
+    h.deployed(AGENTS, &worker("picky", extra)).await;
     let (_, body) = h.execute("picky", json!({})).await;
     let id = body["execution_id"].as_str().unwrap().to_owned();
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
@@ -310,7 +247,7 @@ async fn the_whole_execution_times_out_and_its_sandbox_goes() {
     ])
     .await;
     let extra = "  security:\n    resources:\n      timeout: 3s\n";
-    h.deploy(&agent("slow", extra)).await;
+    h.deployed(AGENTS, &worker("slow", extra)).await;
     let (_, body) = h.execute("slow", json!({})).await;
     let id = body["execution_id"].as_str().unwrap().to_owned();
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
@@ -329,7 +266,7 @@ async fn cancel_while_a_command_runs_kills_it_and_removes_the_sandbox() {
         answer("never"),
     ])
     .await;
-    h.deploy(&agent("sleeper", "")).await;
+    h.deployed(AGENTS, &worker("sleeper", "")).await;
     let (_, body) = h.execute("sleeper", json!({})).await;
     let id = body["execution_id"].as_str().unwrap().to_owned();
     // Wait until the command is running in the sandbox.
@@ -387,7 +324,7 @@ async fn cancel_while_a_command_runs_kills_it_and_removes_the_sandbox() {
 async fn input_that_fails_the_schema_starts_nothing() {
     let h = harness(vec![]).await;
     let extra = "  input_schema:\n    type: object\n    required: [topic]\n    properties:\n      topic: {type: string}\n";
-    h.deploy(&agent("strict", extra)).await;
+    h.deployed(AGENTS, &worker("strict", extra)).await;
     let (status, body) = h.execute("strict", json!({"topic": 5})).await;
     assert_eq!(status, 422, "{body}");
     assert!(body["error"].as_str().unwrap().contains("topic"), "{body}");
@@ -407,8 +344,8 @@ async fn a_provider_that_fails_then_recovers_and_one_that_never_answers() {
         answer("fine"),
     ])
     .await;
-    let plain = "apiVersion: 100monkeys.ai/v1\nkind: Agent\nmetadata:\n  name: plain\n  version: \"1.0.0\"\nspec:\n  runtime:\n    language: busybox\n    version: \"1\"\n  task:\n    instruction: Say fine.\n";
-    h.deploy(plain).await;
+    let plain = &AgentManifest::new("plain").instruction("Say fine.").yaml();
+    h.deployed(AGENTS, plain).await;
     let (_, body) = h.execute("plain", json!({})).await;
     let id = body["execution_id"].as_str().unwrap().to_owned();
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
@@ -426,7 +363,7 @@ async fn a_provider_that_fails_then_recovers_and_one_that_never_answers() {
         Step::Hang,
     ])
     .await;
-    hang.deploy(plain).await;
+    hang.deployed(AGENTS, plain).await;
     let (_, body) = hang.execute("plain", json!({})).await;
     let id = body["execution_id"].as_str().unwrap().to_owned();
     let e = hang.wait_end(&id, Duration::from_secs(90)).await;
@@ -439,21 +376,15 @@ async fn a_provider_that_fails_then_recovers_and_one_that_never_answers() {
 
 #[tokio::test]
 async fn task_tools_and_a_seal_session_start_executions_too() {
-    let db = TestDb::create().await;
-    let llm = FakeLlm::start(vec![answer("one"), answer("two")]).await;
-    let mut config = test_config(&db.url);
-    config.llm = llm.config();
-    config.seal.security_contexts = vec![json!({"name": "runner", "description": "may run agents",
-        "capabilities": [{"tool_pattern": "aegis.task.*"}], "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}})];
-    let app = TestApp::spawn_with(config).await;
-    let plain = "apiVersion: 100monkeys.ai/v1\nkind: Agent\nmetadata:\n  name: plain\n  version: \"1.0.0\"\nspec:\n  runtime:\n    language: busybox\n    version: \"1\"\n  task:\n    instruction: Answer.\n";
-    let r = app
-        .admin(Method::POST, "/v1/agents")
-        .body(plain)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
+    let h = Harness::builder(vec![answer("one"), answer("two")])
+        .start_tuned(|config| {
+            config.seal.security_contexts = vec![json!({"name": "runner", "description": "may run agents",
+                "capabilities": [{"tool_pattern": "aegis.task.*"}], "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}})];
+        })
+        .await;
+    let app = &h.app;
+    h.deployed(AGENTS, &AgentManifest::new("plain").yaml())
+        .await;
 
     let (_, out) = app
         .call_tool(
@@ -521,7 +452,6 @@ async fn task_tools_and_a_seal_session_start_executions_too() {
         "{waited}"
     );
     assert_eq!(waited["structuredContent"]["last_output"], "two");
-    drop(db);
 }
 
 #[tokio::test]
@@ -533,10 +463,14 @@ async fn a_semantic_validator_runs_the_judge_as_a_child_execution() {
         answer("Verdict: {\"score\": 0.9, \"confidence\": 0.8, \"reasoning\": \"good\"}"),
     ])
     .await;
-    let judge = "apiVersion: 100monkeys.ai/v1\nkind: Agent\nmetadata:\n  name: judge\n  version: \"1.0.0\"\nspec:\n  runtime:\n    language: busybox\n    version: \"1\"\n  task:\n    instruction: Judge the output against the criteria; answer JSON {score, confidence, reasoning}.\n";
-    h.deploy(judge).await;
+    let judge = AgentManifest::new("judge")
+        .instruction(
+            "Judge the output against the criteria; answer JSON {score, confidence, reasoning}.",
+        )
+        .yaml();
+    h.deployed(AGENTS, &judge).await;
     let extra = "  execution:\n    mode: iterative\n    max_iterations: 3\n    validation:\n      - type: semantic\n        judge_agent: judge\n        criteria: The answer is thorough.\n        min_score: 0.8\n";
-    h.deploy(&agent("writer", extra)).await;
+    h.deployed(AGENTS, &worker("writer", extra)).await;
     let (_, body) = h.execute("writer", json!({})).await;
     let id = body["execution_id"].as_str().unwrap().to_owned();
     let e = h.wait_end(&id, Duration::from_secs(60)).await;

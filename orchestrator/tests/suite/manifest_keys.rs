@@ -6,88 +6,21 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::fake_llm::{answer, tool_calls, FakeLlm, Step};
-use common::{test_config, TestApp, TestDb};
+use common::agent::AgentManifest;
+use common::fake_llm::{answer, tool_calls, Step};
+use common::harness::{of_type, Harness, AGENTS};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-struct Harness {
-    app: TestApp,
-    llm: FakeLlm,
-    _db: TestDb,
-}
-
 async fn harness(script: Vec<Step>) -> Harness {
-    harness_with(script, |_| {}).await
+    Harness::start(script).await
 }
 
 async fn harness_with(
     script: Vec<Step>,
     tune: impl FnOnce(&mut orchestrator::config::NodeConfig),
 ) -> Harness {
-    let db = TestDb::create().await;
-    let llm = FakeLlm::start(script).await;
-    let mut config = test_config(&db.url);
-    config.llm = llm.config();
-    tune(&mut config);
-    let app = TestApp::spawn_with(config).await;
-    Harness { app, llm, _db: db }
-}
-
-impl Harness {
-    async fn deploy(&self, manifest: &str) -> (u16, Value) {
-        let r = self
-            .app
-            .admin(Method::POST, "/v1/agents")
-            .body(manifest.to_owned())
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn deployed(&self, manifest: &str) {
-        let (status, body) = self.deploy(manifest).await;
-        assert_eq!(status, 201, "{body}");
-    }
-
-    async fn execute(&self, agent: &str, body: Value) -> String {
-        let r = self
-            .app
-            .admin(Method::POST, &format!("/v1/agents/{agent}/execute"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let body: Value = r.json().await.unwrap();
-        assert!(status.is_success(), "{status}: {body}");
-        body["execution_id"].as_str().unwrap().to_owned()
-    }
-
-    async fn wait_end(&self, id: &str, within: Duration) -> Value {
-        self.app
-            .until_ended(&format!("/v1/executions/{id}"), within)
-            .await
-    }
-
-    async fn events(&self, id: &str) -> Vec<Value> {
-        let r = self
-            .app
-            .admin(
-                Method::GET,
-                &format!("/v1/executions/{id}/events?limit=1000"),
-            )
-            .send()
-            .await
-            .unwrap();
-        let body: Value = r.json().await.unwrap();
-        body["events"].as_array().unwrap().clone()
-    }
-}
-
-fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["event_type"] == kind).collect()
+    Harness::builder(script).start_tuned(tune).await
 }
 
 const JUDGE: &str = "apiVersion: 100monkeys.ai/v1
@@ -118,8 +51,9 @@ async fn tool_validation_refuses_a_call_and_the_model_reads_why() {
         answer("listed"),
     ])
     .await;
-    h.deployed(JUDGE).await;
+    h.deployed(AGENTS, JUDGE).await;
     h.deployed(
+        AGENTS,
         "apiVersion: 100monkeys.ai/v1
 kind: Agent
 metadata:
@@ -141,7 +75,7 @@ spec:
 ",
     )
     .await;
-    let id = h.execute("worker", json!({"input": {}})).await;
+    let id = h.started("worker", json!({"input": {}})).await;
     let e = h.wait_end(&id, Duration::from_secs(90)).await;
     assert_eq!(e["status"], "completed", "{e}");
     assert_eq!(e["last_output"], "listed");
@@ -221,6 +155,7 @@ spec:
 async fn input_data_is_the_input_when_none_is_given() {
     let h = harness(vec![answer("one"), answer("two")]).await;
     h.deployed(
+        AGENTS,
         "apiVersion: 100monkeys.ai/v1
 kind: Agent
 metadata:
@@ -239,10 +174,10 @@ spec:
 ",
     )
     .await;
-    let first = h.execute("greeter", json!({})).await;
+    let first = h.started("greeter", json!({})).await;
     h.wait_end(&first, Duration::from_secs(30)).await;
     let second = h
-        .execute("greeter", json!({"input": {"name": "Grace"}}))
+        .started("greeter", json!({"input": {"name": "Grace"}}))
         .await;
     h.wait_end(&second, Duration::from_secs(30)).await;
     let requests = h.llm.requests();
@@ -259,22 +194,11 @@ spec:
 }
 
 fn volume_agent(name: &str, volumes: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Keep notes.
-  tools: [fs.write, fs.read]
-  volumes:
-{volumes}"
-    )
+    AgentManifest::new(name)
+        .instruction("Keep notes.")
+        .spec("  tools: [fs.write, fs.read]\n  volumes:\n")
+        .spec(volumes)
+        .yaml()
 }
 
 /// The text of the last tool message the model was sent in request `n`.
@@ -315,24 +239,27 @@ async fn a_persistent_volume_survives_two_executions_until_it_expires() {
     )
     .await;
     // The older spellings (mount_point, size_limit_mb) are read as mount_path and size_limit.
-    h.deployed(&volume_agent(
-        "notes",
-        "    - name: data
+    h.deployed(
+        AGENTS,
+        &volume_agent(
+            "notes",
+            "    - name: data
       storage_class: persistent
       mount_point: /workspace/data
       access_mode: read-write
       size_limit_mb: 1
       ttl_hours: 1
 ",
-    ))
+        ),
+    )
     .await;
-    let first = h.execute("notes", json!({})).await;
+    let first = h.started("notes", json!({})).await;
     let e = h.wait_end(&first, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "completed", "{e}");
     let events = h.events(&first).await;
     assert_eq!(of_type(&events, "volumes_saved").len(), 1, "{events:?}");
 
-    let second = h.execute("notes", json!({})).await;
+    let second = h.started("notes", json!({})).await;
     let e = h.wait_end(&second, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "completed", "{e}");
     let requests = h.llm.requests();
@@ -370,24 +297,27 @@ async fn a_persistent_volume_survives_two_executions_until_it_expires() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let third = h.execute("notes", json!({})).await;
+    let third = h.started("notes", json!({})).await;
     let e = h.wait_end(&third, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "completed", "{e}");
     let content = last_tool_message(&h.llm.requests(), 5);
     assert!(!content.contains("kept across runs"), "{content}");
 
     // Over the size limit: not saved, and the execution fails saying why.
-    h.deployed(&volume_agent(
-        "tiny",
-        "    - name: small
+    h.deployed(
+        AGENTS,
+        &volume_agent(
+            "tiny",
+            "    - name: small
       storage_class: persistent
       mount_path: /workspace/small
       access_mode: read-write
       size_limit: 4Ki
 ",
-    ))
+        ),
+    )
     .await;
-    let fourth = h.execute("tiny", json!({})).await;
+    let fourth = h.started("tiny", json!({})).await;
     let e = h.wait_end(&fourth, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "failed", "{e}");
     assert!(
@@ -488,23 +418,29 @@ spec:
     };
     // What this node cannot serve is refused at deploy, with the place.
     let (status, body) = h
-        .deploy(&manifest(
-            "        - name: mail
+        .deploy(
+            AGENTS,
+            &manifest(
+                "        - name: mail
           type: email
           config: {to: ops@example.com}
 ",
-        ))
+            ),
+        )
         .await;
     assert_eq!(status, 422, "{body}");
     assert!(body.to_string().contains("not supported"), "{body}");
     let (status, body) = h
-        .deploy(&manifest(&format!(
-            "        - name: hook
+        .deploy(
+            AGENTS,
+            &manifest(&format!(
+                "        - name: hook
           type: webhook
           config: {{url: \"{}\", secret: undefined-secret}}
 ",
-            rx.url
-        )))
+                rx.url
+            )),
+        )
         .await;
     assert_eq!(status, 422, "{body}");
     assert!(
@@ -513,8 +449,10 @@ spec:
         "{body}"
     );
 
-    h.deployed(&manifest(&format!(
-        "        - name: hook
+    h.deployed(
+        AGENTS,
+        &manifest(&format!(
+            "        - name: hook
           type: webhook
           condition: on_success
           config:
@@ -526,10 +464,11 @@ spec:
           condition: on_failure
           config: {{url: \"{}\", method: PUT, secret: hook}}
 ",
-        rx.url, rx.url
-    )))
+            rx.url, rx.url
+        )),
+    )
     .await;
-    let id = h.execute("reporter", json!({})).await;
+    let id = h.started("reporter", json!({})).await;
     let e = h.wait_end(&id, Duration::from_secs(30)).await;
     assert_eq!(e["status"], "completed", "{e}");
 
@@ -681,7 +620,7 @@ spec:
             "no external MCP servers",
         ),
     ] {
-        let (status, body) = h.deploy(&manifest).await;
+        let (status, body) = h.deploy(AGENTS, &manifest).await;
         assert_eq!(status, 422, "{manifest}\n{body}");
         let text = body.to_string();
         assert!(
@@ -692,6 +631,7 @@ spec:
     // `memory: false` (no memory, as AEGIS's hello-world template writes) is the default.
     let (status, body) = h
         .deploy(
+            AGENTS,
             &base("", "  execution:\n    memory: false\n")
                 .replace("name: refused", "name: forgetful"),
         )
@@ -699,7 +639,7 @@ spec:
     assert_eq!(status, 201, "{body}");
     // The supported values still deploy; volumes without a sandbox tool deploy with a warning.
     let (status, body) = h
-        .deploy(&base(
+        .deploy(AGENTS, &base(
             "    image_pull_policy: Never\n    isolation: docker\n",
             "  volumes:\n    - {name: data, storage_class: persistent, mount_path: /workspace/data, access_mode: read-write, size_limit: 1Mi}\n",
         ))
@@ -726,8 +666,9 @@ async fn tools_the_node_marks_skip_judge_are_not_judged() {
         |c| c.executions.skip_judge_tools = vec!["fs.list".to_owned()],
     )
     .await;
-    h.deployed(JUDGE).await;
+    h.deployed(AGENTS, JUDGE).await;
     h.deployed(
+        AGENTS,
         "apiVersion: 100monkeys.ai/v1
 kind: Agent
 metadata:
@@ -748,7 +689,7 @@ spec:
 ",
     )
     .await;
-    let id = h.execute("lister", json!({})).await;
+    let id = h.started("lister", json!({})).await;
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "completed", "{e}");
     assert_eq!(e["last_output"], "done");

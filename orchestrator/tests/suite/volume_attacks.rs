@@ -9,76 +9,21 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::fake_llm::{answer, tool_calls, FakeLlm, Step};
-use common::{test_config, TestApp, TestDb};
-use reqwest::Method;
+use common::agent::AgentManifest;
+use common::fake_llm::{answer, tool_calls, Step};
+use common::harness::{Harness, AGENTS};
 use serde_json::{json, Value};
 
-struct Harness {
-    app: TestApp,
-    _llm: FakeLlm,
-    _db: TestDb,
-}
-
 async fn harness(script: Vec<Step>) -> Harness {
-    let db = TestDb::create().await;
-    let llm = FakeLlm::start(script).await;
-    let mut config = test_config(&db.url);
-    config.llm = llm.config();
-    let app = TestApp::spawn_with(config).await;
-    Harness {
-        app,
-        _llm: llm,
-        _db: db,
-    }
+    Harness::start(script).await
 }
 
 impl Harness {
-    async fn deployed(&self, manifest: &str) {
-        let r = self
-            .app
-            .admin(Method::POST, "/v1/agents")
-            .body(manifest.to_owned())
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        assert_eq!(status, 201, "{}", r.text().await.unwrap_or_default());
-    }
-
-    async fn run(&self, agent: &str) -> (String, Value) {
-        let r = self
-            .app
-            .admin(Method::POST, &format!("/v1/agents/{agent}/execute"))
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let body: Value = r.json().await.unwrap();
-        assert!(status.is_success(), "{status}: {body}");
-        let id = body["execution_id"].as_str().unwrap().to_owned();
-        let e = self
-            .app
-            .until_ended(&format!("/v1/executions/{id}"), Duration::from_secs(90))
-            .await;
+    /// Runs `agent` with an empty request and waits (90 s) for the end; (id, execution).
+    async fn run_empty(&self, agent: &str) -> (String, Value) {
+        let id = self.started(agent, json!({})).await;
+        let e = self.wait_end(&id, Duration::from_secs(90)).await;
         (id, e)
-    }
-
-    async fn events(&self, id: &str) -> Vec<Value> {
-        let body: Value = self
-            .app
-            .admin(
-                Method::GET,
-                &format!("/v1/executions/{id}/events?limit=1000"),
-            )
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        body["events"].as_array().unwrap().clone()
     }
 
     /// The stdout of each `cmd.run` of execution `id`, in order; every tool call must have been
@@ -102,20 +47,13 @@ impl Harness {
 
 /// An agent on the Debian runtime (whose `/usr/sbin` holds 117 root-owned files, one of them
 /// setgid) with two persistent volumes, one directly beneath the workspace and one nested.
-fn agent(name: &str, version: &str, disk: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"{version}\"
-spec:
-  runtime:
-    language: shell
-    version: bookworm
-  task:
-    instruction: Keep files.
-  tools: [cmd.run, fs.write, fs.read]
+fn keeper(name: &str, version: &str, disk: &str) -> String {
+    AgentManifest::new(name)
+        .version(version)
+        .runtime("shell", "bookworm")
+        .instruction("Keep files.")
+        .spec(
+            "  tools: [cmd.run, fs.write, fs.read]
   builtin_dispatchers:
     - name: cmd
       capabilities:
@@ -123,8 +61,11 @@ spec:
           subcommand_allowlist: [rmdir, ln, find, stat, ls, truncate, cat]
   security:
     resources:
-      disk: {disk}
-  volumes:
+",
+        )
+        .spec(&format!("      disk: {disk}\n"))
+        .spec(
+            "  volumes:
     - name: data
       storage_class: persistent
       mount_path: /workspace/data
@@ -135,8 +76,9 @@ spec:
       mount_path: /workspace/deep/sbin
       access_mode: read-write
       size_limit: 8Mi
-"
-    )
+",
+        )
+        .yaml()
 }
 
 fn run_cmd(command: &str) -> (&'static str, Value) {
@@ -170,9 +112,9 @@ async fn a_volume_replaced_by_a_link_into_the_image_saves_nothing_of_the_image()
         answer("inspected"),
     ])
     .await;
-    h.deployed(&agent("keeper", "1.0.0", "64Mi")).await;
+    h.deployed(AGENTS, &keeper("keeper", "1.0.0", "64Mi")).await;
 
-    let (first, e) = h.run("keeper").await;
+    let (first, e) = h.run_empty("keeper").await;
     // The links were made (the attack ran as written)...
     let out = h.outputs(&first).await;
     assert!(out[4].contains("/workspace/data/unix_chkpwd"), "{out:?}");
@@ -183,7 +125,7 @@ async fn a_volume_replaced_by_a_link_into_the_image_saves_nothing_of_the_image()
             .await
             .unwrap();
 
-    let (second, e) = h.run("keeper").await;
+    let (second, e) = h.run_empty("keeper").await;
     assert_eq!(e["status"], "completed", "{e}");
     let out = h.outputs(&second).await;
     assert_eq!(out.len(), 5, "{out:?}");
@@ -240,8 +182,9 @@ async fn a_restore_that_fails_never_overwrites_the_saved_volume() {
         answer("read"),
     ])
     .await;
-    h.deployed(&agent("hoarder", "1.0.0", "64Mi")).await;
-    let (first, e) = h.run("hoarder").await;
+    h.deployed(AGENTS, &keeper("hoarder", "1.0.0", "64Mi"))
+        .await;
+    let (first, e) = h.run_empty("hoarder").await;
     assert_eq!(e["status"], "completed", "{e}");
     let pool = &h.app.state.pool;
     let row = || async {
@@ -258,8 +201,8 @@ async fn a_restore_that_fails_never_overwrites_the_saved_volume() {
 
     // A new version whose workspace is smaller than the volume: the restore runs out of space
     // and fails, after part of the archive was unpacked.
-    h.deployed(&agent("hoarder", "1.1.0", "1Mi")).await;
-    let (second, e) = h.run("hoarder").await;
+    h.deployed(AGENTS, &keeper("hoarder", "1.1.0", "1Mi")).await;
+    let (second, e) = h.run_empty("hoarder").await;
     assert_eq!(e["status"], "failed", "{e}");
     let reason = e["last_error"].as_str().unwrap_or_default();
     assert!(reason.contains("could not mount spec.volumes"), "{e}");
@@ -285,8 +228,9 @@ async fn a_restore_that_fails_never_overwrites_the_saved_volume() {
     assert!(!events.iter().any(|e| e["event_type"] == "volumes_saved"));
 
     // Room again: the next execution gets the volume as the first one saved it.
-    h.deployed(&agent("hoarder", "1.2.0", "64Mi")).await;
-    let (third, e) = h.run("hoarder").await;
+    h.deployed(AGENTS, &keeper("hoarder", "1.2.0", "64Mi"))
+        .await;
+    let (third, e) = h.run_empty("hoarder").await;
     assert_eq!(e["status"], "completed", "{e}");
     let out = h.outputs(&third).await;
     assert_eq!(out, ["saved first", "3145728\n"]);
@@ -338,13 +282,13 @@ async fn a_saved_volume_from_before_is_restored_as_the_sandbox_users_plain_data(
         answer("inspected"),
     ])
     .await;
-    h.deployed(&agent("heir", "1.0.0", "64Mi")).await;
+    h.deployed(AGENTS, &keeper("heir", "1.0.0", "64Mi")).await;
     let agent_id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM definitions WHERE name = 'heir'")
         .fetch_one(&h.app.state.pool)
         .await
         .unwrap();
     // The owner is the principal of the admin key that runs it: a first, empty run says which.
-    let (_, e) = h.run("heir").await;
+    let (_, e) = h.run_empty("heir").await;
     assert_eq!(e["status"], "completed", "{e}");
     let owner = e["principal"].as_str().unwrap().to_owned();
     // A row as an older node saved it (the volume replaced by a copy of the image's files):
@@ -380,7 +324,7 @@ async fn a_saved_volume_from_before_is_restored_as_the_sandbox_users_plain_data(
     .await
     .unwrap();
 
-    let (id, e) = h.run("heir").await;
+    let (id, e) = h.run_empty("heir").await;
     assert_eq!(e["status"], "completed", "{e}");
     let out = h.outputs(&id).await;
     assert_eq!(out.len(), 7, "{out:?}");

@@ -5,10 +5,13 @@
 //! Nothing is mocked: the service talks to that PostgreSQL and to the local Docker engine.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod binary;
 pub mod fake_llm;
+pub mod harness;
 pub mod mcp;
 pub mod proxy;
+pub mod refusal;
 pub mod replicas;
 pub mod sandbox;
 

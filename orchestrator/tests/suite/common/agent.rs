@@ -1,0 +1,100 @@
+//! Agent manifests for tests: one builder instead of a `fn agent` per suite.
+//!
+//! `AgentManifest::new("a").yaml()` is an agent on the busybox runtime whose instruction is
+//! "Answer."; the other parts are named options, and `task` and `spec` append raw YAML lines under
+//! `spec.task:` and `spec:` (indented as written in the manifest) for what has no option.
+
+/// An agent manifest being built.
+#[derive(Clone, Debug)]
+pub struct AgentManifest {
+    name: String,
+    version: String,
+    language: String,
+    language_version: String,
+    instruction: String,
+    metadata: String,
+    task: String,
+    spec: String,
+}
+
+impl AgentManifest {
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            version: "1.0.0".to_owned(),
+            language: "busybox".to_owned(),
+            language_version: "1".to_owned(),
+            instruction: "Answer.".to_owned(),
+            metadata: String::new(),
+            task: String::new(),
+            spec: String::new(),
+        }
+    }
+
+    /// `metadata.version` ("1.0.0" unless told).
+    pub fn version(mut self, version: &str) -> Self {
+        self.version = version.to_owned();
+        self
+    }
+
+    /// `spec.runtime` (busybox 1 unless told).
+    pub fn runtime(mut self, language: &str, version: &str) -> Self {
+        self.language = language.to_owned();
+        self.language_version = version.to_owned();
+        self
+    }
+
+    /// `spec.task.instruction` ("Answer." unless told); one line.
+    pub fn instruction(mut self, instruction: &str) -> Self {
+        self.instruction = instruction.to_owned();
+        self
+    }
+
+    /// Raw lines under `metadata:`, each indented by two spaces and ending in a newline.
+    pub fn metadata(mut self, lines: &str) -> Self {
+        self.metadata.push_str(lines);
+        self
+    }
+
+    /// Raw lines under `spec.task:` after the instruction, each indented by four spaces and
+    /// ending in a newline.
+    pub fn task(mut self, lines: &str) -> Self {
+        self.task.push_str(lines);
+        self
+    }
+
+    /// Raw lines under `spec:` after the runtime and the task, each indented by two spaces and
+    /// ending in a newline.
+    pub fn spec(mut self, lines: &str) -> Self {
+        self.spec.push_str(lines);
+        self
+    }
+
+    /// The manifest's YAML.
+    pub fn yaml(&self) -> String {
+        let Self {
+            name,
+            version,
+            language,
+            language_version,
+            instruction,
+            metadata,
+            task,
+            spec,
+        } = self;
+        format!(
+            "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: {name}
+  version: \"{version}\"
+{metadata}spec:
+  runtime:
+    language: {language}
+    version: \"{language_version}\"
+  task:
+    instruction: {instruction}
+{task}{spec}"
+        )
+    }
+}

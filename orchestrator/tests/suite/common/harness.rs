@@ -1,0 +1,205 @@
+//! One test node driven through REST, shared by the suites that deploy agents or workflows and
+//! run them against the scripted model (fake_llm.rs): a fresh database, the scripted model as
+//! the node's LLM, and the few requests every such test makes (deploy, execute, wait for the
+//! end, read the events). What differs between suites is a named option of [`HarnessBuilder`].
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use orchestrator::config::NodeConfig;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::fake_llm::{FakeLlm, Step};
+use super::{test_config, TestApp, TestDb, TEST_ADMIN_KEY};
+
+/// Where agents are deployed.
+pub const AGENTS: &str = "/v1/agents";
+/// Where workflows are deployed.
+pub const WORKFLOWS: &str = "/v1/workflows";
+/// The image of System and ContainerRun states when [`HarnessBuilder::workflows`] is asked for.
+pub const BUSYBOX: &str = "aegis-runtime/busybox:1";
+
+/// A running node with its own database and scripted model.
+pub struct Harness {
+    pub app: TestApp,
+    pub llm: FakeLlm,
+    /// How long [`Harness::run`] waits for an execution's end.
+    pub ends_within: Duration,
+    _db: TestDb,
+}
+
+/// The options of a [`Harness`]; [`HarnessBuilder::start`] starts it.
+pub struct HarnessBuilder {
+    script: Vec<Step>,
+    workflows: bool,
+    ends_within: Duration,
+}
+
+impl HarnessBuilder {
+    /// Workflow states run on busybox (`workflows.system_image`) and the workflow engine polls
+    /// every 200 ms.
+    pub fn workflows(mut self) -> Self {
+        self.workflows = true;
+        self
+    }
+
+    /// How long [`Harness::run`] waits for an execution's end (90 s unless told).
+    pub fn ends_within(mut self, within: Duration) -> Self {
+        self.ends_within = within;
+        self
+    }
+
+    pub async fn start(self) -> Harness {
+        self.start_tuned(|_| {}).await
+    }
+
+    /// Starts the node after `tune` changed its configuration (last, after the options above).
+    pub async fn start_tuned(self, tune: impl FnOnce(&mut NodeConfig)) -> Harness {
+        let db = TestDb::create().await;
+        let llm = FakeLlm::start(self.script).await;
+        let mut config = test_config(&db.url);
+        config.llm = llm.config();
+        if self.workflows {
+            config.workflows.system_image = Some(BUSYBOX.to_owned());
+            config.workflows.poll_interval_ms = 200;
+        }
+        tune(&mut config);
+        let app = TestApp::spawn_with(config).await;
+        Harness {
+            app,
+            llm,
+            ends_within: self.ends_within,
+            _db: db,
+        }
+    }
+}
+
+/// A body as JSON, or as a JSON string when it is not JSON (`null` when empty).
+pub async fn body_of(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap_or_default();
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    };
+    (status, body)
+}
+
+impl Harness {
+    /// A node with no option set.
+    pub async fn start(script: Vec<Step>) -> Harness {
+        Self::builder(script).start().await
+    }
+
+    pub fn builder(script: Vec<Step>) -> HarnessBuilder {
+        HarnessBuilder {
+            script,
+            workflows: false,
+            ends_within: Duration::from_secs(90),
+        }
+    }
+
+    /// Posts a manifest to `path` ([`AGENTS`], [`WORKFLOWS`], ...); (status, answer).
+    pub async fn deploy(&self, path: &str, manifest: &str) -> (u16, Value) {
+        let r = self
+            .app
+            .admin(Method::POST, path)
+            .body(manifest.to_owned())
+            .send()
+            .await
+            .expect("deploy request");
+        body_of(r).await
+    }
+
+    /// Deploys a manifest that must be accepted (201); the answer.
+    pub async fn deployed(&self, path: &str, manifest: &str) -> Value {
+        let (status, body) = self.deploy(path, manifest).await;
+        assert_eq!(status, 201, "{body}");
+        body
+    }
+
+    /// Posts `body` to `agent`'s execute as the holder of `key`; (status, answer).
+    pub async fn execute_as(&self, key: &str, agent: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .app
+            .with_key(Method::POST, &format!("{AGENTS}/{agent}/execute"), key)
+            .json(&body)
+            .send()
+            .await
+            .expect("execute request");
+        body_of(r).await
+    }
+
+    /// Executes `agent` on `input` as the administrator; (status, answer).
+    pub async fn execute(&self, agent: &str, input: Value) -> (u16, Value) {
+        self.execute_as(TEST_ADMIN_KEY, agent, json!({ "input": input }))
+            .await
+    }
+
+    /// Starts `agent` with the request `body` as the holder of `key`, which must be accepted;
+    /// the execution's id.
+    pub async fn started_as(&self, key: &str, agent: &str, body: Value) -> String {
+        let (status, body) = self.execute_as(key, agent, body).await;
+        assert!((200..300).contains(&status), "{status}: {body}");
+        body["execution_id"]
+            .as_str()
+            .expect("execution id")
+            .to_owned()
+    }
+
+    /// [`Harness::started_as`] as the administrator.
+    pub async fn started(&self, agent: &str, body: Value) -> String {
+        self.started_as(TEST_ADMIN_KEY, agent, body).await
+    }
+
+    /// Runs `agent` on `input` as the holder of `key` and waits for the end; (id, execution).
+    pub async fn run_as(&self, key: &str, agent: &str, input: Value) -> (String, Value) {
+        let id = self.started_as(key, agent, json!({ "input": input })).await;
+        let e = self.wait_end(&id, self.ends_within).await;
+        (id, e)
+    }
+
+    /// [`Harness::run_as`] as the administrator.
+    pub async fn run(&self, agent: &str, input: Value) -> (String, Value) {
+        self.run_as(TEST_ADMIN_KEY, agent, input).await
+    }
+
+    /// Waits for agent execution `id` to end; the execution.
+    pub async fn wait_end(&self, id: &str, within: Duration) -> Value {
+        self.app
+            .until_ended(&format!("/v1/executions/{id}"), within)
+            .await
+    }
+
+    /// The events of agent execution `id`, oldest first.
+    pub async fn events(&self, id: impl Display) -> Vec<Value> {
+        self.events_at(&format!("/v1/executions/{id}/events?limit=1000"))
+            .await
+    }
+
+    /// The events of workflow execution `id`, oldest first.
+    pub async fn workflow_events(&self, id: impl Display) -> Vec<Value> {
+        self.events_at(&format!("/v1/workflows/executions/{id}/events?limit=1000"))
+            .await
+    }
+
+    async fn events_at(&self, path: &str) -> Vec<Value> {
+        let body: Value = self
+            .app
+            .admin(Method::GET, path)
+            .send()
+            .await
+            .expect("events request")
+            .json()
+            .await
+            .expect("events answer");
+        body["events"].as_array().expect("events").clone()
+    }
+}
+
+/// The events of `kind` among `events`.
+pub fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["event_type"] == kind).collect()
+}
