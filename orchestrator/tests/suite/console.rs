@@ -555,6 +555,17 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
         usage[&sandbox]["mem_total"].as_u64().unwrap_or(0) > 0,
         "the owner's sandbox is measured: {text}"
     );
+    // A key bound to a security context: REST refuses its list, and the router the sandbox.
+    let (bound, _) = app
+        .create_bound_key("bound-operator", "operator", "privileged")
+        .await;
+    let bo = sign_in(&app, &client, &bound).await;
+    let (_, html) = page(&app, &client, &bo, &format!("/console/sandboxes/{sandbox}")).await;
+    assert!(!html.contains("hello.txt"), "{html}");
+    assert!(html.contains("REST refused"), "{html}");
+    let (status, html) = page(&app, &client, &bo, &download).await;
+    assert!(status.is_client_error(), "{status}: {html}");
+    assert!(!html.contains(">hello<"), "{html}");
     // The owner downloads the file itself, as an attachment.
     let r = client
         .get(format!("{}{download}", app.http_base))

@@ -46,16 +46,20 @@ pub async fn sandboxes(s: Session, Extension(rest): Extension<Rest>) -> Page {
     let answer = rest.get(&s.key, "/v1/sandboxes").await?;
     let mut body = String::from("<h1>Sandboxes</h1>");
     body += &or_refused(&answer, |b| {
+        let mut rows = rows_of(b);
+        for row in &mut rows {
+            row["limits"] = json!(limits_text(&row["spec"]["limits"]));
+        }
         table(
             "sandboxes",
-            &rows_of(b),
+            &rows,
             &[
                 ("Id", "id"),
                 ("State", "state"),
                 ("Owner", "owner.kind"),
                 ("Owner id", "owner.id"),
                 ("Image", "image"),
-                ("Limits", "spec.limits"),
+                ("Limits", "limits"),
                 ("Network", "spec.network"),
                 ("CPU", "usage.cpu_used_pct"),
                 ("Memory", "usage.mem_used"),
@@ -69,6 +73,26 @@ pub async fn sandboxes(s: Session, Extension(rest): Extension<Rest>) -> Page {
                  class=\"hint\">CPU and memory: measuring…</p>";
     }
     shown(&s, "Sandboxes", "/console/sandboxes", &body)
+}
+
+/// A sandbox's limits in words (`1 CPU · 512 MiB · 256 pids · workspace 1024 MiB`), the
+/// units an operator compares with the CPU and memory columns beside them.
+fn limits_text(limits: &Value) -> String {
+    let mib = |field: &str| limits[field].as_u64().map(|b| b / (1024 * 1024));
+    let mut parts = Vec::new();
+    if let Some(nano) = limits["nano_cpus"].as_u64() {
+        parts.push(format!("{} CPU", nano as f64 / 1e9));
+    }
+    if let Some(m) = mib("memory_bytes") {
+        parts.push(format!("{m} MiB"));
+    }
+    if let Some(p) = limits["pids"].as_u64() {
+        parts.push(format!("{p} pids"));
+    }
+    if let Some(w) = mib("workspace_bytes") {
+        parts.push(format!("workspace {w} MiB"));
+    }
+    parts.join(" · ")
 }
 
 /// `GET /console/sandboxes/usage`: what each listed sandbox uses now, `{id: usage}` as JSON
@@ -1519,6 +1543,17 @@ mod tests {
         );
         assert_eq!(rows[0]["labels"], "state=\"running\"");
         assert_eq!(rows[2]["value"], "3");
+    }
+
+    #[test]
+    fn limits_read_in_the_units_of_the_usage_columns() {
+        let limits = json!({"nano_cpus": 1_500_000_000u64, "memory_bytes": 536_870_912u64,
+                            "pids": 256, "workspace_bytes": 1_073_741_824u64});
+        assert_eq!(
+            limits_text(&limits),
+            "1.5 CPU · 512 MiB · 256 pids · workspace 1024 MiB"
+        );
+        assert_eq!(limits_text(&Value::Null), "");
     }
 
     #[test]
