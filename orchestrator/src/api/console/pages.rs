@@ -128,11 +128,32 @@ pub async fn sandbox(
         .find(|r| r["id"].as_str() == Some(id.as_str()));
     let mut body = format!("<h1>Sandbox <code>{}</code></h1>", esc(&id));
     match row {
-        Some(r) => {
+        Some(mut r) => {
+            // The figures an operator looks for first; the whole spec folded below them, so
+            // the processes and files stay in sight.
+            r["limits"] = json!(limits_text(&r["spec"]["limits"]));
+            r["network"] = r["spec"]["network"].clone();
+            r["owner"] = json!(format!(
+                "{} {}",
+                r["owner"]["kind"].as_str().unwrap_or(""),
+                r["owner"]["id"].as_str().unwrap_or("")
+            ));
             body += &details(
                 &r,
-                &["state", "image", "owner", "spec", "created_at", "ready_at"],
-            )
+                &[
+                    "state",
+                    "image",
+                    "owner",
+                    "limits",
+                    "network",
+                    "created_at",
+                    "ready_at",
+                ],
+            );
+            body += &format!(
+                "<details><summary>Spec</summary>{}</details>",
+                pre(&r["spec"])
+            );
         }
         None if listed.ok() => {
             // Not listed for this key: REST would answer "not found", and so does the page.
