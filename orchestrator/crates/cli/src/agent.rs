@@ -184,99 +184,9 @@ pub async fn definitions(
 ) -> Result<(), CliError> {
     let client = Client::new(conn)?;
     match verb {
-        DefinitionVerb::Deploy { file, force } => {
-            let text = if file == "-" {
-                read_argument("FILE", "@-")?
-            } else {
-                read_argument("FILE", &format!("@{file}"))?
-            };
-            let path = format!(
-                "{base}{}",
-                query(&[("force", force.then(|| "true".into()))])
-            );
-            let out = client.send(Method::POST, &path, Body::Yaml(text)).await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                // A forced deploy never rewrites a version: it adds a revision or changes nothing.
-                let verb = if out["unchanged"] == true {
-                    "unchanged"
-                } else if out["replaced"] == true {
-                    "revised"
-                } else {
-                    "deployed"
-                };
-                println!(
-                    "{verb} {noun} {} {} revision {} ({}, {})",
-                    output::cell(&out["name"]),
-                    output::cell(&out["version"]),
-                    output::cell(&out["revision"]),
-                    output::cell(&out[format!("{noun}_id")]),
-                    output::cell(&out["manifest_digest"])
-                );
-                for w in out["warnings"].as_array().into_iter().flatten() {
-                    // Whole: a warning's reason is at its end (no table cell to fit).
-                    eprintln!("warning: {}", w["message"].as_str().unwrap_or_default());
-                }
-            }
-        }
-        DefinitionVerb::List => {
-            let mut out = client.get(base).await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                if let Some(rows) = out.as_array_mut() {
-                    rows.iter_mut().for_each(derived_fields);
-                }
-                let mut cols = vec![("name", "name"), ("version", "version")];
-                if noun == "workflow" {
-                    cols.extend([("scope", "scope"), ("next run", "next_run")]);
-                } else {
-                    cols.push(("type", "type"));
-                }
-                cols.extend([
-                    ("description", "description"),
-                    ("updated", "updated_at"),
-                    ("id", "id"),
-                ]);
-                print!(
-                    "{}",
-                    output::table(&out, &columns(&cols), &format!("no {noun}s deployed"))
-                );
-            }
-        }
-        DefinitionVerb::Get { name, version } => {
-            let mut out = client
-                .get(&format!(
-                    "{base}/{}{}",
-                    segment(&name),
-                    query(&[("version", version)])
-                ))
-                .await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                derived_fields(&mut out);
-                let mut fields = vec![
-                    ("name", "name"),
-                    ("version", "version"),
-                    ("id", "id"),
-                    ("scope", "scope"),
-                ];
-                if noun == "workflow" {
-                    fields.extend([("schedule", "schedule_text"), ("next run", "next_run")]);
-                } else {
-                    fields.push(("type", "type"));
-                }
-                fields.extend([
-                    ("description", "description"),
-                    ("labels", "labels"),
-                    ("deployed", "created_at"),
-                    ("updated", "updated_at"),
-                ]);
-                print!("{}", output::record(&out, &fields));
-            }
-        }
+        DefinitionVerb::Deploy { file, force } => deploy(&client, noun, base, &file, force).await?,
+        DefinitionVerb::List => list(&client, noun, base).await?,
+        DefinitionVerb::Get { name, version } => get(&client, noun, base, &name, version).await?,
         DefinitionVerb::Export { name, version } => {
             let out = client
                 .get(&format!(
@@ -311,6 +221,120 @@ pub async fn definitions(
                 println!("deleted {noun} {name}");
             }
         }
+    }
+    Ok(())
+}
+
+/// `deploy`: the file sent as YAML, the outcome said as deployed, revised or unchanged.
+async fn deploy(
+    client: &Client,
+    noun: &str,
+    base: &str,
+    file: &str,
+    force: bool,
+) -> Result<(), CliError> {
+    let text = if file == "-" {
+        read_argument("FILE", "@-")?
+    } else {
+        read_argument("FILE", &format!("@{file}"))?
+    };
+    let path = format!(
+        "{base}{}",
+        query(&[("force", force.then(|| "true".into()))])
+    );
+    let out = client.send(Method::POST, &path, Body::Yaml(text)).await?;
+    if client.json {
+        output::json(&out);
+    } else {
+        // A forced deploy never rewrites a version: it adds a revision or changes nothing.
+        let verb = if out["unchanged"] == true {
+            "unchanged"
+        } else if out["replaced"] == true {
+            "revised"
+        } else {
+            "deployed"
+        };
+        println!(
+            "{verb} {noun} {} {} revision {} ({}, {})",
+            output::cell(&out["name"]),
+            output::cell(&out["version"]),
+            output::cell(&out["revision"]),
+            output::cell(&out[format!("{noun}_id")]),
+            output::cell(&out["manifest_digest"])
+        );
+        for w in out["warnings"].as_array().into_iter().flatten() {
+            // Whole: a warning's reason is at its end (no table cell to fit).
+            eprintln!("warning: {}", w["message"].as_str().unwrap_or_default());
+        }
+    }
+    Ok(())
+}
+
+/// `list`: the definitions as a table, with the columns of the noun.
+async fn list(client: &Client, noun: &str, base: &str) -> Result<(), CliError> {
+    let mut out = client.get(base).await?;
+    if client.json {
+        output::json(&out);
+    } else {
+        if let Some(rows) = out.as_array_mut() {
+            rows.iter_mut().for_each(derived_fields);
+        }
+        let mut cols = vec![("name", "name"), ("version", "version")];
+        if noun == "workflow" {
+            cols.extend([("scope", "scope"), ("next run", "next_run")]);
+        } else {
+            cols.push(("type", "type"));
+        }
+        cols.extend([
+            ("description", "description"),
+            ("updated", "updated_at"),
+            ("id", "id"),
+        ]);
+        print!(
+            "{}",
+            output::table(&out, &columns(&cols), &format!("no {noun}s deployed"))
+        );
+    }
+    Ok(())
+}
+
+/// `get`: one definition as a record, with the fields of the noun.
+async fn get(
+    client: &Client,
+    noun: &str,
+    base: &str,
+    name: &str,
+    version: Option<String>,
+) -> Result<(), CliError> {
+    let mut out = client
+        .get(&format!(
+            "{base}/{}{}",
+            segment(name),
+            query(&[("version", version)])
+        ))
+        .await?;
+    if client.json {
+        output::json(&out);
+    } else {
+        derived_fields(&mut out);
+        let mut fields = vec![
+            ("name", "name"),
+            ("version", "version"),
+            ("id", "id"),
+            ("scope", "scope"),
+        ];
+        if noun == "workflow" {
+            fields.extend([("schedule", "schedule_text"), ("next run", "next_run")]);
+        } else {
+            fields.push(("type", "type"));
+        }
+        fields.extend([
+            ("description", "description"),
+            ("labels", "labels"),
+            ("deployed", "created_at"),
+            ("updated", "updated_at"),
+        ]);
+        print!("{}", output::record(&out, &fields));
     }
     Ok(())
 }
