@@ -84,30 +84,7 @@ pub async fn run(conn: &Connection, command: SandboxCommand) -> Result<ExitCode,
             allow,
             agent,
             version,
-        } => {
-            let body = match (runtime, agent) {
-                (Some(runtime), _) => {
-                    let mut b = json!({"runtime": runtime});
-                    if !allow.is_empty() {
-                        b["allow"] = json!(allow);
-                    }
-                    b
-                }
-                (None, Some(agent)) => json!({"agent": agent, "version": version}),
-                (None, None) => {
-                    return Err(CliError::Usage("give --runtime or --agent".into()));
-                }
-            };
-            output::progress(
-                "creating the sandbox (the first one of an image takes a few seconds)",
-            );
-            let out = client.post("/v1/sandboxes", body).await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                println!("{}", output::cell(&out["sandbox_id"]));
-            }
-        }
+        } => create(&client, runtime, allow, agent, version).await?,
         SandboxCommand::List => {
             let out = client.get("/v1/sandboxes").await?;
             if client.json {
@@ -129,34 +106,7 @@ pub async fn run(conn: &Connection, command: SandboxCommand) -> Result<ExitCode,
             cwd,
             timeout,
             command,
-        } => {
-            let (program, args) = command
-                .split_first()
-                .ok_or_else(|| CliError::Usage("give the command after `--`".into()))?;
-            let mut arguments = json!({"command": shell_words::quote(program), "args": args});
-            if let Some(cwd) = cwd {
-                arguments["cwd"] = json!(cwd);
-            }
-            if let Some(t) = timeout {
-                arguments["timeout_secs"] = json!(t);
-            }
-            let out = call(&client, &id, "cmd.run", arguments).await?;
-            if client.json {
-                output::json(&out);
-            }
-            let code = out["exit_code"].as_i64().unwrap_or(-1);
-            if !client.json {
-                write_stream(&mut std::io::stdout(), &out, "stdout")?;
-                write_stream(&mut std::io::stderr(), &out, "stderr")?;
-                if out["timed_out"] == true {
-                    eprintln!("error: the command timed out");
-                }
-                if let Some(notice) = out["notice"].as_str() {
-                    eprintln!("note: {notice}");
-                }
-            }
-            return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
-        }
+        } => return exec(&client, &id, cwd, timeout, &command).await,
         SandboxCommand::Read { id, path } => {
             let out = call(&client, &id, "fs.read", json!({"path": path})).await?;
             if client.json {
@@ -207,6 +157,73 @@ pub async fn run(conn: &Connection, command: SandboxCommand) -> Result<ExitCode,
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `create`: the request body from a runtime (with its allowed commands) or an agent.
+async fn create(
+    client: &Client,
+    runtime: Option<String>,
+    allow: Vec<String>,
+    agent: Option<String>,
+    version: Option<String>,
+) -> Result<(), CliError> {
+    let body = match (runtime, agent) {
+        (Some(runtime), _) => {
+            let mut b = json!({"runtime": runtime});
+            if !allow.is_empty() {
+                b["allow"] = json!(allow);
+            }
+            b
+        }
+        (None, Some(agent)) => json!({"agent": agent, "version": version}),
+        (None, None) => {
+            return Err(CliError::Usage("give --runtime or --agent".into()));
+        }
+    };
+    output::progress("creating the sandbox (the first one of an image takes a few seconds)");
+    let out = client.post("/v1/sandboxes", body).await?;
+    if client.json {
+        output::json(&out);
+    } else {
+        println!("{}", output::cell(&out["sandbox_id"]));
+    }
+    Ok(())
+}
+
+/// `exec`: runs the command and exits with its exit code (1 when it has none that fits).
+async fn exec(
+    client: &Client,
+    id: &str,
+    cwd: Option<String>,
+    timeout: Option<u64>,
+    command: &[String],
+) -> Result<ExitCode, CliError> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| CliError::Usage("give the command after `--`".into()))?;
+    let mut arguments = json!({"command": shell_words::quote(program), "args": args});
+    if let Some(cwd) = cwd {
+        arguments["cwd"] = json!(cwd);
+    }
+    if let Some(t) = timeout {
+        arguments["timeout_secs"] = json!(t);
+    }
+    let out = call(client, id, "cmd.run", arguments).await?;
+    if client.json {
+        output::json(&out);
+    }
+    let code = out["exit_code"].as_i64().unwrap_or(-1);
+    if !client.json {
+        write_stream(&mut std::io::stdout(), &out, "stdout")?;
+        write_stream(&mut std::io::stderr(), &out, "stderr")?;
+        if out["timed_out"] == true {
+            eprintln!("error: the command timed out");
+        }
+        if let Some(notice) = out["notice"].as_str() {
+            eprintln!("note: {notice}");
+        }
+    }
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }
 
 /// Writes `value[field]` as bytes, decoding base64 when `value[field_encoding]` says so; true
