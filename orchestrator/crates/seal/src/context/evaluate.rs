@@ -50,53 +50,10 @@ impl SecurityContext {
         count: bool,
     ) -> Result<Grant, SealError> {
         let subject = Subject::of(tool, args);
-        let base_details = || {
-            json!({
-                "tool": tool,
-                "security_context": self.name,
-            })
-        };
+        let base_details = || self.base_details(tool);
 
-        if let Some(entry) = self
-            .deny_list
-            .iter()
-            .find(|entry| deny_entry_matches(entry, tool, &subject))
-        {
-            let mut details = base_details();
-            details["deny_entry"] = json!(entry);
-            return Err(SealError::new(
-                SealCode::ToolDenied,
-                format!(
-                    "`{tool}` is refused by the deny list of security context `{}` (entry `{entry}`)",
-                    self.name
-                ),
-            )
-            .with_details(details));
-        }
-
-        let matching: Vec<usize> = self
-            .capabilities
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| tool_matches(&c.tool_pattern, tool))
-            .map(|(i, _)| i)
-            .collect();
-        if matching.is_empty() {
-            let mut details = base_details();
-            details["tool_patterns"] = json!(self
-                .capabilities
-                .iter()
-                .map(|c| c.tool_pattern.as_str())
-                .collect::<Vec<_>>());
-            return Err(SealError::new(
-                SealCode::ToolNotAllowed,
-                format!(
-                    "no capability of security context `{}` covers `{tool}`",
-                    self.name
-                ),
-            )
-            .with_details(details));
-        }
+        self.check_deny_list(tool, &subject)?;
+        let matching = self.matching_capabilities(tool)?;
 
         if let Some(Err(problem)) = &subject.path {
             let mut details = base_details();
@@ -166,6 +123,63 @@ impl SecurityContext {
             )
             .with_details(base_details())
         }))
+    }
+
+    /// The details every refusal of this call starts from: the tool and this context's name.
+    fn base_details(&self, tool: &str) -> Value {
+        json!({
+            "tool": tool,
+            "security_context": self.name,
+        })
+    }
+
+    /// The deny list is checked first: a denied call is refused whatever a capability grants.
+    fn check_deny_list(&self, tool: &str, subject: &Subject) -> Result<(), SealError> {
+        if let Some(entry) = self
+            .deny_list
+            .iter()
+            .find(|entry| deny_entry_matches(entry, tool, subject))
+        {
+            let mut details = self.base_details(tool);
+            details["deny_entry"] = json!(entry);
+            return Err(SealError::new(
+                SealCode::ToolDenied,
+                format!(
+                    "`{tool}` is refused by the deny list of security context `{}` (entry `{entry}`)",
+                    self.name
+                ),
+            )
+            .with_details(details));
+        }
+        Ok(())
+    }
+
+    /// The capabilities whose tool pattern covers `tool`, in order; none is a refusal.
+    fn matching_capabilities(&self, tool: &str) -> Result<Vec<usize>, SealError> {
+        let matching: Vec<usize> = self
+            .capabilities
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| tool_matches(&c.tool_pattern, tool))
+            .map(|(i, _)| i)
+            .collect();
+        if matching.is_empty() {
+            let mut details = self.base_details(tool);
+            details["tool_patterns"] = json!(self
+                .capabilities
+                .iter()
+                .map(|c| c.tool_pattern.as_str())
+                .collect::<Vec<_>>());
+            return Err(SealError::new(
+                SealCode::ToolNotAllowed,
+                format!(
+                    "no capability of security context `{}` covers `{tool}`",
+                    self.name
+                ),
+            )
+            .with_details(details));
+        }
+        Ok(matching)
     }
 
     /// Whether an allowed call of `tool` with `args` must first be approved by an operator: the
