@@ -195,37 +195,7 @@ impl Gateway {
         source: Option<IpAddr>,
     ) -> Result<(Session, Value), SealError> {
         let fail = |code, msg: String| SealError::new(code, msg);
-        let source = source.map(|ip| ip.to_string());
-        let counts =
-            sessions::record_attest_attempt(&services.pool, &req.workload_id, source.as_deref())
-                .await
-                .map_err(|e| fail(SealCode::AttestationFailed, e.to_string()))?;
-        let flooded = [
-            (
-                counts.workload,
-                self.config.attest_per_minute,
-                format!("workload `{}`", req.workload_id),
-            ),
-            (
-                counts.source,
-                self.config.attest_per_minute_per_source,
-                format!("source address {}", source.as_deref().unwrap_or("unknown")),
-            ),
-            (
-                counts.node,
-                self.config.attest_per_minute_node,
-                "this node".to_owned(),
-            ),
-        ];
-        for (attempts, limit, scope) in flooded {
-            if attempts > limit {
-                return Err(fail(
-                    SealCode::AttestationFailed,
-                    format!("too many attestation attempts from {scope} ({attempts} in the last minute; limit {limit}); retry later"),
-                )
-                .with_retry_after(60));
-            }
-        }
+        self.check_attempts(services, req, source).await?;
         let public_key = decode_public_key(&req.public_key)?;
         let context = contexts::get(
             &services.pool,
@@ -256,13 +226,74 @@ impl Gateway {
         };
         context.admits(&req.workload_id, proof)?;
 
+        let (session, claims) = self.new_session(&context.name, req, public_key.to_vec());
+        let security_token = self.issuer.issue(&claims)?;
+        store_session(services, &context.name, req, token, &session).await?;
+        let body = json!({
+            "status": "success",
+            "security_token": security_token,
+            "expires_at": session.expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "session_id": session.id,
+        });
+        Ok((session, body))
+    }
+
+    /// The attempt is recorded and the flood limits (per workload, per source address, per
+    /// node) checked before anything else of the request is looked at.
+    async fn check_attempts(
+        &self,
+        services: &Services,
+        req: &AttestRequest,
+        source: Option<IpAddr>,
+    ) -> Result<(), SealError> {
+        let source = source.map(|ip| ip.to_string());
+        let counts =
+            sessions::record_attest_attempt(&services.pool, &req.workload_id, source.as_deref())
+                .await
+                .map_err(|e| SealError::new(SealCode::AttestationFailed, e.to_string()))?;
+        let flooded = [
+            (
+                counts.workload,
+                self.config.attest_per_minute,
+                format!("workload `{}`", req.workload_id),
+            ),
+            (
+                counts.source,
+                self.config.attest_per_minute_per_source,
+                format!("source address {}", source.as_deref().unwrap_or("unknown")),
+            ),
+            (
+                counts.node,
+                self.config.attest_per_minute_node,
+                "this node".to_owned(),
+            ),
+        ];
+        for (attempts, limit, scope) in flooded {
+            if attempts > limit {
+                return Err(SealError::new(
+                    SealCode::AttestationFailed,
+                    format!("too many attestation attempts from {scope} ({attempts} in the last minute; limit {limit}); retry later"),
+                )
+                .with_retry_after(60));
+            }
+        }
+        Ok(())
+    }
+
+    /// The admitted workload's session and its token's claims, built once every check passed.
+    fn new_session(
+        &self,
+        context_name: &str,
+        req: &AttestRequest,
+        public_key: Vec<u8>,
+    ) -> (Session, Claims) {
         let now = Utc::now();
         let ttl = self.config.token_ttl_secs.clamp(60, 24 * 3600);
         let session = Session {
             id: Uuid::new_v4(),
-            context_name: context.name.clone(),
+            context_name: context_name.to_owned(),
             workload_id: req.workload_id.clone(),
-            public_key: public_key.to_vec(),
+            public_key,
             token_id: Uuid::new_v4().to_string(),
             status: "active".to_owned(),
             created_at: now,
@@ -274,45 +305,13 @@ impl Gateway {
             sub: session.id.to_string(),
             iat: now.timestamp(),
             exp: session.expires_at.timestamp(),
-            scp: context.name.clone(),
+            scp: context_name.to_owned(),
             wid: req.workload_id.clone(),
             jti: session.token_id.clone(),
             exec_id: None,
             iss: Some("orchestrator".to_owned()),
         };
-        let security_token = self.issuer.issue(&claims)?;
-        let db = |e: sqlx::Error| fail(SealCode::AttestationFailed, e.to_string());
-        let mut tx = services.pool.begin().await.map_err(db)?;
-        if let Some(token) = token {
-            attestation_tokens::redeem(
-                &mut tx,
-                aegis_core::DEFAULT_TENANT,
-                &context.name,
-                &req.workload_id,
-                token,
-                session.id,
-            )
-            .await
-            .map_err(|e| match e {
-                attestation_tokens::TokenError::Refused(why) => {
-                    SealError::new(SealCode::WorkloadVerificationFailed, why).with_details(
-                        json!({"security_context": context.name, "workload_id": req.workload_id}),
-                    )
-                }
-                other => fail(SealCode::AttestationFailed, other.to_string()),
-            })?;
-        }
-        sessions::create(&mut *tx, aegis_core::DEFAULT_TENANT, &session)
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)?;
-        let body = json!({
-            "status": "success",
-            "security_token": security_token,
-            "expires_at": session.expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            "session_id": session.id,
-        });
-        Ok((session, body))
+        (session, claims)
     }
 
     /// A session's immutable facts, from the cache or (once) from the database.
@@ -455,6 +454,44 @@ impl Gateway {
         }
         let _ = sessions::prune_replay_guard(&services.pool, self.config.freshness_secs * 4).await;
     }
+}
+
+/// Storing the session is the last step, in one transaction with the redemption of the
+/// attestation token (if one was presented), so a token admits one session only.
+async fn store_session(
+    services: &Services,
+    context_name: &str,
+    req: &AttestRequest,
+    token: Option<&str>,
+    session: &Session,
+) -> Result<(), SealError> {
+    let fail = |code, msg: String| SealError::new(code, msg);
+    let db = |e: sqlx::Error| fail(SealCode::AttestationFailed, e.to_string());
+    let mut tx = services.pool.begin().await.map_err(db)?;
+    if let Some(token) = token {
+        attestation_tokens::redeem(
+            &mut tx,
+            aegis_core::DEFAULT_TENANT,
+            context_name,
+            &req.workload_id,
+            token,
+            session.id,
+        )
+        .await
+        .map_err(|e| match e {
+            attestation_tokens::TokenError::Refused(why) => {
+                SealError::new(SealCode::WorkloadVerificationFailed, why).with_details(
+                    json!({"security_context": context_name, "workload_id": req.workload_id}),
+                )
+            }
+            other => fail(SealCode::AttestationFailed, other.to_string()),
+        })?;
+    }
+    sessions::create(&mut *tx, aegis_core::DEFAULT_TENANT, session)
+        .await
+        .map_err(db)?;
+    tx.commit().await.map_err(db)?;
+    Ok(())
 }
 
 /// A cache lock; a panic while holding one leaves plain data behind, still usable.
