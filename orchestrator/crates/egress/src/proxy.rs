@@ -179,19 +179,7 @@ impl Shared {
                 return;
             }
         };
-        let mut upstream = None;
-        let mut last_error = String::new();
-        for addr in &addrs {
-            match tokio::time::timeout(self.egress.connect_timeout, TcpStream::connect(addr)).await
-            {
-                Ok(Ok(s)) => {
-                    upstream = Some(s);
-                    break;
-                }
-                Ok(Err(e)) => last_error = format!("{addr}: {e}"),
-                Err(_) => last_error = format!("{addr}: connect timed out"),
-            }
-        }
+        let (upstream, last_error) = self.connect(&addrs).await;
         let Some(mut upstream) = upstream else {
             let refusal = Refusal {
                 status: 502,
@@ -205,31 +193,7 @@ impl Shared {
                 .await;
             return;
         };
-        let mut up_bytes = 0u64;
-        let setup = async {
-            match &target.forward_head {
-                None => {
-                    client
-                        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-                        .await?;
-                }
-                Some(head) => {
-                    upstream.write_all(head).await?;
-                    up_bytes += head.len() as u64;
-                }
-            }
-            upstream.write_all(&rest).await?;
-            up_bytes += rest.len() as u64;
-            Ok::<(), std::io::Error>(())
-        };
-        let relayed = match setup.await {
-            Ok(()) => tokio::io::copy_bidirectional(&mut client, &mut upstream).await,
-            Err(e) => Err(e),
-        };
-        let (outcome, sent, received) = match relayed {
-            Ok((to_upstream, to_client)) => ("ok", up_bytes + to_upstream, to_client),
-            Err(_) => ("error", up_bytes, 0),
-        };
+        let (outcome, sent, received) = relay(&mut client, &mut upstream, &target, &rest).await;
         tracing::debug!(%peer, host = %target.host, port = target.port, sent, received, "egress proxy: connection closed");
         self.record(
             Some(&target),
@@ -247,6 +211,21 @@ impl Shared {
             started,
         )
         .await;
+    }
+
+    /// Connecting is tried on each admitted address in turn, each within the connect timeout;
+    /// gives the first connection, or none and the last failure.
+    async fn connect(&self, addrs: &[SocketAddr]) -> (Option<TcpStream>, String) {
+        let mut last_error = String::new();
+        for addr in addrs {
+            match tokio::time::timeout(self.egress.connect_timeout, TcpStream::connect(addr)).await
+            {
+                Ok(Ok(s)) => return (Some(s), last_error),
+                Ok(Err(e)) => last_error = format!("{addr}: {e}"),
+                Err(_) => last_error = format!("{addr}: connect timed out"),
+            }
+        }
+        (None, last_error)
     }
 
     async fn refuse(
@@ -321,6 +300,42 @@ impl Shared {
         if let Err(e) = audit::record(&self.pool, &caller, entry).await {
             tracing::error!(error = %e, sandbox = %self.scope.sandbox, "egress proxy: audit row not written");
         }
+    }
+}
+
+/// The relay, once connected: the proxy's answer (CONNECT) or the forwarded request head, the
+/// bytes read past the head, then both directions until either side closes. Gives the outcome
+/// and the bytes sent and received.
+async fn relay(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    target: &Target,
+    rest: &[u8],
+) -> (&'static str, u64, u64) {
+    let mut up_bytes = 0u64;
+    let setup = async {
+        match &target.forward_head {
+            None => {
+                client
+                    .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+                    .await?;
+            }
+            Some(head) => {
+                upstream.write_all(head).await?;
+                up_bytes += head.len() as u64;
+            }
+        }
+        upstream.write_all(rest).await?;
+        up_bytes += rest.len() as u64;
+        Ok::<(), std::io::Error>(())
+    };
+    let relayed = match setup.await {
+        Ok(()) => tokio::io::copy_bidirectional(client, upstream).await,
+        Err(e) => Err(e),
+    };
+    match relayed {
+        Ok((to_upstream, to_client)) => ("ok", up_bytes + to_upstream, to_client),
+        Err(_) => ("error", up_bytes, 0),
     }
 }
 
