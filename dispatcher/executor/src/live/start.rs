@@ -18,7 +18,8 @@ use crate::encoding::base64_encode;
 use crate::error::{OpError, OpResult};
 use crate::live::pty;
 use crate::protocol::{
-    ErrorKind, Event, EventBody, OutputStream, ProcessEnd, StartParams, StartResult, Truncation,
+    ErrorKind, Event, EventBody, OutputStream, ProcessEnd, PtySize, StartParams, StartResult,
+    Truncation,
 };
 use crate::running::Proc;
 use crate::spawn::children::Stop;
@@ -30,21 +31,7 @@ const TERM: &str = "xterm-256color";
 
 /// Runs `proc.start` for request `request`.
 pub fn start(ctx: &Arc<Context>, request: u64, params: StartParams) -> OpResult<StartResult> {
-    if let Some(tag) = &params.tag {
-        if tag.is_empty() || tag.len() > MAX_TAG_BYTES || tag.contains('\0') {
-            return Err(OpError::invalid(format!(
-                "tag must be 1 to {MAX_TAG_BYTES} bytes without NUL"
-            )));
-        }
-    }
-    if params.timeout_ms == Some(0) {
-        return Err(OpError::invalid("timeout_ms must be positive when given"));
-    }
-    if params.max_output_bytes == Some(0) {
-        return Err(OpError::invalid(
-            "max_output_bytes must be positive when given",
-        ));
-    }
+    check(&params)?;
     let reservation = ctx
         .live
         .reserve(ctx.config.max_live_processes, params.tag.as_deref())?;
@@ -53,58 +40,12 @@ pub fn start(ctx: &Arc<Context>, request: u64, params: StartParams) -> OpResult<
         .unwrap_or(ctx.config.max_live_output_bytes)
         .min(ctx.config.max_live_output_bytes);
 
-    let (stdio, reads, input, terminal) = match params.pty {
-        Some(size) => {
-            let (master, slave) = pty::open(size, (ctx.config.uid, ctx.config.gid))?;
-            let copy = |fd: &OwnedFd| {
-                fd.try_clone().map_err(|e| {
-                    OpError::new(
-                        ErrorKind::SpawnFailed,
-                        format!("cannot duplicate a terminal descriptor: {e}"),
-                    )
-                })
-            };
-            let stdio = Stdio {
-                stdout: copy(&slave)?,
-                stderr: copy(&slave)?,
-                stdin: Some(slave),
-                pty: true,
-            };
-            let reads = [Some(copy(&master)?), None];
-            let master = Arc::new(master);
-            (
-                stdio,
-                reads,
-                Some(Arc::clone(&master)),
-                Some((master, Mutex::new(size))),
-            )
-        }
-        None => {
-            let (stdout_read, stdout_write) = run::pipe()?;
-            let (stderr_read, stderr_write) = run::pipe()?;
-            let (stdin, input) = if params.stdin {
-                let (read, write) = run::pipe()?;
-                let status = rustix::fs::fcntl_getfl(&write)
-                    .and_then(|s| rustix::fs::fcntl_setfl(&write, s | OFlags::NONBLOCK));
-                if let Err(e) = status {
-                    return Err(OpError::new(
-                        ErrorKind::SpawnFailed,
-                        format!("cannot configure the stdin pipe: {e}"),
-                    ));
-                }
-                (Some(read), Some(Arc::new(write)))
-            } else {
-                (None, None)
-            };
-            let stdio = Stdio {
-                stdout: stdout_write,
-                stderr: stderr_write,
-                stdin,
-                pty: false,
-            };
-            (stdio, [Some(stdout_read), Some(stderr_read)], input, None)
-        }
-    };
+    let Plumbing {
+        stdio,
+        reads,
+        input,
+        terminal,
+    } = plumbing(ctx, &params)?;
     let what = Launch {
         argv: &params.argv,
         cwd: params.cwd.as_deref(),
@@ -180,6 +121,98 @@ pub fn start(ctx: &Arc<Context>, request: u64, params: StartParams) -> OpResult<
         pid,
         tag: params.tag,
         landlock,
+    })
+}
+
+/// The request's own checks, before anything is reserved or opened.
+fn check(params: &StartParams) -> OpResult<()> {
+    if let Some(tag) = &params.tag {
+        if tag.is_empty() || tag.len() > MAX_TAG_BYTES || tag.contains('\0') {
+            return Err(OpError::invalid(format!(
+                "tag must be 1 to {MAX_TAG_BYTES} bytes without NUL"
+            )));
+        }
+    }
+    if params.timeout_ms == Some(0) {
+        return Err(OpError::invalid("timeout_ms must be positive when given"));
+    }
+    if params.max_output_bytes == Some(0) {
+        return Err(OpError::invalid(
+            "max_output_bytes must be positive when given",
+        ));
+    }
+    Ok(())
+}
+
+/// The process's descriptors: its stdio, the ends the supervisor reads, where input goes and
+/// the terminal (when it has one).
+struct Plumbing {
+    stdio: Stdio,
+    reads: [Option<OwnedFd>; 2],
+    input: Option<Arc<OwnedFd>>,
+    terminal: Option<(Arc<OwnedFd>, Mutex<PtySize>)>,
+}
+
+/// Opening the descriptors is a step of its own, before the launch: a PTY (its slave as the
+/// three stdio, its master read and written), or pipes (stdin only when asked for, written
+/// without blocking).
+fn plumbing(ctx: &Context, params: &StartParams) -> OpResult<Plumbing> {
+    Ok(match params.pty {
+        Some(size) => {
+            let (master, slave) = pty::open(size, (ctx.config.uid, ctx.config.gid))?;
+            let copy = |fd: &OwnedFd| {
+                fd.try_clone().map_err(|e| {
+                    OpError::new(
+                        ErrorKind::SpawnFailed,
+                        format!("cannot duplicate a terminal descriptor: {e}"),
+                    )
+                })
+            };
+            let stdio = Stdio {
+                stdout: copy(&slave)?,
+                stderr: copy(&slave)?,
+                stdin: Some(slave),
+                pty: true,
+            };
+            let reads = [Some(copy(&master)?), None];
+            let master = Arc::new(master);
+            Plumbing {
+                stdio,
+                reads,
+                input: Some(Arc::clone(&master)),
+                terminal: Some((master, Mutex::new(size))),
+            }
+        }
+        None => {
+            let (stdout_read, stdout_write) = run::pipe()?;
+            let (stderr_read, stderr_write) = run::pipe()?;
+            let (stdin, input) = if params.stdin {
+                let (read, write) = run::pipe()?;
+                let status = rustix::fs::fcntl_getfl(&write)
+                    .and_then(|s| rustix::fs::fcntl_setfl(&write, s | OFlags::NONBLOCK));
+                if let Err(e) = status {
+                    return Err(OpError::new(
+                        ErrorKind::SpawnFailed,
+                        format!("cannot configure the stdin pipe: {e}"),
+                    ));
+                }
+                (Some(read), Some(Arc::new(write)))
+            } else {
+                (None, None)
+            };
+            let stdio = Stdio {
+                stdout: stdout_write,
+                stderr: stderr_write,
+                stdin,
+                pty: false,
+            };
+            Plumbing {
+                stdio,
+                reads: [Some(stdout_read), Some(stderr_read)],
+                input,
+                terminal: None,
+            }
+        }
     })
 }
 
