@@ -112,39 +112,13 @@ pub(crate) fn launch(
     what: &Launch<'_>,
     stdio: Stdio,
 ) -> OpResult<Option<Launched>> {
-    let Some(name) = what.argv.first() else {
-        return Err(OpError::invalid("argv is empty"));
-    };
-    if let Some(i) = what.argv.iter().position(|a| a.contains('\0')) {
-        return Err(OpError::invalid(format!("argv[{i}] contains a NUL byte")));
-    }
-    for (key, value) in what.env {
-        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
-            return Err(OpError::invalid(format!(
-                "env entry '{}' is not a valid variable (no '=' or NUL in names, no NUL in values)",
-                key.escape_default()
-            )));
-        }
-    }
+    let name = check_launch(what)?;
     // Cached like the grants: the image is read-only, and each lookup walks `PATH` on it.
     let program = ctx.grants.resolve(name, &ctx.config.path)?.path;
     let exec = ctx.grants.exec_paths(what.exec, name, &ctx.config.path)?;
     let cwd_target = ctx.roots.resolve(what.cwd.unwrap_or("."), Access::Read)?;
     let cwd = cwd_target.open(OFlags::PATH | OFlags::DIRECTORY)?;
-    let mut env = vec![
-        ("PATH".to_owned(), ctx.config.path.clone()),
-        ("HOME".to_owned(), ctx.config.home.clone()),
-        ("LANG".to_owned(), "C.UTF-8".to_owned()),
-    ];
-    env.extend(
-        what.defaults
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
-    for (key, value) in what.env {
-        env.retain(|(k, _)| k != key);
-        env.push((key.clone(), value.clone()));
-    }
+    let env = environment(ctx, what);
     let (status_read, status_write) = pipe()?;
     let confinement = Confinement {
         exec,
@@ -230,6 +204,47 @@ pub(crate) fn launch(
             ))
         }
     }
+}
+
+/// The request's own checks, before anything is resolved: an argv, and no NUL in it or in the
+/// environment (nor `=` in a variable's name). Gives the program's name.
+fn check_launch<'a>(what: &Launch<'a>) -> OpResult<&'a String> {
+    let Some(name) = what.argv.first() else {
+        return Err(OpError::invalid("argv is empty"));
+    };
+    if let Some(i) = what.argv.iter().position(|a| a.contains('\0')) {
+        return Err(OpError::invalid(format!("argv[{i}] contains a NUL byte")));
+    }
+    for (key, value) in what.env {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return Err(OpError::invalid(format!(
+                "env entry '{}' is not a valid variable (no '=' or NUL in names, no NUL in values)",
+                key.escape_default()
+            )));
+        }
+    }
+    Ok(name)
+}
+
+/// The command's environment, built in the parent before the spawn: the node's `PATH`, `HOME`
+/// and `LANG`, then the launcher's defaults, then the request's own variables (each replacing
+/// one of the same name).
+fn environment(ctx: &Context, what: &Launch<'_>) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("PATH".to_owned(), ctx.config.path.clone()),
+        ("HOME".to_owned(), ctx.config.home.clone()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+    ];
+    env.extend(
+        what.defaults
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    for (key, value) in what.env {
+        env.retain(|(k, _)| k != key);
+        env.push((key.clone(), value.clone()));
+    }
+    env
 }
 
 /// Runs `cmd.run` for request `request`.
@@ -481,45 +496,9 @@ pub(crate) fn supervise(
             break;
         }
 
-        let next = if let Some(at) = exited_at {
-            Some(at + DRAIN_AFTER_EXIT)
-        } else if let Some(term) = term_sent {
-            Some(
-                term + limits.grace
-                    + if kill_sent {
-                        KILL_BACKSTOP
-                    } else {
-                        Duration::ZERO
-                    },
-            )
-        } else {
-            limits.deadline
-        };
+        let next = next_wake(exited_at, term_sent, kill_sent, limits);
         let timeout = next.map(|n| duration_to_timespec(n.saturating_duration_since(now)));
-
-        let mut fds = Vec::with_capacity(3);
-        let mut which = Vec::with_capacity(2);
-        for (index, pipe) in pipes.iter().enumerate() {
-            if let Some(fd) = pipe {
-                fds.push(PollFd::new(fd, PollFlags::IN));
-                which.push(index);
-            }
-        }
-        let wake_index = fds.len();
-        let wake = slot.wake_fd();
-        fds.push(PollFd::new(&wake, PollFlags::IN));
-        match poll(&mut fds, timeout.as_ref()) {
-            Ok(_) | Err(Errno::INTR) => {}
-            Err(errno) => {
-                crate::log_event!("poll failed: {errno}");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
-        drop(fds);
-        if ready[wake_index] {
-            slot.clear_wake();
-        }
+        let (ready, which) = wait_ready(slot, &pipes, timeout);
         for (slot_index, &index) in which.iter().enumerate() {
             if !ready[slot_index] {
                 continue;
@@ -543,6 +522,64 @@ pub(crate) fn supervise(
         timed_out,
         cancelled,
     }
+}
+
+/// When the loop must next look without being woken: the end of the drain after exit, the
+/// grace (then the backstop) after SIGTERM (then SIGKILL), else the deadline, if any.
+fn next_wake(
+    exited_at: Option<Instant>,
+    term_sent: Option<Instant>,
+    kill_sent: bool,
+    limits: &Limits,
+) -> Option<Instant> {
+    if let Some(at) = exited_at {
+        Some(at + DRAIN_AFTER_EXIT)
+    } else if let Some(term) = term_sent {
+        Some(
+            term + limits.grace
+                + if kill_sent {
+                    KILL_BACKSTOP
+                } else {
+                    Duration::ZERO
+                },
+        )
+    } else {
+        limits.deadline
+    }
+}
+
+/// The wait of one turn: polls the open pipes and the slot's wake descriptor (clearing it when
+/// it fired) until one is ready or `timeout` passes. Gives which poll entries are ready and
+/// the pipe index of each pipe entry.
+fn wait_ready(
+    slot: &Slot,
+    pipes: &[Option<OwnedFd>; 2],
+    timeout: Option<Timespec>,
+) -> (Vec<bool>, Vec<usize>) {
+    let mut fds = Vec::with_capacity(3);
+    let mut which = Vec::with_capacity(2);
+    for (index, pipe) in pipes.iter().enumerate() {
+        if let Some(fd) = pipe {
+            fds.push(PollFd::new(fd, PollFlags::IN));
+            which.push(index);
+        }
+    }
+    let wake_index = fds.len();
+    let wake = slot.wake_fd();
+    fds.push(PollFd::new(&wake, PollFlags::IN));
+    match poll(&mut fds, timeout.as_ref()) {
+        Ok(_) | Err(Errno::INTR) => {}
+        Err(errno) => {
+            crate::log_event!("poll failed: {errno}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+    drop(fds);
+    if ready[wake_index] {
+        slot.clear_wake();
+    }
+    (ready, which)
 }
 
 pub(crate) fn duration_to_timespec(d: Duration) -> Timespec {
