@@ -371,27 +371,7 @@ fn read_events(
     ctx: &Context,
     watch: &mut Watch,
 ) -> rustix::io::Result<(Vec<FsEvent>, Option<String>)> {
-    let mut buffer = [MaybeUninit::<u8>::uninit(); 16 * 1024];
-    let mut raw = Vec::new();
-    {
-        let mut reader = inotify::Reader::new(&watch.inotify, &mut buffer);
-        loop {
-            match reader.next() {
-                Ok(event) => raw.push((
-                    event.wd(),
-                    event.events(),
-                    event
-                        .file_name()
-                        .map(CStr::to_string_lossy)
-                        .map(|n| n.into_owned()),
-                    event.cookie(),
-                )),
-                Err(Errno::AGAIN) => break,
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
+    let raw = drain_queue(watch)?;
     let mut events = Vec::new();
     for (wd, flags, name, cookie) in raw {
         if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
@@ -437,17 +417,7 @@ fn read_events(
                 continue;
             }
         }
-        let op = if flags.contains(ReadFlags::CREATE) || flags.contains(ReadFlags::MOVED_TO) {
-            FsOp::Create
-        } else if flags.contains(ReadFlags::MODIFY) {
-            FsOp::Write
-        } else if flags.contains(ReadFlags::DELETE) {
-            FsOp::Remove
-        } else if flags.contains(ReadFlags::MOVED_FROM) {
-            FsOp::Rename
-        } else if flags.contains(ReadFlags::ATTRIB) {
-            FsOp::Chmod
-        } else {
+        let Some(op) = op_of(flags) else {
             continue;
         };
         let event = FsEvent {
@@ -459,34 +429,92 @@ fn read_events(
             events.push(event);
         }
         if op == FsOp::Create && is_dir && watch.recursive {
-            let sub = if rel.is_empty() {
-                name.clone()
-            } else {
-                paths::join(&rel, &name)
-            };
-            // Resolved beneath its root like any requested path; the final name not followed.
-            let opened = ctx
-                .roots
-                .resolve(&path, Access::Read)
-                .and_then(|t| t.open(OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW));
-            let added = match opened {
-                Ok(fd) => watch.add(fd.as_fd(), sub.clone()),
-                Err(_) => Ok(()), // gone again, or not a directory we may read
-            };
-            let full = match added {
-                Ok(()) => scan(ctx, watch, &path, &sub, &mut events),
-                Err(e) => e == Errno::NOSPC,
-            };
-            if full {
-                events.push(FsEvent {
-                    op: FsOp::Overflow,
-                    path,
-                    is_dir: true,
-                });
-            }
+            watch_new_dir(ctx, watch, &rel, &name, path, &mut events);
         }
     }
     Ok((events, None))
+}
+
+/// One inotify record: watch descriptor, flags, name (lossy), rename cookie.
+type RawEvent = (i32, ReadFlags, Option<String>, u32);
+
+/// Everything the kernel has queued, read until it would block, before any of it is handled
+/// (handling adds watches on the same descriptor).
+fn drain_queue(watch: &Watch) -> rustix::io::Result<Vec<RawEvent>> {
+    let mut buffer = [MaybeUninit::<u8>::uninit(); 16 * 1024];
+    let mut raw = Vec::new();
+    let mut reader = inotify::Reader::new(&watch.inotify, &mut buffer);
+    loop {
+        match reader.next() {
+            Ok(event) => raw.push((
+                event.wd(),
+                event.events(),
+                event
+                    .file_name()
+                    .map(CStr::to_string_lossy)
+                    .map(|n| n.into_owned()),
+                event.cookie(),
+            )),
+            Err(Errno::AGAIN) => break,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(raw)
+}
+
+/// The operation a record reports, by precedence; none for flags a watch does not report.
+fn op_of(flags: ReadFlags) -> Option<FsOp> {
+    if flags.contains(ReadFlags::CREATE) || flags.contains(ReadFlags::MOVED_TO) {
+        Some(FsOp::Create)
+    } else if flags.contains(ReadFlags::MODIFY) {
+        Some(FsOp::Write)
+    } else if flags.contains(ReadFlags::DELETE) {
+        Some(FsOp::Remove)
+    } else if flags.contains(ReadFlags::MOVED_FROM) {
+        Some(FsOp::Rename)
+    } else if flags.contains(ReadFlags::ATTRIB) {
+        Some(FsOp::Chmod)
+    } else {
+        None
+    }
+}
+
+/// A directory created under a recursive watch is watched too, and what it already holds
+/// reported; an `Overflow` event when the watch limit is reached.
+fn watch_new_dir(
+    ctx: &Context,
+    watch: &mut Watch,
+    rel: &str,
+    name: &str,
+    path: String,
+    events: &mut Vec<FsEvent>,
+) {
+    let sub = if rel.is_empty() {
+        name.to_owned()
+    } else {
+        paths::join(rel, name)
+    };
+    // Resolved beneath its root like any requested path; the final name not followed.
+    let opened = ctx
+        .roots
+        .resolve(&path, Access::Read)
+        .and_then(|t| t.open(OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW));
+    let added = match opened {
+        Ok(fd) => watch.add(fd.as_fd(), sub.clone()),
+        Err(_) => Ok(()), // gone again, or not a directory we may read
+    };
+    let full = match added {
+        Ok(()) => scan(ctx, watch, &path, &sub, events),
+        Err(e) => e == Errno::NOSPC,
+    };
+    if full {
+        events.push(FsEvent {
+            op: FsOp::Overflow,
+            path,
+            is_dir: true,
+        });
+    }
 }
 
 /// Reports what a directory just watched already holds, and watches its subdirectories: what
