@@ -481,18 +481,7 @@ impl Inner {
             return Ok(());
         }
         let filters = HashMap::from([("label".to_owned(), vec![labels::managed_filter()])]);
-        // (scope, reason) of an object of a silent scope.
-        let of_silent = |l: &HashMap<String, String>| -> Option<(String, String)> {
-            let scope = l.get(labels::SCOPE)?;
-            let quiet = silent.get(scope)?;
-            Some((
-                scope.clone(),
-                format!(
-                    "no instance of its database {} has been alive for {quiet} s (scope {scope})",
-                    l.get(labels::DB_NAME).map_or("?", String::as_str)
-                ),
-            ))
-        };
+        let of_silent = |l: &HashMap<String, String>| of_silent_scope(&silent, l);
         let containers: Vec<(String, (String, String))> = self
             .containers_matching(&filters, "listing managed containers of silent scopes")
             .await?
@@ -545,25 +534,7 @@ impl Inner {
                 }
             }
         }
-        let mut volumes: Vec<(bool, String, (String, String))> = self
-            .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::new().filters(&filters).build(),
-            ))
-            .await
-            .map_err(engine("listing managed volumes of silent scopes"))?
-            .volumes
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|v| {
-                let reason = of_silent(&v.labels)?;
-                let beacon =
-                    v.labels.get(labels::COMPONENT).map(String::as_str) == Some(beacon::COMPONENT);
-                Some((beacon, v.name, reason))
-            })
-            .collect();
-        // Beacons last: while anything of the scope is left, the next pass can still judge it.
-        volumes.sort_by_key(|(beacon, _, _)| *beacon);
+        let volumes = self.silent_volumes(&filters, &silent).await?;
         for (_, name, (scope, reason)) in &volumes {
             if keep(scope) {
                 continue;
@@ -580,6 +551,35 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// The volumes of silent scopes, each with whether it is a beacon, its name and (scope,
+    /// reason), beacons last.
+    async fn silent_volumes(
+        &self,
+        filters: &HashMap<String, Vec<String>>,
+        silent: &HashMap<String, i64>,
+    ) -> Result<Vec<(bool, String, (String, String))>> {
+        let mut volumes: Vec<(bool, String, (String, String))> = self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::new().filters(filters).build(),
+            ))
+            .await
+            .map_err(engine("listing managed volumes of silent scopes"))?
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|v| {
+                let reason = of_silent_scope(silent, &v.labels)?;
+                let beacon =
+                    v.labels.get(labels::COMPONENT).map(String::as_str) == Some(beacon::COMPONENT);
+                Some((beacon, v.name, reason))
+            })
+            .collect();
+        // Beacons last: while anything of the scope is left, the next pass can still judge it.
+        volumes.sort_by_key(|(beacon, _, _)| *beacon);
+        Ok(volumes)
     }
 
     /// Other scopes that have beacons, none of them younger than `SILENT_AFTER` (or `dead_after`
@@ -724,4 +724,20 @@ pub(crate) fn spawn_periodic(weak: Weak<Inner>) {
             }
         }
     });
+}
+
+/// (scope, reason) of an object of a silent scope, from its labels; none for other objects.
+fn of_silent_scope(
+    silent: &HashMap<String, i64>,
+    l: &HashMap<String, String>,
+) -> Option<(String, String)> {
+    let scope = l.get(labels::SCOPE)?;
+    let quiet = silent.get(scope)?;
+    Some((
+        scope.clone(),
+        format!(
+            "no instance of its database {} has been alive for {quiet} s (scope {scope})",
+            l.get(labels::DB_NAME).map_or("?", String::as_str)
+        ),
+    ))
 }
