@@ -5,64 +5,14 @@
 
 use crate::common;
 
-use std::time::Duration;
-
-use common::fake_llm::{answer, FakeLlm, Step};
-use common::{test_config, TestApp, TestDb};
+use common::agent::AgentManifest;
+use common::fake_llm::{answer, Step};
+use common::harness::Harness;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-struct Harness {
-    app: TestApp,
-    _llm: FakeLlm,
-    _db: TestDb,
-}
-
 async fn harness(script: Vec<Step>) -> Harness {
-    let db = TestDb::create().await;
-    let llm = FakeLlm::start(script).await;
-    let mut config = test_config(&db.url);
-    config.llm = llm.config();
-    config.workflows.system_image = Some("aegis-runtime/busybox:1".to_owned());
-    config.workflows.poll_interval_ms = 200;
-    let app = TestApp::spawn_with(config).await;
-    Harness {
-        app,
-        _llm: llm,
-        _db: db,
-    }
-}
-
-impl Harness {
-    async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut r = self.app.admin(method, path);
-        if let Some(body) = body {
-            r = r.json(&body);
-        }
-        let r = r.send().await.unwrap();
-        let status = r.status().as_u16();
-        let text = r.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
-    }
-
-    async fn deploy(&self, path: &str, manifest: &str) -> (u16, Value) {
-        let r = self
-            .app
-            .admin(Method::POST, path)
-            .body(manifest.to_owned())
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
-    }
-
-    /// Polls `path` until its `status` is terminal.
-    async fn ended(&self, path: &str) -> Value {
-        self.app.until_ended(path, Duration::from_secs(90)).await
-    }
+    Harness::builder(script).workflows().start().await
 }
 
 const DIGITS: &str = "apiVersion: 100monkeys.ai/v1
@@ -151,21 +101,10 @@ async fn a_final_output_that_breaks_output_schema_fails_naming_the_pointer() {
     );
 }
 
-fn agent(instruction: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: speaker
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: {instruction}
-"
-    )
+fn speaker(instruction: &str) -> String {
+    AgentManifest::new("speaker")
+        .instruction(instruction)
+        .yaml()
 }
 
 fn workflow(word: &str) -> String {
@@ -201,7 +140,7 @@ async fn a_forced_deploy_never_changes_what_a_version_meant_to_the_executions_th
     let h = harness(vec![answer("first words"), answer("second words")]).await;
 
     // Version 1.0.0, revision 1, and an execution of it.
-    let (code, first) = h.deploy("/v1/agents", &agent("Say A.")).await;
+    let (code, first) = h.deploy("/v1/agents", &speaker("Say A.")).await;
     assert_eq!(code, 201, "{first}");
     assert_eq!(
         (first["revision"].clone(), first["replaced"].clone()),
@@ -222,9 +161,9 @@ async fn a_forced_deploy_never_changes_what_a_version_meant_to_the_executions_th
 
     // The same version again: refused without force; with force and another manifest, a new
     // revision; with force and the same manifest, nothing.
-    let (code, refused) = h.deploy("/v1/agents", &agent("Say B.")).await;
+    let (code, refused) = h.deploy("/v1/agents", &speaker("Say B.")).await;
     assert_eq!(code, 409, "{refused}");
-    let (code, second) = h.deploy("/v1/agents?force=true", &agent("Say B.")).await;
+    let (code, second) = h.deploy("/v1/agents?force=true", &speaker("Say B.")).await;
     assert_eq!(code, 200, "{second}");
     assert_eq!(
         (
@@ -237,7 +176,7 @@ async fn a_forced_deploy_never_changes_what_a_version_meant_to_the_executions_th
     );
     let digest_2 = second["manifest_digest"].as_str().unwrap().to_owned();
     assert_ne!(digest_1, digest_2);
-    let (code, again) = h.deploy("/v1/agents?force=true", &agent("Say B.")).await;
+    let (code, again) = h.deploy("/v1/agents?force=true", &speaker("Say B.")).await;
     assert_eq!(code, 200, "{again}");
     assert_eq!(
         (again["revision"].clone(), again["unchanged"].clone()),

@@ -16,11 +16,12 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use common::{docker_lines, test_config, TestApp, TestDb};
+use common::docker_lines;
+use common::harness::{Harness, WORKFLOWS};
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
@@ -31,75 +32,12 @@ use tokio::net::TcpListener;
 /// rendered a second time).
 const ATTACK: &str = "v1; echo INJ$((6*7)) `echo BT` $(echo SUB) 'sq' \"dq\" {{input.secret}}";
 
-struct Harness {
-    app: TestApp,
-}
-
 async fn harness(adjust: impl FnOnce(&mut orchestrator::config::NodeConfig)) -> Harness {
-    let db = TestDb::create().await;
-    let mut config = test_config(&db.url);
-    config.workflows.system_image = Some("aegis-runtime/busybox:1".to_owned());
-    config.workflows.poll_interval_ms = 200;
-    adjust(&mut config);
-    let mut app = TestApp::spawn_with(config).await;
-    app.db = Some(db);
-    Harness { app }
-}
-
-impl Harness {
-    /// Deploys a workflow; returns the status and the answer.
-    async fn deploy(&self, manifest: &str) -> (u16, String) {
-        let r = self
-            .app
-            .admin(Method::POST, "/v1/workflows")
-            .body(manifest.to_owned())
-            .send()
-            .await
-            .expect("deploy request");
-        (r.status().as_u16(), r.text().await.unwrap_or_default())
-    }
-
-    async fn deployed(&self, manifest: &str) {
-        let (status, body) = self.deploy(manifest).await;
-        assert_eq!(status, 201, "{body}");
-    }
-
-    /// Runs `name` with `input` and waits for its end; returns the execution.
-    async fn run_to_end(&self, name: &str, input: Value) -> Value {
-        let r = self
-            .app
-            .admin(Method::POST, &format!("/v1/workflows/{name}/run"))
-            .json(&json!({"input": input}))
-            .send()
-            .await
-            .expect("run request");
-        let status = r.status().as_u16();
-        let body: Value = r.json().await.expect("run answer");
-        assert_eq!(status, 201, "{body}");
-        let id = body["execution_id"]
-            .as_str()
-            .expect("execution id")
-            .to_owned();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let e: Value = self
-                .app
-                .admin(Method::GET, &format!("/v1/workflows/executions/{id}"))
-                .send()
-                .await
-                .expect("get execution")
-                .json()
-                .await
-                .expect("execution");
-            if ["completed", "failed", "cancelled", "timed_out"]
-                .contains(&e["status"].as_str().unwrap_or_default())
-            {
-                return e;
-            }
-            assert!(Instant::now() < deadline, "never ended: {e}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
+    Harness::builder(vec![])
+        .workflows()
+        .ends_within(Duration::from_secs(120))
+        .start_tuned(adjust)
+        .await
 }
 
 /// What a state printed, failing with the whole execution when it printed nothing.
@@ -121,6 +59,7 @@ fn assert_literal(out: &str, prefix: &str, e: &Value) {
 async fn a_system_command_passes_input_as_one_literal_argument() {
     let h = harness(|_| {}).await;
     h.deployed(
+        WORKFLOWS,
         r#"apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
@@ -142,14 +81,14 @@ spec:
     )
     .await;
     let e = h
-        .run_to_end("ship", json!({"tag": ATTACK, "secret": "TOP-SECRET"}))
-        .await;
+        .workflow_to_end("ship", json!({"tag": ATTACK, "secret": "TOP-SECRET"}))
+        .await
+        .1;
     assert_eq!(e["status"], "completed", "{e}");
     assert_literal(stdout(&e, "SHIP"), "shipping ", &e);
     assert_literal(stdout(&e, "QUOTED"), "tag: ", &e);
 
-    h.deployed(
-        r#"apiVersion: 100monkeys.ai/v1
+    h.deployed(WORKFLOWS, r#"apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
   name: ship-shell
@@ -166,8 +105,9 @@ spec:
     )
     .await;
     let e = h
-        .run_to_end("ship-shell", json!({"tag": ATTACK, "secret": "TOP-SECRET"}))
-        .await;
+        .workflow_to_end("ship-shell", json!({"tag": ATTACK, "secret": "TOP-SECRET"}))
+        .await
+        .1;
     assert_eq!(e["status"], "completed", "{e}");
     // With a shell the template's own `&&`, pipe and redirection work; the value stays data
     // in plain text, inside double quotes and inside single quotes.
@@ -188,8 +128,10 @@ spec:
             "shell: true",
         ),
     ] {
-        h.deployed(&format!(
-            r#"apiVersion: 100monkeys.ai/v1
+        h.deployed(
+            WORKFLOWS,
+            &format!(
+                r#"apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
   name: {name}
@@ -199,7 +141,8 @@ spec:
   states:
     RUN: {{kind: System, command: "{command}", transitions: []}}
 "#
-        ))
+            ),
+        )
         .await;
         let r = h
             .app
@@ -225,6 +168,7 @@ spec:
 async fn a_container_run_with_shell_passes_input_as_data() {
     let h = harness(|_| {}).await;
     h.deployed(
+        WORKFLOWS,
         r#"apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
@@ -256,8 +200,9 @@ spec:
     )
     .await;
     let e = h
-        .run_to_end("build", json!({"tag": ATTACK, "secret": "TOP-SECRET"}))
-        .await;
+        .workflow_to_end("build", json!({"tag": ATTACK, "secret": "TOP-SECRET"}))
+        .await
+        .1;
     assert_eq!(e["status"], "completed", "{e}");
     let out = stdout(&e, "BUILD");
     assert_eq!(out, format!("built {ATTACK}\ntag: {ATTACK}\n"), "{e}");
@@ -350,8 +295,10 @@ p=${{HTTP_PROXY#http://}}; ph=${{p%:*}}; pp=${{p##*:}}
 echo "== end""#,
         a = allowed.port()
     );
-    h.deployed(&format!(
-        r#"apiVersion: 100monkeys.ai/v1
+    h.deployed(
+        WORKFLOWS,
+        &format!(
+            r#"apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
   name: reach-host
@@ -367,10 +314,11 @@ spec:
       command: ["sh", "-c", {script}]
       transitions: []
 "#,
-        script = serde_json::to_string(&reach).expect("script")
-    ))
+            script = serde_json::to_string(&reach).expect("script")
+        ),
+    )
     .await;
-    let e = h.run_to_end("reach-host", json!({})).await;
+    let e = h.workflow_to_end("reach-host", json!({})).await.1;
     assert_eq!(e["status"], "completed", "{e}");
     let out = stdout(&e, "REACH");
     // The host's service never saw a connection, on any address, by any path ...
@@ -398,8 +346,10 @@ echo "== end""#,
         a = allowed.port(),
         d = denied.port()
     );
-    h.deployed(&format!(
-        r#"apiVersion: 100monkeys.ai/v1
+    h.deployed(
+        WORKFLOWS,
+        &format!(
+            r#"apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
   name: fetch
@@ -417,12 +367,13 @@ spec:
       command: ["sh", "-c", {script}]
       transitions: []
 "#,
-        a = allowed.port(),
-        d = denied.port(),
-        script = serde_json::to_string(&fetch).expect("script")
-    ))
+            a = allowed.port(),
+            d = denied.port(),
+            script = serde_json::to_string(&fetch).expect("script")
+        ),
+    )
     .await;
-    let e = h.run_to_end("fetch", json!({})).await;
+    let e = h.workflow_to_end("fetch", json!({})).await.1;
     assert_eq!(e["status"], "completed", "{e}");
     let out = stdout(&e, "FETCH");
     let section = |name: &str| -> String {
@@ -455,6 +406,7 @@ spec:
 
     // An allowlist on a step without network, or an entry that is not a host, is refused at run.
     h.deployed(
+        WORKFLOWS,
         r#"apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:

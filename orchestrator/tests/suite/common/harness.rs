@@ -101,6 +101,20 @@ impl Harness {
         }
     }
 
+    /// `method` on `path` with `body` as JSON, as the administrator; (status, answer).
+    pub async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut r = self.app.admin(method, path);
+        if let Some(body) = body {
+            r = r.json(&body);
+        }
+        body_of(r.send().await.expect("request")).await
+    }
+
+    /// Polls the execution at `path` until its `status` is terminal (within `ends_within`).
+    pub async fn ended(&self, path: &str) -> Value {
+        self.app.until_ended(path, self.ends_within).await
+    }
+
     /// Posts a manifest to `path` ([`AGENTS`], [`WORKFLOWS`], ...); (status, answer).
     pub async fn deploy(&self, path: &str, manifest: &str) -> (u16, Value) {
         let r = self
@@ -164,6 +178,29 @@ impl Harness {
     /// [`Harness::run_as`] as the administrator.
     pub async fn run(&self, agent: &str, input: Value) -> (String, Value) {
         self.run_as(TEST_ADMIN_KEY, agent, input).await
+    }
+
+    /// Posts the request `body` to workflow `name`'s run; (status, answer).
+    pub async fn run_workflow(&self, name: &str, body: Value) -> (u16, Value) {
+        self.send(Method::POST, &format!("{WORKFLOWS}/{name}/run"), Some(body))
+            .await
+    }
+
+    /// Starts workflow `name` on `input`, which must be accepted (201); the execution's id.
+    pub async fn workflow_started(&self, name: &str, input: Value) -> String {
+        let (status, body) = self.run_workflow(name, json!({ "input": input })).await;
+        assert_eq!(status, 201, "{body}");
+        body["execution_id"]
+            .as_str()
+            .expect("execution id")
+            .to_owned()
+    }
+
+    /// Runs workflow `name` on `input` and waits (`ends_within`) for its end; (id, execution).
+    pub async fn workflow_to_end(&self, name: &str, input: Value) -> (String, Value) {
+        let id = self.workflow_started(name, input).await;
+        let e = self.ended(&format!("{WORKFLOWS}/executions/{id}")).await;
+        (id, e)
     }
 
     /// Waits for agent execution `id` to end; the execution.
