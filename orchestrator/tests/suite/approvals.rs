@@ -6,7 +6,8 @@ use crate::common;
 
 use std::time::Duration;
 
-use aegis_cli::seal_client::{ClientError, SealClient, Transport};
+use aegis_cli::seal_client::{SealClient, Transport};
+use common::refusal::refused;
 use common::{test_config, TestApp, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -57,18 +58,6 @@ async fn decide(app: &TestApp, key: &str, id: &str, verdict: &str, note: &str) -
         .await
         .unwrap();
     (r.status().as_u16(), r.json().await.unwrap())
-}
-
-fn refused(result: Result<Value, ClientError>) -> (u32, u16, String) {
-    match result {
-        Err(ClientError::Refused {
-            code,
-            status,
-            message,
-            ..
-        }) => (code, status, message),
-        other => panic!("expected a refusal, got {other:?}"),
-    }
 }
 
 async fn session(app: &TestApp) -> std::sync::Arc<SealClient> {

@@ -6,6 +6,7 @@ use crate::common;
 
 use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use chrono::{Duration, Utc};
+use common::refusal::refused;
 use common::{test_config, TestApp, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -65,19 +66,6 @@ async fn attested(transport: &Transport, context: &str) -> SealClient {
     client
 }
 
-/// The refusal's SEAL code and transport status.
-fn refusal(result: Result<Value, ClientError>) -> (u32, u16, String) {
-    match result {
-        Err(ClientError::Refused {
-            code,
-            status,
-            message,
-            ..
-        }) => (code, status, message),
-        other => panic!("expected a refusal, got {other:?}"),
-    }
-}
-
 fn is_http(t: &Transport) -> bool {
     matches!(t, Transport::Http(_))
 }
@@ -101,7 +89,7 @@ async fn the_rfc_normative_policy_example_holds_over_both_transports() {
             .await
             .unwrap();
         assert_eq!(r["structuredContent"]["content"], "x");
-        let (code, status, _) = refusal(
+        let (code, status, _) = refused(
             client
                 .call_tool("fs.delete", json!({"path": "/workspace/shared/temp.txt"}))
                 .await,
@@ -112,13 +100,13 @@ async fn the_rfc_normative_policy_example_holds_over_both_transports() {
         } else {
             assert_eq!(status, tonic::Code::PermissionDenied as u16)
         }
-        let (code, _, message) = refusal(
+        let (code, _, message) = refused(
             client
                 .call_tool("fs.read", json!({"path": "/etc/passwd"}))
                 .await,
         );
         assert_eq!(code, 2002, "{message}");
-        let (code, _, _) = refusal(
+        let (code, _, _) = refused(
             client
                 .call_tool("web.search", json!({"query": "example"}))
                 .await,
@@ -154,7 +142,7 @@ async fn every_refusal_code_over_both_transports() {
 
         // Policy: deny list, path, command, domain, rate limit.
         assert_eq!(
-            refusal(
+            refused(
                 client
                     .call_tool("fs.delete", json!({"path": "/workspace/a"}))
                     .await
@@ -163,7 +151,7 @@ async fn every_refusal_code_over_both_transports() {
             2001
         );
         assert_eq!(
-            refusal(
+            refused(
                 client
                     .call_tool("fs.read", json!({"path": "/workspace/../etc/passwd"}))
                     .await
@@ -172,7 +160,7 @@ async fn every_refusal_code_over_both_transports() {
             2002
         );
         assert_eq!(
-            refusal(
+            refused(
                 client
                     .call_tool("fs.read", json!({"path": "/workspacex/a"}))
                     .await
@@ -181,7 +169,7 @@ async fn every_refusal_code_over_both_transports() {
             2002
         );
         assert_eq!(
-            refusal(
+            refused(
                 client
                     .call_tool("cmd.run", json!({"command": "rm -rf /workspace"}))
                     .await
@@ -190,7 +178,7 @@ async fn every_refusal_code_over_both_transports() {
             2003
         );
         assert_eq!(
-            refusal(
+            refused(
                 client
                     .call_tool(
                         "web.fetch",
@@ -202,7 +190,7 @@ async fn every_refusal_code_over_both_transports() {
             2004
         );
         assert_eq!(
-            refusal(
+            refused(
                 client
                     .call_tool("web.fetch", json!({"url": "https://evilexample.org/"}))
                     .await
@@ -211,7 +199,7 @@ async fn every_refusal_code_over_both_transports() {
             2004
         );
         assert_eq!(
-            refusal(client.call_tool("aegis.system.config", json!({})).await).0,
+            refused(client.call_tool("aegis.system.config", json!({})).await).0,
             2000
         );
         for _ in 0..3 {
@@ -243,12 +231,12 @@ async fn every_refusal_code_over_both_transports() {
                              "params": {"name": "fs.list", "arguments": {"path": "/workspace"}}});
         let mut tampered = client.envelope(&payload, Utc::now()).unwrap();
         tampered["payload"]["params"]["arguments"]["path"] = json!("/etc");
-        let (code, status, _) = refusal(client.send(&tampered).await);
+        let (code, status, _) = refused(client.send(&tampered).await);
         assert_eq!((code, status), (1001, unauthenticated));
         let mut stranger = SealClient::new(transport.clone()).unwrap();
         stranger.set_token(client.token().unwrap().to_owned());
         assert_eq!(
-            refusal(
+            refused(
                 stranger
                     .send(&stranger.envelope(&payload, Utc::now()).unwrap())
                     .await
@@ -260,11 +248,11 @@ async fn every_refusal_code_over_both_transports() {
             let env = client
                 .envelope(&payload, Utc::now() + Duration::seconds(skew))
                 .unwrap();
-            assert_eq!(refusal(client.send(&env).await).0, 1003, "skew {skew}");
+            assert_eq!(refused(client.send(&env).await).0, 1003, "skew {skew}");
         }
         let fresh = client.envelope(&payload, Utc::now()).unwrap();
         client.send(&fresh).await.expect("first use");
-        let (code, status, message) = refusal(client.send(&fresh).await);
+        let (code, status, message) = refused(client.send(&fresh).await);
         assert_eq!((code, status), (1002, unauthenticated), "{message}");
         assert!(message.contains("replay"), "{message}");
         // Copies sent at once (so they meet in one batch of the replay guard) pass once.
@@ -275,7 +263,7 @@ async fn every_refusal_code_over_both_transports() {
         let passed = copies.iter().filter(|r| r.is_ok()).count();
         assert_eq!(passed, 1, "{copies:?}");
         for copy in copies.into_iter().filter(|r| r.is_err()) {
-            assert_eq!(refusal(copy).0, 1002);
+            assert_eq!(refused(copy).0, 1002);
         }
         // The same, one level down: a signature twice in one batch is fresh once.
         let request = orchestrator::gateway::sessions::AdmitRequest {
@@ -304,7 +292,7 @@ async fn every_refusal_code_over_both_transports() {
         assert!(matches!(&again[..], [Some(a)] if !a.fresh && a.status == "active"));
         let mut malformed = fresh.clone();
         malformed["protocol"] = json!("seal/v0");
-        assert_eq!(refusal(client.send(&malformed).await).0, 1000);
+        assert_eq!(refused(client.send(&malformed).await).0, 1000);
 
         // Token: expired (signed by the node, exp in the past) and forged.
         let claims = orchestrator::seal::Claims {
@@ -321,7 +309,7 @@ async fn every_refusal_code_over_both_transports() {
         let mut late = SealClient::from_saved(&client.save().unwrap()).unwrap();
         late.set_token(expired);
         assert_eq!(
-            refusal(
+            refused(
                 late.call_tool("fs.list", json!({"path": "/workspace"}))
                     .await
             )
@@ -332,7 +320,7 @@ async fn every_refusal_code_over_both_transports() {
         let token = client.token().unwrap();
         forged.set_token(format!("{}x", &token[..token.len() - 1]));
         assert_eq!(
-            refusal(
+            refused(
                 forged
                     .call_tool("fs.list", json!({"path": "/workspace"}))
                     .await
@@ -351,7 +339,7 @@ async fn every_refusal_code_over_both_transports() {
             }
             other => panic!("expected 3001, got {other:?}"),
         }
-        assert_eq!(refusal(other.attest("intruder", "ops").await).0, 3000);
+        assert_eq!(refused(other.attest("intruder", "ops").await).0, 3000);
 
         // Revocation is immediate; the session's sandbox goes with it.
         let session = client.session_id().unwrap().to_owned();
@@ -364,7 +352,7 @@ async fn every_refusal_code_over_both_transports() {
         assert_eq!(body["state"], "revoked", "{body}");
         assert_eq!(body["sandbox_destroyed"], true, "{body}");
         assert_eq!(
-            refusal(
+            refused(
                 client
                     .call_tool("fs.list", json!({"path": "/workspace"}))
                     .await

@@ -6,6 +6,7 @@
 use crate::common;
 
 use aegis_cli::seal_client::{ClientError, Proof, SealClient, Transport};
+use common::refusal::refused;
 use common::{test_config, TestApp, TestDb};
 use orchestrator::config::NodeConfig;
 use reqwest::Method;
@@ -55,18 +56,6 @@ async fn attest(
 ) -> Result<Value, ClientError> {
     let mut client = SealClient::new(transport).unwrap();
     client.attest_with(workload, context, &proof).await
-}
-
-fn refused(result: Result<Value, ClientError>) -> (u32, u16, String) {
-    match result {
-        Err(ClientError::Refused {
-            code,
-            status,
-            message,
-            ..
-        }) => (code, status, message),
-        other => panic!("expected a refusal, got {other:?}"),
-    }
 }
 
 fn token(secret: Option<&str>, token: Option<&str>) -> Proof {

@@ -5,7 +5,8 @@
 
 use crate::common;
 
-use aegis_cli::seal_client::{ClientError, SealClient, Transport};
+use aegis_cli::seal_client::{SealClient, Transport};
+use common::refusal::refused;
 use common::{test_config, TestApp, TestDb};
 use orchestrator::audit::{self, Entry, EntryKind};
 use orchestrator::caller::{Caller, Role};
@@ -142,13 +143,6 @@ fn context(tools: &str) -> Value {
            "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}})
 }
 
-fn refused(r: Result<Value, ClientError>) -> u32 {
-    match r {
-        Err(ClientError::Refused { code, .. }) => code,
-        other => panic!("expected a refusal, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn changes_made_through_another_replica_apply_to_the_next_call() {
     let db = TestDb::create().await;
@@ -188,7 +182,7 @@ async fn changes_made_through_another_replica_apply_to_the_next_call() {
             .await
             .unwrap();
         assert_eq!(r.status(), 200);
-        let code = refused(client.call_tool("aegis.runtime.list", json!({})).await);
+        let code = refused(client.call_tool("aegis.runtime.list", json!({})).await).0;
         assert!(code >= 1000, "a SEAL refusal code, got {code}");
 
         // A revocation on replica B refuses the session's next call on replica A (1006).
@@ -212,7 +206,7 @@ async fn changes_made_through_another_replica_apply_to_the_next_call() {
             .unwrap();
         assert_eq!(r.status(), 200);
         assert_eq!(
-            refused(client.call_tool("aegis.runtime.list", json!({})).await),
+            refused(client.call_tool("aegis.runtime.list", json!({})).await).0,
             1006
         );
     }
