@@ -7,18 +7,12 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::fake_llm::{answer, FakeLlm, Step};
-use common::{docker_lines, test_config, TestApp, TestDb};
+use common::agent::AgentManifest;
+use common::docker_lines;
+use common::fake_llm::{answer, Step};
+use common::harness::{of_type, Harness, WORKFLOWS};
 use reqwest::Method;
 use serde_json::{json, Value};
-
-const IMAGE: &str = "aegis-runtime/busybox:1";
-
-struct Harness {
-    app: TestApp,
-    llm: FakeLlm,
-    _db: TestDb,
-}
 
 async fn harness(script: Vec<Step>) -> Harness {
     harness_with(script, |_| {}).await
@@ -28,68 +22,14 @@ async fn harness_with(
     script: Vec<Step>,
     adjust: impl FnOnce(&mut orchestrator::config::NodeConfig),
 ) -> Harness {
-    let db = TestDb::create().await;
-    let llm = FakeLlm::start(script).await;
-    let mut config = test_config(&db.url);
-    config.llm = llm.config();
-    config.workflows.system_image = Some(IMAGE.to_owned());
-    config.workflows.poll_interval_ms = 200;
-    adjust(&mut config);
-    let app = TestApp::spawn_with(config).await;
-    Harness { app, llm, _db: db }
-}
-
-fn agent(name: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Answer.
-"
-    )
+    Harness::builder(script)
+        .workflows()
+        .start_tuned(adjust)
+        .await
 }
 
 impl Harness {
-    async fn deploy(&self, path: &str, manifest: &str) {
-        let r = self
-            .app
-            .admin(Method::POST, path)
-            .body(manifest.to_owned())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-    }
-
-    async fn workflow(&self, manifest: &str) {
-        self.deploy("/v1/workflows", manifest).await
-    }
-
-    async fn run(&self, name: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .app
-            .admin(Method::POST, &format!("/v1/workflows/{name}/run"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
-    }
-
-    async fn start(&self, name: &str, input: Value) -> String {
-        let (status, body) = self.run(name, json!({"input": input})).await;
-        assert_eq!(status, 201, "{body}");
-        body["execution_id"].as_str().unwrap().to_owned()
-    }
-
-    async fn get(&self, id: &str) -> Value {
+    async fn workflow_execution(&self, id: &str) -> Value {
         let r = self
             .app
             .admin(Method::GET, &format!("/v1/workflows/executions/{id}"))
@@ -101,7 +41,7 @@ impl Harness {
     }
 
     /// Polls until `pred` holds on the execution.
-    async fn until(&self, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    async fn workflow_until(&self, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
         self.app
             .until(
                 &format!("/v1/workflows/executions/{id}"),
@@ -112,16 +52,8 @@ impl Harness {
             .await
     }
 
-    async fn ended(&self, id: &str) -> Value {
-        self.until(id, "ended", |e| {
-            ["completed", "failed", "cancelled", "timed_out"]
-                .contains(&e["status"].as_str().unwrap_or_default())
-        })
-        .await
-    }
-
     async fn waiting(&self, id: &str) -> Value {
-        self.until(id, "waiting", |e| e["status"] == "waiting")
+        self.workflow_until(id, "waiting", |e| e["status"] == "waiting")
             .await
     }
 
@@ -138,20 +70,6 @@ impl Harness {
             .unwrap();
         (r.status().as_u16(), r.json().await.unwrap())
     }
-
-    async fn events(&self, id: &str) -> Vec<Value> {
-        let r = self
-            .app
-            .admin(
-                Method::GET,
-                &format!("/v1/workflows/executions/{id}/events?limit=1000"),
-            )
-            .send()
-            .await
-            .unwrap();
-        let body: Value = r.json().await.unwrap();
-        body["events"].as_array().unwrap().clone()
-    }
 }
 
 /// The log is numbered 1..=n without gaps.
@@ -163,10 +81,6 @@ fn assert_gap_free(events: &[Value]) {
             "gap in the event log: {events:#?}"
         );
     }
-}
-
-fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["event_type"] == kind).collect()
 }
 
 /// Containers (any status) of a workflow execution, by the label its sandboxes carry.
@@ -210,10 +124,12 @@ async fn every_state_kind_passes_data_through_the_blackboard() {
     ])
     .await;
     for a in ["writer", "critic", "reviewer"] {
-        h.deploy("/v1/agents", &agent(a)).await;
+        h.deployed("/v1/agents", &AgentManifest::new(a).yaml())
+            .await;
     }
-    h.workflow(CHILD).await;
-    h.workflow(
+    h.deployed(WORKFLOWS, CHILD).await;
+    h.deployed(
+        WORKFLOWS,
         "apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
@@ -323,13 +239,13 @@ spec:
     )
     .await;
 
-    let id = h.start("tour", json!({"name": "Ada"})).await;
+    let id = h.workflow_started("tour", json!({"name": "Ada"})).await;
     // It waits twice: for the blocking child (SUB), then for a human (GATE).
-    h.until(&id, "waiting at the gate", |e| {
+    h.workflow_until(&id, "waiting at the gate", |e| {
         e["status"] == "waiting" && e["current_state"] == "GATE" || e["status"] == "failed"
     })
     .await;
-    let events = h.events(&id).await;
+    let events = h.workflow_events(&id).await;
     let prompt = of_type(&events, "human_input_requested");
     assert_eq!(prompt.len(), 1);
     assert_eq!(prompt[0]["payload"]["prompt"], "Send 'Hello, dear Ada'?");
@@ -337,7 +253,7 @@ spec:
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["state"], "GATE");
 
-    let e = h.ended(&id).await;
+    let e = h.workflow_ended(&id).await;
     assert_eq!(e["status"], "completed", "{e}");
     let bb = &e["blackboard"];
     assert_eq!(bb["START"]["stdout"], "Ada!\n");
@@ -374,7 +290,7 @@ spec:
         "{prompts:#?}"
     );
 
-    let events = h.events(&id).await;
+    let events = h.workflow_events(&id).await;
     assert_gap_free(&events);
     let entered: Vec<&str> = of_type(&events, "state_entered")
         .iter()
@@ -397,7 +313,7 @@ spec:
     assert_eq!(events.last().unwrap()["event_type"], "execution_completed");
     // The child is linked to its parent state, and everything was cleaned up.
     let child_id = bb["SUB"]["child_execution_id"].as_str().unwrap();
-    let child = h.get(child_id).await;
+    let child = h.workflow_execution(child_id).await;
     assert_eq!(child["parent_execution_id"], json!(id));
     assert_eq!(child["status"], "completed");
     assert!(containers_of(&id).is_empty());
@@ -445,18 +361,28 @@ spec:
 #[tokio::test]
 async fn a_human_gate_answered_yes_no_by_default_and_not_at_all() {
     let h = harness(vec![]).await;
-    h.workflow(
+    h.deployed(
+        WORKFLOWS,
         &GATE
             .replace("NAME", "gate-default")
             .replace("DEFAULT", "\n      default_response: \"no\""),
     )
     .await;
-    h.workflow(&GATE.replace("NAME", "gate-none").replace("DEFAULT", ""))
+    h.deployed(
+        WORKFLOWS,
+        &GATE.replace("NAME", "gate-none").replace("DEFAULT", ""),
+    )
+    .await;
+    let yes = h
+        .workflow_started("gate-default", json!({"what": "v1"}))
         .await;
-    let yes = h.start("gate-default", json!({"what": "v1"})).await;
-    let no = h.start("gate-default", json!({"what": "v2"})).await;
-    let by_default = h.start("gate-default", json!({"what": "v3"})).await;
-    let unanswered = h.start("gate-none", json!({"what": "v4"})).await;
+    let no = h
+        .workflow_started("gate-default", json!({"what": "v2"}))
+        .await;
+    let by_default = h
+        .workflow_started("gate-default", json!({"what": "v3"}))
+        .await;
+    let unanswered = h.workflow_started("gate-none", json!({"what": "v4"})).await;
     h.waiting(&yes).await;
     h.waiting(&no).await;
     // Another caller below the operator tier does not see someone else's run, nor its log.
@@ -477,7 +403,7 @@ async fn a_human_gate_answered_yes_no_by_default_and_not_at_all() {
     assert_eq!(h.signal(&yes, "Yes").await.0, 200);
     assert_eq!(h.signal(&no, "n").await.0, 200);
 
-    let e = h.ended(&yes).await;
+    let e = h.workflow_ended(&yes).await;
     assert_eq!(
         (e["status"].as_str(), e["current_state"].as_str()),
         (Some("completed"), Some("YES"))
@@ -486,27 +412,27 @@ async fn a_human_gate_answered_yes_no_by_default_and_not_at_all() {
         e["blackboard"]["ASK"],
         json!({"status": "completed", "response": "Yes", "timeout": false})
     );
-    let e = h.ended(&no).await;
+    let e = h.workflow_ended(&no).await;
     assert_eq!(
         (e["status"].as_str(), e["current_state"].as_str()),
         (Some("completed"), Some("NO"))
     );
 
-    let e = h.ended(&by_default).await;
+    let e = h.workflow_ended(&by_default).await;
     assert_eq!(e["status"], "completed", "{e}");
     assert_eq!(e["current_state"], "NO");
     assert_eq!(
         e["blackboard"]["ASK"],
         json!({"status": "completed", "response": "no", "timeout": true})
     );
-    let events = h.events(&by_default).await;
+    let events = h.workflow_events(&by_default).await;
     assert_eq!(of_type(&events, "human_input_timed_out").len(), 1);
     assert_eq!(
         of_type(&events, "human_input_requested")[0]["payload"]["prompt"],
         "Deploy v3?"
     );
 
-    let e = h.ended(&unanswered).await;
+    let e = h.workflow_ended(&unanswered).await;
     assert_eq!(e["status"], "failed");
     assert_eq!(
         e["error"],
@@ -523,14 +449,15 @@ async fn a_human_gate_answered_yes_no_by_default_and_not_at_all() {
         "{body}"
     );
     for id in [&yes, &no, &by_default, &unanswered] {
-        assert_gap_free(&h.events(id).await);
+        assert_gap_free(&h.workflow_events(id).await);
     }
 }
 
 #[tokio::test]
 async fn a_refine_loop_is_stopped_by_max_state_visits() {
     let h = harness(vec![]).await;
-    h.workflow(
+    h.deployed(
+        WORKFLOWS,
         "apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
@@ -563,8 +490,8 @@ spec:
 ",
     )
     .await;
-    let id = h.start("refine", json!({})).await;
-    let e = h.ended(&id).await;
+    let id = h.workflow_started("refine", json!({})).await;
+    let e = h.workflow_ended(&id).await;
     assert_eq!(e["status"], "failed");
     assert_eq!(
         e["error"],
@@ -575,7 +502,7 @@ spec:
         e["blackboard"]["WORK"]["stdout"],
         "attempt 3 check said 1\n"
     );
-    let events = h.events(&id).await;
+    let events = h.workflow_events(&id).await;
     assert_gap_free(&events);
     assert_eq!(of_type(&events, "state_exited").len(), 6);
     assert!(containers_of(&id).is_empty());
@@ -584,7 +511,8 @@ spec:
 #[tokio::test]
 async fn state_transition_and_execution_limits_name_the_limit_and_the_state() {
     let h = harness_with(vec![], |c| c.workflows.max_execution_secs = 3).await;
-    h.workflow(
+    h.deployed(
+        WORKFLOWS,
         "apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
@@ -601,7 +529,8 @@ spec:
 ",
     )
     .await;
-    h.workflow(
+    h.deployed(
+        WORKFLOWS,
         "apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
@@ -629,7 +558,8 @@ spec:
 ",
     )
     .await;
-    h.workflow(
+    h.deployed(
+        WORKFLOWS,
         "apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
@@ -646,30 +576,30 @@ spec:
 ",
     )
     .await;
-    let slow = h.start("slow", json!({})).await;
-    let pingpong = h.start("pingpong", json!({})).await;
-    let patient = h.start("patient", json!({})).await;
-    let e = h.ended(&slow).await;
+    let slow = h.workflow_started("slow", json!({})).await;
+    let pingpong = h.workflow_started("pingpong", json!({})).await;
+    let patient = h.workflow_started("patient", json!({})).await;
+    let e = h.workflow_ended(&slow).await;
     assert_eq!(e["status"], "failed");
     assert_eq!(
         e["error"],
         "state `SLOW` timed out after 1 s (its `timeout`)"
     );
-    let e = h.ended(&pingpong).await;
+    let e = h.workflow_ended(&pingpong).await;
     assert_eq!(e["status"], "failed");
     assert_eq!(
         e["error"],
         "max_total_transitions (3) reached: state `PONG` could not go on to `PING`"
     );
     assert_eq!(e["transition_count"], 3);
-    let e = h.ended(&patient).await;
+    let e = h.workflow_ended(&patient).await;
     assert_eq!(e["status"], "timed_out");
     assert_eq!(
         e["error"],
         "execution timeout (workflows.max_execution_secs = 3 s) reached in state `ASK`"
     );
     for id in [&slow, &pingpong, &patient] {
-        assert_gap_free(&h.events(id).await);
+        assert_gap_free(&h.workflow_events(id).await);
         assert!(containers_of(id).is_empty());
     }
 }
@@ -677,8 +607,7 @@ spec:
 #[tokio::test]
 async fn parallel_container_runs_follow_their_completion_rule() {
     let h = harness(vec![]).await;
-    h.workflow(
-        "apiVersion: 100monkeys.ai/v1
+    h.deployed(WORKFLOWS, "apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
   name: rules
@@ -719,8 +648,8 @@ spec:
 ",
     )
     .await;
-    let id = h.start("rules", json!({})).await;
-    let e = h.ended(&id).await;
+    let id = h.workflow_started("rules", json!({})).await;
+    let e = h.workflow_ended(&id).await;
     assert_eq!(e["status"], "completed", "{e}");
     let bb = &e["blackboard"];
     assert_eq!(bb["ALL"]["status"], "failed");
@@ -742,7 +671,7 @@ spec:
     );
     assert_eq!(bb["ALL_OK"]["status"], "success");
     assert_eq!(bb["ALL_OK"]["output"]["b"]["stdout"], "b\n");
-    let events = h.events(&id).await;
+    let events = h.workflow_events(&id).await;
     assert_gap_free(&events);
     // Every step ran once per state (no retries were needed: ALL_OK's retry policy is unused).
     assert_eq!(of_type(&events, "container_run_started").len(), 8);
@@ -752,8 +681,9 @@ spec:
 #[tokio::test]
 async fn subworkflows_block_or_fire_and_forget() {
     let h = harness(vec![]).await;
-    h.workflow(CHILD).await;
-    h.workflow(
+    h.deployed(WORKFLOWS, CHILD).await;
+    h.deployed(
+        WORKFLOWS,
         "apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
@@ -785,8 +715,10 @@ spec:
 ",
     )
     .await;
-    let id = h.start("parent", json!({"word": "awaited"})).await;
-    let e = h.ended(&id).await;
+    let id = h
+        .workflow_started("parent", json!({"word": "awaited"}))
+        .await;
+    let e = h.workflow_ended(&id).await;
     assert_eq!(e["status"], "completed", "{e}");
     let bb = &e["blackboard"];
     assert_eq!(bb["FIRE"]["mode"], "fire_and_forget");
@@ -794,11 +726,11 @@ spec:
     assert_eq!(bb["waited"]["echoed"], "child saw awaited");
     assert_eq!(bb["USE"]["stdout"], "got child saw awaited\n");
     let fired = bb["FIRE"]["child_execution_id"].as_str().unwrap();
-    let fired = h.ended(fired).await;
+    let fired = h.workflow_ended(fired).await;
     assert_eq!(fired["status"], "completed");
     assert_eq!(fired["parent_execution_id"], json!(id));
     assert_eq!(fired["blackboard"]["ECHO"]["stdout"], "child forgotten\n");
-    let events = h.events(&id).await;
+    let events = h.workflow_events(&id).await;
     assert_gap_free(&events);
     let children = of_type(&events, "child_started");
     assert_eq!(children.len(), 2, "{events:#?}");
@@ -809,7 +741,8 @@ spec:
 #[tokio::test]
 async fn cancel_stops_a_sleeping_container_and_the_child_workflow_running_it() {
     let h = harness(vec![]).await;
-    h.workflow(
+    h.deployed(
+        WORKFLOWS,
         "apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
@@ -827,7 +760,8 @@ spec:
 ",
     )
     .await;
-    h.workflow(
+    h.deployed(
+        WORKFLOWS,
         "apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
@@ -845,14 +779,14 @@ spec:
 ",
     )
     .await;
-    let direct = h.start("sleeper", json!({})).await;
-    let outer = h.start("outer", json!({})).await;
+    let direct = h.workflow_started("sleeper", json!({})).await;
+    let outer = h.workflow_started("outer", json!({})).await;
     // Both containers are up and sleeping.
     let deadline = Instant::now() + Duration::from_secs(60);
     let child = loop {
-        let e = h.get(&outer).await;
+        let e = h.workflow_execution(&outer).await;
         let child = h
-            .events(&outer)
+            .workflow_events(&outer)
             .await
             .iter()
             .find(|e| e["event_type"] == "child_started")
@@ -878,7 +812,7 @@ spec:
         assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     }
     for id in [&direct, &outer, &child] {
-        let e = h.ended(id).await;
+        let e = h.workflow_ended(id).await;
         assert_eq!(e["status"], "cancelled", "{e}");
     }
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -886,7 +820,7 @@ spec:
         assert!(Instant::now() < deadline, "containers survived the cancel");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let events = h.events(&direct).await;
+    let events = h.workflow_events(&direct).await;
     assert_gap_free(&events);
     assert_eq!(events.last().unwrap()["event_type"], "execution_cancelled");
     assert_eq!(events.last().unwrap()["payload"]["removed"]["sandboxes"], 1);
@@ -906,7 +840,8 @@ spec:
 #[tokio::test]
 async fn bad_runs_are_refused_and_nothing_is_stored() {
     let h = harness(vec![]).await;
-    h.workflow(
+    h.deployed(
+        WORKFLOWS,
         "apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
@@ -928,11 +863,13 @@ spec:
 ",
     )
     .await;
-    let (status, body) = h.run("strict", json!({"input": {"count": "many"}})).await;
+    let (status, body) = h
+        .run_workflow("strict", json!({"input": {"count": "many"}}))
+        .await;
     assert_eq!(status, 422, "{body}");
     assert!(body["error"].as_str().unwrap().contains("/count"), "{body}");
     let (status, body) = h
-        .run(
+        .run_workflow(
             "strict",
             json!({"input": {"count": 1}, "blackboard": {"workflow": {}, "fine": 1}}),
         )
@@ -945,7 +882,9 @@ spec:
             .contains("reserved key(s) workflow"),
         "{body}"
     );
-    let (status, body) = h.run("strict", json!({"input": {"count": 1}})).await;
+    let (status, body) = h
+        .run_workflow("strict", json!({"input": {"count": 1}}))
+        .await;
     assert_eq!(status, 422, "{body}");
     assert!(
         body["error"]
@@ -954,7 +893,7 @@ spec:
             .contains("spec.states.A.agent: agent `ghost` is not deployed"),
         "{body}"
     );
-    let (status, _) = h.run("nope", json!({})).await;
+    let (status, _) = h.run_workflow("nope", json!({})).await;
     assert_eq!(status, 404);
     let r = h
         .app

@@ -203,6 +203,11 @@ impl Harness {
         (id, e)
     }
 
+    /// Waits (`ends_within`) for workflow execution `id` to end; the execution.
+    pub async fn workflow_ended(&self, id: impl Display) -> Value {
+        self.ended(&format!("{WORKFLOWS}/executions/{id}")).await
+    }
+
     /// Waits for agent execution `id` to end; the execution.
     pub async fn wait_end(&self, id: &str, within: Duration) -> Value {
         self.app
