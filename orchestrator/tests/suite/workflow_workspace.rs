@@ -11,19 +11,14 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::fake_llm::{answer, tool_calls, FakeLlm, Step};
-use common::{test_config, TestApp, TestDb};
+use common::fake_llm::{answer, tool_calls, Step};
+use common::harness::{of_type, Harness};
+use common::TestDb;
 use reqwest::Method;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 const BUSYBOX: &str = "aegis-runtime/busybox:1";
-
-struct Harness {
-    app: TestApp,
-    _llm: FakeLlm,
-    _db: TestDb,
-}
 
 async fn harness(script: Vec<Step>) -> Harness {
     harness_with(script, |_| {}).await
@@ -33,23 +28,15 @@ async fn harness_with(
     script: Vec<Step>,
     adjust: impl FnOnce(&mut orchestrator::config::NodeConfig),
 ) -> Harness {
-    let db = TestDb::create().await;
-    let llm = FakeLlm::start(script).await;
-    let mut config = test_config(&db.url);
-    config.llm = llm.config();
-    config.workflows.system_image = Some(BUSYBOX.to_owned());
-    config.workflows.poll_interval_ms = 200;
-    adjust(&mut config);
-    let app = TestApp::spawn_with(config).await;
-    Harness {
-        app,
-        _llm: llm,
-        _db: db,
-    }
+    Harness::builder(script)
+        .workflows()
+        .ends_within(Duration::from_secs(120))
+        .start_tuned(adjust)
+        .await
 }
 
 impl Harness {
-    /// Deploys a manifest; (status, body).
+    /// Posts a manifest as YAML; (status, body).
     async fn post(&self, path: &str, manifest: &str) -> (u16, Value) {
         let r = self
             .app
@@ -62,52 +49,17 @@ impl Harness {
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
-    async fn deploy(&self, path: &str, manifest: &str) -> Value {
+    /// Deploys a manifest as YAML, which must be accepted (201); the answer.
+    async fn deployed_yaml(&self, path: &str, manifest: &str) -> Value {
         let (status, body) = self.post(path, manifest).await;
         assert_eq!(status, 201, "{body}");
         body
     }
 
-    async fn run(&self, name: &str, input: Value) -> (u16, Value) {
-        let r = self
-            .app
-            .admin(Method::POST, &format!("/v1/workflows/{name}/run"))
-            .json(&json!({ "input": input }))
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
-    }
-
-    /// Starts a run and waits for its end; (id, execution).
+    /// Starts a run and waits (120 s) for its end; (id, execution).
     async fn run_to_end(&self, name: &str, input: Value) -> (Uuid, Value) {
-        let (status, body) = self.run(name, input).await;
-        assert_eq!(status, 201, "{body}");
-        let id: Uuid = body["execution_id"].as_str().unwrap().parse().unwrap();
-        let e = self
-            .app
-            .until_ended(
-                &format!("/v1/workflows/executions/{id}"),
-                Duration::from_secs(120),
-            )
-            .await;
-        (id, e)
-    }
-
-    async fn events(&self, id: Uuid) -> Vec<Value> {
-        let body: Value = self
-            .app
-            .admin(
-                Method::GET,
-                &format!("/v1/workflows/executions/{id}/events?limit=1000"),
-            )
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        body["events"].as_array().unwrap().clone()
+        let (id, e) = self.workflow_to_end(name, input).await;
+        (id.parse().unwrap(), e)
     }
 
     /// Rows of the run's volumes and drafts still in PostgreSQL.
@@ -128,10 +80,6 @@ impl Harness {
         .unwrap();
         (volumes, drafts)
     }
-}
-
-fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    events.iter().filter(|e| e["event_type"] == kind).collect()
 }
 
 const CODER: &str = "apiVersion: 100monkeys.ai/v1
@@ -215,8 +163,8 @@ async fn an_agent_writes_a_program_and_a_container_run_tests_it_in_the_same_work
         answer("written again"),
     ])
     .await;
-    h.deploy("/v1/agents", CODER).await;
-    let deployed = h.deploy("/v1/workflows", WRITE_AND_TEST).await;
+    h.deployed_yaml("/v1/agents", CODER).await;
+    let deployed = h.deployed_yaml("/v1/workflows", WRITE_AND_TEST).await;
     // The older spellings were rewritten, each with a `normalised:` note at its place.
     let notes: Vec<(&str, &str)> = deployed["warnings"]
         .as_array()
@@ -297,7 +245,7 @@ async fn an_agent_writes_a_program_and_a_container_run_tests_it_in_the_same_work
         kinds.contains(&"workflow_volumes_mounted") && kinds.contains(&"workflow_volumes_saved"),
         "{kinds:?}"
     );
-    let events = h.events(id).await;
+    let events = h.workflow_events(id).await;
     let mounted = of_type(&events, "volumes_mounted");
     assert_eq!(mounted.len(), 1, "{events:#?}");
     assert_eq!(mounted[0]["payload"]["restored"], json!(["workspace"]));
@@ -351,7 +299,7 @@ spec:
 #[tokio::test]
 async fn every_run_has_its_own_volumes_removed_at_its_end_or_kept_for_their_ttl() {
     let h = harness_with(Vec::new(), |c| c.volumes.sweep_interval_secs = 1).await;
-    h.deploy("/v1/workflows", MARKS).await;
+    h.deployed_yaml("/v1/workflows", MARKS).await;
 
     let (first, e) = h.run_to_end("marks", json!({"n": 1})).await;
     assert_eq!(e["status"], "completed", "{e}");
@@ -451,7 +399,7 @@ spec:
       transitions: []
     WRONG: {kind: System, command: \"echo kept\", transitions: []}
 ";
-    h.deploy("/v1/workflows", manifest).await;
+    h.deployed_yaml("/v1/workflows", manifest).await;
     let (id, e) = h.run_to_end("filler", json!({})).await;
     assert_eq!(e["current_state"], "CHECK", "{e}");
     let fill = &e["blackboard"]["FILL"];
@@ -465,7 +413,7 @@ spec:
          state's changes to it were not kept"
     );
     assert_eq!(e["blackboard"]["CHECK"]["stdout"], "seed\n");
-    let failed = of_type(&h.events(id).await, "volumes_failed")
+    let failed = of_type(&h.workflow_events(id).await, "volumes_failed")
         .into_iter()
         .cloned()
         .collect::<Vec<_>>();
@@ -527,7 +475,7 @@ spec:
 
     // One writer and one reader: both see the content before the state; only the writer's
     // changes are kept, and the reader cannot even write (the workspace is its read-only mount).
-    h.deploy("/v1/workflows", &manifest(true)).await;
+    h.deployed_yaml("/v1/workflows", &manifest(true)).await;
     let (_, e) = h.run_to_end("checks", json!({})).await;
     assert_eq!(e["status"], "completed", "{e}");
     assert_eq!(
@@ -612,8 +560,8 @@ spec:
     ] {
         let manifest = workflow(storage, "[{name: workspace, mount_path: /workspace}]")
             .replace("name: reach", &format!("name: {name}"));
-        h.deploy("/v1/workflows", &manifest).await;
-        let (status, body) = h.run(name, json!({})).await;
+        h.deployed_yaml("/v1/workflows", &manifest).await;
+        let (status, body) = h.run_workflow(name, json!({"input": {}})).await;
         assert!((400..500).contains(&status), "{body}");
         assert!(body.to_string().contains(says), "{body}");
     }
@@ -681,7 +629,7 @@ spec:
       volumes: [{name: workspace, mount_path: /workspace/data, read_only: true}]
       transitions: []
 ";
-    h.deploy("/v1/workflows", manifest).await;
+    h.deployed_yaml("/v1/workflows", manifest).await;
     let (_, e) = h.run_to_end("planted", json!({})).await;
     assert_eq!(e["status"], "completed", "{e}");
     let bb = &e["blackboard"];
@@ -967,7 +915,7 @@ spec:
 {extra}"
         )
     };
-    h.deploy(
+    h.deployed_yaml(
         "/v1/agents",
         &agent(
             "reader",
@@ -975,8 +923,8 @@ spec:
         ),
     )
     .await;
-    h.deploy("/v1/agents", &agent("talker", "")).await;
-    h.deploy(
+    h.deployed_yaml("/v1/agents", &agent("talker", "")).await;
+    h.deployed_yaml(
         "/v1/agents",
         &agent(
             "keeper",
@@ -1018,7 +966,7 @@ spec:
       volumes: [{name: workspace, mount_path: /workspace, read_only: true}]
       transitions: []
 ";
-    h.deploy("/v1/workflows", manifest).await;
+    h.deployed_yaml("/v1/workflows", manifest).await;
     let (_, e) = h.run_to_end("agents", json!({})).await;
     assert_eq!(e["status"], "completed", "{e}");
     let bb = &e["blackboard"];
