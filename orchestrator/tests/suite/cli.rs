@@ -443,15 +443,7 @@ fn readme_example(readme: &str, name: &str) -> String {
 
 /// Runs a README block with bash in the repository root, `orchestrator` being the built binary.
 async fn run_block(app: &TestApp, block: &str) -> Output {
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_orchestrator"))
-        .parent()
-        .expect("binary dir")
-        .to_owned();
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = crate::readme::path_with_the_binary();
     let home = empty_home();
     tokio::process::Command::new("bash")
         .args(["-euo", "pipefail", "-c", block])

@@ -183,19 +183,25 @@ fn workdir() -> tempfile::TempDir {
     dir
 }
 
-/// Runs the named blocks in one bash process against `app`, with a time bound.
-async fn run(app: &TestApp, names: &[&str]) -> Output {
-    let text = readme();
-    let script = script(&text, names);
+/// `PATH` with the built `orchestrator` binary's directory first, so a README block's
+/// `orchestrator` is the binary under test.
+pub(crate) fn path_with_the_binary() -> String {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_orchestrator"))
         .parent()
         .expect("binary dir")
         .to_owned();
-    let path = format!(
+    format!(
         "{}:{}",
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
-    );
+    )
+}
+
+/// Runs the named blocks in one bash process against `app`, with a time bound.
+async fn run(app: &TestApp, names: &[&str]) -> Output {
+    let text = readme();
+    let script = script(&text, names);
+    let path = path_with_the_binary();
     let dir = workdir();
     let home = tempfile::tempdir().expect("home");
     let mut command = tokio::process::Command::new("bash");
