@@ -232,6 +232,16 @@ def run(d):
         rows = d.find_elements(By.CSS_SELECTOR, "#audit tbody tr")
         step("audit_cmd_run_rows", sum(1 for r in rows if "cmd.run" in r.text))
         shot(d, "audit")
+        # The sandbox's own history, reached from its page: its rows and no other sandbox's.
+        go(d, "/console/sandboxes/" + sandbox)
+        d.find_element(By.ID, "sandbox-audit").click()
+        WebDriverWait(d, 10).until(lambda d: "/console/audit" in d.current_url)
+        cells = [c.text for c in d.find_elements(By.CSS_SELECTOR, "#audit td[data-col='sandbox_id']")]
+        step("sandbox_audit_rows", len(cells))
+        step("sandbox_audit_other_rows", sum(1 for c in cells if c != sandbox))
+        step("sandbox_audit_cmd_run", sum(1 for r in d.find_elements(By.CSS_SELECTOR, "#audit tbody tr")
+                                          if "cmd.run" in r.text))
+        shot(d, "audit-sandbox")
 
         # 4. A workflow run advancing live to completion.
         run_id = start_run()

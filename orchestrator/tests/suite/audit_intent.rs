@@ -325,12 +325,14 @@ async fn an_intent_left_open_by_a_stopped_instance_is_completed_as_abandoned() {
     // An instance that is gone (no live node_instances row) opened this intent and never
     // completed it: its completion channel is leaked, as a killed process would leave it.
     let gone = Uuid::new_v4();
+    let sandbox = Uuid::new_v4();
     let open = orchestrator::audit::begin_call(
         &pool,
         &caller,
         gone,
         "cmd.run",
         "sha256:00",
+        Some(sandbox),
         Instant::now(),
     )
     .await
@@ -342,14 +344,17 @@ async fn an_intent_left_open_by_a_stopped_instance_is_completed_as_abandoned() {
         .await
         .unwrap();
     assert_eq!(completed, 1);
-    let (outcome, code): (String, Option<String>) =
-        sqlx::query_as("SELECT outcome, reason_code FROM audit_log WHERE intent_id = $1")
-            .bind(intent)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let (outcome, code, in_sandbox): (String, Option<String>, Option<Uuid>) = sqlx::query_as(
+        "SELECT outcome, reason_code, sandbox_id FROM audit_log WHERE intent_id = $1",
+    )
+    .bind(intent)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
     assert_eq!(outcome, "abandoned");
     assert_eq!(code.as_deref(), Some("orchestrator_stopped"));
+    // The completion is found with the intent's sandbox.
+    assert_eq!(in_sandbox, Some(sandbox));
     // Recovering again finds nothing more; intents of this live instance are left alone.
     assert_eq!(
         orchestrator::audit::recover_abandoned(&pool, app.state.instance_id, 60)
@@ -389,6 +394,7 @@ async fn an_intent_whose_caller_is_dropped_mid_write_is_stored_and_completed_can
                 instance,
                 "cmd.run",
                 &digest,
+                None,
                 Instant::now(),
             )
             .await

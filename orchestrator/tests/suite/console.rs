@@ -319,6 +319,12 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
         s["audit_cmd_run_rows"].as_u64().unwrap_or(0) >= 1,
         "{result:#}"
     );
+    // The sandbox page's link to its audit rows: its cmd.run calls and only its rows.
+    assert!(
+        s["sandbox_audit_cmd_run"].as_u64().unwrap_or(0) >= 1,
+        "{result:#}"
+    );
+    assert_eq!(s["sandbox_audit_other_rows"], 0, "{result:#}");
     assert_eq!(s["run_followed_live"], true, "{result:#}");
     assert_eq!(s["run_events_arrived_live"], true, "{result:#}");
     assert_eq!(s["run_completed_in_page"], true, "{result:#}");

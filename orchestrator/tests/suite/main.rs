@@ -13,6 +13,7 @@ mod aegis_forms;
 mod agent_memory;
 mod approvals;
 mod audit_intent;
+mod audit_sandbox;
 mod background;
 mod cli;
 mod cluster;

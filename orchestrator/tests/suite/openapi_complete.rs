@@ -10,6 +10,7 @@ use aegis_cli::seal_client::{SealClient, Transport};
 use reqwest::{Method, RequestBuilder};
 use serde_json::{json, Value};
 
+use crate::common::fake_llm::{answer, FakeLlm, Step};
 use crate::common::{test_config, TestApp, TestDb};
 
 /// Where a body schema says nothing: `(operation, place)` pairs, e.g.
@@ -461,9 +462,12 @@ spec:
 ";
 
 /// A node with one SEAL context any `test-*` workload may enter, and one whose calls of
-/// `aegis.tools.search` wait for an operator.
-async fn node(db: &TestDb) -> TestApp {
+/// `aegis.tools.search` wait for an operator. Its model answers the first execution and never
+/// answers the second, so that one is still running when it is cancelled (a model that answered
+/// nothing let it fail first, and the cancel then met a documented 409 instead of the 200).
+async fn node(db: &TestDb, llm: &FakeLlm) -> TestApp {
     let mut config = test_config(&db.url);
+    config.llm = llm.config();
     config.seal.security_contexts = vec![json!({
         "name": "waits", "description": "asks an operator first",
         "capabilities": [
@@ -476,7 +480,8 @@ async fn node(db: &TestDb) -> TestApp {
 #[tokio::test]
 async fn live_answers_match_the_document() {
     let db = TestDb::create().await;
-    let app = node(&db).await;
+    let llm = FakeLlm::start(vec![answer("shapes"), Step::Hang]).await;
+    let app = node(&db, &llm).await;
     let mut live = Live::new(&app).await;
 
     // Health, schemas, tools, audit, keys.
@@ -596,8 +601,8 @@ async fn live_answers_match_the_document() {
     let (status, body) = live.call("/v1/agents/{id}/memories", request).await;
     assert_eq!((status, &body["erased"]), (200, &json!(1)), "{body}");
 
-    // An agent execution: it ends (no model answers here), its log and deliveries are read,
-    // then it is removed; a second one is cancelled.
+    // An agent execution: it ends (the model answers), its log and deliveries are read, then
+    // it is removed; a second one, whose model never answers, is cancelled while it runs.
     let request = live.admin(Method::POST, "/v1/agents/shape-checker/execute");
     let (status, started) = live
         .json(
@@ -635,7 +640,8 @@ async fn live_answers_match_the_document() {
         .await;
     let id = started["execution_id"].as_str().expect("id").to_owned();
     let request = live.admin(Method::POST, &format!("/v1/executions/{id}/cancel"));
-    live.call("/v1/executions/{id}/cancel", request).await;
+    let (status, body) = live.call("/v1/executions/{id}/cancel", request).await;
+    assert_eq!(status, 200, "cancelled while its model is silent: {body}");
 
     // A workflow execution waits for a human, is signalled, ends, and is removed; another is
     // cancelled while it waits.

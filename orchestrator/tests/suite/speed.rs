@@ -110,6 +110,7 @@ async fn two_chain_writers_on_one_database_keep_one_chain() {
         outcome: "ok",
         result_digest: None,
         duration_ms: 0,
+        sandbox_id: None,
     };
     for round in 0..6 {
         let mut tasks = Vec::new();

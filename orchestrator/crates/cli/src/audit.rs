@@ -16,6 +16,9 @@ pub enum AuditCommand {
         /// Only this caller id.
         #[arg(long)]
         caller: Option<String>,
+        /// Only calls that ran in (or were refused for) this sandbox, and its create/destroy.
+        #[arg(long)]
+        sandbox: Option<String>,
         /// allowed or denied.
         #[arg(long)]
         decision: Option<String>,
@@ -53,6 +56,7 @@ pub async fn run(conn: &Connection, command: AuditCommand) -> Result<(), CliErro
         AuditCommand::List {
             tool,
             caller,
+            sandbox,
             decision,
             since,
             until,
@@ -62,6 +66,7 @@ pub async fn run(conn: &Connection, command: AuditCommand) -> Result<(), CliErro
             let q = query(&[
                 ("tool", tool),
                 ("caller", caller),
+                ("sandbox", sandbox),
                 ("decision", decision),
                 ("since", since),
                 ("until", until),

@@ -296,6 +296,7 @@ impl Shared {
             outcome,
             result_digest: Some(audit::digest(&result)),
             duration_ms: started.elapsed().as_millis() as i64,
+            sandbox_id: self.scope.sandbox.parse().ok(),
         };
         if let Err(e) = audit::record(&self.pool, &caller, entry).await {
             tracing::error!(error = %e, sandbox = %self.scope.sandbox, "egress proxy: audit row not written");

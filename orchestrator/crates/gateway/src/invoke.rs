@@ -477,6 +477,7 @@ impl<'a> Unfinished<'a> {
             outcome,
             result_digest: None,
             duration_ms: self.started.elapsed().as_millis() as i64,
+            sandbox_id: None,
         }
     }
 

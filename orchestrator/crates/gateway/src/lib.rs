@@ -176,6 +176,7 @@ impl Gateway {
             outcome: if allowed { "ok" } else { "denied" },
             result_digest: None,
             duration_ms: started.elapsed().as_millis() as i64,
+            sandbox_id: None,
         };
         audit::record(&services.pool, &caller, entry)
             .await

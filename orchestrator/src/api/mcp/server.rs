@@ -153,6 +153,7 @@ impl McpServer {
             outcome: "denied",
             result_digest: None,
             duration_ms: started.elapsed().as_millis() as i64,
+            sandbox_id: None,
         };
         // Refused at this door, before the router: counted like the router's refusals.
         crate::metrics::tool_call(name, Door::Mcp, Decision::Refused, started.elapsed());

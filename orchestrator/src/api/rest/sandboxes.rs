@@ -158,6 +158,10 @@ pub struct SandboxSpecView {
     workspace: Option<String>,
     /// The node's labels (agent version, context, runtime, ...).
     labels: std::collections::BTreeMap<String, String>,
+    /// Its isolation class: `container` (runc on the host's kernel) or `gvisor` (gVisor's
+    /// `runsc`, a kernel of its own).
+    #[schema(pattern = "^(container|gvisor)$")]
+    isolation: String,
 }
 
 /// A sandbox's limits.
@@ -206,6 +210,15 @@ impl From<SandboxError> for ApiError {
                 "egress_unavailable",
                 e.to_string(),
             ),
+            // The class needs a runtime the engine lacks (gVisor's `runsc`): nothing was
+            // created; the message names what to install and register.
+            SandboxError::Dispatch(dispatcher::DispatchError::IsolationUnavailable { .. }) => {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "isolation_unavailable",
+                    e.to_string(),
+                )
+            }
             // Every engine of the cluster is at its bound (`sandbox.max_per_engine`).
             SandboxError::Dispatch(dispatcher::DispatchError::NoRoom { .. }) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -261,13 +274,14 @@ pub async fn create(
                  not both and not neither",
             )),
         };
-    audit::record_admin(
+    audit::record_admin_of(
         &state.pool,
         &caller,
         "sandbox.create",
         &json!({"agent": req.agent, "version": req.version, "runtime": req.runtime, "allow": req.allow}),
         made.is_ok(),
         started,
+        made.as_ref().ok().map(|(id, _)| id.0),
     )
     .await?;
     let (id, policy) = made?;
@@ -345,13 +359,14 @@ pub async fn destroy(
     if let Err(denial) =
         check_sandbox_access(&caller, &owner, SandboxAccess::Destroy, &id.to_string())
     {
-        audit::record_admin(
+        audit::record_admin_of(
             &state.pool,
             &caller,
             "sandbox.destroy",
             &json!({"sandbox_id": id.0}),
             false,
             started,
+            Some(id.0),
         )
         .await?;
         return Err(ApiError::new(
@@ -361,13 +376,14 @@ pub async fn destroy(
         ));
     }
     let done = state.sandboxes.destroy(id).await;
-    audit::record_admin(
+    audit::record_admin_of(
         &state.pool,
         &caller,
         "sandbox.destroy",
         &json!({"sandbox_id": id.0}),
         done.is_ok(),
         started,
+        Some(id.0),
     )
     .await?;
     done?;

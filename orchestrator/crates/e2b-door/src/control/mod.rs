@@ -339,13 +339,14 @@ async fn create_row(
         Err(_) => None,
     };
     let ok = matches!(row, Some(Ok(_)));
-    aegis_store::audit::record_admin(
+    aegis_store::audit::record_admin_of(
         &state.pool,
         caller,
         "e2b.sandbox.create",
         &json!({"templateID": req.template_id, "timeout": timeout, "metadata_keys": metadata.len()}),
         ok,
         started,
+        made.as_ref().ok().map(|(id, _)| id.0),
     )
     .await
     .map_err(db)?;
@@ -499,13 +500,14 @@ pub async fn kill(
     if gone {
         store::delete(&state.pool, uuid).await.map_err(db)?;
     }
-    aegis_store::audit::record_admin(
+    aegis_store::audit::record_admin_of(
         &state.pool,
         &caller,
         "e2b.sandbox.kill",
         &json!({"sandboxID": uuid}),
         gone,
         started,
+        Some(row.current),
     )
     .await
     .map_err(db)?;

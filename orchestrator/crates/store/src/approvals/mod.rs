@@ -322,6 +322,7 @@ impl Pending<'_> {
             outcome,
             result_digest: None,
             duration_ms: self.started.elapsed().as_millis() as i64,
+            sandbox_id: None,
         }
     }
 

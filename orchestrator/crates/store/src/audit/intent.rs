@@ -76,6 +76,7 @@ struct Call {
     instance: Uuid,
     action: String,
     args_digest: String,
+    sandbox: Option<Uuid>,
     started: Instant,
 }
 
@@ -91,6 +92,7 @@ impl Call {
             outcome,
             result_digest: c.and_then(|c| c.result_digest),
             duration_ms: self.started.elapsed().as_millis() as i64,
+            sandbox_id: self.sandbox,
         }
     }
 
@@ -182,6 +184,7 @@ pub async fn begin_call(
     instance: Uuid,
     action: &str,
     args_digest: &str,
+    sandbox: Option<Uuid>,
     started: Instant,
 ) -> Result<CallAudit, sqlx::Error> {
     let call = Arc::new(Call {
@@ -191,6 +194,7 @@ pub async fn begin_call(
         instance,
         action: action.to_owned(),
         args_digest: args_digest.to_owned(),
+        sandbox,
         started,
     });
     let writing = Arc::clone(&call);
@@ -208,7 +212,8 @@ pub async fn begin_call(
     })
 }
 
-/// An intent without a completion: id, tenant, caller kind and id, action, args digest, time.
+/// An intent without a completion: id, tenant, caller kind and id, action, args digest, time,
+/// sandbox.
 type OpenIntent = (
     Uuid,
     String,
@@ -217,6 +222,7 @@ type OpenIntent = (
     String,
     String,
     chrono::DateTime<chrono::Utc>,
+    Option<Uuid>,
 );
 
 fn caller_kind(s: &str) -> CallerKind {
@@ -236,7 +242,8 @@ pub async fn recover_abandoned(
     dead_after_secs: i64,
 ) -> Result<usize, sqlx::Error> {
     let open: Vec<OpenIntent> = sqlx::query_as(
-        "SELECT a.id, a.tenant_id, a.caller_kind, a.caller_id, a.action, a.args_digest, a.at \
+        "SELECT a.id, a.tenant_id, a.caller_kind, a.caller_id, a.action, a.args_digest, a.at, \
+             a.sandbox_id \
              FROM audit_log a WHERE a.outcome = 'running' AND a.intent_id IS NULL \
              AND NOT EXISTS (SELECT 1 FROM audit_log c WHERE c.intent_id = a.id) \
              AND (a.instance_id IS NULL OR (a.instance_id <> $1 AND NOT EXISTS ( \
@@ -248,7 +255,7 @@ pub async fn recover_abandoned(
     .fetch_all(pool)
     .await?;
     let mut completed = 0;
-    for (intent, tenant, kind, id, action, args_digest, at) in open {
+    for (intent, tenant, kind, id, action, args_digest, at, sandbox_id) in open {
         let caller = Caller {
             kind: caller_kind(&kind),
             id: id.clone(),
@@ -271,6 +278,7 @@ pub async fn recover_abandoned(
             outcome: "abandoned",
             result_digest: None,
             duration_ms: (chrono::Utc::now() - at).num_milliseconds().max(0),
+            sandbox_id,
         };
         match append(
             pool,

@@ -66,6 +66,9 @@ pub struct Entry {
     pub result_digest: Option<String>,
     /// Time spent, milliseconds.
     pub duration_ms: i64,
+    /// The sandbox the call ran in or was refused for (`cmd.run`, `fs.*`, the process tools, a
+    /// sandbox's admin changes); `None` for everything else.
+    pub sandbox_id: Option<Uuid>,
 }
 
 /// A stored row, as `GET /v1/audit` shows it.
@@ -102,6 +105,8 @@ pub struct AuditRow {
     pub intent_id: Option<Uuid>,
     /// Position in the tenant's chain, 1-based (not hashed; checked by verification).
     pub chain_index: Option<i64>,
+    /// The sandbox the call ran in or was refused for, when there was one (hashed when present).
+    pub sandbox_id: Option<Uuid>,
     /// Hash of the previous row.
     pub prev_hash: String,
     /// Hash of this row's content and `prev_hash`.
@@ -110,7 +115,7 @@ pub struct AuditRow {
 
 /// The columns of [`AuditRow`], in its field order.
 const COLUMNS: &str = "seq, id, at, caller_kind, caller_id, kind, action, decision, reason_code, \
-     reason, args_digest, outcome, result_digest, duration_ms, intent_id, chain_index, prev_hash, hash";
+     reason, args_digest, outcome, result_digest, duration_ms, intent_id, chain_index, sandbox_id, prev_hash, hash";
 
 /// `sha256:<hex>` of a JSON value in canonical form (sorted keys, no spaces).
 pub fn digest(value: &Value) -> String {
@@ -190,8 +195,8 @@ fn write_canonical(value: &Value, out: &mut impl std::io::Write) -> std::io::Res
     }
 }
 
-/// The content a row's hash covers, in a fixed field order. `intent_id` is covered when present
-/// (rows written before intents existed hash exactly as they did).
+/// The content a row's hash covers, in a fixed field order. `intent_id` and `sandbox_id` are
+/// covered when present (rows written before either existed hash exactly as they did).
 fn row_content(row: &AuditRow) -> String {
     let mut content = json!({
         "id": row.id,
@@ -211,6 +216,9 @@ fn row_content(row: &AuditRow) -> String {
     });
     if let Some(intent) = row.intent_id {
         content["intent_id"] = json!(intent);
+    }
+    if let Some(sandbox) = row.sandbox_id {
+        content["sandbox_id"] = json!(sandbox);
     }
     canonical(&content)
 }
@@ -258,6 +266,7 @@ pub(crate) async fn append(
         duration_ms: entry.duration_ms,
         intent_id: intent,
         chain_index: None,
+        sandbox_id: entry.sandbox_id,
         prev_hash: String::new(),
         hash: String::new(),
     };
@@ -273,6 +282,20 @@ pub async fn record_admin(
     ok: bool,
     started: std::time::Instant,
 ) -> Result<Uuid, sqlx::Error> {
+    record_admin_of(pool, caller, action, args, ok, started, None).await
+}
+
+/// [`record_admin`] of a change to one sandbox (made, destroyed, paused...), so the row is found
+/// with that sandbox's history.
+pub async fn record_admin_of(
+    pool: &PgPool,
+    caller: &Caller,
+    action: &str,
+    args: &Value,
+    ok: bool,
+    started: std::time::Instant,
+    sandbox_id: Option<Uuid>,
+) -> Result<Uuid, sqlx::Error> {
     record(
         pool,
         caller,
@@ -286,6 +309,7 @@ pub async fn record_admin(
             outcome: if ok { "ok" } else { "error" },
             result_digest: None,
             duration_ms: started.elapsed().as_millis() as i64,
+            sandbox_id,
         },
     )
     .await
@@ -298,6 +322,8 @@ pub struct Query {
     pub tool: Option<String>,
     /// Only this caller id (key id, session id, execution id).
     pub caller: Option<String>,
+    /// Only calls that ran in (or were refused for) this sandbox, and its admin changes.
+    pub sandbox: Option<Uuid>,
     /// `allowed` or `denied`.
     pub decision: Option<String>,
     /// Rows at or after this time (RFC 3339).
@@ -318,6 +344,7 @@ pub async fn list(pool: &PgPool, tenant: &str, q: &Query) -> Result<Vec<AuditRow
          WHERE tenant_id = $1 AND ($2::text IS NULL OR action = $2) \
          AND ($3::text IS NULL OR caller_id = $3) AND ($4::text IS NULL OR decision = $4) \
          AND ($5::timestamptz IS NULL OR at >= $5) AND ($6::timestamptz IS NULL OR at < $6) \
+         AND ($9::uuid IS NULL OR sandbox_id = $9) \
          AND seq > $7 ORDER BY tenant_id, seq LIMIT $8"
     ))
     .bind(tenant)
@@ -328,6 +355,7 @@ pub async fn list(pool: &PgPool, tenant: &str, q: &Query) -> Result<Vec<AuditRow
     .bind(q.until)
     .bind(q.after.unwrap_or(0))
     .bind(limit)
+    .bind(q.sandbox)
     .fetch_all(pool)
     .await
 }

@@ -213,7 +213,7 @@ async fn append<'e>(
     // The function emits rows in ordinal order, so `seq` (a sequence default) follows the chain.
     let stored: Vec<(Uuid, i64)> = sqlx::query_as(
         "SELECT stored_id, stored_seq FROM audit_append($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-         $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+         $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
     )
     .bind(APPEND_LOCK)
     .bind(expect_tenants)
@@ -237,6 +237,7 @@ async fn append<'e>(
     .bind(batch.iter().map(|p| p.instance).collect::<Vec<_>>())
     .bind(col(|r| r.prev_hash.clone()))
     .bind(col(|r| r.hash.clone()))
+    .bind(rows.iter().map(|r| r.sandbox_id).collect::<Vec<_>>())
     .fetch_all(executor)
     .await?;
     if stored.is_empty() {

@@ -151,6 +151,7 @@ async fn record_end(
         outcome: if ok { "ok" } else { "error" },
         result_digest: Some(audit::digest(&result)),
         duration_ms: ran.as_millis().min(i64::MAX as u128) as i64,
+        sandbox_id: Some(sandbox.0),
     };
     if let Err(e) = audit::record(pool, caller, entry).await {
         tracing::error!(%pid, sandbox = %sandbox.0, error = %e,

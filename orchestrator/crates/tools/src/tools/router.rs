@@ -173,6 +173,7 @@ async fn route(
                 &refused,
                 &raw_arguments,
                 &args_digest,
+                sandbox.filter(|_| policy::needs_sandbox(name)),
                 started,
             ) {
                 audit::record(&state.pool, caller, entry)
@@ -378,6 +379,7 @@ fn refusal_entry(
     refused: &CallError,
     raw_arguments: &Value,
     args_digest: &str,
+    sandbox: Option<SandboxId>,
     started: Instant,
 ) -> Option<Entry> {
     let (code, reason) = match refused {
@@ -397,6 +399,7 @@ fn refusal_entry(
         outcome: "denied",
         result_digest: None,
         duration_ms: started.elapsed().as_millis() as i64,
+        sandbox_id: sandbox.map(|s| s.0),
     })
 }
 
@@ -424,6 +427,7 @@ async fn run_audited(
         ctx.state.instance_id,
         call.name,
         call.args_digest,
+        ctx.sandbox.as_ref().map(|(id, _)| id.0),
         call.started,
     )
     .await

@@ -17,9 +17,11 @@ use crate::api::console::rest::Rest;
 use crate::api::console::session::Session;
 use crate::api::console::{form_fields, ConsoleError};
 
-/// `GET /console/audit?tool=&caller=&decision=&since=&until=&limit=`: `GET /v1/audit`.
+/// `GET /console/audit?tool=&caller=&sandbox=&decision=&since=&until=&limit=`: `GET /v1/audit`.
 pub async fn audit(s: Session, Extension(rest): Extension<Rest>, Query(q): Params) -> Page {
-    let filters = ["tool", "caller", "decision", "since", "until", "limit"];
+    let filters = [
+        "tool", "caller", "sandbox", "decision", "since", "until", "limit",
+    ];
     let answer = rest
         .get(&s.key, &format!("/v1/audit?{}", query(&q, &filters)))
         .await?;
@@ -30,6 +32,7 @@ pub async fn audit(s: Session, Extension(rest): Extension<Rest>, Query(q): Param
         &[
             ("tool", "Tool"),
             ("caller", "Caller"),
+            ("sandbox", "Sandbox"),
             ("decision", "Decision"),
             ("since", "Since (RFC 3339)"),
             ("until", "Until (RFC 3339)"),
@@ -49,6 +52,7 @@ pub async fn audit(s: Session, Extension(rest): Extension<Rest>, Query(q): Param
                 ("Caller id", "caller_id"),
                 ("Kind", "kind"),
                 ("Action", "action"),
+                ("Sandbox", "sandbox_id"),
                 ("Decision", "decision"),
                 ("Reason", "reason_code"),
                 ("Outcome", "outcome"),

@@ -141,6 +141,11 @@ pub async fn sandbox(
                 "<details><summary>Spec</summary>{}</details>",
                 pre(&r["spec"])
             );
+            // Its calls and admin changes in the audit chain (REST decides who may read them).
+            body += &format!(
+                "<p><a id=\"sandbox-audit\" href=\"/console/audit?sandbox={}\">Its audit rows</a></p>",
+                esc(&id)
+            );
         }
         None if listed.ok() => {
             // Not listed for this key: REST would answer "not found", and so does the page.

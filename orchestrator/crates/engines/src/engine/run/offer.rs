@@ -243,6 +243,7 @@ impl Job {
                 outcome: "denied",
                 result_digest: None,
                 duration_ms: 0,
+                sandbox_id: None,
             };
             if let Err(e) = aegis_store::audit::record(&self.services.pool, caller, entry).await {
                 tracing::warn!(execution = %self.id, error = %e, "cannot audit a refused tool call");
