@@ -12,6 +12,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use dispatcher::{Owner, OwnerKind, SandboxId, SandboxInfo};
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
@@ -297,6 +298,10 @@ pub async fn create(
     ))
 }
 
+/// How many sandboxes one `usage=true` listing samples at once (the E2B door's metrics use the
+/// same bound).
+const SAMPLED_AT_ONCE: usize = 16;
+
 /// The live sandboxes the caller may see: its own (those its key made: REST, E2B, its MCP
 /// conversations), or every one for an unbound admin key (`policy::sandboxes`); with
 /// `usage=true`, each with one sample of its CPU, memory and disk use.
@@ -317,8 +322,15 @@ pub async fn list(
         })
         .collect();
     let usage = if q.usage {
-        // One sample each, taken together (each waits about a second between its readings).
-        futures_util::future::join_all(visible.iter().map(|info| d.usage(info.id))).await
+        // One sample each, taken together (each waits about a second between its readings), at
+        // most SAMPLED_AT_ONCE at a time: a node with hundreds of sandboxes does not open
+        // hundreds of engine streams for one listing.
+        let ids: Vec<SandboxId> = visible.iter().map(|info| info.id).collect();
+        futures_util::stream::iter(ids)
+            .map(|id| d.usage(id))
+            .buffered(SAMPLED_AT_ONCE)
+            .collect::<Vec<_>>()
+            .await
     } else {
         Vec::new()
     };
