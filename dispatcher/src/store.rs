@@ -129,10 +129,13 @@ pub struct SandboxInfo {
     pub ready_at: Option<DateTime<Utc>>,
     /// When its Docker objects were removed.
     pub destroyed_at: Option<DateTime<Utc>>,
+    /// The Docker engine it lives on (`<ID>@<name>:<data root>`; absent for rows from before
+    /// several engines were tracked), so an operator sees where each sandbox runs.
+    pub engine: Option<String>,
 }
 
 const INFO_COLUMNS: &str = "id, tenant_id, instance_id, image, owner_kind, owner_id, state, \
-     container_name, volume_name, spec, reason, created_at, ready_at, destroyed_at";
+     container_name, volume_name, spec, reason, created_at, ready_at, destroyed_at, engine";
 
 fn info_from_row(row: &PgRow) -> std::result::Result<SandboxInfo, sqlx::Error> {
     let owner_kind: String = row.try_get("owner_kind")?;
@@ -159,6 +162,7 @@ fn info_from_row(row: &PgRow) -> std::result::Result<SandboxInfo, sqlx::Error> {
         created_at: row.try_get("created_at")?,
         ready_at: row.try_get("ready_at")?,
         destroyed_at: row.try_get("destroyed_at")?,
+        engine: row.try_get("engine")?,
     })
 }
 

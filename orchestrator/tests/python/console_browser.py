@@ -196,6 +196,8 @@ def run(d):
             pass
         step("sandbox_cpu", d.find_element(By.CSS_SELECTOR, row + "td[data-col='usage.cpu_used_pct']").text)
         step("sandbox_memory", d.find_element(By.CSS_SELECTOR, row + "td[data-col='usage.mem_used']").text)
+        step("sandbox_replica", d.find_element(By.CSS_SELECTOR, row + "td[data-col='instance_id']").text)
+        step("sandbox_engine", d.find_element(By.CSS_SELECTOR, row + "td[data-col='engine_name']").text)
         shot(d, "sandboxes")
         go(d, "/console/sandboxes/" + os.environ["SANDBOX_ID"])
         body = text(d)

@@ -304,6 +304,16 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
             .starts_with("attachment"),
         "{result:#}"
     );
+    // Where it runs: the replica holding it and its engine, by name.
+    assert_eq!(
+        s["sandbox_replica"],
+        json!(app.state.instance_id.to_string()),
+        "{result:#}"
+    );
+    assert!(
+        s["sandbox_engine"].as_str().is_some_and(|e| !e.is_empty() && !e.contains('@')),
+        "{result:#}"
+    );
     assert_eq!(s["node_replicas"], 1, "{result:#}");
     assert!(
         s["node_metrics_rows"].as_u64().unwrap_or(0) >= 1,

@@ -330,7 +330,7 @@ fn query(q: &HashMap<String, String>, keys: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::node::glance;
-    use super::sandboxes::{limits_text, process_status};
+    use super::sandboxes::{engine_name, limits_text, process_status};
     use super::*;
 
     #[test]
@@ -363,6 +363,17 @@ mod tests {
             "1.5 CPU · 512 MiB · 256 pids · workspace 1024 MiB"
         );
         assert_eq!(limits_text(&Value::Null), "");
+    }
+
+    #[test]
+    fn an_engine_is_named_as_its_daemon_calls_itself() {
+        assert_eq!(
+            engine_name(&json!("ABCD:EFGH@node-a:/var/lib/docker")),
+            "node-a"
+        );
+        assert_eq!(engine_name(&json!("no-form")), "no-form");
+        assert_eq!(engine_name(&json!("x@:/root")), "x@:/root");
+        assert_eq!(engine_name(&Value::Null), "");
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub async fn sandboxes(s: Session, Extension(rest): Extension<Rest>) -> Page {
         let mut rows = rows_of(b);
         for row in &mut rows {
             row["limits"] = json!(limits_text(&row["spec"]["limits"]));
+            row["engine_name"] = json!(engine_name(&row["engine"]));
         }
         table(
             "sandboxes",
@@ -43,9 +44,12 @@ pub async fn sandboxes(s: Session, Extension(rest): Extension<Rest>) -> Page {
             &[
                 ("Id", "id"),
                 ("State", "state"),
-                ("Owner", "owner.kind"),
+                ("Kind", "owner.kind"),
                 ("Owner id", "owner.id"),
                 ("Image", "image"),
+                ("Class", "spec.isolation"),
+                ("Replica", "instance_id"),
+                ("Engine", "engine_name"),
                 ("Limits", "limits"),
                 ("Network", "spec.network"),
                 ("CPU", "usage.cpu_used_pct"),
@@ -60,6 +64,19 @@ pub async fn sandboxes(s: Session, Extension(rest): Extension<Rest>) -> Page {
                  class=\"hint\">CPU and memory: measuring…</p>";
     }
     shown(&s, "Sandboxes", "/console/sandboxes", &body)
+}
+
+/// The engine's name from its recorded identity (`<ID>@<name>:<data root>`), the part an
+/// operator recognises; the whole identity when it has another form, empty when unrecorded.
+pub(super) fn engine_name(engine: &Value) -> String {
+    let Some(id) = engine.as_str() else {
+        return String::new();
+    };
+    id.split_once('@')
+        .and_then(|(_, rest)| rest.split_once(':').map(|(name, _)| name))
+        .filter(|name| !name.is_empty())
+        .unwrap_or(id)
+        .to_owned()
 }
 
 /// A sandbox's limits in words (`1 CPU · 512 MiB · 256 pids · workspace 1024 MiB`), the
@@ -120,6 +137,7 @@ pub async fn sandbox(
             // the processes and files stay in sight.
             r["limits"] = json!(limits_text(&r["spec"]["limits"]));
             r["network"] = r["spec"]["network"].clone();
+            r["class"] = r["spec"]["isolation"].clone();
             r["owner"] = json!(format!(
                 "{} {}",
                 r["owner"]["kind"].as_str().unwrap_or(""),
@@ -131,6 +149,9 @@ pub async fn sandbox(
                     "state",
                     "image",
                     "owner",
+                    "class",
+                    "instance_id",
+                    "engine",
                     "limits",
                     "network",
                     "created_at",
