@@ -27,7 +27,7 @@ pub use aegis_core::{arguments, caller, catalog, render, runtimes, DEFAULT_TENAN
 pub use aegis_egress::{self as egress, delivery, mcp_servers};
 /// The two engines (agent executions, workflows) with the call vocabulary and the shipped
 /// definitions, and the SEAL gateway, in their own crates.
-pub use aegis_engines::{builtin, call, engine, workflow};
+pub use aegis_engines::{builtin, call, engine, runs, workflow};
 pub use aegis_gateway as gateway;
 pub use aegis_llm as llm;
 pub use aegis_metrics as metrics;

@@ -311,7 +311,9 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
         "{result:#}"
     );
     assert!(
-        s["sandbox_engine"].as_str().is_some_and(|e| !e.is_empty() && !e.contains('@')),
+        s["sandbox_engine"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty() && !e.contains('@')),
         "{result:#}"
     );
     assert_eq!(s["node_replicas"], 1, "{result:#}");

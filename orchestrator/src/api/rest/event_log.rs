@@ -1,7 +1,7 @@
 //! An execution's event log over REST, for agent and workflow executions alike: one JSON page,
 //! or live Server-Sent Events (`?follow=true`) until the execution has ended and every event was
-//! sent. Both engines keep an append-only, sequence-numbered log; only how it is read differs,
-//! so a route hands in its reads and this module shapes the answer.
+//! sent. Both engines keep an append-only, sequence-numbered log read the same way
+//! (`aegis_engines::runs`); a route names its kind and its page type, and this module answers.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -10,9 +10,14 @@ use std::time::Duration;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::Json;
 use futures_util::stream::{self, Stream};
 use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgRow;
+use sqlx::PgPool;
 use uuid::Uuid;
+
+use crate::runs::{self, Kind};
 
 /// How often a followed log is read again while nothing new arrived.
 const FOLLOW_POLL: Duration = Duration::from_millis(250);
@@ -87,9 +92,46 @@ pub fn next_after<E: Sequenced>(events: &[E]) -> Option<i64> {
     events.last().map(Sequenced::seq)
 }
 
+/// The answer to `GET .../{id}/events` for run `id` of `tenant` (already authorised by the
+/// route): a JSON page made by `page(id, events, next_after)`, or with `follow`, live events
+/// until the run has ended.
+pub async fn answer<E, P>(
+    pool: PgPool,
+    tenant: String,
+    kind: Kind,
+    id: Uuid,
+    q: &EventsQuery,
+    page: fn(Uuid, Vec<E>, Option<i64>) -> P,
+) -> Result<Response, sqlx::Error>
+where
+    E: Sequenced + for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin + 'static,
+    P: Serialize,
+{
+    let after = q.after.unwrap_or(0);
+    if !q.follow {
+        let events: Vec<E> = kind
+            .events(&pool, id, after, q.limit.unwrap_or(100))
+            .await?;
+        let next = next_after(&events);
+        return Ok(Json(page(id, events, next)).into_response());
+    }
+    Ok(follow(after, move |after, limit| {
+        let (pool, tenant) = (pool.clone(), tenant.clone());
+        async move {
+            let status = kind.status(&pool, &tenant, id).await;
+            let ended = matches!(status, Ok(Some(s)) if runs::is_terminal(&s));
+            let events: Vec<E> = kind
+                .events(&pool, id, after, limit)
+                .await
+                .unwrap_or_default();
+            Poll { ended, events }
+        }
+    }))
+}
+
 /// Live Server-Sent Events: `events` messages (JSON arrays, id = last sequence number) until the
 /// execution has ended, then one `end` message. `read(after, limit)` reads the log.
-pub fn follow<E, F, Fut>(after: i64, read: F) -> Response
+fn follow<E, F, Fut>(after: i64, read: F) -> Response
 where
     E: Sequenced + Send + 'static,
     F: Fn(i64, i64) -> Fut + Send + Sync + 'static,

@@ -7,7 +7,7 @@
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -19,6 +19,7 @@ use super::event_log::{self, AgentEventPage, EventsQuery};
 use crate::caller::Caller;
 use crate::delivery::DeliveryRecord;
 use crate::engine::store;
+use crate::runs;
 use crate::state::AppState;
 
 /// Body of `POST /v1/agents/{id}/execute`.
@@ -233,27 +234,13 @@ pub async fn events(
     Query(q): Query<EventsQuery>,
 ) -> Result<Response, ApiError> {
     may_act_on(&state, &caller, id).await?;
-    let after = q.after.unwrap_or(0);
-    if !q.follow {
-        let events = store::events(&state.pool, id, after, q.limit.unwrap_or(100)).await?;
-        let page = AgentEventPage {
-            execution_id: id,
-            next_after: event_log::next_after(&events),
-            events,
-        };
-        return Ok(Json(page).into_response());
-    }
-    let tenant = caller.tenant;
-    Ok(event_log::follow(after, move |after, limit| {
-        let (state, tenant) = (state.clone(), tenant.clone());
-        async move {
-            let ended = matches!(store::get(&state.pool, &tenant, id).await, Ok(Some(e)) if store::is_terminal(&e.status));
-            let events = store::events(&state.pool, id, after, limit)
-                .await
-                .unwrap_or_default();
-            event_log::Poll { ended, events }
-        }
-    }))
+    let page = |execution_id, events, next_after| AgentEventPage {
+        execution_id,
+        events,
+        next_after,
+    };
+    let answer = event_log::answer(state.pool, caller.tenant, runs::AGENT, id, &q, page);
+    Ok(answer.await?)
 }
 
 /// The delivery log: each destination the result was sent to, its status and every attempt.

@@ -6,7 +6,7 @@
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -18,8 +18,8 @@ use super::error::{ApiError, ErrorBody};
 use super::event_log::{self, EventsQuery, WorkflowEventPage};
 use super::executions::Started;
 use crate::caller::Caller;
+use crate::runs;
 use crate::state::AppState;
-use crate::workflow::store;
 
 /// Body of `POST /v1/workflows/{name}/run`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -343,25 +343,11 @@ pub async fn events(
         json!({"execution_id": id}),
     )
     .await?;
-    let after = q.after.unwrap_or(0);
-    if !q.follow {
-        let events = store::events(&state.pool, id, after, q.limit.unwrap_or(100)).await?;
-        let page = WorkflowEventPage {
-            execution_id: id,
-            next_after: event_log::next_after(&events),
-            events,
-        };
-        return Ok(Json(page).into_response());
-    }
-    let tenant = caller.tenant;
-    Ok(event_log::follow(after, move |after, limit| {
-        let (state, tenant) = (state.clone(), tenant.clone());
-        async move {
-            let ended = matches!(store::get(&state.pool, &tenant, id).await, Ok(Some(e)) if store::is_terminal(&e.status));
-            let events = store::events(&state.pool, id, after, limit)
-                .await
-                .unwrap_or_default();
-            event_log::Poll { ended, events }
-        }
-    }))
+    let page = |execution_id, events, next_after| WorkflowEventPage {
+        execution_id,
+        events,
+        next_after,
+    };
+    let answer = event_log::answer(state.pool, caller.tenant, runs::WORKFLOW, id, &q, page);
+    Ok(answer.await?)
 }

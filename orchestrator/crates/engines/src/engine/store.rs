@@ -77,10 +77,7 @@ pub struct Event {
     pub recorded_at: DateTime<Utc>,
 }
 
-/// True for statuses that never change again.
-pub fn is_terminal(status: &str) -> bool {
-    matches!(status, "completed" | "failed" | "cancelled" | "timed_out")
-}
+pub use crate::runs::is_terminal;
 
 /// What a new execution row holds.
 pub struct NewExecution<'a> {
@@ -559,44 +556,6 @@ pub async fn list(
     .bind(offset.max(0))
     .fetch_all(pool)
     .await
-}
-
-/// Events after `after`, oldest first.
-pub async fn events(
-    pool: &PgPool,
-    id: Uuid,
-    after: i64,
-    limit: i64,
-) -> Result<Vec<Event>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT seq, event_type, payload, recorded_at FROM execution_events WHERE execution_id = $1 \
-         AND seq > $2 ORDER BY seq LIMIT $3",
-    )
-    .bind(id)
-    .bind(after)
-    .bind(limit.clamp(1, 1000))
-    .fetch_all(pool)
-    .await
-}
-
-/// Number of events of an execution.
-pub async fn event_count(pool: &PgPool, id: Uuid) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM execution_events WHERE execution_id = $1")
-        .bind(id)
-        .fetch_one(pool)
-        .await
-}
-
-/// Deletes a terminal execution and its events; false when it is not terminal or unknown.
-pub async fn remove(pool: &PgPool, tenant: &str, id: Uuid) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(
-        "DELETE FROM executions WHERE tenant_id = $1 AND id = $2 AND status IN ('completed', 'failed', 'cancelled', 'timed_out')",
-    )
-    .bind(tenant)
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() == 1)
 }
 
 /// Fails the executions that were running on instances that stopped or fell silent for

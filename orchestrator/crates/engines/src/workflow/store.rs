@@ -159,10 +159,7 @@ fn events_json(events: &[NewEvent]) -> Value {
     )
 }
 
-/// True for statuses that never change again.
-pub fn is_terminal(status: &str) -> bool {
-    matches!(status, "completed" | "failed" | "cancelled" | "timed_out")
-}
+pub use crate::runs::is_terminal;
 
 /// A new execution row.
 pub struct NewExecution<'a> {
@@ -656,45 +653,6 @@ pub async fn list(
     .fetch_one(pool)
     .await?;
     Ok((rows, total))
-}
-
-/// Events after `after`, oldest first.
-pub async fn events(
-    pool: &PgPool,
-    id: Uuid,
-    after: i64,
-    limit: i64,
-) -> Result<Vec<Event>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT seq, event_type, state_name, payload, recorded_at FROM workflow_execution_events \
-         WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-    )
-    .bind(id)
-    .bind(after)
-    .bind(limit.clamp(1, 1000))
-    .fetch_all(pool)
-    .await
-}
-
-/// Number of events of an execution.
-pub async fn event_count(pool: &PgPool, id: Uuid) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM workflow_execution_events WHERE execution_id = $1")
-        .bind(id)
-        .fetch_one(pool)
-        .await
-}
-
-/// Deletes an ended execution and its events; false when it is live or unknown.
-pub async fn remove(pool: &PgPool, tenant: &str, id: Uuid) -> Result<bool, sqlx::Error> {
-    let done = sqlx::query(
-        "DELETE FROM workflow_executions WHERE tenant_id = $1 AND id = $2 \
-         AND status IN ('completed', 'failed', 'cancelled', 'timed_out')",
-    )
-    .bind(tenant)
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() == 1)
 }
 
 /// The live Subworkflow child of (parent, state, visit), if one was started.

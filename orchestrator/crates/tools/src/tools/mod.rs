@@ -15,6 +15,7 @@ mod live;
 mod memory;
 mod process;
 mod router;
+mod runs;
 mod sandbox;
 mod schema;
 mod scopes;

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_engines::engine::{store, ExecError, ExecuteRequest};
+use aegis_engines::runs;
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
@@ -192,18 +193,7 @@ fn remove<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         let a: Id = args(a)?;
         let e = load(ctx, &a.execution_id).await?;
-        if !store::is_terminal(&e.status) {
-            return Err(ToolError::new(
-                "conflict",
-                format!(
-                    "execution {} is {}; only ended executions can be removed (cancel it first)",
-                    e.id, e.status
-                ),
-            ));
-        }
-        store::remove(&ctx.state.pool, &ctx.caller.tenant, e.id)
-            .await
-            .map_err(ToolError::internal)?;
+        super::runs::remove_ended(ctx, runs::AGENT, e.id, &e.status).await?;
         Ok(json!({"tool": "aegis.task.remove", "execution_id": e.id, "removed": true}))
     })
 }
@@ -220,12 +210,8 @@ fn logs<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         let e = load(ctx, &a.execution_id).await?;
         let limit = a.limit.unwrap_or(50);
         let offset = a.offset.unwrap_or(0);
-        let events = store::events(&ctx.state.pool, e.id, offset, limit)
-            .await
-            .map_err(ToolError::internal)?;
-        let total = store::event_count(&ctx.state.pool, e.id)
-            .await
-            .map_err(ToolError::internal)?;
+        let (events, total): (Vec<store::Event>, _) =
+            super::runs::events_page(ctx, runs::AGENT, e.id, offset, limit).await?;
         Ok(
             json!({"tool": "aegis.task.logs", "execution_id": e.id, "events": events, "total": total, "limit": limit, "offset": offset}),
         )

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_core::caller::Tier;
+use aegis_engines::runs;
 use aegis_engines::workflow::store::{self, Visibility, WorkflowExecution};
 use aegis_engines::workflow::{RunRequest, WorkflowError};
 use aegis_policy::executions::{may_act_on, ExecutionOwner, ExecutionScope};
@@ -276,12 +277,8 @@ fn logs<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         let e = load(ctx, &a.execution_id).await?;
         let limit = a.limit.unwrap_or(50).clamp(1, 200);
         let offset = a.offset.unwrap_or(0).max(0);
-        let events = store::events(&ctx.state.pool, e.id, offset, limit)
-            .await
-            .map_err(ToolError::internal)?;
-        let total = store::event_count(&ctx.state.pool, e.id)
-            .await
-            .map_err(ToolError::internal)?;
+        let (events, total): (Vec<store::Event>, _) =
+            super::runs::events_page(ctx, runs::WORKFLOW, e.id, offset, limit).await?;
         let events: Vec<Value> = events
             .into_iter()
             .map(|ev| {
@@ -358,18 +355,7 @@ fn remove<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         super::check_tenant(ctx, &a)?;
         let a: Id = args(a)?;
         let e = load(ctx, &a.execution_id).await?;
-        if !store::is_terminal(&e.status) {
-            return Err(ToolError::new(
-                "conflict",
-                format!(
-                    "workflow execution {} is {}; only ended executions can be removed (cancel it first)",
-                    e.id, e.status
-                ),
-            ));
-        }
-        store::remove(&ctx.state.pool, &ctx.caller.tenant, e.id)
-            .await
-            .map_err(ToolError::internal)?;
+        super::runs::remove_ended(ctx, runs::WORKFLOW, e.id, &e.status).await?;
         Ok(json!({"tool": "aegis.workflow.remove", "removed": true, "execution_id": e.id}))
     })
 }
