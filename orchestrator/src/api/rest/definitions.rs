@@ -328,14 +328,12 @@ pub async fn delete_workflow(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    require(&caller, Need::Write)?;
-    Ok(Json(
-        super::call_tool(
-            &state,
-            &caller,
-            "aegis.workflow.delete",
-            json!({"name": id}),
-        )
-        .await?,
-    ))
+    super::tool_answer(
+        &state,
+        &caller,
+        Need::Write,
+        "aegis.workflow.delete",
+        json!({"name": id}),
+    )
+    .await
 }

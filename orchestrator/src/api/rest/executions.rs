@@ -208,16 +208,14 @@ pub async fn remove(
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Value>, ApiError> {
-    require(&caller, Need::Write)?;
-    Ok(Json(
-        super::call_tool(
-            &state,
-            &caller,
-            "aegis.task.remove",
-            json!({"execution_id": id}),
-        )
-        .await?,
-    ))
+    super::tool_answer(
+        &state,
+        &caller,
+        Need::Write,
+        "aegis.task.remove",
+        json!({"execution_id": id}),
+    )
+    .await
 }
 
 /// The event log: a JSON page, or live Server-Sent Events with `?follow=true`.

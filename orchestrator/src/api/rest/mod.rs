@@ -44,6 +44,19 @@ pub(super) async fn call_tool(
     outcome.result.map_err(ApiError::from)
 }
 
+/// A route that is one tool call and nothing else: the role check, the call through the
+/// router, and its result as the answer.
+pub(super) async fn tool_answer(
+    state: &AppState,
+    caller: &Caller,
+    need: auth::Need,
+    tool: &str,
+    args: serde_json::Value,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    auth::require(caller, need)?;
+    Ok(axum::Json(call_tool(state, caller, tool, args).await?))
+}
+
 /// The REST routes (health, OpenAPI, SEAL over HTTP, the operator API, metrics), without the
 /// error layers of [`with_errors`].
 pub fn routes(state: &AppState) -> Router<AppState> {

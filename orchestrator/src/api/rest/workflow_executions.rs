@@ -268,16 +268,14 @@ pub async fn signal(
     Path(id): Path<Uuid>,
     Json(body): Json<SignalBody>,
 ) -> Result<Json<Value>, ApiError> {
-    require(&caller, Need::Write)?;
-    Ok(Json(
-        super::call_tool(
-            &state,
-            &caller,
-            "aegis.workflow.signal",
-            json!({"execution_id": id, "response": body.response}),
-        )
-        .await?,
-    ))
+    super::tool_answer(
+        &state,
+        &caller,
+        Need::Write,
+        "aegis.workflow.signal",
+        json!({"execution_id": id, "response": body.response}),
+    )
+    .await
 }
 
 /// Cancels an execution (its sandboxes are destroyed, its child executions cancelled).
@@ -289,16 +287,14 @@ pub async fn cancel(
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Value>, ApiError> {
-    require(&caller, Need::Write)?;
-    Ok(Json(
-        super::call_tool(
-            &state,
-            &caller,
-            "aegis.workflow.cancel",
-            json!({"execution_id": id}),
-        )
-        .await?,
-    ))
+    super::tool_answer(
+        &state,
+        &caller,
+        Need::Write,
+        "aegis.workflow.cancel",
+        json!({"execution_id": id}),
+    )
+    .await
 }
 
 /// Removes an ended execution and its events.
@@ -310,16 +306,14 @@ pub async fn remove(
     Extension(caller): Extension<Caller>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Value>, ApiError> {
-    require(&caller, Need::Write)?;
-    Ok(Json(
-        super::call_tool(
-            &state,
-            &caller,
-            "aegis.workflow.remove",
-            json!({"execution_id": id}),
-        )
-        .await?,
-    ))
+    super::tool_answer(
+        &state,
+        &caller,
+        Need::Write,
+        "aegis.workflow.remove",
+        json!({"execution_id": id}),
+    )
+    .await
 }
 
 /// The event log: a JSON page, or live Server-Sent Events with `?follow=true`.
