@@ -12,6 +12,7 @@
 //! - Deleting the newest rows: detected against the published head and the last checkpoint.
 
 use crate::common;
+use crate::common::agent::AgentManifest;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -85,27 +86,11 @@ async fn post_and_hold(app: &TestApp, path: &str, key: Option<&str>, body: &Valu
 }
 
 fn agent(name: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Wait.
-  tools: [cmd.run, fs.read]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [sleep, echo]
-          timeout_seconds: 300
-"
-    )
+    AgentManifest::new(name)
+        .instruction("Wait.")
+        .tools(&["cmd.run", "fs.read"])
+        .cmd(&["sleep", "echo"], 300, "")
+        .yaml()
 }
 
 async fn verify(app: &TestApp, query: &str) -> Value {

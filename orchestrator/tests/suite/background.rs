@@ -4,6 +4,7 @@
 //! chain. Checked from inside the sandbox (`docker exec`) where a process must or must not run.
 
 use crate::common;
+use crate::common::agent::AgentManifest;
 
 use std::time::Duration;
 
@@ -14,27 +15,16 @@ use serde_json::{json, Value};
 
 /// A busybox agent that may run `cat`, `sleep`, `sh` and `stty` in the background.
 fn agent(name: &str, tools: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Run things in the background.
-  tools: [{tools}]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [cat, sleep, sh, stty]
-          timeout_seconds: 60
-"
-    )
+    let tools: Vec<&str> = tools
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect();
+    AgentManifest::new(name)
+        .instruction("Run things in the background.")
+        .tools(&tools)
+        .cmd(&["cat", "sleep", "sh", "stty"], 60, "")
+        .yaml()
 }
 
 const ALL: &str = "cmd.run, proc.output, proc.input, proc.signal";

@@ -10,6 +10,7 @@
 //! subscriptions refused; a holder killed mid-stream ends the caller's stream at once.
 
 use crate::common;
+use crate::common::agent::AgentManifest;
 
 use common::replicas::{in_process as replica, SECRET};
 use common::sandbox::AgentSandbox;
@@ -22,31 +23,16 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 fn agent() -> String {
-    "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: shared
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Work in the workspace.
-  tools: [cmd.run, fs.read, fs.write]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [cat, echo, id]
-          timeout_seconds: 30
-          max_output_bytes: 65536
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace]
-"
-    .to_owned()
+    AgentManifest::new("shared")
+        .instruction("Work in the workspace.")
+        .tools(&["cmd.run", "fs.read", "fs.write"])
+        .cmd(
+            &["cat", "echo", "id"],
+            30,
+            "          max_output_bytes: 65536\n",
+        )
+        .filesystem(&["/workspace"], &["/workspace"])
+        .yaml()
 }
 
 /// Where peers reach `app` (its `node_instances.peer_url`).

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 
 use crate::common;
+use crate::common::agent::AgentManifest;
 
 use aegis_cli::seal_client::{SealClient, Transport};
 use common::replicas::{seal_round, SecondEngine, SECRET};
@@ -98,31 +99,12 @@ fn input_rules() -> String {
 }
 
 fn agent() -> String {
-    "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: placed
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Work in the workspace.
-  tools: [cmd.run, fs.read, fs.write]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [cat, echo]
-          timeout_seconds: 30
-          max_output_bytes: 65536
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace]
-"
-    .to_owned()
+    AgentManifest::new("placed")
+        .instruction("Work in the workspace.")
+        .tools(&["cmd.run", "fs.read", "fs.write"])
+        .cmd(&["cat", "echo"], 30, "          max_output_bytes: 65536\n")
+        .filesystem(&["/workspace"], &["/workspace"])
+        .yaml()
 }
 
 /// `POST /v1/sandboxes` for the agent through `app`: (status, body).

@@ -5,6 +5,7 @@
 //! is checked from inside the sandbox (its pid is the process that `docker exec` then stops).
 
 use crate::common;
+use crate::common::agent::AgentManifest;
 
 use std::process::Command;
 use std::time::Duration;
@@ -15,32 +16,14 @@ use serde_json::{json, Value};
 
 /// A busybox agent with the process tools; `unmask` sets `spec.security.unmask_env`.
 fn agent(name: &str, unmask: bool) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Debug what runs in the sandbox.
-  tools: [cmd.run, fs.write, proc.list, logs.read, env.get]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [httpd, sleep]
-          timeout_seconds: 60
-  security:
-    unmask_env: {unmask}
-    filesystem:
-      read: [/workspace/logs, /workspace/app]
-      write: [/workspace/logs, /workspace/app]
-"
-    )
+    let roots = ["/workspace/logs", "/workspace/app"];
+    AgentManifest::new(name)
+        .instruction("Debug what runs in the sandbox.")
+        .tools(&["cmd.run", "fs.write", "proc.list", "logs.read", "env.get"])
+        .cmd(&["httpd", "sleep"], 60, "")
+        .unmask_env(unmask)
+        .filesystem(&roots, &roots)
+        .yaml()
 }
 
 /// An agent whose manifest does not list the process tools.

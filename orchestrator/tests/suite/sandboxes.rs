@@ -5,6 +5,7 @@
 //! forbidden command left no trace.
 
 use crate::common;
+use crate::common::agent::AgentManifest;
 
 use std::process::Command;
 
@@ -15,36 +16,28 @@ use serde_json::{json, Value};
 
 /// A busybox agent that may read /workspace, write /workspace/out, and run a few commands.
 fn agent(name: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Work in the sandbox.
-  tools: [cmd.run, fs.read, fs.write, fs.list, fs.create_dir, fs.delete, fs.edit, fs.multi_edit, fs.grep, fs.glob]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [echo, id, cat, ls, sleep, head, find, ps]
-          env_allowlist: [GREETING]
-          timeout_seconds: 20
-          max_output_bytes: 65536
-  env:
-    PLANET: earth
-    GREETING: hello
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace/out]
-"
-    )
+    AgentManifest::new(name)
+        .instruction("Work in the sandbox.")
+        .tools(&[
+            "cmd.run",
+            "fs.read",
+            "fs.write",
+            "fs.list",
+            "fs.create_dir",
+            "fs.delete",
+            "fs.edit",
+            "fs.multi_edit",
+            "fs.grep",
+            "fs.glob",
+        ])
+        .cmd(
+            &["echo", "id", "cat", "ls", "sleep", "head", "find", "ps"],
+            20,
+            "          env_allowlist: [GREETING]\n          max_output_bytes: 65536\n",
+        )
+        .spec("  env:\n    PLANET: earth\n    GREETING: hello\n")
+        .filesystem(&["/workspace"], &["/workspace/out"])
+        .yaml()
 }
 
 fn docker(args: &[&str]) -> String {

@@ -4,6 +4,7 @@
 //! bounded per caller and per node, with clear refusals.
 
 use crate::common;
+use crate::common::agent::AgentManifest;
 
 use std::time::{Duration, Instant};
 
@@ -15,21 +16,16 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 fn agent(name: &str, tools: &str, extra: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Do the task.
-  tools: [{tools}]
-{extra}"
-    )
+    let tools: Vec<&str> = tools
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect();
+    AgentManifest::new(name)
+        .instruction("Do the task.")
+        .tools(&tools)
+        .spec(extra)
+        .yaml()
 }
 
 fn contexts() -> Vec<Value> {

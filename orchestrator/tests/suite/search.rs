@@ -4,27 +4,18 @@
 //! workflows only with `scope: visible`).
 
 use crate::common;
+use crate::common::agent::AgentManifest;
 
 use common::TestApp;
 use serde_json::{json, Value};
 
 fn agent(name: &str, description: &str, instruction: &str, labels: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-  description: \"{description}\"
-  labels: {labels}
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: \"{instruction}\"
-"
-    )
+    AgentManifest::new(name)
+        .metadata(&format!(
+            "  description: \"{description}\"\n  labels: {labels}\n"
+        ))
+        .instruction(&format!("\"{instruction}\""))
+        .yaml()
 }
 
 async fn ok(app: &TestApp, tool: &str, args: Value) -> Value {

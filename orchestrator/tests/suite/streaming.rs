@@ -10,6 +10,7 @@
 //! command killed, checked from inside the sandbox, and audited as such) are covered per door.
 
 use crate::common;
+use crate::common::agent::AgentManifest;
 
 use std::time::Duration;
 
@@ -35,31 +36,17 @@ fn sh(script: &str) -> Value {
 
 /// A busybox agent that may run `sh -c` (and write the marker).
 fn agent(name: &str, tools: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Stream commands.
-  tools: [{tools}]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [sh, \"sh -c\"]
-          timeout_seconds: 60
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace]
-"
-    )
+    let tools: Vec<&str> = tools
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect();
+    AgentManifest::new(name)
+        .instruction("Stream commands.")
+        .tools(&tools)
+        .cmd(&["sh", "sh -c"], 60, "")
+        .filesystem(&["/workspace"], &["/workspace"])
+        .yaml()
 }
 
 /// A busybox agent without `cmd.run`.

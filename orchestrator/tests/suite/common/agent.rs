@@ -15,6 +15,7 @@ pub struct AgentManifest {
     metadata: String,
     task: String,
     spec: String,
+    security: String,
 }
 
 impl AgentManifest {
@@ -28,6 +29,7 @@ impl AgentManifest {
             metadata: String::new(),
             task: String::new(),
             spec: String::new(),
+            security: String::new(),
         }
     }
 
@@ -70,6 +72,40 @@ impl AgentManifest {
         self
     }
 
+    /// `spec.tools`.
+    pub fn tools(self, tools: &[&str]) -> Self {
+        let line = format!("  tools: {}\n", flow(tools));
+        self.spec(&line)
+    }
+
+    /// `spec.builtin_dispatchers` with one `cmd.run` capability: its subcommand allowlist, its
+    /// timeout, and raw lines under the capability (each indented by ten spaces and ending in a
+    /// newline) for the rest (`max_output_bytes`, `env_allowlist`, ...).
+    pub fn cmd(self, allowlist: &[&str], timeout_seconds: u32, lines: &str) -> Self {
+        let block = format!(
+            "  builtin_dispatchers:\n    - name: cmd\n      capabilities:\n        - name: cmd.run\n          \
+             subcommand_allowlist: {}\n          timeout_seconds: {timeout_seconds}\n{lines}",
+            flow(allowlist)
+        );
+        self.spec(&block)
+    }
+
+    /// `spec.security.filesystem`: the roots tools may read and write.
+    pub fn filesystem(mut self, read: &[&str], write: &[&str]) -> Self {
+        self.security += &format!(
+            "    filesystem:\n      read: {}\n      write: {}\n",
+            flow(read),
+            flow(write)
+        );
+        self
+    }
+
+    /// `spec.security.unmask_env`.
+    pub fn unmask_env(mut self, unmask: bool) -> Self {
+        self.security += &format!("    unmask_env: {unmask}\n");
+        self
+    }
+
     /// The manifest's YAML.
     pub fn yaml(&self) -> String {
         let Self {
@@ -81,7 +117,13 @@ impl AgentManifest {
             metadata,
             task,
             spec,
+            security,
         } = self;
+        let security = if security.is_empty() {
+            String::new()
+        } else {
+            format!("  security:\n{security}")
+        };
         format!(
             "apiVersion: 100monkeys.ai/v1
 kind: Agent
@@ -94,7 +136,16 @@ metadata:
     version: \"{language_version}\"
   task:
     instruction: {instruction}
-{task}{spec}"
+{task}{spec}{security}"
         )
     }
+}
+
+/// A YAML flow sequence of strings, each quoted as JSON (which YAML reads alike).
+fn flow(items: &[&str]) -> String {
+    let quoted: Vec<String> = items
+        .iter()
+        .map(|i| serde_json::Value::from(*i).to_string())
+        .collect();
+    format!("[{}]", quoted.join(", "))
 }
