@@ -49,6 +49,11 @@ pub struct Config {
     /// Directory (a bind mount the node shares, root-owned, mode 0700) where the executor
     /// listens on `executor.sock`, the node's direct channel; `None`: the attach stream only.
     pub channel_dir: Option<String>,
+    /// Start sub-reapers through the fork server (`spawn/forkserver.rs`); `false`: the handler
+    /// thread forks each one itself. The node sets it false in gVisor sandboxes, whose kernel
+    /// (runsc 2022) never reports to the executor the exit of a child cloned with
+    /// `CLONE_PARENT` by another process, so a command would never end.
+    pub fork_server: bool,
 }
 
 impl Default for Config {
@@ -69,6 +74,7 @@ impl Default for Config {
             max_live_output_bytes: 256 * 1024 * 1024,
             max_watches: 8,
             channel_dir: None,
+            fork_server: true,
         }
     }
 }

@@ -137,6 +137,9 @@ pub fn enter_sandbox_fs_identity(uid: u32, gid: u32) -> Result<(), PrivilegeErro
             libc::syscall(libc::SYS_setfsuid, -1 as libc::c_long),
         )
     };
+    if fsgid == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        return enter_effective_identity(uid, gid);
+    }
     if fsgid != libc::c_long::from(gid) {
         return Err(PrivilegeError {
             step: "setfsgid",
@@ -149,6 +152,56 @@ pub fn enter_sandbox_fs_identity(uid: u32, gid: u32) -> Result<(), PrivilegeErro
             errno: rustix::io::Errno::PERM,
         });
     }
+    Ok(())
+}
+
+/// [`enter_sandbox_fs_identity`] where the kernel has no `setfsuid` (gVisor's): the thread's
+/// *effective* uid and gid become `uid`/`gid` (a kernel checks file access with them, as with a
+/// filesystem uid), the real and saved ids stay 0, and the effective capabilities, which the
+/// kernel clears when the effective uid leaves 0, are raised again from the permitted set (only
+/// [`KEPT_CAPABILITIES`] are left there). Per thread, as the filesystem ids are.
+fn enter_effective_identity(uid: u32, gid: u32) -> Result<(), PrivilegeError> {
+    let failed = |step: &'static str| PrivilegeError {
+        step,
+        errno: rustix::io::Errno::from_io_error(&std::io::Error::last_os_error())
+            .unwrap_or(rustix::io::Errno::PERM),
+    };
+    // SAFETY: raw setresgid/setresuid change only the calling thread's credentials (the C
+    // library's wrappers would change every thread's); -1 leaves the real and saved ids.
+    let gid_set = unsafe {
+        libc::syscall(
+            libc::SYS_setresgid,
+            -1 as libc::c_long,
+            libc::c_long::from(gid),
+            -1 as libc::c_long,
+        )
+    };
+    if gid_set != 0 {
+        return Err(failed("setresgid (no setfsgid here)"));
+    }
+    // SAFETY: as above.
+    let uid_set = unsafe {
+        libc::syscall(
+            libc::SYS_setresuid,
+            -1 as libc::c_long,
+            libc::c_long::from(uid),
+            -1 as libc::c_long,
+        )
+    };
+    if uid_set != 0 {
+        return Err(failed("setresuid (no setfsuid here)"));
+    }
+    let sets = step("read capabilities", rustix::thread::capabilities(None))?;
+    step(
+        "raise the kept capabilities",
+        rustix::thread::set_capabilities(
+            None,
+            CapabilitySets {
+                effective: sets.permitted & KEPT_CAPABILITIES,
+                ..sets
+            },
+        ),
+    )?;
     Ok(())
 }
 

@@ -8,7 +8,8 @@
 //! * `server` — start-up, the request stream, dispatch and shutdown; `workers` — the reused
 //!   threads requests run on;
 //! * `identity` — privileges kept and dropped, the sandbox user's filesystem identity;
-//! * `paths`, `roots` — lexical normalization and descriptor-relative resolution beneath roots;
+//! * `paths`, `roots` — lexical normalization and descriptor-relative resolution beneath roots
+//!   (`openat2`, or `beneath`'s userspace walk where the kernel has none, as gVisor's);
 //! * `fs` — one module per `fs.*` operation (`fs/watch.rs`: directory watches); `cmd` —
 //!   `cmd.run`; `spawn` — starting confined programs, children and reaping; `live` — processes
 //!   that outlive their request;
@@ -16,7 +17,8 @@
 //! * `proc` — the process tools `proc.list`, `logs.read`, `env.get`;
 //! * `config`, `error`, `encoding`, `frame`, `log` — the small shared pieces.
 //!
-//! Invariants: no requested path is opened except through `roots` (openat2 beneath a root);
+//! Invariants: no requested path is opened except through `roots` (beneath a root: openat2, or
+//! the `beneath` walk);
 //! every file operation runs with the sandbox user's fsuid/fsgid; no command runs as root or
 //! through a shell; one thread (the reaper) waits for children.
 
@@ -25,6 +27,8 @@
 pub mod kernel;
 pub mod protocol;
 
+#[cfg(feature = "executor")]
+pub mod beneath;
 #[cfg(feature = "executor")]
 pub mod channel;
 #[cfg(feature = "executor")]

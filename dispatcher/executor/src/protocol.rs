@@ -657,6 +657,21 @@ pub struct Ready {
     /// may connect there instead of using the attach stream.
     #[serde(default)]
     pub channel: bool,
+    /// What keeps requested paths beneath their roots in this sandbox.
+    #[serde(default)]
+    pub path_rules: PathRules,
+}
+
+/// The mechanism of the path rules: the kernel's `openat2(RESOLVE_BENEATH)`, or the executor's
+/// own walk with `O_NOFOLLOW` beneath held descriptors where the kernel lacks it (gVisor).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PathRules {
+    /// `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`.
+    #[default]
+    Openat2,
+    /// The userspace walk (`beneath.rs`).
+    Walk,
 }
 
 /// The empty result of `ping`: `{}`.

@@ -7,6 +7,9 @@
 //! pointing out, symlinks swapped in during the call, and `/proc/self/...` magic links. Nothing in
 //! the executor opens a requested path any other way.
 //!
+//! Where the kernel has no `openat2` (gVisor), the same resolution is the userspace walk of
+//! `beneath.rs`, with the same refusals ([`path_rules`] says which one this executor uses).
+//!
 //! Invariant: every file operation starts from a [`Target`] produced here; operations on the final
 //! component use `*at` syscalls on the parent descriptor with `AT_SYMLINK_NOFOLLOW`/`O_NOFOLLOW`.
 
@@ -17,7 +20,7 @@ use rustix::io::Errno;
 use crate::config::Config;
 use crate::error::{OpError, OpResult};
 use crate::paths;
-use crate::protocol::ErrorKind;
+use crate::protocol::{ErrorKind, PathRules};
 
 /// What an operation needs from the root it resolves under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +99,10 @@ fn open_resolving(
     mode: Mode,
     resolve: ResolveFlags,
 ) -> rustix::io::Result<OwnedFd> {
+    if path_rules() == PathRules::Walk {
+        let no_symlinks = resolve.contains(ResolveFlags::NO_SYMLINKS);
+        return crate::beneath::open(dir, rel, flags, mode, no_symlinks);
+    }
     let path = if rel.is_empty() { "." } else { rel };
     let mut attempts = 0;
     loop {
@@ -104,6 +111,25 @@ fn open_resolving(
             other => return other,
         }
     }
+}
+
+/// How this executor keeps resolutions beneath their root, probed once: the kernel's
+/// `openat2(RESOLVE_BENEATH)` where it has it, else the userspace walk of `beneath.rs` (gVisor's
+/// kernel has no `openat2`). Both refuse the same paths; the ready line says which one holds.
+pub fn path_rules() -> PathRules {
+    static RULES: std::sync::OnceLock<PathRules> = std::sync::OnceLock::new();
+    *RULES.get_or_init(|| {
+        match openat2(
+            CWD,
+            ".",
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        ) {
+            Err(Errno::NOSYS) => PathRules::Walk,
+            _ => PathRules::Openat2,
+        }
+    })
 }
 
 /// `mkdir -p` of `rel` beneath `dir`, one component at a time, never leaving `dir`.

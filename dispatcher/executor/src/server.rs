@@ -98,15 +98,28 @@ pub fn main() -> i32 {
     if let Some(Ok(fd)) = roots.root_at(roots.workspace()).map(|r| r.fd()) {
         if let Err(errno) = open_beneath(fd, "", OFlags::PATH | OFlags::DIRECTORY, Mode::empty()) {
             return fatal(format!(
-                "openat2 is unusable here ({errno}); refusing to run"
+                "resolving beneath the workspace is unusable here ({:?}: {errno}); refusing to run",
+                crate::roots::path_rules()
             ));
         }
     }
+    if crate::roots::path_rules() == crate::protocol::PathRules::Walk {
+        crate::log_event!(
+            "the kernel has no openat2: paths resolve by the executor's walk beneath each root"
+        );
+    }
     // Before the reaper or any request thread exists: the fork server must be single-threaded.
-    let fork_server = spawn::forkserver::ForkServer::start().unwrap_or_else(|e| {
-        crate::log_event!("cannot start the fork server ({e}); sub-reapers are forked directly");
+    let fork_server = if !config.fork_server {
+        crate::log_event!("no fork server (fork_server: false): sub-reapers are forked directly");
         spawn::forkserver::ForkServer::disabled()
-    });
+    } else {
+        spawn::forkserver::ForkServer::start().unwrap_or_else(|e| {
+            crate::log_event!(
+                "cannot start the fork server ({e}); sub-reapers are forked directly"
+            );
+            spawn::forkserver::ForkServer::disabled()
+        })
+    };
     let children = match Children::start() {
         Ok(children) => children,
         Err(e) => return fatal(format!("cannot start the reaper: {e}")),
@@ -149,6 +162,7 @@ pub fn main() -> i32 {
             pid: identity::own_pid(),
             landlock_abi: context.landlock_abi,
             channel: listener.is_some(),
+            path_rules: crate::roots::path_rules(),
         }),
     ));
 

@@ -258,7 +258,19 @@ fn supervise_command(l: &Launch) -> i32 {
         FAILED_BEFORE_START
     };
 
-    if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+    // gVisor (runsc 2022) lets only its init process be a sub-reaper and answers EINVAL to any
+    // other: there the command's orphans go to the executor (PID 1), which reaps them, and live
+    // on in the sandbox after the call (ARCHITECTURE.md, "The gVisor class"). Any other error
+    // fails the command as before. (Linux answers EINVAL to this call only on kernels before
+    // 3.4, which have no sub-reapers either.)
+    let marked = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
+    if let Err(e) = marked.or_else(|e| {
+        if e == rustix::io::Errno::INVAL {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }) {
         return fail(
             ErrorKind::SpawnFailed,
             format_args!(

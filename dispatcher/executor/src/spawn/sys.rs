@@ -176,12 +176,24 @@ pub fn sigwait(set: &KernelSigset) -> Result<i32, Errno> {
 /// Closes descriptors `first..=last`.
 pub fn close_range(first: u32, last: u32) {
     // SAFETY: closes descriptors of this process that no code here uses any more.
-    let _ = unsafe {
+    let closed = unsafe {
         call(
             libc::SYS_close_range,
             [first as usize, last as usize, 0, 0, 0, 0],
         )
     };
+    // gVisor (runsc 2022) reads `last` as a signed int, so `u32::MAX` is "below" `first` and
+    // the call fails with EINVAL, closing nothing: the command would inherit the executor's
+    // descriptors. The same range up to i32::MAX closes them all there.
+    if closed.is_err() && last > i32::MAX as u32 && first <= i32::MAX as u32 {
+        // SAFETY: as above.
+        let _ = unsafe {
+            call(
+                libc::SYS_close_range,
+                [first as usize, i32::MAX as usize, 0, 0, 0, 0],
+            )
+        };
+    }
 }
 
 /// `landlock_restrict_self(ruleset, 0)`.
