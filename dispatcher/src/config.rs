@@ -86,6 +86,9 @@ pub struct DispatcherConfig {
     /// while the engine's live sandboxes and reserved memory stay within it, counted over every
     /// replica driving the same engine. Unbounded by default.
     pub engine_limit: EngineLimit,
+    /// The isolation class of sandboxes that do not ask for one: a default and overrides per
+    /// image (`isolation.rs`). A class the engine cannot run is refused, never replaced.
+    pub isolation: crate::isolation::IsolationPolicy,
 }
 
 /// The node-level bound of one Docker engine, checked when a sandbox's row is written.
@@ -98,6 +101,19 @@ pub struct EngineLimit {
 }
 
 impl DispatcherConfig {
+    /// `spec` checked and clamped to the ceilings, with its isolation class decided (its own,
+    /// else the node's for its image).
+    pub(crate) fn admitted(
+        &self,
+        spec: crate::spec::SandboxSpec,
+    ) -> crate::error::Result<crate::spec::SandboxSpec> {
+        let mut spec = spec.validated(&self.ceilings)?;
+        if spec.isolation.is_none() {
+            spec.isolation = Some(self.isolation.of_image(&spec.image));
+        }
+        Ok(spec)
+    }
+
     /// Defaults around the given executor binary.
     pub fn new(executor_path: impl Into<PathBuf>) -> Self {
         DispatcherConfig {
@@ -131,6 +147,7 @@ impl DispatcherConfig {
             watch_buffer_events: 4096,
             channel_dir: None,
             engine_limit: EngineLimit::default(),
+            isolation: crate::isolation::IsolationPolicy::default(),
         }
     }
 }

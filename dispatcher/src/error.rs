@@ -50,6 +50,15 @@ pub enum DispatchError {
         #[source]
         source: bollard::errors::Error,
     },
+    /// The sandbox's isolation class needs a runtime this node's engine does not have; nothing
+    /// was created (no row, no object) and no other class was used instead.
+    #[error("cannot create a {isolation} sandbox: {detail}")]
+    IsolationUnavailable {
+        /// The class asked for.
+        isolation: crate::isolation::Isolation,
+        /// What the engine lacks and how to give it that.
+        detail: String,
+    },
     /// The spec asks for something the dispatcher refuses before touching Docker.
     #[error("invalid sandbox spec: {reason}")]
     InvalidSpec {

@@ -56,6 +56,15 @@ pub(crate) struct ExecutorConfig<'a> {
     pub max_watches: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub channel_dir: Option<&'static str>,
+    /// Sent (false) only for gVisor sandboxes: their kernel does not report the exit of a
+    /// sub-reaper the fork server clones with `CLONE_PARENT`, so each is forked directly.
+    #[serde(skip_serializing_if = "is_true")]
+    pub fork_server: bool,
+}
+
+/// For `skip_serializing_if`: the executor's default need not be sent.
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 /// Open files per process (the executor's own descriptors included; it keeps a few per command).
@@ -216,6 +225,7 @@ fn executor_json(
         max_live_processes: config.max_live_processes,
         max_watches: config.max_watches,
         channel_dir: channel.map(|_| crate::channel::TARGET),
+        fork_server: spec.isolation() != crate::isolation::Isolation::Gvisor,
     };
     // Serializing plain strings and integers cannot fail; an empty config would still give the
     // executor's safe defaults.
@@ -303,6 +313,10 @@ fn host_config(
         ),
         // /dev/shm is another writable tmpfs; keep it as small as /tmp.
         shm_size: Some(i64::try_from(limits.tmpfs_bytes).unwrap_or(i64::MAX)),
+        // The isolation class: `runsc` (gVisor, a kernel of its own) or the engine's default
+        // (runc). Every setting above holds under both; `create.rs` refused the class before
+        // this when the engine does not list its runtime.
+        runtime: spec.isolation().docker_runtime().map(str::to_owned),
         ..Default::default()
     }
 }

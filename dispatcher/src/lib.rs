@@ -12,6 +12,8 @@
 //! - `spec`, `config`: what a caller may ask for, and the operator's ceilings;
 //! - `install`: the executor binary, delivered through a read-only, content-addressed volume;
 //! - `hardening`: the container settings of a sandbox, each with its reason;
+//! - [`isolation`]: the class a sandbox runs in (runc on the host's kernel, or gVisor) and
+//!   the operator's choice of it;
 //! - `stream`: the multiplexed request stream over a container's attached stdin/stdout, and
 //!   the events of live processes and watches;
 //! - `live`: live processes (start, attach by pid or tag, input, signals, terminal size) and
@@ -55,6 +57,7 @@ mod forward;
 pub mod hardening;
 mod id;
 mod install;
+pub mod isolation;
 pub mod kernel;
 pub mod labels;
 mod live;
@@ -75,6 +78,7 @@ pub use engine::{DockerEngine, EngineError};
 pub use error::{DispatchError, Result};
 pub use forward::{Forwarder, Opened, Relay, Relayed, Subscribed, Subscription};
 pub use install::{EXECUTOR_DIR, EXECUTOR_NAME};
+pub use isolation::{Isolation, IsolationPolicy};
 pub use live::{ProcessEvent, ProcessHandle, ProcessSelector, WatchEvent, WatchHandle};
 pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};
 pub use store::{RecordedSpec, SandboxInfo, SandboxState};

@@ -204,6 +204,10 @@ pub struct SandboxSpec {
     /// Caller labels, recorded in Postgres (and on the container when it is created for this
     /// spec); keys under `org.aegis.` are reserved.
     pub labels: BTreeMap<String, String>,
+    /// The isolation class asked for; `None`: the node's choice for the image
+    /// ([`DispatcherConfig::isolation`](crate::DispatcherConfig)), set when it is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<crate::isolation::Isolation>,
 }
 
 pub(crate) fn follow_symlinks_by_default() -> bool {
@@ -226,6 +230,7 @@ impl SandboxSpec {
             follow_symlinks: true,
             workspace: None,
             labels: BTreeMap::new(),
+            isolation: None,
         }
     }
 
@@ -288,6 +293,12 @@ impl SandboxSpec {
             && self.write_roots == other.write_roots
             && self.follow_symlinks == other.follow_symlinks
             && self.workspace == other.workspace
+            && self.isolation == other.isolation
+    }
+
+    /// The class it runs in (the node's default when it was never resolved).
+    pub fn isolation(&self) -> crate::isolation::Isolation {
+        self.isolation.unwrap_or_default()
     }
 }
 

@@ -84,6 +84,9 @@ pub struct RecordedSpec {
     pub workspace: Option<String>,
     /// Caller labels (for a pool sandbox: those of the spec it was handed out for).
     pub labels: BTreeMap<String, String>,
+    /// Its isolation class (rows written before classes existed: `container`).
+    #[serde(default)]
+    pub isolation: crate::isolation::Isolation,
 }
 
 impl From<&SandboxSpec> for RecordedSpec {
@@ -96,6 +99,7 @@ impl From<&SandboxSpec> for RecordedSpec {
             follow_symlinks: spec.follow_symlinks,
             workspace: spec.workspace.clone(),
             labels: spec.labels.clone(),
+            isolation: spec.isolation(),
         }
     }
 }

@@ -546,6 +546,10 @@ async fn start_sandboxes(
     d.adopt_from = gracefully_stopped_owners(pool).await;
     d.channel_dir = s.channel_dir().map(std::path::Path::to_path_buf);
     d.forwarder = forwarder;
+    d.isolation = dispatcher::IsolationPolicy {
+        default: s.isolation,
+        by_image: s.isolation_by_image(),
+    };
     d.engine_limit = dispatcher::EngineLimit {
         sandboxes: s.max_per_engine,
         memory_bytes: s.max_memory_per_engine_mb.map(|mb| mb * 1024 * 1024),

@@ -153,6 +153,7 @@ impl Inner {
             follow_symlinks: recorded.follow_symlinks,
             workspace: recorded.workspace,
             labels: recorded.labels,
+            isolation: Some(recorded.isolation),
         };
         if spec.network == NetworkMode::Egress {
             // The previous instance's proxy ended with it: this instance starts its own.

@@ -97,6 +97,7 @@ impl Inner {
         owner: Owner,
     ) -> Result<Arc<Sandbox>> {
         let started = Instant::now();
+        self.check_isolation(&spec).await?;
         match self.docker.inspect_image(&spec.image).await {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {
@@ -198,6 +199,25 @@ impl Inner {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Refuses a class this engine cannot run (its runtime not in `docker info`), before any
+    /// row or object exists: a gVisor sandbox never silently becomes a runc one.
+    async fn check_isolation(&self, spec: &SandboxSpec) -> Result<()> {
+        let isolation = spec.isolation();
+        if isolation.docker_runtime().is_none() {
+            return Ok(());
+        }
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(engine("reading the engine's runtimes (docker info)"))?;
+        let runtimes: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+        match crate::isolation::missing_runtime(isolation, &runtimes) {
+            None => Ok(()),
+            Some(detail) => Err(DispatchError::IsolationUnavailable { isolation, detail }),
         }
     }
 
@@ -305,11 +325,21 @@ impl Inner {
         let timeout = self.config.ready_timeout;
         let detail = match tokio::time::timeout(timeout, ready).await {
             Ok(Ok(Ok(ready))) if ready.landlock_abi == 0 && self.config.require_landlock => {
-                "the kernel offers no Landlock inside the sandbox, so commands could not be \
-                 confined (sandbox.require_landlock is on)"
-                    .to_owned()
+                if spec.isolation() == crate::isolation::Isolation::Gvisor {
+                    "gVisor's kernel offers no Landlock (runsc 2022 lacks landlock_create_ruleset), \
+                     so commands could not be confined by it (sandbox.require_landlock is on; \
+                     set it to false to run gVisor sandboxes under gVisor's boundary, the \
+                     executor's path rules and the argv policy, see ARCHITECTURE.md \
+                     \"The gVisor class\")"
+                        .to_owned()
+                } else {
+                    "the kernel offers no Landlock inside the sandbox, so commands could not be \
+                     confined (sandbox.require_landlock is on)"
+                        .to_owned()
+                }
             }
             Ok(Ok(Ok(ready))) => {
+                tracing::debug!(sandbox = %id, isolation = %spec.isolation(), path_rules = ?ready.path_rules, landlock_abi = ready.landlock_abi, "executor ready");
                 let stream = match (&self.config.channel_dir, &channel) {
                     (Some(base), Some(_)) if ready.channel => {
                         self.switch_to_socket(id, container, base, stream).await

@@ -257,7 +257,7 @@ impl Dispatcher {
     /// On any failure what was created is removed, the row is marked `failed` with the reason,
     /// and the error says which step failed.
     pub async fn create(&self, spec: SandboxSpec) -> Result<SandboxId> {
-        let spec = spec.validated(&self.inner.config.ceilings)?;
+        let spec = self.inner.config.admitted(spec)?;
         let inner = self.inner.clone();
         run_detached(async move { inner.place(spec, false).await }).await
     }
@@ -266,7 +266,7 @@ impl Dispatcher {
     /// on this instance's own engine only, from its warm pool or fresh, never forwarded again;
     /// [`DispatchError::NoRoom`] when this engine is full.
     pub async fn create_held(&self, spec: SandboxSpec) -> Result<SandboxId> {
-        let spec = spec.validated(&self.inner.config.ceilings)?;
+        let spec = self.inner.config.admitted(spec)?;
         let inner = self.inner.clone();
         run_detached(async move { inner.acquire(spec).await }).await
     }

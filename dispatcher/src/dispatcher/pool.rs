@@ -71,6 +71,7 @@ impl Pool {
                 let mut spec =
                     SandboxSpec::new(image.clone(), Owner::new(OwnerKind::Pool, POOL_OWNER_ID));
                 spec.limits = limits;
+                spec.isolation = Some(config.isolation.of_image(image));
                 (image.clone(), (spec, *n))
             });
         // A shape keeps what makes it that sandbox (workspace, roots, labels); its owner and
@@ -84,6 +85,9 @@ impl Pool {
                     let mut spec = shape.clone();
                     spec.owner = Owner::new(OwnerKind::Pool, POOL_OWNER_ID);
                     spec.limits = limits;
+                    spec.isolation = spec
+                        .isolation
+                        .or(Some(config.isolation.of_image(&spec.image)));
                     (name.clone(), (spec, *n))
                 });
         Pool {
@@ -198,7 +202,7 @@ impl Dispatcher {
     /// With several engines (`placement.rs`): from this engine's pool or fresh here while this
     /// engine has room, else on another replica's engine (from its pool or fresh there).
     pub async fn acquire(&self, spec: SandboxSpec) -> Result<SandboxId> {
-        let spec = spec.validated(&self.inner.config.ceilings)?;
+        let spec = self.inner.config.admitted(spec)?;
         let inner = self.inner.clone();
         run_detached(async move { inner.place(spec, true).await }).await
     }

@@ -75,6 +75,15 @@ pub struct SandboxConfig {
     /// Memory, MiB, the live sandboxes of this replica's engine may reserve (each its memory
     /// limit plus its workspace, the container's limit); past it, as `max_per_engine`.
     pub max_memory_per_engine_mb: Option<u64>,
+    /// The isolation class of this node's sandboxes: `container` (runc on the host's kernel)
+    /// or `gvisor` (gVisor's `runsc`, a kernel of its own; the engine must list a `runsc`
+    /// runtime, else such sandboxes are refused, never run as containers)
+    /// (`ORCHESTRATOR__SANDBOX__ISOLATION`).
+    pub isolation: aegis_sandboxes::Isolation,
+    /// Runtime -> class, overriding `isolation` for that runtime's sandboxes (and so for the
+    /// E2B template of that name): a runtime as REST's `runtime` names it, `language` or
+    /// `language:version` (`base`, `python:3.11`).
+    pub runtime_isolation: std::collections::BTreeMap<String, aegis_sandboxes::Isolation>,
 }
 
 impl SandboxConfig {
@@ -85,6 +94,21 @@ impl SandboxConfig {
             0 => std::time::Duration::from_secs(self.dead_after_secs) * 2 / 3,
             secs => std::time::Duration::from_secs(secs),
         }
+    }
+
+    /// The class of each runtime image `runtime_isolation` names (a runtime key names every
+    /// version of its language when it has no `:version`); keys the runtime registry does not
+    /// know are left out here and refused by the config check.
+    pub fn isolation_by_image(
+        &self,
+    ) -> std::collections::BTreeMap<String, aegis_sandboxes::Isolation> {
+        let mut by_image = std::collections::BTreeMap::new();
+        for (key, class) in &self.runtime_isolation {
+            for runtime in runtimes_named(key) {
+                by_image.insert(runtime.image.clone(), *class);
+            }
+        }
+        by_image
     }
 
     /// The channel directory, if one is set (an empty path means none).
@@ -100,6 +124,22 @@ impl SandboxConfig {
         let (language, version) = split_runtime(target)?;
         Some((language.to_owned(), version.to_owned()))
     }
+}
+
+/// The installed runtimes `key` names: `language` (all its versions) or `language:version`.
+pub(crate) fn runtimes_named(key: &str) -> Vec<&'static aegis_core::runtimes::Runtime> {
+    let (language, version) = match key.split_once(':') {
+        Some((l, v)) => (l, Some(v)),
+        None => (key, None),
+    };
+    aegis_core::runtimes::registry()
+        .map(|r| {
+            r.runtimes
+                .iter()
+                .filter(|r| r.language == language && version.is_none_or(|v| r.version == v))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `language:version` as the runtime registry spells them, or None.
@@ -239,6 +279,8 @@ impl Default for SandboxConfig {
             channel_dir: None,
             max_per_engine: None,
             max_memory_per_engine_mb: None,
+            isolation: aegis_sandboxes::Isolation::Container,
+            runtime_isolation: Default::default(),
         }
     }
 }

@@ -52,6 +52,7 @@ pub(crate) fn validate(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     section("", mcp_servers_under_egress(&c.mcp_servers, &egress))?;
     section("", skip_judge_tools_exist(&c.executions))?;
     runtime_aliases_installed(loaded)?;
+    runtime_isolation_installed(loaded)?;
     e2b_pool_templates_installed(loaded)
 }
 
@@ -112,6 +113,39 @@ fn skip_judge_tools_exist(executions: &ExecutionsConfig) -> Result<(), Invalid> 
         )),
         None => Ok(()),
     }
+}
+
+/// `sandbox.runtime_isolation` names installed runtimes, and gives one image one class (two
+/// runtimes of one image, such as `shell` and `bash`, cannot be given different classes).
+fn runtime_isolation_installed(loaded: &LoadedConfig) -> Result<(), ConfigError> {
+    let mut by_image: std::collections::BTreeMap<&str, (&str, aegis_sandboxes::Isolation)> =
+        Default::default();
+    for (key, class) in &loaded.config.sandbox.runtime_isolation {
+        let invalid = |message: String| ConfigError::Invalid {
+            key: format!("sandbox.runtime_isolation.\"{key}\""),
+            origin: loaded.origin_of_entry("sandbox.runtime_isolation", key),
+            message,
+        };
+        let named = crate::sandbox::runtimes_named(key);
+        if named.is_empty() {
+            return Err(invalid(format!(
+                "`{key}` is not an installed runtime (runtime-images/registry.yaml); expected                  `language` or `language:version`, e.g. `base` or `python:3.11`"
+            )));
+        }
+        for runtime in named {
+            match by_image.insert(runtime.image.as_str(), (key.as_str(), *class)) {
+                Some((other, theirs)) if theirs != *class => {
+                    return Err(invalid(format!(
+                        "`{key}` ({class}) and `{other}` ({theirs}) run the same image {}; \
+                         give them the same class",
+                        runtime.image
+                    )))
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `sandbox.runtime_aliases` maps runtimes this node lacks to installed ones (the runtime

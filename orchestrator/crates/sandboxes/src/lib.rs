@@ -27,6 +27,8 @@ use aegis_policy::command::CommandPolicy;
 pub use aegis_policy::sandboxes::SandboxOwner;
 pub use aegis_policy::SandboxPolicy;
 use aegis_store::registry::{self, RegistryError};
+/// The isolation classes (`container`, `gvisor`), as the node config names them.
+pub use dispatcher::Isolation;
 
 /// Label naming the agent version a sandbox was made for.
 pub const AGENT_VERSION_LABEL: &str = "agent_version_id";

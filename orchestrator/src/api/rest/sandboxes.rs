@@ -162,6 +162,10 @@ pub struct SandboxSpecView {
     workspace: Option<String>,
     /// The node's labels (agent version, context, runtime, ...).
     labels: std::collections::BTreeMap<String, String>,
+    /// Its isolation class: `container` (runc on the host's kernel) or `gvisor` (gVisor's
+    /// `runsc`, a kernel of its own).
+    #[schema(pattern = "^(container|gvisor)$")]
+    isolation: String,
 }
 
 /// A sandbox's limits.
@@ -210,6 +214,15 @@ impl From<SandboxError> for ApiError {
                 "egress_unavailable",
                 e.to_string(),
             ),
+            // The class needs a runtime the engine lacks (gVisor's `runsc`): nothing was
+            // created; the message names what to install and register.
+            SandboxError::Dispatch(dispatcher::DispatchError::IsolationUnavailable { .. }) => {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "isolation_unavailable",
+                    e.to_string(),
+                )
+            }
             // Every engine of the cluster is at its bound (`sandbox.max_per_engine`).
             SandboxError::Dispatch(dispatcher::DispatchError::NoRoom { .. }) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
