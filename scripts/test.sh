@@ -73,6 +73,17 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
       || die "cannot install chromium/chromium-driver (apt-get)"
   fi
 fi
+# tests/suite/gvisor.rs runs sandboxes under gVisor on an engine of its own
+# (scripts/lib/gvisor_engine.sh): Debian's runsc (gVisor 2022-12, the ptrace platform).
+if ! command -v runsc >/dev/null 2>&1; then
+  [ "$(id -u)" = 0 ] || die "runsc (gVisor) is not installed and we are not root: install it (apt-get install runsc)"
+  say "installing runsc (gVisor sandboxes test)"
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >&2; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >&2 \
+      || die "cannot install runsc (apt-get)"
+  fi
+fi
 if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("selenium"))' 2>/dev/null)" != "4.51.0" ]; then
   say "installing selenium 4.51.0 from PyPI (console browser test)"
   python3 -m pip install -q selenium==4.51.0 >&2 || die "cannot install selenium==4.51.0 (pip)"

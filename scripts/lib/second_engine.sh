@@ -35,14 +35,18 @@
 # Settings (environment): AEGIS_ENGINE2_DIR (data root's parent, default /var/lib/aegis-engine2),
 # AEGIS_ENGINE2_RUN (runtime directory, default /run/aegis-engine2), AEGIS_ENGINE2_BRIDGE
 # (default aegis-eng2), AEGIS_ENGINE2_RANGE (default 10.213.0.0/16: the bridge takes the first
-# /24, networks come from the upper half in /24s). Needs root.
+# /24, networks come from the upper half in /24s), AEGIS_ENGINE2_TAG (default aegis-engine2: the
+# firewall rules' comment and the cgroup parent, so two such engines never touch each other's),
+# AEGIS_ENGINE2_RUNSC (default 0; 1 registers gVisor's runsc as the runtime `runsc`, see
+# scripts/lib/gvisor_engine.sh, which starts such an engine under names of its own). Needs root.
 set -euo pipefail
 
 DIR=${AEGIS_ENGINE2_DIR:-/var/lib/aegis-engine2}
 RUN=${AEGIS_ENGINE2_RUN:-/run/aegis-engine2}
 BRIDGE=${AEGIS_ENGINE2_BRIDGE:-aegis-eng2}
 RANGE=${AEGIS_ENGINE2_RANGE:-10.213.0.0/16}
-TAG=aegis-engine2
+TAG=${AEGIS_ENGINE2_TAG:-aegis-engine2}
+RUNSC=${AEGIS_ENGINE2_RUNSC:-0}
 SOCKET="$RUN/docker.sock"
 HOST="unix://$SOCKET"
 PIDFILE="$RUN/dockerd.pid"
@@ -108,6 +112,9 @@ preflight() {
   command -v iptables >/dev/null || die "iptables is not installed (the second engine's forwarding rules)"
   timeout 20 docker info >/dev/null 2>&1 || die "the host's Docker engine does not answer (images come from it)"
   iptables -w -S FORWARD >/dev/null 2>&1 || die "cannot read the host firewall (iptables -S FORWARD failed)"
+  if [ "$RUNSC" = 1 ]; then
+    command -v runsc >/dev/null || die "runsc (gVisor) is not installed: apt-get install runsc"
+  fi
   if ip route | grep -qE "^$prefix\.[0-9]+\.[0-9]+/" && ! ip link show "$BRIDGE" >/dev/null 2>&1; then
     die "$RANGE is already routed on this host; choose another with AEGIS_ENGINE2_RANGE"
   fi
@@ -130,9 +137,18 @@ start() {
     # Our own config file: the host's /etc/docker/daemon.json (data-root, ...) would conflict.
     # Docker 20.10 derives the engine ID (`docker info` .ID) from /etc/docker/key.json, which
     # both daemons would share: this one gets a key of its own (newer engines ignore the key).
+    # With AEGIS_ENGINE2_RUNSC=1, gVisor as the runtime `runsc`: the ptrace platform (KVM hangs
+    # on these machines) and runsc's own --network=none, without which a container of Docker's
+    # `--network=none` fails ("cannot run with network enabled in root network namespace").
+    local runtimes=""
+    if [ "$RUNSC" = 1 ]; then
+      runtimes=",
+ \"runtimes\": {\"runsc\": {\"path\": \"$(command -v runsc)\",
+   \"runtimeArgs\": [\"--platform=ptrace\", \"--network=none\"]}}"
+    fi
     cat >"$RUN/daemon.json" <<EOF
 {"log-driver": "json-file", "log-opts": {"max-size": "10m", "max-file": "2"},
- "deprecated-key-path": "$DIR/key.json"}
+ "deprecated-key-path": "$DIR/key.json"$runtimes}
 EOF
     say "starting dockerd ($driver) on $HOST, data root $DIR/data, bridge $BRIDGE ($BRIDGE_CIDR)"
     # setsid: its own session, so it outlives the caller's shell and never gets its signals.

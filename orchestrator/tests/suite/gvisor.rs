@@ -1,0 +1,388 @@
+//! The gVisor isolation class (issue 44): a node whose `sandbox.isolation` is `gvisor` runs its
+//! sandboxes under `runsc` on a Docker engine this test starts beside the host's
+//! (`scripts/lib/gvisor_engine.sh`: gVisor registered as the runtime `runsc`; the host's dockerd
+//! config is never touched). Its sandboxes have a kernel of their own, `cmd.run` and `fs.*` work
+//! there under the allowlists, and the attacks `security.rs`, `seal_paths.rs` and
+//! `volume_attacks.rs` make against container sandboxes are refused there too, checked from
+//! inside. A node whose engine has no `runsc` refuses a gVisor sandbox with an error naming what
+//! to install, and leaves no row and no container behind.
+//!
+//! Not skipped: `scripts/test.sh` installs `runsc` when it is missing, so an engine that cannot
+//! start fails the test with the script's reason.
+
+use std::process::Command;
+
+use crate::common;
+
+use common::sandbox::AgentSandbox;
+use common::{TestApp, TestDb};
+use dispatcher::Isolation;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// One gVisor engine at a time in this binary: a test's stop would pull it from under another.
+static GVISOR_ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn script() -> String {
+    format!(
+        "{}/../scripts/lib/gvisor_engine.sh",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// The runsc-enabled engine, stopped (nothing left) when dropped.
+struct GvisorEngine {
+    host: String,
+    _alone: std::sync::MutexGuard<'static, ()>,
+}
+
+impl GvisorEngine {
+    fn start() -> GvisorEngine {
+        let alone = GVISOR_ENGINE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let out = Command::new("bash")
+            .args([script().as_str(), "start", "aegis-runtime/busybox:1"])
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "the gVisor engine must start here (scripts/lib/gvisor_engine.sh; scripts/test.sh \
+             installs runsc):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let host = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(host.starts_with("unix://"), "its address: {host}");
+        GvisorEngine {
+            host,
+            _alone: alone,
+        }
+    }
+
+    /// `docker -H <engine> args...`: (exit code, stdout).
+    fn docker(&self, args: &[&str]) -> (i32, String) {
+        let out = Command::new("docker")
+            .arg("-H")
+            .arg(&self.host)
+            .args(args)
+            .output()
+            .expect("docker runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        )
+    }
+
+    /// Runs `argv` in `sandbox` as the sandbox user with `docker exec` (what agent code could
+    /// do): (exit code, stdout).
+    fn inside(&self, sandbox: &AgentSandbox, argv: &[&str]) -> (i32, String) {
+        let container = sandbox.container();
+        let mut args = vec!["exec", "-u", "65534:65534", container.as_str()];
+        args.extend_from_slice(argv);
+        self.docker(&args)
+    }
+}
+
+impl Drop for GvisorEngine {
+    fn drop(&mut self) {
+        if let Ok(out) = Command::new("bash")
+            .args([script().as_str(), "stop"])
+            .output()
+        {
+            if !out.status.success() {
+                eprintln!(
+                    "the gVisor engine did not stop cleanly:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+}
+
+/// A permissive agent, as `security.rs`'s attacker (a shell with metacharacters), that may read
+/// the workspace but write only beneath `/workspace/out`.
+const AGENT: &str = "apiVersion: 100monkeys.ai/v1
+kind: Agent
+metadata:
+  name: gvisor-attacker
+  version: \"1.0.0\"
+spec:
+  runtime:
+    language: busybox
+    version: \"1\"
+  task:
+    instruction: Try to get out.
+  tools: [cmd.run, fs.read, fs.write, fs.list]
+  builtin_dispatchers:
+    - name: cmd
+      capabilities:
+        - name: cmd.run
+          subcommand_allowlist: [sh, \"sh -c\", echo, cat, ls, uname, dmesg, id]
+          allow_metacharacters: true
+          timeout_seconds: 30
+          max_output_bytes: 65536
+  security:
+    filesystem:
+      read: [/workspace]
+      write: [/workspace/out]
+";
+
+/// A node of isolation `class` on the engine at `host` (`None`: the host's).
+fn node(db: &TestDb, host: Option<&str>, class: Isolation) -> orchestrator::config::NodeConfig {
+    let mut config = common::test_config(&db.url);
+    config.docker.host = host.map(str::to_owned);
+    config.sandbox.isolation = class;
+    // gVisor's kernel has no Landlock: commands run under gVisor's boundary, the executor's
+    // path rules and the argv policy (ARCHITECTURE.md, "The gVisor class").
+    config.sandbox.require_landlock = false;
+    config
+}
+
+async fn run(sb: &AgentSandbox, command: &str) -> Value {
+    sb.ok("cmd.run", json!({"command": command, "timeout_secs": 20}))
+        .await
+}
+
+/// The host's kernel release.
+fn host_kernel() -> String {
+    let out = Command::new("uname")
+        .arg("-r")
+        .output()
+        .expect("uname runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gvisor_sandbox_has_its_own_kernel_and_keeps_every_rule() {
+    let engine = GvisorEngine::start();
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(node(&db, Some(&engine.host), Isolation::Gvisor)).await;
+    let sb = AgentSandbox::start(&app, AGENT.to_owned()).await;
+
+    // The class is in the answer, and the container runs under runsc.
+    let listed: Value = app
+        .admin(Method::GET, "/v1/sandboxes")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mine = listed
+        .as_array()
+        .or_else(|| listed["sandboxes"].as_array())
+        .unwrap_or_else(|| panic!("a list: {listed}"))
+        .iter()
+        .find(|s| s["id"] == sb.id.as_str())
+        .unwrap_or_else(|| panic!("the sandbox is listed: {listed}"))
+        .clone();
+    assert_eq!(mine["spec"]["isolation"], "gvisor", "{mine}");
+    let (_, runtime) =
+        engine.docker(&["inspect", "-f", "{{.HostConfig.Runtime}}", &sb.container()]);
+    assert_eq!(runtime, "runsc");
+
+    // A kernel that is not the host's, seen by cmd.run inside.
+    let uname = run(&sb, "uname -r").await;
+    let release = uname["stdout"].as_str().unwrap_or_default().trim();
+    assert!(!release.is_empty(), "{uname}");
+    assert_ne!(release, host_kernel(), "the sandbox's kernel is the host's");
+    let dmesg = run(&sb, "dmesg").await;
+    assert!(
+        dmesg["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("gVisor"),
+        "{dmesg}"
+    );
+
+    // fs.* and cmd.run work under the allowlists.
+    sb.ok(
+        "fs.write",
+        json!({"path": "/workspace/out/a.txt", "content": "hello"}),
+    )
+    .await;
+    let read = sb
+        .ok("fs.read", json!({"path": "/workspace/out/a.txt"}))
+        .await;
+    assert_eq!(read["content"], "hello", "{read}");
+    let cat = run(&sb, "cat /workspace/out/a.txt").await;
+    assert_eq!(cat["stdout"], "hello", "{cat}");
+    let listed = sb.ok("fs.list", json!({"path": "/workspace/out"})).await;
+    assert!(listed.to_string().contains("a.txt"), "{listed}");
+
+    path_attacks(&engine, &sb).await;
+    command_attacks(&engine, &sb).await;
+
+    // Nothing above broke the sandbox.
+    let alive = run(&sb, "echo alive").await;
+    assert_eq!(alive["stdout"], "alive\n", "{alive}");
+}
+
+/// Path escapes by `..`, by links planted in the workspace, and writes outside the allowlist:
+/// all refused by the executor's path rules (its walk, under gVisor), none leaving a trace.
+async fn path_attacks(engine: &GvisorEngine, sb: &AgentSandbox) {
+    for path in ["../etc/passwd", "/workspace/../etc/passwd", "/etc/passwd"] {
+        sb.refused("fs.read", json!({"path": path}), 403, "path_not_allowed")
+            .await;
+    }
+    // Links planted by agent code (as in volume_attacks.rs): absolute, relative climbing out,
+    // and a directory link; reading or writing through them stays beneath the root.
+    let (code, _) = engine.inside(
+        sb,
+        &[
+            "sh",
+            "-c",
+            "ln -s /etc /workspace/out/etc && ln -s ../../../etc/passwd /workspace/out/up && \
+             ln -s /etc/passwd /workspace/out/abs && ln -s /tmp /workspace/out/tmp && \
+             echo secret > /tmp/planted",
+        ],
+    );
+    assert_eq!(code, 0, "the links were planted");
+    for path in [
+        "/workspace/out/etc/passwd",
+        "/workspace/out/up",
+        "/workspace/out/abs",
+        "/workspace/out/tmp/planted",
+    ] {
+        let (status, out) = sb.call("fs.read", json!({"path": path})).await;
+        assert_eq!(status, 200, "{path}: {out}");
+        assert_eq!(
+            out["isError"], true,
+            "{path} was read through a link: {out}"
+        );
+        let text = out.to_string();
+        assert!(!text.contains("root:x:0:0"), "{path}: {out}");
+        assert!(!text.contains("secret"), "{path}: {out}");
+    }
+    for path in ["/workspace/out/tmp/written", "/workspace/out/etc/written"] {
+        let (_, out) = sb
+            .call("fs.write", json!({"path": path, "content": "x"}))
+            .await;
+        assert_eq!(
+            out["isError"], true,
+            "{path} was written through a link: {out}"
+        );
+    }
+    let (code, _) = engine.inside(sb, &["ls", "/tmp/written"]);
+    assert_ne!(code, 0, "a write through the link reached /tmp");
+    // Outside the write allowlist, inside the readable workspace: refused.
+    sb.refused(
+        "fs.write",
+        json!({"path": "/workspace/top.txt", "content": "x"}),
+        403,
+        "path_not_allowed",
+    )
+    .await;
+    sb.refused(
+        "fs.write",
+        json!({"path": "/etc/x", "content": "x"}),
+        403,
+        "path_not_allowed",
+    )
+    .await;
+    let (code, _) = engine.inside(sb, &["ls", "/workspace/top.txt"]);
+    assert_ne!(code, 0, "the refused write left a file");
+}
+
+/// Commands: argv injection refused by the router; what an allowed shell tries, held by the
+/// sandbox (read-only root, noexec workspace and /tmp, no capabilities, the executor's
+/// descriptors closed), checked from inside.
+async fn command_attacks(engine: &GvisorEngine, sb: &AgentSandbox) {
+    // Programs off the allowlist, and paths for programs, are refused before the sandbox.
+    for command in [
+        "rm -rf /workspace",
+        "/bin/sh -c id",
+        "wget http://example.com",
+    ] {
+        let (status, out) = sb
+            .call("cmd.run", json!({"command": command, "timeout_secs": 5}))
+            .await;
+        assert_eq!(status, 403, "{command}: {out}");
+    }
+    // The root is read-only, whatever gVisor's kernel allows otherwise.
+    let r = run(sb, "sh -c 'echo x > /etc/planted; echo $?'").await;
+    assert_ne!(r["stdout"], "0\n", "wrote to the image: {r}");
+    let (code, _) = engine.inside(sb, &["ls", "/etc/planted"]);
+    assert_ne!(code, 0);
+    // A file written to /tmp does not run: its noexec holds under gVisor too. (The workspace
+    // volume's noexec does not: ARCHITECTURE.md, "The gVisor class", lists it as open.)
+    let r = run(
+        sb,
+        "sh -c 'printf \"#!/bin/sh\\necho ran\\n\" > /tmp/x.sh; chmod +x /tmp/x.sh; /tmp/x.sh'",
+    )
+    .await;
+    assert!(
+        !r["stdout"].as_str().unwrap_or_default().contains("ran"),
+        "a file written to /tmp ran: {r}"
+    );
+    assert!(
+        r["stderr"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Permission denied"),
+        "{r}"
+    );
+    // The sandbox user, no capabilities, no_new_privs.
+    let status = run(sb, "cat /proc/self/status").await;
+    let status = status["stdout"].as_str().unwrap_or_default().to_owned();
+    assert!(status.contains("Uid:\t65534"), "{status}");
+    for line in ["CapEff:\t0000000000000000", "CapPrm:\t0000000000000000"] {
+        assert!(status.contains(line), "{line} in {status}");
+    }
+    // A command inherits no descriptor of the executor (its streams, its roots): only its own
+    // stdin, stdout, stderr and the directory `ls` reads.
+    let fds = run(sb, "ls /proc/self/fd").await;
+    let listed: Vec<&str> = fds["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert!(
+        listed.len() <= 4,
+        "descriptors leaked into the command: {fds}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_without_runsc_refuses_a_gvisor_sandbox_and_leaves_nothing() {
+    let db = TestDb::create().await;
+    // The host's engine, which lists no `runsc` runtime here.
+    let runtimes = common::docker_lines(&["info", "--format", "{{json .Runtimes}}"]).join("");
+    assert!(
+        !runtimes.contains("\"runsc\""),
+        "this check needs an engine without runsc: {runtimes}"
+    );
+    let app = TestApp::spawn_with(node(&db, None, Isolation::Gvisor)).await;
+    let r = app
+        .admin(Method::POST, "/v1/agents")
+        .body(AGENT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let r = app
+        .admin(Method::POST, "/v1/sandboxes")
+        .json(&json!({"agent": "gvisor-attacker"}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["code"], "isolation_unavailable", "{body}");
+    let message = body["error"].as_str().unwrap_or_default();
+    for needed in ["runsc", "apt-get install runsc", "daemon.json"] {
+        assert!(message.contains(needed), "`{needed}` in {body}");
+    }
+    // No row, no container: it was never made as a runc container either.
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM sandboxes")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+    let instance = format!("label=org.aegis.instance={}", app.state.instance_id);
+    assert!(
+        common::docker_lines(&["ps", "-a", "-q", "--filter", &instance]).is_empty(),
+        "a container was left"
+    );
+}
