@@ -17,7 +17,6 @@ mod audit_sandbox;
 mod background;
 mod cli;
 mod cluster;
-mod code_interpreter;
 mod console;
 mod contracts;
 mod control_plane;

@@ -337,7 +337,12 @@ async fn gate(
     request
         .extensions_mut()
         .insert(McpIdentity { key, context });
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
+    if ending && response.status() == StatusCode::ACCEPTED {
+        // rmcp answers a session's end with 202; the official SDKs take only 200 or 204 as
+        // success (Python logs "Session termination failed: 202"). Nothing follows: 204.
+        response = StatusCode::NO_CONTENT.into_response();
+    }
     match &session {
         // A new session (the answer to `initialize`) belongs to the key that opened it.
         None => {
