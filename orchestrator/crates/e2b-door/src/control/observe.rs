@@ -193,16 +193,19 @@ async fn kept(
     let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
     Ok(rows
         .into_iter()
-        .map(|k| SandboxMetric {
-            timestamp: k.at,
-            timestamp_unix: k.at.timestamp(),
-            cpu_count: u32::try_from(k.cpu_count).unwrap_or(0),
-            cpu_used_pct: k.cpu_used_pct as f32,
-            mem_used: unsigned(k.mem_used),
-            mem_total: unsigned(k.mem_total),
-            mem_cache: unsigned(k.mem_cache),
-            disk_used: unsigned(k.disk_used),
-            disk_total: unsigned(k.disk_total),
+        .map(|k| {
+            let f = &k.figures;
+            SandboxMetric {
+                timestamp: k.at,
+                timestamp_unix: k.at.timestamp(),
+                cpu_count: u32::try_from(f.cpu_count).unwrap_or(0),
+                cpu_used_pct: f.cpu_used_pct as f32,
+                mem_used: unsigned(f.mem_used),
+                mem_total: unsigned(f.mem_total),
+                mem_cache: unsigned(f.mem_cache),
+                disk_used: unsigned(f.disk_used),
+                disk_total: unsigned(f.disk_total),
+            }
         })
         .collect())
 }
@@ -232,7 +235,7 @@ pub async fn sample(state: &AppState) -> Result<usize, sqlx::Error> {
     let mut stored = 0;
     for (e2b_id, u) in &taken {
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let sample = samples::NewSample {
+        let sample = samples::Figures {
             cpu_count: i32::try_from(u.cpu_count).unwrap_or(i32::MAX),
             cpu_used_pct: f64::from(u.cpu_used_pct),
             mem_used: clamp(u.mem_used),

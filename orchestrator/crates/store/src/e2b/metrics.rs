@@ -5,10 +5,18 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-/// One kept sample.
+/// One kept sample: its 5 s bucket and what was measured then.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Sample {
     pub at: DateTime<Utc>,
+    #[sqlx(flatten)]
+    pub figures: Figures,
+}
+
+/// What one sample measured (stored under the bucket the database's clock is in when it is
+/// written, so replicas with drifting clocks share buckets).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Figures {
     pub cpu_count: i32,
     pub cpu_used_pct: f64,
     pub mem_used: i64,
@@ -49,20 +57,9 @@ pub async fn held_by(pool: &PgPool, instance: Uuid) -> Result<Vec<(Uuid, Uuid)>,
     .await
 }
 
-/// A sample without its time: stored under the current 5 s bucket.
-pub struct NewSample {
-    pub cpu_count: i32,
-    pub cpu_used_pct: f64,
-    pub mem_used: i64,
-    pub mem_total: i64,
-    pub mem_cache: i64,
-    pub disk_used: i64,
-    pub disk_total: i64,
-}
-
 /// Stores a sample of sandbox `e2b_id` under the current 5 s bucket; false when that bucket
 /// has one already or the sandbox's row is gone.
-pub async fn insert(pool: &PgPool, e2b_id: Uuid, s: &NewSample) -> Result<bool, sqlx::Error> {
+pub async fn insert(pool: &PgPool, e2b_id: Uuid, s: &Figures) -> Result<bool, sqlx::Error> {
     let done = sqlx::query(
         "INSERT INTO e2b_sandbox_metrics (e2b_id, at, cpu_count, cpu_used_pct, mem_used, \
          mem_total, mem_cache, disk_used, disk_total) \
