@@ -198,6 +198,7 @@ def run(d):
         step("sandbox_memory", d.find_element(By.CSS_SELECTOR, row + "td[data-col='usage.mem_used']").text)
         step("sandbox_replica", d.find_element(By.CSS_SELECTOR, row + "td[data-col='instance_id']").text)
         step("sandbox_engine", d.find_element(By.CSS_SELECTOR, row + "td[data-col='engine_name']").text)
+        step("sandbox_class", d.find_element(By.CSS_SELECTOR, row + "td[data-col='spec.isolation']").text)
         shot(d, "sandboxes")
         go(d, "/console/sandboxes/" + os.environ["SANDBOX_ID"])
         body = text(d)

@@ -304,6 +304,8 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
             .starts_with("attachment"),
         "{result:#}"
     );
+    // Its isolation class (the node's default here).
+    assert_eq!(s["sandbox_class"], "container", "{result:#}");
     // Where it runs: the replica holding it and its engine, by name.
     assert_eq!(
         s["sandbox_replica"],
