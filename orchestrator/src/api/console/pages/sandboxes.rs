@@ -132,42 +132,7 @@ pub async fn sandbox(
         .find(|r| r["id"].as_str() == Some(id.as_str()));
     let mut body = format!("<h1>Sandbox <code>{}</code></h1>", esc(&id));
     match row {
-        Some(mut r) => {
-            // The figures an operator looks for first; the whole spec folded below them, so
-            // the processes and files stay in sight.
-            r["limits"] = json!(limits_text(&r["spec"]["limits"]));
-            r["network"] = r["spec"]["network"].clone();
-            r["class"] = r["spec"]["isolation"].clone();
-            r["owner"] = json!(format!(
-                "{} {}",
-                r["owner"]["kind"].as_str().unwrap_or(""),
-                r["owner"]["id"].as_str().unwrap_or("")
-            ));
-            body += &details(
-                &r,
-                &[
-                    "state",
-                    "image",
-                    "owner",
-                    "class",
-                    "instance_id",
-                    "engine",
-                    "limits",
-                    "network",
-                    "created_at",
-                    "ready_at",
-                ],
-            );
-            body += &format!(
-                "<details><summary>Spec</summary>{}</details>",
-                pre(&r["spec"])
-            );
-            // Its calls and admin changes in the audit chain (REST decides who may read them).
-            body += &format!(
-                "<p><a id=\"sandbox-audit\" href=\"/console/audit?sandbox={}\">Its audit rows</a></p>",
-                esc(&id)
-            );
-        }
+        Some(r) => body += &summary(&id, r),
         None if listed.ok() => {
             // Not listed for this key: REST would answer "not found", and so does the page.
             body += "<p class=\"error refused\" role=\"alert\">Sandbox not found.</p>";
@@ -220,6 +185,39 @@ pub async fn sandbox(
         );
     }
     shown(&s, "Sandbox", "/console/sandboxes", &body)
+}
+
+/// What an operator looks for first in a sandbox's row (state, where it runs, limits), the whole
+/// spec folded below, and the way to its audit rows (REST decides who may read them); the
+/// processes and files follow on the page.
+fn summary(id: &str, mut r: Value) -> String {
+    r["limits"] = json!(limits_text(&r["spec"]["limits"]));
+    r["network"] = r["spec"]["network"].clone();
+    r["class"] = r["spec"]["isolation"].clone();
+    r["owner"] = json!(format!(
+        "{} {}",
+        r["owner"]["kind"].as_str().unwrap_or(""),
+        r["owner"]["id"].as_str().unwrap_or("")
+    ));
+    let fields = [
+        "state",
+        "image",
+        "owner",
+        "class",
+        "instance_id",
+        "engine",
+        "limits",
+        "network",
+        "created_at",
+        "ready_at",
+    ];
+    format!(
+        "{}<details><summary>Spec</summary>{}</details>\
+         <p><a id=\"sandbox-audit\" href=\"/console/audit?sandbox={}\">Its audit rows</a></p>",
+        details(&r, &fields),
+        pre(&r["spec"]),
+        esc(id)
+    )
 }
 
 /// The entries of a directory: a directory's name lists it, a file's name downloads it.
