@@ -829,6 +829,7 @@ impl Peers {
         let fail = |detail: String| DispatchError::ForwardCreate { target, detail };
         let peer = self.address_of(target).await.map_err(|e| fail(e.detail))?;
         let image = spec.image.clone();
+        let spec_isolation = spec.isolation();
         let body = serde_json::to_vec(&ForwardedCreate { spec })
             .map_err(|e| fail(format!("cannot encode the spec: {e}")))?;
         let (status, bytes) = self
@@ -848,6 +849,12 @@ impl Peers {
             "image_missing" => DispatchError::ImageMissing { image },
             "invalid" => DispatchError::InvalidSpec {
                 reason: refusal.message,
+            },
+            // The peer's engine cannot run the sandbox's class: its refusal, named, not a
+            // failed forward.
+            "isolation_unavailable" => DispatchError::IsolationUnavailable {
+                isolation: spec_isolation,
+                detail: format!("replica {target}: {}", refusal.message),
             },
             _ => fail(format!("{peer} refused: {}", refusal.message)),
         })

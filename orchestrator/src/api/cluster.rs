@@ -297,6 +297,12 @@ async fn create(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Re
         Err(e @ DispatchError::InvalidSpec { .. }) => {
             refusal(StatusCode::BAD_REQUEST, "invalid", e.to_string())
         }
+        // This replica's engine lacks the class's runtime (runsc): said as such to the asker.
+        Err(DispatchError::IsolationUnavailable { detail, .. }) => refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "isolation_unavailable",
+            detail,
+        ),
         Err(e) => refusal(StatusCode::BAD_GATEWAY, "error", e.to_string()),
     }
 }

@@ -188,3 +188,57 @@ fn runtime_aliases_installed(loaded: &LoadedConfig) -> Result<(), ConfigError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod isolation_tests {
+    use aegis_sandboxes::Isolation;
+
+    fn load(text: &str, env: &[(&str, &str)]) -> Result<crate::LoadedConfig, String> {
+        let mut f = tempfile::NamedTempFile::new().expect("temp file");
+        std::io::Write::write_all(&mut f, text.as_bytes()).expect("write");
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        crate::load(Some(f.path()), &env).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_class_is_the_nodes_default_and_the_environment_sets_it() {
+        let loaded = load("", &[]).expect("valid");
+        assert_eq!(loaded.config.sandbox.isolation, Isolation::Container);
+        let loaded = load("", &[("ORCHESTRATOR__SANDBOX__ISOLATION", "gvisor")]).expect("valid");
+        assert_eq!(loaded.config.sandbox.isolation, Isolation::Gvisor);
+        let err = load("", &[("ORCHESTRATOR__SANDBOX__ISOLATION", "kata")]).unwrap_err();
+        assert!(err.contains("ORCHESTRATOR__SANDBOX__ISOLATION"), "{err}");
+        let err = load("sandbox:\n  isolation: vm\n", &[]).unwrap_err();
+        assert!(err.contains("isolation"), "{err}");
+    }
+
+    #[test]
+    fn a_runtime_override_names_an_installed_runtime_and_one_class_per_image() {
+        let loaded = load(
+            "sandbox:\n  runtime_isolation:\n    base: gvisor\n    \"busybox:1\": container\n",
+            &[],
+        )
+        .expect("valid");
+        let by_image = loaded.config.sandbox.isolation_by_image();
+        assert_eq!(
+            by_image.get("aegis-runtime/base:bookworm"),
+            Some(&Isolation::Gvisor)
+        );
+        assert_eq!(
+            by_image.get("aegis-runtime/busybox:1"),
+            Some(&Isolation::Container)
+        );
+        let err = load("sandbox:\n  runtime_isolation:\n    cobol: gvisor\n", &[]).unwrap_err();
+        assert!(err.contains("sandbox.runtime_isolation.\"cobol\""), "{err}");
+        assert!(err.contains("not an installed runtime"), "{err}");
+        let err = load(
+            "sandbox:\n  runtime_isolation:\n    shell: gvisor\n    bash: container\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(err.contains("same image"), "{err}");
+    }
+}
