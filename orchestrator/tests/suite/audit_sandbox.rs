@@ -39,6 +39,17 @@ async fn rows(app: &TestApp, query: &str) -> (u16, Value) {
     (r.status().as_u16(), r.json().await.expect("json"))
 }
 
+/// The whole chain verified.
+async fn verify(app: &TestApp) -> Value {
+    app.admin(Method::GET, "/v1/audit/verify?full=true")
+        .send()
+        .await
+        .expect("request sent")
+        .json()
+        .await
+        .expect("json")
+}
+
 /// (action, decision, outcome) of each row, in chain order.
 fn summary(page: &Value) -> Vec<(String, String, String)> {
     page["rows"]
@@ -142,14 +153,7 @@ async fn a_sandboxs_rows_are_found_by_its_id_and_moving_one_breaks_the_chain() {
     );
 
     // The chain holds; a row moved to another sandbox in the database breaks it at that row.
-    let verified = app
-        .admin(Method::GET, "/v1/audit/verify?full=true")
-        .send()
-        .await
-        .expect("request sent")
-        .json::<Value>()
-        .await
-        .expect("json");
+    let verified = verify(&app).await;
     assert_eq!(verified["valid"], json!(true), "{verified:#}");
     let moved = every[1]["seq"].as_i64().expect("seq");
     let pool = db.pool().await;
@@ -159,14 +163,7 @@ async fn a_sandboxs_rows_are_found_by_its_id_and_moving_one_breaks_the_chain() {
         .execute(&pool)
         .await
         .expect("the row is moved");
-    let verified = app
-        .admin(Method::GET, "/v1/audit/verify?full=true")
-        .send()
-        .await
-        .expect("request sent")
-        .json::<Value>()
-        .await
-        .expect("json");
+    let verified = verify(&app).await;
     assert_eq!(verified["valid"], json!(false), "{verified:#}");
     assert_eq!(
         verified["first_broken"]["seq"],

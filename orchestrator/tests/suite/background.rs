@@ -15,14 +15,9 @@ use serde_json::{json, Value};
 
 /// A busybox agent that may run `cat`, `sleep`, `sh` and `stty` in the background.
 fn agent(name: &str, tools: &str) -> String {
-    let tools: Vec<&str> = tools
-        .split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .collect();
     AgentManifest::new(name)
         .instruction("Run things in the background.")
-        .tools(&tools)
+        .tools_listed(tools)
         .cmd(&["cat", "sleep", "sh", "stty"], 60, "")
         .yaml()
 }

@@ -16,14 +16,9 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 fn agent(name: &str, tools: &str, extra: &str) -> String {
-    let tools: Vec<&str> = tools
-        .split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .collect();
     AgentManifest::new(name)
         .instruction("Do the task.")
-        .tools(&tools)
+        .tools_listed(tools)
         .spec(extra)
         .yaml()
 }

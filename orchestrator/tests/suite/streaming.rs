@@ -36,14 +36,9 @@ fn sh(script: &str) -> Value {
 
 /// A busybox agent that may run `sh -c` (and write the marker).
 fn agent(name: &str, tools: &str) -> String {
-    let tools: Vec<&str> = tools
-        .split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .collect();
     AgentManifest::new(name)
         .instruction("Stream commands.")
-        .tools(&tools)
+        .tools_listed(tools)
         .cmd(&["sh", "sh -c"], 60, "")
         .filesystem(&["/workspace"], &["/workspace"])
         .yaml()

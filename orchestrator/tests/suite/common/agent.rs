@@ -78,6 +78,17 @@ impl AgentManifest {
         self.spec(&line)
     }
 
+    /// `spec.tools` from a comma-separated list (`"cmd.run, fs.read"`; empty for none), as
+    /// suites that pass their tools as one string write them.
+    pub fn tools_listed(self, tools: &str) -> Self {
+        let tools: Vec<&str> = tools
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .collect();
+        self.tools(&tools)
+    }
+
     /// `spec.builtin_dispatchers` with one `cmd.run` capability: its subcommand allowlist, its
     /// timeout, and raw lines under the capability (each indented by ten spaces and ending in a
     /// newline) for the rest (`max_output_bytes`, `env_allowlist`, ...).
