@@ -112,12 +112,12 @@ spec:
     version: \"1\"
   task:
     instruction: Try to get out.
-  tools: [cmd.run, fs.read, fs.write, fs.list]
+  tools: [cmd.run, fs.read, fs.write, fs.list, proc.output, proc.input]
   builtin_dispatchers:
     - name: cmd
       capabilities:
         - name: cmd.run
-          subcommand_allowlist: [sh, \"sh -c\", echo, cat, ls, uname, dmesg, id]
+          subcommand_allowlist: [sh, \"sh -c\", echo, cat, ls, uname, dmesg, id, stty]
           allow_metacharacters: true
           timeout_seconds: 30
           max_output_bytes: 65536
@@ -210,12 +210,58 @@ async fn a_gvisor_sandbox_has_its_own_kernel_and_keeps_every_rule() {
     let listed = sb.ok("fs.list", json!({"path": "/workspace/out"})).await;
     assert!(listed.to_string().contains("a.txt"), "{listed}");
 
+    live_processes(&sb).await;
     path_attacks(&engine, &sb).await;
     command_attacks(&engine, &sb).await;
 
     // Nothing above broke the sandbox.
     let alive = run(&sb, "echo alive").await;
     assert_eq!(alive["stdout"], "alive\n", "{alive}");
+}
+
+/// Reads a live process's output until it ended: (everything it wrote, its end).
+async fn until_ended(sb: &AgentSandbox, pid: u64) -> (String, Value) {
+    let mut text = String::new();
+    for _ in 0..40 {
+        let out = sb
+            .ok("proc.output", json!({"pid": pid, "wait_ms": 500}))
+            .await;
+        text.push_str(out["stdout"].as_str().unwrap_or_default());
+        text.push_str(out["pty"].as_str().unwrap_or_default());
+        if !out["ended"].is_null() {
+            return (text, out["ended"].clone());
+        }
+    }
+    panic!("process {pid} never ended; so far: {text:?}");
+}
+
+/// Live processes work under gVisor: one with a stdin pipe, one under a terminal of the size
+/// asked for (PTYs).
+async fn live_processes(sb: &AgentSandbox) {
+    let started = sb
+        .ok(
+            "cmd.run",
+            json!({"command": "cat", "background": true, "stdin": true}),
+        )
+        .await;
+    let pid = started["pid"].as_u64().expect("a pid");
+    sb.ok(
+        "proc.input",
+        json!({"pid": pid, "data": "through gvisor\n", "close": true}),
+    )
+    .await;
+    let (text, ended) = until_ended(sb, pid).await;
+    assert_eq!(text, "through gvisor\n");
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    let started = sb
+        .ok(
+            "cmd.run",
+            json!({"command": "stty size", "background": true, "pty": {"cols": 91, "rows": 27}}),
+        )
+        .await;
+    let pid = started["pid"].as_u64().expect("a pid");
+    let (text, ended) = until_ended(sb, pid).await;
+    assert_eq!(text.trim(), "27 91", "{ended}");
 }
 
 /// Path escapes by `..`, by links planted in the workspace, and writes outside the allowlist:

@@ -1,5 +1,6 @@
 //! A pseudo-terminal from the kernel: `/dev/ptmx` for the master, `TIOCGPTPEER` for the slave
-//! (no path of `/dev/pts` is looked up), `TIOCSWINSZ` for its size. The master stays in the
+//! (no path of `/dev/pts` is looked up; where the kernel lacks it, gVisor's, `/dev/pts/<n>` by
+//! the number `TIOCGPTN` gives), `TIOCSWINSZ` for its size. The master stays in the
 //! executor (output, input, resize); the slave becomes the process's stdin, stdout, stderr and
 //! controlling terminal (`spawn/vfork.rs`).
 //!
@@ -77,7 +78,12 @@ pub fn open(size: PtySize, owner: (u32, u32)) -> OpResult<(OwnedFd, OwnedFd)> {
     let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
     let master = rustix::pty::openpt(flags).map_err(|e| failed("open", e))?;
     rustix::pty::unlockpt(&master).map_err(|e| failed("unlock", e))?;
-    let slave = rustix::pty::ioctl_tiocgptpeer(&master, flags).map_err(|e| failed("open", e))?;
+    let slave = match rustix::pty::ioctl_tiocgptpeer(&master, flags) {
+        Ok(slave) => slave,
+        // gVisor (runsc 2022) has no TIOCGPTPEER: the slave by its number instead.
+        Err(rustix::io::Errno::NOTTY) => open_by_number(&master).map_err(|e| failed("open", e))?,
+        Err(e) => return Err(failed("open", e)),
+    };
     rustix::fs::fchmod(&slave, rustix::fs::Mode::from_raw_mode(0o600))
         .map_err(|e| failed("protect", e))?;
     drop(as_root);
@@ -86,6 +92,26 @@ pub fn open(size: PtySize, owner: (u32, u32)) -> OpResult<(OwnedFd, OwnedFd)> {
     rustix::fs::fcntl_setfl(&master, status | OFlags::NONBLOCK)
         .map_err(|e| failed("configure", e))?;
     Ok((master, slave))
+}
+
+/// The slave of `master` by the number devpts gave it (`TIOCGPTN`): `/dev/pts/<n>`, opened
+/// without following a link, as root (the caller's identity); devpts is the kernel's and
+/// root's, so nothing the sandbox user does can put another file at that name.
+fn open_by_number(master: &OwnedFd) -> rustix::io::Result<OwnedFd> {
+    let name = rustix::pty::ptsname(master, Vec::new())?;
+    let name = name.to_str().map_err(|_| rustix::io::Errno::INVAL)?;
+    let plain = name
+        .strip_prefix("/dev/pts/")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if !plain {
+        return Err(rustix::io::Errno::INVAL);
+    }
+    rustix::fs::openat(
+        rustix::fs::CWD,
+        name,
+        OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        rustix::fs::Mode::empty(),
+    )
 }
 
 /// Sets the terminal's size.
