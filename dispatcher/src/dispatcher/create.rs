@@ -18,8 +18,9 @@ use crate::{hardening, install, labels, placement, store};
 impl Inner {
     /// Makes a sandbox for `spec` (validated) where there is room: on this engine (from the
     /// warm pool when `from_pool`), else on the other live replicas' engines, least loaded
-    /// first. A full engine or an unreachable replica sends it to the next; every other error
-    /// is the answer.
+    /// first. A full engine, one that cannot run the spec's isolation class (no `runsc`) or an
+    /// unreachable replica sends it to the next; every other error is the answer. When no
+    /// engine could run the class, that refusal is the answer.
     pub(crate) async fn place(
         self: &Arc<Self>,
         spec: SandboxSpec,
@@ -33,6 +34,7 @@ impl Inner {
         )
         .await?;
         let mut refusals = Vec::new();
+        let (mut unavailable, mut lacking): (Option<DispatchError>, usize) = (None, 0);
         for target in targets {
             let attempt = match &target {
                 Target::Here if from_pool => self.acquire(spec.clone()).await,
@@ -54,6 +56,11 @@ impl Inner {
             };
             match attempt {
                 Err(DispatchError::NoRoom { detail }) => refusals.push(detail),
+                Err(e @ DispatchError::IsolationUnavailable { .. }) => {
+                    refusals.push(e.to_string());
+                    lacking += 1;
+                    unavailable.get_or_insert(e);
+                }
                 Err(DispatchError::Forward { detail, holder, .. }) => {
                     refusals.push(format!("replica {holder} could not be asked: {detail}"))
                 }
@@ -63,9 +70,13 @@ impl Inner {
                 other => return other,
             }
         }
-        Err(DispatchError::NoRoom {
-            detail: refusals.join("; "),
-        })
+        match unavailable {
+            // Every engine asked lacks the class's runtime: say what to install.
+            Some(e) if lacking == refusals.len() => Err(e),
+            _ => Err(DispatchError::NoRoom {
+                detail: refusals.join("; "),
+            }),
+        }
     }
 
     /// Creates a sandbox in its own task; destroys it if the caller stopped waiting meanwhile.

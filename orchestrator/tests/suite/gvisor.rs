@@ -389,6 +389,51 @@ async fn command_attacks(engine: &GvisorEngine, sb: &AgentSandbox) {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_without_runsc_places_a_gvisor_sandbox_on_an_engine_that_has_it() {
+    let engine = GvisorEngine::start();
+    let db = TestDb::create().await;
+    let replica = |host: Option<&str>| {
+        let mut config = common::replicas::in_process(&db, Some(common::replicas::SECRET));
+        config.docker.host = host.map(str::to_owned);
+        config.sandbox.isolation = Isolation::Gvisor;
+        config.sandbox.require_landlock = false;
+        config
+    };
+    // A drives the host's engine (no runsc), B the gVisor one.
+    let a = TestApp::spawn_with(replica(None)).await;
+    let b = TestApp::spawn_with(replica(Some(&engine.host))).await;
+    let sb = AgentSandbox::start(&a, AGENT.to_owned()).await;
+    let (placed_on, holder): (String, uuid::Uuid) =
+        sqlx::query_as("SELECT engine, instance_id FROM sandboxes WHERE id = $1::uuid")
+            .bind(&sb.id)
+            .fetch_one(&a.state.pool)
+            .await
+            .expect("a sandbox row");
+    let engine_of = |app: &TestApp| {
+        app.state
+            .sandboxes
+            .dispatcher()
+            .expect("dispatcher up")
+            .engine_id()
+            .to_owned()
+    };
+    assert_eq!(placed_on, engine_of(&b), "placed on the engine with runsc");
+    assert_eq!(holder, b.state.instance_id);
+    // Served through A, run by gVisor's kernel on B's engine.
+    let uname = run(&sb, "uname -r").await;
+    let release = uname["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    assert!(!release.is_empty(), "{uname}");
+    assert_ne!(release, host_kernel(), "{uname}");
+    let (_, runtime) =
+        engine.docker(&["inspect", "-f", "{{.HostConfig.Runtime}}", &sb.container()]);
+    assert_eq!(runtime, "runsc");
+}
+
 #[tokio::test]
 async fn a_node_without_runsc_refuses_a_gvisor_sandbox_and_leaves_nothing() {
     let db = TestDb::create().await;
