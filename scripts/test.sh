@@ -52,6 +52,14 @@ if [ ! -d "$root/target/e2b-sdk-$e2b_latest/e2b" ]; then
   python3 -m pip install -q --target "$root/target/e2b-sdk-$e2b_latest" "e2b==$e2b_latest" >&2 \
     || die "cannot install e2b==$e2b_latest (pip)"
 fi
+# tests/suite/code_interpreter.rs: E2B's code-interpreter SDK (unmodified, pinned), beside the
+# pinned e2b so neither disturbs the other (it brings the e2b it needs into the same directory).
+e2b_ci=2.11.5
+if [ ! -d "$root/target/e2b-ci-sdk/e2b_code_interpreter-$e2b_ci.dist-info" ]; then
+  say "installing e2b-code-interpreter $e2b_ci from PyPI into target/e2b-ci-sdk (code interpreter test)"
+  python3 -m pip install -q --target "$root/target/e2b-ci-sdk" "e2b-code-interpreter==$e2b_ci" >&2 \
+    || die "cannot install e2b-code-interpreter==$e2b_ci (pip)"
+fi
 
 # tests/suite/ops.rs parses /metrics with the Prometheus client's own parser and fuzzes the live API
 # with schemathesis against its OpenAPI document (both pinned).

@@ -94,7 +94,8 @@ remove_leftover_sandboxes() {
 build_sandbox_prerequisites() {
   local root=$1
   say "building runtime images"
-  "$root/runtime-images/build.sh" --only busybox --only shell --only python --only base
+  "$root/runtime-images/build.sh" --only busybox --only shell --only python --only base \
+    --only code-interpreter
   say "building the static sandbox executor"
   CARGO_TARGET_DIR="$root/target/executor" RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --release --locked -p sandbox-executor --target x86_64-unknown-linux-gnu >&2

@@ -17,6 +17,7 @@ mod audit_sandbox;
 mod background;
 mod cli;
 mod cluster;
+mod code_interpreter;
 mod console;
 mod contracts;
 mod control_plane;

@@ -22,6 +22,29 @@ pub struct Runtime {
     pub dockerfile: String,
     /// One-line description.
     pub description: String,
+    /// E2B's name for this runtime as a template (`code-interpreter-v1`), where E2B's SDKs ask
+    /// for it by a name of their own; the E2B door maps that name here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2b_template: Option<String>,
+    /// A command line (words split on spaces, no shell) started in the background as the
+    /// sandbox user when an E2B sandbox of this runtime is made: a server the template needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+    /// A command line run after `start`; its exit 0 says the server is ready, and the create
+    /// answers only then (as E2B's templates start and wait before a sandbox is handed out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+}
+
+impl Runtime {
+    /// The runtime E2B's SDKs name `template` (its `e2b_template`), if any.
+    pub fn of_e2b_template(template: &str) -> Option<&'static Runtime> {
+        registry()
+            .ok()?
+            .runtimes
+            .iter()
+            .find(|r| r.e2b_template.as_deref() == Some(template))
+    }
 }
 
 /// The language/version used when a manifest names none.
@@ -89,5 +112,16 @@ mod tests {
         assert!(known(&r.default.language, &r.default.version));
         assert!(known("python", "3.11"));
         assert!(!known("python", "2.7"));
+    }
+
+    #[test]
+    fn e2b_templates_name_a_runtime_with_a_server_and_its_readiness() {
+        let ci = Runtime::of_e2b_template("code-interpreter-v1").expect("the template is mapped");
+        assert_eq!(
+            (ci.language.as_str(), ci.version.as_str()),
+            ("code-interpreter", "1")
+        );
+        assert!(ci.start.is_some() && ci.ready.is_some());
+        assert!(Runtime::of_e2b_template("base").is_none());
     }
 }

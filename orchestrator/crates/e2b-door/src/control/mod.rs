@@ -6,6 +6,7 @@
 
 pub mod lifecycle;
 pub mod observe;
+pub mod services;
 
 use std::time::Instant;
 
@@ -286,7 +287,7 @@ async fn create_row(
         ))));
     }
     // A template is a runtime, or one of the key's snapshots (by id or name).
-    let from_snapshot = match aegis_sandboxes::find_runtime(&req.template_id) {
+    let from_snapshot = match services::template_runtime(&req.template_id) {
         Ok(_) => None,
         Err(e) => Some(
             super::snapshots::find(&state.pool, &caller.id, &req.template_id)
@@ -295,7 +296,7 @@ async fn create_row(
                 .ok_or_else(|| Refusal(sandbox_error(e)))?,
         ),
     };
-    let runtime = aegis_sandboxes::find_runtime(
+    let runtime = services::template_runtime(
         from_snapshot
             .as_ref()
             .map_or(req.template_id.as_str(), |s| s.runtime.as_str()),
@@ -366,6 +367,24 @@ async fn create_row(
                 .map_err(db)?;
             return Err(e);
         }
+    }
+    if let Err(e) = services::start(
+        state,
+        caller,
+        SandboxId(row.current),
+        &row.env_vars.0,
+        runtime,
+    )
+    .await
+    {
+        tracing::warn!(sandbox = %row.sandbox_id, error = %e, "E2B create: the template's server did not start; the sandbox goes");
+        if let Err(d) = state.sandboxes.destroy(SandboxId(row.current)).await {
+            tracing::warn!(sandbox = %row.current, error = %d, "a sandbox whose server did not start could not be destroyed; the reaper removes it");
+        }
+        store::delete(&state.pool, row.sandbox_id)
+            .await
+            .map_err(db)?;
+        return Err(Refusal(ApiError::new(503, e.to_string())));
     }
     Ok(row)
 }

@@ -17,6 +17,9 @@ pub mod watch;
 mod command;
 mod entries;
 
+/// How an E2B command becomes a `cmd.run` call (also for a template's server at create).
+pub use command::command_args;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -1,0 +1,101 @@
+"""Drives a code-interpreter-v1 sandbox for tests/suite/code_interpreter.rs.
+
+Usage: code_interpreter_client.py <scenario>; environment: E2B_API_URL, E2B_SANDBOX_URL,
+E2B_API_KEY (as for e2b_sdk_client.py). Prints one JSON report on stdout.
+
+`inside`: makes the sandbox with E2B's SDK (`e2b`, unmodified), writes
+code_interpreter_probe.py into it and runs it with `commands.run("python3 ...")` followed by
+a scenario that talks HTTP to the code interpreter server on 127.0.0.1:49999 from inside the
+sandbox (until a request reaches a sandbox's port from outside, this is how it is reached).
+"""
+
+import json
+import os
+import shlex
+import sys
+import time
+
+from e2b import Sandbox
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Runs inside the sandbox after the probe's definitions; prints one JSON report.
+INSIDE = r'''
+import base64
+report = {}
+report["health"] = call("GET", "/health")
+report["listed_languages"] = sorted(c["language"] for c in json.loads(call("GET", "/contexts")[1]))
+execute("x = 41")
+r = execute("x + 1")
+report["stateful"] = [l.get("text") for l in of(r, "result") if l["is_main_result"]]
+report["counts"] = [l["execution_count"] for l in of(r, "number_of_executions")]
+other = new_context()
+r = execute("x", context_id=other["id"])
+report["apart"] = [(l["name"], l["value"]) for l in of(r, "error")]
+r = execute("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.title('t')")
+pngs = [l["png"] for l in of(r, "result") if "png" in l]
+report["plot_pngs"] = len(pngs)
+report["plot_is_png"] = bool(pngs) and base64.b64decode(pngs[0])[:8] == b"\x89PNG\r\n\x1a\n"
+r = execute("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})")
+main = [l for l in of(r, "result") if l["is_main_result"]]
+report["dataframe_html"] = bool(main) and "<table" in main[0].get("html", "")
+r = execute("def f():\n    raise ValueError('boom')\nf()")
+errors = of(r, "error")
+report["error"] = [(e["name"], e["value"]) for e in errors]
+report["traceback_names_f"] = bool(errors) and "f()" in errors[0]["traceback"] and "ValueError" in errors[0]["traceback"]
+r = execute("import sys\nprint('out')\nprint('err', file=sys.stderr)")
+report["streams"] = [stdout(r), "".join(l["text"] for l in of(r, "stderr"))]
+r = execute("import os\nos.environ.get('FOO')", env={"FOO": "bar"})
+report["env_set"] = [l.get("text") for l in of(r, "result")]
+r = execute("os.environ.get('FOO', 'unset')")
+report["env_after"] = [l.get("text") for l in of(r, "result")]
+cwd = new_context(cwd="/tmp")
+r = execute("import os\nos.getcwd()", context_id=cwd["id"])
+report["cwd"] = [cwd["cwd"]] + [l.get("text") for l in of(r, "result")]
+js = new_context("javascript")
+execute("let y = 20", context_id=js["id"])
+r = execute("console.log('from js'); y * 2 + 2", context_id=js["id"])
+report["js"] = [stdout(r)] + [l.get("text") for l in of(r, "result")]
+r = execute("null.x", context_id=js["id"])
+report["js_error"] = [e["name"] for e in of(r, "error")]
+sh = new_context("bash")
+execute("Z=7; cd /tmp", context_id=sh["id"])
+r = execute("echo $Z $(pwd)", context_id=sh["id"])
+report["bash"] = stdout(r)
+report["timeout"] = execute("import time\nwhile True: time.sleep(0.1)", timeout=3)
+r = execute("x + 1")
+report["after_timeout"] = [l.get("text") for l in of(r, "result")]
+report["unknown_language"] = call("POST", "/contexts", {"language": "cobol"})[0]
+report["unknown_context"] = execute("1", context_id="nope")
+made = 0
+while made < 20:
+    status, _ = call("POST", "/contexts", {"language": "bash"})
+    if status != 200:
+        report["context_bound"] = [made, status]
+        break
+    made += 1
+print(json.dumps(report))
+'''
+
+
+def inside():
+    report = {}
+    t0 = time.monotonic()
+    sbx = Sandbox.create("code-interpreter-v1", timeout=300)
+    report["create_ms"] = int((time.monotonic() - t0) * 1000)
+    try:
+        with open(os.path.join(HERE, "code_interpreter_probe.py"), encoding="utf-8") as f:
+            probe = f.read()
+        sbx.files.write("/home/user/ci_scenario.py", probe + "\n" + INSIDE)
+        out = sbx.commands.run("python3 /home/user/ci_scenario.py", timeout=300)
+        report["inside"] = json.loads(out.stdout)
+    finally:
+        sbx.kill()
+    return report
+
+
+if __name__ == "__main__":
+    scenarios = {"inside": inside}
+    if len(sys.argv) != 2 or sys.argv[1] not in scenarios:
+        sys.exit(f"usage: {sys.argv[0]} {'|'.join(scenarios)}")
+    print(json.dumps(scenarios[sys.argv[1]]()))

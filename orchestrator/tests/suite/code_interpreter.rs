@@ -1,0 +1,92 @@
+//! The code interpreter (issue 46): an E2B sandbox of the template `code-interpreter-v1` is the
+//! `code-interpreter` runtime with its server started by the create, which answers only once
+//! the server's default contexts are ready. Driven with E2B's SDK (`e2b`, unmodified) from
+//! tests/python/code_interpreter_client.py; until a request can reach a sandbox's port from
+//! outside, the server is spoken to from inside the sandbox (`commands.run` of a Python program
+//! doing HTTP to 127.0.0.1:49999): state kept across calls, two contexts apart, a matplotlib
+//! figure as PNG without `plt.show()`, a pandas DataFrame as HTML, an exception with its
+//! traceback, stdout and stderr apart, env vars for one execution only, a context's cwd,
+//! JavaScript and bash contexts, a timed-out execution interrupted (the kernel and its state
+//! survive), unknown languages and contexts refused, and the bound on contexts per sandbox.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::{test_config, TestApp, TestDb};
+
+const SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/python/code_interpreter_client.py"
+);
+
+async fn run_client(app: &TestApp, scenario: &str, key: &str) -> Value {
+    let out = tokio::process::Command::new("python3")
+        .arg(SCRIPT)
+        .arg(scenario)
+        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
+        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
+        .env(
+            "E2B_API_KEY",
+            orchestrator::api::e2b::keys::to_e2b_form(key),
+        )
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(600), out)
+        .await
+        .expect("the scenario ends")
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "the code interpreter scenario {scenario} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "one JSON report expected ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+#[tokio::test]
+async fn a_code_interpreter_sandbox_serves_stateful_contexts_from_inside() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("ci-user", "operator").await;
+    let report = run_client(&app, "inside", &key).await;
+    let r = &report["inside"];
+
+    // The create answered with the server ready and both default contexts made.
+    assert_eq!(r["health"], json!([200, "\"OK\""]), "{r}");
+    assert_eq!(
+        r["listed_languages"],
+        json!(["javascript", "python"]),
+        "{r}"
+    );
+    assert_eq!(r["stateful"], json!(["42"]), "{r}");
+    assert_eq!(r["counts"], json!([2]), "{r}");
+    assert_eq!(
+        r["apart"],
+        json!([["NameError", "name 'x' is not defined"]]),
+        "{r}"
+    );
+    assert_eq!(r["plot_pngs"], 1, "{r}");
+    assert_eq!(r["plot_is_png"], true, "{r}");
+    assert_eq!(r["dataframe_html"], true, "{r}");
+    assert_eq!(r["error"], json!([["ValueError", "boom"]]), "{r}");
+    assert_eq!(r["traceback_names_f"], true, "{r}");
+    assert_eq!(r["streams"], json!(["out\n", "err\n"]), "{r}");
+    assert_eq!(r["env_set"], json!(["bar"]), "{r}");
+    assert_eq!(r["env_after"], json!(["unset"]), "{r}");
+    assert_eq!(r["cwd"], json!(["/tmp", "/tmp"]), "{r}");
+    assert_eq!(r["js"], json!(["from js\n", "42"]), "{r}");
+    assert_eq!(r["js_error"], json!(["TypeError"]), "{r}");
+    assert_eq!(r["bash"], "7 /tmp\n", "{r}");
+    // The caller gave up after 3 s; the kernel was interrupted and kept its state.
+    assert_eq!(r["timeout"], "timed_out", "{r}");
+    assert_eq!(r["after_timeout"], json!(["42"]), "{r}");
+    assert_eq!(r["unknown_language"], 400, "{r}");
+    assert_eq!(r["unknown_context"]["status"], 404, "{r}");
+    // Eight contexts per sandbox: six were made above, two more bash ones fit, then 429.
+    assert_eq!(r["context_bound"], json!([2, 429]), "{r}");
+}
