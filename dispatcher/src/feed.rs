@@ -38,6 +38,10 @@ pub(crate) enum Item {
         events: u64,
         bytes: u64,
     },
+    /// Bytes a server in the sandbox sent on a port connection (`port.rs`).
+    PortData(Bytes),
+    /// A port connection ended; with the reason when it was not clean.
+    PortEnd(Option<String>),
 }
 
 impl Item {
@@ -53,17 +57,23 @@ impl Item {
             EventBody::End(end) => Item::End(end),
             EventBody::Fs(event) => Item::Fs(event),
             EventBody::WatchEnd { reason } => Item::WatchEnd(reason),
+            EventBody::PortData { data } => Item::PortData(Bytes::from(
+                base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .map_err(|e| format!("port data is not base64: {e}"))?,
+            )),
+            EventBody::PortEnd { error } => Item::PortEnd(error),
         })
     }
 
     /// The last event of its feed.
     pub(crate) fn is_last(&self) -> bool {
-        matches!(self, Item::End(_) | Item::WatchEnd(_))
+        matches!(self, Item::End(_) | Item::WatchEnd(_) | Item::PortEnd(_))
     }
 
     fn bytes(&self) -> u64 {
         match self {
-            Item::Data(_, bytes) => bytes.len() as u64,
+            Item::Data(_, bytes) | Item::PortData(bytes) => bytes.len() as u64,
             _ => 0,
         }
     }
@@ -96,6 +106,8 @@ pub(crate) struct Feed {
     /// Set when it is a process: its pid and tag, once started.
     pub(crate) process: OnceLock<(u32, Option<String>)>,
     watch: bool,
+    /// A port connection's feed (its end is a [`Item::PortEnd`]).
+    port: bool,
 }
 
 impl Feed {
@@ -107,6 +119,21 @@ impl Feed {
             max_events: max_events.max(1),
             process: OnceLock::new(),
             watch,
+            port: false,
+        })
+    }
+
+    /// The feed of a port connection: `max_bytes` above the executor's window, so that nothing
+    /// is ever dropped (the executor sends no more than the credit granted).
+    pub(crate) fn of_port(max_bytes: usize) -> Arc<Feed> {
+        Arc::new(Feed {
+            ring: Mutex::new(Ring::default()),
+            changed: watch::Sender::new(0),
+            max_bytes: max_bytes as u64,
+            max_events: MAX_PROCESS_EVENTS,
+            process: OnceLock::new(),
+            watch: false,
+            port: true,
         })
     }
 
@@ -151,7 +178,9 @@ impl Feed {
     /// Ends the feed with `error` as the reason its real end was not observed (an end event
     /// whose `error` says so, or a watch's end).
     pub(crate) fn end_unobserved(&self, error: String) {
-        let item = if self.watch {
+        let item = if self.port {
+            Item::PortEnd(Some(error))
+        } else if self.watch {
             Item::WatchEnd(error)
         } else {
             Item::End(ProcessEnd {

@@ -159,7 +159,9 @@ impl ProcessHandle {
             Read::Item(Item::Data(OutputStream::Pty, bytes)) => ProcessEvent::Pty(bytes),
             Read::Item(Item::End(end)) => ProcessEvent::End(end),
             // A process's feed holds no watch events.
-            Read::Item(Item::Fs(_) | Item::WatchEnd(_)) => return None,
+            Read::Item(Item::Fs(_) | Item::WatchEnd(_) | Item::PortData(_) | Item::PortEnd(_)) => {
+                return None
+            }
         })
     }
 }
@@ -228,7 +230,9 @@ impl WatchHandle {
             Read::Item(Item::Fs(event)) => WatchEvent::Fs(event),
             Read::Item(Item::WatchEnd(reason)) => WatchEvent::End { reason },
             // A watch's feed holds no process events.
-            Read::Item(Item::Data(..) | Item::End(_)) => return None,
+            Read::Item(Item::Data(..) | Item::End(_) | Item::PortData(_) | Item::PortEnd(_)) => {
+                return None
+            }
         })
     }
 }

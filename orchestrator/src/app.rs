@@ -286,7 +286,9 @@ impl Application {
         // `/mcp` ends its sessions (and their SSE streams) when the instance stops.
         // Every HTTP request (REST, SEAL over HTTP, MCP) gets its request id and span here.
         let rest = api::http_router(state.clone())
-            .merge(api::mcp::routes(state.clone(), shutdown.child_token()))
+            .merge(api::mcp::routes(state.clone(), shutdown.child_token()));
+        // A request to a sandbox's port never reaches the node's own routes, `/mcp` included.
+        let rest = api::with_ports(rest, state.clone())
             .layer(api::request_id::RequestIdLayer::new("http"));
         let http_token = shutdown.clone();
         // Every accepted socket is NODELAY (`api::connection::http_listener`).

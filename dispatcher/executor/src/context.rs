@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::output::Events;
 use crate::roots::Roots;
-use crate::running::{Processes, Watches};
+use crate::running::{Ports, Processes, Watches};
 use crate::spawn;
 use crate::spawn::children::Children;
 
@@ -33,4 +33,6 @@ pub struct Context {
     pub live: Processes,
     /// Directory watches (`fs.watch`).
     pub watches: Watches,
+    /// Port connections (`port.*`).
+    pub ports: Ports,
 }

@@ -14,7 +14,8 @@
 //!   `cmd.run`; `spawn` — starting confined programs, children and reaping; `live` — processes
 //!   that outlive their request;
 //! * `output` — the protocol's stdout, responses and events;
-//! * `proc` — the process tools `proc.list`, `logs.read`, `env.get`;
+//! * `proc` — the process tools `proc.list`, `logs.read`, `env.get`; `port` — TCP connections to
+//!   ports inside the sandbox, relayed over the channel;
 //! * `config`, `error`, `encoding`, `frame`, `log` — the small shared pieces.
 //!
 //! Invariants: no requested path is opened except through `roots` (beneath a root: openat2, or
@@ -55,6 +56,8 @@ pub mod log;
 pub mod output;
 #[cfg(feature = "executor")]
 pub mod paths;
+#[cfg(feature = "executor")]
+pub mod port;
 #[cfg(feature = "executor")]
 pub mod proc;
 #[cfg(feature = "executor")]

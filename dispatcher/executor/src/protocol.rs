@@ -15,7 +15,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 mod live;
+mod port;
 pub use live::*;
+pub use port::*;
 
 /// Version of this protocol; bumped on any incompatible change. Reported in [`Ready`].
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -109,6 +111,19 @@ pub enum Op {
     /// Wait until a watch has sent every change queued so far ([`WatchSyncResult`]).
     #[serde(rename = "fs.watch_sync")]
     FsWatchSync(WatchSyncParams),
+    /// Open a TCP connection to a port inside the sandbox; answers at once, then sends its
+    /// bytes as events ([`PortOpenResult`]).
+    #[serde(rename = "port.open")]
+    PortOpen(PortOpenParams),
+    /// Send bytes on a port connection ([`Empty`]).
+    #[serde(rename = "port.write")]
+    PortWrite(PortWriteParams),
+    /// Grant a port connection more credit for its events ([`Empty`]).
+    #[serde(rename = "port.ack")]
+    PortAck(PortAckParams),
+    /// Half-close or close a port connection ([`Empty`]).
+    #[serde(rename = "port.close")]
+    PortClose(PortCloseParams),
 }
 
 impl Op {
@@ -139,6 +154,10 @@ impl Op {
             Op::FsWatch(_) => "fs.watch",
             Op::FsUnwatch(_) => "fs.unwatch",
             Op::FsWatchSync(_) => "fs.watch_sync",
+            Op::PortOpen(_) => "port.open",
+            Op::PortWrite(_) => "port.write",
+            Op::PortAck(_) => "port.ack",
+            Op::PortClose(_) => "port.close",
         }
     }
 }

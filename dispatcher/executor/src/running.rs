@@ -1,9 +1,11 @@
-//! What outlives the request that started it: live processes (`proc.start`, by pid) and
-//! directory watches (`fs.watch`, by request id). The handlers in `live/` and `fs/watch.rs` fill
+//! What outlives the request that started it: live processes (`proc.start`, by pid),
+//! directory watches (`fs.watch`, by request id) and port connections (`port.open`, by request
+//! id; their handlers are `port.rs`). The handlers in `live/` and `fs/watch.rs` fill
 //! and consult these tables; the executor's [`Context`](crate::context::Context) holds one of
 //! each, so shutdown can wait for every live process's `end`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::TcpStream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -254,6 +256,77 @@ pub struct Watches {
 impl Watches {
     pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<u64, Option<Arc<WatchControl>>>> {
         self.watches.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a port connection's reader may still send, and whether it was closed.
+pub struct Credit {
+    /// Bytes it may send before the next ack.
+    pub available: u64,
+    /// `port.close` (both ways) came.
+    pub closed: bool,
+}
+
+/// One port connection (`port.open`), shared by its reader thread and the requests on it.
+pub struct Connection {
+    /// The port in the sandbox.
+    pub port: u16,
+    /// The TCP connection to it (loopback).
+    pub stream: TcpStream,
+    /// The credit the node granted.
+    pub credit: Mutex<Credit>,
+    /// Signalled when credit is granted or the connection closed.
+    pub granted: Condvar,
+    /// Serializes writers, so two writes never interleave.
+    pub writing: Mutex<()>,
+}
+
+impl Connection {
+    /// Its credit, locked.
+    pub fn credit(&self) -> MutexGuard<'_, Credit> {
+        self.credit.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits for credit, and says how much up to `most`; `None` once the connection was closed.
+    pub fn wait_credit(&self, most: usize) -> Option<usize> {
+        let mut credit = self.credit();
+        loop {
+            if credit.closed {
+                return None;
+            }
+            if credit.available > 0 {
+                return Some(usize::try_from(credit.available).unwrap_or(most).min(most));
+            }
+            credit = self
+                .granted
+                .wait(credit)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// The open port connections, by the id of their `port.open`.
+#[derive(Default)]
+pub struct Ports {
+    table: Mutex<HashMap<u64, Arc<Connection>>>,
+}
+
+impl Ports {
+    /// The table, locked.
+    pub fn lock(&self) -> MutexGuard<'_, HashMap<u64, Arc<Connection>>> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Ports {
+    /// The connection `port.open` request `target` made.
+    pub fn get(&self, target: u64) -> OpResult<Arc<Connection>> {
+        self.lock().get(&target).cloned().ok_or_else(|| {
+            OpError::new(
+                ErrorKind::NotFound,
+                format!("no port connection was opened by request {target} (or it ended)"),
+            )
+        })
     }
 }
 

@@ -32,13 +32,13 @@ use crate::output::{Events, Output};
 use crate::protocol::{
     CancelResult, CreateDirResult, DeleteResult, EditResult, Empty, EnvGetResult, ErrorKind,
     GlobResult, GrepResult, InputResult, ListResult, LiveListResult, LogsReadResult, Op,
-    ProcListResult, ReadResult, Ready, Request, Response, RunResult, StartResult, UnwatchResult,
-    WatchResult, WatchSyncResult, WriteResult, PROTOCOL_VERSION, UNATTRIBUTED_ID,
+    PortOpenResult, ProcListResult, ReadResult, Ready, Request, Response, RunResult, StartResult,
+    UnwatchResult, WatchResult, WatchSyncResult, WriteResult, PROTOCOL_VERSION, UNATTRIBUTED_ID,
 };
 use crate::roots::{open_beneath, Roots};
 use crate::running::{Processes, Watches};
 use crate::spawn::children::Children;
-use crate::{cmd, fs, identity, live, proc, spawn};
+use crate::{cmd, fs, identity, live, port, proc, spawn};
 
 /// Most requests handled at once (threads count against the container's pids limit).
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -70,6 +70,7 @@ enum Reply {
     Watch(WatchResult),
     Unwatch(UnwatchResult),
     WatchSync(WatchSyncResult),
+    PortOpen(PortOpenResult),
 }
 
 /// Runs the executor; returns the process exit code.
@@ -141,6 +142,7 @@ pub fn main() -> i32 {
         events: Events::new(Arc::clone(&output)),
         live: Processes::default(),
         watches: Watches::default(),
+        ports: crate::running::Ports::default(),
     });
     crate::log_event!(
         "ready: uid {} gid {}, pid {}, landlock abi {}, fork server pid {}",
@@ -455,6 +457,10 @@ fn dispatch(context: &Arc<Context>, id: u64, op: Op) -> Result<Reply, OpError> {
         Op::FsWatch(p) => Reply::Watch(fs::watch::start(c, id, p)?),
         Op::FsUnwatch(p) => Reply::Unwatch(fs::watch::stop(c, p)),
         Op::FsWatchSync(p) => Reply::WatchSync(fs::watch::sync(c, p)),
+        Op::PortOpen(p) => Reply::PortOpen(port::open(c, id, p)?),
+        Op::PortWrite(p) => Reply::Empty(port::write(c, p)?),
+        Op::PortAck(p) => Reply::Empty(port::ack(c, p)?),
+        Op::PortClose(p) => Reply::Empty(port::close(c, p)?),
         // Answered inline by `handle_line`; never reaches a handler thread.
         Op::Cancel(_) => Reply::Cancel(CancelResult { cancelled: false }),
     })

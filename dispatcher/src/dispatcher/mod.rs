@@ -32,6 +32,7 @@ mod create;
 pub(crate) mod lease;
 mod live;
 pub(crate) mod pool;
+mod port;
 pub(crate) mod reaper;
 mod removal;
 pub(crate) mod takeover;

@@ -29,3 +29,12 @@ pub fn http_router(state: AppState) -> Router {
         .merge(console::routes(state.clone()))
         .with_state(state)
 }
+
+/// `router` behind the sandbox ports' layer (`e2b::ports`): a request addressed to a sandbox
+/// port (by `Host` or E2B's headers) is relayed there, any other goes on to `router`.
+pub fn with_ports(router: Router, state: AppState) -> Router {
+    router.layer(axum::middleware::from_fn_with_state(
+        e2b::ports::Ports::new(state),
+        e2b::ports::route,
+    ))
+}

@@ -26,6 +26,7 @@ mod doors;
 mod e2b;
 mod e2b_memory;
 mod e2b_pool;
+mod e2b_ports;
 mod e2b_v2;
 mod egress;
 mod engines;

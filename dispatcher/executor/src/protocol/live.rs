@@ -253,6 +253,18 @@ pub enum EventBody {
         /// Why.
         reason: String,
     },
+    /// Bytes the server sent on a port connection (`port.open`), within the granted credit.
+    PortData {
+        /// The bytes, standard base64.
+        data: String,
+    },
+    /// A port connection ended (the server closed it, `port.close`, or a failure); its last
+    /// event.
+    PortEnd {
+        /// Why, when it was not a clean end.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
 }
 
 /// An output stream of a live process.

@@ -165,6 +165,19 @@ pub struct E2bConfig {
     /// shape an E2B create of that template asks for, handed out in milliseconds. A create by
     /// a key bound to a security context (other roots) does not match and is made fresh.
     pub pool: std::collections::BTreeMap<String, usize>,
+    /// The `sandbox_domain` create and get answer: a sandbox's port is reached at
+    /// `<port>-<sandbox id>.<domain>` on the node's HTTP port (`get_host`), so point a wildcard
+    /// DNS entry `*.<domain>` at the node. `localhost` works locally: `*.localhost` resolves to
+    /// the loopback address in browsers and curl. A port after a colon (`localhost:8080`) is
+    /// reported as is and ignored when matching a request's `Host`.
+    pub domain: String,
+    /// Bytes one connection to a sandbox port may carry from its client (request bodies, or a
+    /// WebSocket's client side), MiB: a request whose `Content-Length` is over it is refused
+    /// (413), a connection that sends more is closed.
+    pub port_max_request_mb: u64,
+    /// Bytes one connection to a sandbox port may carry from the server (responses, or a
+    /// WebSocket's server side), MiB; past it the connection is closed.
+    pub port_max_response_mb: u64,
 }
 
 impl Default for E2bConfig {
@@ -174,6 +187,9 @@ impl Default for E2bConfig {
             max_snapshots_per_api_key: 20,
             max_snapshot_mb_per_api_key: 1024,
             pool: Default::default(),
+            domain: "localhost".to_owned(),
+            port_max_request_mb: 64,
+            port_max_response_mb: 1024,
         }
     }
 }
@@ -188,7 +204,27 @@ impl E2bConfig {
                 "max_snapshot_mb_per_api_key",
                 self.max_snapshot_mb_per_api_key,
             ),
-        ])
+            ("port_max_request_mb", self.port_max_request_mb),
+            ("port_max_response_mb", self.port_max_response_mb),
+        ])?;
+        let host = self.domain.split(':').next().unwrap_or_default();
+        if host.is_empty()
+            || !host.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            })
+        {
+            return Err(Invalid::new(
+                "domain",
+                format!(
+                    "{:?} is not a domain name (letters, digits, '-' and dots, optionally ':port')",
+                    self.domain
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

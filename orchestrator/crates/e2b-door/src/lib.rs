@@ -28,6 +28,10 @@
 //!   (confined by its security context when bound) on the sandbox's own policy: the same
 //!   decision, audit rows and kernel-held rules as `cmd.run` and `fs.*` on any other door.
 //!
+//! - [`ports`]: a sandbox's ports, at `<port>-<sandbox id>.<e2b.domain>` or with E2B's
+//!   `E2b-Sandbox-Id`/`E2b-Sandbox-Port` headers, relayed by the sandbox's executor (no network,
+//!   nothing published on the host), public or behind the sandbox's traffic access token.
+//!
 //! Keys: E2B's SDK accepts only keys of the form `e2b_[0-9a-f]+`, so a node key is presented
 //! as `e2b_` followed by the hex of its bytes ([`keys`]); the plain key works too (with
 //! `E2B_VALIDATE_API_KEY=false`). Every sandbox made here is secure: its create answer carries
@@ -38,6 +42,7 @@ pub mod control;
 pub mod envd;
 pub mod files;
 pub mod keys;
+pub mod ports;
 pub mod snapshots;
 /// The door's rows live in the storage crate (`aegis_store::e2b`).
 pub use aegis_store::e2b::sandboxes as store;

@@ -166,6 +166,7 @@ struct Metrics {
     pool_acquired_by_pool: IntCounterVec,
     db_connections: IntGaugeVec,
     forwarded: IntCounterVec,
+    port_connections: IntCounterVec,
     peers: IntGaugeVec,
     engine_sandboxes: IntGaugeVec,
     engine_replicas: IntGaugeVec,
@@ -357,6 +358,12 @@ impl Metrics {
                 "Executor calls and live-process or watch subscriptions carried between replicas: `sent` by this one for a sandbox a peer holds, `served` for a peer; by outcome (`ok`, `refused`: the holder or the signature check said no, `error`: the peer could not be reached or answered badly).",
                 &["direction", "outcome"],
             ),
+            port_connections: counter_vec(
+                &registry,
+                "aegis_port_connections_total",
+                "Connections to a sandbox's port through the node (E2B's `get_host`), one per client connection whatever the requests on it: `opened`, `denied` (no or another sandbox's traffic token, the owner key's policy), `unreachable` (nothing listens: 502), `not_running` (paused, gone, or on another replica), `error`.",
+                &["outcome"],
+            ),
             peers: gauge_vec(
                 &registry,
                 "aegis_cluster_replicas",
@@ -433,6 +440,11 @@ pub fn forwarded_call(direction: &'static str, outcome: &'static str) {
         .forwarded
         .with_label_values(&[direction, outcome])
         .inc();
+}
+
+/// Counts one connection to a sandbox port by how it went (see `aegis_port_connections_total`).
+pub fn port_connection(outcome: &'static str) {
+    METRICS.port_connections.with_label_values(&[outcome]).inc();
 }
 
 /// Records one batch stored by the audit writer.

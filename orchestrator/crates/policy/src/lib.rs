@@ -33,13 +33,25 @@ pub struct Denial {
 
 /// Decides whether `caller` may call `tool` with `args`.
 pub fn check_tool(caller: &Caller, tool: &Tool, args: &Value) -> Result<(), Denial> {
-    if caller.tier < tool.tier {
+    check_action(caller, &tool.name, tool.tier, args)
+}
+
+/// Decides an action named `name` that needs `tier`, exactly as a tool call is decided: what
+/// is not a catalog tool but must be decided like one (a connection to a sandbox port, E2B's
+/// `get_host`) names itself here, so a security context grants or refuses it by that name.
+pub fn check_action(
+    caller: &Caller,
+    name: &str,
+    tier: aegis_core::caller::Tier,
+    args: &Value,
+) -> Result<(), Denial> {
+    if caller.tier < tier {
         return Err(Denial {
             code: "tier",
             message: format!(
                 "`{}` needs the {} tier; this caller has the {} tier",
-                tool.name,
-                tool.tier.as_str(),
+                name,
+                tier.as_str(),
                 caller.tier.as_str()
             ),
             seal_code: Some(2000),
@@ -50,7 +62,7 @@ pub fn check_tool(caller: &Caller, tool: &Tool, args: &Value) -> Result<(), Deni
     // in full: nothing a caller carries can skip the context, and this is where a rate limit
     // counts (once per call). Doors only preview the same decision (`preview_seal`).
     if let Some(scope) = &caller.seal {
-        check_seal(scope, &tool.name, args)?;
+        check_seal(scope, name, args)?;
     }
     Ok(())
 }

@@ -390,7 +390,10 @@ pub async fn resume(
             .await
             .map_err(db)?;
     }
-    Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
+    Ok(to_json(
+        StatusCode::CREATED,
+        &created_answer(&row, &state.config.e2b.domain),
+    ))
 }
 
 fn checked_timeout(secs: u32) -> Result<u32, Refusal> {
@@ -618,7 +621,10 @@ pub async fn fork(
         match start_fork(&state, &caller, &row, &runtime, &archive, timeout).await {
             Ok(new_row) => {
                 forks.push(new_row.sandbox_id);
-                results.push(SandboxForkResult::started(created_answer(&new_row)));
+                results.push(SandboxForkResult::started(created_answer(
+                    &new_row,
+                    &state.config.e2b.domain,
+                )));
             }
             Err(Refusal(e)) => results.push(SandboxForkResult::failed(e)),
         }

@@ -124,7 +124,7 @@ pub(super) fn sandbox_error(e: SandboxError) -> ApiError {
     }
 }
 
-pub(super) fn created_answer(row: &Row) -> Sandbox {
+pub(super) fn created_answer(row: &Row, domain: &str) -> Sandbox {
     Sandbox {
         template_id: row.template_id.clone(),
         sandbox_id: row.sandbox_id.to_string(),
@@ -132,8 +132,8 @@ pub(super) fn created_answer(row: &Row) -> Sandbox {
         client_id: CLIENT_ID.to_owned(),
         envd_version: ENVD_VERSION.to_owned(),
         envd_access_token: row.envd_access_token.clone(),
-        traffic_access_token: None,
-        domain: None,
+        traffic_access_token: row.traffic_access_token.clone(),
+        domain: Some(domain.to_owned()),
     }
 }
 
@@ -182,7 +182,10 @@ pub async fn create(
 ) -> Answer {
     let req: NewSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
     let row = create_row(&state, &caller, req, DEFAULT_TIMEOUT_SECS).await?;
-    Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
+    Ok(to_json(
+        StatusCode::CREATED,
+        &created_answer(&row, &state.config.e2b.domain),
+    ))
 }
 
 /// Longest `Idempotency-Key` accepted.
@@ -201,7 +204,10 @@ pub async fn create_v2(
     let req: NewSandbox = parse_body(&body, MAX_BODY).map_err(Refusal)?;
     let Some(key) = headers.get("idempotency-key") else {
         let row = create_row(&state, &caller, req, DEFAULT_TIMEOUT_SECS_V2).await?;
-        return Ok(to_json(StatusCode::CREATED, &created_answer(&row)));
+        return Ok(to_json(
+            StatusCode::CREATED,
+            &created_answer(&row, &state.config.e2b.domain),
+        ));
     };
     let key = key
         .to_str()
@@ -240,7 +246,7 @@ pub async fn create_v2(
     }
     match create_row(&state, &caller, req, DEFAULT_TIMEOUT_SECS_V2).await {
         Ok(row) => {
-            let answer = serde_json::to_value(created_answer(&row))
+            let answer = serde_json::to_value(created_answer(&row, &state.config.e2b.domain))
                 .map_err(|e| Refusal(ApiError::new(500, e.to_string())))?;
             store::answer_claim(&state.pool, &caller.id, &key, &answer)
                 .await
@@ -272,11 +278,17 @@ async fn create_row(
             unsupported.join(", ")
         ))));
     }
-    if req.network.is_some() {
+    // `allowPublicTraffic` is served (`ports`); egress rules are not yet.
+    if req
+        .network
+        .as_ref()
+        .is_some_and(|n| n.allow_out.is_some() || n.deny_out.is_some())
+    {
         return Err(Refusal(ApiError::bad_request(
-            "network: egress rules are not offered through the E2B door yet; E2B sandboxes here have no network",
+            "network.allowOut/denyOut: egress rules are not offered through the E2B door yet; E2B sandboxes here have no network",
         )));
     }
+    let private = req.network.as_ref().and_then(|n| n.allow_public_traffic) == Some(false);
     let env_vars = req.env_vars.clone().unwrap_or_default();
     if let Some(name) = env_vars
         .keys()
@@ -386,7 +398,38 @@ async fn create_row(
             .map_err(db)?;
         return Err(Refusal(ApiError::new(503, e.to_string())));
     }
+    let mut row = row;
+    if private {
+        row.traffic_access_token = Some(make_private(state, &row).await?);
+    }
     Ok(row)
+}
+
+/// Makes `row`'s sandbox private: a new traffic access token, which its ports then require.
+/// A sandbox that cannot be made private is not left public: it goes.
+async fn make_private(state: &AppState, row: &Row) -> Result<String, Refusal> {
+    let made = match crate::ports::admit::new_token() {
+        Ok(token) => aegis_store::e2b::traffic::set_token(&state.pool, row.sandbox_id, &token)
+            .await
+            .map(|()| token)
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(format!("no randomness: {e}")),
+    };
+    let why = match made {
+        Ok(token) => return Ok(token),
+        Err(why) => why,
+    };
+    tracing::warn!(sandbox = %row.sandbox_id, %why, "E2B create: the sandbox could not be made private; it goes");
+    if let Err(d) = state.sandboxes.destroy(SandboxId(row.current)).await {
+        tracing::warn!(sandbox = %row.current, error = %d, "a sandbox that could not be made private could not be destroyed; the reaper removes it");
+    }
+    store::delete(&state.pool, row.sandbox_id)
+        .await
+        .map_err(db)?;
+    Err(Refusal(ApiError::new(
+        503,
+        format!("the sandbox could not be made private: {why}"),
+    )))
 }
 
 /// `GET /sandboxes/{id}`.
@@ -400,8 +443,11 @@ pub async fn detail(
         sandbox: listed(&row),
         envd_access_token: row.envd_access_token.clone(),
         allow_internet_access: Some(false),
-        domain: None,
-        network: None,
+        domain: Some(state.config.e2b.domain.clone()),
+        network: Some(aegis_e2b::api::NetworkConfig {
+            allow_public_traffic: Some(row.traffic_access_token.is_none()),
+            ..Default::default()
+        }),
         lifecycle: Some(aegis_e2b::api::SandboxLifecycle {
             auto_resume: false,
             on_timeout: if row.pause_on_timeout {
@@ -614,17 +660,30 @@ pub async fn connect_v2(
 async fn connect_for(state: AppState, caller: Caller, id: String, secs: u32) -> Answer {
     let running = deadline(&state, &caller, &id, secs, true).await;
     if !matches!(&running, Err(Refusal(ApiError { code: 404, .. }))) {
-        return running.map(|row| to_json(StatusCode::OK, &created_answer(&row)));
+        return running.map(|row| {
+            to_json(
+                StatusCode::OK,
+                &created_answer(&row, &state.config.e2b.domain),
+            )
+        });
     }
     let paused = match known(&state, &caller, &id).await {
         Ok(row) if row.paused_snapshot.is_some() => row,
         Ok(_) | Err(Refusal(ApiError { code: 404, .. })) => {
-            return running.map(|row| to_json(StatusCode::OK, &created_answer(&row)));
+            return running.map(|row| {
+                to_json(
+                    StatusCode::OK,
+                    &created_answer(&row, &state.config.e2b.domain),
+                )
+            });
         }
         Err(e) => return Err(e),
     };
     let row = lifecycle::resume_row(&state, &caller, &paused, secs).await?;
-    Ok(to_json(StatusCode::CREATED, &created_answer(&row)))
+    Ok(to_json(
+        StatusCode::CREATED,
+        &created_answer(&row, &state.config.e2b.domain),
+    ))
 }
 
 /// A page's answer with the cursor of the next page, when there is one, in

@@ -203,7 +203,10 @@ pub fn named_user(user: &str) -> Result<(), ConnectError> {
 
 /// The owner key as a caller, with its security context when bound (as `auth::authenticate`
 /// makes it from the key itself).
-async fn owner(state: &AppState, row: &store::EnvdTarget) -> Result<Caller, ConnectError> {
+pub(crate) async fn owner(
+    state: &AppState,
+    row: &store::EnvdTarget,
+) -> Result<Caller, ConnectError> {
     if row.key_revoked || row.key_expired {
         return Err(refuse(
             Code::Unauthenticated,

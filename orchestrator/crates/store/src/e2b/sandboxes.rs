@@ -37,6 +37,8 @@ pub struct Row {
     pub tenant: String,
     /// Whether its timeout pauses it (`autoPause`) rather than kills it.
     pub pause_on_timeout: bool,
+    /// A private sandbox's traffic access token (`traffic`); `None`: its ports are public.
+    pub traffic_access_token: Option<String>,
 }
 
 impl Row {
@@ -50,7 +52,7 @@ impl Row {
 
 const COLUMNS: &str = "e.e2b_id AS sandbox_id, e.sandbox_id AS current, e.paused_snapshot, e.owner_key_id, e.template_id, e.metadata, \
      e.env_vars, e.allow_internet_access, e.envd_access_token, e.started_at, e.end_at, e.tenant_id AS tenant, \
-     e.on_timeout = 'pause' AS pause_on_timeout";
+     e.on_timeout = 'pause' AS pause_on_timeout, e.traffic_access_token";
 
 /// What a new row records.
 pub struct NewRow<'a> {

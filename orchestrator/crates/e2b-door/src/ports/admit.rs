@@ -1,0 +1,131 @@
+//! Whether a connection to a sandbox port may open, decided once per connection: the sandbox
+//! must run here, the request must carry the sandbox's traffic access token when it is private,
+//! and the policy must allow the owner key `sandbox.port` on it (`aegis_policy::check_tool`,
+//! the decision every tool call gets: tier, the key's security context, its deny list,
+//! capabilities and rate limit). An admitted or policy-refused connection leaves one audit row
+//! as the owner key, with the sandbox; a request with a missing or wrong token is counted in
+//! metrics and told nothing more, but leaves no row (anyone can send one: rows would let an
+//! anonymous client flood the owner's chain).
+
+use std::time::Instant;
+
+use aegis_core::caller::Caller;
+use aegis_store::audit::{self, Entry, EntryKind};
+use aegis_tools::state::AppState;
+use serde_json::json;
+
+use super::address::PortAddress;
+use crate::envd::{owner, same_secret, SANDBOX_NOT_FOUND};
+use crate::store;
+
+/// The name the policy and the audit rows give a connection to a sandbox port.
+pub const PORT_ACTION: &str = "sandbox.port";
+
+/// A connection to a port of one's own sandbox is a user-tier action, like `cmd.run`; a bound
+/// key's security context must grant it by this name, as any tool.
+const PORT_TIER: aegis_core::caller::Tier = aegis_core::caller::Tier::User;
+
+/// A connection that may open: where, as whom, and what a pooled request must still show.
+#[derive(Clone)]
+pub struct Admitted {
+    /// The dispatcher's sandbox serving the E2B id.
+    pub sandbox: dispatcher::SandboxId,
+    /// The owner key, as which the connection is audited.
+    pub caller: Caller,
+    /// The private sandbox's token, which every request on the connection must carry.
+    pub token: Option<String>,
+}
+
+/// Why not (each answered as E2B's edge answers it, `mod.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// No such sandbox, or not running now (paused, past its timeout).
+    #[error("{SANDBOX_NOT_FOUND}: {0}")]
+    NotRunning(String),
+    /// A private sandbox, and the request's token is missing or another's.
+    #[error("{0}")]
+    Token(String),
+    /// The owner key's policy refuses it (audited).
+    #[error("{0}")]
+    Policy(String),
+    /// The database failed.
+    #[error("the node's database is unavailable")]
+    Database(#[from] sqlx::Error),
+}
+
+/// Decides whether a connection to `to` may open for a request carrying `token`.
+pub async fn admit(
+    state: &AppState,
+    to: PortAddress,
+    token: Option<&str>,
+) -> Result<Admitted, Refused> {
+    let started = Instant::now();
+    let row = store::envd_target(&state.pool, to.sandbox)
+        .await?
+        .ok_or_else(|| Refused::NotRunning(format!("sandbox {} is not known", to.sandbox)))?;
+    let expected = aegis_store::e2b::traffic::token(&state.pool, to.sandbox).await?;
+    if let Some(expected) = &expected {
+        let given = token.unwrap_or_default();
+        if given.is_empty() || !same_secret(expected, given) {
+            return Err(Refused::Token(format!(
+                "sandbox {} is private: its ports need its traffic access token in the \
+                 e2b-traffic-access-token header",
+                to.sandbox
+            )));
+        }
+    }
+    if !row.serving {
+        return Err(Refused::NotRunning(if row.paused {
+            format!("sandbox {} is paused; connect() resumes it", to.sandbox)
+        } else {
+            format!("sandbox {} is not running", to.sandbox)
+        }));
+    }
+    let caller = owner(state, &row)
+        .await
+        .map_err(|e| Refused::Policy(e.message))?;
+    let args = json!({"sandbox_id": to.sandbox.to_string(), "port": to.port});
+    let decision = aegis_policy::check_action(&caller, PORT_ACTION, PORT_TIER, &args);
+    let (allowed, reason_code, reason) = match &decision {
+        Ok(()) => (true, None, None),
+        Err(d) => (false, Some(d.code.to_owned()), Some(d.message.clone())),
+    };
+    audit::record(
+        &state.pool,
+        &caller,
+        Entry {
+            kind: EntryKind::Tool,
+            action: PORT_ACTION.to_owned(),
+            allowed,
+            reason_code,
+            reason,
+            args_digest: audit::digest(&args),
+            outcome: if allowed { "ok" } else { "denied" },
+            result_digest: None,
+            duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            sandbox_id: Some(row.sandbox_id),
+        },
+    )
+    .await?;
+    decision.map_err(|d| Refused::Policy(d.message))?;
+    Ok(Admitted {
+        sandbox: dispatcher::SandboxId(row.sandbox_id),
+        caller,
+        token: expected,
+    })
+}
+
+/// Whether a request on a pooled connection still shows what its admission required.
+pub fn still_admitted(admitted: &Admitted, token: Option<&str>) -> bool {
+    match &admitted.token {
+        None => true,
+        Some(expected) => token.is_some_and(|t| !t.is_empty() && same_secret(expected, t)),
+    }
+}
+
+/// A new traffic access token (what create answers for a private sandbox).
+pub fn new_token() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}

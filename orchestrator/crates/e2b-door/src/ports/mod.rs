@@ -1,0 +1,414 @@
+//! Ports in: a request to a port of an E2B sandbox, through the node, never through a port
+//! published on the host and without giving the sandbox a network. E2B's `get_host(port)` is
+//! `<port>-<sandbox id>.<domain>` (`e2b.domain`, the `sandbox_domain` create and get answer);
+//! E2B's headers `E2b-Sandbox-Id` + `E2b-Sandbox-Port` name the same on any host
+//! ([`address`]). Such a request never reaches the node's own routes: this layer answers it.
+//!
+//! The connection to the port is made by the sandbox's executor (`port.open`, inside the
+//! sandbox's network namespace, to `127.0.0.1:<port>`) and carried over the executor channel
+//! ([`pipe`]); hyper's HTTP/1.1 client speaks over it, so requests, streamed responses and
+//! WebSocket (any `Upgrade`) pass through unchanged. Who may open one is decided once per
+//! connection ([`admit`]: the sandbox's traffic token when it is private, the owner key's
+//! policy, one audit row); a client's later requests on the same connection reuse it
+//! ([`pool`]). As E2B's edge answers: a port nothing listens on is 502 at once, an unknown,
+//! paused or ended sandbox 502 "The sandbox was not found", a private one without its token 403.
+//! A sandbox another replica holds is answered 502 too (not relayed through the peer channel).
+
+pub mod address;
+pub mod admit;
+pub mod pipe;
+pub mod pool;
+
+use std::sync::{Arc, Weak};
+
+use aegis_tools::state::AppState;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue, StatusCode, Version};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::Limited;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+
+use address::{PortAddress, TRAFFIC_TOKEN};
+use admit::{Admitted, Refused};
+use pool::{Pool, Sender};
+
+/// What the layer holds: the node's state and the kept connections.
+#[derive(Clone)]
+pub struct Ports {
+    state: AppState,
+    pool: Arc<Pool>,
+}
+
+impl Ports {
+    /// The layer's state; starts the sweep of idle kept connections (it ends with the pool).
+    pub fn new(state: AppState) -> Self {
+        let pool = Arc::new(Pool::default());
+        let weak = Arc::downgrade(&pool);
+        tokio::spawn(sweep(weak));
+        Ports { state, pool }
+    }
+}
+
+async fn sweep(pool: Weak<Pool>) {
+    let mut every = tokio::time::interval(pool::IDLE / 2);
+    loop {
+        every.tick().await;
+        match pool.upgrade() {
+            Some(pool) => pool.sweep(),
+            None => return,
+        }
+    }
+}
+
+/// The middleware: a request addressed to a sandbox port is served here, any other goes on.
+pub async fn route(State(ports): State<Ports>, request: Request, next: Next) -> Response {
+    let domain = &ports.state.config.e2b.domain;
+    match address::of_request(request.headers(), domain) {
+        Ok(None) => next.run(request).await,
+        Ok(Some(to)) => serve(&ports, to, request).await,
+        Err(e) => edge(
+            StatusCode::BAD_REQUEST,
+            json!({"code": 400, "message": e.to_string()}),
+        ),
+    }
+}
+
+/// An answer in the shape of E2B's edge: JSON `{code, message, ...}`.
+fn edge(status: StatusCode, body: serde_json::Value) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn refused(to: PortAddress, e: &Refused) -> Response {
+    let (status, outcome) = match e {
+        Refused::NotRunning(_) => (StatusCode::BAD_GATEWAY, "not_running"),
+        Refused::Token(_) | Refused::Policy(_) => (StatusCode::FORBIDDEN, "denied"),
+        Refused::Database(db) => {
+            tracing::error!(error = %db, "sandbox port: database failure");
+            (StatusCode::SERVICE_UNAVAILABLE, "error")
+        }
+    };
+    aegis_metrics::port_connection(outcome);
+    edge(
+        status,
+        json!({"code": status.as_u16(), "message": e.to_string(), "sandboxId": to.sandbox.to_string()}),
+    )
+}
+
+async fn serve(ports: &Ports, to: PortAddress, mut request: Request) -> Response {
+    let token = request
+        .headers()
+        .get(TRAFFIC_TOKEN)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bounds = bounds(&ports.state);
+    if request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > bounds.to_server)
+    {
+        return edge(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"code": 413, "message": format!("a request to a sandbox port carries at most {} bytes (e2b.port_max_request_mb)", bounds.to_server)}),
+        );
+    }
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<aegis_http::Connection>>()
+        .map(|c| c.0.addr);
+    let upgrade = is_upgrade(&request);
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
+    let addressed_by_header = by_header(&request);
+    origin_form(&mut request, addressed_by_header);
+    request.headers_mut().remove(TRAFFIC_TOKEN);
+    let request = request.map(|body| Limited::new(body, limit(bounds.to_server)));
+    // A kept connection of this client to this port, while its token still holds.
+    let kept = match (client, upgrade) {
+        (Some(client), false) => ports.pool.take(client, to),
+        _ => None,
+    };
+    let (mut sender, admitted, reused) =
+        match sender_for(ports, kept, to, token.as_deref(), bounds, upgrade).await {
+            Ok(found) => found,
+            Err(answer) => return *answer,
+        };
+    let response = match send(&mut sender, request).await {
+        Ok(response) => response,
+        // A kept connection the server closed meanwhile (an HTTP/1.0 server closes after each
+        // answer): the request was not sent; it goes on a new one, under the same admission.
+        Err((Some(request), _)) if reused => {
+            sender = match open(&ports.state, &admitted, to, bounds, upgrade).await {
+                Ok(sender) => sender,
+                Err(answer) => return *answer,
+            };
+            match send(&mut sender, request).await {
+                Ok(response) => response,
+                Err((_, why)) => return unreachable_answer(to, why),
+            }
+        }
+        Err((_, why)) => return unreachable_answer(to, why),
+    };
+    if let (Some(client), false) = (client, upgrade) {
+        ports.pool.keep(client, to, sender, admitted);
+    }
+    let mut response = response;
+    if let Some(client_upgrade) = client_upgrade {
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let server_upgrade = hyper::upgrade::on(&mut response);
+            tokio::spawn(splice(client_upgrade, server_upgrade));
+        }
+    }
+    if !upgrade {
+        // The client's connection is the node's, not the server's: an HTTP/1.0 server that
+        // closes after each answer must not close it too (the next request gets a new
+        // connection to the port under the same admission).
+        *response.version_mut() = Version::HTTP_11;
+        for hop in [
+            header::CONNECTION,
+            header::HeaderName::from_static("keep-alive"),
+        ] {
+            response.headers_mut().remove(hop);
+        }
+    }
+    response
+        .map(|body| Body::new(Limited::new(body, limit(bounds.to_client))))
+        .into_response()
+}
+
+/// The connection a request goes on: the one kept for its client connection while its
+/// admission holds (`true`: reused), a new one under that admission, or a new admission.
+async fn sender_for(
+    ports: &Ports,
+    kept: Option<pool::Kept>,
+    to: PortAddress,
+    token: Option<&str>,
+    bounds: pipe::Bounds,
+    upgrade: bool,
+) -> Result<(Sender, Admitted, bool), Box<Response>> {
+    match kept {
+        Some(kept) if admit::still_admitted(&kept.admitted, token) => match kept.sender {
+            Some(sender) => Ok((sender, kept.admitted, true)),
+            None => {
+                let sender = open(&ports.state, &kept.admitted, to, bounds, upgrade).await?;
+                Ok((sender, kept.admitted, false))
+            }
+        },
+        Some(_) => Err(Box::new(refused(
+            to,
+            &Refused::Token(format!(
+                "sandbox {} is private: its ports need its traffic access token",
+                to.sandbox
+            )),
+        ))),
+        None => {
+            let (sender, admitted) = connect(&ports.state, to, token, bounds, upgrade).await?;
+            Ok((sender, admitted, false))
+        }
+    }
+}
+
+/// Sends `request` once the connection is ready; on failure, why, and the request back when it
+/// was not sent.
+async fn send(
+    sender: &mut Sender,
+    request: axum::http::Request<Limited<Body>>,
+) -> Result<
+    axum::http::Response<hyper::body::Incoming>,
+    (Option<axum::http::Request<Limited<Body>>>, String),
+> {
+    if let Err(e) = sender.ready().await {
+        return Err((
+            Some(request),
+            format!("the connection to the port closed: {e}"),
+        ));
+    }
+    sender.try_send_request(request).await.map_err(|mut e| {
+        let why = format!("the server on the port answered no HTTP: {}", e.error());
+        (e.take_message(), why)
+    })
+}
+
+/// Admits a client connection to `to` and opens a connection to the port for it.
+async fn connect(
+    state: &AppState,
+    to: PortAddress,
+    token: Option<&str>,
+    bounds: pipe::Bounds,
+    upgrade: bool,
+) -> Result<(Sender, Admitted), Box<Response>> {
+    let admitted = admit::admit(state, to, token)
+        .await
+        .map_err(|e| Box::new(refused(to, &e)))?;
+    aegis_metrics::port_connection("opened");
+    let sender = open(state, &admitted, to, bounds, upgrade).await?;
+    Ok((sender, admitted))
+}
+
+/// Opens a connection to the port of an admitted request, with hyper's client over it.
+async fn open(
+    state: &AppState,
+    admitted: &Admitted,
+    to: PortAddress,
+    bounds: pipe::Bounds,
+    upgrade: bool,
+) -> Result<Sender, Box<Response>> {
+    let dispatcher = state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| Box::new(unreachable_answer(to, e.to_string())))?;
+    let connection = dispatcher
+        .open_port(admitted.sandbox, to.port)
+        .await
+        .map_err(|e| Box::new(open_failed(to, e)))?;
+    let io = TokioIo::new(pipe::open(connection, bounds));
+    let (sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| Box::new(unreachable_answer(to, e.to_string())))?;
+    let port = to.port;
+    tokio::spawn(async move {
+        let served = if upgrade {
+            conn.with_upgrades().await
+        } else {
+            conn.await
+        };
+        if let Err(e) = served {
+            tracing::debug!(port, error = %e, "a sandbox port's HTTP connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+fn open_failed(to: PortAddress, e: dispatcher::DispatchError) -> Response {
+    use dispatcher::DispatchError as D;
+    match e {
+        D::Refused {
+            kind: dispatcher::protocol::ErrorKind::NotFound,
+            ..
+        } => {
+            aegis_metrics::port_connection("unreachable");
+            edge(
+                StatusCode::BAD_GATEWAY,
+                json!({
+                    "code": 502,
+                    "message": format!("The sandbox is running but port is not open: nothing listens on port {} in sandbox {}", to.port, to.sandbox),
+                    "sandboxId": to.sandbox.to_string(),
+                    "port": to.port,
+                }),
+            )
+        }
+        D::SandboxNotFound {
+            attached_elsewhere: true,
+            ..
+        } => refused(
+            to,
+            &Refused::NotRunning(format!(
+                "sandbox {} runs on another replica; its ports are served by that replica",
+                to.sandbox
+            )),
+        ),
+        D::SandboxNotFound { .. } | D::SandboxGone { .. } => refused(
+            to,
+            &Refused::NotRunning(format!("sandbox {} is not running", to.sandbox)),
+        ),
+        other => unreachable_answer(to, other.to_string()),
+    }
+}
+
+fn unreachable_answer(to: PortAddress, why: String) -> Response {
+    aegis_metrics::port_connection("error");
+    edge(
+        StatusCode::BAD_GATEWAY,
+        json!({"code": 502, "message": format!("port {} of sandbox {}: {why}", to.port, to.sandbox), "sandboxId": to.sandbox.to_string(), "port": to.port}),
+    )
+}
+
+/// After a `101 Switching Protocols`, the client's and the server's upgraded connections are
+/// joined byte for byte (a WebSocket's frames), bounded by the relay under them.
+async fn splice(client: hyper::upgrade::OnUpgrade, server: hyper::upgrade::OnUpgrade) {
+    let (client, server) = match tokio::try_join!(client, server) {
+        Ok(both) => both,
+        Err(e) => {
+            tracing::debug!(error = %e, "a sandbox port's upgrade did not complete");
+            return;
+        }
+    };
+    let (mut client, mut server) = (TokioIo::new(client), TokioIo::new(server));
+    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut server).await {
+        tracing::debug!(error = %e, "a sandbox port's upgraded connection ended");
+    }
+}
+
+fn is_upgrade(request: &Request) -> bool {
+    request.headers().contains_key(header::UPGRADE)
+        && request
+            .headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+/// Whether E2B's headers address the request (sent to the sandbox URL, `http://<node>/e2b`),
+/// rather than its host.
+fn by_header(request: &Request) -> bool {
+    request.headers().contains_key(address::SANDBOX_PORT)
+}
+
+/// The request as HTTP/1.1 sends it to the server: the path and query only, the host in `Host`
+/// (an HTTP/2 request carries it in its URI). A request addressed by E2B's headers went to the
+/// sandbox URL, which is the door's [`crate::PREFIX`] here: the server gets the path after it.
+fn origin_form(request: &mut Request, by_header: bool) {
+    if !request.headers().contains_key(header::HOST) {
+        if let Some(host) = request
+            .uri()
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        {
+            request.headers_mut().insert(header::HOST, host);
+        }
+    }
+    if let Some(path) = request.uri().path_and_query().cloned() {
+        let mut path = path.as_str();
+        if by_header {
+            if let Some(rest) = path.strip_prefix(crate::PREFIX) {
+                if rest.is_empty() || rest.starts_with(['/', '?']) {
+                    path = rest;
+                }
+            }
+        }
+        let path = if path.starts_with('/') {
+            path.to_owned()
+        } else {
+            format!("/{path}")
+        };
+        *request.uri_mut() = path.parse().unwrap_or_default();
+    }
+    *request.version_mut() = Version::HTTP_11;
+}
+
+fn bounds(state: &AppState) -> pipe::Bounds {
+    let mb = |n: u64| n.saturating_mul(1024 * 1024);
+    pipe::Bounds {
+        to_server: mb(state.config.e2b.port_max_request_mb),
+        to_client: mb(state.config.e2b.port_max_response_mb),
+    }
+}
+
+fn limit(bytes: u64) -> usize {
+    usize::try_from(bytes).unwrap_or(usize::MAX)
+}
