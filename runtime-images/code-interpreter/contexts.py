@@ -132,16 +132,19 @@ class PythonContext(Context):
 
     def __init__(self, cwd):
         super().__init__(cwd)
+        self.km = None
+        self.kc = None
+        self.start()
+
+    def start(self):
+        """A new kernel (a new manager each time: its ipc socket paths are new too)."""
         from jupyter_client.manager import KernelManager
 
         # Unix sockets, not TCP: a sandbox without egress may not connect over TCP at all (the
         # executor's Landlock domain), loopback included.
         runtime = os.environ.get("JUPYTER_RUNTIME_DIR", "/tmp")
-        self.km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(runtime, self.id[:8]))
-        self.kc = None
-        self.start()
-
-    def start(self):
+        prefix = os.path.join(runtime, secrets.token_hex(6))
+        self.km = KernelManager(kernel_name="python3", transport="ipc", ip=prefix)
         try:
             self.km.start_kernel(cwd=self.cwd, env=dict(os.environ))
             self.kc = self.km.blocking_client()
@@ -152,12 +155,7 @@ class PythonContext(Context):
 
     def restart(self):
         with self.lock:
-            try:
-                if self.kc is not None:
-                    self.kc.stop_channels()
-                self.km.shutdown_kernel(now=True)
-            except Exception:
-                pass
+            self.close()
             self.start()
 
     def close(self):

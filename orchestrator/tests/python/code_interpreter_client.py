@@ -65,6 +65,10 @@ report["bash"] = stdout(r)
 report["timeout"] = execute("import time\nwhile True: time.sleep(0.1)", timeout=3)
 r = execute("x + 1")
 report["after_timeout"] = [l.get("text") for l in of(r, "result")]
+execute("z = 5", context_id=cwd["id"])
+report["restart"] = call("POST", "/contexts/%s/restart" % cwd["id"])[0]
+r = execute("z", context_id=cwd["id"])
+report["after_restart"] = [e["name"] for e in of(r, "error")]
 report["unknown_language"] = call("POST", "/contexts", {"language": "cobol"})[0]
 report["unknown_context"] = execute("1", context_id="nope")
 made = 0
@@ -94,8 +98,80 @@ def inside():
     return report
 
 
+def percentiles(samples):
+    samples = sorted(samples)
+    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]
+    return {"p50_ms": round(pick(0.5) * 1000, 1), "p95_ms": round(pick(0.95) * 1000, 1), "n": len(samples)}
+
+
+def sdk():
+    """E2B's code-interpreter SDK (`e2b_code_interpreter`, unmodified) from outside, through the
+    node's port route; PYTHONPATH names where it is installed (target/e2b-ci-sdk)."""
+    from e2b import TimeoutException
+    from e2b_code_interpreter import Sandbox as CodeSandbox
+
+    report = {}
+    t0 = time.monotonic()
+    sbx = CodeSandbox.create(timeout=300)
+    first = sbx.run_code("1+1")
+    report["create_to_first_result_ms"] = int((time.monotonic() - t0) * 1000)
+    report["first"] = first.text
+    try:
+        sbx.run_code("x = 41")
+        report["stateful"] = sbx.run_code("x + 1").text
+        other = sbx.create_code_context()
+        apart = sbx.run_code("x", context=other)
+        report["apart"] = [apart.error.name, apart.error.value] if apart.error else None
+        plot = sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])")
+        # The figure as a PNG (a display, no plt.show()); the main result is plot()'s lines.
+        report["plot_pngs"] = sum(1 for r in plot.results if r.png and not r.is_main_result)
+        df = sbx.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
+        report["dataframe_html"] = bool(df.results) and "<table" in (df.results[0].html or "")
+        err = sbx.run_code("def f():\n    raise ValueError('boom')\nf()")
+        report["error"] = [err.error.name, err.error.value, "f()" in err.error.traceback]
+        seen = {"stdout": [], "stderr": [], "result": [], "error": []}
+        sbx.run_code(
+            "import sys\nprint('out')\nprint('err', file=sys.stderr)\n7",
+            on_stdout=lambda m: seen["stdout"].append(m.line),
+            on_stderr=lambda m: seen["stderr"].append(m.line),
+            on_result=lambda r: seen["result"].append(r.text),
+            on_error=lambda e: seen["error"].append(e.name),
+        )
+        report["callbacks"] = seen
+        report["js"] = sbx.run_code("console.log('Hello, World!')", language="js").logs.stdout
+        report["bash"] = sbx.run_code("echo $((6 * 7))", language="bash").logs.stdout
+        try:
+            sbx.run_code("import time\nwhile True: time.sleep(0.1)", timeout=3)
+            report["timeout"] = "no exception"
+        except TimeoutException as e:
+            report["timeout"] = type(e).__name__
+        report["after_timeout"] = sbx.run_code("x + 1").text
+        contexts = sbx.list_code_contexts()
+        report["contexts"] = sorted({c.language for c in contexts})
+        sbx.restart_code_context(other)
+        restarted = sbx.run_code("y = 1\ny", context=other)
+        report["restarted"] = restarted.text
+        sbx.remove_code_context(other)
+        report["removed"] = other.id not in [c.id for c in sbx.list_code_contexts()]
+        warm = []
+        for _ in range(20):
+            t = time.monotonic()
+            sbx.run_code("1+1")
+            warm.append(time.monotonic() - t)
+        report["warm_run_code"] = percentiles(warm)
+        cmd = []
+        for _ in range(20):
+            t = time.monotonic()
+            sbx.commands.run("python3 -c 'print(1+1)'")
+            cmd.append(time.monotonic() - t)
+        report["commands_run_python"] = percentiles(cmd)
+    finally:
+        sbx.kill()
+    return report
+
+
 if __name__ == "__main__":
-    scenarios = {"inside": inside}
+    scenarios = {"inside": inside, "sdk": sdk}
     if len(sys.argv) != 2 or sys.argv[1] not in scenarios:
         sys.exit(f"usage: {sys.argv[0]} {'|'.join(scenarios)}")
     print(json.dumps(scenarios[sys.argv[1]]()))

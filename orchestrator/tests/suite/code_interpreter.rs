@@ -7,7 +7,8 @@
 //! figure as PNG without `plt.show()`, a pandas DataFrame as HTML, an exception with its
 //! traceback, stdout and stderr apart, env vars for one execution only, a context's cwd,
 //! JavaScript and bash contexts, a timed-out execution interrupted (the kernel and its state
-//! survive), unknown languages and contexts refused, and the bound on contexts per sandbox.
+//! survive), a context restarted, unknown languages and contexts refused, and the bound on
+//! contexts per sandbox.
 
 use std::time::Duration;
 
@@ -20,17 +21,31 @@ const SCRIPT: &str = concat!(
     "/tests/python/code_interpreter_client.py"
 );
 
+/// Where scripts/test.sh installs E2B's code-interpreter SDK (with the `e2b` it needs).
+fn sdk_dir() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/e2b-ci-sdk");
+    assert!(
+        dir.join("e2b_code_interpreter").is_dir(),
+        "e2b-code-interpreter is not installed in {} (scripts/test.sh installs it)",
+        dir.display()
+    );
+    dir
+}
+
 async fn run_client(app: &TestApp, scenario: &str, key: &str) -> Value {
-    let out = tokio::process::Command::new("python3")
-        .arg(SCRIPT)
+    let mut cmd = tokio::process::Command::new("python3");
+    cmd.arg(SCRIPT)
         .arg(scenario)
         .env("E2B_API_URL", format!("{}/e2b", app.http_base))
         .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
         .env(
             "E2B_API_KEY",
             orchestrator::api::e2b::keys::to_e2b_form(key),
-        )
-        .output();
+        );
+    if scenario == "sdk" {
+        cmd.env("PYTHONPATH", sdk_dir());
+    }
+    let out = cmd.output();
     let out = tokio::time::timeout(Duration::from_secs(600), out)
         .await
         .expect("the scenario ends")
@@ -85,6 +100,9 @@ async fn a_code_interpreter_sandbox_serves_stateful_contexts_from_inside() {
     // The caller gave up after 3 s; the kernel was interrupted and kept its state.
     assert_eq!(r["timeout"], "timed_out", "{r}");
     assert_eq!(r["after_timeout"], json!(["42"]), "{r}");
+    // A restarted context is a new kernel: its variables are gone.
+    assert_eq!(r["restart"], 200, "{r}");
+    assert_eq!(r["after_restart"], json!(["NameError"]), "{r}");
     assert_eq!(r["unknown_language"], 400, "{r}");
     assert_eq!(r["unknown_context"]["status"], 404, "{r}");
     // Eight contexts per sandbox: six were made above, two more bash ones fit, then 429.
