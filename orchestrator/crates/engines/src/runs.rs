@@ -45,6 +45,27 @@ pub const WORKFLOW: Kind = Kind {
     noun: "workflow execution",
 };
 
+/// One event of a run's log, whichever kind: read by [`Kind::events`], sent by the doors, and
+/// placed in the log by its sequence number (where a page or a stream resumes).
+pub trait RunEvent:
+    for<'r> sqlx::FromRow<'r, PgRow> + serde::Serialize + Send + Sync + Unpin + 'static
+{
+    /// Its sequence number in the run's log (1-based, gap-free).
+    fn seq(&self) -> i64;
+}
+
+impl RunEvent for crate::engine::store::Event {
+    fn seq(&self) -> i64 {
+        self.seq
+    }
+}
+
+impl RunEvent for crate::workflow::store::Event {
+    fn seq(&self) -> i64 {
+        self.seq
+    }
+}
+
 /// The largest page of events one read returns.
 pub const MAX_EVENTS_PAGE: i64 = 1000;
 
@@ -59,7 +80,7 @@ impl Kind {
         limit: i64,
     ) -> Result<Vec<E>, sqlx::Error>
     where
-        E: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+        E: RunEvent,
     {
         sqlx::query_as(&format!(
             "SELECT {} FROM {} WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",

@@ -13,11 +13,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, Stream};
 use serde::{Deserialize, Serialize};
-use sqlx::postgres::PgRow;
-use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::runs::{self, Kind};
+use super::error::ApiError;
+use crate::runs::{self, Kind, RunEvent};
+use crate::state::AppState;
 
 /// How often a followed log is read again while nothing new arrived.
 const FOLLOW_POLL: Duration = Duration::from_millis(250);
@@ -34,24 +34,6 @@ pub struct EventsQuery {
     /// Stream live as Server-Sent Events until the execution ends.
     #[serde(default)]
     pub follow: bool,
-}
-
-/// An event with its place in the log, so pages and streams can say where to resume.
-pub trait Sequenced: Serialize {
-    /// The event's sequence number.
-    fn seq(&self) -> i64;
-}
-
-impl Sequenced for crate::engine::store::Event {
-    fn seq(&self) -> i64 {
-        self.seq
-    }
-}
-
-impl Sequenced for crate::workflow::store::Event {
-    fn seq(&self) -> i64 {
-        self.seq
-    }
 }
 
 /// One read of a followed log. `ended` must be read before `events`, so that no event written
@@ -88,25 +70,26 @@ pub struct WorkflowEventPage {
 }
 
 /// Where the next page starts: the last event's sequence number.
-pub fn next_after<E: Sequenced>(events: &[E]) -> Option<i64> {
-    events.last().map(Sequenced::seq)
+pub fn next_after<E: RunEvent>(events: &[E]) -> Option<i64> {
+    events.last().map(RunEvent::seq)
 }
 
 /// The answer to `GET .../{id}/events` for run `id` of `tenant` (already authorised by the
 /// route): a JSON page made by `page(id, events, next_after)`, or with `follow`, live events
 /// until the run has ended.
 pub async fn answer<E, P>(
-    pool: PgPool,
+    state: AppState,
     tenant: String,
     kind: Kind,
     id: Uuid,
     q: &EventsQuery,
     page: fn(Uuid, Vec<E>, Option<i64>) -> P,
-) -> Result<Response, sqlx::Error>
+) -> Result<Response, ApiError>
 where
-    E: Sequenced + for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin + 'static,
+    E: RunEvent,
     P: Serialize,
 {
+    let pool = state.pool;
     let after = q.after.unwrap_or(0);
     if !q.follow {
         let events: Vec<E> = kind
@@ -133,7 +116,7 @@ where
 /// execution has ended, then one `end` message. `read(after, limit)` reads the log.
 fn follow<E, F, Fut>(after: i64, read: F) -> Response
 where
-    E: Sequenced + Send + 'static,
+    E: RunEvent,
     F: Fn(i64, i64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Poll<E>> + Send + 'static,
 {
@@ -147,7 +130,7 @@ fn stream_of<E, F, Fut>(
     read: Arc<F>,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>>
 where
-    E: Sequenced + Send + 'static,
+    E: RunEvent,
     F: Fn(i64, i64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Poll<E>> + Send + 'static,
 {
@@ -159,7 +142,7 @@ where
             }
             loop {
                 let Poll { ended, events } = read(after, FOLLOW_BATCH).await;
-                if let Some(last) = events.last().map(Sequenced::seq) {
+                if let Some(last) = events.last().map(RunEvent::seq) {
                     let data = serde_json::to_string(&events).unwrap_or_default();
                     let event = SseEvent::default()
                         .event("events")

@@ -237,8 +237,8 @@ pub async fn events(
         events,
         next_after,
     };
-    let answer = event_log::answer(state.pool, caller.tenant, runs::AGENT, id, &q, page);
-    Ok(answer.await?)
+    let answer = event_log::answer(state, caller.tenant, runs::AGENT, id, &q, page);
+    answer.await
 }
 
 /// The delivery log: each destination the result was sent to, its status and every attempt.

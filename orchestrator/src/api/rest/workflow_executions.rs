@@ -342,6 +342,6 @@ pub async fn events(
         events,
         next_after,
     };
-    let answer = event_log::answer(state.pool, caller.tenant, runs::WORKFLOW, id, &q, page);
-    Ok(answer.await?)
+    let answer = event_log::answer(state, caller.tenant, runs::WORKFLOW, id, &q, page);
+    answer.await
 }

@@ -2,11 +2,10 @@
 //! a stored run (`aegis_engines::runs`): read a page of its event log with the total, and remove
 //! it once it has ended. Each family loads and authorises the run its own way first.
 
-use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
 use super::{ToolContext, ToolError};
-use aegis_engines::runs::{self, Kind};
+use aegis_engines::runs::{self, Kind, RunEvent};
 
 /// A page of run `id`'s events from `offset`, at most `limit`, with how many it has in all.
 pub(super) async fn events_page<E>(
@@ -17,7 +16,7 @@ pub(super) async fn events_page<E>(
     limit: i64,
 ) -> Result<(Vec<E>, i64), ToolError>
 where
-    E: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+    E: RunEvent,
 {
     let pool = &ctx.state.pool;
     let events = kind
