@@ -1,9 +1,9 @@
 //! The code interpreter (issue 46): an E2B sandbox of the template `code-interpreter-v1` is the
 //! `code-interpreter` runtime with its server started by the create, which answers only once
-//! the server's default contexts are ready. Driven with E2B's SDK (`e2b`, unmodified) from
-//! tests/python/code_interpreter_client.py; until a request can reach a sandbox's port from
-//! outside, the server is spoken to from inside the sandbox (`commands.run` of a Python program
-//! doing HTTP to 127.0.0.1:49999): state kept across calls, two contexts apart, a matplotlib
+//! the server's default contexts are ready. Driven from tests/python/code_interpreter_client.py
+//! two ways: E2B's code-interpreter SDK (`e2b-code-interpreter`, unmodified) from outside, through
+//! the node's port route; and from inside the sandbox (`commands.run` of a Python program doing
+//! HTTP on the server's Unix socket, as a command without egress may not connect over TCP): state kept across calls, two contexts apart, a matplotlib
 //! figure as PNG without `plt.show()`, a pandas DataFrame as HTML, an exception with its
 //! traceback, stdout and stderr apart, env vars for one execution only, a context's cwd,
 //! JavaScript and bash contexts, a timed-out execution interrupted (the kernel and its state
@@ -107,4 +107,46 @@ async fn a_code_interpreter_sandbox_serves_stateful_contexts_from_inside() {
     assert_eq!(r["unknown_context"]["status"], 404, "{r}");
     // Eight contexts per sandbox: six were made above, two more bash ones fit, then 429.
     assert_eq!(r["context_bound"], json!([2, 429]), "{r}");
+}
+
+/// E2B's code-interpreter SDK, unmodified, from outside: `run_code` and the context calls reach
+/// the server through the node's port route (`E2b-Sandbox-Id` + `E2b-Sandbox-Port: 49999`).
+/// Prints the benchmark (create to first result, warm `run_code`, `commands.run` of python3).
+#[tokio::test]
+async fn the_code_interpreter_sdk_runs_code_unmodified() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("ci-sdk", "operator").await;
+    let r = run_client(&app, "sdk", &key).await;
+    eprintln!(
+        "code interpreter benchmark: create to first result {} ms; warm run_code {}; commands.run python3 {}",
+        r["create_to_first_result_ms"], r["warm_run_code"], r["commands_run_python"]
+    );
+    assert_eq!(r["first"], "2", "{r}");
+    assert_eq!(r["stateful"], "42", "{r}");
+    assert_eq!(
+        r["apart"],
+        json!(["NameError", "name 'x' is not defined"]),
+        "{r}"
+    );
+    assert_eq!(r["plot_pngs"], 1, "{r}");
+    assert_eq!(r["dataframe_html"], true, "{r}");
+    assert_eq!(r["error"], json!(["ValueError", "boom", true]), "{r}");
+    assert_eq!(
+        r["callbacks"],
+        json!({"stdout": ["out\n"], "stderr": ["err\n"], "result": ["7"], "error": []}),
+        "{r}"
+    );
+    assert_eq!(r["js"], json!(["Hello, World!\n"]), "{r}");
+    assert_eq!(r["bash"], json!(["42\n"]), "{r}");
+    assert_eq!(r["timeout"], "TimeoutException", "{r}");
+    assert_eq!(r["after_timeout"], "42", "{r}");
+    // The two made at start, and bash's default made by the bash run above.
+    assert_eq!(
+        r["contexts"],
+        json!(["bash", "javascript", "python"]),
+        "{r}"
+    );
+    assert_eq!(r["restarted"], "1", "{r}");
+    assert_eq!(r["removed"], true, "{r}");
 }
