@@ -175,7 +175,8 @@ def ports():
     report["domain"] = sbx.sandbox_domain
     report["host"] = sbx.get_host(8000)
     start_site(sbx, 8000)
-    attempt(report, "listening", lambda: wait_listening(sbx, 8000)[0])
+    listening, report["probes"] = wait_listening(sbx, 8000)
+    report["listening"] = {"ok": True, "value": listening}
     attempt(report, "by_host", lambda: request(sbx.get_host(8000))[:2])
 
     def keep_alive():
@@ -198,10 +199,13 @@ def ports():
     sbx.files.write("/home/user/echo.py", ECHO_SERVER)
     sbx.commands.run("python3 /home/user/echo.py 8765", background=True)
 
+    report["websocket_attempts"] = 0
+
     def echo():
         deadline = time.monotonic() + 30
         while True:
             try:
+                report["websocket_attempts"] += 1
                 got = websocket_echo(sbx.get_host(8765), "ping ✓ through the node")
                 # 502 while the server starts.
                 if " 502 " not in got["status"] or time.monotonic() > deadline:

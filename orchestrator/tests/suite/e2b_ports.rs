@@ -173,17 +173,20 @@ async fn sandbox_ports_answer_at_get_host_under_their_traffic_rules() {
         assert!(body.contains("The sandbox was not found"), "{step}: {body}");
     }
 
-    // One audit row per client connection, as the owner key, with the sandbox: the keep-alive
-    // connection's three requests are one row; refusals for a token are not rows.
+    // One audit row per client connection, as the owner key, with the sandbox: the readiness
+    // probes and WebSocket attempts one each, then by_host, keep_alive (three requests),
+    // by_headers, missing_file and the two closed-port requests one each; envd's port none.
+    // Refusals for a token are not rows.
     let public_rows = port_rows(&app, &id, "allowed").await;
     let private = r["private_id"].as_str().expect("private id");
-    assert!(
-        public_rows >= 5,
-        "each connection of the public sandbox's steps is a row: {public_rows}"
-    );
-    assert!(
-        public_rows <= 14,
-        "a connection's requests are not rows of their own: {public_rows}"
+    let probes = r["probes"].as_i64().expect("probes");
+    let ws = r["websocket_attempts"]
+        .as_i64()
+        .expect("websocket attempts");
+    assert_eq!(
+        public_rows,
+        probes + ws + 6,
+        "one row per client connection, not per request"
     );
     assert!(port_rows(&app, private, "allowed").await >= 2);
     assert_eq!(port_rows(&app, private, "denied").await, 0);
