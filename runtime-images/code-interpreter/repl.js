@@ -33,7 +33,7 @@ function esmToCjs(code) {
 }
 
 // Code with a top-level await: an async function returning its last line when that line is an
-// expression (declarations inside it do not persist; they are hoisted to globals by name).
+// expression. Its declarations stay local to that cell (they do not persist to the next one).
 function asyncWrapped(code) {
   const lines = code.replace(/\s+$/, '').split('\n');
   let last = lines.length - 1;
