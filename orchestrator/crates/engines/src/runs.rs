@@ -54,18 +54,6 @@ pub trait RunEvent:
     fn seq(&self) -> i64;
 }
 
-impl RunEvent for crate::engine::store::Event {
-    fn seq(&self) -> i64 {
-        self.seq
-    }
-}
-
-impl RunEvent for crate::workflow::store::Event {
-    fn seq(&self) -> i64 {
-        self.seq
-    }
-}
-
 /// The largest page of events one read returns.
 pub const MAX_EVENTS_PAGE: i64 = 1000;
 

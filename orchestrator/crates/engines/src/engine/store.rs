@@ -79,6 +79,12 @@ pub struct Event {
 
 pub use crate::runs::is_terminal;
 
+impl crate::runs::RunEvent for Event {
+    fn seq(&self) -> i64 {
+        self.seq
+    }
+}
+
 /// What a new execution row holds.
 pub struct NewExecution<'a> {
     pub id: Uuid,

@@ -161,6 +161,12 @@ fn events_json(events: &[NewEvent]) -> Value {
 
 pub use crate::runs::is_terminal;
 
+impl crate::runs::RunEvent for Event {
+    fn seq(&self) -> i64 {
+        self.seq
+    }
+}
+
 /// A new execution row.
 pub struct NewExecution<'a> {
     pub id: Uuid,
