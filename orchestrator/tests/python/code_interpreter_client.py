@@ -165,6 +165,13 @@ def sdk():
             sbx.commands.run("python3 -c 'print(1+1)'")
             cmd.append(time.monotonic() - t)
         report["commands_run_python"] = percentiles(cmd)
+        # Paused and connected again: the files come back, the kernels do not, and the
+        # server is up again before connect returns (its state starts afresh).
+        sbx.files.write("/home/user/kept.txt", "kept")
+        sbx.pause()
+        sbx.connect(timeout=120)
+        report["after_resume"] = sbx.run_code("open('/home/user/kept.txt').read()").text
+        report["state_after_resume"] = sbx.run_code("x").error.name
     finally:
         sbx.kill()
     return report

@@ -149,4 +149,7 @@ async fn the_code_interpreter_sdk_runs_code_unmodified() {
     );
     assert_eq!(r["restarted"], "1", "{r}");
     assert_eq!(r["removed"], true, "{r}");
+    // Resumed from a pause: the server answers again (files kept, kernels new).
+    assert_eq!(r["after_resume"], "kept", "{r}");
+    assert_eq!(r["state_after_resume"], "NameError", "{r}");
 }

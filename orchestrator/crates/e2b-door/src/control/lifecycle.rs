@@ -17,6 +17,7 @@
 //! `e2b.snapshot.create`, `.delete`) and a line in the sandbox's log. Only the owner key sees
 //! or uses a snapshot; another key's is "not found".
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -74,6 +75,7 @@ pub(super) async fn start_restored(
     caller: &Caller,
     runtime: &str,
     archive: &[u8],
+    env: &BTreeMap<String, String>,
 ) -> Result<(SandboxId, snapshots::Restored), Refusal> {
     let runtime = aegis_sandboxes::find_runtime(runtime).map_err(|e| Refusal(sandbox_error(e)))?;
     let owner = Owner::new(OwnerKind::Operator, caller.id.clone());
@@ -89,15 +91,25 @@ pub(super) async fn start_restored(
         caller: caller.clone(),
         env: Default::default(),
     };
-    match snapshots::restore(state, &target, archive).await {
-        Ok(restored) => Ok((id, restored)),
+    let restored = match snapshots::restore(state, &target, archive).await {
+        Ok(restored) => restored,
         Err(e) => {
             if let Err(d) = state.sandboxes.destroy(id).await {
                 tracing::warn!(sandbox = %id, error = %d, "a sandbox whose restore failed could not be destroyed; the reaper removes it");
             }
-            Err(refusal(e))
+            return Err(refusal(e));
         }
+    };
+    // The files came back, the processes did not: the template's server (the code
+    // interpreter's) starts again, as at create, before the sandbox is handed back.
+    if let Err(e) = super::services::start(state, caller, id, env, runtime).await {
+        tracing::warn!(sandbox = %id, error = %e, "E2B resume/fork: the template's server did not start; the sandbox goes");
+        if let Err(d) = state.sandboxes.destroy(id).await {
+            tracing::warn!(sandbox = %id, error = %d, "a sandbox whose server did not start could not be destroyed; the reaper removes it");
+        }
+        return Err(Refusal(ApiError::new(503, e.to_string())));
     }
+    Ok((id, restored))
 }
 
 /// Restores `snapshot` into the freshly created sandbox of `row` (a create naming a snapshot).
@@ -332,7 +344,8 @@ async fn resume_from(
         .await
         .map_err(refusal)?
         .ok_or_else(gone)?;
-    let (new_id, restored) = start_restored(state, caller, &snapshot.runtime, &archive).await?;
+    let (new_id, restored) =
+        start_restored(state, caller, &snapshot.runtime, &archive, &row.env_vars.0).await?;
     let updated = store::set_resumed(
         &state.pool,
         row.sandbox_id,
@@ -658,7 +671,8 @@ async fn start_fork(
     timeout: u32,
 ) -> Result<Row, Refusal> {
     let token = new_token()?;
-    let (id, restored) = start_restored(state, caller, runtime, archive).await?;
+    let (id, restored) =
+        start_restored(state, caller, runtime, archive, &source.env_vars.0).await?;
     let inserted = store::insert(
         &state.pool,
         &store::NewRow {

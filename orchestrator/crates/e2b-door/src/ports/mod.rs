@@ -139,7 +139,7 @@ async fn serve(ports: &Ports, to: PortAddress, mut request: Request) -> Response
         (Some(client), false) => ports.pool.take(client, to),
         _ => None,
     };
-    let (mut sender, admitted, reused) =
+    let (mut sender, mut admitted, reused) =
         match sender_for(ports, kept, to, token.as_deref(), bounds, upgrade).await {
             Ok(found) => found,
             Err(answer) => return *answer,
@@ -149,8 +149,16 @@ async fn serve(ports: &Ports, to: PortAddress, mut request: Request) -> Response
         // A kept connection the server closed meanwhile (an HTTP/1.0 server closes after each
         // answer): the request was not sent; it goes on a new one, under the same admission.
         Err((Some(request), _)) if reused => {
-            sender = match open(&ports.state, &admitted, to, bounds, upgrade).await {
-                Ok(sender) => sender,
+            let reopened = reopen(
+                &ports.state,
+                &admitted,
+                to,
+                token.as_deref(),
+                bounds,
+                upgrade,
+            );
+            (sender, admitted) = match reopened.await {
+                Ok(found) => found,
                 Err(answer) => return *answer,
             };
             match send(&mut sender, request).await {
@@ -201,8 +209,9 @@ async fn sender_for(
         Some(kept) if admit::still_admitted(&kept.admitted, token) => match kept.sender {
             Some(sender) => Ok((sender, kept.admitted, true)),
             None => {
-                let sender = open(&ports.state, &kept.admitted, to, bounds, upgrade).await?;
-                Ok((sender, kept.admitted, false))
+                let (sender, admitted) =
+                    reopen(&ports.state, &kept.admitted, to, token, bounds, upgrade).await?;
+                Ok((sender, admitted, false))
             }
         },
         Some(_) => Err(Box::new(refused(
@@ -272,6 +281,48 @@ async fn open(
         .open_port(admitted.sandbox, to.port)
         .await
         .map_err(|e| Box::new(open_failed(to, e)))?;
+    handshake(connection, to, bounds, upgrade).await
+}
+
+/// A new connection to the port under a kept admission; when the sandbox that admission named
+/// is gone (the E2B id was paused and resumed into a new sandbox, or killed), the request is
+/// admitted afresh, so a client's kept connection follows the id and is decided again.
+async fn reopen(
+    state: &AppState,
+    admitted: &Admitted,
+    to: PortAddress,
+    token: Option<&str>,
+    bounds: pipe::Bounds,
+    upgrade: bool,
+) -> Result<(Sender, Admitted), Box<Response>> {
+    use dispatcher::DispatchError as D;
+    let dispatcher = state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| Box::new(unreachable_answer(to, e.to_string())))?;
+    match dispatcher.open_port(admitted.sandbox, to.port).await {
+        Ok(connection) => {
+            let sender = handshake(connection, to, bounds, upgrade).await?;
+            Ok((sender, admitted.clone()))
+        }
+        Err(
+            D::SandboxNotFound {
+                attached_elsewhere: false,
+                ..
+            }
+            | D::SandboxGone { .. },
+        ) => connect(state, to, token, bounds, upgrade).await,
+        Err(e) => Err(Box::new(open_failed(to, e))),
+    }
+}
+
+/// hyper's HTTP/1.1 client over a port connection (upgrades kept for a WebSocket).
+async fn handshake(
+    connection: dispatcher::PortConnection,
+    to: PortAddress,
+    bounds: pipe::Bounds,
+    upgrade: bool,
+) -> Result<Sender, Box<Response>> {
     let io = TokioIo::new(pipe::open(connection, bounds));
     let (sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
