@@ -10,11 +10,9 @@
 //! survive), a context restarted, unknown languages and contexts refused, and the bound on
 //! contexts per sandbox.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
-use crate::common::{test_config, TestApp, TestDb};
+use crate::common::{python_client, test_config, TestApp, TestDb};
 
 const SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -33,34 +31,19 @@ fn sdk_dir() -> std::path::PathBuf {
 }
 
 async fn run_client(app: &TestApp, scenario: &str, key: &str) -> Value {
-    let mut cmd = tokio::process::Command::new("python3");
-    cmd.arg(SCRIPT)
-        .arg(scenario)
-        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
-        .env(
-            "E2B_API_KEY",
-            orchestrator::api::e2b::keys::to_e2b_form(key),
-        );
-    if scenario == "sdk" {
-        cmd.env("PYTHONPATH", sdk_dir());
-    }
-    let out = cmd.output();
-    let out = tokio::time::timeout(Duration::from_secs(600), out)
-        .await
-        .expect("the scenario ends")
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "the code interpreter scenario {scenario} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "one JSON report expected ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
+    // The from-inside scenario needs only the pinned `e2b`; the SDK one the code interpreter's.
+    let sdk_dir = (scenario == "sdk").then(sdk_dir);
+    python_client::run(python_client::Scenario {
+        script: SCRIPT,
+        args: &[scenario],
+        api: app,
+        envd: app,
+        key,
+        sdk_dir: sdk_dir.as_deref(),
+        extra: &[],
+        needs: "e2b and e2b-code-interpreter, which scripts/test.sh installs",
     })
+    .await
 }
 
 #[tokio::test]

@@ -11,16 +11,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::{self, test_config, TestApp, TestDb};
+use crate::common::{self, e2b_key, test_config, TestApp, TestDb};
 
 const SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/python/e2b_sdk_client.py"
 );
-
-fn e2b_key(key: &str) -> String {
-    orchestrator::api::e2b::keys::to_e2b_form(key)
-}
 
 tokio::task_local! {
     /// Where a newer E2B SDK is installed (`pip install --target`), for the scenarios run with
@@ -60,33 +56,19 @@ pub(crate) async fn run_sdk_through(
     key: &str,
     extra: &[(&str, String)],
 ) -> Value {
-    let mut cmd = tokio::process::Command::new("python3");
-    cmd.arg(SCRIPT)
-        .args(scenario.split(' '))
-        .env("E2B_API_URL", format!("{}/e2b", api.http_base))
-        .env("E2B_SANDBOX_URL", format!("{}/e2b", envd.http_base))
-        .env("E2B_API_KEY", e2b_key(key));
-    if let Ok(dir) = SDK_DIR.try_with(Clone::clone) {
-        cmd.env("PYTHONPATH", dir);
-    }
-    for (k, v) in extra {
-        cmd.env(k, v);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(600), cmd.output())
-        .await
-        .expect("the SDK scenario ends")
-        .expect("python3 runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the E2B SDK scenario {scenario} failed (needs `pip install e2b==2.45.1`, which scripts/test.sh does): {stderr}"
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "one JSON report expected ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
+    let args: Vec<&str> = scenario.split(' ').collect();
+    let sdk_dir = SDK_DIR.try_with(Clone::clone).ok();
+    common::python_client::run(common::python_client::Scenario {
+        script: SCRIPT,
+        args: &args,
+        api,
+        envd,
+        key,
+        sdk_dir: sdk_dir.as_deref(),
+        extra,
+        needs: "`pip install e2b==2.45.1`, which scripts/test.sh does",
     })
+    .await
 }
 
 pub(crate) fn ok<'a>(report: &'a Value, step: &str) -> &'a Value {

@@ -4,11 +4,10 @@
 //! a WebSocket echo, a closed port (502), private sandboxes and their traffic tokens, another
 //! key's sandbox, a gone one; one audit row and one counted connection per client connection.
 
-use std::time::Duration;
-
 use serde_json::Value;
 
-use crate::common::{test_config, TestApp, TestDb};
+use crate::common::{python_client, test_config, TestApp, TestDb};
+use crate::e2b::ok;
 
 const SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -19,38 +18,17 @@ const SCRIPT: &str = concat!(
 const DOMAIN: &str = "sandboxes.test";
 
 async fn run(app: &TestApp, scenario: &str, key: &str, extra: &[(&str, String)]) -> Value {
-    let mut cmd = tokio::process::Command::new("python3");
-    cmd.arg(SCRIPT)
-        .arg(scenario)
-        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
-        .env(
-            "E2B_API_KEY",
-            orchestrator::api::e2b::keys::to_e2b_form(key),
-        );
-    for (k, v) in extra {
-        cmd.env(k, v);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(600), cmd.output())
-        .await
-        .expect("the SDK scenario ends")
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "the ports scenario {scenario} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "one JSON report expected ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
+    python_client::run(python_client::Scenario {
+        script: SCRIPT,
+        args: &[scenario],
+        api: app,
+        envd: app,
+        key,
+        sdk_dir: None,
+        extra,
+        needs: "E2B's SDK, which scripts/test.sh installs",
     })
-}
-
-fn ok<'a>(report: &'a Value, step: &str) -> &'a Value {
-    assert_eq!(report[step]["ok"], true, "{step}: {}", report[step]);
-    &report[step]["value"]
+    .await
 }
 
 /// `[status, body]` of a step.

@@ -11,6 +11,7 @@ pub mod fake_llm;
 pub mod harness;
 pub mod mcp;
 pub mod proxy;
+pub mod python_client;
 pub mod refusal;
 pub mod replicas;
 pub mod sandbox;
