@@ -85,6 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         source: "benchmark".to_owned(),
         allow: Some(vec![DomainEntry::parse(&format!("bench.test:{port}"))?]),
         deny: vec![],
+        exempt: Vec::new(),
     });
     let proxy = EgressProxy::start(
         "127.0.0.1:0".parse()?,

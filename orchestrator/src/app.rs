@@ -557,10 +557,10 @@ async fn start_sandboxes(
         memory_bytes: s.max_memory_per_engine_mb.map(|mb| mb * 1024 * 1024),
     };
     // Networked sandboxes get a proxy of their own, audited into this database.
-    let proxies = Arc::new(crate::sandboxes::egress::ProxyHost::new(
-        egress,
-        pool.clone(),
-    ));
+    let proxies = Arc::new(
+        crate::sandboxes::egress::ProxyHost::new(egress, pool.clone())
+            .with_e2b_grants(config.e2b.egress.clone()),
+    );
     d.egress_host = Some(proxies.clone());
     let started = dispatcher::Dispatcher::start(engine.clone(), pool.clone(), instance_id, d)
         .await

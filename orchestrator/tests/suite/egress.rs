@@ -82,6 +82,7 @@ async fn setup() -> Setup {
             DomainEntry::parse("denied.test").expect("entry"),
         ]),
         deny: vec![],
+        exempt: Vec::new(),
     });
     let proxy = EgressProxy::start(
         "127.0.0.1:0".parse().expect("addr"),
@@ -335,6 +336,7 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
         ))
         .expect("entry")]),
         deny: vec![],
+        exempt: Vec::new(),
     });
     let proxy = EgressProxy::start(
         SocketAddr::new(network.gateway, 0),

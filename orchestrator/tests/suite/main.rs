@@ -24,6 +24,7 @@ mod control_plane;
 mod crash;
 mod doors;
 mod e2b;
+mod e2b_egress;
 mod e2b_memory;
 mod e2b_pool;
 mod e2b_ports;

@@ -178,6 +178,10 @@ pub struct E2bConfig {
     /// Bytes one connection to a sandbox port may carry from the server (responses, or a
     /// WebSocket's server side), MiB; past it the connection is closed.
     pub port_max_response_mb: u64,
+    /// What E2B sandboxes may reach, per API key (`default`, `keys`): the bound of whatever
+    /// `allow_internet_access` and `network.allowOut`/`denyOut` ask. Empty (the default): E2B
+    /// sandboxes have no network.
+    pub egress: aegis_sandboxes::e2b_egress::EgressGrants,
 }
 
 impl Default for E2bConfig {
@@ -190,6 +194,7 @@ impl Default for E2bConfig {
             domain: "localhost".to_owned(),
             port_max_request_mb: 64,
             port_max_response_mb: 1024,
+            egress: Default::default(),
         }
     }
 }
@@ -207,6 +212,7 @@ impl E2bConfig {
             ("port_max_request_mb", self.port_max_request_mb),
             ("port_max_response_mb", self.port_max_response_mb),
         ])?;
+        self.egress.check()?;
         let host = self.domain.split(':').next().unwrap_or_default();
         if host.is_empty()
             || !host.split('.').all(|label| {

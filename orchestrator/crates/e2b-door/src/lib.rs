@@ -17,8 +17,10 @@
 //!   bounded per key and expiring), its processes are not: a resumed or forked sandbox is a
 //!   new container whose files are written back through the router as the owner key, like an
 //!   upload. [`control::observe`]: metrics from the container's cgroup, and the sandbox's lifecycle log.
-//! - [`unoffered`]: the rest of E2B's API: template aliases and a network update asking for no
-//!   egress served, the template build service, teams, keys, volumes, secrets, administration
+//! - [`control::network`]: `PUT /sandboxes/{id}/network`, the sandbox's egress rules replaced
+//!   live (E2B's `allowOut`/`denyOut`, bounded by the operator's `e2b.egress` grant; the
+//!   sandbox's egress proxy reads them for every connection).
+//! - [`unoffered`]: the rest of E2B's API: template aliases served, the template build service, teams, keys, volumes, secrets, administration
 //!   and envd's internal routes refused (501, naming what is not offered and why).
 //! - [`envd`]: envd's services over the Connect protocol, for the sandbox named in
 //!   `E2b-Sandbox-Id`: `filesystem.Filesystem/*`, with [`envd::watch`] for its watches, and
@@ -51,7 +53,7 @@ pub mod unoffered;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 
 use aegis_tools::state::AppState;
@@ -92,6 +94,7 @@ pub fn router() -> Router<AppState> {
             post(control::lifecycle::create_snapshot),
         )
         .route("/sandboxes/{id}/fork", post(control::lifecycle::fork))
+        .route("/sandboxes/{id}/network", put(control::network::update))
         .route("/snapshots", get(control::lifecycle::list_snapshots))
         .route(
             "/templates/{id}",

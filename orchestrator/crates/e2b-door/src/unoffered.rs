@@ -1,23 +1,20 @@
 //! The rest of E2B's API (issue 42): what its OpenAPI spec (`spec/openapi.yml`, and envd's
 //! `spec/envd/envd.yaml`) and its latest SDK's client name beyond the routes [`super::router`]
 //! serves elsewhere. The simple ones are served here: `GET /templates/aliases/{alias}` (the
-//! SDK's `Template.exists`: a runtime, or a name of one of the key's snapshots) and `PUT
-//! /sandboxes/{id}/network` when what it asks is what the sandbox already has (no egress).
+//! SDK's `Template.exists`: a runtime, or a name of one of the key's snapshots).
 //! The others are refused by [`refuse`] with 501 in E2B's error shape, naming what is not
 //! offered and why, rather than a bare 404 the SDK would read as "not found"; and anything
 //! else under `/e2b` gets a 404 in the same shape ([`no_route`]).
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put, MethodRouter};
+use axum::response::Response;
+use axum::routing::{get, MethodRouter};
 use axum::Router;
-use serde::Deserialize;
 
-use aegis_e2b::api::{parse_body, ApiError};
+use aegis_e2b::api::ApiError;
 
-use super::control::{db, running, to_json, Key, WriteKey, MAX_BODY};
+use super::control::{db, to_json, Key};
 use super::{Refusal, PREFIX};
 use aegis_tools::state::AppState;
 
@@ -160,7 +157,6 @@ pub fn refused() -> Router<AppState> {
         .route("/metrics", refuse(EnvdMetrics))
         .route("/files/compose", refuse(Compose))
         .route("/templates/aliases/{alias}", get(template_alias))
-        .route("/sandboxes/{id}/network", put(update_network))
 }
 
 /// `GET /templates/{id}`, `POST /templates/{id}` and `PATCH /templates/{id}` beside the served
@@ -215,61 +211,4 @@ pub async fn template_alias(
             format!("template \"{alias}\" not found: templates are the node's runtimes and the key's snapshots"),
         ))),
     }
-}
-
-/// `PUT /sandboxes/{id}/network` (E2B's `SandboxNetworkUpdateConfig`).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NetworkUpdate {
-    #[serde(rename = "allowOut", default)]
-    allow_out: Option<Vec<String>>,
-    #[serde(rename = "denyOut", default)]
-    deny_out: Option<Vec<String>>,
-    #[serde(rename = "egressProxy", default)]
-    egress_proxy: Option<serde_json::Value>,
-    #[serde(default)]
-    rules: Option<serde_json::Map<String, serde_json::Value>>,
-    #[serde(default)]
-    allow_internet_access: Option<bool>,
-}
-
-impl NetworkUpdate {
-    /// Whether it asks for no egress at all, which is what an E2B sandbox here has:
-    /// `allow_internet_access: false`, or everything denied (`0.0.0.0/0`) and nothing allowed,
-    /// with no rules and no proxy.
-    fn closes_everything(&self) -> bool {
-        let nothing_else = self.allow_out.as_ref().is_none_or(Vec::is_empty)
-            && self
-                .egress_proxy
-                .as_ref()
-                .is_none_or(serde_json::Value::is_null)
-            && self.rules.as_ref().is_none_or(serde_json::Map::is_empty);
-        let denied_all = self
-            .deny_out
-            .as_ref()
-            .is_some_and(|d| d.iter().any(|c| c.trim() == "0.0.0.0/0"));
-        nothing_else
-            && (self.allow_internet_access == Some(false) || denied_all)
-            && self.allow_internet_access != Some(true)
-    }
-}
-
-/// `PUT /sandboxes/{id}/network` (the SDK's `update_network`): 204 when it asks for no egress,
-/// which the sandbox already has (nothing changes); any egress asked for is refused (400, as
-/// `network` at create), since E2B sandboxes here have no network; 404 when the key has no
-/// such running sandbox.
-pub async fn update_network(
-    State(state): State<AppState>,
-    WriteKey(caller): WriteKey,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Answer {
-    let update: NetworkUpdate = parse_body(&body, MAX_BODY).map_err(Refusal)?;
-    running(&state, &caller, &id).await?;
-    if !update.closes_everything() {
-        return Err(Refusal(ApiError::bad_request(
-            "network: egress rules are not offered through the E2B door yet; E2B sandboxes here have no network (only a configuration with no egress, e.g. allow_internet_access false or denyOut 0.0.0.0/0, is accepted)",
-        )));
-    }
-    Ok(StatusCode::NO_CONTENT.into_response())
 }

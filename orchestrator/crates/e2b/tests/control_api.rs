@@ -226,6 +226,7 @@ fn answers_shaped_as_the_sdk_parses_them() {
             on_timeout: OnTimeout::Kill,
         }),
         pause_mode: None,
+        egress_grant: None,
     };
     let v = serde_json::to_value(&detail).unwrap();
     assert_eq!(

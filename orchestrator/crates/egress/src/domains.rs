@@ -136,6 +136,10 @@ pub struct DomainRule {
     pub allow: Option<Vec<DomainEntry>>,
     /// Refused entries (manifest `denylist`), checked before `allow`.
     pub deny: Vec<DomainEntry>,
+    /// Entries that lift `deny` (E2B's `allowOut`, which takes precedence over `denyOut`): a
+    /// host they admit as written, or an address a CIDR of theirs covers, is not refused by
+    /// this rule's denylist. They admit nothing `allow` does not.
+    pub exempt: Vec<DomainEntry>,
 }
 
 impl DomainRule {
@@ -163,6 +167,7 @@ impl DomainRule {
             source: format!("network policy of agent `{agent}` (spec.security.network)"),
             allow,
             deny,
+            exempt: Vec::new(),
         })
     }
 }
@@ -236,7 +241,8 @@ impl DomainPolicy {
         let host = normalise_host(host);
         for rule in &self.rules {
             let defaults = self.default_ports.as_deref();
-            let denied = rule.deny.iter().any(|e| e.admits(&host, port, None));
+            let exempt = rule.exempt.iter().any(|e| e.admits(&host, port, None));
+            let denied = !exempt && rule.deny.iter().any(|e| e.admits(&host, port, None));
             let admitted = match &rule.allow {
                 Some(allow) => allow.iter().any(|e| e.admits(&host, port, defaults)),
                 None => defaults.is_none_or(|d| d.contains(&port)),
@@ -262,8 +268,19 @@ impl DomainPolicy {
         port: u16,
         addresses: impl IntoIterator<Item = IpAddr> + Clone,
     ) -> Result<(), DomainRefused> {
+        let host_written = normalise_host(host);
         for rule in &self.rules {
+            if rule
+                .exempt
+                .iter()
+                .any(|e| e.admits(&host_written, port, None))
+            {
+                continue;
+            }
             for ip in addresses.clone() {
+                if rule.exempt.iter().any(|e| e.covers(ip)) {
+                    continue;
+                }
                 let Some(DomainEntry::Cidr(net)) = rule.deny.iter().find(|e| e.covers(ip)) else {
                     continue;
                 };
@@ -310,6 +327,7 @@ mod tests {
                     .collect(),
             ),
             deny: vec![],
+            exempt: vec![],
         }
     }
 

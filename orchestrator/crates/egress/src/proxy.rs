@@ -42,6 +42,26 @@ pub struct ProxyScope {
     pub domains: DomainPolicy,
 }
 
+/// Rules read afresh for every connection, so they can change while the proxy runs (E2B's
+/// `PUT /sandboxes/{id}/network`, on whichever replica it arrives). An error refuses the
+/// connection (fail closed), with the message as the reason.
+pub trait LiveRules: Send + Sync {
+    /// The domain rules that apply to a connection opened now.
+    fn current(
+        &self,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<DomainPolicy, String>> + Send + '_>,
+    >;
+}
+
+/// Where a listener's rules come from.
+enum Rules {
+    /// Fixed for its life (an agent version's, a workflow step's).
+    Fixed(DomainPolicy),
+    /// Read for each connection.
+    Live(Arc<dyn LiveRules>),
+}
+
 /// One running listener; stops when dropped or stopped.
 pub struct EgressProxy {
     addr: SocketAddr,
@@ -56,18 +76,39 @@ impl EgressProxy {
         egress: Arc<Egress>,
         pool: PgPool,
     ) -> std::io::Result<Self> {
+        let shared = Shared {
+            sandbox: scope.sandbox,
+            rules: Rules::Fixed(scope.domains.with_default_ports(&DEFAULT_PORTS)),
+            egress,
+            pool,
+        };
+        Self::listen(bind, shared).await
+    }
+
+    /// Binds `bind` and serves connections of `sandbox` until stopped, each under the rules
+    /// `rules` gives when it opens.
+    pub async fn start_live(
+        bind: SocketAddr,
+        sandbox: String,
+        rules: Arc<dyn LiveRules>,
+        egress: Arc<Egress>,
+        pool: PgPool,
+    ) -> std::io::Result<Self> {
+        let shared = Shared {
+            sandbox,
+            rules: Rules::Live(rules),
+            egress,
+            pool,
+        };
+        Self::listen(bind, shared).await
+    }
+
+    async fn listen(bind: SocketAddr, shared: Shared) -> std::io::Result<Self> {
         let listener = TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
         let stop = CancellationToken::new();
-        let shared = Arc::new(Shared {
-            scope: ProxyScope {
-                domains: scope.domains.with_default_ports(&DEFAULT_PORTS),
-                ..scope
-            },
-            egress,
-            pool,
-        });
-        let sandbox = shared.scope.sandbox.clone();
+        let shared = Arc::new(shared);
+        let sandbox = shared.sandbox.clone();
         let token = stop.clone();
         tokio::spawn(async move {
             loop {
@@ -114,7 +155,9 @@ impl Drop for EgressProxy {
 }
 
 struct Shared {
-    scope: ProxyScope,
+    /// The sandbox (recorded as the audit caller `sandbox:<id>`).
+    sandbox: String,
+    rules: Rules,
     egress: Arc<Egress>,
     pool: PgPool,
 }
@@ -157,11 +200,27 @@ impl Shared {
                 return;
             }
         };
-        let addrs = match self
-            .egress
-            .admit(&self.scope.domains, &target.host, target.port)
-            .await
-        {
+        let live;
+        let domains = match &self.rules {
+            Rules::Fixed(domains) => domains,
+            Rules::Live(rules) => match rules.current().await {
+                Ok(domains) => {
+                    live = domains.with_default_ports(&DEFAULT_PORTS);
+                    &live
+                }
+                Err(message) => {
+                    let refusal = Refusal {
+                        status: 403,
+                        code: "rules_unavailable",
+                        message,
+                    };
+                    self.refuse(&mut client, Some(&target), refusal, started)
+                        .await;
+                    return;
+                }
+            },
+        };
+        let addrs = match self.egress.admit(domains, &target.host, target.port).await {
             Ok(a) => a,
             Err(e) => {
                 let code = e.code();
@@ -273,7 +332,7 @@ impl Shared {
     ) {
         let caller = Caller {
             kind: CallerKind::System,
-            id: format!("sandbox:{}", self.scope.sandbox),
+            id: format!("sandbox:{}", self.sandbox),
             label: "egress proxy".to_owned(),
             tier: Tier::User,
             role: None,
@@ -281,7 +340,7 @@ impl Shared {
             seal: None,
         };
         let args = json!({
-            "sandbox": self.scope.sandbox,
+            "sandbox": self.sandbox,
             "method": target.map(|t| t.method.as_str()),
             "host": target.map(|t| t.host.as_str()),
             "port": target.map(|t| t.port),
@@ -291,15 +350,15 @@ impl Shared {
             action: "egress.connect".to_owned(),
             allowed,
             reason_code: code.map(str::to_owned),
-            reason: Some(format!("sandbox {}: {reason}", self.scope.sandbox)),
+            reason: Some(format!("sandbox {}: {reason}", self.sandbox)),
             args_digest: audit::digest(&args),
             outcome,
             result_digest: Some(audit::digest(&result)),
             duration_ms: started.elapsed().as_millis() as i64,
-            sandbox_id: self.scope.sandbox.parse().ok(),
+            sandbox_id: self.sandbox.parse().ok(),
         };
         if let Err(e) = audit::record(&self.pool, &caller, entry).await {
-            tracing::error!(error = %e, sandbox = %self.scope.sandbox, "egress proxy: audit row not written");
+            tracing::error!(error = %e, sandbox = %self.sandbox, "egress proxy: audit row not written");
         }
     }
 }

@@ -20,7 +20,8 @@ use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::AGENT_VERSION_LABEL;
+use super::e2b_egress::{EgressGrants, SandboxRules};
+use super::{AGENT_VERSION_LABEL, E2B_RUNTIME_LABEL};
 use aegis_egress::proxy::{EgressProxy, ProxyScope};
 use aegis_egress::{DomainEntry, DomainPolicy, DomainRule, Egress};
 use aegis_manifest::AgentView;
@@ -53,6 +54,7 @@ fn workflow_domains(label: &str) -> Result<DomainPolicy, String> {
             source: source.to_owned(),
             allow: Some(allow),
             deny: Vec::new(),
+            exempt: Vec::new(),
         });
     }
     Ok(domains)
@@ -78,6 +80,8 @@ pub async fn network_unavailable(engine: &dispatcher::DockerEngine) -> Option<St
 pub struct ProxyHost {
     egress: Arc<Egress>,
     pool: PgPool,
+    /// What the operator grants E2B sandboxes (`e2b.egress`).
+    e2b_grants: Arc<EgressGrants>,
     proxies: Mutex<HashMap<SandboxId, EgressProxy>>,
 }
 
@@ -95,8 +99,15 @@ impl ProxyHost {
         Self {
             egress,
             pool,
+            e2b_grants: Arc::new(EgressGrants::default()),
             proxies: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same host, E2B sandboxes' proxies bounded by `grants`.
+    pub fn with_e2b_grants(mut self, grants: EgressGrants) -> Self {
+        self.e2b_grants = Arc::new(grants);
+        self
     }
 
     /// Where the proxy of sandbox `id` listens, if this instance runs one.
@@ -161,18 +172,32 @@ impl EgressHost for ProxyHost {
         gateway: IpAddr,
     ) -> BoxFuture<'a, Result<u16, String>> {
         Box::pin(async move {
-            let domains = self.domains_of(spec).await?;
-            let proxy = EgressProxy::start(
-                SocketAddr::new(gateway, 0),
-                ProxyScope {
-                    sandbox: id.to_string(),
-                    domains,
-                },
-                self.egress.clone(),
-                self.pool.clone(),
-            )
-            .await
-            .map_err(|e| {
+            let bind = SocketAddr::new(gateway, 0);
+            // An E2B sandbox's rules change while it runs; they are read for each connection.
+            let started = if spec.labels.contains_key(E2B_RUNTIME_LABEL) {
+                let rules = SandboxRules::new(self.pool.clone(), id, self.e2b_grants.clone());
+                EgressProxy::start_live(
+                    bind,
+                    id.to_string(),
+                    Arc::new(rules),
+                    self.egress.clone(),
+                    self.pool.clone(),
+                )
+                .await
+            } else {
+                let domains = self.domains_of(spec).await?;
+                EgressProxy::start(
+                    bind,
+                    ProxyScope {
+                        sandbox: id.to_string(),
+                        domains,
+                    },
+                    self.egress.clone(),
+                    self.pool.clone(),
+                )
+                .await
+            };
+            let proxy = started.map_err(|e| {
                 format!(
                     "{e} (the proxy binds the network's gateway address, so the orchestrator must \
                      run in the Docker host's network namespace: see README, Sandbox egress)"

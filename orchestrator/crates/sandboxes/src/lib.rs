@@ -7,6 +7,8 @@
 //! sandbox whose manifest grants network gets an egress network and proxy of its own
 //! ([`egress`]).
 
+/// The way out of an E2B sandbox: the operator's grant and the sandbox's own rules.
+pub mod e2b_egress;
 pub mod egress;
 pub mod health;
 pub mod live;
@@ -766,17 +768,23 @@ impl Sandboxes {
     }
 
     /// Creates a sandbox of an E2B template (a runtime) for an API key, with its workspace at
-    /// [`E2B_HOME`], under [`policy_of_e2b`]; counted against the key's quota.
+    /// [`E2B_HOME`], under [`policy_of_e2b`]; counted against the key's quota. With
+    /// `network`, it sits on an egress network of its own behind a proxy applying its row's
+    /// rules ([`e2b_egress`]); such a spec never matches a warm pool's (which have none).
     pub async fn create_for_e2b(
         &self,
         pool: &PgPool,
         runtime: &aegis_core::runtimes::Runtime,
         context: Option<&aegis_seal::context::SecurityContext>,
         owner: Owner,
+        network: bool,
     ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
         self.dispatcher()?;
         let scope = QuotaScope::ApiKey(owner.id.clone());
-        let (spec, policy) = e2b_spec(runtime, context, owner, &self.ceilings);
+        let (mut spec, policy) = e2b_spec(runtime, context, owner, &self.ceilings);
+        if network {
+            spec.network = NetworkMode::Egress;
+        }
         self.acquire(pool, scope, spec, Arc::new(policy)).await
     }
 

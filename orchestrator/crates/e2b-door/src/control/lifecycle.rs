@@ -76,13 +76,14 @@ pub(super) async fn start_restored(
     runtime: &str,
     archive: &[u8],
     env: &BTreeMap<String, String>,
+    network: bool,
 ) -> Result<(SandboxId, snapshots::Restored), Refusal> {
     let runtime = aegis_sandboxes::find_runtime(runtime).map_err(|e| Refusal(sandbox_error(e)))?;
     let owner = Owner::new(OwnerKind::Operator, caller.id.clone());
     let context = caller.seal.as_ref().map(|s| s.context.as_ref());
     let (id, _) = state
         .sandboxes
-        .create_for_e2b(&state.pool, runtime, context, owner)
+        .create_for_e2b(&state.pool, runtime, context, owner, network)
         .await
         .map_err(|e| Refusal(sandbox_error(e)))?;
     // Restoring writes files only; no command runs, so no environment.
@@ -344,8 +345,17 @@ async fn resume_from(
         .await
         .map_err(refusal)?
         .ok_or_else(gone)?;
-    let (new_id, restored) =
-        start_restored(state, caller, &snapshot.runtime, &archive, &row.env_vars.0).await?;
+    // The sandbox keeps its network rules: they are its row's, which the resume keeps.
+    let network = super::networked(state, caller, row);
+    let (new_id, restored) = start_restored(
+        state,
+        caller,
+        &snapshot.runtime,
+        &archive,
+        &row.env_vars.0,
+        network,
+    )
+    .await?;
     let updated = store::set_resumed(
         &state.pool,
         row.sandbox_id,
@@ -671,8 +681,10 @@ async fn start_fork(
     timeout: u32,
 ) -> Result<Row, Refusal> {
     let token = new_token()?;
+    // A fork has its source's network rules (its own copy, changed apart from then on).
+    let network = super::networked(state, caller, source);
     let (id, restored) =
-        start_restored(state, caller, runtime, archive, &source.env_vars.0).await?;
+        start_restored(state, caller, runtime, archive, &source.env_vars.0, network).await?;
     let inserted = store::insert(
         &state.pool,
         &store::NewRow {
@@ -686,6 +698,7 @@ async fn start_fork(
             envd_access_token: &token,
             timeout_secs: timeout,
             pause_on_timeout: source.pause_on_timeout,
+            egress: source.egress.as_ref().filter(|_| network).map(|e| &e.0),
         },
     )
     .await;

@@ -5,6 +5,7 @@
 //! keep its row ([`super::store`]). A key sees and touches only the sandboxes it created.
 
 pub mod lifecycle;
+pub mod network;
 pub mod observe;
 pub mod services;
 
@@ -28,6 +29,7 @@ use aegis_e2b::api::{
 use super::store::{self, Row};
 use super::{api_error, json_response, keys, Refusal, ENVD_VERSION};
 use aegis_core::caller::Caller;
+use aegis_sandboxes::e2b_egress::{Grant, NetworkRules};
 use aegis_sandboxes::SandboxError;
 use aegis_tools::state::AppState;
 
@@ -172,6 +174,24 @@ pub(super) fn new_token() -> Result<String, Refusal> {
     Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// What the operator grants `caller`'s E2B sandboxes (`e2b.egress`).
+pub(super) fn grant_of(state: &AppState, caller: &Caller) -> Grant {
+    state.config.e2b.egress.grant_of(&caller.id)
+}
+
+/// Whether a new container for `row` (a resume, a fork) gets a network: it had one, and the
+/// operator still grants its key something.
+pub(super) fn networked(state: &AppState, caller: &Caller, row: &Row) -> bool {
+    row.egress.is_some() && !grant_of(state, caller).is_nothing()
+}
+
+/// The sandbox's own rules as recorded (`None`: it has no network).
+pub(super) fn rules_of(row: &Row) -> Option<NetworkRules> {
+    row.egress
+        .as_ref()
+        .and_then(|e| serde_json::from_value(e.0.clone()).ok())
+}
+
 /// `POST /sandboxes`: a sandbox of the template's runtime under the key's policy. Nothing is
 /// left behind when it fails: the dispatcher removes a sandbox it could not start, and a
 /// sandbox whose row cannot be written is destroyed before answering.
@@ -278,16 +298,17 @@ async fn create_row(
             unsupported.join(", ")
         ))));
     }
-    // `allowPublicTraffic` is served (`ports`); egress rules are not yet.
-    if req
-        .network
-        .as_ref()
-        .is_some_and(|n| n.allow_out.is_some() || n.deny_out.is_some())
-    {
-        return Err(Refusal(ApiError::bad_request(
-            "network.allowOut/denyOut: egress rules are not offered through the E2B door yet; E2B sandboxes here have no network",
-        )));
-    }
+    // Egress: the sandbox's own rules, bounded by what the operator grants the key; a
+    // sandbox that can reach nothing gets no network (and may come from a warm pool).
+    let rules = NetworkRules::new(
+        req.network.as_ref().and_then(|n| n.allow_out.clone()),
+        req.network.as_ref().and_then(|n| n.deny_out.clone()),
+        req.allow_internet_access,
+    )
+    .map_err(|e| Refusal(ApiError::bad_request(e.to_string())))?;
+    let networked = !grant_of(state, caller).is_nothing() && rules.admits_anything();
+    let egress =
+        serde_json::to_value(&rules).map_err(|e| Refusal(ApiError::new(500, e.to_string())))?;
     let private = req.network.as_ref().and_then(|n| n.allow_public_traffic) == Some(false);
     let env_vars = req.env_vars.clone().unwrap_or_default();
     if let Some(name) = env_vars
@@ -321,7 +342,7 @@ async fn create_row(
     let context = caller.seal.as_ref().map(|s| s.context.as_ref());
     let made = state
         .sandboxes
-        .create_for_e2b(&state.pool, runtime, context, owner)
+        .create_for_e2b(&state.pool, runtime, context, owner, networked)
         .await;
     let metadata = req.metadata.clone().unwrap_or_default();
     let row = match &made {
@@ -339,6 +360,7 @@ async fn create_row(
                     envd_access_token: &token,
                     timeout_secs: timeout,
                     pause_on_timeout: req.auto_pause == Some(true),
+                    egress: networked.then_some(&egress),
                 },
             )
             .await;
@@ -356,7 +378,8 @@ async fn create_row(
         &state.pool,
         caller,
         "e2b.sandbox.create",
-        &json!({"templateID": req.template_id, "timeout": timeout, "metadata_keys": metadata.len()}),
+        &json!({"templateID": req.template_id, "timeout": timeout, "metadata_keys": metadata.len(),
+                "network": networked}),
         ok,
         started,
         made.as_ref().ok().map(|(id, _)| id.0),
@@ -439,15 +462,30 @@ pub async fn detail(
     Path(id): Path<String>,
 ) -> Answer {
     let row = known(&state, &caller, &id).await?;
+    let grant = grant_of(&state, &caller);
+    let rules = rules_of(&row).filter(|_| !grant.is_nothing());
+    let has_egress = rules.as_ref().is_some_and(NetworkRules::admits_anything);
     let detail = SandboxDetail {
         sandbox: listed(&row),
         envd_access_token: row.envd_access_token.clone(),
-        allow_internet_access: Some(false),
+        // What it really has: no network reads as everything denied; otherwise its own rules,
+        // with the operator's bound beside them.
+        allow_internet_access: Some(has_egress),
         domain: Some(state.config.e2b.domain.clone()),
         network: Some(aegis_e2b::api::NetworkConfig {
             allow_public_traffic: Some(row.traffic_access_token.is_none()),
+            allow_out: rules
+                .as_ref()
+                .map(|r| r.allow_out.clone())
+                .filter(|a| !a.is_empty()),
+            deny_out: match &rules {
+                Some(r) if r.deny_out.is_empty() => None,
+                Some(r) => Some(r.deny_out.clone()),
+                None => Some(vec![aegis_sandboxes::e2b_egress::ALL_TRAFFIC.to_owned()]),
+            },
             ..Default::default()
         }),
+        egress_grant: Some(grant.report()),
         lifecycle: Some(aegis_e2b::api::SandboxLifecycle {
             auto_resume: false,
             on_timeout: if row.pause_on_timeout {

@@ -441,4 +441,8 @@ pub struct SandboxDetail {
     /// Newer SDKs: set for a paused sandbox once its pause finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_mode: Option<PauseMode>,
+    /// Not E2B's: what the node's operator lets this sandbox reach at most (`*`: any public
+    /// host), the bound of `network.allowOut`/`denyOut`; SDKs ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_grant: Option<Vec<String>>,
 }

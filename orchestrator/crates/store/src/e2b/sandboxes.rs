@@ -39,6 +39,9 @@ pub struct Row {
     pub pause_on_timeout: bool,
     /// A private sandbox's traffic access token (`traffic`); `None`: its ports are public.
     pub traffic_access_token: Option<String>,
+    /// Its own egress rules (`aegis_sandboxes::e2b_egress::NetworkRules` as JSON); `None`: it
+    /// has no network.
+    pub egress: Option<sqlx::types::Json<serde_json::Value>>,
 }
 
 impl Row {
@@ -52,7 +55,7 @@ impl Row {
 
 const COLUMNS: &str = "e.e2b_id AS sandbox_id, e.sandbox_id AS current, e.paused_snapshot, e.owner_key_id, e.template_id, e.metadata, \
      e.env_vars, e.allow_internet_access, e.envd_access_token, e.started_at, e.end_at, e.tenant_id AS tenant, \
-     e.on_timeout = 'pause' AS pause_on_timeout, e.traffic_access_token";
+     e.on_timeout = 'pause' AS pause_on_timeout, e.traffic_access_token, e.egress";
 
 /// What a new row records.
 pub struct NewRow<'a> {
@@ -69,15 +72,17 @@ pub struct NewRow<'a> {
     pub timeout_secs: u32,
     /// Its timeout pauses it (`autoPause`) rather than kills it.
     pub pause_on_timeout: bool,
+    /// Its own egress rules when it has a network.
+    pub egress: Option<&'a serde_json::Value>,
 }
 
 /// Records a running sandbox.
 pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error> {
     sqlx::query_as(&format!(
         "INSERT INTO e2b_sandboxes AS e (sandbox_id, e2b_id, tenant_id, owner_key_id, template_id, metadata, \
-         allow_internet_access, envd_access_token, end_at, env_vars, on_timeout) \
+         allow_internet_access, envd_access_token, end_at, env_vars, on_timeout, egress) \
          VALUES ($1, $1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9, \
-         CASE WHEN $10 THEN 'pause' ELSE 'kill' END) RETURNING {COLUMNS}"
+         CASE WHEN $10 THEN 'pause' ELSE 'kill' END, $11) RETURNING {COLUMNS}"
     ))
     .bind(row.sandbox_id)
     .bind(row.tenant)
@@ -89,8 +94,41 @@ pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error>
     .bind(f64::from(row.timeout_secs))
     .bind(sqlx::types::Json(row.env_vars))
     .bind(row.pause_on_timeout)
+    .bind(row.egress.map(sqlx::types::Json))
     .fetch_one(pool)
     .await
+}
+
+/// The owner key and egress rules of the E2B sandbox whose current container is `current`
+/// (the dispatcher's id), read by its egress proxy for every connection; `None`: no such row.
+pub async fn egress_of(
+    pool: &PgPool,
+    current: Uuid,
+) -> Result<Option<(String, Option<sqlx::types::Json<serde_json::Value>>)>, sqlx::Error> {
+    sqlx::query_as("SELECT owner_key_id, egress FROM e2b_sandboxes WHERE sandbox_id = $1")
+        .bind(current)
+        .fetch_optional(pool)
+        .await
+}
+
+/// Replaces the egress rules of the E2B sandbox `id` of `owner_key_id` that has a network;
+/// false when there is no such sandbox with a network.
+pub async fn set_egress(
+    pool: &PgPool,
+    id: Uuid,
+    owner_key_id: &str,
+    rules: &serde_json::Value,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query(
+        "UPDATE e2b_sandboxes SET egress = $3 \
+         WHERE e2b_id = $1 AND owner_key_id = $2 AND egress IS NOT NULL",
+    )
+    .bind(id)
+    .bind(owner_key_id)
+    .bind(sqlx::types::Json(rules))
+    .execute(pool)
+    .await
+    .map(|done| done.rows_affected() == 1)
 }
 
 /// The running sandbox `id` if `owner_key_id` owns it. Another key's sandbox is "not found":

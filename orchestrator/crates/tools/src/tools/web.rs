@@ -168,6 +168,7 @@ pub(super) fn context_rule(
         source: format!("domain allowlist of security context `{}`", context.name),
         allow: Some(allow),
         deny: Vec::new(),
+        exempt: Vec::new(),
     }))
 }
 
