@@ -405,6 +405,43 @@ mod tests {
     }
 
     #[test]
+    fn exempt_entries_lift_the_denylist_by_name_and_by_address() {
+        let entry = |e: &str| DomainEntry::parse(e).expect("entry");
+        let mut p = DomainPolicy::default();
+        p.push(DomainRule {
+            source: "rules".into(),
+            allow: None,
+            deny: vec![entry("0.0.0.0/0"), entry("blocked.test")],
+            exempt: vec![
+                entry("api.test"),
+                entry("1.1.1.0/24"),
+                entry("blocked.test"),
+            ],
+        });
+        let ip = |s: &str| -> IpAddr { s.parse().expect("ip") };
+        // A name it admits passes whatever it resolves to; an address its block covers too.
+        assert!(p.check("api.test", 443).is_ok());
+        assert!(p.check_addresses("api.test", 443, [ip("8.8.8.8")]).is_ok());
+        assert!(p.check("1.1.1.1", 443).is_ok());
+        assert!(p.check_addresses("x.test", 443, [ip("1.1.1.7")]).is_ok());
+        assert!(p.check("blocked.test", 443).is_ok(), "allow wins over deny");
+        // Anything else the denylist covers stays refused, by literal and by address.
+        assert!(p.check("8.8.8.8", 443).is_err());
+        assert!(p
+            .check_addresses("x.test", 443, [ip("1.1.1.7"), ip("8.8.8.8")])
+            .is_err());
+        // Exempt entries admit nothing an allowlist does not.
+        let mut q = DomainPolicy::default();
+        q.push(DomainRule {
+            source: "grant".into(),
+            allow: Some(vec![entry("site.test")]),
+            deny: vec![],
+            exempt: vec![entry("api.test")],
+        });
+        assert!(q.check("api.test", 443).is_err());
+    }
+
+    #[test]
     fn bad_entries_are_named() {
         assert!(DomainEntry::parse("a.*.org").is_err());
         assert!(DomainEntry::parse("host:http").is_err());

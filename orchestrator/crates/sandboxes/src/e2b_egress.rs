@@ -116,19 +116,14 @@ impl Grant {
         matches!(self, Grant::Nothing)
     }
 
-    /// The grant as a rule of the proxy (`None`: it bounds no host).
-    fn rule(&self) -> Option<DomainRule> {
-        let allow = match self {
-            Grant::AnyHost => return None,
-            Grant::Nothing => Vec::new(),
-            Grant::Listed(entries) => entries.clone(),
-        };
-        Some(DomainRule {
-            source: "operator's E2B egress grant for this API key (e2b.egress)".to_owned(),
-            allow: Some(allow),
-            deny: Vec::new(),
-            exempt: Vec::new(),
-        })
+    /// The hosts the grant admits (`None`: every host; on the proxy's default ports unless an
+    /// entry names one).
+    fn allow(&self) -> Option<Vec<DomainEntry>> {
+        match self {
+            Grant::AnyHost => None,
+            Grant::Nothing => Some(Vec::new()),
+            Grant::Listed(entries) => Some(entries.clone()),
+        }
     }
 
     /// The grant as the node reports it beside the sandbox's own rules.
@@ -229,8 +224,10 @@ impl NetworkRules {
     }
 
     /// The rules as a rule of the proxy: deny what `denyOut` names (all traffic: IPv6 too),
-    /// unless `allowOut` admits it.
-    fn rule(&self) -> DomainRule {
+    /// unless `allowOut` admits it; within `allow`, the grant's hosts (so a refusal by this
+    /// rule is always one of the sandbox's own rules, never of the grant, which its own rule
+    /// reports).
+    fn rule(&self, allow: Option<Vec<DomainEntry>>) -> DomainRule {
         let parse = |list: &[String]| -> Vec<DomainEntry> {
             list.iter().filter_map(|e| parse_entry(e).ok()).collect()
         };
@@ -240,7 +237,7 @@ impl NetworkRules {
         }
         DomainRule {
             source: "sandbox's network rules (network.allowOut/denyOut)".to_owned(),
-            allow: None,
+            allow,
             deny,
             exempt: parse(&self.allow_out),
         }
@@ -255,19 +252,28 @@ fn is_all(entry: &str) -> bool {
 /// none recorded, nothing admitted).
 pub fn policy(grant: &Grant, rules: Option<&NetworkRules>) -> DomainPolicy {
     let mut domains = DomainPolicy::default();
-    match (grant.rule(), rules) {
-        (bound, Some(rules)) if !grant.is_nothing() => {
-            if let Some(bound) = bound {
-                domains.push(bound);
-            }
-            domains.push(rules.rule());
+    match rules {
+        Some(rules) if !grant.is_nothing() => {
+            let allow = grant.allow();
+            domains.push(DomainRule {
+                source: "operator's E2B egress grant for this API key (e2b.egress)".to_owned(),
+                allow: allow.clone(),
+                deny: Vec::new(),
+                exempt: Vec::new(),
+            });
+            domains.push(rules.rule(allow));
         }
-        (rule, _) => domains.push(rule.unwrap_or_else(|| DomainRule {
-            source: "sandbox's network rules (none recorded)".to_owned(),
+        _ => domains.push(DomainRule {
+            source: if grant.is_nothing() {
+                "operator's E2B egress grant for this API key (e2b.egress: none)"
+            } else {
+                "sandbox's network rules (none recorded)"
+            }
+            .to_owned(),
             allow: Some(Vec::new()),
             deny: Vec::new(),
             exempt: Vec::new(),
-        })),
+        }),
     }
     domains
 }
