@@ -117,7 +117,7 @@ async fn a_retried_v2_create_with_one_idempotency_key_makes_one_sandbox() {
 
 /// What E2B's spec (HEAD's `spec/openapi.yml`, envd's `spec/envd/envd.yaml`) and its latest
 /// SDK name beyond the served routes: the simple ones served (template aliases, the metrics of
-/// several sandboxes, a network update asking for no egress), the others refused with 501 in
+/// several sandboxes, the network update), the others refused with 501 in
 /// E2B's error shape naming what is not offered; a wrong method 405 and an unknown path 404 in
 /// the same shape. And a sandbox gone is told the way E2B's edge tells it ("The sandbox was not
 /// found", which SDKs from 2.5x read as `SandboxNotRunningException`).
@@ -214,8 +214,10 @@ async fn the_rest_of_e2bs_api_is_served_or_refused_in_e2bs_error_shape() {
     let id = made["sandboxID"].as_str().unwrap().to_owned();
     let token = made["envdAccessToken"].as_str().unwrap().to_owned();
 
-    // The network update: asking for no egress changes nothing and is accepted; asking for
-    // any is refused as `network` at create is; another key's (or no) sandbox is not found.
+    // The network update on a node that grants no egress (`e2b.egress` empty): asking for none
+    // changes nothing and is accepted; asking for any is refused saying why (409); an entry
+    // that is no host, address or block is refused naming it; another key's (or no) sandbox
+    // is not found. (Granted egress: `e2b_egress::`.)
     for closed in [
         json!({"allow_internet_access": false}),
         json!({"denyOut": ["0.0.0.0/0"]}),
@@ -244,10 +246,38 @@ async fn the_rest_of_e2bs_api_is_served_or_refused_in_e2bs_error_shape() {
             .unwrap(),
         )
         .await;
-        assert_eq!(status, 400, "{open}: {body}");
+        assert_eq!(status, 409, "{open}: {body}");
         assert!(
-            body["message"].as_str().unwrap().contains("no network"),
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("grants this API key no egress"),
             "{body}"
+        );
+    }
+    for (bad, field) in [
+        (json!({"allowOut": ["a.*.test"]}), "allowOut[0]"),
+        (json!({"denyOut": ["10.0.0.0/8", ""]}), "denyOut[1]"),
+        (
+            json!({"egressProxy": {"address": "p.test:1080"}}),
+            "egressProxy",
+        ),
+        (json!({"rules": {"a.test": [{}]}}), "network.rules"),
+    ] {
+        let (status, body) = answer(
+            call(
+                M::PUT,
+                &format!("/sandboxes/{id}/network"),
+                Some(bad.clone()),
+            )
+            .await
+            .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(
+            body["message"].as_str().unwrap().contains(field),
+            "{bad}: {body}"
         );
     }
     let (status, _) = answer(
