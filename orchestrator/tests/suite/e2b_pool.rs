@@ -171,3 +171,90 @@ async fn a_pooled_e2b_sandbox_is_exactly_its_creator_s_and_never_handed_out_twic
         "{metrics}"
     );
 }
+
+/// Two replicas on one database, each with its own warm pool of the template: creates racing
+/// through both get as many different sandboxes, each pooled sandbox goes to one create only,
+/// and neither replica hands out the other's idle ones (a replica's pool is its own; the
+/// hand-out is a conditional UPDATE of the row, so a sandbox leaves a pool once).
+#[tokio::test]
+async fn pooled_sandboxes_are_never_handed_out_twice_across_replicas() {
+    use common::replicas::{in_process, SECRET};
+
+    let db = TestDb::create().await;
+    let config = || {
+        let mut config = in_process(&db, Some(SECRET));
+        config.e2b.pool.insert("base".to_owned(), 2);
+        config.sandbox.max_sandboxes_per_api_key = 20;
+        config
+    };
+    let a = TestApp::spawn_with(config()).await;
+    let b = TestApp::spawn_with(config()).await;
+    let key = a.create_key("pool-racer", "operator").await;
+    // Both pools full: four idle sandboxes, two held by each replica.
+    let idle = |app: &TestApp| {
+        app.state
+            .sandboxes
+            .dispatcher()
+            .unwrap()
+            .pool_sizes()
+            .get(POOL)
+            .copied()
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while idle(&a) < 2 || idle(&b) < 2 {
+        assert!(Instant::now() < deadline, "the pools never filled");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let pooled: HashSet<String> = pooled(&a, 2).await;
+    assert_eq!(
+        pooled.len(),
+        4,
+        "two idle sandboxes per replica: {pooled:?}"
+    );
+
+    // Eight creates at once, alternating between the replicas.
+    let creates = (0..8).map(|i| {
+        let node = if i % 2 == 0 { &a } else { &b };
+        node.http
+            .post(format!("{}/e2b/sandboxes", node.http_base))
+            .header("X-API-KEY", e2b_key(&key))
+            .json(&json!({"templateID": "base", "timeout": 60, "metadata": {"n": i.to_string()}}))
+            .send()
+    });
+    let mut ids = HashSet::new();
+    for answer in futures_util::future::join_all(creates).await {
+        let answer = answer.unwrap();
+        assert_eq!(answer.status(), 201);
+        let body: Value = answer.json().await.unwrap();
+        ids.insert(current(&a, body["sandboxID"].as_str().unwrap()).await);
+    }
+    assert_eq!(ids.len(), 8, "eight creates, eight sandboxes");
+    let from_pools = ids.intersection(&pooled).count();
+    assert!(from_pools <= 4, "{from_pools} from two pools of two");
+    // Each E2B sandbox names a different dispatcher sandbox, and each is its key's.
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT s.id::text, s.owner_kind FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id",
+    )
+    .fetch_all(&a.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 8, "{rows:?}");
+    let distinct: HashSet<&String> = rows.iter().map(|(id, _)| id).collect();
+    assert_eq!(distinct.len(), 8, "a sandbox handed out twice: {rows:?}");
+    assert!(rows.iter().all(|(_, kind)| kind == "operator"), "{rows:?}");
+    let (sa, sb) = (
+        a.state.sandboxes.dispatcher().unwrap().pool_stats_by_pool(),
+        b.state.sandboxes.dispatcher().unwrap().pool_stats_by_pool(),
+    );
+    assert_eq!(
+        sa[POOL].hits + sa[POOL].misses + sb[POOL].hits + sb[POOL].misses,
+        8,
+        "every create counted once, on the replica that served it: {sa:?} {sb:?}"
+    );
+    assert_eq!(
+        usize::try_from(sa[POOL].hits + sb[POOL].hits).unwrap(),
+        from_pools,
+        "the pools' hits are the pooled sandboxes handed out: {sa:?} {sb:?}"
+    );
+}

@@ -180,6 +180,7 @@ async fn a_gvisor_sandbox_has_its_own_kernel_and_keeps_every_rule() {
     let (_, runtime) =
         engine.docker(&["inspect", "-f", "{{.HostConfig.Runtime}}", &sb.container()]);
     assert_eq!(runtime, "runsc");
+    gvisor_counted(&app).await;
 
     // A kernel that is not the host's, seen by cmd.run inside.
     let uname = run(&sb, "uname -r").await;
@@ -217,6 +218,40 @@ async fn a_gvisor_sandbox_has_its_own_kernel_and_keeps_every_rule() {
     // Nothing above broke the sandbox.
     let alive = run(&sb, "echo alive").await;
     assert_eq!(alive["stdout"], "alive\n", "{alive}");
+}
+
+/// `/metrics` counts the sandbox under its class. The registry is the process's and other
+/// tests' nodes refresh its database gauges from their own databases (at most every 5 s), so
+/// this asks until a scrape shows this node's count.
+async fn gvisor_counted(app: &TestApp) {
+    let line = "aegis_sandboxes_by_isolation{isolation=\"gvisor\"}";
+    let mut last = String::new();
+    for _ in 0..20 {
+        let metrics = app
+            .http
+            .get(format!("{}/metrics", app.http_base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        last = metrics
+            .lines()
+            .find(|l| l.starts_with(line))
+            .unwrap_or_default()
+            .to_owned();
+        let n: f64 = last
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        if n >= 1.0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    }
+    panic!("/metrics never counted the gVisor sandbox; last line: {last:?}");
 }
 
 /// Reads a live process's output until it ended: (everything it wrote, its end).

@@ -125,6 +125,8 @@ const AUDIT_BUCKETS: &[f64] = &[
 /// The `tool` label of every call of an external MCP server's tool.
 const EXTERNAL_TOOLS: &str = "mcp";
 const SANDBOX_STATES: [&str; 3] = ["creating", "running", "destroying"];
+/// The isolation classes, each reported even at 0.
+const ISOLATION_CLASSES: [&str; 2] = ["container", "gvisor"];
 const EXECUTION_STATUSES: [&str; 6] = [
     "pending",
     "running",
@@ -170,6 +172,7 @@ struct Metrics {
     peers: IntGaugeVec,
     engine_sandboxes: IntGaugeVec,
     engine_replicas: IntGaugeVec,
+    sandboxes_by_isolation: IntGaugeVec,
     /// Engines seen so far: one that has nothing left reads 0 rather than vanishing.
     engines_seen: std::sync::Mutex<std::collections::BTreeSet<String>>,
     gauges_refreshed: tokio::sync::Mutex<Option<Instant>>,
@@ -382,6 +385,12 @@ impl Metrics {
                 "Running instances of this database (heartbeat within a minute) by the Docker engine they drive.",
                 &["engine"],
             ),
+            sandboxes_by_isolation: gauge_vec(
+                &registry,
+                "aegis_sandboxes_by_isolation",
+                "Live sandboxes (creating, running, destroying) by isolation class: `container` (runc on the host's kernel) or `gvisor` (gVisor's runsc, a kernel of its own).",
+                &["isolation"],
+            ),
             engines_seen: std::sync::Mutex::default(),
             gauges_refreshed: tokio::sync::Mutex::new(None),
             registry,
@@ -541,7 +550,15 @@ async fn refresh_from_db(m: &Metrics, pool: &sqlx::PgPool) -> Result<(), sqlx::E
             seen.insert(engine);
         }
     }
+    // Rows written before classes existed have none in their spec: they are containers.
+    let by_isolation: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT COALESCE(spec->>'isolation', 'container'), count(*) FROM sandboxes \
+         WHERE state IN ('creating', 'running', 'destroying') GROUP BY 1",
+    )
+    .fetch_all(pool)
+    .await?;
     set_all(&m.sandboxes, &SANDBOX_STATES, sandboxes);
+    set_all(&m.sandboxes_by_isolation, &ISOLATION_CLASSES, by_isolation);
     set_all(&m.executions, &EXECUTION_STATUSES, executions);
     set_all(&m.workflow_executions, &WORKFLOW_STATUSES, workflows);
     Ok(())
