@@ -19,11 +19,26 @@ import time
 from e2b import ALL_TRAFFIC, Sandbox
 from e2b.sandbox.commands.command_handle import CommandExitException
 
+# A GET through the sandbox's proxy: as urllib sends a plain http:// URL (absolute form), or,
+# with `tunnel`, inside a CONNECT tunnel (what https:// clients do; the test hosts speak HTTP).
 FETCH = r'''
-import sys, urllib.error, urllib.request
+import http.client, os, sys, urllib.error, urllib.parse, urllib.request
+url = urllib.parse.urlsplit(sys.argv[1])
 try:
-    with urllib.request.urlopen(sys.argv[1], timeout=15) as r:
+    if sys.argv[2:] == ["tunnel"]:
+        proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+        conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=15)
+        conn.set_tunnel(url.hostname, url.port)
+        try:
+            conn.request("GET", url.path or "/")
+        except OSError as e:
+            print(403 if "403" in str(e) else "error", e, end="")
+            sys.exit(3 if "403" in str(e) else 4)
+        r = conn.getresponse()
         print(r.status, r.read().decode(), end="")
+    else:
+        with urllib.request.urlopen(sys.argv[1], timeout=15) as r:
+            print(r.status, r.read().decode(), end="")
 except urllib.error.HTTPError as e:
     print(e.code, e.read().decode(), end="")
     sys.exit(3)
@@ -40,10 +55,10 @@ def attempt(report, name, fn):
         report[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
 
-def fetch(sbx, url):
+def fetch(sbx, url, how=""):
     """[exit code, what the fetch printed] of a GET of `url` from inside the sandbox."""
     try:
-        r = sbx.commands.run(f"python3 /home/user/fetch.py {url}", timeout=60)
+        r = sbx.commands.run(f"python3 /home/user/fetch.py {url} {how}", timeout=60)
         return [r.exit_code, r.stdout]
     except CommandExitException as e:
         return [e.exit_code, e.stdout + e.stderr]
@@ -77,6 +92,8 @@ def egress():
     a = made(report, "a", network={"allow_out": [allowed_host], "deny_out": [ALL_TRAFFIC]})
     attempt(report, "a_allowed", lambda: fetch(a, allowed))
     attempt(report, "a_other", lambda: fetch(a, other))
+    attempt(report, "a_tunnel_allowed", lambda: fetch(a, allowed, "tunnel"))
+    attempt(report, "a_tunnel_other", lambda: fetch(a, other, "tunnel"))
     attempt(report, "a_info", lambda: network_of(a))
     attempt(report, "a_proxy_env", lambda: a.commands.run("echo $HTTP_PROXY").stdout.strip())
     # Live: now the other host only.

@@ -242,6 +242,11 @@ async fn e2b_sandboxes_reach_out_only_as_their_rules_and_the_operator_s_grant_al
     // Allow one host, deny all: the one host through the sandbox's proxy, not the other.
     reached(&r, "a_allowed", "allowed host says hi");
     refused_by_proxy(&r, "a_other", "sandbox's network rules");
+    // The same through a CONNECT tunnel (how https:// leaves).
+    reached(&r, "a_tunnel_allowed", "allowed host says hi");
+    let (code, out) = fetched(&r, "a_tunnel_other");
+    assert_eq!(code, 3, "a_tunnel_other: {out}");
+    assert!(out.contains("403"), "a_tunnel_other: {out}");
     assert_eq!(
         ok(&r, "a_info"),
         &serde_json::json!({"allow_internet_access": true,
@@ -342,8 +347,16 @@ async fn e2b_sandboxes_reach_out_only_as_their_rules_and_the_operator_s_grant_al
     // One audit row per connection, with the sandbox's id, allowed and refused alike.
     let a_allowed = egress_rows(&app, &id("a"), "allowed").await;
     let a_denied = egress_rows(&app, &id("a"), "denied").await;
-    assert_eq!(a_allowed.len(), 4, "{a_allowed:?}");
-    assert_eq!(a_denied.len(), 6, "{a_denied:?}");
+    assert_eq!(a_allowed.len(), 5, "{a_allowed:?}");
+    assert_eq!(a_denied.len(), 7, "{a_denied:?}");
+    assert!(
+        a_allowed.iter().any(|row| row.starts_with(&format!(
+            "sandbox {}: CONNECT allowed.test:{}",
+            id("a"),
+            allowed.port()
+        ))),
+        "{a_allowed:?}"
+    );
     assert!(
         a_allowed[0].contains(&format!("allowed.test:{}", allowed.port())),
         "{a_allowed:?}"
@@ -351,7 +364,7 @@ async fn e2b_sandboxes_reach_out_only_as_their_rules_and_the_operator_s_grant_al
     let resumed = egress_rows(&app, &b_current, "allowed").await;
     assert_eq!(resumed.len(), 1, "{resumed:?}");
     assert_eq!(egress_rows(&app, &id("b"), "denied").await.len(), 1);
-    assert_eq!(allowed_hits.load(Ordering::SeqCst), 5);
+    assert_eq!(allowed_hits.load(Ordering::SeqCst), 6);
     assert_eq!(other_hits.load(Ordering::SeqCst), 2);
 
     // The resumed sandbox goes with its network and firewall rules.

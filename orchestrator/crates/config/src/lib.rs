@@ -699,6 +699,42 @@ mod tests {
     }
 
     #[test]
+    fn the_e2b_egress_grant_is_checked_with_key_and_line() {
+        let refused = |text: &str, needles: &[&str]| {
+            let f = write(text);
+            let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+            for needle in needles {
+                assert!(err.contains(needle), "{text}: {err} (wanted {needle:?})");
+            }
+        };
+        refused(
+            "e2b:\n  egress:\n    default:\n      - pypi.org\n      - \"a.*.org\"\n",
+            &["e2b.egress.default[1]", "line 5", "a.*.org"],
+        );
+        refused(
+            "e2b:\n  egress:\n    keys:\n      ops: [pypi.org]\n",
+            &["e2b.egress.keys.ops", "not an API key id"],
+        );
+        refused(
+            "e2b:\n  egress:\n    allow: [x]\n",
+            &["unknown field `allow`"],
+        );
+        let f = write(
+            "e2b:\n  egress:\n    default: [\"*\"]\n    keys:\n      \
+             00000000-0000-0000-0000-00000000000a: []\n",
+        );
+        let config = load(Some(f.path()), &[]).expect("a valid grant");
+        let grants = &config.config.e2b.egress;
+        assert!(grants
+            .grant_of("00000000-0000-0000-0000-00000000000A")
+            .is_nothing());
+        assert_eq!(
+            grants.grant_of("another"),
+            aegis_sandboxes::e2b_egress::Grant::AnyHost
+        );
+    }
+
+    #[test]
     fn the_cluster_listener_needs_a_long_secret_and_a_reachable_address() {
         let refused = |text: &str, needle: &str| {
             let f = write(text);
