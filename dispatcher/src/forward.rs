@@ -17,6 +17,11 @@
 //! the caller gets reads like a local one. Input, signals, terminal size and listings are plain
 //! calls and forward as calls.
 //!
+//! A port connection goes the same way as a byte stream ([`Forwarder::open_port`]): the holder
+//! opens the port on its executor and joins that connection to the stream, so the instance the
+//! client reached (which admitted and audited it) reads and writes the server's bytes as if the
+//! sandbox were its own.
+//!
 //! With several Docker engines (`placement.rs`) the same channel carries the two lifecycle
 //! steps that must happen beside a sandbox's engine: its creation, on a replica driving the
 //! engine chosen for it (which then holds it), and its destruction, by its holder.
@@ -66,7 +71,36 @@ pub trait Forwarder: Send + Sync + std::fmt::Debug {
 
     /// Asks instance `holder` to destroy sandbox `id`, which lives on its engine.
     fn destroy(&self, holder: Uuid, id: SandboxId) -> BoxFuture<'_, Result<()>>;
+
+    /// Opens a TCP connection to `port` in sandbox `id` through instance `holder`, within
+    /// `deadline`: a byte stream to the server there, or the holder's refusal as its dispatcher
+    /// gave it (nothing listening: [`DispatchError::Refused`](crate::DispatchError::Refused)
+    /// with kind `not_found`). A forwarder that carries no port connections says so.
+    fn open_port(
+        &self,
+        holder: Uuid,
+        id: SandboxId,
+        port: u16,
+        deadline: Duration,
+    ) -> BoxFuture<'_, Result<PortStream>> {
+        let _ = (holder, port, deadline);
+        Box::pin(async move {
+            Err(crate::DispatchError::SandboxNotFound {
+                id,
+                attached_elsewhere: true,
+            })
+        })
+    }
 }
+
+/// A byte stream to a server in a sandbox another instance holds (see
+/// [`Forwarder::open_port`]); dropping it closes the connection there.
+pub type PortStream = Box<dyn PortIo>;
+
+/// What a relayed port connection is: bytes both ways.
+pub trait PortIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> PortIo for T {}
 
 /// A live process or watch asked of the holder of its sandbox.
 #[derive(Debug, Clone, PartialEq)]

@@ -77,11 +77,13 @@ pub use dispatcher::reaper::ReapReport;
 pub use dispatcher::{AdoptReport, Dispatcher};
 pub use engine::{DockerEngine, EngineError};
 pub use error::{DispatchError, Result};
-pub use forward::{Forwarder, Opened, Relay, Relayed, Subscribed, Subscription};
+pub use forward::{
+    Forwarder, Opened, PortIo, PortStream, Relay, Relayed, Subscribed, Subscription,
+};
 pub use install::{EXECUTOR_DIR, EXECUTOR_NAME};
 pub use isolation::{Isolation, IsolationPolicy};
 pub use live::{ProcessEvent, ProcessHandle, ProcessSelector, WatchEvent, WatchHandle};
-pub use port::{PortConnection, PortEvent, PortWriter};
+pub use port::{OpenedPort, PortConnection, PortEvent, PortWriter};
 pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};
 pub use store::{RecordedSpec, SandboxInfo, SandboxState};
 pub use stream::Transport;

@@ -38,6 +38,24 @@ pub enum PortEvent {
     End(Option<String>),
 }
 
+/// A connection to a port in a sandbox, by where the sandbox is held
+/// ([`Dispatcher::open_port_anywhere`](crate::Dispatcher::open_port_anywhere)).
+pub enum OpenedPort {
+    /// On this instance's executor channel.
+    Here(PortConnection),
+    /// Through the instance that holds the sandbox, as a byte stream.
+    Relayed(crate::forward::PortStream),
+}
+
+impl std::fmt::Debug for OpenedPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenedPort::Here(connection) => f.debug_tuple("Here").field(connection).finish(),
+            OpenedPort::Relayed(_) => f.write_str("Relayed"),
+        }
+    }
+}
+
 /// One TCP connection to a port inside a sandbox. Dropping it closes the connection.
 pub struct PortConnection {
     pub(crate) writer: PortWriter,

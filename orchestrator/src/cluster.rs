@@ -83,6 +83,17 @@ pub const CREATE_PATH: &str = "/cluster/v1/create";
 /// The route a replica asks to destroy a sandbox on its own engine.
 pub const DESTROY_PATH: &str = "/cluster/v1/destroy";
 
+/// The route a replica opens a connection to a port of a sandbox the receiver holds: an HTTP
+/// upgrade (`Upgrade: aegis-port`) whose signed request rides in [`PORT_REQUEST_HEADER`]; after
+/// `101 Switching Protocols` the connection carries the server's bytes both ways.
+pub const PORT_PATH: &str = "/cluster/v1/port";
+
+/// The header carrying a [`ForwardedPort`] as JSON (signed like a body: the request has none).
+pub const PORT_REQUEST_HEADER: &str = "x-aegis-port";
+
+/// The `Upgrade` protocol of [`PORT_PATH`].
+pub const PORT_PROTOCOL: &str = "aegis-port";
+
 /// How long a forwarded creation may take (image check, pool or a fresh container and its
 /// executor's ready line, an egress network and its proxy).
 const CREATE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -242,6 +253,16 @@ pub struct Created {
 pub struct ForwardedDestroy {
     /// The sandbox.
     pub sandbox: Uuid,
+}
+
+/// A connection to open to a port of a sandbox the receiver holds (see [`PORT_PATH`]). The
+/// replica the client reached admitted and audited it; the receiver only opens it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ForwardedPort {
+    /// The sandbox.
+    pub sandbox: Uuid,
+    /// The port in it.
+    pub port: u16,
 }
 
 /// Why the holder could not run a forwarded call (the body of a non-200 answer).
@@ -884,7 +905,83 @@ impl Peers {
     }
 }
 
+impl Peers {
+    /// Asks `holder` to open `port` in sandbox `id` and keeps the upgraded connection as the
+    /// byte stream to the server there.
+    async fn forward_port(
+        &self,
+        holder: Uuid,
+        id: SandboxId,
+        port: u16,
+        deadline: Duration,
+    ) -> Result<dispatcher::PortStream, DispatchError> {
+        let fail = |detail: String| DispatchError::Forward { id, holder, detail };
+        let peer = self.address_of(holder).await.map_err(|e| fail(e.detail))?;
+        let asked = serde_json::to_string(&ForwardedPort {
+            sandbox: id.0,
+            port,
+        })
+        .map_err(|e| fail(format!("cannot encode the port request: {e}")))?;
+        let signature = self
+            .key
+            .sign(chrono::Utc::now().timestamp(), asked.as_bytes())
+            .map_err(fail)?;
+        let send = self
+            .http
+            .get(format!("{}{PORT_PATH}", peer.trim_end_matches('/')))
+            .header(SIGNATURE_HEADER, signature)
+            .header(PORT_REQUEST_HEADER, asked)
+            .header(reqwest::header::CONNECTION, "upgrade")
+            .header(reqwest::header::UPGRADE, PORT_PROTOCOL)
+            .send();
+        let answer = tokio::time::timeout(deadline + TRIP_MARGIN, send)
+            .await
+            .map_err(|_| fail(format!("{peer} did not answer within {deadline:?}")))?
+            .map_err(|e| fail(format!("{peer} did not answer: {e}")))?;
+        let status = answer.status();
+        if status != reqwest::StatusCode::SWITCHING_PROTOCOLS {
+            let bytes = tokio::time::timeout(TRIP_MARGIN, answer.bytes())
+                .await
+                .map_err(|_| fail(format!("{peer} did not finish its refusal")))?
+                .map_err(|e| fail(format!("{peer} broke off its answer: {e}")))?;
+            return Err(refused(
+                &peer,
+                holder,
+                id,
+                "port.open",
+                deadline,
+                status,
+                &bytes,
+            ));
+        }
+        let upgraded = answer
+            .upgrade()
+            .await
+            .map_err(|e| fail(format!("{peer} did not switch to the port's bytes: {e}")))?;
+        Ok(Box::new(upgraded))
+    }
+}
+
 impl Forwarder for Peers {
+    fn open_port(
+        &self,
+        holder: Uuid,
+        id: SandboxId,
+        port: u16,
+        deadline: Duration,
+    ) -> BoxFuture<'_, Result<dispatcher::PortStream, DispatchError>> {
+        Box::pin(async move {
+            let result = self.forward_port(holder, id, port, deadline).await;
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(DispatchError::Forward { .. }) => "error",
+                Err(_) => "refused",
+            };
+            crate::metrics::forwarded_call("sent", outcome);
+            result
+        })
+    }
+
     fn subscribe(
         &self,
         holder: Uuid,

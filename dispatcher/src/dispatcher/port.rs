@@ -9,7 +9,7 @@ use super::{run_detached, Dispatcher, Location};
 use crate::error::{DispatchError, Result};
 use crate::feed::Feed;
 use crate::live::{answer, WatchedSandbox};
-use crate::port::{PortConnection, PortWriter};
+use crate::port::{OpenedPort, PortConnection, PortWriter};
 use crate::spec::SandboxId;
 
 /// The feed of one connection holds this much; the executor's window (256 KiB) is below it.
@@ -19,7 +19,8 @@ impl Dispatcher {
     /// Opens a TCP connection to `port` on the sandbox's loopback address, made by its executor
     /// (no network, nothing published on the host). Nothing listening there is
     /// [`DispatchError::Refused`] with kind `not_found`, at once. A sandbox another replica
-    /// holds is [`DispatchError::SandboxNotFound`] with `attached_elsewhere` (not relayed).
+    /// holds is [`DispatchError::SandboxNotFound`] with `attached_elsewhere` (not relayed: see
+    /// [`Dispatcher::open_port_anywhere`]); a holder serves its peers' connections with this.
     pub async fn open_port(&self, id: SandboxId, port: u16) -> Result<PortConnection> {
         let sandbox = match self.inner.locate(id).await? {
             Location::Here(sandbox) => sandbox,
@@ -57,5 +58,27 @@ impl Dispatcher {
             })
         })
         .await
+    }
+
+    /// As [`Dispatcher::open_port`], wherever the sandbox is held: a sandbox another live
+    /// instance holds is reached through the [`Forwarder`](crate::Forwarder), which asks its
+    /// holder to open the port and relays the bytes. The caller decided and audited the
+    /// connection; the holder only opens it.
+    pub async fn open_port_anywhere(&self, id: SandboxId, port: u16) -> Result<OpenedPort> {
+        match self.inner.locate(id).await? {
+            Location::Here(_) => self.open_port(id, port).await.map(OpenedPort::Here),
+            Location::Elsewhere(holder) => {
+                let Some(forwarder) = &self.inner.config.forwarder else {
+                    return Err(DispatchError::SandboxNotFound {
+                        id,
+                        attached_elsewhere: true,
+                    });
+                };
+                forwarder
+                    .open_port(holder, id, port, self.inner.config.call_timeout)
+                    .await
+                    .map(OpenedPort::Relayed)
+            }
+        }
     }
 }

@@ -5,6 +5,8 @@
 //! unused signature made with the cluster secret, or it is refused before its body is read as
 //! a call. Two more routes serve placement across Docker engines: a sandbox created on this
 //! replica's engine for a peer (this replica then holds it), and one destroyed here for a peer.
+//! One more opens a port of a sandbox held here for a peer whose client asked for it, as an
+//! HTTP upgrade that then carries the server's bytes (`PORT_PATH`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +15,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use dispatcher::protocol::Op;
 use dispatcher::{DispatchError, Relayed, SandboxId, Subscribed};
@@ -22,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{
     ClusterKey, Created, ForwardRefusal, ForwardedCall, ForwardedCreate, ForwardedDestroy,
-    ForwardedSubscription, Frame, Nonces, BEAT, CALL_PATH, CREATE_PATH, DESTROY_PATH,
-    SUBSCRIBE_PATH,
+    ForwardedPort, ForwardedSubscription, Frame, Nonces, BEAT, CALL_PATH, CREATE_PATH,
+    DESTROY_PATH, PORT_PATH, PORT_PROTOCOL, PORT_REQUEST_HEADER, SUBSCRIBE_PATH,
 };
 use crate::state::AppState;
 
@@ -52,6 +54,7 @@ pub fn router(state: AppState, key: ClusterKey, shutdown: CancellationToken) -> 
         .route(SUBSCRIBE_PATH, post(subscribe))
         .route(CREATE_PATH, post(create))
         .route(DESTROY_PATH, post(destroy))
+        .route(PORT_PATH, get(port))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(Peer {
             state,
@@ -321,4 +324,53 @@ async fn destroy(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> R
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => refusal_of(e),
     }
+}
+
+/// Opens a port of a sandbox this replica holds for a peer (which admitted and audited the
+/// client's connection) and, once the `101` is sent, joins it to the upgraded connection.
+async fn port(State(peer): State<Peer>, mut request: axum::extract::Request) -> Response {
+    let asked = request
+        .headers()
+        .get(PORT_REQUEST_HEADER)
+        .map(|v| v.as_bytes().to_vec())
+        .unwrap_or_default();
+    let asked: ForwardedPort = match verified(&peer, request.headers(), &asked) {
+        Ok(asked) => asked,
+        Err(refused) => return *refused,
+    };
+    let upgrade = request
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case(PORT_PROTOCOL));
+    if !upgrade {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!("a port connection is an HTTP upgrade to {PORT_PROTOCOL}"),
+        );
+    }
+    let dispatcher = match peer.state.sandboxes.dispatcher() {
+        Ok(dispatcher) => dispatcher,
+        Err(e) => return refusal(StatusCode::SERVICE_UNAVAILABLE, "error", e.to_string()),
+    };
+    // Held here or refused: never forwarded again.
+    let result = dispatcher
+        .open_port(SandboxId(asked.sandbox), asked.port)
+        .await;
+    crate::metrics::forwarded_call("served", outcome(&result));
+    let connection = match result {
+        Ok(connection) => connection,
+        Err(e) => return refusal_of(e),
+    };
+    let bounds = crate::api::e2b::ports::bounds(&peer.state);
+    crate::api::e2b::ports::pipe::join_upgrade(&mut request, connection, bounds);
+    (
+        StatusCode::SWITCHING_PROTOCOLS,
+        [
+            (header::CONNECTION, "upgrade"),
+            (header::UPGRADE, PORT_PROTOCOL),
+        ],
+    )
+        .into_response()
 }

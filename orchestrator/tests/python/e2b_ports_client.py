@@ -2,7 +2,8 @@
 SDK (unmodified): E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY point it at the node.
 
 Usage: e2b_ports_client.py <scenario> ; scenarios: `ports` (needs E2B_OTHER_KEY, another key),
-`bench` (E2B_BENCH_REQUESTS requests each way). Prints one JSON report on stdout; every step
+`bench` (E2B_BENCH_REQUESTS requests each way), `remote` (needs E2B_REMOTE_URL, another
+replica's sandbox URL). Prints one JSON report on stdout; every step
 records what happened, the Rust test judges it.
 
 A port is reached as E2B's `get_host(port)` names it, `<port>-<id>.<domain>`: the client
@@ -293,6 +294,43 @@ def bench():
     return report
 
 
+def remote():
+    """A sandbox made through one replica (E2B_API_URL, E2B_SANDBOX_URL) reached through
+    another (E2B_REMOTE_URL, the other replica's sandbox URL), which relays to its holder."""
+    report = {}
+    sbx = Sandbox.create("base", timeout=180)
+    report["sandbox_id"] = sbx.sandbox_id
+    start_site(sbx, 8000)
+    listening, report["probes"] = wait_listening(sbx, 8000)
+    report["listening"] = {"ok": True, "value": listening}
+    remote_url = urllib.parse.urlsplit(os.environ["E2B_REMOTE_URL"])
+
+    def through_remote(port, path="/index.html"):
+        conn = http.client.HTTPConnection(remote_url.hostname, remote_url.port, timeout=30)
+        try:
+            conn.request("GET", remote_url.path.rstrip("/") + path, headers={
+                "E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": str(port)})
+            r = conn.getresponse()
+            return r.status, r.read().decode("utf-8", "replace")
+        finally:
+            conn.close()
+
+    def remote_by_host():
+        conn = http.client.HTTPConnection(remote_url.hostname, remote_url.port, timeout=30)
+        try:
+            conn.request("GET", "/index.html", headers={"Host": sbx.get_host(8000)})
+            r = conn.getresponse()
+            return r.status, r.read().decode("utf-8", "replace")
+        finally:
+            conn.close()
+
+    attempt(report, "remote_by_headers", lambda: through_remote(8000))
+    attempt(report, "remote_by_host", remote_by_host)
+    attempt(report, "remote_closed", lambda: through_remote(8001, "/"))
+    sbx.kill()
+    return report
+
+
 if __name__ == "__main__":
     scenario = sys.argv[1]
-    print(json.dumps({"ports": ports, "bench": bench}[scenario]()))
+    print(json.dumps({"ports": ports, "bench": bench, "remote": remote}[scenario]()))

@@ -871,6 +871,86 @@ async fn the_peer_listener_refuses_unsigned_and_replayed_subscriptions() {
 }
 
 #[tokio::test]
+async fn the_peer_listener_opens_a_port_only_for_a_signed_fresh_upgrade() {
+    use orchestrator::cluster::{ForwardedPort, PORT_PATH, PORT_PROTOCOL, PORT_REQUEST_HEADER};
+    let db = TestDb::create().await;
+    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let made = AgentSandbox::start(&a, agent()).await;
+    let url = format!("{}{PORT_PATH}", peer_url(&a).await);
+    let http = reqwest::Client::new();
+    let asked = |port: u16| {
+        serde_json::to_string(&ForwardedPort {
+            sandbox: made.id.parse().expect("uuid"),
+            port,
+        })
+        .expect("json")
+    };
+    let key = ClusterKey::new(SECRET);
+    let open = |asked: String, header: Option<String>, upgrade: bool| {
+        let mut request = http.get(&url).header(PORT_REQUEST_HEADER, asked);
+        if upgrade {
+            request = request
+                .header(reqwest::header::CONNECTION, "upgrade")
+                .header(reqwest::header::UPGRADE, PORT_PROTOCOL);
+        }
+        if let Some(header) = header {
+            request = request.header(SIGNATURE_HEADER, header);
+        }
+        request.send()
+    };
+    let now = || chrono::Utc::now().timestamp();
+
+    // Unsigned, signed with another secret, or signed for another port: refused, nothing opened.
+    let r = open(asked(8000), None, true).await.expect("answers");
+    assert_eq!(r.status(), 401);
+    let wrong = ClusterKey::new(&"w".repeat(40))
+        .sign(now(), asked(8000).as_bytes())
+        .expect("sign");
+    let r = open(asked(8000), Some(wrong), true).await.expect("answers");
+    assert_eq!(r.status(), 401);
+    let other = key.sign(now(), asked(9000).as_bytes()).expect("sign");
+    let r = open(asked(8000), Some(other), true).await.expect("answers");
+    assert_eq!(r.status(), 401);
+    // Signed but not an upgrade: refused, saying what it must be.
+    let good = key.sign(now(), asked(8000).as_bytes()).expect("sign");
+    let r = open(asked(8000), Some(good), false).await.expect("answers");
+    assert_eq!(r.status(), 400);
+    let out: Value = r.json().await.expect("json");
+    assert!(
+        out["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(PORT_PROTOCOL),
+        "{out}"
+    );
+    // Signed, fresh, an upgrade: the holder opens the port; nothing listens there, which is
+    // the executor's refusal, as a forwarded call's.
+    let good = key.sign(now(), asked(8000).as_bytes()).expect("sign");
+    let r = open(asked(8000), Some(good.clone()), true)
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), 422);
+    let out: Value = r.json().await.expect("json");
+    assert_eq!(out["error"], "refused", "{out}");
+    assert_eq!(out["kind"], "not_found", "{out}");
+    // The same request again is a replay.
+    let r = open(asked(8000), Some(good), true).await.expect("answers");
+    assert_eq!(r.status(), 401);
+    // The route is not on the callers' port, even with the admin key.
+    let r = a
+        .admin(Method::GET, PORT_PATH)
+        .header(PORT_REQUEST_HEADER, asked(8000))
+        .header(
+            SIGNATURE_HEADER,
+            key.sign(now(), asked(8000).as_bytes()).expect("sign"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
 async fn a_holder_killed_mid_stream_ends_the_callers_stream_at_once_with_why() {
     use std::time::{Duration, Instant};
     let db = TestDb::create().await;

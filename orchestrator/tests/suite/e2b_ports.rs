@@ -201,3 +201,55 @@ async fn a_client_connections_requests_are_one_audit_row() {
         "20 requests on one connection are one row (plus one per readiness probe)"
     );
 }
+
+/// A port of a sandbox one replica holds, reached through another: the replica the client
+/// reached admits and audits the connection, the holder opens the port and relays the bytes
+/// over the peer channel. By E2B's headers and by `Host`; a closed port is still 502.
+#[tokio::test]
+async fn a_sandbox_port_answers_through_another_replica() {
+    use crate::common::replicas::{in_process, SECRET};
+
+    let db = TestDb::create().await;
+    let config = || {
+        let mut config = in_process(&db, Some(SECRET));
+        config.e2b.domain = DOMAIN.to_owned();
+        config
+    };
+    let holder = TestApp::spawn_with(config()).await;
+    let other = TestApp::spawn_with(config()).await;
+    let key = holder.create_key("ports-remote", "operator").await;
+    let r = run(
+        &holder,
+        "remote",
+        &key,
+        &[("E2B_REMOTE_URL", format!("{}/e2b", other.http_base))],
+    )
+    .await;
+    let sandbox = r["sandbox_id"].as_str().expect("a sandbox id").to_owned();
+    assert_eq!(ok(&r, "listening"), 200, "{r}");
+    for step in ["remote_by_headers", "remote_by_host"] {
+        let (status, body) = answer(&r, step);
+        assert_eq!(status, 200, "{step}: {r}");
+        assert!(body.contains("hello from a sandbox port"), "{step}: {body}");
+    }
+    let (status, body) = answer(&r, "remote_closed");
+    assert_eq!(status, 502, "{r}");
+    assert!(body.contains("port is not open"), "{body}");
+
+    // Each connection was decided once, by the replica the client reached: one row each for
+    // the holder's probes and the three through the other replica, naming the sandbox; the
+    // three went over the peer channel.
+    let probes = r["probes"].as_i64().expect("the probes' count");
+    assert_eq!(
+        port_rows(&holder, &sandbox, "allowed").await,
+        probes + 3,
+        "one audit row per connection: {r}"
+    );
+    let metrics = other.get("/metrics").await.text().await.expect("metrics");
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("aegis_forwarded_calls_total{direction=\"sent\",outcome=\"ok\"}")
+        ),
+        "{metrics}"
+    );
+}

@@ -12,7 +12,9 @@
 //! policy, one audit row); a client's later requests on the same connection reuse it
 //! ([`pool`]). As E2B's edge answers: a port nothing listens on is 502 at once, an unknown,
 //! paused or ended sandbox 502 "The sandbox was not found", a private one without its token 403.
-//! A sandbox another replica holds is answered 502 too (not relayed through the peer channel).
+//! A sandbox another replica holds is reached through it: this replica admits and audits the
+//! connection, the holder opens the port and relays the bytes over the peer channel
+//! (`Dispatcher::open_port_anywhere`, the orchestrator's `cluster` port route).
 
 pub mod address;
 pub mod admit;
@@ -278,7 +280,7 @@ async fn open(
         .dispatcher()
         .map_err(|e| Box::new(unreachable_answer(to, e.to_string())))?;
     let connection = dispatcher
-        .open_port(admitted.sandbox, to.port)
+        .open_port_anywhere(admitted.sandbox, to.port)
         .await
         .map_err(|e| Box::new(open_failed(to, e)))?;
     handshake(connection, to, bounds, upgrade).await
@@ -300,7 +302,10 @@ async fn reopen(
         .sandboxes
         .dispatcher()
         .map_err(|e| Box::new(unreachable_answer(to, e.to_string())))?;
-    match dispatcher.open_port(admitted.sandbox, to.port).await {
+    match dispatcher
+        .open_port_anywhere(admitted.sandbox, to.port)
+        .await
+    {
         Ok(connection) => {
             let sender = handshake(connection, to, bounds, upgrade).await?;
             Ok((sender, admitted.clone()))
@@ -318,12 +323,12 @@ async fn reopen(
 
 /// hyper's HTTP/1.1 client over a port connection (upgrades kept for a WebSocket).
 async fn handshake(
-    connection: dispatcher::PortConnection,
+    connection: dispatcher::OpenedPort,
     to: PortAddress,
     bounds: pipe::Bounds,
     upgrade: bool,
 ) -> Result<Sender, Box<Response>> {
-    let io = TokioIo::new(pipe::open(connection, bounds));
+    let io = TokioIo::new(pipe::open_anywhere(connection, bounds));
     let (sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| Box::new(unreachable_answer(to, e.to_string())))?;
@@ -452,7 +457,9 @@ fn origin_form(request: &mut Request, by_header: bool) {
     *request.version_mut() = Version::HTTP_11;
 }
 
-fn bounds(state: &AppState) -> pipe::Bounds {
+/// The bytes one port connection may carry each way on this node (`e2b.port_max_*_mb`); a
+/// holder relaying a peer's connection holds it to its own.
+pub fn bounds(state: &AppState) -> pipe::Bounds {
     let mb = |n: u64| n.saturating_mul(1024 * 1024);
     pipe::Bounds {
         to_server: mb(state.config.e2b.port_max_request_mb),

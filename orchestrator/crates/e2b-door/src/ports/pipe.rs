@@ -5,7 +5,7 @@
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
-use dispatcher::{PortConnection, PortEvent, PortWriter};
+use dispatcher::{OpenedPort, PortConnection, PortEvent, PortStream, PortWriter};
 
 /// Buffer between the two pumps and the client side, each way.
 const DUPLEX_BYTES: usize = 64 * 1024;
@@ -19,12 +19,93 @@ pub struct Bounds {
     pub to_client: u64,
 }
 
+/// The client's end of `opened`, wherever its sandbox is held; the relay runs until either
+/// side ends, then closes the connection.
+pub fn open_anywhere(opened: OpenedPort, bounds: Bounds) -> DuplexStream {
+    match opened {
+        OpenedPort::Here(connection) => open(connection, bounds),
+        OpenedPort::Relayed(stream) => open_relayed(stream, bounds),
+    }
+}
+
 /// The client's end of `connection`; the relay runs until either side ends, then closes the
 /// connection.
 pub fn open(connection: PortConnection, bounds: Bounds) -> DuplexStream {
     let (ours, theirs) = tokio::io::duplex(DUPLEX_BYTES);
     tokio::spawn(relay(connection, theirs, bounds));
     ours
+}
+
+/// Joins `connection` (opened here for a peer replica) to the connection `request` becomes once
+/// its `101 Switching Protocols` is sent: the peer's client then reads and writes the server's
+/// bytes, under this node's bounds. Used by the orchestrator's peer route for ports.
+pub fn join_upgrade(
+    request: &mut axum::extract::Request,
+    connection: PortConnection,
+    bounds: Bounds,
+) {
+    let on_upgrade = hyper::upgrade::on(request);
+    tokio::spawn(async move {
+        let upgraded = match on_upgrade.await {
+            Ok(upgraded) => upgraded,
+            Err(e) => {
+                tracing::debug!(error = %e, "a peer's port connection did not upgrade");
+                return;
+            }
+        };
+        let mut peer = hyper_util::rt::TokioIo::new(upgraded);
+        let mut server = open(connection, bounds);
+        if let Err(e) = tokio::io::copy_bidirectional(&mut peer, &mut server).await {
+            tracing::debug!(error = %e, "a peer's port connection ended");
+        }
+    });
+}
+
+/// The client's end of a connection another replica relays (its holder bounds it as well, by
+/// its own settings): the same bounds here, so a client is held to this node's.
+fn open_relayed(stream: PortStream, bounds: Bounds) -> DuplexStream {
+    let (ours, theirs) = tokio::io::duplex(DUPLEX_BYTES);
+    tokio::spawn(async move {
+        let (mut from_peer, mut to_peer) = tokio::io::split(stream);
+        let (mut from_client, mut to_client) = tokio::io::split(theirs);
+        let inbound = copy_bounded(&mut from_client, &mut to_peer, bounds.to_server);
+        let outbound = copy_bounded(&mut from_peer, &mut to_client, bounds.to_client);
+        tokio::pin!(inbound, outbound);
+        tokio::select! {
+            ended = &mut outbound => if let Err(why) = ended {
+                tracing::debug!(%why, "a relayed sandbox port's stream to its client ended");
+            },
+            sent = &mut inbound => match sent {
+                Ok(()) => if let Err(why) = outbound.await {
+                    tracing::debug!(%why, "a relayed sandbox port's stream to its client ended");
+                },
+                Err(why) => tracing::debug!(%why, "a relayed sandbox port's stream from its client ended"),
+            },
+        }
+    });
+    ours
+}
+
+/// Copies `from` to `to` until `from` ends (then shuts `to` for writing), or past `bound`
+/// bytes (an error).
+async fn copy_bounded<R, W>(from: &mut R, to: &mut W, bound: u64) -> Result<(), String>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; DUPLEX_BYTES];
+    let mut moved = 0u64;
+    loop {
+        let n = from.read(&mut buf).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return to.shutdown().await.map_err(|e| e.to_string());
+        }
+        moved += n as u64;
+        if moved > bound {
+            return Err(format!("more than {bound} bytes on one connection"));
+        }
+        to.write_all(&buf[..n]).await.map_err(|e| e.to_string())?;
+    }
 }
 
 async fn relay(mut connection: PortConnection, side: DuplexStream, bounds: Bounds) {
