@@ -207,6 +207,18 @@ pub enum DispatchError {
         /// The executor's explanation.
         message: String,
     },
+    /// A file transfer stopped because its caller went away (an upload's source ended before
+    /// its last byte, a download's reader left); the executor was told to cancel it, which
+    /// removes a half-written file.
+    #[error("{op} in sandbox {id} was abandoned: {reason}")]
+    Abandoned {
+        /// The sandbox.
+        id: SandboxId,
+        /// The operation's wire name.
+        op: &'static str,
+        /// What went away.
+        reason: String,
+    },
     /// Another live instance holds the sandbox and could not be asked to run the call.
     #[error("sandbox {id} is held by instance {holder}, which could not be reached: {detail}")]
     Forward {

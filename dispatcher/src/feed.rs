@@ -63,6 +63,8 @@ impl Item {
                     .map_err(|e| format!("port data is not base64: {e}"))?,
             )),
             EventBody::PortEnd { error } => Item::PortEnd(error),
+            // Routed to its transfer by the stream, never to a feed.
+            EventBody::Credit { .. } => return Err("credit belongs to a transfer".to_owned()),
         })
     }
 

@@ -86,7 +86,7 @@ pub use live::{ProcessEvent, ProcessHandle, ProcessSelector, WatchEvent, WatchHa
 pub use port::{OpenedPort, PortConnection, PortEvent, PortWriter};
 pub use spec::{Limits, NetworkMode, Owner, OwnerKind, SandboxId, SandboxSpec, WORKSPACE};
 pub use store::{RecordedSpec, SandboxInfo, SandboxState};
-pub use stream::Transport;
+pub use stream::{Transport, UploadPiece};
 pub use usage::Usage;
 
 /// The executor's wire protocol (requests, responses, results), re-exported so callers build

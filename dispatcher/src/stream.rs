@@ -36,8 +36,9 @@ use bollard::Docker;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use sandbox_executor::protocol::{
-    CancelParams, Event, LiveListResult, Op, Outcome, Ready, Request, Response, EVENT_PREFIX,
-    PROTOCOL_VERSION, UNATTRIBUTED_ID,
+    parse_block_header, CancelParams, Event, EventBody, LiveListResult, Op, Outcome, Ready,
+    Request, Response, BLOCK_HEADER, BLOCK_MARK, EVENT_PREFIX, MAX_BLOCK, PROTOCOL_VERSION,
+    UNATTRIBUTED_ID,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::OwnedReadHalf;
@@ -47,6 +48,9 @@ use tokio::task::JoinHandle;
 use crate::error::{DispatchError, Result};
 use crate::feed::{Feed, Item, MakeFeed};
 use crate::spec::SandboxId;
+
+mod transfer;
+pub use transfer::UploadPiece;
 
 /// How much of the executor's stderr is kept for error messages.
 const STDERR_TAIL_BYTES: usize = 4096;
@@ -77,6 +81,8 @@ struct State {
     /// `proc.live` requests whose answer gives every listed process a feed, made by the reader
     /// as it routes the answer (so no later event of theirs can pass it).
     follow_answers: HashMap<u64, MakeFeed>,
+    /// File transfers in progress (`transfer.rs`): their blocks and credit, by request id.
+    transfers: HashMap<u64, mpsc::UnboundedSender<transfer::Moved>>,
 }
 
 struct Shared {
@@ -98,6 +104,7 @@ impl Shared {
                 slots: None,
                 feeds: HashMap::new(),
                 follow_answers: HashMap::new(),
+                transfers: HashMap::new(),
             }),
         });
         (shared, ready_rx)
@@ -126,6 +133,8 @@ impl Shared {
             if let Some(slots) = &state.slots {
                 slots.close();
             }
+            // Their receivers see the end and fail with the reason of the pending answer.
+            state.transfers.clear();
             (
                 std::mem::take(&mut state.pending),
                 state.ready.take(),
@@ -567,9 +576,35 @@ impl Lines {
         }
     }
 
-    /// Routes the complete lines in the buffer; `Err` when a line outgrew the bound.
+    /// Routes the complete lines and blocks in the buffer; `Err` when a line outgrew the
+    /// bound or a block is malformed.
     fn route_complete(&mut self, shared: &Shared) -> std::result::Result<(), String> {
-        while let Some(pos) = memchr::memchr(b'\n', &self.buffer[self.scanned..]) {
+        loop {
+            // A block (`protocol::transfer`) starts where a line would: at the buffer's start.
+            if self.scanned == 0 && self.buffer.first() == Some(&BLOCK_MARK) {
+                if self.buffer.len() < BLOCK_HEADER {
+                    return Ok(());
+                }
+                let Some((id, len)) = parse_block_header(&self.buffer[..BLOCK_HEADER]) else {
+                    return Err("the executor sent a malformed block header".to_owned());
+                };
+                if len > MAX_BLOCK {
+                    return Err(format!(
+                        "the executor sent a block of {len} bytes, over the {MAX_BLOCK}-byte bound"
+                    ));
+                }
+                if self.buffer.len() < BLOCK_HEADER + len {
+                    self.buffer.reserve(BLOCK_HEADER + len - self.buffer.len());
+                    return Ok(());
+                }
+                let mut block = self.buffer.split_to(BLOCK_HEADER + len);
+                let payload = block.split_off(BLOCK_HEADER).freeze();
+                transfer::route_block(shared, id, payload);
+                continue;
+            }
+            let Some(pos) = memchr::memchr(b'\n', &self.buffer[self.scanned..]) else {
+                break;
+            };
             let line = self.buffer.split_to(self.scanned + pos + 1);
             self.scanned = 0;
             route(shared, &line[..line.len() - 1]);
@@ -755,6 +790,9 @@ fn route_event(shared: &Shared, line: &[u8]) {
         }
     };
     let id = event.event;
+    if let EventBody::Credit { bytes } = event.body {
+        return transfer::route_credit(shared, id, bytes);
+    }
     let item = match Item::from_wire(event.body) {
         Ok(item) => item,
         Err(why) => {

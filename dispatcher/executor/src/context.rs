@@ -35,4 +35,6 @@ pub struct Context {
     pub watches: Watches,
     /// Port connections (`port.*`).
     pub ports: Ports,
+    /// Files moving as blocks (`fs.write_stream`, `fs.read_stream`).
+    pub transfers: crate::transfer::Transfers,
 }

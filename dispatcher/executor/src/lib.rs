@@ -69,6 +69,8 @@ pub mod server;
 #[cfg(feature = "executor")]
 pub mod spawn;
 #[cfg(feature = "executor")]
+pub mod transfer;
+#[cfg(feature = "executor")]
 pub mod workers;
 
 /// Runs the executor until its stdin closes; returns the process exit code.

@@ -65,6 +65,16 @@ impl Output {
         }
     }
 
+    /// Writes one block of transfer `id` (`protocol::transfer`), whole; an error means the
+    /// channel is broken and the transfer must stop.
+    pub fn block(&self, id: u64, payload: &[u8]) -> io::Result<()> {
+        let header = crate::protocol::block_header(id, payload.len());
+        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        writer.write_all(&header)?;
+        writer.write_all(payload)?;
+        writer.flush()
+    }
+
     fn line(&self, mut line: Vec<u8>, what: impl FnOnce() -> String) {
         line.push(b'\n');
         let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);

@@ -16,8 +16,10 @@ use serde::{Deserialize, Serialize};
 
 mod live;
 mod port;
+mod transfer;
 pub use live::*;
 pub use port::*;
+pub use transfer::*;
 
 /// Version of this protocol; bumped on any incompatible change. Reported in [`Ready`].
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -124,6 +126,15 @@ pub enum Op {
     /// Half-close or close a port connection ([`Empty`]).
     #[serde(rename = "port.close")]
     PortClose(PortCloseParams),
+    /// Replace a file with the bytes of the blocks that follow ([`WriteResult`]; `transfer.rs`).
+    #[serde(rename = "fs.write_stream")]
+    FsWriteStream(WriteStreamParams),
+    /// Send a file as blocks, then answer ([`ReadStreamResult`]; `transfer.rs`).
+    #[serde(rename = "fs.read_stream")]
+    FsReadStream(PathParams),
+    /// Grant a read stream more credit ([`Empty`]; answered inline).
+    #[serde(rename = "fs.stream_ack")]
+    FsStreamAck(StreamAckParams),
 }
 
 impl Op {
@@ -158,6 +169,9 @@ impl Op {
             Op::PortWrite(_) => "port.write",
             Op::PortAck(_) => "port.ack",
             Op::PortClose(_) => "port.close",
+            Op::FsWriteStream(_) => "fs.write_stream",
+            Op::FsReadStream(_) => "fs.read_stream",
+            Op::FsStreamAck(_) => "fs.stream_ack",
         }
     }
 }
@@ -444,7 +458,7 @@ pub struct EnvGetParams {
     pub unmask: bool,
 }
 
-fn default_true() -> bool {
+pub(crate) fn default_true() -> bool {
     true
 }
 

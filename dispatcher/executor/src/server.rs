@@ -32,13 +32,14 @@ use crate::output::{Events, Output};
 use crate::protocol::{
     CancelResult, CreateDirResult, DeleteResult, EditResult, Empty, EnvGetResult, ErrorKind,
     GlobResult, GrepResult, InputResult, ListResult, LiveListResult, LogsReadResult, Op,
-    PortOpenResult, ProcListResult, ReadResult, Ready, Request, Response, RunResult, StartResult,
-    UnwatchResult, WatchResult, WatchSyncResult, WriteResult, PROTOCOL_VERSION, UNATTRIBUTED_ID,
+    PortOpenResult, ProcListResult, ReadResult, ReadStreamResult, Ready, Request, Response,
+    RunResult, StartResult, UnwatchResult, WatchResult, WatchSyncResult, WriteResult,
+    PROTOCOL_VERSION, UNATTRIBUTED_ID,
 };
 use crate::roots::{open_beneath, Roots};
 use crate::running::{Processes, Watches};
 use crate::spawn::children::Children;
-use crate::{cmd, fs, identity, live, port, proc, spawn};
+use crate::{cmd, fs, identity, live, port, proc, spawn, transfer};
 
 /// Most requests handled at once (threads count against the container's pids limit).
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -71,6 +72,7 @@ enum Reply {
     Unwatch(UnwatchResult),
     WatchSync(WatchSyncResult),
     PortOpen(PortOpenResult),
+    ReadStream(ReadStreamResult),
 }
 
 /// Runs the executor; returns the process exit code.
@@ -143,6 +145,7 @@ pub fn main() -> i32 {
         live: Processes::default(),
         watches: Watches::default(),
         ports: crate::running::Ports::default(),
+        transfers: crate::transfer::Transfers::default(),
     });
     crate::log_event!(
         "ready: uid {} gid {}, pid {}, landlock abi {}, fork server pid {}",
@@ -344,13 +347,29 @@ fn serve(
                     format!("request line longer than {max_frame} bytes was skipped"),
                 ),
             ),
-            Ok(Frame::Eof) => return,
+            Ok(Frame::Block { id }) => context.transfers.deliver(id, std::mem::take(&mut line)),
+            Ok(Frame::BlockTooLong { id }) => {
+                context.transfers.cancel(id);
+                output.error(
+                    id,
+                    OpError::new(
+                        ErrorKind::TooLarge,
+                        format!(
+                            "a block longer than {} bytes was skipped",
+                            crate::protocol::MAX_BLOCK
+                        ),
+                    ),
+                );
+            }
+            Ok(Frame::Eof) => break,
             Err(e) => {
                 crate::log_event!("cannot read a request: {e}");
-                return;
+                break;
             }
         }
     }
+    // Whatever was moving on this channel stops (a half upload is removed).
+    context.transfers.channel_closed(output);
 }
 
 #[derive(Deserialize)]
@@ -385,8 +404,13 @@ fn handle_line(
         Op::Ping => return output.send(&Response::ok(id, Reply::Empty(Empty {}))),
         // An adopting dispatcher follows the live processes from here on: so do their events.
         Op::ProcLive => context.events.follow(output),
+        Op::FsStreamAck(params) => {
+            context.transfers.ack(params.target, params.bytes);
+            return output.send(&Response::ok(id, Reply::Empty(Empty {})));
+        }
         Op::Cancel(params) => {
-            let cancelled = in_flight.cancel(params.target, &context.children);
+            let cancelled = context.transfers.cancel(params.target)
+                | in_flight.cancel(params.target, &context.children);
             return output.send(&Response::ok(id, Reply::Cancel(CancelResult { cancelled })));
         }
         _ => {}
@@ -402,14 +426,16 @@ fn handle_line(
         Arc::clone(in_flight),
     );
     let spawned = in_flight.workers.run(Box::new(move || {
-        let result = catch_unwind(AssertUnwindSafe(|| dispatch(&thread_context, id, op)))
-            .unwrap_or_else(|_| {
-                crate::log_event!("handler for {name} id={id} panicked");
-                Err(OpError::new(
-                    ErrorKind::Internal,
-                    format!("{name} failed unexpectedly"),
-                ))
-            });
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            dispatch(&thread_context, id, op, &thread_output)
+        }))
+        .unwrap_or_else(|_| {
+            crate::log_event!("handler for {name} id={id} panicked");
+            Err(OpError::new(
+                ErrorKind::Internal,
+                format!("{name} failed unexpectedly"),
+            ))
+        });
         // Before answering, so that the caller may reuse the id as soon as it has the answer;
         // shutdown still waits for the answer to be written (`replying`).
         thread_in_flight.finish_before_reply(id, &thread_context.children);
@@ -431,7 +457,12 @@ fn handle_line(
     }
 }
 
-fn dispatch(context: &Arc<Context>, id: u64, op: Op) -> Result<Reply, OpError> {
+fn dispatch(
+    context: &Arc<Context>,
+    id: u64,
+    op: Op,
+    output: &Arc<Output>,
+) -> Result<Reply, OpError> {
     let c = context;
     Ok(match op {
         Op::Ping => Reply::Empty(Empty {}),
@@ -461,6 +492,10 @@ fn dispatch(context: &Arc<Context>, id: u64, op: Op) -> Result<Reply, OpError> {
         Op::PortWrite(p) => Reply::Empty(port::write(c, p)?),
         Op::PortAck(p) => Reply::Empty(port::ack(c, p)?),
         Op::PortClose(p) => Reply::Empty(port::close(c, p)?),
+        Op::FsWriteStream(p) => Reply::Write(transfer::write(c, id, p, output)?),
+        Op::FsReadStream(p) => Reply::ReadStream(transfer::read(c, id, p, output)?),
+        // Answered inline by `handle_line`, like `cancel`.
+        Op::FsStreamAck(_) => Reply::Empty(Empty {}),
         // Answered inline by `handle_line`; never reaches a handler thread.
         Op::Cancel(_) => Reply::Cancel(CancelResult { cancelled: false }),
     })

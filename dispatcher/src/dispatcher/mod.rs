@@ -36,6 +36,7 @@ mod port;
 pub(crate) mod reaper;
 mod removal;
 pub(crate) mod takeover;
+mod transfer;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};

@@ -25,6 +25,7 @@ mod crash;
 mod doors;
 mod e2b;
 mod e2b_egress;
+mod e2b_files;
 mod e2b_memory;
 mod e2b_pool;
 mod e2b_ports;

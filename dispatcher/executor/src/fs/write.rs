@@ -159,7 +159,7 @@ fn append(
 }
 
 /// Refuses metadata outside the bounds of [`METADATA_XATTR_PREFIX`].
-fn check_metadata(metadata: &BTreeMap<String, String>) -> OpResult<()> {
+pub fn check_metadata(metadata: &BTreeMap<String, String>) -> OpResult<()> {
     let mut total = 0usize;
     for (key, value) in metadata {
         if key.is_empty() || key.len() > MAX_METADATA_KEY_BYTES || key.contains('\0') {
@@ -222,40 +222,98 @@ pub fn replace(
     metadata: &BTreeMap<String, String>,
     display: &str,
 ) -> OpResult<()> {
-    let (temp_name, fd) = loop {
-        let candidate = format!(
-            "{TEMP_PREFIX}{}-{}{TEMP_SUFFIX}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        match rustix::fs::openat(
-            dir,
-            candidate.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        ) {
-            Ok(fd) => break (candidate, fd),
-            Err(Errno::EXIST) => continue,
-            Err(e) => {
-                return Err(OpError::os(
-                    e,
-                    "cannot create a temporary file beside",
-                    display,
-                ))
+    let mut temp = Temp::create(dir, display)?;
+    temp.write(bytes)?;
+    temp.commit(name, mode, metadata)
+}
+
+/// A fresh temporary file beside a name, created `O_EXCL | O_NOFOLLOW` (so it belongs to the
+/// sandbox user), which becomes the name only by [`Temp::commit`]; dropped uncommitted, it is
+/// removed, so a write that fails part way leaves the old file as it was and no half file.
+pub struct Temp<'d> {
+    dir: BorrowedFd<'d>,
+    name: String,
+    file: Option<File>,
+    display: String,
+}
+
+impl<'d> Temp<'d> {
+    /// Creates the temporary file in `dir`; `display` names the final path in errors.
+    pub fn create(dir: BorrowedFd<'d>, display: &str) -> OpResult<Self> {
+        loop {
+            let candidate = format!(
+                "{TEMP_PREFIX}{}-{}{TEMP_SUFFIX}",
+                std::process::id(),
+                TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+            );
+            match rustix::fs::openat(
+                dir,
+                candidate.as_str(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            ) {
+                Ok(fd) => {
+                    return Ok(Temp {
+                        dir,
+                        name: candidate,
+                        file: Some(File::from(fd)),
+                        display: display.to_owned(),
+                    })
+                }
+                Err(Errno::EXIST) => continue,
+                Err(e) => {
+                    return Err(OpError::os(
+                        e,
+                        "cannot create a temporary file beside",
+                        display,
+                    ))
+                }
             }
         }
-    };
-    let cleanup = |err: OpError| {
-        let _ = rustix::fs::unlinkat(dir, temp_name.as_str(), AtFlags::empty());
-        err
-    };
-    let mut file = File::from(fd);
-    file.write_all(bytes)
-        .map_err(|e| cleanup(OpError::io(&e, "cannot write", display)))?;
-    rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))
-        .map_err(|e| cleanup(OpError::os(e, "cannot set the mode of", display)))?;
-    set_metadata(&file, metadata, display).map_err(cleanup)?;
-    drop(file);
-    rustix::fs::renameat(dir, temp_name.as_str(), dir, name)
-        .map_err(|e| cleanup(OpError::os(e, "cannot replace", display)))
+    }
+
+    /// Appends `bytes` to the temporary file.
+    pub fn write(&mut self, bytes: &[u8]) -> OpResult<()> {
+        let Some(file) = self.file.as_mut() else {
+            return Err(OpError::new(
+                ErrorKind::Internal,
+                format!("the temporary file of '{}' is closed", self.display),
+            ));
+        };
+        file.write_all(bytes)
+            .map_err(|e| OpError::io(&e, "cannot write", &self.display))
+    }
+
+    /// Sets the mode and `metadata` and renames the temporary file over `name`.
+    pub fn commit(
+        mut self,
+        name: &str,
+        mode: u32,
+        metadata: &BTreeMap<String, String>,
+    ) -> OpResult<()> {
+        let Some(file) = self.file.take() else {
+            return Err(OpError::new(
+                ErrorKind::Internal,
+                format!("the temporary file of '{}' is closed", self.display),
+            ));
+        };
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))
+            .map_err(|e| OpError::os(e, "cannot set the mode of", &self.display))?;
+        set_metadata(&file, metadata, &self.display)?;
+        drop(file);
+        rustix::fs::renameat(self.dir, self.name.as_str(), self.dir, name)
+            .map_err(|e| OpError::os(e, "cannot replace", &self.display))?;
+        // Renamed: nothing is left to remove.
+        self.name.clear();
+        Ok(())
+    }
+}
+
+impl Drop for Temp<'_> {
+    fn drop(&mut self) {
+        drop(self.file.take());
+        if !self.name.is_empty() {
+            let _ = rustix::fs::unlinkat(self.dir, self.name.as_str(), AtFlags::empty());
+        }
+    }
 }

@@ -265,6 +265,11 @@ pub enum EventBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// A write stream (`fs.write_stream`) may be sent this many more payload bytes.
+    Credit {
+        /// The bytes granted.
+        bytes: u64,
+    },
 }
 
 /// An output stream of a live process.

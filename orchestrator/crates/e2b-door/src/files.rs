@@ -1,14 +1,17 @@
 //! envd's plain HTTP `/files`: download one file (`GET`) and upload one or several
 //! (`POST`, `multipart/form-data`, one part named `file` per file whose filename is its path,
-//! or `application/octet-stream`). Both are streamed: a download is a series of `fs.read`
-//! calls in byte mode, [`chunk`] bytes each, sent as they come; an upload is parsed as it
-//! arrives ([`Multipart`]) and each file written by `fs.write` calls of at most a chunk (the
-//! first replaces the file, the rest append). Every chunk is a tool call through the router,
-//! decided and audited like any other file call; nothing holds more than about two chunks of a
-//! file in memory, and a request carries at most [`MAX_UPLOAD_BYTES`] (decompressed, for a
-//! `Content-Encoding: gzip` body, inflated as it arrives). An upload's `X-Metadata-*` headers
-//! are the files' user metadata, kept as their `user.e2b.*` extended attributes by the first
-//! `fs.write` of each (so a file written without any has none).
+//! or `application/octet-stream`). Both are streamed, and each file is ONE tool call through
+//! the router (`tools::invoke_transfer`): a download is one `fs.read`, an upload one `fs.write`
+//! per file, decided and audited once however large the file; its bytes travel beside the call
+//! as blocks on the executor's channel (`fs.read_stream` / `fs.write_stream`: no base64, no
+//! JSON per chunk), within the executor's credit, so nothing holds more than a few blocks of a
+//! file in memory. An upload is parsed as it arrives ([`Multipart`]); a request carries at most
+//! [`MAX_UPLOAD_BYTES`] (decompressed, for a `Content-Encoding: gzip` body, inflated as it
+//! arrives). A file replaces its name only once its last byte arrived: an upload cut part way
+//! (the client gone, a malformed body, a failed write) answers an error, or nothing when the
+//! client left, and leaves the old file and no partial one. An upload's `X-Metadata-*` headers
+//! are the files' user metadata, kept as their `user.e2b.*` extended attributes (so a file
+//! written without any has none).
 //!
 //! The SDK's signed URLs (`download_url`, `upload_url`) are built with
 //! `urljoin(E2B_SANDBOX_URL, "/files")`, which drops the `/e2b` prefix and sends no sandbox
@@ -22,7 +25,6 @@ use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use flate2::write::GzDecoder;
 use futures_util::StreamExt;
 use serde_json::json;
@@ -35,17 +37,19 @@ use aegis_e2b::envd::signature::{self, Operation};
 use super::envd::{self, Target};
 use super::{api_error, json_response, store};
 use aegis_tools::state::AppState;
+use aegis_tools::tools::Transfer;
+use dispatcher::UploadPiece;
 
 /// Largest upload request body (several files together); the sandbox's workspace size is the
 /// other bound.
 pub const MAX_UPLOAD_BYTES: usize = 1024 * 1024 * 1024;
 /// Longest part headers of a multipart upload.
 const MAX_PART_HEADERS: usize = 16 * 1024;
-/// The largest chunk one tool call moves.
+/// The largest chunk one tool call moves (a snapshot's restore writes files in chunks).
 const MAX_CHUNK: u64 = 4 * 1024 * 1024;
 
-/// Bytes one `fs.read` or `fs.write` call moves: [`MAX_CHUNK`], or the node's file size limit
-/// when that is lower (the executor refuses more in one call).
+/// Bytes one `fs.write` call of a snapshot's restore moves: [`MAX_CHUNK`], or the node's file
+/// size limit when that is lower (the executor refuses more in one call).
 pub fn chunk(state: &AppState) -> u64 {
     MAX_CHUNK.min(state.config.sandbox.max_file_bytes).max(1)
 }
@@ -140,7 +144,12 @@ fn query_of(raw: Option<String>) -> Result<FilesQuery, ApiError> {
     FilesQuery::parse(raw.as_deref().unwrap_or(""))
 }
 
-/// `GET /files?path=`: the file's bytes, streamed chunk by chunk.
+/// Blocks of a download queued between the sandbox and the client.
+const DOWNLOAD_QUEUE: usize = 4;
+/// Bytes of an upload gathered before they go to the sandbox (one block).
+const UPLOAD_PIECE: usize = dispatcher::protocol::MAX_BLOCK;
+
+/// `GET /files?path=`: the file's bytes, streamed as the sandbox sends them (one `fs.read`).
 pub async fn download(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -154,37 +163,46 @@ pub async fn download(
         Ok(found) => found,
         Err(e) => return api_error(e),
     };
-    let size = chunk(&state);
-    // The first chunk before the answer starts, so a refusal is an HTTP error.
-    let (first, more) = match read_chunk(&state, &target, &path, 0, size).await {
-        Ok(c) => c,
-        Err(e) => return api_error(e),
+    let (sink, mut blocks) = tokio::sync::mpsc::channel::<Bytes>(DOWNLOAD_QUEUE);
+    // Its own task: a client that leaves drops the queue, which cancels the read (and the
+    // call's audit row says so).
+    let call = tokio::spawn(async move {
+        envd::call_transfer(
+            &state,
+            &target,
+            "fs.read",
+            json!({ "path": path }),
+            Transfer::Download(sink),
+        )
+        .await
+    });
+    // The first bytes, or the call's end, before the answer starts: a refusal is an HTTP error.
+    let Some(first) = blocks.recv().await else {
+        return match finished(call).await {
+            Ok(()) => (
+                StatusCode::OK,
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/octet-stream"),
+                )],
+                Body::empty(),
+            )
+                .into_response(),
+            Err(e) => api_error(e),
+        };
     };
-    let offset = first.len() as u64;
-    let rest = futures_util::stream::unfold(
-        (state, target, path, offset, more),
-        move |(state, target, path, offset, more)| async move {
-            if !more {
-                return None;
+    let rest =
+        futures_util::stream::unfold((blocks, Some(call)), |(mut blocks, call)| async move {
+            if let Some(bytes) = blocks.recv().await {
+                return Some((Ok(bytes), (blocks, call)));
             }
-            match read_chunk(&state, &target, &path, offset, size).await {
-                Ok((bytes, more)) if !bytes.is_empty() || !more => {
-                    let next = offset + bytes.len() as u64;
-                    Some((Ok(Bytes::from(bytes)), (state, target, path, next, more)))
-                }
-                Ok(_) => Some((
-                    Err(std::io::Error::other("the file stopped growing mid-read")),
-                    (state, target, path, offset, false),
-                )),
-                // The answer has started: the transfer is cut, which the client sees.
-                Err(e) => Some((
-                    Err(std::io::Error::other(e.message)),
-                    (state, target, path, offset, false),
-                )),
+            // The answer has started: a failure cuts the transfer, which the client sees.
+            match finished(call?).await {
+                Ok(()) => None,
+                Err(e) => Some((Err(std::io::Error::other(e.message)), (blocks, None))),
             }
-        },
-    );
-    let body = futures_util::stream::once(async move { Ok(Bytes::from(first)) }).chain(rest);
+        });
+    let body = futures_util::stream::once(async move { Ok(first) }).chain(rest);
     (
         StatusCode::OK,
         [(
@@ -194,6 +212,17 @@ pub async fn download(
         Body::from_stream(body),
     )
         .into_response()
+}
+
+/// How a transfer's call ended.
+async fn finished(
+    call: tokio::task::JoinHandle<Result<serde_json::Value, ConnectError>>,
+) -> Result<(), ApiError> {
+    match call.await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(from_connect(e)),
+        Err(e) => Err(ApiError::new(500, format!("the file transfer failed: {e}"))),
+    }
 }
 
 async fn source(
@@ -208,33 +237,6 @@ async fn source(
         .ok_or_else(|| ApiError::bad_request("path is required"))?;
     let path = envd::absolute(path).map_err(from_connect)?;
     Ok((target, path))
-}
-
-/// One chunk of a file from `offset` (an `fs.read` in byte mode), and whether more follows.
-async fn read_chunk(
-    state: &AppState,
-    target: &Target,
-    path: &str,
-    offset: u64,
-    size: u64,
-) -> Result<(Vec<u8>, bool), ApiError> {
-    let out = envd::call(
-        state,
-        target,
-        "fs.read",
-        json!({"path": path, "byte_offset": offset, "max_bytes": size}),
-    )
-    .await
-    .map_err(from_connect)?;
-    let content = out["content"].as_str().unwrap_or_default();
-    let bytes = if out["encoding"] == "base64" {
-        base64::engine::general_purpose::STANDARD
-            .decode(content)
-            .map_err(|_| ApiError::new(500, "the sandbox sent malformed base64"))?
-    } else {
-        content.as_bytes().to_vec()
-    };
-    Ok((bytes, out["truncated"] == true))
 }
 
 /// `POST /files`: writes every `file` part; answers the written files.
@@ -294,7 +296,6 @@ async fn write(
     let mut writer = Writer {
         state,
         target: &target,
-        chunk: usize::try_from(chunk(state)).unwrap_or(usize::MAX),
         metadata,
         file: None,
         written: Vec::new(),
@@ -436,27 +437,34 @@ async fn feed(
     Ok(())
 }
 
-/// The file an upload is writing: its path, the bytes not yet sent, whether a chunk went.
+/// The file an upload is writing: its path, the bytes not yet sent, and its call once the
+/// first bytes went.
 struct Open {
     path: String,
     pending: Vec<u8>,
-    started: bool,
+    sending: Option<Sending>,
 }
 
-/// Writes the files of an upload in chunks, each an `fs.write` through the router; the first
-/// chunk of each file carries the upload's metadata (`X-Metadata-*`), which replaces the
-/// file's old metadata with it.
+/// One file's `fs.write` in flight: its bytes go to `source`; dropped before
+/// [`UploadPiece::End`], it abandons the write and nothing replaces the name.
+struct Sending {
+    source: tokio::sync::mpsc::Sender<UploadPiece>,
+    call: tokio::task::JoinHandle<Result<serde_json::Value, ConnectError>>,
+}
+
+/// Writes the files of an upload, each as one `fs.write` through the router whose bytes
+/// follow as a transfer; the upload's metadata (`X-Metadata-*`) replaces each file's old
+/// metadata.
 struct Writer<'a> {
     state: &'a AppState,
     target: &'a Target,
-    chunk: usize,
     metadata: BTreeMap<String, String>,
     file: Option<Open>,
     written: Vec<WriteInfo>,
     /// The one path a signed URL authorises (absent: the sandbox's access token was sent,
     /// which authorises any number of files).
     signed: Option<String>,
-    /// A signed upload's file ended; its last chunk waits for the body's closing boundary.
+    /// A signed upload's file ended; it is completed once the body proved it holds no other.
     held: bool,
 }
 
@@ -466,7 +474,7 @@ impl Writer<'_> {
         self.file = Some(Open {
             path,
             pending: Vec::new(),
-            started: false,
+            sending: None,
         });
         Ok(())
     }
@@ -476,55 +484,84 @@ impl Writer<'_> {
             let Some(file) = self.file.as_mut() else {
                 return Ok(());
             };
-            let room = self.chunk - file.pending.len();
+            let room = UPLOAD_PIECE - file.pending.len();
             let take = room.min(bytes.len());
             file.pending.extend_from_slice(&bytes[..take]);
             bytes = &bytes[take..];
-            if file.pending.len() == self.chunk {
-                self.flush().await?;
+            if file.pending.len() == UPLOAD_PIECE {
+                self.send_pending().await?;
             }
         }
         Ok(())
     }
 
-    async fn flush(&mut self) -> Result<(), ApiError> {
+    /// Starts the current file's call if it has not started.
+    fn open(&mut self) {
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        if file.sending.is_some() {
+            return;
+        }
+        let (source, pieces) = tokio::sync::mpsc::channel(2);
+        let mut args = json!({"path": file.path, "content": ""});
+        if !self.metadata.is_empty() {
+            args["metadata"] = json!(self.metadata);
+        }
+        let (state, target) = (self.state.clone(), self.target.clone());
+        // Its own task, so the router's call runs while this one reads the body; if this
+        // request ends early the queue's sender is dropped, which abandons the write.
+        let call = tokio::spawn(async move {
+            envd::call_transfer(&state, &target, "fs.write", args, Transfer::Upload(pieces)).await
+        });
+        file.sending = Some(Sending { source, call });
+    }
+
+    async fn send_pending(&mut self) -> Result<(), ApiError> {
+        self.open();
         let Some(file) = self.file.as_mut() else {
             return Ok(());
         };
-        let bytes = std::mem::take(&mut file.pending);
-        // Text goes as text; anything else as base64, whose size is bounded (4/3), where JSON
-        // would escape each control byte into six. A chunk may end inside a character: then
-        // it is not UTF-8 and goes as base64, so no byte is changed.
-        let text = std::str::from_utf8(&bytes)
-            .ok()
-            .filter(|t| !t.bytes().any(|b| b < 0x20 && !b"\t\n\r".contains(&b)));
-        let (content, encoding) = match text {
-            Some(text) => (text.to_owned(), "utf8"),
-            None => (
-                base64::engine::general_purpose::STANDARD.encode(&bytes),
-                "base64",
-            ),
+        let bytes = Bytes::from(std::mem::take(&mut file.pending));
+        let Some(sending) = file.sending.as_ref() else {
+            return Ok(());
         };
-        drop(bytes);
-        let mut args = json!({"path": file.path, "content": content, "encoding": encoding,
-                              "append": file.started});
-        if !file.started && !self.metadata.is_empty() {
-            args["metadata"] = json!(self.metadata);
+        if sending.source.send(UploadPiece::Data(bytes)).await.is_err() {
+            // The call ended before the file did: refused (the path), or failed.
+            return Err(self.ended_early().await);
         }
-        file.started = true;
-        envd::call(self.state, self.target, "fs.write", args)
-            .await
-            .map_err(from_connect)?;
         Ok(())
     }
 
+    /// The error of a call that stopped taking bytes.
+    async fn ended_early(&mut self) -> ApiError {
+        let Some(sending) = self.file.as_mut().and_then(|f| f.sending.take()) else {
+            return ApiError::new(500, "the upload's call is gone");
+        };
+        drop(sending.source);
+        match finished(sending.call).await {
+            Err(e) => e,
+            Ok(()) => ApiError::new(500, "the upload's call ended before the file did"),
+        }
+    }
+
     async fn finish(&mut self) -> Result<(), ApiError> {
-        let Some(file) = self.file.as_ref() else {
+        if self.file.is_none() {
+            return Ok(());
+        }
+        if self.file.as_ref().is_some_and(|f| !f.pending.is_empty()) {
+            self.send_pending().await?;
+        }
+        self.open();
+        let Some(sending) = self.file.as_mut().and_then(|f| f.sending.take()) else {
             return Ok(());
         };
-        if !file.pending.is_empty() || !file.started {
-            self.flush().await?;
+        if sending.source.send(UploadPiece::End).await.is_err() {
+            drop(sending.source);
+            return finished(sending.call).await;
         }
+        drop(sending.source);
+        finished(sending.call).await?;
         if let Some(file) = self.file.take() {
             let name = file.path.rsplit('/').next().unwrap_or_default().to_owned();
             self.written.push(WriteInfo {

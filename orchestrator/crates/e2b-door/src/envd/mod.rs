@@ -280,6 +280,28 @@ pub async fn call(
     outcome.result.map_err(tool_error)
 }
 
+/// [`call`] for a whole file whose bytes travel beside the call (`files.rs`): one `fs.write`
+/// or `fs.read` through the router, decided and audited once.
+pub async fn call_transfer(
+    state: &AppState,
+    target: &Target,
+    tool: &str,
+    args: Value,
+    transfer: aegis_tools::tools::Transfer,
+) -> Result<Value, ConnectError> {
+    let outcome = aegis_tools::tools::invoke_transfer(
+        state,
+        &target.caller,
+        tool,
+        args,
+        Some(target.id),
+        transfer,
+    )
+    .await
+    .map_err(call_error)?;
+    outcome.result.map_err(tool_error)
+}
+
 /// An E2B path made absolute: relative paths are under the user's home.
 pub fn absolute(path: &str) -> Result<String, ConnectError> {
     if path.is_empty() {

@@ -41,8 +41,9 @@ pub use aegis_core::catalog::{catalog, Catalog, CatalogError, ToolInfo, ToolSpec
 pub use definitions::registry_error;
 pub use definitions::validate_offline;
 pub use router::{
-    invoke, invoke_gated, invoke_in, invoke_streaming, serialized_len, ArgViolation, CallError,
-    CallGate, OutputChunk, OutputSink, ToolError, ToolOutcome, TEXT_COPY_MAX_BYTES,
+    invoke, invoke_gated, invoke_in, invoke_streaming, invoke_transfer, serialized_len,
+    ArgViolation, CallError, CallGate, OutputChunk, OutputSink, ToolError, ToolOutcome, Transfer,
+    TEXT_COPY_MAX_BYTES,
 };
 pub use schema::lookup as schema_by_key;
 
@@ -62,6 +63,19 @@ pub struct ToolContext<'a> {
     /// Where a streaming call's output goes (`invoke_streaming`); only a foreground `cmd.run`
     /// sends to it.
     pub output: Option<aegis_engines::call::OutputSink>,
+    /// The bytes of a file transfer (`invoke_transfer`): taken once by the `fs.write` or
+    /// `fs.read` handler, which then moves the whole file as one call.
+    pub transfer: std::sync::Mutex<Option<Transfer>>,
+}
+
+impl ToolContext<'_> {
+    /// The call's transfer, if it has one (only the first caller gets it).
+    pub fn take_transfer(&self) -> Option<Transfer> {
+        self.transfer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
 }
 
 /// The future a handler returns.

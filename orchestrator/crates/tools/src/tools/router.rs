@@ -62,7 +62,7 @@ pub async fn invoke_gated(
     sandbox: Option<SandboxId>,
     gate: Option<&dyn CallGate>,
 ) -> Result<ToolOutcome, CallError> {
-    counted(state, caller, name, arguments, sandbox, gate, None).await
+    counted(state, caller, name, arguments, sandbox, gate, None, None).await
 }
 
 /// [`invoke_in`] in its streaming form: the same steps, rows and result, and a foreground
@@ -76,7 +76,61 @@ pub async fn invoke_streaming(
     sandbox: Option<SandboxId>,
     output: OutputSink,
 ) -> Result<ToolOutcome, CallError> {
-    counted(state, caller, name, arguments, sandbox, None, Some(output)).await
+    counted(
+        state,
+        caller,
+        name,
+        arguments,
+        sandbox,
+        None,
+        Some(output),
+        None,
+    )
+    .await
+}
+
+/// The bytes of a whole file moved by one `fs.write` or `fs.read` call ([`invoke_transfer`]).
+#[derive(Debug)]
+pub enum Transfer {
+    /// An upload: the file's bytes, then [`dispatcher::UploadPiece::End`]; a source that
+    /// closes without it abandons the write (nothing is written).
+    Upload(tokio::sync::mpsc::Receiver<dispatcher::UploadPiece>),
+    /// A download: the file's bytes are sent here as they are read.
+    Download(tokio::sync::mpsc::Sender<bytes::Bytes>),
+}
+
+/// [`invoke_in`] for a whole file whose bytes travel beside the call: one `fs.write` (an
+/// [`Transfer::Upload`]) or one `fs.read` (a [`Transfer::Download`]), looked up, validated,
+/// decided and audited once like any call, however many blocks the file takes. The arguments
+/// name the file (`path`; an upload's `content` is empty, its `metadata` as `fs.write`'s).
+pub async fn invoke_transfer(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    arguments: Value,
+    sandbox: Option<SandboxId>,
+    transfer: Transfer,
+) -> Result<ToolOutcome, CallError> {
+    let fits = matches!(
+        (name, &transfer),
+        ("fs.write", Transfer::Upload(_)) | ("fs.read", Transfer::Download(_))
+    );
+    if !fits {
+        return Err(CallError::Catalog(super::CatalogError(format!(
+            "{name} moves no file as a transfer of this direction"
+        ))));
+    }
+    counted(
+        state,
+        caller,
+        name,
+        arguments,
+        sandbox,
+        None,
+        None,
+        Some(transfer),
+    )
+    .await
 }
 
 /// Every call, counted (tool, door, decision, latency).
@@ -88,6 +142,7 @@ async fn counted(
     sandbox: Option<SandboxId>,
     gate: Option<&dyn CallGate>,
     output: Option<OutputSink>,
+    transfer: Option<Transfer>,
 ) -> Result<ToolOutcome, CallError> {
     let started = Instant::now();
     let call = Request {
@@ -96,6 +151,7 @@ async fn counted(
         sandbox,
         gate,
         output,
+        transfer,
     };
     let result = route(state, caller, call, started).await;
     let decision = match &result {
@@ -133,6 +189,7 @@ async fn route(
         sandbox,
         gate,
         output,
+        transfer,
     } = request;
     let args_digest = audit::digest(&arguments);
     // Audit reasons never carry argument values (the caller still gets the full message).
@@ -196,6 +253,7 @@ async fn route(
         sandbox: admitted.sandbox,
         memory: admitted.memory,
         output,
+        transfer: std::sync::Mutex::new(transfer),
     };
     run_audited(&ctx, admitted.handler, admitted.arguments, call).await
 }
@@ -208,6 +266,8 @@ struct Request<'a> {
     gate: Option<&'a dyn CallGate>,
     /// Where a streaming call's output goes.
     output: Option<OutputSink>,
+    /// The bytes of a file transfer.
+    transfer: Option<Transfer>,
 }
 
 /// A call every step allowed.

@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 
 use dispatcher::protocol::{
     DeleteParams, Edit, EditParams, Encoding, ExecGrant, GlobParams, GrepParams, MultiEditParams,
-    Op, PathParams, PtySize, ReadParams, RunParams, WriteParams,
+    Op, PathParams, PtySize, ReadParams, RunParams, WriteParams, WriteStreamParams,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::dispatch::{dispatch_error, dispatcher_of, executor_code};
+use super::dispatch::{dispatch_error, dispatcher_of, executor_code, refused};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_policy::paths;
 
@@ -69,6 +69,19 @@ fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         }
         let a: A = args(a)?;
         let path = path_of(&a.path)?;
+        if let Some(super::Transfer::Download(sink)) = ctx.take_transfer() {
+            let (id, _) = ctx.sandbox.as_ref().ok_or_else(|| {
+                ToolError::new("sandbox_required", "this tool runs inside a sandbox")
+            })?;
+            let out = dispatcher_of(ctx)?
+                .read_stream(*id, path.clone(), sink)
+                .await
+                .map_err(refused)?;
+            return Ok(
+                json!({"status": "ok", "path": path, "size_bytes": out.size_bytes,
+                             "bytes_read": out.bytes_read, "truncated": false}),
+            );
+        }
         let mut out = run(
             ctx,
             Op::FsRead(ReadParams {
@@ -105,6 +118,24 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         }
         let a: A = args(a)?;
         let path = path_of(&a.path)?;
+        if let Some(super::Transfer::Upload(source)) = ctx.take_transfer() {
+            let (id, _) = ctx.sandbox.as_ref().ok_or_else(|| {
+                ToolError::new("sandbox_required", "this tool runs inside a sandbox")
+            })?;
+            let params = WriteStreamParams {
+                path: path.clone(),
+                create_dirs: true,
+                metadata: a.metadata,
+            };
+            let out = dispatcher_of(ctx)?
+                .write_stream(*id, params, source)
+                .await
+                .map_err(refused)?;
+            return Ok(
+                json!({"status": "ok", "path": path, "bytes_written": out.bytes_written,
+                             "created": out.created}),
+            );
+        }
         let out = run(
             ctx,
             Op::FsWrite(WriteParams {

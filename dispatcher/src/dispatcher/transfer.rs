@@ -1,0 +1,60 @@
+//! The dispatcher's side of file transfers (`stream/transfer.rs` moves the blocks): a whole
+//! file written from, or read to, a channel of bytes on the executor of a sandbox this
+//! instance holds.
+
+use bytes::Bytes;
+use sandbox_executor::protocol::{ReadStreamResult, WriteResult, WriteStreamParams};
+use tokio::sync::mpsc;
+
+use super::{Dispatcher, Location};
+use crate::error::{DispatchError, Result};
+use crate::spec::SandboxId;
+use crate::stream::UploadPiece;
+
+impl Dispatcher {
+    /// Replaces the file `params.path` with the bytes `source` yields, up to its
+    /// [`UploadPiece::End`]; the file becomes the name only then (a source that closes early,
+    /// a cancel or a failure leaves the old file and no partial one). The path is resolved and
+    /// refused exactly as `fs.write`'s. A sandbox another replica holds is
+    /// [`DispatchError::SandboxNotFound`] with `attached_elsewhere` (blocks are not forwarded).
+    pub async fn write_stream(
+        &self,
+        id: SandboxId,
+        params: WriteStreamParams,
+        source: mpsc::Receiver<UploadPiece>,
+    ) -> Result<WriteResult> {
+        let sandbox = self.here(id).await?;
+        let _serving = self.inner.serving.enter()?;
+        sandbox
+            .stream
+            .write_stream(params, source, self.inner.config.call_timeout)
+            .await
+    }
+
+    /// Sends the file at `path` to `sink` as it is read (resolved and refused as `fs.read`'s;
+    /// no size ceiling), holding no more than the executor's window; answers how many bytes
+    /// went. A sink that closes cancels the read.
+    pub async fn read_stream(
+        &self,
+        id: SandboxId,
+        path: String,
+        sink: mpsc::Sender<Bytes>,
+    ) -> Result<ReadStreamResult> {
+        let sandbox = self.here(id).await?;
+        let _serving = self.inner.serving.enter()?;
+        sandbox
+            .stream
+            .read_stream(path, sink, self.inner.config.call_timeout)
+            .await
+    }
+
+    async fn here(&self, id: SandboxId) -> Result<std::sync::Arc<super::Sandbox>> {
+        match self.inner.locate(id).await? {
+            Location::Here(sandbox) => Ok(sandbox),
+            Location::Elsewhere(_) => Err(DispatchError::SandboxNotFound {
+                id,
+                attached_elsewhere: true,
+            }),
+        }
+    }
+}
