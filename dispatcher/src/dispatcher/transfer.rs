@@ -48,6 +48,12 @@ impl Dispatcher {
             .await
     }
 
+    /// Whether this instance holds sandbox `id` (a transfer's blocks then reach its executor;
+    /// through another replica, calls are forwarded, blocks are not).
+    pub async fn holds(&self, id: SandboxId) -> Result<bool> {
+        Ok(matches!(self.inner.locate(id).await?, Location::Here(_)))
+    }
+
     async fn here(&self, id: SandboxId) -> Result<std::sync::Arc<super::Sandbox>> {
         match self.inner.locate(id).await? {
             Location::Here(sandbox) => Ok(sandbox),

@@ -314,3 +314,32 @@ async fn an_upload_cut_part_way_leaves_the_old_file_and_no_half_one() {
     }
     assert!(temps.is_empty(), "temporary files left: {temps:?}");
 }
+
+/// Through a replica that does not hold the sandbox, blocks are not forwarded: the same one
+/// call per file moves it as forwarded chunks, bytes intact, one audited call each.
+#[tokio::test]
+async fn a_replica_that_does_not_hold_the_sandbox_moves_the_file_in_one_call_too() {
+    use crate::common::replicas::{in_process as replica, SECRET};
+    let db = TestDb::create().await;
+    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let b = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let key = a.create_key("files-replica", "operator").await;
+    let (id, token, current) = sandbox(&a, &key).await;
+    let holder: uuid::Uuid = sqlx::query_scalar("SELECT instance_id FROM sandboxes WHERE id = $1")
+        .bind(uuid::Uuid::parse_str(&current).unwrap())
+        .fetch_one(&a.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(holder, a.state.instance_id, "A holds the sandbox B serves");
+
+    let bytes = payload(9 * 1024 * 1024 + 5);
+    let (status, body) = upload(&b, &id, &token, "/home/user/via-b.bin", bytes.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, got) = download(&b, &id, &token, "/home/user/via-b.bin").await;
+    assert_eq!(status, 200);
+    assert!(got == bytes, "the file came back changed through B");
+    let (_, got) = download(&a, &id, &token, "/home/user/via-b.bin").await;
+    assert!(got == bytes, "the holder reads what B wrote");
+    assert_eq!(audited(&b, "files-replica", "fs.write").await.len(), 1);
+    assert_eq!(audited(&b, "files-replica", "fs.read").await.len(), 2);
+}

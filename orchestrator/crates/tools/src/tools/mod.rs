@@ -23,6 +23,7 @@ mod search;
 mod stream;
 mod system;
 mod tasks;
+mod transfer;
 mod web;
 mod workflows;
 

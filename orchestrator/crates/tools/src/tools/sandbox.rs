@@ -73,6 +73,13 @@ fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             let (id, _) = ctx.sandbox.as_ref().ok_or_else(|| {
                 ToolError::new("sandbox_required", "this tool runs inside a sandbox")
             })?;
+            if !dispatcher_of(ctx)?
+                .holds(*id)
+                .await
+                .map_err(dispatch_error)?
+            {
+                return super::transfer::read_forwarded(ctx, *id, path, sink).await;
+            }
             let out = dispatcher_of(ctx)?
                 .read_stream(*id, path.clone(), sink)
                 .await
@@ -122,6 +129,13 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             let (id, _) = ctx.sandbox.as_ref().ok_or_else(|| {
                 ToolError::new("sandbox_required", "this tool runs inside a sandbox")
             })?;
+            if !dispatcher_of(ctx)?
+                .holds(*id)
+                .await
+                .map_err(dispatch_error)?
+            {
+                return super::transfer::write_forwarded(ctx, *id, path, a.metadata, source).await;
+            }
             let params = WriteStreamParams {
                 path: path.clone(),
                 create_dirs: true,
