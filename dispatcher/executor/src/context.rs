@@ -36,5 +36,5 @@ pub struct Context {
     /// Port connections (`port.*`).
     pub ports: Ports,
     /// Files moving as blocks (`fs.write_stream`, `fs.read_stream`).
-    pub transfers: crate::transfer::Transfers,
+    pub transfers: crate::transfers::Transfers,
 }

@@ -71,6 +71,8 @@ pub mod spawn;
 #[cfg(feature = "executor")]
 pub mod transfer;
 #[cfg(feature = "executor")]
+pub mod transfers;
+#[cfg(feature = "executor")]
 pub mod workers;
 
 /// Runs the executor until its stdin closes; returns the process exit code.

@@ -145,7 +145,7 @@ pub fn main() -> i32 {
         live: Processes::default(),
         watches: Watches::default(),
         ports: crate::running::Ports::default(),
-        transfers: crate::transfer::Transfers::default(),
+        transfers: crate::transfers::Transfers::default(),
     });
     crate::log_event!(
         "ready: uid {} gid {}, pid {}, landlock abi {}, fork server pid {}",

@@ -13,10 +13,8 @@
 //! the transfer), and a download never sends more than the node acknowledged, so neither side's
 //! memory grows with a file and tool calls on the same channel are never starved behind it.
 
-use std::collections::{HashMap, VecDeque};
 use std::io::Read;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::sync::Arc;
 
 use rustix::fd::AsFd;
 
@@ -28,179 +26,12 @@ use crate::output::Output;
 use crate::paths;
 use crate::protocol::{
     ErrorKind, Event, EventBody, PathParams, ReadStreamResult, WriteResult, WriteStreamParams,
-    IDLE_LIMIT, MAX_BLOCK, WINDOW,
+    MAX_BLOCK, WINDOW,
 };
 use crate::roots::Access;
 
 /// Credit an upload hands back at once, after writing this much.
 const GRANT_EVERY: u64 = WINDOW / 4;
-
-/// What one transfer has: blocks received and not yet written (uploads), credit (downloads),
-/// whether it ended or was abandoned.
-#[derive(Default)]
-struct State {
-    blocks: VecDeque<Vec<u8>>,
-    /// Payload bytes in `blocks`.
-    queued: u64,
-    /// The upload's end block came.
-    ended: bool,
-    /// Why the transfer must stop (cancel, channel closed, credit overrun).
-    abandoned: Option<String>,
-    /// Bytes a download may send before the next ack.
-    credit: u64,
-}
-
-/// One transfer in progress, shared by its handler thread and the channel's reader.
-struct Transfer {
-    state: Mutex<State>,
-    changed: Condvar,
-    /// The channel its request came on: its blocks and credit go there, and its end abandons
-    /// the transfer.
-    channel: Arc<Output>,
-}
-
-impl Transfer {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn abandon(&self, why: String) {
-        let mut state = self.lock();
-        state.abandoned.get_or_insert(why);
-        drop(state);
-        self.changed.notify_all();
-    }
-
-    /// Waits until `ready` holds, the transfer was abandoned (its reason) or [`IDLE_LIMIT`]
-    /// passed without a change.
-    fn wait(
-        &self,
-        what: &str,
-        mut ready: impl FnMut(&State) -> bool,
-    ) -> Result<MutexGuard<'_, State>, String> {
-        let mut state = self.lock();
-        let mut since = Instant::now();
-        loop {
-            if let Some(why) = &state.abandoned {
-                return Err(why.clone());
-            }
-            if ready(&state) {
-                return Ok(state);
-            }
-            let left = IDLE_LIMIT.saturating_sub(since.elapsed());
-            if left.is_zero() {
-                return Err(format!("no {what} came for {}s", IDLE_LIMIT.as_secs()));
-            }
-            let (next, timeout) = self
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner);
-            state = next;
-            if !timeout.timed_out() {
-                since = Instant::now();
-            }
-        }
-    }
-}
-
-/// The transfers in progress, by request id.
-#[derive(Default)]
-pub struct Transfers {
-    table: Mutex<HashMap<u64, Arc<Transfer>>>,
-}
-
-impl Transfers {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Arc<Transfer>>> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn begin(&self, id: u64, channel: &Arc<Output>) -> Registered<'_> {
-        let transfer = Arc::new(Transfer {
-            state: Mutex::new(State {
-                credit: WINDOW,
-                ..State::default()
-            }),
-            changed: Condvar::new(),
-            channel: Arc::clone(channel),
-        });
-        self.lock().insert(id, Arc::clone(&transfer));
-        Registered {
-            transfers: self,
-            id,
-            transfer,
-        }
-    }
-
-    /// A block from the node, handed over without waiting (the reader thread calls this); an
-    /// empty block ends the upload. A block of a transfer that is over is dropped.
-    pub fn deliver(&self, id: u64, payload: Vec<u8>) {
-        let Some(transfer) = self.lock().get(&id).cloned() else {
-            return;
-        };
-        let mut state = transfer.lock();
-        if payload.is_empty() {
-            state.ended = true;
-        } else {
-            state.queued += payload.len() as u64;
-            if state.queued > WINDOW {
-                state.abandoned.get_or_insert_with(|| {
-                    format!("the node sent more than the {WINDOW} bytes of credit it had")
-                });
-                state.blocks.clear();
-            } else {
-                state.blocks.push_back(payload);
-            }
-        }
-        drop(state);
-        transfer.changed.notify_all();
-    }
-
-    /// `fs.stream_ack`: a download may send `bytes` more. Unknown targets are ignored (the
-    /// download may have just ended).
-    pub fn ack(&self, target: u64, bytes: u64) {
-        if let Some(transfer) = self.lock().get(&target).cloned() {
-            let mut state = transfer.lock();
-            state.credit = state.credit.saturating_add(bytes).min(WINDOW);
-            drop(state);
-            transfer.changed.notify_all();
-        }
-    }
-
-    /// `cancel` of a transfer: whether one had that id.
-    pub fn cancel(&self, target: u64) -> bool {
-        let found = self.lock().get(&target).cloned();
-        if let Some(transfer) = &found {
-            transfer.abandon("the node cancelled the transfer".to_owned());
-        }
-        found.is_some()
-    }
-
-    /// The channel `channel` ended: every transfer that came on it stops.
-    pub fn channel_closed(&self, channel: &Arc<Output>) {
-        let ended: Vec<Arc<Transfer>> = self
-            .lock()
-            .values()
-            .filter(|t| Arc::ptr_eq(&t.channel, channel))
-            .cloned()
-            .collect();
-        for transfer in ended {
-            transfer.abandon("the channel of the transfer closed".to_owned());
-        }
-    }
-}
-
-/// A transfer in the table for as long as its handler runs.
-struct Registered<'a> {
-    transfers: &'a Transfers,
-    id: u64,
-    transfer: Arc<Transfer>,
-}
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        self.transfers.lock().remove(&self.id);
-    }
-}
 
 /// `fs.write_stream`: resolves like `fs.write`, grants credit, writes the blocks to a temporary
 /// file and renames it over the name after the end block.

@@ -62,7 +62,15 @@ pub async fn invoke_gated(
     sandbox: Option<SandboxId>,
     gate: Option<&dyn CallGate>,
 ) -> Result<ToolOutcome, CallError> {
-    counted(state, caller, name, arguments, sandbox, gate, None, None).await
+    let call = Request {
+        name,
+        arguments,
+        sandbox,
+        gate,
+        output: None,
+        transfer: None,
+    };
+    counted(state, caller, call).await
 }
 
 /// [`invoke_in`] in its streaming form: the same steps, rows and result, and a foreground
@@ -76,17 +84,15 @@ pub async fn invoke_streaming(
     sandbox: Option<SandboxId>,
     output: OutputSink,
 ) -> Result<ToolOutcome, CallError> {
-    counted(
-        state,
-        caller,
+    let call = Request {
         name,
         arguments,
         sandbox,
-        None,
-        Some(output),
-        None,
-    )
-    .await
+        gate: None,
+        output: Some(output),
+        transfer: None,
+    };
+    counted(state, caller, call).await
 }
 
 /// The bytes of a whole file moved by one `fs.write` or `fs.read` call ([`invoke_transfer`]).
@@ -120,39 +126,25 @@ pub async fn invoke_transfer(
             "{name} moves no file as a transfer of this direction"
         ))));
     }
-    counted(
-        state,
-        caller,
+    let call = Request {
         name,
         arguments,
         sandbox,
-        None,
-        None,
-        Some(transfer),
-    )
-    .await
+        gate: None,
+        output: None,
+        transfer: Some(transfer),
+    };
+    counted(state, caller, call).await
 }
 
 /// Every call, counted (tool, door, decision, latency).
 async fn counted(
     state: &AppState,
     caller: &Caller,
-    name: &str,
-    arguments: Value,
-    sandbox: Option<SandboxId>,
-    gate: Option<&dyn CallGate>,
-    output: Option<OutputSink>,
-    transfer: Option<Transfer>,
+    call: Request<'_>,
 ) -> Result<ToolOutcome, CallError> {
     let started = Instant::now();
-    let call = Request {
-        name,
-        arguments,
-        sandbox,
-        gate,
-        output,
-        transfer,
-    };
+    let name = call.name;
     let result = route(state, caller, call, started).await;
     let decision = match &result {
         Ok(ToolOutcome { result: Ok(_), .. }) => Decision::Allowed,
