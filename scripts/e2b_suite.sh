@@ -34,6 +34,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOG_TAG=e2b-suite
 # shellcheck source=scripts/lib/prepare.sh
 source "$ROOT/scripts/lib/prepare.sh"
+# shellcheck source=scripts/lib/suite_node.sh
+source "$ROOT/scripts/lib/suite_node.sh"
 
 [ $# -ge 1 ] || die "usage: scripts/e2b_suite.sh <path to E2B's packages/python-sdk> [pytest args]"
 SDK="$(cd "$1" && pwd)" || die "no such directory: $1"
@@ -70,90 +72,12 @@ ran=$(cd / && PYTHONPATH="$RUN_PYTHONPATH" python3 -P -c 'import importlib.metad
 [ "${ran%% *}" = "$run_version" ] || die "expected e2b $run_version, Python imports $ran"
 [ "$run_version" = "$sdk_version" ] || say "the tests of e2b $sdk_version run against the SDK release $run_version"
 
-prepare_services
-if [ -z "${SANDBOX_EXECUTOR_BIN:-}" ]; then
-  build_sandbox_prerequisites "$ROOT"
-else
-  "$ROOT/runtime-images/build.sh" --only base >&2
-fi
-BIN="${ORCHESTRATOR_BIN:-$ROOT/target/debug/orchestrator}"
-if [ ! -x "$BIN" ]; then
-  say "building the orchestrator binary"
-  (cd "$ROOT" && cargo build --locked -p orchestrator --bin orchestrator >&2)
-fi
-
-# A database of its own, dropped at the end with whatever the node left.
-DB_NAME="e2b_suite_$(python3 -c 'import secrets; print(secrets.token_hex(6))')"
-DB_URL=$(python3 - "$DATABASE_URL" "$DB_NAME" <<'EOF'
-import sys, urllib.parse
-u = urllib.parse.urlsplit(sys.argv[1])
-print(urllib.parse.urlunsplit(u._replace(path="/" + sys.argv[2])))
-EOF
-)
-psql "$DATABASE_URL" -qAtc "CREATE DATABASE $DB_NAME" >/dev/null
-WORK=$(mktemp -d /tmp/e2b-suite.XXXXXX)
-NODE_PID=""
-
-cleanup() {
-  local status=$?
-  if [ -n "$NODE_PID" ] && kill -0 "$NODE_PID" 2>/dev/null; then
-    kill -TERM "$NODE_PID" 2>/dev/null || true
-    for _ in $(seq 1 120); do kill -0 "$NODE_PID" 2>/dev/null || break; sleep 0.5; done
-    kill -KILL "$NODE_PID" 2>/dev/null || true
-  fi
-  local left
-  left=$(docker ps -aq --filter "label=org.aegis.db-name=$DB_NAME")
-  if [ -n "$left" ]; then
-    say "removing $(echo "$left" | wc -l) sandbox container(s) the node left"
-    echo "$left" | xargs -r docker rm -f -v >/dev/null 2>&1 || true
-  fi
-  docker volume ls -q --filter "label=org.aegis.db-name=$DB_NAME" | xargs -r docker volume rm -f >/dev/null 2>&1 || true
-  psql "$DATABASE_URL" -qAtc "DROP DATABASE IF EXISTS $DB_NAME WITH (FORCE)" >/dev/null 2>&1 || true
-  if [ "$status" -ne 0 ] && [ -s "$WORK/node.log" ]; then
-    say "the node's log (last 40 lines):"
-    tail -n 40 "$WORK/node.log" >&2
-  fi
-  rm -rf "$WORK"
-  if [ -n "$(docker ps -aq --filter "label=org.aegis.db-name=$DB_NAME")" ]; then
-    say "ERROR: sandbox containers are still there (label org.aegis.db-name=$DB_NAME)"
-    status=1
-  fi
-  exit "$status"
-}
-trap cleanup EXIT
-
-HTTP_PORT=$(free_port)
-GRPC_PORT=$(free_port)
-ADMIN_KEY="aok_$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
-BASE="http://127.0.0.1:$HTTP_PORT"
-say "starting the node on $BASE (database $DB_NAME, log $WORK/node.log)"
-env -u ORCHESTRATOR_CONFIG \
-  DATABASE_URL="$DB_URL" \
-  ORCHESTRATOR_ADMIN_KEY="$ADMIN_KEY" \
-  SANDBOX_EXECUTOR_BIN="$SANDBOX_EXECUTOR_BIN" \
-  RUST_LOG="${RUST_LOG:-warn}" \
-  "$BIN" serve --http "127.0.0.1:$HTTP_PORT" --grpc "127.0.0.1:$GRPC_PORT" >"$WORK/node.log" 2>&1 &
-NODE_PID=$!
-for i in $(seq 1 120); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/health/ready")" = 200 ] && break
-  kill -0 "$NODE_PID" 2>/dev/null || die "the node exited at start"
-  [ "$i" -lt 120 ] || die "the node never became ready"
-  sleep 0.5
-done
-
-KEY=$(curl -sf -X POST "$BASE/v1/api-keys" -H "Authorization: Bearer $ADMIN_KEY" \
-  -H 'Content-Type: application/json' -d '{"name": "e2b-suite", "role": "operator"}' \
-  | python3 -c 'import json, sys; print(json.load(sys.stdin)["key"])') || die "cannot create an API key"
-export E2B_API_URL="$BASE/e2b"
-export E2B_SANDBOX_URL="$BASE/e2b"
-E2B_API_KEY="e2b_$(printf %s "$KEY" | od -An -v -tx1 | tr -d ' \n')"
-export E2B_API_KEY
+start_suite_node
 export E2B_SUITE_EXCLUSIONS="$EXCLUSIONS"
 # The tests of one SDK against a newer release: their mocks of functions it no longer calls.
 if [ "$run_version" != "$sdk_version" ]; then
   E2B_SUITE_EXCLUSIONS="$E2B_SUITE_EXCLUSIONS:$ROOT/orchestrator/tests/e2b-suite-exclusions-newer-sdk.txt"
 fi
-unset E2B_DEBUG E2B_DOMAIN E2B_ACCESS_TOKEN
 
 say "running E2B's suite ($SDK: tests of e2b $sdk_version) against the SDK e2b $ran, with the exclusions of ${E2B_SUITE_EXCLUSIONS//"$ROOT"\//}"
 export E2B_SUITE_SDK_RAN="e2b ${ran%% *} (tests of $sdk_version)"

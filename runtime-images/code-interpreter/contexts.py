@@ -1,9 +1,11 @@
 """The code interpreter's contexts: one persistent interpreter each, run as the sandbox user.
 
 Python contexts are Debian's ipykernel driven through jupyter_client (messages as Jupyter sends
-them). Debian packages no JavaScript or bash Jupyter kernel, so a JavaScript context is one
-persistent node process running repl.js, and a bash context one persistent bash process; both
-are driven over pipes with a sentinel per execution.
+them). Debian packages no JavaScript, TypeScript, R or bash Jupyter kernel, so a JavaScript
+context is one persistent node process running repl.js (TypeScript: the same with each cell
+compiled by Debian's TypeScript compiler), an R context one R process running repl.R, and a
+bash context one persistent bash process; all are driven over pipes with a sentinel per
+execution.
 
 Every context yields the same "lines" (dicts) that server.py writes as NDJSON, in the shape
 E2B's SDK parses: stdout, stderr, result, error, number_of_executions.
@@ -403,6 +405,52 @@ class JavascriptContext(ProcessContext):
         return (json.dumps({"code": code, "env": env or {}, "token": token}) + "\n").encode()
 
 
+class TypescriptContext(JavascriptContext):
+    """Node running repl.js --typescript: each cell compiled by Debian's TypeScript compiler."""
+
+    language = "typescript"
+
+    def argv(self):
+        return ["node", os.path.join(HERE, "repl.js"), "--typescript"]
+
+
+class RContext(ProcessContext):
+    """R running repl.R: one global environment kept across executions."""
+
+    language = "r"
+
+    def argv(self):
+        return ["Rscript", "--vanilla", os.path.join(HERE, "repl.R")]
+
+    def request(self, code, env, token):
+        scratch = scratch_dir("aegis-ci-r")
+        name = uuid.uuid4().hex
+        paths = [os.path.join(scratch, f"{name}.{part}.R") for part in ("code", "setup", "restore")]
+        setup = "".join(f"do.call(Sys.setenv, setNames(list({r_string(v)}), {r_string(k)}))\n" for k, v in (env or {}).items())
+        restore = "".join(
+            f"do.call(Sys.setenv, setNames(list({r_string(os.environ[k])}), {r_string(k)}))\n"
+            if k in os.environ else f"Sys.unsetenv({r_string(k)})\n"
+            for k in (env or {})
+        )
+        for path, text in zip(paths, (code, setup, restore)):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.write("\n")
+        hex_part = token.strip("\x1e")[len("AEGIS-END-"):]
+        return f"{paths[0]} {paths[1]} {paths[2]} {hex_part}\n".encode()
+
+
+def r_string(value):
+    """A Python string as an R string literal (JSON's escapes are R's too, ASCII only)."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+def scratch_dir(name):
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), name)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
 class BashContext(ProcessContext):
     """One bash process reading each execution from a file it sources (state kept)."""
 
@@ -423,9 +471,7 @@ class BashContext(ProcessContext):
         return f"{script} {base64.b64encode(token.encode()).decode()} {exports}\n".encode()
 
     def scratch(self):
-        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "aegis-ci-bash")
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        return path
+        return scratch_dir("aegis-ci-bash")
 
 
 def b64_words(env):
@@ -463,6 +509,8 @@ done
 LANGUAGES = {
     "python": PythonContext,
     "javascript": JavascriptContext,
+    "typescript": TypescriptContext,
+    "r": RContext,
     "bash": BashContext,
 }
 
@@ -472,5 +520,5 @@ def normalize_language(language):
     if not language:
         return "python"
     language = language.strip().lower()
-    return {"js": "javascript", "sh": "bash", "shell": "bash", "python3": "python"}.get(language, language)
+    return {"js": "javascript", "ts": "typescript", "sh": "bash", "shell": "bash", "python3": "python"}.get(language, language)
 

@@ -4,13 +4,16 @@
 // JSON report ({"result": mime bundle} or {"error": {name, value, traceback}}) is written on the
 // fd named by AEGIS_CI_REPORT_FD, then the token on stdout and stderr (the server reads output
 // up to the token). `import ... from '...'` lines become require() calls and code with a
-// top-level `await` runs in an async function whose last expression is its value.
+// top-level `await` runs in an async function whose last expression is its value. Started with
+// --typescript, each cell is first compiled by Debian's TypeScript compiler (types stripped, no
+// type check), so a TypeScript context keeps its state the same way.
 'use strict';
 const fs = require('fs');
 const vm = require('vm');
 const util = require('util');
 const readline = require('readline');
 
+const typescript = process.argv.includes('--typescript') ? require('typescript') : null;
 const reportFd = Number(process.env.AEGIS_CI_REPORT_FD);
 delete process.env.AEGIS_CI_REPORT_FD;
 
@@ -72,6 +75,11 @@ async function run(request) {
   let report;
   try {
     let code = esmToCjs(request.code);
+    if (typescript) {
+      code = typescript.transpileModule(code, { compilerOptions: {
+        target: typescript.ScriptTarget.ES2020, module: typescript.ModuleKind.None,
+        removeComments: false } }).outputText;
+    }
     let value;
     try {
       value = new vm.Script(code, { filename: 'cell.js' }).runInContext(context, { breakOnSigint: true });

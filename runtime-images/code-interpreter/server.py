@@ -41,8 +41,8 @@ class Registry:
         kind = ctx.LANGUAGES.get(language)
         if kind is None:
             raise LookupError(
-                f"language {language!r} is not offered here (python, javascript, bash); "
-                "Debian packages no R, Java or TypeScript kernel"
+                f"language {language!r} is not offered here (python, javascript, typescript, r, bash); "
+                "no Java: Debian packages no Java kernel"
             )
         if not os.path.isabs(cwd):
             raise ValueError(f"cwd {cwd!r} is not an absolute path")

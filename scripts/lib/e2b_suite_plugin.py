@@ -7,7 +7,7 @@ holds one entry a line, `<pytest node id> | <reason>`; `#` starts a comment. A n
 (`tests/sync/.../test_fork.py`). Excluded tests are deselected, never run; an entry that names
 no collected test is reported, so the list cannot go stale silently. At the end the plugin
 prints the SDK the tests ran against (E2B_SUITE_SDK_RAN, from scripts/e2b_suite.sh), passed,
-failed and excluded per reason, and the failures' ids.
+failed and excluded per reason and per directory, and the failures' ids.
 """
 
 import os
@@ -83,6 +83,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.write_line(f"excluded: {len(_excluded)}")
     for reason, n in Counter(reason for _, reason in _excluded).most_common():
         tr.write_line(f"  {n:3d}  {reason}")
+    # The same per directory of the suite (tests/sync, tests/charts, ...).
+    folder = lambda nodeid: nodeid.split("::", 1)[0].rsplit("/", 1)[0]
+    by_dir = {}
+    for key in ("passed", "failed", "error", "skipped"):
+        for report in stats.get(key, []):
+            if getattr(report, "when", "call") == "call" or key in ("failed", "error", "skipped"):
+                by_dir.setdefault(folder(report.nodeid), Counter())[key if key != "error" else "failed"] += 1
+    for nodeid, _ in _excluded:
+        by_dir.setdefault(folder(nodeid), Counter())["excluded"] += 1
+    for name in sorted(by_dir):
+        c = by_dir[name]
+        total = sum(c.values())
+        tr.write_line(
+            f"{name}: {c['passed']} passed / {total} ({c['failed']} failed, {c['skipped']} skipped, {c['excluded']} excluded)"
+        )
     for nodeid in failed_ids:
         tr.write_line(f"FAILED {nodeid}")
     for entry in getattr(config, "_e2b_suite_unused", []):

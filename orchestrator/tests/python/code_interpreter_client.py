@@ -104,6 +104,52 @@ def percentiles(samples):
     return {"p50_ms": round(pick(0.5) * 1000, 1), "p95_ms": round(pick(0.95) * 1000, 1), "n": len(samples)}
 
 
+CHART_CELLS = {
+    "line": "import matplotlib.pyplot as plt\n"
+    "plt.plot([0, 1, 2], [0, 1, 4], label='squares')\nplt.plot([0, 1, 2], [2, 2, 2], label='flat')\n"
+    "plt.xlabel('Time (s)')\nplt.ylabel('Height')\nplt.title('Two lines')\nplt.show()",
+    "bar": "import matplotlib.pyplot as plt\n"
+    "plt.bar(['a', 'b', 'c'], [3, 1, 2], label='counts')\nplt.title('Three bars')\nplt.show()",
+    "scatter": "import matplotlib.pyplot as plt\nplt.scatter([1, 2, 3, 4], [4, 3, 2, 1], label='dots')\nplt.show()",
+    "pie": "import matplotlib.pyplot as plt\nplt.pie([3, 1], labels=['big', 'small'])\nplt.title('Pie')\nplt.show()",
+    "box": "import matplotlib.pyplot as plt\nplt.boxplot([[1, 2, 3, 4, 5, 100]], labels=['one'])\nplt.show()",
+    "super": "import matplotlib.pyplot as plt\nfig, axs = plt.subplots(1, 2)\nfig.suptitle('Both')\n"
+    "axs[0].plot([1, 2])\naxs[1].bar(['x'], [1])\nplt.show()",
+    "unknown": "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+    "ax.add_artist(plt.Circle((0, 0), 1))\nplt.title('Circle')\nplt.show()",
+}
+
+
+def charts(sbx):
+    """The `chart` E2B's SDK parses from each kind of figure, reduced to what the test checks."""
+    out = {}
+    for kind, code in CHART_CELLS.items():
+        results = [r for r in sbx.run_code(code).results if r.chart is not None]
+        if not results:
+            out[kind] = None
+            continue
+        c = results[0].chart
+        seen = {"type": c.type.value, "title": c.title}
+        if kind in ("line", "scatter"):
+            seen["x_unit"] = c.x_unit
+            seen["elements"] = [[e.label, [list(p) for p in e.points]] for e in c.elements]
+        elif kind == "bar":
+            seen["elements"] = [[e.label, e.group, e.value] for e in c.elements]
+        elif kind == "pie":
+            seen["elements"] = [[e.label, e.angle] for e in c.elements]
+        elif kind == "box":
+            seen["elements"] = [
+                [e.label, e.min, e.first_quartile, e.median, e.third_quartile, e.max, e.outliers]
+                for e in c.elements
+            ]
+        elif kind == "super":
+            seen["elements"] = [e.type.value for e in c.elements]
+        else:
+            seen["elements"] = c.elements
+        out[kind] = seen
+    return out
+
+
 def sdk():
     """E2B's code-interpreter SDK (`e2b_code_interpreter`, unmodified) from outside, through the
     node's port route; PYTHONPATH names where it is installed (target/e2b-ci-sdk)."""
@@ -138,6 +184,11 @@ def sdk():
             on_error=lambda e: seen["error"].append(e.name),
         )
         report["callbacks"] = seen
+        report["charts"] = charts(sbx)
+        report["dataframe_data"] = df.results[0].data if df.results else None
+        report["ts"] = sbx.run_code("const n: number = 6 * 7; n", language="ts").text
+        r_out = sbx.run_code("x <- c(1, 2, 3)\nsum(x)", language="r")
+        report["r"] = [r_out.text, r_out.error.name if r_out.error else None]
         report["js"] = sbx.run_code("console.log('Hello, World!')", language="js").logs.stdout
         report["bash"] = sbx.run_code("echo $((6 * 7))", language="bash").logs.stdout
         try:

@@ -120,14 +120,60 @@ async fn the_code_interpreter_sdk_runs_code_unmodified() {
         json!({"stdout": ["out\n"], "stderr": ["err\n"], "result": ["7"], "error": []}),
         "{r}"
     );
+    // Each kind of matplotlib figure comes back with its `chart` data beside the PNG.
+    let c = &r["charts"];
+    assert_eq!(
+        c["line"],
+        json!({"type": "line", "title": "Two lines", "x_unit": "s", "elements": [
+            ["squares", [[0.0, 0.0], [1.0, 1.0], [2.0, 4.0]]],
+            ["flat", [[0.0, 2.0], [1.0, 2.0], [2.0, 2.0]]]]}),
+        "{r}"
+    );
+    assert_eq!(
+        c["bar"],
+        json!({"type": "bar", "title": "Three bars", "elements": [
+            ["a", "counts", 3.0], ["b", "counts", 1.0], ["c", "counts", 2.0]]}),
+        "{r}"
+    );
+    assert_eq!(
+        c["scatter"],
+        json!({"type": "scatter", "title": null, "x_unit": null, "elements": [
+            ["dots", [[1.0, 4.0], [2.0, 3.0], [3.0, 2.0], [4.0, 1.0]]]]}),
+        "{r}"
+    );
+    assert_eq!(
+        c["pie"],
+        json!({"type": "pie", "title": "Pie", "elements": [["big", 270.0], ["small", 90.0]]}),
+        "{r}"
+    );
+    // 100 is beyond Q3 + 1.5 IQR: an outlier, and the upper whisker stops at 5.
+    assert_eq!(
+        c["box"],
+        json!({"type": "box_and_whisker", "title": null, "elements": [
+            ["one", 1.0, 2.25, 3.5, 4.75, 5.0, [100.0]]]}),
+        "{r}"
+    );
+    assert_eq!(
+        c["super"],
+        json!({"type": "superchart", "title": "Both", "elements": ["line", "bar"]}),
+        "{r}"
+    );
+    assert_eq!(
+        c["unknown"],
+        json!({"type": "unknown", "title": "Circle", "elements": []}),
+        "{r}"
+    );
+    assert_eq!(r["dataframe_data"], json!({"a": {"0": 1, "1": 2}}), "{r}");
+    assert_eq!(r["ts"], "42", "{r}");
+    assert_eq!(r["r"], json!(["[1] 6", null]), "{r}");
     assert_eq!(r["js"], json!(["Hello, World!\n"]), "{r}");
     assert_eq!(r["bash"], json!(["42\n"]), "{r}");
     assert_eq!(r["timeout"], "TimeoutException", "{r}");
     assert_eq!(r["after_timeout"], "42", "{r}");
-    // The two made at start, and bash's default made by the bash run above.
+    // The two made at start, and the defaults made by the runs above.
     assert_eq!(
         r["contexts"],
-        json!(["bash", "javascript", "python"]),
+        json!(["bash", "javascript", "python", "r", "typescript"]),
         "{r}"
     );
     assert_eq!(r["restarted"], "1", "{r}");
