@@ -149,6 +149,14 @@ const SCHEMA_FILES: &[(&str, &str)] = &[
         include_str!("../../../../schemas/tools/proc.signal.json"),
     ),
     (
+        "code.run.json",
+        include_str!("../../../../schemas/tools/code.run.json"),
+    ),
+    (
+        "code.contexts.json",
+        include_str!("../../../../schemas/tools/code.contexts.json"),
+    ),
+    (
         "logs.read.json",
         include_str!("../../../../schemas/tools/logs.read.json"),
     ),

@@ -136,8 +136,16 @@ const READING_TOOLS: &[&str] = &[
     "env.get",
 ];
 
-/// Sandbox tools that touch no path (no root is derived for them).
-const PATHLESS_SANDBOX_TOOLS: &[&str] = &["proc.list", "proc.output", "proc.input", "proc.signal"];
+/// Sandbox tools that touch no path (no root is derived for them); `code.*` act on the sandbox's
+/// interpreter server only.
+const PATHLESS_SANDBOX_TOOLS: &[&str] = &[
+    "proc.list",
+    "proc.output",
+    "proc.input",
+    "proc.signal",
+    "code.run",
+    "code.contexts",
+];
 
 /// True for sandbox tools that take no path at all (`proc.list`, and the background process
 /// tools, which act only on processes of the caller's own sandbox).

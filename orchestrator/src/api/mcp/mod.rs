@@ -8,6 +8,7 @@
 //! (revisions up to 2025-11-25) live in rmcp's local session manager and end on DELETE or after
 //! `mcp.session_idle_secs`; the session-less revision (2026-07-28) is served too.
 
+mod images;
 mod sandboxes;
 mod server;
 

@@ -382,7 +382,7 @@ impl McpServer {
         };
         match invoked {
             Ok(outcome) => {
-                let mcp = outcome.into_mcp();
+                let mcp = super::images::with_images(&name, outcome.into_mcp());
                 if let Some(limit) = size_limit {
                     let size = tools::serialized_len(&mcp) as u64;
                     if size > limit {

@@ -5,6 +5,7 @@
 //! refuses a catalog entry without exactly one handler, so callers never see a tool that would
 //! fail with "not implemented".
 
+mod code;
 mod definitions;
 mod discovery;
 mod dispatch;
@@ -103,6 +104,7 @@ fn implemented() -> Vec<(&'static str, Handler)> {
     v.extend(execute::handlers());
     v.extend(web::handlers());
     v.extend(memory::handlers());
+    v.extend(code::handlers());
     v
 }
 

@@ -294,7 +294,7 @@ impl Job {
                 )
                 .await;
                 match &outcome.result {
-                    Ok(v) => v.to_string(),
+                    Ok(v) => for_the_model(tool, v),
                     Err(e) => format!("Tool `{tool}` failed ({}): {}", e.code, e.message),
                 }
             }
@@ -314,6 +314,24 @@ impl Job {
             }
         }
     }
+}
+
+/// A tool's result as the model reads it: its JSON, except that a `code.run` plot's image
+/// bytes (base64 a chat model cannot look at, and which would fill its context) are replaced
+/// by their size; the result stored and audited keeps them.
+fn for_the_model(tool: &str, result: &Value) -> String {
+    if tool != "code.run" {
+        return result.to_string();
+    }
+    let mut shown = result.clone();
+    for item in shown["results"].as_array_mut().into_iter().flatten() {
+        for format in ["png", "jpeg"] {
+            if let Some(data) = item.get(format).and_then(Value::as_str) {
+                item[format] = json!(format!("<{format} image, {} bytes of base64>", data.len()));
+            }
+        }
+    }
+    shown.to_string()
 }
 
 /// OpenAI function names allow no dots: `fs.read` is offered as `fs__read`.
