@@ -18,6 +18,7 @@ mod background;
 mod cli;
 mod cluster;
 mod code_interpreter;
+mod code_run;
 mod console;
 mod contracts;
 mod control_plane;

@@ -96,10 +96,13 @@ pub fn context_roots(context: &aegis_seal::context::SecurityContext) -> ContextR
         })
         .unwrap_or_default();
     for tool in &tools {
-        if !context.covers_tool(tool) || aegis_policy::is_pathless_sandbox_tool(tool) {
+        // The code tools touch no path themselves, but the interpreter they start runs in
+        // a root of their capability, as a command does (its working directory).
+        let code = tool.starts_with("code.");
+        if !context.covers_tool(tool) || (aegis_policy::is_pathless_sandbox_tool(tool) && !code) {
             continue;
         }
-        let into = if aegis_policy::is_reading_tool(tool) || tool == "cmd.run" {
+        let into = if aegis_policy::is_reading_tool(tool) || tool == "cmd.run" || code {
             &mut read
         } else {
             &mut write

@@ -64,6 +64,14 @@ impl AgentSandbox {
         }
     }
 
+    /// A sandbox `id` whose tool calls are made with `key` instead of the admin key.
+    pub fn with_key(app: &TestApp, id: &str, key: &str) -> AgentSandbox {
+        AgentSandbox {
+            key: key.to_owned(),
+            ..Self::of(app, id)
+        }
+    }
+
     /// One tool call in the sandbox: (HTTP status, body).
     pub async fn call(&self, name: &str, arguments: Value) -> (u16, Value) {
         let r = self

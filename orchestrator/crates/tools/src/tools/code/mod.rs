@@ -185,6 +185,23 @@ async fn start_and_wait(
         Health::Starting => None,
         Health::Down => {
             let line = runtime.start.as_deref().unwrap_or_default();
+            // It runs in a readable root: the workspace, else the first root the policy has.
+            let cwd = if policy.read_roots.iter().any(|r| r == dispatcher::WORKSPACE) {
+                None
+            } else {
+                let root = policy.read_roots.first().ok_or_else(|| {
+                    ToolError::new(
+                        "path_not_allowed",
+                        format!(
+                            "the policy of sandbox {sandbox} ({}) grants no readable root for the \
+                             interpreter to run in; a security context's code.run capability with \
+                             an empty path_allowlist grants none",
+                            policy.agent
+                        ),
+                    )
+                })?;
+                Some(root.clone())
+            };
             let argv: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
             // The kernels inherit the policy's environment (an agent's `spec.env`) and, in a
             // networked sandbox, its proxy.
@@ -206,7 +223,7 @@ async fn start_and_wait(
                     sandbox,
                     StartParams {
                         argv,
-                        cwd: None,
+                        cwd,
                         env,
                         tag: Some(SERVER_TAG.to_owned()),
                         stdin: false,

@@ -1,0 +1,341 @@
+//! `code.run` and `code.contexts` on our own doors (issue 46): the code interpreter of a
+//! `code-interpreter:1` sandbox, through the router. Over REST: state kept across calls, a
+//! matplotlib figure as a PNG result, an exception with its traceback, a timeout that
+//! interrupts while the context and its state survive, contexts made, used, listed and
+//! removed, a sandbox of another runtime told it has no interpreter. Over MCP (raw JSON-RPC on
+//! `/mcp`, under a key bound to a context that lists the tools): state across calls, a plot as
+//! MCP image content beside the text, a traceback. Attacks: a bound key whose security
+//! context does not list `code.run` is refused on REST and on MCP, each refusal an audit row;
+//! another key's sandbox is "not found".
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::common::sandbox::AgentSandbox as Sandbox;
+use crate::common::{self, test_config, TestApp, TestDb};
+
+/// The image the code interpreter runtime runs (built by runtime-images/build.sh).
+const IMAGE: &str = "aegis-runtime/code-interpreter:1";
+
+fn image_present() {
+    let present = std::process::Command::new("docker")
+        .args(["image", "inspect", IMAGE])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        present,
+        "image {IMAGE} is missing: run runtime-images/build.sh --only code-interpreter"
+    );
+}
+
+/// A runtime sandbox made by `key` over REST; its id.
+async fn runtime_sandbox(app: &TestApp, key: &str, runtime: &str) -> String {
+    let r = app
+        .with_key(Method::POST, "/v1/sandboxes", key)
+        .json(&json!({"runtime": runtime}))
+        .send()
+        .await
+        .expect("request sent");
+    let status = r.status();
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(status, 201, "{body}");
+    body["sandbox_id"].as_str().expect("sandbox_id").to_owned()
+}
+
+/// `code.run` of `code` in the sandbox, which must succeed as a call; its result.
+async fn run(sb: &Sandbox, code: &str) -> Value {
+    sb.ok("code.run", json!({"code": code})).await
+}
+
+/// The text of the main result of a `code.run` result.
+fn main_text(out: &Value) -> Value {
+    out["results"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["is_main_result"] == true))
+        .map(|r| r["text"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_timeout() {
+    image_present();
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("code-user", "operator").await;
+    let id = runtime_sandbox(&app, &key, "code-interpreter").await;
+    let sb = Sandbox::with_key(&app, &id, &key);
+
+    // The first call starts the server; state stays for the next.
+    let first = run(&sb, "x = 41\nprint('set')").await;
+    assert_eq!(first["server_started"], true, "{first}");
+    assert_eq!(first["stdout"], "set\n", "{first}");
+    assert_eq!(first["error"], Value::Null, "{first}");
+    let second = run(&sb, "x + 1").await;
+    assert_eq!(second["server_started"], false, "{second}");
+    assert_eq!(main_text(&second), "42", "{second}");
+    assert!(
+        second["execution_count"].as_i64() > first["execution_count"].as_i64(),
+        "{first} {second}"
+    );
+
+    // A figure without plt.show() is a PNG result (base64 of the PNG signature).
+    let plot = run(
+        &sb,
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares')",
+    )
+    .await;
+    let pngs: Vec<&str> = plot["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|r| r["png"].as_str())
+        .collect();
+    assert_eq!(pngs.len(), 1, "{plot}");
+    assert!(pngs[0].starts_with("iVBORw0KGgo"), "a PNG: {}", &pngs[0][..16]);
+    assert_eq!(plot["truncated"], false);
+
+    // An exception: its name, value and traceback naming the frame.
+    let failed = run(&sb, "def f():\n    raise ValueError('boom')\nf()").await;
+    assert_eq!(failed["error"]["name"], "ValueError", "{failed}");
+    assert_eq!(failed["error"]["value"], "boom", "{failed}");
+    let traceback = failed["error"]["traceback"].as_str().expect("traceback");
+    assert!(traceback.contains("f()") && traceback.contains("ValueError"), "{traceback}");
+
+    // A timeout interrupts the execution; the context and what it set survive.
+    let slow = sb
+        .ok(
+            "code.run",
+            json!({"code": "import time\ny = 7\ntime.sleep(120)", "timeout_secs": 2}),
+        )
+        .await;
+    assert_eq!(slow["timed_out"], true, "{slow}");
+    assert_eq!(slow["error"]["name"], "TimeoutError", "{slow}");
+    let started = std::time::Instant::now();
+    let after = run(&sb, "x + y").await;
+    assert_eq!(main_text(&after), "48", "{after}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "the sleep was interrupted, not waited out: {:?}",
+        started.elapsed()
+    );
+
+    // env_vars for one execution only.
+    let env = sb
+        .ok(
+            "code.run",
+            json!({"code": "import os\nprint(os.environ.get('GREETING'))", "env_vars": {"GREETING": "hi"}}),
+        )
+        .await;
+    assert_eq!(env["stdout"], "hi\n", "{env}");
+    let unset = run(&sb, "import os\nprint(os.environ.get('GREETING'))").await;
+    assert_eq!(unset["stdout"], "None\n", "{unset}");
+
+    // Contexts: a JavaScript one, apart from the default Python one; listed, then removed.
+    let made = sb
+        .ok("code.contexts", json!({"action": "create", "language": "javascript"}))
+        .await;
+    let ctx = made["context"]["id"].as_str().expect("context id").to_owned();
+    assert_eq!(made["context"]["language"], "javascript", "{made}");
+    let js = sb
+        .ok("code.run", json!({"code": "let a = 6; a * 7", "context_id": ctx}))
+        .await;
+    assert_eq!(main_text(&js), "42", "{js}");
+    let listed = sb.ok("code.contexts", json!({"action": "list"})).await;
+    let ids: Vec<&str> = listed["contexts"]
+        .as_array()
+        .expect("contexts")
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert!(ids.contains(&ctx.as_str()), "{listed}");
+    sb.ok("code.contexts", json!({"action": "remove", "context_id": ctx}))
+        .await;
+    sb.tool_error("code.run", json!({"code": "1", "context_id": ctx}), "not_found")
+        .await;
+    sb.tool_error(
+        "code.run",
+        json!({"code": "1", "context_id": "abc", "language": "python"}),
+        "invalid_arguments",
+    )
+    .await;
+    // The schema refuses what no interpreter offers, before anything runs.
+    sb.refused(
+        "code.run",
+        json!({"code": "1", "language": "r"}),
+        422,
+        "invalid_arguments",
+    )
+    .await;
+
+    // Audited: every call an intent and a completion with the result's digest.
+    let rows: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT outcome, result_digest FROM audit_log WHERE action = 'code.run' AND outcome = 'ok'",
+    )
+    .fetch_all(&app.state.pool)
+    .await
+    .expect("audit rows");
+    assert!(rows.len() >= 7, "{rows:?}");
+    assert!(rows.iter().all(|(_, digest)| digest.is_some()), "{rows:?}");
+
+    // Another key's sandbox is not found for this key.
+    let other = app.create_key("code-other", "operator").await;
+    let theirs = Sandbox::with_key(&app, &id, &other);
+    let (status, out) = theirs.call("code.run", json!({"code": "x"})).await;
+    assert_eq!(status, 404, "{out}");
+}
+
+#[tokio::test]
+async fn a_sandbox_without_the_interpreter_is_told_so() {
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("code-shell", "operator").await;
+    let id = runtime_sandbox(&app, &key, "shell").await;
+    let sb = Sandbox::with_key(&app, &id, &key);
+    let out = sb
+        .tool_error("code.run", json!({"code": "1+1"}), "no_interpreter")
+        .await;
+    let message = out["structuredContent"]["error"]["message"]
+        .as_str()
+        .expect("message");
+    assert!(message.contains("code-interpreter"), "{message}");
+}
+
+/// A node with two contexts: `with` lists the code tools, `without` only cmd.run.
+async fn app_with_contexts(with: &str, without: &str) -> (TestApp, TestDb) {
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    let runtime = json!({"language": "code-interpreter", "version": "1"});
+    config.seal.security_contexts = vec![
+        json!({"name": with, "description": "may run code",
+            "runtime": runtime,
+            "capabilities": [{"tool_pattern": "code.*"}],
+            "attestation": {"allow_unverified": true}}),
+        json!({"name": without, "description": "may not run code",
+            "runtime": runtime,
+            "capabilities": [{"tool_pattern": "cmd.run", "command_allowlist": ["echo"]}],
+            "attestation": {"allow_unverified": true}}),
+    ];
+    (TestApp::spawn_with(config).await, db)
+}
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    )
+}
+
+#[tokio::test]
+async fn code_run_over_mcp_keeps_state_and_returns_plots_as_image_content() {
+    image_present();
+    let (with, without) = (unique("code-mcp"), unique("code-none"));
+    let (app, _db) = app_with_contexts(&with, &without).await;
+    let (key, _) = app.create_bound_key("mcp-coder", "readonly", &with).await;
+    let session = common::mcp::open_session(&app, &key).await;
+    let call = |code: &str| {
+        common::mcp::call_tool(&app, &key, &session, "code.run", json!({"code": code}))
+    };
+
+    let set = call("x = 5").await;
+    assert_eq!(set["isError"], false, "{set}");
+    let read = call("x * 2").await;
+    assert_eq!(read["isError"], false, "{read}");
+    assert_eq!(main_text(&read["structuredContent"]), "10", "{read}");
+    let text = read["content"][0]["text"].as_str().expect("text");
+    assert!(text.contains("10"), "{text}");
+
+    let plot = call("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])").await;
+    let images: Vec<&Value> = plot["content"]
+        .as_array()
+        .expect("content")
+        .iter()
+        .filter(|c| c["type"] == "image")
+        .collect();
+    assert_eq!(images.len(), 1, "{plot}");
+    assert_eq!(images[0]["mimeType"], "image/png");
+    assert!(
+        images[0]["data"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("iVBORw0KGgo")),
+        "a base64 PNG"
+    );
+    assert_eq!(plot["content"][0]["type"], "text", "{plot}");
+
+    let failed = call("1/0").await;
+    assert_eq!(failed["isError"], false, "an exception is a result: {failed}");
+    assert_eq!(
+        failed["structuredContent"]["error"]["name"], "ZeroDivisionError",
+        "{failed}"
+    );
+    let text = failed["content"][0]["text"].as_str().expect("text");
+    assert!(text.contains("ZeroDivisionError") && text.contains("1/0"), "{text}");
+}
+
+#[tokio::test]
+async fn a_bound_key_whose_context_does_not_list_code_run_is_refused_and_audited() {
+    let (with, without) = (unique("code-yes"), unique("code-no"));
+    let (app, _db) = app_with_contexts(&with, &without).await;
+    let (key, _) = app.create_bound_key("no-coder", "operator", &without).await;
+
+    // REST: refused before any sandbox is looked at, whatever sandbox the call names.
+    for sandbox in [None, Some(uuid::Uuid::new_v4().to_string())] {
+        let r = app
+            .with_key(Method::POST, "/v1/tools/call", &key)
+            .json(&json!({"name": "code.run", "arguments": {"code": "import os; os.system('id')"},
+                "sandbox_id": sandbox}))
+            .send()
+            .await
+            .expect("request sent");
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.expect("json");
+        assert_eq!(status, 403, "{body}");
+    }
+    // MCP: not offered, and refused when called anyway.
+    let session = common::mcp::open_session(&app, &key).await;
+    let (_, _, listed) = common::mcp::request(
+        &app,
+        Method::POST,
+        &key,
+        Some(&session),
+        Some(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})),
+    )
+    .await;
+    let names: Vec<String> = listed.expect("a listing")["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with("code.")), "{names:?}");
+    let refused = common::mcp::call_tool(
+        &app,
+        &key,
+        &session,
+        "code.run",
+        json!({"code": "print(1)"}),
+    )
+    .await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    for tool in ["code.run", "code.contexts"] {
+        let refused = common::mcp::call_tool(&app, &key, &session, tool, json!({"action": "list", "code": "1"}))
+            .await;
+        assert_eq!(refused["isError"], true, "{tool}: {refused}");
+    }
+
+    // Every refusal left a denied row of the key.
+    let denied: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'denied'",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .expect("count");
+    assert!(denied >= 4, "denied code.run rows: {denied}");
+    // Nothing ran: no sandbox for this context's key was even made for code.run.
+    let ran: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'ok'",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .expect("count");
+    assert_eq!(ran, 0);
+}
