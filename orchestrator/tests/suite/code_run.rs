@@ -91,7 +91,11 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
         .filter_map(|r| r["png"].as_str())
         .collect();
     assert_eq!(pngs.len(), 1, "{plot}");
-    assert!(pngs[0].starts_with("iVBORw0KGgo"), "a PNG: {}", &pngs[0][..16]);
+    assert!(
+        pngs[0].starts_with("iVBORw0KGgo"),
+        "a PNG: {}",
+        &pngs[0][..16]
+    );
     assert_eq!(plot["truncated"], false);
 
     // An exception: its name, value and traceback naming the frame.
@@ -99,7 +103,10 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
     assert_eq!(failed["error"]["name"], "ValueError", "{failed}");
     assert_eq!(failed["error"]["value"], "boom", "{failed}");
     let traceback = failed["error"]["traceback"].as_str().expect("traceback");
-    assert!(traceback.contains("f()") && traceback.contains("ValueError"), "{traceback}");
+    assert!(
+        traceback.contains("f()") && traceback.contains("ValueError"),
+        "{traceback}"
+    );
 
     // A timeout interrupts the execution; the context and what it set survive.
     let slow = sb
@@ -132,12 +139,21 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
 
     // Contexts: a JavaScript one, apart from the default Python one; listed, then removed.
     let made = sb
-        .ok("code.contexts", json!({"action": "create", "language": "javascript"}))
+        .ok(
+            "code.contexts",
+            json!({"action": "create", "language": "javascript"}),
+        )
         .await;
-    let ctx = made["context"]["id"].as_str().expect("context id").to_owned();
+    let ctx = made["context"]["id"]
+        .as_str()
+        .expect("context id")
+        .to_owned();
     assert_eq!(made["context"]["language"], "javascript", "{made}");
     let js = sb
-        .ok("code.run", json!({"code": "let a = 6; a * 7", "context_id": ctx}))
+        .ok(
+            "code.run",
+            json!({"code": "let a = 6; a * 7", "context_id": ctx}),
+        )
         .await;
     assert_eq!(main_text(&js), "42", "{js}");
     let listed = sb.ok("code.contexts", json!({"action": "list"})).await;
@@ -148,10 +164,17 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
         .filter_map(|c| c["id"].as_str())
         .collect();
     assert!(ids.contains(&ctx.as_str()), "{listed}");
-    sb.ok("code.contexts", json!({"action": "remove", "context_id": ctx}))
-        .await;
-    sb.tool_error("code.run", json!({"code": "1", "context_id": ctx}), "not_found")
-        .await;
+    sb.ok(
+        "code.contexts",
+        json!({"action": "remove", "context_id": ctx}),
+    )
+    .await;
+    sb.tool_error(
+        "code.run",
+        json!({"code": "1", "context_id": ctx}),
+        "not_found",
+    )
+    .await;
     sb.tool_error(
         "code.run",
         json!({"code": "1", "context_id": "abc", "language": "python"}),
@@ -225,6 +248,34 @@ fn unique(prefix: &str) -> String {
     )
 }
 
+/// A `tools/call` of `code.run` on an MCP session, waiting up to three minutes.
+async fn first_call(app: &TestApp, key: &str, session: &str, arguments: Value) -> Value {
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(180))
+        .build()
+        .expect("client");
+    let text = client
+        .post(format!("{}/mcp", app.http_base))
+        .bearer_auth(key)
+        .header("Accept", "application/json, text/event-stream")
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .header("Mcp-Session-Id", session)
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "code.run", "arguments": arguments}}))
+        .send()
+        .await
+        .expect("request sent")
+        .text()
+        .await
+        .expect("an answer");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|v| v.get("id").is_some())
+        .unwrap_or_else(|| panic!("no JSON-RPC answer in {text}"))["result"]
+        .clone()
+}
+
 #[tokio::test]
 async fn code_run_over_mcp_keeps_state_and_returns_plots_as_image_content() {
     image_present();
@@ -236,8 +287,11 @@ async fn code_run_over_mcp_keeps_state_and_returns_plots_as_image_content() {
         common::mcp::call_tool(&app, &key, &session, "code.run", json!({"code": code}))
     };
 
-    let set = call("x = 5").await;
+    // The first call makes the session's sandbox and starts its interpreter (seconds; more on
+    // a loaded machine than the harness client's 30 s allow): sent with a longer wait.
+    let set = first_call(&app, &key, &session, json!({"code": "x = 5"})).await;
     assert_eq!(set["isError"], false, "{set}");
+    assert_eq!(set["structuredContent"]["server_started"], true, "{set}");
     let read = call("x * 2").await;
     assert_eq!(read["isError"], false, "{read}");
     assert_eq!(main_text(&read["structuredContent"]), "10", "{read}");
@@ -262,13 +316,19 @@ async fn code_run_over_mcp_keeps_state_and_returns_plots_as_image_content() {
     assert_eq!(plot["content"][0]["type"], "text", "{plot}");
 
     let failed = call("1/0").await;
-    assert_eq!(failed["isError"], false, "an exception is a result: {failed}");
+    assert_eq!(
+        failed["isError"], false,
+        "an exception is a result: {failed}"
+    );
     assert_eq!(
         failed["structuredContent"]["error"]["name"], "ZeroDivisionError",
         "{failed}"
     );
     let text = failed["content"][0]["text"].as_str().expect("text");
-    assert!(text.contains("ZeroDivisionError") && text.contains("1/0"), "{text}");
+    assert!(
+        text.contains("ZeroDivisionError") && text.contains("1/0"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -281,8 +341,10 @@ async fn a_bound_key_whose_context_does_not_list_code_run_is_refused_and_audited
     for sandbox in [None, Some(uuid::Uuid::new_v4().to_string())] {
         let r = app
             .with_key(Method::POST, "/v1/tools/call", &key)
-            .json(&json!({"name": "code.run", "arguments": {"code": "import os; os.system('id')"},
-                "sandbox_id": sandbox}))
+            .json(
+                &json!({"name": "code.run", "arguments": {"code": "import os; os.system('id')"},
+                "sandbox_id": sandbox}),
+            )
             .send()
             .await
             .expect("request sent");
@@ -317,8 +379,14 @@ async fn a_bound_key_whose_context_does_not_list_code_run_is_refused_and_audited
     .await;
     assert_eq!(refused["isError"], true, "{refused}");
     for tool in ["code.run", "code.contexts"] {
-        let refused = common::mcp::call_tool(&app, &key, &session, tool, json!({"action": "list", "code": "1"}))
-            .await;
+        let refused = common::mcp::call_tool(
+            &app,
+            &key,
+            &session,
+            tool,
+            json!({"action": "list", "code": "1"}),
+        )
+        .await;
         assert_eq!(refused["isError"], true, "{tool}: {refused}");
     }
 

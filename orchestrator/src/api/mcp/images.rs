@@ -95,9 +95,15 @@ mod tests {
         let out = with_images("code.run", mcp);
         let content = out["content"].as_array().expect("content");
         assert_eq!(content.len(), 2);
-        assert_eq!(content[1], json!({"type": "image", "data": "iVBORw0K", "mimeType": "image/png"}));
+        assert_eq!(
+            content[1],
+            json!({"type": "image", "data": "iVBORw0K", "mimeType": "image/png"})
+        );
         let text = content[0]["text"].as_str().expect("text");
-        assert!(text.contains("[stdout]\nhi\n") && text.contains("<Figure> (png image attached)"), "{text}");
+        assert!(
+            text.contains("[stdout]\nhi\n") && text.contains("<Figure> (png image attached)"),
+            "{text}"
+        );
         assert!(text.contains("[result]\n2\n"), "{text}");
     }
 

@@ -35,9 +35,6 @@ pub async fn request(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let text = response.text().await.unwrap_or_default();
-    if std::env::var_os("MCP_DEBUG").is_some() {
-        eprintln!("MCP answer: {}", &text[..text.len().min(3000)]);
-    }
     let answer = serde_json::from_str::<Value>(&text).ok().or_else(|| {
         text.lines()
             .filter_map(|l| l.strip_prefix("data:"))

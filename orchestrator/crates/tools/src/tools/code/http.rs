@@ -203,7 +203,9 @@ impl Exchange {
             if !self.fill().await? {
                 self.decode()?;
                 if self.framing != Framing::Close && !self.whole() {
-                    return Err(HttpError::Ended("before the answer's body was whole".to_owned()));
+                    return Err(HttpError::Ended(
+                        "before the answer's body was whole".to_owned(),
+                    ));
                 }
                 if self.body.is_empty() {
                     return Ok(None);
@@ -223,7 +225,9 @@ impl Exchange {
             if !self.fill().await? {
                 self.decode()?;
                 if self.framing != Framing::Close && !self.whole() {
-                    return Err(HttpError::Ended("before the answer's body was whole".to_owned()));
+                    return Err(HttpError::Ended(
+                        "before the answer's body was whole".to_owned(),
+                    ));
                 }
                 return Ok(self.body);
             }
@@ -274,8 +278,9 @@ fn decode_chunks_into(
                 };
                 let line = String::from_utf8_lossy(&raw[..end]).into_owned();
                 let hex = line.split(';').next().unwrap_or("").trim();
-                let size = u64::from_str_radix(hex, 16)
-                    .map_err(|_| HttpError::Protocol(format!("a chunk size line reads {line:?}")))?;
+                let size = u64::from_str_radix(hex, 16).map_err(|_| {
+                    HttpError::Protocol(format!("a chunk size line reads {line:?}"))
+                })?;
                 raw.drain(..end + 2);
                 *chunk = if size == 0 {
                     Chunk::Done
@@ -367,6 +372,9 @@ mod tests {
         let text = String::from_utf8(bytes).expect("text");
         assert!(text.starts_with("POST /execute HTTP/1.1\r\n"), "{text}");
         assert!(text.contains("Connection: close\r\n"), "{text}");
-        assert!(text.ends_with("Content-Length: 12\r\n\r\n{\"code\":\"1\"}"), "{text}");
+        assert!(
+            text.ends_with("Content-Length: 12\r\n\r\n{\"code\":\"1\"}"),
+            "{text}"
+        );
     }
 }

@@ -30,7 +30,6 @@ use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use http::{Exchange, HttpError};
 use output::Collected;
 
-
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![("code.run", code_run), ("code.contexts", code_contexts)]
 }
@@ -69,7 +68,10 @@ struct Interpreter {
 }
 
 /// The sandbox's runtime, when it is the code interpreter; else a clear error naming it.
-async fn runtime_of(ctx: &ToolContext<'_>, sandbox: SandboxId) -> Result<&'static Runtime, ToolError> {
+async fn runtime_of(
+    ctx: &ToolContext<'_>,
+    sandbox: SandboxId,
+) -> Result<&'static Runtime, ToolError> {
     let info = dispatcher_of(ctx)?
         .get(sandbox)
         .await
@@ -239,7 +241,10 @@ async fn start_and_wait(
                     let e = refused(e);
                     ToolError::new(
                         e.code,
-                        format!("the code interpreter server (`{line}`) could not start: {}", e.message),
+                        format!(
+                            "the code interpreter server (`{line}`) could not start: {}",
+                            e.message
+                        ),
                     )
                 })?;
             Some(handle)
@@ -305,7 +310,10 @@ fn refusal(status: u16, body: &[u8]) -> ToolError {
         429 => "limit_reached",
         _ => "interpreter_error",
     };
-    ToolError::new(code, format!("the code interpreter answered {status}: {text}"))
+    ToolError::new(
+        code,
+        format!("the code interpreter answered {status}: {text}"),
+    )
 }
 
 /// One request to the server whose whole answer is read; its JSON (or null when empty).
@@ -363,7 +371,8 @@ fn code_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             .unwrap_or(DEFAULT_TIMEOUT_SECS)
             .min(policy.cmd_timeout_secs)
             .max(1);
-        let cap = usize::try_from(STREAM_CAP_BYTES.min(policy.max_output_bytes)).unwrap_or(usize::MAX);
+        let cap =
+            usize::try_from(STREAM_CAP_BYTES.min(policy.max_output_bytes)).unwrap_or(usize::MAX);
         let language = match &a.context_id {
             Some(_) => None,
             None => Some(a.language.unwrap_or_else(|| "python".to_owned())),
@@ -376,9 +385,10 @@ fn code_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             (None, None) => {}
         }
         let connection = connect(ctx, at.sandbox).await?;
-        let mut exchange = Exchange::send(connection, "POST", "/execute", Some(&body), EXECUTE_BYTES)
-            .await
-            .map_err(exchange_error)?;
+        let mut exchange =
+            Exchange::send(connection, "POST", "/execute", Some(&body), EXECUTE_BYTES)
+                .await
+                .map_err(exchange_error)?;
         if exchange.status != 200 {
             let status = exchange.status;
             let bytes = exchange.body().await.map_err(exchange_error)?;
@@ -432,7 +442,8 @@ fn code_contexts<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 json!({"action": "list", "contexts": listed})
             }
             "create" => {
-                let mut body = json!({"language": a.language.unwrap_or_else(|| "python".to_owned())});
+                let mut body =
+                    json!({"language": a.language.unwrap_or_else(|| "python".to_owned())});
                 if let Some(cwd) = a.cwd {
                     body["cwd"] = json!(cwd);
                 }

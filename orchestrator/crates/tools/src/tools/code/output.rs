@@ -143,7 +143,12 @@ impl Collected {
     }
 
     /// The tool's output. `timed_out`: the call passed its timeout after `secs` seconds.
-    pub fn finish(mut self, timed_out: Option<u64>, context_id: Option<&str>, language: Option<&str>) -> Value {
+    pub fn finish(
+        mut self,
+        timed_out: Option<u64>,
+        context_id: Option<&str>,
+        language: Option<&str>,
+    ) -> Value {
         if let Some(secs) = timed_out {
             self.error = Some(json!({
                 "name": "TimeoutError",
@@ -214,8 +219,14 @@ mod tests {
         );
         assert_eq!(out["stdout"], "a\n");
         assert_eq!(out["stderr"], "b\n");
-        assert_eq!(out["results"], json!([{"text": "2", "is_main_result": true}]));
-        assert_eq!(out["error"], json!({"name": "ValueError", "value": "boom", "traceback": "l1\nl2"}));
+        assert_eq!(
+            out["results"],
+            json!([{"text": "2", "is_main_result": true}])
+        );
+        assert_eq!(
+            out["error"],
+            json!({"name": "ValueError", "value": "boom", "traceback": "l1\nl2"})
+        );
         assert_eq!(out["execution_count"], 3);
         assert_eq!(out["truncated"], false);
         assert!(out.get("notice").is_none());
@@ -229,20 +240,35 @@ mod tests {
         }
         lines.push(json!({"type": "end_of_execution"}));
         let out = collect(5, &lines);
-        assert_eq!(out["stdout"], "éé", "cut at a character boundary within 5 bytes");
+        assert_eq!(
+            out["stdout"], "éé",
+            "cut at a character boundary within 5 bytes"
+        );
         assert_eq!(out["truncated"], true);
         let results = out["results"].as_array().expect("results");
-        assert_eq!(results.len(), MAX_IMAGES + 2, "the text of a dropped image stays");
-        assert_eq!(results.iter().filter(|r| r.get("png").is_some()).count(), MAX_IMAGES);
+        assert_eq!(
+            results.len(),
+            MAX_IMAGES + 2,
+            "the text of a dropped image stays"
+        );
+        assert_eq!(
+            results.iter().filter(|r| r.get("png").is_some()).count(),
+            MAX_IMAGES
+        );
         let notice = out["notice"].as_str().expect("notice");
-        assert!(notice.contains("stdout beyond 5 bytes") && notice.contains("images beyond"), "{notice}");
+        assert!(
+            notice.contains("stdout beyond 5 bytes") && notice.contains("images beyond"),
+            "{notice}"
+        );
     }
 
     #[test]
     fn the_servers_own_cut_is_flagged_and_a_missing_end_is_an_error() {
         let out = collect(
             1024,
-            &[json!({"type": "stderr", "text": "[code interpreter] output beyond 8388608 bytes was dropped\n"})],
+            &[
+                json!({"type": "stderr", "text": "[code interpreter] output beyond 8388608 bytes was dropped\n"}),
+            ],
         );
         assert_eq!(out["truncated"], true);
         assert_eq!(out["error"]["name"], "ExecutionEnded");
