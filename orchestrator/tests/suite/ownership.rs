@@ -333,6 +333,11 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
                 ("proc.list", json!({})),
                 ("proc.output", json!({"pid": 1})),
                 ("proc.signal", json!({"pid": 1, "signal": "kill"})),
+                (
+                    "code.run",
+                    json!({"code": format!("open('{secret}').read()")}),
+                ),
+                ("code.contexts", json!({"action": "list"})),
             ];
             for (tool, arguments) in attempts {
                 let (status, body) = rest_call(&app, key, &v.id, tool, arguments).await;
