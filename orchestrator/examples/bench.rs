@@ -86,26 +86,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    // On a worker thread, like a request handler: the future `main` blocks on runs on its own
-    // thread, and every wake-up from the runtime's workers would cross threads and add latency.
-    match tokio::spawn(run(args)).await {
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(e)) => {
-            eprintln!("[bench] ERROR: {e:#}");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("[bench] ERROR: the benchmark task failed: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    entry::run("bench", run(Args::parse())).await
 }
 
 fn say(msg: impl std::fmt::Display) {
@@ -961,6 +942,8 @@ impl Report {
 
 #[path = "support/bench_node.rs"]
 mod bench_node;
+#[path = "support/entry.rs"]
+mod entry;
 #[path = "support/interrupt.rs"]
 mod interrupt;
 #[path = "support/raw_docker.rs"]

@@ -29,6 +29,8 @@ use serde_json::{json, Value};
 
 #[path = "support/bench_node.rs"]
 mod bench_node;
+#[path = "support/entry.rs"]
+mod entry;
 #[path = "support/interrupt.rs"]
 mod interrupt;
 
@@ -60,24 +62,7 @@ fn say(msg: impl std::fmt::Display) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    match tokio::spawn(run(args)).await {
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(e)) => {
-            eprintln!("[isolation-bench] ERROR: {e:#}");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("[isolation-bench] ERROR: the benchmark task failed: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    entry::run("isolation-bench", run(Args::parse())).await
 }
 
 /// What one class measured: milliseconds per call of each row, and the host's bytes per
