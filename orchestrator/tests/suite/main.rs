@@ -47,6 +47,7 @@ mod openapi_complete;
 mod ops;
 mod ownership;
 mod policy_properties;
+mod previews;
 mod process_tools;
 mod properties;
 mod readme;

@@ -18,4 +18,5 @@ pub mod group_commit;
 pub mod mcp_sessions;
 pub mod memory;
 pub mod node_instances;
+pub mod previews;
 pub mod registry;

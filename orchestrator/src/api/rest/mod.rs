@@ -16,6 +16,7 @@ mod health;
 mod memories;
 mod metrics;
 mod openapi;
+mod previews;
 mod sandboxes;
 mod schemas;
 mod seal;
@@ -133,6 +134,14 @@ pub fn routes(state: &AppState) -> Router<AppState> {
             post(sandboxes::create).get(sandboxes::list),
         )
         .route("/v1/sandboxes/{id}", delete(sandboxes::destroy))
+        .route(
+            "/v1/sandboxes/{id}/previews",
+            post(previews::create).get(previews::list),
+        )
+        .route(
+            "/v1/sandboxes/{id}/previews/{preview_id}",
+            delete(previews::revoke),
+        )
         .route("/v1/approvals", get(approvals::list))
         .route("/v1/approvals/{id}", get(approvals::get))
         .route("/v1/approvals/{id}/approve", post(approvals::approve))

@@ -6,7 +6,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::{
     api_keys, approvals, audit, definitions, error, executions, health, memories, metrics,
-    sandboxes, schemas, seal, tools, workflow_executions,
+    previews, sandboxes, schemas, seal, tools, workflow_executions,
 };
 
 struct BearerKey;
@@ -39,6 +39,7 @@ impl Modify for BearerKey {
         schemas::get, tools::list, tools::call, audit::list, audit::head, audit::verify,
         api_keys::create, api_keys::list, api_keys::revoke,
         sandboxes::create, sandboxes::list, sandboxes::destroy,
+        previews::create, previews::list, previews::revoke,
         seal::attest, seal::invoke, seal::tools, seal::list_sessions, seal::get_session,
         seal::revoke_session, seal::list_contexts, seal::get_context, seal::put_context,
         seal::delete_context, seal::issue_token, seal::list_tokens,

@@ -213,16 +213,38 @@ pub(crate) async fn owner(
             "the API key that created this sandbox was revoked or has expired",
         ));
     }
-    let role: Role = row
-        .key_role
-        .parse()
-        .map_err(|_| refuse(Code::Unauthenticated, "the owner key has an unknown role"))?;
-    let mut caller = Caller::operator(row.key_id, &row.key_name, role);
-    if let Some(name) = &row.key_context {
+    key_caller(
+        state,
+        row.key_id,
+        &row.key_name,
+        &row.key_role,
+        row.key_context.as_deref(),
+    )
+    .await
+    .map_err(|(code, message)| refuse(code, message))
+}
+
+/// An API key as a caller, with its security context when bound (as `auth::authenticate`
+/// makes it from the key itself): the owner of an E2B sandbox, the maker of a preview URL.
+pub(crate) async fn key_caller(
+    state: &AppState,
+    key_id: uuid::Uuid,
+    key_name: &str,
+    key_role: &str,
+    key_context: Option<&str>,
+) -> Result<Caller, (Code, String)> {
+    let role: Role = key_role.parse().map_err(|_| {
+        (
+            Code::Unauthenticated,
+            "the owner key has an unknown role".to_owned(),
+        )
+    })?;
+    let mut caller = Caller::operator(key_id, key_name, role);
+    if let Some(name) = key_context {
         let context = aegis_store::contexts::get(&state.pool, &caller.tenant, name)
             .await
             .map_err(|e| {
-                refuse(
+                (
                     Code::Unavailable,
                     format!("the owner key's security context `{name}` is unusable: {e}"),
                 )
@@ -231,7 +253,7 @@ pub(crate) async fn owner(
         caller.seal = Some(aegis_core::caller::SealScope {
             context: std::sync::Arc::new(context),
             limiter: state.api_keys.limiter(),
-            session_key: format!("key:{}", row.key_id),
+            session_key: format!("key:{key_id}"),
             ceilings: Vec::new(),
         });
     }

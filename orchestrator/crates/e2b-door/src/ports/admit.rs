@@ -6,6 +6,11 @@
 //! as the owner key, with the sandbox; a request with a missing or wrong token is counted in
 //! metrics and told nothing more, but leaves no row (anyone can send one: rows would let an
 //! anonymous client flood the owner's chain).
+//!
+//! A sandbox made through our own doors (REST, agents, SEAL) has no E2B row: its ports open
+//! only with a preview secret ([`admit_preview`], `aegis_store::previews`), decided and audited
+//! the same way as the key that made the preview. A missing, unknown, expired or revoked secret,
+//! or one for another sandbox or port, is likewise counted and not a row.
 
 use std::time::Instant;
 
@@ -15,7 +20,7 @@ use aegis_tools::state::AppState;
 use serde_json::json;
 
 use super::address::PortAddress;
-use crate::envd::{owner, same_secret, SANDBOX_NOT_FOUND};
+use crate::envd::{key_caller, owner, same_secret, SANDBOX_NOT_FOUND};
 use crate::store;
 
 /// The name the policy and the audit rows give a connection to a sandbox port.
@@ -34,6 +39,18 @@ pub struct Admitted {
     pub caller: Caller,
     /// The private sandbox's token, which every request on the connection must carry.
     pub token: Option<String>,
+    /// The preview that admitted it: every request on the connection must carry its secret,
+    /// and it must still be live.
+    pub preview: Option<Held>,
+}
+
+/// The preview a connection was admitted under.
+#[derive(Clone)]
+pub struct Held {
+    /// The preview's id (its liveness is asked again per request).
+    pub id: uuid::Uuid,
+    /// The SHA-256 of its secret.
+    pub digest: Vec<u8>,
 }
 
 /// Why not (each answered as E2B's edge answers it, `mod.rs`).
@@ -45,6 +62,10 @@ pub enum Refused {
     /// A private sandbox, and the request's token is missing or another's.
     #[error("{0}")]
     Token(String),
+    /// A preview secret that opens nothing here: unknown, expired, revoked, another sandbox's or
+    /// port's, or its key is gone (counted, not audited).
+    #[error("{0}")]
+    Preview(String),
     /// The owner key's policy refuses it (audited).
     #[error("{0}")]
     Policy(String),
@@ -85,38 +106,112 @@ pub async fn admit(
         .await
         .map_err(|e| Refused::Policy(e.message))?;
     let args = json!({"sandbox_id": to.sandbox.to_string(), "port": to.port});
-    let decision = aegis_policy::check_action(&caller, PORT_ACTION, PORT_TIER, &args);
+    decide(state, &caller, &args, row.sandbox_id, started).await?;
+    Ok(Admitted {
+        sandbox: dispatcher::SandboxId(row.sandbox_id),
+        caller,
+        token: expected,
+        preview: None,
+    })
+}
+
+/// Decides a connection admitted by a preview secret: the preview must name this sandbox and
+/// port, be neither expired nor revoked, its sandbox running and its key usable; then the key's
+/// policy decides `sandbox.port` as for any port connection, with one audit row.
+pub async fn admit_preview(
+    state: &AppState,
+    to: PortAddress,
+    secret: &str,
+) -> Result<Admitted, Refused> {
+    let started = Instant::now();
+    let Some(p) = aegis_store::previews::by_secret(&state.pool, secret).await? else {
+        return Err(Refused::Preview(
+            "this preview URL opens nothing: it is not known (never made, or its sandbox ended)"
+                .to_owned(),
+        ));
+    };
+    if p.sandbox_id != to.sandbox || p.port != i32::from(to.port) {
+        return Err(Refused::Preview(format!(
+            "this preview URL is not for port {} of sandbox {}",
+            to.port, to.sandbox
+        )));
+    }
+    if !p.live {
+        return Err(Refused::Preview(
+            "this preview URL has expired or was revoked".to_owned(),
+        ));
+    }
+    if !p.running {
+        return Err(Refused::NotRunning(format!(
+            "sandbox {} is not running",
+            to.sandbox
+        )));
+    }
+    if p.key_unusable {
+        return Err(Refused::Preview(
+            "the API key that made this preview URL was revoked or has expired".to_owned(),
+        ));
+    }
+    let caller = key_caller(
+        state,
+        p.key_id,
+        &p.key_name,
+        &p.key_role,
+        p.key_context.as_deref(),
+    )
+    .await
+    .map_err(|(_, message)| Refused::Policy(message))?;
+    let args = json!({"sandbox_id": to.sandbox.to_string(), "port": to.port, "preview_id": p.id});
+    decide(state, &caller, &args, p.sandbox_id, started).await?;
+    Ok(Admitted {
+        sandbox: dispatcher::SandboxId(p.sandbox_id),
+        caller,
+        token: None,
+        preview: Some(Held {
+            id: p.id,
+            digest: aegis_store::previews::digest(secret),
+        }),
+    })
+}
+
+/// The owner key's policy on `sandbox.port`, as a tool call's, and its one audit row.
+async fn decide(
+    state: &AppState,
+    caller: &Caller,
+    args: &serde_json::Value,
+    sandbox_id: uuid::Uuid,
+    started: Instant,
+) -> Result<(), Refused> {
+    let decision = aegis_policy::check_action(caller, PORT_ACTION, PORT_TIER, args);
     let (allowed, reason_code, reason) = match &decision {
         Ok(()) => (true, None, None),
         Err(d) => (false, Some(d.code.to_owned()), Some(d.message.clone())),
     };
     audit::record(
         &state.pool,
-        &caller,
+        caller,
         Entry {
             kind: EntryKind::Tool,
             action: PORT_ACTION.to_owned(),
             allowed,
             reason_code,
             reason,
-            args_digest: audit::digest(&args),
+            args_digest: audit::digest(args),
             outcome: if allowed { "ok" } else { "denied" },
             result_digest: None,
             duration_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
-            sandbox_id: Some(row.sandbox_id),
+            sandbox_id: Some(sandbox_id),
         },
     )
     .await?;
-    decision.map_err(|d| Refused::Policy(d.message))?;
-    Ok(Admitted {
-        sandbox: dispatcher::SandboxId(row.sandbox_id),
-        caller,
-        token: expected,
-    })
+    decision.map_err(|d| Refused::Policy(d.message))
 }
 
 /// Whether a request on a pooled connection still shows what its admission required.
-pub fn still_admitted(admitted: &Admitted, token: Option<&str>) -> bool {
+pub fn still_admitted(admitted: &Admitted, token: Option<&str>, preview: Option<&str>) -> bool {
+    if let Some(held) = &admitted.preview {
+        return preview.is_some_and(|p| aegis_store::previews::digest(p) == held.digest);
+    }
     match &admitted.token {
         None => true,
         Some(expected) => token.is_some_and(|t| !t.is_empty() && same_secret(expected, t)),

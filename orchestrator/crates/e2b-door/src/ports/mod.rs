@@ -20,6 +20,7 @@ pub mod address;
 pub mod admit;
 pub mod pipe;
 pub mod pool;
+pub mod preview;
 
 use std::sync::{Arc, Weak};
 
@@ -94,7 +95,9 @@ fn edge(status: StatusCode, body: serde_json::Value) -> Response {
 fn refused(to: PortAddress, e: &Refused) -> Response {
     let (status, outcome) = match e {
         Refused::NotRunning(_) => (StatusCode::BAD_GATEWAY, "not_running"),
-        Refused::Token(_) | Refused::Policy(_) => (StatusCode::FORBIDDEN, "denied"),
+        Refused::Token(_) | Refused::Preview(_) | Refused::Policy(_) => {
+            (StatusCode::FORBIDDEN, "denied")
+        }
         Refused::Database(db) => {
             tracing::error!(error = %db, "sandbox port: database failure");
             (StatusCode::SERVICE_UNAVAILABLE, "error")
@@ -113,6 +116,7 @@ async fn serve(ports: &Ports, to: PortAddress, mut request: Request) -> Response
         .get(TRAFFIC_TOKEN)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let preview = preview::take(&mut request);
     let bounds = bounds(&ports.state);
     if request
         .headers()
@@ -141,8 +145,12 @@ async fn serve(ports: &Ports, to: PortAddress, mut request: Request) -> Response
         (Some(client), false) => ports.pool.take(client, to),
         _ => None,
     };
+    let shown = Shown {
+        token: token.as_deref(),
+        preview: preview.as_ref().map(|p| p.secret.as_str()),
+    };
     let (mut sender, mut admitted, reused) =
-        match sender_for(ports, kept, to, token.as_deref(), bounds, upgrade).await {
+        match sender_for(ports, kept, to, shown, bounds, upgrade).await {
             Ok(found) => found,
             Err(answer) => return *answer,
         };
@@ -151,14 +159,7 @@ async fn serve(ports: &Ports, to: PortAddress, mut request: Request) -> Response
         // A kept connection the server closed meanwhile (an HTTP/1.0 server closes after each
         // answer): the request was not sent; it goes on a new one, under the same admission.
         Err((Some(request), _)) if reused => {
-            let reopened = reopen(
-                &ports.state,
-                &admitted,
-                to,
-                token.as_deref(),
-                bounds,
-                upgrade,
-            );
+            let reopened = reopen(&ports.state, &admitted, to, shown, bounds, upgrade);
             (sender, admitted) = match reopened.await {
                 Ok(found) => found,
                 Err(answer) => return *answer,
@@ -192,9 +193,19 @@ async fn serve(ports: &Ports, to: PortAddress, mut request: Request) -> Response
             response.headers_mut().remove(hop);
         }
     }
+    if let Some(preview) = &preview {
+        preview::remember(&mut response, preview);
+    }
     response
         .map(|body| Body::new(Limited::new(body, limit(bounds.to_client))))
         .into_response()
+}
+
+/// What a request shows to be admitted: a private E2B sandbox's traffic token, a preview secret.
+#[derive(Clone, Copy)]
+struct Shown<'a> {
+    token: Option<&'a str>,
+    preview: Option<&'a str>,
 }
 
 /// The connection a request goes on: the one kept for its client connection while its
@@ -203,19 +214,39 @@ async fn sender_for(
     ports: &Ports,
     kept: Option<pool::Kept>,
     to: PortAddress,
-    token: Option<&str>,
+    shown: Shown<'_>,
     bounds: pipe::Bounds,
     upgrade: bool,
 ) -> Result<(Sender, Admitted, bool), Box<Response>> {
+    // A kept connection admitted by a preview serves only while the preview is live: a
+    // revocation or the expiry takes effect on the next request, which is decided afresh.
+    let kept = match kept {
+        Some(kept) if kept.admitted.preview.is_some() => {
+            let live = match &kept.admitted.preview {
+                Some(held) => aegis_store::previews::still_live(&ports.state.pool, held.id)
+                    .await
+                    .map_err(|e| Box::new(refused(to, &Refused::Database(e))))?,
+                None => true,
+            };
+            live.then_some(kept)
+        }
+        other => other,
+    };
     match kept {
-        Some(kept) if admit::still_admitted(&kept.admitted, token) => match kept.sender {
-            Some(sender) => Ok((sender, kept.admitted, true)),
-            None => {
-                let (sender, admitted) =
-                    reopen(&ports.state, &kept.admitted, to, token, bounds, upgrade).await?;
-                Ok((sender, admitted, false))
+        Some(kept) if admit::still_admitted(&kept.admitted, shown.token, shown.preview) => {
+            match kept.sender {
+                Some(sender) => Ok((sender, kept.admitted, true)),
+                None => {
+                    let (sender, admitted) =
+                        reopen(&ports.state, &kept.admitted, to, shown, bounds, upgrade).await?;
+                    Ok((sender, admitted, false))
+                }
             }
-        },
+        }
+        Some(kept) if kept.admitted.preview.is_some() => {
+            let (sender, admitted) = connect(&ports.state, to, shown, bounds, upgrade).await?;
+            Ok((sender, admitted, false))
+        }
         Some(_) => Err(Box::new(refused(
             to,
             &Refused::Token(format!(
@@ -224,7 +255,7 @@ async fn sender_for(
             )),
         ))),
         None => {
-            let (sender, admitted) = connect(&ports.state, to, token, bounds, upgrade).await?;
+            let (sender, admitted) = connect(&ports.state, to, shown, bounds, upgrade).await?;
             Ok((sender, admitted, false))
         }
     }
@@ -255,13 +286,15 @@ async fn send(
 async fn connect(
     state: &AppState,
     to: PortAddress,
-    token: Option<&str>,
+    shown: Shown<'_>,
     bounds: pipe::Bounds,
     upgrade: bool,
 ) -> Result<(Sender, Admitted), Box<Response>> {
-    let admitted = admit::admit(state, to, token)
-        .await
-        .map_err(|e| Box::new(refused(to, &e)))?;
+    let admitted = match shown.preview {
+        Some(secret) => admit::admit_preview(state, to, secret).await,
+        None => admit::admit(state, to, shown.token).await,
+    }
+    .map_err(|e| Box::new(refused(to, &e)))?;
     aegis_metrics::port_connection("opened");
     let sender = open(state, &admitted, to, bounds, upgrade).await?;
     Ok((sender, admitted))
@@ -293,7 +326,7 @@ async fn reopen(
     state: &AppState,
     admitted: &Admitted,
     to: PortAddress,
-    token: Option<&str>,
+    shown: Shown<'_>,
     bounds: pipe::Bounds,
     upgrade: bool,
 ) -> Result<(Sender, Admitted), Box<Response>> {
@@ -316,7 +349,7 @@ async fn reopen(
                 ..
             }
             | D::SandboxGone { .. },
-        ) => connect(state, to, token, bounds, upgrade).await,
+        ) => connect(state, to, shown, bounds, upgrade).await,
         Err(e) => Err(Box::new(open_failed(to, e))),
     }
 }
