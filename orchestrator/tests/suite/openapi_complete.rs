@@ -858,6 +858,25 @@ async fn live_answers_match_the_document() {
     let sandbox = made["sandbox_id"].as_str().expect("sandbox id").to_owned();
     let request = live.admin(Method::GET, "/v1/sandboxes");
     live.call("/v1/sandboxes", request).await;
+    // A preview of one of its ports: made, listed, revoked.
+    let previews = format!("/v1/sandboxes/{sandbox}/previews");
+    let request = live.admin(Method::POST, &previews);
+    let (status, preview) = live
+        .json(
+            "/v1/sandboxes/{id}/previews",
+            request,
+            json!({"port": 8000, "ttl_secs": 60}),
+        )
+        .await;
+    assert_eq!(status, 201, "{preview}");
+    let preview = preview["id"].as_str().expect("preview id").to_owned();
+    let request = live.admin(Method::GET, &previews);
+    live.call("/v1/sandboxes/{id}/previews", request).await;
+    let request = live.admin(Method::DELETE, &format!("{previews}/{preview}"));
+    let (status, body) = live
+        .call("/v1/sandboxes/{id}/previews/{preview_id}", request)
+        .await;
+    assert_eq!(status, 200, "{body}");
     let request = live.admin(Method::DELETE, &format!("/v1/sandboxes/{sandbox}"));
     let (status, body) = live.call("/v1/sandboxes/{id}", request).await;
     assert_eq!(status, 200, "{body}");
