@@ -285,6 +285,17 @@ def run(d):
             step("run_completed_in_page", True)
         except TimeoutException:
             step("run_completed_in_page", False)
+        # The status line and the graph's mark are separate updates of the page: a poll may see
+        # "completed" before the last state is marked, so the marks are read a little longer.
+        try:
+            def last_marked(d):
+                current = [e.get_attribute("data-state")
+                           for e in d.find_elements(By.CSS_SELECTOR, ".graph .state.current")]
+                marks.update(current)
+                return "DONE" in current
+            WebDriverWait(d, 10, poll_frequency=0.2).until(last_marked)
+        except TimeoutException:
+            pass
         collect_logs(d)
         step("run_states_marked", sorted(m for m in marks if m))
         step("run_current_state", [e.get_attribute("data-state")
