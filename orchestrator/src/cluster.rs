@@ -962,6 +962,18 @@ impl Peers {
     }
 }
 
+/// `result` of a call sent to a peer, counted by outcome (`aegis_forwarded_calls_total`): the
+/// peer answered, refused, or could not be reached.
+fn counted<T>(result: Result<T, DispatchError>) -> Result<T, DispatchError> {
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(DispatchError::Forward { .. }) => "error",
+        Err(_) => "refused",
+    };
+    crate::metrics::forwarded_call("sent", outcome);
+    result
+}
+
 impl Forwarder for Peers {
     fn open_port(
         &self,
@@ -970,16 +982,7 @@ impl Forwarder for Peers {
         port: u16,
         deadline: Duration,
     ) -> BoxFuture<'_, Result<dispatcher::PortStream, DispatchError>> {
-        Box::pin(async move {
-            let result = self.forward_port(holder, id, port, deadline).await;
-            let outcome = match &result {
-                Ok(_) => "ok",
-                Err(DispatchError::Forward { .. }) => "error",
-                Err(_) => "refused",
-            };
-            crate::metrics::forwarded_call("sent", outcome);
-            result
-        })
+        Box::pin(async move { counted(self.forward_port(holder, id, port, deadline).await) })
     }
 
     fn subscribe(
@@ -990,16 +993,10 @@ impl Forwarder for Peers {
         deadline: Duration,
     ) -> BoxFuture<'_, Result<(Opened, Relay), DispatchError>> {
         Box::pin(async move {
-            let result = self
-                .open_subscription(holder, id, subscription, deadline)
-                .await;
-            let outcome = match &result {
-                Ok(_) => "ok",
-                Err(DispatchError::Forward { .. }) => "error",
-                Err(_) => "refused",
-            };
-            crate::metrics::forwarded_call("sent", outcome);
-            result
+            counted(
+                self.open_subscription(holder, id, subscription, deadline)
+                    .await,
+            )
         })
     }
 
@@ -1010,16 +1007,7 @@ impl Forwarder for Peers {
         op: Op,
         deadline: Duration,
     ) -> BoxFuture<'_, Result<Response, DispatchError>> {
-        Box::pin(async move {
-            let result = self.forward_call(holder, id, op, deadline).await;
-            let outcome = match &result {
-                Ok(_) => "ok",
-                Err(DispatchError::Forward { .. }) => "error",
-                Err(_) => "refused",
-            };
-            crate::metrics::forwarded_call("sent", outcome);
-            result
-        })
+        Box::pin(async move { counted(self.forward_call(holder, id, op, deadline).await) })
     }
 
     fn create(

@@ -5,8 +5,10 @@
 //! removed, a sandbox of another runtime told it has no interpreter. Over MCP (raw JSON-RPC on
 //! `/mcp`, under a key bound to a context that lists the tools): state across calls, a plot as
 //! MCP image content beside the text, a traceback. Attacks: a bound key whose security
-//! context does not list `code.run` is refused on REST and on MCP, each refusal an audit row;
-//! another key's sandbox is "not found".
+//! context does not list `code.run` is refused on REST, MCP and SEAL, each refusal an audit row;
+//! another key's sandbox is "not found". Over SEAL: state kept in the session's sandbox. In an
+//! agent's loop (the scripted model): two calls sharing the kernel, the model reading a plot by
+//! its size. Through another replica: the holder's server reached, started and used.
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -223,6 +225,141 @@ async fn a_sandbox_without_the_interpreter_is_told_so() {
     assert!(message.contains("code-interpreter"), "{message}");
 }
 
+#[tokio::test]
+async fn code_run_reaches_a_sandbox_another_replica_holds() {
+    use crate::common::replicas::{in_process, SECRET};
+
+    image_present();
+    let db = TestDb::create().await;
+    let holder = TestApp::spawn_with(in_process(&db, Some(SECRET))).await;
+    let other = TestApp::spawn_with(in_process(&db, Some(SECRET))).await;
+    let key = holder.create_key("code-remote", "operator").await;
+    let id = runtime_sandbox(&holder, &key, "code-interpreter").await;
+
+    // Through the replica that does not hold it: the server is started there by the holder,
+    // the state kept, a plot's PNG carried whole, a context made and used.
+    let remote = Sandbox::with_key(&other, &id, &key);
+    let first = run(&remote, "x = 20\nprint('remote')").await;
+    assert_eq!(first["server_started"], true, "{first}");
+    assert_eq!(first["stdout"], "remote\n", "{first}");
+    let here = Sandbox::with_key(&holder, &id, &key);
+    let second = run(&here, "x * 2 + 2").await;
+    assert_eq!(
+        main_text(&second),
+        "42",
+        "the same kernel on the holder: {second}"
+    );
+    let plot = run(
+        &remote,
+        "import matplotlib.pyplot as plt\nplt.plot(range(50), [i * i for i in range(50)])",
+    )
+    .await;
+    let png = plot["results"]
+        .as_array()
+        .and_then(|r| r.iter().find_map(|r| r["png"].as_str()))
+        .expect("a PNG result");
+    assert!(png.starts_with("iVBORw0KGgo"), "{}", &png[..16]);
+    let context = remote
+        .ok(
+            "code.contexts",
+            json!({"action": "create", "language": "javascript"}),
+        )
+        .await;
+    let context_id = context["context"]["id"].as_str().expect("a context id");
+    let js = remote
+        .ok(
+            "code.run",
+            json!({"code": "[1, 2, 3].map(n => n * 2).reduce((a, b) => a + b)", "context_id": context_id}),
+        )
+        .await;
+    assert_eq!(main_text(&js), "12", "{js}");
+
+    // Another key through the same replica: not found, nothing run.
+    let intruder = other.create_key("code-remote-other", "operator").await;
+    let theirs = Sandbox::with_key(&other, &id, &intruder);
+    let (status, out) = theirs.call("code.run", json!({"code": "x"})).await;
+    assert_eq!(status, 404, "{out}");
+}
+
+#[tokio::test]
+async fn an_agent_runs_code_and_its_model_reads_plots_by_size() {
+    use common::agent::AgentManifest;
+    use common::fake_llm::{answer, tool_calls};
+    use common::harness::{of_type, Harness, AGENTS};
+
+    image_present();
+    let h = Harness::builder(vec![
+        tool_calls(&[(
+            "code__run",
+            json!({"code": "import matplotlib.pyplot as plt\nvalues = [3, 1, 2]\nplt.bar(range(3), values)\nprint(sum(values))"}),
+        )]),
+        tool_calls(&[("code__run", json!({"code": "values[0] * 14"}))]),
+        answer("done"),
+    ])
+    .ends_within(std::time::Duration::from_secs(180))
+    .start()
+    .await;
+    let manifest = AgentManifest::new("analyst")
+        .runtime("code-interpreter", "1")
+        .instruction("Analyse the numbers.")
+        .tools(&["code.run"])
+        .yaml();
+    h.deployed(AGENTS, &manifest).await;
+    let (id, e) = h.run("analyst", json!({})).await;
+    assert_eq!(e["status"], "completed", "{e}");
+
+    // Both calls ran through the router, allowed, in the execution's own sandbox: the kernel
+    // kept `values` from the first call to the second.
+    let events = h.events(&id).await;
+    let calls = of_type(&events, "tool_call");
+    let decided: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|c| {
+            (
+                c["payload"]["tool"].as_str().unwrap_or_default(),
+                c["payload"]["decision"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(decided, [("code.run", "allowed"), ("code.run", "allowed")]);
+
+    // What the model read: the stdout and the plot by its size, never the PNG's base64; then
+    // the value the kept state gave.
+    let requests = h.llm.requests();
+    let tool_message = |request: &Value| {
+        request["messages"]
+            .as_array()
+            .and_then(|m| m.iter().rev().find(|m| m["role"] == "tool"))
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let first = tool_message(&requests[1]);
+    assert!(first.contains("<png image, "), "{first}");
+    assert!(first.contains(r#""stdout":"6\n""#), "{first}");
+    assert!(
+        !first.contains("iVBORw0KGgo"),
+        "the model never gets the image bytes: {first}"
+    );
+    let second = tool_message(&requests[2]);
+    assert!(second.contains(r#""text":"42""#), "{second}");
+
+    // The audit rows: the code's digest in, the result's digest out, as the execution.
+    let rows: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT outcome, result_digest FROM audit_log WHERE action = 'code.run' \
+         AND caller_kind = 'execution' AND caller_id = $1 AND outcome <> 'running' ORDER BY seq",
+    )
+    .bind(&id)
+    .fetch_all(&h.app.state.pool)
+    .await
+    .expect("audit rows");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows.iter().all(|(o, d)| o == "ok" && d.is_some()),
+        "{rows:?}"
+    );
+}
+
 /// A node with two contexts: `with` lists the code tools, `without` only cmd.run.
 async fn app_with_contexts(with: &str, without: &str) -> (TestApp, TestDb) {
     let db = TestDb::create().await;
@@ -329,6 +466,53 @@ async fn code_run_over_mcp_keeps_state_and_returns_plots_as_image_content() {
         text.contains("ZeroDivisionError") && text.contains("1/0"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn code_run_over_seal_keeps_state_in_the_sessions_sandbox_and_another_context_is_refused() {
+    use aegis_cli::seal_client::{SealClient, Transport};
+
+    image_present();
+    let (with, without) = (unique("seal-code-yes"), unique("seal-code-no"));
+    let (app, _db) = app_with_contexts(&with, &without).await;
+    let mut client = SealClient::new(Transport::Http(app.http_base.clone())).expect("client");
+    client.attest("seal-coder", &with).await.expect("attested");
+    // The session's sandbox runs the context's runtime; the first call starts its server.
+    let first = client
+        .call_tool("code.run", json!({"code": "x = 2 ** 10\nprint('kept')"}))
+        .await
+        .expect("answered");
+    assert_eq!(first["isError"], false, "{first}");
+    assert_eq!(first["structuredContent"]["stdout"], "kept\n", "{first}");
+    let second = client
+        .call_tool("code.run", json!({"code": "x + 0"}))
+        .await
+        .expect("answered");
+    assert_eq!(main_text(&second["structuredContent"]), "1024", "{second}");
+
+    // A session under the context that does not list code.run: refused, nothing run.
+    let mut other = SealClient::new(Transport::Http(app.http_base.clone())).expect("client");
+    other
+        .attest("seal-no-coder", &without)
+        .await
+        .expect("attested");
+    match other
+        .call_tool("code.run", json!({"code": "open('/workspace/ran', 'w')"}))
+        .await
+    {
+        Ok(answer) => assert_eq!(answer["isError"], true, "{answer}"),
+        Err(refusal) => assert!(
+            refusal.to_string().contains("code.run"),
+            "the refusal names the tool: {refusal}"
+        ),
+    }
+    let denied: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'denied'",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .expect("count");
+    assert_eq!(denied, 1, "the refusal is a denied row");
 }
 
 #[tokio::test]

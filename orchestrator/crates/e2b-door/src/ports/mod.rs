@@ -361,7 +361,7 @@ async fn handshake(
     bounds: pipe::Bounds,
     upgrade: bool,
 ) -> Result<Sender, Box<Response>> {
-    let io = TokioIo::new(pipe::open_anywhere(connection, bounds));
+    let io = TokioIo::new(connection.into_stream(bounds));
     let (sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| Box::new(unreachable_answer(to, e.to_string())))?;

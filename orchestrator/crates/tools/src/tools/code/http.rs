@@ -1,13 +1,17 @@
-//! HTTP/1.1 to the interpreter server over a port connection the sandbox's executor opened
-//! (`Dispatcher::open_port`, inside the sandbox's network namespace, to `127.0.0.1:49999`):
+//! HTTP/1.1 to the interpreter server over a port connection to `127.0.0.1:49999` inside the
+//! sandbox's network namespace (`Dispatcher::open_port_anywhere`: the sandbox's executor opens
+//! it, on this replica or on the one holding the sandbox, and `OpenedPort::into_stream` makes it
+//! a byte stream):
 //! one request per connection (`Connection: close`), the answer's head parsed by `httparse`,
 //! its body read by `Content-Length`, chunks or to the close, and every byte of it bounded.
 //! `/execute` answers NDJSON in chunks, which [`Exchange::next_line`] hands out line by line.
 
-use dispatcher::{PortConnection, PortEvent};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 /// Most bytes of one answer's head.
 const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Bytes read from the stream at a time.
+const READ_BYTES: usize = 64 * 1024;
 
 /// Why an exchange with the server failed.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +53,7 @@ enum Chunk {
 
 /// One request and its answer on one port connection.
 pub struct Exchange {
-    connection: PortConnection,
+    connection: DuplexStream,
     /// Bytes received and not yet decoded.
     raw: Vec<u8>,
     /// Decoded body bytes not yet handed out as a line.
@@ -84,15 +88,14 @@ impl Exchange {
     /// Sends the request on `connection` and reads the answer's head; at most `bound` bytes of
     /// answer are read in all.
     pub async fn send(
-        connection: PortConnection,
+        mut connection: DuplexStream,
         method: &str,
         path: &str,
         body: Option<&serde_json::Value>,
         bound: u64,
     ) -> Result<Exchange, HttpError> {
         connection
-            .writer()
-            .write(&request_bytes(method, path, body))
+            .write_all(&request_bytes(method, path, body))
             .await
             .map_err(|e| HttpError::Send(e.to_string()))?;
         let mut exchange = Exchange {
@@ -116,20 +119,21 @@ impl Exchange {
         if self.eof {
             return Ok(false);
         }
-        match self.connection.next().await {
-            Some(PortEvent::Data(bytes)) => {
-                self.received += bytes.len() as u64;
-                if self.received > self.bound {
-                    return Err(HttpError::TooLarge(self.bound));
-                }
-                self.raw.extend_from_slice(&bytes);
-                Ok(true)
-            }
-            Some(PortEvent::End(None)) | None => {
+        let mut buf = vec![0u8; READ_BYTES];
+        match self.connection.read(&mut buf).await {
+            Ok(0) => {
                 self.eof = true;
                 Ok(false)
             }
-            Some(PortEvent::End(Some(why))) => Err(HttpError::Ended(why)),
+            Ok(n) => {
+                self.received += n as u64;
+                if self.received > self.bound {
+                    return Err(HttpError::TooLarge(self.bound));
+                }
+                self.raw.extend_from_slice(&buf[..n]);
+                Ok(true)
+            }
+            Err(why) => Err(HttpError::Ended(why.to_string())),
         }
     }
 

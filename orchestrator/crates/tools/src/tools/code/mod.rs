@@ -6,8 +6,9 @@
 //! `spec.tools` or the security context, the sandbox the caller's own) and audits it: the
 //! intent row carries the digest of the code, the completion row the digest of the result.
 //! The server is reached only through the sandbox's executor: a port connection it opens
-//! inside the sandbox to `127.0.0.1:49999` (`Dispatcher::open_port`, the relay E2B's port route
-//! uses), carrying one HTTP/1.1 request ([`http`]). When nothing listens there, the handler
+//! inside the sandbox to `127.0.0.1:49999` (`Dispatcher::open_port_anywhere`, the relay E2B's
+//! port route uses, through the replica holding the sandbox when that is another), carrying one
+//! HTTP/1.1 request ([`http`]). When nothing listens there, the handler
 //! starts the runtime registry's `start` command line (the server, as the sandbox user, under
 //! the sandbox's kernel-held rules; the only program these tools start, and it starts the
 //! interpreters), and waits until its `/health` answers, as the registry's `ready` does.
@@ -21,7 +22,7 @@ use std::time::Duration;
 
 use aegis_core::runtimes::Runtime;
 use dispatcher::protocol::{ErrorKind, ExecGrant, StartParams};
-use dispatcher::{DispatchError, PortConnection, SandboxId};
+use dispatcher::{DispatchError, PortBounds, SandboxId};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -111,19 +112,30 @@ enum Health {
     Ready,
 }
 
-async fn connect(ctx: &ToolContext<'_>, sandbox: SandboxId) -> Result<PortConnection, ToolError> {
+/// A connection's bounds: one request out (its code is bounded by the tool's schema), and no
+/// more answer than the largest an exchange reads (each exchange bounds its own answer below).
+const STREAM_BOUNDS: PortBounds = PortBounds {
+    to_server: EXECUTE_BYTES,
+    to_client: EXECUTE_BYTES + CONTROL_BYTES,
+};
+
+async fn connect(
+    ctx: &ToolContext<'_>,
+    sandbox: SandboxId,
+) -> Result<tokio::io::DuplexStream, ToolError> {
     dispatcher_of(ctx)?
-        .open_port(sandbox, INTERPRETER_PORT)
+        .open_port_anywhere(sandbox, INTERPRETER_PORT)
         .await
+        .map(|opened| opened.into_stream(STREAM_BOUNDS))
         .map_err(refused)
 }
 
 async fn health(ctx: &ToolContext<'_>, sandbox: SandboxId) -> Result<Health, ToolError> {
     let opened = dispatcher_of(ctx)?
-        .open_port(sandbox, INTERPRETER_PORT)
+        .open_port_anywhere(sandbox, INTERPRETER_PORT)
         .await;
     let connection = match opened {
-        Ok(c) => c,
+        Ok(c) => c.into_stream(STREAM_BOUNDS),
         Err(DispatchError::Refused {
             kind: ErrorKind::NotFound,
             ..
