@@ -72,8 +72,34 @@ ran=$(cd / && PYTHONPATH="$RUN_PYTHONPATH" python3 -P -c 'import importlib.metad
 [ "${ran%% *}" = "$run_version" ] || die "expected e2b $run_version, Python imports $ran"
 [ "$run_version" = "$sdk_version" ] || say "the tests of e2b $sdk_version run against the SDK release $run_version"
 
+# Sandbox ports at https://<port>-<id>.<domain> (E2B's get_host, which the host-routing tests
+# open with httpx): the node serves TLS for *.sandboxes.test (.test is reserved, RFC 6761) with a
+# certificate of the run's own CA, and a DNS server started here answers every name under it
+# with the loopback address. pytest alone sees that server: it runs in a mount namespace of its
+# own whose /etc/resolv.conf names it (needs root and unshare); the machine's resolver is not
+# touched. Without them those tests are deselected (e2b-suite-exclusions-no-resolver.txt).
+SUITE_TLS_DOMAIN=sandboxes.test
+export SUITE_TLS_DOMAIN
 start_suite_node
 export E2B_SUITE_EXCLUSIONS="$EXCLUSIONS"
+resolver=""
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
+  dns_addr="127.53.$((RANDOM % 250 + 1)).1"
+  python3 "$ROOT/scripts/lib/wildcard_dns.py" "$dns_addr" "$SUITE_TLS_DOMAIN" 127.0.0.1 \
+    >"$SUITE_WORK/dns.log" 2>&1 &
+  SUITE_DNS_PID=$!
+  for _ in $(seq 1 50); do grep -q ready "$SUITE_WORK/dns.log" 2>/dev/null && break; sleep 0.1; done
+  if grep -q ready "$SUITE_WORK/dns.log"; then
+    printf 'nameserver %s\n' "$dns_addr" >"$SUITE_WORK/resolv.conf"
+    resolver="$SUITE_WORK/resolv.conf"
+    say "*.$SUITE_TLS_DOMAIN resolves to the node for pytest only (DNS on $dns_addr)"
+  else
+    say "the DNS server did not start ($(cat "$SUITE_WORK/dns.log")); host-routing tests deselected"
+  fi
+fi
+if [ -z "$resolver" ]; then
+  E2B_SUITE_EXCLUSIONS="$E2B_SUITE_EXCLUSIONS:$ROOT/orchestrator/tests/e2b-suite-exclusions-no-resolver.txt"
+fi
 # The tests of one SDK against a newer release: their mocks of functions it no longer calls.
 if [ "$run_version" != "$sdk_version" ]; then
   E2B_SUITE_EXCLUSIONS="$E2B_SUITE_EXCLUSIONS:$ROOT/orchestrator/tests/e2b-suite-exclusions-newer-sdk.txt"
@@ -86,7 +112,13 @@ set +e
 # -P: the SDK's own source folder beside the tests is not put first on sys.path; the tests run
 # against the installed PyPI release, as a user's code would. The caller's PYTHONPATH is not
 # kept: the SDK is the one chosen above.
-PYTHONPATH="$RUN_PYTHONPATH" python3 -P -m pytest \
+in_namespace=()
+if [ -n "$resolver" ]; then
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  in_namespace=(unshare --mount --propagation private sh -c
+    'mount --bind "$0" /etc/resolv.conf && exec "$@"' "$resolver")
+fi
+"${in_namespace[@]}" env PYTHONPATH="$RUN_PYTHONPATH" python3 -P -m pytest \
   -p e2b_suite_plugin -p no:cacheprovider \
   tests/sync/sandbox_sync tests/sync/api_sync "$@"
 status=$?

@@ -49,6 +49,9 @@ pub enum AppError {
     /// The `egress:` configuration is unusable.
     #[error(transparent)]
     Egress(#[from] crate::egress::EgressConfigError),
+    /// The TLS listener's certificate or key is unusable (`server.tls`).
+    #[error(transparent)]
+    Tls(#[from] api::connection::tls::TlsError),
     /// A server failed while running.
     #[error("{what} server failed: {message}")]
     Serve {
@@ -64,6 +67,8 @@ pub struct Application {
     state: AppState,
     http: TcpListener,
     grpc: TcpListener,
+    /// The TLS listener and its certificate (`server.tls`), serving the HTTP port's routes.
+    tls: Option<(TcpListener, Arc<api::connection::tls::rustls::ServerConfig>)>,
     /// The peer listener and the cluster secret (`cluster.listen`).
     cluster: Option<(TcpListener, crate::cluster::ClusterKey)>,
 }
@@ -123,6 +128,15 @@ impl Application {
 
         let http = bind("http", config.server.http).await?;
         let grpc = bind("grpc", config.server.grpc).await?;
+        // The certificate is read before anything is served: a bad one stops the start.
+        let tls = match &config.server.tls {
+            Some(tls) => {
+                let certificate =
+                    api::connection::tls::server_config(&tls.cert_file, &tls.key_file)?;
+                Some((bind("tls", tls.listen).await?, certificate))
+            }
+            None => None,
+        };
         let cluster = match (config.cluster.listen, &config.cluster.secret) {
             (Some(addr), Some(secret)) => {
                 let listener = bind("cluster", addr).await?;
@@ -242,6 +256,7 @@ impl Application {
             state,
             http,
             grpc,
+            tls,
             cluster,
         })
     }
@@ -251,6 +266,11 @@ impl Application {
         self.http
             .local_addr()
             .unwrap_or(self.state.config.server.http)
+    }
+
+    /// The bound TLS address, when `server.tls` is set.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
     /// The bound gRPC address.
@@ -271,12 +291,14 @@ impl Application {
             state,
             http,
             grpc,
+            tls,
             cluster,
         } = self;
         let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
         tracing::info!(
             http = %http.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             grpc = %grpc.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            tls = %tls.as_ref().and_then(|(l, _)| l.local_addr().ok()).map(|a| a.to_string()).unwrap_or_default(),
             instance_id = %state.instance_id,
             "serving"
         );
@@ -290,6 +312,23 @@ impl Application {
         // A request to a sandbox's port never reaches the node's own routes, `/mcp` included.
         let rest = api::with_ports(rest, state.clone())
             .layer(api::request_id::RequestIdLayer::new("http"));
+        // The TLS listener serves the very same routes (sandbox ports at
+        // `https://<port>-<id>.<e2b.domain>` included); it stops with the HTTP port.
+        let mut tls_task = tls.map(|(listener, certificate)| {
+            let listener = api::connection::tls::tls_listener(listener, certificate);
+            let service = rest
+                .clone()
+                .into_make_service_with_connect_info::<api::connection::Connection>();
+            let token = shutdown.clone();
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, service)
+                    .with_graceful_shutdown(token.cancelled_owned())
+                    .await
+                {
+                    tracing::error!(error = %e, "the TLS listener failed");
+                }
+            })
+        });
         let http_token = shutdown.clone();
         // Every accepted socket is NODELAY (`api::connection::http_listener`).
         let http = api::connection::http_listener(http);
@@ -385,6 +424,11 @@ impl Application {
                 tracing::warn!("grace period over; closing remaining connections");
                 http_task.abort();
                 grpc_task.abort();
+            }
+        }
+        if let Some(task) = &mut tls_task {
+            if tokio::time::timeout(grace, &mut *task).await.is_err() {
+                task.abort();
             }
         }
         // Phases 2 to 7 (background.rs gives the order and why).

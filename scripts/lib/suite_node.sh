@@ -4,7 +4,9 @@
 # orchestrator binary (ORCHESTRATOR_BIN, default target/debug/orchestrator, built when missing)
 # on a database of its own with the test suite's configuration (loopback, random ports,
 # defaults otherwise; SANDBOX_EXECUTOR_BIN as given), makes an operator key and exports
-# E2B_API_URL = E2B_SANDBOX_URL = http://<node>/e2b and E2B_API_KEY = e2b_<hex of the key>. On
+# E2B_API_URL = E2B_SANDBOX_URL = http://<node>/e2b and E2B_API_KEY = e2b_<hex of the key>. With
+# SUITE_TLS_DOMAIN set, the node also serves TLS for *.<that domain> (see suite_certificate),
+# reports <domain>:<TLS port> as its sandbox domain, and SSL_CERT_FILE names the run's CA. On
 # exit it stops the node, removes whatever sandbox it left and drops the database (the node's
 # log shown when the exit status is not 0).
 
@@ -45,8 +47,29 @@ PY
   grpc_port=$(free_port)
   admin_key="aok_$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
   base="http://127.0.0.1:$http_port"
+  # With SUITE_TLS_DOMAIN: the node's TLS listener too, with a wildcard certificate for
+  # *.<domain> signed by a CA made here (trusted through SSL_CERT_FILE, which httpx and
+  # Python's ssl read), and that domain (with the TLS port) as the sandbox domain it reports.
+  local config=()
+  if [ -n "${SUITE_TLS_DOMAIN:-}" ]; then
+    local tls_port
+    tls_port=$(free_port)
+    suite_certificate "$SUITE_WORK" "$SUITE_TLS_DOMAIN"
+    cat >"$SUITE_WORK/node.yaml" <<YAML
+server:
+  tls:
+    listen: 127.0.0.1:$tls_port
+    cert_file: $SUITE_WORK/cert.pem
+    key_file: $SUITE_WORK/key.pem
+e2b:
+  domain: $SUITE_TLS_DOMAIN:$tls_port
+YAML
+    config=(ORCHESTRATOR_CONFIG="$SUITE_WORK/node.yaml")
+    export SSL_CERT_FILE="$SUITE_WORK/ca.pem"
+    say "TLS on 127.0.0.1:$tls_port for *.$SUITE_TLS_DOMAIN (the suite's own CA)"
+  fi
   say "starting the node on $base (database $SUITE_DB_NAME, log $SUITE_WORK/node.log)"
-  env -u ORCHESTRATOR_CONFIG \
+  env -u ORCHESTRATOR_CONFIG "${config[@]}" \
     DATABASE_URL="$db_url" \
     ORCHESTRATOR_ADMIN_KEY="$admin_key" \
     SANDBOX_EXECUTOR_BIN="$SANDBOX_EXECUTOR_BIN" \
@@ -72,8 +95,26 @@ PY
   unset E2B_DEBUG E2B_DOMAIN E2B_ACCESS_TOKEN
 }
 
+# A CA of the run's own and a certificate for *.<domain> signed by it (openssl): ca.pem,
+# cert.pem and key.pem in <dir>.
+suite_certificate() {
+  local dir=$1 domain=$2
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=aegis e2b suite CA" -keyout "$dir/ca.key" -out "$dir/ca.pem" \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+    >/dev/null 2>&1 || die "openssl cannot make the suite's CA"
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=*.$domain" \
+    -keyout "$dir/key.pem" -out "$dir/cert.csr" >/dev/null 2>&1 || die "openssl cannot make a key"
+  printf 'subjectAltName=DNS:*.%s\nextendedKeyUsage=serverAuth\nauthorityKeyIdentifier=keyid\n' \
+    "$domain" >"$dir/cert.ext"
+  openssl x509 -req -in "$dir/cert.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+    -CAcreateserial -days 2 -extfile "$dir/cert.ext" -out "$dir/cert.pem" >/dev/null 2>&1 \
+    || die "openssl cannot sign the certificate"
+}
+
 stop_suite_node() {
   local status=$?
+  if [ -n "${SUITE_DNS_PID:-}" ]; then kill "$SUITE_DNS_PID" 2>/dev/null || true; fi
   if [ -n "$SUITE_NODE_PID" ] && kill -0 "$SUITE_NODE_PID" 2>/dev/null; then
     kill -TERM "$SUITE_NODE_PID" 2>/dev/null || true
     for _ in $(seq 1 120); do kill -0 "$SUITE_NODE_PID" 2>/dev/null || break; sleep 0.5; done

@@ -3,7 +3,8 @@ SDK (unmodified): E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY point it at the n
 
 Usage: e2b_ports_client.py <scenario> ; scenarios: `ports` (needs E2B_OTHER_KEY, another key),
 `bench` (E2B_BENCH_REQUESTS requests each way), `remote` (needs E2B_REMOTE_URL, another
-replica's sandbox URL). Prints one JSON report on stdout; every step
+replica's sandbox URL), `wake` (auto-resume on traffic; needs E2B_OTHER_KEY), `tls` (the node's
+TLS listener at E2B_TLS_ADDR, its CA at E2B_TLS_CA; needs E2B_OTHER_KEY). Prints one JSON report on stdout; every step
 records what happened, the Rust test judges it.
 
 A port is reached as E2B's `get_host(port)` names it, `<port>-<id>.<domain>`: the client
@@ -18,9 +19,12 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import sys
+import threading
 import time
 import urllib.parse
+import urllib.request
 
 from e2b import Sandbox
 
@@ -73,6 +77,22 @@ s.listen(16)
 while True:
     c, _ = s.accept()
     threading.Thread(target=lambda c=c: (serve(c), c.close()), daemon=True).start()
+'''
+
+
+# A server answering every GET with the Host header it received.
+HOST_SERVER = r'''
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = (self.headers.get("Host") or "").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 '''
 
 
@@ -331,6 +351,190 @@ def remote():
     return report
 
 
+def api_detail(sbx_id):
+    """The sandbox's detail as the API answers it (`GET /sandboxes/{id}`)."""
+    url = os.environ["E2B_API_URL"].rstrip("/") + f"/sandboxes/{sbx_id}"
+    req = urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)
+
+
+def pause_stored(sbx_id):
+    """Whether the sandbox's log says its pause was stored (its detail says `paused` from the
+    moment its timeout passes, before the sweep has taken the pause)."""
+    url = os.environ["E2B_API_URL"].rstrip("/") + f"/v2/sandboxes/{sbx_id}/logs"
+    req = urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        logs = json.load(r).get("logs", [])
+    return any(line.get("message", "").startswith("sandbox paused") for line in logs)
+
+
+def until_paused(sbx):
+    """Until the pause is stored (the sweep takes it within seconds of the timeout): a request
+    before that finds the sandbox still running and just extends its life."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if pause_stored(sbx.sandbox_id):
+            break
+        time.sleep(0.2)
+    return str(sbx.get_info().state)
+
+
+def wake():
+    """Auto-resume on traffic (`lifecycle` `auto_resume`): paused sandboxes reached at
+    get_host(port). Made with auto_resume, a burst of requests wakes it once; without, 409 and it
+    stays paused; a private one is not woken by a request without its token."""
+    report = {}
+    wakes = {"on_timeout": "pause", "auto_resume": True}
+    sbx = Sandbox.create("base", timeout=120, lifecycle=wakes)
+    report["sandbox_id"] = sbx.sandbox_id
+    attempt(report, "lifecycle", lambda: sbx.get_info().lifecycle)
+    start_site(sbx, 8000)
+    attempt(report, "served", lambda: wait_listening(sbx, 8000)[0])
+    # Its timeout passes now: the sweep pauses it (files kept, processes not).
+    sbx.set_timeout(0)
+    attempt(report, "paused", lambda: until_paused(sbx))
+
+    # Six requests at once, each on a connection of its own: one wake.
+    results = [None] * 6
+    def one(i):
+        try:
+            results[i] = list(request(sbx.get_host(8000))[:2])
+        except Exception as e:  # recorded, judged by the test
+            results[i] = [0, f"{type(e).__name__}: {e}"]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(results))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    report["burst"] = {"ok": True, "value": results}
+    attempt(report, "state_after_burst", lambda: str(sbx.get_info().state))
+    attempt(report, "running_after_burst", lambda: sbx.is_running())
+    # The files came back with it: the same page, served again once its server is started.
+    start_site_again = lambda: sbx.commands.run(
+        f"python3 -m http.server 8000 --bind 127.0.0.1 --directory {SITE}", background=True)
+    start_site_again()
+    attempt(report, "served_again", lambda: [wait_listening(sbx, 8000)[0],
+                                             request(sbx.get_host(8000))[1]])
+
+    # Without auto_resume: E2B's edge's 409, and it stays paused.
+    still = Sandbox.create("base", timeout=120, lifecycle={"on_timeout": "pause"})
+    report["still_id"] = still.sandbox_id
+    still.pause()
+    attempt(report, "still_paused", lambda: until_paused(still))
+    attempt(report, "no_auto_resume", lambda: request(still.get_host(8000))[:2])
+    attempt(report, "still_state", lambda: str(still.get_info().state))
+
+    # Private with auto_resume: no token, a made-up one, another key's sandbox's: refused and
+    # still paused; its own token wakes it.
+    private = Sandbox.create("base", timeout=120, lifecycle=wakes,
+                             network={"allow_public_traffic": False})
+    report["private_id"] = private.sandbox_id
+    other_key = os.environ["E2B_OTHER_KEY"]
+    theirs = Sandbox.create("base", timeout=60, api_key=other_key,
+                            network={"allow_public_traffic": False})
+    private.pause()
+    attempt(report, "private_paused", lambda: until_paused(private))
+    host = private.get_host(8000)
+    attempt(report, "private_no_token", lambda: request(host)[:2])
+    attempt(report, "private_made_up_token", lambda: request(host, headers={
+        "e2b-traffic-access-token": "0" * 48})[:2])
+    attempt(report, "private_other_keys_token", lambda: request(host, headers={
+        "e2b-traffic-access-token": theirs.traffic_access_token or "x"})[:2])
+    attempt(report, "private_state_refused", lambda: str(private.get_info().state))
+    attempt(report, "private_own_token", lambda: request(host, headers={
+        "e2b-traffic-access-token": private.traffic_access_token or ""})[:2])
+    attempt(report, "private_state_woken", lambda: str(private.get_info().state))
+    theirs.kill()
+    for s in (sbx, still, private):
+        s.kill()
+    return report
+
+
+class NamedHTTPS(http.client.HTTPSConnection):
+    """HTTPS to `name` through a TCP connection to `addr`: what a wildcard DNS entry pointing the
+    domain at the node makes a client do (SNI and the certificate check on the name)."""
+
+    def __init__(self, name, addr, context):
+        super().__init__(name, addr[1], context=context, timeout=30)
+        self._addr = addr
+
+    def connect(self):
+        sock = socket.create_connection(self._addr, timeout=self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+
+def tls_request(host, headers=None, path="/", trust=True):
+    """One request over TLS to the node's TLS address (E2B_TLS_ADDR) for `host`, trusting the
+    suite's CA (E2B_TLS_CA) or, with `trust=False`, only the system's."""
+    addr_host, addr_port = os.environ["E2B_TLS_ADDR"].rsplit(":", 1)
+    ctx = ssl.create_default_context(cafile=os.environ["E2B_TLS_CA"] if trust else None)
+    conn = NamedHTTPS(host.split(":")[0], (addr_host, int(addr_port)), ctx)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, r.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+def tls():
+    """Sandbox ports over the node's TLS listener (server.tls, a certificate for *.<domain> made
+    by the suite's CA): public and private sandboxes at https://<get_host(port)>."""
+    report = {}
+    sbx = Sandbox.create("base", timeout=180)
+    report["sandbox_id"] = sbx.sandbox_id
+    start_site(sbx, 8000)
+    attempt(report, "listening", lambda: wait_listening(sbx, 8000)[0])
+    host = sbx.get_host(8000)
+    attempt(report, "tls_by_host", lambda: tls_request(host, path="/index.html"))
+    attempt(report, "tls_by_headers", lambda: tls_request(
+        f"node.{sbx.sandbox_domain}", path="/e2b/index.html",
+        headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8000"}))
+    attempt(report, "tls_node_routes", lambda: tls_request(
+        f"node.{sbx.sandbox_domain}", path="/health/ready")[0])
+    attempt(report, "tls_untrusted", lambda: tls_request(host, trust=False))
+    attempt(report, "tls_other_name", lambda: tls_request(
+        f"8000-{sbx.sandbox_id}.elsewhere.test"))
+
+    private = Sandbox.create("base", timeout=180, network={"allow_public_traffic": False})
+    report["private_id"] = private.sandbox_id
+    token = {"e2b-traffic-access-token": private.traffic_access_token or ""}
+    start_site(private, 8000)
+    attempt(report, "private_listening", lambda: wait_listening(private, 8000, token)[0])
+    other_key = os.environ["E2B_OTHER_KEY"]
+    theirs = Sandbox.create("base", timeout=60, api_key=other_key,
+                            network={"allow_public_traffic": False})
+    private_host = private.get_host(8000)
+    attempt(report, "tls_private_without_token", lambda: tls_request(private_host))
+    attempt(report, "tls_private_other_keys_token", lambda: tls_request(private_host, headers={
+        "e2b-traffic-access-token": theirs.traffic_access_token or "x"}))
+    attempt(report, "tls_private_with_token", lambda: tls_request(private_host, headers=token))
+
+    # maskRequestHost: the server sees the sandbox's chosen Host, ${PORT} replaced.
+    masked = Sandbox.create("base", timeout=120,
+                            network={"mask_request_host": "custom-host.example.com:${PORT}"})
+    report["masked_id"] = masked.sandbox_id
+    masked.files.write("/home/user/host.py", HOST_SERVER)
+    masked.commands.run("python3 /home/user/host.py 8080", background=True)
+
+    def seen_host():
+        deadline = time.monotonic() + 30
+        while True:
+            status, body = tls_request(masked.get_host(8080))
+            if status == 200 or time.monotonic() > deadline:
+                return [status, body]
+            time.sleep(0.3)
+
+    attempt(report, "masked_host", seen_host)
+    attempt(report, "masked_detail", lambda: api_detail(masked.sandbox_id)
+            .get("network", {}).get("maskRequestHost"))
+    for s in (theirs, private, sbx, masked):
+        s.kill()
+    return report
+
+
 if __name__ == "__main__":
     scenario = sys.argv[1]
-    print(json.dumps({"ports": ports, "bench": bench, "remote": remote}[scenario]()))
+    print(json.dumps({"ports": ports, "bench": bench, "remote": remote, "wake": wake,
+                      "tls": tls}[scenario]()))

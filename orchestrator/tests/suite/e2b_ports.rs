@@ -253,3 +253,230 @@ async fn a_sandbox_port_answers_through_another_replica() {
         "{metrics}"
     );
 }
+
+async fn admin_rows(app: &TestApp, action: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = $1")
+        .bind(action)
+        .fetch_one(&app.state.pool)
+        .await
+        .expect("count admin rows")
+}
+
+/// Auto-resume on traffic, through E2B's SDK: a sandbox made with `lifecycle` `auto_resume`
+/// and paused by its timeout is woken by a burst of requests to its port, once (one resume
+/// row for six requests); its files come back, its processes do not (a pause here keeps the
+/// files only), so the requests reach a closed port (502) until its server is started again.
+/// Without `auto_resume` a request is E2B's edge's 409 and the sandbox stays paused; a private
+/// one is woken only by a request carrying its own token.
+#[tokio::test]
+async fn traffic_wakes_a_paused_sandbox_once_only_when_it_asked_and_may_reach_it() {
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.e2b.domain = DOMAIN.to_owned();
+    let app = TestApp::spawn_with(config).await;
+    let key = app.create_key("ports-wake", "operator").await;
+    let other = app.create_key("ports-wake-other", "operator").await;
+    let r = run(
+        &app,
+        "wake",
+        &key,
+        &[(
+            "E2B_OTHER_KEY",
+            orchestrator::api::e2b::keys::to_e2b_form(&other),
+        )],
+    )
+    .await;
+    assert_eq!(
+        ok(&r, "lifecycle"),
+        &serde_json::json!({"on_timeout": "pause", "auto_resume": true}),
+        "{r}"
+    );
+    assert_eq!(ok(&r, "served"), 200, "{r}");
+    assert_eq!(ok(&r, "paused"), "paused", "{r}");
+    // Every request of the burst was answered after the one wake: the port, now closed.
+    let burst = ok(&r, "burst").as_array().expect("the burst's answers");
+    assert_eq!(burst.len(), 6);
+    for answer in burst {
+        assert_eq!(answer[0], 502, "{r}");
+        assert!(
+            answer[1]
+                .as_str()
+                .is_some_and(|b| b.contains("port is not open")),
+            "{r}"
+        );
+    }
+    assert_eq!(ok(&r, "state_after_burst"), "running", "{r}");
+    assert_eq!(ok(&r, "running_after_burst"), true, "{r}");
+    assert_eq!(
+        ok(&r, "served_again"),
+        &serde_json::json!([200, "hello from a sandbox port ✓\n"]),
+        "the files came back with the wake: {r}"
+    );
+
+    // Without auto_resume: 409 as E2B's edge, not woken.
+    assert_eq!(ok(&r, "still_paused"), "paused", "{r}");
+    let (status, body) = answer(&r, "no_auto_resume");
+    assert_eq!(status, 409, "{r}");
+    let body: Value = serde_json::from_str(&body).expect("a JSON answer");
+    assert_eq!(body["code"], 409);
+    assert_eq!(body["canAutoResume"], false);
+    assert_eq!(body["sandboxId"], r["still_id"]);
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("The sandbox is paused")),
+        "{body}"
+    );
+    assert_eq!(ok(&r, "still_state"), "paused", "{r}");
+
+    // Private: refused without its own token, and not woken by the refused requests.
+    assert_eq!(ok(&r, "private_paused"), "paused", "{r}");
+    for step in [
+        "private_no_token",
+        "private_made_up_token",
+        "private_other_keys_token",
+    ] {
+        let (status, body) = answer(&r, step);
+        assert_eq!(status, 403, "{step}: {r}");
+        assert!(body.contains("traffic access token"), "{step}: {body}");
+    }
+    assert_eq!(ok(&r, "private_state_refused"), "paused", "{r}");
+    let (status, body) = answer(&r, "private_own_token");
+    assert_eq!(status, 502, "woken, its port closed: {r}");
+    assert!(body.contains("port is not open"), "{body}");
+    assert_eq!(ok(&r, "private_state_woken"), "running", "{r}");
+
+    // One resume per woken sandbox, however many requests: the burst's and the private one's.
+    assert_eq!(
+        admin_rows(&app, "e2b.sandbox.resume").await,
+        2,
+        "one resume each for the burst and the private sandbox"
+    );
+    // Each woken connection was decided as the owner key, with a row; refusals for a token none.
+    let private = r["private_id"].as_str().expect("private id");
+    assert_eq!(port_rows(&app, private, "denied").await, 0);
+    // The burst's six connections were each decided (and one woke it): a row each, allowed.
+    let id = r["sandbox_id"].as_str().expect("sandbox id");
+    assert!(port_rows(&app, id, "allowed").await >= 6, "{r}");
+}
+
+/// A CA of the suite's own and a certificate for `*.<DOMAIN>` signed by it, as PEM files in
+/// `dir`: (CA, certificate, key).
+fn suite_ca(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "aegis suite CA");
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate().expect("CA key");
+    let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let mut leaf_params =
+        CertificateParams::new(vec![format!("*.{DOMAIN}")]).expect("certificate params");
+    leaf_params.use_authority_key_identifier_extension = true;
+    leaf_params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let leaf_key = KeyPair::generate().expect("key");
+    let leaf = leaf_params
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .expect("certificate");
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
+    std::fs::write(&paths.0, ca.pem()).expect("write CA");
+    std::fs::write(&paths.1, leaf.pem()).expect("write certificate");
+    std::fs::write(&paths.2, leaf_key.serialize_pem()).expect("write key");
+    (paths.0, paths.1, paths.2)
+}
+
+/// The TLS listener (`server.tls`) with a wildcard certificate the suite's CA signed: E2B's
+/// `https://<get_host(port)>` reaches the port (by name and by E2B's headers), the node's own
+/// routes answer there too, a client that does not trust the CA or asks another name is
+/// refused at the handshake, and a private sandbox needs its own token over TLS as in clear
+/// (403 without it and with another key's sandbox's). A certificate that cannot be read stops
+/// the start, naming the key.
+#[tokio::test]
+async fn the_tls_listener_serves_sandbox_ports_under_the_operators_certificate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca, cert, key_file) = suite_ca(dir.path());
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.e2b.domain = DOMAIN.to_owned();
+    config.server.tls = Some(orchestrator::config::TlsConfig {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        cert_file: dir.path().join("missing.pem"),
+        key_file: key_file.clone(),
+    });
+    let refused = orchestrator::app::Application::build(config.clone())
+        .await
+        .err()
+        .expect("a start without its certificate fails")
+        .to_string();
+    assert!(
+        refused.contains("server.tls.cert_file") && refused.contains("missing.pem"),
+        "{refused}"
+    );
+    config.server.tls = Some(orchestrator::config::TlsConfig {
+        listen: "127.0.0.1:0".parse().expect("address"),
+        cert_file: cert,
+        key_file,
+    });
+    let app = TestApp::spawn_with(config).await;
+    let tls = app.tls_addr.expect("the TLS listener is bound");
+    let key = app.create_key("ports-tls", "operator").await;
+    let other = app.create_key("ports-tls-other", "operator").await;
+    let r = run(
+        &app,
+        "tls",
+        &key,
+        &[
+            (
+                "E2B_OTHER_KEY",
+                orchestrator::api::e2b::keys::to_e2b_form(&other),
+            ),
+            ("E2B_TLS_ADDR", tls.to_string()),
+            ("E2B_TLS_CA", ca.display().to_string()),
+        ],
+    )
+    .await;
+    assert_eq!(ok(&r, "listening"), 200, "{r}");
+    for step in ["tls_by_host", "tls_by_headers"] {
+        assert_eq!(
+            answer(&r, step),
+            (200, "hello from a sandbox port ✓\n".to_owned()),
+            "{step}: {r}"
+        );
+    }
+    assert_eq!(ok(&r, "tls_node_routes"), 200, "{r}");
+    for step in ["tls_untrusted", "tls_other_name"] {
+        let error = r[step]["error"].as_str().unwrap_or_default();
+        assert!(error.starts_with("SSLCertVerificationError"), "{step}: {r}");
+    }
+    assert_eq!(ok(&r, "private_listening"), 200, "{r}");
+    for step in ["tls_private_without_token", "tls_private_other_keys_token"] {
+        let (status, body) = answer(&r, step);
+        assert_eq!(status, 403, "{step}: {r}");
+        assert!(body.contains("traffic access token"), "{step}: {body}");
+    }
+    assert_eq!(answer(&r, "tls_private_with_token").0, 200, "{r}");
+    let private = r["private_id"].as_str().expect("private id");
+    assert_eq!(
+        port_rows(&app, private, "denied").await,
+        0,
+        "token refusals are no rows"
+    );
+    // maskRequestHost: the server saw the sandbox's Host, its port in place of ${PORT}.
+    assert_eq!(
+        answer(&r, "masked_host"),
+        (200, "custom-host.example.com:8080".to_owned()),
+        "{r}"
+    );
+    assert_eq!(
+        ok(&r, "masked_detail"),
+        "custom-host.example.com:${PORT}",
+        "{r}"
+    );
+}

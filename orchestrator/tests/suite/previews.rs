@@ -164,8 +164,35 @@ async fn a_preview_url_opens_one_port_until_revoked_or_expired_and_nothing_else(
 
     // Without a secret, with a made-up one, another port's, another sandbox's: refused, and no
     // audit row (anyone can send these).
+    // No secret: 403 saying the sandbox's ports need a preview (it is known, the caller just
+    // holds none); by E2B's headers alike. A sandbox nobody knows stays E2B's 502 "not found".
     let bare = visit(&app, &format!("http://8000-{a}.{DOMAIN}/"), None).await;
-    assert_ne!(bare.status, 200);
+    assert_eq!(bare.status, 403, "{}", bare.body);
+    assert!(
+        bare.body.contains("not an E2B sandbox") && bare.body.contains("preview URL"),
+        "{}",
+        bare.body
+    );
+    let by_headers = reqwest::Client::new()
+        .get(format!("{}/e2b/", app.http_base))
+        .header("E2b-Sandbox-Id", &a)
+        .header("E2b-Sandbox-Port", "8000")
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(by_headers.status(), 403);
+    let unknown = visit(
+        &app,
+        &format!("http://8000-{}.{DOMAIN}/", uuid::Uuid::new_v4()),
+        None,
+    )
+    .await;
+    assert_eq!(unknown.status, 502, "{}", unknown.body);
+    assert!(
+        unknown.body.contains("The sandbox was not found"),
+        "{}",
+        unknown.body
+    );
     let made_up = visit(
         &app,
         &format!("http://8000-{a}.{DOMAIN}/?aegis_preview=00"),

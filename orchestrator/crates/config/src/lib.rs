@@ -557,16 +557,52 @@ pub struct ServerConfig {
     pub grpc: SocketAddr,
     /// How long in-flight requests may take to finish after a shutdown signal.
     pub shutdown_grace_secs: u64,
+    /// A second listener serving the HTTP port's routes over TLS, with the operator's
+    /// certificate: E2B's `get_host` URLs are `https://<port>-<sandbox id>.<e2b.domain>`.
+    /// Absent (the default): no TLS listener.
+    pub tls: Option<TlsConfig>,
+}
+
+/// The TLS listener (`server.tls`): where, and the operator's PEM files. For sandbox ports the
+/// certificate must name `*.<e2b.domain>` (one label: `<port>-<id>`); read once at start.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The address it listens on (e.g. `0.0.0.0:443`).
+    pub listen: SocketAddr,
+    /// The certificate chain, leaf first (PEM).
+    pub cert_file: PathBuf,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
 }
 
 impl ServerConfig {
-    /// The `server:` section on its own: two listeners on two addresses.
+    /// The `server:` section on its own: each listener on an address of its own.
     pub fn check(&self) -> Result<(), Invalid> {
         if self.http.port() != 0 && self.http == self.grpc {
             return Err(Invalid::new(
                 "grpc",
                 format!("must differ from server.http ({})", self.http),
             ));
+        }
+        if let Some(tls) = &self.tls {
+            if tls.listen.port() != 0 && (tls.listen == self.http || tls.listen == self.grpc) {
+                return Err(Invalid::new(
+                    "tls.listen",
+                    format!(
+                        "must differ from server.http and server.grpc ({})",
+                        tls.listen
+                    ),
+                ));
+            }
+            for (key, path) in [
+                ("tls.cert_file", &tls.cert_file),
+                ("tls.key_file", &tls.key_file),
+            ] {
+                if path.as_os_str().is_empty() {
+                    return Err(Invalid::new(key, "must name a PEM file"));
+                }
+            }
         }
         Ok(())
     }
@@ -578,6 +614,7 @@ impl Default for ServerConfig {
             http: SocketAddr::from(([127, 0, 0, 1], 8088)),
             grpc: SocketAddr::from(([127, 0, 0, 1], 50051)),
             shutdown_grace_secs: 20,
+            tls: None,
         }
     }
 }

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use aegis_e2b::api::{
-    idempotency_key, LogLevel, OnTimeout, PauseMode, SandboxSnapshotRequest, DEFAULT_TIMEOUT_SECS,
-    DEFAULT_TIMEOUT_SECS_V2,
+    idempotency_key, AutoResume, LogLevel, OnTimeout, PauseMode, SandboxSnapshotRequest,
+    DEFAULT_TIMEOUT_SECS, DEFAULT_TIMEOUT_SECS_V2,
 };
 use aegis_e2b::api::{
     parse_body, parse_metadata_filter, parse_optional_body, parse_sandbox_ids, ApiError,
@@ -90,13 +90,11 @@ fn reads_the_create_request_the_sdk_sends() {
     assert_eq!(
         req.extensions(),
         vec![
-            "autoResume",
             "mcp",
             "iam",
             "volumeMounts",
             "network.egressProxy",
             "network.rules",
-            "network.maskRequestHost"
         ]
     );
     // No timeout: the route's default, 15 s (v1) or 300 s (v2).
@@ -114,6 +112,57 @@ fn reads_the_create_request_the_sdk_sends() {
         "memory matters only when pausing"
     );
     req.check(&Limits::default()).unwrap();
+    // autoResume (offered: traffic wakes the sandbox) only on a sandbox its timeout pauses,
+    // never with a pause asked to keep the files only, as E2B's SDKs and API say.
+    let wakes: NewSandbox = parse_body(
+        br#"{"templateID": "base", "autoPause": true, "autoResume": {"enabled": true}}"#,
+        MAX,
+    )
+    .unwrap();
+    assert!(wakes.auto_resume() && wakes.extensions().is_empty());
+    wakes.check(&Limits::default()).unwrap();
+    let no_pause = NewSandbox {
+        auto_pause: Some(false),
+        ..wakes.clone()
+    };
+    let e = no_pause.check(&Limits::default()).unwrap_err();
+    assert!(e.code == 400 && e.message.contains("autoPause"), "{e:?}");
+    let fs_only = NewSandbox {
+        auto_pause_memory: Some(false),
+        ..wakes.clone()
+    };
+    let e = fs_only.check(&Limits::default()).unwrap_err();
+    assert!(
+        e.code == 400 && e.message.contains("autoPauseMemory"),
+        "{e:?}"
+    );
+    let off = NewSandbox {
+        auto_resume: Some(AutoResume { enabled: false }),
+        auto_pause: None,
+        ..wakes
+    };
+    assert!(!off.auto_resume());
+    off.check(&Limits::default()).unwrap();
+    // maskRequestHost (offered): a host, optionally :port, ${PORT} standing for the port.
+    for (mask, good) in [
+        ("custom-host.example.com:${PORT}", true),
+        ("localhost", true),
+        ("", false),
+        ("a b", false),
+        ("x\r\nX-Injected: 1", false),
+        ("${HOST}", false),
+    ] {
+        let req: NewSandbox = parse_body(
+            json!({"templateID": "base", "network": {"maskRequestHost": mask}})
+                .to_string()
+                .as_bytes(),
+            MAX,
+        )
+        .unwrap();
+        assert_eq!(req.host_mask(), Some(mask));
+        assert!(req.extensions().is_empty());
+        assert_eq!(req.check(&Limits::default()).is_ok(), good, "{mask:?}");
+    }
     assert_eq!(idempotency_key("retry-1").unwrap(), "retry-1");
     for bad in ["", "Retry", "a b", &"a".repeat(256)] {
         assert!(idempotency_key(bad).is_err(), "{bad:?}");

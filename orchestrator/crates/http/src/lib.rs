@@ -1,5 +1,6 @@
 //! The HTTP connection a request came on, as handlers see it (`ConnectInfo<Connection>`): the
-//! peer's address (the attestation limit per source address), and a way to reset it.
+//! peer's address (the attestation limit per source address), and a way to reset it; over the
+//! plain HTTP port or the optional TLS one ([`tls`]), which serve the same routes.
 //!
 //! Resetting is how the E2B door ends a stream whose sandbox went away under it, as E2B's edge
 //! does: E2B's SDK tells a dropped connection (a transport failure, after which it asks the
@@ -19,6 +20,8 @@ use std::time::Duration;
 use axum::extract::connect_info::Connected;
 use axum::serve::{IncomingStream, Listener};
 use tokio::net::{TcpListener, TcpStream};
+
+pub mod tls;
 
 /// One accepted HTTP connection.
 #[derive(Debug, Clone)]
@@ -71,18 +74,22 @@ impl Listener for HttpListener {
     }
 }
 
-impl Connected<IncomingStream<'_, HttpListener>> for Connection {
-    fn connect_info(stream: IncomingStream<'_, HttpListener>) -> Self {
-        let socket = std::os::fd::AsFd::as_fd(stream.io())
+impl Connection {
+    /// The connection of an accepted socket from `addr` (a duplicate of its descriptor kept).
+    fn of(tcp: &TcpStream, addr: SocketAddr) -> Self {
+        let socket = std::os::fd::AsFd::as_fd(tcp)
             .try_clone_to_owned()
             .inspect_err(
                 |e| tracing::debug!(error = %e, "no handle on an HTTP connection's socket"),
             )
             .ok()
             .map(Arc::new);
-        Connection {
-            addr: *stream.remote_addr(),
-            socket,
-        }
+        Connection { addr, socket }
+    }
+}
+
+impl Connected<IncomingStream<'_, HttpListener>> for Connection {
+    fn connect_info(stream: IncomingStream<'_, HttpListener>) -> Self {
+        Connection::of(stream.io(), *stream.remote_addr())
     }
 }

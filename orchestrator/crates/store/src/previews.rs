@@ -145,3 +145,17 @@ pub async fn still_live(pool: &PgPool, id: Uuid) -> Result<bool, sqlx::Error> {
     .fetch_one(pool)
     .await
 }
+
+/// Whether `sandbox` is a running sandbox of our own doors (REST, agents, SEAL): not an E2B
+/// one (by either of its ids) and not a warm pool's. Its ports open only with a preview, so
+/// the port layer answers a request without one 403 saying so, rather than "not found".
+pub async fn is_own_running(pool: &PgPool, sandbox: Uuid) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM sandboxes s WHERE s.id = $1 AND s.state = 'running' \
+         AND s.owner_kind <> 'pool' AND NOT EXISTS (SELECT 1 FROM e2b_sandboxes e \
+         WHERE e.sandbox_id = s.id OR e.e2b_id = s.id))",
+    )
+    .bind(sandbox)
+    .fetch_one(pool)
+    .await
+}

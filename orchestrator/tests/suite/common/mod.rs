@@ -183,6 +183,8 @@ pub struct TestApp {
     pub http_base: String,
     /// The gRPC listener.
     pub grpc_addr: SocketAddr,
+    /// The TLS listener, when the config set `server.tls`.
+    pub tls_addr: Option<SocketAddr>,
     /// An HTTP client.
     pub http: reqwest::Client,
     /// The instance's shared state (pool, engine, ids).
@@ -210,12 +212,14 @@ impl TestApp {
             .expect("application starts");
         let http_base = format!("http://{}", app.http_addr());
         let grpc_addr = app.grpc_addr();
+        let tls_addr = app.tls_addr();
         let state = app.state().clone();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(app.run(shutdown.clone()));
         Self {
             http_base,
             grpc_addr,
+            tls_addr,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
                 .build()

@@ -17,7 +17,8 @@
 //! `e2b.snapshot.create`, `.delete`) and a line in the sandbox's log. Only the owner key sees
 //! or uses a snapshot; another key's is "not found".
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, LazyLock, PoisonError, Weak};
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -299,17 +300,58 @@ pub async fn pause_due(state: &AppState, limit: i64) -> Result<usize, sqlx::Erro
     Ok(paused)
 }
 
+/// The resumes under way on this replica, one lock per E2B id: many requests to a paused
+/// sandbox's ports (or connects) arriving together resume it once; the others wait for that
+/// resume and take its row. Across replicas the row decides (`store::set_resumed` takes only
+/// the paused row, a losing resume's sandbox goes), which is correct but makes a sandbox per
+/// replica; this keeps a burst on one replica to one.
+static RESUMING: LazyLock<std::sync::Mutex<HashMap<Uuid, Weak<tokio::sync::Mutex<()>>>>> =
+    LazyLock::new(Default::default);
+
+/// The lock of `id`'s resume, shared by everyone resuming it now.
+fn resume_lock(id: Uuid) -> Arc<tokio::sync::Mutex<()>> {
+    let mut held = RESUMING.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(lock) = held.get(&id).and_then(Weak::upgrade) {
+        return lock;
+    }
+    held.retain(|_, lock| lock.strong_count() > 0);
+    let lock = Arc::new(tokio::sync::Mutex::new(()));
+    held.insert(id, Arc::downgrade(&lock));
+    lock
+}
+
 /// Resumes a paused sandbox of `caller` (see the module's documentation): the row, running
-/// again for `timeout_secs`.
+/// again for `timeout_secs`. One resume per id at a time ([`RESUMING`]): one that waited for
+/// another answers the row that one left, resuming nothing and writing no row.
 pub(super) async fn resume_row(
     state: &AppState,
     caller: &Caller,
     row: &Row,
     timeout_secs: u32,
 ) -> Result<Row, Refusal> {
-    let Some(snapshot_id) = row.paused_snapshot else {
+    if row.paused_snapshot.is_none() {
         return Ok(row.clone());
+    }
+    let lock = resume_lock(row.sandbox_id);
+    let _only_one = lock.lock().await;
+    let row = store::get_known(&state.pool, row.sandbox_id, &caller.id)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| {
+            Refusal(ApiError::new(
+                404,
+                format!("paused sandbox \"{}\" not found", row.sandbox_id),
+            ))
+        })?;
+    let Some(snapshot_id) = row.paused_snapshot else {
+        // Resumed meanwhile: it lives at least what this resume asked.
+        let extended =
+            store::set_deadline(&state.pool, row.sandbox_id, &caller.id, timeout_secs, true)
+                .await
+                .map_err(db)?;
+        return Ok(extended.unwrap_or(row));
     };
+    let row = &row;
     let started = Instant::now();
     let resumed = resume_from(state, caller, row, snapshot_id, timeout_secs).await;
     audit(
@@ -698,6 +740,8 @@ async fn start_fork(
             envd_access_token: &token,
             timeout_secs: timeout,
             pause_on_timeout: source.pause_on_timeout,
+            auto_resume: source.auto_resume,
+            mask_request_host: source.mask_request_host.as_deref(),
             egress: source.egress.as_ref().filter(|_| network).map(|e| &e.0),
         },
     )

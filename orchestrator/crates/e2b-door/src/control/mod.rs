@@ -361,6 +361,8 @@ async fn create_row(
                     timeout_secs: timeout,
                     pause_on_timeout: req.auto_pause == Some(true),
                     egress: networked.then_some(&egress),
+                    auto_resume: req.auto_resume(),
+                    mask_request_host: req.host_mask(),
                 },
             )
             .await;
@@ -431,7 +433,7 @@ async fn create_row(
 /// Makes `row`'s sandbox private: a new traffic access token, which its ports then require.
 /// A sandbox that cannot be made private is not left public: it goes.
 async fn make_private(state: &AppState, row: &Row) -> Result<String, Refusal> {
-    let made = match crate::ports::admit::new_token() {
+    let made = match aegis_store::e2b::traffic::new_token() {
         Ok(token) => aegis_store::e2b::traffic::set_token(&state.pool, row.sandbox_id, &token)
             .await
             .map(|()| token)
@@ -474,6 +476,7 @@ pub async fn detail(
         domain: Some(state.config.e2b.domain.clone()),
         network: Some(aegis_e2b::api::NetworkConfig {
             allow_public_traffic: Some(row.traffic_access_token.is_none()),
+            mask_request_host: row.mask_request_host.clone(),
             allow_out: rules
                 .as_ref()
                 .map(|r| r.allow_out.clone())
@@ -487,7 +490,7 @@ pub async fn detail(
         }),
         egress_grant: Some(grant.report()),
         lifecycle: Some(aegis_e2b::api::SandboxLifecycle {
-            auto_resume: false,
+            auto_resume: row.auto_resume,
             on_timeout: if row.pause_on_timeout {
                 aegis_e2b::api::OnTimeout::Pause
             } else {
@@ -696,32 +699,52 @@ pub async fn connect_v2(
 }
 
 async fn connect_for(state: AppState, caller: Caller, id: String, secs: u32) -> Answer {
-    let running = deadline(&state, &caller, &id, secs, true).await;
+    let (row, resumed) = connect_row(&state, &caller, &id, secs).await?;
+    Ok(to_json(
+        if resumed {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        },
+        &created_answer(&row, &state.config.e2b.domain),
+    ))
+}
+
+/// What a connect does, answered or not: a running sandbox lives at least `secs` more, a
+/// paused one is resumed (`true`: it was) as `caller`, with its audit row.
+async fn connect_row(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    secs: u32,
+) -> Result<(Row, bool), Refusal> {
+    let running = deadline(state, caller, id, secs, true).await;
     if !matches!(&running, Err(Refusal(ApiError { code: 404, .. }))) {
-        return running.map(|row| {
-            to_json(
-                StatusCode::OK,
-                &created_answer(&row, &state.config.e2b.domain),
-            )
-        });
+        return running.map(|row| (row, false));
     }
-    let paused = match known(&state, &caller, &id).await {
+    let paused = match known(state, caller, id).await {
         Ok(row) if row.paused_snapshot.is_some() => row,
         Ok(_) | Err(Refusal(ApiError { code: 404, .. })) => {
-            return running.map(|row| {
-                to_json(
-                    StatusCode::OK,
-                    &created_answer(&row, &state.config.e2b.domain),
-                )
-            });
+            return running.map(|row| (row, false));
         }
         Err(e) => return Err(e),
     };
-    let row = lifecycle::resume_row(&state, &caller, &paused, secs).await?;
-    Ok(to_json(
-        StatusCode::CREATED,
-        &created_answer(&row, &state.config.e2b.domain),
-    ))
+    let row = lifecycle::resume_row(state, caller, &paused, secs).await?;
+    Ok((row, true))
+}
+
+/// How long a sandbox woken by traffic lives before its timeout pauses it again: what E2B's
+/// edge asks of its API when it auto-resumes one.
+pub const WAKE_SECS: u32 = 600;
+
+/// Wakes the paused sandbox `id` for a request to one of its ports (`autoResume`), exactly as
+/// `connect()` would as `owner`, its owner key: the same resume, single flight per id on this
+/// replica (`lifecycle::resume_row`), the same `e2b.sandbox.resume` audit row. A sandbox whose
+/// timeout passed and whose pause the sweep has not yet taken simply lives on.
+pub async fn wake(state: &AppState, owner: &Caller, id: Uuid) -> Result<Row, Refusal> {
+    connect_row(state, owner, &id.to_string(), WAKE_SECS)
+        .await
+        .map(|(row, _)| row)
 }
 
 /// A page's answer with the cursor of the next page, when there is one, in

@@ -98,7 +98,7 @@ pub enum Unserved {
     /// owner key revoked, the database down.
     Refused(ConnectError),
     /// The caller's own sandbox (its token is right), but it does not run now: paused (a
-    /// connect resumes it; no traffic does, there is no auto-resume), or past its timeout.
+    /// connect resumes it; envd calls never do, a request to a port does with `autoResume`), or past its timeout.
     /// As E2B's edge answers then: `unavailable`, which its SDK reports as the sandbox's
     /// timeout, and `/health` 502.
     NotRunning(ConnectError),
@@ -155,7 +155,7 @@ pub async fn resolve(state: &AppState, headers: &HeaderMap) -> Result<Target, Un
             Code::Unavailable,
             if row.paused {
                 format!(
-                    "{SANDBOX_NOT_FOUND}: sandbox {id} is paused; connect() resumes it (this node has no auto-resume)"
+                    "{SANDBOX_NOT_FOUND}: sandbox {id} is paused; connect() resumes it (envd calls do not wake it; with autoResume, a request to one of its ports does)"
                 )
             } else {
                 format!("{SANDBOX_NOT_FOUND}: sandbox {id} is not running; it was killed or reached its timeout")

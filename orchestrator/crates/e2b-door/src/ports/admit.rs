@@ -7,10 +7,17 @@
 //! metrics and told nothing more, but leaves no row (anyone can send one: rows would let an
 //! anonymous client flood the owner's chain).
 //!
+//! A paused sandbox answers as E2B's edge does: 409 "The sandbox is paused"; one made with
+//! `autoResume` is woken instead, after its token and the policy admitted the request (so
+//! traffic that may not reach it never wakes it), by `control::wake` as its owner key: the
+//! resume `connect()` does, once per id however many requests arrive together, with its
+//! `e2b.sandbox.resume` row beside the connection's own.
+//!
 //! A sandbox made through our own doors (REST, agents, SEAL) has no E2B row: its ports open
 //! only with a preview secret ([`admit_preview`], `aegis_store::previews`), decided and audited
 //! the same way as the key that made the preview. A missing, unknown, expired or revoked secret,
-//! or one for another sandbox or port, is likewise counted and not a row.
+//! or one for another sandbox or port, is likewise counted and not a row; a request without a
+//! secret to such a sandbox is 403 saying it needs one (an unknown sandbox stays E2B's 502).
 
 use std::time::Instant;
 
@@ -42,6 +49,9 @@ pub struct Admitted {
     /// The preview that admitted it: every request on the connection must carry its secret,
     /// and it must still be live.
     pub preview: Option<Held>,
+    /// The `Host` the server is shown instead of the client's (`network.maskRequestHost`,
+    /// `${PORT}` already replaced).
+    pub host: Option<String>,
 }
 
 /// The preview a connection was admitted under.
@@ -56,9 +66,16 @@ pub struct Held {
 /// Why not (each answered as E2B's edge answers it, `mod.rs`).
 #[derive(Debug, thiserror::Error)]
 pub enum Refused {
-    /// No such sandbox, or not running now (paused, past its timeout).
+    /// No such sandbox, or not running now (killed, past a timeout that kills it).
     #[error("{SANDBOX_NOT_FOUND}: {0}")]
     NotRunning(String),
+    /// Paused, and not made with `autoResume`: only a connect resumes it (E2B's edge: 409,
+    /// `canAutoResume: false`).
+    #[error("{SANDBOX_PAUSED}: {0}")]
+    Paused(String),
+    /// Paused with `autoResume`, and waking it failed (E2B's edge: 409, `canAutoResume: true`).
+    #[error("{SANDBOX_PAUSED}: waking it failed: {0}")]
+    Wake(String),
     /// A private sandbox, and the request's token is missing or another's.
     #[error("{0}")]
     Token(String),
@@ -74,16 +91,31 @@ pub enum Refused {
     Database(#[from] sqlx::Error),
 }
 
-/// Decides whether a connection to `to` may open for a request carrying `token`.
+/// E2B's edge's message for a paused sandbox.
+pub const SANDBOX_PAUSED: &str = "The sandbox is paused";
+
+/// Decides whether a connection to `to` may open for a request carrying `token`. A paused
+/// sandbox made with `autoResume` is woken first, as its owner key, once the token and the
+/// policy admitted the request: traffic that may not reach the port never wakes it.
 pub async fn admit(
     state: &AppState,
     to: PortAddress,
     token: Option<&str>,
 ) -> Result<Admitted, Refused> {
     let started = Instant::now();
-    let row = store::envd_target(&state.pool, to.sandbox)
-        .await?
-        .ok_or_else(|| Refused::NotRunning(format!("sandbox {} is not known", to.sandbox)))?;
+    let Some(row) = store::envd_target(&state.pool, to.sandbox).await? else {
+        if aegis_store::previews::is_own_running(&state.pool, to.sandbox).await? {
+            return Err(Refused::Preview(format!(
+                "sandbox {id} is not an E2B sandbox: its ports open only with a preview URL \
+                 its maker makes (POST /v1/sandboxes/{id}/previews)",
+                id = to.sandbox
+            )));
+        }
+        return Err(Refused::NotRunning(format!(
+            "sandbox {} is not known",
+            to.sandbox
+        )));
+    };
     let expected = aegis_store::e2b::traffic::token(&state.pool, to.sandbox).await?;
     if let Some(expected) = &expected {
         let given = token.unwrap_or_default();
@@ -95,24 +127,58 @@ pub async fn admit(
             )));
         }
     }
-    if !row.serving {
-        return Err(Refused::NotRunning(if row.paused {
-            format!("sandbox {} is paused; connect() resumes it", to.sandbox)
-        } else {
-            format!("sandbox {} is not running", to.sandbox)
-        }));
+    if !row.serving && !row.paused {
+        return Err(Refused::NotRunning(format!(
+            "sandbox {} is not running",
+            to.sandbox
+        )));
+    }
+    if !row.serving && !row.auto_resume {
+        return Err(Refused::Paused(format!(
+            "sandbox {} is paused; connect() resumes it (it was not made with autoResume)",
+            to.sandbox
+        )));
     }
     let caller = owner(state, &row)
         .await
         .map_err(|e| Refused::Policy(e.message))?;
-    let args = json!({"sandbox_id": to.sandbox.to_string(), "port": to.port});
+    let wakes = !row.serving;
+    let mut args = json!({"sandbox_id": to.sandbox.to_string(), "port": to.port});
+    if wakes {
+        args["wakes"] = json!(true);
+    }
     decide(state, &caller, &args, row.sandbox_id, started).await?;
+    let serving = if wakes {
+        woken(state, &caller, to).await?
+    } else {
+        row.sandbox_id
+    };
     Ok(Admitted {
-        sandbox: dispatcher::SandboxId(row.sandbox_id),
+        sandbox: dispatcher::SandboxId(serving),
         caller,
         token: expected,
         preview: None,
+        host: row
+            .mask_request_host
+            .as_deref()
+            .map(|mask| mask.replace("${PORT}", &to.port.to_string())),
     })
+}
+
+/// Wakes the paused sandbox `to` names as its owner (`control::wake`, what `connect()` does)
+/// and answers the dispatcher's sandbox now serving it.
+async fn woken(state: &AppState, owner: &Caller, to: PortAddress) -> Result<uuid::Uuid, Refused> {
+    crate::control::wake(state, owner, to.sandbox)
+        .await
+        .map_err(|e| Refused::Wake(e.0.message))?;
+    match store::envd_target(&state.pool, to.sandbox).await? {
+        Some(row) if row.serving => Ok(row.sandbox_id),
+        Some(_) => Err(Refused::Wake("it was paused again at once".to_owned())),
+        None => Err(Refused::NotRunning(format!(
+            "sandbox {} ended while it was woken",
+            to.sandbox
+        ))),
+    }
 }
 
 /// Decides a connection admitted by a preview secret: the preview must name this sandbox and
@@ -171,6 +237,7 @@ pub async fn admit_preview(
             id: p.id,
             digest: aegis_store::previews::digest(secret),
         }),
+        host: None,
     })
 }
 
@@ -216,11 +283,4 @@ pub fn still_admitted(admitted: &Admitted, token: Option<&str>, preview: Option<
         None => true,
         Some(expected) => token.is_some_and(|t| !t.is_empty() && same_secret(expected, t)),
     }
-}
-
-/// A new traffic access token (what create answers for a private sandbox).
-pub fn new_token() -> Result<String, getrandom::Error> {
-    let mut bytes = [0u8; 24];
-    getrandom::fill(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

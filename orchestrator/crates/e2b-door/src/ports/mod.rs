@@ -10,8 +10,9 @@
 //! WebSocket (any `Upgrade`) pass through unchanged. Who may open one is decided once per
 //! connection ([`admit`]: the sandbox's traffic token when it is private, the owner key's
 //! policy, one audit row); a client's later requests on the same connection reuse it
-//! ([`pool`]). As E2B's edge answers: a port nothing listens on is 502 at once, an unknown,
-//! paused or ended sandbox 502 "The sandbox was not found", a private one without its token 403.
+//! ([`pool`]). As E2B's edge answers: a port nothing listens on is 502 at once, an unknown or
+//! ended sandbox 502 "The sandbox was not found", a paused one 409 "The sandbox is paused"
+//! (woken instead when made with `autoResume`), a private one without its token 403.
 //! A sandbox another replica holds is reached through it: this replica admits and audits the
 //! connection, the holder opens the port and relays the bytes over the peer channel
 //! (`Dispatcher::open_port_anywhere`, the orchestrator's `cluster` port route).
@@ -93,7 +94,17 @@ fn edge(status: StatusCode, body: serde_json::Value) -> Response {
 }
 
 fn refused(to: PortAddress, e: &Refused) -> Response {
+    let paused = |can_auto_resume: bool, outcome| {
+        aegis_metrics::port_connection(outcome);
+        edge(
+            StatusCode::CONFLICT,
+            json!({"code": 409, "message": e.to_string(), "sandboxId": to.sandbox.to_string(),
+                   "canAutoResume": can_auto_resume}),
+        )
+    };
     let (status, outcome) = match e {
+        Refused::Paused(_) => return paused(false, "not_running"),
+        Refused::Wake(_) => return paused(true, "error"),
         Refused::NotRunning(_) => (StatusCode::BAD_GATEWAY, "not_running"),
         Refused::Token(_) | Refused::Preview(_) | Refused::Policy(_) => {
             (StatusCode::FORBIDDEN, "denied")
@@ -139,7 +150,7 @@ async fn serve(ports: &Ports, to: PortAddress, mut request: Request) -> Response
     let addressed_by_header = by_header(&request);
     origin_form(&mut request, addressed_by_header);
     request.headers_mut().remove(TRAFFIC_TOKEN);
-    let request = request.map(|body| Limited::new(body, limit(bounds.to_server)));
+    let mut request = request.map(|body| Limited::new(body, limit(bounds.to_server)));
     // A kept connection of this client to this port, while its token still holds.
     let kept = match (client, upgrade) {
         (Some(client), false) => ports.pool.take(client, to),
@@ -154,6 +165,7 @@ async fn serve(ports: &Ports, to: PortAddress, mut request: Request) -> Response
             Ok(found) => found,
             Err(answer) => return *answer,
         };
+    mask_host(&mut request, &admitted);
     let response = match send(&mut sender, request).await {
         Ok(response) => response,
         // A kept connection the server closed meanwhile (an HTTP/1.0 server closes after each
@@ -199,6 +211,17 @@ async fn serve(ports: &Ports, to: PortAddress, mut request: Request) -> Response
     response
         .map(|body| Body::new(Limited::new(body, limit(bounds.to_client))))
         .into_response()
+}
+
+/// E2B's `maskRequestHost`: the server sees the sandbox's chosen `Host`, not the client's.
+fn mask_host(request: &mut axum::http::Request<Limited<Body>>, admitted: &Admitted) {
+    if let Some(host) = admitted
+        .host
+        .as_deref()
+        .and_then(|h| HeaderValue::from_str(h).ok())
+    {
+        request.headers_mut().insert(header::HOST, host);
+    }
 }
 
 /// What a request shows to be admitted: a private E2B sandbox's traffic token, a preview secret.

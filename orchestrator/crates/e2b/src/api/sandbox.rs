@@ -218,6 +218,37 @@ impl NewSandbox {
     /// timeout, metadata (count, key and value sizes, keys non-empty) and environment variables
     /// (count, POSIX names, value sizes, no NUL byte).
     pub fn check(&self, limits: &Limits) -> Result<(), ApiError> {
+        // As E2B's SDKs refuse it before sending: traffic wakes only a sandbox its timeout
+        // pauses, and (E2B's API) never one whose pause was asked to keep the files only.
+        if self.auto_resume() {
+            if self.auto_pause != Some(true) {
+                return Err(ApiError::bad_request(
+                    "autoResume: needs autoPause (lifecycle on_timeout \"pause\"): traffic \
+                     wakes a sandbox its timeout paused",
+                ));
+            }
+            if self.auto_pause_memory == Some(false) {
+                return Err(ApiError::bad_request(
+                    "autoResume: cannot be combined with autoPauseMemory: false (E2B resumes a \
+                     filesystem-only pause only on an explicit connect)",
+                ));
+            }
+        }
+        if let Some(mask) = self.host_mask() {
+            // A host, optionally `:port`, where `${PORT}` stands for the port asked for.
+            let plain = mask.replace("${PORT}", "1");
+            if mask.is_empty()
+                || mask.len() > 255
+                || !plain
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.:".contains(&b))
+            {
+                return Err(ApiError::bad_request(format!(
+                    "network.maskRequestHost: {mask:?} is not a host name, optionally with \
+                     :port, where ${{PORT}} stands for the sandbox port asked for"
+                )));
+            }
+        }
         let timeout = self.timeout.unwrap_or(0);
         let id = &self.template_id;
         if id.is_empty() || id.len() > limits.max_template_id_bytes {
@@ -269,19 +300,31 @@ impl NewSandbox {
         Ok(())
     }
 
+    /// Whether traffic to the sandbox's ports resumes it while it is paused (`autoResume:
+    /// {enabled: true}`). A pause here keeps the files only, whatever was asked: the wake
+    /// brings them back and starts the template's server, as a `connect()` does; processes
+    /// started before the pause do not come back.
+    pub fn auto_resume(&self) -> bool {
+        self.auto_resume.is_some_and(|a| a.enabled)
+    }
+
+    /// `network.maskRequestHost`: the `Host` a sandbox's servers see on requests to its ports,
+    /// `${PORT}` standing for the port (E2B's placeholder), instead of the name the client used.
+    pub fn host_mask(&self) -> Option<&str> {
+        self.network.as_ref()?.mask_request_host.as_deref()
+    }
+
     /// The fields this request sets that E2B offers and a node of ours may not: memory kept
-    /// over a pause, resume on traffic, MCP servers, workload identity, volumes, a SOCKS5 egress
-    /// proxy, egress header rules, a masked request host. The node refuses the ones it cannot
-    /// honour rather than ignore them. `autoPause` without `autoPauseMemory` leaves the kind of
-    /// snapshot to the node (the SDK sends the field only when its caller chose `keep_memory`),
-    /// which takes the filesystem only; an explicit `autoPauseMemory: true` is refused.
+    /// over a pause, MCP servers, workload identity, volumes, a SOCKS5 egress proxy, egress
+    /// header rules. The node refuses the ones it cannot honour rather
+    /// than ignore them. `autoPause` without `autoPauseMemory` leaves the kind of snapshot to
+    /// the node (the SDK sends the field only when its caller chose `keep_memory`), which takes
+    /// the filesystem only; an explicit `autoPauseMemory: true` is refused. `autoResume` is
+    /// offered (a request to a port wakes the sandbox), see [`NewSandbox::auto_resume`].
     pub fn extensions(&self) -> Vec<&'static str> {
         let mut set = Vec::new();
         if self.auto_pause == Some(true) && self.auto_pause_memory == Some(true) {
             set.push("autoPauseMemory");
-        }
-        if self.auto_resume.is_some_and(|a| a.enabled) {
-            set.push("autoResume");
         }
         if self.mcp.as_ref().is_some_and(|v| !v.is_null()) {
             set.push("mcp");
@@ -298,9 +341,6 @@ impl NewSandbox {
             }
             if network.rules.as_ref().is_some_and(|r| !r.is_empty()) {
                 set.push("network.rules");
-            }
-            if network.mask_request_host.is_some() {
-                set.push("network.maskRequestHost");
             }
         }
         set

@@ -42,6 +42,10 @@ pub struct Row {
     /// Its own egress rules (`aegis_sandboxes::e2b_egress::NetworkRules` as JSON); `None`: it
     /// has no network.
     pub egress: Option<sqlx::types::Json<serde_json::Value>>,
+    /// `autoResume`: a request to one of its ports while it is paused resumes it.
+    pub auto_resume: bool,
+    /// `network.maskRequestHost`: the `Host` its servers see (`${PORT}`: the port).
+    pub mask_request_host: Option<String>,
 }
 
 impl Row {
@@ -55,7 +59,7 @@ impl Row {
 
 const COLUMNS: &str = "e.e2b_id AS sandbox_id, e.sandbox_id AS current, e.paused_snapshot, e.owner_key_id, e.template_id, e.metadata, \
      e.env_vars, e.allow_internet_access, e.envd_access_token, e.started_at, e.end_at, e.tenant_id AS tenant, \
-     e.on_timeout = 'pause' AS pause_on_timeout, e.traffic_access_token, e.egress";
+     e.on_timeout = 'pause' AS pause_on_timeout, e.traffic_access_token, e.egress, e.auto_resume, e.mask_request_host";
 
 /// What a new row records.
 pub struct NewRow<'a> {
@@ -74,15 +78,20 @@ pub struct NewRow<'a> {
     pub pause_on_timeout: bool,
     /// Its own egress rules when it has a network.
     pub egress: Option<&'a serde_json::Value>,
+    /// `autoResume`: traffic to its ports resumes it when paused.
+    pub auto_resume: bool,
+    /// `network.maskRequestHost`.
+    pub mask_request_host: Option<&'a str>,
 }
 
 /// Records a running sandbox.
 pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error> {
     sqlx::query_as(&format!(
         "INSERT INTO e2b_sandboxes AS e (sandbox_id, e2b_id, tenant_id, owner_key_id, template_id, metadata, \
-         allow_internet_access, envd_access_token, end_at, env_vars, on_timeout, egress) \
+         allow_internet_access, envd_access_token, end_at, env_vars, on_timeout, egress, auto_resume, \
+         mask_request_host) \
          VALUES ($1, $1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9, \
-         CASE WHEN $10 THEN 'pause' ELSE 'kill' END, $11) RETURNING {COLUMNS}"
+         CASE WHEN $10 THEN 'pause' ELSE 'kill' END, $11, $12, $13) RETURNING {COLUMNS}"
     ))
     .bind(row.sandbox_id)
     .bind(row.tenant)
@@ -95,6 +104,8 @@ pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error>
     .bind(sqlx::types::Json(row.env_vars))
     .bind(row.pause_on_timeout)
     .bind(row.egress.map(sqlx::types::Json))
+    .bind(row.auto_resume)
+    .bind(row.mask_request_host)
     .fetch_one(pool)
     .await
 }
@@ -409,6 +420,10 @@ pub struct EnvdTarget {
     pub serving: bool,
     /// Paused, or being paused (its timeout pauses it and passed): a connect resumes it.
     pub paused: bool,
+    /// `autoResume`: a request to one of its ports resumes it when paused.
+    pub auto_resume: bool,
+    /// `network.maskRequestHost`: the `Host` its servers see (`${PORT}`: the port).
+    pub mask_request_host: Option<String>,
 }
 
 /// The sandbox of E2B id `id` with its owner key, in one statement: running, paused, or past
@@ -419,7 +434,8 @@ pub async fn envd_target(pool: &PgPool, id: Uuid) -> Result<Option<EnvdTarget>, 
          k.role AS key_role, k.revoked_at IS NOT NULL AS key_revoked, \
          coalesce(k.expires_at <= now(), false) AS key_expired, k.security_context AS key_context, \
          (s.state = 'running' AND e.paused_snapshot IS NULL AND e.end_at > now()) AS serving, \
-         (e.paused_snapshot IS NOT NULL OR (e.on_timeout = 'pause' AND e.end_at <= now())) AS paused \
+         (e.paused_snapshot IS NOT NULL OR (e.on_timeout = 'pause' AND e.end_at <= now())) AS paused, \
+         e.auto_resume, e.mask_request_host \
          FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
          JOIN api_keys k ON k.id::text = e.owner_key_id \
          WHERE e.e2b_id = $1 AND (e.paused_snapshot IS NOT NULL OR s.state = 'running')",

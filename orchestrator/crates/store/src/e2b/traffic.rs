@@ -22,3 +22,10 @@ pub async fn token(pool: &PgPool, id: Uuid) -> Result<Option<String>, sqlx::Erro
         .await
         .map(Option::flatten)
 }
+
+/// A new traffic access token (what create answers for a private sandbox): 24 random bytes, hex.
+pub fn new_token() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
