@@ -80,12 +80,12 @@ while True:
 '''
 
 
-# A server answering every GET with the Host header it received.
+# A server answering every GET with the Host header line it received, its name as written.
 HOST_SERVER = r'''
 import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = (self.headers.get("Host") or "").encode()
+        body = "".join(k + ": " + v for k, v in self.headers.items() if k.lower() == "host").encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

@@ -468,10 +468,11 @@ async fn the_tls_listener_serves_sandbox_ports_under_the_operators_certificate()
         0,
         "token refusals are no rows"
     );
-    // maskRequestHost: the server saw the sandbox's Host, its port in place of ${PORT}.
+    // maskRequestHost: the server saw the sandbox's Host, its port in place of ${PORT}, the
+    // header's name in its canonical case (as E2B's edge sends it).
     assert_eq!(
         answer(&r, "masked_host"),
-        (200, "custom-host.example.com:8080".to_owned()),
+        (200, "Host: custom-host.example.com:8080".to_owned()),
         "{r}"
     );
     assert_eq!(

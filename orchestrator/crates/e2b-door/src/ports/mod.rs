@@ -385,7 +385,11 @@ async fn handshake(
     upgrade: bool,
 ) -> Result<Sender, Box<Response>> {
     let io = TokioIo::new(connection.into_stream(bounds));
-    let (sender, conn) = hyper::client::conn::http1::handshake(io)
+    // Header names go out in their canonical case (`Host`, `User-Agent`), as E2B's edge (Go)
+    // sends them: a server that reads names as written (Python's `http.server`) sees the same.
+    let (sender, conn) = hyper::client::conn::http1::Builder::new()
+        .title_case_headers(true)
+        .handshake(io)
         .await
         .map_err(|e| Box::new(unreachable_answer(to, e.to_string())))?;
     let port = to.port;
