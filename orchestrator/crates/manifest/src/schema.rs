@@ -185,47 +185,65 @@ fn describe(schema: &Value, error: &ValidationError<'_>) -> Vec<ManifestError> {
                 });
             one(format!("{} is not valid{meaning}", show(instance)))
         }
-        ValidationErrorKind::MinLength { limit } => one(if *limit == 1 {
-            "must not be empty".to_owned()
-        } else {
-            format!("must be at least {limit} characters long")
-        }),
+        _ => one(bound_message(error).unwrap_or_else(|| shorten(&error.masked().to_string()))),
+    }
+}
+
+/// The message of a size or range bound the value breaks (lengths, counts, uniqueness,
+/// numeric limits); `None` for an error of another kind.
+fn bound_message(error: &ValidationError<'_>) -> Option<String> {
+    let instance = error.instance();
+    let message = match error.kind() {
+        ValidationErrorKind::MinLength { limit } => {
+            if *limit == 1 {
+                "must not be empty".to_owned()
+            } else {
+                format!("must be at least {limit} characters long")
+            }
+        }
         ValidationErrorKind::MaxLength { limit } => {
-            one(format!("must be at most {limit} characters long"))
+            format!("must be at most {limit} characters long")
         }
-        ValidationErrorKind::MinItems { limit } => one(if *limit == 1 {
-            "must not be an empty list".to_owned()
-        } else {
-            format!("must have at least {limit} items")
-        }),
-        ValidationErrorKind::MaxItems { limit } => one(if *limit == 0 {
-            format!("must be empty here{}", false_schema_reason(error))
-        } else {
-            format!("must have at most {limit} items")
-        }),
-        ValidationErrorKind::MinProperties { limit } => one(if *limit == 1 {
-            "must not be empty".to_owned()
-        } else {
-            format!("must have at least {limit} entries")
-        }),
+        ValidationErrorKind::MinItems { limit } => {
+            if *limit == 1 {
+                "must not be an empty list".to_owned()
+            } else {
+                format!("must have at least {limit} items")
+            }
+        }
+        ValidationErrorKind::MaxItems { limit } => {
+            if *limit == 0 {
+                format!("must be empty here{}", false_schema_reason(error))
+            } else {
+                format!("must have at most {limit} items")
+            }
+        }
+        ValidationErrorKind::MinProperties { limit } => {
+            if *limit == 1 {
+                "must not be empty".to_owned()
+            } else {
+                format!("must have at least {limit} entries")
+            }
+        }
         ValidationErrorKind::MaxProperties { limit } => {
-            one(format!("must have at most {limit} entries"))
+            format!("must have at most {limit} entries")
         }
-        ValidationErrorKind::UniqueItems => one("items must be unique".to_owned()),
+        ValidationErrorKind::UniqueItems => "items must be unique".to_owned(),
         ValidationErrorKind::Minimum { limit } => {
-            one(format!("{} is below the minimum {limit}", show(instance)))
+            format!("{} is below the minimum {limit}", show(instance))
         }
         ValidationErrorKind::Maximum { limit } => {
-            one(format!("{} is above the maximum {limit}", show(instance)))
+            format!("{} is above the maximum {limit}", show(instance))
         }
         ValidationErrorKind::ExclusiveMinimum { limit } => {
-            one(format!("{} must be greater than {limit}", show(instance)))
+            format!("{} must be greater than {limit}", show(instance))
         }
         ValidationErrorKind::ExclusiveMaximum { limit } => {
-            one(format!("{} must be less than {limit}", show(instance)))
+            format!("{} must be less than {limit}", show(instance))
         }
-        _ => one(shorten(&error.masked().to_string())),
-    }
+        _ => return None,
+    };
+    Some(message)
 }
 
 /// "unknown key `x`" with the allowed keys, or for a map whose keys follow a pattern, the

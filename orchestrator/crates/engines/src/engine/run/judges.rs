@@ -113,77 +113,17 @@ impl Job {
         let mut judgements = Vec::new();
         let mut notes = Vec::new();
         for judge in &judges {
-            // The node's own judge (older `semantic` validations) is deployed when first needed.
-            if judge == crate::builtin::SEMANTIC_JUDGE {
-                if let Err(e) =
-                    crate::builtin::ensure_judge(&self.services.pool, &self.tenant).await
-                {
-                    notes.push(format!("judge `{judge}` could not be deployed: {e}"));
-                    continue;
-                }
-            }
-            let request = crate::engine::ExecuteRequest {
-                agent: judge.clone(),
-                version: None,
-                input: input.clone(),
-                intent: Some(intent.to_owned()),
-                parent: Some(self.id),
-                workflow: None,
-                model: v["model"].as_str().map(str::to_owned),
-            };
-            let child = match self
-                .services
-                .executions
-                .start(&self.services, caller, request)
+            match self
+                .ask_judge(judge, v, input.clone(), intent, caller, timeout)
                 .await
             {
-                Ok(id) => id,
-                Err(e) => {
-                    notes.push(format!("judge `{judge}` could not start: {e}"));
-                    continue;
-                }
-            };
-            self.event(
-                "child_execution_started",
-                json!({"judge": judge, "execution_id": child}),
-            )
-            .await;
-            let deadline = tokio::time::Instant::now() + timeout;
-            let ended = loop {
-                match store::get(&self.services.pool, &self.tenant, child).await {
-                    Ok(Some(e)) if store::is_terminal(&e.status) => break Some(e),
-                    _ if tokio::time::Instant::now() >= deadline => break None,
-                    _ => tokio::time::sleep(Duration::from_millis(200)).await,
-                }
-            };
-            let Some(e) = ended else {
-                let _ = self
-                    .services
-                    .executions
-                    .cancel(&self.services, &self.tenant, child)
-                    .await;
-                notes.push(format!(
-                    "judge `{judge}` did not finish within {} s",
-                    timeout.as_secs()
-                ));
-                continue;
-            };
-            self.event(
-                "child_execution_completed",
-                json!({"judge": judge, "execution_id": child, "status": e.status}),
-            )
-            .await;
-            match e.last_output.as_deref().and_then(validate::parse_judgement) {
-                Some((score, confidence, reasoning)) => {
+                Ok((score, confidence, reasoning)) => {
                     notes.push(format!(
                         "`{judge}`: score {score:.2}, confidence {confidence:.2}: {reasoning}"
                     ));
                     judgements.push((score, confidence));
                 }
-                None => notes.push(format!(
-                    "judge `{judge}` gave no JSON judgement ({})",
-                    e.status
-                )),
+                Err(note) => notes.push(note),
             }
         }
         let required = v["min_judges_required"].as_u64().unwrap_or(1) as usize;
@@ -206,6 +146,74 @@ impl Job {
                 notes.join("; ")
             ),
         }
+    }
+
+    /// One judge run as a child execution of this one on `input`, waited for up to `timeout`
+    /// (then cancelled): its score, confidence and reasoning, or the note saying why there are
+    /// none.
+    async fn ask_judge(
+        &self,
+        judge: &str,
+        v: &Value,
+        input: Value,
+        intent: &str,
+        caller: &Caller,
+        timeout: Duration,
+    ) -> Result<(f64, f64, String), String> {
+        // The node's own judge (older `semantic` validations) is deployed when first needed.
+        if judge == crate::builtin::SEMANTIC_JUDGE {
+            crate::builtin::ensure_judge(&self.services.pool, &self.tenant)
+                .await
+                .map_err(|e| format!("judge `{judge}` could not be deployed: {e}"))?;
+        }
+        let request = crate::engine::ExecuteRequest {
+            agent: judge.to_owned(),
+            version: None,
+            input,
+            intent: Some(intent.to_owned()),
+            parent: Some(self.id),
+            workflow: None,
+            model: v["model"].as_str().map(str::to_owned),
+        };
+        let child = self
+            .services
+            .executions
+            .start(&self.services, caller, request)
+            .await
+            .map_err(|e| format!("judge `{judge}` could not start: {e}"))?;
+        self.event(
+            "child_execution_started",
+            json!({"judge": judge, "execution_id": child}),
+        )
+        .await;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let ended = loop {
+            match store::get(&self.services.pool, &self.tenant, child).await {
+                Ok(Some(e)) if store::is_terminal(&e.status) => break Some(e),
+                _ if tokio::time::Instant::now() >= deadline => break None,
+                _ => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        };
+        let Some(e) = ended else {
+            let _ = self
+                .services
+                .executions
+                .cancel(&self.services, &self.tenant, child)
+                .await;
+            return Err(format!(
+                "judge `{judge}` did not finish within {} s",
+                timeout.as_secs()
+            ));
+        };
+        self.event(
+            "child_execution_completed",
+            json!({"judge": judge, "execution_id": child, "status": e.status}),
+        )
+        .await;
+        e.last_output
+            .as_deref()
+            .and_then(validate::parse_judgement)
+            .ok_or_else(|| format!("judge `{judge}` gave no JSON judgement ({})", e.status))
     }
 }
 

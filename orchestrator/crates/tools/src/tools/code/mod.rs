@@ -186,6 +186,78 @@ async fn interpreter(ctx: &ToolContext<'_>) -> Result<Interpreter, ToolError> {
     result.map(|started| Interpreter { sandbox, started })
 }
 
+/// Starts the registry's `start` command line in `sandbox` as a kept live process: in a
+/// readable root of the policy, with its environment (and, networked, its proxy), allowed to
+/// run the interpreters beside the policy's own programs.
+async fn start_server(
+    ctx: &ToolContext<'_>,
+    sandbox: SandboxId,
+    policy: &aegis_policy::SandboxPolicy,
+    runtime: &Runtime,
+) -> Result<dispatcher::ProcessHandle, ToolError> {
+    let line = runtime.start.as_deref().unwrap_or_default();
+    // It runs in a readable root: the workspace, else the first root the policy has.
+    let cwd = if policy.read_roots.iter().any(|r| r == dispatcher::WORKSPACE) {
+        None
+    } else {
+        let root = policy.read_roots.first().ok_or_else(|| {
+            ToolError::new(
+                "path_not_allowed",
+                format!(
+                    "the policy of sandbox {sandbox} ({}) grants no readable root for the \
+                     interpreter to run in; a security context's code.run capability with \
+                     an empty path_allowlist grants none",
+                    policy.agent
+                ),
+            )
+        })?;
+        Some(root.clone())
+    };
+    let argv: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+    // The kernels inherit the policy's environment (an agent's `spec.env`) and, in a
+    // networked sandbox, its proxy.
+    let mut env: BTreeMap<String, String> = policy.env.clone();
+    env.extend(ctx.state.sandboxes.proxy_env(sandbox));
+    let exec = match policy.command.programs() {
+        None => ExecGrant::Any,
+        Some(mut programs) => {
+            for name in INTERPRETERS {
+                if !programs.iter().any(|p| p == name) {
+                    programs.push((*name).to_owned());
+                }
+            }
+            ExecGrant::Only(programs)
+        }
+    };
+    dispatcher_of(ctx)?
+        .start_process(
+            sandbox,
+            StartParams {
+                argv,
+                cwd,
+                env,
+                tag: Some(SERVER_TAG.to_owned()),
+                stdin: false,
+                pty: None,
+                timeout_ms: None,
+                grace_ms: None,
+                max_output_bytes: Some(64 * 1024),
+                exec,
+            },
+        )
+        .await
+        .map_err(|e| {
+            let e = refused(e);
+            ToolError::new(
+                e.code,
+                format!(
+                    "the code interpreter server (`{line}`) could not start: {}",
+                    e.message
+                ),
+            )
+        })
+}
+
 /// Starts the server unless another call did meanwhile, then waits for it; true when this
 /// call started it.
 async fn start_and_wait(
@@ -197,70 +269,7 @@ async fn start_and_wait(
     let mut process = match health(ctx, sandbox).await? {
         Health::Ready => return Ok(false),
         Health::Starting => None,
-        Health::Down => {
-            let line = runtime.start.as_deref().unwrap_or_default();
-            // It runs in a readable root: the workspace, else the first root the policy has.
-            let cwd = if policy.read_roots.iter().any(|r| r == dispatcher::WORKSPACE) {
-                None
-            } else {
-                let root = policy.read_roots.first().ok_or_else(|| {
-                    ToolError::new(
-                        "path_not_allowed",
-                        format!(
-                            "the policy of sandbox {sandbox} ({}) grants no readable root for the \
-                             interpreter to run in; a security context's code.run capability with \
-                             an empty path_allowlist grants none",
-                            policy.agent
-                        ),
-                    )
-                })?;
-                Some(root.clone())
-            };
-            let argv: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-            // The kernels inherit the policy's environment (an agent's `spec.env`) and, in a
-            // networked sandbox, its proxy.
-            let mut env: BTreeMap<String, String> = policy.env.clone();
-            env.extend(ctx.state.sandboxes.proxy_env(sandbox));
-            let exec = match policy.command.programs() {
-                None => ExecGrant::Any,
-                Some(mut programs) => {
-                    for name in INTERPRETERS {
-                        if !programs.iter().any(|p| p == name) {
-                            programs.push((*name).to_owned());
-                        }
-                    }
-                    ExecGrant::Only(programs)
-                }
-            };
-            let handle = dispatcher_of(ctx)?
-                .start_process(
-                    sandbox,
-                    StartParams {
-                        argv,
-                        cwd,
-                        env,
-                        tag: Some(SERVER_TAG.to_owned()),
-                        stdin: false,
-                        pty: None,
-                        timeout_ms: None,
-                        grace_ms: None,
-                        max_output_bytes: Some(64 * 1024),
-                        exec,
-                    },
-                )
-                .await
-                .map_err(|e| {
-                    let e = refused(e);
-                    ToolError::new(
-                        e.code,
-                        format!(
-                            "the code interpreter server (`{line}`) could not start: {}",
-                            e.message
-                        ),
-                    )
-                })?;
-            Some(handle)
-        }
+        Health::Down => Some(start_server(ctx, sandbox, policy, runtime).await?),
     };
     let ready = async {
         loop {
