@@ -1,17 +1,19 @@
 """The code interpreter's contexts: one persistent interpreter each, run as the sandbox user.
 
 Python contexts are Debian's ipykernel driven through jupyter_client (messages as Jupyter sends
-them). Debian packages no JavaScript, TypeScript, R or bash Jupyter kernel, so a JavaScript
-context is one persistent node process running repl.js (TypeScript: the same with each cell
-compiled by Debian's TypeScript compiler), an R context one R process running repl.R, and a
-bash context one persistent bash process; all are driven over pipes with a sentinel per
-execution.
+them). Debian packages no JavaScript, TypeScript, R, Java or bash Jupyter kernel, so a
+JavaScript context is one persistent node process running repl.js (TypeScript: the same with
+each cell compiled by Debian's TypeScript compiler), an R context one R process running repl.R,
+a Java context one JVM running JavaRepl (our driver of the JDK's JShell API), and a bash
+context one persistent bash process; all are driven over pipes with a sentinel per execution
+(Java: a framed report channel, JavaRepl.java says why).
 
 Every context yields the same "lines" (dicts) that server.py writes as NDJSON, in the shape
 E2B's SDK parses: stdout, stderr, result, error, number_of_executions.
 """
 
 import base64
+import codecs
 import datetime
 import json
 import os
@@ -31,6 +33,11 @@ MAX_IMAGES = int(os.environ.get("AEGIS_CI_MAX_IMAGES", "16"))
 # noticed and the execution interrupted; E2B's server sends one every 5 s too.
 KEEPALIVE_SECS = 5.0
 IMAGE_KEYS = ("png", "jpeg", "svg")
+# The Java context's runtime (a jlink image of Debian's JDK, made at image build), our driver's
+# classes and the class-data archive made from its start-up (a faster JVM start).
+JAVA = os.environ.get("AEGIS_CI_JAVA", "/opt/aegis/java/bin/java")
+JAVA_CLASSES = os.path.join(HERE, "java", "repl.jar")
+JAVA_CDS = os.path.join(HERE, "java", "repl.jsa")
 
 # Jupyter MIME types -> the result fields the SDK reads (as E2B's server maps them).
 MIME_FIELDS = {
@@ -474,6 +481,96 @@ class BashContext(ProcessContext):
         return scratch_dir("aegis-ci-bash")
 
 
+class JavaContext(ProcessContext):
+    """A JVM running JavaRepl (our driver of the JDK's JShell API): one JShell kept across
+    executions. Its output comes framed on fd 3 (JavaRepl.java says how), so each write of
+    System.out is one stdout line as Java kernels stream them; fds 1 and 2 carry only what the
+    JVM itself prints (crash and warning messages), passed on as they come."""
+
+    language = "java"
+
+    def argv(self):
+        # The serial collector: fewer threads and a smaller heap for one user's cells; no
+        # perf-data file (nothing written to /tmp); the JVM's own warnings on stderr.
+        options = ["-XX:+UseSerialGC", "-XX:-UsePerfData", "-Xshare:auto", "-Xlog:disable", "-Xlog:all=warning:stderr"]
+        if os.path.isfile(JAVA_CDS):
+            options.append(f"-XX:SharedArchiveFile={JAVA_CDS}")
+        tmp = os.environ.get("TMPDIR")
+        if tmp:
+            options.append(f"-Djava.io.tmpdir={tmp}")
+        return [JAVA, *options, "-cp", JAVA_CLASSES, "JavaRepl"]
+
+    def start(self):
+        super().start()
+        self.frames = b""
+        self.decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
+
+    def request(self, code, env, token):
+        words = [b64(token), b64(code)] + [f"{b64(k)}:{b64(v)}" for k, v in (env or {}).items()]
+        return (" ".join(words) + "\n").encode()
+
+    def _frame(self):
+        """The next whole frame (kind, bytes) taken from self.frames, or None."""
+        end = self.frames.find(b"\n")
+        if end < 0:
+            return None
+        kind, _, size = self.frames[:end].decode("ascii", "replace").partition(" ")
+        if not size.isdigit():
+            raise ContextError(f"the java driver wrote a bad frame header {self.frames[:end][:80]!r}")
+        start, stop = end + 1, end + 1 + int(size)
+        if len(self.frames) < stop:
+            return None
+        data, self.frames = self.frames[start:stop], self.frames[stop:]
+        return kind, data
+
+    def _collect(self, token):
+        token = token.decode()
+        while True:
+            try:
+                name, chunk = self.events.get(timeout=KEEPALIVE_SECS)
+            except queue.Empty:
+                yield {"type": "keepalive"}
+                continue
+            if not chunk:
+                yield {"type": "error", "name": "ContextDied", "value": "the java process ended", "traceback": ""}
+                self.close()
+                return
+            if name != "report":
+                yield {"type": name, "text": chunk.decode("utf-8", "replace"), "timestamp": now()}
+                continue
+            self.frames += chunk
+            while True:
+                try:
+                    frame = self._frame()
+                except ContextError as e:
+                    yield {"type": "error", "name": "ContextDied", "value": str(e), "traceback": ""}
+                    self.close()
+                    return
+                if frame is None:
+                    break
+                kind, data = frame
+                if kind in self.decoders:
+                    text = self.decoders[kind].decode(data)
+                    if text:
+                        yield {"type": kind, "text": text, "timestamp": now()}
+                elif kind == "end":
+                    try:
+                        answer = json.loads(data)
+                    except ValueError:
+                        answer = {}
+                    if answer.get("token") != token:
+                        continue  # a late report of an execution already given up
+                    if "error" in answer:
+                        yield dict(answer["error"], type="error")
+                    elif answer.get("result"):
+                        yield result_line(answer["result"], True)
+                    return
+
+
+def b64(text):
+    return base64.b64encode(text.encode()).decode()
+
+
 def b64_words(env):
     """env as base64 words NAME=VALUE, one per variable (bash decodes them)."""
     return " ".join(base64.b64encode(f"{k}={v}".encode()).decode() for k, v in (env or {}).items())
@@ -512,6 +609,7 @@ LANGUAGES = {
     "typescript": TypescriptContext,
     "r": RContext,
     "bash": BashContext,
+    "java": JavaContext,
 }
 
 

@@ -41,8 +41,7 @@ class Registry:
         kind = ctx.LANGUAGES.get(language)
         if kind is None:
             raise LookupError(
-                f"language {language!r} is not offered here (python, javascript, typescript, r, bash); "
-                "no Java: Debian packages no Java kernel"
+                f"language {language!r} is not offered here ({', '.join(ctx.LANGUAGES)})"
             )
         if not os.path.isabs(cwd):
             raise ValueError(f"cwd {cwd!r} is not an absolute path")

@@ -191,6 +191,24 @@ def sdk():
         report["r"] = [r_out.text, r_out.error.name if r_out.error else None]
         report["js"] = sbx.run_code("console.log('Hello, World!')", language="js").logs.stdout
         report["bash"] = sbx.run_code("echo $((6 * 7))", language="bash").logs.stdout
+        # Java (our JShell driver): println's text and line end stream apart, as E2B's Java
+        # kernel sends them; an expression's value; an env var of one run as a system property;
+        # an exception's name; a timed-out loop stopped with the context's state kept.
+        hello = sbx.run_code('System.out.println("Hello, World!")', language="java")
+        value = sbx.run_code("int n = 6;\nn * 7", language="java")
+        prop = sbx.run_code('System.getProperty("FOO")', language="java", envs={"FOO": "bar"})
+        gone = sbx.run_code('System.getProperty("FOO", "unset")', language="java")
+        thrown = sbx.run_code('Integer.parseInt("x")', language="java")
+        try:
+            sbx.run_code("while (true) { n = n; }", language="java", timeout=3)
+            stopped = "no exception"
+        except TimeoutException as e:
+            stopped = type(e).__name__
+        kept = sbx.run_code("n", language="java")
+        report["java"] = [
+            hello.logs.stdout, value.text, prop.text, gone.text,
+            thrown.error.name if thrown.error else None, stopped, kept.text,
+        ]
         try:
             sbx.run_code("import time\nwhile True: time.sleep(0.1)", timeout=3)
             report["timeout"] = "no exception"

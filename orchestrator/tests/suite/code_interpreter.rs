@@ -6,7 +6,7 @@
 //! HTTP on the server's Unix socket, as a command without egress may not connect over TCP): state kept across calls, two contexts apart, a matplotlib
 //! figure as PNG without `plt.show()`, a pandas DataFrame as HTML, an exception with its
 //! traceback, stdout and stderr apart, env vars for one execution only, a context's cwd,
-//! JavaScript and bash contexts, a timed-out execution interrupted (the kernel and its state
+//! JavaScript, TypeScript, R, Java and bash contexts, a timed-out execution interrupted (the kernel and its state
 //! survive), a context restarted, unknown languages and contexts refused, and the bound on
 //! contexts per sandbox.
 
@@ -168,12 +168,25 @@ async fn the_code_interpreter_sdk_runs_code_unmodified() {
     assert_eq!(r["r"], json!(["[1] 6", null]), "{r}");
     assert_eq!(r["js"], json!(["Hello, World!\n"]), "{r}");
     assert_eq!(r["bash"], json!(["42\n"]), "{r}");
+    assert_eq!(
+        r["java"],
+        json!([
+            ["Hello, World!", "\n"],
+            "42",
+            "bar",
+            "unset",
+            "java.lang.NumberFormatException",
+            "TimeoutException",
+            "6"
+        ]),
+        "{r}"
+    );
     assert_eq!(r["timeout"], "TimeoutException", "{r}");
     assert_eq!(r["after_timeout"], "42", "{r}");
     // The two made at start, and the defaults made by the runs above.
     assert_eq!(
         r["contexts"],
-        json!(["bash", "javascript", "python", "r", "typescript"]),
+        json!(["bash", "java", "javascript", "python", "r", "typescript"]),
         "{r}"
     );
     assert_eq!(r["restarted"], "1", "{r}");

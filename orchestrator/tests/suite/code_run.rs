@@ -2,13 +2,15 @@
 //! `code-interpreter:1` sandbox, through the router. Over REST: state kept across calls, a
 //! matplotlib figure as a PNG result, an exception with its traceback, a timeout that
 //! interrupts while the context and its state survive, contexts made, used, listed and
-//! removed, a sandbox of another runtime told it has no interpreter. Over MCP (raw JSON-RPC on
-//! `/mcp`, under a key bound to a context that lists the tools): state across calls, a plot as
-//! MCP image content beside the text, a traceback. Attacks: a bound key whose security
-//! context does not list `code.run` is refused on REST, MCP and SEAL, each refusal an audit row;
-//! another key's sandbox is "not found". Over SEAL: state kept in the session's sandbox. In an
-//! agent's loop (the scripted model): two calls sharing the kernel, the model reading a plot by
-//! its size. Through another replica: the holder's server reached, started and used.
+//! removed, a cell of each other language the schema lists (Java's state, value, env vars and
+//! exception; R, TypeScript, bash), a sandbox of another runtime told it has no interpreter.
+//! Over MCP (raw JSON-RPC on `/mcp`, under a key bound to a context that lists the tools):
+//! state across calls, a plot as MCP image content beside the text, a traceback. Attacks: a
+//! bound key whose security context does not list `code.run` is refused on REST, MCP and SEAL,
+//! each refusal an audit row; another key's sandbox is "not found". Over SEAL: state kept in
+//! the session's sandbox. In an agent's loop (the scripted model): two calls sharing the
+//! kernel, the model reading a plot by its size. Through another replica: the holder's server
+//! reached, started and used.
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -186,11 +188,64 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
     // The schema refuses what no interpreter offers, before anything runs.
     sb.refused(
         "code.run",
-        json!({"code": "1", "language": "r"}),
+        json!({"code": "1", "language": "cobol"}),
         422,
         "invalid_arguments",
     )
     .await;
+
+    // Every language the schema lists runs. Java (a JVM running JShell): state across calls,
+    // println on stdout, an expression's value, env_vars as system properties for one
+    // execution, an exception by its class name.
+    let java = sb
+        .ok(
+            "code.run",
+            json!({"code": "int n = 6;\nSystem.out.println(\"hi\");\nn * 7", "language": "java"}),
+        )
+        .await;
+    assert_eq!(java["stdout"], "hi\n", "{java}");
+    assert_eq!(main_text(&java), "42", "{java}");
+    let prop = sb
+        .ok(
+            "code.run",
+            json!({"code": "System.getProperty(\"GREETING\", \"none\") + n", "language": "java",
+                   "env_vars": {"GREETING": "hi"}}),
+        )
+        .await;
+    assert_eq!(main_text(&prop), "hi6", "{prop}");
+    let prop = sb
+        .ok(
+            "code.run",
+            json!({"code": "System.getProperty(\"GREETING\", \"none\") + n", "language": "java"}),
+        )
+        .await;
+    assert_eq!(main_text(&prop), "none6", "{prop}");
+    let thrown = sb
+        .ok(
+            "code.run",
+            json!({"code": "Integer.parseInt(\"x\")", "language": "java"}),
+        )
+        .await;
+    assert_eq!(
+        thrown["error"]["name"], "java.lang.NumberFormatException",
+        "{thrown}"
+    );
+    for (language, code, text) in [
+        ("r", "x <- c(1, 2, 3)\nsum(x)", "[1] 6"),
+        ("typescript", "const t: number = 6 * 7; t", "42"),
+    ] {
+        let out = sb
+            .ok("code.run", json!({"code": code, "language": language}))
+            .await;
+        assert_eq!(main_text(&out), text, "{language}: {out}");
+    }
+    let bash = sb
+        .ok(
+            "code.run",
+            json!({"code": "echo $((6 * 7))", "language": "bash"}),
+        )
+        .await;
+    assert_eq!(bash["stdout"], "42\n", "{bash}");
 
     // Audited: every call an intent and a completion with the result's digest.
     let rows: Vec<(String, Option<String>)> = sqlx::query_as(

@@ -54,8 +54,9 @@ const DEFAULT_TIMEOUT_SECS: u64 = 60;
 /// Cap of stdout and of stderr per call (lowered by the sandbox policy's output ceiling).
 const STREAM_CAP_BYTES: u64 = 1024 * 1024;
 /// Programs the interpreter server runs besides itself (its kernels), granted beside the
-/// policy's own programs when that policy lists programs.
-const INTERPRETERS: &[&str] = &["python3", "node", "bash"];
+/// policy's own programs when that policy lists programs (`java`: the image links it into
+/// `PATH`, the grant follows the link to the JVM).
+const INTERPRETERS: &[&str] = &["python3", "node", "java", "bash"];
 
 /// One start of a sandbox's server at a time (two first calls must not race two servers).
 static STARTING: LazyLock<Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>> =
