@@ -32,12 +32,14 @@ import java.util.stream.Collectors;
 
 import jdk.jshell.Diag;
 import jdk.jshell.EvalException;
+import jdk.jshell.ExpressionSnippet;
 import jdk.jshell.JShell;
 import jdk.jshell.JShellException;
 import jdk.jshell.Snippet;
 import jdk.jshell.SnippetEvent;
 import jdk.jshell.SourceCodeAnalysis;
 import jdk.jshell.UnresolvedReferenceException;
+import jdk.jshell.VarSnippet;
 import sun.misc.Signal;
 
 public final class JavaRepl {
@@ -216,7 +218,7 @@ public final class JavaRepl {
                     return thrownError(thrown);
                 }
                 if (shows(snippet) && event.value() != null) {
-                    value = unquote(event.value());
+                    value = text(shell, snippet, event.value());
                 }
             }
         }
@@ -309,47 +311,35 @@ public final class JavaRepl {
             + ", \"traceback\": " + json(traceback) + "}";
     }
 
-    /** JShell shows a String value as a Java literal; the result is its text, as kernels show it. */
-    static String unquote(String shown) {
-        if (shown.length() < 2 || shown.charAt(0) != '"' || shown.charAt(shown.length() - 1) != '"') {
+    /** The text of a value JShell showed as a String literal: that display leaves backslashes
+     * as they are and escapes control characters, so it cannot be read back; the variable
+     * holding the value (the expression's temporary $N, or the variable an expression named) is
+     * read again through Base64, whose display needs no escapes, and that helper snippet is
+     * dropped. Anything else is shown as JShell shows it (String.valueOf). */
+    static String text(JShell shell, Snippet snippet, String shown) {
+        if (!shown.startsWith("\"")) {
             return shown;
         }
-        StringBuilder b = new StringBuilder();
-        for (int i = 1; i < shown.length() - 1; i++) {
-            char c = shown.charAt(i);
-            if (c != '\\' || i + 1 >= shown.length() - 1) {
-                b.append(c);
-                continue;
-            }
-            char n = shown.charAt(++i);
-            switch (n) {
-                case 'n': b.append('\n'); break;
-                case 't': b.append('\t'); break;
-                case 'r': b.append('\r'); break;
-                case 'b': b.append('\b'); break;
-                case 'f': b.append('\f'); break;
-                case 'u':
-                    if (i + 4 < shown.length() - 1 && shown.substring(i + 1, i + 5).matches("[0-9a-fA-F]{4}")) {
-                        b.append((char) Integer.parseInt(shown.substring(i + 1, i + 5), 16));
-                        i += 4;
-                    } else {
-                        b.append("\\u");
-                    }
-                    break;
-                default:
-                    if (n >= '0' && n <= '7') {
-                        int end = i;
-                        while (end < shown.length() - 1 && end < i + 3 && shown.charAt(end) >= '0' && shown.charAt(end) <= '7') {
-                            end++;
-                        }
-                        b.append((char) Integer.parseInt(shown.substring(i, end), 8));
-                        i = end - 1;
-                    } else {
-                        b.append(n); // \" \' \\
-                    }
+        String name = snippet instanceof VarSnippet ? ((VarSnippet) snippet).name()
+            : snippet instanceof ExpressionSnippet ? ((ExpressionSnippet) snippet).name() : null;
+        if (name == null) {
+            return shown;
+        }
+        String encoded = null;
+        for (SnippetEvent event : shell.eval("java.util.Base64.getEncoder().encodeToString(String.valueOf("
+                + name + ").getBytes(java.nio.charset.StandardCharsets.UTF_8))")) {
+            if (event.causeSnippet() == null) {
+                if (event.exception() == null && event.value() != null) {
+                    encoded = event.value();
+                }
+                shell.drop(event.snippet());
             }
         }
-        return b.toString();
+        if (encoded == null || encoded.length() < 2) {
+            return shown;
+        }
+        return new String(Base64.getDecoder().decode(encoded.substring(1, encoded.length() - 1)),
+            StandardCharsets.UTF_8);
     }
 
     /** A string as a JSON string literal. */

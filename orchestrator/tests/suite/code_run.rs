@@ -5,12 +5,13 @@
 //! removed, a cell of each other language the schema lists (Java's state, value, env vars and
 //! exception; R, TypeScript, bash), a sandbox of another runtime told it has no interpreter.
 //! Over MCP (raw JSON-RPC on `/mcp`, under a key bound to a context that lists the tools):
-//! state across calls, a plot as MCP image content beside the text, a traceback. Attacks: a
-//! bound key whose security context does not list `code.run` is refused on REST, MCP and SEAL,
-//! each refusal an audit row; another key's sandbox is "not found". Over SEAL: state kept in
-//! the session's sandbox. In an agent's loop (the scripted model): two calls sharing the
-//! kernel, the model reading a plot by its size. Through another replica: the holder's server
-//! reached, started and used.
+//! state across calls, a plot as MCP image content beside the text, a traceback; under a
+//! context that lists programs, Java runs (the grant adds the kernels). Attacks: a bound key
+//! whose security context does not list `code.run` is refused on REST, MCP and SEAL, each
+//! refusal an audit row; another key's sandbox is "not found"; a JVM under a listed-programs
+//! grant may start no other program. Over SEAL: state kept in the session's sandbox. In an
+//! agent's loop (the scripted model): two calls sharing the kernel, the model reading a plot by
+//! its size. Through another replica: the holder's server reached, started and used.
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -645,4 +646,53 @@ async fn a_bound_key_whose_context_does_not_list_code_run_is_refused_and_audited
     .await
     .expect("count");
     assert_eq!(ran, 0);
+}
+
+#[tokio::test]
+async fn java_runs_under_a_policy_that_lists_programs_and_starts_no_other() {
+    image_present();
+    let name = unique("code-java");
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    // The context lists one program for cmd.run: the interpreter's exec grant is that program
+    // plus the kernels' (python3, node, java, bash), enforced by the kernel.
+    config.seal.security_contexts = vec![json!({"name": name, "description": "code, echo",
+        "runtime": {"language": "code-interpreter", "version": "1"},
+        "capabilities": [{"tool_pattern": "code.*"},
+                         {"tool_pattern": "cmd.run", "command_allowlist": ["echo"]}],
+        "attestation": {"allow_unverified": true}})];
+    let app = TestApp::spawn_with(config).await;
+    let (key, _) = app.create_bound_key("java-coder", "readonly", &name).await;
+    let session = common::mcp::open_session(&app, &key).await;
+    let first = first_call(
+        &app,
+        &key,
+        &session,
+        json!({"code": "int n = 6;\nn * 7", "language": "java"}),
+    )
+    .await;
+    assert_eq!(first["isError"], false, "{first}");
+    assert_eq!(main_text(&first["structuredContent"]), "42", "{first}");
+    // The JVM may not start a program the grant does not list.
+    let spawned = common::mcp::call_tool(
+        &app,
+        &key,
+        &session,
+        "code.run",
+        json!({"code": "new ProcessBuilder(\"id\").start()", "language": "java"}),
+    )
+    .await;
+    assert_eq!(
+        spawned["structuredContent"]["error"]["name"], "java.io.IOException",
+        "{spawned}"
+    );
+    let kept = common::mcp::call_tool(
+        &app,
+        &key,
+        &session,
+        "code.run",
+        json!({"code": "n", "language": "java"}),
+    )
+    .await;
+    assert_eq!(main_text(&kept["structuredContent"]), "6", "{kept}");
 }
