@@ -22,7 +22,10 @@
 # throwaway cluster when unset, as scripts/test.sh), with the test suite's configuration
 # (loopback, random ports, defaults otherwise; SANDBOX_EXECUTOR_BIN and SANDBOX_CHANNEL_DIR as
 # given); makes an operator key; exports E2B_API_URL = E2B_SANDBOX_URL = http://<node>/e2b and
-# E2B_API_KEY = e2b_<hex of the key>; runs pytest on tests/sync/sandbox_sync and
+# E2B_API_KEY = e2b_<hex of the key>; gives the node a TLS listener for *.sandboxes.test (a CA
+# of the run's own, trusted by pytest through SSL_CERT_FILE) and, as root, makes those names
+# resolve to the node for pytest alone (scripts/lib/wildcard_dns.py, seen through a mount
+# namespace); runs pytest on tests/sync/sandbox_sync and
 # tests/sync/api_sync, deselecting the tests listed in orchestrator/tests/e2b-suite-exclusions.txt
 # (one `<node id> | <reason>` a line: what cannot pass here, and why; with a newer SDK than the
 # tests', e2b-suite-exclusions-newer-sdk.txt too: mocks the newer SDK bypasses); prints the SDK it ran,
