@@ -7,12 +7,11 @@
 //! Run it with `scripts/ports_bench.sh [--requests N]`. Everything it makes is removed at the
 //! end (the node destroys its sandboxes at shutdown; the database is dropped).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 #[path = "support/bench_node.rs"]
 mod bench_node;
@@ -21,7 +20,7 @@ mod entry;
 #[path = "support/interrupt.rs"]
 mod interrupt;
 
-use bench_node::{BenchDb, RunningApp};
+use bench_node::{serve_and_measure, RunningApp};
 
 /// Command-line options.
 #[derive(Parser, Debug)]
@@ -68,49 +67,18 @@ async fn run(args: Args) -> Result<()> {
     if args.requests < 2 {
         bail!("--requests must be at least 2");
     }
-    let admin_url = std::env::var("DATABASE_URL")
-        .map_err(|_| anyhow!("DATABASE_URL is not set (scripts/ports_bench.sh provides one)"))?;
-    let executor = PathBuf::from(std::env::var("SANDBOX_EXECUTOR_BIN").map_err(|_| {
-        anyhow!("SANDBOX_EXECUTOR_BIN is not set (scripts/ports_bench.sh builds the executor)")
-    })?);
-    let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let db = BenchDb::create(&admin_url, &run_id).await?;
-    say(format!("database {} created", db.name));
-    let outcome = async {
-        let app = RunningApp::start(&db, &executor, |c| {
-            c.e2b.domain = "sandboxes.bench".to_owned();
-        })
-        .await?;
-        let measured = tokio::select! {
-            r = measure(&args, &app) => r,
-            why = interrupt::interrupted() => Err(anyhow!("interrupted by {why}")),
-        };
-        say("stopping the orchestrator (destroys its sandboxes)");
-        app.stop().await;
-        measured
-    }
-    .await;
-    db.drop().await;
-    say(format!("database {} dropped", db.name));
-    print(&args, &outcome?);
+    let report = serve_and_measure(
+        "scripts/ports_bench.sh",
+        |c| c.e2b.domain = "sandboxes.bench".to_owned(),
+        async |app| measure(&args, app).await,
+    )
+    .await?;
+    print(&args, &report);
     Ok(())
 }
 
 async fn measure(args: &Args, app: &RunningApp) -> Result<Value> {
-    let created = app
-        .http
-        .post(format!("{}/v1/api-keys", app.http_base))
-        .bearer_auth(&app.admin_key)
-        .json(&json!({"name": "ports-bench", "role": "operator"}))
-        .send()
-        .await?;
-    if !created.status().is_success() {
-        bail!("creating the benchmark's key: {}", created.text().await?);
-    }
-    let key = created.json::<Value>().await?["key"]
-        .as_str()
-        .context("no key in the answer")?
-        .to_owned();
+    let key = app.operator_key("ports-bench").await?;
     say(format!(
         "{} requests through the sandbox port",
         args.requests

@@ -2,10 +2,10 @@
 //! (created, then dropped), and a node served in this process on it, from a config the
 //! benchmark adjusts (a warm pool, ...).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use orchestrator::app::Application;
 use orchestrator::config::NodeConfig;
 use orchestrator::state::AppState;
@@ -153,5 +153,62 @@ impl RunningApp {
             Ok(Err(e)) => say(format!("orchestrator task failed: {e}")),
             Err(_) => say("orchestrator did not stop within 90 s"),
         }
+    }
+}
+
+/// Serves a node on a database of its own (made on the server `DATABASE_URL` names, dropped
+/// afterwards whatever happened), with the executor `SANDBOX_EXECUTOR_BIN` names and its config
+/// adjusted by `adjust`, runs `measure` against it until that ends or the benchmark is
+/// interrupted, then stops the node (which destroys its sandboxes). `script` is the script
+/// that provides the environment, named when something is missing.
+#[allow(dead_code)] // the benchmarks that clean up more than this (bench.rs) serve their own
+pub async fn serve_and_measure<T>(
+    script: &str,
+    adjust: impl FnOnce(&mut NodeConfig),
+    measure: impl AsyncFnOnce(&RunningApp) -> Result<T>,
+) -> Result<T> {
+    let admin_url = std::env::var("DATABASE_URL")
+        .map_err(|_| anyhow!("DATABASE_URL is not set ({script} provides one)"))?;
+    let executor =
+        PathBuf::from(std::env::var("SANDBOX_EXECUTOR_BIN").map_err(|_| {
+            anyhow!("SANDBOX_EXECUTOR_BIN is not set ({script} builds the executor)")
+        })?);
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let db = BenchDb::create(&admin_url, &run_id).await?;
+    say(format!("database {} created", db.name));
+    let outcome = async {
+        let app = RunningApp::start(&db, &executor, adjust).await?;
+        let measured = tokio::select! {
+            r = measure(&app) => r,
+            why = super::interrupt::interrupted() => Err(anyhow!("interrupted by {why}")),
+        };
+        say("stopping the orchestrator (destroys its sandboxes)");
+        app.stop().await;
+        measured
+    }
+    .await;
+    db.drop().await;
+    say(format!("database {} dropped", db.name));
+    outcome
+}
+
+impl RunningApp {
+    /// A new operator key named `name` (the key itself).
+    #[allow(dead_code)] // not every benchmark makes keys
+    pub async fn operator_key(&self, name: &str) -> Result<String> {
+        let created = self
+            .http
+            .post(format!("{}/v1/api-keys", self.http_base))
+            .bearer_auth(&self.admin_key)
+            .json(&serde_json::json!({"name": name, "role": "operator"}))
+            .send()
+            .await?;
+        if !created.status().is_success() {
+            bail!("creating the benchmark's key: {}", created.text().await?);
+        }
+        Ok(created.json::<serde_json::Value>().await?["key"]
+            .as_str()
+            .context("no key in the answer")?
+            .to_owned())
     }
 }
