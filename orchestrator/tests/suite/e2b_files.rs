@@ -7,37 +7,14 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
-use crate::common::{docker_lines, e2b_key, test_config, TestApp, TestDb};
+use crate::common::{docker_lines, e2b_base_sandbox, test_config, TestApp, TestDb};
 
 /// A payload block and the executor's window (`protocol::transfer`).
 const BLOCK: usize = 256 * 1024;
 const WINDOW: usize = 2 * 1024 * 1024;
-
-/// An E2B sandbox of `base`: (E2B id, envd access token, dispatcher id).
-async fn sandbox(app: &TestApp, key: &str) -> (String, String, String) {
-    let r = app
-        .http
-        .post(format!("{}/e2b/sandboxes", app.http_base))
-        .header("X-API-KEY", e2b_key(key))
-        .json(&json!({"templateID": "base", "timeout": 300, "secure": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let body: Value = r.json().await.unwrap();
-    let e2b_id = body["sandboxID"].as_str().unwrap().to_owned();
-    let token = body["envdAccessToken"].as_str().unwrap().to_owned();
-    let current: String =
-        sqlx::query_scalar("SELECT sandbox_id::text FROM e2b_sandboxes WHERE e2b_id::text = $1")
-            .bind(&e2b_id)
-            .fetch_one(&app.state.pool)
-            .await
-            .unwrap();
-    (e2b_id, token, current)
-}
 
 /// Bytes no two sizes share a pattern of (a shifted copy would not compare equal).
 fn payload(len: usize) -> Vec<u8> {
@@ -102,7 +79,7 @@ async fn each_file_is_one_audited_call_and_its_bytes_round_trip_at_every_boundar
     let db = TestDb::create().await;
     let app = TestApp::spawn_with(test_config(&db.url)).await;
     let key = app.create_key("files-one-call", "operator").await;
-    let (id, token, _) = sandbox(&app, &key).await;
+    let (id, token, _) = e2b_base_sandbox(&app, &key).await;
 
     let sizes = [
         0,
@@ -181,7 +158,7 @@ async fn an_upload_outside_the_roots_is_refused_and_writes_nothing() {
     let db = TestDb::create().await;
     let app = TestApp::spawn_with(test_config(&db.url)).await;
     let key = app.create_key("files-outside", "operator").await;
-    let (id, token, current) = sandbox(&app, &key).await;
+    let (id, token, current) = e2b_base_sandbox(&app, &key).await;
 
     // By name: the policy's path allowlist refuses it before any byte moves.
     let (status, body) = upload(&app, &id, &token, "/etc/planted", payload(3 * BLOCK)).await;
@@ -241,7 +218,7 @@ async fn an_upload_cut_part_way_leaves_the_old_file_and_no_half_one() {
     let db = TestDb::create().await;
     let app = TestApp::spawn_with(test_config(&db.url)).await;
     let key = app.create_key("files-cut", "operator").await;
-    let (id, token, current) = sandbox(&app, &key).await;
+    let (id, token, current) = e2b_base_sandbox(&app, &key).await;
     let (status, _) = upload(&app, &id, &token, "/home/user/kept.txt", b"old".to_vec()).await;
     assert_eq!(status, 200);
 
@@ -324,7 +301,7 @@ async fn a_replica_that_does_not_hold_the_sandbox_moves_the_file_in_one_call_too
     let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
     let b = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
     let key = a.create_key("files-replica", "operator").await;
-    let (id, token, current) = sandbox(&a, &key).await;
+    let (id, token, current) = e2b_base_sandbox(&a, &key).await;
     let holder: uuid::Uuid = sqlx::query_scalar("SELECT instance_id FROM sandboxes WHERE id = $1")
         .bind(uuid::Uuid::parse_str(&current).unwrap())
         .fetch_one(&a.state.pool)

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use aegis_e2b::envd::signature::{self, Operation};
 use common::fake_llm::{answer, tool_calls, FakeLlm};
-use common::{docker_lines, e2b_key, mcp, test_config, TestApp, TestDb};
+use common::{docker_lines, e2b_base_sandbox, e2b_key, mcp, test_config, TestApp, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -140,29 +140,6 @@ fn inside(sandbox: &str, dir: &str) -> Vec<String> {
     ])
 }
 
-/// Creates an E2B sandbox of `base` as `key`; returns (E2B id, envd access token, dispatcher id).
-async fn e2b_sandbox(app: &TestApp, key: &str) -> (String, String, String) {
-    let r = app
-        .http
-        .post(format!("{}/e2b/sandboxes", app.http_base))
-        .header("X-API-KEY", e2b_key(key))
-        .json(&json!({"templateID": "base", "timeout": 300, "secure": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let body: Value = r.json().await.unwrap();
-    let e2b_id = body["sandboxID"].as_str().unwrap().to_owned();
-    let token = body["envdAccessToken"].as_str().unwrap().to_owned();
-    let current: String =
-        sqlx::query_scalar("SELECT sandbox_id::text FROM e2b_sandboxes WHERE e2b_id::text = $1")
-            .bind(&e2b_id)
-            .fetch_one(&app.state.pool)
-            .await
-            .unwrap();
-    (e2b_id, token, current)
-}
-
 /// One sandbox of the matrix: its id, the directory its owner wrote `secret.txt` into.
 struct Victim {
     kind: &'static str,
@@ -208,7 +185,7 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
     assert_eq!(status, 200, "{body}");
 
     // An E2B sandbox of the same key, written through /v1 (the owner may).
-    let (e2b_id, _, e2b_current) = e2b_sandbox(&app, &owner).await;
+    let (e2b_id, _, e2b_current) = e2b_base_sandbox(&app, &owner).await;
     let (status, body) = rest_call(
         &app,
         &owner,
@@ -444,7 +421,7 @@ async fn a_signed_upload_url_writes_its_one_path_and_nothing_else() {
     let llm = FakeLlm::start(Vec::new()).await;
     let app = app(&llm, &db).await;
     let owner = key(&app, "uploader", "operator", None).await;
-    let (_, token, current) = e2b_sandbox(&app, &owner).await;
+    let (_, token, current) = e2b_base_sandbox(&app, &owner).await;
     let path = "/home/user/up.txt";
     let expires = chrono::Utc::now().timestamp() + 300;
     let sig = signature::sign(path, Operation::Write, Some("user"), &token, Some(expires))

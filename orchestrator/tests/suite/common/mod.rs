@@ -401,3 +401,30 @@ pub fn docker_lines(args: &[&str]) -> Vec<String> {
 pub fn e2b_key(key: &str) -> String {
     orchestrator::api::e2b::keys::to_e2b_form(key)
 }
+
+/// A `base` sandbox made through E2B's control API as `key` (raw HTTP, `secure`, 300 s):
+/// (E2B id, envd access token, the dispatcher's sandbox id).
+pub async fn e2b_base_sandbox(app: &TestApp, key: &str) -> (String, String, String) {
+    let r = app
+        .http
+        .post(format!("{}/e2b/sandboxes", app.http_base))
+        .header("X-API-KEY", e2b_key(key))
+        .json(&serde_json::json!({"templateID": "base", "timeout": 300, "secure": true}))
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(r.status(), 201);
+    let body: serde_json::Value = r.json().await.expect("json");
+    let e2b_id = body["sandboxID"].as_str().expect("sandboxID").to_owned();
+    let token = body["envdAccessToken"]
+        .as_str()
+        .expect("envdAccessToken")
+        .to_owned();
+    let current: String =
+        sqlx::query_scalar("SELECT sandbox_id::text FROM e2b_sandboxes WHERE e2b_id::text = $1")
+            .bind(&e2b_id)
+            .fetch_one(&app.state.pool)
+            .await
+            .expect("the E2B row");
+    (e2b_id, token, current)
+}
