@@ -244,34 +244,31 @@ async fn a_preview_url_opens_one_port_until_revoked_or_expired_and_nothing_else(
     assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
     assert!(!listed.to_string().contains(&secret_8001));
     assert!(!listed.to_string().contains("url"));
-    let r = app
-        .with_key(Method::GET, &format!("/v1/sandboxes/{a}/previews"), &other)
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(r.status(), 404);
+    assert_eq!(
+        app.status_as(Method::GET, &format!("/v1/sandboxes/{a}/previews"), &other)
+            .await,
+        404
+    );
 
     // Revoked: neither the URL nor the cookie opens it any more.
-    let r = app
-        .with_key(
+    assert_eq!(
+        app.status_as(
             Method::DELETE,
             &format!("/v1/sandboxes/{a}/previews/{preview_id}"),
-            &other,
+            &other
         )
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(r.status(), 404);
-    let r = app
-        .with_key(
+        .await,
+        404
+    );
+    assert_eq!(
+        app.status_as(
             Method::DELETE,
             &format!("/v1/sandboxes/{a}/previews/{preview_id}"),
-            &owner,
+            &owner
         )
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(r.status(), 200);
+        .await,
+        200
+    );
     let after = visit(&app, &url, None).await;
     assert_eq!(after.status, 403, "{}", after.body);
     assert!(after.body.contains("revoked"), "{}", after.body);
@@ -310,12 +307,11 @@ async fn a_preview_url_opens_one_port_until_revoked_or_expired_and_nothing_else(
     assert_eq!(admin_rows("sandbox.preview.create", "error").await, 1);
     assert_eq!(admin_rows("sandbox.preview.revoke", "error").await, 1);
     // The destroyed sandbox takes its previews with it.
-    let r = app
-        .with_key(Method::DELETE, &format!("/v1/sandboxes/{a}"), &owner)
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(r.status(), 200);
+    assert_eq!(
+        app.status_as(Method::DELETE, &format!("/v1/sandboxes/{a}"), &owner)
+            .await,
+        200
+    );
     let left = count(
         &app,
         "SELECT count(*) FROM sandbox_previews WHERE sandbox_id = $1",
@@ -323,10 +319,9 @@ async fn a_preview_url_opens_one_port_until_revoked_or_expired_and_nothing_else(
     )
     .await;
     assert_eq!(left, 0);
-    let r = app
-        .with_key(Method::DELETE, &format!("/v1/sandboxes/{b}"), &owner)
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(r.status(), 200);
+    assert_eq!(
+        app.status_as(Method::DELETE, &format!("/v1/sandboxes/{b}"), &owner)
+            .await,
+        200
+    );
 }

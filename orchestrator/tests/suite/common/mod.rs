@@ -308,6 +308,17 @@ impl TestApp {
             .bearer_auth(key)
     }
 
+    /// The status of a request without a body as the holder of `key` (for routes whose answer
+    /// a test checks only by its status).
+    pub async fn status_as(&self, method: reqwest::Method, path: &str, key: &str) -> u16 {
+        self.with_key(method, path, key)
+            .send()
+            .await
+            .expect("request sent")
+            .status()
+            .as_u16()
+    }
+
     /// `POST /v1/tools/call` as admin; returns (status, body).
     pub async fn call_tool(
         &self,
