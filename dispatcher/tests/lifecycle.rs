@@ -984,6 +984,60 @@ async fn warm_pool_hands_out_distinct_sandboxes_refills_and_misses_still_work() 
     .await;
 }
 
+/// A pool's warm-up command (`DispatcherConfig::pool_warmup`) runs in each new sandbox before
+/// it is offered: what it leaves is there when the owner gets the sandbox, pooled or refilled;
+/// a pool without one runs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pools_warm_up_runs_before_its_sandbox_is_handed_out() {
+    let env = TestEnv::new().await;
+    let instance = env.new_instance().await;
+    let mut config = env.config();
+    config.pool = BTreeMap::from([(IMAGE.to_owned(), 1)]);
+    config.pool_warmup = BTreeMap::from([(
+        IMAGE.to_owned(),
+        vec!["touch".to_owned(), "warmed".to_owned()],
+    )]);
+    let d = env.start(instance, config).await;
+    let full =
+        |d: dispatcher::Dispatcher| async move { d.pool_sizes().get(IMAGE).copied() == Some(1) };
+    for owner in ["exec-w1", "exec-w2"] {
+        eventually(90, "pool warmed to 1", || full(d.clone())).await;
+        let id = within(30, "acquire", d.acquire(spec(owner)))
+            .await
+            .expect("acquire");
+        assert_eq!(d.pool_stats().misses, 0, "served from the pool");
+        let found: RunResult =
+            ok(
+                within(10, "test -f", d.call(id, run(&["test", "-f", "warmed"])))
+                    .await
+                    .expect("call"),
+            );
+        assert_eq!(
+            found.exit_code,
+            Some(0),
+            "the warm-up ran before the hand-out"
+        );
+        within(30, "destroy", d.destroy(id)).await.expect("destroy");
+    }
+    // A pool without a warm-up runs nothing in its sandboxes.
+    let mut other = env.config();
+    other.pool = BTreeMap::from([(IMAGE.to_owned(), 1)]);
+    within(60, "shutdown", d.shutdown()).await;
+    let second = env.new_instance().await;
+    let d = env.start(second, other).await;
+    eventually(90, "pool warmed to 1", || full(d.clone())).await;
+    let id = within(30, "acquire", d.acquire(spec("exec-w3")))
+        .await
+        .expect("acquire");
+    let found: RunResult = ok(
+        within(10, "test -f", d.call(id, run(&["test", "-f", "warmed"])))
+            .await
+            .expect("call"),
+    );
+    assert_eq!(found.exit_code, Some(1), "no warm-up configured, none ran");
+    within(60, "shutdown", d.shutdown()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn destroy_owned_by_removes_only_that_owners_sandboxes() {
     let env = TestEnv::new().await;

@@ -573,6 +573,13 @@ async fn start_sandboxes(
                 let (spec, _) = crate::sandboxes::e2b_spec(runtime, None, owner, &ceilings);
                 d.pool_shapes
                     .insert(format!("e2b:{template}"), (spec, *size));
+                // Every E2B command runs under `bash -c`: its first start in a new sandbox
+                // (the program, its libraries, the files it reads at start) is paid before
+                // the hand-out, not by the owner's first command.
+                d.pool_warmup.insert(
+                    format!("e2b:{template}"),
+                    vec!["bash".to_owned(), "-c".to_owned(), "true".to_owned()],
+                );
             }
             // The config check refuses unknown templates; a registry that changed since is
             // reported, not fatal.

@@ -36,6 +36,9 @@ pub(crate) struct Pool {
     /// Pool name (the image, or a shape's name) -> the spec its sandboxes are created with,
     /// and how many to keep.
     specs: BTreeMap<String, (SandboxSpec, usize)>,
+    /// Pool name -> the command run once in each of its new sandboxes before it is offered
+    /// (`DispatcherConfig::pool_warmup`).
+    warmup: BTreeMap<String, Vec<String>>,
     idle: Mutex<HashMap<String, VecDeque<SandboxId>>>,
     /// Ids ever put in the pool and not yet handed out or forgotten (for `forget`).
     members: Mutex<HashSet<SandboxId>>,
@@ -92,6 +95,12 @@ impl Pool {
                 });
         Pool {
             specs: specs.chain(shapes).collect(),
+            warmup: config
+                .pool_warmup
+                .iter()
+                .filter(|(_, argv)| !argv.is_empty())
+                .map(|(name, argv)| (name.clone(), argv.clone()))
+                .collect(),
             idle: Mutex::new(HashMap::new()),
             members: Mutex::new(HashSet::new()),
             wake: Arc::new(Notify::new()),
@@ -285,6 +294,9 @@ impl Inner {
                             let _ = self.destroy(sandbox.id, "pool drained at shutdown").await;
                             return true;
                         }
+                        if let Some(argv) = self.pool.warmup.get(name) {
+                            warm_up(&sandbox, name, argv).await;
+                        }
                         self.pool.put(name, sandbox.id);
                     }
                     Err(e) => {
@@ -295,6 +307,43 @@ impl Inner {
             }
         }
         true
+    }
+}
+
+/// How long a pool's warm-up command may run.
+const WARMUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs a pool's warm-up command once in its new sandbox, before anyone can be handed it
+/// (`DispatcherConfig::pool_warmup`): the node's own call on its executor channel, as the
+/// sandbox user under the sandbox's kernel rules, granted `argv[0]` alone, no output kept.
+/// Not a tool call: the sandbox has no owner yet, and nothing of it outlives the command.
+async fn warm_up(sandbox: &super::Sandbox, pool: &str, argv: &[String]) {
+    use sandbox_executor::protocol::{ExecGrant, Op, Outcome, RunParams};
+    let op = Op::CmdRun(RunParams {
+        argv: argv.to_vec(),
+        cwd: None,
+        env: BTreeMap::new(),
+        timeout_ms: WARMUP_TIMEOUT.as_millis() as u64,
+        grace_ms: None,
+        max_stdout_bytes: 1024,
+        max_stderr_bytes: 1024,
+        exec: ExecGrant::default(),
+    });
+    let started = std::time::Instant::now();
+    match sandbox
+        .stream
+        .call(op, WARMUP_TIMEOUT + Duration::from_secs(5))
+        .await
+    {
+        Ok(response) if matches!(response.outcome, Outcome::Ok(_)) => {
+            tracing::debug!(pool = %pool, sandbox = %sandbox.id, ms = started.elapsed().as_millis() as u64, "pool sandbox warmed up");
+        }
+        Ok(response) => {
+            tracing::warn!(pool = %pool, sandbox = %sandbox.id, outcome = ?response.outcome, "the pool's warm-up command failed; the sandbox is offered unwarmed")
+        }
+        Err(e) => {
+            tracing::warn!(pool = %pool, sandbox = %sandbox.id, error = %e, "the pool's warm-up command could not run; the sandbox is offered unwarmed")
+        }
     }
 }
 

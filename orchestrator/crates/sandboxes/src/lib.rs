@@ -639,7 +639,9 @@ impl Sandboxes {
         })
     }
 
-    /// Makes the sandbox of `spec` within the quota of `scope` and remembers its policy.
+    /// Makes the sandbox of `spec` within the quota of `scope` and remembers its policy and its
+    /// owner (the one its row was written with, created or handed out of a pool under it), so
+    /// its first call does not read the row again to learn them.
     async fn acquire(
         &self,
         pool: &PgPool,
@@ -648,11 +650,17 @@ impl Sandboxes {
         policy: Arc<SandboxPolicy>,
     ) -> Result<(SandboxId, Arc<SandboxPolicy>), SandboxError> {
         let dispatcher = self.dispatcher()?;
+        let owner = Arc::new(SandboxOwner {
+            kind: spec.owner.kind.as_str().to_owned(),
+            id: spec.owner.id.clone(),
+            key: spec.labels.get(MCP_KEY_LABEL).cloned(),
+        });
         let reservation = self.reserve(pool, scope).await?;
         let id = dispatcher.acquire(spec).await;
         drop(reservation);
         let id = id?;
         self.policies.write().await.insert(id, policy.clone());
+        self.owners.write().await.insert(id, owner);
         Ok((id, policy))
     }
 
