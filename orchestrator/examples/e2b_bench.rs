@@ -13,12 +13,11 @@
 //! Run it with `scripts/e2b_bench.sh [--iterations N] [--transfers M]`. Everything it makes is
 //! removed at the end (the node destroys its sandboxes at shutdown; the database is dropped).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 #[path = "support/bench_node.rs"]
 mod bench_node;
@@ -27,7 +26,7 @@ mod entry;
 #[path = "support/interrupt.rs"]
 mod interrupt;
 
-use bench_node::{BenchDb, RunningApp};
+use bench_node::{serve_and_measure, RunningApp};
 
 /// The template measured, and its image.
 const TEMPLATE: &str = "base";
@@ -61,50 +60,21 @@ async fn run(args: Args) -> Result<()> {
     if args.iterations == 0 || args.transfers == 0 {
         bail!("--iterations and --transfers must be at least 1");
     }
-    let admin_url = std::env::var("DATABASE_URL")
-        .map_err(|_| anyhow!("DATABASE_URL is not set (scripts/e2b_bench.sh provides one)"))?;
-    let executor = PathBuf::from(std::env::var("SANDBOX_EXECUTOR_BIN").map_err(|_| {
-        anyhow!("SANDBOX_EXECUTOR_BIN is not set (scripts/e2b_bench.sh builds the executor)")
-    })?);
-    let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let db = BenchDb::create(&admin_url, &run_id).await?;
-    say(format!("database {} created", db.name));
-    let outcome = async {
-        let app = RunningApp::start(&db, &executor, |c| {
+    let report = serve_and_measure(
+        "scripts/e2b_bench.sh",
+        |c| {
             c.e2b.pool.insert(TEMPLATE.to_owned(), 1);
             c.sandbox.max_sandboxes_per_api_key = 64;
-        })
-        .await?;
-        let measured = tokio::select! {
-            r = measure(&args, &app) => r,
-            why = interrupt::interrupted() => Err(anyhow!("interrupted by {why}")),
-        };
-        say("stopping the orchestrator (destroys its sandboxes)");
-        app.stop().await;
-        measured
-    }
-    .await;
-    db.drop().await;
-    say(format!("database {} dropped", db.name));
-    print(&args, &outcome?);
+        },
+        async |app| measure(&args, app).await,
+    )
+    .await?;
+    print(&args, &report);
     Ok(())
 }
 
 async fn measure(args: &Args, app: &RunningApp) -> Result<Value> {
-    let created = app
-        .http
-        .post(format!("{}/v1/api-keys", app.http_base))
-        .bearer_auth(&app.admin_key)
-        .json(&json!({"name": "e2b-bench", "role": "operator"}))
-        .send()
-        .await?;
-    if !created.status().is_success() {
-        bail!("creating the benchmark's key: {}", created.text().await?);
-    }
-    let key = created.json::<Value>().await?["key"]
-        .as_str()
-        .context("no key in the answer")?
-        .to_owned();
+    let key = app.operator_key("e2b-bench").await?;
     // The first pooled sandbox is made at start; the driver waits for each refill itself.
     let dispatcher = app.state.sandboxes.dispatcher()?;
     let pool = format!("e2b:{TEMPLATE}");
