@@ -564,30 +564,7 @@ async fn start_sandboxes(
     d.ceilings.nano_cpus = s.max_cpu_millis * 1_000_000;
     d.ceilings.pids = s.max_pids;
     d.pool = s.pool.clone();
-    // Each E2B template's pool is made of the very spec its creates ask for (unbound keys).
-    for (template, size) in &config.e2b.pool {
-        match crate::sandboxes::find_runtime(template) {
-            Ok(runtime) => {
-                let owner =
-                    dispatcher::Owner::new(dispatcher::OwnerKind::Pool, dispatcher::POOL_OWNER_ID);
-                let (spec, _) = crate::sandboxes::e2b_spec(runtime, None, owner, &ceilings);
-                d.pool_shapes
-                    .insert(format!("e2b:{template}"), (spec, *size));
-                // Every E2B command runs under `bash -c`: its first start in a new sandbox
-                // (the program, its libraries, the files it reads at start) is paid before
-                // the hand-out, not by the owner's first command.
-                d.pool_warmup.insert(
-                    format!("e2b:{template}"),
-                    vec!["bash".to_owned(), "-c".to_owned(), "true".to_owned()],
-                );
-            }
-            // The config check refuses unknown templates; a registry that changed since is
-            // reported, not fatal.
-            Err(e) => {
-                tracing::warn!(template = %template, error = %e, "no warm pool for this E2B template")
-            }
-        }
-    }
+    e2b_pools(config, &ceilings, &mut d);
     d.max_file_bytes = s.max_file_bytes;
     d.max_buffered_bytes = s.max_buffered_mb.saturating_mul(1024 * 1024);
     d.dead_after = Duration::from_secs(s.dead_after_secs);
@@ -622,6 +599,38 @@ async fn start_sandboxes(
     crate::sandboxes::Sandboxes::new(started, ceilings, landlock)
         .with_quotas(quotas)
         .with_proxies(proxies)
+}
+
+/// Each E2B template's warm pool (`e2b.pool`) in the dispatcher's config: made of the very spec
+/// its creates ask for (unbound keys), and warmed before hand-out.
+fn e2b_pools(
+    config: &NodeConfig,
+    ceilings: &crate::sandboxes::ToolCeilings,
+    d: &mut dispatcher::DispatcherConfig,
+) {
+    for (template, size) in &config.e2b.pool {
+        match crate::sandboxes::find_runtime(template) {
+            Ok(runtime) => {
+                let owner =
+                    dispatcher::Owner::new(dispatcher::OwnerKind::Pool, dispatcher::POOL_OWNER_ID);
+                let (spec, _) = crate::sandboxes::e2b_spec(runtime, None, owner, ceilings);
+                d.pool_shapes
+                    .insert(format!("e2b:{template}"), (spec, *size));
+                // Every E2B command runs under `bash -c`: its first start in a new sandbox
+                // (the program, its libraries, the files it reads at start) is paid before
+                // the hand-out, not by the owner's first command.
+                d.pool_warmup.insert(
+                    format!("e2b:{template}"),
+                    vec!["bash".to_owned(), "-c".to_owned(), "true".to_owned()],
+                );
+            }
+            // The config check refuses unknown templates; a registry that changed since is
+            // reported, not fatal.
+            Err(e) => {
+                tracing::warn!(template = %template, error = %e, "no warm pool for this E2B template")
+            }
+        }
+    }
 }
 
 /// Previous instances on this host that stopped gracefully and left running sandboxes: a restart
