@@ -39,6 +39,7 @@ use crate::protocol::{
 use crate::roots::{open_beneath, Roots};
 use crate::running::{Processes, Watches};
 use crate::spawn::children::Children;
+use crate::transfers::Transfers;
 use crate::{cmd, fs, identity, live, port, proc, spawn, transfer};
 
 /// Most requests handled at once (threads count against the container's pids limit).
@@ -239,17 +240,18 @@ impl InFlight {
         Ok(())
     }
 
-    fn finish(&self, id: u64, children: &Children) {
+    fn finish(&self, id: u64, context: &Context) {
         let mut ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
         ids.remove(&id);
-        children.forget_request(id);
+        context.children.forget_request(id);
+        context.transfers.forget(id);
         self.idle.notify_all();
     }
 
     /// Like `finish`, for a request whose answer is written next; call `replied` afterwards.
-    fn finish_before_reply(&self, id: u64, children: &Children) {
+    fn finish_before_reply(&self, id: u64, context: &Context) {
         *self.replying.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-        self.finish(id, children);
+        self.finish(id, context);
     }
 
     /// The answer of a `finish_before_reply` request is written.
@@ -283,10 +285,14 @@ impl InFlight {
         ids.len() + self.replying()
     }
 
-    fn cancel(&self, target: u64, children: &Children) -> bool {
+    /// Cancels `target`: a transfer (also one whose handler has not registered it yet) or a
+    /// `cmd.run` (also one not spawned yet). Under this set's lock, so that `finish` cannot
+    /// forget a mark before it is made.
+    fn cancel(&self, target: u64, children: &Children, transfers: &Transfers) -> bool {
         let ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
-        let run_in_flight = ids.get(&target) == Some(&"cmd.run");
-        children.cancel(target, run_in_flight)
+        let op = ids.get(&target).copied();
+        let transfer_in_flight = matches!(op, Some("fs.write_stream" | "fs.read_stream"));
+        transfers.cancel(target, transfer_in_flight) | children.cancel(target, op == Some("cmd.run"))
     }
 }
 
@@ -349,7 +355,7 @@ fn serve(
             ),
             Ok(Frame::Block { id }) => context.transfers.deliver(id, std::mem::take(&mut line)),
             Ok(Frame::BlockTooLong { id }) => {
-                context.transfers.cancel(id);
+                context.transfers.cancel(id, false);
                 output.error(
                     id,
                     OpError::new(
@@ -409,8 +415,8 @@ fn handle_line(
             return output.send(&Response::ok(id, Reply::Empty(Empty {})));
         }
         Op::Cancel(params) => {
-            let cancelled = context.transfers.cancel(params.target)
-                | in_flight.cancel(params.target, &context.children);
+            let cancelled =
+                in_flight.cancel(params.target, &context.children, &context.transfers);
             return output.send(&Response::ok(id, Reply::Cancel(CancelResult { cancelled })));
         }
         _ => {}
@@ -438,7 +444,7 @@ fn handle_line(
         });
         // Before answering, so that the caller may reuse the id as soon as it has the answer;
         // shutdown still waits for the answer to be written (`replying`).
-        thread_in_flight.finish_before_reply(id, &thread_context.children);
+        thread_in_flight.finish_before_reply(id, &thread_context);
         match result {
             Ok(reply) => thread_output.send(&Response::ok(id, reply)),
             Err(e) => thread_output.error(id, e),
@@ -446,7 +452,7 @@ fn handle_line(
         thread_in_flight.replied();
     }));
     if let Err(e) = spawned {
-        in_flight.finish(id, &context.children);
+        in_flight.finish(id, context);
         output.error(
             id,
             OpError::new(

@@ -2,7 +2,7 @@
 //! them (blocks, acks, cancels, the channel's end) without waiting, and what their handler
 //! threads wait on. Apart from the handlers so the context can hold the table.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -80,24 +80,39 @@ impl Transfer {
 /// The transfers in progress, by request id.
 #[derive(Default)]
 pub struct Transfers {
-    table: Mutex<HashMap<u64, Arc<Transfer>>>,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    running: HashMap<u64, Arc<Transfer>>,
+    /// Transfer requests cancelled while in flight but before their handler registered them
+    /// (the cancel came on the reader thread first): they start abandoned. The server forgets
+    /// a mark when its request finishes, so a mark never reaches a later request of the same id.
+    cancelled_early: HashSet<u64>,
 }
 
 impl Transfers {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Arc<Transfer>>> {
+    fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn begin(&self, id: u64, channel: &Arc<Output>) -> Registered<'_> {
+        let mut table = self.lock();
+        let abandoned = table
+            .cancelled_early
+            .remove(&id)
+            .then(|| "the node cancelled the transfer".to_owned());
         let transfer = Arc::new(Transfer {
             state: Mutex::new(State {
                 credit: WINDOW,
+                abandoned,
                 ..State::default()
             }),
             changed: Condvar::new(),
             channel: Arc::clone(channel),
         });
-        self.lock().insert(id, Arc::clone(&transfer));
+        table.running.insert(id, Arc::clone(&transfer));
         Registered {
             transfers: self,
             id,
@@ -108,7 +123,7 @@ impl Transfers {
     /// A block from the node, handed over without waiting (the reader thread calls this); an
     /// empty block ends the upload. A block of a transfer that is over is dropped.
     pub fn deliver(&self, id: u64, payload: Vec<u8>) {
-        let Some(transfer) = self.lock().get(&id).cloned() else {
+        let Some(transfer) = self.lock().running.get(&id).cloned() else {
             return;
         };
         let mut state = transfer.lock();
@@ -132,7 +147,7 @@ impl Transfers {
     /// `fs.stream_ack`: a download may send `bytes` more. Unknown targets are ignored (the
     /// download may have just ended).
     pub fn ack(&self, target: u64, bytes: u64) {
-        if let Some(transfer) = self.lock().get(&target).cloned() {
+        if let Some(transfer) = self.lock().running.get(&target).cloned() {
             let mut state = transfer.lock();
             state.credit = state.credit.saturating_add(bytes).min(WINDOW);
             drop(state);
@@ -140,19 +155,36 @@ impl Transfers {
         }
     }
 
-    /// `cancel` of a transfer: whether one had that id.
-    pub fn cancel(&self, target: u64) -> bool {
-        let found = self.lock().get(&target).cloned();
-        if let Some(transfer) = &found {
-            transfer.abandon("the node cancelled the transfer".to_owned());
+    /// `cancel` of a transfer: whether one had that id. `in_flight` says the request `target`
+    /// is a transfer that is in flight: one not registered yet is then marked, so that it starts
+    /// abandoned rather than running until its idle limit.
+    pub fn cancel(&self, target: u64, in_flight: bool) -> bool {
+        let mut table = self.lock();
+        let found = table.running.get(&target).cloned();
+        match &found {
+            Some(transfer) => {
+                drop(table);
+                transfer.abandon("the node cancelled the transfer".to_owned());
+                true
+            }
+            None if in_flight => {
+                table.cancelled_early.insert(target);
+                true
+            }
+            None => false,
         }
-        found.is_some()
+    }
+
+    /// The request `id` finished: a cancel mark its handler never took is dropped.
+    pub fn forget(&self, id: u64) {
+        self.lock().cancelled_early.remove(&id);
     }
 
     /// The channel `channel` ended: every transfer that came on it stops.
     pub fn channel_closed(&self, channel: &Arc<Output>) {
         let ended: Vec<Arc<Transfer>> = self
             .lock()
+            .running
             .values()
             .filter(|t| Arc::ptr_eq(&t.channel, channel))
             .cloned()
@@ -172,6 +204,53 @@ pub(crate) struct Registered<'a> {
 
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
-        self.transfers.lock().remove(&self.id);
+        self.transfers.lock().running.remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn channel() -> Arc<Output> {
+        Arc::new(Output::new(Box::new(std::io::sink())))
+    }
+
+    #[test]
+    fn a_cancel_before_the_handler_registers_its_transfer_is_not_lost() {
+        let transfers = Transfers::default();
+        // The reader thread saw the cancel while the request was in flight, unregistered.
+        assert!(transfers.cancel(7, true), "an in-flight transfer counts as cancelled");
+        let registered = transfers.begin(7, &channel());
+        let why = registered
+            .transfer
+            .wait("block", |_| false)
+            .err()
+            .expect("the transfer starts abandoned, without waiting for its idle limit");
+        assert_eq!(why, "the node cancelled the transfer");
+    }
+
+    #[test]
+    fn a_mark_never_reaches_a_later_request_with_the_same_id() {
+        let transfers = Transfers::default();
+        assert!(transfers.cancel(9, true));
+        // Its handler failed before registering (a refused path); the request finished.
+        transfers.forget(9);
+        let registered = transfers.begin(9, &channel());
+        assert!(registered.transfer.lock().abandoned.is_none());
+        drop(registered);
+        // Not in flight: nothing to cancel, nothing marked.
+        assert!(!transfers.cancel(9, false));
+        assert!(transfers.begin(9, &channel()).transfer.lock().abandoned.is_none());
+    }
+
+    #[test]
+    fn a_cancel_of_a_registered_transfer_abandons_it() {
+        let transfers = Transfers::default();
+        let registered = transfers.begin(3, &channel());
+        assert!(transfers.cancel(3, true));
+        assert!(registered.transfer.wait("block", |_| false).is_err());
+        drop(registered);
+        assert!(!transfers.cancel(3, false), "gone from the table once its handler ended");
     }
 }
