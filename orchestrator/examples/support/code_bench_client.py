@@ -18,38 +18,16 @@ import json
 import os
 import subprocess
 import time
-import urllib.request
 
 import requests
+from bench_pool import NODE, ms, wait_pool
 from e2b_code_interpreter import Sandbox
 
-NODE = os.environ["NODE_URL"]
 KEY = os.environ["NODE_KEY"]
 IMAGE = os.environ["BENCH_IMAGE"]
-POOL = os.environ["BENCH_POOL"]
 N = int(os.environ.get("BENCH_ITERATIONS", "10"))
 TEMPLATE = "code-interpreter-v1"
 PY = "python3 -c 'print(1+1)'"
-
-
-def ms(t0):
-    return (time.monotonic() - t0) * 1000.0
-
-
-def pool_idle():
-    with urllib.request.urlopen(f"{NODE}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("aegis_pool_idle_sandboxes{") and f'"{POOL}"' in line:
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
-def wait_pool(within=180):
-    deadline = time.monotonic() + within
-    while pool_idle() < 1:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the pool {POOL} never refilled")
-        time.sleep(0.05)
 
 
 def two(execution):
@@ -88,7 +66,7 @@ def main():
     for _ in range(N):
         for first, kind in ((lambda s: two(s.run_code("1+1")), "code"),
                             (lambda s: printed_two(s.commands.run(PY)), "command")):
-            wait_pool()
+            wait_pool(within=180)
             t0 = time.monotonic()
             pooled = Sandbox.create(TEMPLATE, timeout=300)
             first(pooled)

@@ -19,38 +19,16 @@ import os
 import subprocess
 import tempfile
 import time
-import urllib.request
 
 import requests
+from bench_pool import NODE, ms, wait_pool
 from e2b import Sandbox
 
-NODE = os.environ["NODE_URL"]
 KEY = os.environ["NODE_KEY"]
 IMAGE = os.environ["BENCH_IMAGE"]
-POOL = os.environ["BENCH_POOL"]
 N = int(os.environ.get("BENCH_ITERATIONS", "20"))
 TRANSFERS = int(os.environ.get("BENCH_TRANSFERS", "3"))
 BIG = 64 * 1024 * 1024
-
-
-def ms(t0):
-    return (time.monotonic() - t0) * 1000.0
-
-
-def pool_idle():
-    with urllib.request.urlopen(f"{NODE}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("aegis_pool_idle_sandboxes{") and f'"{POOL}"' in line:
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
-def wait_pool(at_least=1, within=60):
-    deadline = time.monotonic() + within
-    while pool_idle() < at_least:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the pool {POOL} never refilled")
-        time.sleep(0.05)
 
 
 def docker(*argv):
