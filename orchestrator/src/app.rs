@@ -90,33 +90,7 @@ impl Application {
         crate::audit::observe_batches(crate::metrics::audit_write);
         let pool = database::connect(&config.database).await?;
         database::migrate(&pool).await?;
-        match auth::bootstrap_with_file(
-            &pool,
-            config.auth.admin_key.as_deref(),
-            config.auth.admin_key_file.as_deref(),
-        )
-        .await?
-        {
-            Bootstrap::Generated(key) => {
-                tracing::warn!("no admin API key existed: generated one (printed once on stderr)");
-                eprintln!(
-                    "\n  First admin API key (shown only now; store it safely):\n\n    {key}\n\n  \
-                     Use it as `Authorization: Bearer {key}`.\n"
-                );
-            }
-            Bootstrap::Configured => {
-                tracing::info!("admin API key from configuration is registered")
-            }
-            Bootstrap::GeneratedToFile(path) => tracing::warn!(
-                path = %path.display(),
-                "no admin API key file existed: generated a key into it (mode 0600); \
-                 print it with `orchestrator admin-key`"
-            ),
-            Bootstrap::FromFile(path) => {
-                tracing::info!(path = %path.display(), "admin API key from the key file is registered")
-            }
-            Bootstrap::Existing => {}
-        }
+        bootstrap_admin_key(&pool, &config).await?;
 
         let engine = DockerEngine::connect(config.docker.host.as_deref())?;
         match engine.version().await {
@@ -126,31 +100,12 @@ impl Application {
             }
         }
 
-        let http = bind("http", config.server.http).await?;
-        let grpc = bind("grpc", config.server.grpc).await?;
-        // The certificate is read before anything is served: a bad one stops the start.
-        let tls = match &config.server.tls {
-            Some(tls) => {
-                let certificate =
-                    api::connection::tls::server_config(&tls.cert_file, &tls.key_file)?;
-                Some((bind("tls", tls.listen).await?, certificate))
-            }
-            None => None,
-        };
-        let cluster = match (config.cluster.listen, &config.cluster.secret) {
-            (Some(addr), Some(secret)) => {
-                let listener = bind("cluster", addr).await?;
-                let bound = listener.local_addr().unwrap_or(addr);
-                let advertise = config
-                    .cluster
-                    .advertise
-                    .clone()
-                    .unwrap_or_else(|| format!("http://{bound}"));
-                tracing::info!(listen = %bound, advertise = %advertise, "peers reach this replica here");
-                Some((listener, crate::cluster::ClusterKey::new(secret), advertise))
-            }
-            _ => None,
-        };
+        let Listeners {
+            http,
+            grpc,
+            tls,
+            cluster,
+        } = Listeners::bind(&config).await?;
 
         let instance_id = Uuid::new_v4();
         let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".to_owned());
@@ -229,28 +184,7 @@ impl Application {
             api_keys: Arc::default(),
             mcp_servers,
         };
-        state
-            .executions
-            .recover(&state.engine_services(), dead_after)
-            .await;
-        match crate::builtin::upgrade(&state.pool).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(
-                tenants = n,
-                "built-in definitions are at the shipped version"
-            ),
-            Err(e) => tracing::error!(error = %e, "could not upgrade the built-in definitions"),
-        }
-        match crate::audit::recover_abandoned(&state.pool, instance_id, dead_after).await {
-            Ok(0) => {}
-            Ok(n) => tracing::warn!(
-                calls = n,
-                "audited calls of stopped instances completed as abandoned"
-            ),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not complete the audit intents of stopped instances")
-            }
-        }
+        recover(&state, dead_after).await;
         let cluster = cluster.map(|(listener, key, _)| (listener, key));
         Ok(Self {
             state,
@@ -488,6 +422,111 @@ fn workflow_settings(config: &NodeConfig) -> crate::workflow::Settings {
 }
 
 /// Loads the token signing key and the configured security contexts.
+/// Registers the admin key (configured, from its file, or generated and shown once).
+async fn bootstrap_admin_key(pool: &sqlx::PgPool, config: &NodeConfig) -> Result<(), AppError> {
+    match auth::bootstrap_with_file(
+        pool,
+        config.auth.admin_key.as_deref(),
+        config.auth.admin_key_file.as_deref(),
+    )
+    .await?
+    {
+        Bootstrap::Generated(key) => {
+            tracing::warn!("no admin API key existed: generated one (printed once on stderr)");
+            eprintln!(
+                "\n  First admin API key (shown only now; store it safely):\n\n    {key}\n\n  \
+                 Use it as `Authorization: Bearer {key}`.\n"
+            );
+        }
+        Bootstrap::Configured => {
+            tracing::info!("admin API key from configuration is registered")
+        }
+        Bootstrap::GeneratedToFile(path) => tracing::warn!(
+            path = %path.display(),
+            "no admin API key file existed: generated a key into it (mode 0600); \
+             print it with `orchestrator admin-key`"
+        ),
+        Bootstrap::FromFile(path) => {
+            tracing::info!(path = %path.display(), "admin API key from the key file is registered")
+        }
+        Bootstrap::Existing => {}
+    }
+    Ok(())
+}
+
+/// Every listener of the node, bound before anything is served (so a port in use stops the
+/// start with its address named).
+struct Listeners {
+    http: TcpListener,
+    grpc: TcpListener,
+    tls: Option<(TcpListener, Arc<api::connection::tls::rustls::ServerConfig>)>,
+    /// The peer listener, the cluster secret and the URL peers are told to use.
+    cluster: Option<(TcpListener, crate::cluster::ClusterKey, String)>,
+}
+
+impl Listeners {
+    async fn bind(config: &NodeConfig) -> Result<Self, AppError> {
+        let http = bind("http", config.server.http).await?;
+        let grpc = bind("grpc", config.server.grpc).await?;
+        // The certificate is read before anything is served: a bad one stops the start.
+        let tls = match &config.server.tls {
+            Some(tls) => {
+                let certificate =
+                    api::connection::tls::server_config(&tls.cert_file, &tls.key_file)?;
+                Some((bind("tls", tls.listen).await?, certificate))
+            }
+            None => None,
+        };
+        let cluster = match (config.cluster.listen, &config.cluster.secret) {
+            (Some(addr), Some(secret)) => {
+                let listener = bind("cluster", addr).await?;
+                let bound = listener.local_addr().unwrap_or(addr);
+                let advertise = config
+                    .cluster
+                    .advertise
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{bound}"));
+                tracing::info!(listen = %bound, advertise = %advertise, "peers reach this replica here");
+                Some((listener, crate::cluster::ClusterKey::new(secret), advertise))
+            }
+            _ => None,
+        };
+        Ok(Self {
+            http,
+            grpc,
+            tls,
+            cluster,
+        })
+    }
+}
+
+/// What instances that stopped or died left behind: their executions, their calls' audit
+/// intents, and built-in definitions older than this binary.
+async fn recover(state: &AppState, dead_after: i64) {
+    state
+        .executions
+        .recover(&state.engine_services(), dead_after)
+        .await;
+    match crate::builtin::upgrade(&state.pool).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            tenants = n,
+            "built-in definitions are at the shipped version"
+        ),
+        Err(e) => tracing::error!(error = %e, "could not upgrade the built-in definitions"),
+    }
+    match crate::audit::recover_abandoned(&state.pool, state.instance_id, dead_after).await {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(
+            calls = n,
+            "audited calls of stopped instances completed as abandoned"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not complete the audit intents of stopped instances")
+        }
+    }
+}
+
 async fn start_gateway(
     config: &NodeConfig,
     pool: &sqlx::PgPool,
