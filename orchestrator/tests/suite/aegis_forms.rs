@@ -444,12 +444,7 @@ async fn a_schedule_shows_its_next_run_in_its_time_zone_with_its_jitter() {
 
 /// One replica: the real binary on `db`, its workflow poller at 200 ms.
 async fn replica(db: &TestDb) -> Node {
-    binary::start(
-        db,
-        &[("ORCHESTRATOR__WORKFLOWS__POLL_INTERVAL_MS", "200")],
-        false,
-    )
-    .await
+    binary::start(db, &[("ORCHESTRATOR__WORKFLOWS__POLL_INTERVAL_MS", "200")]).await
 }
 
 // Every 2 seconds, each run up to a second late.

@@ -388,9 +388,9 @@ async fn figures() {
     // of the calls are forwarded).
     drop(replicas);
     let nodes = [
-        common::replicas::replica(&db, &[], false).await,
-        common::replicas::replica(&db, &[], false).await,
-        common::replicas::replica(&db, &[], false).await,
+        common::replicas::replica(&db, &[]).await,
+        common::replicas::replica(&db, &[]).await,
+        common::replicas::replica(&db, &[]).await,
     ];
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
@@ -955,16 +955,18 @@ async fn a_holder_killed_mid_stream_ends_the_callers_stream_at_once_with_why() {
     use std::time::{Duration, Instant};
     let db = TestDb::create().await;
     // A is the binary, so that it can be killed outright (SIGKILL: no drain, no goodbye).
-    let port = common::binary::free_port().to_string();
-    let listen = format!("127.0.0.1:{port}");
-    let mut holder = common::binary::start(
-        &db,
-        &[
-            ("ORCHESTRATOR__CLUSTER__LISTEN", listen.as_str()),
-            ("ORCHESTRATOR__CLUSTER__SECRET", SECRET),
-        ],
-        false,
-    )
+    let mut holder = common::binary::start_fresh(&db, || {
+        vec![
+            (
+                "ORCHESTRATOR__CLUSTER__LISTEN".to_owned(),
+                format!("127.0.0.1:{}", common::binary::free_port()),
+            ),
+            (
+                "ORCHESTRATOR__CLUSTER__SECRET".to_owned(),
+                SECRET.to_owned(),
+            ),
+        ]
+    })
     .await;
     let b = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
     let admin = |method: Method, path: &str| {

@@ -28,7 +28,7 @@ async fn start_with(
     if let Some(path) = config.as_deref() {
         env.push(("ORCHESTRATOR_CONFIG", path));
     }
-    binary::start_on(db, http, &env, false).await.child
+    binary::start_on(db, http, &env).await.child
 }
 
 #[tokio::test]
@@ -116,7 +116,6 @@ spec:
         &db,
         second_http,
         &[("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "1")],
-        false,
     )
     .await;
     // The restart fences the silent instance off and adopts the operator's sandbox: nobody

@@ -47,7 +47,6 @@ async fn concurrent_captures_and_forks_of_huge_sparse_files_stay_within_the_node
             ("ORCHESTRATOR__E2B__MAX_SNAPSHOT_MB_PER_API_KEY", "8192"),
             ("ORCHESTRATOR__SANDBOX__MAX_SANDBOXES_PER_API_KEY", "20"),
         ],
-        false,
     )
     .await;
     let pid = node.child.id().expect("a pid");

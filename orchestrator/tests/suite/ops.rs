@@ -394,7 +394,7 @@ fn running(container: &str) -> bool {
 #[tokio::test]
 async fn sigterm_destroys_the_nodes_sandboxes_and_logs_carry_request_ids() {
     let db = TestDb::create().await;
-    let node = binary::start(&db, &[("RUST_LOG", "warn,tower_http=debug")], true).await;
+    let node = binary::start(&db, &[("RUST_LOG", "warn,tower_http=debug")]).await;
     let id = sandbox_on(&node.base).await;
     let container = format!("aegis-sbx-{id}");
     assert!(running(&container));
@@ -446,7 +446,7 @@ async fn sigterm_destroys_the_nodes_sandboxes_and_logs_carry_request_ids() {
 #[tokio::test]
 async fn sigterm_with_shutdown_sandboxes_keep_leaves_them_running() {
     let db = TestDb::create().await;
-    let node = binary::start(&db, &[("ORCHESTRATOR__SHUTDOWN__SANDBOXES", "keep")], false).await;
+    let node = binary::start(&db, &[("ORCHESTRATOR__SHUTDOWN__SANDBOXES", "keep")]).await;
     let id = sandbox_on(&node.base).await;
     node.terminate().await;
     assert!(

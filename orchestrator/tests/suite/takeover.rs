@@ -50,8 +50,8 @@ async fn running_instances(pool: &sqlx::PgPool) -> usize {
 async fn kill_9_of_the_holder_mid_calls_the_survivor_adopts_and_the_session_goes_on() {
     let db = TestDb::create().await;
     let pool = db.pool().await;
-    let mut a = replica(&db, &[], false).await;
-    let b = replica(&db, &[], false).await;
+    let mut a = replica(&db, &[]).await;
+    let b = replica(&db, &[]).await;
     let id = sandbox_on(&a).await;
     let (a_id, epoch, _) = holder(&pool, &id).await;
     let label = format!("label=org.aegis.sandbox={id}");
@@ -191,8 +191,8 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
         ("ORCHESTRATOR__SANDBOX__CHANNEL_DIR", channels.as_str()),
         ("RUST_LOG", "warn,dispatcher=info"),
     ];
-    let a = replica(&db, &env, true).await;
-    let b = replica(&db, &env, false).await;
+    let a = replica(&db, &env).await;
+    let b = replica(&db, &env).await;
     let id = sandbox_on(&a).await;
     let (a_id, epoch, _) = holder(&pool, &id).await;
     call_ok(
@@ -392,7 +392,7 @@ async fn a_rolling_restart_fails_no_call() {
     let env = [KEEP];
     let mut nodes = Vec::new();
     for _ in 0..3 {
-        nodes.push(replica(&db, &env, false).await);
+        nodes.push(replica(&db, &env).await);
     }
     deploy(&nodes[0]).await;
     let mut ids = Vec::new();
@@ -433,7 +433,7 @@ async fn a_rolling_restart_fails_no_call() {
         let old = nodes.remove(0);
         rotation.write().await.retain(|base| base != &old.base);
         old.terminate().await;
-        let new = replica(&db, &env, false).await;
+        let new = replica(&db, &env).await;
         rotation.write().await.push(new.base.clone());
         nodes.push(new);
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -600,7 +600,7 @@ async fn roll(
         rotation.write().await.retain(|base| base != &old.base);
         old.terminate().await;
         let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let new = replica(db, &pairs, false).await;
+        let new = replica(db, &pairs).await;
         rotation.write().await.push(new.base.clone());
         nodes.push((new, env));
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -638,7 +638,7 @@ async fn past_one_machine_a_kill_a_stall_and_a_rolling_restart_on_two_engines() 
         let db = &db;
         async move {
             let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let node = replica(db, &pairs, false).await;
+            let node = replica(db, &pairs).await;
             (node, env)
         }
     };

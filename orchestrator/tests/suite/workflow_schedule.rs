@@ -12,12 +12,7 @@ use uuid::Uuid;
 
 /// One replica: the real binary on `db`, ready, its workflow poller at 200 ms.
 async fn replica(db: &TestDb) -> Node {
-    binary::start(
-        db,
-        &[("ORCHESTRATOR__WORKFLOWS__POLL_INTERVAL_MS", "200")],
-        false,
-    )
-    .await
+    binary::start(db, &[("ORCHESTRATOR__WORKFLOWS__POLL_INTERVAL_MS", "200")]).await
 }
 
 // Every second (cron with a seconds field); the one state writes the blackboard and ends, so no

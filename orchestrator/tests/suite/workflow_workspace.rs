@@ -764,7 +764,7 @@ async fn a_replica_that_takes_over_a_run_finds_the_committed_workspace() {
         ("ORCHESTRATOR__SANDBOX__REAP_INTERVAL_SECS", "2"),
     ];
     let (port_a, port_b) = (free_port(), free_port());
-    let mut a = binary::start_on(&db, port_a, &env, false).await.child;
+    let mut a = binary::start_on(&db, port_a, &env).await.child;
     let instance_a: Uuid = sqlx::query_scalar("SELECT id FROM node_instances")
         .fetch_one(&pool)
         .await
@@ -849,7 +849,7 @@ spec:
         .unwrap()
         .success());
     a.wait().await.unwrap();
-    let _b = binary::start_on(&db, port_b, &env, false).await;
+    let _b = binary::start_on(&db, port_b, &env).await;
 
     let deadline = Instant::now() + Duration::from_secs(90);
     let (status, blackboard) = loop {

@@ -29,7 +29,7 @@ async fn start(db: &TestDb, http: u16) -> tokio::process::Child {
         ("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "5"),
         ("ORCHESTRATOR__SANDBOX__REAP_INTERVAL_SECS", "2"),
     ];
-    binary::start_on(db, http, &env, false).await.child
+    binary::start_on(db, http, &env).await.child
 }
 
 const WORKFLOW: &str = "apiVersion: 100monkeys.ai/v1

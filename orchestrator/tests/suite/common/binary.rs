@@ -2,6 +2,7 @@
 //! real process output (stderr that is a pipe, not a terminal).
 
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{executor_bin, TestDb, TEST_ADMIN_KEY};
@@ -20,18 +21,85 @@ pub struct Node {
     pub child: tokio::process::Child,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
-    /// Its stderr, read as it comes (a full pipe would block the node's logging threads).
-    stderr: Option<tokio::task::JoinHandle<String>>,
+    /// Its stderr so far, read as it comes (a full pipe would block the node's logging threads):
+    /// what [`Node::terminate`] returns, and what a start that fails shows.
+    stderr: Arc<Mutex<String>>,
+    /// The reader of that pipe; ends when the node exits.
+    reader: tokio::task::JoinHandle<()>,
 }
 
-/// Starts the binary on `db` with extra environment `env`; waits until it is ready.
-pub async fn start(db: &TestDb, env: &[(&str, &str)], capture_stderr: bool) -> Node {
-    start_on(db, free_port(), env, capture_stderr).await
+/// How many times [`start`] tries fresh ports when the node exits because one was taken
+/// (a port is free when chosen, but another process may bind it before the node does).
+const PORT_TRIES: usize = 3;
+
+/// How long a node may take to become ready: the migrations of a new database, the executor's
+/// installation and the first Docker calls, on a machine every core of which may be busy.
+const READY_WITHIN: Duration = Duration::from_secs(120);
+
+/// Starts the binary on `db` with extra environment `env`; waits until it is ready. It picks
+/// the HTTP and gRPC ports, and picks again when the node could not bind the ones it chose.
+pub async fn start(db: &TestDb, env: &[(&str, &str)]) -> Node {
+    start_fresh(db, || {
+        env.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    })
+    .await
+}
+
+/// [`start`] with an environment made anew for each try, for nodes that listen on more ports
+/// of the test's choosing (a peer listener): `env` picks them again.
+pub async fn start_fresh(db: &TestDb, env: impl Fn() -> Vec<(String, String)>) -> Node {
+    for _ in 1..PORT_TRIES {
+        let pairs = env();
+        let borrowed: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        match launch(db, free_port(), &borrowed).await {
+            Ok(node) => return node,
+            Err(e) if e.output.contains("Address already in use") => {
+                eprintln!("a port the test chose was taken before the node bound it; again");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let pairs = env();
+    let borrowed: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    launch(db, free_port(), &borrowed)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// [`start`] on HTTP port `http`: what a test that restarts a node where its clients expect it
 /// needs. `env` may set `ORCHESTRATOR_CONFIG` (it is unset otherwise).
-pub async fn start_on(db: &TestDb, http: u16, env: &[(&str, &str)], capture_stderr: bool) -> Node {
+pub async fn start_on(db: &TestDb, http: u16, env: &[(&str, &str)]) -> Node {
+    launch(db, http, env)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A node that ended before it was ready, with what it printed.
+#[derive(Debug)]
+struct Exited {
+    status: String,
+    output: String,
+}
+
+impl std::fmt::Display for Exited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the orchestrator exited ({}) before it was ready; its stderr:\n{}",
+            self.status, self.output
+        )
+    }
+}
+
+async fn launch(db: &TestDb, http: u16, env: &[(&str, &str)]) -> Result<Node, Exited> {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"));
     command
         .env_remove("ORCHESTRATOR_CONFIG")
@@ -48,43 +116,65 @@ pub async fn start_on(db: &TestDb, http: u16, env: &[(&str, &str)], capture_stde
             &format!("127.0.0.1:{}", free_port()),
         ])
         .stdout(Stdio::null())
-        .stderr(if capture_stderr {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
     let mut child = command.spawn().expect("orchestrator starts");
-    let stderr = child.stderr.take().map(|mut pipe| {
-        tokio::spawn(async move {
-            let mut text = String::new();
-            let _ = tokio::io::AsyncReadExt::read_to_string(&mut pipe, &mut text).await;
-            text
-        })
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let mut pipe = child.stderr.take().expect("stderr is piped");
+    let reader = tokio::spawn({
+        let stderr = stderr.clone();
+        async move {
+            let mut chunk = vec![0u8; 8192];
+            while let Ok(n) = tokio::io::AsyncReadExt::read(&mut pipe, &mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&chunk[..n]).into_owned();
+                stderr.lock().expect("stderr buffer").push_str(&text);
+            }
+        }
     });
-    let base = format!("http://127.0.0.1:{http}");
+    let mut node = Node {
+        child,
+        base: format!("http://127.0.0.1:{http}"),
+        stderr,
+        reader,
+    };
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()
         .expect("http client");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + READY_WITHIN;
     loop {
-        if let Ok(r) = client.get(format!("{base}/health/ready")).send().await {
-            if r.status() == 200 {
-                return Node {
-                    child,
-                    base,
-                    stderr,
-                };
-            }
+        let last = match client
+            .get(format!("{}/health/ready", node.base))
+            .send()
+            .await
+        {
+            Ok(r) if r.status() == 200 => return Ok(node),
+            Ok(r) => format!("{}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => e.to_string(),
+        };
+        if let Ok(Some(status)) = node.child.try_wait() {
+            // Everything it printed is in the buffer once the pipe is at its end.
+            let _ = (&mut node.reader).await;
+            return Err(Exited {
+                status: status.to_string(),
+                output: node.output(),
+            });
         }
-        assert!(Instant::now() < deadline, "orchestrator never became ready");
+        assert!(
+            Instant::now() < deadline,
+            "the orchestrator was not ready within {READY_WITHIN:?}; its last readiness answer: \
+             {last}; its stderr so far:\n{}",
+            node.output()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
 impl Node {
-    /// Sends SIGTERM and waits (bounded) for a clean exit; returns its stderr if captured.
+    /// Sends SIGTERM and waits (bounded) for a clean exit; returns what it printed on stderr.
     /// The wait covers the drain and the destruction of the node's sandboxes.
     pub async fn terminate(mut self) -> String {
         let pid = self.child.id().expect("child has a pid").to_string();
@@ -98,9 +188,12 @@ impl Node {
             .expect("the node exits after SIGTERM")
             .expect("wait for the node");
         assert_eq!(status.code(), Some(0), "graceful exit");
-        match self.stderr.take() {
-            Some(reader) => reader.await.expect("stderr reader"),
-            None => String::new(),
-        }
+        let _ = (&mut self.reader).await;
+        self.output()
+    }
+
+    /// What the node printed on stderr so far.
+    pub fn output(&self) -> String {
+        self.stderr.lock().expect("stderr buffer").clone()
     }
 }

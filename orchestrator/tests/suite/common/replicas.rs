@@ -18,18 +18,32 @@ use super::{TestDb, TEST_ADMIN_KEY};
 /// The cluster secret every replica of these tests shares.
 pub const SECRET: &str = "the-cluster-secret-shared-by-all-replicas";
 
-/// One replica with extra environment `extra` (later entries win); its stderr captured when
-/// `capture` (read by [`Node::terminate`]).
-pub async fn replica(db: &TestDb, extra: &[(&str, &str)], capture: bool) -> Node {
-    let listen = format!("127.0.0.1:{}", free_port());
-    let mut env = vec![
-        ("ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS", "3"),
-        ("ORCHESTRATOR__SANDBOX__LEASE_SECS", "2"),
-        ("ORCHESTRATOR__CLUSTER__LISTEN", listen.as_str()),
-        ("ORCHESTRATOR__CLUSTER__SECRET", SECRET),
-    ];
-    env.extend_from_slice(extra);
-    binary::start_on(db, free_port(), &env, capture).await
+/// One replica with extra environment `extra` (later entries win). Its ports are chosen again
+/// when one was taken before it bound it.
+pub async fn replica(db: &TestDb, extra: &[(&str, &str)]) -> Node {
+    binary::start_fresh(db, || {
+        let mut env = vec![
+            (
+                "ORCHESTRATOR__SANDBOX__DEAD_AFTER_SECS".to_owned(),
+                "3".to_owned(),
+            ),
+            (
+                "ORCHESTRATOR__SANDBOX__LEASE_SECS".to_owned(),
+                "2".to_owned(),
+            ),
+            (
+                "ORCHESTRATOR__CLUSTER__LISTEN".to_owned(),
+                format!("127.0.0.1:{}", free_port()),
+            ),
+            (
+                "ORCHESTRATOR__CLUSTER__SECRET".to_owned(),
+                SECRET.to_owned(),
+            ),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        env
+    })
+    .await
 }
 
 /// The environment of a replica whose sandboxes outlive its stop (a rolling restart).
