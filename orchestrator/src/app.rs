@@ -249,37 +249,9 @@ impl Application {
         // The TLS listener serves the very same routes (sandbox ports at
         // `https://<port>-<id>.<e2b.domain>` included); it stops with the HTTP port.
         let mut tls_task = tls.map(|(listener, certificate)| {
-            let listener = api::connection::tls::tls_listener(listener, certificate);
-            let service = rest
-                .clone()
-                .into_make_service_with_connect_info::<api::connection::Connection>();
-            let token = shutdown.clone();
-            tokio::spawn(async move {
-                if let Err(e) = axum::serve(listener, service)
-                    .with_graceful_shutdown(token.cancelled_owned())
-                    .await
-                {
-                    tracing::error!(error = %e, "the TLS listener failed");
-                }
-            })
+            serve_tls(listener, certificate, rest.clone(), shutdown.clone())
         });
-        let http_token = shutdown.clone();
-        // Every accepted socket is NODELAY (`api::connection::http_listener`).
-        let http = api::connection::http_listener(http);
-        let mut http_task = tokio::spawn(async move {
-            // The connection reaches handlers: its peer address (the attestation limit per
-            // source address), and its reset (a stream the E2B door cuts).
-            axum::serve(
-                http,
-                rest.into_make_service_with_connect_info::<api::connection::Connection>(),
-            )
-            .with_graceful_shutdown(http_token.cancelled_owned())
-            .await
-            .map_err(|e| AppError::Serve {
-                what: "http",
-                message: e.to_string(),
-            })
-        });
+        let mut http_task = tokio::spawn(serve_http(http, rest, shutdown.clone()));
 
         // Peers' forwarded calls, on their own listener. It serves on until this instance's
         // stop is recorded: a rolling restart fails no call (peers' calls into the sandboxes
@@ -289,17 +261,7 @@ impl Application {
         let peers_stop = CancellationToken::new();
         let mut cluster_task = cluster.map(|(listener, key)| {
             let router = api::cluster::router(state.clone(), key, shutdown.child_token());
-            let token = peers_stop.clone();
-            // As for HTTP: a subscription's small frames must not wait for a delayed ACK.
-            let listener = api::connection::http_listener(listener);
-            tokio::spawn(async move {
-                if let Err(e) = axum::serve(listener, router)
-                    .with_graceful_shutdown(token.cancelled_owned())
-                    .await
-                {
-                    tracing::error!(error = %e, "the peer listener failed");
-                }
-            })
+            serve_peers(listener, router, peers_stop.clone())
         });
 
         let grpc_router =
@@ -307,18 +269,7 @@ impl Application {
                 what: "grpc",
                 message: e.to_string(),
             })?;
-        let grpc_token = shutdown.clone();
-        // As for HTTP: without NODELAY a unary gRPC answer waits ~40 ms for a delayed ACK.
-        let incoming = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
-        let mut grpc_task = tokio::spawn(async move {
-            grpc_router
-                .serve_with_incoming_shutdown(incoming, grpc_token.cancelled_owned())
-                .await
-                .map_err(|e| AppError::Serve {
-                    what: "grpc",
-                    message: e.to_string(),
-                })
-        });
+        let mut grpc_task = tokio::spawn(serve_grpc(grpc, grpc_router, shutdown.clone()));
 
         // Phase 1: either a server dies on its own (then stop the other) or shutdown is
         // requested; then the servers drain within the grace period.
@@ -422,6 +373,86 @@ fn workflow_settings(config: &NodeConfig) -> crate::workflow::Settings {
 }
 
 /// Loads the token signing key and the configured security contexts.
+/// Serves `rest` over TLS on `listener` until `shutdown`, as a task of its own.
+fn serve_tls(
+    listener: TcpListener,
+    certificate: Arc<api::connection::tls::rustls::ServerConfig>,
+    rest: axum::Router,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let listener = api::connection::tls::tls_listener(listener, certificate);
+    let service = rest.into_make_service_with_connect_info::<api::connection::Connection>();
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, service)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await
+        {
+            tracing::error!(error = %e, "the TLS listener failed");
+        }
+    })
+}
+
+/// Serves `rest` on the HTTP port until `shutdown`. Every accepted socket is NODELAY
+/// (`api::connection::http_listener`), and the connection reaches handlers: its peer address
+/// (the attestation limit per source address), and its reset (a stream the E2B door cuts).
+async fn serve_http(
+    http: TcpListener,
+    rest: axum::Router,
+    shutdown: CancellationToken,
+) -> Result<(), AppError> {
+    let http = api::connection::http_listener(http);
+    axum::serve(
+        http,
+        rest.into_make_service_with_connect_info::<api::connection::Connection>(),
+    )
+    .with_graceful_shutdown(shutdown.cancelled_owned())
+    .await
+    .map_err(|e| AppError::Serve {
+        what: "http",
+        message: e.to_string(),
+    })
+}
+
+/// Peers' forwarded calls, on their own listener, as a task of its own. It serves on until
+/// `stop`, which fires once this instance's stop is recorded: a rolling restart fails no call
+/// (peers' calls into the sandboxes held here are served while the rest drains, then refused
+/// as "stopping", which the caller's replica takes as its cue to adopt the sandbox;
+/// `dispatcher::takeover`). Forwarded live processes and watches still end at the start of the
+/// shutdown (the router's own token).
+fn serve_peers(
+    listener: TcpListener,
+    router: axum::Router,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    // As for HTTP: a subscription's small frames must not wait for a delayed ACK.
+    let listener = api::connection::http_listener(listener);
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+        {
+            tracing::error!(error = %e, "the peer listener failed");
+        }
+    })
+}
+
+/// Serves gRPC on `grpc` until `shutdown`.
+async fn serve_grpc(
+    grpc: TcpListener,
+    router: api::grpc::GrpcRouter,
+    shutdown: CancellationToken,
+) -> Result<(), AppError> {
+    // As for HTTP: without NODELAY a unary gRPC answer waits ~40 ms for a delayed ACK.
+    let incoming = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
+    router
+        .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
+        .await
+        .map_err(|e| AppError::Serve {
+            what: "grpc",
+            message: e.to_string(),
+        })
+}
+
 /// Registers the admin key (configured, from its file, or generated and shown once).
 async fn bootstrap_admin_key(pool: &sqlx::PgPool, config: &NodeConfig) -> Result<(), AppError> {
     match auth::bootstrap_with_file(

@@ -292,7 +292,8 @@ impl InFlight {
         let ids = self.ids.lock().unwrap_or_else(PoisonError::into_inner);
         let op = ids.get(&target).copied();
         let transfer_in_flight = matches!(op, Some("fs.write_stream" | "fs.read_stream"));
-        transfers.cancel(target, transfer_in_flight) | children.cancel(target, op == Some("cmd.run"))
+        transfers.cancel(target, transfer_in_flight)
+            | children.cancel(target, op == Some("cmd.run"))
     }
 }
 
@@ -415,8 +416,7 @@ fn handle_line(
             return output.send(&Response::ok(id, Reply::Empty(Empty {})));
         }
         Op::Cancel(params) => {
-            let cancelled =
-                in_flight.cancel(params.target, &context.children, &context.transfers);
+            let cancelled = in_flight.cancel(params.target, &context.children, &context.transfers);
             return output.send(&Response::ok(id, Reply::Cancel(CancelResult { cancelled })));
         }
         _ => {}

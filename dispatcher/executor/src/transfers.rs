@@ -220,7 +220,10 @@ mod tests {
     fn a_cancel_before_the_handler_registers_its_transfer_is_not_lost() {
         let transfers = Transfers::default();
         // The reader thread saw the cancel while the request was in flight, unregistered.
-        assert!(transfers.cancel(7, true), "an in-flight transfer counts as cancelled");
+        assert!(
+            transfers.cancel(7, true),
+            "an in-flight transfer counts as cancelled"
+        );
         let registered = transfers.begin(7, &channel());
         let why = registered
             .transfer
@@ -241,7 +244,12 @@ mod tests {
         drop(registered);
         // Not in flight: nothing to cancel, nothing marked.
         assert!(!transfers.cancel(9, false));
-        assert!(transfers.begin(9, &channel()).transfer.lock().abandoned.is_none());
+        assert!(transfers
+            .begin(9, &channel())
+            .transfer
+            .lock()
+            .abandoned
+            .is_none());
     }
 
     #[test]
@@ -251,6 +259,9 @@ mod tests {
         assert!(transfers.cancel(3, true));
         assert!(registered.transfer.wait("block", |_| false).is_err());
         drop(registered);
-        assert!(!transfers.cancel(3, false), "gone from the table once its handler ended");
+        assert!(
+            !transfers.cancel(3, false),
+            "gone from the table once its handler ended"
+        );
     }
 }

@@ -21,12 +21,15 @@ use crate::state::AppState;
 /// Generated protobuf types and service stubs (the `aegis-proto` crate, shared with clients).
 pub use aegis_proto as pb;
 
+/// The gRPC services with the request-id layer every call passes through, ready to serve.
+pub type GrpcRouter = Router<Stack<RequestIdLayer, Identity>>;
+
 /// Builds the gRPC router (every call inside its request-id span, the id in the response
 /// metadata) and starts the task that keeps the health status current.
 pub fn router(
     state: AppState,
     shutdown: CancellationToken,
-) -> Result<Router<Stack<RequestIdLayer, Identity>>, tonic_reflection::server::Error> {
+) -> Result<GrpcRouter, tonic_reflection::server::Error> {
     let (reporter, health_service) = tonic_health::server::health_reporter();
     tokio::spawn(track_health(state.clone(), reporter, shutdown));
 
