@@ -354,21 +354,34 @@ class ProcessContext(Context):
             return
         yield from self._collect(token.encode())
 
+    def _events(self):
+        """The process's output as (name, chunk) pairs as they come (an empty chunk: that
+        stream ended), and ("keepalive", None) whenever it is quiet for KEEPALIVE_SECS."""
+        while True:
+            try:
+                yield self.events.get(timeout=KEEPALIVE_SECS)
+            except queue.Empty:
+                yield "keepalive", None
+
+    def _died(self, why):
+        """The error event of a process that ended or spoke nonsense; the context is closed."""
+        self.close()
+        return {"type": "error", "name": "ContextDied", "value": why, "traceback": ""}
+
     def _collect(self, token):
         pending = {"stdout": b"", "stderr": b""}
         done = {"stdout": False, "stderr": False, "report": self.reports_on_fd3() is False}
         report = b""
+        events = self._events()
         while not all(done.values()):
-            try:
-                name, chunk = self.events.get(timeout=KEEPALIVE_SECS)
-            except queue.Empty:
+            name, chunk = next(events)
+            if chunk is None:
                 yield {"type": "keepalive"}
                 continue
             if not chunk:
                 done[name] = True
                 if name != "report":
-                    yield {"type": "error", "name": "ContextDied", "value": f"the {self.language} process ended", "traceback": ""}
-                    self.close()
+                    yield self._died(f"the {self.language} process ended")
                     return
                 continue
             if name == "report":
@@ -387,14 +400,7 @@ class ProcessContext(Context):
             if out:
                 yield {"type": name, "text": out.decode("utf-8", "replace"), "timestamp": now()}
         if report.strip():
-            try:
-                answer = json.loads(report)
-            except ValueError:
-                answer = {}
-            if "error" in answer:
-                yield dict(answer["error"], type="error")
-            elif answer.get("result"):
-                yield result_line(answer["result"], True)
+            yield from answer_events(parse_answer(report))
 
     def reports_on_fd3(self):
         return True
@@ -525,15 +531,12 @@ class JavaContext(ProcessContext):
 
     def _collect(self, token):
         token = token.decode()
-        while True:
-            try:
-                name, chunk = self.events.get(timeout=KEEPALIVE_SECS)
-            except queue.Empty:
+        for name, chunk in self._events():
+            if chunk is None:
                 yield {"type": "keepalive"}
                 continue
             if not chunk:
-                yield {"type": "error", "name": "ContextDied", "value": "the java process ended", "traceback": ""}
-                self.close()
+                yield self._died("the java process ended")
                 return
             if name != "report":
                 yield {"type": name, "text": chunk.decode("utf-8", "replace"), "timestamp": now()}
@@ -543,8 +546,7 @@ class JavaContext(ProcessContext):
                 try:
                     frame = self._frame()
                 except ContextError as e:
-                    yield {"type": "error", "name": "ContextDied", "value": str(e), "traceback": ""}
-                    self.close()
+                    yield self._died(str(e))
                     return
                 if frame is None:
                     break
@@ -554,17 +556,27 @@ class JavaContext(ProcessContext):
                     if text:
                         yield {"type": kind, "text": text, "timestamp": now()}
                 elif kind == "end":
-                    try:
-                        answer = json.loads(data)
-                    except ValueError:
-                        answer = {}
+                    answer = parse_answer(data)
                     if answer.get("token") != token:
                         continue  # a late report of an execution already given up
-                    if "error" in answer:
-                        yield dict(answer["error"], type="error")
-                    elif answer.get("result"):
-                        yield result_line(answer["result"], True)
+                    yield from answer_events(answer)
                     return
+
+
+def parse_answer(data):
+    """A driver's end-of-execution report (JSON), or {} when it is not one."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        return {}
+
+
+def answer_events(answer):
+    """The error or the main result a driver reported, as the events E2B streams."""
+    if "error" in answer:
+        yield dict(answer["error"], type="error")
+    elif answer.get("result"):
+        yield result_line(answer["result"], True)
 
 
 def b64(text):
