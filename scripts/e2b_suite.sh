@@ -7,6 +7,10 @@
 #   git -C <E2B clone> archive <commit> packages/python-sdk | tar -x -C /tmp/e2b-src
 #   scripts/e2b_suite.sh /tmp/e2b-src/packages/python-sdk [pytest args, e.g. -k test_run]
 #   E2B_SUITE_SDK=2.63.0 scripts/e2b_suite.sh /tmp/e2b-src/packages/python-sdk
+#   SUITE_ISOLATION=gvisor scripts/e2b_suite.sh /tmp/e2b-src/packages/python-sdk
+#
+# SUITE_ISOLATION=gvisor runs every sandbox under gVisor, on a runsc engine the script starts
+# beside the host's (scripts/lib/suite_node.sh), and adds e2b-suite-exclusions-gvisor.txt.
 #
 # Any commit of E2B's repository: e139fc38e (the release of e2b 2.45.1, the SDK our own tests
 # pin) and its HEAD, b8029973a at the last fetch, whose python-sdk is still 2.45.1 (2.46 to
@@ -102,6 +106,10 @@ if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
 fi
 if [ -z "$resolver" ]; then
   E2B_SUITE_EXCLUSIONS="$E2B_SUITE_EXCLUSIONS:$ROOT/orchestrator/tests/e2b-suite-exclusions-no-resolver.txt"
+fi
+# Under gVisor (SUITE_ISOLATION=gvisor): what its kernel of these machines lacks.
+if [ "${SUITE_ISOLATION:-container}" = gvisor ]; then
+  E2B_SUITE_EXCLUSIONS="$E2B_SUITE_EXCLUSIONS:$ROOT/orchestrator/tests/e2b-suite-exclusions-gvisor.txt"
 fi
 # The tests of one SDK against a newer release: their mocks of functions it no longer calls.
 if [ "$run_version" != "$sdk_version" ]; then

@@ -5,6 +5,7 @@
 # on a database of its own with the test suite's configuration (loopback, random ports,
 # defaults otherwise; SANDBOX_EXECUTOR_BIN as given), makes an operator key and exports
 # E2B_API_URL = E2B_SANDBOX_URL = http://<node>/e2b and E2B_API_KEY = e2b_<hex of the key>. With
+# SUITE_ISOLATION=gvisor, its sandboxes run under gVisor on an engine of the suite's own. With
 # SUITE_TLS_DOMAIN set, the node also serves TLS for *.<that domain> (see suite_certificate),
 # reports <domain>:<TLS port> as its sandbox domain, and SSL_CERT_FILE names the run's CA. On
 # exit it stops the node, removes whatever sandbox it left and drops the database (the node's
@@ -68,6 +69,23 @@ YAML
     export SSL_CERT_FILE="$SUITE_WORK/ca.pem"
     say "TLS on 127.0.0.1:$tls_port for *.$SUITE_TLS_DOMAIN (the suite's own CA)"
   fi
+  # With SUITE_ISOLATION=gvisor: every sandbox runs under gVisor, on a runsc engine of the
+  # suite's own (never the host's dockerd config, never the engine tests/suite/gvisor.rs starts
+  # and stops), with the images it needs loaded from the host's engine.
+  if [ "${SUITE_ISOLATION:-container}" = gvisor ]; then
+    local images=(aegis-runtime/busybox:1 aegis-runtime/base:bookworm) host
+    for r in "${runtimes[@]}"; do
+      images+=("$(awk -v lang="$r" '$1 == "-" && $2 == "language:" { hit = ($3 == lang) }
+        hit && $1 == "image:" { print $2; exit }' "$ROOT/runtime-images/registry.yaml")")
+    done
+    say "starting the suite's gVisor engine (scripts/lib/gvisor_engine.sh)"
+    host=$(suite_gvisor start "${images[@]}") || die "the gVisor engine did not start"
+    SUITE_DOCKER_HOST=$host
+    config+=(ORCHESTRATOR__DOCKER__HOST="$host" ORCHESTRATOR__SANDBOX__ISOLATION=gvisor
+      ORCHESTRATOR__SANDBOX__REQUIRE_LANDLOCK=false)
+  elif [ "${SUITE_ISOLATION:-container}" != container ]; then
+    die "SUITE_ISOLATION: expected container or gvisor, not $SUITE_ISOLATION"
+  fi
   say "starting the node on $base (database $SUITE_DB_NAME, log $SUITE_WORK/node.log)"
   env -u ORCHESTRATOR_CONFIG "${config[@]}" \
     DATABASE_URL="$db_url" \
@@ -112,6 +130,13 @@ suite_certificate() {
     || die "openssl cannot sign the certificate"
 }
 
+# scripts/lib/gvisor_engine.sh under names of the suite's own.
+suite_gvisor() {
+  AEGIS_GVISOR_DIR=/var/lib/aegis-gvisor-suite AEGIS_GVISOR_RUN=/run/aegis-gvisor-suite \
+    AEGIS_GVISOR_BRIDGE=aegis-gvsuite AEGIS_GVISOR_RANGE=10.215.0.0/16 \
+    AEGIS_GVISOR_TAG=aegis-gvisor-suite bash "$ROOT/scripts/lib/gvisor_engine.sh" "$@"
+}
+
 stop_suite_node() {
   local status=$?
   if [ -n "${SUITE_DNS_PID:-}" ]; then kill "$SUITE_DNS_PID" 2>/dev/null || true; fi
@@ -119,6 +144,10 @@ stop_suite_node() {
     kill -TERM "$SUITE_NODE_PID" 2>/dev/null || true
     for _ in $(seq 1 120); do kill -0 "$SUITE_NODE_PID" 2>/dev/null || break; sleep 0.5; done
     kill -KILL "$SUITE_NODE_PID" 2>/dev/null || true
+  fi
+  if [ -n "${SUITE_DOCKER_HOST:-}" ]; then
+    # Its containers, networks and processes go with it.
+    suite_gvisor stop >/dev/null 2>&1 || say "the suite's gVisor engine did not stop cleanly"
   fi
   local left
   left=$(docker ps -aq --filter "label=org.aegis.db-name=$SUITE_DB_NAME")

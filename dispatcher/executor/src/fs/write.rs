@@ -195,7 +195,19 @@ fn set_metadata(fd: impl AsFd, metadata: &BTreeMap<String, String>, display: &st
             value.as_bytes(),
             XattrFlags::empty(),
         )
-        .map_err(|e| OpError::os(e, "cannot keep metadata on", display))?;
+        .map_err(|e| {
+            if e == rustix::io::Errno::OPNOTSUPP {
+                // gVisor before 2025 keeps no extended attributes on files its gofer serves
+                // from the host (the workspace volume among them).
+                OpError::os(
+                    e,
+                    "cannot keep metadata (this sandbox's filesystem has no extended attributes) on",
+                    display,
+                )
+            } else {
+                OpError::os(e, "cannot keep metadata on", display)
+            }
+        })?;
     }
     Ok(())
 }
