@@ -10,8 +10,13 @@
 //! `docker run --rm`, a command round trip <= 1.5x REST, up and down >= 0.5x `docker cp`, kill
 //! p50 <= 20 ms.
 //!
-//! Run it with `scripts/e2b_bench.sh [--iterations N] [--transfers M]`. Everything it makes is
-//! removed at the end (the node destroys its sandboxes at shutdown; the database is dropped).
+//! With `--engine <runsc-enabled engine>` the node's sandboxes run in the gVisor class there,
+//! and the baselines too (`docker run --runtime runsc`, `docker cp` on that engine), so each
+//! ratio compares like with like; `scripts/e2b_bench.sh --gvisor` starts such an engine.
+//!
+//! Run it with `scripts/e2b_bench.sh [--gvisor] [--iterations N] [--transfers M]`. Everything it
+//! makes is removed at the end (the node destroys its sandboxes at shutdown; the database is
+//! dropped).
 
 use std::process::ExitCode;
 
@@ -45,6 +50,10 @@ struct Args {
     /// Measured 64 MiB uploads and downloads.
     #[arg(long, default_value_t = 3)]
     transfers: usize,
+    /// A runsc-enabled Docker engine (`scripts/lib/gvisor_engine.sh start` prints it): the
+    /// sandboxes run in the gVisor class there, and so do the baselines' containers.
+    #[arg(long)]
+    engine: Option<String>,
 }
 
 fn say(msg: impl std::fmt::Display) {
@@ -65,6 +74,12 @@ async fn run(args: Args) -> Result<()> {
         |c| {
             c.e2b.pool.insert(TEMPLATE.to_owned(), 1);
             c.sandbox.max_sandboxes_per_api_key = 64;
+            if let Some(engine) = &args.engine {
+                c.docker.host = Some(engine.clone());
+                c.sandbox.isolation = dispatcher::Isolation::Gvisor;
+                // gVisor's kernel has no Landlock (ARCHITECTURE.md, "The gVisor class").
+                c.sandbox.require_landlock = false;
+            }
         },
         async |app| measure(&args, app).await,
     )
@@ -109,6 +124,16 @@ async fn measure(args: &Args, app: &RunningApp) -> Result<Value> {
         .env("BENCH_POOL", format!("e2b:{TEMPLATE}"))
         .env("BENCH_ITERATIONS", args.iterations.to_string())
         .env("BENCH_TRANSFERS", args.transfers.to_string())
+        .envs(
+            args.engine
+                .as_ref()
+                .map(|engine| ("BENCH_DOCKER_HOST", engine.as_str())),
+        )
+        .envs(
+            args.engine
+                .as_ref()
+                .map(|_| ("BENCH_DOCKER_RUNTIME", "runsc")),
+        )
         .output()
         .await
         .context("python3 does not run")?;
@@ -159,8 +184,14 @@ fn print(args: &Args, r: &Value) {
         println!("{name:<34} {o:>9.1} ms {b:>9.1} ms {ratio:>7.2}x  {verdict}");
     };
     println!(
-        "E2B door vs baselines (p50, {} creates, {} transfers)",
-        args.iterations, args.transfers
+        "E2B door vs baselines (p50, {} creates, {} transfers, {} class)",
+        args.iterations,
+        args.transfers,
+        if args.engine.is_some() {
+            "gVisor"
+        } else {
+            "container"
+        }
     );
     println!(
         "{:<34} {:>12} {:>12} {:>8}  target",

@@ -11,7 +11,10 @@ same run, iteration by iteration so background load hits both sides alike:
 
 Environment: E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY (the SDK's), NODE_URL and NODE_KEY (REST,
 the same key), BENCH_IMAGE (the template's image), BENCH_POOL (the pool's metric label),
-BENCH_ITERATIONS, BENCH_TRANSFERS. Prints one JSON object of series (milliseconds) on stdout.
+BENCH_ITERATIONS, BENCH_TRANSFERS, and for the gVisor class BENCH_DOCKER_HOST (the engine the
+node drives, where the baselines run too) and BENCH_DOCKER_RUNTIME (`runsc`: the baselines'
+containers run under gVisor as the sandboxes do). Prints one JSON object of series
+(milliseconds) on stdout.
 """
 
 import json
@@ -31,8 +34,18 @@ TRANSFERS = int(os.environ.get("BENCH_TRANSFERS", "3"))
 BIG = 64 * 1024 * 1024
 
 
+ENGINE = ["-H", os.environ["BENCH_DOCKER_HOST"]] if os.environ.get("BENCH_DOCKER_HOST") else []
+RUNTIME = ["--runtime", os.environ["BENCH_DOCKER_RUNTIME"]] if os.environ.get("BENCH_DOCKER_RUNTIME") else []
+
+
+def docker_argv(*argv):
+    """`docker` on the engine the node drives; `run` and `create` in the sandboxes' runtime."""
+    extra = RUNTIME if argv and argv[0] in ("run", "create") else []
+    return ["docker", *ENGINE, argv[0], *extra, *argv[1:]]
+
+
 def docker(*argv):
-    subprocess.run(["docker", *argv], check=True, capture_output=True)
+    subprocess.run(docker_argv(*argv), check=True, capture_output=True)
 
 
 def main():
@@ -52,7 +65,7 @@ def main():
         cold.commands.run("echo hi")
         out["create_cold"].append(ms(t0))
         t0 = time.monotonic()
-        subprocess.run(["docker", "run", "--rm", "--network", "none", IMAGE, "echo", "hi"],
+        subprocess.run(docker_argv("run", "--rm", "--network", "none", IMAGE, "echo", "hi"),
                        check=True, capture_output=True)
         out["docker_run"].append(ms(t0))
         for sbx in (pooled, cold):
@@ -87,7 +100,7 @@ def main():
         back = os.path.join(tmp, "back.bin")
         with open(local, "wb") as f:
             f.write(payload)
-        helper = subprocess.run(["docker", "create", "--network", "none", IMAGE, "true"],
+        helper = subprocess.run(docker_argv("create", "--network", "none", IMAGE, "true"),
                                 check=True, capture_output=True, text=True).stdout.strip()
         try:
             for _ in range(TRANSFERS):
@@ -106,7 +119,7 @@ def main():
                 docker("cp", f"{helper}:/tmp/big.bin", back)
                 out["docker_cp_out"].append(ms(t0))
         finally:
-            subprocess.run(["docker", "rm", "-f", helper], capture_output=True)
+            subprocess.run(docker_argv("rm", "-f", helper), capture_output=True)
     sbx.kill()
     print(json.dumps(out))
 
