@@ -172,6 +172,46 @@ pub enum DispatchError {
     /// The node holds as much client data in memory as it allows (`budget.rs`).
     #[error(transparent)]
     MemoryBound(#[from] crate::budget::Exhausted),
+    /// The sandbox is checkpointed (paused with its memory, `checkpoint.rs`): no call reaches
+    /// it until it is restored.
+    #[error("sandbox {id} is paused with its memory (checkpointed): resume it first")]
+    Checkpointed {
+        /// The sandbox.
+        id: SandboxId,
+    },
+    /// The sandbox cannot be checkpointed here (its class, or the engine); nothing changed.
+    #[error("sandbox {id} cannot be paused with its memory: {detail}")]
+    CheckpointUnavailable {
+        /// The sandbox.
+        id: SandboxId,
+        /// Why, and what would make it possible.
+        detail: String,
+    },
+    /// The sandbox holds more memory than its checkpoint may take; nothing changed.
+    #[error(
+        "sandbox {id} holds {bytes} bytes of memory, more than the {max_bytes} bytes its \
+         checkpoint may take"
+    )]
+    CheckpointTooLarge {
+        /// The sandbox.
+        id: SandboxId,
+        /// The memory it holds (its container's usage, gVisor's own included).
+        bytes: u64,
+        /// The caller's bound.
+        max_bytes: u64,
+    },
+    /// The sandbox's checkpoint is on another Docker engine: only a replica driving that
+    /// engine can restore it.
+    #[error(
+        "sandbox {id} was paused with its memory on Docker engine {engine}; only a replica \
+         driving that engine can resume it"
+    )]
+    CheckpointElsewhere {
+        /// The sandbox.
+        id: SandboxId,
+        /// The engine holding its checkpoint.
+        engine: String,
+    },
     /// A directory copied out of a sandbox is larger than the caller allows.
     #[error("{dir} of sandbox {id} holds more than {max_bytes} bytes (as a tar archive)")]
     ArchiveTooLarge {

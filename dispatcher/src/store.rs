@@ -28,6 +28,9 @@ pub enum SandboxState {
     Creating,
     /// The executor answered its ready line; calls are served.
     Running,
+    /// Its container is saved by the engine (processes and memory, `checkpoint.rs`) and
+    /// stopped; no call reaches it until it is restored (back to `running`).
+    Checkpointed,
     /// A destroy (or the reaper) is removing its Docker objects.
     Destroying,
     /// Its container and volume are gone.
@@ -42,6 +45,7 @@ impl SandboxState {
         match self {
             SandboxState::Creating => "creating",
             SandboxState::Running => "running",
+            SandboxState::Checkpointed => "checkpointed",
             SandboxState::Destroying => "destroying",
             SandboxState::Destroyed => "destroyed",
             SandboxState::Failed => "failed",
@@ -52,6 +56,7 @@ impl SandboxState {
         Some(match s {
             "creating" => SandboxState::Creating,
             "running" => SandboxState::Running,
+            "checkpointed" => SandboxState::Checkpointed,
             "destroying" => SandboxState::Destroying,
             "destroyed" => SandboxState::Destroyed,
             "failed" => SandboxState::Failed,
@@ -195,10 +200,11 @@ impl Scope {
     }
 }
 
-/// Ids of the live sandboxes (creating, running) recorded for `instance`.
+/// Ids of the live sandboxes (creating, running, checkpointed) recorded for `instance`.
 pub(crate) async fn live_of_instance(pg: &PgPool, instance: Uuid) -> Result<Vec<SandboxId>> {
     let ids: Vec<Uuid> = sqlx::query_scalar(
-        "SELECT id FROM sandboxes WHERE instance_id = $1 AND state IN ('creating', 'running')",
+        "SELECT id FROM sandboxes WHERE instance_id = $1 \
+         AND state IN ('creating', 'running', 'checkpointed')",
     )
     .bind(instance)
     .fetch_all(pg)
@@ -296,6 +302,63 @@ pub(crate) async fn mark_running(
     .execute(pg)
     .await
     .map_err(db("marking a sandbox running"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// `running` -> `checkpointed` by its holder `(me, epoch)`, before the engine saves it.
+pub(crate) async fn mark_checkpointed(
+    pg: &PgPool,
+    id: SandboxId,
+    me: Uuid,
+    epoch: i64,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE sandboxes SET state = 'checkpointed', updated_at = now() \
+         WHERE id = $1 AND state = 'running' AND instance_id = $2 AND epoch = $3",
+    )
+    .bind(id.0)
+    .bind(me)
+    .bind(epoch)
+    .execute(pg)
+    .await
+    .map_err(db("marking a sandbox checkpointed"))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// `checkpointed` -> `creating` held by `me` at a new epoch (a restore under way: the reaper
+/// leaves a `creating` row of a live instance alone); the new epoch, or `None` when the row is
+/// not checkpointed (restored or destroyed meanwhile).
+pub(crate) async fn claim_restore(pg: &PgPool, id: SandboxId, me: Uuid) -> Result<Option<i64>> {
+    sqlx::query_scalar(
+        "UPDATE sandboxes SET state = 'creating', instance_id = $2, epoch = epoch + 1, \
+         updated_at = now() WHERE id = $1 AND state = 'checkpointed' RETURNING epoch",
+    )
+    .bind(id.0)
+    .bind(me)
+    .fetch_optional(pg)
+    .await
+    .map_err(db("claiming a checkpointed sandbox"))
+}
+
+/// `creating`|`checkpointed` -> `running` by `(me, epoch)`: a restore finished, or a checkpoint
+/// that failed left the container running.
+pub(crate) async fn mark_running_again(
+    pg: &PgPool,
+    id: SandboxId,
+    me: Uuid,
+    epoch: i64,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE sandboxes SET state = 'running', updated_at = now() \
+         WHERE id = $1 AND state IN ('creating', 'checkpointed') AND instance_id = $2 \
+         AND epoch = $3",
+    )
+    .bind(id.0)
+    .bind(me)
+    .bind(epoch)
+    .execute(pg)
+    .await
+    .map_err(db("marking a sandbox running again"))?;
     Ok(done.rows_affected() == 1)
 }
 
@@ -409,7 +472,7 @@ pub(crate) async fn get(pg: &PgPool, id: SandboxId) -> Result<Option<SandboxInfo
 pub(crate) async fn list_live(pg: &PgPool) -> Result<Vec<SandboxInfo>> {
     let rows = sqlx::query(&format!(
         "SELECT {INFO_COLUMNS} FROM sandboxes \
-         WHERE state IN ('creating', 'running', 'destroying') ORDER BY created_at, id"
+         WHERE state IN ('creating', 'running', 'checkpointed', 'destroying') ORDER BY created_at, id"
     ))
     .fetch_all(pg)
     .await
@@ -424,7 +487,7 @@ pub(crate) async fn list_live(pg: &PgPool) -> Result<Vec<SandboxInfo>> {
 pub(crate) async fn owned_by(pg: &PgPool, owner: &Owner) -> Result<Vec<SandboxId>> {
     let ids: Vec<Uuid> = sqlx::query_scalar(
         "SELECT id FROM sandboxes WHERE owner_kind = $1 AND owner_id = $2 \
-         AND state IN ('creating', 'running') ORDER BY created_at",
+         AND state IN ('creating', 'running', 'checkpointed') ORDER BY created_at",
     )
     .bind(owner.kind.as_str())
     .bind(&owner.id)

@@ -144,7 +144,8 @@ start() {
     if [ "$RUNSC" = 1 ]; then
       runtimes=",
  \"runtimes\": {\"runsc\": {\"path\": \"$(command -v runsc)\",
-   \"runtimeArgs\": [\"--platform=ptrace\", \"--network=none\"]}}"
+   \"runtimeArgs\": [\"--platform=ptrace\", \"--network=none\"]}},
+ \"experimental\": true"
     fi
     cat >"$RUN/daemon.json" <<EOF
 {"log-driver": "json-file", "log-opts": {"max-size": "10m", "max-file": "2"},

@@ -27,6 +27,8 @@
 //! [`takeover`] (adopting the sandboxes of a holder that died).
 
 mod adopt;
+mod checkpoint;
+pub use checkpoint::Checkpointed;
 pub(crate) mod beacon;
 mod create;
 pub(crate) mod lease;
@@ -653,6 +655,9 @@ impl Inner {
                     .reason
                     .unwrap_or_else(|| info.state.as_str().to_owned()),
             }),
+            Some(info) if info.state == store::SandboxState::Checkpointed => {
+                Err(DispatchError::Checkpointed { id })
+            }
             Some(info) if info.instance_id != self.instance => {
                 Ok(Location::Elsewhere(info.instance_id))
             }

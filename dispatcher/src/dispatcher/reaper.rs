@@ -6,6 +6,8 @@
 //! An object is removed when
 //!
 //! - it names a sandbox that has no row here, or whose row is `destroyed` or `failed`;
+//!   (a `checkpointed` row's container and workspace holder are kept whatever its instance:
+//!   they are the saved sandbox, removed by its destroy);
 //! - its row's instance is not live: stopped, or no heartbeat within `dead_after` (the row's
 //!   instance, not the label's, because adoption moves a sandbox to another instance), unless
 //!   it is a running sandbox a takeover adopts (`takeover.rs`: sessions' and operators', on an
@@ -336,6 +338,9 @@ impl Inner {
             SandboxState::Destroyed | SandboxState::Failed => {
                 Some(format!("sandbox is {}", row.state.as_str()))
             }
+            // Saved by its engine (`checkpoint.rs`), whoever paused it: any replica driving
+            // the engine may restore it, and its destroy removes it with its checkpoint.
+            SandboxState::Checkpointed => None,
             // A takeover adopts it (or marks it lost): a survivor may keep serving it.
             SandboxState::Running
                 if !owner_live

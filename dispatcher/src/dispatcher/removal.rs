@@ -72,6 +72,9 @@ impl Inner {
     /// The second half: its Docker objects go, then the row says `destroyed`.
     pub(super) async fn remove(&self, r: Removal) -> Result<()> {
         self.remove_container(&r.container).await?;
+        // A checkpointed sandbox's workspace holder (`checkpoint.rs`), before its volume.
+        self.remove_container(&super::checkpoint::holder_name(r.id))
+            .await?;
         self.remove_egress(r.id, r.egress).await?;
         self.remove_volume(&r.volume).await?;
         store::mark_destroyed(&self.pg, r.id, &r.reason).await?;

@@ -36,6 +36,7 @@ mod engines;
 mod executions;
 mod generate;
 mod gvisor;
+mod gvisor_pause;
 mod intent;
 mod kernel_policy;
 mod llm;

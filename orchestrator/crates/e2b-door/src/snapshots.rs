@@ -241,10 +241,20 @@ pub async fn archive(state: &AppState, id: Uuid) -> Result<Option<Held>, Snapsho
 const SWEEP_BATCH: i64 = 64;
 
 /// Deletes expired snapshots (a paused sandbox whose snapshot expired goes with it, by the
-/// foreign key), with one admin row by the system naming how many.
+/// foreign key, and the checkpoint of one paused with its memory right after), with one admin
+/// row by the system naming how many.
 pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
     let started = std::time::Instant::now();
     let gone = rows::delete_expired(&state.pool, SWEEP_BATCH).await?;
+    // A pause that kept memory leaves its sandbox (the checkpoint) behind the rows: once no
+    // row names it (expired, or a kill cut short) it goes too.
+    for sandbox in
+        aegis_store::e2b::sandboxes::orphaned_checkpoints(&state.pool, SWEEP_BATCH).await?
+    {
+        if let Err(e) = state.sandboxes.destroy(SandboxId(sandbox)).await {
+            tracing::warn!(%sandbox, error = %e, "a checkpointed sandbox no E2B sandbox names could not be destroyed; the next sweep retries");
+        }
+    }
     if !gone.is_empty() {
         let ids: Vec<String> = gone
             .iter()

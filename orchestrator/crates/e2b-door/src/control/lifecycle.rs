@@ -163,12 +163,16 @@ pub async fn pause(
         )));
     }
     let started = Instant::now();
-    let paused = pause_row(&state, &row, Why::Asked).await;
+    let paused = pause_row(&state, &row, Why::Asked, req.keeps_memory()).await;
+    let kept = match &paused {
+        Ok(Some(Kept::Memory)) => "memory",
+        _ => "filesystem",
+    };
     audit(
         &state,
         &caller,
         "e2b.sandbox.pause",
-        json!({"sandboxID": uuid, "memory": req.keeps_memory(), "kept": "filesystem"}),
+        json!({"sandboxID": uuid, "memory": req.keeps_memory(), "kept": kept}),
         paused.is_ok(),
         started,
     )
@@ -186,16 +190,33 @@ enum Why {
     Timeout,
 }
 
-/// Pauses the running sandbox of `row` (see the module's documentation); false when a timeout
-/// pause found it no longer due (connected meanwhile, or another sweep took it). The row is
-/// locked from before its files are read until it says paused, so a connect or timeout
-/// change waits for the pause and then sees it.
-async fn pause_row(state: &AppState, row: &Row, why: Why) -> Result<bool, Refusal> {
+/// What a pause kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    /// The files: a `pause` snapshot holds them, the container is gone.
+    Files,
+    /// Processes, open files and memory: the container is checkpointed by its engine
+    /// (`Dispatcher::checkpoint`, gVisor sandboxes only), its workspace held beside it.
+    Memory,
+}
+
+/// Pauses the running sandbox of `row` (see the module's documentation): with its memory when
+/// `keep_memory` and its class can (gVisor, on an engine that checkpoints), else its files;
+/// `None` when a timeout pause found it no longer due (connected meanwhile, or another sweep
+/// took it). The row is locked from before its files are read until it says paused, so a
+/// connect or timeout change waits for the pause and then sees it.
+async fn pause_row(
+    state: &AppState,
+    row: &Row,
+    why: Why,
+    keep_memory: bool,
+) -> Result<Option<Kept>, Refusal> {
     let quota = Quota::of(state);
     let room = snapshots::room(&state.pool, &row.owner_key_id, quota)
         .await
         .map_err(refusal)?;
     let current = SandboxId(row.current);
+    let checkpointable = keep_memory && checkpointable(state, current).await?;
     let mut tx = state.pool.begin().await.map_err(db)?;
     if !store::lock_for_pause(&mut tx, row.sandbox_id, why == Why::Timeout)
         .await
@@ -206,12 +227,98 @@ async fn pause_row(state: &AppState, row: &Row, why: Why) -> Result<bool, Refusa
                 409,
                 format!("sandbox \"{}\" is already paused", row.sandbox_id),
             ))),
-            Why::Timeout => Ok(false),
+            Why::Timeout => Ok(None),
         };
     }
-    let (archive, runtime) = snapshots::capture(state, current, room)
-        .await
-        .map_err(refusal)?;
+    let mut kept = Kept::Files;
+    let mut files_why = None;
+    let mut checkpoint = None;
+    if checkpointable {
+        let dispatcher = state
+            .sandboxes
+            .dispatcher()
+            .map_err(|e| Refusal(sandbox_error(e)))?;
+        match dispatcher.checkpoint(current, room).await {
+            Ok(saved) => {
+                kept = Kept::Memory;
+                checkpoint = Some(saved.memory_bytes);
+            }
+            // The engine cannot: the files are kept, as for a container sandbox, and the log
+            // says why.
+            Err(e @ dispatcher::DispatchError::CheckpointUnavailable { .. }) => {
+                files_why = Some(e.to_string());
+            }
+            Err(e) => return Err(Refusal(checkpoint_error(e, room))),
+        }
+    }
+    let (archive, runtime) = match kept {
+        Kept::Memory => (None, runtime_of(state, current).await?),
+        Kept::Files => {
+            let (archive, runtime) = snapshots::capture(state, current, room)
+                .await
+                .map_err(refusal)?;
+            (Some(archive), runtime)
+        }
+    };
+    let stored = store_pause(tx, row, &runtime, archive.as_deref(), checkpoint, quota).await;
+    let snapshot = match stored {
+        Ok(snapshot) => snapshot,
+        Err(e) => {
+            if kept == Kept::Memory {
+                restore_after_failed_pause(state, current).await;
+            }
+            return Err(e);
+        }
+    };
+    if kept == Kept::Files {
+        // The row says paused from here on. The container is made unreachable before the
+        // answer and removed off the caller's path (`retire`, as a kill is); one the retire
+        // misses is removed by the sweep.
+        if let Err(e) = state.sandboxes.retire(current).await {
+            tracing::warn!(sandbox = %row.sandbox_id, error = %e, "a paused sandbox's container could not be destroyed yet; the sweep retries");
+        }
+    }
+    let message = match (kept, why) {
+        (Kept::Memory, Why::Asked) => {
+            "sandbox paused with its memory: its processes, open files and memory were checkpointed"
+        }
+        (Kept::Memory, Why::Timeout) => {
+            "sandbox paused at its timeout (autoPause) with its memory: its processes, open files and memory were checkpointed"
+        }
+        (Kept::Files, Why::Asked) => "sandbox paused: its files were saved, its processes ended",
+        (Kept::Files, Why::Timeout) => {
+            "sandbox paused at its timeout (autoPause): its files were saved, its processes ended"
+        }
+    };
+    store::log(
+        &state.pool,
+        row.sandbox_id,
+        "info",
+        message,
+        match files_why {
+            None => {
+                json!({"snapshot": snapshot.id.to_string(), "bytes": snapshot.bytes.to_string()})
+            }
+            Some(why) => {
+                json!({"snapshot": snapshot.id.to_string(), "bytes": snapshot.bytes.to_string(),
+                                "files_only_because": why})
+            }
+        },
+    )
+    .await;
+    Ok(Some(kept))
+}
+
+/// Stores the pause of `row` in `tx` and commits: its `pause` snapshot (the files' `archive`,
+/// or the memory of its `checkpoint`) and the row saying paused.
+async fn store_pause(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    row: &Row,
+    runtime: &str,
+    archive: Option<&[u8]>,
+    checkpoint: Option<u64>,
+    quota: Quota,
+) -> Result<Snapshot, Refusal> {
     let snapshot = snapshots::insert(
         &mut tx,
         &NewSnapshot {
@@ -220,9 +327,10 @@ async fn pause_row(state: &AppState, row: &Row, why: Why) -> Result<bool, Refusa
             pause: true,
             source_sandbox: row.sandbox_id,
             template_id: &row.template_id,
-            runtime: &runtime,
+            runtime,
             name: None,
-            archive: &archive,
+            archive: archive.unwrap_or_default(),
+            checkpoint,
         },
         quota,
     )
@@ -238,26 +346,71 @@ async fn pause_row(state: &AppState, row: &Row, why: Why) -> Result<bool, Refusa
         )));
     }
     tx.commit().await.map_err(db)?;
-    // The row says paused from here on. The container is made unreachable before the answer
-    // and removed off the caller's path (`retire`, as a kill is); one the retire misses is
-    // removed by the sweep.
-    if let Err(e) = state.sandboxes.retire(current).await {
-        tracing::warn!(sandbox = %row.sandbox_id, error = %e, "a paused sandbox's container could not be destroyed yet; the sweep retries");
+    Ok(snapshot)
+}
+
+/// Whether sandbox `current` can be paused with its memory: a gVisor sandbox (the engine's
+/// own refusal, when it cannot checkpoint, comes from `Dispatcher::checkpoint`).
+async fn checkpointable(state: &AppState, current: SandboxId) -> Result<bool, Refusal> {
+    let dispatcher = state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| Refusal(sandbox_error(e)))?;
+    let info = dispatcher
+        .get(current)
+        .await
+        .map_err(|e| Refusal(sandbox_error(e.into())))?;
+    Ok(info
+        .spec
+        .is_some_and(|s| s.isolation == dispatcher::Isolation::Gvisor))
+}
+
+/// The runtime (`language:version`) sandbox `current` runs, from its labels.
+async fn runtime_of(state: &AppState, current: SandboxId) -> Result<String, Refusal> {
+    let dispatcher = state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| Refusal(sandbox_error(e)))?;
+    dispatcher
+        .get(current)
+        .await
+        .map_err(|e| Refusal(sandbox_error(e.into())))?
+        .spec
+        .and_then(|s| s.labels.get(aegis_sandboxes::E2B_RUNTIME_LABEL).cloned())
+        .ok_or_else(|| {
+            Refusal(ApiError::new(
+                500,
+                format!("sandbox {current} names no runtime"),
+            ))
+        })
+}
+
+/// A checkpoint's refusal as the control API says it.
+fn checkpoint_error(e: dispatcher::DispatchError, room: u64) -> ApiError {
+    match e {
+        dispatcher::DispatchError::CheckpointTooLarge { bytes, .. } => ApiError::new(
+            429,
+            format!(
+                "the sandbox holds {bytes} bytes of memory, more than the {room} bytes this API \
+                 key's snapshot quota leaves; free some, delete a snapshot, or pause with \
+                 keep_memory=False to keep its files only"
+            ),
+        )
+        .with_error_code("snapshot_quota_exceeded"),
+        other => sandbox_error(other.into()),
     }
-    store::log(
-        &state.pool,
-        row.sandbox_id,
-        "info",
-        match why {
-            Why::Asked => "sandbox paused: its files were saved, its processes ended",
-            Why::Timeout => {
-                "sandbox paused at its timeout (autoPause): its files were saved, its processes ended"
-            }
-        },
-        json!({"snapshot": snapshot.id.to_string(), "bytes": archive.len().to_string()}),
-    )
-    .await;
-    Ok(true)
+}
+
+/// After a pause whose checkpoint was taken but could not be recorded: the sandbox is
+/// restored so that it runs on as before (or, when that fails, destroyed by the restore).
+async fn restore_after_failed_pause(state: &AppState, current: SandboxId) {
+    let restored = match state.sandboxes.dispatcher() {
+        Ok(dispatcher) => dispatcher.restore(current).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    if let Err(e) = restored {
+        tracing::warn!(sandbox = %current, error = %e, "a checkpointed sandbox whose pause could not be recorded could not be restored");
+    }
 }
 
 /// Pauses the sandboxes whose timeout passed and whose timeout pauses them (`autoPause`),
@@ -270,10 +423,11 @@ pub async fn pause_due(state: &AppState, limit: i64) -> Result<usize, sqlx::Erro
     let mut paused = 0;
     for row in store::due_for_pause(&state.pool, limit).await? {
         let started = Instant::now();
-        let done = pause_row(state, &row, Why::Timeout).await;
+        // E2B's autoPause keeps memory where the sandbox's class can.
+        let done = pause_row(state, &row, Why::Timeout, true).await;
         match &done {
-            Ok(false) => continue,
-            Ok(true) => paused += 1,
+            Ok(None) => continue,
+            Ok(Some(_)) => paused += 1,
             Err(Refusal(e)) => {
                 tracing::warn!(sandbox = %row.sandbox_id, error = %e.message, "the pause at an E2B sandbox's timeout failed; it is killed instead");
                 store::kill_on_timeout(&state.pool, row.sandbox_id).await?;
@@ -291,8 +445,9 @@ pub async fn pause_due(state: &AppState, limit: i64) -> Result<usize, sqlx::Erro
             &state.pool,
             &Caller::system(),
             "e2b.sandbox.pause",
-            &json!({"sandboxID": row.sandbox_id, "kept": "filesystem", "at": "timeout"}),
-            matches!(done, Ok(true)),
+            &json!({"sandboxID": row.sandbox_id, "at": "timeout",
+                    "kept": if matches!(done, Ok(Some(Kept::Memory))) { "memory" } else { "filesystem" }}),
+            matches!(done, Ok(Some(_))),
             started,
         )
         .await;
@@ -383,6 +538,9 @@ async fn resume_from(
         .await
         .map_err(db)?;
     let snapshot = snapshot.ok_or_else(gone)?;
+    if snapshot.keeps_memory {
+        return resume_checkpointed(state, caller, row, snapshot_id, timeout_secs).await;
+    }
     let archive = snapshots::archive(state, snapshot_id)
         .await
         .map_err(refusal)?
@@ -429,6 +587,69 @@ async fn resume_from(
     )
     .await;
     Ok(updated)
+}
+
+/// Resumes a sandbox paused with its memory: its checkpointed sandbox restored on this
+/// replica's engine (the same dispatcher sandbox, its processes running on where they were);
+/// refused, with the sandbox left paused, when the checkpoint is on another engine.
+async fn resume_checkpointed(
+    state: &AppState,
+    caller: &Caller,
+    row: &Row,
+    snapshot_id: Uuid,
+    timeout_secs: u32,
+) -> Result<Row, Refusal> {
+    let current = SandboxId(row.current);
+    let dispatcher = state
+        .sandboxes
+        .dispatcher()
+        .map_err(|e| Refusal(sandbox_error(e)))?;
+    dispatcher.restore(current).await.map_err(|e| match e {
+        dispatcher::DispatchError::CheckpointElsewhere { .. } => {
+            Refusal(ApiError::new(503, e.to_string()).with_error_code("checkpoint_elsewhere"))
+        }
+        dispatcher::DispatchError::SandboxGone { .. }
+        | dispatcher::DispatchError::SandboxNotFound { .. } => Refusal(ApiError::new(
+            404,
+            format!(
+                "paused sandbox \"{}\" could not be resumed: {e}",
+                row.sandbox_id
+            ),
+        )),
+        other => Refusal(sandbox_error(other.into())),
+    })?;
+    let updated = store::set_resumed(
+        &state.pool,
+        row.sandbox_id,
+        snapshot_id,
+        row.current,
+        timeout_secs,
+    )
+    .await
+    .map_err(db)?;
+    snapshots::delete(&state.pool, snapshot_id)
+        .await
+        .map_err(db)?;
+    store::log(
+        &state.pool,
+        row.sandbox_id,
+        "info",
+        "sandbox resumed with its memory: its processes run on from where they were paused",
+        json!({}),
+    )
+    .await;
+    match updated {
+        Some(updated) => Ok(updated),
+        None => store::get_known(&state.pool, row.sandbox_id, &caller.id)
+            .await
+            .map_err(db)?
+            .ok_or_else(|| {
+                Refusal(ApiError::new(
+                    404,
+                    format!("paused sandbox \"{}\" not found", row.sandbox_id),
+                ))
+            }),
+    }
 }
 
 /// `POST /sandboxes/{id}/resume` (deprecated by E2B for connect): 201 with the sandbox, 409
@@ -554,6 +775,7 @@ async fn take_snapshot(
             runtime: &runtime,
             name,
             archive: &archive,
+            checkpoint: None,
         },
         quota,
     )

@@ -126,6 +126,14 @@ pub(super) fn sandbox_error(e: SandboxError) -> ApiError {
     }
 }
 
+/// Whether pause snapshot `id` kept memory (a checkpointed gVisor sandbox).
+async fn keeps_memory(state: &AppState, id: Uuid) -> Result<bool, Refusal> {
+    Ok(aegis_store::e2b::snapshots::get(&state.pool, id)
+        .await
+        .map_err(db)?
+        .is_some_and(|s| s.keeps_memory))
+}
+
 pub(super) fn created_answer(row: &Row, domain: &str) -> Sandbox {
     Sandbox {
         template_id: row.template_id.clone(),
@@ -497,8 +505,13 @@ pub async fn detail(
                 aegis_e2b::api::OnTimeout::Kill
             },
         }),
-        pause_mode: (state_of(&row) == SandboxState::Paused)
-            .then_some(aegis_e2b::api::PauseMode::Filesystem),
+        pause_mode: match (state_of(&row) == SandboxState::Paused, row.paused_snapshot) {
+            (false, _) => None,
+            (true, Some(snapshot)) if keeps_memory(&state, snapshot).await? => {
+                Some(aegis_e2b::api::PauseMode::Full)
+            }
+            (true, _) => Some(aegis_e2b::api::PauseMode::Filesystem),
+        },
     };
     Ok(to_json(StatusCode::OK, &detail))
 }
@@ -579,7 +592,13 @@ pub async fn kill(
     let uuid = row.sandbox_id;
     let started = Instant::now();
     if let Some(snapshot) = row.paused_snapshot {
-        // A paused sandbox is its row and its snapshot: both go.
+        // A paused sandbox is its row and its snapshot, and when it kept its memory its
+        // checkpointed sandbox: all go (the sandbox first; the sweep finishes one cut short).
+        match state.sandboxes.destroy(SandboxId(row.current)).await {
+            Ok(())
+            | Err(SandboxError::Dispatch(dispatcher::DispatchError::SandboxNotFound { .. })) => {}
+            Err(e) => return Err(Refusal(sandbox_error(e))),
+        }
         store::delete(&state.pool, uuid).await.map_err(db)?;
         super::snapshots::delete(&state.pool, snapshot)
             .await

@@ -465,7 +465,8 @@ pub async fn secure_sandboxes(
 /// Claims up to `batch` rows due for the timeout sweep (the E2B door's timeout sweep) for
 /// `claim_secs` (their deadline moved that far ahead; `FOR UPDATE SKIP LOCKED`, so two replicas
 /// never take the same one): a running sandbox whose timeout kills it and whose deadline
-/// passed, a row whose sandbox is gone, and a paused row whose old sandbox still runs. Each is
+/// passed, a row whose sandbox is gone, and a paused row whose old sandbox still runs (not
+/// one paused with its memory: its sandbox is the same one, running again while it resumes). Each is
 /// `(e2b_id, the dispatcher's sandbox, paused)`.
 pub async fn claim_due(
     pool: &PgPool,
@@ -477,12 +478,28 @@ pub async fn claim_due(
              SELECT e.e2b_id FROM e2b_sandboxes e LEFT JOIN sandboxes s ON s.id = e.sandbox_id \
              WHERE (e.paused_snapshot IS NULL AND ((e.end_at <= now() AND e.on_timeout = 'kill') \
                     OR s.state IS NULL OR s.state NOT IN ('creating', 'running'))) \
-                OR (e.paused_snapshot IS NOT NULL AND s.state IN ('creating', 'running')) \
+                OR (e.paused_snapshot IS NOT NULL AND s.state IN ('creating', 'running') \
+                    AND NOT EXISTS (SELECT 1 FROM e2b_snapshots p \
+                                    WHERE p.id = e.paused_snapshot AND p.keeps_memory)) \
              ORDER BY e.end_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED) \
          RETURNING e2b_id, sandbox_id, paused_snapshot IS NOT NULL",
     )
     .bind(batch)
     .bind(claim_secs)
+    .fetch_all(pool)
+    .await
+}
+
+/// Up to `batch` checkpointed dispatcher sandboxes (a pause that kept memory) that no E2B row
+/// names any more: their pause expired (the row went with its snapshot) or a kill was cut
+/// short. The door's sweep destroys them, with their checkpoints. A pause under way cannot be
+/// one: its row names the sandbox throughout.
+pub async fn orphaned_checkpoints(pool: &PgPool, batch: i64) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT s.id FROM sandboxes s WHERE s.state = 'checkpointed' \
+         AND NOT EXISTS (SELECT 1 FROM e2b_sandboxes e WHERE e.sandbox_id = s.id) LIMIT $1",
+    )
+    .bind(batch)
     .fetch_all(pool)
     .await
 }

@@ -21,10 +21,13 @@ pub struct Snapshot {
     pub bytes: i64,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
+    /// A pause that kept memory: the archive is empty, the paused sandbox's checkpoint (the
+    /// dispatcher's sandbox its E2B row names) is what it keeps, `bytes` its memory.
+    pub keeps_memory: bool,
 }
 
 const COLUMNS: &str = "id, owner_key_id, kind, source_sandbox, template_id, runtime, name, \
-     bytes, created_at, expires_at";
+     bytes, created_at, expires_at, keeps_memory";
 
 /// What a key holds now: snapshots and their bytes (expired ones not counted).
 pub async fn held(conn: &mut PgConnection, key: &str) -> Result<(u64, u64), sqlx::Error> {
@@ -48,6 +51,9 @@ pub struct NewSnapshot<'a> {
     pub runtime: &'a str,
     pub name: Option<&'a str>,
     pub archive: &'a [u8],
+    /// A pause that keeps memory: the memory its checkpoint holds, counted as its bytes (the
+    /// archive is then empty). `None`: a snapshot of files.
+    pub checkpoint: Option<u64>,
 }
 
 /// The bounds a key's snapshots are stored within.
@@ -77,14 +83,14 @@ pub async fn insert(
         .execute(&mut *tx)
         .await?;
     let (count, bytes) = held(&mut *tx, new.owner_key_id).await?;
-    let size = new.archive.len() as u64;
+    let size = (new.archive.len() as u64).saturating_add(new.checkpoint.unwrap_or(0));
     if count + 1 > limits.max_count || bytes.saturating_add(size) > limits.max_bytes {
         return Ok(Err(OverQuota { count, bytes }));
     }
     let row = sqlx::query_as(&format!(
         "INSERT INTO e2b_snapshots (id, tenant_id, owner_key_id, kind, source_sandbox, template_id, \
-         runtime, name, archive, bytes, expires_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + make_interval(secs => $11)) \
+         runtime, name, archive, bytes, expires_at, keeps_memory) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + make_interval(secs => $11), $12) \
          RETURNING {COLUMNS}"
     ))
     .bind(Uuid::new_v4())
@@ -98,6 +104,7 @@ pub async fn insert(
     .bind(new.archive)
     .bind(size as i64)
     .bind(limits.ttl_secs as f64)
+    .bind(new.checkpoint.is_some())
     .fetch_one(&mut *tx)
     .await?;
     Ok(Ok(row))

@@ -1,0 +1,370 @@
+//! Pause that keeps memory: a gVisor sandbox's container checkpointed by its engine (every
+//! process, open file and byte of memory, `docker checkpoint create`) and restored later on the
+//! same engine (`docker start --checkpoint`), its executor reached again as an adoption does.
+//!
+//! What was measured on these machines (Docker 20.10, runsc 2022-12 on the ptrace platform,
+//! `"experimental": true` in the engine's daemon.json) and why the steps are what they are:
+//!
+//! - gVisor checkpoints the sandbox's kernel, so the hardened container (read-only root,
+//!   capabilities dropped, tmpfs `/tmp`, the executor volume) comes back as it was; `/tmp`, a
+//!   tmpfs inside gVisor, is part of the checkpoint. runc containers cannot be checkpointed here
+//!   (no CRIU), so only the gVisor class offers it.
+//! - The workspace is a tmpfs *volume* on the host, which the local driver unmounts when the
+//!   last container using it stops: a checkpoint alone would lose its files, and the restored
+//!   sandbox then finds its workspace broken (`EINVAL`). So a *holder* container
+//!   (`aegis-hold-<id>`, runc, no network, the executor idle as its only process) mounts the
+//!   volume before the checkpoint and keeps it, and its files, until the restore. The paused
+//!   sandbox therefore keeps its workspace's pages (at most `limits.workspace_bytes`) in host
+//!   memory; its processes' memory is on the engine's disk.
+//! - The executor's stdin/stdout are new pipes after a restore (gVisor re-binds them): the
+//!   stream is attached again and pinged, as an adoption does (`adopt.rs`). The socket channel
+//!   is not reachable in gVisor sandboxes anyway (its socket lives in gVisor's own filesystem).
+//! - The checkpoint lives in the engine's data root (`containers/<id>/checkpoints/`, root's,
+//!   mode 0700): only the engine reads it, only a replica driving that engine restores it, and
+//!   it goes with the container when the sandbox is destroyed.
+//! - bollard 0.21 offers checkpoint create and delete but no `checkpoint` parameter on
+//!   container start; the restore passes it in the start request's path (see
+//!   [`start_path`]), over the same connection bollard uses for every call.
+
+use std::sync::Arc;
+
+use bollard::container::CreateCheckpointOptions;
+use bollard::query_parameters::{CreateContainerOptionsBuilder, StatsOptionsBuilder};
+use futures_util::StreamExt;
+
+use super::{Dispatcher, Inner, Location};
+use crate::error::{engine, DispatchError, Result};
+use crate::isolation::Isolation;
+use crate::spec::{NetworkMode, SandboxId, SandboxSpec};
+use crate::store::{self, SandboxState};
+use crate::{hardening, labels};
+
+/// The name of the one checkpoint a sandbox has while it is paused.
+const CHECKPOINT: &str = "aegis-pause";
+
+/// The `org.aegis.component` value of a holder container.
+pub(crate) const HOLDER_COMPONENT: &str = "holder";
+
+/// The container that keeps a checkpointed sandbox's workspace volume mounted.
+pub(crate) fn holder_name(id: SandboxId) -> String {
+    format!("aegis-hold-{id}")
+}
+
+/// The path of a start request that restores `container` from its checkpoint. bollard joins
+/// the path it is given to the engine's address and adds no query of its own when no options
+/// are passed, so the query written here reaches the engine as is (`&from=` takes the `/start`
+/// bollard appends as a harmless value).
+fn start_path(container: &str) -> String {
+    format!("{container}/start?checkpoint={CHECKPOINT}&from=")
+}
+
+/// What a checkpoint saved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpointed {
+    /// The memory the sandbox held when it was saved (its container's usage, gVisor's own
+    /// included): what its checkpoint is bounded by, and about what it takes on disk.
+    pub memory_bytes: u64,
+}
+
+impl Dispatcher {
+    /// Saves sandbox `id` (held here, gVisor class) with its processes and memory and stops it;
+    /// refused, with nothing changed, when its class or the engine cannot do it or it holds
+    /// more than `max_bytes` of memory. Until [`Dispatcher::restore`] no call reaches it
+    /// ([`DispatchError::Checkpointed`]); a destroy removes it with its checkpoint.
+    pub async fn checkpoint(&self, id: SandboxId, max_bytes: u64) -> Result<Checkpointed> {
+        let inner = self.inner.clone();
+        super::run_detached(async move { inner.checkpoint(id, max_bytes).await }).await
+    }
+
+    /// Restores a checkpointed sandbox on this instance's engine and serves it from here (this
+    /// instance holds it afterwards, whichever replica paused it). A sandbox checkpointed on
+    /// another engine is [`DispatchError::CheckpointElsewhere`]; one that cannot be restored
+    /// is destroyed and the error says why.
+    pub async fn restore(&self, id: SandboxId) -> Result<()> {
+        let inner = self.inner.clone();
+        super::run_detached(async move { inner.restore(id).await }).await
+    }
+}
+
+impl Inner {
+    async fn checkpoint(self: &Arc<Self>, id: SandboxId, max_bytes: u64) -> Result<Checkpointed> {
+        let sandbox = match self.locate(id).await? {
+            Location::Here(sandbox) => sandbox,
+            Location::Elsewhere(_) => {
+                return Err(DispatchError::SandboxNotFound {
+                    id,
+                    attached_elsewhere: true,
+                })
+            }
+        };
+        let unavailable = |detail: String| DispatchError::CheckpointUnavailable { id, detail };
+        if sandbox.spec.isolation() != Isolation::Gvisor {
+            return Err(unavailable(
+                "only gVisor sandboxes can be checkpointed (runc containers cannot be saved on \
+                 this engine); its class is container"
+                    .to_owned(),
+            ));
+        }
+        let info = self.docker.info().await.map_err(engine(
+            "reading whether the engine can checkpoint (docker info)",
+        ))?;
+        if info.experimental_build != Some(true) {
+            return Err(unavailable(
+                "the Docker engine does not offer checkpoints: add \"experimental\": true to its \
+                 daemon.json and restart it"
+                    .to_owned(),
+            ));
+        }
+        let memory_bytes = self.memory_in_use(id, &sandbox.container).await?;
+        if memory_bytes > max_bytes {
+            return Err(DispatchError::CheckpointTooLarge {
+                id,
+                bytes: memory_bytes,
+                max_bytes,
+            });
+        }
+        // One freeze or checkpoint at a time per sandbox.
+        let lock = self.freeze_lock(id);
+        let _frozen_by_us = lock.lock().await;
+        self.start_holder(id, &sandbox.spec).await?;
+        if !store::mark_checkpointed(&self.pg, id, self.instance, sandbox.epoch).await? {
+            self.remove_holder(id).await;
+            return Err(DispatchError::SandboxGone {
+                id,
+                reason: "destroyed or taken over while being paused".to_owned(),
+            });
+        }
+        // Unreachable from here: calls find the row checkpointed.
+        self.release(id);
+        sandbox.stream.close("sandbox checkpointed");
+        let saved = self
+            .docker
+            .create_checkpoint(
+                &sandbox.container,
+                CreateCheckpointOptions {
+                    checkpoint_id: CHECKPOINT.to_owned(),
+                    checkpoint_dir: None,
+                    exit: true,
+                },
+            )
+            .await;
+        if let Err(source) = saved {
+            let error = DispatchError::Engine {
+                action: format!("checkpointing sandbox {id}"),
+                source,
+            };
+            self.undo_checkpoint(id, &sandbox, &error).await;
+            return Err(error);
+        }
+        tracing::info!(sandbox = %id, memory_bytes, "sandbox checkpointed");
+        Ok(Checkpointed { memory_bytes })
+    }
+
+    /// After a failed checkpoint: serve the sandbox again if its container still runs, else
+    /// destroy it (nothing half-saved is kept).
+    async fn undo_checkpoint(
+        self: &Arc<Self>,
+        id: SandboxId,
+        sandbox: &super::Sandbox,
+        error: &DispatchError,
+    ) {
+        let back = async {
+            let row = store::get(&self.pg, id)
+                .await?
+                .ok_or(DispatchError::SandboxNotFound {
+                    id,
+                    attached_elsewhere: false,
+                })?;
+            let again = self.reattach(&row, sandbox.epoch).await?;
+            if !store::mark_running_again(&self.pg, id, self.instance, sandbox.epoch).await? {
+                again.stream.close("destroyed while its checkpoint failed");
+                return Err(DispatchError::SandboxGone {
+                    id,
+                    reason: "destroyed while its checkpoint failed".to_owned(),
+                });
+            }
+            self.hold(again);
+            Ok(())
+        };
+        match back.await {
+            Ok(()) => {
+                tracing::warn!(sandbox = %id, %error, "checkpoint failed; the sandbox runs on");
+                self.remove_holder(id).await;
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, %error, again = %e, "checkpoint failed and the sandbox cannot be served again; destroying it");
+                let _ = self
+                    .destroy(id, &format!("its checkpoint failed: {error}"))
+                    .await;
+            }
+        }
+    }
+
+    async fn restore(self: &Arc<Self>, id: SandboxId) -> Result<()> {
+        let row = store::get(&self.pg, id)
+            .await?
+            .ok_or(DispatchError::SandboxNotFound {
+                id,
+                attached_elsewhere: false,
+            })?;
+        if row.state != SandboxState::Checkpointed {
+            return Err(match row.state {
+                SandboxState::Running => DispatchError::InvalidSpec {
+                    reason: format!("sandbox {id} is running, not checkpointed"),
+                },
+                state => DispatchError::SandboxGone {
+                    id,
+                    reason: row.reason.unwrap_or_else(|| state.as_str().to_owned()),
+                },
+            });
+        }
+        if let Some(theirs) = row.engine.as_deref().filter(|e| *e != self.engine) {
+            return Err(DispatchError::CheckpointElsewhere {
+                id,
+                engine: theirs.to_owned(),
+            });
+        }
+        let _claiming = self.claiming.mark(id);
+        let Some(epoch) = store::claim_restore(&self.pg, id, self.instance).await? else {
+            return Err(DispatchError::SandboxGone {
+                id,
+                reason: "restored or destroyed meanwhile".to_owned(),
+            });
+        };
+        match self.restore_claimed(&row, epoch).await {
+            Ok(()) => {
+                tracing::info!(sandbox = %id, "sandbox restored from its checkpoint");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "restoring a checkpointed sandbox failed; destroying it");
+                let _ = store::mark_failed(
+                    &self.pg,
+                    id,
+                    self.instance,
+                    epoch,
+                    &format!("its restore failed: {e}"),
+                )
+                .await;
+                let _ = self.destroy(id, "its restore failed").await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn restore_claimed(self: &Arc<Self>, row: &store::SandboxInfo, epoch: i64) -> Result<()> {
+        let id = row.id;
+        self.docker
+            .start_container(&start_path(&row.container_name), None)
+            .await
+            .map_err(engine(format!(
+                "restoring sandbox {id} from its checkpoint"
+            )))?;
+        let sandbox = self.reattach(row, epoch).await?;
+        if !store::mark_running_again(&self.pg, id, self.instance, epoch).await? {
+            sandbox.stream.close("destroyed while being restored");
+            return Err(DispatchError::SandboxGone {
+                id,
+                reason: "destroyed while being restored".to_owned(),
+            });
+        }
+        self.hold(sandbox);
+        if let Err(e) = self
+            .docker
+            .delete_checkpoint(&row.container_name, CHECKPOINT, None)
+            .await
+        {
+            // It goes with the container at the latest.
+            tracing::warn!(sandbox = %id, error = %e, "could not delete a used checkpoint");
+        }
+        self.remove_holder(id).await;
+        Ok(())
+    }
+
+    /// The memory sandbox `id`'s container uses now.
+    async fn memory_in_use(&self, id: SandboxId, container: &str) -> Result<u64> {
+        let mut stats = Box::pin(
+            self.docker.stats(
+                container,
+                Some(
+                    StatsOptionsBuilder::new()
+                        .stream(false)
+                        .one_shot(true)
+                        .build(),
+                ),
+            ),
+        );
+        let stats = stats
+            .next()
+            .await
+            .ok_or_else(|| DispatchError::SandboxGone {
+                id,
+                reason: "its container gave no statistics".to_owned(),
+            })?
+            .map_err(engine(format!("reading the memory of sandbox {id}")))?;
+        Ok(stats.memory_stats.and_then(|m| m.usage).unwrap_or_default())
+    }
+
+    /// Creates and starts the holder of `id`'s workspace volume: the sandbox's own hardening
+    /// (`hardening.rs`), under runc, without network, the executor idle on its unread stdin.
+    async fn start_holder(&self, id: SandboxId, spec: &SandboxSpec) -> Result<()> {
+        let name = holder_name(id);
+        let mut holder_spec = spec.clone();
+        holder_spec.isolation = Some(Isolation::Container);
+        holder_spec.network = NetworkMode::None;
+        let mut holder_labels = self.labels(id, &spec.owner);
+        holder_labels.insert(labels::COMPONENT.to_owned(), HOLDER_COMPONENT.to_owned());
+        let body = hardening::sandbox_container(
+            id,
+            &holder_spec,
+            &self.executor,
+            &format!("aegis-ws-{id}"),
+            holder_labels,
+            &self.config,
+            None,
+        );
+        let failed = |source| DispatchError::Create {
+            id,
+            image: spec.image.clone(),
+            what: "workspace holder",
+            source,
+        };
+        self.docker
+            .create_container(
+                Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+                body,
+            )
+            .await
+            .map_err(failed)?;
+        if let Err(source) = self.docker.start_container(&name, None).await {
+            self.remove_holder(id).await;
+            return Err(failed(source));
+        }
+        Ok(())
+    }
+
+    /// Removes `id`'s holder, if any (gone already is fine; a failure is logged and left to the
+    /// sandbox's destroy or the reaper).
+    pub(super) async fn remove_holder(&self, id: SandboxId) {
+        if let Err(e) = self.remove_container(&holder_name(id)).await {
+            tracing::warn!(sandbox = %id, error = %e, "could not remove the workspace holder; the sandbox's destroy or the reaper will");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_restore_path_carries_the_checkpoint_as_a_query() {
+        assert_eq!(
+            start_path("aegis-sbx-1"),
+            "aegis-sbx-1/start?checkpoint=aegis-pause&from="
+        );
+        assert_eq!(
+            holder_name(SandboxId(uuid::Uuid::nil())),
+            "aegis-hold-00000000-0000-0000-0000-000000000000"
+        );
+    }
+}

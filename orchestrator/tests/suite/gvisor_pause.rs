@@ -1,0 +1,285 @@
+//! Pause that keeps memory (issue 44): an E2B sandbox of the gVisor class is paused through
+//! E2B's own Python SDK (its default keeps memory) while a background shell loop counts in a
+//! shell variable and a Python REPL holds a value; its container is checkpointed by the engine
+//! (`Dispatcher::checkpoint`) and, resumed by `connect()`, restored: both processes run on,
+//! same pids, with their state. Paused again and killed, nothing of it is left on the engine
+//! (container, checkpoint, workspace holder, volume). A container-class sandbox and
+//! `keep_memory=False` keep the filesystem-only pause, which `e2b.rs` covers.
+//!
+//! The engine is a runsc-enabled dockerd started beside the host's with `"experimental": true`
+//! (`scripts/lib/second_engine.sh` with `AEGIS_ENGINE2_RUNSC=1`), under names of its own so it
+//! never meets the one `gvisor.rs` starts; the host's dockerd config is never touched.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::common;
+
+use common::{e2b_key, test_config, TestApp, TestDb};
+use dispatcher::Isolation;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+const DIR: &str = "/var/lib/aegis-gvisor-pause";
+const RUN: &str = "/run/aegis-gvisor-pause";
+
+fn engine_script(verb: &str, images: &[&str]) -> std::process::Output {
+    Command::new("bash")
+        .arg(format!(
+            "{}/../scripts/lib/second_engine.sh",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .arg(verb)
+        .args(images)
+        .env("AEGIS_ENGINE2_DIR", DIR)
+        .env("AEGIS_ENGINE2_RUN", RUN)
+        .env("AEGIS_ENGINE2_BRIDGE", "aegis-gvpause")
+        .env("AEGIS_ENGINE2_RANGE", "10.215.0.0/16")
+        .env("AEGIS_ENGINE2_TAG", "aegis-gvisor-pause")
+        .env("AEGIS_ENGINE2_RUNSC", "1")
+        .output()
+        .expect("bash runs")
+}
+
+/// The runsc-enabled engine, stopped (nothing left) when dropped.
+struct Engine {
+    host: String,
+}
+
+impl Engine {
+    fn start() -> Engine {
+        let out = engine_script("start", &["aegis-runtime/base:bookworm"]);
+        assert!(
+            out.status.success(),
+            "the gVisor engine must start here (scripts/lib/second_engine.sh; scripts/test.sh \
+             installs runsc):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let host = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(host.starts_with("unix://"), "its address: {host}");
+        Engine { host }
+    }
+
+    /// `docker -H <engine> args...`: (exit code, stdout).
+    fn docker(&self, args: &[&str]) -> (i32, String) {
+        let out = Command::new("docker")
+            .arg("-H")
+            .arg(&self.host)
+            .args(args)
+            .output()
+            .expect("docker runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        )
+    }
+
+    /// Names of the engine's containers (any state) whose name contains `part`.
+    fn containers(&self, part: &str) -> Vec<String> {
+        let (_, out) = self.docker(&["ps", "-a", "--format", "{{.Names}} {{.State}}"]);
+        out.lines()
+            .filter(|l| l.contains(part))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let out = engine_script("stop", &[]);
+        if !out.status.success() {
+            eprintln!(
+                "the gVisor engine did not stop cleanly:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+/// The dispatcher sandbox behind an E2B id, and its state.
+async fn current(app: &TestApp, e2b_id: &str) -> (String, String) {
+    sqlx::query_as(
+        "SELECT s.id::text, s.state FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
+         WHERE e.e2b_id::text = $1",
+    )
+    .bind(e2b_id)
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap()
+}
+
+/// The client's next step (its other stderr lines kept in `said` for a failure's message).
+async fn next_step(
+    steps: &mut tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+    said: &mut Vec<String>,
+) -> String {
+    let wait = tokio::time::timeout(Duration::from_secs(600), async {
+        while let Some(line) = steps.next_line().await.unwrap() {
+            match line.strip_prefix("STEP ") {
+                Some(step) => return step.to_owned(),
+                None => said.push(line),
+            }
+        }
+        String::new()
+    });
+    wait.await.unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
+    let engine = Engine::start();
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    config.docker.host = Some(engine.host.clone());
+    config.sandbox.isolation = Isolation::Gvisor;
+    // gVisor's kernel has no Landlock (ARCHITECTURE.md, "The gVisor class").
+    config.sandbox.require_landlock = false;
+    let app = TestApp::spawn_with(config).await;
+    let key = app.create_key("gvisor-pause", "operator").await;
+
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/e2b_gvisor_pause_client.py"
+    );
+    let mut client = tokio::process::Command::new("python3")
+        .arg(script)
+        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
+        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
+        .env("E2B_API_KEY", e2b_key(&key))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    let mut told = client.stdin.take().unwrap();
+    let mut steps = BufReader::new(client.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+
+    // Paused: the sandbox's container is saved and stopped, its workspace held beside it.
+    let step = next_step(&mut steps, &mut said).await;
+    assert_eq!(step, "paused", "the client did not get to its pause");
+    let e2b_id: String = sqlx::query_scalar("SELECT e2b_id::text FROM e2b_sandboxes")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    let (sandbox, state) = current(&app, &e2b_id).await;
+    assert_eq!(state, "checkpointed");
+    let (keeps_memory, bytes, archive): (bool, i64, i32) = sqlx::query_as(
+        "SELECT p.keeps_memory, p.bytes, length(p.archive) FROM e2b_snapshots p \
+         JOIN e2b_sandboxes e ON e.paused_snapshot = p.id",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert!(
+        keeps_memory && bytes > 0 && archive == 0,
+        "{bytes} {archive}"
+    );
+    let detail: Value = app
+        .http
+        .get(format!("{}/e2b/sandboxes/{e2b_id}", app.http_base))
+        .header("X-API-KEY", e2b_key(&key))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["state"], "paused", "{detail}");
+    assert_eq!(detail["pauseMode"], "full", "{detail}");
+    let container = format!("aegis-sbx-{sandbox}");
+    let holder = format!("aegis-hold-{sandbox}");
+    let (_, listed) = engine.docker(&["ps", "-a", "--format", "{{.Names}} {{.State}}"]);
+    assert!(
+        listed.contains(&format!("{container} exited"))
+            && listed.contains(&format!("{holder} running")),
+        "{listed}"
+    );
+    let (code, checkpoints) = engine.docker(&["checkpoint", "ls", &container]);
+    assert!(
+        code == 0 && checkpoints.contains("aegis-pause"),
+        "{checkpoints}"
+    );
+    let (_, container_id) = engine.docker(&["inspect", "-f", "{{.Id}}", &container]);
+    let saved = format!("{DIR}/data/containers/{container_id}/checkpoints/aegis-pause");
+    let mode = std::fs::metadata(&saved)
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
+        .unwrap_or_else(|e| panic!("the checkpoint is at {saved}: {e}"));
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "only the engine reads the checkpoint: {mode:o}"
+    );
+    // The loop's count when it was paused, from the workspace the holder keeps.
+    let (code, at_pause) = engine.docker(&["exec", &holder, "cat", "/home/user/counter"]);
+    assert_eq!(code, 0, "the holder keeps the workspace");
+    let at_pause: i64 = at_pause.parse().unwrap();
+    told.write_all(b"go\n").await.unwrap();
+
+    // Paused again after the resume (the client's report below says what ran on); the kill
+    // comes next.
+    let step = next_step(&mut steps, &mut said).await;
+    assert_eq!(
+        step, "paused_again",
+        "the client did not get to its second pause: {said:?}"
+    );
+    assert_eq!(current(&app, &e2b_id).await.1, "checkpointed");
+    told.write_all(b"go\n").await.unwrap();
+
+    let out = tokio::time::timeout(Duration::from_secs(600), client.wait_with_output())
+        .await
+        .expect("the client ends")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the E2B gVisor pause scenario failed (needs the e2b package, which scripts/test.sh \
+         installs): {said:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    eprintln!("paused at {at_pause}, {bytes} bytes of memory; {report}");
+    let paused = report["state_paused"].as_str().unwrap_or_default();
+    assert!(paused.to_lowercase().contains("paused"), "{report}");
+    assert_eq!(report["running_after_connect"], true, "{report}");
+    // The same two processes, and the loop counted on from where it was paused (a loop
+    // started again would count from 1; a filesystem-only pause leaves no process).
+    let pids_before = report["pids"].as_array().unwrap();
+    let pids_after = report["pids_after"].as_array().unwrap();
+    for pid in pids_before {
+        assert!(pids_after.contains(pid), "{report}");
+    }
+    let resumed = report["counter_at_resume"].as_i64().unwrap();
+    let later = report["counter_later"].as_i64().unwrap();
+    assert!(
+        resumed >= at_pause,
+        "the loop counted on from {at_pause}: {report}"
+    );
+    assert!(later > resumed, "the loop runs after the resume: {report}");
+    // The REPL's list, made before the pause, answered by the same process after it.
+    assert_eq!(report["repl_before"], "42", "{report}");
+    assert_eq!(report["repl_after"], "42 True", "{report}");
+    assert_eq!(report["command_after"], "again", "{report}");
+    assert_eq!(report["killed"], true, "{report}");
+
+    // Killed while paused: its container (and the checkpoint inside the engine's data root),
+    // its holder and its workspace volume are gone, and so are the rows.
+    assert!(
+        engine.containers(&sandbox).is_empty(),
+        "{:?}",
+        engine.containers(&sandbox)
+    );
+    assert!(!std::path::Path::new(&saved).exists(), "{saved} is left");
+    let (_, volumes) = engine.docker(&["volume", "ls", "-q"]);
+    assert!(!volumes.contains(&sandbox), "{volumes}");
+    let left: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM e2b_sandboxes) + (SELECT count(*) FROM e2b_snapshots) \
+         + (SELECT count(*) FROM sandboxes WHERE id::text = $1 AND state <> 'destroyed')",
+    )
+    .bind(&sandbox)
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0, "no row of it is left");
+    app.stop().await.expect("the node stops");
+}
