@@ -454,7 +454,7 @@ async fn serve_grpc(
 }
 
 /// Registers the admin key (configured, from its file, or generated and shown once).
-async fn bootstrap_admin_key(pool: &sqlx::PgPool, config: &NodeConfig) -> Result<(), AppError> {
+async fn bootstrap_admin_key(pool: &database::PgPool, config: &NodeConfig) -> Result<(), AppError> {
     match auth::bootstrap_with_file(
         pool,
         config.auth.admin_key.as_deref(),
@@ -560,7 +560,7 @@ async fn recover(state: &AppState, dead_after: i64) {
 
 async fn start_gateway(
     config: &NodeConfig,
-    pool: &sqlx::PgPool,
+    pool: &database::PgPool,
 ) -> Result<crate::gateway::Gateway, AppError> {
     for definition in &config.seal.security_contexts {
         // Validated at config load; parse again to get the typed value.
@@ -593,7 +593,7 @@ async fn start_gateway(
 async fn start_sandboxes(
     config: &NodeConfig,
     engine: &DockerEngine,
-    pool: &sqlx::PgPool,
+    pool: &database::PgPool,
     instance_id: Uuid,
     egress: Arc<crate::egress::Egress>,
     forwarder: Option<Arc<dyn dispatcher::Forwarder>>,
@@ -706,7 +706,7 @@ fn e2b_pools(
 /// Previous instances on this host that stopped gracefully and left running sandboxes: a restart
 /// re-attaches to those. Crashed instances (never marked stopped) are not adopted; the reaper
 /// removes their sandboxes, since their in-flight work is lost anyway.
-async fn gracefully_stopped_owners(pool: &sqlx::PgPool) -> Vec<Uuid> {
+async fn gracefully_stopped_owners(pool: &database::PgPool) -> Vec<Uuid> {
     let hostname = std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".to_owned());
     aegis_store::node_instances::stopped_with_running_sandboxes(pool, &hostname)
         .await

@@ -170,7 +170,11 @@ async fn sweep_sessions(state: AppState, shutdown: CancellationToken) {
 
 /// Deletes expired agent volumes (`volumes::sweep`) and workflow volumes (`workspaces::sweep`)
 /// every `volumes.sweep_interval_secs`.
-async fn sweep_volumes(pool: sqlx::PgPool, every: Duration, shutdown: CancellationToken) {
+async fn sweep_volumes(
+    pool: crate::database::PgPool,
+    every: Duration,
+    shutdown: CancellationToken,
+) {
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,

@@ -247,7 +247,7 @@ impl NoAddress {
 /// The [`Forwarder`] the dispatcher uses: finds the holder's `peer_url` and posts the call.
 #[derive(Debug)]
 pub struct Peers {
-    pool: sqlx::PgPool,
+    pool: crate::database::PgPool,
     key: ClusterKey,
     http: reqwest::Client,
     /// Holders' `peer_url`s as last read, with when.
@@ -256,7 +256,7 @@ pub struct Peers {
 
 impl Peers {
     /// Peers of this database, reached with `key`.
-    pub fn new(pool: sqlx::PgPool, key: ClusterKey) -> Result<Self, String> {
+    pub fn new(pool: crate::database::PgPool, key: ClusterKey) -> Result<Self, String> {
         let http = reqwest::Client::builder()
             .no_proxy()
             .tcp_nodelay(true)

@@ -9,9 +9,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
 
+/// A database failure as the driver reports it; the edges map it once (HTTP, SEAL, gRPC).
+pub use sqlx::Error as DbError;
 /// The migrations in `migrations/`, embedded in the binary.
+/// The pool every service is given; the layers above name it through here, never `sqlx`.
+pub use sqlx::PgPool;
+
 pub static MIGRATOR: Migrator = sqlx::migrate!("../../../migrations");
 
 /// A pooled connection idle at least this long is pinged before it is used (one idle for less

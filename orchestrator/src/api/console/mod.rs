@@ -97,7 +97,7 @@ pub enum ConsoleError {
     BadForm(String),
     /// The console's own sessions table failed.
     #[error("session store: {0}")]
-    Db(#[from] sqlx::Error),
+    Db(#[from] crate::database::DbError),
     /// Something the console relies on failed (logged, shown without detail).
     #[error("internal error: {0}")]
     Internal(String),

@@ -163,8 +163,8 @@ impl From<AuthError> for ApiError {
     }
 }
 
-impl From<sqlx::Error> for ApiError {
-    fn from(e: sqlx::Error) -> Self {
+impl From<crate::database::DbError> for ApiError {
+    fn from(e: crate::database::DbError) -> Self {
         Self::internal(e)
     }
 }
