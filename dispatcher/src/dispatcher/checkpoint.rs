@@ -76,6 +76,12 @@ impl Dispatcher {
         super::run_detached(async move { inner.checkpoint(id, max_bytes).await }).await
     }
 
+    /// The class a sandbox of `image` runs in on this node when it asks for none: whether its
+    /// pause can keep memory (only gVisor's can).
+    pub fn isolation_of(&self, image: &str) -> Isolation {
+        self.inner.config.isolation.of_image(image)
+    }
+
     /// Restores a checkpointed sandbox on this instance's engine and serves it from here (this
     /// instance holds it afterwards, whichever replica paused it). A sandbox checkpointed on
     /// another engine is [`DispatchError::CheckpointElsewhere`]; one that cannot be restored

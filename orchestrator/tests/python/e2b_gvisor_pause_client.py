@@ -1,7 +1,9 @@
 """Pause that keeps memory, through E2B's own Python SDK, unmodified: a gVisor sandbox runs a
 background shell loop counting in a shell variable and a Python REPL holding a value; it is
 paused (the SDK's default keeps memory), then resumed by connect(); both must still run with
-their state. Then it is paused again and killed while paused.
+their state. Then it is paused again and killed while paused. Then the other kinds: a pause at
+the timeout (autoPause) keeps memory too; `keep_memory=False`, at a pause or in the lifecycle's
+timeout pause, keeps the files only (the REPL is gone after the resume, its file is not).
 
 Environment: E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY.
 Prints one JSON report on stdout; the Rust test (tests/suite/gvisor_pause.rs) judges it, and
@@ -9,8 +11,10 @@ looks at Docker and the rows between the steps it is told about on stderr.
 """
 
 import json
+import os
 import sys
 import time
+import urllib.request
 
 from e2b import Sandbox
 
@@ -29,6 +33,31 @@ def wait_for(what, check, seconds=30):
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what}: not within {seconds} s")
         time.sleep(0.2)
+
+
+def pause_logged(sbx_id):
+    """The log line of the sandbox's latest pause at its timeout, once the sweep stored it (its
+    state says paused from the moment its timeout passes, before that)."""
+    url = os.environ["E2B_API_URL"].rstrip("/") + f"/v2/sandboxes/{sbx_id}/logs"
+    req = urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        logs = json.load(r).get("logs", [])
+    lines = [l.get("message", "") for l in logs if "at its timeout" in l.get("message", "")]
+    return lines[-1] if lines else None
+
+
+def start_repl(sbx, name="auto"):
+    """A Python REPL holding `kept = 42`, which it wrote to `<name>.before`."""
+    h = sbx.commands.run("python3 -q -u -i", background=True, stdin=True, timeout=0)
+    sbx.commands.send_stdin(h.pid, f"kept = 42; open('/home/user/{name}.before', 'w').write(str(kept))\n")
+    wait_for("the REPL's first answer", lambda: sbx.files.exists(f"{name}.before"))
+    return h.pid
+
+
+def ask_repl(sbx, pid, name):
+    sbx.commands.send_stdin(pid, f"open('/home/user/{name}.after', 'w').write(str(kept))\n")
+    wait_for("the REPL's answer", lambda: sbx.files.exists(f"{name}.after"))
+    return sbx.files.read(f"{name}.after")
 
 
 def step(name):
@@ -84,6 +113,33 @@ def main():
     step("paused_again")
     sbx.kill()
     report["killed"] = True
+
+    # autoPause keeps memory (`autoPauseMemory: true`, which a container template is refused):
+    # the REPL answers after the timeout paused it.
+    auto = Sandbox.create("base", timeout=300, allow_internet_access=False,
+                          lifecycle={"on_timeout": {"action": "pause", "keep_memory": True}})
+    a = start_repl(auto)
+    auto.set_timeout(1)
+    report["auto_pause_log"] = wait_for("the timeout pause", lambda: pause_logged(auto.sandbox_id))
+    auto.connect(timeout=300)
+    report["auto_repl_after"] = ask_repl(auto, a, "auto")
+    # keep_memory=False at a pause: the files only, the REPL is gone.
+    auto.pause(keep_memory=False)
+    auto.connect(timeout=300)
+    report["files_pause_pids_after"] = [p.pid for p in auto.commands.list()]
+    report["files_pause_file_kept"] = auto.files.read("auto.before")
+    auto.kill()
+
+    # keep_memory=False in the lifecycle: the timeout pause keeps the files only.
+    cold = Sandbox.create("base", timeout=300, allow_internet_access=False,
+                          lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
+    start_repl(cold, "cold")
+    cold.set_timeout(1)
+    report["cold_pause_log"] = wait_for("the timeout pause", lambda: pause_logged(cold.sandbox_id))
+    cold.connect(timeout=300)
+    report["cold_pids_after"] = [p.pid for p in cold.commands.list()]
+    report["cold_file_kept"] = cold.files.read("cold.before")
+    cold.kill()
     print(json.dumps(report))
 
 

@@ -3,8 +3,9 @@
 //! shell variable and a Python REPL holds a value; its container is checkpointed by the engine
 //! (`Dispatcher::checkpoint`) and, resumed by `connect()`, restored: both processes run on,
 //! same pids, with their state. Paused again and killed, nothing of it is left on the engine
-//! (container, checkpoint, workspace holder, volume). A container-class sandbox and
-//! `keep_memory=False` keep the filesystem-only pause, which `e2b.rs` covers.
+//! (container, checkpoint, workspace holder, volume). A pause at the timeout (`autoPause`)
+//! keeps memory too; `keep_memory=False`, at a pause or in the lifecycle, keeps the files only
+//! (as a container-class sandbox's pause does, which `e2b.rs` covers).
 //!
 //! The engine is a runsc-enabled dockerd started beside the host's with `"experimental": true`
 //! (`scripts/lib/second_engine.sh` with `AEGIS_ENGINE2_RUNSC=1`), under names of its own so it
@@ -227,6 +228,9 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     assert_eq!(current(&app, &e2b_id).await.1, "checkpointed");
     told.write_all(b"go\n").await.unwrap();
 
+    // The rest of its stderr (a failure's traceback), until it ends.
+    let rest = next_step(&mut steps, &mut said).await;
+    assert!(rest.is_empty(), "an unexpected step {rest}");
     let out = tokio::time::timeout(Duration::from_secs(600), client.wait_with_output())
         .await
         .expect("the client ends")
@@ -261,6 +265,20 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     assert_eq!(report["repl_after"], "42 True", "{report}");
     assert_eq!(report["command_after"], "again", "{report}");
     assert_eq!(report["killed"], true, "{report}");
+    // autoPause keeps memory; keep_memory=False (at a pause, or in the lifecycle) the files.
+    let auto = report["auto_pause_log"].as_str().unwrap_or_default();
+    assert!(auto.contains("with its memory"), "{report}");
+    assert_eq!(report["auto_repl_after"], "42", "{report}");
+    assert_eq!(
+        report["files_pause_pids_after"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(report["files_pause_file_kept"], "42", "{report}");
+    let cold = report["cold_pause_log"].as_str().unwrap_or_default();
+    assert!(cold.contains("files were saved"), "{report}");
+    assert_eq!(report["cold_pids_after"], serde_json::json!([]), "{report}");
+    assert_eq!(report["cold_file_kept"], "42", "{report}");
 
     // Killed while paused: its container (and the checkpoint inside the engine's data root),
     // its holder and its workspace volume are gone, and so are the rows.
@@ -274,9 +292,9 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     assert!(!volumes.contains(&sandbox), "{volumes}");
     let left: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM e2b_sandboxes) + (SELECT count(*) FROM e2b_snapshots) \
-         + (SELECT count(*) FROM sandboxes WHERE id::text = $1 AND state <> 'destroyed')",
+         + (SELECT count(*) FROM sandboxes WHERE state NOT IN ('destroyed', 'destroying') \
+            AND owner_kind <> 'pool')",
     )
-    .bind(&sandbox)
     .fetch_one(&app.state.pool)
     .await
     .unwrap();

@@ -423,8 +423,9 @@ pub async fn pause_due(state: &AppState, limit: i64) -> Result<usize, sqlx::Erro
     let mut paused = 0;
     for row in store::due_for_pause(&state.pool, limit).await? {
         let started = Instant::now();
-        // E2B's autoPause keeps memory where the sandbox's class can.
-        let done = pause_row(state, &row, Why::Timeout, true).await;
+        // E2B's autoPause keeps memory where the sandbox's class can, unless it was made with
+        // `autoPauseMemory: false`.
+        let done = pause_row(state, &row, Why::Timeout, row.pause_keeps_memory).await;
         match &done {
             Ok(None) => continue,
             Ok(Some(_)) => paused += 1,
@@ -962,6 +963,7 @@ async fn start_fork(
             envd_access_token: &token,
             timeout_secs: timeout,
             pause_on_timeout: source.pause_on_timeout,
+            pause_keeps_memory: source.pause_keeps_memory,
             auto_resume: source.auto_resume,
             mask_request_host: source.mask_request_host.as_deref(),
             egress: source.egress.as_ref().filter(|_| network).map(|e| &e.0),

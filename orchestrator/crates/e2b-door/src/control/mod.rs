@@ -299,13 +299,6 @@ async fn create_row(
 ) -> Result<Row, Refusal> {
     req.check(&aegis_e2b::api::Limits::default())
         .map_err(Refusal)?;
-    let unsupported = req.extensions();
-    if !unsupported.is_empty() {
-        return Err(Refusal(ApiError::bad_request(format!(
-            "this node does not offer {} (see README, E2B clients)",
-            unsupported.join(", ")
-        ))));
-    }
     // Egress: the sandbox's own rules, bounded by what the operator grants the key; a
     // sandbox that can reach nothing gets no network (and may come from a warm pool).
     let rules = NetworkRules::new(
@@ -343,6 +336,31 @@ async fn create_row(
             .map_or(req.template_id.as_str(), |s| s.runtime.as_str()),
     )
     .map_err(|e| Refusal(sandbox_error(e)))?;
+    // `autoPauseMemory: true` is honoured by the classes whose pause keeps memory (gVisor).
+    let keeps_memory = state
+        .sandboxes
+        .dispatcher()
+        .is_ok_and(|d| d.isolation_of(&runtime.image) == dispatcher::Isolation::Gvisor);
+    let unsupported: Vec<&str> = req
+        .extensions()
+        .into_iter()
+        .filter(|e| !(keeps_memory && *e == "autoPauseMemory"))
+        .collect();
+    if !unsupported.is_empty() {
+        let why = if unsupported.contains(&"autoPauseMemory") {
+            format!(
+                " (template {} runs in the container class, whose pause keeps files only; \
+                 gVisor templates keep memory)",
+                req.template_id
+            )
+        } else {
+            String::new()
+        };
+        return Err(Refusal(ApiError::bad_request(format!(
+            "this node does not offer {}{why} (see README, E2B clients)",
+            unsupported.join(", ")
+        ))));
+    }
     let timeout = req.timeout_secs(default_timeout);
     let token = new_token()?;
     let started = Instant::now();
@@ -368,6 +386,7 @@ async fn create_row(
                     envd_access_token: &token,
                     timeout_secs: timeout,
                     pause_on_timeout: req.auto_pause == Some(true),
+                    pause_keeps_memory: req.auto_pause_memory != Some(false),
                     egress: networked.then_some(&egress),
                     auto_resume: req.auto_resume(),
                     mask_request_host: req.host_mask(),

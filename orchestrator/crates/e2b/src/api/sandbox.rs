@@ -318,8 +318,10 @@ impl NewSandbox {
     /// over a pause, MCP servers, workload identity, volumes, a SOCKS5 egress proxy, egress
     /// header rules. The node refuses the ones it cannot honour rather
     /// than ignore them. `autoPause` without `autoPauseMemory` leaves the kind of snapshot to
-    /// the node (the SDK sends the field only when its caller chose `keep_memory`), which takes
-    /// the filesystem only; an explicit `autoPauseMemory: true` is refused. `autoResume` is
+    /// the node (the SDK sends the field only when its caller chose `keep_memory`), which keeps
+    /// memory for gVisor sandboxes and the filesystem for the others; an explicit `autoPauseMemory: true` is listed here, and the door
+    /// refuses it unless the template runs in the gVisor class (whose pause keeps memory,
+    /// `control::create_row`). `autoResume` is
     /// offered (a request to a port wakes the sandbox), see [`NewSandbox::auto_resume`].
     pub fn extensions(&self) -> Vec<&'static str> {
         let mut set = Vec::new();

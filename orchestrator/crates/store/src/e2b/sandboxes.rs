@@ -37,6 +37,9 @@ pub struct Row {
     pub tenant: String,
     /// Whether its timeout pauses it (`autoPause`) rather than kills it.
     pub pause_on_timeout: bool,
+    /// Whether that pause keeps memory where the sandbox's class can (false:
+    /// `autoPauseMemory: false`, its files only).
+    pub pause_keeps_memory: bool,
     /// A private sandbox's traffic access token (`traffic`); `None`: its ports are public.
     pub traffic_access_token: Option<String>,
     /// Its own egress rules (`aegis_sandboxes::e2b_egress::NetworkRules` as JSON); `None`: it
@@ -59,7 +62,7 @@ impl Row {
 
 const COLUMNS: &str = "e.e2b_id AS sandbox_id, e.sandbox_id AS current, e.paused_snapshot, e.owner_key_id, e.template_id, e.metadata, \
      e.env_vars, e.allow_internet_access, e.envd_access_token, e.started_at, e.end_at, e.tenant_id AS tenant, \
-     e.on_timeout = 'pause' AS pause_on_timeout, e.traffic_access_token, e.egress, e.auto_resume, e.mask_request_host";
+     e.on_timeout = 'pause' AS pause_on_timeout, e.pause_keeps_memory, e.traffic_access_token, e.egress, e.auto_resume, e.mask_request_host";
 
 /// What a new row records.
 pub struct NewRow<'a> {
@@ -76,6 +79,8 @@ pub struct NewRow<'a> {
     pub timeout_secs: u32,
     /// Its timeout pauses it (`autoPause`) rather than kills it.
     pub pause_on_timeout: bool,
+    /// That pause keeps memory where the class can (`autoPauseMemory` not false).
+    pub pause_keeps_memory: bool,
     /// Its own egress rules when it has a network.
     pub egress: Option<&'a serde_json::Value>,
     /// `autoResume`: traffic to its ports resumes it when paused.
@@ -89,9 +94,9 @@ pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error>
     sqlx::query_as(&format!(
         "INSERT INTO e2b_sandboxes AS e (sandbox_id, e2b_id, tenant_id, owner_key_id, template_id, metadata, \
          allow_internet_access, envd_access_token, end_at, env_vars, on_timeout, egress, auto_resume, \
-         mask_request_host) \
+         mask_request_host, pause_keeps_memory) \
          VALUES ($1, $1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9, \
-         CASE WHEN $10 THEN 'pause' ELSE 'kill' END, $11, $12, $13) RETURNING {COLUMNS}"
+         CASE WHEN $10 THEN 'pause' ELSE 'kill' END, $11, $12, $13, $14) RETURNING {COLUMNS}"
     ))
     .bind(row.sandbox_id)
     .bind(row.tenant)
@@ -106,6 +111,7 @@ pub async fn insert(pool: &PgPool, row: &NewRow<'_>) -> Result<Row, sqlx::Error>
     .bind(row.egress.map(sqlx::types::Json))
     .bind(row.auto_resume)
     .bind(row.mask_request_host)
+    .bind(row.pause_keeps_memory)
     .fetch_one(pool)
     .await
 }
@@ -229,7 +235,8 @@ pub async fn set_deadline(
     .await
 }
 
-/// The sandbox `id` of `owner_key_id`, running or paused (see [`Row::paused_snapshot`]).
+/// The sandbox `id` of `owner_key_id`, running or paused (see [`Row::paused_snapshot`]; a
+/// sandbox being paused with its memory is `checkpointed` before its pause is stored).
 pub async fn get_known(
     pool: &PgPool,
     id: Uuid,
@@ -238,7 +245,7 @@ pub async fn get_known(
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
          WHERE e.e2b_id = $1 AND e.owner_key_id = $2 \
-         AND (e.paused_snapshot IS NOT NULL OR s.state = 'running')"
+         AND (e.paused_snapshot IS NOT NULL OR s.state IN ('running', 'checkpointed'))"
     ))
     .bind(id)
     .bind(owner_key_id)
@@ -438,7 +445,8 @@ pub async fn envd_target(pool: &PgPool, id: Uuid) -> Result<Option<EnvdTarget>, 
          e.auto_resume, e.mask_request_host \
          FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
          JOIN api_keys k ON k.id::text = e.owner_key_id \
-         WHERE e.e2b_id = $1 AND (e.paused_snapshot IS NOT NULL OR s.state = 'running')",
+         WHERE e.e2b_id = $1 AND (e.paused_snapshot IS NOT NULL \
+                                  OR s.state IN ('running', 'checkpointed'))",
     )
     .bind(id)
     .fetch_optional(pool)
