@@ -29,7 +29,9 @@
 use std::sync::Arc;
 
 use bollard::container::CreateCheckpointOptions;
-use bollard::query_parameters::{CreateContainerOptionsBuilder, StatsOptionsBuilder};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, StatsOptionsBuilder, WaitContainerOptionsBuilder,
+};
 use futures_util::StreamExt;
 
 use super::{Dispatcher, Inner, Location};
@@ -161,6 +163,23 @@ impl Inner {
             };
             self.undo_checkpoint(id, &sandbox, &error).await;
             return Err(error);
+        }
+        // The engine answers before it has recorded the container's exit (measured: `running`
+        // just after), and a restore of a container it still calls running is refused: wait
+        // for the exit here, so a resume right after the pause finds it stopped.
+        let mut exited = self.docker.wait_container(
+            &sandbox.container,
+            Some(
+                WaitContainerOptionsBuilder::new()
+                    .condition("not-running")
+                    .build(),
+            ),
+        );
+        if tokio::time::timeout(self.config.ready_timeout, exited.next())
+            .await
+            .is_err()
+        {
+            tracing::warn!(sandbox = %id, "the engine did not record the checkpointed container's exit in time");
         }
         tracing::info!(sandbox = %id, memory_bytes, "sandbox checkpointed");
         Ok(Checkpointed { memory_bytes })

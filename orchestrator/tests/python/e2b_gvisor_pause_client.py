@@ -24,6 +24,11 @@ def read_int(sbx, path):
     return int(text) if text else -1
 
 
+def written(sbx, path):
+    """The file's content once it has some (a REPL opens a file before it writes to it)."""
+    return sbx.files.exists(path) and sbx.files.read(path)
+
+
 def wait_for(what, check, seconds=30):
     deadline = time.monotonic() + seconds
     while True:
@@ -50,13 +55,13 @@ def start_repl(sbx, name="auto"):
     """A Python REPL holding `kept = 42`, which it wrote to `<name>.before`."""
     h = sbx.commands.run("python3 -q -u -i", background=True, stdin=True, timeout=0)
     sbx.commands.send_stdin(h.pid, f"kept = 42; open('/home/user/{name}.before', 'w').write(str(kept))\n")
-    wait_for("the REPL's first answer", lambda: sbx.files.exists(f"{name}.before"))
+    wait_for("the REPL's first answer", lambda: written(sbx, f"{name}.before"))
     return h.pid
 
 
 def ask_repl(sbx, pid, name):
     sbx.commands.send_stdin(pid, f"open('/home/user/{name}.after', 'w').write(str(kept))\n")
-    wait_for("the REPL's answer", lambda: sbx.files.exists(f"{name}.after"))
+    wait_for("the REPL's answer", lambda: written(sbx, f"{name}.after"))
     return sbx.files.read(f"{name}.after")
 
 
@@ -84,7 +89,7 @@ def main():
     sbx.commands.send_stdin(
         repl.pid, "open('/home/user/before', 'w').write(str(sum(secret[:1]) + 1))\n"
     )
-    wait_for("the REPL's first answer", lambda: sbx.files.exists("before"))
+    wait_for("the REPL's first answer", lambda: written(sbx, "before"))
     report["repl_before"] = sbx.files.read("before")
     wait_for("the loop counting", lambda: sbx.files.exists("counter") and read_int(sbx, "counter") > 20)
 
@@ -104,7 +109,7 @@ def main():
     sbx.commands.send_stdin(
         repl.pid, "open('/home/user/after', 'w').write(str(secret[0] + 1) + ' ' + str(secret[1] == os.getpid()))\n"
     )
-    wait_for("the REPL's answer after the resume", lambda: sbx.files.exists("after"))
+    wait_for("the REPL's answer after the resume", lambda: written(sbx, "after"))
     report["repl_after"] = sbx.files.read("after")
     report["command_after"] = sbx.commands.run("echo again").stdout.strip()
 
@@ -140,6 +145,31 @@ def main():
     report["cold_pids_after"] = [p.pid for p in cold.commands.list()]
     report["cold_file_kept"] = cold.files.read("cold.before")
     cold.kill()
+
+    # Measured, not judged: pause and resume of a sandbox holding 256 MiB of random bytes.
+    big = Sandbox.create("base", timeout=300, allow_internet_access=False)
+    b = big.commands.run("python3 -q -u -i", background=True, stdin=True, timeout=0)
+    big.commands.send_stdin(b.pid, "import hashlib, os; blob = os.urandom(256 << 20); "
+                            "digest = hashlib.sha256(blob).hexdigest(); "
+                            "open('/home/user/big.before', 'w').write(digest)\n")
+    wait_for("256 MiB in memory",
+             lambda: written(big, "big.before"), 120)
+    t0 = time.monotonic()
+    big.pause()
+    t1 = time.monotonic()
+    step("big_paused")
+    t2 = time.monotonic()
+    big.connect(timeout=300)
+    t3 = time.monotonic()
+    # The digest is made before the file is opened: the file appears with its content.
+    big.commands.send_stdin(b.pid, "after = hashlib.sha256(blob).hexdigest(); "
+                            "open('/home/user/big.after', 'w').write(after)\n")
+    wait_for("the digest after the resume",
+             lambda: written(big, "big.after"), 120)
+    report["big_same"] = big.files.read("big.after") == big.files.read("big.before")
+    report["big_pause_ms"] = int((t1 - t0) * 1000)
+    report["big_resume_ms"] = int((t3 - t2) * 1000)
+    big.kill()
     print(json.dumps(report))
 
 

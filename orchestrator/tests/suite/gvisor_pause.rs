@@ -228,6 +228,35 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     assert_eq!(current(&app, &e2b_id).await.1, "checkpointed");
     told.write_all(b"go\n").await.unwrap();
 
+    // A sandbox holding 256 MiB, paused: what its checkpoint takes on the engine's disk
+    // (measured and printed, not judged).
+    let step = next_step(&mut steps, &mut said).await;
+    assert_eq!(
+        step, "big_paused",
+        "the client did not get to the big pause: {said:?}"
+    );
+    let big: (String, i64) = sqlx::query_as(
+        "SELECT s.container_name, p.bytes FROM e2b_sandboxes e \
+         JOIN sandboxes s ON s.id = e.sandbox_id JOIN e2b_snapshots p ON p.id = e.paused_snapshot",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    let (_, big_id) = engine.docker(&["inspect", "-f", "{{.Id}}", &big.0]);
+    let du = Command::new("du")
+        .args([
+            "-sb",
+            &format!("{DIR}/data/containers/{big_id}/checkpoints"),
+        ])
+        .output()
+        .expect("du runs");
+    eprintln!(
+        "256 MiB sandbox: memory counted {} bytes, checkpoint on disk {}",
+        big.1,
+        String::from_utf8_lossy(&du.stdout).trim()
+    );
+    told.write_all(b"go\n").await.unwrap();
+
     // The rest of its stderr (a failure's traceback), until it ends.
     let rest = next_step(&mut steps, &mut said).await;
     assert!(rest.is_empty(), "an unexpected step {rest}");
@@ -279,6 +308,7 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     assert!(cold.contains("files were saved"), "{report}");
     assert_eq!(report["cold_pids_after"], serde_json::json!([]), "{report}");
     assert_eq!(report["cold_file_kept"], "42", "{report}");
+    assert_eq!(report["big_same"], true, "{report}");
 
     // Killed while paused: its container (and the checkpoint inside the engine's data root),
     // its holder and its workspace volume are gone, and so are the rows.
