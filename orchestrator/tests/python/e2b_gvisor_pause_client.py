@@ -173,5 +173,26 @@ def main():
     print(json.dumps(report))
 
 
+def replicas():
+    """Paused through replica A, resumed through replica B beside the same engine: B restores
+    it and serves it, its REPL's value intact. Environment: E2B_URL_A, E2B_URL_B."""
+    a = {"api_url": os.environ["E2B_URL_A"], "sandbox_url": os.environ["E2B_URL_A"]}
+    b = {"api_url": os.environ["E2B_URL_B"], "sandbox_url": os.environ["E2B_URL_B"]}
+    report = {}
+    sbx = Sandbox.create("base", timeout=300, allow_internet_access=False, **a)
+    report["sandbox_id"] = sbx.sandbox_id
+    pid = start_repl(sbx, "moved")
+    sbx.pause()
+    there = Sandbox.connect(sbx.sandbox_id, timeout=300, **b)
+    report["pids_after"] = [p.pid == pid for p in there.commands.list()]
+    report["repl_after"] = ask_repl(there, pid, "moved")
+    step("resumed_on_b")
+    there.kill()
+    print(json.dumps(report))
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["replicas"]:
+        replicas()
+    else:
+        main()

@@ -42,13 +42,20 @@ fn engine_script(verb: &str, images: &[&str]) -> std::process::Output {
         .expect("bash runs")
 }
 
+/// One such engine at a time in this binary: a test's stop would pull it from under another.
+static ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The runsc-enabled engine, stopped (nothing left) when dropped.
 struct Engine {
     host: String,
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Engine {
     fn start() -> Engine {
+        let alone = ENGINE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let out = engine_script("start", &["aegis-runtime/base:bookworm"]);
         assert!(
             out.status.success(),
@@ -58,7 +65,10 @@ impl Engine {
         );
         let host = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         assert!(host.starts_with("unix://"), "its address: {host}");
-        Engine { host }
+        Engine {
+            host,
+            _alone: alone,
+        }
     }
 
     /// `docker -H <engine> args...`: (exit code, stdout).
@@ -126,15 +136,20 @@ async fn next_step(
     wait.await.unwrap_or_default()
 }
 
+/// A node of the gVisor class on `engine`'s runsc engine.
+fn gvisor_node(config: &mut orchestrator::config::NodeConfig, engine: &Engine) {
+    config.docker.host = Some(engine.host.clone());
+    config.sandbox.isolation = Isolation::Gvisor;
+    // gVisor's kernel has no Landlock (ARCHITECTURE.md, "The gVisor class").
+    config.sandbox.require_landlock = false;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     let engine = Engine::start();
     let db = TestDb::create().await;
     let mut config = test_config(&db.url);
-    config.docker.host = Some(engine.host.clone());
-    config.sandbox.isolation = Isolation::Gvisor;
-    // gVisor's kernel has no Landlock (ARCHITECTURE.md, "The gVisor class").
-    config.sandbox.require_landlock = false;
+    gvisor_node(&mut config, &engine);
     let app = TestApp::spawn_with(config).await;
     let key = app.create_key("gvisor-pause", "operator").await;
 
@@ -330,4 +345,63 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     .unwrap();
     assert_eq!(left, 0, "no row of it is left");
     app.stop().await.expect("the node stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_paused_on_one_replica_resumes_on_another_beside_the_same_engine() {
+    use common::replicas::{in_process, SECRET};
+    let engine = Engine::start();
+    let db = TestDb::create().await;
+    let mut a = in_process(&db, Some(SECRET));
+    gvisor_node(&mut a, &engine);
+    let mut b = in_process(&db, Some(SECRET));
+    gvisor_node(&mut b, &engine);
+    let (a, b) = (TestApp::spawn_with(a).await, TestApp::spawn_with(b).await);
+    let key = a.create_key("gvisor-moved", "operator").await;
+    let mut client = tokio::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/e2b_gvisor_pause_client.py"
+        ))
+        .arg("replicas")
+        .env("E2B_URL_A", format!("{}/e2b", a.http_base))
+        .env("E2B_URL_B", format!("{}/e2b", b.http_base))
+        .env("E2B_API_URL", format!("{}/e2b", a.http_base))
+        .env("E2B_API_KEY", e2b_key(&key))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    let mut told = client.stdin.take().unwrap();
+    let mut steps = BufReader::new(client.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+    let step = next_step(&mut steps, &mut said).await;
+    assert_eq!(
+        step, "resumed_on_b",
+        "the client did not resume through B: {said:?}"
+    );
+    // B restored it and holds it now.
+    let holder: uuid::Uuid = sqlx::query_scalar(
+        "SELECT s.instance_id FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id",
+    )
+    .fetch_one(&a.state.pool)
+    .await
+    .unwrap();
+    let b_id = b.state.sandboxes.dispatcher().unwrap().instance_id();
+    assert_eq!(holder, b_id, "the replica that resumed it holds it");
+    told.write_all(b"go\n").await.unwrap();
+    let rest = next_step(&mut steps, &mut said).await;
+    assert!(rest.is_empty(), "an unexpected step {rest}");
+    let out = tokio::time::timeout(Duration::from_secs(600), client.wait_with_output())
+        .await
+        .expect("the client ends")
+        .unwrap();
+    assert!(out.status.success(), "the scenario failed: {said:?}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    assert_eq!(report["pids_after"], serde_json::json!([true]), "{report}");
+    assert_eq!(report["repl_after"], "42", "{report}");
+    b.stop().await.expect("B stops");
+    a.stop().await.expect("A stops");
 }
