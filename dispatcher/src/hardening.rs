@@ -36,6 +36,24 @@ pub const CAPABILITIES: [&str; 4] = [
     "CHOWN",
 ];
 
+/// The container's capabilities: [`CAPABILITIES`], and for a gVisor sandbox whose requests may
+/// run as root also the root set a root command gets
+/// ([`ROOT_CAPABILITIES`](sandbox_executor::protocol::ROOT_CAPABILITIES)): they act on gVisor's
+/// kernel, and the executor keeps them permitted only for root requests (its effective set and
+/// every non-root command's stay as in a container-class sandbox). A container-class sandbox
+/// gets exactly [`CAPABILITIES`], whatever its spec asked.
+pub(crate) fn capabilities(spec: &SandboxSpec) -> Vec<String> {
+    let mut caps: Vec<String> = CAPABILITIES.iter().map(|c| (*c).to_owned()).collect();
+    if spec.root_allowed() {
+        for cap in sandbox_executor::protocol::ROOT_CAPABILITIES {
+            if !caps.iter().any(|c| c == cap) {
+                caps.push(cap.to_owned());
+            }
+        }
+    }
+    caps
+}
+
 /// The executor's configuration, passed as JSON in `SANDBOX_EXECUTOR_CONFIG`.
 ///
 /// Mirrors the executor's `Config` (see `dispatcher/executor/README.md`); fields not sent keep the
@@ -60,6 +78,10 @@ pub(crate) struct ExecutorConfig<'a> {
     /// sub-reaper the fork server clones with `CLONE_PARENT`, so each is forked directly.
     #[serde(skip_serializing_if = "is_true")]
     pub fork_server: bool,
+    /// Requests may run as root: sent (true) only for a gVisor sandbox that asked
+    /// ([`SandboxSpec::root_allowed`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_root: bool,
 }
 
 /// For `skip_serializing_if`: the executor's default need not be sent.
@@ -226,6 +248,7 @@ fn executor_json(
         max_watches: config.max_watches,
         channel_dir: channel.map(|_| crate::channel::TARGET),
         fork_server: spec.isolation() != crate::isolation::Isolation::Gvisor,
+        allow_root: spec.root_allowed(),
     };
     // Serializing plain strings and integers cannot fail; an empty config would still give the
     // executor's safe defaults.
@@ -251,7 +274,7 @@ fn host_config(
         // Drop every capability, then give back only what the executor needs to step down to
         // the sandbox user and to signal it. Agent processes end with empty CapPrm/CapEff/CapAmb.
         cap_drop: Some(vec!["ALL".to_owned()]),
-        cap_add: Some(CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
+        cap_add: Some(capabilities(spec)),
         // setuid binaries and file capabilities in the image cannot raise privileges again.
         security_opt: Some(vec!["no-new-privileges".to_owned()]),
         // Agent code cannot alter the image (planted binaries, edited /etc); writes go to the

@@ -208,6 +208,12 @@ pub struct SandboxSpec {
     /// ([`DispatcherConfig::isolation`](crate::DispatcherConfig)), set when it is created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<crate::isolation::Isolation>,
+    /// Asks that commands and file operations may run as root (`user: "root"`). Granted only
+    /// in the gVisor class ([`SandboxSpec::root_allowed`]), where uid 0 is root of gVisor's
+    /// kernel; a container-class sandbox that asks runs as today and refuses root requests
+    /// with a message saying how to get it. E2B sandboxes ask (E2B's contract).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_root: bool,
 }
 
 pub(crate) fn follow_symlinks_by_default() -> bool {
@@ -231,6 +237,7 @@ impl SandboxSpec {
             workspace: None,
             labels: BTreeMap::new(),
             isolation: None,
+            allow_root: false,
         }
     }
 
@@ -294,11 +301,19 @@ impl SandboxSpec {
             && self.follow_symlinks == other.follow_symlinks
             && self.workspace == other.workspace
             && self.isolation == other.isolation
+            && self.allow_root == other.allow_root
     }
 
     /// The class it runs in (the node's default when it was never resolved).
     pub fn isolation(&self) -> crate::isolation::Isolation {
         self.isolation.unwrap_or_default()
+    }
+
+    /// Whether its requests may run as root: it asked ([`SandboxSpec::allow_root`]) and runs
+    /// in the gVisor class. Never for a container-class sandbox: its uid 0 would be the host
+    /// kernel's.
+    pub fn root_allowed(&self) -> bool {
+        self.allow_root && self.isolation() == crate::isolation::Isolation::Gvisor
     }
 }
 

@@ -92,6 +92,9 @@ pub struct RecordedSpec {
     /// Its isolation class (rows written before classes existed: `container`).
     #[serde(default)]
     pub isolation: crate::isolation::Isolation,
+    /// Its requests may run as root ([`SandboxSpec::root_allowed`]: asked for, gVisor class).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_root: bool,
 }
 
 impl From<&SandboxSpec> for RecordedSpec {
@@ -105,6 +108,7 @@ impl From<&SandboxSpec> for RecordedSpec {
             workspace: spec.workspace.clone(),
             labels: spec.labels.clone(),
             isolation: spec.isolation(),
+            allow_root: spec.root_allowed(),
         }
     }
 }

@@ -29,6 +29,7 @@ fn run(argv: &[&str]) -> Op {
         max_stdout_bytes: 64 * 1024,
         max_stderr_bytes: 64 * 1024,
         exec: ExecGrant::Any,
+        user: Default::default(),
     })
 }
 
@@ -146,6 +147,7 @@ print("neighbour-mounted", "{b}" in open("/proc/self/mountinfo").read())
             a,
             Op::FsList(PathParams {
                 path: IN_SANDBOX.into(),
+                user: Default::default(),
             }),
         ),
     )

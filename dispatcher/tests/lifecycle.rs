@@ -36,6 +36,7 @@ fn run_for(argv: &[&str], timeout_ms: u64) -> Op {
         max_stdout_bytes: 64 * 1024,
         max_stderr_bytes: 64 * 1024,
         exec: ExecGrant::Any,
+        user: Default::default(),
     })
 }
 

@@ -31,6 +31,7 @@ fn start(argv: &[&str]) -> StartParams {
         grace_ms: Some(500),
         max_output_bytes: None,
         exec: ExecGrant::Any,
+        user: Default::default(),
     }
 }
 
@@ -152,6 +153,7 @@ async fn run(d: &Dispatcher, id: SandboxId, argv: &[&str]) -> RunResult {
         max_stdout_bytes: 64 * 1024,
         max_stderr_bytes: 64 * 1024,
         exec: ExecGrant::Any,
+        user: Default::default(),
     });
     ok(within(20, "cmd.run", d.call(id, op))
         .await
@@ -664,6 +666,7 @@ async fn a_watch_sees_changes_beneath_its_root_and_nothing_outside_the_roots_is_
             create_dirs: true,
             append: false,
             metadata: Default::default(),
+            user: Default::default(),
         })
     };
 

@@ -54,6 +54,12 @@ pub struct Config {
     /// (runsc 2022) never reports to the executor the exit of a child cloned with
     /// `CLONE_PARENT` by another process, so a command would never end.
     pub fork_server: bool,
+    /// Requests may ask to run as root (`user: "root"`): the executor then keeps
+    /// [`ROOT_CAPABILITIES`](crate::protocol::ROOT_CAPABILITIES) in its permitted set for them.
+    /// The dispatcher sets it only for gVisor-class sandboxes whose spec asks for root, where
+    /// uid 0 is root of gVisor's kernel, not the host's. Default `false`: every request runs as
+    /// `uid`, and one asking for root is refused (`permission_denied`).
+    pub allow_root: bool,
 }
 
 impl Default for Config {
@@ -75,6 +81,7 @@ impl Default for Config {
             max_watches: 8,
             channel_dir: None,
             fork_server: true,
+            allow_root: false,
         }
     }
 }
@@ -111,7 +118,7 @@ impl Config {
     fn validated(mut self) -> Result<Self, ConfigError> {
         if self.uid == 0 || self.gid == 0 {
             return Err(ConfigError::Invalid(
-                "uid and gid must not be 0: commands never run as root".into(),
+                "uid and gid must not be 0: they are the sandbox user's (root, where allowed, is asked for per request with allow_root)".into(),
             ));
         }
         if self.max_file_bytes == 0 {
@@ -140,6 +147,14 @@ impl Config {
             .collect::<Result<_, _>>()?;
         self.workspace = root(&self.workspace)?;
         self.channel_dir = self.channel_dir.as_deref().map(root).transpose()?;
+        if self.allow_root && self.channel_dir.is_some() {
+            // The channel trusts any uid-0 peer as the node; a root command is one.
+            return Err(ConfigError::Invalid(
+                "allow_root cannot go with channel_dir: the channel accepts any root peer as the \
+                 node, and a root command would be one"
+                    .into(),
+            ));
+        }
         if self.max_live_output_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "max_live_output_bytes must be positive".into(),
@@ -187,5 +202,21 @@ mod tests {
         assert!(Config::from_json(r#"{"channel_dir":"run/x"}"#).is_err());
         let c = Config::from_json(r#"{"channel_dir":"/run/x/"}"#).unwrap();
         assert_eq!(c.channel_dir.as_deref(), Some("/run/x"));
+    }
+
+    #[test]
+    fn root_is_off_by_default_and_never_the_sandbox_user() {
+        assert!(!Config::default().allow_root);
+        let c = Config::from_json(r#"{"allow_root":true}"#).unwrap();
+        assert!(c.allow_root);
+        assert_eq!(c.uid, 65534, "allow_root leaves the sandbox user as it is");
+        let e = Config::from_json(r#"{"allow_root":true,"uid":0}"#).unwrap_err();
+        assert!(e.to_string().contains("uid"), "{e}");
+        let e = Config::from_json(r#"{"allow_root":true,"channel_dir":"/run/x"}"#).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("allow_root cannot go with channel_dir"),
+            "{e}"
+        );
     }
 }

@@ -30,6 +30,31 @@ pub const KEPT_CAPABILITIES: CapabilitySet = CapabilitySet::SETUID
     .union(CapabilitySet::SETGID)
     .union(CapabilitySet::KILL);
 
+/// [`crate::protocol::ROOT_CAPABILITIES`] as a set: what a root command and a root file
+/// operation have, and what the executor keeps permitted (not effective) for them when its
+/// config has `allow_root`.
+pub const ROOT_CAPABILITIES: CapabilitySet = CapabilitySet::CHOWN
+    .union(CapabilitySet::DAC_OVERRIDE)
+    .union(CapabilitySet::FOWNER)
+    .union(CapabilitySet::FSETID)
+    .union(CapabilitySet::KILL)
+    .union(CapabilitySet::SETGID)
+    .union(CapabilitySet::SETUID)
+    .union(CapabilitySet::NET_BIND_SERVICE)
+    .union(CapabilitySet::SYS_CHROOT)
+    .union(CapabilitySet::AUDIT_WRITE);
+
+/// What the executor keeps in its permitted (and bounding) set: [`KEPT_CAPABILITIES`], plus
+/// [`ROOT_CAPABILITIES`] for the root requests of a sandbox that allows them. Its effective set
+/// is [`KEPT_CAPABILITIES`] whatever this is, but during a root request.
+pub fn permitted_capabilities(config: &Config) -> CapabilitySet {
+    if config.allow_root {
+        KEPT_CAPABILITIES | ROOT_CAPABILITIES
+    } else {
+        KEPT_CAPABILITIES
+    }
+}
+
 /// A start-up step that must succeed failed.
 #[derive(Debug, thiserror::Error)]
 #[error("{step}: {errno}")]
@@ -53,9 +78,17 @@ pub fn drop_privileges(config: &Config, roots: &Roots) -> Result<(), PrivilegeEr
     }
 
     let current = step("read capabilities", rustix::thread::capabilities(None))?;
+    let permitted = permitted_capabilities(config);
+    if config.allow_root && !current.permitted.contains(ROOT_CAPABILITIES) {
+        // A root command would start without the capabilities it was promised.
+        return Err(PrivilegeError {
+            step: "allow_root: the container did not grant every root capability",
+            errno: rustix::io::Errno::PERM,
+        });
+    }
     let reduced = CapabilitySets {
         effective: current.effective & KEPT_CAPABILITIES,
-        permitted: current.permitted & KEPT_CAPABILITIES,
+        permitted: current.permitted & permitted,
         inheritable: CapabilitySet::empty(),
     };
     step(
@@ -67,7 +100,7 @@ pub fn drop_privileges(config: &Config, roots: &Roots) -> Result<(), PrivilegeEr
         let Some(cap) = CapabilitySet::from_bits(1u64 << bit) else {
             continue;
         };
-        if KEPT_CAPABILITIES.contains(cap)
+        if permitted.contains(cap)
             || !rustix::thread::capability_is_in_bounding_set(cap).unwrap_or(false)
         {
             continue;
@@ -239,8 +272,7 @@ pub fn charged_to_sandbox_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> 
     // and sets the filesystem uid to 0, which is put back to the sandbox user's.
     let back = set_euid(0) == 0
         && enter_sandbox_fs_identity(uid, gid).is_ok()
-        && rustix::thread::capabilities(None)
-            .is_ok_and(|sets| sets.effective.contains(KEPT_CAPABILITIES));
+        && lower_effective().is_ok_and(|effective| effective == KEPT_CAPABILITIES);
     if !back {
         crate::log_event!(
             "fatal: a thread cannot return to the executor's identity: {}",
@@ -249,6 +281,68 @@ pub fn charged_to_sandbox_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> 
         std::process::abort();
     }
     out
+}
+
+/// Sets the calling thread's effective capabilities to its permitted ones within
+/// [`KEPT_CAPABILITIES`] (what the executor acts with between root requests); the new set.
+/// Needed after an effective uid of 0 came back, which makes every permitted capability
+/// effective again (the root ones too where `allow_root` keeps them permitted).
+fn lower_effective() -> rustix::io::Result<CapabilitySet> {
+    let sets = rustix::thread::capabilities(None)?;
+    let effective = sets.permitted & KEPT_CAPABILITIES;
+    rustix::thread::set_capabilities(None, CapabilitySets { effective, ..sets })?;
+    Ok(effective)
+}
+
+/// The calling thread acting as root for one request of a sandbox that allows it (`user:
+/// "root"`): filesystem (or, under gVisor, effective) uid and gid 0 and
+/// [`ROOT_CAPABILITIES`] effective, so files it creates belong to root and the kernel checks
+/// root's permissions. Dropping it puts the sandbox user's identity and the executor's
+/// effective set back; a thread that cannot get back is not left running (abort).
+pub struct AsRoot {
+    uid: u32,
+    gid: u32,
+}
+
+impl AsRoot {
+    /// Takes root's identity on this thread. Only called for a config with `allow_root`,
+    /// whose permitted set holds [`ROOT_CAPABILITIES`] (start-up checked it).
+    pub fn enter(config: &Config) -> Result<AsRoot, PrivilegeError> {
+        let guard = AsRoot {
+            uid: config.uid,
+            gid: config.gid,
+        };
+        // From here a failure still puts the sandbox user back (the guard's drop).
+        enter_sandbox_fs_identity(0, 0)?;
+        let sets = step("read capabilities", rustix::thread::capabilities(None))?;
+        let effective = sets.permitted & (KEPT_CAPABILITIES | ROOT_CAPABILITIES);
+        if !effective.contains(ROOT_CAPABILITIES) {
+            return Err(PrivilegeError {
+                step: "raise the root capabilities (not permitted: allow_root is off)",
+                errno: rustix::io::Errno::PERM,
+            });
+        }
+        step(
+            "raise the root capabilities",
+            rustix::thread::set_capabilities(None, CapabilitySets { effective, ..sets }),
+        )?;
+        Ok(guard)
+    }
+}
+
+impl Drop for AsRoot {
+    fn drop(&mut self) {
+        let back = enter_sandbox_fs_identity(self.uid, self.gid).is_ok()
+            && lower_effective().is_ok_and(|effective| effective == KEPT_CAPABILITIES);
+        if !back {
+            // Every later request of this thread would run as root: never go on.
+            crate::log_event!(
+                "fatal: a thread cannot return from root to the sandbox user's identity: {}",
+                std::io::Error::last_os_error()
+            );
+            std::process::abort();
+        }
+    }
 }
 
 /// This process's pid as the ready line reports it.
@@ -283,6 +377,8 @@ mod tests {
         // On a thread of its own: credentials are per thread.
         std::thread::spawn(|| {
             enter_sandbox_fs_identity(65534, 65534).expect("fs identity");
+            // The executor's effective set between requests (`drop_privileges`).
+            lower_effective().expect("capset");
             let before = ids();
             let caps = rustix::thread::capabilities(None)
                 .expect("capget")
@@ -298,6 +394,80 @@ mod tests {
                 .expect("capget")
                 .effective;
             assert_eq!(after, caps, "effective capabilities come back");
+        })
+        .join()
+        .expect("the test thread");
+    }
+
+    /// A config whose requests may run as root.
+    fn root_config() -> Config {
+        Config {
+            allow_root: true,
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn a_root_request_acts_as_root_with_the_root_set_and_the_thread_comes_back() {
+        assert_eq!(rustix::process::getuid().as_raw(), 0, "run as root");
+        std::thread::spawn(|| {
+            let config = root_config();
+            enter_sandbox_fs_identity(config.uid, config.gid).expect("fs identity");
+            let sets = rustix::thread::capabilities(None).expect("capget");
+            // The executor's sets with allow_root: the root set permitted, KEPT effective.
+            rustix::thread::set_capabilities(
+                None,
+                CapabilitySets {
+                    effective: KEPT_CAPABILITIES,
+                    permitted: permitted_capabilities(&config),
+                    inheritable: CapabilitySet::empty(),
+                },
+            )
+            .expect("capset");
+            assert!(sets.permitted.contains(permitted_capabilities(&config)));
+            let before = ids();
+            {
+                let _root = AsRoot::enter(&config).expect("root");
+                assert_eq!(ids().1, 0, "filesystem uid 0 inside");
+                let effective = rustix::thread::capabilities(None)
+                    .expect("capget")
+                    .effective;
+                assert_eq!(effective, KEPT_CAPABILITIES | ROOT_CAPABILITIES);
+                assert!(!effective.contains(CapabilitySet::SYS_ADMIN));
+            }
+            assert_eq!(ids(), before, "the sandbox user's ids come back");
+            let effective = rustix::thread::capabilities(None)
+                .expect("capget")
+                .effective;
+            assert_eq!(
+                effective, KEPT_CAPABILITIES,
+                "only the kept set is effective"
+            );
+        })
+        .join()
+        .expect("the test thread");
+    }
+
+    #[test]
+    fn root_is_refused_where_the_root_set_is_not_permitted() {
+        assert_eq!(rustix::process::getuid().as_raw(), 0, "run as root");
+        std::thread::spawn(|| {
+            // The executor's sets without allow_root: only KEPT permitted.
+            let config = Config::default();
+            enter_sandbox_fs_identity(config.uid, config.gid).expect("fs identity");
+            rustix::thread::set_capabilities(
+                None,
+                CapabilitySets {
+                    effective: KEPT_CAPABILITIES,
+                    permitted: permitted_capabilities(&config),
+                    inheritable: CapabilitySet::empty(),
+                },
+            )
+            .expect("capset");
+            let before = ids();
+            let refused = AsRoot::enter(&root_config());
+            assert!(refused.is_err(), "root without the root set permitted");
+            assert_eq!(ids(), before, "the thread is the sandbox user's again");
         })
         .join()
         .expect("the test thread");

@@ -138,6 +138,20 @@ pub enum Op {
 }
 
 impl Op {
+    /// Who the operation runs as (the sandbox user for operations without a `user`).
+    pub fn user(&self) -> RunAs {
+        match self {
+            Op::FsRead(p) => p.user,
+            Op::FsWrite(p) => p.user,
+            Op::FsList(p) | Op::FsCreateDir(p) | Op::FsReadStream(p) => p.user,
+            Op::FsDelete(p) => p.user,
+            Op::CmdRun(p) => p.user,
+            Op::ProcStart(p) => p.user,
+            Op::FsWriteStream(p) => p.user,
+            _ => RunAs::User,
+        }
+    }
+
     /// The wire name of the operation (`"fs.read"`), for logs and messages.
     pub fn name(&self) -> &'static str {
         match self {
@@ -193,6 +207,10 @@ pub enum Encoding {
 pub struct PathParams {
     /// Absolute path under an allowed root, or a path relative to the workspace.
     pub path: String,
+    /// Who performs it: the sandbox user (default) or root, which only an executor whose
+    /// config has `allow_root` accepts (gVisor-class sandboxes that asked for it).
+    #[serde(default, skip_serializing_if = "RunAs::is_user")]
+    pub user: RunAs,
 }
 
 /// Parameters of `fs.read`.
@@ -214,6 +232,10 @@ pub struct ReadParams {
     /// file of any size is read in chunks of at most `max_bytes`; not with `offset`/`limit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub byte_offset: Option<u64>,
+    /// Who performs it: the sandbox user (default) or root, which only an executor whose
+    /// config has `allow_root` accepts (gVisor-class sandboxes that asked for it).
+    #[serde(default, skip_serializing_if = "RunAs::is_user")]
+    pub user: RunAs,
 }
 
 /// Parameters of `fs.write`.
@@ -239,6 +261,10 @@ pub struct WriteParams {
     /// these added. See [`METADATA_XATTR_PREFIX`] for the bounds.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// Who performs it: the sandbox user (default) or root, which only an executor whose
+    /// config has `allow_root` accepts (gVisor-class sandboxes that asked for it).
+    #[serde(default, skip_serializing_if = "RunAs::is_user")]
+    pub user: RunAs,
 }
 
 /// The extended attribute namespace of a file's user metadata (`fs.write` `metadata`, `fs.list`
@@ -260,6 +286,10 @@ pub struct DeleteParams {
     /// Delete a non-empty directory with everything in it; default `false`.
     #[serde(default)]
     pub recursive: bool,
+    /// Who performs it: the sandbox user (default) or root, which only an executor whose
+    /// config has `allow_root` accepts (gVisor-class sandboxes that asked for it).
+    #[serde(default, skip_serializing_if = "RunAs::is_user")]
+    pub user: RunAs,
 }
 
 /// One exact-string replacement.
@@ -359,6 +389,10 @@ pub struct RunParams {
     /// (Landlock) in addition to the `argv[0]` lookup; default: `argv[0]` alone.
     #[serde(default, skip_serializing_if = "ExecGrant::is_default")]
     pub exec: ExecGrant,
+    /// Who the command runs as: the sandbox user (default), or root where the executor's
+    /// config has `allow_root` (uid 0 with [`ROOT_CAPABILITIES`]).
+    #[serde(default, skip_serializing_if = "RunAs::is_user")]
+    pub user: RunAs,
 }
 
 /// Which programs a command (and all its descendants) may execute. The kernel enforces it: an
@@ -461,6 +495,48 @@ pub struct EnvGetParams {
 pub(crate) fn default_true() -> bool {
     true
 }
+
+/// Who performs a command or file operation.
+///
+/// Root exists only inside sandboxes whose kernel is not the host's (the gVisor class): there
+/// uid 0 and its capabilities act on gVisor's kernel, which is the boundary, while in a
+/// container-class sandbox they would act on the host's kernel. The executor refuses
+/// [`RunAs::Root`] unless its config has `allow_root`, which the dispatcher sets only for
+/// gVisor-class sandboxes whose spec asked for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunAs {
+    /// The sandbox user (the executor's `uid`/`gid`), without capabilities.
+    #[default]
+    User,
+    /// uid and gid 0 with [`ROOT_CAPABILITIES`] and nothing else.
+    Root,
+}
+
+impl RunAs {
+    /// True for the sandbox user (the default, left out of serialized requests).
+    pub fn is_user(&self) -> bool {
+        *self == RunAs::User
+    }
+}
+
+/// The capabilities a root command (and a root file operation) has, by name: Docker's default
+/// set for a root container less `MKNOD` (device nodes), `NET_RAW` (raw sockets past the
+/// egress proxy), `SETFCAP` and `SETPCAP` (file capabilities and the bounding set). Nothing
+/// that reaches past the sandbox's mounts or network: no `SYS_ADMIN` (mount), `SYS_PTRACE`
+/// (the executor is not dumpable), `SYS_MODULE`, `NET_ADMIN` or `DAC_READ_SEARCH`.
+pub const ROOT_CAPABILITIES: [&str; 10] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "NET_BIND_SERVICE",
+    "SYS_CHROOT",
+    "AUDIT_WRITE",
+];
 
 /// One response line: `{"id":7,"ok":{...}}` or `{"id":7,"error":{"kind":..,"message":..}}`.
 ///
@@ -985,6 +1061,49 @@ mod tests {
 
     fn parse(line: &str) -> Request {
         serde_json::from_str(line).unwrap()
+    }
+
+    #[test]
+    fn the_user_is_the_sandbox_user_unless_root_is_named() {
+        let run = parse(
+            r#"{"id":1,"op":"cmd.run","argv":["id"],"timeout_ms":1,"max_stdout_bytes":1,"max_stderr_bytes":1}"#,
+        );
+        assert_eq!(run.op.user(), RunAs::User);
+        assert!(
+            !serde_json::to_string(&run).unwrap().contains("user"),
+            "the default is left out of the line"
+        );
+        let root = parse(
+            r#"{"id":2,"op":"cmd.run","argv":["id"],"timeout_ms":1,"max_stdout_bytes":1,"max_stderr_bytes":1,"user":"root"}"#,
+        );
+        assert_eq!(root.op.user(), RunAs::Root);
+        assert!(serde_json::to_string(&root)
+            .unwrap()
+            .contains(r#""user":"root""#));
+        for line in [
+            r#"{"id":3,"op":"proc.start","argv":["sh"],"user":"root"}"#,
+            r#"{"id":4,"op":"fs.write","path":"a","content":"x","user":"root"}"#,
+            r#"{"id":5,"op":"fs.write_stream","path":"a","user":"root"}"#,
+            r#"{"id":6,"op":"fs.read","path":"a","user":"root"}"#,
+            r#"{"id":7,"op":"fs.read_stream","path":"a","user":"root"}"#,
+            r#"{"id":8,"op":"fs.list","path":"a","user":"root"}"#,
+            r#"{"id":9,"op":"fs.create_dir","path":"a","user":"root"}"#,
+            r#"{"id":10,"op":"fs.delete","path":"a","user":"root"}"#,
+        ] {
+            assert_eq!(parse(line).op.user(), RunAs::Root, "{line}");
+        }
+        // Only the two names; and only where an operation takes a user.
+        for line in [
+            r#"{"id":11,"op":"fs.write","path":"a","content":"x","user":"admin"}"#,
+            r#"{"id":12,"op":"fs.write","path":"a","content":"x","user":0}"#,
+            r#"{"id":13,"op":"fs.edit","path":"a","old_string":"x","new_string":"y","user":"root"}"#,
+            r#"{"id":14,"op":"proc.signal","pid":1,"signal":"kill","user":"root"}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<Request>(line).is_err(),
+                "{line} must be refused"
+            );
+        }
     }
 
     #[test]

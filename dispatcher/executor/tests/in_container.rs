@@ -107,6 +107,11 @@ struct Sandbox {
 
 impl Sandbox {
     fn start() -> Sandbox {
+        Self::start_with(&[])
+    }
+
+    /// [`Sandbox::start`] with more `docker run` arguments (a config, capabilities).
+    fn start_with(extra: &[&str]) -> Sandbox {
         let req = requirements();
         let suffix = random_suffix();
         let name = format!("executor-test-{suffix}");
@@ -174,10 +179,9 @@ impl Sandbox {
                 "-v",
                 // nocopy: the workspace starts root-owned, so the executor's chown is exercised.
                 &format!("{ws_volume}:/workspace:nocopy"),
-                "--entrypoint",
-                "/opt/sandbox/sandbox-executor",
-                &req.image,
             ])
+            .args(extra)
+            .args(["--entrypoint", "/opt/sandbox/sandbox-executor", &req.image])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -1733,4 +1737,167 @@ fn the_fork_server_is_out_of_reach_and_its_loss_is_survived() {
     );
     cancel_and_timeout_kill_trees(&s, 320);
     assert!(!processes(&s).iter().any(|p| p.state == "Z"));
+}
+
+/// The container settings of a sandbox whose requests may run as root, as the dispatcher makes a
+/// gVisor sandbox that asked for it (`hardening::capabilities`), here on runc: what the executor
+/// does with them is the same under both kernels.
+const ROOT_SANDBOX: [&str; 22] = [
+    "-e",
+    r#"SANDBOX_EXECUTOR_CONFIG={"allow_root":true}"#,
+    "--cap-add",
+    "DAC_OVERRIDE",
+    "--cap-add",
+    "FOWNER",
+    "--cap-add",
+    "FSETID",
+    "--cap-add",
+    "NET_BIND_SERVICE",
+    "--cap-add",
+    "SYS_CHROOT",
+    "--cap-add",
+    "AUDIT_WRITE",
+    "--cap-add",
+    "SETUID",
+    "--cap-add",
+    "SETGID",
+    "--cap-add",
+    "KILL",
+    "--cap-add",
+    "CHOWN",
+];
+
+/// `CapEff` of `/proc/self/status` text, as a number.
+fn cap_eff(status: &str) -> u64 {
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("CapEff:"))
+        .unwrap_or_else(|| panic!("no CapEff in {status}"));
+    u64::from_str_radix(line.trim_start_matches("CapEff:").trim(), 16).expect("hex")
+}
+
+/// The root set by bit (capabilities(7) numbers): CHOWN 0, DAC_OVERRIDE 1, FOWNER 3, FSETID 4,
+/// KILL 5, SETGID 6, SETUID 7, NET_BIND_SERVICE 10, SYS_CHROOT 18, AUDIT_WRITE 29.
+const ROOT_SET: u64 =
+    1 | 1 << 1 | 1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 7 | 1 << 10 | 1 << 18 | 1 << 29;
+
+#[test]
+fn root_is_refused_unless_the_config_allows_it() {
+    let s = Sandbox::start();
+    for request in [
+        json!({"op":"cmd.run","argv":["id","-u"],"timeout_ms":5000,"max_stdout_bytes":64,
+               "max_stderr_bytes":64,"user":"root"}),
+        json!({"op":"proc.start","argv":["id","-u"],"user":"root"}),
+        json!({"op":"fs.write","path":"rooted.txt","content":"x","user":"root"}),
+        json!({"op":"fs.create_dir","path":"rooted","user":"root"}),
+        json!({"op":"fs.read","path":"/workspace","user":"root"}),
+    ] {
+        let message = s.refused(request.clone(), "permission_denied");
+        for needed in ["root", "gVisor", "allow_root"] {
+            assert!(
+                message.contains(needed),
+                "`{needed}` in {message} ({request})"
+            );
+        }
+    }
+    // Nothing was made, and the sandbox user's requests work as before.
+    assert_eq!(s.sh(&["ls", "-A", "/workspace"]), "");
+    assert_eq!(s.sh(&["id", "-u"]), "65534\n");
+}
+
+#[test]
+fn a_root_request_is_root_and_the_sandbox_user_gains_nothing() {
+    let s = Sandbox::start_with(&ROOT_SANDBOX);
+    let root = |argv: &[&str]| {
+        let mut request = Sandbox::run_request(argv);
+        request["user"] = json!("root");
+        s.ok(request)
+    };
+    // Root: uid and gid 0, the root set effective and nothing more, no-new-privs still set.
+    let id = root(&["id"]);
+    assert!(
+        id["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("uid=0(root) gid=0(root)"),
+        "{id}"
+    );
+    let status = root(&["cat", "/proc/self/status"]);
+    let status = status["stdout"].as_str().unwrap_or_default();
+    assert_eq!(cap_eff(status), ROOT_SET, "{status}");
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+
+    // Root makes a root-only directory and a file in it, through a command and through fs.*.
+    root(&["mkdir", "-m", "700", "/workspace/vault"]);
+    let mut write = json!({"op":"fs.write","path":"/workspace/vault/secret","content":"root's"});
+    write["user"] = json!("root");
+    s.ok(write);
+    let owners = root(&[
+        "stat",
+        "-c",
+        "%u:%g %a",
+        "/workspace/vault",
+        "/workspace/vault/secret",
+    ]);
+    assert_eq!(owners["stdout"], json!("0:0 700\n0:0 644\n"), "{owners}");
+    let mut read = json!({"op":"fs.read","path":"/workspace/vault/secret"});
+    read["user"] = json!("root");
+    assert_eq!(s.ok(read)["content"], json!("root's"));
+    // ... which the sandbox user can neither read nor list, by command or by fs.*.
+    let denied = s.run(&["cat", "/workspace/vault/secret"]);
+    assert_ne!(denied["exit_code"], json!(0), "{denied}");
+    s.refused(
+        json!({"op":"fs.read","path":"/workspace/vault/secret"}),
+        "permission_denied",
+    );
+    s.refused(
+        json!({"op":"fs.list","path":"/workspace/vault"}),
+        "permission_denied",
+    );
+
+    // The sandbox user's commands keep no capability and cannot become root: a set-uid root
+    // copy of busybox made by root runs as the user (no-new-privs), `su` is no way either.
+    let status = s.sh(&["cat", "/proc/self/status"]);
+    assert_eq!(cap_eff(&status), 0, "{status}");
+    assert!(status.contains("CapPrm:\t0000000000000000"), "{status}");
+    root(&["mkdir", "/workspace/suid"]);
+    root(&["cp", "/bin/busybox", "/workspace/suid/id"]);
+    root(&["chmod", "4755", "/workspace/suid/id"]);
+    let mode = root(&["stat", "-c", "%u %a", "/workspace/suid/id"]);
+    assert_eq!(mode["stdout"], json!("0 4755\n"), "{mode}");
+    let setuid = s.run(&["sh", "-c", "/workspace/suid/id -u"]);
+    assert_eq!(
+        setuid["stdout"],
+        json!("65534\n"),
+        "the set-uid bit made root: {setuid}"
+    );
+    let su = s.run(&["su", "-c", "id -u", "root"]);
+    assert_ne!(su["stdout"], json!("0\n"), "su made root: {su}");
+    // The user's fs.* stays the user's: a file it writes is its own.
+    s.ok(json!({"op":"fs.write","path":"mine.txt","content":"x"}));
+    assert_eq!(
+        root(&["stat", "-c", "%u", "/workspace/mine.txt"])["stdout"],
+        json!("65534\n")
+    );
+
+    // A root command keeps the path rules and the exec grant: Landlock still holds it here.
+    let mut outside = json!({"op":"fs.write","path":"/etc/passwd","content":"x"});
+    outside["user"] = json!("root");
+    s.refused(outside, "path_not_allowed");
+    // Landlock's write rule holds root too (DAC_OVERRIDE does not pass it): /dev/shm is a
+    // writable tmpfs of every container but not a write root.
+    let shm = root(&["sh", "-c", "echo x > /dev/shm/rooted"]);
+    assert_ne!(
+        shm["exit_code"],
+        json!(0),
+        "root wrote outside the write roots: {shm}"
+    );
+    assert_eq!(shm["landlock"], json!("full"), "{shm}");
+    assert!(!s.sh(&["ls", "-a", "/dev/shm"]).contains("rooted"));
+    let ro = root(&["sh", "-c", "echo x > /etc/planted"]);
+    assert_ne!(
+        ro["exit_code"],
+        json!(0),
+        "root wrote to the read-only image: {ro}"
+    );
 }

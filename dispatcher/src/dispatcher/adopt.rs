@@ -154,6 +154,7 @@ impl Inner {
             workspace: recorded.workspace,
             labels: recorded.labels,
             isolation: Some(recorded.isolation),
+            allow_root: recorded.allow_root,
         };
         if spec.network == NetworkMode::Egress {
             // The previous instance's proxy ended with it: this instance starts its own.

@@ -283,9 +283,12 @@ impl Inner {
             .config
             .channel_dir
             .as_deref()
+            // Not where root may run: the executor trusts any uid-0 peer of its socket as the
+            // node, and a root command would be one (the attach stream serves instead).
             .filter(|_| {
                 self.socket_channel
                     .load(std::sync::atomic::Ordering::Relaxed)
+                    && !spec.root_allowed()
             })
             .and_then(|base| crate::channel::prepare(base, id));
         let body = hardening::sandbox_container(

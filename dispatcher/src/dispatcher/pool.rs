@@ -328,6 +328,7 @@ async fn warm_up(sandbox: &super::Sandbox, pool: &str, argv: &[String]) {
         max_stdout_bytes: 1024,
         max_stderr_bytes: 1024,
         exec: ExecGrant::default(),
+        user: Default::default(),
     });
     let started = std::time::Instant::now();
     match sandbox

@@ -3,7 +3,7 @@
 //! instance holds.
 
 use bytes::Bytes;
-use sandbox_executor::protocol::{ReadStreamResult, WriteResult, WriteStreamParams};
+use sandbox_executor::protocol::{PathParams, ReadStreamResult, WriteResult, WriteStreamParams};
 use tokio::sync::mpsc;
 
 use super::{Dispatcher, Location};
@@ -31,20 +31,20 @@ impl Dispatcher {
             .await
     }
 
-    /// Sends the file at `path` to `sink` as it is read (resolved and refused as `fs.read`'s;
-    /// no size ceiling), holding no more than the executor's window; answers how many bytes
-    /// went. A sink that closes cancels the read.
+    /// Sends the file at `params.path` to `sink` as it is read (resolved and refused as
+    /// `fs.read`'s, as `params.user`; no size ceiling), holding no more than the executor's
+    /// window; answers how many bytes went. A sink that closes cancels the read.
     pub async fn read_stream(
         &self,
         id: SandboxId,
-        path: String,
+        params: PathParams,
         sink: mpsc::Sender<Bytes>,
     ) -> Result<ReadStreamResult> {
         let sandbox = self.here(id).await?;
         let _serving = self.inner.serving.enter()?;
         sandbox
             .stream
-            .read_stream(path, sink, self.inner.config.call_timeout)
+            .read_stream(params, sink, self.inner.config.call_timeout)
             .await
     }
 

@@ -260,7 +260,7 @@ impl ExecutorStream {
     /// them); the executor's answer after the last block.
     pub(crate) async fn read_stream(
         &self,
-        path: String,
+        params: PathParams,
         sink: mpsc::Sender<Bytes>,
         deadline: Duration,
     ) -> Result<ReadStreamResult> {
@@ -268,7 +268,7 @@ impl ExecutorStream {
         let sandbox = self.shared.sandbox;
         let _slot = self.transfer_slot(deadline).await?;
         let mut transfer = self
-            .begin_transfer(Op::FsReadStream(PathParams { path }), deadline)
+            .begin_transfer(Op::FsReadStream(params), deadline)
             .await?;
         let id = transfer.id;
         let mut unacked = 0u64;

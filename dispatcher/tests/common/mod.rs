@@ -340,6 +340,7 @@ pub fn write(path: &str, content: &str) -> dispatcher::protocol::Op {
         create_dirs: true,
         append: false,
         metadata: Default::default(),
+        user: Default::default(),
     })
 }
 

@@ -40,7 +40,7 @@ use crate::context::Context;
 use crate::encoding;
 use crate::error::{OpError, OpResult};
 use crate::protocol::{
-    Encoding, Enforcement, ErrorKind, ExecGrant, RunParams, RunResult, Truncation,
+    Encoding, Enforcement, ErrorKind, ExecGrant, RunAs, RunParams, RunResult, Truncation,
 };
 use crate::roots::Access;
 use crate::spawn::capture::CappedBuffer;
@@ -76,6 +76,8 @@ pub(crate) struct Launch<'a> {
     pub defaults: &'a [(&'a str, &'a str)],
     /// Programs it may execute.
     pub exec: &'a ExecGrant,
+    /// Who it runs as (root only where the config allows it; checked by the server).
+    pub user: RunAs,
 }
 
 /// Where a launched command's standard streams go.
@@ -143,8 +145,14 @@ pub(crate) fn launch(
             argv: what.argv.to_vec(),
             cwd_display: cwd_target.display.to_string(),
             env,
-            uid: ctx.config.uid,
-            gid: ctx.config.gid,
+            uid: match what.user {
+                RunAs::User => ctx.config.uid,
+                RunAs::Root => 0,
+            },
+            gid: match what.user {
+                RunAs::User => ctx.config.gid,
+                RunAs::Root => 0,
+            },
             exec_restricted: confinement.exec.is_some(),
             require_landlock: ctx.config.require_landlock,
             pty: stdio.pty,
@@ -260,6 +268,7 @@ pub fn run(ctx: &Context, request: u64, params: RunParams) -> OpResult<RunResult
         env: &params.env,
         defaults: &[],
         exec: &params.exec,
+        user: params.user,
     };
     let stdio = Stdio {
         stdout: stdout_write,

@@ -18,8 +18,8 @@ use crate::encoding::base64_encode;
 use crate::error::{OpError, OpResult};
 use crate::live::pty;
 use crate::protocol::{
-    ErrorKind, Event, EventBody, OutputStream, ProcessEnd, PtySize, StartParams, StartResult,
-    Truncation,
+    ErrorKind, Event, EventBody, OutputStream, ProcessEnd, PtySize, RunAs, StartParams,
+    StartResult, Truncation,
 };
 use crate::running::Proc;
 use crate::spawn::children::Stop;
@@ -56,6 +56,13 @@ pub fn start(ctx: &Arc<Context>, request: u64, params: StartParams) -> OpResult<
             &[]
         },
         exec: &params.exec,
+        user: params.user,
+    };
+    // A root process: root from here (its terminal, made above, stays root's with mode 0600),
+    // so its working directory is opened as root, as `cmd.run`'s is.
+    let _root = match params.user {
+        RunAs::Root => Some(crate::server::as_root(&ctx.config)?),
+        RunAs::User => None,
     };
     let Some(launched) = run::launch(ctx, request, &what, stdio)? else {
         // Only `cmd.run` requests can be cancelled before they spawn.

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Enforcement, ExecGrant, Truncation};
+use super::{Enforcement, ExecGrant, RunAs, Truncation};
 
 /// Parameters of `proc.start`: a program started like `cmd.run` (same lookup, Landlock domain,
 /// sub-reaper and process group), answered at once with its pid, its output sent as events.
@@ -58,6 +58,9 @@ pub struct StartParams {
     /// Programs the process and its descendants may execute (as for `cmd.run`).
     #[serde(default, skip_serializing_if = "ExecGrant::is_default")]
     pub exec: ExecGrant,
+    /// Who the process runs as (as for `cmd.run`).
+    #[serde(default, skip_serializing_if = "RunAs::is_user")]
+    pub user: RunAs,
 }
 
 /// A terminal's size in character cells.

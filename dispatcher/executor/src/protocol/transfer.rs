@@ -76,6 +76,10 @@ pub struct WriteStreamParams {
     /// User metadata, as `fs.write`'s.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// Who performs it: the sandbox user (default) or root, which only an executor whose
+    /// config has `allow_root` accepts (gVisor-class sandboxes that asked for it).
+    #[serde(default, skip_serializing_if = "super::RunAs::is_user")]
+    pub user: super::RunAs,
 }
 
 /// Parameters of `fs.stream_ack`: the node handed on `bytes` more of a read stream's blocks.

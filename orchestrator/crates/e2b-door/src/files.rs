@@ -38,6 +38,7 @@ use super::envd::{self, Target};
 use super::{api_error, json_response, store};
 use aegis_tools::state::AppState;
 use aegis_tools::tools::Transfer;
+use dispatcher::protocol::RunAs;
 use dispatcher::UploadPiece;
 
 /// Largest upload request body (several files together); the sandbox's workspace size is the
@@ -71,16 +72,45 @@ fn from_connect(e: ConnectError) -> ApiError {
     ApiError::new(status, e.message)
 }
 
-/// The sandbox of a `/files` request: by its headers, or by a signed URL's signature.
+/// The sandbox of a `/files` request (by its headers, or by a signed URL's signature), acting
+/// as the user `username` names when it names one: root only where the sandbox allows it.
 async fn target_of(
     state: &AppState,
     headers: &HeaderMap,
     query: &FilesQuery,
     operation: Operation,
 ) -> Result<Target, ApiError> {
-    if let Some(user) = &query.username {
-        envd::named_user(user).map_err(from_connect)?;
+    let user = query
+        .username
+        .as_deref()
+        .map(envd::named_user)
+        .transpose()
+        .map_err(from_connect)?;
+    let mut target = sandbox_of(state, headers, query, operation).await?;
+    if let Some(user) = user {
+        if user == RunAs::Root {
+            let (allowed, isolation) = envd::root_of(state, target.id)
+                .await
+                .map_err(from_connect)?;
+            if !allowed {
+                return Err(from_connect(envd::root_refused(
+                    &isolation,
+                    target.caller.seal.is_some(),
+                )));
+            }
+        }
+        target.user = user;
     }
+    Ok(target)
+}
+
+/// The sandbox of a `/files` request: by its headers, or by a signed URL's signature.
+async fn sandbox_of(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: &FilesQuery,
+    operation: Operation,
+) -> Result<Target, ApiError> {
     if headers.contains_key(aegis_e2b::envd::headers::SANDBOX_ID) {
         // A paused sandbox, or one past its timeout: 502, as E2B's edge answers for it.
         return envd::resolve(state, headers).await.map_err(|e| match e {

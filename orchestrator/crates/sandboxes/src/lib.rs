@@ -296,6 +296,10 @@ pub fn e2b_spec(
     spec.workspace = Some(E2B_HOME.to_owned());
     spec.read_roots = policy.read_roots.clone();
     spec.write_roots = policy.write_roots.clone();
+    // E2B's contract: a sandbox may run as root. Granted only where the class is gVisor (the
+    // dispatcher's `SandboxSpec::root_allowed`), and never under a key bound to a security
+    // context, whose confinement root's capabilities would void inside the sandbox.
+    spec.allow_root = context.is_none();
     if let Some(context) = context {
         spec.follow_symlinks = context_roots(context).follow_symlinks;
         spec.labels

@@ -92,6 +92,7 @@ pub(super) async fn start_restored(
         id,
         caller: caller.clone(),
         env: Default::default(),
+        user: dispatcher::protocol::RunAs::User,
     };
     let restored = match snapshots::restore(state, &target, archive).await {
         Ok(restored) => restored,
@@ -129,6 +130,7 @@ pub(super) async fn restore_into(
         id: SandboxId(row.current),
         caller: caller.clone(),
         env: row.env_vars.0.clone(),
+        user: dispatcher::protocol::RunAs::User,
     };
     let restored = snapshots::restore(state, &target, &archive)
         .await

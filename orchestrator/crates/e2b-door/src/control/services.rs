@@ -56,6 +56,8 @@ pub async fn start(
         id,
         caller: caller.clone(),
         env: env.clone(),
+        // A template's server runs as the sandbox user (E2B's start command runs as `user`).
+        user: dispatcher::protocol::RunAs::User,
     };
     let confined = caller.seal.is_some();
     let mut args = args_of(line, env, confined).map_err(|e| ServiceError::Start {

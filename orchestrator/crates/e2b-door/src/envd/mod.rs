@@ -27,6 +27,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use dispatcher::protocol::RunAs;
 use dispatcher::SandboxId;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -61,11 +62,15 @@ pub const SANDBOX_USER: &str = "user";
 /// The sandbox an envd call is for and who acts: the owner key, rebuilt from its row (the
 /// envd call carries no API key, only the sandbox id and its access token); and the sandbox's
 /// own environment (`envVars` at create), which every command it runs starts with.
+/// `user` is who the call acts as (`Authorization`'s user, or `/files`'s `username`): root
+/// only in a sandbox that allows it ([`root_refused`] otherwise), added by [`call`] to every
+/// tool call that takes a user.
 #[derive(Clone)]
 pub struct Target {
     pub id: SandboxId,
     pub caller: Caller,
     pub env: BTreeMap<String, String>,
+    pub user: RunAs,
 }
 
 pub(crate) fn refuse(code: Code, message: impl Into<String>) -> ConnectError {
@@ -162,22 +167,27 @@ pub async fn resolve(state: &AppState, headers: &HeaderMap) -> Result<Target, Un
             },
         )));
     }
-    check_user(headers).map_err(refused)?;
+    let user = check_user(headers).map_err(refused)?;
+    if user == RunAs::Root && !row.root_allowed {
+        return Err(refused(root_refused(
+            &row.isolation,
+            row.key_context.is_some(),
+        )));
+    }
     let caller = owner(state, &row).await.map_err(refused)?;
     // The dispatcher's sandbox now serving the id (a new one after each resume).
     Ok(Target {
         id: SandboxId(row.sandbox_id),
         caller,
         env: row.env_vars.0,
+        user,
     })
 }
 
-/// Refuses any user but the sandbox user: every command runs as uid 65534, and root is never
-/// available (no sudo either: the image has no set-uid programs and the container drops every
-/// capability).
-pub fn check_user(headers: &HeaderMap) -> Result<(), ConnectError> {
+/// The user `Authorization` names (none: the sandbox user); any but `user` and `root` refused.
+pub fn check_user(headers: &HeaderMap) -> Result<RunAs, ConnectError> {
     let Some(value) = headers.get(h::AUTHORIZATION) else {
-        return Ok(());
+        return Ok(RunAs::User);
     };
     let user = value
         .to_str()
@@ -186,19 +196,50 @@ pub fn check_user(headers: &HeaderMap) -> Result<(), ConnectError> {
     named_user(&user)
 }
 
-/// Refuses a named user other than the sandbox user.
-pub fn named_user(user: &str) -> Result<(), ConnectError> {
-    if user.is_empty() || user == SANDBOX_USER {
-        Ok(())
-    } else {
-        Err(refuse(
+/// The user a name stands for: `user` (or none) the sandbox user, `root` root (which the
+/// sandbox must allow: [`root_refused`]); any other name refused.
+pub fn named_user(user: &str) -> Result<RunAs, ConnectError> {
+    match user {
+        "" | SANDBOX_USER => Ok(RunAs::User),
+        "root" => Ok(RunAs::Root),
+        _ => Err(refuse(
             Code::PermissionDenied,
             format!(
-                "user {user:?} is not available: this node runs everything in a sandbox as the \
-                 unprivileged user `{SANDBOX_USER}` (no root, no sudo)"
+                "user {user:?} is not available: this node runs a sandbox's commands as the \
+                 unprivileged user `{SANDBOX_USER}`, or as `root` in a gVisor-class sandbox"
             ),
-        ))
+        )),
     }
+}
+
+/// Why root is refused in a sandbox of class `isolation` (`bound`: its owner key is bound to a
+/// security context), and how to get it.
+pub fn root_refused(isolation: &str, bound: bool) -> ConnectError {
+    let why = if isolation == "gvisor" && bound {
+        "its owner key is bound to a security context, whose sandboxes never run as root (root's \
+         capabilities would void the context's confinement inside the sandbox)"
+            .to_owned()
+    } else {
+        format!(
+            "it runs in the {isolation} isolation class (runc on the host's kernel, where uid 0 \
+             would be the host kernel's root), so everything in it runs as the unprivileged user \
+             `{SANDBOX_USER}` (no root, no sudo). Root is offered only in gVisor-class sandboxes, \
+             whose kernel is gVisor's own: the node's operator runs a template in gVisor with \
+             sandbox.runtime_isolation (`base: gvisor`) or sandbox.isolation: gvisor"
+        )
+    };
+    refuse(
+        Code::PermissionDenied,
+        format!("user \"root\" is not available in this sandbox: {why}"),
+    )
+}
+
+/// Whether sandbox `id` (the dispatcher's) may act as root, and its class, from its row.
+pub async fn root_of(state: &AppState, id: SandboxId) -> Result<(bool, String), ConnectError> {
+    store::root_of(&state.pool, id.0)
+        .await
+        .map_err(db)?
+        .ok_or_else(|| refuse(Code::NotFound, format!("sandbox {id} not found")))
 }
 
 /// The owner key as a caller, with its security context when bound (as `auth::authenticate`
@@ -289,13 +330,32 @@ fn call_error(e: CallError) -> ConnectError {
     }
 }
 
-/// One tool call on the target sandbox through the router.
+/// The tools that take a `user` (who performs them).
+const TOOLS_WITH_USER: [&str; 6] = [
+    "cmd.run",
+    "fs.read",
+    "fs.write",
+    "fs.list",
+    "fs.create_dir",
+    "fs.delete",
+];
+
+/// `args` of `tool` acting as the target's user (root added where the tool takes a user).
+fn as_user(target: &Target, tool: &str, mut args: Value) -> Value {
+    if target.user == RunAs::Root && TOOLS_WITH_USER.contains(&tool) {
+        args["user"] = json!("root");
+    }
+    args
+}
+
+/// One tool call on the target sandbox through the router, as the target's user.
 pub async fn call(
     state: &AppState,
     target: &Target,
     tool: &str,
     args: Value,
 ) -> Result<Value, ConnectError> {
+    let args = as_user(target, tool, args);
     let outcome = aegis_tools::tools::invoke_in(state, &target.caller, tool, args, Some(target.id))
         .await
         .map_err(call_error)?;
@@ -311,6 +371,7 @@ pub async fn call_transfer(
     args: Value,
     transfer: aegis_tools::tools::Transfer,
 ) -> Result<Value, ConnectError> {
+    let args = as_user(target, tool, args);
     let outcome = aegis_tools::tools::invoke_transfer(
         state,
         &target.caller,
@@ -909,12 +970,24 @@ mod tests {
     }
 
     #[test]
-    fn only_the_sandbox_user_is_accepted() {
-        assert!(named_user("").is_ok());
-        assert!(named_user("user").is_ok());
-        let e = named_user("root").unwrap_err();
+    fn the_sandbox_user_and_root_are_named_and_root_is_refused_with_how() {
+        assert_eq!(named_user("").unwrap(), RunAs::User);
+        assert_eq!(named_user("user").unwrap(), RunAs::User);
+        assert_eq!(named_user("root").unwrap(), RunAs::Root);
+        let e = named_user("admin").unwrap_err();
         assert_eq!(e.code, Code::PermissionDenied);
-        assert!(e.message.contains("no root"));
+        let e = root_refused("container", false);
+        assert_eq!(e.code, Code::PermissionDenied);
+        for needed in [
+            "container isolation class",
+            "no root",
+            "gVisor",
+            "runtime_isolation",
+        ] {
+            assert!(e.message.contains(needed), "`{needed}` in {}", e.message);
+        }
+        let e = root_refused("gvisor", true);
+        assert!(e.message.contains("security context"), "{}", e.message);
         assert!(absolute("/etc/../x").is_err());
         assert_eq!(absolute("~/a").unwrap(), "/home/user/a");
         assert_eq!(absolute("a/b").unwrap(), "/home/user/a/b");

@@ -431,6 +431,10 @@ pub struct EnvdTarget {
     pub auto_resume: bool,
     /// `network.maskRequestHost`: the `Host` its servers see (`${PORT}`: the port).
     pub mask_request_host: Option<String>,
+    /// Its requests may run as root (the dispatcher's recorded spec: asked for, gVisor class).
+    pub root_allowed: bool,
+    /// Its isolation class as recorded (`container`, `gvisor`), for the refusal of root.
+    pub isolation: String,
 }
 
 /// The sandbox of E2B id `id` with its owner key, in one statement: running, paused, or past
@@ -442,13 +446,30 @@ pub async fn envd_target(pool: &PgPool, id: Uuid) -> Result<Option<EnvdTarget>, 
          coalesce(k.expires_at <= now(), false) AS key_expired, k.security_context AS key_context, \
          (s.state = 'running' AND e.paused_snapshot IS NULL AND e.end_at > now()) AS serving, \
          (e.paused_snapshot IS NOT NULL OR (e.on_timeout = 'pause' AND e.end_at <= now())) AS paused, \
-         e.auto_resume, e.mask_request_host \
+         e.auto_resume, e.mask_request_host, \
+         coalesce((s.spec->>'allow_root')::boolean, false) AS root_allowed, \
+         coalesce(s.spec->>'isolation', 'container') AS isolation \
          FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
          JOIN api_keys k ON k.id::text = e.owner_key_id \
          WHERE e.e2b_id = $1 AND (e.paused_snapshot IS NOT NULL \
                                   OR s.state IN ('running', 'checkpointed'))",
     )
     .bind(id)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Whether the dispatcher's sandbox `sandbox_id` may run as root (its recorded spec: asked for,
+/// gVisor class) and its isolation class; `None`: no such sandbox.
+pub async fn root_of(
+    pool: &PgPool,
+    sandbox_id: Uuid,
+) -> Result<Option<(bool, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT coalesce((spec->>'allow_root')::boolean, false), \
+         coalesce(spec->>'isolation', 'container') FROM sandboxes WHERE id = $1",
+    )
+    .bind(sandbox_id)
     .fetch_optional(pool)
     .await
 }

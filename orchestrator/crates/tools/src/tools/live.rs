@@ -40,6 +40,8 @@ pub(super) struct Background {
     pub timeout_secs: Option<u64>,
     pub max_output_bytes: u64,
     pub exec: ExecGrant,
+    /// Who it runs as (`root` only where the sandbox allows root).
+    pub user: dispatcher::protocol::RunAs,
 }
 
 /// Starts a background process in the caller's sandbox, keeps its reader for `proc.output`,
@@ -61,6 +63,7 @@ pub(super) async fn start(ctx: &ToolContext<'_>, b: Background) -> Result<Value,
                 grace_ms: None,
                 max_output_bytes: Some(b.max_output_bytes),
                 exec: b.exec,
+                user: b.user,
             },
         )
         .await

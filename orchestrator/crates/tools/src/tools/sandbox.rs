@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use dispatcher::protocol::{
     DeleteParams, Edit, EditParams, Encoding, ExecGrant, GlobParams, GrepParams, MultiEditParams,
-    Op, PathParams, PtySize, ReadParams, RunParams, WriteParams, WriteStreamParams,
+    Op, PathParams, PtySize, ReadParams, RunAs, RunParams, WriteParams, WriteStreamParams,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -57,6 +57,9 @@ pub(super) fn path_of(p: &str) -> Result<String, ToolError> {
 #[derive(Deserialize)]
 struct PathArg {
     path: String,
+    /// Who performs it (`root` only where the sandbox allows root; the executor decides).
+    #[serde(default)]
+    user: RunAs,
 }
 
 fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
@@ -66,6 +69,8 @@ fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             path: String,
             byte_offset: Option<u64>,
             max_bytes: Option<u64>,
+            #[serde(default)]
+            user: RunAs,
         }
         let a: A = args(a)?;
         let path = path_of(&a.path)?;
@@ -78,10 +83,17 @@ fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 .await
                 .map_err(dispatch_error)?
             {
-                return super::transfer::read_forwarded(ctx, *id, path, sink).await;
+                return super::transfer::read_forwarded(ctx, *id, path, a.user, sink).await;
             }
             let out = dispatcher_of(ctx)?
-                .read_stream(*id, path.clone(), sink)
+                .read_stream(
+                    *id,
+                    PathParams {
+                        path: path.clone(),
+                        user: a.user,
+                    },
+                    sink,
+                )
                 .await
                 .map_err(refused)?;
             return Ok(
@@ -97,6 +109,7 @@ fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 limit: None,
                 max_bytes: a.max_bytes,
                 byte_offset: a.byte_offset,
+                user: a.user,
             }),
         )
         .await?;
@@ -122,6 +135,8 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             append: bool,
             #[serde(default)]
             metadata: BTreeMap<String, String>,
+            #[serde(default)]
+            user: RunAs,
         }
         let a: A = args(a)?;
         let path = path_of(&a.path)?;
@@ -134,12 +149,16 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 .await
                 .map_err(dispatch_error)?
             {
-                return super::transfer::write_forwarded(ctx, *id, path, a.metadata, source).await;
+                return super::transfer::write_forwarded(
+                    ctx, *id, path, a.metadata, a.user, source,
+                )
+                .await;
             }
             let params = WriteStreamParams {
                 path: path.clone(),
                 create_dirs: true,
                 metadata: a.metadata,
+                user: a.user,
             };
             let out = dispatcher_of(ctx)?
                 .write_stream(*id, params, source)
@@ -159,6 +178,7 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 create_dirs: true,
                 append: a.append,
                 metadata: a.metadata,
+                user: a.user,
             }),
         )
         .await?;
@@ -172,7 +192,14 @@ fn fs_list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         let a: PathArg = args(a)?;
         let path = path_of(&a.path)?;
-        let out = run(ctx, Op::FsList(PathParams { path: path.clone() })).await?;
+        let out = run(
+            ctx,
+            Op::FsList(PathParams {
+                path: path.clone(),
+                user: a.user,
+            }),
+        )
+        .await?;
         Ok(
             json!({"status": "ok", "path": path, "entries": out["entries"], "truncated": out["truncated"]}),
         )
@@ -183,7 +210,14 @@ fn fs_create_dir<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         let a: PathArg = args(a)?;
         let path = path_of(&a.path)?;
-        let out = run(ctx, Op::FsCreateDir(PathParams { path: path.clone() })).await?;
+        let out = run(
+            ctx,
+            Op::FsCreateDir(PathParams {
+                path: path.clone(),
+                user: a.user,
+            }),
+        )
+        .await?;
         Ok(json!({"status": "ok", "path": path, "created": out["created"]}))
     })
 }
@@ -195,6 +229,8 @@ fn fs_delete<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             path: String,
             #[serde(default)]
             recursive: bool,
+            #[serde(default)]
+            user: RunAs,
         }
         let a: A = args(a)?;
         let path = path_of(&a.path)?;
@@ -203,6 +239,7 @@ fn fs_delete<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             Op::FsDelete(DeleteParams {
                 path: path.clone(),
                 recursive: a.recursive,
+                user: a.user,
             }),
         )
         .await?;
@@ -334,6 +371,8 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             #[serde(default)]
             stdin: bool,
             pty: Option<PtySize>,
+            #[serde(default)]
+            user: RunAs,
         }
         let a: A = args(a)?;
         if !a.background && (a.tag.is_some() || a.stdin || a.pty.is_some()) {
@@ -400,6 +439,7 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                     timeout_secs: a.timeout_secs.map(|t| t.min(policy.cmd_timeout_secs)),
                     max_output_bytes: cap,
                     exec,
+                    user: a.user,
                 },
             )
             .await;
@@ -416,6 +456,7 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                     timeout_secs: timeout,
                     max_output_bytes: cap,
                     exec,
+                    user: a.user,
                 },
                 output,
             )
@@ -433,6 +474,7 @@ fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 max_stdout_bytes: cap,
                 max_stderr_bytes: cap,
                 exec,
+                user: a.user,
             }),
         )
         .await?;

@@ -29,6 +29,8 @@ pub(super) struct Foreground {
     pub timeout_secs: u64,
     pub max_output_bytes: u64,
     pub exec: ExecGrant,
+    /// Who it runs as (`root` only where the sandbox allows root).
+    pub user: dispatcher::protocol::RunAs,
 }
 
 /// Runs `command`, sending its output to `output` as it comes; returns the executor-shaped
@@ -62,6 +64,7 @@ pub(super) async fn run(
                 grace_ms: None,
                 max_output_bytes: Some(cap),
                 exec: command.exec,
+                user: command.user,
             },
         )
         .await

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use dispatcher::protocol::{DeleteParams, Encoding, Op, ReadParams, WriteParams};
+use dispatcher::protocol::{DeleteParams, Encoding, Op, ReadParams, RunAs, WriteParams};
 use dispatcher::{SandboxId, UploadPiece};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -42,6 +42,7 @@ pub(super) async fn write_forwarded(
     id: SandboxId,
     path: String,
     metadata: BTreeMap<String, String>,
+    user: RunAs,
     mut source: mpsc::Receiver<UploadPiece>,
 ) -> Result<Value, ToolError> {
     let chunk = chunk_of(ctx);
@@ -65,6 +66,7 @@ pub(super) async fn write_forwarded(
                         Op::FsDelete(DeleteParams {
                             path: path.clone(),
                             recursive: false,
+                            user,
                         }),
                     )
                     .await;
@@ -95,6 +97,7 @@ pub(super) async fn write_forwarded(
                     } else {
                         metadata.clone()
                     },
+                    user,
                 }),
             )
             .await?;
@@ -118,6 +121,7 @@ pub(super) async fn read_forwarded(
     ctx: &ToolContext<'_>,
     id: SandboxId,
     path: String,
+    user: RunAs,
     sink: mpsc::Sender<Bytes>,
 ) -> Result<Value, ToolError> {
     let chunk = chunk_of(ctx) as u64;
@@ -132,6 +136,7 @@ pub(super) async fn read_forwarded(
                 limit: None,
                 max_bytes: Some(chunk),
                 byte_offset: Some(offset),
+                user,
             }),
         )
         .await?;

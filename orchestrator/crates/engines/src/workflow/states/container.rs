@@ -318,6 +318,7 @@ async fn exec(rt: &Runtime, id: SandboxId, c: &Container) -> Result<Ran, (bool, 
                 // The workflow's author (an operator who deployed it) chose this command; the
                 // kernel still confines its writes, connections and signals.
                 exec: ExecGrant::Any,
+                user: Default::default(),
             }),
         )
         .await

@@ -244,6 +244,7 @@ async fn start_server(
                 grace_ms: None,
                 max_output_bytes: Some(64 * 1024),
                 exec,
+                user: Default::default(),
             },
         )
         .await
