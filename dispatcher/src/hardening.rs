@@ -343,3 +343,60 @@ fn host_config(
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isolation::Isolation;
+    use crate::spec::{Owner, OwnerKind};
+
+    /// A spec of `class` that asks for root or not, and what its container and executor get.
+    fn made(class: Isolation, asks: bool) -> (Vec<String>, serde_json::Value) {
+        let mut spec = SandboxSpec::new("img", Owner::new(OwnerKind::Operator, "op"));
+        spec.isolation = Some(class);
+        spec.allow_root = asks;
+        let config = DispatcherConfig::new("/executor");
+        let json: serde_json::Value =
+            serde_json::from_str(&executor_json(&spec, &config, None)).expect("JSON");
+        (capabilities(&spec), json)
+    }
+
+    #[test]
+    fn only_a_gvisor_sandbox_that_asks_gets_root() {
+        let exactly_today: Vec<String> = CAPABILITIES.iter().map(|c| (*c).to_owned()).collect();
+        for (class, asks) in [
+            (Isolation::Container, false),
+            (Isolation::Container, true),
+            (Isolation::Gvisor, false),
+        ] {
+            let (caps, json) = made(class, asks);
+            assert_eq!(caps, exactly_today, "{class} asking {asks}");
+            assert!(
+                json.get("allow_root").is_none(),
+                "{class} asking {asks}: {json}"
+            );
+        }
+        let (caps, json) = made(Isolation::Gvisor, true);
+        assert_eq!(json["allow_root"], true, "{json}");
+        for cap in CAPABILITIES
+            .iter()
+            .chain(sandbox_executor::protocol::ROOT_CAPABILITIES.iter())
+        {
+            assert_eq!(
+                caps.iter().filter(|c| c == cap).count(),
+                1,
+                "{cap} in {caps:?}"
+            );
+        }
+        for never in [
+            "SYS_ADMIN",
+            "SYS_PTRACE",
+            "NET_RAW",
+            "NET_ADMIN",
+            "MKNOD",
+            "SETPCAP",
+        ] {
+            assert!(!caps.iter().any(|c| c == never), "{never} in {caps:?}");
+        }
+    }
+}

@@ -367,6 +367,7 @@ impl Target<'_> {
                     max_stdout_bytes: 1024 * 1024,
                     max_stderr_bytes: 1024 * 1024,
                     exec: Default::default(),
+                    user: Default::default(),
                 });
                 let out = self.dispatch(op).await?;
                 let elapsed = started.elapsed();

@@ -23,6 +23,8 @@ use rustix::process::DumpableBehavior;
 use rustix::thread::{CapabilitySet, CapabilitySets};
 
 use crate::config::Config;
+use crate::error::OpError;
+use crate::protocol::ErrorKind;
 use crate::roots::Roots;
 
 /// Capabilities the executor keeps: switching to the sandbox user and signalling its processes.
@@ -343,6 +345,31 @@ impl Drop for AsRoot {
             std::process::abort();
         }
     }
+}
+
+/// Why a request asking for root is refused here, and how a sandbox gets root.
+pub fn root_refused(config: &Config) -> OpError {
+    OpError::new(
+        ErrorKind::PermissionDenied,
+        format!(
+            "user \"root\" is not available in this sandbox: its executor runs every command and \
+             file operation as uid {} (allow_root is off). Root is offered only in gVisor-class \
+             sandboxes (sandbox.isolation or sandbox.runtime_isolation: gvisor), where uid 0 is \
+             root of gVisor's own kernel, not of the host's; and there only to sandboxes that ask \
+             for it (every E2B sandbox of a gVisor template does)",
+            config.uid
+        ),
+    )
+}
+
+/// This thread as root for one request ([`identity::AsRoot`]), or why not.
+pub fn as_root(config: &Config) -> Result<AsRoot, OpError> {
+    AsRoot::enter(config).map_err(|e| {
+        OpError::new(
+            ErrorKind::PermissionDenied,
+            format!("cannot act as root: {e}"),
+        )
+    })
 }
 
 /// This process's pid as the ready line reports it.

@@ -463,31 +463,6 @@ fn handle_line(
     }
 }
 
-/// Why a request asking for root is refused here, and how a sandbox gets root.
-pub(crate) fn root_refused(config: &Config) -> OpError {
-    OpError::new(
-        ErrorKind::PermissionDenied,
-        format!(
-            "user \"root\" is not available in this sandbox: its executor runs every command and \
-             file operation as uid {} (allow_root is off). Root is offered only in gVisor-class \
-             sandboxes (sandbox.isolation or sandbox.runtime_isolation: gvisor), where uid 0 is \
-             root of gVisor's own kernel, not of the host's; and there only to sandboxes that ask \
-             for it (every E2B sandbox of a gVisor template does)",
-            config.uid
-        ),
-    )
-}
-
-/// This thread as root for one request ([`identity::AsRoot`]), or why not.
-pub(crate) fn as_root(config: &Config) -> Result<identity::AsRoot, OpError> {
-    identity::AsRoot::enter(config).map_err(|e| {
-        OpError::new(
-            ErrorKind::PermissionDenied,
-            format!("cannot act as root: {e}"),
-        )
-    })
-}
-
 fn dispatch(
     context: &Arc<Context>,
     id: u64,
@@ -499,9 +474,9 @@ fn dispatch(
     // terminal is opened first, see `live/start.rs`), or is refused before anything happens.
     let _root = match (op.user(), &op) {
         (RunAs::User, _) => None,
-        (RunAs::Root, _) if !c.config.allow_root => return Err(root_refused(&c.config)),
+        (RunAs::Root, _) if !c.config.allow_root => return Err(identity::root_refused(&c.config)),
         (RunAs::Root, Op::ProcStart(_)) => None,
-        (RunAs::Root, _) => Some(as_root(&c.config)?),
+        (RunAs::Root, _) => Some(identity::as_root(&c.config)?),
     };
     Ok(match op {
         Op::Ping => Reply::Empty(Empty {}),

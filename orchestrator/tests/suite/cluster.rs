@@ -1062,6 +1062,7 @@ async fn a_holder_that_stops_ends_the_callers_streams_with_why_without_holding_i
                 grace_ms: None,
                 max_output_bytes: None,
                 exec: Default::default(),
+                user: Default::default(),
             },
         )
         .await

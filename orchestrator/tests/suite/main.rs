@@ -37,6 +37,7 @@ mod executions;
 mod generate;
 mod gvisor;
 mod gvisor_pause;
+mod gvisor_root;
 mod intent;
 mod kernel_policy;
 mod llm;

@@ -61,7 +61,7 @@ pub fn start(ctx: &Arc<Context>, request: u64, params: StartParams) -> OpResult<
     // A root process: root from here (its terminal, made above, stays root's with mode 0600),
     // so its working directory is opened as root, as `cmd.run`'s is.
     let _root = match params.user {
-        RunAs::Root => Some(crate::server::as_root(&ctx.config)?),
+        RunAs::Root => Some(crate::identity::as_root(&ctx.config)?),
         RunAs::User => None,
     };
     let Some(launched) = run::launch(ctx, request, &what, stdio)? else {

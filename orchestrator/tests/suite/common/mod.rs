@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod binary;
 pub mod fake_llm;
+pub mod gvisor;
 pub mod harness;
 pub mod mcp;
 pub mod proxy;
