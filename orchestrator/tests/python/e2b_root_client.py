@@ -78,12 +78,12 @@ def gvisor():
     attempt(report, "proc_root", lambda: run(sbx, "cat /proc/1/environ"))
 
     # Root stays held by the sandbox: the files API's paths, the read-only image and executor,
-    # and the executor (PID 1) survives root's SIGKILL.
+    # no mount. (Root can end its own sandbox by signalling PID 1, which gVisor delivers:
+    # ARCHITECTURE.md; not tried here.)
     attempt(report, "write_etc_root", lambda: sbx.files.write("/etc/planted", "x", user="root").path)
     attempt(report, "image_root", lambda: run(sbx, "echo x > /etc/planted", "root"))
     attempt(report, "executor_root", lambda: run(sbx, "echo x > /opt/sandbox/sandbox-executor", "root"))
     attempt(report, "mount_root", lambda: run(sbx, "mount -o remount,rw /", "root"))
-    attempt(report, "kill_root", lambda: run(sbx, "kill -9 1; sleep 0.2; echo sent", "root").strip())
     attempt(report, "alive", lambda: run(sbx, "echo alive").strip())
     sbx.kill()
     return report
