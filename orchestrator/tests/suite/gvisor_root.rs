@@ -5,8 +5,9 @@
 //! enter. The sandbox user of that same sandbox cannot become root (a set-uid root program root
 //! made, `su`) nor read what root keeps, checked from inside; root itself stays held by the
 //! files API's path rules and the read-only image and executor. The same calls in a
-//! container-class sandbox are refused with a message saying why and how, and our own doors'
-//! `cmd.run` keeps its user rules in a gVisor sandbox (no manifest asks root).
+//! container-class sandbox are refused with a message saying why and how. Our own doors'
+//! `cmd.run` keeps its user rules in a gVisor sandbox unless the agent's manifest asks for root
+//! (`spec.security.allow_root`), which a container-class sandbox never grants.
 
 use serde_json::{json, Value};
 
@@ -52,6 +53,16 @@ spec:
       read: [/workspace]
       write: [/workspace]
 ";
+
+/// [`AGENT`] whose manifest asks for root (`spec.security.allow_root`).
+fn agent_asking_root() -> String {
+    AGENT
+        .replace("gvisor-root-agent", "gvisor-root-asker")
+        .replace(
+            "      write: [/workspace]\n",
+            "      write: [/workspace]\n    allow_root: true\n",
+        )
+}
 
 /// A node of class `class` on the engine at `host` (`None`: the host's).
 fn node(db: &TestDb, host: Option<&str>, class: Isolation) -> orchestrator::config::NodeConfig {
@@ -214,6 +225,34 @@ async fn e2b_runs_root_in_a_gvisor_sandbox_and_its_user_cannot_become_root() {
     assert_eq!(id["stdout"], "65534\n", "{id}");
     let (code, _) = engine.inside(&sb, &["ls", "/workspace/rooted"]);
     assert_ne!(code, 0, "the refused write left a file");
+
+    // ... unless its manifest asks for root, in this gVisor sandbox.
+    let asker = agent_asking_root();
+    assert!(asker.contains("allow_root: true"), "{asker}");
+    let sb = AgentSandbox::start_on(&app, asker, BUSYBOX_IMAGE).await;
+    let id = sb
+        .ok("cmd.run", json!({"command": "id -u", "user": "root"}))
+        .await;
+    assert_eq!(id["stdout"], "0\n", "{id}");
+    sb.ok(
+        "fs.write",
+        json!({"path": "/workspace/rooted", "content": "x", "user": "root"}),
+    )
+    .await;
+    let owner = sb
+        .ok(
+            "cmd.run",
+            json!({"command": "sh -c 'ls -ln /workspace/rooted'"}),
+        )
+        .await;
+    let line = owner["stdout"].as_str().unwrap_or_default();
+    assert_eq!(
+        line.split_whitespace().nth(2),
+        Some("0"),
+        "root's file belongs to root: {owner}"
+    );
+    let id = sb.ok("cmd.run", json!({"command": "id -u"})).await;
+    assert_eq!(id["stdout"], "65534\n", "{id}");
 }
 
 #[tokio::test]
@@ -232,5 +271,24 @@ async fn e2b_root_is_refused_in_a_container_sandbox_with_how_to_get_it() {
             .unwrap_or_default()
             .contains("rooted"),
         "{r}"
+    );
+
+    // An agent whose manifest asks for root gets none in a container-class sandbox.
+    let sb = AgentSandbox::start_on(&app, agent_asking_root(), BUSYBOX_IMAGE).await;
+    let out = sb
+        .tool_error(
+            "cmd.run",
+            json!({"command": "id -u", "user": "root"}),
+            "permission_denied",
+        )
+        .await;
+    assert!(out.to_string().contains("gVisor"), "{out}");
+    let caps = sb.inspect("{{.HostConfig.CapAdd}}");
+    for cap in ["SETUID", "SETGID", "KILL", "CHOWN"] {
+        assert!(caps.contains(cap), "{caps}");
+    }
+    assert!(
+        !caps.contains("DAC_OVERRIDE"),
+        "root's set in a container sandbox: {caps}"
     );
 }

@@ -237,6 +237,14 @@ impl<'a> AgentView<'a> {
             .unwrap_or(false)
     }
 
+    /// `spec.security.allow_root`: the agent's calls may ask to run as root, granted only in a
+    /// gVisor-class sandbox (the dispatcher's `SandboxSpec::root_allowed`).
+    pub fn allow_root(&self) -> bool {
+        self.at("/spec/security/allow_root")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
     /// `spec.security.filesystem.read_only`: every write refused.
     pub fn read_only(&self) -> bool {
         self.at("/spec/security/filesystem/read_only")

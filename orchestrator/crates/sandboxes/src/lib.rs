@@ -750,6 +750,8 @@ impl Sandboxes {
         };
         spec.read_roots = policy.read_roots.clone();
         spec.write_roots = policy.write_roots.clone();
+        // Asked by the manifest; granted by the dispatcher only in the gVisor class.
+        spec.allow_root = view.allow_root();
         spec.labels.insert(AGENT_LABEL.to_owned(), def.name.clone());
         spec.labels
             .insert(AGENT_VERSION_LABEL.to_owned(), def.version_id.to_string());
