@@ -145,6 +145,13 @@ impl Inner {
         // Unreachable from here: calls find the row checkpointed.
         self.release(id);
         sandbox.stream.close("sandbox checkpointed");
+        // Its egress proxy stops while nothing runs in it; the restore (or, when the
+        // checkpoint fails, serving it again) opens one, as an adoption does.
+        if sandbox.spec.network == NetworkMode::Egress {
+            if let Some(host) = &self.config.egress_host {
+                host.close(id);
+            }
+        }
         let saved = self
             .docker
             .create_checkpoint(

@@ -73,7 +73,7 @@ def step(name):
 
 def main():
     report = {}
-    sbx = Sandbox.create("base", timeout=300, allow_internet_access=False)
+    sbx = Sandbox.create("base", timeout=300)  # with its network, the SDK's default
     report["sandbox_id"] = sbx.sandbox_id
     # The count lives in the shell's memory; the file only shows it. A loop started again
     # would count from 1.
@@ -179,7 +179,8 @@ def replicas():
     a = {"api_url": os.environ["E2B_URL_A"], "sandbox_url": os.environ["E2B_URL_A"]}
     b = {"api_url": os.environ["E2B_URL_B"], "sandbox_url": os.environ["E2B_URL_B"]}
     report = {}
-    sbx = Sandbox.create("base", timeout=300, allow_internet_access=False, **a)
+    # With its network (the SDK's default): its egress proxy moves with it.
+    sbx = Sandbox.create("base", timeout=300, **a)
     report["sandbox_id"] = sbx.sandbox_id
     pid = start_repl(sbx, "moved")
     sbx.pause()

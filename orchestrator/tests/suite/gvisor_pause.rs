@@ -150,6 +150,9 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     let db = TestDb::create().await;
     let mut config = test_config(&db.url);
     gvisor_node(&mut config, &engine);
+    // A grant: the first sandbox has a network, whose egress proxy stops at the pause and
+    // starts again at the resume.
+    config.e2b.egress.default = vec!["granted.test".to_owned()];
     let app = TestApp::spawn_with(config).await;
     let key = app.create_key("gvisor-pause", "operator").await;
 
@@ -181,6 +184,13 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
         .unwrap();
     let (sandbox, state) = current(&app, &e2b_id).await;
     assert_eq!(state, "checkpointed");
+    let network: String =
+        sqlx::query_scalar("SELECT spec->>'network' FROM sandboxes WHERE id::text = $1")
+            .bind(&sandbox)
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+    assert_eq!(network, "egress");
     let (keeps_memory, bytes, archive): (bool, i64, i32) = sqlx::query_as(
         "SELECT p.keeps_memory, p.bytes, length(p.archive) FROM e2b_snapshots p \
          JOIN e2b_sandboxes e ON e.paused_snapshot = p.id",
@@ -326,7 +336,7 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     assert_eq!(report["big_same"], true, "{report}");
 
     // Killed while paused: its container (and the checkpoint inside the engine's data root),
-    // its holder and its workspace volume are gone, and so are the rows.
+    // its holder, its workspace volume and its network are gone, and so are the rows.
     assert!(
         engine.containers(&sandbox).is_empty(),
         "{:?}",
@@ -335,6 +345,8 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     assert!(!std::path::Path::new(&saved).exists(), "{saved} is left");
     let (_, volumes) = engine.docker(&["volume", "ls", "-q"]);
     assert!(!volumes.contains(&sandbox), "{volumes}");
+    let (_, networks) = engine.docker(&["network", "ls", "--format", "{{.Name}}"]);
+    assert!(!networks.contains(&sandbox), "{networks}");
     let left: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM e2b_sandboxes) + (SELECT count(*) FROM e2b_snapshots) \
          + (SELECT count(*) FROM sandboxes WHERE state NOT IN ('destroyed', 'destroying') \
@@ -356,6 +368,11 @@ async fn a_sandbox_paused_on_one_replica_resumes_on_another_beside_the_same_engi
     gvisor_node(&mut a, &engine);
     let mut b = in_process(&db, Some(SECRET));
     gvisor_node(&mut b, &engine);
+    // A grant, so that its sandbox has a network and an egress proxy (on the replica that
+    // serves it) to move with it.
+    for config in [&mut a, &mut b] {
+        config.e2b.egress.default = vec!["granted.test".to_owned()];
+    }
     let (a, b) = (TestApp::spawn_with(a).await, TestApp::spawn_with(b).await);
     let key = a.create_key("gvisor-moved", "operator").await;
     let mut client = tokio::process::Command::new("python3")
@@ -391,6 +408,16 @@ async fn a_sandbox_paused_on_one_replica_resumes_on_another_beside_the_same_engi
     .unwrap();
     let b_id = b.state.sandboxes.dispatcher().unwrap().instance_id();
     assert_eq!(holder, b_id, "the replica that resumed it holds it");
+    let network: String = sqlx::query_scalar(
+        "SELECT s.spec->>'network' FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id",
+    )
+    .fetch_one(&a.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        network, "egress",
+        "it has its network (and so an egress proxy to move)"
+    );
     told.write_all(b"go\n").await.unwrap();
     let rest = next_step(&mut steps, &mut said).await;
     assert!(rest.is_empty(), "an unexpected step {rest}");
