@@ -399,6 +399,14 @@ fn checkpoint_error(e: dispatcher::DispatchError, room: u64) -> ApiError {
             ),
         )
         .with_error_code("snapshot_quota_exceeded"),
+        // As a filesystem pause's capture answers (`SnapshotError::to_api`).
+        dispatcher::DispatchError::SandboxNotFound {
+            attached_elsewhere: true,
+            ..
+        } => ApiError::new(
+            409,
+            "the sandbox is served by another replica of this node; ask it",
+        ),
         other => sandbox_error(other.into()),
     }
 }
