@@ -38,7 +38,9 @@
 # /24, networks come from the upper half in /24s), AEGIS_ENGINE2_TAG (default aegis-engine2: the
 # firewall rules' comment and the cgroup parent, so two such engines never touch each other's),
 # AEGIS_ENGINE2_RUNSC (default 0; 1 registers gVisor's runsc as the runtime `runsc`, see
-# scripts/lib/gvisor_engine.sh, which starts such an engine under names of its own). Needs root.
+# scripts/lib/gvisor_engine.sh, which starts such an engine under names of its own, and turns on
+# the engine's experimental features, which checkpoints need: pause with memory, unless
+# AEGIS_ENGINE2_EXPERIMENTAL=false). Needs root.
 set -euo pipefail
 
 DIR=${AEGIS_ENGINE2_DIR:-/var/lib/aegis-engine2}
@@ -47,6 +49,8 @@ BRIDGE=${AEGIS_ENGINE2_BRIDGE:-aegis-eng2}
 RANGE=${AEGIS_ENGINE2_RANGE:-10.213.0.0/16}
 TAG=${AEGIS_ENGINE2_TAG:-aegis-engine2}
 RUNSC=${AEGIS_ENGINE2_RUNSC:-0}
+EXPERIMENTAL=${AEGIS_ENGINE2_EXPERIMENTAL:-true}
+case "$EXPERIMENTAL" in true | false) ;; *) echo "[engine2] ERROR: AEGIS_ENGINE2_EXPERIMENTAL must be true or false (got $EXPERIMENTAL)" >&2; exit 1 ;; esac
 SOCKET="$RUN/docker.sock"
 HOST="unix://$SOCKET"
 PIDFILE="$RUN/dockerd.pid"
@@ -145,7 +149,7 @@ start() {
       runtimes=",
  \"runtimes\": {\"runsc\": {\"path\": \"$(command -v runsc)\",
    \"runtimeArgs\": [\"--platform=ptrace\", \"--network=none\"]}},
- \"experimental\": true"
+ \"experimental\": $EXPERIMENTAL"
     fi
     cat >"$RUN/daemon.json" <<EOF
 {"log-driver": "json-file", "log-opts": {"max-size": "10m", "max-file": "2"},

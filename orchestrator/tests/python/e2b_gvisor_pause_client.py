@@ -192,8 +192,29 @@ def replicas():
     print(json.dumps(report))
 
 
+def fallback():
+    """On an engine that cannot checkpoint: pause() keeps the files, and the log says why."""
+    report = {}
+    sbx = Sandbox.create("base", timeout=300, allow_internet_access=False)
+    start_repl(sbx, "fallback")
+    sbx.pause()
+    url = os.environ["E2B_API_URL"].rstrip("/") + f"/v2/sandboxes/{sbx.sandbox_id}/logs"
+    req = urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        logs = json.load(r).get("logs", [])
+    paused = [l for l in logs if l.get("message", "").startswith("sandbox paused")]
+    report["files_only_because"] = (paused[-1].get("fields") or {}).get("files_only_because") if paused else None
+    sbx.connect(timeout=300)
+    report["pids_after"] = [p.pid for p in sbx.commands.list()]
+    report["file_kept"] = sbx.files.read("fallback.before")
+    sbx.kill()
+    print(json.dumps(report))
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["replicas"]:
         replicas()
+    elif sys.argv[1:] == ["fallback"]:
+        fallback()
     else:
         main()

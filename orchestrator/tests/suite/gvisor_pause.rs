@@ -22,9 +22,38 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const DIR: &str = "/var/lib/aegis-gvisor-pause";
-const RUN: &str = "/run/aegis-gvisor-pause";
 
-fn engine_script(verb: &str, images: &[&str]) -> std::process::Output {
+/// Where an engine of this module lives: the one whose checkpoints work, or one without the
+/// engine's experimental features (so without checkpoints).
+#[derive(Clone, Copy)]
+struct Names {
+    dir: &'static str,
+    run: &'static str,
+    bridge: &'static str,
+    range: &'static str,
+    tag: &'static str,
+    experimental: bool,
+}
+
+const CHECKPOINTS: Names = Names {
+    dir: DIR,
+    run: "/run/aegis-gvisor-pause",
+    bridge: "aegis-gvpause",
+    range: "10.215.0.0/16",
+    tag: "aegis-gvisor-pause",
+    experimental: true,
+};
+
+const NO_CHECKPOINTS: Names = Names {
+    dir: "/var/lib/aegis-gvisor-nockpt",
+    run: "/run/aegis-gvisor-nockpt",
+    bridge: "aegis-gvnockpt",
+    range: "10.216.0.0/16",
+    tag: "aegis-gvisor-nockpt",
+    experimental: false,
+};
+
+fn engine_script(names: Names, verb: &str, images: &[&str]) -> std::process::Output {
     Command::new("bash")
         .arg(format!(
             "{}/../scripts/lib/second_engine.sh",
@@ -32,12 +61,13 @@ fn engine_script(verb: &str, images: &[&str]) -> std::process::Output {
         ))
         .arg(verb)
         .args(images)
-        .env("AEGIS_ENGINE2_DIR", DIR)
-        .env("AEGIS_ENGINE2_RUN", RUN)
-        .env("AEGIS_ENGINE2_BRIDGE", "aegis-gvpause")
-        .env("AEGIS_ENGINE2_RANGE", "10.215.0.0/16")
-        .env("AEGIS_ENGINE2_TAG", "aegis-gvisor-pause")
+        .env("AEGIS_ENGINE2_DIR", names.dir)
+        .env("AEGIS_ENGINE2_RUN", names.run)
+        .env("AEGIS_ENGINE2_BRIDGE", names.bridge)
+        .env("AEGIS_ENGINE2_RANGE", names.range)
+        .env("AEGIS_ENGINE2_TAG", names.tag)
         .env("AEGIS_ENGINE2_RUNSC", "1")
+        .env("AEGIS_ENGINE2_EXPERIMENTAL", names.experimental.to_string())
         .output()
         .expect("bash runs")
 }
@@ -45,18 +75,23 @@ fn engine_script(verb: &str, images: &[&str]) -> std::process::Output {
 /// One such engine at a time in this binary: a test's stop would pull it from under another.
 static ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// The runsc-enabled engine, stopped (nothing left) when dropped.
+/// A runsc-enabled engine, stopped (nothing left) when dropped.
 struct Engine {
     host: String,
+    names: Names,
     _alone: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Engine {
     fn start() -> Engine {
+        Engine::start_as(CHECKPOINTS)
+    }
+
+    fn start_as(names: Names) -> Engine {
         let alone = ENGINE
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let out = engine_script("start", &["aegis-runtime/base:bookworm"]);
+        let out = engine_script(names, "start", &["aegis-runtime/base:bookworm"]);
         assert!(
             out.status.success(),
             "the gVisor engine must start here (scripts/lib/second_engine.sh; scripts/test.sh \
@@ -67,6 +102,7 @@ impl Engine {
         assert!(host.starts_with("unix://"), "its address: {host}");
         Engine {
             host,
+            names,
             _alone: alone,
         }
     }
@@ -97,7 +133,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        let out = engine_script("stop", &[]);
+        let out = engine_script(self.names, "stop", &[]);
         if !out.status.success() {
             eprintln!(
                 "the gVisor engine did not stop cleanly:\n{}",
@@ -431,4 +467,41 @@ async fn a_sandbox_paused_on_one_replica_resumes_on_another_beside_the_same_engi
     assert_eq!(report["repl_after"], "42", "{report}");
     b.stop().await.expect("B stops");
     a.stop().await.expect("A stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_without_checkpoints_pauses_a_gvisor_sandbox_with_its_files_and_says_why() {
+    let engine = Engine::start_as(NO_CHECKPOINTS);
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    gvisor_node(&mut config, &engine);
+    let app = TestApp::spawn_with(config).await;
+    let key = app.create_key("gvisor-files", "operator").await;
+    let out = tokio::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/e2b_gvisor_pause_client.py"
+        ))
+        .arg("fallback")
+        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
+        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
+        .env("E2B_API_KEY", e2b_key(&key))
+        .output()
+        .await
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "the scenario failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    // The caller kept memory (the SDK's default), the engine could not: the files were kept,
+    // the log says why, and nothing of a checkpoint is left.
+    assert_eq!(report["pids_after"], serde_json::json!([]), "{report}");
+    assert_eq!(report["file_kept"], "42", "{report}");
+    let why = report["files_only_because"].as_str().unwrap_or_default();
+    assert!(why.contains("\"experimental\": true"), "{report}");
+    let (_, all) = engine.docker(&["ps", "-a", "--format", "{{.Names}}"]);
+    assert!(!all.contains("aegis-hold-"), "{all}");
+    app.stop().await.expect("the node stops");
 }
