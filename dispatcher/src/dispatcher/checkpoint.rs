@@ -344,6 +344,8 @@ impl Inner {
         let mut holder_spec = spec.clone();
         holder_spec.isolation = Some(Isolation::Container);
         holder_spec.network = NetworkMode::None;
+        // Never root's: nothing runs in the holder (and runc sandboxes may not have root).
+        holder_spec.allow_root = false;
         let mut holder_labels = self.labels(id, &spec.owner);
         holder_labels.insert(labels::COMPONENT.to_owned(), HOLDER_COMPONENT.to_owned());
         let body = hardening::sandbox_container(
