@@ -133,7 +133,7 @@ suite_certificate() {
 # scripts/lib/gvisor_engine.sh under names of the suite's own.
 suite_gvisor() {
   AEGIS_GVISOR_DIR=/var/lib/aegis-gvisor-suite AEGIS_GVISOR_RUN=/run/aegis-gvisor-suite \
-    AEGIS_GVISOR_BRIDGE=aegis-gvsuite AEGIS_GVISOR_RANGE=10.215.0.0/16 \
+    AEGIS_GVISOR_BRIDGE=aegis-gvsuite AEGIS_GVISOR_RANGE=10.217.0.0/16 \
     AEGIS_GVISOR_TAG=aegis-gvisor-suite bash "$ROOT/scripts/lib/gvisor_engine.sh" "$@"
 }
 
