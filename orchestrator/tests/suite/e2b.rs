@@ -1395,3 +1395,44 @@ async fn e2b_auto_pause_at_timeout_keeps_files_until_connect_resumes() {
     let left_over = containers_of_key_after_removal(&owner).await;
     assert!(left_over.is_empty(), "no orphan container: {left_over:?}");
 }
+
+/// A resume or a wake that comes while a pause holds the row (a timeout's pause checkpointing a
+/// gVisor sandbox, seconds) waits for that pause to end, and so reads the pause it must undo;
+/// it used to read the half-paused row and answer "gone" (409 to a request that should wake it).
+#[tokio::test]
+async fn a_resume_waits_for_a_pause_in_progress() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let db = TestDb::create().await;
+    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let key = app.create_key("pausing", "operator").await;
+    let (id, _, _) = common::e2b_base_sandbox(&app, &key).await;
+    let id: uuid::Uuid = id.parse().expect("a uuid");
+    let store = &app.state.pool;
+
+    let mut pausing = store.begin().await.expect("a transaction");
+    assert!(
+        aegis_store::e2b::sandboxes::lock_for_pause(&mut pausing, id, false)
+            .await
+            .expect("lock"),
+        "a running sandbox can be locked for its pause"
+    );
+    let ended = Arc::new(AtomicBool::new(false));
+    let waiter = tokio::spawn({
+        let (pool, ended) = (store.clone(), ended.clone());
+        async move {
+            aegis_store::e2b::sandboxes::wait_for_pause(&pool, id)
+                .await
+                .expect("wait");
+            ended.load(Ordering::SeqCst)
+        }
+    });
+    // Room for the waiter to run ahead if it did not wait (nothing is asserted on time).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ended.store(true, Ordering::SeqCst);
+    pausing.rollback().await.expect("rollback");
+    assert!(
+        waiter.await.expect("the waiter"),
+        "the wait ended only once the pause let go of the row"
+    );
+}

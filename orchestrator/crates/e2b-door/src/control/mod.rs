@@ -760,6 +760,12 @@ async fn connect_row(
     if !matches!(&running, Err(Refusal(ApiError { code: 404, .. }))) {
         return running.map(|row| (row, false));
     }
+    // Not running: perhaps a pause is under way (a timeout's, while it checkpoints, seconds
+    // under gVisor). It ends first, so that what is read next is the pause to undo, never the
+    // half-paused row (which a wake by traffic would take for "gone").
+    if let Ok(uuid) = id.parse::<Uuid>() {
+        store::wait_for_pause(&state.pool, uuid).await.map_err(db)?;
+    }
     let paused = match known(state, caller, id).await {
         Ok(row) if row.paused_snapshot.is_some() => row,
         Ok(_) | Err(Refusal(ApiError { code: 404, .. })) => {

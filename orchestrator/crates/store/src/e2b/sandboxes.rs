@@ -307,6 +307,18 @@ pub async fn lock_for_pause(
     Ok(locked.is_some())
 }
 
+/// Waits until no pause holds the row of `id` ([`lock_for_pause`] keeps it locked while it
+/// checkpoints or captures the sandbox, seconds under gVisor): a resume or a wake that came
+/// meanwhile then reads the pause it must undo, never the half-paused row. Immediate otherwise.
+pub async fn wait_for_pause(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT 1 FROM e2b_sandboxes WHERE e2b_id = $1 FOR SHARE")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
 /// Running sandboxes whose timeout passed and pauses them, oldest deadline first; at most
 /// `limit`.
 pub async fn due_for_pause(pool: &PgPool, limit: i64) -> Result<Vec<Row>, sqlx::Error> {
