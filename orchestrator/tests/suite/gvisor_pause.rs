@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::common;
 
+use common::gvisor::{GvisorEngine, Place};
 use common::{e2b_key, test_config, TestApp, TestDb};
 use dispatcher::Isolation;
 use serde_json::Value;
@@ -23,124 +24,35 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const DIR: &str = "/var/lib/aegis-gvisor-pause";
 
-/// Where an engine of this module lives: the one whose checkpoints work, or one without the
-/// engine's experimental features (so without checkpoints).
-#[derive(Clone, Copy)]
-struct Names {
-    dir: &'static str,
-    run: &'static str,
-    bridge: &'static str,
-    range: &'static str,
-    tag: &'static str,
-    experimental: bool,
-}
+/// One test at a time on each of this module's engines.
+static CHECKPOINTS_ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static NO_CHECKPOINTS_ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-const CHECKPOINTS: Names = Names {
+/// The engine whose checkpoints work.
+const CHECKPOINTS: Place = Place {
     dir: DIR,
     run: "/run/aegis-gvisor-pause",
     bridge: "aegis-gvpause",
     range: "10.215.0.0/16",
     tag: "aegis-gvisor-pause",
     experimental: true,
+    alone: &CHECKPOINTS_ALONE,
 };
 
-const NO_CHECKPOINTS: Names = Names {
+/// One without the engine's experimental features, so without checkpoints.
+const NO_CHECKPOINTS: Place = Place {
     dir: "/var/lib/aegis-gvisor-nockpt",
     run: "/run/aegis-gvisor-nockpt",
     bridge: "aegis-gvnockpt",
     range: "10.216.0.0/16",
     tag: "aegis-gvisor-nockpt",
     experimental: false,
+    alone: &NO_CHECKPOINTS_ALONE,
 };
 
-fn engine_script(names: Names, verb: &str, images: &[&str]) -> std::process::Output {
-    Command::new("bash")
-        .arg(format!(
-            "{}/../scripts/lib/second_engine.sh",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .arg(verb)
-        .args(images)
-        .env("AEGIS_ENGINE2_DIR", names.dir)
-        .env("AEGIS_ENGINE2_RUN", names.run)
-        .env("AEGIS_ENGINE2_BRIDGE", names.bridge)
-        .env("AEGIS_ENGINE2_RANGE", names.range)
-        .env("AEGIS_ENGINE2_TAG", names.tag)
-        .env("AEGIS_ENGINE2_RUNSC", "1")
-        .env("AEGIS_ENGINE2_EXPERIMENTAL", names.experimental.to_string())
-        .output()
-        .expect("bash runs")
-}
-
-/// One such engine at a time in this binary: a test's stop would pull it from under another.
-static ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// A runsc-enabled engine, stopped (nothing left) when dropped.
-struct Engine {
-    host: String,
-    names: Names,
-    _alone: std::sync::MutexGuard<'static, ()>,
-}
-
-impl Engine {
-    fn start() -> Engine {
-        Engine::start_as(CHECKPOINTS)
-    }
-
-    fn start_as(names: Names) -> Engine {
-        let alone = ENGINE
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let out = engine_script(names, "start", &["aegis-runtime/base:bookworm"]);
-        assert!(
-            out.status.success(),
-            "the gVisor engine must start here (scripts/lib/second_engine.sh; scripts/test.sh \
-             installs runsc):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let host = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        assert!(host.starts_with("unix://"), "its address: {host}");
-        Engine {
-            host,
-            names,
-            _alone: alone,
-        }
-    }
-
-    /// `docker -H <engine> args...`: (exit code, stdout).
-    fn docker(&self, args: &[&str]) -> (i32, String) {
-        let out = Command::new("docker")
-            .arg("-H")
-            .arg(&self.host)
-            .args(args)
-            .output()
-            .expect("docker runs");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-        )
-    }
-
-    /// Names of the engine's containers (any state) whose name contains `part`.
-    fn containers(&self, part: &str) -> Vec<String> {
-        let (_, out) = self.docker(&["ps", "-a", "--format", "{{.Names}} {{.State}}"]);
-        out.lines()
-            .filter(|l| l.contains(part))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        let out = engine_script(self.names, "stop", &[]);
-        if !out.status.success() {
-            eprintln!(
-                "the gVisor engine did not stop cleanly:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
+/// This module's engine (`place`) with the `base` template's image.
+fn engine(place: &'static Place) -> GvisorEngine {
+    GvisorEngine::start_at(place, &["aegis-runtime/base:bookworm"])
 }
 
 /// The dispatcher sandbox behind an E2B id, and its state.
@@ -173,7 +85,7 @@ async fn next_step(
 }
 
 /// A node of the gVisor class on `engine`'s runsc engine.
-fn gvisor_node(config: &mut orchestrator::config::NodeConfig, engine: &Engine) {
+fn gvisor_node(config: &mut orchestrator::config::NodeConfig, engine: &GvisorEngine) {
     config.docker.host = Some(engine.host.clone());
     config.sandbox.isolation = Isolation::Gvisor;
     // gVisor's kernel has no Landlock (ARCHITECTURE.md, "The gVisor class").
@@ -182,7 +94,7 @@ fn gvisor_node(config: &mut orchestrator::config::NodeConfig, engine: &Engine) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
-    let engine = Engine::start();
+    let engine = engine(&CHECKPOINTS);
     let db = TestDb::create().await;
     let mut config = test_config(&db.url);
     gvisor_node(&mut config, &engine);
@@ -398,7 +310,7 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_paused_on_one_replica_resumes_on_another_beside_the_same_engine() {
     use common::replicas::{in_process, SECRET};
-    let engine = Engine::start();
+    let engine = engine(&CHECKPOINTS);
     let db = TestDb::create().await;
     let mut a = in_process(&db, Some(SECRET));
     gvisor_node(&mut a, &engine);
@@ -471,7 +383,7 @@ async fn a_sandbox_paused_on_one_replica_resumes_on_another_beside_the_same_engi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_without_checkpoints_pauses_a_gvisor_sandbox_with_its_files_and_says_why() {
-    let engine = Engine::start_as(NO_CHECKPOINTS);
+    let engine = engine(&NO_CHECKPOINTS);
     let db = TestDb::create().await;
     let mut config = test_config(&db.url);
     gvisor_node(&mut config, &engine);
