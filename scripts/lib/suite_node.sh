@@ -74,9 +74,9 @@ YAML
   # and stops), with the images it needs loaded from the host's engine.
   if [ "${SUITE_ISOLATION:-container}" = gvisor ]; then
     local images=(aegis-runtime/busybox:1 aegis-runtime/base:bookworm) host
+    # Each runtime's image, as the registry's one reader (build.sh --list) gives it.
     for r in "${runtimes[@]}"; do
-      images+=("$(awk -v lang="$r" '$1 == "-" && $2 == "language:" { hit = ($3 == lang) }
-        hit && $1 == "image:" { print $2; exit }' "$ROOT/runtime-images/registry.yaml")")
+      images+=("$("$ROOT/runtime-images/build.sh" --list | awk -v lang="$r" '$2 == lang { print $4; exit }')")
     done
     say "starting the suite's gVisor engine (scripts/lib/gvisor_engine.sh)"
     host=$(suite_gvisor start "${images[@]}") || die "the gVisor engine did not start"

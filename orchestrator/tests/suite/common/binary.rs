@@ -50,7 +50,9 @@ pub async fn start(db: &TestDb, env: &[(&str, &str)]) -> Node {
 /// [`start`] with an environment made anew for each try, for nodes that listen on more ports
 /// of the test's choosing (a peer listener): `env` picks them again.
 pub async fn start_fresh(db: &TestDb, env: impl Fn() -> Vec<(String, String)>) -> Node {
-    for _ in 1..PORT_TRIES {
+    let mut tries = 0;
+    loop {
+        tries += 1;
         let pairs = env();
         let borrowed: Vec<(&str, &str)> = pairs
             .iter()
@@ -58,20 +60,12 @@ pub async fn start_fresh(db: &TestDb, env: impl Fn() -> Vec<(String, String)>) -
             .collect();
         match launch(db, free_port(), &borrowed).await {
             Ok(node) => return node,
-            Err(e) if e.output.contains("Address already in use") => {
+            Err(e) if tries < PORT_TRIES && e.output.contains("Address already in use") => {
                 eprintln!("a port the test chose was taken before the node bound it; again");
             }
             Err(e) => panic!("{e}"),
         }
     }
-    let pairs = env();
-    let borrowed: Vec<(&str, &str)> = pairs
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    launch(db, free_port(), &borrowed)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// [`start`] on HTTP port `http`: what a test that restarts a node where its clients expect it
