@@ -6,39 +6,19 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{within, TestEnv, IMAGE};
-use dispatcher::protocol::{ExecGrant, Op, PathParams, ReadParams, Response, RunParams, RunResult};
+use common::{ok, within, TestEnv, IMAGE};
+use dispatcher::protocol::{Op, PathParams, ReadParams, Response, RunResult};
 use dispatcher::{Owner, OwnerKind, SandboxSpec, Transport};
-use serde::de::DeserializeOwned;
 
 const PYTHON: &str = "aegis-runtime/python:3.11";
 const IN_SANDBOX: &str = "/run/aegis-channel";
 
 fn run(argv: &[&str]) -> Op {
-    Op::CmdRun(RunParams {
-        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
-        cwd: None,
-        env: BTreeMap::new(),
-        timeout_ms: 20_000,
-        grace_ms: Some(500),
-        max_stdout_bytes: 64 * 1024,
-        max_stderr_bytes: 64 * 1024,
-        exec: ExecGrant::Any,
-        user: Default::default(),
-    })
-}
-
-fn ok<T: DeserializeOwned>(response: Response) -> T {
-    let id = response.id;
-    match response.into_result() {
-        Ok(value) => serde_json::from_value(value).expect("result has the documented shape"),
-        Err(body) => panic!("request {id} failed: {}: {}", body.kind, body.message),
-    }
+    common::run_for(argv, 20_000)
 }
 
 fn refused(response: Response, what: &str) -> String {
@@ -181,7 +161,7 @@ print("neighbour-mounted", "{b}" in open("/proc/self/mountinfo").read())
         .expect("cmd.run"));
     assert_eq!(echoed.stdout.trim(), "fine");
     for id in [a, b] {
-        within(30, "destroy", d.destroy(id)).await.expect("destroy");
+        common::destroyed(&d, id).await;
         assert!(
             !base.join(id.to_string()).exists(),
             "channel directory left"
@@ -257,7 +237,7 @@ async fn without_a_usable_directory_calls_use_the_attach_stream() {
         .await
         .expect("cmd.run"));
     assert_eq!(ran.stdout.trim(), "attached");
-    within(30, "destroy", d.destroy(id)).await.expect("destroy");
+    common::destroyed(&d, id).await;
     d.shutdown().await;
 }
 
@@ -307,9 +287,7 @@ async fn the_reaper_sweeps_channel_directories_whose_container_is_gone() {
         .expect("cmd.run"));
     assert_eq!(ran.stdout.trim(), "alive");
 
-    within(30, "destroy", d.destroy(live))
-        .await
-        .expect("destroy");
+    common::destroyed(&d, live).await;
     let _ = std::fs::remove_dir(&young);
     d.shutdown().await;
     let _ = std::fs::remove_dir(&base);

@@ -8,18 +8,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, read, within, write, TestEnv, IMAGE};
-use dispatcher::protocol::{ReadResult, Response};
+use common::{eventually, ok, read, within, write, TestEnv, IMAGE};
+use dispatcher::protocol::ReadResult;
 use dispatcher::{DispatchError, Owner, OwnerKind, SandboxId, SandboxSpec};
-use serde::de::DeserializeOwned;
 use uuid::Uuid;
-
-fn ok<T: DeserializeOwned>(response: Response) -> T {
-    match response.into_result() {
-        Ok(value) => serde_json::from_value(value).expect("result has the documented shape"),
-        Err(body) => panic!("{}: {}", body.kind, body.message),
-    }
-}
 
 async fn holder(env: &TestEnv, id: SandboxId) -> (Uuid, i64, String) {
     sqlx::query_as("SELECT instance_id, epoch, state FROM sandboxes WHERE id = $1")
@@ -100,12 +92,8 @@ async fn a_fenced_holder_lets_go_of_what_was_claimed_and_takes_back_the_rest() {
     // Nothing this instance did changed the claimed row; its stream's end recorded nothing.
     assert_eq!(holder(&env, taken).await, (peer, 2, "running".to_owned()));
 
-    within(30, "destroy", d.destroy(kept))
-        .await
-        .expect("destroy");
-    within(30, "destroy", d.destroy(taken))
-        .await
-        .expect("destroy");
+    common::destroyed(&d, kept).await;
+    common::destroyed(&d, taken).await;
     d.shutdown().await;
 }
 

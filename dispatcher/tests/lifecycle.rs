@@ -12,41 +12,15 @@ use std::time::{Duration, Instant};
 
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::CreateContainerOptionsBuilder;
-use common::{eventually, label, read, within, write, TestEnv, IMAGE};
-use dispatcher::protocol::{
-    ExecGrant, Op, ReadResult, Response, RunParams, RunResult, WriteResult,
-};
+use common::{eventually, label, ok, read, run_for, within, write, TestEnv, IMAGE};
+use dispatcher::protocol::{Op, ReadResult, RunResult, WriteResult};
 use dispatcher::{
     labels, DispatchError, Limits, Owner, OwnerKind, SandboxId, SandboxSpec, SandboxState,
 };
-use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 fn run(argv: &[&str]) -> Op {
     run_for(argv, 10_000)
-}
-
-fn run_for(argv: &[&str], timeout_ms: u64) -> Op {
-    Op::CmdRun(RunParams {
-        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
-        cwd: None,
-        env: BTreeMap::new(),
-        timeout_ms,
-        grace_ms: Some(500),
-        max_stdout_bytes: 64 * 1024,
-        max_stderr_bytes: 64 * 1024,
-        exec: ExecGrant::Any,
-        user: Default::default(),
-    })
-}
-
-/// The `ok` result of a response as `T`; panics with the executor's error otherwise.
-fn ok<T: DeserializeOwned>(response: Response) -> T {
-    let id = response.id;
-    match response.into_result() {
-        Ok(value) => serde_json::from_value(value).expect("result has the documented shape"),
-        Err(body) => panic!("request {id} failed: {}: {}", body.kind, body.message),
-    }
 }
 
 /// Waits until a process named `name` runs in the sandbox (the request reached the executor).
@@ -142,7 +116,7 @@ async fn create_call_destroy_leaves_nothing_behind() {
         .expect_err("reading outside the roots is refused");
     assert_eq!(body.kind.as_str(), "path_not_allowed");
 
-    within(30, "destroy", d.destroy(id)).await.expect("destroy");
+    common::destroyed(&d, id).await;
     assert!(
         env.containers_with(&[&sandbox_label]).await.is_empty(),
         "container left behind"
@@ -414,7 +388,7 @@ async fn container_has_every_hardening_setting() {
         .collect();
     assert_eq!(names, vec!["lo"], "only loopback");
 
-    within(30, "destroy", d.destroy(id)).await.expect("destroy");
+    common::destroyed(&d, id).await;
     d.shutdown().await;
 }
 
@@ -445,7 +419,7 @@ async fn network_only_when_granted() {
             .expect("cmd.run"),
     );
     assert!(ifaces.stdout.contains("eth0"), "{}", ifaces.stdout);
-    within(30, "destroy", d.destroy(id)).await.expect("destroy");
+    common::destroyed(&d, id).await;
     d.shutdown().await;
 }
 
@@ -488,7 +462,7 @@ async fn many_concurrent_calls_share_one_stream() {
         }
     })
     .await;
-    within(30, "destroy", d.destroy(id)).await.expect("destroy");
+    common::destroyed(&d, id).await;
     d.shutdown().await;
 }
 
@@ -786,9 +760,7 @@ async fn reaper_removes_orphans_whatever_their_status_and_nothing_else() {
         .await
         .expect("live sandbox answers");
     assert!(pong.into_result().is_ok());
-    within(30, "destroy", d.destroy(live))
-        .await
-        .expect("destroy");
+    common::destroyed(&d, live).await;
     d.shutdown().await;
 }
 
@@ -1018,7 +990,7 @@ async fn a_pools_warm_up_runs_before_its_sandbox_is_handed_out() {
             Some(0),
             "the warm-up ran before the hand-out"
         );
-        within(30, "destroy", d.destroy(id)).await.expect("destroy");
+        common::destroyed(&d, id).await;
     }
     // A pool without a warm-up runs nothing in its sandboxes.
     let mut other = env.config();
@@ -1063,9 +1035,7 @@ async fn destroy_owned_by_removes_only_that_owners_sandboxes() {
     assert!(within(10, "ping other", d.call(other, Op::Ping))
         .await
         .is_ok());
-    within(30, "destroy", d.destroy(other))
-        .await
-        .expect("destroy");
+    common::destroyed(&d, other).await;
     d.shutdown().await;
 }
 
@@ -1214,7 +1184,7 @@ async fn measurements() {
         acquires
     );
     for id in ids {
-        within(30, "destroy", d.destroy(id)).await.expect("destroy");
+        common::destroyed(&d, id).await;
     }
     within(60, "shutdown", d.shutdown()).await;
 }

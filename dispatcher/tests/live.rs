@@ -9,10 +9,10 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{eventually, label, within, TestEnv, IMAGE};
+use common::{eventually, label, ok, within, TestEnv, IMAGE};
 use dispatcher::protocol::{
-    ErrorKind, ExecGrant, FsOp, Op, ProcessEnd, ProcessSignal, PtySize, Response, RunParams,
-    RunResult, StartParams, WriteParams,
+    ErrorKind, ExecGrant, FsOp, Op, ProcessEnd, ProcessSignal, PtySize, RunResult, StartParams,
+    WriteParams,
 };
 use dispatcher::{
     labels, DispatchError, Dispatcher, Owner, OwnerKind, ProcessEvent, ProcessHandle,
@@ -144,27 +144,10 @@ fn echo(tag: &str) -> StartParams {
 }
 
 async fn run(d: &Dispatcher, id: SandboxId, argv: &[&str]) -> RunResult {
-    let op = Op::CmdRun(RunParams {
-        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
-        cwd: None,
-        env: BTreeMap::new(),
-        timeout_ms: 10_000,
-        grace_ms: Some(500),
-        max_stdout_bytes: 64 * 1024,
-        max_stderr_bytes: 64 * 1024,
-        exec: ExecGrant::Any,
-        user: Default::default(),
-    });
+    let op = common::run_for(argv, 10_000);
     ok(within(20, "cmd.run", d.call(id, op))
         .await
         .expect("cmd.run"))
-}
-
-fn ok<T: serde::de::DeserializeOwned>(response: Response) -> T {
-    match response.into_result() {
-        Ok(value) => serde_json::from_value(value).expect("result has the documented shape"),
-        Err(body) => panic!("request failed: {}: {}", body.kind, body.message),
-    }
 }
 
 async fn sandbox(

@@ -205,31 +205,12 @@ enum RestBody {
 /// The agent the measured sandbox is made for: the commands of the benchmark, the whole
 /// workspace, and no output cap of its own (the server default applies).
 fn agent_manifest(name: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Benchmark the sandbox tools.
-  tools: [cmd.run, fs.read, fs.write]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [\"true\", cat, head]
-          timeout_seconds: 300
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace]
-"
-    )
+    AgentManifest::new(name)
+        .instruction("Benchmark the sandbox tools.")
+        .tools(&["cmd.run", "fs.read", "fs.write"])
+        .cmd(&["true", "cat", "head"], 300, "")
+        .filesystem(&["/workspace"], &["/workspace"])
+        .yaml()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -941,6 +922,10 @@ impl Report {
     }
 }
 
+#[allow(dead_code)]
+#[path = "../tests/suite/common/agent.rs"]
+mod agent;
+use agent::AgentManifest;
 #[path = "support/bench_node.rs"]
 mod bench_node;
 #[path = "support/entry.rs"]

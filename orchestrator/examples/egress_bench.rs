@@ -17,8 +17,15 @@ use orchestrator::app::Application;
 use orchestrator::config::NodeConfig;
 use orchestrator::egress::proxy::{EgressProxy, ProxyScope};
 use orchestrator::egress::{DomainEntry, DomainPolicy, DomainRule};
-use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
+
+#[allow(dead_code)] // this benchmark serves its own node; it takes only the database
+#[path = "support/bench_node.rs"]
+mod bench_node;
+use bench_node::BenchDb;
+#[allow(dead_code)]
+#[path = "support/interrupt.rs"]
+mod interrupt;
 
 const BULK_BYTES: usize = 32 * 1024 * 1024;
 
@@ -45,18 +52,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(500);
-    let admin = std::env::var("DATABASE_URL")
-        .map_err(|_| "set DATABASE_URL to a PostgreSQL that may CREATE DATABASE")?;
-    let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&admin)
-        .await?;
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&pool)
-        .await?;
-    let mut url = url::Url::parse(&admin)?;
-    url.set_path(&name);
+    let db = BenchDb::from_env().await?;
 
     let host = tokio::net::TcpListener::bind("127.0.0.2:0").await?;
     let port = host.local_addr()?.port();
@@ -71,7 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = NodeConfig::default();
     config.server.http = "127.0.0.1:0".parse()?;
     config.server.grpc = "127.0.0.1:0".parse()?;
-    config.database.url = url.to_string();
+    config.database.url = db.url().to_owned();
     config.auth.admin_key = Some(format!("aok_{}", "0".repeat(64)));
     config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
     config.egress.hosts = BTreeMap::from([("bench.test".to_owned(), vec!["127.0.0.2".parse()?])]);
@@ -162,8 +158,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     token.cancel();
     let _ = server.await;
     state.pool.close().await;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&pool)
-        .await?;
+    db.drop().await;
     Ok(())
 }

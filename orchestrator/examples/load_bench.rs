@@ -37,6 +37,10 @@ use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 
+#[allow(dead_code)]
+#[path = "../tests/suite/common/agent.rs"]
+mod agent;
+use agent::AgentManifest;
 #[path = "support/cpu_account.rs"]
 mod cpu_account;
 #[path = "support/cpu_groups.rs"]
@@ -380,30 +384,12 @@ impl Node {
 }
 
 fn agent_manifest(name: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Load benchmark.
-  tools: [cmd.run, fs.read, fs.write]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [\"true\", cat]
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace]
-"
-    )
+    AgentManifest::new(name)
+        .instruction("Load benchmark.")
+        .tools(&["cmd.run", "fs.read", "fs.write"])
+        .cmd_allowing(&["true", "cat"])
+        .filesystem(&["/workspace"], &["/workspace"])
+        .yaml()
 }
 
 fn content_64k() -> String {

@@ -13,8 +13,15 @@ use orchestrator::app::Application;
 use orchestrator::caller::{Caller, Role};
 use orchestrator::config::NodeConfig;
 use serde_json::json;
-use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
+
+#[allow(dead_code)] // this benchmark serves its own node; it takes only the database
+#[path = "support/bench_node.rs"]
+mod bench_node;
+use bench_node::BenchDb;
+#[allow(dead_code)]
+#[path = "support/interrupt.rs"]
+mod interrupt;
 
 /// The operator key this benchmark's node is configured with.
 fn config_admin_key() -> String {
@@ -33,23 +40,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(300);
-    let admin = std::env::var("DATABASE_URL")
-        .map_err(|_| "set DATABASE_URL to a PostgreSQL that may CREATE DATABASE")?;
-    let name = format!("bench_{}", uuid::Uuid::new_v4().simple());
-    let pool = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&admin)
-        .await?;
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&pool)
-        .await?;
-    let mut url = url::Url::parse(&admin)?;
-    url.set_path(&name);
+    let db = BenchDb::from_env().await?;
 
     let mut config = NodeConfig::default();
     config.server.http = "127.0.0.1:0".parse()?;
     config.server.grpc = "127.0.0.1:0".parse()?;
-    config.database.url = url.to_string();
+    config.database.url = db.url().to_owned();
     config.auth.admin_key = Some(config_admin_key());
     config.seal.attest_per_minute = 1000;
     config.seal.security_contexts = vec![json!({"name": "bench", "description": "benchmark",
@@ -136,8 +132,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     token.cancel();
     let _ = server.await;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&pool)
-        .await?;
+    db.drop().await;
     Ok(())
 }

@@ -43,6 +43,11 @@ use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+#[allow(dead_code)]
+#[path = "../tests/suite/common/agent.rs"]
+mod agent;
+use agent::AgentManifest;
+
 const IMAGE: &str = "aegis-runtime/busybox:1";
 
 /// Command-line options.
@@ -393,24 +398,11 @@ async fn engine(args: &Args, state: &AppState) -> Result<EngineNumbers> {
 
 async fn router(args: &Args, state: &AppState) -> Result<(Vec<Duration>, f64)> {
     let caller = Caller::system();
-    let agent = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: bench-caller
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Run true.
-  tools: [cmd.run]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [\"true\"]
-";
+    let agent = AgentManifest::new("bench-caller")
+        .instruction("Run true.")
+        .tools(&["cmd.run"])
+        .cmd_allowing(&["true"])
+        .yaml();
     orchestrator::tools::invoke(
         state,
         &caller,

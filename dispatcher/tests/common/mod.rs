@@ -352,3 +352,34 @@ pub fn read(path: &str) -> dispatcher::protocol::Op {
         ..ReadParams::default()
     })
 }
+
+/// A `cmd.run` of `argv` stopped after `timeout_ms`, with 64 KiB per stream and a 500 ms grace.
+pub fn run_for(argv: &[&str], timeout_ms: u64) -> dispatcher::protocol::Op {
+    use dispatcher::protocol::{ExecGrant, Op, RunParams};
+    Op::CmdRun(RunParams {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        cwd: None,
+        env: Default::default(),
+        timeout_ms,
+        grace_ms: Some(500),
+        max_stdout_bytes: 64 * 1024,
+        max_stderr_bytes: 64 * 1024,
+        exec: ExecGrant::Any,
+        user: Default::default(),
+    })
+}
+
+/// The `ok` result of a response as `T`; panics with the request's id and the executor's error
+/// otherwise.
+pub fn ok<T: serde::de::DeserializeOwned>(response: dispatcher::protocol::Response) -> T {
+    let id = response.id;
+    match response.into_result() {
+        Ok(value) => serde_json::from_value(value).expect("result has the documented shape"),
+        Err(body) => panic!("request {id} failed: {}: {}", body.kind, body.message),
+    }
+}
+
+/// Destroys sandbox `id` through `d` (within 30 s), which must succeed.
+pub async fn destroyed(d: &Dispatcher, id: dispatcher::SandboxId) {
+    within(30, "destroy", d.destroy(id)).await.expect("destroy");
+}

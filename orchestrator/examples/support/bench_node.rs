@@ -49,6 +49,19 @@ impl BenchDb {
         })
     }
 
+    /// Its URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// [`BenchDb::create`] on the server `DATABASE_URL` names, with a run id of its own.
+    #[allow(dead_code)] // the benchmarks with a run id of their own call `create`
+    pub async fn from_env() -> Result<Self> {
+        let admin = std::env::var("DATABASE_URL")
+            .map_err(|_| anyhow!("set DATABASE_URL to a PostgreSQL that may CREATE DATABASE"))?;
+        Self::create(&admin, &uuid::Uuid::new_v4().simple().to_string()).await
+    }
+
     /// Drops it (also with connections still open).
     pub async fn drop(&self) {
         let dropped = async {
@@ -103,7 +116,7 @@ impl RunningApp {
         c.server.http = "127.0.0.1:0".parse()?;
         c.server.grpc = "127.0.0.1:0".parse()?;
         c.server.shutdown_grace_secs = 5;
-        c.database.url = db.url.clone();
+        c.database.url = db.url().to_owned();
         c.database.connect_timeout_secs = 20;
         c.auth.admin_key = Some(admin_key.clone());
         c.sandbox.executor_path = executor.to_path_buf();

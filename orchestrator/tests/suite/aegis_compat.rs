@@ -537,11 +537,12 @@ async fn blackboard_writes_and_the_human_answer_reach_later_states() {
     .await;
     assert_eq!(deployed["deployed"], true, "{deployed}");
     let r = app
-        .admin(Method::POST, "/v1/workflows/review-notes/run")
-        .json(&json!({"input": {"what": "abc"}}))
-        .send()
-        .await
-        .unwrap();
+        .response(
+            Method::POST,
+            "/v1/workflows/review-notes/run",
+            Some(&json!({"input": {"what": "abc"}})),
+        )
+        .await;
     assert_eq!(r.status(), 201);
     let id = r.json::<Value>().await.unwrap()["execution_id"]
         .as_str()
@@ -556,14 +557,12 @@ async fn blackboard_writes_and_the_human_answer_reach_later_states() {
     )
     .await;
     let r = app
-        .admin(
+        .response(
             Method::POST,
             &format!("/v1/workflows/executions/{id}/signal"),
+            Some(&json!({"response": "approve"})),
         )
-        .json(&json!({"response": "approve"}))
-        .send()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(r.status(), 200);
     let ended = app.until_ended(&path, Duration::from_secs(60)).await;
     assert_eq!(ended["status"], "completed", "{ended}");

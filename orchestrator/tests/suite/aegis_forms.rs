@@ -60,7 +60,7 @@ async fn deploy(app: &TestApp, path: &str, manifest: &str) -> (u16, Value) {
 }
 
 async fn get(app: &TestApp, path: &str) -> Value {
-    let r = app.admin(Method::GET, path).send().await.unwrap();
+    let r = app.response(Method::GET, path, None).await;
     assert_eq!(r.status(), 200, "{path}");
     r.json().await.unwrap()
 }
@@ -129,20 +129,16 @@ async fn an_older_semantic_validation_is_judged_by_the_node_judge_with_its_model
                 "criteria": "The explanation must name the moon.\n{criteria}\n"}])
     );
     // The node's judge is not there before it is needed.
-    let r = app
-        .admin(Method::GET, "/v1/agents/aegis-semantic-judge")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    app.answered(Method::GET, "/v1/agents/aegis-semantic-judge", None, 404)
+        .await;
 
-    let r = app
-        .admin(Method::POST, "/v1/agents/tide-writer/execute")
-        .json(&json!({"input": {}}))
-        .send()
-        .await
-        .unwrap();
-    let body: Value = r.json().await.unwrap();
+    let (_, body) = app
+        .send_json(
+            Method::POST,
+            "/v1/agents/tide-writer/execute",
+            Some(json!({"input": {}})),
+        )
+        .await;
     let id = body["execution_id"]
         .as_str()
         .expect("an execution")
@@ -264,10 +260,8 @@ async fn spec_type_user_is_stored_and_shown_and_system_is_refused() {
     assert_eq!(status, 200, "{out}");
     assert_eq!(out["isError"], true, "{out}");
     let r = app
-        .admin(Method::GET, "/v1/agents/root-greeter")
-        .send()
-        .await
-        .unwrap();
+        .response(Method::GET, "/v1/agents/root-greeter", None)
+        .await;
     assert_eq!(r.status(), 404, "nothing was stored");
 }
 
@@ -307,13 +301,13 @@ async fn a_transition_to_nothing_ends_the_run_completed() {
     let run = |answer: &'static str| {
         let app = &app;
         async move {
-            let r = app
-                .admin(Method::POST, "/v1/workflows/ends-on-null/run")
-                .json(&json!({"input": {}}))
-                .send()
-                .await
-                .unwrap();
-            let body: Value = r.json().await.unwrap();
+            let (_, body) = app
+                .send_json(
+                    Method::POST,
+                    "/v1/workflows/ends-on-null/run",
+                    Some(json!({"input": {}})),
+                )
+                .await;
             let id = body["execution_id"].as_str().expect("a run").to_owned();
             let deadline = Instant::now() + Duration::from_secs(60);
             while get(app, &format!("/v1/workflows/executions/{id}")).await["status"] != "waiting" {
@@ -321,14 +315,12 @@ async fn a_transition_to_nothing_ends_the_run_completed() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let r = app
-                .admin(
+                .response(
                     Method::POST,
                     &format!("/v1/workflows/executions/{id}/signal"),
+                    Some(&json!({"response": answer})),
                 )
-                .json(&json!({"response": answer}))
-                .send()
-                .await
-                .unwrap();
+                .await;
             assert!(r.status().is_success(), "{}", r.text().await.unwrap());
             let e = ended(app, &format!("/v1/workflows/executions/{id}")).await;
             let events = get(
@@ -474,22 +466,16 @@ async fn two_replicas_start_each_jittered_tick_once_and_not_before_its_delay() {
     let a = replica(&db).await;
     let _b = replica(&db).await;
     let client = reqwest::Client::new();
-    let r = client
-        .post(format!("{}/v1/workflows", a.base))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .body(JITTERED)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    crate::common::rest::Rest::new(client.clone(), &a.base, TEST_ADMIN_KEY)
+        .deployed("/v1/workflows", JITTERED)
+        .await;
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let started: i64 = sqlx::query_scalar(
+        let started = crate::common::count(
+            &pool,
             "SELECT count(*) FROM workflow_schedule_ticks WHERE execution_id IS NOT NULL",
         )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+        .await;
         if started >= 3 {
             break;
         }
@@ -521,12 +507,11 @@ async fn two_replicas_start_each_jittered_tick_once_and_not_before_its_delay() {
     .await
     .unwrap();
     assert!(ticks.len() >= 3, "{ticks:?}");
-    let runs: i64 = sqlx::query_scalar(
+    let runs = crate::common::count(
+        &pool,
         "SELECT count(*) FROM workflow_executions WHERE workflow_name = 'jittered'",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(runs as usize, ticks.len(), "one run per tick: {ticks:?}");
     for (tick, _, started) in &ticks {
         assert_eq!(tick.timestamp() % 2, 0, "a cron instant: {tick}");
@@ -733,13 +718,13 @@ async fn input_keys_are_read_under_workflow_and_the_runs_own_facts_win() {
     let app = app(None, |_| {}).await;
     let (status, body) = deploy(&app, "/v1/workflows", READS_WORKFLOW_TASK).await;
     assert_eq!(status, 201, "{body}");
-    let r = app
-        .admin(Method::POST, "/v1/workflows/reads-workflow-task/run")
-        .json(&json!({"input": {"task": "ship the fix", "name": "an input key"}}))
-        .send()
-        .await
-        .unwrap();
-    let body: Value = r.json().await.unwrap();
+    let (_, body) = app
+        .send_json(
+            Method::POST,
+            "/v1/workflows/reads-workflow-task/run",
+            Some(json!({"input": {"task": "ship the fix", "name": "an input key"}})),
+        )
+        .await;
     let id = body["execution_id"].as_str().expect("a run").to_owned();
     let e = ended(&app, &format!("/v1/workflows/executions/{id}")).await;
     assert_eq!(e["status"], "completed", "{e}");
@@ -780,35 +765,29 @@ async fn a_blackboard_key_nothing_writes_is_a_note_at_deploy_and_required_of_eve
     );
     // Without the key: refused before anything is stored, naming the key and how to give it.
     let r = app
-        .admin(Method::POST, "/v1/workflows/reads-caller-key/run")
-        .json(&json!({"input": {}}))
-        .send()
-        .await
-        .unwrap();
+        .response(
+            Method::POST,
+            "/v1/workflows/reads-caller-key/run",
+            Some(&json!({"input": {}})),
+        )
+        .await;
     let status = r.status();
     let body: Value = r.json().await.unwrap();
     assert!(status.is_client_error(), "{status} {body}");
     assert!(body.to_string().contains("blackboard key `task`"), "{body}");
-    let listed: Value = app
-        .admin(Method::GET, "/v1/workflows/executions")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = app.get_value("/v1/workflows/executions").await;
     assert!(
         !listed.to_string().contains("reads-caller-key"),
         "a refused run leaves no row: {listed}"
     );
     // With it: the template reads the caller's value.
-    let r = app
-        .admin(Method::POST, "/v1/workflows/reads-caller-key/run")
-        .json(&json!({"input": {}, "blackboard": {"task": "tidy the docs"}}))
-        .send()
-        .await
-        .unwrap();
-    let body: Value = r.json().await.unwrap();
+    let (_, body) = app
+        .send_json(
+            Method::POST,
+            "/v1/workflows/reads-caller-key/run",
+            Some(json!({"input": {}, "blackboard": {"task": "tidy the docs"}})),
+        )
+        .await;
     let id = body["execution_id"].as_str().expect("a run").to_owned();
     let e = ended(&app, &format!("/v1/workflows/executions/{id}")).await;
     assert_eq!(e["status"], "completed", "{e}");

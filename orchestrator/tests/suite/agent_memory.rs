@@ -64,20 +64,12 @@ impl Harness {
 
     /// `(status, body)` of a request with `key`.
     async fn call(&self, key: &str, method: Method, path: &str) -> (u16, Value) {
-        let r = self.app.with_key(method, path, key).send().await.unwrap();
+        let r = self.app.rest_as(key).response(method, path, None).await;
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
     async fn audit(&self) -> Vec<Value> {
-        let body: Value = self
-            .app
-            .admin(Method::GET, "/v1/audit?limit=500")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body = self.app.get_value("/v1/audit?limit=500").await;
         body["rows"].as_array().unwrap().clone()
     }
 }
@@ -333,15 +325,15 @@ async fn an_agent_without_memory_is_not_offered_the_tools_and_every_call_of_them
     );
 
     // An operator (or any caller that is not an agent execution) cannot use them either.
-    let r = h
+    let body = h
         .app
-        .admin(Method::POST, "/v1/tools/call")
-        .json(&json!({"name": "aegis.memory.write", "arguments": {"content": FACT}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
-    let body: Value = r.json().await.unwrap();
+        .answered(
+            Method::POST,
+            "/v1/tools/call",
+            Some(json!({"name": "aegis.memory.write", "arguments": {"content": FACT}})),
+            403,
+        )
+        .await;
     assert_eq!(body["code"], "memory_off", "{body}");
     assert!(
         body["error"]
@@ -366,10 +358,7 @@ async fn an_agent_without_memory_is_not_offered_the_tools_and_every_call_of_them
         );
     }
     // Nothing was written by any of it.
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_memories")
-        .fetch_one(&h.app.state.pool)
-        .await
-        .unwrap();
+    let rows = crate::common::count(&h.app.state.pool, "SELECT count(*) FROM agent_memories").await;
     assert_eq!(rows, 0);
 
     // Listing a memory tool without memory on is refused at deploy, at the tool.
@@ -634,10 +623,7 @@ async fn oversize_notes_and_full_memories_are_refused_clearly_and_notes_cannot_b
         "{}",
         answers[4]
     );
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_memories")
-        .fetch_one(&h.app.state.pool)
-        .await
-        .unwrap();
+    let rows = crate::common::count(&h.app.state.pool, "SELECT count(*) FROM agent_memories").await;
     assert_eq!(rows, 2);
 
     // A note holding the section's closing tag stays inside the section, as one JSON string.
@@ -724,24 +710,20 @@ spec:
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     let r = h
         .app
-        .admin(Method::POST, "/v1/workflows/learn/run")
-        .json(&json!({"input": {}}))
-        .send()
-        .await
-        .unwrap();
+        .response(
+            Method::POST,
+            "/v1/workflows/learn/run",
+            Some(&json!({"input": {}})),
+        )
+        .await;
     let body: Value = r.json().await.unwrap();
     let run = body["execution_id"].as_str().unwrap().to_owned();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let w: Value = h
+        let w = h
             .app
-            .admin(Method::GET, &format!("/v1/workflows/executions/{run}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .get_value(&format!("/v1/workflows/executions/{run}"))
+            .await;
         if w["status"] == "completed" {
             break;
         }
@@ -860,10 +842,7 @@ async fn concurrent_writes_never_take_a_memory_past_its_bound() {
         }
     }
     assert_eq!((saved, full), (5, 19));
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_memories")
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap();
+    let rows = crate::common::count(&app.state.pool, "SELECT count(*) FROM agent_memories").await;
     assert_eq!(rows, 5);
 }
 
@@ -879,17 +858,16 @@ async fn a_security_context_that_withholds_recall_keeps_the_notes_out_of_the_pro
     h.run("keeper", json!({"fact": FACT})).await;
 
     // The next version runs under a context that grants writing notes, not reading them.
+    let body = json!({
+        "name": "scribe",
+        "description": "writes notes only",
+        "capabilities": [{"tool_pattern": "aegis.memory.write"}],
+        "attestation": {"allow_unverified": true},
+    });
     let r = h
         .app
-        .admin(Method::POST, "/v1/security-contexts")
-        .json(
-            &json!({"name": "scribe", "description": "writes notes only",
-            "capabilities": [{"tool_pattern": "aegis.memory.write"}],
-            "attestation": {"allow_unverified": true}}),
-        )
-        .send()
-        .await
-        .unwrap();
+        .response(Method::POST, "/v1/security-contexts", Some(&body))
+        .await;
     assert!(r.status().is_success(), "{}", r.text().await.unwrap());
     h.deployed(
         AGENTS,

@@ -29,14 +29,7 @@ async fn app(db: &TestDb) -> TestApp {
 /// Polls `GET /v1/approvals` until a pending request for `tool` shows up.
 async fn pending(app: &TestApp, key: &str, tool: &str) -> Value {
     for _ in 0..300 {
-        let list: Value = app
-            .with_key(Method::GET, "/v1/approvals", key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list = app.rest_as(key).get_value("/v1/approvals").await;
         if let Some(found) = list
             .as_array()
             .unwrap()
@@ -52,11 +45,13 @@ async fn pending(app: &TestApp, key: &str, tool: &str) -> Value {
 
 async fn decide(app: &TestApp, key: &str, id: &str, verdict: &str, note: &str) -> (u16, Value) {
     let r = app
-        .with_key(Method::POST, &format!("/v1/approvals/{id}/{verdict}"), key)
-        .json(&json!({"note": note}))
-        .send()
-        .await
-        .unwrap();
+        .rest_as(key)
+        .response(
+            Method::POST,
+            &format!("/v1/approvals/{id}/{verdict}"),
+            Some(&json!({"note": note})),
+        )
+        .await;
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
@@ -98,14 +93,10 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
     assert!(!seen_by_readonly.to_string().contains(ARG_SECRET));
     assert_eq!(seen_by_readonly["security_context"], "privileged");
     let id = seen_by_readonly["id"].as_str().unwrap().to_owned();
-    let seen_by_operator: Value = app
-        .with_key(Method::GET, &format!("/v1/approvals/{id}"), &operator)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let seen_by_operator = app
+        .rest_as(&operator)
+        .get_value(&format!("/v1/approvals/{id}"))
+        .await;
     assert_eq!(seen_by_operator["arguments"]["query"], ARG_SECRET);
     let (status, _) = decide(&app, &readonly, &id, "approve", "").await;
     assert_eq!(status, 403, "a readonly key cannot approve");
@@ -180,14 +171,10 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
     );
     assert_eq!(code, 2001, "{message}");
     assert!(message.contains("within 1 s"), "{message}");
-    let all: Value = app
-        .with_key(Method::GET, "/v1/approvals?all=true", &operator)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let all = app
+        .rest_as(&operator)
+        .get_value("/v1/approvals?all=true")
+        .await;
     let timed_out = all
         .as_array()
         .unwrap()
@@ -204,25 +191,11 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
     )
     .await;
     assert_eq!(status, 409);
-    let pending_now: Value = app
-        .with_key(Method::GET, "/v1/approvals", &operator)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let pending_now = app.rest_as(&operator).get_value("/v1/approvals").await;
     assert_eq!(pending_now, json!([]));
 
     // Every step is in the audit log, which still verifies.
-    let audit: Value = app
-        .admin(Method::GET, "/v1/audit?limit=500")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let audit = app.get_value("/v1/audit?limit=500").await;
     let rows = audit["rows"].as_array().unwrap();
     // A call that runs leaves an intent row (outcome `running`) and a completion row: count
     // completions and refusals.
@@ -250,22 +223,15 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
     assert_eq!(count("aegis.tools.search", "denied"), 1);
     assert_eq!(count("aegis.schema.get", "denied"), 1);
     assert!(!audit.to_string().contains(ARG_SECRET));
-    let verify: Value = app
-        .admin(Method::GET, "/v1/audit/verify")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let verify = app.get_value("/v1/audit/verify").await;
     assert_eq!(verify["valid"], true, "{verify}");
 
     // Decided requests keep no arguments in the database.
     let pool = db.pool().await;
-    let kept: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM tool_approvals WHERE arguments IS NOT NULL")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let kept = crate::common::count(
+        &pool,
+        "SELECT count(*) FROM tool_approvals WHERE arguments IS NOT NULL",
+    )
+    .await;
     assert_eq!(kept, 0);
 }

@@ -95,10 +95,8 @@ fn agent(name: &str) -> String {
 
 async fn verify(app: &TestApp, query: &str) -> Value {
     let r = app
-        .admin(Method::GET, &format!("/v1/audit/verify{query}"))
-        .send()
-        .await
-        .unwrap();
+        .response(Method::GET, &format!("/v1/audit/verify{query}"), None)
+        .await;
     assert_eq!(r.status(), 200);
     r.json().await.unwrap()
 }
@@ -110,20 +108,14 @@ async fn a_client_that_disconnects_during_cmd_run_is_audited_as_cancelled_and_it
         "image {IMAGE} is missing: run runtime-images/build.sh --only busybox (scripts/test.sh does)"
     );
     let app = TestApp::spawn().await;
-    let r = app
-        .admin(Method::POST, "/v1/agents")
-        .body(agent("sleeper"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-    let r = app
-        .admin(Method::POST, "/v1/sandboxes")
-        .json(&json!({"agent": "sleeper"}))
-        .send()
-        .await
-        .unwrap();
-    let created: Value = r.json().await.unwrap();
+    app.deployed("/v1/agents", &agent("sleeper")).await;
+    let (_, created) = app
+        .send_json(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(json!({"agent": "sleeper"})),
+        )
+        .await;
     let sandbox = created["sandbox_id"].as_str().unwrap().to_owned();
     let pool = app.state.pool.clone();
 
@@ -279,12 +271,13 @@ async fn a_session_whose_first_call_is_abandoned_keeps_no_orphan_sandbox() {
     .await;
 
     // Revocation destroys it, and the revoked token learns nothing more, not even its tools.
-    let r = app
-        .admin(Method::DELETE, &format!("/v1/seal/sessions/{session}"))
-        .send()
-        .await
-        .unwrap();
-    let revoked: Value = r.json().await.unwrap();
+    let (_, revoked) = app
+        .send_json(
+            Method::DELETE,
+            &format!("/v1/seal/sessions/{session}"),
+            None,
+        )
+        .await;
     assert_eq!(revoked["sandbox_destroyed"], true, "{revoked}");
     assert!(
         docker(&[
@@ -436,12 +429,7 @@ async fn deleting_the_newest_rows_is_detected_against_the_published_anchor() {
     for _ in 0..3 {
         app.call_tool("aegis.agent.list", json!({})).await;
     }
-    let r = app
-        .admin(Method::GET, "/v1/audit/head")
-        .send()
-        .await
-        .unwrap();
-    let head: Value = r.json().await.unwrap();
+    let head = app.get_value("/v1/audit/head").await;
     assert_eq!(
         head["count"], 6,
         "three calls, intent and completion each: {head}"
@@ -459,33 +447,19 @@ async fn deleting_the_newest_rows_is_detected_against_the_published_anchor() {
     let readonly = app.create_key("ro", "readonly").await;
     let operator = app.create_key("op", "operator").await;
     for key in [&readonly, &operator] {
-        let r = app
-            .with_key(Method::GET, "/v1/audit/verify", key)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 403);
+        app.rest_as(key)
+            .answered(Method::GET, "/v1/audit/verify", None, 403)
+            .await;
     }
-    let r = app
-        .admin(Method::GET, "/v1/audit/verify?anchor_count=3")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
+    app.answered(Method::GET, "/v1/audit/verify?anchor_count=3", None, 400)
+        .await;
 
     // Later calls; the next verification starts from the checkpoint the last one left.
     app.call_tool("aegis.agent.list", json!({})).await;
     let incremental = verify(&app, "").await;
     assert_eq!(incremental["valid"], true, "{incremental}");
     assert_eq!(incremental["from_count"], 6, "{incremental}");
-    let head_now: Value = app
-        .admin(Method::GET, "/v1/audit/head")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let head_now = app.get_value("/v1/audit/head").await;
 
     // Someone with database access removes the newest rows (what hashes alone cannot show).
     sqlx::query(

@@ -10,41 +10,34 @@ use serde_json::{json, Value};
 
 async fn made(app: &TestApp, key: &str, allow: &[&str]) -> String {
     let r = app
-        .with_key(Method::POST, "/v1/sandboxes", key)
-        .json(&json!({"runtime": "busybox", "allow": allow}))
-        .send()
-        .await
-        .expect("request sent");
+        .rest_as(key)
+        .response(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&json!({"runtime": "busybox", "allow": allow})),
+        )
+        .await;
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.expect("json");
     body["sandbox_id"].as_str().expect("sandbox id").to_owned()
 }
 
 async fn run(app: &TestApp, key: &str, sandbox: &str, command: &str) -> (u16, Value) {
-    let r = app
-        .with_key(Method::POST, "/v1/tools/call", key)
-        .json(&json!({"name": "cmd.run", "arguments": {"command": command}, "sandbox_id": sandbox}))
-        .send()
-        .await
-        .expect("request sent");
+    let r = app.rest_as(key).response(Method::POST, "/v1/tools/call", Some(&json!({"name": "cmd.run", "arguments": {"command": command}, "sandbox_id": sandbox}))).await;
     (r.status().as_u16(), r.json().await.expect("json"))
 }
 
 async fn rows(app: &TestApp, query: &str) -> (u16, Value) {
     let r = app
-        .admin(Method::GET, &format!("/v1/audit?{query}"))
-        .send()
-        .await
-        .expect("request sent");
+        .response(Method::GET, &format!("/v1/audit?{query}"), None)
+        .await;
     (r.status().as_u16(), r.json().await.expect("json"))
 }
 
 /// The whole chain verified.
 async fn verify(app: &TestApp) -> Value {
-    app.admin(Method::GET, "/v1/audit/verify?full=true")
-        .send()
+    app.response(Method::GET, "/v1/audit/verify?full=true", None)
         .await
-        .expect("request sent")
         .json()
         .await
         .expect("json")
@@ -139,12 +132,9 @@ async fn a_sandboxs_rows_are_found_by_its_id_and_moving_one_breaks_the_chain() {
     assert!(body.to_string().contains("sandbox"), "{body}");
 
     // Destroyed: the change is in its history too.
-    let r = app
-        .with_key(Method::DELETE, &format!("/v1/sandboxes/{ours}"), &owner)
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(r.status(), 200);
+    app.rest_as(&owner)
+        .answered(Method::DELETE, &format!("/v1/sandboxes/{ours}"), None, 200)
+        .await;
     let (_, page) = rows(&app, &format!("sandbox={ours}&tool=sandbox.destroy")).await;
     assert_eq!(
         summary(&page),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::sandbox::AgentSandbox;
 use common::TestApp;
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// A busybox agent that may run `cat`, `sleep`, `sh` and `stty` in the background.
 fn agent(name: &str, tools: &str) -> String {
@@ -23,26 +23,6 @@ fn agent(name: &str, tools: &str) -> String {
 }
 
 const ALL: &str = "cmd.run, proc.output, proc.input, proc.signal";
-
-/// Reads a process's output until it ended (or `within` passed), concatenating what came.
-async fn read_to_end(sb: &AgentSandbox, target: Value, within: Duration) -> (String, Value) {
-    let deadline = std::time::Instant::now() + within;
-    let mut text = String::new();
-    loop {
-        let mut args = target.clone();
-        args["wait_ms"] = json!(500);
-        let out = sb.ok("proc.output", args).await;
-        text.push_str(out["stdout"].as_str().unwrap_or_default());
-        text.push_str(out["pty"].as_str().unwrap_or_default());
-        if !out["ended"].is_null() {
-            return (text, out["ended"].clone());
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never ended; so far: {text:?}"
-        );
-    }
-}
 
 fn running_in(container: &str, pattern: &str) -> bool {
     common::docker_lines(&["exec", container, "ps", "-o", "args"])
@@ -89,7 +69,9 @@ async fn a_background_process_takes_input_streams_output_and_is_audited_from_sta
         json!({"pid": pid, "data": "bye\n", "close": true}),
     )
     .await;
-    let (rest, ended) = read_to_end(&sb, json!({"tag": "echoer"}), Duration::from_secs(20)).await;
+    let (rest, ended) = sb
+        .read_to_end(json!({"tag": "echoer"}), Duration::from_secs(20))
+        .await;
     assert_eq!(rest, "bye\n");
     assert_eq!(ended["exit_code"], 0, "{ended}");
     assert_eq!(ended["stdout_bytes"], 10, "{ended}");
@@ -146,7 +128,9 @@ async fn signals_stop_a_process_and_a_terminal_has_the_size_asked_for() {
     assert!(running_in(&sb.container(), "sleep 300"));
     sb.ok("proc.signal", json!({"pid": pid, "signal": "kill"}))
         .await;
-    let (_, ended) = read_to_end(&sb, json!({"pid": pid}), Duration::from_secs(20)).await;
+    let (_, ended) = sb
+        .read_to_end(json!({"pid": pid}), Duration::from_secs(20))
+        .await;
     assert_eq!(ended["signal"], 9, "{ended}");
     assert!(
         !running_in(&sb.container(), "sleep 300"),
@@ -159,7 +143,9 @@ async fn signals_stop_a_process_and_a_terminal_has_the_size_asked_for() {
             json!({"command": "stty size", "background": true, "pty": {"cols": 91, "rows": 27}}),
         )
         .await;
-    let (text, ended) = read_to_end(&sb, json!({"pid": tty["pid"]}), Duration::from_secs(20)).await;
+    let (text, ended) = sb
+        .read_to_end(json!({"pid": tty["pid"]}), Duration::from_secs(20))
+        .await;
     assert_eq!(text.trim(), "27 91", "{ended}");
 }
 
@@ -260,10 +246,8 @@ async fn one_sandbox_cannot_touch_the_processes_of_another_and_unlisted_tools_ar
 
     // Killing the sandbox ends its processes: nothing survives on the host.
     let r = app
-        .admin(Method::DELETE, &format!("/v1/sandboxes/{}", a.id))
-        .send()
-        .await
-        .unwrap();
+        .response(Method::DELETE, &format!("/v1/sandboxes/{}", a.id), None)
+        .await;
     assert!(r.status().is_success(), "{}", r.status());
     let left = common::docker_lines(&["ps", "-q", "--filter", &format!("name={}", a.container())]);
     assert!(left.is_empty(), "the sandbox is gone: {left:?}");

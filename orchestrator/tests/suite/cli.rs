@@ -119,17 +119,9 @@ async fn app_with_model(script: Vec<common::fake_llm::Step>) -> (TestApp, FakeLl
 
 /// The events of an execution as the REST API has them.
 async fn events(app: &TestApp, id: &str) -> Vec<Value> {
-    let page: Value = app
-        .admin(
-            Method::GET,
-            &format!("/v1/executions/{id}/events?limit=500"),
-        )
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let page = app
+        .get_value(&format!("/v1/executions/{id}/events?limit=500"))
+        .await;
     page["events"].as_array().cloned().unwrap_or_default()
 }
 
@@ -327,11 +319,8 @@ async fn sandboxes_from_a_runtime_exec_read_write_and_rm() {
         (json!({}), 400, "not neither"),
     ] {
         let r = app
-            .admin(Method::POST, "/v1/sandboxes")
-            .json(&body)
-            .send()
-            .await
-            .expect("request");
+            .response(Method::POST, "/v1/sandboxes", Some(&body))
+            .await;
         assert_eq!(r.status(), status, "{body}");
         let text = r.text().await.expect("body");
         assert!(text.contains(needle), "{body}: {text}");

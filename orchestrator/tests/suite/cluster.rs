@@ -46,14 +46,7 @@ async fn peer_url(app: &TestApp) -> String {
 }
 
 async fn audit_valid(app: &TestApp) {
-    let verify: Value = app
-        .admin(Method::GET, "/v1/audit/verify")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let verify = app.get_value("/v1/audit/verify").await;
     assert_eq!(verify["valid"], true, "{verify}");
 }
 
@@ -396,15 +389,14 @@ async fn figures() {
         .timeout(Duration::from_secs(60))
         .build()
         .expect("http client");
-    let r = http
-        .post(format!("{}/v1/sandboxes", nodes[0].base))
-        .bearer_auth(common::TEST_ADMIN_KEY)
-        .json(&json!({"agent": "shared"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let held: Value = r.json().await.unwrap();
+    let held = crate::common::rest::Rest::new(http.clone(), &nodes[0].base, common::TEST_ADMIN_KEY)
+        .answered(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(json!({"agent": "shared"})),
+            201,
+        )
+        .await;
     let sandbox = held["sandbox_id"].as_str().expect("sandbox id").to_owned();
     let one = |base: String, name: &'static str, arguments: Value| {
         let (http, sandbox) = (http.clone(), sandbox.clone());
@@ -461,55 +453,18 @@ async fn figures() {
 
 /// A busybox agent with the background-process tools, for the live tests.
 fn live_agent(name: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Run things in the background.
-  tools: [cmd.run, fs.write, proc.output, proc.input, proc.signal]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [cat, sleep, sh, \"sh -c\"]
-          timeout_seconds: 60
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace]
-"
-    )
-}
-
-/// Reads a process's output through `sb` until it ended (or `within` passed): what came, and
-/// its end.
-async fn read_to_end(
-    sb: &AgentSandbox,
-    target: Value,
-    within: std::time::Duration,
-) -> (String, Value) {
-    let deadline = std::time::Instant::now() + within;
-    let mut text = String::new();
-    loop {
-        let mut args = target.clone();
-        args["wait_ms"] = json!(500);
-        let out = sb.ok("proc.output", args).await;
-        text.push_str(out["stdout"].as_str().unwrap_or_default());
-        if !out["ended"].is_null() {
-            return (text, out["ended"].clone());
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never ended; so far: {text:?}"
-        );
-    }
+    AgentManifest::new(name)
+        .instruction("Run things in the background.")
+        .tools(&[
+            "cmd.run",
+            "fs.write",
+            "proc.output",
+            "proc.input",
+            "proc.signal",
+        ])
+        .cmd(&["cat", "sleep", "sh", "sh -c"], 60, "")
+        .filesystem(&["/workspace"], &["/workspace"])
+        .yaml()
 }
 
 fn running_in(sb: &AgentSandbox, pattern: &str) -> bool {
@@ -558,8 +513,9 @@ async fn live_processes_streams_and_watches_are_served_through_a_replica_that_do
             json!({"pid": pid, "data": "bye\n", "close": true}),
         )
         .await;
-    let (rest, ended) =
-        read_to_end(&via_b, json!({"tag": "echoer"}), Duration::from_secs(20)).await;
+    let (rest, ended) = via_b
+        .read_to_end(json!({"tag": "echoer"}), Duration::from_secs(20))
+        .await;
     assert_eq!(rest, "bye\n");
     assert_eq!(ended["exit_code"], 0, "{ended}");
     assert_eq!(ended["stdout_bytes"], 10, "{ended}");
@@ -599,7 +555,9 @@ async fn live_processes_streams_and_watches_are_served_through_a_replica_that_do
     via_b
         .ok("proc.signal", json!({"pid": long_pid, "signal": "kill"}))
         .await;
-    let (_, ended) = read_to_end(&via_b, json!({"pid": long_pid}), Duration::from_secs(20)).await;
+    let (_, ended) = via_b
+        .read_to_end(json!({"pid": long_pid}), Duration::from_secs(20))
+        .await;
     assert_eq!(ended["signal"], 9, "{ended}");
     assert!(
         !running_in(&made, "sleep 300"),
@@ -753,46 +711,7 @@ async fn the_e2b_sdk_drives_processes_and_watches_through_a_replica_that_does_no
         .expect("the sandbox's row");
     assert_eq!(holder, a.state.instance_id, "A held the sandbox B served");
 
-    let ok = crate::e2b::ok;
-    let streaming = ok(&r, "streaming");
-    assert_eq!(streaming["stdout"], "first\nsecond\n", "{streaming}");
-    assert_eq!(streaming["seen"][0], "first\n", "{streaming}");
-    let background = ok(&r, "background");
-    assert_eq!(background["exit_code"], 3, "{background}");
-    assert_eq!(background["stdout"], "started\ndone-bg\n", "{background}");
-    assert_eq!(ok(&r, "stdin"), "hello stdin\nsecond line\neof\n");
-    let kill = ok(&r, "kill");
-    assert_eq!(kill["killed"], true, "{kill}");
-    let connect = ok(&r, "connect");
-    let stdout = connect["stdout"].as_str().unwrap();
-    assert!(
-        stdout == "after\n" || stdout == "before\nafter\n",
-        "{connect}"
-    );
-    let pty = ok(&r, "pty");
-    assert!(
-        pty["output"].as_str().unwrap().contains("30 100"),
-        "the terminal was resized through B: {pty}"
-    );
-    assert_eq!(pty["exit_code"], 4, "{pty}");
-    let watch = ok(&r, "watch");
-    assert!(
-        watch
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["name"] == "new.txt"),
-        "{watch}"
-    );
-    let streamed = ok(&r, "watch_stream");
-    assert!(
-        streamed
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["name"] == "sub/streamed.txt"),
-        "{streamed}"
-    );
+    crate::e2b::assert_live_report(&r);
 }
 
 #[tokio::test]

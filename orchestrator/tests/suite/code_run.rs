@@ -36,11 +36,13 @@ fn image_present() {
 /// A runtime sandbox made by `key` over REST; its id.
 async fn runtime_sandbox(app: &TestApp, key: &str, runtime: &str) -> String {
     let r = app
-        .with_key(Method::POST, "/v1/sandboxes", key)
-        .json(&json!({"runtime": runtime}))
-        .send()
-        .await
-        .expect("request sent");
+        .rest_as(key)
+        .response(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&json!({"runtime": runtime})),
+        )
+        .await;
     let status = r.status();
     let body: Value = r.json().await.expect("json");
     assert_eq!(status, 201, "{body}");
@@ -562,12 +564,11 @@ async fn code_run_over_seal_keeps_state_in_the_sessions_sandbox_and_another_cont
             "the refusal names the tool: {refusal}"
         ),
     }
-    let denied: i64 = sqlx::query_scalar(
+    let denied = crate::common::count(
+        &app.state.pool,
         "SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'denied'",
     )
-    .fetch_one(&app.state.pool)
-    .await
-    .expect("count");
+    .await;
     assert_eq!(denied, 1, "the refusal is a denied row");
 }
 
@@ -579,15 +580,12 @@ async fn a_bound_key_whose_context_does_not_list_code_run_is_refused_and_audited
 
     // REST: refused before any sandbox is looked at, whatever sandbox the call names.
     for sandbox in [None, Some(uuid::Uuid::new_v4().to_string())] {
+        let call = json!({"name": "code.run", "arguments": {"code": "import os; os.system('id')"},
+                "sandbox_id": sandbox});
         let r = app
-            .with_key(Method::POST, "/v1/tools/call", &key)
-            .json(
-                &json!({"name": "code.run", "arguments": {"code": "import os; os.system('id')"},
-                "sandbox_id": sandbox}),
-            )
-            .send()
-            .await
-            .expect("request sent");
+            .rest_as(&key)
+            .response(Method::POST, "/v1/tools/call", Some(&call))
+            .await;
         let status = r.status().as_u16();
         let body: Value = r.json().await.expect("json");
         assert_eq!(status, 403, "{body}");
@@ -631,20 +629,18 @@ async fn a_bound_key_whose_context_does_not_list_code_run_is_refused_and_audited
     }
 
     // Every refusal left a denied row of the key.
-    let denied: i64 = sqlx::query_scalar(
+    let denied = crate::common::count(
+        &app.state.pool,
         "SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'denied'",
     )
-    .fetch_one(&app.state.pool)
-    .await
-    .expect("count");
+    .await;
     assert!(denied >= 4, "denied code.run rows: {denied}");
     // Nothing ran: no sandbox for this context's key was even made for code.run.
-    let ran: i64 = sqlx::query_scalar(
+    let ran = crate::common::count(
+        &app.state.pool,
         "SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'ok'",
     )
-    .fetch_one(&app.state.pool)
-    .await
-    .expect("count");
+    .await;
     assert_eq!(ran, 0);
 }
 

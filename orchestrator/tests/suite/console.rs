@@ -138,13 +138,13 @@ async fn post(
 /// A sandbox of the admin key with a file, a finished `cmd.run`, and a background `cat` whose
 /// output is whatever is written to its input (returned: the sandbox and the `cat`'s pid).
 async fn sandbox_with_a_command(app: &TestApp) -> (String, u64) {
-    let r = app
-        .admin(Method::POST, "/v1/sandboxes")
-        .json(&json!({"runtime": "busybox"}))
-        .send()
-        .await
-        .unwrap();
-    let created: Value = r.json().await.unwrap();
+    let (_, created) = app
+        .send_json(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(json!({"runtime": "busybox"})),
+        )
+        .await;
     let id = created["sandbox_id"]
         .as_str()
         .expect("a sandbox")
@@ -156,13 +156,13 @@ async fn sandbox_with_a_command(app: &TestApp) -> (String, u64) {
         ),
         ("cmd.run", json!({"command": "echo console"})),
     ] {
-        let r = app
-            .admin(Method::POST, "/v1/tools/call")
-            .json(&json!({"name": tool, "arguments": arguments, "sandbox_id": id}))
-            .send()
-            .await
-            .unwrap();
-        let body: Value = r.json().await.unwrap();
+        let (_, body) = app
+            .send_json(
+                Method::POST,
+                "/v1/tools/call",
+                Some(json!({"name": tool, "arguments": arguments, "sandbox_id": id})),
+            )
+            .await;
         assert_eq!(body["isError"], false, "{tool}: {body}");
     }
     let started = tool_call(
@@ -180,13 +180,13 @@ async fn sandbox_with_a_command(app: &TestApp) -> (String, u64) {
 
 /// A tool call of the admin key in `sandbox`, through REST.
 async fn tool_call(app: &TestApp, sandbox: &str, name: &str, arguments: Value) -> Value {
-    let r = app
-        .admin(Method::POST, "/v1/tools/call")
-        .json(&json!({"name": name, "arguments": arguments, "sandbox_id": sandbox}))
-        .send()
-        .await
-        .unwrap();
-    let body: Value = r.json().await.unwrap();
+    let (_, body) = app
+        .send_json(
+            Method::POST,
+            "/v1/tools/call",
+            Some(json!({"name": name, "arguments": arguments, "sandbox_id": sandbox})),
+        )
+        .await;
     assert_eq!(body["isError"], false, "{name}: {body}");
     body
 }
@@ -208,13 +208,7 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
         json!({"pid": pid, "data": "before-the-page\n"}),
     )
     .await;
-    let r = app
-        .admin(Method::POST, "/v1/workflows")
-        .body(WORKFLOW)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    app.deployed("/v1/workflows", WORKFLOW).await;
 
     // A call of the bound key waits for a second person.
     let waiting = {
@@ -388,14 +382,7 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
         .expect("the waiting call ends")
         .unwrap();
     assert_eq!(status, 200, "{body}");
-    let decided: Value = app
-        .admin(Method::GET, &format!("/v1/approvals/{approval}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let decided = app.get_value(&format!("/v1/approvals/{approval}")).await;
     assert_eq!(decided["state"], "approved", "{decided}");
 }
 
@@ -496,14 +483,7 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
             "{path} with a wrong form token"
         );
     }
-    let listed: Value = app
-        .admin(Method::GET, "/v1/sandboxes")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = app.get_value("/v1/sandboxes").await;
     assert!(
         listed.to_string().contains(&sandbox),
         "the sandbox is still there"
@@ -607,14 +587,7 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
     );
 
     // A revoked key ends its session on the next request.
-    let ids: Value = app
-        .admin(Method::GET, "/v1/api-keys")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ids = app.get_value("/v1/api-keys").await;
     let viewer = ids
         .as_array()
         .unwrap()
@@ -625,10 +598,8 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
         .unwrap()
         .to_owned();
     let r = app
-        .admin(Method::DELETE, &format!("/v1/api-keys/{viewer}"))
-        .send()
-        .await
-        .unwrap();
+        .response(Method::DELETE, &format!("/v1/api-keys/{viewer}"), None)
+        .await;
     assert!(r.status().is_success());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let r = client

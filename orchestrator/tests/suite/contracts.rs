@@ -83,12 +83,9 @@ async fn a_final_output_that_breaks_output_schema_fails_naming_the_pointer() {
 
     // The event log keeps what was produced and why it was refused.
     let id = broken["execution_id"].as_str().unwrap();
-    let (_, events) = h
-        .send(
-            Method::GET,
-            &format!("/v1/workflows/executions/{id}/events?limit=1000"),
-            None,
-        )
+    let events = h
+        .app
+        .get_value(&format!("/v1/workflows/executions/{id}/events?limit=1000"))
         .await;
     let events = events["events"].as_array().cloned().unwrap_or_default();
     let rejected = events
@@ -184,9 +181,7 @@ async fn a_forced_deploy_never_changes_what_a_version_meant_to_the_executions_th
     );
 
     // The first execution still records and reports what it ran: REST and the status tool.
-    let (_, e) = h
-        .send(Method::GET, &format!("/v1/executions/{run_1}"), None)
-        .await;
+    let e = h.app.get_value(&format!("/v1/executions/{run_1}")).await;
     assert_eq!(
         (
             e["agent_version"].clone(),
@@ -260,14 +255,10 @@ async fn a_forced_deploy_never_changes_what_a_version_meant_to_the_executions_th
         exported["structuredContent"]["manifest_yaml"], original["manifest_yaml"],
         "{exported}"
     );
-    let (_, current) = h
-        .send(Method::GET, "/v1/agents/speaker?version=1.0.0", None)
-        .await;
+    let current = h.app.get_value("/v1/agents/speaker?version=1.0.0").await;
     assert_eq!(current["manifest"]["spec"]["task"]["instruction"], "Say B.");
     assert_eq!(current["revision"], 2);
-    let (_, versions) = h
-        .send(Method::GET, "/v1/agents/speaker/versions", None)
-        .await;
+    let versions = h.app.get_value("/v1/agents/speaker/versions").await;
     let listed: Vec<(Value, Value)> = versions
         .as_array()
         .unwrap()
@@ -318,12 +309,9 @@ async fn a_workflow_execution_reports_the_revision_it_ran() {
     let digest_2 = second["manifest_digest"].as_str().unwrap().to_owned();
 
     // REST and both status tools still name what the first run ran.
-    let (_, e) = h
-        .send(
-            Method::GET,
-            &format!("/v1/workflows/executions/{run_1}"),
-            None,
-        )
+    let e = h
+        .app
+        .get_value(&format!("/v1/workflows/executions/{run_1}"))
         .await;
     assert_eq!(
         (

@@ -63,7 +63,7 @@ async fn post_manifest(app: &TestApp, path: &str, body: &str) -> (u16, Value) {
 }
 
 async fn get(app: &TestApp, path: &str) -> (u16, Value) {
-    let r = app.admin(Method::GET, path).send().await.unwrap();
+    let r = app.response(Method::GET, path, None).await;
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
@@ -146,24 +146,16 @@ async fn agents_deploy_version_export_and_delete_over_rest() {
     );
 
     // Delete: gone for lookups, rows kept for history.
-    let r = app
-        .admin(Method::DELETE, &format!("/v1/agents/{id}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    app.answered(Method::DELETE, &format!("/v1/agents/{id}"), None, 200)
+        .await;
     let (status, body) = get(&app, "/v1/agents/greeter").await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(
         count(&app, "SELECT count(*) FROM definition_versions").await,
         3
     );
-    let r = app
-        .admin(Method::DELETE, &format!("/v1/agents/{id}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    app.answered(Method::DELETE, &format!("/v1/agents/{id}"), None, 404)
+        .await;
 }
 
 #[tokio::test]
@@ -600,12 +592,7 @@ async fn tiers_bound_what_a_caller_may_call() {
         "{names:?}"
     );
     // Refusals are audited with their reason.
-    let denied: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_log WHERE caller_id = 'session-under-test' AND decision = 'denied' AND reason_code = 'tier'",
-    )
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
+    let denied = crate::common::count(&app.state.pool, "SELECT count(*) FROM audit_log WHERE caller_id = 'session-under-test' AND decision = 'denied' AND reason_code = 'tier'").await;
     assert_eq!(denied, 4);
 }
 
@@ -633,12 +620,9 @@ async fn api_keys_authenticate_and_roles_authorise() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    let r = app
-        .with_key(Method::GET, "/v1/agents", "aok_unknown")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
+    app.rest_as("aok_unknown")
+        .answered(Method::GET, "/v1/agents", None, 401)
+        .await;
     // Health and the OpenAPI document stay open.
     assert_eq!(app.get("/health/live").await.status(), 200);
     assert_eq!(app.get("/openapi.json").await.status(), 200);
@@ -647,12 +631,9 @@ async fn api_keys_authenticate_and_roles_authorise() {
     let operator = app.create_key("deployer", "operator").await;
     assert!(readonly.starts_with("aok_"));
 
-    let r = app
-        .with_key(Method::GET, "/v1/agents", &readonly)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    app.rest_as(&readonly)
+        .answered(Method::GET, "/v1/agents", None, 200)
+        .await;
     let r = app
         .with_key(Method::POST, "/v1/agents", &readonly)
         .body(AGENT_V1)
@@ -660,25 +641,21 @@ async fn api_keys_authenticate_and_roles_authorise() {
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
+    app.rest_as(&readonly)
+        .answered(
+            Method::POST,
+            "/v1/tools/call",
+            Some(json!({"name": "aegis.agent.list", "arguments": {}})),
+            403,
+        )
+        .await;
+    app.rest_as(&operator)
+        .deployed("/v1/agents", AGENT_V1)
+        .await;
     let r = app
-        .with_key(Method::POST, "/v1/tools/call", &readonly)
-        .json(&json!({"name": "aegis.agent.list", "arguments": {}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
-    let r = app
-        .with_key(Method::POST, "/v1/agents", &operator)
-        .body(AGENT_V1)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let r = app
-        .with_key(Method::GET, "/v1/api-keys", &operator)
-        .send()
-        .await
-        .unwrap();
+        .rest_as(&operator)
+        .response(Method::GET, "/v1/api-keys", None)
+        .await;
     assert_eq!(r.status(), 403, "only admins manage keys");
 
     // Listings never show secrets; revocation is immediate.
@@ -687,25 +664,18 @@ async fn api_keys_authenticate_and_roles_authorise() {
         !keys.to_string().contains(&operator[4..]),
         "secret leaked in listing"
     );
-    let stored: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM api_keys WHERE key_hash LIKE 'aok_%'")
-            .fetch_one(&app.state.pool)
-            .await
-            .unwrap();
+    let stored = crate::common::count(
+        &app.state.pool,
+        "SELECT count(*) FROM api_keys WHERE key_hash LIKE 'aok_%'",
+    )
+    .await;
     assert_eq!(stored, 0, "keys are stored hashed");
-    let r = app
-        .admin(Method::DELETE, "/v1/api-keys/deployer")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let r = app
-        .with_key(Method::GET, "/v1/agents", &operator)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
-    let body: Value = r.json().await.unwrap();
+    app.answered(Method::DELETE, "/v1/api-keys/deployer", None, 200)
+        .await;
+    let body = app
+        .rest_as(&operator)
+        .answered(Method::GET, "/v1/agents", None, 401)
+        .await;
     assert!(
         body["error"].as_str().unwrap().contains("revoked"),
         "{body}"
@@ -713,13 +683,13 @@ async fn api_keys_authenticate_and_roles_authorise() {
 
     // Expired keys are refused.
     let soon = (chrono::Utc::now() + chrono::Duration::seconds(1)).to_rfc3339();
-    let r = app
-        .admin(Method::POST, "/v1/api-keys")
-        .json(&json!({"name": "brief", "role": "operator", "expires_at": soon}))
-        .send()
-        .await
-        .unwrap();
-    let brief: Value = r.json().await.unwrap();
+    let (_, brief) = app
+        .send_json(
+            Method::POST,
+            "/v1/api-keys",
+            Some(json!({"name": "brief", "role": "operator", "expires_at": soon})),
+        )
+        .await;
     let brief = brief["key"].as_str().unwrap().to_owned();
     sqlx::query(
         "UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE name = 'brief'",
@@ -727,12 +697,9 @@ async fn api_keys_authenticate_and_roles_authorise() {
     .execute(&app.state.pool)
     .await
     .unwrap();
-    let r = app
-        .with_key(Method::GET, "/v1/agents", &brief)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 401);
+    app.rest_as(&brief)
+        .answered(Method::GET, "/v1/agents", None, 401)
+        .await;
 
     // Key changes are audited as admin actions.
     let (_, page) = get(&app, "/v1/audit?tool=api_key.create").await;
@@ -775,13 +742,7 @@ async fn a_key_revoked_behind_the_nodes_back_is_refused() {
 
     // A role change is announced too: a demoted key loses its rights.
     let key = app.create_key("demoted", "operator").await;
-    let r = app
-        .with_key(Method::POST, "/v1/agents", &key)
-        .body(AGENT_V1)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
+    app.rest_as(&key).deployed("/v1/agents", AGENT_V1).await;
     sqlx::query("UPDATE api_keys SET role = 'readonly' WHERE name = 'demoted'")
         .execute(&app.state.pool)
         .await
@@ -794,11 +755,7 @@ async fn a_key_revoked_behind_the_nodes_back_is_refused() {
 async fn answer_within(app: &TestApp, method: Method, path: &str, key: &str, wanted: u16) -> Value {
     let mut last = (0, Value::Null);
     for _ in 0..100 {
-        let r = app
-            .with_key(method.clone(), path, key)
-            .send()
-            .await
-            .unwrap();
+        let r = app.rest_as(key).response(method.clone(), path, None).await;
         let status = r.status().as_u16();
         last = (status, r.json().await.unwrap_or(Value::Null));
         if status == wanted {

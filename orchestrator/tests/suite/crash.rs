@@ -7,6 +7,7 @@ use crate::common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::agent::AgentManifest;
 use common::binary::{self, free_port};
 use common::{docker_lines, TestDb, TEST_ADMIN_KEY};
 use serde_json::{json, Value};
@@ -39,32 +40,14 @@ async fn kill_9_during_cmd_run_then_restart_takes_over_and_leaves_nothing_behind
     let client = reqwest::Client::new();
     let mut first = start(&db, http).await;
 
-    let agent = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: sleeper
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Sleep.
-  tools: [cmd.run]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [sleep]
-";
-    let r = client
-        .post(format!("{base}/v1/agents"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .body(agent)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let agent = AgentManifest::new("sleeper")
+        .instruction("Sleep.")
+        .tools(&["cmd.run"])
+        .cmd_allowing(&["sleep"])
+        .yaml();
+    crate::common::rest::Rest::new(client.clone(), &base, TEST_ADMIN_KEY)
+        .deployed("/v1/agents", &agent)
+        .await;
     let r = client
         .post(format!("{base}/v1/sandboxes"))
         .bearer_auth(TEST_ADMIN_KEY)
@@ -183,26 +166,12 @@ async fn executions_running_at_a_crash_fail_with_the_reason_after_restart() {
     let base = format!("http://127.0.0.1:{http}");
     let client = reqwest::Client::new();
     let mut first = start_with(&db, http, Some(config.path())).await;
-    let agent = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: thinker
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Think forever.
-";
-    let r = client
-        .post(format!("{base}/v1/agents"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .body(agent)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let agent = AgentManifest::new("thinker")
+        .instruction("Think forever.")
+        .yaml();
+    crate::common::rest::Rest::new(client.clone(), &base, TEST_ADMIN_KEY)
+        .deployed("/v1/agents", &agent)
+        .await;
     let r = client
         .post(format!("{base}/v1/agents/thinker/execute"))
         .bearer_auth(TEST_ADMIN_KEY)

@@ -9,6 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use aegis_cli::seal_client::{ClientError, SealClient, Transport};
+use common::agent::AgentManifest;
 use common::fake_llm::{answer, FakeLlm};
 use common::{mcp, test_config, TestApp, TestDb};
 use reqwest::Method;
@@ -19,19 +20,12 @@ use serde_json::{json, Value};
 const CONFINED: &str = "confined";
 
 /// A valid agent a generator drafts; deploying it would need `aegis.agent.create`.
-const DRAFT: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: smuggled
-  version: \"1.0.0\"
-  description: Deployed through a generator
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Say hello.
-";
+fn draft() -> String {
+    AgentManifest::new("smuggled")
+        .metadata("  description: Deployed through a generator\n")
+        .instruction("Say hello.")
+        .yaml()
+}
 
 fn contexts() -> Vec<Value> {
     vec![
@@ -57,7 +51,7 @@ async fn app_with_llm(drafts: usize) -> (TestApp, FakeLlm, TestDb) {
     let db = TestDb::create().await;
     let llm = FakeLlm::start(
         (0..drafts)
-            .map(|_| answer(&format!("```yaml\n{DRAFT}```\n")))
+            .map(|_| answer(&format!("```yaml\n{}```\n", draft())))
             .collect(),
     )
     .await;
@@ -74,22 +68,20 @@ async fn bound_key(app: &TestApp, name: &str, role: &str, context: &str) -> (Str
 
 /// True when no agent named `smuggled` was deployed (asked as admin, who may list).
 async fn nothing_deployed(app: &TestApp) -> bool {
-    let r = app
-        .admin(Method::GET, "/v1/agents/smuggled")
-        .send()
-        .await
-        .unwrap();
+    let r = app.response(Method::GET, "/v1/agents/smuggled", None).await;
     r.status() == 404
 }
 
 /// `POST /v1/tools/call` with `key`; returns (status, body).
 async fn rest_call(app: &TestApp, key: &str, name: &str, arguments: Value) -> (u16, Value) {
     let r = app
-        .with_key(Method::POST, "/v1/tools/call", key)
-        .json(&json!({"name": name, "arguments": arguments}))
-        .send()
-        .await
-        .expect("request sent");
+        .rest_as(key)
+        .response(
+            Method::POST,
+            "/v1/tools/call",
+            Some(&json!({"name": name, "arguments": arguments})),
+        )
+        .await;
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(Value::Null))
 }
@@ -106,7 +98,7 @@ fn generate_and_deploy() -> Value {
 #[tokio::test]
 async fn every_door_confines_a_bound_caller_directly_and_through_a_generator() {
     let (app, llm, _db) = app_with_llm(4).await;
-    let manifest = json!({"manifest_yaml": DRAFT});
+    let manifest = json!({"manifest_yaml": draft()});
 
     // REST, with an operator-role key bound to the context (the role alone would allow all).
     let (key, _) = bound_key(&app, "door-rest", "operator", CONFINED).await;
@@ -125,7 +117,7 @@ async fn every_door_confines_a_bound_caller_directly_and_through_a_generator() {
     let r = app
         .with_key(Method::POST, "/v1/agents", &key)
         .header("content-type", "application/yaml")
-        .body(DRAFT)
+        .body(draft())
         .send()
         .await
         .unwrap();
@@ -181,12 +173,7 @@ async fn every_door_confines_a_bound_caller_directly_and_through_a_generator() {
     // Every generator ran (the refusal came from the nested create, not from the generator),
     // and the nested creates were refused by the context, audited as such.
     assert_eq!(llm.remaining(), 0, "each door's generator drafted once");
-    let nested_refusals: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_log WHERE action = 'aegis.agent.create' AND decision = 'denied'",
-    )
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
+    let nested_refusals = crate::common::count(&app.state.pool, "SELECT count(*) FROM audit_log WHERE action = 'aegis.agent.create' AND decision = 'denied'").await;
     assert!(
         nested_refusals >= 8,
         "direct and nested creates audited: {nested_refusals}"
@@ -203,14 +190,7 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["isError"], false, "{body}");
     // Listed tools are the context's.
-    let listed: Value = app
-        .with_key(Method::GET, "/v1/tools", &key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = app.rest_as(&key).get_value("/v1/tools").await;
     let names: Vec<&str> = listed
         .as_array()
         .unwrap()
@@ -235,14 +215,15 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
             &format!("label=org.aegis.owner-id={key_id}"),
         ])
     };
-    let r = app
-        .with_key(Method::POST, "/v1/sandboxes", &key)
-        .json(&json!({"runtime": "busybox"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
-    let body: Value = r.json().await.unwrap();
+    let body = app
+        .rest_as(&key)
+        .answered(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(json!({"runtime": "busybox"})),
+            403,
+        )
+        .await;
     assert_eq!(body["code"], "key_bound", "{body}");
     assert_eq!(owned(), Vec::<String>::new(), "no container was made");
     for (method, path) in [
@@ -253,31 +234,31 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
         (Method::POST, "/v1/api-keys"),
     ] {
         let r = app
-            .with_key(method.clone(), path, &key)
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap();
+            .rest_as(&key)
+            .response(method.clone(), path, Some(&json!({})))
+            .await;
         assert_eq!(r.status(), 403, "{method} {path}");
     }
 
     // An operator's sandbox cannot be borrowed by naming it.
-    let r = app
-        .admin(Method::POST, "/v1/sandboxes")
-        .json(&json!({"runtime": "busybox"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let sandbox: Value = r.json().await.unwrap();
+    let sandbox = app
+        .answered(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(json!({"runtime": "busybox"})),
+            201,
+        )
+        .await;
     let id = sandbox["sandbox_id"].as_str().unwrap().to_owned();
+    let body = json!({
+        "name": "fs.write",
+        "sandbox_id": id,
+        "arguments": {"path": "/workspace/planted.txt", "content": "x"},
+    });
     let r = app
-        .with_key(Method::POST, "/v1/tools/call", &key)
-        .json(&json!({"name": "fs.write", "sandbox_id": id,
-            "arguments": {"path": "/workspace/planted.txt", "content": "x"}}))
-        .send()
-        .await
-        .unwrap();
+        .rest_as(&key)
+        .response(Method::POST, "/v1/tools/call", Some(&body))
+        .await;
     assert_eq!(r.status(), 404, "another's sandbox is not found");
     // The router refused it, so the refusal is one audited row like any other.
     let refused: i64 = sqlx::query_scalar(
@@ -291,23 +272,21 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
     assert_eq!(refused, 1, "the refusal is audited");
     // Checked from inside the sandbox: nothing was written.
     let (status, listing) = {
+        let body = json!({
+            "name": "fs.list",
+            "sandbox_id": id,
+            "arguments": {"path": "/workspace"},
+        });
         let r = app
-            .admin(Method::POST, "/v1/tools/call")
-            .json(
-                &json!({"name": "fs.list", "sandbox_id": id, "arguments": {"path": "/workspace"}}),
-            )
-            .send()
-            .await
-            .unwrap();
+            .response(Method::POST, "/v1/tools/call", Some(&body))
+            .await;
         (r.status().as_u16(), r.json::<Value>().await.unwrap())
     };
     assert_eq!(status, 200, "{listing}");
     assert!(!listing.to_string().contains("planted.txt"), "{listing}");
     let r = app
-        .admin(Method::DELETE, &format!("/v1/sandboxes/{id}"))
-        .send()
-        .await
-        .unwrap();
+        .response(Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
+        .await;
     assert!(r.status().is_success());
 
     // An unbound operator key keeps its full reach.
@@ -403,13 +382,14 @@ async fn a_caller_cannot_approve_its_own_privileged_call() {
     let id = id.expect("the call waits for approval");
 
     // The same key tries to approve it over REST: refused.
-    let r = app
-        .with_key(Method::POST, &format!("/v1/approvals/{id}/approve"), &key)
-        .json(&json!({"note": "looks fine to me"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
+    app.rest_as(&key)
+        .answered(
+            Method::POST,
+            &format!("/v1/approvals/{id}/approve"),
+            Some(json!({"note": "looks fine to me"})),
+            403,
+        )
+        .await;
     // And the rule holds in the core, whatever door a decider comes through: the principal
     // whose call waits is refused.
     let same = orchestrator::caller::Caller {
@@ -447,13 +427,14 @@ async fn a_caller_cannot_approve_its_own_privileged_call() {
 
     // Someone else decides it.
     let other = app.create_key("second-person", "operator").await;
-    let r = app
-        .with_key(Method::POST, &format!("/v1/approvals/{id}/reject"), &other)
-        .json(&json!({"note": "no"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    app.rest_as(&other)
+        .answered(
+            Method::POST,
+            &format!("/v1/approvals/{id}/reject"),
+            Some(json!({"note": "no"})),
+            200,
+        )
+        .await;
     let answer = tokio::time::timeout(Duration::from_secs(30), waiting)
         .await
         .expect("the call ends once decided")
@@ -469,24 +450,13 @@ async fn a_caller_cannot_approve_its_own_privileged_call() {
 }
 
 /// An agent that runs `echo` in its sandbox, and a workflow whose one state runs it.
-const RUNNER: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: runner
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Run echo.
-  tools: [cmd.run]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [echo]
-";
+fn runner() -> String {
+    AgentManifest::new("runner")
+        .instruction("Run echo.")
+        .tools(&["cmd.run"])
+        .cmd_allowing(&["echo"])
+        .yaml()
+}
 
 const RUNS_RUNNER: &str = "apiVersion: 100monkeys.ai/v1
 kind: Workflow
@@ -521,43 +491,31 @@ async fn a_workflow_started_by_a_confined_key_runs_its_agents_under_that_key_s_c
         "attestation": {"allow_unverified": true}}));
     config.seal.security_contexts = contexts;
     let app = TestApp::spawn_with(config).await;
-    for (path, manifest) in [("/v1/agents", RUNNER), ("/v1/workflows", RUNS_RUNNER)] {
-        let r = app
-            .admin(Method::POST, path)
-            .body(manifest)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+    for (path, manifest) in [
+        ("/v1/agents", runner()),
+        ("/v1/workflows", RUNS_RUNNER.to_owned()),
+    ] {
+        app.deployed(path, &manifest).await;
     }
 
     let (key, _) = bound_key(&app, "starts-workflows", "operator", "runs-workflows").await;
-    let r = app
-        .with_key(Method::POST, "/v1/workflows/runs-runner/run", &key)
-        .json(&json!({"input": {}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
-    let body: Value = r.json().await.unwrap();
+    let body = app
+        .rest_as(&key)
+        .answered(
+            Method::POST,
+            "/v1/workflows/runs-runner/run",
+            Some(json!({"input": {}})),
+            201,
+        )
+        .await;
     let id = body["execution_id"].as_str().unwrap().to_owned();
 
-    let mut ended = Value::Null;
-    for _ in 0..600 {
-        let r = app
-            .admin(Method::GET, &format!("/v1/workflows/executions/{id}"))
-            .send()
-            .await
-            .unwrap();
-        ended = r.json().await.unwrap();
-        if ["completed", "failed", "cancelled", "timed_out"]
-            .contains(&ended["status"].as_str().unwrap_or_default())
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_ne!(ended["status"], "running", "{ended}");
+    let ended = app
+        .until_ended(
+            &format!("/v1/workflows/executions/{id}"),
+            Duration::from_secs(60),
+        )
+        .await;
     assert_eq!(
         llm.remaining(),
         0,
@@ -582,11 +540,10 @@ async fn a_workflow_started_by_a_confined_key_runs_its_agents_under_that_key_s_c
         vec![("execution".to_owned(), Some("tool_not_offered".to_owned()))],
         "the refusal is audited"
     );
-    let ran: i64 = sqlx::query_scalar(
+    let ran = crate::common::count(
+        &app.state.pool,
         "SELECT count(*) FROM audit_log WHERE action = 'cmd.run' AND decision = 'allowed'",
     )
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(ran, 0, "{ended}");
 }

@@ -76,6 +76,83 @@ pub(crate) fn ok<'a>(report: &'a Value, step: &str) -> &'a Value {
     &report[step]["value"]
 }
 
+/// The checks of the SDK's `live` scenario (processes, stdin, kill, connect, terminal, watches),
+/// whichever node served envd's calls.
+pub(crate) fn assert_live_report(r: &Value) {
+    // The first line reached the callback while the command still ran (it waited for it).
+    let streaming = ok(r, "streaming");
+    assert_eq!(streaming["stdout"], "first\nsecond\n", "{streaming}");
+    assert_eq!(streaming["seen"][0], "first\n", "{streaming}");
+    let background = ok(r, "background");
+    assert_eq!(background["exit_code"], 3, "{background}");
+    assert_eq!(background["stdout"], "started\ndone-bg\n", "{background}");
+    assert!(background["pid"].as_u64().unwrap() > 1, "{background}");
+    assert_eq!(ok(r, "stdin"), "hello stdin\nsecond line\neof\n");
+    let kill = ok(r, "kill");
+    assert_eq!(kill["killed"], true, "{kill}");
+    assert_eq!(kill["exit_code"], -1, "{kill}");
+    assert_eq!(
+        kill["again"], false,
+        "a process that ended is not found: {kill}"
+    );
+    let connect = ok(r, "connect");
+    let pid = &connect["pid"];
+    assert!(
+        connect["listed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| &p["pid"] == pid && p["cmd"] == "bash"),
+        "{connect}"
+    );
+    // A re-attached stream gets what the first did not read (from now on, as envd's Connect).
+    let stdout = connect["stdout"].as_str().unwrap();
+    assert!(
+        stdout == "after\n" || stdout == "before\nafter\n",
+        "{connect}"
+    );
+    assert!(
+        !connect["after_end"].as_array().unwrap().contains(pid),
+        "{connect}"
+    );
+    // Two Connects while the Start stream is still open: each stream gets the whole output
+    // (the Connects from the oldest output still buffered) and the end, none takes another's.
+    let open = ok(r, "connect_open");
+    assert_eq!(
+        open["connected"],
+        json!([open["pid"], open["pid"]]),
+        "{open}"
+    );
+    for stream in ["start", "connect", "second"] {
+        assert_eq!(open[stream], "one\ntwo\n", "{stream}: {open}");
+    }
+    let pty = ok(r, "pty");
+    assert!(
+        pty["output"].as_str().unwrap().contains("30 100"),
+        "the terminal was resized: {pty}"
+    );
+    assert_eq!(pty["exit_code"], 4, "{pty}");
+    assert_eq!(pty["kill"], true, "{pty}");
+    let watch = ok(r, "watch");
+    assert!(
+        watch
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "new.txt"),
+        "{watch}"
+    );
+    let streamed = ok(r, "watch_stream");
+    assert!(
+        streamed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "sub/streamed.txt"),
+        "{streamed}"
+    );
+}
+
 fn refused(report: &Value, step: &str, needle: &str) {
     assert_eq!(
         report[step]["ok"], false,
@@ -286,79 +363,7 @@ async fn the_e2b_sdk_drives_live_processes_terminals_and_watches_with_the_sdk() 
     let key = app.create_key("e2b-live", "operator").await;
     let r = run_sdk(&app, "live", &key, &[]).await;
 
-    // The first line reached the callback while the command still ran (it waited for it).
-    let streaming = ok(&r, "streaming");
-    assert_eq!(streaming["stdout"], "first\nsecond\n", "{streaming}");
-    assert_eq!(streaming["seen"][0], "first\n", "{streaming}");
-    let background = ok(&r, "background");
-    assert_eq!(background["exit_code"], 3, "{background}");
-    assert_eq!(background["stdout"], "started\ndone-bg\n", "{background}");
-    assert!(background["pid"].as_u64().unwrap() > 1, "{background}");
-    assert_eq!(ok(&r, "stdin"), "hello stdin\nsecond line\neof\n");
-    let kill = ok(&r, "kill");
-    assert_eq!(kill["killed"], true, "{kill}");
-    assert_eq!(kill["exit_code"], -1, "{kill}");
-    assert_eq!(
-        kill["again"], false,
-        "a process that ended is not found: {kill}"
-    );
-    let connect = ok(&r, "connect");
-    let pid = &connect["pid"];
-    assert!(
-        connect["listed"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|p| &p["pid"] == pid && p["cmd"] == "bash"),
-        "{connect}"
-    );
-    // A re-attached stream gets what the first did not read (from now on, as envd's Connect).
-    let stdout = connect["stdout"].as_str().unwrap();
-    assert!(
-        stdout == "after\n" || stdout == "before\nafter\n",
-        "{connect}"
-    );
-    assert!(
-        !connect["after_end"].as_array().unwrap().contains(pid),
-        "{connect}"
-    );
-    // Two Connects while the Start stream is still open: each stream gets the whole output
-    // (the Connects from the oldest output still buffered) and the end, none takes another's.
-    let open = ok(&r, "connect_open");
-    assert_eq!(
-        open["connected"],
-        json!([open["pid"], open["pid"]]),
-        "{open}"
-    );
-    for stream in ["start", "connect", "second"] {
-        assert_eq!(open[stream], "one\ntwo\n", "{stream}: {open}");
-    }
-    let pty = ok(&r, "pty");
-    assert!(
-        pty["output"].as_str().unwrap().contains("30 100"),
-        "the terminal was resized: {pty}"
-    );
-    assert_eq!(pty["exit_code"], 4, "{pty}");
-    assert_eq!(pty["kill"], true, "{pty}");
-    let watch = ok(&r, "watch");
-    assert!(
-        watch
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["name"] == "new.txt"),
-        "{watch}"
-    );
-
-    let streamed = ok(&r, "watch_stream");
-    assert!(
-        streamed
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["name"] == "sub/streamed.txt"),
-        "{streamed}"
-    );
+    assert_live_report(&r);
 
     // Starts and input are router calls with rows; reading output is not a new decision.
     let count = |action: &'static str| {
@@ -393,11 +398,14 @@ async fn the_e2b_door_refuses_what_the_key_and_its_context_do_not_grant() {
     let key = app.create_key("e2b-owner", "operator").await;
     let other = app.create_key("e2b-other", "operator").await;
     let r = app
-        .admin(reqwest::Method::POST, "/v1/api-keys")
-        .json(&json!({"name": "e2b-bound", "role": "operator", "security_context": "e2b-narrow"}))
-        .send()
-        .await
-        .unwrap();
+        .response(
+            reqwest::Method::POST,
+            "/v1/api-keys",
+            Some(
+                &json!({"name": "e2b-bound", "role": "operator", "security_context": "e2b-narrow"}),
+            ),
+        )
+        .await;
     assert_eq!(r.status(), 201);
     let bound = r.json::<Value>().await.unwrap()["key"]
         .as_str()
@@ -795,11 +803,12 @@ async fn rest_figures(app: &TestApp, runs: usize) -> Value {
     };
     let create = || async {
         let r = app
-            .admin(Method::POST, "/v1/sandboxes")
-            .json(&json!({"runtime": "base"}))
-            .send()
-            .await
-            .expect("create");
+            .response(
+                Method::POST,
+                "/v1/sandboxes",
+                Some(&json!({"runtime": "base"})),
+            )
+            .await;
         let body: Value = r.json().await.expect("json");
         body["sandbox_id"]
             .as_str()
@@ -808,10 +817,8 @@ async fn rest_figures(app: &TestApp, runs: usize) -> Value {
     };
     let destroy = |id: String| async move {
         let r = app
-            .admin(Method::DELETE, &format!("/v1/sandboxes/{id}"))
-            .send()
-            .await
-            .expect("destroy");
+            .response(Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
+            .await;
         assert!(r.status().is_success(), "destroy: {}", r.status());
     };
     let (mut firsts, mut trips) = (Vec::new(), Vec::new());
@@ -1019,10 +1026,8 @@ async fn e2b_pause_keeps_files_frees_the_container_and_resume_restores_them() {
     assert_eq!(paused.len(), 1, "{paused:?}");
     assert_eq!(paused[0].0.to_string(), left);
     assert_eq!(paused[0].1, "pause");
-    let snapshots: i64 = sqlx::query_scalar("SELECT count(*) FROM e2b_snapshots")
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap();
+    let snapshots =
+        crate::common::count(&app.state.pool, "SELECT count(*) FROM e2b_snapshots").await;
     assert_eq!(
         snapshots, 1,
         "the resumed and killed sandboxes' pause snapshots are gone"
@@ -1079,10 +1084,8 @@ async fn e2b_pause_keeps_files_frees_the_container_and_resume_restores_them() {
         .unwrap();
     let mut gone = false;
     for _ in 0..40 {
-        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM e2b_sandboxes")
-            .fetch_one(&app.state.pool)
-            .await
-            .unwrap();
+        let rows =
+            crate::common::count(&app.state.pool, "SELECT count(*) FROM e2b_sandboxes").await;
         if rows == 0 {
             gone = true;
             break;

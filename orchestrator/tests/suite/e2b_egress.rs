@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use axum::routing::get;
 use axum::Router;
+use common::net::trap;
 use common::{docker_lines, python_client, test_config, TestApp, TestDb};
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -51,31 +52,16 @@ async fn serve(text: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
     (addr, hits)
 }
 
-/// A listener on loopback that only counts connections (nothing may reach it).
-async fn trap() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind trap");
-    let addr = listener.local_addr().expect("addr");
-    let count = Arc::new(AtomicUsize::new(0));
-    let c = count.clone();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
-            c.fetch_add(1, Ordering::SeqCst);
-            drop(s);
-        }
-    });
-    (addr, count)
-}
-
 /// A key made through REST: (secret, id).
 async fn key(app: &TestApp, name: &str) -> (String, String) {
-    let r = app
-        .admin(reqwest::Method::POST, "/v1/api-keys")
-        .json(&serde_json::json!({"name": name, "role": "operator"}))
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(r.status(), 201);
-    let body: Value = r.json().await.expect("json");
+    let body = app
+        .answered(
+            reqwest::Method::POST,
+            "/v1/api-keys",
+            Some(serde_json::json!({"name": name, "role": "operator"})),
+            201,
+        )
+        .await;
     (
         body["key"].as_str().expect("key").to_owned(),
         body["id"].as_str().expect("id").to_owned(),

@@ -168,10 +168,7 @@ async fn concurrent_captures_and_forks_of_huge_sparse_files_stay_within_the_node
     );
 
     // Nothing half-written: only the two small snapshots are stored, every sandbox runs on.
-    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM e2b_snapshots")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let stored = crate::common::count(&pool, "SELECT count(*) FROM e2b_snapshots").await;
     assert_eq!(stored, 2);
     for (_, id) in &sandboxes {
         let r = http

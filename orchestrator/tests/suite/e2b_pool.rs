@@ -104,11 +104,11 @@ async fn a_pooled_e2b_sandbox_is_exactly_its_creator_s_and_never_handed_out_twic
         assert!(token_len > 16);
         assert!((secs - f64::from(timeout)).abs() < 5.0, "{who}: {secs} s");
     }
-    let tokens: i64 =
-        sqlx::query_scalar("SELECT count(DISTINCT envd_access_token) FROM e2b_sandboxes")
-            .fetch_one(&app.state.pool)
-            .await
-            .unwrap();
+    let tokens = crate::common::count(
+        &app.state.pool,
+        "SELECT count(DISTINCT envd_access_token) FROM e2b_sandboxes",
+    )
+    .await;
     assert_eq!(tokens, 2, "each pooled sandbox has a token of its own");
     let stats = app
         .state

@@ -14,37 +14,13 @@ use std::sync::Arc;
 
 use axum::routing::get;
 use axum::Router;
+use common::agent::AgentManifest;
+use common::net::{trap, web_host};
 use common::{test_config, TestApp, TestDb};
 use orchestrator::egress::proxy::{EgressProxy, ProxyScope};
 use orchestrator::egress::{DomainEntry, DomainPolicy, DomainRule};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-async fn start_host(text: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.2:0")
-        .await
-        .expect("bind 127.0.0.2");
-    let addr = listener.local_addr().expect("addr");
-    let app = Router::new().route("/", get(move || async move { text }));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
-}
-
-async fn start_trap() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind trap");
-    let addr = listener.local_addr().expect("addr");
-    let count = Arc::new(AtomicUsize::new(0));
-    let c = count.clone();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
-            c.fetch_add(1, Ordering::SeqCst);
-            drop(s);
-        }
-    });
-    (addr, count)
-}
 
 struct Setup {
     app: TestApp,
@@ -56,9 +32,9 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
-    let allowed = start_host("allowed host says hi").await;
-    let denied = start_host("denied host").await;
-    let (trap, trapped) = start_trap().await;
+    let allowed = web_host("allowed host says hi").await;
+    let denied = web_host("denied host").await;
+    let (trap, trapped) = trap().await;
     let db = TestDb::create().await;
     let mut config = test_config(&db.url);
     config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
@@ -284,8 +260,8 @@ fn run_in_container(network: &str, proxy: SocketAddr, script: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothing_else() {
-    let allowed = start_host("allowed host says hi").await;
-    let denied = start_host("denied host").await;
+    let allowed = web_host("allowed host says hi").await;
+    let denied = web_host("denied host").await;
     // A service of the Docker host on every interface, as a database or an agent might be.
     let host_service = TcpListener::bind("0.0.0.0:0")
         .await
@@ -392,15 +368,7 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
     let out = tokio::task::spawn_blocking(move || run_in_container(&net_name, proxy_addr, &script))
         .await
         .expect("container run");
-    let section = |name: &str| -> String {
-        let marker = format!("== {name}\n");
-        let start = out
-            .find(&marker)
-            .unwrap_or_else(|| panic!("no section {name} in:\n{out}"))
-            + marker.len();
-        let rest = &out[start..];
-        rest[..rest.find("\n== ").unwrap_or(rest.len())].to_owned()
-    };
+    let section = |name: &str| crate::common::section(&out, name);
     let allowed_plain = section("allowed");
     assert!(allowed_plain.starts_with("HTTP/1.0 200 OK"), "{out}");
     assert!(allowed_plain.contains("allowed host says hi"), "{out}");
@@ -580,31 +548,13 @@ impl Drop for OutsideListener {
 
 /// A busybox agent with network granted to one host:port only.
 fn networked_agent(name: &str, version: &str, allow: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"{version}\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Fetch things.
-  tools: [cmd.run]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [wget, nslookup, cat]
-          timeout_seconds: 20
-  security:
-    network:
-      mode: deny
-      allowlist: [\"{allow}\"]
-"
-    )
+    AgentManifest::new(name)
+        .version(version)
+        .instruction("Fetch things.")
+        .tools(&["cmd.run"])
+        .cmd(&["wget", "nslookup", "cat"], 20, "")
+        .network("deny", "allowlist", &[allow])
+        .yaml()
 }
 
 /// The whole path through the real service: an agent whose manifest allows one test host gets
@@ -671,11 +621,12 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     assert!(body.contains("new version"), "{body}");
 
     let r = app
-        .admin(reqwest::Method::POST, "/v1/sandboxes")
-        .json(&serde_json::json!({"agent": "fetcher"}))
-        .send()
-        .await
-        .expect("create sandbox");
+        .response(
+            reqwest::Method::POST,
+            "/v1/sandboxes",
+            Some(&serde_json::json!({"agent": "fetcher"})),
+        )
+        .await;
     let status = r.status();
     let body: serde_json::Value = r.json().await.expect("json");
     assert_eq!(status, 201, "{body}");
@@ -719,13 +670,7 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
         let app = &app;
         let id = id.clone();
         async move {
-            let r = app
-                .admin(reqwest::Method::POST, "/v1/tools/call")
-                .json(&serde_json::json!({"name": "cmd.run", "sandbox_id": id,
-                    "arguments": {"command": command, "timeout_secs": 15}}))
-                .send()
-                .await
-                .expect("cmd.run");
+            let r = app.response(reqwest::Method::POST, "/v1/tools/call", Some(&serde_json::json!({"name": "cmd.run", "sandbox_id": id, "arguments": {"command": command, "timeout_secs": 15}}))).await;
             let body: serde_json::Value = r.json().await.expect("json");
             assert_eq!(body["isError"], false, "{command}: {body}");
             body["structuredContent"].clone()
@@ -845,12 +790,13 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     }
 
     // Destroyed: network, rules and proxy gone with the container.
-    let r = app
-        .admin(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"))
-        .send()
-        .await
-        .expect("destroy");
-    assert_eq!(r.status(), 200);
+    app.answered(
+        reqwest::Method::DELETE,
+        &format!("/v1/sandboxes/{id}"),
+        None,
+        200,
+    )
+    .await;
     assert!(
         !docker_cli(&["network", "inspect", &network]).0,
         "network removed"
@@ -913,13 +859,7 @@ async fn the_reaper_removes_orphaned_egress_networks_and_their_rules() {
 
 /// `cmd.run` in sandbox `id` through the REST API; the tool's structured result.
 async fn cmd_run(app: &TestApp, id: &str, command: &str) -> serde_json::Value {
-    let r = app
-        .admin(reqwest::Method::POST, "/v1/tools/call")
-        .json(&serde_json::json!({"name": "cmd.run", "sandbox_id": id,
-            "arguments": {"command": command, "timeout_secs": 15}}))
-        .send()
-        .await
-        .expect("cmd.run");
+    let r = app.response(reqwest::Method::POST, "/v1/tools/call", Some(&serde_json::json!({"name": "cmd.run", "sandbox_id": id, "arguments": {"command": command, "timeout_secs": 15}}))).await;
     let body: serde_json::Value = r.json().await.expect("json");
     assert_eq!(body["isError"], false, "{command}: {body}");
     body["structuredContent"].clone()
@@ -954,11 +894,12 @@ async fn a_restarted_instance_adopts_a_networked_sandbox_with_a_new_proxy() {
         .expect("deploy");
     assert_eq!(r.status(), 201);
     let r = app
-        .admin(reqwest::Method::POST, "/v1/sandboxes")
-        .json(&serde_json::json!({"agent": "keeper"}))
-        .send()
-        .await
-        .expect("create sandbox");
+        .response(
+            reqwest::Method::POST,
+            "/v1/sandboxes",
+            Some(&serde_json::json!({"agent": "keeper"})),
+        )
+        .await;
     let body: serde_json::Value = r.json().await.expect("json");
     let id = body["sandbox_id"]
         .as_str()
@@ -1000,12 +941,13 @@ async fn a_restarted_instance_adopts_a_networked_sandbox_with_a_new_proxy() {
     assert_eq!(allowed_hits.load(Ordering::SeqCst), 2);
     assert_eq!(other_hits.load(Ordering::SeqCst), 0);
 
-    let r = app
-        .admin(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"))
-        .send()
-        .await
-        .expect("destroy");
-    assert_eq!(r.status(), 200);
+    app.answered(
+        reqwest::Method::DELETE,
+        &format!("/v1/sandboxes/{id}"),
+        None,
+        200,
+    )
+    .await;
     assert!(!firewall_rules().contains(&tag), "rules removed");
     drop(app);
     drop(db);
@@ -1070,29 +1012,12 @@ async fn a_denied_cidr_holds_for_names_that_resolve_into_it_on_every_path() {
     let mut app = TestApp::spawn_with(config).await;
     app.db = Some(db);
 
-    let manifest = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: open-net
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Fetch things.
-  tools: [cmd.run, web.fetch]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [wget]
-          timeout_seconds: 20
-  security:
-    network:
-      mode: allow
-      denylist: [\"127.77.1.0/24\"]
-";
+    let manifest = AgentManifest::new("open-net")
+        .instruction("Fetch things.")
+        .tools(&["cmd.run", "web.fetch"])
+        .cmd(&["wget"], 20, "")
+        .network("allow", "denylist", &["127.77.1.0/24"])
+        .yaml();
     let r = app
         .admin(reqwest::Method::POST, "/v1/agents")
         .body(manifest)
@@ -1103,11 +1028,12 @@ spec:
 
     // The sandbox path: wget inside the agent's sandbox goes through its egress proxy.
     let r = app
-        .admin(reqwest::Method::POST, "/v1/sandboxes")
-        .json(&serde_json::json!({"agent": "open-net"}))
-        .send()
-        .await
-        .expect("create sandbox");
+        .response(
+            reqwest::Method::POST,
+            "/v1/sandboxes",
+            Some(&serde_json::json!({"agent": "open-net"})),
+        )
+        .await;
     let body: serde_json::Value = r.json().await.expect("json");
     let id = body["sandbox_id"]
         .as_str()
@@ -1144,11 +1070,12 @@ spec:
 
     // The web.fetch path: the agent's model asks for the same name, then for the one beside it.
     let r = app
-        .admin(reqwest::Method::POST, "/v1/agents/open-net/execute")
-        .json(&serde_json::json!({"input": {}}))
-        .send()
-        .await
-        .expect("execute");
+        .response(
+            reqwest::Method::POST,
+            "/v1/agents/open-net/execute",
+            Some(&serde_json::json!({"input": {}})),
+        )
+        .await;
     let body: serde_json::Value = r.json().await.expect("json");
     let execution = body["execution_id"]
         .as_str()
@@ -1157,10 +1084,12 @@ spec:
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
     loop {
         let e: serde_json::Value = app
-            .admin(reqwest::Method::GET, &format!("/v1/executions/{execution}"))
-            .send()
+            .response(
+                reqwest::Method::GET,
+                &format!("/v1/executions/{execution}"),
+                None,
+            )
             .await
-            .expect("execution")
             .json()
             .await
             .expect("json");
@@ -1196,10 +1125,11 @@ spec:
     assert_eq!(victim_hits.load(Ordering::SeqCst), 0);
     assert_eq!(fine_hits.load(Ordering::SeqCst), 2);
 
-    let r = app
-        .admin(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"))
-        .send()
-        .await
-        .expect("destroy");
-    assert_eq!(r.status(), 200);
+    app.answered(
+        reqwest::Method::DELETE,
+        &format!("/v1/sandboxes/{id}"),
+        None,
+        200,
+    )
+    .await;
 }

@@ -16,6 +16,7 @@ use crate::common;
 use crate::common::agent::AgentManifest;
 
 use aegis_cli::seal_client::{SealClient, Transport};
+use common::net::web_host;
 use common::replicas::{seal_round, SecondEngine, SECRET};
 use common::sandbox::AgentSandbox;
 use common::{TestApp, TestDb};
@@ -47,46 +48,14 @@ fn replica(db: &TestDb, docker_host: Option<&str>) -> NodeConfig {
     config
 }
 
-/// A test host on 127.0.0.2 answering every request with `text`.
-async fn start_host(text: &'static str) -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.2:0")
-        .await
-        .expect("bind 127.0.0.2");
-    let addr = listener.local_addr().expect("addr");
-    let app = axum::Router::new().route("/", axum::routing::get(move || async move { text }));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
-}
-
 /// A busybox agent with network granted to `allow` (host:port) only.
 fn networked_agent(allow: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: fetcher
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Fetch things.
-  tools: [cmd.run]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [wget]
-          timeout_seconds: 20
-  security:
-    network:
-      mode: deny
-      allowlist: [\"{allow}\"]
-"
-    )
+    AgentManifest::new("fetcher")
+        .instruction("Fetch things.")
+        .tools(&["cmd.run"])
+        .cmd(&["wget"], 20, "")
+        .network("deny", "allowlist", &[allow])
+        .yaml()
 }
 
 /// The host firewall's INPUT rules.
@@ -110,11 +79,12 @@ fn agent() -> String {
 /// `POST /v1/sandboxes` for the agent through `app`: (status, body).
 async fn create(app: &TestApp) -> (u16, Value) {
     let r = app
-        .admin(Method::POST, "/v1/sandboxes")
-        .json(&json!({"agent": "placed"}))
-        .send()
-        .await
-        .unwrap();
+        .response(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&json!({"agent": "placed"})),
+        )
+        .await;
     let status = r.status().as_u16();
     (status, r.json().await.unwrap())
 }
@@ -187,13 +157,7 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
     assert_eq!(listed[&c.state.instance_id.to_string()], other, "{ready}");
     assert_eq!(listed[&b.state.instance_id.to_string()], first, "{ready}");
 
-    let r = a
-        .admin(Method::POST, "/v1/agents")
-        .body(agent())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    a.deployed("/v1/agents", &agent()).await;
 
     // Two through A and B fill the host's engine; the third, asked of A, goes to the second
     // engine through C, which holds it; the fourth, asked of C, stays there; the fifth finds
@@ -237,12 +201,11 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
             );
         }
     }
-    let live: i64 = sqlx::query_scalar(
+    let live = crate::common::count(
+        &a.state.pool,
         "SELECT count(*) FROM sandboxes WHERE state IN ('creating', 'running', 'destroying')",
     )
-    .fetch_one(&a.state.pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(live, 4, "the refused creation left no row");
 
     // Every sandbox through every replica in turn: a file written through one is read and
@@ -317,43 +280,31 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
     // Destroyed through a replica that does not hold them (and, for s3 and s4, not beside
     // their engine): the holder removes the objects on its own engine.
     for (id, through) in [(&s1, &b), (&s2, &c), (&s3, &a), (&s4, &b)] {
-        let r = through
-            .admin(Method::DELETE, &format!("/v1/sandboxes/{id}"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "{id}: {}", r.text().await.unwrap());
+        through
+            .answered(Method::DELETE, &format!("/v1/sandboxes/{id}"), None, 200)
+            .await;
         assert_eq!(placed(&a, id).await.2, "destroyed", "{id}");
     }
     // With room again, a creation through B lands on B's engine.
     let s5 = created(&b).await;
     assert_eq!(placed(&a, &s5).await.0, first);
-    let r = c
-        .admin(Method::DELETE, &format!("/v1/sandboxes/{s5}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    c.answered(Method::DELETE, &format!("/v1/sandboxes/{s5}"), None, 200)
+        .await;
 
     // Egress per engine: a networked sandbox made through C lives on the second engine, on an
     // internal network of its own there, behind a proxy C runs on that network's gateway and
     // the host rules C set for its bridge. Through A, its command reaches the allowed host via
     // the proxy; direct, it reaches neither that host nor a container on the host's engine.
-    let allowed = start_host("allowed host says hi").await;
+    let allowed = web_host("allowed host says hi").await;
     let allow = format!("allowed.test:{}", allowed.port());
-    let r = a
-        .admin(Method::POST, "/v1/agents")
-        .body(networked_agent(&allow))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    a.deployed("/v1/agents", &networked_agent(&allow)).await;
     let r = c
-        .admin(Method::POST, "/v1/sandboxes")
-        .json(&json!({"agent": "fetcher"}))
-        .send()
-        .await
-        .unwrap();
+        .response(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&json!({"agent": "fetcher"})),
+        )
+        .await;
     let status = r.status();
     let body: Value = r.json().await.unwrap();
     assert_eq!(status, 201, "{body}");
@@ -483,12 +434,13 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
         "nothing reached the host"
     );
     // Destroyed through B: C closes the proxy and removes the network and its rules.
-    let r = b
-        .admin(Method::DELETE, &format!("/v1/sandboxes/{net_id}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    b.answered(
+        Method::DELETE,
+        &format!("/v1/sandboxes/{net_id}"),
+        None,
+        200,
+    )
+    .await;
     assert_eq!(input_rules().matches(&tag).count(), 0, "{}", input_rules());
 
     // A SEAL session attested through C gets its sandbox beside C's engine on its first call,

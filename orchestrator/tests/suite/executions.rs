@@ -92,13 +92,12 @@ async fn an_agent_writes_runs_and_reads_in_its_sandbox_then_completes() {
     // The same log as Server-Sent Events: every event, then `end` (the stream closes itself).
     let r = h
         .app
-        .admin(
+        .response(
             Method::GET,
             &format!("/v1/executions/{id}/events?follow=true"),
+            None,
         )
-        .send()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(r.headers()["content-type"], "text/event-stream");
     let sse = tokio::time::timeout(Duration::from_secs(20), r.text())
         .await
@@ -279,13 +278,14 @@ async fn cancel_while_a_command_runs_kills_it_and_removes_the_sandbox() {
         assert!(Instant::now() < deadline, "the command never started");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let r = h
-        .app
-        .admin(Method::POST, &format!("/v1/executions/{id}/cancel"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    h.app
+        .answered(
+            Method::POST,
+            &format!("/v1/executions/{id}/cancel"),
+            None,
+            200,
+        )
+        .await;
     let e = h.wait_end(&id, Duration::from_secs(30)).await;
     assert_eq!(e["status"], "cancelled", "{e}");
     assert_eq!(
@@ -295,29 +295,19 @@ async fn cancel_while_a_command_runs_kills_it_and_removes_the_sandbox() {
     );
     let r = h
         .app
-        .admin(Method::POST, &format!("/v1/executions/{id}/cancel"))
-        .send()
-        .await
-        .unwrap();
+        .response(Method::POST, &format!("/v1/executions/{id}/cancel"), None)
+        .await;
     assert_eq!(
         r.status(),
         409,
         "cancelling an ended execution is a conflict"
     );
-    let r = h
-        .app
-        .admin(Method::DELETE, &format!("/v1/executions/{id}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let r = h
-        .app
-        .admin(Method::GET, &format!("/v1/executions/{id}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    h.app
+        .answered(Method::DELETE, &format!("/v1/executions/{id}"), None, 200)
+        .await;
+    h.app
+        .answered(Method::GET, &format!("/v1/executions/{id}"), None, 404)
+        .await;
 }
 
 #[tokio::test]
@@ -328,10 +318,7 @@ async fn input_that_fails_the_schema_starts_nothing() {
     let (status, body) = h.execute("strict", json!({"topic": 5})).await;
     assert_eq!(status, 422, "{body}");
     assert!(body["error"].as_str().unwrap().contains("topic"), "{body}");
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM executions")
-        .fetch_one(&h.app.state.pool)
-        .await
-        .unwrap();
+    let rows = crate::common::count(&h.app.state.pool, "SELECT count(*) FROM executions").await;
     assert_eq!(rows, 0);
     assert!(h.llm.requests().is_empty());
 }

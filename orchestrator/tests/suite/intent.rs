@@ -309,14 +309,7 @@ async fn the_shipped_definitions_deploy_once_and_are_restored_to_the_shipped_tex
     // A version whose current text differs from the shipped one (a forced deploy of an edited
     // copy: its new revision) gets the shipped text back at the next start, as one more
     // revision; no deployed row is rewritten.
-    let shipped: Value = app
-        .admin(reqwest::Method::GET, "/v1/workflows/aegis-intent-pipeline")
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("workflow");
+    let shipped = app.get_value("/v1/workflows/aegis-intent-pipeline").await;
     let mut edited = shipped["manifest"].clone();
     edited["metadata"]["labels"]["edited"] = json!("locally");
     let r = app
@@ -330,14 +323,7 @@ async fn the_shipped_definitions_deploy_once_and_are_restored_to_the_shipped_tex
         orchestrator::builtin::upgrade(pool).await.expect("upgrade"),
         1
     );
-    let current: Value = app
-        .admin(reqwest::Method::GET, "/v1/workflows/aegis-intent-pipeline")
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("workflow");
+    let current = app.get_value("/v1/workflows/aegis-intent-pipeline").await;
     assert_eq!(
         current["manifest_yaml"], shipped["manifest_yaml"],
         "{current}"

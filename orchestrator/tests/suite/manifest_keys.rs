@@ -284,10 +284,7 @@ async fn a_persistent_volume_survives_two_executions_until_it_expires() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_volumes")
-            .fetch_one(pool)
-            .await
-            .unwrap();
+        let left = crate::common::count(pool, "SELECT count(*) FROM agent_volumes").await;
         if left == 0 {
             break;
         }
@@ -327,10 +324,11 @@ async fn a_persistent_volume_survives_two_executions_until_it_expires() {
             .contains("size_limit"),
         "{e}"
     );
-    let saved: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_volumes WHERE name = 'small'")
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    let saved = crate::common::count(
+        pool,
+        "SELECT count(*) FROM agent_volumes WHERE name = 'small'",
+    )
+    .await;
     assert_eq!(saved, 0);
 }
 
@@ -475,14 +473,15 @@ spec:
     // The log: delivered on the second attempt, after a 500.
     let deadline = Instant::now() + Duration::from_secs(30);
     let log = loop {
-        let r = h
+        let log = h
             .app
-            .admin(Method::GET, &format!("/v1/executions/{id}/deliveries"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        let log: Value = r.json().await.unwrap();
+            .answered(
+                Method::GET,
+                &format!("/v1/executions/{id}/deliveries"),
+                None,
+                200,
+            )
+            .await;
         if log["deliveries"][0]["status"] == "delivered" {
             break log;
         }

@@ -14,6 +14,8 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
+use crate::common::any_node;
+
 use orchestrator::manifest::{
     parse, parse_value, to_yaml, ManifestError, ManifestKind, NodeKnowledge, Stage,
 };
@@ -76,26 +78,7 @@ fn node() -> NodeKnowledge<'static> {
     NodeKnowledge {
         tool_exists: &tool_exists,
         runtime_known: &runtime_known,
-        default_command_allowlist: &|_| None,
-        runs_in_sandbox: &orchestrator::policy::needs_sandbox,
-        runtime_alias: &|_, _| None,
-        runtime_versions: &orchestrator::runtimes::versions,
-        mcp_servers: &[],
-    }
-}
-
-/// A node that knows every tool and runtime. The examples' "valid" means valid for the schema
-/// and the manifest-internal checks (schemas/README.md); whether the node has the tools and
-/// runtimes named is a separate question, tested below.
-fn any_node() -> NodeKnowledge<'static> {
-    NodeKnowledge {
-        tool_exists: &|_| true,
-        runtime_known: &|_, _| true,
-        default_command_allowlist: &|_| None,
-        runs_in_sandbox: &orchestrator::policy::needs_sandbox,
-        runtime_alias: &|_, _| None,
-        runtime_versions: &orchestrator::runtimes::versions,
-        mcp_servers: &[],
+        ..any_node()
     }
 }
 

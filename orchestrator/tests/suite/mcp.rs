@@ -30,11 +30,12 @@ async fn app_with_context(context: &str) -> (TestApp, TestDb) {
 /// Creates a key bound to `context`; returns (secret, key id).
 async fn bound_key(app: &TestApp, context: &str) -> (String, String) {
     let r = app
-        .admin(reqwest::Method::POST, "/v1/api-keys")
-        .json(&json!({"name": "mcp-client", "role": "readonly", "security_context": context}))
-        .send()
-        .await
-        .expect("request sent");
+        .response(
+            reqwest::Method::POST,
+            "/v1/api-keys",
+            Some(&json!({"name": "mcp-client", "role": "readonly", "security_context": context})),
+        )
+        .await;
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.expect("json");
     assert_eq!(body["security_context"], context);
@@ -80,17 +81,12 @@ async fn the_official_python_client_lists_writes_reads_runs_and_is_refused() {
     let (key, key_id) = bound_key(&app, &context).await;
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/mcp_client.py");
-    let out = tokio::process::Command::new("python3")
-        .args([script, &app.http_base, &key])
-        .output()
-        .await
-        .expect("python3 runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the MCP Python client failed (needs `pip install mcp==2.3.0`, which scripts/test.sh does): {stderr}"
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let report = common::python_client::report(
+        script,
+        &[&app.http_base, &key],
+        "the MCP Python client failed (needs `pip install mcp==2.3.0`, which scripts/test.sh does)",
+    )
+    .await;
 
     // tools/list: exactly what the context grants, with both schemas.
     let names: Vec<&str> = report["tools"]
@@ -231,21 +227,21 @@ async fn an_edited_context_applies_to_the_next_request() {
                "capabilities": [{"tool_pattern": tools}],
                "attestation": {"allow_unverified": true}})
     };
-    let r = app
-        .admin(reqwest::Method::POST, "/v1/security-contexts")
-        .json(&edit("fs.*"))
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(r.status(), 200);
+    app.answered(
+        reqwest::Method::POST,
+        "/v1/security-contexts",
+        Some(edit("fs.*")),
+        200,
+    )
+    .await;
     assert_eq!(runtime_list_is_error(&app, &key, &session, 3).await, true);
-    let r = app
-        .admin(reqwest::Method::POST, "/v1/security-contexts")
-        .json(&edit("aegis.runtime.*"))
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(r.status(), 200);
+    app.answered(
+        reqwest::Method::POST,
+        "/v1/security-contexts",
+        Some(edit("aegis.runtime.*")),
+        200,
+    )
+    .await;
     assert_eq!(runtime_list_is_error(&app, &key, &session, 4).await, false);
 
     // The node keeps the verified key with its context's version; an edit made behind its back
@@ -409,14 +405,14 @@ async fn a_foreign_origin_an_unbound_key_and_an_unknown_context_are_refused() {
     assert_eq!(status, 401);
 
     // Binding to a context that does not exist is refused at creation.
-    let r = app
-        .admin(reqwest::Method::POST, "/v1/api-keys")
-        .json(&json!({"name": "k", "role": "readonly", "security_context": "no-such-context"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let body: Value = r.json().await.unwrap();
+    let body = app
+        .answered(
+            reqwest::Method::POST,
+            "/v1/api-keys",
+            Some(json!({"name": "k", "role": "readonly", "security_context": "no-such-context"})),
+            400,
+        )
+        .await;
     assert!(body.to_string().contains("no-such-context"), "{body}");
 }
 

@@ -7,19 +7,17 @@
 
 use crate::common;
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::fake_llm::{answer, tool_calls, FakeLlm};
+use common::net::trap;
 use common::{test_config, TestApp, TestDb};
 use orchestrator::config::NodeConfig;
 use orchestrator::mcp_servers::McpServerConfig;
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::net::TcpListener;
 
 /// The test MCP server, stopped when dropped.
 struct McpTestServer {
@@ -119,11 +117,13 @@ fn node(db: &TestDb, servers: Vec<McpServerConfig>) -> NodeConfig {
 
 async fn rest_call(app: &TestApp, key: &str, name: &str, arguments: Value) -> (u16, Value) {
     let r = app
-        .with_key(Method::POST, "/v1/tools/call", key)
-        .json(&json!({"name": name, "arguments": arguments}))
-        .send()
-        .await
-        .expect("request sent");
+        .rest_as(key)
+        .response(
+            Method::POST,
+            "/v1/tools/call",
+            Some(&json!({"name": name, "arguments": arguments})),
+        )
+        .await;
     let status = r.status().as_u16();
     (status, r.json().await.expect("json body"))
 }
@@ -173,19 +173,14 @@ async fn an_agent_calls_a_tool_of_an_external_mcp_server_and_a_tool_outside_its_
     config.llm = llm.config();
     let app = TestApp::spawn_with(config).await;
 
+    app.deployed("/v1/agents", AGENT).await;
     let r = app
-        .admin(Method::POST, "/v1/agents")
-        .body(AGENT)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
-    let r = app
-        .admin(Method::POST, "/v1/agents/adder/execute")
-        .json(&json!({"input": {}}))
-        .send()
-        .await
-        .unwrap();
+        .response(
+            Method::POST,
+            "/v1/agents/adder/execute",
+            Some(&json!({"input": {}})),
+        )
+        .await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
     let id = r.json::<Value>().await.unwrap()["execution_id"]
         .as_str()
@@ -422,7 +417,9 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
     );
 
     // The tier of the server: a caller of the user tier sees and calls `tools`, not `admin-tools`.
-    let (user, _) = bound_key(&app, "user-key", "operator", "user-mcp").await;
+    let (user, _) = app
+        .create_bound_key("user-key", "operator", "user-mcp")
+        .await;
     let (status, body) = rest_call(&app, &user, "aegis.tools.list", json!({})).await;
     assert_eq!(status, 200, "{body}");
     let seen = body["structuredContent"]["tools"].to_string();
@@ -440,7 +437,9 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
 
     // A security context bounds the call: tools it does not cover are refused and unlisted,
     // and its domain allowlist holds against the server's host.
-    let (confined, _) = bound_key(&app, "confined-key", "operator", "elsewhere").await;
+    let (confined, _) = app
+        .create_bound_key("confined-key", "operator", "elsewhere")
+        .await;
     let (_, body) = rest_call(&app, &confined, "aegis.tools.list", json!({})).await;
     let names: Vec<String> = body["structuredContent"]["tools"]
         .as_array()
@@ -566,36 +565,6 @@ fn the_aegis_shaped_manifests_with_mcp_servers_validate_where_the_servers_are_de
             panic!("{file}: {errors:?}");
         }
     }
-}
-
-async fn bound_key(app: &TestApp, name: &str, role: &str, context: &str) -> (String, String) {
-    let r = app
-        .admin(Method::POST, "/v1/api-keys")
-        .json(&json!({"name": name, "role": role, "security_context": context}))
-        .send()
-        .await
-        .expect("request sent");
-    assert_eq!(r.status(), 201);
-    let body: Value = r.json().await.expect("json");
-    (
-        body["key"].as_str().expect("key").to_owned(),
-        body["id"].as_str().expect("id").to_owned(),
-    )
-}
-
-/// A listener that counts the connections it accepts and answers none.
-async fn trap() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            drop(stream);
-        }
-    });
-    (addr, accepted)
 }
 
 #[tokio::test]
@@ -821,10 +790,9 @@ async fn listings_of_a_careless_server_never_show_the_node_s_credentials() {
     let reader = app.create_key("reader", "readonly").await;
     for key in [common::TEST_ADMIN_KEY, reader.as_str()] {
         let r = app
-            .with_key(Method::GET, "/v1/tools", key)
-            .send()
-            .await
-            .unwrap();
+            .rest_as(key)
+            .response(Method::GET, "/v1/tools", None)
+            .await;
         assert_eq!(r.status(), 200);
         let text = r.text().await.unwrap();
         let listed: Value = serde_json::from_str(&text).unwrap();

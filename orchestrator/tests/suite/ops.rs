@@ -8,29 +8,19 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
+use common::agent::AgentManifest;
 use common::binary;
 use common::{docker_lines, TestApp, TestDb, TEST_ADMIN_KEY};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-const SLEEPER: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: sleeper
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Sleep.
-  tools: [cmd.run]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [sleep, echo]
-";
+fn sleeper() -> String {
+    AgentManifest::new("sleeper")
+        .instruction("Sleep.")
+        .tools(&["cmd.run"])
+        .cmd_allowing(&["sleep", "echo"])
+        .yaml()
+}
 
 /// One parsed sample: name, labels, value.
 type Sample = (String, HashMap<String, String>, f64);
@@ -205,10 +195,11 @@ async fn metrics_parse_as_prometheus_text_and_move_with_calls() {
     .execute(&app.state.pool)
     .await
     .expect("a failed execution row");
-    let failed: i64 = sqlx::query_scalar("SELECT count(*) FROM executions WHERE status = 'failed'")
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap();
+    let failed = crate::common::count(
+        &app.state.pool,
+        "SELECT count(*) FROM executions WHERE status = 'failed'",
+    )
+    .await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let (_, now) = scrape(&app.http_base).await;
@@ -265,11 +256,12 @@ async fn every_error_is_the_json_error_body() {
     assert!(m.contains("Content-Type: application/json"), "{m}");
 
     let r = app
-        .admin(Method::POST, "/v1/tools/call")
-        .json(&json!({"arguments": {}}))
-        .send()
-        .await
-        .unwrap();
+        .response(
+            Method::POST,
+            "/v1/tools/call",
+            Some(&json!({"arguments": {}})),
+        )
+        .await;
     let m = assert_error(r, 422, "invalid_body").await;
     assert!(m.contains("name"), "names the missing field: {m}");
 
@@ -283,25 +275,21 @@ async fn every_error_is_the_json_error_body() {
     assert_error(r, 413, "payload_too_large").await;
 
     let r = app
-        .admin(Method::GET, "/v1/executions/not-a-uuid")
-        .send()
-        .await
-        .unwrap();
+        .response(Method::GET, "/v1/executions/not-a-uuid", None)
+        .await;
     let m = assert_error(r, 400, "invalid_path").await;
     assert!(m.contains("not-a-uuid"), "{m}");
 
     let r = app
-        .admin(Method::GET, "/v1/audit?limit=many")
-        .send()
-        .await
-        .unwrap();
+        .response(Method::GET, "/v1/audit?limit=many", None)
+        .await;
     assert_error(r, 400, "invalid_query").await;
 
     let r = app.get("/v1/no/such/route").await;
     let m = assert_error(r, 404, "not_found").await;
     assert!(m.contains("/openapi.json"), "{m}");
 
-    let r = app.admin(Method::PUT, "/v1/tools").send().await.unwrap();
+    let r = app.response(Method::PUT, "/v1/tools", None).await;
     let allow = r.headers()["allow"].to_str().unwrap().to_owned();
     assert!(allow.contains("GET"), "{allow}");
     let m = assert_error(r, 405, "method_not_allowed").await;
@@ -367,23 +355,17 @@ fn client() -> reqwest::Client {
 /// Deploys the sleeper agent and creates a sandbox for it; returns the sandbox id.
 async fn sandbox_on(base: &str) -> String {
     let client = client();
-    let r = client
-        .post(format!("{base}/v1/agents"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .body(SLEEPER)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-    let r = client
-        .post(format!("{base}/v1/sandboxes"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .json(&json!({"agent": "sleeper"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let body: Value = r.json().await.unwrap();
+    crate::common::rest::Rest::new(client.clone(), base, TEST_ADMIN_KEY)
+        .deployed("/v1/agents", &sleeper())
+        .await;
+    let body = crate::common::rest::Rest::new(client.clone(), base, TEST_ADMIN_KEY)
+        .answered(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(json!({"agent": "sleeper"})),
+            201,
+        )
+        .await;
     body["sandbox_id"].as_str().expect("sandbox id").to_owned()
 }
 
@@ -434,12 +416,11 @@ async fn sigterm_destroys_the_nodes_sandboxes_and_logs_carry_request_ids() {
         "no volume (workspace, beacon) of this node is left after SIGTERM"
     );
     let pool = db.pool().await;
-    let live: i64 = sqlx::query_scalar(
+    let live = crate::common::count(
+        &pool,
         "SELECT count(*) FROM sandboxes WHERE state IN ('creating', 'running', 'destroying')",
     )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(live, 0, "every row says destroyed");
 }
 

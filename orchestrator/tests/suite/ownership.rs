@@ -10,6 +10,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use aegis_e2b::envd::signature::{self, Operation};
+use common::agent::AgentManifest;
 use common::fake_llm::{answer, tool_calls, FakeLlm};
 use common::{docker_lines, e2b_base_sandbox, e2b_key, mcp, test_config, TestApp, TestDb};
 use reqwest::Method;
@@ -18,24 +19,13 @@ use serde_json::{json, Value};
 /// The context the MCP key is bound to: files and commands in its own busybox sandbox.
 const MCP_CONTEXT: &str = "own-files";
 
-const SLEEPER: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: sleeper
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Wait.
-  tools: [fs.write, fs.read, cmd.run]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [sleep, cat]
-";
+fn sleeper() -> String {
+    AgentManifest::new("sleeper")
+        .instruction("Wait.")
+        .tools(&["fs.write", "fs.read", "cmd.run"])
+        .cmd_allowing(&["sleep", "cat"])
+        .yaml()
+}
 
 async fn app(llm: &FakeLlm, db: &TestDb) -> TestApp {
     let mut config = test_config(&db.url);
@@ -67,11 +57,13 @@ async fn rest_call(
     arguments: Value,
 ) -> (u16, String) {
     let r = app
-        .with_key(Method::POST, "/v1/tools/call", key)
-        .json(&json!({"name": name, "arguments": arguments, "sandbox_id": sandbox}))
-        .send()
-        .await
-        .unwrap();
+        .rest_as(key)
+        .response(
+            Method::POST,
+            "/v1/tools/call",
+            Some(&json!({"name": name, "arguments": arguments, "sandbox_id": sandbox})),
+        )
+        .await;
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
@@ -90,10 +82,9 @@ async fn rest_stream(app: &TestApp, key: &str, sandbox: &str, command: &str) -> 
 /// The ids `key` gets from `GET /v1/sandboxes`.
 async fn listed(app: &TestApp, key: &str) -> Vec<String> {
     let r = app
-        .with_key(Method::GET, "/v1/sandboxes", key)
-        .send()
-        .await
-        .unwrap();
+        .rest_as(key)
+        .response(Method::GET, "/v1/sandboxes", None)
+        .await;
     assert_eq!(r.status(), 200);
     let all: Vec<Value> = r.json().await.unwrap();
     all.iter()
@@ -105,11 +96,7 @@ async fn listed(app: &TestApp, key: &str) -> Vec<String> {
 async fn sandbox_of(app: &TestApp, kind: &str, owner_id: Option<&str>) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let r = app
-            .admin(Method::GET, "/v1/sandboxes")
-            .send()
-            .await
-            .unwrap();
+        let r = app.response(Method::GET, "/v1/sandboxes", None).await;
         let all: Vec<Value> = r.json().await.unwrap();
         let found = all.iter().find(|s| {
             s["owner"]["kind"] == kind
@@ -164,11 +151,13 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
 
     // An operator's sandbox, made and written through REST by its key.
     let r = app
-        .with_key(Method::POST, "/v1/sandboxes", &owner)
-        .json(&json!({"runtime": "busybox"}))
-        .send()
-        .await
-        .unwrap();
+        .rest_as(&owner)
+        .response(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&json!({"runtime": "busybox"})),
+        )
+        .await;
     assert_eq!(r.status(), 201);
     let operator_id = r.json::<Value>().await.unwrap()["sandbox_id"]
         .as_str()
@@ -210,19 +199,15 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
     let mcp_id = sandbox_of(&app, "session", None).await;
 
     // An agent execution's sandbox (its command sleeps while we attack).
+    app.deployed("/v1/agents", &sleeper()).await;
     let r = app
-        .admin(Method::POST, "/v1/agents")
-        .body(SLEEPER)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-    let r = app
-        .with_key(Method::POST, "/v1/agents/sleeper/execute", &owner)
-        .json(&json!({"input": {}}))
-        .send()
-        .await
-        .unwrap();
+        .rest_as(&owner)
+        .response(
+            Method::POST,
+            "/v1/agents/sleeper/execute",
+            Some(&json!({"input": {}})),
+        )
+        .await;
     assert!(r.status().is_success(), "{}", r.text().await.unwrap());
     let execution = r.json::<Value>().await.unwrap()["execution_id"]
         .as_str()
@@ -335,10 +320,9 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
             assert!(!body.contains("owner-only"), "{body}");
             if who != "admin key" {
                 let r = app
-                    .with_key(Method::DELETE, &format!("/v1/sandboxes/{}", v.id), key)
-                    .send()
-                    .await
-                    .unwrap();
+                    .rest_as(key)
+                    .response(Method::DELETE, &format!("/v1/sandboxes/{}", v.id), None)
+                    .await;
                 assert_eq!(r.status(), 404, "{who} destroyed the {} sandbox", v.kind);
             }
         }
@@ -401,18 +385,20 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
     .await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("owner-only"));
-    let r = app
-        .admin(Method::DELETE, &format!("/v1/sandboxes/{operator_id}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let r = app
-        .admin(Method::POST, &format!("/v1/executions/{execution}/cancel"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    app.answered(
+        Method::DELETE,
+        &format!("/v1/sandboxes/{operator_id}"),
+        None,
+        200,
+    )
+    .await;
+    app.answered(
+        Method::POST,
+        &format!("/v1/executions/{execution}/cancel"),
+        None,
+        200,
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -17,11 +17,13 @@ const DOMAIN: &str = "previews.test";
 
 async fn sandbox(app: &TestApp, key: &str) -> String {
     let r = app
-        .with_key(Method::POST, "/v1/sandboxes", key)
-        .json(&json!({"runtime": "base:bookworm", "allow": ["python3 -m"]}))
-        .send()
-        .await
-        .expect("request sent");
+        .rest_as(key)
+        .response(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&json!({"runtime": "base:bookworm", "allow": ["python3 -m"]})),
+        )
+        .await;
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.expect("json");
     body["sandbox_id"].as_str().expect("sandbox id").to_owned()
@@ -29,15 +31,13 @@ async fn sandbox(app: &TestApp, key: &str) -> String {
 
 async fn preview(app: &TestApp, key: &str, sandbox: &str, body: Value) -> (u16, Value) {
     let r = app
-        .with_key(
+        .rest_as(key)
+        .response(
             Method::POST,
             &format!("/v1/sandboxes/{sandbox}/previews"),
-            key,
+            Some(&body),
         )
-        .json(&body)
-        .send()
-        .await
-        .expect("request sent");
+        .await;
     (r.status().as_u16(), r.json().await.expect("json"))
 }
 
@@ -94,13 +94,7 @@ async fn a_preview_url_opens_one_port_until_revoked_or_expired_and_nothing_else(
     let a = sandbox(&app, &owner).await;
     let b = sandbox(&app, &owner).await;
 
-    let r = app
-        .with_key(Method::POST, "/v1/tools/call", &owner)
-        .json(&json!({"name": "cmd.run", "sandbox_id": a, "arguments": {
-            "command": "python3 -m http.server 8000 --bind 127.0.0.1", "background": true}}))
-        .send()
-        .await
-        .expect("request sent");
+    let r = app.rest_as(&owner).response(Method::POST, "/v1/tools/call", Some(&json!({"name": "cmd.run", "sandbox_id": a, "arguments": { "command": "python3 -m http.server 8000 --bind 127.0.0.1", "background": true}}))).await;
     let started: Value = r.json().await.expect("json");
     assert!(
         started.get("error").is_none() && started["isError"] != json!(true),
@@ -235,10 +229,9 @@ async fn a_preview_url_opens_one_port_until_revoked_or_expired_and_nothing_else(
 
     // The listing shows them, never a secret.
     let r = app
-        .with_key(Method::GET, &format!("/v1/sandboxes/{a}/previews"), &owner)
-        .send()
-        .await
-        .expect("request sent");
+        .rest_as(&owner)
+        .response(Method::GET, &format!("/v1/sandboxes/{a}/previews"), None)
+        .await;
     assert_eq!(r.status(), 200);
     let listed: Value = r.json().await.expect("json");
     assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");

@@ -28,21 +28,10 @@ fn agent(name: &str, unmask: bool) -> String {
 
 /// An agent whose manifest does not list the process tools.
 fn plain_agent(name: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Only read files.
-  tools: [fs.read]
-"
-    )
+    AgentManifest::new(name)
+        .instruction("Only read files.")
+        .tools(&["fs.read"])
+        .yaml()
 }
 
 fn docker(args: &[&str]) -> (i32, String) {

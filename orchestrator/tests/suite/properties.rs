@@ -18,9 +18,10 @@
 //!   by other YAML types) never panic, and every error has a message and a line within the text;
 //!   every valid example round-trips through its export.
 
+use crate::common::any_node;
 use base64::Engine as _;
 use ed25519_dalek::{Signer, SigningKey};
-use orchestrator::manifest::{self, ManifestKind, NodeKnowledge};
+use orchestrator::manifest::{self, ManifestKind};
 use orchestrator::seal::canonical::{
     parse_preserving, signed_message_with, to_canonical, Escaping, Json,
 };
@@ -442,18 +443,6 @@ fn examples(dir: &str) -> Vec<(ManifestKind, String, String)> {
     out
 }
 
-fn node() -> NodeKnowledge<'static> {
-    NodeKnowledge {
-        tool_exists: &|_| true,
-        runtime_known: &|_, _| true,
-        default_command_allowlist: &|_| None,
-        runs_in_sandbox: &orchestrator::policy::needs_sandbox,
-        runtime_alias: &|_, _| None,
-        runtime_versions: &orchestrator::runtimes::versions,
-        mcp_servers: &[],
-    }
-}
-
 const REPLACEMENTS: &[&str] = &[
     "",
     "~",
@@ -523,7 +512,7 @@ fn mutated_manifests_never_panic_and_errors_point_into_the_text() {
         let (kind, name, text) = &sources[rng.usize(0..sources.len())];
         let mutated = mutate_manifest(rng, text);
         let line_count = mutated.lines().count().max(1);
-        if let Err(errors) = manifest::parse(*kind, &mutated, &node()) {
+        if let Err(errors) = manifest::parse(*kind, &mutated, &any_node()) {
             assert!(!errors.0.is_empty(), "{name}: an error without errors");
             for e in &errors.0 {
                 assert!(!e.message.is_empty(), "{name}: empty message");
@@ -542,8 +531,8 @@ fn mutated_manifests_never_panic_and_errors_point_into_the_text() {
 fn valid_examples_round_trip_through_their_export() {
     for (kind, name, text) in examples("valid") {
         let parsed =
-            manifest::parse(kind, &text, &node()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
-        let again = manifest::parse(kind, &parsed.yaml, &node())
+            manifest::parse(kind, &text, &any_node()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let again = manifest::parse(kind, &parsed.yaml, &any_node())
             .unwrap_or_else(|e| panic!("{name} export: {e:?}"));
         assert_eq!(again.value, parsed.value, "{name}");
     }

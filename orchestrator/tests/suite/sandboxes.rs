@@ -416,12 +416,7 @@ async fn sandboxes_are_listed_and_destroyed_with_their_workspace() {
         "{host}"
     );
 
-    let r = app
-        .admin(Method::GET, "/v1/sandboxes")
-        .send()
-        .await
-        .unwrap();
-    let list: Value = r.json().await.unwrap();
+    let list = app.get_value("/v1/sandboxes").await;
     assert!(
         list.as_array()
             .unwrap()
@@ -430,12 +425,13 @@ async fn sandboxes_are_listed_and_destroyed_with_their_workspace() {
         "{list}"
     );
 
-    let r = app
-        .admin(Method::DELETE, &format!("/v1/sandboxes/{}", sb.id))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    app.answered(
+        Method::DELETE,
+        &format!("/v1/sandboxes/{}", sb.id),
+        None,
+        200,
+    )
+    .await;
     assert!(
         docker(&["ps", "-aq", "--filter", &format!("name={container}")]).is_empty(),
         "container removed"
@@ -454,19 +450,17 @@ async fn sandboxes_are_listed_and_destroyed_with_their_workspace() {
     let (status, out) = sb.call("fs.list", json!({"path": "/workspace"})).await;
     assert!(status == 404 || out["isError"] == true, "{status} {out}");
     let r = app
-        .admin(Method::DELETE, &format!("/v1/sandboxes/{}", sb.id))
-        .send()
-        .await
-        .unwrap();
+        .response(Method::DELETE, &format!("/v1/sandboxes/{}", sb.id), None)
+        .await;
     assert!(r.status() == 404 || r.status() == 200);
 
-    let r = app
-        .admin(Method::POST, "/v1/sandboxes")
-        .json(&json!({"agent": "nobody"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    app.answered(
+        Method::POST,
+        "/v1/sandboxes",
+        Some(json!({"agent": "nobody"})),
+        404,
+    )
+    .await;
 }
 
 #[tokio::test]

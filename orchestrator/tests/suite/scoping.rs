@@ -53,24 +53,19 @@ async fn setup(script: Vec<Step>, tune: impl FnOnce(&mut NodeConfig)) -> Setup {
 
 impl Setup {
     async fn deploy(&self, manifest: &str) {
-        let r = self
-            .app
-            .admin(Method::POST, "/v1/agents")
-            .body(manifest.to_owned())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+        self.app.deployed("/v1/agents", manifest).await;
     }
 
     async fn execute_as(&self, key: &str, agent: &str) -> (u16, Value) {
         let r = self
             .app
-            .with_key(Method::POST, &format!("/v1/agents/{agent}/execute"), key)
-            .json(&json!({"input": {}}))
-            .send()
-            .await
-            .unwrap();
+            .rest_as(key)
+            .response(
+                Method::POST,
+                &format!("/v1/agents/{agent}/execute"),
+                Some(&json!({"input": {}})),
+            )
+            .await;
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
@@ -97,13 +92,12 @@ impl Setup {
     async fn events(&self, id: &str) -> Vec<Value> {
         let r = self
             .app
-            .admin(
+            .response(
                 Method::GET,
                 &format!("/v1/executions/{id}/events?limit=1000"),
+                None,
             )
-            .send()
-            .await
-            .unwrap();
+            .await;
         let body: Value = r.json().await.unwrap();
         body["events"].as_array().unwrap().clone()
     }
@@ -178,39 +172,29 @@ async fn another_caller_cannot_read_wait_for_cancel_or_remove_an_execution() {
     ] {
         let r = s
             .app
-            .with_key(Method::GET, &path, &readonly)
-            .send()
-            .await
-            .unwrap();
+            .rest_as(&readonly)
+            .response(Method::GET, &path, None)
+            .await;
         assert_eq!(r.status(), 403, "{path}");
     }
     let r = s
         .app
-        .with_key(Method::GET, "/v1/executions", &readonly)
-        .send()
-        .await
-        .unwrap();
+        .rest_as(&readonly)
+        .response(Method::GET, "/v1/executions", None)
+        .await;
     assert_eq!(r.json::<Value>().await.unwrap(), json!([]));
     for (method, path) in [
         (Method::POST, format!("/v1/executions/{id}/cancel")),
         (Method::DELETE, format!("/v1/executions/{id}")),
     ] {
-        let r = s
-            .app
-            .with_key(method, &path, &readonly)
-            .send()
-            .await
-            .unwrap();
+        let r = s.app.rest_as(&readonly).response(method, &path, None).await;
         assert_eq!(r.status(), 403, "{path}");
     }
     let operator = s.app.create_key("op", "operator").await;
-    let r = s
-        .app
-        .with_key(Method::GET, &format!("/v1/executions/{id}"), &operator)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    s.app
+        .rest_as(&operator)
+        .answered(Method::GET, &format!("/v1/executions/{id}"), None, 200)
+        .await;
 
     // The owner sees and cancels it.
     let mine = owner.call_tool("aegis.task.list", json!({})).await.unwrap();
@@ -309,23 +293,23 @@ async fn concurrent_executions_are_bounded_per_caller_and_per_node() {
             .contains("executions.max_concurrent"),
         "{refused}"
     );
-    let live: i64 = sqlx::query_scalar(
+    let live = crate::common::count(
+        &s.app.state.pool,
         "SELECT count(*) FROM executions WHERE status IN ('pending', 'running')",
     )
-    .fetch_one(&s.app.state.pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(live, 2, "refused executions were not stored");
 
     // When one ends, its caller may start again.
     let id = first["execution_id"].as_str().unwrap();
-    let r = s
-        .app
-        .admin(Method::POST, &format!("/v1/executions/{id}/cancel"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    s.app
+        .answered(
+            Method::POST,
+            &format!("/v1/executions/{id}/cancel"),
+            None,
+            200,
+        )
+        .await;
     s.wait_status(id, "cancelled").await;
     let (status, third) = s.execute_as(common::TEST_ADMIN_KEY, "waiter").await;
     assert_eq!(status, 201, "{third}");

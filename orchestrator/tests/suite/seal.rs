@@ -343,12 +343,13 @@ async fn every_refusal_code_over_both_transports() {
 
         // Revocation is immediate; the session's sandbox goes with it.
         let session = client.session_id().unwrap().to_owned();
-        let r = app
-            .admin(Method::DELETE, &format!("/v1/seal/sessions/{session}"))
-            .send()
-            .await
-            .unwrap();
-        let body: Value = r.json().await.unwrap();
+        let (_, body) = app
+            .send_json(
+                Method::DELETE,
+                &format!("/v1/seal/sessions/{session}"),
+                None,
+            )
+            .await;
         assert_eq!(body["state"], "revoked", "{body}");
         assert_eq!(body["sandbox_destroyed"], true, "{body}");
         assert_eq!(
@@ -436,12 +437,7 @@ async fn sessions_survive_a_restart_and_tools_are_listed_per_session() {
         .expect("the session is still valid");
     assert_eq!(r["structuredContent"]["content"], "kept", "{r}");
 
-    let r = app
-        .admin(Method::GET, "/v1/seal/sessions")
-        .send()
-        .await
-        .unwrap();
-    let sessions: Value = r.json().await.unwrap();
+    let sessions = app.get_value("/v1/seal/sessions").await;
     assert_eq!(sessions.as_array().unwrap().len(), 1, "{sessions}");
     assert_eq!(sessions[0]["security_context"], "ops");
 }
@@ -450,56 +446,33 @@ async fn sessions_survive_a_restart_and_tools_are_listed_per_session() {
 async fn security_contexts_are_managed_by_operators() {
     let db = TestDb::create().await;
     let app = app_on(&db).await;
-    let r = app
-        .admin(Method::GET, "/v1/security-contexts")
-        .send()
-        .await
-        .unwrap();
-    let list: Value = r.json().await.unwrap();
+    let list = app.get_value("/v1/security-contexts").await;
     assert_eq!(list.as_array().unwrap().len(), 2);
     let bad = json!({"name": "Bad Name", "description": "x", "capabilities": []});
-    let r = app
-        .admin(Method::POST, "/v1/security-contexts")
-        .json(&bad)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 422);
+    app.answered(Method::POST, "/v1/security-contexts", Some(bad), 422)
+        .await;
     let unknown_key =
         json!({"name": "x", "description": "x", "capabilities": [], "privileged": true});
-    let r = app
-        .admin(Method::POST, "/v1/security-contexts")
-        .json(&unknown_key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 422);
+    app.answered(
+        Method::POST,
+        "/v1/security-contexts",
+        Some(unknown_key),
+        422,
+    )
+    .await;
     let good = json!({"name": "readonly", "description": "reads", "capabilities": [{"tool_pattern": "fs.read"}],
                       "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}});
-    let r = app
-        .admin(Method::POST, "/v1/security-contexts")
-        .json(&good)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    app.answered(Method::POST, "/v1/security-contexts", Some(good), 200)
+        .await;
     let mut client = SealClient::new(Transport::Http(app.http_base.clone())).unwrap();
     client
         .attest("test-x", "readonly")
         .await
         .expect("new context usable at once");
-    let r = app
-        .admin(Method::DELETE, "/v1/security-contexts/readonly")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let r = app
-        .admin(Method::GET, "/v1/security-contexts/readonly")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    app.answered(Method::DELETE, "/v1/security-contexts/readonly", None, 200)
+        .await;
+    app.answered(Method::GET, "/v1/security-contexts/readonly", None, 404)
+        .await;
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 use crate::common;
 
 use common::{test_config, TestApp, TestDb};
-use serde_json::{json, Value};
+use serde_json::json;
 
 #[tokio::test]
 async fn the_python_wire_client_attests_writes_reads_and_runs() {
@@ -24,17 +24,12 @@ async fn the_python_wire_client_attests_writes_reads_and_runs() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/python/seal_wire_client.py"
     );
-    let out = tokio::process::Command::new("python3")
-        .args([script, &app.http_base, "python-worker", "python-sdk"])
-        .output()
-        .await
-        .expect("python3 runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the Python client failed (needs `pip install cryptography requests`, which scripts/test.sh does): {stderr}"
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let report = common::python_client::report(
+        script,
+        &[&app.http_base, "python-worker", "python-sdk"],
+        "the Python client failed (needs `pip install cryptography requests`, which scripts/test.sh does)",
+    )
+    .await;
     assert_eq!(report["write"]["isError"], false, "{report}");
     assert_eq!(
         report["read"]["structuredContent"]["content"], "héllo from python ✓\n",

@@ -6,6 +6,7 @@
 use crate::common;
 
 use aegis_cli::seal_client::{ClientError, Proof, SealClient, Transport};
+use common::agent::AgentManifest;
 use common::refusal::refused;
 use common::{test_config, TestApp, TestDb};
 use orchestrator::config::NodeConfig;
@@ -67,15 +68,13 @@ fn token(secret: Option<&str>, token: Option<&str>) -> Proof {
 
 async fn issue_token(app: &TestApp, key: &str, context: &str, body: Value) -> (u16, Value) {
     let r = app
-        .with_key(
+        .rest_as(key)
+        .response(
             Method::POST,
             &format!("/v1/security-contexts/{context}/attestation-tokens"),
-            key,
+            Some(&body),
         )
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+        .await;
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
@@ -86,15 +85,15 @@ async fn a_readonly_key_never_sees_a_secret_anywhere() {
     let readonly = app.create_key("auditor", "readonly").await;
 
     // A context with a secret stored through the API, too.
+    let body = json!({
+        "name": "api-made",
+        "description": "",
+        "capabilities": [],
+        "attestation": {"enrolment_secret": API_SECRET},
+    });
     let r = app
-        .admin(Method::POST, "/v1/security-contexts")
-        .json(
-            &json!({"name": "api-made", "description": "", "capabilities": [],
-                      "attestation": {"enrolment_secret": API_SECRET}}),
-        )
-        .send()
-        .await
-        .unwrap();
+        .response(Method::POST, "/v1/security-contexts", Some(&body))
+        .await;
     assert_eq!(r.status(), 200);
 
     // Attacks that try to get secrets into messages and the audit log: a secret as a wrongly
@@ -135,33 +134,24 @@ async fn a_readonly_key_never_sees_a_secret_anywhere() {
         "/v1/seal/sessions?all=true",
     ] {
         let r = app
-            .with_key(Method::GET, path, &readonly)
-            .send()
-            .await
-            .unwrap();
+            .rest_as(&readonly)
+            .response(Method::GET, path, None)
+            .await;
         assert_eq!(r.status(), 200, "{path}");
         seen.push_str(&r.text().await.unwrap());
     }
     for secret in [CONFIG_SECRET, API_SECRET, ARG_SECRET] {
         assert!(!seen.contains(secret), "{secret} leaked");
     }
-    let one: Value = app
-        .with_key(Method::GET, "/v1/security-contexts/enrolled", &readonly)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let one = app
+        .rest_as(&readonly)
+        .get_value("/v1/security-contexts/enrolled")
+        .await;
     assert_eq!(one["attestation"]["enrolment_secret"], "set", "{one}");
-    let list: Value = app
-        .with_key(Method::GET, "/v1/security-contexts", &readonly)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = app
+        .rest_as(&readonly)
+        .get_value("/v1/security-contexts")
+        .await;
     let guarded = list
         .as_array()
         .unwrap()
@@ -172,10 +162,8 @@ async fn a_readonly_key_never_sees_a_secret_anywhere() {
 
     // The admin sees the same redacted views (secrets are write-only for every role).
     let admin_view = app
-        .admin(Method::GET, "/v1/security-contexts")
-        .send()
+        .response(Method::GET, "/v1/security-contexts", None)
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -183,11 +171,13 @@ async fn a_readonly_key_never_sees_a_secret_anywhere() {
 
     // A readonly key may not call tools at all; system.config shown to an operator is redacted.
     let r = app
-        .with_key(Method::POST, "/v1/tools/call", &readonly)
-        .json(&json!({"name": "aegis.system.config", "arguments": {}}))
-        .send()
-        .await
-        .unwrap();
+        .rest_as(&readonly)
+        .response(
+            Method::POST,
+            "/v1/tools/call",
+            Some(&json!({"name": "aegis.system.config", "arguments": {}})),
+        )
+        .await;
     assert_eq!(r.status(), 403);
     let (status, body) = app.call_tool("aegis.system.config", json!({})).await;
     assert_eq!(status, 200, "{body}");
@@ -394,14 +384,13 @@ async fn a_workload_needs_a_secret_a_one_time_token_or_an_explicit_opt_out() {
 
     // Listings never show a token, only its prefix and use.
     let r = app
-        .with_key(
+        .rest_as(&readonly)
+        .response(
             Method::GET,
             "/v1/security-contexts/guarded/attestation-tokens",
-            &readonly,
+            None,
         )
-        .send()
-        .await
-        .unwrap();
+        .await;
     let text = r.text().await.unwrap();
     for t in [&raced, &bound, &expiring] {
         assert!(!text.contains(t.as_str()), "{text}");
@@ -413,11 +402,11 @@ async fn a_workload_needs_a_secret_a_one_time_token_or_an_explicit_opt_out() {
     assert!(stored
         .iter()
         .all(|h| h.len() == 64 && !h.starts_with("aat_")));
-    let sessions: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM seal_sessions WHERE context_name = 'guarded'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let sessions = crate::common::count(
+        &pool,
+        "SELECT count(*) FROM seal_sessions WHERE context_name = 'guarded'",
+    )
+    .await;
     assert_eq!(sessions, 4, "two tokens, the bound one, the race winner");
 }
 
@@ -492,32 +481,23 @@ async fn attestation_floods_are_refused_per_source_and_node_wide() {
     assert_eq!(status, tonic::Code::ResourceExhausted as u16);
 }
 
-const AGENT: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: quota-agent
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Work in the sandbox.
-  tools: [cmd.run]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [id]
-";
+fn quota_agent() -> String {
+    AgentManifest::new("quota-agent")
+        .instruction("Work in the sandbox.")
+        .tools(&["cmd.run"])
+        .cmd_allowing(&["id"])
+        .yaml()
+}
 
 async fn create_sandbox(app: &TestApp, key: &str) -> (u16, Value) {
     let r = app
-        .with_key(Method::POST, "/v1/sandboxes", key)
-        .json(&json!({"agent": "quota-agent"}))
-        .send()
-        .await
-        .unwrap();
+        .rest_as(key)
+        .response(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(&json!({"agent": "quota-agent"})),
+        )
+        .await;
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
@@ -532,7 +512,7 @@ async fn sandbox_quotas_refuse_with_a_clear_message() {
     let r = app
         .admin(Method::POST, "/v1/agents")
         .header("content-type", "application/yaml")
-        .body(AGENT)
+        .body(quota_agent())
         .send()
         .await
         .unwrap();
@@ -576,12 +556,9 @@ async fn sandbox_quotas_refuse_with_a_clear_message() {
 
     // Once alice destroys hers, carol gets one.
     let id = first["sandbox_id"].as_str().unwrap();
-    let r = app
-        .with_key(Method::DELETE, &format!("/v1/sandboxes/{id}"), &alice)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    app.rest_as(&alice)
+        .answered(Method::DELETE, &format!("/v1/sandboxes/{id}"), None, 200)
+        .await;
     let (status, body) = create_sandbox(&app, &carol).await;
     assert_eq!(status, 201, "{body}");
 
@@ -593,12 +570,13 @@ async fn sandbox_quotas_refuse_with_a_clear_message() {
     .await
     .unwrap()
     {
-        let r = app
-            .admin(Method::DELETE, &format!("/v1/sandboxes/{sandbox}"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        app.answered(
+            Method::DELETE,
+            &format!("/v1/sandboxes/{sandbox}"),
+            None,
+            200,
+        )
+        .await;
     }
     let mut one = SealClient::new(http(&app)).unwrap();
     one.attest("test-q1", "open").await.unwrap();

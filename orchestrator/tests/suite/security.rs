@@ -5,38 +5,24 @@
 
 use crate::common;
 
+use common::agent::AgentManifest;
 use common::sandbox::AgentSandbox;
 use common::TestApp;
 use serde_json::{json, Value};
 
-const AGENT: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: attacker
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Try to get out.
-  tools: [cmd.run, fs.read, fs.write]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [sh, \"sh -c\", echo, cat, ls, ps, head, dd, id]
-          allow_metacharacters: true
-          timeout_seconds: 30
-          max_output_bytes: 65536
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace]
-    resources:
-      memory: 128Mi
-      disk: 64Mi
-";
+fn attacker_manifest() -> String {
+    AgentManifest::new("attacker")
+        .instruction("Try to get out.")
+        .tools(&["cmd.run", "fs.read", "fs.write"])
+        .cmd(
+            &["sh", "sh -c", "echo", "cat", "ls", "ps", "head", "dd", "id"],
+            30,
+            "          allow_metacharacters: true\n          max_output_bytes: 65536\n",
+        )
+        .filesystem(&["/workspace"], &["/workspace"])
+        .security("    resources:\n      memory: 128Mi\n      disk: 64Mi\n")
+        .yaml()
+}
 
 /// The attacker's sandbox; its commands go through `cmd.run` with the admin key.
 struct Sb {
@@ -61,7 +47,7 @@ impl Sb {
 
 async fn attacker(app: &TestApp) -> Sb {
     Sb {
-        sandbox: AgentSandbox::start(app, AGENT.to_owned()).await,
+        sandbox: AgentSandbox::start(app, attacker_manifest()).await,
     }
 }
 

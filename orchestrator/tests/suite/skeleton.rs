@@ -154,10 +154,7 @@ async fn migrations_apply_once_and_restart_is_a_no_op() {
             .await
             .unwrap();
     assert_eq!(rows, again);
-    let tenants: i64 = sqlx::query_scalar("SELECT count(*) FROM tenants")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let tenants = crate::common::count(&pool, "SELECT count(*) FROM tenants").await;
     assert_eq!(tenants, 1, "seed rows are not duplicated by a restart");
     app.stop().await.expect("clean stop");
 }
@@ -393,11 +390,11 @@ async fn sigterm_shuts_down_gracefully() {
     assert!(stderr.contains("shutdown complete"), "{stderr}");
 
     let pool = db.pool().await;
-    let stopped: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM node_instances WHERE stopped_at IS NOT NULL")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let stopped = crate::common::count(
+        &pool,
+        "SELECT count(*) FROM node_instances WHERE stopped_at IS NOT NULL",
+    )
+    .await;
     assert_eq!(stopped, 1, "the instance recorded its stop");
     assert!(client
         .get(format!("http://127.0.0.1:{http}/health/live"))

@@ -71,12 +71,7 @@ async fn assert_chain_whole(app: &TestApp) {
     for (i, p) in positions.iter().enumerate() {
         assert_eq!(*p, Some(i as i64 + 1), "chain position of row {i}");
     }
-    let r = app
-        .admin(Method::GET, "/v1/audit/verify?full=true")
-        .send()
-        .await
-        .unwrap();
-    let verified: Value = r.json().await.unwrap();
+    let verified = app.get_value("/v1/audit/verify?full=true").await;
     assert_eq!(verified["valid"], true, "{verified}");
 }
 
@@ -129,11 +124,11 @@ async fn two_chain_writers_on_one_database_keep_one_chain() {
             t.await.unwrap().expect("row stored");
         }
     }
-    let stored: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = 'writers.test'")
-            .fetch_one(&app.state.pool)
-            .await
-            .unwrap();
+    let stored = crate::common::count(
+        &app.state.pool,
+        "SELECT count(*) FROM audit_log WHERE action = 'writers.test'",
+    )
+    .await;
     assert_eq!(stored, 48);
     assert_chain_whole(&app).await;
 }
@@ -157,13 +152,13 @@ async fn changes_made_through_another_replica_apply_to_the_next_call() {
         Transport::Grpc(format!("http://{}", a.grpc_addr)),
     ] {
         // A context edit on replica B narrows what the session may call on replica A.
-        let r = b
-            .admin(Method::POST, "/v1/security-contexts")
-            .json(&context("aegis.runtime.*"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        b.answered(
+            Method::POST,
+            "/v1/security-contexts",
+            Some(context("aegis.runtime.*")),
+            200,
+        )
+        .await;
         let mut client = SealClient::new(transport.clone()).unwrap();
         client
             .attest("test-cache", "cached")
@@ -176,36 +171,37 @@ async fn changes_made_through_another_replica_apply_to_the_next_call() {
                 .expect("allowed");
             assert_eq!(out["isError"], false, "{out}");
         }
-        let r = b
-            .admin(Method::POST, "/v1/security-contexts")
-            .json(&context("aegis.agent.*"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        b.answered(
+            Method::POST,
+            "/v1/security-contexts",
+            Some(context("aegis.agent.*")),
+            200,
+        )
+        .await;
         let code = refused(client.call_tool("aegis.runtime.list", json!({})).await).0;
         assert!(code >= 1000, "a SEAL refusal code, got {code}");
 
         // A revocation on replica B refuses the session's next call on replica A (1006).
-        let r = b
-            .admin(Method::POST, "/v1/security-contexts")
-            .json(&context("aegis.runtime.*"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        b.answered(
+            Method::POST,
+            "/v1/security-contexts",
+            Some(context("aegis.runtime.*")),
+            200,
+        )
+        .await;
         let out = client
             .call_tool("aegis.runtime.list", json!({}))
             .await
             .expect("allowed again");
         assert_eq!(out["isError"], false, "{out}");
         let session = client.session_id().unwrap().to_owned();
-        let r = b
-            .admin(Method::DELETE, &format!("/v1/seal/sessions/{session}"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        b.answered(
+            Method::DELETE,
+            &format!("/v1/seal/sessions/{session}"),
+            None,
+            200,
+        )
+        .await;
         assert_eq!(
             refused(client.call_tool("aegis.runtime.list", json!({})).await).0,
             1006

@@ -46,21 +46,10 @@ fn agent(name: &str, tools: &str) -> String {
 
 /// A busybox agent without `cmd.run`.
 fn reader(name: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Only read files.
-  tools: [fs.read]
-"
-    )
+    AgentManifest::new(name)
+        .instruction("Only read files.")
+        .tools(&["fs.read"])
+        .yaml()
 }
 
 /// Server-Sent Events read as they arrive.
@@ -368,11 +357,9 @@ async fn rest_refusals_come_before_any_stream_with_the_unary_error() {
             .to_owned();
         let streamed: Value = streamed.json().await.expect("a JSON error body");
         let plain = app
-            .with_key(Method::POST, "/v1/tools/call", &key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+            .rest_as(&key)
+            .response(Method::POST, "/v1/tools/call", Some(&body))
+            .await;
         assert_eq!(status, plain.status(), "{streamed}");
         assert_eq!(status, 403, "{streamed}");
         assert!(kind.starts_with("application/json"), "{kind}");
@@ -597,12 +584,7 @@ async fn mcp_progress_notifications_carry_the_output_through_the_python_sdk() {
     let key = |context: String| {
         let app = &app;
         async move {
-            let r = app
-                .admin(Method::POST, "/v1/api-keys")
-                .json(&json!({"name": "mcp-streamer", "role": "readonly", "security_context": context}))
-                .send()
-                .await
-                .unwrap();
+            let r = app.response(Method::POST, "/v1/api-keys", Some(&json!({"name": "mcp-streamer", "role": "readonly", "security_context": context}))).await;
             assert_eq!(r.status(), 201);
             r.json::<Value>().await.unwrap()["key"]
                 .as_str()
@@ -613,17 +595,12 @@ async fn mcp_progress_notifications_carry_the_output_through_the_python_sdk() {
     let (with_cmd, without_cmd) = (key(ctx.clone()).await, key(bare.clone()).await);
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/mcp_streaming.py");
-    let out = tokio::process::Command::new("python3")
-        .args([script, &app.http_base, &with_cmd, &without_cmd])
-        .output()
-        .await
-        .expect("python3 runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the MCP streaming client failed (needs `pip install mcp==2.3.0`): {stderr}"
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let report = common::python_client::report(
+        script,
+        &[&app.http_base, &with_cmd, &without_cmd],
+        "the MCP streaming client failed (needs `pip install mcp==2.3.0`)",
+    )
+    .await;
 
     // Chunks as progress, `one` before the end (the marker was written from its callback).
     let streamed = &report["streamed"];

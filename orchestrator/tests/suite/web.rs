@@ -34,16 +34,7 @@ struct Trap {
 
 impl Trap {
     async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind trap");
-        let addr = listener.local_addr().expect("trap addr");
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::SeqCst);
-                drop(stream);
-            }
-        });
+        let (addr, accepted) = crate::common::net::trap().await;
         Self { addr, accepted }
     }
 

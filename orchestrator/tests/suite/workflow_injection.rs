@@ -13,15 +13,14 @@
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::get;
-use axum::Router;
 use common::docker_lines;
 use common::harness::{Harness, WORKFLOWS};
+use common::net::web_host;
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
@@ -146,21 +145,23 @@ spec:
         .await;
         let r = h
             .app
-            .admin(Method::POST, &format!("/v1/workflows/{name}/run"))
-            .json(&json!({"input": {"tag": ATTACK}}))
-            .send()
-            .await
-            .expect("run request");
+            .response(
+                Method::POST,
+                &format!("/v1/workflows/{name}/run"),
+                Some(&json!({"input": {"tag": ATTACK}})),
+            )
+            .await;
         let status = r.status().as_u16();
         let body = r.text().await.unwrap_or_default();
         assert_eq!(status, 422, "{body}");
         assert!(body.contains("spec.states.RUN.command"), "{body}");
         assert!(body.contains(expected), "{body}");
     }
-    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM workflow_executions")
-        .fetch_one(&h.app.state.pool)
-        .await
-        .expect("count executions");
+    let stored = crate::common::count(
+        &h.app.state.pool,
+        "SELECT count(*) FROM workflow_executions",
+    )
+    .await;
     assert_eq!(stored, 2, "only the two runs above were stored");
 }
 
@@ -232,19 +233,6 @@ async fn host_service() -> (u16, Arc<AtomicUsize>) {
         }
     });
     (port, hits)
-}
-
-/// An HTTP host on 127.0.0.2 (opened with `egress.allow_cidrs` like an internal mirror).
-async fn web_host(text: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.2:0")
-        .await
-        .expect("bind 127.0.0.2");
-    let addr = listener.local_addr().expect("addr");
-    let app = Router::new().route("/", get(move || async move { text }));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
 }
 
 /// The Docker host's address on the default bridge (docker0).
@@ -376,15 +364,7 @@ spec:
     let e = h.workflow_to_end("fetch", json!({})).await.1;
     assert_eq!(e["status"], "completed", "{e}");
     let out = stdout(&e, "FETCH");
-    let section = |name: &str| -> String {
-        let marker = format!("== {name}\n");
-        let start = out
-            .find(&marker)
-            .unwrap_or_else(|| panic!("no section {name} in:\n{out}"))
-            + marker.len();
-        let rest = &out[start..];
-        rest[..rest.find("\n== ").unwrap_or(rest.len())].to_owned()
-    };
+    let section = |name: &str| crate::common::section(out, name);
     assert!(section("allowed").contains("allowed host says hi"), "{out}");
     // The workflow admits denied.test, the step does not: rules intersect.
     assert!(!section("denied").contains("denied host"), "{out}");
@@ -427,11 +407,12 @@ spec:
     .await;
     let r = h
         .app
-        .admin(Method::POST, "/v1/workflows/misleading/run")
-        .json(&json!({"input": {}}))
-        .send()
-        .await
-        .expect("run request");
+        .response(
+            Method::POST,
+            "/v1/workflows/misleading/run",
+            Some(&json!({"input": {}})),
+        )
+        .await;
     let status = r.status().as_u16();
     let body = r.text().await.unwrap_or_default();
     assert_eq!(status, 422, "{body}");

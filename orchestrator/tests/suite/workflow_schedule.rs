@@ -45,24 +45,18 @@ async fn a_scheduled_workflow_runs_once_per_tick_across_two_replicas() {
     let a = replica(&db).await;
     let b = replica(&db).await;
     let client = reqwest::Client::new();
-    let r = client
-        .post(format!("{}/v1/workflows", a.base))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .body(TICKER)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    crate::common::rest::Rest::new(client.clone(), &a.base, TEST_ADMIN_KEY)
+        .deployed("/v1/workflows", TICKER)
+        .await;
 
     // Let a few ticks fire, then stop the schedule by deleting the workflow.
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let started: i64 = sqlx::query_scalar(
+        let started = crate::common::count(
+            &pool,
             "SELECT count(*) FROM workflow_schedule_ticks WHERE execution_id IS NOT NULL",
         )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+        .await;
         if started >= TICKS {
             break;
         }
@@ -131,9 +125,6 @@ async fn a_scheduled_workflow_runs_once_per_tick_across_two_replicas() {
         );
     }
     // Both replicas were there to compete: each registered itself.
-    let instances: i64 = sqlx::query_scalar("SELECT count(*) FROM node_instances")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let instances = crate::common::count(&pool, "SELECT count(*) FROM node_instances").await;
     assert_eq!(instances, 2);
 }

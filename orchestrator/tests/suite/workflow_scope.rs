@@ -113,10 +113,8 @@ async fn promote_lists_as_global_refuses_a_second_promotion_and_demotes_back() {
     let exported = ok(&app, "aegis.workflow.export", json!({"name": "release"})).await;
     assert_eq!(exported["scope"], "global", "{exported}");
     let r = app
-        .admin(Method::GET, "/v1/workflows/release")
-        .send()
-        .await
-        .unwrap();
+        .response(Method::GET, "/v1/workflows/release", None)
+        .await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap()["scope"], "global");
 
@@ -184,13 +182,9 @@ async fn promote_lists_as_global_refuses_a_second_promotion_and_demotes_back() {
     let audit = |tool: &'static str| {
         let app = &app;
         async move {
-            let r = app
-                .admin(Method::GET, &format!("/v1/audit?tool={tool}"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 200);
-            let page: Value = r.json().await.unwrap();
+            let page = app
+                .answered(Method::GET, &format!("/v1/audit?tool={tool}"), None, 200)
+                .await;
             page["rows"]
                 .as_array()
                 .cloned()
@@ -247,13 +241,14 @@ async fn an_unknown_workflow_is_not_found_and_callers_below_operator_are_refused
 
     // A readonly key may not call tools at all.
     let readonly = app.create_key("viewer", "readonly").await;
-    let r = app
-        .with_key(Method::POST, "/v1/tools/call", &readonly)
-        .json(&json!({"name": "aegis.workflow.promote", "arguments": {"name": "guarded"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
+    app.rest_as(&readonly)
+        .answered(
+            Method::POST,
+            "/v1/tools/call",
+            Some(json!({"name": "aegis.workflow.promote", "arguments": {"name": "guarded"}})),
+            403,
+        )
+        .await;
 
     // Callers of the user and system tiers (agents, SEAL sessions) reach the router and are
     // refused by its tier check, whatever roles they name in the arguments; the refusal is audited.
@@ -295,10 +290,11 @@ async fn an_unknown_workflow_is_not_found_and_callers_below_operator_are_refused
         listed(&app, json!({})).await,
         vec![pair("guarded", "tenant")]
     );
-    let changes: i64 = sqlx::query_scalar("SELECT count(*) FROM definition_scope_changes")
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap();
+    let changes = crate::common::count(
+        &app.state.pool,
+        "SELECT count(*) FROM definition_scope_changes",
+    )
+    .await;
     assert_eq!(changes, 0);
 }
 

@@ -5,28 +5,14 @@
 
 use crate::common;
 
-use common::TestApp;
-use orchestrator::manifest::{
-    parse, parse_checked, Deployed, ManifestError, ManifestKind, NodeKnowledge,
-};
+use common::{any_node, TestApp};
+use orchestrator::manifest::{parse, parse_checked, Deployed, ManifestError, ManifestKind};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-fn node() -> NodeKnowledge<'static> {
-    NodeKnowledge {
-        tool_exists: &|_| true,
-        runtime_known: &|_, _| true,
-        default_command_allowlist: &|_| None,
-        runs_in_sandbox: &orchestrator::policy::needs_sandbox,
-        runtime_alias: &|_, _| None,
-        runtime_versions: &orchestrator::runtimes::versions,
-        mcp_servers: &[],
-    }
-}
-
 /// The errors of a manifest that must be refused.
 fn refused(text: &str) -> Vec<ManifestError> {
-    parse(ManifestKind::Workflow, text, &node())
+    parse(ManifestKind::Workflow, text, &any_node())
         .expect_err("refused")
         .0
 }
@@ -69,7 +55,7 @@ fn loops_without_exit_are_named_and_refine_loops_pass() {
         "valid/workflow-human-gate.yaml",
         "valid/workflow-every-state-kind.yaml",
     ] {
-        parse(ManifestKind::Workflow, &example(valid), &node())
+        parse(ManifestKind::Workflow, &example(valid), &any_node())
             .unwrap_or_else(|e| panic!("{valid}: {e}"));
     }
     // Adding an exit to the broken loop fixes it.
@@ -77,7 +63,7 @@ fn loops_without_exit_are_named_and_refine_loops_pass() {
         "{condition: exit_code_zero, target: fix}",
         "{condition: exit_code_zero, target: end}",
     );
-    parse(ManifestKind::Workflow, &fixed, &node()).expect("a loop with an exit");
+    parse(ManifestKind::Workflow, &fixed, &any_node()).expect("a loop with an exit");
 }
 
 #[test]
@@ -231,7 +217,7 @@ spec:
 #[test]
 fn registry_checks_need_deployed_workflows_and_warn_about_agents() {
     // Offline (no registry): nothing to say about other definitions.
-    parse(ManifestKind::Workflow, CALLER, &node()).expect("valid without a registry");
+    parse(ManifestKind::Workflow, CALLER, &any_node()).expect("valid without a registry");
 
     let mut deployed = Deployed::new();
     deployed.add_agent("6f1c0d52-6c1e-4d56-9d1a-2f0b1c1e0a01", "grader");
@@ -240,7 +226,7 @@ fn registry_checks_need_deployed_workflows_and_warn_about_agents() {
         "publisherr",
         &json!({}),
     );
-    let checked = parse_checked(ManifestKind::Workflow, CALLER, &node(), Some(&deployed));
+    let checked = parse_checked(ManifestKind::Workflow, CALLER, &any_node(), Some(&deployed));
     let errors = checked.manifest.clone().expect_err("unknown workflow").0;
     assert_one(
         &errors,
@@ -264,13 +250,13 @@ fn registry_checks_need_deployed_workflows_and_warn_about_agents() {
         .contains("agent `worker` is not deployed"));
 
     // A deployed publisher that calls back `caller` in blocking mode closes a recursion.
-    let publisher = parse(ManifestKind::Workflow, PUBLISHER, &node()).expect("publisher");
+    let publisher = parse(ManifestKind::Workflow, PUBLISHER, &any_node()).expect("publisher");
     deployed.add_workflow(
         "0b8e2a7c-1111-4c3b-9a55-000000000002",
         "publisher",
         &publisher.value,
     );
-    let errors = parse_checked(ManifestKind::Workflow, CALLER, &node(), Some(&deployed))
+    let errors = parse_checked(ManifestKind::Workflow, CALLER, &any_node(), Some(&deployed))
         .manifest
         .expect_err("recursion")
         .0;
@@ -288,7 +274,12 @@ fn registry_checks_need_deployed_workflows_and_warn_about_agents() {
             "mode: fire_and_forget\n",
         )
         .replace("{{published.url}}", "done");
-    let checked = parse_checked(ManifestKind::Workflow, &detached, &node(), Some(&deployed));
+    let checked = parse_checked(
+        ManifestKind::Workflow,
+        &detached,
+        &any_node(),
+        Some(&deployed),
+    );
     checked.manifest.expect("fire and forget");
     assert_eq!(checked.warnings.len(), 1);
 }

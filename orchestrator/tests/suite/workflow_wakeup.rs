@@ -57,22 +57,14 @@ async fn app() -> (TestApp, TestDb) {
     config.workflows.poll_interval_ms = 200;
     let app = TestApp::spawn_with(config).await;
     for manifest in [CHILD, PARENT] {
-        let r = app
-            .admin(Method::POST, "/v1/workflows")
-            .body(manifest)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
+        app.deployed("/v1/workflows", manifest).await;
     }
     (app, db)
 }
 
 async fn execution(app: &TestApp, id: &str) -> Value {
-    app.admin(Method::GET, &format!("/v1/workflows/executions/{id}"))
-        .send()
+    app.response(Method::GET, &format!("/v1/workflows/executions/{id}"), None)
         .await
-        .unwrap()
         .json()
         .await
         .unwrap()
@@ -90,14 +82,14 @@ async fn until(app: &TestApp, id: &str, what: &str, pred: impl Fn(&Value) -> boo
 
 /// Starts the parent and returns (parent id, child id) once both are parked.
 async fn both_parked(app: &TestApp) -> (String, String) {
-    let r = app
-        .admin(Method::POST, "/v1/workflows/waits-for-child/run")
-        .json(&json!({"input": {}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let body: Value = r.json().await.unwrap();
+    let body = app
+        .answered(
+            Method::POST,
+            "/v1/workflows/waits-for-child/run",
+            Some(json!({"input": {}})),
+            201,
+        )
+        .await;
     let parent = body["execution_id"].as_str().unwrap().to_owned();
     until(app, &parent, "parked on its child", |e| {
         e["status"] == "waiting" && e["waiting_for"] == "subworkflow"

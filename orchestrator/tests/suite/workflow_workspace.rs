@@ -192,15 +192,7 @@ async fn an_agent_writes_a_program_and_a_container_run_tests_it_in_the_same_work
                 && m.contains("is `name: workspace`")),
         "{deployed}"
     );
-    let export: Value = h
-        .app
-        .admin(Method::GET, "/v1/workflows/write-and-test")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let export = h.app.get_value("/v1/workflows/write-and-test").await;
     let manifest = export.to_string();
     assert!(
         manifest.contains("size_limit_mb") && !manifest.contains("mount_point"),
@@ -225,13 +217,12 @@ async fn an_agent_writes_a_program_and_a_container_run_tests_it_in_the_same_work
         .to_owned();
     let agent_events: Value = h
         .app
-        .admin(
+        .response(
             Method::GET,
             &format!("/v1/executions/{agent_run}/events?limit=1000"),
+            None,
         )
-        .send()
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -565,10 +556,11 @@ spec:
         assert!((400..500).contains(&status), "{body}");
         assert!(body.to_string().contains(says), "{body}");
     }
-    let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM workflow_executions")
-        .fetch_one(&h.app.state.pool)
-        .await
-        .unwrap();
+    let runs = crate::common::count(
+        &h.app.state.pool,
+        "SELECT count(*) FROM workflow_executions",
+    )
+    .await;
     assert_eq!(runs, 0);
 }
 
@@ -878,12 +870,7 @@ spec:
     .await
     .unwrap();
     assert_eq!(retried, 1);
-    let left: i64 = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM workflow_volumes) + (SELECT count(*) FROM workflow_volume_drafts)",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let left = crate::common::count(&pool, "SELECT (SELECT count(*) FROM workflow_volumes) + (SELECT count(*) FROM workflow_volume_drafts)").await;
     assert_eq!(left, 0, "the ended run left volume rows");
 }
 
@@ -976,17 +963,12 @@ spec:
     let agent_events = |id: Value| {
         let app = &h.app;
         async move {
-            let body: Value = app
-                .admin(
-                    Method::GET,
-                    &format!("/v1/executions/{}/events?limit=1000", id.as_str().unwrap()),
-                )
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let body = app
+                .get_value(&format!(
+                    "/v1/executions/{}/events?limit=1000",
+                    id.as_str().unwrap()
+                ))
+                .await;
             body["events"].as_array().unwrap().clone()
         }
     };

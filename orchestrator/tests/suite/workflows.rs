@@ -32,10 +32,8 @@ impl Harness {
     async fn workflow_execution(&self, id: &str) -> Value {
         let r = self
             .app
-            .admin(Method::GET, &format!("/v1/workflows/executions/{id}"))
-            .send()
-            .await
-            .unwrap();
+            .response(Method::GET, &format!("/v1/workflows/executions/{id}"), None)
+            .await;
         assert_eq!(r.status(), 200);
         r.json().await.unwrap()
     }
@@ -60,14 +58,12 @@ impl Harness {
     async fn signal(&self, id: &str, response: &str) -> (u16, Value) {
         let r = self
             .app
-            .admin(
+            .response(
                 Method::POST,
                 &format!("/v1/workflows/executions/{id}/signal"),
+                Some(&json!({"response": response})),
             )
-            .json(&json!({"response": response}))
-            .send()
-            .await
-            .unwrap();
+            .await;
         (r.status().as_u16(), r.json().await.unwrap())
     }
 }
@@ -393,10 +389,9 @@ async fn a_human_gate_answered_yes_no_by_default_and_not_at_all() {
     ] {
         let seen = h
             .app
-            .with_key(Method::GET, &path, &stranger)
-            .send()
-            .await
-            .unwrap();
+            .rest_as(&stranger)
+            .response(Method::GET, &path, None)
+            .await;
         assert_eq!(seen.status(), 404, "{path}");
     }
     h.waiting(&yes).await;
@@ -802,13 +797,12 @@ spec:
     for id in [&direct, &outer] {
         let r = h
             .app
-            .admin(
+            .response(
                 Method::POST,
                 &format!("/v1/workflows/executions/{id}/cancel"),
+                None,
             )
-            .send()
-            .await
-            .unwrap();
+            .await;
         assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     }
     for id in [&direct, &outer, &child] {
@@ -827,13 +821,12 @@ spec:
     // Cancelling again says it has ended.
     let r = h
         .app
-        .admin(
+        .response(
             Method::POST,
             &format!("/v1/workflows/executions/{direct}/cancel"),
+            None,
         )
-        .send()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(r.status(), 409);
 }
 
@@ -897,22 +890,18 @@ spec:
     assert_eq!(status, 404);
     let r = h
         .app
-        .admin(Method::GET, "/v1/workflows/executions")
-        .send()
-        .await
-        .unwrap();
+        .response(Method::GET, "/v1/workflows/executions", None)
+        .await;
     let list: Value = r.json().await.unwrap();
     assert_eq!(list["total"], 0, "{list}");
     let r = h
         .app
-        .admin(
+        .response(
             Method::POST,
             &format!("/v1/workflows/executions/{}/signal", uuid::Uuid::new_v4()),
+            Some(&json!({"response": "yes"})),
         )
-        .json(&json!({"response": "yes"}))
-        .send()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(r.status(), 404);
 
     // Every workflow execution tool refuses bad arguments with the JSON pointer of the problem.

@@ -137,12 +137,7 @@ async fn two_replicas_one_killed_every_workflow_completes_once() {
     // B finishes everything.
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let live: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM workflow_executions WHERE status NOT IN ('completed', 'failed', 'cancelled', 'timed_out')",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+        let live = crate::common::count(&pool, "SELECT count(*) FROM workflow_executions WHERE status NOT IN ('completed', 'failed', 'cancelled', 'timed_out')").await;
         if live == 0 {
             break;
         }

@@ -1,4 +1,5 @@
-//! Agent manifests for tests: one builder instead of a `fn agent` per suite.
+//! Agent manifests for tests and benchmarks: one builder instead of a `fn agent` per suite (the
+//! benchmarks in `orchestrator/examples` include this file too).
 //!
 //! `AgentManifest::new("a").yaml()` is an agent on the busybox runtime whose instruction is
 //! "Answer."; the other parts are named options, and `task` and `spec` append raw YAML lines under
@@ -101,6 +102,17 @@ impl AgentManifest {
         self.spec(&block)
     }
 
+    /// `spec.builtin_dispatchers` with one `cmd.run` capability: its subcommand allowlist and
+    /// nothing else (the server's default timeout).
+    pub fn cmd_allowing(self, allowlist: &[&str]) -> Self {
+        let block = format!(
+            "  builtin_dispatchers:\n    - name: cmd\n      capabilities:\n        - name: cmd.run\n          \
+             subcommand_allowlist: {}\n",
+            flow(allowlist)
+        );
+        self.spec(&block)
+    }
+
     /// `spec.security.filesystem`: the roots tools may read and write.
     pub fn filesystem(mut self, read: &[&str], write: &[&str]) -> Self {
         self.security += &format!(
@@ -108,6 +120,22 @@ impl AgentManifest {
             flow(read),
             flow(write)
         );
+        self
+    }
+
+    /// `spec.security.network`: its `mode` and one list (`list` is `allowlist` or `denylist`).
+    pub fn network(mut self, mode: &str, list: &str, items: &[&str]) -> Self {
+        self.security += &format!(
+            "    network:\n      mode: {mode}\n      {list}: {}\n",
+            flow(items)
+        );
+        self
+    }
+
+    /// Raw lines under `spec.security:` after the options above, each indented by four spaces
+    /// and ending in a newline.
+    pub fn security(mut self, lines: &str) -> Self {
+        self.security.push_str(lines);
         self
     }
 

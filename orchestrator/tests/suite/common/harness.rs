@@ -75,18 +75,6 @@ impl HarnessBuilder {
     }
 }
 
-/// A body as JSON, or as a JSON string when it is not JSON (`null` when empty).
-pub async fn body_of(r: reqwest::Response) -> (u16, Value) {
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap_or_default();
-    let body = if text.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
-    };
-    (status, body)
-}
-
 impl Harness {
     /// A node with no option set.
     pub async fn start(script: Vec<Step>) -> Harness {
@@ -103,11 +91,7 @@ impl Harness {
 
     /// `method` on `path` with `body` as JSON, as the administrator; (status, answer).
     pub async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut r = self.app.admin(method, path);
-        if let Some(body) = body {
-            r = r.json(&body);
-        }
-        body_of(r.send().await.expect("request")).await
+        self.app.send(method, path, body).await
     }
 
     /// Polls the execution at `path` until its `status` is terminal (within `ends_within`).
@@ -117,33 +101,24 @@ impl Harness {
 
     /// Posts a manifest to `path` ([`AGENTS`], [`WORKFLOWS`], ...); (status, answer).
     pub async fn deploy(&self, path: &str, manifest: &str) -> (u16, Value) {
-        let r = self
-            .app
-            .admin(Method::POST, path)
-            .body(manifest.to_owned())
-            .send()
-            .await
-            .expect("deploy request");
-        body_of(r).await
+        self.app.rest().post_manifest(path, manifest).await
     }
 
     /// Deploys a manifest that must be accepted (201); the answer.
     pub async fn deployed(&self, path: &str, manifest: &str) -> Value {
-        let (status, body) = self.deploy(path, manifest).await;
-        assert_eq!(status, 201, "{body}");
-        body
+        self.app.deployed(path, manifest).await
     }
 
     /// Posts `body` to `agent`'s execute as the holder of `key`; (status, answer).
     pub async fn execute_as(&self, key: &str, agent: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .app
-            .with_key(Method::POST, &format!("{AGENTS}/{agent}/execute"), key)
-            .json(&body)
-            .send()
+        self.app
+            .rest_as(key)
+            .send(
+                Method::POST,
+                &format!("{AGENTS}/{agent}/execute"),
+                Some(body),
+            )
             .await
-            .expect("execute request");
-        body_of(r).await
     }
 
     /// Executes `agent` on `input` as the administrator; (status, answer).
@@ -230,10 +205,8 @@ impl Harness {
     async fn events_at(&self, path: &str) -> Vec<Value> {
         let body: Value = self
             .app
-            .admin(Method::GET, path)
-            .send()
+            .response(Method::GET, path, None)
             .await
-            .expect("events request")
             .json()
             .await
             .expect("events answer");

@@ -11,10 +11,12 @@ pub mod fake_llm;
 pub mod gvisor;
 pub mod harness;
 pub mod mcp;
+pub mod net;
 pub mod proxy;
 pub mod python_client;
 pub mod refusal;
 pub mod replicas;
+pub mod rest;
 pub mod sandbox;
 
 use std::net::SocketAddr;
@@ -309,13 +311,75 @@ impl TestApp {
             .bearer_auth(key)
     }
 
+    /// This instance's REST API as the administrator.
+    pub fn rest(&self) -> rest::Rest {
+        self.rest_as(TEST_ADMIN_KEY)
+    }
+
+    /// This instance's REST API as the holder of `key`.
+    pub fn rest_as(&self, key: &str) -> rest::Rest {
+        rest::Rest::new(self.http.clone(), &self.http_base, key)
+    }
+
+    /// `method path` as the administrator, with `body` as JSON when given: the response as it
+    /// came.
+    pub async fn response(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> reqwest::Response {
+        self.rest().response(method, path, body).await
+    }
+
+    /// `method path` as the administrator, with `body` as JSON when given; (status, answer).
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        self.rest().send(method, path, body).await
+    }
+
+    /// [`TestApp::send`] whose answer must be JSON.
+    pub async fn send_json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        self.rest().send_json(method, path, body).await
+    }
+
+    /// The answer to `GET path` as the administrator (JSON), whatever its status.
+    pub async fn get_value(&self, path: &str) -> serde_json::Value {
+        self.rest().get_value(path).await
+    }
+
+    /// [`TestApp::send`] that must be answered with `status`; the answer.
+    pub async fn answered(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+        status: u16,
+    ) -> serde_json::Value {
+        self.rest().answered(method, path, body, status).await
+    }
+
+    /// Deploys `manifest` to `path` as the administrator, which must be accepted (201); the
+    /// answer.
+    pub async fn deployed(&self, path: &str, manifest: &str) -> serde_json::Value {
+        self.rest().deployed(path, manifest).await
+    }
+
     /// The status of a request without a body as the holder of `key` (for routes whose answer
     /// a test checks only by its status).
     pub async fn status_as(&self, method: reqwest::Method, path: &str, key: &str) -> u16 {
-        self.with_key(method, path, key)
-            .send()
+        self.rest_as(key)
+            .response(method, path, None)
             .await
-            .expect("request sent")
             .status()
             .as_u16()
     }
@@ -327,11 +391,12 @@ impl TestApp {
         arguments: serde_json::Value,
     ) -> (u16, serde_json::Value) {
         let r = self
-            .admin(reqwest::Method::POST, "/v1/tools/call")
-            .json(&serde_json::json!({"name": name, "arguments": arguments}))
-            .send()
-            .await
-            .expect("request sent");
+            .response(
+                reqwest::Method::POST,
+                "/v1/tools/call",
+                Some(&serde_json::json!({"name": name, "arguments": arguments})),
+            )
+            .await;
         let status = r.status().as_u16();
         (status, r.json().await.expect("json body"))
     }
@@ -339,11 +404,12 @@ impl TestApp {
     /// Creates an API key with `role` as admin and returns its secret.
     pub async fn create_key(&self, name: &str, role: &str) -> String {
         let r = self
-            .admin(reqwest::Method::POST, "/v1/api-keys")
-            .json(&serde_json::json!({"name": name, "role": role}))
-            .send()
-            .await
-            .expect("request sent");
+            .response(
+                reqwest::Method::POST,
+                "/v1/api-keys",
+                Some(&serde_json::json!({"name": name, "role": role})),
+            )
+            .await;
         assert_eq!(r.status(), 201);
         let body: serde_json::Value = r.json().await.expect("json");
         body["key"].as_str().expect("key in body").to_owned()
@@ -358,11 +424,12 @@ impl TestApp {
         context: &str,
     ) -> (String, String) {
         let r = self
-            .admin(reqwest::Method::POST, "/v1/api-keys")
-            .json(&serde_json::json!({"name": name, "role": role, "security_context": context}))
-            .send()
-            .await
-            .expect("request sent");
+            .response(
+                reqwest::Method::POST,
+                "/v1/api-keys",
+                Some(&serde_json::json!({"name": name, "role": role, "security_context": context})),
+            )
+            .await;
         assert_eq!(r.status(), 201);
         let body: serde_json::Value = r.json().await.expect("json");
         (
@@ -394,6 +461,40 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
+}
+
+/// A node that knows every tool and runtime, for parsing manifests where what the node has is
+/// not the question (schema and manifest-internal checks only).
+pub fn any_node() -> orchestrator::manifest::NodeKnowledge<'static> {
+    orchestrator::manifest::NodeKnowledge {
+        tool_exists: &|_| true,
+        runtime_known: &|_, _| true,
+        default_command_allowlist: &|_| None,
+        runs_in_sandbox: &orchestrator::policy::needs_sandbox,
+        runtime_alias: &|_, _| None,
+        runtime_versions: &orchestrator::runtimes::versions,
+        mcp_servers: &[],
+    }
+}
+
+/// The one number a query without parameters (`SELECT count(*) ...`) answers on `pool`.
+pub async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// The section `name` of a probe script's output: the lines after `== name` up to the next
+/// `== ` header; fails the test, with the whole output, when there is none.
+pub fn section(out: &str, name: &str) -> String {
+    let marker = format!("== {name}\n");
+    let start = out
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no section {name} in:\n{out}"))
+        + marker.len();
+    let rest = &out[start..];
+    rest[..rest.find("\n== ").unwrap_or(rest.len())].to_owned()
 }
 
 /// The non-empty lines `docker <args>` printed (empty when it printed nothing).

@@ -1,6 +1,7 @@
 //! The E2B SDK scenarios' runner: a Python client script from `tests/python/` run against a
 //! node's E2B door with a node key in E2B's form, whose one JSON report on stdout is the
-//! scenario's result. The E2B, ports and code-interpreter suites all drive their clients so.
+//! scenario's result. The E2B, ports and code-interpreter suites all drive their clients so;
+//! [`report`] runs the other clients (MCP, SEAL) that take their arguments on the command line.
 
 use std::path::Path;
 use std::time::Duration;
@@ -66,4 +67,18 @@ pub async fn run(s: Scenario<'_>) -> Value {
             String::from_utf8_lossy(&out.stdout)
         )
     })
+}
+
+/// Runs `python3 script args...` and returns its one JSON report on stdout; fails the test with
+/// `failed` (what failed, and what it needs installed) and the script's stderr when it fails.
+pub async fn report(script: &str, args: &[&str], failed: &str) -> Value {
+    let out = tokio::process::Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .await
+        .expect("python3 runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{failed}: {stderr}");
+    serde_json::from_slice(&out.stdout).expect("one JSON report")
 }

@@ -8,11 +8,14 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::binary::{self, free_port, Node};
 use orchestrator::config::NodeConfig;
 
+use super::agent::AgentManifest;
+use super::rest::Rest;
 use super::{TestDb, TEST_ADMIN_KEY};
 
 /// The cluster secret every replica of these tests shares.
@@ -58,53 +61,34 @@ pub fn client() -> reqwest::Client {
 }
 
 /// The agent the sandboxes of these tests are made for.
-pub const AGENT: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: survivor
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Work in the workspace.
-  tools: [cmd.run, fs.read, fs.write]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [cat, echo, sleep]
-          timeout_seconds: 30
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace]
-";
+pub fn agent() -> String {
+    AgentManifest::new("survivor")
+        .instruction("Work in the workspace.")
+        .tools(&["cmd.run", "fs.read", "fs.write"])
+        .cmd(&["cat", "echo", "sleep"], 30, "")
+        .filesystem(&["/workspace"], &["/workspace"])
+        .yaml()
+}
 
-/// Deploys [`AGENT`] through `node` (once per database).
+/// The REST API of `node` as the administrator, with [`client`].
+pub fn rest(node: &Node) -> Rest {
+    Rest::new(client(), &node.base, TEST_ADMIN_KEY)
+}
+
+/// Deploys [`agent`] through `node` (once per database).
 pub async fn deploy(node: &Node) {
-    let r = client()
-        .post(format!("{}/v1/agents", node.base))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .body(AGENT)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    rest(node).deployed("/v1/agents", &agent()).await;
 }
 
 /// Makes an operator sandbox of the deployed agent through `node`; its id.
 pub async fn make_sandbox(node: &Node) -> String {
-    let r = client()
-        .post(format!("{}/v1/sandboxes", node.base))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .json(&json!({"agent": "survivor"}))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status();
-    let body: Value = r.json().await.unwrap();
+    let (status, body) = rest(node)
+        .send(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(json!({"agent": "survivor"})),
+        )
+        .await;
     assert_eq!(status, 201, "{body}");
     body["sandbox_id"].as_str().expect("sandbox id").to_owned()
 }
@@ -168,28 +152,19 @@ pub fn signal(node: &Node, sig: &str) {
 
 /// The audit chain, verified in full through `base`, is valid.
 pub async fn audit_valid(base: &str) {
-    let verify: Value = client()
-        .get(format!("{base}/v1/audit/verify?full=true"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let verify = Rest::new(client(), base, TEST_ADMIN_KEY)
+        .get_value("/v1/audit/verify?full=true")
+        .await;
     assert_eq!(verify["valid"], true, "{verify}");
 }
 
 /// Destroys `sandbox` through `base`; then nothing of it is left in Docker (`docker` runs the
 /// CLI against its engine).
 pub async fn destroy_leaving_nothing(base: &str, sandbox: &str, docker: &[&str]) {
-    let r = client()
-        .delete(format!("{base}/v1/sandboxes/{sandbox}"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let (status, body) = Rest::new(client(), base, TEST_ADMIN_KEY)
+        .send(Method::DELETE, &format!("/v1/sandboxes/{sandbox}"), None)
+        .await;
+    assert!((200..300).contains(&status), "{body}");
     let label = format!("label=org.aegis.sandbox={sandbox}");
     let lines = |args: &[&str]| {
         let mut all: Vec<&str> = docker.to_vec();

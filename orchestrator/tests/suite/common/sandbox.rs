@@ -35,21 +35,10 @@ impl AgentSandbox {
             .find_map(|l| l.trim().strip_prefix("name: "))
             .unwrap_or_default()
             .to_owned();
-        let r = app
-            .admin(Method::POST, "/v1/agents")
-            .body(manifest)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-        let r = app
-            .admin(Method::POST, "/v1/sandboxes")
-            .json(&json!({"agent": name}))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let body: Value = r.json().await.unwrap();
+        app.deployed("/v1/agents", &manifest).await;
+        let (status, body) = app
+            .send(Method::POST, "/v1/sandboxes", Some(json!({"agent": name})))
+            .await;
         assert_eq!(status, 201, "{body}");
         Self::of(app, body["sandbox_id"].as_str().unwrap())
     }
@@ -112,6 +101,27 @@ impl AgentSandbox {
             "{name} {arguments}: {out}"
         );
         out
+    }
+
+    /// Reads a process's output (`target` names it: `pid` or `tag`) until it ended, or fails the
+    /// test once `within` passed: what came (stdout and terminal output), and its end.
+    pub async fn read_to_end(&self, target: Value, within: std::time::Duration) -> (String, Value) {
+        let deadline = std::time::Instant::now() + within;
+        let mut text = String::new();
+        loop {
+            let mut args = target.clone();
+            args["wait_ms"] = json!(500);
+            let out = self.ok("proc.output", args).await;
+            text.push_str(out["stdout"].as_str().unwrap_or_default());
+            text.push_str(out["pty"].as_str().unwrap_or_default());
+            if !out["ended"].is_null() {
+                return (text, out["ended"].clone());
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never ended; so far: {text:?}"
+            );
+        }
     }
 
     /// The sandbox's container name.

@@ -1,0 +1,38 @@
+//! Hosts on loopback for the egress tests: a web host a sandbox may be allowed to reach, and a
+//! trap that only counts the connections that reached it (nothing may).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+
+/// An HTTP host on 127.0.0.2 (loopback /8 is local on Linux) answering `GET /` with `text`.
+pub async fn web_host(text: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let addr = listener.local_addr().expect("addr");
+    let app = Router::new().route("/", get(move || async move { text }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+/// A listener on 127.0.0.1 that answers nothing and counts the connections it accepted.
+pub async fn trap() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind trap");
+    let addr = listener.local_addr().expect("addr");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    (addr, accepted)
+}
