@@ -75,7 +75,7 @@ pub use archive::{data_entries, DataEntry, DataKind};
 pub use config::{DispatcherConfig, EngineLimit};
 pub use dispatcher::pool::{PoolStats, POOL_OWNER_ID};
 pub use dispatcher::reaper::ReapReport;
-pub use dispatcher::{AdoptReport, Checkpointed, Dispatcher};
+pub use dispatcher::{AdoptReport, Checkpointed, Dispatcher, Forked};
 pub use engine::{DockerEngine, EngineError};
 pub use error::{DispatchError, Result};
 pub use forward::{

@@ -42,7 +42,7 @@ use crate::store::{self, SandboxState};
 use crate::{hardening, labels};
 
 /// The name of the one checkpoint a sandbox has while it is paused.
-const CHECKPOINT: &str = "aegis-pause";
+pub(super) const CHECKPOINT: &str = "aegis-pause";
 
 /// The `org.aegis.component` value of a holder container.
 pub(crate) const HOLDER_COMPONENT: &str = "holder";
@@ -56,7 +56,7 @@ pub(crate) fn holder_name(id: SandboxId) -> String {
 /// the path it is given to the engine's address and adds no query of its own when no options
 /// are passed, so the query written here reaches the engine as is (`&from=` takes the `/start`
 /// bollard appends as a harmless value).
-fn start_path(container: &str) -> String {
+pub(super) fn start_path(container: &str) -> String {
     format!("{container}/start?checkpoint={CHECKPOINT}&from=")
 }
 
@@ -95,7 +95,7 @@ impl Dispatcher {
 }
 
 impl Inner {
-    async fn checkpoint(self: &Arc<Self>, id: SandboxId, max_bytes: u64) -> Result<Checkpointed> {
+    pub(super) async fn checkpoint(self: &Arc<Self>, id: SandboxId, max_bytes: u64) -> Result<Checkpointed> {
         let sandbox = match self.locate(id).await? {
             Location::Here(sandbox) => sandbox,
             Location::Elsewhere(_) => {
@@ -105,24 +105,7 @@ impl Inner {
                 })
             }
         };
-        let unavailable = |detail: String| DispatchError::CheckpointUnavailable { id, detail };
-        if sandbox.spec.isolation() != Isolation::Gvisor {
-            return Err(unavailable(
-                "only gVisor sandboxes can be checkpointed (runc containers cannot be saved on \
-                 this engine); its class is container"
-                    .to_owned(),
-            ));
-        }
-        let info = self.docker.info().await.map_err(engine(
-            "reading whether the engine can checkpoint (docker info)",
-        ))?;
-        if info.experimental_build != Some(true) {
-            return Err(unavailable(
-                "the Docker engine does not offer checkpoints: add \"experimental\": true to its \
-                 daemon.json and restart it"
-                    .to_owned(),
-            ));
-        }
+        self.can_checkpoint(id, &sandbox.spec).await?;
         let memory_bytes = self.memory_in_use(id, &sandbox.container).await?;
         if memory_bytes > max_bytes {
             return Err(DispatchError::CheckpointTooLarge {
@@ -232,7 +215,7 @@ impl Inner {
         }
     }
 
-    async fn restore(self: &Arc<Self>, id: SandboxId) -> Result<()> {
+    pub(super) async fn restore(self: &Arc<Self>, id: SandboxId) -> Result<()> {
         let row = store::get(&self.pg, id)
             .await?
             .ok_or(DispatchError::SandboxNotFound {
@@ -313,8 +296,32 @@ impl Inner {
         Ok(())
     }
 
+    /// Refuses, with [`DispatchError::CheckpointUnavailable`] saying why, a sandbox whose class
+    /// or engine cannot be checkpointed (only gVisor's, on an engine with experimental features).
+    pub(super) async fn can_checkpoint(&self, id: SandboxId, spec: &SandboxSpec) -> Result<()> {
+        let unavailable = |detail: String| DispatchError::CheckpointUnavailable { id, detail };
+        if spec.isolation() != Isolation::Gvisor {
+            return Err(unavailable(
+                "only gVisor sandboxes can be checkpointed (runc containers cannot be saved on \
+                 this engine); its class is container"
+                    .to_owned(),
+            ));
+        }
+        let info = self.docker.info().await.map_err(engine(
+            "reading whether the engine can checkpoint (docker info)",
+        ))?;
+        if info.experimental_build != Some(true) {
+            return Err(unavailable(
+                "the Docker engine does not offer checkpoints: add \"experimental\": true to its \
+                 daemon.json and restart it"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The memory sandbox `id`'s container uses now.
-    async fn memory_in_use(&self, id: SandboxId, container: &str) -> Result<u64> {
+    pub(super) async fn memory_in_use(&self, id: SandboxId, container: &str) -> Result<u64> {
         let mut stats = Box::pin(
             self.docker.stats(
                 container,
@@ -339,7 +346,7 @@ impl Inner {
 
     /// Creates and starts the holder of `id`'s workspace volume: the sandbox's own hardening
     /// (`hardening.rs`), under runc, without network, the executor idle on its unread stdin.
-    async fn start_holder(&self, id: SandboxId, spec: &SandboxSpec) -> Result<()> {
+    pub(super) async fn start_holder(&self, id: SandboxId, spec: &SandboxSpec) -> Result<()> {
         let name = holder_name(id);
         let mut holder_spec = spec.clone();
         holder_spec.isolation = Some(Isolation::Container);

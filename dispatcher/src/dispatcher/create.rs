@@ -241,6 +241,39 @@ impl Inner {
         container: &str,
         volume: &str,
     ) -> Result<(ExecutorStream, String)> {
+        let channel = self
+            .config
+            .channel_dir
+            .as_deref()
+            // Not where root may run: the executor trusts any uid-0 peer of its socket as the
+            // node, and a root command would be one (the attach stream serves instead).
+            .filter(|_| {
+                self.socket_channel
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    && !spec.root_allowed()
+            })
+            .and_then(|base| crate::channel::prepare(base, id));
+        let created = self
+            .make_objects(id, spec, owner, container, volume, channel.as_deref(), true)
+            .await?;
+        self.start_made(id, spec, container, created, channel.as_deref())
+            .await
+    }
+
+    /// The Docker objects of a new sandbox, nothing started: its workspace volume, its network
+    /// (and its egress proxy when `open_proxy`; else the caller's re-attach opens it), the
+    /// executor volume when it is gone, and its container. Returns the container's id.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn make_objects(
+        self: &Arc<Self>,
+        id: SandboxId,
+        spec: &SandboxSpec,
+        owner: &Owner,
+        container: &str,
+        volume: &str,
+        channel: Option<&std::path::Path>,
+        open_proxy: bool,
+    ) -> Result<String> {
         let base = self.labels(id, owner);
         let mut volume_labels = base.clone();
         volume_labels.insert(labels::COMPONENT.to_owned(), "workspace".to_owned());
@@ -255,7 +288,7 @@ impl Inner {
             })?;
 
         if spec.network == NetworkMode::Egress {
-            self.open_egress(id, spec, owner).await?;
+            self.open_egress(id, spec, owner, open_proxy).await?;
         }
 
         // The executor volume is shared by the nodes of this engine and removed by a node that
@@ -279,18 +312,6 @@ impl Inner {
         for (k, v) in &spec.labels {
             container_labels.insert(k.clone(), v.clone());
         }
-        let channel = self
-            .config
-            .channel_dir
-            .as_deref()
-            // Not where root may run: the executor trusts any uid-0 peer of its socket as the
-            // node, and a root command would be one (the attach stream serves instead).
-            .filter(|_| {
-                self.socket_channel
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    && !spec.root_allowed()
-            })
-            .and_then(|base| crate::channel::prepare(base, id));
         let body = hardening::sandbox_container(
             id,
             spec,
@@ -298,7 +319,7 @@ impl Inner {
             volume,
             container_labels,
             &self.config,
-            channel.as_deref(),
+            channel,
         );
         let created = self
             .docker
@@ -321,7 +342,19 @@ impl Inner {
                     }
                 }
             })?;
+        Ok(created.id)
+    }
 
+    /// Attach, start, ready: a sandbox made by [`Inner::make_objects`] (container `created`)
+    /// started fresh.
+    async fn start_made(
+        self: &Arc<Self>,
+        id: SandboxId,
+        spec: &SandboxSpec,
+        container: &str,
+        created: String,
+        channel: Option<&std::path::Path>,
+    ) -> Result<(ExecutorStream, String)> {
         let (stream, ready) = ExecutorStream::attach(
             &self.docker,
             container,
@@ -354,13 +387,13 @@ impl Inner {
             }
             Ok(Ok(Ok(ready))) => {
                 tracing::debug!(sandbox = %id, isolation = %spec.isolation(), path_rules = ?ready.path_rules, landlock_abi = ready.landlock_abi, "executor ready");
-                let stream = match (&self.config.channel_dir, &channel) {
+                let stream = match (&self.config.channel_dir, channel) {
                     (Some(base), Some(_)) if ready.channel => {
                         self.switch_to_socket(id, container, base, stream).await
                     }
                     _ => stream,
                 };
-                return Ok((stream, created.id));
+                return Ok((stream, created));
             }
             Ok(Ok(Err(detail))) => detail,
             Ok(Err(_)) => "the stream closed before the ready line".to_owned(),

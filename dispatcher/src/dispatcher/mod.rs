@@ -29,6 +29,8 @@
 mod adopt;
 mod checkpoint;
 pub use checkpoint::Checkpointed;
+mod fork;
+pub use fork::Forked;
 pub(crate) mod beacon;
 mod create;
 pub(crate) mod lease;

@@ -111,11 +111,14 @@ impl Inner {
 
     /// The sandbox's own internal network, its proxy (started by the egress host on the
     /// network's gateway) and the host firewall admitting only that proxy; fails closed.
+    /// Without `with_proxy` only the network: a sandbox started from a checkpoint has its
+    /// proxy opened by its re-attach (`adopt.rs`), as a restored one does.
     pub(super) async fn open_egress(
         &self,
         id: SandboxId,
         spec: &SandboxSpec,
         owner: &Owner,
+        with_proxy: bool,
     ) -> Result<()> {
         let fail = |detail: String| DispatchError::Network { id, detail };
         let host = self.config.egress_host.clone().ok_or_else(|| {
@@ -131,6 +134,9 @@ impl Inner {
         )
         .await
         .map_err(|e| fail(e.to_string()))?;
+        if !with_proxy {
+            return Ok(());
+        }
         self.guard_egress(id, spec, &host, net).await
     }
 

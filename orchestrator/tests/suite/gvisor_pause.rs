@@ -7,6 +7,10 @@
 //! keeps memory too; `keep_memory=False`, at a pause or in the lifecycle, keeps the files only
 //! (as a container-class sandbox's pause does, which `e2b.rs` covers).
 //!
+//! A gVisor sandbox forked through E2B's SDK (`Sandbox.fork(count=2)`) gives two forks that run
+//! on from its processes and memory, each with a workspace of its own, the source running on
+//! too, and nothing of the copy left on the engine.
+//!
 //! The engine is a runsc-enabled dockerd started beside the host's with `"experimental": true`
 //! (`scripts/lib/second_engine.sh` with `AEGIS_ENGINE2_RUNSC=1`), under names of its own so it
 //! never meets the one `gvisor.rs` starts; the host's dockerd config is never touched.
@@ -415,5 +419,170 @@ async fn an_engine_without_checkpoints_pauses_a_gvisor_sandbox_with_its_files_an
     assert!(why.contains("\"experimental\": true"), "{report}");
     let (_, all) = engine.docker(&["ps", "-a", "--format", "{{.Names}}"]);
     assert!(!all.contains("aegis-hold-"), "{all}");
+    app.stop().await.expect("the node stops");
+}
+
+/// The checkpoint files left in the engine's data root (`containers/*/checkpoints/*`).
+fn checkpoint_files() -> Vec<String> {
+    let out = Command::new("find")
+        .args([
+            &format!("{DIR}/data/containers"),
+            "-path",
+            "*/checkpoints/*",
+        ])
+        .output()
+        .expect("find runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gvisor_sandbox_forked_through_e2b_runs_on_in_each_fork_with_its_memory() {
+    let engine = engine(&CHECKPOINTS);
+    let db = TestDb::create().await;
+    let mut config = test_config(&db.url);
+    gvisor_node(&mut config, &engine);
+    // A grant: the source has a network, and so each fork its own, with its own proxy.
+    config.e2b.egress.default = vec!["granted.test".to_owned()];
+    let app = TestApp::spawn_with(config).await;
+    let key = app.create_key("gvisor-fork", "operator").await;
+    let other = app.create_key("gvisor-fork-other", "operator").await;
+    let mut client = tokio::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/e2b_gvisor_fork_client.py"
+        ))
+        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
+        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
+        .env("E2B_API_KEY", e2b_key(&key))
+        .env("E2B_OTHER_API_KEY", e2b_key(&other))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    let mut told = client.stdin.take().unwrap();
+    let mut steps = BufReader::new(client.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+
+    // Forked: three sandboxes of their own (ids, tokens, containers, networks), nothing of
+    // the copy left (no checkpoint file, holder or copy helper).
+    let step = next_step(&mut steps, &mut said).await;
+    assert_eq!(step, "forked", "the client did not get to its fork: {said:?}");
+    let rows: Vec<(String, String, String, String)> = sqlx::query_as(
+        "SELECT e.e2b_id::text, e.envd_access_token, s.id::text, s.state FROM e2b_sandboxes e \
+         JOIN sandboxes s ON s.id = e.sandbox_id",
+    )
+    .fetch_all(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let distinct = |f: fn(&(String, String, String, String)) -> &String| {
+        rows.iter().map(f).collect::<std::collections::HashSet<_>>().len()
+    };
+    assert_eq!(distinct(|r| &r.0), 3, "{rows:?}");
+    assert_eq!(distinct(|r| &r.1), 3, "{rows:?}");
+    assert_eq!(distinct(|r| &r.2), 3, "{rows:?}");
+    assert!(rows.iter().all(|r| r.3 == "running"), "{rows:?}");
+    let listed = engine.containers("aegis-");
+    for (_, _, sandbox, _) in &rows {
+        assert!(
+            listed.contains(&format!("aegis-sbx-{sandbox} running")),
+            "{listed:?}"
+        );
+    }
+    assert!(
+        !listed
+            .iter()
+            .any(|c| c.starts_with("aegis-hold-") || c.starts_with("aegis-fcopy-")),
+        "{listed:?}"
+    );
+    assert_eq!(checkpoint_files(), Vec::<String>::new(), "no checkpoint is left");
+    let (_, networks) = engine.docker(&["network", "ls", "--format", "{{.Name}}"]);
+    for (_, _, sandbox, _) in &rows {
+        assert!(networks.contains(sandbox.as_str()), "{networks}");
+    }
+    let said_memory: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM e2b_sandbox_logs WHERE message LIKE '%with its memory%'",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(said_memory, 3, "the source's log and each fork's say so");
+    let sandboxes: Vec<String> = rows.iter().map(|r| r.2.clone()).collect();
+    told.write_all(b"go\n").await.unwrap();
+
+    // The forks killed: nothing of theirs on the engine; the source runs on.
+    let step = next_step(&mut steps, &mut said).await;
+    assert_eq!(step, "forks_killed", "the client did not kill its forks: {said:?}");
+    let source: String = sqlx::query_scalar("SELECT sandbox_id::text FROM e2b_sandboxes")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    // A kill removes the container off the caller's path (`retire`): wait for it.
+    let forks: Vec<&String> = sandboxes.iter().filter(|f| **f != source).collect();
+    let waited = std::time::Instant::now();
+    let left = || {
+        let (_, volumes) = engine.docker(&["volume", "ls", "-q"]);
+        let (_, networks) = engine.docker(&["network", "ls", "--format", "{{.Name}}"]);
+        let left = forks.iter().any(|f| {
+            !engine.containers(f).is_empty()
+                || volumes.contains(f.as_str())
+                || networks.contains(f.as_str())
+        });
+        (left, volumes, networks)
+    };
+    while left().0 && waited.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, volumes, networks) = left();
+    for fork in forks {
+        assert!(engine.containers(fork).is_empty(), "{:?}", engine.containers(fork));
+        assert!(!volumes.contains(fork.as_str()), "{volumes}");
+        assert!(!networks.contains(fork.as_str()), "{networks}");
+    }
+    assert_eq!(checkpoint_files(), Vec::<String>::new(), "no checkpoint is left");
+    told.write_all(b"go\n").await.unwrap();
+
+    let rest = next_step(&mut steps, &mut said).await;
+    assert!(rest.is_empty(), "an unexpected step {rest}");
+    let out = tokio::time::timeout(Duration::from_secs(600), client.wait_with_output())
+        .await
+        .expect("the client ends")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the E2B gVisor fork scenario failed: {said:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    eprintln!("{report}");
+    let before = report["counter_before_fork"].as_i64().unwrap();
+    for name in ["source", "fork0", "fork1"] {
+        let seen = &report[name];
+        // The same processes (a filesystem fork has none), the loop counting on from where
+        // the source was (a loop started again would count from 1), the REPL's value.
+        for pid in report["pids"].as_array().unwrap() {
+            assert!(seen["pids"].as_array().unwrap().contains(pid), "{name}: {report}");
+        }
+        let counted = seen["counter"].as_i64().unwrap();
+        assert!(counted >= before, "{name} counted on from {before}: {report}");
+        assert!(
+            seen["counter_later"].as_i64().unwrap() > counted,
+            "{name}'s loop runs: {report}"
+        );
+        assert_eq!(seen["repl"], "42", "{name}: {report}");
+    }
+    assert_eq!(
+        report["has_fork0_file"],
+        serde_json::json!({"source": false, "fork0": true, "fork1": false}),
+        "{report}"
+    );
+    assert_eq!(report["command_in_fork1"], "forked", "{report}");
+    assert_eq!(report["other_key_fork"], 404, "{report}");
+    assert_eq!(report["source_after_kills"], true, "{report}");
     app.stop().await.expect("the node stops");
 }

@@ -805,6 +805,28 @@ impl Sandboxes {
         self.acquire(pool, scope, spec, Arc::new(policy)).await
     }
 
+    /// Forks the E2B sandbox `id` of API key `key` with its processes and memory (gVisor class,
+    /// `Dispatcher::fork`) into `count` sandboxes, each counted against the key's quota as a
+    /// create is; their policy and owner are the source's (its labels and owner are copied).
+    /// `max_bytes` bounds the checkpoint copies on disk at once.
+    pub async fn fork_with_memory(
+        &self,
+        pool: &PgPool,
+        key: &str,
+        id: SandboxId,
+        count: usize,
+        max_bytes: u64,
+    ) -> Result<dispatcher::Forked, SandboxError> {
+        let dispatcher = self.dispatcher()?;
+        let mut reservations = Vec::with_capacity(count);
+        for _ in 0..count {
+            reservations.push(self.reserve(pool, QuotaScope::ApiKey(key.to_owned())).await?);
+        }
+        let forked = dispatcher.fork(id, count, max_bytes).await;
+        drop(reservations);
+        Ok(forked?)
+    }
+
     /// Creates the sandbox of a SEAL session (runtime from its context, else the default runtime);
     /// `mcp_key` is the API key of the MCP conversation the session row was opened for, which
     /// then owns the sandbox (`aegis_policy::sandboxes`).
