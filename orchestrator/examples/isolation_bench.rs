@@ -12,7 +12,12 @@
 //! - a 64 MiB upload, as 64 `fs.write` calls of 1 MiB (the first replaces, the rest append);
 //! - what one idle sandbox costs the host: the proportional set size (PSS) of every host process
 //!   in its memory cgroup (for gVisor: the sentry, the gofer and their ptrace stubs, with the
-//!   guest's memory that the sentry maps; for runc: the executor), read from `/proc`.
+//!   guest's memory that the sentry maps; for runc: the executor), read from `/proc`;
+//! - through the E2B door and E2B's own SDK (`support/pause_bench_client.py`, template `base`):
+//!   `pause()` then `connect()` of a sandbox whose Python REPL holds 256 MiB (gVisor keeps its
+//!   processes and memory; the container class keeps its files only, the REPL is started again
+//!   untimed between iterations), and `fork(count=1)` of it (gVisor: with its memory; container:
+//!   its files).
 //!
 //! Run it with `scripts/isolation_bench.sh [--iterations N]`. Everything it makes is removed at
 //! the end (each node destroys its sandboxes at shutdown; the databases are dropped).
@@ -54,6 +59,9 @@ struct Args {
     /// Measured 64 MiB uploads per class.
     #[arg(long, default_value_t = 2)]
     uploads: usize,
+    /// Measured pause+resume and forks of a sandbox holding 256 MiB, per class.
+    #[arg(long, default_value_t = 3)]
+    pauses: usize,
 }
 
 fn say(msg: impl std::fmt::Display) {
@@ -75,6 +83,10 @@ struct Figures {
     read_1mib: Vec<f64>,
     upload_64mib: Vec<f64>,
     host_bytes: Vec<f64>,
+    pause_resume_256mib: Vec<f64>,
+    fork_256mib: Vec<f64>,
+    /// Whether the pause (and the fork) kept the REPL's memory.
+    kept_memory: Option<(bool, bool)>,
 }
 
 async fn run(args: Args) -> Result<()> {
@@ -131,7 +143,10 @@ async fn measure_class(
             let measured = if pooled {
                 measure_pooled(args, &app, &mut figures).await
             } else {
-                measure_calls(args, &app, &mut figures).await
+                match measure_calls(args, &app, &mut figures).await {
+                    Ok(()) => measure_pause(args, &app, &mut figures).await,
+                    Err(e) => Err(e),
+                }
             };
             app.stop().await;
             measured
@@ -319,6 +334,53 @@ async fn measure_pooled(args: &Args, app: &RunningApp, figures: &mut Figures) ->
     Ok(())
 }
 
+/// Pause+resume and fork of an E2B sandbox holding 256 MiB, timed by E2B's SDK in
+/// `support/pause_bench_client.py`.
+async fn measure_pause(args: &Args, app: &RunningApp, figures: &mut Figures) -> Result<()> {
+    let key = app.operator_key("pause-bench").await?;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/support/pause_bench_client.py"
+    );
+    let out = tokio::process::Command::new("python3")
+        .arg(script)
+        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
+        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
+        .env(
+            "E2B_API_KEY",
+            orchestrator::api::e2b::keys::to_e2b_form(&key),
+        )
+        .env("BENCH_PAUSES", args.pauses.to_string())
+        .output()
+        .await
+        .context("python3 does not run")?;
+    if !out.status.success() {
+        bail!(
+            "the pause driver failed (needs `pip install e2b`): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let report: Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "no JSON from the pause driver: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })?;
+    let series = |name: &str| -> Vec<f64> {
+        report[name]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default()
+    };
+    figures.pause_resume_256mib = series("pause_resume_ms");
+    figures.fork_256mib = series("fork_ms");
+    figures.kept_memory = Some((
+        report["kept_memory"] == true,
+        report["fork_kept_memory"] == true,
+    ));
+    Ok(())
+}
+
 /// The container's name on the engine: the dispatcher names containers after their sandbox.
 async fn container_of(engine: &str, sandbox: &str) -> Result<String> {
     let out = tokio::process::Command::new("docker")
@@ -438,8 +500,27 @@ fn print(args: &Args, results: &[(Isolation, Figures)]) {
         "host memory of an idle sandbox",
         gm / cm
     );
+    row(
+        "pause+resume, 256 MiB held (E2B SDK)",
+        &c.pause_resume_256mib,
+        &g.pause_resume_256mib,
+        "gvisor < 2000 ms",
+    );
+    row(
+        "fork, 256 MiB held (E2B SDK)",
+        &c.fork_256mib,
+        &g.fork_256mib,
+        "-",
+    );
+    let kept = |k: Option<(bool, bool)>| match k {
+        Some((true, true)) => "processes and memory",
+        Some((true, false)) => "memory at pause, files at fork",
+        Some((false, _)) => "files only",
+        None => "not measured",
+    };
     println!(
-        "pause and resume keeping 256 MiB of memory: not measured (pause keeps the filesystem \
-         only in both classes; memory checkpoints are not built)"
+        "  what they kept: container {}; gvisor {}",
+        kept(c.kept_memory),
+        kept(g.kept_memory)
     );
 }

@@ -95,7 +95,11 @@ impl Dispatcher {
 }
 
 impl Inner {
-    pub(super) async fn checkpoint(self: &Arc<Self>, id: SandboxId, max_bytes: u64) -> Result<Checkpointed> {
+    pub(super) async fn checkpoint(
+        self: &Arc<Self>,
+        id: SandboxId,
+        max_bytes: u64,
+    ) -> Result<Checkpointed> {
         let sandbox = match self.locate(id).await? {
             Location::Here(sandbox) => sandbox,
             Location::Elsewhere(_) => {

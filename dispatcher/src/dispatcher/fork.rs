@@ -237,14 +237,9 @@ impl Inner {
     /// Destroys forks made but not started.
     async fn drop_forks(&self, made: &[Made], reason: &str) {
         for fork in made {
-            let _ = store::mark_failed(
-                &self.pg,
-                fork.id,
-                self.instance,
-                store::FIRST_EPOCH,
-                reason,
-            )
-            .await;
+            let _ =
+                store::mark_failed(&self.pg, fork.id, self.instance, store::FIRST_EPOCH, reason)
+                    .await;
             if let Err(e) = self.destroy(fork.id, reason).await {
                 tracing::warn!(sandbox = %fork.id, error = %e, "an unstarted fork could not be destroyed; the reaper removes it");
             }
@@ -283,12 +278,22 @@ impl Inner {
             ));
         }
         // `/.` copies the directory's own owner and mode too; the checkpoint directory is
-        // root's, 0700, as the engine makes its own.
-        let script = format!(
-            "set -e; for d in /to/*; do cp -a /from/ws/. \"$d/ws/\"; \
-             mkdir -p -m 0700 \"$d/ctr/checkpoints/{CHECKPOINT}\"; \
-             cp -a /from/ckpt/. \"$d/ctr/checkpoints/{CHECKPOINT}/\"; done"
-        );
+        // root's, 0700, as the engine makes its own. Each copy gets a file naming its fork
+        // (runsc reads only `checkpoint.img`): the engine hands a checkpoint to containerd as
+        // a blob named by its digest, and a second blob of the same digest while the first is
+        // still stored fails the start ("content sha256:... already exists").
+        let mut script = "set -e".to_owned();
+        for (i, fork) in made.iter().enumerate() {
+            let (d, ckpt) = (
+                format!("/to/{i}"),
+                format!("/to/{i}/ctr/checkpoints/{CHECKPOINT}"),
+            );
+            script.push_str(&format!(
+                "; cp -a /from/ws/. {d}/ws/; mkdir -p -m 0700 {ckpt}; cp -a /from/ckpt/. {ckpt}/; \
+                 echo {} > {ckpt}/fork",
+                fork.id
+            ));
+        }
         let mut helper_labels = self.labels(id, &spec.owner);
         helper_labels.insert(labels::COMPONENT.to_owned(), FORK_COPY_COMPONENT.to_owned());
         let body = ContainerCreateBody {
@@ -339,9 +344,9 @@ impl Inner {
             let code = match tokio::time::timeout(self.config.call_timeout, waited.next()).await {
                 Ok(Some(Ok(exit))) => exit.status_code,
                 // bollard answers a non-zero exit as an error carrying the code.
-                Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. }))) => {
-                    code
-                }
+                Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError {
+                    code, ..
+                }))) => code,
                 Ok(Some(Err(e))) => return Err(engine(format!("waiting for {name}"))(e)),
                 Ok(None) | Err(_) => -1,
             };
@@ -349,7 +354,9 @@ impl Inner {
                 let exit = super::describe_exit(&self.docker, &name).await;
                 return Err(DispatchError::CheckpointUnavailable {
                     id,
-                    detail: format!("copying its files and checkpoint for the forks failed (exit {code}){exit}"),
+                    detail: format!(
+                        "copying its files and checkpoint for the forks failed (exit {code}){exit}"
+                    ),
                 });
             }
             Ok(())

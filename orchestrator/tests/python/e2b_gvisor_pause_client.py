@@ -193,7 +193,8 @@ def replicas():
 
 
 def fallback():
-    """On an engine that cannot checkpoint: pause() keeps the files, and the log says why."""
+    """On an engine that cannot checkpoint: pause() and a fork keep the files, and the log says
+    why."""
     report = {}
     sbx = Sandbox.create("base", timeout=300, allow_internet_access=False)
     start_repl(sbx, "fallback")
@@ -207,6 +208,24 @@ def fallback():
     sbx.connect(timeout=300)
     report["pids_after"] = [p.pid for p in sbx.commands.list()]
     report["file_kept"] = sbx.files.read("fallback.before")
+    # A fork keeps the files too (the raw API, for the header saying what it kept).
+    url = os.environ["E2B_API_URL"].rstrip("/") + f"/sandboxes/{sbx.sandbox_id}/fork"
+    req = urllib.request.Request(url, data=b"{}", method="POST",
+                                 headers={"X-API-KEY": os.environ["E2B_API_KEY"],
+                                          "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        report["fork_kept"] = r.headers.get("x-aegis-fork-kept")
+        fork_id = json.load(r)[0]["sandbox"]["sandboxID"]
+    fork = Sandbox.connect(fork_id)
+    report["fork_file_kept"] = fork.files.read("fallback.before")
+    report["fork_pids"] = [p.pid for p in fork.commands.list()]
+    fork.kill()
+    url = os.environ["E2B_API_URL"].rstrip("/") + f"/v2/sandboxes/{sbx.sandbox_id}/logs"
+    req = urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        logs = json.load(r).get("logs", [])
+    forked = [l for l in logs if l.get("message", "").startswith("sandbox forked")]
+    report["fork_files_only_because"] = (forked[-1].get("fields") or {}).get("files_only_because") if forked else None
     sbx.kill()
     print(json.dumps(report))
 

@@ -417,6 +417,14 @@ async fn an_engine_without_checkpoints_pauses_a_gvisor_sandbox_with_its_files_an
     assert_eq!(report["file_kept"], "42", "{report}");
     let why = report["files_only_because"].as_str().unwrap_or_default();
     assert!(why.contains("\"experimental\": true"), "{report}");
+    // So does a fork, and its answer and the source's log say so.
+    assert_eq!(report["fork_kept"], "filesystem", "{report}");
+    assert_eq!(report["fork_file_kept"], "42", "{report}");
+    assert_eq!(report["fork_pids"], serde_json::json!([]), "{report}");
+    let why = report["fork_files_only_because"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(why.contains("\"experimental\": true"), "{report}");
     let (_, all) = engine.docker(&["ps", "-a", "--format", "{{.Names}}"]);
     assert!(!all.contains("aegis-hold-"), "{all}");
     app.stop().await.expect("the node stops");
@@ -471,7 +479,10 @@ async fn a_gvisor_sandbox_forked_through_e2b_runs_on_in_each_fork_with_its_memor
     // Forked: three sandboxes of their own (ids, tokens, containers, networks), nothing of
     // the copy left (no checkpoint file, holder or copy helper).
     let step = next_step(&mut steps, &mut said).await;
-    assert_eq!(step, "forked", "the client did not get to its fork: {said:?}");
+    assert_eq!(
+        step, "forked",
+        "the client did not get to its fork: {said:?}"
+    );
     let rows: Vec<(String, String, String, String)> = sqlx::query_as(
         "SELECT e.e2b_id::text, e.envd_access_token, s.id::text, s.state FROM e2b_sandboxes e \
          JOIN sandboxes s ON s.id = e.sandbox_id",
@@ -481,7 +492,10 @@ async fn a_gvisor_sandbox_forked_through_e2b_runs_on_in_each_fork_with_its_memor
     .unwrap();
     assert_eq!(rows.len(), 3, "{rows:?}");
     let distinct = |f: fn(&(String, String, String, String)) -> &String| {
-        rows.iter().map(f).collect::<std::collections::HashSet<_>>().len()
+        rows.iter()
+            .map(f)
+            .collect::<std::collections::HashSet<_>>()
+            .len()
     };
     assert_eq!(distinct(|r| &r.0), 3, "{rows:?}");
     assert_eq!(distinct(|r| &r.1), 3, "{rows:?}");
@@ -500,7 +514,11 @@ async fn a_gvisor_sandbox_forked_through_e2b_runs_on_in_each_fork_with_its_memor
             .any(|c| c.starts_with("aegis-hold-") || c.starts_with("aegis-fcopy-")),
         "{listed:?}"
     );
-    assert_eq!(checkpoint_files(), Vec::<String>::new(), "no checkpoint is left");
+    assert_eq!(
+        checkpoint_files(),
+        Vec::<String>::new(),
+        "no checkpoint is left"
+    );
     let (_, networks) = engine.docker(&["network", "ls", "--format", "{{.Name}}"]);
     for (_, _, sandbox, _) in &rows {
         assert!(networks.contains(sandbox.as_str()), "{networks}");
@@ -517,7 +535,10 @@ async fn a_gvisor_sandbox_forked_through_e2b_runs_on_in_each_fork_with_its_memor
 
     // The forks killed: nothing of theirs on the engine; the source runs on.
     let step = next_step(&mut steps, &mut said).await;
-    assert_eq!(step, "forks_killed", "the client did not kill its forks: {said:?}");
+    assert_eq!(
+        step, "forks_killed",
+        "the client did not kill its forks: {said:?}"
+    );
     let source: String = sqlx::query_scalar("SELECT sandbox_id::text FROM e2b_sandboxes")
         .fetch_one(&app.state.pool)
         .await
@@ -540,11 +561,19 @@ async fn a_gvisor_sandbox_forked_through_e2b_runs_on_in_each_fork_with_its_memor
     }
     let (_, volumes, networks) = left();
     for fork in forks {
-        assert!(engine.containers(fork).is_empty(), "{:?}", engine.containers(fork));
+        assert!(
+            engine.containers(fork).is_empty(),
+            "{:?}",
+            engine.containers(fork)
+        );
         assert!(!volumes.contains(fork.as_str()), "{volumes}");
         assert!(!networks.contains(fork.as_str()), "{networks}");
     }
-    assert_eq!(checkpoint_files(), Vec::<String>::new(), "no checkpoint is left");
+    assert_eq!(
+        checkpoint_files(),
+        Vec::<String>::new(),
+        "no checkpoint is left"
+    );
     told.write_all(b"go\n").await.unwrap();
 
     let rest = next_step(&mut steps, &mut said).await;
@@ -566,10 +595,16 @@ async fn a_gvisor_sandbox_forked_through_e2b_runs_on_in_each_fork_with_its_memor
         // The same processes (a filesystem fork has none), the loop counting on from where
         // the source was (a loop started again would count from 1), the REPL's value.
         for pid in report["pids"].as_array().unwrap() {
-            assert!(seen["pids"].as_array().unwrap().contains(pid), "{name}: {report}");
+            assert!(
+                seen["pids"].as_array().unwrap().contains(pid),
+                "{name}: {report}"
+            );
         }
         let counted = seen["counter"].as_i64().unwrap();
-        assert!(counted >= before, "{name} counted on from {before}: {report}");
+        assert!(
+            counted >= before,
+            "{name} counted on from {before}: {report}"
+        );
         assert!(
             seen["counter_later"].as_i64().unwrap() > counted,
             "{name}'s loop runs: {report}"

@@ -820,7 +820,10 @@ impl Sandboxes {
         let dispatcher = self.dispatcher()?;
         let mut reservations = Vec::with_capacity(count);
         for _ in 0..count {
-            reservations.push(self.reserve(pool, QuotaScope::ApiKey(key.to_owned())).await?);
+            reservations.push(
+                self.reserve(pool, QuotaScope::ApiKey(key.to_owned()))
+                    .await?,
+            );
         }
         let forked = dispatcher.fork(id, count, max_bytes).await;
         drop(reservations);

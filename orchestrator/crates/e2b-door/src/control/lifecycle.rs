@@ -922,7 +922,10 @@ pub async fn fork(
                     json!({"forks": forks.iter().map(Uuid::to_string).collect::<Vec<_>>().join(",")}),
                 )
                 .await;
-                return Ok(kept_header(to_json(StatusCode::CREATED, &results), "memory"));
+                return Ok(kept_header(
+                    to_json(StatusCode::CREATED, &results),
+                    "memory",
+                ));
             }
             // The engine cannot: the files are forked, and the log says why.
             Ok(MemoryFork::FilesOnly(why)) => files_why = Some(why),
@@ -981,7 +984,11 @@ pub async fn fork(
         started,
     )
     .await?;
-    let forks_text = forks.iter().map(Uuid::to_string).collect::<Vec<_>>().join(",");
+    let forks_text = forks
+        .iter()
+        .map(Uuid::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     store::log(
         &state.pool,
         uuid,
@@ -993,7 +1000,10 @@ pub async fn fork(
         },
     )
     .await;
-    Ok(kept_header(to_json(StatusCode::CREATED, &results), "filesystem"))
+    Ok(kept_header(
+        to_json(StatusCode::CREATED, &results),
+        "filesystem",
+    ))
 }
 
 /// `response` with the `x-aegis-fork-kept` header saying what a fork kept.
