@@ -13,13 +13,12 @@
 //! - what one idle sandbox costs the host: the proportional set size (PSS) of every host process
 //!   in its memory cgroup (for gVisor: the sentry, the gofer and their ptrace stubs, with the
 //!   guest's memory that the sentry maps; for runc: the executor), read from `/proc`;
-//! - through the E2B door and E2B's own SDK (`support/pause_bench_client.py`, template `base`):
-//!   `pause()` then `connect()` of a sandbox whose Python REPL holds 256 MiB (gVisor keeps its
-//!   processes and memory; the container class keeps its files only, the REPL is started again
-//!   untimed between iterations), and `fork(count=1)` of it (gVisor: with its memory; container:
-//!   its files).
+//! - through the E2B door and E2B's own SDK (`support/pause_bench_client.py`, template `base`,
+//!   a fresh sandbox each time): `pause()` then `connect()` of a sandbox whose Python REPL holds
+//!   256 MiB (gVisor keeps its processes and memory; the container class keeps its files only),
+//!   and `fork(count=1)` of one (gVisor: with its memory; container: its files).
 //!
-//! Run it with `scripts/isolation_bench.sh [--iterations N]`. Everything it makes is removed at
+//! Run it with `scripts/isolation_bench.sh [--iterations N] [--uploads M] [--pauses P]`. Everything it makes is removed at
 //! the end (each node destroys its sandboxes at shutdown; the databases are dropped).
 
 use std::path::PathBuf;

@@ -22,10 +22,13 @@
 //!   the capabilities `cp -a` needs as root), so it works wherever the engine is (the node never
 //!   reads the engine's data root itself). It runs while the source is stopped, so files and
 //!   memory are of the same moment.
-//! - Each fork starts from its copy (`start_path`), is re-attached and pinged as a restore is
+//! - Each fork starts from its copy (`start_from_checkpoint`), is re-attached and pinged as a restore is
 //!   (`adopt.rs`'s `reattach`: its live processes followed, its egress proxy opened on its own
 //!   network), then its copy of the checkpoint and its holder are removed: no checkpoint data
 //!   is left on disk once the forks run (the source's own goes with its restore).
+//! - A source whose container was itself started from a checkpoint is refused
+//!   (`checkpoint::RESTORED_ONCE`, checked by `can_checkpoint`): this engine cannot restore it
+//!   after a second checkpoint. The forks and the source are such containers afterwards.
 
 use std::sync::Arc;
 
@@ -33,7 +36,7 @@ use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{CreateContainerOptionsBuilder, InspectContainerOptions};
 use futures_util::StreamExt;
 
-use super::checkpoint::{start_path, CHECKPOINT};
+use super::checkpoint::CHECKPOINT;
 use super::{Dispatcher, Inner, Location};
 use crate::error::{engine, DispatchError, Result};
 use crate::spec::{SandboxId, SandboxSpec};
@@ -81,7 +84,8 @@ impl Inner {
                 })
             }
         };
-        self.can_checkpoint(id, &sandbox.spec).await?;
+        self.can_checkpoint(id, &sandbox.spec, &sandbox.container)
+            .await?;
         let memory_bytes = self.memory_in_use(id, &sandbox.container).await?;
         let copies = u64::try_from(count).unwrap_or(u64::MAX).saturating_add(1);
         let bytes = memory_bytes.saturating_mul(copies);
@@ -372,8 +376,7 @@ impl Inner {
     /// that copy and its holder.
     async fn start_fork(self: &Arc<Self>, fork: &Made) -> Result<()> {
         let id = fork.id;
-        self.docker
-            .start_container(&start_path(&fork.container), None)
+        self.start_from_checkpoint(&fork.container)
             .await
             .map_err(|source| DispatchError::Start { id, source })?;
         let row = store::get(&self.pg, id)

@@ -2,7 +2,8 @@
 background shell loop counting in a shell variable and a Python REPL holding a value; it is
 forked into two (`Sandbox.fork(count=2)`). Each fork, and the source, must run on with the
 same processes and their state; a file written in one fork is in no other; another API key
-cannot fork it (404, by the raw HTTP API); the forks are killed, then the source.
+cannot fork it (404, by the raw HTTP API); a second fork of the source (restored by the first)
+keeps its files only and says why; the forks are killed, then the source.
 
 Environment: E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY, E2B_OTHER_API_KEY.
 Prints one JSON report on stdout; the Rust test (tests/suite/gvisor_pause.rs) judges it, and
@@ -46,8 +47,8 @@ def step(name):
     sys.stdin.readline()
 
 
-def fork_status(sandbox_id, key):
-    """The status of a raw `POST /sandboxes/{id}/fork` made with `key`."""
+def raw_fork(sandbox_id, key):
+    """A raw `POST /sandboxes/{id}/fork` made with `key`: (status, what it kept, its answer)."""
     url = os.environ["E2B_API_URL"].rstrip("/") + f"/sandboxes/{sandbox_id}/fork"
     req = urllib.request.Request(
         url,
@@ -57,9 +58,19 @@ def fork_status(sandbox_id, key):
     )
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status
+            return r.status, r.headers.get("x-aegis-fork-kept"), json.load(r)
     except urllib.error.HTTPError as e:
-        return e.code
+        return e.code, None, None
+
+
+def latest_fork_fields(sbx_id):
+    """The fields of the sandbox's latest fork log line."""
+    url = os.environ["E2B_API_URL"].rstrip("/") + f"/v2/sandboxes/{sbx_id}/logs"
+    req = urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        logs = json.load(r).get("logs", [])
+    forked = [l for l in logs if l.get("message", "").startswith("sandbox forked")]
+    return (forked[-1].get("fields") or {}) if forked else {}
 
 
 def looked_at(sbx, repl_pid, name):
@@ -115,7 +126,14 @@ def main():
     report["command_in_fork1"] = made[1].commands.run("echo forked").stdout.strip()
 
     # Another key sees no such sandbox.
-    report["other_key_fork"] = fork_status(sbx.sandbox_id, os.environ["E2B_OTHER_API_KEY"])
+    report["other_key_fork"] = raw_fork(sbx.sandbox_id, os.environ["E2B_OTHER_API_KEY"])[0]
+    # The source runs from a checkpoint now: a second fork keeps its files only, and says why.
+    _, kept, answer = raw_fork(sbx.sandbox_id, os.environ["E2B_API_KEY"])
+    report["second_fork_kept"] = kept
+    report["second_fork_files_only_because"] = latest_fork_fields(sbx.sandbox_id).get("files_only_because")
+    for result in answer or []:
+        if result.get("sandbox"):
+            Sandbox.connect(result["sandbox"]["sandboxID"]).kill()
 
     for fork in made:
         fork.kill()

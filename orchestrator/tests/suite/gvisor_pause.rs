@@ -2,8 +2,9 @@
 //! E2B's own Python SDK (its default keeps memory) while a background shell loop counts in a
 //! shell variable and a Python REPL holds a value; its container is checkpointed by the engine
 //! (`Dispatcher::checkpoint`) and, resumed by `connect()`, restored: both processes run on,
-//! same pids, with their state. Paused again and killed, nothing of it is left on the engine
-//! (container, checkpoint, workspace holder, volume). A pause at the timeout (`autoPause`)
+//! same pids, with their state. Paused again (its files only: a container started from a
+//! checkpoint is not checkpointed twice on this engine) and killed, nothing of it is left on
+//! the engine (container, checkpoint, workspace holder, volume). A pause at the timeout (`autoPause`)
 //! keeps memory too; `keep_memory=False`, at a pause or in the lifecycle, keeps the files only
 //! (as a container-class sandbox's pause does, which `e2b.rs` covers).
 //!
@@ -195,14 +196,16 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     let at_pause: i64 = at_pause.parse().unwrap();
     told.write_all(b"go\n").await.unwrap();
 
-    // Paused again after the resume (the client's report below says what ran on); the kill
-    // comes next.
+    // Paused again after the resume (the client's report below says what ran on): its
+    // container was started from a checkpoint, which this engine cannot checkpoint and restore
+    // again (`checkpoint::RESTORED_ONCE`), so the files were kept and the container retired;
+    // the kill comes next.
     let step = next_step(&mut steps, &mut said).await;
     assert_eq!(
         step, "paused_again",
         "the client did not get to its second pause: {said:?}"
     );
-    assert_eq!(current(&app, &e2b_id).await.1, "checkpointed");
+    assert_ne!(current(&app, &e2b_id).await.1, "checkpointed");
     told.write_all(b"go\n").await.unwrap();
 
     // A sandbox holding 256 MiB, paused: what its checkpoint takes on the engine's disk
@@ -271,6 +274,13 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
     assert_eq!(report["repl_after"], "42 True", "{report}");
     assert_eq!(report["command_after"], "again", "{report}");
     assert_eq!(report["killed"], true, "{report}");
+    let why = report["second_pause_files_only_because"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains("started from a checkpoint already"),
+        "{report}"
+    );
     // autoPause keeps memory; keep_memory=False (at a pause, or in the lifecycle) the files.
     let auto = report["auto_pause_log"].as_str().unwrap_or_default();
     assert!(auto.contains("with its memory"), "{report}");
@@ -618,6 +628,15 @@ async fn a_gvisor_sandbox_forked_through_e2b_runs_on_in_each_fork_with_its_memor
     );
     assert_eq!(report["command_in_fork1"], "forked", "{report}");
     assert_eq!(report["other_key_fork"], 404, "{report}");
+    // The source, restored by the fork, is forked again with its files only, and says why.
+    assert_eq!(report["second_fork_kept"], "filesystem", "{report}");
+    let why = report["second_fork_files_only_because"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains("started from a checkpoint already"),
+        "{report}"
+    );
     assert_eq!(report["source_after_kills"], true, "{report}");
     app.stop().await.expect("the node stops");
 }
