@@ -27,7 +27,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bollard::container::LogOutput;
@@ -90,6 +90,18 @@ struct Shared {
     state: Mutex<State>,
 }
 
+/// Request `id` as the line the executor reads (JSON and a newline).
+fn request_line(sandbox: SandboxId, id: u64, op: Op) -> Result<Vec<u8>> {
+    let op_name = op.name();
+    let mut line =
+        serde_json::to_vec(&Request { id, op }).map_err(|e| DispatchError::Protocol {
+            id: sandbox,
+            detail: format!("cannot encode {op_name} request: {e}"),
+        })?;
+    line.push(b'\n');
+    Ok(line)
+}
+
 impl Shared {
     fn new(sandbox: SandboxId, on_break: OnBreak) -> (Arc<Self>, ReadyWaiter) {
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -110,9 +122,23 @@ impl Shared {
         (shared, ready_rx)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock leaves plain maps behind; keep serving.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers `answer` as the waiter of request `id`, refused once the stream has closed;
+    /// the state, still locked, for what else the request records (its feed, its transfer).
+    fn register(&self, id: u64, answer: oneshot::Sender<Reply>) -> Result<MutexGuard<'_, State>> {
+        let mut state = self.lock();
+        if let Some(reason) = &state.closed {
+            return Err(DispatchError::SandboxGone {
+                id: self.sandbox,
+                reason: reason.clone(),
+            });
+        }
+        state.pending.insert(id, answer);
+        Ok(state)
     }
 
     /// Marks the stream closed and fails everyone waiting. `expected` suppresses `on_break`.
@@ -397,23 +423,11 @@ impl ExecutorStream {
             }
         };
         let deadline_left = deadline.saturating_sub(started.elapsed());
-        let mut line =
-            serde_json::to_vec(&Request { id, op }).map_err(|e| DispatchError::Protocol {
-                id: sandbox,
-                detail: format!("cannot encode {op_name} request: {e}"),
-            })?;
-        line.push(b'\n');
+        let line = request_line(sandbox, id, op)?;
 
         let (tx, rx) = oneshot::channel();
         {
-            let mut state = self.shared.lock();
-            if let Some(reason) = &state.closed {
-                return Err(DispatchError::SandboxGone {
-                    id: sandbox,
-                    reason: reason.clone(),
-                });
-            }
-            state.pending.insert(id, tx);
+            let mut state = self.shared.register(id, tx)?;
             if let Some(feed) = feed {
                 state.feeds.insert(id, feed);
             }

@@ -22,7 +22,7 @@
 //! so a restart within the limit finds them.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
 use bollard::models::VolumeCreateRequest;
@@ -150,21 +150,9 @@ impl Inner {
 
 /// Beats every [`INTERVAL`] until the dispatcher shuts down or is dropped.
 pub(crate) fn spawn_periodic(weak: Weak<Inner>) {
-    let Some(inner) = weak.upgrade() else { return };
-    let shutdown = inner.shutdown.clone();
-    drop(inner);
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(INTERVAL) => {}
-            }
-            let Some(inner): Option<Arc<Inner>> = weak.upgrade() else {
-                return;
-            };
-            if let Err(e) = inner.beat().await {
-                tracing::warn!(error = %e, "beacon not renewed; other stacks on this host may take this node for dead after sandbox.dead_after_secs");
-            }
+    super::periodic::every(weak, INTERVAL, |inner| async move {
+        if let Err(e) = inner.beat().await {
+            tracing::warn!(error = %e, "beacon not renewed; other stacks on this host may take this node for dead after sandbox.dead_after_secs");
         }
     });
 }

@@ -342,19 +342,13 @@ pub(crate) fn spawn_periodic(weak: Weak<Inner>) {
     let Some(inner) = weak.upgrade() else { return };
     let Some(term) = inner.lease.term else { return };
     let every = (term / 4).max(Duration::from_millis(100));
-    let shutdown = inner.shutdown.clone();
     drop(inner);
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
-            }
-            let Some(inner) = weak.upgrade() else { return };
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = inner.tend_lease() => {}
-            }
+    super::periodic::every(weak, every, |inner| async move {
+        // A tend in progress stops at shutdown.
+        let shutdown = inner.shutdown.clone();
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = inner.tend_lease() => {}
         }
     });
 }

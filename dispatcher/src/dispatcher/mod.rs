@@ -35,6 +35,7 @@ pub(crate) mod beacon;
 mod create;
 pub(crate) mod lease;
 mod live;
+mod periodic;
 pub(crate) mod pool;
 mod port;
 pub(crate) mod reaper;

@@ -715,18 +715,10 @@ impl Inner {
 pub(crate) fn spawn_periodic(weak: Weak<Inner>) {
     let Some(inner) = weak.upgrade() else { return };
     let interval = inner.config.reap_interval.max(Duration::from_secs(1));
-    let shutdown = inner.shutdown.clone();
     drop(inner);
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(interval) => {}
-            }
-            let Some(inner) = weak.upgrade() else { return };
-            if let Err(e) = inner.reap().await {
-                tracing::warn!(error = %e, "reaper pass failed; retrying next period");
-            }
+    super::periodic::every(weak, interval, |inner| async move {
+        if let Err(e) = inner.reap().await {
+            tracing::warn!(error = %e, "reaper pass failed; retrying next period");
         }
     });
 }

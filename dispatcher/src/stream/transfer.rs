@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sandbox_executor::protocol::{
-    block_header, Op, PathParams, ReadStreamResult, Request, StreamAckParams, WriteResult,
+    block_header, Op, PathParams, ReadStreamResult, StreamAckParams, WriteResult,
     WriteStreamParams, BLOCK_HEADER, IDLE_LIMIT, MAX_BLOCK, WINDOW,
 };
 use tokio::sync::{mpsc, oneshot};
@@ -92,18 +92,10 @@ impl ExecutorStream {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (answer_tx, answer) = oneshot::channel();
         let (moved_tx, moved) = mpsc::unbounded_channel();
-        let op_name = op.name();
-        {
-            let mut state = self.shared.lock();
-            if let Some(reason) = &state.closed {
-                return Err(DispatchError::SandboxGone {
-                    id: sandbox,
-                    reason: reason.clone(),
-                });
-            }
-            state.pending.insert(id, answer_tx);
-            state.transfers.insert(id, moved_tx);
-        }
+        self.shared
+            .register(id, answer_tx)?
+            .transfers
+            .insert(id, moved_tx);
         let registered = Registered {
             stream: self,
             id,
@@ -111,12 +103,7 @@ impl ExecutorStream {
             moved,
             answered: false,
         };
-        let mut line =
-            serde_json::to_vec(&Request { id, op }).map_err(|e| DispatchError::Protocol {
-                id: sandbox,
-                detail: format!("cannot encode {op_name} request: {e}"),
-            })?;
-        line.push(b'\n');
+        let line = super::request_line(sandbox, id, op)?;
         let sent = tokio::time::timeout(deadline, self.writer.send(Bytes::from(line))).await;
         if !matches!(sent, Ok(Ok(()))) {
             return Err(self.gone());

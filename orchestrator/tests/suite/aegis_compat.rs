@@ -29,13 +29,6 @@ async fn app() -> TestApp {
     app
 }
 
-/// The structured result of a tool call, with the call's error shown on failure.
-async fn tool(app: &TestApp, name: &str, args: Value) -> Value {
-    let (status, out) = app.call_tool(name, args).await;
-    assert_eq!(status, 200, "{name}: {out}");
-    out["structuredContent"].clone()
-}
-
 fn notes(result: &Value) -> Vec<(String, String)> {
     result["warnings"]
         .as_array()
@@ -252,16 +245,15 @@ spec:
 #[tokio::test]
 async fn manifests_shaped_like_the_aegis_templates_validate_and_deploy() {
     let app = app().await;
-    let judge = tool(&app, "aegis.agent.create", json!({"manifest_yaml": JUDGE})).await;
+    let judge = app
+        .tool_result("aegis.agent.create", json!({"manifest_yaml": JUDGE}))
+        .await;
     assert_eq!(judge["deployed"], true, "{judge}");
 
     // cmd.run without an allowlist: the node's default for python applies, said plainly.
-    let executor = tool(
-        &app,
-        "aegis.agent.create",
-        json!({"manifest_yaml": EXECUTOR}),
-    )
-    .await;
+    let executor = app
+        .tool_result("aegis.agent.create", json!({"manifest_yaml": EXECUTOR}))
+        .await;
     assert_eq!(executor["deployed"], true, "{executor}");
     let notes = notes(&executor);
     let note = notes
@@ -274,7 +266,9 @@ async fn manifests_shaped_like_the_aegis_templates_validate_and_deploy() {
         "{note:?}"
     );
     // ... and is written into the deployed manifest, where the sandbox policy reads it.
-    let exported = tool(&app, "aegis.agent.export", json!({"name": "py-executor"})).await;
+    let exported = app
+        .tool_result("aegis.agent.export", json!({"name": "py-executor"}))
+        .await;
     let yaml: Value =
         serde_yaml::from_str(exported["manifest_yaml"].as_str().unwrap()).expect("yaml");
     assert_eq!(
@@ -284,19 +278,16 @@ async fn manifests_shaped_like_the_aegis_templates_validate_and_deploy() {
     );
 
     for workflow in [INTENT_WORKFLOW, IMPORT_WORKFLOW] {
-        let checked = tool(
-            &app,
-            "aegis.workflow.validate",
-            json!({"manifest_yaml": workflow}),
-        )
-        .await;
+        let checked = app
+            .tool_result(
+                "aegis.workflow.validate",
+                json!({"manifest_yaml": workflow}),
+            )
+            .await;
         assert_eq!(checked["valid"], true, "{checked}");
-        let deployed = tool(
-            &app,
-            "aegis.workflow.create",
-            json!({"manifest_yaml": workflow}),
-        )
-        .await;
+        let deployed = app
+            .tool_result("aegis.workflow.create", json!({"manifest_yaml": workflow}))
+            .await;
         assert_eq!(deployed["deployed"], true, "{deployed}");
     }
 }
@@ -391,12 +382,9 @@ spec:
 #[tokio::test]
 async fn older_forms_are_normalised_with_a_note_and_stored_in_the_current_form() {
     let app = app().await;
-    let agent = tool(
-        &app,
-        "aegis.agent.create",
-        json!({"manifest_yaml": OLD_AGENT}),
-    )
-    .await;
+    let agent = app
+        .tool_result("aegis.agent.create", json!({"manifest_yaml": OLD_AGENT}))
+        .await;
     assert_eq!(agent["deployed"], true, "{agent}");
     assert_eq!(agent["name"], "2fast-agent");
     let agent_notes = notes(&agent);
@@ -414,7 +402,9 @@ async fn older_forms_are_normalised_with_a_note_and_stored_in_the_current_form()
             .any(|(p, m)| p == "/spec/execution/memory" && m.contains("dropped")),
         "{agent_notes:?}"
     );
-    let exported = tool(&app, "aegis.agent.export", json!({"name": "2fast-agent"})).await;
+    let exported = app
+        .tool_result("aegis.agent.export", json!({"name": "2fast-agent"}))
+        .await;
     let yaml: Value = serde_yaml::from_str(exported["manifest_yaml"].as_str().unwrap()).unwrap();
     assert!(yaml["spec"]["execution"].get("memory").is_none());
     assert_eq!(
@@ -441,12 +431,12 @@ async fn older_forms_are_normalised_with_a_note_and_stored_in_the_current_form()
         "{text}"
     );
 
-    let workflow = tool(
-        &app,
-        "aegis.workflow.validate",
-        json!({"manifest_yaml": OLD_WORKFLOW}),
-    )
-    .await;
+    let workflow = app
+        .tool_result(
+            "aegis.workflow.validate",
+            json!({"manifest_yaml": OLD_WORKFLOW}),
+        )
+        .await;
     assert_eq!(workflow["valid"], true, "{workflow}");
     let wf_notes = notes(&workflow);
     for (pointer, gist) in [
@@ -461,19 +451,16 @@ async fn older_forms_are_normalised_with_a_note_and_stored_in_the_current_form()
             "{pointer}: {wf_notes:?}"
         );
     }
-    let deployed = tool(
-        &app,
-        "aegis.workflow.create",
-        json!({"manifest_yaml": OLD_WORKFLOW}),
-    )
-    .await;
+    let deployed = app
+        .tool_result(
+            "aegis.workflow.create",
+            json!({"manifest_yaml": OLD_WORKFLOW}),
+        )
+        .await;
     assert_eq!(deployed["deployed"], true, "{deployed}");
-    let exported = tool(
-        &app,
-        "aegis.workflow.export",
-        json!({"name": "3-step-build"}),
-    )
-    .await;
+    let exported = app
+        .tool_result("aegis.workflow.export", json!({"name": "3-step-build"}))
+        .await;
     let yaml: Value = serde_yaml::from_str(exported["manifest_yaml"].as_str().unwrap()).unwrap();
     let states = &yaml["spec"]["states"];
     assert_eq!(states["BUILD"]["steps"][0]["name"], "run-unit-tests");
@@ -529,12 +516,12 @@ spec:
 #[tokio::test]
 async fn blackboard_writes_and_the_human_answer_reach_later_states() {
     let app = app().await;
-    let deployed = tool(
-        &app,
-        "aegis.workflow.create",
-        json!({"manifest_yaml": NOTES_WORKFLOW}),
-    )
-    .await;
+    let deployed = app
+        .tool_result(
+            "aegis.workflow.create",
+            json!({"manifest_yaml": NOTES_WORKFLOW}),
+        )
+        .await;
     assert_eq!(deployed["deployed"], true, "{deployed}");
     let r = app
         .response(
@@ -589,12 +576,12 @@ async fn templates_reading_what_nothing_writes_are_refused() {
             "      kind: System\n      command: update_blackboard\n",
         )
         .replace("{{state_output.response}}", "yes");
-    let checked = tool(
-        &app,
-        "aegis.workflow.validate",
-        json!({"manifest_yaml": no_human}),
-    )
-    .await;
+    let checked = app
+        .tool_result(
+            "aegis.workflow.validate",
+            json!({"manifest_yaml": no_human}),
+        )
+        .await;
     assert_eq!(checked["valid"], false, "{checked}");
     assert!(
         checked["errors"].to_string().contains("no Human state"),
@@ -602,12 +589,12 @@ async fn templates_reading_what_nothing_writes_are_refused() {
     );
     // A blackboard write may not replace a state's output or a run variable.
     let shadowing = NOTES_WORKFLOW.replace("first_answer:", "RECORD:");
-    let checked = tool(
-        &app,
-        "aegis.workflow.validate",
-        json!({"manifest_yaml": shadowing}),
-    )
-    .await;
+    let checked = app
+        .tool_result(
+            "aegis.workflow.validate",
+            json!({"manifest_yaml": shadowing}),
+        )
+        .await;
     assert_eq!(checked["valid"], false, "{checked}");
     assert!(
         checked["errors"].to_string().contains("is a state name"),
@@ -618,12 +605,12 @@ async fn templates_reading_what_nothing_writes_are_refused() {
         "  initial_state: ASK\n",
         "  initial_state: ASK\n  default_schedule: \"every 5 minutes\"\n",
     );
-    let checked = tool(
-        &app,
-        "aegis.workflow.validate",
-        json!({"manifest_yaml": bad_cron}),
-    )
-    .await;
+    let checked = app
+        .tool_result(
+            "aegis.workflow.validate",
+            json!({"manifest_yaml": bad_cron}),
+        )
+        .await;
     assert_eq!(checked["valid"], false, "{checked}");
     assert!(
         checked["errors"]

@@ -70,12 +70,6 @@ async fn ended(app: &TestApp, path: &str) -> Value {
     app.until_ended(path, Duration::from_secs(90)).await
 }
 
-async fn tool(app: &TestApp, name: &str, args: Value) -> Value {
-    let (status, out) = app.call_tool(name, args).await;
-    assert_eq!(status, 200, "{name}: {out}");
-    out["structuredContent"].clone()
-}
-
 // ---------------------------------------------------------------------------------------------
 // The older `semantic` validation
 
@@ -217,7 +211,7 @@ async fn spec_type_user_is_stored_and_shown_and_system_is_refused() {
     let (status, body) = deploy(&app, "/v1/agents", &untyped).await;
     assert_eq!(status, 201, "{body}");
 
-    let listed = tool(&app, "aegis.agent.list", json!({})).await;
+    let listed = app.tool_result("aegis.agent.list", json!({})).await;
     let types: BTreeMap<String, String> = listed["agents"]
         .as_array()
         .unwrap()
@@ -238,7 +232,9 @@ async fn spec_type_user_is_stored_and_shown_and_system_is_refused() {
     );
     let stored = get(&app, "/v1/agents/greeter").await;
     assert_eq!(stored["manifest"]["spec"]["type"], "user");
-    let exported = tool(&app, "aegis.agent.export", json!({"name": "greeter"})).await;
+    let exported = app
+        .tool_result("aegis.agent.export", json!({"name": "greeter"}))
+        .await;
     assert!(
         exported["manifest_yaml"]
             .as_str()
@@ -415,7 +411,7 @@ async fn a_schedule_shows_its_next_run_in_its_time_zone_with_its_jitter() {
     assert_eq!(run_at, tick + delay, "{schedule}");
 
     // The tool shows the same.
-    let listed = tool(&app, "aegis.workflow.list", json!({})).await;
+    let listed = app.tool_result("aegis.workflow.list", json!({})).await;
     assert_eq!(listed["workflows"][0]["schedule"], *schedule);
 
     // A zone that is not one, and a jitter as long as the ticks' spacing, are refused.

@@ -105,21 +105,10 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
         let base = app.http_base.clone();
         let key = operator.clone();
         async move {
-            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
-                .arg("approvals")
-                .args(&args)
-                .args(["--url", &base, "--json"])
-                .env("ORCHESTRATOR_API_KEY", key)
-                .env_remove("DATABASE_URL")
-                .output()
-                .await
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            serde_json::from_slice::<Value>(&out.stdout).unwrap()
+            let mut all = vec!["approvals".to_owned()];
+            all.extend(args);
+            all.extend(["--url".to_owned(), base, "--json".to_owned()]);
+            common::cli_json(&all, &[("ORCHESTRATOR_API_KEY", &key)]).await
         }
     };
     let listed = cli(vec!["list".into()]).await;

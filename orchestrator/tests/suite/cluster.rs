@@ -126,15 +126,7 @@ async fn a_sandbox_made_through_one_replica_is_served_through_another() {
     audit_valid(&b).await;
 
     // /metrics shows the two replicas and the calls carried between them.
-    let metrics = b
-        .http
-        .get(format!("{}/metrics", b.http_base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = b.get("/metrics").await.text().await.unwrap();
     // (The registry is the process's: other tests' nodes scrape it too, so only presence here.)
     assert!(
         metrics.contains("aegis_cluster_replicas{kind=\"reachable\"}"),

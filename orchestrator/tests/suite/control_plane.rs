@@ -51,17 +51,6 @@ fn bump(manifest: &str, from: &str, to: &str) -> String {
     )
 }
 
-async fn post_manifest(app: &TestApp, path: &str, body: &str) -> (u16, Value) {
-    let r = app
-        .admin(Method::POST, path)
-        .header("content-type", "application/yaml")
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
-}
-
 async fn get(app: &TestApp, path: &str) -> (u16, Value) {
     let r = app.response(Method::GET, path, None).await;
     (r.status().as_u16(), r.json().await.unwrap())
@@ -78,7 +67,7 @@ async fn count(app: &TestApp, sql: &str) -> i64 {
 async fn agents_deploy_version_export_and_delete_over_rest() {
     let app = TestApp::spawn().await;
 
-    let (status, body) = post_manifest(&app, "/v1/agents", AGENT_V1).await;
+    let (status, body) = app.post_yaml("/v1/agents", AGENT_V1).await;
     assert_eq!(status, 201, "{body}");
     let id = body["agent_id"].as_str().unwrap().to_owned();
     assert_eq!(body["name"], "greeter");
@@ -86,13 +75,13 @@ async fn agents_deploy_version_export_and_delete_over_rest() {
 
     // Same version again: refused, then accepted with force; the same manifest changes nothing
     // (a changed one would be a new revision: tests/suite/contracts.rs).
-    let (status, body) = post_manifest(&app, "/v1/agents", AGENT_V1).await;
+    let (status, body) = app.post_yaml("/v1/agents", AGENT_V1).await;
     assert_eq!(status, 409, "{body}");
     assert!(
         body["error"].as_str().unwrap().contains("immutable"),
         "{body}"
     );
-    let (status, body) = post_manifest(&app, "/v1/agents?force=true", AGENT_V1).await;
+    let (status, body) = app.post_yaml("/v1/agents?force=true", AGENT_V1).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         (body["replaced"].clone(), body["unchanged"].clone()),
@@ -100,11 +89,14 @@ async fn agents_deploy_version_export_and_delete_over_rest() {
     );
 
     // A second version is kept beside the first; the latest wins lookups by name.
-    let (status, body) =
-        post_manifest(&app, "/v1/agents", &bump(AGENT_V1, "1.0.0", "1.10.0")).await;
+    let (status, body) = app
+        .post_yaml("/v1/agents", &bump(AGENT_V1, "1.0.0", "1.10.0"))
+        .await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["agent_id"], id.as_str(), "versions share the agent id");
-    let (status, _) = post_manifest(&app, "/v1/agents", &bump(AGENT_V1, "1.0.0", "1.2.0")).await;
+    let (status, _) = app
+        .post_yaml("/v1/agents", &bump(AGENT_V1, "1.0.0", "1.2.0"))
+        .await;
     assert_eq!(status, 201);
     let (_, by_name) = get(&app, "/v1/agents/greeter").await;
     assert_eq!(by_name["version"], "1.10.0", "semver order, not text order");
@@ -137,7 +129,7 @@ async fn agents_deploy_version_export_and_delete_over_rest() {
         )
         .await;
     assert_eq!(valid["structuredContent"]["valid"], true, "{valid}");
-    let (status, _) = post_manifest(&app, "/v1/agents?force=true", &yaml).await;
+    let (status, _) = app.post_yaml("/v1/agents?force=true", &yaml).await;
     assert_eq!(status, 200);
     let (_, again) = get(&app, "/v1/agents/greeter").await;
     assert_eq!(
@@ -161,7 +153,7 @@ async fn agents_deploy_version_export_and_delete_over_rest() {
 #[tokio::test]
 async fn workflows_deploy_through_rest_and_tools() {
     let app = TestApp::spawn().await;
-    let (status, body) = post_manifest(&app, "/v1/workflows", WORKFLOW_V1).await;
+    let (status, body) = app.post_yaml("/v1/workflows", WORKFLOW_V1).await;
     assert_eq!(status, 201, "{body}");
     assert!(body["workflow_id"].is_string());
 
@@ -270,7 +262,7 @@ async fn a_bad_manifest_is_explained_and_writes_nothing() {
         "    language: python",
         "    language: python\n    privileged: true",
     );
-    let (status, body) = post_manifest(&app, "/v1/agents", &bad).await;
+    let (status, body) = app.post_yaml("/v1/agents", &bad).await;
     assert_eq!(status, 422, "{body}");
     let details = body["details"].as_array().expect("details");
     assert!(
@@ -279,14 +271,15 @@ async fn a_bad_manifest_is_explained_and_writes_nothing() {
             .any(|d| d["path"] == "/spec/runtime/privileged" && d["line"] == 12),
         "{body}"
     );
-    let (status, body) =
-        post_manifest(&app, "/v1/agents", "kind: Agent\nmetadata: [unclosed\n").await;
+    let (status, body) = app
+        .post_yaml("/v1/agents", "kind: Agent\nmetadata: [unclosed\n")
+        .await;
     assert_eq!(status, 422, "{body}");
     assert!(body["details"][0]["line"].is_number(), "{body}");
 
     // A tool that the catalog does not have is refused at deploy time.
     let unknown = AGENT_V1.replace("[aegis.schema.get]", "[aegis.schema.get, web.teleport]");
-    let (status, body) = post_manifest(&app, "/v1/agents", &unknown).await;
+    let (status, body) = app.post_yaml("/v1/agents", &unknown).await;
     assert_eq!(status, 422, "{body}");
     assert!(body.to_string().contains("web.teleport"), "{body}");
 

@@ -72,20 +72,6 @@ async fn nothing_deployed(app: &TestApp) -> bool {
     r.status() == 404
 }
 
-/// `POST /v1/tools/call` with `key`; returns (status, body).
-async fn rest_call(app: &TestApp, key: &str, name: &str, arguments: Value) -> (u16, Value) {
-    let r = app
-        .rest_as(key)
-        .response(
-            Method::POST,
-            "/v1/tools/call",
-            Some(&json!({"name": name, "arguments": arguments})),
-        )
-        .await;
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
 /// A `tools/call` over MCP; returns the JSON-RPC result (with `isError`).
 async fn mcp_call(app: &TestApp, key: &str, session: &str, name: &str, arguments: Value) -> Value {
     mcp::call_tool(app, key, session, name, arguments).await
@@ -102,11 +88,15 @@ async fn every_door_confines_a_bound_caller_directly_and_through_a_generator() {
 
     // REST, with an operator-role key bound to the context (the role alone would allow all).
     let (key, _) = bound_key(&app, "door-rest", "operator", CONFINED).await;
-    let (status, body) = rest_call(&app, &key, "aegis.agent.create", manifest.clone()).await;
+    let (status, body) = app
+        .call_tool_as(&key, "aegis.agent.create", manifest.clone())
+        .await;
     assert_eq!(status, 403, "REST direct create: {body}");
-    let (status, body) = rest_call(&app, &key, "aegis.agent.list", json!({})).await;
+    let (status, body) = app.call_tool_as(&key, "aegis.agent.list", json!({})).await;
     assert_eq!(status, 403, "REST direct list: {body}");
-    let (status, body) = rest_call(&app, &key, "aegis.agent.generate", generate_and_deploy()).await;
+    let (status, body) = app
+        .call_tool_as(&key, "aegis.agent.generate", generate_and_deploy())
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["isError"], true, "REST generate+deploy: {body}");
     assert!(
@@ -186,7 +176,9 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
     let (key, key_id) = bound_key(&app, "bound-operator", "operator", CONFINED).await;
 
     // Granted by the context: answered.
-    let (status, body) = rest_call(&app, &key, "aegis.runtime.list", json!({})).await;
+    let (status, body) = app
+        .call_tool_as(&key, "aegis.runtime.list", json!({}))
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["isError"], false, "{body}");
     // Listed tools are the context's.
@@ -202,7 +194,7 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
     assert!(!names.contains(&"cmd.run"), "{names:?}");
 
     // Denied by the context: refused with the SEAL reason, nothing listed.
-    let (status, body) = rest_call(&app, &key, "aegis.agent.list", json!({})).await;
+    let (status, body) = app.call_tool_as(&key, "aegis.agent.list", json!({})).await;
     assert_eq!(status, 403, "{body}");
 
     // Routes that act outside the router are closed to a confined key.
@@ -291,7 +283,9 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
 
     // An unbound operator key keeps its full reach.
     let plain = app.create_key("plain-operator", "operator").await;
-    let (status, body) = rest_call(&app, &plain, "aegis.agent.list", json!({})).await;
+    let (status, body) = app
+        .call_tool_as(&plain, "aegis.agent.list", json!({}))
+        .await;
     assert_eq!(status, 200, "{body}");
 }
 

@@ -153,7 +153,8 @@ pub(crate) fn assert_live_report(r: &Value) {
     );
 }
 
-fn refused(report: &Value, step: &str, needle: &str) {
+/// The SDK scenario's `step` failed with an error that contains `needle`.
+pub(crate) fn refused(report: &Value, step: &str, needle: &str) {
     assert_eq!(
         report[step]["ok"], false,
         "{step} must fail: {}",

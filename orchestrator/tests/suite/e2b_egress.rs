@@ -101,19 +101,6 @@ fn unreachable(report: &Value, step: &str) {
     assert!(out.starts_with("error URLError"), "{step}: {out}");
 }
 
-fn refused_step(report: &Value, step: &str, needle: &str) {
-    assert_eq!(
-        report[step]["ok"], false,
-        "{step} must fail: {}",
-        report[step]
-    );
-    let error = report[step]["error"].as_str().unwrap_or_default();
-    assert!(
-        error.contains(needle),
-        "{step}: {error} (wanted {needle:?})"
-    );
-}
-
 /// The networks a sandbox's container is attached to.
 fn networks_of(id: &str) -> Vec<String> {
     docker_lines(&[
@@ -255,7 +242,7 @@ async fn e2b_sandboxes_reach_out_only_as_their_rules_and_the_operator_s_grant_al
     refused_by_proxy(&r, "a_meta", "metadata");
     refused_by_proxy(&r, "a_meta_literal", "metadata");
     refused_by_proxy(&r, "a_loop", "loopback");
-    refused_step(&r, "a_bad_update", "allowOut[0]");
+    crate::e2b::refused(&r, "a_bad_update", "allowOut[0]");
     ok(&r, "a_off");
     refused_by_proxy(&r, "a_off_allowed", "sandbox's network rules");
     assert_eq!(
@@ -299,11 +286,11 @@ async fn e2b_sandboxes_reach_out_only_as_their_rules_and_the_operator_s_grant_al
         &serde_json::json!({"allow_internet_access": false,
             "network": {"deny_out": ["0.0.0.0/0"]}})
     );
-    refused_step(&r, "d_update", "made without a network");
+    crate::e2b::refused(&r, "d_update", "made without a network");
     // A key granted nothing: no network whatever it asked, and none by update.
     unreachable(&r, "e_allowed");
     assert_eq!(ok(&r, "e_info")["allow_internet_access"], false);
-    refused_step(&r, "e_update", "grants this API key no egress");
+    crate::e2b::refused(&r, "e_update", "grants this API key no egress");
 
     // Only networked sandboxes are made on a network of their own; the one that asked for
     // nothing came from the warm pool, the networked ones never do.

@@ -8,7 +8,7 @@ use crate::common;
 
 use common::fake_llm::{answer, FakeLlm, Step};
 use common::{test_config, TestApp, TestDb};
-use serde_json::{json, Value};
+use serde_json::json;
 
 async fn app_with(script: Vec<Step>) -> (TestApp, FakeLlm, TestDb) {
     let db = TestDb::create().await;
@@ -32,13 +32,6 @@ fn require_image(image: &str) {
     );
 }
 
-async fn ok(app: &TestApp, tool: &str, args: Value) -> Value {
-    let (status, out) = app.call_tool(tool, args).await;
-    assert_eq!(status, 200, "{out}");
-    assert_eq!(out["isError"], false, "{tool}: {out}");
-    out["structuredContent"].clone()
-}
-
 /// Every user message the writer agent received, in order.
 fn writer_prompts(llm: &FakeLlm) -> Vec<String> {
     llm.requests()
@@ -58,31 +51,28 @@ async fn an_intent_becomes_a_python_program_whose_syntax_error_is_fed_back_and_f
         answer("```python\nimport json, os, socket\nn = json.loads(os.environ['AEGIS_INPUTS'])['n']\nnet = ','.join(sorted(name for _, name in socket.if_nameindex()))\nprint('sum:', sum(range(1, n + 1)), 'interfaces:', net)\n```"),
     ])
     .await;
-    let started = ok(
-        &app,
-        "aegis.execute.intent",
-        json!({"intent": "add up the numbers from 1 to n", "inputs": {"n": 10}}),
-    )
-    .await;
+    let started = app
+        .tool_ok(
+            "aegis.execute.intent",
+            json!({"intent": "add up the numbers from 1 to n", "inputs": {"n": 10}}),
+        )
+        .await;
     assert_eq!(started["status"], "started");
     let id = started["pipeline_execution_id"]
         .as_str()
         .expect("id")
         .to_owned();
 
-    let waited = ok(
-        &app,
-        "aegis.execute.wait",
-        json!({"execution_id": id, "timeout_seconds": 180}),
-    )
-    .await;
+    let waited = app
+        .tool_ok(
+            "aegis.execute.wait",
+            json!({"execution_id": id, "timeout_seconds": 180}),
+        )
+        .await;
     assert_eq!(waited["status"], "completed", "{waited}");
-    let status = ok(
-        &app,
-        "aegis.execute.status",
-        json!({"pipeline_execution_id": id}),
-    )
-    .await;
+    let status = app
+        .tool_ok("aegis.execute.status", json!({"pipeline_execution_id": id}))
+        .await;
     assert_eq!(status["status"], "completed", "{status}");
     // The real output of the program, run in the python image.
     assert_eq!(
@@ -114,21 +104,18 @@ async fn an_intent_becomes_a_python_program_whose_syntax_error_is_fed_back_and_f
     );
 
     // It is an ordinary workflow execution of the built-in pipeline, in the caller's registry.
-    let detail = ok(
-        &app,
-        "aegis.workflow.executions.get",
-        json!({"execution_id": id}),
-    )
-    .await;
+    let detail = app
+        .tool_ok("aegis.workflow.executions.get", json!({"execution_id": id}))
+        .await;
     assert_eq!(detail["execution"]["workflow"], "aegis-intent-pipeline");
     assert_eq!(detail["execution"]["visits"]["CHECK"], 2);
     assert_eq!(detail["execution"]["visits"]["RUN"], 1);
-    let searched = ok(
-        &app,
-        "aegis.agent.search",
-        json!({"query": "python program intent", "include_platform_templates": false}),
-    )
-    .await;
+    let searched = app
+        .tool_ok(
+            "aegis.agent.search",
+            json!({"query": "python program intent", "include_platform_templates": false}),
+        )
+        .await;
     assert_eq!(
         searched["total"], 0,
         "built-ins are platform templates: {searched}"
@@ -143,9 +130,7 @@ async fn a_bash_program_that_fails_at_run_time_is_rewritten_and_its_output_retur
         answer("```bash\nprintf 'hello from %s\\n' \"$(uname -s)\"\n```"),
     ])
     .await;
-    let started = ok(
-        &app,
-        "aegis.execute.intent",
+    let started = app.tool_ok("aegis.execute.intent",
         json!({"intent": "greet from the kernel's name", "language": "bash", "timeout_seconds": 30}),
     )
     .await;
@@ -153,12 +138,12 @@ async fn a_bash_program_that_fails_at_run_time_is_rewritten_and_its_output_retur
         .as_str()
         .expect("id")
         .to_owned();
-    let waited = ok(
-        &app,
-        "aegis.execute.wait",
-        json!({"execution_id": id, "timeout_seconds": 180}),
-    )
-    .await;
+    let waited = app
+        .tool_ok(
+            "aegis.execute.wait",
+            json!({"execution_id": id, "timeout_seconds": 180}),
+        )
+        .await;
     assert_eq!(waited["pipeline"]["status"], "completed", "{waited}");
     assert_eq!(waited["pipeline"]["final_result"], "hello from Linux\n");
     let prompts = writer_prompts(&llm);
@@ -184,22 +169,22 @@ async fn the_loop_is_bounded_and_what_cannot_run_here_is_refused_with_the_reason
         answer(broken),
     ])
     .await;
-    let started = ok(
-        &app,
-        "aegis.execute.intent",
-        json!({"intent": "something impossible", "language": "bash"}),
-    )
-    .await;
+    let started = app
+        .tool_ok(
+            "aegis.execute.intent",
+            json!({"intent": "something impossible", "language": "bash"}),
+        )
+        .await;
     let id = started["pipeline_execution_id"]
         .as_str()
         .expect("id")
         .to_owned();
-    let waited = ok(
-        &app,
-        "aegis.execute.wait",
-        json!({"execution_id": id, "timeout_seconds": 180}),
-    )
-    .await;
+    let waited = app
+        .tool_ok(
+            "aegis.execute.wait",
+            json!({"execution_id": id, "timeout_seconds": 180}),
+        )
+        .await;
     let pipeline = &waited["pipeline"];
     assert_eq!(pipeline["status"], "failed", "{waited}");
     assert_eq!(pipeline["failed_at_state"], "CHECK", "{pipeline}");
@@ -336,18 +321,15 @@ async fn the_shipped_definitions_deploy_once_and_are_restored_to_the_shipped_tex
     );
 
     // The built-ins are found by search unless platform templates are left out.
-    let found = ok(
-        &app,
-        "aegis.agent.search",
-        json!({"query": "python program"}),
-    )
-    .await;
+    let found = app
+        .tool_ok("aegis.agent.search", json!({"query": "python program"}))
+        .await;
     assert!(found.to_string().contains("aegis-intent-python"), "{found}");
-    let without = ok(
-        &app,
-        "aegis.agent.search",
-        json!({"query": "python program", "include_platform_templates": false}),
-    )
-    .await;
+    let without = app
+        .tool_ok(
+            "aegis.agent.search",
+            json!({"query": "python program", "include_platform_templates": false}),
+        )
+        .await;
     assert_eq!(without["total"], 0, "{without}");
 }

@@ -115,19 +115,6 @@ fn node(db: &TestDb, servers: Vec<McpServerConfig>) -> NodeConfig {
     config
 }
 
-async fn rest_call(app: &TestApp, key: &str, name: &str, arguments: Value) -> (u16, Value) {
-    let r = app
-        .rest_as(key)
-        .response(
-            Method::POST,
-            "/v1/tools/call",
-            Some(&json!({"name": name, "arguments": arguments})),
-        )
-        .await;
-    let status = r.status().as_u16();
-    (status, r.json().await.expect("json body"))
-}
-
 /// (outcome, reason_code) of the audit rows of `action`, in order.
 async fn audit_rows(app: &TestApp, action: &str) -> Vec<(String, String, Option<String>)> {
     sqlx::query_as(
@@ -320,7 +307,9 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
     );
 
     // A call that works, and one whose arguments break the listed schema (never sent).
-    let (status, body) = rest_call(&app, admin, "mcp:tools/add", json!({"a": 40, "b": 2})).await;
+    let (status, body) = app
+        .call_tool_as(admin, "mcp:tools/add", json!({"a": 40, "b": 2}))
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         body["structuredContent"]["content"][0]["text"], "42",
@@ -335,7 +324,9 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
                 && l.contains(r#"decision="allowed""#)),
         "external tools are counted under one label"
     );
-    let (status, body) = rest_call(&app, admin, "mcp:tools/add", json!({"a": "forty"})).await;
+    let (status, body) = app
+        .call_tool_as(admin, "mcp:tools/add", json!({"a": "forty"}))
+        .await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(
         server.calls().len(),
@@ -345,12 +336,12 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
 
     // Unknown names: a tool the server does not list, a server the node does not have.
     for name in ["mcp:tools/teleport", "mcp:nowhere/add", "mcp:tools"] {
-        let (status, body) = rest_call(&app, admin, name, json!({})).await;
+        let (status, body) = app.call_tool_as(admin, name, json!({})).await;
         assert_eq!(status, 404, "{name}: {body}");
     }
 
     // The server's tool error, a result cut to max_result_bytes, one over max_response_bytes.
-    let (status, body) = rest_call(&app, admin, "mcp:tools/fail", json!({})).await;
+    let (status, body) = app.call_tool_as(admin, "mcp:tools/fail", json!({})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["isError"], true);
     let error = &body["structuredContent"]["error"];
@@ -364,7 +355,7 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
     );
     // A server that repeats the node's credential in an error: the caller and the audit log
     // see `***`.
-    let (_, body) = rest_call(&app, admin, "mcp:tools/leak", json!({})).await;
+    let (_, body) = app.call_tool_as(admin, "mcp:tools/leak", json!({})).await;
     let message = body["structuredContent"]["error"]["message"]
         .as_str()
         .unwrap();
@@ -385,14 +376,18 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
         reasons.iter().flatten().any(|r| r.contains("***")),
         "{reasons:?}"
     );
-    let (_, body) = rest_call(&app, admin, "mcp:tools/big", json!({"n": 5000})).await;
+    let (_, body) = app
+        .call_tool_as(admin, "mcp:tools/big", json!({"n": 5000}))
+        .await;
     let out = &body["structuredContent"];
     assert_eq!(out["truncated"], true, "{body}");
     assert!(
         out["content"][0]["text"].as_str().unwrap().len() <= 1000,
         "{body}"
     );
-    let (_, body) = rest_call(&app, admin, "mcp:tools/big", json!({"n": 50000})).await;
+    let (_, body) = app
+        .call_tool_as(admin, "mcp:tools/big", json!({"n": 50000}))
+        .await;
     assert_eq!(
         body["structuredContent"]["error"]["code"], "mcp_result_too_large",
         "{body}"
@@ -400,7 +395,9 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
 
     // A call that outlives the server's timeout ends at the timeout, with a clear error.
     let started = Instant::now();
-    let (_, body) = rest_call(&app, admin, "mcp:tools/slow", json!({"seconds": 30})).await;
+    let (_, body) = app
+        .call_tool_as(admin, "mcp:tools/slow", json!({"seconds": 30}))
+        .await;
     assert_eq!(
         body["structuredContent"]["error"]["code"], "mcp_timeout",
         "{body}"
@@ -410,7 +407,9 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
         "{:?}",
         started.elapsed()
     );
-    let (_, body) = rest_call(&app, admin, "mcp:tools/add", json!({"a": 1, "b": 1})).await;
+    let (_, body) = app
+        .call_tool_as(admin, "mcp:tools/add", json!({"a": 1, "b": 1}))
+        .await;
     assert_eq!(
         body["structuredContent"]["content"][0]["text"], "2",
         "the session still works: {body}"
@@ -420,19 +419,21 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
     let (user, _) = app
         .create_bound_key("user-key", "operator", "user-mcp")
         .await;
-    let (status, body) = rest_call(&app, &user, "aegis.tools.list", json!({})).await;
+    let (status, body) = app.call_tool_as(&user, "aegis.tools.list", json!({})).await;
     assert_eq!(status, 200, "{body}");
     let seen = body["structuredContent"]["tools"].to_string();
     assert!(
         seen.contains("mcp:tools/add") && !seen.contains("mcp:admin-tools/"),
         "{seen}"
     );
-    let (status, body) =
-        rest_call(&app, &user, "mcp:admin-tools/add", json!({"a": 1, "b": 1})).await;
+    let (status, body) = app
+        .call_tool_as(&user, "mcp:admin-tools/add", json!({"a": 1, "b": 1}))
+        .await;
     assert_eq!(status, 403, "{body}");
     assert_eq!(body["code"], "tier", "{body}");
-    let (status, body) =
-        rest_call(&app, admin, "mcp:admin-tools/add", json!({"a": 1, "b": 1})).await;
+    let (status, body) = app
+        .call_tool_as(admin, "mcp:admin-tools/add", json!({"a": 1, "b": 1}))
+        .await;
     assert_eq!(status, 200, "an operator may: {body}");
 
     // A security context bounds the call: tools it does not cover are refused and unlisted,
@@ -440,7 +441,9 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
     let (confined, _) = app
         .create_bound_key("confined-key", "operator", "elsewhere")
         .await;
-    let (_, body) = rest_call(&app, &confined, "aegis.tools.list", json!({})).await;
+    let (_, body) = app
+        .call_tool_as(&confined, "aegis.tools.list", json!({}))
+        .await;
     let names: Vec<String> = body["structuredContent"]["tools"]
         .as_array()
         .unwrap()
@@ -448,10 +451,14 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
         .map(|t| t["name"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(names, ["aegis.tools.list", "mcp:tools/add"]);
-    let (status, body) = rest_call(&app, &confined, "mcp:tools/shout", json!({"text": "x"})).await;
+    let (status, body) = app
+        .call_tool_as(&confined, "mcp:tools/shout", json!({"text": "x"}))
+        .await;
     assert_eq!(status, 403, "{body}");
     let calls_before = server.calls().len();
-    let (status, body) = rest_call(&app, &confined, "mcp:tools/add", json!({"a": 1, "b": 2})).await;
+    let (status, body) = app
+        .call_tool_as(&confined, "mcp:tools/add", json!({"a": 1, "b": 2}))
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         body["structuredContent"]["error"]["code"], "domain_not_allowed",
@@ -483,7 +490,9 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
     // The server goes away: the next call fails at once, clearly, and is audited.
     server.stop().await;
     let started = Instant::now();
-    let (status, body) = rest_call(&app, admin, "mcp:tools/add", json!({"a": 1, "b": 1})).await;
+    let (status, body) = app
+        .call_tool_as(admin, "mcp:tools/add", json!({"a": 1, "b": 1}))
+        .await;
     assert_eq!(status, 200, "{body}");
     let error = &body["structuredContent"]["error"];
     assert_eq!(error["code"], "mcp_unreachable", "{body}");
@@ -843,7 +852,9 @@ async fn a_credential_with_quotes_echoed_in_results_is_redacted_in_every_encodin
     let admin = common::TEST_ADMIN_KEY;
 
     // Content blocks: text, JSON-escaped, percent-encoded, an image.
-    let (status, body) = rest_call(app, admin, "mcp:careless/echo_team", json!({})).await;
+    let (status, body) = app
+        .call_tool_as(admin, "mcp:careless/echo_team", json!({}))
+        .await;
     assert_eq!(status, 200, "{body}");
     let text = body.to_string();
     assert!(text.contains("team=***"), "{text}");
@@ -858,8 +869,9 @@ async fn a_credential_with_quotes_echoed_in_results_is_redacted_in_every_encodin
     assert!(image.get("data").is_none(), "{image}");
 
     // A result built by hand, structuredContent included.
-    let (status, body) =
-        rest_call(app, admin, "mcp:careless/echo_team_structured", json!({})).await;
+    let (status, body) = app
+        .call_tool_as(admin, "mcp:careless/echo_team_structured", json!({}))
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_ne!(body["isError"], true, "{body}");
     let text = body.to_string();
@@ -904,7 +916,9 @@ async fn a_credential_with_quotes_echoed_in_results_is_redacted_in_every_encodin
     );
 
     // A tool error that repeats it, also as JSON.
-    let (status, body) = rest_call(app, admin, "mcp:careless/fail_team", json!({})).await;
+    let (status, body) = app
+        .call_tool_as(admin, "mcp:careless/fail_team", json!({}))
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["isError"], true, "{body}");
     let message = body["structuredContent"]["error"]["message"]

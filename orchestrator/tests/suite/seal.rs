@@ -481,20 +481,7 @@ async fn the_orchestrator_seal_subcommands_attest_and_call() {
     let app = app_on(&db).await;
     let dir = tempfile::tempdir().unwrap();
     let session = dir.path().join("session.json");
-    let run = |args: Vec<String>| async move {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
-            .args(&args)
-            .env_remove("DATABASE_URL")
-            .output()
-            .await
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<Value>(&out.stdout).unwrap()
-    };
+    let run = |args: Vec<String>| async move { common::cli_json(&args, &[]).await };
     for (grpc, url) in [
         (false, app.http_base.clone()),
         (true, format!("http://{}", app.grpc_addr)),

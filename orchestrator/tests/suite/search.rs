@@ -18,20 +18,9 @@ fn agent(name: &str, description: &str, instruction: &str, labels: &str) -> Stri
         .yaml()
 }
 
-async fn ok(app: &TestApp, tool: &str, args: Value) -> Value {
-    let (status, out) = app.call_tool(tool, args).await;
-    assert_eq!(status, 200, "{out}");
-    assert_eq!(out["isError"], false, "{tool}: {out}");
-    out["structuredContent"].clone()
-}
-
 async fn deploy_agent(app: &TestApp, manifest: String) {
-    ok(
-        app,
-        "aegis.agent.create",
-        json!({"manifest_yaml": manifest}),
-    )
-    .await;
+    app.tool_ok("aegis.agent.create", json!({"manifest_yaml": manifest}))
+        .await;
 }
 
 fn names(out: &Value) -> Vec<String> {
@@ -82,7 +71,9 @@ async fn an_agent_is_found_by_a_word_of_its_instruction_and_by_a_misspelt_name()
     fleet(&app).await;
 
     // "thumbnails" occurs only in image-resizer's instruction.
-    let out = ok(&app, "aegis.agent.search", json!({"query": "thumbnail"})).await;
+    let out = app
+        .tool_ok("aegis.agent.search", json!({"query": "thumbnail"}))
+        .await;
     assert_eq!(names(&out), vec!["image-resizer"], "{out}");
     assert_eq!(out["total"], 1);
     let score = out["results"][0]["score"].as_f64().expect("score");
@@ -93,7 +84,9 @@ async fn an_agent_is_found_by_a_word_of_its_instruction_and_by_a_misspelt_name()
     assert_eq!(out["results"][0]["labels"]["team"], "media");
 
     // A misspelt name, found by trigram similarity alone (no word of it is in any manifest).
-    let out = ok(&app, "aegis.agent.search", json!({"query": "imge-resizr"})).await;
+    let out = app
+        .tool_ok("aegis.agent.search", json!({"query": "imge-resizr"}))
+        .await;
     assert_eq!(
         names(&out).first().map(String::as_str),
         Some("image-resizer"),
@@ -102,11 +95,15 @@ async fn an_agent_is_found_by_a_word_of_its_instruction_and_by_a_misspelt_name()
     assert!(!names(&out).contains(&"ledger-clerk".to_owned()), "{out}");
 
     // Stemming: "reconciling" finds "Reconcile".
-    let out = ok(&app, "aegis.agent.search", json!({"query": "reconciling"})).await;
+    let out = app
+        .tool_ok("aegis.agent.search", json!({"query": "reconciling"}))
+        .await;
     assert_eq!(names(&out), vec!["ledger-clerk"], "{out}");
 
     // Nothing relevant: no results, not an error.
-    let out = ok(&app, "aegis.agent.search", json!({"query": "submarine"})).await;
+    let out = app
+        .tool_ok("aegis.agent.search", json!({"query": "submarine"}))
+        .await;
     assert_eq!(out["total"], 0, "{out}");
     assert!(names(&out).is_empty());
 }
@@ -117,12 +114,9 @@ async fn results_are_ranked_filtered_by_labels_and_paginated() {
     fleet(&app).await;
 
     // Both finance agents mention invoices; the report writer says "report" in its name too.
-    let all = ok(
-        &app,
-        "aegis.agent.search",
-        json!({"query": "invoices report"}),
-    )
-    .await;
+    let all = app
+        .tool_ok("aegis.agent.search", json!({"query": "invoices report"}))
+        .await;
     assert_eq!(all["total"], 2, "{all}");
     assert_eq!(names(&all), vec!["report-writer", "ledger-clerk"], "{all}");
     let s0 = all["results"][0]["score"].as_f64().expect("score");
@@ -130,24 +124,24 @@ async fn results_are_ranked_filtered_by_labels_and_paginated() {
     assert!(s0 > s1, "sorted by score: {all}");
 
     // Pages of one, in the same order, with the same total.
-    let p1 = ok(
-        &app,
-        "aegis.agent.search",
-        json!({"query": "invoices report", "limit": 1}),
-    )
-    .await;
-    let p2 = ok(
-        &app,
-        "aegis.agent.search",
-        json!({"query": "invoices report", "limit": 1, "offset": 1}),
-    )
-    .await;
-    let p3 = ok(
-        &app,
-        "aegis.agent.search",
-        json!({"query": "invoices report", "limit": 1, "offset": 2}),
-    )
-    .await;
+    let p1 = app
+        .tool_ok(
+            "aegis.agent.search",
+            json!({"query": "invoices report", "limit": 1}),
+        )
+        .await;
+    let p2 = app
+        .tool_ok(
+            "aegis.agent.search",
+            json!({"query": "invoices report", "limit": 1, "offset": 1}),
+        )
+        .await;
+    let p3 = app
+        .tool_ok(
+            "aegis.agent.search",
+            json!({"query": "invoices report", "limit": 1, "offset": 2}),
+        )
+        .await;
     assert_eq!(names(&p1), vec!["report-writer"]);
     assert_eq!(names(&p2), vec!["ledger-clerk"]);
     assert!(names(&p3).is_empty());
@@ -156,35 +150,35 @@ async fn results_are_ranked_filtered_by_labels_and_paginated() {
     }
 
     // Labels: all given pairs must match.
-    let gold = ok(
-        &app,
-        "aegis.agent.search",
-        json!({"query": "invoices", "labels": {"team": "finance", "tier": "gold"}}),
-    )
-    .await;
+    let gold = app
+        .tool_ok(
+            "aegis.agent.search",
+            json!({"query": "invoices", "labels": {"team": "finance", "tier": "gold"}}),
+        )
+        .await;
     assert_eq!(names(&gold), vec!["report-writer"], "{gold}");
-    let none = ok(
-        &app,
-        "aegis.agent.search",
-        json!({"query": "invoices", "labels": {"team": "media"}}),
-    )
-    .await;
+    let none = app
+        .tool_ok(
+            "aegis.agent.search",
+            json!({"query": "invoices", "labels": {"team": "media"}}),
+        )
+        .await;
     assert!(names(&none).is_empty(), "{none}");
 
     // A higher min_score drops the weaker match; a status other than active finds nothing.
-    let strict = ok(
-        &app,
-        "aegis.agent.search",
-        json!({"query": "invoices report", "min_score": s1 + 0.001}),
-    )
-    .await;
+    let strict = app
+        .tool_ok(
+            "aegis.agent.search",
+            json!({"query": "invoices report", "min_score": s1 + 0.001}),
+        )
+        .await;
     assert_eq!(names(&strict), vec!["report-writer"], "{strict}");
-    let paused = ok(
-        &app,
-        "aegis.agent.search",
-        json!({"query": "invoices", "status": "paused"}),
-    )
-    .await;
+    let paused = app
+        .tool_ok(
+            "aegis.agent.search",
+            json!({"query": "invoices", "status": "paused"}),
+        )
+        .await;
     assert_eq!(paused["total"], 0);
 
     // Bad arguments are refused with the pointer.
@@ -222,29 +216,24 @@ spec:
 ",
             state.split(':').next().unwrap_or_default()
         );
-        ok(
-            &app,
-            "aegis.workflow.create",
-            json!({"manifest_yaml": manifest}),
-        )
-        .await;
+        app.tool_ok("aegis.workflow.create", json!({"manifest_yaml": manifest}))
+            .await;
     }
     // State kinds and prompts are searchable.
-    let out = ok(&app, "aegis.workflow.search", json!({"query": "human"})).await;
+    let out = app
+        .tool_ok("aegis.workflow.search", json!({"query": "human"}))
+        .await;
     assert_eq!(names(&out), vec!["approval-gate"], "{out}");
-    let out = ok(
-        &app,
-        "aegis.workflow.search",
-        json!({"query": "release shipping"}),
-    )
-    .await;
+    let out = app
+        .tool_ok(
+            "aegis.workflow.search",
+            json!({"query": "release shipping"}),
+        )
+        .await;
     assert_eq!(names(&out), vec!["approval-gate"], "{out}");
-    let out = ok(
-        &app,
-        "aegis.workflow.search",
-        json!({"query": "nightly bakup"}),
-    )
-    .await;
+    let out = app
+        .tool_ok("aegis.workflow.search", json!({"query": "nightly bakup"}))
+        .await;
     assert_eq!(
         names(&out).first().map(String::as_str),
         Some("nightly-backup"),
@@ -267,7 +256,7 @@ spec:
         "ledger-clerk",
         "reconcile the invoices against the bank statement",
     ] {
-        let out = ok(&app, "aegis.agent.search", json!({"query": q})).await;
+        let out = app.tool_ok("aegis.agent.search", json!({"query": q})).await;
         assert!(
             !names(&out).contains(&"ledger-clerk".to_owned()),
             "{q}: {out}"
@@ -284,20 +273,17 @@ spec:
     assert_eq!(out["structuredContent"]["error"]["code"], "forbidden");
 
     // Its global workflow: not among our own, found with scope visible or global, as listed.
-    let own = ok(
-        &app,
-        "aegis.workflow.search",
-        json!({"query": "nightly backup"}),
-    )
-    .await;
+    let own = app
+        .tool_ok("aegis.workflow.search", json!({"query": "nightly backup"}))
+        .await;
     assert!(names(&own).is_empty(), "{own}");
     for scope in ["visible", "global"] {
-        let out = ok(
-            &app,
-            "aegis.workflow.search",
-            json!({"query": "nightly backup", "scope": scope}),
-        )
-        .await;
+        let out = app
+            .tool_ok(
+                "aegis.workflow.search",
+                json!({"query": "nightly backup", "scope": scope}),
+            )
+            .await;
         assert_eq!(names(&out), vec!["nightly-backup"], "{scope}: {out}");
         assert_eq!(out["results"][0]["scope"], "global");
     }

@@ -39,14 +39,6 @@ async fn deploy(app: &TestApp, name: &str) -> String {
         .to_owned()
 }
 
-/// The structured output of a call that is expected to succeed.
-async fn ok(app: &TestApp, tool: &str, args: Value) -> Value {
-    let (status, out) = app.call_tool(tool, args).await;
-    assert_eq!(status, 200, "{out}");
-    assert_eq!(out["isError"], false, "{tool}: {out}");
-    out["structuredContent"].clone()
-}
-
 /// The `{code, message, details}` of a call that is expected to fail inside its tool.
 async fn failure(app: &TestApp, tool: &str, args: Value) -> Value {
     let (status, out) = app.call_tool(tool, args).await;
@@ -57,7 +49,7 @@ async fn failure(app: &TestApp, tool: &str, args: Value) -> Value {
 
 /// `(name, scope)` of every workflow a listing shows.
 async fn listed(app: &TestApp, args: Value) -> Vec<(String, String)> {
-    let out = ok(app, "aegis.workflow.list", args).await;
+    let out = app.tool_ok("aegis.workflow.list", args).await;
     let mut rows: Vec<(String, String)> = out["workflows"]
         .as_array()
         .expect("workflows")
@@ -90,7 +82,9 @@ async fn promote_lists_as_global_refuses_a_second_promotion_and_demotes_back() {
     );
     assert!(listed(&app, json!({"scope": "global"})).await.is_empty());
 
-    let promoted = ok(&app, "aegis.workflow.promote", json!({"name": "release"})).await;
+    let promoted = app
+        .tool_ok("aegis.workflow.promote", json!({"name": "release"}))
+        .await;
     assert_eq!(promoted["promoted"], true, "{promoted}");
     assert_eq!(promoted["workflow_id"], id.as_str());
     assert_eq!(promoted["name"], "release");
@@ -110,7 +104,9 @@ async fn promote_lists_as_global_refuses_a_second_promotion_and_demotes_back() {
         listed(&app, json!({})).await,
         vec![pair("local-only", "tenant"), pair("release", "global")]
     );
-    let exported = ok(&app, "aegis.workflow.export", json!({"name": "release"})).await;
+    let exported = app
+        .tool_ok("aegis.workflow.export", json!({"name": "release"}))
+        .await;
     assert_eq!(exported["scope"], "global", "{exported}");
     let r = app
         .response(Method::GET, "/v1/workflows/release", None)
@@ -150,9 +146,7 @@ async fn promote_lists_as_global_refuses_a_second_promotion_and_demotes_back() {
     );
 
     // Demote by id, with the AEGIS compatibility arguments (ignored).
-    let demoted = ok(
-        &app,
-        "aegis.workflow.demote",
+    let demoted = app.tool_ok("aegis.workflow.demote",
         json!({"name": id, "target_scope": "tenant", "roles": ["aegis:operator"], "user_id": "u1"}),
     )
     .await;
@@ -326,17 +320,21 @@ async fn another_tenants_global_workflow_is_visible_but_not_ours_to_demote_and_i
         listed(&app, json!({"scope": "visible"})).await,
         vec![pair("shared", "global")]
     );
-    let exported = ok(&app, "aegis.workflow.export", json!({"name": "shared"})).await;
+    let exported = app
+        .tool_ok("aegis.workflow.export", json!({"name": "shared"}))
+        .await;
     assert_eq!(exported["id"], theirs.as_str());
     // ...and can run it (its System state runs in a sandbox of ours).
-    let started = ok(&app, "aegis.workflow.run", json!({"name": "shared"})).await;
+    let started = app
+        .tool_ok("aegis.workflow.run", json!({"name": "shared"}))
+        .await;
     let execution = started["execution_id"].as_str().expect("execution_id");
-    let ended = ok(
-        &app,
-        "aegis.workflow.wait",
-        json!({"execution_id": execution, "timeout_seconds": 60, "poll_interval_seconds": 1}),
-    )
-    .await;
+    let ended = app
+        .tool_ok(
+            "aegis.workflow.wait",
+            json!({"execution_id": execution, "timeout_seconds": 60, "poll_interval_seconds": 1}),
+        )
+        .await;
     assert_eq!(ended["status"], "completed", "{ended}");
     assert_eq!(ended["workflow_id"], theirs.as_str(), "{ended}");
 
@@ -346,7 +344,9 @@ async fn another_tenants_global_workflow_is_visible_but_not_ours_to_demote_and_i
 
     // Our own workflow of the same name is ours to use, and shadows theirs for us...
     let ours = deploy(&app, "shared").await;
-    let exported = ok(&app, "aegis.workflow.export", json!({"name": "shared"})).await;
+    let exported = app
+        .tool_ok("aegis.workflow.export", json!({"name": "shared"}))
+        .await;
     assert_eq!(exported["id"], ours.as_str());
     assert_eq!(exported["scope"], "tenant");
     assert_eq!(

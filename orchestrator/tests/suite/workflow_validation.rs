@@ -7,7 +7,6 @@ use crate::common;
 
 use common::{any_node, TestApp};
 use orchestrator::manifest::{parse, parse_checked, Deployed, ManifestError, ManifestKind};
-use reqwest::Method;
 use serde_json::{json, Value};
 
 /// The errors of a manifest that must be refused.
@@ -284,17 +283,6 @@ fn registry_checks_need_deployed_workflows_and_warn_about_agents() {
     assert_eq!(checked.warnings.len(), 1);
 }
 
-async fn post_yaml(app: &TestApp, path: &str, body: &str) -> (u16, Value) {
-    let r = app
-        .admin(Method::POST, path)
-        .header("content-type", "application/yaml")
-        .body(body.to_owned())
-        .send()
-        .await
-        .expect("sent");
-    (r.status().as_u16(), r.json().await.expect("json"))
-}
-
 const CHILD: &str = "\
 apiVersion: 100monkeys.ai/v1
 kind: Workflow
@@ -333,7 +321,7 @@ async fn the_service_reports_warnings_and_refuses_unknown_subworkflows() {
         "/spec/states/child/workflow_id"
     );
     assert_eq!(report["details"][0]["line"], 19);
-    let (status, body) = post_yaml(&app, "/v1/workflows", CALLER).await;
+    let (status, body) = app.post_yaml("/v1/workflows", CALLER).await;
     assert_eq!(status, 422, "{body}");
     assert!(
         body.to_string().contains("`publisher` is not deployed"),
@@ -341,7 +329,7 @@ async fn the_service_reports_warnings_and_refuses_unknown_subworkflows() {
     );
 
     // With the child deployed it passes, and the undeployed agents are warnings.
-    let (status, body) = post_yaml(&app, "/v1/workflows", CHILD).await;
+    let (status, body) = app.post_yaml("/v1/workflows", CHILD).await;
     assert_eq!(status, 201, "{body}");
     let (_, out) = app
         .call_tool("aegis.workflow.validate", json!({"manifest_yaml": CALLER}))
@@ -382,10 +370,10 @@ async fn the_service_reports_warnings_and_refuses_unknown_subworkflows() {
     );
 
     // Deploy succeeds and carries the warnings; once the agent exists its warning is gone.
-    let (status, body) = post_yaml(&app, "/v1/workflows", CALLER).await;
+    let (status, body) = app.post_yaml("/v1/workflows", CALLER).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["warnings"].as_array().map(Vec::len), Some(2), "{body}");
-    let (status, body) = post_yaml(&app, "/v1/agents", WORKER).await;
+    let (status, body) = app.post_yaml("/v1/agents", WORKER).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["warnings"], json!([]), "{body}");
     let (_, out) = app

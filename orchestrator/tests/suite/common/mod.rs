@@ -368,6 +368,20 @@ impl TestApp {
         self.rest().answered(method, path, body, status).await
     }
 
+    /// `POST path` with `manifest` as YAML (`content-type: application/yaml`) as the
+    /// administrator, whose answer must be JSON; (status, answer).
+    pub async fn post_yaml(&self, path: &str, manifest: &str) -> (u16, serde_json::Value) {
+        let r = self
+            .admin(reqwest::Method::POST, path)
+            .header("content-type", "application/yaml")
+            .body(manifest.to_owned())
+            .send()
+            .await
+            .expect("request sent");
+        let status = r.status().as_u16();
+        (status, r.json().await.expect("a JSON answer"))
+    }
+
     /// Deploys `manifest` to `path` as the administrator, which must be accepted (201); the
     /// answer.
     pub async fn deployed(&self, path: &str, manifest: &str) -> serde_json::Value {
@@ -390,15 +404,35 @@ impl TestApp {
         name: &str,
         arguments: serde_json::Value,
     ) -> (u16, serde_json::Value) {
-        let r = self
-            .response(
-                reqwest::Method::POST,
-                "/v1/tools/call",
-                Some(&serde_json::json!({"name": name, "arguments": arguments})),
-            )
-            .await;
-        let status = r.status().as_u16();
-        (status, r.json().await.expect("json body"))
+        self.call_tool_as(TEST_ADMIN_KEY, name, arguments).await
+    }
+
+    /// `POST /v1/tools/call` as the holder of `key`; returns (status, body).
+    pub async fn call_tool_as(
+        &self,
+        key: &str,
+        name: &str,
+        arguments: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let call = serde_json::json!({"name": name, "arguments": arguments});
+        self.rest_as(key)
+            .send_json(reqwest::Method::POST, "/v1/tools/call", Some(call))
+            .await
+    }
+
+    /// A tool call as admin that must be answered 200; its `structuredContent`.
+    pub async fn tool_result(&self, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+        let (status, out) = self.call_tool(name, arguments).await;
+        assert_eq!(status, 200, "{name}: {out}");
+        out["structuredContent"].clone()
+    }
+
+    /// A tool call as admin that must succeed (200, not `isError`); its `structuredContent`.
+    pub async fn tool_ok(&self, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+        let (status, out) = self.call_tool(name, arguments).await;
+        assert_eq!(status, 200, "{out}");
+        assert_eq!(out["isError"], false, "{name}: {out}");
+        out["structuredContent"].clone()
     }
 
     /// Creates an API key with `role` as admin and returns its secret.
@@ -495,6 +529,30 @@ pub fn section(out: &str, name: &str) -> String {
         + marker.len();
     let rest = &out[start..];
     rest[..rest.find("\n== ").unwrap_or(rest.len())].to_owned()
+}
+
+/// Runs the node's own CLI (the `orchestrator` binary) with `args` and `env`, without
+/// `DATABASE_URL`; it must succeed; what it printed, as JSON.
+pub async fn cli_json(args: &[String], env: &[(&str, &str)]) -> serde_json::Value {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("DATABASE_URL")
+        .output()
+        .await
+        .expect("the orchestrator binary runs");
+    json_of(out, &format!("{args:?}"))
+}
+
+/// What a finished command printed, as JSON; fails the test with `failed` (what failed, and
+/// what it needs) and the command's stderr when it did not succeed.
+pub fn json_of(out: std::process::Output, failed: &str) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{failed}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON report")
 }
 
 /// The non-empty lines `docker <args>` printed (empty when it printed nothing).

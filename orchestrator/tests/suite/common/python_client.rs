@@ -78,7 +78,5 @@ pub async fn report(script: &str, args: &[&str], failed: &str) -> Value {
         .output()
         .await
         .expect("python3 runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{failed}: {stderr}");
-    serde_json::from_slice(&out.stdout).expect("one JSON report")
+    super::json_of(out, failed)
 }
