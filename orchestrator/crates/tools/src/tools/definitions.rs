@@ -53,23 +53,12 @@ fn workflow_update<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> 
 fn workflow_list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         #[derive(Deserialize)]
-        #[serde(rename_all = "lowercase")]
-        enum ListScope {
-            Global,
-            Visible,
-        }
-        #[derive(Deserialize)]
         struct A {
             scope: Option<ListScope>,
         }
         super::check_tenant(ctx, &a)?;
         let a: A = args(a)?;
-        let filter = match a.scope {
-            None => ScopeFilter::Owned,
-            Some(ListScope::Global) => ScopeFilter::Global,
-            Some(ListScope::Visible) => ScopeFilter::Visible,
-        };
-        list_in(ctx, ManifestKind::Workflow, filter).await
+        list_in(ctx, ManifestKind::Workflow, ListScope::filter(a.scope)).await
     })
 }
 fn workflow_validate<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
@@ -246,6 +235,26 @@ fn kind_name(kind: ManifestKind) -> &'static str {
     }
 }
 
+/// The `scope` argument of the workflow list and the searches: whose definitions to include
+/// besides the caller's own.
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum ListScope {
+    Global,
+    Visible,
+}
+
+impl ListScope {
+    /// The registry's filter for a `scope` argument (the caller's own when absent).
+    pub(super) fn filter(scope: Option<ListScope>) -> ScopeFilter {
+        match scope {
+            None => ScopeFilter::Owned,
+            Some(ListScope::Global) => ScopeFilter::Global,
+            Some(ListScope::Visible) => ScopeFilter::Visible,
+        }
+    }
+}
+
 /// The id of a definition named by UUID or by name (latest version), for list filters.
 pub(crate) async fn definition_id(
     ctx: &ToolContext<'_>,
@@ -261,6 +270,18 @@ pub(crate) async fn definition_id(
             .map_err(registry_error)?
             .id,
     )
+}
+
+/// [`definition_id`] of a list filter that may be absent.
+pub(crate) async fn definition_id_of(
+    ctx: &ToolContext<'_>,
+    kind: aegis_manifest::ManifestKind,
+    name_or_id: Option<String>,
+) -> Result<Option<uuid::Uuid>, ToolError> {
+    match name_or_id {
+        Some(name_or_id) => Ok(Some(definition_id(ctx, kind, &name_or_id).await?)),
+        None => Ok(None),
+    }
 }
 
 pub fn registry_error(e: RegistryError) -> ToolError {

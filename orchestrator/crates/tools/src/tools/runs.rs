@@ -1,7 +1,9 @@
 //! What the task tools (`aegis.task.*`) and the workflow tools (`aegis.workflow.*`) do alike on
-//! a stored run (`aegis_engines::runs`): read a page of its event log with the total, and remove
-//! it once it has ended. Each family loads and authorises the run its own way first.
+//! a stored run (`aegis_engines::runs`): read a page of its event log with the total, remove it
+//! once it has ended, take a wait's arguments, refuse an input that does not match the input
+//! schema. Each family loads and authorises the run its own way first.
 
+use serde::Deserialize;
 use uuid::Uuid;
 
 use super::{ToolContext, ToolError};
@@ -51,4 +53,38 @@ pub(super) async fn remove_ended(
         .await
         .map_err(ToolError::internal)?;
     Ok(())
+}
+
+/// The refusal of an input that does not match the input schema of `of` ("agent",
+/// "workflow"), each mismatch also in the details.
+pub(super) fn invalid_input(of: &str, errors: Vec<String>) -> ToolError {
+    ToolError::new(
+        "invalid_input",
+        format!(
+            "the input does not match the {of}'s input_schema: {}",
+            errors.join("; ")
+        ),
+    )
+    .with_details(serde_json::json!(errors))
+}
+
+/// The arguments of `aegis.task.wait` and `aegis.workflow.wait`.
+#[derive(Deserialize)]
+pub(super) struct WaitArgs {
+    /// The execution waited for.
+    pub execution_id: String,
+    /// Accepted (and type-checked) but only an upper bound on how late the answer may come:
+    /// the waits poll finer than any value it may have.
+    #[allow(dead_code)]
+    poll_interval_seconds: Option<u64>,
+    /// How long to wait: 300 s unless told, from 1 s to an hour.
+    timeout_seconds: Option<u64>,
+}
+
+impl WaitArgs {
+    /// When the wait gives up.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now()
+            + std::time::Duration::from_secs(self.timeout_seconds.unwrap_or(300).clamp(1, 3600))
+    }
 }

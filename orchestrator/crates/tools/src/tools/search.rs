@@ -10,23 +10,16 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::check_tenant;
-use super::definitions::registry_error;
+use super::definitions::{registry_error, ListScope};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_manifest::ManifestKind;
-use aegis_store::registry::{self, ScopeFilter, SearchQuery};
+use aegis_store::registry::{self, SearchQuery};
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
         ("aegis.agent.search", agent_search),
         ("aegis.workflow.search", workflow_search),
     ]
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum ListScope {
-    Global,
-    Visible,
 }
 
 #[derive(Deserialize)]
@@ -58,11 +51,7 @@ async fn search(ctx: &ToolContext<'_>, a: Value, kind: ManifestKind) -> Result<V
             "`query` is blank: say in words what you are looking for",
         ));
     }
-    let filter = match a.scope {
-        None => ScopeFilter::Owned,
-        Some(ListScope::Global) => ScopeFilter::Global,
-        Some(ListScope::Visible) => ScopeFilter::Visible,
-    };
+    let filter = ListScope::filter(a.scope);
     let tool = match kind {
         ManifestKind::Agent => "aegis.agent.search",
         ManifestKind::Workflow => "aegis.workflow.search",

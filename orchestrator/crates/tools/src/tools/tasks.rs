@@ -10,9 +10,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::definitions::definition_id_of;
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_engines::engine::{store, ExecError, ExecuteRequest};
 use aegis_engines::runs;
+use aegis_manifest::ManifestKind;
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
@@ -32,14 +34,7 @@ pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
 pub(crate) fn exec_error(e: ExecError) -> ToolError {
     match e {
         ExecError::Registry(r) => super::registry_error(r),
-        ExecError::InvalidInput(errors) => ToolError::new(
-            "invalid_input",
-            format!(
-                "the input does not match the agent's input_schema: {}",
-                errors.join("; ")
-            ),
-        )
-        .with_details(json!(errors)),
+        ExecError::InvalidInput(errors) => super::runs::invalid_input("agent", errors),
         ExecError::Unsupported(m) => ToolError::new("unsupported", m),
         ExecError::Limit { code, message } => ToolError::new(code, message),
         ExecError::Db(e) => ToolError::internal(e),
@@ -139,13 +134,7 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             limit: Option<i64>,
         }
         let a: A = args(a)?;
-        let agent = match a.agent_id {
-            Some(s) => Some(
-                super::definitions::definition_id(ctx, aegis_manifest::ManifestKind::Agent, &s)
-                    .await?,
-            ),
-            None => None,
-        };
+        let agent = definition_id_of(ctx, ManifestKind::Agent, a.agent_id).await?;
         let rows = store::list_visible(
             &ctx.state.pool,
             &ctx.caller.tenant,
@@ -220,19 +209,11 @@ fn logs<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 
 fn wait<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        #[derive(Deserialize)]
-        struct A {
-            execution_id: String,
-            poll_interval_seconds: Option<u64>,
-            timeout_seconds: Option<u64>,
-        }
-        let a: A = args(a)?;
+        let a: super::runs::WaitArgs = args(a)?;
         // Polls every 500 ms: `poll_interval_seconds` (at least 1 s) is only an upper bound on
         // how late the answer may come, and finer polling always satisfies it.
-        let _ = a.poll_interval_seconds;
         let poll = Duration::from_millis(500);
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_secs(a.timeout_seconds.unwrap_or(300).clamp(1, 3600));
+        let deadline = a.deadline();
         loop {
             let e = load(ctx, &a.execution_id).await?;
             if store::is_terminal(&e.status) {

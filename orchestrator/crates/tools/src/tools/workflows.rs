@@ -11,11 +11,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::definitions::definition_id_of;
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_core::caller::Tier;
 use aegis_engines::runs;
 use aegis_engines::workflow::store::{self, Visibility, WorkflowExecution};
 use aegis_engines::workflow::{RunRequest, WorkflowError};
+use aegis_manifest::ManifestKind;
 use aegis_policy::executions::{may_act_on, ExecutionOwner, ExecutionScope};
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
@@ -36,14 +38,7 @@ pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
 pub(crate) fn workflow_error(e: WorkflowError) -> ToolError {
     match e {
         WorkflowError::Registry(r) => super::registry_error(r),
-        WorkflowError::InvalidInput(errors) => ToolError::new(
-            "invalid_input",
-            format!(
-                "the input does not match the workflow's input_schema: {}",
-                errors.join("; ")
-            ),
-        )
-        .with_details(json!(errors)),
+        WorkflowError::InvalidInput(errors) => super::runs::invalid_input("workflow", errors),
         WorkflowError::ReservedKeys(keys) => ToolError::new(
             "invalid_arguments",
             format!(
@@ -230,17 +225,9 @@ fn wait<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 pub(super) async fn wait_for(ctx: &ToolContext<'_>, a: Value) -> Result<Value, ToolError> {
     {
         super::check_tenant(ctx, &a)?;
-        #[derive(Deserialize)]
-        struct A {
-            execution_id: String,
-            poll_interval_seconds: Option<u64>,
-            timeout_seconds: Option<u64>,
-        }
-        let a: A = args(a)?;
+        let a: super::runs::WaitArgs = args(a)?;
         // Polls every 250 ms: finer than any `poll_interval_seconds`, which only bounds lateness.
-        let _ = a.poll_interval_seconds;
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_secs(a.timeout_seconds.unwrap_or(300).clamp(1, 3600));
+        let deadline = a.deadline();
         loop {
             let e = load(ctx, &a.execution_id).await?;
             if store::is_terminal(&e.status) {
@@ -324,13 +311,7 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             status: Option<String>,
         }
         let a: A = args(a)?;
-        let workflow = match a.workflow_id {
-            Some(s) => Some(
-                super::definitions::definition_id(ctx, aegis_manifest::ManifestKind::Workflow, &s)
-                    .await?,
-            ),
-            None => None,
-        };
+        let workflow = definition_id_of(ctx, ManifestKind::Workflow, a.workflow_id).await?;
         let limit = a.limit.unwrap_or(20).clamp(1, 200);
         let offset = a.offset.unwrap_or(0).max(0);
         let (rows, total) = store::list(
