@@ -14,9 +14,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::binary::{self, Node};
 use common::fake_llm::{answer, FakeLlm};
-use common::{test_config, TestApp, TestDb, TEST_ADMIN_KEY};
+use common::{test_config, TestApp, TestDb};
 use orchestrator::llm::ModelRef;
 use orchestrator::manifest::{Schedule, WorkflowView};
 use reqwest::Method;
@@ -430,11 +429,6 @@ async fn a_schedule_shows_its_next_run_in_its_time_zone_with_its_jitter() {
     }
 }
 
-/// One replica: the real binary on `db`, its workflow poller at 200 ms.
-async fn replica(db: &TestDb) -> Node {
-    binary::start(db, &[("ORCHESTRATOR__WORKFLOWS__POLL_INTERVAL_MS", "200")]).await
-}
-
 // Every 2 seconds, each run up to a second late.
 const JITTERED: &str = "apiVersion: 100monkeys.ai/v1
 kind: Workflow
@@ -459,32 +453,9 @@ spec:
 async fn two_replicas_start_each_jittered_tick_once_and_not_before_its_delay() {
     let db = TestDb::create().await;
     let pool = db.pool().await;
-    let a = replica(&db).await;
-    let _b = replica(&db).await;
-    let client = reqwest::Client::new();
-    crate::common::rest::Rest::new(client.clone(), &a.base, TEST_ADMIN_KEY)
-        .deployed("/v1/workflows", JITTERED)
-        .await;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let started = crate::common::count(
-            &pool,
-            "SELECT count(*) FROM workflow_schedule_ticks WHERE execution_id IS NOT NULL",
-        )
-        .await;
-        if started >= 3 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "only {started} ticks fired");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let r = client
-        .delete(format!("{}/v1/workflows/jittered", a.base))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success());
+    let a = crate::workflow_schedule::replica(&db).await;
+    let _b = crate::workflow_schedule::replica(&db).await;
+    crate::workflow_schedule::run_ticks(&pool, (&a, &a), JITTERED, "jittered", 3).await;
 
     let (definition, manifest): (Uuid, Value) = sqlx::query_as(
         "SELECT d.id, v.manifest FROM definitions d JOIN definition_versions v \

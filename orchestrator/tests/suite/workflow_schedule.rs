@@ -11,7 +11,7 @@ use common::{TestDb, TEST_ADMIN_KEY};
 use uuid::Uuid;
 
 /// One replica: the real binary on `db`, ready, its workflow poller at 200 ms.
-async fn replica(db: &TestDb) -> Node {
+pub(crate) async fn replica(db: &TestDb) -> Node {
     binary::start(db, &[("ORCHESTRATOR__WORKFLOWS__POLL_INTERVAL_MS", "200")]).await
 }
 
@@ -38,38 +38,49 @@ spec:
 
 const TICKS: i64 = 4;
 
+/// Deploys the scheduled workflow `manifest` (named `name`) through `via.0`, waits (90 s) until
+/// `ticks` of its ticks started a run, then deletes it through `via.1`, which stops its schedule.
+pub(crate) async fn run_ticks(
+    pool: &sqlx::PgPool,
+    via: (&Node, &Node),
+    manifest: &str,
+    name: &str,
+    ticks: i64,
+) {
+    let rest =
+        |node: &Node| common::rest::Rest::new(reqwest::Client::new(), &node.base, TEST_ADMIN_KEY);
+    rest(via.0).deployed("/v1/workflows", manifest).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let started = common::count(
+            pool,
+            "SELECT count(*) FROM workflow_schedule_ticks WHERE execution_id IS NOT NULL",
+        )
+        .await;
+        if started >= ticks {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {started} ticks fired");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let r = rest(via.1)
+        .response(
+            reqwest::Method::DELETE,
+            &format!("/v1/workflows/{name}"),
+            None,
+        )
+        .await;
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+}
+
 #[tokio::test]
 async fn a_scheduled_workflow_runs_once_per_tick_across_two_replicas() {
     let db = TestDb::create().await;
     let pool = db.pool().await;
     let a = replica(&db).await;
     let b = replica(&db).await;
-    let client = reqwest::Client::new();
-    crate::common::rest::Rest::new(client.clone(), &a.base, TEST_ADMIN_KEY)
-        .deployed("/v1/workflows", TICKER)
-        .await;
-
     // Let a few ticks fire, then stop the schedule by deleting the workflow.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let started = crate::common::count(
-            &pool,
-            "SELECT count(*) FROM workflow_schedule_ticks WHERE execution_id IS NOT NULL",
-        )
-        .await;
-        if started >= TICKS {
-            break;
-        }
-        assert!(Instant::now() < deadline, "only {started} ticks fired");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let r = client
-        .delete(format!("{}/v1/workflows/ticker", b.base))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    run_ticks(&pool, (&a, &b), TICKER, "ticker", TICKS).await;
 
     // Wait until every claimed tick has its outcome and every run has ended.
     let deadline = Instant::now() + Duration::from_secs(90);
