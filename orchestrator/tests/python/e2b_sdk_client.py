@@ -59,6 +59,25 @@ def basics():
             return {"type": type(e).__name__, "exit_code": getattr(e, "exit_code", None)}
 
     attempt(report, "failing", failing)
+
+    # A plain line of a program runs as its own argv (no bash in between, so none of the
+    # variables bash sets); a builtin still means what bash makes of it; a program that does
+    # not exist gets bash's answer.
+    attempt(report, "direct_environ", lambda: sbx.commands.run("cat /proc/self/environ").stdout)
+    attempt(report, "shell_environ", lambda: sbx.commands.run("cat /proc/self/environ; true").stdout)
+    attempt(report, "builtin_cd", lambda: sbx.commands.run("cd /tmp").exit_code)
+    # A line the policy would refuse as an argv (`python3 -m` runs code) runs under bash as ever.
+    attempt(report, "code_option_line", lambda: sbx.commands.run("python3 -m site --user-base").stdout)
+
+    def not_found():
+        try:
+            sbx.commands.run("no-such-program-e2b --flag")
+            return "no exception"
+        except Exception as e:
+            return {"type": type(e).__name__, "exit_code": getattr(e, "exit_code", None),
+                    "stderr": getattr(e, "stderr", None)}
+
+    attempt(report, "not_found", not_found)
     attempt(report, "write", lambda: sbx.files.write("notes/a.txt", "héllo ✓").path)
     attempt(report, "read", lambda: sbx.files.read("notes/a.txt"))
     attempt(report, "cat", lambda: sbx.commands.run("cat /home/user/notes/a.txt").stdout)

@@ -206,6 +206,33 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged_with_the_sdk() {
     let failing = ok(&r, "failing");
     assert_eq!(failing["type"], "CommandExitException", "{failing}");
     assert_eq!(failing["exit_code"], 2, "{failing}");
+    // A plain line of a program ran without bash (which exports SHLVL to what it starts); a
+    // line with syntax ran under it; builtins, code options and missing programs get bash.
+    let direct = ok(&r, "direct_environ")
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(direct.contains("HOME=/home/user"), "{direct:?}");
+    assert!(
+        !direct.contains("SHLVL="),
+        "no shell in between: {direct:?}"
+    );
+    let shell = ok(&r, "shell_environ")
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(shell.contains("SHLVL="), "{shell:?}");
+    assert_eq!(ok(&r, "builtin_cd"), 0);
+    assert_eq!(ok(&r, "code_option_line"), "/home/user/.local\n");
+    let missing = ok(&r, "not_found");
+    assert_eq!(missing["type"], "CommandExitException", "{missing}");
+    assert_eq!(missing["exit_code"], 127, "{missing}");
+    assert!(
+        missing["stderr"]
+            .as_str()
+            .is_some_and(|e| e.contains("no-such-program-e2b: command not found")),
+        "{missing}"
+    );
     assert_eq!(ok(&r, "write"), "/home/user/notes/a.txt");
     assert_eq!(ok(&r, "read"), "héllo ✓");
     assert_eq!(ok(&r, "cat"), "héllo ✓");

@@ -78,6 +78,50 @@ pub fn command_args(
     Ok(call)
 }
 
+/// Shell builtins and reserved words: a line starting with one runs under `bash -c`, where it
+/// means what the caller wrote (most are no program at all; `echo`, `printf`, `kill` and `pwd`
+/// differ from their programs in options). `true` and `false` are not here: their programs do
+/// exactly what the builtins do.
+const SHELL_WORDS: &str = ": . [ [[ ]] { } ! alias bg bind break builtin caller case cd command \
+    compgen complete compopt continue coproc declare dirs disown do done echo elif else enable esac \
+    eval exec exit export fc fg fi for function getopts hash help history if in jobs kill let local \
+    logout mapfile popd printf pushd pwd read readarray readonly return select set shift shopt \
+    source suspend test then time times trap type typeset ulimit umask unalias unset until wait while";
+
+/// The line of a `Start` that needs no shell, for a key not bound to a context: the SDK's
+/// `bash [-l] -c <line>` where the line is words without shell syntax, starts with a program
+/// (not a builtin, [`SHELL_WORDS`]), and the request sets no environment and no directory
+/// (those would go to the policy as `env_additions` and `cwd`, which an unbound key's policy
+/// does not grant; under `bash -c` the line sets them itself). Such a line runs as its own
+/// argv: the same program bash would `exec` for it, without starting bash first (a bash start
+/// in a sandbox costs about as much as the node's whole `cmd.run`), and the audit row names the
+/// real program. `None`: it runs under `bash -c` as [`command_args`] writes it. The caller
+/// still asks the sandbox's policy (`CommandPolicy::argv`) and falls back to the shell when the
+/// program is not found, so the caller sees bash's own answer (exit 127, "command not found").
+pub fn direct_line(
+    config: &aegis_e2b::envd::process::ProcessConfig,
+    sandbox_env: &BTreeMap<String, String>,
+) -> Option<String> {
+    let program = config.cmd.rsplit('/').next().unwrap_or_default();
+    if !matches!(program, "bash" | "sh") || config.cwd.is_some() {
+        return None;
+    }
+    if !config.envs.is_empty() || !sandbox_env.is_empty() {
+        return None;
+    }
+    let line = match config.args.as_slice() {
+        [l, c, line] if l == "-l" && c == "-c" => line,
+        [c, line] if c == "-c" => line,
+        _ => return None,
+    };
+    let first = line.split(' ').find(|w| !w.is_empty())?;
+    let builtin = SHELL_WORDS.split_whitespace().any(|w| w == first);
+    if builtin || line.chars().any(|c| SHELL_SYNTAX.contains(c)) {
+        return None;
+    }
+    Some(line.trim().to_owned())
+}
+
 /// Refuses a variable that is not a POSIX name, one no caller may set, or a value with a NUL.
 pub(super) fn check_env(name: &str, value: &str) -> Result<(), ConnectError> {
     let mut bytes = name.bytes();
@@ -110,4 +154,67 @@ pub(super) fn check_env(name: &str, value: &str) -> Result<(), ConnectError> {
 /// `text` as one word of a shell line: single-quoted, each `'` written as `'\''`.
 pub(super) fn sh_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aegis_e2b::envd::process::ProcessConfig;
+
+    fn sdk(line: &str) -> ProcessConfig {
+        ProcessConfig {
+            cmd: "/bin/bash".into(),
+            args: vec!["-l".into(), "-c".into(), line.into()],
+            envs: Default::default(),
+            cwd: None,
+        }
+    }
+
+    #[test]
+    fn plain_lines_of_programs_need_no_shell() {
+        let none = BTreeMap::new();
+        assert_eq!(direct_line(&sdk("true"), &none).as_deref(), Some("true"));
+        assert_eq!(
+            direct_line(&sdk(" python3 app.py  --port 8000"), &none).as_deref(),
+            Some("python3 app.py  --port 8000")
+        );
+        let mut sh = sdk("ls /home/user");
+        sh.cmd = "sh".into();
+        sh.args.remove(0);
+        assert_eq!(direct_line(&sh, &none).as_deref(), Some("ls /home/user"));
+    }
+
+    #[test]
+    fn builtins_syntax_environment_and_directories_keep_the_shell() {
+        let none = BTreeMap::new();
+        for line in [
+            "cd /tmp",
+            "echo hi",
+            "pwd",
+            "exit 3",
+            "export A",
+            "echo $HOME",
+            "ls *.py",
+            "a=1 env",
+            "ls; ls",
+            "",
+            "   ",
+        ] {
+            assert_eq!(direct_line(&sdk(line), &none), None, "{line:?}");
+        }
+        let mut with_env = sdk("env");
+        with_env.envs.insert("A".into(), "1".into());
+        assert_eq!(direct_line(&with_env, &none), None);
+        let sandbox_env = BTreeMap::from([("B".to_owned(), "2".to_owned())]);
+        assert_eq!(direct_line(&sdk("env"), &sandbox_env), None);
+        let mut with_cwd = sdk("ls");
+        with_cwd.cwd = Some("/tmp".into());
+        assert_eq!(direct_line(&with_cwd, &none), None);
+        let mut python = sdk("true");
+        python.cmd = "python3".into();
+        assert_eq!(direct_line(&python, &none), None);
+        let mut login = sdk("true");
+        login.args = vec!["-i".into(), "-l".into()];
+        assert_eq!(direct_line(&login, &none), None);
+    }
 }

@@ -18,7 +18,7 @@ mod command;
 mod entries;
 
 /// How an E2B command becomes a `cmd.run` call (also for a template's server at create).
-pub use command::command_args;
+pub use command::{command_args, direct_line};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -302,7 +302,7 @@ pub(crate) async fn key_caller(
 }
 
 /// A tool's refusal or failure as a Connect error the SDK understands.
-fn tool_error(e: ToolError) -> ConnectError {
+pub(crate) fn tool_error(e: ToolError) -> ConnectError {
     let code = match e.code {
         "not_found" => Code::NotFound,
         "conflict" => Code::AlreadyExists,
@@ -355,11 +355,24 @@ pub async fn call(
     tool: &str,
     args: Value,
 ) -> Result<Value, ConnectError> {
+    try_call(state, target, tool, args)
+        .await?
+        .map_err(tool_error)
+}
+
+/// [`call`], with the tool's own failure (it was decided and ran, and failed) given back as
+/// the tool said it, for a caller that answers some failures itself; refusals are errors.
+pub(crate) async fn try_call(
+    state: &AppState,
+    target: &Target,
+    tool: &str,
+    args: Value,
+) -> Result<Result<Value, ToolError>, ConnectError> {
     let args = as_user(target, tool, args);
     let outcome = aegis_tools::tools::invoke_in(state, &target.caller, tool, args, Some(target.id))
         .await
         .map_err(call_error)?;
-    outcome.result.map_err(tool_error)
+    Ok(outcome.result)
 }
 
 /// [`call`] for a whole file whose bytes travel beside the call (`files.rs`): one `fs.write`

@@ -42,10 +42,10 @@ use aegis_e2b::envd::process::{
     StreamInputResponse, UpdateRequest, UpdateResponse,
 };
 
-use super::command::command_args;
+use super::command::{command_args, direct_line};
 use super::{
-    call, content_type, error_response, refuse, stream_error, stream_response, target, unary,
-    Target, DEFAULT_KEEPALIVE, MAX_MESSAGE,
+    call, content_type, error_response, refuse, stream_error, stream_response, target, tool_error,
+    try_call, unary, Target, DEFAULT_KEEPALIVE, MAX_MESSAGE,
 };
 use aegis_http::Connection;
 use aegis_tools::state::AppState;
@@ -253,13 +253,20 @@ async fn start(
         Ok(t) => t,
         Err(e) => return stream_error(codec, &e),
     };
-    let args = match start_args(&headers, request, &target.env, target.caller.seal.is_some()) {
+    let confined = target.caller.seal.is_some();
+    // A terminal is always a shell; a confined key's plain lines are unwrapped by `command_args`.
+    let line = request
+        .process
+        .as_ref()
+        .filter(|_| !confined && request.pty.is_none())
+        .and_then(|config| direct_line(config, &target.env));
+    let args = match start_args(&headers, request, &target.env, confined) {
         Ok(a) => a,
         Err(e) => return stream_error(codec, &e),
     };
     let keepalive = keepalive_of(&headers);
     stream(codec, cut, move |tx| async move {
-        let started = match call(&state, &target, "cmd.run", args).await {
+        let started = match start_command(&state, &target, line, args).await {
             Ok(out) => out,
             Err(e) => {
                 let _ = tx.send(end_stream_frame(&EndStream::failed(e))).await;
@@ -305,6 +312,47 @@ async fn start(
         )
         .await;
     })
+}
+
+/// Starts a `Start`'s command: a `line` that needs no shell ([`direct_line`]) as its own argv
+/// when the sandbox's policy takes it so (`CommandPolicy::argv`, the check the router makes
+/// again when it decides), else under `bash -c` (`shell`, the request's `cmd.run` arguments).
+/// A direct program that is not found runs under `bash -c` after all, so the caller gets
+/// bash's answer (exit 127, "command not found") as before; its failed start keeps its audit
+/// row, as every call does.
+async fn start_command(
+    state: &AppState,
+    target: &Target,
+    line: Option<String>,
+    shell: Value,
+) -> Result<Value, ConnectError> {
+    if let Some(direct) = match line {
+        Some(line) => direct_args(state, target, &line, &shell).await,
+        None => None,
+    } {
+        match try_call(state, target, "cmd.run", direct).await? {
+            Ok(started) => return Ok(started),
+            Err(e) if e.code == "command_not_found" => {}
+            Err(e) => return Err(tool_error(e)),
+        }
+    }
+    call(state, target, "cmd.run", shell).await
+}
+
+/// `shell` with `line` as the command and no `bash -c`, when the sandbox's policy runs the
+/// line as it is (any program, no code option, a bare name); `None` otherwise.
+async fn direct_args(
+    state: &AppState,
+    target: &Target,
+    line: &str,
+    shell: &Value,
+) -> Option<Value> {
+    let policy = state.sandboxes.policy(&state.pool, target.id).await.ok()?;
+    policy.command.argv(line, &[]).ok()?;
+    let mut args = shell.clone();
+    args["command"] = json!(line);
+    args["args"] = json!([]);
+    Some(args)
 }
 
 /// The `cmd.run` arguments of a `StartRequest`: the command as [`command_args`] translates it
