@@ -290,13 +290,27 @@ pub async fn create_v2(
     }
 }
 
-/// The one create both versions share: checks, sandbox, row, restore; the row it made.
-async fn create_row(
+/// What a create asks for, checked before anything is made: its network, its environment, the
+/// runtime of its template (or of the key's snapshot it names).
+struct CreatePlan {
+    /// It gets a network of its own (the key is granted some egress and its rules admit some).
+    networked: bool,
+    /// Its egress rules as stored.
+    egress: serde_json::Value,
+    /// Its ports need its traffic access token.
+    private: bool,
+    env_vars: std::collections::BTreeMap<String, String>,
+    /// The key's snapshot its template names, restored into it once made.
+    from_snapshot: Option<super::snapshots::Snapshot>,
+    runtime: &'static aegis_core::runtimes::Runtime,
+}
+
+/// Checks a create's request and plans it ([`CreatePlan`]); every refusal here leaves nothing.
+async fn plan_create(
     state: &AppState,
     caller: &Caller,
-    req: NewSandbox,
-    default_timeout: u32,
-) -> Result<Row, Refusal> {
+    req: &NewSandbox,
+) -> Result<CreatePlan, Refusal> {
     req.check(&aegis_e2b::api::Limits::default())
         .map_err(Refusal)?;
     // Egress: the sandbox's own rules, bounded by what the operator grants the key; a
@@ -361,6 +375,25 @@ async fn create_row(
             unsupported.join(", ")
         ))));
     }
+    Ok(CreatePlan {
+        networked,
+        egress,
+        private,
+        env_vars,
+        from_snapshot,
+        runtime,
+    })
+}
+
+/// The one create both versions share: checks, sandbox, row, restore; the row it made.
+async fn create_row(
+    state: &AppState,
+    caller: &Caller,
+    req: NewSandbox,
+    default_timeout: u32,
+) -> Result<Row, Refusal> {
+    let plan = plan_create(state, caller, &req).await?;
+    let (networked, private, runtime) = (plan.networked, plan.private, plan.runtime);
     let timeout = req.timeout_secs(default_timeout);
     let token = new_token()?;
     let started = Instant::now();
@@ -381,13 +414,13 @@ async fn create_row(
                     owner_key_id: &caller.id,
                     template_id: &req.template_id,
                     metadata: &metadata,
-                    env_vars: &env_vars,
+                    env_vars: &plan.env_vars,
                     allow_internet_access: req.allow_internet_access,
                     envd_access_token: &token,
                     timeout_secs: timeout,
                     pause_on_timeout: req.auto_pause == Some(true),
                     pause_keeps_memory: req.auto_pause_memory != Some(false),
-                    egress: networked.then_some(&egress),
+                    egress: networked.then_some(&plan.egress),
                     auto_resume: req.auto_resume(),
                     mask_request_host: req.host_mask(),
                 },
@@ -421,14 +454,9 @@ async fn create_row(
         (Ok(_), Some(Err(e))) => return Err(db(e)),
         (Ok(_), None) => return Err(db(sqlx::Error::Protocol("no row".into()))),
     };
-    if let Some(snapshot) = &from_snapshot {
+    if let Some(snapshot) = &plan.from_snapshot {
         if let Err(e) = lifecycle::restore_into(state, caller, &row, snapshot).await {
-            if let Err(d) = state.sandboxes.destroy(SandboxId(row.current)).await {
-                tracing::warn!(sandbox = %row.current, error = %d, "a sandbox whose restore failed could not be destroyed; the reaper removes it");
-            }
-            store::delete(&state.pool, row.sandbox_id)
-                .await
-                .map_err(db)?;
+            undo_create(state, &row, "its snapshot could not be restored").await?;
             return Err(e);
         }
     }
@@ -442,12 +470,7 @@ async fn create_row(
     .await
     {
         tracing::warn!(sandbox = %row.sandbox_id, error = %e, "E2B create: the template's server did not start; the sandbox goes");
-        if let Err(d) = state.sandboxes.destroy(SandboxId(row.current)).await {
-            tracing::warn!(sandbox = %row.current, error = %d, "a sandbox whose server did not start could not be destroyed; the reaper removes it");
-        }
-        store::delete(&state.pool, row.sandbox_id)
-            .await
-            .map_err(db)?;
+        undo_create(state, &row, "its template's server did not start").await?;
         return Err(Refusal(ApiError::new(503, e.to_string())));
     }
     let mut row = row;
@@ -455,6 +478,15 @@ async fn create_row(
         row.traffic_access_token = Some(make_private(state, &row).await?);
     }
     Ok(row)
+}
+
+/// Takes back a create whose last step failed (`why`): its sandbox goes (the reaper finishes
+/// it if the engine cannot now) and its row with it.
+async fn undo_create(state: &AppState, row: &Row, why: &str) -> Result<(), Refusal> {
+    if let Err(e) = state.sandboxes.destroy(SandboxId(row.current)).await {
+        tracing::warn!(sandbox = %row.current, error = %e, why, "a sandbox whose create failed could not be destroyed; the reaper removes it");
+    }
+    store::delete(&state.pool, row.sandbox_id).await.map_err(db)
 }
 
 /// Makes `row`'s sandbox private: a new traffic access token, which its ports then require.
