@@ -51,14 +51,16 @@ def basics():
     attempt(report, "whoami", lambda: sbx.commands.run("whoami").stdout.strip())
     attempt(report, "no_network", lambda: sbx.commands.run("python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), 3)'").stdout)
 
-    def failing():
+    def failure(line):
+        """How a command that must fail failed: the SDK's exception, exit code and stderr."""
         try:
-            sbx.commands.run("ls /home/user/nope")
+            sbx.commands.run(line)
             return "no exception"
         except Exception as e:
-            return {"type": type(e).__name__, "exit_code": getattr(e, "exit_code", None)}
+            return {"type": type(e).__name__, "exit_code": getattr(e, "exit_code", None),
+                    "stderr": getattr(e, "stderr", None)}
 
-    attempt(report, "failing", failing)
+    attempt(report, "failing", lambda: failure("ls /home/user/nope"))
 
     # A plain line of a program runs as its own argv (no bash in between, so none of the
     # variables bash sets); a builtin still means what bash makes of it; a program that does
@@ -69,15 +71,7 @@ def basics():
     # A line the policy would refuse as an argv (`python3 -m` runs code) runs under bash as ever.
     attempt(report, "code_option_line", lambda: sbx.commands.run("python3 -m site --user-base").stdout)
 
-    def not_found():
-        try:
-            sbx.commands.run("no-such-program-e2b --flag")
-            return "no exception"
-        except Exception as e:
-            return {"type": type(e).__name__, "exit_code": getattr(e, "exit_code", None),
-                    "stderr": getattr(e, "stderr", None)}
-
-    attempt(report, "not_found", not_found)
+    attempt(report, "not_found", lambda: failure("no-such-program-e2b --flag"))
     attempt(report, "write", lambda: sbx.files.write("notes/a.txt", "héllo ✓").path)
     attempt(report, "read", lambda: sbx.files.read("notes/a.txt"))
     attempt(report, "cat", lambda: sbx.commands.run("cat /home/user/notes/a.txt").stdout)
