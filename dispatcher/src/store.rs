@@ -128,7 +128,8 @@ pub struct SandboxInfo {
     pub owner: Owner,
     /// Where it is in its life.
     pub state: SandboxState,
-    /// Docker container name (`aegis-sbx-<id>`).
+    /// Docker container name (`aegis-sbx-<id>`; each restore from a checkpoint moves it to a new
+    /// one, `aegis-sbx-<id>-r<epoch>`).
     pub container_name: String,
     /// Workspace volume name (`aegis-ws-<id>`).
     pub volume_name: String,
@@ -342,6 +343,32 @@ pub(crate) async fn claim_restore(pg: &PgPool, id: SandboxId, me: Uuid) -> Resul
     .fetch_optional(pg)
     .await
     .map_err(db("claiming a checkpointed sandbox"))
+}
+
+/// A restore under way (`creating`, held by `(me, epoch)`) moves its sandbox into the new
+/// container it starts from the checkpoint (`checkpoint.rs`); false when someone else changed
+/// the row first (a destroy).
+pub(crate) async fn move_container(
+    pg: &PgPool,
+    id: SandboxId,
+    me: Uuid,
+    epoch: i64,
+    container_name: &str,
+    container_id: &str,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE sandboxes SET container_name = $4, container_id = $5, updated_at = now() \
+         WHERE id = $1 AND state = 'creating' AND instance_id = $2 AND epoch = $3",
+    )
+    .bind(id.0)
+    .bind(me)
+    .bind(epoch)
+    .bind(container_name)
+    .bind(container_id)
+    .execute(pg)
+    .await
+    .map_err(db("moving a restored sandbox to its new container"))?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// `creating`|`checkpointed` -> `running` by `(me, epoch)`: a restore finished, or a checkpoint

@@ -140,22 +140,7 @@ impl Inner {
                 tracing::warn!(sandbox = %id, error = %e, "cannot list the adopted sandbox's live processes; they run on unfollowed")
             }
         }
-        let recorded = row.spec.clone().unwrap_or_else(|| {
-            store::RecordedSpec::from(&SandboxSpec::new(row.image.clone(), row.owner.clone()))
-        });
-        let spec = SandboxSpec {
-            image: row.image.clone(),
-            owner: row.owner.clone(),
-            limits: recorded.limits,
-            network: recorded.network,
-            read_roots: recorded.read_roots,
-            write_roots: recorded.write_roots,
-            follow_symlinks: recorded.follow_symlinks,
-            workspace: recorded.workspace,
-            labels: recorded.labels,
-            isolation: Some(recorded.isolation),
-            allow_root: recorded.allow_root,
-        };
+        let spec = spec_of(row);
         if spec.network == NetworkMode::Egress {
             // The previous instance's proxy ended with it: this instance starts its own.
             let fail = |detail: String| DispatchError::Network { id, detail };
@@ -179,5 +164,26 @@ impl Inner {
             stream,
             epoch,
         }))
+    }
+}
+
+/// The spec sandbox `row` was made with (as recorded; its image and owner alone for a row
+/// older than the recorded spec): what its container is created again from.
+pub(super) fn spec_of(row: &store::SandboxInfo) -> SandboxSpec {
+    let recorded = row.spec.clone().unwrap_or_else(|| {
+        store::RecordedSpec::from(&SandboxSpec::new(row.image.clone(), row.owner.clone()))
+    });
+    SandboxSpec {
+        image: row.image.clone(),
+        owner: row.owner.clone(),
+        limits: recorded.limits,
+        network: recorded.network,
+        read_roots: recorded.read_roots,
+        write_roots: recorded.write_roots,
+        follow_symlinks: recorded.follow_symlinks,
+        workspace: recorded.workspace,
+        labels: recorded.labels,
+        isolation: Some(recorded.isolation),
+        allow_root: recorded.allow_root,
     }
 }

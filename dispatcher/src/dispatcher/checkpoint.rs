@@ -19,6 +19,16 @@
 //! - The executor's stdin/stdout are new pipes after a restore (gVisor re-binds them): the
 //!   stream is attached again and pinged, as an adoption does (`adopt.rs`). The socket channel
 //!   is not reachable in gVisor sandboxes anyway (its socket lives in gVisor's own filesystem).
+//! - A container that was started from a checkpoint can be checkpointed again, but the engine
+//!   cannot start it from that second checkpoint: containerd keeps its task (runsc calls it
+//!   "paused"; "id already in use"). A *new* container of the same spec started from a copy of
+//!   the checkpoint works every time (measured: four cycles by hand). So each restore creates
+//!   the sandbox's container anew (`aegis-sbx-<id>-r<epoch>`, [`restored_name`]) on the same
+//!   held volume, has the fork's copy helper (`copy.rs`) copy the checkpoint into its
+//!   directory, moves the row to it and removes the old container; the sandbox's identity
+//!   (id, E2B id, token, policy, owner, network, volume) stays. containerd keeps the task and
+//!   shim of each container checkpointed after a restore until the engine restarts (not
+//!   removable through Docker's API).
 //! - The checkpoint lives in the engine's data root (`containers/<id>/checkpoints/`, root's,
 //!   mode 0700): only the engine reads it, only a replica driving that engine restores it, and
 //!   it goes with the container when the sandbox is destroyed.
@@ -34,6 +44,7 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
+use super::copy::{CopyTo, CHECKPOINT};
 use super::{Dispatcher, Inner, Location};
 use crate::error::{engine, DispatchError, Result};
 use crate::isolation::Isolation;
@@ -41,19 +52,11 @@ use crate::spec::{NetworkMode, SandboxId, SandboxSpec};
 use crate::store::{self, SandboxState};
 use crate::{hardening, labels};
 
-/// The name of the one checkpoint a sandbox has while it is paused.
-pub(super) const CHECKPOINT: &str = "aegis-pause";
-
-/// Why a sandbox whose container was started from a checkpoint (resumed from a pause with
-/// memory, a fork, or a fork's source) is not checkpointed again. Measured on Docker 20.10 with
-/// runsc 2022-12: the second checkpoint of such a container saves it, but containerd keeps its
-/// task "running" (`cannot delete running task ...: failed precondition` in the engine's log,
-/// its shim left behind), so the restore that follows is refused ("id already in use") and the
-/// sandbox would be lost; a kill of it running is clean.
-pub(crate) const RESTORED_ONCE: &str =
-    "its container was started from a checkpoint already (a resume or a fork), and this engine \
-     (Docker 20.10 with runsc 2022-12) cannot restore a container checkpointed a second time \
-     (containerd keeps its task: \"id already in use\")";
+/// The name of the container sandbox `id` is restored into by the restore of epoch `epoch`
+/// (each restore starts a new container; the first container is `aegis-sbx-<id>`).
+pub(crate) fn restored_name(id: SandboxId, epoch: i64) -> String {
+    format!("aegis-sbx-{id}-r{epoch}")
+}
 
 /// The `org.aegis.component` value of a holder container.
 pub(crate) const HOLDER_COMPONENT: &str = "holder";
@@ -120,8 +123,7 @@ impl Inner {
                 })
             }
         };
-        self.can_checkpoint(id, &sandbox.spec, &sandbox.container)
-            .await?;
+        self.can_checkpoint(id, &sandbox.spec).await?;
         let memory_bytes = self.memory_in_use(id, &sandbox.container).await?;
         if memory_bytes > max_bytes {
             return Err(DispatchError::CheckpointTooLarge {
@@ -283,14 +285,55 @@ impl Inner {
         }
     }
 
+    /// Restores into a new container: this engine cannot restore a container that was started
+    /// from a checkpoint and checkpointed again (module doc), so every resume starts a fresh
+    /// container of the sandbox's spec from a copy of the checkpoint, moves the sandbox's row
+    /// to it, and removes the old one (its checkpoint with it).
     async fn restore_claimed(self: &Arc<Self>, row: &store::SandboxInfo, epoch: i64) -> Result<()> {
         let id = row.id;
-        self.start_from_checkpoint(&row.container_name)
+        let spec = super::adopt::spec_of(row);
+        let root = self.data_root(id).await?;
+        let old = row.container_name.clone();
+        let old_id = self.container_id(&old).await?;
+        let new = restored_name(id, epoch);
+        let new_id = self
+            .create_container_of(id, &spec, &row.owner, &new, &row.volume_name, None)
+            .await?;
+        let target = CopyTo {
+            workspace: None,
+            container_id: new_id.clone(),
+            mark: new.clone(),
+        };
+        let moved = async {
+            self.copy_checkpoint(id, &spec, &root, &old_id, std::slice::from_ref(&target))
+                .await?;
+            if !store::move_container(&self.pg, id, self.instance, epoch, &new, &new_id).await? {
+                return Err(DispatchError::SandboxGone {
+                    id,
+                    reason: "destroyed while being restored".to_owned(),
+                });
+            }
+            Ok(())
+        };
+        if let Err(e) = moved.await {
+            // The row still names the old container (its destroy removes that one).
+            if let Err(removing) = self.remove_container(&new).await {
+                tracing::warn!(sandbox = %id, error = %removing, "could not remove an unused restore container; the reaper will");
+            }
+            return Err(e);
+        }
+        // The row names the new container: the old one, checkpoint and all, is not needed.
+        if let Err(e) = self.remove_container(&old).await {
+            tracing::warn!(sandbox = %id, container = %old, error = %e, "could not remove a restored sandbox's old container");
+        }
+        self.start_from_checkpoint(&new)
             .await
             .map_err(engine(format!(
                 "restoring sandbox {id} from its checkpoint"
             )))?;
-        let sandbox = self.reattach(row, epoch).await?;
+        let mut moved_row = row.clone();
+        moved_row.container_name = new.clone();
+        let sandbox = self.reattach(&moved_row, epoch).await?;
         if !store::mark_running_again(&self.pg, id, self.instance, epoch).await? {
             sandbox.stream.close("destroyed while being restored");
             return Err(DispatchError::SandboxGone {
@@ -299,11 +342,7 @@ impl Inner {
             });
         }
         self.hold(sandbox);
-        if let Err(e) = self
-            .docker
-            .delete_checkpoint(&row.container_name, CHECKPOINT, None)
-            .await
-        {
+        if let Err(e) = self.docker.delete_checkpoint(&new, CHECKPOINT, None).await {
             // It goes with the container at the latest.
             tracing::warn!(sandbox = %id, error = %e, "could not delete a used checkpoint");
         }
@@ -322,14 +361,8 @@ impl Inner {
     }
 
     /// Refuses, with [`DispatchError::CheckpointUnavailable`] saying why, a sandbox whose class
-    /// or engine cannot be checkpointed (only gVisor's, on an engine with experimental features),
-    /// or whose container was itself started from a checkpoint (see [`RESTORED_ONCE`]).
-    pub(super) async fn can_checkpoint(
-        &self,
-        id: SandboxId,
-        spec: &SandboxSpec,
-        container: &str,
-    ) -> Result<()> {
+    /// or engine cannot be checkpointed (only gVisor's, on an engine with experimental features).
+    pub(super) async fn can_checkpoint(&self, id: SandboxId, spec: &SandboxSpec) -> Result<()> {
         let unavailable = |detail: String| DispatchError::CheckpointUnavailable { id, detail };
         if spec.isolation() != Isolation::Gvisor {
             return Err(unavailable(
@@ -347,22 +380,6 @@ impl Inner {
                  daemon.json and restart it"
                     .to_owned(),
             ));
-        }
-        // A sandbox container is never started twice but by a restore: one that finished once
-        // was restored.
-        let finished = self
-            .docker
-            .inspect_container(
-                container,
-                None::<bollard::query_parameters::InspectContainerOptions>,
-            )
-            .await
-            .map_err(engine(format!("inspecting container {container}")))?
-            .state
-            .and_then(|s| s.finished_at)
-            .filter(|at| !at.is_empty() && !at.starts_with("0001-"));
-        if finished.is_some() {
-            return Err(unavailable(RESTORED_ONCE.to_owned()));
         }
         Ok(())
     }

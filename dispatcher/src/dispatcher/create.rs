@@ -274,8 +274,7 @@ impl Inner {
         channel: Option<&std::path::Path>,
         open_proxy: bool,
     ) -> Result<String> {
-        let base = self.labels(id, owner);
-        let mut volume_labels = base.clone();
+        let mut volume_labels = self.labels(id, owner);
         volume_labels.insert(labels::COMPONENT.to_owned(), "workspace".to_owned());
         self.docker
             .create_volume(hardening::workspace_volume(spec, volume, volume_labels))
@@ -307,7 +306,22 @@ impl Inner {
             }
         }
 
-        let mut container_labels = base;
+        self.create_container_of(id, spec, owner, container, volume, channel)
+            .await
+    }
+
+    /// Creates (does not start) sandbox `id`'s hardened container `container` on its volume:
+    /// a new sandbox's, a fork's, or the one a checkpointed sandbox is restored into.
+    pub(super) async fn create_container_of(
+        &self,
+        id: SandboxId,
+        spec: &SandboxSpec,
+        owner: &Owner,
+        container: &str,
+        volume: &str,
+        channel: Option<&std::path::Path>,
+    ) -> Result<String> {
+        let mut container_labels = self.labels(id, owner);
         container_labels.insert(labels::COMPONENT.to_owned(), "sandbox".to_owned());
         for (k, v) in &spec.labels {
             container_labels.insert(k.clone(), v.clone());

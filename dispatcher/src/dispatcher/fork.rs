@@ -17,7 +17,7 @@
 //!   each fork's new volume is held by a holder (`checkpoint.rs`) from before the copy to after
 //!   its start, as a paused sandbox's is.
 //! - The copy (the source's workspace files into each fork's volume, the checkpoint into each
-//!   fork's directory) is made on the engine by a short-lived helper container
+//!   fork's directory) is made on the engine (`copy.rs`) by a short-lived helper container
 //!   (`aegis-fcopy-<source>`: the source's image under runc, no network, read-only root, only
 //!   the capabilities `cp -a` needs as root), so it works wherever the engine is (the node never
 //!   reads the engine's data root itself). It runs while the source is stopped, so files and
@@ -26,21 +26,16 @@
 //!   (`adopt.rs`'s `reattach`: its live processes followed, its egress proxy opened on its own
 //!   network), then its copy of the checkpoint and its holder are removed: no checkpoint data
 //!   is left on disk once the forks run (the source's own goes with its restore).
-//! - A source whose container was itself started from a checkpoint is refused
-//!   (`checkpoint::RESTORED_ONCE`, checked by `can_checkpoint`): this engine cannot restore it
-//!   after a second checkpoint. The forks and the source are such containers afterwards.
+//! - The source's restore starts it in a new container (`checkpoint.rs`), as each fork is
+//!   started: any of them can be checkpointed, forked and paused with memory again.
 
 use std::sync::Arc;
 
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
-use bollard::query_parameters::{CreateContainerOptionsBuilder, InspectContainerOptions};
-use futures_util::StreamExt;
-
-use super::checkpoint::CHECKPOINT;
+use super::copy::{CopyTo, CHECKPOINT};
 use super::{Dispatcher, Inner, Location};
-use crate::error::{engine, DispatchError, Result};
+use crate::error::{DispatchError, Result};
 use crate::spec::{SandboxId, SandboxSpec};
-use crate::{labels, placement, store};
+use crate::{placement, store};
 
 /// What a fork that keeps memory made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,8 +79,7 @@ impl Inner {
                 })
             }
         };
-        self.can_checkpoint(id, &sandbox.spec, &sandbox.container)
-            .await?;
+        self.can_checkpoint(id, &sandbox.spec).await?;
         let memory_bytes = self.memory_in_use(id, &sandbox.container).await?;
         let copies = u64::try_from(count).unwrap_or(u64::MAX).saturating_add(1);
         let bytes = memory_bytes.saturating_mul(copies);
@@ -96,16 +90,7 @@ impl Inner {
                 max_bytes,
             });
         }
-        let root = self
-            .docker
-            .info()
-            .await
-            .map_err(engine("reading the engine's data root (docker info)"))?
-            .docker_root_dir
-            .ok_or_else(|| DispatchError::CheckpointUnavailable {
-                id,
-                detail: "the engine does not say where its data root is".to_owned(),
-            })?;
+        let root = self.data_root(id).await?;
         let source_container_id = self.container_id(&sandbox.container).await?;
 
         // The forks' objects first, so the source is stopped only for the copy.
@@ -124,8 +109,16 @@ impl Inner {
                 .await;
             return Err(e);
         }
+        let targets: Vec<CopyTo> = made
+            .iter()
+            .map(|fork| CopyTo {
+                workspace: Some(format!("aegis-ws-{}", fork.id)),
+                container_id: fork.container_id.clone(),
+                mark: fork.id.to_string(),
+            })
+            .collect();
         let copied = self
-            .copy_into_forks(id, &sandbox.spec, &root, &source_container_id, &made)
+            .copy_checkpoint(id, &sandbox.spec, &root, &source_container_id, &targets)
             .await;
         // The source runs on whatever the copy did.
         let restored = self.restore(id).await;
@@ -160,22 +153,6 @@ impl Inner {
             failed,
             memory_bytes,
         })
-    }
-
-    /// The full id of `container` (its directory's name in the engine's data root).
-    async fn container_id(&self, container: &str) -> Result<String> {
-        self.docker
-            .inspect_container(container, None::<InspectContainerOptions>)
-            .await
-            .map_err(engine(format!("inspecting container {container}")))?
-            .id
-            .ok_or_else(|| DispatchError::Engine {
-                action: format!("inspecting container {container}"),
-                source: bollard::errors::Error::DockerResponseServerError {
-                    status_code: 500,
-                    message: "the engine gave no container id".to_owned(),
-                },
-            })
     }
 
     /// A fork's row (`creating`), workspace volume (held), network and container, not started.
@@ -250,128 +227,6 @@ impl Inner {
         }
     }
 
-    /// Copies the checkpointed source's workspace files into each fork's volume and its
-    /// checkpoint into each fork's checkpoint directory, with one helper container.
-    async fn copy_into_forks(
-        &self,
-        id: SandboxId,
-        spec: &SandboxSpec,
-        root: &str,
-        source_container_id: &str,
-        made: &[Made],
-    ) -> Result<()> {
-        let name = format!("aegis-fcopy-{id}");
-        let mut mounts = vec![
-            volume_mount(&format!("aegis-ws-{id}"), "/from/ws", true),
-            bind_mount(
-                &format!("{root}/containers/{source_container_id}/checkpoints/{CHECKPOINT}"),
-                "/from/ckpt",
-                true,
-            ),
-        ];
-        for (i, fork) in made.iter().enumerate() {
-            mounts.push(volume_mount(
-                &format!("aegis-ws-{}", fork.id),
-                &format!("/to/{i}/ws"),
-                false,
-            ));
-            mounts.push(bind_mount(
-                &format!("{root}/containers/{}", fork.container_id),
-                &format!("/to/{i}/ctr"),
-                false,
-            ));
-        }
-        // `/.` copies the directory's own owner and mode too; the checkpoint directory is
-        // root's, 0700, as the engine makes its own. Each copy gets a file naming its fork
-        // (runsc reads only `checkpoint.img`): the engine hands a checkpoint to containerd as
-        // a blob named by its digest, and a second blob of the same digest while the first is
-        // still stored fails the start ("content sha256:... already exists").
-        let mut script = "set -e".to_owned();
-        for (i, fork) in made.iter().enumerate() {
-            let (d, ckpt) = (
-                format!("/to/{i}"),
-                format!("/to/{i}/ctr/checkpoints/{CHECKPOINT}"),
-            );
-            script.push_str(&format!(
-                "; cp -a /from/ws/. {d}/ws/; mkdir -p -m 0700 {ckpt}; cp -a /from/ckpt/. {ckpt}/; \
-                 echo {} > {ckpt}/fork",
-                fork.id
-            ));
-        }
-        let mut helper_labels = self.labels(id, &spec.owner);
-        helper_labels.insert(labels::COMPONENT.to_owned(), FORK_COPY_COMPONENT.to_owned());
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
-            entrypoint: Some(vec!["/bin/sh".to_owned(), "-c".to_owned(), script]),
-            cmd: Some(Vec::new()),
-            user: Some("0:0".to_owned()),
-            network_disabled: Some(true),
-            labels: Some(helper_labels),
-            host_config: Some(HostConfig {
-                mounts: Some(mounts),
-                network_mode: Some("none".to_owned()),
-                readonly_rootfs: Some(true),
-                cap_drop: Some(vec!["ALL".to_owned()]),
-                // `cp -a` as root: read the sandbox user's files, keep owners and modes.
-                cap_add: Some(
-                    ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]
-                        .map(str::to_owned)
-                        .to_vec(),
-                ),
-                security_opt: Some(vec!["no-new-privileges".to_owned()]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let failed = |source| DispatchError::Create {
-            id,
-            image: spec.image.clone(),
-            what: "fork copy helper",
-            source,
-        };
-        self.docker
-            .create_container(
-                Some(CreateContainerOptionsBuilder::new().name(&name).build()),
-                body,
-            )
-            .await
-            .map_err(failed)?;
-        let ran = async {
-            self.docker
-                .start_container(&name, None)
-                .await
-                .map_err(failed)?;
-            let mut waited = self.docker.wait_container(
-                &name,
-                None::<bollard::query_parameters::WaitContainerOptions>,
-            );
-            let code = match tokio::time::timeout(self.config.call_timeout, waited.next()).await {
-                Ok(Some(Ok(exit))) => exit.status_code,
-                // bollard answers a non-zero exit as an error carrying the code.
-                Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError {
-                    code, ..
-                }))) => code,
-                Ok(Some(Err(e))) => return Err(engine(format!("waiting for {name}"))(e)),
-                Ok(None) | Err(_) => -1,
-            };
-            if code != 0 {
-                let exit = super::describe_exit(&self.docker, &name).await;
-                return Err(DispatchError::CheckpointUnavailable {
-                    id,
-                    detail: format!(
-                        "copying its files and checkpoint for the forks failed (exit {code}){exit}"
-                    ),
-                });
-            }
-            Ok(())
-        };
-        let result = ran.await;
-        if let Err(e) = self.remove_container(&name).await {
-            tracing::warn!(sandbox = %id, error = %e, "could not remove the fork copy helper; the reaper will");
-        }
-        result
-    }
-
     /// Starts a fork from its copy of the checkpoint, re-attaches and holds it, then removes
     /// that copy and its holder.
     async fn start_fork(self: &Arc<Self>, fork: &Made) -> Result<()> {
@@ -405,28 +260,5 @@ impl Inner {
         }
         self.remove_holder(id).await;
         Ok(())
-    }
-}
-
-/// The `org.aegis.component` value of a fork's copy helper.
-pub(crate) const FORK_COPY_COMPONENT: &str = "fork-copy";
-
-fn volume_mount(volume: &str, target: &str, read_only: bool) -> Mount {
-    Mount {
-        target: Some(target.to_owned()),
-        source: Some(volume.to_owned()),
-        typ: Some(MountType::VOLUME),
-        read_only: Some(read_only),
-        ..Default::default()
-    }
-}
-
-fn bind_mount(path: &str, target: &str, read_only: bool) -> Mount {
-    Mount {
-        target: Some(target.to_owned()),
-        source: Some(path.to_owned()),
-        typ: Some(MountType::BIND),
-        read_only: Some(read_only),
-        ..Default::default()
     }
 }

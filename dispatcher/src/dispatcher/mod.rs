@@ -28,6 +28,7 @@
 
 mod adopt;
 mod checkpoint;
+mod copy;
 pub use checkpoint::Checkpointed;
 mod fork;
 pub use fork::Forked;

@@ -127,7 +127,7 @@ def main():
 
     # Another key sees no such sandbox.
     report["other_key_fork"] = raw_fork(sbx.sandbox_id, os.environ["E2B_OTHER_API_KEY"])[0]
-    # The source runs from a checkpoint now: a second fork keeps its files only, and says why.
+    # The source runs in the new container its restore started: a second fork keeps memory too.
     _, kept, answer = raw_fork(sbx.sandbox_id, os.environ["E2B_API_KEY"])
     report["second_fork_kept"] = kept
     report["second_fork_files_only_because"] = latest_fork_fields(sbx.sandbox_id).get("files_only_because")

@@ -1,8 +1,9 @@
 """Pause that keeps memory, through E2B's own Python SDK, unmodified: a gVisor sandbox runs a
 background shell loop counting in a shell variable and a Python REPL holding a value; it is
 paused (the SDK's default keeps memory), then resumed by connect(); both must still run with
-their state. Then it is paused again (its files only: a restored container is not checkpointed
-twice) and killed while paused. Then the other kinds: a pause at
+their state. Then it is paused and resumed twice more (each pause keeps memory again: the loop
+counts on and the REPL answers each time), paused a fourth time and killed while paused. Then
+the other kinds: a pause at
 the timeout (autoPause) keeps memory too; `keep_memory=False`, at a pause or in the lifecycle's
 timeout pause, keeps the files only (the REPL is gone after the resume, its file is not).
 
@@ -124,11 +125,34 @@ def main():
     report["repl_after"] = sbx.files.read("after")
     report["command_after"] = sbx.commands.run("echo again").stdout.strip()
 
-    # Paused again, then killed while paused. Its container was started from a checkpoint,
-    # which this engine cannot checkpoint and restore again: the files are kept, the log says
-    # why.
+    # Paused and resumed twice more: each pause keeps memory (a resume starts a new container
+    # from the checkpoint, which can be checkpointed again).
+    report["cycles"] = []
+    for n in (2, 3):
+        before = read_int(sbx, "counter")
+        sbx.pause()
+        fields = latest_pause_fields(sbx.sandbox_id)
+        step(f"paused_{n}")
+        sbx.connect(timeout=300)
+        at_resume = read_int(sbx, "counter")
+        time.sleep(1.0)
+        later = read_int(sbx, "counter")
+        pids = sorted(p.pid for p in sbx.commands.list())
+        sbx.commands.send_stdin(
+            repl.pid, f"open('/home/user/after{n}', 'w').write(str(secret[0] + 1) + ' ' + str(secret[1] == os.getpid()))\n"
+        )
+        wait_for(f"the REPL's answer after resume {n}", lambda: written(sbx, f"after{n}"))
+        report["cycles"].append({
+            "counter_before": before,
+            "files_only_because": fields.get("files_only_because"),
+            "counter_at_resume": at_resume,
+            "counter_later": later,
+            "pids": pids,
+            "repl": sbx.files.read(f"after{n}"),
+        })
+
+    # Paused a fourth time, then killed while paused.
     sbx.pause()
-    report["second_pause_files_only_because"] = latest_pause_fields(sbx.sandbox_id).get("files_only_because")
     step("paused_again")
     sbx.kill()
     report["killed"] = True

@@ -84,7 +84,7 @@ pub struct SandboxListed {
     /// Where it is in its life.
     #[schema(pattern = "^(creating|running|destroying|destroyed|failed)$")]
     state: String,
-    /// Its Docker container (`aegis-sbx-<id>`).
+    /// Its Docker container (`aegis-sbx-<id>`; `aegis-sbx-<id>-r<n>` once resumed with memory).
     container_name: String,
     /// Its workspace volume (`aegis-ws-<id>`).
     volume_name: String,
