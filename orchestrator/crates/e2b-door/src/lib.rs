@@ -93,7 +93,7 @@ pub fn router() -> Router<AppState> {
             "/sandboxes/{id}/snapshots",
             post(control::lifecycle::create_snapshot),
         )
-        .route("/sandboxes/{id}/fork", post(control::lifecycle::fork))
+        .route("/sandboxes/{id}/fork", post(control::fork::fork))
         .route("/sandboxes/{id}/network", put(control::network::update))
         .route("/snapshots", get(control::lifecycle::list_snapshots))
         .route(

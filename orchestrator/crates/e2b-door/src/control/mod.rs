@@ -4,6 +4,7 @@
 //! sandbox through `sandboxes` (quotas, the runtime's image, the key's security context) and
 //! keep its row ([`super::store`]). A key sees and touches only the sandboxes it created.
 
+pub mod fork;
 pub mod lifecycle;
 pub mod network;
 pub mod observe;

@@ -1,0 +1,340 @@
+//! `POST /sandboxes/{id}/fork` on E2B's control API: `count` sandboxes started from a running
+//! one, each reported on its own. A gVisor source on an engine that checkpoints is forked with
+//! its processes and memory (`Dispatcher::fork`); any other with its files only (a snapshot
+//! held for the request, restored into each fork through the router, as
+//! [`crate::snapshots`] says). Leaves an admin audit row (`e2b.sandbox.fork`) and a line in
+//! each sandbox's log.
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use dispatcher::SandboxId;
+use serde_json::json;
+use uuid::Uuid;
+
+use aegis_e2b::api::{
+    parse_optional_body, ApiError, SandboxForkRequest, SandboxForkResult, DEFAULT_TIMEOUT_SECS,
+};
+
+use super::lifecycle::{
+    audit, checked_timeout, checkpoint_error, checkpointable, refusal, start_restored,
+};
+use super::{created_answer, db, new_token, running, sandbox_error, to_json, WriteKey, MAX_BODY};
+use crate::snapshots::{self, Quota};
+use crate::store::{self, Row};
+use crate::Refusal;
+use aegis_core::caller::Caller;
+use aegis_tools::state::AppState;
+
+type Answer = Result<Response, Refusal>;
+
+/// `POST /sandboxes/{id}/fork`: 201 with one result per fork asked for, each a sandbox of the
+/// source's runtime with its metadata and template, its own token and the asked timeout. A
+/// gVisor source on an engine that checkpoints is forked with its memory (`Dispatcher::fork`):
+/// each fork runs on from the source's processes, memory and files, the source too; the copies
+/// of its checkpoint on disk at once are bounded by the room the key's snapshot quota leaves.
+/// Any other source is forked with its files only: a snapshot held for this request only
+/// (bounded by the key's snapshot bytes, not stored) restored into each fork. The answer's
+/// `x-aegis-fork-kept` header (`memory` or `filesystem`), the audit row and the logs say which.
+pub async fn fork(
+    State(state): State<AppState>,
+    WriteKey(caller): WriteKey,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Answer {
+    let req: SandboxForkRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
+    let count = req.count().map_err(Refusal)?;
+    let timeout = checked_timeout(req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS))?;
+    let row = running(&state, &caller, &id).await?;
+    let uuid = row.sandbox_id;
+    let started = Instant::now();
+    let mut files_why = None;
+    if checkpointable(&state, SandboxId(row.current)).await? {
+        match fork_with_memory(&state, &caller, &row, count, timeout).await {
+            Ok(MemoryFork::Done { results, forks }) => {
+                audit(
+                    &state,
+                    &caller,
+                    "e2b.sandbox.fork",
+                    json!({"sandboxID": uuid, "count": count, "forks": forks, "kept": "memory"}),
+                    !forks.is_empty(),
+                    started,
+                )
+                .await?;
+                store::log(
+                    &state.pool,
+                    uuid,
+                    "info",
+                    "sandbox forked with its memory: each fork runs on from its processes, memory and files",
+                    json!({"forks": forks.iter().map(Uuid::to_string).collect::<Vec<_>>().join(",")}),
+                )
+                .await;
+                return Ok(kept_header(
+                    to_json(StatusCode::CREATED, &results),
+                    "memory",
+                ));
+            }
+            // The engine cannot: the files are forked, and the log says why.
+            Ok(MemoryFork::FilesOnly(why)) => files_why = Some(why),
+            Err(e) => {
+                audit(
+                    &state,
+                    &caller,
+                    "e2b.sandbox.fork",
+                    json!({"sandboxID": uuid, "count": count, "started": 0, "kept": "memory"}),
+                    false,
+                    started,
+                )
+                .await?;
+                return Err(e);
+            }
+        }
+    }
+    let captured = snapshots::capture(&state, SandboxId(row.current), Quota::of(&state).bytes)
+        .await
+        .map_err(refusal);
+    let (archive, runtime) = match captured {
+        Ok(c) => c,
+        Err(e) => {
+            audit(
+                &state,
+                &caller,
+                "e2b.sandbox.fork",
+                json!({"sandboxID": uuid, "count": count, "started": 0, "kept": "filesystem"}),
+                false,
+                started,
+            )
+            .await?;
+            return Err(e);
+        }
+    };
+    let mut results = Vec::new();
+    let mut forks = Vec::new();
+    for _ in 0..count {
+        match start_fork(&state, &caller, &row, &runtime, &archive, timeout).await {
+            Ok(new_row) => {
+                forks.push(new_row.sandbox_id);
+                results.push(SandboxForkResult::started(created_answer(
+                    &new_row,
+                    &state.config.e2b.domain,
+                )));
+            }
+            Err(Refusal(e)) => results.push(SandboxForkResult::failed(e)),
+        }
+    }
+    audit(
+        &state,
+        &caller,
+        "e2b.sandbox.fork",
+        json!({"sandboxID": uuid, "count": count, "forks": forks, "kept": "filesystem"}),
+        !forks.is_empty(),
+        started,
+    )
+    .await?;
+    let forks_text = forks
+        .iter()
+        .map(Uuid::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    store::log(
+        &state.pool,
+        uuid,
+        "info",
+        "sandbox forked (files only)",
+        match files_why {
+            None => json!({"forks": forks_text}),
+            Some(why) => json!({"forks": forks_text, "files_only_because": why}),
+        },
+    )
+    .await;
+    Ok(kept_header(
+        to_json(StatusCode::CREATED, &results),
+        "filesystem",
+    ))
+}
+
+/// `response` with the `x-aegis-fork-kept` header saying what a fork kept.
+fn kept_header(mut response: Response, kept: &'static str) -> Response {
+    response.headers_mut().insert(
+        "x-aegis-fork-kept",
+        axum::http::HeaderValue::from_static(kept),
+    );
+    response
+}
+
+/// What a fork with memory came to.
+enum MemoryFork {
+    /// Forked: one result per fork asked for, and the forks that started.
+    Done {
+        results: Vec<SandboxForkResult>,
+        forks: Vec<Uuid>,
+    },
+    /// The engine cannot checkpoint (why): nothing was done, the files are forked instead.
+    FilesOnly(String),
+}
+
+/// Forks the gVisor sandbox of `source` with its memory (`Sandboxes::fork_with_memory`) and
+/// writes each fork's row, as a files-only fork's; a fork whose row cannot be written is
+/// destroyed and reported failed.
+async fn fork_with_memory(
+    state: &AppState,
+    caller: &Caller,
+    source: &Row,
+    count: u32,
+    timeout: u32,
+) -> Result<MemoryFork, Refusal> {
+    let room = snapshots::room(&state.pool, &source.owner_key_id, Quota::of(state))
+        .await
+        .map_err(refusal)?;
+    // The source's row is held as a pause holds it while its sandbox is checkpointed for the
+    // copy: the timeout sweep would take the row of a sandbox not running for one gone, and a
+    // pause or resume waits for the fork.
+    let mut tx = state.pool.begin().await.map_err(db)?;
+    if !store::lock_for_pause(&mut tx, source.sandbox_id, false)
+        .await
+        .map_err(db)?
+    {
+        return Err(Refusal(ApiError::new(
+            409,
+            format!("sandbox \"{}\" is paused", source.sandbox_id),
+        )));
+    }
+    let forked = state
+        .sandboxes
+        .fork_with_memory(
+            &state.pool,
+            &caller.id,
+            SandboxId(source.current),
+            count as usize,
+            room,
+        )
+        .await;
+    let forked = match forked {
+        Ok(forked) => forked,
+        Err(aegis_sandboxes::SandboxError::Dispatch(
+            e @ dispatcher::DispatchError::CheckpointUnavailable { .. },
+        )) => return Ok(MemoryFork::FilesOnly(e.to_string())),
+        Err(aegis_sandboxes::SandboxError::Dispatch(e)) => {
+            return Err(Refusal(checkpoint_error(e, room)))
+        }
+        Err(e) => return Err(Refusal(sandbox_error(e))),
+    };
+    tx.rollback().await.map_err(db)?;
+    let network = super::networked(state, caller, source);
+    let mut results = Vec::new();
+    let mut forks = Vec::new();
+    for id in forked.forks {
+        let details = json!({"source": source.sandbox_id.to_string(),
+                             "memory_bytes": forked.memory_bytes.to_string()});
+        match insert_fork_row(
+            state,
+            caller,
+            source,
+            id,
+            timeout,
+            network,
+            "sandbox forked from another with its memory: its processes run on from the source's state",
+            details,
+        )
+        .await
+        {
+            Ok(row) => {
+                forks.push(row.sandbox_id);
+                results.push(SandboxForkResult::started(created_answer(
+                    &row,
+                    &state.config.e2b.domain,
+                )));
+            }
+            Err(Refusal(e)) => results.push(SandboxForkResult::failed(e)),
+        }
+    }
+    for why in forked.failed {
+        results.push(SandboxForkResult::failed(ApiError::new(
+            503,
+            format!("the fork did not start: {why}"),
+        )));
+    }
+    Ok(MemoryFork::Done { results, forks })
+}
+
+async fn start_fork(
+    state: &AppState,
+    caller: &Caller,
+    source: &Row,
+    runtime: &str,
+    archive: &[u8],
+    timeout: u32,
+) -> Result<Row, Refusal> {
+    // A fork has its source's network rules (its own copy, changed apart from then on).
+    let network = super::networked(state, caller, source);
+    let (id, restored) =
+        start_restored(state, caller, runtime, archive, &source.env_vars.0, network).await?;
+    let details = json!({"source": source.sandbox_id.to_string(), "written": restored.written.to_string(),
+                         "left_out": restored.left_out.to_string()});
+    insert_fork_row(
+        state,
+        caller,
+        source,
+        id,
+        timeout,
+        network,
+        "sandbox forked from another (files only, no process)",
+        details,
+    )
+    .await
+}
+
+/// Writes the E2B row of fork `id` of `source` (its own token, the source's metadata, template,
+/// lifecycle and, when `network`, its network rules) and its first log line; destroys the fork
+/// when the row cannot be written.
+#[allow(clippy::too_many_arguments)]
+async fn insert_fork_row(
+    state: &AppState,
+    caller: &Caller,
+    source: &Row,
+    id: SandboxId,
+    timeout: u32,
+    network: bool,
+    message: &str,
+    details: serde_json::Value,
+) -> Result<Row, Refusal> {
+    let inserted = match new_token() {
+        Ok(token) => store::insert(
+            &state.pool,
+            &store::NewRow {
+                sandbox_id: id.0,
+                tenant: &caller.tenant,
+                owner_key_id: &caller.id,
+                template_id: &source.template_id,
+                metadata: &source.metadata.0,
+                env_vars: &source.env_vars.0,
+                allow_internet_access: source.allow_internet_access,
+                envd_access_token: &token,
+                timeout_secs: timeout,
+                pause_on_timeout: source.pause_on_timeout,
+                pause_keeps_memory: source.pause_keeps_memory,
+                auto_resume: source.auto_resume,
+                mask_request_host: source.mask_request_host.as_deref(),
+                egress: source.egress.as_ref().filter(|_| network).map(|e| &e.0),
+            },
+        )
+        .await
+        .map_err(db),
+        Err(e) => Err(e),
+    };
+    match inserted {
+        Ok(row) => {
+            store::log(&state.pool, row.sandbox_id, "info", message, details).await;
+            Ok(row)
+        }
+        Err(e) => {
+            if let Err(d) = state.sandboxes.destroy(id).await {
+                tracing::warn!(sandbox = %id, error = %d, "a fork whose row could not be written could not be destroyed; the reaper removes it");
+            }
+            Err(e)
+        }
+    }
+}
