@@ -51,6 +51,17 @@ pub async fn fork(
     let row = running(&state, &caller, &id).await?;
     let uuid = row.sandbox_id;
     let started = Instant::now();
+    // A fork that started nothing: its refusal's audit row, saying which kind it tried.
+    let failed = |kept: &'static str| {
+        audit(
+            &state,
+            &caller,
+            "e2b.sandbox.fork",
+            json!({"sandboxID": uuid, "count": count, "started": 0, "kept": kept}),
+            false,
+            started,
+        )
+    };
     let mut files_why = None;
     if checkpointable(&state, SandboxId(row.current)).await? {
         match fork_with_memory(&state, &caller, &row, count, timeout).await {
@@ -80,15 +91,7 @@ pub async fn fork(
             // The engine cannot: the files are forked, and the log says why.
             Ok(MemoryFork::FilesOnly(why)) => files_why = Some(why),
             Err(e) => {
-                audit(
-                    &state,
-                    &caller,
-                    "e2b.sandbox.fork",
-                    json!({"sandboxID": uuid, "count": count, "started": 0, "kept": "memory"}),
-                    false,
-                    started,
-                )
-                .await?;
+                failed("memory").await?;
                 return Err(e);
             }
         }
@@ -99,15 +102,7 @@ pub async fn fork(
     let (archive, runtime) = match captured {
         Ok(c) => c,
         Err(e) => {
-            audit(
-                &state,
-                &caller,
-                "e2b.sandbox.fork",
-                json!({"sandboxID": uuid, "count": count, "started": 0, "kept": "filesystem"}),
-                false,
-                started,
-            )
-            .await?;
+            failed("filesystem").await?;
             return Err(e);
         }
     };
