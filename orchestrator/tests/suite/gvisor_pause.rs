@@ -73,6 +73,27 @@ async fn current(app: &TestApp, e2b_id: &str) -> (String, String) {
     .unwrap()
 }
 
+/// A stepwise client started: its stdin, where the test says `go`, and its stderr's lines,
+/// where it says `STEP <name>` ([`next_step`]); killed if the test ends first.
+fn stepwise(
+    command: &mut tokio::process::Command,
+) -> (
+    tokio::process::Child,
+    tokio::process::ChildStdin,
+    tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+) {
+    let mut client = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3 runs");
+    let told = client.stdin.take().expect("stdin piped");
+    let steps = BufReader::new(client.stderr.take().expect("stderr piped")).lines();
+    (client, told, steps)
+}
+
 /// The client's next step (its other stderr lines kept in `said` for a failure's message).
 async fn next_step(
     steps: &mut tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
@@ -114,19 +135,13 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/python/e2b_gvisor_pause_client.py"
     );
-    let mut client = tokio::process::Command::new("python3")
-        .arg(script)
-        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_API_KEY", e2b_key(&key))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python3 runs");
-    let mut told = client.stdin.take().unwrap();
-    let mut steps = BufReader::new(client.stderr.take().unwrap()).lines();
+    let (client, mut told, mut steps) = stepwise(
+        tokio::process::Command::new("python3")
+            .arg(script)
+            .env("E2B_API_URL", format!("{}/e2b", app.http_base))
+            .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
+            .env("E2B_API_KEY", e2b_key(&key)),
+    );
     let mut said = Vec::new();
 
     // Paused: the sandbox's container is saved and stopped, its workspace held beside it.
@@ -400,24 +415,18 @@ async fn a_sandbox_paused_on_one_replica_resumes_on_another_beside_the_same_engi
     }
     let (a, b) = (TestApp::spawn_with(a).await, TestApp::spawn_with(b).await);
     let key = a.create_key("gvisor-moved", "operator").await;
-    let mut client = tokio::process::Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/python/e2b_gvisor_pause_client.py"
-        ))
-        .arg("replicas")
-        .env("E2B_URL_A", format!("{}/e2b", a.http_base))
-        .env("E2B_URL_B", format!("{}/e2b", b.http_base))
-        .env("E2B_API_URL", format!("{}/e2b", a.http_base))
-        .env("E2B_API_KEY", e2b_key(&key))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python3 runs");
-    let mut told = client.stdin.take().unwrap();
-    let mut steps = BufReader::new(client.stderr.take().unwrap()).lines();
+    let (client, mut told, mut steps) = stepwise(
+        tokio::process::Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/python/e2b_gvisor_pause_client.py"
+            ))
+            .arg("replicas")
+            .env("E2B_URL_A", format!("{}/e2b", a.http_base))
+            .env("E2B_URL_B", format!("{}/e2b", b.http_base))
+            .env("E2B_API_URL", format!("{}/e2b", a.http_base))
+            .env("E2B_API_KEY", e2b_key(&key)),
+    );
     let mut said = Vec::new();
     let step = next_step(&mut steps, &mut said).await;
     assert_eq!(
@@ -530,23 +539,17 @@ async fn a_gvisor_sandbox_forked_through_e2b_runs_on_in_each_fork_with_its_memor
     let app = TestApp::spawn_with(config).await;
     let key = app.create_key("gvisor-fork", "operator").await;
     let other = app.create_key("gvisor-fork-other", "operator").await;
-    let mut client = tokio::process::Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/python/e2b_gvisor_fork_client.py"
-        ))
-        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_API_KEY", e2b_key(&key))
-        .env("E2B_OTHER_API_KEY", e2b_key(&other))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("python3 runs");
-    let mut told = client.stdin.take().unwrap();
-    let mut steps = BufReader::new(client.stderr.take().unwrap()).lines();
+    let (client, mut told, mut steps) = stepwise(
+        tokio::process::Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/python/e2b_gvisor_fork_client.py"
+            ))
+            .env("E2B_API_URL", format!("{}/e2b", app.http_base))
+            .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
+            .env("E2B_API_KEY", e2b_key(&key))
+            .env("E2B_OTHER_API_KEY", e2b_key(&other)),
+    );
     let mut said = Vec::new();
 
     // Forked: three sandboxes of their own (ids, tokens, containers, networks), nothing of
