@@ -34,6 +34,11 @@ pub struct DispatcherConfig {
     /// longer than its second. Warmed, the first command of the owner is as quick as the next.
     /// A warm-up that fails is logged and the sandbox offered all the same.
     pub pool_warmup: BTreeMap<String, Vec<String>>,
+    /// How long a pool's refill waits after the hand-out (or loss) that woke it. Why: the
+    /// sandbox just handed out is about to run its owner's first command, and creating its
+    /// replacement at that moment (the engine's create and start, the executor's start-up, the
+    /// warm-up) takes the CPU that command needs. Zero refills at once.
+    pub pool_refill_delay: Duration,
     /// The most client data (snapshot captures, restores, forks) the node holds in memory at
     /// once, bytes (`budget.rs`); a request past it is refused at once.
     pub max_buffered_bytes: u64,
@@ -138,6 +143,7 @@ impl DispatcherConfig {
             pool_limits: Limits::default(),
             pool_shapes: BTreeMap::new(),
             pool_warmup: BTreeMap::new(),
+            pool_refill_delay: Duration::from_millis(250),
             max_buffered_bytes: 256 * 1024 * 1024,
             dead_after: Duration::from_secs(120),
             lease: None,

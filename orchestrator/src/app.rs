@@ -634,6 +634,7 @@ async fn start_sandboxes(
     d.ceilings.nano_cpus = s.max_cpu_millis * 1_000_000;
     d.ceilings.pids = s.max_pids;
     d.pool = s.pool.clone();
+    d.pool_refill_delay = std::time::Duration::from_millis(s.pool_refill_delay_ms);
     e2b_pools(config, &ceilings, &mut d);
     d.max_file_bytes = s.max_file_bytes;
     d.max_buffered_bytes = s.max_buffered_mb.saturating_mul(1024 * 1024);

@@ -348,7 +348,8 @@ async fn warm_up(sandbox: &super::Sandbox, pool: &str, argv: &[String]) {
     }
 }
 
-/// Keeps the pool full: wakes on every hand-out and loss, and every 30 s; backs off on failure.
+/// Keeps the pool full: wakes on every hand-out and loss (and starts
+/// `DispatcherConfig::pool_refill_delay` later), and every 30 s; backs off on failure.
 pub(crate) fn spawn_refill(weak: Weak<Inner>) {
     let Some(inner) = weak.upgrade() else { return };
     if inner.pool.specs.is_empty() {
@@ -356,6 +357,7 @@ pub(crate) fn spawn_refill(weak: Weak<Inner>) {
     }
     let wake = inner.pool.wake.clone();
     let shutdown = inner.shutdown.clone();
+    let settle = inner.config.pool_refill_delay;
     drop(inner);
     tokio::spawn(async move {
         let mut backoff = Duration::from_secs(1);
@@ -370,10 +372,16 @@ pub(crate) fn spawn_refill(weak: Weak<Inner>) {
                 backoff = (backoff * 2).min(Duration::from_secs(60));
                 backoff
             };
-            tokio::select! {
+            let woken = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = wake.notified(), if ok => {}
-                _ = tokio::time::sleep(pause) => {}
+                _ = wake.notified(), if ok => true,
+                _ = tokio::time::sleep(pause) => false,
+            };
+            if woken {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(settle) => {}
+                }
             }
         }
     });

@@ -800,6 +800,24 @@ mod tests {
     }
 
     #[test]
+    fn the_pool_refill_delay_is_bounded_and_named_when_refused() {
+        let delay = |text: &str| {
+            let f = write(text);
+            load(Some(f.path()), &[]).map(|l| l.config.sandbox.pool_refill_delay_ms)
+        };
+        assert_eq!(delay("sandbox: {}\n").expect("default"), 250);
+        assert_eq!(
+            delay("sandbox:\n  pool_refill_delay_ms: 0\n").expect("valid"),
+            0
+        );
+        let err = delay("sandbox:\n  pool_refill_delay_ms: 60000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("sandbox.pool_refill_delay_ms"), "{err}");
+        assert!(err.contains("at most 5000"), "{err}");
+    }
+
+    #[test]
     fn the_lease_stays_inside_dead_after_by_a_margin() {
         let lease = |text: &str| {
             let f = write(text);

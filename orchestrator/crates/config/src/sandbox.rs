@@ -15,6 +15,10 @@ pub struct SandboxConfig {
     pub executor_path: PathBuf,
     /// Warm pool: runtime image -> number of started, unused sandboxes kept ready.
     pub pool: std::collections::BTreeMap<String, usize>,
+    /// How long every warm pool (these and `e2b.pool`'s) waits after a hand-out before making
+    /// its replacement, milliseconds: the sandbox handed out runs its first command meanwhile
+    /// without a create beside it. 0 refills at once.
+    pub pool_refill_delay_ms: u64,
     /// Memory ceiling per sandbox, MiB.
     pub max_memory_mb: u64,
     /// CPU ceiling per sandbox, thousandths of a CPU.
@@ -85,6 +89,9 @@ pub struct SandboxConfig {
     /// `language:version` (`base`, `python:3.11`).
     pub runtime_isolation: std::collections::BTreeMap<String, aegis_sandboxes::Isolation>,
 }
+
+/// Longest `pool_refill_delay_ms`.
+const MAX_POOL_REFILL_DELAY_MS: u64 = 5_000;
 
 impl SandboxConfig {
     /// The lease of a replica's hold on its sandboxes: `lease_secs`, or when it is 0 two
@@ -193,6 +200,17 @@ impl SandboxConfig {
                 ));
             }
         }
+        if self.pool_refill_delay_ms > MAX_POOL_REFILL_DELAY_MS {
+            return Err(Invalid::new(
+                "pool_refill_delay_ms",
+                format!(
+                    "is {}; expected at most {MAX_POOL_REFILL_DELAY_MS} (the delay only lets a \
+                     sandbox just handed out run its first command before its replacement is \
+                     made; a longer one leaves the pool empty)",
+                    self.pool_refill_delay_ms
+                ),
+            ));
+        }
         if self.max_per_engine == Some(0) {
             return Err(Invalid::new(
                 "max_per_engine",
@@ -259,6 +277,7 @@ impl Default for SandboxConfig {
         Self {
             executor_path: PathBuf::from("/usr/local/libexec/orchestrator/sandbox-executor"),
             pool: Default::default(),
+            pool_refill_delay_ms: 250,
             max_memory_mb: 2048,
             max_cpu_millis: 2000,
             max_pids: 512,

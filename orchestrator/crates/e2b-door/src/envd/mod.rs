@@ -362,7 +362,7 @@ pub async fn call(
 
 /// [`call`], with the tool's own failure (it was decided and ran, and failed) given back as
 /// the tool said it, for a caller that answers some failures itself; refusals are errors.
-pub(crate) async fn try_call(
+async fn try_call(
     state: &AppState,
     target: &Target,
     tool: &str,
@@ -373,6 +373,28 @@ pub(crate) async fn try_call(
         .await
         .map_err(call_error)?;
     Ok(outcome.result)
+}
+
+/// A background `cmd.run` ([`try_call`]'s form): the router hands back the process it started
+/// (`tools::invoke_started`: its pid and the node's kept reader of its output), so the door
+/// follows that process without looking it up again. The tool's own failure comes back as the
+/// tool said it; refusals are errors.
+pub(crate) async fn try_start(
+    state: &AppState,
+    target: &Target,
+    args: Value,
+) -> Result<Result<aegis_tools::tools::Started, ToolError>, ConnectError> {
+    let args = as_user(target, "cmd.run", args);
+    let (outcome, started) =
+        aegis_tools::tools::invoke_started(state, &target.caller, args, Some(target.id))
+            .await
+            .map_err(call_error)?;
+    match outcome.result {
+        Err(e) => Ok(Err(e)),
+        Ok(_) => started
+            .map(Ok)
+            .ok_or_else(|| refuse(Code::Internal, "cmd.run started no process")),
+    }
 }
 
 /// [`call`] for a whole file whose bytes travel beside the call (`files.rs`): one `fs.write`

@@ -45,10 +45,11 @@ use aegis_e2b::envd::process::{
 use super::command::{command_args, direct_line};
 use super::{
     call, content_type, error_response, refuse, stream_error, stream_response, target, tool_error,
-    try_call, unary, Target, DEFAULT_KEEPALIVE, MAX_MESSAGE,
+    try_start, unary, Target, DEFAULT_KEEPALIVE, MAX_MESSAGE,
 };
 use aegis_http::Connection;
 use aegis_tools::state::AppState;
+use aegis_tools::tools::Started;
 
 /// Largest data event, as envd sends them.
 const MAX_CHUNK: usize = 64 * 1024;
@@ -267,39 +268,13 @@ async fn start(
     let keepalive = keepalive_of(&headers);
     stream(codec, cut, move |tx| async move {
         let started = match start_command(&state, &target, line, args).await {
-            Ok(out) => out,
+            Ok(started) => started,
             Err(e) => {
                 let _ = tx.send(end_stream_frame(&EndStream::failed(e))).await;
                 return;
             }
         };
-        let Some(pid) = started["pid"].as_u64().and_then(|p| u32::try_from(p).ok()) else {
-            let e = refuse(Code::Internal, "cmd.run started no process (no pid)");
-            let _ = tx.send(end_stream_frame(&EndStream::failed(e))).await;
-            return;
-        };
-        let reader = match state.sandboxes.dispatcher() {
-            Ok(dispatcher) => {
-                state
-                    .sandboxes
-                    .live()
-                    .reader(dispatcher, target.id, LiveSelector::Pid(pid))
-                    .await
-            }
-            Err(e) => {
-                let e = refuse(Code::Unavailable, e.to_string());
-                let _ = tx.send(end_stream_frame(&EndStream::failed(e))).await;
-                return;
-            }
-        };
-        let reader = match reader {
-            Ok(r) => r,
-            Err(e) => {
-                let e = refuse(Code::NotFound, format!("process {pid}: {e}"));
-                let _ = tx.send(end_stream_frame(&EndStream::failed(e))).await;
-                return;
-            }
-        };
+        let Started { pid, reader } = started;
         follow(
             &state,
             &target,
@@ -325,18 +300,18 @@ async fn start_command(
     target: &Target,
     line: Option<String>,
     shell: Value,
-) -> Result<Value, ConnectError> {
+) -> Result<Started, ConnectError> {
     if let Some(direct) = match line {
         Some(line) => direct_args(state, target, &line, &shell).await,
         None => None,
     } {
-        match try_call(state, target, "cmd.run", direct).await? {
+        match try_start(state, target, direct).await? {
             Ok(started) => return Ok(started),
             Err(e) if e.code == "command_not_found" => {}
             Err(e) => return Err(tool_error(e)),
         }
     }
-    call(state, target, "cmd.run", shell).await
+    try_start(state, target, shell).await?.map_err(tool_error)
 }
 
 /// `shell` with `line` as the command and no `bash -c`, when the sandbox's policy runs the

@@ -70,7 +70,13 @@ pub(super) async fn start(ctx: &ToolContext<'_>, b: Background) -> Result<Value,
         .map_err(refused)?;
     let (pid, tag) = (handle.pid(), handle.tag().map(str::to_owned));
     let landlock = handle.landlock();
-    ctx.state.sandboxes.live().keep(sandbox, handle);
+    let reader = ctx.state.sandboxes.live().keep(sandbox, handle);
+    if let Some(slot) = ctx.started {
+        *slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(super::Started { pid, reader });
+    }
     // The end's audit row, from a handle of its own that skips the output.
     let follower = dispatcher
         .attach_process(sandbox, ProcessSelector::Pid(pid))

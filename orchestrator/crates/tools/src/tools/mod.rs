@@ -43,9 +43,9 @@ pub use aegis_core::catalog::{catalog, Catalog, CatalogError, ToolInfo, ToolSpec
 pub use definitions::registry_error;
 pub use definitions::validate_offline;
 pub use router::{
-    invoke, invoke_gated, invoke_in, invoke_streaming, invoke_transfer, serialized_len,
-    ArgViolation, CallError, CallGate, OutputChunk, OutputSink, ToolError, ToolOutcome, Transfer,
-    TEXT_COPY_MAX_BYTES,
+    invoke, invoke_gated, invoke_in, invoke_started, invoke_streaming, invoke_transfer,
+    serialized_len, ArgViolation, CallError, CallGate, OutputChunk, OutputSink, Started, ToolError,
+    ToolOutcome, Transfer, TEXT_COPY_MAX_BYTES,
 };
 pub use schema::lookup as schema_by_key;
 
@@ -68,6 +68,8 @@ pub struct ToolContext<'a> {
     /// The bytes of a file transfer (`invoke_transfer`): taken once by the `fs.write` or
     /// `fs.read` handler, which then moves the whole file as one call.
     pub transfer: std::sync::Mutex<Option<Transfer>>,
+    /// Where a background `cmd.run` hands back the process it started (`invoke_started`).
+    pub(crate) started: Option<&'a router::StartedSlot>,
 }
 
 impl ToolContext<'_> {

@@ -69,8 +69,48 @@ pub async fn invoke_gated(
         gate,
         output: None,
         transfer: None,
+        started: None,
     };
     counted(state, caller, call).await
+}
+
+/// The process a background `cmd.run` started, handed back by [`invoke_started`]: its pid and
+/// the node's kept reader of its output (which holds the output since the start), so a door
+/// follows it without looking it up again.
+pub struct Started {
+    /// The process's pid in its sandbox.
+    pub pid: u32,
+    /// The reader `proc.output` also reads from (one reader per process, never split).
+    pub reader: aegis_sandboxes::live::Reader,
+}
+
+/// Where a background `cmd.run`'s handler leaves its [`Started`] for [`invoke_started`].
+pub(crate) type StartedSlot = std::sync::Mutex<Option<Started>>;
+
+/// [`invoke_in`] for a background `cmd.run` (`background: true`): the same steps and rows, and
+/// the process it started comes back beside the outcome (`None` when the call was not a
+/// background `cmd.run` or started nothing).
+pub async fn invoke_started(
+    state: &AppState,
+    caller: &Caller,
+    arguments: Value,
+    sandbox: Option<SandboxId>,
+) -> Result<(ToolOutcome, Option<Started>), CallError> {
+    let slot = StartedSlot::default();
+    let call = Request {
+        name: "cmd.run",
+        arguments,
+        sandbox,
+        gate: None,
+        output: None,
+        transfer: None,
+        started: Some(&slot),
+    };
+    let outcome = counted(state, caller, call).await?;
+    let started = slot
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Ok((outcome, started))
 }
 
 /// [`invoke_in`] in its streaming form: the same steps, rows and result, and a foreground
@@ -91,6 +131,7 @@ pub async fn invoke_streaming(
         gate: None,
         output: Some(output),
         transfer: None,
+        started: None,
     };
     counted(state, caller, call).await
 }
@@ -133,6 +174,7 @@ pub async fn invoke_transfer(
         gate: None,
         output: None,
         transfer: Some(transfer),
+        started: None,
     };
     counted(state, caller, call).await
 }
@@ -182,6 +224,7 @@ async fn route(
         gate,
         output,
         transfer,
+        started: started_slot,
     } = request;
     let args_digest = audit::digest(&arguments);
     // Audit reasons never carry argument values (the caller still gets the full message).
@@ -246,6 +289,7 @@ async fn route(
         memory: admitted.memory,
         output,
         transfer: std::sync::Mutex::new(transfer),
+        started: started_slot,
     };
     run_audited(&ctx, admitted.handler, admitted.arguments, call).await
 }
@@ -260,6 +304,8 @@ struct Request<'a> {
     output: Option<OutputSink>,
     /// The bytes of a file transfer.
     transfer: Option<Transfer>,
+    /// Where a background `cmd.run` leaves the process it started ([`invoke_started`]).
+    started: Option<&'a StartedSlot>,
 }
 
 /// A call every step allowed.
