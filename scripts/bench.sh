@@ -17,17 +17,9 @@
 # The benchmark prints ratios against a raw Docker baseline measured in the same run; it exits 0
 # whether or not the targets are met, non-zero only when something failed.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
-
-LOG_TAG=bench
-# shellcheck source=scripts/lib/prepare.sh
-source "$root/scripts/lib/prepare.sh"
+# shellcheck source=scripts/lib/bench.sh
+source "$(dirname "$0")/lib/bench.sh" bench
 
 prepare_services
 build_sandbox_prerequisites "$root"
-
-say "building and running the benchmark (release)"
-export RUST_LOG=${RUST_LOG:-warn}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target/bench}
-cargo run --release --locked -p orchestrator --example bench -- "$@"
+bench_example run bench "the benchmark" "$@"

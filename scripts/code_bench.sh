@@ -8,12 +8,8 @@
 # The release build goes to target/bench (override with CARGO_TARGET_DIR). Exits 0 whatever the
 # figures, non-zero only when something failed.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
-
-LOG_TAG=code-bench
-# shellcheck source=scripts/lib/prepare.sh
-source "$root/scripts/lib/prepare.sh"
+# shellcheck source=scripts/lib/bench.sh
+source "$(dirname "$0")/lib/bench.sh" code-bench
 
 prepare_services
 build_sandbox_prerequisites "$root"
@@ -24,11 +20,6 @@ if [ ! -d "$sdk/e2b_code_interpreter-$e2b_ci.dist-info" ]; then
   python3 -m pip install -q --target "$sdk" "e2b-code-interpreter==$e2b_ci" >&2 \
     || die "cannot install e2b-code-interpreter==$e2b_ci (pip)"
 fi
-if ! python3 -c 'import requests' 2>/dev/null; then
-  python3 -m pip install -q requests >&2 || die "cannot install requests (pip)"
-fi
+need_python_packages requests '' requests
 
-say "building and running the code interpreter benchmark (release)"
-export RUST_LOG=${RUST_LOG:-warn}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target/bench}
-cargo run --release --locked -p orchestrator --example code_bench -- --sdk "$sdk" "$@"
+bench_example run code_bench "the code interpreter benchmark" --sdk "$sdk" "$@"

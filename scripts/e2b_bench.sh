@@ -10,19 +10,12 @@
 # The release build goes to target/bench (override with CARGO_TARGET_DIR). Exits 0 whether or
 # not the targets are met, non-zero only when something failed.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
-
-LOG_TAG=e2b-bench
-# shellcheck source=scripts/lib/prepare.sh
-source "$root/scripts/lib/prepare.sh"
+# shellcheck source=scripts/lib/bench.sh
+source "$(dirname "$0")/lib/bench.sh" e2b-bench
 
 prepare_services
 build_sandbox_prerequisites "$root"
-if ! python3 -c 'import e2b, requests' 2>/dev/null; then
-  say "installing E2B's Python SDK and requests from PyPI"
-  python3 -m pip install -q e2b requests >&2 || die "cannot install e2b/requests (pip)"
-fi
+need_python_packages 'e2b, requests' '' e2b requests
 
 args=()
 gvisor=0
@@ -30,14 +23,9 @@ for a in "$@"; do
   if [ "$a" = --gvisor ]; then gvisor=1; else args+=("$a"); fi
 done
 
-say "building the E2B benchmark (release)"
-export RUST_LOG=${RUST_LOG:-warn}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target/bench}
-cargo build --release --locked -p orchestrator --example e2b_bench
+bench_example build e2b_bench "the E2B benchmark"
 if [ "$gvisor" = 1 ]; then
-  say "starting the runsc-enabled engine"
-  engine=$(bash "$root/scripts/lib/gvisor_engine.sh" start aegis-runtime/busybox:1 aegis-runtime/base:bookworm)
-  trap 'bash "$root/scripts/lib/gvisor_engine.sh" stop >&2 || true' EXIT
+  start_gvisor_engine
   args+=(--engine "$engine")
 fi
 "$CARGO_TARGET_DIR/release/examples/e2b_bench" "${args[@]}"

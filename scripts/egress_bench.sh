@@ -13,16 +13,8 @@
 # Prints the added latency (p50, p95, ratio) and the throughput ratio against the direct path
 # measured in the same run; exits non-zero only when something failed.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
-
-LOG_TAG=egress-bench
-# shellcheck source=scripts/lib/prepare.sh
-source "$root/scripts/lib/prepare.sh"
+# shellcheck source=scripts/lib/bench.sh
+source "$(dirname "$0")/lib/bench.sh" egress-bench
 
 prepare_services
-
-say "building and running the egress proxy benchmark (release)"
-export RUST_LOG=${RUST_LOG:-warn}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target/bench}
-cargo run --release --locked -p orchestrator --example egress_bench -- "$@"
+bench_example run egress_bench "the egress proxy benchmark" "$@"

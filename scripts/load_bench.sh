@@ -22,17 +22,9 @@
 #
 # Exits 0 whether or not the targets are met (the TARGET lines say), non-zero only on failure.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
-
-LOG_TAG=load-bench
-# shellcheck source=scripts/lib/prepare.sh
-source "$root/scripts/lib/prepare.sh"
+# shellcheck source=scripts/lib/bench.sh
+source "$(dirname "$0")/lib/bench.sh" load-bench
 
 prepare_services
 build_sandbox_prerequisites "$root"
-
-say "building and running the load benchmark (release)"
-export RUST_LOG=${RUST_LOG:-warn}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target/bench}
-cargo run --release --locked -p orchestrator --example load_bench -- "$@"
+bench_example run load_bench "the load benchmark" "$@"

@@ -11,16 +11,8 @@
 #
 # Exits 0 whatever the figures, non-zero only on failure.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$(pwd)
-
-LOG_TAG=seal-bench
-# shellcheck source=scripts/lib/prepare.sh
-source "$root/scripts/lib/prepare.sh"
+# shellcheck source=scripts/lib/bench.sh
+source "$(dirname "$0")/lib/bench.sh" seal-bench
 
 prepare_services
-
-say "building and running the SEAL benchmark (release)"
-export RUST_LOG=${RUST_LOG:-warn}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target/bench}
-cargo run --release --locked -p orchestrator --example seal_bench -- "$@"
+bench_example run seal_bench "the SEAL benchmark" "$@"

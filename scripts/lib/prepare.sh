@@ -1,7 +1,7 @@
-# Shared set-up of scripts/test.sh and scripts/bench.sh: Docker must answer, PostgreSQL is made
-# reachable (DATABASE_URL, or a throwaway cluster from Debian's packages), and the sandbox
-# prerequisites (the busybox runtime image, the static executor) are built. Source it; set
-# LOG_TAG first to prefix messages.
+# Shared set-up of scripts/test.sh and the benchmarks (through lib/bench.sh): Docker must
+# answer, PostgreSQL is made reachable (DATABASE_URL, or a throwaway cluster from Debian's
+# packages), and the sandbox prerequisites (the busybox runtime image, the static executor) are
+# built. Source it; set LOG_TAG first to prefix messages.
 
 say() { printf '[%s] %s\n' "${LOG_TAG:-setup}" "$*" >&2; }
 die() { printf '[%s] ERROR: %s\n' "${LOG_TAG:-setup}" "$*" >&2; exit 1; }
