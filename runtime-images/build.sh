@@ -7,9 +7,9 @@
 #   runtime-images/build.sh --force            rebuild even when up to date
 #   runtime-images/build.sh --verbose          show docker build output as it runs
 #
-# Idempotent: each image carries the label org.aegis.runtime.inputs, a hash of its build context
-# (Dockerfile included) and of the image ids of the bases it starts FROM; an image whose tag
-# exists with the same hash is skipped. Bases that are neither present nor pullable are built
+# Idempotent: each image carries the label org.aegis.runtime.inputs, a hash of its directory
+# (Dockerfile included), of conventions.sh and of the ids of the bases it starts FROM; an image
+# whose tag exists with the same hash is skipped. Missing bases that cannot be pulled are built
 # offline by scripts/offline-bases.sh (e.g. debian:bookworm-slim from debootstrap). The busybox
 # image gets its static binary from Debian's busybox-static package, installed here if missing.
 set -euo pipefail
@@ -19,6 +19,12 @@ RI_ROOT="$(cd "$RI_DIR/.." && pwd)"
 RI_REGISTRY="$RI_DIR/registry.yaml"
 RI_OFFLINE_BASES="$RI_ROOT/scripts/offline-bases.sh"
 RI_LABEL="org.aegis.runtime.inputs"
+# Files of runtime-images/ itself that the Dockerfiles COPY (the build context of every image is
+# runtime-images/, so that each can reach them): part of every image's inputs hash.
+RI_SHARED_FILES=(conventions.sh)
+# The labels that state the conventions every image keeps (checked by verify_image), set here
+# once rather than in each Dockerfile.
+RI_CONVENTION_LABELS=(--label org.aegis.sandbox.user=65534:65534 --label org.aegis.sandbox.workspace=/workspace)
 RI_FORCE=0
 RI_VERBOSE=0
 
@@ -120,14 +126,15 @@ prepare_context() {
   esac
 }
 
-# Hash of everything that decides the image: every file of the context (path, mode, content)
-# and the ids of the base images.
+# Hash of everything that decides the image: every file of the image's directory and the shared
+# files it may COPY (path, mode, content), and the ids of the base images.
 inputs_hash() {
   local ctx="$1" dockerfile="$2" base id
   {
     (cd "$ctx" && find . -type f -print0 | LC_ALL=C sort -z \
       | xargs -0 -r sha256sum \
       && find . \( -type f -o -type l -o -type d \) -printf '%p %m %l\n' | LC_ALL=C sort)
+    (cd "$RI_DIR" && sha256sum "${RI_SHARED_FILES[@]}" && stat -c '%n %a' "${RI_SHARED_FILES[@]}")
     while read -r base; do
       [ -n "$base" ] || continue
       id="$(docker image inspect -f '{{.Id}}' "$base" 2>/dev/null || echo missing)"
@@ -166,7 +173,7 @@ verify_image() {
 # Build one registry entry unless its tag exists with the same inputs hash.
 build_one() {
   local name="$1" image="$2" dockerfile_rel="$3"
-  local dockerfile="$RI_DIR/$dockerfile_rel" ctx hash current start logfile old_id
+  local dockerfile="$RI_DIR/$dockerfile_rel" ctx hash current start logfile old_id build
   [ -r "$dockerfile" ] || die "$name: $dockerfile (from registry.yaml) does not exist"
   ctx="$(dirname "$dockerfile")"
   ensure_bases "$dockerfile"
@@ -189,10 +196,11 @@ build_one() {
   start=$SECONDS
   old_id="$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)"
   logfile="$(mktemp /tmp/runtime-images-build.XXXXXX.log)"
+  build=(docker build --label "$RI_LABEL=$hash" "${RI_CONVENTION_LABELS[@]}" -t "$image" -f "$dockerfile" "$RI_DIR")
   if [ "$RI_VERBOSE" = 1 ]; then
-    docker build --label "$RI_LABEL=$hash" -t "$image" -f "$dockerfile" "$ctx" 2>&1 | tee "$logfile" >&2 \
+    "${build[@]}" 2>&1 | tee "$logfile" >&2 \
       || { rm -f "$logfile"; die "$image: docker build failed (output above)"; }
-  elif ! docker build --label "$RI_LABEL=$hash" -t "$image" -f "$dockerfile" "$ctx" >"$logfile" 2>&1; then
+  elif ! "${build[@]}" >"$logfile" 2>&1; then
     tail -n 30 "$logfile" >&2
     die "$image: docker build failed (last lines above; full log $logfile)"
   fi
