@@ -17,9 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use base64::Engine;
 use bytes::Bytes;
-use sandbox_executor::protocol::{
-    EventBody, FsEvent, LiveProcess, OutputStream, ProcessEnd, Truncation,
-};
+use sandbox_executor::protocol::{EventBody, FsEvent, LiveProcess, OutputStream, ProcessEnd};
 use tokio::sync::watch;
 
 /// Most events a process's feed keeps (besides its byte bound).
@@ -186,13 +184,8 @@ impl Feed {
             Item::WatchEnd(error)
         } else {
             Item::End(ProcessEnd {
-                exit_code: None,
-                signal: None,
-                stdout_bytes: 0,
-                stderr_bytes: 0,
-                truncated: Truncation::default(),
-                timed_out: false,
                 error: Some(error),
+                ..ProcessEnd::default()
             })
         };
         self.push(item);
@@ -364,12 +357,7 @@ mod tests {
     fn end() -> Item {
         Item::End(ProcessEnd {
             exit_code: Some(0),
-            signal: None,
-            stdout_bytes: 0,
-            stderr_bytes: 0,
-            truncated: Truncation::default(),
-            timed_out: false,
-            error: None,
+            ..ProcessEnd::default()
         })
     }
 

@@ -143,18 +143,13 @@ impl Relays {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use sandbox_executor::protocol::{ProcessEnd, Truncation};
+    use sandbox_executor::protocol::ProcessEnd;
     use std::time::Duration;
 
     fn end(code: i32) -> ProcessEvent {
         ProcessEvent::End(ProcessEnd {
             exit_code: Some(code),
-            signal: None,
-            stdout_bytes: 0,
-            stderr_bytes: 0,
-            truncated: Truncation::default(),
-            timed_out: false,
-            error: None,
+            ..ProcessEnd::default()
         })
     }
 

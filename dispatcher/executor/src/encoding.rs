@@ -4,9 +4,13 @@
 //! (`"encoding":"utf8"`); otherwise as standard base64 (`"encoding":"base64"`), so binary data is
 //! never mangled. When the bytes were cut at a limit, an incomplete UTF-8 sequence at the very end
 //! is an artefact of the cut, so it is dropped (at most 3 bytes) rather than forcing base64.
+//!
+//! [`encode`] is built without the `executor` feature too: the node encodes the result of the
+//! streaming form of `cmd.run` with it, so that result reads like the executor's one-shot answer.
 
 use base64::Engine;
 
+#[cfg(feature = "executor")]
 use crate::error::{OpError, OpResult};
 use crate::protocol::Encoding;
 
@@ -36,6 +40,7 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 }
 
 /// Decodes request content given its declared encoding.
+#[cfg(feature = "executor")]
 pub fn decode(content: String, encoding: Encoding, what: &str) -> OpResult<Vec<u8>> {
     match encoding {
         Encoding::Utf8 => Ok(content.into_bytes()),
@@ -72,6 +77,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "executor")]
     fn decode_checks_base64() {
         assert_eq!(
             decode("aGk=".into(), Encoding::Base64, "content").unwrap(),

@@ -201,29 +201,10 @@ fn enter_effective_identity(uid: u32, gid: u32) -> Result<(), PrivilegeError> {
         errno: rustix::io::Errno::from_io_error(&std::io::Error::last_os_error())
             .unwrap_or(rustix::io::Errno::PERM),
     };
-    // SAFETY: raw setresgid/setresuid change only the calling thread's credentials (the C
-    // library's wrappers would change every thread's); -1 leaves the real and saved ids.
-    let gid_set = unsafe {
-        libc::syscall(
-            libc::SYS_setresgid,
-            -1 as libc::c_long,
-            libc::c_long::from(gid),
-            -1 as libc::c_long,
-        )
-    };
-    if gid_set != 0 {
+    if set_thread_effective_id(libc::SYS_setresgid, gid) != 0 {
         return Err(failed("setresgid (no setfsgid here)"));
     }
-    // SAFETY: as above.
-    let uid_set = unsafe {
-        libc::syscall(
-            libc::SYS_setresuid,
-            -1 as libc::c_long,
-            libc::c_long::from(uid),
-            -1 as libc::c_long,
-        )
-    };
-    if uid_set != 0 {
+    if set_thread_effective_id(libc::SYS_setresuid, uid) != 0 {
         return Err(failed("setresuid (no setfsuid here)"));
     }
     let sets = step("read capabilities", rustix::thread::capabilities(None))?;
@@ -240,6 +221,23 @@ fn enter_effective_identity(uid: u32, gid: u32) -> Result<(), PrivilegeError> {
     Ok(())
 }
 
+/// Sets the calling thread's effective uid or gid to `id` with the raw `setresuid` or
+/// `setresgid` syscall (`call`), leaving the real and saved ids (-1): the C library's wrappers
+/// would change every thread's credentials. Answers the syscall's result (0 when it worked; the
+/// cause is then in `errno`).
+fn set_thread_effective_id(call: libc::c_long, id: u32) -> libc::c_long {
+    // SAFETY: setresuid/setresgid take three integer ids and change only the calling thread's
+    // credentials; no memory is passed.
+    unsafe {
+        libc::syscall(
+            call,
+            -1 as libc::c_long,
+            libc::c_long::from(id),
+            -1 as libc::c_long,
+        )
+    }
+}
+
 /// Runs `f` with the calling thread's *effective* uid set to the sandbox user, then back to
 /// root with the thread's capabilities and the sandbox user's filesystem identity as before.
 ///
@@ -249,18 +247,7 @@ fn enter_effective_identity(uid: u32, gid: u32) -> Result<(), PrivilegeError> {
 /// host, dockerd's and systemd's included; made as the sandbox user, they use that user's. A
 /// thread that cannot get back is not left running: the process aborts.
 pub fn charged_to_sandbox_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> T {
-    let set_euid = |euid: u32| {
-        // SAFETY: a raw setresuid changes only the calling thread's credentials (the C
-        // library's wrapper would change every thread's); -1 leaves the real and saved uid.
-        unsafe {
-            libc::syscall(
-                libc::SYS_setresuid,
-                -1 as libc::c_long,
-                libc::c_long::from(euid),
-                -1 as libc::c_long,
-            )
-        }
-    };
+    let set_euid = |euid: u32| set_thread_effective_id(libc::SYS_setresuid, euid);
     if set_euid(uid) != 0 {
         // Nothing changed: run as before (charged to root), which is only a weaker bound.
         crate::log_event!(
@@ -434,23 +421,29 @@ mod tests {
         }
     }
 
+    /// Makes the calling (test) thread one of the executor's for `config`: the sandbox user's
+    /// filesystem identity, the capabilities `config` permits, only the kept ones effective.
+    fn become_executor_thread(config: &Config) {
+        enter_sandbox_fs_identity(config.uid, config.gid).expect("fs identity");
+        rustix::thread::set_capabilities(
+            None,
+            CapabilitySets {
+                effective: KEPT_CAPABILITIES,
+                permitted: permitted_capabilities(config),
+                inheritable: CapabilitySet::empty(),
+            },
+        )
+        .expect("capset");
+    }
+
     #[test]
     fn a_root_request_acts_as_root_with_the_root_set_and_the_thread_comes_back() {
         assert_eq!(rustix::process::getuid().as_raw(), 0, "run as root");
         std::thread::spawn(|| {
             let config = root_config();
-            enter_sandbox_fs_identity(config.uid, config.gid).expect("fs identity");
             let sets = rustix::thread::capabilities(None).expect("capget");
             // The executor's sets with allow_root: the root set permitted, KEPT effective.
-            rustix::thread::set_capabilities(
-                None,
-                CapabilitySets {
-                    effective: KEPT_CAPABILITIES,
-                    permitted: permitted_capabilities(&config),
-                    inheritable: CapabilitySet::empty(),
-                },
-            )
-            .expect("capset");
+            become_executor_thread(&config);
             assert!(sets.permitted.contains(permitted_capabilities(&config)));
             let before = ids();
             {
@@ -480,17 +473,7 @@ mod tests {
         assert_eq!(rustix::process::getuid().as_raw(), 0, "run as root");
         std::thread::spawn(|| {
             // The executor's sets without allow_root: only KEPT permitted.
-            let config = Config::default();
-            enter_sandbox_fs_identity(config.uid, config.gid).expect("fs identity");
-            rustix::thread::set_capabilities(
-                None,
-                CapabilitySets {
-                    effective: KEPT_CAPABILITIES,
-                    permitted: permitted_capabilities(&config),
-                    inheritable: CapabilitySet::empty(),
-                },
-            )
-            .expect("capset");
+            become_executor_thread(&Config::default());
             let before = ids();
             let refused = AsRoot::enter(&root_config());
             assert!(refused.is_err(), "root without the root set permitted");

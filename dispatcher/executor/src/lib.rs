@@ -2,8 +2,9 @@
 //! sandbox container, as its PID 1, for the dispatcher on the other end of its stdin/stdout.
 //!
 //! Two audiences use this package. The dispatcher depends on it with `default-features = false`
-//! and gets only [`protocol`], the wire types (serde only). The executor binary is built with the
-//! default `executor` feature, which adds the modules below:
+//! and gets only [`protocol`], the wire types (serde only), with [`kernel`]'s Landlock probe and
+//! [`encoding::encode`], the rule for bytes in JSON, which the node shares. The executor binary
+//! is built with the default `executor` feature, which adds the modules below:
 //!
 //! * `server` — start-up, the request stream, dispatch and shutdown; `workers` — the reused
 //!   threads requests run on;
@@ -26,6 +27,9 @@
 #![warn(missing_docs)]
 
 pub mod kernel;
+// Always: `encode` (bytes as JSON text) is shared with the node, which encodes the streaming
+// form of `cmd.run` as the executor encodes its one-shot answer.
+pub mod encoding;
 pub mod protocol;
 
 #[cfg(feature = "executor")]
@@ -38,8 +42,6 @@ pub mod cmd;
 pub mod config;
 #[cfg(feature = "executor")]
 pub mod context;
-#[cfg(feature = "executor")]
-pub mod encoding;
 #[cfg(feature = "executor")]
 pub mod error;
 #[cfg(feature = "executor")]

@@ -20,10 +20,9 @@ use rustix::fd::AsFd;
 
 use crate::context::Context;
 use crate::error::{OpError, OpResult};
-use crate::fs::write::{check_metadata, check_replaceable, Temp};
-use crate::fs::{create_dir, require_regular, READ_FLAGS};
+use crate::fs::write::{write_place, write_target, Temp};
+use crate::fs::{require_regular, READ_FLAGS};
 use crate::output::Output;
-use crate::paths;
 use crate::protocol::{
     ErrorKind, Event, EventBody, PathParams, ReadStreamResult, WriteResult, WriteStreamParams,
     MAX_BLOCK, WINDOW,
@@ -41,21 +40,8 @@ pub fn write(
     params: WriteStreamParams,
     channel: &Arc<Output>,
 ) -> OpResult<WriteResult> {
-    let target = ctx.roots.resolve(&params.path, Access::Write)?;
-    if target.is_root() {
-        return Err(OpError::new(
-            ErrorKind::IsADirectory,
-            format!("'{}' is an allowed root directory", target.display),
-        ));
-    }
-    check_metadata(&params.metadata)?;
-    let (parent_rel, name) = paths::split_parent(&target.rel);
-    let parent = if params.create_dirs {
-        create_dir::create_all(&target, parent_rel)?.0
-    } else {
-        target.parent()?.0
-    };
-    let existing = check_replaceable(parent.as_fd(), name, &target.display)?;
+    let target = write_target(ctx, &params.path, &params.metadata)?;
+    let (parent, name, existing) = write_place(&target, params.create_dirs)?;
     let mode = existing.as_ref().map_or(0o644, |s| s.st_mode & 0o777);
     let mut temp = Temp::create(parent.as_fd(), &target.display)?;
     let registered = ctx.transfers.begin(id, channel);

@@ -45,7 +45,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 use super::copy::{CopyTo, CHECKPOINT};
-use super::{Dispatcher, Inner, Location};
+use super::{Dispatcher, Inner};
 use crate::error::{engine, DispatchError, Result};
 use crate::isolation::Isolation;
 use crate::spec::{NetworkMode, SandboxId, SandboxSpec};
@@ -114,24 +114,7 @@ impl Inner {
         id: SandboxId,
         max_bytes: u64,
     ) -> Result<Checkpointed> {
-        let sandbox = match self.locate(id).await? {
-            Location::Here(sandbox) => sandbox,
-            Location::Elsewhere(_) => {
-                return Err(DispatchError::SandboxNotFound {
-                    id,
-                    attached_elsewhere: true,
-                })
-            }
-        };
-        self.can_checkpoint(id, &sandbox.spec).await?;
-        let memory_bytes = self.memory_in_use(id, &sandbox.container).await?;
-        if memory_bytes > max_bytes {
-            return Err(DispatchError::CheckpointTooLarge {
-                id,
-                bytes: memory_bytes,
-                max_bytes,
-            });
-        }
+        let (sandbox, memory_bytes) = self.checkpoint_source(id, 1, max_bytes).await?;
         // One freeze or checkpoint at a time per sandbox.
         let lock = self.freeze_lock(id);
         let _frozen_by_us = lock.lock().await;
@@ -193,6 +176,30 @@ impl Inner {
         Ok(Checkpointed { memory_bytes })
     }
 
+    /// What a checkpoint and a fork both check before anything changes: sandbox `id` is held
+    /// here, its class and this engine can checkpoint it, and its memory times `copies` (the
+    /// checkpoints of it on disk at once) is at most `max_bytes`. Answers the sandbox and the
+    /// memory it holds.
+    pub(super) async fn checkpoint_source(
+        &self,
+        id: SandboxId,
+        copies: u64,
+        max_bytes: u64,
+    ) -> Result<(Arc<super::Sandbox>, u64)> {
+        let sandbox = self.attached(id).await?;
+        self.can_checkpoint(id, &sandbox.spec).await?;
+        let memory_bytes = self.memory_in_use(id, &sandbox.container).await?;
+        let bytes = memory_bytes.saturating_mul(copies);
+        if bytes > max_bytes {
+            return Err(DispatchError::CheckpointTooLarge {
+                id,
+                bytes,
+                max_bytes,
+            });
+        }
+        Ok((sandbox, memory_bytes))
+    }
+
     /// After a failed checkpoint: serve the sandbox again if its container still runs, else
     /// destroy it (nothing half-saved is kept).
     async fn undo_checkpoint(
@@ -202,12 +209,7 @@ impl Inner {
         error: &DispatchError,
     ) {
         let back = async {
-            let row = store::get(&self.pg, id)
-                .await?
-                .ok_or(DispatchError::SandboxNotFound {
-                    id,
-                    attached_elsewhere: false,
-                })?;
+            let row = self.row(id).await?;
             let again = self.reattach(&row, sandbox.epoch).await?;
             if !store::mark_running_again(&self.pg, id, self.instance, sandbox.epoch).await? {
                 again.stream.close("destroyed while its checkpoint failed");
@@ -234,12 +236,7 @@ impl Inner {
     }
 
     pub(super) async fn restore(self: &Arc<Self>, id: SandboxId) -> Result<()> {
-        let row = store::get(&self.pg, id)
-            .await?
-            .ok_or(DispatchError::SandboxNotFound {
-                id,
-                attached_elsewhere: false,
-            })?;
+        let row = self.row(id).await?;
         if row.state != SandboxState::Checkpointed {
             return Err(match row.state {
                 SandboxState::Running => DispatchError::InvalidSpec {
@@ -296,8 +293,13 @@ impl Inner {
         let old = row.container_name.clone();
         let old_id = self.container_id(&old).await?;
         let new = restored_name(id, epoch);
+        let names = super::create::ObjectNames {
+            id,
+            container: new.clone(),
+            volume: row.volume_name.clone(),
+        };
         let new_id = self
-            .create_container_of(id, &spec, &row.owner, &new, &row.volume_name, None)
+            .create_container_of(&names, &spec, &row.owner, None)
             .await?;
         let target = CopyTo {
             workspace: None,

@@ -15,6 +15,16 @@ use crate::spec::{NetworkMode, Owner, SandboxId, SandboxSpec};
 use crate::stream::ExecutorStream;
 use crate::{hardening, install, labels, placement, store};
 
+/// The names of one sandbox's Docker objects on this engine: its container and its workspace
+/// volume. A new sandbox's are `aegis-sbx-<id>` and `aegis-ws-<id>` ([`Inner::record_creating`]);
+/// a restored one moves to a container of a new name on the same volume.
+#[derive(Debug, Clone)]
+pub(super) struct ObjectNames {
+    pub(super) id: SandboxId,
+    pub(super) container: String,
+    pub(super) volume: String,
+}
+
 impl Inner {
     /// Makes a sandbox for `spec` (validated) where there is room: on this engine (from the
     /// warm pool when `from_pool`), else on the other live replicas' engines, least loaded
@@ -118,45 +128,16 @@ impl Inner {
             }
             Err(e) => return Err(engine(format!("inspecting image {}", spec.image))(e)),
         }
-        let id = SandboxId::new();
-        let container = format!("aegis-sbx-{id}");
-        let volume = format!("aegis-ws-{id}");
-        // The engine's bound and the row in one transaction (`placement.rs`).
-        let mut tx = self
-            .pg
-            .begin()
-            .await
-            .map_err(crate::error::db("recording a new sandbox"))?;
-        placement::admit(
-            &mut tx,
-            &self.engine,
-            &self.config.engine_limit,
-            placement::reserved_bytes(&spec.limits),
-        )
-        .await?;
-        store::insert_creating(
-            &mut *tx,
-            id,
-            self.instance,
-            &self.engine,
-            &spec,
-            &owner,
-            &container,
-            &volume,
-        )
-        .await?;
-        tx.commit()
-            .await
-            .map_err(crate::error::db("recording a new sandbox"))?;
+        let names = self
+            .record_creating(&spec, &owner, "recording a new sandbox")
+            .await?;
+        let id = names.id;
 
-        match self
-            .materialize(id, &spec, &owner, &container, &volume)
-            .await
-        {
+        match self.materialize(&names, &spec, &owner).await {
             Ok((stream, container_id)) => {
                 let sandbox = Arc::new(Sandbox {
                     id,
-                    container: container.clone(),
+                    container: names.container.clone(),
                     spec,
                     stream,
                     epoch: store::FIRST_EPOCH,
@@ -172,7 +153,8 @@ impl Inner {
                         // Destroyed (or reaped) while it was being created.
                         self.release(id);
                         sandbox.stream.close("destroyed while being created");
-                        self.remove_objects(id, &container, &volume).await;
+                        self.remove_objects(id, &names.container, &names.volume)
+                            .await;
                         Err(DispatchError::SandboxGone {
                             id,
                             reason: "destroyed while being created".to_owned(),
@@ -181,36 +163,68 @@ impl Inner {
                     Err(e) => {
                         self.release(id);
                         sandbox.stream.close("could not be recorded as running");
-                        self.remove_objects(id, &container, &volume).await;
-                        let _ = store::mark_failed(
-                            &self.pg,
-                            id,
-                            self.instance,
-                            store::FIRST_EPOCH,
-                            &e.to_string(),
-                        )
-                        .await;
+                        self.remove_objects(id, &names.container, &names.volume)
+                            .await;
+                        let _ = self.mark_new_failed(id, &e.to_string()).await;
                         Err(e)
                     }
                 }
             }
             Err(e) => {
                 tracing::warn!(sandbox = %id, image = %spec.image, error = %e, "sandbox creation failed; cleaning up");
-                self.remove_objects(id, &container, &volume).await;
-                if let Err(db_error) = store::mark_failed(
-                    &self.pg,
-                    id,
-                    self.instance,
-                    store::FIRST_EPOCH,
-                    &e.to_string(),
-                )
-                .await
-                {
+                self.remove_objects(id, &names.container, &names.volume)
+                    .await;
+                if let Err(db_error) = self.mark_new_failed(id, &e.to_string()).await {
                     tracing::warn!(sandbox = %id, error = %db_error, "could not record the failure");
                 }
                 Err(e)
             }
         }
+    }
+
+    /// A new sandbox's id and object names, and its `creating` row, inserted in the same
+    /// transaction that admits it against this engine's bound (`placement.rs`): the one way a
+    /// sandbox made on this engine is recorded, whether created or forked. `action` names the
+    /// step in a database error.
+    pub(super) async fn record_creating(
+        &self,
+        spec: &SandboxSpec,
+        owner: &Owner,
+        action: &'static str,
+    ) -> Result<ObjectNames> {
+        let id = SandboxId::new();
+        let names = ObjectNames {
+            id,
+            container: format!("aegis-sbx-{id}"),
+            volume: format!("aegis-ws-{id}"),
+        };
+        let mut tx = self.pg.begin().await.map_err(crate::error::db(action))?;
+        placement::admit(
+            &mut tx,
+            &self.engine,
+            &self.config.engine_limit,
+            placement::reserved_bytes(&spec.limits),
+        )
+        .await?;
+        store::insert_creating(
+            &mut *tx,
+            id,
+            self.instance,
+            &self.engine,
+            spec,
+            owner,
+            &names.container,
+            &names.volume,
+        )
+        .await?;
+        tx.commit().await.map_err(crate::error::db(action))?;
+        Ok(names)
+    }
+
+    /// Records that a sandbox this instance was making (still in its first epoch) failed, for
+    /// `reason`; whether its row said so.
+    pub(super) async fn mark_new_failed(&self, id: SandboxId, reason: &str) -> Result<bool> {
+        store::mark_failed(&self.pg, id, self.instance, store::FIRST_EPOCH, reason).await
     }
 
     /// Refuses a class this engine cannot run (its runtime not in `docker info`), before any
@@ -235,12 +249,11 @@ impl Inner {
     /// Volume, container, attach, start, ready: the Docker half of a creation.
     pub(super) async fn materialize(
         self: &Arc<Self>,
-        id: SandboxId,
+        names: &ObjectNames,
         spec: &SandboxSpec,
         owner: &Owner,
-        container: &str,
-        volume: &str,
     ) -> Result<(ExecutorStream, String)> {
+        let id = names.id;
         let channel = self
             .config
             .channel_dir
@@ -254,30 +267,32 @@ impl Inner {
             })
             .and_then(|base| crate::channel::prepare(base, id));
         let created = self
-            .make_objects(id, spec, owner, container, volume, channel.as_deref(), true)
+            .make_objects(names, spec, owner, channel.as_deref(), true)
             .await?;
-        self.start_made(id, spec, container, created, channel.as_deref())
+        self.start_made(id, spec, &names.container, created, channel.as_deref())
             .await
     }
 
     /// The Docker objects of a new sandbox, nothing started: its workspace volume, its network
     /// (and its egress proxy when `open_proxy`; else the caller's re-attach opens it), the
     /// executor volume when it is gone, and its container. Returns the container's id.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn make_objects(
         self: &Arc<Self>,
-        id: SandboxId,
+        names: &ObjectNames,
         spec: &SandboxSpec,
         owner: &Owner,
-        container: &str,
-        volume: &str,
         channel: Option<&std::path::Path>,
         open_proxy: bool,
     ) -> Result<String> {
+        let id = names.id;
         let mut volume_labels = self.labels(id, owner);
         volume_labels.insert(labels::COMPONENT.to_owned(), "workspace".to_owned());
         self.docker
-            .create_volume(hardening::workspace_volume(spec, volume, volume_labels))
+            .create_volume(hardening::workspace_volume(
+                spec,
+                &names.volume,
+                volume_labels,
+            ))
             .await
             .map_err(|source| DispatchError::Create {
                 id,
@@ -306,21 +321,20 @@ impl Inner {
             }
         }
 
-        self.create_container_of(id, spec, owner, container, volume, channel)
-            .await
+        self.create_container_of(names, spec, owner, channel).await
     }
 
-    /// Creates (does not start) sandbox `id`'s hardened container `container` on its volume:
-    /// a new sandbox's, a fork's, or the one a checkpointed sandbox is restored into.
+    /// Creates (does not start) the hardened container `names.container` of sandbox `names.id`
+    /// on its volume: a new sandbox's, a fork's, or the one a checkpointed sandbox is restored
+    /// into.
     pub(super) async fn create_container_of(
         &self,
-        id: SandboxId,
+        names: &ObjectNames,
         spec: &SandboxSpec,
         owner: &Owner,
-        container: &str,
-        volume: &str,
         channel: Option<&std::path::Path>,
     ) -> Result<String> {
+        let id = names.id;
         let mut container_labels = self.labels(id, owner);
         container_labels.insert(labels::COMPONENT.to_owned(), "sandbox".to_owned());
         for (k, v) in &spec.labels {
@@ -330,7 +344,7 @@ impl Inner {
             id,
             spec,
             &self.executor,
-            volume,
+            &names.volume,
             container_labels,
             &self.config,
             channel,
@@ -338,7 +352,11 @@ impl Inner {
         let created = self
             .docker
             .create_container(
-                Some(CreateContainerOptionsBuilder::new().name(container).build()),
+                Some(
+                    CreateContainerOptionsBuilder::new()
+                        .name(&names.container)
+                        .build(),
+                ),
                 body,
             )
             .await

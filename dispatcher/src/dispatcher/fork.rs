@@ -32,10 +32,10 @@
 use std::sync::Arc;
 
 use super::copy::{CopyTo, CHECKPOINT};
-use super::{Dispatcher, Inner, Location};
+use super::{Dispatcher, Inner};
 use crate::error::{DispatchError, Result};
 use crate::spec::{SandboxId, SandboxSpec};
-use crate::{placement, store};
+use crate::store;
 
 /// What a fork that keeps memory made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,26 +70,9 @@ impl Dispatcher {
 
 impl Inner {
     async fn fork(self: &Arc<Self>, id: SandboxId, count: usize, max_bytes: u64) -> Result<Forked> {
-        let sandbox = match self.locate(id).await? {
-            Location::Here(sandbox) => sandbox,
-            Location::Elsewhere(_) => {
-                return Err(DispatchError::SandboxNotFound {
-                    id,
-                    attached_elsewhere: true,
-                })
-            }
-        };
-        self.can_checkpoint(id, &sandbox.spec).await?;
-        let memory_bytes = self.memory_in_use(id, &sandbox.container).await?;
+        // The source's checkpoint and each fork's copy of it are on disk at once.
         let copies = u64::try_from(count).unwrap_or(u64::MAX).saturating_add(1);
-        let bytes = memory_bytes.saturating_mul(copies);
-        if bytes > max_bytes {
-            return Err(DispatchError::CheckpointTooLarge {
-                id,
-                bytes,
-                max_bytes,
-            });
-        }
+        let (sandbox, memory_bytes) = self.checkpoint_source(id, copies, max_bytes).await?;
         let root = self.data_root(id).await?;
         let source_container_id = self.container_id(&sandbox.container).await?;
 
@@ -134,14 +117,12 @@ impl Inner {
                 Ok(()) => forks.push(fork.id),
                 Err(e) => {
                     tracing::warn!(sandbox = %fork.id, source = %id, error = %e, "a fork with memory did not start; destroying it");
-                    let _ = store::mark_failed(
-                        &self.pg,
-                        fork.id,
-                        self.instance,
-                        store::FIRST_EPOCH,
-                        &format!("its start from the checkpoint failed: {e}"),
-                    )
-                    .await;
+                    let _ = self
+                        .mark_new_failed(
+                            fork.id,
+                            &format!("its start from the checkpoint failed: {e}"),
+                        )
+                        .await;
                     let _ = self.destroy(fork.id, "its start failed").await;
                     failed.push(e.to_string());
                 }
@@ -157,39 +138,14 @@ impl Inner {
 
     /// A fork's row (`creating`), workspace volume (held), network and container, not started.
     async fn make_fork(self: &Arc<Self>, spec: &SandboxSpec) -> Result<Made> {
-        let id = SandboxId::new();
-        let container = format!("aegis-sbx-{id}");
-        let volume = format!("aegis-ws-{id}");
-        let mut tx = self
-            .pg
-            .begin()
-            .await
-            .map_err(crate::error::db("recording a fork"))?;
-        placement::admit(
-            &mut tx,
-            &self.engine,
-            &self.config.engine_limit,
-            placement::reserved_bytes(&spec.limits),
-        )
-        .await?;
-        store::insert_creating(
-            &mut *tx,
-            id,
-            self.instance,
-            &self.engine,
-            spec,
-            &spec.owner,
-            &container,
-            &volume,
-        )
-        .await?;
-        tx.commit()
-            .await
-            .map_err(crate::error::db("recording a fork"))?;
+        let names = self
+            .record_creating(spec, &spec.owner, "recording a fork")
+            .await?;
+        let id = names.id;
         let made = async {
             // No socket channel under gVisor; the proxy opens at the re-attach.
             let container_id = self
-                .make_objects(id, spec, &spec.owner, &container, &volume, None, false)
+                .make_objects(&names, spec, &spec.owner, None, false)
                 .await?;
             self.start_holder(id, spec).await?;
             Ok::<_, DispatchError>(container_id)
@@ -197,18 +153,11 @@ impl Inner {
         match made.await {
             Ok(container_id) => Ok(Made {
                 id,
-                container,
+                container: names.container,
                 container_id,
             }),
             Err(e) => {
-                let _ = store::mark_failed(
-                    &self.pg,
-                    id,
-                    self.instance,
-                    store::FIRST_EPOCH,
-                    &e.to_string(),
-                )
-                .await;
+                let _ = self.mark_new_failed(id, &e.to_string()).await;
                 let _ = self.destroy(id, "its fork failed").await;
                 Err(e)
             }
@@ -218,9 +167,7 @@ impl Inner {
     /// Destroys forks made but not started.
     async fn drop_forks(&self, made: &[Made], reason: &str) {
         for fork in made {
-            let _ =
-                store::mark_failed(&self.pg, fork.id, self.instance, store::FIRST_EPOCH, reason)
-                    .await;
+            let _ = self.mark_new_failed(fork.id, reason).await;
             if let Err(e) = self.destroy(fork.id, reason).await {
                 tracing::warn!(sandbox = %fork.id, error = %e, "an unstarted fork could not be destroyed; the reaper removes it");
             }

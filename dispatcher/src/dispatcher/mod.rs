@@ -500,12 +500,7 @@ impl Dispatcher {
 
     /// One sandbox, whatever its state.
     pub async fn get(&self, id: SandboxId) -> Result<SandboxInfo> {
-        store::get(&self.inner.pg, id)
-            .await?
-            .ok_or(DispatchError::SandboxNotFound {
-                id,
-                attached_elsewhere: false,
-            })
+        self.inner.row(id).await
     }
 
     /// Takes over the running sandboxes of a previous instance of this orchestrator.
@@ -635,6 +630,16 @@ pub(crate) enum Location {
 }
 
 impl Inner {
+    /// Sandbox `id`'s row, whatever its state and holder, or "not found".
+    pub(crate) async fn row(&self, id: SandboxId) -> Result<SandboxInfo> {
+        store::get(&self.pg, id)
+            .await?
+            .ok_or(DispatchError::SandboxNotFound {
+                id,
+                attached_elsewhere: false,
+            })
+    }
+
     /// The sandbox this instance holds, or a precise "not found".
     pub(crate) async fn attached(&self, id: SandboxId) -> Result<Arc<Sandbox>> {
         match self.locate(id).await? {

@@ -22,15 +22,7 @@ impl Dispatcher {
     /// holds is [`DispatchError::SandboxNotFound`] with `attached_elsewhere` (not relayed: see
     /// [`Dispatcher::open_port_anywhere`]); a holder serves its peers' connections with this.
     pub async fn open_port(&self, id: SandboxId, port: u16) -> Result<PortConnection> {
-        let sandbox = match self.inner.locate(id).await? {
-            Location::Here(sandbox) => sandbox,
-            Location::Elsewhere(_) => {
-                return Err(DispatchError::SandboxNotFound {
-                    id,
-                    attached_elsewhere: true,
-                })
-            }
-        };
+        let sandbox = self.inner.attached(id).await?;
         let feed = Feed::of_port(PORT_FEED_BYTES);
         let deadline = self.inner.config.call_timeout;
         // Detached: a caller that leaves after the open was sent still gets the connection

@@ -7,7 +7,7 @@ use sandbox_executor::protocol::{PathParams, ReadStreamResult, WriteResult, Writ
 use tokio::sync::mpsc;
 
 use super::{Dispatcher, Location};
-use crate::error::{DispatchError, Result};
+use crate::error::Result;
 use crate::spec::SandboxId;
 use crate::stream::UploadPiece;
 
@@ -16,14 +16,15 @@ impl Dispatcher {
     /// [`UploadPiece::End`]; the file becomes the name only then (a source that closes early,
     /// a cancel or a failure leaves the old file and no partial one). The path is resolved and
     /// refused exactly as `fs.write`'s. A sandbox another replica holds is
-    /// [`DispatchError::SandboxNotFound`] with `attached_elsewhere` (blocks are not forwarded).
+    /// [`DispatchError::SandboxNotFound`](crate::error::DispatchError::SandboxNotFound) with
+    /// `attached_elsewhere` (blocks are not forwarded).
     pub async fn write_stream(
         &self,
         id: SandboxId,
         params: WriteStreamParams,
         source: mpsc::Receiver<UploadPiece>,
     ) -> Result<WriteResult> {
-        let sandbox = self.here(id).await?;
+        let sandbox = self.inner.attached(id).await?;
         let _serving = self.inner.serving.enter()?;
         sandbox
             .stream
@@ -40,7 +41,7 @@ impl Dispatcher {
         params: PathParams,
         sink: mpsc::Sender<Bytes>,
     ) -> Result<ReadStreamResult> {
-        let sandbox = self.here(id).await?;
+        let sandbox = self.inner.attached(id).await?;
         let _serving = self.inner.serving.enter()?;
         sandbox
             .stream
@@ -52,15 +53,5 @@ impl Dispatcher {
     /// through another replica, calls are forwarded, blocks are not).
     pub async fn holds(&self, id: SandboxId) -> Result<bool> {
         Ok(matches!(self.inner.locate(id).await?, Location::Here(_)))
-    }
-
-    async fn here(&self, id: SandboxId) -> Result<std::sync::Arc<super::Sandbox>> {
-        match self.inner.locate(id).await? {
-            Location::Here(sandbox) => Ok(sandbox),
-            Location::Elsewhere(_) => Err(DispatchError::SandboxNotFound {
-                id,
-                attached_elsewhere: true,
-            }),
-        }
     }
 }

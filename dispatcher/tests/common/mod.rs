@@ -58,6 +58,14 @@ where
     }
 }
 
+/// The engine's list filter for objects carrying all the given labels (`key=value`).
+fn label_filters(labels: &[&str]) -> HashMap<String, Vec<String>> {
+    HashMap::from([(
+        "label".to_owned(),
+        labels.iter().map(|l| (*l).to_owned()).collect::<Vec<_>>(),
+    )])
+}
+
 /// One test's database, engine and executor.
 pub struct TestEnv {
     pub pg: PgPool,
@@ -195,17 +203,13 @@ impl TestEnv {
 
     /// Names of containers (any status) carrying all the given labels (`key=value`).
     pub async fn containers_with(&self, labels: &[&str]) -> Vec<String> {
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            labels.iter().map(|l| (*l).to_owned()).collect::<Vec<_>>(),
-        )]);
         within(
             20,
             "listing containers",
             self.docker.list_containers(Some(
                 ListContainersOptionsBuilder::new()
                     .all(true)
-                    .filters(&filters)
+                    .filters(&label_filters(labels))
                     .build(),
             )),
         )
@@ -219,15 +223,13 @@ impl TestEnv {
 
     /// Names of volumes carrying all the given labels.
     pub async fn volumes_with(&self, labels: &[&str]) -> Vec<String> {
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            labels.iter().map(|l| (*l).to_owned()).collect::<Vec<_>>(),
-        )]);
         within(
             20,
             "listing volumes",
             self.docker.list_volumes(Some(
-                ListVolumesOptionsBuilder::new().filters(&filters).build(),
+                ListVolumesOptionsBuilder::new()
+                    .filters(&label_filters(labels))
+                    .build(),
             )),
         )
         .await

@@ -50,14 +50,22 @@ pub fn require_regular(fd: &OwnedFd, display: &str) -> OpResult<Stat> {
     let stat = rustix::fs::fstat(fd).map_err(|e| OpError::os(e, "cannot stat", display))?;
     match file_type(&stat) {
         FileType::RegularFile => Ok(stat),
-        FileType::Directory => Err(OpError::new(
+        other => Err(not_a_regular_file(other, display)),
+    }
+}
+
+/// The refusal of a file operation on `display`, which is of type `found` (a directory or any
+/// other type that is not a regular file).
+pub fn not_a_regular_file(found: FileType, display: &str) -> OpError {
+    match found {
+        FileType::Directory => OpError::new(
             ErrorKind::IsADirectory,
             format!("'{display}' is a directory"),
-        )),
-        other => Err(OpError::new(
+        ),
+        other => OpError::new(
             ErrorKind::NotARegularFile,
             format!("'{display}' is not a regular file ({other:?})"),
-        )),
+        ),
     }
 }
 

@@ -15,31 +15,24 @@ use std::fs::File;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rustix::fd::{AsFd, BorrowedFd};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, XattrFlags};
 use rustix::io::Errno;
 
 use crate::context::Context;
 use crate::encoding;
 use crate::error::{OpError, OpResult};
-use crate::fs::{create_dir, file_type, stat_nofollow};
+use crate::fs::{create_dir, file_type, not_a_regular_file, stat_nofollow};
 use crate::paths;
 use crate::protocol::{
     ErrorKind, WriteParams, WriteResult, MAX_METADATA_BYTES, MAX_METADATA_KEY_BYTES,
     METADATA_XATTR_PREFIX,
 };
-use crate::roots::Access;
+use crate::roots::{Access, Target};
 
 /// Runs `fs.write`.
 pub fn run(ctx: &Context, params: WriteParams) -> OpResult<WriteResult> {
-    let target = ctx.roots.resolve(&params.path, Access::Write)?;
-    if target.is_root() {
-        return Err(OpError::new(
-            ErrorKind::IsADirectory,
-            format!("'{}' is an allowed root directory", target.display),
-        ));
-    }
-    check_metadata(&params.metadata)?;
+    let target = write_target(ctx, &params.path, &params.metadata)?;
     let bytes = encoding::decode(params.content, params.encoding, "content")?;
     if bytes.len() as u64 > ctx.config.max_file_bytes {
         return Err(OpError::new(
@@ -52,13 +45,7 @@ pub fn run(ctx: &Context, params: WriteParams) -> OpResult<WriteResult> {
             ),
         ));
     }
-    let (parent_rel, name) = paths::split_parent(&target.rel);
-    let parent = if params.create_dirs {
-        create_dir::create_all(&target, parent_rel)?.0
-    } else {
-        target.parent()?.0
-    };
-    let existing = check_replaceable(parent.as_fd(), name, &target.display)?;
+    let (parent, name, existing) = write_place(&target, params.create_dirs)?;
     if params.append {
         if existing.is_none() {
             return Err(OpError::new(
@@ -96,6 +83,40 @@ pub fn run(ctx: &Context, params: WriteParams) -> OpResult<WriteResult> {
     })
 }
 
+/// What a whole-file write (`fs.write`, `fs.write_stream`) writes to: `path` resolved for
+/// writing, refused when it is an allowed root itself or when `metadata` is not valid.
+pub fn write_target<'r>(
+    ctx: &'r Context,
+    path: &str,
+    metadata: &BTreeMap<String, String>,
+) -> OpResult<Target<'r>> {
+    let target = ctx.roots.resolve(path, Access::Write)?;
+    if target.is_root() {
+        return Err(OpError::new(
+            ErrorKind::IsADirectory,
+            format!("'{}' is an allowed root directory", target.display),
+        ));
+    }
+    check_metadata(metadata)?;
+    Ok(target)
+}
+
+/// Where a whole-file write puts its new file: the target's parent directory (made first when
+/// `create_dirs`), the name in it, and what is at that name now ([`check_replaceable`]).
+pub fn write_place<'t>(
+    target: &'t Target<'_>,
+    create_dirs: bool,
+) -> OpResult<(OwnedFd, &'t str, Option<Stat>)> {
+    let (parent_rel, name) = paths::split_parent(&target.rel);
+    let parent = if create_dirs {
+        create_dir::create_all(target, parent_rel)?.0
+    } else {
+        target.parent()?.0
+    };
+    let existing = check_replaceable(parent.as_fd(), name, &target.display)?;
+    Ok((parent, name, existing))
+}
+
 /// Returns the stat of what is at `name` now (`None` if nothing), refusing anything that must not
 /// be replaced: symlinks, directories, special files, files with several hard links.
 pub fn check_replaceable(dir: BorrowedFd<'_>, name: &str, display: &str) -> OpResult<Option<Stat>> {
@@ -117,14 +138,7 @@ pub fn check_replaceable(dir: BorrowedFd<'_>, name: &str, display: &str) -> OpRe
             ErrorKind::PathNotAllowed,
             format!("'{display}' is a symbolic link; refusing to write through or over it"),
         )),
-        FileType::Directory => Err(OpError::new(
-            ErrorKind::IsADirectory,
-            format!("'{display}' is a directory"),
-        )),
-        other => Err(OpError::new(
-            ErrorKind::NotARegularFile,
-            format!("'{display}' is not a regular file ({other:?})"),
-        )),
+        other => Err(not_a_regular_file(other, display)),
     }
 }
 

@@ -287,8 +287,9 @@ pub enum OutputStream {
     Pty,
 }
 
-/// How a live process ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// How a live process ended. The default is an end nothing is known of (no status, no signal,
+/// nothing written): the base of one whose real end was not observed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessEnd {
     /// Exit status when it exited; `null` when a signal ended it (or it was never reaped).
     pub exit_code: Option<i32>,
