@@ -259,17 +259,31 @@ pub fn charged_to_sandbox_user<T>(uid: u32, gid: u32, f: impl FnOnce() -> T) -> 
     let out = f();
     // Back to euid 0: the kernel gives the effective capabilities back from the permitted set,
     // and sets the filesystem uid to 0, which is put back to the sandbox user's.
-    let back = set_euid(0) == 0
-        && enter_sandbox_fs_identity(uid, gid).is_ok()
+    const FAILURE: &str = "a thread cannot return to the executor's identity";
+    if set_euid(0) != 0 {
+        abort_thread(FAILURE);
+    }
+    back_to_executor_identity(uid, gid, FAILURE);
+    out
+}
+
+/// Puts the calling thread back into the identity the executor acts with between requests:
+/// the sandbox user's filesystem ids and only [`KEPT_CAPABILITIES`] effective. A thread that
+/// cannot get back is not left running (every later request of it would run with the wrong
+/// identity): the process aborts, logging `failure`.
+fn back_to_executor_identity(uid: u32, gid: u32, failure: &str) {
+    let back = enter_sandbox_fs_identity(uid, gid).is_ok()
         && lower_effective().is_ok_and(|effective| effective == KEPT_CAPABILITIES);
     if !back {
-        crate::log_event!(
-            "fatal: a thread cannot return to the executor's identity: {}",
-            std::io::Error::last_os_error()
-        );
-        std::process::abort();
+        abort_thread(failure);
     }
-    out
+}
+
+/// Aborts the process for a thread whose identity could not be put back, logging `failure`
+/// with the last OS error.
+fn abort_thread(failure: &str) -> ! {
+    crate::log_event!("fatal: {failure}: {}", std::io::Error::last_os_error());
+    std::process::abort();
 }
 
 /// Sets the calling thread's effective capabilities to its permitted ones within
@@ -321,16 +335,12 @@ impl AsRoot {
 
 impl Drop for AsRoot {
     fn drop(&mut self) {
-        let back = enter_sandbox_fs_identity(self.uid, self.gid).is_ok()
-            && lower_effective().is_ok_and(|effective| effective == KEPT_CAPABILITIES);
-        if !back {
-            // Every later request of this thread would run as root: never go on.
-            crate::log_event!(
-                "fatal: a thread cannot return from root to the sandbox user's identity: {}",
-                std::io::Error::last_os_error()
-            );
-            std::process::abort();
-        }
+        // Every later request of this thread would run as root: never go on.
+        back_to_executor_identity(
+            self.uid,
+            self.gid,
+            "a thread cannot return from root to the sandbox user's identity",
+        );
     }
 }
 

@@ -39,12 +39,11 @@
 use std::sync::Arc;
 
 use bollard::container::CreateCheckpointOptions;
-use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, StatsOptionsBuilder, WaitContainerOptionsBuilder,
-};
+use bollard::query_parameters::{StatsOptionsBuilder, WaitContainerOptionsBuilder};
 use futures_util::StreamExt;
 
 use super::copy::{CopyTo, CHECKPOINT};
+use super::create::create_failed;
 use super::{Dispatcher, Inner};
 use crate::error::{engine, DispatchError, Result};
 use crate::isolation::Isolation;
@@ -430,19 +429,8 @@ impl Inner {
             &self.config,
             None,
         );
-        let failed = |source| DispatchError::Create {
-            id,
-            image: spec.image.clone(),
-            what: "workspace holder",
-            source,
-        };
-        self.docker
-            .create_container(
-                Some(CreateContainerOptionsBuilder::new().name(&name).build()),
-                body,
-            )
-            .await
-            .map_err(failed)?;
+        let failed = create_failed(id, spec, "workspace holder");
+        self.create_named(&name, body).await.map_err(&failed)?;
         if let Err(source) = self.docker.start_container(&name, None).await {
             self.remove_holder(id).await;
             return Err(failed(source));

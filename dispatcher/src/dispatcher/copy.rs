@@ -10,9 +10,10 @@
 //! so it works wherever the engine is (the node never reads the engine's data root itself).
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
-use bollard::query_parameters::{CreateContainerOptionsBuilder, InspectContainerOptions};
+use bollard::query_parameters::InspectContainerOptions;
 use futures_util::StreamExt;
 
+use super::create::create_failed;
 use super::Inner;
 use crate::error::{engine, DispatchError, Result};
 use crate::labels;
@@ -126,24 +127,13 @@ impl Inner {
             }),
             ..Default::default()
         };
-        let failed = |source| DispatchError::Create {
-            id,
-            image: spec.image.clone(),
-            what: "fork copy helper",
-            source,
-        };
-        self.docker
-            .create_container(
-                Some(CreateContainerOptionsBuilder::new().name(&name).build()),
-                body,
-            )
-            .await
-            .map_err(failed)?;
+        let failed = create_failed(id, spec, "fork copy helper");
+        self.create_named(&name, body).await.map_err(&failed)?;
         let ran = async {
             self.docker
                 .start_container(&name, None)
                 .await
-                .map_err(failed)?;
+                .map_err(&failed)?;
             let mut waited = self.docker.wait_container(
                 &name,
                 None::<bollard::query_parameters::WaitContainerOptions>,

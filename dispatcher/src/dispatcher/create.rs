@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
+use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::CreateContainerOptionsBuilder;
 
 use super::{describe_exit, Inner, Sandbox};
@@ -25,7 +26,38 @@ pub(super) struct ObjectNames {
     pub(super) volume: String,
 }
 
+/// How a failure to create one of sandbox `id`'s Docker objects (`what`: its workspace volume,
+/// its container, a workspace holder, a fork copy helper) is told: [`DispatchError::Create`],
+/// naming the image.
+pub(super) fn create_failed<'s>(
+    id: SandboxId,
+    spec: &'s SandboxSpec,
+    what: &'static str,
+) -> impl Fn(bollard::errors::Error) -> DispatchError + 's {
+    move |source| DispatchError::Create {
+        id,
+        image: spec.image.clone(),
+        what,
+        source,
+    }
+}
+
 impl Inner {
+    /// Creates (does not start) the container `name` from `body`; answers its id.
+    pub(super) async fn create_named(
+        &self,
+        name: &str,
+        body: ContainerCreateBody,
+    ) -> std::result::Result<String, bollard::errors::Error> {
+        self.docker
+            .create_container(
+                Some(CreateContainerOptionsBuilder::new().name(name).build()),
+                body,
+            )
+            .await
+            .map(|created| created.id)
+    }
+
     /// Makes a sandbox for `spec` (validated) where there is room: on this engine (from the
     /// warm pool when `from_pool`), else on the other live replicas' engines, least loaded
     /// first. A full engine, one that cannot run the spec's isolation class (no `runsc`) or an
@@ -294,12 +326,7 @@ impl Inner {
                 volume_labels,
             ))
             .await
-            .map_err(|source| DispatchError::Create {
-                id,
-                image: spec.image.clone(),
-                what: "workspace volume",
-                source,
-            })?;
+            .map_err(create_failed(id, spec, "workspace volume"))?;
 
         if spec.network == NetworkMode::Egress {
             self.open_egress(id, spec, owner, open_proxy).await?;
@@ -349,16 +376,7 @@ impl Inner {
             &self.config,
             channel,
         );
-        let created = self
-            .docker
-            .create_container(
-                Some(
-                    CreateContainerOptionsBuilder::new()
-                        .name(&names.container)
-                        .build(),
-                ),
-                body,
-            )
+        self.create_named(&names.container, body)
             .await
             .map_err(|source| {
                 if is_not_found(&source) {
@@ -366,15 +384,9 @@ impl Inner {
                         image: spec.image.clone(),
                     }
                 } else {
-                    DispatchError::Create {
-                        id,
-                        image: spec.image.clone(),
-                        what: "container",
-                        source,
-                    }
+                    create_failed(id, spec, "container")(source)
                 }
-            })?;
-        Ok(created.id)
+            })
     }
 
     /// Attach, start, ready: a sandbox made by [`Inner::make_objects`] (container `created`)
