@@ -140,41 +140,44 @@ fn mounts(
     let mut mounts = vec![
         // The executor, read-only: agent code cannot replace the program that polices it.
         Mount {
-            target: Some(EXECUTOR_DIR.to_owned()),
-            source: Some(executor.name.clone()),
-            typ: Some(MountType::VOLUME),
-            read_only: Some(true),
             volume_options: Some(MountVolumeOptions {
                 no_copy: Some(true),
                 ..Default::default()
             }),
-            ..Default::default()
+            ..mount(MountType::VOLUME, &executor.name, EXECUTOR_DIR, true)
         },
         // The sandbox's own workspace, destroyed with it.
-        Mount {
-            target: Some(workspace_dir.to_owned()),
-            source: Some(workspace_volume.to_owned()),
-            typ: Some(MountType::VOLUME),
-            read_only: Some(false),
-            ..Default::default()
-        },
+        mount(MountType::VOLUME, workspace_volume, workspace_dir, false),
     ];
     if let Some(dir) = channel {
         // This sandbox's directory only (root's, 0700): the executor binds its socket there.
         // Private propagation: nothing mounted later on the host side shows up inside.
         mounts.push(Mount {
-            target: Some(crate::channel::TARGET.to_owned()),
-            source: Some(dir.to_string_lossy().into_owned()),
-            typ: Some(MountType::BIND),
-            read_only: Some(false),
             bind_options: Some(MountBindOptions {
                 propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
                 ..Default::default()
             }),
-            ..Default::default()
+            ..mount(
+                MountType::BIND,
+                &dir.to_string_lossy(),
+                crate::channel::TARGET,
+                false,
+            )
         });
     }
     mounts
+}
+
+/// A mount of `source` (a volume's name, or a host path for [`MountType::BIND`]) at `target`
+/// in a container, with no further options: the base of every mount the node makes.
+pub(crate) fn mount(typ: MountType, source: &str, target: &str, read_only: bool) -> Mount {
+    Mount {
+        target: Some(target.to_owned()),
+        source: Some(source.to_owned()),
+        typ: Some(typ),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
 }
 
 /// The name of the environment variable the executor reads its configuration from.

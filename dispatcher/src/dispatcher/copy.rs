@@ -9,13 +9,14 @@
 //! image under runc, no network, read-only root, only the capabilities `cp -a` needs as root),
 //! so it works wherever the engine is (the node never reads the engine's data root itself).
 
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+use bollard::models::{ContainerCreateBody, HostConfig, MountType};
 use bollard::query_parameters::InspectContainerOptions;
 use futures_util::StreamExt;
 
 use super::create::create_failed;
 use super::Inner;
 use crate::error::{engine, DispatchError, Result};
+use crate::hardening::mount;
 use crate::labels;
 use crate::spec::{SandboxId, SandboxSpec};
 
@@ -65,19 +66,31 @@ impl Inner {
         targets: &[CopyTo],
     ) -> Result<()> {
         let name = format!("aegis-fcopy-{id}");
-        let mut mounts = vec![bind_mount(
+        let mut mounts = vec![mount(
+            MountType::BIND,
             &format!("{root}/containers/{source_container_id}/checkpoints/{CHECKPOINT}"),
             "/from/ckpt",
             true,
         )];
         if targets.iter().any(|t| t.workspace.is_some()) {
-            mounts.push(volume_mount(&format!("aegis-ws-{id}"), "/from/ws", true));
+            mounts.push(mount(
+                MountType::VOLUME,
+                &format!("aegis-ws-{id}"),
+                "/from/ws",
+                true,
+            ));
         }
         for (i, target) in targets.iter().enumerate() {
             if let Some(volume) = &target.workspace {
-                mounts.push(volume_mount(volume, &format!("/to/{i}/ws"), false));
+                mounts.push(mount(
+                    MountType::VOLUME,
+                    volume,
+                    &format!("/to/{i}/ws"),
+                    false,
+                ));
             }
-            mounts.push(bind_mount(
+            mounts.push(mount(
+                MountType::BIND,
                 &format!("{root}/containers/{}", target.container_id),
                 &format!("/to/{i}/ctr"),
                 false,
@@ -179,23 +192,3 @@ pub(super) struct CopyTo {
 
 /// The `org.aegis.component` value of a checkpoint copy helper (a fork's, a resume's).
 pub(crate) const FORK_COPY_COMPONENT: &str = "fork-copy";
-
-fn volume_mount(volume: &str, target: &str, read_only: bool) -> Mount {
-    Mount {
-        target: Some(target.to_owned()),
-        source: Some(volume.to_owned()),
-        typ: Some(MountType::VOLUME),
-        read_only: Some(read_only),
-        ..Default::default()
-    }
-}
-
-fn bind_mount(path: &str, target: &str, read_only: bool) -> Mount {
-    Mount {
-        target: Some(target.to_owned()),
-        source: Some(path.to_owned()),
-        typ: Some(MountType::BIND),
-        read_only: Some(read_only),
-        ..Default::default()
-    }
-}
