@@ -220,6 +220,22 @@ pub(super) fn keepalive_of(headers: &HeaderMap) -> Duration {
         .unwrap_or(DEFAULT_KEEPALIVE)
 }
 
+/// A server-streaming call's opening: its codec, its one request message and its sandbox. A
+/// refusal comes back as the response to send (an unknown codec as a plain error, the rest
+/// as the stream's end).
+async fn opened<M: Message + Default>(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Codec, M, Target), Response> {
+    let codec = content_type(headers, RpcKind::Streaming).map_err(|e| error_response(&e))?;
+    let request = one_request(codec, body).map_err(|e| stream_error(codec, &e))?;
+    let target = target(state, headers)
+        .await
+        .map_err(|e| stream_error(codec, &e))?;
+    Ok((codec, request, target))
+}
+
 /// The one request message of a server-streaming call.
 fn one_request<M: Message>(codec: Codec, body: &[u8]) -> Result<M, ConnectError> {
     let mut decoder = RequestStreamDecoder::<M>::new(codec, MAX_MESSAGE);
@@ -242,17 +258,9 @@ async fn start(
     body: Bytes,
     cut: Option<Connection>,
 ) -> Response {
-    let codec = match content_type(&headers, RpcKind::Streaming) {
-        Ok(c) => c,
-        Err(e) => return error_response(&e),
-    };
-    let request: StartRequest = match one_request(codec, &body) {
-        Ok(r) => r,
-        Err(e) => return stream_error(codec, &e),
-    };
-    let target = match target(&state, &headers).await {
-        Ok(t) => t,
-        Err(e) => return stream_error(codec, &e),
+    let (codec, request, target) = match opened::<StartRequest>(&state, &headers, &body).await {
+        Ok(opened) => opened,
+        Err(refused) => return refused,
     };
     let confined = target.caller.seal.is_some();
     // A terminal is always a shell; a confined key's plain lines are unwrapped by `command_args`.
@@ -371,17 +379,9 @@ async fn connect(
     body: Bytes,
     cut: Option<Connection>,
 ) -> Response {
-    let codec = match content_type(&headers, RpcKind::Streaming) {
-        Ok(c) => c,
-        Err(e) => return error_response(&e),
-    };
-    let request: ConnectRequest = match one_request(codec, &body) {
-        Ok(r) => r,
-        Err(e) => return stream_error(codec, &e),
-    };
-    let target = match target(&state, &headers).await {
-        Ok(t) => t,
-        Err(e) => return stream_error(codec, &e),
+    let (codec, request, target) = match opened::<ConnectRequest>(&state, &headers, &body).await {
+        Ok(opened) => opened,
+        Err(refused) => return refused,
     };
     let select = match request.process.and_then(|p| p.selector) {
         Some(process_selector::Selector::Pid(pid)) => LiveSelector::Pid(pid),

@@ -206,12 +206,8 @@ fn proc_output<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         }
         let a: A = args(a)?;
         let sandbox = sandbox_of(ctx)?;
-        let dispatcher = dispatcher_of(ctx)?;
+        let reader = reader_of(ctx, sandbox, &a.target).await?;
         let live = ctx.state.sandboxes.live();
-        let reader = live
-            .reader(dispatcher, sandbox, a.target.selector()?)
-            .await
-            .map_err(refused)?;
         let mut handle = reader.lock().await;
         let pid = handle.pid();
         let max = a.max_bytes.unwrap_or(64 * 1024);
@@ -283,16 +279,24 @@ async fn pid_of(
     if let (Some(pid), None) = (target.pid, &target.tag) {
         return Ok(pid);
     }
+    let pid = reader_of(ctx, sandbox, target).await?.lock().await.pid();
+    Ok(pid)
+}
+
+/// The node's one reader of the process `target` names in the caller's sandbox (kept since its
+/// start, or attached now), shared with every other call that reads it.
+async fn reader_of(
+    ctx: &ToolContext<'_>,
+    sandbox: SandboxId,
+    target: &Target,
+) -> Result<aegis_sandboxes::live::Reader, ToolError> {
     let dispatcher = dispatcher_of(ctx)?;
-    let reader = ctx
-        .state
+    ctx.state
         .sandboxes
         .live()
         .reader(dispatcher, sandbox, target.selector()?)
         .await
-        .map_err(refused)?;
-    let pid = reader.lock().await.pid();
-    Ok(pid)
+        .map_err(refused)
 }
 
 fn proc_input<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {

@@ -63,13 +63,8 @@ pub async fn invoke_gated(
     gate: Option<&dyn CallGate>,
 ) -> Result<ToolOutcome, CallError> {
     let call = Request {
-        name,
-        arguments,
-        sandbox,
         gate,
-        output: None,
-        transfer: None,
-        started: None,
+        ..Request::new(name, arguments, sandbox)
     };
     counted(state, caller, call).await
 }
@@ -98,13 +93,8 @@ pub async fn invoke_started(
 ) -> Result<(ToolOutcome, Option<Started>), CallError> {
     let slot = StartedSlot::default();
     let call = Request {
-        name: "cmd.run",
-        arguments,
-        sandbox,
-        gate: None,
-        output: None,
-        transfer: None,
         started: Some(&slot),
+        ..Request::new("cmd.run", arguments, sandbox)
     };
     let outcome = counted(state, caller, call).await?;
     let started = slot
@@ -125,13 +115,8 @@ pub async fn invoke_streaming(
     output: OutputSink,
 ) -> Result<ToolOutcome, CallError> {
     let call = Request {
-        name,
-        arguments,
-        sandbox,
-        gate: None,
         output: Some(output),
-        transfer: None,
-        started: None,
+        ..Request::new(name, arguments, sandbox)
     };
     counted(state, caller, call).await
 }
@@ -168,13 +153,8 @@ pub async fn invoke_transfer(
         ))));
     }
     let call = Request {
-        name,
-        arguments,
-        sandbox,
-        gate: None,
-        output: None,
         transfer: Some(transfer),
-        started: None,
+        ..Request::new(name, arguments, sandbox)
     };
     counted(state, caller, call).await
 }
@@ -306,6 +286,21 @@ struct Request<'a> {
     transfer: Option<Transfer>,
     /// Where a background `cmd.run` leaves the process it started ([`invoke_started`]).
     started: Option<&'a StartedSlot>,
+}
+
+impl<'a> Request<'a> {
+    /// A call with nothing beside it (no gate, output sink, transfer or started slot).
+    fn new(name: &'a str, arguments: Value, sandbox: Option<SandboxId>) -> Self {
+        Self {
+            name,
+            arguments,
+            sandbox,
+            gate: None,
+            output: None,
+            transfer: None,
+            started: None,
+        }
+    }
 }
 
 /// A call every step allowed.
