@@ -107,24 +107,15 @@ async fn memories(
             query(&[("owner", owner), ("limit", Some(limit.to_string()))])
         ))
         .await?;
-    if client.json {
-        output::json(&out);
-    } else {
-        print!(
-            "{}",
-            output::table(
-                &out["notes"],
-                &columns(&[
-                    ("saved", "created_at"),
-                    ("owner", "owner"),
-                    ("note", "content"),
-                    ("tags", "tags"),
-                    ("id", "note_id"),
-                ]),
-                &format!("agent {agent} remembers nothing"),
-            )
-        );
-    }
+    let cols = [
+        ("saved", "created_at"),
+        ("owner", "owner"),
+        ("note", "content"),
+        ("tags", "tags"),
+        ("id", "note_id"),
+    ];
+    let empty = format!("agent {agent} remembers nothing");
+    output::listing(client.json, &out, &out["notes"], &cols, &empty);
     Ok(())
 }
 
@@ -144,14 +135,8 @@ async fn forget(
             query(&[("owner", owner)])
         ))
         .await?;
-    if client.json {
-        output::json(&out);
-    } else {
-        println!(
-            "erased {} note(s) of agent {agent}",
-            output::cell(&out["erased"])
-        );
-    }
+    let erased = output::cell(&out["erased"]);
+    output::done(client.json, &out, format!("erased {erased} note(s) of agent {agent}"));
     Ok(())
 }
 
@@ -215,11 +200,7 @@ pub async fn definitions(
                 }
             };
             let out = client.delete(&format!("{base}/{}", segment(&id))).await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                println!("deleted {noun} {name}");
-            }
+            output::done(client.json, &out, format!("deleted {noun} {name}"));
         }
     }
     Ok(())

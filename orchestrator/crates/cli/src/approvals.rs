@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::client::{segment, Client};
 use super::error::CliError;
-use super::output::{self, columns};
+use super::output;
 use super::Connection;
 
 /// Approval verbs.
@@ -63,19 +63,15 @@ pub async fn run(conn: &Connection, command: ApprovalsCommand) -> Result<(), Cli
                 "/v1/approvals"
             };
             let out = client.get(path).await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                let cols = columns(&[
-                    ("id", "id"),
-                    ("state", "state"),
-                    ("tool", "tool"),
-                    ("caller", "caller.label"),
-                    ("created", "created_at"),
-                    ("expires", "expires_at"),
-                ]);
-                print!("{}", output::table(&out, &cols, "no requests waiting"));
-            }
+            let cols = [
+                ("id", "id"),
+                ("state", "state"),
+                ("tool", "tool"),
+                ("caller", "caller.label"),
+                ("created", "created_at"),
+                ("expires", "expires_at"),
+            ];
+            output::listing(client.json, &out, &out, &cols, "no requests waiting");
             return Ok(());
         }
         ApprovalsCommand::Get { id } => (
@@ -84,24 +80,12 @@ pub async fn run(conn: &Connection, command: ApprovalsCommand) -> Result<(), Cli
                 .await?,
             None,
         ),
-        ApprovalsCommand::Approve { id, note } => (
-            client
-                .post(
-                    &format!("/v1/approvals/{}/approve", segment(&id)),
-                    json!({"note": note}),
-                )
-                .await?,
-            Some("approved"),
-        ),
-        ApprovalsCommand::Reject { id, note } => (
-            client
-                .post(
-                    &format!("/v1/approvals/{}/reject", segment(&id)),
-                    json!({"note": note}),
-                )
-                .await?,
-            Some("rejected"),
-        ),
+        ApprovalsCommand::Approve { id, note } => {
+            (decide(&client, &id, "approve", note).await?, Some("approved"))
+        }
+        ApprovalsCommand::Reject { id, note } => {
+            (decide(&client, &id, "reject", note).await?, Some("rejected"))
+        }
     };
     if client.json {
         output::json(&out);
@@ -112,4 +96,16 @@ pub async fn run(conn: &Connection, command: ApprovalsCommand) -> Result<(), Cli
         print!("{}", output::record(&out, FIELDS));
     }
     Ok(())
+}
+
+/// An operator's decision on request `id`: `POST /v1/approvals/{id}/{decision}` (`approve` or
+/// `reject`) with the note; both verbs send the same request but for the last segment.
+async fn decide(
+    client: &Client,
+    id: &str,
+    decision: &str,
+    note: Option<String>,
+) -> Result<serde_json::Value, CliError> {
+    let path = format!("/v1/approvals/{}/{decision}", segment(id));
+    client.post(&path, json!({"note": note})).await
 }

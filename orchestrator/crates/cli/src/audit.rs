@@ -2,7 +2,7 @@
 
 use super::client::{query, Client};
 use super::error::CliError;
-use super::output::{self, columns};
+use super::output;
 use super::Connection;
 
 /// Audit verbs.
@@ -74,24 +74,19 @@ pub async fn run(conn: &Connection, command: AuditCommand) -> Result<(), CliErro
                 ("limit", limit.map(|l| l.to_string())),
             ]);
             let out = client.get(&format!("/v1/audit{q}")).await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                let cols = columns(&[
-                    ("seq", "seq"),
-                    ("at", "at"),
-                    ("action", "action"),
-                    ("decision", "decision"),
-                    ("outcome", "outcome"),
-                    ("caller", "caller_kind"),
-                    ("caller id", "caller_id"),
-                    ("reason", "reason_code"),
-                    ("ms", "duration_ms"),
-                ]);
-                print!(
-                    "{}",
-                    output::table(&out["rows"], &cols, "no audit rows match")
-                );
+            let cols = [
+                ("seq", "seq"),
+                ("at", "at"),
+                ("action", "action"),
+                ("decision", "decision"),
+                ("outcome", "outcome"),
+                ("caller", "caller_kind"),
+                ("caller id", "caller_id"),
+                ("reason", "reason_code"),
+                ("ms", "duration_ms"),
+            ];
+            output::listing(client.json, &out, &out["rows"], &cols, "no audit rows match");
+            if !client.json {
                 if let Some(next) = out["next_after"].as_i64() {
                     eprintln!("more rows: --after {next}");
                 }

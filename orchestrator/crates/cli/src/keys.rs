@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::client::{segment, Client};
 use super::error::CliError;
-use super::output::{self, columns};
+use super::output;
 use super::Connection;
 
 /// Key verbs.
@@ -64,32 +64,24 @@ pub async fn run(conn: &Connection, command: KeysCommand) -> Result<(), CliError
         }
         KeysCommand::List => {
             let out = client.get("/v1/api-keys").await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                let cols = columns(&[
-                    ("name", "name"),
-                    ("role", "role"),
-                    ("prefix", "key_prefix"),
-                    ("created", "created_at"),
-                    ("last used", "last_used_at"),
-                    ("expires", "expires_at"),
-                    ("revoked", "revoked_at"),
-                    ("context", "security_context"),
-                    ("id", "id"),
-                ]);
-                print!("{}", output::table(&out, &cols, "no keys"));
-            }
+            let cols = [
+                ("name", "name"),
+                ("role", "role"),
+                ("prefix", "key_prefix"),
+                ("created", "created_at"),
+                ("last used", "last_used_at"),
+                ("expires", "expires_at"),
+                ("revoked", "revoked_at"),
+                ("context", "security_context"),
+                ("id", "id"),
+            ];
+            output::listing(client.json, &out, &out, &cols, "no keys");
         }
         KeysCommand::Revoke { id_or_name } => {
             let out = client
                 .delete(&format!("/v1/api-keys/{}", segment(&id_or_name)))
                 .await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                println!("revoked key {id_or_name}");
-            }
+            output::done(client.json, &out, format!("revoked key {id_or_name}"));
         }
     }
     Ok(())

@@ -76,6 +76,28 @@ pub fn table(rows: &Value, columns: &[Column<'_>], empty: &str) -> String {
     out
 }
 
+/// Prints a listing as every list verb prints one: with `--json` (`as_json`) the node's whole
+/// answer as it came, else the rows at `rows` (the answer itself, or a field of it) as an aligned
+/// table of `cols` (header, dot path), `empty` when there are none. One place, so the verbs
+/// cannot drift on what `--json` prints.
+pub fn listing(as_json: bool, answer: &Value, rows: &Value, cols: &[(&str, &str)], empty: &str) {
+    if as_json {
+        json(answer);
+    } else {
+        print!("{}", table(rows, &columns(cols), empty));
+    }
+}
+
+/// Prints what a verb that changes something did: with `--json` (`as_json`) the node's answer
+/// as it came, else `line` for a person (`deleted agent x`).
+pub fn done(as_json: bool, answer: &Value, line: impl std::fmt::Display) {
+    if as_json {
+        json(answer);
+    } else {
+        println!("{line}");
+    }
+}
+
 /// `key: value` lines for one object, in the order given.
 pub fn record(value: &Value, fields: &[(&str, &str)]) -> String {
     let width = fields.iter().map(|(l, _)| l.len()).max().unwrap_or(0);

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::client::{segment, Client};
 use super::error::CliError;
-use super::output::{self, columns};
+use super::output;
 use super::tool_call::call;
 use super::{read_argument, Connection};
 
@@ -87,19 +87,15 @@ pub async fn run(conn: &Connection, command: SandboxCommand) -> Result<ExitCode,
         } => create(&client, runtime, allow, agent, version).await?,
         SandboxCommand::List => {
             let out = client.get("/v1/sandboxes").await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                let cols = columns(&[
-                    ("id", "id"),
-                    ("state", "state"),
-                    ("image", "image"),
-                    ("owner", "owner.kind"),
-                    ("agent", "spec.labels.agent"),
-                    ("created", "created_at"),
-                ]);
-                print!("{}", output::table(&out, &cols, "no sandboxes"));
-            }
+            let cols = [
+                ("id", "id"),
+                ("state", "state"),
+                ("image", "image"),
+                ("owner", "owner.kind"),
+                ("agent", "spec.labels.agent"),
+                ("created", "created_at"),
+            ];
+            output::listing(client.json, &out, &out, &cols, "no sandboxes");
         }
         SandboxCommand::Exec {
             id,
@@ -139,21 +135,14 @@ pub async fn run(conn: &Connection, command: SandboxCommand) -> Result<ExitCode,
                 json!({"path": path, "content": content}),
             )
             .await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                println!("wrote {}", output::cell(&out["path"]));
-            }
+            let wrote = output::cell(&out["path"]);
+            output::done(client.json, &out, format!("wrote {wrote}"));
         }
         SandboxCommand::Rm { id } => {
             let out = client
                 .delete(&format!("/v1/sandboxes/{}", segment(&id)))
                 .await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                println!("removed sandbox {id}");
-            }
+            output::done(client.json, &out, format!("removed sandbox {id}"));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -182,11 +171,7 @@ async fn create(
     };
     output::progress("creating the sandbox (the first one of an image takes a few seconds)");
     let out = client.post("/v1/sandboxes", body).await?;
-    if client.json {
-        output::json(&out);
-    } else {
-        println!("{}", output::cell(&out["sandbox_id"]));
-    }
+    output::done(client.json, &out, output::cell(&out["sandbox_id"]));
     Ok(())
 }
 

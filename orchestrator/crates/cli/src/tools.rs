@@ -2,7 +2,7 @@
 
 use super::client::Client;
 use super::error::CliError;
-use super::output::{self, columns};
+use super::output;
 use super::tool_call;
 use super::{json_argument, Connection};
 
@@ -30,15 +30,8 @@ pub async fn run(conn: &Connection, command: ToolsCommand) -> Result<(), CliErro
     match command {
         ToolsCommand::List => {
             let out = client.get("/v1/tools").await?;
-            if client.json {
-                output::json(&out);
-            } else {
-                let cols = columns(&[("name", "name"), ("description", "description")]);
-                print!(
-                    "{}",
-                    output::table(&out, &cols, "no tools visible to this key")
-                );
-            }
+            let cols = [("name", "name"), ("description", "description")];
+            output::listing(client.json, &out, &out, &cols, "no tools visible to this key");
         }
         ToolsCommand::Call {
             name,

@@ -735,11 +735,22 @@ mod tests {
         f
     }
 
+    /// The error of loading a config file that holds `text` (the test fails if it loads).
+    fn load_error(text: &str) -> String {
+        let f = write(text);
+        load(Some(f.path()), &[]).unwrap_err().to_string()
+    }
+
+    /// Asserts that a config file holding `text` is refused with an error naming `needle`.
+    fn refused(text: &str, needle: &str) {
+        let err = load_error(text);
+        assert!(err.contains(needle), "{text}: {err}");
+    }
+
     #[test]
     fn the_e2b_egress_grant_is_checked_with_key_and_line() {
         let refused = |text: &str, needles: &[&str]| {
-            let f = write(text);
-            let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+            let err = load_error(text);
             for needle in needles {
                 assert!(err.contains(needle), "{text}: {err} (wanted {needle:?})");
             }
@@ -773,11 +784,6 @@ mod tests {
 
     #[test]
     fn the_cluster_listener_needs_a_long_secret_and_a_reachable_address() {
-        let refused = |text: &str, needle: &str| {
-            let f = write(text);
-            let err = load(Some(f.path()), &[]).unwrap_err().to_string();
-            assert!(err.contains(needle), "{text}: {err}");
-        };
         refused("cluster:\n  listen: 127.0.0.1:0\n", "cluster.secret");
         refused(
             "cluster:\n  listen: 127.0.0.1:0\n  secret: short\n",
@@ -848,11 +854,6 @@ mod tests {
 
     #[test]
     fn an_engine_bound_and_the_engine_address_are_checked() {
-        let refused = |text: &str, needle: &str| {
-            let f = write(text);
-            let err = load(Some(f.path()), &[]).unwrap_err().to_string();
-            assert!(err.contains(needle), "{text}: {err}");
-        };
         refused("sandbox:\n  max_per_engine: 0\n", "sandbox.max_per_engine");
         refused(
             "sandbox:\n  max_memory_mb: 512\n  max_memory_per_engine_mb: 256\n",
@@ -881,8 +882,7 @@ mod tests {
 
     #[test]
     fn unknown_key_names_key_and_line() {
-        let f = write("server:\n  http: 127.0.0.1:1\n  grcp: 127.0.0.1:2\n");
-        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        let err = load_error("server:\n  http: 127.0.0.1:1\n  grcp: 127.0.0.1:2\n");
         assert!(err.contains("grcp"), "{err}");
         assert!(err.contains("line 3"), "{err}");
     }
@@ -904,10 +904,9 @@ mod tests {
             ("\"python:3.11\": \"python:3.11\"", "cannot replace it"),
             ("python3.10: \"python:3.11\"", "not `language:version`"),
         ] {
-            let f = write(&format!(
+            let err = load_error(&format!(
                 "sandbox:\n  require_landlock: true\n  runtime_aliases:\n    {entry}\n"
             ));
-            let err = load(Some(f.path()), &[]).unwrap_err().to_string();
             assert!(err.contains("sandbox.runtime_aliases"), "{err}");
             assert!(err.contains("line 4"), "{err}");
             assert!(err.contains(says), "{err}");
@@ -916,16 +915,14 @@ mod tests {
 
     #[test]
     fn wrong_type_names_key_and_line() {
-        let f = write("database:\n  max_connections: many\n");
-        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        let err = load_error("database:\n  max_connections: many\n");
         assert!(err.contains("database.max_connections"), "{err}");
         assert!(err.contains("line 2"), "{err}");
     }
 
     #[test]
     fn bad_value_names_key_line_and_expectation() {
-        let f = write("database:\n  url: postgres://u@h:5432/db\n  max_connections: 0\n");
-        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        let err = load_error("database:\n  url: postgres://u@h:5432/db\n  max_connections: 0\n");
         assert!(err.contains("database.max_connections"), "{err}");
         assert!(err.contains("line 3"), "{err}");
         assert!(err.contains("at least 1"), "{err}");
@@ -951,17 +948,14 @@ mod tests {
     #[test]
 
     fn volume_and_delivery_settings_are_checked() {
-        let f = write("executions:\n  skip_judge_tools: [fs.read, fs.teleport]\n");
-        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        let err = load_error("executions:\n  skip_judge_tools: [fs.read, fs.teleport]\n");
         assert!(
             err.contains("executions.skip_judge_tools") && err.contains("fs.teleport"),
             "{err}"
         );
-        let f = write("delivery:\n  max_attempts: 0\n");
-        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        let err = load_error("delivery:\n  max_attempts: 0\n");
         assert!(err.contains("delivery.max_attempts"), "{err}");
-        let f = write("volumes:\n  max_size_mb: 0\n");
-        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        let err = load_error("volumes:\n  max_size_mb: 0\n");
         assert!(err.contains("volumes.max_size_mb"), "{err}");
         let f =
             write("delivery:\n  secrets: {hook: HOOK_SECRET}\nvolumes:\n  default_ttl_hours: 2\n");
@@ -1029,16 +1023,14 @@ mod tests {
 
     #[test]
     fn mcp_servers_are_validated_with_key_and_line() {
-        let f = write("mcp_servers:\n  - name: tools\n    url: http://169.254.169.254/mcp\n");
-        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        let err = load_error("mcp_servers:\n  - name: tools\n    url: http://169.254.169.254/mcp\n");
         assert!(
             err.contains("mcp_servers[0].url")
                 && err.contains("line 3")
                 && err.contains("cloud_metadata"),
             "{err}"
         );
-        let f = write("mcp_servers:\n  - name: tools\n    url: http://x/mcp\n    token: abc\n");
-        let err = load(Some(f.path()), &[]).unwrap_err().to_string();
+        let err = load_error("mcp_servers:\n  - name: tools\n    url: http://x/mcp\n    token: abc\n");
         assert!(err.contains("token") && err.contains("line 4"), "{err}");
         let f = write(
             "egress:\n  allow_cidrs: [127.0.0.1/32]\nmcp_servers:\n  - name: tools\n    url: http://127.0.0.1:9/mcp\n    bearer_token_env: TOOLS_TOKEN\n",

@@ -124,27 +124,27 @@ async fn ensure_one(
 
 /// At start: brings the tenants that already have the pipeline up to the shipped version.
 pub async fn upgrade(pool: &PgPool) -> Result<usize, BuiltinError> {
-    let tenants: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT tenant_id FROM definitions WHERE kind = 'workflow' AND name = $1 \
-         AND deleted_at IS NULL",
-    )
-    .bind(INTENT_PIPELINE)
-    .fetch_all(pool)
-    .await?;
+    let tenants = tenants_with(pool, "workflow", INTENT_PIPELINE).await?;
     for tenant in &tenants {
         ensure(pool, tenant).await?;
     }
-    let judged: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT tenant_id FROM definitions WHERE kind = 'agent' AND name = $1 \
-         AND deleted_at IS NULL",
-    )
-    .bind(SEMANTIC_JUDGE)
-    .fetch_all(pool)
-    .await?;
-    for tenant in &judged {
+    for tenant in &tenants_with(pool, "agent", SEMANTIC_JUDGE).await? {
         ensure_judge(pool, tenant).await?;
     }
     Ok(tenants.len())
+}
+
+/// The tenants that have a live definition of `kind` named `name`: the ones [`upgrade`] brings
+/// up to the shipped version of that built-in.
+async fn tenants_with(pool: &PgPool, kind: &str, name: &str) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT DISTINCT tenant_id FROM definitions WHERE kind = $1 AND name = $2 \
+         AND deleted_at IS NULL",
+    )
+    .bind(kind)
+    .bind(name)
+    .fetch_all(pool)
+    .await
 }
 
 #[cfg(test)]

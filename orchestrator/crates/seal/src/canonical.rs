@@ -474,21 +474,24 @@ impl Parser<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn canon(text: &str) -> String {
         to_canonical(&parse_preserving(text).expect("valid JSON"))
     }
 
+    /// The message of RFC appendix C.2 (its payload and token) signed at `unix_secs` (the RFC's
+    /// is 1708261921): these bytes are checked here, and their signatures in `envelope`.
+    pub(crate) fn rfc_c2_message(unix_secs: i64) -> Vec<u8> {
+        let payload = parse_preserving(r#"{"jsonrpc": "2.0", "id": 1, "method": "test"}"#).unwrap();
+        let token = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ0ZXN0In0.c2lnbmF0dXJl";
+        signed_message(&payload, token, unix_secs)
+    }
+
     #[test]
     fn rfc_c2_canonical_bytes() {
-        let payload = parse_preserving(r#"{"jsonrpc": "2.0", "id": 1, "method": "test"}"#).unwrap();
-        let message = signed_message(
-            &payload,
-            "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ0ZXN0In0.c2lnbmF0dXJl",
-            1708261921,
-        );
+        let message = rfc_c2_message(1708261921);
         assert_eq!(
             String::from_utf8(message.clone()).unwrap(),
             r#"{"payload":{"id":1,"jsonrpc":"2.0","method":"test"},"security_token":"eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ0ZXN0In0.c2lnbmF0dXJl","timestamp":1708261921}"#

@@ -310,6 +310,7 @@ fn from_der_or_raw(bytes: &[u8]) -> Option<[u8; 32]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canonical::tests::rfc_c2_message;
     use ed25519_dalek::{Signer, SigningKey};
 
     const C1_SECRET: &str = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
@@ -374,33 +375,26 @@ mod tests {
 
     #[test]
     fn c2_signature_with_c1_key() {
-        let payload = parse_preserving(r#"{"jsonrpc": "2.0", "id": 1, "method": "test"}"#).unwrap();
-        let message = signed_message(
-            &payload,
-            "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ0ZXN0In0.c2lnbmF0dXJl",
-            1708261921,
-        );
-        assert_eq!(
-            sha256_hex(&message),
-            "f49043299f12f278397fa2502fb1566432c506c83a162bc271b3666f8618b837"
-        );
-        assert_eq!(
-            STANDARD.encode(c1_key().sign(&message).to_bytes()),
-            "xsXhC8K7RAOQCHv3t5gSqF6yZ2Slz5jYV829jP6aZ8JFuZy1V5Qk1/q2gjBgS9DHp6fIKhSSpSjh+g6wXtU1BQ=="
-        );
-        let other = signed_message(
-            &payload,
-            "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ0ZXN0In0.c2lnbmF0dXJl",
-            1771338721,
-        );
-        assert_eq!(
-            sha256_hex(&other),
-            "9ac57c1e814eb8618edb7de3b5199fb05d95369ddc223253d4e7c559ca22032a"
-        );
-        assert_eq!(
-            STANDARD.encode(c1_key().sign(&other).to_bytes()),
-            "+rPLyaiWuUf4qpH5Ie5Ft6kF6JAUYUOg53coP8OxZFgzqdWpbMpG7FFr3RqlWh8x+8fHFYmjBBrVDoGZ0FWWBw=="
-        );
+        // (timestamp, SHA-256 of the message, its signature with the C.1 key): the RFC's
+        // timestamp, and a second one.
+        let vectors = [
+            (
+                1708261921,
+                "f49043299f12f278397fa2502fb1566432c506c83a162bc271b3666f8618b837",
+                "xsXhC8K7RAOQCHv3t5gSqF6yZ2Slz5jYV829jP6aZ8JFuZy1V5Qk1/q2gjBgS9DHp6fIKhSSpSjh+g6wXtU1BQ==",
+            ),
+            (
+                1771338721,
+                "9ac57c1e814eb8618edb7de3b5199fb05d95369ddc223253d4e7c559ca22032a",
+                "+rPLyaiWuUf4qpH5Ie5Ft6kF6JAUYUOg53coP8OxZFgzqdWpbMpG7FFr3RqlWh8x+8fHFYmjBBrVDoGZ0FWWBw==",
+            ),
+        ];
+        for (unix_secs, digest, signature) in vectors {
+            let message = rfc_c2_message(unix_secs);
+            assert_eq!(sha256_hex(&message), digest, "at {unix_secs}");
+            let signed = STANDARD.encode(c1_key().sign(&message).to_bytes());
+            assert_eq!(signed, signature, "at {unix_secs}");
+        }
     }
 
     #[test]

@@ -302,14 +302,7 @@ fn array<'a>(v: &'a Value, key: &str) -> &'a [Value] {
 
 /// What a ContainerRun step asks for that this node refuses (`at` ends with `.` or is empty).
 fn container_problems(step: &Value, at: &str, allowed_networks: &[String]) -> Vec<String> {
-    let at = at.trim_end_matches('.');
-    let field = |f: &str| {
-        if at.is_empty() {
-            f.to_owned()
-        } else {
-            format!("{at}.{f}")
-        }
-    };
+    let field = |f: &str| field_at(at, f);
     let mut problems = Vec::new();
     if let Some(mode) = step.get("network_mode").and_then(Value::as_str) {
         if mode != "none" && !allowed_networks.iter().any(|m| m == mode) {
@@ -350,6 +343,17 @@ fn container_problems(step: &Value, at: &str, allowed_networks: &[String]) -> Ve
     problems
 }
 
+/// The path of field `f` of the step at `at` (which ends with `.` or is empty), as problems
+/// name it (`f` alone when `at` is empty); both checks of a step name fields this way.
+fn field_at(at: &str, f: &str) -> String {
+    let at = at.trim_end_matches('.');
+    if at.is_empty() {
+        f.to_owned()
+    } else {
+        format!("{at}.{f}")
+    }
+}
+
 /// What keeps a network allowlist (`at` names it) from being a proxy's rule.
 fn allowlist_problems(list: &Value, at: &str) -> Vec<String> {
     let Some(entries) = list.as_array() else {
@@ -373,14 +377,7 @@ fn allowlist_problems(list: &Value, at: &str) -> Vec<String> {
 /// or is empty). A ContainerRun argv without `shell` renders each element into itself only, so
 /// it is checked only when a shell reads it.
 fn command_problems(step: &Value, at: &str) -> Vec<String> {
-    let at = at.trim_end_matches('.');
-    let field = |f: &str| {
-        if at.is_empty() {
-            f.to_owned()
-        } else {
-            format!("{at}.{f}")
-        }
-    };
+    let field = |f: &str| field_at(at, f);
     let mut problems = Vec::new();
     let shell = step.get("shell").and_then(Value::as_bool).unwrap_or(false);
     let templates: Vec<&str> = match &step["command"] {

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{Normalised, MCP_PREFIX, SEMANTIC_JUDGE};
+use super::{mapping_at, Normalised, MCP_PREFIX, SEMANTIC_JUDGE};
 use crate::agent::{AgentView, RuntimeRef, CMD_DISPATCHER, CMD_RUN};
 use crate::{pointer, NodeKnowledge};
 
@@ -290,6 +290,17 @@ pub(super) fn semantic_judge(
 // ---------------------------------------------------------------------------------------------
 // `spec.execution.resources|network|filesystem`
 
+/// The entry `key` of `spec`, made by `empty` when it is missing (a form moved or completed
+/// there needs its home); `None` when `spec` is not a mapping (the schema refuses that later).
+fn spec_entry<'v>(
+    value: &'v mut Value,
+    key: &str,
+    empty: impl FnOnce() -> Value,
+) -> Option<&'v mut Value> {
+    let spec = mapping_at(value, "/spec")?;
+    Some(spec.entry(key).or_insert_with(empty))
+}
+
 /// Keys of `spec.security` that AEGIS manifests sometimes write one level too high, under
 /// `spec.execution`, where AEGIS ignores them (so their limits never applied there).
 pub(super) const SECURITY_KEYS: [&str; 3] = ["resources", "network", "filesystem"];
@@ -297,10 +308,7 @@ pub(super) const SECURITY_KEYS: [&str; 3] = ["resources", "network", "filesystem
 /// `spec.execution.resources` (and `network`, `filesystem`) is moved to `spec.security`, where
 /// it means what its author wrote; given in both places it is refused.
 pub(super) fn misplaced_security(value: &mut Value, out: &mut Normalised) {
-    let Some(execution) = value
-        .pointer_mut("/spec/execution")
-        .and_then(Value::as_object_mut)
-    else {
+    let Some(execution) = mapping_at(value, "/spec/execution") else {
         return;
     };
     let mut moved: Vec<(&str, Value)> = Vec::new();
@@ -312,13 +320,8 @@ pub(super) fn misplaced_security(value: &mut Value, out: &mut Normalised) {
     if moved.is_empty() {
         return;
     }
-    let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let security = spec
-        .entry("security")
-        .or_insert_with(|| Value::Object(Map::new()));
-    let Some(security) = security.as_object_mut() else {
+    let security = spec_entry(value, "security", || Value::Object(Map::new()));
+    let Some(security) = security.and_then(Value::as_object_mut) else {
         return;
     };
     for (key, v) in moved {
@@ -359,10 +362,7 @@ pub(super) fn runtime_alias(value: &mut Value, node: &NodeKnowledge<'_>, out: &m
     let Some((to_language, to_version)) = (node.runtime_alias)(&language, &version) else {
         return;
     };
-    let Some(runtime) = value
-        .pointer_mut("/spec/runtime")
-        .and_then(Value::as_object_mut)
-    else {
+    let Some(runtime) = mapping_at(value, "/spec/runtime") else {
         return;
     };
     runtime.insert("language".into(), to_language.clone().into());
@@ -384,10 +384,7 @@ pub(super) fn runtime_alias(value: &mut Value, node: &NodeKnowledge<'_>, out: &m
 /// the default: no memory across executions. It is dropped with a note, so the stored manifest
 /// says `memory` only when memory is on; any other value is left for the schema to judge.
 pub(super) fn memory_off(value: &mut Value, out: &mut Normalised) {
-    let Some(execution) = value
-        .pointer_mut("/spec/execution")
-        .and_then(Value::as_object_mut)
-    else {
+    let Some(execution) = mapping_at(value, "/spec/execution") else {
         return;
     };
     let off = match execution.get("memory") {
@@ -432,13 +429,8 @@ pub(super) fn default_command_allowlist(
     if default.is_empty() {
         return;
     }
-    let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) else {
-        return;
-    };
-    let dispatchers = spec
-        .entry("builtin_dispatchers")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    let Some(dispatchers) = dispatchers.as_array_mut() else {
+    let dispatchers = spec_entry(value, "builtin_dispatchers", || Value::Array(Vec::new()));
+    let Some(dispatchers) = dispatchers.and_then(Value::as_array_mut) else {
         return;
     };
     let allowlist = Value::from(default.clone());

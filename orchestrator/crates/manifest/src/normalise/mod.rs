@@ -16,7 +16,7 @@
 mod agent_forms;
 mod workflow_forms;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::error::{ManifestError, Stage};
 use super::{ManifestKind, NodeKnowledge};
@@ -28,6 +28,12 @@ use workflow_forms::{
     container_step_names, shared_workspace, state_volume_mounts, storage_size_limits,
     system_blackboard_updates, workflow_volume_list,
 };
+
+/// The mapping at `pointer` of a manifest, for a rewrite in place; `None` when it is missing or
+/// not a mapping (then there is nothing to rewrite: the schema judges its shape).
+fn mapping_at<'v>(value: &'v mut Value, pointer: &str) -> Option<&'v mut Map<String, Value>> {
+    value.pointer_mut(pointer).and_then(Value::as_object_mut)
+}
 
 /// What normalisation did: notes for each rewrite, errors for older forms it cannot rewrite.
 #[derive(Debug, Default)]

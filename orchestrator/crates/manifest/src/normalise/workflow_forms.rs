@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Normalised, UPDATE_BLACKBOARD_COMMAND};
+use super::{mapping_at, Normalised, UPDATE_BLACKBOARD_COMMAND};
 use crate::pointer;
 use crate::units::parse_quantity;
 use crate::volumes::WORKSPACE_VOLUME;
@@ -14,10 +14,7 @@ use crate::volumes::WORKSPACE_VOLUME;
 /// becomes the state's `update_blackboard` mapping (keys in lower case, as the templates of those
 /// manifests read them); the state runs nothing.
 pub(super) fn system_blackboard_updates(value: &mut Value, out: &mut Normalised) {
-    let Some(states) = value
-        .pointer_mut("/spec/states")
-        .and_then(Value::as_object_mut)
-    else {
+    let Some(states) = mapping_at(value, "/spec/states") else {
         return;
     };
     for (name, state) in states.iter_mut() {
@@ -69,23 +66,27 @@ pub(super) fn system_blackboard_updates(value: &mut Value, out: &mut Normalised)
 /// A ContainerRun name (or ParallelContainerRun step name) written as a phrase (`Run unit
 /// tests`) becomes a name (`run-unit-tests`) and keeps the phrase as `display_name`.
 pub(super) fn container_step_names(value: &mut Value, out: &mut Normalised) {
-    let Some(states) = value
-        .pointer_mut("/spec/states")
-        .and_then(Value::as_object_mut)
-    else {
+    each_state_or_step(value, &["ContainerRun"], |at, step| step_name(at, step, out));
+}
+
+/// Calls `visit` with the pointer and value of every state whose kind is one of `kinds`, and of
+/// every step of a ParallelContainerRun (each step is a container run of its own): the rewrites
+/// of a container run reach both the same way.
+fn each_state_or_step(value: &mut Value, kinds: &[&str], mut visit: impl FnMut(&str, &mut Value)) {
+    let Some(states) = mapping_at(value, "/spec/states") else {
         return;
     };
-    for (state_name, state) in states.iter_mut() {
-        let at = pointer::join("/spec/states", state_name);
+    for (name, state) in states.iter_mut() {
+        let at = pointer::join("/spec/states", name);
         match state.get("kind").and_then(Value::as_str) {
-            Some("ContainerRun") => step_name(&at, state, out),
             Some("ParallelContainerRun") => {
                 if let Some(steps) = state.get_mut("steps").and_then(Value::as_array_mut) {
                     for (i, step) in steps.iter_mut().enumerate() {
-                        step_name(&format!("{at}/steps/{i}"), step, out);
+                        visit(&format!("{at}/steps/{i}"), step);
                     }
                 }
             }
+            Some(kind) if kinds.contains(&kind) => visit(&at, state),
             _ => {}
         }
     }
@@ -139,7 +140,7 @@ pub(super) fn slug(text: &str) -> String {
 /// current form is `spec.storage`: the entry named `workspace` becomes `spec.storage.workspace`,
 /// the others `spec.storage.shared_volumes`, `persistent` becomes `storage_class`.
 pub(super) fn workflow_volume_list(value: &mut Value, out: &mut Normalised) {
-    let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) else {
+    let Some(spec) = mapping_at(value, "/spec") else {
         return;
     };
     let Some(list) = spec.get("volumes") else {
@@ -271,10 +272,7 @@ pub(super) fn workflow_volume_list(value: &mut Value, out: &mut Normalised) {
 /// every mounted name in `shared_volumes` once that list is used); it is the run's workspace,
 /// `spec.storage.workspace`, with `size_limit_bytes` as `size_limit_mb` (rounded up).
 pub(super) fn shared_workspace(value: &mut Value, out: &mut Normalised) {
-    let Some(storage) = value
-        .pointer_mut("/spec/storage")
-        .and_then(Value::as_object_mut)
-    else {
+    let Some(storage) = mapping_at(value, "/spec/storage") else {
         return;
     };
     if storage.contains_key(WORKSPACE_VOLUME) {
@@ -333,10 +331,7 @@ pub(super) fn shared_workspace(value: &mut Value, out: &mut Normalised) {
 /// shared volume.
 pub(super) fn storage_size_limits(value: &mut Value, out: &mut Normalised) {
     let mut volumes: Vec<(String, &mut Value, bool)> = Vec::new();
-    let Some(storage) = value
-        .pointer_mut("/spec/storage")
-        .and_then(Value::as_object_mut)
-    else {
+    let Some(storage) = mapping_at(value, "/spec/storage") else {
         return;
     };
     for (key, entry) in storage.iter_mut() {
@@ -435,26 +430,8 @@ pub(super) fn mounted_volume(text: &str) -> Result<String, String> {
 /// "{{workflow.storage.workspace}}", mount_point | mount_path, access_mode}`; the current form of
 /// every state's mount is `{name, mount_path, read_only}`.
 pub(super) fn state_volume_mounts(value: &mut Value, out: &mut Normalised) {
-    let Some(states) = value
-        .pointer_mut("/spec/states")
-        .and_then(Value::as_object_mut)
-    else {
-        return;
-    };
-    for (name, state) in states.iter_mut() {
-        let at = pointer::join("/spec/states", name);
-        match state.get("kind").and_then(Value::as_str) {
-            Some("Agent" | "System" | "ContainerRun") => mounts_of(&at, state, out),
-            Some("ParallelContainerRun") => {
-                if let Some(steps) = state.get_mut("steps").and_then(Value::as_array_mut) {
-                    for (i, step) in steps.iter_mut().enumerate() {
-                        mounts_of(&format!("{at}/steps/{i}"), step, out);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
+    let kinds = ["Agent", "System", "ContainerRun"];
+    each_state_or_step(value, &kinds, |at, item| mounts_of(at, item, out));
 }
 
 pub(super) fn mounts_of(at: &str, item: &mut Value, out: &mut Normalised) {

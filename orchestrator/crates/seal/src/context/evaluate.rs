@@ -449,13 +449,8 @@ fn deny_entry_matches(entry: &str, tool: &str, subject: &Subject) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::tests::context;
     use std::time::Duration;
-
-    fn context(json: Value) -> SecurityContext {
-        let ctx: SecurityContext = serde_json::from_value(json).expect("context parses");
-        ctx.validate().expect("context is valid");
-        ctx
-    }
 
     fn research_safe() -> SecurityContext {
         // RFC §5.3.4, verbatim but for the description the example leaves out.

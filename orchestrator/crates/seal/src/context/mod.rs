@@ -573,7 +573,9 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
-    fn context(json: Value) -> SecurityContext {
+    /// A context from its JSON, parsed and validated as a stored one is; the tests of this
+    /// module's children build theirs with it too.
+    pub(super) fn context(json: Value) -> SecurityContext {
         let ctx: SecurityContext = serde_json::from_value(json).expect("context parses");
         ctx.validate().expect("context is valid");
         ctx

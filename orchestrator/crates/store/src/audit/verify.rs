@@ -84,30 +84,19 @@ pub enum VerifyError {
     Db(#[from] sqlx::Error),
 }
 
-async fn row_at_seq(
+/// The tenant's first row (by `seq`) whose `column` is `value`: the row a checkpoint names
+/// (`seq`, unique) or the one at an anchor's position in the chain (`chain_index`).
+async fn first_row_where(
     pool: &PgPool,
     tenant: &str,
-    seq: i64,
+    column: &'static str,
+    value: i64,
 ) -> Result<Option<AuditRow>, sqlx::Error> {
     sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM audit_log WHERE tenant_id = $1 AND seq = $2"
+        "SELECT {COLUMNS} FROM audit_log WHERE tenant_id = $1 AND {column} = $2 ORDER BY seq LIMIT 1"
     ))
     .bind(tenant)
-    .bind(seq)
-    .fetch_optional(pool)
-    .await
-}
-
-async fn row_at_index(
-    pool: &PgPool,
-    tenant: &str,
-    index: i64,
-) -> Result<Option<AuditRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM audit_log WHERE tenant_id = $1 AND chain_index = $2 ORDER BY seq LIMIT 1"
-    ))
-    .bind(tenant)
-    .bind(index)
+    .bind(value)
     .fetch_optional(pool)
     .await
 }
@@ -196,7 +185,7 @@ async fn start_after_checkpoint(
     let Some((seq, cp_index, cp_hash)) = checkpoint else {
         return Ok(Ok(from_first));
     };
-    Ok(match row_at_seq(pool, tenant, seq).await? {
+    Ok(match first_row_where(pool, tenant, "seq", seq).await? {
         None => Err(BrokenRow {
             seq: Some(seq),
             id: None,
@@ -315,7 +304,7 @@ async fn check_anchor(
             ),
         }));
     }
-    Ok(match row_at_index(pool, tenant, count).await? {
+    Ok(match first_row_where(pool, tenant, "chain_index", count).await? {
         Some(row) if row.hash == hash => None,
         found => {
             let detail = format!(
