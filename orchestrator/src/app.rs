@@ -149,15 +149,7 @@ impl Application {
         }
         let executions = Arc::new(crate::engine::Engine::new(
             llm,
-            crate::engine::EngineConfig {
-                max_tool_rounds: config.executions.max_tool_rounds,
-                max_execution_secs: config.executions.max_execution_secs,
-                max_iterations: config.executions.max_iterations,
-                keep_failed_sandboxes: config.executions.keep_failed_sandboxes,
-                max_depth: config.executions.max_depth,
-                max_concurrent_per_caller: config.executions.max_concurrent_per_caller,
-                max_concurrent: config.executions.max_concurrent,
-            },
+            config.executions.clone(),
         ));
         let dead_after = config.sandbox.dead_after_secs as i64;
         let workflows = Arc::new(crate::workflow::Workflows::new(

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use dispatcher::protocol::Op;
-use dispatcher::{DispatchError, Relayed, SandboxId, Subscribed};
+use dispatcher::{DispatchError, Dispatcher, Relayed, SandboxId, Subscribed};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +28,9 @@ use crate::cluster::{
     DESTROY_PATH, PORT_PATH, PORT_PROTOCOL, PORT_REQUEST_HEADER, SUBSCRIBE_PATH,
 };
 use crate::state::AppState;
+
+/// What the routes but `call` and `subscribe` name their request in a refusal of its body.
+const ROUTE: &str = "a request of this route";
 
 /// Longest deadline a peer may ask for (a `cmd.run`'s own ceiling is below it).
 const MAX_DEADLINE: Duration = Duration::from_secs(3600);
@@ -134,22 +137,10 @@ fn unsigned(peer: &Peer, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
 }
 
 async fn call(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(refused) = unsigned(&peer, &headers, &body) {
-        return refused;
-    }
-    let forwarded: ForwardedCall = match serde_json::from_slice(&body) {
-        Ok(call) => call,
-        Err(e) => {
-            return refusal(
-                StatusCode::BAD_REQUEST,
-                "invalid",
-                format!("not a forwarded call: {e}"),
-            )
-        }
-    };
-    let dispatcher = match peer.state.sandboxes.dispatcher() {
-        Ok(dispatcher) => dispatcher,
-        Err(e) => return refusal(StatusCode::SERVICE_UNAVAILABLE, "error", e.to_string()),
+    let admitted = admitted::<ForwardedCall>(&peer, &headers, &body, "a forwarded call");
+    let (forwarded, dispatcher) = match admitted {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
     };
     let id = SandboxId(forwarded.sandbox);
     let deadline = Duration::from_millis(forwarded.deadline_ms).min(MAX_DEADLINE);
@@ -169,22 +160,10 @@ async fn call(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Resp
 
 /// Opens a live process or watch for a peer and streams its handle's events as frames.
 async fn subscribe(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(refused) = unsigned(&peer, &headers, &body) {
-        return refused;
-    }
-    let asked: ForwardedSubscription = match serde_json::from_slice(&body) {
-        Ok(asked) => asked,
-        Err(e) => {
-            return refusal(
-                StatusCode::BAD_REQUEST,
-                "invalid",
-                format!("not a forwarded subscription: {e}"),
-            )
-        }
-    };
-    let dispatcher = match peer.state.sandboxes.dispatcher() {
-        Ok(dispatcher) => dispatcher,
-        Err(e) => return refusal(StatusCode::SERVICE_UNAVAILABLE, "error", e.to_string()),
+    let what = "a forwarded subscription";
+    let (asked, dispatcher) = match admitted::<ForwardedSubscription>(&peer, &headers, &body, what) {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
     };
     let id = SandboxId(asked.sandbox);
     let mut subscription: dispatcher::Subscription = asked.open.into();
@@ -259,11 +238,13 @@ async fn next_event(handle: &mut Subscribed) -> Option<Relayed> {
     }
 }
 
-/// A peer's request of type `T`, once its signature holds; else the refusal to answer with.
+/// A peer's request of type `T` (`what` names it in the refusal of a body that is none), once
+/// its signature holds; else the refusal to answer with.
 fn verified<T: serde::de::DeserializeOwned>(
     peer: &Peer,
     headers: &HeaderMap,
     body: &[u8],
+    what: &str,
 ) -> Result<T, Box<Response>> {
     if let Some(refused) = unsigned(peer, headers, body) {
         return Err(Box::new(refused));
@@ -272,20 +253,40 @@ fn verified<T: serde::de::DeserializeOwned>(
         Box::new(refusal(
             StatusCode::BAD_REQUEST,
             "invalid",
-            format!("not a request of this route: {e}"),
+            format!("not {what}: {e}"),
         ))
     })
 }
 
+/// This replica's dispatcher, which serves every peer request; without one (its sandboxes are
+/// unavailable) the refusal to answer with.
+fn dispatcher_of(peer: &Peer) -> Result<&Dispatcher, Box<Response>> {
+    peer.state.sandboxes.dispatcher().map_err(|e| {
+        Box::new(refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "error",
+            e.to_string(),
+        ))
+    })
+}
+
+/// A peer's verified request of type `T` and the dispatcher to serve it, in that order, as the
+/// routes that run something here take them; else the refusal to answer with.
+fn admitted<'p, T: serde::de::DeserializeOwned>(
+    peer: &'p Peer,
+    headers: &HeaderMap,
+    body: &[u8],
+    what: &str,
+) -> Result<(T, &'p Dispatcher), Box<Response>> {
+    let request = verified(peer, headers, body, what)?;
+    Ok((request, dispatcher_of(peer)?))
+}
+
 /// Creates a sandbox on this replica's engine for a peer whose placement chose it.
 async fn create(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Response {
-    let request: ForwardedCreate = match verified(&peer, &headers, &body) {
-        Ok(request) => request,
+    let (request, dispatcher) = match admitted::<ForwardedCreate>(&peer, &headers, &body, ROUTE) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
-    };
-    let dispatcher = match peer.state.sandboxes.dispatcher() {
-        Ok(dispatcher) => dispatcher,
-        Err(e) => return refusal(StatusCode::SERVICE_UNAVAILABLE, "error", e.to_string()),
     };
     match dispatcher.create_held(request.spec).await {
         Ok(id) => Json(Created { sandbox: id.0 }).into_response(),
@@ -312,13 +313,9 @@ async fn create(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Re
 
 /// Destroys a sandbox on this replica's engine for a peer.
 async fn destroy(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Response {
-    let request: ForwardedDestroy = match verified(&peer, &headers, &body) {
-        Ok(request) => request,
+    let (request, dispatcher) = match admitted::<ForwardedDestroy>(&peer, &headers, &body, ROUTE) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
-    };
-    let dispatcher = match peer.state.sandboxes.dispatcher() {
-        Ok(dispatcher) => dispatcher,
-        Err(e) => return refusal(StatusCode::SERVICE_UNAVAILABLE, "error", e.to_string()),
     };
     match dispatcher.destroy_held(SandboxId(request.sandbox)).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -334,7 +331,7 @@ async fn port(State(peer): State<Peer>, mut request: axum::extract::Request) -> 
         .get(PORT_REQUEST_HEADER)
         .map(|v| v.as_bytes().to_vec())
         .unwrap_or_default();
-    let asked: ForwardedPort = match verified(&peer, request.headers(), &asked) {
+    let asked: ForwardedPort = match verified(&peer, request.headers(), &asked, ROUTE) {
         Ok(asked) => asked,
         Err(refused) => return *refused,
     };
@@ -350,9 +347,9 @@ async fn port(State(peer): State<Peer>, mut request: axum::extract::Request) -> 
             format!("a port connection is an HTTP upgrade to {PORT_PROTOCOL}"),
         );
     }
-    let dispatcher = match peer.state.sandboxes.dispatcher() {
+    let dispatcher = match dispatcher_of(&peer) {
         Ok(dispatcher) => dispatcher,
-        Err(e) => return refusal(StatusCode::SERVICE_UNAVAILABLE, "error", e.to_string()),
+        Err(refused) => return *refused,
     };
     // Held here or refused: never forwarded again.
     let result = dispatcher

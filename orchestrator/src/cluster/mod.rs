@@ -345,17 +345,10 @@ impl Peers {
             op,
         })
         .map_err(|e| fail(format!("cannot encode the call: {e}")))?;
-        let signature = self
-            .key
-            .sign(chrono::Utc::now().timestamp(), &body)
-            .map_err(fail)?;
         let answer = self
-            .http
-            .post(format!("{}{CALL_PATH}", peer.trim_end_matches('/')))
-            .header(SIGNATURE_HEADER, signature)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .signed_request(&peer, CALL_PATH, body)
+            .map_err(fail)?
             .timeout(deadline + TRIP_MARGIN)
-            .body(body)
             .send()
             .await;
         let answer = match answer {
@@ -410,17 +403,10 @@ impl Peers {
             open: subscription.into(),
         })
         .map_err(|e| fail(format!("cannot encode the subscription: {e}")))?;
-        let signature = self
-            .key
-            .sign(chrono::Utc::now().timestamp(), &body)
-            .map_err(fail)?;
         // No timeout on the request as a whole: its answer lasts as long as the process.
         let send = self
-            .http
-            .post(format!("{}{SUBSCRIBE_PATH}", peer.trim_end_matches('/')))
-            .header(SIGNATURE_HEADER, signature)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
+            .signed_request(&peer, SUBSCRIBE_PATH, body)
+            .map_err(fail)?
             .send();
         let answer = tokio::time::timeout(deadline + TRIP_MARGIN, send)
             .await
@@ -600,6 +586,24 @@ impl Frames {
 type Answer = (reqwest::StatusCode, axum::body::Bytes);
 
 impl Peers {
+    /// A POST of the JSON `body` to `path` on `peer`, signed now with the cluster key, as every
+    /// posted peer request is made (the caller sets its timeout and sends it); `Err` when there
+    /// is no randomness for the signature's nonce.
+    fn signed_request(
+        &self,
+        peer: &str,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<reqwest::RequestBuilder, String> {
+        let signature = self.key.sign(chrono::Utc::now().timestamp(), &body)?;
+        Ok(self
+            .http
+            .post(format!("{}{path}", peer.trim_end_matches('/')))
+            .header(SIGNATURE_HEADER, signature)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body))
+    }
+
     /// Posts `body` to `path` on `peer`, signed, within `timeout`.
     async fn signed_post(
         &self,
@@ -608,14 +612,9 @@ impl Peers {
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<Answer, String> {
-        let signature = self.key.sign(chrono::Utc::now().timestamp(), &body)?;
         let answer = self
-            .http
-            .post(format!("{}{path}", peer.trim_end_matches('/')))
-            .header(SIGNATURE_HEADER, signature)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .signed_request(peer, path, body)?
             .timeout(timeout)
-            .body(body)
             .send()
             .await
             .map_err(|e| format!("{peer} did not answer: {e}"))?;

@@ -74,13 +74,7 @@ pub async fn create(
 
 /// One session by id.
 pub async fn get(pool: &PgPool, tenant: &str, id: Uuid) -> Result<Option<Session>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM seal_sessions WHERE tenant_id = $1 AND id = $2"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+    aegis_store::database::tenant_row(pool, "seal_sessions", COLUMNS, tenant, id).await
 }
 
 /// Sessions, newest first; `live_only` hides revoked and expired ones.

@@ -44,7 +44,7 @@ pub use emit::to_yaml;
 pub use error::{ManifestError, ManifestErrors, Stage};
 pub use normalise::{SEMANTIC_JUDGE, UPDATE_BLACKBOARD_COMMAND};
 pub use schema::schema;
-pub use semantic::{check_name, run_supplied_keys};
+pub use semantic::{check_name, run_supplied_keys, RUN_VARIABLES};
 pub use units::{parse_duration, parse_quantity};
 pub use volumes::{
     declared_volumes, mount_path_problem, mounts_volumes, paths_overlap, volume_mounts,

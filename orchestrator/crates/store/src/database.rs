@@ -22,6 +22,28 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("../../../migrations");
 /// was pinged, and found working, when it was released that recently).
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
+/// The row `id` of `table` if it belongs to `tenant`, selected as `columns` into `T`: every
+/// lookup of one tenant's row by its id scopes it the same way, so a row of another tenant is
+/// as missing as one that never was. `table` and `columns` are the code's own text, never input.
+pub async fn tenant_row<T>(
+    pool: &PgPool,
+    table: &'static str,
+    columns: &'static str,
+    tenant: &str,
+    id: uuid::Uuid,
+) -> Result<Option<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(&format!(
+        "SELECT {columns} FROM {table} WHERE tenant_id = $1 AND id = $2"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(pool)
+    .await
+}
+
 /// Why the database could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

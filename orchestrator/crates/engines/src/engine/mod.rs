@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::call::ToolInvoker;
-use aegis_config::NodeConfig;
+use aegis_config::{ExecutionsConfig, NodeConfig};
 use aegis_core::caller::Caller;
 use aegis_llm::LlmClient;
 use aegis_manifest::{AgentView, ManifestKind};
@@ -138,30 +138,12 @@ pub fn with_defaults(defaults: Option<&Value>, input: Value) -> Value {
     }
 }
 
-/// Engine settings.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// Tool rounds (model turns with tool calls) allowed per iteration.
-    pub max_tool_rounds: u32,
-    /// Ceiling on an execution's whole duration, seconds.
-    pub max_execution_secs: u64,
-    /// Ceiling on iterations.
-    pub max_iterations: u32,
-    /// Keep a failed execution's sandbox (it is still reaped with its instance).
-    pub keep_failed_sandboxes: bool,
-    /// Deepest chain of child executions.
-    pub max_depth: u32,
-    /// Most live executions per principal.
-    pub max_concurrent_per_caller: u32,
-    /// Most live executions on this node.
-    pub max_concurrent: u32,
-}
-
 /// The engine: the model client and the running executions' cancel handles.
 pub struct Engine {
     llm: Result<LlmClient, String>,
     running: Mutex<HashMap<Uuid, CancellationToken>>,
-    config: EngineConfig,
+    /// The node's ceilings on agent executions (`executions:`), as configured.
+    config: ExecutionsConfig,
 }
 
 /// What a caller asks to run.
@@ -199,7 +181,7 @@ pub struct WorkflowLink {
 
 impl Engine {
     /// An engine around the configured model client (or the reason there is none).
-    pub fn new(llm: Result<LlmClient, String>, config: EngineConfig) -> Self {
+    pub fn new(llm: Result<LlmClient, String>, config: ExecutionsConfig) -> Self {
         Self {
             llm,
             running: Mutex::new(HashMap::new()),

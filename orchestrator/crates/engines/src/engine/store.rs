@@ -533,13 +533,7 @@ pub async fn progress(
 
 /// One execution.
 pub async fn get(pool: &PgPool, tenant: &str, id: Uuid) -> Result<Option<Execution>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM executions WHERE tenant_id = $1 AND id = $2"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+    aegis_store::database::tenant_row(pool, "executions", COLUMNS, tenant, id).await
 }
 
 /// Executions, newest first, optionally of one agent and/or status.

@@ -223,20 +223,13 @@ impl Workflows {
     }
 }
 
-/// Blackboard keys a run may not override, and state names that would collide with them.
-pub const RESERVED_KEYS: &[&str] = &[
-    "instruction",
-    "input",
-    "iteration_number",
-    "previous_error",
-    "context",
-    "workflow",
-    "intent",
-    "state",
-    "state_output",
-    "execution",
-    "human",
-];
+/// Whether a run may not override blackboard key `key`, and a state may not take its name: the
+/// run's variables ([`aegis_manifest::RUN_VARIABLES`]) and the two AEGIS reserves against
+/// start-time overrides (`iteration_number`, `previous_error`).
+pub fn is_reserved_key(key: &str) -> bool {
+    aegis_manifest::RUN_VARIABLES.contains(&key)
+        || ["iteration_number", "previous_error"].contains(&key)
+}
 
 /// `{key: value}` pairs of an object (empty for anything else).
 fn object(v: &Value) -> serde_json::Map<String, Value> {

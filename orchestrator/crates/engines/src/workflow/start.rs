@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{object, store, WorkflowError, RESERVED_KEYS};
+use super::{is_reserved_key, object, store, WorkflowError};
 use aegis_core::render;
 use aegis_egress::DomainEntry;
 use aegis_manifest::{ManifestKind, WorkflowView};
@@ -125,7 +125,7 @@ fn check_overrides(
 ) -> Result<(), WorkflowError> {
     let reserved: Vec<String> = overrides
         .keys()
-        .filter(|k| RESERVED_KEYS.contains(&k.as_str()))
+        .filter(|k| is_reserved_key(k))
         .cloned()
         .collect();
     if !reserved.is_empty() {
@@ -213,7 +213,7 @@ async fn runnable(
             continue;
         };
         let at = |field: &str| format!("spec.states.{name}.{field}");
-        if RESERVED_KEYS.contains(&name) {
+        if is_reserved_key(name) {
             problems.push(format!(
                 "state name `{name}` is reserved (it would shadow the blackboard key of the same name)"
             ));

@@ -368,6 +368,15 @@ pub async fn append(
     Ok(done.rows_affected() == 1)
 }
 
+/// [`append`] as the worker and its states record their events: fenced by the lease (dropped
+/// silently once it is lost) and a database failure only logged, since an event tells of a
+/// step and is not the step.
+pub async fn record(pool: &PgPool, id: Uuid, lease: (Uuid, i64), event: &NewEvent) {
+    if let Err(err) = append(pool, id, lease, event).await {
+        tracing::warn!(execution = %id, error = %err, "could not record a workflow event");
+    }
+}
+
 /// Everything one state's end changes, written in one fenced transaction.
 pub struct Commit<'a> {
     /// The execution.
@@ -607,13 +616,7 @@ pub async fn get(
     tenant: &str,
     id: Uuid,
 ) -> Result<Option<WorkflowExecution>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM workflow_executions WHERE tenant_id = $1 AND id = $2"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+    aegis_store::database::tenant_row(pool, "workflow_executions", COLUMNS, tenant, id).await
 }
 
 /// Who may see what: operators everything of their tenant, others what they started (children

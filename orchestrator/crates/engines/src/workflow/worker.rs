@@ -483,16 +483,8 @@ impl Run<'_> {
     }
 
     async fn event(&self, e: NewEvent) {
-        if let Err(err) = store::append(
-            &self.rt.pool,
-            self.row.id,
-            (self.rt.me, self.row.lease_epoch),
-            &e,
-        )
-        .await
-        {
-            tracing::warn!(execution = %self.row.id, error = %err, "could not record a workflow event");
-        }
+        let lease = (self.rt.me, self.row.lease_epoch);
+        store::record(&self.rt.pool, self.row.id, lease, &e).await;
     }
 
     /// Lease lost or shutting down: leave everything to the next holder (it cleans up).

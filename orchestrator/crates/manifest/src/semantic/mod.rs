@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 
 use agent_rules::agent;
 use references::{References, Scope};
+pub use references::RUN_VARIABLES;
 use workflow_rules::workflow;
 
 use super::deployed::Deployed;

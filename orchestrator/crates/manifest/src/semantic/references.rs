@@ -39,12 +39,10 @@ pub(super) const TEMPLATE_ROOTS: &[&str] = &[
     "lookup",
 ];
 
-/// Run variables a state's `update_blackboard` may not write (they would shadow them), besides
-/// state names. `workflow::RESERVED_KEYS` plus `human` (written by Human states), less
-/// `iteration_number` and `previous_error`: no workflow variable of that name exists (AEGIS
-/// reserves them against start-time overrides only), and AEGIS's refine loops count their
-/// rounds in `iteration_number`.
-pub(super) const UNWRITABLE_KEYS: &[&str] = &[
+/// The variables a workflow run gives its templates (`human` is what Human states write):
+/// neither a start-time blackboard override (the engine's start) nor an `update_blackboard`
+/// write (`is_unwritable`) may shadow one, so both lists begin here.
+pub const RUN_VARIABLES: [&str; 9] = [
     "instruction",
     "input",
     "context",
@@ -54,10 +52,16 @@ pub(super) const UNWRITABLE_KEYS: &[&str] = &[
     "state_output",
     "execution",
     "human",
-    "blackboard",
-    "states",
-    "tenant_id",
 ];
+
+/// Whether a state's `update_blackboard` may not write `key` (it would shadow a run variable),
+/// besides state names: [`RUN_VARIABLES`] and the run's own fields (`blackboard`, `states`,
+/// `tenant_id`). Not AEGIS's `iteration_number` and `previous_error`, which it reserves
+/// against start-time overrides only: its refine loops count their rounds in
+/// `iteration_number`.
+pub(super) fn is_unwritable(key: &str) -> bool {
+    RUN_VARIABLES.contains(&key) || ["blackboard", "states", "tenant_id"].contains(&key)
+}
 
 /// The blackboard key a Human state writes its answer under (`{{human.feedback}}`).
 pub(super) const HUMAN_KEY: &str = "human";

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashSet, VecDeque};
 use serde_json::{Map, Value};
 
 use super::agent_rules::{check_json_schema, output_handler, validator_rules};
-use super::references::{References, Scope, UNWRITABLE_KEYS};
+use super::references::{is_unwritable, References, Scope};
 use super::{indexed, suggestion, Errors};
 use crate::deployed::Deployed;
 use crate::graph::StateGraph;
@@ -159,7 +159,7 @@ pub(super) fn blackboard_writes(
                 key_at,
                 format!("`{key}` is a state name: writing it would replace that state's output"),
             );
-        } else if UNWRITABLE_KEYS.contains(&key.as_str()) {
+        } else if is_unwritable(key) {
             errors.push(
                 key_at,
                 format!("`{key}` is a run variable (reserved): choose another key"),

@@ -149,13 +149,7 @@ pub async fn list(
 
 /// One request.
 pub async fn get(pool: &PgPool, tenant: &str, id: Uuid) -> Result<Option<Approval>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM tool_approvals WHERE tenant_id = $1 AND id = $2"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(pool)
-    .await
+    crate::database::tenant_row(pool, "tool_approvals", COLUMNS, tenant, id).await
 }
 
 /// Records an operator's decision on a pending request that has not timed out (atomically: a

@@ -17,7 +17,8 @@ use judges::ToolGate;
 use offer::Offer;
 
 use super::validate::IterationResult;
-use super::{store, EngineConfig};
+use super::store;
+use aegis_config::ExecutionsConfig;
 use crate::call::CallGate;
 use aegis_core::caller::{Caller, CallerKind, Tier};
 use aegis_llm::{ChatRequest, LlmClient, Message, Role, ToolSpec};
@@ -34,7 +35,7 @@ pub(super) struct Job {
     pub intent: Option<String>,
     pub token: CancellationToken,
     pub llm: Result<LlmClient, String>,
-    pub config: EngineConfig,
+    pub config: ExecutionsConfig,
     /// The rights of whoever started it (none for an operator).
     pub ceiling: Option<super::Ceiling>,
     /// The LLM alias asked instead of the manifest's (a judge's validator named it).

@@ -86,16 +86,8 @@ impl StateCtx<'_> {
     /// Records an event (fenced by the lease; dropped silently once the lease is lost).
     pub async fn event(&self, event_type: &'static str, payload: Value) {
         let e = NewEvent::state(event_type, self.name, payload);
-        if let Err(err) = store::append(
-            &self.rt.pool,
-            self.exec.id,
-            (self.rt.me, self.exec.lease_epoch),
-            &e,
-        )
-        .await
-        {
-            tracing::warn!(execution = %self.exec.id, error = %err, "could not record a workflow event");
-        }
+        let lease = (self.rt.me, self.exec.lease_epoch);
+        store::record(&self.rt.pool, self.exec.id, lease, &e).await;
     }
 
     /// The run's volumes `item` (this state, or its step `field`, e.g. `steps[0].`) mounts,
