@@ -21,11 +21,10 @@
 //! Run it with `scripts/isolation_bench.sh [--iterations N] [--uploads M] [--pauses P]`. Everything it makes is removed at
 //! the end (each node destroys its sandboxes at shutdown; the databases are dropped).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use clap::Parser;
 use dispatcher::Isolation;
@@ -92,12 +91,7 @@ async fn run(args: Args) -> Result<()> {
     if args.iterations == 0 || args.uploads == 0 {
         bail!("--iterations and --uploads must be at least 1");
     }
-    let admin_url = std::env::var("DATABASE_URL").map_err(|_| {
-        anyhow!("DATABASE_URL is not set (scripts/isolation_bench.sh provides one)")
-    })?;
-    let executor = PathBuf::from(std::env::var("SANDBOX_EXECUTOR_BIN").map_err(|_| {
-        anyhow!("SANDBOX_EXECUTOR_BIN is not set (scripts/isolation_bench.sh builds the executor)")
-    })?);
+    let (admin_url, executor) = bench_node::node_environment("scripts/isolation_bench.sh")?;
     let mut results = Vec::new();
     for class in [Isolation::Container, Isolation::Gvisor] {
         let figures = tokio::select! {

@@ -5,7 +5,7 @@
 //! says whether the targets of issue 9 are met; it exits 0 either way, non-zero only when
 //! something failed.
 //!
-//! What runs: a real orchestrator, in-process, on its own database `wfbench_<uuid>`, with the
+//! What runs: a real orchestrator, in-process, on its own database `bench_<uuid>`, with the
 //! static executor of `SANDBOX_EXECUTOR_BIN`, `--executions` workers and System states in
 //! `aegis-runtime/busybox:1`, whose sandboxes come from a warm pool filled before timing (the
 //! baseline's sandboxes also exist before it is timed). Then:
@@ -27,7 +27,6 @@
 //! Run it with `scripts/workflow_bench.sh [--executions N] [--states M]`.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -39,7 +38,6 @@ use orchestrator::caller::Caller;
 use orchestrator::config::NodeConfig;
 use orchestrator::state::AppState;
 use serde_json::{json, Value};
-use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -47,6 +45,15 @@ use uuid::Uuid;
 #[path = "../tests/suite/common/agent.rs"]
 mod agent;
 use agent::AgentManifest;
+#[allow(dead_code)] // this benchmark serves its own node; it takes only the database
+#[path = "support/bench_node.rs"]
+mod bench_node;
+use bench_node::BenchDb;
+#[path = "support/entry.rs"]
+mod entry;
+#[allow(dead_code)] // bench_node's `serve_and_measure` waits on it; this benchmark does not
+#[path = "support/interrupt.rs"]
+mod interrupt;
 
 const IMAGE: &str = "aegis-runtime/busybox:1";
 
@@ -64,24 +71,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
-    match tokio::spawn(run(args)).await {
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(e)) => {
-            eprintln!("[workflow-bench] ERROR: {e:#}");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("[workflow-bench] ERROR: the benchmark task failed: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    entry::run("workflow-bench", run(Args::parse())).await
 }
 
 fn say(msg: impl std::fmt::Display) {
@@ -92,34 +82,13 @@ async fn run(args: Args) -> Result<()> {
     if args.executions == 0 || args.states < 2 {
         bail!("--executions must be at least 1 and --states at least 2");
     }
-    let admin_url = std::env::var("DATABASE_URL")
-        .map_err(|_| anyhow!("DATABASE_URL is not set (scripts/bench.sh provides one)"))?;
-    let executor =
-        PathBuf::from(std::env::var("SANDBOX_EXECUTOR_BIN").map_err(|_| {
-            anyhow!("SANDBOX_EXECUTOR_BIN is not set (scripts/bench.sh builds it)")
-        })?);
-    let name = format!("wfbench_{}", Uuid::new_v4().simple());
-    let admin = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&admin_url)
-        .await
-        .context("cannot reach PostgreSQL at DATABASE_URL")?;
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&admin)
-        .await
-        .context("CREATE DATABASE (the role in DATABASE_URL needs CREATEDB)")?;
-    let mut url = url::Url::parse(&admin_url)?;
-    url.set_path(&name);
-    say(format!("database {name} created"));
+    let (admin_url, executor) = bench_node::node_environment("scripts/bench.sh")?;
+    let db = BenchDb::create(&admin_url, &Uuid::new_v4().simple().to_string()).await?;
+    say(format!("database {} created", db.name));
 
-    let outcome = measure(&args, url.as_str(), &executor).await;
+    let outcome = measure(&args, db.url(), &executor).await;
 
-    if let Err(e) = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&admin)
-        .await
-    {
-        say(format!("could not drop database {name}: {e}"));
-    }
+    db.drop().await;
     let report = outcome?;
     report.print(&args);
     Ok(())

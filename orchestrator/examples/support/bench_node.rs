@@ -169,6 +169,20 @@ impl RunningApp {
     }
 }
 
+/// What a benchmark that serves a node takes from its environment: the PostgreSQL server
+/// `DATABASE_URL` names (its role may CREATE DATABASE) and the static executor
+/// `SANDBOX_EXECUTOR_BIN` names. `script`, the script that provides both, is named when one is
+/// missing.
+pub fn node_environment(script: &str) -> Result<(String, PathBuf)> {
+    let admin_url = std::env::var("DATABASE_URL")
+        .map_err(|_| anyhow!("DATABASE_URL is not set ({script} provides one)"))?;
+    let executor =
+        PathBuf::from(std::env::var("SANDBOX_EXECUTOR_BIN").map_err(|_| {
+            anyhow!("SANDBOX_EXECUTOR_BIN is not set ({script} builds the executor)")
+        })?);
+    Ok((admin_url, executor))
+}
+
 /// Serves a node on a database of its own (made on the server `DATABASE_URL` names, dropped
 /// afterwards whatever happened), with the executor `SANDBOX_EXECUTOR_BIN` names and its config
 /// adjusted by `adjust`, runs `measure` against it until that ends or the benchmark is
@@ -180,12 +194,7 @@ pub async fn serve_and_measure<T>(
     adjust: impl FnOnce(&mut NodeConfig),
     measure: impl AsyncFnOnce(&RunningApp) -> Result<T>,
 ) -> Result<T> {
-    let admin_url = std::env::var("DATABASE_URL")
-        .map_err(|_| anyhow!("DATABASE_URL is not set ({script} provides one)"))?;
-    let executor =
-        PathBuf::from(std::env::var("SANDBOX_EXECUTOR_BIN").map_err(|_| {
-            anyhow!("SANDBOX_EXECUTOR_BIN is not set ({script} builds the executor)")
-        })?);
+    let (admin_url, executor) = node_environment(script)?;
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let db = BenchDb::create(&admin_url, &run_id).await?;
     say(format!("database {} created", db.name));

@@ -180,22 +180,26 @@ struct Metrics {
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
-fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels)
-        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+/// The metric `name` as `made`, registered in `registry`. Names, labels and buckets are this
+/// file's constants, so a failure to make or register one is a programming error that the
+/// first test to render catches: it panics, naming the metric.
+fn registered<M>(registry: &Registry, name: &str, made: prometheus::Result<M>) -> M
+where
+    M: prometheus::core::Collector + Clone + 'static,
+{
+    let metric = made.unwrap_or_else(|e| panic!("metric {name}: {e}"));
     registry
-        .register(Box::new(c.clone()))
+        .register(Box::new(metric.clone()))
         .unwrap_or_else(|e| panic!("metric {name}: {e}"));
-    c
+    metric
+}
+
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    registered(registry, name, IntCounterVec::new(Opts::new(name, help), labels))
 }
 
 fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels)
-        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
-    registry
-        .register(Box::new(g.clone()))
-        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
-    g
+    registered(registry, name, IntGaugeVec::new(Opts::new(name, help), labels))
 }
 
 /// The tool calls' counter and duration histogram, the metrics the slot table resolves into.
@@ -206,18 +210,10 @@ fn tool_call_metrics(registry: &Registry) -> (IntCounterVec, HistogramVec) {
         "Tool calls by tool, door (rest, seal_http, seal_grpc, mcp, execution, workflow) and decision (allowed, refused, error).",
         &["tool", "door", "decision"],
     );
-    let tool_seconds = HistogramVec::new(
-        HistogramOpts::new(
-            "aegis_tool_call_duration_seconds",
-            "Time from the router receiving a tool call to its answer, refusals included.",
-        )
-        .buckets(CALL_BUCKETS.to_vec()),
-        &["tool", "door"],
-    )
-    .unwrap_or_else(|e| panic!("metric aegis_tool_call_duration_seconds: {e}"));
-    registry
-        .register(Box::new(tool_seconds.clone()))
-        .unwrap_or_else(|e| panic!("metric aegis_tool_call_duration_seconds: {e}"));
+    let name = "aegis_tool_call_duration_seconds";
+    let help = "Time from the router receiving a tool call to its answer, refusals included.";
+    let opts = HistogramOpts::new(name, help).buckets(CALL_BUCKETS.to_vec());
+    let tool_seconds = registered(registry, name, HistogramVec::new(opts, &["tool", "door"]));
     (tool_calls, tool_seconds)
 }
 
@@ -262,25 +258,14 @@ fn tool_table() -> ToolTable {
 
 /// The audit writer's batch latency and row count.
 fn audit_metrics(registry: &Registry) -> (Histogram, IntCounter) {
-    let audit_write_seconds = Histogram::with_opts(
-        HistogramOpts::new(
-            "aegis_audit_write_duration_seconds",
-            "Time the audit writer takes to chain and store one batch of rows (lock, INSERT, commit).",
-        )
-        .buckets(AUDIT_BUCKETS.to_vec()),
-    )
-    .unwrap_or_else(|e| panic!("metric aegis_audit_write_duration_seconds: {e}"));
-    registry
-        .register(Box::new(audit_write_seconds.clone()))
-        .unwrap_or_else(|e| panic!("metric aegis_audit_write_duration_seconds: {e}"));
-    let audit_rows = IntCounter::new(
-        "aegis_audit_rows_written_total",
-        "Audit rows stored by the batched writer.",
-    )
-    .unwrap_or_else(|e| panic!("metric aegis_audit_rows_written_total: {e}"));
-    registry
-        .register(Box::new(audit_rows.clone()))
-        .unwrap_or_else(|e| panic!("metric aegis_audit_rows_written_total: {e}"));
+    let name = "aegis_audit_write_duration_seconds";
+    let help =
+        "Time the audit writer takes to chain and store one batch of rows (lock, INSERT, commit).";
+    let opts = HistogramOpts::new(name, help).buckets(AUDIT_BUCKETS.to_vec());
+    let audit_write_seconds = registered(registry, name, Histogram::with_opts(opts));
+    let name = "aegis_audit_rows_written_total";
+    let help = "Audit rows stored by the batched writer.";
+    let audit_rows = registered(registry, name, IntCounter::new(name, help));
     (audit_write_seconds, audit_rows)
 }
 

@@ -200,9 +200,8 @@ pub async fn authenticate(
     presented: &str,
 ) -> Result<Caller, AuthError> {
     let hashed = hash(presented);
-    if let key_cache::Cached::Hit { value, touch } = cache.get(&hashed) {
-        touch_later(pool, touch);
-        return Ok(value);
+    if let Some(caller) = cache_hit(pool, cache.get(&hashed)) {
+        return Ok(caller);
     }
     let seen = cache.generation();
     // `last_used_at` is refreshed at most every 30 s: updating the row on every request made
@@ -220,12 +219,7 @@ pub async fn authenticate(
     let Some((id, name, role, expires_at, revoked_at, security_context)) = row else {
         return Err(AuthError::Invalid("unknown key"));
     };
-    if revoked_at.is_some() {
-        return Err(AuthError::Invalid("the key was revoked"));
-    }
-    if expires_at.is_some_and(|t| t <= Utc::now()) {
-        return Err(AuthError::Invalid("the key has expired"));
-    }
+    live(revoked_at, expires_at)?;
     let role: Role = role
         .parse()
         .map_err(|_| AuthError::Invalid("the key has an unknown role"))?;
@@ -259,6 +253,30 @@ pub async fn authenticate(
         },
     );
     Ok(caller)
+}
+
+/// The answer of a key the cache holds, its `last_used_at` refreshed in the background when
+/// due; `None` on a miss (then the database decides). Both doors' authentications start so.
+fn cache_hit<T>(pool: &PgPool, cached: key_cache::Cached<T>) -> Option<T> {
+    let key_cache::Cached::Hit { value, touch } = cached else {
+        return None;
+    };
+    touch_later(pool, touch);
+    Some(value)
+}
+
+/// Refuses a key that was revoked or has expired, as both doors' authentications do.
+fn live(
+    revoked_at: Option<DateTime<Utc>>,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<(), AuthError> {
+    if revoked_at.is_some() {
+        return Err(AuthError::Invalid("the key was revoked"));
+    }
+    if expires_at.is_some_and(|t| t <= Utc::now()) {
+        return Err(AuthError::Invalid("the key has expired"));
+    }
+    Ok(())
 }
 
 /// Refreshes a cached key's `last_used_at` in the background when it is due (`touch`).
@@ -302,9 +320,8 @@ pub async fn authenticate_bound(
     presented: &str,
 ) -> Result<BoundKey, AuthError> {
     let hashed = hash(presented);
-    if let key_cache::Cached::Hit { value, touch } = cache.get_bound(&hashed) {
-        touch_later(pool, touch);
-        return Ok(value);
+    if let Some(key) = cache_hit(pool, cache.get_bound(&hashed)) {
+        return Ok(key);
     }
     let seen = cache.generation();
     type Row = (
@@ -334,12 +351,7 @@ pub async fn authenticate_bound(
     let Some((id, name, expires_at, revoked_at, security_context, context_version)) = row else {
         return Err(AuthError::Invalid("unknown key"));
     };
-    if revoked_at.is_some() {
-        return Err(AuthError::Invalid("the key was revoked"));
-    }
-    if expires_at.is_some_and(|t| t <= Utc::now()) {
-        return Err(AuthError::Invalid("the key has expired"));
-    }
+    live(revoked_at, expires_at)?;
     let key = BoundKey {
         id,
         name,
