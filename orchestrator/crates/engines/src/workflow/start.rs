@@ -267,25 +267,20 @@ async fn runnable(
             _ => {}
         }
     }
-    for (agent, at) in agents {
-        if agent.contains("{{") {
-            continue; // rendered at run time; checked when the state starts it
-        }
-        match registry::get(pool, who.tenant, ManifestKind::Agent, &agent, None).await {
+    // Every definition the states name must exist; an agent name rendered at run time is
+    // checked when its state starts it.
+    let named = agents
+        .into_iter()
+        .filter(|(agent, _)| !agent.contains("{{"))
+        .map(|(agent, at)| (ManifestKind::Agent, agent, at))
+        .chain(workflows.into_iter().map(|(w, at)| (ManifestKind::Workflow, w, at)));
+    for (kind, name, at) in named {
+        match registry::get(pool, who.tenant, kind, &name, None).await {
             Ok(_) => {}
-            Err(RegistryError::NotFound { .. }) => {
-                problems.push(format!("{at}: agent `{agent}` is not deployed"))
-            }
-            Err(RegistryError::Db(e)) => return Err(e),
-            Err(other) => problems.push(format!("{at}: {other}")),
-        }
-    }
-    for (workflow, at) in workflows {
-        match registry::get(pool, who.tenant, ManifestKind::Workflow, &workflow, None).await {
-            Ok(_) => {}
-            Err(RegistryError::NotFound { .. }) => {
-                problems.push(format!("{at}: workflow `{workflow}` does not exist"))
-            }
+            Err(RegistryError::NotFound { .. }) => problems.push(match kind {
+                ManifestKind::Agent => format!("{at}: agent `{name}` is not deployed"),
+                ManifestKind::Workflow => format!("{at}: workflow `{name}` does not exist"),
+            }),
             Err(RegistryError::Db(e)) => return Err(e),
             Err(other) => problems.push(format!("{at}: {other}")),
         }

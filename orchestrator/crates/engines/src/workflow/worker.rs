@@ -650,27 +650,15 @@ impl Run<'_> {
         let committed = store::commit(
             &self.rt.pool,
             &Commit {
-                id: self.row.id,
-                me: self.rt.me,
-                epoch: self.row.lease_epoch,
-                status: "running",
                 current_state: &target,
                 visits: &visits,
                 transition_count: self.row.transition_count + 1,
-                blackboard: &self.row.blackboard,
                 entered: true,
                 feedback: feedback.as_deref(),
-                waiting_for: None,
-                wake_at: None,
-                final_output: None,
-                error: None,
-                release: false,
-                ttl_secs: self.rt.lease_ttl_secs,
-                events,
-                wake_parent: None,
                 volumes: self.volumes.then_some(VolumeCommit {
                     promote: Some((left.as_str(), left_visit, self.row.attempt)),
                 }),
+                ..self.held_commit("running", events)
             },
         )
         .await;
@@ -694,6 +682,33 @@ impl Run<'_> {
         }
     }
 
+    /// A commit of this execution by its lease holder that leaves the row as it stands (no
+    /// transition, wait or end; the lease kept) and records `events`: each of the worker's
+    /// commits (a transition, a park, the end) states only what it changes.
+    fn held_commit<'a>(&'a self, status: &'a str, events: Vec<NewEvent>) -> Commit<'a> {
+        Commit {
+            id: self.row.id,
+            me: self.rt.me,
+            epoch: self.row.lease_epoch,
+            status,
+            current_state: &self.row.current_state,
+            visits: &self.row.visits,
+            transition_count: self.row.transition_count,
+            blackboard: &self.row.blackboard,
+            entered: false,
+            feedback: None,
+            waiting_for: None,
+            wake_at: None,
+            final_output: None,
+            error: None,
+            release: false,
+            ttl_secs: self.rt.lease_ttl_secs,
+            events,
+            wake_parent: None,
+            volumes: None,
+        }
+    }
+
     fn visit_count(&self, state: &str) -> i32 {
         self.row.visits[state].as_i64().unwrap_or(0) as i32
     }
@@ -712,25 +727,11 @@ impl Run<'_> {
         let committed = store::commit(
             &self.rt.pool,
             &Commit {
-                id: self.row.id,
-                me: self.rt.me,
-                epoch: self.row.lease_epoch,
-                status: "waiting",
                 current_state: state,
-                visits: &self.row.visits,
-                transition_count: self.row.transition_count,
-                blackboard: &self.row.blackboard,
-                entered: false,
-                feedback: None,
                 waiting_for: Some(waiting_for),
                 wake_at,
-                final_output: None,
-                error: None,
                 release: true,
-                ttl_secs: self.rt.lease_ttl_secs,
-                events,
-                wake_parent: None,
-                volumes: None,
+                ..self.held_commit("waiting", events)
             },
         )
         .await;
@@ -863,27 +864,14 @@ impl Run<'_> {
         let committed = store::commit(
             &self.rt.pool,
             &Commit {
-                id: self.row.id,
-                me: self.rt.me,
-                epoch: self.row.lease_epoch,
-                status,
-                current_state: &self.row.current_state,
-                visits: &self.row.visits,
-                transition_count: self.row.transition_count,
-                blackboard: &self.row.blackboard,
-                entered: false,
-                feedback: None,
-                waiting_for: None,
-                wake_at: None,
                 final_output: final_output.as_ref(),
                 error: error.as_deref(),
                 release: true,
-                ttl_secs: self.rt.lease_ttl_secs,
-                events,
                 wake_parent: self.row.parent_execution_id,
                 volumes: self.volumes.then_some(VolumeCommit {
                     promote: promote.then_some((last.as_str(), visit, self.row.attempt)),
                 }),
+                ..self.held_commit(status, events)
             },
         )
         .await;

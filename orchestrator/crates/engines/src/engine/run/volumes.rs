@@ -36,30 +36,15 @@ impl Job {
             return Ok(());
         }
         let owner = self.volume_owner().await?;
-        let holder = aegis_sandboxes::volumes::Holder {
-            tenant: &self.tenant,
-            agent_id: self.def.id,
-            owner: &owner,
-        };
-        match aegis_sandboxes::volumes::restore(&self.volume_store(), sandbox, &holder, &volumes)
+        let holder = self.volume_holder(&owner);
+        let restored =
+            aegis_sandboxes::volumes::restore(&self.volume_store(), sandbox, &holder, &volumes)
+                .await
+                .map_err(|e| format!("could not mount spec.volumes: {e}"));
+        let names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
+        let mounted = |restored| json!({"volumes": names, "restored": restored});
+        self.report_copy(restored, "volumes_mounted", "volumes_failed", mounted)
             .await
-        {
-            Ok(restored) => {
-                let names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
-                self.event(
-                    "volumes_mounted",
-                    json!({"volumes": names, "restored": restored}),
-                )
-                .await;
-                Ok(())
-            }
-            Err(e) => {
-                let reason = format!("could not mount spec.volumes: {e}");
-                self.event("volumes_failed", json!({"reason": reason}))
-                    .await;
-                Err(reason)
-            }
-        }
     }
 
     /// Copies the persistent volumes out of the sandbox into their rows.
@@ -69,35 +54,13 @@ impl Job {
             return Ok(());
         }
         let owner = self.volume_owner().await?;
-        let holder = aegis_sandboxes::volumes::Holder {
-            tenant: &self.tenant,
-            agent_id: self.def.id,
-            owner: &owner,
-        };
-        match aegis_sandboxes::volumes::save(
-            &self.volume_store(),
-            sandbox,
-            &holder,
-            &volumes,
-            self.id,
-        )
-        .await
-        {
-            Ok(saved) => {
-                let saved: Vec<Value> = saved
-                    .iter()
-                    .map(|(name, bytes)| json!({"name": name, "bytes": bytes}))
-                    .collect();
-                self.event("volumes_saved", json!({"volumes": saved})).await;
-                Ok(())
-            }
-            Err(e) => {
-                let reason = e.to_string();
-                self.event("volumes_failed", json!({"reason": reason}))
-                    .await;
-                Err(reason)
-            }
-        }
+        let holder = self.volume_holder(&owner);
+        let store = self.volume_store();
+        let saved = aegis_sandboxes::volumes::save(&store, sandbox, &holder, &volumes, self.id)
+            .await
+            .map_err(|e| e.to_string());
+        self.report_copy(saved, "volumes_saved", "volumes_failed", saved_volumes)
+            .await
     }
 
     /// Copies the workflow volumes its state mounts into the sandbox.
@@ -111,26 +74,17 @@ impl Job {
             .dispatcher()
             .map_err(|e| format!("could not mount the workflow's volumes: {e}"))?;
         let names: Vec<&str> = ws.mounts.iter().map(|m| m.name.as_str()).collect();
-        match aegis_sandboxes::workspaces::restore(dispatcher, &self.services.pool, sandbox, ws)
-            .await
-        {
-            Ok(restored) => {
-                self.workspace_restored
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-                self.event(
-                    "workflow_volumes_mounted",
-                    json!({"volumes": names, "restored": restored, "state": ws.state}),
-                )
-                .await;
-                Ok(())
-            }
-            Err(e) => {
-                let reason = format!("could not mount the workflow's volumes: {e}");
-                self.event("workflow_volumes_failed", json!({"reason": reason}))
-                    .await;
-                Err(reason)
-            }
+        let restored =
+            aegis_sandboxes::workspaces::restore(dispatcher, &self.services.pool, sandbox, ws)
+                .await
+                .map_err(|e| format!("could not mount the workflow's volumes: {e}"));
+        if restored.is_ok() {
+            self.workspace_restored
+                .store(true, std::sync::atomic::Ordering::SeqCst);
         }
+        let mounted = |restored| json!({"volumes": names, "restored": restored, "state": ws.state});
+        let (done, failed) = ("workflow_volumes_mounted", "workflow_volumes_failed");
+        self.report_copy(restored, done, failed, mounted).await
     }
 
     /// Copies the read-write workflow volumes out of the sandbox (if they were copied in).
@@ -150,23 +104,51 @@ impl Job {
             .sandboxes
             .dispatcher()
             .map_err(|e| e.to_string())?;
-        match aegis_sandboxes::workspaces::save(dispatcher, &self.services.pool, sandbox, ws).await
-        {
-            Ok(saved) => {
-                let saved: Vec<Value> = saved
-                    .iter()
-                    .map(|(name, bytes)| json!({"name": name, "bytes": bytes}))
-                    .collect();
-                self.event("workflow_volumes_saved", json!({"volumes": saved}))
-                    .await;
+        let saved = aegis_sandboxes::workspaces::save(dispatcher, &self.services.pool, sandbox, ws)
+            .await
+            .map_err(|e| e.to_string());
+        let (done, failed) = ("workflow_volumes_saved", "workflow_volumes_failed");
+        self.report_copy(saved, done, failed, saved_volumes).await
+    }
+
+    /// Whose volumes this execution's are: its tenant, its agent, and `owner`
+    /// ([`Job::volume_owner`]).
+    fn volume_holder<'a>(&'a self, owner: &'a str) -> aegis_sandboxes::volumes::Holder<'a> {
+        aegis_sandboxes::volumes::Holder {
+            tenant: &self.tenant,
+            agent_id: self.def.id,
+            owner,
+        }
+    }
+
+    /// Records how a copy of volumes into or out of the sandbox went, as each of them does:
+    /// the event `done` with what `payload` makes of its result, or `failed` with the reason,
+    /// which is also the answer (the execution fails with it).
+    async fn report_copy<T>(
+        &self,
+        copied: Result<T, String>,
+        done: &str,
+        failed: &str,
+        payload: impl FnOnce(T) -> Value,
+    ) -> Result<(), String> {
+        match copied {
+            Ok(result) => {
+                self.event(done, payload(result)).await;
                 Ok(())
             }
-            Err(e) => {
-                let reason = e.to_string();
-                self.event("workflow_volumes_failed", json!({"reason": reason}))
-                    .await;
+            Err(reason) => {
+                self.event(failed, json!({"reason": reason})).await;
                 Err(reason)
             }
         }
     }
+}
+
+/// The volumes a save copied out, as its event lists them: each name with its size in bytes.
+fn saved_volumes(saved: Vec<(String, u64)>) -> Value {
+    let saved: Vec<Value> = saved
+        .iter()
+        .map(|(name, bytes)| json!({"name": name, "bytes": bytes}))
+        .collect();
+    json!({"volumes": saved})
 }
