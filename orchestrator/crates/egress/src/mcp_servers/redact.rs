@@ -395,40 +395,63 @@ fn pos(at: usize) -> u32 {
     u32::try_from(at).unwrap_or(u32::MAX)
 }
 
-/// `bytes` percent-decoded (`%XX` in either case; `+` as a space when `plus_is_space`).
-fn percent_decoded(bytes: &[u8], plus_is_space: bool) -> View {
+/// What one unit of an encoded text (an escape) decodes to: the bytes of at most one
+/// character, and how many bytes of the text it took.
+struct Unit {
+    bytes: [u8; 4],
+    len: usize,
+    took: usize,
+}
+
+impl Unit {
+    /// One byte, from `took` bytes of the text.
+    fn byte(b: u8, took: usize) -> Unit {
+        Unit {
+            bytes: [b, 0, 0, 0],
+            len: 1,
+            took,
+        }
+    }
+
+    /// A character's UTF-8 bytes, from `took` bytes of the text.
+    fn char(c: char, took: usize) -> Unit {
+        let mut bytes = [0u8; 4];
+        let len = c.encode_utf8(&mut bytes).len();
+        Unit { bytes, len, took }
+    }
+}
+
+/// `bytes` decoded unit by unit into a [`View`], as both decodings walk a text: `escape` reads
+/// the unit at the start of what is left (`None`: its first byte stands for itself), and each
+/// byte it decodes to remembers where its unit starts.
+fn decode_units(bytes: &[u8], escape: impl Fn(&[u8]) -> Option<Unit>) -> View {
     let mut out = Vec::with_capacity(bytes.len());
     let mut starts = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let hex = match bytes.get(i..i + 3) {
-            Some([b'%', high, low]) => hex_digit(*high)
-                .zip(hex_digit(*low))
-                .map(|(h, l)| h << 4 | l),
-            _ => None,
-        };
-        match hex {
-            Some(b) => {
-                out.push(b);
-                starts.push(pos(i));
-                i += 3;
-            }
-            None => {
-                out.push(if plus_is_space && bytes[i] == b'+' {
-                    b' '
-                } else {
-                    bytes[i]
-                });
-                starts.push(pos(i));
-                i += 1;
-            }
+        let unit = escape(&bytes[i..]).unwrap_or_else(|| Unit::byte(bytes[i], 1));
+        for &b in &unit.bytes[..unit.len] {
+            out.push(b);
+            starts.push(pos(i));
         }
+        i += unit.took;
     }
     View {
         bytes: out,
         starts,
         total: bytes.len(),
     }
+}
+
+/// `bytes` percent-decoded (`%XX` in either case; `+` as a space when `plus_is_space`).
+fn percent_decoded(bytes: &[u8], plus_is_space: bool) -> View {
+    decode_units(bytes, |rest| match rest {
+        [b'%', high, low, ..] => hex_digit(*high)
+            .zip(hex_digit(*low))
+            .map(|(h, l)| Unit::byte(h << 4 | l, 3)),
+        [b'+', ..] if plus_is_space => Some(Unit::byte(b' ', 1)),
+        _ => None,
+    })
 }
 
 /// The value of a hex digit of either case.
@@ -441,30 +464,10 @@ fn hex_digit(b: u8) -> Option<u8> {
 /// `bytes` with JSON string escapes undone (`\"`, `\\`, `\/`, `\n` and the like, `\uXXXX` and
 /// surrogate pairs); anything else as it is.
 fn json_unescaped(bytes: &[u8]) -> View {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut starts = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' {
-            if let Some((decoded, len)) = json_escape(&bytes[i..]) {
-                let mut buf = [0u8; 4];
-                for b in decoded.encode_utf8(&mut buf).bytes() {
-                    out.push(b);
-                    starts.push(pos(i));
-                }
-                i += len;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        starts.push(pos(i));
-        i += 1;
-    }
-    View {
-        bytes: out,
-        starts,
-        total: bytes.len(),
-    }
+    decode_units(bytes, |rest| match rest {
+        [b'\\', ..] => json_escape(rest).map(|(c, len)| Unit::char(c, len)),
+        _ => None,
+    })
 }
 
 /// The character of the JSON escape at the start of `bytes` and its length.

@@ -80,6 +80,23 @@
     });
   }
 
+  // One poll of a live part of a page: the JSON answer of the console's own route `url` (with
+  // the session cookie) goes to `answered`, unless it names an error: then `live` says
+  // `stopped` and the error, and polling ends.
+  function pollJson(url, live, stopped, answered) {
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) {
+        return r.json();
+      })
+      .then(function (out) {
+        if (out.error) {
+          live.textContent = stopped + out.error;
+          return;
+        }
+        answered(out);
+      });
+  }
+
   function output(live) {
     var url = live.getAttribute("data-output");
     var status = document.getElementById("proc-status");
@@ -93,40 +110,31 @@
       }
     }
     function poll() {
-      fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
-        .then(function (r) {
-          return r.json();
-        })
-        .then(function (out) {
-          if (out.error) {
-            live.textContent = "Stopped: " + out.error;
-            return;
-          }
-          failures = 0;
-          append("stdout", out.stdout);
-          append("stderr", out.stderr);
-          append("pty", out.pty);
-          live.setAttribute("data-live-bytes", String(received));
-          if (status && out.status) {
-            status.textContent = out.status;
-          }
-          if (out.ended) {
-            live.textContent = "The process has ended.";
-            return;
-          }
-          live.textContent = "Following live: " + received + " new byte(s).";
-          poll();
-        })
-        .catch(function () {
-          // A dropped connection: try again a few times, slower each time, then say so.
-          failures += 1;
-          if (failures > 5) {
-            live.textContent = "Lost the process's output; reload the page.";
-            return;
-          }
-          live.textContent = "Reconnecting…";
-          window.setTimeout(poll, 1000 * failures);
-        });
+      pollJson(url, live, "Stopped: ", function (out) {
+        failures = 0;
+        append("stdout", out.stdout);
+        append("stderr", out.stderr);
+        append("pty", out.pty);
+        live.setAttribute("data-live-bytes", String(received));
+        if (status && out.status) {
+          status.textContent = out.status;
+        }
+        if (out.ended) {
+          live.textContent = "The process has ended.";
+          return;
+        }
+        live.textContent = "Following live: " + received + " new byte(s).";
+        poll();
+      }).catch(function () {
+        // A dropped connection: try again a few times, slower each time, then say so.
+        failures += 1;
+        if (failures > 5) {
+          live.textContent = "Lost the process's output; reload the page.";
+          return;
+        }
+        live.textContent = "Reconnecting…";
+        window.setTimeout(poll, 1000 * failures);
+      });
     }
     poll();
   }
@@ -158,27 +166,18 @@
       }
     }
     function poll() {
-      fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
-        .then(function (r) {
-          return r.json();
-        })
-        .then(function (byId) {
-          if (byId.error) {
-            live.textContent = "CPU and memory: " + byId.error;
-            return;
-          }
-          Object.keys(byId).forEach(function (id) {
-            fill(id, byId[id]);
-          });
-          rounds += 1;
-          live.setAttribute("data-rounds", String(rounds));
-          live.textContent = "CPU and memory: measured " + new Date().toLocaleTimeString() + ".";
-          window.setTimeout(poll, 5000);
-        })
-        .catch(function () {
-          live.textContent = "CPU and memory: the node did not answer; retrying.";
-          window.setTimeout(poll, 10000);
+      pollJson(url, live, "CPU and memory: ", function (byId) {
+        Object.keys(byId).forEach(function (id) {
+          fill(id, byId[id]);
         });
+        rounds += 1;
+        live.setAttribute("data-rounds", String(rounds));
+        live.textContent = "CPU and memory: measured " + new Date().toLocaleTimeString() + ".";
+        window.setTimeout(poll, 5000);
+      }).catch(function () {
+        live.textContent = "CPU and memory: the node did not answer; retrying.";
+        window.setTimeout(poll, 10000);
+      });
     }
     poll();
   }
