@@ -30,8 +30,6 @@ use std::time::{Duration, Instant};
 use aegis_cli::seal_client::{SealClient, Transport as SealTransport};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use orchestrator::app::Application;
-use orchestrator::config::NodeConfig;
 use orchestrator::state::AppState;
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
@@ -41,6 +39,9 @@ use tokio_util::sync::CancellationToken;
 #[path = "../tests/suite/common/agent.rs"]
 mod agent;
 use agent::AgentManifest;
+#[allow(dead_code)] // this benchmark serves its own node; it takes its config and build only
+#[path = "support/bench_node.rs"]
+mod bench_node;
 #[path = "support/cpu_account.rs"]
 mod cpu_account;
 #[path = "support/cpu_groups.rs"]
@@ -625,18 +626,7 @@ async fn run(args: Args) -> Result<()> {
     let mut url = url::Url::parse(&admin_url)?;
     url.set_path(&db_name);
 
-    let admin_key = format!(
-        "aok_{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    );
-    let mut c = NodeConfig::default();
-    c.server.http = "127.0.0.1:0".parse()?;
-    c.server.grpc = "127.0.0.1:0".parse()?;
-    c.server.shutdown_grace_secs = 5;
-    c.database.url = url.to_string();
-    c.auth.admin_key = Some(admin_key.clone());
-    c.sandbox.executor_path = executor;
+    let (mut c, admin_key) = bench_node::bench_config(url.as_str(), &executor)?;
     // The direct channel's host directory (this process is the node, on the Docker host).
     c.sandbox.channel_dir = Some(PathBuf::from(format!("/run/aegis-bench/{}", &run_id[..8])));
     c.sandbox.pool = BTreeMap::from([(IMAGE.to_owned(), 0)]);
@@ -650,13 +640,7 @@ async fn run(args: Args) -> Result<()> {
             {"tool_pattern": "cmd.run", "command_allowlist": ["true"]},
             {"tool_pattern": "fs.*", "path_allowlist": ["/workspace/load/*"]}],
         "attestation": {"workload_patterns": ["load-*"], "allow_unverified": true}})];
-    let app = Application::build(c)
-        .await
-        .context("the orchestrator did not start")?;
-    let state = app.state().clone();
-    if let Some(reason) = state.sandboxes.unavailable_reason() {
-        bail!("sandboxes are unavailable: {reason}");
-    }
+    let (app, state) = bench_node::built_node(c).await?;
     let http_base = format!("http://{}", app.http_addr());
     let grpc_base = format!("http://{}", app.grpc_addr());
     let shutdown = CancellationToken::new();

@@ -30,12 +30,10 @@ use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use chrono::{DateTime, Utc};
 use clap::Parser;
-use orchestrator::app::Application;
 use orchestrator::caller::Caller;
-use orchestrator::config::NodeConfig;
 use orchestrator::state::AppState;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -167,27 +165,14 @@ impl Report {
 }
 
 async fn measure(args: &Args, db_url: &str, executor: &std::path::Path) -> Result<Report> {
-    let admin_key = format!("aok_{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple());
-    let mut c = NodeConfig::default();
-    c.server.http = "127.0.0.1:0".parse()?;
-    c.server.grpc = "127.0.0.1:0".parse()?;
-    c.server.shutdown_grace_secs = 5;
-    c.database.url = db_url.to_owned();
+    let (mut c, _admin_key) = bench_node::bench_config(db_url, executor)?;
     c.database.max_connections = args.executions as u32 + 10;
     // System sandboxes come from a warm pool, as the baseline's sandboxes exist before it is
     // timed: both sides then measure steps, not container creation.
     c.sandbox.pool = std::collections::BTreeMap::from([(IMAGE.to_owned(), args.executions)]);
-    c.auth.admin_key = Some(admin_key.clone());
-    c.sandbox.executor_path = executor.to_path_buf();
     c.workflows.workers = args.executions as u32;
     c.workflows.system_image = Some(IMAGE.to_owned());
-    let app = Application::build(c)
-        .await
-        .context("the orchestrator did not start")?;
-    let state = app.state().clone();
-    if let Some(reason) = state.sandboxes.unavailable_reason() {
-        bail!("sandboxes are unavailable: {reason}");
-    }
+    let (app, state) = bench_node::built_node(c).await?;
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(app.run(shutdown.clone()));
     let result = async {

@@ -84,6 +84,38 @@ impl BenchDb {
     }
 }
 
+/// The config a benchmark's node starts from: HTTP and gRPC on free loopback ports, a short
+/// shutdown grace, the database at `db_url`, the executor at `executor`, and a new admin key
+/// (returned too, for the benchmark's own requests).
+pub fn bench_config(db_url: &str, executor: &Path) -> Result<(NodeConfig, String)> {
+    let admin_key = format!(
+        "aok_{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let mut c = NodeConfig::default();
+    c.server.http = "127.0.0.1:0".parse()?;
+    c.server.grpc = "127.0.0.1:0".parse()?;
+    c.server.shutdown_grace_secs = 5;
+    c.database.url = db_url.to_owned();
+    c.auth.admin_key = Some(admin_key.clone());
+    c.sandbox.executor_path = executor.to_path_buf();
+    Ok((c, admin_key))
+}
+
+/// The node `c` describes, built (not serving yet), with its handles; refused when it cannot
+/// run sandboxes, which is what every benchmark measures.
+pub async fn built_node(c: NodeConfig) -> Result<(Application, AppState)> {
+    let app = Application::build(c)
+        .await
+        .context("the orchestrator did not start")?;
+    let state = app.state().clone();
+    if let Some(reason) = state.sandboxes.unavailable_reason() {
+        bail!("sandboxes are unavailable: {reason}");
+    }
+    Ok((app, state))
+}
+
 /// An orchestrator instance served in this process.
 pub struct RunningApp {
     /// The node's handles.
@@ -107,19 +139,8 @@ impl RunningApp {
         executor: &Path,
         adjust: impl FnOnce(&mut NodeConfig),
     ) -> Result<Self> {
-        let admin_key = format!(
-            "aok_{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
-        );
-        let mut c = NodeConfig::default();
-        c.server.http = "127.0.0.1:0".parse()?;
-        c.server.grpc = "127.0.0.1:0".parse()?;
-        c.server.shutdown_grace_secs = 5;
-        c.database.url = db.url().to_owned();
+        let (mut c, admin_key) = bench_config(db.url(), executor)?;
         c.database.connect_timeout_secs = 20;
-        c.auth.admin_key = Some(admin_key.clone());
-        c.sandbox.executor_path = executor.to_path_buf();
         // The direct channel (a socket per sandbox; the node is this root process on the Docker
         // host) unless BENCH_CHANNEL=attach asks for Docker's attach stream, for an A/B.
         let attach = std::env::var("BENCH_CHANNEL").is_ok_and(|c| c == "attach");
@@ -136,14 +157,8 @@ impl RunningApp {
             std::path::PathBuf::from(format!("/run/aegis-bench/{}", &unique[..8]))
         });
         adjust(&mut c);
-        let app = Application::build(c)
-            .await
-            .context("the orchestrator did not start")?;
+        let (app, state) = built_node(c).await?;
         let http_base = format!("http://{}", app.http_addr());
-        let state = app.state().clone();
-        if let Some(reason) = state.sandboxes.unavailable_reason() {
-            bail!("sandboxes are unavailable: {reason}");
-        }
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(app.run(shutdown.clone()));
         Ok(Self {

@@ -408,20 +408,8 @@ impl Peers {
             .signed_request(&peer, SUBSCRIBE_PATH, body)
             .map_err(fail)?
             .send();
-        let answer = tokio::time::timeout(deadline + TRIP_MARGIN, send)
-            .await
-            .map_err(|_| fail(format!("{peer} did not answer within {deadline:?}")))?
-            .map_err(|e| fail(format!("{peer} did not answer: {e}")))?;
-        let status = answer.status();
-        if !status.is_success() {
-            let bytes = tokio::time::timeout(TRIP_MARGIN, answer.bytes())
-                .await
-                .map_err(|_| fail(format!("{peer} did not finish its refusal")))?
-                .map_err(|e| fail(format!("{peer} broke off its answer: {e}")))?;
-            return Err(refused(
-                &peer, holder, id, op_name, deadline, status, &bytes,
-            ));
-        }
+        let opens = |status: reqwest::StatusCode| status.is_success();
+        let answer = opened(send, &peer, holder, id, op_name, deadline, opens).await?;
         let mut frames = Frames {
             answer,
             buffer: Vec::new(),
@@ -442,6 +430,35 @@ impl Peers {
 }
 
 /// The error a holder's non-200 answer stands for (`op`: what was asked).
+/// The head of an answer that stays open (a subscription's frames, a port's bytes) to the
+/// request `send` makes of `holder`: it must come within `deadline` and the trip margin, with a
+/// status that `opens`; any other status is the refusal its body carries (read within the trip
+/// margin), as [`refused`] reads one of `op`.
+async fn opened(
+    send: impl std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+    peer: &str,
+    holder: Uuid,
+    id: SandboxId,
+    op: &'static str,
+    deadline: Duration,
+    opens: impl Fn(reqwest::StatusCode) -> bool,
+) -> Result<reqwest::Response, DispatchError> {
+    let fail = |detail: String| DispatchError::Forward { id, holder, detail };
+    let answer = tokio::time::timeout(deadline + TRIP_MARGIN, send)
+        .await
+        .map_err(|_| fail(format!("{peer} did not answer within {deadline:?}")))?
+        .map_err(|e| fail(format!("{peer} did not answer: {e}")))?;
+    let status = answer.status();
+    if opens(status) {
+        return Ok(answer);
+    }
+    let bytes = tokio::time::timeout(TRIP_MARGIN, answer.bytes())
+        .await
+        .map_err(|_| fail(format!("{peer} did not finish its refusal")))?
+        .map_err(|e| fail(format!("{peer} broke off its answer: {e}")))?;
+    Err(refused(peer, holder, id, op, deadline, status, &bytes))
+}
+
 fn refused(
     peer: &str,
     holder: Uuid,
@@ -730,26 +747,8 @@ impl Peers {
             .header(reqwest::header::CONNECTION, "upgrade")
             .header(reqwest::header::UPGRADE, PORT_PROTOCOL)
             .send();
-        let answer = tokio::time::timeout(deadline + TRIP_MARGIN, send)
-            .await
-            .map_err(|_| fail(format!("{peer} did not answer within {deadline:?}")))?
-            .map_err(|e| fail(format!("{peer} did not answer: {e}")))?;
-        let status = answer.status();
-        if status != reqwest::StatusCode::SWITCHING_PROTOCOLS {
-            let bytes = tokio::time::timeout(TRIP_MARGIN, answer.bytes())
-                .await
-                .map_err(|_| fail(format!("{peer} did not finish its refusal")))?
-                .map_err(|e| fail(format!("{peer} broke off its answer: {e}")))?;
-            return Err(refused(
-                &peer,
-                holder,
-                id,
-                "port.open",
-                deadline,
-                status,
-                &bytes,
-            ));
-        }
+        let opens = |status: reqwest::StatusCode| status == reqwest::StatusCode::SWITCHING_PROTOCOLS;
+        let answer = opened(send, &peer, holder, id, "port.open", deadline, opens).await?;
         let upgraded = answer
             .upgrade()
             .await

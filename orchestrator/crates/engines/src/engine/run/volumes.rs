@@ -42,7 +42,7 @@ impl Job {
                 .await
                 .map_err(|e| format!("could not mount spec.volumes: {e}"));
         let names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
-        let mounted = |restored| json!({"volumes": names, "restored": restored});
+        let mounted = |restored: Vec<String>| json!({"volumes": names, "restored": restored});
         self.report_copy(restored, "volumes_mounted", "volumes_failed", mounted)
             .await
     }
@@ -82,7 +82,7 @@ impl Job {
             self.workspace_restored
                 .store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        let mounted = |restored| json!({"volumes": names, "restored": restored, "state": ws.state});
+        let mounted = |restored: Vec<String>| json!({"volumes": names, "restored": restored, "state": ws.state});
         let (done, failed) = ("workflow_volumes_mounted", "workflow_volumes_failed");
         self.report_copy(restored, done, failed, mounted).await
     }
