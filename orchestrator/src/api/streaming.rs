@@ -68,6 +68,20 @@ impl<T> Drop for StreamingCall<T> {
     }
 }
 
+/// A SEAL envelope invoked in its streaming form through the gateway, its calls counted under
+/// `door` (`SealHttp`, `SealGrpc`): what both SEAL doors start before they answer anything.
+pub fn seal_invoke(
+    state: crate::state::AppState,
+    door: crate::metrics::Door,
+    envelope: String,
+) -> StreamingCall<Result<serde_json::Value, crate::gateway::Refusal>> {
+    StreamingCall::start(move |sink| async move {
+        let services = state.gateway_services();
+        let call = state.gateway.invoke_streaming(&services, &envelope, sink);
+        crate::metrics::through(door, call).await
+    })
+}
+
 /// An output chunk as JSON text: `{"data": ..., "encoding": "utf8"|"base64"}` (text as is,
 /// other bytes as base64, like `cmd.run`'s own `stdout_encoding`).
 pub fn chunk_json(bytes: &[u8]) -> serde_json::Value {

@@ -17,7 +17,7 @@ use super::pb::seal::{
     invoke_stream_response, AttestRequest, AttestResponse, InvokeRequest, InvokeResponse,
     InvokeStreamResponse, ListToolsRequest, ListToolsResponse,
 };
-use crate::api::streaming::{Next, StreamingCall};
+use crate::api::streaming::{seal_invoke, Next};
 use crate::gateway::Refusal;
 use crate::seal::error::{SealCode, SealError};
 use crate::state::AppState;
@@ -152,16 +152,8 @@ impl Gateway for GatewayService {
         request: Request<InvokeRequest>,
     ) -> Result<Response<Self::InvokeStreamStream>, Status> {
         let text = envelope_text(request.into_inner().envelope_json)?;
-        let state = self.state.clone();
-        let mut call = StreamingCall::start(move |sink| async move {
-            crate::metrics::through(
-                crate::metrics::Door::SealGrpc,
-                state
-                    .gateway
-                    .invoke_streaming(&state.gateway_services(), &text, sink),
-            )
-            .await
-        });
+        let door = crate::metrics::Door::SealGrpc;
+        let mut call = seal_invoke(self.state.clone(), door, text);
         let first = match call.next().await {
             Some(Next::Chunk(chunk)) => chunk_message(chunk),
             Some(Next::End(ended)) => {

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
-use crate::api::streaming::{Next, StreamingCall};
+use crate::api::streaming::{seal_invoke, Next};
 use crate::audit;
 use crate::caller::Caller;
 use crate::contexts::{self, ContextError};
@@ -342,15 +342,7 @@ pub async fn invoke(State(state): State<AppState>, headers: HeaderMap, body: Str
 /// is the SEAL error answer, before any event; then `start`, `stdout`, `stderr` as a foreground
 /// `cmd.run` writes, and `result` with the SEAL answer `invoke` gives.
 async fn invoke_streaming(state: AppState, body: String) -> Response {
-    let mut call = StreamingCall::start(move |sink| async move {
-        crate::metrics::through(
-            crate::metrics::Door::SealHttp,
-            state
-                .gateway
-                .invoke_streaming(&state.gateway_services(), &body, sink),
-        )
-        .await
-    });
+    let mut call = seal_invoke(state, crate::metrics::Door::SealHttp, body);
     match call.next().await {
         Some(Next::Chunk(first)) => super::tool_stream::respond(first, call, |ended| match ended {
             Ok(Ok(body)) => super::tool_stream::json_event("result", &body),
