@@ -374,12 +374,21 @@ fn serve_tls(
 ) -> tokio::task::JoinHandle<()> {
     let listener = api::connection::tls::tls_listener(listener, certificate);
     let service = rest.into_make_service_with_connect_info::<api::connection::Connection>();
+    let serving = axum::serve(listener, service).with_graceful_shutdown(shutdown.cancelled_owned());
+    spawn_listener("TLS", serving)
+}
+
+/// `serving` (a listener's `axum::serve`, until its shutdown) as a task of its own, which logs
+/// it when the listener fails: the TLS and peer listeners run beside the HTTP port so.
+fn spawn_listener<S, E>(what: &'static str, serving: S) -> tokio::task::JoinHandle<()>
+where
+    S: std::future::IntoFuture<Output = Result<(), E>> + Send + 'static,
+    S::IntoFuture: Send,
+    E: std::fmt::Display,
+{
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, service)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await
-        {
-            tracing::error!(error = %e, "the TLS listener failed");
+        if let Err(e) = serving.await {
+            tracing::error!(error = %e, "the {what} listener failed");
         }
     })
 }
@@ -418,14 +427,8 @@ fn serve_peers(
 ) -> tokio::task::JoinHandle<()> {
     // As for HTTP: a subscription's small frames must not wait for a delayed ACK.
     let listener = api::connection::http_listener(listener);
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await
-        {
-            tracing::error!(error = %e, "the peer listener failed");
-        }
-    })
+    let serving = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned());
+    spawn_listener("peer", serving)
 }
 
 /// Serves gRPC on `grpc` until `shutdown`.
