@@ -310,6 +310,21 @@ pub fn schema_keys() -> &'static [&'static str] {
 mod tests {
     use super::*;
 
+    /// The errors of `text` read as a manifest of `kind` (the test fails if it is valid).
+    fn errors_of(kind: ManifestKind, text: &str) -> Vec<ManifestError> {
+        parse(kind, text, &node()).expect_err("invalid").0
+    }
+
+    /// Asserts that the agent manifest `text` is refused at `placed` (each error's pointer and
+    /// line, in order), every error by the checks of `stage`.
+    fn assert_agent_refused(text: &str, placed: &[(&str, Option<usize>)], stage: Stage) {
+        let errors = errors_of(ManifestKind::Agent, text);
+        let at: Vec<(&str, Option<usize>)> =
+            errors.iter().map(|e| (e.pointer.as_str(), e.line)).collect();
+        assert_eq!(at, placed, "{errors:?}");
+        assert!(errors.iter().all(|e| e.stage == stage), "{errors:?}");
+    }
+
     fn node() -> NodeKnowledge<'static> {
         NodeKnowledge {
             tool_exists: &|name| matches!(name, "fs.read" | "fs.write" | "cmd.run"),
@@ -370,15 +385,8 @@ spec:
         let text = AGENT
             .replace("cmd.run]", "cmd.rnu]")
             .replace("\"3.11\"", "\"3.12\"");
-        let errors = parse(ManifestKind::Agent, &text, &node())
-            .expect_err("invalid")
-            .0;
-        assert_eq!(errors.len(), 2, "{errors:?}");
-        assert_eq!(errors[0].pointer, "/spec/runtime");
-        assert_eq!(errors[0].line, Some(9));
-        assert_eq!(errors[1].pointer, "/spec/tools/1");
-        assert_eq!(errors[1].line, Some(14));
-        assert!(errors.iter().all(|e| e.stage == Stage::Semantic));
+        let placed = [("/spec/runtime", Some(9)), ("/spec/tools/1", Some(14))];
+        assert_agent_refused(&text, &placed, Stage::Semantic);
     }
 
     #[test]
@@ -386,13 +394,7 @@ spec:
         let text = AGENT
             .replace("  description:", "  descripton:")
             .replace("cmd.run]", "cmd.rnu]");
-        let errors = parse(ManifestKind::Agent, &text, &node())
-            .expect_err("invalid")
-            .0;
-        assert_eq!(errors.len(), 1, "{errors:?}");
-        assert_eq!(errors[0].stage, Stage::Schema);
-        assert_eq!(errors[0].pointer, "/metadata/descripton");
-        assert_eq!(errors[0].line, Some(6));
+        assert_agent_refused(&text, &[("/metadata/descripton", Some(6))], Stage::Schema);
         let errors = parse_value(
             ManifestKind::Agent,
             serde_json::json!({"kind": "Agent"}),
@@ -413,13 +415,8 @@ spec:
         assert_eq!(parsed.agent().agent_type(), "user");
         let plain = parse(ManifestKind::Agent, AGENT, &node()).expect("valid");
         assert_eq!(plain.agent().agent_type(), "user", "the default");
-        let errors = parse(
-            ManifestKind::Agent,
-            &AGENT.replace("spec:\n", "spec:\n  type: system\n"),
-            &node(),
-        )
-        .expect_err("system is refused")
-        .0;
+        let system = AGENT.replace("spec:\n", "spec:\n  type: system\n");
+        let errors = errors_of(ManifestKind::Agent, &system);
         assert_eq!(errors[0].pointer, "/spec/type");
         assert!(
             errors[0].message.contains("spec.security_context"),
@@ -429,13 +426,7 @@ spec:
 
     #[test]
     fn an_unknown_runtime_is_refused_saying_what_to_write() {
-        let errors = parse(
-            ManifestKind::Agent,
-            &AGENT.replace("\"3.11\"", "\"3.10\""),
-            &node(),
-        )
-        .expect_err("3.10 is not installed")
-        .0;
+        let errors = errors_of(ManifestKind::Agent, &AGENT.replace("\"3.11\"", "\"3.10\""));
         assert!(
             errors[0].message.contains("`version: \"3.11\"`")
                 && errors[0].message.contains("sandbox.runtime_aliases"),
@@ -471,21 +462,14 @@ spec:
         assert!(again.value["spec"]["states"]["count"]["transitions"][0]["target"].is_null());
         // A state whose every transition goes on cannot end a run; `~` is a way out.
         let stuck = WORKFLOW.replace("target: ~}", "target: ask}");
-        let errors = parse(ManifestKind::Workflow, &stuck, &node())
-            .expect_err("no state can end it")
-            .0;
+        let errors = errors_of(ManifestKind::Workflow, &stuck);
         assert!(
             errors.iter().any(|e| e.message.contains("can end a run")),
             "{errors:?}"
         );
         // Reserved run variables stay unwritable.
-        let errors = parse(
-            ManifestKind::Workflow,
-            &WORKFLOW.replace("iteration_number", "input"),
-            &node(),
-        )
-        .expect_err("input is a run variable")
-        .0;
+        let input = WORKFLOW.replace("iteration_number", "input");
+        let errors = errors_of(ManifestKind::Workflow, &input);
         assert!(errors[0].message.contains("reserved"), "{errors:?}");
     }
 

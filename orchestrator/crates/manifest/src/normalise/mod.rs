@@ -111,6 +111,18 @@ mod tests {
         move |language| (language == "python").then(|| default.clone()).flatten()
     }
 
+    /// Asserts that normalisation refused at exactly `pointers`, in order, the first refusal
+    /// saying `first_says`.
+    fn assert_refused(out: &Normalised, pointers: &[&str], first_says: &str) {
+        let at: Vec<&str> = out.errors.iter().map(|e| e.pointer.as_str()).collect();
+        assert_eq!(at, pointers);
+        assert!(
+            out.errors[0].message.contains(first_says),
+            "{:?}",
+            out.errors
+        );
+    }
+
     fn run(
         kind: ManifestKind,
         mut value: Value,
@@ -153,19 +165,11 @@ mod tests {
             "nonsense": {}}}}});
         let (value, out) = run(ManifestKind::Agent, judged.clone(), None);
         assert_eq!(value, judged, "nothing is rewritten when a part is refused");
-        let at: Vec<&str> = out.errors.iter().map(|e| e.pointer.as_str()).collect();
-        assert_eq!(
-            at,
-            [
-                "/spec/execution/validation/semantic/fallback_on_unavailable",
-                "/spec/execution/validation/nonsense"
-            ]
-        );
-        assert!(
-            out.errors[0].message.contains("never passes"),
-            "{:?}",
-            out.errors
-        );
+        let at = [
+            "/spec/execution/validation/semantic/fallback_on_unavailable",
+            "/spec/execution/validation/nonsense",
+        ];
+        assert_refused(&out, &at, "never passes");
     }
 
     #[test]
@@ -457,20 +461,12 @@ mod tests {
             {"volume": "x", "name": "x", "mount_path": "/workspace/x"},
             {"name": "y", "mount_path": "/workspace/y", "access_mode": "sometimes"}]}}}});
         let (_, out) = run(ManifestKind::Workflow, runtime, None);
-        let at: Vec<&str> = out.errors.iter().map(|e| e.pointer.as_str()).collect();
-        assert_eq!(
-            at,
-            [
-                "/spec/states/A/volumes/0/volume",
-                "/spec/states/A/volumes/1/volume",
-                "/spec/states/A/volumes/2/access_mode"
-            ]
-        );
-        assert!(
-            out.errors[0].message.contains("chosen at run time"),
-            "{:?}",
-            out.errors
-        );
+        let at = [
+            "/spec/states/A/volumes/0/volume",
+            "/spec/states/A/volumes/1/volume",
+            "/spec/states/A/volumes/2/access_mode",
+        ];
+        assert_refused(&out, &at, "chosen at run time");
 
         // The workspace declared as a shared volume named `workspace`.
         let shared = json!({"spec": {"storage": {"shared_volumes": [
