@@ -111,13 +111,12 @@ pub async fn execute(
     Json(body): Json<ExecuteBody>,
 ) -> Result<(StatusCode, Json<Started>), ApiError> {
     require(&caller, Need::Write)?;
-    let mut args = json!({"agent_id": id, "input": body.input.unwrap_or_else(|| json!({}))});
-    if let Some(intent) = body.intent {
-        args["intent"] = json!(intent);
-    }
-    if let Some(version) = q.version {
-        args["version"] = json!(version);
-    }
+    let args = json!({"agent_id": id, "input": body.input.unwrap_or_else(|| json!({}))});
+    let given = [
+        ("intent", body.intent.map(Value::from)),
+        ("version", q.version.map(Value::from)),
+    ];
+    let args = super::with_given(args, given);
     let out = super::call_tool(&state, &caller, "aegis.task.execute", args).await?;
     Ok((StatusCode::CREATED, Json(Started::from_tool(&out)?)))
 }

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::error::{ApiError, ErrorBody};
+use super::with_given;
 use crate::caller::Caller;
 use crate::state::AppState;
 
@@ -91,14 +92,6 @@ pub struct MemoryErased {
     erased: i64,
 }
 
-/// Adds the arguments that were given.
-fn with(mut args: Value, key: &str, value: Option<Value>) -> Value {
-    if let Some(v) = value {
-        args[key] = v;
-    }
-    args
-}
-
 /// An agent's notes, newest first, with their owners.
 #[utoipa::path(get, path = "/v1/agents/{id}/memories", operation_id = "list_agent_memories", tag = "agents",
     params(("id" = String, Path, description = "Agent name"), ListQuery),
@@ -112,10 +105,12 @@ pub async fn list(
     Path(agent): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let args = json!({"agent": agent});
-    let args = with(args, "owner", q.owner.map(Value::from));
-    let args = with(args, "limit", q.limit.map(Value::from));
-    let args = with(args, "offset", q.offset.map(Value::from));
+    let given = [
+        ("owner", q.owner.map(Value::from)),
+        ("limit", q.limit.map(Value::from)),
+        ("offset", q.offset.map(Value::from)),
+    ];
+    let args = with_given(json!({"agent": agent}), given);
     Ok(Json(
         super::call_tool(&state, &caller, "aegis.memory.list", args).await?,
     ))
@@ -134,7 +129,7 @@ pub async fn erase(
     Path(agent): Path<String>,
     Query(q): Query<OwnerQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let args = with(json!({"agent": agent}), "owner", q.owner.map(Value::from));
+    let args = with_given(json!({"agent": agent}), [("owner", q.owner.map(Value::from))]);
     Ok(Json(
         super::call_tool(&state, &caller, "aegis.memory.erase", args).await?,
     ))
@@ -154,11 +149,8 @@ pub async fn erase_one(
     Path((agent, note)): Path<(String, Uuid)>,
     Query(q): Query<OwnerQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let args = with(
-        json!({"agent": agent, "note_id": note}),
-        "owner",
-        q.owner.map(Value::from),
-    );
+    let owner = [("owner", q.owner.map(Value::from))];
+    let args = with_given(json!({"agent": agent, "note_id": note}), owner);
     Ok(Json(
         super::call_tool(&state, &caller, "aegis.memory.erase", args).await?,
     ))

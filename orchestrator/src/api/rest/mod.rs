@@ -45,6 +45,21 @@ pub(super) async fn call_tool(
     outcome.result.map_err(ApiError::from)
 }
 
+/// A tool's arguments `args` with each optional one the request gave (a query or body field it
+/// left out stays out, so the tool applies its own default): how every route that passes
+/// optional fields on builds its call.
+pub(super) fn with_given<'k>(
+    mut args: serde_json::Value,
+    given: impl IntoIterator<Item = (&'k str, Option<serde_json::Value>)>,
+) -> serde_json::Value {
+    for (key, value) in given {
+        if let Some(value) = value {
+            args[key] = value;
+        }
+    }
+    args
+}
+
 /// A route that is one tool call and nothing else: the role check, the call through the
 /// router, and its result as the answer.
 pub(super) async fn tool_answer(

@@ -17,6 +17,7 @@ use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
 use super::event_log::{self, EventsQuery, WorkflowEventPage};
 use super::executions::Started;
+use super::with_given;
 use crate::caller::Caller;
 use crate::runs;
 use crate::state::AppState;
@@ -177,16 +178,15 @@ pub async fn run(
     Json(body): Json<RunBody>,
 ) -> Result<(StatusCode, Json<Started>), ApiError> {
     require(&caller, Need::Write)?;
-    let mut args = json!({"name": name, "input": body.input.unwrap_or_else(|| json!({}))});
-    for (key, value) in [
-        ("blackboard", body.blackboard),
-        ("intent", body.intent.map(Value::String)),
-        ("version", body.version.map(Value::String)),
-    ] {
-        if let Some(v) = value {
-            args[key] = v;
-        }
-    }
+    let args = json!({"name": name, "input": body.input.unwrap_or_else(|| json!({}))});
+    let args = with_given(
+        args,
+        [
+            ("blackboard", body.blackboard),
+            ("intent", body.intent.map(Value::String)),
+            ("version", body.version.map(Value::String)),
+        ],
+    );
     let out = super::call_tool(&state, &caller, "aegis.workflow.run", args).await?;
     Ok((StatusCode::CREATED, Json(Started::from_tool(&out)?)))
 }
@@ -212,19 +212,13 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let mut args = json!({});
-    if let Some(w) = q.workflow_id {
-        args["workflow_id"] = json!(w);
-    }
-    if let Some(s) = q.status {
-        args["status"] = json!(s);
-    }
-    if let Some(l) = q.limit {
-        args["limit"] = json!(l);
-    }
-    if let Some(o) = q.offset {
-        args["offset"] = json!(o);
-    }
+    let given = [
+        ("workflow_id", q.workflow_id.map(Value::from)),
+        ("status", q.status.map(Value::from)),
+        ("limit", q.limit.map(Value::from)),
+        ("offset", q.offset.map(Value::from)),
+    ];
+    let args = with_given(json!({}), given);
     Ok(Json(
         super::call_tool(&state, &caller, "aegis.workflow.executions.list", args).await?,
     ))
