@@ -147,10 +147,7 @@ impl Application {
         if let Err(e) = &llm {
             tracing::warn!(error = %e, "no language model client: executions will fail until llm is configured");
         }
-        let executions = Arc::new(crate::engine::Engine::new(
-            llm,
-            config.executions.clone(),
-        ));
+        let executions = Arc::new(crate::engine::Engine::new(llm, config.executions.clone()));
         let dead_after = config.sandbox.dead_after_secs as i64;
         let workflows = Arc::new(crate::workflow::Workflows::new(
             pool.clone(),

@@ -747,7 +747,8 @@ impl Peers {
             .header(reqwest::header::CONNECTION, "upgrade")
             .header(reqwest::header::UPGRADE, PORT_PROTOCOL)
             .send();
-        let opens = |status: reqwest::StatusCode| status == reqwest::StatusCode::SWITCHING_PROTOCOLS;
+        let opens =
+            |status: reqwest::StatusCode| status == reqwest::StatusCode::SWITCHING_PROTOCOLS;
         let answer = opened(send, &peer, holder, id, "port.open", deadline, opens).await?;
         let upgraded = answer
             .upgrade()

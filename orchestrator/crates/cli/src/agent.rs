@@ -136,7 +136,11 @@ async fn forget(
         ))
         .await?;
     let erased = output::cell(&out["erased"]);
-    output::done(client.json, &out, format!("erased {erased} note(s) of agent {agent}"));
+    output::done(
+        client.json,
+        &out,
+        format!("erased {erased} note(s) of agent {agent}"),
+    );
     Ok(())
 }
 

@@ -80,12 +80,14 @@ pub async fn run(conn: &Connection, command: ApprovalsCommand) -> Result<(), Cli
                 .await?,
             None,
         ),
-        ApprovalsCommand::Approve { id, note } => {
-            (decide(&client, &id, "approve", note).await?, Some("approved"))
-        }
-        ApprovalsCommand::Reject { id, note } => {
-            (decide(&client, &id, "reject", note).await?, Some("rejected"))
-        }
+        ApprovalsCommand::Approve { id, note } => (
+            decide(&client, &id, "approve", note).await?,
+            Some("approved"),
+        ),
+        ApprovalsCommand::Reject { id, note } => (
+            decide(&client, &id, "reject", note).await?,
+            Some("rejected"),
+        ),
     };
     if client.json {
         output::json(&out);

@@ -85,7 +85,13 @@ pub async fn run(conn: &Connection, command: AuditCommand) -> Result<(), CliErro
                 ("reason", "reason_code"),
                 ("ms", "duration_ms"),
             ];
-            output::listing(client.json, &out, &out["rows"], &cols, "no audit rows match");
+            output::listing(
+                client.json,
+                &out,
+                &out["rows"],
+                &cols,
+                "no audit rows match",
+            );
             if !client.json {
                 if let Some(next) = out["next_after"].as_i64() {
                     eprintln!("more rows: --after {next}");

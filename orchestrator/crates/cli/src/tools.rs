@@ -31,7 +31,13 @@ pub async fn run(conn: &Connection, command: ToolsCommand) -> Result<(), CliErro
         ToolsCommand::List => {
             let out = client.get("/v1/tools").await?;
             let cols = [("name", "name"), ("description", "description")];
-            output::listing(client.json, &out, &out, &cols, "no tools visible to this key");
+            output::listing(
+                client.json,
+                &out,
+                &out,
+                &cols,
+                "no tools visible to this key",
+            );
         }
         ToolsCommand::Call {
             name,

@@ -851,7 +851,10 @@ mod tests {
 
     #[test]
     fn an_engine_bound_and_the_engine_address_are_checked() {
-        refused("sandbox:\n  max_per_engine: 0\n", &["sandbox.max_per_engine"]);
+        refused(
+            "sandbox:\n  max_per_engine: 0\n",
+            &["sandbox.max_per_engine"],
+        );
         refused(
             "sandbox:\n  max_memory_mb: 512\n  max_memory_per_engine_mb: 256\n",
             &["sandbox.max_memory_per_engine_mb"],
@@ -1018,14 +1021,16 @@ mod tests {
 
     #[test]
     fn mcp_servers_are_validated_with_key_and_line() {
-        let err = load_error("mcp_servers:\n  - name: tools\n    url: http://169.254.169.254/mcp\n");
+        let err =
+            load_error("mcp_servers:\n  - name: tools\n    url: http://169.254.169.254/mcp\n");
         assert!(
             err.contains("mcp_servers[0].url")
                 && err.contains("line 3")
                 && err.contains("cloud_metadata"),
             "{err}"
         );
-        let err = load_error("mcp_servers:\n  - name: tools\n    url: http://x/mcp\n    token: abc\n");
+        let err =
+            load_error("mcp_servers:\n  - name: tools\n    url: http://x/mcp\n    token: abc\n");
         assert!(err.contains("token") && err.contains("line 4"), "{err}");
         let f = write(
             "egress:\n  allow_cidrs: [127.0.0.1/32]\nmcp_servers:\n  - name: tools\n    url: http://127.0.0.1:9/mcp\n    bearer_token_env: TOOLS_TOKEN\n",

@@ -319,8 +319,10 @@ mod tests {
     /// line, in order), every error by the checks of `stage`.
     fn assert_agent_refused(text: &str, placed: &[(&str, Option<usize>)], stage: Stage) {
         let errors = errors_of(ManifestKind::Agent, text);
-        let at: Vec<(&str, Option<usize>)> =
-            errors.iter().map(|e| (e.pointer.as_str(), e.line)).collect();
+        let at: Vec<(&str, Option<usize>)> = errors
+            .iter()
+            .map(|e| (e.pointer.as_str(), e.line))
+            .collect();
         assert_eq!(at, placed, "{errors:?}");
         assert!(errors.iter().all(|e| e.stage == stage), "{errors:?}");
     }

@@ -195,11 +195,19 @@ where
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    registered(registry, name, IntCounterVec::new(Opts::new(name, help), labels))
+    registered(
+        registry,
+        name,
+        IntCounterVec::new(Opts::new(name, help), labels),
+    )
 }
 
 fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    registered(registry, name, IntGaugeVec::new(Opts::new(name, help), labels))
+    registered(
+        registry,
+        name,
+        IntGaugeVec::new(Opts::new(name, help), labels),
+    )
 }
 
 /// The tool calls' counter and duration histogram, the metrics the slot table resolves into.

@@ -129,7 +129,10 @@ pub async fn erase(
     Path(agent): Path<String>,
     Query(q): Query<OwnerQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let args = with_given(json!({"agent": agent}), [("owner", q.owner.map(Value::from))]);
+    let args = with_given(
+        json!({"agent": agent}),
+        [("owner", q.owner.map(Value::from))],
+    );
     Ok(Json(
         super::call_tool(&state, &caller, "aegis.memory.erase", args).await?,
     ))

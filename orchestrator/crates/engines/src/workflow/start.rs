@@ -273,7 +273,11 @@ async fn runnable(
         .into_iter()
         .filter(|(agent, _)| !agent.contains("{{"))
         .map(|(agent, at)| (ManifestKind::Agent, agent, at))
-        .chain(workflows.into_iter().map(|(w, at)| (ManifestKind::Workflow, w, at)));
+        .chain(
+            workflows
+                .into_iter()
+                .map(|(w, at)| (ManifestKind::Workflow, w, at)),
+        );
     for (kind, name, at) in named {
         match registry::get(pool, who.tenant, kind, &name, None).await {
             Ok(_) => {}

@@ -66,7 +66,9 @@ pub(super) fn system_blackboard_updates(value: &mut Value, out: &mut Normalised)
 /// A ContainerRun name (or ParallelContainerRun step name) written as a phrase (`Run unit
 /// tests`) becomes a name (`run-unit-tests`) and keeps the phrase as `display_name`.
 pub(super) fn container_step_names(value: &mut Value, out: &mut Normalised) {
-    each_state_or_step(value, &["ContainerRun"], |at, step| step_name(at, step, out));
+    each_state_or_step(value, &["ContainerRun"], |at, step| {
+        step_name(at, step, out)
+    });
 }
 
 /// Calls `visit` with the pointer and value of every state whose kind is one of `kinds`, and of

@@ -14,8 +14,8 @@ use std::collections::BTreeSet;
 use serde_json::{Map, Value};
 
 use agent_rules::agent;
-use references::{References, Scope};
 pub use references::RUN_VARIABLES;
+use references::{References, Scope};
 use workflow_rules::workflow;
 
 use super::deployed::Deployed;

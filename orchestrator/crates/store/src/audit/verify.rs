@@ -304,21 +304,23 @@ async fn check_anchor(
             ),
         }));
     }
-    Ok(match first_row_where(pool, tenant, "chain_index", count).await? {
-        Some(row) if row.hash == hash => None,
-        found => {
-            let detail = format!(
-                "the anchor names hash {hash} at chain position {count}; found {}",
-                found.as_ref().map_or("no row", |r| r.hash.as_str())
-            );
-            Some(BrokenRow {
-                seq: found.as_ref().map(|r| r.seq),
-                id: found.as_ref().map(|r| r.id),
-                problem: "anchor_mismatch".into(),
-                detail,
-            })
-        }
-    })
+    Ok(
+        match first_row_where(pool, tenant, "chain_index", count).await? {
+            Some(row) if row.hash == hash => None,
+            found => {
+                let detail = format!(
+                    "the anchor names hash {hash} at chain position {count}; found {}",
+                    found.as_ref().map_or("no row", |r| r.hash.as_str())
+                );
+                Some(BrokenRow {
+                    seq: found.as_ref().map(|r| r.seq),
+                    id: found.as_ref().map(|r| r.id),
+                    problem: "anchor_mismatch".into(),
+                    detail,
+                })
+            }
+        },
+    )
 }
 
 /// Recording comes last, and only for a valid verification: the checkpoint moves to `row`.

@@ -16,10 +16,10 @@ mod volumes;
 use judges::ToolGate;
 use offer::Offer;
 
-use super::validate::IterationResult;
 use super::store;
-use aegis_config::ExecutionsConfig;
+use super::validate::IterationResult;
 use crate::call::CallGate;
+use aegis_config::ExecutionsConfig;
 use aegis_core::caller::{Caller, CallerKind, Tier};
 use aegis_llm::{ChatRequest, LlmClient, Message, Role, ToolSpec};
 use aegis_manifest::AgentView;
