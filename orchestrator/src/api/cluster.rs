@@ -161,8 +161,8 @@ async fn call(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Resp
 /// Opens a live process or watch for a peer and streams its handle's events as frames.
 async fn subscribe(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Response {
     let what = "a forwarded subscription";
-    let (asked, dispatcher) = match admitted::<ForwardedSubscription>(&peer, &headers, &body, what)
-    {
+    let admitted = admitted::<ForwardedSubscription>(&peer, &headers, &body, what);
+    let (asked, dispatcher) = match admitted {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
