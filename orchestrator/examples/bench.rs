@@ -134,12 +134,7 @@ async fn run(args: Args) -> Result<()> {
             c.sandbox.pool = BTreeMap::from([(IMAGE.to_owned(), POOL_SIZE)]);
         })
         .await?;
-        let scope = app
-            .state
-            .sandboxes
-            .dispatcher()
-            .map(|d| d.scope().to_owned())
-            .ok();
+        let scope = bench_node::label_scope(&app.state);
         let measured = tokio::select! {
             r = measure(&args, &app, &engine, &run_id) => r,
             why = interrupt::interrupted() => Err(anyhow!("interrupted by {why}")),
@@ -179,21 +174,12 @@ impl RunningApp {
 
     /// An admin REST request; returns the JSON body of a 2xx answer.
     async fn rest(&self, method: reqwest::Method, path: &str, body: RestBody) -> Result<Value> {
-        let mut req = self
-            .http
-            .request(method.clone(), format!("{}{path}", self.http_base))
-            .bearer_auth(&self.admin_key);
-        req = match body {
+        let node = (self.http_base.as_str(), self.admin_key.as_str());
+        bench_node::admin_rest(&self.http, node, method, path, |req| match body {
             RestBody::Json(v) => req.json(&v),
             RestBody::Yaml(s) => req.header("content-type", "application/yaml").body(s),
-        };
-        let r = req.send().await?;
-        let status = r.status();
-        let text = r.text().await?;
-        if !status.is_success() {
-            bail!("{method} {path}: {status}: {text}");
-        }
-        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+        })
+        .await
     }
 }
 

@@ -339,20 +339,12 @@ impl Node {
         path: &str,
         body: Option<Value>,
     ) -> Result<Value> {
-        let mut req = self
-            .http
-            .request(method.clone(), format!("{}{path}", self.http_base))
-            .bearer_auth(&self.admin_key);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let r = req.send().await?;
-        let status = r.status();
-        let text = r.text().await?;
-        if !status.is_success() {
-            bail!("{method} {path}: {status}: {text}");
-        }
-        Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+        let node = (self.http_base.as_str(), self.admin_key.as_str());
+        bench_node::admin_rest(&self.http, node, method, path, |req| match body {
+            Some(b) => req.json(&b),
+            None => req,
+        })
+        .await
     }
 
     /// Deletes the REST sandboxes this node made (failures are left to the cleanup by label).
@@ -663,12 +655,7 @@ async fn run(args: Args) -> Result<()> {
     };
 
     say("stopping the orchestrator");
-    let scope = node
-        .state
-        .sandboxes
-        .dispatcher()
-        .map(|d| d.scope().to_owned())
-        .ok();
+    let scope = bench_node::label_scope(&node.state);
     node.delete_sandboxes().await;
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(90), server).await;

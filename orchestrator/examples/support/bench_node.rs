@@ -116,6 +116,40 @@ pub async fn built_node(c: NodeConfig) -> Result<(Application, AppState)> {
     Ok((app, state))
 }
 
+/// The scope the node's sandbox containers are labelled with, for a benchmark's clean-up by
+/// label after the node stopped; `None` when it has no dispatcher.
+#[allow(dead_code)] // only the benchmarks with raw Docker baselines clean up by label
+pub fn label_scope(state: &AppState) -> Option<String> {
+    state
+        .sandboxes
+        .dispatcher()
+        .map(|d| d.scope().to_owned())
+        .ok()
+}
+
+/// An admin REST request `method path` on the node at `base` with the admin key `key`, its
+/// body added by `body`: the JSON body of a 2xx answer (null when it is none); any other
+/// answer fails naming the request, its status and its body.
+#[allow(dead_code)] // only the benchmarks that call REST through their own client use it
+pub async fn admin_rest(
+    http: &reqwest::Client,
+    (base, key): (&str, &str),
+    method: reqwest::Method,
+    path: &str,
+    body: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+) -> Result<serde_json::Value> {
+    let req = http
+        .request(method.clone(), format!("{base}{path}"))
+        .bearer_auth(key);
+    let r = body(req).send().await?;
+    let status = r.status();
+    let text = r.text().await?;
+    if !status.is_success() {
+        bail!("{method} {path}: {status}: {text}");
+    }
+    Ok(serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
+}
+
 /// An orchestrator instance served in this process.
 pub struct RunningApp {
     /// The node's handles.
