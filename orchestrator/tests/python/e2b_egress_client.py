@@ -19,6 +19,8 @@ import time
 from e2b import ALL_TRAFFIC, Sandbox
 from e2b.sandbox.commands.command_handle import CommandExitException
 
+from e2b_steps import attempt
+
 # A GET through the sandbox's proxy: as urllib sends a plain http:// URL (absolute form), or,
 # with `tunnel`, inside a CONNECT tunnel (what https:// clients do; the test hosts speak HTTP).
 FETCH = r'''
@@ -46,13 +48,6 @@ except Exception as e:
     print("error", type(e).__name__, e, end="")
     sys.exit(4)
 '''
-
-
-def attempt(report, name, fn):
-    try:
-        report[name] = {"ok": True, "value": fn()}
-    except Exception as e:  # the report says which step failed and how
-        report[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
 
 def fetch(sbx, url, how=""):

@@ -12,65 +12,11 @@ looks at Docker and the rows between the steps it is told about on stderr.
 
 import json
 import os
-import sys
 import time
-import urllib.error
-import urllib.request
 
 from e2b import Sandbox
 
-
-def read_int(sbx, path):
-    text = sbx.files.read(path).strip()
-    return int(text) if text else -1
-
-
-def written(sbx, path):
-    """The file's content once it has some (a REPL opens a file before it writes to it)."""
-    return sbx.files.exists(path) and sbx.files.read(path)
-
-
-def wait_for(what, check, seconds=30):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not within {seconds} s")
-        time.sleep(0.2)
-
-
-def step(name):
-    """Tells the test a step is done, and waits for it to have looked (a line on stdin)."""
-    print(f"STEP {name}", file=sys.stderr, flush=True)
-    sys.stdin.readline()
-
-
-def raw_fork(sandbox_id, key):
-    """A raw `POST /sandboxes/{id}/fork` made with `key`: (status, what it kept, its answer)."""
-    url = os.environ["E2B_API_URL"].rstrip("/") + f"/sandboxes/{sandbox_id}/fork"
-    req = urllib.request.Request(
-        url,
-        data=b"{}",
-        method="POST",
-        headers={"X-API-KEY": key, "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.headers.get("x-aegis-fork-kept"), json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, None, None
-
-
-def latest_fork_fields(sbx_id):
-    """The fields of the sandbox's latest fork log line."""
-    url = os.environ["E2B_API_URL"].rstrip("/") + f"/v2/sandboxes/{sbx_id}/logs"
-    req = urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        logs = json.load(r).get("logs", [])
-    forked = [l for l in logs if l.get("message", "").startswith("sandbox forked")]
-    return (forked[-1].get("fields") or {}) if forked else {}
+from e2b_steps import counting_sandbox_with_repl, latest_log_fields, raw_fork, read_int, step, wait_for, written
 
 
 def looked_at(sbx, repl_pid, name):
@@ -88,18 +34,7 @@ def looked_at(sbx, repl_pid, name):
 
 def main():
     report = {}
-    sbx = Sandbox.create("base", timeout=300)  # with its network, the SDK's default
-    report["sandbox_id"] = sbx.sandbox_id
-    # The count lives in the shell's memory; the file only shows it. A loop started again
-    # would count from 1.
-    loop = sbx.commands.run(
-        "i=0; while true; do i=$((i+1)); echo $i > /home/user/counter.tmp; "
-        "mv /home/user/counter.tmp /home/user/counter; sleep 0.1; done",
-        background=True,
-        timeout=0,
-    )
-    repl = sbx.commands.run("python3 -q -u -i", background=True, stdin=True, timeout=0)
-    report["pids"] = sorted([loop.pid, repl.pid])
+    sbx, repl = counting_sandbox_with_repl(report)
     sbx.commands.send_stdin(
         repl.pid, "secret = [41]; secret_plus_one = lambda: secret[0] + 1\n"
     )
@@ -130,7 +65,7 @@ def main():
     # The source runs in the new container its restore started: a second fork keeps memory too.
     _, kept, answer = raw_fork(sbx.sandbox_id, os.environ["E2B_API_KEY"])
     report["second_fork_kept"] = kept
-    report["second_fork_files_only_because"] = latest_fork_fields(sbx.sandbox_id).get("files_only_because")
+    report["second_fork_files_only_because"] = latest_log_fields(sbx.sandbox_id, "sandbox forked").get("files_only_because")
     for result in answer or []:
         if result.get("sandbox"):
             Sandbox.connect(result["sandbox"]["sandboxID"]).kill()

@@ -20,26 +20,7 @@ import urllib.request
 
 from e2b import Sandbox
 
-
-def read_int(sbx, path):
-    text = sbx.files.read(path).strip()
-    return int(text) if text else -1
-
-
-def written(sbx, path):
-    """The file's content once it has some (a REPL opens a file before it writes to it)."""
-    return sbx.files.exists(path) and sbx.files.read(path)
-
-
-def wait_for(what, check, seconds=30):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not within {seconds} s")
-        time.sleep(0.2)
+from e2b_steps import counting_sandbox_with_repl, latest_log_fields, raw_fork, read_int, step, wait_for, written
 
 
 def pause_logged(sbx_id):
@@ -51,16 +32,6 @@ def pause_logged(sbx_id):
         logs = json.load(r).get("logs", [])
     lines = [l.get("message", "") for l in logs if "at its timeout" in l.get("message", "")]
     return lines[-1] if lines else None
-
-
-def latest_pause_fields(sbx_id):
-    """The fields of the sandbox's latest pause log line."""
-    url = os.environ["E2B_API_URL"].rstrip("/") + f"/v2/sandboxes/{sbx_id}/logs"
-    req = urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        logs = json.load(r).get("logs", [])
-    paused = [l for l in logs if l.get("message", "").startswith("sandbox paused")]
-    return (paused[-1].get("fields") or {}) if paused else {}
 
 
 def start_repl(sbx, name="auto"):
@@ -77,26 +48,9 @@ def ask_repl(sbx, pid, name):
     return sbx.files.read(f"{name}.after")
 
 
-def step(name):
-    """Tells the test a step is done, and waits for it to have looked (a line on stdin)."""
-    print(f"STEP {name}", file=sys.stderr, flush=True)
-    sys.stdin.readline()
-
-
 def main():
     report = {}
-    sbx = Sandbox.create("base", timeout=300)  # with its network, the SDK's default
-    report["sandbox_id"] = sbx.sandbox_id
-    # The count lives in the shell's memory; the file only shows it. A loop started again
-    # would count from 1.
-    loop = sbx.commands.run(
-        "i=0; while true; do i=$((i+1)); echo $i > /home/user/counter.tmp; "
-        "mv /home/user/counter.tmp /home/user/counter; sleep 0.1; done",
-        background=True,
-        timeout=0,
-    )
-    repl = sbx.commands.run("python3 -q -u -i", background=True, stdin=True, timeout=0)
-    report["pids"] = sorted([loop.pid, repl.pid])
+    sbx, repl = counting_sandbox_with_repl(report)
     sbx.commands.send_stdin(repl.pid, "import os; secret = [41]; secret.append(os.getpid())\n")
     sbx.commands.send_stdin(
         repl.pid, "open('/home/user/before', 'w').write(str(sum(secret[:1]) + 1))\n"
@@ -131,7 +85,7 @@ def main():
     for n in (2, 3):
         before = read_int(sbx, "counter")
         sbx.pause()
-        fields = latest_pause_fields(sbx.sandbox_id)
+        fields = latest_log_fields(sbx.sandbox_id, "sandbox paused")
         step(f"paused_{n}")
         sbx.connect(timeout=300)
         at_resume = read_int(sbx, "counter")
@@ -237,33 +191,24 @@ def fallback():
     sbx = Sandbox.create("base", timeout=300, allow_internet_access=False)
     start_repl(sbx, "fallback")
     sbx.pause()
-    url = os.environ["E2B_API_URL"].rstrip("/") + f"/v2/sandboxes/{sbx.sandbox_id}/logs"
-    req = urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        logs = json.load(r).get("logs", [])
-    paused = [l for l in logs if l.get("message", "").startswith("sandbox paused")]
-    report["files_only_because"] = (paused[-1].get("fields") or {}).get("files_only_because") if paused else None
+    report["files_only_because"] = latest_log_fields(sbx.sandbox_id, "sandbox paused").get(
+        "files_only_because"
+    )
     sbx.connect(timeout=300)
     report["pids_after"] = [p.pid for p in sbx.commands.list()]
     report["file_kept"] = sbx.files.read("fallback.before")
     # A fork keeps the files too (the raw API, for the header saying what it kept).
-    url = os.environ["E2B_API_URL"].rstrip("/") + f"/sandboxes/{sbx.sandbox_id}/fork"
-    req = urllib.request.Request(url, data=b"{}", method="POST",
-                                 headers={"X-API-KEY": os.environ["E2B_API_KEY"],
-                                          "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        report["fork_kept"] = r.headers.get("x-aegis-fork-kept")
-        fork_id = json.load(r)[0]["sandbox"]["sandboxID"]
+    status, report["fork_kept"], forked = raw_fork(sbx.sandbox_id, os.environ["E2B_API_KEY"])
+    if forked is None:
+        raise RuntimeError(f"the fork was answered {status}")
+    fork_id = forked[0]["sandbox"]["sandboxID"]
     fork = Sandbox.connect(fork_id)
     report["fork_file_kept"] = fork.files.read("fallback.before")
     report["fork_pids"] = [p.pid for p in fork.commands.list()]
     fork.kill()
-    url = os.environ["E2B_API_URL"].rstrip("/") + f"/v2/sandboxes/{sbx.sandbox_id}/logs"
-    req = urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        logs = json.load(r).get("logs", [])
-    forked = [l for l in logs if l.get("message", "").startswith("sandbox forked")]
-    report["fork_files_only_because"] = (forked[-1].get("fields") or {}).get("files_only_because") if forked else None
+    report["fork_files_only_because"] = latest_log_fields(sbx.sandbox_id, "sandbox forked").get(
+        "files_only_because"
+    )
     sbx.kill()
     print(json.dumps(report))
 

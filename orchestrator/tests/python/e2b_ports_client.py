@@ -28,6 +28,8 @@ import urllib.request
 
 from e2b import Sandbox
 
+from e2b_steps import attempt
+
 SITE = "/home/user/site"
 PAGE = "hello from a sandbox port ✓\n"
 
@@ -94,13 +96,6 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 '''
-
-
-def attempt(report, name, fn):
-    try:
-        report[name] = {"ok": True, "value": fn()}
-    except Exception as e:  # the report says which step failed and how
-        report[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
 
 def node():

@@ -13,12 +13,7 @@ import sys
 
 from e2b import CommandExitException, PtySize, Sandbox
 
-
-def attempt(report, name, fn):
-    try:
-        report[name] = {"ok": True, "value": fn()}
-    except Exception as e:  # the report says which step failed and how
-        report[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+from e2b_steps import attempt, terminal_end
 
 
 def run(sbx, line, user=None):
@@ -70,15 +65,10 @@ def gvisor():
 
     # A root terminal.
     def pty():
-        chunks = []
         t = sbx.pty.create(PtySize(rows=24, cols=80), user="root")
         sbx.pty.send_stdin(t.pid, b"id -u; exit 3\n")
-        try:
-            t.wait(on_pty=lambda d: chunks.append(bytes(d)))
-            code = 0
-        except CommandExitException as e:
-            code = e.exit_code
-        return {"output": b"".join(chunks).decode(errors="replace"), "exit_code": code}
+        output, code = terminal_end(t)
+        return {"output": output, "exit_code": code}
 
     attempt(report, "pty_root", pty)
 

@@ -19,12 +19,7 @@ import urllib.error
 from e2b import AsyncSandbox, CommandExitException, PtySize, Sandbox, SandboxQuery, SandboxState
 from e2b.sandbox.signature import get_signature
 
-
-def attempt(report, name, fn):
-    try:
-        report[name] = {"ok": True, "value": fn()}
-    except Exception as e:  # the report says which step failed and how
-        report[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+from e2b_steps import attempt, terminal_end
 
 
 def http_status(url, data=None):
@@ -226,18 +221,12 @@ def live():
     attempt(report, "connect_open", connect_open)
 
     def pty():
-        chunks = []
         t = sbx.pty.create(PtySize(rows=24, cols=80))
         sbx.pty.resize(t.pid, PtySize(rows=30, cols=100))
         sbx.pty.send_stdin(t.pid, b"stty size; exit 4\n")
-        try:
-            t.wait(on_pty=lambda d: chunks.append(bytes(d)))
-            code = 0
-        except CommandExitException as e:
-            code = e.exit_code
+        output, code = terminal_end(t)
         other = sbx.pty.create(PtySize(rows=10, cols=40))
-        return {"output": b"".join(chunks).decode(errors="replace"), "exit_code": code,
-                "kill": sbx.pty.kill(other.pid)}
+        return {"output": output, "exit_code": code, "kill": sbx.pty.kill(other.pid)}
 
     attempt(report, "pty", pty)
 

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{test_config, TestApp, TestDb};
-use reqwest::Method;
 use serde_json::{json, Value};
 
 /// A node whose config gives Python agents a default `cmd.run` allowlist (and bash none).
@@ -312,10 +311,7 @@ async fn cmd_run_without_an_allowlist_is_refused_when_the_node_has_no_default() 
         .and_then(|d| d.iter().find(|e| e["path"] == "/spec/tools/1"))
         .unwrap_or_else(|| panic!("refused at /spec/tools/1: {out}"));
     assert!(
-        refusal["message"]
-            .as_str()
-            .unwrap()
-            .contains("no default for the agent's runtime"),
+        common::json::text(&refusal["message"]).contains("no default for the agent's runtime"),
         "{refusal}"
     );
     // Nothing was stored.
@@ -523,18 +519,9 @@ async fn blackboard_writes_and_the_human_answer_reach_later_states() {
         )
         .await;
     assert_eq!(deployed["deployed"], true, "{deployed}");
-    let r = app
-        .response(
-            Method::POST,
-            "/v1/workflows/review-notes/run",
-            Some(&json!({"input": {"what": "abc"}})),
-        )
+    let id = app
+        .started("/v1/workflows/review-notes/run", json!({"what": "abc"}))
         .await;
-    assert_eq!(r.status(), 201);
-    let id = r.json::<Value>().await.unwrap()["execution_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     let path = format!("/v1/workflows/executions/{id}");
     app.until(
         &path,
@@ -544,10 +531,9 @@ async fn blackboard_writes_and_the_human_answer_reach_later_states() {
     )
     .await;
     let r = app
-        .response(
-            Method::POST,
+        .post_json(
             &format!("/v1/workflows/executions/{id}/signal"),
-            Some(&json!({"response": "approve"})),
+            &json!({"response": "approve"}),
         )
         .await;
     assert_eq!(r.status(), 200);

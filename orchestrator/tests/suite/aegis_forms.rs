@@ -9,6 +9,8 @@
 //! process and with `orchestrator validate`, and prints how many pass.
 
 use crate::common;
+use crate::common::agent::AgentManifest;
+use crate::common::workflow::workflow_manifest;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -73,29 +75,16 @@ async fn ended(app: &TestApp, path: &str) -> Value {
 // The older `semantic` validation
 
 // An agent in the older form: a model and a prompt judge it, no judge agent is named.
-const OLDER_SEMANTIC: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: tide-writer
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Explain the tides in two sentences.
-  execution:
-    mode: iterative
-    max_iterations: 3
-    validation:
-      semantic:
-        enabled: true
-        model: judge
-        threshold: 0.8
-        prompt: |
-          The explanation must name the moon.
-          {criteria}
-";
+fn older_semantic() -> String {
+    AgentManifest::new("tide-writer")
+        .instruction("Explain the tides in two sentences.")
+        .spec(
+            "  execution:\n    mode: iterative\n    max_iterations: 3\n    validation:\n      \
+             semantic:\n        enabled: true\n        model: judge\n        threshold: 0.8\n        \
+             prompt: |\n          The explanation must name the moon.\n          {criteria}\n",
+        )
+        .yaml()
+}
 
 #[tokio::test]
 async fn an_older_semantic_validation_is_judged_by_the_node_judge_with_its_model() {
@@ -107,7 +96,7 @@ async fn an_older_semantic_validation_is_judged_by_the_node_judge_with_its_model
     ])
     .await;
     let app = app(Some(&llm), |_| {}).await;
-    let (status, body) = deploy(&app, "/v1/agents", OLDER_SEMANTIC).await;
+    let (status, body) = deploy(&app, "/v1/agents", &older_semantic()).await;
     assert_eq!(status, 201, "{body}");
     let notes = body["warnings"].to_string();
     assert!(
@@ -173,7 +162,7 @@ async fn an_older_semantic_validation_is_judged_by_the_node_judge_with_its_model
 #[tokio::test]
 async fn an_older_semantic_validation_that_would_pass_unjudged_is_refused() {
     let app = app(None, |_| {}).await;
-    let open = OLDER_SEMANTIC.replace(
+    let open = older_semantic().replace(
         "        threshold: 0.8\n",
         "        threshold: 0.8\n        fallback_on_unavailable: skip\n",
     );
@@ -185,35 +174,26 @@ async fn an_older_semantic_validation_that_would_pass_unjudged_is_refused() {
 // ---------------------------------------------------------------------------------------------
 // `spec.type`
 
-const TYPED: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: greeter
-  version: \"1.0.0\"
-spec:
-  type: user
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Greet the person named in the input.
-";
+fn typed() -> String {
+    AgentManifest::new("greeter")
+        .instruction("Greet the person named in the input.")
+        .spec("  type: user\n")
+        .yaml()
+}
 
 #[tokio::test]
 async fn spec_type_user_is_stored_and_shown_and_system_is_refused() {
     let app = app(None, |_| {}).await;
-    let (status, body) = deploy(&app, "/v1/agents", TYPED).await;
+    let (status, body) = deploy(&app, "/v1/agents", &typed()).await;
     assert_eq!(status, 201, "{body}");
-    let untyped = TYPED
+    let untyped = typed()
         .replace("  type: user\n", "")
         .replace("name: greeter", "name: plain");
     let (status, body) = deploy(&app, "/v1/agents", &untyped).await;
     assert_eq!(status, 201, "{body}");
 
     let listed = app.tool_result("aegis.agent.list", json!({})).await;
-    let types: BTreeMap<String, String> = listed["agents"]
-        .as_array()
-        .unwrap()
+    let types: BTreeMap<String, String> = common::json::items(&listed["agents"])
         .iter()
         .map(|a| {
             (
@@ -235,15 +215,12 @@ async fn spec_type_user_is_stored_and_shown_and_system_is_refused() {
         .tool_result("aegis.agent.export", json!({"name": "greeter"}))
         .await;
     assert!(
-        exported["manifest_yaml"]
-            .as_str()
-            .unwrap()
-            .contains("type: user"),
+        common::json::text(&exported["manifest_yaml"]).contains("type: user"),
         "{exported}"
     );
 
     // The privileged tier AEGIS has is not a way to more rights here, on any door.
-    let system = TYPED
+    let system = typed()
         .replace("type: user", "type: system")
         .replace("name: greeter", "name: root-greeter");
     let (status, body) = deploy(&app, "/v1/agents", &system).await;
@@ -263,15 +240,11 @@ async fn spec_type_user_is_stored_and_shown_and_system_is_refused() {
 // ---------------------------------------------------------------------------------------------
 // `target: ~`
 
-const ENDS_ON_NULL: &str = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: ends-on-null
-  version: \"1.0.0\"
-spec:
-  initial_state: ASK
-  states:
-    ASK:
+fn ends_on_null() -> String {
+    workflow_manifest(
+        "ends-on-null",
+        "ASK",
+        "    ASK:
       kind: Human
       prompt: Go on?
       transitions:
@@ -286,12 +259,14 @@ spec:
       transitions:
         - condition: always
           target: ~  # the end, as AEGIS writes it
-";
+",
+    )
+}
 
 #[tokio::test]
 async fn a_transition_to_nothing_ends_the_run_completed() {
     let app = app(None, |_| {}).await;
-    let (status, body) = deploy(&app, "/v1/workflows", ENDS_ON_NULL).await;
+    let (status, body) = deploy(&app, "/v1/workflows", &ends_on_null()).await;
     assert_eq!(status, 201, "{body}");
     let run = |answer: &'static str| {
         let app = &app;
@@ -310,10 +285,9 @@ async fn a_transition_to_nothing_ends_the_run_completed() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let r = app
-                .response(
-                    Method::POST,
+                .post_json(
                     &format!("/v1/workflows/executions/{id}/signal"),
-                    Some(&json!({"response": answer})),
+                    &json!({"response": answer}),
                 )
                 .await;
             assert!(r.status().is_success(), "{}", r.text().await.unwrap());
@@ -665,25 +639,23 @@ mod shapes {
 // ---------------------------------------------------------------------------------------------
 // `{{workflow.KEY}}`: the run's input under `workflow`, as AEGIS spreads it
 
-const READS_WORKFLOW_TASK: &str = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: reads-workflow-task
-  version: \"1.0.0\"
-spec:
-  initial_state: NOTE
-  states:
-    NOTE:
+fn reads_workflow_task() -> String {
+    workflow_manifest(
+        "reads-workflow-task",
+        "NOTE",
+        "    NOTE:
       kind: System
       command: update_blackboard
       update_blackboard: {note: \"{{workflow.task}} in {{workflow.name}}\"}
       transitions: []
-";
+",
+    )
+}
 
 #[tokio::test]
 async fn input_keys_are_read_under_workflow_and_the_runs_own_facts_win() {
     let app = app(None, |_| {}).await;
-    let (status, body) = deploy(&app, "/v1/workflows", READS_WORKFLOW_TASK).await;
+    let (status, body) = deploy(&app, "/v1/workflows", &reads_workflow_task()).await;
     assert_eq!(status, 201, "{body}");
     let (_, body) = app
         .send_json(
@@ -705,25 +677,23 @@ async fn input_keys_are_read_under_workflow_and_the_runs_own_facts_win() {
 // ---------------------------------------------------------------------------------------------
 // `{{blackboard.KEY}}` that nothing writes: the caller puts it on the blackboard when it starts
 
-const READS_CALLER_KEY: &str = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: reads-caller-key
-  version: \"1.0.0\"
-spec:
-  initial_state: NOTE
-  states:
-    NOTE:
+fn reads_caller_key() -> String {
+    workflow_manifest(
+        "reads-caller-key",
+        "NOTE",
+        "    NOTE:
       kind: System
       command: update_blackboard
       update_blackboard: {note: \"task: {{blackboard.task}}\"}
       transitions: []
-";
+",
+    )
+}
 
 #[tokio::test]
 async fn a_blackboard_key_nothing_writes_is_a_note_at_deploy_and_required_of_every_run() {
     let app = app(None, |_| {}).await;
-    let (status, body) = deploy(&app, "/v1/workflows", READS_CALLER_KEY).await;
+    let (status, body) = deploy(&app, "/v1/workflows", &reads_caller_key()).await;
     assert_eq!(status, 201, "{body}");
     let warnings = body["warnings"].to_string();
     assert!(
@@ -732,11 +702,7 @@ async fn a_blackboard_key_nothing_writes_is_a_note_at_deploy_and_required_of_eve
     );
     // Without the key: refused before anything is stored, naming the key and how to give it.
     let r = app
-        .response(
-            Method::POST,
-            "/v1/workflows/reads-caller-key/run",
-            Some(&json!({"input": {}})),
-        )
+        .post_json("/v1/workflows/reads-caller-key/run", &json!({"input": {}}))
         .await;
     let status = r.status();
     let body: Value = r.json().await.unwrap();

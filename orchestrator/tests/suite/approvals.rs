@@ -30,9 +30,7 @@ async fn app(db: &TestDb) -> TestApp {
 async fn pending(app: &TestApp, key: &str, tool: &str) -> Value {
     for _ in 0..300 {
         let list = app.rest_as(key).get_value("/v1/approvals").await;
-        if let Some(found) = list
-            .as_array()
-            .unwrap()
+        if let Some(found) = common::json::items(&list)
             .iter()
             .find(|a| a["tool"] == tool && a["state"] == "pending")
         {
@@ -44,15 +42,11 @@ async fn pending(app: &TestApp, key: &str, tool: &str) -> Value {
 }
 
 async fn decide(app: &TestApp, key: &str, id: &str, verdict: &str, note: &str) -> (u16, Value) {
-    let r = app
-        .rest_as(key)
-        .response(
-            Method::POST,
-            &format!("/v1/approvals/{id}/{verdict}"),
-            Some(&json!({"note": note})),
-        )
-        .await;
-    (r.status().as_u16(), r.json().await.unwrap())
+    let path = format!("/v1/approvals/{id}/{verdict}");
+    let note = json!({"note": note});
+    app.rest_as(key)
+        .send_json(Method::POST, &path, Some(note))
+        .await
 }
 
 async fn session(app: &TestApp) -> std::sync::Arc<SealClient> {
@@ -112,9 +106,7 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
         }
     };
     let listed = cli(vec!["list".into()]).await;
-    assert!(listed
-        .as_array()
-        .unwrap()
+    assert!(common::json::items(&listed)
         .iter()
         .any(|a| a["id"] == id.as_str()));
     let approved = cli(vec![
@@ -164,9 +156,7 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
         .rest_as(&operator)
         .get_value("/v1/approvals?all=true")
         .await;
-    let timed_out = all
-        .as_array()
-        .unwrap()
+    let timed_out = common::json::items(&all)
         .iter()
         .find(|a| a["tool"] == "aegis.schema.get")
         .unwrap();

@@ -30,11 +30,7 @@ const IMAGE: &str = "aegis-runtime/busybox:1";
 const AUDIT_APPEND_LOCK: i64 = 0x0061_7564_6974;
 
 fn docker(args: &[&str]) -> String {
-    let out = std::process::Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI runs");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    common::docker_out(args).1
 }
 
 /// The processes in a sandbox, as its own user sees them (`ps` inside the container).
@@ -109,12 +105,8 @@ async fn a_client_that_disconnects_during_cmd_run_is_audited_as_cancelled_and_it
     );
     let app = TestApp::spawn().await;
     app.deployed("/v1/agents", &agent("sleeper")).await;
-    let (_, created) = app
-        .send_json(
-            Method::POST,
-            "/v1/sandboxes",
-            Some(json!({"agent": "sleeper"})),
-        )
+    let created = app
+        .posted("/v1/sandboxes", json!({"agent": "sleeper"}), 201)
         .await;
     let sandbox = created["sandbox_id"].as_str().unwrap().to_owned();
     let pool = app.state.pool.clone();
@@ -145,12 +137,12 @@ async fn a_client_that_disconnects_during_cmd_run_is_audited_as_cancelled_and_it
         async move { processes(&sandbox).contains("sleep 280").then_some(()) }
     })
     .await;
-    let completions: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE intent_id = $1")
-            .bind(intent)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let completions: i64 = common::one(
+        &pool,
+        "SELECT count(*) FROM audit_log WHERE intent_id = $1",
+        intent,
+    )
+    .await;
     assert_eq!(completions, 0, "the call is still running");
 
     // The client goes away.
@@ -234,12 +226,12 @@ async fn a_session_whose_first_call_is_abandoned_keeps_no_orphan_sandbox() {
     eventually("the sandbox recorded on the session", || {
         let pool = pool.clone();
         async move {
-            let recorded: Option<Uuid> =
-                sqlx::query_scalar("SELECT sandbox_id FROM seal_sessions WHERE id = $1")
-                    .bind(session_id)
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap();
+            let recorded: Option<Uuid> = common::one(
+                &pool,
+                "SELECT sandbox_id FROM seal_sessions WHERE id = $1",
+                session_id,
+            )
+            .await;
             (recorded == Some(sandbox)).then_some(())
         }
     })

@@ -11,10 +11,9 @@ use serde_json::{json, Value};
 async fn made(app: &TestApp, key: &str, allow: &[&str]) -> String {
     let r = app
         .rest_as(key)
-        .response(
-            Method::POST,
+        .post_json(
             "/v1/sandboxes",
-            Some(&json!({"runtime": "busybox", "allow": allow})),
+            &json!({"runtime": "busybox", "allow": allow}),
         )
         .await;
     assert_eq!(r.status(), 201);
@@ -23,7 +22,13 @@ async fn made(app: &TestApp, key: &str, allow: &[&str]) -> String {
 }
 
 async fn run(app: &TestApp, key: &str, sandbox: &str, command: &str) -> (u16, Value) {
-    let r = app.rest_as(key).response(Method::POST, "/v1/tools/call", Some(&json!({"name": "cmd.run", "arguments": {"command": command}, "sandbox_id": sandbox}))).await;
+    let r = app
+        .rest_as(key)
+        .post_json(
+            "/v1/tools/call",
+            &json!({"name": "cmd.run", "arguments": {"command": command}, "sandbox_id": sandbox}),
+        )
+        .await;
     (r.status().as_u16(), r.json().await.expect("json"))
 }
 
@@ -45,9 +50,7 @@ async fn verify(app: &TestApp) -> Value {
 
 /// (action, decision, outcome) of each row, in chain order.
 fn summary(page: &Value) -> Vec<(String, String, String)> {
-    page["rows"]
-        .as_array()
-        .expect("rows")
+    crate::common::json::items(&page["rows"])
         .iter()
         .map(|r| {
             (
@@ -118,9 +121,7 @@ async fn a_sandboxs_rows_are_found_by_its_id_and_moving_one_breaks_the_chain() {
     // Calls outside any sandbox carry none.
     let (_, keys) = rows(&app, "tool=api_key.create").await;
     assert!(
-        keys["rows"]
-            .as_array()
-            .expect("rows")
+        crate::common::json::items(&keys["rows"])
             .iter()
             .all(|r| r["sandbox_id"].is_null()),
         "{keys:#}"

@@ -97,10 +97,7 @@ async fn a_background_process_takes_input_streams_output_and_is_audited_from_sta
     assert_eq!(end["action"], "cmd.run");
     assert_eq!(end["outcome"], "ok", "{end}");
     assert!(
-        end["reason"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("background process {pid}")),
+        common::json::text(&end["reason"]).contains(&format!("background process {pid}")),
         "{end}"
     );
     let starts = rows

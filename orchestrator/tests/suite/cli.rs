@@ -10,7 +10,6 @@ use std::process::Output;
 
 use common::fake_llm::{answer, tool_calls, FakeLlm};
 use common::{TestApp, TestDb, TEST_ADMIN_KEY};
-use reqwest::Method;
 use serde_json::{json, Value};
 
 /// The repository root (README.md, schemas/).
@@ -266,10 +265,7 @@ async fn sandboxes_from_a_runtime_exec_read_write_and_rm() {
     )
     .await));
     assert_eq!(called["exit_code"], 0, "{called}");
-    assert!(called["stdout"]
-        .as_str()
-        .unwrap_or_default()
-        .starts_with("11 "));
+    assert!(common::json::text(&called["stdout"]).starts_with("11 "));
     let listed = json_of(&ok(&cli(&app, &["sandbox", "list", "--json"]).await));
     assert!(
         listed
@@ -318,9 +314,7 @@ async fn sandboxes_from_a_runtime_exec_read_write_and_rm() {
         (json!({"runtime": "shell", "agent": "x"}), 400, "not both"),
         (json!({}), 400, "not neither"),
     ] {
-        let r = app
-            .response(Method::POST, "/v1/sandboxes", Some(&body))
-            .await;
+        let r = app.post_json("/v1/sandboxes", &body).await;
         assert_eq!(r.status(), status, "{body}");
         let text = r.text().await.expect("body");
         assert!(text.contains(needle), "{body}: {text}");
@@ -536,13 +530,14 @@ async fn workflows_deploy_run_signal_follow_and_cancel() {
         "{listed}"
     );
 
-    let id = ok(&cli(
-        &app,
-        &["workflow", "run", "gate", "--input", r#"{"tag": "v1"}"#],
-    )
-    .await)
-    .trim()
-    .to_owned();
+    let run_gate = |input: &'static str| {
+        let app = &app;
+        async move {
+            let args = ["workflow", "run", "gate", "--input", input];
+            ok(&cli(app, &args).await).trim().to_owned()
+        }
+    };
+    let id = run_gate(r#"{"tag": "v1"}"#).await;
     // Waits in the Human state: a signal before then is refused (409, exit 1); poll the log.
     let mut waiting = false;
     for _ in 0..480 {
@@ -562,13 +557,7 @@ async fn workflows_deploy_run_signal_follow_and_cancel() {
     assert!(fails_with(&again, 1).contains("409"));
 
     // A second run, cancelled while it waits: following it then ends with exit 1.
-    let id = ok(&cli(
-        &app,
-        &["workflow", "run", "gate", "--input", r#"{"tag": "v2"}"#],
-    )
-    .await)
-    .trim()
-    .to_owned();
+    let id = run_gate(r#"{"tag": "v2"}"#).await;
     ok(&cli(&app, &["workflow", "cancel", &id]).await);
     let e = fails_with(&cli(&app, &["logs", &id, "--follow"]).await, 1);
     assert!(e.contains("ended cancelled"), "{e}");

@@ -37,12 +37,12 @@ fn agent() -> String {
 
 /// Where peers reach `app` (its `node_instances.peer_url`).
 async fn peer_url(app: &TestApp) -> String {
-    sqlx::query_scalar::<_, Option<String>>("SELECT peer_url FROM node_instances WHERE id = $1")
-        .bind(app.state.instance_id)
-        .fetch_one(&app.state.pool)
-        .await
-        .expect("instance row")
-        .expect("a replica with cluster.listen records its peer URL")
+    app.one::<Option<String>, _>(
+        "SELECT peer_url FROM node_instances WHERE id = $1",
+        app.state.instance_id,
+    )
+    .await
+    .expect("a replica with cluster.listen records its peer URL")
 }
 
 async fn audit_valid(app: &TestApp) {
@@ -114,13 +114,12 @@ async fn a_sandbox_made_through_one_replica_is_served_through_another() {
 
     // B audited the calls it decided (intent and completion rows under B's instance id), and
     // the one chain both replicas write stays valid.
-    let b_rows: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_log WHERE instance_id = $1 AND action = 'cmd.run'",
-    )
-    .bind(b.state.instance_id)
-    .fetch_one(&b.state.pool)
-    .await
-    .expect("audit rows");
+    let b_rows: i64 = b
+        .one(
+            "SELECT count(*) FROM audit_log WHERE instance_id = $1 AND action = 'cmd.run'",
+            b.state.instance_id,
+        )
+        .await;
     assert!(b_rows >= 1, "B audited its cmd.run calls: {b_rows}");
     audit_valid(&a).await;
     audit_valid(&b).await;
@@ -141,12 +140,10 @@ async fn a_sandbox_made_through_one_replica_is_served_through_another() {
     };
     assert!(engine_line("aegis_engine_replicas").is_some(), "{metrics}");
     assert!(engine_line("aegis_engine_sandboxes").is_some(), "{metrics}");
-    let sent = metrics
-        .lines()
-        .find(|l| l.starts_with("aegis_forwarded_calls_total{direction=\"sent\",outcome=\"ok\"}"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_default();
+    let sent = common::metric(
+        &metrics,
+        "aegis_forwarded_calls_total{direction=\"sent\",outcome=\"ok\"}",
+    );
     assert!(sent >= 4.0, "B sent its calls to A: {sent}");
 
     // /health/ready names both replicas, where peers reach them and what each holds.
@@ -244,10 +241,7 @@ async fn the_peer_listener_refuses_unsigned_altered_replayed_and_stale_calls() {
         .expect("sign");
     let (status, out) = post(Some(wrong), body.clone()).await;
     assert_eq!(status, 401, "{out}");
-    assert!(out["message"]
-        .as_str()
-        .unwrap_or_default()
-        .contains("wrong signature"));
+    assert!(common::json::text(&out["message"]).contains("wrong signature"));
 
     // A good signature works once; the same request again is a replay; a changed body fails.
     let good = key.sign(now, &body).expect("sign");
@@ -255,10 +249,7 @@ async fn the_peer_listener_refuses_unsigned_altered_replayed_and_stale_calls() {
     assert_eq!(status, 200, "{out}");
     let (status, out) = post(Some(good.clone()), body.clone()).await;
     assert_eq!(status, 401, "{out}");
-    assert!(out["message"]
-        .as_str()
-        .unwrap_or_default()
-        .contains("replayed"));
+    assert!(common::json::text(&out["message"]).contains("replayed"));
     let mut altered = body.clone();
     altered.extend_from_slice(b" ");
     let (status, _) = post(Some(key.sign(now, &body).expect("sign")), altered).await;
@@ -268,10 +259,7 @@ async fn the_peer_listener_refuses_unsigned_altered_replayed_and_stale_calls() {
     let old = key.sign(now - 3600, &body).expect("sign");
     let (status, out) = post(Some(old), body.clone()).await;
     assert_eq!(status, 401, "{out}");
-    assert!(out["message"]
-        .as_str()
-        .unwrap_or_default()
-        .contains("clock"));
+    assert!(common::json::text(&out["message"]).contains("clock"));
 
     // The route is not on the callers' port, even with the admin key.
     let r = a
@@ -382,12 +370,7 @@ async fn figures() {
         .build()
         .expect("http client");
     let held = crate::common::rest::Rest::new(http.clone(), &nodes[0].base, common::TEST_ADMIN_KEY)
-        .answered(
-            Method::POST,
-            "/v1/sandboxes",
-            Some(json!({"agent": "shared"})),
-            201,
-        )
+        .posted("/v1/sandboxes", json!({"agent": "shared"}), 201)
         .await;
     let sandbox = held["sandbox_id"].as_str().expect("sandbox id").to_owned();
     let one = |base: String, name: &'static str, arguments: Value| {
@@ -760,10 +743,7 @@ async fn the_peer_listener_refuses_unsigned_and_replayed_subscriptions() {
     assert_eq!(r.status(), 401);
     let out: Value = r.json().await.expect("json");
     assert!(
-        out["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("replayed"),
+        common::json::text(&out["message"]).contains("replayed"),
         "{out}"
     );
     // The route is not on the callers' port, even with the admin key.
@@ -828,10 +808,7 @@ async fn the_peer_listener_opens_a_port_only_for_a_signed_fresh_upgrade() {
     assert_eq!(r.status(), 400);
     let out: Value = r.json().await.expect("json");
     assert!(
-        out["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains(PORT_PROTOCOL),
+        common::json::text(&out["message"]).contains(PORT_PROTOCOL),
         "{out}"
     );
     // Signed, fresh, an upgrade: the holder opens the port; nothing listens there, which is
@@ -912,10 +889,7 @@ async fn a_holder_killed_mid_stream_ends_the_callers_stream_at_once_with_why() {
     let (name, data) = events.next().await.expect("output");
     assert_eq!(name, "stdout", "{data}");
     assert!(
-        data["data"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("started\n"),
+        common::json::text(&data["data"]).starts_with("started\n"),
         "{data}"
     );
 

@@ -12,7 +12,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{python_client, test_config, TestApp, TestDb};
+use crate::common::{python_client, TestApp};
 
 const SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -33,23 +33,17 @@ fn sdk_dir() -> std::path::PathBuf {
 async fn run_client(app: &TestApp, scenario: &str, key: &str) -> Value {
     // The from-inside scenario needs only the pinned `e2b`; the SDK one the code interpreter's.
     let sdk_dir = (scenario == "sdk").then(sdk_dir);
+    let needs = "e2b and e2b-code-interpreter, which scripts/test.sh installs";
     python_client::run(python_client::Scenario {
-        script: SCRIPT,
-        args: &[scenario],
-        api: app,
-        envd: app,
-        key,
         sdk_dir: sdk_dir.as_deref(),
-        extra: &[],
-        needs: "e2b and e2b-code-interpreter, which scripts/test.sh installs",
+        ..python_client::Scenario::on(app, SCRIPT, &[scenario], key, needs)
     })
     .await
 }
 
 #[tokio::test]
 async fn a_code_interpreter_sandbox_serves_stateful_contexts_from_inside() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("ci-user", "operator").await;
     let report = run_client(&app, "inside", &key).await;
     let r = &report["inside"];
@@ -97,8 +91,7 @@ async fn a_code_interpreter_sandbox_serves_stateful_contexts_from_inside() {
 /// Prints the benchmark (create to first result, warm `run_code`, `commands.run` of python3).
 #[tokio::test]
 async fn the_code_interpreter_sdk_runs_code_unmodified() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("ci-sdk", "operator").await;
     let r = run_client(&app, "sdk", &key).await;
     eprintln!(

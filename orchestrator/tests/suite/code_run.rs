@@ -37,11 +37,7 @@ fn image_present() {
 async fn runtime_sandbox(app: &TestApp, key: &str, runtime: &str) -> String {
     let r = app
         .rest_as(key)
-        .response(
-            Method::POST,
-            "/v1/sandboxes",
-            Some(&json!({"runtime": runtime})),
-        )
+        .post_json("/v1/sandboxes", &json!({"runtime": runtime}))
         .await;
     let status = r.status();
     let body: Value = r.json().await.expect("json");
@@ -66,8 +62,7 @@ fn main_text(out: &Value) -> Value {
 #[tokio::test]
 async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_timeout() {
     image_present();
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("code-user", "operator").await;
     let id = runtime_sandbox(&app, &key, "code-interpreter").await;
     let sb = Sandbox::with_key(&app, &id, &key);
@@ -91,12 +86,7 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
         "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares')",
     )
     .await;
-    let pngs: Vec<&str> = plot["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .filter_map(|r| r["png"].as_str())
-        .collect();
+    let pngs = crate::common::json::present_strs(&plot["results"], "png");
     assert_eq!(pngs.len(), 1, "{plot}");
     assert!(
         pngs[0].starts_with("iVBORw0KGgo"),
@@ -164,12 +154,7 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
         .await;
     assert_eq!(main_text(&js), "42", "{js}");
     let listed = sb.ok("code.contexts", json!({"action": "list"})).await;
-    let ids: Vec<&str> = listed["contexts"]
-        .as_array()
-        .expect("contexts")
-        .iter()
-        .filter_map(|c| c["id"].as_str())
-        .collect();
+    let ids = crate::common::json::present_strs(&listed["contexts"], "id");
     assert!(ids.contains(&ctx.as_str()), "{listed}");
     sb.ok(
         "code.contexts",
@@ -269,8 +254,7 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
 
 #[tokio::test]
 async fn a_sandbox_without_the_interpreter_is_told_so() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("code-shell", "operator").await;
     let id = runtime_sandbox(&app, &key, "shell").await;
     let sb = Sandbox::with_key(&app, &id, &key);
@@ -343,7 +327,7 @@ async fn code_run_reaches_a_sandbox_another_replica_holds() {
 async fn an_agent_runs_code_and_its_model_reads_plots_by_size() {
     use common::agent::AgentManifest;
     use common::fake_llm::{answer, tool_calls};
-    use common::harness::{of_type, Harness, AGENTS};
+    use common::harness::{tool_decisions, Harness, AGENTS};
 
     image_present();
     let h = Harness::builder(vec![
@@ -369,16 +353,7 @@ async fn an_agent_runs_code_and_its_model_reads_plots_by_size() {
     // Both calls ran through the router, allowed, in the execution's own sandbox: the kernel
     // kept `values` from the first call to the second.
     let events = h.events(&id).await;
-    let calls = of_type(&events, "tool_call");
-    let decided: Vec<(&str, &str)> = calls
-        .iter()
-        .map(|c| {
-            (
-                c["payload"]["tool"].as_str().unwrap_or_default(),
-                c["payload"]["decision"].as_str().unwrap_or_default(),
-            )
-        })
-        .collect();
+    let decided = tool_decisions(&events);
     assert_eq!(decided, [("code.run", "allowed"), ("code.run", "allowed")]);
 
     // What the model read: the stdout and the plot by its size, never the PNG's base64; then
@@ -494,9 +469,7 @@ async fn code_run_over_mcp_keeps_state_and_returns_plots_as_image_content() {
     assert!(text.contains("10"), "{text}");
 
     let plot = call("import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5])").await;
-    let images: Vec<&Value> = plot["content"]
-        .as_array()
-        .expect("content")
+    let images: Vec<&Value> = crate::common::json::items(&plot["content"])
         .iter()
         .filter(|c| c["type"] == "image")
         .collect();
@@ -564,11 +537,9 @@ async fn code_run_over_seal_keeps_state_in_the_sessions_sandbox_and_another_cont
             "the refusal names the tool: {refusal}"
         ),
     }
-    let denied = crate::common::count(
-        &app.state.pool,
-        "SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'denied'",
-    )
-    .await;
+    let denied = app
+        .count("SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'denied'")
+        .await;
     assert_eq!(denied, 1, "the refusal is a denied row");
 }
 
@@ -582,10 +553,7 @@ async fn a_bound_key_whose_context_does_not_list_code_run_is_refused_and_audited
     for sandbox in [None, Some(uuid::Uuid::new_v4().to_string())] {
         let call = json!({"name": "code.run", "arguments": {"code": "import os; os.system('id')"},
                 "sandbox_id": sandbox});
-        let r = app
-            .rest_as(&key)
-            .response(Method::POST, "/v1/tools/call", Some(&call))
-            .await;
+        let r = app.rest_as(&key).post_json("/v1/tools/call", &call).await;
         let status = r.status().as_u16();
         let body: Value = r.json().await.expect("json");
         assert_eq!(status, 403, "{body}");
@@ -629,18 +597,14 @@ async fn a_bound_key_whose_context_does_not_list_code_run_is_refused_and_audited
     }
 
     // Every refusal left a denied row of the key.
-    let denied = crate::common::count(
-        &app.state.pool,
-        "SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'denied'",
-    )
-    .await;
+    let denied = app
+        .count("SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'denied'")
+        .await;
     assert!(denied >= 4, "denied code.run rows: {denied}");
     // Nothing ran: no sandbox for this context's key was even made for code.run.
-    let ran = crate::common::count(
-        &app.state.pool,
-        "SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'ok'",
-    )
-    .await;
+    let ran = app
+        .count("SELECT count(*) FROM audit_log WHERE action = 'code.run' AND outcome = 'ok'")
+        .await;
     assert_eq!(ran, 0);
 }
 

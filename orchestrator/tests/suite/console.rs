@@ -7,6 +7,7 @@
 //! data only through the REST router.
 
 use crate::common;
+use crate::common::workflow::workflow_manifest;
 
 use std::time::Duration;
 
@@ -14,15 +15,11 @@ use common::{test_config, TestApp, TestDb, TEST_ADMIN_KEY};
 use reqwest::{redirect, Method, StatusCode};
 use serde_json::{json, Value};
 
-const WORKFLOW: &str = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: console-steps
-  version: \"1.0.0\"
-spec:
-  initial_state: FIRST
-  states:
-    FIRST:
+fn workflow() -> String {
+    workflow_manifest(
+        "console-steps",
+        "FIRST",
+        "    FIRST:
       kind: System
       command: \"sleep 2\"
       transitions:
@@ -38,7 +35,9 @@ spec:
       kind: System
       command: \"echo done\"
       transitions: []
-";
+",
+    )
+}
 
 async fn app(db: &TestDb) -> TestApp {
     let mut config = test_config(&db.url);
@@ -138,12 +137,8 @@ async fn post(
 /// A sandbox of the admin key with a file, a finished `cmd.run`, and a background `cat` whose
 /// output is whatever is written to its input (returned: the sandbox and the `cat`'s pid).
 async fn sandbox_with_a_command(app: &TestApp) -> (String, u64) {
-    let (_, created) = app
-        .send_json(
-            Method::POST,
-            "/v1/sandboxes",
-            Some(json!({"runtime": "busybox"})),
-        )
+    let created = app
+        .posted("/v1/sandboxes", json!({"runtime": "busybox"}), 201)
         .await;
     let id = created["sandbox_id"]
         .as_str()
@@ -208,7 +203,7 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
         json!({"pid": pid, "data": "before-the-page\n"}),
     )
     .await;
-    app.deployed("/v1/workflows", WORKFLOW).await;
+    app.deployed("/v1/workflows", &workflow()).await;
 
     // A call of the bound key waits for a second person.
     let waiting = {
@@ -236,9 +231,7 @@ async fn a_browser_signs_in_watches_a_run_approves_as_a_second_person_and_verifi
             },
         )
         .await;
-    let approval = pending
-        .as_array()
-        .unwrap()
+    let approval = common::json::items(&pending)
         .iter()
         .find(|r| r["caller"]["id"] == own_id.as_str())
         .unwrap()["id"]
@@ -588,9 +581,7 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
 
     // A revoked key ends its session on the next request.
     let ids = app.get_value("/v1/api-keys").await;
-    let viewer = ids
-        .as_array()
-        .unwrap()
+    let viewer = common::json::items(&ids)
         .iter()
         .find(|k| k["name"] == "viewer")
         .unwrap()["id"]

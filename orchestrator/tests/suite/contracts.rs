@@ -259,9 +259,7 @@ async fn a_forced_deploy_never_changes_what_a_version_meant_to_the_executions_th
     assert_eq!(current["manifest"]["spec"]["task"]["instruction"], "Say B.");
     assert_eq!(current["revision"], 2);
     let versions = h.app.get_value("/v1/agents/speaker/versions").await;
-    let listed: Vec<(Value, Value)> = versions
-        .as_array()
-        .unwrap()
+    let listed: Vec<(Value, Value)> = common::json::items(&versions)
         .iter()
         .map(|v| (v["version"].clone(), v["revision"].clone()))
         .collect();

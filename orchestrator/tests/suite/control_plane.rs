@@ -2,6 +2,7 @@
 //! and the OpenAPI document.
 
 use crate::common;
+use crate::common::workflow::workflow_manifest;
 
 use common::TestApp;
 use reqwest::Method;
@@ -24,15 +25,11 @@ spec:
   tools: [aegis.schema.get]
 ";
 
-const WORKFLOW_V1: &str = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: two-steps
-  version: \"1.0.0\"
-spec:
-  initial_state: START
-  states:
-    START:
+fn workflow_v1() -> String {
+    workflow_manifest(
+        "two-steps",
+        "START",
+        "    START:
       kind: Agent
       agent: greeter
       input: \"{{input}}\"
@@ -41,7 +38,9 @@ spec:
         - {condition: on_failure, target: FAILED}
     DONE: {kind: System, command: \"echo done\", transitions: []}
     FAILED: {kind: System, command: \"echo failed\", transitions: []}
-";
+",
+    )
+}
 
 fn bump(manifest: &str, from: &str, to: &str) -> String {
     manifest.replacen(
@@ -54,13 +53,6 @@ fn bump(manifest: &str, from: &str, to: &str) -> String {
 async fn get(app: &TestApp, path: &str) -> (u16, Value) {
     let r = app.response(Method::GET, path, None).await;
     (r.status().as_u16(), r.json().await.unwrap())
-}
-
-async fn count(app: &TestApp, sql: &str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap()
 }
 
 #[tokio::test]
@@ -103,12 +95,7 @@ async fn agents_deploy_version_export_and_delete_over_rest() {
     let (_, by_id) = get(&app, &format!("/v1/agents/{id}?version=1.0.0")).await;
     assert_eq!(by_id["version"], "1.0.0");
     let (_, versions) = get(&app, "/v1/agents/greeter/versions").await;
-    let versions: Vec<&str> = versions
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["version"].as_str().unwrap())
-        .collect();
+    let versions = common::json::strs(&versions, "version");
     assert_eq!(versions, ["1.10.0", "1.2.0", "1.0.0"]);
     let (_, list) = get(&app, "/v1/agents").await;
     assert_eq!(list.as_array().unwrap().len(), 1);
@@ -143,7 +130,7 @@ async fn agents_deploy_version_export_and_delete_over_rest() {
     let (status, body) = get(&app, "/v1/agents/greeter").await;
     assert_eq!(status, 404, "{body}");
     assert_eq!(
-        count(&app, "SELECT count(*) FROM definition_versions").await,
+        app.count("SELECT count(*) FROM definition_versions").await,
         3
     );
     app.answered(Method::DELETE, &format!("/v1/agents/{id}"), None, 404)
@@ -153,11 +140,11 @@ async fn agents_deploy_version_export_and_delete_over_rest() {
 #[tokio::test]
 async fn workflows_deploy_through_rest_and_tools() {
     let app = TestApp::spawn().await;
-    let (status, body) = app.post_yaml("/v1/workflows", WORKFLOW_V1).await;
+    let (status, body) = app.post_yaml("/v1/workflows", &workflow_v1()).await;
     assert_eq!(status, 201, "{body}");
     assert!(body["workflow_id"].is_string());
 
-    let v2 = bump(WORKFLOW_V1, "1.0.0", "1.1.0");
+    let v2 = bump(&workflow_v1(), "1.0.0", "1.1.0");
     let (status, out) = app
         .call_tool("aegis.workflow.update", json!({"manifest_yaml": v2}))
         .await;
@@ -196,7 +183,7 @@ async fn workflows_deploy_through_rest_and_tools() {
     let (_, out) = app
         .call_tool(
             "aegis.workflow.update",
-            json!({"manifest_yaml": WORKFLOW_V1}),
+            json!({"manifest_yaml": workflow_v1()}),
         )
         .await;
     assert_eq!(out["isError"], true);
@@ -212,10 +199,7 @@ async fn agent_tools_create_update_list_export_delete() {
     assert_eq!(status, 200);
     assert_eq!(out["isError"], false, "{out}");
     assert_eq!(out["structuredContent"]["deployed"], true);
-    assert!(out["content"][0]["text"]
-        .as_str()
-        .unwrap()
-        .contains("greeter"));
+    assert!(common::json::text(&out["content"][0]["text"]).contains("greeter"));
     let id = out["structuredContent"]["agent_id"]
         .as_str()
         .unwrap()
@@ -283,9 +267,9 @@ async fn a_bad_manifest_is_explained_and_writes_nothing() {
     assert_eq!(status, 422, "{body}");
     assert!(body.to_string().contains("web.teleport"), "{body}");
 
-    assert_eq!(count(&app, "SELECT count(*) FROM definitions").await, 0);
+    assert_eq!(app.count("SELECT count(*) FROM definitions").await, 0);
     assert_eq!(
-        count(&app, "SELECT count(*) FROM definition_versions").await,
+        app.count("SELECT count(*) FROM definition_versions").await,
         0
     );
 }
@@ -316,7 +300,7 @@ async fn every_tool_answers_valid_and_refuses_invalid_arguments() {
         .to_owned();
     app.call_tool(
         "aegis.workflow.create",
-        json!({"manifest_yaml": WORKFLOW_V1}),
+        json!({"manifest_yaml": workflow_v1()}),
     )
     .await;
 
@@ -328,7 +312,7 @@ async fn every_tool_answers_valid_and_refuses_invalid_arguments() {
         ),
         (
             "aegis.schema.validate",
-            json!({"kind": "workflow", "manifest_yaml": WORKFLOW_V1}),
+            json!({"kind": "workflow", "manifest_yaml": workflow_v1()}),
             json!({"kind": "agent"}),
         ),
         ("aegis.agent.list", json!({}), json!({"bogus": 1})),
@@ -345,19 +329,19 @@ async fn every_tool_answers_valid_and_refuses_invalid_arguments() {
         ),
         (
             "aegis.workflow.create",
-            json!({"manifest_yaml": bump(WORKFLOW_V1, "1.0.0", "2.0.0")}),
+            json!({"manifest_yaml": bump(&workflow_v1(), "1.0.0", "2.0.0")}),
             json!({"manifest_yaml": []}),
         ),
         (
             "aegis.workflow.update",
-            json!({"manifest_yaml": bump(WORKFLOW_V1, "1.0.0", "2.1.0")}),
+            json!({"manifest_yaml": bump(&workflow_v1(), "1.0.0", "2.1.0")}),
             json!({}),
         ),
         ("aegis.workflow.list", json!({}), json!({"scope": 5})),
         (
             "aegis.workflow.validate",
-            json!({"manifest_yaml": WORKFLOW_V1}),
-            json!({"manifest": WORKFLOW_V1}),
+            json!({"manifest_yaml": workflow_v1()}),
+            json!({"manifest": workflow_v1()}),
         ),
         (
             "aegis.workflow.export",
@@ -419,9 +403,7 @@ async fn every_tool_answers_valid_and_refuses_invalid_arguments() {
         ),
     ];
     let (_, listed) = app.call_tool("aegis.tools.list", json!({})).await;
-    let listed: Vec<String> = listed["structuredContent"]["tools"]
-        .as_array()
-        .unwrap()
+    let listed: Vec<String> = common::json::items(&listed["structuredContent"]["tools"])
         .iter()
         .map(|t| t["name"].as_str().unwrap().to_owned())
         .collect();
@@ -573,19 +555,16 @@ async fn tiers_bound_what_a_caller_may_call() {
         .unwrap()
         .result
         .unwrap();
-    let names: Vec<&str> = listed["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names = common::json::strs(&listed["tools"], "name");
     assert!(names.contains(&"aegis.agent.list"));
     assert!(
         !names.contains(&"aegis.agent.create") && !names.contains(&"aegis.system.config"),
         "{names:?}"
     );
     // Refusals are audited with their reason.
-    let denied = crate::common::count(&app.state.pool, "SELECT count(*) FROM audit_log WHERE caller_id = 'session-under-test' AND decision = 'denied' AND reason_code = 'tier'").await;
+    let denied = app
+        .count("SELECT count(*) FROM audit_log WHERE caller_id = 'session-under-test' AND decision = 'denied' AND reason_code = 'tier'")
+        .await;
     assert_eq!(denied, 4);
 }
 
@@ -635,10 +614,9 @@ async fn api_keys_authenticate_and_roles_authorise() {
         .unwrap();
     assert_eq!(r.status(), 403);
     app.rest_as(&readonly)
-        .answered(
-            Method::POST,
+        .posted(
             "/v1/tools/call",
-            Some(json!({"name": "aegis.agent.list", "arguments": {}})),
+            json!({"name": "aegis.agent.list", "arguments": {}}),
             403,
         )
         .await;
@@ -657,11 +635,9 @@ async fn api_keys_authenticate_and_roles_authorise() {
         !keys.to_string().contains(&operator[4..]),
         "secret leaked in listing"
     );
-    let stored = crate::common::count(
-        &app.state.pool,
-        "SELECT count(*) FROM api_keys WHERE key_hash LIKE 'aok_%'",
-    )
-    .await;
+    let stored = app
+        .count("SELECT count(*) FROM api_keys WHERE key_hash LIKE 'aok_%'")
+        .await;
     assert_eq!(stored, 0, "keys are stored hashed");
     app.answered(Method::DELETE, "/v1/api-keys/deployer", None, 200)
         .await;
@@ -781,21 +757,13 @@ async fn the_audit_log_is_filterable_and_detects_an_edited_row() {
     assert_eq!(rows[1]["intent_id"], first["id"]);
     assert_eq!(rows[1]["outcome"], "ok");
     assert_eq!(first["caller_kind"], "api_key");
-    assert!(first["args_digest"]
-        .as_str()
-        .unwrap()
-        .starts_with("sha256:"));
+    assert!(common::json::text(&first["args_digest"]).starts_with("sha256:"));
     assert!(
         !all.to_string().contains("Greet the person"),
         "raw arguments must not be stored"
     );
     let (_, denied) = get(&app, "/v1/audit?decision=denied").await;
-    let codes: Vec<&str> = denied["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["reason_code"].as_str().unwrap())
-        .collect();
+    let codes = common::json::strs(&denied["rows"], "reason_code");
     assert_eq!(codes, ["invalid_arguments", "unknown_tool"]);
     let (_, one) = get(&app, "/v1/audit?tool=aegis.agent.list&limit=1").await;
     assert_eq!(one["rows"].as_array().unwrap().len(), 1);

@@ -4,7 +4,6 @@
 
 use crate::common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::agent::AgentManifest;
@@ -79,13 +78,7 @@ async fn kill_9_during_cmd_run_then_restart_takes_over_and_leaves_nothing_behind
         }
     });
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let pid = first.id().unwrap().to_string();
-    assert!(Command::new("kill")
-        .args(["-KILL", &pid])
-        .status()
-        .unwrap()
-        .success());
-    first.wait().await.unwrap();
+    common::binary::crash(&mut first).await;
     assert!(
         call.await.unwrap().is_err(),
         "the in-flight call died with the process"
@@ -143,11 +136,12 @@ async fn kill_9_during_cmd_run_then_restart_takes_over_and_leaves_nothing_behind
         containers.is_empty() && volumes.is_empty(),
         "left behind: containers {containers:?} volumes {volumes:?}"
     );
-    let state: String = sqlx::query_scalar("SELECT state FROM sandboxes WHERE id = $1::uuid")
-        .bind(&id)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let state: String = common::one(
+        &pool,
+        "SELECT state FROM sandboxes WHERE id = $1::uuid",
+        &id,
+    )
+    .await;
     assert_eq!(state, "destroyed");
 }
 
@@ -169,27 +163,19 @@ async fn executions_running_at_a_crash_fail_with_the_reason_after_restart() {
     let agent = AgentManifest::new("thinker")
         .instruction("Think forever.")
         .yaml();
-    crate::common::rest::Rest::new(client.clone(), &base, TEST_ADMIN_KEY)
-        .deployed("/v1/agents", &agent)
+    let rest = crate::common::rest::Rest::new(client.clone(), &base, TEST_ADMIN_KEY);
+    rest.deployed("/v1/agents", &agent).await;
+    let (_, body) = rest
+        .send_json(
+            reqwest::Method::POST,
+            "/v1/agents/thinker/execute",
+            Some(json!({"input": {}})),
+        )
         .await;
-    let r = client
-        .post(format!("{base}/v1/agents/thinker/execute"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .json(&json!({"input": {}}))
-        .send()
-        .await
-        .unwrap();
-    let body: Value = r.json().await.unwrap();
     let id = body["execution_id"].as_str().expect("started").to_owned();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let r = client
-            .get(format!("{base}/v1/executions/{id}/events"))
-            .bearer_auth(TEST_ADMIN_KEY)
-            .send()
-            .await
-            .unwrap();
-        let page: Value = r.json().await.unwrap();
+        let page = rest.get_value(&format!("/v1/executions/{id}/events")).await;
         let started = page["events"]
             .as_array()
             .is_some_and(|e| e.iter().any(|e| e["event_type"] == "iteration_started"));
@@ -203,13 +189,7 @@ async fn executions_running_at_a_crash_fail_with_the_reason_after_restart() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let pid = first.id().unwrap().to_string();
-    assert!(Command::new("kill")
-        .args(["-KILL", &pid])
-        .status()
-        .unwrap()
-        .success());
-    first.wait().await.unwrap();
+    common::binary::crash(&mut first).await;
 
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut second = start_with(&db, free_port(), Some(config.path())).await;
@@ -222,11 +202,9 @@ async fn executions_running_at_a_crash_fail_with_the_reason_after_restart() {
             .unwrap();
     assert_eq!(status, "failed");
     assert_eq!(error.as_deref(), Some("orchestrator restarted"));
-    let last: String = sqlx::query_scalar("SELECT event_type FROM execution_events WHERE execution_id = $1::uuid ORDER BY seq DESC LIMIT 1")
-        .bind(&id)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let sql = "SELECT event_type FROM execution_events WHERE execution_id = $1::uuid \
+               ORDER BY seq DESC LIMIT 1";
+    let last: String = common::one(&pool, sql, &id).await;
     assert_eq!(last, "execution_failed");
     second.kill().await.ok();
 }

@@ -5,6 +5,7 @@
 //! as it was reproduced against the running service, with the refusal and its effect checked.
 
 use crate::common;
+use crate::common::workflow::workflow_manifest;
 
 use std::time::Duration;
 
@@ -163,7 +164,9 @@ async fn every_door_confines_a_bound_caller_directly_and_through_a_generator() {
     // Every generator ran (the refusal came from the nested create, not from the generator),
     // and the nested creates were refused by the context, audited as such.
     assert_eq!(llm.remaining(), 0, "each door's generator drafted once");
-    let nested_refusals = crate::common::count(&app.state.pool, "SELECT count(*) FROM audit_log WHERE action = 'aegis.agent.create' AND decision = 'denied'").await;
+    let nested_refusals = app
+        .count("SELECT count(*) FROM audit_log WHERE action = 'aegis.agent.create' AND decision = 'denied'")
+        .await;
     assert!(
         nested_refusals >= 8,
         "direct and nested creates audited: {nested_refusals}"
@@ -183,12 +186,7 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
     assert_eq!(body["isError"], false, "{body}");
     // Listed tools are the context's.
     let listed = app.rest_as(&key).get_value("/v1/tools").await;
-    let names: Vec<&str> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let names = common::json::present_strs(&listed, "name");
     assert!(names.contains(&"aegis.runtime.list"), "{names:?}");
     assert!(!names.contains(&"aegis.agent.list"), "{names:?}");
     assert!(!names.contains(&"cmd.run"), "{names:?}");
@@ -209,12 +207,7 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
     };
     let body = app
         .rest_as(&key)
-        .answered(
-            Method::POST,
-            "/v1/sandboxes",
-            Some(json!({"runtime": "busybox"})),
-            403,
-        )
+        .posted("/v1/sandboxes", json!({"runtime": "busybox"}), 403)
         .await;
     assert_eq!(body["code"], "key_bound", "{body}");
     assert_eq!(owned(), Vec::<String>::new(), "no container was made");
@@ -234,12 +227,7 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
 
     // An operator's sandbox cannot be borrowed by naming it.
     let sandbox = app
-        .answered(
-            Method::POST,
-            "/v1/sandboxes",
-            Some(json!({"runtime": "busybox"})),
-            201,
-        )
+        .posted("/v1/sandboxes", json!({"runtime": "busybox"}), 201)
         .await;
     let id = sandbox["sandbox_id"].as_str().unwrap().to_owned();
     let body = json!({
@@ -247,10 +235,7 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
         "sandbox_id": id,
         "arguments": {"path": "/workspace/planted.txt", "content": "x"},
     });
-    let r = app
-        .rest_as(&key)
-        .response(Method::POST, "/v1/tools/call", Some(&body))
-        .await;
+    let r = app.rest_as(&key).post_json("/v1/tools/call", &body).await;
     assert_eq!(r.status(), 404, "another's sandbox is not found");
     // The router refused it, so the refusal is one audited row like any other.
     let refused: i64 = sqlx::query_scalar(
@@ -269,9 +254,7 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
             "sandbox_id": id,
             "arguments": {"path": "/workspace"},
         });
-        let r = app
-            .response(Method::POST, "/v1/tools/call", Some(&body))
-            .await;
+        let r = app.post_json("/v1/tools/call", &body).await;
         (r.status().as_u16(), r.json::<Value>().await.unwrap())
     };
     assert_eq!(status, 200, "{listing}");
@@ -377,10 +360,9 @@ async fn a_caller_cannot_approve_its_own_privileged_call() {
 
     // The same key tries to approve it over REST: refused.
     app.rest_as(&key)
-        .answered(
-            Method::POST,
+        .posted(
             &format!("/v1/approvals/{id}/approve"),
-            Some(json!({"note": "looks fine to me"})),
+            json!({"note": "looks fine to me"}),
             403,
         )
         .await;
@@ -411,21 +393,18 @@ async fn a_caller_cannot_approve_its_own_privileged_call() {
         ),
         "{own:?}"
     );
-    let status: String = sqlx::query_scalar("SELECT status FROM tool_approvals WHERE id = $1")
-        .bind(id)
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap();
+    let status: String = app
+        .one("SELECT status FROM tool_approvals WHERE id = $1", id)
+        .await;
     assert_eq!(status, "pending", "nothing was decided");
     assert!(!waiting.is_finished(), "the call still waits");
 
     // Someone else decides it.
     let other = app.create_key("second-person", "operator").await;
     app.rest_as(&other)
-        .answered(
-            Method::POST,
+        .posted(
             &format!("/v1/approvals/{id}/reject"),
-            Some(json!({"note": "no"})),
+            json!({"note": "no"}),
             200,
         )
         .await;
@@ -434,12 +413,9 @@ async fn a_caller_cannot_approve_its_own_privileged_call() {
         .expect("the call ends once decided")
         .unwrap();
     assert!(answer.contains("\"isError\":true"), "{answer}");
-    let decided_by: String =
-        sqlx::query_scalar("SELECT decided_by FROM tool_approvals WHERE id = $1")
-            .bind(id)
-            .fetch_one(&app.state.pool)
-            .await
-            .unwrap();
+    let decided_by: String = app
+        .one("SELECT decided_by FROM tool_approvals WHERE id = $1", id)
+        .await;
     assert_ne!(decided_by, key_id);
 }
 
@@ -452,20 +428,18 @@ fn runner() -> String {
         .yaml()
 }
 
-const RUNS_RUNNER: &str = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: runs-runner
-  version: \"1.0.0\"
-spec:
-  initial_state: RUN
-  states:
-    RUN:
+fn runs_runner() -> String {
+    workflow_manifest(
+        "runs-runner",
+        "RUN",
+        "    RUN:
       kind: Agent
       agent: runner
       input: go
       transitions: []
-";
+",
+    )
+}
 
 #[tokio::test]
 async fn a_workflow_started_by_a_confined_key_runs_its_agents_under_that_key_s_context() {
@@ -485,24 +459,15 @@ async fn a_workflow_started_by_a_confined_key_runs_its_agents_under_that_key_s_c
         "attestation": {"allow_unverified": true}}));
     config.seal.security_contexts = contexts;
     let app = TestApp::spawn_with(config).await;
-    for (path, manifest) in [
-        ("/v1/agents", runner()),
-        ("/v1/workflows", RUNS_RUNNER.to_owned()),
-    ] {
+    for (path, manifest) in [("/v1/agents", runner()), ("/v1/workflows", runs_runner())] {
         app.deployed(path, &manifest).await;
     }
 
     let (key, _) = bound_key(&app, "starts-workflows", "operator", "runs-workflows").await;
-    let body = app
+    let id = app
         .rest_as(&key)
-        .answered(
-            Method::POST,
-            "/v1/workflows/runs-runner/run",
-            Some(json!({"input": {}})),
-            201,
-        )
+        .started("/v1/workflows/runs-runner/run", json!({}))
         .await;
-    let id = body["execution_id"].as_str().unwrap().to_owned();
 
     let ended = app
         .until_ended(
@@ -534,10 +499,8 @@ async fn a_workflow_started_by_a_confined_key_runs_its_agents_under_that_key_s_c
         vec![("execution".to_owned(), Some("tool_not_offered".to_owned()))],
         "the refusal is audited"
     );
-    let ran = crate::common::count(
-        &app.state.pool,
-        "SELECT count(*) FROM audit_log WHERE action = 'cmd.run' AND decision = 'allowed'",
-    )
-    .await;
+    let ran = app
+        .count("SELECT count(*) FROM audit_log WHERE action = 'cmd.run' AND decision = 'allowed'")
+        .await;
     assert_eq!(ran, 0, "{ended}");
 }

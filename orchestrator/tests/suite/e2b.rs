@@ -98,9 +98,7 @@ pub(crate) fn assert_live_report(r: &Value) {
     let connect = ok(r, "connect");
     let pid = &connect["pid"];
     assert!(
-        connect["listed"]
-            .as_array()
-            .unwrap()
+        crate::common::json::items(&connect["listed"])
             .iter()
             .any(|p| &p["pid"] == pid && p["cmd"] == "bash"),
         "{connect}"
@@ -135,18 +133,14 @@ pub(crate) fn assert_live_report(r: &Value) {
     assert_eq!(pty["kill"], true, "{pty}");
     let watch = ok(r, "watch");
     assert!(
-        watch
-            .as_array()
-            .unwrap()
+        crate::common::json::items(watch)
             .iter()
             .any(|e| e["name"] == "new.txt"),
         "{watch}"
     );
     let streamed = ok(r, "watch_stream");
     assert!(
-        streamed
-            .as_array()
-            .unwrap()
+        crate::common::json::items(streamed)
             .iter()
             .any(|e| e["name"] == "sub/streamed.txt"),
         "{streamed}"
@@ -189,8 +183,7 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged_latest_sdk() {
 }
 
 async fn the_e2b_sdk_runs_commands_and_files_unchanged_with_the_sdk() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("e2b-user", "operator").await;
     let r = run_sdk(&app, "basics", &key, &[]).await;
 
@@ -288,9 +281,7 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged_with_the_sdk() {
     assert_eq!(r["read_url_upload"], 401, "{r}");
     assert_eq!(r["expired_download"][0], 401, "{r}");
     assert!(
-        r["expired_download"][1]
-            .as_str()
-            .unwrap()
+        crate::common::json::text(&r["expired_download"][1])
             .contains("signature is already expired"),
         "{r}"
     );
@@ -334,12 +325,12 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged_with_the_sdk() {
     let uuid = uuid::Uuid::parse_str(&short).unwrap();
     let mut gone = false;
     for _ in 0..60 {
-        let rows: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM e2b_sandboxes WHERE sandbox_id = $1")
-                .bind(uuid)
-                .fetch_one(&app.state.pool)
-                .await
-                .unwrap();
+        let rows: i64 = app
+            .one(
+                "SELECT count(*) FROM e2b_sandboxes WHERE sandbox_id = $1",
+                uuid,
+            )
+            .await;
         if rows == 0 && containers_of(&app, &short).await.is_empty() {
             gone = true;
             break;
@@ -360,9 +351,7 @@ async fn the_e2b_sdk_runs_commands_and_files_unchanged_with_the_sdk() {
             },
         )
         .await;
-    let row = audited["rows"]
-        .as_array()
-        .unwrap()
+    let row = crate::common::json::items(&audited["rows"])
         .iter()
         .find(|row| row["action"] == "e2b.sandbox.timeout")
         .unwrap()
@@ -386,8 +375,7 @@ async fn the_e2b_sdk_drives_live_processes_terminals_and_watches_latest_sdk() {
 }
 
 async fn the_e2b_sdk_drives_live_processes_terminals_and_watches_with_the_sdk() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("e2b-live", "operator").await;
     let r = run_sdk(&app, "live", &key, &[]).await;
 
@@ -397,11 +385,12 @@ async fn the_e2b_sdk_drives_live_processes_terminals_and_watches_with_the_sdk() 
     let count = |action: &'static str| {
         let pool = app.state.pool.clone();
         async move {
-            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM audit_log WHERE action = $1")
-                .bind(action)
-                .fetch_one(&pool)
-                .await
-                .unwrap()
+            crate::common::one::<i64, _>(
+                &pool,
+                "SELECT count(*) FROM audit_log WHERE action = $1",
+                action,
+            )
+            .await
         }
     };
     assert_eq!(count("proc.output").await, 0);
@@ -499,12 +488,7 @@ async fn the_e2b_door_refuses_what_the_key_and_its_context_do_not_grant() {
             .json(&body)
             .send()
     };
-    let rows = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM e2b_sandboxes")
-            .fetch_one(&app.state.pool)
-            .await
-            .unwrap()
-    };
+    let rows = || async { app.count("SELECT count(*) FROM e2b_sandboxes").await };
     let answer = create(json!({"templateID": "cobol", "timeout": 30}))
         .await
         .unwrap();
@@ -571,8 +555,7 @@ async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects_latest_sdk() {
 }
 
 async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects_with_the_sdk() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("e2b-conformance", "operator").await;
     let r = run_sdk(&app, "conformance", &key, &[]).await;
 
@@ -676,13 +659,12 @@ async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects_with_the_sdk() {
     assert_eq!(r["brotli"], 415, "{r}");
     let entries = ok(&r, "watch_entries");
     assert!(
-        entries
-            .as_array()
+        crate::common::json::items(entries).iter().any(|e| e["type"]
+            .as_str()
             .unwrap()
-            .iter()
-            .any(|e| e["type"].as_str().unwrap().ends_with("WRITE")
-                && e["entry"]
-                    == json!({"name": "f.txt", "path": "/home/user/we/f.txt",
+            .ends_with("WRITE")
+            && e["entry"]
+                == json!({"name": "f.txt", "path": "/home/user/we/f.txt",
                           "type": "FileType.FILE", "size": 5})),
         "{entries}"
     );
@@ -712,9 +694,7 @@ async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects_with_the_sdk() {
     // theirs could exist) a directory, its subdirectory and the file in it.
     let nested = ok(&r, "watch_nested");
     let has = |poll: &str, name: &str, kind: &str| {
-        nested[poll]
-            .as_array()
-            .unwrap()
+        crate::common::json::items(&nested[poll])
             .iter()
             .any(|e| e["name"] == name && e["type"].as_str().unwrap().ends_with(kind))
     };
@@ -760,8 +740,7 @@ async fn the_e2b_sdk_gets_what_e2bs_own_suite_expects_with_the_sdk() {
 #[tokio::test]
 #[ignore = "a benchmark: prints figures, asserts nothing"]
 async fn figures() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("e2b-bench", "operator").await;
     let runs = 20;
     let sdk = run_sdk(&app, &format!("bench {runs}"), &key, &[]).await;
@@ -831,11 +810,7 @@ async fn rest_figures(app: &TestApp, runs: usize) -> Value {
     };
     let create = || async {
         let r = app
-            .response(
-                Method::POST,
-                "/v1/sandboxes",
-                Some(&json!({"runtime": "base"})),
-            )
+            .post_json("/v1/sandboxes", &json!({"runtime": "base"}))
             .await;
         let body: Value = r.json().await.expect("json");
         body["sandbox_id"]
@@ -926,20 +901,17 @@ async fn rest_figures(app: &TestApp, runs: usize) -> Value {
 // are not), and the attacks on them.
 
 async fn key_id(app: &TestApp, name: &str) -> String {
-    sqlx::query_scalar::<_, uuid::Uuid>("SELECT id FROM api_keys WHERE name = $1")
-        .bind(name)
-        .fetch_one(&app.state.pool)
+    app.one::<uuid::Uuid, _>("SELECT id FROM api_keys WHERE name = $1", name)
         .await
-        .unwrap()
         .to_string()
 }
 
 async fn admin_rows(app: &TestApp, action: &str) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = $1 AND outcome = 'ok'")
-        .bind(action)
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap()
+    app.one(
+        "SELECT count(*) FROM audit_log WHERE action = $1 AND outcome = 'ok'",
+        action,
+    )
+    .await
 }
 
 /// The containers of `key_id` once those being removed off the caller's path (a kill's or a
@@ -973,9 +945,7 @@ async fn e2b_pause_keeps_files_frees_the_container_and_resume_restores_them() {
 
     let listed = ok(&r, "listed_before");
     assert!(
-        listed
-            .as_array()
-            .unwrap()
+        crate::common::json::items(listed)
             .iter()
             .any(|c| c == "sleep" || c.as_str().unwrap().contains("bash")),
         "{listed}"
@@ -1054,8 +1024,7 @@ async fn e2b_pause_keeps_files_frees_the_container_and_resume_restores_them() {
     assert_eq!(paused.len(), 1, "{paused:?}");
     assert_eq!(paused[0].0.to_string(), left);
     assert_eq!(paused[0].1, "pause");
-    let snapshots =
-        crate::common::count(&app.state.pool, "SELECT count(*) FROM e2b_snapshots").await;
+    let snapshots = app.count("SELECT count(*) FROM e2b_snapshots").await;
     assert_eq!(
         snapshots, 1,
         "the resumed and killed sandboxes' pause snapshots are gone"
@@ -1112,8 +1081,7 @@ async fn e2b_pause_keeps_files_frees_the_container_and_resume_restores_them() {
         .unwrap();
     let mut gone = false;
     for _ in 0..40 {
-        let rows =
-            crate::common::count(&app.state.pool, "SELECT count(*) FROM e2b_sandboxes").await;
+        let rows = app.count("SELECT count(*) FROM e2b_sandboxes").await;
         if rows == 0 {
             gone = true;
             break;
@@ -1129,8 +1097,7 @@ async fn e2b_pause_keeps_files_frees_the_container_and_resume_restores_them() {
 
 #[tokio::test]
 async fn e2b_snapshots_start_independent_sandboxes_and_forks_report_metrics() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("e2b-snap", "operator").await;
     let r = run_sdk(&app, "snapshots", &key, &[]).await;
 
@@ -1213,13 +1180,12 @@ async fn e2b_snapshots_start_independent_sandboxes_and_forks_report_metrics() {
     assert!(admin_rows(&app, "e2b.sandbox.fork").await >= 1);
     assert!(admin_rows(&app, "e2b.snapshot.delete").await >= 1);
     // Restores are tool calls through the router, as the key.
-    let writes: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND action = 'fs.write' AND outcome = 'ok'",
-    )
-    .bind(key_id(&app, "e2b-snap").await)
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
+    let writes: i64 = app
+        .one(
+            "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND action = 'fs.write' AND outcome = 'ok'",
+            key_id(&app, "e2b-snap").await,
+        )
+        .await;
     assert!(writes >= 10, "{writes}");
     let left_over = containers_of_key_after_removal(&key_id(&app, "e2b-snap").await).await;
     assert!(left_over.is_empty(), "{left_over:?}");
@@ -1362,8 +1328,7 @@ async fn e2b_snapshots_are_data_only_owned_by_their_key_and_under_quota() {
 
 #[tokio::test]
 async fn e2b_auto_pause_at_timeout_keeps_files_until_connect_resumes() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("e2b-auto-pause", "operator").await;
     let r = run_sdk(&app, "auto_pause", &key, &[]).await;
     let id = r["sandbox_id"].as_str().unwrap().to_owned();
@@ -1434,8 +1399,7 @@ async fn e2b_auto_pause_at_timeout_keeps_files_until_connect_resumes() {
 async fn a_resume_waits_for_a_pause_in_progress() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("pausing", "operator").await;
     let (id, _, _) = common::e2b_base_sandbox(&app, &key).await;
     let id: uuid::Uuid = id.parse().expect("a uuid");

@@ -55,10 +55,9 @@ async fn serve(text: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
 /// A key made through REST: (secret, id).
 async fn key(app: &TestApp, name: &str) -> (String, String) {
     let body = app
-        .answered(
-            reqwest::Method::POST,
+        .posted(
             "/v1/api-keys",
-            Some(serde_json::json!({"name": name, "role": "operator"})),
+            serde_json::json!({"name": name, "role": "operator"}),
             201,
         )
         .await;
@@ -183,13 +182,8 @@ async fn e2b_sandboxes_reach_out_only_as_their_rules_and_the_operator_s_grant_al
     app.db = Some(db);
     let pool_before = pooled(&app).await;
 
+    let needs = "E2B's SDK, which scripts/test.sh installs";
     let r = python_client::run(python_client::Scenario {
-        script: SCRIPT,
-        args: &["egress"],
-        api: &app,
-        envd: &app,
-        key: &owner,
-        sdk_dir: None,
         extra: &[
             (
                 "ALLOWED_URL",
@@ -206,7 +200,7 @@ async fn e2b_sandboxes_reach_out_only_as_their_rules_and_the_operator_s_grant_al
                 orchestrator::api::e2b::keys::to_e2b_form(&closed),
             ),
         ],
-        needs: "E2B's SDK, which scripts/test.sh installs",
+        ..python_client::Scenario::on(&app, SCRIPT, &["egress"], &owner, needs)
     })
     .await;
     let ids = &r["ids"];
@@ -304,12 +298,7 @@ async fn e2b_sandboxes_reach_out_only_as_their_rules_and_the_operator_s_grant_al
         pool_before.contains(&id("d")),
         "the sandbox without egress is a pooled one"
     );
-    let b_current: String =
-        sqlx::query_scalar("SELECT sandbox_id::text FROM e2b_sandboxes WHERE e2b_id::text = $1")
-            .bind(id("b"))
-            .fetch_one(&app.state.pool)
-            .await
-            .expect("b's row");
+    let b_current = app.e2b_sandbox(&id("b")).await;
     assert_ne!(b_current, id("b"), "a resume makes a new container");
     assert_eq!(
         networks_of(&b_current),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
-use crate::common::{docker_lines, e2b_base_sandbox, test_config, TestApp, TestDb};
+use crate::common::{docker_lines, e2b_base_sandbox, TestApp, TestDb};
 
 /// A payload block and the executor's window (`protocol::transfer`).
 const BLOCK: usize = 256 * 1024;
@@ -53,11 +53,9 @@ async fn download(app: &TestApp, id: &str, token: &str, path: &str) -> (u16, Vec
 
 /// Completed audit rows of `action` by the key named `key_name`.
 async fn audited(app: &TestApp, key_name: &str, action: &str) -> Vec<(String, Option<String>)> {
-    let caller: uuid::Uuid = sqlx::query_scalar("SELECT id FROM api_keys WHERE name = $1")
-        .bind(key_name)
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap();
+    let caller: uuid::Uuid = app
+        .one("SELECT id FROM api_keys WHERE name = $1", key_name)
+        .await;
     sqlx::query_as(
         "SELECT outcome, reason FROM audit_log WHERE caller_id = $1 AND kind = 'tool' \
          AND action = $2 AND outcome <> 'running' ORDER BY seq",
@@ -76,8 +74,7 @@ fn listing(sandbox: &str, dir: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn each_file_is_one_audited_call_and_its_bytes_round_trip_at_every_boundary() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("files-one-call", "operator").await;
     let (id, token, _) = e2b_base_sandbox(&app, &key).await;
 
@@ -137,26 +134,16 @@ async fn each_file_is_one_audited_call_and_its_bytes_round_trip_at_every_boundar
         .chain(&reads)
         .all(|(outcome, _)| outcome == "ok"));
     // No temporary file is left beside the names.
-    let left: Vec<String> = listing(&app_sandbox(&app, &id).await, "/home/user/sizes")
+    let left: Vec<String> = listing(&app.e2b_sandbox(&id).await, "/home/user/sizes")
         .into_iter()
         .filter(|name| name.starts_with(".sbx-write-"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
 
-/// The dispatcher id of E2B sandbox `id` now.
-async fn app_sandbox(app: &TestApp, id: &str) -> String {
-    sqlx::query_scalar("SELECT sandbox_id::text FROM e2b_sandboxes WHERE e2b_id::text = $1")
-        .bind(id)
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn an_upload_outside_the_roots_is_refused_and_writes_nothing() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("files-outside", "operator").await;
     let (id, token, current) = e2b_base_sandbox(&app, &key).await;
 
@@ -164,10 +151,7 @@ async fn an_upload_outside_the_roots_is_refused_and_writes_nothing() {
     let (status, body) = upload(&app, &id, &token, "/etc/planted", payload(3 * BLOCK)).await;
     assert_eq!(status, 403, "{body}");
     assert!(
-        body["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("/etc/planted"),
+        crate::common::json::text(&body["message"]).contains("/etc/planted"),
         "{body}"
     );
     assert!(!listing(&current, "/etc").contains(&"planted".to_owned()));
@@ -195,10 +179,7 @@ async fn an_upload_outside_the_roots_is_refused_and_writes_nothing() {
     let (status, body) = upload(&app, &id, &token, "/home/user/out/planted", payload(BLOCK)).await;
     assert_eq!(status, 403, "{body}");
     assert!(
-        body["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("path"),
+        crate::common::json::text(&body["message"]).contains("path"),
         "{body}"
     );
     assert!(!listing(&current, "/etc").contains(&"planted".to_owned()));
@@ -215,8 +196,7 @@ async fn an_upload_outside_the_roots_is_refused_and_writes_nothing() {
 
 #[tokio::test]
 async fn an_upload_cut_part_way_leaves_the_old_file_and_no_half_one() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("files-cut", "operator").await;
     let (id, token, current) = e2b_base_sandbox(&app, &key).await;
     let (status, _) = upload(&app, &id, &token, "/home/user/kept.txt", b"old".to_vec()).await;

@@ -7,6 +7,7 @@
 //! memory is its own and not the whole test binary's.
 
 use crate::common;
+use crate::common::rest::JsonAnswer;
 
 use std::time::Duration;
 
@@ -55,12 +56,8 @@ async fn concurrent_captures_and_forks_of_huge_sparse_files_stay_within_the_node
         .post(format!("{}/v1/api-keys", node.base))
         .bearer_auth(TEST_ADMIN_KEY)
         .json(&json!({"name": "hoarder", "role": "operator"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_answer()
+        .await;
     let key = key["key"].as_str().unwrap().to_owned();
     let e2b = |method: reqwest::Method, path: String| {
         http.request(method, format!("{}/e2b{path}", node.base))
@@ -71,13 +68,12 @@ async fn concurrent_captures_and_forks_of_huge_sparse_files_stay_within_the_node
     let current = |e2b_id: String| {
         let pool = pool.clone();
         async move {
-            sqlx::query_scalar::<_, String>(
+            common::one::<String, _>(
+                &pool,
                 "SELECT sandbox_id::text FROM e2b_sandboxes WHERE e2b_id::text = $1",
+                e2b_id,
             )
-            .bind(e2b_id)
-            .fetch_one(&pool)
             .await
-            .unwrap()
         }
     };
 
@@ -86,12 +82,8 @@ async fn concurrent_captures_and_forks_of_huge_sparse_files_stay_within_the_node
     for _ in 0..6 {
         let made: Value = e2b(reqwest::Method::POST, "/sandboxes".into())
             .json(&json!({"templateID": "base", "timeout": 300}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .json_answer()
+            .await;
         let id = made["sandboxID"].as_str().unwrap().to_owned();
         let inner = current(id.clone()).await;
         let r = http
@@ -110,12 +102,8 @@ async fn concurrent_captures_and_forks_of_huge_sparse_files_stay_within_the_node
     // Two snapshots of one small sandbox at once: both taken, one after the other.
     let small: Value = e2b(reqwest::Method::POST, "/sandboxes".into())
         .json(&json!({"templateID": "base", "timeout": 300}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_answer()
+        .await;
     let small = small["sandboxID"].as_str().unwrap().to_owned();
     let pair = (0..2).map(|_| {
         e2b(

@@ -17,33 +17,28 @@ const POOL: &str = "e2b:base";
 /// The ids of the idle sandboxes of the E2B pool, once it holds `want`.
 async fn pooled(app: &TestApp, want: usize) -> HashSet<String> {
     let dispatcher = app.state.sandboxes.dispatcher().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let idle = dispatcher.pool_sizes().get(POOL).copied().unwrap_or(0);
-        if idle >= want {
-            let ids: Vec<String> = sqlx::query_scalar(
+    let every = Duration::from_millis(200);
+    common::eventually(
+        "the pool never held enough",
+        Duration::from_secs(120),
+        every,
+        || {
+            let idle = dispatcher.pool_sizes().get(POOL).copied().unwrap_or(0);
+            async move {
+                if idle < want {
+                    return Err(format!("{idle} of {want}"));
+                }
+                let ids: Vec<String> = sqlx::query_scalar(
                 "SELECT id::text FROM sandboxes WHERE owner_kind = 'pool' AND state = 'running'",
             )
             .fetch_all(&app.state.pool)
             .await
             .unwrap();
-            return ids.into_iter().collect();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the pool never held {want} ({idle})"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// The dispatcher sandbox behind an E2B id.
-async fn current(app: &TestApp, e2b_id: &str) -> String {
-    sqlx::query_scalar("SELECT sandbox_id::text FROM e2b_sandboxes WHERE e2b_id::text = $1")
-        .bind(e2b_id)
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap()
+                Ok(ids.into_iter().collect())
+            }
+        },
+    )
+    .await
 }
 
 #[tokio::test]
@@ -64,25 +59,17 @@ async fn a_pooled_e2b_sandbox_is_exactly_its_creator_s_and_never_handed_out_twic
         env!("CARGO_MANIFEST_DIR"),
         "/tests/python/e2b_pool_client.py"
     );
-    let out = tokio::process::Command::new("python3")
-        .arg(script)
-        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_API_KEY", e2b_key(&a))
-        .env("E2B_KEY_A", e2b_key(&a))
-        .env("E2B_KEY_B", e2b_key(&b))
-        .output()
-        .await
-        .expect("python3 runs");
-    let report = common::json_of(
-        out,
-        "the E2B pool scenario failed (needs the e2b package, which scripts/test.sh installs)",
-    );
+    let needs = "the e2b package, which scripts/test.sh installs";
+    let report = common::python_client::run(common::python_client::Scenario {
+        extra: &[("E2B_KEY_A", e2b_key(&a)), ("E2B_KEY_B", e2b_key(&b))],
+        ..common::python_client::Scenario::on(&app, script, &[], &a, needs)
+    })
+    .await;
     for (who, timeout) in [("a", 120), ("b", 240)] {
         let got = &report[who];
         assert_eq!(got["stdout"], format!("{who}:/home/user"), "{report}");
         assert_eq!(got["metadata"], json!({"owner": who}), "{report}");
-        let id = current(&app, got["id"].as_str().unwrap()).await;
+        let id = app.e2b_sandbox(got["id"].as_str().unwrap()).await;
         assert!(before.contains(&id), "{who}'s sandbox {id} was not pooled");
         let (owner, token_len, secs): (String, i32, f64) = sqlx::query_as(
             "SELECT owner_key_id, length(envd_access_token), \
@@ -93,20 +80,19 @@ async fn a_pooled_e2b_sandbox_is_exactly_its_creator_s_and_never_handed_out_twic
         .fetch_one(&app.state.pool)
         .await
         .unwrap();
-        let key_id: String = sqlx::query_scalar("SELECT id::text FROM api_keys WHERE name = $1")
-            .bind(format!("pool-{who}"))
-            .fetch_one(&app.state.pool)
-            .await
-            .unwrap();
+        let key_id: String = app
+            .one(
+                "SELECT id::text FROM api_keys WHERE name = $1",
+                format!("pool-{who}"),
+            )
+            .await;
         assert_eq!(owner, key_id, "{who}'s sandbox belongs to its key");
         assert!(token_len > 16);
         assert!((secs - f64::from(timeout)).abs() < 5.0, "{who}: {secs} s");
     }
-    let tokens = crate::common::count(
-        &app.state.pool,
-        "SELECT count(DISTINCT envd_access_token) FROM e2b_sandboxes",
-    )
-    .await;
+    let tokens = app
+        .count("SELECT count(DISTINCT envd_access_token) FROM e2b_sandboxes")
+        .await;
     assert_eq!(tokens, 2, "each pooled sandbox has a token of its own");
     let stats = app
         .state
@@ -132,7 +118,7 @@ async fn a_pooled_e2b_sandbox_is_exactly_its_creator_s_and_never_handed_out_twic
         let answer = answer.unwrap();
         assert_eq!(answer.status(), 201);
         let body: Value = answer.json().await.unwrap();
-        ids.insert(current(&app, body["sandboxID"].as_str().unwrap()).await);
+        ids.insert(app.e2b_sandbox(body["sandboxID"].as_str().unwrap()).await);
     }
     assert_eq!(ids.len(), 6, "six creates, six sandboxes");
     let from_pool = ids.intersection(&refilled).count();
@@ -225,7 +211,7 @@ async fn pooled_sandboxes_are_never_handed_out_twice_across_replicas() {
         let answer = answer.unwrap();
         assert_eq!(answer.status(), 201);
         let body: Value = answer.json().await.unwrap();
-        ids.insert(current(&a, body["sandboxID"].as_str().unwrap()).await);
+        ids.insert(a.e2b_sandbox(body["sandboxID"].as_str().unwrap()).await);
     }
     assert_eq!(ids.len(), 8, "eight creates, eight sandboxes");
     let from_pools = ids.intersection(&pooled).count();

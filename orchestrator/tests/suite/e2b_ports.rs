@@ -18,15 +18,10 @@ const SCRIPT: &str = concat!(
 const DOMAIN: &str = "sandboxes.test";
 
 async fn run(app: &TestApp, scenario: &str, key: &str, extra: &[(&str, String)]) -> Value {
+    let needs = "E2B's SDK, which scripts/test.sh installs";
     python_client::run(python_client::Scenario {
-        script: SCRIPT,
-        args: &[scenario],
-        api: app,
-        envd: app,
-        key,
-        sdk_dir: None,
         extra,
-        needs: "E2B's SDK, which scripts/test.sh installs",
+        ..python_client::Scenario::on(app, SCRIPT, &[scenario], key, needs)
     })
     .await
 }
@@ -255,11 +250,8 @@ async fn a_sandbox_port_answers_through_another_replica() {
 }
 
 async fn admin_rows(app: &TestApp, action: &str) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = $1")
-        .bind(action)
-        .fetch_one(&app.state.pool)
+    app.one("SELECT count(*) FROM audit_log WHERE action = $1", action)
         .await
-        .expect("count admin rows")
 }
 
 /// Auto-resume on traffic, through E2B's SDK: a sandbox made with `lifecycle` `auto_resume`

@@ -4,23 +4,16 @@
 //! /v2/sandboxes/{id}/connect` takes an optional timeout.
 
 use crate::common;
+use crate::common::rest::JsonAnswer;
 
 use std::collections::HashSet;
 
-use common::{e2b_key, test_config, TestApp, TestDb};
+use common::{e2b_key, TestApp};
 use serde_json::{json, Value};
-
-async fn rows(app: &TestApp) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM e2b_sandboxes")
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap()
-}
 
 #[tokio::test]
 async fn a_retried_v2_create_with_one_idempotency_key_makes_one_sandbox() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("v2-creator", "operator").await;
     let create = |idempotency: Option<&str>, body: Value| {
         let mut request = app
@@ -39,15 +32,14 @@ async fn a_retried_v2_create_with_one_idempotency_key_makes_one_sandbox() {
     let first: Value = create(Some("create-1"), body.clone())
         .await
         .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_answer()
+        .await;
     let again = create(Some("create-1"), body.clone()).await.unwrap();
     assert_eq!(again.status(), 201);
     let again: Value = again.json().await.unwrap();
     assert_eq!(first["sandboxID"], again["sandboxID"]);
     assert_eq!(first["envdAccessToken"], again["envdAccessToken"]);
-    assert_eq!(rows(&app).await, 1);
+    assert_eq!(app.count("SELECT count(*) FROM e2b_sandboxes").await, 1);
 
     // Retries racing each other: one sandbox; the others get it or are told to wait.
     let racing = (0..4).map(|_| create(Some("create-2"), body.clone()));
@@ -64,7 +56,11 @@ async fn a_retried_v2_create_with_one_idempotency_key_makes_one_sandbox() {
         }
     }
     assert_eq!(ids.len(), 1, "{ids:?}");
-    assert_eq!(rows(&app).await, 2, "two keys, two sandboxes");
+    assert_eq!(
+        app.count("SELECT count(*) FROM e2b_sandboxes").await,
+        2,
+        "two keys, two sandboxes"
+    );
 
     // The same key with another body, a malformed key: refused, nothing made.
     let other = create(
@@ -77,15 +73,14 @@ async fn a_retried_v2_create_with_one_idempotency_key_makes_one_sandbox() {
     assert!(other.text().await.unwrap().contains("another request body"));
     let malformed = create(Some("two words"), body.clone()).await.unwrap();
     assert_eq!(malformed.status(), 400);
-    assert_eq!(rows(&app).await, 2);
+    assert_eq!(app.count("SELECT count(*) FROM e2b_sandboxes").await, 2);
 
     // Without a key every create is its own; v2's default timeout is five minutes.
     let plain: Value = create(None, json!({"templateID": "base"}))
         .await
         .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_answer()
+        .await;
     assert_ne!(plain["sandboxID"], first["sandboxID"]);
     let secs: f64 = sqlx::query_scalar(
         "SELECT extract(epoch FROM end_at - started_at)::float8 FROM e2b_sandboxes \
@@ -123,8 +118,7 @@ async fn a_retried_v2_create_with_one_idempotency_key_makes_one_sandbox() {
 /// found", which SDKs from 2.5x read as `SandboxNotRunningException`).
 #[tokio::test]
 async fn the_rest_of_e2bs_api_is_served_or_refused_in_e2bs_error_shape() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("v2-spec", "operator").await;
     let call = |method: reqwest::Method, path: &str, body: Option<Value>| {
         let mut request = app
@@ -183,10 +177,7 @@ async fn the_rest_of_e2bs_api_is_served_or_refused_in_e2bs_error_shape() {
     assert_eq!((status, &body["code"]), (405, &json!(405)), "{body}");
     let (status, body) = answer(call(M::GET, "/no/such/route", None).await.unwrap()).await;
     assert_eq!((status, &body["code"]), (404, &json!(404)), "{body}");
-    assert!(body["message"]
-        .as_str()
-        .unwrap()
-        .contains("GET /no/such/route"));
+    assert!(common::json::text(&body["message"]).contains("GET /no/such/route"));
 
     // Template aliases (the SDK's Template.exists): a runtime, or the key's snapshot by name.
     let (status, body) = answer(call(M::GET, "/templates/aliases/base", None).await.unwrap()).await;
@@ -208,9 +199,8 @@ async fn the_rest_of_e2bs_api_is_served_or_refused_in_e2bs_error_shape() {
     )
     .await
     .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .json_answer()
+    .await;
     let id = made["sandboxID"].as_str().unwrap().to_owned();
     let token = made["envdAccessToken"].as_str().unwrap().to_owned();
 
@@ -248,10 +238,7 @@ async fn the_rest_of_e2bs_api_is_served_or_refused_in_e2bs_error_shape() {
         .await;
         assert_eq!(status, 409, "{open}: {body}");
         assert!(
-            body["message"]
-                .as_str()
-                .unwrap()
-                .contains("grants this API key no egress"),
+            common::json::text(&body["message"]).contains("grants this API key no egress"),
             "{body}"
         );
     }
@@ -333,10 +320,7 @@ async fn the_rest_of_e2bs_api_is_served_or_refused_in_e2bs_error_shape() {
     let (status, body) = answer(health().await.unwrap()).await;
     assert_eq!(status, 502, "{body}");
     assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("The sandbox was not found"),
+        common::json::text(&body["message"]).starts_with("The sandbox was not found"),
         "{body}"
     );
 }
@@ -346,8 +330,7 @@ async fn the_rest_of_e2bs_api_is_served_or_refused_in_e2bs_error_shape() {
 /// stays.
 #[tokio::test]
 async fn a_resume_with_auto_pause_makes_the_timeout_pause() {
-    let db = TestDb::create().await;
-    let app = TestApp::spawn_with(test_config(&db.url)).await;
+    let app = TestApp::spawn().await;
     let key = app.create_key("v2-resume", "operator").await;
     let call = |path: String, body: Option<Value>| {
         let mut request = match body {
@@ -366,17 +349,15 @@ async fn a_resume_with_auto_pause_makes_the_timeout_pause() {
     )
     .await
     .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .json_answer()
+    .await;
     let id = made["sandboxID"].as_str().unwrap().to_owned();
     let on_timeout = || async {
         let detail: Value = call(format!("/sandboxes/{id}"), None)
             .await
             .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .json_answer()
+            .await;
         detail["lifecycle"]["onTimeout"].clone()
     };
     assert_eq!(on_timeout().await, "kill");

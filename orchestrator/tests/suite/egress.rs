@@ -221,18 +221,9 @@ impl Drop for NetworkGuard {
     fn drop(&mut self) {
         let network = self.network.clone();
         let engine = self.engine.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                let _ = dispatcher::network::remove(&engine, &network.name).await;
-            });
-        })
-        .join();
+        common::run_to_end_in_drop(async move {
+            let _ = dispatcher::network::remove(&engine, &network.name).await;
+        });
     }
 }
 
@@ -250,12 +241,7 @@ fn run_in_container(network: &str, proxy: SocketAddr, script: &str) -> String {
         .args([&image, "sh", "-c", script])
         .output()
         .expect("docker run (the egress tests need a Docker engine)");
-    assert!(
-        out.status.success(),
-        "container failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::succeeded(out, "container failed")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,17 +433,6 @@ async fn start_counted_host(text: &'static str) -> (SocketAddr, Arc<AtomicUsize>
     (addr, hits)
 }
 
-fn docker_cli(args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-    )
-}
-
 fn firewall_rules() -> String {
     let out = std::process::Command::new("iptables")
         .args(["-w", "-S", "INPUT"])
@@ -481,7 +456,7 @@ impl OutsideListener {
         let container = format!("aegis-egress-outside-{suffix}");
         let image = std::env::var("SANDBOX_TEST_IMAGE")
             .unwrap_or_else(|_| "aegis-runtime/busybox:1".into());
-        let (made, _) = docker_cli(&[
+        let (made, _) = common::docker_out(&[
             "network",
             "create",
             "--label",
@@ -494,7 +469,7 @@ impl OutsideListener {
             container,
             ip: String::new(),
         };
-        let (ran, _) = docker_cli(&[
+        let (ran, _) = common::docker_out(&[
             "run",
             "-d",
             "--rm",
@@ -514,7 +489,7 @@ impl OutsideListener {
             "while true; do echo reached | nc -l -p 8080; done",
         ]);
         assert!(ran, "outside listener started");
-        let (_, ip) = docker_cli(&[
+        let (_, ip) = common::docker_out(&[
             "inspect",
             "-f",
             "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
@@ -541,8 +516,8 @@ impl OutsideListener {
 
 impl Drop for OutsideListener {
     fn drop(&mut self) {
-        let _ = docker_cli(&["rm", "-f", &self.container]);
-        let _ = docker_cli(&["network", "rm", &self.network]);
+        let _ = common::docker_out(&["rm", "-f", &self.container]);
+        let _ = common::docker_out(&["network", "rm", &self.network]);
     }
 }
 
@@ -635,7 +610,7 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     let tag = format!("aegis-egress:{network}");
 
     // Its own internal network, labelled as the sandbox's, and the firewall rules for it.
-    let (found, internal) = docker_cli(&[
+    let (found, internal) = common::docker_out(&[
         "network",
         "inspect",
         "-f",
@@ -644,7 +619,7 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     ]);
     assert!(found, "network {network} exists");
     assert_eq!(internal, format!("true {id}"));
-    let (_, attached) = docker_cli(&[
+    let (_, attached) = common::docker_out(&[
         "inspect",
         "-f",
         "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
@@ -657,7 +632,7 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     );
     let rules = firewall_rules();
     assert_eq!(rules.matches(&tag).count(), 3, "{rules}");
-    let gateway = docker_cli(&[
+    let gateway = common::docker_out(&[
         "network",
         "inspect",
         "-f",
@@ -798,7 +773,7 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     )
     .await;
     assert!(
-        !docker_cli(&["network", "inspect", &network]).0,
+        !common::docker_out(&["network", "inspect", &network]).0,
         "network removed"
     );
     assert!(!firewall_rules().contains(&tag), "rules removed");
@@ -823,7 +798,7 @@ async fn the_reaper_removes_orphaned_egress_networks_and_their_rules() {
         .as_ref()
         .and_then(|d| d.url.rsplit('/').next().map(str::to_owned))
         .expect("db name");
-    let (made, _) = docker_cli(&[
+    let (made, _) = common::docker_out(&[
         "network",
         "create",
         "--internal",
@@ -851,7 +826,7 @@ async fn the_reaper_removes_orphaned_egress_networks_and_their_rules() {
     let report = dispatcher.reap().await.expect("reaper pass");
     assert_eq!(report.networks_removed, 1, "{report:?}");
     assert!(
-        !docker_cli(&["network", "inspect", &name]).0,
+        !common::docker_out(&["network", "inspect", &name]).0,
         "network removed"
     );
     assert!(!firewall_rules().contains(&tag), "rule removed");

@@ -31,14 +31,7 @@ fn replica(db: &TestDb, docker_host: Option<&str>) -> NodeConfig {
     let mut config = common::replicas::in_process(db, Some(SECRET));
     config.sandbox.max_per_engine = Some(PER_ENGINE);
     config.docker.host = docker_host.map(str::to_owned);
-    config.seal.security_contexts = vec![json!({
-        "name": "ops",
-        "description": "a session used through every replica",
-        "runtime": {"language": "busybox", "version": "1"},
-        "capabilities": [
-            {"tool_pattern": "fs.*", "path_allowlist": ["/workspace"]},
-            {"tool_pattern": "cmd.run", "command_allowlist": ["cat"]}],
-        "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}})];
+    config.seal.security_contexts = vec![common::replicas::ops_context()];
     // `allowed.test` is a host of this test on 127.0.0.2 (the networked agent's allowlist).
     config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
     config.egress.hosts = BTreeMap::from([(
@@ -79,11 +72,7 @@ fn agent() -> String {
 /// `POST /v1/sandboxes` for the agent through `app`: (status, body).
 async fn create(app: &TestApp) -> (u16, Value) {
     let r = app
-        .response(
-            Method::POST,
-            "/v1/sandboxes",
-            Some(&json!({"agent": "placed"})),
-        )
+        .post_json("/v1/sandboxes", &json!({"agent": "placed"}))
         .await;
     let status = r.status().as_u16();
     (status, r.json().await.unwrap())
@@ -104,15 +93,6 @@ async fn placed(app: &TestApp, id: &str) -> (String, uuid::Uuid, String) {
         .expect("a sandbox row")
 }
 
-fn engine_of(app: &TestApp) -> String {
-    app.state
-        .sandboxes
-        .dispatcher()
-        .expect("dispatcher up")
-        .engine_id()
-        .to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
     let Some(second) = SecondEngine::start() else {
@@ -122,8 +102,8 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
     let a = TestApp::spawn_with(replica(&db, None)).await;
     let b = TestApp::spawn_with(replica(&db, None)).await;
     let c = TestApp::spawn_with(replica(&db, Some(&second.host))).await;
-    let (first, other) = (engine_of(&a), engine_of(&c));
-    assert_eq!(engine_of(&b), first, "A and B drive the host's engine");
+    let (first, other) = (a.engine_id(), c.engine_id());
+    assert_eq!(b.engine_id(), first, "A and B drive the host's engine");
     assert_ne!(first, other, "C drives another engine");
     // Every replica recorded the engine it drives, for its peers.
     let recorded: Vec<(uuid::Uuid, Option<String>)> =
@@ -201,11 +181,7 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
             );
         }
     }
-    let live = crate::common::count(
-        &a.state.pool,
-        "SELECT count(*) FROM sandboxes WHERE state IN ('creating', 'running', 'destroying')",
-    )
-    .await;
+    let live = common::live_sandboxes(&a.state.pool).await;
     assert_eq!(live, 4, "the refused creation left no row");
 
     // Every sandbox through every replica in turn: a file written through one is read and
@@ -299,11 +275,7 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
     let allow = format!("allowed.test:{}", allowed.port());
     a.deployed("/v1/agents", &networked_agent(&allow)).await;
     let r = c
-        .response(
-            Method::POST,
-            "/v1/sandboxes",
-            Some(&json!({"agent": "fetcher"})),
-        )
+        .post_json("/v1/sandboxes", &json!({"agent": "fetcher"}))
         .await;
     let status = r.status();
     let body: Value = r.json().await.unwrap();
@@ -366,11 +338,7 @@ async fn sandboxes_spread_over_two_engines_and_every_replica_serves_each() {
         ])
         .output()
         .expect("docker runs");
-    assert!(
-        started.status.success(),
-        "{}",
-        String::from_utf8_lossy(&started.stderr)
-    );
+    common::succeeded(started, "the listener did not start");
     let outside_ip = common::docker_lines(&[
         "inspect",
         "-f",

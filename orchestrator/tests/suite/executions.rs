@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::agent::AgentManifest;
 use common::fake_llm::{answer, tool_calls, Step};
-use common::harness::{of_type, Harness, AGENTS};
+use common::harness::{of_type, tool_decisions, Harness, AGENTS};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -131,13 +131,12 @@ async fn an_agent_writes_runs_and_reads_in_its_sandbox_then_completes() {
         "{tool_msg}"
     );
     // Tool calls are audited under the execution.
-    let audited: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_log WHERE caller_kind = 'execution' AND caller_id = $1 AND outcome <> 'running'",
-    )
-    .bind(&id)
-    .fetch_one(&h.app.state.pool)
-    .await
-    .unwrap();
+    let audited: i64 = h.app
+        .one(
+            "SELECT count(*) FROM audit_log WHERE caller_kind = 'execution' AND caller_id = $1 AND outcome <> 'running'",
+            &id,
+        )
+        .await;
     assert_eq!(audited, 3);
 }
 
@@ -159,16 +158,7 @@ async fn a_batch_of_tool_calls_runs_in_order_and_a_refusal_is_fed_back() {
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "completed", "{e}");
     let events = h.events(&id).await;
-    let calls = of_type(&events, "tool_call");
-    let seen: Vec<(&str, &str)> = calls
-        .iter()
-        .map(|c| {
-            (
-                c["payload"]["tool"].as_str().unwrap(),
-                c["payload"]["decision"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    let seen = tool_decisions(&events);
     assert_eq!(
         seen,
         [
@@ -179,9 +169,7 @@ async fn a_batch_of_tool_calls_runs_in_order_and_a_refusal_is_fed_back() {
         ]
     );
     let second = &h.llm.requests()[1];
-    let tool_messages: Vec<&Value> = second["messages"]
-        .as_array()
-        .unwrap()
+    let tool_messages: Vec<&Value> = common::json::items(&second["messages"])
         .iter()
         .filter(|m| m["role"] == "tool")
         .collect();
@@ -196,18 +184,12 @@ async fn a_batch_of_tool_calls_runs_in_order_and_a_refusal_is_fed_back() {
         .collect();
     assert_eq!(ids, ["call_1", "call_2", "call_3", "call_4"]);
     assert!(
-        tool_messages[1]["content"]
-            .as_str()
-            .unwrap()
-            .contains("refused"),
+        common::json::text(&tool_messages[1]["content"]).contains("refused"),
         "{}",
         tool_messages[1]
     );
     assert!(
-        tool_messages[3]["content"]
-            .as_str()
-            .unwrap()
-            .contains("\"b\""),
+        common::json::text(&tool_messages[3]["content"]).contains("\"b\""),
         "the listing saw both files"
     );
 }
@@ -222,10 +204,7 @@ async fn validation_failures_iterate_until_max_iterations() {
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "failed", "{e}");
     assert!(
-        e["last_error"]
-            .as_str()
-            .unwrap()
-            .contains("maximum iterations"),
+        common::json::text(&e["last_error"]).contains("maximum iterations"),
         "{e}"
     );
     assert_eq!(e["iteration_count"], 2);
@@ -278,14 +257,7 @@ async fn cancel_while_a_command_runs_kills_it_and_removes_the_sandbox() {
         assert!(Instant::now() < deadline, "the command never started");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    h.app
-        .answered(
-            Method::POST,
-            &format!("/v1/executions/{id}/cancel"),
-            None,
-            200,
-        )
-        .await;
+    h.app.cancel_execution(&id, 200).await;
     let e = h.wait_end(&id, Duration::from_secs(30)).await;
     assert_eq!(e["status"], "cancelled", "{e}");
     assert_eq!(
@@ -318,7 +290,7 @@ async fn input_that_fails_the_schema_starts_nothing() {
     let (status, body) = h.execute("strict", json!({"topic": 5})).await;
     assert_eq!(status, 422, "{body}");
     assert!(body["error"].as_str().unwrap().contains("topic"), "{body}");
-    let rows = crate::common::count(&h.app.state.pool, "SELECT count(*) FROM executions").await;
+    let rows = h.app.count("SELECT count(*) FROM executions").await;
     assert_eq!(rows, 0);
     assert!(h.llm.requests().is_empty());
 }
@@ -419,14 +391,7 @@ async fn task_tools_and_a_seal_session_start_executions_too() {
     )
     .unwrap();
     client.attest("test-runner", "runner").await.unwrap();
-    let started = client
-        .call_tool("aegis.task.execute", json!({"agent_id": "plain"}))
-        .await
-        .unwrap();
-    let id = started["structuredContent"]["execution_id"]
-        .as_str()
-        .expect("started over SEAL")
-        .to_owned();
+    let id = common::refusal::seal_started(&client, "plain").await;
     let waited = client
         .call_tool(
             "aegis.task.wait",
@@ -476,10 +441,11 @@ async fn a_semantic_validator_runs_the_judge_as_a_child_execution() {
         "{judge_input}"
     );
     // The judges are child executions of the writer.
-    let children: i64 = sqlx::query_scalar("SELECT count(*) FROM executions WHERE parent_execution_id = $1::uuid AND status = 'completed'")
-        .bind(&id)
-        .fetch_one(&h.app.state.pool)
-        .await
-        .unwrap();
+    let children: i64 = h.app
+        .one(
+            "SELECT count(*) FROM executions WHERE parent_execution_id = $1::uuid AND status = 'completed'",
+            &id,
+        )
+        .await;
     assert_eq!(children, 2);
 }

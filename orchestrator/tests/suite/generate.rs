@@ -4,6 +4,8 @@
 //! deployed unless asked; the attempts are bounded.
 
 use crate::common;
+use crate::common::agent::AgentManifest;
+use crate::common::workflow::workflow_manifest;
 
 use common::fake_llm::{answer, FakeLlm, Step};
 use common::{test_config, TestApp, TestDb};
@@ -19,46 +21,29 @@ async fn app_with(script: Vec<Step>) -> (TestApp, FakeLlm, TestDb) {
 }
 
 /// Unknown key `instructions` (schema error at /spec/task/...).
-const SCHEMA_ERROR: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: greeter
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: python
-    version: \"3.11\"
-  task:
-    instructions: Greet the user.
-";
+fn schema_error() -> String {
+    AgentManifest::new("greeter")
+        .runtime("python", "3.11")
+        .instruction("Greet the user.")
+        .yaml()
+        .replace("    instruction:", "    instructions:")
+}
 
 /// Valid shape, but a runtime this node does not have (semantic error).
-const SEMANTIC_ERROR: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: greeter
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: cobol
-    version: \"85\"
-  task:
-    instruction: Greet the user.
-";
+fn semantic_error() -> String {
+    AgentManifest::new("greeter")
+        .runtime("cobol", "85")
+        .instruction("Greet the user.")
+        .yaml()
+}
 
-const VALID: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: greeter
-  version: \"1.0.0\"
-  description: Greets people
-spec:
-  runtime:
-    language: python
-    version: \"3.11\"
-  task:
-    instruction: Greet the user.
-";
+fn valid() -> String {
+    AgentManifest::new("greeter")
+        .metadata("  description: Greets people\n")
+        .runtime("python", "3.11")
+        .instruction("Greet the user.")
+        .yaml()
+}
 
 /// The text of the last message of a recorded chat request.
 fn last_message(request: &Value) -> String {
@@ -73,9 +58,9 @@ fn last_message(request: &Value) -> String {
 #[tokio::test]
 async fn an_agent_manifest_becomes_valid_after_two_refused_drafts_and_is_deployed_when_asked() {
     let (app, llm, db) = app_with(vec![
-        answer(SCHEMA_ERROR),
-        answer(SEMANTIC_ERROR),
-        answer(&format!("Here it is:\n```yaml\n{VALID}```\n")),
+        answer(&schema_error()),
+        answer(&semantic_error()),
+        answer(&format!("Here it is:\n```yaml\n{}```\n", valid())),
     ])
     .await;
     let (status, out) = app
@@ -91,7 +76,7 @@ async fn an_agent_manifest_becomes_valid_after_two_refused_drafts_and_is_deploye
     assert_eq!(result["name"], "greeter");
     assert_eq!(
         result["manifest_yaml"].as_str().map(str::trim),
-        Some(VALID.trim())
+        Some(valid().trim())
     );
     let attempts = result["attempts"].as_array().expect("attempts");
     assert_eq!(attempts.len(), 3, "{result}");
@@ -141,10 +126,10 @@ async fn an_agent_manifest_becomes_valid_after_two_refused_drafts_and_is_deploye
 #[tokio::test]
 async fn nothing_is_deployed_unless_asked_and_the_attempts_are_bounded() {
     let (app, llm, _db) = app_with(vec![
-        answer(VALID),
-        answer(SCHEMA_ERROR),
-        answer(SCHEMA_ERROR),
-        answer(VALID),
+        answer(&valid()),
+        answer(&schema_error()),
+        answer(&schema_error()),
+        answer(&valid()),
     ])
     .await;
     // A valid first draft, not deployed.
@@ -197,16 +182,11 @@ async fn a_workflow_manifest_is_generated_against_the_callers_registry() {
     // The first draft has a state kind that does not exist (schema); the second a transition to
     // a state that does not exist (semantic); the third is valid.
     let draft = |kind: &str, target: &str| {
-        format!(
-            "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: greet-flow
-  version: \"1.0.0\"
-spec:
-  initial_state: GREET
-  states:
-    GREET:
+        workflow_manifest(
+            "greet-flow",
+            "GREET",
+            &format!(
+                "    GREET:
       kind: {kind}
       agent: greeter
       input: \"Greet {{{{input.name}}}}\"
@@ -218,6 +198,7 @@ spec:
       command: \"echo done\"
       transitions: []
 "
+            ),
         )
     };
     let (app, llm, _db) = app_with(vec![
@@ -227,7 +208,7 @@ spec:
     ])
     .await;
     let (_, out) = app
-        .call_tool("aegis.agent.create", json!({"manifest_yaml": VALID}))
+        .call_tool("aegis.agent.create", json!({"manifest_yaml": valid()}))
         .await;
     assert_eq!(out["isError"], false, "{out}");
     let (_, out) = app

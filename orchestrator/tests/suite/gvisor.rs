@@ -13,6 +13,8 @@
 use std::process::Command;
 
 use crate::common;
+use crate::common::agent::AgentManifest;
+use crate::common::rest::JsonAnswer;
 
 use common::gvisor::GvisorEngine;
 
@@ -24,41 +26,26 @@ use serde_json::{json, Value};
 
 /// A permissive agent, as `security.rs`'s attacker (a shell with metacharacters), that may read
 /// the workspace but write only beneath `/workspace/out`.
-const AGENT: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: gvisor-attacker
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Try to get out.
-  tools: [cmd.run, fs.read, fs.write, fs.list, proc.output, proc.input]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [sh, \"sh -c\", echo, cat, ls, uname, dmesg, id, stty]
-          allow_metacharacters: true
-          timeout_seconds: 30
-          max_output_bytes: 65536
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace/out]
-";
-
-/// A node of isolation `class` on the engine at `host` (`None`: the host's).
-fn node(db: &TestDb, host: Option<&str>, class: Isolation) -> orchestrator::config::NodeConfig {
-    let mut config = common::test_config(&db.url);
-    config.docker.host = host.map(str::to_owned);
-    config.sandbox.isolation = class;
-    // gVisor's kernel has no Landlock: commands run under gVisor's boundary, the executor's
-    // path rules and the argv policy (ARCHITECTURE.md, "The gVisor class").
-    config.sandbox.require_landlock = false;
-    config
+fn agent() -> String {
+    AgentManifest::new("gvisor-attacker")
+        .instruction("Try to get out.")
+        .tools(&[
+            "cmd.run",
+            "fs.read",
+            "fs.write",
+            "fs.list",
+            "proc.output",
+            "proc.input",
+        ])
+        .cmd(
+            &[
+                "sh", "sh -c", "echo", "cat", "ls", "uname", "dmesg", "id", "stty",
+            ],
+            30,
+            "          allow_metacharacters: true\n          max_output_bytes: 65536\n",
+        )
+        .filesystem(&["/workspace"], &["/workspace/out"])
+        .yaml()
 }
 
 async fn run(sb: &AgentSandbox, command: &str) -> Value {
@@ -79,18 +66,11 @@ fn host_kernel() -> String {
 async fn a_gvisor_sandbox_has_its_own_kernel_and_keeps_every_rule() {
     let engine = GvisorEngine::start();
     let db = TestDb::create().await;
-    let app = TestApp::spawn_with(node(&db, Some(&engine.host), Isolation::Gvisor)).await;
-    let sb = AgentSandbox::start(&app, AGENT.to_owned()).await;
+    let app = TestApp::spawn_with(engine.node(&db)).await;
+    let sb = AgentSandbox::start(&app, agent()).await;
 
     // The class is in the answer, and the container runs under runsc.
-    let listed: Value = app
-        .admin(Method::GET, "/v1/sandboxes")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = app.admin(Method::GET, "/v1/sandboxes").json_answer().await;
     let mine = listed
         .as_array()
         .or_else(|| listed["sandboxes"].as_array())
@@ -112,10 +92,7 @@ async fn a_gvisor_sandbox_has_its_own_kernel_and_keeps_every_rule() {
     assert_ne!(release, host_kernel(), "the sandbox's kernel is the host's");
     let dmesg = run(&sb, "dmesg").await;
     assert!(
-        dmesg["stdout"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("gVisor"),
+        common::json::text(&dmesg["stdout"]).contains("gVisor"),
         "{dmesg}"
     );
 
@@ -150,26 +127,13 @@ async fn gvisor_counted(app: &TestApp) {
     let line = "aegis_sandboxes_by_isolation{isolation=\"gvisor\"}";
     let mut last = String::new();
     for _ in 0..20 {
-        let metrics = app
-            .http
-            .get(format!("{}/metrics", app.http_base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = app.get("/metrics").await.text().await.unwrap();
         last = metrics
             .lines()
             .find(|l| l.starts_with(line))
             .unwrap_or_default()
             .to_owned();
-        let n: f64 = last
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        if n >= 1.0 {
+        if common::metric(&last, line) >= 1.0 {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
@@ -270,20 +234,10 @@ async fn path_attacks(engine: &GvisorEngine, sb: &AgentSandbox) {
     let (code, _) = engine.inside(sb, &["ls", "/tmp/written"]);
     assert_ne!(code, 0, "a write through the link reached /tmp");
     // Outside the write allowlist, inside the readable workspace: refused.
-    sb.refused(
-        "fs.write",
-        json!({"path": "/workspace/top.txt", "content": "x"}),
-        403,
-        "path_not_allowed",
-    )
-    .await;
-    sb.refused(
-        "fs.write",
-        json!({"path": "/etc/x", "content": "x"}),
-        403,
-        "path_not_allowed",
-    )
-    .await;
+    for path in ["/workspace/top.txt", "/etc/x"] {
+        let write = json!({"path": path, "content": "x"});
+        sb.refused("fs.write", write, 403, "path_not_allowed").await;
+    }
     let (code, _) = engine.inside(sb, &["ls", "/workspace/top.txt"]);
     assert_ne!(code, 0, "the refused write left a file");
 }
@@ -320,10 +274,7 @@ async fn command_attacks(engine: &GvisorEngine, sb: &AgentSandbox) {
         "a file written to /tmp ran: {r}"
     );
     assert!(
-        r["stderr"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("Permission denied"),
+        common::json::text(&r["stderr"]).contains("Permission denied"),
         "{r}"
     );
     // The sandbox user, no capabilities, no_new_privs.
@@ -353,30 +304,20 @@ async fn a_replica_without_runsc_places_a_gvisor_sandbox_on_an_engine_that_has_i
     let db = TestDb::create().await;
     let replica = |host: Option<&str>| {
         let mut config = common::replicas::in_process(&db, Some(common::replicas::SECRET));
-        config.docker.host = host.map(str::to_owned);
-        config.sandbox.isolation = Isolation::Gvisor;
-        config.sandbox.require_landlock = false;
+        common::gvisor::place_sandboxes(&mut config, host, Isolation::Gvisor);
         config
     };
     // A drives the host's engine (no runsc), B the gVisor one.
     let a = TestApp::spawn_with(replica(None)).await;
     let b = TestApp::spawn_with(replica(Some(&engine.host))).await;
-    let sb = AgentSandbox::start(&a, AGENT.to_owned()).await;
+    let sb = AgentSandbox::start(&a, agent()).await;
     let (placed_on, holder): (String, uuid::Uuid) =
         sqlx::query_as("SELECT engine, instance_id FROM sandboxes WHERE id = $1::uuid")
             .bind(&sb.id)
             .fetch_one(&a.state.pool)
             .await
             .expect("a sandbox row");
-    let engine_of = |app: &TestApp| {
-        app.state
-            .sandboxes
-            .dispatcher()
-            .expect("dispatcher up")
-            .engine_id()
-            .to_owned()
-    };
-    assert_eq!(placed_on, engine_of(&b), "placed on the engine with runsc");
+    assert_eq!(placed_on, b.engine_id(), "placed on the engine with runsc");
     assert_eq!(holder, b.state.instance_id);
     // Served through A, run by gVisor's kernel on B's engine.
     let uname = run(&sb, "uname -r").await;
@@ -401,10 +342,10 @@ async fn a_node_without_runsc_refuses_a_gvisor_sandbox_and_leaves_nothing() {
         !runtimes.contains("\"runsc\""),
         "this check needs an engine without runsc: {runtimes}"
     );
-    let app = TestApp::spawn_with(node(&db, None, Isolation::Gvisor)).await;
+    let app = TestApp::spawn_with(common::gvisor::node_config(&db, None, Isolation::Gvisor)).await;
     let r = app
         .admin(Method::POST, "/v1/agents")
-        .body(AGENT)
+        .body(agent())
         .send()
         .await
         .unwrap();
@@ -424,10 +365,7 @@ async fn a_node_without_runsc_refuses_a_gvisor_sandbox_and_leaves_nothing() {
         assert!(message.contains(needed), "`{needed}` in {body}");
     }
     // No row, no container: it was never made as a runc container either.
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM sandboxes")
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap();
+    let rows: i64 = app.count("SELECT count(*) FROM sandboxes").await;
     assert_eq!(rows, 0);
     let instance = format!("label=org.aegis.instance={}", app.state.instance_id);
     assert!(

@@ -21,6 +21,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::common;
+use crate::common::rest::JsonAnswer;
 
 use common::gvisor::{GvisorEngine, Place};
 use common::{e2b_key, test_config, TestApp, TestDb};
@@ -113,10 +114,7 @@ async fn next_step(
 
 /// A node of the gVisor class on `engine`'s runsc engine.
 fn gvisor_node(config: &mut orchestrator::config::NodeConfig, engine: &GvisorEngine) {
-    config.docker.host = Some(engine.host.clone());
-    config.sandbox.isolation = Isolation::Gvisor;
-    // gVisor's kernel has no Landlock (ARCHITECTURE.md, "The gVisor class").
-    config.sandbox.require_landlock = false;
+    common::gvisor::place_sandboxes(config, Some(&engine.host), Isolation::Gvisor);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,12 +151,12 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
         .unwrap();
     let (sandbox, state) = current(&app, &e2b_id).await;
     assert_eq!(state, "checkpointed");
-    let network: String =
-        sqlx::query_scalar("SELECT spec->>'network' FROM sandboxes WHERE id::text = $1")
-            .bind(&sandbox)
-            .fetch_one(&app.state.pool)
-            .await
-            .unwrap();
+    let network: String = app
+        .one(
+            "SELECT spec->>'network' FROM sandboxes WHERE id::text = $1",
+            &sandbox,
+        )
+        .await;
     assert_eq!(network, "egress");
     let (keeps_memory, bytes, archive): (bool, i64, i32) = sqlx::query_as(
         "SELECT p.keeps_memory, p.bytes, length(p.archive) FROM e2b_snapshots p \
@@ -175,12 +173,8 @@ async fn a_gvisor_sandbox_paused_through_e2b_keeps_its_processes_and_memory() {
         .http
         .get(format!("{}/e2b/sandboxes/{e2b_id}", app.http_base))
         .header("X-API-KEY", e2b_key(&key))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json_answer()
+        .await;
     assert_eq!(detail["state"], "paused", "{detail}");
     assert_eq!(detail["pauseMode"], "full", "{detail}");
     let container = format!("aegis-sbx-{sandbox}");
@@ -580,12 +574,12 @@ async fn a_gvisor_sandbox_forked_through_e2b_runs_on_in_each_fork_with_its_memor
     let listed = engine.containers("aegis-");
     for (_, _, sandbox, _) in &rows {
         // The source runs on in the new container its restore started.
-        let container: String =
-            sqlx::query_scalar("SELECT container_name FROM sandboxes WHERE id::text = $1")
-                .bind(sandbox)
-                .fetch_one(&app.state.pool)
-                .await
-                .unwrap();
+        let container: String = app
+            .one(
+                "SELECT container_name FROM sandboxes WHERE id::text = $1",
+                sandbox,
+            )
+            .await;
         assert!(
             listed.contains(&format!("{container} running"))
                 && listed
@@ -611,12 +605,9 @@ async fn a_gvisor_sandbox_forked_through_e2b_runs_on_in_each_fork_with_its_memor
     for (_, _, sandbox, _) in &rows {
         assert!(networks.contains(sandbox.as_str()), "{networks}");
     }
-    let said_memory: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM e2b_sandbox_logs WHERE message LIKE '%with its memory%'",
-    )
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
+    let said_memory: i64 = app
+        .count("SELECT count(*) FROM e2b_sandbox_logs WHERE message LIKE '%with its memory%'")
+        .await;
     assert_eq!(said_memory, 3, "the source's log and each fork's say so");
     let sandboxes: Vec<String> = rows.iter().map(|r| r.2.clone()).collect();
     told.write_all(b"go\n").await.unwrap();

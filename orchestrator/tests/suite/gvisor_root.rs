@@ -11,7 +11,9 @@
 
 use serde_json::{json, Value};
 
-use crate::common::{self, gvisor::GvisorEngine, sandbox::AgentSandbox, TestApp, TestDb};
+use crate::common::{
+    self, agent::AgentManifest, gvisor::GvisorEngine, sandbox::AgentSandbox, TestApp, TestDb,
+};
 use dispatcher::Isolation;
 
 const SCRIPT: &str = concat!(
@@ -19,7 +21,7 @@ const SCRIPT: &str = concat!(
     "/tests/python/e2b_root_client.py"
 );
 
-/// The `base` template's image (E2B's sandboxes) and the agent runtime of [`AGENT`].
+/// The `base` template's image (E2B's sandboxes) and the agent runtime of [`agent`].
 const BASE_IMAGE: &str = "aegis-runtime/base:bookworm";
 const BUSYBOX_IMAGE: &str = "aegis-runtime/busybox:1";
 
@@ -27,65 +29,42 @@ const BUSYBOX_IMAGE: &str = "aegis-runtime/busybox:1";
 /// FOWNER, FSETID, KILL, SETGID, SETUID, NET_BIND_SERVICE, SYS_CHROOT, AUDIT_WRITE.
 const ROOT_CAPS: &str = "00000000200404fb";
 
-/// An agent whose manifest asks nothing about users, with a shell.
-const AGENT: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: gvisor-root-agent
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Try to be root.
-  tools: [cmd.run, fs.read, fs.write]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [id, sh, \"sh -c\"]
-          allow_metacharacters: true
-          timeout_seconds: 30
-          max_output_bytes: 65536
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace]
-";
-
-/// [`AGENT`] whose manifest asks for root (`spec.security.allow_root`).
-fn agent_asking_root() -> String {
-    AGENT
-        .replace("gvisor-root-agent", "gvisor-root-asker")
-        .replace(
-            "      write: [/workspace]\n",
-            "      write: [/workspace]\n    allow_root: true\n",
+/// An agent named `name` with a shell, whose manifest asks for root (`spec.security.allow_root`)
+/// when `root` says so and nothing about users otherwise.
+fn agent(name: &str, root: bool) -> String {
+    let manifest = AgentManifest::new(name)
+        .instruction("Try to be root.")
+        .tools(&["cmd.run", "fs.read", "fs.write"])
+        .cmd(
+            &["id", "sh", "sh -c"],
+            30,
+            "          allow_metacharacters: true\n          max_output_bytes: 65536\n",
         )
+        .filesystem(&["/workspace"], &["/workspace"]);
+    if root {
+        manifest.security("    allow_root: true\n").yaml()
+    } else {
+        manifest.yaml()
+    }
 }
 
-/// A node of class `class` on the engine at `host` (`None`: the host's).
-fn node(db: &TestDb, host: Option<&str>, class: Isolation) -> orchestrator::config::NodeConfig {
-    let mut config = common::test_config(&db.url);
-    config.docker.host = host.map(str::to_owned);
-    config.sandbox.isolation = class;
-    // gVisor's kernel has no Landlock (ARCHITECTURE.md, "The gVisor class").
-    config.sandbox.require_landlock = false;
-    config
+/// `id -u` as root through our own door, which must be refused (`permission_denied`); the
+/// error.
+async fn root_refused(sb: &AgentSandbox) -> Value {
+    let as_root = json!({"command": "id -u", "user": "root"});
+    sb.tool_error("cmd.run", as_root, "permission_denied").await
 }
 
 async fn scenario(app: &TestApp, name: &str) -> Value {
     let key = app.create_key("e2b-root", "operator").await;
-    common::python_client::run(common::python_client::Scenario {
-        script: SCRIPT,
-        args: &[name],
-        api: app,
-        envd: app,
-        key: &key,
-        sdk_dir: None,
-        extra: &[],
-        needs: "`pip install e2b==2.45.1`, which scripts/test.sh does",
-    })
+    let needs = "`pip install e2b==2.45.1`, which scripts/test.sh does";
+    common::python_client::run(common::python_client::Scenario::on(
+        app,
+        SCRIPT,
+        &[name],
+        &key,
+        needs,
+    ))
     .await
 }
 
@@ -124,7 +103,7 @@ fn failed(report: &Value, step: &str) -> String {
 async fn e2b_runs_root_in_a_gvisor_sandbox_and_its_user_cannot_become_root() {
     let engine = GvisorEngine::start_with(&[BASE_IMAGE, BUSYBOX_IMAGE]);
     let db = TestDb::create().await;
-    let app = TestApp::spawn_with(node(&db, Some(&engine.host), Isolation::Gvisor)).await;
+    let app = TestApp::spawn_with(engine.node(&db)).await;
     let r = scenario(&app, "gvisor").await;
 
     // Root, with the root set and no-new-privs; the sandbox user beside it has nothing.
@@ -203,14 +182,8 @@ async fn e2b_runs_root_in_a_gvisor_sandbox_and_its_user_cannot_become_root() {
     assert_eq!(ok(&r, "alive"), "alive");
 
     // Our own doors keep their user rules in a gVisor sandbox: no manifest asks root.
-    let sb = AgentSandbox::start_on(&app, AGENT.to_owned(), BUSYBOX_IMAGE).await;
-    let out = sb
-        .tool_error(
-            "cmd.run",
-            json!({"command": "id -u", "user": "root"}),
-            "permission_denied",
-        )
-        .await;
+    let sb = AgentSandbox::start_on(&app, agent("gvisor-root-agent", false), BUSYBOX_IMAGE).await;
+    let out = root_refused(&sb).await;
     let message = out.to_string();
     for needed in ["root", "gVisor", "allow_root"] {
         assert!(message.contains(needed), "`{needed}` in {message}");
@@ -227,7 +200,7 @@ async fn e2b_runs_root_in_a_gvisor_sandbox_and_its_user_cannot_become_root() {
     assert_ne!(code, 0, "the refused write left a file");
 
     // ... unless its manifest asks for root, in this gVisor sandbox.
-    let asker = agent_asking_root();
+    let asker = agent("gvisor-root-asker", true);
     assert!(asker.contains("allow_root: true"), "{asker}");
     let sb = AgentSandbox::start_on(&app, asker, BUSYBOX_IMAGE).await;
     let id = sb
@@ -258,7 +231,8 @@ async fn e2b_runs_root_in_a_gvisor_sandbox_and_its_user_cannot_become_root() {
 #[tokio::test]
 async fn e2b_root_is_refused_in_a_container_sandbox_with_how_to_get_it() {
     let db = TestDb::create().await;
-    let app = TestApp::spawn_with(node(&db, None, Isolation::Container)).await;
+    let app =
+        TestApp::spawn_with(common::gvisor::node_config(&db, None, Isolation::Container)).await;
     let r = scenario(&app, "container").await;
     let why = ["container isolation class", "gVisor", "no root"];
     refused(&r, "whoami_root", &why);
@@ -274,14 +248,8 @@ async fn e2b_root_is_refused_in_a_container_sandbox_with_how_to_get_it() {
     );
 
     // An agent whose manifest asks for root gets none in a container-class sandbox.
-    let sb = AgentSandbox::start_on(&app, agent_asking_root(), BUSYBOX_IMAGE).await;
-    let out = sb
-        .tool_error(
-            "cmd.run",
-            json!({"command": "id -u", "user": "root"}),
-            "permission_denied",
-        )
-        .await;
+    let sb = AgentSandbox::start_on(&app, agent("gvisor-root-asker", true), BUSYBOX_IMAGE).await;
+    let out = root_refused(&sb).await;
     assert!(out.to_string().contains("gVisor"), "{out}");
     let caps = sb.inspect("{{.HostConfig.CapAdd}}");
     for cap in ["SETUID", "SETGID", "KILL", "CHOWN"] {

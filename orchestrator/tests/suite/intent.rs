@@ -189,10 +189,7 @@ async fn the_loop_is_bounded_and_what_cannot_run_here_is_refused_with_the_reason
     assert_eq!(pipeline["status"], "failed", "{waited}");
     assert_eq!(pipeline["failed_at_state"], "CHECK", "{pipeline}");
     assert!(
-        pipeline["reason"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("max_state_visits"),
+        common::json::text(&pipeline["reason"]).contains("max_state_visits"),
         "{pipeline}"
     );
     assert_eq!(llm.remaining(), 1, "four drafts, no more");
@@ -220,10 +217,7 @@ async fn the_loop_is_bounded_and_what_cannot_run_here_is_refused_with_the_reason
         let error = &out["structuredContent"]["error"];
         assert_eq!(error["code"], "runtime_missing", "{out}");
         assert!(
-            error["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("javascript"),
+            common::json::text(&error["message"]).contains("javascript"),
             "{out}"
         );
     }

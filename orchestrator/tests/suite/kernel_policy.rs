@@ -8,6 +8,7 @@
 //! created, nothing was written outside the write root, no process survived.
 
 use crate::common;
+use crate::common::agent::AgentManifest;
 
 use std::process::Command;
 
@@ -17,64 +18,47 @@ use serde_json::{json, Value};
 
 const SHELL_IMAGE: &str = "aegis-runtime/shell:bookworm";
 
+/// An agent on the shell runtime with the file tools and `cmd.run` allowing `programs`, that
+/// reads the workspace, writes beneath `/workspace/out`, in 128 MiB of memory and 16 MiB of disk.
+fn shell_agent(name: &str, instruction: &str, programs: &[&str]) -> String {
+    AgentManifest::new(name)
+        .runtime("shell", "bookworm")
+        .instruction(instruction)
+        .tools(&["cmd.run", "fs.read", "fs.write", "fs.list"])
+        .cmd(programs, 30, "          max_output_bytes: 65536\n")
+        .filesystem(&["/workspace"], &["/workspace/out"])
+        .security("    resources:\n      memory: 128Mi\n      disk: 16Mi\n")
+        .yaml()
+}
+
 /// Programs that run no code of their own choosing; git reads a config the agent can plant,
 /// tar and sort have options that run programs (granted here explicitly, as an operator might).
-const NO_INTERPRETER: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: lister
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: shell
-    version: bookworm
-  task:
-    instruction: List and archive files.
-  tools: [cmd.run, fs.read, fs.write, fs.list]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [ls, cat, touch, dd, git, sort, \"sort -o\", tar, \"tar --checkpoint-action\"]
-          timeout_seconds: 30
-          max_output_bytes: 65536
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace/out]
-    resources:
-      memory: 128Mi
-      disk: 16Mi
-";
+fn no_interpreter() -> String {
+    shell_agent(
+        "lister",
+        "List and archive files.",
+        &[
+            "ls",
+            "cat",
+            "touch",
+            "dd",
+            "git",
+            "sort",
+            "sort -o",
+            "tar",
+            "tar --checkpoint-action",
+        ],
+    )
+}
 
 /// The same, with an interpreter on the allowlist.
-const WITH_INTERPRETER: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: scripter
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: shell
-    version: bookworm
-  task:
-    instruction: Run scripts.
-  tools: [cmd.run, fs.read, fs.write, fs.list]
-  builtin_dispatchers:
-    - name: cmd
-      capabilities:
-        - name: cmd.run
-          subcommand_allowlist: [bash, \"bash -c\", ls, cat, sleep]
-          timeout_seconds: 30
-          max_output_bytes: 65536
-  security:
-    filesystem:
-      read: [/workspace]
-      write: [/workspace/out]
-    resources:
-      memory: 128Mi
-      disk: 16Mi
-";
+fn with_interpreter() -> String {
+    shell_agent(
+        "scripter",
+        "Run scripts.",
+        &["bash", "bash -c", "ls", "cat", "sleep"],
+    )
+}
 
 /// An agent's sandbox on the shell runtime, with the checks these attacks repeat.
 struct Sb {
@@ -148,7 +132,7 @@ async fn listed_programs_cannot_run_unlisted_ones_or_write_outside() {
         ready["checks"]["kernel_policy"]["landlock_abi"].as_u64() >= Some(1),
         "readiness reports the kernel's Landlock: {ready}"
     );
-    let sb = sandbox(&app, NO_INTERPRETER).await;
+    let sb = sandbox(&app, &no_interpreter()).await;
 
     // The argv policy refuses what it knows, with a clear message: abbreviated long options,
     // option letters without a dash, git options before the subcommand, the loader.
@@ -196,10 +180,7 @@ async fn listed_programs_cannot_run_unlisted_ones_or_write_outside() {
         )
         .await;
     assert!(
-        r["stderr"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("Permission denied"),
+        common::json::text(&r["stderr"]).contains("Permission denied"),
         "tar could not run the shell: {r}"
     );
     assert!(!sb
@@ -280,13 +261,7 @@ async fn listed_programs_cannot_run_unlisted_ones_or_write_outside() {
         )
         .await;
     assert_ne!(r["exit_code"], 0, "{r}");
-    assert!(
-        r["stderr"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("No space"),
-        "{r}"
-    );
+    assert!(common::json::text(&r["stderr"]).contains("No space"), "{r}");
     let (status, out) = sb
         .call(
             "fs.write",
@@ -341,7 +316,7 @@ async fn listed_programs_cannot_run_unlisted_ones_or_write_outside() {
 #[tokio::test]
 async fn an_allowlisted_interpreter_is_held_by_the_kernel_too() {
     let app = TestApp::spawn().await;
-    let sb = sandbox(&app, WITH_INTERPRETER).await;
+    let sb = sandbox(&app, &with_interpreter()).await;
 
     let bash = |script: &'static str| (script, ["-c", script]);
 
@@ -363,10 +338,7 @@ async fn an_allowlisted_interpreter_is_held_by_the_kernel_too() {
     let r = sb.run("bash", &args).await;
     assert_ne!(r["exit_code"], 0, "{r}");
     assert!(
-        r["stderr"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("failed to map segment"),
+        common::json::text(&r["stderr"]).contains("failed to map segment"),
         "{r}"
     );
 
@@ -391,10 +363,7 @@ async fn an_allowlisted_interpreter_is_held_by_the_kernel_too() {
     let (_, args) = bash("echo > /dev/tcp/127.0.0.1/9");
     let r = sb.run("bash", &args).await;
     assert!(
-        r["stderr"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("Permission denied"),
+        common::json::text(&r["stderr"]).contains("Permission denied"),
         "{r}"
     );
 

@@ -38,6 +38,11 @@ fn hello() -> ChatRequest {
     }
 }
 
+/// `hello()` sent to `fake` through a client of its configuration: the answer, or the error.
+async fn hello_to(fake: &FakeLlm) -> Result<orchestrator::llm::ChatResponse, LlmError> {
+    chat(&client(&fake.config()), None, &hello()).await
+}
+
 fn spec(name: &str) -> ToolSpec {
     ToolSpec {
         name: name.into(),
@@ -165,9 +170,7 @@ async fn a_tool_call_round_trip_sends_and_reads_the_openai_shapes() {
 #[tokio::test]
 async fn a_plain_request_sends_no_tools_and_no_sampling_defaults() {
     let fake = FakeLlm::start(vec![answer("hi")]).await;
-    let reply = chat(&client(&fake.config()), None, &hello())
-        .await
-        .expect("answer");
+    let reply = hello_to(&fake).await.expect("answer");
     assert_eq!(reply.message.content.as_deref(), Some("hi"));
     let body = &fake.requests()[0];
     for absent in ["tools", "tool_choice", "temperature", "max_tokens"] {
@@ -184,9 +187,7 @@ async fn server_errors_are_retried_until_success() {
         answer("recovered"),
     ])
     .await;
-    let reply = chat(&client(&fake.config()), None, &hello())
-        .await
-        .expect("third attempt succeeds");
+    let reply = hello_to(&fake).await.expect("third attempt succeeds");
     assert_eq!(reply.attempts, 3);
     assert_eq!(reply.message.content.as_deref(), Some("recovered"));
     assert_eq!(fake.requests().len(), 3);
@@ -196,9 +197,7 @@ async fn server_errors_are_retried_until_success() {
 async fn retries_end_with_the_last_error() {
     // An empty script answers 500 every time.
     let fake = FakeLlm::start(vec![]).await;
-    let err = chat(&client(&fake.config()), None, &hello())
-        .await
-        .expect_err("never succeeds");
+    let err = hello_to(&fake).await.expect_err("never succeeds");
     match &err {
         LlmError::RetriesExhausted {
             provider,
@@ -268,9 +267,7 @@ async fn a_client_error_is_not_retried() {
         answer("never reached"),
     ])
     .await;
-    let err = chat(&client(&fake.config()), None, &hello())
-        .await
-        .expect_err("400 is final");
+    let err = hello_to(&fake).await.expect_err("400 is final");
     match &err {
         LlmError::Http {
             status,

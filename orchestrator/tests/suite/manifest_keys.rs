@@ -16,25 +16,25 @@ async fn harness(script: Vec<Step>) -> Harness {
     Harness::start(script).await
 }
 
-async fn harness_with(
-    script: Vec<Step>,
-    tune: impl FnOnce(&mut orchestrator::config::NodeConfig),
-) -> Harness {
-    Harness::builder(script).start_tuned(tune).await
+/// The judge the semantic validations here name.
+fn judge() -> String {
+    AgentManifest::new("gatekeeper")
+        .instruction(
+            "Judge the proposed tool call against the criteria; answer JSON {score, confidence, reasoning}.",
+        )
+        .yaml()
 }
 
-const JUDGE: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: gatekeeper
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Judge the proposed tool call against the criteria; answer JSON {score, confidence, reasoning}.
-";
+/// Deploys the judge, then `agent` with a semantic tool validation by it: its `criteria` (and
+/// any more lines of the validation after them).
+async fn deploy_judged(h: &Harness, agent: AgentManifest, criteria: &str) {
+    h.deployed(AGENTS, &judge()).await;
+    let validation = format!(
+        "  execution:\n    tool_validation:\n      - type: semantic\n        \
+         judge_agent: gatekeeper\n        criteria: {criteria}\n"
+    );
+    h.deployed(AGENTS, &agent.spec(&validation).yaml()).await;
+}
 
 #[tokio::test]
 async fn tool_validation_refuses_a_call_and_the_model_reads_why() {
@@ -51,28 +51,12 @@ async fn tool_validation_refuses_a_call_and_the_model_reads_why() {
         answer("listed"),
     ])
     .await;
-    h.deployed(AGENTS, JUDGE).await;
-    h.deployed(
-        AGENTS,
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: worker
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Look around the workspace.
-  tools: [fs.write, fs.list]
-  execution:
-    tool_validation:
-      - type: semantic
-        judge_agent: gatekeeper
-        criteria: Only read; never write.
-        min_score: 0.8
-",
+    deploy_judged(
+        &h,
+        AgentManifest::new("worker")
+            .instruction("Look around the workspace.")
+            .tools(&["fs.write", "fs.list"]),
+        "Only read; never write.\n        min_score: 0.8",
     )
     .await;
     let id = h.started("worker", json!({"input": {}})).await;
@@ -90,9 +74,7 @@ spec:
         "{judge_input}"
     );
     // The model read the refusal and its reasoning as the tool's answer.
-    let tool_messages: Vec<&Value> = requests[2]["messages"]
-        .as_array()
-        .unwrap()
+    let tool_messages: Vec<&Value> = common::json::items(&requests[2]["messages"])
         .iter()
         .filter(|m| m["role"] == "tool")
         .collect();
@@ -103,9 +85,7 @@ spec:
         "{refusal}"
     );
     // The approved call ran: its answer is a listing, not a refusal.
-    let listing = requests[4]["messages"]
-        .as_array()
-        .unwrap()
+    let listing = common::json::items(&requests[4]["messages"])
         .iter()
         .rfind(|m| m["role"] == "tool")
         .unwrap()["content"]
@@ -156,22 +136,13 @@ async fn input_data_is_the_input_when_none_is_given() {
     let h = harness(vec![answer("one"), answer("two")]).await;
     h.deployed(
         AGENTS,
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: greeter
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Greet.
-    prompt_template: \"Hello {{input.name}} from {{input.city}}\"
-    input_data:
-      name: Ada
-      city: London
-",
+        &AgentManifest::new("greeter")
+            .instruction("Greet.")
+            .task(
+                "    prompt_template: \"Hello {{input.name}} from {{input.city}}\"\n    \
+                 input_data:\n      name: Ada\n      city: London\n",
+            )
+            .yaml(),
     )
     .await;
     let first = h.started("greeter", json!({})).await;
@@ -203,9 +174,7 @@ fn volume_agent(name: &str, volumes: &str) -> String {
 
 /// The text of the last tool message the model was sent in request `n`.
 fn last_tool_message(requests: &[Value], n: usize) -> String {
-    requests[n]["messages"]
-        .as_array()
-        .unwrap()
+    common::json::items(&requests[n]["messages"])
         .iter()
         .rfind(|m| m["role"] == "tool")
         .unwrap()["content"]
@@ -217,26 +186,24 @@ fn last_tool_message(requests: &[Value], n: usize) -> String {
 #[tokio::test]
 async fn a_persistent_volume_survives_two_executions_until_it_expires() {
     let read = || tool_calls(&[("fs__read", json!({"path": "/workspace/data/note.txt"}))]);
-    let h = harness_with(
-        vec![
-            tool_calls(&[(
-                "fs__write",
-                json!({"path": "/workspace/data/note.txt", "content": "kept across runs"}),
-            )]),
-            answer("written"),
-            read(),
-            answer("read"),
-            read(),
-            answer("gone"),
-            // The small volume: a write over its size_limit.
-            tool_calls(&[(
-                "fs__write",
-                json!({"path": "/workspace/small/big.txt", "content": "x".repeat(16 * 1024)}),
-            )]),
-            answer("wrote too much"),
-        ],
-        |c| c.volumes.sweep_interval_secs = 1,
-    )
+    let h = Harness::builder(vec![
+        tool_calls(&[(
+            "fs__write",
+            json!({"path": "/workspace/data/note.txt", "content": "kept across runs"}),
+        )]),
+        answer("written"),
+        read(),
+        answer("read"),
+        read(),
+        answer("gone"),
+        // The small volume: a write over its size_limit.
+        tool_calls(&[(
+            "fs__write",
+            json!({"path": "/workspace/small/big.txt", "content": "x".repeat(16 * 1024)}),
+        )]),
+        answer("wrote too much"),
+    ])
+    .start_tuned(|c| c.volumes.sweep_interval_secs = 1)
     .await;
     // The older spellings (mount_point, size_limit_mb) are read as mount_path and size_limit.
     h.deployed(
@@ -318,10 +285,7 @@ async fn a_persistent_volume_survives_two_executions_until_it_expires() {
     let e = h.wait_end(&fourth, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "failed", "{e}");
     assert!(
-        e["last_error"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("size_limit"),
+        common::json::text(&e["last_error"]).contains("size_limit"),
         "{e}"
     );
     let saved = crate::common::count(
@@ -388,31 +352,21 @@ async fn a_webhook_delivery_is_signed_retried_after_a_500_and_logged() {
     let var = format!("AEGIS_TEST_DELIVERY_{}", uuid::Uuid::new_v4().simple());
     std::env::set_var(&var, &secret);
     let rx = receiver().await;
-    let h = harness_with(vec![answer("the result")], |c| {
-        c.egress.allow_cidrs = vec!["127.0.0.1/32".to_owned()];
-        c.delivery.secrets = [("hook".to_owned(), var.clone())].into();
-        c.delivery.poll_interval_ms = 50;
-        c.delivery.backoff_base_ms = 50;
-    })
-    .await;
+    let h = Harness::builder(vec![answer("the result")])
+        .start_tuned(|c| {
+            c.egress.allow_cidrs = vec!["127.0.0.1/32".to_owned()];
+            c.delivery.secrets = [("hook".to_owned(), var.clone())].into();
+            c.delivery.poll_interval_ms = 50;
+            c.delivery.backoff_base_ms = 50;
+        })
+        .await;
     let manifest = |destinations: &str| {
-        format!(
-            "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: reporter
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Report.
-  execution:
-    delivery:
-      destinations:
-{destinations}"
-        )
+        AgentManifest::new("reporter")
+            .instruction("Report.")
+            .spec(&format!(
+                "  execution:\n    delivery:\n      destinations:\n{destinations}"
+            ))
+            .yaml()
     };
     // What this node cannot serve is refused at deploy, with the place.
     let (status, body) = h
@@ -565,13 +519,12 @@ spec:
         .any(|(_, body)| body == "{\"replayed\":true}"));
 
     // The secret never reaches the database.
-    let stored: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM deliveries WHERE body LIKE '%' || $1 || '%' OR headers::text LIKE '%' || $1 || '%'",
-    )
-    .bind(&secret)
-    .fetch_one(&h.app.state.pool)
-    .await
-    .unwrap();
+    let stored: i64 = h.app
+        .one(
+            "SELECT count(*) FROM deliveries WHERE body LIKE '%' || $1 || '%' OR headers::text LIKE '%' || $1 || '%'",
+            &secret,
+        )
+        .await;
     assert_eq!(stored, 0);
 }
 
@@ -647,45 +600,25 @@ spec:
     let warning = &body["warnings"][0];
     assert_eq!(warning["pointer"], "/spec/volumes", "{body}");
     assert!(
-        warning["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("no effect"),
+        common::json::text(&warning["message"]).contains("no effect"),
         "{body}"
     );
 }
 
 #[tokio::test]
 async fn tools_the_node_marks_skip_judge_are_not_judged() {
-    let h = harness_with(
-        vec![
-            tool_calls(&[("fs__list", json!({"path": "/workspace"}))]),
-            answer("done"),
-        ],
-        |c| c.executions.skip_judge_tools = vec!["fs.list".to_owned()],
-    )
+    let h = Harness::builder(vec![
+        tool_calls(&[("fs__list", json!({"path": "/workspace"}))]),
+        answer("done"),
+    ])
+    .start_tuned(|c| c.executions.skip_judge_tools = vec!["fs.list".to_owned()])
     .await;
-    h.deployed(AGENTS, JUDGE).await;
-    h.deployed(
-        AGENTS,
-        "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: lister
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: List the workspace.
-  tools: [fs.list]
-  execution:
-    tool_validation:
-      - type: semantic
-        judge_agent: gatekeeper
-        criteria: Anything goes.
-",
+    deploy_judged(
+        &h,
+        AgentManifest::new("lister")
+            .instruction("List the workspace.")
+            .tools(&["fs.list"]),
+        "Anything goes.",
     )
     .await;
     let id = h.started("lister", json!({})).await;

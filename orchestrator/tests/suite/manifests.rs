@@ -30,9 +30,7 @@ static TOOLS: LazyLock<HashSet<String>> = LazyLock::new(|| {
     let text =
         std::fs::read_to_string(repo().join("schemas/tools/index.json")).expect("index.json");
     let index: Value = serde_json::from_str(&text).expect("index.json is JSON");
-    index["tools"]
-        .as_array()
-        .expect("tools list")
+    crate::common::json::items(&index["tools"])
         .iter()
         .filter_map(|t| t["name"].as_str().map(str::to_owned))
         .collect()

@@ -89,12 +89,7 @@ async fn the_official_python_client_lists_writes_reads_runs_and_is_refused() {
     .await;
 
     // tools/list: exactly what the context grants, with both schemas.
-    let names: Vec<&str> = report["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let names = common::json::present_strs(&report["tools"], "name");
     assert!(
         names.contains(&"fs.read") && names.contains(&"cmd.run"),
         "{names:?}"
@@ -104,24 +99,14 @@ async fn the_official_python_client_lists_writes_reads_runs_and_is_refused() {
         !names.iter().any(|n| n.starts_with("aegis.agent")),
         "{names:?}"
     );
-    let fs_read = report["tools"]
-        .as_array()
-        .unwrap()
+    let fs_read = common::json::items(&report["tools"])
         .iter()
         .find(|t| t["name"] == "fs.read")
         .unwrap();
     assert_eq!(fs_read["inputSchema"]["type"], "object", "{fs_read}");
     assert_eq!(fs_read["outputSchema"]["type"], "object", "{fs_read}");
 
-    assert_eq!(report["write"]["isError"], false, "{report}");
-    assert_eq!(
-        report["read"]["structuredContent"]["content"], "héllo from mcp ✓\n",
-        "{report}"
-    );
-    assert_eq!(
-        report["run"]["structuredContent"]["stdout"], "héllo from mcp ✓\n",
-        "{report}"
-    );
+    common::python_client::assert_wrote_read_and_ran(&report, "héllo from mcp ✓\n");
     // The policy refusal is a tool error the model can read, not a transport failure.
     assert_eq!(report["refused"]["isError"], true, "{report}");
     let refused = report["refused"]["content"][0]["text"]
@@ -164,13 +149,12 @@ async fn the_official_python_client_lists_writes_reads_runs_and_is_refused() {
     // Every call is audited under the key: 4 calls in the session + 1 session-less that ran
     // (intent + completion rows each), the refusal as a denial.
     let pool = &app.state.pool;
-    let completed: i64 = sqlx::query_scalar(
+    let completed: i64 = common::one(
+        pool,
         "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND kind = 'tool' AND decision = 'allowed' AND outcome = 'ok'",
+        &key_id,
     )
-    .bind(&key_id)
-    .fetch_one(pool)
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         completed, 4,
         "fs.write, fs.read, cmd.run, aegis.runtime.list"
@@ -227,21 +211,10 @@ async fn an_edited_context_applies_to_the_next_request() {
                "capabilities": [{"tool_pattern": tools}],
                "attestation": {"allow_unverified": true}})
     };
-    app.answered(
-        reqwest::Method::POST,
-        "/v1/security-contexts",
-        Some(edit("fs.*")),
-        200,
-    )
-    .await;
+    app.posted("/v1/security-contexts", edit("fs.*"), 200).await;
     assert_eq!(runtime_list_is_error(&app, &key, &session, 3).await, true);
-    app.answered(
-        reqwest::Method::POST,
-        "/v1/security-contexts",
-        Some(edit("aegis.runtime.*")),
-        200,
-    )
-    .await;
+    app.posted("/v1/security-contexts", edit("aegis.runtime.*"), 200)
+        .await;
     assert_eq!(runtime_list_is_error(&app, &key, &session, 4).await, false);
 
     // The node keeps the verified key with its context's version; an edit made behind its back
@@ -327,13 +300,12 @@ async fn ending_the_session_destroys_its_sandbox() {
     assert_eq!(r.status(), 204, "{}", r.status());
     assert_eq!(wait_no_sandbox(&context).await, Vec::<String>::new());
     // Operators see the session ended.
-    let live: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM seal_sessions WHERE context_name = $1 AND status = 'active'",
-    )
-    .bind(&context)
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
+    let live: i64 = app
+        .one(
+            "SELECT count(*) FROM seal_sessions WHERE context_name = $1 AND status = 'active'",
+            &context,
+        )
+        .await;
     assert_eq!(live, 0);
 }
 
@@ -359,10 +331,7 @@ async fn a_foreign_origin_an_unbound_key_and_an_unknown_context_are_refused() {
     assert_eq!(r.status(), 403);
     let body: Value = r.json().await.unwrap();
     assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("evil.example"),
+        common::json::text(&body["error"]["message"]).contains("evil.example"),
         "{body}"
     );
     // A local origin passes.
@@ -406,10 +375,9 @@ async fn a_foreign_origin_an_unbound_key_and_an_unknown_context_are_refused() {
 
     // Binding to a context that does not exist is refused at creation.
     let body = app
-        .answered(
-            reqwest::Method::POST,
+        .posted(
             "/v1/api-keys",
-            Some(json!({"name": "k", "role": "readonly", "security_context": "no-such-context"})),
+            json!({"name": "k", "role": "readonly", "security_context": "no-such-context"}),
             400,
         )
         .await;

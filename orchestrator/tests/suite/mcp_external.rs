@@ -6,6 +6,7 @@
 //! internal range; the egress tests below show what happens without that.
 
 use crate::common;
+use crate::common::agent::AgentManifest;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -126,19 +127,12 @@ async fn audit_rows(app: &TestApp, action: &str) -> Vec<(String, String, Option<
     .expect("audit rows")
 }
 
-const AGENT: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: adder
-  version: \"1.0.0\"
-spec:
-  runtime:
-    language: busybox
-    version: \"1\"
-  task:
-    instruction: Add the numbers with the tool.
-  tools: [\"mcp:tools/add\"]
-";
+fn adder() -> String {
+    AgentManifest::new("adder")
+        .instruction("Add the numbers with the tool.")
+        .tools(&["mcp:tools/add"])
+        .yaml()
+}
 
 #[tokio::test]
 async fn an_agent_calls_a_tool_of_an_external_mcp_server_and_a_tool_outside_its_manifest_is_refused(
@@ -160,13 +154,9 @@ async fn an_agent_calls_a_tool_of_an_external_mcp_server_and_a_tool_outside_its_
     config.llm = llm.config();
     let app = TestApp::spawn_with(config).await;
 
-    app.deployed("/v1/agents", AGENT).await;
+    app.deployed("/v1/agents", &adder()).await;
     let r = app
-        .response(
-            Method::POST,
-            "/v1/agents/adder/execute",
-            Some(&json!({"input": {}})),
-        )
+        .post_json("/v1/agents/adder/execute", &json!({"input": {}}))
         .await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
     let id = r.json::<Value>().await.unwrap()["execution_id"]
@@ -181,9 +171,7 @@ async fn an_agent_calls_a_tool_of_an_external_mcp_server_and_a_tool_outside_its_
     // The model was offered the server's `add` with the schema the server listed, nothing else.
     let requests = llm.requests();
     let offered = &requests[0]["tools"];
-    let names: Vec<&str> = offered
-        .as_array()
-        .unwrap()
+    let names: Vec<&str> = common::json::items(offered)
         .iter()
         .filter_map(|t| t["function"]["name"].as_str())
         .collect();
@@ -193,9 +181,7 @@ async fn an_agent_calls_a_tool_of_an_external_mcp_server_and_a_tool_outside_its_
     assert_eq!(schema["required"], json!(["a", "b"]), "{schema}");
 
     // The server's answer came back to the model.
-    let tool_message = requests[1]["messages"]
-        .as_array()
-        .unwrap()
+    let tool_message = common::json::items(&requests[1]["messages"])
         .iter()
         .rfind(|m| m["role"] == "tool")
         .cloned()
@@ -347,10 +333,7 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
     let error = &body["structuredContent"]["error"];
     assert_eq!(error["code"], "mcp_tool_error", "{body}");
     assert!(
-        error["message"]
-            .as_str()
-            .unwrap()
-            .contains("failed on purpose"),
+        common::json::text(&error["message"]).contains("failed on purpose"),
         "{body}"
     );
     // A server that repeats the node's credential in an error: the caller and the audit log
@@ -444,9 +427,7 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
     let (_, body) = app
         .call_tool_as(&confined, "aegis.tools.list", json!({}))
         .await;
-    let names: Vec<String> = body["structuredContent"]["tools"]
-        .as_array()
-        .unwrap()
+    let names: Vec<String> = common::json::items(&body["structuredContent"]["tools"])
         .iter()
         .map(|t| t["name"].as_str().unwrap().to_owned())
         .collect();
@@ -669,9 +650,7 @@ async fn mcp_names_of_built_in_tools_are_normalised_and_unknown_servers_refused_
     let status = r.status();
     let body: Value = r.json().await.unwrap();
     assert_eq!(status, 201, "{body}");
-    let warning = body["warnings"]
-        .as_array()
-        .unwrap()
+    let warning = common::json::items(&body["warnings"])
         .iter()
         .find(|w| w["pointer"] == "/spec/tools/0")
         .cloned()
@@ -859,9 +838,7 @@ async fn a_credential_with_quotes_echoed_in_results_is_redacted_in_every_encodin
     let text = body.to_string();
     assert!(text.contains("team=***"), "{text}");
     assert_eq!(careless.leaked(&text), Vec::<String>::new(), "{text}");
-    let image = body["structuredContent"]["content"]
-        .as_array()
-        .unwrap()
+    let image = common::json::items(&body["structuredContent"]["content"])
         .iter()
         .find(|c| c["type"] == "image")
         .unwrap_or_else(|| panic!("an image in {body}"));
@@ -897,12 +874,7 @@ async fn a_credential_with_quotes_echoed_in_results_is_redacted_in_every_encodin
         .decode(structured["blob"].as_str().unwrap_or_default())
         .unwrap();
     assert_eq!(blob, b"bytes *** end");
-    let texts: Vec<&str> = output["content"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["text"].as_str())
-        .collect();
+    let texts = common::json::present_strs(&output["content"], "text");
     assert_eq!(texts[0], r#"{"team": "***"}"#, "{body}");
     assert_eq!(texts[1], "https://example.test/?team=***&x=1", "{body}");
     let data_url = texts[2].strip_prefix("data:text/plain;base64,").unwrap();

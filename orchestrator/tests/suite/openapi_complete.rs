@@ -3,6 +3,8 @@
 //! without properties, so a client generated from it sees the shapes the handlers use; and the
 //! answers of live calls match what the document says of them, with no undocumented field.
 
+use crate::common::agent::AgentManifest;
+use crate::common::workflow::workflow_manifest;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -426,30 +428,20 @@ impl<'a> Live<'a> {
     }
 }
 
-const AGENT: &str = "apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: shape-checker
-  version: \"1.0.0\"
-  description: Answers whatever it is asked.
-spec:
-  runtime:
-    language: python
-    version: \"3.11\"
-  task:
-    instruction: Answer the question.
-  tools: [aegis.schema.get]
-";
+fn agent() -> String {
+    AgentManifest::new("shape-checker")
+        .metadata("  description: Answers whatever it is asked.\n")
+        .runtime("python", "3.11")
+        .instruction("Answer the question.")
+        .tools(&["aegis.schema.get"])
+        .yaml()
+}
 
-const WORKFLOW: &str = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: ask-once
-  version: \"1.0.0\"
-spec:
-  initial_state: ASK
-  states:
-    ASK:
+fn workflow() -> String {
+    workflow_manifest(
+        "ask-once",
+        "ASK",
+        "    ASK:
       kind: Human
       prompt: Go on?
       transitions:
@@ -459,7 +451,9 @@ spec:
       command: update_blackboard
       update_blackboard: {note: \"went on\"}
       transitions: []
-";
+",
+    )
+}
 
 /// A node with one SEAL context any `test-*` workload may enter, and one whose calls of
 /// `aegis.tools.search` wait for an operator. Its model answers the first execution and never
@@ -537,17 +531,17 @@ async fn live_answers_match_the_document() {
     live.call("/v1/api-keys/{id}", request).await;
 
     // Definitions.
-    for (template, manifest) in [("/v1/agents", AGENT), ("/v1/workflows", WORKFLOW)] {
+    for (template, manifest) in [("/v1/agents", agent()), ("/v1/workflows", workflow())] {
         let request = live
             .admin(Method::POST, template)
             .header("content-type", "application/yaml")
-            .body(manifest.to_owned());
+            .body(manifest.clone());
         let (status, body) = live.call(template, request).await;
         assert_eq!(status, 201, "{body}");
         let request = live
             .admin(Method::POST, &format!("{template}?force=true"))
             .header("content-type", "application/yaml")
-            .body(manifest.to_owned());
+            .body(manifest.clone());
         let (status, body) = live.call(template, request).await;
         assert_eq!((status, &body["unchanged"]), (200, &json!(true)), "{body}");
         let request = live.admin(Method::GET, template);

@@ -64,9 +64,7 @@ async fn scrape(base: &str) -> (HashMap<String, String>, Vec<Sample>) {
         .iter()
         .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
         .collect();
-    let samples = parsed["samples"]
-        .as_array()
-        .unwrap()
+    let samples = common::json::items(&parsed["samples"])
         .iter()
         .map(|s| {
             let labels = s[1]
@@ -195,11 +193,9 @@ async fn metrics_parse_as_prometheus_text_and_move_with_calls() {
     .execute(&app.state.pool)
     .await
     .expect("a failed execution row");
-    let failed = crate::common::count(
-        &app.state.pool,
-        "SELECT count(*) FROM executions WHERE status = 'failed'",
-    )
-    .await;
+    let failed = app
+        .count("SELECT count(*) FROM executions WHERE status = 'failed'")
+        .await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let (_, now) = scrape(&app.http_base).await;
@@ -256,11 +252,7 @@ async fn every_error_is_the_json_error_body() {
     assert!(m.contains("Content-Type: application/json"), "{m}");
 
     let r = app
-        .response(
-            Method::POST,
-            "/v1/tools/call",
-            Some(&json!({"arguments": {}})),
-        )
+        .post_json("/v1/tools/call", &json!({"arguments": {}}))
         .await;
     let m = assert_error(r, 422, "invalid_body").await;
     assert!(m.contains("name"), "names the missing field: {m}");
@@ -359,12 +351,7 @@ async fn sandbox_on(base: &str) -> String {
         .deployed("/v1/agents", &sleeper())
         .await;
     let body = crate::common::rest::Rest::new(client.clone(), base, TEST_ADMIN_KEY)
-        .answered(
-            Method::POST,
-            "/v1/sandboxes",
-            Some(json!({"agent": "sleeper"})),
-            201,
-        )
+        .posted("/v1/sandboxes", json!({"agent": "sleeper"}), 201)
         .await;
     body["sandbox_id"].as_str().expect("sandbox id").to_owned()
 }
@@ -416,11 +403,7 @@ async fn sigterm_destroys_the_nodes_sandboxes_and_logs_carry_request_ids() {
         "no volume (workspace, beacon) of this node is left after SIGTERM"
     );
     let pool = db.pool().await;
-    let live = crate::common::count(
-        &pool,
-        "SELECT count(*) FROM sandboxes WHERE state IN ('creating', 'running', 'destroying')",
-    )
-    .await;
+    let live = crate::common::live_sandboxes(&pool).await;
     assert_eq!(live, 0, "every row says destroyed");
 }
 
@@ -476,12 +459,9 @@ fn fake_object(
         .args(&args)
         .output()
         .expect("docker runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    common::succeeded(out, &format!("docker {}", args.join(" ")))
+        .trim()
+        .to_owned()
 }
 
 fn exists(kind: &str, id: &str) -> bool {

@@ -58,10 +58,9 @@ async fn rest_call(
 ) -> (u16, String) {
     let r = app
         .rest_as(key)
-        .response(
-            Method::POST,
+        .post_json(
             "/v1/tools/call",
-            Some(&json!({"name": name, "arguments": arguments, "sandbox_id": sandbox})),
+            &json!({"name": name, "arguments": arguments, "sandbox_id": sandbox}),
         )
         .await;
     (r.status().as_u16(), r.text().await.unwrap())
@@ -152,11 +151,7 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
     // An operator's sandbox, made and written through REST by its key.
     let r = app
         .rest_as(&owner)
-        .response(
-            Method::POST,
-            "/v1/sandboxes",
-            Some(&json!({"runtime": "busybox"})),
-        )
+        .post_json("/v1/sandboxes", &json!({"runtime": "busybox"}))
         .await;
     assert_eq!(r.status(), 201);
     let operator_id = r.json::<Value>().await.unwrap()["sandbox_id"]
@@ -200,19 +195,10 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
 
     // An agent execution's sandbox (its command sleeps while we attack).
     app.deployed("/v1/agents", &sleeper()).await;
-    let r = app
+    let execution = app
         .rest_as(&owner)
-        .response(
-            Method::POST,
-            "/v1/agents/sleeper/execute",
-            Some(&json!({"input": {}})),
-        )
+        .started("/v1/agents/sleeper/execute", json!({}))
         .await;
-    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
-    let execution = r.json::<Value>().await.unwrap()["execution_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     let execution_id = sandbox_of(&app, "execution", Some(&execution)).await;
     let written = docker_lines(&[
         "exec",
@@ -392,13 +378,7 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
         200,
     )
     .await;
-    app.answered(
-        Method::POST,
-        &format!("/v1/executions/{execution}/cancel"),
-        None,
-        200,
-    )
-    .await;
+    app.cancel_execution(&execution, 200).await;
 }
 
 #[tokio::test]

@@ -18,10 +18,9 @@ const DOMAIN: &str = "previews.test";
 async fn sandbox(app: &TestApp, key: &str) -> String {
     let r = app
         .rest_as(key)
-        .response(
-            Method::POST,
+        .post_json(
             "/v1/sandboxes",
-            Some(&json!({"runtime": "base:bookworm", "allow": ["python3 -m"]})),
+            &json!({"runtime": "base:bookworm", "allow": ["python3 -m"]}),
         )
         .await;
     assert_eq!(r.status(), 201);
@@ -32,11 +31,7 @@ async fn sandbox(app: &TestApp, key: &str) -> String {
 async fn preview(app: &TestApp, key: &str, sandbox: &str, body: Value) -> (u16, Value) {
     let r = app
         .rest_as(key)
-        .response(
-            Method::POST,
-            &format!("/v1/sandboxes/{sandbox}/previews"),
-            Some(&body),
-        )
+        .post_json(&format!("/v1/sandboxes/{sandbox}/previews"), &body)
         .await;
     (r.status().as_u16(), r.json().await.expect("json"))
 }
@@ -73,11 +68,8 @@ async fn visit(app: &TestApp, url: &str, cookie: Option<&str>) -> Visit {
 }
 
 async fn count(app: &TestApp, sql: &str, sandbox: &str) -> i64 {
-    sqlx::query_scalar(sql)
-        .bind(uuid::Uuid::parse_str(sandbox).expect("uuid"))
-        .fetch_one(&app.state.pool)
+    app.one(sql, uuid::Uuid::parse_str(sandbox).expect("uuid"))
         .await
-        .expect("count")
 }
 
 const PORT_ROWS: &str =
@@ -94,7 +86,7 @@ async fn a_preview_url_opens_one_port_until_revoked_or_expired_and_nothing_else(
     let a = sandbox(&app, &owner).await;
     let b = sandbox(&app, &owner).await;
 
-    let r = app.rest_as(&owner).response(Method::POST, "/v1/tools/call", Some(&json!({"name": "cmd.run", "sandbox_id": a, "arguments": { "command": "python3 -m http.server 8000 --bind 127.0.0.1", "background": true}}))).await;
+    let r = app.rest_as(&owner).post_json("/v1/tools/call", &json!({"name": "cmd.run", "sandbox_id": a, "arguments": { "command": "python3 -m http.server 8000 --bind 127.0.0.1", "background": true}})).await;
     let started: Value = r.json().await.expect("json");
     assert!(
         started.get("error").is_none() && started["isError"] != json!(true),

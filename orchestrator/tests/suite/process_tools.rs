@@ -7,9 +7,9 @@
 use crate::common;
 use crate::common::agent::AgentManifest;
 
-use std::process::Command;
 use std::time::Duration;
 
+use common::refusal::seal_ok;
 use common::sandbox::AgentSandbox as Sandbox;
 use common::TestApp;
 use serde_json::{json, Value};
@@ -24,25 +24,6 @@ fn agent(name: &str, unmask: bool) -> String {
         .unmask_env(unmask)
         .filesystem(&roots, &roots)
         .yaml()
-}
-
-/// An agent whose manifest does not list the process tools.
-fn plain_agent(name: &str) -> String {
-    AgentManifest::new(name)
-        .instruction("Only read files.")
-        .tools(&["fs.read"])
-        .yaml()
-}
-
-fn docker(args: &[&str]) -> (i32, String) {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-    )
 }
 
 #[tokio::test]
@@ -79,26 +60,23 @@ async fn proc_list_finds_the_process_listening_on_a_port() {
     let pid = p["pid"].as_u64().unwrap();
 
     // The same process, seen from inside the sandbox: that pid is httpd.
-    let (code, comm) = docker(&["exec", &sb.container(), "cat", &format!("/proc/{pid}/comm")]);
-    assert_eq!((code, comm.as_str()), (0, "httpd"));
+    let (ran, comm) =
+        common::docker_out(&["exec", &sb.container(), "cat", &format!("/proc/{pid}/comm")]);
+    assert_eq!((ran, comm.as_str()), (true, "httpd"));
     let by_name = sb.ok("proc.list", json!({"name": "HTTP"})).await;
     assert_eq!(by_name["processes"][0]["pid"], pid, "{by_name}");
     let nothing = sb.ok("proc.list", json!({"port": 9})).await;
     assert_eq!(nothing["total"], 0);
     let all = sb.ok("proc.list", json!({})).await;
     assert!(
-        all["processes"]
-            .as_array()
-            .unwrap()
+        common::json::items(&all["processes"])
             .iter()
             .all(|p| p["role"] == "command" && p["pid"] != 1),
         "the executor is hidden by default: {all}"
     );
     let internal = sb.ok("proc.list", json!({"include_internal": true})).await;
     assert!(
-        internal["processes"]
-            .as_array()
-            .unwrap()
+        common::json::items(&internal["processes"])
             .iter()
             .any(|p| p["pid"] == 1 && p["role"] == "executor"),
         "{internal}"
@@ -116,7 +94,7 @@ async fn proc_list_finds_the_process_listening_on_a_port() {
     .await;
 
     // Stop the listener from inside; its cmd.run then ends with the signal.
-    let (code, _) = docker(&[
+    let (ran, _) = common::docker_out(&[
         "exec",
         "-u",
         "65534:65534",
@@ -124,7 +102,7 @@ async fn proc_list_finds_the_process_listening_on_a_port() {
         "kill",
         &pid.to_string(),
     ]);
-    assert_eq!(code, 0);
+    assert!(ran);
     let ran = server.await.unwrap();
     assert_eq!(ran["signal"], 15, "{ran}");
     let gone = sb.ok("proc.list", json!({"port": 8080})).await;
@@ -163,10 +141,7 @@ async fn logs_read_returns_a_filtered_tail_inside_the_allowlist() {
         )
         .await;
     assert_eq!(literal["lines_returned"], 2);
-    assert!(literal["lines"][0]
-        .as_str()
-        .unwrap()
-        .contains("\"seq\":495"));
+    assert!(common::json::text(&literal["lines"][0]).contains("\"seq\":495"));
 
     let regex = sb
         .ok(
@@ -202,7 +177,7 @@ async fn logs_read_returns_a_filtered_tail_inside_the_allowlist() {
     )
     .await;
     // A symlink inside the allowlist that points out of it is refused by the executor.
-    let (code, _) = docker(&[
+    let (ran, _) = common::docker_out(&[
         "exec",
         "-u",
         "65534:65534",
@@ -212,7 +187,7 @@ async fn logs_read_returns_a_filtered_tail_inside_the_allowlist() {
         "/etc/passwd",
         "/workspace/logs/evil.log",
     ]);
-    assert_eq!(code, 0);
+    assert!(ran);
     sb.tool_error(
         "logs.read",
         json!({"path": "/workspace/logs/evil.log"}),
@@ -309,7 +284,7 @@ async fn env_get_masks_secrets_unless_the_manifest_allows_unmasking() {
 #[tokio::test]
 async fn the_process_tools_need_the_manifest_to_list_them() {
     let app = TestApp::spawn().await;
-    let sb = Sandbox::start(&app, plain_agent("no-proc-tools")).await;
+    let sb = Sandbox::start(&app, common::agent::reader_agent("no-proc-tools")).await;
     for (tool, args) in [
         ("proc.list", json!({})),
         ("logs.read", json!({"path": "/workspace/a.log"})),
@@ -350,14 +325,12 @@ async fn seal_sessions_call_the_process_tools_under_their_context() {
     for (context, unmask_allowed) in [("debugger", true), ("viewer", false)] {
         let mut client = SealClient::new(Transport::Http(app.http_base.clone())).unwrap();
         client.attest("test-proc", context).await.unwrap();
-        let w = client
-            .call_tool(
-                "fs.write",
-                json!({"path": "/workspace/logs/.env", "content": "TOKEN=abc\nMODE=debug\n"}),
-            )
-            .await
-            .unwrap();
-        assert_eq!(w["isError"], false, "{w}");
+        seal_ok(
+            &client,
+            "fs.write",
+            json!({"path": "/workspace/logs/.env", "content": "TOKEN=abc\nMODE=debug\n"}),
+        )
+        .await;
 
         let tail = client
             .call_tool(

@@ -197,8 +197,9 @@ pub(crate) fn path_with_the_binary() -> String {
     )
 }
 
-/// Runs the named blocks in one bash process against `app`, with a time bound.
-async fn run(app: &TestApp, names: &[&str]) -> Output {
+/// Runs the named blocks in one bash process against `app`, with a time bound; their stdout,
+/// which must have succeeded (a failure shows both streams).
+async fn run(app: &TestApp, names: &[&str]) -> String {
     let text = readme();
     let script = script(&text, names);
     let path = path_with_the_binary();
@@ -229,10 +230,11 @@ async fn run(app: &TestApp, names: &[&str]) -> Output {
     ] {
         command.env_remove(var);
     }
-    tokio::time::timeout(Duration::from_secs(600), command.output())
+    let out = tokio::time::timeout(Duration::from_secs(600), command.output())
         .await
         .unwrap_or_else(|_| panic!("README blocks {names:?} did not end within 600 s"))
-        .expect("bash runs")
+        .expect("bash runs");
+    succeeded(names, &out)
 }
 
 /// Stdout of a run that succeeded; the failure shows both streams.
@@ -371,14 +373,12 @@ async fn the_seal_and_mcp_examples_run_on_the_compose_contexts() {
 
     // SEAL: a token, attestation over HTTP, a write and a read in the session's sandbox, a
     // second token and attestation over gRPC, the session's tools.
-    let names = ["seal"];
-    let out = succeeded(&names, &run(&app, &names).await);
+    let out = run(&app, &["seal"]).await;
     assert!(out.contains("\"a,b\\n1,2\\n\""), "fs.read's content: {out}");
     assert!(out.contains("fs.read") && !out.contains("cmd.run"), "{out}");
 
     // MCP: a key bound to research-safe, then the official SDK lists, writes, reads, is refused.
-    let names = ["mcp-key", "mcp-python"];
-    let out = succeeded(&names, &run(&app, &names).await);
+    let out = run(&app, &["mcp-key", "mcp-python"]).await;
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 3, "{out}");
     assert!(
@@ -396,8 +396,7 @@ async fn the_seal_and_mcp_examples_run_on_the_compose_contexts() {
 #[tokio::test]
 async fn the_workflow_example_runs_answered_and_followed() {
     let app = compose_like_node().await;
-    let names = ["workflow"];
-    let out = succeeded(&names, &run(&app, &names).await);
+    let out = run(&app, &["workflow"]).await;
     // The live stream saw the Human gate; the last answer is the completed run.
     assert!(out.contains("human_input_requested"), "{out}");
     assert!(out.contains("Ship built v1.2?"), "{out}");
@@ -418,8 +417,7 @@ async fn the_workflow_example_runs_answered_and_followed() {
 #[tokio::test]
 async fn the_e2b_example_runs_with_the_sdk() {
     let app = compose_like_node().await;
-    let names = ["e2b-env", "e2b-python"];
-    let out = succeeded(&names, &run(&app, &names).await);
+    let out = run(&app, &["e2b-env", "e2b-python"]).await;
     // `print` of a command's stdout adds a blank line after its own newline.
     assert_eq!(
         out.lines().filter(|l| !l.is_empty()).collect::<Vec<_>>(),

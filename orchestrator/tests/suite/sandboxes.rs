@@ -7,8 +7,6 @@
 use crate::common;
 use crate::common::agent::AgentManifest;
 
-use std::process::Command;
-
 use common::sandbox::AgentSandbox;
 use common::TestApp;
 use reqwest::Method;
@@ -41,11 +39,7 @@ fn agent(name: &str) -> String {
 }
 
 fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI runs");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    common::docker_out(args).1
 }
 
 #[tokio::test]
@@ -68,12 +62,7 @@ async fn fs_tools_work_inside_the_allowlist_and_refuse_outside_it() {
     sb.ok("fs.create.dir", json!({"path": "/workspace/out/d3"}))
         .await;
     let l = sb.ok("fs.list", json!({"path": "/workspace/out"})).await;
-    let names: Vec<&str> = l["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
+    let names = common::json::strs(&l["entries"], "name");
     assert_eq!(names, ["d1", "d3", "notes"]);
     sb.ok("fs.edit", json!({"path": "/workspace/out/notes/a.txt", "target_content": "beta", "replacement_content": "gamma"})).await;
     let out = sb.tool_error("fs.edit", json!({"path": "/workspace/out/notes/a.txt", "target_content": "zzz", "replacement_content": "y"}), "edit_target_not_found").await;
@@ -454,13 +443,8 @@ async fn sandboxes_are_listed_and_destroyed_with_their_workspace() {
         .await;
     assert!(r.status() == 404 || r.status() == 200);
 
-    app.answered(
-        Method::POST,
-        "/v1/sandboxes",
-        Some(json!({"agent": "nobody"})),
-        404,
-    )
-    .await;
+    app.posted("/v1/sandboxes", json!({"agent": "nobody"}), 404)
+        .await;
 }
 
 #[tokio::test]
@@ -501,11 +485,11 @@ async fn a_graceful_restart_reattaches_to_running_sandboxes() {
     );
     let r = sb.ok("cmd.run", json!({"command": "id -u"})).await;
     assert_eq!(r["stdout"], "65534\n");
-    let owner: String =
-        sqlx::query_scalar("SELECT instance_id::text FROM sandboxes WHERE id = $1::uuid")
-            .bind(&id)
-            .fetch_one(&app.state.pool)
-            .await
-            .unwrap();
+    let owner: String = app
+        .one(
+            "SELECT instance_id::text FROM sandboxes WHERE id = $1::uuid",
+            &id,
+        )
+        .await;
     assert_eq!(owner, app.state.instance_id.to_string());
 }

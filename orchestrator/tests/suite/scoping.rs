@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use aegis_cli::seal_client::{SealClient, Transport};
 use common::fake_llm::{answer, tool_calls, FakeLlm, Step};
+use common::refusal::seal_ok;
 use common::{test_config, TestApp, TestDb};
 use orchestrator::config::NodeConfig;
 use reqwest::Method;
@@ -60,21 +61,18 @@ impl Setup {
         let r = self
             .app
             .rest_as(key)
-            .response(
-                Method::POST,
+            .post_json(
                 &format!("/v1/agents/{agent}/execute"),
-                Some(&json!({"input": {}})),
+                &json!({"input": {}}),
             )
             .await;
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
     async fn status_of(&self, id: &str) -> String {
-        sqlx::query_scalar("SELECT status FROM executions WHERE id = $1::uuid")
-            .bind(id)
-            .fetch_one(&self.app.state.pool)
+        self.app
+            .one("SELECT status FROM executions WHERE id = $1::uuid", id)
             .await
-            .unwrap()
     }
 
     async fn wait_status(&self, id: &str, want: &str) {
@@ -123,14 +121,7 @@ async fn another_caller_cannot_read_wait_for_cancel_or_remove_an_execution() {
     s.deploy(&agent("worker", "", "")).await;
     let owner = tasker(&s.app, "test-owner").await;
     let other = tasker(&s.app, "test-other").await;
-    let started = owner
-        .call_tool("aegis.task.execute", json!({"agent_id": "worker"}))
-        .await
-        .unwrap();
-    let id = started["structuredContent"]["execution_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = common::refusal::seal_started(&owner, "worker").await;
     s.wait_status(&id, "running").await;
 
     // The other session: every tool that names the execution is refused.
@@ -151,12 +142,13 @@ async fn another_caller_cannot_read_wait_for_cancel_or_remove_an_execution() {
     }
     let listed = other.call_tool("aegis.task.list", json!({})).await.unwrap();
     assert_eq!(listed["structuredContent"]["total"], 0, "{listed}");
-    let agent_id: String =
-        sqlx::query_scalar("SELECT agent_id::text FROM executions WHERE id = $1::uuid")
-            .bind(&id)
-            .fetch_one(&s.app.state.pool)
-            .await
-            .unwrap();
+    let agent_id: String = s
+        .app
+        .one(
+            "SELECT agent_id::text FROM executions WHERE id = $1::uuid",
+            &id,
+        )
+        .await;
     let logs = other
         .call_tool("aegis.agent.logs", json!({"agent_id": agent_id}))
         .await
@@ -199,16 +191,8 @@ async fn another_caller_cannot_read_wait_for_cancel_or_remove_an_execution() {
     // The owner sees and cancels it.
     let mine = owner.call_tool("aegis.task.list", json!({})).await.unwrap();
     assert_eq!(mine["structuredContent"]["total"], 1, "{mine}");
-    let status = owner
-        .call_tool("aegis.task.status", json!({"execution_id": id}))
-        .await
-        .unwrap();
-    assert_eq!(status["isError"], false, "{status}");
-    let cancel = owner
-        .call_tool("aegis.task.cancel", json!({"execution_id": id}))
-        .await
-        .unwrap();
-    assert_eq!(cancel["isError"], false, "{cancel}");
+    seal_ok(&owner, "aegis.task.status", json!({"execution_id": id})).await;
+    seal_ok(&owner, "aegis.task.cancel", json!({"execution_id": id})).await;
     s.wait_status(&id, "cancelled").await;
 }
 
@@ -274,10 +258,7 @@ async fn concurrent_executions_are_bounded_per_caller_and_per_node() {
     assert_eq!(status, 429, "{refused}");
     assert_eq!(refused["code"], "concurrency_limit");
     assert!(
-        refused["error"]
-            .as_str()
-            .unwrap()
-            .contains("executions.max_concurrent_per_caller"),
+        common::json::text(&refused["error"]).contains("executions.max_concurrent_per_caller"),
         "{refused}"
     );
     let one = s.app.create_key("one", "operator").await;
@@ -287,29 +268,18 @@ async fn concurrent_executions_are_bounded_per_caller_and_per_node() {
     let (status, refused) = s.execute_as(&two, "waiter").await;
     assert_eq!(status, 429, "{refused}");
     assert!(
-        refused["error"]
-            .as_str()
-            .unwrap()
-            .contains("executions.max_concurrent"),
+        common::json::text(&refused["error"]).contains("executions.max_concurrent"),
         "{refused}"
     );
-    let live = crate::common::count(
-        &s.app.state.pool,
-        "SELECT count(*) FROM executions WHERE status IN ('pending', 'running')",
-    )
-    .await;
+    let live = s
+        .app
+        .count("SELECT count(*) FROM executions WHERE status IN ('pending', 'running')")
+        .await;
     assert_eq!(live, 2, "refused executions were not stored");
 
     // When one ends, its caller may start again.
     let id = first["execution_id"].as_str().unwrap();
-    s.app
-        .answered(
-            Method::POST,
-            &format!("/v1/executions/{id}/cancel"),
-            None,
-            200,
-        )
-        .await;
+    s.app.cancel_execution(id, 200).await;
     s.wait_status(id, "cancelled").await;
     let (status, third) = s.execute_as(common::TEST_ADMIN_KEY, "waiter").await;
     assert_eq!(status, 201, "{third}");
@@ -325,14 +295,7 @@ async fn an_execution_never_has_more_rights_than_the_session_that_started_it() {
     // Started by a session whose context grants no fs.*: the agent's own broad context does
     // not lift it.
     let session = tasker(&s.app, "test-limited").await;
-    let started = session
-        .call_tool("aegis.task.execute", json!({"agent_id": "lister"}))
-        .await
-        .unwrap();
-    let limited = started["structuredContent"]["execution_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let limited = common::refusal::seal_started(&session, "lister").await;
     s.wait_status(&limited, "completed").await;
     let events = s.events(&limited).await;
     let call = events

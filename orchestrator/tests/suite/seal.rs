@@ -6,7 +6,7 @@ use crate::common;
 
 use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use chrono::{Duration, Utc};
-use common::refusal::refused;
+use common::refusal::{refused, seal_ok};
 use common::{test_config, TestApp, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -76,14 +76,12 @@ async fn the_rfc_normative_policy_example_holds_over_both_transports() {
     let app = app_on(&db).await;
     for transport in transports(&app) {
         let client = attested(&transport, "research-safe").await;
-        let w = client
-            .call_tool(
-                "fs.write",
-                json!({"path": "/workspace/shared/output.txt", "content": "x"}),
-            )
-            .await
-            .unwrap();
-        assert_eq!(w["isError"], false, "{w}");
+        seal_ok(
+            &client,
+            "fs.write",
+            json!({"path": "/workspace/shared/output.txt", "content": "x"}),
+        )
+        .await;
         let r = client
             .call_tool("fs.read", json!({"path": "/workspace/shared/output.txt"}))
             .await
@@ -395,12 +393,7 @@ async fn sessions_survive_a_restart_and_tools_are_listed_per_session() {
     let client = attested(&transport, "ops").await;
     let saved = client.save().unwrap();
     let listed = client.list_tools().await.unwrap();
-    let names: Vec<&str> = listed["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names = common::json::strs(&listed["tools"], "name");
     assert!(
         names.contains(&"cmd.run") && names.contains(&"aegis.agent.list"),
         "{names:?}"
@@ -449,21 +442,13 @@ async fn security_contexts_are_managed_by_operators() {
     let list = app.get_value("/v1/security-contexts").await;
     assert_eq!(list.as_array().unwrap().len(), 2);
     let bad = json!({"name": "Bad Name", "description": "x", "capabilities": []});
-    app.answered(Method::POST, "/v1/security-contexts", Some(bad), 422)
-        .await;
+    app.posted("/v1/security-contexts", bad, 422).await;
     let unknown_key =
         json!({"name": "x", "description": "x", "capabilities": [], "privileged": true});
-    app.answered(
-        Method::POST,
-        "/v1/security-contexts",
-        Some(unknown_key),
-        422,
-    )
-    .await;
+    app.posted("/v1/security-contexts", unknown_key, 422).await;
     let good = json!({"name": "readonly", "description": "reads", "capabilities": [{"tool_pattern": "fs.read"}],
                       "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}});
-    app.answered(Method::POST, "/v1/security-contexts", Some(good), 200)
-        .await;
+    app.posted("/v1/security-contexts", good, 200).await;
     let mut client = SealClient::new(Transport::Http(app.http_base.clone())).unwrap();
     client
         .attest("test-x", "readonly")

@@ -6,6 +6,7 @@ use crate::common;
 
 use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use chrono::Utc;
+use common::refusal::seal_ok;
 use common::{test_config, TestApp, TestDb};
 use orchestrator::seal::canonical::Escaping;
 use serde_json::{json, Value};
@@ -53,11 +54,7 @@ async fn integral_floats_are_integers_and_fractions_are_refused_everywhere() {
         .await
         .unwrap();
     assert_eq!(r["structuredContent"]["stdout"], "hi\n", "{r}");
-    let r = client
-        .call_tool("aegis.tools.list", json!({"limit": 2.0}))
-        .await
-        .unwrap();
-    assert_eq!(r["isError"], false, "{r}");
+    seal_ok(&client, "aegis.tools.list", json!({"limit": 2.0})).await;
     match client
         .call_tool(
             "cmd.run",

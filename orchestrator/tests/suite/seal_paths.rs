@@ -5,27 +5,17 @@
 use crate::common;
 
 use aegis_cli::seal_client::{ClientError, SealClient, Transport};
+use common::refusal::seal_ok;
 use common::{test_config, TestApp, TestDb};
 use serde_json::{json, Value};
 use uuid::Uuid;
-
-fn docker(args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new("docker")
-        .args(args)
-        .output()
-        .expect("docker CLI runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-    )
-}
 
 /// Runs argv in the sandbox as its user (what agent code can do), asserting success.
 fn inside(sandbox: Uuid, argv: &[&str]) -> String {
     let container = format!("aegis-sbx-{sandbox}");
     let mut args = vec!["exec", "-u", "65534:65534", container.as_str()];
     args.extend_from_slice(argv);
-    let (ok, out) = docker(&args);
+    let (ok, out) = common::docker_out(&args);
     assert!(ok, "{argv:?} failed in the sandbox");
     out
 }
@@ -57,32 +47,38 @@ fn tool_error_code(result: &Value) -> &str {
         .unwrap_or_default()
 }
 
-#[tokio::test]
-async fn symlinks_planted_in_the_workspace_cannot_reach_past_a_narrower_entry() {
+/// A node on a database of its own with this file's security contexts.
+async fn node() -> TestApp {
     let db = TestDb::create().await;
     let mut config = test_config(&db.url);
     config.seal.security_contexts = contexts();
-    let app = TestApp::spawn_with(config).await;
+    let mut app = TestApp::spawn_with(config).await;
+    app.db = Some(db);
+    app
+}
+
+#[tokio::test]
+async fn symlinks_planted_in_the_workspace_cannot_reach_past_a_narrower_entry() {
+    let app = node().await;
     let client = session(&app, "shared-only").await;
 
     // The first call makes the session's sandbox.
-    let w = client
-        .call_tool(
-            "fs.write",
-            json!({"path": "/workspace/shared/ok.txt", "content": "shared"}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(w["isError"], false, "{w}");
+    seal_ok(
+        &client,
+        "fs.write",
+        json!({"path": "/workspace/shared/ok.txt", "content": "shared"}),
+    )
+    .await;
     let session_id = Uuid::parse_str(client.session_id().unwrap()).unwrap();
-    let sandbox: Uuid = sqlx::query_scalar("SELECT sandbox_id FROM seal_sessions WHERE id = $1")
-        .bind(session_id)
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap();
+    let sandbox: Uuid = app
+        .one(
+            "SELECT sandbox_id FROM seal_sessions WHERE id = $1",
+            session_id,
+        )
+        .await;
 
     // From inside: the executor was given the allowlist's root, not /workspace, and no symlinks.
-    let (_, env) = docker(&[
+    let (_, env) = common::docker_out(&[
         "inspect",
         "-f",
         "{{json .Config.Env}}",
@@ -165,10 +161,7 @@ async fn symlinks_planted_in_the_workspace_cannot_reach_past_a_narrower_entry() 
 
 #[tokio::test]
 async fn a_deny_entry_covers_both_names_of_an_aliased_tool() {
-    let db = TestDb::create().await;
-    let mut config = test_config(&db.url);
-    config.seal.security_contexts = contexts();
-    let app = TestApp::spawn_with(config).await;
+    let app = node().await;
     let client = session(&app, "aliased").await;
     for (tool, args) in [
         ("fs.create_dir", json!({"path": "/workspace/d"})),
@@ -191,10 +184,6 @@ async fn a_deny_entry_covers_both_names_of_an_aliased_tool() {
     let listed = client.list_tools().await.unwrap().to_string();
     assert!(!listed.contains("\"fs.create.dir\"") && !listed.contains("\"aegis.agent.wait\""));
     // Nothing was created, checked from inside the sandbox (made by an allowed call).
-    let r = client
-        .call_tool("fs.list", json!({"path": "/workspace"}))
-        .await
-        .unwrap();
-    assert_eq!(r["isError"], false, "{r}");
+    let r = seal_ok(&client, "fs.list", json!({"path": "/workspace"})).await;
     assert!(!r.to_string().contains("\"d\""), "{r}");
 }

@@ -30,39 +30,26 @@ async fn the_python_wire_client_attests_writes_reads_and_runs() {
         "the Python client failed (needs `pip install cryptography requests`, which scripts/test.sh does)",
     )
     .await;
-    assert_eq!(report["write"]["isError"], false, "{report}");
-    assert_eq!(
-        report["read"]["structuredContent"]["content"], "héllo from python ✓\n",
-        "{report}"
-    );
-    assert_eq!(
-        report["run"]["structuredContent"]["stdout"], "héllo from python ✓\n",
-        "{report}"
-    );
+    common::python_client::assert_wrote_read_and_ran(&report, "héllo from python ✓\n");
     assert!(
-        report["refused"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("SEAL Gateway Rejected"),
+        common::json::text(&report["refused"]).contains("SEAL Gateway Rejected"),
         "{report}"
     );
 
     // The calls are in the audit log under the Python client's session.
     let session = report["session_id"].as_str().unwrap();
-    let allowed: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'allowed' AND kind = 'tool' AND outcome <> 'running'",
-    )
-    .bind(session)
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
+    let allowed: i64 = app
+        .one(
+            "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'allowed' AND kind = 'tool' AND outcome <> 'running'",
+            session,
+        )
+        .await;
     assert_eq!(allowed, 3);
-    let denied: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'denied' AND reason_code = '2002'",
-    )
-    .bind(session)
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
+    let denied: i64 = app
+        .one(
+            "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'denied' AND reason_code = '2002'",
+            session,
+        )
+        .await;
     assert_eq!(denied, 1);
 }

@@ -5,6 +5,7 @@
 
 use crate::common;
 use crate::common::agent::AgentManifest;
+use crate::common::workflow::workflow_manifest;
 
 use common::TestApp;
 use serde_json::{json, Value};
@@ -24,9 +25,7 @@ async fn deploy_agent(app: &TestApp, manifest: String) {
 }
 
 fn names(out: &Value) -> Vec<String> {
-    out["results"]
-        .as_array()
-        .expect("results")
+    common::json::items(&out["results"])
         .iter()
         .map(|r| r["name"].as_str().unwrap_or_default().to_owned())
         .collect()
@@ -65,15 +64,18 @@ async fn fleet(app: &TestApp) {
     .await;
 }
 
+/// What `aegis.<kind>.search` (`agent`, `workflow`) answers to `args`, which must succeed.
+async fn search(app: &TestApp, kind: &str, args: Value) -> Value {
+    app.tool_ok(&format!("aegis.{kind}.search"), args).await
+}
+
 #[tokio::test]
 async fn an_agent_is_found_by_a_word_of_its_instruction_and_by_a_misspelt_name() {
     let app = TestApp::spawn().await;
     fleet(&app).await;
 
     // "thumbnails" occurs only in image-resizer's instruction.
-    let out = app
-        .tool_ok("aegis.agent.search", json!({"query": "thumbnail"}))
-        .await;
+    let out = search(&app, "agent", json!({"query": "thumbnail"})).await;
     assert_eq!(names(&out), vec!["image-resizer"], "{out}");
     assert_eq!(out["total"], 1);
     let score = out["results"][0]["score"].as_f64().expect("score");
@@ -84,9 +86,7 @@ async fn an_agent_is_found_by_a_word_of_its_instruction_and_by_a_misspelt_name()
     assert_eq!(out["results"][0]["labels"]["team"], "media");
 
     // A misspelt name, found by trigram similarity alone (no word of it is in any manifest).
-    let out = app
-        .tool_ok("aegis.agent.search", json!({"query": "imge-resizr"}))
-        .await;
+    let out = search(&app, "agent", json!({"query": "imge-resizr"})).await;
     assert_eq!(
         names(&out).first().map(String::as_str),
         Some("image-resizer"),
@@ -95,15 +95,11 @@ async fn an_agent_is_found_by_a_word_of_its_instruction_and_by_a_misspelt_name()
     assert!(!names(&out).contains(&"ledger-clerk".to_owned()), "{out}");
 
     // Stemming: "reconciling" finds "Reconcile".
-    let out = app
-        .tool_ok("aegis.agent.search", json!({"query": "reconciling"}))
-        .await;
+    let out = search(&app, "agent", json!({"query": "reconciling"})).await;
     assert_eq!(names(&out), vec!["ledger-clerk"], "{out}");
 
     // Nothing relevant: no results, not an error.
-    let out = app
-        .tool_ok("aegis.agent.search", json!({"query": "submarine"}))
-        .await;
+    let out = search(&app, "agent", json!({"query": "submarine"})).await;
     assert_eq!(out["total"], 0, "{out}");
     assert!(names(&out).is_empty());
 }
@@ -114,9 +110,7 @@ async fn results_are_ranked_filtered_by_labels_and_paginated() {
     fleet(&app).await;
 
     // Both finance agents mention invoices; the report writer says "report" in its name too.
-    let all = app
-        .tool_ok("aegis.agent.search", json!({"query": "invoices report"}))
-        .await;
+    let all = search(&app, "agent", json!({"query": "invoices report"})).await;
     assert_eq!(all["total"], 2, "{all}");
     assert_eq!(names(&all), vec!["report-writer", "ledger-clerk"], "{all}");
     let s0 = all["results"][0]["score"].as_f64().expect("score");
@@ -124,24 +118,24 @@ async fn results_are_ranked_filtered_by_labels_and_paginated() {
     assert!(s0 > s1, "sorted by score: {all}");
 
     // Pages of one, in the same order, with the same total.
-    let p1 = app
-        .tool_ok(
-            "aegis.agent.search",
-            json!({"query": "invoices report", "limit": 1}),
-        )
-        .await;
-    let p2 = app
-        .tool_ok(
-            "aegis.agent.search",
-            json!({"query": "invoices report", "limit": 1, "offset": 1}),
-        )
-        .await;
-    let p3 = app
-        .tool_ok(
-            "aegis.agent.search",
-            json!({"query": "invoices report", "limit": 1, "offset": 2}),
-        )
-        .await;
+    let p1 = search(
+        &app,
+        "agent",
+        json!({"query": "invoices report", "limit": 1}),
+    )
+    .await;
+    let p2 = search(
+        &app,
+        "agent",
+        json!({"query": "invoices report", "limit": 1, "offset": 1}),
+    )
+    .await;
+    let p3 = search(
+        &app,
+        "agent",
+        json!({"query": "invoices report", "limit": 1, "offset": 2}),
+    )
+    .await;
     assert_eq!(names(&p1), vec!["report-writer"]);
     assert_eq!(names(&p2), vec!["ledger-clerk"]);
     assert!(names(&p3).is_empty());
@@ -150,35 +144,35 @@ async fn results_are_ranked_filtered_by_labels_and_paginated() {
     }
 
     // Labels: all given pairs must match.
-    let gold = app
-        .tool_ok(
-            "aegis.agent.search",
-            json!({"query": "invoices", "labels": {"team": "finance", "tier": "gold"}}),
-        )
-        .await;
+    let gold = search(
+        &app,
+        "agent",
+        json!({"query": "invoices", "labels": {"team": "finance", "tier": "gold"}}),
+    )
+    .await;
     assert_eq!(names(&gold), vec!["report-writer"], "{gold}");
-    let none = app
-        .tool_ok(
-            "aegis.agent.search",
-            json!({"query": "invoices", "labels": {"team": "media"}}),
-        )
-        .await;
+    let none = search(
+        &app,
+        "agent",
+        json!({"query": "invoices", "labels": {"team": "media"}}),
+    )
+    .await;
     assert!(names(&none).is_empty(), "{none}");
 
     // A higher min_score drops the weaker match; a status other than active finds nothing.
-    let strict = app
-        .tool_ok(
-            "aegis.agent.search",
-            json!({"query": "invoices report", "min_score": s1 + 0.001}),
-        )
-        .await;
+    let strict = search(
+        &app,
+        "agent",
+        json!({"query": "invoices report", "min_score": s1 + 0.001}),
+    )
+    .await;
     assert_eq!(names(&strict), vec!["report-writer"], "{strict}");
-    let paused = app
-        .tool_ok(
-            "aegis.agent.search",
-            json!({"query": "invoices", "status": "paused"}),
-        )
-        .await;
+    let paused = search(
+        &app,
+        "agent",
+        json!({"query": "invoices", "status": "paused"}),
+    )
+    .await;
     assert_eq!(paused["total"], 0);
 
     // Bad arguments are refused with the pointer.
@@ -203,37 +197,20 @@ async fn workflows_are_found_by_state_kind_and_another_tenants_definitions_stay_
             "ASK: {kind: Human, prompt: \"Ship the release?\", transitions: []}",
         ),
     ] {
-        let manifest = format!(
-            "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  initial_state: {}
-  states:
-    {state}
-",
-            state.split(':').next().unwrap_or_default()
+        let manifest = workflow_manifest(
+            name,
+            state.split(':').next().unwrap_or_default(),
+            &format!("    {state}\n"),
         );
         app.tool_ok("aegis.workflow.create", json!({"manifest_yaml": manifest}))
             .await;
     }
     // State kinds and prompts are searchable.
-    let out = app
-        .tool_ok("aegis.workflow.search", json!({"query": "human"}))
-        .await;
+    let out = search(&app, "workflow", json!({"query": "human"})).await;
     assert_eq!(names(&out), vec!["approval-gate"], "{out}");
-    let out = app
-        .tool_ok(
-            "aegis.workflow.search",
-            json!({"query": "release shipping"}),
-        )
-        .await;
+    let out = search(&app, "workflow", json!({"query": "release shipping"})).await;
     assert_eq!(names(&out), vec!["approval-gate"], "{out}");
-    let out = app
-        .tool_ok("aegis.workflow.search", json!({"query": "nightly bakup"}))
-        .await;
+    let out = search(&app, "workflow", json!({"query": "nightly bakup"})).await;
     assert_eq!(
         names(&out).first().map(String::as_str),
         Some("nightly-backup"),
@@ -256,7 +233,7 @@ spec:
         "ledger-clerk",
         "reconcile the invoices against the bank statement",
     ] {
-        let out = app.tool_ok("aegis.agent.search", json!({"query": q})).await;
+        let out = search(&app, "agent", json!({"query": q})).await;
         assert!(
             !names(&out).contains(&"ledger-clerk".to_owned()),
             "{q}: {out}"
@@ -273,17 +250,15 @@ spec:
     assert_eq!(out["structuredContent"]["error"]["code"], "forbidden");
 
     // Its global workflow: not among our own, found with scope visible or global, as listed.
-    let own = app
-        .tool_ok("aegis.workflow.search", json!({"query": "nightly backup"}))
-        .await;
+    let own = search(&app, "workflow", json!({"query": "nightly backup"})).await;
     assert!(names(&own).is_empty(), "{own}");
     for scope in ["visible", "global"] {
-        let out = app
-            .tool_ok(
-                "aegis.workflow.search",
-                json!({"query": "nightly backup", "scope": scope}),
-            )
-            .await;
+        let out = search(
+            &app,
+            "workflow",
+            json!({"query": "nightly backup", "scope": scope}),
+        )
+        .await;
         assert_eq!(names(&out), vec!["nightly-backup"], "{scope}: {out}");
         assert_eq!(out["results"][0]["scope"], "global");
     }

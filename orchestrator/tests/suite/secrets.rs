@@ -69,10 +69,9 @@ fn token(secret: Option<&str>, token: Option<&str>) -> Proof {
 async fn issue_token(app: &TestApp, key: &str, context: &str, body: Value) -> (u16, Value) {
     let r = app
         .rest_as(key)
-        .response(
-            Method::POST,
+        .post_json(
             &format!("/v1/security-contexts/{context}/attestation-tokens"),
-            Some(&body),
+            &body,
         )
         .await;
     (r.status().as_u16(), r.json().await.unwrap())
@@ -91,9 +90,7 @@ async fn a_readonly_key_never_sees_a_secret_anywhere() {
         "capabilities": [],
         "attestation": {"enrolment_secret": API_SECRET},
     });
-    let r = app
-        .response(Method::POST, "/v1/security-contexts", Some(&body))
-        .await;
+    let r = app.post_json("/v1/security-contexts", &body).await;
     assert_eq!(r.status(), 200);
 
     // Attacks that try to get secrets into messages and the audit log: a secret as a wrongly
@@ -152,9 +149,7 @@ async fn a_readonly_key_never_sees_a_secret_anywhere() {
         .rest_as(&readonly)
         .get_value("/v1/security-contexts")
         .await;
-    let guarded = list
-        .as_array()
-        .unwrap()
+    let guarded = common::json::items(&list)
         .iter()
         .find(|c| c["name"] == "guarded")
         .unwrap();
@@ -172,10 +167,9 @@ async fn a_readonly_key_never_sees_a_secret_anywhere() {
     // A readonly key may not call tools at all; system.config shown to an operator is redacted.
     let r = app
         .rest_as(&readonly)
-        .response(
-            Method::POST,
+        .post_json(
             "/v1/tools/call",
-            Some(&json!({"name": "aegis.system.config", "arguments": {}})),
+            &json!({"name": "aegis.system.config", "arguments": {}}),
         )
         .await;
     assert_eq!(r.status(), 403);
@@ -281,24 +275,20 @@ async fn a_workload_needs_a_secret_a_one_time_token_or_an_explicit_opt_out() {
         assert_eq!(status, 201, "{issued}");
         let secret = issued["token"].as_str().unwrap().to_owned();
         assert!(secret.starts_with("aat_"));
-        let ok = attest(
-            transport.clone(),
-            "ci-7",
-            "guarded",
-            token(None, Some(&secret)),
-        )
-        .await
-        .expect("a fresh token admits");
-        assert_eq!(ok["status"], "success");
-        let (code, _, message) = refused(
+        // `workload` attests to `guarded` with the access token `with`.
+        let attest_with = |workload: &'static str, with: &str| {
             attest(
                 transport.clone(),
-                "ci-7",
+                workload,
                 "guarded",
-                token(None, Some(&secret)),
+                token(None, Some(with)),
             )
-            .await,
-        );
+        };
+        let ok = attest_with("ci-7", &secret)
+            .await
+            .expect("a fresh token admits");
+        assert_eq!(ok["status"], "success");
+        let (code, _, message) = refused(attest_with("ci-7", &secret).await);
         assert_eq!(code, 3000);
         assert!(message.contains("already used"), "{message}");
         // The filter still holds for a token holder.
@@ -306,15 +296,7 @@ async fn a_workload_needs_a_secret_a_one_time_token_or_an_explicit_opt_out() {
             issue_token(&app, common::TEST_ADMIN_KEY, "guarded", json!({})).await;
         assert_eq!(status, 201);
         let other = issued["token"].as_str().unwrap().to_owned();
-        let (code, _, _) = refused(
-            attest(
-                transport.clone(),
-                "intruder",
-                "guarded",
-                token(None, Some(&other)),
-            )
-            .await,
-        );
+        let (code, _, _) = refused(attest_with("intruder", &other).await);
         assert_eq!(code, 3000);
     }
 
@@ -426,11 +408,7 @@ async fn attest_from(app: &TestApp, local: &str, workload: &str) -> (u16, Option
         .await
         .unwrap();
     let status = r.status().as_u16();
-    let retry = r
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let retry = common::rest::header(&r, "retry-after");
     (status, retry, r.json().await.unwrap())
 }
 
@@ -449,10 +427,7 @@ async fn attestation_floods_are_refused_per_source_and_node_wide() {
     assert_eq!(status, 429, "{body}");
     assert!(retry.is_some_and(|r| r.parse::<u64>().unwrap() > 0));
     assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .contains("source address 127.0.0.1"),
+        common::json::text(&body["message"]).contains("source address 127.0.0.1"),
         "{body}"
     );
     let (status, _, body) = attest_from(&app, "127.0.0.2", "test-b0").await;
@@ -492,11 +467,7 @@ fn quota_agent() -> String {
 async fn create_sandbox(app: &TestApp, key: &str) -> (u16, Value) {
     let r = app
         .rest_as(key)
-        .response(
-            Method::POST,
-            "/v1/sandboxes",
-            Some(&json!({"agent": "quota-agent"})),
-        )
+        .post_json("/v1/sandboxes", &json!({"agent": "quota-agent"}))
         .await;
     (r.status().as_u16(), r.json().await.unwrap())
 }

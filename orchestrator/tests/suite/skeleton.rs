@@ -11,20 +11,18 @@ use serde_json::Value;
 
 /// Polls `/health/ready` until `want` status or the deadline; returns the last body.
 async fn wait_ready_status(app: &TestApp, want: u16, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
+    let every = Duration::from_millis(200);
+    common::eventually("/health/ready never answered it", within, every, || async {
         let r = app.get("/health/ready").await;
         let status = r.status().as_u16();
         let body: Value = r.json().await.expect("json body");
         if status == want {
-            return body;
+            Ok(body)
+        } else {
+            Err(format!("{status} (wanted {want}): {body}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "/health/ready stayed {status} (wanted {want}): {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -62,9 +60,7 @@ async fn readiness_follows_the_database() {
     proxy.cut().await;
     let body = wait_ready_status(&app, 503, Duration::from_secs(20)).await;
     assert_eq!(body["status"], "not_ready");
-    let failing: Vec<&str> = body["failing"]
-        .as_array()
-        .unwrap()
+    let failing: Vec<&str> = common::json::items(&body["failing"])
         .iter()
         .filter_map(Value::as_str)
         .collect();
@@ -371,12 +367,7 @@ async fn sigterm_shuts_down_gracefully() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    let pid = child.id().unwrap().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    common::binary::send_signal(&child, "-TERM");
     let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
         .await
         .expect("exits within the grace period")

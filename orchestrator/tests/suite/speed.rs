@@ -124,11 +124,9 @@ async fn two_chain_writers_on_one_database_keep_one_chain() {
             t.await.unwrap().expect("row stored");
         }
     }
-    let stored = crate::common::count(
-        &app.state.pool,
-        "SELECT count(*) FROM audit_log WHERE action = 'writers.test'",
-    )
-    .await;
+    let stored = app
+        .count("SELECT count(*) FROM audit_log WHERE action = 'writers.test'")
+        .await;
     assert_eq!(stored, 48);
     assert_chain_whole(&app).await;
 }
@@ -152,13 +150,8 @@ async fn changes_made_through_another_replica_apply_to_the_next_call() {
         Transport::Grpc(format!("http://{}", a.grpc_addr)),
     ] {
         // A context edit on replica B narrows what the session may call on replica A.
-        b.answered(
-            Method::POST,
-            "/v1/security-contexts",
-            Some(context("aegis.runtime.*")),
-            200,
-        )
-        .await;
+        b.posted("/v1/security-contexts", context("aegis.runtime.*"), 200)
+            .await;
         let mut client = SealClient::new(transport.clone()).unwrap();
         client
             .attest("test-cache", "cached")
@@ -171,24 +164,14 @@ async fn changes_made_through_another_replica_apply_to_the_next_call() {
                 .expect("allowed");
             assert_eq!(out["isError"], false, "{out}");
         }
-        b.answered(
-            Method::POST,
-            "/v1/security-contexts",
-            Some(context("aegis.agent.*")),
-            200,
-        )
-        .await;
+        b.posted("/v1/security-contexts", context("aegis.agent.*"), 200)
+            .await;
         let code = refused(client.call_tool("aegis.runtime.list", json!({})).await).0;
         assert!(code >= 1000, "a SEAL refusal code, got {code}");
 
         // A revocation on replica B refuses the session's next call on replica A (1006).
-        b.answered(
-            Method::POST,
-            "/v1/security-contexts",
-            Some(context("aegis.runtime.*")),
-            200,
-        )
-        .await;
+        b.posted("/v1/security-contexts", context("aegis.runtime.*"), 200)
+            .await;
         let out = client
             .call_tool("aegis.runtime.list", json!({}))
             .await

@@ -19,7 +19,6 @@ use common::sandbox::AgentSandbox;
 use common::{test_config, TestApp, TestDb};
 use orchestrator::api::grpc::pb::seal::gateway_client::GatewayClient;
 use orchestrator::api::grpc::pb::seal::{invoke_stream_response, InvokeRequest};
-use reqwest::Method;
 use serde_json::{json, Value};
 
 /// Prints `one`, waits for the marker, then `two` on stderr and `three`.
@@ -41,14 +40,6 @@ fn agent(name: &str, tools: &str) -> String {
         .tools_listed(tools)
         .cmd(&["sh", "sh -c"], 60, "")
         .filesystem(&["/workspace"], &["/workspace"])
-        .yaml()
-}
-
-/// A busybox agent without `cmd.run`.
-fn reader(name: &str) -> String {
-    AgentManifest::new(name)
-        .instruction("Only read files.")
-        .tools(&["fs.read"])
         .yaml()
 }
 
@@ -332,7 +323,7 @@ async fn rest_a_client_that_disconnects_kills_the_command_and_the_audit_says_so(
 async fn rest_refusals_come_before_any_stream_with_the_unary_error() {
     let app = TestApp::spawn().await;
     let sb = AgentSandbox::start(&app, agent("stream-refused", "cmd.run")).await;
-    let without = AgentSandbox::start(&app, reader("stream-no-cmd")).await;
+    let without = AgentSandbox::start(&app, common::agent::reader_agent("stream-no-cmd")).await;
     let readonly = app.create_key("stream-reader", "readonly").await;
 
     let cases = [
@@ -356,10 +347,7 @@ async fn rest_refusals_come_before_any_stream_with_the_unary_error() {
             .unwrap()
             .to_owned();
         let streamed: Value = streamed.json().await.expect("a JSON error body");
-        let plain = app
-            .rest_as(&key)
-            .response(Method::POST, "/v1/tools/call", Some(&body))
-            .await;
+        let plain = app.rest_as(&key).post_json("/v1/tools/call", &body).await;
         assert_eq!(status, plain.status(), "{streamed}");
         assert_eq!(status, 403, "{streamed}");
         assert!(kind.starts_with("application/json"), "{kind}");
@@ -584,7 +572,7 @@ async fn mcp_progress_notifications_carry_the_output_through_the_python_sdk() {
     let key = |context: String| {
         let app = &app;
         async move {
-            let r = app.response(Method::POST, "/v1/api-keys", Some(&json!({"name": "mcp-streamer", "role": "readonly", "security_context": context}))).await;
+            let r = app.post_json("/v1/api-keys", &json!({"name": "mcp-streamer", "role": "readonly", "security_context": context})).await;
             assert_eq!(r.status(), 201);
             r.json::<Value>().await.unwrap()["key"]
                 .as_str()
@@ -605,20 +593,13 @@ async fn mcp_progress_notifications_carry_the_output_through_the_python_sdk() {
     // Chunks as progress, `one` before the end (the marker was written from its callback).
     let streamed = &report["streamed"];
     assert_eq!(streamed["marker_before_answer"], true, "{streamed}");
-    let messages: Vec<&str> = streamed["chunks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["message"].as_str())
-        .collect();
+    let messages = common::json::present_strs(&streamed["chunks"], "message");
     assert_eq!(messages.first(), Some(&"one\n"), "{streamed}");
     assert!(messages.len() >= 3, "{streamed}");
     let mut sorted = messages.clone();
     sorted.sort_unstable();
     assert_eq!(sorted, ["one\n", "three\n", "two\n"], "{streamed}");
-    let progress: Vec<f64> = streamed["chunks"]
-        .as_array()
-        .unwrap()
+    let progress: Vec<f64> = common::json::items(&streamed["chunks"])
         .iter()
         .filter_map(|c| c["progress"].as_f64())
         .collect();
@@ -628,9 +609,7 @@ async fn mcp_progress_notifications_carry_the_output_through_the_python_sdk() {
 
     // The cap, with its flags, and the same answer as without progress.
     let capped = &report["capped"];
-    let sent: usize = capped["chunks"]
-        .as_array()
-        .unwrap()
+    let sent: usize = common::json::items(&capped["chunks"])
         .iter()
         .filter_map(|c| c["message"].as_str())
         .map(str::len)

@@ -285,12 +285,10 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
         .text()
         .await
         .unwrap();
-    let sent = metrics
-        .lines()
-        .find(|l| l.starts_with("aegis_forwarded_calls_total{direction=\"sent\",outcome=\"ok\"}"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_default();
+    let sent = common::metric(
+        &metrics,
+        "aegis_forwarded_calls_total{direction=\"sent\",outcome=\"ok\"}",
+    );
     assert!(sent >= 1.0, "A forwarded the call: {metrics}");
     // B wrote the file: the executor B holds serves it.
     assert_eq!(
@@ -304,12 +302,12 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
         json!("through the woken replica")
     );
     // A rejoined: not fenced any more, alive again, holding nothing.
-    let fenced: Option<chrono::DateTime<chrono::Utc>> =
-        sqlx::query_scalar("SELECT fenced_at FROM node_instances WHERE id = $1")
-            .bind(a_id)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let fenced: Option<chrono::DateTime<chrono::Utc>> = common::one(
+        &pool,
+        "SELECT fenced_at FROM node_instances WHERE id = $1",
+        a_id,
+    )
+    .await;
     assert!(fenced.is_none(), "A rejoined");
 
     let log = a.terminate().await;
@@ -465,12 +463,12 @@ async fn a_rolling_restart_fails_no_call() {
             "handed over: {epoch} after {}",
             first[i].1
         );
-        let stopped: Option<chrono::DateTime<chrono::Utc>> =
-            sqlx::query_scalar("SELECT stopped_at FROM node_instances WHERE id = $1")
-                .bind(now)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
+        let stopped: Option<chrono::DateTime<chrono::Utc>> = common::one(
+            &pool,
+            "SELECT stopped_at FROM node_instances WHERE id = $1",
+            now,
+        )
+        .await;
         assert!(stopped.is_none(), "held by a running replica");
         for node in &nodes {
             assert_eq!(
@@ -514,14 +512,7 @@ async fn seal_session(node: &Node) -> aegis_cli::seal_client::SavedSession {
     let r = client()
         .post(format!("{}/v1/security-contexts", node.base))
         .bearer_auth(TEST_ADMIN_KEY)
-        .json(&json!({
-            "name": "ops",
-            "description": "a session used through every replica",
-            "runtime": {"language": "busybox", "version": "1"},
-            "capabilities": [
-                {"tool_pattern": "fs.*", "path_allowlist": ["/workspace"]},
-                {"tool_pattern": "cmd.run", "command_allowlist": ["cat"]}],
-            "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}}))
+        .json(&common::replicas::ops_context())
         .send()
         .await
         .unwrap();
@@ -656,11 +647,12 @@ async fn past_one_machine_a_kill_a_stall_and_a_rolling_restart_on_two_engines() 
         let mut v = Vec::new();
         for id in &ids {
             v.push(
-                sqlx::query_scalar("SELECT engine FROM sandboxes WHERE id = $1::uuid")
-                    .bind(id)
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap(),
+                common::one(
+                    &pool,
+                    "SELECT engine FROM sandboxes WHERE id = $1::uuid",
+                    id,
+                )
+                .await,
             );
         }
         v

@@ -466,12 +466,7 @@ async fn search_results_come_through_a_provider_filtered_by_the_allowlist() {
     .await
     .expect("allowed");
     let out = outcome.result.expect("search ran");
-    let urls: Vec<&str> = out["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .filter_map(|r| r["url"].as_str())
-        .collect();
+    let urls = common::json::present_strs(&out["results"], "url");
     assert_eq!(urls, ["https://www.site.test/a", "http://docs.site.test/d"]);
     assert_eq!(out["filtered_out"], 3);
 }

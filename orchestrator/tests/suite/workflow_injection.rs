@@ -11,6 +11,7 @@
 //!   `network_allowlist` and audits each connection.
 
 use crate::common;
+use crate::common::workflow::workflow_manifest;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -21,7 +22,6 @@ use std::time::Duration;
 use common::docker_lines;
 use common::harness::{Harness, WORKFLOWS};
 use common::net::web_host;
-use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -59,15 +59,10 @@ async fn a_system_command_passes_input_as_one_literal_argument() {
     let h = harness(|_| {}).await;
     h.deployed(
         WORKFLOWS,
-        r#"apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: ship
-  version: "1.0.0"
-spec:
-  initial_state: SHIP
-  states:
-    SHIP:
+        &workflow_manifest(
+            "ship",
+            "SHIP",
+            r#"    SHIP:
       kind: System
       command: "echo shipping {{input.tag}}"
       transitions:
@@ -77,6 +72,7 @@ spec:
       command: "echo \"tag: {{input.tag}}\""
       transitions: []
 "#,
+        ),
     )
     .await;
     let e = h
@@ -87,20 +83,18 @@ spec:
     assert_literal(stdout(&e, "SHIP"), "shipping ", &e);
     assert_literal(stdout(&e, "QUOTED"), "tag: ", &e);
 
-    h.deployed(WORKFLOWS, r#"apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: ship-shell
-  version: "1.0.0"
-spec:
-  initial_state: SHELL
-  states:
-    SHELL:
+    h.deployed(
+        WORKFLOWS,
+        &workflow_manifest(
+            "ship-shell",
+            "SHELL",
+            r#"    SHELL:
       kind: System
       shell: true
       command: "echo shipping {{input.tag}} && echo \"tag: {{input.tag}}\" | tr a-z A-Z >/dev/null; echo 'sq: {{input.tag}}'"
       transitions: []
 "#,
+        ),
     )
     .await;
     let e = h
@@ -145,10 +139,9 @@ spec:
         .await;
         let r = h
             .app
-            .response(
-                Method::POST,
+            .post_json(
                 &format!("/v1/workflows/{name}/run"),
-                Some(&json!({"input": {"tag": ATTACK}})),
+                &json!({"input": {"tag": ATTACK}}),
             )
             .await;
         let status = r.status().as_u16();
@@ -157,11 +150,10 @@ spec:
         assert!(body.contains("spec.states.RUN.command"), "{body}");
         assert!(body.contains(expected), "{body}");
     }
-    let stored = crate::common::count(
-        &h.app.state.pool,
-        "SELECT count(*) FROM workflow_executions",
-    )
-    .await;
+    let stored = h
+        .app
+        .count("SELECT count(*) FROM workflow_executions")
+        .await;
     assert_eq!(stored, 2, "only the two runs above were stored");
 }
 
@@ -170,15 +162,10 @@ async fn a_container_run_with_shell_passes_input_as_data() {
     let h = harness(|_| {}).await;
     h.deployed(
         WORKFLOWS,
-        r#"apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: build
-  version: "1.0.0"
-spec:
-  initial_state: BUILD
-  states:
-    BUILD:
+        &workflow_manifest(
+            "build",
+            "BUILD",
+            r#"    BUILD:
       kind: ContainerRun
       name: build
       image: aegis-runtime/busybox:1
@@ -198,6 +185,7 @@ spec:
           command: ["echo", "{{input.tag}}"]
       transitions: []
 "#,
+        ),
     )
     .await;
     let e = h
@@ -285,16 +273,11 @@ echo "== end""#,
     );
     h.deployed(
         WORKFLOWS,
-        &format!(
-            r#"apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: reach-host
-  version: "1.0.0"
-spec:
-  initial_state: REACH
-  states:
-    REACH:
+        &workflow_manifest(
+            "reach-host",
+            "REACH",
+            &format!(
+                r#"    REACH:
       kind: ContainerRun
       name: reach
       image: aegis-runtime/busybox:1
@@ -302,7 +285,8 @@ spec:
       command: ["sh", "-c", {script}]
       transitions: []
 "#,
-            script = serde_json::to_string(&reach).expect("script")
+                script = serde_json::to_string(&reach).expect("script")
+            ),
         ),
     )
     .await;
@@ -387,15 +371,10 @@ spec:
     // An allowlist on a step without network, or an entry that is not a host, is refused at run.
     h.deployed(
         WORKFLOWS,
-        r#"apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: misleading
-  version: "1.0.0"
-spec:
-  initial_state: S
-  states:
-    S:
+        &workflow_manifest(
+            "misleading",
+            "S",
+            r#"    S:
       kind: ContainerRun
       name: s
       image: aegis-runtime/busybox:1
@@ -403,15 +382,12 @@ spec:
       command: ["true"]
       transitions: []
 "#,
+        ),
     )
     .await;
     let r = h
         .app
-        .response(
-            Method::POST,
-            "/v1/workflows/misleading/run",
-            Some(&json!({"input": {}})),
-        )
+        .post_json("/v1/workflows/misleading/run", &json!({"input": {}}))
         .await;
     let status = r.status().as_u16();
     let body = r.text().await.unwrap_or_default();

@@ -3,6 +3,7 @@
 //! workflow, a caller below the operator tier), and the audit rows and scope history they leave.
 
 use crate::common;
+use crate::common::workflow::workflow_manifest;
 
 use common::{test_config, TestApp, TestDb};
 use orchestrator::caller::{Caller, CallerKind, Tier};
@@ -11,17 +12,10 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 fn workflow(name: &str) -> String {
-    format!(
-        "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: {name}
-  version: \"1.0.0\"
-spec:
-  initial_state: DONE
-  states:
-    DONE: {{kind: System, command: \"echo done\", transitions: []}}
-"
+    workflow_manifest(
+        name,
+        "DONE",
+        "    DONE: {kind: System, command: \"echo done\", transitions: []}\n",
     )
 }
 
@@ -50,9 +44,7 @@ async fn failure(app: &TestApp, tool: &str, args: Value) -> Value {
 /// `(name, scope)` of every workflow a listing shows.
 async fn listed(app: &TestApp, args: Value) -> Vec<(String, String)> {
     let out = app.tool_ok("aegis.workflow.list", args).await;
-    let mut rows: Vec<(String, String)> = out["workflows"]
-        .as_array()
-        .expect("workflows")
+    let mut rows: Vec<(String, String)> = common::json::items(&out["workflows"])
         .iter()
         .map(|w| {
             (
@@ -118,10 +110,7 @@ async fn promote_lists_as_global_refuses_a_second_promotion_and_demotes_back() {
     let again = failure(&app, "aegis.workflow.promote", json!({"name": "release"})).await;
     assert_eq!(again["code"], "conflict", "{again}");
     assert!(
-        again["message"]
-            .as_str()
-            .unwrap()
-            .contains("already global scoped"),
+        common::json::text(&again["message"]).contains("already global scoped"),
         "{again}"
     );
     assert_eq!(again["details"]["current_scope"], "global");
@@ -138,10 +127,7 @@ async fn promote_lists_as_global_refuses_a_second_promotion_and_demotes_back() {
     .await;
     assert_eq!(backwards["code"], "invalid_arguments", "{backwards}");
     assert!(
-        backwards["message"]
-            .as_str()
-            .unwrap()
-            .contains("aegis.workflow.demote"),
+        common::json::text(&backwards["message"]).contains("aegis.workflow.demote"),
         "{backwards}"
     );
 
@@ -236,10 +222,9 @@ async fn an_unknown_workflow_is_not_found_and_callers_below_operator_are_refused
     // A readonly key may not call tools at all.
     let readonly = app.create_key("viewer", "readonly").await;
     app.rest_as(&readonly)
-        .answered(
-            Method::POST,
+        .posted(
             "/v1/tools/call",
-            Some(json!({"name": "aegis.workflow.promote", "arguments": {"name": "guarded"}})),
+            json!({"name": "aegis.workflow.promote", "arguments": {"name": "guarded"}}),
             403,
         )
         .await;
@@ -284,11 +269,9 @@ async fn an_unknown_workflow_is_not_found_and_callers_below_operator_are_refused
         listed(&app, json!({})).await,
         vec![pair("guarded", "tenant")]
     );
-    let changes = crate::common::count(
-        &app.state.pool,
-        "SELECT count(*) FROM definition_scope_changes",
-    )
-    .await;
+    let changes = app
+        .count("SELECT count(*) FROM definition_scope_changes")
+        .await;
     assert_eq!(changes, 0);
 }
 
@@ -362,10 +345,11 @@ async fn another_tenants_global_workflow_is_visible_but_not_ours_to_demote_and_i
         "{e}"
     );
     assert_eq!(e["details"]["existing_workflow_id"], theirs.as_str());
-    let scope: String = sqlx::query_scalar("SELECT scope FROM definitions WHERE id = $1::uuid")
-        .bind(&ours)
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    let scope: String = common::one(
+        pool,
+        "SELECT scope FROM definitions WHERE id = $1::uuid",
+        &ours,
+    )
+    .await;
     assert_eq!(scope, "tenant");
 }

@@ -4,6 +4,8 @@
 //! `schemas/examples/semantic/`, run by tests/suite/manifests.rs.)
 
 use crate::common;
+use crate::common::agent::AgentManifest;
+use crate::common::workflow::workflow_manifest;
 
 use common::{any_node, TestApp};
 use orchestrator::manifest::{parse, parse_checked, Deployed, ManifestError, ManifestKind};
@@ -170,16 +172,11 @@ fn limits_are_refused_with_the_ceiling_named() {
     }
 }
 
-const CALLER: &str = "\
-apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: caller
-  version: \"1.0.0\"
-spec:
-  initial_state: work
-  states:
-    work:
+fn caller() -> String {
+    workflow_manifest(
+        "caller",
+        "work",
+        "    work:
       kind: Agent
       agent: worker
       input: \"{{input}}\"
@@ -194,29 +191,28 @@ spec:
       result_key: published
       transitions: [{condition: always, target: done}]
     done: {kind: System, command: \"echo {{published.url}}\", transitions: []}
-";
+",
+    )
+}
 
-const PUBLISHER: &str = "\
-apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: publisher
-  version: \"1.0.0\"
-spec:
-  initial_state: publish
-  states:
-    publish:
+fn publisher() -> String {
+    workflow_manifest(
+        "publisher",
+        "publish",
+        "    publish:
       kind: Subworkflow
       workflow_id: caller
       mode: blocking
       result_key: r
       transitions: []
-";
+",
+    )
+}
 
 #[test]
 fn registry_checks_need_deployed_workflows_and_warn_about_agents() {
     // Offline (no registry): nothing to say about other definitions.
-    parse(ManifestKind::Workflow, CALLER, &any_node()).expect("valid without a registry");
+    parse(ManifestKind::Workflow, &caller(), &any_node()).expect("valid without a registry");
 
     let mut deployed = Deployed::new();
     deployed.add_agent("6f1c0d52-6c1e-4d56-9d1a-2f0b1c1e0a01", "grader");
@@ -225,7 +221,12 @@ fn registry_checks_need_deployed_workflows_and_warn_about_agents() {
         "publisherr",
         &json!({}),
     );
-    let checked = parse_checked(ManifestKind::Workflow, CALLER, &any_node(), Some(&deployed));
+    let checked = parse_checked(
+        ManifestKind::Workflow,
+        &caller(),
+        &any_node(),
+        Some(&deployed),
+    );
     let errors = checked.manifest.clone().expect_err("unknown workflow").0;
     assert_one(
         &errors,
@@ -249,16 +250,21 @@ fn registry_checks_need_deployed_workflows_and_warn_about_agents() {
         .contains("agent `worker` is not deployed"));
 
     // A deployed publisher that calls back `caller` in blocking mode closes a recursion.
-    let publisher = parse(ManifestKind::Workflow, PUBLISHER, &any_node()).expect("publisher");
+    let publisher = parse(ManifestKind::Workflow, &publisher(), &any_node()).expect("publisher");
     deployed.add_workflow(
         "0b8e2a7c-1111-4c3b-9a55-000000000002",
         "publisher",
         &publisher.value,
     );
-    let errors = parse_checked(ManifestKind::Workflow, CALLER, &any_node(), Some(&deployed))
-        .manifest
-        .expect_err("recursion")
-        .0;
+    let errors = parse_checked(
+        ManifestKind::Workflow,
+        &caller(),
+        &any_node(),
+        Some(&deployed),
+    )
+    .manifest
+    .expect_err("recursion")
+    .0;
     assert_one(
         &errors,
         "/spec/states/child/workflow_id",
@@ -267,7 +273,7 @@ fn registry_checks_need_deployed_workflows_and_warn_about_agents() {
     );
 
     // fire_and_forget does not wait, so it is no recursion.
-    let detached = CALLER
+    let detached = caller()
         .replace(
             "mode: blocking\n      result_key: published\n",
             "mode: fire_and_forget\n",
@@ -283,45 +289,36 @@ fn registry_checks_need_deployed_workflows_and_warn_about_agents() {
     assert_eq!(checked.warnings.len(), 1);
 }
 
-const CHILD: &str = "\
-apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: publisher
-  version: \"1.0.0\"
-spec:
-  initial_state: publish
-  states:
-    publish: {kind: System, command: \"echo published\", transitions: []}
-";
+fn child() -> String {
+    workflow_manifest(
+        "publisher",
+        "publish",
+        "    publish: {kind: System, command: \"echo published\", transitions: []}
+",
+    )
+}
 
-const WORKER: &str = "\
-apiVersion: 100monkeys.ai/v1
-kind: Agent
-metadata:
-  name: worker
-  version: \"1.0.0\"
-spec:
-  runtime: {language: python, version: \"3.11\"}
-  task: {instruction: Work.}
-";
+fn worker() -> String {
+    AgentManifest::new("worker")
+        .runtime("python", "3.11")
+        .instruction("Work.")
+        .yaml()
+}
 
 #[tokio::test]
 async fn the_service_reports_warnings_and_refuses_unknown_subworkflows() {
     let app = TestApp::spawn().await;
 
     // The child workflow is not deployed: refused by validate and by deploy, nothing stored.
-    let (_, out) = app
-        .call_tool("aegis.workflow.validate", json!({"manifest_yaml": CALLER}))
-        .await;
-    let report = &out["structuredContent"];
-    assert_eq!(report["valid"], false, "{out}");
+    let validate = json!({"manifest_yaml": caller()});
+    let report = app.tool_result("aegis.workflow.validate", validate).await;
+    assert_eq!(report["valid"], false, "{report}");
     assert_eq!(
         report["details"][0]["path"],
         "/spec/states/child/workflow_id"
     );
     assert_eq!(report["details"][0]["line"], 19);
-    let (status, body) = app.post_yaml("/v1/workflows", CALLER).await;
+    let (status, body) = app.post_yaml("/v1/workflows", &caller()).await;
     assert_eq!(status, 422, "{body}");
     assert!(
         body.to_string().contains("`publisher` is not deployed"),
@@ -329,13 +326,11 @@ async fn the_service_reports_warnings_and_refuses_unknown_subworkflows() {
     );
 
     // With the child deployed it passes, and the undeployed agents are warnings.
-    let (status, body) = app.post_yaml("/v1/workflows", CHILD).await;
+    let (status, body) = app.post_yaml("/v1/workflows", &child()).await;
     assert_eq!(status, 201, "{body}");
-    let (_, out) = app
-        .call_tool("aegis.workflow.validate", json!({"manifest_yaml": CALLER}))
-        .await;
-    let report = &out["structuredContent"];
-    assert_eq!(report["valid"], true, "{out}");
+    let validate = json!({"manifest_yaml": caller()});
+    let report = app.tool_result("aegis.workflow.validate", validate).await;
+    assert_eq!(report["valid"], true, "{report}");
     let warnings = report["warnings"].as_array().expect("warnings");
     let places: Vec<(&str, i64)> = warnings
         .iter()
@@ -352,7 +347,7 @@ async fn the_service_reports_warnings_and_refuses_unknown_subworkflows() {
             ("/spec/states/work/agent", 11),
             ("/spec/states/work/judges/0/agent_id", 13)
         ],
-        "{out}"
+        "{report}"
     );
     assert!(warnings[0]["message"]
         .as_str()
@@ -360,7 +355,7 @@ async fn the_service_reports_warnings_and_refuses_unknown_subworkflows() {
     let (_, out) = app
         .call_tool(
             "aegis.schema.validate",
-            json!({"kind": "workflow", "manifest_yaml": CALLER}),
+            json!({"kind": "workflow", "manifest_yaml": caller()}),
         )
         .await;
     assert_eq!(
@@ -370,14 +365,17 @@ async fn the_service_reports_warnings_and_refuses_unknown_subworkflows() {
     );
 
     // Deploy succeeds and carries the warnings; once the agent exists its warning is gone.
-    let (status, body) = app.post_yaml("/v1/workflows", CALLER).await;
+    let (status, body) = app.post_yaml("/v1/workflows", &caller()).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["warnings"].as_array().map(Vec::len), Some(2), "{body}");
-    let (status, body) = app.post_yaml("/v1/agents", WORKER).await;
+    let (status, body) = app.post_yaml("/v1/agents", &worker()).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["warnings"], json!([]), "{body}");
     let (_, out) = app
-        .call_tool("aegis.workflow.validate", json!({"manifest_yaml": CALLER}))
+        .call_tool(
+            "aegis.workflow.validate",
+            json!({"manifest_yaml": caller()}),
+        )
         .await;
     let warnings = &out["structuredContent"]["warnings"];
     assert_eq!(warnings.as_array().map(Vec::len), Some(1), "{out}");
@@ -390,7 +388,7 @@ async fn the_service_reports_warnings_and_refuses_unknown_subworkflows() {
     let (_, out) = app
         .call_tool(
             "aegis.workflow.update",
-            json!({"manifest_yaml": PUBLISHER.replace("1.0.0", "1.1.0")}),
+            json!({"manifest_yaml": &publisher().replace("1.0.0", "1.1.0")}),
         )
         .await;
     assert_eq!(out["isError"], true, "{out}");

@@ -6,6 +6,7 @@
 //! notification at all, and require the parent to continue: the poll re-examines waiting rows.
 
 use crate::common;
+use crate::common::workflow::workflow_manifest;
 
 use std::time::Duration;
 
@@ -14,30 +15,24 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 /// A child that parks in a Human state (no lease, no worker), so the test can end it by hand.
-const CHILD: &str = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: slow-child
-  version: \"1.0.0\"
-spec:
-  initial_state: ASK
-  states:
-    ASK:
+fn child() -> String {
+    workflow_manifest(
+        "slow-child",
+        "ASK",
+        "    ASK:
       kind: Human
       prompt: \"Continue?\"
       timeout: 1h
       transitions: []
-";
+",
+    )
+}
 
-const PARENT: &str = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: waits-for-child
-  version: \"1.0.0\"
-spec:
-  initial_state: BLOCK
-  states:
-    BLOCK:
+fn parent() -> String {
+    workflow_manifest(
+        "waits-for-child",
+        "BLOCK",
+        "    BLOCK:
       kind: Subworkflow
       workflow_id: slow-child
       mode: blocking
@@ -48,7 +43,9 @@ spec:
       kind: System
       command: \"echo after {{waited.note}}\"
       transitions: []
-";
+",
+    )
+}
 
 async fn app() -> (TestApp, TestDb) {
     let db = TestDb::create().await;
@@ -56,8 +53,8 @@ async fn app() -> (TestApp, TestDb) {
     config.workflows.system_image = Some("aegis-runtime/busybox:1".to_owned());
     config.workflows.poll_interval_ms = 200;
     let app = TestApp::spawn_with(config).await;
-    for manifest in [CHILD, PARENT] {
-        app.deployed("/v1/workflows", manifest).await;
+    for manifest in [child(), parent()] {
+        app.deployed("/v1/workflows", &manifest).await;
     }
     (app, db)
 }
@@ -82,26 +79,19 @@ async fn until(app: &TestApp, id: &str, what: &str, pred: impl Fn(&Value) -> boo
 
 /// Starts the parent and returns (parent id, child id) once both are parked.
 async fn both_parked(app: &TestApp) -> (String, String) {
-    let body = app
-        .answered(
-            Method::POST,
-            "/v1/workflows/waits-for-child/run",
-            Some(json!({"input": {}})),
-            201,
-        )
+    let parent = app
+        .started("/v1/workflows/waits-for-child/run", json!({}))
         .await;
-    let parent = body["execution_id"].as_str().unwrap().to_owned();
     until(app, &parent, "parked on its child", |e| {
         e["status"] == "waiting" && e["waiting_for"] == "subworkflow"
     })
     .await;
-    let child: uuid::Uuid = sqlx::query_scalar(
-        "SELECT id FROM workflow_executions WHERE parent_execution_id = $1::uuid",
-    )
-    .bind(&parent)
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
+    let child: uuid::Uuid = app
+        .one(
+            "SELECT id FROM workflow_executions WHERE parent_execution_id = $1::uuid",
+            &parent,
+        )
+        .await;
     let child = child.to_string();
     until(app, &child, "parked in its Human state", |e| {
         e["status"] == "waiting"

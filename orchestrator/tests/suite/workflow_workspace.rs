@@ -8,11 +8,12 @@
 //! killed mid-state) is at the end.
 
 use crate::common;
+use crate::common::workflow::workflow_manifest;
 
 use std::time::{Duration, Instant};
 
 use common::fake_llm::{answer, tool_calls, Step};
-use common::harness::{of_type, Harness};
+use common::harness::{of_type, Harness, HarnessBuilder};
 use common::TestDb;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -20,19 +21,16 @@ use uuid::Uuid;
 
 const BUSYBOX: &str = "aegis-runtime/busybox:1";
 
-async fn harness(script: Vec<Step>) -> Harness {
-    harness_with(script, |_| {}).await
-}
-
-async fn harness_with(
-    script: Vec<Step>,
-    adjust: impl FnOnce(&mut orchestrator::config::NodeConfig),
-) -> Harness {
+/// The node every test here starts from: workflow states run on busybox, and a run may take
+/// 120 s (volumes are made and removed on the way).
+fn node(script: Vec<Step>) -> HarnessBuilder {
     Harness::builder(script)
         .workflows()
         .ends_within(Duration::from_secs(120))
-        .start_tuned(adjust)
-        .await
+}
+
+async fn harness(script: Vec<Step>) -> Harness {
+    node(script).start().await
 }
 
 impl Harness {
@@ -65,19 +63,18 @@ impl Harness {
     /// Rows of the run's volumes and drafts still in PostgreSQL.
     async fn stored(&self, id: Uuid) -> (i64, i64) {
         let pool = &self.app.state.pool;
-        let volumes: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM workflow_volumes WHERE execution_id = $1")
-                .bind(id)
-                .fetch_one(pool)
-                .await
-                .unwrap();
-        let drafts: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM workflow_volume_drafts WHERE execution_id = $1",
+        let volumes: i64 = common::one(
+            pool,
+            "SELECT count(*) FROM workflow_volumes WHERE execution_id = $1",
+            id,
         )
-        .bind(id)
-        .fetch_one(pool)
-        .await
-        .unwrap();
+        .await;
+        let drafts: i64 = common::one(
+            pool,
+            "SELECT count(*) FROM workflow_volume_drafts WHERE execution_id = $1",
+            id,
+        )
+        .await;
         (volumes, drafts)
     }
 }
@@ -166,9 +163,7 @@ async fn an_agent_writes_a_program_and_a_container_run_tests_it_in_the_same_work
     h.deployed_yaml("/v1/agents", CODER).await;
     let deployed = h.deployed_yaml("/v1/workflows", WRITE_AND_TEST).await;
     // The older spellings were rewritten, each with a `normalised:` note at its place.
-    let notes: Vec<(&str, &str)> = deployed["warnings"]
-        .as_array()
-        .unwrap()
+    let notes: Vec<(&str, &str)> = common::json::items(&deployed["warnings"])
         .iter()
         .map(|w| {
             (
@@ -226,9 +221,7 @@ async fn an_agent_writes_a_program_and_a_container_run_tests_it_in_the_same_work
         .json()
         .await
         .unwrap();
-    let kinds: Vec<&str> = agent_events["events"]
-        .as_array()
-        .unwrap()
+    let kinds: Vec<&str> = common::json::items(&agent_events["events"])
         .iter()
         .map(|e| e["event_type"].as_str().unwrap_or_default())
         .collect();
@@ -250,10 +243,7 @@ async fn an_agent_writes_a_program_and_a_container_run_tests_it_in_the_same_work
     let test = &e["blackboard"]["TEST"];
     assert_eq!(test["exit_code"], 1, "{test}");
     assert!(
-        test["stderr"]
-            .as_str()
-            .unwrap()
-            .contains("AssertionError: -1 != 5"),
+        common::json::text(&test["stderr"]).contains("AssertionError: -1 != 5"),
         "{test}"
     );
 }
@@ -289,7 +279,9 @@ spec:
 
 #[tokio::test]
 async fn every_run_has_its_own_volumes_removed_at_its_end_or_kept_for_their_ttl() {
-    let h = harness_with(Vec::new(), |c| c.volumes.sweep_interval_secs = 1).await;
+    let h = node(Vec::new())
+        .start_tuned(|c| c.volumes.sweep_interval_secs = 1)
+        .await;
     h.deployed_yaml("/v1/workflows", MARKS).await;
 
     let (first, e) = h.run_to_end("marks", json!({"n": 1})).await;
@@ -416,16 +408,11 @@ spec:
 async fn parallel_steps_share_a_volume_with_one_writer_and_two_writers_are_refused() {
     let h = harness(Vec::new()).await;
     let manifest = |lint_read_only: bool| {
-        format!(
-            "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: checks
-  version: \"1.0.0\"
-spec:
-  initial_state: SEED
-  states:
-    SEED:
+        workflow_manifest(
+            "checks",
+            "SEED",
+            &format!(
+                "    SEED:
       kind: ContainerRun
       name: seed
       image: aegis-runtime/busybox:1
@@ -452,6 +439,7 @@ spec:
       volumes: [{{name: workspace, mount_path: /workspace, read_only: true}}]
       transitions: []
 "
+            ),
         )
     };
     // Two steps writing one volume at the same time: refused at deploy, naming both and it.
@@ -478,7 +466,9 @@ spec:
 
 #[tokio::test]
 async fn mounts_outside_what_the_manifest_declares_are_refused() {
-    let h = harness_with(Vec::new(), |c| c.volumes.max_size_mb = 64).await;
+    let h = node(Vec::new())
+        .start_tuned(|c| c.volumes.max_size_mb = 64)
+        .await;
     let workflow = |storage: &str, volumes: &str| {
         format!(
             "apiVersion: 100monkeys.ai/v1
@@ -556,26 +546,20 @@ spec:
         assert!((400..500).contains(&status), "{body}");
         assert!(body.to_string().contains(says), "{body}");
     }
-    let runs = crate::common::count(
-        &h.app.state.pool,
-        "SELECT count(*) FROM workflow_executions",
-    )
-    .await;
+    let runs = h
+        .app
+        .count("SELECT count(*) FROM workflow_executions")
+        .await;
     assert_eq!(runs, 0);
 }
 
 #[tokio::test]
 async fn what_one_state_plants_in_a_volume_reaches_the_next_as_plain_data_only() {
     let h = harness(Vec::new()).await;
-    let manifest = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: planted
-  version: \"1.0.0\"
-spec:
-  initial_state: SEED
-  states:
-    SEED:
+    let manifest = workflow_manifest(
+        "planted",
+        "SEED",
+        "    SEED:
       kind: ContainerRun
       name: seed
       image: aegis-runtime/busybox:1
@@ -620,8 +604,9 @@ spec:
       command: [sh, -c, \"ls -A /workspace/data; test -d /workspace/data && test ! -L /workspace/data\"]
       volumes: [{name: workspace, mount_path: /workspace/data, read_only: true}]
       transitions: []
-";
-    h.deployed_yaml("/v1/workflows", manifest).await;
+",
+    );
+    h.deployed_yaml("/v1/workflows", &manifest).await;
     let (_, e) = h.run_to_end("planted", json!({})).await;
     assert_eq!(e["status"], "completed", "{e}");
     let bb = &e["blackboard"];
@@ -659,7 +644,9 @@ spec:
 #[tokio::test]
 async fn only_the_committed_attempts_draft_becomes_the_volume() {
     // The node's own sweep stays out of the way: this test calls it.
-    let h = harness_with(Vec::new(), |c| c.volumes.sweep_interval_secs = 3600).await;
+    let h = node(Vec::new())
+        .start_tuned(|c| c.volumes.sweep_interval_secs = 3600)
+        .await;
     let pool = &h.app.state.pool;
     let id = Uuid::new_v4();
     sqlx::query(
@@ -744,7 +731,6 @@ async fn only_the_committed_attempts_draft_becomes_the_volume() {
 #[tokio::test]
 async fn a_replica_that_takes_over_a_run_finds_the_committed_workspace() {
     use common::binary::{self, free_port};
-    use common::TEST_ADMIN_KEY;
 
     let db = TestDb::create().await;
     let pool = db.pool().await;
@@ -762,15 +748,10 @@ async fn a_replica_that_takes_over_a_run_finds_the_committed_workspace() {
         .await
         .unwrap();
     let client = reqwest::Client::new();
-    let manifest = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: relay
-  version: \"1.0.0\"
-spec:
-  initial_state: WRITE
-  states:
-    WRITE:
+    let manifest = workflow_manifest(
+        "relay",
+        "WRITE",
+        "    WRITE:
       kind: ContainerRun
       name: write
       image: aegis-runtime/busybox:1
@@ -791,26 +772,17 @@ spec:
       command: [sh, -c, \"ls -A /workspace; cat /workspace/a\"]
       volumes: [{name: workspace, mount_path: /workspace, read_only: true}]
       transitions: []
-";
-    let r = client
-        .post(format!("http://127.0.0.1:{port_a}/v1/workflows"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .body(manifest)
-        .send()
+",
+    );
+    let a_rest = common::rest::Rest::new(
+        client.clone(),
+        &format!("http://127.0.0.1:{port_a}"),
+        common::TEST_ADMIN_KEY,
+    );
+    a_rest.deployed("/v1/workflows", &manifest).await;
+    let id: Uuid = a_rest
+        .started("/v1/workflows/relay/run", json!({}))
         .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
-    let r = client
-        .post(format!("http://127.0.0.1:{port_a}/v1/workflows/relay/run"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .json(&json!({"input": {}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let id: Uuid = r.json::<Value>().await.unwrap()["execution_id"]
-        .as_str()
-        .unwrap()
         .parse()
         .unwrap();
 
@@ -834,13 +806,7 @@ spec:
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let pid = a.id().unwrap().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-KILL", &pid])
-        .status()
-        .unwrap()
-        .success());
-    a.wait().await.unwrap();
+    common::binary::crash(&mut a).await;
     let _b = binary::start_on(&db, port_b, &env).await;
 
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -919,15 +885,10 @@ spec:
         ),
     )
     .await;
-    let manifest = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: agents
-  version: \"1.0.0\"
-spec:
-  initial_state: READ
-  states:
-    READ:
+    let manifest = workflow_manifest(
+        "agents",
+        "READ",
+        "    READ:
       kind: Agent
       agent: reader
       input: write
@@ -952,8 +913,9 @@ spec:
       command: [ls, -A, /workspace]
       volumes: [{name: workspace, mount_path: /workspace, read_only: true}]
       transitions: []
-";
-    h.deployed_yaml("/v1/workflows", manifest).await;
+",
+    );
+    h.deployed_yaml("/v1/workflows", &manifest).await;
     let (_, e) = h.run_to_end("agents", json!({})).await;
     assert_eq!(e["status"], "completed", "{e}");
     let bb = &e["blackboard"];
@@ -985,9 +947,7 @@ spec:
         .filter(|e| e["event_type"] == "workflow_volumes_not_mounted")
         .collect();
     assert_eq!(unmounted.len(), 1, "{talk:#?}");
-    assert!(unmounted[0]["payload"]["reason"]
-        .as_str()
-        .unwrap()
+    assert!(common::json::text(&unmounted[0]["payload"]["reason"])
         .contains("no tool that runs in a sandbox"));
     // The keeper never started: its own volume sits where the workflow volume would go.
     let keep = &bb["KEEP"];

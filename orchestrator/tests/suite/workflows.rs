@@ -4,28 +4,24 @@
 //! cancellation, and the refusals of `run` and `signal`.
 
 use crate::common;
+use crate::common::workflow::workflow_manifest;
 
 use std::time::{Duration, Instant};
 
 use common::agent::AgentManifest;
 use common::docker_lines;
 use common::fake_llm::{answer, Step};
-use common::harness::{of_type, Harness, WORKFLOWS};
+use common::harness::{of_type, Harness, HarnessBuilder, WORKFLOWS};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-async fn harness(script: Vec<Step>) -> Harness {
-    harness_with(script, |_| {}).await
+/// The node every test here starts from: workflow states run on busybox.
+fn node(script: Vec<Step>) -> HarnessBuilder {
+    Harness::builder(script).workflows()
 }
 
-async fn harness_with(
-    script: Vec<Step>,
-    adjust: impl FnOnce(&mut orchestrator::config::NodeConfig),
-) -> Harness {
-    Harness::builder(script)
-        .workflows()
-        .start_tuned(adjust)
-        .await
+async fn harness(script: Vec<Step>) -> Harness {
+    node(script).start().await
 }
 
 impl Harness {
@@ -56,15 +52,9 @@ impl Harness {
     }
 
     async fn signal(&self, id: &str, response: &str) -> (u16, Value) {
-        let r = self
-            .app
-            .response(
-                Method::POST,
-                &format!("/v1/workflows/executions/{id}/signal"),
-                Some(&json!({"response": response})),
-            )
-            .await;
-        (r.status().as_u16(), r.json().await.unwrap())
+        let path = format!("/v1/workflows/executions/{id}/signal");
+        let answer = json!({"response": response});
+        self.app.send_json(Method::POST, &path, Some(answer)).await
     }
 }
 
@@ -319,23 +309,16 @@ spec:
     let (status, body) = h.signal(&id, "yes").await;
     assert_eq!(status, 409, "{body}");
     assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("has ended (completed)"),
+        common::json::text(&body["error"]).contains("has ended (completed)"),
         "{body}"
     );
 }
 
-const GATE: &str = "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: NAME
-  version: \"1.0.0\"
-spec:
-  initial_state: ASK
-  states:
-    ASK:
+fn gate() -> String {
+    workflow_manifest(
+        "NAME",
+        "ASK",
+        "    ASK:
       kind: Human
       prompt: \"Deploy {{input.what}}?\"
       timeout: 2sDEFAULT
@@ -352,21 +335,23 @@ spec:
       kind: System
       command: \"echo no\"
       transitions: []
-";
+",
+    )
+}
 
 #[tokio::test]
 async fn a_human_gate_answered_yes_no_by_default_and_not_at_all() {
     let h = harness(vec![]).await;
     h.deployed(
         WORKFLOWS,
-        &GATE
+        &gate()
             .replace("NAME", "gate-default")
             .replace("DEFAULT", "\n      default_response: \"no\""),
     )
     .await;
     h.deployed(
         WORKFLOWS,
-        &GATE.replace("NAME", "gate-none").replace("DEFAULT", ""),
+        &gate().replace("NAME", "gate-none").replace("DEFAULT", ""),
     )
     .await;
     let yes = h
@@ -437,10 +422,7 @@ async fn a_human_gate_answered_yes_no_by_default_and_not_at_all() {
     let (status, body) = h.signal(&unanswered, "yes").await;
     assert_eq!(status, 409);
     assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("has ended (failed)"),
+        common::json::text(&body["error"]).contains("has ended (failed)"),
         "{body}"
     );
     for id in [&yes, &no, &by_default, &unanswered] {
@@ -453,15 +435,10 @@ async fn a_refine_loop_is_stopped_by_max_state_visits() {
     let h = harness(vec![]).await;
     h.deployed(
         WORKFLOWS,
-        "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: refine
-  version: \"1.0.0\"
-spec:
-  initial_state: WORK
-  states:
-    WORK:
+        &workflow_manifest(
+            "refine",
+            "WORK",
+            "    WORK:
       kind: System
       command: \"echo attempt {{state.visit}} {{state.feedback}}\"
       max_state_visits: 3
@@ -483,6 +460,7 @@ spec:
       command: \"echo done\"
       transitions: []
 ",
+        ),
     )
     .await;
     let id = h.workflow_started("refine", json!({})).await;
@@ -505,23 +483,21 @@ spec:
 
 #[tokio::test]
 async fn state_transition_and_execution_limits_name_the_limit_and_the_state() {
-    let h = harness_with(vec![], |c| c.workflows.max_execution_secs = 3).await;
+    let h = node(vec![])
+        .start_tuned(|c| c.workflows.max_execution_secs = 3)
+        .await;
     h.deployed(
         WORKFLOWS,
-        "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: slow
-  version: \"1.0.0\"
-spec:
-  initial_state: SLOW
-  states:
-    SLOW:
+        &workflow_manifest(
+            "slow",
+            "SLOW",
+            "    SLOW:
       kind: System
       command: \"sleep 60\"
       timeout: 1s
       transitions: []
 ",
+        ),
     )
     .await;
     h.deployed(
@@ -555,20 +531,16 @@ spec:
     .await;
     h.deployed(
         WORKFLOWS,
-        "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: patient
-  version: \"1.0.0\"
-spec:
-  initial_state: ASK
-  states:
-    ASK:
+        &workflow_manifest(
+            "patient",
+            "ASK",
+            "    ASK:
       kind: Human
       prompt: \"Anyone?\"
       timeout: 1h
       transitions: []
 ",
+        ),
     )
     .await;
     let slow = h.workflow_started("slow", json!({})).await;
@@ -602,15 +574,12 @@ spec:
 #[tokio::test]
 async fn parallel_container_runs_follow_their_completion_rule() {
     let h = harness(vec![]).await;
-    h.deployed(WORKFLOWS, "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: rules
-  version: \"1.0.0\"
-spec:
-  initial_state: ALL
-  states:
-    ALL:
+    h.deployed(
+        WORKFLOWS,
+        &workflow_manifest(
+            "rules",
+            "ALL",
+            "    ALL:
       kind: ParallelContainerRun
       completion: all_succeed
       steps:
@@ -641,6 +610,7 @@ spec:
         - {name: b, image: aegis-runtime/busybox:1, command: [\"echo\", \"b\"], retry: {max_attempts: 2, backoff: 100ms}}
       transitions: []
 ",
+        ),
     )
     .await;
     let id = h.workflow_started("rules", json!({})).await;
@@ -657,9 +627,7 @@ spec:
     assert_eq!(bb["BEST"]["status"], "success");
     assert_eq!(bb["BEST"]["overall_success"], false);
     assert!(
-        bb["BEST"]["output"]["bad2"]["error"]
-            .as_str()
-            .unwrap()
+        common::json::text(&bb["BEST"]["output"]["bad2"]["error"])
             .contains("is not present on this node"),
         "{}",
         bb["BEST"]
@@ -679,15 +647,10 @@ async fn subworkflows_block_or_fire_and_forget() {
     h.deployed(WORKFLOWS, CHILD).await;
     h.deployed(
         WORKFLOWS,
-        "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: parent
-  version: \"1.0.0\"
-spec:
-  initial_state: FIRE
-  states:
-    FIRE:
+        &workflow_manifest(
+            "parent",
+            "FIRE",
+            "    FIRE:
       kind: Subworkflow
       workflow_id: child
       mode: fire_and_forget
@@ -708,6 +671,7 @@ spec:
       command: \"echo got {{waited.echoed}}\"
       transitions: []
 ",
+        ),
     )
     .await;
     let id = h
@@ -738,40 +702,32 @@ async fn cancel_stops_a_sleeping_container_and_the_child_workflow_running_it() {
     let h = harness(vec![]).await;
     h.deployed(
         WORKFLOWS,
-        "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: sleeper
-  version: \"1.0.0\"
-spec:
-  initial_state: SLEEP
-  states:
-    SLEEP:
+        &workflow_manifest(
+            "sleeper",
+            "SLEEP",
+            "    SLEEP:
       kind: ContainerRun
       name: nap
       image: aegis-runtime/busybox:1
       command: [\"sleep\", \"300\"]
       transitions: []
 ",
+        ),
     )
     .await;
     h.deployed(
         WORKFLOWS,
-        "apiVersion: 100monkeys.ai/v1
-kind: Workflow
-metadata:
-  name: outer
-  version: \"1.0.0\"
-spec:
-  initial_state: INNER
-  states:
-    INNER:
+        &workflow_manifest(
+            "outer",
+            "INNER",
+            "    INNER:
       kind: Subworkflow
       workflow_id: sleeper
       mode: blocking
       result_key: r
       transitions: []
 ",
+        ),
     )
     .await;
     let direct = h.workflow_started("sleeper", json!({})).await;
@@ -869,10 +825,7 @@ spec:
         .await;
     assert_eq!(status, 422, "{body}");
     assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("reserved key(s) workflow"),
+        common::json::text(&body["error"]).contains("reserved key(s) workflow"),
         "{body}"
     );
     let (status, body) = h
@@ -880,9 +833,7 @@ spec:
         .await;
     assert_eq!(status, 422, "{body}");
     assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
+        common::json::text(&body["error"])
             .contains("spec.states.A.agent: agent `ghost` is not deployed"),
         "{body}"
     );
@@ -896,10 +847,9 @@ spec:
     assert_eq!(list["total"], 0, "{list}");
     let r = h
         .app
-        .response(
-            Method::POST,
+        .post_json(
             &format!("/v1/workflows/executions/{}/signal", uuid::Uuid::new_v4()),
-            Some(&json!({"response": "yes"})),
+            &json!({"response": "yes"}),
         )
         .await;
     assert_eq!(r.status(), 404);

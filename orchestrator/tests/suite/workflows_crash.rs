@@ -6,7 +6,6 @@
 use crate::common;
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::binary::{self, free_port};
@@ -77,26 +76,20 @@ async fn two_replicas_one_killed_every_workflow_completes_once() {
         .unwrap();
     let mut b = start(&db, port_b).await;
 
-    let r = client
-        .post(format!("http://127.0.0.1:{port_a}/v1/workflows"))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .body(WORKFLOW)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let rest = |port: u16| {
+        common::rest::Rest::new(
+            client.clone(),
+            &format!("http://127.0.0.1:{port}"),
+            TEST_ADMIN_KEY,
+        )
+    };
+    rest(port_a).deployed("/v1/workflows", WORKFLOW).await;
     let mut ids = Vec::new();
     for n in 0..20 {
         let port = if n % 2 == 0 { port_a } else { port_b };
-        let r = client
-            .post(format!("http://127.0.0.1:{port}/v1/workflows/relay/run"))
-            .bearer_auth(TEST_ADMIN_KEY)
-            .json(&json!({"input": {"n": n}}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
-        let body: Value = r.json().await.unwrap();
+        let body = rest(port)
+            .posted("/v1/workflows/relay/run", json!({"input": {"n": n}}), 201)
+            .await;
         ids.push(body["execution_id"].as_str().unwrap().to_owned());
     }
 
@@ -118,20 +111,13 @@ async fn two_replicas_one_killed_every_workflow_completes_once() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let pid = a.id().unwrap().to_string();
-    assert!(Command::new("kill")
-        .args(["-KILL", &pid])
-        .status()
-        .unwrap()
-        .success());
-    a.wait().await.unwrap();
-    let orphaned: i64 = sqlx::query_scalar(
+    common::binary::crash(&mut a).await;
+    let orphaned: i64 = common::one(
+        &pool,
         "SELECT count(*) FROM workflow_executions WHERE lease_owner = $1 AND status = 'running'",
+        instance_a,
     )
-    .bind(instance_a)
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    .await;
     assert!(orphaned >= 1, "the kill left no execution mid-run");
 
     // B finishes everything.

@@ -180,6 +180,14 @@ metadata:
     }
 }
 
+/// A busybox agent named `name` whose only tool is `fs.read` (no `cmd.run`, no process tools).
+pub fn reader_agent(name: &str) -> String {
+    AgentManifest::new(name)
+        .instruction("Only read files.")
+        .tools(&["fs.read"])
+        .yaml()
+}
+
 /// A YAML flow sequence of strings, each quoted as JSON (which YAML reads alike).
 fn flow(items: &[&str]) -> String {
     let quoted: Vec<String> = items

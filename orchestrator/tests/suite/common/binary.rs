@@ -167,16 +167,28 @@ async fn launch(db: &TestDb, http: u16, env: &[(&str, &str)]) -> Result<Node, Ex
     }
 }
 
+/// Sends `sig` (`-KILL`, `-TERM`, `-STOP`, ...) to the running `child`; fails the test when it
+/// is not delivered.
+pub fn send_signal(child: &tokio::process::Child, sig: &str) {
+    let pid = child.id().expect("the child is running").to_string();
+    let sent = std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "{sig} delivered to {pid}");
+}
+
+/// Kills the running `child` (SIGKILL, a crash) and waits until it is gone.
+pub async fn crash(child: &mut tokio::process::Child) {
+    send_signal(child, "-KILL");
+    child.wait().await.expect("the killed child is reaped");
+}
+
 impl Node {
     /// Sends SIGTERM and waits (bounded) for a clean exit; returns what it printed on stderr.
     /// The wait covers the drain and the destruction of the node's sandboxes.
     pub async fn terminate(mut self) -> String {
-        let pid = self.child.id().expect("child has a pid").to_string();
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success(), "SIGTERM delivered");
+        send_signal(&self.child, "-TERM");
         let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
             .await
             .expect("the node exits after SIGTERM")

@@ -4,7 +4,29 @@
 
 use std::process::Command;
 
+use dispatcher::Isolation;
+use orchestrator::config::NodeConfig;
+
 use super::sandbox::AgentSandbox;
+use super::{test_config, TestDb};
+
+/// A test node on `db` whose sandboxes are of class `class` on the engine at `host` (`None`:
+/// the host's); see [`place_sandboxes`].
+pub fn node_config(db: &TestDb, host: Option<&str>, class: Isolation) -> NodeConfig {
+    let mut config = test_config(&db.url);
+    place_sandboxes(&mut config, host, class);
+    config
+}
+
+/// Makes `config` place its sandboxes, of class `class`, on the engine at `host` (`None`: the
+/// host's). Landlock is not required: gVisor's kernel has none, and commands run there under
+/// gVisor's boundary, the executor's path rules and the argv policy (ARCHITECTURE.md, "The
+/// gVisor class").
+pub fn place_sandboxes(config: &mut NodeConfig, host: Option<&str>, class: Isolation) {
+    config.docker.host = host.map(str::to_owned);
+    config.sandbox.isolation = class;
+    config.sandbox.require_landlock = false;
+}
 
 /// Where a runsc-enabled engine lives (`scripts/lib/second_engine.sh` with
 /// `AEGIS_ENGINE2_RUNSC=1`): its directories, bridge, address range and firewall tag, whether
@@ -65,6 +87,11 @@ pub struct GvisorEngine {
 }
 
 impl GvisorEngine {
+    /// A test node on `db` whose sandboxes are of the gVisor class on this engine.
+    pub fn node(&self, db: &TestDb) -> NodeConfig {
+        node_config(db, Some(&self.host), Isolation::Gvisor)
+    }
+
     /// Starts the default engine with the `busybox` runtime image loaded.
     pub fn start() -> GvisorEngine {
         Self::start_with(&["aegis-runtime/busybox:1"])
@@ -99,12 +126,7 @@ impl GvisorEngine {
 
     /// `docker -H <engine> args...`: (exit code, stdout).
     pub fn docker(&self, args: &[&str]) -> (i32, String) {
-        let out = Command::new("docker")
-            .arg("-H")
-            .arg(&self.host)
-            .args(args)
-            .output()
-            .expect("docker runs");
+        let out = super::docker_on(&self.host, args);
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).trim().to_owned(),

@@ -218,3 +218,16 @@ impl Harness {
 pub fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["event_type"] == kind).collect()
 }
+
+/// (tool, decision) of each `tool_call` event among `events`, in order.
+pub fn tool_decisions(events: &[Value]) -> Vec<(&str, &str)> {
+    of_type(events, "tool_call")
+        .iter()
+        .map(|c| {
+            (
+                c["payload"]["tool"].as_str().unwrap_or_default(),
+                c["payload"]["decision"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect()
+}

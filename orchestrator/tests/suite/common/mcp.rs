@@ -29,11 +29,7 @@ pub async fn request(
     }
     let response = request.send().await.expect("request sent");
     let status = response.status().as_u16();
-    let session = response
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let session = super::rest::header(&response, "mcp-session-id");
     let text = response.text().await.unwrap_or_default();
     let answer = serde_json::from_str::<Value>(&text).ok().or_else(|| {
         text.lines()

@@ -10,6 +10,7 @@ pub mod binary;
 pub mod fake_llm;
 pub mod gvisor;
 pub mod harness;
+pub mod json;
 pub mod mcp;
 pub mod net;
 pub mod proxy;
@@ -18,6 +19,7 @@ pub mod refusal;
 pub mod replicas;
 pub mod rest;
 pub mod sandbox;
+pub mod workflow;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -124,28 +126,33 @@ impl Drop for TestDb {
     fn drop(&mut self) {
         remove_sandboxes_of(&self.name);
         let name = self.name.clone();
-        // A separate thread with its own runtime: Drop may run inside or outside a runtime.
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                if let Ok(pool) = PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&admin_url())
-                    .await
-                {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&pool)
-                        .await;
-                }
-            });
-        })
-        .join();
+        run_to_end_in_drop(async move {
+            if let Ok(pool) = PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&admin_url())
+                .await
+            {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&pool)
+                    .await;
+            }
+        });
     }
+}
+
+/// Runs `cleanup` to its end from a `Drop`, best effort: on a thread of its own with a runtime
+/// of its own, since a value may be dropped inside or outside a runtime.
+pub fn run_to_end_in_drop(cleanup: impl std::future::Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(cleanup);
+    })
+    .join();
 }
 
 /// A test configuration: loopback, random ports, the given database, quick start-up.
@@ -332,6 +339,31 @@ impl TestApp {
         self.rest().response(method, path, body).await
     }
 
+    /// [`rest::Rest::cancel_execution`] as the administrator: the answer.
+    pub async fn cancel_execution(&self, id: &str, status: u16) -> serde_json::Value {
+        self.rest().cancel_execution(id, status).await
+    }
+
+    /// [`rest::Rest::posted`] as the administrator: the answer.
+    pub async fn posted(
+        &self,
+        path: &str,
+        body: serde_json::Value,
+        status: u16,
+    ) -> serde_json::Value {
+        self.rest().posted(path, body, status).await
+    }
+
+    /// [`rest::Rest::started`] as the administrator: the new execution's id.
+    pub async fn started(&self, path: &str, input: serde_json::Value) -> String {
+        self.rest().started(path, input).await
+    }
+
+    /// `POST path` as the administrator with `body` as JSON: the response as it came.
+    pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
+        self.rest().post_json(path, body).await
+    }
+
     /// `method path` as the administrator, with `body` as JSON when given; (status, answer).
     pub async fn send(
         &self,
@@ -472,6 +504,43 @@ impl TestApp {
         )
     }
 
+    /// The one number a query without parameters (`SELECT count(*) ...`) answers on this
+    /// node's database.
+    pub async fn count(&self, sql: &str) -> i64 {
+        count(&self.state.pool, sql).await
+    }
+
+    /// The one value `sql` (one column of one row, with `$1` bound to `bind`) answers on this
+    /// node's database; fails the test, naming the query, when there is none.
+    pub async fn one<T, B>(&self, sql: &str, bind: B) -> T
+    where
+        T: Send + Unpin,
+        (T,): for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+        B: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+    {
+        one(&self.state.pool, sql, bind).await
+    }
+
+    /// The dispatcher's sandbox that E2B id `e2b_id` stands for now (a resume moves an E2B
+    /// sandbox to a new one).
+    pub async fn e2b_sandbox(&self, e2b_id: &str) -> String {
+        self.one(
+            "SELECT sandbox_id::text FROM e2b_sandboxes WHERE e2b_id::text = $1",
+            e2b_id,
+        )
+        .await
+    }
+
+    /// The id of the Docker engine this node's dispatcher drives.
+    pub fn engine_id(&self) -> String {
+        self.state
+            .sandboxes
+            .dispatcher()
+            .expect("dispatcher up")
+            .engine_id()
+            .to_owned()
+    }
+
     /// A gRPC channel to this instance.
     pub async fn grpc_channel(&self) -> tonic::transport::Channel {
         tonic::transport::Channel::from_shared(format!("http://{}", self.grpc_addr))
@@ -497,6 +566,28 @@ impl Drop for TestApp {
     }
 }
 
+/// Asks `probe` every `every` until it answers `Ok`, and returns that; fails the test with
+/// `what` and the last `Err` (what the probe saw instead) once `within` has passed.
+pub async fn eventually<T, Probe, Fut>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut probe: Probe,
+) -> T
+where
+    Probe: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match probe().await {
+            Ok(value) => return value,
+            Err(seen) => assert!(std::time::Instant::now() < deadline, "{what}: {seen}"),
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// A node that knows every tool and runtime, for parsing manifests where what the node has is
 /// not the question (schema and manifest-internal checks only).
 pub fn any_node() -> orchestrator::manifest::NodeKnowledge<'static> {
@@ -514,6 +605,30 @@ pub fn any_node() -> orchestrator::manifest::NodeKnowledge<'static> {
 /// The one number a query without parameters (`SELECT count(*) ...`) answers on `pool`.
 pub async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// How many sandbox rows on `pool` are not destroyed (creating, running or being destroyed).
+pub async fn live_sandboxes(pool: &PgPool) -> i64 {
+    count(
+        pool,
+        "SELECT count(*) FROM sandboxes WHERE state IN ('creating', 'running', 'destroying')",
+    )
+    .await
+}
+
+/// The one value `sql` (one column of one row, with `$1` bound to `bind`) answers on `pool`;
+/// fails the test, naming the query, when there is none.
+pub async fn one<T, B>(pool: &PgPool, sql: &str, bind: B) -> T
+where
+    T: Send + Unpin,
+    (T,): for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    B: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+{
+    sqlx::query_scalar(sql)
+        .bind(bind)
         .fetch_one(pool)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
@@ -547,12 +662,52 @@ pub async fn cli_json(args: &[String], env: &[(&str, &str)]) -> serde_json::Valu
 /// What a finished command printed, as JSON; fails the test with `failed` (what failed, and
 /// what it needs) and the command's stderr when it did not succeed.
 pub fn json_of(out: std::process::Output, failed: &str) -> serde_json::Value {
+    serde_json::from_str(&succeeded(out, failed)).expect("one JSON report")
+}
+
+/// What a finished command printed on stdout; fails the test with `failed` (what failed) and
+/// the command's stderr when it did not succeed.
+pub fn succeeded(out: std::process::Output, failed: &str) -> String {
     assert!(
         out.status.success(),
         "{failed}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("one JSON report")
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What `docker -H <host> <args>` did (a second engine's CLI); fails the test when the CLI
+/// cannot run.
+pub fn docker_on(host: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("docker")
+        .arg("-H")
+        .arg(host)
+        .args(args)
+        .output()
+        .expect("docker runs")
+}
+
+/// The value of the series `series` (its name and labels as `/metrics` prints them) in the
+/// Prometheus text `metrics`; 0 when the series is not there.
+pub fn metric(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_default()
+}
+
+/// `docker <args>`: whether it succeeded, and what it printed on stdout, trimmed.
+pub fn docker_out(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+    )
 }
 
 /// The non-empty lines `docker <args>` printed (empty when it printed nothing).
@@ -591,11 +746,6 @@ pub async fn e2b_base_sandbox(app: &TestApp, key: &str) -> (String, String, Stri
         .as_str()
         .expect("envdAccessToken")
         .to_owned();
-    let current: String =
-        sqlx::query_scalar("SELECT sandbox_id::text FROM e2b_sandboxes WHERE e2b_id::text = $1")
-            .bind(&e2b_id)
-            .fetch_one(&app.state.pool)
-            .await
-            .expect("the E2B row");
+    let current = app.e2b_sandbox(&e2b_id).await;
     (e2b_id, token, current)
 }

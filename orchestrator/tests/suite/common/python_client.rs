@@ -34,6 +34,29 @@ pub struct Scenario<'a> {
     pub needs: &'a str,
 }
 
+impl<'a> Scenario<'a> {
+    /// `script args...` against `node` alone (control API and envd), as `key`, with the pinned
+    /// SDKs and no more environment; `needs` is what a failure message adds.
+    pub fn on(
+        node: &'a TestApp,
+        script: &'a str,
+        args: &'a [&'a str],
+        key: &'a str,
+        needs: &'a str,
+    ) -> Self {
+        Self {
+            script,
+            args,
+            api: node,
+            envd: node,
+            key,
+            sdk_dir: None,
+            extra: &[],
+            needs,
+        }
+    }
+}
+
 /// Runs the scenario and returns its JSON report; fails the test with the script's stderr when
 /// it fails, or with its stdout when that is not one JSON value.
 pub async fn run(s: Scenario<'_>) -> Value {
@@ -79,4 +102,18 @@ pub async fn report(script: &str, args: &[&str], failed: &str) -> Value {
         .await
         .expect("python3 runs");
     super::json_of(out, failed)
+}
+
+/// A client report's three steps in a sandbox, which the MCP and SEAL Python clients report
+/// alike: `write` of `text` succeeded, `read` gave `text` back and `run` printed it.
+pub fn assert_wrote_read_and_ran(report: &Value, text: &str) {
+    assert_eq!(report["write"]["isError"], false, "{report}");
+    assert_eq!(
+        report["read"]["structuredContent"]["content"], text,
+        "{report}"
+    );
+    assert_eq!(
+        report["run"]["structuredContent"]["stdout"], text,
+        "{report}"
+    );
 }

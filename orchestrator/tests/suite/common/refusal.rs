@@ -1,7 +1,7 @@
-//! The refusal a SEAL client reports (approvals, secrets, seal, speed, ...): one helper instead of
-//! a `fn refused` per suite.
+//! What a SEAL client's call must come to (approvals, secrets, seal, speed, ...): a refusal, or
+//! an answer that is no tool error; one helper each instead of a copy per suite.
 
-use aegis_cli::seal_client::ClientError;
+use aegis_cli::seal_client::{ClientError, SealClient};
 use serde_json::Value;
 
 /// The SEAL code, transport status and message of a call that must have been refused; fails the
@@ -16,4 +16,31 @@ pub fn refused(result: Result<Value, ClientError>) -> (u32, u16, String) {
         }) => (code, status, message),
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+/// A tool call through the SEAL session of `client` that must succeed (answered, and not
+/// `isError`); the answer.
+pub async fn seal_ok(client: &SealClient, tool: &str, arguments: Value) -> Value {
+    let answer = client
+        .call_tool(tool, arguments)
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e:?}"));
+    assert_eq!(answer["isError"], false, "{tool}: {answer}");
+    answer
+}
+
+/// Starts agent `agent` through the SEAL session of `client` (`aegis.task.execute`); the new
+/// execution's id.
+pub async fn seal_started(client: &SealClient, agent: &str) -> String {
+    let started = client
+        .call_tool(
+            "aegis.task.execute",
+            serde_json::json!({ "agent_id": agent }),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{agent} not started: {e:?}"));
+    started["structuredContent"]["execution_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{agent} not started: {started}"))
+        .to_owned()
 }

@@ -142,12 +142,7 @@ pub async fn holder(pool: &sqlx::PgPool, sandbox: &str) -> (uuid::Uuid, i64, Str
 
 /// Sends `sig` (`-KILL`, `-STOP`, ...) to the replica's process.
 pub fn signal(node: &Node, sig: &str) {
-    let pid = node.child.id().expect("running").to_string();
-    assert!(Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .expect("kill runs")
-        .success());
+    binary::send_signal(&node.child, sig);
 }
 
 /// The audit chain, verified in full through `base`, is valid.
@@ -245,12 +240,7 @@ impl SecondEngine {
 
     /// `docker -H <second engine> args...`, its non-empty lines.
     pub fn lines(&self, args: &[&str]) -> Vec<String> {
-        let out = Command::new("docker")
-            .arg("-H")
-            .arg(&self.host)
-            .args(args)
-            .output()
-            .expect("docker runs");
+        let out = super::docker_on(&self.host, args);
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter(|l| !l.is_empty())
@@ -326,4 +316,17 @@ pub async fn seal_round(
             .collect();
         assert_eq!(r["structuredContent"]["stdout"], expected, "{name}: {r}");
     }
+}
+
+/// The `ops` security context of the tests that continue one SEAL session through every
+/// replica: busybox, the file tools under `/workspace` and `cat`, for workloads `test-*`.
+pub fn ops_context() -> serde_json::Value {
+    serde_json::json!({
+        "name": "ops",
+        "description": "a session used through every replica",
+        "runtime": {"language": "busybox", "version": "1"},
+        "capabilities": [
+            {"tool_pattern": "fs.*", "path_allowlist": ["/workspace"]},
+            {"tool_pattern": "cmd.run", "command_allowlist": ["cat"]}],
+        "attestation": {"workload_patterns": ["test-*"], "allow_unverified": true}})
 }

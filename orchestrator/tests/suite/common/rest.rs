@@ -43,6 +43,11 @@ impl Rest {
         r.send().await.expect("request sent")
     }
 
+    /// `POST path` with `body` as JSON: the response as it came.
+    pub async fn post_json(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.response(Method::POST, path, Some(body)).await
+    }
+
     /// `method path` with `body` as JSON when given; (status, the answer's text).
     async fn text(&self, method: Method, path: &str, body: Option<Value>) -> (u16, String) {
         let r = self.response(method, path, body.as_ref()).await;
@@ -89,6 +94,35 @@ impl Rest {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{shown}: not JSON ({e}): {text}"))
     }
 
+    /// `POST path` with `body` as JSON, which must be answered with `status`; the answer (see
+    /// [`Rest::answered`]).
+    pub async fn posted(&self, path: &str, body: Value, status: u16) -> Value {
+        self.answered(Method::POST, path, Some(body), status).await
+    }
+
+    /// Cancels agent execution `id`, which must be answered with `status`; the answer.
+    pub async fn cancel_execution(&self, id: &str, status: u16) -> Value {
+        let path = format!("/v1/executions/{id}/cancel");
+        self.answered(Method::POST, &path, None, status).await
+    }
+
+    /// `POST path` (an agent's `execute`, a workflow's `run`) with `{"input": input}`, which
+    /// must be accepted (201); the new execution's id.
+    pub async fn started(&self, path: &str, input: Value) -> String {
+        let body = self
+            .answered(
+                Method::POST,
+                path,
+                Some(serde_json::json!({ "input": input })),
+                201,
+            )
+            .await;
+        body["execution_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("POST {path}: no execution id in {body}"))
+            .to_owned()
+    }
+
     /// `POST path` with `manifest` (YAML, no content type: the deploy routes read any) as the
     /// body; (status, answer).
     pub async fn post_manifest(&self, path: &str, manifest: &str) -> (u16, Value) {
@@ -110,6 +144,14 @@ impl Rest {
     }
 }
 
+/// The header `name` of a response, when it is there and is text.
+pub fn header(r: &reqwest::Response, name: &str) -> Option<String> {
+    r.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 /// A body as JSON, or as a JSON string when it is not JSON (`null` when empty).
 pub async fn body_of(r: reqwest::Response) -> (u16, Value) {
     let status = r.status().as_u16();
@@ -122,5 +164,26 @@ fn lenient(text: String) -> Value {
         Value::Null
     } else {
         serde_json::from_str(&text).unwrap_or(Value::String(text))
+    }
+}
+
+/// A request written out by hand (another header, another client), or the response to one,
+/// read as JSON whatever its status: one call for the send, read and parse chain.
+pub trait JsonAnswer {
+    /// The answer as JSON (as `T`); fails the test when nothing came back or it is not that.
+    fn json_answer<T: serde::de::DeserializeOwned + Send>(
+        self,
+    ) -> impl std::future::Future<Output = T> + Send;
+}
+
+impl JsonAnswer for reqwest::RequestBuilder {
+    async fn json_answer<T: serde::de::DeserializeOwned + Send>(self) -> T {
+        self.send().await.expect("request sent").json_answer().await
+    }
+}
+
+impl JsonAnswer for reqwest::Response {
+    async fn json_answer<T: serde::de::DeserializeOwned + Send>(self) -> T {
+        self.json().await.expect("a JSON answer")
     }
 }
