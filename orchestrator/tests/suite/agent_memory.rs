@@ -442,10 +442,7 @@ async fn operators_list_and_erase_memories_and_erased_notes_never_come_back() {
     assert_eq!(status, 422, "{body}");
 
     // Erase the fact (one note), then the other principal's notes.
-    let fact = common::json::items(&all["notes"])
-        .iter()
-        .find(|n| n["content"] == FACT)
-        .unwrap()["note_id"]
+    let fact = common::json::find(&all["notes"], "content", FACT)["note_id"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -156,10 +156,7 @@ async fn a_privileged_call_waits_and_is_approved_rejected_or_times_out_each_audi
         .rest_as(&operator)
         .get_value("/v1/approvals?all=true")
         .await;
-    let timed_out = common::json::items(&all)
-        .iter()
-        .find(|a| a["tool"] == "aegis.schema.get")
-        .unwrap();
+    let timed_out = common::json::find(&all, "tool", "aegis.schema.get");
     assert_eq!(timed_out["state"], "timed_out");
     let (status, _) = decide(
         &app,

@@ -581,10 +581,7 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
 
     // A revoked key ends its session on the next request.
     let ids = app.get_value("/v1/api-keys").await;
-    let viewer = common::json::items(&ids)
-        .iter()
-        .find(|k| k["name"] == "viewer")
-        .unwrap()["id"]
+    let viewer = common::json::find(&ids, "name", "viewer")["id"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -99,10 +99,7 @@ async fn the_official_python_client_lists_writes_reads_runs_and_is_refused() {
         !names.iter().any(|n| n.starts_with("aegis.agent")),
         "{names:?}"
     );
-    let fs_read = common::json::items(&report["tools"])
-        .iter()
-        .find(|t| t["name"] == "fs.read")
-        .unwrap();
+    let fs_read = common::json::find(&report["tools"], "name", "fs.read");
     assert_eq!(fs_read["inputSchema"]["type"], "object", "{fs_read}");
     assert_eq!(fs_read["outputSchema"]["type"], "object", "{fs_read}");
 

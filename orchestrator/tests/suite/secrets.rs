@@ -149,10 +149,7 @@ async fn a_readonly_key_never_sees_a_secret_anywhere() {
         .rest_as(&readonly)
         .get_value("/v1/security-contexts")
         .await;
-    let guarded = common::json::items(&list)
-        .iter()
-        .find(|c| c["name"] == "guarded")
-        .unwrap();
+    let guarded = common::json::find(&list, "name", "guarded");
     assert_eq!(guarded["attestation"]["enrolment_secret"], "not set");
 
     // The admin sees the same redacted views (secrets are write-only for every role).

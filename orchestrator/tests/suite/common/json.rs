@@ -26,6 +26,19 @@ pub fn present_strs<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The element of the list `list` whose `field` is `value`; fails the test, showing the list,
+/// when there is none.
+pub fn find<'a, V>(list: &'a Value, field: &str, value: V) -> &'a Value
+where
+    V: std::fmt::Debug,
+    Value: PartialEq<V>,
+{
+    items(list)
+        .iter()
+        .find(|item| item[field] == value)
+        .unwrap_or_else(|| panic!("no {field} = {value:?} in {list}"))
+}
+
 /// The elements of the list `list`; fails the test, showing what it got, when it is no list.
 pub fn items(list: &Value) -> &[Value] {
     list.as_array()
