@@ -249,18 +249,8 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
     let allowed = web_host("allowed host says hi").await;
     let denied = web_host("denied host").await;
     // A service of the Docker host on every interface, as a database or an agent might be.
-    let host_service = TcpListener::bind("0.0.0.0:0")
-        .await
-        .expect("bind host service");
-    let host_port = host_service.local_addr().expect("addr").port();
-    let host_hits = Arc::new(AtomicUsize::new(0));
-    let hits = host_hits.clone();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = host_service.accept().await {
-            hits.fetch_add(1, Ordering::SeqCst);
-            drop(s);
-        }
-    });
+    let (host_service, host_hits) = common::net::counting_listener("0.0.0.0:0").await;
+    let host_port = host_service.port();
 
     let db = TestDb::create().await;
     let mut config = test_config(&db.url);
@@ -541,18 +531,8 @@ fn networked_agent(name: &str, version: &str, allow: &str) -> String {
 async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     let (allowed, allowed_hits) = start_counted_host("allowed host says hi").await;
     let (other, other_hits) = start_counted_host("other host").await;
-    let host_service = TcpListener::bind("0.0.0.0:0")
-        .await
-        .expect("bind host service");
-    let host_port = host_service.local_addr().expect("addr").port();
-    let host_hits = Arc::new(AtomicUsize::new(0));
-    let hits = host_hits.clone();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = host_service.accept().await {
-            hits.fetch_add(1, Ordering::SeqCst);
-            drop(s);
-        }
-    });
+    let (host_service, host_hits) = common::net::counting_listener("0.0.0.0:0").await;
+    let host_port = host_service.port();
 
     let db = TestDb::create().await;
     let mut config = test_config(&db.url);

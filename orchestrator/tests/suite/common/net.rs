@@ -24,7 +24,15 @@ pub async fn web_host(text: &'static str) -> SocketAddr {
 
 /// A listener on 127.0.0.1 that answers nothing and counts the connections it accepted.
 pub async fn trap() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind trap");
+    counting_listener("127.0.0.1:0").await
+}
+
+/// A listener on `bind` (`0.0.0.0:0`: a service of the Docker host on every interface) that
+/// answers nothing and counts the connections it accepted.
+pub async fn counting_listener(bind: &str) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind(bind)
+        .await
+        .unwrap_or_else(|e| panic!("bind {bind}: {e}"));
     let addr = listener.local_addr().expect("addr");
     let accepted = Arc::new(AtomicUsize::new(0));
     let count = accepted.clone();
