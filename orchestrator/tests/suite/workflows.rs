@@ -787,6 +787,68 @@ async fn cancel_stops_a_sleeping_container_and_the_child_workflow_running_it() {
 }
 
 #[tokio::test]
+async fn cancel_stops_the_agent_execution_its_running_agent_state_started() {
+    // The agent's model never answers: the state runs until it is cancelled.
+    let h = harness(vec![Step::Hang]).await;
+    h.deployed("/v1/agents", &AgentManifest::new("stuck").yaml())
+        .await;
+    h.deployed(
+        WORKFLOWS,
+        &workflow_manifest(
+            "waits-on-agent",
+            "THINK",
+            "    THINK:
+      kind: Agent
+      agent: stuck
+      input: \"ponder\"
+      transitions: []
+",
+        ),
+    )
+    .await;
+    let run = h.workflow_started("waits-on-agent", json!({})).await;
+    let listed = h
+        .app
+        .until(
+            "/v1/executions",
+            "the agent state's execution",
+            Duration::from_secs(60),
+            |l| {
+                l.as_array().is_some_and(|l| {
+                    l.iter()
+                        .any(|e| e["agent_name"] == "stuck" && e["status"] == "running")
+                })
+            },
+        )
+        .await;
+    let child = listed
+        .as_array()
+        .and_then(|l| l.iter().find(|e| e["agent_name"] == "stuck"))
+        .and_then(|e| e["id"].as_str())
+        .expect("the agent execution")
+        .to_owned();
+    let r = h
+        .app
+        .response(
+            Method::POST,
+            &format!("/v1/workflows/executions/{run}/cancel"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(h.workflow_ended(&run).await["status"], "cancelled");
+    // The state's clean-up found its agent execution by the workflow link and cancelled it.
+    let events = h.workflow_events(&run).await;
+    let removed = &events.last().unwrap()["payload"]["removed"];
+    assert_eq!(removed["agent_executions"], json!([child]), "{removed}");
+    let ended = h
+        .app
+        .until_ended(&format!("/v1/executions/{child}"), Duration::from_secs(60))
+        .await;
+    assert_eq!(ended["status"], "cancelled", "{ended}");
+}
+
+#[tokio::test]
 async fn bad_runs_are_refused_and_nothing_is_stored() {
     let h = harness(vec![]).await;
     h.deployed(

@@ -110,45 +110,6 @@ pub struct NewExecution<'a> {
     pub workflow: Option<&'a super::WorkflowLink>,
 }
 
-/// Inserts a pending execution and its first event in one transaction.
-pub async fn insert(pool: &PgPool, new: &NewExecution<'_>) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let inserted = sqlx::query(
-        "INSERT INTO executions (id, tenant_id, agent_id, agent_version_id, agent_name, agent_version, \
-         parent_execution_id, input, intent, caller_kind, caller_id, instance_id, \
-         workflow_execution_id, workflow_state, workflow_visit, agent_revision, manifest_digest) \
-         SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15, v.revision, v.manifest_digest \
-         FROM definition_versions v WHERE v.id = $4",
-    )
-    .bind(new.id)
-    .bind(new.tenant)
-    .bind(new.agent_id)
-    .bind(new.agent_version_id)
-    .bind(new.agent_name)
-    .bind(new.agent_version)
-    .bind(new.parent)
-    .bind(new.input)
-    .bind(new.intent)
-    .bind(new.caller_kind)
-    .bind(new.caller_id)
-    .bind(new.instance_id)
-    .bind(new.workflow.map(|w| w.execution_id))
-    .bind(new.workflow.map(|w| w.state.as_str()))
-    .bind(new.workflow.map(|w| w.visit))
-    .execute(&mut *tx)
-    .await?;
-    // The revision and digest come from the very row the execution points at; no row, no run.
-    if inserted.rows_affected() != 1 {
-        return Err(sqlx::Error::RowNotFound);
-    }
-    sqlx::query("INSERT INTO execution_events (execution_id, seq, event_type, payload) VALUES ($1, 1, 'execution_requested', $2)")
-        .bind(new.id)
-        .bind(serde_json::json!({"agent": new.agent_name, "version": new.agent_version, "caller": new.caller_id}))
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await
-}
-
 /// The bounds a new execution must fit in (checked and inserted atomically).
 #[derive(Debug, Clone)]
 pub struct Bounds {
@@ -195,8 +156,9 @@ pub enum BoundError {
 /// Advisory lock key serialising the bound checks of new executions ("execs" in ASCII).
 const BOUNDS_LOCK: i64 = 0x0065_7865_6373;
 
-/// Inserts a pending execution like [`insert`], after checking `bounds` under a lock, so two
-/// concurrent starts cannot both pass the last free slot.
+/// Inserts a pending execution (with its workflow link, when a workflow state started it) and
+/// its first event in one transaction, after checking `bounds` under a lock, so two concurrent
+/// starts cannot both pass the last free slot.
 pub async fn insert_bounded(
     pool: &PgPool,
     new: &NewExecution<'_>,
@@ -240,8 +202,8 @@ pub async fn insert_bounded(
     let inserted = sqlx::query(
         "INSERT INTO executions (id, tenant_id, agent_id, agent_version_id, agent_name, agent_version, \
          parent_execution_id, input, intent, caller_kind, caller_id, instance_id, depth, principal, \
-         agent_revision, manifest_digest) \
-         SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14, v.revision, v.manifest_digest \
+         workflow_execution_id, workflow_state, workflow_visit, agent_revision, manifest_digest) \
+         SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17, v.revision, v.manifest_digest \
          FROM definition_versions v WHERE v.id = $4",
     )
     .bind(new.id)
@@ -258,6 +220,9 @@ pub async fn insert_bounded(
     .bind(new.instance_id)
     .bind(bounds.depth)
     .bind(&bounds.principal)
+    .bind(new.workflow.map(|w| w.execution_id))
+    .bind(new.workflow.map(|w| w.state.as_str()))
+    .bind(new.workflow.map(|w| w.visit))
     .execute(&mut *tx)
     .await?;
     // The revision and digest come from the very row the execution points at; no row, no run.
