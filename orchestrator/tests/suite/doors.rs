@@ -211,6 +211,16 @@ async fn a_bound_key_on_rest_reaches_only_what_its_context_grants() {
         .await;
     assert_eq!(body["code"], "key_bound", "{body}");
     assert_eq!(owned(), Vec::<String>::new(), "no container was made");
+    // Refused before any handler, and still one audited row, as the router's refusals are.
+    let bound_refusals: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'POST /v1/sandboxes' AND outcome = 'denied' \
+         AND decision = 'denied' AND reason_code = 'key_bound' AND caller_id = $1",
+    )
+    .bind(&key_id)
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(bound_refusals, 1, "the bound key's refusal is audited");
     for (method, path) in [
         (Method::GET, "/v1/agents"),
         (Method::GET, "/v1/sandboxes"),

@@ -36,22 +36,55 @@ pub async fn require_key(
             .map(MatchedPath::as_str)
             .unwrap_or_default();
         if !bound_key_may_use(request.method(), route) {
+            let message = format!(
+                "API key `{}` is bound to security context `{}`: it acts only through tool \
+                 calls, which that context decides (POST /v1/tools/call, /mcp, and the \
+                 routes that are tool calls); {} {route} is not one",
+                caller.label,
+                scope.context.name,
+                request.method()
+            );
+            refusal_audited(&state, &caller, request.method(), route, &message).await;
             return Err(ApiError::new(
                 axum::http::StatusCode::FORBIDDEN,
                 "key_bound",
-                format!(
-                    "API key `{}` is bound to security context `{}`: it acts only through tool \
-                     calls, which that context decides (POST /v1/tools/call, /mcp, and the \
-                     routes that are tool calls); {} {route} is not one",
-                    caller.label,
-                    scope.context.name,
-                    request.method()
-                ),
+                message,
             ));
         }
     }
     request.extensions_mut().insert(caller);
     Ok(next.run(request).await)
+}
+
+/// A bound key's refused route as one audit row (denied, `key_bound`), as the router leaves
+/// one for every call it refuses: the refusal happens here, before any handler. A row that
+/// cannot be written is logged; the request is refused all the same.
+async fn refusal_audited(
+    state: &AppState,
+    caller: &Caller,
+    method: &Method,
+    route: &str,
+    message: &str,
+) {
+    let action = format!("{method} {route}");
+    let entry = aegis_store::audit::Entry {
+        kind: aegis_store::audit::EntryKind::Admin,
+        action: action.clone(),
+        allowed: false,
+        reason_code: Some("key_bound".to_owned()),
+        reason: Some(message.to_owned()),
+        args_digest: aegis_store::audit::digest(&serde_json::json!({
+            "method": method.as_str(),
+            "route": route,
+        })),
+        outcome: "denied",
+        result_digest: None,
+        duration_ms: 0,
+        sandbox_id: None,
+    };
+    if let Err(e) = aegis_store::audit::record(&state.pool, caller, entry).await {
+        tracing::error!(action = %action, error = %e, "a bound key's refused route could not be audited");
+    }
 }
 
 /// The routes a key bound to a security context may use: those whose work is a tool call
