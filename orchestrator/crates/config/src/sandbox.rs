@@ -165,6 +165,22 @@ pub(crate) fn split_runtime(text: &str) -> Option<(&str, &str)> {
 }
 
 impl SandboxConfig {
+    /// `pool_refill_delay_ms` at most [`MAX_POOL_REFILL_DELAY_MS`].
+    fn check_pool_refill_delay(&self) -> Result<(), Invalid> {
+        if self.pool_refill_delay_ms > MAX_POOL_REFILL_DELAY_MS {
+            return Err(Invalid::new(
+                "pool_refill_delay_ms",
+                format!(
+                    "is {}; expected at most {MAX_POOL_REFILL_DELAY_MS} (the delay only lets a \
+                     sandbox just handed out run its first command before its replacement is \
+                     made; a longer one leaves the pool empty)",
+                    self.pool_refill_delay_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The `sandbox:` section on its own: limits of at least 1, default allowlists of bare
     /// programs. (Runtime aliases are checked against the installed runtimes, across sections.)
     pub fn check(&self) -> Result<(), Invalid> {
@@ -200,17 +216,7 @@ impl SandboxConfig {
                 ));
             }
         }
-        if self.pool_refill_delay_ms > MAX_POOL_REFILL_DELAY_MS {
-            return Err(Invalid::new(
-                "pool_refill_delay_ms",
-                format!(
-                    "is {}; expected at most {MAX_POOL_REFILL_DELAY_MS} (the delay only lets a \
-                     sandbox just handed out run its first command before its replacement is \
-                     made; a longer one leaves the pool empty)",
-                    self.pool_refill_delay_ms
-                ),
-            ));
-        }
+        self.check_pool_refill_delay()?;
         if self.max_per_engine == Some(0) {
             return Err(Invalid::new(
                 "max_per_engine",
