@@ -51,6 +51,15 @@ impl Harness {
             .await
     }
 
+    /// Cancels workflow execution `id`, expecting `status` (the answer's body names any other).
+    async fn cancel_workflow(&self, id: &str, status: u16) -> Value {
+        let path = format!("/v1/workflows/executions/{id}/cancel");
+        self.app
+            .rest()
+            .answered(Method::POST, &path, None, status)
+            .await
+    }
+
     async fn signal(&self, id: &str, response: &str) -> (u16, Value) {
         let path = format!("/v1/workflows/executions/{id}/signal");
         let answer = json!({"response": response});
@@ -751,15 +760,7 @@ async fn cancel_stops_a_sleeping_container_and_the_child_workflow_running_it() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     for id in [&direct, &outer] {
-        let r = h
-            .app
-            .response(
-                Method::POST,
-                &format!("/v1/workflows/executions/{id}/cancel"),
-                None,
-            )
-            .await;
-        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        h.cancel_workflow(id, 200).await;
     }
     for id in [&direct, &outer, &child] {
         let e = h.workflow_ended(id).await;
@@ -775,15 +776,7 @@ async fn cancel_stops_a_sleeping_container_and_the_child_workflow_running_it() {
     assert_eq!(events.last().unwrap()["event_type"], "execution_cancelled");
     assert_eq!(events.last().unwrap()["payload"]["removed"]["sandboxes"], 1);
     // Cancelling again says it has ended.
-    let r = h
-        .app
-        .response(
-            Method::POST,
-            &format!("/v1/workflows/executions/{direct}/cancel"),
-            None,
-        )
-        .await;
-    assert_eq!(r.status(), 409);
+    h.cancel_workflow(&direct, 409).await;
 }
 
 #[tokio::test]
@@ -827,15 +820,7 @@ async fn cancel_stops_the_agent_execution_its_running_agent_state_started() {
         .and_then(|e| e["id"].as_str())
         .expect("the agent execution")
         .to_owned();
-    let r = h
-        .app
-        .response(
-            Method::POST,
-            &format!("/v1/workflows/executions/{run}/cancel"),
-            None,
-        )
-        .await;
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    h.cancel_workflow(&run, 200).await;
     assert_eq!(h.workflow_ended(&run).await["status"], "cancelled");
     // The state's clean-up found its agent execution by the workflow link and cancelled it.
     let events = h.workflow_events(&run).await;
