@@ -781,8 +781,17 @@ async fn cancel_stops_a_sleeping_container_and_the_child_workflow_running_it() {
 
 #[tokio::test]
 async fn cancel_stops_the_agent_execution_its_running_agent_state_started() {
-    // The agent's model never answers: the state runs until it is cancelled.
-    let h = harness(vec![Step::Hang]).await;
+    // The agent's model never answers, and the provider waits for it longer than this test
+    // runs (the scripted provider's 2 s timeout would fail the execution first on a busy
+    // machine): the state runs until it is cancelled.
+    let h = node(vec![Step::Hang])
+        .start_tuned(|config| {
+            for provider in &mut config.llm.providers {
+                provider.timeout_secs = 600;
+                provider.max_retries = 0;
+            }
+        })
+        .await;
     h.deployed("/v1/agents", &AgentManifest::new("stuck").yaml())
         .await;
     h.deployed(
