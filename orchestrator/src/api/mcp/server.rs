@@ -143,18 +143,14 @@ impl McpServer {
         message: String,
         started: Instant,
     ) -> Result<CallToolResponse, ErrorData> {
-        let entry = Entry {
-            kind: EntryKind::Tool,
-            action: name.to_owned(),
-            allowed: false,
-            reason_code: Some(code.to_owned()),
-            reason: Some(crate::arguments::scrub(&message, arguments)),
-            args_digest: audit::digest(arguments),
-            outcome: "denied",
-            result_digest: None,
-            duration_ms: started.elapsed().as_millis() as i64,
-            sandbox_id: None,
-        };
+        let entry = Entry::denied(
+            EntryKind::Tool,
+            name,
+            code,
+            crate::arguments::scrub(&message, arguments),
+            audit::digest(arguments),
+            started.elapsed(),
+        );
         // Refused at this door, before the router: counted like the router's refusals.
         crate::metrics::tool_call(name, Door::Mcp, Decision::Refused, started.elapsed());
         audit::record(&self.shared.state.pool, caller, entry)

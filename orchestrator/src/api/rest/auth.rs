@@ -67,21 +67,17 @@ async fn refusal_audited(
     message: &str,
 ) {
     let action = format!("{method} {route}");
-    let entry = aegis_store::audit::Entry {
-        kind: aegis_store::audit::EntryKind::Admin,
-        action: action.clone(),
-        allowed: false,
-        reason_code: Some("key_bound".to_owned()),
-        reason: Some(message.to_owned()),
-        args_digest: aegis_store::audit::digest(&serde_json::json!({
+    let entry = aegis_store::audit::Entry::denied(
+        aegis_store::audit::EntryKind::Admin,
+        action.clone(),
+        "key_bound",
+        message,
+        aegis_store::audit::digest(&serde_json::json!({
             "method": method.as_str(),
             "route": route,
         })),
-        outcome: "denied",
-        result_digest: None,
-        duration_ms: 0,
-        sandbox_id: None,
-    };
+        std::time::Duration::ZERO,
+    );
     if let Err(e) = aegis_store::audit::record(&state.pool, caller, entry).await {
         tracing::error!(action = %action, error = %e, "a bound key's refused route could not be audited");
     }

@@ -109,16 +109,8 @@ pub async fn fork(
     let mut results = Vec::new();
     let mut forks = Vec::new();
     for _ in 0..count {
-        match start_fork(&state, &caller, &row, &runtime, &archive, timeout).await {
-            Ok(new_row) => {
-                forks.push(new_row.sandbox_id);
-                results.push(SandboxForkResult::started(created_answer(
-                    &new_row,
-                    &state.config.e2b.domain,
-                )));
-            }
-            Err(Refusal(e)) => results.push(SandboxForkResult::failed(e)),
-        }
+        let outcome = start_fork(&state, &caller, &row, &runtime, &archive, timeout).await;
+        tally(&state, outcome, &mut results, &mut forks);
     }
     audit(
         &state,
@@ -224,7 +216,7 @@ async fn fork_with_memory(
     for id in forked.forks {
         let details = json!({"source": source.sandbox_id.to_string(),
                              "memory_bytes": forked.memory_bytes.to_string()});
-        match insert_fork_row(
+        let outcome = insert_fork_row(
             state,
             caller,
             source,
@@ -234,17 +226,8 @@ async fn fork_with_memory(
             "sandbox forked from another with its memory: its processes run on from the source's state",
             details,
         )
-        .await
-        {
-            Ok(row) => {
-                forks.push(row.sandbox_id);
-                results.push(SandboxForkResult::started(created_answer(
-                    &row,
-                    &state.config.e2b.domain,
-                )));
-            }
-            Err(Refusal(e)) => results.push(SandboxForkResult::failed(e)),
-        }
+        .await;
+        tally(state, outcome, &mut results, &mut forks);
     }
     for why in forked.failed {
         results.push(SandboxForkResult::failed(ApiError::new(
@@ -253,6 +236,26 @@ async fn fork_with_memory(
         )));
     }
     Ok(MemoryFork::Done { results, forks })
+}
+
+/// One fork's outcome in the answer: a started fork's sandbox (and its id in `forks`, for the
+/// audit row), or the refusal that kept it from starting.
+fn tally(
+    state: &AppState,
+    outcome: Result<Row, Refusal>,
+    results: &mut Vec<SandboxForkResult>,
+    forks: &mut Vec<Uuid>,
+) {
+    match outcome {
+        Ok(row) => {
+            forks.push(row.sandbox_id);
+            results.push(SandboxForkResult::started(created_answer(
+                &row,
+                &state.config.e2b.domain,
+            )));
+        }
+        Err(Refusal(e)) => results.push(SandboxForkResult::failed(e)),
+    }
 }
 
 async fn start_fork(

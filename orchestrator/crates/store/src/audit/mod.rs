@@ -71,6 +71,33 @@ pub struct Entry {
     pub sandbox_id: Option<Uuid>,
 }
 
+impl Entry {
+    /// A refusal: denied, with its reason code and reason, no result, outside any sandbox (set
+    /// `sandbox_id` for one that named a sandbox). The router and the doors that refuse before
+    /// it build their rows here, so a refusal's row has one shape wherever it is made.
+    pub fn denied(
+        kind: EntryKind,
+        action: impl Into<String>,
+        code: impl Into<String>,
+        reason: impl Into<String>,
+        args_digest: String,
+        duration: std::time::Duration,
+    ) -> Self {
+        Self {
+            kind,
+            action: action.into(),
+            allowed: false,
+            reason_code: Some(code.into()),
+            reason: Some(reason.into()),
+            args_digest,
+            outcome: "denied",
+            result_digest: None,
+            duration_ms: duration.as_millis() as i64,
+            sandbox_id: None,
+        }
+    }
+}
+
 /// A stored row, as `GET /v1/audit` shows it.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct AuditRow {

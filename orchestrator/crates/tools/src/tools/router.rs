@@ -483,16 +483,15 @@ fn refusal_entry(
         CallError::Audit(_) | CallError::Catalog(_) => return None,
     };
     Some(Entry {
-        kind: EntryKind::Tool,
-        action: name.to_owned(),
-        allowed: false,
-        reason_code: Some(code),
-        reason: Some(aegis_core::arguments::scrub(&reason, raw_arguments)),
-        args_digest: args_digest.to_owned(),
-        outcome: "denied",
-        result_digest: None,
-        duration_ms: started.elapsed().as_millis() as i64,
         sandbox_id: sandbox.map(|s| s.0),
+        ..Entry::denied(
+            EntryKind::Tool,
+            name,
+            code,
+            aegis_core::arguments::scrub(&reason, raw_arguments),
+            args_digest.to_owned(),
+            started.elapsed(),
+        )
     })
 }
 
