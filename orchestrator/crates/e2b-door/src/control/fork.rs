@@ -62,31 +62,42 @@ pub async fn fork(
             started,
         )
     };
+    // A fork that started: its audit row, the source's log line (`details` and the forks' ids),
+    // and 201 saying what the forks kept.
+    let answered = |kept: &'static str,
+                    results: Vec<SandboxForkResult>,
+                    forks: Vec<Uuid>,
+                    message: &'static str,
+                    mut details: serde_json::Value| {
+        let (state, caller) = (&state, &caller);
+        async move {
+            audit(
+                state,
+                caller,
+                "e2b.sandbox.fork",
+                json!({"sandboxID": uuid, "count": count, "forks": forks, "kept": kept}),
+                !forks.is_empty(),
+                started,
+            )
+            .await?;
+            let ids: Vec<String> = forks.iter().map(Uuid::to_string).collect();
+            details["forks"] = json!(ids.join(","));
+            store::log(&state.pool, uuid, "info", message, details).await;
+            Ok(kept_header(to_json(StatusCode::CREATED, &results), kept))
+        }
+    };
     let mut files_why = None;
     if checkpointable(&state, SandboxId(row.current)).await? {
         match fork_with_memory(&state, &caller, &row, count, timeout).await {
             Ok(MemoryFork::Done { results, forks }) => {
-                audit(
-                    &state,
-                    &caller,
-                    "e2b.sandbox.fork",
-                    json!({"sandboxID": uuid, "count": count, "forks": forks, "kept": "memory"}),
-                    !forks.is_empty(),
-                    started,
-                )
-                .await?;
-                store::log(
-                    &state.pool,
-                    uuid,
-                    "info",
+                return answered(
+                    "memory",
+                    results,
+                    forks,
                     "sandbox forked with its memory: each fork runs on from its processes, memory and files",
-                    json!({"forks": forks.iter().map(Uuid::to_string).collect::<Vec<_>>().join(",")}),
+                    json!({}),
                 )
                 .await;
-                return Ok(kept_header(
-                    to_json(StatusCode::CREATED, &results),
-                    "memory",
-                ));
             }
             // The engine cannot: the files are forked, and the log says why.
             Ok(MemoryFork::FilesOnly(why)) => files_why = Some(why),
@@ -112,35 +123,18 @@ pub async fn fork(
         let outcome = start_fork(&state, &caller, &row, &runtime, &archive, timeout).await;
         tally(&state, outcome, &mut results, &mut forks);
     }
-    audit(
-        &state,
-        &caller,
-        "e2b.sandbox.fork",
-        json!({"sandboxID": uuid, "count": count, "forks": forks, "kept": "filesystem"}),
-        !forks.is_empty(),
-        started,
-    )
-    .await?;
-    let forks_text = forks
-        .iter()
-        .map(Uuid::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    store::log(
-        &state.pool,
-        uuid,
-        "info",
-        "sandbox forked (files only)",
-        match files_why {
-            None => json!({"forks": forks_text}),
-            Some(why) => json!({"forks": forks_text, "files_only_because": why}),
-        },
-    )
-    .await;
-    Ok(kept_header(
-        to_json(StatusCode::CREATED, &results),
+    let details = match files_why {
+        None => json!({}),
+        Some(why) => json!({"files_only_because": why}),
+    };
+    answered(
         "filesystem",
-    ))
+        results,
+        forks,
+        "sandbox forked (files only)",
+        details,
+    )
+    .await
 }
 
 /// `response` with the `x-aegis-fork-kept` header saying what a fork kept.
