@@ -514,3 +514,123 @@ async fn a_workflow_started_by_a_confined_key_runs_its_agents_under_that_key_s_c
         .await;
     assert_eq!(ran, 0, "{ended}");
 }
+
+/// A sandbox's lifecycle is one path too (issue 43): E2B's pause, snapshot, fork and kill and
+/// REST's destroy of another key's sandbox are refused by the router's one ownership rule,
+/// each refusal leaves one denied row, and the sandbox runs on, checked from inside it.
+#[tokio::test]
+async fn another_keys_lifecycle_calls_are_refused_by_the_router_and_audited() {
+    let app = TestApp::spawn().await;
+    let owner = app.create_key("lifecycle-owner", "operator").await;
+    let other = app.create_key("lifecycle-other", "operator").await;
+    let other_id: String = app
+        .one(
+            "SELECT id::text FROM api_keys WHERE name = $1",
+            "lifecycle-other",
+        )
+        .await;
+    let (e2b_id, _token, current) = common::e2b_base_sandbox(&app, &owner).await;
+    let e2b = |method: Method, path: String| {
+        app.http
+            .request(method, format!("{}/e2b{path}", app.http_base))
+            .header("X-API-KEY", common::e2b_key(&other))
+            .json(&json!({}))
+            .send()
+    };
+    let attempts = [
+        (Method::POST, format!("/sandboxes/{e2b_id}/pause"), "e2b.sandbox.pause"),
+        (Method::POST, format!("/sandboxes/{e2b_id}/snapshots"), "e2b.snapshot.create"),
+        (Method::POST, format!("/sandboxes/{e2b_id}/fork"), "e2b.sandbox.fork"),
+        (Method::DELETE, format!("/sandboxes/{e2b_id}"), "e2b.sandbox.kill"),
+    ];
+    for (method, path, _) in &attempts {
+        let r = e2b(method.clone(), path.clone()).await.expect("request sent");
+        assert_eq!(r.status(), 404, "{method} {path} with another key");
+    }
+    // REST names the dispatcher's sandbox: another key's, and one that does not exist.
+    for id in [current.clone(), uuid::Uuid::new_v4().to_string()] {
+        let r = app
+            .rest_as(&other)
+            .response(Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
+            .await;
+        assert_eq!(r.status(), 404, "DELETE /v1/sandboxes/{id} with another key");
+    }
+
+    // One denied row per refusal, each the router's shape, none allowed.
+    for (_, path, action) in &attempts {
+        let denied: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM audit_log WHERE action = $1 AND caller_id = $2 \
+             AND decision = 'denied' AND outcome = 'denied' AND reason_code = 'sandbox_unavailable'",
+        )
+        .bind(action)
+        .bind(&other_id)
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+        assert_eq!(denied, 1, "{path}: one denied {action} row");
+    }
+    let destroys: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT decision, sandbox_id::text FROM audit_log WHERE action = 'sandbox.destroy' \
+         AND caller_id = $1 ORDER BY seq",
+    )
+    .bind(&other_id)
+    .fetch_all(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(destroys.len(), 2, "{destroys:?}");
+    assert!(destroys.iter().all(|(d, _)| d == "denied"), "{destroys:?}");
+    assert_eq!(destroys[0].1.as_deref(), Some(current.as_str()));
+    let allowed_by_other: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'allowed' \
+         AND (action LIKE 'e2b.%' OR action = 'sandbox.destroy')",
+    )
+    .bind(&other_id)
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(allowed_by_other, 0, "nothing of the other key's was allowed");
+
+    // From inside: the owner's sandbox still runs its first container, with no snapshot
+    // taken and no fork made.
+    let alive = common::docker_lines(&[
+        "exec",
+        &format!("aegis-sbx-{current}"),
+        "sh",
+        "-c",
+        "echo alive",
+    ]);
+    assert_eq!(alive, vec!["alive".to_owned()]);
+    assert_eq!(app.e2b_sandbox(&e2b_id).await, current, "not paused or moved");
+    assert_eq!(
+        app.count("SELECT count(*) FROM e2b_snapshots").await,
+        0,
+        "no snapshot was taken"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM e2b_sandboxes").await,
+        1,
+        "no fork was made"
+    );
+
+    // The owner's own kill goes through the same path: allowed, one row, the container gone.
+    let r = app
+        .http
+        .delete(format!("{}/e2b/sandboxes/{e2b_id}", app.http_base))
+        .header("X-API-KEY", common::e2b_key(&owner))
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(r.status(), 204);
+    let kills: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT decision, outcome, sandbox_id::text FROM audit_log \
+         WHERE action = 'e2b.sandbox.kill' AND caller_id <> $1",
+    )
+    .bind(&other_id)
+    .fetch_all(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        kills,
+        vec![("allowed".to_owned(), "ok".to_owned(), Some(current.clone()))]
+    );
+}

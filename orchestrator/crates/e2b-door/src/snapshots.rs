@@ -39,6 +39,7 @@ use aegis_store::e2b::snapshots as rows;
 /// The rows, read and written by the storage crate.
 pub use aegis_store::e2b::snapshots::{delete, delete_owned, find, list, NewSnapshot, Snapshot};
 use aegis_tools::state::AppState;
+use aegis_tools::tools::control::{self, Permit};
 
 /// Most entries one snapshot may hold (each is a tool call when restored).
 pub const MAX_ENTRIES: usize = 20_000;
@@ -149,30 +150,30 @@ pub async fn room(pool: &PgPool, key: &str, quota: Quota) -> Result<u64, Snapsho
     Ok(quota.bytes - bytes)
 }
 
-/// The files of running sandbox `current` (the dispatcher's), at most `room` bytes, read with
-/// the sandbox frozen (`Dispatcher::export_dir_frozen`), and the runtime it runs.
-pub async fn capture(
-    state: &AppState,
-    current: SandboxId,
-    room: u64,
-) -> Result<(Held, String), SnapshotError> {
-    let dispatcher = state.sandboxes.dispatcher()?;
-    let runtime = dispatcher
-        .get(current)
-        .await
-        .map_err(SandboxError::from)?
+/// The files of the running sandbox of `permit`, at most `room` bytes, read with the sandbox
+/// frozen (`Permit::export_dir_frozen`), and the runtime it runs.
+pub async fn capture(permit: &Permit<'_>, room: u64) -> Result<(Held, String), SnapshotError> {
+    let current = permit.sandbox();
+    let runtime = permit
+        .info()
+        .await?
         .spec
         .and_then(|s| s.labels.get(E2B_RUNTIME_LABEL).cloned())
         .ok_or(SandboxError::NoPolicy(current))?;
     // Frozen while read: the snapshot is the files at one moment.
-    let (bytes, reserved) = dispatcher
-        .export_dir_frozen(current, E2B_HOME, room)
-        .await
-        .map_err(|e| match e {
-            dispatcher::DispatchError::ArchiveTooLarge { .. } => SnapshotError::TooLarge { room },
-            dispatcher::DispatchError::MemoryBound(e) => SnapshotError::NodeBusy(e),
-            other => SnapshotError::Sandbox(other.into()),
-        })?;
+    let (bytes, reserved) =
+        permit
+            .export_dir_frozen(E2B_HOME, room)
+            .await
+            .map_err(|e| match e {
+                SandboxError::Dispatch(dispatcher::DispatchError::ArchiveTooLarge { .. }) => {
+                    SnapshotError::TooLarge { room }
+                }
+                SandboxError::Dispatch(dispatcher::DispatchError::MemoryBound(e)) => {
+                    SnapshotError::NodeBusy(e)
+                }
+                other => SnapshotError::Sandbox(other),
+            })?;
     Ok((
         Held {
             bytes,
@@ -251,9 +252,13 @@ pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
     for sandbox in
         aegis_store::e2b::sandboxes::orphaned_checkpoints(&state.pool, SWEEP_BATCH).await?
     {
-        if let Err(e) = state.sandboxes.destroy(SandboxId(sandbox)).await {
-            tracing::warn!(%sandbox, error = %e, "a checkpointed sandbox no E2B sandbox names could not be destroyed; the next sweep retries");
-        }
+        let _ = control::discard(
+            state,
+            &aegis_core::caller::Caller::system(),
+            SandboxId(sandbox),
+            "a checkpointed sandbox no E2B sandbox names",
+        )
+        .await;
     }
     if !gone.is_empty() {
         let ids: Vec<String> = gone

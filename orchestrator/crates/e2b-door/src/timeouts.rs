@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::store;
 use aegis_tools::state::AppState;
+use aegis_tools::tools::control;
 
 /// How often the sweep looks for sandboxes past their deadline.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
@@ -34,7 +35,8 @@ pub async fn sweep(state: &AppState) -> Result<usize, sqlx::Error> {
     for (e2b_id, current, paused) in &due {
         let sandbox = SandboxId(*current);
         let started = std::time::Instant::now();
-        match state.sandboxes.destroy(sandbox).await {
+        let system = aegis_core::caller::Caller::system();
+        match control::discard(state, &system, sandbox, "its E2B timeout passed").await {
             Ok(()) if *paused => {
                 tracing::info!(sandbox = %e2b_id, "the container of a paused E2B sandbox was removed");
                 continue;

@@ -24,6 +24,7 @@ use crate::caller::Caller;
 use crate::policy::sandboxes::{check_sandbox_access, SandboxAccess};
 use crate::sandboxes::SandboxError;
 use crate::state::AppState;
+use crate::tools::control::{self, Control, ControlError};
 
 /// Body of `POST /v1/sandboxes`: `agent` (with an optional `version`) or `runtime` (with an
 /// optional `allow` list), not both.
@@ -239,6 +240,18 @@ impl From<SandboxError> for ApiError {
     }
 }
 
+impl From<ControlError> for ApiError {
+    fn from(e: ControlError) -> Self {
+        match e {
+            ControlError::Unknown(_) | ControlError::Refused(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
+            }
+            ControlError::Sandbox(e) => e.into(),
+            ControlError::Audit(e) => ApiError::internal(e),
+        }
+    }
+}
+
 /// Creates a sandbox for an agent or from a runtime (from the warm pool when one matches).
 #[utoipa::path(post, path = "/v1/sandboxes", operation_id = "create_sandbox", tag = "sandboxes", request_body = CreateSandbox,
     responses((status = 201, description = "Created", body = SandboxCreated), (status = 404, description = "Unknown agent", body = ErrorBody),
@@ -366,41 +379,35 @@ pub async fn destroy(
     Path(id): Path<Uuid>,
 ) -> Result<Json<SandboxDestroyed>, ApiError> {
     require(&caller, Need::Write)?;
-    let started = Instant::now();
     let id = SandboxId(id);
-    let owner = state.sandboxes.owner(id).await?;
-    // Another principal's sandbox is "not found", like one that does not exist; the refusal
-    // is audited like any other admin change.
-    if let Err(denial) =
-        check_sandbox_access(&caller, &owner, SandboxAccess::Destroy, &id.to_string())
-    {
-        audit::record_admin_of(
-            &state.pool,
-            &caller,
-            "sandbox.destroy",
-            &json!({"sandbox_id": id.0}),
-            false,
-            started,
-            Some(id.0),
-        )
-        .await?;
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            denial.message,
-        ));
-    }
-    let done = state.sandboxes.destroy(id).await;
-    audit::record_admin_of(
-        &state.pool,
-        &caller,
-        "sandbox.destroy",
-        &json!({"sandbox_id": id.0}),
-        done.is_ok(),
-        started,
-        Some(id.0),
-    )
-    .await?;
+    let args = json!({"sandbox_id": id.0});
+    // Another principal's sandbox is "not found", like one that does not exist; the router
+    // audits the refusal as it does any other.
+    let call = Control {
+        action: "sandbox.destroy",
+        sandbox: id,
+        access: SandboxAccess::Destroy,
+        args: &args,
+    };
+    let permit = match control::admit(&state, &caller, call).await {
+        Err(e @ ControlError::Unknown(_)) => {
+            let why = e.to_string();
+            control::refused(
+                &state,
+                &caller,
+                call.action,
+                &args,
+                Some(id.0),
+                "sandbox_unavailable",
+                &why,
+            )
+            .await?;
+            return Err(e.into());
+        }
+        admitted => admitted?,
+    };
+    let done = permit.destroy().await;
+    permit.finish(&args, done.is_ok()).await?;
     done?;
     Ok(Json(SandboxDestroyed {
         sandbox_id: id.0,

@@ -5,8 +5,6 @@
 //! [`crate::snapshots`] says). Leaves an admin audit row (`e2b.sandbox.fork`) and a line in
 //! each sandbox's log.
 
-use std::time::Instant;
-
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -20,14 +18,18 @@ use aegis_e2b::api::{
 };
 
 use super::lifecycle::{
-    audit, checked_timeout, checkpoint_error, checkpointable, refusal, start_restored,
+    checked_timeout, checkpoint_error, checkpointable, refusal, start_restored,
 };
-use super::{created_answer, db, new_token, running, sandbox_error, to_json, WriteKey, MAX_BODY};
+use super::{
+    created_answer, db, new_token, not_found, permit, running_for, to_json, WriteKey, MAX_BODY,
+};
 use crate::snapshots::{self, Quota};
 use crate::store::{self, Row};
 use crate::Refusal;
 use aegis_core::caller::Caller;
+use aegis_policy::sandboxes::SandboxAccess;
 use aegis_tools::state::AppState;
+use aegis_tools::tools::control::{self, Control, Permit};
 
 type Answer = Result<Response, Refusal>;
 
@@ -48,93 +50,110 @@ pub async fn fork(
     let req: SandboxForkRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
     let count = req.count().map_err(Refusal)?;
     let timeout = checked_timeout(req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS))?;
-    let row = running(&state, &caller, &id).await?;
+    let row = running_for(&state, &caller, &id, FORK).await?;
     let uuid = row.sandbox_id;
-    let started = Instant::now();
-    // A fork that started nothing: its refusal's audit row, saying which kind it tried.
-    let failed = |kept: &'static str| {
-        audit(
-            &state,
-            &caller,
-            "e2b.sandbox.fork",
-            json!({"sandboxID": uuid, "count": count, "started": 0, "kept": kept}),
-            false,
-            started,
-        )
+    let asked = json!({"sandboxID": uuid, "count": count});
+    let call = Control {
+        action: FORK,
+        sandbox: SandboxId(row.current),
+        access: SandboxAccess::Act,
+        args: &asked,
     };
-    // A fork that started: its audit row, the source's log line (`details` and the forks' ids),
-    // and 201 saying what the forks kept.
-    let answered = |kept: &'static str,
-                    results: Vec<SandboxForkResult>,
-                    forks: Vec<Uuid>,
-                    message: &'static str,
-                    mut details: serde_json::Value| {
-        let (state, caller) = (&state, &caller);
-        async move {
-            audit(
-                state,
-                caller,
-                "e2b.sandbox.fork",
-                json!({"sandboxID": uuid, "count": count, "forks": forks, "kept": kept}),
-                !forks.is_empty(),
-                started,
-            )
-            .await?;
-            let ids: Vec<String> = forks.iter().map(Uuid::to_string).collect();
-            details["forks"] = json!(ids.join(","));
-            store::log(&state.pool, uuid, "info", message, details).await;
-            Ok(kept_header(to_json(StatusCode::CREATED, &results), kept))
+    let permit = permit(&state, &caller, call)
+        .await?
+        .ok_or_else(|| not_found(&id))?;
+    match forked(&state, &permit, &caller, &row, count, timeout).await {
+        // A fork that started: its audit row, the source's log line (`details` and the forks'
+        // ids), and 201 saying what the forks kept.
+        Ok(mut done) => {
+            permit
+                .finish(
+                    &json!({"sandboxID": uuid, "count": count, "forks": done.forks, "kept": done.kept}),
+                    !done.forks.is_empty(),
+                )
+                .await
+                .map_err(db)?;
+            let ids: Vec<String> = done.forks.iter().map(Uuid::to_string).collect();
+            done.details["forks"] = json!(ids.join(","));
+            store::log(&state.pool, uuid, "info", done.message, done.details).await;
+            Ok(kept_header(
+                to_json(StatusCode::CREATED, &done.results),
+                done.kept,
+            ))
         }
-    };
+        // A fork that started nothing: its refusal's audit row, saying which kind it tried.
+        Err((kept, refused)) => {
+            permit
+                .finish(
+                    &json!({"sandboxID": uuid, "count": count, "started": 0, "kept": kept}),
+                    false,
+                )
+                .await
+                .map_err(db)?;
+            Err(refused)
+        }
+    }
+}
+
+/// The audit action of a fork.
+const FORK: &str = "e2b.sandbox.fork";
+
+/// A fork that started, for its row, its log line and its answer.
+struct Forked {
+    /// `memory` or `filesystem`.
+    kept: &'static str,
+    results: Vec<SandboxForkResult>,
+    forks: Vec<Uuid>,
+    message: &'static str,
+    details: serde_json::Value,
+}
+
+/// Forks the sandbox of `permit` (`row`) `count` times: with its memory when its class and
+/// engine can, else with its files. A fork that started nothing is what it tried and why.
+async fn forked(
+    state: &AppState,
+    permit: &Permit<'_>,
+    caller: &Caller,
+    row: &Row,
+    count: u32,
+    timeout: u32,
+) -> Result<Forked, (&'static str, Refusal)> {
     let mut files_why = None;
-    if checkpointable(&state, SandboxId(row.current)).await? {
-        match fork_with_memory(&state, &caller, &row, count, timeout).await {
+    if checkpointable(permit).await.map_err(|e| ("memory", e))? {
+        match fork_with_memory(state, permit, caller, row, count, timeout).await {
             Ok(MemoryFork::Done { results, forks }) => {
-                return answered(
-                    "memory",
+                return Ok(Forked {
+                    kept: "memory",
                     results,
                     forks,
-                    "sandbox forked with its memory: each fork runs on from its processes, memory and files",
-                    json!({}),
-                )
-                .await;
+                    message: "sandbox forked with its memory: each fork runs on from its processes, memory and files",
+                    details: json!({}),
+                });
             }
             // The engine cannot: the files are forked, and the log says why.
             Ok(MemoryFork::FilesOnly(why)) => files_why = Some(why),
-            Err(e) => {
-                failed("memory").await?;
-                return Err(e);
-            }
+            Err(e) => return Err(("memory", e)),
         }
     }
-    let captured = snapshots::capture(&state, SandboxId(row.current), Quota::of(&state).bytes)
+    let (archive, runtime) = snapshots::capture(permit, Quota::of(state).bytes)
         .await
-        .map_err(refusal);
-    let (archive, runtime) = match captured {
-        Ok(c) => c,
-        Err(e) => {
-            failed("filesystem").await?;
-            return Err(e);
-        }
-    };
+        .map_err(|e| ("filesystem", refusal(e)))?;
     let mut results = Vec::new();
     let mut forks = Vec::new();
     for _ in 0..count {
-        let outcome = start_fork(&state, &caller, &row, &runtime, &archive, timeout).await;
-        tally(&state, outcome, &mut results, &mut forks);
+        let outcome = start_fork(state, caller, row, &runtime, &archive, timeout).await;
+        tally(state, outcome, &mut results, &mut forks);
     }
-    let details = match files_why {
-        None => json!({}),
-        Some(why) => json!({"files_only_because": why}),
-    };
-    answered(
-        "filesystem",
+    Ok(Forked {
+        kept: "filesystem",
         results,
         forks,
-        "sandbox forked (files only)",
-        details,
-    )
-    .await
+        message: "sandbox forked (files only)",
+        details: match files_why {
+            None => json!({}),
+            Some(why) => json!({"files_only_because": why}),
+        },
+    })
 }
 
 /// `response` with the `x-aegis-fork-kept` header saying what a fork kept.
@@ -162,6 +181,7 @@ enum MemoryFork {
 /// destroyed and reported failed.
 async fn fork_with_memory(
     state: &AppState,
+    permit: &Permit<'_>,
     caller: &Caller,
     source: &Row,
     count: u32,
@@ -183,25 +203,12 @@ async fn fork_with_memory(
             format!("sandbox \"{}\" is paused", source.sandbox_id),
         )));
     }
-    let forked = state
-        .sandboxes
-        .fork_with_memory(
-            &state.pool,
-            &caller.id,
-            SandboxId(source.current),
-            count as usize,
-            room,
-        )
-        .await;
-    let forked = match forked {
+    let forked = match permit.fork_with_memory(count as usize, room).await {
         Ok(forked) => forked,
         Err(aegis_sandboxes::SandboxError::Dispatch(
             e @ dispatcher::DispatchError::CheckpointUnavailable { .. },
         )) => return Ok(MemoryFork::FilesOnly(e.to_string())),
-        Err(aegis_sandboxes::SandboxError::Dispatch(e)) => {
-            return Err(Refusal(checkpoint_error(e, room)))
-        }
-        Err(e) => return Err(Refusal(sandbox_error(e))),
+        Err(e) => return Err(Refusal(checkpoint_error(e, room))),
     };
     tx.rollback().await.map_err(db)?;
     let network = super::networked(state, caller, source);
@@ -323,9 +330,7 @@ async fn insert_fork_row(
             Ok(row)
         }
         Err(e) => {
-            if let Err(d) = state.sandboxes.destroy(id).await {
-                tracing::warn!(sandbox = %id, error = %d, "a fork whose row could not be written could not be destroyed; the reaper removes it");
-            }
+            let _ = control::discard(state, caller, id, "its fork row could not be written").await;
             Err(e)
         }
     }

@@ -21,11 +21,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock, PoisonError, Weak};
 use std::time::Instant;
 
+use aegis_policy::sandboxes::SandboxAccess;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use dispatcher::{Owner, OwnerKind, SandboxId};
+use dispatcher::SandboxId;
 use serde_json::json;
 use uuid::Uuid;
 
@@ -35,14 +36,17 @@ use aegis_e2b::api::{
 };
 
 use super::{
-    created_answer, db, known, paged, running, sandbox_error, to_json, Key, WriteKey, MAX_BODY,
+    created_answer, db, known, known_for, not_found, paged, permit, running_for, sandbox_error,
+    to_json, Key, WriteKey, MAX_BODY,
 };
 use crate::envd::Target;
 use crate::snapshots::{self, NewSnapshot, Quota, Snapshot, SnapshotError};
 use crate::store::{self, Row};
 use crate::Refusal;
 use aegis_core::caller::Caller;
+use aegis_sandboxes::SandboxError;
 use aegis_tools::state::AppState;
+use aegis_tools::tools::control::{self, Control, Permit};
 
 type Answer = Result<Response, Refusal>;
 
@@ -78,11 +82,7 @@ pub(super) async fn start_restored(
     network: bool,
 ) -> Result<(SandboxId, snapshots::Restored), Refusal> {
     let runtime = aegis_sandboxes::find_runtime(runtime).map_err(|e| Refusal(sandbox_error(e)))?;
-    let owner = Owner::new(OwnerKind::Operator, caller.id.clone());
-    let context = caller.seal.as_ref().map(|s| s.context.as_ref());
-    let (id, _) = state
-        .sandboxes
-        .create_for_e2b(&state.pool, runtime, context, owner, network)
+    let (id, _) = control::create_for_e2b(state, caller, runtime, network)
         .await
         .map_err(|e| Refusal(sandbox_error(e)))?;
     // Restoring writes files only; no command runs, so no environment.
@@ -95,9 +95,7 @@ pub(super) async fn start_restored(
     let restored = match snapshots::restore(state, &target, archive).await {
         Ok(restored) => restored,
         Err(e) => {
-            if let Err(d) = state.sandboxes.destroy(id).await {
-                tracing::warn!(sandbox = %id, error = %d, "a sandbox whose restore failed could not be destroyed; the reaper removes it");
-            }
+            let _ = control::discard(state, caller, id, "its restore failed").await;
             return Err(refusal(e));
         }
     };
@@ -105,9 +103,7 @@ pub(super) async fn start_restored(
     // interpreter's) starts again, as at create, before the sandbox is handed back.
     if let Err(e) = super::services::start(state, caller, id, env, runtime).await {
         tracing::warn!(sandbox = %id, error = %e, "E2B resume/fork: the template's server did not start; the sandbox goes");
-        if let Err(d) = state.sandboxes.destroy(id).await {
-            tracing::warn!(sandbox = %id, error = %d, "a sandbox whose server did not start could not be destroyed; the reaper removes it");
-        }
+        let _ = control::discard(state, caller, id, "its template's server did not start").await;
         return Err(Refusal(ApiError::new(503, e.to_string())));
     }
     Ok((id, restored))
@@ -154,7 +150,7 @@ pub async fn pause(
     body: Bytes,
 ) -> Answer {
     let req: SandboxPauseRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
-    let row = known(&state, &caller, &id).await?;
+    let row = known_for(&state, &caller, &id, PAUSE).await?;
     let uuid = row.sandbox_id;
     if row.paused_snapshot.is_some() {
         return Err(Refusal(ApiError::new(
@@ -162,23 +158,39 @@ pub async fn pause(
             format!("sandbox \"{id}\" is already paused"),
         )));
     }
-    let started = Instant::now();
-    let paused = pause_row(&state, &row, Why::Asked, req.keeps_memory()).await;
+    let asked = json!({"sandboxID": uuid, "memory": req.keeps_memory()});
+    let call = pause_call(&row, &asked);
+    let permit = permit(&state, &caller, call)
+        .await?
+        .ok_or_else(|| not_found(&id))?;
+    let paused = pause_row(&state, &permit, &row, Why::Asked, req.keeps_memory()).await;
     let kept = match &paused {
         Ok(Some(Kept::Memory)) => "memory",
         _ => "filesystem",
     };
-    audit(
-        &state,
-        &caller,
-        "e2b.sandbox.pause",
-        json!({"sandboxID": uuid, "memory": req.keeps_memory(), "kept": kept}),
-        paused.is_ok(),
-        started,
-    )
-    .await?;
+    permit
+        .finish(
+            &json!({"sandboxID": uuid, "memory": req.keeps_memory(), "kept": kept}),
+            paused.is_ok(),
+        )
+        .await
+        .map_err(db)?;
     paused?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// The audit action of a pause.
+const PAUSE: &str = "e2b.sandbox.pause";
+
+/// The router's call for pausing the running sandbox of `row`: acting on it, which only its
+/// owner (or the node's sweep, as the system) may.
+fn pause_call<'a>(row: &Row, args: &'a serde_json::Value) -> Control<'a> {
+    Control {
+        action: PAUSE,
+        sandbox: SandboxId(row.current),
+        access: SandboxAccess::Act,
+        args,
+    }
 }
 
 /// Why a sandbox is paused.
@@ -207,6 +219,7 @@ enum Kept {
 /// connect or timeout change waits for the pause and then sees it.
 async fn pause_row(
     state: &AppState,
+    permit: &Permit<'_>,
     row: &Row,
     why: Why,
     keep_memory: bool,
@@ -215,8 +228,7 @@ async fn pause_row(
     let room = snapshots::room(&state.pool, &row.owner_key_id, quota)
         .await
         .map_err(refusal)?;
-    let current = SandboxId(row.current);
-    let checkpointable = keep_memory && checkpointable(state, current).await?;
+    let checkpointable = keep_memory && checkpointable(permit).await?;
     let mut tx = state.pool.begin().await.map_err(db)?;
     if !store::lock_for_pause(&mut tx, row.sandbox_id, why == Why::Timeout)
         .await
@@ -234,29 +246,25 @@ async fn pause_row(
     let mut files_why = None;
     let mut checkpoint = None;
     if checkpointable {
-        let dispatcher = state
-            .sandboxes
-            .dispatcher()
-            .map_err(|e| Refusal(sandbox_error(e)))?;
-        match dispatcher.checkpoint(current, room).await {
+        match permit.checkpoint(room).await {
             Ok(saved) => {
                 kept = Kept::Memory;
                 checkpoint = Some(saved.memory_bytes);
             }
             // The engine cannot: the files are kept, as for a container sandbox, and the log
             // says why.
-            Err(e @ dispatcher::DispatchError::CheckpointUnavailable { .. }) => {
+            Err(SandboxError::Dispatch(
+                e @ dispatcher::DispatchError::CheckpointUnavailable { .. },
+            )) => {
                 files_why = Some(e.to_string());
             }
             Err(e) => return Err(Refusal(checkpoint_error(e, room))),
         }
     }
     let (archive, runtime) = match kept {
-        Kept::Memory => (None, runtime_of(state, current).await?),
+        Kept::Memory => (None, runtime_of(permit).await?),
         Kept::Files => {
-            let (archive, runtime) = snapshots::capture(state, current, room)
-                .await
-                .map_err(refusal)?;
+            let (archive, runtime) = snapshots::capture(permit, room).await.map_err(refusal)?;
             (Some(archive), runtime)
         }
     };
@@ -265,7 +273,7 @@ async fn pause_row(
         Ok(snapshot) => snapshot,
         Err(e) => {
             if kept == Kept::Memory {
-                restore_after_failed_pause(state, current).await;
+                restore_after_failed_pause(permit).await;
             }
             return Err(e);
         }
@@ -274,7 +282,7 @@ async fn pause_row(
         // The row says paused from here on. The container is made unreachable before the
         // answer and removed off the caller's path (`retire`, as a kill is); one the retire
         // misses is removed by the sweep.
-        if let Err(e) = state.sandboxes.retire(current).await {
+        if let Err(e) = permit.retire().await {
             tracing::warn!(sandbox = %row.sandbox_id, error = %e, "a paused sandbox's container could not be destroyed yet; the sweep retries");
         }
     }
@@ -349,32 +357,22 @@ async fn store_pause(
     Ok(snapshot)
 }
 
-/// Whether sandbox `current` can be paused with its memory: a gVisor sandbox (the engine's
-/// own refusal, when it cannot checkpoint, comes from `Dispatcher::checkpoint`).
-pub(super) async fn checkpointable(state: &AppState, current: SandboxId) -> Result<bool, Refusal> {
-    let dispatcher = state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| Refusal(sandbox_error(e)))?;
-    let info = dispatcher
-        .get(current)
-        .await
-        .map_err(|e| Refusal(sandbox_error(e.into())))?;
+/// Whether the sandbox of `permit` can be paused with its memory: a gVisor sandbox (the
+/// engine's own refusal, when it cannot checkpoint, comes from its checkpoint).
+pub(super) async fn checkpointable(permit: &Permit<'_>) -> Result<bool, Refusal> {
+    let info = permit.info().await.map_err(|e| Refusal(sandbox_error(e)))?;
     Ok(info
         .spec
         .is_some_and(|s| s.isolation == dispatcher::Isolation::Gvisor))
 }
 
-/// The runtime (`language:version`) sandbox `current` runs, from its labels.
-async fn runtime_of(state: &AppState, current: SandboxId) -> Result<String, Refusal> {
-    let dispatcher = state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| Refusal(sandbox_error(e)))?;
-    dispatcher
-        .get(current)
+/// The runtime (`language:version`) the sandbox of `permit` runs, from its labels.
+async fn runtime_of(permit: &Permit<'_>) -> Result<String, Refusal> {
+    let current = permit.sandbox();
+    permit
+        .info()
         .await
-        .map_err(|e| Refusal(sandbox_error(e.into())))?
+        .map_err(|e| Refusal(sandbox_error(e)))?
         .spec
         .and_then(|s| s.labels.get(aegis_sandboxes::E2B_RUNTIME_LABEL).cloned())
         .ok_or_else(|| {
@@ -386,38 +384,36 @@ async fn runtime_of(state: &AppState, current: SandboxId) -> Result<String, Refu
 }
 
 /// A checkpoint's refusal as the control API says it.
-pub(super) fn checkpoint_error(e: dispatcher::DispatchError, room: u64) -> ApiError {
+pub(super) fn checkpoint_error(e: SandboxError, room: u64) -> ApiError {
     match e {
-        dispatcher::DispatchError::CheckpointTooLarge { bytes, .. } => ApiError::new(
-            429,
-            format!(
-                "the sandbox holds {bytes} bytes of memory, more than the {room} bytes this API \
-                 key's snapshot quota leaves; free some, delete a snapshot, or pause with \
-                 keep_memory=False to keep its files only"
-            ),
-        )
-        .with_error_code("snapshot_quota_exceeded"),
+        SandboxError::Dispatch(dispatcher::DispatchError::CheckpointTooLarge { bytes, .. }) => {
+            ApiError::new(
+                429,
+                format!(
+                    "the sandbox holds {bytes} bytes of memory, more than the {room} bytes this \
+                     API key's snapshot quota leaves; free some, delete a snapshot, or pause \
+                     with keep_memory=False to keep its files only"
+                ),
+            )
+            .with_error_code("snapshot_quota_exceeded")
+        }
         // As a filesystem pause's capture answers (`SnapshotError::to_api`).
-        dispatcher::DispatchError::SandboxNotFound {
+        SandboxError::Dispatch(dispatcher::DispatchError::SandboxNotFound {
             attached_elsewhere: true,
             ..
-        } => ApiError::new(
+        }) => ApiError::new(
             409,
             "the sandbox is served by another replica of this node; ask it",
         ),
-        other => sandbox_error(other.into()),
+        other => sandbox_error(other),
     }
 }
 
 /// After a pause whose checkpoint was taken but could not be recorded: the sandbox is
 /// restored so that it runs on as before (or, when that fails, destroyed by the restore).
-async fn restore_after_failed_pause(state: &AppState, current: SandboxId) {
-    let restored = match state.sandboxes.dispatcher() {
-        Ok(dispatcher) => dispatcher.restore(current).await.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    if let Err(e) = restored {
-        tracing::warn!(sandbox = %current, error = %e, "a checkpointed sandbox whose pause could not be recorded could not be restored");
+async fn restore_after_failed_pause(permit: &Permit<'_>) {
+    if let Err(e) = permit.restore().await {
+        tracing::warn!(sandbox = %permit.sandbox(), error = %e, "a checkpointed sandbox whose pause could not be recorded could not be restored");
     }
 }
 
@@ -429,11 +425,20 @@ async fn restore_after_failed_pause(state: &AppState, current: SandboxId) {
 /// system (`e2b.sandbox.pause`). Returns how many were paused.
 pub async fn pause_due(state: &AppState, limit: i64) -> Result<usize, sqlx::Error> {
     let mut paused = 0;
+    let system = Caller::system();
     for row in store::due_for_pause(&state.pool, limit).await? {
         let started = Instant::now();
+        let asked = json!({"sandboxID": row.sandbox_id, "at": "timeout"});
         // E2B's autoPause keeps memory where the sandbox's class can, unless it was made with
         // `autoPauseMemory: false`.
-        let done = pause_row(state, &row, Why::Timeout, row.pause_keeps_memory).await;
+        let (done, permit) = match permit(state, &system, pause_call(&row, &asked)).await {
+            Ok(Some(permit)) => (
+                pause_row(state, &permit, &row, Why::Timeout, row.pause_keeps_memory).await,
+                Some(permit),
+            ),
+            Ok(None) => (Err(not_found(&row.sandbox_id.to_string())), None),
+            Err(refused) => (Err(refused), None),
+        };
         match &done {
             Ok(None) => continue,
             Ok(Some(_)) => paused += 1,
@@ -450,16 +455,16 @@ pub async fn pause_due(state: &AppState, limit: i64) -> Result<usize, sqlx::Erro
                 .await;
             }
         }
-        let _ = aegis_store::audit::record_admin(
-            &state.pool,
-            &Caller::system(),
-            "e2b.sandbox.pause",
-            &json!({"sandboxID": row.sandbox_id, "at": "timeout",
-                    "kept": if matches!(done, Ok(Some(Kept::Memory))) { "memory" } else { "filesystem" }}),
-            matches!(done, Ok(Some(_))),
-            started,
-        )
-        .await;
+        let args = json!({"sandboxID": row.sandbox_id, "at": "timeout",
+                "kept": if matches!(done, Ok(Some(Kept::Memory))) { "memory" } else { "filesystem" }});
+        let ok = matches!(done, Ok(Some(_)));
+        let _ = match permit {
+            Some(permit) => permit.finish(&args, ok).await,
+            None => {
+                aegis_store::audit::record_admin(&state.pool, &system, PAUSE, &args, ok, started)
+                    .await
+            }
+        };
     }
     Ok(paused)
 }
@@ -517,39 +522,78 @@ pub(super) async fn resume_row(
     };
     let row = &row;
     let started = Instant::now();
-    let resumed = resume_from(state, caller, row, snapshot_id, timeout_secs).await;
-    audit(
-        state,
-        caller,
-        "e2b.sandbox.resume",
-        json!({"sandboxID": row.sandbox_id, "timeout": timeout_secs}),
-        resumed.is_ok(),
-        started,
-    )
-    .await?;
+    let args = json!({"sandboxID": row.sandbox_id, "timeout": timeout_secs});
+    let (resumed, permit) = resume_from(state, caller, row, snapshot_id, timeout_secs, &args).await;
+    match permit {
+        // A sandbox paused with its memory: the router's permit for its restore writes the row.
+        Some(permit) => permit
+            .finish(&args, resumed.is_ok())
+            .await
+            .map(|_| ())
+            .map_err(db)?,
+        // One paused with its files: a new sandbox (made through the router) takes them.
+        None => audit(state, caller, RESUME, args, resumed.is_ok(), started).await?,
+    }
     resumed
 }
 
-async fn resume_from(
-    state: &AppState,
-    caller: &Caller,
+/// The audit action of a resume.
+const RESUME: &str = "e2b.sandbox.resume";
+
+/// Resumes `row` from its pause snapshot; with the router's permit when the sandbox kept its
+/// memory (its checkpointed sandbox is restored), without when a new sandbox takes its files.
+async fn resume_from<'a>(
+    state: &'a AppState,
+    caller: &'a Caller,
     row: &Row,
     snapshot_id: Uuid,
     timeout_secs: u32,
-) -> Result<Row, Refusal> {
-    let gone = || {
-        Refusal(ApiError::new(
-            404,
-            format!("paused sandbox \"{}\" not found", row.sandbox_id),
-        ))
+    args: &serde_json::Value,
+) -> (Result<Row, Refusal>, Option<Permit<'a>>) {
+    let snapshot = match aegis_store::e2b::snapshots::get(&state.pool, snapshot_id).await {
+        Ok(Some(snapshot)) => snapshot,
+        Ok(None) => return (Err(paused_gone(row)), None),
+        Err(e) => return (Err(db(e)), None),
     };
-    let snapshot = aegis_store::e2b::snapshots::get(&state.pool, snapshot_id)
-        .await
-        .map_err(db)?;
-    let snapshot = snapshot.ok_or_else(gone)?;
-    if snapshot.keeps_memory {
-        return resume_checkpointed(state, caller, row, snapshot_id, timeout_secs).await;
+    if !snapshot.keeps_memory {
+        return (
+            resume_files(state, caller, row, &snapshot, timeout_secs).await,
+            None,
+        );
     }
+    let call = Control {
+        action: RESUME,
+        sandbox: SandboxId(row.current),
+        access: SandboxAccess::Act,
+        args,
+    };
+    match permit(state, caller, call).await {
+        Ok(Some(permit)) => (
+            resume_checkpointed(state, &permit, row, snapshot_id, timeout_secs).await,
+            Some(permit),
+        ),
+        Ok(None) => (Err(paused_gone(row)), None),
+        Err(refused) => (Err(refused), None),
+    }
+}
+
+fn paused_gone(row: &Row) -> Refusal {
+    Refusal(ApiError::new(
+        404,
+        format!("paused sandbox \"{}\" not found", row.sandbox_id),
+    ))
+}
+
+/// Resumes `row` paused with its files: a new sandbox of its runtime takes them back.
+async fn resume_files(
+    state: &AppState,
+    caller: &Caller,
+    row: &Row,
+    snapshot: &aegis_store::e2b::snapshots::Snapshot,
+    timeout_secs: u32,
+) -> Result<Row, Refusal> {
+    let snapshot_id = snapshot.id;
+    let gone = || paused_gone(row);
     let archive = snapshots::archive(state, snapshot_id)
         .await
         .map_err(refusal)?
@@ -576,9 +620,7 @@ async fn resume_from(
     .map_err(db)?;
     let Some(updated) = updated else {
         // Another resume won: its sandbox serves the id, ours goes.
-        if let Err(e) = state.sandboxes.destroy(new_id).await {
-            tracing::warn!(sandbox = %new_id, error = %e, "a losing resume's sandbox could not be destroyed; the reaper removes it");
-        }
+        let _ = control::discard(state, caller, new_id, "another resume won").await;
         return store::get_known(&state.pool, row.sandbox_id, &caller.id)
             .await
             .map_err(db)?
@@ -603,29 +645,26 @@ async fn resume_from(
 /// refused, with the sandbox left paused, when the checkpoint is on another engine.
 async fn resume_checkpointed(
     state: &AppState,
-    caller: &Caller,
+    permit: &Permit<'_>,
     row: &Row,
     snapshot_id: Uuid,
     timeout_secs: u32,
 ) -> Result<Row, Refusal> {
-    let current = SandboxId(row.current);
-    let dispatcher = state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| Refusal(sandbox_error(e)))?;
-    dispatcher.restore(current).await.map_err(|e| match e {
-        dispatcher::DispatchError::CheckpointElsewhere { .. } => {
+    permit.restore().await.map_err(|e| match e {
+        SandboxError::Dispatch(e @ dispatcher::DispatchError::CheckpointElsewhere { .. }) => {
             Refusal(ApiError::new(503, e.to_string()).with_error_code("checkpoint_elsewhere"))
         }
-        dispatcher::DispatchError::SandboxGone { .. }
-        | dispatcher::DispatchError::SandboxNotFound { .. } => Refusal(ApiError::new(
+        SandboxError::Dispatch(
+            e @ (dispatcher::DispatchError::SandboxGone { .. }
+            | dispatcher::DispatchError::SandboxNotFound { .. }),
+        ) => Refusal(ApiError::new(
             404,
             format!(
                 "paused sandbox \"{}\" could not be resumed: {e}",
                 row.sandbox_id
             ),
         )),
-        other => Refusal(sandbox_error(other.into())),
+        other => Refusal(sandbox_error(other)),
     })?;
     let updated = store::set_resumed(
         &state.pool,
@@ -649,7 +688,7 @@ async fn resume_checkpointed(
     .await;
     match updated {
         Some(updated) => Ok(updated),
-        None => store::get_known(&state.pool, row.sandbox_id, &caller.id)
+        None => store::get_known(&state.pool, row.sandbox_id, &row.owner_key_id)
             .await
             .map_err(db)?
             .ok_or_else(|| {
@@ -733,20 +772,28 @@ pub async fn create_snapshot(
 ) -> Answer {
     let req: SandboxSnapshotRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
     let name = checked_name(req.name.as_deref())?;
-    let row = running(&state, &caller, &id).await?;
+    const SNAPSHOT: &str = "e2b.snapshot.create";
+    let row = running_for(&state, &caller, &id, SNAPSHOT).await?;
     let uuid = row.sandbox_id;
-    let started = Instant::now();
-    let taken = take_snapshot(&state, &caller, &row, name).await;
-    audit(
-        &state,
-        &caller,
-        "e2b.snapshot.create",
-        json!({"sandboxID": uuid, "named": name.is_some(),
-               "snapshotID": taken.as_ref().ok().map(|s| s.id)}),
-        taken.is_ok(),
-        started,
-    )
-    .await?;
+    let asked = json!({"sandboxID": uuid, "named": name.is_some()});
+    let call = Control {
+        action: SNAPSHOT,
+        sandbox: SandboxId(row.current),
+        access: SandboxAccess::Act,
+        args: &asked,
+    };
+    let permit = permit(&state, &caller, call)
+        .await?
+        .ok_or_else(|| not_found(&id))?;
+    let taken = take_snapshot(&state, &permit, &caller, &row, name).await;
+    permit
+        .finish(
+            &json!({"sandboxID": uuid, "named": name.is_some(),
+                    "snapshotID": taken.as_ref().ok().map(|s| s.id)}),
+            taken.is_ok(),
+        )
+        .await
+        .map_err(db)?;
     let snapshot = taken?;
     store::log(
         &state.pool,
@@ -761,6 +808,7 @@ pub async fn create_snapshot(
 
 async fn take_snapshot(
     state: &AppState,
+    permit: &Permit<'_>,
     caller: &Caller,
     row: &Row,
     name: Option<&str>,
@@ -769,9 +817,7 @@ async fn take_snapshot(
     let room = snapshots::room(&state.pool, &caller.id, quota)
         .await
         .map_err(refusal)?;
-    let (archive, runtime) = snapshots::capture(state, SandboxId(row.current), room)
-        .await
-        .map_err(refusal)?;
+    let (archive, runtime) = snapshots::capture(permit, room).await.map_err(refusal)?;
     let mut tx = state.pool.begin().await.map_err(db)?;
     let snapshot = snapshots::insert(
         &mut tx,

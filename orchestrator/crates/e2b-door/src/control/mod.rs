@@ -12,12 +12,13 @@ pub mod services;
 
 use std::time::Instant;
 
+use aegis_policy::sandboxes::SandboxAccess;
 use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use dispatcher::{Owner, OwnerKind, SandboxId};
+use dispatcher::SandboxId;
 use serde_json::json;
 use uuid::Uuid;
 
@@ -33,6 +34,7 @@ use aegis_core::caller::Caller;
 use aegis_sandboxes::e2b_egress::{Grant, NetworkRules};
 use aegis_sandboxes::SandboxError;
 use aegis_tools::state::AppState;
+use aegis_tools::tools::control::{self, Control, ControlError};
 
 /// Largest control API request body.
 pub(super) const MAX_BODY: usize = 256 * 1024;
@@ -105,6 +107,70 @@ pub(super) async fn running(state: &AppState, caller: &Caller, id: &str) -> Resu
         .await
         .map_err(db)?
         .ok_or_else(|| not_found(id))
+}
+
+/// [`known`] for a lifecycle call (`action`): a key with no such sandbox is refused, and the
+/// refusal audited, through the router's `control::refused`, as any refused call is.
+pub(super) async fn known_for(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    action: &str,
+) -> Result<Row, Refusal> {
+    audited(state, caller, id, action, known(state, caller, id).await).await
+}
+
+/// [`running`] for a lifecycle call (`action`), its refusal audited as [`known_for`]'s.
+pub(super) async fn running_for(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    action: &str,
+) -> Result<Row, Refusal> {
+    audited(state, caller, id, action, running(state, caller, id).await).await
+}
+
+async fn audited(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    action: &str,
+    found: Result<Row, Refusal>,
+) -> Result<Row, Refusal> {
+    match found {
+        Err(Refusal(e)) if e.code == 404 => {
+            control::refused(
+                state,
+                caller,
+                action,
+                &json!({"sandboxID": id}),
+                Uuid::parse_str(id).ok(),
+                "sandbox_unavailable",
+                &e.message,
+            )
+            .await
+            .map_err(db)?;
+            Err(Refusal(e))
+        }
+        other => other,
+    }
+}
+
+/// A permit for `call` on the sandbox of a row the key owns (the door's record already said
+/// so; the router decides again on the dispatcher's). `None` when the dispatcher no longer has
+/// the sandbox (a paused sandbox that kept only its files, or one removed meanwhile).
+pub(super) async fn permit<'a>(
+    state: &'a AppState,
+    caller: &'a Caller,
+    call: Control<'_>,
+) -> Result<Option<control::Permit<'a>>, Refusal> {
+    match control::admit(state, caller, call).await {
+        Ok(permit) => Ok(Some(permit)),
+        Err(ControlError::Unknown(_)) => Ok(None),
+        Err(ControlError::Refused(_)) => Err(not_found(&call.sandbox.to_string())),
+        Err(ControlError::Sandbox(e)) => Err(Refusal(sandbox_error(e))),
+        Err(ControlError::Audit(e)) => Err(db(e)),
+    }
 }
 
 pub(super) fn sandbox_error(e: SandboxError) -> ApiError {
@@ -352,10 +418,8 @@ async fn plan_create(
     )
     .map_err(|e| Refusal(sandbox_error(e)))?;
     // `autoPauseMemory: true` is honoured by the classes whose pause keeps memory (gVisor).
-    let keeps_memory = state
-        .sandboxes
-        .dispatcher()
-        .is_ok_and(|d| d.isolation_of(&runtime.image) == dispatcher::Isolation::Gvisor);
+    let keeps_memory =
+        control::isolation_of(state, &runtime.image) == Some(dispatcher::Isolation::Gvisor);
     let unsupported: Vec<&str> = req
         .extensions()
         .into_iter()
@@ -398,12 +462,7 @@ async fn create_row(
     let timeout = req.timeout_secs(default_timeout);
     let token = new_token()?;
     let started = Instant::now();
-    let owner = Owner::new(OwnerKind::Operator, caller.id.clone());
-    let context = caller.seal.as_ref().map(|s| s.context.as_ref());
-    let made = state
-        .sandboxes
-        .create_for_e2b(&state.pool, runtime, context, owner, networked)
-        .await;
+    let made = control::create_for_e2b(state, caller, runtime, networked).await;
     let metadata = req.metadata.clone().unwrap_or_default();
     let row = match &made {
         Ok((id, _)) => {
@@ -428,9 +487,13 @@ async fn create_row(
             )
             .await;
             if row.is_err() {
-                if let Err(e) = state.sandboxes.destroy(*id).await {
-                    tracing::warn!(sandbox = %id.0, error = %e, "E2B create failed; the reaper removes its sandbox");
-                }
+                let _ = control::discard(
+                    state,
+                    caller,
+                    *id,
+                    "E2B create: its row could not be stored",
+                )
+                .await;
             }
             Some(row)
         }
@@ -457,7 +520,7 @@ async fn create_row(
     };
     if let Some(snapshot) = &plan.from_snapshot {
         if let Err(e) = lifecycle::restore_into(state, caller, &row, snapshot).await {
-            undo_create(state, &row, "its snapshot could not be restored").await?;
+            undo_create(state, caller, &row, "its snapshot could not be restored").await?;
             return Err(e);
         }
     }
@@ -471,28 +534,31 @@ async fn create_row(
     .await
     {
         tracing::warn!(sandbox = %row.sandbox_id, error = %e, "E2B create: the template's server did not start; the sandbox goes");
-        undo_create(state, &row, "its template's server did not start").await?;
+        undo_create(state, caller, &row, "its template's server did not start").await?;
         return Err(Refusal(ApiError::new(503, e.to_string())));
     }
     let mut row = row;
     if private {
-        row.traffic_access_token = Some(make_private(state, &row).await?);
+        row.traffic_access_token = Some(make_private(state, caller, &row).await?);
     }
     Ok(row)
 }
 
 /// Takes back a create whose last step failed (`why`): its sandbox goes (the reaper finishes
 /// it if the engine cannot now) and its row with it.
-async fn undo_create(state: &AppState, row: &Row, why: &str) -> Result<(), Refusal> {
-    if let Err(e) = state.sandboxes.destroy(SandboxId(row.current)).await {
-        tracing::warn!(sandbox = %row.current, error = %e, why, "a sandbox whose create failed could not be destroyed; the reaper removes it");
-    }
+async fn undo_create(
+    state: &AppState,
+    caller: &Caller,
+    row: &Row,
+    why: &str,
+) -> Result<(), Refusal> {
+    let _ = control::discard(state, caller, SandboxId(row.current), why).await;
     store::delete(&state.pool, row.sandbox_id).await.map_err(db)
 }
 
 /// Makes `row`'s sandbox private: a new traffic access token, which its ports then require.
 /// A sandbox that cannot be made private is not left public: it goes.
-async fn make_private(state: &AppState, row: &Row) -> Result<String, Refusal> {
+async fn make_private(state: &AppState, caller: &Caller, row: &Row) -> Result<String, Refusal> {
     let made = match aegis_store::e2b::traffic::new_token() {
         Ok(token) => aegis_store::e2b::traffic::set_token(&state.pool, row.sandbox_id, &token)
             .await
@@ -505,9 +571,13 @@ async fn make_private(state: &AppState, row: &Row) -> Result<String, Refusal> {
         Err(why) => why,
     };
     tracing::warn!(sandbox = %row.sandbox_id, %why, "E2B create: the sandbox could not be made private; it goes");
-    if let Err(d) = state.sandboxes.destroy(SandboxId(row.current)).await {
-        tracing::warn!(sandbox = %row.current, error = %d, "a sandbox that could not be made private could not be destroyed; the reaper removes it");
-    }
+    let _ = control::discard(
+        state,
+        caller,
+        SandboxId(row.current),
+        "it could not be made private",
+    )
+    .await;
     store::delete(&state.pool, row.sandbox_id)
         .await
         .map_err(db)?;
@@ -640,35 +710,31 @@ pub async fn kill(
     WriteKey(caller): WriteKey,
     Path(id): Path<String>,
 ) -> Answer {
-    let row = known(&state, &caller, &id).await?;
+    let row = known_for(&state, &caller, &id, KILL).await?;
     let uuid = row.sandbox_id;
     let started = Instant::now();
-    if let Some(snapshot) = row.paused_snapshot {
-        // A paused sandbox is its row and its snapshot, and when it kept its memory its
-        // checkpointed sandbox: all go (the sandbox first; the sweep finishes one cut short).
-        match state.sandboxes.destroy(SandboxId(row.current)).await {
-            Ok(())
-            | Err(SandboxError::Dispatch(dispatcher::DispatchError::SandboxNotFound { .. })) => {}
-            Err(e) => return Err(Refusal(sandbox_error(e))),
-        }
-        store::delete(&state.pool, uuid).await.map_err(db)?;
-        super::snapshots::delete(&state.pool, snapshot)
-            .await
-            .map_err(db)?;
-        aegis_store::audit::record_admin(
-            &state.pool,
-            &caller,
-            "e2b.sandbox.kill",
-            &json!({"sandboxID": uuid, "paused": true}),
-            true,
-            started,
-        )
-        .await
-        .map_err(db)?;
-        return Ok(StatusCode::NO_CONTENT.into_response());
-    }
-    // Off the caller's path: unreachable when this returns, removed in the background.
-    let done = state.sandboxes.retire(SandboxId(row.current)).await;
+    let paused = row.paused_snapshot.is_some();
+    let args = if paused {
+        json!({"sandboxID": uuid, "paused": true})
+    } else {
+        json!({"sandboxID": uuid})
+    };
+    let call = Control {
+        action: KILL,
+        sandbox: SandboxId(row.current),
+        access: SandboxAccess::Destroy,
+        args: &args,
+    };
+    let permit = permit(&state, &caller, call).await?;
+    // A paused sandbox is its row and its snapshot, and when it kept its memory its
+    // checkpointed sandbox: all go (the sandbox first; the sweep finishes one cut short). A
+    // running one goes off the caller's path: unreachable when this returns, removed in the
+    // background. One the dispatcher no longer has is gone already.
+    let done = match &permit {
+        Some(permit) if paused => permit.destroy().await,
+        Some(permit) => permit.retire().await,
+        None => Ok(()),
+    };
     let gone = match &done {
         Ok(()) => true,
         Err(SandboxError::Dispatch(dispatcher::DispatchError::SandboxNotFound { .. })) => true,
@@ -676,23 +742,27 @@ pub async fn kill(
     };
     if gone {
         store::delete(&state.pool, uuid).await.map_err(db)?;
+        if let Some(snapshot) = row.paused_snapshot {
+            super::snapshots::delete(&state.pool, snapshot)
+                .await
+                .map_err(db)?;
+        }
     }
-    aegis_store::audit::record_admin_of(
-        &state.pool,
-        &caller,
-        "e2b.sandbox.kill",
-        &json!({"sandboxID": uuid}),
-        gone,
-        started,
-        Some(row.current),
-    )
-    .await
+    match permit {
+        Some(permit) => permit.finish(&args, gone).await.map(|_| ()),
+        None => aegis_store::audit::record_admin(&state.pool, &caller, KILL, &args, gone, started)
+            .await
+            .map(|_| ()),
+    }
     .map_err(db)?;
     match done {
         Err(e) if !gone => Err(Refusal(sandbox_error(e))),
         _ => Ok(StatusCode::NO_CONTENT.into_response()),
     }
 }
+
+/// The audit action of a kill.
+const KILL: &str = "e2b.sandbox.kill";
 
 async fn deadline(
     state: &AppState,

@@ -25,8 +25,10 @@ use aegis_e2b::api::{
 use super::{db, known, not_found, to_json, Key};
 use crate::store;
 use crate::Refusal;
+use aegis_core::caller::Caller;
 use aegis_store::e2b::metrics as samples;
 use aegis_tools::state::AppState;
+use aegis_tools::tools::control::{self, ControlError};
 use tokio_util::sync::CancellationToken;
 
 type Answer = Result<axum::response::Response, Refusal>;
@@ -59,16 +61,10 @@ pub async fn metrics(
     if row.paused_snapshot.is_some() || !in_range {
         return Ok(to_json(StatusCode::OK, &samples));
     }
-    let dispatcher = state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| Refusal(ApiError::new(503, e.to_string())))?;
-    let usage = dispatcher
-        .usage(SandboxId(row.current))
+    let usage = control::usage(&state, &caller, SandboxId(row.current))
         .await
         .map_err(|e| match e {
-            dispatcher::DispatchError::SandboxNotFound { .. }
-            | dispatcher::DispatchError::SandboxGone { .. } => not_found(&id),
+            ControlError::Unknown(_) | ControlError::Refused(_) => not_found(&id),
             other => Refusal(ApiError::new(503, other.to_string())),
         })?;
     samples.push(metric(now, &usage));
@@ -128,7 +124,6 @@ pub async fn metrics_of_many(
             Err(e) => return Err(e),
         }
     }
-    let dispatcher = state.sandboxes.dispatcher().ok();
     let now = Utc::now();
     let since = now.timestamp() - SAMPLE_EVERY.as_secs() as i64 * 2;
     let mut out = serde_json::Map::new();
@@ -141,22 +136,20 @@ pub async fn metrics_of_many(
             None => missing.push(row),
         }
     }
-    if let Some(dispatcher) = dispatcher {
-        let taken: Vec<(String, dispatcher::Usage)> = futures_util::stream::iter(missing)
-            .map(|row| async move {
-                dispatcher
-                    .usage(SandboxId(row.current))
-                    .await
-                    .ok()
-                    .map(|u| (row.sandbox_id.to_string(), u))
-            })
-            .buffer_unordered(SAMPLED_AT_ONCE)
-            .filter_map(std::future::ready)
-            .collect()
-            .await;
-        for (id, usage) in taken {
-            out.insert(id, serde_json::json!(metric(now, &usage)));
-        }
+    let (state, caller) = (&state, &caller);
+    let taken: Vec<(String, dispatcher::Usage)> = futures_util::stream::iter(missing)
+        .map(|row| async move {
+            control::usage(state, caller, SandboxId(row.current))
+                .await
+                .ok()
+                .map(|u| (row.sandbox_id.to_string(), u))
+        })
+        .buffer_unordered(SAMPLED_AT_ONCE)
+        .filter_map(std::future::ready)
+        .collect()
+        .await;
+    for (id, usage) in taken {
+        out.insert(id, serde_json::json!(metric(now, &usage)));
     }
     Ok(to_json(
         StatusCode::OK,
@@ -217,13 +210,11 @@ async fn kept(
 pub async fn sample(state: &AppState) -> Result<usize, sqlx::Error> {
     use futures_util::StreamExt;
     let held = samples::held_by(&state.pool, state.instance_id).await?;
-    let Ok(dispatcher) = state.sandboxes.dispatcher() else {
-        return Ok(0);
-    };
+    let system = Caller::system();
+    let system = &system;
     let taken: Vec<(uuid::Uuid, dispatcher::Usage)> = futures_util::stream::iter(held)
         .map(|(e2b_id, current)| async move {
-            dispatcher
-                .usage(SandboxId(current))
+            control::usage(state, system, SandboxId(current))
                 .await
                 .ok()
                 .map(|u| (e2b_id, u))

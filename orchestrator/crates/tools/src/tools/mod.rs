@@ -6,6 +6,7 @@
 //! fail with "not implemented".
 
 mod code;
+pub mod control;
 mod definitions;
 mod discovery;
 mod dispatch;
