@@ -538,13 +538,31 @@ async fn another_keys_lifecycle_calls_are_refused_by_the_router_and_audited() {
             .send()
     };
     let attempts = [
-        (Method::POST, format!("/sandboxes/{e2b_id}/pause"), "e2b.sandbox.pause"),
-        (Method::POST, format!("/sandboxes/{e2b_id}/snapshots"), "e2b.snapshot.create"),
-        (Method::POST, format!("/sandboxes/{e2b_id}/fork"), "e2b.sandbox.fork"),
-        (Method::DELETE, format!("/sandboxes/{e2b_id}"), "e2b.sandbox.kill"),
+        (
+            Method::POST,
+            format!("/sandboxes/{e2b_id}/pause"),
+            "e2b.sandbox.pause",
+        ),
+        (
+            Method::POST,
+            format!("/sandboxes/{e2b_id}/snapshots"),
+            "e2b.snapshot.create",
+        ),
+        (
+            Method::POST,
+            format!("/sandboxes/{e2b_id}/fork"),
+            "e2b.sandbox.fork",
+        ),
+        (
+            Method::DELETE,
+            format!("/sandboxes/{e2b_id}"),
+            "e2b.sandbox.kill",
+        ),
     ];
     for (method, path, _) in &attempts {
-        let r = e2b(method.clone(), path.clone()).await.expect("request sent");
+        let r = e2b(method.clone(), path.clone())
+            .await
+            .expect("request sent");
         assert_eq!(r.status(), 404, "{method} {path} with another key");
     }
     // REST names the dispatcher's sandbox: another key's, and one that does not exist.
@@ -553,7 +571,11 @@ async fn another_keys_lifecycle_calls_are_refused_by_the_router_and_audited() {
             .rest_as(&other)
             .response(Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
             .await;
-        assert_eq!(r.status(), 404, "DELETE /v1/sandboxes/{id} with another key");
+        assert_eq!(
+            r.status(),
+            404,
+            "DELETE /v1/sandboxes/{id} with another key"
+        );
     }
 
     // One denied row per refusal, each the router's shape, none allowed.
@@ -588,7 +610,10 @@ async fn another_keys_lifecycle_calls_are_refused_by_the_router_and_audited() {
     .fetch_one(&app.state.pool)
     .await
     .unwrap();
-    assert_eq!(allowed_by_other, 0, "nothing of the other key's was allowed");
+    assert_eq!(
+        allowed_by_other, 0,
+        "nothing of the other key's was allowed"
+    );
 
     // From inside: the owner's sandbox still runs its first container, with no snapshot
     // taken and no fork made.
@@ -600,7 +625,11 @@ async fn another_keys_lifecycle_calls_are_refused_by_the_router_and_audited() {
         "echo alive",
     ]);
     assert_eq!(alive, vec!["alive".to_owned()]);
-    assert_eq!(app.e2b_sandbox(&e2b_id).await, current, "not paused or moved");
+    assert_eq!(
+        app.e2b_sandbox(&e2b_id).await,
+        current,
+        "not paused or moved"
+    );
     assert_eq!(
         app.count("SELECT count(*) FROM e2b_snapshots").await,
         0,
