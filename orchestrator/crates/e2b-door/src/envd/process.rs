@@ -48,7 +48,9 @@ use super::{
     try_start, unary, Target, DEFAULT_KEEPALIVE, MAX_MESSAGE,
 };
 use aegis_http::Connection;
+use aegis_sandboxes::SandboxError;
 use aegis_tools::state::AppState;
+use aegis_tools::tools::control;
 use aegis_tools::tools::Started;
 
 /// Largest data event, as envd sends them.
@@ -183,12 +185,7 @@ fn input_text(input: Option<ProcessInput>) -> Result<String, ConnectError> {
 /// The live processes of the sandbox, as its executor knows them. Their environment is not
 /// reported (it holds the node's proxy settings, not the caller's).
 async fn list(state: &AppState, t: &Target) -> Result<ListResponse, ConnectError> {
-    let dispatcher = state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| refuse(Code::Unavailable, e.to_string()))?;
-    let processes = dispatcher
-        .list_processes(t.id)
+    let processes = control::list_processes(state, &t.caller, t.id)
         .await
         .map_err(|e| refuse(Code::Unavailable, format!("cannot list processes: {e}")))?;
     Ok(ListResponse {
@@ -426,22 +423,18 @@ async fn attach(
     target: &Target,
     select: LiveSelector,
 ) -> Result<ProcessHandle, ConnectError> {
-    let dispatcher = state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| refuse(Code::Unavailable, e.to_string()))?;
     let what = match &select {
         LiveSelector::Pid(pid) => format!("pid {pid}"),
         LiveSelector::Tag(tag) => format!("tag {tag:?}"),
     };
-    dispatcher
-        .attach_process(target.id, select)
+    control::attach_process(state, &target.caller, target.id, select)
         .await
-        .map_err(|e| {
-            refuse(
+        .map_err(|e| match e {
+            SandboxError::Unavailable(_) => refuse(Code::Unavailable, e.to_string()),
+            e => refuse(
                 Code::NotFound,
                 format!("process with {what} not found in this sandbox: {e}"),
-            )
+            ),
         })
 }
 

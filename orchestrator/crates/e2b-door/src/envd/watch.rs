@@ -39,7 +39,9 @@ use aegis_e2b::envd::filesystem::{
     GetWatcherEventsRequest, GetWatcherEventsResponse, RemoveWatcherRequest, RemoveWatcherResponse,
     WatchDirRequest, WatchDirResponse,
 };
+use aegis_sandboxes::SandboxError;
 use aegis_tools::state::AppState;
+use aegis_tools::tools::control;
 
 /// Most events one `GetWatcherEvents` returns (the rest wait for the next poll).
 const MAX_POLLED: usize = 10_000;
@@ -171,15 +173,12 @@ async fn open(
 ) -> Result<WatchHandle, ConnectError> {
     let path = absolute(path)?;
     call(state, t, "fs.list", json!({"path": path})).await?;
-    let dispatcher = state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| refuse(Code::Unavailable, e.to_string()))?;
-    dispatcher
-        .watch_dir(t.id, &path, recursive)
+    control::watch_dir(state, &t.caller, t.id, &path, recursive)
         .await
         .map_err(|e| match &e {
-            dispatcher::DispatchError::Refused { kind, message, .. } => {
+            SandboxError::Dispatch(dispatcher::DispatchError::Refused {
+                kind, message, ..
+            }) => {
                 let code = match kind.as_str() {
                     "not_found" => Code::NotFound,
                     "limit_reached" => Code::ResourceExhausted,

@@ -25,7 +25,9 @@ pub mod preview;
 
 use std::sync::{Arc, Weak};
 
+use aegis_sandboxes::SandboxError;
 use aegis_tools::state::AppState;
+use aegis_tools::tools::control;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, StatusCode, Version};
@@ -331,14 +333,9 @@ async fn open(
     bounds: pipe::Bounds,
     upgrade: bool,
 ) -> Result<Sender, Box<Response>> {
-    let dispatcher = state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| Box::new(unreachable_answer(to, e.to_string())))?;
-    let connection = dispatcher
-        .open_port_anywhere(admitted.sandbox, to.port)
+    let connection = control::open_port(state, &admitted.caller, admitted.sandbox, to.port)
         .await
-        .map_err(|e| Box::new(open_failed(to, e)))?;
+        .map_err(|e| Box::new(port_failed(to, e)))?;
     handshake(connection, to, bounds, upgrade).await
 }
 
@@ -354,26 +351,19 @@ async fn reopen(
     upgrade: bool,
 ) -> Result<(Sender, Admitted), Box<Response>> {
     use dispatcher::DispatchError as D;
-    let dispatcher = state
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| Box::new(unreachable_answer(to, e.to_string())))?;
-    match dispatcher
-        .open_port_anywhere(admitted.sandbox, to.port)
-        .await
-    {
+    match control::open_port(state, &admitted.caller, admitted.sandbox, to.port).await {
         Ok(connection) => {
             let sender = handshake(connection, to, bounds, upgrade).await?;
             Ok((sender, admitted.clone()))
         }
-        Err(
+        Err(SandboxError::Dispatch(
             D::SandboxNotFound {
                 attached_elsewhere: false,
                 ..
             }
             | D::SandboxGone { .. },
-        ) => connect(state, to, shown, bounds, upgrade).await,
-        Err(e) => Err(Box::new(open_failed(to, e))),
+        )) => connect(state, to, shown, bounds, upgrade).await,
+        Err(e) => Err(Box::new(port_failed(to, e))),
     }
 }
 
@@ -404,6 +394,15 @@ async fn handshake(
         }
     });
     Ok(sender)
+}
+
+/// A port the router's handle could not open, as E2B's edge answers: sandboxes unavailable on
+/// this node is unreachable, a dispatcher refusal as [`open_failed`] says it.
+fn port_failed(to: PortAddress, e: SandboxError) -> Response {
+    match e {
+        SandboxError::Dispatch(e) => open_failed(to, e),
+        other => unreachable_answer(to, other.to_string()),
+    }
 }
 
 fn open_failed(to: PortAddress, e: dispatcher::DispatchError) -> Response {

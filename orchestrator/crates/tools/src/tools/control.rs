@@ -311,3 +311,75 @@ pub fn isolation_of(state: &AppState, image: &str) -> Option<dispatcher::Isolati
         .ok()
         .map(|d| d.isolation_of(image))
 }
+
+// The handles a door follows a sandbox by, once the router decided the call that opened them
+// (a `Connect` to a process the caller's `cmd.run` started, a watch after its `fs.list`, a
+// port after its admission): checked against the same ownership rule, with no row of their
+// own (the deciding call's row stands for them). Another's sandbox is "not found", as the
+// dispatcher says of one that does not exist.
+
+/// The dispatcher, once `caller` may act on `id`.
+async fn acting<'a>(
+    state: &'a AppState,
+    caller: &Caller,
+    id: SandboxId,
+) -> Result<&'a dispatcher::Dispatcher, SandboxError> {
+    let owner = state.sandboxes.owner(id).await?;
+    check_sandbox_access(caller, &owner, SandboxAccess::Act, &id.to_string()).map_err(|_| {
+        SandboxError::Dispatch(DispatchError::SandboxNotFound {
+            id,
+            attached_elsewhere: false,
+        })
+    })?;
+    state.sandboxes.dispatcher()
+}
+
+/// A handle of its own on a live process of `caller`'s sandbox `id`, by pid or tag.
+pub async fn attach_process(
+    state: &AppState,
+    caller: &Caller,
+    id: SandboxId,
+    select: dispatcher::ProcessSelector,
+) -> Result<dispatcher::ProcessHandle, SandboxError> {
+    Ok(acting(state, caller, id)
+        .await?
+        .attach_process(id, select)
+        .await?)
+}
+
+/// The live processes of `caller`'s sandbox `id`, as its executor knows them.
+pub async fn list_processes(
+    state: &AppState,
+    caller: &Caller,
+    id: SandboxId,
+) -> Result<Vec<dispatcher::protocol::LiveProcess>, SandboxError> {
+    Ok(acting(state, caller, id).await?.list_processes(id).await?)
+}
+
+/// A watch of `path` in `caller`'s sandbox `id` (its `fs.list` already decided by the router).
+pub async fn watch_dir(
+    state: &AppState,
+    caller: &Caller,
+    id: SandboxId,
+    path: &str,
+    recursive: bool,
+) -> Result<dispatcher::WatchHandle, SandboxError> {
+    Ok(acting(state, caller, id)
+        .await?
+        .watch_dir(id, path, recursive)
+        .await?)
+}
+
+/// A connection to `port` of `caller`'s sandbox `id` (its request already admitted by the
+/// port's rules), wherever the sandbox is held.
+pub async fn open_port(
+    state: &AppState,
+    caller: &Caller,
+    id: SandboxId,
+    port: u16,
+) -> Result<dispatcher::OpenedPort, SandboxError> {
+    Ok(acting(state, caller, id)
+        .await?
+        .open_port_anywhere(id, port)
+        .await?)
+}
