@@ -28,6 +28,34 @@ async fn app() -> TestApp {
     app
 }
 
+/// `manifest` through the create tool `tool` (`aegis.agent.create`, `aegis.workflow.create`),
+/// which must deploy it; the answer.
+async fn created(app: &TestApp, tool: &str, manifest: &str) -> Value {
+    let created = app
+        .tool_result(tool, json!({ "manifest_yaml": manifest }))
+        .await;
+    assert_eq!(created["deployed"], true, "{tool}: {created}");
+    created
+}
+
+/// What `aegis.workflow.validate` says of `manifest`.
+async fn validated(app: &TestApp, manifest: &str) -> Value {
+    app.tool_result(
+        "aegis.workflow.validate",
+        json!({ "manifest_yaml": manifest }),
+    )
+    .await
+}
+
+/// The stored manifest of `name` as the export tool `tool` gives it, parsed.
+async fn exported(app: &TestApp, tool: &str, name: &str) -> Value {
+    let exported = app.tool_result(tool, json!({ "name": name })).await;
+    let yaml = exported["manifest_yaml"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{tool} {name}: {exported}"));
+    serde_yaml::from_str(yaml).expect("the export is YAML")
+}
+
 fn notes(result: &Value) -> Vec<(String, String)> {
     result["warnings"]
         .as_array()
@@ -128,10 +156,27 @@ spec:
     properties: {task: {type: string}}
 "#;
 
+/// The end states both template-shaped workflows finish in: `DONE` and `FAILED`, System
+/// states that only echo.
+macro_rules! end_states {
+    () => {
+        r#"    DONE:
+      kind: System
+      command: "echo done"
+      transitions: []
+    FAILED:
+      kind: System
+      command: "echo failed"
+      transitions: []
+"#
+    };
+}
+
 // The intent-to-execution shape: templated agent name, intent, custom condition on the
 // validator's output, a hardened ContainerRun, loops bounded by max_state_visits,
 // output_template, input/output schema, max_total_transitions.
-const INTENT_WORKFLOW: &str = r#"apiVersion: 100monkeys.ai/v1
+const INTENT_WORKFLOW: &str = concat!(
+    r#"apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
   name: intent-pipeline
@@ -192,19 +237,14 @@ spec:
         - condition: exit_code_non_zero
           target: WRITE
           feedback: "{{RUN.stderr}}"
-    DONE:
-      kind: System
-      command: "echo done"
-      transitions: []
-    FAILED:
-      kind: System
-      command: "echo failed"
-      transitions: []
-"#;
+"#,
+    end_states!()
+);
 
 // The skill-import shape: System states with env, exit codes, score thresholds with feedback,
 // spec.context, and a judge scoring in between.
-const IMPORT_WORKFLOW: &str = r#"apiVersion: 100monkeys.ai/v1
+const IMPORT_WORKFLOW: &str = concat!(
+    r#"apiVersion: 100monkeys.ai/v1
 kind: Workflow
 metadata:
   name: import-skill
@@ -231,29 +271,17 @@ spec:
           threshold: 0.7
           target: FAILED
           feedback: "too low: {{SCORE.output}}"
-    DONE:
-      kind: System
-      command: "echo ok"
-      transitions: []
-    FAILED:
-      kind: System
-      command: "echo failed"
-      transitions: []
-"#;
+"#,
+    end_states!()
+);
 
 #[tokio::test]
 async fn manifests_shaped_like_the_aegis_templates_validate_and_deploy() {
     let app = app().await;
-    let judge = app
-        .tool_result("aegis.agent.create", json!({"manifest_yaml": JUDGE}))
-        .await;
-    assert_eq!(judge["deployed"], true, "{judge}");
+    created(&app, "aegis.agent.create", JUDGE).await;
 
     // cmd.run without an allowlist: the node's default for python applies, said plainly.
-    let executor = app
-        .tool_result("aegis.agent.create", json!({"manifest_yaml": EXECUTOR}))
-        .await;
-    assert_eq!(executor["deployed"], true, "{executor}");
+    let executor = created(&app, "aegis.agent.create", EXECUTOR).await;
     let notes = notes(&executor);
     let note = notes
         .iter()
@@ -265,11 +293,7 @@ async fn manifests_shaped_like_the_aegis_templates_validate_and_deploy() {
         "{note:?}"
     );
     // ... and is written into the deployed manifest, where the sandbox policy reads it.
-    let exported = app
-        .tool_result("aegis.agent.export", json!({"name": "py-executor"}))
-        .await;
-    let yaml: Value =
-        serde_yaml::from_str(exported["manifest_yaml"].as_str().unwrap()).expect("yaml");
+    let yaml = exported(&app, "aegis.agent.export", "py-executor").await;
     assert_eq!(
         yaml["spec"]["builtin_dispatchers"],
         json!([{"name": "cmd", "capabilities": [
@@ -277,17 +301,9 @@ async fn manifests_shaped_like_the_aegis_templates_validate_and_deploy() {
     );
 
     for workflow in [INTENT_WORKFLOW, IMPORT_WORKFLOW] {
-        let checked = app
-            .tool_result(
-                "aegis.workflow.validate",
-                json!({"manifest_yaml": workflow}),
-            )
-            .await;
+        let checked = validated(&app, workflow).await;
         assert_eq!(checked["valid"], true, "{checked}");
-        let deployed = app
-            .tool_result("aegis.workflow.create", json!({"manifest_yaml": workflow}))
-            .await;
-        assert_eq!(deployed["deployed"], true, "{deployed}");
+        created(&app, "aegis.workflow.create", workflow).await;
     }
 }
 
@@ -378,10 +394,7 @@ spec:
 #[tokio::test]
 async fn older_forms_are_normalised_with_a_note_and_stored_in_the_current_form() {
     let app = app().await;
-    let agent = app
-        .tool_result("aegis.agent.create", json!({"manifest_yaml": OLD_AGENT}))
-        .await;
-    assert_eq!(agent["deployed"], true, "{agent}");
+    let agent = created(&app, "aegis.agent.create", OLD_AGENT).await;
     assert_eq!(agent["name"], "2fast-agent");
     let agent_notes = notes(&agent);
     assert!(
@@ -398,10 +411,7 @@ async fn older_forms_are_normalised_with_a_note_and_stored_in_the_current_form()
             .any(|(p, m)| p == "/spec/execution/memory" && m.contains("dropped")),
         "{agent_notes:?}"
     );
-    let exported = app
-        .tool_result("aegis.agent.export", json!({"name": "2fast-agent"}))
-        .await;
-    let yaml: Value = serde_yaml::from_str(exported["manifest_yaml"].as_str().unwrap()).unwrap();
+    let yaml = exported(&app, "aegis.agent.export", "2fast-agent").await;
     assert!(yaml["spec"]["execution"].get("memory").is_none());
     assert_eq!(
         yaml["spec"]["execution"]["validation"],
@@ -427,12 +437,7 @@ async fn older_forms_are_normalised_with_a_note_and_stored_in_the_current_form()
         "{text}"
     );
 
-    let workflow = app
-        .tool_result(
-            "aegis.workflow.validate",
-            json!({"manifest_yaml": OLD_WORKFLOW}),
-        )
-        .await;
+    let workflow = validated(&app, OLD_WORKFLOW).await;
     assert_eq!(workflow["valid"], true, "{workflow}");
     let wf_notes = notes(&workflow);
     for (pointer, gist) in [
@@ -447,17 +452,8 @@ async fn older_forms_are_normalised_with_a_note_and_stored_in_the_current_form()
             "{pointer}: {wf_notes:?}"
         );
     }
-    let deployed = app
-        .tool_result(
-            "aegis.workflow.create",
-            json!({"manifest_yaml": OLD_WORKFLOW}),
-        )
-        .await;
-    assert_eq!(deployed["deployed"], true, "{deployed}");
-    let exported = app
-        .tool_result("aegis.workflow.export", json!({"name": "3-step-build"}))
-        .await;
-    let yaml: Value = serde_yaml::from_str(exported["manifest_yaml"].as_str().unwrap()).unwrap();
+    created(&app, "aegis.workflow.create", OLD_WORKFLOW).await;
+    let yaml = exported(&app, "aegis.workflow.export", "3-step-build").await;
     let states = &yaml["spec"]["states"];
     assert_eq!(states["BUILD"]["steps"][0]["name"], "run-unit-tests");
     assert_eq!(
@@ -512,13 +508,7 @@ spec:
 #[tokio::test]
 async fn blackboard_writes_and_the_human_answer_reach_later_states() {
     let app = app().await;
-    let deployed = app
-        .tool_result(
-            "aegis.workflow.create",
-            json!({"manifest_yaml": NOTES_WORKFLOW}),
-        )
-        .await;
-    assert_eq!(deployed["deployed"], true, "{deployed}");
+    created(&app, "aegis.workflow.create", NOTES_WORKFLOW).await;
     let id = app
         .started("/v1/workflows/review-notes/run", json!({"what": "abc"}))
         .await;
@@ -562,46 +552,23 @@ async fn templates_reading_what_nothing_writes_are_refused() {
             "      kind: System\n      command: update_blackboard\n",
         )
         .replace("{{state_output.response}}", "yes");
-    let checked = app
-        .tool_result(
-            "aegis.workflow.validate",
-            json!({"manifest_yaml": no_human}),
-        )
-        .await;
-    assert_eq!(checked["valid"], false, "{checked}");
-    assert!(
-        checked["errors"].to_string().contains("no Human state"),
-        "{checked}"
-    );
     // A blackboard write may not replace a state's output or a run variable.
     let shadowing = NOTES_WORKFLOW.replace("first_answer:", "RECORD:");
-    let checked = app
-        .tool_result(
-            "aegis.workflow.validate",
-            json!({"manifest_yaml": shadowing}),
-        )
-        .await;
-    assert_eq!(checked["valid"], false, "{checked}");
-    assert!(
-        checked["errors"].to_string().contains("is a state name"),
-        "{checked}"
-    );
     // A schedule must be a cron expression.
     let bad_cron = NOTES_WORKFLOW.replace(
         "  initial_state: ASK\n",
         "  initial_state: ASK\n  default_schedule: \"every 5 minutes\"\n",
     );
-    let checked = app
-        .tool_result(
-            "aegis.workflow.validate",
-            json!({"manifest_yaml": bad_cron}),
-        )
-        .await;
-    assert_eq!(checked["valid"], false, "{checked}");
-    assert!(
-        checked["errors"]
-            .to_string()
-            .contains("is not a cron expression"),
-        "{checked}"
-    );
+    for (what, manifest, reason) in [
+        ("no human", no_human, "no Human state"),
+        ("shadowing", shadowing, "is a state name"),
+        ("bad cron", bad_cron, "is not a cron expression"),
+    ] {
+        let checked = validated(&app, &manifest).await;
+        assert_eq!(checked["valid"], false, "{what}: {checked}");
+        assert!(
+            checked["errors"].to_string().contains(reason),
+            "{what}: {checked}"
+        );
+    }
 }

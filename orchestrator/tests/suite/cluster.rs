@@ -45,6 +45,50 @@ async fn peer_url(app: &TestApp) -> String {
     .expect("a replica with cluster.listen records its peer URL")
 }
 
+/// A replica with the cluster secret and a sandbox of [`agent`] on it; (the replica, the
+/// sandbox, where peers reach `path` on it).
+async fn holder_of_a_sandbox(db: &TestDb, path: &str) -> (TestApp, AgentSandbox, String) {
+    let holder = TestApp::spawn_with(replica(db, Some(SECRET))).await;
+    let made = AgentSandbox::start(&holder, agent()).await;
+    let url = format!("{}{path}", peer_url(&holder).await);
+    (holder, made, url)
+}
+
+/// `body` signed at `at` (a Unix time) with the cluster secret.
+fn signed_at(at: i64, body: &[u8]) -> String {
+    ClusterKey::new(SECRET).sign(at, body).expect("sign")
+}
+
+/// `body` signed now with the cluster secret.
+fn signed(body: &[u8]) -> String {
+    signed_at(chrono::Utc::now().timestamp(), body)
+}
+
+/// `body` signed now with a secret other than the cluster's.
+fn signed_with_another_secret(body: &[u8]) -> String {
+    ClusterKey::new(&"w".repeat(40))
+        .sign(chrono::Utc::now().timestamp(), body)
+        .expect("sign")
+}
+
+/// A peer route asked on the callers' port instead (`request`, with the admin key), signed
+/// with the cluster secret: it is not there (404).
+async fn assert_not_on_callers_port(request: reqwest::RequestBuilder, signature: String) {
+    let r = request
+        .header(SIGNATURE_HEADER, signature)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), 404);
+}
+
+/// A refusal of the peer listener: `status`, with a message that says `said`.
+async fn assert_refused_saying(r: reqwest::Response, status: u16, said: &str) {
+    assert_eq!(r.status(), status);
+    let out: Value = r.json().await.expect("json");
+    assert!(common::json::text(&out["message"]).contains(said), "{out}");
+}
+
 async fn audit_valid(app: &TestApp) {
     let verify = app.get_value("/v1/audit/verify").await;
     assert_eq!(verify["valid"], true, "{verify}");
@@ -86,23 +130,19 @@ async fn a_sandbox_made_through_one_replica_is_served_through_another() {
 
     // The policy is B's: what the allowlist refuses is refused by B's router, before any
     // forwarding, with the same answer as on A.
-    let on_b = via_b
-        .refused(
-            "cmd.run",
-            json!({"command": "rm", "args": ["-rf", "/workspace"]}),
-            403,
-            "command_not_allowed",
-        )
-        .await;
-    let on_a = made
-        .refused(
-            "cmd.run",
-            json!({"command": "rm", "args": ["-rf", "/workspace"]}),
-            403,
-            "command_not_allowed",
-        )
-        .await;
-    assert_eq!(on_b["error"], on_a["error"]);
+    let mut refusals = Vec::new();
+    for sandbox in [&via_b, &made] {
+        let refusal = sandbox
+            .refused(
+                "cmd.run",
+                json!({"command": "rm", "args": ["-rf", "/workspace"]}),
+                403,
+                "command_not_allowed",
+            )
+            .await;
+        refusals.push(refusal["error"].clone());
+    }
+    assert_eq!(refusals[0], refusals[1], "B's answer, then A's");
     // Executor errors come back as the executor said them.
     via_b
         .tool_error(
@@ -204,9 +244,7 @@ async fn replicas_without_the_channel_or_with_another_secret_get_a_clear_error()
 #[tokio::test]
 async fn the_peer_listener_refuses_unsigned_altered_replayed_and_stale_calls() {
     let db = TestDb::create().await;
-    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
-    let made = AgentSandbox::start(&a, agent()).await;
-    let url = format!("{}{CALL_PATH}", peer_url(&a).await);
+    let (a, made, url) = holder_of_a_sandbox(&db, CALL_PATH).await;
     let http = reqwest::Client::new();
     let id: uuid::Uuid = made.id.parse().expect("uuid");
     let body = serde_json::to_vec(&ForwardedCall {
@@ -227,7 +265,6 @@ async fn the_peer_listener_refuses_unsigned_altered_replayed_and_stale_calls() {
         }
     };
     let now = chrono::Utc::now().timestamp();
-    let key = ClusterKey::new(SECRET);
 
     // Unsigned, and signed with another secret.
     let (status, out) = post(None, body.clone()).await;
@@ -236,15 +273,13 @@ async fn the_peer_listener_refuses_unsigned_altered_replayed_and_stale_calls() {
         (401, Some("unsigned")),
         "{out}"
     );
-    let wrong = ClusterKey::new(&"w".repeat(40))
-        .sign(now, &body)
-        .expect("sign");
+    let wrong = signed_with_another_secret(&body);
     let (status, out) = post(Some(wrong), body.clone()).await;
     assert_eq!(status, 401, "{out}");
     assert!(common::json::text(&out["message"]).contains("wrong signature"));
 
     // A good signature works once; the same request again is a replay; a changed body fails.
-    let good = key.sign(now, &body).expect("sign");
+    let good = signed_at(now, &body);
     let (status, out) = post(Some(good.clone()), body.clone()).await;
     assert_eq!(status, 200, "{out}");
     let (status, out) = post(Some(good.clone()), body.clone()).await;
@@ -252,24 +287,18 @@ async fn the_peer_listener_refuses_unsigned_altered_replayed_and_stale_calls() {
     assert!(common::json::text(&out["message"]).contains("replayed"));
     let mut altered = body.clone();
     altered.extend_from_slice(b" ");
-    let (status, _) = post(Some(key.sign(now, &body).expect("sign")), altered).await;
+    let (status, _) = post(Some(signed_at(now, &body)), altered).await;
     assert_eq!(status, 401);
 
     // Signed long ago (a captured request kept for later).
-    let old = key.sign(now - 3600, &body).expect("sign");
+    let old = signed_at(now - 3600, &body);
     let (status, out) = post(Some(old), body.clone()).await;
     assert_eq!(status, 401, "{out}");
     assert!(common::json::text(&out["message"]).contains("clock"));
 
     // The route is not on the callers' port, even with the admin key.
-    let r = a
-        .admin(Method::POST, CALL_PATH)
-        .header(SIGNATURE_HEADER, key.sign(now, &body).expect("sign"))
-        .body(body.clone())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    let on_callers_port = a.admin(Method::POST, CALL_PATH).body(body.clone());
+    assert_not_on_callers_port(on_callers_port, signed_at(now, &body)).await;
 }
 
 /// `cargo test --workspace --test suite -- cluster::figures --ignored --nocapture`: a forwarded
@@ -548,12 +577,12 @@ async fn live_processes_streams_and_watches_are_served_through_a_replica_that_do
     let mut events = crate::streaming::stream(
         &b,
         &via_b,
-        json!({"command": "sh", "args": ["-c",
-            "echo one; while [ ! -e /workspace/go ]; do sleep 0.1; done; echo two"]}),
+        crate::streaming::sh(
+            "echo one; while [ ! -e /workspace/go ]; do sleep 0.1; done; echo two",
+        ),
     )
     .await;
-    let (name, start) = events.next().await.expect("a first event");
-    assert_eq!(name, "start", "{start}");
+    events.started().await;
     let (name, one) = events.next().await.expect("the first output");
     assert_eq!((name.as_str(), &one["data"]), ("stdout", &json!("one\n")));
     made.ok(
@@ -649,12 +678,10 @@ async fn live_processes_streams_and_watches_are_served_through_a_replica_that_do
     let mut events = crate::streaming::stream(
         &b,
         &via_b,
-        json!({"command": "sh", "args": ["-c",
-            "while true; do echo left-behind; sleep 0.2; done"]}),
+        crate::streaming::sh("while true; do echo left-behind; sleep 0.2; done"),
     )
     .await;
-    let (name, _) = events.next().await.expect("start");
-    assert_eq!(name, "start");
+    events.started().await;
     events.next().await.expect("output");
     assert!(running_in(&made, "left-behind"));
     drop(events);
@@ -692,9 +719,7 @@ async fn the_e2b_sdk_drives_processes_and_watches_through_a_replica_that_does_no
 #[tokio::test]
 async fn the_peer_listener_refuses_unsigned_and_replayed_subscriptions() {
     let db = TestDb::create().await;
-    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
-    let made = AgentSandbox::start(&a, agent()).await;
-    let url = format!("{}{SUBSCRIBE_PATH}", peer_url(&a).await);
+    let (a, made, url) = holder_of_a_sandbox(&db, SUBSCRIBE_PATH).await;
     let http = reqwest::Client::new();
     let body = serde_json::to_vec(&ForwardedSubscription {
         sandbox: made.id.parse().expect("uuid"),
@@ -705,7 +730,6 @@ async fn the_peer_listener_refuses_unsigned_and_replayed_subscriptions() {
         },
     })
     .expect("json");
-    let key = ClusterKey::new(SECRET);
     let post = |header: Option<String>| {
         let mut request = http.post(&url).body(body.clone());
         if let Some(header) = header {
@@ -716,16 +740,13 @@ async fn the_peer_listener_refuses_unsigned_and_replayed_subscriptions() {
 
     let r = post(None).await.expect("peer listener answers");
     assert_eq!(r.status(), 401);
-    let wrong = ClusterKey::new(&"w".repeat(40))
-        .sign(chrono::Utc::now().timestamp(), &body)
-        .expect("sign");
-    let r = post(Some(wrong)).await.expect("answers");
+    let r = post(Some(signed_with_another_secret(&body)))
+        .await
+        .expect("answers");
     assert_eq!(r.status(), 401);
 
     // Signed, it opens the watch: the first frame says so.
-    let good = key
-        .sign(chrono::Utc::now().timestamp(), &body)
-        .expect("sign");
+    let good = signed(&body);
     let mut r = post(Some(good.clone())).await.expect("answers");
     assert_eq!(r.status(), 200);
     let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), r.chunk())
@@ -740,34 +761,17 @@ async fn the_peer_listener_refuses_unsigned_and_replayed_subscriptions() {
     drop(r);
     // The same request again is a replay.
     let r = post(Some(good)).await.expect("answers");
-    assert_eq!(r.status(), 401);
-    let out: Value = r.json().await.expect("json");
-    assert!(
-        common::json::text(&out["message"]).contains("replayed"),
-        "{out}"
-    );
+    assert_refused_saying(r, 401, "replayed").await;
     // The route is not on the callers' port, even with the admin key.
-    let r = a
-        .admin(Method::POST, SUBSCRIBE_PATH)
-        .header(
-            SIGNATURE_HEADER,
-            key.sign(chrono::Utc::now().timestamp(), &body)
-                .expect("sign"),
-        )
-        .body(body.clone())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+    let on_callers_port = a.admin(Method::POST, SUBSCRIBE_PATH).body(body.clone());
+    assert_not_on_callers_port(on_callers_port, signed(&body)).await;
 }
 
 #[tokio::test]
 async fn the_peer_listener_opens_a_port_only_for_a_signed_fresh_upgrade() {
     use orchestrator::cluster::{ForwardedPort, PORT_PATH, PORT_PROTOCOL, PORT_REQUEST_HEADER};
     let db = TestDb::create().await;
-    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
-    let made = AgentSandbox::start(&a, agent()).await;
-    let url = format!("{}{PORT_PATH}", peer_url(&a).await);
+    let (a, made, url) = holder_of_a_sandbox(&db, PORT_PATH).await;
     let http = reqwest::Client::new();
     let asked = |port: u16| {
         serde_json::to_string(&ForwardedPort {
@@ -776,7 +780,6 @@ async fn the_peer_listener_opens_a_port_only_for_a_signed_fresh_upgrade() {
         })
         .expect("json")
     };
-    let key = ClusterKey::new(SECRET);
     let open = |asked: String, header: Option<String>, upgrade: bool| {
         let mut request = http.get(&url).header(PORT_REQUEST_HEADER, asked);
         if upgrade {
@@ -789,31 +792,23 @@ async fn the_peer_listener_opens_a_port_only_for_a_signed_fresh_upgrade() {
         }
         request.send()
     };
-    let now = || chrono::Utc::now().timestamp();
 
     // Unsigned, signed with another secret, or signed for another port: refused, nothing opened.
     let r = open(asked(8000), None, true).await.expect("answers");
     assert_eq!(r.status(), 401);
-    let wrong = ClusterKey::new(&"w".repeat(40))
-        .sign(now(), asked(8000).as_bytes())
-        .expect("sign");
+    let wrong = signed_with_another_secret(asked(8000).as_bytes());
     let r = open(asked(8000), Some(wrong), true).await.expect("answers");
     assert_eq!(r.status(), 401);
-    let other = key.sign(now(), asked(9000).as_bytes()).expect("sign");
+    let other = signed(asked(9000).as_bytes());
     let r = open(asked(8000), Some(other), true).await.expect("answers");
     assert_eq!(r.status(), 401);
     // Signed but not an upgrade: refused, saying what it must be.
-    let good = key.sign(now(), asked(8000).as_bytes()).expect("sign");
+    let good = signed(asked(8000).as_bytes());
     let r = open(asked(8000), Some(good), false).await.expect("answers");
-    assert_eq!(r.status(), 400);
-    let out: Value = r.json().await.expect("json");
-    assert!(
-        common::json::text(&out["message"]).contains(PORT_PROTOCOL),
-        "{out}"
-    );
+    assert_refused_saying(r, 400, PORT_PROTOCOL).await;
     // Signed, fresh, an upgrade: the holder opens the port; nothing listens there, which is
     // the executor's refusal, as a forwarded call's.
-    let good = key.sign(now(), asked(8000).as_bytes()).expect("sign");
+    let good = signed(asked(8000).as_bytes());
     let r = open(asked(8000), Some(good.clone()), true)
         .await
         .expect("answers");
@@ -825,17 +820,10 @@ async fn the_peer_listener_opens_a_port_only_for_a_signed_fresh_upgrade() {
     let r = open(asked(8000), Some(good), true).await.expect("answers");
     assert_eq!(r.status(), 401);
     // The route is not on the callers' port, even with the admin key.
-    let r = a
+    let on_callers_port = a
         .admin(Method::GET, PORT_PATH)
-        .header(PORT_REQUEST_HEADER, asked(8000))
-        .header(
-            SIGNATURE_HEADER,
-            key.sign(now(), asked(8000).as_bytes()).expect("sign"),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 404);
+        .header(PORT_REQUEST_HEADER, asked(8000));
+    assert_not_on_callers_port(on_callers_port, signed(asked(8000).as_bytes())).await;
 }
 
 #[tokio::test]
@@ -880,12 +868,10 @@ async fn a_holder_killed_mid_stream_ends_the_callers_stream_at_once_with_why() {
     let mut events = crate::streaming::stream(
         &b,
         &via_b,
-        json!({"command": "sh", "args": ["-c",
-            "echo started; while true; do echo tick; sleep 0.2; done"]}),
+        crate::streaming::sh("echo started; while true; do echo tick; sleep 0.2; done"),
     )
     .await;
-    let (name, _) = events.next().await.expect("start");
-    assert_eq!(name, "start");
+    events.started().await;
     let (name, data) = events.next().await.expect("output");
     assert_eq!(name, "stdout", "{data}");
     assert!(

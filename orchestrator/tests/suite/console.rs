@@ -93,12 +93,7 @@ async fn page(
     cookie: &str,
     path: &str,
 ) -> (StatusCode, String) {
-    let r = client
-        .get(format!("{}{path}", app.http_base))
-        .header("cookie", cookie)
-        .send()
-        .await
-        .unwrap();
+    let r = get(app, client, Some(cookie), path).await;
     let status = r.status();
     let csp = r
         .headers()
@@ -118,6 +113,26 @@ fn csrf_of(html: &str) -> String {
         .expect("a form token in the page")
         + 19;
     html[at..at + 64].to_owned()
+}
+
+/// `GET path` with the session `cookie` when given: the response as it came.
+async fn get(
+    app: &TestApp,
+    client: &reqwest::Client,
+    cookie: Option<&str>,
+    path: &str,
+) -> reqwest::Response {
+    let mut r = client.get(format!("{}{path}", app.http_base));
+    if let Some(c) = cookie {
+        r = r.header("cookie", c);
+    }
+    r.send().await.unwrap()
+}
+
+/// Asserts that `cookie` no longer opens a session: a page sends the browser to sign in.
+async fn assert_signed_out(app: &TestApp, client: &reqwest::Client, cookie: &str, why: &str) {
+    let r = get(app, client, Some(cookie), "/console/sandboxes").await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "{why}");
 }
 
 async fn post(
@@ -151,14 +166,7 @@ async fn sandbox_with_a_command(app: &TestApp) -> (String, u64) {
         ),
         ("cmd.run", json!({"command": "echo console"})),
     ] {
-        let (_, body) = app
-            .send_json(
-                Method::POST,
-                "/v1/tools/call",
-                Some(json!({"name": tool, "arguments": arguments, "sandbox_id": id})),
-            )
-            .await;
-        assert_eq!(body["isError"], false, "{tool}: {body}");
+        tool_call(app, &id, tool, arguments).await;
     }
     let started = tool_call(
         app,
@@ -398,11 +406,7 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
         "/console/keys",
         "/console/node",
     ] {
-        let r = client
-            .get(format!("{}{path}", app.http_base))
-            .send()
-            .await
-            .unwrap();
+        let r = get(&app, &client, None, path).await;
         assert_eq!(r.status(), StatusCode::SEE_OTHER, "{path}");
         assert_eq!(r.headers()["location"], "/console/sign-in", "{path}");
         assert!(!r.text().await.unwrap().contains(&sandbox));
@@ -560,12 +564,7 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
     assert!(status.is_client_error(), "{status}: {html}");
     assert!(!html.contains(">hello<"), "{html}");
     // The owner downloads the file itself, as an attachment.
-    let r = client
-        .get(format!("{}{download}", app.http_base))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
+    let r = get(&app, &client, Some(&cookie), &download).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert!(r.headers()["content-disposition"]
         .to_str()
@@ -590,17 +589,7 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
         .await;
     assert!(r.status().is_success());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let r = client
-        .get(format!("{}/console/sandboxes", app.http_base))
-        .header("cookie", &ro)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        r.status(),
-        StatusCode::SEE_OTHER,
-        "a revoked key's session has ended"
-    );
+    assert_signed_out(&app, &client, &ro, "a revoked key's session has ended").await;
 
     // Signing out with the token ends the session for good.
     let r = post(
@@ -612,17 +601,7 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
     )
     .await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    let r = client
-        .get(format!("{}/console/sandboxes", app.http_base))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        r.status(),
-        StatusCode::SEE_OTHER,
-        "a signed-out session shows nothing"
-    );
+    assert_signed_out(&app, &client, &cookie, "a signed-out session shows nothing").await;
     let (status, _) = page(&app, &client, &other, "/console/sandboxes").await;
     assert_eq!(status, 200, "the other session lives on");
 }

@@ -12,15 +12,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use axum::routing::get;
-use axum::Router;
 use common::agent::AgentManifest;
-use common::net::{trap, web_host};
+use common::net::{counted_web_host, trap, web_host};
+use common::sandbox::AgentSandbox;
 use common::{test_config, TestApp, TestDb};
 use orchestrator::egress::proxy::{EgressProxy, ProxyScope};
 use orchestrator::egress::{DomainEntry, DomainPolicy, DomainRule};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 struct Setup {
     app: TestApp,
@@ -31,46 +30,81 @@ struct Setup {
     trapped: Arc<AtomicUsize>,
 }
 
+/// A node's configuration on `db` where each of `names` resolves to the test hosts' address
+/// 127.0.0.2, which `egress.allow_cidrs` makes reachable.
+fn config_with_hosts(db: &TestDb, names: &[&str]) -> orchestrator::config::NodeConfig {
+    let mut config = test_config(&db.url);
+    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
+    let ip: IpAddr = "127.0.0.2".parse().expect("ip");
+    config.egress.hosts = names
+        .iter()
+        .map(|name| ((*name).to_owned(), vec![ip]))
+        .collect();
+    config
+}
+
+/// An egress proxy of `app` on `bind` for sandbox `sandbox`, allowing the domain entries `allow`
+/// (the network policy of an agent `test`).
+async fn proxy_allowing(
+    app: &TestApp,
+    bind: SocketAddr,
+    sandbox: &str,
+    allow: &[String],
+) -> EgressProxy {
+    let mut domains = DomainPolicy::default();
+    domains.push(DomainRule {
+        source: "network policy of agent `test`".to_owned(),
+        allow: Some(
+            allow
+                .iter()
+                .map(|entry| DomainEntry::parse(entry).expect("entry"))
+                .collect(),
+        ),
+        deny: vec![],
+        exempt: Vec::new(),
+    });
+    let scope = ProxyScope {
+        sandbox: sandbox.to_owned(),
+        domains,
+    };
+    EgressProxy::start(
+        bind,
+        scope,
+        app.state.egress.clone(),
+        app.state.pool.clone(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("proxy on {bind}: {e:?}"))
+}
+
+/// The port `app` serves HTTP on.
+fn http_port(app: &TestApp) -> u16 {
+    app.http_base
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("app port")
+}
+
 async fn setup() -> Setup {
     let allowed = web_host("allowed host says hi").await;
     let denied = web_host("denied host").await;
     let (trap, trapped) = trap().await;
     let db = TestDb::create().await;
-    let mut config = test_config(&db.url);
-    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
-    let ip: IpAddr = "127.0.0.2".parse().expect("ip");
-    config.egress.hosts = BTreeMap::from([
-        ("allowed.test".to_owned(), vec![ip]),
-        ("denied.test".to_owned(), vec![ip]),
-        (
-            "sneaky.test".to_owned(),
-            vec!["127.0.0.1".parse().expect("ip")],
-        ),
-    ]);
+    let mut config = config_with_hosts(&db, &["allowed.test", "denied.test"]);
+    config.egress.hosts.insert(
+        "sneaky.test".to_owned(),
+        vec!["127.0.0.1".parse().expect("ip")],
+    );
     let mut app = TestApp::spawn_with(config).await;
     app.db = Some(db);
-    let mut domains = DomainPolicy::default();
-    domains.push(DomainRule {
-        source: "network policy of agent `test`".to_owned(),
-        allow: Some(vec![
-            DomainEntry::parse(&format!("allowed.test:{}", allowed.port())).expect("entry"),
-            DomainEntry::parse(&format!("sneaky.test:{}", trap.port())).expect("entry"),
-            DomainEntry::parse("denied.test").expect("entry"),
-        ]),
-        deny: vec![],
-        exempt: Vec::new(),
-    });
-    let proxy = EgressProxy::start(
-        "127.0.0.1:0".parse().expect("addr"),
-        ProxyScope {
-            sandbox: "test-sandbox".to_owned(),
-            domains,
-        },
-        app.state.egress.clone(),
-        app.state.pool.clone(),
-    )
-    .await
-    .expect("proxy starts");
+    let allow = [
+        format!("allowed.test:{}", allowed.port()),
+        format!("sneaky.test:{}", trap.port()),
+        "denied.test".to_owned(),
+    ];
+    let local = "127.0.0.1:0".parse().expect("addr");
+    let proxy = proxy_allowing(&app, local, "test-sandbox", &allow).await;
     Setup {
         app,
         proxy,
@@ -90,26 +124,33 @@ async fn exchange(proxy: SocketAddr, head: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-async fn audit_rows(app: &TestApp) -> Vec<(String, Option<String>, String)> {
-    // Rows are written when a connection ends; poll until the expected number is there.
+/// The egress proxy's audit rows for sandbox `sandbox` so far: (decision, reason code, reason).
+async fn audit_rows(app: &TestApp, sandbox: &str) -> Vec<(String, Option<String>, String)> {
     sqlx::query_as(
         "SELECT decision, reason_code, reason FROM audit_log \
-         WHERE action = 'egress.connect' AND caller_id = 'sandbox:test-sandbox' ORDER BY seq",
+         WHERE action = 'egress.connect' AND caller_id = $1 ORDER BY seq",
     )
+    .bind(format!("sandbox:{sandbox}"))
     .fetch_all(&app.state.pool)
     .await
     .expect("audit rows")
 }
 
-async fn wait_for_rows(app: &TestApp, n: usize) -> Vec<(String, Option<String>, String)> {
+/// [`audit_rows`] once there are `n` of them, or after 5 s, whatever there is.
+async fn wait_for_rows(
+    app: &TestApp,
+    sandbox: &str,
+    n: usize,
+) -> Vec<(String, Option<String>, String)> {
+    // Rows are written when a connection ends; poll until the expected number is there.
     for _ in 0..200 {
-        let rows = audit_rows(app).await;
+        let rows = audit_rows(app, sandbox).await;
         if rows.len() >= n {
             return rows;
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
-    audit_rows(app).await
+    audit_rows(app, sandbox).await
 }
 
 #[tokio::test]
@@ -148,45 +189,53 @@ async fn plain_http_and_connect_reach_the_allowed_host_only() {
     );
     assert!(answer.ends_with("allowed host says hi"), "{answer}");
 
-    // Another host, and the allowed host on another port: refused with 403, no tunnel.
-    let other = exchange(
-        proxy,
-        &format!("CONNECT denied.test:{} HTTP/1.1\r\n\r\n", s.denied.port()),
-    )
-    .await;
-    assert!(other.starts_with("HTTP/1.1 403"), "{other}");
-    assert!(other.contains("not allowed"), "{other}");
-    let wrong_port = exchange(proxy, "CONNECT allowed.test:22 HTTP/1.1\r\n\r\n").await;
-    assert!(wrong_port.starts_with("HTTP/1.1 403"), "{wrong_port}");
-    // An entry without a port admits 80/443 only; the denied host listens elsewhere.
-    let plain_other = exchange(
-        proxy,
-        &format!(
-            "GET http://denied.test:{}/ HTTP/1.1\r\nHost: denied.test\r\n\r\n",
-            s.denied.port()
-        ),
-    )
-    .await;
-    assert!(plain_other.starts_with("HTTP/1.1 403"), "{plain_other}");
-
-    // Allowed by name, but the name resolves to loopback: the address check refuses it.
-    let sneaky = exchange(
-        proxy,
-        &format!("CONNECT sneaky.test:{} HTTP/1.1\r\n\r\n", s.trap.port()),
-    )
-    .await;
-    assert!(sneaky.starts_with("HTTP/1.1 403"), "{sneaky}");
-    assert!(sneaky.contains("loopback"), "{sneaky}");
-    // Address literals and the orchestrator's own port are not on the list either.
+    // Each refused with its status (403: no tunnel) and, where it says why, the reason.
     let own = s.app.http_base.trim_start_matches("http://").to_owned();
-    let literal = exchange(proxy, &format!("CONNECT {own} HTTP/1.1\r\n\r\n")).await;
-    assert!(literal.starts_with("HTTP/1.1 403"), "{literal}");
-    let garbage = exchange(proxy, "HELLO\r\n\r\n").await;
-    assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
+    let denied = s.denied.port();
+    for (what, head, status, reason) in [
+        (
+            "another host",
+            format!("CONNECT denied.test:{denied} HTTP/1.1\r\n\r\n"),
+            "HTTP/1.1 403",
+            "not allowed",
+        ),
+        (
+            "the allowed host on another port",
+            "CONNECT allowed.test:22 HTTP/1.1\r\n\r\n".to_owned(),
+            "HTTP/1.1 403",
+            "",
+        ),
+        // An entry without a port admits 80/443 only; the denied host listens elsewhere.
+        (
+            "plain HTTP to another host",
+            format!("GET http://denied.test:{denied}/ HTTP/1.1\r\nHost: denied.test\r\n\r\n"),
+            "HTTP/1.1 403",
+            "",
+        ),
+        // Allowed by name, but the name resolves to loopback: the address check refuses it.
+        (
+            "a name resolving to loopback",
+            format!("CONNECT sneaky.test:{} HTTP/1.1\r\n\r\n", s.trap.port()),
+            "HTTP/1.1 403",
+            "loopback",
+        ),
+        // Address literals and the orchestrator's own port are not on the list either.
+        (
+            "the orchestrator's own address",
+            format!("CONNECT {own} HTTP/1.1\r\n\r\n"),
+            "HTTP/1.1 403",
+            "",
+        ),
+        ("garbage", "HELLO\r\n\r\n".to_owned(), "HTTP/1.1 400", ""),
+    ] {
+        let answer = exchange(proxy, &head).await;
+        assert!(answer.starts_with(status), "{what}: {answer}");
+        assert!(answer.contains(reason), "{what}: {answer}");
+    }
     assert_eq!(s.trapped.load(Ordering::SeqCst), 0);
 
     // One audit row per connection, with the decision, host, port and bytes.
-    let rows = wait_for_rows(&s.app, 8).await;
+    let rows = wait_for_rows(&s.app, "test-sandbox", 8).await;
     assert_eq!(rows.len(), 8, "{rows:?}");
     let allowed: Vec<_> = rows.iter().filter(|r| r.0 == "allowed").collect();
     assert_eq!(allowed.len(), 2, "{rows:?}");
@@ -253,21 +302,10 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
     let host_port = host_service.port();
 
     let db = TestDb::create().await;
-    let mut config = test_config(&db.url);
-    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
-    let ip: IpAddr = "127.0.0.2".parse().expect("ip");
-    config.egress.hosts = BTreeMap::from([
-        ("allowed.test".to_owned(), vec![ip]),
-        ("denied.test".to_owned(), vec![ip]),
-    ]);
+    let config = config_with_hosts(&db, &["allowed.test", "denied.test"]);
     let mut app = TestApp::spawn_with(config).await;
     app.db = Some(db);
-    let app_port = app
-        .http_base
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse::<u16>().ok())
-        .expect("app port");
+    let app_port = http_port(&app);
 
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let name = format!("aegis-egress-test-{suffix}");
@@ -279,28 +317,13 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
     )
     .await
     .expect("internal network");
-    let mut domains = DomainPolicy::default();
-    domains.push(DomainRule {
-        source: "network policy of agent `test`".to_owned(),
-        allow: Some(vec![DomainEntry::parse(&format!(
-            "allowed.test:{}",
-            allowed.port()
-        ))
-        .expect("entry")]),
-        deny: vec![],
-        exempt: Vec::new(),
-    });
-    let proxy = EgressProxy::start(
+    let proxy = proxy_allowing(
+        &app,
         SocketAddr::new(network.gateway, 0),
-        ProxyScope {
-            sandbox: "docker-sandbox".to_owned(),
-            domains,
-        },
-        app.state.egress.clone(),
-        app.state.pool.clone(),
+        "docker-sandbox",
+        &[format!("allowed.test:{}", allowed.port())],
     )
-    .await
-    .expect("proxy on the gateway");
+    .await;
     let guard = NetworkGuard {
         network: network.clone(),
         engine: app.state.docker.clone(),
@@ -371,23 +394,7 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
 
     // Every attempt that reached the proxy is in the audit log with its decision; the direct
     // ones were dropped by the host firewall before any listener saw them.
-    let rows: Vec<(String, Option<String>, String)> = {
-        let mut rows = Vec::new();
-        for _ in 0..200 {
-            rows = sqlx::query_as(
-                "SELECT decision, reason_code, reason FROM audit_log \
-                 WHERE action = 'egress.connect' AND caller_id = 'sandbox:docker-sandbox' ORDER BY seq",
-            )
-            .fetch_all(&app.state.pool)
-            .await
-            .expect("audit rows");
-            if rows.len() >= 5 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-        }
-        rows
-    };
+    let rows = wait_for_rows(&app, "docker-sandbox", 5).await;
     assert_eq!(rows.len(), 5, "{rows:?}");
     assert_eq!(
         rows.iter().filter(|r| r.0 == "allowed").count(),
@@ -407,20 +414,7 @@ async fn a_sandbox_network_reaches_the_allowed_host_through_the_proxy_and_nothin
 
 /// A test host on 127.0.0.2 that counts the connections it accepts.
 async fn start_counted_host(text: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.2:0")
-        .await
-        .expect("bind 127.0.0.2");
-    let addr = listener.local_addr().expect("addr");
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let app = Router::new().route("/", get(move || async move { text }));
-    let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
-        counter.fetch_add(1, Ordering::SeqCst);
-    });
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (addr, hits)
+    counted_web_host(SocketAddr::from(([127, 0, 0, 2], 0)), text).await
 }
 
 fn firewall_rules() -> String {
@@ -535,23 +529,12 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     let host_port = host_service.port();
 
     let db = TestDb::create().await;
-    let mut config = test_config(&db.url);
+    let mut config = config_with_hosts(&db, &["allowed.test", "other.test"]);
     // The orchestrator's own port on every interface, so the sandbox could try it directly.
     config.server.http = "0.0.0.0:0".parse().expect("addr");
-    config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
-    let ip: IpAddr = "127.0.0.2".parse().expect("ip");
-    config.egress.hosts = BTreeMap::from([
-        ("allowed.test".to_owned(), vec![ip]),
-        ("other.test".to_owned(), vec![ip]),
-    ]);
     let mut app = TestApp::spawn_with(config).await;
     app.db = Some(db);
-    let app_port: u16 = app
-        .http_base
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("app port");
+    let app_port = http_port(&app);
     app.http_base = format!("http://127.0.0.1:{app_port}");
 
     let allow = format!("allowed.test:{}", allowed.port());
@@ -707,22 +690,7 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     assert_eq!(host_hits.load(Ordering::SeqCst), 0);
 
     // Every attempt that reached the proxy is audited with its decision.
-    let caller = format!("sandbox:{id}");
-    let mut rows: Vec<(String, Option<String>, String)> = Vec::new();
-    for _ in 0..200 {
-        rows = sqlx::query_as(
-            "SELECT decision, reason_code, reason FROM audit_log \
-             WHERE action = 'egress.connect' AND caller_id = $1 ORDER BY seq",
-        )
-        .bind(&caller)
-        .fetch_all(&app.state.pool)
-        .await
-        .expect("audit rows");
-        if rows.len() >= 4 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
+    let rows = wait_for_rows(&app, &id, 4).await;
     assert_eq!(rows.len(), 4, "{rows:?}");
     let allowed_rows: Vec<_> = rows.iter().filter(|r| r.0 == "allowed").collect();
     assert_eq!(allowed_rows.len(), 1, "{rows:?}");
@@ -745,13 +713,7 @@ async fn an_agent_sandbox_reaches_only_its_allowlist_through_its_own_proxy() {
     }
 
     // Destroyed: network, rules and proxy gone with the container.
-    app.answered(
-        reqwest::Method::DELETE,
-        &format!("/v1/sandboxes/{id}"),
-        None,
-        200,
-    )
-    .await;
+    app.destroy_sandbox(&id).await;
     assert!(
         !common::docker_out(&["network", "inspect", &network]).0,
         "network removed"
@@ -828,38 +790,16 @@ async fn a_restarted_instance_adopts_a_networked_sandbox_with_a_new_proxy() {
     let (other, other_hits) = start_counted_host("other host").await;
     let db = TestDb::create().await;
     let config = || {
-        let mut config = test_config(&db.url);
+        let mut config = config_with_hosts(&db, &["allowed.test", "other.test"]);
         // A rolling restart keeps the sandboxes (the default destroys them at SIGTERM).
         config.shutdown.sandboxes = orchestrator::config::ShutdownSandboxes::Keep;
-        config.egress.allow_cidrs = vec!["127.0.0.2/32".to_owned()];
-        let ip: IpAddr = "127.0.0.2".parse().expect("ip");
-        config.egress.hosts = BTreeMap::from([
-            ("allowed.test".to_owned(), vec![ip]),
-            ("other.test".to_owned(), vec![ip]),
-        ]);
         config
     };
     let app = TestApp::spawn_with(config()).await;
     let allow = format!("allowed.test:{}", allowed.port());
-    let r = app
-        .admin(reqwest::Method::POST, "/v1/agents")
-        .body(networked_agent("keeper", "1.0.0", &allow))
-        .send()
+    let id = AgentSandbox::start(&app, networked_agent("keeper", "1.0.0", &allow))
         .await
-        .expect("deploy");
-    assert_eq!(r.status(), 201);
-    let r = app
-        .response(
-            reqwest::Method::POST,
-            "/v1/sandboxes",
-            Some(&serde_json::json!({"agent": "keeper"})),
-        )
-        .await;
-    let body: serde_json::Value = r.json().await.expect("json");
-    let id = body["sandbox_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{body}"))
-        .to_owned();
+        .id;
     let url = format!("http://allowed.test:{}/", allowed.port());
     let first = cmd_run(&app, &id, &format!("wget -q -O - {url}")).await;
     assert_eq!(first["stdout"], "allowed host says hi", "{first}");
@@ -896,13 +836,7 @@ async fn a_restarted_instance_adopts_a_networked_sandbox_with_a_new_proxy() {
     assert_eq!(allowed_hits.load(Ordering::SeqCst), 2);
     assert_eq!(other_hits.load(Ordering::SeqCst), 0);
 
-    app.answered(
-        reqwest::Method::DELETE,
-        &format!("/v1/sandboxes/{id}"),
-        None,
-        200,
-    )
-    .await;
+    app.destroy_sandbox(&id).await;
     assert!(!firewall_rules().contains(&tag), "rules removed");
     drop(app);
     drop(db);
@@ -910,20 +844,9 @@ async fn a_restarted_instance_adopts_a_networked_sandbox_with_a_new_proxy() {
 
 /// A host on `ip:80` that counts the connections it accepts (port 80: an agent in mode `allow`
 /// without an allowlist reaches ports 80 and 443 only).
+/// Binding port 80 needs root, as the egress tests run.
 async fn start_counted_host_at(ip: IpAddr, text: &'static str) -> Arc<AtomicUsize> {
-    let listener = TcpListener::bind(SocketAddr::new(ip, 80))
-        .await
-        .unwrap_or_else(|e| panic!("bind {ip}:80 (the egress tests run as root): {e}"));
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let app = Router::new().route("/", get(move || async move { text }));
-    let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
-        counter.fetch_add(1, Ordering::SeqCst);
-    });
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    hits
+    counted_web_host(SocketAddr::new(ip, 80), text).await.1
 }
 
 /// Issue 20 #1, as the attack: an agent in network mode `allow` whose denylist holds a CIDR
@@ -973,27 +896,8 @@ async fn a_denied_cidr_holds_for_names_that_resolve_into_it_on_every_path() {
         .cmd(&["wget"], 20, "")
         .network("allow", "denylist", &["127.77.1.0/24"])
         .yaml();
-    let r = app
-        .admin(reqwest::Method::POST, "/v1/agents")
-        .body(manifest)
-        .send()
-        .await
-        .expect("deploy");
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
-
     // The sandbox path: wget inside the agent's sandbox goes through its egress proxy.
-    let r = app
-        .response(
-            reqwest::Method::POST,
-            "/v1/sandboxes",
-            Some(&serde_json::json!({"agent": "open-net"})),
-        )
-        .await;
-    let body: serde_json::Value = r.json().await.expect("json");
-    let id = body["sandbox_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{body}"))
-        .to_owned();
+    let id = AgentSandbox::start(&app, manifest).await.id;
     let by_literal = cmd_run(&app, &id, &format!("wget -q -O - http://{victim_ip}/")).await;
     let by_name = cmd_run(&app, &id, "wget -q -O - http://victim.test/").await;
     let beside = cmd_run(&app, &id, "wget -q -O - http://fine.test/").await;
@@ -1008,14 +912,7 @@ async fn a_denied_cidr_holds_for_names_that_resolve_into_it_on_every_path() {
     assert_eq!(beside["exit_code"], 0, "{beside}");
     assert_eq!(beside["stdout"], "public page", "{beside}");
     // The proxy's audit rows name the refusal by address.
-    let rows: Vec<(String, Option<String>, String)> = sqlx::query_as(
-        "SELECT decision, reason_code, reason FROM audit_log \
-         WHERE action = 'egress.connect' AND caller_id = $1 ORDER BY seq",
-    )
-    .bind(format!("sandbox:{id}"))
-    .fetch_all(&app.state.pool)
-    .await
-    .expect("audit rows");
+    let rows = audit_rows(&app, &id).await;
     assert!(
         rows.iter().any(|r| r.1.as_deref() == Some("address_denied")
             && r.2.contains(&format!("resolves to {victim_ip}"))
@@ -1024,38 +921,16 @@ async fn a_denied_cidr_holds_for_names_that_resolve_into_it_on_every_path() {
     );
 
     // The web.fetch path: the agent's model asks for the same name, then for the one beside it.
-    let r = app
-        .response(
-            reqwest::Method::POST,
-            "/v1/agents/open-net/execute",
-            Some(&serde_json::json!({"input": {}})),
+    let execution = app
+        .started("/v1/agents/open-net/execute", serde_json::json!({}))
+        .await;
+    let ended = app
+        .until_ended(
+            &format!("/v1/executions/{execution}"),
+            std::time::Duration::from_secs(90),
         )
         .await;
-    let body: serde_json::Value = r.json().await.expect("json");
-    let execution = body["execution_id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{body}"))
-        .to_owned();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
-    loop {
-        let e: serde_json::Value = app
-            .response(
-                reqwest::Method::GET,
-                &format!("/v1/executions/{execution}"),
-                None,
-            )
-            .await
-            .json()
-            .await
-            .expect("json");
-        let status = e["status"].as_str().unwrap_or_default().to_owned();
-        if ["completed", "failed", "cancelled", "timed_out"].contains(&status.as_str()) {
-            assert_eq!(status, "completed", "{e}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "still {status}: {e}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    assert_eq!(ended["status"], "completed", "{ended}");
     // What the model was given back for each call: the last message of the next request.
     let requests = llm.requests();
     assert_eq!(requests.len(), 3, "{requests:?}");
@@ -1080,11 +955,5 @@ async fn a_denied_cidr_holds_for_names_that_resolve_into_it_on_every_path() {
     assert_eq!(victim_hits.load(Ordering::SeqCst), 0);
     assert_eq!(fine_hits.load(Ordering::SeqCst), 2);
 
-    app.answered(
-        reqwest::Method::DELETE,
-        &format!("/v1/sandboxes/{id}"),
-        None,
-        200,
-    )
-    .await;
+    app.destroy_sandbox(&id).await;
 }

@@ -8,7 +8,7 @@ use crate::common;
 
 use common::fake_llm::{answer, FakeLlm, Step};
 use common::{test_config, TestApp, TestDb};
-use serde_json::json;
+use serde_json::{json, Value};
 
 async fn app_with(script: Vec<Step>) -> (TestApp, FakeLlm, TestDb) {
     let db = TestDb::create().await;
@@ -32,6 +32,23 @@ fn require_image(image: &str) {
     );
 }
 
+/// Starts the intent pipeline with `arguments` (`aegis.execute.intent`) and waits up to 180 s
+/// for its end (`aegis.execute.wait`); (the run's id, what the start said, what the wait said).
+async fn intent_run(app: &TestApp, arguments: Value) -> (String, Value, Value) {
+    let started = app.tool_ok("aegis.execute.intent", arguments).await;
+    let id = started["pipeline_execution_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no pipeline id: {started}"))
+        .to_owned();
+    let waited = app
+        .tool_ok(
+            "aegis.execute.wait",
+            json!({"execution_id": id, "timeout_seconds": 180}),
+        )
+        .await;
+    (id, started, waited)
+}
+
 /// Every user message the writer agent received, in order.
 fn writer_prompts(llm: &FakeLlm) -> Vec<String> {
     llm.requests()
@@ -51,24 +68,12 @@ async fn an_intent_becomes_a_python_program_whose_syntax_error_is_fed_back_and_f
         answer("```python\nimport json, os, socket\nn = json.loads(os.environ['AEGIS_INPUTS'])['n']\nnet = ','.join(sorted(name for _, name in socket.if_nameindex()))\nprint('sum:', sum(range(1, n + 1)), 'interfaces:', net)\n```"),
     ])
     .await;
-    let started = app
-        .tool_ok(
-            "aegis.execute.intent",
-            json!({"intent": "add up the numbers from 1 to n", "inputs": {"n": 10}}),
-        )
-        .await;
+    let (id, started, waited) = intent_run(
+        &app,
+        json!({"intent": "add up the numbers from 1 to n", "inputs": {"n": 10}}),
+    )
+    .await;
     assert_eq!(started["status"], "started");
-    let id = started["pipeline_execution_id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-
-    let waited = app
-        .tool_ok(
-            "aegis.execute.wait",
-            json!({"execution_id": id, "timeout_seconds": 180}),
-        )
-        .await;
     assert_eq!(waited["status"], "completed", "{waited}");
     let status = app
         .tool_ok("aegis.execute.status", json!({"pipeline_execution_id": id}))
@@ -130,20 +135,11 @@ async fn a_bash_program_that_fails_at_run_time_is_rewritten_and_its_output_retur
         answer("```bash\nprintf 'hello from %s\\n' \"$(uname -s)\"\n```"),
     ])
     .await;
-    let started = app.tool_ok("aegis.execute.intent",
+    let (_, _, waited) = intent_run(
+        &app,
         json!({"intent": "greet from the kernel's name", "language": "bash", "timeout_seconds": 30}),
     )
     .await;
-    let id = started["pipeline_execution_id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    let waited = app
-        .tool_ok(
-            "aegis.execute.wait",
-            json!({"execution_id": id, "timeout_seconds": 180}),
-        )
-        .await;
     assert_eq!(waited["pipeline"]["status"], "completed", "{waited}");
     assert_eq!(waited["pipeline"]["final_result"], "hello from Linux\n");
     let prompts = writer_prompts(&llm);
@@ -169,22 +165,11 @@ async fn the_loop_is_bounded_and_what_cannot_run_here_is_refused_with_the_reason
         answer(broken),
     ])
     .await;
-    let started = app
-        .tool_ok(
-            "aegis.execute.intent",
-            json!({"intent": "something impossible", "language": "bash"}),
-        )
-        .await;
-    let id = started["pipeline_execution_id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    let waited = app
-        .tool_ok(
-            "aegis.execute.wait",
-            json!({"execution_id": id, "timeout_seconds": 180}),
-        )
-        .await;
+    let (_, _, waited) = intent_run(
+        &app,
+        json!({"intent": "something impossible", "language": "bash"}),
+    )
+    .await;
     let pipeline = &waited["pipeline"];
     assert_eq!(pipeline["status"], "failed", "{waited}");
     assert_eq!(pipeline["failed_at_state"], "CHECK", "{pipeline}");

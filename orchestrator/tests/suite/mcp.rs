@@ -180,6 +180,48 @@ async fn post(
     common::mcp::request(app, reqwest::Method::POST, key, session, Some(body)).await
 }
 
+/// A node with a context of its own, a key bound to it and an MCP session of that key.
+struct Opened {
+    context: String,
+    app: TestApp,
+    _db: TestDb,
+    key: String,
+    session: String,
+}
+
+async fn opened() -> Opened {
+    let context = unique_context();
+    let (app, _db) = app_with_context(&context).await;
+    let (key, _) = bound_key(&app, &context).await;
+    let session = common::mcp::open_session(&app, &key).await;
+    Opened {
+        context,
+        app,
+        _db,
+        key,
+        session,
+    }
+}
+
+/// Writes a file through `session` (`fs.write` in the session's sandbox), which must succeed.
+async fn write_a_file(app: &TestApp, key: &str, session: &str) {
+    let result = common::mcp::call_tool(
+        app,
+        key,
+        session,
+        "fs.write",
+        json!({"path": "/workspace/a.txt", "content": "x"}),
+    )
+    .await;
+    assert_eq!(result["isError"], false, "{result}");
+}
+
+/// The status of a `tools/list` with `key` in `session`.
+async fn list_status(app: &TestApp, key: &str, session: &str) -> u16 {
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    post(app, key, Some(session), list).await.0
+}
+
 /// The `isError` of one `tools/call` of `aegis.runtime.list` in `session`.
 async fn runtime_list_is_error(app: &TestApp, key: &str, session: &str, id: u64) -> Value {
     let (status, _, answer) = post(
@@ -198,10 +240,13 @@ async fn runtime_list_is_error(app: &TestApp, key: &str, session: &str, id: u64)
 #[tokio::test]
 async fn an_edited_context_applies_to_the_next_request() {
     // The gate keeps parsed contexts; an edit must still reach the very next request.
-    let context = unique_context();
-    let (app, _db) = app_with_context(&context).await;
-    let (key, _) = bound_key(&app, &context).await;
-    let session = common::mcp::open_session(&app, &key).await;
+    let Opened {
+        context,
+        app,
+        _db,
+        key,
+        session,
+    } = opened().await;
     assert_eq!(runtime_list_is_error(&app, &key, &session, 2).await, false);
     let edit = |tools: &str| {
         json!({"name": context, "description": "edited",
@@ -252,21 +297,14 @@ async fn an_edited_context_applies_to_the_next_request() {
 
 #[tokio::test]
 async fn ending_the_session_destroys_its_sandbox() {
-    let context = unique_context();
-    let (app, _db) = app_with_context(&context).await;
-    let (key, _) = bound_key(&app, &context).await;
-    let session = common::mcp::open_session(&app, &key).await;
-    let (status, _, answer) = post(
-        &app,
-        &key,
-        Some(&session),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "fs.write", "arguments": {"path": "/workspace/a.txt", "content": "x"}}}),
-    )
-    .await;
-    assert_eq!(status, 200);
-    let answer = answer.expect("an answer");
-    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    let Opened {
+        context,
+        app,
+        _db,
+        key,
+        session,
+    } = opened().await;
+    write_a_file(&app, &key, &session).await;
     assert_eq!(
         sandboxes_of(&context).len(),
         1,
@@ -275,14 +313,7 @@ async fn ending_the_session_destroys_its_sandbox() {
 
     // Another key may not use this session: it is answered as an unknown session.
     let (other, _) = bound_key(&app, &context).await;
-    let (status, _, _) = post(
-        &app,
-        &other,
-        Some(&session),
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
-    )
-    .await;
-    assert_eq!(status, 404);
+    assert_eq!(list_status(&app, &other, &session).await, 404);
 
     let r = app
         .http
@@ -314,48 +345,44 @@ async fn a_foreign_origin_an_unbound_key_and_an_unknown_context_are_refused() {
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "o", "version": "0"}}});
 
-    // A page on another site (DNS rebinding, CSRF) is refused before anything else.
-    let r = app
-        .http
-        .post(format!("{}/mcp", app.http_base))
-        .bearer_auth(&key)
-        .header("Origin", "http://evil.example")
-        .header("Accept", "application/json, text/event-stream")
-        .json(&initialize)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
-    let body: Value = r.json().await.unwrap();
-    assert!(
-        common::json::text(&body["error"]["message"]).contains("evil.example"),
-        "{body}"
-    );
-    // A local origin passes.
-    let r = app
-        .http
-        .post(format!("{}/mcp", app.http_base))
-        .bearer_auth(&key)
-        .header("Origin", "http://localhost:3000")
-        .header("Accept", "application/json, text/event-stream")
-        .json(&initialize)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-
-    // A name that resolves here by DNS rebinding is not this node's name.
-    let r = app
-        .http
-        .post(format!("{}/mcp", app.http_base))
-        .bearer_auth(&key)
-        .header("Host", "evil.example")
-        .header("Accept", "application/json, text/event-stream")
-        .json(&initialize)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 403);
+    // A page on another site (DNS rebinding, CSRF) is refused before anything else; a local
+    // origin passes; a name that resolves here by DNS rebinding is not this node's name.
+    for (what, header, value, status, said) in [
+        (
+            "another site",
+            "Origin",
+            "http://evil.example",
+            403,
+            Some("evil.example"),
+        ),
+        (
+            "a local origin",
+            "Origin",
+            "http://localhost:3000",
+            200,
+            None,
+        ),
+        ("a rebound name", "Host", "evil.example", 403, None),
+    ] {
+        let r = app
+            .http
+            .post(format!("{}/mcp", app.http_base))
+            .bearer_auth(&key)
+            .header(header, value)
+            .header("Accept", "application/json, text/event-stream")
+            .json(&initialize)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{what}");
+        if let Some(said) = said {
+            let body: Value = r.json().await.unwrap();
+            assert!(
+                common::json::text(&body["error"]["message"]).contains(said),
+                "{what}: {body}"
+            );
+        }
+    }
 
     // An operator key without a context has no business on /mcp.
     let plain = app.create_key("plain", "operator").await;
@@ -395,27 +422,13 @@ async fn an_idle_session_expires_with_its_sandbox() {
     let app = TestApp::spawn_with(config).await;
     let (key, _) = bound_key(&app, &context).await;
     let session = common::mcp::open_session(&app, &key).await;
-    let (_, _, answer) = post(
-        &app,
-        &key,
-        Some(&session),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "fs.write", "arguments": {"path": "/workspace/a.txt", "content": "x"}}}),
-    )
-    .await;
-    assert_eq!(answer.expect("answer")["result"]["isError"], false);
+    write_a_file(&app, &key, &session).await;
     assert_eq!(sandboxes_of(&context).len(), 1);
     // No request for longer than the idle time: the session and its sandbox end.
     assert_eq!(wait_no_sandbox(&context).await, Vec::<String>::new());
-    let (status, _, _) = post(
-        &app,
-        &key,
-        Some(&session),
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
-    )
-    .await;
     assert_eq!(
-        status, 404,
+        list_status(&app, &key, &session).await,
+        404,
         "an expired session is unknown; the client re-initializes"
     );
 }

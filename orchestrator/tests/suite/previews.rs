@@ -67,10 +67,21 @@ async fn visit(app: &TestApp, url: &str, cookie: Option<&str>) -> Visit {
     }
 }
 
+/// The secret of a made preview's URL.
+fn secret_of(made: &Value) -> String {
+    made["url"]
+        .as_str()
+        .and_then(|u| u.split("aegis_preview=").nth(1))
+        .unwrap_or_else(|| panic!("a secret: {made}"))
+        .to_owned()
+}
+
 async fn count(app: &TestApp, sql: &str, sandbox: &str) -> i64 {
     app.one(sql, uuid::Uuid::parse_str(sandbox).expect("uuid"))
         .await
 }
+
+const PREVIEW_ROWS: &str = "SELECT count(*) FROM sandbox_previews WHERE sandbox_id = $1";
 
 const PORT_ROWS: &str =
     "SELECT count(*) FROM audit_log WHERE action = 'sandbox.port' AND sandbox_id = $1";
@@ -96,12 +107,7 @@ async fn a_preview_url_opens_one_port_until_revoked_or_expired_and_nothing_else(
     // Another key may not make one for a sandbox it does not own: 404, no preview row.
     let (status, body) = preview(&app, &other, &a, json!({"port": 8000})).await;
     assert_eq!(status, 404, "{body}");
-    let none = count(
-        &app,
-        "SELECT count(*) FROM sandbox_previews WHERE sandbox_id = $1",
-        &a,
-    )
-    .await;
+    let none = count(&app, PREVIEW_ROWS, &a).await;
     assert_eq!(none, 0);
     // Bad ports and lifetimes, each named.
     for (bad, says) in [
@@ -167,56 +173,41 @@ async fn a_preview_url_opens_one_port_until_revoked_or_expired_and_nothing_else(
         .await
         .expect("request sent");
     assert_eq!(by_headers.status(), 403);
-    let unknown = visit(
-        &app,
-        &format!("http://8000-{}.{DOMAIN}/", uuid::Uuid::new_v4()),
-        None,
-    )
-    .await;
-    assert_eq!(unknown.status, 502, "{}", unknown.body);
-    assert!(
-        unknown.body.contains("The sandbox was not found"),
-        "{}",
-        unknown.body
-    );
-    let made_up = visit(
-        &app,
-        &format!("http://8000-{a}.{DOMAIN}/?aegis_preview=00"),
-        None,
-    )
-    .await;
-    assert_eq!(made_up.status, 403, "{}", made_up.body);
     let (_, other_port) = preview(&app, &owner, &a, json!({"port": 8001})).await;
-    let secret_8001 = other_port["url"]
-        .as_str()
-        .and_then(|u| u.split("aegis_preview=").nth(1))
-        .expect("secret")
-        .to_owned();
-    let wrong_port = visit(
-        &app,
-        &format!("http://8000-{a}.{DOMAIN}/?aegis_preview={secret_8001}"),
-        None,
-    )
-    .await;
-    assert_eq!(wrong_port.status, 403, "{}", wrong_port.body);
-    assert!(
-        wrong_port.body.contains("not for port 8000"),
-        "{}",
-        wrong_port.body
-    );
+    let secret_8001 = secret_of(&other_port);
     let (_, of_b) = preview(&app, &owner, &b, json!({"port": 8000})).await;
-    let secret_b = of_b["url"]
-        .as_str()
-        .and_then(|u| u.split("aegis_preview=").nth(1))
-        .expect("secret")
-        .to_owned();
-    let wrong_sandbox = visit(
-        &app,
-        &format!("http://8000-{a}.{DOMAIN}/?aegis_preview={secret_b}"),
-        None,
-    )
-    .await;
-    assert_eq!(wrong_sandbox.status, 403, "{}", wrong_sandbox.body);
+    let secret_b = secret_of(&of_b);
+    let unknown_sandbox = uuid::Uuid::new_v4();
+    for (what, url, status, said) in [
+        (
+            "a sandbox nobody knows",
+            format!("http://8000-{unknown_sandbox}.{DOMAIN}/"),
+            502,
+            "The sandbox was not found",
+        ),
+        (
+            "a made-up secret",
+            format!("http://8000-{a}.{DOMAIN}/?aegis_preview=00"),
+            403,
+            "",
+        ),
+        (
+            "another port's secret",
+            format!("http://8000-{a}.{DOMAIN}/?aegis_preview={secret_8001}"),
+            403,
+            "not for port 8000",
+        ),
+        (
+            "another sandbox's secret",
+            format!("http://8000-{a}.{DOMAIN}/?aegis_preview={secret_b}"),
+            403,
+            "",
+        ),
+    ] {
+        let refused = visit(&app, &url, None).await;
+        assert_eq!(refused.status, status, "{what}: {}", refused.body);
+        assert!(refused.body.contains(said), "{what}: {}", refused.body);
+    }
     assert_eq!(count(&app, PORT_ROWS, &a).await, admitted_rows);
 
     // The listing shows them, never a secret.
@@ -235,25 +226,12 @@ async fn a_preview_url_opens_one_port_until_revoked_or_expired_and_nothing_else(
         404
     );
 
-    // Revoked: neither the URL nor the cookie opens it any more.
-    assert_eq!(
-        app.status_as(
-            Method::DELETE,
-            &format!("/v1/sandboxes/{a}/previews/{preview_id}"),
-            &other
-        )
-        .await,
-        404
-    );
-    assert_eq!(
-        app.status_as(
-            Method::DELETE,
-            &format!("/v1/sandboxes/{a}/previews/{preview_id}"),
-            &owner
-        )
-        .await,
-        200
-    );
+    // Revoked (by the owner; the other key may not): neither the URL nor the cookie opens it
+    // any more.
+    let revoke = format!("/v1/sandboxes/{a}/previews/{preview_id}");
+    for (key, status) in [(&other, 404), (&owner, 200)] {
+        assert_eq!(app.status_as(Method::DELETE, &revoke, key).await, status);
+    }
     let after = visit(&app, &url, None).await;
     assert_eq!(after.status, 403, "{}", after.body);
     assert!(after.body.contains("revoked"), "{}", after.body);
@@ -297,12 +275,7 @@ async fn a_preview_url_opens_one_port_until_revoked_or_expired_and_nothing_else(
             .await,
         200
     );
-    let left = count(
-        &app,
-        "SELECT count(*) FROM sandbox_previews WHERE sandbox_id = $1",
-        &a,
-    )
-    .await;
+    let left = count(&app, PREVIEW_ROWS, &a).await;
     assert_eq!(left, 0);
     assert_eq!(
         app.status_as(Method::DELETE, &format!("/v1/sandboxes/{b}"), &owner)

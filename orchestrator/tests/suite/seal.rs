@@ -6,7 +6,7 @@ use crate::common;
 
 use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use chrono::{Duration, Utc};
-use common::refusal::{refused, seal_ok};
+use common::refusal::{refused, seal_ok, seal_refused};
 use common::{test_config, TestApp, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -32,18 +32,21 @@ fn contexts() -> Vec<Value> {
     ]
 }
 
-async fn app_on(db: &TestDb) -> TestApp {
+/// The node's configuration with the test security contexts and room to attest often.
+fn seal_config(db: &TestDb) -> orchestrator::config::NodeConfig {
     let mut config = test_config(&db.url);
     config.seal.security_contexts = contexts();
     config.seal.attest_per_minute = 100;
-    TestApp::spawn_with(config).await
+    config
+}
+
+async fn app_on(db: &TestDb) -> TestApp {
+    TestApp::spawn_with(seal_config(db)).await
 }
 
 /// A node whose sandboxes outlive its stop (`shutdown.sandboxes: keep`), for restart tests.
 async fn app_keeping_sandboxes(db: &TestDb) -> TestApp {
-    let mut config = test_config(&db.url);
-    config.seal.security_contexts = contexts();
-    config.seal.attest_per_minute = 100;
+    let mut config = seal_config(db);
     config.shutdown.sandboxes = orchestrator::config::ShutdownSandboxes::Keep;
     TestApp::spawn_with(config).await
 }
@@ -87,28 +90,22 @@ async fn the_rfc_normative_policy_example_holds_over_both_transports() {
             .await
             .unwrap();
         assert_eq!(r["structuredContent"]["content"], "x");
-        let (code, status, _) = refused(
-            client
-                .call_tool("fs.delete", json!({"path": "/workspace/shared/temp.txt"}))
-                .await,
-        );
+        let (code, status, _) = seal_refused(
+            &client,
+            "fs.delete",
+            json!({"path": "/workspace/shared/temp.txt"}),
+        )
+        .await;
         assert_eq!(code, 2001);
         if is_http(&transport) {
             assert_eq!(status, 403)
         } else {
             assert_eq!(status, tonic::Code::PermissionDenied as u16)
         }
-        let (code, _, message) = refused(
-            client
-                .call_tool("fs.read", json!({"path": "/etc/passwd"}))
-                .await,
-        );
+        let (code, _, message) =
+            seal_refused(&client, "fs.read", json!({"path": "/etc/passwd"})).await;
         assert_eq!(code, 2002, "{message}");
-        let (code, _, _) = refused(
-            client
-                .call_tool("web.search", json!({"query": "example"}))
-                .await,
-        );
+        let (code, _, _) = seal_refused(&client, "web.search", json!({"query": "example"})).await;
         assert_eq!(code, 2000);
     }
 }
@@ -139,67 +136,27 @@ async fn every_refusal_code_over_both_transports() {
         assert_eq!(r["isError"], false);
 
         // Policy: deny list, path, command, domain, rate limit.
-        assert_eq!(
-            refused(
-                client
-                    .call_tool("fs.delete", json!({"path": "/workspace/a"}))
-                    .await
-            )
-            .0,
-            2001
-        );
-        assert_eq!(
-            refused(
-                client
-                    .call_tool("fs.read", json!({"path": "/workspace/../etc/passwd"}))
-                    .await
-            )
-            .0,
-            2002
-        );
-        assert_eq!(
-            refused(
-                client
-                    .call_tool("fs.read", json!({"path": "/workspacex/a"}))
-                    .await
-            )
-            .0,
-            2002
-        );
-        assert_eq!(
-            refused(
-                client
-                    .call_tool("cmd.run", json!({"command": "rm -rf /workspace"}))
-                    .await
-            )
-            .0,
-            2003
-        );
-        assert_eq!(
-            refused(
-                client
-                    .call_tool(
-                        "web.fetch",
-                        json!({"url": "https://example.org.evil.com/x"})
-                    )
-                    .await
-            )
-            .0,
-            2004
-        );
-        assert_eq!(
-            refused(
-                client
-                    .call_tool("web.fetch", json!({"url": "https://evilexample.org/"}))
-                    .await
-            )
-            .0,
-            2004
-        );
-        assert_eq!(
-            refused(client.call_tool("aegis.system.config", json!({})).await).0,
-            2000
-        );
+        for (tool, arguments, expected) in [
+            ("fs.delete", json!({"path": "/workspace/a"}), 2001),
+            ("fs.read", json!({"path": "/workspace/../etc/passwd"}), 2002),
+            ("fs.read", json!({"path": "/workspacex/a"}), 2002),
+            ("cmd.run", json!({"command": "rm -rf /workspace"}), 2003),
+            (
+                "web.fetch",
+                json!({"url": "https://example.org.evil.com/x"}),
+                2004,
+            ),
+            (
+                "web.fetch",
+                json!({"url": "https://evilexample.org/"}),
+                2004,
+            ),
+            ("aegis.system.config", json!({}), 2000),
+        ] {
+            let shown = format!("{tool} {arguments}");
+            let (code, _, _) = seal_refused(&client, tool, arguments).await;
+            assert_eq!(code, expected, "{shown}");
+        }
         for _ in 0..3 {
             client
                 .call_tool("aegis.tools.list", json!({}))
@@ -306,26 +263,12 @@ async fn every_refusal_code_over_both_transports() {
         let expired = app.state.gateway.issuer().issue(&claims).unwrap();
         let mut late = SealClient::from_saved(&client.save().unwrap()).unwrap();
         late.set_token(expired);
-        assert_eq!(
-            refused(
-                late.call_tool("fs.list", json!({"path": "/workspace"}))
-                    .await
-            )
-            .0,
-            1003
-        );
+        let list = || json!({"path": "/workspace"});
+        assert_eq!(seal_refused(&late, "fs.list", list()).await.0, 1003);
         let mut forged = SealClient::from_saved(&client.save().unwrap()).unwrap();
         let token = client.token().unwrap();
         forged.set_token(format!("{}x", &token[..token.len() - 1]));
-        assert_eq!(
-            refused(
-                forged
-                    .call_tool("fs.list", json!({"path": "/workspace"}))
-                    .await
-            )
-            .0,
-            1004
-        );
+        assert_eq!(seal_refused(&forged, "fs.list", list()).await.0, 1004);
 
         // Attestation: unknown context (3001), workload not admitted (3000).
         let mut other = SealClient::new(transport.clone()).unwrap();
@@ -350,15 +293,7 @@ async fn every_refusal_code_over_both_transports() {
             .await;
         assert_eq!(body["state"], "revoked", "{body}");
         assert_eq!(body["sandbox_destroyed"], true, "{body}");
-        assert_eq!(
-            refused(
-                client
-                    .call_tool("fs.list", json!({"path": "/workspace"}))
-                    .await
-            )
-            .0,
-            1006
-        );
+        assert_eq!(seal_refused(&client, "fs.list", list()).await.0, 1006);
     }
 
     // Every decision is in the audit log with the session and the SEAL code.

@@ -43,17 +43,8 @@ async fn live_and_ready_answer() {
 #[tokio::test]
 async fn readiness_follows_the_database() {
     let db = TestDb::create().await;
-    let mut url = url::Url::parse(&db.url).unwrap();
-    let target = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
-    let target = tokio::net::lookup_host(target)
-        .await
-        .unwrap()
-        .next()
-        .unwrap();
-    let proxy = TcpProxy::start(target).await;
-    url.set_port(Some(proxy.addr.port())).unwrap();
-    url.set_host(Some("127.0.0.1")).unwrap();
-    let app = TestApp::spawn_with(test_config(url.as_str())).await;
+    let (proxy, url) = TcpProxy::before_database(&db.url).await;
+    let app = TestApp::spawn_with(test_config(&url)).await;
 
     wait_ready_status(&app, 200, Duration::from_secs(10)).await;
 
@@ -80,19 +71,10 @@ async fn readiness_follows_the_database() {
 #[tokio::test]
 async fn startup_waits_for_a_database_that_comes_up_late() {
     let db = TestDb::create().await;
-    let mut url = url::Url::parse(&db.url).unwrap();
-    let target = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
-    let target = tokio::net::lookup_host(target)
-        .await
-        .unwrap()
-        .next()
-        .unwrap();
-    let proxy = TcpProxy::start(target).await;
+    let (proxy, url) = TcpProxy::before_database(&db.url).await;
     proxy.cut().await;
-    url.set_port(Some(proxy.addr.port())).unwrap();
-    url.set_host(Some("127.0.0.1")).unwrap();
 
-    let config = test_config(url.as_str());
+    let config = test_config(&url);
     let starting = tokio::spawn(orchestrator::app::Application::build(config));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
@@ -243,44 +225,37 @@ fn write_config(text: &str) -> tempfile::NamedTempFile {
 
 #[test]
 fn a_bad_config_file_is_refused_with_key_and_line() {
-    let f = write_config(
-        "server:\n  http: 127.0.0.1:8088\n  grpc: 127.0.0.1:50051\nlog:\n  levle: debug\n",
-    );
-    let out = binary()
-        .arg("--config")
-        .arg(f.path())
-        .arg("check-config")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("levle"), "{err}");
-    assert!(err.contains("line 5"), "{err}");
-    assert!(err.contains("expected `level` or `format`"), "{err}");
-
-    let f = write_config("server:\n  http: not-an-address\n");
-    let out = binary()
-        .arg("--config")
-        .arg(f.path())
-        .arg("serve")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("server.http"), "{err}");
-    assert!(err.contains("line 2"), "{err}");
-
-    let f = write_config("log:\n  format: xml\n");
-    let out = binary()
-        .arg("--config")
-        .arg(f.path())
-        .arg("serve")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("log.format"), "{err}");
-    assert!(err.contains("text") && err.contains("json"), "{err}");
+    let cases: [(&str, &str, &[&str]); 3] = [
+        (
+            "server:\n  http: 127.0.0.1:8088\n  grpc: 127.0.0.1:50051\nlog:\n  levle: debug\n",
+            "check-config",
+            &["levle", "line 5", "expected `level` or `format`"],
+        ),
+        (
+            "server:\n  http: not-an-address\n",
+            "serve",
+            &["server.http", "line 2"],
+        ),
+        (
+            "log:\n  format: xml\n",
+            "serve",
+            &["log.format", "text", "json"],
+        ),
+    ];
+    for (config, command, said) in cases {
+        let f = write_config(config);
+        let out = binary()
+            .arg("--config")
+            .arg(f.path())
+            .arg(command)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{config}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for part in said {
+            assert!(err.contains(part), "{config}: {part}: {err}");
+        }
+    }
 }
 
 #[test]

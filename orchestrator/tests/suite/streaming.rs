@@ -29,7 +29,8 @@ const TICKS: &str = "echo started; while true; do echo tick-tock; sleep 0.2; don
 /// 390 bytes of stdout.
 const MANY: &str = "i=0; while [ $i -lt 50 ]; do echo line-$i; i=$((i+1)); done";
 
-fn sh(script: &str) -> Value {
+/// `cmd.run` arguments that run `script` with `sh -c`.
+pub(crate) fn sh(script: &str) -> Value {
     json!({"command": "sh", "args": ["-c", script]})
 }
 
@@ -50,6 +51,21 @@ pub(crate) struct Events {
 }
 
 impl Events {
+    /// The events of `response`, read as they arrive.
+    fn of(response: reqwest::Response) -> Self {
+        Events {
+            response,
+            buffer: Vec::new(),
+        }
+    }
+
+    /// The first event, which must be `start`; its data.
+    pub(crate) async fn started(&mut self) -> Value {
+        let (name, start) = self.next().await.expect("a first event");
+        assert_eq!(name, "start", "{start}");
+        start
+    }
+
     /// The next event (name, JSON data); `None` at the end of the body. Fails the test when
     /// nothing comes for 60 s.
     pub(crate) async fn next(&mut self) -> Option<(String, Value)> {
@@ -108,14 +124,12 @@ pub(crate) async fn stream(app: &TestApp, sb: &AgentSandbox, arguments: Value) -
         .unwrap()
         .to_owned();
     assert!(kind.starts_with("text/event-stream"), "{kind}");
-    Events {
-        response,
-        buffer: Vec::new(),
-    }
+    Events::of(response)
 }
 
 /// What a streamed call sent: stdout and stderr as concatenated, how many output events came,
 /// and the `result` event's data.
+#[derive(Default)]
 struct Streamed {
     stdout: String,
     stderr: String,
@@ -209,8 +223,7 @@ async fn rest_chunks_arrive_before_the_end_and_the_result_is_the_unary_one() {
     let sb = AgentSandbox::start(&app, agent("stream-rest", "cmd.run, fs.write")).await;
 
     let mut events = stream(&app, &sb, sh(WAITS)).await;
-    let (name, start) = events.next().await.expect("a first event");
-    assert_eq!(name, "start", "{start}");
+    let start = events.started().await;
     assert!(start["pid"].as_u64().is_some(), "{start}");
     let (name, first) = events.next().await.expect("the first output");
     assert_eq!(
@@ -262,17 +275,8 @@ async fn rest_output_caps_hold_with_their_truncation_flags() {
     let mut arguments = sh(MANY);
     arguments["max_output_bytes"] = json!(64);
     let mut events = stream(&app, &sb, arguments.clone()).await;
-    assert_eq!(events.next().await.expect("start").0, "start");
-    let got = to_the_end(
-        &mut events,
-        Streamed {
-            stdout: String::new(),
-            stderr: String::new(),
-            chunks: 0,
-            result: Value::Null,
-        },
-    )
-    .await;
+    events.started().await;
+    let got = to_the_end(&mut events, Streamed::default()).await;
     assert_eq!(got.stdout.len(), 64, "only the capped bytes are sent");
     let result = &got.result["structuredContent"];
     assert_eq!(result["truncated"], true, "{result}");
@@ -288,7 +292,7 @@ async fn rest_a_client_that_disconnects_kills_the_command_and_the_audit_says_so(
     let app = TestApp::spawn().await;
     let sb = AgentSandbox::start(&app, agent("stream-gone", "cmd.run")).await;
     let mut events = stream(&app, &sb, sh(TICKS)).await;
-    let (_, start) = events.next().await.expect("start");
+    let start = events.started().await;
     let pid = start["pid"].as_u64().expect("a pid");
     let (name, first) = events.next().await.expect("output");
     assert_eq!(name, "stdout");
@@ -517,31 +521,20 @@ async fn seal_over_http_streams_with_the_same_events() {
     let app = seal_app(&db, &ctx, &bare).await;
     let mut client = SealClient::new(Transport::Http(app.http_base.clone())).unwrap();
     client.attest("test-streamer", &ctx).await.expect("attests");
-    let request = envelope(&client, "cmd.run", sh(MANY));
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/seal/invoke", app.http_base))
-        .header("Accept", "text/event-stream")
-        .header("content-type", "application/json")
-        .body(request.envelope_json)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let mut events = Events {
-        response,
-        buffer: Vec::new(),
+    let invoke = |arguments: Value| {
+        let request = envelope(&client, "cmd.run", arguments);
+        reqwest::Client::new()
+            .post(format!("{}/v1/seal/invoke", app.http_base))
+            .header("Accept", "text/event-stream")
+            .header("content-type", "application/json")
+            .body(request.envelope_json)
+            .send()
     };
-    assert_eq!(events.next().await.expect("start").0, "start");
-    let got = to_the_end(
-        &mut events,
-        Streamed {
-            stdout: String::new(),
-            stderr: String::new(),
-            chunks: 0,
-            result: Value::Null,
-        },
-    )
-    .await;
+    let response = invoke(sh(MANY)).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut events = Events::of(response);
+    events.started().await;
+    let got = to_the_end(&mut events, Streamed::default()).await;
     assert_eq!(got.result["status"], "success", "{}", got.result);
     assert_eq!(got.stdout.len(), 390);
     assert_eq!(
@@ -550,13 +543,7 @@ async fn seal_over_http_streams_with_the_same_events() {
     );
 
     // A refusal is the SEAL error answer, not a stream.
-    let refused = envelope(&client, "cmd.run", json!({"command": "rm -rf /workspace"}));
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/seal/invoke", app.http_base))
-        .header("Accept", "text/event-stream")
-        .header("content-type", "application/json")
-        .body(refused.envelope_json)
-        .send()
+    let response = invoke(json!({"command": "rm -rf /workspace"}))
         .await
         .unwrap();
     assert_eq!(response.status(), 403);

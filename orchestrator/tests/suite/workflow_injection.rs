@@ -46,6 +46,51 @@ fn stdout<'a>(e: &'a Value, state: &str) -> &'a str {
         .unwrap_or_else(|| panic!("state {state} has no stdout: {e}"))
 }
 
+/// Deploys the workflow `name` (its `states`, the first `initial`), runs it with the attack as
+/// `input.tag` (and a secret it must not reach as `input.secret`), which must complete; the
+/// ended execution.
+async fn attacked(h: &Harness, name: &str, initial: &str, states: &str) -> Value {
+    let manifest = workflow_manifest(name, initial, states);
+    let input = json!({"tag": ATTACK, "secret": "TOP-SECRET"});
+    completed(h, name, &manifest, input).await
+}
+
+/// Deploys `manifest` (the workflow `name`) and runs it with `input`, which must complete; the
+/// ended execution.
+async fn completed(h: &Harness, name: &str, manifest: &str, input: Value) -> Value {
+    h.deployed(WORKFLOWS, manifest).await;
+    let e = h.workflow_to_end(name, input).await.1;
+    assert_eq!(e["status"], "completed", "{e}");
+    e
+}
+
+/// Starts the workflow `name` with `input`, which must be refused (422) before anything runs;
+/// the answer.
+async fn refused_at_run(h: &Harness, name: &str, input: Value) -> String {
+    let r = h
+        .app
+        .post_json(
+            &format!("/v1/workflows/{name}/run"),
+            &json!({ "input": input }),
+        )
+        .await;
+    let status = r.status().as_u16();
+    let body = r.text().await.unwrap_or_default();
+    assert_eq!(status, 422, "{name}: {body}");
+    body
+}
+
+/// State `state` of `e` printed `expected` through a shell that ran nothing of the attack: no
+/// arithmetic and no secret in what it printed.
+fn assert_shell_printed(e: &Value, state: &str, expected: String) {
+    let out = stdout(e, state);
+    assert_eq!(out, expected, "{e}");
+    assert!(
+        !out.contains("INJ42") && !out.contains("TOP-SECRET"),
+        "{out}"
+    );
+}
+
 /// The injected value came out as text: all of it, and nothing it asked a shell to do.
 fn assert_literal(out: &str, prefix: &str, e: &Value) {
     assert_eq!(out, format!("{prefix}{ATTACK}\n"), "{e}");
@@ -57,12 +102,11 @@ fn assert_literal(out: &str, prefix: &str, e: &Value) {
 #[tokio::test]
 async fn a_system_command_passes_input_as_one_literal_argument() {
     let h = harness(|_| {}).await;
-    h.deployed(
-        WORKFLOWS,
-        &workflow_manifest(
-            "ship",
-            "SHIP",
-            r#"    SHIP:
+    let e = attacked(
+        &h,
+        "ship",
+        "SHIP",
+        r#"    SHIP:
       kind: System
       command: "echo shipping {{input.tag}}"
       transitions:
@@ -72,44 +116,26 @@ async fn a_system_command_passes_input_as_one_literal_argument() {
       command: "echo \"tag: {{input.tag}}\""
       transitions: []
 "#,
-        ),
     )
     .await;
-    let e = h
-        .workflow_to_end("ship", json!({"tag": ATTACK, "secret": "TOP-SECRET"}))
-        .await
-        .1;
-    assert_eq!(e["status"], "completed", "{e}");
     assert_literal(stdout(&e, "SHIP"), "shipping ", &e);
     assert_literal(stdout(&e, "QUOTED"), "tag: ", &e);
 
-    h.deployed(
-        WORKFLOWS,
-        &workflow_manifest(
-            "ship-shell",
-            "SHELL",
-            r#"    SHELL:
+    let e = attacked(
+        &h,
+        "ship-shell",
+        "SHELL",
+        r#"    SHELL:
       kind: System
       shell: true
       command: "echo shipping {{input.tag}} && echo \"tag: {{input.tag}}\" | tr a-z A-Z >/dev/null; echo 'sq: {{input.tag}}'"
       transitions: []
 "#,
-        ),
     )
     .await;
-    let e = h
-        .workflow_to_end("ship-shell", json!({"tag": ATTACK, "secret": "TOP-SECRET"}))
-        .await
-        .1;
-    assert_eq!(e["status"], "completed", "{e}");
     // With a shell the template's own `&&`, pipe and redirection work; the value stays data
     // in plain text, inside double quotes and inside single quotes.
-    let shell = stdout(&e, "SHELL");
-    assert_eq!(shell, format!("shipping {ATTACK}\nsq: {ATTACK}\n"), "{e}");
-    assert!(
-        !shell.contains("INJ42") && !shell.contains("TOP-SECRET"),
-        "{shell}"
-    );
+    assert_shell_printed(&e, "SHELL", format!("shipping {ATTACK}\nsq: {ATTACK}\n"));
 
     // A command that would let a value past the quoting, or that reads as shell syntax but
     // would run without a shell, is refused before anything is stored.
@@ -137,16 +163,7 @@ spec:
             ),
         )
         .await;
-        let r = h
-            .app
-            .post_json(
-                &format!("/v1/workflows/{name}/run"),
-                &json!({"input": {"tag": ATTACK}}),
-            )
-            .await;
-        let status = r.status().as_u16();
-        let body = r.text().await.unwrap_or_default();
-        assert_eq!(status, 422, "{body}");
+        let body = refused_at_run(&h, name, json!({ "tag": ATTACK })).await;
         assert!(body.contains("spec.states.RUN.command"), "{body}");
         assert!(body.contains(expected), "{body}");
     }
@@ -160,12 +177,11 @@ spec:
 #[tokio::test]
 async fn a_container_run_with_shell_passes_input_as_data() {
     let h = harness(|_| {}).await;
-    h.deployed(
-        WORKFLOWS,
-        &workflow_manifest(
-            "build",
-            "BUILD",
-            r#"    BUILD:
+    let e = attacked(
+        &h,
+        "build",
+        "BUILD",
+        r#"    BUILD:
       kind: ContainerRun
       name: build
       image: aegis-runtime/busybox:1
@@ -185,20 +201,9 @@ async fn a_container_run_with_shell_passes_input_as_data() {
           command: ["echo", "{{input.tag}}"]
       transitions: []
 "#,
-        ),
     )
     .await;
-    let e = h
-        .workflow_to_end("build", json!({"tag": ATTACK, "secret": "TOP-SECRET"}))
-        .await
-        .1;
-    assert_eq!(e["status"], "completed", "{e}");
-    let out = stdout(&e, "BUILD");
-    assert_eq!(out, format!("built {ATTACK}\ntag: {ATTACK}\n"), "{e}");
-    assert!(
-        !out.contains("INJ42") && !out.contains("TOP-SECRET"),
-        "{out}"
-    );
+    assert_shell_printed(&e, "BUILD", format!("built {ATTACK}\ntag: {ATTACK}\n"));
     let steps = &e["blackboard"]["STEPS"]["output"];
     assert_literal(steps["one"]["stdout"].as_str().unwrap_or_default(), "", &e);
     // Without a shell each element was always literal (that held before): it still is.
@@ -271,8 +276,9 @@ p=${{HTTP_PROXY#http://}}; ph=${{p%:*}}; pp=${{p##*:}}
 echo "== end""#,
         a = allowed.port()
     );
-    h.deployed(
-        WORKFLOWS,
+    let e = completed(
+        &h,
+        "reach-host",
         &workflow_manifest(
             "reach-host",
             "REACH",
@@ -288,10 +294,9 @@ echo "== end""#,
                 script = serde_json::to_string(&reach).expect("script")
             ),
         ),
+        json!({}),
     )
     .await;
-    let e = h.workflow_to_end("reach-host", json!({})).await.1;
-    assert_eq!(e["status"], "completed", "{e}");
     let out = stdout(&e, "REACH");
     // The host's service never saw a connection, on any address, by any path ...
     assert!(!out.contains("HOST-SERVICE-ANSWERED"), "{out}");
@@ -318,8 +323,9 @@ echo "== end""#,
         a = allowed.port(),
         d = denied.port()
     );
-    h.deployed(
-        WORKFLOWS,
+    let e = completed(
+        &h,
+        "fetch",
         &format!(
             r#"apiVersion: 100monkeys.ai/v1
 kind: Workflow
@@ -343,10 +349,9 @@ spec:
             d = denied.port(),
             script = serde_json::to_string(&fetch).expect("script")
         ),
+        json!({}),
     )
     .await;
-    let e = h.workflow_to_end("fetch", json!({})).await.1;
-    assert_eq!(e["status"], "completed", "{e}");
     let out = stdout(&e, "FETCH");
     let section = |name: &str| crate::common::section(out, name);
     assert!(section("allowed").contains("allowed host says hi"), "{out}");
@@ -385,12 +390,6 @@ spec:
         ),
     )
     .await;
-    let r = h
-        .app
-        .post_json("/v1/workflows/misleading/run", &json!({"input": {}}))
-        .await;
-    let status = r.status().as_u16();
-    let body = r.text().await.unwrap_or_default();
-    assert_eq!(status, 422, "{body}");
+    let body = refused_at_run(&h, "misleading", json!({})).await;
     assert!(body.contains("network_allowlist"), "{body}");
 }

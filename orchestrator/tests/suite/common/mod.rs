@@ -400,6 +400,14 @@ impl TestApp {
         self.rest().answered(method, path, body, status).await
     }
 
+    /// Destroys sandbox `id` as the administrator (`DELETE /v1/sandboxes/{id}`), which must be
+    /// answered 200; the answer.
+    pub async fn destroy_sandbox(&self, id: &str) -> serde_json::Value {
+        let path = format!("/v1/sandboxes/{id}");
+        self.answered(reqwest::Method::DELETE, &path, None, 200)
+            .await
+    }
+
     /// `POST path` with `manifest` as YAML (`content-type: application/yaml`) as the
     /// administrator, whose answer must be JSON; (status, answer).
     pub async fn post_yaml(&self, path: &str, manifest: &str) -> (u16, serde_json::Value) {

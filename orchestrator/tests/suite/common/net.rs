@@ -11,15 +11,31 @@ use tokio::net::TcpListener;
 
 /// An HTTP host on 127.0.0.2 (loopback /8 is local on Linux) answering `GET /` with `text`.
 pub async fn web_host(text: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.2:0")
+    counted_web_host(SocketAddr::from(([127, 0, 0, 2], 0)), text)
         .await
-        .expect("bind 127.0.0.2");
+        .0
+}
+
+/// An HTTP host on `bind` answering `GET /` with `text` that counts the connections it
+/// accepted; (its address, the count).
+pub async fn counted_web_host(
+    bind: SocketAddr,
+    text: &'static str,
+) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind(bind)
+        .await
+        .unwrap_or_else(|e| panic!("bind {bind}: {e}"));
     let addr = listener.local_addr().expect("addr");
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
     let app = Router::new().route("/", get(move || async move { text }));
+    let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+    });
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    addr
+    (addr, hits)
 }
 
 /// A listener on 127.0.0.1 that answers nothing and counts the connections it accepted.

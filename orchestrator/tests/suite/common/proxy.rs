@@ -19,6 +19,23 @@ pub struct TcpProxy {
 }
 
 impl TcpProxy {
+    /// A forwarder in front of the database at `url`; (the forwarder, the URL that reaches the
+    /// database through it).
+    pub async fn before_database(url: &str) -> (Self, String) {
+        let mut url = url::Url::parse(url).expect("a database URL");
+        let host = url.host_str().expect("a database host");
+        let target = format!("{host}:{}", url.port().unwrap_or(5432));
+        let target = tokio::net::lookup_host(&target)
+            .await
+            .expect("the database host resolves")
+            .next()
+            .expect("an address for the database host");
+        let proxy = Self::start(target).await;
+        url.set_port(Some(proxy.addr.port())).expect("a port");
+        url.set_host(Some("127.0.0.1")).expect("a host");
+        (proxy, url.into())
+    }
+
     /// Listens on a random loopback port and forwards to `target`.
     pub async fn start(target: SocketAddr) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");

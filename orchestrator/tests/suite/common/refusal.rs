@@ -7,6 +7,11 @@ use serde_json::Value;
 /// The SEAL code, transport status and message of a call that must have been refused; fails the
 /// test with what came back otherwise.
 pub fn refused(result: Result<Value, ClientError>) -> (u32, u16, String) {
+    refusal_of(result, "the call")
+}
+
+/// [`refused`] for a call shown as `what` in the failure.
+fn refusal_of(result: Result<Value, ClientError>, what: &str) -> (u32, u16, String) {
     match result {
         Err(ClientError::Refused {
             code,
@@ -14,8 +19,15 @@ pub fn refused(result: Result<Value, ClientError>) -> (u32, u16, String) {
             message,
             ..
         }) => (code, status, message),
-        other => panic!("expected a refusal, got {other:?}"),
+        other => panic!("{what}: expected a refusal, got {other:?}"),
     }
+}
+
+/// A tool call through the SEAL session of `client` that must be refused; its SEAL code,
+/// transport status and message (a failure names the tool and its arguments).
+pub async fn seal_refused(client: &SealClient, tool: &str, arguments: Value) -> (u32, u16, String) {
+    let what = format!("{tool} {arguments}");
+    refusal_of(client.call_tool(tool, arguments).await, &what)
 }
 
 /// A tool call through the SEAL session of `client` that must succeed (answered, and not
