@@ -10,7 +10,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{ok, within, TestEnv, IMAGE};
+use common::{adoptable, called, created, finish, spec, within, TestEnv};
 use dispatcher::protocol::{Op, PathParams, ReadParams, Response, RunResult};
 use dispatcher::{Owner, OwnerKind, SandboxSpec, Transport};
 
@@ -34,14 +34,19 @@ fn base(name: &str) -> PathBuf {
     PathBuf::from(format!("/run/aegis-test-channels/{name}-{}", &unique[..8]))
 }
 
+/// A dispatcher whose channels are beneath a base of this test's own; (it, the base).
+async fn on_channels(env: &TestEnv, name: &str) -> (dispatcher::Dispatcher, PathBuf) {
+    let base = base(name);
+    let (_, d, _) = env
+        .started_with(|c| c.channel_dir = Some(base.clone()))
+        .await;
+    (d, base)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn calls_take_the_socket_and_no_sandbox_can_reach_one() {
     let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let mut config = env.config();
-    let base = base("attacks");
-    config.channel_dir = Some(base.clone());
-    let d = env.start(instance, config).await;
+    let (d, base) = on_channels(&env, "attacks").await;
 
     // The attacker may read everywhere (a manifest can ask for `/`), and has Python.
     let mut attacker = SandboxSpec::new(PYTHON, Owner::new(OwnerKind::Execution, "chan-a"));
@@ -49,16 +54,7 @@ async fn calls_take_the_socket_and_no_sandbox_can_reach_one() {
     let a = within(90, "create attacker", d.create(attacker))
         .await
         .expect("create attacker");
-    let b = within(
-        60,
-        "create neighbour",
-        d.create(SandboxSpec::new(
-            IMAGE,
-            Owner::new(OwnerKind::Execution, "chan-b"),
-        )),
-    )
-    .await
-    .expect("create neighbour");
+    let b = created(&d, spec("chan-b")).await;
     assert_eq!(d.transport(a), Some(Transport::Socket));
     assert_eq!(d.transport(b), Some(Transport::Socket));
 
@@ -98,11 +94,7 @@ print("neighbour-mounted", "{b}" in open("/proc/self/mountinfo").read())
         neighbour = base.join(b.to_string()).join("executor.sock").display(),
         node = base.display(),
     );
-    let ran: RunResult = ok(
-        within(30, "attack", d.call(a, run(&["python3", "-c", &script])))
-            .await
-            .expect("cmd.run"),
-    );
+    let ran: RunResult = called(&d, a, 30, "attack", run(&["python3", "-c", &script])).await;
     let lines: Vec<&str> = ran.stdout.lines().collect();
     assert_eq!(
         lines,
@@ -156,9 +148,7 @@ print("neighbour-mounted", "{b}" in open("/proc/self/mountinfo").read())
     );
 
     // The executor still answers its node, and destroy takes the directories away.
-    let echoed: RunResult = ok(within(20, "echo", d.call(b, run(&["echo", "fine"])))
-        .await
-        .expect("cmd.run"));
+    let echoed: RunResult = called(&d, b, 20, "echo", run(&["echo", "fine"])).await;
     assert_eq!(echoed.stdout.trim(), "fine");
     for id in [a, b] {
         common::destroyed(&d, id).await;
@@ -174,37 +164,23 @@ print("neighbour-mounted", "{b}" in open("/proc/self/mountinfo").read())
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn adoption_reconnects_to_the_socket() {
     let env = TestEnv::new().await;
-    let previous = env.new_instance().await;
-    let mut config = env.config();
     let base = base("adopt");
-    config.channel_dir = Some(base.clone());
-    config.dead_after = Duration::from_secs(120);
-    let first = env.start(previous, config.clone()).await;
-    let id = within(
-        60,
-        "create",
-        first.create(SandboxSpec::new(
-            IMAGE,
-            Owner::new(OwnerKind::Execution, "chan-adopt"),
-        )),
-    )
-    .await
-    .expect("create");
+    let (previous, first, config) = env
+        .started_with(|c| {
+            c.channel_dir = Some(base.clone());
+            adoptable(c);
+        })
+        .await;
+    let id = created(&first, spec("chan-adopt")).await;
     assert_eq!(first.transport(id), Some(Transport::Socket));
     drop(first);
 
     let next = env.new_instance().await;
     let second = env.start(next, config).await;
-    let report = within(30, "adopt", second.adopt(previous))
-        .await
-        .expect("adopt");
+    let report = common::adopted(&second, previous).await;
     assert_eq!(report.adopted, vec![id]);
     assert_eq!(second.transport(id), Some(Transport::Socket));
-    let ran: RunResult = ok(
-        within(20, "run", second.call(id, run(&["echo", "adopted"])))
-            .await
-            .expect("run after adopt"),
-    );
+    let ran: RunResult = called(&second, id, 20, "run", run(&["echo", "adopted"])).await;
     assert_eq!(ran.stdout.trim(), "adopted");
     within(30, "destroy", second.destroy(id))
         .await
@@ -217,48 +193,21 @@ async fn adoption_reconnects_to_the_socket() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_a_usable_directory_calls_use_the_attach_stream() {
     let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let mut config = env.config();
     // Beneath a file: the node cannot make the sandbox's directory.
-    config.channel_dir = Some(PathBuf::from("/proc/version/channels"));
-    let d = env.start(instance, config).await;
-    let id = within(
-        60,
-        "create",
-        d.create(SandboxSpec::new(
-            IMAGE,
-            Owner::new(OwnerKind::Execution, "chan-fallback"),
-        )),
-    )
-    .await
-    .expect("create");
+    let unusable = PathBuf::from("/proc/version/channels");
+    let (_, d, _) = env.started_with(|c| c.channel_dir = Some(unusable)).await;
+    let id = created(&d, spec("chan-fallback")).await;
     assert_eq!(d.transport(id), Some(Transport::Attach));
-    let ran: RunResult = ok(within(20, "run", d.call(id, run(&["echo", "attached"])))
-        .await
-        .expect("cmd.run"));
+    let ran: RunResult = called(&d, id, 20, "run", run(&["echo", "attached"])).await;
     assert_eq!(ran.stdout.trim(), "attached");
-    common::destroyed(&d, id).await;
-    d.shutdown().await;
+    finish(&d, &[id]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_reaper_sweeps_channel_directories_whose_container_is_gone() {
     let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let mut config = env.config();
-    let base = base("sweep");
-    config.channel_dir = Some(base.clone());
-    let d = env.start(instance, config).await;
-    let live = within(
-        60,
-        "create",
-        d.create(SandboxSpec::new(
-            IMAGE,
-            Owner::new(OwnerKind::Execution, "chan-sweep"),
-        )),
-    )
-    .await
-    .expect("create");
+    let (d, base) = on_channels(&env, "sweep").await;
+    let live = created(&d, spec("chan-sweep")).await;
     let two_minutes_ago = std::time::SystemTime::now() - Duration::from_secs(120);
     let age = |dir: &PathBuf| {
         std::fs::File::open(dir)
@@ -282,9 +231,7 @@ async fn the_reaper_sweeps_channel_directories_whose_container_is_gone() {
         base.join(live.to_string()).exists(),
         "a live sandbox lost its directory"
     );
-    let ran: RunResult = ok(within(20, "run", d.call(live, run(&["echo", "alive"])))
-        .await
-        .expect("cmd.run"));
+    let ran: RunResult = called(&d, live, 20, "run", run(&["echo", "alive"])).await;
     assert_eq!(ran.stdout.trim(), "alive");
 
     common::destroyed(&d, live).await;

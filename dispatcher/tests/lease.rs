@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, ok, read, within, write, TestEnv, IMAGE};
+use common::{adoptable, called, eventually, finish, read, within, write, TestEnv, IMAGE};
 use dispatcher::protocol::ReadResult;
 use dispatcher::{DispatchError, Owner, OwnerKind, SandboxId, SandboxSpec};
 use uuid::Uuid;
@@ -22,21 +22,19 @@ async fn holder(env: &TestEnv, id: SandboxId) -> (Uuid, i64, String) {
 }
 
 async fn fence(env: &TestEnv, instance: Uuid) {
-    sqlx::query("UPDATE node_instances SET fenced_at = now() WHERE id = $1")
-        .bind(instance)
-        .execute(&env.pg)
-        .await
-        .expect("fence");
+    let sql = "UPDATE node_instances SET fenced_at = now() WHERE id = $1";
+    env.on_instance(sql, instance).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fenced_holder_lets_go_of_what_was_claimed_and_takes_back_the_rest() {
     let env = TestEnv::new().await;
-    let me = env.new_instance().await;
-    let mut config = env.config();
-    config.dead_after = Duration::from_secs(120);
-    config.lease = Some(Duration::from_millis(800));
-    let d = env.start(me, config).await;
+    let (me, d, _) = env
+        .started_with(|c| {
+            adoptable(c);
+            c.lease = Some(Duration::from_millis(800));
+        })
+        .await;
     let spec = |owner: &str| SandboxSpec::new(IMAGE, Owner::new(OwnerKind::Operator, owner));
     let kept = within(60, "create", d.create(spec("lease-kept")))
         .await
@@ -78,9 +76,7 @@ async fn a_fenced_holder_lets_go_of_what_was_claimed_and_takes_back_the_rest() {
         d.call(kept, read("f.txt")).await.is_ok()
     })
     .await;
-    let back: ReadResult = ok(within(10, "read", d.call(kept, read("f.txt")))
-        .await
-        .expect("read"));
+    let back: ReadResult = called(&d, kept, 10, "read", read("f.txt")).await;
     assert_eq!(back.content, "before");
     match within(10, "call the claimed one", d.call(taken, read("f.txt"))).await {
         Err(DispatchError::SandboxNotFound {
@@ -93,17 +89,13 @@ async fn a_fenced_holder_lets_go_of_what_was_claimed_and_takes_back_the_rest() {
     assert_eq!(holder(&env, taken).await, (peer, 2, "running".to_owned()));
 
     common::destroyed(&d, kept).await;
-    common::destroyed(&d, taken).await;
-    d.shutdown().await;
+    finish(&d, &[taken]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_live_replica_takes_over_a_fenced_holders_sandbox_and_marks_a_vanished_one_lost() {
     let env = TestEnv::new().await;
-    let first = env.new_instance().await;
-    let mut config = env.config();
-    config.dead_after = Duration::from_secs(120);
-    let d1 = env.start(first, config.clone()).await;
+    let (first, d1, mut config) = env.started_with(adoptable).await;
     let spec = |owner: &str, kind| SandboxSpec::new(IMAGE, Owner::new(kind, owner));
     let session = within(60, "create", d1.create(spec("s-1", OwnerKind::Session)))
         .await
@@ -136,11 +128,7 @@ async fn a_live_replica_takes_over_a_fenced_holders_sandbox_and_marks_a_vanished
     )
     .await
     .expect("remove container");
-    sqlx::query("UPDATE node_instances SET heartbeat_at = now() - interval '1 hour' WHERE id = $1")
-        .bind(first)
-        .execute(&env.pg)
-        .await
-        .unwrap();
+    env.silence(first).await;
 
     let second = env.new_instance().await;
     config.dead_after = Duration::from_secs(3);
@@ -151,9 +139,7 @@ async fn a_live_replica_takes_over_a_fenced_holders_sandbox_and_marks_a_vanished
         holder(&env, session).await,
         (second, 2, "running".to_owned())
     );
-    let back: ReadResult = ok(within(10, "read", d2.call(session, read("f.txt")))
-        .await
-        .expect("read"));
+    let back: ReadResult = called(&d2, session, 10, "read", read("f.txt")).await;
     assert_eq!(back.content, "kept");
     let (_, _, state) = holder(&env, gone).await;
     assert_eq!(state, "destroyed");

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::CreateContainerOptionsBuilder;
-use common::{eventually, label, ok, read, run_for, within, write, TestEnv, IMAGE};
+use common::{
+    adoptable, called, created, eventually, finish, label, ok, read, run_for, spec, within, write,
+    TestEnv, IMAGE,
+};
 use dispatcher::protocol::{Op, ReadResult, RunResult, WriteResult};
 use dispatcher::{
     labels, DispatchError, Limits, Owner, OwnerKind, SandboxId, SandboxSpec, SandboxState,
@@ -38,20 +41,39 @@ async fn wait_for_process(d: &dispatcher::Dispatcher, id: SandboxId, name: &str)
     .await;
 }
 
-fn spec(owner: &str) -> SandboxSpec {
-    SandboxSpec::new(IMAGE, Owner::new(OwnerKind::Execution, owner))
+/// A new sandbox of `owner` with a call of `sleep 60` running in it once this returns; (the
+/// sandbox, the call's task).
+async fn sleeping_in_a_new_sandbox(
+    d: &dispatcher::Dispatcher,
+    owner: &str,
+) -> (
+    SandboxId,
+    tokio::task::JoinHandle<Result<dispatcher::protocol::Response, DispatchError>>,
+) {
+    let id = created(d, spec(owner)).await;
+    let call = {
+        let d = d.clone();
+        tokio::spawn(async move { d.call(id, run_for(&["sleep", "60"], 120_000)).await })
+    };
+    wait_for_process(d, id, "sleep").await;
+    (id, call)
+}
+
+/// A new instance and its dispatcher keeping a warm pool of `size` sandboxes of the test
+/// image; (the instance, its dispatcher).
+async fn with_pool(env: &TestEnv, size: usize) -> (Uuid, dispatcher::Dispatcher) {
+    let (instance, d, _) = env
+        .started_with(|c| c.pool = BTreeMap::from([(IMAGE.to_owned(), size)]))
+        .await;
+    (instance, d)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn create_call_destroy_leaves_nothing_behind() {
-    let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let d = env.start(instance, env.config()).await;
+    let (env, instance, d) = TestEnv::with_dispatcher().await;
 
     let started = Instant::now();
-    let id = within(60, "create", d.create(spec("exec-1")))
-        .await
-        .expect("create");
+    let id = created(&d, spec("exec-1")).await;
     eprintln!("create+start+ready: {:?}", started.elapsed());
 
     let info = within(10, "get", d.get(id)).await.expect("get");
@@ -75,32 +97,23 @@ async fn create_call_destroy_leaves_nothing_behind() {
         .expect("ping");
     assert!(pong.into_result().is_ok());
 
-    let written: WriteResult = ok(within(
+    let written: WriteResult = called(
+        &d,
+        id,
         10,
         "fs.write",
-        d.call(id, write("notes/a.txt", "hello sandbox\n")),
+        write("notes/a.txt", "hello sandbox\n"),
     )
-    .await
-    .expect("fs.write"));
+    .await;
     assert_eq!(written.bytes_written, 14);
     assert!(written.created);
-    let back: ReadResult = ok(
-        within(10, "fs.read", d.call(id, read("/workspace/notes/a.txt")))
-            .await
-            .expect("fs.read"),
-    );
+    let back: ReadResult = called(&d, id, 10, "fs.read", read("/workspace/notes/a.txt")).await;
     assert_eq!(back.content, "hello sandbox\n");
 
-    let ran: RunResult = ok(
-        within(20, "cmd.run", d.call(id, run(&["cat", "notes/a.txt"])))
-            .await
-            .expect("cmd.run"),
-    );
+    let ran: RunResult = called(&d, id, 20, "cmd.run", run(&["cat", "notes/a.txt"])).await;
     assert_eq!(ran.exit_code, Some(0));
     assert_eq!(ran.stdout, "hello sandbox\n");
-    let who: RunResult = ok(within(20, "cmd.run id", d.call(id, run(&["id", "-u"])))
-        .await
-        .expect("cmd.run id"));
+    let who: RunResult = called(&d, id, 20, "cmd.run id", run(&["id", "-u"])).await;
     assert_eq!(
         who.stdout.trim(),
         "65534",
@@ -117,14 +130,7 @@ async fn create_call_destroy_leaves_nothing_behind() {
     assert_eq!(body.kind.as_str(), "path_not_allowed");
 
     common::destroyed(&d, id).await;
-    assert!(
-        env.containers_with(&[&sandbox_label]).await.is_empty(),
-        "container left behind"
-    );
-    assert!(
-        env.volumes_with(&[&sandbox_label]).await.is_empty(),
-        "volume left behind"
-    );
+    env.assert_nothing_with(&sandbox_label).await;
     let (state, reason) = env.row_state(id).await;
     assert_eq!(state, "destroyed");
     assert_eq!(reason.as_deref(), Some("destroyed by owner"));
@@ -153,15 +159,9 @@ async fn create_call_destroy_leaves_nothing_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn retire_answers_once_the_sandbox_is_unreachable_and_shutdown_waits_for_its_removal() {
-    let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let d = env.start(instance, env.config()).await;
-    let first = within(60, "create", d.create(spec("retire-1")))
-        .await
-        .expect("create");
-    let second = within(60, "create", d.create(spec("retire-2")))
-        .await
-        .expect("create");
+    let (env, _, d) = TestEnv::with_dispatcher().await;
+    let first = created(&d, spec("retire-1")).await;
+    let second = created(&d, spec("retire-2")).await;
     // A command that would outlive a slow destruction.
     let sleeping = d.clone();
     let pending = tokio::spawn(async move {
@@ -208,9 +208,7 @@ async fn retire_answers_once_the_sandbox_is_unreachable_and_shutdown_waits_for_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn container_has_every_hardening_setting() {
-    let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let d = env.start(instance, env.config()).await;
+    let (env, _, d) = TestEnv::with_dispatcher().await;
     let mut s = spec("exec-hard");
     s.limits = Limits {
         memory_bytes: 300 * 1024 * 1024,
@@ -221,15 +219,8 @@ async fn container_has_every_hardening_setting() {
     };
     // Asking above the ceiling is lowered, not refused.
     s.limits.pids = 1_000_000;
-    let id = within(60, "create", d.create(s)).await.expect("create");
-    let inspect = within(
-        10,
-        "inspect",
-        env.docker
-            .inspect_container(&format!("aegis-sbx-{id}"), None),
-    )
-    .await
-    .expect("inspect");
+    let id = created(&d, s).await;
+    let inspect = env.inspect(id).await;
     let host = inspect.host_config.expect("host config");
     let config = inspect.config.expect("config");
 
@@ -348,12 +339,7 @@ async fn container_has_every_hardening_setting() {
     }
 
     // And from inside: unprivileged, capability-free, read-only root, no socket, no network.
-    let status: RunResult =
-        ok(
-            within(20, "status", d.call(id, run(&["cat", "/proc/self/status"])))
-                .await
-                .expect("cmd.run"),
-        );
+    let status: RunResult = called(&d, id, 20, "status", run(&["cat", "/proc/self/status"])).await;
     for cap in ["CapPrm", "CapEff", "CapAmb"] {
         let line = status
             .stdout
@@ -362,23 +348,11 @@ async fn container_has_every_hardening_setting() {
             .unwrap_or_else(|| panic!("{cap} missing"));
         assert!(line.ends_with("0000000000000000"), "{line}");
     }
-    let touch: RunResult = ok(within(20, "touch", d.call(id, run(&["touch", "/planted"])))
-        .await
-        .expect("cmd.run"));
+    let touch: RunResult = called(&d, id, 20, "touch", run(&["touch", "/planted"])).await;
     assert_ne!(touch.exit_code, Some(0), "root filesystem is read-only");
-    let sock: RunResult = ok(within(
-        20,
-        "ls sock",
-        d.call(id, run(&["ls", "/var/run/docker.sock"])),
-    )
-    .await
-    .expect("cmd.run"));
+    let sock: RunResult = called(&d, id, 20, "ls sock", run(&["ls", "/var/run/docker.sock"])).await;
     assert_ne!(sock.exit_code, Some(0), "no Docker socket");
-    let ifaces: RunResult = ok(
-        within(20, "ifaces", d.call(id, run(&["cat", "/proc/net/dev"])))
-            .await
-            .expect("cmd.run"),
-    );
+    let ifaces: RunResult = called(&d, id, 20, "ifaces", run(&["cat", "/proc/net/dev"])).await;
     let names: Vec<&str> = ifaces
         .stdout
         .lines()
@@ -388,49 +362,30 @@ async fn container_has_every_hardening_setting() {
         .collect();
     assert_eq!(names, vec!["lo"], "only loopback");
 
-    common::destroyed(&d, id).await;
-    d.shutdown().await;
+    finish(&d, &[id]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn network_only_when_granted() {
-    let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let d = env.start(instance, env.config()).await;
+    let (env, _, d) = TestEnv::with_dispatcher().await;
     let mut s = spec("exec-net");
     s.network = dispatcher::NetworkMode::Bridge;
-    let id = within(60, "create", d.create(s)).await.expect("create");
-    let inspect = within(
-        10,
-        "inspect",
-        env.docker
-            .inspect_container(&format!("aegis-sbx-{id}"), None),
-    )
-    .await
-    .expect("inspect");
+    let id = created(&d, s).await;
+    let inspect = env.inspect(id).await;
     let host = inspect.host_config.expect("host config");
     assert_eq!(host.network_mode.as_deref(), Some("bridge"));
     // Everything else stays hardened.
     assert_eq!(host.readonly_rootfs, Some(true));
     assert_eq!(host.privileged, Some(false));
-    let ifaces: RunResult = ok(
-        within(20, "ifaces", d.call(id, run(&["cat", "/proc/net/dev"])))
-            .await
-            .expect("cmd.run"),
-    );
+    let ifaces: RunResult = called(&d, id, 20, "ifaces", run(&["cat", "/proc/net/dev"])).await;
     assert!(ifaces.stdout.contains("eth0"), "{}", ifaces.stdout);
-    common::destroyed(&d, id).await;
-    d.shutdown().await;
+    finish(&d, &[id]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_concurrent_calls_share_one_stream() {
-    let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let d = env.start(instance, env.config()).await;
-    let id = within(60, "create", d.create(spec("exec-many")))
-        .await
-        .expect("create");
+    let (_env, _, d) = TestEnv::with_dispatcher().await;
+    let id = created(&d, spec("exec-many")).await;
 
     let mut tasks = Vec::new();
     for i in 0..150u32 {
@@ -462,25 +417,14 @@ async fn many_concurrent_calls_share_one_stream() {
         }
     })
     .await;
-    common::destroyed(&d, id).await;
-    d.shutdown().await;
+    finish(&d, &[id]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_container_fails_pending_calls_with_sandbox_gone() {
-    let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let d = env.start(instance, env.config()).await;
-    let id = within(60, "create", d.create(spec("exec-kill")))
-        .await
-        .expect("create");
-
-    let pending = {
-        let d = d.clone();
-        tokio::spawn(async move { d.call(id, run_for(&["sleep", "60"], 120_000)).await })
-    };
+    let (env, _, d) = TestEnv::with_dispatcher().await;
     // Once the command runs, kill the container behind the dispatcher's back.
-    wait_for_process(&d, id, "sleep").await;
+    let (id, pending) = sleeping_in_a_new_sandbox(&d, "exec-kill").await;
     within(
         20,
         "docker kill",
@@ -524,7 +468,7 @@ async fn killed_container_fails_pending_calls_with_sandbox_gone() {
 /// Creates a labelled container outside the dispatcher, as a crashed instance would leave it.
 async fn fake_container(
     env: &TestEnv,
-    name: &str,
+    name: String,
     labels: HashMap<String, String>,
     cmd: &[&str],
 ) -> String {
@@ -542,14 +486,25 @@ async fn fake_container(
         20,
         "create fake container",
         env.docker.create_container(
-            Some(CreateContainerOptionsBuilder::new().name(name).build()),
+            Some(CreateContainerOptionsBuilder::new().name(&name).build()),
             body,
         ),
     )
     .await
     .expect("create fake container");
-    env.extra_containers.lock().unwrap().push(name.to_owned());
-    name.to_owned()
+    env.extra_containers.lock().unwrap().push(name.clone());
+    name
+}
+
+/// Starts the fake container `name` (within 20 s).
+async fn start_fake(env: &TestEnv, name: &str) {
+    within(
+        20,
+        "start fake container",
+        env.docker.start_container(name, None),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("start {name}: {e}"));
 }
 
 async fn insert_row(env: &TestEnv, id: Uuid, instance: Uuid, state: &str) {
@@ -570,27 +525,19 @@ async fn insert_row(env: &TestEnv, id: Uuid, instance: Uuid, state: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reaper_removes_orphans_whatever_their_status_and_nothing_else() {
-    let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let d = env.start(instance, env.config()).await;
+    let (env, instance, d) = TestEnv::with_dispatcher().await;
     let scope = d.scope().to_owned();
-    let live = within(60, "create", d.create(spec("exec-live")))
-        .await
-        .expect("create");
+    let live = created(&d, spec("exec-live")).await;
 
     // Two dead instances: one whose heartbeat stopped (kill -9), one that stopped cleanly.
     let silent = env.new_instance().await;
-    sqlx::query("UPDATE node_instances SET heartbeat_at = now() - interval '1 hour' WHERE id = $1")
-        .bind(silent)
-        .execute(&env.pg)
-        .await
-        .unwrap();
+    env.silence(silent).await;
     let stopped = env.new_instance().await;
-    sqlx::query("UPDATE node_instances SET stopped_at = now() WHERE id = $1")
-        .bind(stopped)
-        .execute(&env.pg)
-        .await
-        .unwrap();
+    env.on_instance(
+        "UPDATE node_instances SET stopped_at = now() WHERE id = $1",
+        stopped,
+    )
+    .await;
     let managed = |instance: Uuid, sandbox: Uuid, scope: &str| {
         HashMap::from([
             (labels::MANAGED.to_owned(), "true".to_owned()),
@@ -600,29 +547,18 @@ async fn reaper_removes_orphans_whatever_their_status_and_nothing_else() {
         ])
     };
     let tag = Uuid::new_v4().simple().to_string();
+    let fake = |letter: &str, labels, cmd: &'static [&'static str]| {
+        fake_container(&env, format!("t-{letter}-{tag}"), labels, cmd)
+    };
 
     // (a) created but never started, row running under the silent instance.
     let a = Uuid::new_v4();
     insert_row(&env, a, silent, "running").await;
-    let a_name = fake_container(
-        &env,
-        &format!("t-a-{tag}"),
-        managed(silent, a, &scope),
-        &["sleep", "300"],
-    )
-    .await;
+    let a_name = fake("a", managed(silent, a, &scope), &["sleep", "300"]).await;
     // (b) exited, no row at all.
     let b = Uuid::new_v4();
-    let b_name = fake_container(
-        &env,
-        &format!("t-b-{tag}"),
-        managed(silent, b, &scope),
-        &["true"],
-    )
-    .await;
-    within(20, "start b", env.docker.start_container(&b_name, None))
-        .await
-        .unwrap();
+    let b_name = fake("b", managed(silent, b, &scope), &["true"]).await;
+    start_fake(&env, &b_name).await;
     eventually(20, "b exited", || async {
         env.docker
             .inspect_container(&b_name, None)
@@ -636,16 +572,8 @@ async fn reaper_removes_orphans_whatever_their_status_and_nothing_else() {
     // (c) running, row under the cleanly stopped instance.
     let c = Uuid::new_v4();
     insert_row(&env, c, stopped, "running").await;
-    let c_name = fake_container(
-        &env,
-        &format!("t-c-{tag}"),
-        managed(stopped, c, &scope),
-        &["sleep", "300"],
-    )
-    .await;
-    within(20, "start c", env.docker.start_container(&c_name, None))
-        .await
-        .unwrap();
+    let c_name = fake("c", managed(stopped, c, &scope), &["sleep", "300"]).await;
+    start_fake(&env, &c_name).await;
     // (d) a volume whose row is destroyed.
     let dvol = Uuid::new_v4();
     insert_row(&env, dvol, instance, "destroyed").await;
@@ -663,20 +591,11 @@ async fn reaper_removes_orphans_whatever_their_status_and_nothing_else() {
     .await
     .unwrap();
     // (e) unlabelled, running: never touched.
-    let e_name = fake_container(
-        &env,
-        &format!("t-e-{tag}"),
-        HashMap::new(),
-        &["sleep", "300"],
-    )
-    .await;
-    within(20, "start e", env.docker.start_container(&e_name, None))
-        .await
-        .unwrap();
+    let e_name = fake("e", HashMap::new(), &["sleep", "300"]).await;
+    start_fake(&env, &e_name).await;
     // (f) managed, dead instance, but another database's scope: never touched.
-    let f_name = fake_container(
-        &env,
-        &format!("t-f-{tag}"),
+    let f_name = fake(
+        "f",
         managed(silent, Uuid::new_v4(), "another-db/0000"),
         &["sleep", "300"],
     )
@@ -696,54 +615,30 @@ async fn reaper_removes_orphans_whatever_their_status_and_nothing_else() {
         l.insert(labels::DB_NAME.to_owned(), db.to_owned());
         l
     };
-    let h_name = fake_container(
-        &env,
-        &format!("t-h-{tag}"),
+    let h_name = fake(
+        "h",
         of_database(&format!("test_dropped_{tag}")),
         &["sleep", "300"],
     )
     .await;
-    let i_name = fake_container(
-        &env,
-        &format!("t-i-{tag}"),
-        of_database("postgres"),
-        &["sleep", "300"],
-    )
-    .await;
+    let i_name = fake("i", of_database("postgres"), &["sleep", "300"]).await;
 
     let report = within(60, "reap", d.reap()).await.expect("reap");
     eprintln!("{report:?}");
-    assert!(
-        !env.container_exists(&a_name).await,
-        "never-started orphan removed"
-    );
-    assert!(
-        !env.container_exists(&b_name).await,
-        "exited orphan removed"
-    );
-    assert!(
-        !env.container_exists(&c_name).await,
-        "running orphan removed"
-    );
+    for (name, kept, what) in [
+        (&a_name, false, "never-started orphan removed"),
+        (&b_name, false, "exited orphan removed"),
+        (&c_name, false, "running orphan removed"),
+        (&e_name, true, "unlabelled container left alone"),
+        (&f_name, true, "other scope left alone"),
+        (&h_name, false, "object of a dropped database removed"),
+        (&i_name, true, "object of an existing database left alone"),
+    ] {
+        assert_eq!(env.container_exists(name).await, kept, "{what}");
+    }
     assert!(
         !env.volume_exists(&d_volume).await,
         "volume of a destroyed sandbox removed"
-    );
-    assert!(
-        env.container_exists(&e_name).await,
-        "unlabelled container left alone"
-    );
-    assert!(
-        env.container_exists(&f_name).await,
-        "other scope left alone"
-    );
-    assert!(
-        !env.container_exists(&h_name).await,
-        "object of a dropped database removed"
-    );
-    assert!(
-        env.container_exists(&i_name).await,
-        "object of an existing database left alone"
     );
     // (h) may have been collected by a parallel test's reaper: same cluster, same rule.
     assert!(
@@ -760,42 +655,20 @@ async fn reaper_removes_orphans_whatever_their_status_and_nothing_else() {
         .await
         .expect("live sandbox answers");
     assert!(pong.into_result().is_ok());
-    common::destroyed(&d, live).await;
-    d.shutdown().await;
+    finish(&d, &[live]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restart_after_a_crash_leaves_no_container_or_volume() {
-    let env = TestEnv::new().await;
-    let crashed = env.new_instance().await;
-    let first = env.start(crashed, env.config()).await;
-    let id = within(60, "create", first.create(spec("exec-crash")))
-        .await
-        .expect("create");
-    let in_flight = {
-        let first = first.clone();
-        tokio::spawn(async move { first.call(id, run_for(&["sleep", "60"], 120_000)).await })
-    };
-    wait_for_process(&first, id, "sleep").await;
+    let (env, crashed, first) = TestEnv::with_dispatcher().await;
+    let (id, in_flight) = sleeping_in_a_new_sandbox(&first, "exec-crash").await;
     // The crash: the instance vanishes without destroying anything, and its heartbeat stops.
     drop(first);
-    sqlx::query("UPDATE node_instances SET heartbeat_at = now() - interval '1 hour' WHERE id = $1")
-        .bind(crashed)
-        .execute(&env.pg)
-        .await
-        .expect("age the heartbeat");
+    env.silence(crashed).await;
 
-    let restarted = env.new_instance().await;
-    let second = env.start(restarted, env.config()).await;
+    let (_, second) = env.started().await;
     let of_crashed = label(labels::INSTANCE, crashed);
-    assert!(
-        env.containers_with(&[&of_crashed]).await.is_empty(),
-        "container left behind"
-    );
-    assert!(
-        env.volumes_with(&[&of_crashed]).await.is_empty(),
-        "volume left behind"
-    );
+    env.assert_nothing_with(&of_crashed).await;
     let (state, reason) = env.row_state(id).await;
     assert_eq!(state, "destroyed");
     assert!(reason.unwrap_or_default().contains("dead"));
@@ -810,19 +683,9 @@ async fn restart_after_a_crash_leaves_no_container_or_volume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn adopt_reattaches_to_a_running_sandbox_of_a_previous_instance() {
     let env = TestEnv::new().await;
-    let previous = env.new_instance().await;
-    let mut config = env.config();
-    // The previous instance counts as alive long enough to be adopted.
-    config.dead_after = Duration::from_secs(120);
-    let first = env.start(previous, config.clone()).await;
-    let id = within(60, "create", first.create(spec("exec-adopt")))
-        .await
-        .expect("create");
-    let _: WriteResult = ok(
-        within(10, "write", first.call(id, write("kept.txt", "still here")))
-            .await
-            .expect("write"),
-    );
+    let (previous, first, config) = env.started_with(adoptable).await;
+    let id = created(&first, spec("exec-adopt")).await;
+    let _: WriteResult = called(&first, id, 10, "write", write("kept.txt", "still here")).await;
     drop(first);
 
     let next = env.new_instance().await;
@@ -835,20 +698,12 @@ async fn adopt_reattaches_to_a_running_sandbox_of_a_previous_instance() {
         }) => {}
         other => panic!("expected SandboxNotFound(attached elsewhere), got {other:?}"),
     }
-    let report = within(30, "adopt", second.adopt(previous))
-        .await
-        .expect("adopt");
+    let report = common::adopted(&second, previous).await;
     assert_eq!(report.adopted, vec![id]);
     assert!(report.destroyed.is_empty());
-    let back: ReadResult = ok(within(10, "read", second.call(id, read("kept.txt")))
-        .await
-        .expect("read after adopt"));
+    let back: ReadResult = called(&second, id, 10, "read", read("kept.txt")).await;
     assert_eq!(back.content, "still here");
-    let ran: RunResult = ok(
-        within(20, "run", second.call(id, run(&["echo", "adopted"])))
-            .await
-            .expect("run after adopt"),
-    );
+    let ran: RunResult = called(&second, id, 20, "run", run(&["echo", "adopted"])).await;
     assert_eq!(ran.stdout.trim(), "adopted");
     assert_eq!(
         within(10, "get", second.get(id)).await.unwrap().instance_id,
@@ -873,10 +728,7 @@ async fn adopt_reattaches_to_a_running_sandbox_of_a_previous_instance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn warm_pool_hands_out_distinct_sandboxes_refills_and_misses_still_work() {
     let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let mut config = env.config();
-    config.pool = BTreeMap::from([(IMAGE.to_owned(), 2)]);
-    let d = env.start(instance, config).await;
+    let (instance, d) = with_pool(&env, 2).await;
     let full =
         |d: dispatcher::Dispatcher| async move { d.pool_sizes().get(IMAGE).copied() == Some(2) };
     eventually(90, "pool warmed to 2", || full(d.clone())).await;
@@ -979,12 +831,7 @@ async fn a_pools_warm_up_runs_before_its_sandbox_is_handed_out() {
             .await
             .expect("acquire");
         assert_eq!(d.pool_stats().misses, 0, "served from the pool");
-        let found: RunResult =
-            ok(
-                within(10, "test -f", d.call(id, run(&["test", "-f", "warmed"])))
-                    .await
-                    .expect("call"),
-            );
+        let found: RunResult = called(&d, id, 10, "test -f", run(&["test", "-f", "warmed"])).await;
         assert_eq!(
             found.exit_code,
             Some(0),
@@ -1002,29 +849,21 @@ async fn a_pools_warm_up_runs_before_its_sandbox_is_handed_out() {
     let id = within(30, "acquire", d.acquire(spec("exec-w3")))
         .await
         .expect("acquire");
-    let found: RunResult = ok(
-        within(10, "test -f", d.call(id, run(&["test", "-f", "warmed"])))
-            .await
-            .expect("call"),
-    );
+    let found: RunResult = called(&d, id, 10, "test -f", run(&["test", "-f", "warmed"])).await;
     assert_eq!(found.exit_code, Some(1), "no warm-up configured, none ran");
     within(60, "shutdown", d.shutdown()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn destroy_owned_by_removes_only_that_owners_sandboxes() {
-    let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let d = env.start(instance, env.config()).await;
+    let (env, _, d) = TestEnv::with_dispatcher().await;
     let owner = Owner::new(OwnerKind::Session, "session-7");
     let mut mine = Vec::new();
     for _ in 0..2 {
         let s = SandboxSpec::new(IMAGE, owner.clone());
-        mine.push(within(60, "create", d.create(s)).await.expect("create"));
+        mine.push(created(&d, s).await);
     }
-    let other = within(60, "create", d.create(spec("exec-other")))
-        .await
-        .expect("create");
+    let other = created(&d, spec("exec-other")).await;
     let n = within(60, "destroy_owned_by", d.destroy_owned_by(&owner))
         .await
         .expect("destroy_owned_by");
@@ -1035,8 +874,7 @@ async fn destroy_owned_by_removes_only_that_owners_sandboxes() {
     assert!(within(10, "ping other", d.call(other, Op::Ping))
         .await
         .is_ok());
-    common::destroyed(&d, other).await;
-    d.shutdown().await;
+    finish(&d, &[other]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1044,12 +882,17 @@ async fn failures_are_typed_and_leave_nothing() {
     let env = TestEnv::new().await;
     let instance = env.new_instance().await;
 
-    let mut bad = env.config();
-    bad.executor_path = "/nonexistent/sandbox-executor".into();
-    match within(
-        30,
+    // A dispatcher with `executor` as its executor: it must not start.
+    let start_with = |executor: &str, what: &'static str| {
+        let mut config = env.config();
+        config.executor_path = executor.into();
+        let starting =
+            dispatcher::Dispatcher::start(env.engine.clone(), env.pg.clone(), instance, config);
+        within(30, what, starting)
+    };
+    match start_with(
+        "/nonexistent/sandbox-executor",
         "start with missing executor",
-        dispatcher::Dispatcher::start(env.engine.clone(), env.pg.clone(), instance, bad),
     )
     .await
     {
@@ -1058,15 +901,7 @@ async fn failures_are_typed_and_leave_nothing() {
         }
         other => panic!("expected ExecutorMissing, got {other:?}"),
     }
-    let mut not_static = env.config();
-    not_static.executor_path = "/bin/sh".into();
-    match within(
-        30,
-        "start with a dynamic binary",
-        dispatcher::Dispatcher::start(env.engine.clone(), env.pg.clone(), instance, not_static),
-    )
-    .await
-    {
+    match start_with("/bin/sh", "start with a dynamic binary").await {
         Err(DispatchError::ExecutorInvalid { reason, .. }) => {
             assert!(reason.contains("dynamically linked"), "{reason}")
         }
@@ -1107,14 +942,7 @@ async fn failures_are_typed_and_leave_nothing() {
             let (state, reason) = env.row_state(id).await;
             assert_eq!(state, "failed");
             assert!(reason.is_some());
-            assert!(env
-                .containers_with(&[&label(labels::SANDBOX, id)])
-                .await
-                .is_empty());
-            assert!(env
-                .volumes_with(&[&label(labels::SANDBOX, id)])
-                .await
-                .is_empty());
+            env.assert_nothing_with(&label(labels::SANDBOX, id)).await;
         }
         other => panic!("expected ExecutorNotReady, got {other:?}"),
     }
@@ -1124,10 +952,7 @@ async fn failures_are_typed_and_leave_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn measurements() {
     let env = TestEnv::new().await;
-    let instance = env.new_instance().await;
-    let mut config = env.config();
-    config.pool = BTreeMap::from([(IMAGE.to_owned(), 3)]);
-    let d = Arc::new(env.start(instance, config).await);
+    let d = Arc::new(with_pool(&env, 3).await.1);
 
     let mut creates = Vec::new();
     let mut ids = Vec::new();
@@ -1135,7 +960,7 @@ async fn measurements() {
         let started = Instant::now();
         let mut s = spec(&format!("exec-m{i}"));
         s.limits.pids = 200; // not a pool match
-        ids.push(within(60, "create", d.create(s)).await.expect("create"));
+        ids.push(created(&d, s).await);
         creates.push(started.elapsed());
     }
     let mut pings = Vec::new();
@@ -1209,18 +1034,10 @@ async fn anonymous_volumes_of_the_image_go_with_the_sandbox() {
     }
     assert!(build.wait().expect("docker build").success(), "image built");
 
-    let instance = env.new_instance().await;
-    let d = env.start(instance, env.config()).await;
+    let (_, d) = env.started().await;
     let s = SandboxSpec::new(image, Owner::new(OwnerKind::Execution, "exec-volume"));
-    let id = within(60, "create", d.create(s)).await.expect("create");
-    let inspect = within(
-        10,
-        "inspect",
-        env.docker
-            .inspect_container(&format!("aegis-sbx-{id}"), None),
-    )
-    .await
-    .expect("inspect");
+    let id = created(&d, s).await;
+    let inspect = env.inspect(id).await;
     let anonymous = inspect
         .mounts
         .unwrap_or_default()

@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{eventually, label, ok, within, TestEnv, IMAGE};
+use common::{called, eventually, label, within, TestEnv, IMAGE};
 use dispatcher::protocol::{
     ErrorKind, ExecGrant, FsOp, Op, ProcessEnd, ProcessSignal, PtySize, RunResult, StartParams,
     WriteParams,
@@ -68,6 +68,30 @@ async fn collect(handle: &mut ProcessHandle) -> Collected {
         }
     }
     panic!("the events ended without an end event: {got:?}");
+}
+
+/// Reads a watch's events until its end (each within `secs`); the end's reason.
+async fn watch_end(watch: &mut dispatcher::WatchHandle, secs: u64) -> String {
+    loop {
+        match within(secs, "watch end", watch.next()).await {
+            Some(WatchEvent::End { reason }) => return reason,
+            Some(_) => {}
+            None => panic!("no end event"),
+        }
+    }
+}
+
+/// Sends `signal` to the process of `handle` (within 10 s) and collects it to its end.
+async fn signalled(
+    d: &Dispatcher,
+    id: SandboxId,
+    handle: &mut ProcessHandle,
+    signal: ProcessSignal,
+) -> Collected {
+    within(10, "signal", d.signal_process(id, handle.pid(), signal))
+        .await
+        .unwrap_or_else(|e| panic!("{signal:?}: {e:?}"));
+    collect(handle).await
 }
 
 /// Reads terminal or stdout output until it contains `needle`; what was read.
@@ -145,9 +169,7 @@ fn echo(tag: &str) -> StartParams {
 
 async fn run(d: &Dispatcher, id: SandboxId, argv: &[&str]) -> RunResult {
     let op = common::run_for(argv, 10_000);
-    ok(within(20, "cmd.run", d.call(id, op))
-        .await
-        .expect("cmd.run"))
+    called(&d, id, 20, "cmd.run", op).await
 }
 
 async fn sandbox(
@@ -158,7 +180,7 @@ async fn sandbox(
     let instance = env.new_instance().await;
     let d = env.start(instance, config).await;
     let spec = SandboxSpec::new(image, Owner::new(OwnerKind::Execution, "live"));
-    let id = within(60, "create", d.create(spec)).await.expect("create");
+    let id = common::created(&d, spec).await;
     (d, id)
 }
 
@@ -230,8 +252,7 @@ async fn a_background_process_outlives_its_call_and_is_reattached_by_pid_and_by_
         Some(0)
     );
 
-    within(60, "destroy", d.destroy(id)).await.expect("destroy");
-    d.shutdown().await;
+    common::finish(&d, &[id]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -320,8 +341,7 @@ async fn output_streams_in_order_before_the_end_and_caps_are_flagged() {
         total
     );
 
-    within(60, "destroy", d.destroy(id)).await.expect("destroy");
-    d.shutdown().await;
+    common::finish(&d, &[id]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -330,14 +350,10 @@ async fn sigterm_and_sigkill_end_the_process_and_its_whole_tree() {
     let (d, id) = sandbox(&env, env.config(), IMAGE).await;
 
     let mut handle = started(&d, id, start(&["sleep", "1000"])).await;
-    within(
-        10,
-        "term",
-        d.signal_process(id, handle.pid(), ProcessSignal::Term),
-    )
-    .await
-    .expect("term");
-    let end = collect(&mut handle).await.end.expect("end");
+    let end = signalled(&d, id, &mut handle, ProcessSignal::Term)
+        .await
+        .end
+        .expect("end");
     assert_eq!((end.exit_code, end.signal), (None, Some(15)));
 
     // A tree: a background child, a setsid'd grandchild and the leader; SIGKILL takes all.
@@ -352,14 +368,10 @@ async fn sigterm_and_sigkill_end_the_process_and_its_whole_tree() {
             == 3
     })
     .await;
-    within(
-        10,
-        "kill",
-        d.signal_process(id, handle.pid(), ProcessSignal::Kill),
-    )
-    .await
-    .expect("kill");
-    let end = collect(&mut handle).await.end.expect("end");
+    let end = signalled(&d, id, &mut handle, ProcessSignal::Kill)
+        .await
+        .end
+        .expect("end");
     assert_eq!(end.signal, Some(9));
     let left = run(&d, id, &["pidof", "sleep"]).await;
     assert_ne!(
@@ -405,14 +417,7 @@ async fn sigterm_and_sigkill_end_the_process_and_its_whole_tree() {
         listed.iter().any(|p| p.pid == victim.pid()),
         "the victim runs"
     );
-    within(
-        10,
-        "kill",
-        d.signal_process(id, victim.pid(), ProcessSignal::Kill),
-    )
-    .await
-    .expect("kill");
-    collect(&mut victim).await;
+    signalled(&d, id, &mut victim, ProcessSignal::Kill).await;
 
     // A timeout ends a process like cmd.run's: SIGTERM, flagged.
     let mut timed = start(&["sleep", "1009"]);
@@ -428,8 +433,7 @@ async fn sigterm_and_sigkill_end_the_process_and_its_whole_tree() {
     let (kind, message) = refused(d.signal_process(id, 1, ProcessSignal::Kill).await);
     assert_eq!(kind, ErrorKind::NotFound, "signalling pid 1: {message}");
 
-    within(60, "destroy", d.destroy(id)).await.expect("destroy");
-    d.shutdown().await;
+    common::finish(&d, &[id]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -502,13 +506,9 @@ async fn a_pty_has_the_size_asked_for_and_can_be_resized() {
     let size = PtySize { cols: 80, rows: 24 };
     let (kind, message) = refused(d.resize_pty(id, plain.pid(), size).await);
     assert_eq!(kind, ErrorKind::InvalidRequest, "{message}");
-    d.signal_process(id, plain.pid(), ProcessSignal::Kill)
-        .await
-        .expect("kill");
-    collect(&mut plain).await;
+    signalled(&d, id, &mut plain, ProcessSignal::Kill).await;
 
-    within(60, "destroy", d.destroy(id)).await.expect("destroy");
-    d.shutdown().await;
+    common::finish(&d, &[id]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -529,10 +529,7 @@ async fn the_bounds_and_the_policy_refuse_with_clear_errors() {
     assert!(message.contains("3 live processes"), "{message}");
 
     // Once one ends, there is room again; a tag in use is refused.
-    d.signal_process(id, running[0].pid(), ProcessSignal::Kill)
-        .await
-        .expect("kill");
-    collect(&mut running[0]).await;
+    signalled(&d, id, &mut running[0], ProcessSignal::Kill).await;
     let mut dup = start(&["sleep", "1000"]);
     dup.tag = Some("s1".to_owned());
     let (kind, message) = refused(d.start_process(id, dup).await);
@@ -566,8 +563,7 @@ async fn the_bounds_and_the_policy_refuse_with_clear_errors() {
     let mut handle = started(&d, id, start(&["id", "-u"])).await;
     assert_eq!(collect(&mut handle).await.stdout, b"65534\n");
 
-    within(60, "destroy", d.destroy(id)).await.expect("destroy");
-    d.shutdown().await;
+    common::finish(&d, &[id]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -700,16 +696,8 @@ async fn a_watch_sees_changes_beneath_its_root_and_nothing_outside_the_roots_is_
             Ok(mut third) => {
                 // Removing its directory ends it.
                 run(&d, id, &["rm", "-r", "sub"]).await;
-                loop {
-                    match within(20, "watch end", third.next()).await {
-                        Some(WatchEvent::End { reason }) => {
-                            assert!(reason.contains("removed"), "{reason}");
-                            break;
-                        }
-                        Some(_) => {}
-                        None => panic!("no end event"),
-                    }
-                }
+                let reason = watch_end(&mut third, 20).await;
+                assert!(reason.contains("removed"), "{reason}");
                 true
             }
             Err(_) => false,
@@ -719,16 +707,8 @@ async fn a_watch_sees_changes_beneath_its_root_and_nothing_outside_the_roots_is_
 
     // The sandbox going ends the watch.
     within(60, "destroy", d.destroy(id)).await.expect("destroy");
-    loop {
-        match within(10, "watch end", watch.next()).await {
-            Some(WatchEvent::End { reason }) => {
-                assert!(reason.contains("sandbox is gone"), "{reason}");
-                break;
-            }
-            Some(_) => {}
-            None => panic!("no end event"),
-        }
-    }
+    let reason = watch_end(&mut watch, 10).await;
+    assert!(reason.contains("sandbox is gone"), "{reason}");
     d.shutdown().await;
 }
 
@@ -814,11 +794,7 @@ async fn a_frozen_export_reads_the_files_and_thaws_the_sandbox() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_adopting_instance_follows_the_live_processes_of_the_previous_one() {
     let env = TestEnv::new().await;
-    let previous = env.new_instance().await;
-    let mut config = env.config();
-    // The previous instance counts as alive long enough to be adopted.
-    config.dead_after = std::time::Duration::from_secs(120);
-    let first = env.start(previous, config.clone()).await;
+    let (previous, first, config) = env.started_with(common::adoptable).await;
     let spec = SandboxSpec::new(IMAGE, Owner::new(OwnerKind::Execution, "live-adopt"));
     let id = within(60, "create", first.create(spec))
         .await
@@ -829,9 +805,7 @@ async fn an_adopting_instance_follows_the_live_processes_of_the_previous_one() {
     drop(first);
 
     let second = env.start(env.new_instance().await, config).await;
-    let report = within(30, "adopt", second.adopt(previous))
-        .await
-        .expect("adopt");
+    let report = common::adopted(&second, previous).await;
     assert_eq!(report.adopted, vec![id]);
     let mut kept = attach(&second, id, ProcessSelector::Tag("kept".to_owned())).await;
     assert_eq!(kept.pid(), pid);

@@ -165,14 +165,21 @@ impl TestEnv {
     /// Registers an orchestrator instance with a fresh heartbeat.
     pub async fn new_instance(&self) -> Uuid {
         let id = Uuid::new_v4();
-        sqlx::query(
+        self.on_instance(
             "INSERT INTO node_instances (id, hostname, version) VALUES ($1, 'test', 'test')",
+            id,
         )
-        .bind(id)
-        .execute(&self.pg)
-        .await
-        .expect("inserting a node_instances row failed");
+        .await;
         id
+    }
+
+    /// Runs `sql` with `$1` bound to `instance` (an instance's row, made or changed).
+    pub async fn on_instance(&self, sql: &str, instance: Uuid) {
+        sqlx::query(sql)
+            .bind(instance)
+            .execute(&self.pg)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
     /// Defaults for tests: short dead_after, no pool, long periodic reaper (tests call reap()).
@@ -199,6 +206,69 @@ impl TestEnv {
         .expect("Dispatcher::start failed");
         *self.scope.lock().unwrap() = Some(dispatcher.scope().to_owned());
         dispatcher
+    }
+
+    /// A new environment with one instance and its dispatcher running on the test defaults;
+    /// (the environment, the instance, its dispatcher).
+    pub async fn with_dispatcher() -> (TestEnv, Uuid, Dispatcher) {
+        let env = TestEnv::new().await;
+        let (instance, dispatcher) = env.started().await;
+        (env, instance, dispatcher)
+    }
+
+    /// A new instance and its dispatcher with the test defaults ([`TestEnv::config`]);
+    /// (the instance, its dispatcher).
+    pub async fn started(&self) -> (Uuid, Dispatcher) {
+        let (instance, dispatcher, _) = self.started_with(|_| {}).await;
+        (instance, dispatcher)
+    }
+
+    /// [`TestEnv::started`] with the defaults changed by `tune`; (the instance, its
+    /// dispatcher, the configuration it runs with, for the next instance).
+    pub async fn started_with(
+        &self,
+        tune: impl FnOnce(&mut DispatcherConfig),
+    ) -> (Uuid, Dispatcher, DispatcherConfig) {
+        let instance = self.new_instance().await;
+        let mut config = self.config();
+        tune(&mut config);
+        let dispatcher = self.start(instance, config.clone()).await;
+        (instance, dispatcher, config)
+    }
+
+    /// Makes `instance` look dead: its heartbeat an hour old (what a `kill -9` leaves).
+    pub async fn silence(&self, instance: Uuid) {
+        self.on_instance(
+            "UPDATE node_instances SET heartbeat_at = now() - interval '1 hour' WHERE id = $1",
+            instance,
+        )
+        .await;
+    }
+
+    /// Asserts that no container and no volume carries `label` (`key=value`).
+    pub async fn assert_nothing_with(&self, label: &str) {
+        let containers = self.containers_with(&[label]).await;
+        assert!(
+            containers.is_empty(),
+            "container left behind: {containers:?}"
+        );
+        let volumes = self.volumes_with(&[label]).await;
+        assert!(volumes.is_empty(), "volume left behind: {volumes:?}");
+    }
+
+    /// What Docker says of the container of sandbox `id`.
+    pub async fn inspect(
+        &self,
+        id: dispatcher::SandboxId,
+    ) -> bollard::models::ContainerInspectResponse {
+        within(
+            10,
+            "inspect",
+            self.docker
+                .inspect_container(&format!("aegis-sbx-{id}"), None),
+        )
+        .await
+        .expect("inspect")
     }
 
     /// Names of containers (any status) carrying all the given labels (`key=value`).
@@ -379,6 +449,53 @@ pub fn ok<T: serde::de::DeserializeOwned>(response: dispatcher::protocol::Respon
         Ok(value) => serde_json::from_value(value).expect("result has the documented shape"),
         Err(body) => panic!("request {id} failed: {}: {}", body.kind, body.message),
     }
+}
+
+/// Creates the sandbox of `spec` through `d` (within 60 s), which must succeed; its id.
+pub async fn created(d: &Dispatcher, spec: dispatcher::SandboxSpec) -> dispatcher::SandboxId {
+    within(60, "create", d.create(spec)).await.expect("create")
+}
+
+/// The `ok` result of `op` in sandbox `id` through `d` (called within `secs`, named `what` in
+/// a failure), as `T`.
+pub async fn called<T: serde::de::DeserializeOwned>(
+    d: &Dispatcher,
+    id: dispatcher::SandboxId,
+    secs: u64,
+    what: &str,
+    op: dispatcher::protocol::Op,
+) -> T {
+    let response = within(secs, what, d.call(id, op))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    ok(response)
+}
+
+/// An instance counts as alive for two minutes without a heartbeat: long enough for the next
+/// instance to adopt its sandboxes rather than reap them.
+pub fn adoptable(config: &mut DispatcherConfig) {
+    config.dead_after = Duration::from_secs(120);
+}
+
+/// The spec of a sandbox on the test image for an execution `owner`.
+pub fn spec(owner: &str) -> dispatcher::SandboxSpec {
+    dispatcher::SandboxSpec::new(
+        IMAGE,
+        dispatcher::Owner::new(dispatcher::OwnerKind::Execution, owner),
+    )
+}
+
+/// What `d` adopted of the sandboxes of the instance `previous` (within 30 s).
+pub async fn adopted(d: &Dispatcher, previous: Uuid) -> dispatcher::AdoptReport {
+    within(30, "adopt", d.adopt(previous)).await.expect("adopt")
+}
+
+/// Destroys each of `ids` through `d`, then shuts `d` down: the end of a test.
+pub async fn finish(d: &Dispatcher, ids: &[dispatcher::SandboxId]) {
+    for id in ids {
+        destroyed(d, *id).await;
+    }
+    d.shutdown().await;
 }
 
 /// Destroys sandbox `id` through `d` (within 30 s), which must succeed.

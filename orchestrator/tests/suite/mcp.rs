@@ -180,27 +180,14 @@ async fn post(
     common::mcp::request(app, reqwest::Method::POST, key, session, Some(body)).await
 }
 
-/// A node with a context of its own, a key bound to it and an MCP session of that key.
-struct Opened {
-    context: String,
-    app: TestApp,
-    _db: TestDb,
-    key: String,
-    session: String,
-}
-
-async fn opened() -> Opened {
+/// A node with a context of its own, a key bound to it and an MCP session of that key;
+/// (the context, the node, its database, the key, the session).
+async fn opened() -> (String, TestApp, TestDb, String, String) {
     let context = unique_context();
-    let (app, _db) = app_with_context(&context).await;
+    let (app, db) = app_with_context(&context).await;
     let (key, _) = bound_key(&app, &context).await;
     let session = common::mcp::open_session(&app, &key).await;
-    Opened {
-        context,
-        app,
-        _db,
-        key,
-        session,
-    }
+    (context, app, db, key, session)
 }
 
 /// Writes a file through `session` (`fs.write` in the session's sandbox), which must succeed.
@@ -240,13 +227,7 @@ async fn runtime_list_is_error(app: &TestApp, key: &str, session: &str, id: u64)
 #[tokio::test]
 async fn an_edited_context_applies_to_the_next_request() {
     // The gate keeps parsed contexts; an edit must still reach the very next request.
-    let Opened {
-        context,
-        app,
-        _db,
-        key,
-        session,
-    } = opened().await;
+    let (context, app, _db, key, session) = opened().await;
     assert_eq!(runtime_list_is_error(&app, &key, &session, 2).await, false);
     let edit = |tools: &str| {
         json!({"name": context, "description": "edited",
@@ -297,13 +278,7 @@ async fn an_edited_context_applies_to_the_next_request() {
 
 #[tokio::test]
 async fn ending_the_session_destroys_its_sandbox() {
-    let Opened {
-        context,
-        app,
-        _db,
-        key,
-        session,
-    } = opened().await;
+    let (context, app, _db, key, session) = opened().await;
     write_a_file(&app, &key, &session).await;
     assert_eq!(
         sandboxes_of(&context).len(),

@@ -32,8 +32,9 @@ use std::time::{Duration, Instant};
 use common::binary::Node;
 use common::docker_lines;
 use common::replicas::{
-    audit_valid, call, call_ok, client, deploy, destroy_leaving_nothing, holder, make_sandbox,
-    ok_result, replica, sandbox_on, seal_round, signal, SecondEngine, KEEP,
+    audit_valid, call, call_ok, client, deploy, destroy_leaving_nothing, destroyed, holder,
+    make_sandbox, ok_result, read_file, replica, sandbox_on, seal_round, signal, write_file,
+    SecondEngine, KEEP,
 };
 use common::{TestDb, TEST_ADMIN_KEY};
 use serde_json::json;
@@ -57,11 +58,11 @@ async fn kill_9_of_the_holder_mid_calls_the_survivor_adopts_and_the_session_goes
     let label = format!("label=org.aegis.sandbox={id}");
 
     // Written through B (forwarded to A, which holds the stream).
-    call_ok(
+    write_file(
         &b.base,
         &id,
-        "fs.write",
-        json!({"path": "/workspace/before.txt", "content": "written before the crash"}),
+        "/workspace/before.txt",
+        "written before the crash",
     )
     .await;
 
@@ -152,28 +153,14 @@ async fn kill_9_of_the_holder_mid_calls_the_survivor_adopts_and_the_session_goes
         .await["stdout"],
         json!("written before the crash")
     );
-    call_ok(
-        &b.base,
-        &id,
-        "fs.write",
-        json!({"path": "/workspace/after.txt", "content": "after"}),
-    )
-    .await;
+    write_file(&b.base, &id, "/workspace/after.txt", "after").await;
     assert_eq!(docker_lines(&["ps", "-q", "--filter", &label]).len(), 1);
 
     // The audit chain both replicas wrote (A's last intent rows included) is valid.
     audit_valid(&b.base).await;
 
     // Destroyed through B: nothing of it is left.
-    let r = client()
-        .delete(format!("{}/v1/sandboxes/{id}", b.base))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
-    assert!(docker_lines(&["ps", "-aq", "--filter", &label]).is_empty());
-    assert!(docker_lines(&["volume", "ls", "-q", "--filter", &label]).is_empty());
+    destroy_leaving_nothing(&b.base, &id, &[]).await;
     b.terminate().await;
 }
 
@@ -195,13 +182,7 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
     let b = replica(&db, &env).await;
     let id = sandbox_on(&a).await;
     let (a_id, epoch, _) = holder(&pool, &id).await;
-    call_ok(
-        &a.base,
-        &id,
-        "fs.write",
-        json!({"path": "/workspace/kept.txt", "content": "kept"}),
-    )
-    .await;
+    write_file(&a.base, &id, "/workspace/kept.txt", "kept").await;
 
     signal(&a, "-STOP");
     let stopped_at = Instant::now();
@@ -235,13 +216,7 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
         "not before dead_after of silence: {silent:?}"
     );
     assert_eq!(
-        call_ok(
-            &b.base,
-            &id,
-            "fs.read",
-            json!({"path": "/workspace/kept.txt"}),
-        )
-        .await["content"],
+        read_file(&b.base, &id, "/workspace/kept.txt").await,
         json!("kept")
     );
 
@@ -292,13 +267,7 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
     assert!(sent >= 1.0, "A forwarded the call: {metrics}");
     // B wrote the file: the executor B holds serves it.
     assert_eq!(
-        call_ok(
-            &b.base,
-            &id,
-            "fs.read",
-            json!({"path": "/workspace/woken.txt"}),
-        )
-        .await["content"],
+        read_file(&b.base, &id, "/workspace/woken.txt").await,
         json!("through the woken replica")
     );
     // A rejoined: not fenced any more, alive again, holding nothing.
@@ -325,13 +294,7 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
     // A's stop destroyed nothing of B's.
     assert_eq!(holder(&pool, &id).await.2, "running");
     audit_valid(&b.base).await;
-    let r = client()
-        .delete(format!("{}/v1/sandboxes/{id}", b.base))
-        .bearer_auth(TEST_ADMIN_KEY)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success());
+    destroyed(&b.base, &id).await;
     b.terminate().await;
     let _ = std::fs::remove_dir_all(&channels);
 }
@@ -409,49 +372,19 @@ async fn a_rolling_restart_fails_no_call() {
         first.push(holder(&pool, id).await);
     }
 
-    let rotation = Arc::new(tokio::sync::RwLock::new(
-        nodes.iter().map(|n| n.base.clone()).collect::<Vec<_>>(),
-    ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..2)
-        .map(|which| {
-            tokio::spawn(keep_calling(
-                which,
-                ids.clone(),
-                rotation.clone(),
-                stop.clone(),
-            ))
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
     // Each replica in turn: out of the rotation, SIGTERM (a clean exit, its sandboxes kept),
     // a new one started and put in the rotation.
-    for _ in 0..3 {
-        let old = nodes.remove(0);
-        rotation.write().await.retain(|base| base != &old.base);
-        old.terminate().await;
-        let new = replica(&db, &env).await;
-        rotation.write().await.push(new.base.clone());
-        nodes.push(new);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::SeqCst);
-    let mut made = 0;
-    let mut failed = Vec::new();
-    for client in clients {
-        let (n, f) = client.await.expect("client task");
-        made += n;
-        failed.extend(f);
-    }
-    eprintln!("{made} calls through a rolling restart of three replicas");
-    assert!(made >= 30, "the clients kept calling: {made}");
+    let mut nodes: Vec<_> = nodes
+        .into_iter()
+        .map(|node| (node, vec![(KEEP.0, KEEP.1.to_owned())]))
+        .collect();
+    let failed = roll(&db, &mut nodes, &ids).await;
     assert!(
         failed.is_empty(),
         "{} failed calls: {failed:#?}",
         failed.len()
     );
+    let nodes: Vec<Node> = nodes.into_iter().map(|(node, _)| node).collect();
 
     // Every sandbox is held by a replica that runs, one epoch or more later, and what was
     // written before the restart is still there, through every replica.
@@ -470,19 +403,8 @@ async fn a_rolling_restart_fails_no_call() {
         )
         .await;
         assert!(stopped.is_none(), "held by a running replica");
-        for node in &nodes {
-            assert_eq!(
-                call_ok(
-                    &node.base,
-                    id,
-                    "fs.read",
-                    json!({"path": "/workspace/before.txt"}),
-                )
-                .await["content"],
-                json!(format!("before {i}"))
-            );
-        }
     }
+    read_everywhere(&nodes.iter().collect::<Vec<_>>(), &ids).await;
     audit_valid(&nodes[0].base).await;
     for id in &ids {
         destroy_leaving_nothing(&nodes[0].base, id, &[]).await;
@@ -545,13 +467,7 @@ async fn read_everywhere(nodes: &[&Node], ids: &[String]) {
     for (i, id) in ids.iter().enumerate() {
         for node in nodes {
             assert_eq!(
-                call_ok(
-                    &node.base,
-                    id,
-                    "fs.read",
-                    json!({"path": "/workspace/before.txt"}),
-                )
-                .await["content"],
+                read_file(&node.base, id, "/workspace/before.txt").await,
                 json!(format!("before {i}")),
                 "{id} through {}",
                 node.base

@@ -22,10 +22,7 @@ pub async fn counted_web_host(
     bind: SocketAddr,
     text: &'static str,
 ) -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind(bind)
-        .await
-        .unwrap_or_else(|e| panic!("bind {bind}: {e}"));
-    let addr = listener.local_addr().expect("addr");
+    let (listener, addr) = listen(bind).await;
     let hits = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
     let app = Router::new().route("/", get(move || async move { text }));
@@ -38,6 +35,18 @@ pub async fn counted_web_host(
     (addr, hits)
 }
 
+/// A listener on `bind`, and the address it got.
+async fn listen<A>(bind: A) -> (TcpListener, SocketAddr)
+where
+    A: tokio::net::ToSocketAddrs + std::fmt::Display + Copy,
+{
+    let listener = TcpListener::bind(bind)
+        .await
+        .unwrap_or_else(|e| panic!("bind {bind}: {e}"));
+    let addr = listener.local_addr().expect("addr");
+    (listener, addr)
+}
+
 /// A listener on 127.0.0.1 that answers nothing and counts the connections it accepted.
 pub async fn trap() -> (SocketAddr, Arc<AtomicUsize>) {
     counting_listener("127.0.0.1:0").await
@@ -46,10 +55,7 @@ pub async fn trap() -> (SocketAddr, Arc<AtomicUsize>) {
 /// A listener on `bind` (`0.0.0.0:0`: a service of the Docker host on every interface) that
 /// answers nothing and counts the connections it accepted.
 pub async fn counting_listener(bind: &str) -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind(bind)
-        .await
-        .unwrap_or_else(|e| panic!("bind {bind}: {e}"));
-    let addr = listener.local_addr().expect("addr");
+    let (listener, addr) = listen(bind).await;
     let accepted = Arc::new(AtomicUsize::new(0));
     let count = accepted.clone();
     tokio::spawn(async move {

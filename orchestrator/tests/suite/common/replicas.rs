@@ -131,6 +131,33 @@ pub async fn call_ok(base: &str, sandbox: &str, name: &str, arguments: Value) ->
     }
 }
 
+/// What `fs.read` of `path` in `sandbox` through `base` gives as its content; the call must
+/// succeed.
+pub async fn read_file(base: &str, sandbox: &str, path: &str) -> Value {
+    let read = call_ok(
+        base,
+        sandbox,
+        "fs.read",
+        serde_json::json!({ "path": path }),
+    )
+    .await;
+    read["content"].clone()
+}
+
+/// `fs.write` of `content` to `path` in `sandbox` through `base`, which must succeed.
+pub async fn write_file(base: &str, sandbox: &str, path: &str, content: &str) {
+    let arguments = serde_json::json!({ "path": path, "content": content });
+    call_ok(base, sandbox, "fs.write", arguments).await;
+}
+
+/// Destroys `sandbox` through `base` as the administrator; the answer must be a success.
+pub async fn destroyed(base: &str, sandbox: &str) {
+    let (status, body) = Rest::new(client(), base, TEST_ADMIN_KEY)
+        .send(Method::DELETE, &format!("/v1/sandboxes/{sandbox}"), None)
+        .await;
+    assert!((200..300).contains(&status), "{body}");
+}
+
 /// `(instance_id, epoch, state)` of a sandbox's row.
 pub async fn holder(pool: &sqlx::PgPool, sandbox: &str) -> (uuid::Uuid, i64, String) {
     sqlx::query_as("SELECT instance_id, epoch, state FROM sandboxes WHERE id = $1::uuid")
@@ -156,10 +183,7 @@ pub async fn audit_valid(base: &str) {
 /// Destroys `sandbox` through `base`; then nothing of it is left in Docker (`docker` runs the
 /// CLI against its engine).
 pub async fn destroy_leaving_nothing(base: &str, sandbox: &str, docker: &[&str]) {
-    let (status, body) = Rest::new(client(), base, TEST_ADMIN_KEY)
-        .send(Method::DELETE, &format!("/v1/sandboxes/{sandbox}"), None)
-        .await;
-    assert!((200..300).contains(&status), "{body}");
+    destroyed(base, sandbox).await;
     let label = format!("label=org.aegis.sandbox={sandbox}");
     let lines = |args: &[&str]| {
         let mut all: Vec<&str> = docker.to_vec();
