@@ -452,14 +452,12 @@ async fn code_run_over_mcp_keeps_state_and_returns_plots_as_image_content() {
     let (with, without) = (unique("code-mcp"), unique("code-none"));
     let (app, _db) = app_with_contexts(&with, &without).await;
     let (key, _) = app.create_bound_key("mcp-coder", "readonly", &with).await;
-    let session = common::mcp::open_session(&app, &key).await;
-    let call = |code: &str| {
-        common::mcp::call_tool(&app, &key, &session, "code.run", json!({"code": code}))
-    };
+    let session = common::mcp::Session::open(&app, &key).await;
+    let call = |code: &str| session.call("code.run", json!({"code": code}));
 
     // The first call makes the session's sandbox and starts its interpreter (seconds; more on
     // a loaded machine than the harness client's 30 s allow): sent with a longer wait.
-    let set = first_call(&app, &key, &session, json!({"code": "x = 5"})).await;
+    let set = first_call(&app, &key, &session.id, json!({"code": "x = 5"})).await;
     assert_eq!(set["isError"], false, "{set}");
     assert_eq!(set["structuredContent"]["server_started"], true, "{set}");
     let read = call("x * 2").await;
@@ -559,12 +557,12 @@ async fn a_bound_key_whose_context_does_not_list_code_run_is_refused_and_audited
         assert_eq!(status, 403, "{body}");
     }
     // MCP: not offered, and refused when called anyway.
-    let session = common::mcp::open_session(&app, &key).await;
+    let session = common::mcp::Session::open(&app, &key).await;
     let (_, _, listed) = common::mcp::request(
         &app,
         Method::POST,
         &key,
-        Some(&session),
+        Some(&session.id),
         Some(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})),
     )
     .await;
@@ -575,25 +573,13 @@ async fn a_bound_key_whose_context_does_not_list_code_run_is_refused_and_audited
         .filter_map(|t| t["name"].as_str().map(str::to_owned))
         .collect();
     assert!(!names.iter().any(|n| n.starts_with("code.")), "{names:?}");
-    let refused = common::mcp::call_tool(
-        &app,
-        &key,
-        &session,
-        "code.run",
-        json!({"code": "print(1)"}),
-    )
-    .await;
-    assert_eq!(refused["isError"], true, "{refused}");
-    for tool in ["code.run", "code.contexts"] {
-        let refused = common::mcp::call_tool(
-            &app,
-            &key,
-            &session,
-            tool,
-            json!({"action": "list", "code": "1"}),
-        )
+    session
+        .tool_error("code.run", json!({"code": "print(1)"}))
         .await;
-        assert_eq!(refused["isError"], true, "{tool}: {refused}");
+    for tool in ["code.run", "code.contexts"] {
+        session
+            .tool_error(tool, json!({"action": "list", "code": "1"}))
+            .await;
     }
 
     // Every refusal left a denied row of the key.
@@ -623,36 +609,29 @@ async fn java_runs_under_a_policy_that_lists_programs_and_starts_no_other() {
         "attestation": {"allow_unverified": true}})];
     let app = TestApp::spawn_with(config).await;
     let (key, _) = app.create_bound_key("java-coder", "readonly", &name).await;
-    let session = common::mcp::open_session(&app, &key).await;
+    let session = common::mcp::Session::open(&app, &key).await;
     let first = first_call(
         &app,
         &key,
-        &session,
+        &session.id,
         json!({"code": "int n = 6;\nn * 7", "language": "java"}),
     )
     .await;
     assert_eq!(first["isError"], false, "{first}");
     assert_eq!(main_text(&first["structuredContent"]), "42", "{first}");
     // The JVM may not start a program the grant does not list.
-    let spawned = common::mcp::call_tool(
-        &app,
-        &key,
-        &session,
-        "code.run",
-        json!({"code": "new ProcessBuilder(\"id\").start()", "language": "java"}),
-    )
-    .await;
+    let spawned = session
+        .call(
+            "code.run",
+            json!({"code": "new ProcessBuilder(\"id\").start()", "language": "java"}),
+        )
+        .await;
     assert_eq!(
         spawned["structuredContent"]["error"]["name"], "java.io.IOException",
         "{spawned}"
     );
-    let kept = common::mcp::call_tool(
-        &app,
-        &key,
-        &session,
-        "code.run",
-        json!({"code": "n", "language": "java"}),
-    )
-    .await;
+    let kept = session
+        .call("code.run", json!({"code": "n", "language": "java"}))
+        .await;
     assert_eq!(main_text(&kept["structuredContent"]), "6", "{kept}");
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use aegis_e2b::envd::signature::{self, Operation};
 use common::agent::AgentManifest;
 use common::fake_llm::{answer, tool_calls, FakeLlm};
-use common::{docker_lines, e2b_base_sandbox, e2b_key, mcp, test_config, TestApp, TestDb};
+use common::{docker_lines, e2b_base_sandbox, mcp, test_config, TestApp, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -64,6 +64,14 @@ async fn rest_call(
         )
         .await;
     (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Writes the secret (`owner-only`) to `path` in `sandbox` through REST as `key`, which must
+/// succeed.
+async fn write_secret(app: &TestApp, key: &str, sandbox: &str, path: &str) {
+    let arguments = json!({"path": path, "content": "owner-only"});
+    let (status, body) = rest_call(app, key, sandbox, "fs.write", arguments).await;
+    assert_eq!(status, 200, "{body}");
 }
 
 /// The same call in its streaming form (SSE).
@@ -149,48 +157,26 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
     let mcp_intruder = key(&app, "mcp-intruder", "operator", Some(MCP_CONTEXT)).await;
 
     // An operator's sandbox, made and written through REST by its key.
-    let r = app
+    let busybox = json!({"runtime": "busybox"});
+    let made = app
         .rest_as(&owner)
-        .post_json("/v1/sandboxes", &json!({"runtime": "busybox"}))
+        .posted("/v1/sandboxes", busybox, 201)
         .await;
-    assert_eq!(r.status(), 201);
-    let operator_id = r.json::<Value>().await.unwrap()["sandbox_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let (status, body) = rest_call(
-        &app,
-        &owner,
-        &operator_id,
-        "fs.write",
-        json!({"path": "/workspace/secret.txt", "content": "owner-only"}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    let operator_id = made["sandbox_id"].as_str().unwrap().to_owned();
+    write_secret(&app, &owner, &operator_id, "/workspace/secret.txt").await;
 
     // An E2B sandbox of the same key, written through /v1 (the owner may).
     let (e2b_id, _, e2b_current) = e2b_base_sandbox(&app, &owner).await;
-    let (status, body) = rest_call(
-        &app,
-        &owner,
-        &e2b_current,
-        "fs.write",
-        json!({"path": "/home/user/secret.txt", "content": "owner-only"}),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    write_secret(&app, &owner, &e2b_current, "/home/user/secret.txt").await;
 
     // An MCP conversation's sandbox.
-    let session = mcp::open_session(&app, &mcp_owner).await;
-    let wrote = mcp::call_tool(
-        &app,
-        &mcp_owner,
-        &session,
-        "fs.write",
-        json!({"path": "/workspace/secret.txt", "content": "owner-only"}),
-    )
-    .await;
-    assert_eq!(wrote["isError"], false, "{wrote}");
+    let session = mcp::Session::open(&app, &mcp_owner).await;
+    session
+        .tool_ok(
+            "fs.write",
+            json!({"path": "/workspace/secret.txt", "content": "owner-only"}),
+        )
+        .await;
     let mcp_id = sandbox_of(&app, "session", None).await;
 
     // An agent execution's sandbox (its command sleeps while we attack).
@@ -314,10 +300,8 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
         }
         // The E2B door finds none of them for another key, by either id.
         for id in [&v.id, &e2b_id] {
-            let r = app
-                .http
-                .get(format!("{}/e2b/sandboxes/{id}", app.http_base))
-                .header("X-API-KEY", e2b_key(&intruder))
+            let path = format!("/sandboxes/{id}");
+            let r = common::e2b_control(&app, Method::GET, &path, &intruder)
                 .send()
                 .await
                 .unwrap();
@@ -338,16 +322,10 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
     }
 
     // The MCP door names no sandbox: another key's conversation has its own, without the file.
-    let other_session = mcp::open_session(&app, &mcp_intruder).await;
-    let read = mcp::call_tool(
-        &app,
-        &mcp_intruder,
-        &other_session,
-        "fs.read",
-        json!({"path": "/workspace/secret.txt"}),
-    )
-    .await;
-    assert_eq!(read["isError"], true, "{read}");
+    let other_session = mcp::Session::open(&app, &mcp_intruder).await;
+    let read = other_session
+        .tool_error("fs.read", json!({"path": "/workspace/secret.txt"}))
+        .await;
     assert!(!read.to_string().contains("owner-only"), "{read}");
 
     // Every refusal of a tool call is one audited, denied row naming the rule.
@@ -361,14 +339,8 @@ async fn another_key_neither_sees_nor_acts_on_any_kind_of_sandbox_through_any_do
     assert!(denied >= 4 * 8 * 2, "{denied} denied rows");
 
     // The owners still act in theirs; an admin may destroy another's (README, Security).
-    let (status, body) = rest_call(
-        &app,
-        &owner,
-        &operator_id,
-        "fs.read",
-        json!({"path": "/workspace/secret.txt"}),
-    )
-    .await;
+    let secret = json!({"path": "/workspace/secret.txt"});
+    let (status, body) = rest_call(&app, &owner, &operator_id, "fs.read", secret).await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("owner-only"));
     app.answered(

@@ -83,26 +83,20 @@ async fn proc_list_finds_the_process_listening_on_a_port() {
     );
 
     // Limits are checked before the sandbox is asked.
-    sb.refused("proc.list", json!({"limit": 201}), 422, "invalid_arguments")
-        .await;
-    sb.refused(
-        "proc.list",
-        json!({"port": 70000}),
-        422,
-        "invalid_arguments",
-    )
+    sb.refuses_each(vec![
+        ("proc.list", json!({"limit": 201}), 422, "invalid_arguments"),
+        (
+            "proc.list",
+            json!({"port": 70000}),
+            422,
+            "invalid_arguments",
+        ),
+    ])
     .await;
 
     // Stop the listener from inside; its cmd.run then ends with the signal.
-    let (ran, _) = common::docker_out(&[
-        "exec",
-        "-u",
-        "65534:65534",
-        &sb.container(),
-        "kill",
-        &pid.to_string(),
-    ]);
-    assert!(ran);
+    let (code, _) = sb.inside(&["kill", &pid.to_string()]);
+    assert_eq!(code, 0);
     let ran = server.await.unwrap();
     assert_eq!(ran["signal"], 15, "{ran}");
     let gone = sb.ok("proc.list", json!({"port": 8080})).await;
@@ -162,32 +156,24 @@ async fn logs_read_returns_a_filtered_tail_inside_the_allowlist() {
     assert_eq!(regex["truncated"], false);
 
     // Outside the read allowlist: refused by policy, before the sandbox is asked.
-    sb.refused(
-        "logs.read",
-        json!({"path": "/etc/passwd"}),
-        403,
-        "path_not_allowed",
-    )
-    .await;
-    sb.refused(
-        "logs.read",
-        json!({"path": "/workspace/secret/x.log"}),
-        403,
-        "path_not_allowed",
-    )
+    sb.refuses_each(vec![
+        (
+            "logs.read",
+            json!({"path": "/etc/passwd"}),
+            403,
+            "path_not_allowed",
+        ),
+        (
+            "logs.read",
+            json!({"path": "/workspace/secret/x.log"}),
+            403,
+            "path_not_allowed",
+        ),
+    ])
     .await;
     // A symlink inside the allowlist that points out of it is refused by the executor.
-    let (ran, _) = common::docker_out(&[
-        "exec",
-        "-u",
-        "65534:65534",
-        &sb.container(),
-        "ln",
-        "-s",
-        "/etc/passwd",
-        "/workspace/logs/evil.log",
-    ]);
-    assert!(ran);
+    let (code, _) = sb.inside(&["ln", "-s", "/etc/passwd", "/workspace/logs/evil.log"]);
+    assert_eq!(code, 0);
     sb.tool_error(
         "logs.read",
         json!({"path": "/workspace/logs/evil.log"}),
@@ -209,19 +195,25 @@ async fn logs_read_returns_a_filtered_tail_inside_the_allowlist() {
     .await;
 }
 
-#[tokio::test]
-async fn env_get_masks_secrets_unless_the_manifest_allows_unmasking() {
-    let app = TestApp::spawn().await;
+/// The sandbox of agent `name` (allowed to unmask secrets or not) with a `.env` in
+/// `/workspace/app` holding a plain value and three secrets.
+async fn with_dotenv(app: &TestApp, name: &str, unmask: bool) -> Sandbox {
+    let sandbox = Sandbox::start(app, agent(name, unmask)).await;
     let dotenv =
         "DB_HOST=db\nAPI_KEY=sk-live-123\nexport DB_PASSWORD='hunter2'\nSESSION_TOKEN=\"t0k\"\n";
-
-    let masked = Sandbox::start(&app, agent("env-masked", false)).await;
-    masked
+    sandbox
         .ok(
             "fs.write",
             json!({"path": "/workspace/app/.env", "content": dotenv}),
         )
         .await;
+    sandbox
+}
+
+#[tokio::test]
+async fn env_get_masks_secrets_unless_the_manifest_allows_unmasking() {
+    let app = TestApp::spawn().await;
+    let masked = with_dotenv(&app, "env-masked", false).await;
     let env = masked
         .ok("env.get", json!({"path": "/workspace/app/.env"}))
         .await;
@@ -257,13 +249,7 @@ async fn env_get_masks_secrets_unless_the_manifest_allows_unmasking() {
         )
         .await;
 
-    let unmasked = Sandbox::start(&app, agent("env-unmasked", true)).await;
-    unmasked
-        .ok(
-            "fs.write",
-            json!({"path": "/workspace/app/.env", "content": dotenv}),
-        )
-        .await;
+    let unmasked = with_dotenv(&app, "env-unmasked", true).await;
     let still_masked = unmasked
         .ok("env.get", json!({"path": "/workspace/app/.env"}))
         .await;

@@ -88,3 +88,45 @@ pub async fn call_tool(
     assert_eq!(status, 200, "{answer:?}");
     answer.expect("an answer")["result"].clone()
 }
+
+/// An MCP session one key opened ([`open_session`]): tool calls in it.
+pub struct Session<'a> {
+    app: &'a TestApp,
+    key: String,
+    /// The session's id.
+    pub id: String,
+}
+
+impl<'a> Session<'a> {
+    /// Opens a session on `app` with `key`.
+    pub async fn open(app: &'a TestApp, key: &str) -> Session<'a> {
+        let id = open_session(app, key).await;
+        Session {
+            app,
+            key: key.to_owned(),
+            id,
+        }
+    }
+
+    /// A `tools/call` in this session; the JSON-RPC result (with `isError`).
+    pub async fn call(&self, name: &str, arguments: Value) -> Value {
+        call_tool(self.app, &self.key, &self.id, name, arguments).await
+    }
+
+    /// A call whose answer must be a tool error (`isError`); the result.
+    pub async fn tool_error(&self, name: &str, arguments: Value) -> Value {
+        self.expect(name, arguments, true).await
+    }
+
+    /// A call that must succeed (no `isError`); the result.
+    pub async fn tool_ok(&self, name: &str, arguments: Value) -> Value {
+        self.expect(name, arguments, false).await
+    }
+
+    async fn expect(&self, name: &str, arguments: Value, is_error: bool) -> Value {
+        let shown = format!("{name} {arguments}");
+        let result = self.call(name, arguments).await;
+        assert_eq!(result["isError"], is_error, "{shown}: {result}");
+        result
+    }
+}

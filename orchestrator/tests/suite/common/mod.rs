@@ -736,13 +736,22 @@ pub fn e2b_key(key: &str) -> String {
     orchestrator::api::e2b::keys::to_e2b_form(key)
 }
 
+/// A request to E2B's control API (`/e2b{path}`) as the holder of `key` (sent in E2B's form).
+pub fn e2b_control(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    key: &str,
+) -> reqwest::RequestBuilder {
+    app.http
+        .request(method, format!("{}/e2b{path}", app.http_base))
+        .header("X-API-KEY", e2b_key(key))
+}
+
 /// A `base` sandbox made through E2B's control API as `key` (raw HTTP, `secure`, 300 s):
 /// (E2B id, envd access token, the dispatcher's sandbox id).
 pub async fn e2b_base_sandbox(app: &TestApp, key: &str) -> (String, String, String) {
-    let r = app
-        .http
-        .post(format!("{}/e2b/sandboxes", app.http_base))
-        .header("X-API-KEY", e2b_key(key))
+    let r = e2b_control(app, reqwest::Method::POST, "/sandboxes", key)
         .json(&serde_json::json!({"templateID": "base", "timeout": 300, "secure": true}))
         .send()
         .await

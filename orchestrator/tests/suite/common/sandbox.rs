@@ -91,6 +91,13 @@ impl AgentSandbox {
         out
     }
 
+    /// [`AgentSandbox::refused`] for each of `calls`: (tool, arguments, status, code).
+    pub async fn refuses_each(&self, calls: Vec<(&str, Value, u16, &str)>) {
+        for (name, arguments, status, code) in calls {
+            self.refused(name, arguments, status, code).await;
+        }
+    }
+
     /// A call whose tool must fail with `code`.
     pub async fn tool_error(&self, name: &str, arguments: Value, code: &str) -> Value {
         let (status, out) = self.call(name, arguments.clone()).await;
@@ -101,6 +108,13 @@ impl AgentSandbox {
             "{name} {arguments}: {out}"
         );
         out
+    }
+
+    /// [`AgentSandbox::tool_error`] for each of `calls`: (tool, arguments, code).
+    pub async fn tool_errors_each(&self, calls: Vec<(&str, Value, &str)>) {
+        for (name, arguments, code) in calls {
+            self.tool_error(name, arguments, code).await;
+        }
     }
 
     /// Reads a process's output (`target` names it: `pid` or `tag`) until it ended, or fails the
