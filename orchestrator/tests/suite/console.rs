@@ -7,7 +7,7 @@
 //! data only through the REST router.
 
 use crate::common;
-use crate::common::workflow::workflow_manifest;
+use crate::common::workflow::{end_state, workflow_manifest};
 
 use std::time::Duration;
 
@@ -16,10 +16,7 @@ use reqwest::{redirect, Method, StatusCode};
 use serde_json::{json, Value};
 
 fn workflow() -> String {
-    workflow_manifest(
-        "console-steps",
-        "FIRST",
-        "    FIRST:
+    let steps = "    FIRST:
       kind: System
       command: \"sleep 2\"
       transitions:
@@ -31,12 +28,9 @@ fn workflow() -> String {
       transitions:
         - condition: on_success
           target: DONE
-    DONE:
-      kind: System
-      command: \"echo done\"
-      transitions: []
-",
-    )
+";
+    let states = format!("{steps}{}", end_state("DONE", "echo done"));
+    workflow_manifest("console-steps", "FIRST", &states)
 }
 
 async fn app(db: &TestDb) -> TestApp {
@@ -485,18 +479,12 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
         listed.to_string().contains(&sandbox),
         "the sandbox is still there"
     );
+    let destroy = format!("/console/sandboxes/{sandbox}/destroy");
     // Another session's token does not fit this one.
     let other = sign_in(&app, &client, TEST_ADMIN_KEY).await;
     let (_, other_html) = page(&app, &client, &other, "/console/sandboxes").await;
     assert_ne!(csrf_of(&other_html), token);
-    let r = post(
-        &app,
-        &client,
-        Some(&other),
-        &format!("/console/sandboxes/{sandbox}/destroy"),
-        &[("csrf", &token)],
-    )
-    .await;
+    let r = post(&app, &client, Some(&other), &destroy, &[("csrf", &token)]).await;
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
 
     // A readonly key gets a read-only console, and REST refuses what it would post.
@@ -508,14 +496,7 @@ async fn sessions_and_form_tokens_hold_over_plain_http() {
         "no destroy button for a readonly key"
     );
     let ro_token = csrf_of(&html);
-    let r = post(
-        &app,
-        &client,
-        Some(&ro),
-        &format!("/console/sandboxes/{sandbox}/destroy"),
-        &[("csrf", &ro_token)],
-    )
-    .await;
+    let r = post(&app, &client, Some(&ro), &destroy, &[("csrf", &ro_token)]).await;
     assert!(
         r.status().is_client_error(),
         "REST refuses a readonly key's destroy: {}",

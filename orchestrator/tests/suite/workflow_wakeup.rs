@@ -6,7 +6,7 @@
 //! notification at all, and require the parent to continue: the poll re-examines waiting rows.
 
 use crate::common;
-use crate::common::workflow::workflow_manifest;
+use crate::common::workflow::{end_state, workflow_manifest};
 
 use std::time::Duration;
 
@@ -29,22 +29,16 @@ fn child() -> String {
 }
 
 fn parent() -> String {
-    workflow_manifest(
-        "waits-for-child",
-        "BLOCK",
-        "    BLOCK:
+    let block = "    BLOCK:
       kind: Subworkflow
       workflow_id: slow-child
       mode: blocking
       result_key: waited
       transitions:
         - {condition: on_success, target: DONE}
-    DONE:
-      kind: System
-      command: \"echo after {{waited.note}}\"
-      transitions: []
-",
-    )
+";
+    let states = format!("{block}{}", end_state("DONE", "echo after {{waited.note}}"));
+    workflow_manifest("waits-for-child", "BLOCK", &states)
 }
 
 async fn app() -> (TestApp, TestDb) {

@@ -78,6 +78,15 @@ fn assert_gap_free(events: &[Value]) {
     }
 }
 
+/// The events of the ended workflow run `id`, which must be gap-free, with no container of
+/// the run left.
+async fn cleanly_ended(h: &Harness, id: &str) -> Vec<Value> {
+    let events = h.workflow_events(id).await;
+    assert_gap_free(&events);
+    assert!(containers_of(id).is_empty(), "containers of {id} left");
+    events
+}
+
 /// Containers (any status) of a workflow execution, by the label its sandboxes carry.
 fn containers_of(execution: &str) -> Vec<String> {
     docker_lines(&[
@@ -103,6 +112,14 @@ spec:
       command: \"echo child {{input.word}}\"
       transitions: []
 ";
+
+/// Waits for the end of workflow run `id`, which must have failed saying `error`; the run.
+async fn failed_with(h: &Harness, id: &str, error: &str) -> Value {
+    let e = h.workflow_ended(id).await;
+    assert_eq!(e["status"], "failed", "{e}");
+    assert_eq!(e["error"], error, "{e}");
+    e
+}
 
 #[tokio::test]
 async fn every_state_kind_passes_data_through_the_blackboard() {
@@ -421,12 +438,12 @@ async fn a_human_gate_answered_yes_no_by_default_and_not_at_all() {
         "Deploy v3?"
     );
 
-    let e = h.workflow_ended(&unanswered).await;
-    assert_eq!(e["status"], "failed");
-    assert_eq!(
-        e["error"],
-        "Human state `ASK` timed out after 2 s with no answer and no default_response"
-    );
+    failed_with(
+        &h,
+        &unanswered,
+        "Human state `ASK` timed out after 2 s with no answer and no default_response",
+    )
+    .await;
     // A late answer is refused, with the reason.
     let (status, body) = h.signal(&unanswered, "yes").await;
     assert_eq!(status, 409);
@@ -473,21 +490,19 @@ async fn a_refine_loop_is_stopped_by_max_state_visits() {
     )
     .await;
     let id = h.workflow_started("refine", json!({})).await;
-    let e = h.workflow_ended(&id).await;
-    assert_eq!(e["status"], "failed");
-    assert_eq!(
-        e["error"],
-        "max_state_visits (3) of state `WORK` reached: entering it from `CHECK` would be visit 4"
-    );
+    let e = failed_with(
+        &h,
+        &id,
+        "max_state_visits (3) of state `WORK` reached: entering it from `CHECK` would be visit 4",
+    )
+    .await;
     assert_eq!(e["visits"], json!({"WORK": 3, "CHECK": 3}));
     assert_eq!(
         e["blackboard"]["WORK"]["stdout"],
         "attempt 3 check said 1\n"
     );
-    let events = h.workflow_events(&id).await;
-    assert_gap_free(&events);
+    let events = cleanly_ended(&h, &id).await;
     assert_eq!(of_type(&events, "state_exited").len(), 6);
-    assert!(containers_of(&id).is_empty());
 }
 
 #[tokio::test]
@@ -555,18 +570,18 @@ spec:
     let slow = h.workflow_started("slow", json!({})).await;
     let pingpong = h.workflow_started("pingpong", json!({})).await;
     let patient = h.workflow_started("patient", json!({})).await;
-    let e = h.workflow_ended(&slow).await;
-    assert_eq!(e["status"], "failed");
-    assert_eq!(
-        e["error"],
-        "state `SLOW` timed out after 1 s (its `timeout`)"
-    );
-    let e = h.workflow_ended(&pingpong).await;
-    assert_eq!(e["status"], "failed");
-    assert_eq!(
-        e["error"],
-        "max_total_transitions (3) reached: state `PONG` could not go on to `PING`"
-    );
+    failed_with(
+        &h,
+        &slow,
+        "state `SLOW` timed out after 1 s (its `timeout`)",
+    )
+    .await;
+    let e = failed_with(
+        &h,
+        &pingpong,
+        "max_total_transitions (3) reached: state `PONG` could not go on to `PING`",
+    )
+    .await;
     assert_eq!(e["transition_count"], 3);
     let e = h.workflow_ended(&patient).await;
     assert_eq!(e["status"], "timed_out");
@@ -643,11 +658,9 @@ async fn parallel_container_runs_follow_their_completion_rule() {
     );
     assert_eq!(bb["ALL_OK"]["status"], "success");
     assert_eq!(bb["ALL_OK"]["output"]["b"]["stdout"], "b\n");
-    let events = h.workflow_events(&id).await;
-    assert_gap_free(&events);
+    let events = cleanly_ended(&h, &id).await;
     // Every step ran once per state (no retries were needed: ALL_OK's retry policy is unused).
     assert_eq!(of_type(&events, "container_run_started").len(), 8);
-    assert!(containers_of(&id).is_empty());
 }
 
 #[tokio::test]

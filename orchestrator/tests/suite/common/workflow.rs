@@ -18,3 +18,11 @@ spec:
 {states}"
     )
 }
+
+/// A System state `name` that runs `command` and ends the run, as YAML under `spec.states`: the
+/// last state most test workflows share.
+pub fn end_state(name: &str, command: &str) -> String {
+    format!(
+        "    {name}:\n      kind: System\n      command: \"{command}\"\n      transitions: []\n"
+    )
+}
