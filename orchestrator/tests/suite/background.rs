@@ -36,12 +36,7 @@ async fn a_background_process_takes_input_streams_output_and_is_audited_from_sta
     let sb = AgentSandbox::start(&app, agent("bg-cat", ALL)).await;
 
     // `cat` with a stdin pipe, found by its tag.
-    let started = sb
-        .ok(
-            "cmd.run",
-            json!({"command": "cat", "background": true, "stdin": true, "tag": "echoer"}),
-        )
-        .await;
+    let started = sb.start_echoer().await;
     assert_eq!(started["background"], true, "{started}");
     let pid = started["pid"].as_u64().expect("a pid");
     assert_eq!(started["tag"], "echoer");
@@ -64,16 +59,7 @@ async fn a_background_process_takes_input_streams_output_and_is_audited_from_sta
     let again = sb.ok("proc.output", json!({"pid": pid})).await;
     assert_eq!(again["stdout"], "", "{again}");
 
-    sb.ok(
-        "proc.input",
-        json!({"pid": pid, "data": "bye\n", "close": true}),
-    )
-    .await;
-    let (rest, ended) = sb
-        .read_to_end(json!({"tag": "echoer"}), Duration::from_secs(20))
-        .await;
-    assert_eq!(rest, "bye\n");
-    assert_eq!(ended["exit_code"], 0, "{ended}");
+    let ended = sb.end_echoer(pid).await;
     assert_eq!(ended["stdout_bytes"], 10, "{ended}");
 
     // One row for the start (the cmd.run call) and one for the end.

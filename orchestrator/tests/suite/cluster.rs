@@ -488,12 +488,7 @@ async fn live_processes_streams_and_watches_are_served_through_a_replica_that_do
 
     // A background process started through B runs in the sandbox A holds; its stdin, output
     // and end go through B.
-    let started = via_b
-        .ok(
-            "cmd.run",
-            json!({"command": "cat", "background": true, "stdin": true, "tag": "echoer"}),
-        )
-        .await;
+    let started = via_b.start_echoer().await;
     let pid = started["pid"].as_u64().expect("a pid");
     assert_eq!(started["tag"], "echoer", "{started}");
     assert!(running_in(&made, "cat"), "cat runs in A's sandbox");
@@ -511,17 +506,7 @@ async fn live_processes_streams_and_watches_are_served_through_a_replica_that_do
         .ok("proc.output", json!({"tag": "echoer", "wait_ms": 5000}))
         .await;
     assert_eq!(on_a["stdout"], "hello\n", "{on_a}");
-    via_b
-        .ok(
-            "proc.input",
-            json!({"pid": pid, "data": "bye\n", "close": true}),
-        )
-        .await;
-    let (rest, ended) = via_b
-        .read_to_end(json!({"tag": "echoer"}), Duration::from_secs(20))
-        .await;
-    assert_eq!(rest, "bye\n");
-    assert_eq!(ended["exit_code"], 0, "{ended}");
+    let ended = via_b.end_echoer(pid).await;
     assert_eq!(ended["stdout_bytes"], 10, "{ended}");
     // B decided the start, so B followed it to its end and wrote the end's row, once.
     let mut end_rows = 0i64;

@@ -9,7 +9,7 @@ use crate::common::agent::AgentManifest;
 
 use std::time::Duration;
 
-use common::refusal::seal_ok;
+use common::refusal::{seal_refused, seal_written};
 use common::sandbox::AgentSandbox as Sandbox;
 use common::TestApp;
 use serde_json::{json, Value};
@@ -302,7 +302,7 @@ fn seal_contexts() -> Vec<Value> {
 
 #[tokio::test]
 async fn seal_sessions_call_the_process_tools_under_their_context() {
-    use aegis_cli::seal_client::{ClientError, SealClient, Transport};
+    use aegis_cli::seal_client::{SealClient, Transport};
 
     let db = common::TestDb::create().await;
     let mut config = common::test_config(&db.url);
@@ -311,12 +311,7 @@ async fn seal_sessions_call_the_process_tools_under_their_context() {
     for (context, unmask_allowed) in [("debugger", true), ("viewer", false)] {
         let mut client = SealClient::new(Transport::Http(app.http_base.clone())).unwrap();
         client.attest("test-proc", context).await.unwrap();
-        seal_ok(
-            &client,
-            "fs.write",
-            json!({"path": "/workspace/logs/.env", "content": "TOKEN=abc\nMODE=debug\n"}),
-        )
-        .await;
+        seal_written(&client, "/workspace/logs/.env", "TOKEN=abc\nMODE=debug\n").await;
 
         let tail = client
             .call_tool(
@@ -334,13 +329,9 @@ async fn seal_sessions_call_the_process_tools_under_their_context() {
         assert_eq!(listed["isError"], false, "{listed}");
 
         // Outside the context's path allowlist: refused with SEAL code 2002.
-        match client
-            .call_tool("logs.read", json!({"path": "/workspace/other.log"}))
-            .await
-        {
-            Err(ClientError::Refused { code, .. }) => assert_eq!(code, 2002),
-            other => panic!("{context}: read outside the allowlist: {other:?}"),
-        }
+        let outside = json!({"path": "/workspace/other.log"});
+        let (code, _, _) = seal_refused(&client, "logs.read", outside).await;
+        assert_eq!(code, 2002, "{context}: read outside the allowlist");
 
         let masked = client
             .call_tool("env.get", json!({"path": "/workspace/logs/.env"}))

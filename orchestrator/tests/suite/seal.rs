@@ -6,7 +6,7 @@ use crate::common;
 
 use aegis_cli::seal_client::{ClientError, SealClient, Transport};
 use chrono::{Duration, Utc};
-use common::refusal::{refused, seal_ok, seal_refused};
+use common::refusal::{refused, seal_refused, seal_written};
 use common::{test_config, TestApp, TestDb};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -79,12 +79,7 @@ async fn the_rfc_normative_policy_example_holds_over_both_transports() {
     let app = app_on(&db).await;
     for transport in transports(&app) {
         let client = attested(&transport, "research-safe").await;
-        seal_ok(
-            &client,
-            "fs.write",
-            json!({"path": "/workspace/shared/output.txt", "content": "x"}),
-        )
-        .await;
+        seal_written(&client, "/workspace/shared/output.txt", "x").await;
         let r = client
             .call_tool("fs.read", json!({"path": "/workspace/shared/output.txt"}))
             .await

@@ -5,7 +5,7 @@
 use crate::common;
 
 use aegis_cli::seal_client::{ClientError, SealClient, Transport};
-use common::refusal::seal_ok;
+use common::refusal::{seal_ok, seal_refused, seal_written};
 use common::{test_config, TestApp, TestDb};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -63,12 +63,7 @@ async fn symlinks_planted_in_the_workspace_cannot_reach_past_a_narrower_entry() 
     let client = session(&app, "shared-only").await;
 
     // The first call makes the session's sandbox.
-    seal_ok(
-        &client,
-        "fs.write",
-        json!({"path": "/workspace/shared/ok.txt", "content": "shared"}),
-    )
-    .await;
+    seal_written(&client, "/workspace/shared/ok.txt", "shared").await;
     let session_id = Uuid::parse_str(client.session_id().unwrap()).unwrap();
     let sandbox: Uuid = app
         .one(
@@ -141,16 +136,9 @@ async fn symlinks_planted_in_the_workspace_cannot_reach_past_a_narrower_entry() 
         other => panic!("a grandchild was read: {other:?}"),
     };
     assert_eq!(code, 2002);
-    match client
-        .call_tool(
-            "fs.grep",
-            json!({"path": "/workspace/shared/sub", "pattern": "deep"}),
-        )
-        .await
-    {
-        Err(ClientError::Refused { code, .. }) => assert_eq!(code, 2002),
-        other => panic!("a search below a direct child was allowed: {other:?}"),
-    }
+    let below = json!({"path": "/workspace/shared/sub", "pattern": "deep"});
+    let (code, _, _) = seal_refused(&client, "fs.grep", below).await;
+    assert_eq!(code, 2002, "a search below a direct child");
     // What the entry names still works.
     let r = client
         .call_tool("fs.read", json!({"path": "/workspace/shared/ok.txt"}))

@@ -41,6 +41,13 @@ pub async fn seal_ok(client: &SealClient, tool: &str, arguments: Value) -> Value
     answer
 }
 
+/// Writes `content` to `path` through the SEAL session of `client` (`fs.write`), which must
+/// succeed; the answer.
+pub async fn seal_written(client: &SealClient, path: &str, content: &str) -> Value {
+    let arguments = serde_json::json!({ "path": path, "content": content });
+    seal_ok(client, "fs.write", arguments).await
+}
+
 /// Starts agent `agent` through the SEAL session of `client` (`aegis.task.execute`); the new
 /// execution's id.
 pub async fn seal_started(client: &SealClient, agent: &str) -> String {

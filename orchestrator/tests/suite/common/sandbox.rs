@@ -117,6 +117,26 @@ impl AgentSandbox {
         }
     }
 
+    /// Starts `cat` in the background with a stdin pipe, tagged `echoer`: it prints back what
+    /// it is sent. The start's answer (with its `pid`).
+    pub async fn start_echoer(&self) -> Value {
+        let cat = json!({"command": "cat", "background": true, "stdin": true, "tag": "echoer"});
+        self.ok("cmd.run", cat).await
+    }
+
+    /// Sends the echoer ([`AgentSandbox::start_echoer`], process `pid`) its last line, `bye`,
+    /// and closes its input: it must print that and end with exit code 0. Its end.
+    pub async fn end_echoer(&self, pid: u64) -> Value {
+        let last = json!({"pid": pid, "data": "bye\n", "close": true});
+        self.ok("proc.input", last).await;
+        let (rest, ended) = self
+            .read_to_end(json!({"tag": "echoer"}), std::time::Duration::from_secs(20))
+            .await;
+        assert_eq!(rest, "bye\n");
+        assert_eq!(ended["exit_code"], 0, "{ended}");
+        ended
+    }
+
     /// Reads a process's output (`target` names it: `pid` or `tag`) until it ended, or fails the
     /// test once `within` passed: what came (stdout and terminal output), and its end.
     pub async fn read_to_end(&self, target: Value, within: std::time::Duration) -> (String, Value) {
