@@ -45,6 +45,36 @@ async fn peer_url(app: &TestApp) -> String {
     .expect("a replica with cluster.listen records its peer URL")
 }
 
+/// Two replicas of `db` with the cluster secret; (A, B).
+async fn two_replicas(db: &TestDb) -> (TestApp, TestApp) {
+    let a = TestApp::spawn_with(replica(db, Some(SECRET))).await;
+    let b = TestApp::spawn_with(replica(db, Some(SECRET))).await;
+    (a, b)
+}
+
+/// [`two_replicas`] and a sandbox of `manifest` made on A (which holds it); (A, B, the sandbox).
+async fn holding_on_a(db: &TestDb, manifest: String) -> (TestApp, TestApp, AgentSandbox) {
+    let (a, b) = two_replicas(db).await;
+    let made = AgentSandbox::start(&a, manifest).await;
+    (a, b, made)
+}
+
+/// A watch of `/workspace` (`recursive` or not) in the sandbox `made`, opened through `b`'s
+/// dispatcher; (the sandbox's id, the watch).
+async fn watch_through(
+    b: &TestApp,
+    made: &AgentSandbox,
+    recursive: bool,
+) -> (dispatcher::SandboxId, dispatcher::WatchHandle) {
+    let id = dispatcher::SandboxId(made.id.parse().expect("uuid"));
+    let dispatcher = b.state.sandboxes.dispatcher().expect("a dispatcher");
+    let watch = dispatcher
+        .watch_dir(id, "/workspace", recursive)
+        .await
+        .expect("a watch through B");
+    (id, watch)
+}
+
 /// A replica with the cluster secret and a sandbox of [`agent`] on it; (the replica, the
 /// sandbox, where peers reach `path` on it).
 async fn holder_of_a_sandbox(db: &TestDb, path: &str) -> (TestApp, AgentSandbox, String) {
@@ -97,9 +127,7 @@ async fn audit_valid(app: &TestApp) {
 #[tokio::test]
 async fn a_sandbox_made_through_one_replica_is_served_through_another() {
     let db = TestDb::create().await;
-    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
-    let b = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
-    let made = AgentSandbox::start(&a, agent()).await;
+    let (a, b, made) = holding_on_a(&db, agent()).await;
     let via_b = AgentSandbox::of(&b, &made.id);
 
     // Files and commands through B reach the executor A holds, and the other way round.
@@ -481,9 +509,7 @@ fn running_in(sb: &AgentSandbox, pattern: &str) -> bool {
 async fn live_processes_streams_and_watches_are_served_through_a_replica_that_does_not_hold_them() {
     use std::time::Duration;
     let db = TestDb::create().await;
-    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
-    let b = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
-    let made = AgentSandbox::start(&a, live_agent("live-shared")).await;
+    let (a, b, made) = holding_on_a(&db, live_agent("live-shared")).await;
     let via_b = AgentSandbox::of(&b, &made.id);
 
     // A background process started through B runs in the sandbox A holds; its stdin, output
@@ -592,12 +618,8 @@ async fn live_processes_streams_and_watches_are_served_through_a_replica_that_do
     );
 
     // A watch opened through B sees a file written through A; dropping it ends it on A.
-    let id = dispatcher::SandboxId(made.id.parse().expect("uuid"));
+    let (id, mut watch) = watch_through(&b, &made, false).await;
     let dispatcher = b.state.sandboxes.dispatcher().expect("a dispatcher");
-    let mut watch = dispatcher
-        .watch_dir(id, "/workspace", false)
-        .await
-        .expect("a watch through B");
     assert_eq!(watch.path(), "/workspace");
     made.ok(
         "fs.write",
@@ -660,13 +682,12 @@ async fn live_processes_streams_and_watches_are_served_through_a_replica_that_do
     }
 
     // A client leaving B's SSE stream kills its command on A, as it does locally.
-    let mut events = crate::streaming::stream(
+    let mut events = crate::streaming::started_shell(
         &b,
         &via_b,
-        crate::streaming::sh("while true; do echo left-behind; sleep 0.2; done"),
+        "while true; do echo left-behind; sleep 0.2; done",
     )
     .await;
-    events.started().await;
     events.next().await.expect("output");
     assert!(running_in(&made, "left-behind"));
     drop(events);
@@ -685,8 +706,7 @@ async fn live_processes_streams_and_watches_are_served_through_a_replica_that_do
 #[tokio::test]
 async fn the_e2b_sdk_drives_processes_and_watches_through_a_replica_that_does_not_hold_them() {
     let db = TestDb::create().await;
-    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
-    let b = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
+    let (a, b) = two_replicas(&db).await;
     let key = a.create_key("e2b-cluster", "operator").await;
     // The control API (create, kill) on A, which holds the sandbox; envd's calls on B.
     let r = crate::e2b::run_sdk_through(&a, &b, "live", &key, &[]).await;
@@ -850,13 +870,12 @@ async fn a_holder_killed_mid_stream_ends_the_callers_stream_at_once_with_why() {
     let made: Value = r.json().await.unwrap();
     let via_b = AgentSandbox::of(&b, made["sandbox_id"].as_str().unwrap());
 
-    let mut events = crate::streaming::stream(
+    let mut events = crate::streaming::started_shell(
         &b,
         &via_b,
-        crate::streaming::sh("echo started; while true; do echo tick; sleep 0.2; done"),
+        "echo started; while true; do echo tick; sleep 0.2; done",
     )
     .await;
-    events.started().await;
     let (name, data) = events.next().await.expect("output");
     assert_eq!(name, "stdout", "{data}");
     assert!(
@@ -895,15 +914,9 @@ async fn a_holder_killed_mid_stream_ends_the_callers_stream_at_once_with_why() {
 async fn a_holder_that_stops_ends_the_callers_streams_with_why_without_holding_its_drain() {
     use std::time::{Duration, Instant};
     let db = TestDb::create().await;
-    let a = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
-    let b = TestApp::spawn_with(replica(&db, Some(SECRET))).await;
-    let made = AgentSandbox::start(&a, live_agent("stopping-holder")).await;
-    let id = dispatcher::SandboxId(made.id.parse().expect("uuid"));
+    let (a, b, made) = holding_on_a(&db, live_agent("stopping-holder")).await;
+    let (id, mut watch) = watch_through(&b, &made, true).await;
     let dispatcher = b.state.sandboxes.dispatcher().expect("a dispatcher");
-    let mut watch = dispatcher
-        .watch_dir(id, "/workspace", true)
-        .await
-        .expect("a watch through B");
     let process = dispatcher
         .start_process(
             id,

@@ -16,18 +16,10 @@ use serde_json::{json, Value};
 fn agent(name: &str) -> String {
     AgentManifest::new(name)
         .instruction("Work in the sandbox.")
-        .tools(&[
-            "cmd.run",
-            "fs.read",
-            "fs.write",
-            "fs.list",
-            "fs.create_dir",
-            "fs.delete",
-            "fs.edit",
-            "fs.multi_edit",
-            "fs.grep",
-            "fs.glob",
-        ])
+        .tools_listed(
+            "cmd.run, fs.read, fs.write, fs.list, fs.create_dir, fs.delete, fs.edit, \
+             fs.multi_edit, fs.grep, fs.glob",
+        )
         .cmd(
             &["echo", "id", "cat", "ls", "sleep", "head", "find", "ps"],
             20,

@@ -38,18 +38,15 @@ async fn the_python_wire_client_attests_writes_reads_and_runs() {
 
     // The calls are in the audit log under the Python client's session.
     let session = report["session_id"].as_str().unwrap();
-    let allowed: i64 = app
-        .one(
-            "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'allowed' AND kind = 'tool' AND outcome <> 'running'",
-            session,
-        )
-        .await;
-    assert_eq!(allowed, 3);
-    let denied: i64 = app
-        .one(
-            "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'denied' AND reason_code = '2002'",
-            session,
-        )
-        .await;
-    assert_eq!(denied, 1);
+    for (rows, expected) in [
+        (
+            "decision = 'allowed' AND kind = 'tool' AND outcome <> 'running'",
+            3,
+        ),
+        ("decision = 'denied' AND reason_code = '2002'", 1),
+    ] {
+        let sql = format!("SELECT count(*) FROM audit_log WHERE caller_id = $1 AND {rows}");
+        let counted: i64 = app.one(&sql, session).await;
+        assert_eq!(counted, expected, "{rows}");
+    }
 }

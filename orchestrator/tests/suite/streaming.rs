@@ -127,6 +127,27 @@ pub(crate) async fn stream(app: &TestApp, sb: &AgentSandbox, arguments: Value) -
     Events::of(response)
 }
 
+/// A node, the sandbox of agent `name` (with `tools`) on it, and the event stream of `cmd.run`
+/// with `arguments` there, past its `start` event; (node, sandbox, stream, the start's data).
+async fn streaming(
+    name: &str,
+    tools: &str,
+    arguments: Value,
+) -> (TestApp, AgentSandbox, Events, Value) {
+    let app = TestApp::spawn().await;
+    let sb = AgentSandbox::start(&app, agent(name, tools)).await;
+    let mut events = stream(&app, &sb, arguments).await;
+    let start = events.started().await;
+    (app, sb, events, start)
+}
+
+/// The event stream of `sh -c script` in `sb`'s sandbox through `app`, past its `start` event.
+pub(crate) async fn started_shell(app: &TestApp, sb: &AgentSandbox, script: &str) -> Events {
+    let mut events = stream(app, sb, sh(script)).await;
+    events.started().await;
+    events
+}
+
 /// What a streamed call sent: stdout and stderr as concatenated, how many output events came,
 /// and the `result` event's data.
 #[derive(Default)]
@@ -219,11 +240,8 @@ async fn cancelled_is_audited(app: &TestApp) {
 
 #[tokio::test]
 async fn rest_chunks_arrive_before_the_end_and_the_result_is_the_unary_one() {
-    let app = TestApp::spawn().await;
-    let sb = AgentSandbox::start(&app, agent("stream-rest", "cmd.run, fs.write")).await;
-
-    let mut events = stream(&app, &sb, sh(WAITS)).await;
-    let start = events.started().await;
+    let (app, sb, mut events, start) =
+        streaming("stream-rest", "cmd.run, fs.write", sh(WAITS)).await;
     assert!(start["pid"].as_u64().is_some(), "{start}");
     let (name, first) = events.next().await.expect("the first output");
     assert_eq!(
@@ -270,12 +288,9 @@ async fn rest_chunks_arrive_before_the_end_and_the_result_is_the_unary_one() {
 
 #[tokio::test]
 async fn rest_output_caps_hold_with_their_truncation_flags() {
-    let app = TestApp::spawn().await;
-    let sb = AgentSandbox::start(&app, agent("stream-cap", "cmd.run")).await;
     let mut arguments = sh(MANY);
     arguments["max_output_bytes"] = json!(64);
-    let mut events = stream(&app, &sb, arguments.clone()).await;
-    events.started().await;
+    let (_app, sb, mut events, _) = streaming("stream-cap", "cmd.run", arguments.clone()).await;
     let got = to_the_end(&mut events, Streamed::default()).await;
     assert_eq!(got.stdout.len(), 64, "only the capped bytes are sent");
     let result = &got.result["structuredContent"];
@@ -289,10 +304,7 @@ async fn rest_output_caps_hold_with_their_truncation_flags() {
 
 #[tokio::test]
 async fn rest_a_client_that_disconnects_kills_the_command_and_the_audit_says_so() {
-    let app = TestApp::spawn().await;
-    let sb = AgentSandbox::start(&app, agent("stream-gone", "cmd.run")).await;
-    let mut events = stream(&app, &sb, sh(TICKS)).await;
-    let start = events.started().await;
+    let (app, sb, mut events, start) = streaming("stream-gone", "cmd.run", sh(TICKS)).await;
     let pid = start["pid"].as_u64().expect("a pid");
     let (name, first) = events.next().await.expect("output");
     assert_eq!(name, "stdout");

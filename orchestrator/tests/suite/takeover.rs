@@ -39,6 +39,16 @@ use common::replicas::{
 use common::{TestDb, TEST_ADMIN_KEY};
 use serde_json::json;
 
+/// When instance `id` was marked in `column` (`fenced_at`, `stopped_at`), if it is.
+async fn instance_mark(
+    pool: &sqlx::PgPool,
+    column: &str,
+    id: uuid::Uuid,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    let sql = format!("SELECT {column} FROM node_instances WHERE id = $1");
+    common::one(pool, &sql, id).await
+}
+
 /// Instances not recorded as stopped.
 async fn running_instances(pool: &sqlx::PgPool) -> usize {
     sqlx::query_scalar::<_, i64>("SELECT count(*) FROM node_instances WHERE stopped_at IS NULL")
@@ -271,12 +281,7 @@ async fn a_replica_stopped_past_dead_after_acts_on_nothing_it_lost_when_it_wakes
         json!("through the woken replica")
     );
     // A rejoined: not fenced any more, alive again, holding nothing.
-    let fenced: Option<chrono::DateTime<chrono::Utc>> = common::one(
-        &pool,
-        "SELECT fenced_at FROM node_instances WHERE id = $1",
-        a_id,
-    )
-    .await;
+    let fenced = instance_mark(&pool, "fenced_at", a_id).await;
     assert!(fenced.is_none(), "A rejoined");
 
     let log = a.terminate().await;
@@ -396,12 +401,7 @@ async fn a_rolling_restart_fails_no_call() {
             "handed over: {epoch} after {}",
             first[i].1
         );
-        let stopped: Option<chrono::DateTime<chrono::Utc>> = common::one(
-            &pool,
-            "SELECT stopped_at FROM node_instances WHERE id = $1",
-            now,
-        )
-        .await;
+        let stopped = instance_mark(&pool, "stopped_at", now).await;
         assert!(stopped.is_none(), "held by a running replica");
     }
     read_everywhere(&nodes.iter().collect::<Vec<_>>(), &ids).await;
