@@ -69,6 +69,25 @@ impl Setup {
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
+    /// Starts agent `agent` as the administrator, which must be accepted; the execution's id.
+    async fn started(&self, agent: &str) -> String {
+        let path = format!("/v1/agents/{agent}/execute");
+        self.app.started(&path, json!({})).await
+    }
+
+    /// Waits for execution `id` to complete; its model's tool call must have been `decision`
+    /// (`allowed`, `denied`). Its events.
+    async fn completed_with_decision(&self, id: &str, decision: &str) -> Vec<Value> {
+        self.wait_status(id, "completed").await;
+        let events = self.events(id).await;
+        let call = events
+            .iter()
+            .find(|e| e["event_type"] == "tool_call")
+            .expect("the model's call is recorded");
+        assert_eq!(call["payload"]["decision"], decision, "{call}");
+        events
+    }
+
     async fn status_of(&self, id: &str) -> String {
         self.app
             .one("SELECT status FROM executions WHERE id = $1::uuid", id)
@@ -158,17 +177,8 @@ async fn another_caller_cannot_read_wait_for_cancel_or_remove_an_execution() {
 
     // A readonly key sees nothing of it over REST either; an operator sees it.
     let readonly = s.app.create_key("ro", "readonly").await;
-    for path in [
-        format!("/v1/executions/{id}"),
-        format!("/v1/executions/{id}/events"),
-    ] {
-        let r = s
-            .app
-            .rest_as(&readonly)
-            .response(Method::GET, &path, None)
-            .await;
-        assert_eq!(r.status(), 403, "{path}");
-    }
+    let run = format!("/v1/executions/{id}");
+    s.app.assert_run_hidden(&run, &readonly, 403).await;
     let r = s
         .app
         .rest_as(&readonly)
@@ -207,9 +217,7 @@ async fn child_executions_stop_at_the_depth_limit() {
     })
     .await;
     s.deploy(&agent("recurse", "aegis.task.execute", "")).await;
-    let (status, body) = s.execute_as(common::TEST_ADMIN_KEY, "recurse").await;
-    assert_eq!(status, 201, "{body}");
-    let root = body["execution_id"].as_str().unwrap().to_owned();
+    let root = s.started("recurse").await;
 
     let deadline = Instant::now() + Duration::from_secs(60);
     let rows: Vec<(String, i32, Option<String>, String)> = loop {
@@ -296,27 +304,13 @@ async fn an_execution_never_has_more_rights_than_the_session_that_started_it() {
     // not lift it.
     let session = tasker(&s.app, "test-limited").await;
     let limited = common::refusal::seal_started(&session, "lister").await;
-    s.wait_status(&limited, "completed").await;
-    let events = s.events(&limited).await;
-    let call = events
-        .iter()
-        .find(|e| e["event_type"] == "tool_call")
-        .expect("the model's call is recorded");
-    assert_eq!(call["payload"]["decision"], "denied", "{call}");
+    let events = s.completed_with_decision(&limited, "denied").await;
     assert!(
         events.iter().all(|e| e["event_type"] != "sandbox_created"),
         "no sandbox for tools it may not use"
     );
 
     // Started by an operator, the same agent uses its own context.
-    let (status, body) = s.execute_as(common::TEST_ADMIN_KEY, "lister").await;
-    assert_eq!(status, 201, "{body}");
-    let free = body["execution_id"].as_str().unwrap().to_owned();
-    s.wait_status(&free, "completed").await;
-    let events = s.events(&free).await;
-    let call = events
-        .iter()
-        .find(|e| e["event_type"] == "tool_call")
-        .expect("the model's call is recorded");
-    assert_eq!(call["payload"]["decision"], "allowed", "{call}");
+    let free = s.started("lister").await;
+    s.completed_with_decision(&free, "allowed").await;
 }

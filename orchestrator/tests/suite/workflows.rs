@@ -394,17 +394,8 @@ async fn a_human_gate_answered_yes_no_by_default_and_not_at_all() {
     h.waiting(&no).await;
     // Another caller below the operator tier does not see someone else's run, nor its log.
     let stranger = h.app.create_key("stranger", "readonly").await;
-    for path in [
-        format!("/v1/workflows/executions/{yes}"),
-        format!("/v1/workflows/executions/{yes}/events"),
-    ] {
-        let seen = h
-            .app
-            .rest_as(&stranger)
-            .response(Method::GET, &path, None)
-            .await;
-        assert_eq!(seen.status(), 404, "{path}");
-    }
+    let run = format!("/v1/workflows/executions/{yes}");
+    h.app.assert_run_hidden(&run, &stranger, 404).await;
     h.waiting(&yes).await;
     assert_eq!(h.signal(&yes, "Yes").await.0, 200);
     assert_eq!(h.signal(&no, "n").await.0, 200);

@@ -438,6 +438,15 @@ impl TestApp {
             .as_u16()
     }
 
+    /// Asserts that an execution at `path` and its log (`path/events`) are answered `status`
+    /// to the holder of `key` (one who may not see them: 403 or 404).
+    pub async fn assert_run_hidden(&self, path: &str, key: &str, status: u16) {
+        for path in [path.to_owned(), format!("{path}/events")] {
+            let got = self.status_as(reqwest::Method::GET, &path, key).await;
+            assert_eq!(got, status, "{path}");
+        }
+    }
+
     /// `POST /v1/tools/call` as admin; returns (status, body).
     pub async fn call_tool(
         &self,
