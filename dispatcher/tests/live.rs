@@ -169,7 +169,7 @@ fn echo(tag: &str) -> StartParams {
 
 async fn run(d: &Dispatcher, id: SandboxId, argv: &[&str]) -> RunResult {
     let op = common::run_for(argv, 10_000);
-    called(&d, id, 20, "cmd.run", op).await
+    called(d, id, 20, "cmd.run", op).await
 }
 
 async fn sandbox(

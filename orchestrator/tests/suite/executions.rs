@@ -131,13 +131,9 @@ async fn an_agent_writes_runs_and_reads_in_its_sandbox_then_completes() {
         "{tool_msg}"
     );
     // Tool calls are audited under the execution.
-    let audited: i64 = h.app
-        .one(
-            "SELECT count(*) FROM audit_log WHERE caller_kind = 'execution' AND caller_id = $1 AND outcome <> 'running'",
-            &id,
-        )
-        .await;
-    assert_eq!(audited, 3);
+    let audited = "SELECT count(*) FROM audit_log WHERE caller_kind = 'execution' \
+                   AND caller_id = $1 AND outcome <> 'running'";
+    h.app.assert_counts(audited, &id, 3).await;
 }
 
 #[tokio::test]

@@ -303,13 +303,8 @@ async fn ending_the_session_destroys_its_sandbox() {
     assert_eq!(r.status(), 204, "{}", r.status());
     assert_eq!(wait_no_sandbox(&context).await, Vec::<String>::new());
     // Operators see the session ended.
-    let live: i64 = app
-        .one(
-            "SELECT count(*) FROM seal_sessions WHERE context_name = $1 AND status = 'active'",
-            &context,
-        )
-        .await;
-    assert_eq!(live, 0);
+    let live = "SELECT count(*) FROM seal_sessions WHERE context_name = $1 AND status = 'active'";
+    app.assert_counts(live, &context, 0).await;
 }
 
 #[tokio::test]

@@ -538,6 +538,16 @@ impl TestApp {
         one(&self.state.pool, sql, bind).await
     }
 
+    /// Asserts that the number `sql` (`$1` bound to `bind`) answers on this node's database is
+    /// `expected`; a failure names the query.
+    pub async fn assert_counts<B>(&self, sql: &str, bind: B, expected: i64)
+    where
+        B: for<'q> sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send,
+    {
+        let counted: i64 = self.one(sql, bind).await;
+        assert_eq!(counted, expected, "{sql}");
+    }
+
     /// The dispatcher's sandbox that E2B id `e2b_id` stands for now (a resume moves an E2B
     /// sandbox to a new one).
     pub async fn e2b_sandbox(&self, e2b_id: &str) -> String {
