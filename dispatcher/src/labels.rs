@@ -39,3 +39,12 @@ pub const EXECUTOR_SHA256: &str = "org.aegis.executor.sha256";
 pub(crate) fn managed_filter() -> String {
     format!("{MANAGED}=true")
 }
+
+/// The Docker listing filters selecting what is managed and carries every label of `also`
+/// (`key=value`): how every listing of the reaper and the beacon is narrowed.
+pub(crate) fn managed_with<const N: usize>(
+    also: [String; N],
+) -> std::collections::HashMap<String, Vec<String>> {
+    let labels = std::iter::once(managed_filter()).chain(also).collect();
+    std::collections::HashMap::from([("label".to_owned(), labels)])
+}

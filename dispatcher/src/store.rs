@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Row};
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::{Query, QueryScalar};
+use sqlx::{PgPool, Postgres, Row};
 use uuid::Uuid;
 
 use crate::error::{db, Result};
@@ -180,6 +181,45 @@ fn info_from_row(row: &PgRow) -> std::result::Result<SandboxInfo, sqlx::Error> {
     })
 }
 
+/// Decodes the rows of a `SELECT {INFO_COLUMNS}`.
+fn infos(rows: &[PgRow]) -> Result<Vec<SandboxInfo>> {
+    rows.iter()
+        .map(info_from_row)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(db("decoding a sandbox row"))
+}
+
+/// Who holds a row: `(instance_id, epoch)`, what every write of the holder says (module doc).
+pub(crate) type Holder = (Uuid, i64);
+
+/// A statement on the one row of sandbox `id` as held by `holder`: `$1` is the sandbox, `$2`
+/// and `$3` its holder's instance and epoch; the statement's own values are bound after, from
+/// `$4`.
+fn held(sql: &str, id: SandboxId, (instance, epoch): Holder) -> Query<'_, Postgres, PgArguments> {
+    sqlx::query(sql).bind(id.0).bind(instance).bind(epoch)
+}
+
+/// Runs a conditional UPDATE of one row: true when its conditions held and the row changed,
+/// false when another actor changed it first.
+async fn changed(
+    update: Query<'_, Postgres, PgArguments>,
+    pg: &PgPool,
+    doing: &'static str,
+) -> Result<bool> {
+    let done = update.execute(pg).await.map_err(db(doing))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Runs an UPDATE that moves a row to a new epoch (`RETURNING epoch`): the new epoch, or
+/// `None` when its conditions did not hold (another actor got the row first).
+async fn new_epoch(
+    claim: QueryScalar<'_, Postgres, i64, PgArguments>,
+    pg: &PgPool,
+    doing: &'static str,
+) -> Result<Option<i64>> {
+    claim.fetch_optional(pg).await.map_err(db(doing))
+}
+
 /// Which database the dispatcher records its sandboxes in, as stamped on Docker objects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Scope {
@@ -295,54 +335,34 @@ pub(crate) async fn mark_running(
     me: Uuid,
     container_id: &str,
 ) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE sandboxes SET state = 'running', container_id = $2, ready_at = now(), \
-         updated_at = now() WHERE id = $1 AND state = 'creating' AND instance_id = $3 \
-         AND epoch = $4",
-    )
-    .bind(id.0)
-    .bind(container_id)
-    .bind(me)
-    .bind(FIRST_EPOCH)
-    .execute(pg)
-    .await
-    .map_err(db("marking a sandbox running"))?;
-    Ok(done.rows_affected() == 1)
+    let sql = "UPDATE sandboxes SET state = 'running', container_id = $4, ready_at = now(), \
+               updated_at = now() \
+               WHERE id = $1 AND instance_id = $2 AND epoch = $3 AND state = 'creating'";
+    let update = held(sql, id, (me, FIRST_EPOCH)).bind(container_id);
+    changed(update, pg, "marking a sandbox running").await
 }
 
 /// `running` -> `checkpointed` by its holder `(me, epoch)`, before the engine saves it.
-pub(crate) async fn mark_checkpointed(
-    pg: &PgPool,
-    id: SandboxId,
-    me: Uuid,
-    epoch: i64,
-) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE sandboxes SET state = 'checkpointed', updated_at = now() \
-         WHERE id = $1 AND state = 'running' AND instance_id = $2 AND epoch = $3",
-    )
-    .bind(id.0)
-    .bind(me)
-    .bind(epoch)
-    .execute(pg)
-    .await
-    .map_err(db("marking a sandbox checkpointed"))?;
-    Ok(done.rows_affected() == 1)
+pub(crate) async fn mark_checkpointed(pg: &PgPool, id: SandboxId, holder: Holder) -> Result<bool> {
+    let sql = "UPDATE sandboxes SET state = 'checkpointed', updated_at = now() \
+               WHERE id = $1 AND instance_id = $2 AND epoch = $3 AND state = 'running'";
+    changed(held(sql, id, holder), pg, "marking a sandbox checkpointed").await
 }
 
 /// `checkpointed` -> `creating` held by `me` at a new epoch (a restore under way: the reaper
 /// leaves a `creating` row of a live instance alone); the new epoch, or `None` when the row is
 /// not checkpointed (restored or destroyed meanwhile).
 pub(crate) async fn claim_restore(pg: &PgPool, id: SandboxId, me: Uuid) -> Result<Option<i64>> {
-    sqlx::query_scalar(
+    let claim = sqlx::query_scalar(
         "UPDATE sandboxes SET state = 'creating', instance_id = $2, epoch = epoch + 1, \
          updated_at = now() WHERE id = $1 AND state = 'checkpointed' RETURNING epoch",
+    );
+    new_epoch(
+        claim.bind(id.0).bind(me),
+        pg,
+        "claiming a checkpointed sandbox",
     )
-    .bind(id.0)
-    .bind(me)
-    .fetch_optional(pg)
     .await
-    .map_err(db("claiming a checkpointed sandbox"))
 }
 
 /// A restore under way (`creating`, held by `(me, epoch)`) moves its sandbox into the new
@@ -351,46 +371,25 @@ pub(crate) async fn claim_restore(pg: &PgPool, id: SandboxId, me: Uuid) -> Resul
 pub(crate) async fn move_container(
     pg: &PgPool,
     id: SandboxId,
-    me: Uuid,
-    epoch: i64,
+    holder: Holder,
     container_name: &str,
     container_id: &str,
 ) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE sandboxes SET container_name = $4, container_id = $5, updated_at = now() \
-         WHERE id = $1 AND state = 'creating' AND instance_id = $2 AND epoch = $3",
-    )
-    .bind(id.0)
-    .bind(me)
-    .bind(epoch)
-    .bind(container_name)
-    .bind(container_id)
-    .execute(pg)
-    .await
-    .map_err(db("moving a restored sandbox to its new container"))?;
-    Ok(done.rows_affected() == 1)
+    let sql = "UPDATE sandboxes SET container_name = $4, container_id = $5, updated_at = now() \
+               WHERE id = $1 AND instance_id = $2 AND epoch = $3 AND state = 'creating'";
+    let update = held(sql, id, holder)
+        .bind(container_name)
+        .bind(container_id);
+    changed(update, pg, "moving a restored sandbox to its new container").await
 }
 
 /// `creating`|`checkpointed` -> `running` by `(me, epoch)`: a restore finished, or a checkpoint
 /// that failed left the container running.
-pub(crate) async fn mark_running_again(
-    pg: &PgPool,
-    id: SandboxId,
-    me: Uuid,
-    epoch: i64,
-) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE sandboxes SET state = 'running', updated_at = now() \
-         WHERE id = $1 AND state IN ('creating', 'checkpointed') AND instance_id = $2 \
-         AND epoch = $3",
-    )
-    .bind(id.0)
-    .bind(me)
-    .bind(epoch)
-    .execute(pg)
-    .await
-    .map_err(db("marking a sandbox running again"))?;
-    Ok(done.rows_affected() == 1)
+pub(crate) async fn mark_running_again(pg: &PgPool, id: SandboxId, holder: Holder) -> Result<bool> {
+    let sql = "UPDATE sandboxes SET state = 'running', updated_at = now() \
+               WHERE id = $1 AND instance_id = $2 AND epoch = $3 \
+               AND state IN ('creating', 'checkpointed')";
+    changed(held(sql, id, holder), pg, "marking a sandbox running again").await
 }
 
 /// `creating`|`running` -> `failed` with the reason, by its holder `(me, epoch)` only: a
@@ -398,22 +397,14 @@ pub(crate) async fn mark_running_again(
 pub(crate) async fn mark_failed(
     pg: &PgPool,
     id: SandboxId,
-    me: Uuid,
-    epoch: i64,
+    holder: Holder,
     reason: &str,
 ) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE sandboxes SET state = 'failed', reason = $2, updated_at = now() \
-         WHERE id = $1 AND state IN ('creating', 'running') AND instance_id = $3 AND epoch = $4",
-    )
-    .bind(id.0)
-    .bind(reason)
-    .bind(me)
-    .bind(epoch)
-    .execute(pg)
-    .await
-    .map_err(db("marking a sandbox failed"))?;
-    Ok(done.rows_affected() == 1)
+    let sql = "UPDATE sandboxes SET state = 'failed', reason = $4, updated_at = now() \
+               WHERE id = $1 AND instance_id = $2 AND epoch = $3 \
+               AND state IN ('creating', 'running')";
+    let update = held(sql, id, holder).bind(reason);
+    changed(update, pg, "marking a sandbox failed").await
 }
 
 /// `running` -> `failed` as `lost` by whoever found it so (a takeover that found its container
@@ -422,11 +413,10 @@ pub(crate) async fn mark_failed(
 pub(crate) async fn mark_lost(
     pg: &PgPool,
     id: SandboxId,
-    holder: Uuid,
-    epoch: i64,
+    holder: Holder,
     reason: &str,
 ) -> Result<bool> {
-    mark_failed(pg, id, holder, epoch, &format!("lost: {reason}")).await
+    mark_failed(pg, id, holder, &format!("lost: {reason}")).await
 }
 
 /// The outcome of asking to destroy a sandbox's row.
@@ -508,10 +498,7 @@ pub(crate) async fn list_live(pg: &PgPool) -> Result<Vec<SandboxInfo>> {
     .fetch_all(pg)
     .await
     .map_err(db("listing sandboxes"))?;
-    rows.iter()
-        .map(info_from_row)
-        .collect::<std::result::Result<_, _>>()
-        .map_err(db("decoding a sandbox row"))
+    infos(&rows)
 }
 
 /// Live sandboxes of one owner.
@@ -533,27 +520,20 @@ pub(crate) async fn owned_by(pg: &PgPool, owner: &Owner) -> Result<Vec<SandboxId
 pub(crate) async fn reown_from_pool(
     pg: &PgPool,
     id: SandboxId,
-    (me, epoch): (Uuid, i64),
+    holder: Holder,
     owner: &Owner,
     labels: &BTreeMap<String, String>,
 ) -> Result<bool> {
     let labels = serde_json::to_value(labels).unwrap_or_default();
-    let done = sqlx::query(
-        "UPDATE sandboxes SET owner_kind = $2, owner_id = $3, \
-         spec = jsonb_set(spec, '{labels}', $4), updated_at = now() \
-         WHERE id = $1 AND owner_kind = 'pool' AND state = 'running' \
-         AND instance_id = $5 AND epoch = $6",
-    )
-    .bind(id.0)
-    .bind(owner.kind.as_str())
-    .bind(&owner.id)
-    .bind(labels)
-    .bind(me)
-    .bind(epoch)
-    .execute(pg)
-    .await
-    .map_err(db("handing a pool sandbox to its owner"))?;
-    Ok(done.rows_affected() == 1)
+    let sql = "UPDATE sandboxes SET owner_kind = $4, owner_id = $5, \
+               spec = jsonb_set(spec, '{labels}', $6), updated_at = now() \
+               WHERE id = $1 AND instance_id = $2 AND epoch = $3 \
+               AND owner_kind = 'pool' AND state = 'running'";
+    let update = held(sql, id, holder)
+        .bind(owner.kind.as_str())
+        .bind(&owner.id)
+        .bind(labels);
+    changed(update, pg, "handing a pool sandbox to its owner").await
 }
 
 /// Running sandboxes held by `instance`, for adoption.
@@ -566,10 +546,7 @@ pub(crate) async fn running_of_instance(pg: &PgPool, instance: Uuid) -> Result<V
     .fetch_all(pg)
     .await
     .map_err(db("listing an instance's sandboxes"))?;
-    rows.iter()
-        .map(info_from_row)
-        .collect::<std::result::Result<_, _>>()
-        .map_err(db("decoding a sandbox row"))
+    infos(&rows)
 }
 
 /// Moves a running sandbox from `previous` (a stopped instance, graceful hand-over) to `me`,
@@ -580,16 +557,16 @@ pub(crate) async fn claim_adoption(
     previous: Uuid,
     me: Uuid,
 ) -> Result<Option<i64>> {
-    sqlx::query_scalar(
+    let claim = sqlx::query_scalar(
         "UPDATE sandboxes SET instance_id = $3, epoch = epoch + 1, updated_at = now() \
          WHERE id = $1 AND instance_id = $2 AND state = 'running' RETURNING epoch",
+    );
+    new_epoch(
+        claim.bind(id.0).bind(previous).bind(me),
+        pg,
+        "adopting a sandbox",
     )
-    .bind(id.0)
-    .bind(previous)
-    .bind(me)
-    .fetch_optional(pg)
     .await
-    .map_err(db("adopting a sandbox"))
 }
 
 /// Moves a running sandbox of a fenced or stopped holder to `me` (a takeover), bumping its
@@ -599,23 +576,18 @@ pub(crate) async fn claim_adoption(
 pub(crate) async fn claim_takeover(
     pg: &PgPool,
     id: SandboxId,
-    (previous, epoch): (Uuid, i64),
+    (previous, epoch): Holder,
     me: Uuid,
 ) -> Result<Option<i64>> {
-    sqlx::query_scalar(
+    let claim = sqlx::query_scalar(
         "UPDATE sandboxes SET instance_id = $4, epoch = epoch + 1, updated_at = now() \
          WHERE id = $1 AND instance_id = $2 AND epoch = $3 AND state = 'running' \
          AND EXISTS (SELECT 1 FROM node_instances n WHERE n.id = $2 \
                      AND (n.fenced_at IS NOT NULL OR n.stopped_at IS NOT NULL)) \
          RETURNING epoch",
-    )
-    .bind(id.0)
-    .bind(previous)
-    .bind(epoch)
-    .bind(me)
-    .fetch_optional(pg)
-    .await
-    .map_err(db("taking over a sandbox"))
+    );
+    let claim = claim.bind(id.0).bind(previous).bind(epoch).bind(me);
+    new_epoch(claim, pg, "taking over a sandbox").await
 }
 
 /// Claims one sandbox of a stopped or fenced `previous` holder for `me` at once, for a call
@@ -629,21 +601,16 @@ pub(crate) async fn claim_handover(
     me: Uuid,
     engine: &str,
 ) -> Result<Option<i64>> {
-    sqlx::query_scalar(
+    let claim = sqlx::query_scalar(
         "UPDATE sandboxes SET instance_id = $3, epoch = epoch + 1, updated_at = now() \
          WHERE id = $1 AND instance_id = $2 AND state = 'running' \
          AND owner_kind IN ('session', 'operator') AND COALESCE(engine, $4) = $4 \
          AND EXISTS (SELECT 1 FROM node_instances n WHERE n.id = $2 \
                      AND (n.fenced_at IS NOT NULL OR n.stopped_at IS NOT NULL)) \
          RETURNING epoch",
-    )
-    .bind(id.0)
-    .bind(previous)
-    .bind(me)
-    .bind(engine)
-    .fetch_optional(pg)
-    .await
-    .map_err(db("taking over a sandbox of a stopped holder"))
+    );
+    let claim = claim.bind(id.0).bind(previous).bind(me).bind(engine);
+    new_epoch(claim, pg, "taking over a sandbox of a stopped holder").await
 }
 
 /// Whether `instance` is recorded as stopped or fenced off (it holds nothing any more).
@@ -660,22 +627,14 @@ pub(crate) async fn holds_nothing(pg: &PgPool, instance: Uuid) -> Result<bool> {
 
 /// Takes back a sandbox `me` dropped when its lease lapsed, if nobody claimed it meanwhile
 /// (still `(me, epoch)` and running): the new epoch, or `None`.
-pub(crate) async fn reclaim(
-    pg: &PgPool,
-    id: SandboxId,
-    me: Uuid,
-    epoch: i64,
-) -> Result<Option<i64>> {
-    sqlx::query_scalar(
+pub(crate) async fn reclaim(pg: &PgPool, id: SandboxId, holder: Holder) -> Result<Option<i64>> {
+    let claim = sqlx::query_scalar(
         "UPDATE sandboxes SET epoch = epoch + 1, updated_at = now() \
          WHERE id = $1 AND instance_id = $2 AND epoch = $3 AND state = 'running' RETURNING epoch",
-    )
-    .bind(id.0)
-    .bind(me)
-    .bind(epoch)
-    .fetch_optional(pg)
-    .await
-    .map_err(db("taking back a dropped sandbox"))
+    );
+    let (me, epoch) = holder;
+    let claim = claim.bind(id.0).bind(me).bind(epoch);
+    new_epoch(claim, pg, "taking back a dropped sandbox").await
 }
 
 /// A sandbox's row with its epoch (for adoption, takeover and taking back).
@@ -762,15 +721,11 @@ pub(crate) async fn renew(pg: &PgPool, me: Uuid) -> Result<Renewal> {
 /// A fenced instance that is running again clears its fence and beats: from now on it counts
 /// as alive, holding nothing it has not taken back ([`reclaim`]). False when it is stopped.
 pub(crate) async fn rejoin(pg: &PgPool, me: Uuid) -> Result<bool> {
-    let done = sqlx::query(
+    let update = sqlx::query(
         "UPDATE node_instances SET fenced_at = NULL, heartbeat_at = now() \
          WHERE id = $1 AND stopped_at IS NULL",
-    )
-    .bind(me)
-    .execute(pg)
-    .await
-    .map_err(db("rejoining after a fence"))?;
-    Ok(done.rows_affected() == 1)
+    );
+    changed(update.bind(me), pg, "rejoining after a fence").await
 }
 
 /// Fences off every other instance silent for longer than `dead_after` that still has live
@@ -877,7 +832,7 @@ pub(crate) async fn claim_reap(
     seen: &RowSummary,
     reason: &str,
 ) -> Result<bool> {
-    let done = sqlx::query(
+    let update = sqlx::query(
         "UPDATE sandboxes SET state = 'destroying', \
          reason = CASE WHEN state = 'failed' THEN reason ELSE $4 END, updated_at = now() \
          WHERE id = $1 AND instance_id = $2 AND state = $3",
@@ -885,11 +840,8 @@ pub(crate) async fn claim_reap(
     .bind(id.0)
     .bind(seen.instance_id)
     .bind(seen.state.as_str())
-    .bind(format!("reaped: {reason}"))
-    .execute(pg)
-    .await
-    .map_err(db("claiming a sandbox for the reaper"))?;
-    Ok(done.rows_affected() == 1)
+    .bind(format!("reaped: {reason}"));
+    changed(update, pg, "claiming a sandbox for the reaper").await
 }
 
 /// Bookkeeping: rows still live whose instance is dead and whose Docker objects are all gone.

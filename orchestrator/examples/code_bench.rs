@@ -15,8 +15,9 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Parser;
 use serde_json::Value;
 
@@ -27,7 +28,7 @@ mod entry;
 #[path = "support/interrupt.rs"]
 mod interrupt;
 
-use bench_node::{serve_and_measure, RunningApp};
+use bench_node::{sdk_driver, serve_and_measure, RunningApp};
 
 /// The runtime measured (E2B's template `code-interpreter-v1`), and its image.
 const RUNTIME: &str = "code-interpreter";
@@ -79,32 +80,15 @@ async fn measure(args: &Args, app: &RunningApp) -> Result<Value> {
     let key = app.operator_key("code-bench").await?;
     // The pool's first sandbox is made at start; the driver waits for each refill itself.
     let pool = format!("e2b:{RUNTIME}");
-    let dispatcher = app.state.sandboxes.dispatcher()?;
-    let ready = std::time::Instant::now();
-    while dispatcher.pool_sizes().get(&pool).copied().unwrap_or(0) == 0 {
-        if ready.elapsed() > std::time::Duration::from_secs(180) {
-            bail!("the warm pool {pool} never filled (is {IMAGE} built?)");
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let (within, every) = (Duration::from_secs(180), Duration::from_millis(100));
+    sdk_driver::pool_filled(app, &pool, IMAGE, within, every).await?;
     say(format!(
         "measuring {n} creates of each kind and {m} warm round trips of each kind",
         n = args.iterations,
         m = args.iterations * 5
     ));
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/support/code_bench_client.py"
-    );
-    let mut command = tokio::process::Command::new("python3");
+    let mut command = sdk_driver::command(app, &key, "examples/support/code_bench_client.py");
     command
-        .arg(script)
-        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
-        .env(
-            "E2B_API_KEY",
-            orchestrator::api::e2b::keys::to_e2b_form(&key),
-        )
         .env("NODE_URL", &app.http_base)
         .env("NODE_KEY", &key)
         .env("BENCH_IMAGE", IMAGE)
@@ -113,34 +97,19 @@ async fn measure(args: &Args, app: &RunningApp) -> Result<Value> {
     if let Some(sdk) = &args.sdk {
         command.env("PYTHONPATH", sdk);
     }
-    let out = command.output().await.context("python3 does not run")?;
-    if !out.status.success() {
-        bail!(
-            "the SDK driver failed (needs e2b-code-interpreter and requests): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    serde_json::from_slice(&out.stdout).context("the SDK driver's report is not JSON")
-}
-
-/// The `q` quantile (nearest rank) of a series of milliseconds.
-fn quantile(series: &Value, q: f64) -> f64 {
-    let mut v: Vec<f64> = series
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_f64).collect())
-        .unwrap_or_default();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let rank = (q * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
+    sdk_driver::report(command, "SDK driver", "e2b-code-interpreter and requests").await
 }
 
 fn print(args: &Args, r: &Value) {
     let row = |name: &str, ours: &str, base: &str| {
-        let (p50, p95) = (quantile(&r[ours], 0.5), quantile(&r[ours], 0.95));
-        let (b50, b95) = (quantile(&r[base], 0.5), quantile(&r[base], 0.95));
+        let (p50, p95) = (
+            sdk_driver::quantile(&r[ours], 0.5),
+            sdk_driver::quantile(&r[ours], 0.95),
+        );
+        let (b50, b95) = (
+            sdk_driver::quantile(&r[base], 0.5),
+            sdk_driver::quantile(&r[base], 0.95),
+        );
         println!(
             "{name:<44} {p50:>8.1} {p95:>8.1}   {b50:>8.1} {b95:>8.1}   {:>6.2}x",
             p50 / b50

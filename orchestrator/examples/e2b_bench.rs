@@ -19,8 +19,9 @@
 //! dropped).
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Parser;
 use serde_json::Value;
 
@@ -31,7 +32,7 @@ mod entry;
 #[path = "support/interrupt.rs"]
 mod interrupt;
 
-use bench_node::{serve_and_measure, RunningApp};
+use bench_node::{sdk_driver, serve_and_measure, RunningApp};
 
 /// The template measured, and its image.
 const TEMPLATE: &str = "base";
@@ -98,37 +99,21 @@ async fn run(args: Args) -> Result<()> {
 async fn measure(args: &Args, app: &RunningApp) -> Result<Value> {
     let key = app.operator_key("e2b-bench").await?;
     // The first pooled sandbox is made at start; the driver waits for each refill itself.
-    let dispatcher = app.state.sandboxes.dispatcher()?;
     let pool = format!("e2b:{TEMPLATE}");
-    let ready = std::time::Instant::now();
-    while dispatcher.pool_sizes().get(&pool).copied().unwrap_or(0) == 0 {
-        if ready.elapsed() > std::time::Duration::from_secs(120) {
-            bail!("the warm pool {pool} never filled (is {IMAGE} built?)");
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let (within, every) = (Duration::from_secs(120), Duration::from_millis(100));
+    sdk_driver::pool_filled(app, &pool, IMAGE, within, every).await?;
     say(format!(
         "measuring {} creates, {} command round trips, {} transfers of 64 MiB",
         args.iterations * 2,
         args.iterations * 5,
         args.transfers
     ));
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/support/e2b_bench_client.py"
-    );
-    let out = tokio::process::Command::new("python3")
-        .arg(script)
-        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
-        .env(
-            "E2B_API_KEY",
-            orchestrator::api::e2b::keys::to_e2b_form(&key),
-        )
+    let mut command = sdk_driver::command(app, &key, "examples/support/e2b_bench_client.py");
+    command
         .env("NODE_URL", &app.http_base)
         .env("NODE_KEY", &key)
         .env("BENCH_IMAGE", IMAGE)
-        .env("BENCH_POOL", format!("e2b:{TEMPLATE}"))
+        .env("BENCH_POOL", &pool)
         .env("BENCH_ITERATIONS", args.iterations.to_string())
         .env("BENCH_TRANSFERS", args.transfers.to_string())
         .envs(
@@ -140,30 +125,13 @@ async fn measure(args: &Args, app: &RunningApp) -> Result<Value> {
             args.engine
                 .as_ref()
                 .map(|_| ("BENCH_DOCKER_RUNTIME", "runsc")),
-        )
-        .output()
-        .await
-        .context("python3 does not run")?;
-    if !out.status.success() {
-        bail!(
-            "the SDK driver failed (needs `pip install e2b requests`): {}",
-            String::from_utf8_lossy(&out.stderr)
         );
-    }
-    serde_json::from_slice(&out.stdout).context("the SDK driver's report is not JSON")
+    sdk_driver::report(command, "SDK driver", "`pip install e2b requests`").await
 }
 
-/// The median of a series of milliseconds.
+/// The median of a series of milliseconds (the nearest rank below the middle of an even count).
 fn p50(series: &Value) -> f64 {
-    let mut v: Vec<f64> = series
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_f64).collect())
-        .unwrap_or_default();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[(v.len() - 1) / 2]
+    sdk_driver::quantile(series, 0.5)
 }
 
 fn print(args: &Args, r: &Value) {

@@ -9,7 +9,7 @@
 //! listens on 127.0.0.2 and is reached by name through `egress.hosts`; nothing leaves the machine.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::routing::get;
 use axum::Router;
@@ -26,14 +26,11 @@ use bench_node::BenchDb;
 #[allow(dead_code)]
 #[path = "support/interrupt.rs"]
 mod interrupt;
+#[path = "support/percentiles.rs"]
+mod percentiles;
+use percentiles::percentiles;
 
 const BULK_BYTES: usize = 32 * 1024 * 1024;
-
-fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize].as_secs_f64() * 1000.0;
-    (at(0.5), at(0.95))
-}
 
 /// Fresh connection per request on both paths: the proxy gives each connection one checked
 /// host, so connection reuse would flatter the direct path.

@@ -37,7 +37,7 @@ mod entry;
 #[path = "support/interrupt.rs"]
 mod interrupt;
 
-use bench_node::{BenchDb, RunningApp};
+use bench_node::{sdk_driver, BenchDb, RunningApp};
 
 /// The runtime measured, and its image.
 const RUNTIME: &str = "busybox:1";
@@ -307,15 +307,9 @@ async fn measure_calls(args: &Args, app: &RunningApp, figures: &mut Figures) -> 
 
 /// Create -> first output from a warm pool of one, waiting for its refill before each.
 async fn measure_pooled(args: &Args, app: &RunningApp, figures: &mut Figures) -> Result<()> {
-    let dispatcher = app.state.sandboxes.dispatcher()?;
+    let (within, every) = (Duration::from_secs(120), Duration::from_millis(50));
     for _ in 0..args.iterations {
-        let waited = Instant::now();
-        while dispatcher.pool_sizes().get(IMAGE).copied().unwrap_or(0) == 0 {
-            if waited.elapsed() > Duration::from_secs(120) {
-                bail!("the warm pool of {IMAGE} never filled");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        sdk_driver::pool_filled(app, IMAGE, IMAGE, within, every).await?;
         let start = Instant::now();
         let sandbox = Sandbox::create(app).await?;
         sandbox
@@ -331,40 +325,10 @@ async fn measure_pooled(args: &Args, app: &RunningApp, figures: &mut Figures) ->
 /// `support/pause_bench_client.py`.
 async fn measure_pause(args: &Args, app: &RunningApp, figures: &mut Figures) -> Result<()> {
     let key = app.operator_key("pause-bench").await?;
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/support/pause_bench_client.py"
-    );
-    let out = tokio::process::Command::new("python3")
-        .arg(script)
-        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
-        .env(
-            "E2B_API_KEY",
-            orchestrator::api::e2b::keys::to_e2b_form(&key),
-        )
-        .env("BENCH_PAUSES", args.pauses.to_string())
-        .output()
-        .await
-        .context("python3 does not run")?;
-    if !out.status.success() {
-        bail!(
-            "the pause driver failed (needs `pip install e2b`): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let report: Value = serde_json::from_slice(&out.stdout).with_context(|| {
-        format!(
-            "no JSON from the pause driver: {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })?;
-    let series = |name: &str| -> Vec<f64> {
-        report[name]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_f64).collect())
-            .unwrap_or_default()
-    };
+    let mut command = sdk_driver::command(app, &key, "examples/support/pause_bench_client.py");
+    command.env("BENCH_PAUSES", args.pauses.to_string());
+    let report = sdk_driver::report(command, "pause driver", "`pip install e2b`").await?;
+    let series = |name: &str| sdk_driver::series(&report[name]);
     figures.pause_resume_256mib = series("pause_resume_ms");
     figures.fork_256mib = series("fork_ms");
     figures.kept_memory = Some((

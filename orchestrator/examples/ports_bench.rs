@@ -20,7 +20,7 @@ mod entry;
 #[path = "support/interrupt.rs"]
 mod interrupt;
 
-use bench_node::{serve_and_measure, RunningApp};
+use bench_node::{sdk_driver, serve_and_measure, RunningApp};
 
 /// Command-line options.
 #[derive(Parser, Debug)]
@@ -83,30 +83,11 @@ async fn measure(args: &Args, app: &RunningApp) -> Result<Value> {
         "{} requests through the sandbox port",
         args.requests
     ));
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/python/e2b_ports_client.py"
-    );
-    let out = tokio::process::Command::new("python3")
-        .args([script, "bench"])
-        .env("E2B_API_URL", format!("{}/e2b", app.http_base))
-        .env("E2B_SANDBOX_URL", format!("{}/e2b", app.http_base))
-        .env(
-            "E2B_API_KEY",
-            orchestrator::api::e2b::keys::to_e2b_form(&key),
-        )
-        .env("E2B_BENCH_REQUESTS", args.requests.to_string())
-        .output()
-        .await
-        .context("python3 does not run")?;
-    if !out.status.success() {
-        bail!(
-            "the SDK driver failed (needs `pip install e2b`): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let mut report: Value =
-        serde_json::from_slice(&out.stdout).context("the SDK driver's report is not JSON")?;
+    let mut command = sdk_driver::command(app, &key, "tests/python/e2b_ports_client.py");
+    command
+        .arg("bench")
+        .env("E2B_BENCH_REQUESTS", args.requests.to_string());
+    let mut report = sdk_driver::report(command, "SDK driver", "`pip install e2b`").await?;
     let sandbox = report["sandbox_id"]
         .as_str()
         .context("no sandbox in the report")?

@@ -6,7 +6,7 @@
 //! `DATABASE_URL=postgres://... cargo run --release -p orchestrator --example seal_bench [-- N]`
 //! (the database named by the URL gets a scratch database of its own, dropped at the end).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use aegis_cli::seal_client::{SealClient, Transport};
 use orchestrator::app::Application;
@@ -22,16 +22,13 @@ use bench_node::BenchDb;
 #[allow(dead_code)]
 #[path = "support/interrupt.rs"]
 mod interrupt;
+#[path = "support/percentiles.rs"]
+mod percentiles;
+use percentiles::percentiles;
 
 /// The operator key this benchmark's node is configured with.
 fn config_admin_key() -> String {
     format!("aok_{}", "0".repeat(64))
-}
-
-fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize].as_secs_f64() * 1000.0;
-    (at(0.5), at(0.95))
 }
 
 #[tokio::main]

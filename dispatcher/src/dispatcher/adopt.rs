@@ -57,7 +57,7 @@ impl Inner {
                 Err(e) => {
                     let reason = format!("could not be adopted: {e}");
                     tracing::warn!(sandbox = %id, %reason, "destroying a sandbox that could not be adopted");
-                    let _ = store::mark_failed(&self.pg, id, self.instance, epoch, &reason).await;
+                    let _ = store::mark_failed(&self.pg, id, (self.instance, epoch), &reason).await;
                     self.destroy(id, "could not be adopted").await?;
                     report.destroyed.push((id, reason));
                 }

@@ -26,7 +26,6 @@ use std::sync::Weak;
 use std::time::Duration;
 
 use bollard::models::VolumeCreateRequest;
-use bollard::query_parameters::ListVolumesOptionsBuilder;
 
 use super::Inner;
 use crate::error::{engine, Result};
@@ -96,22 +95,9 @@ impl Inner {
     /// True when another instance on this engine (any database) beat within [`SILENT_AFTER`],
     /// or when that cannot be told: what all nodes share (the executor volume) then stays.
     pub(crate) async fn others_alive(&self) -> bool {
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![
-                labels::managed_filter(),
-                format!("{}={COMPONENT}", labels::COMPONENT),
-            ],
-        )]);
-        let volumes = match self
-            .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::new().filters(&filters).build(),
-            ))
-            .await
-        {
-            Ok(list) => list.volumes.unwrap_or_default(),
-            Err(_) => return true,
+        let filters = labels::managed_with([format!("{}={COMPONENT}", labels::COMPONENT)]);
+        let Ok(volumes) = self.volumes_matching(&filters, "listing beacons").await else {
+            return true;
         };
         let recent = now_secs() - SILENT_AFTER.as_secs() as i64;
         let me = self.instance.to_string();
@@ -125,26 +111,14 @@ impl Inner {
     }
 
     async fn own_beacons(&self) -> Result<Vec<String>> {
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![
-                labels::managed_filter(),
-                format!("{}={COMPONENT}", labels::COMPONENT),
-                format!("{}={}", labels::INSTANCE, self.instance),
-            ],
-        )]);
-        Ok(self
-            .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::new().filters(&filters).build(),
-            ))
-            .await
-            .map_err(engine("listing this instance's beacons"))?
-            .volumes
-            .unwrap_or_default()
-            .into_iter()
-            .map(|v| v.name)
-            .collect())
+        let filters = labels::managed_with([
+            format!("{}={COMPONENT}", labels::COMPONENT),
+            format!("{}={}", labels::INSTANCE, self.instance),
+        ]);
+        let beacons = self
+            .volumes_matching(&filters, "listing this instance's beacons")
+            .await?;
+        Ok(beacons.into_iter().map(|v| v.name).collect())
     }
 }
 

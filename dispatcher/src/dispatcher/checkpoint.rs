@@ -118,7 +118,7 @@ impl Inner {
         let lock = self.freeze_lock(id);
         let _frozen_by_us = lock.lock().await;
         self.start_holder(id, &sandbox.spec).await?;
-        if !store::mark_checkpointed(&self.pg, id, self.instance, sandbox.epoch).await? {
+        if !store::mark_checkpointed(&self.pg, id, (self.instance, sandbox.epoch)).await? {
             self.remove_holder(id).await;
             return Err(DispatchError::SandboxGone {
                 id,
@@ -210,7 +210,7 @@ impl Inner {
         let back = async {
             let row = self.row(id).await?;
             let again = self.reattach(&row, sandbox.epoch).await?;
-            if !store::mark_running_again(&self.pg, id, self.instance, sandbox.epoch).await? {
+            if !store::mark_running_again(&self.pg, id, (self.instance, sandbox.epoch)).await? {
                 again.stream.close("destroyed while its checkpoint failed");
                 return Err(DispatchError::SandboxGone {
                     id,
@@ -267,14 +267,8 @@ impl Inner {
             }
             Err(e) => {
                 tracing::warn!(sandbox = %id, error = %e, "restoring a checkpointed sandbox failed; destroying it");
-                let _ = store::mark_failed(
-                    &self.pg,
-                    id,
-                    self.instance,
-                    epoch,
-                    &format!("its restore failed: {e}"),
-                )
-                .await;
+                let reason = format!("its restore failed: {e}");
+                let _ = store::mark_failed(&self.pg, id, (self.instance, epoch), &reason).await;
                 let _ = self.destroy(id, "its restore failed").await;
                 Err(e)
             }
@@ -308,7 +302,7 @@ impl Inner {
         let moved = async {
             self.copy_checkpoint(id, &spec, &root, &old_id, std::slice::from_ref(&target))
                 .await?;
-            if !store::move_container(&self.pg, id, self.instance, epoch, &new, &new_id).await? {
+            if !store::move_container(&self.pg, id, (self.instance, epoch), &new, &new_id).await? {
                 return Err(DispatchError::SandboxGone {
                     id,
                     reason: "destroyed while being restored".to_owned(),
@@ -335,7 +329,7 @@ impl Inner {
         let mut moved_row = row.clone();
         moved_row.container_name = new.clone();
         let sandbox = self.reattach(&moved_row, epoch).await?;
-        if !store::mark_running_again(&self.pg, id, self.instance, epoch).await? {
+        if !store::mark_running_again(&self.pg, id, (self.instance, epoch)).await? {
             sandbox.stream.close("destroyed while being restored");
             return Err(DispatchError::SandboxGone {
                 id,

@@ -256,7 +256,7 @@ impl Inner {
     /// Records that a sandbox this instance was making (still in its first epoch) failed, for
     /// `reason`; whether its row said so.
     pub(super) async fn mark_new_failed(&self, id: SandboxId, reason: &str) -> Result<bool> {
-        store::mark_failed(&self.pg, id, self.instance, store::FIRST_EPOCH, reason).await
+        store::mark_failed(&self.pg, id, (self.instance, store::FIRST_EPOCH), reason).await
     }
 
     /// Refuses a class this engine cannot run (its runtime not in `docker info`), before any
@@ -518,7 +518,7 @@ impl Inner {
                 let Some(inner) = weak.upgrade() else { return };
                 let exit = describe_exit(&inner.docker, &container).await;
                 let reason = format!("{reason}{exit}");
-                match store::mark_failed(&inner.pg, id, inner.instance, epoch, &reason).await {
+                match store::mark_failed(&inner.pg, id, (inner.instance, epoch), &reason).await {
                     Ok(true) => tracing::warn!(sandbox = %id, %reason, "sandbox stream broke"),
                     Ok(false) => {
                         tracing::info!(sandbox = %id, %reason, "stream of a sandbox this instance no longer holds ended; nothing recorded")

@@ -257,7 +257,7 @@ impl Inner {
                 continue;
             }
             let _claiming = self.claiming.mark(id);
-            match store::reclaim(&self.pg, id, self.instance, epoch).await {
+            match store::reclaim(&self.pg, id, (self.instance, epoch)).await {
                 Ok(Some(epoch)) => self.reattach_taken(id, epoch, "taken back").await,
                 Ok(None) => {
                     tracing::info!(sandbox = %id, "a dropped sandbox was taken over or ended meanwhile; not taken back")
@@ -314,7 +314,7 @@ impl Inner {
         cause: &DispatchError,
     ) {
         tracing::warn!(sandbox = %id, %reason, "sandbox lost");
-        if let Err(e) = store::mark_lost(&self.pg, id, self.instance, epoch, reason).await {
+        if let Err(e) = store::mark_lost(&self.pg, id, (self.instance, epoch), reason).await {
             tracing::warn!(sandbox = %id, error = %e, "could not mark a sandbox lost");
             return;
         }

@@ -112,6 +112,30 @@ impl Inner {
             .map_err(engine(what))
     }
 
+    /// Every volume whose labels match `filters`; `what` says in an error which listing failed.
+    pub(super) async fn volumes_matching(
+        &self,
+        filters: &HashMap<String, Vec<String>>,
+        what: &str,
+    ) -> Result<Vec<bollard::models::Volume>> {
+        let options = ListVolumesOptionsBuilder::new().filters(filters).build();
+        let listed = self.docker.list_volumes(Some(options)).await;
+        Ok(listed.map_err(engine(what))?.volumes.unwrap_or_default())
+    }
+
+    /// Every network whose labels match `filters`; `what` says in an error which listing failed.
+    async fn networks_matching(
+        &self,
+        filters: &HashMap<String, Vec<String>>,
+        what: &str,
+    ) -> Result<Vec<bollard::models::Network>> {
+        let options = ListNetworksOptionsBuilder::new().filters(filters).build();
+        self.docker
+            .list_networks(Some(options))
+            .await
+            .map_err(engine(what))
+    }
+
     pub(crate) async fn reap(self: &Arc<Self>) -> Result<ReapReport> {
         let mut report = ReapReport::default();
         let mut live = store::live_instances(&self.pg, self.config.dead_after).await?;
@@ -209,13 +233,7 @@ impl Inner {
     /// The listing phase: this scope's managed containers, volumes and networks, read before
     /// anything is decided.
     async fn managed_objects(&self) -> Result<Managed> {
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![
-                labels::managed_filter(),
-                format!("{}={}", labels::SCOPE, self.scope.label),
-            ],
-        )]);
+        let filters = labels::managed_with([format!("{}={}", labels::SCOPE, self.scope.label)]);
         let containers: Vec<Found> = self
             .containers_matching(&filters, "listing managed containers for the reaper")
             .await?
@@ -235,25 +253,15 @@ impl Inner {
             })
             .collect();
         let volumes: Vec<Found> = self
-            .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::new().filters(&filters).build(),
-            ))
-            .await
-            .map_err(engine("listing managed volumes for the reaper"))?
-            .volumes
-            .unwrap_or_default()
+            .volumes_matching(&filters, "listing managed volumes for the reaper")
+            .await?
             .into_iter()
             .map(|v| Found::from_labels(v.name, &v.labels, false))
             .collect();
 
         let networks: Vec<Found> = self
-            .docker
-            .list_networks(Some(
-                ListNetworksOptionsBuilder::new().filters(&filters).build(),
-            ))
-            .await
-            .map_err(engine("listing managed networks for the reaper"))?
+            .networks_matching(&filters, "listing managed networks for the reaper")
+            .await?
             .into_iter()
             .filter_map(|n| {
                 Some(Found::from_labels(
@@ -382,36 +390,20 @@ impl Inner {
         let Some(cluster) = &self.scope.cluster else {
             return Ok(());
         };
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![
-                labels::managed_filter(),
-                format!("{}={cluster}", labels::DB_CLUSTER),
-            ],
-        )]);
+        let filters = labels::managed_with([format!("{}={cluster}", labels::DB_CLUSTER)]);
         let containers = self
             .containers_matching(&filters, "listing managed containers of other databases")
             .await?
             .into_iter()
             .filter_map(|c| Some((c.id?, c.labels.unwrap_or_default())));
         let volumes = self
-            .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::new().filters(&filters).build(),
-            ))
-            .await
-            .map_err(engine("listing managed volumes of other databases"))?
-            .volumes
-            .unwrap_or_default()
+            .volumes_matching(&filters, "listing managed volumes of other databases")
+            .await?
             .into_iter()
             .map(|v| (v.name, v.labels));
         let networks = self
-            .docker
-            .list_networks(Some(
-                ListNetworksOptionsBuilder::new().filters(&filters).build(),
-            ))
-            .await
-            .map_err(engine("listing managed networks of other databases"))?
+            .networks_matching(&filters, "listing managed networks of other databases")
+            .await?
             .into_iter()
             .filter_map(|n| Some((n.name?, n.labels.unwrap_or_default())));
         let foreign = |labels: &HashMap<String, String>| {
@@ -485,7 +477,7 @@ impl Inner {
         if silent.is_empty() {
             return Ok(());
         }
-        let filters = HashMap::from([("label".to_owned(), vec![labels::managed_filter()])]);
+        let filters = labels::managed_with([]);
         let of_silent = |l: &HashMap<String, String>| of_silent_scope(&silent, l);
         let containers: Vec<(String, (String, String))> = self
             .containers_matching(&filters, "listing managed containers of silent scopes")
@@ -516,12 +508,8 @@ impl Inner {
             }
         }
         let networks = self
-            .docker
-            .list_networks(Some(
-                ListNetworksOptionsBuilder::new().filters(&filters).build(),
-            ))
-            .await
-            .map_err(engine("listing managed networks of silent scopes"))?;
+            .networks_matching(&filters, "listing managed networks of silent scopes")
+            .await?;
         for n in networks {
             let (Some(name), Some((scope, reason))) =
                 (n.name, n.labels.as_ref().and_then(of_silent))
@@ -566,14 +554,8 @@ impl Inner {
         silent: &HashMap<String, i64>,
     ) -> Result<Vec<(bool, String, (String, String))>> {
         let mut volumes: Vec<(bool, String, (String, String))> = self
-            .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::new().filters(filters).build(),
-            ))
-            .await
-            .map_err(engine("listing managed volumes of silent scopes"))?
-            .volumes
-            .unwrap_or_default()
+            .volumes_matching(filters, "listing managed volumes of silent scopes")
+            .await?
             .into_iter()
             .filter_map(|v| {
                 let reason = of_silent_scope(silent, &v.labels)?;
@@ -591,22 +573,9 @@ impl Inner {
     /// when longer): scope -> seconds since the newest beat. A scope without any beacon is never
     /// listed.
     async fn silent_scopes(&self) -> Result<HashMap<String, i64>> {
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![
-                labels::managed_filter(),
-                format!("{}={}", labels::COMPONENT, beacon::COMPONENT),
-            ],
-        )]);
-        let beacons = self
-            .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::new().filters(&filters).build(),
-            ))
-            .await
-            .map_err(engine("listing beacons"))?
-            .volumes
-            .unwrap_or_default();
+        let filters =
+            labels::managed_with([format!("{}={}", labels::COMPONENT, beacon::COMPONENT)]);
+        let beacons = self.volumes_matching(&filters, "listing beacons").await?;
         let mut newest: HashMap<String, i64> = HashMap::new();
         for v in beacons {
             let Some(scope) = v.labels.get(labels::SCOPE) else {

@@ -13,6 +13,10 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+#[allow(dead_code)] // only the benchmarks that measure through E2B's SDK run a driver
+#[path = "sdk_driver.rs"]
+pub mod sdk_driver;
+
 fn say(msg: impl std::fmt::Display) {
     eprintln!("[bench] {msg}");
 }

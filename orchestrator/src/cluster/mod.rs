@@ -621,16 +621,20 @@ impl Peers {
             .body(body))
     }
 
-    /// Posts `body` to `path` on `peer`, signed, within `timeout`.
-    async fn signed_post(
+    /// Posts `request` as JSON to `path` on instance `to`, signed, within `timeout`: the peer's
+    /// address and its answer, or why it could not be asked (a forward error's detail).
+    async fn post_to(
         &self,
-        peer: &str,
+        to: Uuid,
         path: &str,
-        body: Vec<u8>,
+        request: &impl serde::Serialize,
         timeout: Duration,
-    ) -> Result<Answer, String> {
+    ) -> Result<(String, Answer), String> {
+        let peer = self.address_of(to).await.map_err(|e| e.detail)?;
+        let body =
+            serde_json::to_vec(request).map_err(|e| format!("cannot encode the request: {e}"))?;
         let answer = self
-            .signed_request(peer, path, body)?
+            .signed_request(&peer, path, body)?
             .timeout(timeout)
             .send()
             .await
@@ -640,7 +644,7 @@ impl Peers {
             .bytes()
             .await
             .map_err(|e| format!("{peer} broke off its answer: {e}"))?;
-        Ok((status, bytes))
+        Ok((peer, (status, bytes)))
     }
 
     /// A refusal's body, or the raw answer when it is not one.
@@ -661,13 +665,15 @@ impl Peers {
         spec: SandboxSpec,
     ) -> Result<SandboxId, DispatchError> {
         let fail = |detail: String| DispatchError::ForwardCreate { target, detail };
-        let peer = self.address_of(target).await.map_err(|e| fail(e.detail))?;
         let image = spec.image.clone();
         let spec_isolation = spec.isolation();
-        let body = serde_json::to_vec(&ForwardedCreate { spec })
-            .map_err(|e| fail(format!("cannot encode the spec: {e}")))?;
-        let (status, bytes) = self
-            .signed_post(&peer, CREATE_PATH, body, CREATE_TIMEOUT)
+        let (peer, (status, bytes)) = self
+            .post_to(
+                target,
+                CREATE_PATH,
+                &ForwardedCreate { spec },
+                CREATE_TIMEOUT,
+            )
             .await
             .map_err(fail)?;
         if status.is_success() {
@@ -696,11 +702,9 @@ impl Peers {
 
     async fn forward_destroy(&self, holder: Uuid, id: SandboxId) -> Result<(), DispatchError> {
         let fail = |detail: String| DispatchError::Forward { id, holder, detail };
-        let peer = self.address_of(holder).await.map_err(|e| fail(e.detail))?;
-        let body = serde_json::to_vec(&ForwardedDestroy { sandbox: id.0 })
-            .map_err(|e| fail(format!("cannot encode the request: {e}")))?;
-        let (status, bytes) = self
-            .signed_post(&peer, DESTROY_PATH, body, DESTROY_TIMEOUT)
+        let request = ForwardedDestroy { sandbox: id.0 };
+        let (peer, (status, bytes)) = self
+            .post_to(holder, DESTROY_PATH, &request, DESTROY_TIMEOUT)
             .await
             .map_err(fail)?;
         if status.is_success() {

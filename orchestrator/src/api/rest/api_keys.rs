@@ -2,19 +2,18 @@
 
 use std::time::Instant;
 
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
-use axum::{Extension, Json};
+use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::{require, Need};
+use super::auth::{require, Call, Need};
 use super::error::{ApiError, ErrorBody};
 use crate::audit;
 use crate::auth::{self, ApiKeyInfo, CreatedKey};
-use crate::caller::{Caller, Role};
-use crate::state::AppState;
+use crate::caller::Role;
 
 /// Body of `POST /v1/api-keys`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -37,8 +36,7 @@ pub struct CreateKey {
     responses((status = 201, description = "Created", body = CreatedKey), (status = 403, description = "Not an admin", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn create(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Json(req): Json<CreateKey>,
 ) -> Result<(StatusCode, Json<CreatedKey>), ApiError> {
     require(&caller, Need::Admin)?;
@@ -82,10 +80,7 @@ pub async fn create(
 /// Every key (never the secrets).
 #[utoipa::path(get, path = "/v1/api-keys", operation_id = "list_api_keys", tag = "api-keys",
     responses((status = 200, description = "Keys", body = Vec<ApiKeyInfo>)), security(("api_key" = [])))]
-pub async fn list(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-) -> Result<Json<Vec<ApiKeyInfo>>, ApiError> {
+pub async fn list(Call { state, caller }: Call) -> Result<Json<Vec<ApiKeyInfo>>, ApiError> {
     require(&caller, Need::Admin)?;
     Ok(Json(auth::list(&state.pool).await?))
 }
@@ -95,19 +90,14 @@ pub async fn list(
     responses((status = 200, description = "Revoked", body = ApiKeyInfo), (status = 404, description = "No such active key", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn revoke(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<String>,
 ) -> Result<Json<ApiKeyInfo>, ApiError> {
     require(&caller, Need::Admin)?;
     let started = Instant::now();
-    let revoked = auth::revoke(&state.pool, &id).await?.ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no active API key `{id}`"),
-        )
-    })?;
+    let revoked = auth::revoke(&state.pool, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no active API key `{id}`")))?;
     // Every node drops it when the change is announced; this one at once, before answering.
     state.api_keys.forget(revoked.id);
     audit::record_admin(

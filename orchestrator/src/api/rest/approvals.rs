@@ -3,15 +3,15 @@
 
 use std::time::Instant;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::StatusCode;
-use axum::{Extension, Json};
+use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::auth::{require, Need};
+use super::auth::{require, Call, Need};
 use super::error::{ApiError, ErrorBody};
 use crate::approvals::{self, Approval, Decision, DecisionError};
 use crate::audit;
@@ -116,8 +116,7 @@ pub struct ListQuery {
 #[utoipa::path(get, path = "/v1/approvals", operation_id = "list_approvals", tag = "approvals", params(ListQuery),
     responses((status = 200, description = "Requests", body = Vec<ApprovalView>)), security(("api_key" = [])))]
 pub async fn list(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<ApprovalView>>, ApiError> {
     let rows = approvals::list(&state.pool, &caller.tenant, !q.all).await?;
@@ -133,8 +132,7 @@ pub async fn list(
     responses((status = 200, description = "Request", body = ApprovalView), (status = 404, description = "Unknown", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn get(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<ApprovalView>, ApiError> {
     let a = approvals::get(&state.pool, &caller.tenant, id)
@@ -200,8 +198,7 @@ async fn decide(
               (status = 409, description = "Already decided or timed out", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn approve(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
     body: Option<Json<DecisionBody>>,
 ) -> Result<Json<ApprovalView>, ApiError> {
@@ -215,8 +212,7 @@ pub async fn approve(
               (status = 409, description = "Already decided or timed out", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn reject(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
     body: Option<Json<DecisionBody>>,
 ) -> Result<Json<ApprovalView>, ApiError> {

@@ -1,15 +1,13 @@
 //! `/v1/audit` (filtered, paginated rows), `/v1/audit/head` (the anchor to publish) and
 //! `/v1/audit/verify` (recompute the hash chain; admin only).
 
-use axum::extract::{Query, State};
-use axum::{Extension, Json};
+use axum::extract::Query;
+use axum::Json;
 use serde::Serialize;
 
-use super::auth::{require, Need};
+use super::auth::{require, Call, Need};
 use super::error::{ApiError, ErrorBody};
 use crate::audit::{self, Anchor, AuditRow, Head, Verification};
-use crate::caller::Caller;
-use crate::state::AppState;
 
 /// A page of audit rows.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -24,8 +22,7 @@ pub struct AuditPage {
 #[utoipa::path(get, path = "/v1/audit", operation_id = "list_audit", tag = "audit", params(audit::Query),
     responses((status = 200, description = "Rows", body = AuditPage)), security(("api_key" = [])))]
 pub async fn list(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Query(q): Query<audit::Query>,
 ) -> Result<Json<AuditPage>, ApiError> {
     let limit = q.limit.unwrap_or(100).clamp(1, 500);
@@ -41,10 +38,7 @@ pub async fn list(
 /// up to it was removed.
 #[utoipa::path(get, path = "/v1/audit/head", operation_id = "audit_head", tag = "audit",
     responses((status = 200, description = "Head", body = Head)), security(("api_key" = [])))]
-pub async fn head(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-) -> Result<Json<Head>, ApiError> {
+pub async fn head(Call { state, caller }: Call) -> Result<Json<Head>, ApiError> {
     Ok(Json(audit::head(&state.pool, &caller.tenant).await?))
 }
 
@@ -56,8 +50,7 @@ pub async fn head(
               (status = 403, description = "Not an admin key", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn verify(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Query(anchor): Query<Anchor>,
 ) -> Result<Json<Verification>, ApiError> {
     require(&caller, Need::Admin)?;

@@ -1,15 +1,43 @@
 //! Bearer-key authentication for `/v1/` routes, and the role checks handlers ask for.
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::rejection::ExtensionRejection;
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
+use axum::Extension;
 
 use super::error::ApiError;
 use crate::auth::{self, AuthError};
 use crate::caller::{Caller, Role};
 use crate::state::AppState;
+
+/// What every `/v1/` handler starts from: the node's state and the caller whose key
+/// [`require_key`] resolved (refused as a missing `Extension<Caller>` would be, where no key
+/// was resolved).
+pub struct Call {
+    /// The node's state.
+    pub state: AppState,
+    /// Who asks.
+    pub caller: Caller,
+}
+
+impl FromRequestParts<AppState> for Call {
+    type Rejection = ExtensionRejection;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Extension(caller) = Extension::<Caller>::from_request_parts(parts, state).await?;
+        Ok(Call {
+            state: state.clone(),
+            caller,
+        })
+    }
+}
 
 /// Resolves the bearer key and stores the `Caller` in the request; 401 otherwise.
 pub async fn require_key(

@@ -4,14 +4,14 @@
 //! ...) so they are validated, authorised and audited exactly like the same tools called by a
 //! SEAL client or an agent. Reads come straight from the registry.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::StatusCode;
-use axum::{Extension, Json};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::auth::{require, Need};
+use super::auth::{require, Call, Need};
 use super::error::{ApiError, ErrorBody};
 use crate::caller::Caller;
 use crate::manifest::ManifestKind;
@@ -161,8 +161,7 @@ async fn deploy(
               (status = 409, description = "Version already deployed", body = ErrorBody), (status = 422, description = "Invalid manifest", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn create_agent(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Query(q): Query<DeployQuery>,
     body: String,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -176,8 +175,7 @@ pub async fn create_agent(
               (status = 409, description = "Version already deployed", body = ErrorBody), (status = 422, description = "Invalid manifest", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn create_workflow(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Query(q): Query<DeployQuery>,
     body: String,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -187,10 +185,7 @@ pub async fn create_workflow(
 /// Lists agents with their latest version.
 #[utoipa::path(get, path = "/v1/agents", tag = "agents",
     responses((status = 200, description = "Agents", body = Vec<Definition>)), security(("api_key" = [])))]
-pub async fn list_agents(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-) -> Result<Json<Vec<Definition>>, ApiError> {
+pub async fn list_agents(Call { state, caller }: Call) -> Result<Json<Vec<Definition>>, ApiError> {
     Ok(Json(
         registry::list(&state.pool, &caller.tenant, ManifestKind::Agent).await?,
     ))
@@ -200,8 +195,7 @@ pub async fn list_agents(
 #[utoipa::path(get, path = "/v1/workflows", tag = "workflows",
     responses((status = 200, description = "Workflows", body = Vec<Definition>)), security(("api_key" = [])))]
 pub async fn list_workflows(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
 ) -> Result<Json<Vec<Definition>>, ApiError> {
     Ok(Json(
         registry::list(&state.pool, &caller.tenant, ManifestKind::Workflow)
@@ -217,8 +211,7 @@ pub async fn list_workflows(
     responses((status = 200, description = "Agent", body = Definition), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn get_agent(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<String>,
     Query(q): Query<VersionQuery>,
 ) -> Result<Json<Definition>, ApiError> {
@@ -240,8 +233,7 @@ pub async fn get_agent(
     responses((status = 200, description = "Workflow", body = Definition), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn get_workflow(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<String>,
     Query(q): Query<VersionQuery>,
 ) -> Result<Json<Definition>, ApiError> {
@@ -264,8 +256,7 @@ pub async fn get_workflow(
     responses((status = 200, description = "Versions", body = Vec<VersionInfo>), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn agent_versions(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<String>,
 ) -> Result<Json<Vec<VersionInfo>>, ApiError> {
     Ok(Json(
@@ -278,8 +269,7 @@ pub async fn agent_versions(
     responses((status = 200, description = "Versions", body = Vec<VersionInfo>), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn workflow_versions(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<String>,
 ) -> Result<Json<Vec<VersionInfo>>, ApiError> {
     Ok(Json(
@@ -295,8 +285,7 @@ pub async fn workflow_versions(
     responses((status = 200, description = "Deleted", body = AgentDeleted), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn delete_agent(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     require(&caller, Need::Write)?;
@@ -324,8 +313,7 @@ pub async fn delete_agent(
     responses((status = 200, description = "Deleted", body = WorkflowDeleted), (status = 404, description = "Not found", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn delete_workflow(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     super::tool_answer(

@@ -59,6 +59,11 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
+    /// 404 for something the caller named that is not there (or not theirs to see).
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
     /// 400 for a malformed request.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
@@ -328,13 +333,9 @@ fn or_default<'a>(text: &'a str, default: &'a str) -> &'a str {
 }
 
 fn no_route_error(method: &Method, path: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "not_found",
-        format!(
-            "there is no route {method} {path}; the routes of this API are listed in /openapi.json"
-        ),
-    )
+    ApiError::not_found(format!(
+        "there is no route {method} {path}; the routes of this API are listed in /openapi.json"
+    ))
 }
 
 /// The fallback of the router: an unknown route is a JSON 404 like any other error.

@@ -45,6 +45,17 @@ pub struct Poll<E> {
     pub events: Vec<E>,
 }
 
+/// What `GET .../{id}/events` answers with 200, for both engines' routes (their OpenAPI text).
+pub const EVENTS_ANSWERED: &str = "A page of events; with `follow=true`, Server-Sent Events `events` (a JSON array of events, id = the last one's sequence number) until the execution has ended, then `end`";
+
+/// A page of one engine's event log: what [`answer`] sends as JSON.
+pub trait EventPage: Serialize {
+    /// The events the page holds.
+    type Event: RunEvent;
+    /// The page of `events` of `execution_id`; `next_after` is where the next one starts.
+    fn new(execution_id: Uuid, events: Vec<Self::Event>, next_after: Option<i64>) -> Self;
+}
+
 /// A page of an agent execution's log (`GET /v1/executions/{id}/events`).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AgentEventPage {
@@ -69,41 +80,57 @@ pub struct WorkflowEventPage {
     pub next_after: Option<i64>,
 }
 
+impl EventPage for AgentEventPage {
+    type Event = crate::engine::store::Event;
+    fn new(execution_id: Uuid, events: Vec<Self::Event>, next_after: Option<i64>) -> Self {
+        AgentEventPage {
+            execution_id,
+            events,
+            next_after,
+        }
+    }
+}
+
+impl EventPage for WorkflowEventPage {
+    type Event = crate::workflow::store::Event;
+    fn new(execution_id: Uuid, events: Vec<Self::Event>, next_after: Option<i64>) -> Self {
+        WorkflowEventPage {
+            execution_id,
+            events,
+            next_after,
+        }
+    }
+}
+
 /// Where the next page starts: the last event's sequence number.
 pub fn next_after<E: RunEvent>(events: &[E]) -> Option<i64> {
     events.last().map(RunEvent::seq)
 }
 
 /// The answer to `GET .../{id}/events` for run `id` of `tenant` (already authorised by the
-/// route): a JSON page made by `page(id, events, next_after)`, or with `follow`, live events
-/// until the run has ended.
-pub async fn answer<E, P>(
+/// route): a JSON page `P`, or with `follow`, live events until the run has ended.
+pub async fn answer<P: EventPage>(
     state: AppState,
     tenant: String,
     kind: Kind,
     id: Uuid,
     q: &EventsQuery,
-    page: fn(Uuid, Vec<E>, Option<i64>) -> P,
-) -> Result<Response, ApiError>
-where
-    E: RunEvent,
-    P: Serialize,
-{
+) -> Result<Response, ApiError> {
     let pool = state.pool;
     let after = q.after.unwrap_or(0);
     if !q.follow {
-        let events: Vec<E> = kind
+        let events: Vec<P::Event> = kind
             .events(&pool, id, after, q.limit.unwrap_or(100))
             .await?;
         let next = next_after(&events);
-        return Ok(Json(page(id, events, next)).into_response());
+        return Ok(Json(P::new(id, events, next)).into_response());
     }
     Ok(follow(after, move |after, limit| {
         let (pool, tenant) = (pool.clone(), tenant.clone());
         async move {
             let status = kind.status(&pool, &tenant, id).await;
             let ended = matches!(status, Ok(Some(s)) if runs::is_terminal(&s));
-            let events: Vec<E> = kind
+            let events: Vec<P::Event> = kind
                 .events(&pool, id, after, limit)
                 .await
                 .unwrap_or_default();

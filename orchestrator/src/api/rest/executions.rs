@@ -5,15 +5,15 @@
 //! they are authorised and audited like any other call. Reads are scoped by the same rule
 //! (`policy::executions`): a key below the operator tier sees only the executions it started.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::{Extension, Json};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::auth::{require, Need};
+use super::auth::{require, Call, Need};
 use super::error::{ApiError, ErrorBody};
 use super::event_log::{self, AgentEventPage, EventsQuery};
 use crate::caller::Caller;
@@ -104,8 +104,7 @@ pub struct Deliveries {
               (status = 422, description = "Input does not match input_schema; nothing started", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn execute(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<String>,
     Query(q): Query<ExecuteQuery>,
     Json(body): Json<ExecuteBody>,
@@ -138,8 +137,7 @@ pub struct ListQuery {
 #[utoipa::path(get, path = "/v1/executions", operation_id = "list_executions", tag = "executions", params(ListQuery),
     responses((status = 200, description = "Executions", body = Vec<store::Execution>)), security(("api_key" = [])))]
 pub async fn list(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<store::Execution>>, ApiError> {
     Ok(Json(
@@ -160,29 +158,21 @@ pub async fn list(
 #[utoipa::path(get, path = "/v1/executions/{id}", operation_id = "get_execution", tag = "executions", params(("id" = Uuid, Path, description = "Execution id")),
     responses((status = 200, description = "Execution", body = store::Execution), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn get(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<store::Execution>, ApiError> {
     may_act_on(&state, &caller, id).await?;
     store::get(&state.pool, &caller.tenant, id)
         .await?
         .map(Json)
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("execution {id} not found"),
-            )
-        })
+        .ok_or_else(|| ApiError::not_found(format!("execution {id} not found")))
 }
 
 /// Cancels an execution (its running command dies with its sandbox).
 #[utoipa::path(post, path = "/v1/executions/{id}/cancel", operation_id = "cancel_execution", tag = "executions", params(("id" = Uuid, Path, description = "Execution id")),
     responses((status = 200, description = "Cancelled", body = Cancelled), (status = 409, description = "Already ended", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn cancel(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Cancelled>, ApiError> {
     require(&caller, Need::Write)?;
@@ -203,41 +193,26 @@ pub async fn cancel(
 #[utoipa::path(delete, path = "/v1/executions/{id}", operation_id = "remove_execution", tag = "executions", params(("id" = Uuid, Path, description = "Execution id")),
     responses((status = 200, description = "Removed", body = ExecutionRemoved), (status = 409, description = "Still running", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn remove(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Value>, ApiError> {
-    super::tool_answer(
-        &state,
-        &caller,
-        Need::Write,
-        "aegis.task.remove",
-        json!({"execution_id": id}),
-    )
-    .await
+    super::execution_tool(&state, &caller, "aegis.task.remove", id).await
 }
 
 /// The event log: a JSON page, or live Server-Sent Events with `?follow=true`.
 #[utoipa::path(get, path = "/v1/executions/{id}/events", operation_id = "execution_events", tag = "executions",
     params(("id" = Uuid, Path, description = "Execution id"), EventsQuery),
-    responses((status = 200, description = "A page of events; with `follow=true`, Server-Sent Events `events` (a JSON array of events, id = the last one's sequence number) until the execution has ended, then `end`",
+    responses((status = 200, description = event_log::EVENTS_ANSWERED,
                 content((AgentEventPage = "application/json"), (String = "text/event-stream"))),
               (status = 404, description = "Unknown", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn events(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
     Query(q): Query<EventsQuery>,
 ) -> Result<Response, ApiError> {
     may_act_on(&state, &caller, id).await?;
-    let page = |execution_id, events, next_after| AgentEventPage {
-        execution_id,
-        events,
-        next_after,
-    };
-    let answer = event_log::answer(state, caller.tenant, runs::AGENT, id, &q, page);
-    answer.await
+    event_log::answer::<AgentEventPage>(state, caller.tenant, runs::AGENT, id, &q).await
 }
 
 /// The delivery log: each destination the result was sent to, its status and every attempt.
@@ -246,8 +221,7 @@ pub async fn events(
     responses((status = 200, description = "The delivery log", body = Deliveries), (status = 404, description = "Unknown", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn deliveries(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Deliveries>, ApiError> {
     may_act_on(&state, &caller, id).await?;
@@ -262,13 +236,7 @@ pub async fn deliveries(
 async fn may_act_on(state: &AppState, caller: &Caller, id: Uuid) -> Result<(), ApiError> {
     let scope = store::scope(&state.pool, &caller.tenant, id)
         .await?
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("execution {id} not found"),
-            )
-        })?;
+        .ok_or_else(|| ApiError::not_found(format!("execution {id} not found")))?;
     crate::policy::executions::may_act_on(caller, &scope)
         .map_err(|d| ApiError::forbidden(d.message))
 }

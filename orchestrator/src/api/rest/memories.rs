@@ -5,17 +5,16 @@
 //! tier), so they are decided and audited like the same tools called any other way. A memory
 //! outlives its agent: the name of a deleted agent is accepted.
 
-use axum::extract::{Path, Query, State};
-use axum::{Extension, Json};
+use axum::extract::{Path, Query};
+use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use super::auth::Call;
 use super::error::{ApiError, ErrorBody};
 use super::with_given;
-use crate::caller::Caller;
-use crate::state::AppState;
 
 /// `?owner=&limit=&offset=` of the listing.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -100,8 +99,7 @@ pub struct MemoryErased {
               (status = 422, description = "Invalid name, owner or page", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn list(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(agent): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
@@ -124,8 +122,7 @@ pub async fn list(
               (status = 422, description = "Invalid name or owner", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn erase(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(agent): Path<String>,
     Query(q): Query<OwnerQuery>,
 ) -> Result<Json<Value>, ApiError> {
@@ -147,8 +144,7 @@ pub async fn erase(
               (status = 422, description = "Invalid name or owner", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn erase_one(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path((agent, note)): Path<(String, Uuid)>,
     Query(q): Query<OwnerQuery>,
 ) -> Result<Json<Value>, ApiError> {

@@ -73,6 +73,18 @@ pub(super) async fn tool_answer(
     Ok(axum::Json(call_tool(state, caller, tool, args).await?))
 }
 
+/// A route that is one write tool on one execution of either engine (cancel, remove), which
+/// takes its id as `execution_id`: [`tool_answer`] with that argument.
+pub(super) async fn execution_tool(
+    state: &AppState,
+    caller: &Caller,
+    tool: &str,
+    id: uuid::Uuid,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let args = serde_json::json!({ "execution_id": id });
+    tool_answer(state, caller, auth::Need::Write, tool, args).await
+}
+
 /// The REST routes (health, OpenAPI, SEAL over HTTP, the operator API, metrics), without the
 /// error layers of [`with_errors`].
 pub fn routes(state: &AppState) -> Router<AppState> {

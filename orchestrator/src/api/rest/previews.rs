@@ -5,15 +5,15 @@
 
 use std::time::Instant;
 
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
-use axum::{Extension, Json};
+use axum::Json;
 use dispatcher::SandboxId;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::auth::{require, Need};
+use super::auth::{require, Call, Need};
 use super::error::{ApiError, ErrorBody};
 use crate::audit;
 use crate::caller::Caller;
@@ -74,11 +74,7 @@ async fn own(
     let owner = state.sandboxes.owner(SandboxId(id)).await?;
     if let Err(denial) = check_sandbox_access(caller, &owner, SandboxAccess::Act, &id.to_string()) {
         audit::record_admin_of(&state.pool, caller, action, args, false, started, Some(id)).await?;
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            denial.message,
-        ));
+        return Err(ApiError::not_found(denial.message));
     }
     Ok(())
 }
@@ -91,8 +87,7 @@ async fn own(
               (status = 404, description = "Unknown sandbox, another's, or not running", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn create(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
     Json(req): Json<CreatePreview>,
 ) -> Result<(StatusCode, Json<PreviewCreated>), ApiError> {
@@ -134,11 +129,7 @@ pub async fn create(
     )
     .await?;
     let Some(preview) = made? else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("sandbox {id} is not running"),
-        ));
+        return Err(ApiError::not_found(format!("sandbox {id} is not running")));
     };
     let url = format!(
         "http://{}-{id}.{}/?{}={secret}",
@@ -163,13 +154,12 @@ pub async fn create(
     responses((status = 200, description = "Previews", body = Vec<Preview>), (status = 404, description = "Unknown sandbox, or another's", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn list(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Vec<Preview>>, ApiError> {
     let owner = state.sandboxes.owner(SandboxId(id)).await?;
     check_sandbox_access(&caller, &owner, SandboxAccess::Act, &id.to_string())
-        .map_err(|d| ApiError::new(StatusCode::NOT_FOUND, "not_found", d.message))?;
+        .map_err(|d| ApiError::not_found(d.message))?;
     Ok(Json(previews::list(&state.pool, id).await?))
 }
 
@@ -179,8 +169,7 @@ pub async fn list(
     responses((status = 200, description = "Revoked", body = PreviewRevoked), (status = 404, description = "Unknown sandbox or preview, or another's", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn revoke(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path((id, preview_id)): Path<(Uuid, Uuid)>,
 ) -> Result<Json<PreviewRevoked>, ApiError> {
     require(&caller, Need::Write)?;
@@ -207,11 +196,9 @@ pub async fn revoke(
     )
     .await?;
     if !done? {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("sandbox {id} has no preview {preview_id}"),
-        ));
+        return Err(ApiError::not_found(format!(
+            "sandbox {id} has no preview {preview_id}"
+        )));
     }
     Ok(Json(PreviewRevoked {
         id: preview_id,

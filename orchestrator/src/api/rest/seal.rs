@@ -13,11 +13,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::auth::{require, Need};
+use super::auth::{require, Call, Need};
 use super::error::{ApiError, ErrorBody};
 use crate::api::streaming::{seal_invoke, Next};
 use crate::audit;
-use crate::caller::Caller;
 use crate::contexts::{self, ContextError};
 use crate::gateway::attestation_tokens::{self, IssuedToken, TokenError, TokenInfo};
 use crate::gateway::{sessions, AttestRequest, Session};
@@ -425,8 +424,7 @@ pub struct SessionsQuery {
 #[utoipa::path(get, path = "/v1/seal/sessions", operation_id = "list_seal_sessions", tag = "seal", params(SessionsQuery),
     responses((status = 200, description = "Sessions", body = Vec<SessionView>)), security(("api_key" = [])))]
 pub async fn list_sessions(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Query(q): Query<SessionsQuery>,
 ) -> Result<Json<Vec<SessionView>>, ApiError> {
     let list = sessions::list(&state.pool, &caller.tenant, !q.all).await?;
@@ -437,19 +435,12 @@ pub async fn list_sessions(
 #[utoipa::path(get, path = "/v1/seal/sessions/{id}", operation_id = "get_seal_session", tag = "seal", params(("id" = Uuid, Path, description = "Session id")),
     responses((status = 200, description = "Session", body = SessionView), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn get_session(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<SessionView>, ApiError> {
     let s = sessions::get(&state.pool, &caller.tenant, id)
         .await?
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("no SEAL session {id}"),
-            )
-        })?;
+        .ok_or_else(|| ApiError::not_found(format!("no SEAL session {id}")))?;
     Ok(Json(SessionView::of(&s)))
 }
 
@@ -457,21 +448,14 @@ pub async fn get_session(
 #[utoipa::path(delete, path = "/v1/seal/sessions/{id}", operation_id = "revoke_seal_session", tag = "seal", params(("id" = Uuid, Path, description = "Session id")),
     responses((status = 200, description = "Revoked, with `sandbox_destroyed`", body = SessionView), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn revoke_session(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<SessionView>, ApiError> {
     require(&caller, Need::Write)?;
     let started = Instant::now();
     let s = sessions::revoke(&state.pool, &caller.tenant, id)
         .await?
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("no SEAL session {id}"),
-            )
-        })?;
+        .ok_or_else(|| ApiError::not_found(format!("no SEAL session {id}")))?;
     let mut sandbox_destroyed = false;
     if let Some(sandbox) = s.sandbox_id {
         if state
@@ -507,9 +491,7 @@ impl From<ContextError> for ApiError {
                 "invalid_security_context",
                 e.to_string(),
             ),
-            ContextError::NotFound(_) => {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
-            }
+            ContextError::NotFound(_) => ApiError::not_found(e.to_string()),
             ContextError::Db(e) => ApiError::internal(e),
         }
     }
@@ -518,10 +500,7 @@ impl From<ContextError> for ApiError {
 /// Every security context, enrolment secrets shown only as `set` / `not set` (for every role).
 #[utoipa::path(get, path = "/v1/security-contexts", operation_id = "list_security_contexts", tag = "seal",
     responses((status = 200, description = "Contexts, `attestation.enrolment_secret` as `set` or `not set`", body = Vec<SecurityContext>)), security(("api_key" = [])))]
-pub async fn list_contexts(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-) -> Result<Json<Value>, ApiError> {
+pub async fn list_contexts(Call { state, caller }: Call) -> Result<Json<Value>, ApiError> {
     let list = contexts::list(&state.pool, &caller.tenant).await?;
     Ok(Json(Value::Array(
         list.iter().map(|c| c.redacted()).collect(),
@@ -532,8 +511,7 @@ pub async fn list_contexts(
 #[utoipa::path(get, path = "/v1/security-contexts/{name}", operation_id = "get_security_context", tag = "seal", params(("name" = String, Path, description = "Context name")),
     responses((status = 200, description = "Context, `attestation.enrolment_secret` as `set` or `not set`", body = SecurityContext), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn get_context(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let ctx = contexts::get(&state.pool, &caller.tenant, &name).await?;
@@ -547,8 +525,7 @@ pub async fn get_context(
 #[utoipa::path(post, path = "/v1/security-contexts", operation_id = "put_security_context", tag = "seal", request_body = SecurityContext,
     responses((status = 200, description = "Stored", body = ContextStored), (status = 422, description = "Invalid", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn put_context(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Json(definition): Json<Value>,
 ) -> Result<Json<ContextStored>, ApiError> {
     require(&caller, Need::Write)?;
@@ -576,8 +553,7 @@ pub async fn put_context(
 #[utoipa::path(delete, path = "/v1/security-contexts/{name}", operation_id = "delete_security_context", tag = "seal", params(("name" = String, Path, description = "Context name")),
     responses((status = 200, description = "Deleted", body = ContextDeleted), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn delete_context(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(name): Path<String>,
 ) -> Result<Json<ContextDeleted>, ApiError> {
     require(&caller, Need::Write)?;
@@ -634,8 +610,7 @@ impl From<TokenError> for ApiError {
               (status = 422, description = "Bad lifetime", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn issue_token(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(name): Path<String>,
     body: Option<Json<IssueToken>>,
 ) -> Result<(StatusCode, Json<IssuedToken>), ApiError> {
@@ -671,8 +646,7 @@ pub async fn issue_token(
     responses((status = 200, description = "Tokens, newest first", body = Vec<TokenInfo>)),
     security(("api_key" = [])))]
 pub async fn list_tokens(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(name): Path<String>,
 ) -> Result<Json<Vec<TokenInfo>>, ApiError> {
     let list = attestation_tokens::list(&state.pool, &caller.tenant, &name)

@@ -1,17 +1,14 @@
 //! `/v1/tools` (the catalog this caller may use) and `/v1/tools/call` (any tool, via the router).
 
-use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::auth::{require, Need};
+use super::auth::{require, Call, Need};
 use super::error::{ApiError, ErrorBody};
-use crate::caller::Caller;
 use crate::policy;
-use crate::state::AppState;
 use crate::tools::{self, ToolInfo};
 
 /// Body of `POST /v1/tools/call`.
@@ -62,10 +59,7 @@ fn empty_object() -> Value {
 /// external MCP servers included, as far as their servers can be listed now).
 #[utoipa::path(get, path = "/v1/tools", operation_id = "list_tools", tag = "tools",
     responses((status = 200, description = "Catalog", body = Vec<ToolInfo>)), security(("api_key" = [])))]
-pub async fn list(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-) -> Result<Json<Vec<ToolInfo>>, ApiError> {
+pub async fn list(Call { state, caller }: Call) -> Result<Json<Vec<ToolInfo>>, ApiError> {
     let catalog = tools::catalog().map_err(ApiError::internal)?;
     let (external, _) = tools::external::all(&state).await;
     Ok(Json(
@@ -98,8 +92,7 @@ pub async fn list(
               (status = 403, description = "Denied by policy or role", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn call(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     headers: HeaderMap,
     Json(req): Json<CallRequest>,
 ) -> Result<Response, ApiError> {

@@ -4,23 +4,21 @@
 //! Every route is an `aegis.workflow.*` tool called through the router, so it is authorised,
 //! scoped to the caller's own executions (operators see all) and audited like any other call.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::{Extension, Json};
+use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::auth::{require, Need};
+use super::auth::{require, Call, Need};
 use super::error::{ApiError, ErrorBody};
 use super::event_log::{self, EventsQuery, WorkflowEventPage};
 use super::executions::Started;
 use super::with_given;
-use crate::caller::Caller;
 use crate::runs;
-use crate::state::AppState;
 
 /// Body of `POST /v1/workflows/{name}/run`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -172,8 +170,7 @@ pub struct WorkflowExecutionRemoved {
               (status = 422, description = "Input does not match input_schema, reserved blackboard keys, or the workflow cannot run here; nothing stored", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn run(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(name): Path<String>,
     Json(body): Json<RunBody>,
 ) -> Result<(StatusCode, Json<Started>), ApiError> {
@@ -208,8 +205,7 @@ pub struct ListQuery {
 #[utoipa::path(get, path = "/v1/workflows/executions", operation_id = "list_workflow_executions", tag = "workflow executions", params(ListQuery),
     responses((status = 200, description = "A page of executions", body = WorkflowExecutionPage)), security(("api_key" = [])))]
 pub async fn list(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let given = [
@@ -229,8 +225,7 @@ pub async fn list(
     params(("id" = Uuid, Path, description = "Execution id")),
     responses((status = 200, description = "Execution", body = WorkflowExecutionDetail), (status = 404, description = "Unknown", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn get(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Value>, ApiError> {
     let out = super::call_tool(
@@ -257,8 +252,7 @@ pub struct SignalBody {
     responses((status = 200, description = "Signalled", body = WorkflowSignalled), (status = 409, description = "Not waiting for human input", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn signal(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
     Json(body): Json<SignalBody>,
 ) -> Result<Json<Value>, ApiError> {
@@ -277,18 +271,10 @@ pub async fn signal(
     params(("id" = Uuid, Path, description = "Execution id")),
     responses((status = 200, description = "Cancelled", body = WorkflowCancelled), (status = 409, description = "Already ended", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn cancel(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Value>, ApiError> {
-    super::tool_answer(
-        &state,
-        &caller,
-        Need::Write,
-        "aegis.workflow.cancel",
-        json!({"execution_id": id}),
-    )
-    .await
+    super::execution_tool(&state, &caller, "aegis.workflow.cancel", id).await
 }
 
 /// Removes an ended execution and its events.
@@ -296,30 +282,21 @@ pub async fn cancel(
     params(("id" = Uuid, Path, description = "Execution id")),
     responses((status = 200, description = "Removed", body = WorkflowExecutionRemoved), (status = 409, description = "Still live", body = ErrorBody)), security(("api_key" = [])))]
 pub async fn remove(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Value>, ApiError> {
-    super::tool_answer(
-        &state,
-        &caller,
-        Need::Write,
-        "aegis.workflow.remove",
-        json!({"execution_id": id}),
-    )
-    .await
+    super::execution_tool(&state, &caller, "aegis.workflow.remove", id).await
 }
 
 /// The event log: a JSON page, or live Server-Sent Events with `?follow=true`.
 #[utoipa::path(get, path = "/v1/workflows/executions/{id}/events", operation_id = "workflow_execution_events", tag = "workflow executions",
     params(("id" = Uuid, Path, description = "Execution id"), EventsQuery),
-    responses((status = 200, description = "A page of events; with `follow=true`, Server-Sent Events `events` (a JSON array of events, id = the last one's sequence number) until the execution has ended, then `end`",
+    responses((status = 200, description = event_log::EVENTS_ANSWERED,
                 content((WorkflowEventPage = "application/json"), (String = "text/event-stream"))),
               (status = 404, description = "Unknown", body = ErrorBody)),
     security(("api_key" = [])))]
 pub async fn events(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
+    Call { state, caller }: Call,
     Path(id): Path<Uuid>,
     Query(q): Query<EventsQuery>,
 ) -> Result<Response, ApiError> {
@@ -331,11 +308,5 @@ pub async fn events(
         json!({"execution_id": id}),
     )
     .await?;
-    let page = |execution_id, events, next_after| WorkflowEventPage {
-        execution_id,
-        events,
-        next_after,
-    };
-    let answer = event_log::answer(state, caller.tenant, runs::WORKFLOW, id, &q, page);
-    answer.await
+    event_log::answer::<WorkflowEventPage>(state, caller.tenant, runs::WORKFLOW, id, &q).await
 }
