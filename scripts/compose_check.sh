@@ -420,18 +420,25 @@ show() {  # what, then the lines found
   local what="$1"; shift
   if [ -n "$*" ]; then left=1; log "LEFT BEHIND ($what):"; printf '    %s\n' "$@" >&2; fi
 }
-mapfile -t c < <(docker ps -a --filter "label=com.docker.compose.project=$PROJECT" --format '{{.Names}}')
-show "containers of compose project $PROJECT" "${c[@]}"
-mapfile -t v < <(docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT")
-show "volumes of compose project $PROJECT" "${v[@]}"
-mapfile -t n < <(docker network ls --filter "label=com.docker.compose.project=$PROJECT" --format '{{.Name}}')
-show "networks of compose project $PROJECT" "${n[@]}"
-mapfile -t sc < <(docker ps -a --filter "label=org.aegis.scope=$SANDBOX_SCOPE" --format '{{.Names}} ({{.Status}})')
-show "sandbox containers of the stack's database (scope $SANDBOX_SCOPE; destroying them at SIGTERM is the node's job)" "${sc[@]}"
-mapfile -t sv < <(docker volume ls -q --filter "label=org.aegis.scope=$SANDBOX_SCOPE")
-show "sandbox volumes of the stack's database" "${sv[@]}"
-mapfile -t sn < <(docker network ls --filter "label=org.aegis.scope=$SANDBOX_SCOPE" --format '{{.Name}}')
-show "sandbox egress networks of the stack's database" "${sn[@]}"
+# The containers ($1: the array that keeps them for the clean-up below, listed in format $3),
+# volumes ($4) and networks ($5) that still carry the label $2, each shown under its words ($6,
+# $7, $8).
+labelled() {
+  local -n containers="$1" volumes="$4" networks="$5"
+  mapfile -t containers < <(docker ps -a --filter "label=$2" --format "$3")
+  mapfile -t volumes < <(docker volume ls -q --filter "label=$2")
+  mapfile -t networks < <(docker network ls --filter "label=$2" --format '{{.Name}}')
+  show "$6" "${containers[@]}"
+  show "$7" "${volumes[@]}"
+  show "$8" "${networks[@]}"
+}
+c=() v=() n=() sc=() sv=() sn=()
+labelled c "com.docker.compose.project=$PROJECT" '{{.Names}}' v n \
+  "containers of compose project $PROJECT" "volumes of compose project $PROJECT" \
+  "networks of compose project $PROJECT"
+labelled sc "org.aegis.scope=$SANDBOX_SCOPE" '{{.Names}} ({{.Status}})' sv sn \
+  "sandbox containers of the stack's database (scope $SANDBOX_SCOPE; destroying them at SIGTERM is the node's job)" \
+  "sandbox volumes of the stack's database" "sandbox egress networks of the stack's database"
 fw=()
 if [ "$CAN_IPTABLES" = 1 ]; then
   mapfile -t fw < <(iptables -w -S INPUT | grep -- "aegis-egress:$NET_NAME" || true)

@@ -43,6 +43,7 @@ use crate::hardening::{SANDBOX_GID, SANDBOX_UID};
 use crate::spec::SandboxId;
 #[cfg(test)]
 use crate::spec::WORKSPACE;
+use crate::ustar;
 
 impl Dispatcher {
     /// [`Dispatcher::export_dir`] with the sandbox frozen while it is read (the kernel's cgroup
@@ -620,29 +621,10 @@ impl Filter {
             return Ok(());
         }
         let stored = number(&block[148..156]).ok_or(Refused::NotTar("bad checksum field"))?;
-        let unsigned: u64 = block
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| {
-                if (148..156).contains(&i) {
-                    32
-                } else {
-                    u64::from(b)
-                }
-            })
-            .sum();
-        let signed: i64 = block
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| {
-                if (148..156).contains(&i) {
-                    32
-                } else {
-                    i64::from(b as i8)
-                }
-            })
-            .sum();
-        if stored != unsigned && i64::try_from(stored).ok() != Some(signed) {
+        let unsigned = ustar::checksum(block, i64::from);
+        let signed = ustar::checksum(block, |b| i64::from(b as i8));
+        let stored = i64::try_from(stored).ok();
+        if stored != Some(unsigned) && stored != Some(signed) {
             return Err(Refused::NotTar("a header's checksum does not match"));
         }
         let kind = block[156];
@@ -980,29 +962,19 @@ fn pax_record(out: &mut Vec<u8>, key: &str, value: &[u8]) {
 }
 
 /// One ustar header block (names and links cut to their fields: a pax record says the rest).
+/// Owned by the sandbox user.
 fn ustar(out: &mut Vec<u8>, name: &[u8], kind: u8, mode: u32, size: u64, mtime: u64, link: &[u8]) {
-    let mut header = [0u8; BLOCK];
-    let n = name.len().min(100);
-    header[..n].copy_from_slice(&name[..n]);
-    let octal = |field: &mut [u8], value: u64| {
-        let digits = field.len() - 1;
-        let text = format!("{:0digits$o}", value.min(8u64.pow(digits as u32) - 1));
-        field[..digits].copy_from_slice(text.as_bytes());
+    let owner = (SANDBOX_UID, SANDBOX_GID);
+    let entry = ustar::Entry {
+        name,
+        kind,
+        mode,
+        owner,
+        size,
+        mtime,
+        link,
     };
-    octal(&mut header[100..108], u64::from(mode));
-    octal(&mut header[108..116], u64::from(SANDBOX_UID));
-    octal(&mut header[116..124], u64::from(SANDBOX_GID));
-    octal(&mut header[124..136], size.min(MAX_OCTAL_11));
-    octal(&mut header[136..148], mtime.min(MAX_OCTAL_11));
-    header[156] = kind;
-    let l = link.len().min(100);
-    header[157..157 + l].copy_from_slice(&link[..l]);
-    header[257..263].copy_from_slice(b"ustar\0");
-    header[263..265].copy_from_slice(b"00");
-    header[148..156].copy_from_slice(b"        ");
-    let sum: u32 = header.iter().map(|&b| u32::from(b)).sum();
-    header[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
-    out.extend_from_slice(&header);
+    entry.append_header(out);
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ use uuid::Uuid;
 use crate::config::DispatcherConfig;
 use crate::error::{db, engine, is_not_found, DispatchError, Result};
 use crate::labels;
+use crate::ustar;
 
 /// Where the executor volume is mounted in every sandbox.
 pub const EXECUTOR_DIR: &str = "/opt/sandbox";
@@ -361,25 +362,16 @@ pub(crate) fn check_binary(path: &Path, bytes: &[u8], engine_arch: &str) -> Resu
 
 /// Appends one regular file to a ustar archive (owner root, fixed mtime).
 fn tar_append(archive: &mut Vec<u8>, name: &str, mode: u32, data: &[u8]) {
-    let mut header = [0u8; 512];
-    header[..name.len()].copy_from_slice(name.as_bytes());
-    let octal = |field: &mut [u8], value: u64| {
-        let digits = field.len() - 1;
-        let text = format!("{value:0digits$o}");
-        field[..digits].copy_from_slice(text.as_bytes());
+    let entry = ustar::Entry {
+        name: name.as_bytes(),
+        kind: b'0',
+        mode,
+        owner: (0, 0),
+        size: data.len() as u64,
+        mtime: 0,
+        link: b"",
     };
-    octal(&mut header[100..108], u64::from(mode));
-    octal(&mut header[108..116], 0);
-    octal(&mut header[116..124], 0);
-    octal(&mut header[124..136], data.len() as u64);
-    octal(&mut header[136..148], 0);
-    header[156] = b'0';
-    header[257..263].copy_from_slice(b"ustar\0");
-    header[263..265].copy_from_slice(b"00");
-    header[148..156].copy_from_slice(b"        ");
-    let sum: u32 = header.iter().map(|&b| u32::from(b)).sum();
-    header[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
-    archive.extend_from_slice(&header);
+    entry.append_header(archive);
     archive.extend_from_slice(data);
     let pad = (512 - data.len() % 512) % 512;
     archive.extend(std::iter::repeat_n(0u8, pad));

@@ -70,6 +70,7 @@ mod spec;
 mod store;
 mod stream;
 mod usage;
+mod ustar;
 
 pub use archive::{data_entries, DataEntry, DataKind};
 pub use config::{DispatcherConfig, EngineLimit};

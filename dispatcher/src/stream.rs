@@ -725,13 +725,12 @@ fn route(shared: &Shared, line: &[u8]) {
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
-    let response: Response = match serde_json::from_slice(line) {
-        Ok(r) => r,
-        Err(e) => {
-            let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
-            tracing::warn!(sandbox = %shared.sandbox, error = %e, line = %shown, "executor wrote a line that is not a response; ignored");
-            return;
-        }
+    let Some(response) = parsed::<Response>(
+        shared,
+        line,
+        "executor wrote a line that is not a response; ignored",
+    ) else {
+        return;
     };
     if response.id == UNATTRIBUTED_ID {
         let ready = shared.lock().ready.take();
@@ -793,15 +792,28 @@ fn route(shared: &Shared, line: &[u8]) {
     }
 }
 
-/// Appends one event to its feed; the feed is forgotten after its last event.
-fn route_event(shared: &Shared, line: &[u8]) {
-    let event: Event = match serde_json::from_slice(line) {
-        Ok(event) => event,
+/// An executor's line read as `T`; `None` when it is not one, after a warning (`ignored`) with
+/// its first 200 bytes: a line the dispatcher cannot read is dropped, never fatal.
+fn parsed<T: serde::de::DeserializeOwned>(
+    shared: &Shared,
+    line: &[u8],
+    ignored: &str,
+) -> Option<T> {
+    match serde_json::from_slice(line) {
+        Ok(value) => Some(value),
         Err(e) => {
             let shown = String::from_utf8_lossy(&line[..line.len().min(200)]).into_owned();
-            tracing::warn!(sandbox = %shared.sandbox, error = %e, line = %shown, "executor wrote an event line that does not parse; ignored");
-            return;
+            tracing::warn!(sandbox = %shared.sandbox, error = %e, line = %shown, "{ignored}");
+            None
         }
+    }
+}
+
+/// Appends one event to its feed; the feed is forgotten after its last event.
+fn route_event(shared: &Shared, line: &[u8]) {
+    let ignored = "executor wrote an event line that does not parse; ignored";
+    let Some(event) = parsed::<Event>(shared, line, ignored) else {
+        return;
     };
     let id = event.event;
     if let EventBody::Credit { bytes } = event.body {
