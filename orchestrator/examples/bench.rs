@@ -916,9 +916,7 @@ use agent::AgentManifest;
 mod bench_node;
 #[path = "support/entry.rs"]
 mod entry;
-#[path = "support/interrupt.rs"]
-mod interrupt;
 #[path = "support/raw_docker.rs"]
 mod raw_docker;
-use bench_node::{BenchDb, RunningApp};
+use bench_node::{interrupt, BenchDb, RunningApp};
 use raw_docker::Engine;

@@ -29,8 +29,6 @@ use serde_json::Value;
 mod bench_node;
 #[path = "support/entry.rs"]
 mod entry;
-#[path = "support/interrupt.rs"]
-mod interrupt;
 
 use bench_node::{sdk_driver, serve_and_measure, RunningApp};
 

@@ -23,9 +23,6 @@ use tokio_util::sync::CancellationToken;
 #[path = "support/bench_node.rs"]
 mod bench_node;
 use bench_node::BenchDb;
-#[allow(dead_code)]
-#[path = "support/interrupt.rs"]
-mod interrupt;
 #[path = "support/percentiles.rs"]
 mod percentiles;
 use percentiles::percentiles;

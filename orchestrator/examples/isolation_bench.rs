@@ -34,10 +34,8 @@ use serde_json::{json, Value};
 mod bench_node;
 #[path = "support/entry.rs"]
 mod entry;
-#[path = "support/interrupt.rs"]
-mod interrupt;
 
-use bench_node::{sdk_driver, BenchDb, RunningApp};
+use bench_node::{interrupt, sdk_driver, BenchDb, RunningApp};
 
 /// The runtime measured, and its image.
 const RUNTIME: &str = "busybox:1";

@@ -42,12 +42,11 @@ use agent::AgentManifest;
 #[allow(dead_code)] // this benchmark serves its own node; it takes its config and build only
 #[path = "support/bench_node.rs"]
 mod bench_node;
+use bench_node::interrupt;
 #[path = "support/cpu_account.rs"]
 mod cpu_account;
 #[path = "support/cpu_groups.rs"]
 mod cpu_groups;
-#[path = "support/interrupt.rs"]
-mod interrupt;
 #[path = "support/mcp_client.rs"]
 mod mcp_client;
 #[path = "support/raw_docker.rs"]

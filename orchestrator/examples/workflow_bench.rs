@@ -49,9 +49,6 @@ mod bench_node;
 use bench_node::BenchDb;
 #[path = "support/entry.rs"]
 mod entry;
-#[allow(dead_code)] // bench_node's `serve_and_measure` waits on it; this benchmark does not
-#[path = "support/interrupt.rs"]
-mod interrupt;
 
 const IMAGE: &str = "aegis-runtime/busybox:1";
 

@@ -13,6 +13,8 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+#[path = "interrupt.rs"]
+pub mod interrupt;
 #[allow(dead_code)] // only the benchmarks that measure through E2B's SDK run a driver
 #[path = "sdk_driver.rs"]
 pub mod sdk_driver;
@@ -255,7 +257,7 @@ pub async fn serve_and_measure<T>(
         let app = RunningApp::start(&db, &executor, adjust).await?;
         let measured = tokio::select! {
             r = measure(&app) => r,
-            why = super::interrupt::interrupted() => Err(anyhow!("interrupted by {why}")),
+            why = interrupt::interrupted() => Err(anyhow!("interrupted by {why}")),
         };
         say("stopping the orchestrator (destroys its sandboxes)");
         app.stop().await;
