@@ -23,9 +23,9 @@ use tokio_util::sync::CancellationToken;
 #[path = "support/bench_node.rs"]
 mod bench_node;
 use bench_node::BenchDb;
-#[path = "support/percentiles.rs"]
-mod percentiles;
-use percentiles::percentiles;
+#[path = "support/plain.rs"]
+mod plain;
+use plain::percentiles;
 
 const BULK_BYTES: usize = 32 * 1024 * 1024;
 
@@ -42,10 +42,7 @@ fn client(proxy: Option<&str>) -> Result<reqwest::Client, reqwest::Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(500);
+    let n = plain::count_arg(500);
     let db = BenchDb::from_env().await?;
 
     let host = tokio::net::TcpListener::bind("127.0.0.2:0").await?;

@@ -19,9 +19,9 @@ use tokio_util::sync::CancellationToken;
 #[path = "support/bench_node.rs"]
 mod bench_node;
 use bench_node::BenchDb;
-#[path = "support/percentiles.rs"]
-mod percentiles;
-use percentiles::percentiles;
+#[path = "support/plain.rs"]
+mod plain;
+use plain::percentiles;
 
 /// The operator key this benchmark's node is configured with.
 fn config_admin_key() -> String {
@@ -30,10 +30,7 @@ fn config_admin_key() -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(300);
+    let n = plain::count_arg(300);
     let db = BenchDb::from_env().await?;
 
     let mut config = NodeConfig::default();
