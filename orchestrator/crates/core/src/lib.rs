@@ -14,5 +14,9 @@ pub mod settings;
 /// components refused), shared by security contexts and the tool policy.
 pub use aegis_seal::context::normalise_path;
 
+/// The one rule of a domain entry (`example.org` exact, `*.example.org` strict subdomains),
+/// shared by security contexts' domain allowlists and the egress rules.
+pub use aegis_seal::context::domain_matches;
+
 /// The only tenant until multi-tenancy arrives; every tenant-scoped row carries it.
 pub const DEFAULT_TENANT: &str = "default";

@@ -85,13 +85,7 @@ impl DomainEntry {
                 if !port_ok {
                     return false;
                 }
-                match pattern.strip_prefix("*.") {
-                    Some(suffix) => host
-                        .strip_suffix(suffix)
-                        .and_then(|rest| rest.strip_suffix('.'))
-                        .is_some_and(|label| !label.is_empty()),
-                    None => host == pattern,
-                }
+                aegis_core::domain_matches(pattern, host)
             }
         }
     }

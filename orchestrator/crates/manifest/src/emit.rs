@@ -60,7 +60,7 @@ fn write_entries(
         }
         write_string(out, key, indent, true);
         out.push(':');
-        write_child(out, value, indent);
+        write_value(out, value, indent, false);
     }
 }
 
@@ -71,34 +71,23 @@ fn write_items(out: &mut String, items: &[Value], indent: usize, inline_first: b
             push_indent(out, indent);
         }
         out.push('-');
-        match item {
-            Value::Object(map) if !map.is_empty() => {
-                out.push(' ');
-                write_entries(out, map, indent + 2, true);
-            }
-            Value::Array(inner) if !inner.is_empty() => {
-                out.push(' ');
-                write_items(out, inner, indent + 2, true);
-            }
-            scalar => {
-                out.push(' ');
-                write_inline(out, scalar, indent);
-                out.push('\n');
-            }
-        }
+        write_value(out, item, indent, true);
     }
 }
 
-/// Writes the value of a mapping entry whose key sits at `indent` (the cursor is after `:`).
-fn write_child(out: &mut String, value: &Value, indent: usize) {
+/// Writes the value after a `-` or a key's `:` at `indent`: a scalar on the same line; a
+/// non-empty collection two columns deeper, starting on the same line after a `-`
+/// (`inline_first`) and on the next one after a key.
+fn write_value(out: &mut String, value: &Value, indent: usize, inline_first: bool) {
+    let lead = if inline_first { ' ' } else { '\n' };
     match value {
         Value::Object(map) if !map.is_empty() => {
-            out.push('\n');
-            write_entries(out, map, indent + 2, false);
+            out.push(lead);
+            write_entries(out, map, indent + 2, inline_first);
         }
         Value::Array(items) if !items.is_empty() => {
-            out.push('\n');
-            write_items(out, items, indent + 2, false);
+            out.push(lead);
+            write_items(out, items, indent + 2, inline_first);
         }
         scalar => {
             out.push(' ');

@@ -23,6 +23,14 @@ pub fn join_index(pointer: &str, index: usize) -> String {
     format!("{pointer}/{index}")
 }
 
+/// The string member `key` of an object node; empty when it is absent or no string (the schema
+/// stage reports those, so later stages read on).
+pub fn member_str<'v>(node: &'v serde_json::Value, key: &str) -> &'v str {
+    node.get(key)
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+}
+
 /// The pointer of the parent node, or `None` for the root.
 pub fn parent(pointer: &str) -> Option<&str> {
     pointer.rfind('/').map(|i| &pointer[..i])

@@ -194,40 +194,15 @@ fn describe(schema: &Value, error: &ValidationError<'_>) -> Vec<ManifestError> {
 fn bound_message(error: &ValidationError<'_>) -> Option<String> {
     let instance = error.instance();
     let message = match error.kind() {
-        ValidationErrorKind::MinLength { limit } => {
-            if *limit == 1 {
-                "must not be empty".to_owned()
-            } else {
-                format!("must be at least {limit} characters long")
-            }
+        ValidationErrorKind::MinLength { limit } => Counted::Characters.at_least(*limit),
+        ValidationErrorKind::MaxLength { limit } => Counted::Characters.at_most(*limit),
+        ValidationErrorKind::MinItems { limit } => Counted::Items.at_least(*limit),
+        ValidationErrorKind::MaxItems { limit: 0 } => {
+            format!("must be empty here{}", false_schema_reason(error))
         }
-        ValidationErrorKind::MaxLength { limit } => {
-            format!("must be at most {limit} characters long")
-        }
-        ValidationErrorKind::MinItems { limit } => {
-            if *limit == 1 {
-                "must not be an empty list".to_owned()
-            } else {
-                format!("must have at least {limit} items")
-            }
-        }
-        ValidationErrorKind::MaxItems { limit } => {
-            if *limit == 0 {
-                format!("must be empty here{}", false_schema_reason(error))
-            } else {
-                format!("must have at most {limit} items")
-            }
-        }
-        ValidationErrorKind::MinProperties { limit } => {
-            if *limit == 1 {
-                "must not be empty".to_owned()
-            } else {
-                format!("must have at least {limit} entries")
-            }
-        }
-        ValidationErrorKind::MaxProperties { limit } => {
-            format!("must have at most {limit} entries")
-        }
+        ValidationErrorKind::MaxItems { limit } => Counted::Items.at_most(*limit),
+        ValidationErrorKind::MinProperties { limit } => Counted::Entries.at_least(*limit),
+        ValidationErrorKind::MaxProperties { limit } => Counted::Entries.at_most(*limit),
         ValidationErrorKind::UniqueItems => "items must be unique".to_owned(),
         ValidationErrorKind::Minimum { limit } => {
             format!("{} is below the minimum {limit}", show(instance))
@@ -244,6 +219,41 @@ fn bound_message(error: &ValidationError<'_>) -> Option<String> {
         _ => return None,
     };
     Some(message)
+}
+
+/// What a size bound counts: a string's characters, a list's items or an object's entries; one
+/// wording for the lower and upper bounds of all three.
+#[derive(Clone, Copy)]
+enum Counted {
+    Characters,
+    Items,
+    Entries,
+}
+
+impl Counted {
+    fn at_least(self, limit: u64) -> String {
+        match (self, limit) {
+            (Counted::Items, 1) => "must not be an empty list".to_owned(),
+            (_, 1) => "must not be empty".to_owned(),
+            (Counted::Characters, _) => format!("must be at least {limit} characters long"),
+            (_, _) => format!("must have at least {limit} {}", self.noun()),
+        }
+    }
+
+    fn at_most(self, limit: u64) -> String {
+        match self {
+            Counted::Characters => format!("must be at most {limit} characters long"),
+            _ => format!("must have at most {limit} {}", self.noun()),
+        }
+    }
+
+    fn noun(self) -> &'static str {
+        match self {
+            Counted::Characters => "characters",
+            Counted::Items => "items",
+            Counted::Entries => "entries",
+        }
+    }
 }
 
 /// "unknown key `x`" with the allowed keys, or for a map whose keys follow a pattern, the

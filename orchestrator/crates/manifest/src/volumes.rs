@@ -200,14 +200,8 @@ pub fn volume_problems(manifest: &Value) -> Vec<(String, String)> {
         let entries = item.get("volumes").and_then(Value::as_array);
         for (i, entry) in entries.into_iter().flatten().enumerate() {
             let v_at = pointer::join_index(&pointer::join(&at, "volumes"), i);
-            let name = entry
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let path = entry
-                .get("mount_path")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let name = pointer::member_str(entry, "name");
+            let path = pointer::member_str(entry, "mount_path");
             if !declared.iter().any(|d| d.name == name) {
                 problems.push((
                     pointer::join(&v_at, "name"),

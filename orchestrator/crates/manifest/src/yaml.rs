@@ -143,14 +143,18 @@ impl Loader<'_> {
         self.parser.next_token().map_err(scan_error)
     }
 
-    fn document(&mut self) -> Result<Value, ManifestError> {
+    /// Takes the next event, which must be `wanted`; else fails with `message` at its position.
+    fn expect(&mut self, wanted: Event, message: &str) -> Result<(), ManifestError> {
         let (event, mark) = self.next()?;
-        if event != Event::StreamStart {
-            return Err(yaml_error(
-                "expected the start of a YAML stream",
-                position(mark),
-            ));
+        if event == wanted {
+            Ok(())
+        } else {
+            Err(yaml_error(message, position(mark)))
         }
+    }
+
+    fn document(&mut self) -> Result<Value, ManifestError> {
+        self.expect(Event::StreamStart, "expected the start of a YAML stream")?;
         let (event, mark) = self.next()?;
         match event {
             Event::DocumentStart => {}
@@ -161,13 +165,7 @@ impl Loader<'_> {
         }
         let (event, mark) = self.next()?;
         let value = self.node(event, mark, "", 0)?;
-        let (event, mark) = self.next()?;
-        if event != Event::DocumentEnd {
-            return Err(yaml_error(
-                "expected the end of the document",
-                position(mark),
-            ));
-        }
+        self.expect(Event::DocumentEnd, "expected the end of the document")?;
         let (event, mark) = self.next()?;
         match event {
             Event::StreamEnd => Ok(value),

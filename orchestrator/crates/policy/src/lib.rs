@@ -107,11 +107,7 @@ fn decide_seal(
             .map(|(i, c)| (c.as_ref(), format!("{}#ceiling{i}", scope.session_key))),
     );
     for (context, key) in contexts {
-        let decided = if count {
-            context.evaluate(tool, args, &scope.limiter, &key, now)
-        } else {
-            context.preview(tool, args, &scope.limiter, &key, now)
-        };
+        let decided = context.evaluate(tool, args, &scope.limiter, &key, now, count);
         let grant = decided.map_err(|e| Denial {
             code: e.code.name(),
             message: e.message,

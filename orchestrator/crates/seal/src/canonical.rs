@@ -249,6 +249,16 @@ impl Parser<'_> {
         self.bytes.get(self.pos).copied()
     }
 
+    /// Skips white space, then takes `byte` if it comes next.
+    fn eat(&mut self, byte: u8) -> bool {
+        self.skip_ws();
+        let next = self.peek() == Some(byte);
+        if next {
+            self.pos += 1;
+        }
+        next
+    }
+
     fn skip_ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
             self.pos += 1;
@@ -290,9 +300,7 @@ impl Parser<'_> {
         self.check_depth(depth)?;
         self.pos += 1; // [
         let mut items = Vec::new();
-        self.skip_ws();
-        if self.peek() == Some(b']') {
-            self.pos += 1;
+        if self.eat(b']') {
             return Ok(Json::Array(items));
         }
         loop {
@@ -315,9 +323,7 @@ impl Parser<'_> {
         self.pos += 1; // {
         let mut members: Vec<(String, Json)> = Vec::new();
         let mut key_offsets: Vec<usize> = Vec::new();
-        self.skip_ws();
-        if self.peek() == Some(b'}') {
-            self.pos += 1;
+        if self.eat(b'}') {
             return Ok(Json::Object(members));
         }
         loop {

@@ -37,21 +37,24 @@ pub async fn register(
 /// renews the heartbeat itself, as its lease, and a second writer could keep an instance
 /// looking alive while its dispatcher cannot renew).
 pub async fn heartbeat(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE node_instances SET heartbeat_at = now() WHERE id = $1")
-        .bind(id)
-        .execute(pool)
-        .await
-        .map(|_| ())
+    stamp(pool, id, "heartbeat_at").await
 }
 
 /// Records a graceful stop, so peers see it at once (no wait for the heartbeat to go stale) and
 /// the next instance on the host may re-attach to the sandboxes it kept.
 pub async fn record_stop(pool: &PgPool, id: Uuid) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE node_instances SET stopped_at = now() WHERE id = $1")
-        .bind(id)
-        .execute(pool)
-        .await
-        .map(|_| ())
+    stamp(pool, id, "stopped_at").await
+}
+
+/// Sets the instance's timestamp `column` (the code's own name, never input) to now.
+async fn stamp(pool: &PgPool, id: Uuid, column: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!(
+        "UPDATE node_instances SET {column} = now() WHERE id = $1"
+    ))
+    .bind(id)
+    .execute(pool)
+    .await
+    .map(|_| ())
 }
 
 /// Instances on `hostname` that stopped gracefully and left running sandboxes: a restart

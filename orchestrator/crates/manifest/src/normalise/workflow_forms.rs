@@ -362,11 +362,7 @@ pub(super) fn storage_size_limits(value: &mut Value, out: &mut Normalised) {
             "size_limit_bytes"
         };
         let limit_at = pointer::join(&at, "size_limit");
-        if fields.contains_key(current) {
-            out.refuse(
-                limit_at,
-                format!("`size_limit` is the older spelling of `{current}`: give only one"),
-            );
+        if gives_both(fields, "size_limit", current, &at, out) {
             continue;
         }
         let Some(bytes) = parse_quantity(&limit) else {
@@ -428,6 +424,25 @@ pub(super) fn mounted_volume(text: &str) -> Result<String, String> {
     Ok(t.to_owned())
 }
 
+/// Refuses an entry at `at` that gives both `old`, a key's older spelling, and `new`, its
+/// current one (it holds `old`); true when it did.
+fn gives_both(
+    fields: &Map<String, Value>,
+    old: &str,
+    new: &str,
+    at: &str,
+    out: &mut Normalised,
+) -> bool {
+    let both = fields.contains_key(new);
+    if both {
+        out.refuse(
+            pointer::join(at, old),
+            format!("`{old}` is the older spelling of `{new}`: give only one"),
+        );
+    }
+    both
+}
+
 /// Agent and System states of AEGIS examples mount the workspace as `{volume:
 /// "{{workflow.storage.workspace}}", mount_point | mount_path, access_mode}`; the current form of
 /// every state's mount is `{name, mount_path, read_only}`.
@@ -448,11 +463,7 @@ pub(super) fn mounts_of(at: &str, item: &mut Value, out: &mut Normalised) {
         let mut changes = Vec::new();
         let mut refused = false;
         if let Some(volume) = fields.get("volume").cloned() {
-            if fields.contains_key("name") {
-                out.refuse(
-                    pointer::join(&v_at, "volume"),
-                    "`volume` is the older spelling of `name`: give only one",
-                );
+            if gives_both(fields, "volume", "name", &v_at, out) {
                 refused = true;
             } else {
                 match volume.as_str().map(mounted_volume) {
@@ -476,11 +487,7 @@ pub(super) fn mounts_of(at: &str, item: &mut Value, out: &mut Normalised) {
             }
         }
         if let Some(point) = fields.get("mount_point").cloned() {
-            if fields.contains_key("mount_path") {
-                out.refuse(
-                    pointer::join(&v_at, "mount_point"),
-                    "`mount_point` is the older spelling of `mount_path`: give only one",
-                );
+            if gives_both(fields, "mount_point", "mount_path", &v_at, out) {
                 refused = true;
             } else {
                 fields.remove("mount_point");
@@ -495,11 +502,7 @@ pub(super) fn mounts_of(at: &str, item: &mut Value, out: &mut Normalised) {
                 _ => None,
             };
             match read_only {
-                _ if fields.contains_key("read_only") => {
-                    out.refuse(
-                        pointer::join(&v_at, "access_mode"),
-                        "`access_mode` is the older spelling of `read_only`: give only one",
-                    );
+                _ if gives_both(fields, "access_mode", "read_only", &v_at, out) => {
                     refused = true;
                 }
                 Some(ro) => {

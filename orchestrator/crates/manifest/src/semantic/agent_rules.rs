@@ -148,10 +148,7 @@ pub(super) fn dispatchers(value: &Value, node: &NodeKnowledge<'_>, errors: &mut 
     let mut configured = HashSet::new();
     for (i, dispatcher) in array_at(value, "/spec/builtin_dispatchers") {
         let at = pointer::join_index("/spec/builtin_dispatchers", i);
-        let name = dispatcher
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let name = pointer::member_str(dispatcher, "name");
         if !names.insert(name) {
             errors.push(
                 pointer::join(&at, "name"),
@@ -160,10 +157,7 @@ pub(super) fn dispatchers(value: &Value, node: &NodeKnowledge<'_>, errors: &mut 
         }
         for (j, capability) in indexed(dispatcher.get("capabilities")) {
             let cap_at = format!("{at}/capabilities/{j}/name");
-            let tool = capability
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let tool = pointer::member_str(capability, "name");
             if !configured.insert(tool) {
                 errors.push(cap_at, format!("`{tool}` is configured more than once"));
             } else if tool == CMD_RUN && name != CMD_DISPATCHER {
@@ -213,10 +207,7 @@ pub(super) fn volumes(value: &Value, node: &NodeKnowledge<'_>, errors: &mut Erro
     let mut seen: Vec<(&str, &str, usize)> = Vec::new();
     for (i, volume) in array_at(value, "/spec/volumes") {
         let at = pointer::join_index("/spec/volumes", i);
-        let name = volume
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let name = pointer::member_str(volume, "name");
         let mount = volume
             .get("mount_path")
             .or_else(|| volume.get("mount_point"))

@@ -210,25 +210,33 @@ mod tests {
     use super::*;
     use crate::volumes::paths_overlap;
 
+    /// Asserts that `check` accepts each of `good` and refuses each of `bad`.
+    fn sorts<E>(check: impl Fn(&str) -> Result<(), E>, good: &[&str], bad: &[&str]) {
+        for name in good {
+            assert!(check(name).is_ok(), "{name} is accepted");
+        }
+        for name in bad {
+            assert!(check(name).is_err(), "{name} is refused");
+        }
+    }
+
     #[test]
     fn names() {
-        assert!(check_name("hello-world2").is_ok());
-        assert!(check_name("2fast").is_ok());
-        assert!(check_name("-fast").is_err());
-        assert!(check_name("Hello").is_err());
-        assert!(check_name("trailing-").is_err());
-        assert!(check_name(&"a".repeat(64)).is_err());
+        let too_long = "a".repeat(64);
+        sorts(
+            check_name,
+            &["hello-world2", "2fast"],
+            &["-fast", "Hello", "trailing-", &too_long],
+        );
     }
 
     #[test]
     fn paths() {
-        assert!(check_path("/workspace").is_ok());
-        assert!(check_path("/").is_ok());
-        assert!(check_path("data/in").is_ok());
-        assert!(check_path("/workspace/../etc").is_err());
-        assert!(check_path("/workspace//x").is_err());
-        assert!(check_path("/workspace/").is_err());
-        assert!(check_path("./x").is_err());
+        sorts(
+            check_path,
+            &["/workspace", "/", "data/in"],
+            &["/workspace/../etc", "/workspace//x", "/workspace/", "./x"],
+        );
         assert!(paths_overlap("/workspace", "/workspace/out"));
         assert!(!paths_overlap("/workspace/a", "/workspace/ab"));
     }

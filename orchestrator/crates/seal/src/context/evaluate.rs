@@ -13,34 +13,11 @@ use crate::error::{SealCode, SealError};
 
 impl SecurityContext {
     /// Decides whether a session of this context may call `tool` with `args` now (see the
-    /// module doc for the rules). Only an allowed call counts against its capability's rate
-    /// limit, in `limiter` under `session_key`.
+    /// module doc for the rules). With `count`, an allowed call counts against its capability's
+    /// rate limit, in `limiter` under `session_key`; without, nothing is counted: a door asks so
+    /// before it prepares a call (a sandbox, a size limit), so that a refused call costs nothing,
+    /// and the router's own evaluation of the same call is the one that counts.
     pub fn evaluate(
-        &self,
-        tool: &str,
-        args: &Value,
-        limiter: &RateLimiter,
-        session_key: &str,
-        now: Instant,
-    ) -> Result<Grant, SealError> {
-        self.decide(tool, args, limiter, session_key, now, true)
-    }
-
-    /// [`SecurityContext::evaluate`] without counting the call against any rate limit: a door
-    /// asks this before it prepares a call (a sandbox, a size limit), so that a refused call
-    /// costs nothing; the router's own evaluation of the same call is the one that counts.
-    pub fn preview(
-        &self,
-        tool: &str,
-        args: &Value,
-        limiter: &RateLimiter,
-        session_key: &str,
-        now: Instant,
-    ) -> Result<Grant, SealError> {
-        self.decide(tool, args, limiter, session_key, now, false)
-    }
-
-    fn decide(
         &self,
         tool: &str,
         args: &Value,
@@ -79,11 +56,7 @@ impl SecurityContext {
                 .and_then(|()| match cap.rate_limit {
                     None => Ok(()),
                     Some(limit) => {
-                        let acquired = if count {
-                            limiter.try_acquire(session_key, index, limit, now)
-                        } else {
-                            limiter.would_acquire(session_key, index, limit, now)
-                        };
+                        let acquired = limiter.acquire(session_key, index, limit, now, count);
                         acquired.map_err(|retry| {
                             let mut details = base_details();
                             details["capability_index"] = json!(index);
@@ -511,7 +484,7 @@ mod tests {
     }
 
     fn eval(ctx: &SecurityContext, tool: &str, args: Value) -> Result<Grant, SealError> {
-        ctx.evaluate(tool, &args, &RateLimiter::new(), "s", Instant::now())
+        ctx.evaluate(tool, &args, &RateLimiter::new(), "s", Instant::now(), true)
     }
 
     fn code(ctx: &SecurityContext, tool: &str, args: Value) -> Option<SealCode> {
@@ -942,7 +915,14 @@ mod tests {
         let t0 = Instant::now();
         let at = |secs: u64| t0 + Duration::from_secs(secs);
         let call = |session: &str, t: Instant| {
-            ctx.evaluate("web.search", &json!({"query": "q"}), &limiter, session, t)
+            ctx.evaluate(
+                "web.search",
+                &json!({"query": "q"}),
+                &limiter,
+                session,
+                t,
+                true,
+            )
         };
         assert!(call("s1", at(0)).is_ok());
         assert!(call("s1", at(10)).is_ok());
@@ -969,7 +949,8 @@ mod tests {
         ]}));
         let limiter = RateLimiter::new();
         let now = Instant::now();
-        let call = |path: &str| ctx.evaluate("fs.read", &json!({"path": path}), &limiter, "s", now);
+        let call =
+            |path: &str| ctx.evaluate("fs.read", &json!({"path": path}), &limiter, "s", now, true);
         assert_eq!(
             call("/workspace/private").map(|g| g.capability_index),
             Ok(0)

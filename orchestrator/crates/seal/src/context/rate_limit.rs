@@ -64,21 +64,33 @@ impl RateLimiter {
         RateLimiter::default()
     }
 
-    /// Counts one call of capability `capability_index` for `session_key` at `now` if `limit`
-    /// allows it; otherwise returns the seconds until it would (at least 1).
-    pub fn try_acquire(
+    /// Whether `limit` admits one more call of capability `capability_index` for `session_key`
+    /// at `now`, else the seconds until it would (at least 1). With `count` an admitted call is
+    /// counted; without, nothing changes (a preview of the same decision).
+    pub fn acquire(
         &self,
         session_key: &str,
         capability_index: usize,
         limit: RateLimit,
         now: Instant,
+        count: bool,
     ) -> Result<(), u64> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let per = Duration::from_secs(u64::from(limit.per_seconds.max(1)));
+        if !count {
+            return match state
+                .sessions
+                .get(session_key)
+                .and_then(|s| s.get(&capability_index))
+            {
+                Some(window) => window.admits(per, limit.calls, now),
+                None => Ok(()),
+            };
+        }
         state.acquisitions += 1;
         if state.acquisitions % SWEEP_EVERY == 0 {
             sweep(&mut state.sessions, now);
         }
-        let per = Duration::from_secs(u64::from(limit.per_seconds.max(1)));
         let window = state
             .sessions
             .entry(session_key.to_owned())
@@ -93,26 +105,6 @@ impl RateLimiter {
         window.admits(per, limit.calls, now)?;
         window.allowed.push_back(now);
         Ok(())
-    }
-
-    /// Whether [`RateLimiter::try_acquire`] would count this call now, without counting it.
-    pub fn would_acquire(
-        &self,
-        session_key: &str,
-        capability_index: usize,
-        limit: RateLimit,
-        now: Instant,
-    ) -> Result<(), u64> {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let per = Duration::from_secs(u64::from(limit.per_seconds.max(1)));
-        match state
-            .sessions
-            .get(session_key)
-            .and_then(|s| s.get(&capability_index))
-        {
-            Some(window) => window.admits(per, limit.calls, now),
-            None => Ok(()),
-        }
     }
 
     /// Drops every window of a session (on revocation or expiry).
@@ -158,20 +150,20 @@ mod tests {
             per_seconds: 60,
         };
         for (session, secs) in [("a", 0), ("b", 0)] {
-            assert_eq!(limiter.try_acquire(session, 0, three, at(secs)), Ok(()));
+            assert_eq!(limiter.acquire(session, 0, three, at(secs), true), Ok(()));
         }
         // Retry-after rounds up and is never 0.
         let limit = RateLimit {
             calls: 1,
             per_seconds: 1,
         };
-        assert_eq!(limiter.try_acquire("x", 0, limit, t0), Ok(()));
+        assert_eq!(limiter.acquire("x", 0, limit, t0, true), Ok(()));
         assert_eq!(
-            limiter.try_acquire("x", 0, limit, t0 + Duration::from_millis(999)),
+            limiter.acquire("x", 0, limit, t0 + Duration::from_millis(999), true),
             Err(1)
         );
         assert_eq!(
-            limiter.try_acquire("x", 0, limit, t0 + Duration::from_millis(1000)),
+            limiter.acquire("x", 0, limit, t0 + Duration::from_millis(1000), true),
             Ok(())
         );
 

@@ -320,6 +320,14 @@ mod tests {
         }
     }
 
+    /// A cache that stores (it is listening for drops), and its generation now.
+    fn listening() -> (KeyCache, u64) {
+        let cache = KeyCache::default();
+        cache.set_listening(true);
+        let seen = cache.generation();
+        (cache, seen)
+    }
+
     #[test]
     fn nothing_is_cached_or_used_while_not_listening() {
         let cache = KeyCache::default();
@@ -336,10 +344,8 @@ mod tests {
 
     #[test]
     fn a_changed_or_expired_key_is_read_again() {
-        let cache = KeyCache::default();
-        cache.set_listening(true);
+        let (cache, seen) = listening();
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        let seen = cache.generation();
         cache.put(seen, "a".into(), operator(a, None));
         let expired = Some(Utc::now() - chrono::Duration::seconds(1));
         cache.put(seen, "b".into(), operator(b, expired));
@@ -350,10 +356,8 @@ mod tests {
 
     #[test]
     fn a_key_read_before_a_drop_is_not_stored_after_it() {
-        let cache = KeyCache::default();
-        cache.set_listening(true);
+        let (cache, seen) = listening();
         let a = Uuid::new_v4();
-        let seen = cache.generation();
         cache.forget(a);
         cache.put(seen, "a".into(), operator(a, None));
         assert!(matches!(cache.get("a"), Cached::Miss));
@@ -361,10 +365,8 @@ mod tests {
 
     #[test]
     fn an_edited_context_drops_the_keys_bound_to_it_and_no_others() {
-        let cache = KeyCache::default();
-        cache.set_listening(true);
+        let (cache, seen) = listening();
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        let seen = cache.generation();
         cache.put_bound(seen, "a".into(), bound(a, "ctx-a"));
         cache.put_bound(seen, "b".into(), bound(b, "ctx-b"));
         cache.put(seen, "a".into(), operator(a, None));

@@ -186,6 +186,16 @@ pub fn manifest_digest(yaml: &str) -> String {
     out
 }
 
+impl RegistryError {
+    /// Nothing of `kind` answers to `what` (an id or name, with the version asked for).
+    fn not_found(kind: ManifestKind, what: String) -> Self {
+        RegistryError::NotFound {
+            kind: kind_str(kind),
+            what,
+        }
+    }
+}
+
 fn kind_str(kind: ManifestKind) -> &'static str {
     match kind {
         ManifestKind::Agent => "agent",
@@ -473,13 +483,13 @@ pub async fn get_revision(
         .bind(revision)
         .fetch_optional(pool)
         .await?
-        .ok_or_else(|| RegistryError::NotFound {
-            kind: kind_str(kind),
-            what: match (version, revision) {
+        .ok_or_else(|| {
+            let what = match (version, revision) {
                 (Some(v), Some(r)) => format!("{id_or_name}@{v} revision {r}"),
                 (Some(v), None) => format!("{id_or_name}@{v}"),
                 _ => id_or_name.to_owned(),
-            },
+            };
+            RegistryError::not_found(kind, what)
         })
 }
 
@@ -550,8 +560,5 @@ pub async fn delete(
     .bind(id_or_name)
     .fetch_optional(pool)
     .await?
-    .ok_or_else(|| RegistryError::NotFound {
-        kind: kind_str(kind),
-        what: id_or_name.to_owned(),
-    })
+    .ok_or_else(|| RegistryError::not_found(kind, id_or_name.to_owned()))
 }

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::check_tenant;
-use super::workflows::{load, workflow_error};
+use super::workflows::{load, start};
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_engines::builtin::{self, INTENT_PIPELINE};
 use aegis_engines::workflow::store::{self, WorkflowExecution};
@@ -178,21 +178,14 @@ fn intent<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             "timeout_seconds": a.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECS),
             "inputs": a.inputs.unwrap_or_else(|| json!({})),
         });
-        let id = ctx
-            .state
-            .workflows
-            .run(
-                ctx.caller,
-                RunRequest {
-                    name: INTENT_PIPELINE.to_owned(),
-                    version: None,
-                    input,
-                    blackboard: None,
-                    intent: Some(a.intent),
-                },
-            )
-            .await
-            .map_err(workflow_error)?;
+        let request = RunRequest {
+            name: INTENT_PIPELINE.to_owned(),
+            version: None,
+            input,
+            blackboard: None,
+            intent: Some(a.intent),
+        };
+        let id = start(ctx, request).await?;
         Ok(json!({
             "tool": "aegis.execute.intent", "pipeline_execution_id": id, "execution_id": id,
             "status": "started", "language": lang.name, "image": image,
@@ -255,7 +248,8 @@ fn status<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             pipeline_execution_id: String,
         }
         let a: A = args(a)?;
-        let mut v = pipeline_status(&load_pipeline(ctx, &a.pipeline_execution_id).await?);
+        let e = load_pipeline(ctx, &a.pipeline_execution_id).await?;
+        let mut v = pipeline_status(&e);
         v["tool"] = json!("aegis.execute.status");
         Ok(v)
     })

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::definitions::{check, error_details, warning_details};
-use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
+use super::{args, Handler, ToolContext, ToolError};
 use aegis_llm::{ChatRequest, Message};
 use aegis_manifest::{ManifestErrors, ManifestKind};
 
@@ -30,17 +30,13 @@ pub const MAX_ATTEMPTS: u32 = 10;
 
 pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
     vec![
-        ("aegis.agent.generate", agent_generate),
-        ("aegis.workflow.generate", workflow_generate),
+        ("aegis.agent.generate", |ctx, a| {
+            Box::pin(generate(ctx, a, ManifestKind::Agent))
+        }),
+        ("aegis.workflow.generate", |ctx, a| {
+            Box::pin(generate(ctx, a, ManifestKind::Workflow))
+        }),
     ]
-}
-
-fn agent_generate<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
-    Box::pin(generate(ctx, a, ManifestKind::Agent))
-}
-
-fn workflow_generate<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
-    Box::pin(generate(ctx, a, ManifestKind::Workflow))
 }
 
 #[derive(Deserialize)]

@@ -68,6 +68,14 @@ pub(super) fn invalid_input(of: &str, errors: Vec<String>) -> ToolError {
     .with_details(serde_json::json!(errors))
 }
 
+/// The arguments of the tools that name one run and nothing else (`status`, `get`, `cancel`,
+/// `remove`).
+#[derive(Deserialize)]
+pub(super) struct RunId {
+    /// The execution.
+    pub execution_id: String,
+}
+
 /// The arguments of `aegis.task.wait` and `aegis.workflow.wait`.
 #[derive(Deserialize)]
 pub(super) struct WaitArgs {

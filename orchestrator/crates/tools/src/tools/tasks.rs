@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::definitions::definition_id_of;
+use super::runs::RunId;
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_engines::engine::{store, ExecError, ExecuteRequest};
 use aegis_engines::runs;
@@ -76,11 +77,6 @@ async fn load(ctx: &ToolContext<'_>, id: &str) -> Result<store::Execution, ToolE
         .ok_or_else(not_found)
 }
 
-#[derive(Deserialize)]
-struct Id {
-    execution_id: String,
-}
-
 fn execute<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         #[derive(Deserialize)]
@@ -121,7 +117,7 @@ fn execute<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 
 fn status<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        let a: Id = args(a)?;
+        let a: RunId = args(a)?;
         Ok(view(&load(ctx, &a.execution_id).await?))
     })
 }
@@ -154,7 +150,7 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 
 fn cancel<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        let a: Id = args(a)?;
+        let a: RunId = args(a)?;
         let id = load(ctx, &a.execution_id).await?.id;
         match ctx
             .state
@@ -180,7 +176,7 @@ fn cancel<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 
 fn remove<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
-        let a: Id = args(a)?;
+        let a: RunId = args(a)?;
         let e = load(ctx, &a.execution_id).await?;
         super::runs::remove_ended(ctx, runs::AGENT, e.id, &e.status).await?;
         Ok(json!({"tool": "aegis.task.remove", "execution_id": e.id, "removed": true}))

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::definitions::definition_id_of;
+use super::runs::RunId;
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_core::caller::Tier;
 use aegis_engines::runs;
@@ -134,9 +135,13 @@ pub(crate) fn detail(e: &WorkflowExecution) -> Value {
     v
 }
 
-#[derive(Deserialize)]
-struct Id {
-    execution_id: String,
+/// Starts a workflow execution as the caller (`aegis.workflow.run`, the intent pipeline); its id.
+pub(super) async fn start(ctx: &ToolContext<'_>, request: RunRequest) -> Result<Uuid, ToolError> {
+    ctx.state
+        .workflows
+        .run(ctx.caller, request)
+        .await
+        .map_err(workflow_error)
 }
 
 fn run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
@@ -151,21 +156,14 @@ fn run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
             version: Option<String>,
         }
         let a: A = args(a)?;
-        let id = ctx
-            .state
-            .workflows
-            .run(
-                ctx.caller,
-                RunRequest {
-                    name: a.name,
-                    version: a.version,
-                    input: a.input.unwrap_or_else(|| json!({})),
-                    blackboard: a.blackboard,
-                    intent: a.intent,
-                },
-            )
-            .await
-            .map_err(workflow_error)?;
+        let request = RunRequest {
+            name: a.name,
+            version: a.version,
+            input: a.input.unwrap_or_else(|| json!({})),
+            blackboard: a.blackboard,
+            intent: a.intent,
+        };
+        let id = start(ctx, request).await?;
         Ok(json!({"tool": "aegis.workflow.run", "execution_id": id, "status": "started"}))
     })
 }
@@ -195,7 +193,7 @@ fn signal<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 fn cancel<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         super::check_tenant(ctx, &a)?;
-        let a: Id = args(a)?;
+        let a: RunId = args(a)?;
         let e = load(ctx, &a.execution_id).await?;
         if !ctx
             .state
@@ -284,7 +282,7 @@ fn logs<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 fn status<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         super::check_tenant(ctx, &a)?;
-        let a: Id = args(a)?;
+        let a: RunId = args(a)?;
         let mut v = summary(&load(ctx, &a.execution_id).await?);
         v["tool"] = json!("aegis.workflow.status");
         Ok(v)
@@ -294,7 +292,7 @@ fn status<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 fn get<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         super::check_tenant(ctx, &a)?;
-        let a: Id = args(a)?;
+        let a: RunId = args(a)?;
         let e = load(ctx, &a.execution_id).await?;
         Ok(json!({"tool": "aegis.workflow.executions.get", "execution": detail(&e)}))
     })
@@ -334,7 +332,7 @@ fn list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 fn remove<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
     Box::pin(async move {
         super::check_tenant(ctx, &a)?;
-        let a: Id = args(a)?;
+        let a: RunId = args(a)?;
         let e = load(ctx, &a.execution_id).await?;
         super::runs::remove_ended(ctx, runs::WORKFLOW, e.id, &e.status).await?;
         Ok(json!({"tool": "aegis.workflow.remove", "removed": true, "execution_id": e.id}))
