@@ -264,12 +264,11 @@ async fn list(client: &Client, noun: &str, base: &str) -> Result<(), CliError> {
         if let Some(rows) = out.as_array_mut() {
             rows.iter_mut().for_each(derived_fields);
         }
-        let mut cols = vec![("name", "name"), ("version", "version")];
-        if noun == "workflow" {
-            cols.extend([("scope", "scope"), ("next run", "next_run")]);
-        } else {
-            cols.push(("type", "type"));
-        }
+        let mut cols = with_kind(
+            noun,
+            vec![("name", "name"), ("version", "version")],
+            [("scope", "scope"), ("next run", "next_run")],
+        );
         cols.extend([
             ("description", "description"),
             ("updated", "updated_at"),
@@ -302,17 +301,14 @@ async fn get(
         output::json(&out);
     } else {
         derived_fields(&mut out);
-        let mut fields = vec![
+        let leading = vec![
             ("name", "name"),
             ("version", "version"),
             ("id", "id"),
             ("scope", "scope"),
         ];
-        if noun == "workflow" {
-            fields.extend([("schedule", "schedule_text"), ("next run", "next_run")]);
-        } else {
-            fields.push(("type", "type"));
-        }
+        let schedule = [("schedule", "schedule_text"), ("next run", "next_run")];
+        let mut fields = with_kind(noun, leading, schedule);
         fields.extend([
             ("description", "description"),
             ("labels", "labels"),
@@ -322,6 +318,21 @@ async fn get(
         print!("{}", output::record(&out, &fields));
     }
     Ok(())
+}
+
+/// `leading` (title, JSON field) and then the noun's own: `workflow` for a workflow, an agent's
+/// type (see [`derived_fields`]) for an agent.
+fn with_kind<'a>(
+    noun: &str,
+    mut leading: Vec<(&'a str, &'a str)>,
+    workflow: [(&'a str, &'a str); 2],
+) -> Vec<(&'a str, &'a str)> {
+    if noun == "workflow" {
+        leading.extend(workflow);
+    } else {
+        leading.push(("type", "type"));
+    }
+    leading
 }
 
 /// Fields the tables show that the node's JSON holds elsewhere: an agent's `type` (AEGIS's

@@ -251,48 +251,28 @@ mod tests {
     fn entries_are_checked_field_by_field() {
         let ok = [server("gmail", "https://mcp.example.org/mcp")];
         assert_eq!(validate(&ok, &loopback_blocked), Ok(()));
-        let cases: Vec<(Vec<McpServerConfig>, &str, &str)> = vec![
-            (
-                vec![server("Gmail", "https://a/mcp")],
-                "mcp_servers[0].name",
-                "lower-case",
-            ),
-            (
-                vec![server("a.b", "https://a/mcp")],
-                "mcp_servers[0].name",
-                "no dots",
-            ),
-            (
-                vec![server("a", "https://a/mcp"), server("a", "https://b/mcp")],
-                "mcp_servers[1].name",
-                "twice",
-            ),
-            (
-                vec![server("a", "ftp://a/mcp")],
-                "mcp_servers[0].url",
-                "scheme",
-            ),
-            (
-                vec![server("a", "https://u:p@a/mcp")],
-                "mcp_servers[0].url",
-                "user information",
-            ),
-            (
-                vec![server("a", "http://127.0.0.1:9/mcp")],
-                "mcp_servers[0].url",
-                "loopback",
-            ),
-            (
-                vec![server("a", "not a url")],
-                "mcp_servers[0].url",
-                "not a URL",
-            ),
-        ];
-        for (servers, key, says) in cases {
-            let err = validate(&servers, &loopback_blocked).expect_err(key);
+        // Refused for the field at `key`, with a message that says `says`.
+        let refused = |servers: &[McpServerConfig], key: &str, says: &str| {
+            let err = validate(servers, &loopback_blocked).expect_err(key);
             assert_eq!(err.key, key, "{err:?}");
             assert!(err.message.contains(says), "{err:?}");
+        };
+        for (name, url, field, says) in [
+            ("Gmail", "https://a/mcp", "name", "lower-case"),
+            ("a.b", "https://a/mcp", "name", "no dots"),
+            ("a", "ftp://a/mcp", "url", "scheme"),
+            ("a", "https://u:p@a/mcp", "url", "user information"),
+            ("a", "http://127.0.0.1:9/mcp", "url", "loopback"),
+            ("a", "not a url", "url", "not a URL"),
+        ] {
+            refused(
+                &[server(name, url)],
+                &format!("mcp_servers[0].{field}"),
+                says,
+            );
         }
+        let twice = [server("a", "https://a/mcp"), server("a", "https://b/mcp")];
+        refused(&twice, "mcp_servers[1].name", "twice");
         let mut s = server("a", "https://a/mcp");
         s.headers_from_env
             .insert("Mcp-Session-Id".into(), "X".into());

@@ -594,70 +594,46 @@ mod tests {
             let e = ctx.validate().unwrap_err();
             assert_eq!(e.field, field, "{e}");
         };
+        // One capability `{"tool_pattern": "*"}` with `key` set to `value`, refused for the field
+        // `key` and then `below`.
+        let bad_capability = |key: &str, value: Value, below: &str| {
+            let mut capability = json!({"tool_pattern": "*"});
+            capability[key] = value;
+            bad(
+                json!({ "capabilities": [capability] }),
+                &format!("capabilities[0].{key}{below}"),
+            );
+        };
         bad(json!({"name": "Bad"}), "name");
         bad(json!({"name": "1abc"}), "name");
         bad(json!({"name": ""}), "name");
         bad(json!({"name": "a_b"}), "name");
-        bad(
-            json!({"capabilities": [{"tool_pattern": ""}]}),
-            "capabilities[0].tool_pattern",
+        bad_capability("tool_pattern", json!(""), "");
+        bad_capability("tool_pattern", json!("fs*"), "");
+        bad_capability("tool_pattern", json!(".*"), "");
+        bad_capability(
+            "rate_limit",
+            json!({"calls": 0, "per_seconds": 1}),
+            ".calls",
         );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "fs*"}]}),
-            "capabilities[0].tool_pattern",
+        bad_capability(
+            "rate_limit",
+            json!({"calls": 1, "per_seconds": 0}),
+            ".per_seconds",
         );
-        bad(
-            json!({"capabilities": [{"tool_pattern": ".*"}]}),
-            "capabilities[0].tool_pattern",
-        );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "*", "rate_limit": {"calls": 0, "per_seconds": 1}}]}),
-            "capabilities[0].rate_limit.calls",
-        );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "*", "rate_limit": {"calls": 1, "per_seconds": 0}}]}),
-            "capabilities[0].rate_limit.per_seconds",
-        );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "*", "path_allowlist": ["/a", "relative"]}]}),
-            "capabilities[0].path_allowlist[1]",
-        );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "*", "path_allowlist": ["/a/../b"]}]}),
-            "capabilities[0].path_allowlist[0]",
-        );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "*", "path_allowlist": ["/a/**/b"]}]}),
-            "capabilities[0].path_allowlist[0]",
-        );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "*", "domain_allowlist": ["https://x.org"]}]}),
-            "capabilities[0].domain_allowlist[0]",
-        );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "*", "domain_allowlist": ["a.*.org"]}]}),
-            "capabilities[0].domain_allowlist[0]",
-        );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "*", "command_allowlist": ["git status"]}]}),
-            "capabilities[0].command_allowlist[0]",
-        );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "*", "subcommand_allowlist": ["git a b"]}]}),
-            "capabilities[0].subcommand_allowlist[0]",
-        );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "*", "max_response_size": 0}]}),
-            "capabilities[0].max_response_size",
-        );
+        bad_capability("path_allowlist", json!(["/a", "relative"]), "[1]");
+        bad_capability("path_allowlist", json!(["/a/../b"]), "[0]");
+        bad_capability("path_allowlist", json!(["/a/**/b"]), "[0]");
+        bad_capability("domain_allowlist", json!(["https://x.org"]), "[0]");
+        bad_capability("domain_allowlist", json!(["a.*.org"]), "[0]");
+        bad_capability("command_allowlist", json!(["git status"]), "[0]");
+        bad_capability("subcommand_allowlist", json!(["git a b"]), "[0]");
+        bad_capability("max_response_size", json!(0), "");
         bad(
             json!({"capabilities": [{"tool_pattern": "*", "require_approval": true, "approval_timeout_secs": 0}]}),
             "capabilities[0].approval_timeout_secs",
         );
-        bad(
-            json!({"capabilities": [{"tool_pattern": "*", "approval_timeout_secs": 5}]}),
-            "capabilities[0].approval_timeout_secs",
-        );
+        bad_capability("approval_timeout_secs", json!(5), "");
         bad(json!({"deny_list": ["fs.read", ""]}), "deny_list[1]");
         bad(json!({"deny_list": ["fs.read:"]}), "deny_list[0]");
         bad(
