@@ -187,7 +187,8 @@ impl Target {
     }
 }
 
-fn sandbox_of(ctx: &ToolContext<'_>) -> Result<SandboxId, ToolError> {
+/// The caller's sandbox, which the tools that run inside one need.
+pub(super) fn sandbox_of(ctx: &ToolContext<'_>) -> Result<SandboxId, ToolError> {
     ctx.sandbox
         .as_ref()
         .map(|(id, _)| *id)

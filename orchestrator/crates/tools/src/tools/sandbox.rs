@@ -11,10 +11,12 @@ use dispatcher::protocol::{
     DeleteParams, Edit, EditParams, Encoding, ExecGrant, GlobParams, GrepParams, MultiEditParams,
     Op, PathParams, PtySize, ReadParams, RunAs, RunParams, WriteParams, WriteStreamParams,
 };
+use dispatcher::SandboxId;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::dispatch::{dispatch_error, dispatcher_of, executor_code, refused};
+use super::live::sandbox_of;
 use super::{args, Handler, HandlerFuture, ToolContext, ToolError};
 use aegis_policy::paths;
 
@@ -36,12 +38,9 @@ pub(super) fn handlers() -> Vec<(&'static str, Handler)> {
 
 /// Sends one operation to the caller's sandbox and returns the executor's result object.
 pub(super) async fn run(ctx: &ToolContext<'_>, op: Op) -> Result<Value, ToolError> {
-    let (id, _) = ctx
-        .sandbox
-        .as_ref()
-        .ok_or_else(|| ToolError::new("sandbox_required", "this tool runs inside a sandbox"))?;
+    let id = sandbox_of(ctx)?;
     let response = dispatcher_of(ctx)?
-        .call(*id, op)
+        .call(id, op)
         .await
         .map_err(dispatch_error)?;
     response
@@ -75,19 +74,13 @@ fn fs_read<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         let a: A = args(a)?;
         let path = path_of(&a.path)?;
         if let Some(super::Transfer::Download(sink)) = ctx.take_transfer() {
-            let (id, _) = ctx.sandbox.as_ref().ok_or_else(|| {
-                ToolError::new("sandbox_required", "this tool runs inside a sandbox")
-            })?;
-            if !dispatcher_of(ctx)?
-                .holds(*id)
-                .await
-                .map_err(dispatch_error)?
-            {
-                return super::transfer::read_forwarded(ctx, *id, path, a.user, sink).await;
+            let (id, held) = transfer_target(ctx).await?;
+            if !held {
+                return super::transfer::read_forwarded(ctx, id, path, a.user, sink).await;
             }
             let out = dispatcher_of(ctx)?
                 .read_stream(
-                    *id,
+                    id,
                     PathParams {
                         path: path.clone(),
                         user: a.user,
@@ -141,18 +134,10 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
         let a: A = args(a)?;
         let path = path_of(&a.path)?;
         if let Some(super::Transfer::Upload(source)) = ctx.take_transfer() {
-            let (id, _) = ctx.sandbox.as_ref().ok_or_else(|| {
-                ToolError::new("sandbox_required", "this tool runs inside a sandbox")
-            })?;
-            if !dispatcher_of(ctx)?
-                .holds(*id)
-                .await
-                .map_err(dispatch_error)?
-            {
-                return super::transfer::write_forwarded(
-                    ctx, *id, path, a.metadata, a.user, source,
-                )
-                .await;
+            let (id, held) = transfer_target(ctx).await?;
+            if !held {
+                return super::transfer::write_forwarded(ctx, id, path, a.metadata, a.user, source)
+                    .await;
             }
             let params = WriteStreamParams {
                 path: path.clone(),
@@ -161,7 +146,7 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
                 user: a.user,
             };
             let out = dispatcher_of(ctx)?
-                .write_stream(*id, params, source)
+                .write_stream(id, params, source)
                 .await
                 .map_err(refused)?;
             return Ok(
@@ -189,37 +174,52 @@ fn fs_write<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 }
 
 fn fs_list<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
-    Box::pin(async move {
-        let a: PathArg = args(a)?;
-        let path = path_of(&a.path)?;
-        let out = run(
-            ctx,
-            Op::FsList(PathParams {
-                path: path.clone(),
-                user: a.user,
-            }),
-        )
-        .await?;
-        Ok(
-            json!({"status": "ok", "path": path, "entries": out["entries"], "truncated": out["truncated"]}),
-        )
-    })
+    Box::pin(path_call(ctx, a, Op::FsList, &["entries", "truncated"]))
 }
 
 fn fs_create_dir<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
-    Box::pin(async move {
-        let a: PathArg = args(a)?;
-        let path = path_of(&a.path)?;
-        let out = run(
-            ctx,
-            Op::FsCreateDir(PathParams {
-                path: path.clone(),
-                user: a.user,
-            }),
-        )
-        .await?;
-        Ok(json!({"status": "ok", "path": path, "created": out["created"]}))
-    })
+    Box::pin(path_call(ctx, a, Op::FsCreateDir, &["created"]))
+}
+
+/// An `fs.*` call on a path alone: `op` on the normalised path, answered with the path and the
+/// executor's `fields`.
+async fn path_call(
+    ctx: &ToolContext<'_>,
+    a: Value,
+    op: fn(PathParams) -> Op,
+    fields: &[&str],
+) -> Result<Value, ToolError> {
+    let a: PathArg = args(a)?;
+    let path = path_of(&a.path)?;
+    let params = PathParams {
+        path: path.clone(),
+        user: a.user,
+    };
+    let out = run(ctx, op(params)).await?;
+    Ok(with_fields(
+        json!({"status": "ok", "path": path}),
+        &out,
+        fields,
+    ))
+}
+
+/// `answer` with the executor's `fields` of `out` added.
+fn with_fields(mut answer: Value, out: &Value, fields: &[&str]) -> Value {
+    for field in fields {
+        answer[*field] = out[*field].clone();
+    }
+    answer
+}
+
+/// The caller's sandbox for a file transfer, and whether this node holds it (else the bytes go
+/// through the node that does).
+async fn transfer_target(ctx: &ToolContext<'_>) -> Result<(SandboxId, bool), ToolError> {
+    let id = sandbox_of(ctx)?;
+    let held = dispatcher_of(ctx)?
+        .holds(id)
+        .await
+        .map_err(dispatch_error)?;
+    Ok((id, held))
 }
 
 fn fs_delete<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
@@ -306,51 +306,46 @@ fn fs_multi_edit<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
 }
 
 fn fs_grep<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
-    Box::pin(async move {
-        #[derive(Deserialize)]
-        struct A {
-            pattern: String,
-            path: String,
-        }
-        let a: A = args(a)?;
-        let path = path_of(&a.path)?;
-        let out = run(
-            ctx,
-            Op::FsGrep(GrepParams {
-                pattern: a.pattern,
-                path,
-                ..GrepParams::default()
-            }),
-        )
-        .await?;
-        let count = out["matches"].as_array().map_or(0, Vec::len);
-        Ok(
-            json!({"matches": out["matches"], "count": count, "truncated": out["truncated"], "files_scanned": out["files_scanned"]}),
-        )
-    })
+    let op = |pattern, path| {
+        Op::FsGrep(GrepParams {
+            pattern,
+            path,
+            ..GrepParams::default()
+        })
+    };
+    Box::pin(search(ctx, a, op, &["files_scanned"]))
 }
 
 fn fs_glob<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
-    Box::pin(async move {
-        #[derive(Deserialize)]
-        struct A {
-            pattern: String,
-            path: String,
-        }
-        let a: A = args(a)?;
-        let path = path_of(&a.path)?;
-        let out = run(
-            ctx,
-            Op::FsGlob(GlobParams {
-                pattern: a.pattern,
-                path: Some(path),
-                max_matches: None,
-            }),
-        )
-        .await?;
-        let count = out["matches"].as_array().map_or(0, Vec::len);
-        Ok(json!({"matches": out["matches"], "count": count, "truncated": out["truncated"]}))
-    })
+    let op = |pattern, path| {
+        Op::FsGlob(GlobParams {
+            pattern,
+            path: Some(path),
+            max_matches: None,
+        })
+    };
+    Box::pin(search(ctx, a, op, &[]))
+}
+
+/// `fs.grep` and `fs.glob`: `op` with the pattern and the normalised path, answered with the
+/// matches, their count, whether they were cut, and the executor's `fields`.
+async fn search(
+    ctx: &ToolContext<'_>,
+    a: Value,
+    op: fn(String, String) -> Op,
+    fields: &[&str],
+) -> Result<Value, ToolError> {
+    #[derive(Deserialize)]
+    struct A {
+        pattern: String,
+        path: String,
+    }
+    let a: A = args(a)?;
+    let path = path_of(&a.path)?;
+    let out = run(ctx, op(a.pattern, path)).await?;
+    let count = out["matches"].as_array().map_or(0, Vec::len);
+    let answer = json!({"matches": out["matches"], "count": count, "truncated": out["truncated"]});
+    Ok(with_fields(answer, &out, fields))
 }
 
 fn cmd_run<'a>(ctx: &'a ToolContext<'a>, a: Value) -> HandlerFuture<'a> {
