@@ -83,14 +83,8 @@ pub async fn list(
     tenant: &str,
     live_only: bool,
 ) -> Result<Vec<Session>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM seal_sessions WHERE tenant_id = $1 \
-         AND (NOT $2 OR (status = 'active' AND expires_at > now())) ORDER BY created_at DESC LIMIT 1000"
-    ))
-    .bind(tenant)
-    .bind(live_only)
-    .fetch_all(pool)
-    .await
+    let live = live_only.then_some("active");
+    aegis_store::database::tenant_rows(pool, "seal_sessions", COLUMNS, tenant, live).await
 }
 
 /// Marks a session revoked; returns it (None when unknown).

@@ -206,6 +206,15 @@ pub struct VolumeStore<'a> {
     pub longest_execution: Duration,
 }
 
+impl VolumeStore<'_> {
+    /// The dispatcher that restores and saves go through.
+    fn dispatcher(&self) -> Result<&dispatcher::Dispatcher, VolumeError> {
+        self.sandboxes
+            .dispatcher()
+            .map_err(|e| VolumeError::NoSandboxes(e.to_string()))
+    }
+}
+
 /// Who owns an execution's volumes.
 #[derive(Debug, Clone)]
 pub struct Holder<'a> {
@@ -264,10 +273,7 @@ pub async fn restore(
     holder: &Holder<'_>,
     volumes: &[Volume],
 ) -> Result<Vec<String>, VolumeError> {
-    let dispatcher = store
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| VolumeError::NoSandboxes(e.to_string()))?;
+    let dispatcher = store.dispatcher()?;
     let mut restored = Vec::new();
     for v in volumes {
         let content: Option<Vec<u8>> = if v.persistent {
@@ -284,12 +290,8 @@ pub async fn restore(
         } else {
             None
         };
-        let had_content = content.as_ref().is_some_and(|c| !c.is_empty());
-        dispatcher
-            .import_dir(sandbox, &v.mount_path, content.unwrap_or_default())
-            .await
-            .map_err(|e| sandbox_error(&v.name, e))?;
-        if had_content {
+        let imported = import_saved(dispatcher, sandbox, &v.mount_path, content).await;
+        if imported.map_err(|e| sandbox_error(&v.name, e))? {
             restored.push(v.name.clone());
         }
     }
@@ -298,6 +300,22 @@ pub async fn restore(
         mark_restored(sandbox, longest + Duration::from_secs(3600));
     }
     Ok(restored)
+}
+
+/// Copies a saved archive into `sandbox` at `mount_path` (none, or an empty one: an empty
+/// directory); true when there was content. Agent volumes and workflow workspaces are restored
+/// so alike.
+pub(crate) async fn import_saved(
+    dispatcher: &dispatcher::Dispatcher,
+    sandbox: SandboxId,
+    mount_path: &str,
+    content: Option<Vec<u8>>,
+) -> Result<bool, dispatcher::DispatchError> {
+    let had_content = content.as_ref().is_some_and(|c| !c.is_empty());
+    dispatcher
+        .import_dir(sandbox, mount_path, content.unwrap_or_default())
+        .await?;
+    Ok(had_content)
 }
 
 /// Copies each persistent volume out of `sandbox` into its row (created on first save) and
@@ -312,10 +330,7 @@ pub async fn save(
     volumes: &[Volume],
     execution: Uuid,
 ) -> Result<Vec<(String, u64)>, VolumeError> {
-    let dispatcher = store
-        .sandboxes
-        .dispatcher()
-        .map_err(|e| VolumeError::NoSandboxes(e.to_string()))?;
+    let dispatcher = store.dispatcher()?;
     if !take_restored(sandbox) {
         tracing::warn!(%execution, sandbox = %sandbox.0, agent = %holder.agent_id,
             "persistent volumes not saved: they were not restored into this sandbox; the saved content is kept");

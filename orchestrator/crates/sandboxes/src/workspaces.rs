@@ -30,6 +30,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use crate::volumes::import_saved;
 use aegis_manifest::{declared_volumes, volume_mounts, volume_problems, WORKSPACE_VOLUME};
 
 /// One volume of the run as one state mounts it.
@@ -249,12 +250,8 @@ pub async fn restore(
         .bind(ws.attempt)
         .fetch_one(pool)
         .await?;
-        let had_content = content.as_ref().is_some_and(|c| !c.is_empty());
-        dispatcher
-            .import_dir(sandbox, &m.mount_path, content.unwrap_or_default())
-            .await
-            .map_err(|e| sandbox_error(&m.name, e))?;
-        if had_content {
+        let imported = import_saved(dispatcher, sandbox, &m.mount_path, content).await;
+        if imported.map_err(|e| sandbox_error(&m.name, e))? {
             restored.push(m.name.clone());
         }
     }

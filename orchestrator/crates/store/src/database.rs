@@ -44,6 +44,31 @@ where
     .await
 }
 
+/// The newest rows of `tenant` in `table` (at most 1000), selected as `columns` into `T`; with
+/// `live_status`, only those in that status and not yet expired (the `status` and `expires_at`
+/// columns): SEAL sessions and approval requests are listed alike. `table` and `columns` are the
+/// code's own text, never input.
+pub async fn tenant_rows<T>(
+    pool: &PgPool,
+    table: &'static str,
+    columns: &'static str,
+    tenant: &str,
+    live_status: Option<&'static str>,
+) -> Result<Vec<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(&format!(
+        "SELECT {columns} FROM {table} WHERE tenant_id = $1 \
+         AND ($2::text IS NULL OR (status = $2 AND expires_at > now())) \
+         ORDER BY created_at DESC LIMIT 1000"
+    ))
+    .bind(tenant)
+    .bind(live_status)
+    .fetch_all(pool)
+    .await
+}
+
 /// Why the database could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -136,15 +136,8 @@ pub async fn list(
     tenant: &str,
     pending_only: bool,
 ) -> Result<Vec<Approval>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM tool_approvals WHERE tenant_id = $1 \
-         AND (NOT $2 OR (status = 'pending' AND expires_at > now())) \
-         ORDER BY created_at DESC LIMIT 1000"
-    ))
-    .bind(tenant)
-    .bind(pending_only)
-    .fetch_all(pool)
-    .await
+    let pending = pending_only.then_some("pending");
+    crate::database::tenant_rows(pool, "tool_approvals", COLUMNS, tenant, pending).await
 }
 
 /// One request.

@@ -174,10 +174,7 @@ pub async fn list_owned(
     after: Option<(DateTime<Utc>, String)>,
     limit: i64,
 ) -> Result<Vec<Row>, sqlx::Error> {
-    let (at, id) = match after {
-        Some((at, id)) => (Some(at), Some(id)),
-        None => (None, None),
-    };
+    let (at, id) = after.unzip();
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM e2b_sandboxes e JOIN sandboxes s ON s.id = e.sandbox_id \
          WHERE e.owner_key_id = $1 AND s.state = 'running' AND e.paused_snapshot IS NULL \

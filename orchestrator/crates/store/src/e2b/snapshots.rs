@@ -164,10 +164,7 @@ pub async fn list(
     after: Option<(DateTime<Utc>, Uuid)>,
     limit: i64,
 ) -> Result<Vec<Snapshot>, sqlx::Error> {
-    let (at, after_id) = match after {
-        Some((at, id)) => (Some(at), Some(id)),
-        None => (None, None),
-    };
+    let (at, after_id) = after.unzip();
     let name_id = name.and_then(|n| Uuid::parse_str(n).ok());
     sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM e2b_snapshots WHERE owner_key_id = $1 AND kind = 'snapshot' \
