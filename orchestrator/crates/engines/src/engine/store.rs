@@ -510,17 +510,7 @@ pub async fn list(
     limit: i64,
     offset: i64,
 ) -> Result<Vec<Execution>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM executions WHERE tenant_id = $1 AND ($2::uuid IS NULL OR agent_id = $2) \
-         AND ($3::text IS NULL OR status = $3) ORDER BY created_at DESC LIMIT $4 OFFSET $5"
-    ))
-    .bind(tenant)
-    .bind(agent)
-    .bind(status)
-    .bind(limit.clamp(1, 500))
-    .bind(offset.max(0))
-    .fetch_all(pool)
-    .await
+    list_visible(pool, tenant, &Visible::All, agent, status, limit, offset).await
 }
 
 /// Fails the executions that were running on instances that stopped or fell silent for
