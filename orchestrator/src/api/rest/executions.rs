@@ -175,14 +175,8 @@ pub async fn cancel(
     Call { state, caller }: Call,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Cancelled>, ApiError> {
-    require(&caller, Need::Write)?;
-    super::call_tool(
-        &state,
-        &caller,
-        "aegis.task.cancel",
-        json!({"execution_id": id}),
-    )
-    .await?;
+    // The tool's own answer is not this route's: REST answers `Cancelled`.
+    let _ = super::execution_tool(&state, &caller, "aegis.task.cancel", id).await?;
     Ok(Json(Cancelled {
         success: true,
         execution_id: id,
