@@ -12,7 +12,6 @@ pub mod request_id;
 pub mod rest;
 pub mod streaming;
 
-use axum::routing::get;
 use axum::Router;
 
 use crate::state::AppState;
@@ -24,7 +23,7 @@ use crate::state::AppState;
 pub fn http_router(state: AppState) -> Router {
     let doors = rest::routes(&state)
         .nest(e2b::PREFIX, e2b::router())
-        .route("/files", get(e2b::files::download).post(e2b::files::upload));
+        .merge(e2b::signed_files());
     rest::with_errors(doors)
         .merge(console::routes(state.clone()))
         .with_state(state)

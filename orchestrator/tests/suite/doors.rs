@@ -529,7 +529,7 @@ async fn another_keys_lifecycle_calls_are_refused_by_the_router_and_audited() {
             "lifecycle-other",
         )
         .await;
-    let (e2b_id, _token, current) = common::e2b_base_sandbox(&app, &owner).await;
+    let (e2b_id, token, current) = common::e2b_base_sandbox(&app, &owner).await;
     let e2b = |method: Method, path: String| {
         app.http
             .request(method, format!("{}/e2b{path}", app.http_base))
@@ -639,6 +639,46 @@ async fn another_keys_lifecycle_calls_are_refused_by_the_router_and_audited() {
         app.count("SELECT count(*) FROM e2b_sandboxes").await,
         1,
         "no fork was made"
+    );
+
+    // The owner's calls are counted under the E2B door's own label, not REST's.
+    let e2b_writes = || async {
+        let text = app
+            .http
+            .get(format!("{}/metrics", app.http_base))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        text.lines()
+            .filter(|l| {
+                l.starts_with("aegis_tool_calls_total{")
+                    && l.contains("door=\"e2b\"")
+                    && l.contains("tool=\"fs.write\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let before = e2b_writes().await;
+    let r = app
+        .http
+        .post(format!(
+            "{}/e2b/files?path=/home/user/counted",
+            app.http_base
+        ))
+        .header("E2b-Sandbox-Id", &e2b_id)
+        .header("X-Access-Token", &token)
+        .header("Content-Type", "application/octet-stream")
+        .body("counted")
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    assert!(
+        e2b_writes().await > before,
+        "an E2B upload is counted as door=\"e2b\""
     );
 
     // The owner's own kill goes through the same path: allowed, one row, the container gone.

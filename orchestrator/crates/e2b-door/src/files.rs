@@ -196,7 +196,7 @@ pub async fn download(
     let (sink, mut blocks) = tokio::sync::mpsc::channel::<Bytes>(DOWNLOAD_QUEUE);
     // Its own task: a client that leaves drops the queue, which cancels the read (and the
     // call's audit row says so).
-    let call = tokio::spawn(async move {
+    let call = crate::spawn_labelled(async move {
         envd::call_transfer(
             &state,
             &target,
@@ -541,7 +541,7 @@ impl Writer<'_> {
         let (state, target) = (self.state.clone(), self.target.clone());
         // Its own task, so the router's call runs while this one reads the body; if this
         // request ends early the queue's sender is dropped, which abandons the write.
-        let call = tokio::spawn(async move {
+        let call = crate::spawn_labelled(async move {
             envd::call_transfer(&state, &target, "fs.write", args, Transfer::Upload(pieces)).await
         });
         file.sending = Some(Sending { source, call });

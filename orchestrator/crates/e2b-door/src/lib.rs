@@ -112,6 +112,31 @@ pub fn router() -> Router<AppState> {
         .merge(unoffered::refused())
         .method_not_allowed_fallback(unoffered::wrong_method)
         .fallback(unoffered::no_route)
+        .layer(axum::middleware::from_fn(labelled))
+}
+
+/// `/files` at the root, where the SDK's `urljoin` sends signed URLs: [`files`]'s routes, as
+/// this door's.
+pub fn signed_files() -> Router<AppState> {
+    Router::new()
+        .route("/files", get(files::download).post(files::upload))
+        .layer(axum::middleware::from_fn(labelled))
+}
+
+/// Spawns `work` as this door's: a task does not inherit its request's door, and a router call
+/// made in it (a file's transfer, a streamed process) must be counted as E2B's too.
+pub(crate) fn spawn_labelled<F>(work: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(aegis_metrics::through(aegis_metrics::Door::E2b, work))
+}
+
+/// Runs a request as this door's (`aegis_metrics::Door::E2b`), so the router's metrics count
+/// E2B's calls under their own door rather than REST's.
+async fn labelled(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    aegis_metrics::through(aegis_metrics::Door::E2b, next.run(request)).await
 }
 
 /// A control API or `/files` error as E2B's SDK reads it: `{"code", "message"}` with the status.

@@ -38,16 +38,19 @@ pub enum Door {
     Execution,
     /// An agent execution started by a workflow state.
     Workflow,
+    /// E2B's control API and envd under `/e2b` (E2B's SDKs).
+    E2b,
 }
 
 impl Door {
-    const ALL: [Door; 6] = [
+    const ALL: [Door; 7] = [
         Door::Rest,
         Door::SealHttp,
         Door::SealGrpc,
         Door::Mcp,
         Door::Execution,
         Door::Workflow,
+        Door::E2b,
     ];
 
     /// The label value.
@@ -59,6 +62,7 @@ impl Door {
             Door::Mcp => "mcp",
             Door::Execution => "execution",
             Door::Workflow => "workflow",
+            Door::E2b => "e2b",
         }
     }
 

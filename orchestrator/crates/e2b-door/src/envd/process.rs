@@ -474,7 +474,7 @@ where
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
-    tokio::spawn(produce(tx));
+    crate::spawn_labelled(produce(tx));
     let body = futures_util::stream::unfold(Some((rx, cut)), |open| async move {
         let (mut rx, cut) = open?;
         let frame = rx.recv().await?;
