@@ -105,10 +105,7 @@ async fn agents_deploy_version_export_and_delete_over_rest() {
         .call_tool("aegis.agent.export", json!({"name": "greeter"}))
         .await;
     assert_eq!(status, 200);
-    let yaml = exported["structuredContent"]["manifest_yaml"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let yaml = common::json::string(&exported["structuredContent"]["manifest_yaml"]);
     let (_, valid) = app
         .call_tool(
             "aegis.schema.validate",
@@ -200,10 +197,7 @@ async fn agent_tools_create_update_list_export_delete() {
     assert_eq!(out["isError"], false, "{out}");
     assert_eq!(out["structuredContent"]["deployed"], true);
     assert!(common::json::text(&out["content"][0]["text"]).contains("greeter"));
-    let id = out["structuredContent"]["agent_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = common::json::string(&out["structuredContent"]["agent_id"]);
 
     let (_, out) = app
         .call_tool(
@@ -291,13 +285,10 @@ const WORKFLOW_EXECUTION_TOOLS: &[&str] = &[
 #[tokio::test]
 async fn every_tool_answers_valid_and_refuses_invalid_arguments() {
     let app = TestApp::spawn().await;
-    let (_, deployed) = app
-        .call_tool("aegis.agent.create", json!({"manifest_yaml": AGENT_V1}))
+    let deployed = app
+        .tool_result("aegis.agent.create", json!({"manifest_yaml": AGENT_V1}))
         .await;
-    let agent_id = deployed["structuredContent"]["agent_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let agent_id = common::json::string(&deployed["agent_id"]);
     app.call_tool(
         "aegis.workflow.create",
         json!({"manifest_yaml": workflow_v1()}),

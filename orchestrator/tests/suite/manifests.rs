@@ -84,6 +84,20 @@ fn pointers(errors: &[ManifestError]) -> HashSet<&str> {
     errors.iter().map(|e| e.pointer.as_str()).collect()
 }
 
+/// Whether `errors` are at `pointer` only, each on `line` (`None`: with no line) and, when
+/// given, found at `stage`.
+fn only_at(
+    errors: &[ManifestError],
+    pointer: &str,
+    line: Option<usize>,
+    stage: Option<Stage>,
+) -> bool {
+    pointers(errors) == HashSet::from([pointer])
+        && errors
+            .iter()
+            .all(|e| e.line == line && stage.is_none_or(|stage| e.stage == stage))
+}
+
 struct Example {
     name: String,
     kind: ManifestKind,
@@ -299,11 +313,7 @@ fn invalid_examples_fail_at_the_expected_pointer_and_line() {
             }
             Err(errors) => errors.0,
         };
-        let exact = pointers(&errors) == HashSet::from([expect])
-            && errors
-                .iter()
-                .all(|e| e.line == Some(line) && e.stage == Stage::Schema);
-        if !exact {
+        if !only_at(&errors, expect, Some(line), Some(Stage::Schema)) {
             failures.push(format!(
                 "{}: expected schema errors at {expect} line {line} only, got:{}",
                 example.name,
@@ -315,9 +325,7 @@ fn invalid_examples_fail_at_the_expected_pointer_and_line() {
             match parse_value(example.kind, value, &node()) {
                 Ok(_) => failures.push(format!("{}: accepted as JSON", example.name)),
                 Err(errors) => {
-                    let exact = pointers(&errors.0) == HashSet::from([expect])
-                        && errors.0.iter().all(|e| e.line.is_none());
-                    if !exact {
+                    if !only_at(&errors.0, expect, None, None) {
                         failures.push(format!(
                             "{}: as JSON, no error at {expect}:{}",
                             example.name,
@@ -360,12 +368,7 @@ fn semantic_examples_pass_the_schema_and_fail_semantically() {
         match parse(example.kind, &example.text, &node()) {
             Ok(_) => failures.push(format!("{}: accepted", example.name)),
             Err(errors) => {
-                let exact = pointers(&errors.0) == HashSet::from([expect])
-                    && errors
-                        .0
-                        .iter()
-                        .all(|e| e.line == Some(line) && e.stage == Stage::Semantic);
-                if !exact {
+                if !only_at(&errors.0, expect, Some(line), Some(Stage::Semantic)) {
                     failures.push(format!(
                         "{}: expected semantic errors at {expect} line {line} only, got:{}",
                         example.name,

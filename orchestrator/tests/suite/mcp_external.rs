@@ -117,6 +117,21 @@ fn node(db: &TestDb, servers: Vec<McpServerConfig>) -> NodeConfig {
 }
 
 /// (outcome, reason_code) of the audit rows of `action`, in order.
+/// The audit rows of one call refused for `reason`: (decision, outcome, reason code).
+fn denied_once(reason: &str) -> Vec<(String, String, Option<String>)> {
+    vec![("denied".into(), "denied".into(), Some(reason.into()))]
+}
+
+/// A tool call as the holder of `key` that must fail with the error `code`; the answer.
+async fn tool_failed(app: &TestApp, key: &str, tool: &str, arguments: Value, code: &str) -> Value {
+    let (_, body) = app.call_tool_as(key, tool, arguments).await;
+    assert_eq!(
+        body["structuredContent"]["error"]["code"], code,
+        "{tool}: {body}"
+    );
+    body
+}
+
 async fn audit_rows(app: &TestApp, action: &str) -> Vec<(String, String, Option<String>)> {
     sqlx::query_as(
         "SELECT decision, outcome, reason_code FROM audit_log WHERE action = $1 ORDER BY seq",
@@ -214,11 +229,7 @@ async fn an_agent_calls_a_tool_of_an_external_mcp_server_and_a_tool_outside_its_
     assert!(completion_names_intent);
     assert_eq!(
         audit_rows(&app, "mcp:tools/shout").await,
-        vec![(
-            "denied".into(),
-            "denied".into(),
-            Some("tool_not_offered".into())
-        )]
+        denied_once("tool_not_offered")
     );
     // Only `add` reached the server, with the node's credential (the server refuses others).
     assert_eq!(
@@ -359,6 +370,7 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
         reasons.iter().flatten().any(|r| r.contains("***")),
         "{reasons:?}"
     );
+    let fails = |tool, arguments, code| tool_failed(&app, admin, tool, arguments, code);
     let (_, body) = app
         .call_tool_as(admin, "mcp:tools/big", json!({"n": 5000}))
         .await;
@@ -368,23 +380,11 @@ async fn external_tools_are_listed_with_schemas_checked_decided_bounded_and_fail
         out["content"][0]["text"].as_str().unwrap().len() <= 1000,
         "{body}"
     );
-    let (_, body) = app
-        .call_tool_as(admin, "mcp:tools/big", json!({"n": 50000}))
-        .await;
-    assert_eq!(
-        body["structuredContent"]["error"]["code"], "mcp_result_too_large",
-        "{body}"
-    );
+    fails("mcp:tools/big", json!({"n": 50000}), "mcp_result_too_large").await;
 
     // A call that outlives the server's timeout ends at the timeout, with a clear error.
     let started = Instant::now();
-    let (_, body) = app
-        .call_tool_as(admin, "mcp:tools/slow", json!({"seconds": 30}))
-        .await;
-    assert_eq!(
-        body["structuredContent"]["error"]["code"], "mcp_timeout",
-        "{body}"
-    );
+    fails("mcp:tools/slow", json!({"seconds": 30}), "mcp_timeout").await;
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -610,11 +610,7 @@ async fn a_server_outside_the_egress_rules_is_refused_at_config_or_before_any_co
     assert_eq!(accepted.load(Ordering::SeqCst), 0, "no connection was made");
     assert_eq!(
         audit_rows(&app, "mcp:internal/add").await,
-        vec![(
-            "denied".into(),
-            "denied".into(),
-            Some("tool_unavailable".into())
-        )]
+        denied_once("tool_unavailable")
     );
 }
 

@@ -26,6 +26,16 @@ impl Harness {
         (id, e)
     }
 
+    /// Runs agent `agent` to its end, which must be a completion with `commands` commands run;
+    /// the stdout of each (see [`Harness::outputs`]).
+    async fn outputs_of_a_run(&self, agent: &str, commands: usize) -> Vec<String> {
+        let (id, e) = self.run_empty(agent).await;
+        assert_eq!(e["status"], "completed", "{e}");
+        let out = self.outputs(&id).await;
+        assert_eq!(out.len(), commands, "{out:?}");
+        out
+    }
+
     /// The stdout of each `cmd.run` of execution `id`, in order; every tool call must have been
     /// allowed and every command must have exited 0 (a refused or failed check proves nothing).
     async fn outputs(&self, id: &str) -> Vec<String> {
@@ -125,10 +135,7 @@ async fn a_volume_replaced_by_a_link_into_the_image_saves_nothing_of_the_image()
             .await
             .unwrap();
 
-    let (second, e) = h.run_empty("keeper").await;
-    assert_eq!(e["status"], "completed", "{e}");
-    let out = h.outputs(&second).await;
-    assert_eq!(out.len(), 5, "{out:?}");
+    let out = h.outputs_of_a_run("keeper", 5).await;
     assert_eq!(
         out[0], "",
         "setuid/setgid files in the workspace: {}",
@@ -324,10 +331,7 @@ async fn a_saved_volume_from_before_is_restored_as_the_sandbox_users_plain_data(
     .await
     .unwrap();
 
-    let (id, e) = h.run_empty("heir").await;
-    assert_eq!(e["status"], "completed", "{e}");
-    let out = h.outputs(&id).await;
-    assert_eq!(out.len(), 7, "{out:?}");
+    let out = h.outputs_of_a_run("heir", 7).await;
     assert_eq!(out[0], "", "setuid, setgid or sticky: {}", out[0]);
     assert_eq!(out[1], "", "not owned by the sandbox user: {}", out[1]);
     assert_eq!(out[2], "", "not of the sandbox group: {}", out[2]);

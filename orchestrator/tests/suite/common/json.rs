@@ -50,3 +50,11 @@ pub fn items(list: &Value) -> &[Value] {
 pub fn text(value: &Value) -> &str {
     value.as_str().unwrap_or_default()
 }
+
+/// `value`, which must be a string, as one of its own; fails the test showing what it was.
+pub fn string(value: &Value) -> String {
+    value
+        .as_str()
+        .unwrap_or_else(|| panic!("not a string: {value}"))
+        .to_owned()
+}
