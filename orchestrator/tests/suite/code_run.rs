@@ -45,9 +45,60 @@ async fn runtime_sandbox(app: &TestApp, key: &str, runtime: &str) -> String {
     body["sandbox_id"].as_str().expect("sandbox_id").to_owned()
 }
 
+/// An operator key `name` on `app` and a code-interpreter sandbox it made; (key, sandbox id).
+async fn interpreter_of(app: &TestApp, name: &str) -> (String, String) {
+    image_present();
+    let key = app.create_key(name, "operator").await;
+    let id = runtime_sandbox(app, &key, "code-interpreter").await;
+    (key, id)
+}
+
+/// The first `code.run` of `code` in a sandbox: it starts the server and prints `printed`;
+/// its result.
+async fn first_run(sb: &Sandbox, code: &str, printed: &str) -> Value {
+    let first = run(sb, code).await;
+    assert_eq!(first["server_started"], true, "{first}");
+    assert_eq!(first["stdout"], printed, "{first}");
+    first
+}
+
+/// Sandbox `id` through `app` for a new operator key `name`, not its owner: a `code.run` there
+/// is not found.
+async fn not_found_for_another_key(app: &TestApp, id: &str, name: &str) {
+    let other = app.create_key(name, "operator").await;
+    let theirs = Sandbox::with_key(app, id, &other);
+    let (status, out) = theirs.call("code.run", json!({"code": "x"})).await;
+    assert_eq!(status, 404, "{out}");
+}
+
 /// `code.run` of `code` in the sandbox, which must succeed as a call; its result.
 async fn run(sb: &Sandbox, code: &str) -> Value {
     sb.ok("code.run", json!({"code": code})).await
+}
+
+/// `code.run` of `code` in `language` in the sandbox, which must succeed as a call; its result.
+async fn run_in(sb: &Sandbox, language: &str, code: &str) -> Value {
+    sb.ok("code.run", json!({"code": code, "language": language}))
+        .await
+}
+
+/// A JavaScript context made in the sandbox (`code.contexts`); its id.
+async fn javascript_context(sb: &Sandbox) -> String {
+    let made = sb
+        .ok(
+            "code.contexts",
+            json!({"action": "create", "language": "javascript"}),
+        )
+        .await;
+    assert_eq!(made["context"]["language"], "javascript", "{made}");
+    crate::common::json::string(&made["context"]["id"])
+}
+
+/// `code.run` of `code` in the context `context` of the sandbox, which must succeed as a call;
+/// its result.
+async fn run_in_context(sb: &Sandbox, context: &str, code: &str) -> Value {
+    sb.ok("code.run", json!({"code": code, "context_id": context}))
+        .await
 }
 
 /// The text of the main result of a `code.run` result.
@@ -61,16 +112,12 @@ fn main_text(out: &Value) -> Value {
 
 #[tokio::test]
 async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_timeout() {
-    image_present();
     let app = TestApp::spawn().await;
-    let key = app.create_key("code-user", "operator").await;
-    let id = runtime_sandbox(&app, &key, "code-interpreter").await;
+    let (key, id) = interpreter_of(&app, "code-user").await;
     let sb = Sandbox::with_key(&app, &id, &key);
 
     // The first call starts the server; state stays for the next.
-    let first = run(&sb, "x = 41\nprint('set')").await;
-    assert_eq!(first["server_started"], true, "{first}");
-    assert_eq!(first["stdout"], "set\n", "{first}");
+    let first = first_run(&sb, "x = 41\nprint('set')", "set\n").await;
     assert_eq!(first["error"], Value::Null, "{first}");
     let second = run(&sb, "x + 1").await;
     assert_eq!(second["server_started"], false, "{second}");
@@ -135,23 +182,8 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
     assert_eq!(unset["stdout"], "None\n", "{unset}");
 
     // Contexts: a JavaScript one, apart from the default Python one; listed, then removed.
-    let made = sb
-        .ok(
-            "code.contexts",
-            json!({"action": "create", "language": "javascript"}),
-        )
-        .await;
-    let ctx = made["context"]["id"]
-        .as_str()
-        .expect("context id")
-        .to_owned();
-    assert_eq!(made["context"]["language"], "javascript", "{made}");
-    let js = sb
-        .ok(
-            "code.run",
-            json!({"code": "let a = 6; a * 7", "context_id": ctx}),
-        )
-        .await;
+    let ctx = javascript_context(&sb).await;
+    let js = run_in_context(&sb, &ctx, "let a = 6; a * 7").await;
     assert_eq!(main_text(&js), "42", "{js}");
     let listed = sb.ok("code.contexts", json!({"action": "list"})).await;
     let ids = crate::common::json::present_strs(&listed["contexts"], "id");
@@ -185,12 +217,12 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
     // Every language the schema lists runs. Java (a JVM running JShell): state across calls,
     // println on stdout, an expression's value, env_vars as system properties for one
     // execution, an exception by its class name.
-    let java = sb
-        .ok(
-            "code.run",
-            json!({"code": "int n = 6;\nSystem.out.println(\"hi\");\nn * 7", "language": "java"}),
-        )
-        .await;
+    let java = run_in(
+        &sb,
+        "java",
+        "int n = 6;\nSystem.out.println(\"hi\");\nn * 7",
+    )
+    .await;
     assert_eq!(java["stdout"], "hi\n", "{java}");
     assert_eq!(main_text(&java), "42", "{java}");
     let prop = sb
@@ -201,19 +233,14 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
         )
         .await;
     assert_eq!(main_text(&prop), "hi6", "{prop}");
-    let prop = sb
-        .ok(
-            "code.run",
-            json!({"code": "System.getProperty(\"GREETING\", \"none\") + n", "language": "java"}),
-        )
-        .await;
+    let prop = run_in(
+        &sb,
+        "java",
+        "System.getProperty(\"GREETING\", \"none\") + n",
+    )
+    .await;
     assert_eq!(main_text(&prop), "none6", "{prop}");
-    let thrown = sb
-        .ok(
-            "code.run",
-            json!({"code": "Integer.parseInt(\"x\")", "language": "java"}),
-        )
-        .await;
+    let thrown = run_in(&sb, "java", "Integer.parseInt(\"x\")").await;
     assert_eq!(
         thrown["error"]["name"], "java.lang.NumberFormatException",
         "{thrown}"
@@ -227,12 +254,7 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
             .await;
         assert_eq!(main_text(&out), text, "{language}: {out}");
     }
-    let bash = sb
-        .ok(
-            "code.run",
-            json!({"code": "echo $((6 * 7))", "language": "bash"}),
-        )
-        .await;
+    let bash = run_in(&sb, "bash", "echo $((6 * 7))").await;
     assert_eq!(bash["stdout"], "42\n", "{bash}");
 
     // Audited: every call an intent and a completion with the result's digest.
@@ -246,10 +268,7 @@ async fn code_run_over_rest_keeps_state_plots_reports_tracebacks_and_survives_a_
     assert!(rows.iter().all(|(_, digest)| digest.is_some()), "{rows:?}");
 
     // Another key's sandbox is not found for this key.
-    let other = app.create_key("code-other", "operator").await;
-    let theirs = Sandbox::with_key(&app, &id, &other);
-    let (status, out) = theirs.call("code.run", json!({"code": "x"})).await;
-    assert_eq!(status, 404, "{out}");
+    not_found_for_another_key(&app, &id, "code-other").await;
 }
 
 #[tokio::test]
@@ -271,19 +290,15 @@ async fn a_sandbox_without_the_interpreter_is_told_so() {
 async fn code_run_reaches_a_sandbox_another_replica_holds() {
     use crate::common::replicas::{in_process, SECRET};
 
-    image_present();
     let db = TestDb::create().await;
     let holder = TestApp::spawn_with(in_process(&db, Some(SECRET))).await;
     let other = TestApp::spawn_with(in_process(&db, Some(SECRET))).await;
-    let key = holder.create_key("code-remote", "operator").await;
-    let id = runtime_sandbox(&holder, &key, "code-interpreter").await;
+    let (key, id) = interpreter_of(&holder, "code-remote").await;
 
     // Through the replica that does not hold it: the server is started there by the holder,
     // the state kept, a plot's PNG carried whole, a context made and used.
     let remote = Sandbox::with_key(&other, &id, &key);
-    let first = run(&remote, "x = 20\nprint('remote')").await;
-    assert_eq!(first["server_started"], true, "{first}");
-    assert_eq!(first["stdout"], "remote\n", "{first}");
+    first_run(&remote, "x = 20\nprint('remote')", "remote\n").await;
     let here = Sandbox::with_key(&holder, &id, &key);
     let second = run(&here, "x * 2 + 2").await;
     assert_eq!(
@@ -301,26 +316,13 @@ async fn code_run_reaches_a_sandbox_another_replica_holds() {
         .and_then(|r| r.iter().find_map(|r| r["png"].as_str()))
         .expect("a PNG result");
     assert!(png.starts_with("iVBORw0KGgo"), "{}", &png[..16]);
-    let context = remote
-        .ok(
-            "code.contexts",
-            json!({"action": "create", "language": "javascript"}),
-        )
-        .await;
-    let context_id = context["context"]["id"].as_str().expect("a context id");
-    let js = remote
-        .ok(
-            "code.run",
-            json!({"code": "[1, 2, 3].map(n => n * 2).reduce((a, b) => a + b)", "context_id": context_id}),
-        )
-        .await;
+    let context_id = javascript_context(&remote).await;
+    let sum = "[1, 2, 3].map(n => n * 2).reduce((a, b) => a + b)";
+    let js = run_in_context(&remote, &context_id, sum).await;
     assert_eq!(main_text(&js), "12", "{js}");
 
     // Another key through the same replica: not found, nothing run.
-    let intruder = other.create_key("code-remote-other", "operator").await;
-    let theirs = Sandbox::with_key(&other, &id, &intruder);
-    let (status, out) = theirs.call("code.run", json!({"code": "x"})).await;
-    assert_eq!(status, 404, "{out}");
+    not_found_for_another_key(&other, &id, "code-remote-other").await;
 }
 
 #[tokio::test]

@@ -35,6 +35,19 @@ async fn harness(script: Vec<Step>) -> Harness {
     Harness::start(script).await
 }
 
+/// A node whose scripted model has `sleep seconds` run and then never answers, and agent
+/// `name` (with `extra` under `spec`) on it, started; (the node, the execution's id).
+async fn sleeping(name: &str, seconds: u32, extra: &str) -> (Harness, String) {
+    let h = harness(vec![
+        tool_calls(&[("cmd__run", json!({"command": format!("sleep {seconds}")}))]),
+        answer("never"),
+    ])
+    .await;
+    h.deployed(AGENTS, &worker(name, extra)).await;
+    let id = h.started(name, json!({"input": {}})).await;
+    (h, id)
+}
+
 fn containers_of(execution: &str) -> usize {
     let out = std::process::Command::new("docker")
         .args([
@@ -149,8 +162,7 @@ async fn a_batch_of_tool_calls_runs_in_order_and_a_refusal_is_fed_back() {
     ])
     .await;
     h.deployed(AGENTS, &worker("batcher", "")).await;
-    let (_, body) = h.execute("batcher", json!({})).await;
-    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let id = h.started("batcher", json!({"input": {}})).await;
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "completed", "{e}");
     let events = h.events(&id).await;
@@ -195,8 +207,7 @@ async fn validation_failures_iterate_until_max_iterations() {
     let h = harness(vec![answer("nope"), answer("still nope")]).await;
     let extra = "  execution:\n    mode: iterative\n    max_iterations: 2\n    validation:\n      - type: regex\n        pattern: \"^DONE$\"\n";
     h.deployed(AGENTS, &worker("picky", extra)).await;
-    let (_, body) = h.execute("picky", json!({})).await;
-    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let id = h.started("picky", json!({"input": {}})).await;
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "failed", "{e}");
     assert!(
@@ -215,15 +226,8 @@ async fn validation_failures_iterate_until_max_iterations() {
 
 #[tokio::test]
 async fn the_whole_execution_times_out_and_its_sandbox_goes() {
-    let h = harness(vec![
-        tool_calls(&[("cmd__run", json!({"command": "sleep 30"}))]),
-        answer("never"),
-    ])
-    .await;
     let extra = "  security:\n    resources:\n      timeout: 3s\n";
-    h.deployed(AGENTS, &worker("slow", extra)).await;
-    let (_, body) = h.execute("slow", json!({})).await;
-    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let (h, id) = sleeping("slow", 30, extra).await;
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "timed_out", "{e}");
     assert_eq!(containers_of(&id), 0);
@@ -235,14 +239,7 @@ async fn the_whole_execution_times_out_and_its_sandbox_goes() {
 
 #[tokio::test]
 async fn cancel_while_a_command_runs_kills_it_and_removes_the_sandbox() {
-    let h = harness(vec![
-        tool_calls(&[("cmd__run", json!({"command": "sleep 60"}))]),
-        answer("never"),
-    ])
-    .await;
-    h.deployed(AGENTS, &worker("sleeper", "")).await;
-    let (_, body) = h.execute("sleeper", json!({})).await;
-    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let (h, id) = sleeping("sleeper", 60, "").await;
     // Wait until the command is running in the sandbox.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -301,8 +298,7 @@ async fn a_provider_that_fails_then_recovers_and_one_that_never_answers() {
     .await;
     let plain = &AgentManifest::new("plain").instruction("Say fine.").yaml();
     h.deployed(AGENTS, plain).await;
-    let (_, body) = h.execute("plain", json!({})).await;
-    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let id = h.started("plain", json!({"input": {}})).await;
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "completed", "{e}");
     assert_eq!(
@@ -419,8 +415,7 @@ async fn a_semantic_validator_runs_the_judge_as_a_child_execution() {
     h.deployed(AGENTS, &judge).await;
     let extra = "  execution:\n    mode: iterative\n    max_iterations: 3\n    validation:\n      - type: semantic\n        judge_agent: judge\n        criteria: The answer is thorough.\n        min_score: 0.8\n";
     h.deployed(AGENTS, &worker("writer", extra)).await;
-    let (_, body) = h.execute("writer", json!({})).await;
-    let id = body["execution_id"].as_str().unwrap().to_owned();
+    let id = h.started("writer", json!({"input": {}})).await;
     let e = h.wait_end(&id, Duration::from_secs(60)).await;
     assert_eq!(e["status"], "completed", "{e}");
     assert_eq!(e["last_output"], "a much better answer");
