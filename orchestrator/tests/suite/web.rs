@@ -19,6 +19,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use common::net::{served_on_loopback, spawn_server};
 use common::{test_config, TestApp, TestDb};
 use orchestrator::caller::{Caller, SealScope, Tier};
 use serde_json::{json, Value};
@@ -105,9 +106,7 @@ async fn start_site(trap: SocketAddr) -> SocketAddr {
             "/to-ftp",
             get(redirect("ftp://www.site.test/file".to_owned())),
         );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    spawn_server(listener, app);
     addr
 }
 
@@ -380,10 +379,6 @@ async fn the_security_contexts_domain_allowlist_bounds_every_hop() {
 
 /// A SearXNG-shaped provider on loopback; answers the query `q` with a fixed result list.
 async fn start_searxng() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind provider");
-    let addr = listener.local_addr().expect("addr");
     let app = Router::new().route(
         "/search",
         get(|Query(q): Query<BTreeMap<String, String>>| async move {
@@ -401,18 +396,11 @@ async fn start_searxng() -> SocketAddr {
             .into_response()
         }),
     );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
+    served_on_loopback(app).await
 }
 
 /// A Brave-shaped provider that insists on its subscription token.
 async fn start_brave(token: &'static str) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind provider");
-    let addr = listener.local_addr().expect("addr");
     let app = Router::new().route(
         "/res/v1/web/search",
         get(move |headers: HeaderMap| async move {
@@ -433,10 +421,7 @@ async fn start_brave(token: &'static str) -> SocketAddr {
             .into_response()
         }),
     );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
+    served_on_loopback(app).await
 }
 
 #[tokio::test]
@@ -527,9 +512,7 @@ async fn start_hostile_site() -> SocketAddr {
                 async move { ([(header::CONTENT_TYPE, "application/json")], body) }
             }),
         );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    spawn_server(listener, app);
     addr
 }
 

@@ -66,3 +66,17 @@ pub async fn counting_listener(bind: &str) -> (SocketAddr, Arc<AtomicUsize>) {
     });
     (addr, accepted)
 }
+
+/// Serves `app` on `listener` in the background, for the rest of the test.
+pub fn spawn_server(listener: TcpListener, app: Router) {
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+}
+
+/// `app` served on a free port of 127.0.0.1; its address.
+pub async fn served_on_loopback(app: Router) -> SocketAddr {
+    let (listener, addr) = listen("127.0.0.1:0").await;
+    spawn_server(listener, app);
+    addr
+}
