@@ -226,28 +226,26 @@ async fn assert_error(r: reqwest::Response, status: u16, code: &str) -> String {
     message
 }
 
+/// `POST /v1/tools/call` as the administrator with `body` sent as it is, of `content_type`.
+async fn raw_tool_call(app: &TestApp, content_type: &str, body: &'static str) -> reqwest::Response {
+    app.admin(Method::POST, "/v1/tools/call")
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn every_error_is_the_json_error_body() {
     let app = TestApp::spawn().await;
     let call = format!("{}/v1/tools/call", app.http_base);
 
-    let r = app
-        .admin(Method::POST, "/v1/tools/call")
-        .header("content-type", "application/json")
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
+    let r = raw_tool_call(&app, "application/json", "{not json").await;
     let m = assert_error(r, 400, "invalid_json").await;
     assert!(m.contains("well-formed JSON"), "{m}");
 
-    let r = app
-        .admin(Method::POST, "/v1/tools/call")
-        .header("content-type", "text/plain")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let r = raw_tool_call(&app, "text/plain", "{}").await;
     let m = assert_error(r, 415, "unsupported_media_type").await;
     assert!(m.contains("Content-Type: application/json"), "{m}");
 
@@ -297,21 +295,16 @@ async fn every_error_is_the_json_error_body() {
 #[tokio::test]
 async fn request_ids_are_taken_or_made_and_returned_on_every_door() {
     let app = TestApp::spawn().await;
-    let r = app
-        .admin(Method::GET, "/v1/tools")
-        .header("x-request-id", "client-trace:42/a.b_c")
-        .send()
-        .await
-        .unwrap();
+    let with_id = |id: &'static str| {
+        app.admin(Method::GET, "/v1/tools")
+            .header("x-request-id", id)
+            .send()
+    };
+    let r = with_id("client-trace:42/a.b_c").await.unwrap();
     assert_eq!(r.headers()["x-request-id"], "client-trace:42/a.b_c");
 
     // Not well-formed: replaced by one of ours, never echoed.
-    let r = app
-        .admin(Method::GET, "/v1/tools")
-        .header("x-request-id", "has spaces and \"quotes\"")
-        .send()
-        .await
-        .unwrap();
+    let r = with_id("has spaces and \"quotes\"").await.unwrap();
     let made = r.headers()["x-request-id"].to_str().unwrap().to_owned();
     assert!(uuid::Uuid::parse_str(&made).is_ok(), "{made}");
 
