@@ -86,6 +86,19 @@ fn older_semantic() -> String {
         .yaml()
 }
 
+/// Deploys agent `manifest`, which must be accepted with a `normalised:` note that says
+/// `says`; the answer.
+async fn deployed_normalised(app: &TestApp, manifest: &str, says: &str) -> Value {
+    let (status, body) = deploy(app, "/v1/agents", manifest).await;
+    assert_eq!(status, 201, "{body}");
+    let notes = body["warnings"].to_string();
+    assert!(
+        notes.contains("normalised:") && notes.contains(says),
+        "{body}"
+    );
+    body
+}
+
 #[tokio::test]
 async fn an_older_semantic_validation_is_judged_by_the_node_judge_with_its_model() {
     let llm = FakeLlm::start(vec![
@@ -96,13 +109,7 @@ async fn an_older_semantic_validation_is_judged_by_the_node_judge_with_its_model
     ])
     .await;
     let app = app(Some(&llm), |_| {}).await;
-    let (status, body) = deploy(&app, "/v1/agents", &older_semantic()).await;
-    assert_eq!(status, 201, "{body}");
-    let notes = body["warnings"].to_string();
-    assert!(
-        notes.contains("normalised:") && notes.contains("aegis-semantic-judge"),
-        "{body}"
-    );
+    deployed_normalised(&app, &older_semantic(), "aegis-semantic-judge").await;
     let stored = get(&app, "/v1/agents/tide-writer").await;
     assert_eq!(
         stored["manifest"]["spec"]["execution"]["validation"],
@@ -114,17 +121,9 @@ async fn an_older_semantic_validation_is_judged_by_the_node_judge_with_its_model
     app.answered(Method::GET, "/v1/agents/aegis-semantic-judge", None, 404)
         .await;
 
-    let (_, body) = app
-        .send_json(
-            Method::POST,
-            "/v1/agents/tide-writer/execute",
-            Some(json!({"input": {}})),
-        )
+    let id = app
+        .started("/v1/agents/tide-writer/execute", json!({}))
         .await;
-    let id = body["execution_id"]
-        .as_str()
-        .expect("an execution")
-        .to_owned();
     let e = ended(&app, &format!("/v1/executions/{id}")).await;
     assert_eq!(e["status"], "completed", "{e}");
     assert_eq!(
@@ -271,14 +270,9 @@ async fn a_transition_to_nothing_ends_the_run_completed() {
     let run = |answer: &'static str| {
         let app = &app;
         async move {
-            let (_, body) = app
-                .send_json(
-                    Method::POST,
-                    "/v1/workflows/ends-on-null/run",
-                    Some(json!({"input": {}})),
-                )
+            let id = app
+                .started("/v1/workflows/ends-on-null/run", json!({}))
                 .await;
-            let id = body["execution_id"].as_str().expect("a run").to_owned();
             let deadline = Instant::now() + Duration::from_secs(60);
             while get(app, &format!("/v1/workflows/executions/{id}")).await["status"] != "waiting" {
                 assert!(Instant::now() < deadline, "never waited");
@@ -487,13 +481,7 @@ async fn a_runtime_the_operator_maps_is_deployed_as_the_installed_one() {
             BTreeMap::from([("python:3.10".to_owned(), "python:3.11".to_owned())]);
     })
     .await;
-    let (status, body) = deploy(&app, "/v1/agents", PY310).await;
-    assert_eq!(status, 201, "{body}");
-    let notes = body["warnings"].to_string();
-    assert!(
-        notes.contains("normalised:") && notes.contains("sandbox.runtime_aliases"),
-        "{body}"
-    );
+    deployed_normalised(&app, PY310, "sandbox.runtime_aliases").await;
     let stored = get(&app, "/v1/agents/old-python").await;
     assert_eq!(
         stored["manifest"]["spec"]["runtime"],
@@ -639,16 +627,24 @@ mod shapes {
 // ---------------------------------------------------------------------------------------------
 // `{{workflow.KEY}}`: the run's input under `workflow`, as AEGIS spreads it
 
-fn reads_workflow_task() -> String {
-    workflow_manifest(
-        "reads-workflow-task",
-        "NOTE",
+/// A workflow `name` of one System state, `NOTE`, that writes `note` (a template) to the
+/// blackboard key `note`.
+fn writes_a_note(name: &str, note: &str) -> String {
+    let state = format!(
         "    NOTE:
       kind: System
       command: update_blackboard
-      update_blackboard: {note: \"{{workflow.task}} in {{workflow.name}}\"}
+      update_blackboard: {{note: \"{note}\"}}
       transitions: []
-",
+"
+    );
+    workflow_manifest(name, "NOTE", &state)
+}
+
+fn reads_workflow_task() -> String {
+    writes_a_note(
+        "reads-workflow-task",
+        "{{workflow.task}} in {{workflow.name}}",
     )
 }
 
@@ -657,14 +653,12 @@ async fn input_keys_are_read_under_workflow_and_the_runs_own_facts_win() {
     let app = app(None, |_| {}).await;
     let (status, body) = deploy(&app, "/v1/workflows", &reads_workflow_task()).await;
     assert_eq!(status, 201, "{body}");
-    let (_, body) = app
-        .send_json(
-            Method::POST,
+    let id = app
+        .started(
             "/v1/workflows/reads-workflow-task/run",
-            Some(json!({"input": {"task": "ship the fix", "name": "an input key"}})),
+            json!({"task": "ship the fix", "name": "an input key"}),
         )
         .await;
-    let id = body["execution_id"].as_str().expect("a run").to_owned();
     let e = ended(&app, &format!("/v1/workflows/executions/{id}")).await;
     assert_eq!(e["status"], "completed", "{e}");
     assert_eq!(
@@ -678,16 +672,7 @@ async fn input_keys_are_read_under_workflow_and_the_runs_own_facts_win() {
 // `{{blackboard.KEY}}` that nothing writes: the caller puts it on the blackboard when it starts
 
 fn reads_caller_key() -> String {
-    workflow_manifest(
-        "reads-caller-key",
-        "NOTE",
-        "    NOTE:
-      kind: System
-      command: update_blackboard
-      update_blackboard: {note: \"task: {{blackboard.task}}\"}
-      transitions: []
-",
-    )
+    writes_a_note("reads-caller-key", "task: {{blackboard.task}}")
 }
 
 #[tokio::test]
