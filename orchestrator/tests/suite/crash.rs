@@ -39,11 +39,7 @@ async fn kill_9_during_cmd_run_then_restart_takes_over_and_leaves_nothing_behind
     let client = reqwest::Client::new();
     let mut first = start(&db, http).await;
 
-    let agent = AgentManifest::new("sleeper")
-        .instruction("Sleep.")
-        .tools(&["cmd.run"])
-        .cmd_allowing(&["sleep"])
-        .yaml();
+    let agent = crate::common::agent::command_agent("sleeper", "Sleep.", &["sleep"]);
     crate::common::rest::Rest::new(client.clone(), &base, TEST_ADMIN_KEY)
         .deployed("/v1/agents", &agent)
         .await;

@@ -47,19 +47,8 @@ async fn bound_key(app: &TestApp, context: &str) -> (String, String) {
 
 /// Containers of a context's sessions (running or not).
 fn sandboxes_of(context: &str) -> Vec<String> {
-    let out = std::process::Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=seal_context={context}"),
-        ])
-        .output()
-        .expect("docker runs");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    let label = format!("label=seal_context={context}");
+    common::docker_lines(&["ps", "-aq", "--filter", &label])
 }
 
 /// Polls until the context has no container (bounded).

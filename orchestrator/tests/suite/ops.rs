@@ -8,18 +8,14 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
-use common::agent::AgentManifest;
+use common::agent::command_agent;
 use common::binary;
 use common::{docker_lines, TestApp, TestDb, TEST_ADMIN_KEY};
 use reqwest::Method;
 use serde_json::{json, Value};
 
 fn sleeper() -> String {
-    AgentManifest::new("sleeper")
-        .instruction("Sleep.")
-        .tools(&["cmd.run"])
-        .cmd_allowing(&["sleep", "echo"])
-        .yaml()
+    command_agent("sleeper", "Sleep.", &["sleep", "echo"])
 }
 
 /// One parsed sample: name, labels, value.

@@ -6,7 +6,7 @@
 use crate::common;
 
 use aegis_cli::seal_client::{ClientError, Proof, SealClient, Transport};
-use common::agent::AgentManifest;
+use common::agent::command_agent;
 use common::refusal::refused;
 use common::{test_config, TestApp, TestDb};
 use orchestrator::config::NodeConfig;
@@ -209,12 +209,7 @@ async fn a_readonly_key_never_sees_a_secret_anywhere() {
         .output()
         .await
         .unwrap();
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let printed = common::succeeded(out, "check-config");
     assert!(printed.contains("enrolment_secret: set"), "{printed}");
     assert!(!printed.contains(CONFIG_SECRET));
 }
@@ -454,11 +449,7 @@ async fn attestation_floods_are_refused_per_source_and_node_wide() {
 }
 
 fn quota_agent() -> String {
-    AgentManifest::new("quota-agent")
-        .instruction("Work in the sandbox.")
-        .tools(&["cmd.run"])
-        .cmd_allowing(&["id"])
-        .yaml()
+    command_agent("quota-agent", "Work in the sandbox.", &["id"])
 }
 
 async fn create_sandbox(app: &TestApp, key: &str) -> (u16, Value) {
@@ -477,14 +468,8 @@ async fn sandbox_quotas_refuse_with_a_clear_message() {
     c.sandbox.max_sandboxes_per_context = 1;
     c.sandbox.max_live_sandboxes = 2;
     let app = TestApp::spawn_with(c).await;
-    let r = app
-        .admin(Method::POST, "/v1/agents")
-        .header("content-type", "application/yaml")
-        .body(quota_agent())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let (status, body) = app.post_yaml("/v1/agents", &quota_agent()).await;
+    assert_eq!(status, 201, "{body}");
     let alice = app.create_key("alice", "operator").await;
     let bob = app.create_key("bob", "operator").await;
     let carol = app.create_key("carol", "operator").await;

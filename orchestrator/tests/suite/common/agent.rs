@@ -180,6 +180,16 @@ metadata:
     }
 }
 
+/// A busybox agent named `name` told `instruction` whose only tool is `cmd.run`, allowed to
+/// run `programs`.
+pub fn command_agent(name: &str, instruction: &str, programs: &[&str]) -> String {
+    AgentManifest::new(name)
+        .instruction(instruction)
+        .tools(&["cmd.run"])
+        .cmd_allowing(programs)
+        .yaml()
+}
+
 /// A busybox agent named `name` whose only tool is `fs.read` (no `cmd.run`, no process tools).
 pub fn reader_agent(name: &str) -> String {
     AgentManifest::new(name)
