@@ -68,6 +68,13 @@ impl Harness {
 }
 
 /// The user message (the rendered prompt) of model request `n`.
+/// Runs `agent` on `input` to its end, which must be a completion; the execution's id.
+async fn completed(h: &Harness, agent: &str, input: Value) -> String {
+    let (id, e) = h.run(agent, input).await;
+    assert_eq!(e["status"], "completed", "{e}");
+    id
+}
+
 fn prompt(requests: &[Value], n: usize) -> String {
     requests[n]["messages"][1]["content"]
         .as_str()
@@ -138,13 +145,12 @@ async fn an_agent_remembers_a_fact_in_one_execution_and_uses_it_in_the_next_and_
     h.deployed(AGENTS, &memory_agent("keeper", MEMORY_ON)).await;
     let other = h.app.create_key("other", "operator").await;
 
-    let (first, e) = h
-        .run(
-            "keeper",
-            json!({"fact": "the staging deploy password is orchid-42"}),
-        )
-        .await;
-    assert_eq!(e["status"], "completed", "{e}");
+    let first = completed(
+        &h,
+        "keeper",
+        json!({"fact": "the staging deploy password is orchid-42"}),
+    )
+    .await;
     let requests = h.llm.requests();
     // Offered without being listed in spec.tools, and said so in the system message.
     let tools = offered(&requests, 0);
@@ -263,8 +269,7 @@ async fn an_agent_without_memory_is_not_offered_the_tools_and_every_call_of_them
     h.deployed(AGENTS, &memory_agent("forgetful", "")).await;
     h.deployed(AGENTS, &memory_agent("keeper", MEMORY_ON)).await;
 
-    let (id, e) = h.run("forgetful", json!({"fact": FACT})).await;
-    assert_eq!(e["status"], "completed", "{e}");
+    let id = completed(&h, "forgetful", json!({"fact": FACT})).await;
     let requests = h.llm.requests();
     assert!(
         offered(&requests, 0)
@@ -293,8 +298,7 @@ async fn an_agent_without_memory_is_not_offered_the_tools_and_every_call_of_them
     );
 
     // The arguments never choose the memory: extra keys are refused before anything runs.
-    let (id, e) = h.run("keeper", json!({"fact": FACT})).await;
-    assert_eq!(e["status"], "completed", "{e}");
+    let id = completed(&h, "keeper", json!({"fact": FACT})).await;
     let requests = h.llm.requests();
     for n in [3, 4] {
         let refusal = last_tool_message(&requests, n);
@@ -414,32 +418,38 @@ async fn operators_list_and_erase_memories_and_erased_notes_never_come_back() {
         "The other team's deploy password is tulip-7."
     );
 
-    // Read-only keys may not read what agents remember, nor erase it.
-    let (status, body) = h
-        .call(&readonly, Method::GET, "/v1/agents/keeper/memories")
-        .await;
-    assert_eq!(status, 403, "{body}");
-    let (status, body) = h
-        .call(&readonly, Method::DELETE, "/v1/agents/keeper/memories")
-        .await;
-    assert_eq!(status, 403, "{body}");
-    // Bad names and owners are refused, not searched for.
-    let (status, body) = h
-        .call(
+    // Read-only keys may not read what agents remember, nor erase it; bad names and owners are
+    // refused, not searched for.
+    for (key, method, path, status) in [
+        (
+            readonly.as_str(),
+            Method::GET,
+            "/v1/agents/keeper/memories",
+            403,
+        ),
+        (
+            readonly.as_str(),
+            Method::DELETE,
+            "/v1/agents/keeper/memories",
+            403,
+        ),
+        (
             TEST_ADMIN_KEY,
             Method::GET,
             "/v1/agents/Not%20A%20Name/memories",
-        )
-        .await;
-    assert_eq!(status, 422, "{body}");
-    let (status, body) = h
-        .call(
+            422,
+        ),
+        (
             TEST_ADMIN_KEY,
             Method::DELETE,
             "/v1/agents/keeper/memories?owner=nobody",
-        )
-        .await;
-    assert_eq!(status, 422, "{body}");
+            422,
+        ),
+    ] {
+        let shown = format!("{method} {path}");
+        let (got, body) = h.call(key, method, path).await;
+        assert_eq!(got, status, "{shown}: {body}");
+    }
 
     // Erase the fact (one note), then the other principal's notes.
     let fact = common::json::find(&all["notes"], "content", FACT)["note_id"]
@@ -476,13 +486,12 @@ async fn operators_list_and_erase_memories_and_erased_notes_never_come_back() {
 
     // The erased fact never comes back: not in the next prompt, not found by recall; the note
     // that was kept still is.
-    let (next, e) = h
-        .run(
-            "keeper",
-            json!({"question": "What is the deploy password?"}),
-        )
-        .await;
-    assert_eq!(e["status"], "completed", "{e}");
+    let next = completed(
+        &h,
+        "keeper",
+        json!({"question": "What is the deploy password?"}),
+    )
+    .await;
     let requests = h.llm.requests();
     let seen = prompt(&requests, 5);
     assert!(
@@ -565,8 +574,7 @@ async fn oversize_notes_and_full_memories_are_refused_clearly_and_notes_cannot_b
     })
     .await;
     h.deployed(AGENTS, &memory_agent("keeper", MEMORY_ON)).await;
-    let (_, e) = h.run("keeper", json!({"note": "one"})).await;
-    assert_eq!(e["status"], "completed", "{e}");
+    completed(&h, "keeper", json!({"note": "one"})).await;
     let requests = h.llm.requests();
     let answers: Vec<&str> = common::json::items(&requests[1]["messages"])
         .iter()
@@ -600,10 +608,7 @@ async fn oversize_notes_and_full_memories_are_refused_clearly_and_notes_cannot_b
     assert_eq!(rows, 2);
 
     // A note holding the section's closing tag stays inside the section, as one JSON string.
-    let (_, e) = h
-        .run("keeper", json!({"question": "What is note one?"}))
-        .await;
-    assert_eq!(e["status"], "completed", "{e}");
+    completed(&h, "keeper", json!({"question": "What is note one?"})).await;
     let seen = prompt(&h.llm.requests(), 2);
     assert_eq!(seen.matches("</memory>").count(), 1, "{seen}");
     assert!(
@@ -836,13 +841,12 @@ async fn a_security_context_that_withholds_recall_keeps_the_notes_out_of_the_pro
             .replace("  task:", "  security_context: scribe\n  task:"),
     )
     .await;
-    let (id, e) = h
-        .run(
-            "keeper",
-            json!({"question": "What is the deploy password for staging?"}),
-        )
-        .await;
-    assert_eq!(e["status"], "completed", "{e}");
+    let id = completed(
+        &h,
+        "keeper",
+        json!({"question": "What is the deploy password for staging?"}),
+    )
+    .await;
     let requests = h.llm.requests();
     assert_eq!(offered(&requests, 2), ["aegis__memory__write"]);
     let seen = prompt(&requests, 2);
