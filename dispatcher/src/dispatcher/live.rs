@@ -226,6 +226,9 @@ impl Dispatcher {
         sandbox: Arc<Sandbox>,
         params: StartParams,
     ) -> Result<ProcessHandle> {
+        // A start is a call like any other: counted in flight, so a graceful stop lets it
+        // answer before it lets go of the stream, and refused once the stop began.
+        let _serving = self.inner.serving.enter()?;
         let feed = Feed::new(
             self.inner.config.live_buffer_bytes,
             MAX_PROCESS_EVENTS,
