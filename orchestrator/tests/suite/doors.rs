@@ -566,54 +566,46 @@ async fn another_keys_lifecycle_calls_are_refused_by_the_router_and_audited() {
         assert_eq!(r.status(), 404, "{method} {path} with another key");
     }
     // REST names the dispatcher's sandbox: another key's, and one that does not exist.
-    for id in [current.clone(), uuid::Uuid::new_v4().to_string()] {
-        let r = app
-            .rest_as(&other)
-            .response(Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
+    let unknown = uuid::Uuid::new_v4().to_string();
+    for id in [&current, &unknown] {
+        app.rest_as(&other)
+            .answered(Method::DELETE, &format!("/v1/sandboxes/{id}"), None, 404)
             .await;
-        assert_eq!(
-            r.status(),
-            404,
-            "DELETE /v1/sandboxes/{id} with another key"
-        );
     }
 
     // One denied row per refusal, each the router's shape, none allowed.
     for (_, path, action) in &attempts {
-        let denied: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM audit_log WHERE action = $1 AND caller_id = $2 \
-             AND decision = 'denied' AND outcome = 'denied' AND reason_code = 'sandbox_unavailable'",
+        app.assert_counts(
+            &format!(
+                "SELECT count(*) FROM audit_log WHERE action = '{action}' AND caller_id = $1 \
+                 AND decision = 'denied' AND outcome = 'denied' \
+                 AND reason_code = 'sandbox_unavailable'"
+            ),
+            &other_id,
+            1,
         )
-        .bind(action)
-        .bind(&other_id)
-        .fetch_one(&app.state.pool)
-        .await
-        .unwrap();
-        assert_eq!(denied, 1, "{path}: one denied {action} row");
+        .await;
     }
-    let destroys: Vec<(String, Option<String>)> = sqlx::query_as(
-        "SELECT decision, sandbox_id::text FROM audit_log WHERE action = 'sandbox.destroy' \
-         AND caller_id = $1 ORDER BY seq",
-    )
-    .bind(&other_id)
-    .fetch_all(&app.state.pool)
-    .await
-    .unwrap();
-    assert_eq!(destroys.len(), 2, "{destroys:?}");
-    assert!(destroys.iter().all(|(d, _)| d == "denied"), "{destroys:?}");
-    assert_eq!(destroys[0].1.as_deref(), Some(current.as_str()));
-    let allowed_by_other: i64 = sqlx::query_scalar(
+    let destroys = audit_rows(&app, "sandbox.destroy", "=", &other_id).await;
+    assert_eq!(
+        destroys,
+        vec![
+            (
+                "denied".to_owned(),
+                "denied".to_owned(),
+                Some(current.clone())
+            ),
+            ("denied".to_owned(), "denied".to_owned(), Some(unknown)),
+        ],
+        "each refusal names the sandbox it was asked for"
+    );
+    app.assert_counts(
         "SELECT count(*) FROM audit_log WHERE caller_id = $1 AND decision = 'allowed' \
          AND (action LIKE 'e2b.%' OR action = 'sandbox.destroy')",
+        &other_id,
+        0,
     )
-    .bind(&other_id)
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
-    assert_eq!(
-        allowed_by_other, 0,
-        "nothing of the other key's was allowed"
-    );
+    .await;
 
     // From inside: the owner's sandbox still runs its first container, with no snapshot
     // taken and no fork made.
@@ -643,15 +635,10 @@ async fn another_keys_lifecycle_calls_are_refused_by_the_router_and_audited() {
 
     // The owner's calls are counted under the E2B door's own label, not REST's.
     let e2b_writes = || async {
-        let text = app
-            .http
-            .get(format!("{}/metrics", app.http_base))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics text");
+        let (_, text) = app
+            .rest_as(&owner)
+            .text(Method::GET, "/metrics", None)
+            .await;
         text.lines()
             .filter(|l| {
                 l.starts_with("aegis_tool_calls_total{")
@@ -690,16 +677,27 @@ async fn another_keys_lifecycle_calls_are_refused_by_the_router_and_audited() {
         .await
         .expect("request sent");
     assert_eq!(r.status(), 204);
-    let kills: Vec<(String, String, Option<String>)> = sqlx::query_as(
-        "SELECT decision, outcome, sandbox_id::text FROM audit_log \
-         WHERE action = 'e2b.sandbox.kill' AND caller_id <> $1",
-    )
-    .bind(&other_id)
-    .fetch_all(&app.state.pool)
-    .await
-    .unwrap();
     assert_eq!(
-        kills,
+        audit_rows(&app, "e2b.sandbox.kill", "<>", &other_id).await,
         vec![("allowed".to_owned(), "ok".to_owned(), Some(current.clone()))]
     );
+}
+
+/// (decision, outcome, sandbox id) of the `action` rows whose caller is (`=`) or is not (`<>`)
+/// `caller_id`, oldest first.
+async fn audit_rows(
+    app: &TestApp,
+    action: &str,
+    caller_is: &str,
+    caller_id: &str,
+) -> Vec<(String, String, Option<String>)> {
+    sqlx::query_as(&format!(
+        "SELECT decision, outcome, sandbox_id::text FROM audit_log \
+         WHERE action = $1 AND caller_id {caller_is} $2 ORDER BY seq"
+    ))
+    .bind(action)
+    .bind(caller_id)
+    .fetch_all(&app.state.pool)
+    .await
+    .expect("audit rows")
 }

@@ -49,7 +49,7 @@ impl Rest {
     }
 
     /// `method path` with `body` as JSON when given; (status, the answer's text).
-    async fn text(&self, method: Method, path: &str, body: Option<Value>) -> (u16, String) {
+    pub async fn text(&self, method: Method, path: &str, body: Option<Value>) -> (u16, String) {
         let r = self.response(method, path, body.as_ref()).await;
         let status = r.status().as_u16();
         (status, r.text().await.unwrap_or_default())

@@ -20,16 +20,13 @@ use aegis_e2b::api::{
 use super::lifecycle::{
     checked_timeout, checkpoint_error, checkpointable, refusal, start_restored,
 };
-use super::{
-    created_answer, db, new_token, not_found, permit, running_for, to_json, WriteKey, MAX_BODY,
-};
+use super::{acting, created_answer, db, new_token, row_for, to_json, Held, WriteKey, MAX_BODY};
 use crate::snapshots::{self, Quota};
 use crate::store::{self, Row};
 use crate::Refusal;
 use aegis_core::caller::Caller;
-use aegis_policy::sandboxes::SandboxAccess;
 use aegis_tools::state::AppState;
-use aegis_tools::tools::control::{self, Control, Permit};
+use aegis_tools::tools::control::{self, Permit};
 
 type Answer = Result<Response, Refusal>;
 
@@ -50,18 +47,10 @@ pub async fn fork(
     let req: SandboxForkRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
     let count = req.count().map_err(Refusal)?;
     let timeout = checked_timeout(req.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS))?;
-    let row = running_for(&state, &caller, &id, FORK).await?;
+    let row = row_for(&state, &caller, &id, FORK, Held::Running).await?;
     let uuid = row.sandbox_id;
     let asked = json!({"sandboxID": uuid, "count": count});
-    let call = Control {
-        action: FORK,
-        sandbox: SandboxId(row.current),
-        access: SandboxAccess::Act,
-        args: &asked,
-    };
-    let permit = permit(&state, &caller, call)
-        .await?
-        .ok_or_else(|| not_found(&id))?;
+    let permit = acting(&state, &caller, &row, FORK, &asked).await?;
     match forked(&state, &permit, &caller, &row, count, timeout).await {
         // A fork that started: its audit row, the source's log line (`details` and the forks'
         // ids), and 201 saying what the forks kept.
@@ -119,8 +108,16 @@ async fn forked(
     timeout: u32,
 ) -> Result<Forked, (&'static str, Refusal)> {
     let mut files_why = None;
+    // Each fork has its source's network rules (its own copy, changed apart from then on).
+    let of = Forks {
+        state,
+        caller,
+        source: row,
+        timeout,
+        network: super::networked(state, caller, row),
+    };
     if checkpointable(permit).await.map_err(|e| ("memory", e))? {
-        match fork_with_memory(state, permit, caller, row, count, timeout).await {
+        match fork_with_memory(&of, permit, count).await {
             Ok(MemoryFork::Done { results, forks }) => {
                 return Ok(Forked {
                     kept: "memory",
@@ -141,7 +138,7 @@ async fn forked(
     let mut results = Vec::new();
     let mut forks = Vec::new();
     for _ in 0..count {
-        let outcome = start_fork(state, caller, row, &runtime, &archive, timeout).await;
+        let outcome = of.start_restored(&runtime, &archive).await;
         tally(state, outcome, &mut results, &mut forks);
     }
     Ok(Forked {
@@ -180,13 +177,11 @@ enum MemoryFork {
 /// writes each fork's row, as a files-only fork's; a fork whose row cannot be written is
 /// destroyed and reported failed.
 async fn fork_with_memory(
-    state: &AppState,
+    of: &Forks<'_>,
     permit: &Permit<'_>,
-    caller: &Caller,
-    source: &Row,
     count: u32,
-    timeout: u32,
 ) -> Result<MemoryFork, Refusal> {
+    let (state, source) = (of.state, of.source);
     let room = snapshots::room(&state.pool, &source.owner_key_id, Quota::of(state))
         .await
         .map_err(refusal)?;
@@ -211,23 +206,18 @@ async fn fork_with_memory(
         Err(e) => return Err(Refusal(checkpoint_error(e, room))),
     };
     tx.rollback().await.map_err(db)?;
-    let network = super::networked(state, caller, source);
     let mut results = Vec::new();
     let mut forks = Vec::new();
     for id in forked.forks {
         let details = json!({"source": source.sandbox_id.to_string(),
                              "memory_bytes": forked.memory_bytes.to_string()});
-        let outcome = insert_fork_row(
-            state,
-            caller,
-            source,
-            id,
-            timeout,
-            network,
-            "sandbox forked from another with its memory: its processes run on from the source's state",
-            details,
-        )
-        .await;
+        let outcome = of
+            .row(
+                id,
+                "sandbox forked from another with its memory: its processes run on from the source's state",
+                details,
+            )
+            .await;
         tally(state, outcome, &mut results, &mut forks);
     }
     for why in forked.failed {
@@ -259,79 +249,81 @@ fn tally(
     }
 }
 
-async fn start_fork(
-    state: &AppState,
-    caller: &Caller,
-    source: &Row,
-    runtime: &str,
-    archive: &[u8],
-    timeout: u32,
-) -> Result<Row, Refusal> {
-    // A fork has its source's network rules (its own copy, changed apart from then on).
-    let network = super::networked(state, caller, source);
-    let (id, restored) =
-        start_restored(state, caller, runtime, archive, &source.env_vars.0, network).await?;
-    let details = json!({"source": source.sandbox_id.to_string(), "written": restored.written.to_string(),
-                         "left_out": restored.left_out.to_string()});
-    insert_fork_row(
-        state,
-        caller,
-        source,
-        id,
-        timeout,
-        network,
-        "sandbox forked from another (files only, no process)",
-        details,
-    )
-    .await
-}
-
-/// Writes the E2B row of fork `id` of `source` (its own token, the source's metadata, template,
-/// lifecycle and, when `network`, its network rules) and its first log line; destroys the fork
-/// when the row cannot be written.
-#[allow(clippy::too_many_arguments)]
-async fn insert_fork_row(
-    state: &AppState,
-    caller: &Caller,
-    source: &Row,
-    id: SandboxId,
+/// What the forks of one request share: who asks, the source's row, the forks' timeout, and
+/// whether they keep the source's network rules.
+struct Forks<'a> {
+    state: &'a AppState,
+    caller: &'a Caller,
+    source: &'a Row,
     timeout: u32,
     network: bool,
-    message: &str,
-    details: serde_json::Value,
-) -> Result<Row, Refusal> {
-    let inserted = match new_token() {
-        Ok(token) => store::insert(
-            &state.pool,
-            &store::NewRow {
-                sandbox_id: id.0,
-                tenant: &caller.tenant,
-                owner_key_id: &caller.id,
-                template_id: &source.template_id,
-                metadata: &source.metadata.0,
-                env_vars: &source.env_vars.0,
-                allow_internet_access: source.allow_internet_access,
-                envd_access_token: &token,
-                timeout_secs: timeout,
-                pause_on_timeout: source.pause_on_timeout,
-                pause_keeps_memory: source.pause_keeps_memory,
-                auto_resume: source.auto_resume,
-                mask_request_host: source.mask_request_host.as_deref(),
-                egress: source.egress.as_ref().filter(|_| network).map(|e| &e.0),
-            },
+}
+
+impl Forks<'_> {
+    /// A files-only fork: a new sandbox of `runtime` with the source's files (`archive`).
+    async fn start_restored(&self, runtime: &str, archive: &[u8]) -> Result<Row, Refusal> {
+        let (state, caller, source) = (self.state, self.caller, self.source);
+        let env = &source.env_vars.0;
+        let (id, restored) =
+            start_restored(state, caller, runtime, archive, env, self.network).await?;
+        let details = json!({"source": source.sandbox_id.to_string(), "written": restored.written.to_string(),
+                             "left_out": restored.left_out.to_string()});
+        self.row(
+            id,
+            "sandbox forked from another (files only, no process)",
+            details,
         )
         .await
-        .map_err(db),
-        Err(e) => Err(e),
-    };
-    match inserted {
-        Ok(row) => {
-            store::log(&state.pool, row.sandbox_id, "info", message, details).await;
-            Ok(row)
-        }
-        Err(e) => {
-            let _ = control::discard(state, caller, id, "its fork row could not be written").await;
-            Err(e)
+    }
+
+    /// Writes the E2B row of fork `id` (its own token, the source's metadata, template,
+    /// lifecycle and, when `network`, its network rules) and its first log line; destroys the
+    /// fork when the row cannot be written.
+    async fn row(
+        &self,
+        id: SandboxId,
+        message: &str,
+        details: serde_json::Value,
+    ) -> Result<Row, Refusal> {
+        let (state, caller, source) = (self.state, self.caller, self.source);
+        let inserted = match new_token() {
+            Ok(token) => store::insert(
+                &state.pool,
+                &store::NewRow {
+                    sandbox_id: id.0,
+                    tenant: &caller.tenant,
+                    owner_key_id: &caller.id,
+                    template_id: &source.template_id,
+                    metadata: &source.metadata.0,
+                    env_vars: &source.env_vars.0,
+                    allow_internet_access: source.allow_internet_access,
+                    envd_access_token: &token,
+                    timeout_secs: self.timeout,
+                    pause_on_timeout: source.pause_on_timeout,
+                    pause_keeps_memory: source.pause_keeps_memory,
+                    auto_resume: source.auto_resume,
+                    mask_request_host: source.mask_request_host.as_deref(),
+                    egress: source
+                        .egress
+                        .as_ref()
+                        .filter(|_| self.network)
+                        .map(|e| &e.0),
+                },
+            )
+            .await
+            .map_err(db),
+            Err(e) => Err(e),
+        };
+        match inserted {
+            Ok(row) => {
+                store::log(&state.pool, row.sandbox_id, "info", message, details).await;
+                Ok(row)
+            }
+            Err(e) => {
+                let _ =
+                    control::discard(state, caller, id, "its fork row could not be written").await;
+                Err(e)
+            }
         }
     }
 }

@@ -36,8 +36,8 @@ use aegis_e2b::api::{
 };
 
 use super::{
-    created_answer, db, known, known_for, not_found, paged, permit, running_for, sandbox_error,
-    to_json, Key, WriteKey, MAX_BODY,
+    acting, created_answer, db, known, paged, permit, row_for, sandbox_error, to_json, Held, Key,
+    WriteKey, MAX_BODY,
 };
 use crate::envd::Target;
 use crate::snapshots::{self, NewSnapshot, Quota, Snapshot, SnapshotError};
@@ -150,7 +150,7 @@ pub async fn pause(
     body: Bytes,
 ) -> Answer {
     let req: SandboxPauseRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
-    let row = known_for(&state, &caller, &id, PAUSE).await?;
+    let row = row_for(&state, &caller, &id, PAUSE, Held::Known).await?;
     let uuid = row.sandbox_id;
     if row.paused_snapshot.is_some() {
         return Err(Refusal(ApiError::new(
@@ -159,10 +159,7 @@ pub async fn pause(
         )));
     }
     let asked = json!({"sandboxID": uuid, "memory": req.keeps_memory()});
-    let call = pause_call(&row, &asked);
-    let permit = permit(&state, &caller, call)
-        .await?
-        .ok_or_else(|| not_found(&id))?;
+    let permit = acting(&state, &caller, &row, PAUSE, &asked).await?;
     let paused = pause_row(&state, &permit, &row, Why::Asked, req.keeps_memory()).await;
     let kept = match &paused {
         Ok(Some(Kept::Memory)) => "memory",
@@ -181,17 +178,6 @@ pub async fn pause(
 
 /// The audit action of a pause.
 const PAUSE: &str = "e2b.sandbox.pause";
-
-/// The router's call for pausing the running sandbox of `row`: acting on it, which only its
-/// owner (or the node's sweep, as the system) may.
-fn pause_call<'a>(row: &Row, args: &'a serde_json::Value) -> Control<'a> {
-    Control {
-        action: PAUSE,
-        sandbox: SandboxId(row.current),
-        access: SandboxAccess::Act,
-        args,
-    }
-}
 
 /// Why a sandbox is paused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -431,12 +417,11 @@ pub async fn pause_due(state: &AppState, limit: i64) -> Result<usize, sqlx::Erro
         let asked = json!({"sandboxID": row.sandbox_id, "at": "timeout"});
         // E2B's autoPause keeps memory where the sandbox's class can, unless it was made with
         // `autoPauseMemory: false`.
-        let (done, permit) = match permit(state, &system, pause_call(&row, &asked)).await {
-            Ok(Some(permit)) => (
+        let (done, permit) = match acting(state, &system, &row, PAUSE, &asked).await {
+            Ok(permit) => (
                 pause_row(state, &permit, &row, Why::Timeout, row.pause_keeps_memory).await,
                 Some(permit),
             ),
-            Ok(None) => (Err(not_found(&row.sandbox_id.to_string())), None),
             Err(refused) => (Err(refused), None),
         };
         match &done {
@@ -773,18 +758,10 @@ pub async fn create_snapshot(
     let req: SandboxSnapshotRequest = parse_optional_body(&body, MAX_BODY).map_err(Refusal)?;
     let name = checked_name(req.name.as_deref())?;
     const SNAPSHOT: &str = "e2b.snapshot.create";
-    let row = running_for(&state, &caller, &id, SNAPSHOT).await?;
+    let row = row_for(&state, &caller, &id, SNAPSHOT, Held::Running).await?;
     let uuid = row.sandbox_id;
     let asked = json!({"sandboxID": uuid, "named": name.is_some()});
-    let call = Control {
-        action: SNAPSHOT,
-        sandbox: SandboxId(row.current),
-        access: SandboxAccess::Act,
-        args: &asked,
-    };
-    let permit = permit(&state, &caller, call)
-        .await?
-        .ok_or_else(|| not_found(&id))?;
+    let permit = acting(&state, &caller, &row, SNAPSHOT, &asked).await?;
     let taken = take_snapshot(&state, &permit, &caller, &row, name).await;
     permit
         .finish(

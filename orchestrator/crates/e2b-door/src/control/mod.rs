@@ -109,34 +109,29 @@ pub(super) async fn running(state: &AppState, caller: &Caller, id: &str) -> Resu
         .ok_or_else(|| not_found(id))
 }
 
-/// [`known`] for a lifecycle call (`action`): a key with no such sandbox is refused, and the
-/// refusal audited, through the router's `control::refused`, as any refused call is.
-pub(super) async fn known_for(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-    action: &str,
-) -> Result<Row, Refusal> {
-    audited(state, caller, id, action, known(state, caller, id).await).await
+/// Which of the key's sandboxes a lifecycle call takes.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Held {
+    /// Running or paused ([`known`]).
+    Known,
+    /// Running ([`running`]).
+    Running,
 }
 
-/// [`running`] for a lifecycle call (`action`), its refusal audited as [`known_for`]'s.
-pub(super) async fn running_for(
+/// The key's sandbox `id` for a lifecycle call (`action`): a key with no such sandbox is
+/// refused, and the refusal audited, through the router's `control::refused`, as any refused
+/// call is.
+pub(super) async fn row_for(
     state: &AppState,
     caller: &Caller,
     id: &str,
     action: &str,
+    held: Held,
 ) -> Result<Row, Refusal> {
-    audited(state, caller, id, action, running(state, caller, id).await).await
-}
-
-async fn audited(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-    action: &str,
-    found: Result<Row, Refusal>,
-) -> Result<Row, Refusal> {
+    let found = match held {
+        Held::Known => known(state, caller, id).await,
+        Held::Running => running(state, caller, id).await,
+    };
     match found {
         Err(Refusal(e)) if e.code == 404 => {
             control::refused(
@@ -171,6 +166,26 @@ pub(super) async fn permit<'a>(
         Err(ControlError::Sandbox(e)) => Err(Refusal(sandbox_error(e))),
         Err(ControlError::Audit(e)) => Err(db(e)),
     }
+}
+
+/// The router's permit to act on (pause, snapshot, fork) the running sandbox of the key's
+/// `row`; "not found" when the dispatcher no longer has it.
+pub(super) async fn acting<'a>(
+    state: &'a AppState,
+    caller: &'a Caller,
+    row: &Row,
+    action: &str,
+    args: &serde_json::Value,
+) -> Result<control::Permit<'a>, Refusal> {
+    let call = Control {
+        action,
+        sandbox: SandboxId(row.current),
+        access: SandboxAccess::Act,
+        args,
+    };
+    permit(state, caller, call)
+        .await?
+        .ok_or_else(|| not_found(&row.sandbox_id.to_string()))
 }
 
 pub(super) fn sandbox_error(e: SandboxError) -> ApiError {
@@ -710,7 +725,7 @@ pub async fn kill(
     WriteKey(caller): WriteKey,
     Path(id): Path<String>,
 ) -> Answer {
-    let row = known_for(&state, &caller, &id, KILL).await?;
+    let row = row_for(&state, &caller, &id, KILL, Held::Known).await?;
     let uuid = row.sandbox_id;
     let started = Instant::now();
     let paused = row.paused_snapshot.is_some();
