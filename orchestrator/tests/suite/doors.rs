@@ -574,7 +574,7 @@ async fn another_keys_lifecycle_calls_are_refused_by_the_router_and_audited() {
     }
 
     // One denied row per refusal, each the router's shape, none allowed.
-    for (_, path, action) in &attempts {
+    for (_, _, action) in &attempts {
         app.assert_counts(
             &format!(
                 "SELECT count(*) FROM audit_log WHERE action = '{action}' AND caller_id = $1 \
