@@ -822,3 +822,53 @@ async fn an_adopting_instance_follows_the_live_processes_of_the_previous_one() {
         .expect("destroy");
     second.shutdown().await;
 }
+
+/// A process start is a call in flight like any other: once a graceful stop began, a start in
+/// a sandbox this instance still holds is refused as `ShuttingDown` (which a peer takes as "hand
+/// it over"), while the stop waits for the call already running, which still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_process_start_during_a_graceful_stop_is_refused_as_shutting_down() {
+    let env = TestEnv::new().await;
+    let (d, id) = sandbox(&env, env.config(), IMAGE).await;
+    let d = std::sync::Arc::new(d);
+    // A call in flight holds the stop's drain open.
+    let slow = tokio::spawn({
+        let d = d.clone();
+        async move { d.call(id, common::run_for(&["sleep", "4"], 20_000)).await }
+    });
+    let container = format!("aegis-sbx-{id}");
+    eventually(20, "the slow call runs", || async {
+        let ps = std::process::Command::new("docker")
+            .args(["exec", &container, "ps", "-o", "args"])
+            .output()
+            .expect("docker exec");
+        String::from_utf8_lossy(&ps.stdout).contains("sleep 4")
+    })
+    .await;
+    let stopping = tokio::spawn({
+        let d = d.clone();
+        async move { d.shutdown().await }
+    });
+    eventually(10, "new calls are refused", || {
+        let d = d.clone();
+        async move {
+            matches!(
+                d.call(id, common::run_for(&["true"], 5_000)).await,
+                Err(DispatchError::ShuttingDown)
+            )
+        }
+    })
+    .await;
+    match d.start_process(id, start(&["true"])).await {
+        Err(DispatchError::ShuttingDown) => {}
+        other => panic!("a process start during the stop: {other:?}"),
+    }
+    let answered = within(30, "the call in flight", slow)
+        .await
+        .expect("the slow call's task");
+    assert!(
+        answered.is_ok(),
+        "the call in flight answered: {answered:?}"
+    );
+    within(60, "the stop", stopping).await.expect("the stop");
+}

@@ -27,10 +27,10 @@ use uuid::Uuid;
 /// The image every test sandbox runs.
 pub const IMAGE: &str = "aegis-runtime/busybox:1";
 
-const EXECUTOR_BUILD: &str = "CARGO_TARGET_DIR=/work/main/target/executor \
+const EXECUTOR_BUILD: &str = "CARGO_TARGET_DIR=target/executor \
     RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build --release -p sandbox-executor \
-    --target x86_64-unknown-linux-gnu, then export \
-    SANDBOX_EXECUTOR_BIN=/work/main/target/executor/x86_64-unknown-linux-gnu/release/sandbox-executor";
+    --target x86_64-unknown-linux-gnu at the repository's root, then export \
+    SANDBOX_EXECUTOR_BIN=<root>/target/executor/x86_64-unknown-linux-gnu/release/sandbox-executor";
 
 /// Awaits `fut` for at most `secs` seconds; panics naming `what` otherwise.
 pub async fn within<T>(secs: u64, what: &str, fut: impl Future<Output = T>) -> T {
