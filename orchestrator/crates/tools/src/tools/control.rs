@@ -1,5 +1,6 @@
 //! The one path a sandbox's lifecycle takes, beside the tools' ([`super::router`]): create,
-//! destroy, pause (a checkpoint), resume (a restore), fork and usage samples.
+//! destroy, pause (a checkpoint), resume (a restore), fork and usage samples; and the handles a
+//! door follows a sandbox by once a call was decided (a process, a watch, a port).
 //!
 //! A door never reaches the dispatcher for these. It asks [`admit`] for the sandbox it means;
 //! the router decides with the one ownership rule (`aegis_policy::check_sandbox_access`, on the
