@@ -421,6 +421,14 @@ impl Run<'_> {
                 },
             }
         };
+        // A state whose work ended as its worker was interrupted (it saw the cancel itself and
+        // returned, or both were ready in the same poll) is interrupted: an accepted cancel
+        // ends the run cancelled, never with the state's late result, and a lost lease or a
+        // shutdown records nothing for the next holder to contradict.
+        let ran = match ran {
+            Ran::Step(_) if self.token.is_cancelled() => Ran::Interrupted,
+            other => other,
+        };
         (ran, work_started.elapsed().as_micros() as u64)
     }
 

@@ -124,10 +124,10 @@ async fn run_child(
             ));
         }
         tokio::select! {
-            _ = ctx.token.cancelled() => {
-                ctx.rt.host.cancel_agent(ctx.exec.tenant_id.clone(), id).await;
-                return Err("interrupted".into());
-            }
+            // The worker takes it from here: a cancel's clean-up of the state cancels (and
+            // names) the child by its workflow link, and a re-run after a lost lease cancels
+            // what this attempt left running.
+            _ = ctx.token.cancelled() => return Err("interrupted".into()),
             _ = tokio::time::sleep(POLL) => {}
         }
     }
