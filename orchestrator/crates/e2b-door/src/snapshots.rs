@@ -150,16 +150,21 @@ pub async fn room(pool: &PgPool, key: &str, quota: Quota) -> Result<u64, Snapsho
     Ok(quota.bytes - bytes)
 }
 
-/// The files of the running sandbox of `permit`, at most `room` bytes, read with the sandbox
-/// frozen (`Permit::export_dir_frozen`), and the runtime it runs.
-pub async fn capture(permit: &Permit<'_>, room: u64) -> Result<(Held, String), SnapshotError> {
-    let current = permit.sandbox();
-    let runtime = permit
+/// The runtime (`language:version`) the sandbox of `permit` runs, from its labels;
+/// `NoPolicy` when it names none (not an E2B sandbox).
+pub async fn runtime_of(permit: &Permit<'_>) -> Result<String, SandboxError> {
+    permit
         .info()
         .await?
         .spec
         .and_then(|s| s.labels.get(E2B_RUNTIME_LABEL).cloned())
-        .ok_or(SandboxError::NoPolicy(current))?;
+        .ok_or(SandboxError::NoPolicy(permit.sandbox()))
+}
+
+/// The files of the running sandbox of `permit`, at most `room` bytes, read with the sandbox
+/// frozen (`Permit::export_dir_frozen`), and the runtime it runs.
+pub async fn capture(permit: &Permit<'_>, room: u64) -> Result<(Held, String), SnapshotError> {
+    let runtime = runtime_of(permit).await?;
     // Frozen while read: the snapshot is the files at one moment.
     let (bytes, reserved) =
         permit

@@ -354,19 +354,13 @@ pub(super) async fn checkpointable(permit: &Permit<'_>) -> Result<bool, Refusal>
 
 /// The runtime (`language:version`) the sandbox of `permit` runs, from its labels.
 async fn runtime_of(permit: &Permit<'_>) -> Result<String, Refusal> {
-    let current = permit.sandbox();
-    permit
-        .info()
-        .await
-        .map_err(|e| Refusal(sandbox_error(e)))?
-        .spec
-        .and_then(|s| s.labels.get(aegis_sandboxes::E2B_RUNTIME_LABEL).cloned())
-        .ok_or_else(|| {
-            Refusal(ApiError::new(
-                500,
-                format!("sandbox {current} names no runtime"),
-            ))
-        })
+    snapshots::runtime_of(permit).await.map_err(|e| match e {
+        SandboxError::NoPolicy(current) => Refusal(ApiError::new(
+            500,
+            format!("sandbox {current} names no runtime"),
+        )),
+        other => Refusal(sandbox_error(other)),
+    })
 }
 
 /// A checkpoint's refusal as the control API says it.

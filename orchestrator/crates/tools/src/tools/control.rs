@@ -21,7 +21,7 @@ use uuid::Uuid;
 use crate::state::AppState;
 use aegis_core::caller::Caller;
 use aegis_policy::sandboxes::{check_sandbox_access, SandboxAccess};
-use aegis_policy::SandboxPolicy;
+use aegis_policy::{Denial, SandboxPolicy};
 use aegis_sandboxes::SandboxError;
 use aegis_store::audit::{self, Entry, EntryKind};
 use dispatcher::{DispatchError, Owner, OwnerKind, SandboxId};
@@ -67,14 +67,10 @@ pub async fn admit<'a>(
     call: Control<'_>,
 ) -> Result<Permit<'a>, ControlError> {
     let started = Instant::now();
-    let owner = state
-        .sandboxes
-        .owner(call.sandbox)
+    let decided = decide(state, caller, call.sandbox, call.access)
         .await
         .map_err(|e| unknown_or(e, call.sandbox))?;
-    if let Err(denial) =
-        check_sandbox_access(caller, &owner, call.access, &call.sandbox.to_string())
-    {
+    if let Err(denial) = decided {
         refused(
             state,
             caller,
@@ -93,6 +89,33 @@ pub async fn admit<'a>(
         action: call.action.to_owned(),
         sandbox: call.sandbox,
         started,
+    })
+}
+
+/// The one ownership decision every call here makes: `check_sandbox_access` on the owner the
+/// dispatcher recorded for `id`. The outer error is the owner's lookup (no such sandbox, no
+/// dispatcher); the inner one the policy's refusal.
+async fn decide(
+    state: &AppState,
+    caller: &Caller,
+    id: SandboxId,
+    access: SandboxAccess,
+) -> Result<Result<(), Denial>, SandboxError> {
+    let owner = state.sandboxes.owner(id).await?;
+    Ok(check_sandbox_access(
+        caller,
+        &owner,
+        access,
+        &id.to_string(),
+    ))
+}
+
+/// Another principal's sandbox as a handle is told of it: "not found", as the dispatcher says
+/// of one that does not exist.
+fn not_found(id: SandboxId) -> SandboxError {
+    SandboxError::Dispatch(DispatchError::SandboxNotFound {
+        id,
+        attached_elsewhere: false,
     })
 }
 
@@ -242,12 +265,9 @@ pub async fn usage(
     caller: &Caller,
     id: SandboxId,
 ) -> Result<dispatcher::Usage, ControlError> {
-    let owner = state
-        .sandboxes
-        .owner(id)
+    decide(state, caller, id, SandboxAccess::See)
         .await
-        .map_err(|e| unknown_or(e, id))?;
-    check_sandbox_access(caller, &owner, SandboxAccess::See, &id.to_string())
+        .map_err(|e| unknown_or(e, id))?
         .map_err(|d| ControlError::Refused(d.message))?;
     let dispatcher = state
         .sandboxes
@@ -286,15 +306,9 @@ pub async fn discard(
     id: SandboxId,
     why: &str,
 ) -> Result<(), SandboxError> {
-    let owner = state.sandboxes.owner(id).await?;
-    if let Err(denial) =
-        check_sandbox_access(caller, &owner, SandboxAccess::Destroy, &id.to_string())
-    {
+    if let Err(denial) = decide(state, caller, id, SandboxAccess::Destroy).await? {
         tracing::error!(sandbox = %id, caller = %caller.id, why, code = denial.code, "a door asked to discard a sandbox that is not its caller's; refused");
-        return Err(SandboxError::Dispatch(DispatchError::SandboxNotFound {
-            id,
-            attached_elsewhere: false,
-        }));
+        return Err(not_found(id));
     }
     let done = state.sandboxes.destroy(id).await;
     if let Err(e) = &done {
@@ -320,18 +334,14 @@ pub fn isolation_of(state: &AppState, image: &str) -> Option<dispatcher::Isolati
 // dispatcher says of one that does not exist.
 
 /// The dispatcher, once `caller` may act on `id`.
-async fn acting<'a>(
+async fn dispatcher_for<'a>(
     state: &'a AppState,
     caller: &Caller,
     id: SandboxId,
 ) -> Result<&'a dispatcher::Dispatcher, SandboxError> {
-    let owner = state.sandboxes.owner(id).await?;
-    check_sandbox_access(caller, &owner, SandboxAccess::Act, &id.to_string()).map_err(|_| {
-        SandboxError::Dispatch(DispatchError::SandboxNotFound {
-            id,
-            attached_elsewhere: false,
-        })
-    })?;
+    decide(state, caller, id, SandboxAccess::Act)
+        .await?
+        .map_err(|_| not_found(id))?;
     state.sandboxes.dispatcher()
 }
 
@@ -342,7 +352,7 @@ pub async fn attach_process(
     id: SandboxId,
     select: dispatcher::ProcessSelector,
 ) -> Result<dispatcher::ProcessHandle, SandboxError> {
-    Ok(acting(state, caller, id)
+    Ok(dispatcher_for(state, caller, id)
         .await?
         .attach_process(id, select)
         .await?)
@@ -354,7 +364,10 @@ pub async fn list_processes(
     caller: &Caller,
     id: SandboxId,
 ) -> Result<Vec<dispatcher::protocol::LiveProcess>, SandboxError> {
-    Ok(acting(state, caller, id).await?.list_processes(id).await?)
+    Ok(dispatcher_for(state, caller, id)
+        .await?
+        .list_processes(id)
+        .await?)
 }
 
 /// A watch of `path` in `caller`'s sandbox `id` (its `fs.list` already decided by the router).
@@ -365,7 +378,7 @@ pub async fn watch_dir(
     path: &str,
     recursive: bool,
 ) -> Result<dispatcher::WatchHandle, SandboxError> {
-    Ok(acting(state, caller, id)
+    Ok(dispatcher_for(state, caller, id)
         .await?
         .watch_dir(id, path, recursive)
         .await?)
@@ -379,7 +392,7 @@ pub async fn open_port(
     id: SandboxId,
     port: u16,
 ) -> Result<dispatcher::OpenedPort, SandboxError> {
-    Ok(acting(state, caller, id)
+    Ok(dispatcher_for(state, caller, id)
         .await?
         .open_port_anywhere(id, port)
         .await?)
