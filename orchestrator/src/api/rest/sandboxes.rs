@@ -11,7 +11,7 @@ use std::time::Instant;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use dispatcher::{Owner, OwnerKind, SandboxId, SandboxInfo};
+use dispatcher::{Owner, OwnerKind, SandboxId};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -21,7 +21,7 @@ use super::auth::{require, Need};
 use super::error::{ApiError, ErrorBody};
 use crate::audit;
 use crate::caller::Caller;
-use crate::policy::sandboxes::{check_sandbox_access, SandboxAccess};
+use crate::policy::sandboxes::SandboxAccess;
 use crate::sandboxes::SandboxError;
 use crate::state::AppState;
 use crate::tools::control::{self, Control, ControlError};
@@ -328,22 +328,15 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
-    let d = state.sandboxes.dispatcher()?;
-    let all = d.list().await.map_err(SandboxError::from)?;
-    let visible: Vec<SandboxInfo> = all
-        .into_iter()
-        .filter(|info| {
-            let owner = crate::sandboxes::owner_of(info);
-            check_sandbox_access(&caller, &owner, SandboxAccess::See, "").is_ok()
-        })
-        .collect();
+    let visible = control::visible(&state, &caller).await?;
     let usage = if q.usage {
         // One sample each, taken together (each waits about a second between its readings), at
         // most SAMPLED_AT_ONCE at a time: a node with hundreds of sandboxes does not open
         // hundreds of engine streams for one listing.
+        let (state, caller) = (&state, &caller);
         let ids: Vec<SandboxId> = visible.iter().map(|info| info.id).collect();
         futures_util::stream::iter(ids)
-            .map(|id| d.usage(id))
+            .map(|id| control::usage(state, caller, id))
             .buffered(SAMPLED_AT_ONCE)
             .collect::<Vec<_>>()
             .await

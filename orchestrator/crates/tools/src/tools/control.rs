@@ -279,6 +279,22 @@ pub async fn usage(
         .map_err(|e| unknown_or(e.into(), id))
 }
 
+/// The live sandboxes `caller` may see (its own, or every one for an unbound admin key), as
+/// the dispatcher records them: the one rule a listing filters by.
+pub async fn visible(
+    state: &AppState,
+    caller: &Caller,
+) -> Result<Vec<dispatcher::SandboxInfo>, SandboxError> {
+    let all = state.sandboxes.dispatcher()?.list().await?;
+    Ok(all
+        .into_iter()
+        .filter(|info| {
+            let owner = aegis_sandboxes::owner_of(info);
+            check_sandbox_access(caller, &owner, SandboxAccess::See, "").is_ok()
+        })
+        .collect())
+}
+
 /// Creates a sandbox of the E2B template `runtime` owned by `caller`'s key (its SEAL context,
 /// when it has one, bounds it), counted against the key's quota; with `network`, behind an
 /// egress proxy of its own (`Sandboxes::create_for_e2b`).
